@@ -1,0 +1,314 @@
+// Cluster: graph validation, indexing, path queries and JSON I/O.
+#include "core/cluster.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <boost/graph/connected_components.hpp>
+
+#include "core/error.h"
+
+namespace parasol {
+
+namespace {
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+}
+
+const char* node_kind_name(NodeKind k) {
+  switch (k) {
+    case NodeKind::kGpu: return "gpu";
+    case NodeKind::kCpu: return "cpu";
+    case NodeKind::kNic: return "nic";
+    case NodeKind::kSwitch: return "switch";
+  }
+  return "?";
+}
+
+const char* link_kind_name(LinkKind k) {
+  switch (k) {
+    case LinkKind::kNvlink: return "nvlink";
+    case LinkKind::kNvswitch: return "nvswitch";
+    case LinkKind::kPcie: return "pcie";
+    case LinkKind::kInfiniband: return "infiniband";
+    case LinkKind::kEthernet: return "ethernet";
+  }
+  return "?";
+}
+
+LinkKind parse_link_kind(const std::string& s, const std::string& field) {
+  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie,
+                     LinkKind::kInfiniband, LinkKind::kEthernet})
+    if (s == link_kind_name(k)) return k;
+  throw Error(field, "'" + s + "' is not one of nvlink|nvswitch|pcie|infiniband|ethernet");
+}
+
+void Cluster::finalize() {
+  gpus_.clear();
+  int max_server = -1;
+  std::string first_device;
+  homogeneous_ = true;
+  for (VertexId v : boost::make_iterator_range(boost::vertices(graph))) {
+    const TopoNode& n = graph[v];
+    max_server = std::max(max_server, n.server);
+    if (n.kind != NodeKind::kGpu) continue;
+    device_spec(n.device, "cluster.nodes." + n.name + ".device");  // throws when unknown
+    if (first_device.empty()) first_device = n.device;
+    homogeneous_ = homogeneous_ && n.device == first_device;
+    gpus_.push_back(v);
+  }
+  if (gpus_.empty()) throw Error("cluster", "has no GPU");
+  for (EdgeId e : boost::make_iterator_range(boost::edges(graph))) {
+    const TopoLink& l = graph[e];
+    std::string where = "cluster.links(" + graph[boost::source(e, graph)].name + "-" +
+                        graph[boost::target(e, graph)].name + ")";
+    if (!(l.bw > 0) || !std::isfinite(l.bw)) throw Error(where + ".bw_GBps", "must be > 0");
+    if (!(l.latency >= 0) || !std::isfinite(l.latency))
+      throw Error(where + ".latency_us", "must be >= 0");
+  }
+  // Connectivity among GPUs (through any vertices).
+  std::vector<int> component(boost::num_vertices(graph));
+  boost::connected_components(graph, component.data());
+  for (VertexId g : gpus_)
+    if (component[g] != component[gpus_[0]])
+      throw Error("cluster", "graph is disconnected: GPU '" + graph[g].name +
+                                 "' cannot reach GPU '" + graph[gpus_[0]].name + "'");
+  // GPUs keep graph order (generators add them server by server); servers index memory.
+  num_servers_ = max_server + 1;
+  if (num_servers_ <= 0) num_servers_ = 1;
+  gpus_on_server_.assign(num_servers_, 0);
+  host_memory_of_server_.assign(num_servers_, 0.0);
+  for (VertexId v : boost::make_iterator_range(boost::vertices(graph))) {
+    const TopoNode& n = graph[v];
+    if (n.server < 0) continue;
+    if (n.kind == NodeKind::kGpu) ++gpus_on_server_[n.server];
+    if (n.kind == NodeKind::kCpu) host_memory_of_server_[n.server] += n.memory_bytes;
+  }
+  for (VertexId g : gpus_)
+    if (graph[g].server < 0) throw Error("cluster.nodes." + graph[g].name + ".server", "GPU needs a server index >= 0");
+  gpus_per_server_ = *std::max_element(gpus_on_server_.begin(), gpus_on_server_.end());
+  // Path check: every GPU must reach GPU 0 through forwarding vertices.
+  for (size_t i = 1; i < gpus_.size(); ++i)
+    if (path_between(gpus_[0], gpus_[i]).empty())
+      throw Error("cluster", "GPU '" + graph[gpus_[i]].name + "' has no route to GPU '" +
+                                 graph[gpus_[0]].name + "' through switches, NICs or hosts");
+}
+
+const DeviceSpec& Cluster::gpu_device(int gpu) const { return device_spec(graph[gpus_.at(gpu)].device); }
+
+double Cluster::host_memory_per_gpu(int gpu) const {
+  int s = server_of(gpu);
+  return gpus_on_server_[s] ? host_memory_of_server_[s] / gpus_on_server_[s] : 0.0;
+}
+
+double Cluster::host_link_bw(int gpu) const {
+  VertexId g = gpus_.at(gpu);
+  double best = 0;
+  for (VertexId v : boost::make_iterator_range(boost::vertices(graph))) {
+    if (graph[v].kind != NodeKind::kCpu || graph[v].server != graph[g].server) continue;
+    double bw = std::numeric_limits<double>::infinity();
+    for (const Hop& h : path_between(g, v)) bw = std::min(bw, graph[h.edge].bw);
+    if (std::isfinite(bw)) best = std::max(best, bw);
+  }
+  return best;
+}
+
+Path Cluster::path_between(VertexId a, VertexId b) const {
+  const size_t n = boost::num_vertices(graph);
+  std::vector<int64_t> via(n, -1);  // index into edge list of the edge that reached each vertex
+  std::vector<EdgeId> edges_used;
+  std::vector<char> seen(n, 0);
+  std::deque<VertexId> queue{a};
+  seen[a] = 1;
+  bool found = false;
+  while (!queue.empty() && !found) {
+    VertexId u = queue.front();
+    queue.pop_front();
+    if (u != a && !graph[u].forwards) continue;  // endpoints only, not routers
+    for (EdgeId e : boost::make_iterator_range(boost::out_edges(u, graph))) {
+      VertexId w = boost::target(e, graph);
+      if (seen[w]) continue;
+      seen[w] = 1;
+      via[w] = static_cast<int64_t>(edges_used.size());
+      edges_used.push_back(e);
+      if (w == b) {
+        found = true;
+        break;
+      }
+      queue.push_back(w);
+    }
+  }
+  Path p;
+  if (!found) return p;
+  for (VertexId v = b; v != a;) {
+    EdgeId e = edges_used[via[v]];
+    VertexId s = boost::source(e, graph), t = boost::target(e, graph);
+    VertexId prev = (t == v) ? s : t;
+    p.push_back({e, prev < v});
+    v = prev;
+  }
+  std::reverse(p.begin(), p.end());
+  return p;
+}
+
+Path Cluster::path(int gpu_a, int gpu_b) const {
+  if (gpu_a == gpu_b) return {};
+  return path_between(gpus_.at(gpu_a), gpus_.at(gpu_b));
+}
+
+double Cluster::bottleneck_bw(int gpu_a, int gpu_b) const {
+  double bw = std::numeric_limits<double>::infinity();
+  for (const Hop& h : path(gpu_a, gpu_b)) bw = std::min(bw, graph[h.edge].bw);
+  return bw;
+}
+
+double Cluster::path_latency(int gpu_a, int gpu_b) const {
+  double lat = 0;
+  for (const Hop& h : path(gpu_a, gpu_b)) lat += graph[h.edge].latency;
+  return lat;
+}
+
+std::vector<LinkKind> Cluster::link_kinds() const {
+  std::set<LinkKind> kinds;
+  for (EdgeId e : boost::make_iterator_range(boost::edges(graph))) kinds.insert(graph[e].kind);
+  return {kinds.begin(), kinds.end()};
+}
+
+// --- JSON ----------------------------------------------------------------------------------
+
+namespace {
+
+Cluster explicit_graph_from_json(const JsonReader& r) {
+  r.allow_only({"name", "nodes", "links"});
+  Cluster c;
+  c.name = r.string_or("name", "custom");
+  std::map<std::string, VertexId> ids;
+  for (const auto& [path, node] : r.array("nodes")) {
+    JsonReader n(*node, path);
+    n.allow_only({"id", "kind", "server", "device", "memory_GiB", "forwards"});
+    TopoNode t;
+    t.name = n.string("id");
+    if (ids.count(t.name)) throw Error(n.field("id"), "duplicate node id '" + t.name + "'");
+    std::string kind = n.choice("kind", {"gpu", "cpu", "nic", "switch"}, "switch");
+    t.kind = kind == "gpu" ? NodeKind::kGpu : kind == "cpu" ? NodeKind::kCpu
+             : kind == "nic" ? NodeKind::kNic : NodeKind::kSwitch;
+    t.server = static_cast<int>(n.integer_or("server", -1, -1, 1 << 24));
+    if (t.kind == NodeKind::kGpu) {
+      t.device = n.string("device");
+      device_spec(t.device, n.field("device"));
+      if (t.server < 0) throw Error(n.field("server"), "is required for a GPU");
+    }
+    t.memory_bytes = n.number_or("memory_GiB", 0, 0, 1e9) * GiB;
+    t.forwards = n.boolean_or("forwards", t.kind != NodeKind::kGpu);
+    ids[t.name] = boost::add_vertex(t, c.graph);
+  }
+  for (const auto& [path, link] : r.array("links")) {
+    JsonReader l(*link, path);
+    l.allow_only({"a", "b", "kind", "bw_GBps", "latency_us"});
+    std::string a = l.string("a"), b = l.string("b");
+    if (!ids.count(a)) throw Error(l.field("a"), "unknown node '" + a + "'");
+    if (!ids.count(b)) throw Error(l.field("b"), "unknown node '" + b + "'");
+    if (a == b) throw Error(l.field("b"), "a link must join two different nodes");
+    TopoLink t;
+    t.kind = parse_link_kind(l.string("kind"), l.field("kind"));
+    double bw = l.number("bw_GBps", 0, 1e9);
+    if (!(bw > 0)) throw Error(l.field("bw_GBps"), "must be > 0, got " + l.raw("bw_GBps").dump());
+    t.bw = bw * 1e9;
+    t.latency = l.number_or("latency_us", 1.0, 0, 1e9) * 1e-6;
+    boost::add_edge(ids[a], ids[b], t, c.graph);
+  }
+  c.finalize();
+  return c;
+}
+
+Cluster generator_from_json(const JsonReader& r, int gpus) {
+  r.allow_only({"generator", "name", "gpus", "device", "gpus_per_server", "nvlink_GBps",
+                "pcie_GBps", "nics_per_server", "nic_GBps", "host_memory_GiB", "servers_per_leaf",
+                "oversubscription", "dims", "link_GBps", "latency_us"});
+  std::string kind = r.choice("generator", {"rail", "fat-tree", "torus"}, "rail");
+  std::string name = r.string_or("name", kind);
+  if (gpus <= 0) gpus = static_cast<int>(r.integer("gpus", 1, 1 << 20));
+  if (kind == "torus") {
+    std::vector<int> dims;
+    for (const auto& [path, d] : r.array("dims")) {
+      if (!d->is_number_integer() || d->get<int64_t>() < 1 || d->get<int64_t>() > 4096)
+        throw Error(path, "must be an integer in [1, 4096]");
+      dims.push_back(d->get<int>());
+    }
+    return build_torus(name, r.string_or("device", "H100-SXM"), dims,
+                       r.number_or("link_GBps", 100, 1e-6, 1e9) * 1e9,
+                       r.number_or("latency_us", 1, 0, 1e6) * 1e-6);
+  }
+  ServerSpec s;
+  s.device = r.string_or("device", s.device);
+  device_spec(s.device, r.field("device"));
+  s.gpus = static_cast<int>(r.integer_or("gpus_per_server", s.gpus, 1, 1024));
+  s.nvlink_bw = r.number_or("nvlink_GBps", s.nvlink_bw / 1e9, 0, 1e9) * 1e9;
+  s.pcie_bw = r.number_or("pcie_GBps", s.pcie_bw / 1e9, 1e-6, 1e9) * 1e9;
+  s.nics = static_cast<int>(r.integer_or("nics_per_server", s.nics, 1, 1024));
+  s.nic_bw = r.number_or("nic_GBps", s.nic_bw / 1e9, 1e-6, 1e9) * 1e9;
+  s.host_memory_bytes = r.number_or("host_memory_GiB", s.host_memory_bytes / GiB, 0, 1e9) * GiB;
+  FabricSpec f;
+  f.kind = kind == "rail" ? FabricKind::kRailOptimized : FabricKind::kFatTree;
+  f.servers_per_leaf = static_cast<int>(r.integer_or("servers_per_leaf", f.servers_per_leaf, 1, 1 << 16));
+  f.oversubscription = r.number_or("oversubscription", 1.0, 1.0, 1e6);
+  if (gpus % s.gpus != 0 && gpus > s.gpus)
+    throw Error(r.field("gpus"), std::to_string(gpus) + " is not a multiple of gpus_per_server (" +
+                                     std::to_string(s.gpus) + ")");
+  int servers = std::max(1, gpus / s.gpus);
+  if (gpus < s.gpus) s.gpus = gpus;
+  return build_cluster(name, s, servers, f);
+}
+
+}  // namespace
+
+Cluster cluster_from_json(const Json& j, int gpus, const std::string& path) {
+  JsonReader r(j, path);
+  if (r.has("preset")) {
+    r.allow_only({"preset", "gpus"});
+    int n = gpus > 0 ? gpus : static_cast<int>(r.integer("gpus", 1, 1 << 20));
+    return cluster_preset(r.string("preset"), n);
+  }
+  if (r.has("generator")) return generator_from_json(r, gpus);
+  Cluster c = explicit_graph_from_json(r);
+  if (gpus > 0 && gpus != c.num_gpus())
+    throw Error("gpus", std::to_string(gpus) + " differs from the " + std::to_string(c.num_gpus()) +
+                            " GPUs of the cluster file");
+  return c;
+}
+
+Json cluster_to_json(const Cluster& c) {
+  Json nodes = Json::array(), links = Json::array();
+  const auto& g = c.graph;
+  for (VertexId v : boost::make_iterator_range(boost::vertices(g))) {
+    const TopoNode& n = g[v];
+    Json jn = {{"id", n.name}, {"kind", node_kind_name(n.kind)}};
+    if (n.server >= 0) jn["server"] = n.server;
+    if (n.kind == NodeKind::kGpu) jn["device"] = n.device;
+    if (n.memory_bytes > 0) jn["memory_GiB"] = n.memory_bytes / GiB;
+    if (n.forwards != (n.kind != NodeKind::kGpu)) jn["forwards"] = n.forwards;
+    nodes.push_back(jn);
+  }
+  for (EdgeId e : boost::make_iterator_range(boost::edges(g))) {
+    const TopoLink& l = g[e];
+    links.push_back({{"a", g[boost::source(e, g)].name},
+                     {"b", g[boost::target(e, g)].name},
+                     {"kind", link_kind_name(l.kind)},
+                     {"bw_GBps", l.bw / 1e9},
+                     {"latency_us", l.latency * 1e6}});
+  }
+  return {{"name", c.name}, {"nodes", nodes}, {"links", links}};
+}
+
+Cluster load_cluster(const std::string& preset_or_path, int gpus) {
+  if (is_existing_file(preset_or_path)) return cluster_from_json(read_json_file(preset_or_path), gpus);
+  if (preset_or_path.find('/') != std::string::npos || preset_or_path.ends_with(".json"))
+    throw Error("cluster", "no such file '" + preset_or_path + "'");
+  if (gpus <= 0) throw Error("gpus", "is required with a cluster preset (--gpus N)");
+  return cluster_preset(preset_or_path, gpus);
+}
+
+}  // namespace parasol

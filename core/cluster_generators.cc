@@ -1,0 +1,199 @@
+// Cluster generators (DGX-style servers, rail-optimised and fat-tree fabrics, tori) and the
+// named presets, with the datasheet source of every figure.
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "core/cluster.h"
+#include "core/error.h"
+
+namespace parasol {
+
+namespace {
+constexpr double GB = 1e9;
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+VertexId add_node(Cluster& c, NodeKind kind, std::string name, int server, bool forwards,
+                  std::string device = "", double memory = 0) {
+  TopoNode n;
+  n.kind = kind;
+  n.name = std::move(name);
+  n.server = server;
+  n.forwards = forwards;
+  n.device = std::move(device);
+  n.memory_bytes = memory;
+  return boost::add_vertex(n, c.graph);
+}
+
+void add_link(Cluster& c, VertexId a, VertexId b, LinkKind kind, double bw, double latency) {
+  boost::add_edge(a, b, TopoLink{kind, bw, latency}, c.graph);
+}
+}  // namespace
+
+Cluster build_cluster(const std::string& name, const ServerSpec& server, int servers,
+                      const FabricSpec& fabric) {
+  if (servers < 1) throw Error("cluster.servers", "must be >= 1");
+  if (server.gpus < 1) throw Error("cluster.gpus_per_server", "must be >= 1");
+  Cluster c;
+  c.name = name;
+  const std::string& dev = server.device;
+  std::vector<std::vector<VertexId>> nics(servers);
+  for (int s = 0; s < servers; ++s) {
+    std::string p = "s" + std::to_string(s) + ".";
+    std::vector<VertexId> gpus;
+    for (int i = 0; i < server.gpus; ++i)
+      gpus.push_back(add_node(c, NodeKind::kGpu, p + "gpu" + std::to_string(i), s, false, dev));
+    VertexId cpu = add_node(c, NodeKind::kCpu, p + "cpu", s, true, "", server.host_memory_bytes);
+    if (server.nvlink_bw > 0 && server.gpus > 1) {
+      VertexId sw = add_node(c, NodeKind::kSwitch, p + "nvswitch", s, true);
+      for (VertexId g : gpus) add_link(c, g, sw, LinkKind::kNvswitch, server.nvlink_bw, server.nvlink_latency);
+    }
+    for (VertexId g : gpus) add_link(c, g, cpu, LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
+    if (servers > 1) {
+      for (int k = 0; k < server.nics; ++k)
+        nics[s].push_back(add_node(c, NodeKind::kNic, p + "nic" + std::to_string(k), s, true));
+      for (int i = 0; i < server.gpus; ++i) {
+        int k = static_cast<int>(static_cast<int64_t>(i) * server.nics / server.gpus);
+        add_link(c, gpus[i], nics[s][k], LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
+      }
+    }
+  }
+  if (servers > 1) {
+    const int per_leaf = std::max(1, fabric.servers_per_leaf);
+    const int groups = (servers + per_leaf - 1) / per_leaf;
+    VertexId spine = add_node(c, NodeKind::kSwitch, "spine", -1, true);
+    for (int grp = 0; grp < groups; ++grp) {
+      int first = grp * per_leaf, last = std::min(servers, first + per_leaf);
+      int rails = fabric.kind == FabricKind::kRailOptimized ? server.nics : 1;
+      for (int r = 0; r < rails; ++r) {
+        std::string leaf_name = "leaf" + std::to_string(grp) +
+                                (fabric.kind == FabricKind::kRailOptimized ? ".rail" + std::to_string(r) : "");
+        VertexId leaf = add_node(c, NodeKind::kSwitch, leaf_name, -1, true);
+        int down_ports = 0;
+        for (int s = first; s < last; ++s) {
+          for (int k = 0; k < server.nics; ++k) {
+            if (fabric.kind == FabricKind::kRailOptimized && k != r) continue;
+            add_link(c, nics[s][k], leaf, LinkKind::kInfiniband, server.nic_bw, server.nic_latency);
+            ++down_ports;
+          }
+        }
+        // Leaf uplinks to the spine, aggregated into one link of the leaf's uplink capacity.
+        add_link(c, leaf, spine, LinkKind::kInfiniband,
+                 down_ports * server.nic_bw / fabric.oversubscription, fabric.switch_latency);
+      }
+    }
+  }
+  c.finalize();
+  return c;
+}
+
+Cluster build_torus(const std::string& name, const std::string& device, std::vector<int> dims,
+                    double link_bw, double link_latency) {
+  if (dims.size() < 2 || dims.size() > 3) throw Error("cluster.dims", "a torus has 2 or 3 dimensions");
+  device_spec(device, "cluster.device");
+  Cluster c;
+  c.name = name;
+  int n = 1;
+  for (int d : dims) n *= d;
+  std::vector<VertexId> g(n);
+  for (int i = 0; i < n; ++i)
+    g[i] = add_node(c, NodeKind::kGpu, "gpu" + std::to_string(i), i, true, device);
+  std::vector<int> stride(dims.size(), 1);
+  for (size_t k = 1; k < dims.size(); ++k) stride[k] = stride[k - 1] * dims[k - 1];
+  for (int i = 0; i < n; ++i)
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] == 1) continue;
+      int coord = (i / stride[k]) % dims[k];
+      int j = i + (((coord + 1) % dims[k]) - coord) * stride[k];
+      if (dims[k] == 2 && coord == 1) continue;  // a ring of two is one link
+      add_link(c, g[i], g[j], LinkKind::kNvlink, link_bw, link_latency);
+    }
+  c.finalize();
+  return c;
+}
+
+namespace {
+
+struct Preset {
+  ServerSpec server;
+  FabricSpec fabric;
+};
+
+const std::map<std::string, Preset>& presets() {
+  static const std::map<std::string, Preset> table = [] {
+    std::map<std::string, Preset> t;
+    // DGX A100 (NVIDIA DGX A100 datasheet; SuperPOD reference architecture): 8 A100 on
+    // NVSwitch, NVLink3 600 GB/s per GPU = 300 GB/s per direction; PCIe Gen4 x16 (32 GB/s per
+    // direction); 8 ConnectX-6 HDR 200 Gb/s (25 GB/s) compute NICs, one per GPU; 2 TB host
+    // memory (640 GB model). SuperPOD: rail-optimised, non-blocking, 20 servers per SU.
+    Preset a100;
+    a100.server = {"A100-80G", 8, 300 * GB, 1e-6, 32 * GB, 1e-6, 8, 25 * GB, 2e-6, 2048 * GiB};
+    a100.fabric = {FabricKind::kRailOptimized, 20, 1.0, 0.5e-6};
+    t["dgx-a100-80g"] = a100;
+    Preset a100_40 = a100;
+    a100_40.server.device = "A100-40G";
+    a100_40.server.host_memory_bytes = 1024 * GiB;  // DGX A100 320 GB model: 1 TB
+    t["dgx-a100-40g"] = a100_40;
+    // DGX H100 datasheet: NVLink4 900 GB/s per GPU (450 per direction), PCIe Gen5 (64 GB/s),
+    // 8 ConnectX-7 NDR 400 Gb/s (50 GB/s), 2 TB host memory; SuperPOD SU of 32 servers.
+    Preset h100;
+    h100.server = {"H100-SXM", 8, 450 * GB, 1e-6, 64 * GB, 1e-6, 8, 50 * GB, 2e-6, 2048 * GiB};
+    h100.fabric = {FabricKind::kRailOptimized, 32, 1.0, 0.5e-6};
+    t["dgx-h100"] = h100;
+    Preset h200 = h100;  // DGX H200 datasheet: same fabric and NVLink as DGX H100.
+    h200.server.device = "H200";
+    t["dgx-h200"] = h200;
+    // DGX B200 datasheet: NVLink5 1.8 TB/s per GPU (900 per direction), 8x 400 Gb/s,
+    // 4 TB host memory.
+    Preset b200 = h100;
+    b200.server.device = "B200";
+    b200.server.nvlink_bw = 900 * GB;
+    b200.server.host_memory_bytes = 4096 * GiB;
+    t["dgx-b200"] = b200;
+    // AMD Instinct MI300X platform: 8 GPUs, each with 7 Infinity Fabric links of 64 GB/s per
+    // direction (448 GB/s), modelled as one aggregate switch port; 8x 400 Gb/s NICs.
+    Preset mi300x = h100;
+    mi300x.server.device = "MI300X";
+    mi300x.server.nvlink_bw = 448 * GB;
+    t["mi300x-8"] = mi300x;
+    // One H200 in a host with PCIe Gen5 and 128 GiB of memory (the box parasol's GPU checks use).
+    Preset h200_1;
+    h200_1.server = {"H200", 1, 0, 1e-6, 64 * GB, 1e-6, 1, 50 * GB, 2e-6, 128 * GiB};
+    t["h200-1"] = h200_1;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+Cluster cluster_preset(const std::string& name, int gpus) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (const auto& [n, _] : presets()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("cluster", "unknown preset '" + name + "' (known: " + known + ")");
+  }
+  if (gpus < 1) throw Error("gpus", "must be >= 1");
+  if (gpus > (1 << 20)) throw Error("gpus", std::to_string(gpus) + " is more than 1,048,576");
+  ServerSpec server = it->second.server;
+  if (gpus > server.gpus && gpus % server.gpus != 0)
+    throw Error("gpus", std::to_string(gpus) + " is not a multiple of the " +
+                            std::to_string(server.gpus) + " GPUs per server of " + name);
+  if (name == "h200-1" && gpus != 1) throw Error("gpus", "h200-1 has exactly one GPU");
+  int servers = 1;
+  if (gpus <= server.gpus) {
+    server.gpus = gpus;
+  } else {
+    servers = gpus / server.gpus;
+  }
+  return build_cluster(name, server, servers, it->second.fabric);
+}
+
+std::vector<std::string> cluster_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [n, _] : presets()) names.push_back(n);
+  return names;
+}
+
+}  // namespace parasol

@@ -1,0 +1,101 @@
+// Datasheet figures for the devices parasol knows. Dense (non-sparse) tensor-core peaks.
+#include "core/device.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+
+namespace parasol {
+
+namespace {
+constexpr double T = 1e12;
+constexpr double GB = 1e9;
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+const std::vector<DeviceSpec>& table() {
+  static const std::vector<DeviceSpec> devices = {
+      // NVIDIA A100 Tensor Core GPU datasheet (2021): SXM4, 19.5 TF fp32, 156 TF tf32,
+      // 312 TF bf16/fp16, 40 GB HBM2 at 1,555 GB/s, 108 SMs, 400 W.
+      {"A100-40G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 40 * GiB, 1555 * GB, 108, 400},
+      // Same datasheet, 80 GB HBM2e SXM4 at 2,039 GB/s.
+      {"A100-80G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 80 * GiB, 2039 * GB, 108, 400},
+      // NVIDIA H100 Tensor Core GPU datasheet: SXM5, 67 TF fp32, 494.7 TF tf32, 989.4 TF
+      // bf16/fp16, 1,978.9 TF fp8 (dense), 80 GB HBM3 at 3.35 TB/s, 132 SMs, 700 W.
+      {"H100-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB, 3350 * GB,
+       132, 700},
+      // NVIDIA H200 datasheet: H100's compute with 141 GB HBM3e at 4.8 TB/s, 700 W.
+      {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 141 * GB, 4800 * GB, 132,
+       700},
+      // NVIDIA DGX B200 datasheet (72 PF fp8 training, 1,440 GB for 8 GPUs): per GPU 2.25 PF
+      // bf16/fp16 dense, 4.5 PF fp8 dense, 1.1 PF tf32 dense, 180 GB HBM3e at 8 TB/s, 148 SMs, 1000 W.
+      {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 180 * GB, 8000 * GB, 148, 1000},
+      // AMD Instinct MI300X datasheet: 163.4 TF fp32, 653.7 TF tf32, 1,307.4 TF bf16/fp16,
+      // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W.
+      {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB, 5300 * GB,
+       304, 750},
+  };
+  return devices;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+}  // namespace
+
+const char* dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32: return "fp32";
+    case Dtype::kTf32: return "tf32";
+    case Dtype::kBf16: return "bf16";
+    case Dtype::kFp16: return "fp16";
+    case Dtype::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+double dtype_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::kFp32:
+    case Dtype::kTf32: return 4;
+    case Dtype::kBf16:
+    case Dtype::kFp16: return 2;
+    case Dtype::kFp8: return 1;
+  }
+  return 4;
+}
+
+Dtype parse_dtype(const std::string& s, const std::string& field) {
+  for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8})
+    if (s == dtype_name(d)) return d;
+  throw Error(field, "'" + s + "' is not one of fp32|tf32|bf16|fp16|fp8");
+}
+
+double DeviceSpec::peak_flops(Dtype d) const {
+  switch (d) {
+    case Dtype::kFp32: return peak_fp32_flops;
+    case Dtype::kTf32: return peak_tf32_flops;
+    case Dtype::kBf16: return peak_bf16_flops;
+    case Dtype::kFp16: return peak_fp16_flops;
+    case Dtype::kFp8: return peak_fp8_flops > 0 ? peak_fp8_flops : peak_fp16_flops;
+  }
+  return peak_fp32_flops;
+}
+
+const DeviceSpec& device_spec(const std::string& name, const std::string& field) {
+  std::string want = lower(name);
+  for (const DeviceSpec& d : table())
+    if (lower(d.name) == want) return d;
+  std::string known;
+  for (const DeviceSpec& d : table()) known += (known.empty() ? "" : ", ") + d.name;
+  throw Error(field, "unknown device '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> known_devices() {
+  std::vector<std::string> names;
+  for (const DeviceSpec& d : table()) names.push_back(d.name);
+  return names;
+}
+
+}  // namespace parasol

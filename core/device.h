@@ -1,0 +1,40 @@
+// Accelerator datasheets: peak dense FLOP/s per dtype, HBM capacity and bandwidth, SM count.
+// Figures are vendor datasheet values (dense, no sparsity); each entry in device.cc cites its source.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace parasol {
+
+enum class Dtype { kFp32, kTf32, kBf16, kFp16, kFp8 };
+
+const char* dtype_name(Dtype d);
+// Bytes per element (tf32 is stored as fp32).
+double dtype_bytes(Dtype d);
+// Parses "fp32", "tf32", "bf16", "fp16", "fp8"; throws parasol::Error naming `field`.
+Dtype parse_dtype(const std::string& s, const std::string& field);
+
+struct DeviceSpec {
+  std::string name;           // "A100-80G", "H100-SXM", ...
+  std::string vendor;         // "nvidia", "amd"
+  double peak_fp32_flops;     // FLOP/s, non-tensor-core fp32
+  double peak_tf32_flops;     // FLOP/s, dense
+  double peak_bf16_flops;     // FLOP/s, dense
+  double peak_fp16_flops;     // FLOP/s, dense
+  double peak_fp8_flops;      // FLOP/s, dense; 0 when unsupported
+  double hbm_bytes;           // device memory capacity in bytes
+  double hbm_bw;              // device memory bandwidth in bytes/s
+  int compute_units;          // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
+  double tdp_watts;           // board power
+
+  // Peak dense FLOP/s for math in `d` (fp8 falls back to fp16 where unsupported).
+  double peak_flops(Dtype d) const;
+};
+
+// The datasheet of a known device. Names are case-insensitive; throws parasol::Error
+// ("<field>: unknown device 'X' (known: ...)") for an unknown name.
+const DeviceSpec& device_spec(const std::string& name, const std::string& field = "device");
+std::vector<std::string> known_devices();
+
+}  // namespace parasol

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages parasol builds against, only those that are missing.
+# Idempotent: a second run calls neither apt-get update nor apt-get install.
+set -euo pipefail
+packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+          libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
