@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <boost/graph/connected_components.hpp>
 
@@ -117,40 +118,53 @@ double Cluster::host_link_bw(int gpu) const {
 }
 
 Path Cluster::path_between(VertexId a, VertexId b) const {
-  const size_t n = boost::num_vertices(graph);
-  std::vector<int64_t> via(n, -1);  // index into edge list of the edge that reached each vertex
-  std::vector<EdgeId> edges_used;
-  std::vector<char> seen(n, 0);
-  std::deque<VertexId> queue{a};
-  seen[a] = 1;
-  bool found = false;
-  while (!queue.empty() && !found) {
-    VertexId u = queue.front();
-    queue.pop_front();
-    if (u != a && !graph[u].forwards) continue;  // endpoints only, not routers
-    for (EdgeId e : boost::make_iterator_range(boost::out_edges(u, graph))) {
-      VertexId w = boost::target(e, graph);
-      if (seen[w]) continue;
-      seen[w] = 1;
-      via[w] = static_cast<int64_t>(edges_used.size());
-      edges_used.push_back(e);
-      if (w == b) {
-        found = true;
-        break;
-      }
-      queue.push_back(w);
-    }
-  }
+  // Level-synchronous bidirectional BFS: explores only the neighbourhoods of the two ends, so a
+  // query costs the same on a 16-GPU and a 16,384-GPU fabric. Only forwarding vertices are
+  // expanded (and may join the two halves); the ends themselves need not forward.
   Path p;
+  if (a == b) return p;
+  struct Reached {
+    VertexId from;
+    EdgeId edge;
+  };
+  std::unordered_map<VertexId, Reached> side[2];
+  std::vector<VertexId> frontier[2] = {{a}, {b}};
+  const VertexId ends[2] = {a, b};
+  side[0].emplace(a, Reached{a, EdgeId{}});
+  side[1].emplace(b, Reached{b, EdgeId{}});
+  VertexId meet = a;
+  bool found = false;
+  while (!found && !frontier[0].empty() && !frontier[1].empty()) {
+    const int x = frontier[0].size() <= frontier[1].size() ? 0 : 1, y = 1 - x;
+    std::vector<VertexId> next;
+    for (VertexId u : frontier[x]) {
+      for (EdgeId e : boost::make_iterator_range(boost::out_edges(u, graph))) {
+        VertexId w = boost::target(e, graph);
+        if (side[x].count(w)) continue;
+        side[x].emplace(w, Reached{u, e});
+        if (side[y].count(w) && (w == ends[y] || graph[w].forwards)) {
+          meet = w;
+          found = true;
+          break;
+        }
+        if (graph[w].forwards) next.push_back(w);
+      }
+      if (found) break;
+    }
+    frontier[x] = std::move(next);
+  }
   if (!found) return p;
-  for (VertexId v = b; v != a;) {
-    EdgeId e = edges_used[via[v]];
-    VertexId s = boost::source(e, graph), t = boost::target(e, graph);
-    VertexId prev = (t == v) ? s : t;
-    p.push_back({e, prev < v});
-    v = prev;
+  for (VertexId v = meet; v != a;) {  // a ... meet
+    const Reached& r = side[0].at(v);
+    p.push_back({r.edge, r.from < v});
+    v = r.from;
   }
   std::reverse(p.begin(), p.end());
+  for (VertexId v = meet; v != b;) {  // meet ... b
+    const Reached& r = side[1].at(v);
+    p.push_back({r.edge, v < r.from});
+    v = r.from;
+  }
   return p;
 }
 

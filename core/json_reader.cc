@@ -13,9 +13,10 @@ namespace parasol {
 Json parse_json(const std::string& text, const std::string& what) {
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
     std::string msg = e.what();
     auto pos = msg.find("parse error");
+    if (pos == std::string::npos) pos = msg.find("number overflow");
     throw Error(what, "malformed JSON (" + (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
   }
 }

@@ -108,7 +108,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow_only({"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
                 "seq_len", "seq", "norm", "activation", "tied_embeddings", "learned_positions",
-                "linear_bias", "moe"});
+                "linear_bias", "dropout", "moe"});
   Model m;
   m.name = r.string_or("name", "custom");
   m.layers = static_cast<int>(r.integer("layers", 1, kMaxLayers));
@@ -131,6 +131,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   m.tied_embeddings = r.boolean_or("tied_embeddings", false);
   m.learned_positions = r.boolean_or("learned_positions", false);
   m.linear_bias = r.boolean_or("linear_bias", false);
+  m.dropout = r.boolean_or("dropout", false);
   if (r.has("moe")) {
     JsonReader moe = r.object("moe");
     moe.allow_only({"experts", "top_k", "expert_ffn", "every"});
@@ -158,7 +159,8 @@ Json model_to_json(const Model& m) {
             {"activation", m.activation == Activation::kSwiglu ? "swiglu" : "gelu"},
             {"tied_embeddings", m.tied_embeddings},
             {"learned_positions", m.learned_positions},
-            {"linear_bias", m.linear_bias}};
+            {"linear_bias", m.linear_bias},
+            {"dropout", m.dropout}};
   if (m.is_moe())
     j["moe"] = {{"experts", m.moe.experts},
                 {"top_k", m.moe.top_k},
@@ -190,6 +192,7 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
     m.learned_positions = true;
     m.linear_bias = true;
+    m.dropout = r.number_or("resid_pdrop", 0.1, 0, 1) > 0 || r.number_or("attn_pdrop", 0.1, 0, 1) > 0;
   } else {  // Llama / Mistral / Mixtral names
     m.hidden = r.integer("hidden_size", 1, kMaxHidden);
     m.layers = static_cast<int>(r.integer("num_hidden_layers", 1, kMaxLayers));
@@ -204,6 +207,7 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", false);
     m.learned_positions = false;
     m.linear_bias = r.boolean_or("attention_bias", false);
+    m.dropout = r.number_or("attention_dropout", 0, 0, 1) > 0;
     if (r.has("num_local_experts")) {
       m.moe.experts = static_cast<int>(r.integer("num_local_experts", 1, kMaxExperts));
       m.moe.top_k = static_cast<int>(r.integer_or("num_experts_per_tok", 2, 1, m.moe.experts));

@@ -26,6 +26,7 @@ Model gpt(const std::string& name, int layers, int64_t hidden, int heads, int64_
   m.tied_embeddings = tied;
   m.learned_positions = true;
   m.linear_bias = true;
+  m.dropout = true;
   return m;
 }
 

@@ -16,17 +16,17 @@ void require_divides(int64_t d, int64_t n, const std::string& field, const std::
 }  // namespace
 
 void validate(const Plan& p, const Model& m, const Cluster& c) {
+  // Tensor parallelism splits heads, KV heads and MLP columns.
+  require_divides(p.tp, m.heads, "plan.tp", "attention heads");
+  require_divides(p.tp, m.kv_heads, "plan.tp", "KV heads");
+  require_divides(p.tp, m.ffn, "plan.tp", "the MLP size ffn");
+  if (m.is_moe()) require_divides(p.tp, m.moe.expert_ffn, "plan.tp", "the expert MLP size");
   const int gpus = c.num_gpus();
   const int64_t product = int64_t{p.tp} * p.pp * p.dp * p.cp;
   if (product != gpus)
     throw Error("plan", "tp x pp x dp x cp = " + s(p.tp) + " x " + s(p.pp) + " x " + s(p.dp) +
                             " x " + s(p.cp) + " = " + s(product) + " differs from the " + s(gpus) +
                             " GPUs of the cluster");
-  // Tensor parallelism splits heads, KV heads and MLP columns.
-  require_divides(p.tp, m.heads, "plan.tp", "attention heads");
-  require_divides(p.tp, m.kv_heads, "plan.tp", "KV heads");
-  require_divides(p.tp, m.ffn, "plan.tp", "the MLP size ffn");
-  if (m.is_moe()) require_divides(p.tp, m.moe.expert_ffn, "plan.tp", "the expert MLP size");
   const int64_t seq = p.seq(m);
   if (m.learned_positions && seq > m.seq_len)
     throw Error("plan.seq", s(seq) + " exceeds the " + s(m.seq_len) +

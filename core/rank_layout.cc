@@ -1,0 +1,101 @@
+// RankLayout: mixed-radix rank numbering over the plan's rank order.
+#include "core/rank_layout.h"
+
+#include <algorithm>
+
+namespace parasol {
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::kTp: return "tp";
+    case Group::kCp: return "cp";
+    case Group::kEp: return "ep";
+    case Group::kDp: return "dp";
+    case Group::kPp: return "pp";
+    case Group::kDpCp: return "dp-cp";
+    case Group::kExpertDp: return "expert-dp";
+  }
+  return "?";
+}
+
+RankLayout::RankLayout(const Plan& plan) : order_(plan.rank_order), plan_(plan) {
+  int stride = 1;
+  for (Dim d : order_) {
+    stride_[static_cast<int>(d)] = stride;
+    stride *= size_of(d);
+  }
+  world_ = stride;
+}
+
+int RankLayout::size_of(Dim d) const {
+  switch (d) {
+    case Dim::kTp: return plan_.tp;
+    case Dim::kCp: return plan_.cp;
+    case Dim::kEp: return plan_.ep;
+    case Dim::kDp: return plan_.dp / plan_.ep;
+    case Dim::kPp: return plan_.pp;
+  }
+  return 1;
+}
+
+RankCoord RankLayout::coord(int rank) const {
+  auto at = [&](Dim d) { return (rank / stride_[static_cast<int>(d)]) % size_of(d); };
+  return {at(Dim::kTp), at(Dim::kCp), at(Dim::kEp), at(Dim::kDp), at(Dim::kPp)};
+}
+
+int RankLayout::rank(const RankCoord& c) const {
+  return c.tp * stride_[static_cast<int>(Dim::kTp)] + c.cp * stride_[static_cast<int>(Dim::kCp)] +
+         c.ep * stride_[static_cast<int>(Dim::kEp)] + c.dpx * stride_[static_cast<int>(Dim::kDp)] +
+         c.pp * stride_[static_cast<int>(Dim::kPp)];
+}
+
+std::vector<int> RankLayout::group(Group g, int r) const {
+  RankCoord base = coord(r);
+  std::vector<Dim> dims;
+  switch (g) {
+    case Group::kTp: dims = {Dim::kTp}; break;
+    case Group::kCp: dims = {Dim::kCp}; break;
+    case Group::kEp: dims = {Dim::kEp}; break;
+    case Group::kDp: dims = {Dim::kEp, Dim::kDp}; break;
+    case Group::kPp: dims = {Dim::kPp}; break;
+    case Group::kDpCp: dims = {Dim::kCp, Dim::kEp, Dim::kDp}; break;
+    case Group::kExpertDp: dims = {Dim::kCp, Dim::kDp}; break;
+  }
+  std::vector<int> ranks{rank(base)};
+  for (Dim d : dims) {
+    auto field = [&](RankCoord& c) -> int& {
+      switch (d) {
+        case Dim::kTp: return c.tp;
+        case Dim::kCp: return c.cp;
+        case Dim::kEp: return c.ep;
+        case Dim::kDp: return c.dpx;
+        case Dim::kPp: return c.pp;
+      }
+      return c.tp;
+    };
+    std::vector<int> next;
+    for (int r0 : ranks) {
+      RankCoord c = coord(r0);
+      for (int i = 0; i < size_of(d); ++i) {
+        field(c) = i;
+        next.push_back(rank(c));
+      }
+    }
+    ranks = std::move(next);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+std::vector<std::vector<int>> RankLayout::groups(Group g) const {
+  std::vector<char> done(world_, 0);
+  std::vector<std::vector<int>> out;
+  for (int r = 0; r < world_; ++r) {
+    if (done[r]) continue;
+    out.push_back(group(g, r));
+    for (int m : out.back()) done[m] = 1;
+  }
+  return out;
+}
+
+}  // namespace parasol

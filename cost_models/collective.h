@@ -1,0 +1,87 @@
+// Collective cost model on a *placed* group: which GPUs of the topology take part. Ring, tree
+// and hierarchical (intra-server then inter-server) algorithms; each algorithm's bandwidth is
+// the bottleneck along the paths its flows take in the topology graph, where flows that cross
+// the same link in the same direction (of this group and of the groups running concurrently,
+// e.g. all data-parallel groups of a stage behind the same NICs) share it. Latency is per hop
+// plus the profile's software latency per algorithm step.
+//
+// Sizes follow nccl-tests: all-reduce and broadcast take the buffer size; all-gather the
+// gathered (output) size; reduce-scatter the input size; all-to-all the bytes each rank holds
+// before the exchange. A ring all-reduce moves 2(n-1)/n of it per rank, all-gather and
+// reduce-scatter (n-1)/n.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+enum class Algorithm { kRing, kTree, kHierarchical, kPairwise };
+
+const char* collective_name(Collective c);
+const char* algorithm_name(Algorithm a);
+
+struct CollectiveCost {
+  double time_s = 0;
+  Algorithm algorithm = Algorithm::kRing;
+};
+
+// A group of GPUs (cluster GPU indices, in rank order) priced once; cost() is arithmetic.
+class GroupModel {
+ public:
+  GroupModel() = default;
+  // `concurrent`: other groups that run the same collective at the same time (may include
+  // `group` itself; it is ignored). Rings longer than kMaxPricedFlows are priced on their
+  // first kMaxPricedFlows flows (the pattern repeats along a regular fabric), and only the
+  // concurrent groups on the servers those flows touch are counted.
+  GroupModel(const Cluster& cluster, const Profile& profile, std::vector<int> group,
+             const std::vector<std::vector<int>>& concurrent = {});
+
+  static constexpr int kMaxPricedFlows = 64;
+
+  int size() const { return n_; }
+  // The fastest algorithm for this collective and size.
+  CollectiveCost cost(Collective kind, double bytes) const;
+  // One algorithm (kHierarchical falls back to ring when the group is on one server).
+  double time(Collective kind, double bytes, Algorithm alg) const;
+
+  // Effective per-flow bandwidths (bytes/s, efficiency applied) and per-step latencies.
+  double ring_bw() const { return ring_bw_; }
+  double ring_step_latency() const { return ring_lat_; }
+  double tree_bw() const { return tree_bw_; }
+
+ private:
+  double ring_time(Collective kind, double bytes, int n, double bw, double lat) const;
+
+  int n_ = 1;
+  double ring_bw_ = 0, ring_lat_ = 0;
+  double tree_bw_ = 0, tree_lat_ = 0;
+  int tree_depth_ = 0;
+  bool hierarchical_ = false;
+  int local_ = 1, servers_ = 1;
+  double intra_bw_ = 0, intra_lat_ = 0, inter_bw_ = 0, inter_lat_ = 0;
+  double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
+};
+
+// A flow: data sent from one GPU to another at the same time as the other flows of a set.
+struct Flow {
+  int src;
+  int dst;
+};
+// For each flow, the bandwidth it gets (bytes/s, link efficiency applied) when all `flows` run
+// at once, each link direction shared equally by the flows that cross it; and its path latency.
+struct FlowRate {
+  double bw;
+  double latency;
+};
+std::vector<FlowRate> concurrent_flow_rates(const Cluster& cluster, const Profile& profile,
+                                            const std::vector<Flow>& flows);
+
+// Seconds to send `bytes` from GPU a to GPU b alone (pipeline send/recv).
+double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, double bytes);
+
+}  // namespace parasol::cost

@@ -1,0 +1,115 @@
+// Compute cost model: GEMM shape factor (tile and wave quantization), memory-bound kernels,
+// attention (fused and unfused), and the optimizer step.
+#include "cost_models/compute.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace parasol::cost {
+
+namespace {
+struct Tile {
+  int64_t m, n;
+  double efficiency;  // relative throughput of the tile shape (large tiles reuse operands best)
+};
+// cuBLAS/CUTLASS tensor-core tile shapes and their relative efficiency: 256x128 is the
+// fastest on Ampere/Hopper; smaller tiles trade operand reuse for fewer wasted waves.
+constexpr Tile kTiles[] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.93},
+                           {128, 64, 0.82}, {64, 64, 0.65}};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
+                         int64_t k, int64_t batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
+  const double units = std::max(1, dev.compute_units);
+  double best = 0;
+  for (const Tile& t : kTiles) {
+    double tiles = static_cast<double>(batch) * ceil_div(m, t.m) * ceil_div(n, t.n);
+    double waves = std::ceil(tiles / units);
+    double useful = static_cast<double>(batch) * m * n / (waves * units * t.m * t.n);
+    best = std::max(best, t.efficiency * useful);
+  }
+  double kf = k / (k + prof.gemm_k_half);
+  return best * kf;
+}
+
+double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m, int64_t n,
+                 int64_t k, int64_t batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  double flops = 2.0 * m * n * k * batch;
+  double rate = dev.peak_flops(dtype) * prof.gemm_efficiency * gemm_shape_factor(dev, prof, m, n, k, batch);
+  double bytes = dtype_bytes(dtype) * batch * (static_cast<double>(m) * k + static_cast<double>(k) * n +
+                                               static_cast<double>(m) * n);
+  return std::max(flops / rate, bytes / (dev.hbm_bw * prof.memory_efficiency)) + prof.kernel_overhead_s;
+}
+
+double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes) {
+  if (bytes <= 0) return 0;
+  return bytes / (dev.hbm_bw * prof.memory_efficiency) + prof.kernel_overhead_s;
+}
+
+double attention_flops(const AttentionShape& a) {
+  double full = 4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
+  if (!a.causal) return full;
+  // Causal: a query sees the keys up to its position; with seq_q == seq_kv about half.
+  return full * 0.5 * (1.0 + 1.0 / std::max<int64_t>(1, a.seq_kv));
+}
+
+double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                              const AttentionShape& a, bool flash) {
+  const double eb = dtype_bytes(dtype);
+  if (flash) {
+    double flops = attention_flops(a);
+    double io = eb * a.batch * a.seq_q * (2.0 * a.heads * a.head_dim) +
+                eb * a.batch * a.seq_kv * (2.0 * a.kv_heads * a.head_dim);
+    return std::max(flops / (dev.peak_flops(dtype) * prof.flash_forward_efficiency),
+                    io / (dev.hbm_bw * prof.memory_efficiency)) +
+           prof.kernel_overhead_s;
+  }
+  // Unfused: scores = QK^T (full matrix, masked afterwards), softmax, dropout, probs x V.
+  const int64_t bh = a.batch * a.heads;
+  double scores = static_cast<double>(bh) * a.seq_q * a.seq_kv;
+  double t = gemm_time(dev, prof, dtype, a.seq_q, a.seq_kv, a.head_dim, bh);
+  t += memory_time(dev, prof, scores * 2 * eb);  // fused scale-mask-softmax: read + write
+  if (a.dropout) t += memory_time(dev, prof, scores * (2 * eb + 1));  // read, write, mask
+  t += gemm_time(dev, prof, dtype, a.seq_q, a.head_dim, a.seq_kv, bh);
+  return t;
+}
+
+double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                               const AttentionShape& a, bool flash) {
+  const double eb = dtype_bytes(dtype);
+  if (flash) {
+    double flops = 2.5 * attention_flops(a);
+    double io = eb * a.batch * a.seq_q * (4.0 * a.heads * a.head_dim) +
+                eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);
+    return std::max(flops / (dev.peak_flops(dtype) * prof.flash_backward_efficiency),
+                    io / (dev.hbm_bw * prof.memory_efficiency)) +
+           prof.kernel_overhead_s;
+  }
+  const int64_t bh = a.batch * a.heads;
+  double scores = static_cast<double>(bh) * a.seq_q * a.seq_kv;
+  // d(probs) = dO V^T and dV = P^T dO; then dropout and softmax backward; then dQ and dK.
+  double t = gemm_time(dev, prof, dtype, a.seq_q, a.seq_kv, a.head_dim, bh);
+  t += gemm_time(dev, prof, dtype, a.seq_kv, a.head_dim, a.seq_q, bh);
+  if (a.dropout) t += memory_time(dev, prof, scores * (2 * eb + 1));
+  t += memory_time(dev, prof, scores * 3 * eb);  // softmax backward: read y, dy; write dx
+  t += gemm_time(dev, prof, dtype, a.seq_q, a.head_dim, a.seq_kv, bh);
+  t += gemm_time(dev, prof, dtype, a.seq_kv, a.head_dim, a.seq_q, bh);
+  return t;
+}
+
+double adam_bytes_per_param(Dtype dtype) {
+  // read: master (4), grad (4), m (4), v (4); write: master, m, v (12); low-precision copy.
+  double b = 16 + 12;
+  if (dtype != Dtype::kFp32) b += dtype_bytes(dtype);
+  return b;
+}
+
+double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params) {
+  return memory_time(dev, prof, params * adam_bytes_per_param(dtype));
+}
+
+}  // namespace parasol::cost

@@ -1,0 +1,55 @@
+// Compute cost model: the time of one op on one device, as a roofline (FLOPs over peak, bytes
+// over HBM bandwidth) scaled by the Profile's efficiency for the op's class and shape.
+// Pure functions: thread-safe, no globals.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+
+// Shape factor of a GEMM in (0, 1]: the best over cuBLAS-like tile shapes of tile efficiency x
+// wave quantization on the device's compute units, times the reduction-depth factor
+// k / (k + profile.gemm_k_half). Multiplied by profile.gemm_efficiency it gives the fraction of
+// dense peak a GEMM of this shape reaches.
+double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
+                         int64_t k, int64_t batch = 1);
+
+// Seconds for `batch` independent (m x k) * (k x n) products in `dtype`, including the kernel
+// overhead; memory-bound shapes are priced by their bytes.
+double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m, int64_t n,
+                 int64_t k, int64_t batch = 1);
+
+// Seconds for a memory-bound kernel that moves `bytes` (reads + writes) through HBM.
+double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
+
+// The attention core (softmax(QK^T)V) of one layer on one rank.
+struct AttentionShape {
+  int64_t batch = 1;
+  int64_t seq_q = 0;   // queries on this rank
+  int64_t seq_kv = 0;  // keys/values attended to
+  int64_t heads = 0;   // query heads on this rank
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool causal = true;
+  bool dropout = false;  // attention-probability dropout (unfused path only)
+};
+// FLOPs of QK^T and AV (2 per multiply-add); causal counts only the unmasked half.
+double attention_flops(const AttentionShape& a);
+// Forward / backward seconds. flash: one fused kernel (FlashAttention-2 style, backward does
+// 2.5x the forward FLOPs); otherwise batched GEMMs plus materialised softmax (and dropout)
+// passes over the heads x seq_q x seq_kv score matrix (Megatron-LM 2022 style).
+double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                              const AttentionShape& a, bool flash);
+double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                               const AttentionShape& a, bool flash);
+
+// Bytes an AdamW step moves per parameter: fp32 master, grad, two moments read, three written,
+// plus the low-precision weight copy written (when `dtype` is not fp32).
+double adam_bytes_per_param(Dtype dtype);
+// Seconds for an AdamW step over `params` parameters held on the device.
+double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params);
+
+}  // namespace parasol::cost

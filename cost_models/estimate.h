@@ -1,0 +1,103 @@
+// The closed-form plan estimate: step time with its breakdown, throughput, MFU/HFU and peak
+// memory per GPU, priced with the compute, collective and memory models. Fast enough for the
+// plan search: an Estimator caches, per instance, the placed-group and per-layer prices that
+// many plans share. An Estimator is not thread-safe; use one per thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/rank_layout.h"
+#include "cost_models/collective.h"
+#include "cost_models/memory.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+
+struct TimeBreakdown {
+  double forward = 0;        // forward compute of all micro-batches (slowest stage)
+  double backward = 0;       // backward compute
+  double recompute = 0;      // forward compute re-run for activation checkpointing
+  double tp_comm = 0;        // exposed tensor/sequence-parallel communication
+  double cp_comm = 0;        // exposed context-parallel K/V exchange
+  double ep_comm = 0;        // expert all-to-all (dispatch and combine)
+  double pp_comm = 0;        // pipeline sends/receives on the critical path
+  double bubble = 0;         // pipeline fill and drain
+  double dp_comm = 0;        // exposed gradient reduction and ZeRO gathers
+  double optimizer = 0;      // optimizer step
+  double offload = 0;        // exposed host<->device traffic and CPU optimizer time
+  double total() const {
+    return forward + backward + recompute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
+           dp_comm + optimizer + offload;
+  }
+};
+
+struct Estimate {
+  double step_time_s = 0;
+  TimeBreakdown time;
+  double tokens_per_s = 0;
+  double samples_per_s = 0;
+  double mfu = 0;  // model FLOPs (3 x forward, Megatron convention) / (time x GPUs x peak)
+  double hfu = 0;  // executed FLOPs including recompute / (time x GPUs x peak)
+  double model_flops_per_step = 0;
+  double hardware_flops_per_step = 0;
+  MemoryBreakdown memory;       // the rank with the largest peak
+  double memory_per_gpu_bytes = 0;
+  double device_memory_bytes = 0;
+  bool fits = false;
+};
+
+Json estimate_to_json(const Estimate& e);
+
+// Per-layer, per-micro-batch prices on one rank (see estimate.cc).
+struct LayerPrice {
+  double forward = 0, backward = 0;  // compute seconds
+  double attention_forward = 0;      // the attention core alone (selective recompute)
+  double tp_forward = 0, tp_backward = 0;  // exposed TP/SP communication
+  double cp_forward = 0, cp_backward = 0;  // exposed CP communication
+  double ep = 0;                           // expert all-to-all, forward + backward
+  double forward_flops = 0, attention_flops = 0;  // executed FLOPs
+};
+
+class Estimator {
+ public:
+  Estimator(const Model& model, const Cluster& cluster, Profile profile);
+
+  // REQUIRES: validate(plan, model, cluster) passed.
+  Estimate estimate(const Plan& plan);
+  // The same, with the plan's memory already computed by memory_per_rank().
+  Estimate estimate(const Plan& plan, const MemoryBreakdown& memory);
+
+  const Model& model() const { return model_; }
+  const Cluster& cluster() const { return cluster_; }
+  const Profile& profile() const { return profile_; }
+
+ private:
+  // Placement key: the degrees and rank order that decide where a group lands.
+  using PlacementKey = std::tuple<int, int, int, int, int, int, int>;
+  PlacementKey placement(const Plan& plan, int what) const;
+  const GroupModel& group_model(const Plan& plan, Group g);
+  const LayerPrice& layer_price(const Plan& plan, bool moe_layer);
+  // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
+  double pp_transfer_time(const Plan& plan, double bytes);
+
+  Model model_;
+  const Cluster& cluster_;
+  Profile profile_;
+  DeviceSpec device_;
+  double host_bw_ = 0;  // GPU <-> host bandwidth with the copy efficiency applied
+  std::map<PlacementKey, std::unique_ptr<GroupModel>> groups_;
+  std::map<std::tuple<PlacementKey, int, int64_t, bool, bool, int, bool>, LayerPrice> layers_;
+  std::map<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
+};
+
+// One-off convenience wrapper.
+Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan, const Profile& profile);
+
+}  // namespace parasol::cost

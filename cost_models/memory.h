@@ -1,0 +1,46 @@
+// Memory cost model: bytes per rank of weights, gradients, optimizer state (per ZeRO stage and
+// precision), saved activations (Korthikanti et al. 2022, generalised to GQA, SwiGLU, MoE,
+// flash attention and context parallelism), in-flight micro-batches per pipeline schedule,
+// offloaded state, and communication/workspace buffers. A breakdown, not just a total.
+#pragma once
+
+#include <string>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+
+namespace parasol::cost {
+
+// Saved-activation bytes of one layer for one micro-batch on one rank.
+// `recompute` is the policy applied to this layer (full keeps only the layer input).
+double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer);
+
+// Parameters held by one rank of pipeline stage `stage` before any ZeRO sharding
+// (tensor- and expert-parallel shards; embedding on the first stage, head on the last).
+struct StageParams {
+  double dense = 0;   // replicated over dp (sharded by ZeRO over dp x cp)
+  double expert = 0;  // replicated over dp / ep (sharded by ZeRO over (dp / ep) x cp)
+  double total() const { return dense + expert; }
+};
+StageParams stage_params(const Model& m, const Plan& p, int stage);
+
+// Micro-batches whose activations stage `stage` holds at its peak, in units of the whole
+// stage's activations (interleaved stages hold fractions of chunks).
+double in_flight_micro_batches(const Plan& p, int stage);
+
+struct MemoryBreakdown {
+  double weights = 0;       // low-precision (or fp32) weights on the device
+  double gradients = 0;     // gradient buffers on the device
+  double optimizer = 0;     // master weights and Adam moments on the device
+  double activations = 0;   // saved activations of in-flight micro-batches
+  double transient = 0;     // the working set of the op in flight (recompute, logits, gathers)
+  double buffers = 0;       // communication buckets, workspaces, CUDA context
+  double host = 0;          // bytes moved to host memory by offload
+  double total() const { return weights + gradients + optimizer + activations + transient + buffers; }
+};
+
+// Peak device memory of one rank of `stage` (-1: the stage with the largest total).
+MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p, int stage = -1);
+
+}  // namespace parasol::cost

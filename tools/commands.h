@@ -1,0 +1,19 @@
+// The parasol subcommands. Each registers its flags on the app and returns the exit code when
+// run; user errors throw parasol::Error (printed by main, exit 2).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace parasol::tools {
+
+using Runner = std::function<int()>;
+
+Runner add_show(CLI::App& app);
+Runner add_validate(CLI::App& app);
+Runner add_estimate(CLI::App& app);
+Runner add_search(CLI::App& app);
+Runner add_accuracy(CLI::App& app);
+
+}  // namespace parasol::tools

@@ -1,0 +1,35 @@
+// The parasol command line: show, validate, estimate, search, accuracy.
+#include <iostream>
+#include <map>
+
+#include "core/error.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace parasol::tools;
+  CLI::App app{"parasol: plan, predict and run hybrid-parallel transformer training"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, Runner> runners;
+  std::vector<Runner> list = {add_show(app), add_validate(app), add_estimate(app), add_search(app),
+                              add_accuracy(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  try {
+    auto subs = app.get_subcommands();
+    for (size_t i = 0; i < app.get_subcommands({}).size(); ++i)
+      if (app.get_subcommands({})[i]->parsed()) return list[i]();
+    return 2;
+  } catch (const parasol::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

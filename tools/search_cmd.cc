@@ -1,0 +1,116 @@
+// `parasol search`: the best plans for a model on a cluster, a ranked table, the Pareto front,
+// and the best plan written as a plan file.
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "core/error.h"
+#include "sim/search.h"
+#include "tools/commands.h"
+#include "tools/format.h"
+#include "tools/spec.h"
+
+namespace parasol::tools {
+
+namespace {
+void print_row(const sim::Candidate& c, int rank) {
+  const Plan& p = c.plan;
+  const cost::Estimate& e = c.estimate;
+  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %10s %6s %9s\n", rank,
+              p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
+              p.schedule == Schedule::kInterleaved
+                  ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
+                  : schedule_name(p.schedule),
+              p.micro_batch, p.micro_batches(),
+              (std::string(recompute_name(p.recompute)) +
+               (p.recompute_layers >= 0 ? ":" + std::to_string(p.recompute_layers) : ""))
+                  .c_str(),
+              offload_name(p.offload).c_str(), p.zero, secs(e.step_time_s).c_str(),
+              count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(), gib(e.memory_per_gpu_bytes).c_str());
+}
+void print_header() {
+  std::printf("%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %10s %6s %9s\n", "#",
+              "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute", "offload",
+              "z", "step", "tokens/s", "MFU", "mem/GPU");
+}
+}  // namespace
+
+Runner add_search(CLI::App& app) {
+  auto* cmd = app.add_subcommand("search", "find the fastest plans (default: gpt3-175b on 1,024 A100s, gbs 1,536)");
+  auto o = std::make_shared<SpecOptions>();
+  auto top = std::make_shared<int>(10);
+  auto gbs = std::make_shared<int>(1536);
+  auto seq = std::make_shared<int64_t>(0);
+  auto out = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  auto threads = std::make_shared<int>(0);
+  auto precision = std::make_shared<std::string>("bf16");
+  auto no_offload = std::make_shared<bool>(false);
+  o->gpus = 1024;
+  add_target_flags(cmd, *o);
+  add_profile_flag(cmd, *o);
+  cmd->add_option("--gbs", *gbs, "global batch size (sequences)")->capture_default_str();
+  cmd->add_option("--seq", *seq, "sequence length (default: the model's)");
+  cmd->add_option("--top", *top, "how many plans to list")->capture_default_str();
+  cmd->add_option("--out", *out, "write the best plan to this file");
+  cmd->add_option("--threads", *threads, "worker threads (default: all cores)");
+  cmd->add_option("--precision", *precision, "fp32|bf16|fp16|fp8")->capture_default_str();
+  cmd->add_flag("--no-offload", *no_offload, "do not consider offloading");
+  cmd->add_flag("--json", *json, "print JSON");
+  return [=]() {
+    SpecOptions so = *o;
+    so.tp = 1;  // placeholder plan; the search makes its own
+    Spec s = load_spec(so, cmd, false);
+    sim::SearchOptions opt;
+    opt.global_batch = *gbs;
+    opt.seq_len = *seq;
+    opt.top_k = *top;
+    opt.threads = *threads;
+    opt.precision = parse_dtype(*precision, "search.precision");
+    opt.search_offload = !*no_offload;
+    if (*gbs < 1) throw Error("search.gbs", "must be >= 1");
+    if (*seq < 0) throw Error("search.seq", "must be >= 1");
+    if (*top < 1) throw Error("search.top", "must be >= 1");
+    const bool tty = isatty(STDERR_FILENO) && !*json;
+    if (tty)
+      opt.progress = [](double f) { std::fprintf(stderr, "\rsearching... %3.0f%%", f * 100); };
+    sim::SearchResult r = sim::search(s.model, *s.cluster, s.profile, opt);
+    if (tty) std::fprintf(stderr, "\r%*s\r", 24, "");
+    if (r.top.empty())
+      throw Error("search", "no plan fits in memory for " + s.model.name + " on " +
+                                std::to_string(s.cluster->num_gpus()) + " GPUs with global batch " +
+                                std::to_string(*gbs));
+    Plan best = r.top.front().plan;
+    best.model_ref = so.model;
+    best.cluster_ref = so.cluster;
+    best.gpus_ref = s.cluster->num_gpus();
+    if (!out->empty()) {
+      std::ofstream f(*out);
+      if (!f) throw Error("search.out", "cannot write '" + *out + "'");
+      f << plan_to_json(best).dump(1) << "\n";
+    }
+    if (*json) {
+      Json top_j = Json::array(), front = Json::array();
+      for (const auto& c : r.top) top_j.push_back({{"plan", plan_to_json(c.plan)}, {"estimate", cost::estimate_to_json(c.estimate)}});
+      for (const auto& c : r.pareto) front.push_back({{"plan", plan_to_json(c.plan)}, {"tokens_per_s", c.estimate.tokens_per_s}, {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
+      std::cout << Json{{"top", top_j}, {"pareto", front}, {"enumerated", r.enumerated}, {"fitting", r.fitting}, {"seconds", r.seconds}, {"best_plan", plan_to_json(best)}}.dump(1) << "\n";
+      return 0;
+    }
+    std::cout << "search: " << s.model.name << " on " << s.cluster->num_gpus() << " x "
+              << s.cluster->gpu_device(0).name << " (" << s.cluster->name << "), global batch "
+              << *gbs << ", seq " << (*seq ? *seq : s.model.seq_len) << "\n";
+    std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting) << " fit in memory, "
+              << fmt("%.2f", r.seconds) << " s (" << count(r.enumerated / std::max(1e-9, r.seconds))
+              << " plans/s)\n\n";
+    print_header();
+    for (size_t i = 0; i < r.top.size(); ++i) print_row(r.top[i], static_cast<int>(i + 1));
+    std::cout << "\nPareto front (tokens/s vs memory):\n";
+    print_header();
+    for (size_t i = 0; i < r.pareto.size() && i < 12; ++i) print_row(r.pareto[i], static_cast<int>(i + 1));
+    if (!out->empty()) std::cout << "\nbest plan written to " << *out << "\n";
+    return 0;
+  };
+}
+
+}  // namespace parasol::tools

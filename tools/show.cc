@@ -1,0 +1,106 @@
+// `parasol show model|cluster|plan [NAME]`: readable summaries of the vocabulary.
+#include <iostream>
+
+#include "cost_models/estimate.h"
+#include "tools/commands.h"
+#include "tools/format.h"
+#include "tools/spec.h"
+
+namespace parasol::tools {
+
+namespace {
+
+void print_model(const Model& m) {
+  ParamCounts pc = param_counts(m);
+  FlopsPerToken f = flops_per_token(m);
+  std::cout << "model " << m.name << ": " << m.layers << " layers, hidden " << m.hidden << ", "
+            << m.heads << " heads (" << m.kv_heads << " KV, head dim " << m.head_dim << "), ffn "
+            << m.ffn << ", vocab " << m.vocab << ", seq " << m.seq_len << ", "
+            << (m.norm == Norm::kRmsNorm ? "rmsnorm" : "layernorm") << ", "
+            << (m.activation == Activation::kSwiglu ? "swiglu" : "gelu") << "\n";
+  if (m.is_moe())
+    std::cout << "  MoE: " << m.moe.experts << " experts, top-" << m.moe.top_k << ", expert ffn "
+              << m.moe.expert_ffn << ", every " << m.moe.every << " layer(s)\n";
+  std::cout << "  parameters: " << count(pc.total) << " total";
+  if (m.is_moe()) std::cout << ", " << count(pc.active) << " active";
+  std::cout << "\n  FLOPs per token: " << count(f.forward) << " forward, " << count(f.model)
+            << " training (3x), " << count(f.with_full_recompute) << " with full recompute\n";
+}
+
+void print_cluster(const Cluster& c) {
+  const DeviceSpec& d = c.gpu_device(0);
+  std::cout << "cluster " << c.name << ": " << c.num_gpus() << " x " << d.name << " on "
+            << c.num_servers() << " server(s), " << c.gpus_per_server() << " GPUs per server\n";
+  std::cout << "  device: " << fmt("%.0f", d.peak_bf16_flops / 1e12) << " TFLOP/s bf16 dense, "
+            << gib(d.hbm_bytes) << " HBM at " << fmt("%.0f", d.hbm_bw / 1e9) << " GB/s\n";
+  std::cout << "  links:";
+  for (LinkKind k : c.link_kinds()) std::cout << " " << link_kind_name(k);
+  std::cout << "\n  graph: " << boost::num_vertices(c.graph) << " vertices, "
+            << boost::num_edges(c.graph) << " links\n";
+  if (c.num_gpus() > 1)
+    std::cout << "  GPU 0 -> 1 bottleneck " << fmt("%.0f", c.bottleneck_bw(0, 1) / 1e9) << " GB/s";
+  if (c.num_servers() > 1) {
+    int other = c.gpus_per_server();
+    std::cout << "; GPU 0 -> " << other << " (next server) "
+              << fmt("%.0f", c.bottleneck_bw(0, other) / 1e9) << " GB/s";
+  }
+  std::cout << "\n";
+}
+
+void print_plan(const Spec& s) {
+  const Plan& p = s.plan;
+  std::cout << "plan: tp " << p.tp << ", pp " << p.pp << ", dp " << p.dp << ", cp " << p.cp
+            << ", ep " << p.ep << ", sp " << (p.sequence_parallel ? "on" : "off") << ", vpp "
+            << p.vpp << ", ZeRO " << p.zero << ", " << schedule_name(p.schedule) << ", recompute "
+            << recompute_name(p.recompute) << ", offload " << offload_name(p.offload) << ", "
+            << dtype_name(p.precision) << ", rank order " << rank_order_name(p.rank_order) << "\n";
+  std::cout << "  batch: micro " << p.micro_batch << ", global " << p.global_batch << " ("
+            << p.global_batch / std::max(1, p.dp * p.micro_batch) << " micro-batches per step), seq "
+            << p.seq(s.model) << "\n";
+  std::cout << "  GPUs: " << p.gpus() << " (cluster has " << s.cluster->num_gpus() << ")\n";
+}
+
+}  // namespace
+
+Runner add_show(CLI::App& app) {
+  auto* cmd = app.add_subcommand("show", "print a model, cluster or plan (default: all three defaults)");
+  auto o = std::make_shared<SpecOptions>();
+  auto what = std::make_shared<std::string>();
+  auto name = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("what", *what, "model | cluster | plan")->check(CLI::IsMember({"model", "cluster", "plan"}));
+  cmd->add_option("name", *name, "preset name or file");
+  add_target_flags(cmd, *o);
+  add_plan_flags(cmd, *o);
+  cmd->add_flag("--json", *json, "print JSON");
+  return [=]() {
+    SpecOptions opts = *o;
+    if (opts.gpus == 0) opts.gpus = 1024;
+    if (*what == "model" && !name->empty()) opts.model = *name;
+    if (*what == "cluster" && !name->empty()) opts.cluster = *name;
+    if (*what == "plan" && !name->empty()) opts.plan_file = *name;
+    if (opts.plan_file.empty() && !opts.tp && !opts.pp && !opts.gbs) {
+      // The default plan of the main command: Megatron's GPT-3 175B layout.
+      opts.tp = 8;
+      opts.pp = 8;
+      opts.gbs = 1536;
+      opts.sp = true;
+      opts.recompute = "selective";
+    }
+    Spec s = load_spec(opts, cmd, true);
+    if (*json) {
+      Json j;
+      if (what->empty() || *what == "model") j["model"] = model_to_json(s.model);
+      if (what->empty() || *what == "cluster") j["cluster"] = {{"name", s.cluster->name}, {"gpus", s.cluster->num_gpus()}, {"servers", s.cluster->num_servers()}, {"device", s.cluster->gpu_device(0).name}};
+      if (what->empty() || *what == "plan") j["plan"] = plan_to_json(s.plan);
+      std::cout << j.dump(1) << "\n";
+      return 0;
+    }
+    if (what->empty() || *what == "model") print_model(s.model);
+    if (what->empty() || *what == "cluster") print_cluster(*s.cluster);
+    if (what->empty() || *what == "plan") print_plan(s);
+    return 0;
+  };
+}
+
+}  // namespace parasol::tools
