@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -91,11 +92,48 @@ void Cluster::finalize() {
   for (VertexId g : gpus_)
     if (graph[g].server < 0) throw Error("cluster.nodes." + graph[g].name + ".server", "GPU needs a server index >= 0");
   gpus_per_server_ = *std::max_element(gpus_on_server_.begin(), gpus_on_server_.end());
-  // Path check: every GPU must reach GPU 0 through forwarding vertices.
-  for (size_t i = 1; i < gpus_.size(); ++i)
-    if (path_between(gpus_[0], gpus_[i]).empty())
-      throw Error("cluster", "GPU '" + graph[gpus_[i]].name + "' has no route to GPU '" +
-                                 graph[gpus_[0]].name + "' through switches, NICs or hosts");
+  // Route check: every pair of GPUs must be joined by a path whose inner vertices forward (the
+  // paths path() finds). Reaching GPU 0 is not enough, since GPUs do not forward: routes 1-0 and
+  // 0-2 make no route 1-2. Two GPUs are joined when they are adjacent, or when a forwarding
+  // neighbour of each (a forwarding GPU: itself) lies in one component of the forwarding vertices.
+  const size_t n = boost::num_vertices(graph);
+  std::vector<size_t> parent(n);
+  for (size_t v = 0; v < n; ++v) parent[v] = v;
+  auto root = [&](size_t v) {
+    while (parent[v] != v) v = parent[v] = parent[parent[v]];
+    return v;
+  };
+  for (EdgeId e : boost::make_iterator_range(boost::edges(graph))) {
+    VertexId s = boost::source(e, graph), t = boost::target(e, graph);
+    if (graph[s].forwards && graph[t].forwards) parent[root(s)] = root(t);
+  }
+  std::vector<std::vector<size_t>> entries(gpus_.size());  // components each GPU can enter
+  std::vector<size_t> entered_by(n, 0);                    // GPUs that can enter a component
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    std::vector<size_t>& in = entries[i];
+    if (graph[gpus_[i]].forwards) {
+      in.push_back(root(gpus_[i]));
+    } else {
+      for (EdgeId e : boost::make_iterator_range(boost::out_edges(gpus_[i], graph)))
+        if (graph[boost::target(e, graph)].forwards) in.push_back(root(boost::target(e, graph)));
+    }
+    std::sort(in.begin(), in.end());
+    in.erase(std::unique(in.begin(), in.end()), in.end());
+    for (size_t comp : in) ++entered_by[comp];
+  }
+  // Common case: one component that every GPU enters. Otherwise test the pairs.
+  if (gpus_.size() > 1 &&
+      std::find(entered_by.begin(), entered_by.end(), gpus_.size()) == entered_by.end()) {
+    for (size_t i = 0; i < gpus_.size(); ++i)
+      for (size_t j = i + 1; j < gpus_.size(); ++j) {
+        std::vector<size_t> both;
+        std::set_intersection(entries[i].begin(), entries[i].end(), entries[j].begin(),
+                              entries[j].end(), std::back_inserter(both));
+        if (both.empty() && !boost::edge(gpus_[i], gpus_[j], graph).second)
+          throw Error("cluster", "GPU '" + graph[gpus_[j]].name + "' has no route to GPU '" +
+                                     graph[gpus_[i]].name + "' through switches, NICs or hosts");
+      }
+  }
 }
 
 const DeviceSpec& Cluster::gpu_device(int gpu) const { return device_spec(graph[gpus_.at(gpu)].device); }
@@ -244,14 +282,21 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
                 "oversubscription", "dims", "link_GBps", "latency_us"});
   std::string kind = r.choice("generator", {"rail", "fat-tree", "torus"}, "rail");
   std::string name = r.string_or("name", kind);
-  if (gpus <= 0) gpus = static_cast<int>(r.integer("gpus", 1, 1 << 20));
+  // A torus's dims fix its GPU count: gpus is optional there, and must agree when given.
+  if (gpus <= 0 && (kind != "torus" || r.has("gpus")))
+    gpus = static_cast<int>(r.integer("gpus", 1, 1 << 20));
   if (kind == "torus") {
     std::vector<int> dims;
+    int64_t product = 1;
     for (const auto& [path, d] : r.array("dims")) {
       if (!d->is_number_integer() || d->get<int64_t>() < 1 || d->get<int64_t>() > 4096)
         throw Error(path, "must be an integer in [1, 4096]");
       dims.push_back(d->get<int>());
+      product = std::min<int64_t>(product * dims.back(), int64_t{1} << 40);
     }
+    if (gpus > 0 && gpus != product)
+      throw Error(r.field("gpus"), std::to_string(gpus) + " differs from the " +
+                                       std::to_string(product) + " GPUs of the torus dims");
     return build_torus(name, r.string_or("device", "H100-SXM"), dims,
                        r.number_or("link_GBps", 100, 1e-6, 1e9) * 1e9,
                        r.number_or("latency_us", 1, 0, 1e6) * 1e-6);

@@ -133,7 +133,7 @@ Cluster build_torus(const std::string& name, const std::string& device, std::vec
                     double link_bw, double link_latency);
 
 // Presets taking a GPU count: dgx-a100-80g, dgx-a100-40g, dgx-h100, dgx-h200, dgx-b200,
-// mi300x-8, h200-1 (one H200 box; gpus must be 1), torus-h100 (3D torus).
+// mi300x-8, h200-1 (one H200 box; gpus must be 1). Tori come from the generator (JSON).
 Cluster cluster_preset(const std::string& name, int gpus);
 std::vector<std::string> cluster_preset_names();
 

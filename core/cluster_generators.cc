@@ -93,8 +93,14 @@ Cluster build_torus(const std::string& name, const std::string& device, std::vec
   device_spec(device, "cluster.device");
   Cluster c;
   c.name = name;
-  int n = 1;
-  for (int d : dims) n *= d;
+  int64_t product = 1;  // checked as it grows: an int product of 3 dims can overflow
+  for (int d : dims) {
+    if (d < 1) throw Error("cluster.dims", std::to_string(d) + " must be >= 1");
+    product *= d;
+    if (product > (1 << 20))
+      throw Error("cluster.dims", "a torus of more than 1,048,576 GPUs is not supported");
+  }
+  const int n = static_cast<int>(product);
   std::vector<VertexId> g(n);
   for (int i = 0; i < n; ++i)
     g[i] = add_node(c, NodeKind::kGpu, "gpu" + std::to_string(i), i, true, device);

@@ -55,7 +55,9 @@ int64_t JsonReader::integer(const std::string& key, int64_t min, int64_t max) co
   std::string range = " in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(max)) throw Error(field(key), std::to_string(u) + " is out of range" + range);
+    // JSON text reads non-negative integers (0 included) as unsigned: check min here too.
+    if (u > static_cast<uint64_t>(max) || static_cast<int64_t>(u) < min)
+      throw Error(field(key), std::to_string(u) + " is out of range" + range);
     return static_cast<int64_t>(u);
   }
   if (v.is_number_integer()) {

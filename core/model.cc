@@ -67,7 +67,7 @@ FlopsPerToken flops_per_token(const Model& m, int64_t seq) {
   f.forward = m.layers * (attn_linear + attn_core) + dense_layers * dense_mlp +
               moe_layers * moe_mlp + 2.0 * h * m.vocab;
   f.model = 3 * f.forward;
-  f.with_full_recompute = 4 * f.forward;
+  f.with_full_recompute = 4 * f.forward - 2.0 * h * m.vocab;  // the output layer is not recomputed
   return f;
 }
 
@@ -139,6 +139,8 @@ Model model_from_json(const Json& j, const std::string& path) {
     m.moe.top_k = static_cast<int>(moe.integer_or("top_k", m.moe.experts > 0 ? 2 : 0, 0, kMaxExperts));
     m.moe.expert_ffn = moe.integer_or("expert_ffn", m.ffn, 1, kMaxFfn);
     m.moe.every = static_cast<int>(moe.integer_or("every", 1, 1, kMaxLayers));
+    if (m.moe.experts == 0 && moe.has("top_k") && m.moe.top_k != 0)
+      throw Error(moe.field("top_k"), "is set but experts is 0");
     if (m.moe.experts == 0) m.moe = MoeSpec{};
   }
   validate_model(m, path);
@@ -219,7 +221,8 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.head_dim = r.integer("head_dim", 1, kMaxHidden);
   } else {
     if (m.hidden % m.heads != 0)
-      throw Error(path + ".num_attention_heads", "does not divide the hidden size");
+      throw Error(r.field(r.has("n_embd") ? "n_head" : "num_attention_heads"),
+                  "does not divide the hidden size");
     m.head_dim = m.hidden / m.heads;
   }
   validate_model(m, path);

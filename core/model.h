@@ -71,7 +71,8 @@ ParamCounts param_counts(const Model& m);
 struct FlopsPerToken {
   double forward = 0;            // one forward pass
   double model = 0;              // training step without recompute: 3 x forward (MFU numerator)
-  double with_full_recompute = 0;  // 4 x forward (HFU numerator under full recompute)
+  double with_full_recompute = 0;  // model + the layers' forward again (the output layer is
+                                   // not recomputed): HFU numerator under full recompute
 };
 // seq: the sequence length the attention term uses (0 = model.seq_len).
 FlopsPerToken flops_per_token(const Model& m, int64_t seq = 0);

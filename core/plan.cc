@@ -37,9 +37,18 @@ Recompute parse_recompute(const std::string& s, const std::string& field) {
   throw Error(field, "'" + s + "' is not one of none|selective|full");
 }
 
+namespace {
+// A list separated by `sep` with no empty item ("a,,b", "a," and ",a" are malformed).
+bool has_empty_item(const std::string& s, char sep) {
+  return s.empty() || s.front() == sep || s.back() == sep ||
+         s.find(std::string(2, sep)) != std::string::npos;
+}
+}  // namespace
+
 Offload parse_offload(const std::string& s, const std::string& field) {
   Offload o;
   if (s.empty() || s == "none") return o;
+  if (has_empty_item(s, ',')) throw Error(field, "'" + s + "' has an empty item");
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -81,6 +90,7 @@ std::string rank_order_name(const std::array<Dim, 5>& order) {
 
 std::array<Dim, 5> parse_rank_order(const std::string& s, const std::string& field) {
   std::array<Dim, 5> order{};
+  if (has_empty_item(s, '-')) throw Error(field, "'" + s + "' must order each of tp, cp, ep, dp, pp once");
   std::stringstream ss(s);
   std::string item;
   int n = 0, seen = 0;
@@ -123,7 +133,11 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.vpp = static_cast<int>(r.integer_or("vpp", 1, 1, 4096));
   p.zero = static_cast<int>(r.integer_or("zero", 0, 0, 3));
   p.micro_batch = static_cast<int>(r.integer_or("mbs", 1, 1, 1 << 24));
-  p.global_batch = static_cast<int>(r.integer_or("gbs", p.micro_batch * p.dp, 1, 1 << 30));
+  const int64_t default_gbs = int64_t{p.micro_batch} * p.dp;  // int would overflow
+  if (!r.has("gbs") && default_gbs > (1 << 30))
+    throw Error(r.field("gbs"),
+                "is required when mbs x dp (" + std::to_string(default_gbs) + ") exceeds 2^30");
+  p.global_batch = static_cast<int>(r.integer_or("gbs", default_gbs, 1, 1 << 30));
   p.seq_len = r.integer_or("seq", 0, 1, int64_t{1} << 24);
   p.schedule = parse_schedule(r.string_or("schedule", p.vpp > 1 ? "interleaved" : "1f1b"),
                               r.field("schedule"));

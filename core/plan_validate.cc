@@ -16,17 +16,34 @@ void require_divides(int64_t d, int64_t n, const std::string& field, const std::
 }  // namespace
 
 void validate(const Plan& p, const Model& m, const Cluster& c) {
+  // Ranges first: plans built in code (search) skip plan_from_json's checks, and a degree of 0
+  // would divide by zero below.
+  for (const auto& [v, name] : {std::pair{p.tp, "tp"},
+                                {p.pp, "pp"},
+                                {p.dp, "dp"},
+                                {p.cp, "cp"},
+                                {p.ep, "ep"},
+                                {p.vpp, "vpp"},
+                                {p.micro_batch, "mbs"},
+                                {p.global_batch, "gbs"}})
+    if (v < 1) throw Error(std::string("plan.") + name, s(v) + " must be >= 1");
+  if (p.zero < 0 || p.zero > 3) throw Error("plan.zero", s(p.zero) + " must be 0 to 3");
+  if (p.recompute_layers < -1)
+    throw Error("plan.recompute_layers", s(p.recompute_layers) + " must be >= -1 (-1 = all)");
+  if (p.seq_len < 0) throw Error("plan.seq", s(p.seq_len) + " must be >= 0 (0 = the model's)");
   // Tensor parallelism splits heads, KV heads and MLP columns.
   require_divides(p.tp, m.heads, "plan.tp", "attention heads");
   require_divides(p.tp, m.kv_heads, "plan.tp", "KV heads");
   require_divides(p.tp, m.ffn, "plan.tp", "the MLP size ffn");
   if (m.is_moe()) require_divides(p.tp, m.moe.expert_ffn, "plan.tp", "the expert MLP size");
   const int gpus = c.num_gpus();
-  const int64_t product = int64_t{p.tp} * p.pp * p.dp * p.cp;
+  // In double: four int degrees can overflow int64; a product equal to gpus is exact.
+  const double product = static_cast<double>(p.tp) * p.pp * p.dp * p.cp;
   if (product != gpus)
     throw Error("plan", "tp x pp x dp x cp = " + s(p.tp) + " x " + s(p.pp) + " x " + s(p.dp) +
-                            " x " + s(p.cp) + " = " + s(product) + " differs from the " + s(gpus) +
-                            " GPUs of the cluster");
+                            " x " + s(p.cp) + " = " +
+                            (product < 9e18 ? s(static_cast<int64_t>(product)) : "more than 9e18") +
+                            " differs from the " + s(gpus) + " GPUs of the cluster");
   const int64_t seq = p.seq(m);
   if (m.learned_positions && seq > m.seq_len)
     throw Error("plan.seq", s(seq) + " exceeds the " + s(m.seq_len) +

@@ -87,7 +87,7 @@ void add_ring(std::vector<Flow>& flows, const std::vector<int>& g, size_t limit)
 }  // namespace
 
 GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vector<int> group,
-                       const std::vector<std::vector<int>>& concurrent) {
+                       const std::vector<std::vector<int>>& concurrent, bool price_all_to_all) {
   n_ = static_cast<int>(group.size());
   if (n_ < 2) return;
   const size_t limit = kMaxPricedFlows;
@@ -134,21 +134,42 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   for (const auto& [s, v] : by_server) uniform = uniform && static_cast<int>(v.size()) == local_;
   hierarchical_ = uniform && servers_ > 1 && local_ > 1;
   if (hierarchical_) {
+    // The concurrent groups run the same two phases at the same time: their members on each
+    // server form intra rings, and their i-th members per server form rails across servers.
+    std::vector<std::map<int, std::vector<int>>> sibling_servers;
+    for (const auto* g : siblings) {
+      sibling_servers.emplace_back();
+      for (int r : *g) sibling_servers.back()[cluster.server_of(r)].push_back(r);
+    }
     // Intra: a ring inside each server, all servers at once (only the first is priced).
     flows.clear();
+    const int first_server = by_server.begin()->first;
     add_ring(flows, by_server.begin()->second, limit);
-    std::tie(intra_bw_, intra_lat_) = bottleneck(cluster, profile, flows, flows.size());
+    own = flows.size();
+    for (const auto& sb : sibling_servers)
+      if (auto it = sb.find(first_server); it != sb.end()) add_ring(flows, it->second, limit);
+    std::tie(intra_bw_, intra_lat_) = bottleneck(cluster, profile, flows, own);
     // Inter: `local_` rings across servers at once (one per local index).
+    auto rails_of = [](const std::map<int, std::vector<int>>& servers) {
+      std::vector<std::vector<int>> rails;
+      for (const auto& [s, v] : servers)
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (rails.size() <= i) rails.resize(i + 1);
+          rails[i].push_back(v[i]);
+        }
+      return rails;
+    };
     flows.clear();
-    std::vector<std::vector<int>> rails(local_);
-    for (const auto& [s, v] : by_server)
-      for (int i = 0; i < local_; ++i) rails[i].push_back(v[i]);
+    std::vector<std::vector<int>> rails = rails_of(by_server);
     add_ring(flows, rails[0], limit);
     own = flows.size();
     for (int i = 1; i < local_; ++i) add_ring(flows, rails[i], limit);
+    for (const auto& sb : sibling_servers)
+      for (const auto& rail : rails_of(sb)) add_ring(flows, rail, limit);
     std::tie(inter_bw_, inter_lat_) = bottleneck(cluster, profile, flows, own);
   }
 
+  if (!price_all_to_all) return;
   // Pairwise all-to-all: n-1 steps; step j sends i -> i+j. Sample up to 4 steps.
   double total = 0, lat = 0;
   int samples = 0;
@@ -157,13 +178,21 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   for (int j = 1; j <= steps; j += stride) {
     flows.clear();
     for (int i = 0; i < std::min<int>(n_, limit); ++i) flows.push_back({group[i], group[(i + j) % n_]});
-    auto [bw, l] = bottleneck(cluster, profile, flows, flows.size());
+    own = flows.size();
+    // Concurrent groups exchange at the same time (their step j alongside ours).
+    for (const auto* g : siblings) {
+      const int gn = static_cast<int>(g->size());
+      for (int i = 0; i < std::min<int>(gn, limit); ++i)
+        flows.push_back({(*g)[i], (*g)[(i + j) % gn]});
+    }
+    auto [bw, l] = bottleneck(cluster, profile, flows, own);
     total += 1.0 / bw;
     lat = std::max(lat, l);
     ++samples;
   }
   a2a_step_time_per_byte_ = total / samples;
   a2a_lat_ = lat;
+  pairwise_ = true;
 }
 
 double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, double lat) const {
@@ -174,7 +203,9 @@ double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, do
     case Collective::kAllGather:
     case Collective::kReduceScatter: return (n - 1) * lat + f * bytes / bw;
     case Collective::kBroadcast: return (n - 1) * lat + bytes / bw;
-    case Collective::kAllToAll: return (n - 1) * lat + f * bytes / bw;
+    // A ring forwards every chunk hop by hop to its destination: the chunk for the rank d
+    // steps ahead crosses d links, so each link carries (bytes / n) x (1 + ... + n-1).
+    case Collective::kAllToAll: return (n - 1) * lat + (n - 1) / 2.0 * bytes / bw;
   }
   return 0;
 }
@@ -206,7 +237,7 @@ double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
       return 0;
     }
     case Algorithm::kPairwise:
-      if (kind != Collective::kAllToAll) return std::numeric_limits<double>::infinity();
+      if (kind != Collective::kAllToAll || !pairwise_) return std::numeric_limits<double>::infinity();
       return (n_ - 1) * (a2a_lat_ + bytes / n_ * a2a_step_time_per_byte_);
   }
   return 0;

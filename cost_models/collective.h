@@ -38,8 +38,11 @@ class GroupModel {
   // `group` itself; it is ignored). Rings longer than kMaxPricedFlows are priced on their
   // first kMaxPricedFlows flows (the pattern repeats along a regular fabric), and only the
   // concurrent groups on the servers those flows touch are counted.
+  // `price_all_to_all`: also price the pairwise all-to-all (it samples several exchange steps,
+  // so ask for it only on groups that run all-to-alls, the expert-parallel ones); otherwise an
+  // all-to-all is priced as a ring.
   GroupModel(const Cluster& cluster, const Profile& profile, std::vector<int> group,
-             const std::vector<std::vector<int>>& concurrent = {});
+             const std::vector<std::vector<int>>& concurrent = {}, bool price_all_to_all = true);
 
   static constexpr int kMaxPricedFlows = 64;
 
@@ -64,6 +67,7 @@ class GroupModel {
   bool hierarchical_ = false;
   int local_ = 1, servers_ = 1;
   double intra_bw_ = 0, intra_lat_ = 0, inter_bw_ = 0, inter_lat_ = 0;
+  bool pairwise_ = false;
   double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
 };
 

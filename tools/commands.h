@@ -13,6 +13,7 @@ using Runner = std::function<int()>;
 Runner add_show(CLI::App& app);
 Runner add_validate(CLI::App& app);
 Runner add_estimate(CLI::App& app);
+Runner add_simulate(CLI::App& app);
 Runner add_search(CLI::App& app);
 Runner add_accuracy(CLI::App& app);
 

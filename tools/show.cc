@@ -1,6 +1,10 @@
-// `parasol show model|cluster|plan [NAME]`: readable summaries of the vocabulary.
+// `parasol show model|cluster|plan|program [NAME]`: readable summaries of the vocabulary, and
+// the lowered Program of one rank (one line per op).
 #include <iostream>
 
+#include "core/error.h"
+#include "core/liveness.h"
+#include "core/lower.h"
 #include "cost_models/estimate.h"
 #include "tools/commands.h"
 #include "tools/format.h"
@@ -60,25 +64,95 @@ void print_plan(const Spec& s) {
   std::cout << "  GPUs: " << p.gpus() << " (cluster has " << s.cluster->num_gpus() << ")\n";
 }
 
+std::string mem(double bytes) {
+  return bytes >= 1 << 30 ? gib(bytes) : fmt("%.1f MiB", bytes / (1 << 20));
+}
+
+// Shape of an op for the listing: GEMM dims, attention shape, elements or bytes.
+std::string op_shape(const Op& o) {
+  char buf[160];
+  if (o.kind == OpKind::kAttention) {
+    std::snprintf(buf, sizeof buf, "b=%lld sq=%lld skv=%lld h=%lld/%lld d=%lld%s",
+                  (long long)o.attn.batch, (long long)o.attn.seq_q, (long long)o.attn.seq_kv,
+                  (long long)o.attn.heads, (long long)o.attn.kv_heads, (long long)o.attn.head_dim,
+                  o.attn.flash ? " flash" : "");
+  } else if (o.m || o.n || o.k) {
+    std::snprintf(buf, sizeof buf, "m=%lld n=%lld k=%lld", (long long)o.m, (long long)o.n,
+                  (long long)o.k);
+    std::string s = buf;
+    if (o.batch > 1) s += " x" + std::to_string(o.batch);
+    if (o.backward_data) s += " dgrad";
+    return s;
+  } else if (is_communication(o.kind) || o.kind == OpKind::kOffload ||
+             o.kind == OpKind::kPrefetch) {
+    std::snprintf(buf, sizeof buf, "bytes=%.0f", o.bytes);
+  } else {
+    std::snprintf(buf, sizeof buf, "elements=%.0f", o.elements);
+  }
+  return buf;
+}
+
+void print_program(const Spec& s, int rank, bool json) {
+  validate(s.plan, s.model, *s.cluster);
+  RankLayout layout(s.plan);
+  if (rank < 0 || rank >= layout.world())
+    throw Error("--rank",
+                std::to_string(rank) + " is not in [0, " + std::to_string(layout.world()) + ")");
+  const int stage = layout.coord(rank).pp;
+  Program p = lower_stage(s.model, s.plan, stage);
+  Liveness lv = liveness(p);
+  if (json) {
+    Json j = program_to_json(p);
+    j["rank"] = rank;
+    j["peak_bytes"] = lv.peak_bytes;
+    j["host_bytes"] = lv.host_bytes;
+    std::cout << j.dump(1) << "\n";
+    return;
+  }
+  std::cout << "program of rank " << rank << ": stage " << stage << " of " << s.plan.pp << ", "
+            << p.ranks.size() << " rank(s) share it, " << p.ops.size() << " ops, "
+            << p.buffers.size() << " buffers; peak " << mem(lv.peak_bytes) << " on the device";
+  if (lv.host_bytes > 0) std::cout << ", " << mem(lv.host_bytes) << " in host memory";
+  std::cout << "\n";
+  std::cout << "    id stream  kind           shape                               group      "
+               "layer mb  ch phase     name\n";
+  for (const Op& o : p.ops) {
+    std::string group = o.peer_stage >= 0          ? "pp>s" + std::to_string(o.peer_stage)
+                        : is_communication(o.kind) ? group_name(o.group)
+                                                   : "";
+    char line[320];
+    std::snprintf(line, sizeof line, "%6d %-7s %-14s %-35s %-10s %5d %3d %2d %-9s %s", o.id,
+                  p.stream_name(o.stream).c_str(), op_kind_name(o.kind), op_shape(o).c_str(),
+                  group.c_str(), o.tags.layer, o.tags.micro_batch, o.tags.chunk,
+                  phase_name(o.tags.phase), o.name.c_str());
+    std::cout << line << "\n";
+  }
+}
+
 }  // namespace
 
 Runner add_show(CLI::App& app) {
-  auto* cmd = app.add_subcommand("show", "print a model, cluster or plan (default: all three defaults)");
+  auto* cmd = app.add_subcommand(
+      "show", "print a model, cluster, plan or the Program of one rank (default: the first three)");
   auto o = std::make_shared<SpecOptions>();
   auto what = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("what", *what, "model | cluster | plan")->check(CLI::IsMember({"model", "cluster", "plan"}));
+  auto rank = std::make_shared<int>(0);
+  cmd->add_option("what", *what, "model | cluster | plan | program")
+      ->check(CLI::IsMember({"model", "cluster", "plan", "program"}));
   cmd->add_option("name", *name, "preset name or file");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   cmd->add_flag("--json", *json, "print JSON");
+  cmd->add_option("--rank", *rank, "show program: the rank whose Program to list")
+      ->capture_default_str();
   return [=]() {
     SpecOptions opts = *o;
     if (opts.gpus == 0) opts.gpus = 1024;
     if (*what == "model" && !name->empty()) opts.model = *name;
     if (*what == "cluster" && !name->empty()) opts.cluster = *name;
-    if (*what == "plan" && !name->empty()) opts.plan_file = *name;
+    if ((*what == "plan" || *what == "program") && !name->empty()) opts.plan_file = *name;
     if (opts.plan_file.empty() && !opts.tp && !opts.pp && !opts.gbs) {
       // The default plan of the main command: Megatron's GPT-3 175B layout.
       opts.tp = 8;
@@ -88,6 +162,10 @@ Runner add_show(CLI::App& app) {
       opts.recompute = "selective";
     }
     Spec s = load_spec(opts, cmd, true);
+    if (*what == "program") {
+      print_program(s, *rank, *json);
+      return 0;
+    }
     if (*json) {
       Json j;
       if (what->empty() || *what == "model") j["model"] = model_to_json(s.model);

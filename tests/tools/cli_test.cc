@@ -102,4 +102,53 @@ TEST(Cli, ShowPrintsTheDefaults) {
   EXPECT_NE(r.out.find("plan: tp 8"), std::string::npos);
 }
 
+TEST(Cli, ShowProgramListsTheOpsOfOneRank) {
+  const std::string target =
+      "show program --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 4";
+  Result r = run(target + " --rank 5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("program of rank 5: stage 1 of 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cross-entropy"), std::string::npos);
+  EXPECT_NE(r.out.find("all-reduce"), std::string::npos);
+  Result j = run(target + " --rank 0 --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  auto program = nlohmann::json::parse(j.out);
+  EXPECT_EQ(program["stage"], 0);
+  ASSERT_GT(program["ops"].size(), 10u);
+  EXPECT_EQ(program["ops"][0]["id"], 0);
+  EXPECT_GT(program["peak_bytes"].get<double>(), 0);
+  Result bad = run(target + " --rank 99");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--rank"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, SimulateJsonAndTrace) {
+  const std::string trace = temp_path("simulate_trace.json");
+  std::remove(trace.c_str());
+  Result r = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 8 --json --trace " +
+                 trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+  EXPECT_GT(j["ops_simulated"].get<int64_t>(), 0);
+  EXPECT_EQ(j["peak_memory_per_stage_bytes"].size(), 2u);
+  EXPECT_EQ(j["stages"].size(), 2u);
+  for (const char* k : {"compute", "bubble", "exposed_comm", "exposed_offload"})
+    EXPECT_TRUE(j["breakdown_s"].contains(k)) << k;
+  // The trace is Chrome trace JSON with one complete event per simulated op.
+  std::ifstream f(trace);
+  ASSERT_TRUE(f.good());
+  auto t = nlohmann::json::parse(f);
+  int64_t complete = 0;
+  for (const auto& e : t["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, j["ops_simulated"].get<int64_t>());
+
+  Result text = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 8");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("simulated step time"), std::string::npos) << text.out;
+  Result bad = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("plan.tp"), std::string::npos) << bad.out;
+}
+
 }  // namespace

@@ -1,0 +1,89 @@
+// lower: compiles a Plan into the Programs of one training step, one per pipeline stage (all
+// ranks of a stage share it). The Program of a stage is a Megatron-style decoder step:
+//
+//  * layers: norm, column-parallel QKV, attention (flash or materialised, GQA; a ring of
+//    context-parallel steps under cp > 1), row-parallel out-projection, residual (+ dropout),
+//    norm, MLP (column FC1, activation, row FC2) or MoE (router, dispatch, all-to-all over ep,
+//    grouped expert GEMMs, all-to-all, combine), residual; backward with separate data- and
+//    weight-gradient GEMMs; vocab-parallel embedding on the first and head + cross-entropy on
+//    the last virtual stage;
+//  * tensor parallelism with Megatron's f/g operators: all-reduce after row-parallel GEMMs
+//    forward and after column-parallel data gradients backward; under sequence parallelism
+//    all-gather before column-parallel and reduce-scatter after row-parallel GEMMs (norms and
+//    residuals on the sequence shard), with the conjugates backward and the all-gather of the
+//    column-parallel input again for its weight gradient;
+//  * pipelines: GPipe, 1F1B and interleaved 1F1B in Megatron's per-stage order, with kSend /
+//    kRecv of activations (forward) and gradients (backward) scattered 1/tp per TP rank;
+//  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), activation
+//    recompute (selective, full for the first k layers of a stage), offload of optimizer
+//    state, parameters and activations, and the optimizer step (grad norm, AdamW, cast).
+//
+// Conventions of the Programs lower() emits (the simulator and the runtime rely on them):
+//  * streams: 0 compute, 1 communication, 2 copy (host <-> device). Ops whose buffers all live
+//    in host memory (AdamW and cast under optimizer offload) run on the host CPU and are placed
+//    on the copy stream.
+//  * deps list the producers of every buffer an op reads (and, across streams, the last writer
+//    and readers of every buffer it writes), plus ordering edges that keep prefetches (ZeRO-3
+//    gathers, parameter and activation prefetch) one layer ahead of use (just before use when
+//    plan.overlap_param_gather is false); every dep is an earlier op. Ops of one stream run in
+//    issue order.
+//  * a collective that reads or writes several buffers treats them as one flat bucket in the
+//    order listed; a reduce-scatter or all-gather whose input and output are the same buffers
+//    works in place (Megatron's distributed-optimizer buffers).
+//  * kSend/kRecv on Group::kPp name the peer pipeline stage; on Group::kCp (ring attention) a
+//    kSend goes to the next rank of the cp ring and a kRecv comes from the previous one. Sends
+//    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
+//    same `tag` from its peer has. Tags are unique per direction within a step.
+//  * the ring's K/V gradients: cp - 1 exchanges follow the backward steps, each step adding to
+//    the accumulator it received; the last step folds its accumulator into dQKV (the count
+//    cost_models/estimate.cc prices; the final hop home is not a separate message).
+//  * kLinear reads {input, weight[, bias]} and writes {output} forward; backward_data GEMMs
+//    read {output grad, weight} and write {input grad}; weight-gradient GEMMs read {input,
+//    output grad} and write {weight grad[, bias grad]}, accumulating over micro-batches. The
+//    bias of a row-parallel GEMM is added by the residual (Megatron's bias-dropout-add), whose
+//    backward writes its gradient; no kBias ops are emitted.
+//  * gradients: ZeRO applies to a bucket (a layer's dense or expert weights, the embedding,
+//    the head) whose reduction group has more than one rank; ZeRO 0/1 reduce after the
+//    bucket's last micro-batch (or before the optimizer when plan.overlap_grad_reduce is
+//    false), ZeRO 2/3 reduce-scatter every micro-batch. Under SP the norm (and router)
+//    gradients are all-reduced over TP before the optimizer. The gradient norm is all-reduced
+//    over tp, pp, and dp-cp when gradients are sharded there (ZeRO >= 1 or ep > 1). Tied
+//    embeddings with pp > 1 keep a copy on the last stage; their embedding-group all-reduce is
+//    not emitted.
+//  * token ids and labels are int32, stored in 4-byte buffers typed kFp32; dropout masks are
+//    1-byte buffers typed kFp8.
+//  * a layer's saved activations are exactly those of cost::layer_activation_bytes (norm
+//    inputs, QKV input, Q/K/V, attention output, softmax statistics or probabilities, dropout
+//    masks, MLP intermediates; only the layer input under full recompute), except that MoE
+//    layers also keep the expert outputs for the router gradient and route sequence-parallel
+//    tokens over the TP group (see tests/core/liveness_test.cc for the known differences).
+#pragma once
+
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/program.h"
+#include "core/rank_layout.h"
+
+namespace parasol {
+
+struct LoweredPlan {
+  Plan plan;
+  RankLayout layout;
+  std::vector<Program> programs;  // one per pipeline stage, programs[s].stage == s
+
+  // The Program rank `rank` executes. REQUIRES: 0 <= rank < layout.world().
+  const Program& program_of(int rank) const;
+};
+
+// The Programs of one training step of `plan`.
+// REQUIRES: validate(plan, model, cluster) passed.
+LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan);
+
+// The Program of pipeline stage `stage` alone (what lower() puts in programs[stage]).
+// REQUIRES: validate(plan, model, cluster) passed and 0 <= stage < plan.pp.
+Program lower_stage(const Model& model, const Plan& plan, int stage);
+
+}  // namespace parasol

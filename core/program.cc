@@ -1,0 +1,198 @@
+// Program: names of op kinds, phases, buffer classes and streams; buffer sizes; JSON output.
+#include "core/program.h"
+
+namespace parasol {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kEmbedding:
+      return "embedding";
+    case OpKind::kNorm:
+      return "norm";
+    case OpKind::kLinear:
+      return "linear";
+    case OpKind::kBias:
+      return "bias";
+    case OpKind::kActivation:
+      return "activation";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kResidualAdd:
+      return "residual-add";
+    case OpKind::kCrossEntropy:
+      return "cross-entropy";
+    case OpKind::kRouter:
+      return "router";
+    case OpKind::kDispatch:
+      return "dispatch";
+    case OpKind::kCombine:
+      return "combine";
+    case OpKind::kExpertLinear:
+      return "expert-linear";
+    case OpKind::kAdamW:
+      return "adamw";
+    case OpKind::kGradNorm:
+      return "grad-norm";
+    case OpKind::kCast:
+      return "cast";
+    case OpKind::kAllReduce:
+      return "all-reduce";
+    case OpKind::kAllGather:
+      return "all-gather";
+    case OpKind::kReduceScatter:
+      return "reduce-scatter";
+    case OpKind::kAllToAll:
+      return "all-to-all";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kOffload:
+      return "offload";
+    case OpKind::kPrefetch:
+      return "prefetch";
+  }
+  return "?";
+}
+
+bool is_communication(OpKind k) {
+  switch (k) {
+    case OpKind::kAllReduce:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllToAll:
+    case OpKind::kBroadcast:
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kForward:
+      return "fwd";
+    case Phase::kBackward:
+      return "bwd";
+    case Phase::kRecompute:
+      return "recompute";
+    case Phase::kOptimizer:
+      return "optimizer";
+  }
+  return "?";
+}
+
+const char* buffer_class_name(BufferClass c) {
+  switch (c) {
+    case BufferClass::kParam:
+      return "param";
+    case BufferClass::kGrad:
+      return "grad";
+    case BufferClass::kOptimizer:
+      return "optimizer";
+    case BufferClass::kActivation:
+      return "activation";
+    case BufferClass::kWorkspace:
+      return "workspace";
+  }
+  return "?";
+}
+
+double Buffer::bytes() const {
+  double n = 1;
+  for (int64_t d : shape) n *= static_cast<double>(d);
+  return n * dtype_bytes(dtype);
+}
+
+std::string Program::stream_name(int s) const {
+  if (s < 0 || s >= static_cast<int>(streams.size())) return "?";
+  switch (streams[s]) {
+    case StreamKind::kCompute:
+      return "compute";
+    case StreamKind::kCopy:
+      return "copy";
+    case StreamKind::kComm: {
+      int n = 0, index = 0;
+      for (int i = 0; i < static_cast<int>(streams.size()); ++i) {
+        if (streams[i] != StreamKind::kComm) continue;
+        if (i == s) index = n;
+        ++n;
+      }
+      return n > 1 ? "comm" + std::to_string(index) : "comm";
+    }
+  }
+  return "?";
+}
+
+int Program::add_buffer(Buffer b) {
+  b.id = static_cast<int>(buffers.size());
+  buffers.push_back(std::move(b));
+  return buffers.back().id;
+}
+
+int Program::add_op(Op op) {
+  op.id = static_cast<int>(ops.size());
+  ops.push_back(std::move(op));
+  return ops.back().id;
+}
+
+Json program_to_json(const Program& p) {
+  Json streams = Json::array();
+  for (int s = 0; s < static_cast<int>(p.streams.size()); ++s) streams.push_back(p.stream_name(s));
+  Json buffers = Json::array();
+  for (const Buffer& b : p.buffers)
+    buffers.push_back({{"id", b.id},
+                       {"name", b.name},
+                       {"shape", b.shape},
+                       {"dtype", dtype_name(b.dtype)},
+                       {"class", buffer_class_name(b.cls)},
+                       {"host", b.host},
+                       {"persistent", b.persistent},
+                       {"bytes", b.bytes()}});
+  Json ops = Json::array();
+  for (const Op& o : p.ops) {
+    Json j = {{"id", o.id},
+              {"kind", op_kind_name(o.kind)},
+              {"name", o.name},
+              {"stream", o.stream},
+              {"deps", o.deps},
+              {"reads", o.reads},
+              {"writes", o.writes},
+              {"layer", o.tags.layer},
+              {"micro_batch", o.tags.micro_batch},
+              {"stage", o.tags.stage},
+              {"chunk", o.tags.chunk},
+              {"phase", phase_name(o.tags.phase)}};
+    if (o.m || o.n || o.k) {
+      j["m"] = o.m;
+      j["n"] = o.n;
+      j["k"] = o.k;
+      j["batch"] = o.batch;
+      if (o.kind == OpKind::kLinear || o.kind == OpKind::kExpertLinear)
+        j["backward_data"] = o.backward_data;
+    }
+    if (o.kind == OpKind::kAttention)
+      j["attn"] = {
+          {"batch", o.attn.batch},   {"seq_q", o.attn.seq_q},       {"seq_kv", o.attn.seq_kv},
+          {"heads", o.attn.heads},   {"kv_heads", o.attn.kv_heads}, {"head_dim", o.attn.head_dim},
+          {"causal", o.attn.causal}, {"flash", o.attn.flash},       {"dropout", o.attn.dropout}};
+    if (o.elements) j["elements"] = o.elements;
+    if (o.bytes) j["bytes"] = o.bytes;
+    if (o.flops) j["flops"] = o.flops;
+    if (is_communication(o.kind)) j["group"] = group_name(o.group);
+    if (o.peer_stage >= 0) j["peer_stage"] = o.peer_stage;
+    if (o.tag >= 0) j["tag"] = o.tag;
+    ops.push_back(std::move(j));
+  }
+  return {{"stage", p.stage},
+          {"ranks", p.ranks},
+          {"streams", streams},
+          {"buffers", buffers},
+          {"ops", ops}};
+}
+
+}  // namespace parasol

@@ -1,0 +1,135 @@
+// Program: the exact list of operations one rank performs in one training step, with the
+// buffers they read and write. A Plan is lowered (core/lower.h) into Programs; the simulator
+// (sim/engine) plays them against the cost models and the runtime executes them with real
+// tensors, so every op names its buffers, shapes and dtypes, not just a cost. Ranks whose
+// Programs are identical (all ranks of a pipeline stage) share one Program; the runtime derives
+// a rank's data shard from its coordinates (core/rank_layout.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/json_reader.h"
+#include "core/rank_layout.h"
+
+namespace parasol {
+
+enum class OpKind {
+  // Compute.
+  kEmbedding,     // vocab-parallel token (and position) lookup
+  kNorm,          // layernorm or rmsnorm
+  kLinear,        // GEMM: out[m x n] = in[m x k] * W[k x n] (column- or row-parallel shard)
+  kBias,          // bias add
+  kActivation,    // gelu or swiglu
+  kAttention,     // causal attention core (GQA), flash or materialised
+  kResidualAdd,   // residual add (with dropout when the model has it)
+  kCrossEntropy,  // vocab-parallel softmax cross-entropy
+  kRouter,        // MoE router: logits, softmax, top-k
+  kDispatch,      // permute tokens to their experts
+  kCombine,       // un-permute and weight expert outputs
+  kExpertLinear,  // grouped GEMM over the local experts
+  kAdamW,         // optimizer step on this rank's shard
+  kGradNorm,      // global gradient norm and clipping
+  kCast,          // dtype conversion (fp32 master -> low-precision weights)
+  // Communication on a group of the plan.
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kBroadcast,
+  kSend,  // to `peer`
+  kRecv,  // from `peer`
+  // Memory movement between device and host.
+  kOffload,   // device -> host
+  kPrefetch,  // host -> device
+};
+const char* op_kind_name(OpKind k);
+bool is_communication(OpKind k);
+
+enum class Phase { kForward, kBackward, kRecompute, kOptimizer };
+const char* phase_name(Phase p);
+
+enum class BufferClass { kParam, kGrad, kOptimizer, kActivation, kWorkspace };
+const char* buffer_class_name(BufferClass c);
+
+// Streams: 0 = compute, 1.. = communication streams, last = copy (see Program::stream_name).
+enum class StreamKind { kCompute, kComm, kCopy };
+
+struct Buffer {
+  int id = 0;
+  std::string name;            // e.g. "L3.qkv.out.mb2"
+  std::vector<int64_t> shape;  // elements per dimension, this rank's shard
+  Dtype dtype = Dtype::kBf16;
+  BufferClass cls = BufferClass::kActivation;
+  bool host = false;        // lives in host memory (offload)
+  bool persistent = false;  // allocated for the whole step (params, grads, optimizer)
+  double bytes() const;
+};
+
+// The attention core of one kAttention op: softmax(Q K^T) V over `seq_q` queries and `seq_kv`
+// keys per sequence (one ring step under context parallelism).
+struct AttnShape {
+  int64_t batch = 0;     // sequences
+  int64_t seq_q = 0;     // queries on this rank
+  int64_t seq_kv = 0;    // keys/values attended to by this op
+  int64_t heads = 0;     // query heads on this rank
+  int64_t kv_heads = 0;  // key/value heads on this rank (GQA)
+  int64_t head_dim = 0;
+  bool causal = true;
+  bool flash = true;     // fused kernel (no score matrix in memory)
+  bool dropout = false;  // attention-probability dropout (materialised path)
+};
+
+struct OpTags {
+  int layer = -1;        // model layer, -1 outside layers
+  int micro_batch = -1;  // -1 for per-step ops (optimizer, gradient sync)
+  int stage = 0;         // pipeline stage
+  int chunk = 0;         // virtual pipeline chunk
+  Phase phase = Phase::kForward;
+};
+
+struct Op {
+  int id = 0;  // index in Program::ops; the same id in traces of every backend
+  OpKind kind = OpKind::kLinear;
+  std::string name;         // e.g. "L3.fc1"
+  int stream = 0;           // index into Program::streams
+  std::vector<int> deps;    // ids of ops (of this Program) that must finish first
+  std::vector<int> reads;   // buffer ids
+  std::vector<int> writes;  // buffer ids
+  // Shape: GEMMs use m, n, k (and batch for grouped/batched); element-wise ops use elements;
+  // attention uses the fields of `attn`; communication uses bytes.
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  AttnShape attn;  // kAttention only
+  double elements = 0;
+  // Payload of a collective (nccl-tests convention: all-reduce buffer, all-gather output,
+  // reduce-scatter input, all-to-all send buffer), a send/recv or a copy; for memory-bound
+  // compute ops (norms, activations, residuals, routing, embedding, loss, optimizer) the HBM
+  // bytes read plus written, the figure cost_models/estimate.cc prices them by.
+  double bytes = 0;
+  double flops = 0;            // executed FLOPs (GEMMs and attention; 0 for memory-bound ops)
+  Group group = Group::kTp;    // communication group
+  int peer_stage = -1;         // send/recv: the pipeline stage of the peer
+  int64_t tag = -1;            // send/recv: a kSend and a kRecv match when their tags are equal
+                               // (and they name each other: peer stages, or ring neighbours)
+  bool backward_data = false;  // linear backward: the data-gradient GEMM (else weight)
+  OpTags tags;
+};
+
+struct Program {
+  int stage = 0;           // pipeline stage this Program belongs to
+  std::vector<int> ranks;  // ranks that execute it
+  std::vector<StreamKind> streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy};
+  std::vector<Buffer> buffers;
+  std::vector<Op> ops;  // in issue order; each stream runs its ops in this order
+
+  std::string stream_name(int s) const;
+  int add_buffer(Buffer b);  // sets b.id; returns it
+  int add_op(Op op);         // sets op.id; returns it
+};
+
+// The whole Program as JSON: {"stage", "ranks", "streams", "buffers": [...], "ops": [...]}.
+Json program_to_json(const Program& p);
+
+}  // namespace parasol

@@ -1,0 +1,1097 @@
+// The discrete-event engine (see engine.h for what it models). Layout for speed: the ops of all
+// stage Programs are numbered globally; their run state is a flat array of 32-byte records
+// (duration, pending-dependency counter, next op of the stream, ...) plus a CSR list of
+// dependents, all kept in a Simulator's workspace and reused from plan to plan. The only
+// dynamic structure is a small binary heap of finish events (about one per busy stream).
+// Durations are priced in one pass over the Ops before the run, once per distinct op shape
+// (a hash map behind a direct-mapped memo); group placements are priced once per Simulator.
+#include "sim/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/liveness.h"
+#include "core/rank_layout.h"
+#include "cost_models/collective.h"
+#include "cost_models/compute.h"
+
+namespace parasol::sim {
+
+double SimBreakdown::exposed_comm_total() const {
+  double s = 0;
+  for (double v : exposed_comm) s += v;
+  return s;
+}
+
+double SimBreakdown::total() const {
+  return compute + exposed_comm_total() + exposed_offload + bubble;
+}
+
+namespace {
+
+// How the engine plays an op.
+enum class Type : uint8_t {
+  kCompute,       // device compute: fixed duration
+  kHostCompute,   // optimizer compute on the host CPU (offloaded optimizer): fixed duration
+  kComm,          // collective inside the stage, or a copy: may share a link class
+  kPpCollective,  // collective on Group::kPp: rendezvous across stages
+  kSend,          // pipeline send: may share a link class
+  kRecv,          // pipeline recv: completes with its send
+};
+
+// Link classes whose bandwidth concurrent ops of one rank share.
+enum LinkClass : int8_t { kNoClass = -1, kNvlinkClass = 0, kNicClass = 1, kD2H = 2, kH2D = 3 };
+constexpr int kClasses = 4;
+
+// Breakdown categories: compute phases, then groups, then offload.
+constexpr int kCatComm0 = 4;
+constexpr int kCatOffload = kCatComm0 + kGroupCount;
+constexpr int kCategories = kCatOffload + 1;
+
+bool is_compute_kind(OpKind k) {
+  return !is_communication(k) && k != OpKind::kOffload && k != OpKind::kPrefetch;
+}
+
+cost::Collective collective_of(OpKind k) {
+  switch (k) {
+    case OpKind::kAllReduce:
+      return cost::Collective::kAllReduce;
+    case OpKind::kAllGather:
+      return cost::Collective::kAllGather;
+    case OpKind::kReduceScatter:
+      return cost::Collective::kReduceScatter;
+    case OpKind::kAllToAll:
+      return cost::Collective::kAllToAll;
+    case OpKind::kBroadcast:
+      return cost::Collective::kBroadcast;
+    default:
+      return cost::Collective::kAllReduce;
+  }
+}
+
+// An optimizer-step compute op (AdamW, cast, grad norm) runs on the host CPU when every buffer
+// it touches lives in host memory (AdamW and cast under optimizer offload; lower.h's
+// convention). Other ops are not checked: looking their buffers up would cost a cache miss per
+// op.
+bool runs_on_host(const Program& p, const Op& op) {
+  if (op.kind != OpKind::kAdamW && op.kind != OpKind::kCast && op.kind != OpKind::kGradNorm)
+    return false;
+  bool any = false;
+  for (const std::vector<int>* list : {&op.reads, &op.writes})
+    for (int b : *list) {
+      if (b < 0 || b >= static_cast<int>(p.buffers.size()) || !p.buffers[b].host) return false;
+      any = true;
+    }
+  return any;
+}
+
+// The shape of an op as far as its price is concerned.
+struct ShapeKey {
+  int kind, phase, group, stage, peer, host;
+  int64_t m, n, k, batch;
+  double elements, bytes, flops;
+  int64_t ab, aq, akv, ah, akvh, ad;
+  int aflags;
+  bool operator==(const ShapeKey& o) const {
+    return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
+           peer == o.peer && host == o.host && m == o.m && n == o.n && k == o.k &&
+           batch == o.batch && elements == o.elements && bytes == o.bytes && flops == o.flops &&
+           ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah && akvh == o.akvh && ad == o.ad &&
+           aflags == o.aflags;
+  }
+};
+struct ShapeHash {
+  size_t operator()(const ShapeKey& s) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    auto bits = [](double d) {
+      uint64_t u;
+      std::memcpy(&u, &d, sizeof u);
+      return u;
+    };
+    mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
+        static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
+        static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
+    mix(static_cast<uint64_t>(s.peer));
+    mix(static_cast<uint64_t>(s.m));
+    mix(static_cast<uint64_t>(s.n));
+    mix(static_cast<uint64_t>(s.k));
+    mix(static_cast<uint64_t>(s.batch));
+    mix(bits(s.elements));
+    mix(bits(s.bytes));
+    mix(bits(s.flops));
+    if (s.kind == static_cast<int>(OpKind::kAttention)) {
+      mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
+          static_cast<uint64_t>(s.akv) << 40);
+      mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
+          static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+}  // namespace
+
+// Prices of placed groups and pipeline links, kept by a Simulator across plans: they depend
+// only on where the GPUs sit (see Pricer::group_model), not on the plan.
+struct Simulator::Placements {
+  explicit Placements(const Cluster& cluster) {
+    first_gpu_of_server.assign(cluster.num_servers(), -1);
+    for (int gpu = cluster.num_gpus() - 1; gpu >= 0; --gpu) {
+      const int srv = cluster.server_of(gpu);
+      if (srv >= 0 && srv < cluster.num_servers()) first_gpu_of_server[srv] = gpu;
+    }
+  }
+  std::vector<int> first_gpu_of_server;
+  std::map<std::vector<int64_t>, std::unique_ptr<cost::GroupModel>> groups;
+  std::map<std::vector<int64_t>, std::pair<double, double>> links;  // (bandwidth, latency)
+  std::map<int, double> host_bw;                                    // per GPU, efficiency applied
+};
+
+namespace {
+
+// Prices ops of the representative ranks; caches op shapes (per plan) and uses the
+// Simulator's placement caches.
+class Pricer {
+ public:
+  Pricer(const Model& model, const Cluster& cluster, const Plan& plan, const cost::Profile& profile,
+         const RankLayout& layout, const std::vector<int>& reps, Simulator::Placements& places)
+      : model_(model),
+        cluster_(cluster),
+        plan_(plan),
+        prof_(profile),
+        layout_(layout),
+        reps_(reps),
+        places_(places),
+        first_gpu_of_server_(places.first_gpu_of_server) {}
+
+  // Seconds of `op` of stage `stage` alone on its representative rank (`host`: it runs on the
+  // host CPU). Group::kPp collectives are priced by pp_collective_time() instead.
+  double time(const Op& op, int stage, bool host) {
+    ShapeKey key{static_cast<int>(op.kind),
+                 static_cast<int>(op.tags.phase),
+                 is_communication(op.kind) ? static_cast<int>(op.group) : -1,
+                 stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
+                 op.peer_stage,
+                 host ? 1 : 0,
+                 op.m,
+                 op.n,
+                 op.k,
+                 op.batch,
+                 op.elements,
+                 op.bytes,
+                 op.flops,
+                 op.attn.batch,
+                 op.attn.seq_q,
+                 op.attn.seq_kv,
+                 op.attn.heads,
+                 op.attn.kv_heads,
+                 op.attn.head_dim,
+                 (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
+    const size_t h = ShapeHash()(key);
+    Memo& slot = memo_[h % kMemoSlots];
+    if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;
+    auto it = cache_.find(key);
+    double t;
+    if (it != cache_.end()) {
+      t = it->second;
+    } else {
+      t = price(op, stage, host);
+      cache_.emplace(key, t);
+    }
+    slot = {key, h, t, true};
+    return t;
+  }
+
+  // The link class an op of `stage` uses (kNoClass when it moves no data).
+  int8_t link_class(const Op& op, int stage) {
+    switch (op.kind) {
+      case OpKind::kOffload:
+        return kD2H;
+      case OpKind::kPrefetch:
+        return kH2D;
+      case OpKind::kSend: {
+        if (op.group != Group::kPp) break;  // a ring step of a group: priced as the group
+        int peer = peer_rank(stage, op.peer_stage);
+        return cluster_.server_of(reps_[stage]) == cluster_.server_of(peer) ? kNvlinkClass
+                                                                            : kNicClass;
+      }
+      case OpKind::kRecv:
+        return kNoClass;
+      default:
+        break;
+    }
+    if (!is_communication(op.kind)) return kNoClass;
+    const std::vector<int>& g = group_ranks(stage, op.group);
+    if (g.size() < 2) return kNoClass;
+    for (int r : g)
+      if (cluster_.server_of(r) != cluster_.server_of(g[0])) return kNicClass;
+    return kNvlinkClass;
+  }
+
+  // Prices a Group::kPp collective of the given stages (the representatives' pp group).
+  double pp_collective_time(const Op& op, const std::vector<int>& stages) {
+    std::vector<int> group;
+    for (int s : stages) group.push_back(reps_[s]);
+    if (group.size() < 2) return 0;
+    cost::GroupModel gm(cluster_, prof_, group);
+    return gm.cost(collective_of(op.kind), op.bytes).time_s;
+  }
+
+  int peer_rank(int stage, int peer_stage) const {
+    RankCoord c = layout_.coord(reps_[stage]);
+    c.pp = peer_stage;
+    return layout_.rank(c);
+  }
+
+ private:
+  static bool stage_dependent(const Op& op) {
+    return is_communication(op.kind) || op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch;
+  }
+
+  const std::vector<int>& group_ranks(int stage, Group g) {
+    auto key = std::make_pair(stage, static_cast<int>(g));
+    auto it = ranks_.find(key);
+    if (it != ranks_.end()) return it->second;
+    return ranks_.emplace(key, layout_.group(g, reps_[stage])).first->second;
+  }
+
+  // Where a GPU sits: (server relative to `base_server`, index inside its server).
+  void append_place(std::vector<int64_t>& sig, int gpu, int base_server) const {
+    const int srv = cluster_.server_of(gpu);
+    if (srv < 0 || srv >= static_cast<int>(first_gpu_of_server_.size())) {
+      sig.push_back(std::numeric_limits<int>::min());  // no server: the absolute GPU
+      sig.push_back(gpu);
+      return;
+    }
+    sig.push_back(srv - base_server);
+    sig.push_back(gpu - first_gpu_of_server_[srv]);
+  }
+
+  const cost::GroupModel& group_model(int stage, Group g) {
+    auto key = std::make_pair(stage, static_cast<int>(g));
+    auto it = groups_.find(key);
+    if (it != groups_.end()) return *it->second;
+    const std::vector<int>& group = group_ranks(stage, g);
+    // The same-kind groups of this stage run the same collective at the same time.
+    std::vector<std::vector<int>> concurrent;
+    if (group.size() >= 2) {
+      for (auto& other : layout_.groups(g)) {
+        if (other == group) continue;
+        bool same_stage = true;
+        for (int r : other) same_stage = same_stage && layout_.coord(r).pp == stage;
+        if (same_stage) concurrent.push_back(std::move(other));
+        if (concurrent.size() >= 64) break;
+      }
+    }
+    // Stages usually repeat one placement shifted by whole servers: price each distinct
+    // placement once. The signature holds every member's relative server, index in its server
+    // and hop count from the first member (which tells fabric boundaries apart), and the
+    // relative places of the concurrent groups.
+    std::vector<int64_t> sig = {static_cast<int64_t>(g), static_cast<int64_t>(group.size())};
+    const int base = group.empty() ? 0 : cluster_.server_of(group[0]);
+    int last_server = group.empty() ? 0 : cluster_.server_of(group[0]);
+    for (int r : group) {
+      append_place(sig, r, base);
+      const int srv = cluster_.server_of(r);
+      if (srv != last_server) {  // hops to the first member on each further server
+        sig.push_back(-2);
+        sig.push_back(static_cast<int64_t>(cluster_.path(group[0], r).size()));
+        last_server = srv;
+      }
+    }
+    for (const auto& other : concurrent) {
+      sig.push_back(-1);
+      for (int r : other) append_place(sig, r, base);
+    }
+    auto pit = places_.groups.find(sig);
+    if (pit == places_.groups.end()) {
+      auto gm = std::make_unique<cost::GroupModel>(cluster_, prof_, group, concurrent,
+                                                   /*price_all_to_all=*/g == Group::kEp);
+      pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
+    }
+    return *groups_.emplace(key, pit->second.get()).first->second;
+  }
+
+  // (bandwidth, latency) of every rank of `from` sending to its peer in `to` at once; priced
+  // once per distinct placement of those flows (as group_model() does).
+  std::pair<double, double> p2p_link(int from, int to) {
+    auto key = std::make_pair(from, to);
+    auto it = links_.find(key);
+    if (it != links_.end()) return it->second;
+    std::vector<cost::Flow> flows;
+    flows.push_back({reps_[from], peer_rank(from, to)});
+    for (int r = 0; r < layout_.world() && flows.size() < cost::GroupModel::kMaxPricedFlows; ++r) {
+      RankCoord c = layout_.coord(r);
+      if (c.pp != from || r == reps_[from]) continue;
+      c.pp = to;
+      flows.push_back({r, layout_.rank(c)});
+    }
+    const int base = cluster_.server_of(flows[0].src);
+    std::vector<int64_t> sig;
+    for (const cost::Flow& f : flows) {
+      append_place(sig, f.src, base);
+      append_place(sig, f.dst, base);
+    }
+    sig.push_back(static_cast<int64_t>(cluster_.path(flows[0].src, flows[0].dst).size()));
+    auto pit = places_.links.find(sig);
+    if (pit == places_.links.end()) {
+      double bw = std::numeric_limits<double>::infinity(), lat = 0;
+      if (flows[0].src != flows[0].dst) {
+        for (const cost::FlowRate& f : cost::concurrent_flow_rates(cluster_, prof_, flows)) {
+          bw = std::min(bw, f.bw);
+          lat = std::max(lat, f.latency);
+        }
+      }
+      pit = places_.links
+                .emplace(std::move(sig), std::make_pair(bw, lat + prof_.collective_step_latency_s))
+                .first;
+    }
+    return links_.emplace(key, pit->second).first->second;
+  }
+
+  double host_bw(int stage) {
+    auto it = places_.host_bw.find(reps_[stage]);
+    if (it == places_.host_bw.end())
+      it = places_.host_bw
+               .emplace(reps_[stage],
+                        cluster_.host_link_bw(reps_[stage]) * prof_.host_copy_efficiency)
+               .first;
+    return it->second;
+  }
+
+  double elementwise_bytes(const Op& op) const {
+    if (op.bytes > 0) return op.bytes;
+    return 2.0 * op.elements * dtype_bytes(plan_.precision);  // read + write
+  }
+
+  double price(const Op& op, int stage, bool host) {
+    const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
+    const Dtype math = plan_.precision;
+    switch (op.kind) {
+      case OpKind::kLinear:
+      case OpKind::kExpertLinear:
+      case OpKind::kRouter:
+        if (op.m > 0 && op.n > 0 && op.k > 0)
+          return cost::gemm_time(dev, prof_, math, op.m, op.n, op.k,
+                                 std::max<int64_t>(1, op.batch));
+        if (op.flops > 0)
+          return op.flops / (dev.peak_flops(math) * prof_.gemm_efficiency) +
+                 prof_.kernel_overhead_s;
+        return cost::memory_time(dev, prof_, elementwise_bytes(op));
+      case OpKind::kAttention: {
+        bool flash = plan_.flash_attention;
+        cost::AttentionShape a = attention_shape(op, &flash);
+        const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
+        return op.tags.phase == Phase::kBackward
+                   ? cost::attention_backward_time(dev, prof_, dt, a, flash)
+                   : cost::attention_forward_time(dev, prof_, dt, a, flash);
+      }
+      case OpKind::kAdamW: {
+        double params =
+            op.elements > 0 ? op.elements : op.bytes / cost::adam_bytes_per_param(plan_.precision);
+        if (host) {
+          double rate = prof_.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
+          return params / rate;
+        }
+        if (op.bytes > 0) return cost::memory_time(dev, prof_, op.bytes);
+        return cost::optimizer_time(dev, prof_, plan_.precision, params);
+      }
+      case OpKind::kEmbedding:
+      case OpKind::kNorm:
+      case OpKind::kBias:
+      case OpKind::kActivation:
+      case OpKind::kResidualAdd:
+      case OpKind::kCrossEntropy:
+      case OpKind::kDispatch:
+      case OpKind::kCombine:
+      case OpKind::kGradNorm:
+      case OpKind::kCast:
+        return cost::memory_time(dev, prof_, elementwise_bytes(op));
+      case OpKind::kAllReduce:
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll:
+      case OpKind::kBroadcast:
+        return group_model(stage, op.group).cost(collective_of(op.kind), op.bytes).time_s;
+      case OpKind::kSend: {
+        if (op.bytes <= 0) return 0;
+        if (op.group != Group::kPp) {
+          // One step of a ring over the group (context-parallel K/V exchange): every rank sends
+          // to its ring neighbour at once.
+          const cost::GroupModel& gm = group_model(stage, op.group);
+          if (gm.size() < 2) return 0;
+          return op.bytes / gm.ring_bw() + gm.ring_step_latency();
+        }
+        auto [bw, lat] = p2p_link(stage, op.peer_stage);
+        return std::isfinite(bw) ? op.bytes / bw + lat : 0;
+      }
+      case OpKind::kRecv:
+        return 0;  // the matching send carries the transfer
+      case OpKind::kOffload:
+      case OpKind::kPrefetch: {
+        double bw = host_bw(stage);
+        if (op.bytes <= 0) return 0;
+        if (bw <= 0)
+          throw Error("cluster",
+                      "offload needs a host link for GPU " + std::to_string(reps_[stage]));
+        return op.bytes / bw;
+      }
+    }
+    return 0;
+  }
+
+  // The attention core of an op: its `attn` shape when given, else one whole layer of the plan
+  // on this rank. Sets *flash to the kernel choice.
+  cost::AttentionShape attention_shape(const Op& op, bool* flash) const {
+    cost::AttentionShape a;
+    if (op.attn.batch > 0 && op.attn.seq_q > 0) {
+      a.batch = op.attn.batch;
+      a.seq_q = op.attn.seq_q;
+      a.seq_kv = op.attn.seq_kv;
+      a.heads = op.attn.heads;
+      a.kv_heads = op.attn.kv_heads;
+      a.head_dim = op.attn.head_dim;
+      a.causal = op.attn.causal;
+      a.dropout = op.attn.dropout;
+      *flash = op.attn.flash;
+      return a;
+    }
+    const int64_t seq = plan_.seq(model_);
+    a.batch = plan_.micro_batch;
+    a.seq_q = seq / plan_.cp;
+    a.seq_kv = seq;
+    a.heads = model_.heads / plan_.tp;
+    a.kv_heads = std::max<int64_t>(1, model_.kv_heads / plan_.tp);
+    a.head_dim = model_.head_dim;
+    a.causal = true;
+    a.dropout = model_.dropout;
+    return a;
+  }
+
+  const Model& model_;
+  const Cluster& cluster_;
+  const Plan& plan_;
+  const cost::Profile& prof_;
+  const RankLayout& layout_;
+  const std::vector<int>& reps_;
+  std::unordered_map<ShapeKey, double, ShapeHash> cache_;
+  // A direct-mapped memo in front of cache_ (most lookups hit it).
+  struct Memo {
+    ShapeKey key;
+    size_t hash = 0;
+    double seconds = 0;
+    bool used = false;
+  };
+  static constexpr size_t kMemoSlots = 1024;
+  std::vector<Memo> memo_ = std::vector<Memo>(kMemoSlots);
+  std::map<std::pair<int, int>, std::vector<int>> ranks_;
+  std::map<std::pair<int, int>, const cost::GroupModel*> groups_;  // (stage, group)
+  Simulator::Placements& places_;
+  const std::vector<int>& first_gpu_of_server_;
+  std::map<std::pair<int, int>, std::pair<double, double>> links_;  // (from, to)
+};
+
+// Per op (global id): the run state, half a cache line.
+struct alignas(32) SimOp {
+  double dur = 0;        // seconds alone (standalone price)
+  int pending = 0;       // unfinished deps + the previous op of its stream
+  int next = -1;         // the next op of its stream
+  int partner = -1;      // send <-> recv; rendezvous index of a kPp collective
+  int share = -1;        // processor-sharing set (stage * kClasses + link class); -1: none
+  uint32_t version = 0;  // bumped when a shared op's finish time is rescheduled
+  Type type = Type::kCompute;
+  uint8_t cat = 0;  // breakdown category
+  uint8_t done = 0;
+  uint8_t waiting = 0;  // a recv posted before its send finished
+};
+static_assert(sizeof(SimOp) == 32);
+// When an op ran: start (a recv: when it was posted), xfer (when its data started to move:
+// recv, rendezvous; else = start) and end.
+struct Times {
+  double start = 0, xfer = 0, end = 0;
+};
+
+}  // namespace
+
+// The per-op arrays of a run, kept by a Simulator so that plan after plan reuses the memory.
+struct Simulator::Workspace {
+  std::vector<SimOp> ops;
+  std::vector<Times> times;
+  std::vector<int> stage;
+  std::vector<double> remaining;
+  std::vector<int> dep_off, dep_list, dep_src, dep_dst;
+  std::vector<std::vector<std::vector<int>>> stream_ops;
+};
+
+namespace {
+
+struct Event {
+  double t;
+  int op;
+  uint32_t version;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : op > o.op; }
+};
+
+std::string op_path(int stage, int id) {
+  return "programs[" + std::to_string(stage) + "].ops[" + std::to_string(id) + "]";
+}
+
+// The run state of all ops of all stages.
+class Engine {
+ public:
+  Engine(const Model& model, const Cluster& cluster, const Plan& plan,
+         const std::vector<Program>& programs, const cost::Profile& profile,
+         Simulator::Placements& places, Simulator::Workspace& work)
+      : plan_(plan),
+        programs_(programs),
+        layout_(plan),
+        ops_(work.ops),
+        times_(work.times),
+        stage_(work.stage),
+        remaining_(work.remaining),
+        dep_off_(work.dep_off),
+        dep_list_(work.dep_list),
+        stream_ops_(work.stream_ops),
+        dep_src_(work.dep_src),
+        dep_dst_(work.dep_dst) {
+    const int pp = plan.pp;
+    if (static_cast<int>(programs.size()) != pp)
+      throw Error("programs", std::to_string(programs.size()) + " Programs for " +
+                                  std::to_string(pp) + " pipeline stages");
+    for (int s = 0; s < pp; ++s) {
+      if (programs[s].stage != s)
+        throw Error("programs[" + std::to_string(s) + "].stage",
+                    "is " + std::to_string(programs[s].stage) + ", expected " + std::to_string(s));
+      RankCoord c{};
+      c.pp = s;
+      reps_.push_back(layout_.rank(c));
+    }
+    pricer_ = std::make_unique<Pricer>(model, cluster, plan, profile, layout_, reps_, places);
+    build();
+  }
+
+  void run();
+  SimResult result(bool record_trace) const;
+  int64_t ops() const { return n_; }
+
+ private:
+  void build();
+  void start(int i, double t);
+  void finish(int i, double t);
+  void share_update(int cls, double t);
+  void share_reschedule(int cls, double t);
+  void push(double t, int i) { heap_.push({t, i, ops_[i].version}); }
+  SimBreakdown sweep(int stage, double step_time) const;
+
+  const Plan& plan_;
+  const std::vector<Program>& programs_;
+  RankLayout layout_;
+  std::vector<int> reps_;
+  std::unique_ptr<Pricer> pricer_;
+
+  int n_ = 0;
+  std::vector<int> base_;            // first global id of each stage
+  std::vector<double> peak_memory_;  // per stage (core/liveness.h)
+  // Per-op state, in the Simulator's workspace (reused from plan to plan).
+  std::vector<SimOp>& ops_;
+  std::vector<Times>& times_;
+  std::vector<int>& stage_;               // stage of each op
+  std::vector<double>& remaining_;        // shared ops: standalone seconds still to go
+  std::vector<int>&dep_off_, &dep_list_;  // dependents (CSR)
+  // Per stage and stream: the ops in issue order (for the breakdown sweep).
+  std::vector<std::vector<std::vector<int>>>& stream_ops_;
+  std::vector<int>&dep_src_, &dep_dst_;  // dependency edges while building
+  // Processor-sharing sets: stage * kClasses + class.
+  struct Share {
+    std::vector<int> active;
+    double last = 0;
+  };
+  std::vector<Share> shares_;
+  // Group::kPp rendezvous: the ops taking part and how many have arrived.
+  struct Rendezvous {
+    std::vector<int> ops;
+    int arrived = 0;
+    double dur = 0;
+  };
+  std::vector<Rendezvous> rendezvous_;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> heap_;
+  std::vector<int> ready_;     // ops to start at the current time
+  std::vector<int> batch_;     // the ready ops being started (swapped with ready_)
+  std::vector<int> now_done_;  // ops that finish at the current time
+};
+
+void Engine::build() {
+  const int pp = plan_.pp;
+  base_.resize(pp + 1);
+  for (int s = 0; s < pp; ++s) base_[s + 1] = base_[s] + static_cast<int>(programs_[s].ops.size());
+  n_ = base_[pp];
+  ops_.assign(n_, SimOp{});
+  times_.assign(n_, Times{});
+  stage_.assign(n_, 0);
+  remaining_.assign(n_, 0);
+  shares_.resize(static_cast<size_t>(pp) * kClasses);
+  stream_ops_.resize(pp);
+
+  // Deps are gathered (flat, global ids) in the single pass over the Ops below; the dependents
+  // CSR is built from them afterwards.
+  std::vector<int>& dep_src = dep_src_;  // for each edge: the dependency (global id)
+  std::vector<int>& dep_dst = dep_dst_;  // and the op waiting for it
+  dep_src.clear();
+  dep_dst.clear();
+  dep_src.reserve(2 * static_cast<size_t>(n_));  // (a guess; one pass over the Ops only)
+  dep_dst.reserve(2 * static_cast<size_t>(n_));
+
+  // Send/recv matching. Pipeline p2p (Group::kPp): sender stage, receiver stage and tag; ring
+  // steps of another group (cp): the same stage (by symmetry the ring neighbour sends when the
+  // representative does) and tag. Untagged ops (tag < 0) match by direction and micro-batch,
+  // in issue order.
+  using P2pKey = std::tuple<int, int, int, int64_t, int, int>;
+  std::map<P2pKey, std::vector<int>> sends, recvs;
+  auto p2p_key = [&](int from, int to, const Op& op) {
+    const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
+    return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
+                       : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
+  };
+  // Group::kPp collectives: the k-th of each stage meet.
+  std::vector<std::vector<int>> pp_colls(pp);
+
+  for (int s = 0; s < pp; ++s) {
+    const Program& prog = programs_[s];
+    const int nops = static_cast<int>(prog.ops.size());
+    const int nstreams = static_cast<int>(prog.streams.size());
+    stream_ops_[s].resize(nstreams);
+    for (auto& v : stream_ops_[s]) {
+      v.clear();
+      v.reserve(nops / std::max(1, nstreams) + 1);
+    }
+    std::vector<int> last_in_stream(nstreams, -1);
+    for (int i = 0; i < nops; ++i) {
+      // The Ops are large and their deps live elsewhere on the heap: fetch ahead.
+      if (i + 8 < nops) __builtin_prefetch(&prog.ops[i + 8]);
+      if (i + 4 < nops && !prog.ops[i + 4].deps.empty())
+        __builtin_prefetch(prog.ops[i + 4].deps.data());
+      const Op& op = prog.ops[i];
+      const int g = base_[s] + i;
+      if (op.stream < 0 || op.stream >= nstreams)
+        throw Error(op_path(s, i) + ".stream", "bad stream " + std::to_string(op.stream) +
+                                                   " (the Program has " + std::to_string(nstreams) +
+                                                   ")");
+      stage_[g] = s;
+      for (int d : op.deps) {
+        if (d < 0 || d >= nops || d == i)
+          throw Error(op_path(s, i) + ".deps", "bad op id " + std::to_string(d));
+        dep_src.push_back(base_[s] + d);
+        dep_dst.push_back(g);
+      }
+      ops_[g].pending = static_cast<int>(op.deps.size());
+      int& last = last_in_stream[op.stream];
+      if (last >= 0) {
+        ops_[last].next = g;
+        ++ops_[g].pending;
+      }
+      last = g;
+      stream_ops_[s][op.stream].push_back(g);
+
+      const bool host = is_compute_kind(op.kind) && runs_on_host(prog, op);
+      if (is_compute_kind(op.kind)) {
+        ops_[g].type = host ? Type::kHostCompute : Type::kCompute;
+        ops_[g].cat = host ? kCatOffload : static_cast<uint8_t>(op.tags.phase);
+      } else if (op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch) {
+        ops_[g].type = Type::kComm;
+        ops_[g].cat = kCatOffload;
+      } else {
+        const bool pipeline = op.group == Group::kPp;
+        if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && pipeline &&
+            (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s))
+          throw Error(op_path(s, i) + ".peer_stage",
+                      "bad peer stage " + std::to_string(op.peer_stage));
+        ops_[g].cat = kCatComm0 + static_cast<int>(op.group);
+        if (op.kind == OpKind::kSend) {
+          ops_[g].type = Type::kSend;
+          sends[p2p_key(s, pipeline ? op.peer_stage : s, op)].push_back(g);
+        } else if (op.kind == OpKind::kRecv) {
+          ops_[g].type = Type::kRecv;
+          recvs[p2p_key(pipeline ? op.peer_stage : s, s, op)].push_back(g);
+        } else if (op.group == Group::kPp) {
+          ops_[g].type = Type::kPpCollective;
+          pp_colls[s].push_back(g);
+        } else {
+          ops_[g].type = Type::kComm;
+        }
+      }
+      if (ops_[g].type != Type::kPpCollective) {
+        ops_[g].dur = pricer_->time(op, s, host);
+        const int8_t cls = pricer_->link_class(op, s);
+        const Type ty = ops_[g].type;
+        if (cls != kNoClass && ops_[g].dur > 0 && (ty == Type::kComm || ty == Type::kSend))
+          ops_[g].share = s * kClasses + cls;
+      }
+    }
+  }
+  // Peak memory of each stage from its buffers' liveness (core/liveness.h).
+  for (const Program& prog : programs_) peak_memory_.push_back(liveness(prog).peak_bytes);
+
+  // Dependents (CSR).
+  dep_off_.assign(n_ + 1, 0);
+  for (int src : dep_src) ++dep_off_[src + 1];
+  for (int i = 0; i < n_; ++i) dep_off_[i + 1] += dep_off_[i];
+  dep_list_.resize(dep_src.size());
+  {
+    std::vector<int> fill(dep_off_.begin(), dep_off_.end() - 1);
+    for (size_t e = 0; e < dep_src.size(); ++e) dep_list_[fill[dep_src[e]]++] = dep_dst[e];
+  }
+
+  // Pair sends and recvs.
+  for (auto& [key, list] : recvs) {
+    auto it = sends.find(key);
+    size_t have = it == sends.end() ? 0 : it->second.size();
+    for (size_t j = 0; j < list.size(); ++j) {
+      const int r = list[j];
+      if (j >= have) {
+        const int s = stage_[r];
+        const Op& op = programs_[s].ops[r - base_[s]];
+        throw Error(op_path(s, r - base_[s]),
+                    "recv '" + op.name + "' from stage " + std::to_string(op.peer_stage) +
+                        " (tag " + std::to_string(op.tag) + ", micro-batch " +
+                        std::to_string(op.tags.micro_batch) + ", " + phase_name(op.tags.phase) +
+                        ") has no matching send");
+      }
+      ops_[r].partner = it->second[j];
+      ops_[it->second[j]].partner = r;
+    }
+  }
+  for (auto& [key, list] : sends)
+    for (int snd : list)
+      if (ops_[snd].partner < 0) {
+        const int s = stage_[snd];
+        const Op& op = programs_[s].ops[snd - base_[s]];
+        throw Error(op_path(s, snd - base_[s]),
+                    "send '" + op.name + "' to stage " + std::to_string(op.peer_stage) + " (tag " +
+                        std::to_string(op.tag) + ", micro-batch " +
+                        std::to_string(op.tags.micro_batch) + ", " + phase_name(op.tags.phase) +
+                        ") has no matching recv");
+      }
+
+  // Group::kPp rendezvous.
+  size_t most = 0;
+  for (auto& v : pp_colls) most = std::max(most, v.size());
+  for (size_t k = 0; k < most; ++k) {
+    Rendezvous rv;
+    std::vector<int> stages;
+    for (int s = 0; s < pp; ++s)
+      if (k < pp_colls[s].size()) {
+        rv.ops.push_back(pp_colls[s][k]);
+        stages.push_back(s);
+      }
+    const int first = rv.ops[0];
+    const Op& op = programs_[stage_[first]].ops[first - base_[stage_[first]]];
+    rv.dur = pricer_->pp_collective_time(op, stages);
+    for (int g : rv.ops) {
+      ops_[g].partner = static_cast<int>(rendezvous_.size());
+      ops_[g].dur = rv.dur;
+    }
+    rendezvous_.push_back(std::move(rv));
+  }
+}
+
+void Engine::share_update(int c, double t) {
+  Share& sh = shares_[c];
+  const size_t n = sh.active.size();
+  if (n > 0) {
+    const double progressed = (t - sh.last) / static_cast<double>(n);
+    for (int i : sh.active) remaining_[i] = std::max(0.0, remaining_[i] - progressed);
+  }
+  sh.last = t;
+}
+
+void Engine::share_reschedule(int c, double t) {
+  Share& sh = shares_[c];
+  const double n = static_cast<double>(sh.active.size());
+  for (int i : sh.active) {
+    ++ops_[i].version;
+    push(t + remaining_[i] * n, i);
+  }
+}
+
+void Engine::start(int i, double t) {
+  times_[i].start = t;
+  times_[i].xfer = t;
+  switch (ops_[i].type) {
+    case Type::kCompute:
+    case Type::kHostCompute:
+      push(t + ops_[i].dur, i);
+      return;
+    case Type::kComm:
+    case Type::kSend:
+      if (ops_[i].share >= 0) {
+        const int c = ops_[i].share;
+        share_update(c, t);
+        shares_[c].active.push_back(i);
+        remaining_[i] = ops_[i].dur;
+        share_reschedule(c, t);
+      } else {
+        push(t + ops_[i].dur, i);
+      }
+      return;
+    case Type::kRecv: {
+      const int snd = ops_[i].partner;
+      if (ops_[snd].done) {
+        now_done_.push_back(i);  // the data is already here
+      } else {
+        ops_[i].waiting = 1;
+      }
+      return;
+    }
+    case Type::kPpCollective: {
+      Rendezvous& rv = rendezvous_[ops_[i].partner];
+      if (++rv.arrived == static_cast<int>(rv.ops.size()))
+        for (int j : rv.ops) {
+          times_[j].xfer = t;
+          push(t + rv.dur, j);
+        }
+      return;
+    }
+  }
+}
+
+void Engine::finish(int i, double t) {
+  ops_[i].done = 1;
+  times_[i].end = t;
+  if (ops_[i].share >= 0) {
+    const int c = ops_[i].share;
+    share_update(c, t);
+    auto& act = shares_[c].active;
+    act.erase(std::find(act.begin(), act.end(), i));
+    share_reschedule(c, t);
+  }
+  for (int k = dep_off_[i]; k < dep_off_[i + 1]; ++k) {
+    const int d = dep_list_[k];
+    if (--ops_[d].pending == 0) ready_.push_back(d);
+  }
+  const int nx = ops_[i].next;
+  if (nx >= 0 && --ops_[nx].pending == 0) ready_.push_back(nx);
+  if (ops_[i].type == Type::kSend) {
+    const int r = ops_[i].partner;
+    if (ops_[r].waiting) {
+      ops_[r].waiting = 0;
+      times_[r].xfer = std::max(times_[r].start, times_[i].start);
+      now_done_.push_back(r);
+    }
+  }
+}
+
+void Engine::run() {
+  for (int i = 0; i < n_; ++i)
+    if (ops_[i].pending == 0) ready_.push_back(i);
+  double now = 0;
+  auto drain = [&]() {
+    // Start what became ready and finish what completes now, until nothing changes at `now`.
+    while (!ready_.empty() || !now_done_.empty()) {
+      while (!now_done_.empty()) {
+        int i = now_done_.back();
+        now_done_.pop_back();
+        finish(i, now);
+      }
+      batch_.swap(ready_);
+      for (int i : batch_) start(i, now);
+      batch_.clear();
+    }
+  };
+  drain();
+  while (!heap_.empty()) {
+    Event ev = heap_.top();
+    heap_.pop();
+    if (ops_[ev.op].done || ev.version != ops_[ev.op].version) continue;  // stale (rescheduled)
+    now = ev.t;
+    finish(ev.op, now);
+    drain();
+  }
+  for (int i = 0; i < n_; ++i)
+    if (!ops_[i].done) {
+      const int s = stage_[i];
+      const Op& op = programs_[s].ops[i - base_[s]];
+      std::string why =
+          "never ran: a dependency cycle, a collective some stage never reaches, or a "
+          "recv whose send never ran";
+      throw Error(op_path(s, i - base_[s]), "'" + op.name + "' " + why);
+    }
+}
+
+SimBreakdown Engine::sweep(int s, double step_time) const {
+  SimBreakdown b;
+  const auto& streams = stream_ops_[s];
+  const size_t ns = streams.size();
+  std::vector<size_t> cur(ns, 0);
+  std::array<int, kCategories> active{};
+  double t = 0;
+  auto iv_start = [&](int i) { return times_[i].xfer; };
+  while (true) {
+    double next = std::numeric_limits<double>::infinity();
+    active.fill(0);
+    bool any_left = false;
+    for (size_t k = 0; k < ns; ++k) {
+      const auto& ops = streams[k];
+      size_t& c = cur[k];
+      while (c < ops.size() && times_[ops[c]].end <= t) ++c;
+      if (c == ops.size()) continue;
+      any_left = true;
+      const int i = ops[c];
+      const double st = iv_start(i);
+      if (st <= t) {
+        ++active[ops_[i].cat];
+        next = std::min(next, times_[i].end);
+      } else {
+        next = std::min(next, st);
+      }
+    }
+    if (!any_left) break;
+    const double seg = next - t;
+    int compute_phase = -1;
+    for (int p = 0; p < kCatComm0; ++p)
+      if (active[p]) {
+        compute_phase = p;
+        break;
+      }
+    if (compute_phase >= 0) {
+      b.compute += seg;
+      b.compute_by_phase[compute_phase] += seg;
+    } else {
+      int comms = 0;
+      for (int g = 0; g < kGroupCount; ++g) comms += active[kCatComm0 + g] > 0;
+      if (comms > 0) {
+        for (int g = 0; g < kGroupCount; ++g)
+          if (active[kCatComm0 + g]) b.exposed_comm[g] += seg / comms;
+      } else if (active[kCatOffload]) {
+        b.exposed_offload += seg;
+      } else {
+        b.bubble += seg;
+      }
+    }
+    t = next;
+  }
+  b.bubble += std::max(0.0, step_time - t);
+  return b;
+}
+
+SimResult Engine::result(bool record_trace) const {
+  SimResult r;
+  r.ops_simulated = n_;
+  for (int i = 0; i < n_; ++i) r.step_time_s = std::max(r.step_time_s, times_[i].end);
+  r.stage_rank = reps_;
+  double most = -1;
+  for (int s = 0; s < plan_.pp; ++s) {
+    r.stage_breakdown.push_back(sweep(s, r.step_time_s));
+    if (r.stage_breakdown.back().compute > most) {
+      most = r.stage_breakdown.back().compute;
+      r.critical_stage = s;
+    }
+  }
+  r.breakdown = r.stage_breakdown[r.critical_stage];
+  r.peak_memory_per_stage = peak_memory_;
+  if (record_trace) {
+    traces::Trace& tr = r.trace;
+    tr.source = "predicted";
+    tr.events.reserve(n_);
+    for (int s = 0; s < plan_.pp; ++s) {
+      const Program& prog = programs_[s];
+      for (int k = 0; k < static_cast<int>(prog.streams.size()); ++k)
+        tr.streams.push_back({reps_[s], k, prog.stream_name(k)});
+      for (int j = 0; j < static_cast<int>(prog.ops.size()); ++j) {
+        const Op& op = prog.ops[j];
+        const int g = base_[s] + j;
+        traces::TraceEvent e;
+        e.rank = reps_[s];
+        e.stream = op.stream;
+        e.name = op.name;
+        e.start_s = times_[g].start;
+        e.dur_s = times_[g].end - times_[g].start;
+        e.op_id = op.id;
+        e.kind = op_kind_name(op.kind);
+        e.bytes = op.bytes;
+        e.flops = op.flops;
+        if (e.flops == 0 && (op.kind == OpKind::kLinear || op.kind == OpKind::kExpertLinear))
+          e.flops = 2.0 * op.m * op.n * op.k * std::max<int64_t>(1, op.batch);
+        e.layer = op.tags.layer;
+        e.micro_batch = op.tags.micro_batch;
+        e.phase = phase_name(op.tags.phase);
+        tr.events.push_back(std::move(e));
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+Simulator::Simulator(const Model& model, const Cluster& cluster, cost::Profile profile)
+    : model_(model),
+      cluster_(cluster),
+      profile_(std::move(profile)),
+      places_(std::make_unique<Placements>(cluster)),
+      work_(std::make_unique<Workspace>()) {}
+
+Simulator::~Simulator() = default;
+
+SimResult Simulator::simulate(const Plan& plan, const std::vector<Program>& programs,
+                              bool record_trace) {
+  Engine engine(model_, cluster_, plan, programs, profile_, *places_, *work_);
+  engine.run();
+  return engine.result(record_trace);
+}
+
+SimResult simulate(const Model& model, const Cluster& cluster, const Plan& plan,
+                   const std::vector<Program>& programs, const cost::Profile& profile,
+                   bool record_trace) {
+  return Simulator(model, cluster, profile).simulate(plan, programs, record_trace);
+}
+
+SimResult Simulator::simulate(const LoweredPlan& lowered, bool record_trace) {
+  return simulate(lowered.plan, lowered.programs, record_trace);
+}
+
+SimResult simulate(const Model& model, const Cluster& cluster, const LoweredPlan& lowered,
+                   const cost::Profile& profile, bool record_trace) {
+  return simulate(model, cluster, lowered.plan, lowered.programs, profile, record_trace);
+}
+
+Json sim_result_to_json(const SimResult& r) {
+  auto breakdown = [](const SimBreakdown& b) {
+    Json comm = Json::object();
+    for (int g = 0; g < kGroupCount; ++g)
+      if (b.exposed_comm[g] > 0) comm[group_name(static_cast<Group>(g))] = b.exposed_comm[g];
+    Json phases = Json::object();
+    for (int p = 0; p < 4; ++p) phases[phase_name(static_cast<Phase>(p))] = b.compute_by_phase[p];
+    return Json{{"compute", b.compute},
+                {"compute_by_phase", phases},
+                {"exposed_comm", comm},
+                {"exposed_comm_total", b.exposed_comm_total()},
+                {"exposed_offload", b.exposed_offload},
+                {"bubble", b.bubble}};
+  };
+  Json stages = Json::array();
+  for (size_t s = 0; s < r.stage_breakdown.size(); ++s) {
+    Json st = breakdown(r.stage_breakdown[s]);
+    st["stage"] = s;
+    st["rank"] = s < r.stage_rank.size() ? r.stage_rank[s] : -1;
+    stages.push_back(st);
+  }
+  return {{"step_time_s", r.step_time_s},
+          {"breakdown_s", breakdown(r.breakdown)},
+          {"critical_stage", r.critical_stage},
+          {"stages", stages},
+          {"peak_memory_per_stage_bytes", r.peak_memory_per_stage},
+          {"ops_simulated", r.ops_simulated}};
+}
+
+}  // namespace parasol::sim

@@ -1,0 +1,286 @@
+// Tests of liveness(): lifetimes on a hand-built Program, the saved activations of lowered
+// Programs against cost::layer_activation_bytes category by category, the peak against the
+// closed form cost::memory_per_rank where the closed form is exact, and the known differences
+// where it is not (each asserted with its sign and size).
+#include "core/liveness.h"
+
+#include <gtest/gtest.h>
+
+#include "core/lower.h"
+#include "cost_models/memory.h"
+
+namespace parasol {
+namespace {
+
+constexpr int kParam = static_cast<int>(BufferClass::kParam);
+constexpr int kAct = static_cast<int>(BufferClass::kActivation);
+
+TEST(Liveness, BuffersLiveFromFirstWriteToLastRead) {
+  Program p;
+  Buffer w{0, "w", {100}, Dtype::kFp32, BufferClass::kParam, false, true};
+  Buffer a{0, "a", {10}, Dtype::kBf16, BufferClass::kActivation};
+  Buffer b{0, "b", {20}, Dtype::kBf16, BufferClass::kActivation};
+  Buffer h{0, "h", {50}, Dtype::kFp32, BufferClass::kActivation, true};
+  Buffer unused{0, "unused", {1000}, Dtype::kFp32, BufferClass::kWorkspace};
+  int iw = p.add_buffer(w), ia = p.add_buffer(a), ib = p.add_buffer(b), ih = p.add_buffer(h);
+  p.add_buffer(unused);
+  Op o0, o1, o2;
+  o0.writes = {ia};
+  o1.reads = {ia, iw};
+  o1.writes = {ib};
+  o2.reads = {ib};
+  o2.writes = {ih};
+  o2.stream = 2;
+  p.add_op(o0);
+  p.add_op(o1);
+  p.add_op(o2);
+  Liveness lv = liveness(p);
+  EXPECT_EQ(lv.persistent_bytes, 400);
+  EXPECT_EQ(lv.live_after_op, (std::vector<double>{420, 440, 400}));
+  EXPECT_EQ(lv.peak_bytes, 460);  // op 1 runs with a, b and w allocated
+  EXPECT_EQ(lv.peak_op, 1);
+  EXPECT_EQ(lv.peak_by_class[kParam], 400);
+  EXPECT_EQ(lv.peak_by_class[kAct], 60);
+  EXPECT_EQ(lv.host_bytes, 200);
+}
+
+Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
+  Plan p;
+  p.tp = tp;
+  p.pp = pp;
+  p.dp = dp;
+  p.global_batch = gbs;
+  p.micro_batch = mbs;
+  return p;
+}
+
+Model tiny_gpt(int layers) {
+  Model m = model_preset("tiny-gpt");
+  m.layers = layers;
+  return m;
+}
+
+// A GPT small enough to lower in milliseconds and large enough that one op's transient
+// buffers are a small part of the peak.
+Model small_gpt() {
+  Model m = model_preset("tiny-gpt");
+  m.name = "small-gpt";
+  m.layers = 16;
+  m.hidden = 256;
+  m.heads = 8;
+  m.kv_heads = 8;
+  m.head_dim = 32;
+  m.ffn = 1024;
+  m.vocab = 2048;
+  m.seq_len = 256;
+  return m;
+}
+
+void check_valid(const Model& m, const Plan& p) {
+  validate(p, m, cluster_preset("dgx-h100", p.gpus()));
+}
+
+// Device bytes, beyond the persistent ones, live on stage 0 of a GPipe pipeline once it has run
+// every forward: the saved activations of all micro-batches.
+double saved_after_forwards(const Model& m, const Plan& p) {
+  check_valid(m, p);
+  Program prog = lower_stage(m, p, 0);
+  Liveness lv = liveness(prog);
+  int last = -1;
+  for (const Op& o : prog.ops) {
+    if (o.tags.phase != Phase::kForward) break;
+    last = o.id;
+  }
+  return lv.live_after_op.at(last) - lv.persistent_bytes;
+}
+
+// The closed form of the same: micro-batches x (layers' activations + the embedding's mask),
+// plus the token ids the embedding backward reads (4 bytes each).
+double closed_saved(const Model& m, const Plan& p) {
+  const int per_stage = m.layers / p.pp;
+  const int full = p.full_recompute_layers(per_stage);
+  const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
+  double stage = 0;
+  for (int i = 0; i < per_stage; ++i)
+    stage +=
+        cost::layer_activation_bytes(m, p, i < full ? Recompute::kFull : rest, m.is_moe_layer(i));
+  const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
+  const double sp = p.sequence_parallel ? p.tp : 1;
+  if (m.dropout) stage += tokens * m.hidden / sp;
+  stage += 4 * tokens;
+  return p.micro_batches() * stage;
+}
+
+TEST(Liveness, SavedActivationsMatchTheClosedFormCategoryByCategory) {
+  struct Case {
+    const char* what;
+    Model m;
+    Plan p;
+  };
+  std::vector<Case> cases;
+  auto gpipe = [](Plan p) {
+    p.schedule = Schedule::kGpipe;
+    return p;
+  };
+  cases.push_back({"gpt: dropout, flash, gelu, tp", tiny_gpt(4), gpipe(make_plan(2, 2, 1, 4))});
+  {
+    Plan p = gpipe(make_plan(2, 2, 1, 4, 2));
+    p.flash_attention = false;
+    cases.push_back({"gpt: materialised attention with dropout", tiny_gpt(4), p});
+    p.recompute = Recompute::kSelective;
+    cases.push_back({"gpt: selective recompute", tiny_gpt(4), p});
+  }
+  {
+    Plan p = gpipe(make_plan(2, 2, 1, 4));
+    p.sequence_parallel = true;
+    cases.push_back({"llama: swiglu, GQA, rmsnorm, sp", model_preset("tiny"), p});
+    p.cp = 2;
+    cases.push_back({"llama: sp and cp", model_preset("tiny"), p});
+  }
+  {
+    Plan p = gpipe(make_plan(1, 2, 1, 4));
+    p.recompute = Recompute::kFull;
+    cases.push_back({"gpt: full recompute", tiny_gpt(4), p});
+    p.recompute_layers = 1;
+    cases.push_back({"gpt: full recompute of 1 layer", tiny_gpt(4), p});
+  }
+  {
+    Plan p = gpipe(make_plan(2, 2, 1, 4));
+    p.precision = Dtype::kFp32;
+    cases.push_back({"gpt: fp32", tiny_gpt(4), p});
+  }
+  for (const Case& c : cases) {
+    const double got = saved_after_forwards(c.m, c.p);
+    const double want = closed_saved(c.m, c.p);
+    EXPECT_NEAR(got, want, 1e-9 * want) << c.what;
+  }
+}
+
+TEST(Liveness, MoELayersAlsoKeepTheExpertOutputsForTheRouterGradient) {
+  // The closed form leaves out the expert outputs that the combine's backward reads to get the
+  // router probabilities' gradient: eb x tokens x top_k x hidden per MoE layer and micro-batch.
+  const Model m = model_preset("tiny-moe");
+  Plan p = make_plan(1, 2, 1, 4);
+  p.schedule = Schedule::kGpipe;
+  const double got = saved_after_forwards(m, p);
+  const double want = closed_saved(m, p);
+  const double eret = 2.0 * m.seq_len * m.moe.top_k * m.hidden;
+  EXPECT_GT(got, want);
+  EXPECT_NEAR(got - want, 4 /*micro-batches*/ * 1 /*MoE layer*/ * eret, 1e-9 * want);
+}
+
+// The closed form without the runtime reserve: what the Program's buffers account for.
+double closed_total(const Model& m, const Plan& p, int stage) {
+  cost::MemoryBreakdown mb =
+      cost::memory_per_rank(m, cluster_preset("dgx-h100", p.gpus()), p, stage);
+  return mb.weights + mb.gradients + mb.optimizer + mb.activations + mb.transient;
+}
+
+TEST(Liveness, PeakMatchesTheClosedFormWithinTwoPercentOn1F1B) {
+  const Model m = small_gpt();
+  for (bool sp : {false, true}) {
+    Plan p = make_plan(2, 2, 1, 16, 2);  // 1F1B, 8 micro-batches
+    p.sequence_parallel = sp;
+    check_valid(m, p);
+    for (int s = 0; s < 2; ++s) {
+      Liveness lv = liveness(lower_stage(m, p, s));
+      const double closed = closed_total(m, p, s);
+      EXPECT_NEAR(lv.peak_bytes / closed, 1.0, 0.02) << "stage " << s << " sp " << sp;
+      // The persistent part is the closed form's weights, gradients and optimizer state.
+      cost::MemoryBreakdown mb = cost::memory_per_rank(m, cluster_preset("dgx-h100", 4), p, s);
+      EXPECT_NEAR(lv.persistent_bytes / (mb.weights + mb.gradients + mb.optimizer), 1.0, 0.01);
+    }
+  }
+  // ZeRO-1 over dp = 2: sharded optimizer state.
+  Plan p = make_plan(2, 2, 2, 32, 2);
+  p.zero = 1;
+  check_valid(m, p);
+  for (int s = 0; s < 2; ++s) {
+    Liveness lv = liveness(lower_stage(m, p, s));
+    EXPECT_NEAR(lv.peak_bytes / closed_total(m, p, s), 1.0, 0.02) << "zero-1 stage " << s;
+  }
+}
+
+TEST(Liveness, FullRecomputeTransientsDoNotCoincideWithTheLogits) {
+  // Known difference: on the last stage the closed form adds the recomputed layer's activations
+  // and the logits (with their fp32 softmax) as transients, but the Program recomputes a layer
+  // only after the loss's backward has freed the logits. Its peak is at the loss, lower by the
+  // recomputed layer, less the head's inputs (final norm input and output) held at that time.
+  const Model m = small_gpt();
+  Plan p = make_plan(2, 2, 2, 32, 2);
+  p.zero = 1;
+  p.recompute = Recompute::kFull;
+  check_valid(m, p);
+  Program prog = lower_stage(m, p, 1);
+  Liveness lv = liveness(prog);
+  EXPECT_EQ(prog.ops[lv.peak_op].kind, OpKind::kCrossEntropy);
+  const double closed = closed_total(m, p, 1);
+  const double layer = cost::layer_activation_bytes(m, p, Recompute::kNone, false);
+  const double head_inputs = 2 * (2.0 * 2 * m.seq_len * m.hidden);
+  EXPECT_LT(lv.peak_bytes, closed);
+  EXPECT_NEAR((closed - lv.peak_bytes) / (layer - head_inputs), 1.0, 0.02);
+  // Stage 0 has no logits: there the recomputed layer is the transient, as in the closed form.
+  EXPECT_NEAR(liveness(lower_stage(m, p, 0)).peak_bytes / closed_total(m, p, 0), 1.0, 0.02);
+}
+
+TEST(Liveness, GPipeLastStageKeepsEveryMicroBatchsFp32Softmax) {
+  // Known difference: the vocab-parallel cross-entropy saves its fp32 softmax for the backward,
+  // and under GPipe the last stage holds it (and the head's inputs) for every micro-batch; the
+  // closed form counts the logits of one micro-batch only.
+  const Model m = small_gpt();
+  Plan p = make_plan(2, 2, 1, 16, 2);
+  p.schedule = Schedule::kGpipe;
+  check_valid(m, p);
+  Liveness lv = liveness(lower_stage(m, p, 1));
+  const double closed = closed_total(m, p, 1);
+  const int M = p.micro_batches();
+  const double T = 2.0 * m.seq_len;
+  const double softmax = 4 * T * m.vocab / 2;
+  const double head_inputs = 2 * (2 * T * m.hidden);  // final norm input and output, bf16
+  const double extra = (M - 1) * softmax + M * head_inputs;
+  EXPECT_GT(lv.peak_bytes, closed);
+  EXPECT_NEAR((lv.peak_bytes - closed) / extra, 1.0, 0.1);
+  // 1F1B frees each softmax right after its backward: the difference vanishes.
+  p.schedule = Schedule::k1F1B;
+  Liveness one = liveness(lower_stage(m, p, 1));
+  EXPECT_NEAR(one.peak_bytes / closed_total(m, p, 1), 1.0, 0.02);
+}
+
+TEST(Liveness, Zero3GathersAreTransientParameters) {
+  // ZeRO-3 keeps 1/(dp x cp) of the weights; the gathered copies of at most two layers (the one
+  // in use and the one prefetched) are live at a time, which the closed form counts as its
+  // transient.
+  const Model m = small_gpt();
+  Plan p = make_plan(1, 1, 4, 8, 2);
+  p.zero = 3;
+  check_valid(m, p);
+  Program prog = lower_stage(m, p, 0);
+  Liveness lv = liveness(prog);
+  cost::MemoryBreakdown mb = cost::memory_per_rank(m, cluster_preset("dgx-h100", 4), p, 0);
+  double persistent_params = 0;
+  for (const Buffer& b : prog.buffers)
+    if (b.persistent && b.cls == BufferClass::kParam) persistent_params += b.bytes();
+  EXPECT_NEAR(persistent_params / mb.weights, 1.0, 0.01);
+  const double gathered = lv.peak_by_class[kParam] - persistent_params;
+  const double layer = 2.0 * param_counts(m).dense_layer;
+  EXPECT_GT(gathered, 0);
+  EXPECT_LE(gathered, 2 * layer + 2.0 * m.vocab * m.hidden);  // + the embedding at the edges
+  EXPECT_NEAR(lv.peak_bytes / closed_total(m, p, 0), 1.0, 0.05);
+}
+
+TEST(Liveness, OffloadMovesStateToHostMemory) {
+  const Model m = small_gpt();
+  Plan p = make_plan(1, 1, 1, 4, 2);
+  check_valid(m, p);
+  Liveness base = liveness(lower_stage(m, p, 0));
+  EXPECT_EQ(base.host_bytes, 0);
+  p.offload = {true, true, true};
+  Liveness off = liveness(lower_stage(m, p, 0));
+  cost::MemoryBreakdown mb = cost::memory_per_rank(m, cluster_preset("dgx-h100", 1), p, 0);
+  EXPECT_LT(off.peak_bytes, 0.5 * base.peak_bytes);
+  // Host memory holds the optimizer state, the weights and the offloaded activations.
+  EXPECT_GT(off.host_bytes, 0.9 * mb.host);
+}
+
+}  // namespace
+}  // namespace parasol

@@ -1,0 +1,876 @@
+// Tests of lower(): the Programs are well formed (ids, deps, streams, buffers, matching
+// sends/receives, they run to completion), and every Plan feature (TP with f/g, SP, CP ring,
+// EP all-to-all, vocab-parallel embedding/loss, ZeRO 0-3, expert reduction, GPipe/1F1B/
+// interleaved order, recompute, offload, optimizer) appears in the Program that inspects it.
+#include "core/lower.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace parasol {
+namespace {
+
+Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
+  Plan p;
+  p.tp = tp;
+  p.pp = pp;
+  p.dp = dp;
+  p.global_batch = gbs;
+  p.micro_batch = mbs;
+  return p;
+}
+
+Model tiny_gpt(int layers = 2) {
+  Model m = model_preset("tiny-gpt");
+  m.layers = layers;
+  return m;
+}
+
+LoweredPlan lowered(const Model& m, const Plan& p) {
+  Cluster c = cluster_preset("dgx-h100", p.gpus());
+  validate(p, m, c);
+  return lower(m, c, p);
+}
+
+using Pred = std::function<bool(const Op&)>;
+int count(const Program& p, const Pred& f) {
+  int n = 0;
+  for (const Op& o : p.ops) n += f(o) ? 1 : 0;
+  return n;
+}
+std::vector<const Op*> select(const Program& p, const Pred& f) {
+  std::vector<const Op*> out;
+  for (const Op& o : p.ops)
+    if (f(o)) out.push_back(&o);
+  return out;
+}
+Pred in(int layer, int mb, Phase ph) {
+  return [=](const Op& o) {
+    return o.tags.layer == layer && o.tags.micro_batch == mb && o.tags.phase == ph;
+  };
+}
+Pred kind(OpKind k) {
+  return [=](const Op& o) { return o.kind == k; };
+}
+Pred both(Pred a, Pred b) {
+  return [=](const Op& o) { return a(o) && b(o); };
+}
+
+// The forward/backward units of a Program in issue order: runs of ops with the same
+// (forward?, chunk, micro-batch), recompute ops belonging to their backward.
+struct U {
+  bool fwd;
+  int chunk, mb;
+  bool operator==(const U&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const U& u) {
+  return os << (u.fwd ? "F" : "B") << "(c" << u.chunk << ",mb" << u.mb << ")";
+}
+std::vector<U> units(const Program& p) {
+  std::vector<U> out;
+  for (const Op& o : p.ops) {
+    if (o.tags.micro_batch < 0 || o.tags.phase == Phase::kOptimizer) continue;
+    U u{o.tags.phase == Phase::kForward, o.tags.chunk, o.tags.micro_batch};
+    if (out.empty() || !(out.back() == u)) out.push_back(u);
+  }
+  return out;
+}
+
+// Structural invariants every Program must hold.
+void check_well_formed(const LoweredPlan& lp) {
+  for (const Program& p : lp.programs) {
+    SCOPED_TRACE("stage " + std::to_string(p.stage));
+    ASSERT_EQ(p.streams.size(), 3u);
+    ASSERT_FALSE(p.ranks.empty());
+    for (int r : p.ranks) EXPECT_EQ(&lp.program_of(r), &p);
+    for (size_t i = 0; i < p.buffers.size(); ++i) EXPECT_EQ(p.buffers[i].id, static_cast<int>(i));
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      const Op& o = p.ops[i];
+      ASSERT_EQ(o.id, static_cast<int>(i));
+      EXPECT_EQ(o.tags.stage, p.stage);
+      for (size_t d = 0; d < o.deps.size(); ++d) {
+        EXPECT_LT(o.deps[d], o.id) << o.name;
+        EXPECT_GE(o.deps[d], 0);
+        if (d) {
+          EXPECT_LT(o.deps[d - 1], o.deps[d]) << "deps sorted and unique";
+        }
+      }
+      for (int b : o.reads) ASSERT_TRUE(b >= 0 && b < static_cast<int>(p.buffers.size()));
+      for (int b : o.writes) ASSERT_TRUE(b >= 0 && b < static_cast<int>(p.buffers.size()));
+      bool all_host = !o.reads.empty() || !o.writes.empty();
+      for (int b : o.reads) all_host = all_host && p.buffers[b].host;
+      for (int b : o.writes) all_host = all_host && p.buffers[b].host;
+      if (is_communication(o.kind)) {
+        EXPECT_EQ(p.streams[o.stream], StreamKind::kComm) << o.name;
+        EXPECT_GT(o.bytes, 0) << o.name;
+      } else if (o.kind == OpKind::kOffload || o.kind == OpKind::kPrefetch || all_host) {
+        EXPECT_EQ(p.streams[o.stream], StreamKind::kCopy) << o.name;
+      } else {
+        EXPECT_EQ(p.streams[o.stream], StreamKind::kCompute) << o.name;
+        // Compute ops on the device touch device buffers only.
+        for (int b : o.reads) EXPECT_FALSE(p.buffers[b].host) << o.name;
+        for (int b : o.writes) EXPECT_FALSE(p.buffers[b].host) << o.name;
+      }
+      if (o.kind == OpKind::kLinear || o.kind == OpKind::kExpertLinear) {
+        EXPECT_GT(o.m * o.n * o.k, 0) << o.name;
+        EXPECT_GT(o.flops, 0);
+      }
+      if (o.kind == OpKind::kAttention) {
+        EXPECT_GT(o.attn.seq_q * o.attn.seq_kv * o.attn.heads, 0);
+      }
+      if (o.kind == OpKind::kOffload) {
+        for (int b : o.reads) EXPECT_FALSE(p.buffers[b].host);
+        for (int b : o.writes) EXPECT_TRUE(p.buffers[b].host);
+      }
+      if (o.kind == OpKind::kPrefetch) {
+        for (int b : o.reads) EXPECT_TRUE(p.buffers[b].host);
+        for (int b : o.writes) EXPECT_FALSE(p.buffers[b].host);
+      }
+    }
+  }
+}
+
+// Plays all Programs with eager sends: a stream runs its next op once the op's deps have run
+// and, for a receive, once the matching send has. Returns the ops that never ran.
+int unfinished_ops(const LoweredPlan& lp) {
+  const int n = static_cast<int>(lp.programs.size());
+  std::vector<std::vector<std::vector<int>>> queue(n);
+  std::vector<std::vector<size_t>> next(n);
+  std::vector<std::vector<char>> done(n);
+  for (int s = 0; s < n; ++s) {
+    const Program& p = lp.programs[s];
+    queue[s].assign(p.streams.size(), {});
+    next[s].assign(p.streams.size(), 0);
+    done[s].assign(p.ops.size(), 0);
+    for (const Op& o : p.ops) queue[s][o.stream].push_back(o.id);
+  }
+  // (group, from stage, to stage, tag) of sends that ran; the cp ring runs the same Program.
+  std::set<std::tuple<int, int, int, int64_t>> sent;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < n; ++s) {
+      const Program& p = lp.programs[s];
+      for (size_t st = 0; st < queue[s].size(); ++st) {
+        while (next[s][st] < queue[s][st].size()) {
+          const Op& o = p.ops[queue[s][st][next[s][st]]];
+          bool ready = true;
+          for (int d : o.deps) ready = ready && done[s][d];
+          if (ready && o.kind == OpKind::kRecv) {
+            const int from = o.group == Group::kPp ? o.peer_stage : s;
+            ready = sent.count({static_cast<int>(o.group), from, s, o.tag}) > 0;
+          }
+          if (!ready) break;
+          if (o.kind == OpKind::kSend) {
+            const int to = o.group == Group::kPp ? o.peer_stage : s;
+            EXPECT_TRUE(sent.insert({static_cast<int>(o.group), s, to, o.tag}).second)
+                << "duplicate tag " << o.tag;
+          }
+          done[s][o.id] = 1;
+          ++next[s][st];
+          progress = true;
+        }
+      }
+    }
+  }
+  int left = 0;
+  for (int s = 0; s < n; ++s)
+    for (char d : done[s]) left += d ? 0 : 1;
+  return left;
+}
+
+// Every send has exactly one receive with its tag at the peer, of the same size, and back.
+void check_sends_match(const LoweredPlan& lp) {
+  std::map<std::tuple<int, int, int, int64_t>, double> sends, recvs;
+  for (const Program& p : lp.programs)
+    for (const Op& o : p.ops) {
+      if (o.kind != OpKind::kSend && o.kind != OpKind::kRecv) continue;
+      const bool pp = o.group == Group::kPp;
+      if (pp) {
+        EXPECT_NE(o.peer_stage, p.stage);
+      } else {
+        EXPECT_EQ(o.group, Group::kCp);
+      }
+      const int peer = pp ? o.peer_stage : p.stage;
+      if (o.kind == OpKind::kSend)
+        EXPECT_TRUE(
+            sends.insert({{static_cast<int>(o.group), p.stage, peer, o.tag}, o.bytes}).second);
+      else
+        EXPECT_TRUE(
+            recvs.insert({{static_cast<int>(o.group), peer, p.stage, o.tag}, o.bytes}).second);
+    }
+  EXPECT_EQ(sends, recvs);
+}
+
+// A battery of plans covering every feature, for the structural checks.
+std::vector<std::pair<Model, Plan>> battery() {
+  std::vector<std::pair<Model, Plan>> out;
+  auto add = [&](Model m, Plan p) { out.emplace_back(std::move(m), p); };
+  add(tiny_gpt(), make_plan(2, 2, 1, 4));
+  {
+    Plan p = make_plan(2, 2, 2, 8);
+    p.sequence_parallel = true;
+    p.zero = 1;
+    add(tiny_gpt(4), p);
+  }
+  {
+    Plan p = make_plan(2, 1, 2, 4);
+    p.cp = 2;
+    p.zero = 2;
+    add(model_preset("tiny"), p);
+  }
+  {
+    Plan p = make_plan(2, 1, 4, 8);
+    p.ep = 2;
+    p.sequence_parallel = true;
+    add(model_preset("tiny-moe"), p);
+  }
+  {
+    Plan p = make_plan(1, 1, 4, 8);
+    p.ep = 4;
+    p.zero = 3;
+    add(model_preset("tiny-moe"), p);
+    p.overlap_param_gather = false;
+    p.offload.params = true;
+    add(model_preset("tiny-moe"), p);
+  }
+  {
+    Plan p = make_plan(1, 2, 2, 8);
+    p.schedule = Schedule::kInterleaved;
+    p.vpp = 2;
+    p.recompute = Recompute::kSelective;
+    p.flash_attention = false;
+    add(tiny_gpt(4), p);
+  }
+  {
+    Plan p = make_plan(2, 2, 1, 4);
+    p.schedule = Schedule::kGpipe;
+    p.recompute = Recompute::kFull;
+    p.recompute_layers = 1;
+    p.offload = {true, true, true};
+    add(tiny_gpt(4), p);
+  }
+  {
+    Plan p = make_plan(1, 1, 2, 4);
+    p.zero = 3;
+    p.offload = {true, true, true};
+    p.recompute = Recompute::kFull;
+    p.precision = Dtype::kFp32;
+    add(tiny_gpt(), p);
+  }
+  {
+    Plan p = make_plan(2, 2, 2, 8);
+    p.zero = 2;
+    p.cp = 2;
+    p.offload.params = true;
+    p.overlap_grad_reduce = false;
+    add(model_preset("tiny"), p);
+    p.recompute = Recompute::kFull;
+    p.offload.activations = true;
+    add(model_preset("tiny"), p);
+    p.recompute = Recompute::kSelective;
+    p.recompute_layers = -1;
+    p.sequence_parallel = true;
+    add(model_preset("tiny"), p);
+  }
+  {
+    Plan p = make_plan(1, 4, 1, 8, 2);
+    p.schedule = Schedule::kInterleaved;
+    p.vpp = 2;
+    p.zero = 1;
+    p.offload.optimizer = true;
+    add(tiny_gpt(8), p);
+  }
+  return out;
+}
+
+TEST(Lower, ProgramsAreWellFormedAndRunToCompletion) {
+  for (const auto& [m, p] : battery()) {
+    SCOPED_TRACE(plan_to_json(p).dump());
+    LoweredPlan lp = lowered(m, p);
+    ASSERT_EQ(static_cast<int>(lp.programs.size()), p.pp);
+    for (int s = 0; s < p.pp; ++s) EXPECT_EQ(lp.programs[s].stage, s);
+    check_well_formed(lp);
+    check_sends_match(lp);
+    EXPECT_EQ(unfinished_ops(lp), 0);
+    int ranks = 0;
+    for (const Program& prog : lp.programs) ranks += static_cast<int>(prog.ranks.size());
+    EXPECT_EQ(ranks, p.gpus());
+  }
+}
+
+TEST(Lower, TensorParallelUsesMegatronFAndGOperators) {
+  const Model m = tiny_gpt();
+  LoweredPlan lp = lowered(m, make_plan(2, 1, 1, 1));
+  const Program& p = lp.programs[0];
+  const int64_t T = m.seq_len, h = m.hidden;
+  // Forward of layer 0: column-parallel QKV/FC1 (n split), row-parallel out/FC2 (k split), each
+  // row-parallel GEMM followed by an all-reduce of its output over tp.
+  auto fwd = select(p, in(0, 0, Phase::kForward));
+  std::vector<std::string> seq;
+  for (const Op* o : fwd)
+    if (o->kind == OpKind::kLinear || o->kind == OpKind::kAllReduce) seq.push_back(o->name);
+  EXPECT_EQ(seq, (std::vector<std::string>{"L0.qkv", "L0.out", "L0.out.tp", "L0.fc1", "L0.fc2",
+                                           "L0.fc2.tp"}));
+  for (const Op* o : fwd) {
+    if (o->name == "L0.qkv") {
+      EXPECT_EQ(o->n, (m.q_dim() + 2 * m.kv_dim()) / 2);
+    } else if (o->name == "L0.out") {
+      EXPECT_EQ(o->k, m.q_dim() / 2);
+    } else if (o->name == "L0.fc1") {
+      EXPECT_EQ(o->n, m.ffn / 2);
+    } else if (o->name == "L0.fc2") {
+      EXPECT_EQ(o->k, m.ffn / 2);
+    }
+    if (o->kind == OpKind::kAllReduce) {
+      EXPECT_EQ(o->group, Group::kTp);
+      EXPECT_EQ(o->bytes, 2.0 * T * h);  // bf16 [T, h]
+      EXPECT_EQ(o->stream, 1);
+    }
+    if (o->kind == OpKind::kNorm) {
+      EXPECT_EQ(o->elements, double(T) * h);  // full sequence
+    }
+  }
+  // Backward: the column-parallel input gradients are all-reduced, overlapping the weight
+  // gradient GEMM issued after them (which does not wait for the all-reduce).
+  auto bwd = select(p, in(0, 0, Phase::kBackward));
+  std::vector<std::string> bseq;
+  for (const Op* o : bwd)
+    if (o->kind == OpKind::kAllReduce) bseq.push_back(o->name);
+  EXPECT_EQ(bseq, (std::vector<std::string>{"L0.fc1.dx.tp", "L0.qkv.dx.tp"}));
+  for (size_t i = 0; i + 1 < bwd.size(); ++i) {
+    if (bwd[i]->kind != OpKind::kAllReduce) continue;
+    const Op* wgrad = bwd[i + 1];
+    EXPECT_EQ(wgrad->kind, OpKind::kLinear);
+    EXPECT_FALSE(wgrad->backward_data);
+    EXPECT_EQ(std::count(wgrad->deps.begin(), wgrad->deps.end(), bwd[i]->id), 0);
+    EXPECT_TRUE(bwd[i - 1]->backward_data);  // the all-reduce follows the data gradient
+  }
+}
+
+TEST(Lower, SequenceParallelGathersAndScattersWithoutAllReduceInLayers) {
+  const Model m = tiny_gpt();
+  Plan plan = make_plan(2, 1, 1, 1);
+  plan.sequence_parallel = true;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  const int64_t T = m.seq_len, h = m.hidden;
+  EXPECT_EQ(count(p, [](const Op& o) { return o.kind == OpKind::kAllReduce && o.tags.layer >= 0; }),
+            0);
+  // The norms' gradients are partial sums over the sequence shards: one TP all-reduce of them.
+  auto norm_ar = select(p, [](const Op& o) { return o.name == "sp.g.ar"; });
+  ASSERT_EQ(norm_ar.size(), 1u);
+  EXPECT_EQ(norm_ar[0]->group, Group::kTp);
+  EXPECT_EQ(norm_ar[0]->bytes, 4.0 * (2 * 2 * m.layers + 2) * m.hidden);  // layernorm: 2 x h
+  for (int layer = 0; layer < m.layers; ++layer) {
+    auto f = in(layer, 0, Phase::kForward), b = in(layer, 0, Phase::kBackward);
+    EXPECT_EQ(count(p, both(f, kind(OpKind::kAllGather))), 2);
+    EXPECT_EQ(count(p, both(f, kind(OpKind::kReduceScatter))), 2);
+    // Backward: the conjugates (all-gather before the row-parallel data gradient, reduce-
+    // scatter of the column-parallel input gradient) and the column inputs gathered again.
+    EXPECT_EQ(count(p, both(b, kind(OpKind::kAllGather))), 4);
+    EXPECT_EQ(count(p, both(b, kind(OpKind::kReduceScatter))), 2);
+  }
+  for (const Op& o : p.ops) {
+    if (o.tags.layer < 0) continue;
+    // Norms and residuals on the sequence shard; all-gather output / reduce-scatter input full.
+    if (o.kind == OpKind::kNorm || o.kind == OpKind::kResidualAdd) {
+      EXPECT_EQ(o.elements, double(T / 2) * h) << o.name;
+    }
+    if (o.kind == OpKind::kAllGather || o.kind == OpKind::kReduceScatter) {
+      EXPECT_EQ(o.bytes, 2.0 * T * h) << o.name;
+    }
+  }
+  // Each all-gather feeds a column-parallel GEMM: QKV's input is the gathered buffer.
+  auto qkv = select(p, [](const Op& o) {
+    return o.name == "L0.qkv" && o.tags.phase == Phase::kForward && o.tags.micro_batch == 0;
+  });
+  ASSERT_EQ(qkv.size(), 1u);
+  const Op& ag = p.ops[qkv[0]->id - 1];
+  EXPECT_EQ(ag.kind, OpKind::kAllGather);
+  EXPECT_EQ(ag.writes[0], qkv[0]->reads[0]);
+}
+
+TEST(Lower, ContextParallelRingExchangesKVChunks) {
+  const Model m = model_preset("tiny");
+  for (int cp : {2, 4}) {
+    Plan plan = make_plan(1, 1, 1, 2);
+    plan.cp = cp;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    const double kv_bytes = 2.0 * 2 * (m.seq_len / cp) * m.kv_dim();  // K and V, bf16
+    for (int layer = 0; layer < m.layers; ++layer)
+      for (int mb = 0; mb < 2; ++mb) {
+        auto f = in(layer, mb, Phase::kForward), b = in(layer, mb, Phase::kBackward);
+        auto cp_send = [](const Op& o) { return o.kind == OpKind::kSend && o.group == Group::kCp; };
+        auto cp_recv = [](const Op& o) { return o.kind == OpKind::kRecv && o.group == Group::kCp; };
+        EXPECT_EQ(count(p, both(f, cp_send)), cp - 1);
+        EXPECT_EQ(count(p, both(f, cp_recv)), cp - 1);
+        EXPECT_EQ(count(p, both(f, kind(OpKind::kAttention))), cp);
+        // Backward: K/V again, and their gradients.
+        EXPECT_EQ(count(p, both(b, cp_send)), 2 * (cp - 1));
+        EXPECT_EQ(count(p, both(b, kind(OpKind::kAttention))), cp);
+        for (const Op* o : select(p, both(f, cp_send))) {
+          EXPECT_EQ(o->bytes, kv_bytes);
+          EXPECT_EQ(o->stream, 1);
+        }
+        // Step j > 0 attends to the chunk received at step j - 1.
+        auto steps = select(p, both(f, kind(OpKind::kAttention)));
+        auto recvs = select(p, both(f, cp_recv));
+        for (int j = 1; j < cp; ++j) {
+          EXPECT_EQ(steps[j]->attn.seq_q, m.seq_len / cp);
+          EXPECT_TRUE(std::count(steps[j]->deps.begin(), steps[j]->deps.end(), recvs[j - 1]->id));
+        }
+      }
+  }
+}
+
+TEST(Lower, ExpertParallelRoutesThroughTwoAllToAllsPerMoELayer) {
+  const Model m = model_preset("tiny-moe");
+  Plan plan = make_plan(1, 1, 4, 16);  // 4 micro-batches
+  plan.ep = 2;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < m.layers; ++layer) {
+    ASSERT_TRUE(m.is_moe_layer(layer));
+    auto f = in(layer, 0, Phase::kForward);
+    std::vector<OpKind> seq;
+    for (const Op* o : select(p, f))
+      if (o->kind == OpKind::kRouter || o->kind == OpKind::kDispatch ||
+          o->kind == OpKind::kAllToAll || o->kind == OpKind::kExpertLinear ||
+          o->kind == OpKind::kCombine)
+        seq.push_back(o->kind);
+    EXPECT_EQ(seq, (std::vector<OpKind>{OpKind::kRouter, OpKind::kDispatch, OpKind::kAllToAll,
+                                        OpKind::kExpertLinear, OpKind::kExpertLinear,
+                                        OpKind::kAllToAll, OpKind::kCombine}));
+    for (const Op* o : select(p, both(f, kind(OpKind::kAllToAll)))) EXPECT_EQ(o->group, Group::kEp);
+    for (const Op* o : select(p, both(f, kind(OpKind::kExpertLinear))))
+      EXPECT_EQ(o->batch, m.moe.experts / 2);  // the local experts
+    EXPECT_EQ(count(p, both(in(layer, 0, Phase::kBackward), kind(OpKind::kAllToAll))), 2);
+    // Gradients: dense weights over dp x cp, experts over (dp / ep) x cp.
+    auto ar = select(p, both(in(layer, 3, Phase::kBackward), kind(OpKind::kAllReduce)));
+    std::set<Group> groups;
+    for (const Op* o : ar) groups.insert(o->group);
+    EXPECT_EQ(groups, (std::set<Group>{Group::kDpCp, Group::kExpertDp}));
+  }
+}
+
+TEST(Lower, EmbeddingAndCrossEntropyAreVocabParallel) {
+  const Model m = tiny_gpt();
+  LoweredPlan lp = lowered(m, make_plan(2, 2, 1, 2));
+  const Program& first = lp.programs[0];
+  const Program& last = lp.programs[1];
+  auto emb = select(first, both(kind(OpKind::kEmbedding), in(-1, 0, Phase::kForward)));
+  ASSERT_EQ(emb.size(), 1u);
+  bool table = false;
+  for (int b : emb[0]->reads)
+    if (first.buffers[b].cls == BufferClass::kParam && first.buffers[b].shape[0] == m.vocab / 2)
+      table = true;
+  EXPECT_TRUE(table) << "the embedding reads its vocab shard";
+  EXPECT_EQ(first.ops[emb[0]->id + 1].kind, OpKind::kAllReduce);
+  EXPECT_EQ(count(last, kind(OpKind::kEmbedding)), 0);
+  auto head = select(last, [](const Op& o) { return o.name == "head"; });
+  ASSERT_EQ(head.size(), 2u);  // one per micro-batch
+  EXPECT_EQ(head[0]->n, m.vocab / 2);
+  EXPECT_EQ(count(last, both(kind(OpKind::kCrossEntropy), in(-1, 0, Phase::kForward))), 1);
+  EXPECT_EQ(count(last, both(kind(OpKind::kCrossEntropy), in(-1, 0, Phase::kBackward))), 1);
+  EXPECT_EQ(count(last, both(kind(OpKind::kAllReduce), in(-1, 0, Phase::kForward))), 1);
+  EXPECT_EQ(count(first, kind(OpKind::kCrossEntropy)), 0);
+}
+
+// Gradient reductions of a layer's dense bucket.
+std::vector<const Op*> grad_reductions(const Program& p, int layer, Group g) {
+  return select(p, [=](const Op& o) {
+    return o.tags.layer == layer && o.group == g && o.tags.phase != Phase::kForward &&
+           o.tags.phase != Phase::kRecompute &&
+           (o.kind == OpKind::kAllReduce || o.kind == OpKind::kReduceScatter) &&
+           o.name.find(".g.") != std::string::npos;
+  });
+}
+
+TEST(Lower, Zero0AllReducesEachLayerAfterItsLastBackwardOverlapped) {
+  const Model m = tiny_gpt(4);
+  LoweredPlan lp = lowered(m, make_plan(1, 1, 2, 8));  // 4 micro-batches
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < m.layers; ++layer) {
+    auto r = grad_reductions(p, layer, Group::kDpCp);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0]->kind, OpKind::kAllReduce);
+    EXPECT_EQ(r[0]->stream, 1);
+    EXPECT_EQ(r[0]->tags.micro_batch, 3);
+    EXPECT_EQ(r[0]->tags.phase, Phase::kBackward);
+    // After this layer's last backward op, before the next (lower) layer's backward compute.
+    auto last_bwd =
+        select(p, both(in(layer, 3, Phase::kBackward), [](const Op& o) { return o.stream == 0; }));
+    EXPECT_GT(r[0]->id, last_bwd.back()->id);
+    if (layer > 0) {
+      EXPECT_LT(r[0]->id, select(p, in(layer - 1, 3, Phase::kBackward)).front()->id);
+    }
+  }
+}
+
+TEST(Lower, Zero1ReduceScattersUpdatesTheShardAndGathers) {
+  const Model m = tiny_gpt(2);
+  Plan plan = make_plan(1, 1, 4, 8);
+  plan.zero = 1;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < m.layers; ++layer) {
+    auto r = grad_reductions(p, layer, Group::kDpCp);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0]->kind, OpKind::kReduceScatter);
+    auto adam = select(p, both(kind(OpKind::kAdamW), in(layer, -1, Phase::kOptimizer)));
+    ASSERT_EQ(adam.size(), 1u);
+    auto ag = select(p, both(kind(OpKind::kAllGather), in(layer, -1, Phase::kOptimizer)));
+    ASSERT_EQ(ag.size(), 1u);
+    EXPECT_NEAR(ag[0]->bytes, 4 * adam[0]->elements * 2, 32);  // bf16 weights, 4 shards
+    EXPECT_NEAR(r[0]->bytes, 4 * adam[0]->elements * 4, 64);   // fp32 gradients
+    EXPECT_GT(ag[0]->id, adam[0]->id);
+  }
+}
+
+TEST(Lower, Zero2ReduceScattersEveryMicroBatch) {
+  const Model m = tiny_gpt(2);
+  Plan plan = make_plan(1, 1, 2, 8);
+  plan.zero = 2;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < m.layers; ++layer) {
+    auto r = grad_reductions(p, layer, Group::kDpCp);
+    ASSERT_EQ(r.size(), 4u);
+    for (int mb = 0; mb < 4; ++mb) {
+      EXPECT_EQ(r[mb]->kind, OpKind::kReduceScatter);
+      EXPECT_EQ(r[mb]->tags.micro_batch, mb);
+      // Its inputs are this micro-batch's (non-persistent) gradient buffers.
+      for (int b : r[mb]->reads) EXPECT_FALSE(p.buffers[b].persistent);
+      for (int b : r[mb]->writes) EXPECT_TRUE(p.buffers[b].persistent);
+    }
+  }
+}
+
+TEST(Lower, Zero3GathersEachLayerBeforeItsFirstGemm) {
+  const Model m = tiny_gpt(2);
+  Plan plan = make_plan(1, 1, 2, 4);
+  plan.zero = 3;
+  plan.recompute = Recompute::kFull;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < m.layers; ++layer)
+    for (int mb = 0; mb < 2; ++mb)
+      for (Phase ph : {Phase::kForward, Phase::kRecompute, Phase::kBackward}) {
+        SCOPED_TRACE(std::to_string(layer) + "/" + std::to_string(mb) + phase_name(ph));
+        auto ops = select(p, in(layer, mb, ph));
+        auto ag = select(p, both(in(layer, mb, ph), kind(OpKind::kAllGather)));
+        ASSERT_EQ(ag.size(), 1u);
+        EXPECT_EQ(ag[0]->group, Group::kDpCp);
+        const Op* gemm = nullptr;
+        for (const Op* o : ops)
+          if (o->kind == OpKind::kLinear && !gemm) gemm = o;
+        ASSERT_NE(gemm, nullptr);
+        EXPECT_LT(ag[0]->id, gemm->id);
+        // The GEMM reads a gathered (non-persistent) weight.
+        bool gathered = false;
+        for (int b : gemm->reads)
+          if (std::count(ag[0]->writes.begin(), ag[0]->writes.end(), b)) gathered = true;
+        EXPECT_TRUE(gathered);
+        for (int b : ag[0]->writes) EXPECT_FALSE(p.buffers[b].persistent);
+        for (int b : ag[0]->reads) EXPECT_TRUE(p.buffers[b].persistent);
+      }
+  // Gradients reduce-scattered per micro-batch.
+  EXPECT_EQ(grad_reductions(p, 0, Group::kDpCp).size(), 2u);
+}
+
+TEST(Lower, OneF1BStagesWarmUpThenAlternateThenCoolDown) {
+  const Model m = tiny_gpt(4);
+  LoweredPlan lp = lowered(m, make_plan(1, 4, 1, 6));
+  for (int s = 0; s < 4; ++s) {
+    auto u = units(lp.programs[s]);
+    ASSERT_EQ(u.size(), 12u);
+    const int warm = 4 - s - 1;
+    std::vector<U> want;
+    for (int i = 0; i < warm; ++i) want.push_back({true, 0, i});
+    for (int i = 0; i < 6 - warm; ++i) {
+      want.push_back({true, 0, warm + i});
+      want.push_back({false, 0, i});
+    }
+    for (int i = 6 - warm; i < 6; ++i) want.push_back({false, 0, i});
+    EXPECT_EQ(u, want) << "stage " << s;
+  }
+  // Stage 0 starts with pp - 1 forwards before its first backward.
+  auto u0 = units(lp.programs[0]);
+  EXPECT_TRUE(u0[0].fwd && u0[1].fwd && u0[2].fwd && u0[3].fwd && !u0[4].fwd);
+}
+
+TEST(Lower, GPipeRunsAllForwardsFirst) {
+  Plan plan = make_plan(1, 2, 1, 4);
+  plan.schedule = Schedule::kGpipe;
+  LoweredPlan lp = lowered(tiny_gpt(), plan);
+  auto u = units(lp.programs[1]);
+  ASSERT_EQ(u.size(), 8u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(u[i], (U{true, 0, i}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(u[4 + i], (U{false, 0, i}));
+}
+
+TEST(Lower, InterleavedOrderAndChunksFollowMegatron) {
+  const Model m = tiny_gpt(4);
+  Plan plan = make_plan(1, 2, 1, 4);
+  plan.schedule = Schedule::kInterleaved;
+  plan.vpp = 2;
+  LoweredPlan lp = lowered(m, plan);
+  // Worked by hand from Megatron's forward_backward_pipelining_with_interleaving: warm-up
+  // (pp - s - 1) * 2 + (vpp - 1) * pp virtual micro-batches, chunk (k / pp) % vpp forward and
+  // vpp - 1 - that backward, micro-batch (k / (pp * vpp)) * pp + k % pp.
+  const std::vector<U> s0 = {{true, 0, 0},  {true, 0, 1},  {true, 1, 0},  {true, 1, 1},
+                             {true, 0, 2},  {false, 1, 0}, {true, 0, 3},  {false, 1, 1},
+                             {true, 1, 2},  {false, 0, 0}, {true, 1, 3},  {false, 0, 1},
+                             {false, 1, 2}, {false, 1, 3}, {false, 0, 2}, {false, 0, 3}};
+  const std::vector<U> s1 = {{true, 0, 0}, {true, 0, 1},  {true, 1, 0},  {false, 1, 0},
+                             {true, 1, 1}, {false, 1, 1}, {true, 0, 2},  {false, 0, 0},
+                             {true, 0, 3}, {false, 0, 1}, {true, 1, 2},  {false, 1, 2},
+                             {true, 1, 3}, {false, 1, 3}, {false, 0, 2}, {false, 0, 3}};
+  EXPECT_EQ(units(lp.programs[0]), s0);
+  EXPECT_EQ(units(lp.programs[1]), s1);
+  // Chunk c of stage s holds the layers of virtual stage c * pp + s (one layer each here).
+  for (int s = 0; s < 2; ++s)
+    for (const Op& o : lp.programs[s].ops)
+      if (o.tags.layer >= 0) {
+        EXPECT_EQ(o.tags.layer, o.tags.chunk * 2 + s) << o.name;
+      }
+  // Stage 1 chunk 0 sends to stage 0 chunk 1 (the wrap-around), which receives from stage 1.
+  auto wrap = select(lp.programs[1], [](const Op& o) {
+    return o.kind == OpKind::kSend && o.tags.chunk == 0 && o.tags.phase == Phase::kForward;
+  });
+  ASSERT_FALSE(wrap.empty());
+  EXPECT_EQ(wrap[0]->peer_stage, 0);
+  EXPECT_EQ(count(lp.programs[0], kind(OpKind::kCrossEntropy)), 0);
+  EXPECT_EQ(count(lp.programs[1], kind(OpKind::kCrossEntropy)), 8);
+  EXPECT_EQ(unfinished_ops(lp), 0);
+  // Larger: the warm-up length of every stage.
+  Plan big = make_plan(1, 4, 1, 8);
+  big.schedule = Schedule::kInterleaved;
+  big.vpp = 2;
+  LoweredPlan lb = lowered(tiny_gpt(8), big);
+  for (int s = 0; s < 4; ++s) {
+    auto u = units(lb.programs[s]);
+    int warm = 0;
+    while (u[warm].fwd) ++warm;
+    EXPECT_EQ(warm, std::min((4 - s - 1) * 2 + (2 - 1) * 4, 16) + 1) << s;  // + the steady F
+  }
+  EXPECT_EQ(unfinished_ops(lb), 0);
+}
+
+TEST(Lower, PipelineSendsActivationsForwardAndGradientsBackward) {
+  const Model m = tiny_gpt(4);
+  LoweredPlan lp = lowered(m, make_plan(2, 4, 1, 2));
+  const Program& p = lp.programs[1];
+  const double bytes = 2.0 * m.seq_len * m.hidden / 2;  // 1/tp of the bf16 activation
+  auto sends = select(p, kind(OpKind::kSend));
+  auto recvs = select(p, kind(OpKind::kRecv));
+  ASSERT_EQ(sends.size(), 4u);
+  ASSERT_EQ(recvs.size(), 4u);
+  for (const Op* o : sends) {
+    EXPECT_EQ(o->peer_stage, o->tags.phase == Phase::kForward ? 2 : 0);
+    EXPECT_EQ(o->bytes, bytes);
+    EXPECT_EQ(o->group, Group::kPp);
+  }
+  for (const Op* o : recvs) {
+    EXPECT_EQ(o->peer_stage, o->tags.phase == Phase::kForward ? 0 : 2);
+    // The TP group all-gathers the 1/tp pieces.
+    EXPECT_EQ(p.ops[o->id + 1].kind, OpKind::kAllGather);
+  }
+}
+
+TEST(Lower, SelectiveRecomputeReEmitsAttentionBeforeItsBackward) {
+  const Model m = tiny_gpt(2);
+  Plan plan = make_plan(1, 1, 1, 2);
+  plan.recompute = Recompute::kSelective;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  for (int layer = 0; layer < 2; ++layer)
+    for (int mb = 0; mb < 2; ++mb) {
+      auto rc = select(p, in(layer, mb, Phase::kRecompute));
+      ASSERT_EQ(rc.size(), 1u);
+      EXPECT_EQ(rc[0]->kind, OpKind::kAttention);
+      auto bwd_attn = select(p, both(in(layer, mb, Phase::kBackward), kind(OpKind::kAttention)));
+      ASSERT_EQ(bwd_attn.size(), 1u);
+      EXPECT_LT(rc[0]->id, bwd_attn[0]->id);
+      EXPECT_GT(rc[0]->id, select(p, in(layer, mb, Phase::kForward)).back()->id);
+      EXPECT_TRUE(std::count(bwd_attn[0]->deps.begin(), bwd_attn[0]->deps.end(), rc[0]->id));
+    }
+}
+
+TEST(Lower, FullRecomputeReEmitsTheForwardOfTheFirstKLayers) {
+  const Model m = tiny_gpt(8);
+  Plan plan = make_plan(2, 2, 1, 2);
+  plan.recompute = Recompute::kFull;
+  plan.recompute_layers = 1;
+  LoweredPlan lp = lowered(m, plan);
+  for (const Program& p : lp.programs) {
+    const int first = p.stage * 4;
+    for (int layer = first; layer < first + 4; ++layer) {
+      auto rc = select(p, in(layer, 0, Phase::kRecompute));
+      if (layer != first) {
+        EXPECT_TRUE(rc.empty());
+        continue;
+      }
+      // The whole layer forward, TP communication included, before the layer's backward.
+      auto fwd = select(p, in(layer, 0, Phase::kForward));
+      ASSERT_EQ(rc.size(), fwd.size());
+      for (size_t i = 0; i < rc.size(); ++i) EXPECT_EQ(rc[i]->kind, fwd[i]->kind);
+      EXPECT_LT(rc.back()->id, select(p, in(layer, 0, Phase::kBackward)).front()->id);
+      EXPECT_GT(count(p, both(in(layer, 0, Phase::kRecompute), kind(OpKind::kAllReduce))), 0);
+    }
+  }
+  Plan all = plan;
+  all.recompute_layers = -1;
+  LoweredPlan la = lowered(m, all);
+  for (int layer = 0; layer < 4; ++layer)
+    EXPECT_FALSE(select(la.programs[0], in(layer, 1, Phase::kRecompute)).empty());
+}
+
+TEST(Lower, OffloadsRunOnTheCopyStream) {
+  const Model m = tiny_gpt(4);
+  {  // optimizer: state in host memory, gradients down, AdamW on the host, weights back up
+    Plan plan = make_plan(1, 1, 2, 4);
+    plan.zero = 1;
+    plan.offload.optimizer = true;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    for (const Buffer& b : p.buffers)
+      if (b.cls == BufferClass::kOptimizer) {
+        EXPECT_TRUE(b.host);
+      }
+    auto adam = select(p, kind(OpKind::kAdamW));
+    ASSERT_FALSE(adam.empty());
+    for (const Op* o : adam) {
+      EXPECT_EQ(o->stream, 2);
+      for (int b : o->reads) EXPECT_TRUE(p.buffers[b].host);
+    }
+    EXPECT_EQ(count(p,
+                    [](const Op& o) {
+                      return o.kind == OpKind::kOffload && o.tags.phase == Phase::kBackward;
+                    }),
+              m.layers + 2);  // every bucket's gradients
+    EXPECT_EQ(count(p,
+                    [](const Op& o) {
+                      return o.kind == OpKind::kPrefetch && o.tags.phase == Phase::kOptimizer;
+                    }),
+              m.layers + 2);  // every bucket's new weights
+  }
+  {  // params: weights in host memory, prefetched per layer ahead of use
+    Plan plan = make_plan(1, 1, 1, 2);
+    plan.offload.params = true;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    for (const Buffer& b : p.buffers)
+      if (b.cls == BufferClass::kParam && b.persistent) {
+        EXPECT_TRUE(b.host);
+      }
+    for (int layer = 0; layer < m.layers; ++layer)
+      for (Phase ph : {Phase::kForward, Phase::kBackward}) {
+        auto pf = select(p, both(in(layer, 1, ph), kind(OpKind::kPrefetch)));
+        ASSERT_EQ(pf.size(), 1u);
+        EXPECT_EQ(pf[0]->stream, 2);
+        const Op* first = select(p, both(in(layer, 1, ph), kind(OpKind::kLinear))).front();
+        EXPECT_LT(pf[0]->id, first->id);
+        if (layer > 0 && ph == Phase::kForward) {  // issued while the previous layer computes
+          EXPECT_LT(pf[0]->id,
+                    select(p, both(in(layer - 1, 1, ph), kind(OpKind::kLinear))).front()->id);
+        }
+      }
+  }
+  {  // activations: offloaded after the layer's forward, prefetched before its backward
+    Plan plan = make_plan(1, 1, 1, 2);
+    plan.offload.activations = true;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    for (int layer = 0; layer < m.layers; ++layer)
+      for (int mb = 0; mb < 2; ++mb) {
+        auto off = select(p, both(in(layer, mb, Phase::kForward), kind(OpKind::kOffload)));
+        auto pre = select(p, both(in(layer, mb, Phase::kBackward), kind(OpKind::kPrefetch)));
+        ASSERT_EQ(off.size(), 1u);
+        ASSERT_EQ(pre.size(), 1u);
+        EXPECT_EQ(off[0]->stream, 2);
+        EXPECT_EQ(pre[0]->stream, 2);
+        EXPECT_EQ(off[0]->bytes, pre[0]->bytes);
+        EXPECT_EQ(off[0]->id, select(p, in(layer, mb, Phase::kForward)).back()->id);
+        EXPECT_LT(pre[0]->id, select(p, both(in(layer, mb, Phase::kBackward),
+                                             [](const Op& o) { return o.stream == 0; }))
+                                  .front()
+                                  ->id);
+      }
+  }
+}
+
+TEST(Lower, OptimizerStepNormsClipsUpdatesAndCasts) {
+  const Model m = tiny_gpt(4);
+  Plan plan = make_plan(2, 2, 2, 8);
+  plan.zero = 1;
+  LoweredPlan lp = lowered(m, plan);
+  for (const Program& p : lp.programs) {
+    auto opt = select(p, [](const Op& o) { return o.tags.phase == Phase::kOptimizer; });
+    ASSERT_FALSE(opt.empty());
+    EXPECT_EQ(opt[0]->kind, OpKind::kGradNorm);
+    std::set<Group> norm_groups;
+    for (const Op* o : opt)
+      if (o->kind == OpKind::kAllReduce) norm_groups.insert(o->group);
+    EXPECT_EQ(norm_groups, (std::set<Group>{Group::kTp, Group::kPp, Group::kDpCp}));
+    const int buckets = 2 + 1;  // two layers and the embedding or the head
+    EXPECT_EQ(count(p, kind(OpKind::kAdamW)), buckets);
+    EXPECT_EQ(count(p, kind(OpKind::kCast)), buckets);
+    for (const Op* o : select(p, kind(OpKind::kAdamW))) EXPECT_EQ(o->stream, 0);
+  }
+}
+
+TEST(Lower, GemmFlopsMatchTheModelsFlopsPerToken) {
+  for (Model m : {tiny_gpt(4), model_preset("tiny"), model_preset("tiny-moe")}) {
+    Plan plan = make_plan(2, 2, 1, 4);
+    plan.cp = 1;
+    LoweredPlan lp = lowered(m, plan);
+    double gemm = 0, attn = 0, router = 0;
+    for (const Program& p : lp.programs)
+      for (const Op& o : p.ops) {
+        if (o.tags.phase != Phase::kForward) continue;
+        // The router is replicated over the TP ranks: count it once.
+        if (o.kind == OpKind::kLinear && o.name.ends_with("router"))
+          router += o.flops;
+        else if (o.kind == OpKind::kLinear || o.kind == OpKind::kExpertLinear)
+          gemm += o.flops;
+        if (o.kind == OpKind::kAttention) attn += o.flops;
+      }
+    const double tokens = 4.0 * m.seq_len;  // per TP rank: 4 micro-batches
+    const FlopsPerToken f = flops_per_token(m);
+    const double core = 4.0 * m.seq_len * m.q_dim() * m.layers;  // full attention matrix
+    EXPECT_NEAR((gemm * 2 + router) / tokens, f.forward - core, 1e-6 * f.forward) << m.name;
+    // Flash attention executes the causal half.
+    EXPECT_NEAR(attn * 2 / tokens, core * 0.5 * (1 + 1.0 / m.seq_len), 1e-6 * core) << m.name;
+  }
+}
+
+TEST(Lower, Gpt3At1024GpusLowersInUnderASecond) {
+  const Model m = model_preset("gpt3-175b");
+  Plan plan = make_plan(8, 8, 16, 2048);  // 128 micro-batches per pipeline, 1F1B
+  plan.sequence_parallel = true;
+  plan.recompute = Recompute::kSelective;
+  Cluster c = cluster_preset("dgx-a100-80g", 1024);
+  validate(plan, m, c);
+  auto t0 = std::chrono::steady_clock::now();
+  LoweredPlan lp = lower(m, c, plan);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t ops = 0;
+  for (const Program& p : lp.programs) ops += p.ops.size();
+  EXPECT_GT(ops / 8, 50000u);
+  RecordProperty("lower_seconds", std::to_string(s));
+  std::printf("GPT-3 175B TP8 PP8 DP16 SP, 128 micro-batches: %zu ops in %.3f s\n", ops, s);
+#ifdef NDEBUG
+  EXPECT_LT(s, 1.0);
+#endif
+}
+
+}  // namespace
+}  // namespace parasol

@@ -1,0 +1,501 @@
+// Tests core/plan.h: each validate() rule (field and reason), valid plans, JSON round trip.
+#include "core/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace parasol {
+namespace {
+
+template <typename Fn>
+void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected parasol::Error naming " << field;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "'" << e.what() << "' lacks '" << substring << "'";
+  }
+}
+
+void ExpectInvalid(const Plan& p, const Model& m, const Cluster& c, const std::string& field,
+                   const std::string& substring) {
+  ExpectError([&] { validate(p, m, c); }, field, substring);
+}
+
+Plan degrees(int tp, int pp = 1, int dp = 1, int cp = 1) {
+  Plan p;
+  p.tp = tp;
+  p.pp = pp;
+  p.dp = dp;
+  p.cp = cp;
+  p.global_batch = dp;
+  return p;
+}
+
+Model custom(const std::string& json) { return model_from_json(Json::parse(json)); }
+
+// Shared fixtures (building a cluster is cheap, but these are used by many tests).
+const Model& llama8b() {
+  static const Model m = model_preset("llama3-8b");
+  return m;
+}
+const Model& mixtral() {
+  static const Model m = model_preset("mixtral-8x7b");
+  return m;
+}
+const Cluster& h100(int gpus) {
+  static std::map<int, Cluster> cache;
+  auto it = cache.find(gpus);
+  if (it == cache.end()) it = cache.emplace(gpus, cluster_preset("dgx-h100", gpus)).first;
+  return it->second;
+}
+
+// --- Valid plans -------------------------------------------------------------------------------
+
+TEST(PlanValid, Llama8bTp8Pp2On16H100) {
+  Plan p = degrees(8, 2);
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  EXPECT_EQ(p.gpus(), 16);
+  EXPECT_EQ(p.micro_batches(), 1);
+}
+
+TEST(PlanValid, Gpt3Tp8Pp8Vpp3InterleavedOn64A100) {
+  // Narayanan et al. 2021's GPT-3 175B setting (tp 8, pp 8, interleaved schedule).
+  Plan p = degrees(8, 8);
+  p.vpp = 3;
+  p.schedule = Schedule::kInterleaved;
+  p.global_batch = 64;
+  EXPECT_NO_THROW(validate(p, model_preset("gpt3-175b"), cluster_preset("dgx-a100-80g", 64)));
+  EXPECT_EQ(p.micro_batches(), 64);
+}
+
+TEST(PlanValid, MixtralWithEverythingOn64H100) {
+  Plan p = degrees(8, 1, 8);
+  p.ep = 8;
+  p.sequence_parallel = true;
+  p.zero = 1;
+  p.global_batch = 64;
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = 4;
+  p.offload.optimizer = true;
+  p.precision = Dtype::kFp8;
+  EXPECT_NO_THROW(validate(p, mixtral(), h100(64)));
+}
+
+TEST(PlanValid, ContextParallelAndLongRopeSequence) {
+  Plan p = degrees(8, 1, 1, 2);
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  // RoPE models may train beyond seq_len; only learned position tables limit it.
+  p.seq_len = 32768;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
+TEST(PlanValid, PlanFileNamesItsModelAndCluster) {
+  Plan p = plan_from_json(Json::parse(
+      R"({"tp": 8, "pp": 2, "gbs": 32, "model": "llama3-8b", "cluster": "dgx-h100",
+          "gpus": 16})"));
+  EXPECT_NO_THROW(validate(p, load_model(p.model_ref), load_cluster(p.cluster_ref, p.gpus_ref)));
+}
+
+// --- One test per validate() rule, in the order of plan_validate.cc -----------------------------
+
+TEST(PlanValidate, DegreesBelowOne) {
+  // Plans built in code (by search) skip plan_from_json's ranges; validate must still reject
+  // them rather than divide by zero.
+  Plan p = degrees(8, 1, 2);
+  p.ep = 0;
+  ExpectInvalid(p, mixtral(), h100(16), "plan.ep", ">= 1");
+  p = degrees(8, 2);
+  p.vpp = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.vpp", ">= 1");
+  p = degrees(8, 2);
+  p.micro_batch = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.mbs", ">= 1");
+  p = degrees(8, 2);
+  p.global_batch = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.gbs", ">= 1");
+  p = degrees(-8, -2);  // the product is 16
+  ExpectInvalid(p, llama8b(), h100(16), "plan.tp", ">= 1");
+  p = degrees(8, 2);
+  p.zero = 4;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero", "0 to 3");
+  p = degrees(8, 2);
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = -2;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_layers", ">= -1");
+  p = degrees(8, 2);
+  p.seq_len = -1;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.seq", ">= 0");
+}
+
+TEST(PlanValidate, ProductOfDegreesMustEqualGpus) {
+  ExpectInvalid(degrees(8), llama8b(), h100(16), "plan", "= 8 differs from the 16 GPUs");
+  ExpectInvalid(degrees(8, 2, 2), llama8b(), h100(16), "plan", "= 32 differs");
+}
+
+TEST(PlanValidate, TpMustDivideHeads) {
+  ExpectInvalid(degrees(8), model_preset("gpt2-124m"), h100(8), "plan.tp",
+                "8 does not divide attention heads (12)");
+}
+
+TEST(PlanValidate, TpMustDivideKvHeads) {
+  ExpectInvalid(degrees(16), llama8b(), h100(16), "plan.tp", "16 does not divide KV heads (8)");
+}
+
+TEST(PlanValidate, TpMustDivideFfn) {
+  Model m = custom(R"({"layers": 2, "hidden": 64, "heads": 4, "ffn": 6, "vocab": 512,
+                       "seq_len": 64})");
+  ExpectInvalid(degrees(4), m, h100(4), "plan.tp", "4 does not divide the MLP size ffn (6)");
+}
+
+TEST(PlanValidate, TpMustDivideExpertFfn) {
+  Model m = custom(R"({"layers": 2, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 512,
+                       "seq_len": 64, "moe": {"experts": 4, "expert_ffn": 6}})");
+  ExpectInvalid(degrees(4), m, h100(4), "plan.tp", "4 does not divide the expert MLP size (6)");
+}
+
+TEST(PlanValidate, SeqBeyondLearnedPositions) {
+  Plan p = degrees(1);
+  p.seq_len = 2048;
+  ExpectInvalid(p, model_preset("gpt2-124m"), cluster_preset("h200-1", 1), "plan.seq",
+                "2048 exceeds the 1024 learned positions");
+  p.seq_len = 1024;
+  EXPECT_NO_THROW(validate(p, model_preset("gpt2-124m"), cluster_preset("h200-1", 1)));
+}
+
+TEST(PlanValidate, SequenceParallelNeedsTp) {
+  Plan p = degrees(1);
+  p.sequence_parallel = true;
+  ExpectInvalid(p, llama8b(), cluster_preset("h200-1", 1), "plan.sp", "needs tp > 1");
+}
+
+TEST(PlanValidate, SequenceParallelTpMustDivideSequence) {
+  Plan p = degrees(8);
+  p.sequence_parallel = true;
+  p.seq_len = 1001;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.tp",
+                "8 does not divide the sequence per context rank with sp (1001)");
+}
+
+TEST(PlanValidate, VirtualStagesNeedInterleavedSchedule) {
+  Plan p = degrees(8, 2);
+  p.vpp = 2;
+  p.global_batch = 4;
+  p.schedule = Schedule::k1F1B;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.vpp",
+                "2 virtual stages need schedule interleaved, not 1f1b");
+  p.schedule = Schedule::kGpipe;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.vpp", "not gpipe");
+}
+
+TEST(PlanValidate, InterleavedNeedsPipeline) {
+  Plan p = degrees(8);
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.schedule", "interleaved needs pp > 1");
+}
+
+TEST(PlanValidate, InterleavedNeedsVirtualStages) {
+  Plan p = degrees(8, 2);
+  p.schedule = Schedule::kInterleaved;
+  p.global_batch = 4;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.vpp", "interleaved needs vpp >= 2");
+}
+
+TEST(PlanValidate, StagesMustDivideLayers) {
+  ExpectInvalid(degrees(8, 3), llama8b(), h100(24), "plan.pp", "3 does not divide layers");
+  Plan p = degrees(8, 2);
+  p.vpp = 3;
+  p.schedule = Schedule::kInterleaved;
+  p.global_batch = 4;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.pp", "6 does not divide layers");
+}
+
+TEST(PlanValidate, GlobalBatchMultipleOfDpTimesMbs) {
+  Plan p = degrees(8, 1, 2);
+  p.micro_batch = 2;
+  p.global_batch = 6;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.gbs", "6 is not a multiple of dp x mbs = 2 x 2");
+}
+
+TEST(PlanValidate, InterleavedMicroBatchesMultipleOfPp) {
+  Plan p = degrees(8, 8);
+  p.vpp = 3;
+  p.schedule = Schedule::kInterleaved;
+  p.global_batch = 12;
+  ExpectInvalid(p, model_preset("gpt3-175b"), cluster_preset("dgx-a100-80g", 64), "plan.gbs",
+                "micro-batch count (12) to be a multiple of pp (8)");
+}
+
+TEST(PlanValidate, ExpertParallelNeedsExperts) {
+  Plan p = degrees(8, 1, 2);
+  p.ep = 2;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.ep", "2 > 1 but the model has no experts");
+}
+
+TEST(PlanValidate, EpMustDivideExperts) {
+  Plan p = degrees(8, 1, 3);
+  p.ep = 3;
+  ExpectInvalid(p, mixtral(), h100(24), "plan.ep", "3 does not divide experts (8)");
+}
+
+TEST(PlanValidate, EpMustDivideDp) {
+  Plan p = degrees(8, 1, 2);
+  p.ep = 4;
+  ExpectInvalid(p, mixtral(), h100(16), "plan.ep", "4 does not divide dp");
+}
+
+TEST(PlanValidate, ContextParallelChunksMustDivideSequence) {
+  Plan p = degrees(8, 1, 1, 2);
+  p.seq_len = 1002;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp", "4 does not divide the sequence length");
+}
+
+TEST(PlanValidate, Zero3WithPipelineUnsupported) {
+  Plan p = degrees(8, 2);
+  p.zero = 3;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero", "ZeRO-3 with pp > 1");
+  p = degrees(8, 1, 2);
+  p.zero = 3;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
+TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
+  Plan p = degrees(8, 2);
+  p.recompute = Recompute::kSelective;
+  p.recompute_layers = 2;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_layers", "only applies to recompute full");
+}
+
+TEST(PlanValidate, RecomputeLayersAtMostLayersPerStage) {
+  Plan p = degrees(8, 2);
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = 17;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_layers", "17 exceeds the 16 layers");
+  p.recompute_layers = 16;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  EXPECT_EQ(p.full_recompute_layers(16), 16);
+}
+
+// Two H100s joined by NVLink; `cpu` adds a host CPU with memory, linked to the GPUs or not.
+Cluster two_gpus(bool cpu, bool cpu_linked) {
+  Json j = Json::parse(R"({
+    "nodes": [{"id": "g0", "kind": "gpu", "server": 0, "device": "H100-SXM"},
+              {"id": "g1", "kind": "gpu", "server": 0, "device": "H100-SXM"}],
+    "links": [{"a": "g0", "b": "g1", "kind": "nvlink", "bw_GBps": 450}]})");
+  if (cpu) {
+    j["nodes"].push_back({{"id", "cpu"}, {"kind", "cpu"}, {"server", 0}, {"memory_GiB", 256}});
+    if (cpu_linked)
+      for (const char* g : {"g0", "g1"})
+        j["links"].push_back({{"a", g}, {"b", "cpu"}, {"kind", "pcie"}, {"bw_GBps", 64}});
+  }
+  return cluster_from_json(j);
+}
+
+TEST(PlanValidate, OffloadNeedsHostMemory) {
+  Plan p = degrees(2);
+  p.offload.params = true;
+  ExpectInvalid(p, model_preset("tiny"), two_gpus(false, false), "plan.offload",
+                "params needs host memory");
+}
+
+TEST(PlanValidate, OffloadNeedsALinkToHostMemory) {
+  Plan p = degrees(2);
+  p.offload.activations = true;
+  ExpectInvalid(p, model_preset("tiny"), two_gpus(true, false), "plan.offload",
+                "no link joins the GPUs to host memory");
+  EXPECT_NO_THROW(validate(p, model_preset("tiny"), two_gpus(true, true)));
+}
+
+TEST(PlanValidate, Fp8NeedsHardwareSupport) {
+  Plan p = degrees(8);
+  p.precision = Dtype::kFp8;
+  ExpectInvalid(p, llama8b(), cluster_preset("dgx-a100-80g", 8), "plan.precision",
+                "fp8 is not supported by A100-80G");
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
+}
+
+TEST(PlanValidate, Tf32IsNotATrainingPrecision) {
+  Plan p = degrees(8);
+  p.precision = Dtype::kTf32;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.precision", "tf32 is a math mode");
+  p.precision = Dtype::kFp32;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
+}
+
+// --- JSON ----------------------------------------------------------------------------------------
+
+void ExpectSamePlan(const Plan& a, const Plan& b) {
+  EXPECT_EQ(a.tp, b.tp);
+  EXPECT_EQ(a.pp, b.pp);
+  EXPECT_EQ(a.dp, b.dp);
+  EXPECT_EQ(a.cp, b.cp);
+  EXPECT_EQ(a.ep, b.ep);
+  EXPECT_EQ(a.sequence_parallel, b.sequence_parallel);
+  EXPECT_EQ(a.vpp, b.vpp);
+  EXPECT_EQ(a.zero, b.zero);
+  EXPECT_EQ(a.micro_batch, b.micro_batch);
+  EXPECT_EQ(a.global_batch, b.global_batch);
+  EXPECT_EQ(a.seq_len, b.seq_len);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.recompute, b.recompute);
+  EXPECT_EQ(a.recompute_layers, b.recompute_layers);
+  EXPECT_EQ(a.offload, b.offload);
+  EXPECT_EQ(a.precision, b.precision);
+  EXPECT_EQ(a.flash_attention, b.flash_attention);
+  EXPECT_EQ(a.overlap_grad_reduce, b.overlap_grad_reduce);
+  EXPECT_EQ(a.overlap_param_gather, b.overlap_param_gather);
+  EXPECT_EQ(a.rank_order, b.rank_order);
+  EXPECT_EQ(a.model_ref, b.model_ref);
+  EXPECT_EQ(a.cluster_ref, b.cluster_ref);
+  EXPECT_EQ(a.gpus_ref, b.gpus_ref);
+}
+
+TEST(PlanJson, RoundTripDefault) {
+  Plan p;
+  ExpectSamePlan(p, plan_from_json(plan_to_json(p)));
+  ExpectSamePlan(p, plan_from_json(Json::object()));
+}
+
+TEST(PlanJson, RoundTripEveryFieldChanged) {
+  Plan p;
+  p.tp = 4;
+  p.pp = 2;
+  p.dp = 4;
+  p.cp = 2;
+  p.ep = 2;
+  p.sequence_parallel = true;
+  p.vpp = 2;
+  p.zero = 1;
+  p.micro_batch = 2;
+  p.global_batch = 64;
+  p.seq_len = 4096;
+  p.schedule = Schedule::kInterleaved;
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = 3;
+  p.offload.optimizer = true;
+  p.offload.activations = true;
+  p.precision = Dtype::kFp16;
+  p.flash_attention = false;
+  p.overlap_grad_reduce = false;
+  p.overlap_param_gather = false;
+  p.rank_order = {Dim::kTp, Dim::kDp, Dim::kCp, Dim::kEp, Dim::kPp};
+  p.model_ref = "mixtral-8x7b";
+  p.cluster_ref = "dgx-h100";
+  p.gpus_ref = 64;
+  Json j = plan_to_json(p);
+  EXPECT_EQ(j["offload"], "optimizer,activations");
+  EXPECT_EQ(j["rank_order"], "tp-dp-cp-ep-pp");
+  ExpectSamePlan(p, plan_from_json(j));
+  ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
+  // The round-tripped plan is also a valid one for the model and cluster it names.
+  EXPECT_NO_THROW(validate(plan_from_json(j), model_preset("mixtral-8x7b"), h100(64)));
+}
+
+TEST(PlanJson, Defaults) {
+  Plan p = plan_from_json(Json::parse(R"({"dp": 4, "mbs": 2, "vpp": 2})"));
+  EXPECT_EQ(p.global_batch, 8);                   // mbs x dp
+  EXPECT_EQ(p.schedule, Schedule::kInterleaved);  // vpp > 1
+  EXPECT_EQ(p.seq_len, 0);
+  EXPECT_EQ(p.recompute_layers, -1);
+  EXPECT_EQ(p.precision, Dtype::kBf16);
+  EXPECT_EQ(plan_from_json(Json::object()).schedule, Schedule::k1F1B);
+}
+
+TEST(PlanJson, DefaultGlobalBatchOverflow) {
+  // mbs x dp = 2^32 does not fit the int global batch: an error, not a wrapped-around 0.
+  ExpectError([] { plan_from_json(Json::parse(R"({"mbs": 65536, "dp": 65536})")); }, "plan.gbs",
+              "mbs x dp");
+}
+
+TEST(PlanJson, OffloadForms) {
+  EXPECT_EQ(plan_from_json(Json::parse(R"({"offload": "none"})")).offload, Offload{});
+  Offload o = plan_from_json(Json::parse(R"({"offload": ["optimizer", "params"]})")).offload;
+  EXPECT_TRUE(o.optimizer);
+  EXPECT_TRUE(o.params);
+  EXPECT_FALSE(o.activations);
+  EXPECT_EQ(offload_name(o), "optimizer,params");
+  EXPECT_EQ(parse_offload("activations,optimizer", "f"),
+            (Offload{.optimizer = true, .activations = true}));
+}
+
+TEST(PlanJson, RankOrder) {
+  auto r = parse_rank_order("pp-dp-ep-cp-tp", "f");
+  EXPECT_EQ(r, (std::array<Dim, 5>{Dim::kPp, Dim::kDp, Dim::kEp, Dim::kCp, Dim::kTp}));
+  EXPECT_EQ(rank_order_name(r), "pp-dp-ep-cp-tp");
+  EXPECT_EQ(rank_order_name(Plan{}.rank_order), "tp-cp-ep-dp-pp");
+}
+
+TEST(PlanJsonErrors, Schedule) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"schedule": "zero-bubble"})")); },
+              "plan.schedule", "'zero-bubble' is not one of gpipe|1f1b|interleaved");
+  ExpectError([] { plan_from_json(Json::parse(R"({"schedule": 1})")); }, "plan.schedule",
+              "must be a string");
+  ExpectError([] { parse_schedule("1F1B", "x.schedule"); }, "x.schedule", "is not one of");
+}
+
+TEST(PlanJsonErrors, Recompute) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "partial"})")); }, "plan.recompute",
+              "'partial' is not one of none|selective|full");
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": true})")); }, "plan.recompute",
+              "must be a string");
+}
+
+TEST(PlanJsonErrors, Offload) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": "gpu"})")); }, "plan.offload",
+              "'gpu' is not one of none|optimizer|params|activations");
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": "optimizer,,params"})")); },
+              "plan.offload", "has an empty item");
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": "optimizer,"})")); }, "plan.offload",
+              "has an empty item");
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": ["params", 3]})")); },
+              "plan.offload[1]", "must be a string");
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": ["params", "disk"]})")); },
+              "plan.offload", "'disk'");
+  ExpectError([] { plan_from_json(Json::parse(R"({"offload": true})")); }, "plan.offload",
+              "must be a string or an array of strings");
+}
+
+TEST(PlanJsonErrors, RankOrder) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": "tp-cp-dp-pp"})")); },
+              "plan.rank_order", "must order each of tp, cp, ep, dp, pp once");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": "tp-tp-cp-ep-dp"})")); },
+              "plan.rank_order", "'tp' appears twice");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": "tp-cp-ep-dp-pp-sp"})")); },
+              "plan.rank_order", "must order each");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": "TP-CP-EP-DP-PP"})")); },
+              "plan.rank_order", "must order each");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": ""})")); }, "plan.rank_order",
+              "must order each");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": "tp-cp-ep-dp-pp-"})")); },
+              "plan.rank_order", "must order each");
+  ExpectError([] { plan_from_json(Json::parse(R"({"rank_order": ["tp"]})")); }, "plan.rank_order",
+              "must be a string");
+}
+
+TEST(PlanJsonErrors, FieldsAndRanges) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"tensor_parallel": 8})")); },
+              "plan.tensor_parallel", "unknown field");
+  ExpectError([] { plan_from_json(Json::parse(R"({"tp": 0})")); }, "plan.tp", "out of range");
+  ExpectError([] { plan_from_json(Json::parse(R"({"tp": 2.5})")); }, "plan.tp", "integer");
+  ExpectError([] { plan_from_json(Json::parse(R"({"tp": "8"})")); }, "plan.tp", "integer");
+  ExpectError([] { plan_from_json(Json::parse(R"({"zero": 4})")); }, "plan.zero", "out of range");
+  ExpectError([] { plan_from_json(Json::parse(R"({"vpp": 5000})")); }, "plan.vpp", "out of range");
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute_layers": -2})")); },
+              "plan.recompute_layers", "out of range");
+  ExpectError([] { plan_from_json(Json::parse(R"({"precision": "int8"})")); }, "plan.precision",
+              "'int8' is not one of");
+  ExpectError([] { plan_from_json(Json::parse(R"({"sp": 1})")); }, "plan.sp", "true or false");
+  ExpectError([] { plan_from_json(Json::parse(R"({"gpus": 0})")); }, "plan.gpus", "out of range");
+  ExpectError([] { plan_from_json(Json::parse("[1]"), "p"); }, "p", "must be a JSON object");
+  // Integral floats are integers.
+  EXPECT_EQ(plan_from_json(Json::parse(R"({"tp": 8.0})")).tp, 8);
+}
+
+}  // namespace
+}  // namespace parasol

@@ -1,0 +1,127 @@
+// Tests the accuracy suite runner (cost_models/accuracy.h) on published runs and bad input.
+#include "cost_models/accuracy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/json_reader.h"
+
+namespace parasol::cost {
+namespace {
+
+const std::string kDataDir = PARASOL_TEST_DATA_DIR;
+
+// NVIDIA Calculon (Isaev et al., SC'23) on the same Korthikanti et al. 2022 runs: 3.65% mean and
+// 8.87% max absolute error. parasol must be more accurate on both counts.
+constexpr double kCalculonMeanError = 0.0365;
+constexpr double kCalculonMaxError = 0.0887;
+
+Json korthikanti() { return read_json_file(kDataDir + "/published/korthikanti2022.json"); }
+
+TEST(AccuracySuite, BeatsCalculonOnKorthikanti2022) {
+  Json suite = korthikanti();
+  AccuracyReport r = run_accuracy_suite(suite, "korthikanti2022");
+  ASSERT_EQ(r.rows.size(), suite["runs"].size());
+  ASSERT_EQ(r.rows.size(), 8u);
+  for (const AccuracyRow& row : r.rows) {
+    EXPECT_GT(row.predicted_s, 0) << row.id;
+    EXPECT_DOUBLE_EQ(row.error, (row.predicted_s - row.published_s) / row.published_s) << row.id;
+    EXPECT_GT(row.mfu, 0.2) << row.id;
+    EXPECT_LT(row.mfu, 0.8) << row.id;
+    RecordProperty(row.id, std::to_string(row.error));
+  }
+  EXPECT_LT(r.mean_abs_error, kCalculonMeanError);
+  EXPECT_LT(r.max_abs_error, kCalculonMaxError);
+}
+
+TEST(AccuracySuite, ReportIsConsistentWithRows) {
+  AccuracyReport r = run_accuracy_suite(korthikanti());
+  double mean = 0, max = 0;
+  for (const AccuracyRow& row : r.rows) {
+    mean += std::fabs(row.error) / r.rows.size();
+    max = std::max(max, std::fabs(row.error));
+  }
+  EXPECT_NEAR(r.mean_abs_error, mean, 1e-12);
+  EXPECT_DOUBLE_EQ(r.max_abs_error, max);
+  // Published times are read as given.
+  EXPECT_EQ(r.rows[0].id, "korthikanti-22b-full");
+  EXPECT_DOUBLE_EQ(r.rows[0].published_s, 1.42);
+}
+
+TEST(AccuracySuite, SelectiveRecomputeIsFasterThanFullAsPublished) {
+  // Korthikanti et al. 2022, Table 4: selective + SP beats full recompute for every model.
+  AccuracyReport r = run_accuracy_suite(korthikanti());
+  for (size_t i = 0; i + 1 < r.rows.size(); i += 2) {
+    ASSERT_NE(r.rows[i].id.find("full"), std::string::npos);
+    ASSERT_NE(r.rows[i + 1].id.find("selsp"), std::string::npos);
+    EXPECT_LT(r.rows[i + 1].predicted_s, r.rows[i].predicted_s) << r.rows[i + 1].id;
+  }
+}
+
+TEST(AccuracySuite, JsonHasRunsAndErrors) {
+  AccuracyReport r = run_accuracy_suite(korthikanti());
+  Json j = accuracy_to_json(r);
+  ASSERT_TRUE(j.contains("runs"));
+  EXPECT_EQ(j["runs"].size(), r.rows.size());
+  EXPECT_DOUBLE_EQ(j["mean_abs_error"].get<double>(), r.mean_abs_error);
+  EXPECT_DOUBLE_EQ(j["max_abs_error"].get<double>(), r.max_abs_error);
+  for (const char* key : {"id", "src", "published_s", "predicted_s", "error", "mfu"})
+    EXPECT_TRUE(j["runs"][0].contains(key)) << key;
+}
+
+Json one_run_suite() {
+  return Json::parse(R"({
+    "runs": [{"id": "r", "cluster": "dgx-h100", "gpus": 8, "preset": "llama3-8b",
+              "plan": {"tp": 8, "mbs": 1, "gbs": 8, "sp": true}, "time_s": 1.0}]})");
+}
+
+TEST(AccuracySuite, MinimalSuiteRuns) {
+  AccuracyReport r = run_accuracy_suite(one_run_suite());
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_GT(r.rows[0].predicted_s, 0);
+}
+
+void expect_error(const Json& suite, const std::string& field_part) {
+  try {
+    run_accuracy_suite(suite, "suite");
+    ADD_FAILURE() << "no Error for " << suite.dump();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(field_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(AccuracySuite, MissingTimeIsAnError) {
+  Json s = one_run_suite();
+  s["runs"][0].erase("time_s");
+  expect_error(s, "time_s");
+}
+
+TEST(AccuracySuite, UnknownClusterIsAnError) {
+  Json s = one_run_suite();
+  s["runs"][0]["cluster"] = "no-such-cluster";
+  EXPECT_THROW(run_accuracy_suite(s), Error);
+}
+
+TEST(AccuracySuite, InvalidPlanIsAnError) {
+  Json s = one_run_suite();
+  s["runs"][0]["plan"]["tp"] = 3;  // does not divide 32 heads, nor 8 GPUs
+  EXPECT_THROW(run_accuracy_suite(s), Error);
+}
+
+TEST(AccuracySuite, EmptyOrMissingRunsIsAnError) {
+  EXPECT_THROW(run_accuracy_suite(Json::parse(R"({"runs": []})")), Error);
+  EXPECT_THROW(run_accuracy_suite(Json::parse(R"({})")), Error);
+  EXPECT_THROW(run_accuracy_suite(Json::parse(R"([1, 2])")), Error);
+}
+
+TEST(AccuracySuite, NonPositiveTimeIsAnError) {
+  Json s = one_run_suite();
+  s["runs"][0]["time_s"] = -1;
+  expect_error(s, "time_s");
+}
+
+}  // namespace
+}  // namespace parasol::cost

@@ -1,0 +1,202 @@
+// Tests the compute cost model (cost_models/compute.h) against hand-computed rooflines.
+#include "cost_models/compute.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/device.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+namespace {
+
+// A100-80G datasheet: 312e12 bf16 FLOP/s dense, 2039e9 B/s HBM, 108 SMs.
+constexpr double kA100Peak = 312e12;
+constexpr double kA100Bw = 2039e9;
+
+class ComputeTest : public ::testing::Test {
+ protected:
+  const DeviceSpec& a100 = device_spec("A100-80G");
+  Profile prof = default_profile(a100);
+};
+
+TEST_F(ComputeTest, DatasheetFiguresAreTheOnesTheHandComputationsUse) {
+  EXPECT_DOUBLE_EQ(a100.peak_flops(Dtype::kBf16), kA100Peak);
+  EXPECT_DOUBLE_EQ(a100.hbm_bw, kA100Bw);
+  EXPECT_EQ(a100.compute_units, 108);
+}
+
+TEST_F(ComputeTest, LargeSquareGemmShapeFactorIsTheReductionDepthFactor) {
+  // 8192^3 fills the 108 SMs to within one tile of the last wave, so only k/(k+k_half) is left.
+  const int64_t n = 8192;
+  const double kf = n / (n + prof.gemm_k_half);
+  const double sf = gemm_shape_factor(a100, prof, n, n, n);
+  EXPECT_LE(sf, kf + 1e-12);
+  EXPECT_NEAR(sf, kf, 0.01 * kf);
+}
+
+TEST_F(ComputeTest, LargeSquareGemmTimeIsFlopsOverEffectivePeak) {
+  const int64_t n = 8192;
+  const double flops = 2.0 * n * n * n;
+  const double kf = n / (n + prof.gemm_k_half);
+  const double expected = flops / (kA100Peak * prof.gemm_efficiency * kf);
+  const double t = gemm_time(a100, prof, Dtype::kBf16, n, n, n);
+  EXPECT_NEAR(t, expected, 0.01 * expected);
+  // Never faster than the efficiency-scaled peak.
+  EXPECT_GE(t, flops / (kA100Peak * prof.gemm_efficiency));
+}
+
+TEST_F(ComputeTest, BatchedGemmFillsWavesBetter) {
+  // 4096^3 is 16 x 32 = 512 tiles of 256 x 128: 5 waves of 108 SMs, 512/540 of them busy.
+  // Four of them are 2048 tiles: 19 waves, 2048/2052 busy. The batch costs less than four calls.
+  const double one = gemm_time(a100, prof, Dtype::kBf16, 4096, 4096, 4096, 1);
+  const double four = gemm_time(a100, prof, Dtype::kBf16, 4096, 4096, 4096, 4);
+  const double o = prof.kernel_overhead_s;
+  EXPECT_LT(four - o, 4 * (one - o));
+  EXPECT_NEAR((four - o) / (4 * (one - o)), (512.0 / 540) / (2048.0 / 2052), 0.01);
+  const double kf = 4096 / (4096 + prof.gemm_k_half);
+  EXPECT_GE(four, 4 * 2.0 * 4096 * 4096 * 4096 / (kA100Peak * prof.gemm_efficiency * kf));
+}
+
+TEST_F(ComputeTest, WaveQuantizationPenalisesOneTileOverAFullWave) {
+  // 2304 x 1536 = 9 x 12 = 108 tiles of 256 x 128: exactly one wave on 108 SMs.
+  // 2560 x 1536 = 10 x 12 = 120 tiles: a second, mostly empty wave for that tile shape.
+  const int64_t k = 8192;
+  const double full = gemm_time(a100, prof, Dtype::kBf16, 2304, 1536, k);
+  const double over = gemm_time(a100, prof, Dtype::kBf16, 2560, 1536, k);
+  const double per_flop_full = full / (2.0 * 2304 * 1536 * k);
+  const double per_flop_over = over / (2.0 * 2560 * 1536 * k);
+  EXPECT_GT(per_flop_over, 1.1 * per_flop_full);
+  // The exactly-filled shape reaches the full shape factor.
+  EXPECT_NEAR(gemm_shape_factor(a100, prof, 2304, 1536, k), k / (k + prof.gemm_k_half), 1e-9);
+  EXPECT_LT(gemm_shape_factor(a100, prof, 2560, 1536, k),
+            0.9 * gemm_shape_factor(a100, prof, 2304, 1536, k));
+}
+
+TEST_F(ComputeTest, ShapeFactorIsInUnitInterval) {
+  for (int64_t m : {1, 7, 64, 1000, 4096, 12345})
+    for (int64_t n : {1, 128, 3000, 8192})
+      for (int64_t k : {1, 64, 4096}) {
+        double sf = gemm_shape_factor(a100, prof, m, n, k);
+        EXPECT_GT(sf, 0) << m << "x" << n << "x" << k;
+        EXPECT_LE(sf, 1) << m << "x" << n << "x" << k;
+      }
+}
+
+TEST_F(ComputeTest, ShallowGemmIsPricedByItsBytes) {
+  // 16384 x 16384 x 16: 8.6 GFLOP but 537 MB of operands; memory-bound on A100.
+  const int64_t m = 16384, n = 16384, k = 16;
+  const double bytes = 2.0 * (m * k + k * n + m * n);
+  const double expected = bytes / (kA100Bw * prof.memory_efficiency) + prof.kernel_overhead_s;
+  EXPECT_NEAR(gemm_time(a100, prof, Dtype::kBf16, m, n, k), expected, 1e-9 * expected);
+}
+
+TEST_F(ComputeTest, EmptyGemmTakesNoTime) {
+  EXPECT_EQ(gemm_time(a100, prof, Dtype::kBf16, 0, 128, 128), 0);
+  EXPECT_EQ(gemm_time(a100, prof, Dtype::kBf16, 128, 128, 0), 0);
+  EXPECT_EQ(gemm_time(a100, prof, Dtype::kBf16, 128, 128, 128, 0), 0);
+}
+
+TEST_F(ComputeTest, MemoryTimeIsBytesOverEffectiveBandwidthPlusOverhead) {
+  const double bytes = 1e9;
+  EXPECT_NEAR(memory_time(a100, prof, bytes),
+              bytes / (kA100Bw * prof.memory_efficiency) + prof.kernel_overhead_s, 1e-15);
+  Profile p = prof;
+  p.memory_efficiency = 0.5;
+  p.kernel_overhead_s = 1e-5;
+  EXPECT_NEAR(memory_time(a100, p, bytes), bytes / (kA100Bw * 0.5) + 1e-5, 1e-15);
+  EXPECT_EQ(memory_time(a100, prof, 0), 0);
+}
+
+TEST_F(ComputeTest, AttentionFlopsFullAndCausal) {
+  AttentionShape a;
+  a.batch = 2;
+  a.seq_q = a.seq_kv = 2048;
+  a.heads = 32;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  a.causal = false;
+  const double full = 4.0 * 2 * 32 * 2048.0 * 2048 * 128;  // QK^T and AV, 2 FLOPs per MAC
+  EXPECT_DOUBLE_EQ(attention_flops(a), full);
+  a.causal = true;
+  const double causal = attention_flops(a);
+  EXPECT_NEAR(causal / full, 0.5, 1.0 / 2048);
+  EXPECT_GE(causal, 0.5 * full);
+  EXPECT_LT(causal, full);
+}
+
+TEST_F(ComputeTest, FlashAttentionForwardIsFlopsOverFlashEfficiency) {
+  AttentionShape a;
+  a.batch = 1;
+  a.seq_q = a.seq_kv = 4096;
+  a.heads = 32;
+  a.kv_heads = 32;
+  a.head_dim = 128;
+  const double flops = attention_flops(a);
+  const double fwd = attention_forward_time(a100, prof, Dtype::kBf16, a, true);
+  EXPECT_NEAR(fwd, flops / (kA100Peak * prof.flash_forward_efficiency) + prof.kernel_overhead_s,
+              1e-9 * fwd);
+  const double bwd = attention_backward_time(a100, prof, Dtype::kBf16, a, true);
+  EXPECT_NEAR(bwd,
+              2.5 * flops / (kA100Peak * prof.flash_backward_efficiency) + prof.kernel_overhead_s,
+              1e-9 * bwd);
+}
+
+TEST_F(ComputeTest, UnfusedAttentionPaysForTheScoreMatrix) {
+  AttentionShape a;
+  a.batch = 1;
+  a.seq_q = a.seq_kv = 2048;
+  a.heads = 32;
+  a.kv_heads = 32;
+  a.head_dim = 128;
+  a.dropout = false;
+  const double scores = 32.0 * 2048 * 2048;
+  // At least one read and one write of the 2-byte score matrix (softmax), and the two full
+  // (unmasked) batched GEMMs at no more than the efficiency-scaled peak.
+  const double floor_mem = scores * 2 * 2 / (kA100Bw * prof.memory_efficiency);
+  const double floor_gemm = 4.0 * 32 * 2048.0 * 2048 * 128 / (kA100Peak * prof.gemm_efficiency);
+  const double unfused = attention_forward_time(a100, prof, Dtype::kBf16, a, false);
+  EXPECT_GE(unfused, floor_mem + floor_gemm);
+  const double flash = attention_forward_time(a100, prof, Dtype::kBf16, a, true);
+  EXPECT_LT(flash, unfused);
+  EXPECT_LT(attention_backward_time(a100, prof, Dtype::kBf16, a, true),
+            attention_backward_time(a100, prof, Dtype::kBf16, a, false));
+  // Dropout on the probabilities adds passes over the score matrix (read, write, 1-byte mask).
+  AttentionShape d = a;
+  d.dropout = true;
+  const double with_dropout = attention_forward_time(a100, prof, Dtype::kBf16, d, false);
+  EXPECT_NEAR(with_dropout - unfused,
+              scores * 5 / (kA100Bw * prof.memory_efficiency) + prof.kernel_overhead_s,
+              1e-9 * with_dropout);
+  EXPECT_GT(attention_backward_time(a100, prof, Dtype::kBf16, d, false),
+            attention_backward_time(a100, prof, Dtype::kBf16, a, false));
+}
+
+TEST_F(ComputeTest, AdamBytesPerParam) {
+  // Read fp32 master, grad, m, v (16 bytes); write master, m, v (12); plus the low-precision copy.
+  EXPECT_DOUBLE_EQ(adam_bytes_per_param(Dtype::kFp32), 28);
+  EXPECT_DOUBLE_EQ(adam_bytes_per_param(Dtype::kBf16), 30);
+  EXPECT_DOUBLE_EQ(adam_bytes_per_param(Dtype::kFp16), 30);
+  EXPECT_DOUBLE_EQ(adam_bytes_per_param(Dtype::kFp8), 29);
+}
+
+TEST_F(ComputeTest, OptimizerTimeIsProportionalToParams) {
+  const double o = prof.kernel_overhead_s;
+  const double t1 = optimizer_time(a100, prof, Dtype::kBf16, 1e9);
+  const double t2 = optimizer_time(a100, prof, Dtype::kBf16, 2e9);
+  EXPECT_NEAR(t2 - o, 2 * (t1 - o), 1e-12);
+  EXPECT_NEAR(t1, 1e9 * 30 / (kA100Bw * prof.memory_efficiency) + o, 1e-12);
+  EXPECT_EQ(optimizer_time(a100, prof, Dtype::kBf16, 0), 0);
+}
+
+TEST_F(ComputeTest, FasterDeviceIsFaster) {
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  Profile same = prof;  // same efficiencies: only the datasheet differs
+  EXPECT_LT(gemm_time(h100, same, Dtype::kBf16, 8192, 8192, 8192),
+            gemm_time(a100, same, Dtype::kBf16, 8192, 8192, 8192));
+  EXPECT_LT(memory_time(h100, same, 1e9), memory_time(a100, same, 1e9));
+}
+
+}  // namespace
+}  // namespace parasol::cost

@@ -1,0 +1,366 @@
+// Tests the closed-form plan estimate (cost_models/estimate.h) against Narayanan et al. 2021.
+#include "cost_models/estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+
+namespace parasol::cost {
+namespace {
+
+// GPT-3-style model (Korthikanti et al. 2022, Table 3's 22B shape, fewer layers for speed).
+Model gpt(int layers, int64_t h, int heads, int64_t vocab, int64_t seq) {
+  Model m;
+  m.name = "gpt-test";
+  m.layers = layers;
+  m.hidden = h;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.head_dim = h / heads;
+  m.ffn = 4 * h;
+  m.vocab = vocab;
+  m.seq_len = seq;
+  m.norm = Norm::kLayerNorm;
+  m.activation = Activation::kGelu;
+  m.tied_embeddings = true;
+  m.learned_positions = true;
+  m.linear_bias = true;
+  m.dropout = true;
+  return m;
+}
+
+Estimate run(const Model& m, const Cluster& c, const Plan& p) {
+  validate(p, m, c);
+  return estimate(m, c, p, default_profile(c.gpu_device(0)));
+}
+
+double breakdown_sum(const TimeBreakdown& t) {
+  return t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm +
+         t.bubble + t.dp_comm + t.optimizer + t.offload;
+}
+
+// Per-micro-batch pipeline slot: everything a stage does per micro-batch.
+double slot(const Estimate& e, int micro_batches) {
+  const TimeBreakdown& t = e.time;
+  return (t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm) /
+         micro_batches;
+}
+
+class EstimateGpt : public ::testing::Test {
+ protected:
+  Model m = gpt(24, 6144, 64, 51200, 2048);
+  Cluster c = cluster_preset("dgx-a100-80g", 32);
+  Plan plan(int tp, int pp, int dp) const {
+    Plan p;
+    p.tp = tp;
+    p.pp = pp;
+    p.dp = dp;
+    p.sequence_parallel = tp > 1;
+    p.micro_batch = 1;
+    p.global_batch = 16 * dp;
+    p.precision = Dtype::kFp16;
+    p.flash_attention = false;
+    return p;
+  }
+};
+
+TEST_F(EstimateGpt, BreakdownSumsToStepTime) {
+  for (Plan p : {plan(8, 4, 1), plan(8, 1, 4), plan(4, 2, 4)}) {
+    Estimate e = run(m, c, p);
+    EXPECT_GT(e.step_time_s, 0);
+    EXPECT_NEAR(breakdown_sum(e.time), e.step_time_s, 1e-12 * e.step_time_s);
+    EXPECT_DOUBLE_EQ(e.time.total(), e.step_time_s);
+    EXPECT_GT(e.time.forward, 0);
+    EXPECT_GT(e.time.backward, e.time.forward);  // two GEMMs per forward GEMM
+    EXPECT_GT(e.time.optimizer, 0);
+    for (double part : {e.time.forward, e.time.backward, e.time.recompute, e.time.tp_comm,
+                        e.time.cp_comm, e.time.ep_comm, e.time.pp_comm, e.time.bubble,
+                        e.time.dp_comm, e.time.optimizer, e.time.offload})
+      EXPECT_GE(part, 0);
+  }
+}
+
+TEST_F(EstimateGpt, ThroughputFollowsStepTime) {
+  Plan p = plan(8, 4, 1);
+  Estimate e = run(m, c, p);
+  EXPECT_DOUBLE_EQ(e.tokens_per_s, p.global_batch * 2048.0 / e.step_time_s);
+  EXPECT_DOUBLE_EQ(e.samples_per_s, p.global_batch / e.step_time_s);
+}
+
+TEST_F(EstimateGpt, MfuIsNarayananModelFlopsOverPeak) {
+  // Narayanan et al. 2021, eq. 3 without recompute: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+  Plan p = plan(8, 4, 1);
+  Estimate e = run(m, c, p);
+  const double B = p.global_batch, s = 2048, l = 24, h = 6144, V = 51200;
+  const double model_flops = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  EXPECT_NEAR(e.model_flops_per_step, model_flops, 1e-9 * model_flops);
+  const double peak = 312e12;  // A100 fp16 dense
+  EXPECT_NEAR(e.mfu, model_flops / (e.step_time_s * 32 * peak), 1e-9);
+  EXPECT_GT(e.mfu, 0);
+  EXPECT_LT(e.mfu, 1);
+  EXPECT_DOUBLE_EQ(e.hfu, e.mfu);  // nothing recomputed
+}
+
+TEST_F(EstimateGpt, HfuUnderFullRecomputeIsNarayananEquation3) {
+  // Narayanan et al. 2021, eq. 3 (with activation recomputation):
+  // 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+  Plan p = plan(8, 4, 1);
+  p.recompute = Recompute::kFull;
+  Estimate e = run(m, c, p);
+  const double B = p.global_batch, s = 2048, l = 24, h = 6144, V = 51200;
+  const double hw = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(e.hardware_flops_per_step, hw, 1e-9 * hw);
+  EXPECT_NEAR(e.hfu, hw / (e.step_time_s * 32 * 312e12), 1e-9);
+  EXPECT_GT(e.hfu, e.mfu);
+}
+
+TEST_F(EstimateGpt, OneFOneBBubbleIsPpMinusOneSlots) {
+  Plan p = plan(8, 4, 1);  // 16 micro-batches
+  Estimate e = run(m, c, p);
+  const int mb = p.micro_batches();
+  EXPECT_NEAR(e.time.bubble, (p.pp - 1) * slot(e, mb), 1e-9 * e.time.bubble);
+  // Narayanan et al. 2021: bubble fraction (p - 1) / m of the ideal time.
+  EXPECT_NEAR(e.time.bubble / (mb * slot(e, mb)), (p.pp - 1.0) / mb, 1e-9);
+  Plan one = plan(8, 1, 4);
+  EXPECT_EQ(run(m, c, one).time.bubble, 0);
+}
+
+TEST_F(EstimateGpt, InterleavedBubbleIsSmallerByVpp) {
+  Plan p = plan(8, 4, 1);
+  const Estimate plain = run(m, c, p);
+  p.schedule = Schedule::kInterleaved;
+  p.vpp = 3;
+  const Estimate inter = run(m, c, p);
+  const int mb = p.micro_batches();
+  EXPECT_NEAR(inter.time.bubble, (p.pp - 1.0) / p.vpp * slot(inter, mb), 1e-9 * inter.time.bubble);
+  EXPECT_LT(inter.time.bubble, plain.time.bubble);
+  // Only the extra chunk boundaries' sends change the slot: the bubbles' ratio is close to vpp.
+  EXPECT_NEAR(plain.time.bubble / inter.time.bubble, 3.0, 0.3);
+  // More sends per micro-batch: vpp times the chunk-boundary traffic.
+  EXPECT_NEAR(inter.time.pp_comm, 3 * plain.time.pp_comm, 1e-9 * inter.time.pp_comm);
+  EXPECT_LT(inter.step_time_s, plain.step_time_s);
+}
+
+TEST_F(EstimateGpt, GpipeBubbleEqualsOneFOneBButHoldsMoreMemory) {
+  Plan p = plan(8, 4, 1);
+  const Estimate f1b1 = run(m, c, p);
+  p.schedule = Schedule::kGpipe;
+  const Estimate gpipe = run(m, c, p);
+  EXPECT_DOUBLE_EQ(gpipe.time.bubble, f1b1.time.bubble);
+  EXPECT_GT(gpipe.memory.activations, f1b1.memory.activations);
+}
+
+TEST_F(EstimateGpt, FullRecomputeAddsTimeAndSavesMemory) {
+  Plan p = plan(8, 4, 1);
+  const Estimate none = run(m, c, p);
+  p.recompute = Recompute::kFull;
+  const Estimate full = run(m, c, p);
+  EXPECT_EQ(none.time.recompute, 0);
+  EXPECT_GT(full.time.recompute, 0);
+  // One more forward of every layer: close to the forward time (which also has the edges).
+  EXPECT_GT(full.time.recompute, 0.8 * full.time.forward);
+  EXPECT_LE(full.time.recompute, full.time.forward + full.time.tp_comm);
+  EXPECT_GT(full.step_time_s, none.step_time_s);
+  EXPECT_LT(full.memory_per_gpu_bytes, none.memory_per_gpu_bytes);
+  EXPECT_LT(full.memory.activations, none.memory.activations);
+  // Selective recompute costs less time than full and saves less memory.
+  p.recompute = Recompute::kSelective;
+  const Estimate sel = run(m, c, p);
+  EXPECT_GT(sel.time.recompute, 0);
+  EXPECT_LT(sel.time.recompute, full.time.recompute);
+  EXPECT_LT(sel.memory.activations, none.memory.activations);
+  EXPECT_GT(sel.memory.activations, full.memory.activations);
+}
+
+TEST_F(EstimateGpt, ZeroShardingSavesMemory) {
+  Plan p = plan(8, 1, 4);
+  const Estimate z0 = run(m, c, p);
+  p.zero = 1;
+  const Estimate z1 = run(m, c, p);
+  p.zero = 3;
+  const Estimate z3 = run(m, c, p);
+  EXPECT_LT(z1.memory_per_gpu_bytes, z0.memory_per_gpu_bytes);
+  EXPECT_LT(z3.memory_per_gpu_bytes, z1.memory_per_gpu_bytes);
+  // Sharded optimizer: each rank updates 1/dp of the parameters.
+  EXPECT_NEAR(z1.time.optimizer, z0.time.optimizer / 4, 0.01 * z0.time.optimizer);
+}
+
+TEST_F(EstimateGpt, FitsComparesWithDeviceMemory) {
+  Plan p = plan(8, 4, 1);
+  Estimate e = run(m, c, p);
+  EXPECT_DOUBLE_EQ(e.device_memory_bytes, 80.0 * 1024 * 1024 * 1024);
+  EXPECT_EQ(e.fits, e.memory_per_gpu_bytes <= e.device_memory_bytes);
+  EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.memory.total());
+  // The whole 24-layer model with 16 micro-batches of activations on one GPU does not fit.
+  Model big = gpt(24, 6144, 64, 51200, 2048);
+  Cluster one = cluster_preset("dgx-a100-80g", 1);
+  Plan q;
+  q.micro_batch = 4;
+  q.global_batch = 4;
+  q.precision = Dtype::kFp16;
+  q.flash_attention = false;
+  EXPECT_FALSE(run(big, one, q).fits);
+}
+
+TEST(EstimateScaling, DataParallelWeakScalingKeepsStepTime) {
+  // Llama 3 8B, tp = 2 inside a server; per-GPU batch fixed, dp doubled across servers.
+  Model m = model_preset("llama3-8b");
+  double prev = 0;
+  for (int gpus : {16, 32, 64}) {
+    Cluster c = cluster_preset("dgx-h100", gpus);
+    Plan p;
+    p.tp = 2;
+    p.dp = gpus / 2;
+    p.sequence_parallel = true;
+    p.zero = 1;
+    p.micro_batch = 1;
+    p.global_batch = 4 * p.dp;
+    Estimate e = run(m, c, p);
+    if (prev > 0) {
+      EXPECT_NEAR(e.step_time_s / prev, 1.0, 0.1) << gpus << " GPUs";
+    }
+    prev = e.step_time_s;
+  }
+}
+
+TEST(EstimateScaling, DataParallelSyncIsExposedWithoutOverlap) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.dp = 8;
+  p.sequence_parallel = true;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  const Estimate overlapped = run(m, c, p);
+  p.overlap_grad_reduce = false;
+  const Estimate exposed = run(m, c, p);
+  EXPECT_GT(exposed.time.dp_comm, overlapped.time.dp_comm);
+  EXPECT_GT(exposed.step_time_s, overlapped.step_time_s);
+}
+
+TEST(EstimateFlash, FlashAttentionIsFasterAndSmaller) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.tp = 8;
+  p.sequence_parallel = true;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.recompute = Recompute::kSelective;
+  const Estimate flash = run(m, c, p);
+  p.flash_attention = false;
+  p.recompute = Recompute::kNone;
+  const Estimate unfused = run(m, c, p);
+  EXPECT_LT(flash.time.forward, unfused.time.forward);
+  EXPECT_LT(flash.memory.activations, unfused.memory.activations);
+}
+
+TEST(EstimateJson, HasTheDocumentedKeys) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 2);
+  Plan p;
+  p.dp = 2;
+  p.global_batch = 4;
+  Estimate e = run(m, c, p);
+  Json j = estimate_to_json(e);
+  for (const char* key : {"step_time_s", "tokens_per_s", "mfu", "hfu", "memory_per_gpu_bytes",
+                          "fits", "time_breakdown_s", "memory_breakdown_bytes"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), e.step_time_s);
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), e.tokens_per_s);
+  EXPECT_EQ(j["fits"].get<bool>(), e.fits);
+  double sum = 0;
+  for (auto& [k, v] : j["time_breakdown_s"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, e.step_time_s, 1e-12 * e.step_time_s);
+  double mem = 0;
+  for (auto& [k, v] : j["memory_breakdown_bytes"].items())
+    if (k != "host") mem += v.get<double>();
+  EXPECT_NEAR(mem, e.memory_per_gpu_bytes, 1e-6);
+}
+
+TEST(EstimatorCache, EqualsTheFreeFunctionOverManyPlans) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Profile prof = default_profile(c.gpu_device(0));
+  Estimator est(m, c, prof);
+  std::vector<Plan> plans;
+  for (int tp : {1, 2, 4, 8})
+    for (int pp : {1, 2})
+      for (int mbs : {1, 2})
+        for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          Plan p;
+          p.tp = tp;
+          p.pp = pp;
+          p.dp = 16 / (tp * pp);
+          p.sequence_parallel = tp > 1 && mbs == 1;
+          p.micro_batch = mbs;
+          p.global_batch = 4 * p.dp * mbs;
+          p.recompute = r;
+          p.zero = pp == 1 ? 3 : 1;
+          plans.push_back(p);
+        }
+  // Interleave so that the cache is reused across different plans.
+  for (int round = 0; round < 2; ++round)
+    for (const Plan& p : plans) {
+      validate(p, m, c);
+      Estimate cached = est.estimate(p);
+      Estimate fresh = estimate(m, c, p, prof);
+      EXPECT_DOUBLE_EQ(cached.step_time_s, fresh.step_time_s);
+      EXPECT_DOUBLE_EQ(cached.time.tp_comm, fresh.time.tp_comm);
+      EXPECT_DOUBLE_EQ(cached.time.dp_comm, fresh.time.dp_comm);
+      EXPECT_DOUBLE_EQ(cached.memory_per_gpu_bytes, fresh.memory_per_gpu_bytes);
+      EXPECT_DOUBLE_EQ(cached.mfu, fresh.mfu);
+      // With a precomputed memory breakdown, the same.
+      Estimate with_mem = est.estimate(p, memory_per_rank(m, c, p));
+      EXPECT_DOUBLE_EQ(with_mem.step_time_s, fresh.step_time_s);
+    }
+  EXPECT_EQ(&est.cluster(), &c);
+  EXPECT_EQ(est.model().name, m.name);
+  EXPECT_EQ(est.profile().device, prof.device);
+}
+
+TEST(EstimateMoe, ExpertParallelAddsAllToAll) {
+  Model m = model_preset("mixtral-8x7b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.pp = 1;
+  p.dp = 8;
+  p.ep = 8;
+  p.sequence_parallel = true;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.recompute = Recompute::kFull;
+  Estimate e = run(m, c, p);
+  EXPECT_GT(e.time.ep_comm, 0);
+  EXPECT_NEAR(e.time.total(), e.step_time_s, 1e-12 * e.step_time_s);
+  p.ep = 1;
+  EXPECT_EQ(run(m, c, p).time.ep_comm, 0);
+}
+
+TEST(EstimateCp, ContextParallelPlanIsConsistent) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 4;
+  p.cp = 2;
+  p.dp = 2;
+  p.sequence_parallel = true;
+  p.micro_batch = 1;
+  p.global_batch = 4;
+  Estimate e = run(m, c, p);
+  EXPECT_GE(e.time.cp_comm, 0);
+  EXPECT_NEAR(e.time.total(), e.step_time_s, 1e-12 * e.step_time_s);
+  EXPECT_GT(e.mfu, 0);
+  EXPECT_LT(e.mfu, 1);
+}
+
+}  // namespace
+}  // namespace parasol::cost

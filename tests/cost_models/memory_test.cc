@@ -1,0 +1,371 @@
+// Tests the memory cost model (cost_models/memory.h) against Korthikanti 2022 and ZeRO counts.
+#include "cost_models/memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+
+namespace parasol::cost {
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+// A GPT-3-style layer as in Korthikanti et al. 2022: layernorm, gelu, ffn = 4h, dropout,
+// multi-head attention (no GQA).
+Model gpt(int layers, int64_t h, int heads, int64_t vocab, int64_t seq, bool tied = true) {
+  Model m;
+  m.name = "gpt-test";
+  m.layers = layers;
+  m.hidden = h;
+  m.heads = heads;
+  m.kv_heads = heads;
+  m.head_dim = h / heads;
+  m.ffn = 4 * h;
+  m.vocab = vocab;
+  m.seq_len = seq;
+  m.norm = Norm::kLayerNorm;
+  m.activation = Activation::kGelu;
+  m.tied_embeddings = tied;
+  m.learned_positions = true;
+  m.linear_bias = true;
+  m.dropout = true;
+  return m;
+}
+
+// A Llama-style model without biases, so parameter counts are plain matrix sizes.
+Model llama(int layers, int64_t h, int heads, int kv_heads, int64_t ffn, int64_t vocab,
+            int64_t seq) {
+  Model m;
+  m.name = "llama-test";
+  m.layers = layers;
+  m.hidden = h;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.head_dim = h / heads;
+  m.ffn = ffn;
+  m.vocab = vocab;
+  m.seq_len = seq;
+  m.norm = Norm::kRmsNorm;
+  m.activation = Activation::kSwiglu;
+  return m;
+}
+
+Plan fp16_plan(int tp, bool sp, int mbs) {
+  Plan p;
+  p.tp = tp;
+  p.sequence_parallel = sp;
+  p.micro_batch = mbs;
+  p.global_batch = mbs;
+  p.precision = Dtype::kFp16;
+  p.flash_attention = false;
+  return p;
+}
+
+// Korthikanti et al. 2022, section 4: s = 2048, b = 4, h = 6144, a = 64 (their 22B model).
+class Korthikanti : public ::testing::Test {
+ protected:
+  const double s = 2048, b = 4, h = 6144, a = 64;
+  Model m = gpt(48, 6144, 64, 51200, 2048);
+};
+
+TEST_F(Korthikanti, NoParallelism) {
+  Plan p = fp16_plan(1, false, 4);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kNone, false),
+                   34 * s * b * h + 5 * a * s * s * b);
+}
+
+TEST_F(Korthikanti, TensorParallelWithoutSequenceParallel) {
+  for (int t : {2, 4, 8}) {
+    Plan p = fp16_plan(t, false, 4);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kNone, false),
+                     s * b * h * (10 + 24.0 / t) + 5 * a * s * s * b / t)
+        << "t = " << t;
+  }
+}
+
+TEST_F(Korthikanti, TensorAndSequenceParallel) {
+  for (int t : {2, 4, 8}) {
+    Plan p = fp16_plan(t, true, 4);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kNone, false),
+                     (34 * s * b * h + 5 * a * s * s * b) / t)
+        << "t = " << t;
+  }
+}
+
+TEST_F(Korthikanti, SelectiveRecomputeWithSequenceParallel) {
+  for (int t : {1, 2, 8}) {
+    Plan p = fp16_plan(t, t > 1, 4);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kSelective, false), 34 * s * b * h / t)
+        << "t = " << t;
+  }
+}
+
+TEST_F(Korthikanti, FullRecomputeKeepsTheLayerInput) {
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, fp16_plan(1, false, 4), Recompute::kFull, false),
+                   2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, fp16_plan(8, false, 4), Recompute::kFull, false),
+                   2 * s * b * h);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, fp16_plan(8, true, 4), Recompute::kFull, false),
+                   2 * s * b * h / 8);
+}
+
+TEST_F(Korthikanti, FlashAttentionDropsTheScoreMatrix) {
+  Plan p = fp16_plan(8, true, 4);
+  p.flash_attention = true;
+  const double flash = layer_activation_bytes(m, p, Recompute::kNone, false);
+  // Only the per-head fp32 log-sum-exp of the softmax remains of the a s^2 b terms.
+  EXPECT_DOUBLE_EQ(flash, 34 * s * b * h / 8 + 4 * s * b * a / 8);
+}
+
+TEST_F(Korthikanti, ActivationsOfAStageFollowThe1F1BInFlightCount) {
+  // 4 layers on 2 stages; 1F1B with 8 micro-batches: stage 1 holds 1, stage 0 holds 2 (+ the
+  // embedding dropout mask, 1 byte per element, per in-flight micro-batch).
+  Model small = gpt(4, 1024, 16, 51200, 1024);
+  Plan p = fp16_plan(1, false, 2);
+  p.pp = 2;
+  p.global_batch = 16;
+  Cluster c = cluster_preset("dgx-a100-80g", 2);
+  const double S = 1024, B = 2, H = 1024, A = 16;
+  const double layer = 34 * S * B * H + 5 * A * S * S * B;
+  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 1).activations, 2 * layer * 1);
+  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 0).activations, (2 * layer + S * B * H) * 2);
+}
+
+// --- Parameters per stage --------------------------------------------------------------------
+
+TEST(StageParams, GptSingleStageCountsEveryParameter) {
+  // Megatron's count: 12 L h^2 + 13 L h + V h + s h + 2h (tied embeddings, learned positions).
+  const double L = 4, h = 512, V = 1000, s = 256;
+  Model m = gpt(4, 512, 8, 1000, 256);
+  Plan p;
+  StageParams sp = stage_params(m, p, 0);
+  EXPECT_DOUBLE_EQ(sp.total(), 12 * L * h * h + 13 * L * h + V * h + s * h + 2 * h);
+  EXPECT_DOUBLE_EQ(sp.expert, 0);
+}
+
+TEST(StageParams, EmbeddingOnFirstStageHeadOnLast) {
+  // Llama-style, no biases, untied: per layer q, k, v, o + 3 MLP matrices + 2 RMSNorm vectors.
+  const double h = 256, kv = 64, ffn = 768, V = 1000;
+  Model m = llama(4, 256, 8, 2, 768, 1000, 128);
+  const double attn = h * h + 2 * h * kv + h * h, mlp = 3 * h * ffn, norms = 2 * h;
+  Plan p;
+  p.tp = 2;
+  p.pp = 2;
+  StageParams first = stage_params(m, p, 0), last = stage_params(m, p, 1);
+  const double layers = 2 * ((attn + mlp) / 2 + norms);
+  EXPECT_DOUBLE_EQ(first.dense, layers + V * h / 2);
+  EXPECT_DOUBLE_EQ(last.dense, layers + V * h / 2 + h);  // head (tp-split) + final norm
+  // Single stage: both ends on stage 0.
+  p.pp = 1;
+  EXPECT_DOUBLE_EQ(stage_params(m, p, 0).dense, 2 * layers + 2 * V * h / 2 + h);
+}
+
+TEST(StageParams, TiedEmbeddingsAreCopiedToTheLastStageOnlyWithPipelining) {
+  Model m = gpt(4, 512, 8, 1000, 256, /*tied=*/true);
+  Plan p;
+  const double table = 1000.0 * 512;
+  const double one = stage_params(m, p, 0).total();
+  p.pp = 2;
+  const double both = stage_params(m, p, 0).total() + stage_params(m, p, 1).total();
+  EXPECT_DOUBLE_EQ(both, one + table);
+}
+
+TEST(StageParams, ExpertsAreSplitOverExpertParallelism) {
+  Model m = model_preset("tiny-moe");
+  Plan p;
+  p.dp = 4;
+  const double e1 = stage_params(m, p, 0).expert;
+  p.ep = 4;
+  EXPECT_DOUBLE_EQ(stage_params(m, p, 0).expert, e1 / 4);
+  EXPECT_GT(e1, 0);
+}
+
+// --- Weights, gradients, optimizer state --------------------------------------------------
+
+class StateBytes : public ::testing::Test {
+ protected:
+  Model m = llama(8, 1024, 16, 16, 4096, 32000, 1024);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan base() const {
+    Plan p;
+    p.dp = 8;
+    p.global_batch = 8;
+    p.precision = Dtype::kBf16;
+    return p;
+  }
+  double params(const Plan& p) const { return stage_params(m, p, 0).total(); }
+};
+
+TEST_F(StateBytes, ZeroStage0Is18BytesPerParam) {
+  Plan p = base();
+  MemoryBreakdown mb = memory_per_rank(m, c, p, 0);
+  const double n = params(p);
+  EXPECT_DOUBLE_EQ(mb.weights, 2 * n);
+  EXPECT_DOUBLE_EQ(mb.gradients, 4 * n);
+  EXPECT_DOUBLE_EQ(mb.optimizer, 12 * n);
+  EXPECT_DOUBLE_EQ((mb.weights + mb.gradients + mb.optimizer) / n, 18);
+}
+
+TEST_F(StateBytes, Fp32TrainingIs16BytesPerParam) {
+  Plan p = base();
+  p.precision = Dtype::kFp32;
+  MemoryBreakdown mb = memory_per_rank(m, c, p, 0);
+  // fp32 weights (4), gradients (4), Adam moments (8): no separate master copy.
+  EXPECT_DOUBLE_EQ((mb.weights + mb.gradients + mb.optimizer) / params(p), 16);
+}
+
+TEST_F(StateBytes, DistributedOptimizerIs6Plus12OverDBytesPerParam) {
+  for (int d : {2, 4, 8}) {
+    Cluster cd = cluster_preset("dgx-h100", d);
+    Plan p = base();
+    p.dp = d;
+    p.global_batch = d;
+    p.zero = 1;
+    MemoryBreakdown mb = memory_per_rank(m, cd, p, 0);
+    EXPECT_DOUBLE_EQ((mb.weights + mb.gradients + mb.optimizer) / params(p), 6 + 12.0 / d)
+        << "dp = " << d;
+  }
+}
+
+TEST_F(StateBytes, ZeroStage2ShardsGradientsToo) {
+  Plan p = base();
+  p.zero = 2;
+  MemoryBreakdown mb = memory_per_rank(m, c, p, 0);
+  EXPECT_DOUBLE_EQ((mb.weights + mb.gradients + mb.optimizer) / params(p), 2 + 16.0 / 8);
+}
+
+TEST_F(StateBytes, ZeroStage3ShardsEverythingOverDp) {
+  Plan p = base();
+  const MemoryBreakdown z0 = memory_per_rank(m, c, p, 0);
+  p.zero = 3;
+  const MemoryBreakdown z3 = memory_per_rank(m, c, p, 0);
+  EXPECT_DOUBLE_EQ(z3.weights, z0.weights / 8);
+  EXPECT_DOUBLE_EQ(z3.gradients, z0.gradients / 8);
+  EXPECT_DOUBLE_EQ(z3.optimizer, z0.optimizer / 8);
+  EXPECT_LT(z3.total(), z0.total());
+}
+
+TEST_F(StateBytes, ContextParallelismJoinsTheShardingGroup) {
+  Cluster c16 = cluster_preset("dgx-h100", 16);
+  Plan p = base();
+  p.cp = 2;
+  p.zero = 1;
+  MemoryBreakdown mb = memory_per_rank(m, c16, p, 0);
+  EXPECT_DOUBLE_EQ(mb.optimizer, 12 * params(p) / 16);
+}
+
+TEST_F(StateBytes, OptimizerOffloadMovesItsBytesToHost) {
+  Plan p = base();
+  p.zero = 1;
+  const MemoryBreakdown on = memory_per_rank(m, c, p, 0);
+  p.offload.optimizer = true;
+  const MemoryBreakdown off = memory_per_rank(m, c, p, 0);
+  EXPECT_EQ(off.optimizer, 0);
+  EXPECT_DOUBLE_EQ(off.host, on.optimizer);
+  EXPECT_DOUBLE_EQ(off.weights, on.weights);
+  EXPECT_DOUBLE_EQ(off.gradients, on.gradients);
+  EXPECT_DOUBLE_EQ(on.total() - off.total(), on.optimizer);
+  EXPECT_EQ(on.host, 0);
+}
+
+TEST_F(StateBytes, ParamAndActivationOffloadKeepLessOnDevice) {
+  Plan p = base();
+  const MemoryBreakdown on = memory_per_rank(m, c, p, 0);
+  p.offload.params = true;
+  p.offload.activations = true;
+  const MemoryBreakdown off = memory_per_rank(m, c, p, 0);
+  EXPECT_LT(off.weights, on.weights);
+  EXPECT_LE(off.activations, on.activations);
+  EXPECT_DOUBLE_EQ(off.host + off.weights + off.activations, on.weights + on.activations);
+}
+
+TEST_F(StateBytes, TotalIsTheSumOfTheDeviceParts) {
+  Plan p = base();
+  p.zero = 1;
+  p.offload.optimizer = true;
+  MemoryBreakdown mb = memory_per_rank(m, c, p);
+  EXPECT_DOUBLE_EQ(mb.total(), mb.weights + mb.gradients + mb.optimizer + mb.activations +
+                                   mb.transient + mb.buffers);
+  EXPECT_GT(mb.buffers, 0);
+  EXPECT_LT(mb.buffers, 4 * GiB);
+}
+
+TEST_F(StateBytes, DefaultStageIsTheLargest) {
+  Plan p = base();
+  p.pp = 2;
+  p.dp = 4;
+  p.global_batch = 8;
+  const double whole = memory_per_rank(m, c, p).total();
+  EXPECT_DOUBLE_EQ(
+      whole, std::max(memory_per_rank(m, c, p, 0).total(), memory_per_rank(m, c, p, 1).total()));
+}
+
+// --- In-flight micro-batches ------------------------------------------------------------------
+
+TEST(InFlight, OneFOneBGPipeAndInterleaved) {
+  Plan p;
+  p.pp = 4;
+  p.dp = 1;
+  p.micro_batch = 1;
+  p.global_batch = 16;  // 16 micro-batches
+  p.schedule = Schedule::k1F1B;
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0), 4);
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 1), 3);
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 3), 1);
+  p.schedule = Schedule::kGpipe;
+  for (int s = 0; s < 4; ++s) EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, s), 16);
+  p.schedule = Schedule::kInterleaved;
+  for (int v : {2, 3, 4}) {
+    p.vpp = v;
+    // Korthikanti et al. 2022, section 4.2.3: the first stage of the interleaved schedule holds
+    // p (1 + (p - 1) / (p m)) micro-batches' worth of activations (m: interleaving stages).
+    EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0), 4 * (1 + 3.0 / (4 * v))) << "vpp = " << v;
+    EXPECT_GT(in_flight_micro_batches(p, 0), 4);
+  }
+}
+
+TEST(InFlight, FewMicroBatchesCapTheCount) {
+  Plan p;
+  p.pp = 8;
+  p.micro_batch = 1;
+  p.global_batch = 3;
+  p.schedule = Schedule::k1F1B;
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0), 3);
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 7), 1);
+  p.schedule = Schedule::kGpipe;
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0), 3);
+}
+
+TEST(InFlight, NoPipeline) {
+  Plan p;
+  p.micro_batch = 2;
+  p.global_batch = 16;
+  EXPECT_DOUBLE_EQ(in_flight_micro_batches(p, 0), 1);
+}
+
+// --- Recompute and memory -----------------------------------------------------------------
+
+TEST(RecomputeMemory, OrderedFullBelowSelectiveBelowNone) {
+  Model m = gpt(8, 2048, 16, 51200, 2048);
+  Cluster c = cluster_preset("dgx-a100-80g", 8);
+  Plan p = fp16_plan(8, true, 1);
+  p.global_batch = 1;
+  const double none = memory_per_rank(m, c, p).activations;
+  p.recompute = Recompute::kSelective;
+  const double sel = memory_per_rank(m, c, p).activations;
+  p.recompute = Recompute::kFull;
+  const double full = memory_per_rank(m, c, p).activations;
+  p.recompute_layers = 4;
+  const double half = memory_per_rank(m, c, p).activations;
+  EXPECT_LT(full, half);
+  EXPECT_LT(half, none);
+  EXPECT_LT(sel, none);
+  EXPECT_LT(full, sel);
+}
+
+}  // namespace
+}  // namespace parasol::cost

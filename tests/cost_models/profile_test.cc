@@ -1,0 +1,165 @@
+// Tests calibration profiles (cost_models/profile.h): defaults, JSON round trip, loading.
+#include "cost_models/profile.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace parasol::cost {
+namespace {
+
+void expect_fraction(double v, const std::string& what) {
+  EXPECT_GT(v, 0) << what;
+  EXPECT_LE(v, 1) << what;
+}
+
+TEST(DefaultProfile, EveryKnownDeviceHasEfficienciesInUnitInterval) {
+  ASSERT_FALSE(known_devices().empty());
+  for (const std::string& name : known_devices()) {
+    const DeviceSpec& d = device_spec(name);
+    Profile p = default_profile(d);
+    EXPECT_EQ(p.device, d.name);
+    EXPECT_FALSE(p.source.empty());
+    expect_fraction(p.gemm_efficiency, name + " gemm");
+    expect_fraction(p.memory_efficiency, name + " memory");
+    expect_fraction(p.flash_forward_efficiency, name + " flash fwd");
+    expect_fraction(p.flash_backward_efficiency, name + " flash bwd");
+    expect_fraction(p.host_copy_efficiency, name + " host copy");
+    for (double e : p.link_efficiency) expect_fraction(e, name + " link");
+    EXPECT_GT(p.gemm_k_half, 0) << name;
+    EXPECT_GE(p.kernel_overhead_s, 0) << name;
+    EXPECT_LT(p.kernel_overhead_s, 1e-4) << name;
+    EXPECT_GE(p.collective_step_latency_s, 0) << name;
+    EXPECT_GT(p.host_adam_params_per_s, 0) << name;
+    // FlashAttention's backward reaches a smaller fraction of peak than its forward.
+    EXPECT_LE(p.flash_backward_efficiency, p.flash_forward_efficiency) << name;
+  }
+}
+
+TEST(DefaultProfile, LinkEffIndexesByKind) {
+  Profile p = default_profile(device_spec("H100-SXM"));
+  p.link_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5};
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kNvlink), 0.1);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kNvswitch), 0.2);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kPcie), 0.3);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kInfiniband), 0.4);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kEthernet), 0.5);
+}
+
+Profile odd_profile() {
+  Profile p = default_profile(device_spec("A100-80G"));
+  p.source = "calibrated from two traces";
+  p.gemm_efficiency = 0.71;
+  p.gemm_k_half = 48;
+  p.memory_efficiency = 0.66;
+  p.flash_forward_efficiency = 0.55;
+  p.flash_backward_efficiency = 0.41;
+  p.kernel_overhead_s = 4.5e-6;
+  p.link_efficiency = {0.61, 0.62, 0.63, 0.64, 0.65};
+  p.collective_step_latency_s = 7e-6;
+  p.host_copy_efficiency = 0.7;
+  p.host_adam_params_per_s = 2.5e9;
+  p.traces = {"a.json", "b.json"};
+  return p;
+}
+
+void expect_same(const Profile& a, const Profile& b) {
+  EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_DOUBLE_EQ(a.gemm_efficiency, b.gemm_efficiency);
+  EXPECT_DOUBLE_EQ(a.gemm_k_half, b.gemm_k_half);
+  EXPECT_DOUBLE_EQ(a.memory_efficiency, b.memory_efficiency);
+  EXPECT_DOUBLE_EQ(a.flash_forward_efficiency, b.flash_forward_efficiency);
+  EXPECT_DOUBLE_EQ(a.flash_backward_efficiency, b.flash_backward_efficiency);
+  EXPECT_DOUBLE_EQ(a.kernel_overhead_s, b.kernel_overhead_s);
+  for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(a.link_efficiency[i], b.link_efficiency[i]);
+  EXPECT_DOUBLE_EQ(a.collective_step_latency_s, b.collective_step_latency_s);
+  EXPECT_DOUBLE_EQ(a.host_copy_efficiency, b.host_copy_efficiency);
+  EXPECT_DOUBLE_EQ(a.host_adam_params_per_s, b.host_adam_params_per_s);
+  EXPECT_EQ(a.traces, b.traces);
+}
+
+TEST(ProfileJson, RoundTrip) {
+  const Profile p = odd_profile();
+  Json j = profile_to_json(p);
+  EXPECT_DOUBLE_EQ(j["kernel_overhead_us"].get<double>(), 4.5);  // units in the key
+  EXPECT_DOUBLE_EQ(j["link_efficiency"]["infiniband"].get<double>(), 0.64);
+  expect_same(profile_from_json(j), p);
+  // Through text as well.
+  expect_same(profile_from_json(Json::parse(j.dump())), p);
+  // And the defaults of every device.
+  for (const std::string& name : known_devices()) {
+    Profile d = default_profile(device_spec(name));
+    expect_same(profile_from_json(profile_to_json(d)), d);
+  }
+}
+
+TEST(ProfileJson, MissingFieldsTakeTheDeviceDefaults) {
+  Profile p = profile_from_json(Json::parse(R"({"device": "H100-SXM", "gemm_efficiency": 0.5})"));
+  Profile d = default_profile(device_spec("H100-SXM"));
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(p.memory_efficiency, d.memory_efficiency);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kInfiniband), d.link_eff(LinkKind::kInfiniband));
+}
+
+TEST(ProfileJson, RejectsBadInput) {
+  EXPECT_THROW(profile_from_json(Json::parse(R"({"gemm_efficiency": 0.5})")), Error);
+  EXPECT_THROW(profile_from_json(Json::parse(R"({"device": "Z80"})")), Error);
+  EXPECT_THROW(profile_from_json(Json::parse(R"({"device": "A100-80G", "gemm_eff": 0.5})")), Error);
+  EXPECT_THROW(profile_from_json(Json::parse(R"({"device": "A100-80G", "gemm_efficiency": 1.5})")),
+               Error);
+  EXPECT_THROW(
+      profile_from_json(Json::parse(R"({"device": "A100-80G", "memory_efficiency": "high"})")),
+      Error);
+  EXPECT_THROW(profile_from_json(Json::parse(
+                   R"({"device": "A100-80G", "link_efficiency": {"token-ring": 0.5}})")),
+               Error);
+  EXPECT_THROW(profile_from_json(Json::parse(R"({"device": "A100-80G", "traces": [1]})")), Error);
+  try {
+    profile_from_json(Json::parse(R"({"device": "A100-80G", "gemm_efficiency": 0})"));
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "profile.gemm_efficiency");
+  }
+}
+
+class ProfileFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("parasol_profile_test_" + std::to_string(::getpid()) + ".json"))
+                .string();
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  void write(const Json& j) { std::ofstream(path_) << j.dump(2); }
+  std::string path_;
+};
+
+TEST_F(ProfileFile, LoadsAProfileOfTheSameDevice) {
+  write(profile_to_json(odd_profile()));
+  expect_same(load_profile(path_, device_spec("A100-80G")), odd_profile());
+}
+
+TEST_F(ProfileFile, RejectsAProfileOfAnotherDevice) {
+  write(profile_to_json(odd_profile()));  // an A100 profile
+  try {
+    load_profile(path_, device_spec("H100-SXM"));
+    ADD_FAILURE() << "an A100 profile was accepted for an H100 cluster";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "profile.device");
+  }
+}
+
+TEST_F(ProfileFile, MissingFileIsAnError) {
+  EXPECT_THROW(load_profile(path_ + ".missing", device_spec("A100-80G")), Error);
+}
+
+}  // namespace
+}  // namespace parasol::cost

@@ -1,0 +1,594 @@
+// Tests of the discrete-event engine (sim/engine.h): hand-built Programs whose timelines are
+// known exactly (stream order, dependencies, collectives, pipeline send/recv, rendezvous on the
+// pp group, link sharing, host optimizer), malformed Programs rejected naming the op, the
+// predicted trace (Chrome JSON that parses, no overlap on a stream), agreement with the
+// closed-form estimate on a grid of lowered plans (and its known differences), and lowered
+// plans that use every feature (CP ring, interleaved, MoE, ZeRO-3, offload).
+#include "sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/lower.h"
+#include "core/rank_layout.h"
+#include "cost_models/collective.h"
+#include "cost_models/compute.h"
+#include "cost_models/estimate.h"
+#include "traces/trace.h"
+
+namespace parasol::sim {
+namespace {
+
+constexpr double kEps = 1e-12;
+
+// Appends an op to `p` and returns its id.
+int add(Program& p, OpKind kind, const std::string& name, int stream, std::vector<int> deps = {}) {
+  Op op;
+  op.id = static_cast<int>(p.ops.size());
+  op.kind = kind;
+  op.name = name;
+  op.stream = stream;
+  op.deps = std::move(deps);
+  p.ops.push_back(op);
+  return op.id;
+}
+int gemm(Program& p, const std::string& name, int64_t m, int64_t n, int64_t k,
+         std::vector<int> deps = {}) {
+  int id = add(p, OpKind::kLinear, name, 0, std::move(deps));
+  p.ops[id].m = m;
+  p.ops[id].n = n;
+  p.ops[id].k = k;
+  p.ops[id].flops = 2.0 * m * n * k;
+  return id;
+}
+int collective(Program& p, OpKind kind, Group g, double bytes, int stream,
+               std::vector<int> deps = {}) {
+  int id =
+      add(p, kind, std::string(op_kind_name(kind)) + "." + group_name(g), stream, std::move(deps));
+  p.ops[id].group = g;
+  p.ops[id].bytes = bytes;
+  return id;
+}
+int p2p(Program& p, OpKind kind, int peer, int mb, Phase phase, double bytes, int stream,
+        std::vector<int> deps = {}) {
+  int id = add(p, kind, kind == OpKind::kSend ? "send" : "recv", stream, std::move(deps));
+  p.ops[id].peer_stage = peer;
+  p.ops[id].bytes = bytes;
+  p.ops[id].tags.micro_batch = mb;
+  p.ops[id].tags.phase = phase;
+  p.ops[id].group = Group::kPp;
+  return id;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  Model model = model_preset("gpt-22b");
+  Cluster one = cluster_preset("dgx-a100-80g", 8);
+  Cluster two = cluster_preset("dgx-a100-80g", 16);
+  cost::Profile prof = cost::default_profile(one.gpu_device(0));
+  const DeviceSpec& dev = one.gpu_device(0);
+
+  Plan plan(int tp, int pp, int dp = 1) const {
+    Plan p;
+    p.tp = tp;
+    p.pp = pp;
+    p.dp = dp;
+    p.micro_batch = 1;
+    p.global_batch = 8 * dp;
+    return p;
+  }
+  Program stage(int s) const {
+    Program p;
+    p.stage = s;
+    return p;
+  }
+  double gemm_s(int64_t m, int64_t n, int64_t k) const {
+    return cost::gemm_time(dev, prof, Dtype::kBf16, m, n, k);
+  }
+  // One all-reduce of `bytes` on the TP group of a server (no other group in the stage).
+  double tp_allreduce_s(const Cluster& c, double bytes) const {
+    std::vector<int> g = {0, 1, 2, 3, 4, 5, 6, 7};
+    return cost::GroupModel(c, prof, g).cost(cost::Collective::kAllReduce, bytes).time_s;
+  }
+  // Every rank of stage 0 (GPUs 0-7) sending `bytes` to its peer of stage 1 (GPUs 8-15).
+  double send_s(double bytes) const {
+    std::vector<cost::Flow> flows;
+    for (int r = 0; r < 8; ++r) flows.push_back({r, r + 8});
+    double bw = 1e300, lat = 0;
+    for (const cost::FlowRate& f : cost::concurrent_flow_rates(two, prof, flows)) {
+      bw = std::min(bw, f.bw);
+      lat = std::max(lat, f.latency);
+    }
+    return bytes / bw + lat + prof.collective_step_latency_s;
+  }
+  // The event of op `id` of rank `rank` in a recorded trace.
+  static const traces::TraceEvent& event(const SimResult& r, int rank, int id) {
+    for (const auto& e : r.trace.events)
+      if (e.rank == rank && e.op_id == id) return e;
+    throw std::runtime_error("no event");
+  }
+};
+
+TEST_F(EngineTest, TwoStreamsDependenciesAndACollective) {
+  Program p = stage(0);
+  const double bytes = 64e6;
+  int a = gemm(p, "A", 4096, 4096, 4096);
+  int b = gemm(p, "B", 1024, 1024, 1024, {a});
+  int ar = collective(p, OpKind::kAllReduce, Group::kTp, bytes, 1, {a});
+  int c = gemm(p, "C", 2048, 2048, 2048, {b, ar});
+  SimResult r = simulate(model, one, plan(8, 1), {p}, prof, true);
+
+  const double ta = gemm_s(4096, 4096, 4096), tb = gemm_s(1024, 1024, 1024);
+  const double tc = gemm_s(2048, 2048, 2048), tar = tp_allreduce_s(one, bytes);
+  ASSERT_GT(tar, tb);  // the collective, not B, gates C
+  EXPECT_NEAR(event(r, 0, a).start_s, 0, kEps);
+  EXPECT_NEAR(event(r, 0, a).dur_s, ta, kEps);
+  EXPECT_NEAR(event(r, 0, b).start_s, ta, kEps);
+  EXPECT_NEAR(event(r, 0, ar).start_s, ta, kEps);
+  EXPECT_NEAR(event(r, 0, ar).dur_s, tar, kEps);
+  EXPECT_NEAR(event(r, 0, c).start_s, ta + tar, kEps);
+  EXPECT_NEAR(r.step_time_s, ta + tar + tc, kEps);
+  EXPECT_EQ(r.ops_simulated, 4);
+
+  // Breakdown: compute, then the part of the all-reduce B does not hide.
+  const SimBreakdown& bd = r.breakdown;
+  EXPECT_NEAR(bd.compute, ta + tb + tc, kEps);
+  EXPECT_NEAR(bd.compute_by_phase[static_cast<int>(Phase::kForward)], ta + tb + tc, kEps);
+  EXPECT_NEAR(bd.exposed_comm[static_cast<int>(Group::kTp)], tar - tb, kEps);
+  EXPECT_NEAR(bd.bubble, 0, kEps);
+  EXPECT_NEAR(bd.total(), r.step_time_s, kEps);
+  EXPECT_EQ(r.stage_rank, std::vector<int>{0});
+  // Peak memory is the liveness of the Program's buffers: this one has none.
+  EXPECT_EQ(r.peak_memory_per_stage, std::vector<double>{0.0});
+}
+
+TEST_F(EngineTest, OpsOfAStreamRunInIssueOrder) {
+  Program p = stage(0);
+  int x = gemm(p, "X", 2048, 2048, 2048);
+  int y = gemm(p, "Y", 2048, 2048, 2048);  // no dep on X, same stream
+  int z = collective(p, OpKind::kAllReduce, Group::kTp, 8e6, 1);
+  int w = collective(p, OpKind::kAllGather, Group::kTp, 8e6, 1);
+  SimResult r = simulate(model, one, plan(8, 1), {p}, prof, true);
+  const double t = gemm_s(2048, 2048, 2048);
+  EXPECT_NEAR(event(r, 0, x).start_s, 0, kEps);
+  EXPECT_NEAR(event(r, 0, y).start_s, t, kEps);
+  EXPECT_NEAR(event(r, 0, z).start_s, 0, kEps);
+  EXPECT_NEAR(event(r, 0, w).start_s, tp_allreduce_s(one, 8e6), kEps);
+  EXPECT_NEAR(r.step_time_s, std::max(2 * t, event(r, 0, w).end_s()), kEps);
+}
+
+TEST_F(EngineTest, ConcurrentCommunicationOnOneLinkClassSharesBandwidth) {
+  Program p = stage(0);
+  p.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kComm, StreamKind::kCopy};
+  const double small = 16e6, large = 64e6;
+  int s1 = collective(p, OpKind::kAllReduce, Group::kTp, small, 1);
+  int s2 = collective(p, OpKind::kAllReduce, Group::kTp, large, 2);
+  int cp = add(p, OpKind::kPrefetch, "prefetch", 3);
+  p.ops[cp].bytes = 1e9;
+  SimResult r = simulate(model, one, plan(8, 1), {p}, prof, true);
+  const double t1 = tp_allreduce_s(one, small), t2 = tp_allreduce_s(one, large);
+  // Processor sharing: both at half rate until the small one is done at 2 t1; the large one
+  // then runs alone for its remaining t2 - t1.
+  EXPECT_NEAR(event(r, 0, s1).end_s(), 2 * t1, kEps);
+  EXPECT_NEAR(event(r, 0, s2).end_s(), t1 + t2, kEps);
+  // The host link is another class: the prefetch is not slowed down.
+  const double host = one.host_link_bw(0) * prof.host_copy_efficiency;
+  EXPECT_NEAR(event(r, 0, cp).dur_s, 1e9 / host, kEps);
+  // Nothing but communication and a copy ran: they are exposed.
+  EXPECT_NEAR(r.breakdown.exposed_comm[static_cast<int>(Group::kTp)], t1 + t2, kEps);
+  EXPECT_NEAR(r.breakdown.exposed_offload, std::max(0.0, 1e9 / host - (t1 + t2)), kEps);
+  EXPECT_NEAR(r.breakdown.total(), r.step_time_s, kEps);
+}
+
+TEST_F(EngineTest, RecvCompletesWhenTheMatchingSendFinishes) {
+  Program p0 = stage(0), p1 = stage(1);
+  const double act = 2.0 * 2048 * 6144 / 8;  // one micro-batch's activations, 1/tp of them
+  // Stage 0: forward of micro-batches 0 and 1, each sent on the comm stream.
+  int f0 = gemm(p0, "F0.mb0", 2048, 6144, 6144);
+  int s0 = p2p(p0, OpKind::kSend, 1, 0, Phase::kForward, act, 1, {f0});
+  int f1 = gemm(p0, "F0.mb1", 2048, 6144, 6144);
+  int s1 = p2p(p0, OpKind::kSend, 1, 1, Phase::kForward, act, 1, {f1});
+  // Stage 1: receives (posted in reverse micro-batch order on two streams to check matching by
+  // micro-batch), then computes.
+  p1.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kComm, StreamKind::kCopy};
+  int r1 = p2p(p1, OpKind::kRecv, 0, 1, Phase::kForward, act, 2);
+  int r0 = p2p(p1, OpKind::kRecv, 0, 0, Phase::kForward, act, 1);
+  int g0 = gemm(p1, "F1.mb0", 2048, 6144, 6144, {r0});
+  int g1 = gemm(p1, "F1.mb1", 2048, 6144, 6144, {r1});
+  SimResult r = simulate(model, two, plan(8, 2), {p0, p1}, prof, true);
+
+  const double tf = gemm_s(2048, 6144, 6144), ts = send_s(act);
+  ASSERT_EQ(r.stage_rank, (std::vector<int>{0, 8}));
+  EXPECT_NEAR(event(r, 0, s0).start_s, tf, kEps);
+  EXPECT_NEAR(event(r, 0, s0).dur_s, ts, kEps);
+  EXPECT_NEAR(event(r, 0, s1).start_s, 2 * tf, kEps);
+  EXPECT_NEAR(event(r, 8, r0).start_s, 0, kEps);  // posted at once, waits for the data
+  EXPECT_NEAR(event(r, 8, r0).end_s(), tf + ts, kEps);
+  EXPECT_NEAR(event(r, 8, r1).end_s(), 2 * tf + ts, kEps);
+  EXPECT_NEAR(event(r, 8, g0).start_s, tf + ts, kEps);
+  EXPECT_NEAR(event(r, 8, g1).start_s, 2 * tf + ts, kEps);
+  EXPECT_NEAR(r.step_time_s, 3 * tf + ts, kEps);
+  (void)f1;
+  (void)g1;
+  // Stage 1 waited tf for stage 0 (bubble), then saw the transfer of mb0 exposed.
+  const SimBreakdown& b1 = r.stage_breakdown[1];
+  EXPECT_NEAR(b1.bubble, tf, kEps);
+  EXPECT_NEAR(b1.exposed_comm[static_cast<int>(Group::kPp)], ts, kEps);
+  EXPECT_NEAR(b1.compute, 2 * tf, kEps);
+  EXPECT_NEAR(b1.total(), r.step_time_s, kEps);
+  // Stage 0's sends hide behind its compute; its tail is idle.
+  const SimBreakdown& b0 = r.stage_breakdown[0];
+  EXPECT_NEAR(b0.compute, 2 * tf, kEps);
+  EXPECT_NEAR(b0.exposed_comm[static_cast<int>(Group::kPp)], ts, kEps);  // mb1's send at the end
+  EXPECT_NEAR(b0.total(), r.step_time_s, kEps);
+}
+
+TEST_F(EngineTest, RecvPostedAfterItsSendFinishedCompletesAtOnce) {
+  Program p0 = stage(0), p1 = stage(1);
+  p2p(p0, OpKind::kSend, 1, 0, Phase::kForward, 1e6, 1);
+  int busy = gemm(p1, "busy", 8192, 8192, 8192);
+  int rv = p2p(p1, OpKind::kRecv, 0, 0, Phase::kForward, 1e6, 1, {busy});
+  SimResult r = simulate(model, two, plan(8, 2), {p0, p1}, prof, true);
+  const double tb = gemm_s(8192, 8192, 8192);
+  ASSERT_GT(tb, send_s(1e6));
+  EXPECT_NEAR(event(r, 8, rv).start_s, tb, kEps);
+  EXPECT_NEAR(event(r, 8, rv).dur_s, 0, kEps);
+  EXPECT_NEAR(r.step_time_s, tb, kEps);
+}
+
+TEST_F(EngineTest, PipelineGroupCollectiveIsARendezvousOfTheStagesThatHaveIt) {
+  Program p0 = stage(0), p1 = stage(1);
+  int w = gemm(p0, "work", 8192, 8192, 8192);
+  int a0 = collective(p0, OpKind::kAllReduce, Group::kPp, 32e6, 1, {w});
+  int a1 = collective(p1, OpKind::kAllReduce, Group::kPp, 32e6, 1);
+  SimResult r = simulate(model, two, plan(8, 2), {p0, p1}, prof, true);
+  const double tw = gemm_s(8192, 8192, 8192);
+  const double tar =
+      cost::GroupModel(two, prof, {0, 8}).cost(cost::Collective::kAllReduce, 32e6).time_s;
+  EXPECT_NEAR(event(r, 0, a0).end_s(), tw + tar, kEps);
+  EXPECT_NEAR(event(r, 8, a1).start_s, 0, kEps);  // arrives early and waits
+  EXPECT_NEAR(event(r, 8, a1).end_s(), tw + tar, kEps);
+  // Stage 1's wait is bubble; only the transfer itself is exposed communication.
+  EXPECT_NEAR(r.stage_breakdown[1].bubble, tw, kEps);
+  EXPECT_NEAR(r.stage_breakdown[1].exposed_comm[static_cast<int>(Group::kPp)], tar, kEps);
+}
+
+TEST_F(EngineTest, OptimizerWritingHostBuffersRunsOnTheHost) {
+  Program p = stage(0);
+  Buffer state;
+  state.id = 0;
+  state.name = "optimizer.state";
+  state.cls = BufferClass::kOptimizer;
+  state.host = true;
+  p.buffers.push_back(state);
+  int dev_adam = add(p, OpKind::kAdamW, "adam.device", 0);
+  p.ops[dev_adam].elements = 1e9;
+  p.ops[dev_adam].tags.phase = Phase::kOptimizer;
+  int host_adam = add(p, OpKind::kAdamW, "adam.host", 0);
+  p.ops[host_adam].elements = 1e9;
+  p.ops[host_adam].writes = {0};
+  p.ops[host_adam].tags.phase = Phase::kOptimizer;
+  SimResult r = simulate(model, one, plan(8, 1), {p}, prof, true);
+  const double td = cost::optimizer_time(dev, prof, Dtype::kBf16, 1e9);
+  const double th = 1e9 / (prof.host_adam_params_per_s / one.gpus_per_server());
+  EXPECT_NEAR(event(r, 0, dev_adam).dur_s, td, kEps);
+  EXPECT_NEAR(event(r, 0, host_adam).dur_s, th, kEps);
+  EXPECT_NEAR(r.breakdown.compute_by_phase[static_cast<int>(Phase::kOptimizer)], td, kEps);
+  EXPECT_NEAR(r.breakdown.exposed_offload, th, kEps);
+}
+
+// The Error a simulation raises, or "" when it runs.
+std::string sim_error(const Model& m, const Cluster& c, const Plan& plan,
+                      const std::vector<Program>& progs, const cost::Profile& prof) {
+  try {
+    simulate(m, c, plan, progs, prof, false);
+  } catch (const Error& e) {
+    return e.field() + ": " + e.reason();
+  }
+  return "";
+}
+
+TEST_F(EngineTest, MalformedProgramsAreRejectedNamingTheOp) {
+  {
+    Program p = stage(0);
+    gemm(p, "A", 128, 128, 128, {5});
+    EXPECT_EQ(sim_error(model, one, plan(8, 1), {p}, prof).rfind("programs[0].ops[0].deps", 0), 0u);
+  }
+  {
+    Program p = stage(0);
+    add(p, OpKind::kNorm, "n", 7);
+    EXPECT_EQ(sim_error(model, one, plan(8, 1), {p}, prof).rfind("programs[0].ops[0].stream", 0),
+              0u);
+  }
+  {
+    Program p = stage(0);
+    gemm(p, "A", 128, 128, 128, {1});
+    gemm(p, "B", 128, 128, 128, {0});  // cycle
+    std::string e = sim_error(model, one, plan(8, 1), {p}, prof);
+    EXPECT_EQ(e.rfind("programs[0].ops[0]", 0), 0u) << e;
+    EXPECT_NE(e.find("never ran"), std::string::npos) << e;
+  }
+  {
+    Program p0 = stage(0), p1 = stage(1);
+    p2p(p1, OpKind::kRecv, 0, 3, Phase::kForward, 1e6, 1);
+    std::string e = sim_error(model, two, plan(8, 2), {p0, p1}, prof);
+    EXPECT_EQ(e.rfind("programs[1].ops[0]", 0), 0u) << e;
+    EXPECT_NE(e.find("no matching send"), std::string::npos) << e;
+    p2p(p0, OpKind::kSend, 1, 3, Phase::kBackward, 1e6, 1);  // wrong direction
+    EXPECT_NE(sim_error(model, two, plan(8, 2), {p0, p1}, prof).find("no matching"),
+              std::string::npos);
+  }
+  {
+    Program p = stage(0);
+    EXPECT_EQ(sim_error(model, two, plan(8, 2), {p}, prof).rfind("programs", 0), 0u);
+  }
+}
+
+// Checks of a recorded predicted trace: every written event has the fields Perfetto needs and
+// events of one (pid, tid) do not overlap.
+void expect_well_formed(const traces::Trace& t) {
+  std::ostringstream os;
+  traces::write_trace(t, os);
+  Json j = parse_json(os.str(), "trace");
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  size_t complete = 0;
+  for (const Json& e : j["traceEvents"]) {
+    for (const char* k : {"ph", "pid", "tid", "name"}) ASSERT_TRUE(e.contains(k)) << e.dump();
+    if (e["ph"] != "X") continue;
+    ++complete;
+    ASSERT_TRUE(e.contains("ts")) << e.dump();
+    ASSERT_TRUE(e.contains("dur")) << e.dump();
+    lanes[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back(
+        {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  }
+  EXPECT_EQ(complete, t.events.size());
+  for (auto& [lane, iv] : lanes) {
+    std::sort(iv.begin(), iv.end());
+    for (size_t i = 1; i < iv.size(); ++i)
+      EXPECT_GE(iv[i].first, iv[i - 1].second - 1e-6)  // microseconds; rounding only
+          << "overlap on pid " << lane.first << " tid " << lane.second;
+  }
+  traces::Trace back = traces::trace_from_json(j, "trace");
+  EXPECT_EQ(back.events.size(), t.events.size());
+  EXPECT_EQ(back.source, "predicted");
+}
+
+TEST_F(EngineTest, RecordedTraceIsWellFormed) {
+  Program p0 = stage(0), p1 = stage(1);
+  int f = gemm(p0, "F", 2048, 6144, 6144);
+  collective(p0, OpKind::kAllReduce, Group::kTp, 8e6, 1, {f});
+  p2p(p0, OpKind::kSend, 1, 0, Phase::kForward, 1e6, 1, {f});
+  int rv = p2p(p1, OpKind::kRecv, 0, 0, Phase::kForward, 1e6, 1);
+  gemm(p1, "G", 2048, 6144, 6144, {rv});
+  SimResult r = simulate(model, two, plan(8, 2), {p0, p1}, prof, true);
+  ASSERT_EQ(r.trace.events.size(), 5u);
+  EXPECT_EQ(r.trace.source, "predicted");
+  EXPECT_EQ(r.trace.streams.size(), 6u);  // three streams per stage
+  expect_well_formed(r.trace);
+  SimResult quiet = simulate(model, two, plan(8, 2), {p0, p1}, prof, false);
+  EXPECT_TRUE(quiet.trace.events.empty());
+  EXPECT_DOUBLE_EQ(quiet.step_time_s, r.step_time_s);
+  Json j = sim_result_to_json(r);
+  EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), r.step_time_s);
+  EXPECT_EQ(j["ops_simulated"].get<int64_t>(), 5);
+  EXPECT_EQ(j["stages"].size(), 2u);
+}
+
+// --- Lowered plans -------------------------------------------------------------------------
+
+// One plan of the agreement grid: dp = 2, micro-batch 1, 8 micro-batches, sequence parallelism
+// when tp > 1, bf16, flash attention, and no overlap features (overlap_grad_reduce and
+// overlap_param_gather off), so that the closed form prices what the Programs do.
+struct GridPlan {
+  const char* model;
+  int tp, pp;
+  Schedule schedule;
+};
+
+std::string label(const GridPlan& g) {
+  return std::string(g.model) + " tp" + std::to_string(g.tp) + " pp" + std::to_string(g.pp) +
+         (g.schedule == Schedule::kGpipe ? " gpipe" : " 1f1b");
+}
+
+// The grid: gpt-22b and gpt3-175b (Korthikanti et al. 2022 shapes) on DGX A100 80G servers,
+// tp in {1, 2, 8}, pp in {1, 2, 4}, 1F1B and GPipe.
+std::vector<GridPlan> grid() {
+  std::vector<GridPlan> out;
+  for (const char* m : {"gpt-22b", "gpt3-175b"})
+    for (int tp : {1, 2, 8})
+      for (int pp : {1, 2, 4})
+        for (Schedule s : {Schedule::k1F1B, Schedule::kGpipe})
+          if (pp > 1 || s == Schedule::k1F1B) out.push_back({m, tp, pp, s});
+  return out;
+}
+
+struct Played {
+  Plan plan;
+  cost::Estimate est;
+  SimResult sim;
+};
+
+Played play(const Model& m, Plan p, bool trace = false) {
+  Cluster c = cluster_preset("dgx-a100-80g", p.gpus());
+  validate(p, m, c);
+  cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  Played out{p, cost::estimate(m, c, p, prof), simulate(m, c, lower(m, c, p), prof, trace)};
+  return out;
+}
+
+Plan grid_plan(const GridPlan& g) {
+  Plan p;
+  p.tp = g.tp;
+  p.pp = g.pp;
+  p.dp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  p.schedule = g.schedule;
+  p.sequence_parallel = g.tp > 1;
+  p.overlap_grad_reduce = false;
+  p.overlap_param_gather = false;
+  return p;
+}
+
+double exposed_dp(const SimBreakdown& b) {
+  return b.exposed_comm[static_cast<int>(Group::kDpCp)] +
+         b.exposed_comm[static_cast<int>(Group::kDp)];
+}
+
+// Agreement with the closed form on the grid. Where the estimate prices exactly what the
+// Programs do (tp <= 2) the step times agree within 5%. The known differences are asserted:
+//  (a) the backward TP collectives (the all-gather of a column-parallel input for its weight
+//      gradient, the reduce-scatter of its data gradient) run on the comm stream beside the
+//      GEMM they do not depend on in the lowered Programs, so the simulator hides part of
+//      them, while the estimate deliberately prices every TP collective as exposed (Megatron
+//      issues them on the compute path; cost_models/estimate.cc). At tp = 8 that is 5-10% of
+//      the step: the simulated step is shorter, and adding back the TP time it hides brings it
+//      within 5%;
+//  (b) the estimate's bubble is (pp - 1) slots of the slowest (last) stage; the other stages
+//      carry no output layer, so the simulated bubble is at most the estimate's;
+//  (c) compute: forward and backward agree within 2% (the same cost functions on the same
+//      shapes).
+TEST(EngineAgreement, MatchesTheEstimateOnAGridOfPlans) {
+  std::map<std::string, Model> models;
+  for (const GridPlan& g : grid()) {
+    SCOPED_TRACE(label(g));
+    if (!models.count(g.model)) models.emplace(g.model, model_preset(g.model));
+    Played r = play(models.at(g.model), grid_plan(g));
+    const SimBreakdown& b = r.sim.breakdown;
+    const cost::TimeBreakdown& t = r.est.time;
+    const double step = r.sim.step_time_s, est = r.est.step_time_s;
+    EXPECT_NEAR(b.total(), step, 1e-9 * step);
+    // (c)
+    const double fb = b.compute_by_phase[static_cast<int>(Phase::kForward)] +
+                      b.compute_by_phase[static_cast<int>(Phase::kBackward)];
+    EXPECT_NEAR(fb / (t.forward + t.backward), 1.0, 0.02);
+    // (b)
+    EXPECT_LE(b.bubble, t.bubble * 1.02 + 1e-3);
+    if (g.pp > 1) {
+      // Data-parallel reduction after the last backward: exact.
+      EXPECT_NEAR(exposed_dp(b), t.dp_comm, 0.05 * t.dp_comm);
+    }
+    const double tp_sim = b.exposed_comm[static_cast<int>(Group::kTp)];
+    if (g.tp <= 2) {
+      EXPECT_NEAR(step / est, 1.0, 0.05) << "sim " << step << " s, estimate " << est << " s";
+    } else {
+      // (a)
+      EXPECT_LT(step, est);
+      EXPECT_GT(tp_sim, 0.4 * t.tp_comm);
+      EXPECT_LT(tp_sim, 0.9 * t.tp_comm);
+      EXPECT_NEAR((step + t.tp_comm - tp_sim) / est, 1.0, 0.05)
+          << "sim " << step << " s, estimate " << est << " s";
+    }
+    if (g.tp == 1) {
+      EXPECT_EQ(tp_sim, 0.0);
+    }
+  }
+}
+
+// Known difference: with overlap_grad_reduce the gradient all-reduce of a layer starts as soon
+// as its last backward is done and hides behind the backward of the layers below it, as the
+// estimate's exposed() assumes. (tp = 1: with tp > 1 the lowering puts the reductions on the
+// one comm stream in front of the TP collectives and pipeline sends, see the report.)
+TEST(EngineAgreement, OverlapHidesDataParallelCommunication) {
+  Model m = model_preset("gpt-22b");
+  Plan p = grid_plan({"gpt-22b", 1, 2, Schedule::k1F1B});
+  Played off = play(m, p);
+  p.overlap_grad_reduce = true;
+  Played on = play(m, p);
+  const double dp_off = exposed_dp(off.sim.breakdown), dp_on = exposed_dp(on.sim.breakdown);
+  EXPECT_GT(dp_off, 0.1);
+  EXPECT_LT(dp_on, 0.1 * dp_off);
+  // The estimate's overlapped figure: one bucket stays exposed.
+  EXPECT_LT(dp_on, 2 * on.est.time.dp_comm + 1e-3);
+  EXPECT_GT(on.est.time.dp_comm, 0);
+}
+
+// Plays lowered plans that exercise every kind of op the lowering emits: context-parallel ring
+// sends, the interleaved schedule, MoE all-to-all, ZeRO-3 gathers, optimizer offload (host
+// AdamW, copies). Every op runs, the breakdown adds up, the trace is well formed.
+TEST(EngineLowered, PlaysEveryFeature) {
+  struct Case {
+    const char* name;
+    const char* model;
+    Plan plan;
+  };
+  std::vector<Case> cases;
+  {
+    Plan p;  // CP ring attention, interleaved 1F1B
+    p.tp = 2, p.cp = 2, p.pp = 2, p.dp = 1, p.vpp = 2, p.schedule = Schedule::kInterleaved;
+    p.sequence_parallel = true, p.micro_batch = 1, p.global_batch = 4;
+    cases.push_back({"cp-interleaved", "llama3-8b", p});
+  }
+  {
+    Plan p;  // MoE with expert parallelism
+    p.tp = 1, p.pp = 1, p.dp = 4, p.ep = 4, p.micro_batch = 1, p.global_batch = 8;
+    cases.push_back({"moe", "mixtral-8x7b", p});
+  }
+  {
+    Plan p;  // ZeRO-3
+    p.tp = 2, p.pp = 1, p.dp = 4, p.zero = 3, p.micro_batch = 1, p.global_batch = 8;
+    p.sequence_parallel = true;
+    cases.push_back({"zero3", "gpt-22b", p});
+  }
+  {
+    Plan p;  // optimizer and activation offload, full recompute
+    p.tp = 2, p.pp = 1, p.dp = 2, p.micro_batch = 1, p.global_batch = 4;
+    p.offload.optimizer = true, p.offload.activations = true, p.recompute = Recompute::kFull;
+    cases.push_back({"offload", "llama3-8b", p});
+  }
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    Model m = model_preset(k.model);
+    Played r = play(m, k.plan, true);
+    const SimResult& s = r.sim;
+    EXPECT_GT(s.step_time_s, 0);
+    EXPECT_EQ(static_cast<int>(s.stage_breakdown.size()), k.plan.pp);
+    EXPECT_EQ(static_cast<int>(s.peak_memory_per_stage.size()), k.plan.pp);
+    for (double bytes : s.peak_memory_per_stage) EXPECT_GT(bytes, 0);
+    for (const SimBreakdown& b : s.stage_breakdown)
+      EXPECT_NEAR(b.total(), s.step_time_s, 1e-9 * s.step_time_s);
+    EXPECT_EQ(static_cast<int64_t>(s.trace.events.size()), s.ops_simulated);
+    expect_well_formed(s.trace);
+    // Within a factor of the closed form (the features priced differently are not asserted).
+    EXPECT_GT(s.step_time_s, 0.5 * r.est.step_time_s);
+    EXPECT_LT(s.step_time_s, 2.0 * r.est.step_time_s);
+    const SimBreakdown& b = s.breakdown;
+    if (std::string(k.name) == "cp-interleaved") {
+      double cp = 0;
+      for (const auto& st : s.stage_breakdown) cp += st.exposed_comm[static_cast<int>(Group::kCp)];
+      EXPECT_GE(cp, 0);
+    }
+    if (std::string(k.name) == "moe") {
+      EXPECT_GT(b.exposed_comm[static_cast<int>(Group::kEp)], 0);
+    }
+    if (std::string(k.name) == "offload") {
+      EXPECT_GT(b.exposed_offload, 0);
+    }
+    if (std::string(k.name) == "zero3") {
+      EXPECT_GT(exposed_dp(b), 0);
+    }
+  }
+}
+
+// Large plans play one representative per stage: GPT-3 175B on 1,024 A100s is 8 Programs.
+TEST(EngineLowered, PlaysOneRepresentativePerStage) {
+  Model m = model_preset("gpt3-175b");
+  Plan p;
+  p.tp = 8, p.pp = 8, p.dp = 16, p.micro_batch = 1, p.global_batch = 256;
+  p.sequence_parallel = true;
+  p.overlap_grad_reduce = false;  // see OverlapHidesDataParallelCommunication
+  Played r = play(m, p);
+  EXPECT_EQ(r.sim.stage_rank, (std::vector<int>{0, 128, 256, 384, 512, 640, 768, 896}));
+  EXPECT_GT(r.sim.ops_simulated, 8 * 16 * 96 / 8 * 20);
+  // Known difference (a) of the grid test: the simulator hides part of the backward TP
+  // collectives.
+  EXPECT_LT(r.sim.step_time_s, r.est.step_time_s);
+  EXPECT_GT(r.sim.step_time_s, 0.85 * r.est.step_time_s);
+}
+
+}  // namespace
+}  // namespace parasol::sim

@@ -1,0 +1,70 @@
+// Trace: one schema for predicted (sim/engine) and measured (runtime) timelines of a training
+// step, so that the two can be compared op by op. Stored as Chrome trace JSON, which Perfetto
+// and chrome://tracing open: one complete event ("ph": "X") per op, "pid" = rank, "tid" =
+// stream, times in microseconds, and the op's identity in "args"; "M" metadata events name the
+// processes ("rank N") and the threads (the stream names of the Program).
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/json_reader.h"
+
+namespace parasol::traces {
+
+struct TraceEvent {
+  int rank = 0;          // global rank (Chrome "pid")
+  int stream = 0;        // stream index of the rank's Program (Chrome "tid")
+  std::string name;      // op name, e.g. "L3.fc1"
+  double start_s = 0;    // seconds from the start of the step
+  double dur_s = 0;      // seconds
+  int op_id = -1;        // Op::id in the rank's Program; -1 when unknown
+  std::string kind;      // op_kind_name(), e.g. "linear", "all-reduce"
+  double bytes = 0;      // payload bytes (communication, copies)
+  double flops = 0;      // executed FLOPs
+  int layer = -1;        // model layer; -1 outside layers
+  int micro_batch = -1;  // -1 for per-step ops
+  std::string phase;     // "forward", "backward", "recompute", "optimizer" or ""
+  double end_s() const { return start_s + dur_s; }
+};
+
+// The name of one stream of one rank (written as a "thread_name" metadata event).
+struct TraceStream {
+  int rank = 0;
+  int stream = 0;
+  std::string name;  // e.g. "compute", "comm", "copy"
+};
+
+struct Trace {
+  std::vector<TraceEvent> events;
+  std::vector<TraceStream> streams;  // optional names of (rank, stream) pairs
+  std::string source;                // "predicted" or "measured"
+};
+
+// Chrome trace JSON: {"traceEvents": [...], "displayTimeUnit": "ms",
+//  "otherData": {"source": ..., "generator": "parasol"}}. Process-name metadata is written for
+// every rank that has events or streams; thread-name metadata for every entry of `streams`.
+// Output is deterministic (events in the order of trace.events).
+void write_trace(const Trace& trace, std::ostream& out);
+// Writes to a file; an unwritable path is a parasol::Error naming the path.
+void write_trace_file(const Trace& trace, const std::string& path);
+
+// Parses Chrome trace JSON (the object form above or a bare array of events). Complete events
+// ("ph": "X") must carry ph, name, ts, dur, pid and tid (numbers; dur >= 0); a missing or
+// malformed field is a parasol::Error naming it ("<what>.traceEvents[12].dur: missing").
+// Metadata events ("ph": "M") named "thread_name" fill `streams`; other phases are ignored.
+// `what` names the source (a file path) in errors.
+Trace trace_from_json(const Json& j, const std::string& what = "trace");
+// Reads and parses a file (Error naming the path when it is missing or not JSON).
+Trace read_trace_file(const std::string& path);
+
+// Merges per-rank traces (e.g. one file per rank of a measured run) into one: events and
+// stream names concatenated and sorted by (rank, stream, start). The sources must agree (or be
+// empty), and a rank may appear in one input only: violations are parasol::Error naming
+// "traces[i]".
+Trace merge_traces(const std::vector<Trace>& traces);
+// Reads every file and merges them; errors name the offending file.
+Trace read_trace_files(const std::vector<std::string>& paths);
+
+}  // namespace parasol::traces
