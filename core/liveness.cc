@@ -16,49 +16,58 @@ Liveness liveness(const Program& prog) {
     for (int b : op.reads) touch(b);
     for (int b : op.writes) touch(b);
   }
-  // during[i]: bytes in use while op i runs; after[i]: once it has finished (per class for
-  // device buffers, one more row for host buffers).
-  std::vector<std::array<double, 6>> during(n_ops + 1), after(n_ops + 1);
+  // Difference arrays over the issue order: device bytes in use while op i runs (`during`), once
+  // it has finished (`after`), and host bytes. The split by class is taken at the peak only.
+  std::vector<double> during(n_ops + 1, 0.0), after(n_ops + 1, 0.0), host(n_ops + 1, 0.0);
+  std::vector<double> bytes(n_bufs);
   for (int b = 0; b < n_bufs; ++b) {
     const Buffer& buf = prog.buffers[b];
-    const double bytes = buf.bytes();
-    const int row = buf.host ? 5 : static_cast<int>(buf.cls);
+    bytes[b] = buf.bytes();
     if (buf.persistent) {
-      if (!buf.host) out.persistent_bytes += bytes;
+      if (!buf.host) out.persistent_bytes += bytes[b];
       if (n_ops == 0) continue;
-      during[0][row] += bytes;
-      after[0][row] += bytes;
+      (buf.host ? host : during)[0] += bytes[b];
+      if (!buf.host) after[0] += bytes[b];
       continue;
     }
     if (first[b] < 0) continue;
-    during[first[b]][row] += bytes;
-    during[last[b] + 1][row] -= bytes;
+    if (buf.host) {
+      host[first[b]] += bytes[b];
+      host[last[b] + 1] -= bytes[b];
+      continue;
+    }
+    during[first[b]] += bytes[b];
+    during[last[b] + 1] -= bytes[b];
     if (last[b] > first[b]) {
-      after[first[b]][row] += bytes;
-      after[last[b]][row] -= bytes;
+      after[first[b]] += bytes[b];
+      after[last[b]] -= bytes[b];
     }
   }
   out.live_after_op.resize(n_ops);
-  std::array<double, 6> d{}, a{};
+  double d = 0, a = 0, h = 0;
   for (int i = 0; i < n_ops; ++i) {
-    double dev_during = 0, dev_after = 0;
-    for (int c = 0; c < 6; ++c) {
-      d[c] += during[i][c];
-      a[c] += after[i][c];
-      if (c < 5) {
-        dev_during += d[c];
-        dev_after += a[c];
-      }
-    }
-    out.live_after_op[i] = dev_after;
-    if (out.peak_op < 0 || dev_during > out.peak_bytes) {
-      out.peak_bytes = dev_during;
+    d += during[i];
+    a += after[i];
+    h += host[i];
+    out.live_after_op[i] = a;
+    if (out.peak_op < 0 || d > out.peak_bytes) {
+      out.peak_bytes = d;
       out.peak_op = i;
-      for (int c = 0; c < 5; ++c) out.peak_by_class[c] = d[c];
     }
-    if (d[5] > out.host_bytes) out.host_bytes = d[5];
+    if (h > out.host_bytes) out.host_bytes = h;
   }
-  if (n_ops == 0) out.peak_bytes = out.persistent_bytes;
+  if (n_ops == 0) {
+    out.peak_bytes = out.persistent_bytes;
+    return out;
+  }
+  // The peak's split by class: device buffers live while the peak op runs.
+  const int at = out.peak_op;
+  for (int b = 0; b < n_bufs; ++b) {
+    const Buffer& buf = prog.buffers[b];
+    if (buf.host) continue;
+    if (buf.persistent || (first[b] >= 0 && first[b] <= at && at <= last[b]))
+      out.peak_by_class[static_cast<int>(buf.cls)] += bytes[b];
+  }
   return out;
 }
 

@@ -164,7 +164,20 @@ std::string name(int layer, const char* what, int mb = -1) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-constexpr int kCompute = 0, kComm = 1, kCopy = 2;
+// Streams: compute; layer communication (TP, CP, EP); copy; data-parallel gradient and ZeRO
+// traffic; pipeline sends and receives. Separate streams keep a gradient all-reduce from
+// delaying the next layer's TP collective or a pipeline send (as separate NCCL streams do).
+constexpr int kCompute = 0, kComm = 1, kCopy = 2, kDpComm = 3, kPpComm = 4, kStreams = 5;
+
+int comm_stream(Group g) {
+  switch (g) {
+    case Group::kDp:
+    case Group::kDpCp:
+    case Group::kExpertDp: return kDpComm;
+    case Group::kPp: return kPpComm;
+    default: return kComm;
+  }
+}
 
 class Lowerer {
  public:
@@ -269,7 +282,9 @@ class Lowerer {
     Lowerer* l;
   };
   std::vector<int> last_writer_;
-  std::vector<std::array<int, 3>> last_reader_;
+  std::vector<std::array<int, kStreams>> last_reader_;
+  int order_after_ = -1;    // when >= 0, every emitted op also waits for this op
+  int last_compute_ = -1;   // the latest op on the compute stream
 
   std::vector<Bucket> buckets_;
   std::vector<std::array<int, 2>> layer_buckets_;  // stage-local layer -> dense, expert bucket
@@ -340,7 +355,7 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
   b.host = host;
   b.persistent = persistent;
   last_writer_.push_back(-1);
-  last_reader_.push_back({-1, -1, -1});
+  last_reader_.push_back({-1, -1, -1, -1, -1});
   return P_.add_buffer(std::move(b));
 }
 
@@ -379,17 +394,19 @@ int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
   for (int w : op.writes) {
     int lw = last_writer_[w];
     if (lw >= 0 && P_.ops[lw].stream != st) add(lw);
-    for (int other = 0; other < 3; ++other)
+    for (int other = 0; other < kStreams; ++other)
       if (other != st) add(last_reader_[w][other]);
   }
   for (int d : extra) add(d);
+  add(order_after_);
   std::sort(deps.begin(), deps.end());
   const int id = P_.add_op(std::move(op));
+  if (st == kCompute) last_compute_ = id;
   const Op& o = P_.ops[id];
   for (int r : o.reads) last_reader_[r][st] = id;
   for (int w : o.writes) {
     last_writer_[w] = id;
-    last_reader_[w] = {-1, -1, -1};
+    last_reader_[w] = {-1, -1, -1, -1, -1};
   }
   return id;
 }
@@ -422,7 +439,7 @@ int Lowerer::elementwise(OpKind kind, int layer, const char* what, double elemen
 int Lowerer::collective(OpKind kind, Group g, int layer, const char* what, double bytes,
                         const std::vector<int>& reads, const std::vector<int>& writes,
                         std::initializer_list<int> extra) {
-  Op op = make(kind, layer, what, kComm);
+  Op op = make(kind, layer, what, comm_stream(g));
   op.group = g;
   op.bytes = bytes;
   set(op.reads, reads);
@@ -432,7 +449,7 @@ int Lowerer::collective(OpKind kind, Group g, int layer, const char* what, doubl
 
 int Lowerer::p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
                  double bytes, int buffer_id) {
-  Op op = make(kind, layer, what, kComm);
+  Op op = make(kind, layer, what, comm_stream(g));
   op.group = g;
   op.peer_stage = peer_stage;
   op.tag = tag;
@@ -1390,11 +1407,14 @@ void Lowerer::optimizer() {
   tags_.micro_batch = -1;
   tags_.chunk = 0;
   at(-1, Phase::kOptimizer);
+  // Without overlap_grad_reduce the reductions start once the whole backward has finished.
+  order_after_ = deferred_.empty() ? -1 : last_compute_;
   for (int bi : deferred_) {
     at(buckets_[bi].layer, Phase::kOptimizer);
     tags_.chunk = buckets_[bi].chunk;
     final_reduce(buckets_[bi]);
   }
+  order_after_ = -1;
   at(-1, Phase::kOptimizer);
   if (sp_) {
     // Under SP each TP rank saw a different sequence shard: the replicated weights that act on
@@ -1445,6 +1465,8 @@ void Lowerer::optimizer() {
 
 Program Lowerer::run() {
   P_.stage = s_;
+  P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
+                StreamKind::kComm};
   const size_t est = static_cast<size_t>(M_) * per_stage_ * 60 + 1024;
   P_.ops.reserve(est);
   P_.buffers.reserve(est);

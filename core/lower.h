@@ -19,7 +19,9 @@
 //    state, parameters and activations, and the optimizer step (grad norm, AdamW, cast).
 //
 // Conventions of the Programs lower() emits (the simulator and the runtime rely on them):
-//  * streams: 0 compute, 1 communication, 2 copy (host <-> device). Ops whose buffers all live
+//  * streams: 0 compute, 1 layer communication (TP, CP, EP), 2 copy (host <-> device), 3
+//    data-parallel communication (gradient reduction, ZeRO gathers), 4 pipeline send/recv (and
+//    the grad-norm reduction across stages). Ops whose buffers all live
 //    in host memory (AdamW and cast under optimizer offload) run on the host CPU and are placed
 //    on the copy stream.
 //  * deps list the producers of every buffer an op reads (and, across streams, the last writer

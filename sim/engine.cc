@@ -19,6 +19,8 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include <future>
+
 #include "core/liveness.h"
 #include "core/rank_layout.h"
 #include "cost_models/collective.h"
@@ -601,7 +603,7 @@ class Engine {
 
   int n_ = 0;
   std::vector<int> base_;            // first global id of each stage
-  std::vector<double> peak_memory_;  // per stage (core/liveness.h)
+  std::shared_future<std::vector<double>> peak_memory_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
   std::vector<Times>& times_;
@@ -633,6 +635,13 @@ class Engine {
 
 void Engine::build() {
   const int pp = plan_.pp;
+  // Peak memory of each stage from its buffers' liveness (core/liveness.h), on another core
+  // while this one builds and plays the event graph (the Programs are read-only meanwhile).
+  peak_memory_future_ = std::async(std::launch::async, [this] {
+    std::vector<double> peaks;
+    for (const Program& prog : programs_) peaks.push_back(liveness(prog).peak_bytes);
+    return peaks;
+  });
   base_.resize(pp + 1);
   for (int s = 0; s < pp; ++s) base_[s + 1] = base_[s] + static_cast<int>(programs_[s].ops.size());
   n_ = base_[pp];
@@ -739,8 +748,6 @@ void Engine::build() {
       }
     }
   }
-  // Peak memory of each stage from its buffers' liveness (core/liveness.h).
-  for (const Program& prog : programs_) peak_memory_.push_back(liveness(prog).peak_bytes);
 
   // Dependents (CSR).
   dep_off_.assign(n_ + 1, 0);
@@ -998,7 +1005,7 @@ SimResult Engine::result(bool record_trace) const {
     }
   }
   r.breakdown = r.stage_breakdown[r.critical_stage];
-  r.peak_memory_per_stage = peak_memory_;
+  r.peak_memory_per_stage = peak_memory_future_.get();
   if (record_trace) {
     traces::Trace& tr = r.trace;
     tr.source = "predicted";

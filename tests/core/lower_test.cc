@@ -85,7 +85,7 @@ std::vector<U> units(const Program& p) {
 void check_well_formed(const LoweredPlan& lp) {
   for (const Program& p : lp.programs) {
     SCOPED_TRACE("stage " + std::to_string(p.stage));
-    ASSERT_EQ(p.streams.size(), 3u);
+    ASSERT_EQ(p.streams.size(), 5u);
     ASSERT_FALSE(p.ranks.empty());
     for (int r : p.ranks) EXPECT_EQ(&lp.program_of(r), &p);
     for (size_t i = 0; i < p.buffers.size(); ++i) EXPECT_EQ(p.buffers[i].id, static_cast<int>(i));
@@ -107,6 +107,9 @@ void check_well_formed(const LoweredPlan& lp) {
       for (int b : o.writes) all_host = all_host && p.buffers[b].host;
       if (is_communication(o.kind)) {
         EXPECT_EQ(p.streams[o.stream], StreamKind::kComm) << o.name;
+        const bool dp = o.group == Group::kDp || o.group == Group::kDpCp ||
+                        o.group == Group::kExpertDp;
+        EXPECT_EQ(o.stream, dp ? 3 : o.group == Group::kPp ? 4 : 1) << o.name;
         EXPECT_GT(o.bytes, 0) << o.name;
       } else if (o.kind == OpKind::kOffload || o.kind == OpKind::kPrefetch || all_host) {
         EXPECT_EQ(p.streams[o.stream], StreamKind::kCopy) << o.name;
@@ -501,7 +504,7 @@ TEST(Lower, Zero0AllReducesEachLayerAfterItsLastBackwardOverlapped) {
     auto r = grad_reductions(p, layer, Group::kDpCp);
     ASSERT_EQ(r.size(), 1u);
     EXPECT_EQ(r[0]->kind, OpKind::kAllReduce);
-    EXPECT_EQ(r[0]->stream, 1);
+    EXPECT_EQ(r[0]->stream, 3);  // the data-parallel stream, apart from TP traffic
     EXPECT_EQ(r[0]->tags.micro_batch, 3);
     EXPECT_EQ(r[0]->tags.phase, Phase::kBackward);
     // After this layer's last backward op, before the next (lower) layer's backward compute.
