@@ -88,6 +88,13 @@ Json model_to_json(const Model& m);
 Model model_from_hf_config(const Json& j, const std::string& path = "model");
 bool looks_like_hf_config(const Json& j);
 
+// Builders of the two families the presets use. GPT: layernorm, gelu, ffn = 4h, learned
+// positions, linear biases, dropout, no GQA. Llama: rmsnorm, swiglu, RoPE, no biases or dropout.
+Model gpt_model(const std::string& name, int layers, int64_t hidden, int heads, int64_t vocab,
+                int64_t seq, bool tied_embeddings);
+Model llama_model(const std::string& name, int layers, int64_t hidden, int heads, int kv_heads,
+                  int64_t ffn, int64_t vocab, int64_t seq);
+
 // Presets: gpt2-124m, gpt3-175b, megatron-1t, llama3-8b, llama3-70b, llama3-405b,
 // mixtral-8x7b, tiny, tiny-moe, gpt-22b, tnlg-530b, ...
 Model model_preset(const std::string& name);

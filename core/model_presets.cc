@@ -7,10 +7,8 @@
 
 namespace parasol {
 
-namespace {
-
-Model gpt(const std::string& name, int layers, int64_t hidden, int heads, int64_t vocab,
-          int64_t seq, bool tied) {
+Model gpt_model(const std::string& name, int layers, int64_t hidden, int heads, int64_t vocab,
+                int64_t seq, bool tied) {
   Model m;
   m.name = name;
   m.layers = layers;
@@ -30,8 +28,8 @@ Model gpt(const std::string& name, int layers, int64_t hidden, int heads, int64_
   return m;
 }
 
-Model llama(const std::string& name, int layers, int64_t hidden, int heads, int kv_heads,
-            int64_t ffn, int64_t vocab, int64_t seq) {
+Model llama_model(const std::string& name, int layers, int64_t hidden, int heads, int kv_heads,
+                  int64_t ffn, int64_t vocab, int64_t seq) {
   Model m;
   m.name = name;
   m.layers = layers;
@@ -47,6 +45,8 @@ Model llama(const std::string& name, int layers, int64_t hidden, int heads, int 
   return m;
 }
 
+namespace {
+
 Model with_moe(Model m, int experts, int top_k, int64_t expert_ffn) {
   m.moe = {experts, top_k, expert_ffn, 1};
   return m;
@@ -55,32 +55,32 @@ Model with_moe(Model m, int experts, int top_k, int64_t expert_ffn) {
 const std::map<std::string, std::function<Model()>>& presets() {
   static const std::map<std::string, std::function<Model()>> table = {
       // Radford et al. 2019 / HF "gpt2": 124M parameters.
-      {"gpt2-124m", [] { return gpt("gpt2-124m", 12, 768, 12, 50257, 1024, true); }},
+      {"gpt2-124m", [] { return gpt_model("gpt2-124m", 12, 768, 12, 50257, 1024, true); }},
       // HF "gpt2-xl": 1.56B.
-      {"gpt2-1.5b", [] { return gpt("gpt2-1.5b", 48, 1600, 25, 50257, 1024, true); }},
+      {"gpt2-1.5b", [] { return gpt_model("gpt2-1.5b", 48, 1600, 25, 50257, 1024, true); }},
       // Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 context.
-      {"gpt3-175b", [] { return gpt("gpt3-175b", 96, 12288, 96, 50257, 2048, true); }},
+      {"gpt3-175b", [] { return gpt_model("gpt3-175b", 96, 12288, 96, 50257, 2048, true); }},
       // Korthikanti et al. 2022, Table 3 (vocab 51200 as in Megatron-LM's padded GPT vocab).
-      {"gpt-22b", [] { return gpt("gpt-22b", 48, 6144, 64, 51200, 2048, false); }},
+      {"gpt-22b", [] { return gpt_model("gpt-22b", 48, 6144, 64, 51200, 2048, false); }},
       // Smith et al. 2022 (Megatron-Turing NLG 530B): 105 layers, 20480 hidden, 128 heads.
-      {"tnlg-530b", [] { return gpt("tnlg-530b", 105, 20480, 128, 51200, 2048, false); }},
+      {"tnlg-530b", [] { return gpt_model("tnlg-530b", 105, 20480, 128, 51200, 2048, false); }},
       // Narayanan et al. 2021, Table 1: 1T model, 128 layers, 25600 hidden, 160 heads.
-      {"megatron-1t", [] { return gpt("megatron-1t", 128, 25600, 160, 51200, 2048, false); }},
+      {"megatron-1t", [] { return gpt_model("megatron-1t", 128, 25600, 160, 51200, 2048, false); }},
       // Touvron et al. 2023 (Llama 2 7B).
-      {"llama2-7b", [] { return llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096); }},
+      {"llama2-7b", [] { return llama_model("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096); }},
       // Meta Llama 3 model card and config.json: 8B, 70B; Llama 3.1 405B.
-      {"llama3-8b", [] { return llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192); }},
-      {"llama3-70b", [] { return llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192); }},
+      {"llama3-8b", [] { return llama_model("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192); }},
+      {"llama3-70b", [] { return llama_model("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192); }},
       {"llama3-405b",
-       [] { return llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192); }},
+       [] { return llama_model("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192); }},
       // Jiang et al. 2024 (Mixtral of Experts) and its config.json: 8 experts, top-2.
       {"mixtral-8x7b", [] {
-         return with_moe(llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096), 8, 2, 14336);
+         return with_moe(llama_model("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096), 8, 2, 14336);
        }},
       // Small enough to train on a CPU in seconds; Llama-style with GQA.
-      {"tiny", [] { return llama("tiny", 2, 64, 4, 2, 256, 512, 64); }},
-      {"tiny-gpt", [] { return gpt("tiny-gpt", 2, 64, 4, 512, 64, true); }},
-      {"tiny-moe", [] { return with_moe(llama("tiny-moe", 2, 64, 4, 2, 128, 512, 64), 4, 2, 128); }},
+      {"tiny", [] { return llama_model("tiny", 2, 64, 4, 2, 256, 512, 64); }},
+      {"tiny-gpt", [] { return gpt_model("tiny-gpt", 2, 64, 4, 512, 64, true); }},
+      {"tiny-moe", [] { return with_moe(llama_model("tiny-moe", 2, 64, 4, 2, 128, 512, 64), 4, 2, 128); }},
   };
   return table;
 }

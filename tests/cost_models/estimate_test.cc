@@ -15,23 +15,7 @@ namespace {
 
 // GPT-3-style model (Korthikanti et al. 2022, Table 3's 22B shape, fewer layers for speed).
 Model gpt(int layers, int64_t h, int heads, int64_t vocab, int64_t seq) {
-  Model m;
-  m.name = "gpt-test";
-  m.layers = layers;
-  m.hidden = h;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.head_dim = h / heads;
-  m.ffn = 4 * h;
-  m.vocab = vocab;
-  m.seq_len = seq;
-  m.norm = Norm::kLayerNorm;
-  m.activation = Activation::kGelu;
-  m.tied_embeddings = true;
-  m.learned_positions = true;
-  m.linear_bias = true;
-  m.dropout = true;
-  return m;
+  return gpt_model("gpt-test", layers, h, heads, vocab, seq, /*tied_embeddings=*/true);
 }
 
 Estimate run(const Model& m, const Cluster& c, const Plan& p) {

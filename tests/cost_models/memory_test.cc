@@ -17,41 +17,13 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 // A GPT-3-style layer as in Korthikanti et al. 2022: layernorm, gelu, ffn = 4h, dropout,
 // multi-head attention (no GQA).
 Model gpt(int layers, int64_t h, int heads, int64_t vocab, int64_t seq, bool tied = true) {
-  Model m;
-  m.name = "gpt-test";
-  m.layers = layers;
-  m.hidden = h;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.head_dim = h / heads;
-  m.ffn = 4 * h;
-  m.vocab = vocab;
-  m.seq_len = seq;
-  m.norm = Norm::kLayerNorm;
-  m.activation = Activation::kGelu;
-  m.tied_embeddings = tied;
-  m.learned_positions = true;
-  m.linear_bias = true;
-  m.dropout = true;
-  return m;
+  return gpt_model("gpt-test", layers, h, heads, vocab, seq, tied);
 }
 
 // A Llama-style model without biases, so parameter counts are plain matrix sizes.
 Model llama(int layers, int64_t h, int heads, int kv_heads, int64_t ffn, int64_t vocab,
             int64_t seq) {
-  Model m;
-  m.name = "llama-test";
-  m.layers = layers;
-  m.hidden = h;
-  m.heads = heads;
-  m.kv_heads = kv_heads;
-  m.head_dim = h / heads;
-  m.ffn = ffn;
-  m.vocab = vocab;
-  m.seq_len = seq;
-  m.norm = Norm::kRmsNorm;
-  m.activation = Activation::kSwiglu;
-  return m;
+  return llama_model("llama-test", layers, h, heads, kv_heads, ffn, vocab, seq);
 }
 
 Plan fp16_plan(int tp, bool sp, int mbs) {
