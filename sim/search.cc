@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cost_models/memory.h"
+#include "sim/engine.h"
 
 namespace parasol::sim {
 
@@ -225,6 +226,19 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   r.pareto = std::move(front);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
+}
+
+void resimulate_top(const Model& model, const Cluster& cluster, const cost::Profile& profile,
+                    int count, SearchResult& result) {
+  const int n = std::min<int>(count, static_cast<int>(result.top.size()));
+  if (n <= 0) return;
+  Simulator simulator(model, cluster, profile);
+  for (int i = 0; i < n; ++i)
+    result.top[i].simulated_step_s =
+        simulator.simulate(lower(model, cluster, result.top[i].plan), false).step_time_s;
+  std::stable_sort(result.top.begin(), result.top.begin() + n, [](const Candidate& a, const Candidate& b) {
+    return a.simulated_step_s < b.simulated_step_s;
+  });
 }
 
 }  // namespace parasol::sim

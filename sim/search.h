@@ -33,6 +33,7 @@ struct SearchOptions {
 struct Candidate {
   Plan plan;
   cost::Estimate estimate;
+  double simulated_step_s = 0;  // set by resimulate_top(); 0 when not simulated
 };
 
 struct SearchResult {
@@ -46,5 +47,11 @@ struct SearchResult {
 
 SearchResult search(const Model& model, const Cluster& cluster, const cost::Profile& profile,
                     const SearchOptions& options);
+
+// DESIGN's second pass: lowers the first `count` plans of `result.top` to Programs, plays them
+// with the event simulator, and re-orders those plans by simulated step time (the rest keep
+// their closed-form order after them).
+void resimulate_top(const Model& model, const Cluster& cluster, const cost::Profile& profile,
+                    int count, SearchResult& result);
 
 }  // namespace parasol::sim

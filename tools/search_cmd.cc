@@ -47,6 +47,7 @@ Runner add_search(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   auto precision = std::make_shared<std::string>("bf16");
   auto no_offload = std::make_shared<bool>(false);
+  auto simulate_top = std::make_shared<int>(0);
   o->gpus = 1024;
   add_target_flags(cmd, *o);
   add_profile_flag(cmd, *o);
@@ -57,6 +58,8 @@ Runner add_search(CLI::App& app) {
   cmd->add_option("--threads", *threads, "worker threads (default: all cores)");
   cmd->add_option("--precision", *precision, "fp32|bf16|fp16|fp8")->capture_default_str();
   cmd->add_flag("--no-offload", *no_offload, "do not consider offloading");
+  cmd->add_option("--simulate-top", *simulate_top,
+                  "re-rank the best N plans by the event simulator (lowers and plays each)");
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     SpecOptions so = *o;
@@ -72,11 +75,13 @@ Runner add_search(CLI::App& app) {
     if (*gbs < 1) throw Error("search.gbs", "must be >= 1");
     if (*seq < 0) throw Error("search.seq", "must be >= 1");
     if (*top < 1) throw Error("search.top", "must be >= 1");
+    if (*simulate_top < 0) throw Error("search.simulate_top", "must be >= 0");
     const bool tty = isatty(STDERR_FILENO) && !*json;
     if (tty)
       opt.progress = [](double f) { std::fprintf(stderr, "\rsearching... %3.0f%%", f * 100); };
     sim::SearchResult r = sim::search(s.model, *s.cluster, s.profile, opt);
     if (tty) std::fprintf(stderr, "\r%*s\r", 24, "");
+    sim::resimulate_top(s.model, *s.cluster, s.profile, *simulate_top, r);
     if (r.top.empty())
       throw Error("search", "no plan fits in memory for " + s.model.name + " on " +
                                 std::to_string(s.cluster->num_gpus()) + " GPUs with global batch " +
@@ -92,7 +97,11 @@ Runner add_search(CLI::App& app) {
     }
     if (*json) {
       Json top_j = Json::array(), front = Json::array();
-      for (const auto& c : r.top) top_j.push_back({{"plan", plan_to_json(c.plan)}, {"estimate", cost::estimate_to_json(c.estimate)}});
+      for (const auto& c : r.top) {
+        Json row = {{"plan", plan_to_json(c.plan)}, {"estimate", cost::estimate_to_json(c.estimate)}};
+        if (c.simulated_step_s > 0) row["simulated_step_time_s"] = c.simulated_step_s;
+        top_j.push_back(row);
+      }
       for (const auto& c : r.pareto) front.push_back({{"plan", plan_to_json(c.plan)}, {"tokens_per_s", c.estimate.tokens_per_s}, {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
       std::cout << Json{{"top", top_j}, {"pareto", front}, {"enumerated", r.enumerated}, {"fitting", r.fitting}, {"seconds", r.seconds}, {"best_plan", plan_to_json(best)}}.dump(1) << "\n";
       return 0;
@@ -105,6 +114,12 @@ Runner add_search(CLI::App& app) {
               << " plans/s)\n\n";
     print_header();
     for (size_t i = 0; i < r.top.size(); ++i) print_row(r.top[i], static_cast<int>(i + 1));
+    if (*simulate_top > 0) {
+      std::cout << "\nre-ranked by the event simulator (lowered Programs):\n";
+      for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i)
+        std::printf("%4zu  simulated step %s (closed form %s)\n", i + 1,
+                    secs(r.top[i].simulated_step_s).c_str(), secs(r.top[i].estimate.step_time_s).c_str());
+    }
     std::cout << "\nPareto front (tokens/s vs memory):\n";
     print_header();
     for (size_t i = 0; i < r.pareto.size() && i < 12; ++i) print_row(r.pareto[i], static_cast<int>(i + 1));

@@ -12,6 +12,8 @@
 #include "core/plan.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
+#include "core/lower.h"
+#include "sim/engine.h"
 
 namespace parasol::sim {
 namespace {
@@ -257,6 +259,30 @@ TEST(SearchTiny, RespectsTopKAndMaxTp) {
   SearchResult r = search(m, c, prof, o);
   ASSERT_EQ(r.top.size(), 3u);
   for (const Candidate& cand : r.top) EXPECT_EQ(cand.plan.tp, 1);
+}
+
+TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 4);
+  cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  SearchOptions o;
+  o.global_batch = 8;
+  o.threads = 2;
+  o.top_k = 6;
+  SearchResult r = search(m, c, prof, o);
+  ASSERT_EQ(r.top.size(), 6u);
+  const Plan untouched = r.top[5].plan;
+  resimulate_top(m, c, prof, 4, r);
+  for (int i = 0; i < 4; ++i) {
+    // Each simulated time is the simulator's own answer for that plan ...
+    SimResult direct = simulate(m, c, lower(m, c, r.top[i].plan), prof, false);
+    EXPECT_DOUBLE_EQ(r.top[i].simulated_step_s, direct.step_time_s);
+    // ... and the re-ranked head is in increasing simulated time.
+    if (i > 0) EXPECT_LE(r.top[i - 1].simulated_step_s, r.top[i].simulated_step_s);
+  }
+  // Plans past the re-ranked head keep their place and are not simulated.
+  EXPECT_EQ(r.top[5].simulated_step_s, 0);
+  EXPECT_EQ(plan_to_json(r.top[5].plan), plan_to_json(untouched));
 }
 
 }  // namespace
