@@ -2,6 +2,7 @@
 #include "core/cluster.h"
 
 #include <algorithm>
+#include <boost/graph/connected_components.hpp>
 #include <cmath>
 #include <deque>
 #include <iterator>
@@ -9,8 +10,6 @@
 #include <map>
 #include <set>
 #include <unordered_map>
-
-#include <boost/graph/connected_components.hpp>
 
 #include "core/error.h"
 
@@ -22,28 +21,37 @@ constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 const char* node_kind_name(NodeKind k) {
   switch (k) {
-    case NodeKind::kGpu: return "gpu";
-    case NodeKind::kCpu: return "cpu";
-    case NodeKind::kNic: return "nic";
-    case NodeKind::kSwitch: return "switch";
+    case NodeKind::kGpu:
+      return "gpu";
+    case NodeKind::kCpu:
+      return "cpu";
+    case NodeKind::kNic:
+      return "nic";
+    case NodeKind::kSwitch:
+      return "switch";
   }
   return "?";
 }
 
 const char* link_kind_name(LinkKind k) {
   switch (k) {
-    case LinkKind::kNvlink: return "nvlink";
-    case LinkKind::kNvswitch: return "nvswitch";
-    case LinkKind::kPcie: return "pcie";
-    case LinkKind::kInfiniband: return "infiniband";
-    case LinkKind::kEthernet: return "ethernet";
+    case LinkKind::kNvlink:
+      return "nvlink";
+    case LinkKind::kNvswitch:
+      return "nvswitch";
+    case LinkKind::kPcie:
+      return "pcie";
+    case LinkKind::kInfiniband:
+      return "infiniband";
+    case LinkKind::kEthernet:
+      return "ethernet";
   }
   return "?";
 }
 
 LinkKind parse_link_kind(const std::string& s, const std::string& field) {
-  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie,
-                     LinkKind::kInfiniband, LinkKind::kEthernet})
+  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie, LinkKind::kInfiniband,
+                     LinkKind::kEthernet})
     if (s == link_kind_name(k)) return k;
   throw Error(field, "'" + s + "' is not one of nvlink|nvswitch|pcie|infiniband|ethernet");
 }
@@ -90,7 +98,8 @@ void Cluster::finalize() {
     if (n.kind == NodeKind::kCpu) host_memory_of_server_[n.server] += n.memory_bytes;
   }
   for (VertexId g : gpus_)
-    if (graph[g].server < 0) throw Error("cluster.nodes." + graph[g].name + ".server", "GPU needs a server index >= 0");
+    if (graph[g].server < 0)
+      throw Error("cluster.nodes." + graph[g].name + ".server", "GPU needs a server index >= 0");
   gpus_per_server_ = *std::max_element(gpus_on_server_.begin(), gpus_on_server_.end());
   // Route check: every pair of GPUs must be joined by a path whose inner vertices forward (the
   // paths path() finds). Reaching GPU 0 is not enough, since GPUs do not forward: routes 1-0 and
@@ -136,7 +145,9 @@ void Cluster::finalize() {
   }
 }
 
-const DeviceSpec& Cluster::gpu_device(int gpu) const { return device_spec(graph[gpus_.at(gpu)].device); }
+const DeviceSpec& Cluster::gpu_device(int gpu) const {
+  return device_spec(graph[gpus_.at(gpu)].device);
+}
 
 double Cluster::host_memory_per_gpu(int gpu) const {
   int s = server_of(gpu);
@@ -245,8 +256,10 @@ Cluster explicit_graph_from_json(const JsonReader& r) {
     t.name = n.string("id");
     if (ids.count(t.name)) throw Error(n.field("id"), "duplicate node id '" + t.name + "'");
     std::string kind = n.choice("kind", {"gpu", "cpu", "nic", "switch"}, "switch");
-    t.kind = kind == "gpu" ? NodeKind::kGpu : kind == "cpu" ? NodeKind::kCpu
-             : kind == "nic" ? NodeKind::kNic : NodeKind::kSwitch;
+    t.kind = kind == "gpu"   ? NodeKind::kGpu
+             : kind == "cpu" ? NodeKind::kCpu
+             : kind == "nic" ? NodeKind::kNic
+                             : NodeKind::kSwitch;
     t.server = static_cast<int>(n.integer_or("server", -1, -1, 1 << 24));
     if (t.kind == NodeKind::kGpu) {
       t.device = n.string("device");
@@ -312,7 +325,8 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
   s.host_memory_bytes = r.number_or("host_memory_GiB", s.host_memory_bytes / GiB, 0, 1e9) * GiB;
   FabricSpec f;
   f.kind = kind == "rail" ? FabricKind::kRailOptimized : FabricKind::kFatTree;
-  f.servers_per_leaf = static_cast<int>(r.integer_or("servers_per_leaf", f.servers_per_leaf, 1, 1 << 16));
+  f.servers_per_leaf =
+      static_cast<int>(r.integer_or("servers_per_leaf", f.servers_per_leaf, 1, 1 << 16));
   f.oversubscription = r.number_or("oversubscription", 1.0, 1.0, 1e6);
   if (gpus % s.gpus != 0 && gpus > s.gpus)
     throw Error(r.field("gpus"), std::to_string(gpus) + " is not a multiple of gpus_per_server (" +
@@ -363,7 +377,8 @@ Json cluster_to_json(const Cluster& c) {
 }
 
 Cluster load_cluster(const std::string& preset_or_path, int gpus) {
-  if (is_existing_file(preset_or_path)) return cluster_from_json(read_json_file(preset_or_path), gpus);
+  if (is_existing_file(preset_or_path))
+    return cluster_from_json(read_json_file(preset_or_path), gpus);
   if (preset_or_path.find('/') != std::string::npos || preset_or_path.ends_with(".json"))
     throw Error("cluster", "no such file '" + preset_or_path + "'");
   if (gpus <= 0) throw Error("gpus", "is required with a cluster preset (--gpus N)");

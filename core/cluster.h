@@ -5,11 +5,10 @@
 // by fat trees or rail-optimised fabrics, and tori.
 #pragma once
 
+#include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <boost/graph/adjacency_list.hpp>
 
 #include "core/device.h"
 #include "core/json_reader.h"
@@ -26,11 +25,11 @@ LinkKind parse_link_kind(const std::string& s, const std::string& field);
 struct TopoNode {
   NodeKind kind = NodeKind::kSwitch;
   std::string name;
-  int server = -1;            // server (host box) index; -1 for fabric switches
-  std::string device;         // kGpu: datasheet name (see device.h)
-  double memory_bytes = 0;    // kCpu: host memory in bytes
-  bool forwards = true;       // may carry traffic between other vertices (false for GPUs
-                              // except in direct-connect fabrics such as tori)
+  int server = -1;          // server (host box) index; -1 for fabric switches
+  std::string device;       // kGpu: datasheet name (see device.h)
+  double memory_bytes = 0;  // kCpu: host memory in bytes
+  bool forwards = true;     // may carry traffic between other vertices (false for GPUs
+                            // except in direct-connect fabrics such as tori)
 };
 
 struct TopoLink {
@@ -106,13 +105,13 @@ class Cluster {
 struct ServerSpec {
   std::string device = "H100-SXM";
   int gpus = 8;
-  double nvlink_bw = 450e9;       // per GPU per direction into the NVSwitch; 0 = no NVSwitch
+  double nvlink_bw = 450e9;  // per GPU per direction into the NVSwitch; 0 = no NVSwitch
   double nvlink_latency = 1e-6;
-  double pcie_bw = 64e9;          // GPU <-> host and GPU <-> NIC, per direction
+  double pcie_bw = 64e9;  // GPU <-> host and GPU <-> NIC, per direction
   double pcie_latency = 1e-6;
   int nics = 8;
-  double nic_bw = 50e9;           // per NIC per direction
-  double nic_latency = 2e-6;      // NIC to first switch, including the adapter
+  double nic_bw = 50e9;       // per NIC per direction
+  double nic_latency = 2e-6;  // NIC to first switch, including the adapter
   double host_memory_bytes = 2048.0 * (1 << 30);
 };
 
@@ -120,9 +119,9 @@ enum class FabricKind { kRailOptimized, kFatTree };
 
 struct FabricSpec {
   FabricKind kind = FabricKind::kRailOptimized;
-  int servers_per_leaf = 32;       // servers under one leaf (per rail for rail-optimised)
-  double oversubscription = 1.0;   // leaf downlink / uplink capacity (1 = non-blocking)
-  double switch_latency = 1e-6;    // per switch hop
+  int servers_per_leaf = 32;      // servers under one leaf (per rail for rail-optimised)
+  double oversubscription = 1.0;  // leaf downlink / uplink capacity (1 = non-blocking)
+  double switch_latency = 1e-6;   // per switch hop
 };
 
 // `servers` servers joined by the fabric (no fabric when servers == 1).

@@ -46,9 +46,11 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
     VertexId cpu = add_node(c, NodeKind::kCpu, p + "cpu", s, true, "", server.host_memory_bytes);
     if (server.nvlink_bw > 0 && server.gpus > 1) {
       VertexId sw = add_node(c, NodeKind::kSwitch, p + "nvswitch", s, true);
-      for (VertexId g : gpus) add_link(c, g, sw, LinkKind::kNvswitch, server.nvlink_bw, server.nvlink_latency);
+      for (VertexId g : gpus)
+        add_link(c, g, sw, LinkKind::kNvswitch, server.nvlink_bw, server.nvlink_latency);
     }
-    for (VertexId g : gpus) add_link(c, g, cpu, LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
+    for (VertexId g : gpus)
+      add_link(c, g, cpu, LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
     if (servers > 1) {
       for (int k = 0; k < server.nics; ++k)
         nics[s].push_back(add_node(c, NodeKind::kNic, p + "nic" + std::to_string(k), s, true));
@@ -66,8 +68,9 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
       int first = grp * per_leaf, last = std::min(servers, first + per_leaf);
       int rails = fabric.kind == FabricKind::kRailOptimized ? server.nics : 1;
       for (int r = 0; r < rails; ++r) {
-        std::string leaf_name = "leaf" + std::to_string(grp) +
-                                (fabric.kind == FabricKind::kRailOptimized ? ".rail" + std::to_string(r) : "");
+        std::string leaf_name =
+            "leaf" + std::to_string(grp) +
+            (fabric.kind == FabricKind::kRailOptimized ? ".rail" + std::to_string(r) : "");
         VertexId leaf = add_node(c, NodeKind::kSwitch, leaf_name, -1, true);
         int down_ports = 0;
         for (int s = first; s < last; ++s) {
@@ -89,7 +92,8 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
 
 Cluster build_torus(const std::string& name, const std::string& device, std::vector<int> dims,
                     double link_bw, double link_latency) {
-  if (dims.size() < 2 || dims.size() > 3) throw Error("cluster.dims", "a torus has 2 or 3 dimensions");
+  if (dims.size() < 2 || dims.size() > 3)
+    throw Error("cluster.dims", "a torus has 2 or 3 dimensions");
   device_spec(device, "cluster.device");
   Cluster c;
   c.name = name;

@@ -22,18 +22,20 @@ const std::vector<DeviceSpec>& table() {
       {"A100-80G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 80 * GiB, 2039 * GB, 108, 400},
       // NVIDIA H100 Tensor Core GPU datasheet: SXM5, 67 TF fp32, 494.7 TF tf32, 989.4 TF
       // bf16/fp16, 1,978.9 TF fp8 (dense), 80 GB HBM3 at 3.35 TB/s, 132 SMs, 700 W.
-      {"H100-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB, 3350 * GB,
-       132, 700},
+      {"H100-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB,
+       3350 * GB, 132, 700},
       // NVIDIA H200 datasheet: H100's compute with 141 GB HBM3e at 4.8 TB/s, 700 W.
-      {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 141 * GB, 4800 * GB, 132,
-       700},
+      {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 141 * GB, 4800 * GB,
+       132, 700},
       // NVIDIA DGX B200 datasheet (72 PF fp8 training, 1,440 GB for 8 GPUs): per GPU 2.25 PF
-      // bf16/fp16 dense, 4.5 PF fp8 dense, 1.1 PF tf32 dense, 180 GB HBM3e at 8 TB/s, 148 SMs, 1000 W.
-      {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 180 * GB, 8000 * GB, 148, 1000},
+      // bf16/fp16 dense, 4.5 PF fp8 dense, 1.1 PF tf32 dense, 180 GB HBM3e at 8 TB/s, 148 SMs, 1000
+      // W.
+      {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 180 * GB, 8000 * GB, 148,
+       1000},
       // AMD Instinct MI300X datasheet: 163.4 TF fp32, 653.7 TF tf32, 1,307.4 TF bf16/fp16,
       // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W.
-      {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB, 5300 * GB,
-       304, 750},
+      {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB,
+       5300 * GB, 304, 750},
   };
   return devices;
 }
@@ -46,11 +48,16 @@ std::string lower(std::string s) {
 
 const char* dtype_name(Dtype d) {
   switch (d) {
-    case Dtype::kFp32: return "fp32";
-    case Dtype::kTf32: return "tf32";
-    case Dtype::kBf16: return "bf16";
-    case Dtype::kFp16: return "fp16";
-    case Dtype::kFp8: return "fp8";
+    case Dtype::kFp32:
+      return "fp32";
+    case Dtype::kTf32:
+      return "tf32";
+    case Dtype::kBf16:
+      return "bf16";
+    case Dtype::kFp16:
+      return "fp16";
+    case Dtype::kFp8:
+      return "fp8";
   }
   return "?";
 }
@@ -58,10 +65,13 @@ const char* dtype_name(Dtype d) {
 double dtype_bytes(Dtype d) {
   switch (d) {
     case Dtype::kFp32:
-    case Dtype::kTf32: return 4;
+    case Dtype::kTf32:
+      return 4;
     case Dtype::kBf16:
-    case Dtype::kFp16: return 2;
-    case Dtype::kFp8: return 1;
+    case Dtype::kFp16:
+      return 2;
+    case Dtype::kFp8:
+      return 1;
   }
   return 4;
 }
@@ -74,11 +84,16 @@ Dtype parse_dtype(const std::string& s, const std::string& field) {
 
 double DeviceSpec::peak_flops(Dtype d) const {
   switch (d) {
-    case Dtype::kFp32: return peak_fp32_flops;
-    case Dtype::kTf32: return peak_tf32_flops;
-    case Dtype::kBf16: return peak_bf16_flops;
-    case Dtype::kFp16: return peak_fp16_flops;
-    case Dtype::kFp8: return peak_fp8_flops > 0 ? peak_fp8_flops : peak_fp16_flops;
+    case Dtype::kFp32:
+      return peak_fp32_flops;
+    case Dtype::kTf32:
+      return peak_tf32_flops;
+    case Dtype::kBf16:
+      return peak_bf16_flops;
+    case Dtype::kFp16:
+      return peak_fp16_flops;
+    case Dtype::kFp8:
+      return peak_fp8_flops > 0 ? peak_fp8_flops : peak_fp16_flops;
   }
   return peak_fp32_flops;
 }

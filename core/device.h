@@ -1,5 +1,6 @@
 // Accelerator datasheets: peak dense FLOP/s per dtype, HBM capacity and bandwidth, SM count.
-// Figures are vendor datasheet values (dense, no sparsity); each entry in device.cc cites its source.
+// Figures are vendor datasheet values (dense, no sparsity); each entry in device.cc cites its
+// source.
 #pragma once
 
 #include <string>
@@ -16,17 +17,17 @@ double dtype_bytes(Dtype d);
 Dtype parse_dtype(const std::string& s, const std::string& field);
 
 struct DeviceSpec {
-  std::string name;           // "A100-80G", "H100-SXM", ...
-  std::string vendor;         // "nvidia", "amd"
-  double peak_fp32_flops;     // FLOP/s, non-tensor-core fp32
-  double peak_tf32_flops;     // FLOP/s, dense
-  double peak_bf16_flops;     // FLOP/s, dense
-  double peak_fp16_flops;     // FLOP/s, dense
-  double peak_fp8_flops;      // FLOP/s, dense; 0 when unsupported
-  double hbm_bytes;           // device memory capacity in bytes
-  double hbm_bw;              // device memory bandwidth in bytes/s
-  int compute_units;          // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
-  double tdp_watts;           // board power
+  std::string name;        // "A100-80G", "H100-SXM", ...
+  std::string vendor;      // "nvidia", "amd"
+  double peak_fp32_flops;  // FLOP/s, non-tensor-core fp32
+  double peak_tf32_flops;  // FLOP/s, dense
+  double peak_bf16_flops;  // FLOP/s, dense
+  double peak_fp16_flops;  // FLOP/s, dense
+  double peak_fp8_flops;   // FLOP/s, dense; 0 when unsupported
+  double hbm_bytes;        // device memory capacity in bytes
+  double hbm_bw;           // device memory bandwidth in bytes/s
+  int compute_units;       // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
+  double tdp_watts;        // board power
 
   // Peak dense FLOP/s for math in `d` (fp8 falls back to fp16 where unsupported).
   double peak_flops(Dtype d) const;

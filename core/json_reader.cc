@@ -1,10 +1,11 @@
 // Implementation of the strict JSON reader: type and range checks with field paths.
 #include "core/json_reader.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "core/error.h"
 
@@ -17,7 +18,8 @@ Json parse_json(const std::string& text, const std::string& what) {
     std::string msg = e.what();
     auto pos = msg.find("parse error");
     if (pos == std::string::npos) pos = msg.find("number overflow");
-    throw Error(what, "malformed JSON (" + (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
+    throw Error(what,
+                "malformed JSON (" + (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
   }
 }
 
@@ -35,7 +37,8 @@ Json read_json_file(const std::string& path) {
 }
 
 JsonReader::JsonReader(const Json& j, std::string path) : j_(j), path_(std::move(path)) {
-  if (!j_.is_object()) throw Error(path_, std::string("must be a JSON object, got ") + j_.type_name());
+  if (!j_.is_object())
+    throw Error(path_, std::string("must be a JSON object, got ") + j_.type_name());
 }
 
 std::string JsonReader::field(const std::string& key) const {
@@ -83,7 +86,8 @@ int64_t JsonReader::integer_or(const std::string& key, int64_t fallback, int64_t
 double JsonReader::number(const std::string& key, double min, double max) const {
   if (!has(key)) throw Error(field(key), "is required");
   const Json& v = j_.at(key);
-  if (!v.is_number()) throw Error(field(key), std::string("must be a number, got ") + v.type_name());
+  if (!v.is_number())
+    throw Error(field(key), std::string("must be a number, got ") + v.type_name());
   double d = v.get<double>();
   if (!std::isfinite(d) || d < min || d > max) {
     std::ostringstream os;
@@ -101,7 +105,8 @@ double JsonReader::number_or(const std::string& key, double fallback, double min
 bool JsonReader::boolean(const std::string& key) const {
   if (!has(key)) throw Error(field(key), "is required");
   const Json& v = j_.at(key);
-  if (!v.is_boolean()) throw Error(field(key), std::string("must be true or false, got ") + v.type_name());
+  if (!v.is_boolean())
+    throw Error(field(key), std::string("must be true or false, got ") + v.type_name());
   return v.get<bool>();
 }
 
@@ -112,7 +117,8 @@ bool JsonReader::boolean_or(const std::string& key, bool fallback) const {
 std::string JsonReader::string(const std::string& key) const {
   if (!has(key)) throw Error(field(key), "is required");
   const Json& v = j_.at(key);
-  if (!v.is_string()) throw Error(field(key), std::string("must be a string, got ") + v.type_name());
+  if (!v.is_string())
+    throw Error(field(key), std::string("must be a string, got ") + v.type_name());
   return v.get<std::string>();
 }
 

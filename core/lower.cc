@@ -173,9 +173,12 @@ int comm_stream(Group g) {
   switch (g) {
     case Group::kDp:
     case Group::kDpCp:
-    case Group::kExpertDp: return kDpComm;
-    case Group::kPp: return kPpComm;
-    default: return kComm;
+    case Group::kExpertDp:
+      return kDpComm;
+    case Group::kPp:
+      return kPpComm;
+    default:
+      return kComm;
   }
 }
 
@@ -283,8 +286,8 @@ class Lowerer {
   };
   std::vector<int> last_writer_;
   std::vector<std::array<int, kStreams>> last_reader_;
-  int order_after_ = -1;    // when >= 0, every emitted op also waits for this op
-  int last_compute_ = -1;   // the latest op on the compute stream
+  int order_after_ = -1;   // when >= 0, every emitted op also waits for this op
+  int last_compute_ = -1;  // the latest op on the compute stream
 
   std::vector<Bucket> buckets_;
   std::vector<std::array<int, 2>> layer_buckets_;  // stage-local layer -> dense, expert bucket

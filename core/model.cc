@@ -29,7 +29,9 @@ bool Model::is_moe_layer(int layer) const {
   return moe.experts > 0 && moe.every > 0 && layer % moe.every == moe.every - 1;
 }
 
-int Model::moe_layer_count() const { return moe.experts > 0 && moe.every > 0 ? layers / moe.every : 0; }
+int Model::moe_layer_count() const {
+  return moe.experts > 0 && moe.every > 0 ? layers / moe.every : 0;
+}
 
 ParamCounts param_counts(const Model& m) {
   ParamCounts p;
@@ -98,8 +100,8 @@ void validate_model(const Model& m, const std::string& path) {
     throw Error(f("moe.top_k"), "is set but moe.experts is 0");
   }
   // Guard the int64 counts: estimate in double first.
-  double h = m.hidden, layer = 4.0 * h * m.q_dim() + 3.0 * h * m.ffn +
-                               3.0 * h * m.moe.expert_ffn * m.moe.experts;
+  double h = m.hidden,
+         layer = 4.0 * h * m.q_dim() + 3.0 * h * m.ffn + 3.0 * h * m.moe.expert_ffn * m.moe.experts;
   double total = m.layers * layer + 2.0 * h * m.vocab + h * m.seq_len;
   if (total > kMaxParams) throw Error(path, "more than 1e15 parameters is not supported");
 }
@@ -121,10 +123,11 @@ Model model_from_json(const Json& j, const std::string& path) {
                                       std::to_string(m.hidden) + ") and head_dim is not given");
   m.ffn = r.integer_or("ffn", 4 * m.hidden, 1, kMaxFfn);
   m.vocab = r.integer("vocab", 1, kMaxVocab);
-  if (r.has("seq_len") && r.has("seq")) throw Error(r.field("seq"), "give seq_len or seq, not both");
+  if (r.has("seq_len") && r.has("seq"))
+    throw Error(r.field("seq"), "give seq_len or seq, not both");
   m.seq_len = r.has("seq") ? r.integer("seq", 1, kMaxSeq) : r.integer("seq_len", 1, kMaxSeq);
   m.norm = r.choice("norm", {"layernorm", "rmsnorm"}, "layernorm") == "rmsnorm" ? Norm::kRmsNorm
-                                                                               : Norm::kLayerNorm;
+                                                                                : Norm::kLayerNorm;
   m.activation = r.choice("activation", {"gelu", "swiglu"}, "gelu") == "swiglu"
                      ? Activation::kSwiglu
                      : Activation::kGelu;
@@ -136,7 +139,8 @@ Model model_from_json(const Json& j, const std::string& path) {
     JsonReader moe = r.object("moe");
     moe.allow_only({"experts", "top_k", "expert_ffn", "every"});
     m.moe.experts = static_cast<int>(moe.integer("experts", 0, kMaxExperts));
-    m.moe.top_k = static_cast<int>(moe.integer_or("top_k", m.moe.experts > 0 ? 2 : 0, 0, kMaxExperts));
+    m.moe.top_k =
+        static_cast<int>(moe.integer_or("top_k", m.moe.experts > 0 ? 2 : 0, 0, kMaxExperts));
     m.moe.expert_ffn = moe.integer_or("expert_ffn", m.ffn, 1, kMaxFfn);
     m.moe.every = static_cast<int>(moe.integer_or("every", 1, 1, kMaxLayers));
     if (m.moe.experts == 0 && moe.has("top_k") && m.moe.top_k != 0)
@@ -194,7 +198,8 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.tied_embeddings = r.boolean_or("tie_word_embeddings", true);
     m.learned_positions = true;
     m.linear_bias = true;
-    m.dropout = r.number_or("resid_pdrop", 0.1, 0, 1) > 0 || r.number_or("attn_pdrop", 0.1, 0, 1) > 0;
+    m.dropout =
+        r.number_or("resid_pdrop", 0.1, 0, 1) > 0 || r.number_or("attn_pdrop", 0.1, 0, 1) > 0;
   } else {  // Llama / Mistral / Mixtral names
     m.hidden = r.integer("hidden_size", 1, kMaxHidden);
     m.layers = static_cast<int>(r.integer("num_hidden_layers", 1, kMaxLayers));

@@ -18,7 +18,7 @@ struct MoeSpec {
   int experts = 0;         // experts per MoE layer; 0 = dense model
   int top_k = 0;           // experts each token is routed to
   int64_t expert_ffn = 0;  // hidden size of one expert's MLP
-  int every = 1;           // every `every`-th layer is MoE (layer l is MoE when l % every == every-1)
+  int every = 1;  // every `every`-th layer is MoE (layer l is MoE when l % every == every-1)
 };
 
 struct Model {
@@ -26,9 +26,9 @@ struct Model {
   int layers = 0;
   int64_t hidden = 0;
   int heads = 0;
-  int kv_heads = 0;     // = heads without GQA
-  int64_t head_dim = 0; // = hidden / heads unless given
-  int64_t ffn = 0;      // MLP hidden size of a dense layer
+  int kv_heads = 0;      // = heads without GQA
+  int64_t head_dim = 0;  // = hidden / heads unless given
+  int64_t ffn = 0;       // MLP hidden size of a dense layer
   int64_t vocab = 0;
   int64_t seq_len = 0;  // default training sequence length
   Norm norm = Norm::kLayerNorm;
@@ -60,7 +60,7 @@ struct ParamCounts {
   int64_t moe_layer_total = 0;   // attention + norms + router + all experts
   int64_t moe_layer_active = 0;  // attention + norms + router + top_k experts
   int64_t final_norm = 0;
-  int64_t lm_head = 0;           // 0 when tied
+  int64_t lm_head = 0;  // 0 when tied
   int64_t total = 0;
   int64_t active = 0;
 };
@@ -69,8 +69,8 @@ ParamCounts param_counts(const Model& m);
 // Megatron-convention FLOPs per token (multiply-add = 2 FLOPs, full attention matrix counted,
 // as in Narayanan et al. 2021 eq. 3 generalised to GQA, SwiGLU and MoE active experts).
 struct FlopsPerToken {
-  double forward = 0;            // one forward pass
-  double model = 0;              // training step without recompute: 3 x forward (MFU numerator)
+  double forward = 0;              // one forward pass
+  double model = 0;                // training step without recompute: 3 x forward (MFU numerator)
   double with_full_recompute = 0;  // model + the layers' forward again (the output layer is
                                    // not recomputed): HFU numerator under full recompute
 };

@@ -70,17 +70,21 @@ const std::map<std::string, std::function<Model()>>& presets() {
       {"llama2-7b", [] { return llama_model("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096); }},
       // Meta Llama 3 model card and config.json: 8B, 70B; Llama 3.1 405B.
       {"llama3-8b", [] { return llama_model("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192); }},
-      {"llama3-70b", [] { return llama_model("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192); }},
+      {"llama3-70b",
+       [] { return llama_model("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192); }},
       {"llama3-405b",
        [] { return llama_model("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192); }},
       // Jiang et al. 2024 (Mixtral of Experts) and its config.json: 8 experts, top-2.
-      {"mixtral-8x7b", [] {
-         return with_moe(llama_model("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096), 8, 2, 14336);
+      {"mixtral-8x7b",
+       [] {
+         return with_moe(llama_model("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096), 8, 2,
+                         14336);
        }},
       // Small enough to train on a CPU in seconds; Llama-style with GQA.
       {"tiny", [] { return llama_model("tiny", 2, 64, 4, 2, 256, 512, 64); }},
       {"tiny-gpt", [] { return gpt_model("tiny-gpt", 2, 64, 4, 512, 64, true); }},
-      {"tiny-moe", [] { return with_moe(llama_model("tiny-moe", 2, 64, 4, 2, 128, 512, 64), 4, 2, 128); }},
+      {"tiny-moe",
+       [] { return with_moe(llama_model("tiny-moe", 2, 64, 4, 2, 128, 512, 64), 4, 2, 128); }},
   };
   return table;
 }

@@ -9,18 +9,24 @@ namespace parasol {
 
 const char* schedule_name(Schedule s) {
   switch (s) {
-    case Schedule::kGpipe: return "gpipe";
-    case Schedule::k1F1B: return "1f1b";
-    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::k1F1B:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 const char* recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -52,10 +58,14 @@ Offload parse_offload(const std::string& s, const std::string& field) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item == "optimizer") o.optimizer = true;
-    else if (item == "params") o.params = true;
-    else if (item == "activations") o.activations = true;
-    else throw Error(field, "'" + item + "' is not one of none|optimizer|params|activations");
+    if (item == "optimizer")
+      o.optimizer = true;
+    else if (item == "params")
+      o.params = true;
+    else if (item == "activations")
+      o.activations = true;
+    else
+      throw Error(field, "'" + item + "' is not one of none|optimizer|params|activations");
   }
   return o;
 }
@@ -73,11 +83,16 @@ std::string offload_name(const Offload& o) {
 
 const char* dim_name(Dim d) {
   switch (d) {
-    case Dim::kTp: return "tp";
-    case Dim::kCp: return "cp";
-    case Dim::kEp: return "ep";
-    case Dim::kDp: return "dp";
-    case Dim::kPp: return "pp";
+    case Dim::kTp:
+      return "tp";
+    case Dim::kCp:
+      return "cp";
+    case Dim::kEp:
+      return "ep";
+    case Dim::kDp:
+      return "dp";
+    case Dim::kPp:
+      return "pp";
   }
   return "?";
 }
@@ -90,7 +105,8 @@ std::string rank_order_name(const std::array<Dim, 5>& order) {
 
 std::array<Dim, 5> parse_rank_order(const std::string& s, const std::string& field) {
   std::array<Dim, 5> order{};
-  if (has_empty_item(s, '-')) throw Error(field, "'" + s + "' must order each of tp, cp, ep, dp, pp once");
+  if (has_empty_item(s, '-'))
+    throw Error(field, "'" + s + "' must order each of tp, cp, ep, dp, pp once");
   std::stringstream ss(s);
   std::string item;
   int n = 0, seen = 0;
@@ -118,10 +134,29 @@ int Plan::full_recompute_layers(int layers_per_stage) const {
 
 Plan plan_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, path);
-  r.allow_only({"tp", "pp", "dp", "cp", "ep", "sp", "vpp", "zero", "mbs", "gbs", "seq",
-                "schedule", "recompute", "recompute_layers", "offload", "precision",
-                "flash_attention", "overlap_grad_reduce", "overlap_param_gather", "rank_order",
-                "model", "cluster", "gpus"});
+  r.allow_only({"tp",
+                "pp",
+                "dp",
+                "cp",
+                "ep",
+                "sp",
+                "vpp",
+                "zero",
+                "mbs",
+                "gbs",
+                "seq",
+                "schedule",
+                "recompute",
+                "recompute_layers",
+                "offload",
+                "precision",
+                "flash_attention",
+                "overlap_grad_reduce",
+                "overlap_param_gather",
+                "rank_order",
+                "model",
+                "cluster",
+                "gpus"});
   constexpr int64_t kMaxDegree = 1 << 20;
   Plan p;
   p.tp = static_cast<int>(r.integer_or("tp", 1, 1, kMaxDegree));
@@ -162,7 +197,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.flash_attention = r.boolean_or("flash_attention", true);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
-  if (r.has("rank_order")) p.rank_order = parse_rank_order(r.string("rank_order"), r.field("rank_order"));
+  if (r.has("rank_order"))
+    p.rank_order = parse_rank_order(r.string("rank_order"), r.field("rank_order"));
   p.model_ref = r.string_or("model", "");
   p.cluster_ref = r.string_or("cluster", "");
   p.gpus_ref = static_cast<int>(r.integer_or("gpus", 0, 1, kMaxDegree));

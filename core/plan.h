@@ -43,8 +43,8 @@ struct Plan {
   int cp = 1;  // context parallel
   int ep = 1;  // expert parallel (divides dp * cp; Megatron's expert-data-parallel layout)
   bool sequence_parallel = false;
-  int vpp = 1;        // virtual pipeline stages per rank (interleaved schedule when > 1)
-  int zero = 0;       // ZeRO stage 0..3 over the data-parallel group
+  int vpp = 1;   // virtual pipeline stages per rank (interleaved schedule when > 1)
+  int zero = 0;  // ZeRO stage 0..3 over the data-parallel group
   int micro_batch = 1;
   int global_batch = 1;  // sequences per optimizer step
   int64_t seq_len = 0;   // 0 = model.seq_len
@@ -52,10 +52,10 @@ struct Plan {
   Recompute recompute = Recompute::kNone;
   int recompute_layers = -1;  // -1 = all layers of a stage; k = the first k layers per stage
   Offload offload;
-  Dtype precision = Dtype::kBf16;  // math and activation dtype (fp32 master weights otherwise)
-  bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
-  bool overlap_grad_reduce = true; // data-parallel gradient reduction overlapped with backward
-  bool overlap_param_gather = true;// ZeRO parameter gathers overlapped with compute
+  Dtype precision = Dtype::kBf16;    // math and activation dtype (fp32 master weights otherwise)
+  bool flash_attention = true;       // fused attention (no s x s score matrix in memory)
+  bool overlap_grad_reduce = true;   // data-parallel gradient reduction overlapped with backward
+  bool overlap_param_gather = true;  // ZeRO parameter gathers overlapped with compute
   std::array<Dim, 5> rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kDp, Dim::kPp};
   // Optional names of the model and cluster the plan was made for (preset or path).
   std::string model_ref;

@@ -46,8 +46,8 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                             " differs from the " + s(gpus) + " GPUs of the cluster");
   const int64_t seq = p.seq(m);
   if (m.learned_positions && seq > m.seq_len)
-    throw Error("plan.seq", s(seq) + " exceeds the " + s(m.seq_len) +
-                                " learned positions of the model");
+    throw Error("plan.seq",
+                s(seq) + " exceeds the " + s(m.seq_len) + " learned positions of the model");
   if (p.sequence_parallel) {
     if (p.tp == 1) throw Error("plan.sp", "sequence parallelism needs tp > 1");
     require_divides(p.tp, seq / p.cp, "plan.tp", "the sequence per context rank with sp");
@@ -69,15 +69,18 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.gbs", "interleaved needs the micro-batch count (" + s(p.micro_batches()) +
                                 ") to be a multiple of pp (" + s(p.pp) + ")");
   // Experts.
-  if (p.ep > 1 && !m.is_moe()) throw Error("plan.ep", s(p.ep) + " > 1 but the model has no experts");
+  if (p.ep > 1 && !m.is_moe())
+    throw Error("plan.ep", s(p.ep) + " > 1 but the model has no experts");
   if (m.is_moe()) require_divides(p.ep, m.moe.experts, "plan.ep", "experts");
-  require_divides(p.ep, p.dp, "plan.ep", "dp (expert parallelism is carved out of data parallelism)");
+  require_divides(p.ep, p.dp, "plan.ep",
+                  "dp (expert parallelism is carved out of data parallelism)");
   // Context parallelism: causal load balancing cuts each sequence into 2 x cp chunks.
   if (p.cp > 1) require_divides(2 * p.cp, seq, "plan.cp", "the sequence length (2 x cp chunks)");
   // Sharding.
   if (p.zero == 3 && p.pp > 1)
-    throw Error("plan.zero", "ZeRO-3 with pp > 1 is not supported (parameters would be "
-                             "re-gathered for every micro-batch)");
+    throw Error("plan.zero",
+                "ZeRO-3 with pp > 1 is not supported (parameters would be "
+                "re-gathered for every micro-batch)");
   // Recompute.
   if (p.recompute_layers >= 0 && p.recompute != Recompute::kFull)
     throw Error("plan.recompute_layers", "only applies to recompute full");
@@ -86,8 +89,9 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                                              s(m.layers / p.pp) + " layers of a stage");
   // Offload and precision.
   if (p.offload.any() && c.host_memory_per_gpu(0) <= 0)
-    throw Error("plan.offload", offload_name(p.offload) + " needs host memory, and the cluster's "
-                                "servers have none");
+    throw Error("plan.offload", offload_name(p.offload) +
+                                    " needs host memory, and the cluster's "
+                                    "servers have none");
   if (p.offload.any() && c.host_link_bw(0) <= 0)
     throw Error("plan.offload", "no link joins the GPUs to host memory");
   const DeviceSpec& dev = c.gpu_device(0);

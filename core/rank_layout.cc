@@ -7,13 +7,20 @@ namespace parasol {
 
 const char* group_name(Group g) {
   switch (g) {
-    case Group::kTp: return "tp";
-    case Group::kCp: return "cp";
-    case Group::kEp: return "ep";
-    case Group::kDp: return "dp";
-    case Group::kPp: return "pp";
-    case Group::kDpCp: return "dp-cp";
-    case Group::kExpertDp: return "expert-dp";
+    case Group::kTp:
+      return "tp";
+    case Group::kCp:
+      return "cp";
+    case Group::kEp:
+      return "ep";
+    case Group::kDp:
+      return "dp";
+    case Group::kPp:
+      return "pp";
+    case Group::kDpCp:
+      return "dp-cp";
+    case Group::kExpertDp:
+      return "expert-dp";
   }
   return "?";
 }
@@ -29,11 +36,16 @@ RankLayout::RankLayout(const Plan& plan) : order_(plan.rank_order), plan_(plan) 
 
 int RankLayout::size_of(Dim d) const {
   switch (d) {
-    case Dim::kTp: return plan_.tp;
-    case Dim::kCp: return plan_.cp;
-    case Dim::kEp: return plan_.ep;
-    case Dim::kDp: return plan_.dp / plan_.ep;
-    case Dim::kPp: return plan_.pp;
+    case Dim::kTp:
+      return plan_.tp;
+    case Dim::kCp:
+      return plan_.cp;
+    case Dim::kEp:
+      return plan_.ep;
+    case Dim::kDp:
+      return plan_.dp / plan_.ep;
+    case Dim::kPp:
+      return plan_.pp;
   }
   return 1;
 }
@@ -53,23 +65,42 @@ std::vector<int> RankLayout::group(Group g, int r) const {
   RankCoord base = coord(r);
   std::vector<Dim> dims;
   switch (g) {
-    case Group::kTp: dims = {Dim::kTp}; break;
-    case Group::kCp: dims = {Dim::kCp}; break;
-    case Group::kEp: dims = {Dim::kEp}; break;
-    case Group::kDp: dims = {Dim::kEp, Dim::kDp}; break;
-    case Group::kPp: dims = {Dim::kPp}; break;
-    case Group::kDpCp: dims = {Dim::kCp, Dim::kEp, Dim::kDp}; break;
-    case Group::kExpertDp: dims = {Dim::kCp, Dim::kDp}; break;
+    case Group::kTp:
+      dims = {Dim::kTp};
+      break;
+    case Group::kCp:
+      dims = {Dim::kCp};
+      break;
+    case Group::kEp:
+      dims = {Dim::kEp};
+      break;
+    case Group::kDp:
+      dims = {Dim::kEp, Dim::kDp};
+      break;
+    case Group::kPp:
+      dims = {Dim::kPp};
+      break;
+    case Group::kDpCp:
+      dims = {Dim::kCp, Dim::kEp, Dim::kDp};
+      break;
+    case Group::kExpertDp:
+      dims = {Dim::kCp, Dim::kDp};
+      break;
   }
   std::vector<int> ranks{rank(base)};
   for (Dim d : dims) {
     auto field = [&](RankCoord& c) -> int& {
       switch (d) {
-        case Dim::kTp: return c.tp;
-        case Dim::kCp: return c.cp;
-        case Dim::kEp: return c.ep;
-        case Dim::kDp: return c.dpx;
-        case Dim::kPp: return c.pp;
+        case Dim::kTp:
+          return c.tp;
+        case Dim::kCp:
+          return c.cp;
+        case Dim::kEp:
+          return c.ep;
+        case Dim::kDp:
+          return c.dpx;
+        case Dim::kPp:
+          return c.pp;
       }
       return c.tp;
     };

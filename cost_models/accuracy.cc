@@ -36,8 +36,9 @@ AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path) {
     row.id = rr.string_or("id", rpath);
     row.source = rr.string_or("src", "");
     row.published_s = rr.number("time_s", 1e-9, 1e9);
-    Model m = rr.has("preset") ? model_preset(rr.string("preset"))
-                               : model_from_json(merged(model_defaults, rr.raw("model")), rpath + ".model");
+    Model m = rr.has("preset")
+                  ? model_preset(rr.string("preset"))
+                  : model_from_json(merged(model_defaults, rr.raw("model")), rpath + ".model");
     int gpus = static_cast<int>(rr.integer("gpus", 1, 1 << 20));
     Cluster c = cluster_preset(rr.string("cluster"), gpus);
     Json pj = merged(plan_defaults, rr.raw("plan"));

@@ -12,21 +12,30 @@ namespace parasol::cost {
 
 const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return "all-reduce";
-    case Collective::kAllGather: return "all-gather";
-    case Collective::kReduceScatter: return "reduce-scatter";
-    case Collective::kAllToAll: return "all-to-all";
-    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllReduce:
+      return "all-reduce";
+    case Collective::kAllGather:
+      return "all-gather";
+    case Collective::kReduceScatter:
+      return "reduce-scatter";
+    case Collective::kAllToAll:
+      return "all-to-all";
+    case Collective::kBroadcast:
+      return "broadcast";
   }
   return "?";
 }
 
 const char* algorithm_name(Algorithm a) {
   switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
+    case Algorithm::kPairwise:
+      return "pairwise";
   }
   return "?";
 }
@@ -93,7 +102,8 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   const size_t limit = kMaxPricedFlows;
   // Servers touched by the priced window of this group.
   std::set<int> servers;
-  for (size_t i = 0; i < std::min(group.size(), limit + 1); ++i) servers.insert(cluster.server_of(group[i]));
+  for (size_t i = 0; i < std::min(group.size(), limit + 1); ++i)
+    servers.insert(cluster.server_of(group[i]));
   std::vector<const std::vector<int>*> siblings;
   for (const auto& g : concurrent) {
     if (g == group || g.size() < 2) continue;
@@ -177,7 +187,8 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   const int stride = std::max(1, steps / 4);
   for (int j = 1; j <= steps; j += stride) {
     flows.clear();
-    for (int i = 0; i < std::min<int>(n_, limit); ++i) flows.push_back({group[i], group[(i + j) % n_]});
+    for (int i = 0; i < std::min<int>(n_, limit); ++i)
+      flows.push_back({group[i], group[(i + j) % n_]});
     own = flows.size();
     // Concurrent groups exchange at the same time (their step j alongside ours).
     for (const auto* g : siblings) {
@@ -199,13 +210,17 @@ double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, do
   if (n < 2 || bytes <= 0) return 0;
   const double f = static_cast<double>(n - 1) / n;
   switch (kind) {
-    case Collective::kAllReduce: return 2 * (n - 1) * lat + 2 * f * bytes / bw;
+    case Collective::kAllReduce:
+      return 2 * (n - 1) * lat + 2 * f * bytes / bw;
     case Collective::kAllGather:
-    case Collective::kReduceScatter: return (n - 1) * lat + f * bytes / bw;
-    case Collective::kBroadcast: return (n - 1) * lat + bytes / bw;
+    case Collective::kReduceScatter:
+      return (n - 1) * lat + f * bytes / bw;
+    case Collective::kBroadcast:
+      return (n - 1) * lat + bytes / bw;
     // A ring forwards every chunk hop by hop to its destination: the chunk for the rank d
     // steps ahead crosses d links, so each link carries (bytes / n) x (1 + ... + n-1).
-    case Collective::kAllToAll: return (n - 1) * lat + (n - 1) / 2.0 * bytes / bw;
+    case Collective::kAllToAll:
+      return (n - 1) * lat + (n - 1) / 2.0 * bytes / bw;
   }
   return 0;
 }
@@ -213,7 +228,8 @@ double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, do
 double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
   if (n_ < 2 || bytes <= 0) return 0;
   switch (alg) {
-    case Algorithm::kRing: return ring_time(kind, bytes, n_, ring_bw_, ring_lat_);
+    case Algorithm::kRing:
+      return ring_time(kind, bytes, n_, ring_bw_, ring_lat_);
     case Algorithm::kTree:
       if (kind == Collective::kAllReduce) return 2 * tree_depth_ * tree_lat_ + bytes / tree_bw_;
       if (kind == Collective::kBroadcast) return tree_depth_ * tree_lat_ + bytes / tree_bw_;
@@ -232,12 +248,14 @@ double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
         case Collective::kBroadcast:
           return ring_time(kind, bytes, servers_, inter_bw_, inter_lat_) +
                  ring_time(kind, bytes, local_, intra_bw_, intra_lat_);
-        case Collective::kAllToAll: return std::numeric_limits<double>::infinity();
+        case Collective::kAllToAll:
+          return std::numeric_limits<double>::infinity();
       }
       return 0;
     }
     case Algorithm::kPairwise:
-      if (kind != Collective::kAllToAll || !pairwise_) return std::numeric_limits<double>::infinity();
+      if (kind != Collective::kAllToAll || !pairwise_)
+        return std::numeric_limits<double>::infinity();
       return (n_ - 1) * (a2a_lat_ + bytes / n_ * a2a_step_time_per_byte_);
   }
   return 0;
@@ -246,7 +264,8 @@ double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
 CollectiveCost GroupModel::cost(Collective kind, double bytes) const {
   CollectiveCost best{std::numeric_limits<double>::infinity(), Algorithm::kRing};
   if (n_ < 2 || bytes <= 0) return {0, Algorithm::kRing};
-  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical, Algorithm::kPairwise}) {
+  for (Algorithm a :
+       {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical, Algorithm::kPairwise}) {
     double t = time(kind, bytes, a);
     if (t < best.time_s) best = {t, a};
   }

@@ -14,8 +14,8 @@ struct Tile {
 };
 // cuBLAS/CUTLASS tensor-core tile shapes and their relative efficiency: 256x128 is the
 // fastest on Ampere/Hopper; smaller tiles trade operand reuse for fewer wasted waves.
-constexpr Tile kTiles[] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.93},
-                           {128, 64, 0.82}, {64, 64, 0.65}};
+constexpr Tile kTiles[] = {
+    {256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.93}, {128, 64, 0.82}, {64, 64, 0.65}};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
@@ -39,10 +39,13 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
                  int64_t k, int64_t batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   double flops = 2.0 * m * n * k * batch;
-  double rate = dev.peak_flops(dtype) * prof.gemm_efficiency * gemm_shape_factor(dev, prof, m, n, k, batch);
-  double bytes = dtype_bytes(dtype) * batch * (static_cast<double>(m) * k + static_cast<double>(k) * n +
-                                               static_cast<double>(m) * n);
-  return std::max(flops / rate, bytes / (dev.hbm_bw * prof.memory_efficiency)) + prof.kernel_overhead_s;
+  double rate =
+      dev.peak_flops(dtype) * prof.gemm_efficiency * gemm_shape_factor(dev, prof, m, n, k, batch);
+  double bytes =
+      dtype_bytes(dtype) * batch *
+      (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+  return std::max(flops / rate, bytes / (dev.hbm_bw * prof.memory_efficiency)) +
+         prof.kernel_overhead_s;
 }
 
 double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes) {

@@ -148,7 +148,8 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer) {
   lp.forward += lp.attention_forward;
   lp.backward += attn_bwd;
   lp.attention_flops = attention_flops(a);
-  if (!p.flash_attention) lp.attention_flops = 4.0 * a.batch * a.heads * a.seq_q * a.seq_kv * a.head_dim;
+  if (!p.flash_attention)
+    lp.attention_flops = 4.0 * a.batch * a.heads * a.seq_q * a.seq_kv * a.head_dim;
   fwd_flops += lp.attention_flops;
   linear(T, h, m.q_dim() / t);
   residual();
@@ -292,9 +293,12 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
     double win_b = p.overlap_grad_reduce ? stage_b : 0;
     double win_f = p.overlap_param_gather ? F : 0;
     switch (p.zero) {
-      case 0: return exposed(ar, win_b, per_stage);
-      case 1: return exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
-      case 2: return mb * exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
+      case 0:
+        return exposed(ar, win_b, per_stage);
+      case 1:
+        return exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
+      case 2:
+        return mb * exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
       default: {
         double gathers_b = ag * (1 + full_share);  // backward (and recompute) re-gathers
         return mb * (exposed(ag, win_f, per_stage) + exposed(gathers_b + rs, win_b, per_stage));
@@ -305,8 +309,8 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
                dp_sync(Group::kExpertDp, sp.expert, p.dp / p.ep * p.cp);
 
   // Optimizer step over the rank's (sharded) parameters.
-  const double shard_params = p.zero >= 1 ? sp.dense / (p.dp * p.cp) + sp.expert / (p.dp / p.ep * p.cp)
-                                          : sp.total();
+  const double shard_params =
+      p.zero >= 1 ? sp.dense / (p.dp * p.cp) + sp.expert / (p.dp / p.ep * p.cp) : sp.total();
   const double host_bw = host_bw_;
   if (p.offload.optimizer) {
     // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
@@ -325,8 +329,11 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   if (p.offload.activations) {
     double act = 0;
     for (int i = 0; i < per_stage; ++i)
-      act += layer_activation_bytes(m, p, i < full ? Recompute::kFull :
-                                    (p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute), false);
+      act += layer_activation_bytes(
+          m, p,
+          i < full ? Recompute::kFull
+                   : (p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute),
+          false);
     double copy = act / host_bw;
     tb.offload += mb * (std::max(0.0, copy - F) + std::max(0.0, copy - B - R));
   }
@@ -352,7 +359,8 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   return e;
 }
 
-Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan, const Profile& profile) {
+Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan,
+                  const Profile& profile) {
   Estimator est(model, cluster, profile);
   return est.estimate(plan);
 }
@@ -371,13 +379,24 @@ Json estimate_to_json(const Estimate& e) {
           {"device_memory_bytes", e.device_memory_bytes},
           {"fits", e.fits},
           {"time_breakdown_s",
-           {{"forward", t.forward}, {"backward", t.backward}, {"recompute", t.recompute},
-            {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm}, {"ep_comm", t.ep_comm},
-            {"pp_comm", t.pp_comm}, {"bubble", t.bubble}, {"dp_comm", t.dp_comm},
-            {"optimizer", t.optimizer}, {"offload", t.offload}}},
+           {{"forward", t.forward},
+            {"backward", t.backward},
+            {"recompute", t.recompute},
+            {"tp_comm", t.tp_comm},
+            {"cp_comm", t.cp_comm},
+            {"ep_comm", t.ep_comm},
+            {"pp_comm", t.pp_comm},
+            {"bubble", t.bubble},
+            {"dp_comm", t.dp_comm},
+            {"optimizer", t.optimizer},
+            {"offload", t.offload}}},
           {"memory_breakdown_bytes",
-           {{"weights", m.weights}, {"gradients", m.gradients}, {"optimizer", m.optimizer},
-            {"activations", m.activations}, {"transient", m.transient}, {"buffers", m.buffers},
+           {{"weights", m.weights},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"transient", m.transient},
+            {"buffers", m.buffers},
             {"host", m.host}}}};
 }
 

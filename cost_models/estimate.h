@@ -21,17 +21,17 @@
 namespace parasol::cost {
 
 struct TimeBreakdown {
-  double forward = 0;        // forward compute of all micro-batches (slowest stage)
-  double backward = 0;       // backward compute
-  double recompute = 0;      // forward compute re-run for activation checkpointing
-  double tp_comm = 0;        // exposed tensor/sequence-parallel communication
-  double cp_comm = 0;        // exposed context-parallel K/V exchange
-  double ep_comm = 0;        // expert all-to-all (dispatch and combine)
-  double pp_comm = 0;        // pipeline sends/receives on the critical path
-  double bubble = 0;         // pipeline fill and drain
-  double dp_comm = 0;        // exposed gradient reduction and ZeRO gathers
-  double optimizer = 0;      // optimizer step
-  double offload = 0;        // exposed host<->device traffic and CPU optimizer time
+  double forward = 0;    // forward compute of all micro-batches (slowest stage)
+  double backward = 0;   // backward compute
+  double recompute = 0;  // forward compute re-run for activation checkpointing
+  double tp_comm = 0;    // exposed tensor/sequence-parallel communication
+  double cp_comm = 0;    // exposed context-parallel K/V exchange
+  double ep_comm = 0;    // expert all-to-all (dispatch and combine)
+  double pp_comm = 0;    // pipeline sends/receives on the critical path
+  double bubble = 0;     // pipeline fill and drain
+  double dp_comm = 0;    // exposed gradient reduction and ZeRO gathers
+  double optimizer = 0;  // optimizer step
+  double offload = 0;    // exposed host<->device traffic and CPU optimizer time
   double total() const {
     return forward + backward + recompute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
            dp_comm + optimizer + offload;
@@ -47,7 +47,7 @@ struct Estimate {
   double hfu = 0;  // executed FLOPs including recompute / (time x GPUs x peak)
   double model_flops_per_step = 0;
   double hardware_flops_per_step = 0;
-  MemoryBreakdown memory;       // the rank with the largest peak
+  MemoryBreakdown memory;  // the rank with the largest peak
   double memory_per_gpu_bytes = 0;
   double device_memory_bytes = 0;
   bool fits = false;
@@ -57,11 +57,11 @@ Json estimate_to_json(const Estimate& e);
 
 // Per-layer, per-micro-batch prices on one rank (see estimate.cc).
 struct LayerPrice {
-  double forward = 0, backward = 0;  // compute seconds
-  double attention_forward = 0;      // the attention core alone (selective recompute)
-  double tp_forward = 0, tp_backward = 0;  // exposed TP/SP communication
-  double cp_forward = 0, cp_backward = 0;  // exposed CP communication
-  double ep = 0;                           // expert all-to-all, forward + backward
+  double forward = 0, backward = 0;               // compute seconds
+  double attention_forward = 0;                   // the attention core alone (selective recompute)
+  double tp_forward = 0, tp_backward = 0;         // exposed TP/SP communication
+  double cp_forward = 0, cp_backward = 0;         // exposed CP communication
+  double ep = 0;                                  // expert all-to-all, forward + backward
   double forward_flops = 0, attention_flops = 0;  // executed FLOPs
 };
 
@@ -98,6 +98,7 @@ class Estimator {
 };
 
 // One-off convenience wrapper.
-Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan, const Profile& profile);
+Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan,
+                  const Profile& profile);
 
 }  // namespace parasol::cost

@@ -22,27 +22,27 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   if (recompute == Recompute::kFull) return eb * tokens * h / sp;  // the layer input only
 
   double bytes = 0;
-  bytes += 2 * eb * tokens * h / sp;                    // norm1 input, QKV input (norm1 output)
+  bytes += 2 * eb * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
   bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
-  bytes += eb * tokens * m.q_dim() / t;                 // attention output = out-proj input
+  bytes += eb * tokens * m.q_dim() / t;                       // attention output = out-proj input
   if (p.flash_attention) {
-    bytes += 4.0 * tokens * m.heads / t;                // softmax log-sum-exp (fp32)
+    bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
   } else if (recompute != Recompute::kSelective) {
     double scores = static_cast<double>(p.micro_batch) * (m.heads / t) *
                     (static_cast<double>(p.seq(m)) / p.cp) * p.seq(m);
-    bytes += scores * (m.dropout ? 2 * eb + 1 : eb);    // softmax out (+ dropout mask and output)
+    bytes += scores * (m.dropout ? 2 * eb + 1 : eb);  // softmax out (+ dropout mask and output)
   }
   const double masks = m.dropout ? 2 * tokens * h / sp : 0;  // two residual dropout masks
   bytes += masks;
-  bytes += 2 * eb * tokens * h / sp;                    // norm2 input, FC1 input
+  bytes += 2 * eb * tokens * h / sp;  // norm2 input, FC1 input
   auto mlp = [&](double rows, double ffn) {
     double per = m.activation == Activation::kSwiglu ? 3 : 2;  // FC1 out(s) + FC2 input
     return per * eb * rows * ffn / t;
   };
   if (moe_layer) {
     const double routed = tokens * m.moe.top_k;
-    bytes += 4.0 * tokens * m.moe.experts;              // router probabilities (fp32)
-    bytes += eb * routed * h / sp;                      // dispatched tokens (expert FC1 input)
+    bytes += 4.0 * tokens * m.moe.experts;  // router probabilities (fp32)
+    bytes += eb * routed * h / sp;          // dispatched tokens (expert FC1 input)
     bytes += mlp(routed / sp, static_cast<double>(m.moe.expert_ffn));
   } else {
     bytes += mlp(tokens, static_cast<double>(m.ffn));
@@ -82,8 +82,10 @@ StageParams stage_params(const Model& m, const Plan& p, int stage) {
 double in_flight_micro_batches(const Plan& p, int stage) {
   const int m = p.micro_batches();
   switch (p.schedule) {
-    case Schedule::kGpipe: return m;
-    case Schedule::k1F1B: return std::min(p.pp - stage, m);
+    case Schedule::kGpipe:
+      return m;
+    case Schedule::k1F1B:
+      return std::min(p.pp - stage, m);
     case Schedule::kInterleaved: {
       // Megatron: warm-up chunks (pp - rank - 1) * 2 + (vpp - 1) * pp, plus the one in flight.
       int chunks = (p.pp - stage - 1) * 2 + (p.vpp - 1) * p.pp + 1;
@@ -128,7 +130,8 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
     return count * ((1 - moe_share) * layer_activation_bytes(m, p, r, false) +
                     moe_share * layer_activation_bytes(m, p, r, true));
   };
-  double stage_act = layers_bytes(Recompute::kFull, full_layers) + layers_bytes(rest, per_stage - full_layers);
+  double stage_act =
+      layers_bytes(Recompute::kFull, full_layers) + layers_bytes(rest, per_stage - full_layers);
   double largest_layer = layer_activation_bytes(m, p, Recompute::kNone, moe > 0);
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;

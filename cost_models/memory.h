@@ -30,14 +30,16 @@ StageParams stage_params(const Model& m, const Plan& p, int stage);
 double in_flight_micro_batches(const Plan& p, int stage);
 
 struct MemoryBreakdown {
-  double weights = 0;       // low-precision (or fp32) weights on the device
-  double gradients = 0;     // gradient buffers on the device
-  double optimizer = 0;     // master weights and Adam moments on the device
-  double activations = 0;   // saved activations of in-flight micro-batches
-  double transient = 0;     // the working set of the op in flight (recompute, logits, gathers)
-  double buffers = 0;       // communication buckets, workspaces, CUDA context
-  double host = 0;          // bytes moved to host memory by offload
-  double total() const { return weights + gradients + optimizer + activations + transient + buffers; }
+  double weights = 0;      // low-precision (or fp32) weights on the device
+  double gradients = 0;    // gradient buffers on the device
+  double optimizer = 0;    // master weights and Adam moments on the device
+  double activations = 0;  // saved activations of in-flight micro-batches
+  double transient = 0;    // the working set of the op in flight (recompute, logits, gathers)
+  double buffers = 0;      // communication buckets, workspaces, CUDA context
+  double host = 0;         // bytes moved to host memory by offload
+  double total() const {
+    return weights + gradients + optimizer + activations + transient + buffers;
+  }
 };
 
 // Peak device memory of one rank of `stage` (-1: the stage with the largest total).

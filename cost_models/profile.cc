@@ -64,8 +64,10 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   p.gemm_efficiency = r.number_or("gemm_efficiency", p.gemm_efficiency, 1e-3, 1);
   p.gemm_k_half = r.number_or("gemm_k_half", p.gemm_k_half, 0, 1e6);
   p.memory_efficiency = r.number_or("memory_efficiency", p.memory_efficiency, 1e-3, 1);
-  p.flash_forward_efficiency = r.number_or("flash_forward_efficiency", p.flash_forward_efficiency, 1e-3, 1);
-  p.flash_backward_efficiency = r.number_or("flash_backward_efficiency", p.flash_backward_efficiency, 1e-3, 1);
+  p.flash_forward_efficiency =
+      r.number_or("flash_forward_efficiency", p.flash_forward_efficiency, 1e-3, 1);
+  p.flash_backward_efficiency =
+      r.number_or("flash_backward_efficiency", p.flash_backward_efficiency, 1e-3, 1);
   p.kernel_overhead_s = r.number_or("kernel_overhead_us", p.kernel_overhead_s * 1e6, 0, 1e6) * 1e-6;
   if (r.has("link_efficiency")) {
     JsonReader l = r.object("link_efficiency");
@@ -78,7 +80,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   p.collective_step_latency_s =
       r.number_or("collective_step_latency_us", p.collective_step_latency_s * 1e6, 0, 1e6) * 1e-6;
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
-  p.host_adam_params_per_s = r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
+  p.host_adam_params_per_s =
+      r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
   if (r.has("traces"))
     for (const auto& [ipath, t] : r.array("traces")) {
       if (!t->is_string()) throw Error(ipath, "must be a string");
@@ -89,8 +92,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
 
 Json profile_to_json(const Profile& p) {
   Json links;
-  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie,
-                     LinkKind::kInfiniband, LinkKind::kEthernet})
+  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie, LinkKind::kInfiniband,
+                     LinkKind::kEthernet})
     links[link_kind_name(k)] = p.link_eff(k);
   return {{"device", p.device},
           {"source", p.source},
@@ -110,8 +113,8 @@ Json profile_to_json(const Profile& p) {
 Profile load_profile(const std::string& path, const DeviceSpec& device) {
   Profile p = profile_from_json(read_json_file(path));
   if (p.device != device.name)
-    throw Error("profile.device", "'" + p.device + "' describes another device than the cluster's " +
-                                      device.name);
+    throw Error("profile.device",
+                "'" + p.device + "' describes another device than the cluster's " + device.name);
   return p;
 }
 

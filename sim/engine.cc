@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,8 +20,6 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include <future>
-
 #include "core/liveness.h"
 #include "core/rank_layout.h"
 #include "cost_models/collective.h"
@@ -602,7 +601,7 @@ class Engine {
   std::unique_ptr<Pricer> pricer_;
 
   int n_ = 0;
-  std::vector<int> base_;            // first global id of each stage
+  std::vector<int> base_;                                       // first global id of each stage
   std::shared_future<std::vector<double>> peak_memory_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;

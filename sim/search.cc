@@ -70,7 +70,8 @@ class Worker {
     }
     std::vector<Offload> offloads{Offload{}};
     if (opt_.search_offload)
-      for (int bits = 1; bits < 8; ++bits) offloads.push_back({bool(bits & 1), bool(bits & 2), bool(bits & 4)});
+      for (int bits = 1; bits < 8; ++bits)
+        offloads.push_back({bool(bits & 1), bool(bits & 2), bool(bits & 4)});
     for (int ep : eps) {
       p.ep = ep;
       for (int mbs : divisors(gbs / dp)) {
@@ -129,12 +130,14 @@ class Worker {
   }
 
   void add_top(const Plan& p, const cost::Estimate& e) {
-    if (static_cast<int>(top_.size()) >= opt_.top_k && e.tokens_per_s <= top_.back().estimate.tokens_per_s)
+    if (static_cast<int>(top_.size()) >= opt_.top_k &&
+        e.tokens_per_s <= top_.back().estimate.tokens_per_s)
       return;
     Candidate c{p, e};
-    auto at = std::upper_bound(top_.begin(), top_.end(), c, [](const Candidate& a, const Candidate& b) {
-      return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
-    });
+    auto at =
+        std::upper_bound(top_.begin(), top_.end(), c, [](const Candidate& a, const Candidate& b) {
+          return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
+        });
     top_.insert(at, std::move(c));
     if (static_cast<int>(top_.size()) > opt_.top_k) top_.pop_back();
   }
@@ -180,10 +183,12 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
         if (model.layers % pp == 0) shapes.push_back({tp, cp, pp});
     }
   }
-  int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency());
+  int threads =
+      opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shapes.size())));
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int i = 0; i < threads; ++i) workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt));
+  for (int i = 0; i < threads; ++i)
+    workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt));
   std::atomic<size_t> next{0}, done{0};
   std::mutex progress_mutex;
   auto work = [&](Worker* w) {
@@ -236,9 +241,10 @@ void resimulate_top(const Model& model, const Cluster& cluster, const cost::Prof
   for (int i = 0; i < n; ++i)
     result.top[i].simulated_step_s =
         simulator.simulate(lower(model, cluster, result.top[i].plan), false).step_time_s;
-  std::stable_sort(result.top.begin(), result.top.begin() + n, [](const Candidate& a, const Candidate& b) {
-    return a.simulated_step_s < b.simulated_step_s;
-  });
+  std::stable_sort(result.top.begin(), result.top.begin() + n,
+                   [](const Candidate& a, const Candidate& b) {
+                     return a.simulated_step_s < b.simulated_step_s;
+                   });
 }
 
 }  // namespace parasol::sim

@@ -18,13 +18,13 @@
 namespace parasol::sim {
 
 struct SearchOptions {
-  int global_batch = 0;    // required
-  int64_t seq_len = 0;     // 0 = model.seq_len
+  int global_batch = 0;  // required
+  int64_t seq_len = 0;   // 0 = model.seq_len
   int top_k = 10;
-  int threads = 0;         // 0 = all hardware threads
+  int threads = 0;  // 0 = all hardware threads
   Dtype precision = Dtype::kBf16;
   bool flash_attention = true;
-  int max_tp = 0;          // 0 = GPUs per server (TP groups stay inside a server)
+  int max_tp = 0;  // 0 = GPUs per server (TP groups stay inside a server)
   bool search_offload = true;
   // Called now and then with the fraction of the space done (from one thread at a time).
   std::function<void(double)> progress;
@@ -42,7 +42,7 @@ struct SearchResult {
   int64_t enumerated = 0;         // valid plans considered
   int64_t evaluated = 0;          // plans whose time was estimated (they fit)
   int64_t fitting = 0;
-  double seconds = 0;             // wall time
+  double seconds = 0;  // wall time
 };
 
 SearchResult search(const Model& model, const Cluster& cluster, const cost::Profile& profile,

@@ -1,7 +1,8 @@
 // `parasol accuracy SUITE.json`: published vs predicted iteration times, and the errors.
+#include "cost_models/accuracy.h"
+
 #include <iostream>
 
-#include "cost_models/accuracy.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 
@@ -11,7 +12,8 @@ Runner add_accuracy(CLI::App& app) {
   auto* cmd = app.add_subcommand("accuracy", "compare estimates with published training runs");
   auto suite = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("suite", *suite, "suite JSON (e.g. tests/data/published/korthikanti2022.json)")->required();
+  cmd->add_option("suite", *suite, "suite JSON (e.g. tests/data/published/korthikanti2022.json)")
+      ->required();
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     cost::AccuracyReport r = cost::run_accuracy_suite(read_json_file(*suite), *suite);

@@ -2,9 +2,8 @@
 // run; user errors throw parasol::Error (printed by main, exit 2).
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace parasol::tools {
 

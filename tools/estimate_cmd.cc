@@ -10,23 +10,32 @@ namespace parasol::tools {
 
 void print_estimate(const cost::Estimate& e) {
   const cost::TimeBreakdown& t = e.time;
-  std::cout << "step time " << secs(e.step_time_s) << ", " << count(e.tokens_per_s)
-            << " tokens/s, " << fmt("%.2f", e.samples_per_s) << " samples/s, MFU " << pct(e.mfu)
-            << ", HFU " << pct(e.hfu) << "\n";
+  std::cout << "step time " << secs(e.step_time_s) << ", " << count(e.tokens_per_s) << " tokens/s, "
+            << fmt("%.2f", e.samples_per_s) << " samples/s, MFU " << pct(e.mfu) << ", HFU "
+            << pct(e.hfu) << "\n";
   std::cout << "time breakdown:\n";
-  for (auto [name, v] : {std::pair{"forward", t.forward}, {"backward", t.backward},
-                         {"recompute", t.recompute}, {"tp/sp comm", t.tp_comm},
-                         {"cp comm", t.cp_comm}, {"ep all-to-all", t.ep_comm},
-                         {"pp send/recv", t.pp_comm}, {"pipeline bubble", t.bubble},
-                         {"dp/zero comm", t.dp_comm}, {"optimizer", t.optimizer},
+  for (auto [name, v] : {std::pair{"forward", t.forward},
+                         {"backward", t.backward},
+                         {"recompute", t.recompute},
+                         {"tp/sp comm", t.tp_comm},
+                         {"cp comm", t.cp_comm},
+                         {"ep all-to-all", t.ep_comm},
+                         {"pp send/recv", t.pp_comm},
+                         {"pipeline bubble", t.bubble},
+                         {"dp/zero comm", t.dp_comm},
+                         {"optimizer", t.optimizer},
                          {"offload", t.offload}})
-    if (v > 0) std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
+    if (v > 0)
+      std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
   const cost::MemoryBreakdown& m = e.memory;
-  std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of " << gib(e.device_memory_bytes)
-            << (e.fits ? " (fits)" : " (DOES NOT FIT)") << ":\n";
-  for (auto [name, v] : {std::pair{"weights", m.weights}, {"gradients", m.gradients},
-                         {"optimizer", m.optimizer}, {"activations", m.activations},
-                         {"transient", m.transient}, {"buffers", m.buffers}})
+  std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
+            << gib(e.device_memory_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << ":\n";
+  for (auto [name, v] : {std::pair{"weights", m.weights},
+                         {"gradients", m.gradients},
+                         {"optimizer", m.optimizer},
+                         {"activations", m.activations},
+                         {"transient", m.transient},
+                         {"buffers", m.buffers}})
     std::cout << "  " << name << ": " << gib(v) << "\n";
   if (m.host > 0) std::cout << "  offloaded to host: " << gib(m.host) << "\n";
 }

@@ -17,8 +17,10 @@ inline std::string secs(double s) {
 }
 inline std::string pct(double f) { return fmt("%.1f%%", f * 100); }
 inline std::string count(double n) {
-  return n >= 1e12 ? fmt("%.2fT", n / 1e12) : n >= 1e9 ? fmt("%.2fB", n / 1e9)
-         : n >= 1e6 ? fmt("%.2fM", n / 1e6) : fmt("%.0f", n);
+  return n >= 1e12  ? fmt("%.2fT", n / 1e12)
+         : n >= 1e9 ? fmt("%.2fB", n / 1e9)
+         : n >= 1e6 ? fmt("%.2fM", n / 1e6)
+                    : fmt("%.0f", n);
 }
 
 }  // namespace parasol::tools

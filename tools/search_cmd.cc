@@ -17,8 +17,8 @@ namespace {
 void print_row(const sim::Candidate& c, int rank) {
   const Plan& p = c.plan;
   const cost::Estimate& e = c.estimate;
-  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %10s %6s %9s\n", rank,
-              p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
+  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %10s %6s %9s\n",
+              rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
               p.schedule == Schedule::kInterleaved
                   ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
                   : schedule_name(p.schedule),
@@ -27,17 +27,19 @@ void print_row(const sim::Candidate& c, int rank) {
                (p.recompute_layers >= 0 ? ":" + std::to_string(p.recompute_layers) : ""))
                   .c_str(),
               offload_name(p.offload).c_str(), p.zero, secs(e.step_time_s).c_str(),
-              count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(), gib(e.memory_per_gpu_bytes).c_str());
+              count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(),
+              gib(e.memory_per_gpu_bytes).c_str());
 }
 void print_header() {
-  std::printf("%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %10s %6s %9s\n", "#",
-              "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute", "offload",
-              "z", "step", "tokens/s", "MFU", "mem/GPU");
+  std::printf("%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %10s %6s %9s\n",
+              "#", "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute",
+              "offload", "z", "step", "tokens/s", "MFU", "mem/GPU");
 }
 }  // namespace
 
 Runner add_search(CLI::App& app) {
-  auto* cmd = app.add_subcommand("search", "find the fastest plans (default: gpt3-175b on 1,024 A100s, gbs 1,536)");
+  auto* cmd = app.add_subcommand(
+      "search", "find the fastest plans (default: gpt3-175b on 1,024 A100s, gbs 1,536)");
   auto o = std::make_shared<SpecOptions>();
   auto top = std::make_shared<int>(10);
   auto gbs = std::make_shared<int>(1536);
@@ -98,31 +100,41 @@ Runner add_search(CLI::App& app) {
     if (*json) {
       Json top_j = Json::array(), front = Json::array();
       for (const auto& c : r.top) {
-        Json row = {{"plan", plan_to_json(c.plan)}, {"estimate", cost::estimate_to_json(c.estimate)}};
+        Json row = {{"plan", plan_to_json(c.plan)},
+                    {"estimate", cost::estimate_to_json(c.estimate)}};
         if (c.simulated_step_s > 0) row["simulated_step_time_s"] = c.simulated_step_s;
         top_j.push_back(row);
       }
-      for (const auto& c : r.pareto) front.push_back({{"plan", plan_to_json(c.plan)}, {"tokens_per_s", c.estimate.tokens_per_s}, {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
-      std::cout << Json{{"top", top_j}, {"pareto", front}, {"enumerated", r.enumerated}, {"fitting", r.fitting}, {"seconds", r.seconds}, {"best_plan", plan_to_json(best)}}.dump(1) << "\n";
+      for (const auto& c : r.pareto)
+        front.push_back({{"plan", plan_to_json(c.plan)},
+                         {"tokens_per_s", c.estimate.tokens_per_s},
+                         {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
+      std::cout
+          << Json{{"top", top_j},         {"pareto", front},      {"enumerated", r.enumerated},
+                  {"fitting", r.fitting}, {"seconds", r.seconds}, {"best_plan", plan_to_json(best)}}
+                 .dump(1)
+          << "\n";
       return 0;
     }
     std::cout << "search: " << s.model.name << " on " << s.cluster->num_gpus() << " x "
               << s.cluster->gpu_device(0).name << " (" << s.cluster->name << "), global batch "
               << *gbs << ", seq " << (*seq ? *seq : s.model.seq_len) << "\n";
-    std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting) << " fit in memory, "
-              << fmt("%.2f", r.seconds) << " s (" << count(r.enumerated / std::max(1e-9, r.seconds))
-              << " plans/s)\n\n";
+    std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting)
+              << " fit in memory, " << fmt("%.2f", r.seconds) << " s ("
+              << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n\n";
     print_header();
     for (size_t i = 0; i < r.top.size(); ++i) print_row(r.top[i], static_cast<int>(i + 1));
     if (*simulate_top > 0) {
       std::cout << "\nre-ranked by the event simulator (lowered Programs):\n";
       for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i)
         std::printf("%4zu  simulated step %s (closed form %s)\n", i + 1,
-                    secs(r.top[i].simulated_step_s).c_str(), secs(r.top[i].estimate.step_time_s).c_str());
+                    secs(r.top[i].simulated_step_s).c_str(),
+                    secs(r.top[i].estimate.step_time_s).c_str());
     }
     std::cout << "\nPareto front (tokens/s vs memory):\n";
     print_header();
-    for (size_t i = 0; i < r.pareto.size() && i < 12; ++i) print_row(r.pareto[i], static_cast<int>(i + 1));
+    for (size_t i = 0; i < r.pareto.size() && i < 12; ++i)
+      print_row(r.pareto[i], static_cast<int>(i + 1));
     if (!out->empty()) std::cout << "\nbest plan written to " << *out << "\n";
     return 0;
   };

@@ -59,8 +59,8 @@ void print_plan(const Spec& s) {
             << recompute_name(p.recompute) << ", offload " << offload_name(p.offload) << ", "
             << dtype_name(p.precision) << ", rank order " << rank_order_name(p.rank_order) << "\n";
   std::cout << "  batch: micro " << p.micro_batch << ", global " << p.global_batch << " ("
-            << p.global_batch / std::max(1, p.dp * p.micro_batch) << " micro-batches per step), seq "
-            << p.seq(s.model) << "\n";
+            << p.global_batch / std::max(1, p.dp * p.micro_batch)
+            << " micro-batches per step), seq " << p.seq(s.model) << "\n";
   std::cout << "  GPUs: " << p.gpus() << " (cluster has " << s.cluster->num_gpus() << ")\n";
 }
 
@@ -169,7 +169,11 @@ Runner add_show(CLI::App& app) {
     if (*json) {
       Json j;
       if (what->empty() || *what == "model") j["model"] = model_to_json(s.model);
-      if (what->empty() || *what == "cluster") j["cluster"] = {{"name", s.cluster->name}, {"gpus", s.cluster->num_gpus()}, {"servers", s.cluster->num_servers()}, {"device", s.cluster->gpu_device(0).name}};
+      if (what->empty() || *what == "cluster")
+        j["cluster"] = {{"name", s.cluster->name},
+                        {"gpus", s.cluster->num_gpus()},
+                        {"servers", s.cluster->num_servers()},
+                        {"device", s.cluster->gpu_device(0).name}};
       if (what->empty() || *what == "plan") j["plan"] = plan_to_json(s.plan);
       std::cout << j.dump(1) << "\n";
       return 0;

@@ -8,7 +8,8 @@ namespace parasol::tools {
 void add_target_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--model", o.model, "model: preset name, parasol JSON or HF config.json")
       ->capture_default_str();
-  cmd->add_option("--cluster", o.cluster, "cluster: preset name or cluster JSON")->capture_default_str();
+  cmd->add_option("--cluster", o.cluster, "cluster: preset name or cluster JSON")
+      ->capture_default_str();
   cmd->add_option("--gpus", o.gpus, "GPU count (with a cluster preset)");
 }
 
@@ -27,7 +28,8 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--seq", o.seq, "sequence length (default: the model's)");
   cmd->add_option("--schedule", o.schedule, "gpipe|1f1b|interleaved");
   cmd->add_option("--recompute", o.recompute, "none|selective|full");
-  cmd->add_option("--recompute-layers", o.recompute_layers, "full recompute of the first k layers per stage");
+  cmd->add_option("--recompute-layers", o.recompute_layers,
+                  "full recompute of the first k layers per stage");
   cmd->add_option("--offload", o.offload, "none or a comma list of optimizer,params,activations");
   cmd->add_option("--precision", o.precision, "fp32|bf16|fp16|fp8");
   cmd->add_option("--flash-attention", o.flash, "fused attention (true|false)");
@@ -76,9 +78,14 @@ Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
   if (o.precision) plan.precision = parse_dtype(*o.precision, "plan.precision");
   if (o.flash) plan.flash_attention = *o.flash;
   if (o.rank_order) plan.rank_order = parse_rank_order(*o.rank_order, "plan.rank_order");
-  for (auto [v, name] : {std::pair{o.tp, "plan.tp"}, {o.pp, "plan.pp"}, {o.cp, "plan.cp"},
-                         {o.ep, "plan.ep"}, {o.vpp, "plan.vpp"}, {o.mbs, "plan.mbs"},
-                         {o.gbs, "plan.gbs"}, {o.dp, "plan.dp"}})
+  for (auto [v, name] : {std::pair{o.tp, "plan.tp"},
+                         {o.pp, "plan.pp"},
+                         {o.cp, "plan.cp"},
+                         {o.ep, "plan.ep"},
+                         {o.vpp, "plan.vpp"},
+                         {o.mbs, "plan.mbs"},
+                         {o.gbs, "plan.gbs"},
+                         {o.dp, "plan.dp"}})
     if (v && *v < 1) throw Error(name, std::to_string(*v) + " must be >= 1");
   if (o.zero && (*o.zero < 0 || *o.zero > 3)) throw Error("plan.zero", "must be 0, 1, 2 or 3");
   if (o.dp) {
@@ -93,14 +100,17 @@ Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
     }
     plan.dp = static_cast<int>(n / rest);
   }
-  if (o.gbs) plan.global_batch = *o.gbs;
-  else if (o.plan_file.empty()) plan.global_batch = plan.dp * plan.micro_batch;
+  if (o.gbs)
+    plan.global_batch = *o.gbs;
+  else if (o.plan_file.empty())
+    plan.global_batch = plan.dp * plan.micro_batch;
   plan.model_ref = model_ref;
   plan.cluster_ref = cluster_ref;
   plan.gpus_ref = s.cluster->num_gpus();
   s.plan = plan;
   const DeviceSpec& dev = s.cluster->gpu_device(0);
-  s.profile = o.profile_file.empty() ? cost::default_profile(dev) : cost::load_profile(o.profile_file, dev);
+  s.profile =
+      o.profile_file.empty() ? cost::default_profile(dev) : cost::load_profile(o.profile_file, dev);
   return s;
 }
 

@@ -2,11 +2,10 @@
 // and --profile, turned into a Model, a Cluster, a Plan and a Profile.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "core/cluster.h"
 #include "core/model.h"

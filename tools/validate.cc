@@ -16,8 +16,11 @@ Runner add_validate(CLI::App& app) {
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
     validate(s.plan, s.model, *s.cluster);  // throws parasol::Error -> exit 2
-    if (*json) std::cout << Json{{"valid", true}, {"plan", plan_to_json(s.plan)}}.dump(1) << "\n";
-    else std::cout << "valid: " << s.plan.gpus() << " GPUs, " << s.plan.micro_batches() << " micro-batches per step\n";
+    if (*json)
+      std::cout << Json{{"valid", true}, {"plan", plan_to_json(s.plan)}}.dump(1) << "\n";
+    else
+      std::cout << "valid: " << s.plan.gpus() << " GPUs, " << s.plan.micro_batches()
+                << " micro-batches per step\n";
     return 0;
   };
 }

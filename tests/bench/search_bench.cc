@@ -50,7 +50,8 @@ void BM_PlanEvaluation(benchmark::State& state) {
     cost::MemoryBreakdown mem = cost::memory_per_rank(m, c, p);
     benchmark::DoNotOptimize(est.estimate(p, mem));
   }
-  state.counters["plans_per_s"] = benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["plans_per_s"] =
+      benchmark::Counter(state.iterations(), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_PlanEvaluation);
 
@@ -74,13 +75,21 @@ void BM_Search(benchmark::State& state, const char* model, const char* cluster, 
 // The README's default search; Megatron-1T style on 3,072 and 16,384 GPUs; Turing-NLG 530B on
 // 5,128 GPUs (global batch 2,564 = 4 x 641, since 5,128 = 8 x 641).
 BENCHMARK_CAPTURE(BM_Search, gpt3_175b_1024, "gpt3-175b", "dgx-a100-80g", 1024, 1536)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
 BENCHMARK_CAPTURE(BM_Search, megatron_1t_3072, "megatron-1t", "dgx-a100-80g", 3072, 3072)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(2);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 BENCHMARK_CAPTURE(BM_Search, megatron_1t_16384, "megatron-1t", "dgx-a100-80g", 16384, 16384)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
 BENCHMARK_CAPTURE(BM_Search, tnlg_530b_5128, "tnlg-530b", "dgx-a100-80g", 5128, 2564)
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
 
 }  // namespace
 

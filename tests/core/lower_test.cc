@@ -107,8 +107,8 @@ void check_well_formed(const LoweredPlan& lp) {
       for (int b : o.writes) all_host = all_host && p.buffers[b].host;
       if (is_communication(o.kind)) {
         EXPECT_EQ(p.streams[o.stream], StreamKind::kComm) << o.name;
-        const bool dp = o.group == Group::kDp || o.group == Group::kDpCp ||
-                        o.group == Group::kExpertDp;
+        const bool dp =
+            o.group == Group::kDp || o.group == Group::kDpCp || o.group == Group::kExpertDp;
         EXPECT_EQ(o.stream, dp ? 3 : o.group == Group::kPp ? 4 : 1) << o.name;
         EXPECT_GT(o.bytes, 0) << o.name;
       } else if (o.kind == OpKind::kOffload || o.kind == OpKind::kPrefetch || all_host) {

@@ -8,11 +8,11 @@
 
 #include "core/cluster.h"
 #include "core/error.h"
+#include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
-#include "core/lower.h"
 #include "sim/engine.h"
 
 namespace parasol::sim {

@@ -5,9 +5,8 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace {
 
@@ -66,7 +65,8 @@ TEST(Cli, MalformedPlanFileNamesTheField) {
 }
 
 TEST(Cli, EstimateJsonHasTheDocumentedKeys) {
-  Result r = run("estimate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 8 --pp 2 --gbs 64 --json");
+  Result r =
+      run("estimate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 8 --pp 2 --gbs 64 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   for (const char* k : {"step_time_s", "tokens_per_s", "mfu", "hfu", "memory_per_gpu_bytes", "fits",
@@ -77,7 +77,9 @@ TEST(Cli, EstimateJsonHasTheDocumentedKeys) {
 
 TEST(Cli, SearchWritesABestPlanThatEstimateReproduces) {
   std::string path = temp_path("best_plan.json");
-  Result s = run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3 --json --out " + path);
+  Result s =
+      run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3 --json --out " +
+          path);
   ASSERT_EQ(s.code, 0) << s.out;
   auto sj = nlohmann::json::parse(s.out);
   double searched = sj["top"][0]["estimate"]["step_time_s"].get<double>();
@@ -88,7 +90,8 @@ TEST(Cli, SearchWritesABestPlanThatEstimateReproduces) {
 }
 
 TEST(Cli, AccuracyPrintsEveryRun) {
-  Result r = run(std::string("accuracy --json ") + PARASOL_TEST_DATA_DIR + "/published/korthikanti2022.json");
+  Result r = run(std::string("accuracy --json ") + PARASOL_TEST_DATA_DIR +
+                 "/published/korthikanti2022.json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["runs"].size(), 8u);
@@ -125,8 +128,10 @@ TEST(Cli, ShowProgramListsTheOpsOfOneRank) {
 TEST(Cli, SimulateJsonAndTrace) {
   const std::string trace = temp_path("simulate_trace.json");
   std::remove(trace.c_str());
-  Result r = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 8 --json --trace " +
-                 trace);
+  Result r =
+      run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 8 --json "
+          "--trace " +
+          trace);
   ASSERT_EQ(r.code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["step_time_s"].get<double>(), 0);
