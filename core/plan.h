@@ -41,7 +41,7 @@ struct Plan {
   int pp = 1;  // pipeline parallel
   int dp = 1;  // data parallel (includes ep: expert parallel groups live inside dp x cp)
   int cp = 1;  // context parallel
-  int ep = 1;  // expert parallel (divides dp * cp; Megatron's expert-data-parallel layout)
+  int ep = 1;  // expert parallel (divides dp: expert groups are carved out of data parallelism)
   bool sequence_parallel = false;
   int vpp = 1;   // virtual pipeline stages per rank (interleaved schedule when > 1)
   int zero = 0;  // ZeRO stage 0..3 over the data-parallel group

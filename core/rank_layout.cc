@@ -87,8 +87,11 @@ std::vector<int> RankLayout::group(Group g, int r) const {
       dims = {Dim::kCp, Dim::kDp};
       break;
   }
+  // Expand the slowest dimension first so that each later one varies faster: the first listed
+  // dimension varies fastest (for kDp the index is RankCoord::dp()).
   std::vector<int> ranks{rank(base)};
-  for (Dim d : dims) {
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    const Dim d = *it;
     auto field = [&](RankCoord& c) -> int& {
       switch (d) {
         case Dim::kTp:
@@ -114,7 +117,6 @@ std::vector<int> RankLayout::group(Group g, int r) const {
     }
     ranks = std::move(next);
   }
-  std::sort(ranks.begin(), ranks.end());
   return ranks;
 }
 

@@ -35,7 +35,10 @@ class RankLayout {
   int world() const { return world_; }
   RankCoord coord(int rank) const;
   int rank(const RankCoord& c) const;
-  // Ranks of the `g` group that contains `rank`, in increasing coordinate order.
+  // Ranks of the `g` group that contains `rank`, ordered by their coordinates along the group's
+  // dimensions, the first varying fastest: kDp is ordered by RankCoord::dp() (ep fastest),
+  // kDpCp by cp then dp, kExpertDp by cp then dp / ep. Under the default rank order this is
+  // increasing rank order.
   std::vector<int> group(Group g, int rank) const;
   // Every distinct `g` group.
   std::vector<std::vector<int>> groups(Group g) const;

@@ -1,0 +1,71 @@
+// Tests of RankLayout: mixed-radix rank numbering over the rank order, and the groups.
+#include "core/rank_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace parasol {
+namespace {
+
+Plan grid(int tp, int cp, int ep, int dp, int pp, const char* order = "tp-cp-ep-dp-pp") {
+  Plan p;
+  p.tp = tp;
+  p.cp = cp;
+  p.ep = ep;
+  p.dp = dp;
+  p.pp = pp;
+  p.rank_order = parse_rank_order(order, "order");
+  return p;
+}
+
+TEST(RankLayout, CoordAndRankAreInverse) {
+  for (const char* order : {"tp-cp-ep-dp-pp", "pp-dp-ep-cp-tp", "tp-cp-dp-ep-pp"}) {
+    RankLayout l(grid(2, 2, 2, 4, 3, order));
+    ASSERT_EQ(l.world(), 2 * 2 * 4 * 3);
+    for (int r = 0; r < l.world(); ++r) EXPECT_EQ(l.rank(l.coord(r)), r) << order;
+  }
+}
+
+TEST(RankLayout, DefaultOrderPutsTensorParallelRanksNextToEachOther) {
+  // Megatron's tp-cp-ep-dp-pp: tp varies fastest, then cp, then dp (ep inside it), then pp.
+  RankLayout l(grid(4, 2, 1, 2, 2));
+  EXPECT_EQ(l.group(Group::kTp, 0), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(l.group(Group::kCp, 0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(l.group(Group::kDp, 0), (std::vector<int>{0, 8}));
+  EXPECT_EQ(l.group(Group::kPp, 0), (std::vector<int>{0, 16}));
+  EXPECT_EQ(l.group(Group::kDpCp, 1), (std::vector<int>{1, 5, 9, 13}));
+  EXPECT_EQ(l.coord(13).tp, 1);
+  EXPECT_EQ(l.coord(13).cp, 1);
+  EXPECT_EQ(l.coord(13).dpx, 1);
+}
+
+TEST(RankLayout, GroupsPartitionTheWorld) {
+  RankLayout l(grid(2, 2, 2, 4, 2, "tp-cp-dp-ep-pp"));
+  for (Group g : {Group::kTp, Group::kCp, Group::kEp, Group::kDp, Group::kPp, Group::kDpCp,
+                  Group::kExpertDp}) {
+    std::multiset<int> seen;
+    for (const auto& members : l.groups(g)) seen.insert(members.begin(), members.end());
+    EXPECT_EQ(static_cast<int>(seen.size()), l.world()) << group_name(g);
+    for (int r = 0; r < l.world(); ++r) EXPECT_EQ(seen.count(r), 1u) << group_name(g);
+  }
+}
+
+TEST(RankLayout, DataParallelIndexIsTheDpCoordinateInEveryOrder) {
+  // In a group the ranks are ordered by coordinate (first listed dimension fastest), so a
+  // rank's index in its dp group is RankCoord::dp() whatever the rank order.
+  for (const char* order : {"tp-cp-ep-dp-pp", "tp-cp-dp-ep-pp", "pp-dp-ep-cp-tp"}) {
+    Plan p = grid(2, 1, 2, 4, 1, order);
+    RankLayout l(p);
+    for (int r = 0; r < l.world(); ++r) {
+      std::vector<int> g = l.group(Group::kDp, r);
+      auto at = std::find(g.begin(), g.end(), r) - g.begin();
+      EXPECT_EQ(at, l.coord(r).dp(p.ep)) << order << " rank " << r;
+      for (int m : g) EXPECT_EQ(l.coord(m).tp, l.coord(r).tp);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace parasol
