@@ -1,0 +1,86 @@
+// Backend: the memory accounting shared by every backend (live and peak bytes per BufferClass,
+// device and host apart). The kernels live in the backends (runtime/cpu/, runtime/cuda/).
+#include "runtime/backend.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace parasol::runtime {
+
+void* Backend::alloc_in(Space& s, size_t bytes, BufferClass cls, bool host) {
+  if (bytes == 0) return nullptr;
+  void* p = host ? raw_alloc_host(bytes) : raw_alloc(bytes);
+  if (p == nullptr)
+    throw Error(host ? "runtime.alloc_host" : "runtime.alloc",
+                "out of memory allocating " + std::to_string(bytes) + " bytes of " +
+                    buffer_class_name(cls) + " on " + name());
+  std::lock_guard<std::mutex> lock(mu_);
+  s.blocks.emplace(p, std::make_pair(bytes, cls));
+  MemoryStats& st = s.stats;
+  const int c = static_cast<int>(cls);
+  const auto b = static_cast<int64_t>(bytes);
+  st.live[c] += b;
+  st.peak[c] = std::max(st.peak[c], st.live[c]);
+  st.live_total += b;
+  st.peak_total = std::max(st.peak_total, st.live_total);
+  ++st.allocations;
+  return p;
+}
+
+void Backend::free_in(Space& s, void* p, bool host) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = s.blocks.find(p);
+    if (it == s.blocks.end())
+      throw Error(host ? "runtime.free_host" : "runtime.free",
+                  "pointer not allocated by this backend (or freed twice)");
+    MemoryStats& st = s.stats;
+    const auto b = static_cast<int64_t>(it->second.first);
+    st.live[static_cast<int>(it->second.second)] -= b;
+    st.live_total -= b;
+    --st.allocations;
+    s.blocks.erase(it);
+  }
+  if (host)
+    raw_free_host(p);
+  else
+    raw_free(p);
+}
+
+void* Backend::alloc(size_t bytes, BufferClass cls) { return alloc_in(device_, bytes, cls, false); }
+void Backend::free(void* p) { free_in(device_, p, false); }
+void* Backend::alloc_host(size_t bytes, BufferClass cls) {
+  return alloc_in(host_, bytes, cls, true);
+}
+void Backend::free_host(void* p) { free_in(host_, p, true); }
+
+MemoryStats Backend::device_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_.stats;
+}
+
+MemoryStats Backend::host_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return host_.stats;
+}
+
+void Backend::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Space* s : {&device_, &host_}) {
+    s->stats.peak = s->stats.live;
+    s->stats.peak_total = s->stats.live_total;
+  }
+}
+
+void Backend::release_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [p, info] : device_.blocks) raw_free(p);
+  for (auto& [p, info] : host_.blocks) raw_free_host(p);
+  device_ = Space{};
+  host_ = Space{};
+}
+
+}  // namespace parasol::runtime

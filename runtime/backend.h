@@ -1,0 +1,313 @@
+// Backend: the kernel layer the executor drives. One Backend owns a device's memory (with live and
+// peak byte accounting per BufferClass, and separately for the host memory used by offload) and
+// provides one kernel entry per compute OpKind of core/program.h. Backends: cpu (fp32 math,
+// OpenBLAS GEMMs; runtime/cpu/cpu_backend.h) and, later, cuda.
+//
+// Conventions of every kernel entry (the executor relies on them):
+//  * pointers are to memory of this Backend (alloc(); host memory only where stated); sizes are
+//    element counts; matrices are row-major and dense unless a leading dimension (ld_*, elements
+//    between consecutive rows) is given. Token rows: row t = b * seq + s.
+//  * math is fp32 (float); integer inputs (tokens, labels, expert indices, permutations) are
+//    int32; dropout masks are one byte per element (1 = kept, 0 = dropped).
+//  * parameter gradients (dweight, dbias, dtable, dpos, expert dW/db) are ALWAYS accumulated
+//    (+=): the executor zeroes them once per step (or per micro-batch buffer). Every other output
+//    is overwritten unless its `accumulate` flag says otherwise.
+//  * an output may alias an input only where the entry says so ("in place allowed").
+//  * linear layers follow lower.h: W is [in x out] (k x n), so out = in * W (+ bias).
+//  * dropout: element i of a mask drawn with `seed` is kept iff
+//    dropout_keep(seed, i, dropout_threshold(p)) (runtime/tensor.h), and kept values are scaled
+//    by 1 / (1 - p); every backend draws the same mask for the same seed.
+//  * kernels run on the calling thread (the CPU backend's GEMMs use OpenBLAS threads) and are
+//    ordered by call order; synchronize() waits for all of them (a no-op on the CPU).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/device.h"
+#include "core/model.h"
+#include "core/program.h"
+
+namespace parasol::runtime {
+
+inline constexpr int kBufferClasses = 5;  // param, grad, optimizer, activation, workspace
+
+// Bytes held in one memory space (device or host), in bytes as requested by alloc().
+struct MemoryStats {
+  std::array<int64_t, kBufferClasses> live{};  // bytes allocated now, per BufferClass
+  std::array<int64_t, kBufferClasses> peak{};  // most bytes of that class live at once
+  int64_t live_total = 0;                      // bytes allocated now, all classes
+  int64_t peak_total = 0;                      // most bytes live at once, all classes
+  int64_t allocations = 0;                     // live allocations
+
+  int64_t live_of(BufferClass c) const { return live[static_cast<int>(c)]; }
+  int64_t peak_of(BufferClass c) const { return peak[static_cast<int>(c)]; }
+};
+
+// The shape of one attention call: softmax(scale * Q K^T + causal mask) V for `heads` query heads
+// sharing `kv_heads` key/value heads (GQA: query head h uses kv head h / (heads / kv_heads)).
+// Q row (b, i), head h: q + (b * seq_q + i) * ld_q + h * head_dim; K and V rows (b, j), kv head
+// g: k + (b * seq_kv + j) * ld_kv + g * head_dim (likewise v); out and dout rows like Q with
+// ld_o. dq/dk/dv use the strides of q/k/v. lse: [batch, heads, seq_q]; probs: [batch, heads,
+// seq_q, seq_kv]. For a fused QKV buffer [T x (heads + 2 kv_heads) * head_dim] with columns
+// Q | K | V: q = qkv, k = qkv + heads * head_dim, v = k + kv_heads * head_dim, ld_q = ld_kv = the
+// QKV width.
+struct AttentionDims {
+  int64_t batch = 0, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t ld_q = 0, ld_kv = 0, ld_o = 0;  // row strides in elements
+  bool causal = true;
+  // Causal: key j is visible to query i iff j <= i + causal_offset (0 for self-attention of one
+  // sequence chunk; a ring step attending to an earlier chunk passes the distance between the
+  // chunks). A query with no visible key has lse = -inf and contributes nothing.
+  int64_t causal_offset = 0;
+  float scale = 0;      // 0: 1 / sqrt(head_dim)
+  float dropout_p = 0;  // attention-probability dropout; mask index ((b*heads+h)*seq_q+i)*seq_kv+j
+  uint64_t dropout_seed = 0;
+};
+
+// How a linear layer's weight is stored: kInOut, W[k x n] (every weight core/lower.h emits; out =
+// in * W); kOutIn, W[n x k] (the embedding table [vocab x hidden] used as the output layer when
+// the embeddings are tied; out = in * W^T). A weight gradient has its weight's layout.
+enum class WeightLayout { kInOut, kOutIn };
+
+// AdamW (Loshchilov & Hutter; PyTorch's torch.optim.AdamW): with g = grad * grad_scale,
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   p -= lr * ((m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * p).
+// The hyperparameters are doubles (as PyTorch's) so that 1 - beta2 keeps its digits; the update
+// itself is fp32.
+struct AdamWConfig {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  int64_t step = 1;  // 1 for the first update (bias correction)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+
+  // ---- Memory.
+
+  // Device memory of `bytes` bytes (64-byte aligned, contents undefined), counted under `cls`;
+  // nullptr for 0 bytes. Throws parasol::Error when the memory cannot be allocated.
+  void* alloc(size_t bytes, BufferClass cls);
+  // Releases memory from alloc(); nullptr is ignored. Throws parasol::Error for a pointer this
+  // Backend did not allocate (or already freed).
+  void free(void* p);
+  // Host memory for offloaded buffers (pinned where the device supports it), counted apart.
+  void* alloc_host(size_t bytes, BufferClass cls);
+  void free_host(void* p);
+  MemoryStats device_memory() const;
+  MemoryStats host_memory() const;
+  void reset_peaks();  // peaks := live, in both spaces
+
+  // Copies `bytes` bytes between any two memories of this Backend (device or host); the ranges
+  // must not overlap.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- Embedding (OpKind::kEmbedding).
+
+  // Vocab-parallel lookup of rows = batch * seq tokens: out[t] = table[tokens[t] - vocab_start]
+  // when vocab_start <= tokens[t] < vocab_start + vocab_rows, else 0; then, when pos is not null,
+  // out[t] += pos[t % seq + pos_offset] (pass pos on one tensor-parallel rank only, so that the
+  // all-reduce adds it once). table: [vocab_rows x cols]; pos: [positions x cols].
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* table,
+                                 int64_t vocab_start, int64_t vocab_rows, const float* pos,
+                                 int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols) = 0;
+  // dtable[tokens[t] - vocab_start] += dout[t] for tokens of this shard; dpos (nullable)
+  // [t % seq + pos_offset] += dout[t].
+  virtual void embedding_backward(float* dtable, float* dpos, const float* dout,
+                                  const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
+                                  int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols) = 0;
+
+  // ---- Norm (OpKind::kNorm).
+
+  // Per row of x [rows x cols]: layernorm out = (x - mean) / sqrt(var + eps) * weight + bias
+  // (bias nullable; var is the biased variance), rmsnorm out = x / sqrt(mean(x^2) + eps) * weight
+  // (bias ignored). A layernorm weight buffer of shape {2, cols} holds weight then bias.
+  virtual void norm_forward(Norm kind, float* out, const float* x, const float* weight,
+                            const float* bias, int64_t rows, int64_t cols, float eps) = 0;
+  // dx = d out/dx applied to dout, plus dresidual when not null (the gradient reaching x by the
+  // residual path; dx may alias dresidual). dweight += ..., dbias (nullable) += ... . The
+  // statistics are recomputed from x.
+  virtual void norm_backward(Norm kind, float* dx, float* dweight, float* dbias, const float* dout,
+                             const float* x, const float* weight, const float* dresidual,
+                             int64_t rows, int64_t cols, float eps) = 0;
+
+  // ---- Linear (OpKind::kLinear) and bias (OpKind::kBias).
+
+  // out[m x n] = in[m x k] * W (+ bias[n] when not null); W is w[k x n] (kInOut) or w[n x k]
+  // transposed (kOutIn).
+  virtual void linear_forward(float* out, const float* in, const float* w, WeightLayout layout,
+                              const float* bias, int64_t m, int64_t n, int64_t k) = 0;
+  // Data gradient: din[m x k] (+)= dout[m x n] * W^T.
+  virtual void linear_backward_data(float* din, const float* dout, const float* w,
+                                    WeightLayout layout, int64_t m, int64_t n, int64_t k,
+                                    bool accumulate) = 0;
+  // Weight gradient in w's layout: dw[k x n] += in^T * dout (kOutIn: dw[n x k] += dout^T * in);
+  // dbias[n] (nullable) += column sums of dout.
+  virtual void linear_backward_weight(float* dw, float* dbias, const float* in, const float* dout,
+                                      WeightLayout layout, int64_t m, int64_t n, int64_t k) = 0;
+  // out[r][c] += bias[c] over [rows x cols]; dbias[c] += sum_r dout[r][c].
+  virtual void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols) = 0;
+  virtual void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) = 0;
+
+  // ---- Activation (OpKind::kActivation).
+
+  // gelu (tanh approximation, GPT-2): out[rows x cols] = gelu(in[rows x cols]).
+  // swiglu: in is [rows x 2 cols], columns gate | up: out = silu(gate) * up (Megatron/Llama).
+  // In place allowed for gelu.
+  virtual void activation_forward(Activation kind, float* out, const float* in, int64_t rows,
+                                  int64_t cols) = 0;
+  // din (the shape of in) = dout through the activation at `in`; in place (din == dout) allowed
+  // for gelu.
+  virtual void activation_backward(Activation kind, float* din, const float* dout, const float* in,
+                                   int64_t rows, int64_t cols) = 0;
+
+  // ---- Attention (OpKind::kAttention).
+
+  // out = softmax(scale Q K^T + mask) V (with dropout on the probabilities when dims.dropout_p >
+  // 0); writes lse (log-sum-exp of each query's scaled, masked scores; nullable) and probs (the
+  // softmax before dropout; nullable). accumulate: out and lse already hold the result over other
+  // keys (an earlier ring step) and are merged with this call's keys (requires lse).
+  virtual void attention_forward(const AttentionDims& d, float* out, float* lse, float* probs,
+                                 const float* q, const float* k, const float* v,
+                                 bool accumulate) = 0;
+  // Gradients of the forward above: out and lse are the final (merged) forward results; the
+  // probabilities come from probs when not null, else from lse. dq (+)= when accumulate_dq;
+  // dk, dv (+)= when accumulate_dkv.
+  virtual void attention_backward(const AttentionDims& d, float* dq, float* dk, float* dv,
+                                  const float* dout, const float* q, const float* k, const float* v,
+                                  const float* out, const float* lse, const float* probs,
+                                  bool accumulate_dq, bool accumulate_dkv) = 0;
+
+  // ---- Residual add with dropout (OpKind::kResidualAdd).
+
+  // out = x + dropout(y + bias) over [rows x cols]; x (the residual) and bias nullable. When
+  // dropout_p > 0 the mask is drawn with `seed` and written to mask (not null then).
+  // In place allowed (out == x or out == y).
+  virtual void residual_forward(float* out, uint8_t* mask, const float* x, const float* y,
+                                const float* bias, int64_t rows, int64_t cols, float dropout_p,
+                                uint64_t seed) = 0;
+  // dy = dout * mask / (1 - p) (dout itself when mask is null); dbias (nullable) += column sums
+  // of dy. The residual's own gradient is dout (folded into the next norm's backward). In place
+  // allowed.
+  virtual void residual_backward(float* dy, float* dbias, const float* dout, const uint8_t* mask,
+                                 int64_t rows, int64_t cols, float dropout_p) = 0;
+
+  // ---- Vocab-parallel cross-entropy (OpKind::kCrossEntropy).
+
+  // logits: this rank's [rows x vocab] columns, global vocabulary ids vocab_start ... ; labels:
+  // global ids, < 0 = ignored row. The pieces combine over tensor-parallel ranks as Megatron's:
+  // max -> all-reduce(max) -> sum_exp and target -> all-reduce(sum) -> loss.
+  virtual void xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t vocab) = 0;
+  // sum_exp[r] = sum_v exp(logits[r][v] - row_max[r]).
+  virtual void xent_sum_exp(float* sum_exp, const float* logits, const float* row_max, int64_t rows,
+                            int64_t vocab) = 0;
+  // target[r] = logits[r][labels[r] - vocab_start] when the label is in this shard, else 0.
+  virtual void xent_target(float* target, const float* logits, const int32_t* labels, int64_t rows,
+                           int64_t vocab, int64_t vocab_start) = 0;
+  // loss[r] = log(sum_exp[r]) + row_max[r] - target[r] (global figures); 0 for ignored rows.
+  virtual void xent_loss(float* loss, const float* row_max, const float* sum_exp,
+                         const float* target, const int32_t* labels, int64_t rows) = 0;
+  // probs[r][v] = exp(logits[r][v] - row_max[r]) / sum_exp[r]. In place allowed.
+  virtual void xent_softmax(float* probs, const float* logits, const float* row_max,
+                            const float* sum_exp, int64_t rows, int64_t vocab) = 0;
+  // dlogits = dloss * (probs - onehot(label)) per row (0 for ignored rows): the gradient of
+  // dloss * sum_r loss[r]. In place allowed.
+  virtual void xent_backward(float* dlogits, const float* probs, const int32_t* labels,
+                             int64_t rows, int64_t vocab, int64_t vocab_start, float dloss) = 0;
+
+  // ---- MoE: router (OpKind::kRouter), dispatch and combine, expert linear.
+
+  // probs[t] = softmax(logits[t]) over `experts`, then router_topk of probs.
+  virtual void router_forward(float* probs, int32_t* topk_idx, float* topk_w, const float* logits,
+                              int64_t tokens, int64_t experts, int64_t top_k, bool renormalize) = 0;
+  // topk_idx[t] / topk_w[t]: the top_k experts by probability (ties: the lower index) in
+  // descending order and their weights, p / (sum of the top_k p) when renormalize, else p. (The
+  // Program keeps only the probabilities; this recovers the routing from them.)
+  virtual void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,
+                           int64_t experts, int64_t top_k, bool renormalize) = 0;
+  // dlogits[t] from dtopk_w[t] (the gradient of the weights) through renormalisation and softmax.
+  virtual void router_backward(float* dlogits, const float* dtopk_w, const float* probs,
+                               const int32_t* topk_idx, int64_t tokens, int64_t experts,
+                               int64_t top_k, bool renormalize) = 0;
+  // The permutation of the tokens * top_k routed rows into expert order (by expert, then token,
+  // then slot): row_of[t * top_k + s] = the row of (token t, slot s); counts_host[e] = rows of
+  // expert e (host memory, `experts` entries, for the grouped GEMM).
+  virtual void moe_permutation(int32_t* row_of, int64_t* counts_host, const int32_t* topk_idx,
+                               int64_t tokens, int64_t experts, int64_t top_k) = 0;
+  // out[row_of[t * top_k + s]] = x[t]: out is [tokens * top_k x cols].
+  virtual void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
+                                int64_t top_k, int64_t cols) = 0;
+  // dx[t] = sum_s dout[row_of[t * top_k + s]].
+  virtual void dispatch_backward(float* dx, const float* dout, const int32_t* row_of,
+                                 int64_t tokens, int64_t top_k, int64_t cols) = 0;
+  // out[t] = sum_s w[t * top_k + s] * expert_out[row_of[t * top_k + s]].
+  virtual void combine_forward(float* out, const float* expert_out, const float* w,
+                               const int32_t* row_of, int64_t tokens, int64_t top_k,
+                               int64_t cols) = 0;
+  // dexpert_out[row_of[t, s]] = w[t, s] * dout[t]; dw[t, s] = dot(dout[t], expert_out[row_of]).
+  virtual void combine_backward(float* dexpert_out, float* dw, const float* dout,
+                                const float* expert_out, const float* w, const int32_t* row_of,
+                                int64_t tokens, int64_t top_k, int64_t cols) = 0;
+  // Grouped GEMM: expert e's rows (counts_host[e] consecutive rows of in, experts in order)
+  // times w[e] ([k x n]; w is [experts x k x n]), plus bias[e] ([experts x n], nullable).
+  virtual void expert_linear_forward(float* out, const float* in, const float* w, const float* bias,
+                                     const int64_t* counts_host, int64_t experts, int64_t n,
+                                     int64_t k) = 0;
+  virtual void expert_linear_backward_data(float* din, const float* dout, const float* w,
+                                           const int64_t* counts_host, int64_t experts, int64_t n,
+                                           int64_t k, bool accumulate) = 0;
+  // dw[e] += in_e^T dout_e; dbias[e] (nullable) += column sums of dout_e.
+  virtual void expert_linear_backward_weight(float* dw, float* dbias, const float* in,
+                                             const float* dout, const int64_t* counts_host,
+                                             int64_t experts, int64_t n, int64_t k) = 0;
+
+  // ---- Optimizer (OpKind::kAdamW, kGradNorm, kCast).
+
+  // One AdamW step over n elements; grad_scale (device scalar, nullable = 1) multiplies grad
+  // (the clip scale). param is the fp32 master copy.
+  virtual void adamw(const AdamWConfig& c, float* param, float* m, float* v, const float* grad,
+                     int64_t n, const float* grad_scale) = 0;
+  // *sumsq (a device scalar) += sum of grad[i]^2 (summed in double inside one call).
+  virtual void grad_sumsq(float* sumsq, const float* grad, int64_t n) = 0;
+  // *scale = max_norm / (sqrt(*sumsq) + 1e-6) when max_norm > 0 and sqrt(*sumsq) > max_norm,
+  // else 1 (device scalars; scale may alias sumsq).
+  virtual void clip_scale(float* scale, const float* sumsq, float max_norm) = 0;
+  // dst[i] = src[i] converted (fp32 <-> bf16 / fp16, round to nearest even; fp32 -> fp32 copies).
+  // Throws parasol::Error for other dtypes.
+  virtual void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) = 0;
+
+ protected:
+  // Raw memory of the backend; the accounting above is done here in the base class.
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* p) = 0;
+  virtual void* raw_alloc_host(size_t bytes) = 0;
+  virtual void raw_free_host(void* p) = 0;
+  // Frees every block still allocated (both spaces) through raw_free/raw_free_host; a derived
+  // destructor calls it (the base destructor cannot reach the derived raw_free).
+  void release_all();
+
+ private:
+  struct Space {
+    MemoryStats stats;
+    std::unordered_map<void*, std::pair<size_t, BufferClass>> blocks;
+  };
+  void* alloc_in(Space& s, size_t bytes, BufferClass cls, bool host);
+  void free_in(Space& s, void* p, bool host);
+
+  mutable std::mutex mu_;
+  Space device_, host_;
+};
+
+}  // namespace parasol::runtime

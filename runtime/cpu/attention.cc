@@ -1,0 +1,228 @@
+// defines: CpuBackend::attention_forward, attention_backward: causal GQA attention, computed per
+// (sequence, query head) in blocks of query rows with the score block materialised in a scratch
+// buffer (GEMMs through cpu::sgemm; under the causal mask a block only touches the keys its last
+// row sees). The forward writes the log-sum-exp per query, so the backward (and a later ring step,
+// `accumulate`) need neither the probabilities nor the scores; dropout masks are re-drawn from
+// the seed (runtime/tensor.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/vec.h"
+#include "runtime/tensor.h"
+
+namespace parasol::runtime {
+
+namespace {
+
+constexpr int64_t kBlock = 128;  // query rows per block
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void check(const AttentionDims& d) {
+  if (d.heads <= 0 || d.kv_heads <= 0 || d.heads % d.kv_heads != 0)
+    throw Error("runtime.attention", "heads (" + std::to_string(d.heads) +
+                                         ") must be a positive multiple of kv_heads (" +
+                                         std::to_string(d.kv_heads) + ")");
+  if (d.dropout_p < 0.0f || d.dropout_p >= 1.0f)
+    throw Error("runtime.attention", "dropout_p must be in [0, 1)");
+}
+
+float scale_of(const AttentionDims& d) {
+  return d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
+}
+
+// Keys visible to query i (a prefix under the causal mask).
+inline int64_t visible(const AttentionDims& d, int64_t i) {
+  if (!d.causal) return d.seq_kv;
+  return std::clamp<int64_t>(i + d.causal_offset + 1, 0, d.seq_kv);
+}
+
+// Geometry of one (sequence b, query head h) pair.
+struct Head {
+  const float* q;  // row 0 of this head's queries
+  const float* k;  // row 0 of its kv head's keys
+  const float* v;
+  int64_t mask_base;  // dropout index of (b, h, 0, 0)
+};
+
+Head head_at(const AttentionDims& d, const float* q, const float* k, const float* v, int64_t b,
+             int64_t h) {
+  const int64_t g = h / (d.heads / d.kv_heads);
+  return {q + b * d.seq_q * d.ld_q + h * d.head_dim, k + b * d.seq_kv * d.ld_kv + g * d.head_dim,
+          v + b * d.seq_kv * d.ld_kv + g * d.head_dim, (b * d.heads + h) * d.seq_q * d.seq_kv};
+}
+
+// Softmax over the first nv of nk scores in place (the other nk - nv zeroed); returns the
+// log-sum-exp, -inf when nv = 0.
+PARASOL_CPU_CLONES float softmax_prefix(float* __restrict p, int64_t nv, int64_t nk) {
+  std::fill(p + nv, p + nk, 0.0f);
+  if (nv == 0) return kNegInf;
+  const float mx = cpu::max(p, nv);
+  cpu::exp_shifted(p, mx, nv);
+  const double sum = cpu::sum_f64(p, nv);
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < nv; ++j) p[j] *= inv;
+  return mx + static_cast<float>(std::log(sum));
+}
+
+// p[j] = e^(p[j] - lse) for j < nv (0 when lse = -inf), 0 for nv <= j < nk.
+PARASOL_CPU_CLONES void probs_from_lse(float* __restrict p, float lse, int64_t nv, int64_t nk) {
+  if (lse == kNegInf)
+    std::fill(p, p + nv, 0.0f);
+  else
+    cpu::exp_shifted(p, lse, nv);
+  std::fill(p + nv, p + nk, 0.0f);
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(const AttentionDims& d, float* out, float* lse, float* probs,
+                                   const float* q, const float* k, const float* v,
+                                   bool accumulate) {
+  check(d);
+  if (accumulate && lse == nullptr)
+    throw Error("runtime.attention", "accumulate needs the lse of the earlier steps");
+  const int64_t D = d.head_dim, Skv = d.seq_kv;
+  const float scale = scale_of(d);
+  const bool drop = d.dropout_p > 0.0f;
+  const uint32_t threshold = dropout_threshold(d.dropout_p);
+  const float keep_scale = 1.0f / (1.0f - d.dropout_p);
+  std::vector<float> s(kBlock * std::max<int64_t>(Skv, 1)), o(kBlock * D), row_lse(kBlock);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.heads; ++h) {
+      const Head hd = head_at(d, q, k, v, b, h);
+      for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlock) {
+        const int64_t nb = std::min(kBlock, d.seq_q - i0);
+        const int64_t nk = visible(d, i0 + nb - 1);  // keys the block's last row sees
+        // Scores, then per row: mask, max, exp, sum; P normalised in place.
+        cpu::sgemm(false, true, nb, nk, D, scale, hd.q + i0 * d.ld_q, d.ld_q, hd.k, d.ld_kv, 0.0f,
+                   s.data(), nk);
+        for (int64_t r = 0; r < nb; ++r) {
+          const int64_t i = i0 + r;
+          float* p = s.data() + r * nk;
+          const int64_t nv = visible(d, i);
+          row_lse[r] = softmax_prefix(p, nv, nk);
+          if (probs != nullptr) {
+            float* pr = probs + ((b * d.heads + h) * d.seq_q + i) * Skv;
+            std::copy(p, p + nk, pr);
+            std::fill(pr + nk, pr + Skv, 0.0f);
+          }
+          if (drop) {
+            const uint64_t base = hd.mask_base + i * Skv;
+            for (int64_t j = 0; j < nv; ++j)
+              p[j] = dropout_keep(d.dropout_seed, base + j, threshold) ? p[j] * keep_scale : 0.0f;
+          }
+        }
+        float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * D;
+        float* lb = lse != nullptr ? lse + (b * d.heads + h) * d.seq_q + i0 : nullptr;
+        if (!accumulate) {
+          cpu::sgemm(false, false, nb, D, nk, 1.0f, s.data(), nk, hd.v, d.ld_kv, 0.0f, ob, d.ld_o);
+          if (lb != nullptr) std::copy(row_lse.begin(), row_lse.begin() + nb, lb);
+          continue;
+        }
+        // Merge with the earlier steps: out = out e^(lse_old - lse_new) + o e^(lse_c - lse_new).
+        cpu::sgemm(false, false, nb, D, nk, 1.0f, s.data(), nk, hd.v, d.ld_kv, 0.0f, o.data(), D);
+        for (int64_t r = 0; r < nb; ++r) {
+          const float lc = row_lse[r], lo = lb[r];
+          if (lc == kNegInf) continue;
+          float* orow = ob + r * d.ld_o;
+          const float* crow = o.data() + r * D;
+          if (lo == kNegInf) {
+            std::copy(crow, crow + D, orow);
+            lb[r] = lc;
+            continue;
+          }
+          const float mx = std::max(lo, lc);
+          const float wo = std::exp(lo - mx), wc = std::exp(lc - mx);
+          const float inv = 1.0f / (wo + wc);
+          for (int64_t c = 0; c < D; ++c) orow[c] = (orow[c] * wo + crow[c] * wc) * inv;
+          lb[r] = mx + std::log(wo + wc);
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk, float* dv,
+                                    const float* dout, const float* q, const float* k,
+                                    const float* v, const float* out, const float* lse,
+                                    const float* probs, bool accumulate_dq, bool accumulate_dkv) {
+  check(d);
+  if (lse == nullptr && probs == nullptr)
+    throw Error("runtime.attention", "the backward needs lse or probs");
+  const int64_t D = d.head_dim, Skv = d.seq_kv;
+  const float scale = scale_of(d);
+  const bool drop = d.dropout_p > 0.0f;
+  const uint32_t threshold = dropout_threshold(d.dropout_p);
+  const float keep_scale = 1.0f / (1.0f - d.dropout_p);
+  if (!accumulate_dkv) {  // several query heads and blocks add into each kv head
+    for (int64_t row = 0; row < d.batch * Skv; ++row) {
+      std::fill(dk + row * d.ld_kv, dk + row * d.ld_kv + d.kv_heads * D, 0.0f);
+      std::fill(dv + row * d.ld_kv, dv + row * d.ld_kv + d.kv_heads * D, 0.0f);
+    }
+  }
+  const int64_t width = std::max<int64_t>(Skv, 1);
+  std::vector<float> p(kBlock * width), pd(kBlock * width), dp(kBlock * width), delta(kBlock);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t h = 0; h < d.heads; ++h) {
+      const Head hd = head_at(d, q, k, v, b, h);
+      const int64_t g = h / (d.heads / d.kv_heads);
+      float* dkh = dk + b * Skv * d.ld_kv + g * D;
+      float* dvh = dv + b * Skv * d.ld_kv + g * D;
+      for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlock) {
+        const int64_t nb = std::min(kBlock, d.seq_q - i0);
+        const int64_t nk = visible(d, i0 + nb - 1);
+        const float* qb = hd.q + i0 * d.ld_q;
+        const float* dob = dout + (b * d.seq_q + i0) * d.ld_o + h * D;
+        const float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * D;
+        float* dqb = dq + (b * d.seq_q + i0) * d.ld_q + h * D;
+        // P: from probs, or recomputed from the scores and lse.
+        if (probs == nullptr)
+          cpu::sgemm(false, true, nb, nk, D, scale, qb, d.ld_q, hd.k, d.ld_kv, 0.0f, p.data(), nk);
+        for (int64_t r = 0; r < nb; ++r) {
+          const int64_t i = i0 + r;
+          float* pr = p.data() + r * nk;
+          const int64_t nv = visible(d, i);
+          if (probs != nullptr) {
+            std::copy_n(probs + ((b * d.heads + h) * d.seq_q + i) * Skv, nv, pr);
+            std::fill(pr + nv, pr + nk, 0.0f);
+          } else {
+            probs_from_lse(pr, lse[(b * d.heads + h) * d.seq_q + i], nv, nk);
+          }
+          delta[r] = cpu::dot(dob + r * d.ld_o, ob + r * d.ld_o, D);
+        }
+        // dP' = dO V^T (the gradient of the dropped probabilities).
+        cpu::sgemm(false, true, nb, nk, D, 1.0f, dob, d.ld_o, hd.v, d.ld_kv, 0.0f, dp.data(), nk);
+        const float* pv = p.data();  // the probabilities that multiplied V
+        if (drop) {
+          for (int64_t r = 0; r < nb; ++r) {
+            const uint64_t base = hd.mask_base + (i0 + r) * Skv;
+            for (int64_t j = 0; j < nk; ++j) {
+              const bool keep = dropout_keep(d.dropout_seed, base + j, threshold);
+              pd[r * nk + j] = keep ? p[r * nk + j] * keep_scale : 0.0f;
+              dp[r * nk + j] = keep ? dp[r * nk + j] * keep_scale : 0.0f;
+            }
+          }
+          pv = pd.data();
+        }
+        // dV += P'^T dO.
+        cpu::sgemm(true, false, nk, D, nb, 1.0f, pv, nk, dob, d.ld_o, 1.0f, dvh, d.ld_kv);
+        // dS = P (dP - delta), in place in dp.
+        for (int64_t r = 0; r < nb; ++r) {
+          const float* pr = p.data() + r * nk;
+          float* ds = dp.data() + r * nk;
+          for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - delta[r]);
+        }
+        // dQ (+)= scale dS K; dK += scale dS^T Q.
+        cpu::sgemm(false, false, nb, D, nk, scale, dp.data(), nk, hd.k, d.ld_kv,
+                   accumulate_dq ? 1.0f : 0.0f, dqb, d.ld_q);
+        cpu::sgemm(true, false, nk, D, nb, scale, dp.data(), nk, qb, d.ld_q, 1.0f, dkh, d.ld_kv);
+      }
+    }
+  }
+}
+
+}  // namespace parasol::runtime

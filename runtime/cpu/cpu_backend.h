@@ -1,0 +1,143 @@
+// CpuBackend: the reference backend. Host memory stands for device memory, math is fp32, GEMMs go
+// through OpenBLAS (cblas_sgemm, its own threads) and every other kernel is a plain loop on the
+// calling thread (vectorised by the compiler; the exp-heavy ones also built for AVX2, vec.h). The
+// kernels of one family, forward and backward side by side, live in one file:
+//   cpu_backend.cc   memory, copies, the GEMM helper, construction
+//   embedding.cc     embedding_forward/backward (vocab-parallel lookup, learned positions)
+//   norm.cc          norm_forward/backward (layernorm, rmsnorm)
+//   linear.cc        linear_forward/backward_data/backward_weight, bias_forward/backward,
+//                    expert_linear_* (grouped GEMM)
+//   activation.cc    activation_forward/backward (gelu tanh, swiglu)
+//   attention.cc     attention_forward/backward (causal, GQA, ring-step merge, dropout)
+//   residual.cc      residual_forward/backward (residual add, bias, dropout)
+//   cross_entropy.cc xent_* (vocab-parallel pieces and backward)
+//   moe.cc           router_forward/topk/backward, moe_permutation, dispatch_*, combine_*
+//   adamw.cc         adamw, grad_sumsq, clip_scale
+//   cast.cc          cast (fp32 <-> bf16 / fp16)
+#pragma once
+
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace parasol::runtime {
+
+class CpuBackend final : public Backend {
+ public:
+  // gemm_threads: OpenBLAS threads (0: OpenBLAS's default, its OPENBLAS_NUM_THREADS or the
+  // core count). The setting is process-wide (OpenBLAS has one thread pool).
+  explicit CpuBackend(int gemm_threads = 0);
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
+
+  std::string name() const override { return "cpu"; }
+  int gemm_threads() const;  // OpenBLAS threads in use
+
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  void synchronize() override {}
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t vocab_start,
+                         int64_t vocab_rows, const float* pos, int64_t pos_offset, int64_t rows,
+                         int64_t seq, int64_t cols) override;
+  void embedding_backward(float* dtable, float* dpos, const float* dout, const int32_t* tokens,
+                          int64_t vocab_start, int64_t vocab_rows, int64_t pos_offset, int64_t rows,
+                          int64_t seq, int64_t cols) override;
+
+  void norm_forward(Norm kind, float* out, const float* x, const float* weight, const float* bias,
+                    int64_t rows, int64_t cols, float eps) override;
+  void norm_backward(Norm kind, float* dx, float* dweight, float* dbias, const float* dout,
+                     const float* x, const float* weight, const float* dresidual, int64_t rows,
+                     int64_t cols, float eps) override;
+
+  void linear_forward(float* out, const float* in, const float* w, WeightLayout layout,
+                      const float* bias, int64_t m, int64_t n, int64_t k) override;
+  void linear_backward_data(float* din, const float* dout, const float* w, WeightLayout layout,
+                            int64_t m, int64_t n, int64_t k, bool accumulate) override;
+  void linear_backward_weight(float* dw, float* dbias, const float* in, const float* dout,
+                              WeightLayout layout, int64_t m, int64_t n, int64_t k) override;
+  void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols) override;
+  void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) override;
+
+  void activation_forward(Activation kind, float* out, const float* in, int64_t rows,
+                          int64_t cols) override;
+  void activation_backward(Activation kind, float* din, const float* dout, const float* in,
+                           int64_t rows, int64_t cols) override;
+
+  void attention_forward(const AttentionDims& d, float* out, float* lse, float* probs,
+                         const float* q, const float* k, const float* v, bool accumulate) override;
+  void attention_backward(const AttentionDims& d, float* dq, float* dk, float* dv,
+                          const float* dout, const float* q, const float* k, const float* v,
+                          const float* out, const float* lse, const float* probs,
+                          bool accumulate_dq, bool accumulate_dkv) override;
+
+  void residual_forward(float* out, uint8_t* mask, const float* x, const float* y,
+                        const float* bias, int64_t rows, int64_t cols, float dropout_p,
+                        uint64_t seed) override;
+  void residual_backward(float* dy, float* dbias, const float* dout, const uint8_t* mask,
+                         int64_t rows, int64_t cols, float dropout_p) override;
+
+  void xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t vocab) override;
+  void xent_sum_exp(float* sum_exp, const float* logits, const float* row_max, int64_t rows,
+                    int64_t vocab) override;
+  void xent_target(float* target, const float* logits, const int32_t* labels, int64_t rows,
+                   int64_t vocab, int64_t vocab_start) override;
+  void xent_loss(float* loss, const float* row_max, const float* sum_exp, const float* target,
+                 const int32_t* labels, int64_t rows) override;
+  void xent_softmax(float* probs, const float* logits, const float* row_max, const float* sum_exp,
+                    int64_t rows, int64_t vocab) override;
+  void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                     int64_t vocab, int64_t vocab_start, float dloss) override;
+
+  void router_forward(float* probs, int32_t* topk_idx, float* topk_w, const float* logits,
+                      int64_t tokens, int64_t experts, int64_t top_k, bool renormalize) override;
+  void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,
+                   int64_t experts, int64_t top_k, bool renormalize) override;
+  void router_backward(float* dlogits, const float* dtopk_w, const float* probs,
+                       const int32_t* topk_idx, int64_t tokens, int64_t experts, int64_t top_k,
+                       bool renormalize) override;
+  void moe_permutation(int32_t* row_of, int64_t* counts_host, const int32_t* topk_idx,
+                       int64_t tokens, int64_t experts, int64_t top_k) override;
+  void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
+                        int64_t top_k, int64_t cols) override;
+  void dispatch_backward(float* dx, const float* dout, const int32_t* row_of, int64_t tokens,
+                         int64_t top_k, int64_t cols) override;
+  void combine_forward(float* out, const float* expert_out, const float* w, const int32_t* row_of,
+                       int64_t tokens, int64_t top_k, int64_t cols) override;
+  void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
+                        const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                        int64_t cols) override;
+  void expert_linear_forward(float* out, const float* in, const float* w, const float* bias,
+                             const int64_t* counts_host, int64_t experts, int64_t n,
+                             int64_t k) override;
+  void expert_linear_backward_data(float* din, const float* dout, const float* w,
+                                   const int64_t* counts_host, int64_t experts, int64_t n,
+                                   int64_t k, bool accumulate) override;
+  void expert_linear_backward_weight(float* dw, float* dbias, const float* in, const float* dout,
+                                     const int64_t* counts_host, int64_t experts, int64_t n,
+                                     int64_t k) override;
+
+  void adamw(const AdamWConfig& c, float* param, float* m, float* v, const float* grad, int64_t n,
+             const float* grad_scale) override;
+  void grad_sumsq(float* sumsq, const float* grad, int64_t n) override;
+  void clip_scale(float* scale, const float* sumsq, float max_norm) override;
+  void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
+
+ protected:
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* p) override;
+  void* raw_alloc_host(size_t bytes) override;
+  void raw_free_host(void* p) override;
+};
+
+namespace cpu {
+
+// C[m x n] = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm (lda, ldb, ldc:
+// row strides of A, B, C as stored). The one GEMM entry of the CPU kernels.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace cpu
+
+}  // namespace parasol::runtime
