@@ -298,8 +298,8 @@ class Lowerer {
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.
   std::vector<Saved> saved_;
   struct EdgeSaved {
-    int tokens = -1, mask = -1;                    // embedding
-    int x = -1, xf = -1, probs = -1, labels = -1;  // head
+    int tokens = -1, mask = -1;                               // embedding
+    int x = -1, xf = -1, probs = -1, labels = -1, sums = -1;  // head
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
   std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer
@@ -782,11 +782,21 @@ void Lowerer::head_forward(int x, int mb) {
   hs.labels =
       buffer(name(-1, "labels", mb), {p_.micro_batch, Sl_}, Dtype::kFp32, BufferClass::kActivation);
   hs.probs = act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
-  int stats = ws(-1, "ce.stats", {3, T_}, Dtype::kFp32);
-  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (eb_ + 8) * T_ * vocab_t_,
-              {logits, hs.labels}, {hs.probs, stats});
-  // Vocab-parallel loss: max, sum of exponentials and target logit reduced over TP.
-  if (t_ > 1) collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 12.0 * T_, stats, stats);
+  // Vocab-parallel loss (Megatron): the row maximum is reduced with max over TP first, then the
+  // shifted sum of exponentials and the target logit with a sum; the backward normalises the
+  // exponentials by the global sum.
+  int row_max = ws(-1, "ce.max", {T_}, Dtype::kFp32);
+  elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_, eb_ * T_ * vocab_t_,
+              {logits}, {row_max});
+  if (t_ > 1) {
+    const int op =
+        collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_, row_max, row_max);
+    P_.ops[op].reduce_max = true;
+  }
+  hs.sums = act(-1, "ce.sums", {2, T_}, Dtype::kFp32);
+  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (eb_ + 4) * T_ * vocab_t_,
+              {logits, hs.labels, row_max}, {hs.probs, hs.sums});
+  if (t_ > 1) collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
 }
 
 int Lowerer::head_backward(int mb) {
@@ -794,7 +804,7 @@ int Lowerer::head_backward(int mb) {
   EdgeSaved& hs = head_saved_[mb];
   int dlogits = ws(-1, "dlogits", {T_, vocab_t_});
   elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (4 + eb_) * T_ * vocab_t_,
-              {hs.probs, hs.labels}, {dlogits});
+              {hs.probs, hs.labels, hs.sums}, {dlogits});
   WSet w = no_weights();
   acquire(buckets_[head_bucket_], w, -1);
   const bool own = w[kHead] >= 0;

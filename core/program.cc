@@ -184,6 +184,7 @@ Json program_to_json(const Program& p) {
     if (o.bytes) j["bytes"] = o.bytes;
     if (o.flops) j["flops"] = o.flops;
     if (is_communication(o.kind)) j["group"] = group_name(o.group);
+    if (o.reduce_max) j["reduce"] = "max";
     if (o.peer_stage >= 0) j["peer_stage"] = o.peer_stage;
     if (o.tag >= 0) j["tag"] = o.tag;
     ops.push_back(std::move(j));

@@ -110,6 +110,7 @@ struct Op {
   double bytes = 0;
   double flops = 0;            // executed FLOPs (GEMMs and attention; 0 for memory-bound ops)
   Group group = Group::kTp;    // communication group
+  bool reduce_max = false;     // all-reduce: element-wise maximum instead of the sum
   int peer_stage = -1;         // send/recv: the pipeline stage of the peer
   int64_t tag = -1;            // send/recv: a kSend and a kRecv match when their tags are equal
                                // (and they name each other: peer stages, or ring neighbours)
