@@ -207,6 +207,7 @@ class Lowerer {
     return ws(layer, what, std::move(shape), adt_);
   }
   Op make(OpKind kind, int layer, const char* what, int stream);
+  AttnShape attention_shape() const;  // one attention step of this rank (a cp chunk)
   static void set(std::vector<int>& to, std::initializer_list<int> ids);
   static void set(std::vector<int>& to, const std::vector<int>& ids);
   int emit(Op& op, std::initializer_list<int> extra = {});
@@ -360,6 +361,20 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
   last_writer_.push_back(-1);
   last_reader_.push_back({-1, -1, -1, -1, -1});
   return P_.add_buffer(std::move(b));
+}
+
+AttnShape Lowerer::attention_shape() const {
+  AttnShape a;
+  a.batch = p_.micro_batch;
+  a.seq_q = Sl_;
+  a.seq_kv = Sl_;
+  a.heads = heads_t_;
+  a.kv_heads = kv_heads_t_;
+  a.head_dim = hd_;
+  a.causal = true;
+  a.flash = flash_;
+  a.dropout = m_.dropout && !flash_;
+  return a;
 }
 
 Op Lowerer::make(OpKind kind, int layer, const char* what, int stream) {
@@ -853,16 +868,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     }
   }
   const int cp = p_.cp;
-  AttnShape a;
-  a.batch = p_.micro_batch;
-  a.seq_q = Sl_;
-  a.seq_kv = Sl_;
-  a.heads = heads_t_;
-  a.kv_heads = kv_heads_t_;
-  a.head_dim = hd_;
-  a.causal = true;
-  a.flash = flash_;
-  a.dropout = m_.dropout && !flash_;
+  const AttnShape a = attention_shape();
   const double full = 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_kv * a.head_dim;
   const double flops = flash_ ? full * 0.5 * (1.0 + 1.0 / a.seq_kv) : full;
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
@@ -894,16 +900,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int mb = tags_.micro_batch;
   const int cp = p_.cp;
   int dqkv = act(layer, "dqkv", {T_, qkv_cols_});
-  AttnShape a;
-  a.batch = p_.micro_batch;
-  a.seq_q = Sl_;
-  a.seq_kv = Sl_;
-  a.heads = heads_t_;
-  a.kv_heads = kv_heads_t_;
-  a.head_dim = hd_;
-  a.causal = true;
-  a.flash = flash_;
-  a.dropout = m_.dropout && !flash_;
+  const AttnShape a = attention_shape();
   const double full = 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_kv * a.head_dim;
   const double flops = flash_ ? 2.5 * full * 0.5 * (1.0 + 1.0 / a.seq_kv) : 2.0 * full;
   const double kv_bytes = 2 * eb_ * T_ * kv_cols_;

@@ -9,23 +9,12 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "tests/core/expect_error.h"
 
 namespace parasol {
 namespace {
 
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
 
 // Checks that path(a, b) is a walk from GPU a to GPU b over existing edges, that each hop's
 // `forward` flag matches its direction, and that every vertex in between forwards traffic.

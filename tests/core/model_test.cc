@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/core/expect_error.h"
 
 namespace parasol {
 namespace {
@@ -15,19 +16,6 @@ const std::string kDataDir = PARASOL_TEST_DATA_DIR;
 
 // Relative difference |a - b| / |b|.
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
-
-// Runs `fn`, which must throw parasol::Error; checks its field and a substring of what().
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
 
 void ExpectSameModel(const Model& a, const Model& b) {
   EXPECT_EQ(a.name, b.name);

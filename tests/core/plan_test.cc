@@ -6,21 +6,10 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/core/expect_error.h"
 
 namespace parasol {
 namespace {
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
 
 void ExpectInvalid(const Plan& p, const Model& m, const Cluster& c, const std::string& field,
                    const std::string& substring) {
