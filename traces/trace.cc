@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <set>
 
 #include "core/error.h"
+#include "core/json_reader.h"
 
 namespace parasol::traces {
 
@@ -75,40 +77,6 @@ void append_metadata(std::string& out, const char* what, int pid, int tid,
   out += ",\"args\":{\"name\":";
   append_string(out, name);
   out += "}}";
-}
-
-// Field checks of one event object; `path` is "<what>.traceEvents[i]".
-const Json& require(const Json& e, const char* key, const std::string& path) {
-  auto it = e.find(key);
-  if (it == e.end() || it->is_null()) throw Error(path + "." + key, "missing");
-  return *it;
-}
-double number(const Json& e, const char* key, const std::string& path) {
-  const Json& v = require(e, key, path);
-  if (!v.is_number()) throw Error(path + "." + key, "must be a number");
-  double d = v.get<double>();
-  if (!std::isfinite(d)) throw Error(path + "." + key, "must be finite");
-  return d;
-}
-int integer(const Json& e, const char* key, const std::string& path) {
-  const Json& v = require(e, key, path);
-  if (!v.is_number_integer()) throw Error(path + "." + key, "must be an integer");
-  return v.get<int>();
-}
-std::string string(const Json& e, const char* key, const std::string& path) {
-  const Json& v = require(e, key, path);
-  if (!v.is_string()) throw Error(path + "." + key, "must be a string");
-  return v.get<std::string>();
-}
-// Optional args fields: absent keeps the default; a present value of the wrong type is an error.
-void opt_number(const Json& a, const char* key, const std::string& path, double& out) {
-  if (a.contains(key) && !a[key].is_null()) out = number(a, key, path);
-}
-void opt_integer(const Json& a, const char* key, const std::string& path, int& out) {
-  if (a.contains(key) && !a[key].is_null()) out = integer(a, key, path);
-}
-void opt_string(const Json& a, const char* key, const std::string& path, std::string& out) {
-  if (a.contains(key) && !a[key].is_null()) out = string(a, key, path);
 }
 
 }  // namespace
@@ -214,37 +182,35 @@ Trace trace_from_json(const Json& j, const std::string& what) {
     const Json& e = (*events)[i];
     const std::string path = base + "[" + std::to_string(i) + "]";
     if (!e.is_object()) throw Error(path, "an event must be a JSON object");
-    const std::string ph = string(e, "ph", path);
+    const JsonReader r(e, path);  // checks types and ranges, naming "<path>.<field>"
+    constexpr int64_t kMaxId = std::numeric_limits<int>::max();
+    constexpr double kMaxUs = 1e18;
+    const std::string ph = r.string("ph");
     if (ph == "M") {
-      if (e.value("name", std::string()) != "thread_name") continue;
-      TraceStream s;
-      s.rank = integer(e, "pid", path);
-      s.stream = integer(e, "tid", path);
-      const Json& args = require(e, "args", path);
-      if (!args.is_object()) throw Error(path + ".args", "must be an object");
-      s.name = string(args, "name", path + ".args");
-      t.streams.push_back(std::move(s));
+      if (r.string_or("name", "") != "thread_name") continue;
+      TraceStream st;
+      st.rank = static_cast<int>(r.integer("pid", 0, kMaxId));
+      st.stream = static_cast<int>(r.integer("tid", 0, kMaxId));
+      st.name = r.object("args").string("name");
+      t.streams.push_back(std::move(st));
       continue;
     }
     if (ph != "X") continue;  // instant, counter, flow ... events carry no op
     TraceEvent ev;
-    ev.name = string(e, "name", path);
-    ev.start_s = number(e, "ts", path) * 1e-6;
-    ev.dur_s = number(e, "dur", path) * 1e-6;
-    if (ev.dur_s < 0) throw Error(path + ".dur", "must be >= 0");
-    ev.rank = integer(e, "pid", path);
-    ev.stream = integer(e, "tid", path);
-    auto args = e.find("args");
-    if (args != e.end() && !args->is_null()) {
-      const std::string ap = path + ".args";
-      if (!args->is_object()) throw Error(ap, "must be an object");
-      opt_integer(*args, "op_id", ap, ev.op_id);
-      opt_string(*args, "kind", ap, ev.kind);
-      opt_number(*args, "bytes", ap, ev.bytes);
-      opt_number(*args, "flops", ap, ev.flops);
-      opt_integer(*args, "layer", ap, ev.layer);
-      opt_integer(*args, "micro_batch", ap, ev.micro_batch);
-      opt_string(*args, "phase", ap, ev.phase);
+    ev.name = r.string("name");
+    ev.start_s = r.number("ts", -kMaxUs, kMaxUs) * 1e-6;
+    ev.dur_s = r.number("dur", 0, kMaxUs) * 1e-6;
+    ev.rank = static_cast<int>(r.integer("pid", 0, kMaxId));
+    ev.stream = static_cast<int>(r.integer("tid", 0, kMaxId));
+    if (r.has("args")) {
+      const JsonReader a = r.object("args");
+      ev.op_id = static_cast<int>(a.integer_or("op_id", ev.op_id, -1, kMaxId));
+      ev.kind = a.string_or("kind", ev.kind);
+      ev.bytes = a.number_or("bytes", ev.bytes, 0, 1e300);
+      ev.flops = a.number_or("flops", ev.flops, 0, 1e300);
+      ev.layer = static_cast<int>(a.integer_or("layer", ev.layer, -1, kMaxId));
+      ev.micro_batch = static_cast<int>(a.integer_or("micro_batch", ev.micro_batch, -1, kMaxId));
+      ev.phase = a.string_or("phase", ev.phase);
     }
     t.events.push_back(std::move(ev));
   }
