@@ -53,6 +53,7 @@ class Worker {
     const int gbs = opt_.global_batch;
     if (gbs % dp != 0) return;
     const int per_stage = model_.layers / s.pp;
+    const std::vector<int> partial = partial_counts(per_stage);  // once per shape
     Plan p;
     p.tp = s.tp;
     p.cp = s.cp;
@@ -94,7 +95,7 @@ class Worker {
             const int max_zero = (dp * s.cp > 1) ? (s.pp > 1 ? 2 : 3) : 0;
             for (int zero = 0; zero <= max_zero; ++zero) {
               p.zero = zero;
-              for_each_recompute(p, per_stage, offloads);
+              for_each_recompute(p, partial, offloads);
             }
           }
         }
@@ -102,7 +103,8 @@ class Worker {
     }
   }
 
-  void for_each_recompute(Plan& p, int per_stage, const std::vector<Offload>& offloads) {
+  void for_each_recompute(Plan& p, const std::vector<int>& partial,
+                          const std::vector<Offload>& offloads) {
     auto visit = [&](Recompute r, int layers) {
       p.recompute = r;
       p.recompute_layers = layers;
@@ -114,7 +116,7 @@ class Worker {
     visit(Recompute::kNone, -1);
     visit(Recompute::kSelective, -1);
     visit(Recompute::kFull, -1);
-    for (int k : partial_counts(per_stage)) visit(Recompute::kFull, k);
+    for (int k : partial) visit(Recompute::kFull, k);
   }
 
   void consider(const Plan& p) {
