@@ -869,8 +869,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   }
   const int cp = p_.cp;
   const AttnShape a = attention_shape();
-  const double full = 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_kv * a.head_dim;
-  const double flops = flash_ ? full * 0.5 * (1.0 + 1.0 / a.seq_kv) : full;
+  const double flops = attention_flops(a);
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
   const double kv_bytes = 2 * eb_ * T_ * kv_cols_;
@@ -901,8 +900,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int cp = p_.cp;
   int dqkv = act(layer, "dqkv", {T_, qkv_cols_});
   const AttnShape a = attention_shape();
-  const double full = 4.0 * a.batch * a.heads * double(a.seq_q) * a.seq_kv * a.head_dim;
-  const double flops = flash_ ? 2.5 * full * 0.5 * (1.0 + 1.0 / a.seq_kv) : 2.0 * full;
+  const double flops = (flash_ ? 2.5 : 2.0) * attention_flops(a);  // flash recomputes scores
   const double kv_bytes = 2 * eb_ * T_ * kv_cols_;
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
   int kv = -1, dkv_in = -1;

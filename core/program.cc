@@ -1,6 +1,8 @@
 // Program: names of op kinds, phases, buffer classes and streams; buffer sizes; JSON output.
 #include "core/program.h"
 
+#include <algorithm>
+
 namespace parasol {
 
 const char* op_kind_name(OpKind k) {
@@ -106,6 +108,14 @@ double Buffer::bytes() const {
   double n = 1;
   for (int64_t d : shape) n *= static_cast<double>(d);
   return n * dtype_bytes(dtype);
+}
+
+double attention_flops(const AttnShape& a) {
+  const double full =
+      4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
+  if (!a.causal || !a.flash) return full;
+  // Causal: a query sees the keys up to its position; with seq_q == seq_kv about half.
+  return full * 0.5 * (1.0 + 1.0 / std::max<int64_t>(1, a.seq_kv));
 }
 
 std::string Program::stream_name(int s) const {

@@ -81,6 +81,10 @@ struct AttnShape {
   bool flash = true;     // fused kernel (no score matrix in memory)
   bool dropout = false;  // attention-probability dropout (materialised path)
 };
+// FLOPs of QK^T and AV (2 per multiply-add) that the kernel executes: a fused (flash) kernel
+// skips the masked blocks, so a causal one does about half; a materialised kernel computes
+// the whole score matrix.
+double attention_flops(const AttnShape& a);
 
 struct OpTags {
   int layer = -1;        // model layer, -1 outside layers

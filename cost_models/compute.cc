@@ -53,17 +53,10 @@ double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes) {
   return bytes / (dev.hbm_bw * prof.memory_efficiency) + prof.kernel_overhead_s;
 }
 
-double attention_flops(const AttentionShape& a) {
-  double full = 4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
-  if (!a.causal) return full;
-  // Causal: a query sees the keys up to its position; with seq_q == seq_kv about half.
-  return full * 0.5 * (1.0 + 1.0 / std::max<int64_t>(1, a.seq_kv));
-}
-
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttentionShape& a, bool flash) {
+                              const AttnShape& a) {
   const double eb = dtype_bytes(dtype);
-  if (flash) {
+  if (a.flash) {
     double flops = attention_flops(a);
     double io = eb * a.batch * a.seq_q * (2.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (2.0 * a.kv_heads * a.head_dim);
@@ -82,9 +75,9 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
 }
 
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttentionShape& a, bool flash) {
+                               const AttnShape& a) {
   const double eb = dtype_bytes(dtype);
-  if (flash) {
+  if (a.flash) {
     double flops = 2.5 * attention_flops(a);
     double io = eb * a.batch * a.seq_q * (4.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/program.h"
 #include "cost_models/profile.h"
 
 namespace parasol::cost {
@@ -25,26 +26,14 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
 // Seconds for a memory-bound kernel that moves `bytes` (reads + writes) through HBM.
 double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
 
-// The attention core (softmax(QK^T)V) of one layer on one rank.
-struct AttentionShape {
-  int64_t batch = 1;
-  int64_t seq_q = 0;   // queries on this rank
-  int64_t seq_kv = 0;  // keys/values attended to
-  int64_t heads = 0;   // query heads on this rank
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  bool causal = true;
-  bool dropout = false;  // attention-probability dropout (unfused path only)
-};
-// FLOPs of QK^T and AV (2 per multiply-add); causal counts only the unmasked half.
-double attention_flops(const AttentionShape& a);
-// Forward / backward seconds. flash: one fused kernel (FlashAttention-2 style, backward does
-// 2.5x the forward FLOPs); otherwise batched GEMMs plus materialised softmax (and dropout)
-// passes over the heads x seq_q x seq_kv score matrix (Megatron-LM 2022 style).
+// Forward / backward seconds of an attention core (core/program.h's AttnShape and its
+// attention_flops). a.flash: one fused kernel (FlashAttention-2 style, backward does 2.5x the
+// forward FLOPs); otherwise batched GEMMs plus materialised softmax (and dropout) passes over
+// the heads x seq_q x seq_kv score matrix (Megatron-LM 2022 style).
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttentionShape& a, bool flash);
+                              const AttnShape& a);
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttentionShape& a, bool flash);
+                               const AttnShape& a);
 
 // Bytes an AdamW step moves per parameter: fp32 master, grad, two moments read, three written,
 // plus the low-precision weight copy written (when `dtype` is not fp32).

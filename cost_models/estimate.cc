@@ -134,7 +134,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer) {
   // --- attention block
   norm();
   linear(T, (m.q_dim() + 2 * m.kv_dim()) / t, h);
-  AttentionShape a;
+  AttnShape a;
   a.batch = p.micro_batch;
   a.seq_q = seq / p.cp;
   a.seq_kv = seq;
@@ -142,14 +142,13 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer) {
   a.kv_heads = m.kv_heads / t;
   a.head_dim = m.head_dim;
   a.causal = true;
+  a.flash = p.flash_attention;
   a.dropout = m.dropout;
-  lp.attention_forward = attention_forward_time(d, f, attn_dtype, a, p.flash_attention);
-  double attn_bwd = attention_backward_time(d, f, attn_dtype, a, p.flash_attention);
+  lp.attention_forward = attention_forward_time(d, f, attn_dtype, a);
+  double attn_bwd = attention_backward_time(d, f, attn_dtype, a);
   lp.forward += lp.attention_forward;
   lp.backward += attn_bwd;
   lp.attention_flops = attention_flops(a);
-  if (!p.flash_attention)
-    lp.attention_flops = 4.0 * a.batch * a.heads * a.seq_q * a.seq_kv * a.head_dim;
   fwd_flops += lp.attention_flops;
   linear(T, h, m.q_dim() / t);
   residual();

@@ -390,12 +390,10 @@ class Pricer {
                  prof_.kernel_overhead_s;
         return cost::memory_time(dev, prof_, elementwise_bytes(op));
       case OpKind::kAttention: {
-        bool flash = plan_.flash_attention;
-        cost::AttentionShape a = attention_shape(op, &flash);
+        const AttnShape a = attention_shape(op);
         const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
-        return op.tags.phase == Phase::kBackward
-                   ? cost::attention_backward_time(dev, prof_, dt, a, flash)
-                   : cost::attention_forward_time(dev, prof_, dt, a, flash);
+        return op.tags.phase == Phase::kBackward ? cost::attention_backward_time(dev, prof_, dt, a)
+                                                 : cost::attention_forward_time(dev, prof_, dt, a);
       }
       case OpKind::kAdamW: {
         double params =
@@ -452,21 +450,11 @@ class Pricer {
   }
 
   // The attention core of an op: its `attn` shape when given, else one whole layer of the plan
-  // on this rank. Sets *flash to the kernel choice.
-  cost::AttentionShape attention_shape(const Op& op, bool* flash) const {
-    cost::AttentionShape a;
-    if (op.attn.batch > 0 && op.attn.seq_q > 0) {
-      a.batch = op.attn.batch;
-      a.seq_q = op.attn.seq_q;
-      a.seq_kv = op.attn.seq_kv;
-      a.heads = op.attn.heads;
-      a.kv_heads = op.attn.kv_heads;
-      a.head_dim = op.attn.head_dim;
-      a.causal = op.attn.causal;
-      a.dropout = op.attn.dropout;
-      *flash = op.attn.flash;
-      return a;
-    }
+  // on this rank with the plan's kernel choice.
+  AttnShape attention_shape(const Op& op) const {
+    if (op.attn.batch > 0 && op.attn.seq_q > 0) return op.attn;
+    AttnShape a;
+    a.flash = plan_.flash_attention;
     const int64_t seq = plan_.seq(model_);
     a.batch = plan_.micro_batch;
     a.seq_q = seq / plan_.cp;

@@ -109,8 +109,13 @@ TEST_F(ComputeTest, MemoryTimeIsBytesOverEffectiveBandwidthPlusOverhead) {
   EXPECT_EQ(memory_time(a100, prof, 0), 0);
 }
 
+AttnShape with_flash(AttnShape a, bool flash) {
+  a.flash = flash;
+  return a;
+}
+
 TEST_F(ComputeTest, AttentionFlopsFullAndCausal) {
-  AttentionShape a;
+  AttnShape a;
   a.batch = 2;
   a.seq_q = a.seq_kv = 2048;
   a.heads = 32;
@@ -127,24 +132,24 @@ TEST_F(ComputeTest, AttentionFlopsFullAndCausal) {
 }
 
 TEST_F(ComputeTest, FlashAttentionForwardIsFlopsOverFlashEfficiency) {
-  AttentionShape a;
+  AttnShape a;
   a.batch = 1;
   a.seq_q = a.seq_kv = 4096;
   a.heads = 32;
   a.kv_heads = 32;
   a.head_dim = 128;
   const double flops = attention_flops(a);
-  const double fwd = attention_forward_time(a100, prof, Dtype::kBf16, a, true);
+  const double fwd = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true));
   EXPECT_NEAR(fwd, flops / (kA100Peak * prof.flash_forward_efficiency) + prof.kernel_overhead_s,
               1e-9 * fwd);
-  const double bwd = attention_backward_time(a100, prof, Dtype::kBf16, a, true);
+  const double bwd = attention_backward_time(a100, prof, Dtype::kBf16, with_flash(a, true));
   EXPECT_NEAR(bwd,
               2.5 * flops / (kA100Peak * prof.flash_backward_efficiency) + prof.kernel_overhead_s,
               1e-9 * bwd);
 }
 
 TEST_F(ComputeTest, UnfusedAttentionPaysForTheScoreMatrix) {
-  AttentionShape a;
+  AttnShape a;
   a.batch = 1;
   a.seq_q = a.seq_kv = 2048;
   a.heads = 32;
@@ -156,21 +161,22 @@ TEST_F(ComputeTest, UnfusedAttentionPaysForTheScoreMatrix) {
   // (unmasked) batched GEMMs at no more than the efficiency-scaled peak.
   const double floor_mem = scores * 2 * 2 / (kA100Bw * prof.memory_efficiency);
   const double floor_gemm = 4.0 * 32 * 2048.0 * 2048 * 128 / (kA100Peak * prof.gemm_efficiency);
-  const double unfused = attention_forward_time(a100, prof, Dtype::kBf16, a, false);
+  const double unfused = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, false));
   EXPECT_GE(unfused, floor_mem + floor_gemm);
-  const double flash = attention_forward_time(a100, prof, Dtype::kBf16, a, true);
+  const double flash = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true));
   EXPECT_LT(flash, unfused);
-  EXPECT_LT(attention_backward_time(a100, prof, Dtype::kBf16, a, true),
-            attention_backward_time(a100, prof, Dtype::kBf16, a, false));
+  EXPECT_LT(attention_backward_time(a100, prof, Dtype::kBf16, with_flash(a, true)),
+            attention_backward_time(a100, prof, Dtype::kBf16, with_flash(a, false)));
   // Dropout on the probabilities adds passes over the score matrix (read, write, 1-byte mask).
-  AttentionShape d = a;
+  AttnShape d = a;
   d.dropout = true;
-  const double with_dropout = attention_forward_time(a100, prof, Dtype::kBf16, d, false);
+  const double with_dropout =
+      attention_forward_time(a100, prof, Dtype::kBf16, with_flash(d, false));
   EXPECT_NEAR(with_dropout - unfused,
               scores * 5 / (kA100Bw * prof.memory_efficiency) + prof.kernel_overhead_s,
               1e-9 * with_dropout);
-  EXPECT_GT(attention_backward_time(a100, prof, Dtype::kBf16, d, false),
-            attention_backward_time(a100, prof, Dtype::kBf16, a, false));
+  EXPECT_GT(attention_backward_time(a100, prof, Dtype::kBf16, with_flash(d, false)),
+            attention_backward_time(a100, prof, Dtype::kBf16, with_flash(a, false)));
 }
 
 TEST_F(ComputeTest, AdamBytesPerParam) {
