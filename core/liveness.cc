@@ -1,6 +1,8 @@
 // Liveness: buffer lifetimes over the issue order, swept with difference arrays.
 #include "core/liveness.h"
 
+#include <algorithm>
+
 namespace parasol {
 
 Liveness liveness(const Program& prog) {
@@ -20,9 +22,24 @@ Liveness liveness(const Program& prog) {
   // it has finished (`after`), and host bytes. The split by class is taken at the peak only.
   std::vector<double> during(n_ops + 1, 0.0), after(n_ops + 1, 0.0), host(n_ops + 1, 0.0);
   std::vector<double> bytes(n_bufs);
+  for (int b = 0; b < n_bufs; ++b) bytes[b] = prog.buffers[b].bytes();
+  // A block is one allocation: its first member carries the block's lifetime and bytes.
+  for (const BufferBlock& blk : prog.blocks) {
+    if (blk.buffers.empty()) continue;
+    int f = -1, l = -1;
+    for (int b : blk.buffers) {
+      if (first[b] >= 0 && (f < 0 || first[b] < f)) f = first[b];
+      l = std::max(l, last[b]);
+      bytes[b] = 0;
+      first[b] = last[b] = -1;
+    }
+    const int head = blk.buffers[0];
+    first[head] = f;
+    last[head] = l;
+    bytes[head] = blk.bytes(prog.buffers);
+  }
   for (int b = 0; b < n_bufs; ++b) {
     const Buffer& buf = prog.buffers[b];
-    bytes[b] = buf.bytes();
     if (buf.persistent) {
       if (!buf.host) out.persistent_bytes += bytes[b];
       if (n_ops == 0) continue;
@@ -65,7 +82,7 @@ Liveness liveness(const Program& prog) {
   for (int b = 0; b < n_bufs; ++b) {
     const Buffer& buf = prog.buffers[b];
     if (buf.host) continue;
-    if (buf.persistent || (first[b] >= 0 && first[b] <= at && at <= last[b]))
+    if ((buf.persistent && bytes[b] > 0) || (first[b] >= 0 && first[b] <= at && at <= last[b]))
       out.peak_by_class[static_cast<int>(buf.cls)] += bytes[b];
   }
   return out;

@@ -99,6 +99,7 @@ struct Bucket {
   WSet params = no_weights();  // ZeRO < 3: one buffer per weight
   WSet grads = no_weights();   // ZeRO < 2: one fp32 buffer per weight
   int param_shard = -1, grad_shard = -1, opt = -1, host_grad = -1;
+  bool master_in_opt = false;  // opt row 0 is the fp32 master copy
   std::vector<int> list(const WSet& w) const {
     std::vector<int> out;
     out.reserve(specs.size());
@@ -265,6 +266,7 @@ class Lowerer {
   Saved prefetch_saved(int layer, const Saved& sv, int dep);
   void optimizer();
   void update(Bucket& b, int norm, int norm_op);
+  void export_buckets();  // Program::buckets from buckets_
 
   const Model& m_;
   const Plan& p_;
@@ -300,7 +302,7 @@ class Lowerer {
   std::vector<Saved> saved_;
   struct EdgeSaved {
     int tokens = -1, mask = -1;                               // embedding
-    int x = -1, xf = -1, probs = -1, labels = -1, sums = -1;  // head
+    int x = -1, xf = -1, probs = -1, labels = -1, sums = -1, row_max = -1;  // head
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
   std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer
@@ -543,10 +545,12 @@ void Lowerer::add_bucket(Bucket b) {
     std::string n = b.layer >= 0 ? name(b.layer, what) : std::string(b.label) + "." + what;
     return n + suffix;
   };
+  const int64_t padded = b.zero >= 1 ? b.shard * b.ways : 0;
   if (b.zero < 3) {
     for (const Spec& s : b.specs)
       b.params[s.slot] = buffer(bname(kSlotName[s.slot], ".w"), s.shape, wdt_, BufferClass::kParam,
                                 host_params, true);
+    P_.add_block(b.list(b.params), padded);
   } else {
     b.param_shard = buffer(bname(b.expert ? "experts" : "params", ".w"), {b.shard}, wdt_,
                            BufferClass::kParam, host_params, true);
@@ -555,11 +559,15 @@ void Lowerer::add_bucket(Bucket b) {
     for (const Spec& s : b.specs)
       b.grads[s.slot] = buffer(bname(kSlotName[s.slot], ".g"), s.shape, Dtype::kFp32,
                                BufferClass::kGrad, false, true);
+    P_.add_block(b.list(b.grads), padded);
   } else {
     b.grad_shard = buffer(bname(b.expert ? "experts" : "params", ".g"), {b.shard}, Dtype::kFp32,
                           BufferClass::kGrad, false, true);
   }
-  b.opt = buffer(bname(b.expert ? "experts" : "params", ".opt"), {low ? 3 : 2, b.shard},
+  // The fp32 master weights live in the optimizer state unless the parameters themselves are
+  // fp32 and where the optimizer runs.
+  b.master_in_opt = low || p_.offload.optimizer || p_.offload.params;
+  b.opt = buffer(bname(b.expert ? "experts" : "params", ".opt"), {b.master_in_opt ? 3 : 2, b.shard},
                  Dtype::kFp32, BufferClass::kOptimizer, p_.offload.optimizer, true);
   if (p_.offload.optimizer)
     b.host_grad = buffer(bname(b.expert ? "experts" : "params", ".hg"), {b.shard}, Dtype::kFp32,
@@ -657,6 +665,7 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
                          BufferClass::kParam);
     dev.push_back(out[s.slot]);
   }
+  P_.add_block(dev, b.zero >= 3 ? b.shard * b.ways : 0);
   if (b.zero < 3) {
     copy(OpKind::kPrefetch, layer, b.expert ? "experts.prefetch" : "w.prefetch", wb_ * b.elements,
          b.list(b.params), dev, {dep});
@@ -690,6 +699,7 @@ WSet Lowerer::unit_grads(Bucket& b) {
   for (const Spec& s : b.specs)
     g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape,
                        Dtype::kFp32, BufferClass::kGrad);
+  P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;
   return g;
@@ -800,7 +810,8 @@ void Lowerer::head_forward(int x, int mb) {
   // Vocab-parallel loss (Megatron): the row maximum is reduced with max over TP first, then the
   // shifted sum of exponentials and the target logit with a sum; the backward normalises the
   // exponentials by the global sum.
-  int row_max = ws(-1, "ce.max", {T_}, Dtype::kFp32);
+  hs.row_max = act(-1, "ce.max", {T_}, Dtype::kFp32);
+  const int row_max = hs.row_max;
   elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_, eb_ * T_ * vocab_t_,
               {logits}, {row_max});
   if (t_ > 1) {
@@ -819,7 +830,7 @@ int Lowerer::head_backward(int mb) {
   EdgeSaved& hs = head_saved_[mb];
   int dlogits = ws(-1, "dlogits", {T_, vocab_t_});
   elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (4 + eb_) * T_ * vocab_t_,
-              {hs.probs, hs.labels, hs.sums}, {dlogits});
+              {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});
   WSet w = no_weights();
   acquire(buckets_[head_bucket_], w, -1);
   const bool own = w[kHead] >= 0;
@@ -1337,7 +1348,7 @@ void Lowerer::backward_unit(int c, int mb) {
 void Lowerer::update(Bucket& b, int norm, int norm_op) {
   Label label(this, b);
   const int layer = b.layer;
-  const bool cast = p_.precision != Dtype::kFp32;
+  const bool cast = b.master_in_opt;  // the new weights are cast (or copied) from the master
   const bool host = p_.offload.optimizer;
   const bool host_params = p_.offload.params;
   const double n = static_cast<double>(b.shard);
@@ -1401,6 +1412,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
       for (const Spec& s : b.specs)
         full.push_back(
             buffer(name(layer, kSlotName[s.slot]) + ".new", s.shape, wdt_, BufferClass::kParam));
+      P_.add_block(full, b.shard * b.ways);
       collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.w.ag" : "w.ag",
                  wb_ * b.elements, {shard}, full);
       copy(OpKind::kOffload, layer, "w.offload", wb_ * b.elements, full, dest);
@@ -1426,14 +1438,16 @@ void Lowerer::optimizer() {
   at(-1, Phase::kOptimizer);
   if (sp_) {
     // Under SP each TP rank saw a different sequence shard: the replicated weights that act on
-    // it (norms; routers) have partial gradients, summed over TP (Megatron's
+    // it (norms, routers, and the biases of row-parallel GEMMs, added after the
+    // reduce-scatter) have partial gradients, summed over TP (Megatron's
     // allreduce_layernorm_grads). ZeRO-2/3 buckets fold theirs into the reduce-scattered shard.
     std::vector<int> g;
     double n = 0;
     for (const Bucket& b : buckets_) {
       if (b.zero >= 2) continue;
       for (const Spec& sp : b.specs) {
-        if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter)
+        if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter &&
+            sp.slot != kOutB && sp.slot != kFc2B)
           continue;
         g.push_back(b.grads[sp.slot]);
         double e = 1;
@@ -1471,6 +1485,33 @@ void Lowerer::optimizer() {
   }
 }
 
+void Lowerer::export_buckets() {
+  P_.buckets.reserve(buckets_.size());
+  for (const Bucket& b : buckets_) {
+    ParamBucket out;
+    const std::string prefix = b.layer >= 0 ? name(b.layer, "") : std::string(b.label) + ".";
+    out.name = b.layer >= 0 ? prefix.substr(0, prefix.size() - 1) + (b.expert ? ".experts" : "")
+                            : std::string(b.label);
+    out.layer = b.layer;
+    out.chunk = b.chunk;
+    out.expert = b.expert;
+    out.group = b.group;
+    out.ways = b.ways;
+    out.zero = b.zero;
+    for (const Spec& s : b.specs) out.specs.push_back({prefix + kSlotName[s.slot], s.shape});
+    out.elements = static_cast<int64_t>(b.elements);
+    out.shard = b.shard;
+    if (b.zero < 3) out.params = b.list(b.params);
+    out.param_shard = b.param_shard;
+    if (b.zero < 2) out.grads = b.list(b.grads);
+    out.grad_shard = b.grad_shard;
+    out.opt = b.opt;
+    out.master_in_opt = b.master_in_opt;
+    out.host_grad = b.host_grad;
+    P_.buckets.push_back(std::move(out));
+  }
+}
+
 Program Lowerer::run() {
   P_.stage = s_;
   P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
@@ -1494,6 +1535,7 @@ Program Lowerer::run() {
       backward_unit(u.chunk, u.mb);
   }
   optimizer();
+  export_buckets();
   return std::move(P_);
 }
 

@@ -52,6 +52,13 @@
 //    over tp, pp, and dp-cp when gradients are sharded there (ZeRO >= 1 or ep > 1). Tied
 //    embeddings with pp > 1 keep a copy on the last stage; their embedding-group all-reduce is
 //    not emitted.
+//  * the weights of a bucket, its gradients, its per-micro-batch gradients (ZeRO 2/3) and each
+//    use's gathered or prefetched copy are one Program::blocks entry (one allocation, padded
+//    to ways x shard), so a collective over the list is a collective over a flat range;
+//    Program::buckets describes every bucket and its persistent buffers.
+//  * the vocab-parallel cross-entropy keeps, per micro-batch, this rank's logits in fp32
+//    ("softmax"), the global row maximum ("ce.max") and the all-reduced [sum of exp(logit -
+//    max); target logit] ("ce.sums"); the backward forms the softmax from them.
 //  * token ids and labels are int32, stored in 4-byte buffers typed kFp32; dropout masks are
 //    1-byte buffers typed kFp8.
 //  * a layer's saved activations are exactly those of cost::layer_activation_bytes (norm

@@ -110,6 +110,17 @@ double Buffer::bytes() const {
   return n * dtype_bytes(dtype);
 }
 
+double BufferBlock::bytes(const std::vector<Buffer>& all) const {
+  return buffers.empty() ? 0.0
+                         : static_cast<double>(elements) * dtype_bytes(all[buffers[0]].dtype);
+}
+
+int64_t ParamSpec::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 double attention_flops(const AttnShape& a) {
   const double full =
       4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
@@ -148,6 +159,23 @@ int Program::add_op(Op op) {
   op.id = static_cast<int>(ops.size());
   ops.push_back(std::move(op));
   return ops.back().id;
+}
+
+int Program::add_block(const std::vector<int>& ids, int64_t elements) {
+  BufferBlock b;
+  b.buffers = ids;
+  int64_t sum = 0;
+  const int index = static_cast<int>(blocks.size());
+  for (int id : ids) {
+    Buffer& buf = buffers[id];
+    int64_t n = 1;
+    for (int64_t d : buf.shape) n *= d;
+    sum += n;
+    buf.block = index;
+  }
+  b.elements = std::max(sum, elements);
+  blocks.push_back(std::move(b));
+  return index;
 }
 
 Json program_to_json(const Program& p) {

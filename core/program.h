@@ -65,7 +65,52 @@ struct Buffer {
   BufferClass cls = BufferClass::kActivation;
   bool host = false;        // lives in host memory (offload)
   bool persistent = false;  // allocated for the whole step (params, grads, optimizer)
+  int block = -1;           // index into Program::blocks, or -1 (allocated on its own)
   double bytes() const;
+};
+
+// Buffers allocated as one contiguous allocation, in the order listed: the weights (or
+// gradients) of one parameter bucket, which collectives treat as one flat bucket (lower.h), so
+// that a ZeRO shard is a contiguous range of it. The block lives from the first op that touches
+// any member to the last op that touches any, and holds `elements` elements of the members'
+// dtype: their sum rounded up to ways x shard for a sharded bucket (the tail is padding).
+struct BufferBlock {
+  std::vector<int> buffers;
+  int64_t elements = 0;
+  double bytes(const std::vector<Buffer>& all) const;
+};
+
+// One weight of a parameter bucket, as this rank holds it: `name` is the model's tensor
+// ("L3.qkv", "emb.table", "head.lnf", "L5.efc1"), `shape` this rank's tensor/expert-parallel
+// slice of it (runtime/param_layout.h maps it to the full tensor).
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t elements() const;
+};
+
+// Parameters reduced and updated together (a layer's dense or expert weights, the embedding,
+// the head) and the persistent buffers that hold their state on this rank. Flattened in spec
+// order, the bucket is `elements` long; under ZeRO >= 1 this rank updates elements
+// [index * shard, (index + 1) * shard) of it, where index is its position in `group`.
+struct ParamBucket {
+  std::string name;  // "L3", "L3.experts", "emb", "head"
+  int layer = -1;    // model layer, -1 for the embedding and head buckets
+  int chunk = 0;     // virtual pipeline chunk
+  bool expert = false;
+  Group group = Group::kDpCp;  // gradient-reduction group
+  int ways = 1;                // its size
+  int zero = 0;                // effective ZeRO stage (0 when ways == 1)
+  std::vector<ParamSpec> specs;
+  int64_t elements = 0;     // sum of the specs' elements
+  int64_t shard = 0;        // elements this rank updates (= elements when zero == 0)
+  std::vector<int> params;  // one buffer per spec (zero < 3), else empty
+  int param_shard = -1;     // zero == 3: this rank's shard of the flat weights
+  std::vector<int> grads;   // one fp32 buffer per spec (zero < 2), else empty
+  int grad_shard = -1;      // zero >= 2: this rank's fp32 shard of the flat gradients
+  int opt = -1;             // optimizer state [rows x shard] fp32: [master,] m, v
+  bool master_in_opt = false;  // row 0 of opt is the fp32 master copy (else the params are)
+  int host_grad = -1;          // optimizer offload: host copy of the gradient shard
 };
 
 // The attention core of one kAttention op: softmax(Q K^T) V over `seq_q` queries and `seq_kv`
@@ -127,11 +172,15 @@ struct Program {
   std::vector<int> ranks;  // ranks that execute it
   std::vector<StreamKind> streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy};
   std::vector<Buffer> buffers;
+  std::vector<BufferBlock> blocks;
+  std::vector<ParamBucket> buckets;
   std::vector<Op> ops;  // in issue order; each stream runs its ops in this order
 
   std::string stream_name(int s) const;
   int add_buffer(Buffer b);  // sets b.id; returns it
   int add_op(Op op);         // sets op.id; returns it
+  // Makes `ids` one block of at least `elements` elements (0: their sum); returns its index.
+  int add_block(const std::vector<int>& ids, int64_t elements = 0);
 };
 
 // The whole Program as JSON: {"stage", "ranks", "streams", "buffers": [...], "ops": [...]}.

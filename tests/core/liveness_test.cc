@@ -44,6 +44,27 @@ TEST(Liveness, BuffersLiveFromFirstWriteToLastRead) {
   EXPECT_EQ(lv.host_bytes, 200);
 }
 
+TEST(Liveness, ABlockIsOneAllocationOfItsPaddedSizeOverAllItsMembersUses) {
+  Program p;
+  Buffer g1{0, "g1", {10}, Dtype::kFp32, BufferClass::kGrad};
+  Buffer g2{0, "g2", {5}, Dtype::kFp32, BufferClass::kGrad};
+  Buffer x{0, "x", {1}, Dtype::kFp32, BufferClass::kActivation};
+  int i1 = p.add_buffer(g1), i2 = p.add_buffer(g2), ix = p.add_buffer(x);
+  EXPECT_EQ(p.add_block({i1, i2}, 16), 0);  // 15 elements padded to 16 (e.g. 2 ways x 8)
+  EXPECT_EQ(p.buffers[i2].block, 0);
+  Op o0, o1, o2;
+  o0.writes = {i1};  // the block is allocated here, though g2 is first written by o2
+  o1.writes = {ix};
+  o2.reads = {ix};
+  o2.writes = {i2};
+  p.add_op(o0);
+  p.add_op(o1);
+  p.add_op(o2);
+  Liveness lv = liveness(p);
+  EXPECT_EQ(lv.live_after_op, (std::vector<double>{64, 68, 0}));
+  EXPECT_EQ(lv.peak_bytes, 68);
+}
+
 Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
   Plan p;
   p.tp = tp;

@@ -365,11 +365,14 @@ TEST(Lower, SequenceParallelGathersAndScattersWithoutAllReduceInLayers) {
   const int64_t T = m.seq_len, h = m.hidden;
   EXPECT_EQ(count(p, [](const Op& o) { return o.kind == OpKind::kAllReduce && o.tags.layer >= 0; }),
             0);
-  // The norms' gradients are partial sums over the sequence shards: one TP all-reduce of them.
+  // The gradients of the weights that act on the sequence shard (the norms and the biases of
+  // the row-parallel GEMMs, added after the reduce-scatter) are partial sums over the shards:
+  // one TP all-reduce of them.
   auto norm_ar = select(p, [](const Op& o) { return o.name == "sp.g.ar"; });
   ASSERT_EQ(norm_ar.size(), 1u);
   EXPECT_EQ(norm_ar[0]->group, Group::kTp);
-  EXPECT_EQ(norm_ar[0]->bytes, 4.0 * (2 * 2 * m.layers + 2) * m.hidden);  // layernorm: 2 x h
+  // Per layer two layernorms (2 x h each) and two row-parallel biases (h each); the final norm.
+  EXPECT_EQ(norm_ar[0]->bytes, 4.0 * ((2 * 2 + 2) * m.layers + 2) * m.hidden);
   for (int layer = 0; layer < m.layers; ++layer) {
     auto f = in(layer, 0, Phase::kForward), b = in(layer, 0, Phase::kBackward);
     EXPECT_EQ(count(p, both(f, kind(OpKind::kAllGather))), 2);
