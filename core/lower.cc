@@ -100,6 +100,8 @@ struct Bucket {
   WSet grads = no_weights();   // ZeRO < 2: one fp32 buffer per weight
   int param_shard = -1, grad_shard = -1, opt = -1, host_grad = -1;
   bool master_in_opt = false;  // opt row 0 is the fp32 master copy
+  // Elements a ZeRO gather or scatter moves: the shards of all ways (the tail is padding).
+  double padded() const { return static_cast<double>(shard) * ways; }
   std::vector<int> list(const WSet& w) const {
     std::vector<int> out;
     out.reserve(specs.size());
@@ -678,8 +680,8 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
     src = d;
     dep = -1;
   }
-  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag", wb_ * b.elements,
-             {src}, dev, {dep});
+  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag",
+             wb_ * b.padded(), {src}, dev, {dep});
 }
 
 WSet Lowerer::layer_weights(int local, int dep) {
@@ -723,7 +725,7 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   if (b.zero >= 2) {
     const int bi = static_cast<int>(&b - buckets_.data());
     collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-               4.0 * b.elements, b.list(unit_grads_[bi]), {b.grad_shard});
+               4.0 * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
     if (last && p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
     return;
@@ -745,7 +747,7 @@ void Lowerer::final_reduce(Bucket& b) {
                4.0 * b.elements, g, g);
   else if (b.zero == 1)
     collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-               4.0 * b.elements, g, g);
+               4.0 * b.padded(), g, g);
   if (p_.offload.optimizer)
     copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, g, {b.host_grad});
 }
@@ -924,8 +926,9 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
           next);
     }
-    // The K/V gradient of the chunk in hand travels on with it (the last step folds it in).
-    int dkv = j < cp - 1 ? ws(layer, "dkv", {2, T_, kv_cols_}) : -1;
+    // The K/V gradient of the chunk in hand travels on with it; after the last step it goes
+    // home to the chunk's owner (the next rank), which folds it into its dQKV.
+    int dkv = cp > 1 ? ws(layer, "dkv", {2, T_, kv_cols_}) : -1;
     Op op = make(OpKind::kAttention, layer, "attn", kCompute);
     op.attn = a;
     op.flops = flops;
@@ -940,6 +943,14 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 1), layer, "dkv.recv", kv_bytes,
           recv);
       dkv_in = recv;
+    } else if (cp > 1) {
+      int home = ws(layer, "dkv", {2, T_, kv_cols_});
+      p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 1), layer, "dkv.send", kv_bytes,
+          dkv);
+      p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 1), layer, "dkv.recv", kv_bytes,
+          home);
+      elementwise(OpKind::kResidualAdd, layer, "dkv.fold", 2.0 * T_ * kv_cols_, 3 * kv_bytes,
+                  {dqkv, home}, {dqkv});
     }
     kv = next;
   }
@@ -1406,7 +1417,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
     if (!dest_host) {
       const std::vector<int> src = host ? dest : first;
       collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.w.ag" : "w.ag",
-                 wb_ * b.elements, src, dest);
+                 wb_ * b.padded(), src, dest);
     } else {
       std::vector<int> full;
       for (const Spec& s : b.specs)
@@ -1414,7 +1425,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
             buffer(name(layer, kSlotName[s.slot]) + ".new", s.shape, wdt_, BufferClass::kParam));
       P_.add_block(full, b.shard * b.ways);
       collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.w.ag" : "w.ag",
-                 wb_ * b.elements, {shard}, full);
+                 wb_ * b.padded(), {shard}, full);
       copy(OpKind::kOffload, layer, "w.offload", wb_ * b.elements, full, dest);
     }
   } else if (first != dest) {

@@ -36,9 +36,10 @@
 //    kSend goes to the next rank of the cp ring and a kRecv comes from the previous one. Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
 //    same `tag` from its peer has. Tags are unique per direction within a step.
-//  * the ring's K/V gradients: cp - 1 exchanges follow the backward steps, each step adding to
-//    the accumulator it received; the last step folds its accumulator into dQKV (the count
-//    cost_models/estimate.cc prices; the final hop home is not a separate message).
+//  * the ring's K/V gradients: an exchange follows each of the cp backward steps, each step
+//    adding to the accumulator it received; the last exchange takes the accumulator home to the
+//    chunk's owner (the next rank), where a kResidualAdd "dkv.fold" reads {dqkv, accumulator}
+//    and adds it into dqkv's K/V columns.
 //  * kLinear reads {input, weight[, bias]} and writes {output} forward; backward_data GEMMs
 //    read {output grad, weight} and write {input grad}; weight-gradient GEMMs read {input,
 //    output grad} and write {weight grad[, bias grad]}, accumulating over micro-batches. The

@@ -162,14 +162,15 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer) {
   lp.tp_backward += g_op + 2 * f_op;
 
   // Context parallelism: ring exchange of K/V chunks (cp - 1 steps), overlapped with the
-  // attention of the chunk in hand; backward sends K/V and their gradients.
+  // attention of the chunk in hand; backward sends K/V and their gradients (cp hops).
   if (p.cp > 1) {
     const GroupModel& cp = group_model(p, Group::kCp);
     double kv_bytes = 2.0 * eb * T * m.kv_dim() / t;
     double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
     double steps = p.cp - 1;
     lp.cp_forward = std::max(0.0, steps * (step - lp.attention_forward / p.cp));
-    lp.cp_backward = std::max(0.0, steps * (2 * step - attn_bwd / p.cp));
+    // Plus the K/V gradients' final hop home, after the last step (exposed).
+    lp.cp_backward = std::max(0.0, steps * (2 * step - attn_bwd / p.cp)) + step;
   }
 
   // --- MLP block

@@ -141,7 +141,14 @@ void Communicator::check_tag(int64_t tag) const {
 Request Communicator::iall_reduce(void* buf, int64_t count, Dtype dtype) {
   check_dtype(dtype);
   check_count(count, "count");
-  return start_all_reduce(buf, count, dtype);
+  return start_all_reduce(buf, count, dtype, false);
+}
+
+Request Communicator::iall_reduce_max(void* buf, int64_t count, Dtype dtype) {
+  check_dtype(dtype);
+  if (comm_elem_bytes(dtype) != 4) fail("dtype", "the maximum is reduced in fp32 only");
+  check_count(count, "count");
+  return start_all_reduce(buf, count, dtype, true);
 }
 
 Request Communicator::iall_gather(const void* send, void* recv, int64_t count, Dtype dtype) {

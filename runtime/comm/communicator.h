@@ -105,6 +105,8 @@ class Communicator {
 
   // Sum over the group, in place: buf[i] = sum over members of their buf[i], i < count.
   Request iall_reduce(void* buf, int64_t count, Dtype dtype);
+  // Element-wise maximum over the group, in place (fp32 only: Error "comm.<name>.dtype" else).
+  Request iall_reduce_max(void* buf, int64_t count, Dtype dtype);
   // recv[j*count .. (j+1)*count) = member j's send[0 .. count). recv holds size()*count. In
   // place when send == recv + index()*count; otherwise send and recv must not overlap.
   Request iall_gather(const void* send, void* recv, int64_t count, Dtype dtype);
@@ -197,7 +199,8 @@ class Communicator {
 
   // The transfers themselves. The public calls have already checked the dtype, counts,
   // peer/root/tag ranges and buffer overlaps (in_place tells which case applies).
-  virtual Request start_all_reduce(void* buf, int64_t count, Dtype dtype) = 0;
+  // max: the element-wise maximum instead of the sum (fp32 only, checked by the caller).
+  virtual Request start_all_reduce(void* buf, int64_t count, Dtype dtype, bool max) = 0;
   virtual Request start_all_gather(const void* send, void* recv, int64_t count, Dtype dtype,
                                    bool in_place) = 0;
   virtual Request start_reduce_scatter(const void* send, void* recv, int64_t count, Dtype dtype,

@@ -154,11 +154,11 @@ static Request issued(std::unique_ptr<MpiRequest>&& r, int rc) {
   return Request(std::move(r));
 }
 
-Request MpiCommunicator::start_all_reduce(void* buf, int64_t count, Dtype dtype) {
+Request MpiCommunicator::start_all_reduce(void* buf, int64_t count, Dtype dtype, bool max) {
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_reduce");
   const int n = as_int(count, "comm." + name() + ".count");
-  return issued(std::move(r), MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dtype), sum_op(dtype),
-                                             comm_, &r->req));
+  return issued(std::move(r), MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dtype),
+                                             max ? MPI_MAX : sum_op(dtype), comm_, &r->req));
 }
 
 Request MpiCommunicator::start_all_gather(const void* send, void* recv, int64_t count, Dtype dtype,

@@ -31,7 +31,7 @@ class MpiCommunicator final : public Communicator {
   int64_t max_tag() const override { return max_tag_; }
 
  protected:
-  Request start_all_reduce(void* buf, int64_t count, Dtype dtype) override;
+  Request start_all_reduce(void* buf, int64_t count, Dtype dtype, bool max) override;
   Request start_all_gather(const void* send, void* recv, int64_t count, Dtype dtype,
                            bool in_place) override;
   Request start_reduce_scatter(const void* send, void* recv, int64_t count, Dtype dtype,

@@ -418,9 +418,15 @@ TEST(Lower, ContextParallelRingExchangesKVChunks) {
         EXPECT_EQ(count(p, both(f, cp_send)), cp - 1);
         EXPECT_EQ(count(p, both(f, cp_recv)), cp - 1);
         EXPECT_EQ(count(p, both(f, kind(OpKind::kAttention))), cp);
-        // Backward: K/V again, and their gradients.
-        EXPECT_EQ(count(p, both(b, cp_send)), 2 * (cp - 1));
+        // Backward: K/V again (cp - 1 hops), and their gradients (cp hops: the last takes the
+        // accumulator home, where it is folded into dQKV).
+        EXPECT_EQ(count(p, both(b, cp_send)), 2 * (cp - 1) + 1);
         EXPECT_EQ(count(p, both(b, kind(OpKind::kAttention))), cp);
+        auto folds = select(p, both(b, [](const Op& o) { return o.name.ends_with("dkv.fold"); }));
+        ASSERT_EQ(folds.size(), 1u);
+        auto home = select(p, both(b, cp_recv)).back();
+        EXPECT_TRUE(std::count(folds[0]->deps.begin(), folds[0]->deps.end(), home->id));
+        EXPECT_EQ(folds[0]->reads.back(), home->writes[0]);
         for (const Op* o : select(p, both(f, cp_send))) {
           EXPECT_EQ(o->bytes, kv_bytes);
           EXPECT_EQ(o->stream, 1);

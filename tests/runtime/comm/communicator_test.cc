@@ -129,7 +129,9 @@ class FakeComm : public Communicator {
     last_in_place = in_place;
     return Request();
   }
-  Request start_all_reduce(void*, int64_t n, Dtype) override { return note("all_reduce", n); }
+  Request start_all_reduce(void*, int64_t n, Dtype, bool max) override {
+    return note(max ? "all_reduce_max" : "all_reduce", n);
+  }
   Request start_all_gather(const void*, void*, int64_t n, Dtype, bool ip) override {
     return note("all_gather", n, ip);
   }

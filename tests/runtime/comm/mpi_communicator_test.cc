@@ -215,6 +215,21 @@ TEST_F(MpiTest, AllReduce) {
   }
 }
 
+TEST_F(MpiTest, AllReduceMax) {
+  for_each_group(2000, [&](Case& c) {
+    const int64_t n = 7;
+    std::vector<float> buf = input(world_rank(), c.salt, n);
+    c.comm.iall_reduce_max(buf.data(), n, Dtype::kFp32).wait();
+    std::vector<float> expect(n, -1e30f);
+    for (int m : c.members)
+      for (int64_t i = 0; i < n; ++i) expect[i] = std::max(expect[i], value(m, c.salt, i));
+    EXPECT_EQ(buf, expect);
+  });
+  std::vector<uint16_t> half(4);
+  auto set = make_mpi_comm_set(plans().front());
+  EXPECT_THROW(set->world().iall_reduce_max(half.data(), 4, Dtype::kBf16), parasol::Error);
+}
+
 TEST_F(MpiTest, AllGatherOutOfPlaceAndInPlace) {
   for (bool blocking : {true, false}) {
     for (bool in_place : {false, true}) {
