@@ -39,7 +39,7 @@
 //  * the ring's K/V gradients: an exchange follows each of the cp backward steps, each step
 //    adding to the accumulator it received; the last exchange takes the accumulator home to the
 //    chunk's owner (the next rank), where a kResidualAdd "dkv.fold" reads {dqkv, accumulator}
-//    and adds it into dqkv's K/V columns.
+//    and writes it into dqkv's K/V columns (the ring steps write dK/dV into the accumulators).
 //  * kLinear reads {input, weight[, bias]} and writes {output} forward; backward_data GEMMs
 //    read {output grad, weight} and write {input grad}; weight-gradient GEMMs read {input,
 //    output grad} and write {weight grad[, bias grad]}, accumulating over micro-batches. The

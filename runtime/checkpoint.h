@@ -1,0 +1,82 @@
+// Checkpoints of the full training state in a plan-independent layout, so that a run saved under
+// one plan resumes under another. A checkpoint is a directory:
+//
+//   manifest.json          {"format": "parasol-checkpoint", "version": 1, "model": {...},
+//                           "step", "tokens", "data_position", "seed", "adamw": {...},
+//                           "plan": {...} (informational), "tensors": [{"name", "shape"}, ...]}
+//   params/<tensor>.bin    the fp32 master values of full tensor <tensor> (runtime/param_layout.h)
+//   adam_m/<tensor>.bin    AdamW's first moment
+//   adam_v/<tensor>.bin    AdamW's second moment
+//
+// Each .bin file is the row-major full tensor as raw little-endian fp32, no header. Saving and
+// loading are per rank and MPI-free; each rank writes (pwrite) only the elements it owns (its
+// ZeRO shard of each bucket; tp-replicated tensors on tp rank 0 only; under ZeRO 0 group index 0
+// only), so every element is written exactly once, and reads (pread) only what it holds.
+// A save is three steps with a barrier between them (the caller's):
+//   1. one rank:   begin_checkpoint()   (directories, files at their full size, old manifest gone)
+//   2. every rank: save_checkpoint_rank()
+//   3. one rank:   commit_checkpoint()  (manifest.json, written atomically: a checkpoint without
+//                                        one is incomplete and does not load)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/program.h"
+#include "core/rank_layout.h"
+#include "runtime/backend.h"
+#include "runtime/param_init.h"
+
+namespace parasol::runtime {
+
+inline constexpr int kCheckpointVersion = 1;
+
+// The training state beyond the tensors.
+struct TrainProgress {
+  int64_t step = 0;           // optimizer steps taken
+  int64_t tokens = 0;         // tokens consumed
+  int64_t data_position = 0;  // the next sequence index of the data source
+  uint64_t seed = 0;          // the run's seed (initialisation, data, dropout)
+  AdamWConfig adamw;          // the optimizer's hyperparameters (adamw.step: the next step)
+};
+
+// Step 1 (one rank): creates `dir` and its params/, adam_m/, adam_v/ folders, creates or
+// truncates every tensor file of the model (model_tensors(model, has_tied_head_copy(model,
+// plan))) at its full size (zeros), and removes an existing manifest.json. Throws
+// parasol::Error naming the path that cannot be created.
+void begin_checkpoint(const std::string& dir, const Model& model, const Plan& plan);
+
+// Step 2 (every rank, after begin_checkpoint): writes the elements this rank owns of every
+// bucket of its Program: the fp32 master values (b.opt row 0 when b.master_in_opt, else the
+// parameter buffers), m and v. buffer(id) is the memory of Program buffer `id` (fp32).
+void save_checkpoint_rank(const std::string& dir, const Model& model, const Plan& plan,
+                          const RankCoord& coord, const std::vector<ParamBucket>& buckets,
+                          const BufferAccess& buffer);
+
+// Step 3 (one rank, after every rank saved): writes manifest.json.
+void commit_checkpoint(const std::string& dir, const Model& model, const Plan& plan,
+                       const TrainProgress& progress);
+
+// Reads manifest.json and checks it against `model` (format, version, every shape figure of the
+// model). Throws parasol::Error naming the file and field: "<dir>/manifest.json" when missing
+// or malformed, "<dir>/manifest.json.model.hidden" for a model mismatch.
+TrainProgress read_checkpoint_manifest(const std::string& dir, const Model& model);
+
+// Every rank: reads the manifest (as read_checkpoint_manifest) and fills the state of every
+// bucket of its Program: the parameter buffers (each spec's full slice when b.zero < 3, else
+// param_shard's ZeRO shard), the master row of b.opt when b.master_in_opt, and m and v of its
+// shard; padding elements 0. A tied model's head.head copy missing from the checkpoint (saved
+// with pp == 1) is read from emb.table, transposed. Throws parasol::Error naming the file when
+// a tensor file is missing or is not the full tensor's size (truncated).
+TrainProgress load_checkpoint_rank(const std::string& dir, const Model& model, const Plan& plan,
+                                   const RankCoord& coord, const std::vector<ParamBucket>& buckets,
+                                   const BufferAccess& buffer);
+
+// The file of tensor `name` of state `kind` ("params", "adam_m", "adam_v") in checkpoint `dir`.
+std::string checkpoint_file(const std::string& dir, const std::string& kind,
+                            const std::string& name);
+
+}  // namespace parasol::runtime

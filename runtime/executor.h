@@ -1,0 +1,83 @@
+// Executor: runs one rank's Program (core/program.h) for real, with a Backend's kernels and a
+// CommSet's communicators. It allocates each buffer (or block of buffers) when the first op that
+// touches it starts and frees it when every op that touches it has finished, as liveness()
+// predicts; walks the ops of each stream in issue order, starting an op once its dependencies
+// have finished; runs compute and copies on the calling thread and communication as
+// non-blocking transfers that it polls between ops; and records each op's start and end in the
+// trace schema of the simulator (same op ids).
+//
+// How each op is executed follows the conventions of core/lower.h (which buffers an op reads
+// and writes, in which order); runtime/executor_ops.cc maps the compute ops to Backend kernels.
+// The persistent buffers (parameters, gradients, optimizer state) are allocated by the
+// constructor and live as long as the Executor; the trainer fills them (runtime/param_init.h,
+// runtime/checkpoint.h) through data().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/program.h"
+#include "runtime/backend.h"
+#include "runtime/comm/communicator.h"
+#include "traces/trace.h"
+
+namespace parasol::runtime {
+
+struct StepConfig {
+  int64_t step = 1;  // optimizer step, from 1 (AdamW's bias correction; dropout seeds)
+  AdamWConfig adamw;  // its `step` is set from `step`
+  float clip_norm = 1.0f;   // global gradient-norm clipping threshold (0: no clipping)
+  float dropout_p = 0.1f;   // dropout probability where the model has dropout
+  uint64_t seed = 1234;     // base of the dropout seeds
+  // Fills micro-batch `mb`'s token ids and labels on this rank: [micro_batch x seq / cp] int32
+  // each (this rank's data-parallel shard and context-parallel chunk).
+  std::function<void(int mb, int32_t* tokens, int32_t* labels)> batch;
+  int64_t tokens_per_step = 1;  // tokens in the global batch: the loss is their mean
+  bool trace = false;           // record the ops into StepResult::events
+};
+
+struct StepResult {
+  // Sum of the per-token losses this rank computed (last pipeline stage; every tensor-parallel
+  // rank computes the same rows) and their count.
+  double loss_sum = 0;
+  int64_t loss_tokens = 0;
+  double grad_norm = 0;  // global gradient norm before clipping (0 when the Program has none)
+  double seconds = 0;    // wall time of the step
+  std::vector<traces::TraceEvent> events;  // when StepConfig::trace; times from the step start
+};
+
+class Executor {
+ public:
+  // REQUIRES: `program` is the Program of comms' rank under `plan` (lower()); the objects
+  // outlive the Executor. Throws parasol::Error for what this runtime cannot execute (named
+  // field and reason), e.g. a precision the backend does not compute in.
+  Executor(const Model& model, const Plan& plan, const Program& program, Backend& backend,
+           CommSet& comms);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // The memory of buffer `id`: persistent buffers at any time, others while a step runs
+  // (nullptr when not allocated).
+  void* data(int id) const;
+  float* fdata(int id) const { return static_cast<float*>(data(id)); }
+  // This rank's position in the reduction group of bucket `b` (the ZeRO shard index).
+  int group_index(const ParamBucket& b) const;
+
+  // Runs one training step: forward, backward and optimizer step of every micro-batch.
+  StepResult step(const StepConfig& config);
+
+  const Program& program() const { return program_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  const Program& program_;
+};
+
+}  // namespace parasol::runtime

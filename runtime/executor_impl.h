@@ -1,0 +1,103 @@
+// The Executor's internals, shared by executor.cc (memory, scheduling, communication, copies,
+// optimizer) and executor_ops.cc (the compute ops' mapping to Backend kernels). Not a public
+// header: include runtime/executor.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/executor.h"
+
+namespace parasol::runtime {
+
+// A contiguous range of elements: one buffer, or the members of a block in order.
+struct Flat {
+  void* base = nullptr;
+  int64_t elements = 0;  // the block's padded size for a block
+  float* f(int64_t offset = 0) const { return static_cast<float*>(base) + offset; }
+};
+
+// MoE routing of one micro-batch of one layer, recovered from the router probabilities.
+struct Routing {
+  std::vector<int32_t> topk_idx;  // [tokens x top_k]
+  std::vector<float> topk_w;      // [tokens x top_k]
+  std::vector<int32_t> row_of;    // [tokens x top_k]: row of (token, slot) in expert order
+  std::vector<int64_t> counts;    // rows per expert (all experts)
+};
+
+struct Executor::Impl {
+  Impl(const Model& m, const Plan& p, const Program& prog, Backend& b, CommSet& c);
+  ~Impl();
+
+  // ---- Memory: one allocation unit per block or standalone buffer.
+  struct Unit {
+    std::vector<int> buffers;
+    size_t bytes = 0;
+    bool host = false, persistent = false;
+    BufferClass cls = BufferClass::kActivation;
+    int touches = 0;  // ops that read or write a member
+    void* base = nullptr;
+  };
+  void allocate(int unit);
+  void release(int unit);
+  void ensure(const Op& op);  // allocates every unit op touches
+  void finished(const Op& op);  // counts down the units op touches; frees the dead ones
+  int64_t elements(int buffer) const { return elements_[buffer]; }
+  void* ptr(int buffer) const { return ptr_[buffer]; }
+  float* fptr(int buffer) const { return static_cast<float*>(ptr_[buffer]); }
+  // The list as one contiguous range (a single buffer, or a whole block in order).
+  Flat flat(const std::vector<int>& ids) const;
+  // The base name of a buffer or op: without the "L<layer>." prefix, the ".m<mb>" suffix and
+  // the ".h" of a host copy ("L3.attn.m0.h" -> "attn").
+  static std::string base_name(const std::string& name);
+
+  // ---- Execution.
+  void run_compute(const Op& op);  // executor_ops.cc
+  Request start_comm(const Op& op);
+  Request start_all_to_all(const Op& op);  // executor_ops.cc (MoE token exchange)
+  void run_copy(const Op& op);
+  void run_grad_norm(const Op& op);
+  void run_adamw(const Op& op);
+  void run_cast(const Op& op);
+  void after_complete(const Op& op);  // completion work (grad-norm capture)
+  uint64_t seed_for(const Op& op, bool per_tp_rank) const;
+  const ParamBucket* bucket_of(int buffer) const;
+  int group_index(const ParamBucket& b) const;
+  Routing& routing(int rprobs_buffer);  // executor_ops.cc
+
+  const Model& model;
+  const Plan& plan;
+  const Program& prog;
+  Backend& be;
+  CommSet& comms;
+  const StepConfig* cfg = nullptr;
+  StepResult* result = nullptr;
+
+  // Shapes of this rank (as core/lower.cc computes them).
+  int tp = 1, tp_idx = 0, cp = 1, cp_idx = 0, dp_idx = 0;
+  int64_t T = 0, Sl = 0, h = 0, vocab_t = 0, vocab_start = 0;
+  float norm_eps = 1e-5f;
+
+  std::vector<int64_t> elements_;
+  std::vector<void*> ptr_;
+  std::vector<int> unit_of_;
+  std::vector<Unit> units_;
+  std::vector<int> live_touches_;  // per unit, this step
+  std::unordered_map<int, int> bucket_of_;  // persistent bucket buffer -> Program::buckets index
+  std::vector<int> op_units_;              // flattened distinct units per op
+  std::vector<int> op_units_begin_;        // op i: op_units_[begin[i] .. begin[i+1])
+  std::unordered_map<int, Routing> routing_;  // by router-probabilities buffer
+  float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
+  float* scale_ = nullptr;  // device scalar: the clip scale
+  bool scale_ready_ = false;
+  int grad_norm_buffer_ = -1;
+  std::vector<void*> scratch_;  // backend memory kept until the step ends (send staging)
+  std::unordered_map<int, int> ring_step_;
+  // Work to do when a communication op completes (unpacking a packed payload), by op id.
+  std::unordered_map<int, std::function<void()>> on_complete_;  // K/V chunk buffer -> the ring step that uses it
+};
+
+}  // namespace parasol::runtime

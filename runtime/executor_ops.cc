@@ -1,0 +1,354 @@
+// Executor: the compute ops of a Program mapped to Backend kernels, following the buffer
+// conventions of core/lower.h (which buffers each op reads and writes, in which order). An op
+// is recognised by its kind, phase and base name ("L3.fc1.dx" -> "fc1.dx").
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "runtime/executor_impl.h"
+
+namespace parasol::runtime {
+
+namespace {
+
+bool backward(const Op& op) { return op.tags.phase == Phase::kBackward; }
+
+[[noreturn]] void bad_op(const Op& op, const std::string& why) {
+  throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + "): " + why);
+}
+
+}  // namespace
+
+Routing& Executor::Impl::routing(int rprobs) {
+  auto it = routing_.find(rprobs);
+  if (it != routing_.end()) return it->second;
+  // Recover the routing from the saved probabilities (recompute, offload: a new buffer).
+  const int64_t E = model.moe.experts, K = model.moe.top_k;
+  const int64_t tokens = elements_[rprobs] / E;
+  Routing r;
+  r.topk_idx.resize(static_cast<size_t>(tokens * K));
+  r.topk_w.resize(r.topk_idx.size());
+  r.row_of.resize(r.topk_idx.size());
+  r.counts.resize(static_cast<size_t>(E));
+  be.router_topk(r.topk_idx.data(), r.topk_w.data(), fptr(rprobs), tokens, E, K, true);
+  be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
+  return routing_.emplace(rprobs, std::move(r)).first->second;
+}
+
+Request Executor::Impl::start_all_to_all(const Op& op) {
+  bad_op(op, "expert parallelism (ep > 1) is not executed by the runtime yet");
+}
+
+void Executor::Impl::run_compute(const Op& op) {
+  const std::string what = base_name(op.name);
+  auto R = [&](size_t i) { return fptr(op.reads.at(i)); };
+  auto W = [&](size_t i) { return fptr(op.writes.at(i)); };
+  auto cols_of = [&](int buf) { return prog.buffers[buf].shape.back(); };
+  auto rows_of = [&](int buf) { return elements_[buf] / cols_of(buf); };
+  auto named = [&](const std::vector<int>& ids, const char* base) -> int {
+    for (int id : ids)
+      if (base_name(prog.buffers[id].name) == base) return id;
+    return -1;
+  };
+  const bool sp = plan.sequence_parallel && tp > 1;
+  const float drop = model.dropout ? cfg->dropout_p : 0.0f;
+
+  switch (op.kind) {
+    case OpKind::kEmbedding: {
+      const int64_t cols = h;
+      if (!backward(op)) {
+        const float* pos = op.reads.size() > 2 && tp_idx == 0 ? R(2) : nullptr;
+        be.embedding_forward(W(0), static_cast<const int32_t*>(ptr(op.reads[0])), R(1),
+                             vocab_start, vocab_t, pos, int64_t{cp_idx} * Sl, T, Sl, cols);
+      } else {
+        float* dpos = op.writes.size() > 1 ? W(1) : nullptr;
+        be.embedding_backward(W(0), dpos, R(0), static_cast<const int32_t*>(ptr(op.reads[1])),
+                              vocab_start, vocab_t, int64_t{cp_idx} * Sl, T, Sl, cols);
+      }
+      return;
+    }
+    case OpKind::kNorm: {
+      const int w = op.reads.back();
+      const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
+      const bool ln = model.norm == Norm::kLayerNorm;
+      if (!backward(op)) {
+        be.norm_forward(model.norm, W(0), R(0), fptr(w), ln ? fptr(w) + cols : nullptr, rows, cols,
+                        norm_eps);
+      } else {
+        const float* dres = op.reads.size() == 4 ? R(2) : nullptr;
+        be.norm_backward(model.norm, W(0), W(1), ln ? W(1) + cols : nullptr, R(1), R(0), fptr(w),
+                         dres, rows, cols, norm_eps);
+      }
+      return;
+    }
+    case OpKind::kLinear: {
+      // lower.h: forward reads {in, W[, b]}; backward_data {dout, W[, din to add to]};
+      // weight gradients ("*.dw") {in, dout} and write {dW[, db]}. W is [k x n] (kInOut), or
+      // the embedding table [n x k] used as the output layer (tied embeddings: kOutIn).
+      auto layout_of = [&](int wbuf) {
+        return prog.buffers[wbuf].name.find("table") != std::string::npos ? WeightLayout::kOutIn
+                                                                         : WeightLayout::kInOut;
+      };
+      if (what.ends_with(".dw")) {
+        const int dw = op.writes[0];
+        float* db = op.writes.size() > 1 ? W(1) : nullptr;
+        be.linear_backward_weight(W(0), db, R(0), R(1), layout_of(dw), op.k, op.n, op.m);
+      } else if (op.backward_data) {
+        const bool acc = op.reads.size() == 3;  // router.dx adds to the dispatch gradient
+        be.linear_backward_data(W(0), R(0), R(1), layout_of(op.reads[1]), op.m, op.k, op.n, acc);
+      } else {
+        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
+        be.linear_forward(W(0), R(0), R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
+        if (what == "head" && vocab_start + vocab_t > model.vocab) bad_op(op, "padded vocabulary");
+      }
+      return;
+    }
+    case OpKind::kActivation: {
+      if (!backward(op)) {
+        const int out = op.writes[0];
+        be.activation_forward(model.activation, W(0), R(0), rows_of(out), cols_of(out));
+        return;
+      }
+      const int din = op.writes[0];
+      const int64_t rows = rows_of(din);
+      const int64_t cols = cols_of(din) / (model.activation == Activation::kSwiglu ? 2 : 1);
+      be.activation_backward(model.activation, W(0), R(1), R(0), rows, cols);
+      // The dense FC1 bias gradient is formed by fc1.dw; the experts' here, per expert.
+      if (what == "eact" && op.writes.size() > 1)
+        bad_op(op, "expert biases are not executed by the runtime yet");
+      return;
+    }
+    case OpKind::kResidualAdd: {
+      if (what == "dkv.fold") {
+        // dqkv's K and V columns := the K/V gradient accumulator [2, T, kv_cols] (under cp the
+        // ring steps write dK and dV into the travelling accumulators only).
+        const int dqkv = op.writes[0], home = op.reads[1];
+        const int64_t kv_cols = elements_[home] / (2 * T), qkv_cols = cols_of(dqkv);
+        const int64_t q_cols = qkv_cols - 2 * kv_cols;
+        float* d = fptr(dqkv);
+        const float* a = fptr(home);
+        for (int64_t t = 0; t < T; ++t)
+          for (int kv = 0; kv < 2; ++kv)
+            be.copy(d + t * qkv_cols + q_cols + kv * kv_cols, a + (kv * T + t) * kv_cols,
+                    kv_cols * sizeof(float));
+        return;
+      }
+      if (!backward(op)) {
+        const int out = op.writes[0];
+        uint8_t* mask = op.writes.size() > 1 ? static_cast<uint8_t*>(ptr(op.writes[1])) : nullptr;
+        const float* x = op.reads.size() > 1 ? R(0) : nullptr;
+        const float* y = op.reads.size() > 1 ? R(1) : R(0);
+        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
+        be.residual_forward(W(0), mask, x, y, bias, rows_of(out), cols_of(out),
+                            mask ? drop : 0.0f, seed_for(op, sp));
+      } else {
+        const int dy = op.writes[0];
+        const uint8_t* mask =
+            op.reads.size() > 1 ? static_cast<const uint8_t*>(ptr(op.reads[1])) : nullptr;
+        float* db = op.writes.size() > 1 ? W(1) : nullptr;
+        be.residual_backward(W(0), db, R(0), mask, rows_of(dy), cols_of(dy), mask ? drop : 0.0f);
+      }
+      return;
+    }
+    case OpKind::kAttention: {
+      const AttnShape& a = op.attn;
+      AttentionDims d;
+      d.batch = a.batch;
+      d.seq_q = a.seq_q;
+      d.seq_kv = a.seq_kv;
+      d.heads = a.heads;
+      d.kv_heads = a.kv_heads;
+      d.head_dim = a.head_dim;
+      d.causal = a.causal;
+      d.dropout_p = a.dropout ? cfg->dropout_p : 0.0f;
+      d.dropout_seed = seed_for(op, true);
+      const int64_t q_cols = a.heads * a.head_dim, kv_cols = a.kv_heads * a.head_dim;
+      const int qkv = named(op.reads, "qkv");
+      d.ld_q = q_cols + 2 * kv_cols;
+      d.ld_o = q_cols;
+      const float* q = fptr(qkv);
+      const float* k = q + q_cols;
+      const float* v = k + kv_cols;
+      d.ld_kv = d.ld_q;
+      const int kv = named(op.reads, "kv");
+      int step = 0;
+      if (kv >= 0) {
+        step = ring_step_.at(kv);
+        k = fptr(kv);
+        v = k + T * kv_cols;
+        d.ld_kv = kv_cols;
+      }
+      const int src = (cp_idx - step + cp) % cp;
+      d.causal_offset = int64_t{cp_idx - src} * Sl;
+      void* packed = nullptr;
+      if (cp > 1 && kv < 0) {
+        // The local chunk in the layout of the ring's chunks (so dK/dV land in the same one).
+        packed = be.alloc(2 * T * kv_cols * sizeof(float), BufferClass::kWorkspace);
+        auto* p = static_cast<float*>(packed);
+        for (int64_t t = 0; t < T; ++t) {
+          be.copy(p + t * kv_cols, k + t * d.ld_q, kv_cols * sizeof(float));
+          be.copy(p + (T + t) * kv_cols, v + t * d.ld_q, kv_cols * sizeof(float));
+        }
+        k = p;
+        v = p + T * kv_cols;
+        d.ld_kv = kv_cols;
+      }
+      if (!backward(op)) {
+        int out = named(op.writes, "attn");
+        if (out < 0) out = named(op.writes, "attn.rc");
+        const int lse = named(op.writes, "lse"), probs = named(op.writes, "probs");
+        float* o = out >= 0 ? fptr(out) : nullptr;
+        void* tmp = nullptr;
+        if (!o) {  // selective recompute of the probabilities alone
+          tmp = be.alloc(T * q_cols * sizeof(float), BufferClass::kWorkspace);
+          o = static_cast<float*>(tmp);
+        }
+        be.attention_forward(d, o, lse >= 0 ? fptr(lse) : nullptr,
+                             probs >= 0 ? fptr(probs) : nullptr, q, k, v, step > 0);
+        if (tmp) be.free(tmp);
+      } else {
+        int out = named(op.reads, "attn.rc");
+        if (out < 0) out = named(op.reads, "attn");
+        const int lse = named(op.reads, "lse"), probs = named(op.reads, "probs");
+        const int dout = named(op.reads, "attn.dy"), dkv_in = named(op.reads, "dkv");
+        const int dqkv = named(op.writes, "dqkv"), dkv = named(op.writes, "dkv");
+        if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
+        float* dq = fptr(dqkv);
+        float *dk = dq + q_cols, *dv = dk + kv_cols;
+        bool acc_kv = false;
+        if (dkv >= 0) {
+          dk = fptr(dkv);
+          dv = dk + T * kv_cols;
+          if (dkv_in >= 0) {
+            be.copy(dk, fptr(dkv_in), 2 * T * kv_cols * sizeof(float));
+            acc_kv = true;
+          }
+        }
+        be.attention_backward(d, dq, dk, dv, fptr(dout), q, k, v, fptr(out),
+                              lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
+                              step > 0, acc_kv);
+      }
+      if (packed) be.free(packed);
+      return;
+    }
+    case OpKind::kCrossEntropy: {
+      if (what == "xent.max") {
+        be.xent_row_max(W(0), R(0), T, vocab_t);
+        return;
+      }
+      if (!backward(op)) {
+        // reads {logits, labels, row_max}; writes {logits kept in fp32, [sum_exp; target]}.
+        float* sums = W(1);
+        be.copy(W(0), R(0), static_cast<size_t>(T * vocab_t) * sizeof(float));
+        be.xent_sum_exp(sums, R(0), R(2), T, vocab_t);
+        be.xent_target(sums + T, R(0), static_cast<const int32_t*>(ptr(op.reads[1])), T, vocab_t,
+                       vocab_start);
+        return;
+      }
+      // reads {logits, labels, sums, row_max}; writes {dlogits}. The loss is taken here, from
+      // the reduced sums.
+      const auto* labels = static_cast<const int32_t*>(ptr(op.reads[1]));
+      const float* sums = R(2);
+      const float* row_max = R(3);
+      std::vector<float> loss(static_cast<size_t>(T));
+      std::vector<int32_t> lab(static_cast<size_t>(T));
+      float* dev_loss = static_cast<float*>(be.alloc(T * sizeof(float), BufferClass::kWorkspace));
+      be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
+      be.copy(loss.data(), dev_loss, T * sizeof(float));
+      be.copy(lab.data(), labels, T * sizeof(int32_t));
+      be.free(dev_loss);
+      for (int64_t t = 0; t < T; ++t)
+        if (lab[t] >= 0) {
+          result->loss_sum += loss[t];
+          ++result->loss_tokens;
+        }
+      be.xent_softmax(W(0), R(0), row_max, sums, T, vocab_t);
+      be.xent_backward(W(0), W(0), labels, T, vocab_t, vocab_start,
+                       1.0f / static_cast<float>(cfg->tokens_per_step));
+      return;
+    }
+    case OpKind::kRouter: {
+      const int64_t E = model.moe.experts, K = model.moe.top_k;
+      if (!backward(op)) {
+        const int probs = op.writes[0];
+        const int64_t tokens = elements_[probs] / E;
+        Routing r;
+        r.topk_idx.resize(static_cast<size_t>(tokens * K));
+        r.topk_w.resize(r.topk_idx.size());
+        r.row_of.resize(r.topk_idx.size());
+        r.counts.resize(static_cast<size_t>(E));
+        be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(0), tokens, E, K,
+                          true);
+        be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
+        routing_[probs] = std::move(r);
+      } else {  // reads {d top-k weights (in the [tokens x E] buffer), probs}; writes {dlogits}
+        const int probs = op.reads[1];
+        Routing& r = routing(probs);
+        const int64_t tokens = elements_[probs] / E;
+        be.router_backward(W(0), R(0), fptr(probs), r.topk_idx.data(), tokens, E, K, true);
+      }
+      return;
+    }
+    case OpKind::kDispatch: {
+      const int64_t K = model.moe.top_k;
+      if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
+        Routing& r = routing(op.reads[1]);
+        const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
+        be.dispatch_forward(W(0), R(0), r.row_of.data(), tokens, K, h);
+      } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
+        const int dx = op.writes[0];
+        const int64_t tokens = rows_of(dx);
+        Routing* r = nullptr;
+        for (auto& [id, rt] : routing_)
+          if (prog.buffers[id].name.starts_with(op.name.substr(0, op.name.find('.') + 1)) &&
+              base_name(prog.buffers[id].name) == "rprobs" &&
+              prog.buffers[id].name.ends_with(".m" + std::to_string(op.tags.micro_batch)))
+            r = &rt;
+        if (!r) bad_op(op, "no routing for the dispatch gradient");
+        be.dispatch_backward(W(0), R(0), r->row_of.data(), tokens, K, h);
+      }
+      return;
+    }
+    case OpKind::kCombine: {
+      const int64_t K = model.moe.top_k;
+      if (!backward(op)) {  // reads {expert outputs, probs}; writes {y}
+        Routing& r = routing(op.reads[1]);
+        const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
+        be.combine_forward(W(0), R(0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
+      } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
+        Routing& r = routing(op.reads[2]);
+        const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
+        be.combine_backward(W(0), W(1), R(0), R(1), r.topk_w.data(), r.row_of.data(), tokens, K,
+                            h);
+      }
+      return;
+    }
+    case OpKind::kExpertLinear: {
+      // Rows per local expert: this micro-batch's routing (ep == 1: every expert is local).
+      Routing* r = nullptr;
+      const std::string prefix = op.name.substr(0, op.name.find('.') + 1);
+      const std::string mb = ".m" + std::to_string(op.tags.micro_batch);
+      for (auto& [id, rt] : routing_)
+        if (prog.buffers[id].name.starts_with(prefix) && prog.buffers[id].name.ends_with(mb))
+          r = &rt;
+      if (!r) bad_op(op, "no routing for the expert GEMM");
+      const int64_t le = model.moe.experts / plan.ep;
+      const int64_t* counts = r->counts.data();
+      if (what.ends_with(".dw")) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
+        float* db = op.writes.size() > 1 ? W(1) : nullptr;
+        be.expert_linear_backward_weight(W(0), db, R(0), R(1), counts, le, op.n, op.m);
+      } else if (op.backward_data) {  // {dout, W} -> {din}
+        be.expert_linear_backward_data(W(0), R(0), R(1), counts, le, op.k, op.n, false);
+      } else {  // {in, W[, b]} -> {out}
+        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
+        be.expert_linear_forward(W(0), R(0), R(1), bias, counts, le, op.n, op.k);
+      }
+      return;
+    }
+    default:
+      bad_op(op, "no kernel for this op kind");
+  }
+}
+
+}  // namespace parasol::runtime

@@ -1,0 +1,112 @@
+// Trainer: lowering of this rank's stage, initialisation, data feeding, steps and checkpoints.
+#include "runtime/trainer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/lower.h"
+#include "runtime/checkpoint.h"
+#include "runtime/param_init.h"
+
+namespace parasol::runtime {
+
+Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet& comms,
+                 TrainerOptions options)
+    : model_(model),
+      plan_(plan),
+      backend_(backend),
+      comms_(comms),
+      options_(std::move(options)),
+      program_(lower_stage(model, plan, comms.stage())) {
+  executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
+  data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
+  init_buckets(model_, plan_, comms_.groups().coord, program_.buckets,
+               [this](int id) { return executor_->fdata(id); }, options_.seed);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::fill_batch(int mb, int32_t* tokens, int32_t* labels) const {
+  const RankCoord& c = comms_.groups().coord;
+  const int64_t per_replica = plan_.global_batch / plan_.dp;
+  const int64_t Sl = plan_.seq(model_) / plan_.cp;
+  for (int64_t b = 0; b < plan_.micro_batch; ++b) {
+    const int64_t sequence =
+        data_position_ + c.dp(plan_.ep) * per_replica + int64_t{mb} * plan_.micro_batch + b;
+    data_->fill(sequence, int64_t{c.cp} * Sl, Sl, tokens + b * Sl, labels + b * Sl);
+  }
+}
+
+StepStats Trainer::step(bool trace) {
+  StepConfig cfg;
+  cfg.step = steps_ + 1;
+  cfg.adamw = options_.adamw;
+  cfg.clip_norm = options_.clip_norm;
+  cfg.dropout_p = options_.dropout_p;
+  cfg.seed = options_.seed;
+  cfg.tokens_per_step = int64_t{plan_.global_batch} * plan_.seq(model_);
+  cfg.trace = trace;
+  cfg.batch = [this](int mb, int32_t* tokens, int32_t* labels) { fill_batch(mb, tokens, labels); };
+  backend_.reset_peaks();
+  comms_.world().barrier();
+  StepResult r = executor_->step(cfg);
+  const RankGroups& g = comms_.groups();
+  // The loss: last stage, one tensor-parallel rank per replica and chunk; the slowest rank's time.
+  const bool reports = g.last_stage() && g[Group::kTp].index == 0;
+  std::vector<float> sums = {reports ? static_cast<float>(r.loss_sum) : 0.0f,
+                             reports ? static_cast<float>(r.loss_tokens) : 0.0f};
+  comms_.world().all_reduce(std::span<float>(sums));
+  std::vector<float> slowest = {static_cast<float>(r.seconds)};
+  comms_.world().iall_reduce_max(slowest.data(), 1, Dtype::kFp32).wait();
+  ++steps_;
+  data_position_ += plan_.global_batch;
+  StepStats s;
+  s.step = steps_;
+  s.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  s.grad_norm = r.grad_norm;
+  s.seconds = slowest[0];
+  s.tokens_per_s = s.seconds > 0 ? static_cast<double>(cfg.tokens_per_step) / s.seconds : 0.0;
+  s.peak_bytes = backend_.device_memory().peak_total;
+  events_ = std::move(r.events);
+  return s;
+}
+
+void Trainer::save(const std::string& dir) {
+  Communicator& world = comms_.world();
+  std::string error;
+  if (world.index() == 0) {
+    try {
+      begin_checkpoint(dir, model_, plan_);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  std::vector<float> failed = {error.empty() ? 0.0f : 1.0f};
+  world.all_reduce(std::span<float>(failed));
+  if (failed[0] > 0) throw Error("checkpoint", error.empty() ? "rank 0 could not begin " + dir : error);
+  save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
+                       [this](int id) { return executor_->fdata(id); });
+  world.barrier();
+  if (world.index() == 0) {
+    TrainProgress p;
+    p.step = steps_;
+    p.tokens = steps_ * plan_.global_batch * plan_.seq(model_);
+    p.data_position = data_position_;
+    p.seed = options_.seed;
+    p.adamw = options_.adamw;
+    p.adamw.step = steps_ + 1;
+    commit_checkpoint(dir, model_, plan_, p);
+  }
+  world.barrier();
+}
+
+void Trainer::load(const std::string& dir) {
+  TrainProgress p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord,
+                                         program_.buckets,
+                                         [this](int id) { return executor_->fdata(id); });
+  steps_ = p.step;
+  data_position_ = p.data_position;
+  comms_.world().barrier();
+}
+
+}  // namespace parasol::runtime

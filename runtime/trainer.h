@@ -1,0 +1,72 @@
+// Trainer: one rank's training loop under a Plan. It lowers the rank's pipeline stage, builds the
+// Executor, initialises the parameters from the seeded full tensors (runtime/param_init.h) or a
+// checkpoint (runtime/checkpoint.h), feeds each micro-batch its tokens (this rank's data-parallel
+// shard and context-parallel chunk of the global batch, runtime/data.h), and runs steps. Every
+// call is collective over the CommSet's world: all ranks call it in the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/program.h"
+#include "runtime/backend.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+
+namespace parasol::runtime {
+
+struct TrainerOptions {
+  uint64_t seed = 42;  // initialisation, synthetic data and dropout
+  std::string data;    // llm.c .bin token file; empty: seeded synthetic tokens
+  AdamWConfig adamw;
+  float clip_norm = 1.0f;
+  float dropout_p = 0.1f;  // where the model has dropout
+};
+
+struct StepStats {
+  int64_t step = 0;         // 1-based
+  double loss = 0;          // mean loss over the global batch's tokens
+  double grad_norm = 0;     // global gradient norm before clipping
+  double seconds = 0;       // slowest rank's step time
+  double tokens_per_s = 0;  // global batch tokens / seconds
+  int64_t peak_bytes = 0;   // this rank's peak device memory during the step
+};
+
+class Trainer {
+ public:
+  Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet& comms,
+          TrainerOptions options);
+  ~Trainer();
+
+  // Runs one step; trace: record its ops (last_events()).
+  StepStats step(bool trace = false);
+  // Saves / loads the full training state (plan-independent). Collective.
+  void save(const std::string& dir);
+  void load(const std::string& dir);
+
+  int64_t steps_done() const { return steps_; }
+  const Program& program() const { return program_; }
+  const Executor& executor() const { return *executor_; }
+  const std::vector<traces::TraceEvent>& last_events() const { return events_; }
+
+ private:
+  void fill_batch(int mb, int32_t* tokens, int32_t* labels) const;
+
+  const Model& model_;
+  const Plan& plan_;
+  Backend& backend_;
+  CommSet& comms_;
+  TrainerOptions options_;
+  Program program_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<TokenSource> data_;
+  int64_t steps_ = 0;
+  int64_t data_position_ = 0;  // first sequence of the next step's global batch
+  std::vector<traces::TraceEvent> events_;
+};
+
+}  // namespace parasol::runtime
