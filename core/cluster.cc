@@ -45,15 +45,16 @@ const char* link_kind_name(LinkKind k) {
       return "infiniband";
     case LinkKind::kEthernet:
       return "ethernet";
+    case LinkKind::kShm:
+      return "shm";
   }
   return "?";
 }
 
 LinkKind parse_link_kind(const std::string& s, const std::string& field) {
-  for (LinkKind k : {LinkKind::kNvlink, LinkKind::kNvswitch, LinkKind::kPcie, LinkKind::kInfiniband,
-                     LinkKind::kEthernet})
+  for (LinkKind k : kAllLinkKinds)
     if (s == link_kind_name(k)) return k;
-  throw Error(field, "'" + s + "' is not one of nvlink|nvswitch|pcie|infiniband|ethernet");
+  throw Error(field, "'" + s + "' is not one of nvlink|nvswitch|pcie|infiniband|ethernet|shm");
 }
 
 void Cluster::finalize() {
@@ -146,7 +147,26 @@ void Cluster::finalize() {
 }
 
 const DeviceSpec& Cluster::gpu_device(int gpu) const {
-  return device_spec(graph[gpus_.at(gpu)].device);
+  const DeviceSpec& datasheet = device_spec(graph[gpus_.at(gpu)].device);
+  for (const DeviceSpec& d : measured_devices_)
+    if (d.name == datasheet.name) return d;
+  return datasheet;
+}
+
+void Cluster::set_device_spec(const DeviceSpec& measured) {
+  DeviceSpec d = measured;
+  d.name = device_spec(measured.name, "device_spec.name").name;  // the canonical spelling
+  bool used = false;
+  for (VertexId g : gpus_) used = used || device_spec(graph[g].device).name == d.name;
+  if (!used)
+    throw Error("device_spec.name", "'" + d.name + "' is not the device of cluster '" + name +
+                                        "' (" + graph[gpus_.at(0)].device + ")");
+  for (DeviceSpec& old : measured_devices_)
+    if (old.name == d.name) {
+      old = d;
+      return;
+    }
+  measured_devices_.push_back(d);
 }
 
 double Cluster::host_memory_per_gpu(int gpu) const {

@@ -16,7 +16,13 @@
 namespace parasol {
 
 enum class NodeKind { kGpu, kCpu, kNic, kSwitch };
-enum class LinkKind { kNvlink, kNvswitch, kPcie, kInfiniband, kEthernet };
+// kShm: shared memory between processes of one host (the CPU runtime's ranks on `localhost`).
+enum class LinkKind { kNvlink, kNvswitch, kPcie, kInfiniband, kEthernet, kShm };
+inline constexpr int kLinkKinds = 6;
+// Every LinkKind, in enum order.
+inline constexpr LinkKind kAllLinkKinds[kLinkKinds] = {LinkKind::kNvlink,   LinkKind::kNvswitch,
+                                                       LinkKind::kPcie,     LinkKind::kInfiniband,
+                                                       LinkKind::kEthernet, LinkKind::kShm};
 
 const char* node_kind_name(NodeKind k);
 const char* link_kind_name(LinkKind k);
@@ -68,8 +74,13 @@ class Cluster {
   int gpus_per_server() const { return gpus_per_server_; }
   VertexId gpu_vertex(int gpu) const { return gpus_.at(gpu); }
   int server_of(int gpu) const { return graph[gpus_.at(gpu)].server; }
-  // Datasheet of GPU `gpu` (all GPUs of a cluster share one device; see homogeneous()).
+  // Datasheet of GPU `gpu` (all GPUs of a cluster share one device; see homogeneous()): the
+  // figures given to set_device_spec() for its device name, else device_spec()'s.
   const DeviceSpec& gpu_device(int gpu = 0) const;
+  // Replaces, for this cluster, the datasheet of the GPUs whose device is named `measured.name`
+  // by `measured` (e.g. the host CPU's figures measured by `parasol calibrate --probe`).
+  // Throws parasol::Error("device_spec.name") when no GPU of the cluster has that device.
+  void set_device_spec(const DeviceSpec& measured);
   bool homogeneous() const { return homogeneous_; }
   // Host memory of the server of `gpu` divided by the GPUs on that server (bytes); 0 when the
   // server has no CPU vertex with memory.
@@ -91,6 +102,7 @@ class Cluster {
   Path path_between(VertexId a, VertexId b) const;
 
   std::vector<VertexId> gpus_;
+  std::vector<DeviceSpec> measured_devices_;  // set_device_spec()
   std::vector<int> gpus_on_server_;
   std::vector<double> host_memory_of_server_;
   int num_servers_ = 0;
@@ -131,8 +143,13 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
 Cluster build_torus(const std::string& name, const std::string& device, std::vector<int> dims,
                     double link_bw, double link_latency);
 
+// `ranks` ranks of the CPU runtime on this host (device "cpu-host"), joined by shared memory
+// (see cluster_generators.cc for the figures).
+Cluster build_localhost(int ranks);
+
 // Presets taking a GPU count: dgx-a100-80g, dgx-a100-40g, dgx-h100, dgx-h200, dgx-b200,
-// mi300x-8, h200-1 (one H200 box; gpus must be 1). Tori come from the generator (JSON).
+// mi300x-8, h200-1 (one H200 box; gpus must be 1), localhost (N CPU-runtime ranks on this host;
+// build_localhost). Tori come from the generator (JSON).
 Cluster cluster_preset(const std::string& name, int gpus);
 std::vector<std::string> cluster_preset_names();
 

@@ -122,6 +122,35 @@ Cluster build_torus(const std::string& name, const std::string& device, std::vec
   return c;
 }
 
+Cluster build_localhost(int ranks) {
+  if (ranks < 1) throw Error("gpus", "must be >= 1");
+  if (ranks > 1024) throw Error("gpus", std::to_string(ranks) + " ranks on one host is too many");
+  // Figures (nominal; a host's real ones come from `parasol calibrate --probe` and a fit):
+  //  - shm: MPI over shared memory moves a message with one memcpy (Open MPI's vader/CMA
+  //    single copy) at about half a one-thread STREAM copy's bytes/s: ~12 GB/s per direction
+  //    per rank on a host with ~25 GB/s of copy bandwidth; 0.5 us per link (two links, about
+  //    1 us rank to rank, the usual shared-memory MPI latency). The profile's shm efficiency
+  //    covers the rest (double copies of small messages, contention).
+  //  - host link (offload copies): one memcpy, ~12 GB/s.
+  //  - host memory: 16 GiB per rank, as the device's nominal memory.
+  constexpr double kShmBw = 12 * GB, kShmLatency = 0.5e-6, kCopyBw = 12 * GB;
+  Cluster c;
+  c.name = "localhost";
+  std::vector<VertexId> cpu_ranks;
+  for (int i = 0; i < ranks; ++i)
+    cpu_ranks.push_back(
+        add_node(c, NodeKind::kGpu, "rank" + std::to_string(i), 0, false, kHostCpuDevice));
+  // The host's memory does not forward: ranks talk through the shm vertex only.
+  VertexId host = add_node(c, NodeKind::kCpu, "host", 0, false, "", 16 * GiB * ranks);
+  if (ranks > 1) {
+    VertexId shm = add_node(c, NodeKind::kSwitch, "shm", 0, true);
+    for (VertexId r : cpu_ranks) add_link(c, r, shm, LinkKind::kShm, kShmBw, kShmLatency);
+  }
+  for (VertexId r : cpu_ranks) add_link(c, r, host, LinkKind::kShm, kCopyBw, kShmLatency);
+  c.finalize();
+  return c;
+}
+
 namespace {
 
 struct Preset {
@@ -178,10 +207,11 @@ const std::map<std::string, Preset>& presets() {
 }  // namespace
 
 Cluster cluster_preset(const std::string& name, int gpus) {
+  if (name == "localhost") return build_localhost(gpus);
   auto it = presets().find(name);
   if (it == presets().end()) {
-    std::string known;
-    for (const auto& [n, _] : presets()) known += (known.empty() ? "" : ", ") + n;
+    std::string known = "localhost";
+    for (const auto& [n, _] : presets()) known += ", " + n;
     throw Error("cluster", "unknown preset '" + name + "' (known: " + known + ")");
   }
   if (gpus < 1) throw Error("gpus", "must be >= 1");
@@ -201,7 +231,7 @@ Cluster cluster_preset(const std::string& name, int gpus) {
 }
 
 std::vector<std::string> cluster_preset_names() {
-  std::vector<std::string> names;
+  std::vector<std::string> names = {"localhost"};
   for (const auto& [n, _] : presets()) names.push_back(n);
   return names;
 }

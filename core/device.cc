@@ -36,6 +36,15 @@ const std::vector<DeviceSpec>& table() {
       // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W.
       {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB,
        5300 * GB, 304, 750},
+      // "cpu-host": one rank of the CPU runtime (fp32 math, OpenBLAS GEMMs on one core), with
+      // nominal figures of one core of a current x86 server: an AVX-512 / dual-FMA core reaches
+      // ~100 GFLOP/s in cblas_sgemm (measured on this project's 2-core AMD EPYC CI host: 100
+      // GFLOP/s at n = 1024) and ~25 GB/s in a one-thread STREAM triad; the CPU backend computes
+      // every dtype in fp32, so all peaks are the sgemm rate (no fp8). 16 GiB of host memory per
+      // rank. compute_units = 1: GEMMs are not split into waves of thread blocks. `parasol
+      // calibrate --probe` measures the real figures of a host and writes them into a profile,
+      // which replaces these (Cluster::set_device_spec).
+      {kHostCpuDevice, "cpu", 0.1 * T, 0.1 * T, 0.1 * T, 0.1 * T, 0, 16 * GiB, 25 * GB, 1, 0},
   };
   return devices;
 }
@@ -105,6 +114,45 @@ const DeviceSpec& device_spec(const std::string& name, const std::string& field)
   std::string known;
   for (const DeviceSpec& d : table()) known += (known.empty() ? "" : ", ") + d.name;
   throw Error(field, "unknown device '" + name + "' (known: " + known + ")");
+}
+
+Json device_spec_to_json(const DeviceSpec& d) {
+  return {{"name", d.name},
+          {"vendor", d.vendor},
+          {"peak_fp32_TFLOPs", d.peak_fp32_flops / T},
+          {"peak_tf32_TFLOPs", d.peak_tf32_flops / T},
+          {"peak_bf16_TFLOPs", d.peak_bf16_flops / T},
+          {"peak_fp16_TFLOPs", d.peak_fp16_flops / T},
+          {"peak_fp8_TFLOPs", d.peak_fp8_flops / T},
+          {"memory_GiB", d.hbm_bytes / GiB},
+          {"memory_bw_GBps", d.hbm_bw / GB},
+          {"compute_units", d.compute_units},
+          {"tdp_W", d.tdp_watts}};
+}
+
+DeviceSpec device_spec_from_json(const Json& j, const std::string& path) {
+  JsonReader r(j, path);
+  r.allow_only({"name", "vendor", "peak_fp32_TFLOPs", "peak_tf32_TFLOPs", "peak_bf16_TFLOPs",
+                "peak_fp16_TFLOPs", "peak_fp8_TFLOPs", "memory_GiB", "memory_bw_GBps",
+                "compute_units", "tdp_W"});
+  auto positive = [&](const char* key) {
+    double v = r.number(key, 0, 1e9);
+    if (!(v > 0)) throw Error(r.field(key), "must be > 0");
+    return v;
+  };
+  DeviceSpec d;
+  d.name = r.string("name");
+  d.vendor = r.string_or("vendor", "");
+  d.peak_fp32_flops = positive("peak_fp32_TFLOPs") * T;
+  d.peak_tf32_flops = positive("peak_tf32_TFLOPs") * T;
+  d.peak_bf16_flops = positive("peak_bf16_TFLOPs") * T;
+  d.peak_fp16_flops = positive("peak_fp16_TFLOPs") * T;
+  d.peak_fp8_flops = r.number_or("peak_fp8_TFLOPs", 0, 0, 1e9) * T;
+  d.hbm_bytes = positive("memory_GiB") * GiB;
+  d.hbm_bw = positive("memory_bw_GBps") * GB;
+  d.compute_units = static_cast<int>(r.integer_or("compute_units", 1, 1, 1 << 20));
+  d.tdp_watts = r.number_or("tdp_W", 0, 0, 1e9);
+  return d;
 }
 
 std::vector<std::string> known_devices() {

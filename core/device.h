@@ -1,10 +1,13 @@
 // Accelerator datasheets: peak dense FLOP/s per dtype, HBM capacity and bandwidth, SM count.
 // Figures are vendor datasheet values (dense, no sparsity); each entry in device.cc cites its
-// source.
+// source. One entry, "cpu-host", is a rank of the CPU runtime on this host: its nominal figures
+// are replaced by measured ones where a profile carries them (`parasol calibrate --probe`).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "core/json_reader.h"
 
 namespace parasol {
 
@@ -37,5 +40,15 @@ struct DeviceSpec {
 // ("<field>: unknown device 'X' (known: ...)") for an unknown name.
 const DeviceSpec& device_spec(const std::string& name, const std::string& field = "device");
 std::vector<std::string> known_devices();
+
+// The name of the host-CPU device (one rank of the CPU runtime; see device.cc).
+inline constexpr const char* kHostCpuDevice = "cpu-host";
+
+// JSON form of a datasheet, units in the keys: {"name", "vendor", "peak_fp32_TFLOPs",
+// "peak_tf32_TFLOPs", "peak_bf16_TFLOPs", "peak_fp16_TFLOPs", "peak_fp8_TFLOPs", "memory_GiB",
+// "memory_bw_GBps", "compute_units", "tdp_W"}. Reading checks every field (Error naming
+// "<path>.<field>"); peaks and bandwidth must be > 0 (fp8 may be 0).
+Json device_spec_to_json(const DeviceSpec& d);
+DeviceSpec device_spec_from_json(const Json& j, const std::string& path = "device_spec");
 
 }  // namespace parasol

@@ -303,7 +303,7 @@ class Lowerer {
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.
   std::vector<Saved> saved_;
   struct EdgeSaved {
-    int tokens = -1, mask = -1;                               // embedding
+    int tokens = -1, mask = -1;                                             // embedding
     int x = -1, xf = -1, probs = -1, labels = -1, sums = -1, row_max = -1;  // head
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
@@ -680,8 +680,8 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
     src = d;
     dep = -1;
   }
-  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag",
-             wb_ * b.padded(), {src}, dev, {dep});
+  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag", wb_ * b.padded(),
+             {src}, dev, {dep});
 }
 
 WSet Lowerer::layer_weights(int local, int dep) {

@@ -111,8 +111,7 @@ double Buffer::bytes() const {
 }
 
 double BufferBlock::bytes(const std::vector<Buffer>& all) const {
-  return buffers.empty() ? 0.0
-                         : static_cast<double>(elements) * dtype_bytes(all[buffers[0]].dtype);
+  return buffers.empty() ? 0.0 : static_cast<double>(elements) * dtype_bytes(all[buffers[0]].dtype);
 }
 
 int64_t ParamSpec::elements() const {

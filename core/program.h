@@ -102,13 +102,13 @@ struct ParamBucket {
   int ways = 1;                // its size
   int zero = 0;                // effective ZeRO stage (0 when ways == 1)
   std::vector<ParamSpec> specs;
-  int64_t elements = 0;     // sum of the specs' elements
-  int64_t shard = 0;        // elements this rank updates (= elements when zero == 0)
-  std::vector<int> params;  // one buffer per spec (zero < 3), else empty
-  int param_shard = -1;     // zero == 3: this rank's shard of the flat weights
-  std::vector<int> grads;   // one fp32 buffer per spec (zero < 2), else empty
-  int grad_shard = -1;      // zero >= 2: this rank's fp32 shard of the flat gradients
-  int opt = -1;             // optimizer state [rows x shard] fp32: [master,] m, v
+  int64_t elements = 0;        // sum of the specs' elements
+  int64_t shard = 0;           // elements this rank updates (= elements when zero == 0)
+  std::vector<int> params;     // one buffer per spec (zero < 3), else empty
+  int param_shard = -1;        // zero == 3: this rank's shard of the flat weights
+  std::vector<int> grads;      // one fp32 buffer per spec (zero < 2), else empty
+  int grad_shard = -1;         // zero >= 2: this rank's fp32 shard of the flat gradients
+  int opt = -1;                // optimizer state [rows x shard] fp32: [master,] m, v
   bool master_in_opt = false;  // row 0 of opt is the fp32 master copy (else the params are)
   int host_grad = -1;          // optimizer offload: host copy of the gradient shard
 };

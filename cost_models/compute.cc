@@ -23,6 +23,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
                          int64_t k, int64_t batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
+  const double kf = k / (k + prof.gemm_k_half);
+  // A CPU BLAS blocks a GEMM into register tiles of a few rows and columns (OpenBLAS sgemm:
+  // 16 x 6 on AVX-512) and has no waves of thread blocks: no tile quantization to speak of.
+  if (dev.vendor == "cpu") return kf;
   const double units = std::max(1, dev.compute_units);
   double best = 0;
   for (const Tile& t : kTiles) {
@@ -31,7 +35,6 @@ double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, 
     double useful = static_cast<double>(batch) * m * n / (waves * units * t.m * t.n);
     best = std::max(best, t.efficiency * useful);
   }
-  double kf = k / (k + prof.gemm_k_half);
   return best * kf;
 }
 
@@ -40,7 +43,7 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   double flops = 2.0 * m * n * k * batch;
   double rate =
-      dev.peak_flops(dtype) * prof.gemm_efficiency * gemm_shape_factor(dev, prof, m, n, k, batch);
+      dev.peak_flops(dtype) * prof.gemm_eff(dtype) * gemm_shape_factor(dev, prof, m, n, k, batch);
   double bytes =
       dtype_bytes(dtype) * batch *
       (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "core/error.h"
@@ -139,7 +139,8 @@ void Executor::Impl::allocate(int u) {
   char* p = static_cast<char*>(unit.base);
   for (int id : unit.buffers) {
     ptr_[id] = p;
-    p += static_cast<size_t>(static_cast<double>(elements_[id]) * dtype_bytes(prog.buffers[id].dtype));
+    p += static_cast<size_t>(static_cast<double>(elements_[id]) *
+                             dtype_bytes(prog.buffers[id].dtype));
   }
   // Gradient kernels accumulate: gradient buffers start at zero (persistent ones each step).
   if (unit.persistent || unit.cls == BufferClass::kGrad) be.zero(unit.base, unit.bytes);
@@ -192,9 +193,9 @@ Flat Executor::Impl::flat(const std::vector<int>& ids) const {
   }
   const int blk = prog.buffers[ids[0]].block;
   if (blk < 0 || prog.blocks[blk].buffers != ids || units_[u].base == nullptr)
-    throw Error("runtime.program", prog.buffers[ids[0]].name + " and " +
-                                       std::to_string(ids.size() - 1) +
-                                       " more: a collective or copy over buffers that are not one block");
+    throw Error("runtime.program",
+                prog.buffers[ids[0]].name + " and " + std::to_string(ids.size() - 1) +
+                    " more: a collective or copy over buffers that are not one block");
   return {ptr_[ids[0]], prog.blocks[blk].elements};
 }
 
@@ -218,7 +219,9 @@ const ParamBucket* Executor::Impl::bucket_of(int buffer) const {
   return it == bucket_of_.end() ? nullptr : &prog.buckets[it->second];
 }
 
-int Executor::Impl::group_index(const ParamBucket& b) const { return comms.groups()[b.group].index; }
+int Executor::Impl::group_index(const ParamBucket& b) const {
+  return comms.groups()[b.group].index;
+}
 
 uint64_t Executor::Impl::seed_for(const Op& op, bool per_tp_rank) const {
   std::string what = base_name(op.name);
@@ -245,7 +248,8 @@ Request Executor::Impl::start_comm(const Op& op) {
       const int blk = prog.buffers[op.writes[0]].block;
       if (op.writes.size() > 1 && (blk < 0 || prog.blocks[blk].buffers != op.writes)) {
         // Buffers of several buckets (the SP norm gradients): packed, reduced, unpacked.
-        auto* packed = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
+        auto* packed =
+            static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
         int64_t at = 0;
         for (int id : op.writes) {
           be.copy(packed + at, ptr(id), elements_[id] * sizeof(float));
@@ -273,7 +277,8 @@ Request Executor::Impl::start_comm(const Op& op) {
     }
     case OpKind::kReduceScatter: {
       Flat src = flat(op.reads), dst = flat(op.writes);
-      if (src.base == dst.base) return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, dt);
+      if (src.base == dst.base)
+        return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, dt);
       const Buffer& out = prog.buffers[op.writes[0]];
       if (out.persistent && out.cls == BufferClass::kGrad) {
         // ZeRO 2/3: the micro-batch's gradients fold into the shard: add the shard reduced so
@@ -290,7 +295,8 @@ Request Executor::Impl::start_comm(const Op& op) {
         // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
         const int64_t kv_cols = count / (2 * T), qkv_cols = elements_[buf] / T;
         const int64_t q_cols = qkv_cols - 2 * kv_cols;
-        auto* staged = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
+        auto* staged =
+            static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
         for (int64_t t = 0; t < T; ++t) {
           be.copy(staged + t * kv_cols, fptr(buf) + t * qkv_cols + q_cols, kv_cols * sizeof(float));
           be.copy(staged + (T + t) * kv_cols, fptr(buf) + t * qkv_cols + q_cols + kv_cols,
@@ -353,8 +359,8 @@ void Executor::Impl::run_grad_norm(const Op& op) {
   // (runtime/param_layout.h).
   for (const ParamBucket& b : prog.buckets) {
     for (const ShardRun& r : grad_norm_runs(model, plan, comms.groups().coord, b, group_index(b))) {
-      const float* g = b.zero >= 2 ? fptr(b.grad_shard) + r.shard_offset
-                                   : fptr(b.grads[r.spec]) + r.spec_offset;
+      const float* g =
+          b.zero >= 2 ? fptr(b.grad_shard) + r.shard_offset : fptr(b.grads[r.spec]) + r.spec_offset;
       be.grad_sumsq(out, g, r.count);
     }
   }
@@ -403,8 +409,8 @@ void Executor::Impl::run_cast(const Op& op) {
   Flat dst = flat(op.writes);
   const Dtype dt = prog.buffers[op.writes[0]].dtype;
   const auto eb = static_cast<int64_t>(dtype_bytes(dt));
-  be.cast(static_cast<char*>(dst.base) + (dst.elements > n ? off : 0) * eb, dt,
-          fptr(b->opt), Dtype::kFp32, n);
+  be.cast(static_cast<char*>(dst.base) + (dst.elements > n ? off : 0) * eb, dt, fptr(b->opt),
+          Dtype::kFp32, n);
 }
 
 void Executor::Impl::after_complete(const Op& op) {

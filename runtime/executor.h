@@ -29,11 +29,11 @@
 namespace parasol::runtime {
 
 struct StepConfig {
-  int64_t step = 1;  // optimizer step, from 1 (AdamW's bias correction; dropout seeds)
-  AdamWConfig adamw;  // its `step` is set from `step`
-  float clip_norm = 1.0f;   // global gradient-norm clipping threshold (0: no clipping)
-  float dropout_p = 0.1f;   // dropout probability where the model has dropout
-  uint64_t seed = 1234;     // base of the dropout seeds
+  int64_t step = 1;        // optimizer step, from 1 (AdamW's bias correction; dropout seeds)
+  AdamWConfig adamw;       // its `step` is set from `step`
+  float clip_norm = 1.0f;  // global gradient-norm clipping threshold (0: no clipping)
+  float dropout_p = 0.1f;  // dropout probability where the model has dropout
+  uint64_t seed = 1234;    // base of the dropout seeds
   // Fills micro-batch `mb`'s token ids and labels on this rank: [micro_batch x seq / cp] int32
   // each (this rank's data-parallel shard and context-parallel chunk).
   std::function<void(int mb, int32_t* tokens, int32_t* labels)> batch;

@@ -43,7 +43,7 @@ struct Executor::Impl {
   };
   void allocate(int unit);
   void release(int unit);
-  void ensure(const Op& op);  // allocates every unit op touches
+  void ensure(const Op& op);    // allocates every unit op touches
   void finished(const Op& op);  // counts down the units op touches; frees the dead ones
   int64_t elements(int buffer) const { return elements_[buffer]; }
   void* ptr(int buffer) const { return ptr_[buffer]; }
@@ -85,10 +85,10 @@ struct Executor::Impl {
   std::vector<void*> ptr_;
   std::vector<int> unit_of_;
   std::vector<Unit> units_;
-  std::vector<int> live_touches_;  // per unit, this step
-  std::unordered_map<int, int> bucket_of_;  // persistent bucket buffer -> Program::buckets index
-  std::vector<int> op_units_;              // flattened distinct units per op
-  std::vector<int> op_units_begin_;        // op i: op_units_[begin[i] .. begin[i+1])
+  std::vector<int> live_touches_;             // per unit, this step
+  std::unordered_map<int, int> bucket_of_;    // persistent bucket buffer -> Program::buckets index
+  std::vector<int> op_units_;                 // flattened distinct units per op
+  std::vector<int> op_units_begin_;           // op i: op_units_[begin[i] .. begin[i+1])
   std::unordered_map<int, Routing> routing_;  // by router-probabilities buffer
   float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
   float* scale_ = nullptr;  // device scalar: the clip scale
@@ -97,7 +97,8 @@ struct Executor::Impl {
   std::vector<void*> scratch_;  // backend memory kept until the step ends (send staging)
   std::unordered_map<int, int> ring_step_;
   // Work to do when a communication op completes (unpacking a packed payload), by op id.
-  std::unordered_map<int, std::function<void()>> on_complete_;  // K/V chunk buffer -> the ring step that uses it
+  std::unordered_map<int, std::function<void()>>
+      on_complete_;  // K/V chunk buffer -> the ring step that uses it
 };
 
 }  // namespace parasol::runtime

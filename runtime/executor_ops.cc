@@ -59,8 +59,8 @@ void Executor::Impl::run_compute(const Op& op) {
       const int64_t cols = h;
       if (!backward(op)) {
         const float* pos = op.reads.size() > 2 && tp_idx == 0 ? R(2) : nullptr;
-        be.embedding_forward(W(0), static_cast<const int32_t*>(ptr(op.reads[0])), R(1),
-                             vocab_start, vocab_t, pos, int64_t{cp_idx} * Sl, T, Sl, cols);
+        be.embedding_forward(W(0), static_cast<const int32_t*>(ptr(op.reads[0])), R(1), vocab_start,
+                             vocab_t, pos, int64_t{cp_idx} * Sl, T, Sl, cols);
       } else {
         float* dpos = op.writes.size() > 1 ? W(1) : nullptr;
         be.embedding_backward(W(0), dpos, R(0), static_cast<const int32_t*>(ptr(op.reads[1])),
@@ -88,7 +88,7 @@ void Executor::Impl::run_compute(const Op& op) {
       // the embedding table [n x k] used as the output layer (tied embeddings: kOutIn).
       auto layout_of = [&](int wbuf) {
         return prog.buffers[wbuf].name.find("table") != std::string::npos ? WeightLayout::kOutIn
-                                                                         : WeightLayout::kInOut;
+                                                                          : WeightLayout::kInOut;
       };
       if (what.ends_with(".dw")) {
         const int dw = op.writes[0];
@@ -140,8 +140,8 @@ void Executor::Impl::run_compute(const Op& op) {
         const float* x = op.reads.size() > 1 ? R(0) : nullptr;
         const float* y = op.reads.size() > 1 ? R(1) : R(0);
         const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        be.residual_forward(W(0), mask, x, y, bias, rows_of(out), cols_of(out),
-                            mask ? drop : 0.0f, seed_for(op, sp));
+        be.residual_forward(W(0), mask, x, y, bias, rows_of(out), cols_of(out), mask ? drop : 0.0f,
+                            seed_for(op, sp));
       } else {
         const int dy = op.writes[0];
         const uint8_t* mask =
@@ -319,8 +319,7 @@ void Executor::Impl::run_compute(const Op& op) {
       } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
         Routing& r = routing(op.reads[2]);
         const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
-        be.combine_backward(W(0), W(1), R(0), R(1), r.topk_w.data(), r.row_of.data(), tokens, K,
-                            h);
+        be.combine_backward(W(0), W(1), R(0), R(1), r.topk_w.data(), r.row_of.data(), tokens, K, h);
       }
       return;
     }

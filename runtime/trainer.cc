@@ -20,8 +20,9 @@ Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet
       program_(lower_stage(model, plan, comms.stage())) {
   executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
   data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
-  init_buckets(model_, plan_, comms_.groups().coord, program_.buckets,
-               [this](int id) { return executor_->fdata(id); }, options_.seed);
+  init_buckets(
+      model_, plan_, comms_.groups().coord, program_.buckets,
+      [this](int id) { return executor_->fdata(id); }, options_.seed);
 }
 
 Trainer::~Trainer() = default;
@@ -83,7 +84,8 @@ void Trainer::save(const std::string& dir) {
   }
   std::vector<float> failed = {error.empty() ? 0.0f : 1.0f};
   world.all_reduce(std::span<float>(failed));
-  if (failed[0] > 0) throw Error("checkpoint", error.empty() ? "rank 0 could not begin " + dir : error);
+  if (failed[0] > 0)
+    throw Error("checkpoint", error.empty() ? "rank 0 could not begin " + dir : error);
   save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
                        [this](int id) { return executor_->fdata(id); });
   world.barrier();
@@ -101,9 +103,9 @@ void Trainer::save(const std::string& dir) {
 }
 
 void Trainer::load(const std::string& dir) {
-  TrainProgress p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord,
-                                         program_.buckets,
-                                         [this](int id) { return executor_->fdata(id); });
+  TrainProgress p =
+      load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
+                           [this](int id) { return executor_->fdata(id); });
   steps_ = p.step;
   data_position_ = p.data_position;
   comms_.world().barrier();

@@ -22,8 +22,7 @@
 #include "core/error.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
-#include "cost_models/collective.h"
-#include "cost_models/compute.h"
+#include "cost_models/op_cost.h"
 
 namespace parasol::sim {
 
@@ -58,437 +57,35 @@ constexpr int kCatComm0 = 4;
 constexpr int kCatOffload = kCatComm0 + kGroupCount;
 constexpr int kCategories = kCatOffload + 1;
 
-bool is_compute_kind(OpKind k) {
-  return !is_communication(k) && k != OpKind::kOffload && k != OpKind::kPrefetch;
-}
+using cost::is_compute_kind;
+using cost::runs_on_host;
 
-cost::Collective collective_of(OpKind k) {
-  switch (k) {
-    case OpKind::kAllReduce:
-      return cost::Collective::kAllReduce;
-    case OpKind::kAllGather:
-      return cost::Collective::kAllGather;
-    case OpKind::kReduceScatter:
-      return cost::Collective::kReduceScatter;
-    case OpKind::kAllToAll:
-      return cost::Collective::kAllToAll;
-    case OpKind::kBroadcast:
-      return cost::Collective::kBroadcast;
-    default:
-      return cost::Collective::kAllReduce;
+// The engine's link class of an op (kNoClass when it moves no data).
+int8_t link_class(cost::LinkUse u) {
+  switch (u) {
+    case cost::LinkUse::kIntraServer:
+      return kNvlinkClass;
+    case cost::LinkUse::kInterServer:
+      return kNicClass;
+    case cost::LinkUse::kDeviceToHost:
+      return kD2H;
+    case cost::LinkUse::kHostToDevice:
+      return kH2D;
+    case cost::LinkUse::kNone:
+      break;
   }
+  return kNoClass;
 }
-
-// An optimizer-step compute op (AdamW, cast, grad norm) runs on the host CPU when every buffer
-// it touches lives in host memory (AdamW and cast under optimizer offload; lower.h's
-// convention). Other ops are not checked: looking their buffers up would cost a cache miss per
-// op.
-bool runs_on_host(const Program& p, const Op& op) {
-  if (op.kind != OpKind::kAdamW && op.kind != OpKind::kCast && op.kind != OpKind::kGradNorm)
-    return false;
-  bool any = false;
-  for (const std::vector<int>* list : {&op.reads, &op.writes})
-    for (int b : *list) {
-      if (b < 0 || b >= static_cast<int>(p.buffers.size()) || !p.buffers[b].host) return false;
-      any = true;
-    }
-  return any;
-}
-
-// The shape of an op as far as its price is concerned.
-struct ShapeKey {
-  int kind, phase, group, stage, peer, host;
-  int64_t m, n, k, batch;
-  double elements, bytes, flops;
-  int64_t ab, aq, akv, ah, akvh, ad;
-  int aflags;
-  bool operator==(const ShapeKey& o) const {
-    return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
-           peer == o.peer && host == o.host && m == o.m && n == o.n && k == o.k &&
-           batch == o.batch && elements == o.elements && bytes == o.bytes && flops == o.flops &&
-           ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah && akvh == o.akvh && ad == o.ad &&
-           aflags == o.aflags;
-  }
-};
-struct ShapeHash {
-  size_t operator()(const ShapeKey& s) const {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    auto bits = [](double d) {
-      uint64_t u;
-      std::memcpy(&u, &d, sizeof u);
-      return u;
-    };
-    mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
-        static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
-        static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
-    mix(static_cast<uint64_t>(s.peer));
-    mix(static_cast<uint64_t>(s.m));
-    mix(static_cast<uint64_t>(s.n));
-    mix(static_cast<uint64_t>(s.k));
-    mix(static_cast<uint64_t>(s.batch));
-    mix(bits(s.elements));
-    mix(bits(s.bytes));
-    mix(bits(s.flops));
-    if (s.kind == static_cast<int>(OpKind::kAttention)) {
-      mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
-          static_cast<uint64_t>(s.akv) << 40);
-      mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
-          static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
-    }
-    return static_cast<size_t>(h);
-  }
-};
 
 }  // namespace
 
 // Prices of placed groups and pipeline links, kept by a Simulator across plans: they depend
-// only on where the GPUs sit (see Pricer::group_model), not on the plan.
-struct Simulator::Placements {
-  explicit Placements(const Cluster& cluster) {
-    first_gpu_of_server.assign(cluster.num_servers(), -1);
-    for (int gpu = cluster.num_gpus() - 1; gpu >= 0; --gpu) {
-      const int srv = cluster.server_of(gpu);
-      if (srv >= 0 && srv < cluster.num_servers()) first_gpu_of_server[srv] = gpu;
-    }
-  }
-  std::vector<int> first_gpu_of_server;
-  std::map<std::vector<int64_t>, std::unique_ptr<cost::GroupModel>> groups;
-  std::map<std::vector<int64_t>, std::pair<double, double>> links;  // (bandwidth, latency)
-  std::map<int, double> host_bw;                                    // per GPU, efficiency applied
+// only on where the GPUs sit (see cost::OpPricer), not on the plan.
+struct Simulator::Placements : cost::PlacementCache {
+  using cost::PlacementCache::PlacementCache;
 };
 
 namespace {
-
-// Prices ops of the representative ranks; caches op shapes (per plan) and uses the
-// Simulator's placement caches.
-class Pricer {
- public:
-  Pricer(const Model& model, const Cluster& cluster, const Plan& plan, const cost::Profile& profile,
-         const RankLayout& layout, const std::vector<int>& reps, Simulator::Placements& places)
-      : model_(model),
-        cluster_(cluster),
-        plan_(plan),
-        prof_(profile),
-        layout_(layout),
-        reps_(reps),
-        places_(places),
-        first_gpu_of_server_(places.first_gpu_of_server) {}
-
-  // Seconds of `op` of stage `stage` alone on its representative rank (`host`: it runs on the
-  // host CPU). Group::kPp collectives are priced by pp_collective_time() instead.
-  double time(const Op& op, int stage, bool host) {
-    ShapeKey key{static_cast<int>(op.kind),
-                 static_cast<int>(op.tags.phase),
-                 is_communication(op.kind) ? static_cast<int>(op.group) : -1,
-                 stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
-                 op.peer_stage,
-                 host ? 1 : 0,
-                 op.m,
-                 op.n,
-                 op.k,
-                 op.batch,
-                 op.elements,
-                 op.bytes,
-                 op.flops,
-                 op.attn.batch,
-                 op.attn.seq_q,
-                 op.attn.seq_kv,
-                 op.attn.heads,
-                 op.attn.kv_heads,
-                 op.attn.head_dim,
-                 (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
-    const size_t h = ShapeHash()(key);
-    Memo& slot = memo_[h % kMemoSlots];
-    if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;
-    auto it = cache_.find(key);
-    double t;
-    if (it != cache_.end()) {
-      t = it->second;
-    } else {
-      t = price(op, stage, host);
-      cache_.emplace(key, t);
-    }
-    slot = {key, h, t, true};
-    return t;
-  }
-
-  // The link class an op of `stage` uses (kNoClass when it moves no data).
-  int8_t link_class(const Op& op, int stage) {
-    switch (op.kind) {
-      case OpKind::kOffload:
-        return kD2H;
-      case OpKind::kPrefetch:
-        return kH2D;
-      case OpKind::kSend: {
-        if (op.group != Group::kPp) break;  // a ring step of a group: priced as the group
-        int peer = peer_rank(stage, op.peer_stage);
-        return cluster_.server_of(reps_[stage]) == cluster_.server_of(peer) ? kNvlinkClass
-                                                                            : kNicClass;
-      }
-      case OpKind::kRecv:
-        return kNoClass;
-      default:
-        break;
-    }
-    if (!is_communication(op.kind)) return kNoClass;
-    const std::vector<int>& g = group_ranks(stage, op.group);
-    if (g.size() < 2) return kNoClass;
-    for (int r : g)
-      if (cluster_.server_of(r) != cluster_.server_of(g[0])) return kNicClass;
-    return kNvlinkClass;
-  }
-
-  // Prices a Group::kPp collective of the given stages (the representatives' pp group).
-  double pp_collective_time(const Op& op, const std::vector<int>& stages) {
-    std::vector<int> group;
-    for (int s : stages) group.push_back(reps_[s]);
-    if (group.size() < 2) return 0;
-    cost::GroupModel gm(cluster_, prof_, group);
-    return gm.cost(collective_of(op.kind), op.bytes).time_s;
-  }
-
-  int peer_rank(int stage, int peer_stage) const {
-    RankCoord c = layout_.coord(reps_[stage]);
-    c.pp = peer_stage;
-    return layout_.rank(c);
-  }
-
- private:
-  static bool stage_dependent(const Op& op) {
-    return is_communication(op.kind) || op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch;
-  }
-
-  const std::vector<int>& group_ranks(int stage, Group g) {
-    auto key = std::make_pair(stage, static_cast<int>(g));
-    auto it = ranks_.find(key);
-    if (it != ranks_.end()) return it->second;
-    return ranks_.emplace(key, layout_.group(g, reps_[stage])).first->second;
-  }
-
-  // Where a GPU sits: (server relative to `base_server`, index inside its server).
-  void append_place(std::vector<int64_t>& sig, int gpu, int base_server) const {
-    const int srv = cluster_.server_of(gpu);
-    if (srv < 0 || srv >= static_cast<int>(first_gpu_of_server_.size())) {
-      sig.push_back(std::numeric_limits<int>::min());  // no server: the absolute GPU
-      sig.push_back(gpu);
-      return;
-    }
-    sig.push_back(srv - base_server);
-    sig.push_back(gpu - first_gpu_of_server_[srv]);
-  }
-
-  const cost::GroupModel& group_model(int stage, Group g) {
-    auto key = std::make_pair(stage, static_cast<int>(g));
-    auto it = groups_.find(key);
-    if (it != groups_.end()) return *it->second;
-    const std::vector<int>& group = group_ranks(stage, g);
-    // The same-kind groups of this stage run the same collective at the same time.
-    std::vector<std::vector<int>> concurrent;
-    if (group.size() >= 2) {
-      for (auto& other : layout_.groups(g)) {
-        if (other == group) continue;
-        bool same_stage = true;
-        for (int r : other) same_stage = same_stage && layout_.coord(r).pp == stage;
-        if (same_stage) concurrent.push_back(std::move(other));
-        if (concurrent.size() >= 64) break;
-      }
-    }
-    // Stages usually repeat one placement shifted by whole servers: price each distinct
-    // placement once. The signature holds every member's relative server, index in its server
-    // and hop count from the first member (which tells fabric boundaries apart), and the
-    // relative places of the concurrent groups.
-    std::vector<int64_t> sig = {static_cast<int64_t>(g), static_cast<int64_t>(group.size())};
-    const int base = group.empty() ? 0 : cluster_.server_of(group[0]);
-    int last_server = group.empty() ? 0 : cluster_.server_of(group[0]);
-    for (int r : group) {
-      append_place(sig, r, base);
-      const int srv = cluster_.server_of(r);
-      if (srv != last_server) {  // hops to the first member on each further server
-        sig.push_back(-2);
-        sig.push_back(static_cast<int64_t>(cluster_.path(group[0], r).size()));
-        last_server = srv;
-      }
-    }
-    for (const auto& other : concurrent) {
-      sig.push_back(-1);
-      for (int r : other) append_place(sig, r, base);
-    }
-    auto pit = places_.groups.find(sig);
-    if (pit == places_.groups.end()) {
-      auto gm = std::make_unique<cost::GroupModel>(cluster_, prof_, group, concurrent,
-                                                   /*price_all_to_all=*/g == Group::kEp);
-      pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
-    }
-    return *groups_.emplace(key, pit->second.get()).first->second;
-  }
-
-  // (bandwidth, latency) of every rank of `from` sending to its peer in `to` at once; priced
-  // once per distinct placement of those flows (as group_model() does).
-  std::pair<double, double> p2p_link(int from, int to) {
-    auto key = std::make_pair(from, to);
-    auto it = links_.find(key);
-    if (it != links_.end()) return it->second;
-    std::vector<cost::Flow> flows;
-    flows.push_back({reps_[from], peer_rank(from, to)});
-    for (int r = 0; r < layout_.world() && flows.size() < cost::GroupModel::kMaxPricedFlows; ++r) {
-      RankCoord c = layout_.coord(r);
-      if (c.pp != from || r == reps_[from]) continue;
-      c.pp = to;
-      flows.push_back({r, layout_.rank(c)});
-    }
-    const int base = cluster_.server_of(flows[0].src);
-    std::vector<int64_t> sig;
-    for (const cost::Flow& f : flows) {
-      append_place(sig, f.src, base);
-      append_place(sig, f.dst, base);
-    }
-    sig.push_back(static_cast<int64_t>(cluster_.path(flows[0].src, flows[0].dst).size()));
-    auto pit = places_.links.find(sig);
-    if (pit == places_.links.end()) {
-      double bw = std::numeric_limits<double>::infinity(), lat = 0;
-      if (flows[0].src != flows[0].dst) {
-        for (const cost::FlowRate& f : cost::concurrent_flow_rates(cluster_, prof_, flows)) {
-          bw = std::min(bw, f.bw);
-          lat = std::max(lat, f.latency);
-        }
-      }
-      pit = places_.links
-                .emplace(std::move(sig), std::make_pair(bw, lat + prof_.collective_step_latency_s))
-                .first;
-    }
-    return links_.emplace(key, pit->second).first->second;
-  }
-
-  double host_bw(int stage) {
-    auto it = places_.host_bw.find(reps_[stage]);
-    if (it == places_.host_bw.end())
-      it = places_.host_bw
-               .emplace(reps_[stage],
-                        cluster_.host_link_bw(reps_[stage]) * prof_.host_copy_efficiency)
-               .first;
-    return it->second;
-  }
-
-  double elementwise_bytes(const Op& op) const {
-    if (op.bytes > 0) return op.bytes;
-    return 2.0 * op.elements * dtype_bytes(plan_.precision);  // read + write
-  }
-
-  double price(const Op& op, int stage, bool host) {
-    const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
-    const Dtype math = plan_.precision;
-    switch (op.kind) {
-      case OpKind::kLinear:
-      case OpKind::kExpertLinear:
-      case OpKind::kRouter:
-        if (op.m > 0 && op.n > 0 && op.k > 0)
-          return cost::gemm_time(dev, prof_, math, op.m, op.n, op.k,
-                                 std::max<int64_t>(1, op.batch));
-        if (op.flops > 0)
-          return op.flops / (dev.peak_flops(math) * prof_.gemm_efficiency) +
-                 prof_.kernel_overhead_s;
-        return cost::memory_time(dev, prof_, elementwise_bytes(op));
-      case OpKind::kAttention: {
-        const AttnShape a = attention_shape(op);
-        const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
-        return op.tags.phase == Phase::kBackward ? cost::attention_backward_time(dev, prof_, dt, a)
-                                                 : cost::attention_forward_time(dev, prof_, dt, a);
-      }
-      case OpKind::kAdamW: {
-        double params =
-            op.elements > 0 ? op.elements : op.bytes / cost::adam_bytes_per_param(plan_.precision);
-        if (host) {
-          double rate = prof_.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
-          return params / rate;
-        }
-        if (op.bytes > 0) return cost::memory_time(dev, prof_, op.bytes);
-        return cost::optimizer_time(dev, prof_, plan_.precision, params);
-      }
-      case OpKind::kEmbedding:
-      case OpKind::kNorm:
-      case OpKind::kBias:
-      case OpKind::kActivation:
-      case OpKind::kResidualAdd:
-      case OpKind::kCrossEntropy:
-      case OpKind::kDispatch:
-      case OpKind::kCombine:
-      case OpKind::kGradNorm:
-      case OpKind::kCast:
-        return cost::memory_time(dev, prof_, elementwise_bytes(op));
-      case OpKind::kAllReduce:
-      case OpKind::kAllGather:
-      case OpKind::kReduceScatter:
-      case OpKind::kAllToAll:
-      case OpKind::kBroadcast:
-        return group_model(stage, op.group).cost(collective_of(op.kind), op.bytes).time_s;
-      case OpKind::kSend: {
-        if (op.bytes <= 0) return 0;
-        if (op.group != Group::kPp) {
-          // One step of a ring over the group (context-parallel K/V exchange): every rank sends
-          // to its ring neighbour at once.
-          const cost::GroupModel& gm = group_model(stage, op.group);
-          if (gm.size() < 2) return 0;
-          return op.bytes / gm.ring_bw() + gm.ring_step_latency();
-        }
-        auto [bw, lat] = p2p_link(stage, op.peer_stage);
-        return std::isfinite(bw) ? op.bytes / bw + lat : 0;
-      }
-      case OpKind::kRecv:
-        return 0;  // the matching send carries the transfer
-      case OpKind::kOffload:
-      case OpKind::kPrefetch: {
-        double bw = host_bw(stage);
-        if (op.bytes <= 0) return 0;
-        if (bw <= 0)
-          throw Error("cluster",
-                      "offload needs a host link for GPU " + std::to_string(reps_[stage]));
-        return op.bytes / bw;
-      }
-    }
-    return 0;
-  }
-
-  // The attention core of an op: its `attn` shape when given, else one whole layer of the plan
-  // on this rank with the plan's kernel choice.
-  AttnShape attention_shape(const Op& op) const {
-    if (op.attn.batch > 0 && op.attn.seq_q > 0) return op.attn;
-    AttnShape a;
-    a.flash = plan_.flash_attention;
-    const int64_t seq = plan_.seq(model_);
-    a.batch = plan_.micro_batch;
-    a.seq_q = seq / plan_.cp;
-    a.seq_kv = seq;
-    a.heads = model_.heads / plan_.tp;
-    a.kv_heads = std::max<int64_t>(1, model_.kv_heads / plan_.tp);
-    a.head_dim = model_.head_dim;
-    a.causal = true;
-    a.dropout = model_.dropout;
-    return a;
-  }
-
-  const Model& model_;
-  const Cluster& cluster_;
-  const Plan& plan_;
-  const cost::Profile& prof_;
-  const RankLayout& layout_;
-  const std::vector<int>& reps_;
-  std::unordered_map<ShapeKey, double, ShapeHash> cache_;
-  // A direct-mapped memo in front of cache_ (most lookups hit it).
-  struct Memo {
-    ShapeKey key;
-    size_t hash = 0;
-    double seconds = 0;
-    bool used = false;
-  };
-  static constexpr size_t kMemoSlots = 1024;
-  std::vector<Memo> memo_ = std::vector<Memo>(kMemoSlots);
-  std::map<std::pair<int, int>, std::vector<int>> ranks_;
-  std::map<std::pair<int, int>, const cost::GroupModel*> groups_;  // (stage, group)
-  Simulator::Placements& places_;
-  const std::vector<int>& first_gpu_of_server_;
-  std::map<std::pair<int, int>, std::pair<double, double>> links_;  // (from, to)
-};
 
 // Per op (global id): the run state, half a cache line.
 struct alignas(32) SimOp {
@@ -565,7 +162,8 @@ class Engine {
       c.pp = s;
       reps_.push_back(layout_.rank(c));
     }
-    pricer_ = std::make_unique<Pricer>(model, cluster, plan, profile, layout_, reps_, places);
+    pricer_ =
+        std::make_unique<cost::OpPricer>(model, cluster, plan, profile, layout_, reps_, places);
     build();
   }
 
@@ -586,7 +184,7 @@ class Engine {
   const std::vector<Program>& programs_;
   RankLayout layout_;
   std::vector<int> reps_;
-  std::unique_ptr<Pricer> pricer_;
+  std::unique_ptr<cost::OpPricer> pricer_;
 
   int n_ = 0;
   std::vector<int> base_;                                       // first global id of each stage
@@ -728,7 +326,7 @@ void Engine::build() {
       }
       if (ops_[g].type != Type::kPpCollective) {
         ops_[g].dur = pricer_->time(op, s, host);
-        const int8_t cls = pricer_->link_class(op, s);
+        const int8_t cls = link_class(pricer_->link_use(op, s));
         const Type ty = ops_[g].type;
         if (cls != kNoClass && ops_[g].dur > 0 && (ty == Type::kComm || ty == Type::kSend))
           ops_[g].share = s * kClasses + cls;
@@ -996,6 +594,7 @@ SimResult Engine::result(bool record_trace) const {
   if (record_trace) {
     traces::Trace& tr = r.trace;
     tr.source = "predicted";
+    tr.plan = plan_to_json(plan_);
     tr.events.reserve(n_);
     for (int s = 0; s < plan_.pp; ++s) {
       const Program& prog = programs_[s];
@@ -1019,6 +618,7 @@ SimResult Engine::result(bool record_trace) const {
         e.layer = op.tags.layer;
         e.micro_batch = op.tags.micro_batch;
         e.phase = phase_name(op.tags.phase);
+        if (is_communication(op.kind)) e.group = group_name(op.group);
         tr.events.push_back(std::move(e));
       }
     }

@@ -12,7 +12,8 @@
 //    time). A collective on Group::kPp (the global gradient-norm all-reduce, a tied-embedding
 //    all-reduce) is a rendezvous: the k-th kPp collective of every stage whose Program has one
 //    starts when the last of them arrives.
-//  - Prices. Compute ops run on the representative's device in plan.precision: GEMMs by
+//  - Prices (cost::OpPricer of cost_models/op_cost.h, which calibration fits too). Compute ops
+//    run on the representative's device in plan.precision: GEMMs by
 //    cost::gemm_time, the attention core (Op::attn) by cost::attention_{forward,backward}_time,
 //    memory-bound ops by cost::memory_time of Op::bytes (HBM bytes read plus written), AdamW
 //    likewise (or cost::optimizer_time of Op::elements parameters when it has no bytes). An

@@ -15,5 +15,8 @@ Runner add_estimate(CLI::App& app);
 Runner add_simulate(CLI::App& app);
 Runner add_search(CLI::App& app);
 Runner add_accuracy(CLI::App& app);
+Runner add_compare(CLI::App& app);
+Runner add_calibrate(CLI::App& app);
+Runner add_run(CLI::App& app);
 
 }  // namespace parasol::tools

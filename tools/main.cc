@@ -1,4 +1,5 @@
-// The parasol command line: show, validate, estimate, simulate, search, accuracy.
+// The parasol command line: show, validate, estimate, simulate, search, accuracy, compare,
+// calibrate.
 #include <iostream>
 #include <map>
 
@@ -10,8 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"parasol: plan, predict and run hybrid-parallel transformer training"};
   app.require_subcommand(1);
   std::map<CLI::App*, Runner> runners;
-  std::vector<Runner> list = {add_show(app),     add_validate(app), add_estimate(app),
-                              add_simulate(app), add_search(app),   add_accuracy(app)};
+  std::vector<Runner> list = {add_show(app),     add_validate(app),  add_estimate(app),
+                              add_simulate(app), add_search(app),    add_accuracy(app),
+                              add_compare(app),  add_calibrate(app), add_run(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

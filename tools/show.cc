@@ -35,8 +35,11 @@ void print_cluster(const Cluster& c) {
   const DeviceSpec& d = c.gpu_device(0);
   std::cout << "cluster " << c.name << ": " << c.num_gpus() << " x " << d.name << " on "
             << c.num_servers() << " server(s), " << c.gpus_per_server() << " GPUs per server\n";
-  std::cout << "  device: " << fmt("%.0f", d.peak_bf16_flops / 1e12) << " TFLOP/s bf16 dense, "
-            << gib(d.hbm_bytes) << " HBM at " << fmt("%.0f", d.hbm_bw / 1e9) << " GB/s\n";
+  const std::string peak = d.peak_bf16_flops >= 1e12
+                               ? fmt("%.0f", d.peak_bf16_flops / 1e12) + " TFLOP/s"
+                               : fmt("%.0f", d.peak_bf16_flops / 1e9) + " GFLOP/s";
+  std::cout << "  device: " << peak << " bf16 dense, " << gib(d.hbm_bytes) << " HBM at "
+            << fmt("%.0f", d.hbm_bw / 1e9) << " GB/s\n";
   std::cout << "  links:";
   for (LinkKind k : c.link_kinds()) std::cout << " " << link_kind_name(k);
   std::cout << "\n  graph: " << boost::num_vertices(c.graph) << " vertices, "

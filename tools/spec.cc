@@ -111,6 +111,9 @@ Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
   const DeviceSpec& dev = s.cluster->gpu_device(0);
   s.profile =
       o.profile_file.empty() ? cost::default_profile(dev) : cost::load_profile(o.profile_file, dev);
+  // A profile of measured figures (the host CPU's, `parasol calibrate --probe`) replaces the
+  // device's datasheet for this cluster.
+  if (s.profile.measured_device) s.cluster->set_device_spec(*s.profile.measured_device);
   return s;
 }
 

@@ -42,7 +42,8 @@ struct Spec {
 };
 
 // Loads everything; a plan file's "model"/"cluster"/"gpus" fill in flags that were not given.
-// When dp is not given it is derived from the GPU count. Throws parasol::Error.
+// When dp is not given it is derived from the GPU count. A profile with a measured device
+// (Profile::measured_device) sets it on the cluster. Throws parasol::Error.
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan);
 
 }  // namespace parasol::tools

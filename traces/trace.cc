@@ -140,11 +140,19 @@ void write_trace(const Trace& trace, std::ostream& out) {
     append_int(buf, e.micro_batch);
     buf += ",\"phase\":";
     append_string(buf, e.phase);
+    if (!e.group.empty()) {
+      buf += ",\"group\":";
+      append_string(buf, e.group);
+    }
     buf += "}}";
     flush(false);
   }
   buf += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"parasol\",\"source\":";
   append_string(buf, trace.source);
+  if (!trace.plan.is_null()) {
+    buf += ",\"plan\":";
+    buf += trace.plan.dump();
+  }
   buf += "}}\n";
   flush(true);
 }
@@ -173,6 +181,11 @@ Trace trace_from_json(const Json& j, const std::string& what) {
     if (other != j.end() && other->is_object()) {
       auto src = other->find("source");
       if (src != other->end() && src->is_string()) t.source = src->get<std::string>();
+      auto plan = other->find("plan");
+      if (plan != other->end() && !plan->is_null()) {
+        if (!plan->is_object()) throw Error(what + ".otherData.plan", "must be a JSON object");
+        t.plan = *plan;
+      }
     }
   } else {
     throw Error(what, "a trace must be a JSON object with traceEvents or an array of events");
@@ -211,6 +224,7 @@ Trace trace_from_json(const Json& j, const std::string& what) {
       ev.layer = static_cast<int>(a.integer_or("layer", ev.layer, -1, kMaxId));
       ev.micro_batch = static_cast<int>(a.integer_or("micro_batch", ev.micro_batch, -1, kMaxId));
       ev.phase = a.string_or("phase", ev.phase);
+      ev.group = a.string_or("group", ev.group);
     }
     t.events.push_back(std::move(ev));
   }
@@ -234,6 +248,11 @@ Trace merge(const std::vector<Trace>& traces, const std::vector<std::string>& na
       if (!out.source.empty() && out.source != t.source)
         throw Error(names[i] + ".source", "'" + t.source + "' differs from '" + out.source + "'");
       out.source = t.source;
+    }
+    if (!t.plan.is_null()) {
+      if (!out.plan.is_null() && out.plan != t.plan)
+        throw Error(names[i] + ".plan", "differs from the plan of the other traces");
+      out.plan = t.plan;
     }
     std::set<int> ranks;
     for (const TraceEvent& e : t.events) ranks.insert(e.rank);
@@ -269,6 +288,10 @@ Trace merge(const std::vector<Trace>& traces, const std::vector<std::string>& na
 Trace merge_traces(const std::vector<Trace>& traces) {
   std::vector<std::string> names;
   for (size_t i = 0; i < traces.size(); ++i) names.push_back("traces[" + std::to_string(i) + "]");
+  return merge(traces, names);
+}
+
+Trace merge_traces(const std::vector<Trace>& traces, const std::vector<std::string>& names) {
   return merge(traces, names);
 }
 

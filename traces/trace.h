@@ -25,7 +25,8 @@ struct TraceEvent {
   double flops = 0;      // executed FLOPs
   int layer = -1;        // model layer; -1 outside layers
   int micro_batch = -1;  // -1 for per-step ops
-  std::string phase;     // "forward", "backward", "recompute", "optimizer" or ""
+  std::string phase;     // phase_name(): "fwd", "bwd", "recompute", "optimizer"; or ""
+  std::string group;     // communication group (group_name(): "tp", "dp", ...) or ""
   double end_s() const { return start_s + dur_s; }
 };
 
@@ -40,12 +41,17 @@ struct Trace {
   std::vector<TraceEvent> events;
   std::vector<TraceStream> streams;  // optional names of (rank, stream) pairs
   std::string source;                // "predicted" or "measured"
+  // The plan the trace is of (core/plan.h's plan_to_json, with its "model", "cluster" and
+  // "gpus" references) when the writer knows it; null otherwise. Lets compare map ranks to
+  // pipeline stages and calibrate lower the Programs the trace ran.
+  Json plan;
 };
 
 // Chrome trace JSON: {"traceEvents": [...], "displayTimeUnit": "ms",
-//  "otherData": {"source": ..., "generator": "parasol"}}. Process-name metadata is written for
-// every rank that has events or streams; thread-name metadata for every entry of `streams`.
-// Output is deterministic (events in the order of trace.events).
+//  "otherData": {"source": ..., "generator": "parasol", "plan": {...} (when known)}}; an event's
+// "args" carry op_id, kind, bytes, flops, layer, micro_batch, phase and (when not empty) group.
+// Process-name metadata is written for every rank that has events or streams; thread-name metadata
+// for every entry of `streams`. Output is deterministic (events in the order of trace.events).
 void write_trace(const Trace& trace, std::ostream& out);
 // Writes to a file; an unwritable path is a parasol::Error naming the path.
 void write_trace_file(const Trace& trace, const std::string& path);
@@ -61,9 +67,12 @@ Trace read_trace_file(const std::string& path);
 
 // Merges per-rank traces (e.g. one file per rank of a measured run) into one: events and
 // stream names concatenated and sorted by (rank, stream, start). The sources must agree (or be
-// empty), and a rank may appear in one input only: violations are parasol::Error naming
-// "traces[i]".
+// empty), so must the plans (or be null), and a rank may appear in one input only: violations
+// are parasol::Error naming "traces[i]".
 Trace merge_traces(const std::vector<Trace>& traces);
+// The same, naming input i as names[i] (e.g. its file) in errors.
+// REQUIRES: names.size() == traces.size().
+Trace merge_traces(const std::vector<Trace>& traces, const std::vector<std::string>& names);
 // Reads every file and merges them; errors name the offending file.
 Trace read_trace_files(const std::vector<std::string>& paths);
 

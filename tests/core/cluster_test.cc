@@ -134,6 +134,58 @@ TEST(ClusterPreset, Rejections) {
   ExpectError([] { load_cluster("/nonexistent/cluster.json", 8); }, "cluster", "no such file");
 }
 
+TEST(ClusterPreset, LocalhostIsRanksOnSharedMemory) {
+  Cluster c = cluster_preset("localhost", 4);
+  EXPECT_EQ(c.num_gpus(), 4);
+  EXPECT_EQ(c.num_servers(), 1);
+  EXPECT_EQ(c.gpu_device(0).name, kHostCpuDevice);
+  // Rank to rank through the shm vertex: two shm links.
+  Path p = c.path(0, 3);
+  ASSERT_EQ(p.size(), 2u);
+  for (const Hop& h : p) EXPECT_EQ(c.graph[h.edge].kind, LinkKind::kShm);
+  EXPECT_DOUBLE_EQ(c.bottleneck_bw(0, 3), 12e9);
+  EXPECT_GT(c.host_link_bw(0), 0);
+  EXPECT_GT(c.host_memory_per_gpu(0), 0);
+  // One rank has no shm vertex; 0 ranks are an error.
+  EXPECT_EQ(cluster_preset("localhost", 1).num_gpus(), 1);
+  ExpectError([] { cluster_preset("localhost", 0); }, "gpus", ">= 1");
+  EXPECT_EQ(load_cluster("localhost", 2).name, "localhost");
+}
+
+TEST(Cluster, MeasuredDeviceReplacesTheDatasheet) {
+  Cluster c = cluster_preset("localhost", 2);
+  DeviceSpec measured = device_spec(kHostCpuDevice);
+  measured.peak_fp32_flops = 42e9;
+  measured.hbm_bw = 9e9;
+  c.set_device_spec(measured);
+  EXPECT_DOUBLE_EQ(c.gpu_device(1).peak_flops(Dtype::kFp32), 42e9);
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bw, 9e9);
+  // The datasheet itself is unchanged, and so are other clusters.
+  EXPECT_DOUBLE_EQ(device_spec(kHostCpuDevice).hbm_bw, 25e9);
+  EXPECT_DOUBLE_EQ(cluster_preset("localhost", 2).gpu_device(0).hbm_bw, 25e9);
+  // A measured device that the cluster does not use is an error.
+  Cluster h = cluster_preset("dgx-h100", 8);
+  ExpectError([&] { h.set_device_spec(measured); }, "device_spec.name", "not the device");
+}
+
+TEST(Device, JsonRoundTrip) {
+  for (const std::string& name : known_devices()) {
+    SCOPED_TRACE(name);
+    const DeviceSpec& d = device_spec(name);
+    DeviceSpec r = device_spec_from_json(Json::parse(device_spec_to_json(d).dump()));
+    EXPECT_EQ(r.name, d.name);
+    EXPECT_EQ(r.vendor, d.vendor);
+    for (Dtype t : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8})
+      EXPECT_NEAR(r.peak_flops(t), d.peak_flops(t), 1e-9 * d.peak_flops(t));
+    EXPECT_NEAR(r.hbm_bytes, d.hbm_bytes, 1e-9 * d.hbm_bytes);
+    EXPECT_NEAR(r.hbm_bw, d.hbm_bw, 1e-9 * d.hbm_bw);
+    EXPECT_EQ(r.compute_units, d.compute_units);
+  }
+  Json bad = device_spec_to_json(device_spec("H100-SXM"));
+  bad["memory_bw_GBps"] = 0;
+  ExpectError([&] { device_spec_from_json(bad); }, "device_spec.memory_bw_GBps", "> 0");
+}
+
 TEST(Device, DatasheetLookup) {
   EXPECT_EQ(device_spec("h100-sxm").name, "H100-SXM");  // case-insensitive
   EXPECT_DOUBLE_EQ(device_spec("A100-80G").peak_flops(Dtype::kBf16), 312e12);

@@ -74,6 +74,14 @@ TEST_F(ComputeTest, WaveQuantizationPenalisesOneTileOverAFullWave) {
             0.9 * gemm_shape_factor(a100, prof, 2304, 1536, k));
 }
 
+TEST_F(ComputeTest, CpuGemmsHaveOnlyTheReductionDepthFactor) {
+  const DeviceSpec& cpu = device_spec(kHostCpuDevice);
+  const Profile p = default_profile(cpu);
+  for (int64_t m : {1, 64, 1000})
+    for (int64_t k : {8, 64, 4096})
+      EXPECT_DOUBLE_EQ(gemm_shape_factor(cpu, p, m, 96, k), k / (k + p.gemm_k_half));
+}
+
 TEST_F(ComputeTest, ShapeFactorIsInUnitInterval) {
   for (int64_t m : {1, 7, 64, 1000, 4096, 12345})
     for (int64_t n : {1, 128, 3000, 8192})

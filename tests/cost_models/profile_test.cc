@@ -45,12 +45,21 @@ TEST(DefaultProfile, EveryKnownDeviceHasEfficienciesInUnitInterval) {
 
 TEST(DefaultProfile, LinkEffIndexesByKind) {
   Profile p = default_profile(device_spec("H100-SXM"));
-  p.link_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5};
+  p.link_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
   EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kNvlink), 0.1);
   EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kNvswitch), 0.2);
   EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kPcie), 0.3);
   EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kInfiniband), 0.4);
   EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kEthernet), 0.5);
+  EXPECT_DOUBLE_EQ(p.link_eff(LinkKind::kShm), 0.6);
+}
+
+TEST(DefaultProfile, GemmEfficiencyPerDtypeFallsBackToTheScalar) {
+  Profile p = default_profile(device_spec("H100-SXM"));
+  p.gemm_efficiency = 0.7;
+  p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.5;
+  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kBf16), 0.7);
+  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kFp8), 0.5);
 }
 
 Profile odd_profile() {
@@ -62,7 +71,8 @@ Profile odd_profile() {
   p.flash_forward_efficiency = 0.55;
   p.flash_backward_efficiency = 0.41;
   p.kernel_overhead_s = 4.5e-6;
-  p.link_efficiency = {0.61, 0.62, 0.63, 0.64, 0.65};
+  p.link_efficiency = {0.61, 0.62, 0.63, 0.64, 0.65, 0.66};
+  p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.52;
   p.collective_step_latency_s = 7e-6;
   p.host_copy_efficiency = 0.7;
   p.host_adam_params_per_s = 2.5e9;
@@ -79,7 +89,16 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_DOUBLE_EQ(a.flash_forward_efficiency, b.flash_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.flash_backward_efficiency, b.flash_backward_efficiency);
   EXPECT_DOUBLE_EQ(a.kernel_overhead_s, b.kernel_overhead_s);
-  for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(a.link_efficiency[i], b.link_efficiency[i]);
+  for (int i = 0; i < kLinkKinds; ++i) EXPECT_DOUBLE_EQ(a.link_efficiency[i], b.link_efficiency[i]);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_DOUBLE_EQ(a.gemm_efficiency_by_dtype[i], b.gemm_efficiency_by_dtype[i]);
+  ASSERT_EQ(a.measured_device.has_value(), b.measured_device.has_value());
+  if (a.measured_device) {
+    EXPECT_EQ(a.measured_device->name, b.measured_device->name);
+    EXPECT_DOUBLE_EQ(a.measured_device->peak_fp32_flops, b.measured_device->peak_fp32_flops);
+    EXPECT_DOUBLE_EQ(a.measured_device->hbm_bw, b.measured_device->hbm_bw);
+    EXPECT_DOUBLE_EQ(a.measured_device->hbm_bytes, b.measured_device->hbm_bytes);
+  }
   EXPECT_DOUBLE_EQ(a.collective_step_latency_s, b.collective_step_latency_s);
   EXPECT_DOUBLE_EQ(a.host_copy_efficiency, b.host_copy_efficiency);
   EXPECT_DOUBLE_EQ(a.host_adam_params_per_s, b.host_adam_params_per_s);
@@ -99,6 +118,30 @@ TEST(ProfileJson, RoundTrip) {
     Profile d = default_profile(device_spec(name));
     expect_same(profile_from_json(profile_to_json(d)), d);
   }
+}
+
+TEST(ProfileJson, CarriesAMeasuredDevice) {
+  // The host CPU's profile from `parasol calibrate --probe`: measured peak and bandwidth.
+  Profile p = default_profile(device_spec(kHostCpuDevice));
+  DeviceSpec measured = device_spec(kHostCpuDevice);
+  measured.peak_fp32_flops = measured.peak_tf32_flops = 87e9;
+  measured.peak_bf16_flops = measured.peak_fp16_flops = 87e9;
+  measured.hbm_bw = 19.5e9;
+  p.measured_device = measured;
+  Json j = profile_to_json(p);
+  EXPECT_DOUBLE_EQ(j["device_spec"]["memory_bw_GBps"].get<double>(), 19.5);
+  expect_same(profile_from_json(Json::parse(j.dump())), p);
+  // A device_spec of another device than the profile's is an error naming it.
+  j["device_spec"]["name"] = "H100-SXM";
+  try {
+    profile_from_json(j);
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "profile.device_spec.name");
+  }
+  j["device_spec"]["name"] = kHostCpuDevice;
+  j["device_spec"]["memory_bw_GBps"] = 0;
+  EXPECT_THROW(profile_from_json(j), Error);
 }
 
 TEST(ProfileJson, MissingFieldsTakeTheDeviceDefaults) {

@@ -95,11 +95,11 @@ Plan base_plan(int gbs = 8) {
 
 std::string describe(const Plan& p) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "tp%d pp%d dp%d cp%d ep%d sp%d vpp%d %s zero%d rc%d flash%d off%d%d%d",
-                p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? 1 : 0, p.vpp,
-                schedule_name(p.schedule), p.zero, static_cast<int>(p.recompute),
-                p.flash_attention ? 1 : 0, p.offload.optimizer, p.offload.params,
-                p.offload.activations);
+  std::snprintf(buf, sizeof buf,
+                "tp%d pp%d dp%d cp%d ep%d sp%d vpp%d %s zero%d rc%d flash%d off%d%d%d", p.tp, p.pp,
+                p.dp, p.cp, p.ep, p.sequence_parallel ? 1 : 0, p.vpp, schedule_name(p.schedule),
+                p.zero, static_cast<int>(p.recompute), p.flash_attention ? 1 : 0,
+                p.offload.optimizer, p.offload.params, p.offload.activations);
   return buf;
 }
 
@@ -192,7 +192,6 @@ double file_error(const std::string& a, const std::string& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
-
 // Trains `plan` and checks it against the serial run.
 void expect_matches_serial(const Model& m, const Plan& plan) {
   SCOPED_TRACE(m.name + " " + describe(plan));
@@ -207,8 +206,8 @@ void expect_matches_serial(const Model& m, const Plan& plan) {
   EXPECT_LT(got.losses.back(), got.losses.front());  // it trains
   for (const TensorInfo& t : model_tensors(m))
     for (const char* kind : {"params", "adam_m", "adam_v"}) {
-      const double e = file_error(checkpoint_file(dir, kind, t.name),
-                                  checkpoint_file(ref.dir, kind, t.name));
+      const double e =
+          file_error(checkpoint_file(dir, kind, t.name), checkpoint_file(ref.dir, kind, t.name));
       EXPECT_LE(e, 1e-4) << kind << "/" << t.name;
     }
 }

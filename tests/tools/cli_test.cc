@@ -1,5 +1,7 @@
 // Tests of the parasol command line as a user runs it: exit codes (0 ok, 2 user error),
-// error messages that name the field, --json outputs, and search -> estimate round trip.
+// error messages that name the field, --json outputs, search -> estimate round trip, and the
+// loop simulate -> compare -> calibrate -> simulate (with a profile of the host CPU from
+// calibrate --probe) on the localhost preset.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -154,6 +156,170 @@ TEST(Cli, SimulateJsonAndTrace) {
   Result bad = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 3");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("plan.tp"), std::string::npos) << bad.out;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+double json_step_time(const Result& r) {
+  return nlohmann::json::parse(r.out)["step_time_s"].get<double>();
+}
+
+// A "measured" run: the localhost plan simulated with a host profile whose figures differ from
+// the defaults (as a real host's would).
+const char* kTruth = R"({"device": "cpu-host", "gemm_efficiency": 0.45, "memory_efficiency": 0.3,
+  "link_efficiency": {"shm": 0.7}, "collective_step_latency_us": 4})";
+const std::string kLocal = "--model tiny --cluster localhost --gpus 2 --tp 2 --gbs 4";
+
+TEST(Cli, CompareAPredictionWithAMeasurement) {
+  const std::string truth = write_file("cli_truth.json", kTruth);
+  const std::string pred = temp_path("cli_pred.json"), meas = temp_path("cli_meas.json");
+  ASSERT_EQ(run("simulate " + kLocal + " --trace " + pred).code, 0);
+  Result m = run("simulate " + kLocal + " --profile " + truth + " --json --trace " + meas);
+  ASSERT_EQ(m.code, 0) << m.out;
+  Result p = run("simulate " + kLocal + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  Result text = run("compare " + pred + " " + meas);
+  ASSERT_EQ(text.code, 0) << text.out;
+  for (const char* k : {"by op kind:", "linear", "by phase:", "fwd", "step time error"})
+    EXPECT_NE(text.out.find(k), std::string::npos) << k << "\n" << text.out;
+  Result j = run("compare " + pred + " " + meas + " --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  auto c = nlohmann::json::parse(j.out);
+  EXPECT_NEAR(c["step"]["error"].get<double>(), json_step_time(p) / json_step_time(m) - 1, 1e-6);
+  EXPECT_GT(c["matched"].get<int>(), 10);
+  EXPECT_FALSE(c["by_kind"].empty());
+}
+
+TEST(Cli, CompareRejectsBrokenFilesAndOtherPrograms) {
+  const std::string pred = temp_path("cli_pred2.json"), other = temp_path("cli_other.json");
+  ASSERT_EQ(run("simulate " + kLocal + " --trace " + pred).code, 0);
+  ASSERT_EQ(
+      run("simulate --model tiny-gpt --cluster localhost --gpus 2 --tp 2 --gbs 4 --trace " + other)
+          .code,
+      0);
+  Result r = run("compare " + pred + " " + other);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: " + other + ".ranks["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("another program"), std::string::npos) << r.out;
+  const std::string broken = write_file("cli_broken_trace.json", R"({"traceEvents": [{"ph": "X",)");
+  r = run("compare " + pred + " " + broken);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: " + broken), std::string::npos) << r.out;
+  const std::string no_dur = write_file(
+      "cli_nodur_trace.json", R"({"traceEvents": [{"ph": "X", "name": "a", "ts": 0, "pid": 0,
+      "tid": 0}]})");
+  r = run("compare " + no_dur + " " + pred);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(".traceEvents[0].dur"), std::string::npos) << r.out;
+  EXPECT_EQ(run("compare " + pred).code, 2);  // MEASURED is required
+}
+
+TEST(Cli, CalibrateFitsAProfileThatPredictsTheMeasurement) {
+  const std::string truth = write_file("cli_truth3.json", kTruth);
+  const std::string meas = temp_path("cli_meas3.json"), fit = temp_path("cli_fit3.json");
+  Result m = run("simulate " + kLocal + " --profile " + truth + " --json --trace " + meas);
+  ASSERT_EQ(m.code, 0) << m.out;
+  // The trace records its plan: no plan flags needed.
+  Result c = run("calibrate " + meas + " -o " + fit);
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("gemm_efficiency.bf16"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("profile written to"), std::string::npos) << c.out;
+  for (const std::string cmd : {"estimate", "simulate"})
+    EXPECT_EQ(run(cmd + " " + kLocal + " --profile " + fit).code, 0) << cmd;
+  Result f = run("simulate " + kLocal + " --profile " + fit + " --json");
+  ASSERT_EQ(f.code, 0) << f.out;
+  EXPECT_NEAR(json_step_time(f), json_step_time(m), 0.01 * json_step_time(m));
+  Result j = run("calibrate " + meas + " -o " + fit + " --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  auto cj = nlohmann::json::parse(j.out);
+  EXPECT_GT(cj["samples"].get<int>(), 10);
+  EXPECT_LT(cj["rms_log_error_after"].get<double>(), cj["rms_log_error_before"].get<double>());
+  // Errors: no output file, a broken trace, a base profile of another device.
+  EXPECT_EQ(run("calibrate " + meas).code, 2);
+  const std::string broken = write_file("cli_broken3.json", "[{]");
+  Result b = run("calibrate " + broken + " -o " + fit);
+  EXPECT_EQ(b.code, 2);
+  EXPECT_NE(b.out.find("error: " + broken), std::string::npos) << b.out;
+  const std::string h100 = write_file("cli_h100.json", R"({"device": "H100-SXM"})");
+  Result d = run("calibrate " + meas + " -o " + fit + " --base " + h100);
+  EXPECT_EQ(d.code, 2);
+  EXPECT_NE(d.out.find("profile.device"), std::string::npos) << d.out;
+}
+
+TEST(Cli, ProbeWritesAHostProfileThatThePredictorsAccept) {
+  const std::string host = temp_path("cli_host.json");
+  std::remove(host.c_str());
+  Result p = run("calibrate --probe -o " + host + " --json");
+  ASSERT_EQ(p.code, 0) << p.out;
+  auto pj = nlohmann::json::parse(p.out);
+  EXPECT_GT(pj["sgemm_GFLOPs"].get<double>(), 0.1);
+  EXPECT_GT(pj["triad_GBps"].get<double>(), 0.1);
+  EXPECT_LT(pj["wall_s"].get<double>(), 2.0);
+  std::ifstream f(host);
+  auto profile = nlohmann::json::parse(f);
+  EXPECT_EQ(profile["device"], "cpu-host");
+  EXPECT_NEAR(profile["device_spec"]["peak_fp32_TFLOPs"].get<double>() * 1e3,
+              pj["sgemm_GFLOPs"].get<double>(), 1e-6);
+  for (const std::string cmd : {"estimate", "simulate"})
+    EXPECT_EQ(run(cmd + " " + kLocal + " --profile " + host).code, 0) << cmd;
+  Result s =
+      run("search --model tiny --cluster localhost --gpus 2 --gbs 4 --top 2 --profile " + host);
+  EXPECT_EQ(s.code, 0) << s.out;
+  // The measured device replaces the datasheet: a faster host predicts a shorter step.
+  auto faster = profile;
+  faster["device_spec"]["peak_fp32_TFLOPs"] =
+      10 * profile["device_spec"]["peak_fp32_TFLOPs"].get<double>();
+  faster["device_spec"]["peak_bf16_TFLOPs"] =
+      10 * profile["device_spec"]["peak_bf16_TFLOPs"].get<double>();
+  faster["device_spec"]["memory_bw_GBps"] =
+      10 * profile["device_spec"]["memory_bw_GBps"].get<double>();
+  const std::string fast = write_file("cli_fast_host.json", faster.dump());
+  Result a = run("simulate " + kLocal + " --json --profile " + host);
+  Result b = run("simulate " + kLocal + " --json --profile " + fast);
+  ASSERT_EQ(a.code, 0);
+  ASSERT_EQ(b.code, 0);
+  EXPECT_LT(json_step_time(b), json_step_time(a));
+  EXPECT_EQ(run("calibrate --probe --threads 0").code, 2);
+}
+
+// `parasol run --trace` (one rank, MPI singleton): the trace records its plan and the last
+// --trace-steps steps one after another, so that compare takes their median and calibrate needs
+// no plan flags.
+TEST(Cli, RunTraceFeedsCompareAndCalibrate) {
+  const std::string meas = temp_path("cli_run_trace.json"), pred = temp_path("cli_run_pred.json");
+  const std::string fit = temp_path("cli_run_fit.json");
+  const std::string plan = "--model tiny --mbs 2 --gbs 4";
+  Result r = run("run " + plan + " --steps 4 --trace-steps 3 --trace " + meas);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(meas);
+  auto t = nlohmann::json::parse(f);
+  EXPECT_EQ(t["otherData"]["plan"]["model"], "tiny");
+  EXPECT_EQ(t["otherData"]["plan"]["precision"], "fp32");
+  ASSERT_EQ(run("simulate " + plan + " --cluster localhost --precision fp32 --trace " + pred).code,
+            0);
+  Result c = run("compare " + pred + " " + meas + " --json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  auto cj = nlohmann::json::parse(c.out);
+  EXPECT_EQ(cj["rank_map"]["0"], 0);
+  EXPECT_GT(cj["step"]["measured_s"].get<double>(), 0);
+  // Three steps of every op, none overlapping the next.
+  int emb = 0;
+  double last_end = -1;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X" || e["name"] != "emb" || e["args"]["phase"] != "fwd") continue;
+    ++emb;
+    EXPECT_GT(e["ts"].get<double>(), last_end);
+    last_end = e["ts"].get<double>() + e["dur"].get<double>();
+  }
+  EXPECT_EQ(emb, 3 * 2);  // two micro-batches per step
+  Result k = run("calibrate " + meas + " -o " + fit);
+  ASSERT_EQ(k.code, 0) << k.out;
+  EXPECT_NE(k.out.find("gemm_efficiency.fp32"), std::string::npos) << k.out;
+  EXPECT_EQ(run("run " + plan + " --steps 2 --trace-steps 3 --trace " + meas).code, 2);
 }
 
 }  // namespace

@@ -104,6 +104,18 @@ TEST(Trace, RoundTripKeepsEveryField) {
   EXPECT_EQ(u.streams[1].name, "comm");
 }
 
+TEST(Trace, RoundTripKeepsGroupAndPlan) {
+  Trace t = sample();
+  t.events[1].group = "tp";
+  t.plan = Json{{"tp", 2}, {"pp", 1}, {"model", "tiny"}};
+  Trace u = trace_from_json(parse_json(to_text(t), "mem"), "mem");
+  EXPECT_EQ(u.events[0].group, "");  // written only when set
+  EXPECT_EQ(u.events[1].group, "tp");
+  EXPECT_EQ(u.plan, t.plan);
+  EXPECT_TRUE(trace_from_json(parse_json(to_text(sample()), "mem"), "mem").plan.is_null());
+  EXPECT_EQ(error_field(R"({"traceEvents":[],"otherData":{"plan":3}})"), "t.json.otherData.plan");
+}
+
 TEST(Trace, WrittenFileIsChromeTraceJson) {
   Json j = parse_json(to_text(sample()), "mem");
   ASSERT_TRUE(j.contains("traceEvents"));
@@ -214,6 +226,17 @@ TEST(Trace, MergesPerRankTraces) {
   Trace p = r1;
   p.source = "predicted";
   EXPECT_THROW(merge_traces({r0, p}), Error);
+  // Plans must agree (or be absent); the merge keeps the plan.
+  Trace q0 = r0, q1 = r1;
+  q0.plan = Json{{"tp", 1}};
+  EXPECT_EQ(merge_traces({q0, r1}).plan, q0.plan);
+  q1.plan = Json{{"tp", 2}};
+  try {
+    merge_traces({q0, q1}, {"a.json", "b.json"});
+    FAIL() << "traces of two plans merged";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "b.json.plan");
+  }
 
   // From files: errors name the file.
   std::string f0 = temp_path("merge_r0.json"), f1 = temp_path("merge_r1.json");

@@ -1,0 +1,417 @@
+// Op prices of a lowered plan (see op_cost.h): the per-kind formulas, a memo of op shapes, and
+// the placement caches of groups and pipeline links.
+#include "cost_models/op_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "cost_models/compute.h"
+
+namespace parasol::cost {
+
+Collective collective_of(OpKind k) {
+  switch (k) {
+    case OpKind::kAllReduce:
+      return Collective::kAllReduce;
+    case OpKind::kAllGather:
+      return Collective::kAllGather;
+    case OpKind::kReduceScatter:
+      return Collective::kReduceScatter;
+    case OpKind::kAllToAll:
+      return Collective::kAllToAll;
+    case OpKind::kBroadcast:
+      return Collective::kBroadcast;
+    default:
+      return Collective::kAllReduce;
+  }
+}
+
+bool is_compute_kind(OpKind k) {
+  return !is_communication(k) && k != OpKind::kOffload && k != OpKind::kPrefetch;
+}
+
+bool runs_on_host(const Program& p, const Op& op) {
+  if (op.kind != OpKind::kAdamW && op.kind != OpKind::kCast && op.kind != OpKind::kGradNorm)
+    return false;
+  bool any = false;
+  for (const std::vector<int>* list : {&op.reads, &op.writes})
+    for (int b : *list) {
+      if (b < 0 || b >= static_cast<int>(p.buffers.size()) || !p.buffers[b].host) return false;
+      any = true;
+    }
+  return any;
+}
+
+PlacementCache::PlacementCache(const Cluster& cluster) {
+  first_gpu_of_server.assign(cluster.num_servers(), -1);
+  for (int gpu = cluster.num_gpus() - 1; gpu >= 0; --gpu) {
+    const int srv = cluster.server_of(gpu);
+    if (srv >= 0 && srv < cluster.num_servers()) first_gpu_of_server[srv] = gpu;
+  }
+}
+
+namespace {
+
+// The shape of an op as far as its price is concerned.
+struct ShapeKey {
+  int kind, phase, group, stage, peer, host;
+  int64_t m, n, k, batch;
+  double elements, bytes, flops;
+  int64_t ab, aq, akv, ah, akvh, ad;
+  int aflags;
+  bool operator==(const ShapeKey& o) const {
+    return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
+           peer == o.peer && host == o.host && m == o.m && n == o.n && k == o.k &&
+           batch == o.batch && elements == o.elements && bytes == o.bytes && flops == o.flops &&
+           ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah && akvh == o.akvh && ad == o.ad &&
+           aflags == o.aflags;
+  }
+};
+
+struct ShapeHash {
+  size_t operator()(const ShapeKey& s) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    auto bits = [](double d) {
+      uint64_t u;
+      std::memcpy(&u, &d, sizeof u);
+      return u;
+    };
+    mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
+        static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
+        static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
+    mix(static_cast<uint64_t>(s.peer));
+    mix(static_cast<uint64_t>(s.m));
+    mix(static_cast<uint64_t>(s.n));
+    mix(static_cast<uint64_t>(s.k));
+    mix(static_cast<uint64_t>(s.batch));
+    mix(bits(s.elements));
+    mix(bits(s.bytes));
+    mix(bits(s.flops));
+    if (s.kind == static_cast<int>(OpKind::kAttention)) {
+      mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
+          static_cast<uint64_t>(s.akv) << 40);
+      mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
+          static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+bool stage_dependent(const Op& op) {
+  return is_communication(op.kind) || op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch;
+}
+
+}  // namespace
+
+// Prices per op shape: a hash map behind a direct-mapped memo (most lookups hit the memo).
+struct OpPricer::ShapeCache {
+  std::unordered_map<ShapeKey, double, ShapeHash> map;
+  struct Memo {
+    ShapeKey key;
+    size_t hash = 0;
+    double seconds = 0;
+    bool used = false;
+  };
+  static constexpr size_t kMemoSlots = 1024;
+  std::vector<Memo> memo = std::vector<Memo>(kMemoSlots);
+};
+
+OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
+                   const Profile& profile, const RankLayout& layout, const std::vector<int>& reps,
+                   PlacementCache& places)
+    : model_(model),
+      cluster_(cluster),
+      plan_(plan),
+      prof_(profile),
+      layout_(layout),
+      reps_(reps),
+      places_(places),
+      shapes_(std::make_unique<ShapeCache>()) {}
+
+OpPricer::~OpPricer() = default;
+
+double OpPricer::time(const Op& op, int stage, bool host) {
+  ShapeKey key{static_cast<int>(op.kind),
+               static_cast<int>(op.tags.phase),
+               is_communication(op.kind) ? static_cast<int>(op.group) : -1,
+               stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
+               op.peer_stage,
+               host ? 1 : 0,
+               op.m,
+               op.n,
+               op.k,
+               op.batch,
+               op.elements,
+               op.bytes,
+               op.flops,
+               op.attn.batch,
+               op.attn.seq_q,
+               op.attn.seq_kv,
+               op.attn.heads,
+               op.attn.kv_heads,
+               op.attn.head_dim,
+               (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
+  const size_t h = ShapeHash()(key);
+  ShapeCache::Memo& slot = shapes_->memo[h % ShapeCache::kMemoSlots];
+  if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;
+  auto it = shapes_->map.find(key);
+  double t;
+  if (it != shapes_->map.end()) {
+    t = it->second;
+  } else {
+    t = price(op, stage, host);
+    shapes_->map.emplace(key, t);
+  }
+  slot = {key, h, t, true};
+  return t;
+}
+
+LinkUse OpPricer::link_use(const Op& op, int stage) {
+  switch (op.kind) {
+    case OpKind::kOffload:
+      return LinkUse::kDeviceToHost;
+    case OpKind::kPrefetch:
+      return LinkUse::kHostToDevice;
+    case OpKind::kSend: {
+      if (op.group != Group::kPp) break;  // a ring step of a group: priced as the group
+      const int peer = peer_rank(stage, op.peer_stage);
+      return cluster_.server_of(reps_[stage]) == cluster_.server_of(peer) ? LinkUse::kIntraServer
+                                                                          : LinkUse::kInterServer;
+    }
+    case OpKind::kRecv:
+      return LinkUse::kNone;
+    default:
+      break;
+  }
+  if (!is_communication(op.kind)) return LinkUse::kNone;
+  const std::vector<int>& g = group_ranks(stage, op.group);
+  if (g.size() < 2) return LinkUse::kNone;
+  for (int r : g)
+    if (cluster_.server_of(r) != cluster_.server_of(g[0])) return LinkUse::kInterServer;
+  return LinkUse::kIntraServer;
+}
+
+double OpPricer::pp_collective_time(const Op& op, const std::vector<int>& stages) {
+  std::vector<int> group;
+  for (int s : stages) group.push_back(reps_[s]);
+  if (group.size() < 2) return 0;
+  GroupModel gm(cluster_, prof_, group);
+  return gm.cost(collective_of(op.kind), op.bytes).time_s;
+}
+
+int OpPricer::peer_rank(int stage, int peer_stage) const {
+  RankCoord c = layout_.coord(reps_[stage]);
+  c.pp = peer_stage;
+  return layout_.rank(c);
+}
+
+const std::vector<int>& OpPricer::group_ranks(int stage, Group g) {
+  auto key = std::make_pair(stage, static_cast<int>(g));
+  auto it = ranks_.find(key);
+  if (it != ranks_.end()) return it->second;
+  return ranks_.emplace(key, layout_.group(g, reps_[stage])).first->second;
+}
+
+// Where a GPU sits: (server relative to `base_server`, index inside its server).
+void OpPricer::append_place(std::vector<int64_t>& sig, int gpu, int base_server) const {
+  const int srv = cluster_.server_of(gpu);
+  if (srv < 0 || srv >= static_cast<int>(places_.first_gpu_of_server.size())) {
+    sig.push_back(std::numeric_limits<int>::min());  // no server: the absolute GPU
+    sig.push_back(gpu);
+    return;
+  }
+  sig.push_back(srv - base_server);
+  sig.push_back(gpu - places_.first_gpu_of_server[srv]);
+}
+
+const GroupModel& OpPricer::group_model(int stage, Group g) {
+  auto key = std::make_pair(stage, static_cast<int>(g));
+  auto it = groups_.find(key);
+  if (it != groups_.end()) return *it->second;
+  const std::vector<int>& group = group_ranks(stage, g);
+  // The same-kind groups of this stage run the same collective at the same time.
+  std::vector<std::vector<int>> concurrent;
+  if (group.size() >= 2) {
+    for (auto& other : layout_.groups(g)) {
+      if (other == group) continue;
+      bool same_stage = true;
+      for (int r : other) same_stage = same_stage && layout_.coord(r).pp == stage;
+      if (same_stage) concurrent.push_back(std::move(other));
+      if (concurrent.size() >= 64) break;
+    }
+  }
+  // Stages usually repeat one placement shifted by whole servers: price each distinct
+  // placement once. The signature holds every member's relative server, index in its server
+  // and hop count from the first member (which tells fabric boundaries apart), and the
+  // relative places of the concurrent groups.
+  std::vector<int64_t> sig = {static_cast<int64_t>(g), static_cast<int64_t>(group.size())};
+  const int base = group.empty() ? 0 : cluster_.server_of(group[0]);
+  int last_server = group.empty() ? 0 : cluster_.server_of(group[0]);
+  for (int r : group) {
+    append_place(sig, r, base);
+    const int srv = cluster_.server_of(r);
+    if (srv != last_server) {  // hops to the first member on each further server
+      sig.push_back(-2);
+      sig.push_back(static_cast<int64_t>(cluster_.path(group[0], r).size()));
+      last_server = srv;
+    }
+  }
+  for (const auto& other : concurrent) {
+    sig.push_back(-1);
+    for (int r : other) append_place(sig, r, base);
+  }
+  auto pit = places_.groups.find(sig);
+  if (pit == places_.groups.end()) {
+    auto gm = std::make_unique<GroupModel>(cluster_, prof_, group, concurrent,
+                                           /*price_all_to_all=*/g == Group::kEp);
+    pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
+  }
+  return *groups_.emplace(key, pit->second.get()).first->second;
+}
+
+// (bandwidth, latency) of every rank of `from` sending to its peer in `to` at once; priced once
+// per distinct placement of those flows (as group_model() does).
+std::pair<double, double> OpPricer::p2p_link(int from, int to) {
+  auto key = std::make_pair(from, to);
+  auto it = links_.find(key);
+  if (it != links_.end()) return it->second;
+  std::vector<Flow> flows;
+  flows.push_back({reps_[from], peer_rank(from, to)});
+  for (int r = 0; r < layout_.world() && flows.size() < GroupModel::kMaxPricedFlows; ++r) {
+    RankCoord c = layout_.coord(r);
+    if (c.pp != from || r == reps_[from]) continue;
+    c.pp = to;
+    flows.push_back({r, layout_.rank(c)});
+  }
+  const int base = cluster_.server_of(flows[0].src);
+  std::vector<int64_t> sig;
+  for (const Flow& f : flows) {
+    append_place(sig, f.src, base);
+    append_place(sig, f.dst, base);
+  }
+  sig.push_back(static_cast<int64_t>(cluster_.path(flows[0].src, flows[0].dst).size()));
+  auto pit = places_.links.find(sig);
+  if (pit == places_.links.end()) {
+    double bw = std::numeric_limits<double>::infinity(), lat = 0;
+    if (flows[0].src != flows[0].dst) {
+      for (const FlowRate& f : concurrent_flow_rates(cluster_, prof_, flows)) {
+        bw = std::min(bw, f.bw);
+        lat = std::max(lat, f.latency);
+      }
+    }
+    pit = places_.links
+              .emplace(std::move(sig), std::make_pair(bw, lat + prof_.collective_step_latency_s))
+              .first;
+  }
+  return links_.emplace(key, pit->second).first->second;
+}
+
+double OpPricer::host_bw(int stage) {
+  auto it = places_.host_bw.find(reps_[stage]);
+  if (it == places_.host_bw.end())
+    it =
+        places_.host_bw
+            .emplace(reps_[stage], cluster_.host_link_bw(reps_[stage]) * prof_.host_copy_efficiency)
+            .first;
+  return it->second;
+}
+
+double OpPricer::elementwise_bytes(const Op& op) const {
+  if (op.bytes > 0) return op.bytes;
+  return 2.0 * op.elements * dtype_bytes(plan_.precision);  // read + write
+}
+
+double OpPricer::price(const Op& op, int stage, bool host) {
+  const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
+  const Dtype math = plan_.precision;
+  switch (op.kind) {
+    case OpKind::kLinear:
+    case OpKind::kExpertLinear:
+    case OpKind::kRouter:
+      if (op.m > 0 && op.n > 0 && op.k > 0)
+        return gemm_time(dev, prof_, math, op.m, op.n, op.k, std::max<int64_t>(1, op.batch));
+      if (op.flops > 0)
+        return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;
+      return memory_time(dev, prof_, elementwise_bytes(op));
+    case OpKind::kAttention: {
+      const AttnShape a = attention_shape(op);
+      const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
+      return op.tags.phase == Phase::kBackward ? attention_backward_time(dev, prof_, dt, a)
+                                               : attention_forward_time(dev, prof_, dt, a);
+    }
+    case OpKind::kAdamW: {
+      double params =
+          op.elements > 0 ? op.elements : op.bytes / adam_bytes_per_param(plan_.precision);
+      if (host) {
+        double rate = prof_.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
+        return params / rate;
+      }
+      if (op.bytes > 0) return memory_time(dev, prof_, op.bytes);
+      return optimizer_time(dev, prof_, plan_.precision, params);
+    }
+    case OpKind::kEmbedding:
+    case OpKind::kNorm:
+    case OpKind::kBias:
+    case OpKind::kActivation:
+    case OpKind::kResidualAdd:
+    case OpKind::kCrossEntropy:
+    case OpKind::kDispatch:
+    case OpKind::kCombine:
+    case OpKind::kGradNorm:
+    case OpKind::kCast:
+      return memory_time(dev, prof_, elementwise_bytes(op));
+    case OpKind::kAllReduce:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kAllToAll:
+    case OpKind::kBroadcast:
+      return group_model(stage, op.group).cost(collective_of(op.kind), op.bytes).time_s;
+    case OpKind::kSend: {
+      if (op.bytes <= 0) return 0;
+      if (op.group != Group::kPp) {
+        // One step of a ring over the group (context-parallel K/V exchange): every rank sends
+        // to its ring neighbour at once.
+        const GroupModel& gm = group_model(stage, op.group);
+        if (gm.size() < 2) return 0;
+        return op.bytes / gm.ring_bw() + gm.ring_step_latency();
+      }
+      auto [bw, lat] = p2p_link(stage, op.peer_stage);
+      return std::isfinite(bw) ? op.bytes / bw + lat : 0;
+    }
+    case OpKind::kRecv:
+      return 0;  // the matching send carries the transfer
+    case OpKind::kOffload:
+    case OpKind::kPrefetch: {
+      double bw = host_bw(stage);
+      if (op.bytes <= 0) return 0;
+      if (bw <= 0)
+        throw Error("cluster", "offload needs a host link for GPU " + std::to_string(reps_[stage]));
+      return op.bytes / bw;
+    }
+  }
+  return 0;
+}
+
+// The attention core of an op: its `attn` shape when given, else one whole layer of the plan
+// on this rank with the plan's kernel choice.
+AttnShape OpPricer::attention_shape(const Op& op) const {
+  if (op.attn.batch > 0 && op.attn.seq_q > 0) return op.attn;
+  AttnShape a;
+  a.flash = plan_.flash_attention;
+  const int64_t seq = plan_.seq(model_);
+  a.batch = plan_.micro_batch;
+  a.seq_q = seq / plan_.cp;
+  a.seq_kv = seq;
+  a.heads = model_.heads / plan_.tp;
+  a.kv_heads = std::max<int64_t>(1, model_.kv_heads / plan_.tp);
+  a.head_dim = model_.head_dim;
+  a.causal = true;
+  a.dropout = model_.dropout;
+  return a;
+}
+
+}  // namespace parasol::cost

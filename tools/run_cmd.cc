@@ -1,0 +1,204 @@
+// `parasol run`: trains a model under a plan for real, on this host's CPUs with MPI (launch with
+// `mpirun -np N parasol run ...`; N must be the plan's rank count). Rank 0 prints the loss, step
+// time and tokens/s of every step, then each rank's measured peak memory beside the liveness
+// prediction; --trace writes the last --trace-steps steps' ops (all ranks merged) in the
+// simulator's schema, with the plan and the communication groups, so that `parasol compare` and
+// `parasol calibrate` read it as it is.
+#include <mpi.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "core/error.h"
+#include "core/liveness.h"
+#include "core/rank_layout.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/trainer.h"
+#include "tools/commands.h"
+#include "tools/format.h"
+#include "tools/spec.h"
+#include "traces/trace.h"
+
+namespace parasol::tools {
+
+namespace {
+
+struct RunOptions {
+  int steps = 10;
+  int trace_steps = 1;  // the last trace_steps steps are recorded
+  std::string data, trace, checkpoint, resume, backend = "cpu";
+  uint64_t seed = 42;
+  double lr = 1e-3;
+  bool json = false;
+};
+
+// MPI for the duration of the command (initialised here unless the caller already did).
+struct MpiSession {
+  MpiSession() {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+      owner = true;
+    }
+  }
+  ~MpiSession() {
+    if (owner) MPI_Finalize();
+  }
+  bool owner = false;
+};
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int train(const Spec& s, const RunOptions& ro) {
+  using namespace runtime;
+  if (ro.backend != "cpu")
+    throw Error("backend", "'" + ro.backend + "' is not built here (available: cpu)");
+  if (ro.steps < 1) throw Error("steps", "must be at least 1");
+  if (ro.trace_steps < 1 || ro.trace_steps > ro.steps)
+    throw Error("trace-steps", std::to_string(ro.trace_steps) + " must be in [1, --steps (" +
+                                   std::to_string(ro.steps) + ")]");
+  Plan plan = s.plan;
+  validate(plan, s.model, *s.cluster);
+  auto comms = make_mpi_comm_set(plan);
+  const bool root = comms->world_rank() == 0;
+  int world = comms->world_size();
+  // One OpenBLAS thread per rank when several ranks share the host.
+  CpuBackend backend(world > 1 ? 1 : 0);
+  TrainerOptions opt;
+  opt.seed = ro.seed;
+  opt.data = ro.data;
+  opt.adamw.lr = ro.lr;
+  Trainer trainer(s.model, plan, backend, *comms, opt);
+  if (!ro.resume.empty()) trainer.load(ro.resume);
+  const Liveness lv = liveness(trainer.program());
+  Json steps = Json::array();
+  StepStats last;
+  std::vector<traces::TraceEvent> recorded;
+  double offset = 0;  // where the next recorded step starts in the trace
+  for (int i = 0; i < ro.steps; ++i) {
+    const bool trace = !ro.trace.empty() && i >= ro.steps - ro.trace_steps;
+    last = trainer.step(trace);
+    if (trace) {
+      // Recorded steps follow one another: each rank's times are from its own step start
+      // (after a barrier), and the slowest rank's step time is the same on every rank.
+      for (traces::TraceEvent e : trainer.last_events()) {
+        e.start_s += offset;
+        recorded.push_back(std::move(e));
+      }
+      offset += last.seconds;
+    }
+    if (root && !ro.json)
+      std::printf("step %lld  loss %.4f  grad-norm %.3f  %.3f s  %s tokens/s\n",
+                  static_cast<long long>(last.step), last.loss, last.grad_norm, last.seconds,
+                  count(last.tokens_per_s).c_str());
+    steps.push_back({{"step", last.step},
+                     {"loss", last.loss},
+                     {"grad_norm", last.grad_norm},
+                     {"seconds", last.seconds},
+                     {"tokens_per_s", last.tokens_per_s}});
+    std::fflush(stdout);
+  }
+  // Measured peak memory per rank (last step) against the liveness prediction.
+  std::vector<float> peaks(static_cast<size_t>(world), 0.0f), predicted(peaks);
+  peaks[comms->world_rank()] = static_cast<float>(last.peak_bytes);
+  predicted[comms->world_rank()] = static_cast<float>(lv.peak_bytes);
+  comms->world().all_reduce(std::span<float>(peaks));
+  comms->world().all_reduce(std::span<float>(predicted));
+  if (!ro.trace.empty()) {
+    const std::string part = ro.trace + ".rank" + std::to_string(comms->world_rank());
+    traces::Trace t;
+    t.source = "measured";
+    t.plan = plan_to_json(plan);  // with its model, cluster and GPU-count references
+    t.events = std::move(recorded);
+    const Program& prog = trainer.program();
+    for (traces::TraceEvent& e : t.events) {
+      const Op& op = prog.ops.at(static_cast<size_t>(e.op_id));
+      if (is_communication(op.kind)) e.group = group_name(op.group);
+    }
+    for (int st = 0; st < static_cast<int>(trainer.program().streams.size()); ++st)
+      t.streams.push_back({comms->world_rank(), st, trainer.program().stream_name(st)});
+    traces::write_trace_file(t, part);
+    comms->world().barrier();
+    if (root) {
+      std::vector<std::string> parts;
+      for (int r = 0; r < world; ++r) parts.push_back(ro.trace + ".rank" + std::to_string(r));
+      traces::write_trace_file(traces::read_trace_files(parts), ro.trace);
+      for (const std::string& p : parts) std::filesystem::remove(p);
+    }
+  }
+  if (!ro.checkpoint.empty()) trainer.save(ro.checkpoint);
+  if (root) {
+    if (ro.json) {
+      Json ranks = Json::array();
+      for (int r = 0; r < world; ++r)
+        ranks.push_back({{"rank", r},
+                         {"peak_bytes", static_cast<double>(peaks[r])},
+                         {"predicted_peak_bytes", static_cast<double>(predicted[r])}});
+      Json out = {{"plan", plan_to_json(plan)}, {"steps", steps}, {"ranks", ranks}};
+      if (!ro.trace.empty()) out["trace"] = ro.trace;
+      if (!ro.checkpoint.empty()) out["checkpoint"] = ro.checkpoint;
+      std::cout << out.dump(1) << "\n";
+    } else {
+      std::printf("peak memory per rank (measured / liveness prediction):\n");
+      for (int r = 0; r < world; ++r)
+        std::printf("  rank %d: %s / %s\n", r, gib(peaks[r]).c_str(), gib(predicted[r]).c_str());
+      if (!ro.trace.empty()) std::printf("trace: %s\n", ro.trace.c_str());
+      if (!ro.checkpoint.empty()) std::printf("checkpoint: %s\n", ro.checkpoint.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_run(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "run", "train for real on this host's CPUs (launch with mpirun -np <plan ranks>)");
+  auto o = std::make_shared<SpecOptions>();
+  o->model = "tiny";
+  o->cluster = "localhost";
+  auto ro = std::make_shared<RunOptions>();
+  add_target_flags(cmd, *o);
+  add_plan_flags(cmd, *o);
+  cmd->add_option("--steps", ro->steps, "training steps")->capture_default_str();
+  cmd->add_option("--data", ro->data, "llm.c .bin token file (default: seeded synthetic tokens)");
+  cmd->add_option("--trace", ro->trace,
+                  "write the trace (Chrome JSON) of the last --trace-steps steps here");
+  cmd->add_option("--trace-steps", ro->trace_steps,
+                  "steps the trace records (the last ones; compare and calibrate take medians)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint", ro->checkpoint, "save the training state here at the end");
+  cmd->add_option("--resume", ro->resume, "resume from this checkpoint");
+  cmd->add_option("--backend", ro->backend, "cpu")->capture_default_str();
+  cmd->add_option("--seed", ro->seed, "initialisation, data and dropout seed")
+      ->capture_default_str();
+  cmd->add_option("--lr", ro->lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_flag("--json", ro->json, "print JSON (rank 0)");
+  return [=]() {
+    MpiSession mpi;
+    SpecOptions so = *o;
+    // The CPU runtime computes in fp32.
+    if (!so.precision) so.precision = "fp32";
+    if (so.gpus == 0 && !so.plan_file.empty()) so.gpus = 0;
+    int code = 0;
+    try {
+      Spec s = load_spec(so, cmd, true);
+      code = train(s, *ro);
+    } catch (const Error& e) {
+      // Every rank reports the same user error; print it once.
+      if (world_rank() == 0) std::cerr << "error: " << e.what() << "\n";
+      return 2;
+    }
+    return code;
+  };
+}
+
+}  // namespace parasol::tools

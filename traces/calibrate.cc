@@ -1,0 +1,294 @@
+// Calibration: samples from measured traces matched to the lowered Programs, and the bounded
+// least-squares fit of the Profile's parameters (see calibrate.h).
+#include "traces/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include "core/error.h"
+#include "core/lower.h"
+#include "core/rank_layout.h"
+#include "cost_models/op_cost.h"
+#include "traces/least_squares.h"
+#include "traces/summary.h"
+
+namespace parasol::traces {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One op of one run to fit: its Program op and its measured seconds.
+struct Sample {
+  int run = 0;
+  int stage = 0;
+  const Op* op = nullptr;
+  bool host = false;
+  double measured_s = 0;
+  double weight = 1;  // w_i (calibrate.h)
+};
+
+// A run lowered once.
+struct Lowered {
+  const MeasuredRun* run;
+  LoweredPlan lowered;
+  std::vector<int> reps;  // representative rank of each stage
+};
+
+// A fitted parameter of the Profile: how to read and write it, its bounds and its scale (the
+// solver works on value / scale).
+struct Param {
+  std::string name;
+  std::function<double(const cost::Profile&)> get;
+  std::function<void(cost::Profile&, double)> set;
+  double lower, upper, scale;
+};
+
+std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
+  std::vector<Param> ps;
+  auto field = [&](const std::string& name, double cost::Profile::*member, double lo, double hi,
+                   double scale) {
+    ps.push_back({name, [member](const cost::Profile& p) { return p.*member; },
+                  [member](cost::Profile& p, double v) { p.*member = v; }, lo, hi, scale});
+  };
+  std::set<int> dtypes;
+  std::set<int> links;
+  for (const MeasuredRun& r : runs) {
+    dtypes.insert(static_cast<int>(r.plan.precision));
+    for (LinkKind k : r.cluster.link_kinds()) links.insert(static_cast<int>(k));
+  }
+  for (int d : dtypes)
+    ps.push_back({std::string("gemm_efficiency.") + dtype_name(static_cast<Dtype>(d)),
+                  [d](const cost::Profile& p) { return p.gemm_eff(static_cast<Dtype>(d)); },
+                  [d](cost::Profile& p, double v) { p.gemm_efficiency_by_dtype[d] = v; }, 0.01, 1,
+                  1});
+  field("gemm_k_half", &cost::Profile::gemm_k_half, 1, 8192, 32);
+  field("memory_efficiency", &cost::Profile::memory_efficiency, 0.01, 1, 1);
+  field("flash_forward_efficiency", &cost::Profile::flash_forward_efficiency, 0.01, 1, 1);
+  field("flash_backward_efficiency", &cost::Profile::flash_backward_efficiency, 0.01, 1, 1);
+  field("kernel_overhead_s", &cost::Profile::kernel_overhead_s, 0, 1e-3, 1e-6);
+  for (int k : links)
+    ps.push_back({std::string("link_efficiency.") + link_kind_name(static_cast<LinkKind>(k)),
+                  [k](const cost::Profile& p) { return p.link_efficiency[k]; },
+                  [k](cost::Profile& p, double v) { p.link_efficiency[k] = v; }, 0.01, 1, 1});
+  field("collective_step_latency_s", &cost::Profile::collective_step_latency_s, 0, 1e-3, 1e-6);
+  field("host_copy_efficiency", &cost::Profile::host_copy_efficiency, 0.01, 1, 1);
+  field("host_adam_params_per_s", &cost::Profile::host_adam_params_per_s, 1e6, 1e13, 1e9);
+  return ps;
+}
+
+// Whether [s, e) of event `i` overlaps another communication or copy event of its rank.
+// `comm` holds the rank's communication and copy events (not receives) sorted by start.
+bool overlaps_other(const std::vector<const TraceEvent*>& comm, const TraceEvent* e) {
+  for (const TraceEvent* o : comm) {
+    if (o == e) continue;
+    if (o->start_s >= e->end_s()) break;
+    if (o->end_s() > e->start_s && o->start_s < e->end_s()) return true;
+  }
+  return false;
+}
+
+// The samples of run `ri`; counts the pairs not fitted in `skipped`.
+void collect(const Lowered& lw, int ri, std::vector<Sample>& samples, int& skipped) {
+  const MeasuredRun& run = *lw.run;
+  const RankLayout& layout = lw.lowered.layout;
+  // Per rank: its communication and copy events by start (for the overlap test).
+  std::map<int, std::vector<const TraceEvent*>> comm;
+  for (const TraceEvent& e : run.trace.events)
+    if ((is_communication_kind(e.kind) && e.kind != "recv") || is_copy_kind(e.kind))
+      comm[e.rank].push_back(&e);
+  for (auto& [r, v] : comm)
+    std::sort(v.begin(), v.end(),
+              [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; });
+
+  // (stage, op id) -> rank -> durations over steps.
+  std::map<std::pair<int, int>, std::map<int, std::vector<double>>> durations;
+  bool any = false;
+  for (const TraceEvent& e : run.trace.events) {
+    if (e.op_id < 0) continue;
+    any = true;
+    const std::string where =
+        run.name + ".ranks[" + std::to_string(e.rank) + "].ops[" + std::to_string(e.op_id) + "]";
+    if (e.rank >= layout.world())
+      throw Error(run.name + ".ranks[" + std::to_string(e.rank) + "]",
+                  "rank " + std::to_string(e.rank) + " is outside the plan's " +
+                      std::to_string(layout.world()) + " ranks");
+    const int stage = layout.coord(e.rank).pp;
+    const Program& prog = lw.lowered.programs[stage];
+    if (e.op_id >= static_cast<int>(prog.ops.size()))
+      throw Error(where, "'" + e.name + "' is not an op of the plan's stage " +
+                             std::to_string(stage) + " (it has " + std::to_string(prog.ops.size()) +
+                             " ops): a trace of another program");
+    const Op& op = prog.ops[e.op_id];
+    if (op.name != e.name || op_kind_name(op.kind) != e.kind)
+      throw Error(where, "'" + e.name + "' (" + e.kind + ") here but '" + op.name + "' (" +
+                             op_kind_name(op.kind) +
+                             ") in the plan's Program: a trace of another "
+                             "program");
+    const bool comm_or_copy = !cost::is_compute_kind(op.kind);
+    if (op.kind == OpKind::kRecv || (is_communication(op.kind) && op.group == Group::kPp) ||
+        e.dur_s <= 0 || (comm_or_copy && overlaps_other(comm[e.rank], &e))) {
+      ++skipped;
+      continue;
+    }
+    durations[{stage, e.op_id}][e.rank].push_back(e.dur_s);
+  }
+  if (!any) throw Error(run.name, "has no events with op ids (args.op_id)");
+  for (const auto& [key, by_rank] : durations) {
+    const auto [stage, id] = key;
+    const Program& prog = lw.lowered.programs[stage];
+    const Op& op = prog.ops[id];
+    std::vector<double> per_rank;
+    for (const auto& [r, d] : by_rank) per_rank.push_back(median(d));
+    const double m = cost::is_compute_kind(op.kind)
+                         ? median(per_rank)
+                         : *std::min_element(per_rank.begin(), per_rank.end());
+    samples.push_back({ri, stage, &op, cost::runs_on_host(prog, op), m, 1});
+  }
+}
+
+// Predicted seconds of every sample under `profile` (one pricer per run).
+void predict(const std::vector<Lowered>& lws, const std::vector<Sample>& samples,
+             const cost::Profile& profile, std::vector<double>& out) {
+  out.resize(samples.size());
+  std::vector<std::unique_ptr<cost::PlacementCache>> places;
+  std::vector<std::unique_ptr<cost::OpPricer>> pricers;
+  for (const Lowered& lw : lws) {
+    const MeasuredRun& r = *lw.run;
+    places.push_back(std::make_unique<cost::PlacementCache>(r.cluster));
+    pricers.push_back(std::make_unique<cost::OpPricer>(r.model, r.cluster, lw.lowered.plan, profile,
+                                                       lw.lowered.layout, lw.reps, *places.back()));
+  }
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    out[i] = pricers[s.run]->time(*s.op, s.stage, s.host);
+  }
+}
+
+void residuals(const std::vector<Sample>& samples, const std::vector<double>& predicted,
+               std::vector<double>& r) {
+  r.resize(samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const double p = std::max(predicted[i], 1e-300);
+    r[i] = samples[i].weight * std::log(p / samples[i].measured_s);
+  }
+}
+
+}  // namespace
+
+Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base) {
+  if (runs.empty()) throw Error("traces", "no measured trace to calibrate from");
+  std::vector<Lowered> lws;
+  lws.reserve(runs.size());
+  for (const MeasuredRun& r : runs) {
+    if (r.cluster.gpu_device(0).name != base.device)
+      throw Error("profile.device", "'" + base.device + "' is not the device of " + r.name +
+                                        "'s cluster (" + r.cluster.gpu_device(0).name + ")");
+    validate(r.plan, r.model, r.cluster);
+    Lowered lw{&r, lower(r.model, r.cluster, r.plan), {}};
+    for (int s = 0; s < r.plan.pp; ++s) {
+      RankCoord c{};
+      c.pp = s;
+      lw.reps.push_back(lw.lowered.layout.rank(c));
+    }
+    lws.push_back(std::move(lw));
+  }
+  Calibration out;
+  std::vector<Sample> all;
+  for (size_t i = 0; i < lws.size(); ++i) collect(lws[i], static_cast<int>(i), all, out.skipped);
+  // Drop the ops the model prices at 0 (nothing to fit them with).
+  std::vector<double> at_base;
+  predict(lws, all, base, at_base);
+  std::vector<Sample> samples;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (at_base[i] > 0 && std::isfinite(at_base[i]))
+      samples.push_back(all[i]);
+    else
+      ++out.skipped;
+  }
+  if (samples.empty())
+    throw Error("traces",
+                "no op of the traces can be fitted (every matched op is a receive, a "
+                "pipeline rendezvous, overlapped or priced at 0)");
+  double mean = 0;
+  for (const Sample& s : samples) mean += s.measured_s / samples.size();
+  for (Sample& s : samples) s.weight = std::sqrt(s.measured_s / mean);
+  out.samples = static_cast<int>(samples.size());
+
+  const std::vector<Param> params = parameters(runs);
+  const size_t n = params.size();
+  auto profile_at = [&](const std::vector<double>& u) {
+    cost::Profile p = base;
+    for (size_t j = 0; j < n; ++j) params[j].set(p, u[j] * params[j].scale);
+    return p;
+  };
+  LsqProblem pb;
+  std::vector<double> u0(n);
+  for (size_t j = 0; j < n; ++j) {
+    const Param& p = params[j];
+    u0[j] = std::clamp(p.get(base), p.lower, p.upper) / p.scale;
+    pb.lower.push_back(p.lower / p.scale);
+    pb.upper.push_back(p.upper / p.scale);
+    pb.step.push_back(1e-6);
+  }
+  std::vector<double> pred;
+  pb.residuals = [&](const std::vector<double>& u, std::vector<double>& r) {
+    predict(lws, samples, profile_at(u), pred);
+    residuals(samples, pred, r);
+  };
+  LsqResult res = solve_bounded_least_squares(pb, u0);
+
+  // Which samples depend on each parameter (at the solution).
+  std::vector<double> r0, r1;
+  pb.residuals(res.x, r0);
+  cost::Profile fitted = base;
+  for (size_t j = 0; j < n; ++j) {
+    const Param& p = params[j];
+    std::vector<double> u = res.x;
+    u[j] += (u[j] + 1e-4 <= pb.upper[j]) ? 1e-4 : -1e-4;
+    pb.residuals(u, r1);
+    int dependent = 0;
+    for (size_t i = 0; i < r0.size(); ++i) dependent += r1[i] != r0[i];
+    const double value = dependent > 0 ? res.x[j] * p.scale : p.get(base);
+    if (dependent > 0) p.set(fitted, value);  // else the base Profile's value stays as it was
+    out.params.push_back({p.name, p.get(base), value, p.lower, p.upper, dependent});
+  }
+  fitted.device = base.device;
+  fitted.measured_device = base.measured_device;
+  fitted.traces.clear();
+  for (const MeasuredRun& r : runs) fitted.traces.push_back(r.name);
+  fitted.source = "parasol calibrate: " + std::to_string(out.samples) + " ops of " +
+                  std::to_string(runs.size()) + " measured run(s), from the base profile (" +
+                  base.source + ")";
+  out.profile = fitted;
+  out.iterations = res.iterations;
+  out.rms_log_error_before = std::sqrt(res.initial_cost / samples.size());
+  out.rms_log_error_after = std::sqrt(res.cost / samples.size());
+  return out;
+}
+
+Json calibration_to_json(const Calibration& c) {
+  Json params = Json::array();
+  for (const FittedParam& p : c.params)
+    params.push_back({{"name", p.name},
+                      {"base", p.base},
+                      {"fitted", p.fitted},
+                      {"lower", p.lower},
+                      {"upper", p.upper},
+                      {"samples", p.samples}});
+  return {{"samples", c.samples},
+          {"skipped", c.skipped},
+          {"iterations", c.iterations},
+          {"rms_log_error_before", c.rms_log_error_before},
+          {"rms_log_error_after", c.rms_log_error_after},
+          {"params", params}};
+}
+
+}  // namespace parasol::traces

@@ -1,0 +1,80 @@
+// Calibration (`parasol calibrate`): fits a Profile's parameters to measured traces, so that
+// the cost models price the ops of the traced Programs as they measured.
+//
+// Samples. Each measured run is lowered (core/lower.h) into the Programs it executed; an event
+// of rank r and op id i is op i of the Program of r's pipeline stage (its name and kind must
+// agree, else the trace is of another program: an Error). Per op: the median over steps of
+// each rank's duration, then over the ranks of the stage the median for compute ops and the
+// minimum for communication (a collective's members finish together, so the rank that arrived
+// last waited least: its time is the transfer's). Not fitted: receives (their time is waiting
+// for the sender, whose send carries the transfer), Group::kPp collectives (rendezvous),
+// communication or copies that overlapped another communication or copy on the same rank (the
+// simulator shares the link between them; the price is of an op alone), and ops the model
+// prices at 0 (a group of one).
+//
+// Fit. The predicted time of a sample is cost::OpPricer's price (cost_models/op_cost.h, the
+// simulator's) under the candidate Profile. The fit minimises
+//   sum_i w_i^2 log^2(predicted_i / measured_i),   w_i^2 = measured_i / mean(measured)
+// (relative errors, weighted by time: the ops that make the step count most) with the
+// bounded solver of least_squares.h over the parameters below (bounds in brackets):
+//   gemm_efficiency.<dtype> [0.01, 1] for each precision of the runs (Profile's per-dtype
+//     efficiency), gemm_k_half [1, 8192],
+//   memory_efficiency [0.01, 1], flash_forward_efficiency and flash_backward_efficiency
+//     [0.01, 1], kernel_overhead_s [0, 1 ms],
+//   link_efficiency.<kind> [0.01, 1] for each link kind of the runs' clusters,
+//     collective_step_latency_s [0, 1 ms], host_copy_efficiency [0.01, 1],
+//     host_adam_params_per_s [1e6, 1e13].
+// A parameter that no sample's price depends on keeps the base Profile's value.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "cost_models/profile.h"
+#include "traces/trace.h"
+
+namespace parasol::traces {
+
+// One measured run: its (merged) trace and what it ran.
+struct MeasuredRun {
+  std::string name;  // the trace file(s), for errors and Profile::traces
+  Model model;
+  Cluster cluster;
+  Plan plan;
+  Trace trace;
+};
+
+struct FittedParam {
+  std::string name;  // "gemm_efficiency.fp32", "link_efficiency.shm", "kernel_overhead_s", ...
+  double base = 0;   // the base Profile's value
+  double fitted = 0;
+  double lower = 0, upper = 0;
+  int samples = 0;  // samples whose price depends on it; 0: kept at the base value
+};
+
+struct Calibration {
+  cost::Profile profile;            // the base Profile with the fitted parameters
+  std::vector<FittedParam> params;  // every parameter considered, in the order above
+  int samples = 0;                  // ops fitted
+  int skipped = 0;                  // matched (rank, op id) pairs not fitted (see above)
+  // sqrt(mean of w_i^2 log^2(predicted/measured)): the time-weighted RMS relative error of the
+  // op prices before (base Profile) and after the fit.
+  double rms_log_error_before = 0;
+  double rms_log_error_after = 0;
+  int iterations = 0;
+};
+
+// Fits `base` to `runs`. Throws parasol::Error: no runs or no samples ("traces"), a run whose
+// cluster's device differs from base.device ("profile.device"), a plan that does not validate,
+// or a trace of another program (naming the run, rank and op).
+Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base);
+
+// {"samples", "skipped", "iterations", "rms_log_error_before", "rms_log_error_after",
+//  "params": [{"name", "base", "fitted", "lower", "upper", "samples"}]}.
+Json calibration_to_json(const Calibration& c);
+
+}  // namespace parasol::traces
