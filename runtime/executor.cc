@@ -68,6 +68,11 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   ptr_.assign(nb, nullptr);
   unit_of_.assign(nb, -1);
   for (int i = 0; i < nb; ++i) elements_[i] = product(prog.buffers[i].shape);
+  nominal_elements_ = elements_;
+  if (p.ep > 1 && p.offload.activations)
+    unsupported("plan.offload", "activation offload with expert parallelism is not run yet");
+  if (p.ep > 1 && p.sequence_parallel && p.tp > 1)
+    unsupported("plan.sp", "sequence parallelism with expert parallelism is not run yet");
   for (const BufferBlock& blk : prog.blocks) {
     Unit u;
     u.buffers = blk.buffers;
@@ -134,7 +139,16 @@ Executor::Impl::~Impl() {
 
 void Executor::Impl::allocate(int u) {
   Unit& unit = units_[u];
-  if (unit.base != nullptr || unit.bytes == 0) return;
+  if (unit.base != nullptr) return;
+  if (plan.ep > 1 && unit.buffers.size() == 1) {
+    // Expert-region buffers hold the rows actually routed here this step.
+    const int id = unit.buffers[0];
+    const int64_t rows = region_rows(id);
+    elements_[id] = rows >= 0 ? rows * prog.buffers[id].shape.back() : nominal_elements_[id];
+    unit.bytes = static_cast<size_t>(static_cast<double>(elements_[id]) *
+                                     dtype_bytes(prog.buffers[id].dtype));
+  }
+  if (unit.bytes == 0) return;
   unit.base = unit.host ? be.alloc_host(unit.bytes, unit.cls) : be.alloc(unit.bytes, unit.cls);
   char* p = static_cast<char*>(unit.base);
   for (int id : unit.buffers) {
@@ -245,6 +259,11 @@ Request Executor::Impl::start_comm(const Op& op) {
   const int me = comm.index();
   switch (op.kind) {
     case OpKind::kAllReduce: {
+      if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
+          elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
+        // An expert-region buffer (its rows depend on the routing).
+        return comm.iall_reduce(ptr(op.writes[0]), elements_[op.writes[0]], dt);
+      }
       const int blk = prog.buffers[op.writes[0]].block;
       if (op.writes.size() > 1 && (blk < 0 || prog.blocks[blk].buffers != op.writes)) {
         // Buffers of several buckets (the SP norm gradients): packed, reduced, unpacked.
@@ -444,6 +463,8 @@ StepResult Executor::step(const StepConfig& config) {
   im.result = &result;
   im.scale_ready_ = false;
   im.routing_.clear();
+  im.ep_.clear();
+  im.elements_ = im.nominal_elements_;
   im.be.zero(im.sumsq_, sizeof(float));
   im.live_touches_.resize(im.units_.size());
   for (size_t u = 0; u < im.units_.size(); ++u) im.live_touches_[u] = im.units_[u].touches;
@@ -525,7 +546,8 @@ StepResult Executor::step(const StepConfig& config) {
         if (!ready) break;
         ++head[s];
         im.ensure(op);
-        if (std::getenv("PARASOL_EXEC_DEBUG"))
+        static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
+        if (debug)
           std::fprintf(stderr, "[rank %d] start %d %s stream %d\n", im.comms.world_rank(), op.id,
                        op.name.c_str(), op.stream);
         const double start = now();

@@ -28,6 +28,15 @@ struct Routing {
   std::vector<int64_t> counts;    // rows per expert (all experts)
 };
 
+// Expert parallelism: how one micro-batch's routed rows of one MoE layer move over the ep group
+// (dropless: the expert region holds as many rows as were routed to this rank's experts).
+struct EpExchange {
+  std::vector<int64_t> send_rows;                 // rows this rank routes to each ep member
+  std::vector<int64_t> recv_rows;                 // rows each ep member routes here
+  std::vector<std::vector<int64_t>> recv_counts;  // [member][local expert] rows received
+  int64_t region_rows = 0;                        // sum of recv_rows
+};
+
 struct Executor::Impl {
   Impl(const Model& m, const Plan& p, const Program& prog, Backend& b, CommSet& c);
   ~Impl();
@@ -67,6 +76,12 @@ struct Executor::Impl {
   const ParamBucket* bucket_of(int buffer) const;
   int group_index(const ParamBucket& b) const;
   Routing& routing(int rprobs_buffer);  // executor_ops.cc
+  // Top-k weights renormalised over the chosen experts (Mixtral, top-k > 1); top-1 keeps the
+  // router probability as the gate (Switch Transformer), which also keeps its gradient.
+  bool renormalize() const { return model.moe.top_k > 1; }
+  Routing& routing_of(const Op& op);  // the routing of op's layer and micro-batch
+  // Rows of an expert-region buffer ("L3.efc1.m0") under expert parallelism, else -1.
+  int64_t region_rows(int buffer) const;
 
   const Model& model;
   const Plan& plan;
@@ -90,6 +105,8 @@ struct Executor::Impl {
   std::vector<int> op_units_;                 // flattened distinct units per op
   std::vector<int> op_units_begin_;           // op i: op_units_[begin[i] .. begin[i+1])
   std::unordered_map<int, Routing> routing_;  // by router-probabilities buffer
+  std::unordered_map<int64_t, EpExchange> ep_;  // by layer * 65536 + micro-batch
+  std::vector<int64_t> nominal_elements_;       // elements_ as lowered (region buffers vary)
   float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
   float* scale_ = nullptr;  // device scalar: the clip scale
   bool scale_ready_ = false;

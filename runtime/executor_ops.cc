@@ -3,7 +3,9 @@
 // is recognised by its kind, phase and base name ("L3.fc1.dx" -> "fc1.dx").
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "runtime/executor_impl.h"
@@ -31,13 +33,90 @@ Routing& Executor::Impl::routing(int rprobs) {
   r.topk_w.resize(r.topk_idx.size());
   r.row_of.resize(r.topk_idx.size());
   r.counts.resize(static_cast<size_t>(E));
-  be.router_topk(r.topk_idx.data(), r.topk_w.data(), fptr(rprobs), tokens, E, K, true);
+  be.router_topk(r.topk_idx.data(), r.topk_w.data(), fptr(rprobs), tokens, E, K, renormalize());
   be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
   return routing_.emplace(rprobs, std::move(r)).first->second;
 }
 
+namespace {
+
+// (layer, micro-batch) of a buffer or op name "L3.efc1.m0"; layer -1 when absent.
+std::pair<int, int> layer_mb(const std::string& name) {
+  int layer = -1, mb = -1;
+  if (name.size() > 1 && name[0] == 'L') layer = std::atoi(name.c_str() + 1);
+  const size_t m = name.rfind(".m");
+  if (m != std::string::npos) mb = std::atoi(name.c_str() + m + 2);
+  return {layer, mb};
+}
+
+int64_t ep_key(int layer, int mb) { return int64_t{layer} * 65536 + mb; }
+
+}  // namespace
+
+Routing& Executor::Impl::routing_of(const Op& op) {
+  const std::string prefix = op.name.substr(0, op.name.find('.') + 1);
+  const std::string mb = ".m" + std::to_string(op.tags.micro_batch);
+  for (auto& [id, rt] : routing_)
+    if (prog.buffers[id].name.starts_with(prefix) && prog.buffers[id].name.ends_with(mb)) return rt;
+  bad_op(op, "no routing for this layer and micro-batch");
+}
+
+int64_t Executor::Impl::region_rows(int buffer) const {
+  const Buffer& b = prog.buffers[buffer];
+  const std::string base = base_name(b.name);
+  const bool region = base == "efc1" || base == "eact" || base == "efc2" || base == "eact.dx" ||
+                      base == "efc1.dy" || base == "efc1.dx" ||
+                      (base == "disp.a2a" && b.cls == BufferClass::kActivation) ||
+                      (base == "comb.a2a" && b.cls == BufferClass::kWorkspace);
+  if (!region) return -1;
+  auto [layer, mb] = layer_mb(b.name);
+  auto it = ep_.find(ep_key(layer, mb));
+  return it == ep_.end() ? -1 : it->second.region_rows;
+}
+
+// The token exchange of expert parallelism (dropless): tokens -> the ranks of their experts
+// (dispatch forward, combine backward) or back (combine forward, dispatch backward), with the
+// rows per member from the routing; the first exchange of a layer and micro-batch also trades
+// the per-expert counts.
 Request Executor::Impl::start_all_to_all(const Op& op) {
-  bad_op(op, "expert parallelism (ep > 1) is not executed by the runtime yet");
+  Communicator& comm = comms.get(op.group);
+  if (op.group != Group::kEp) bad_op(op, "all-to-all outside the expert-parallel group");
+  const std::string what = base_name(op.name);
+  const bool to_experts = (what == "disp.a2a") != (op.tags.phase == Phase::kBackward);
+  const int n = comm.size();
+  const int64_t E = model.moe.experts, le = E / plan.ep;
+  const int64_t key = ep_key(op.tags.layer, op.tags.micro_batch);
+  auto it = ep_.find(key);
+  if (it == ep_.end() || (to_experts && op.tags.phase != Phase::kBackward)) {
+    Routing& r = routing_of(op);
+    EpExchange x;
+    x.send_rows.assign(n, 0);
+    for (int64_t e = 0; e < E; ++e) x.send_rows[e / le] += r.counts[e];
+    std::vector<float> mine(static_cast<size_t>(E)), theirs(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(r.counts[e]);
+    comm.all_to_all(std::span<const float>(mine), std::span<float>(theirs));
+    x.recv_rows.assign(n, 0);
+    x.recv_counts.assign(n, std::vector<int64_t>(static_cast<size_t>(le)));
+    for (int j = 0; j < n; ++j)
+      for (int64_t e = 0; e < le; ++e) {
+        x.recv_counts[j][e] = static_cast<int64_t>(theirs[j * le + e]);
+        x.recv_rows[j] += x.recv_counts[j][e];
+      }
+    for (int j = 0; j < n; ++j) x.region_rows += x.recv_rows[j];
+    it = ep_.insert_or_assign(key, std::move(x)).first;
+  }
+  const EpExchange& x = it->second;
+  const int out = op.writes.at(0);
+  if (to_experts && elements_[out] != x.region_rows * h) {
+    release(unit_of_[out]);  // allocated at the lowered size: re-allocate at the routed one
+    allocate(unit_of_[out]);
+  }
+  std::vector<int64_t> send(n), recv(n);
+  for (int j = 0; j < n; ++j) {
+    send[j] = (to_experts ? x.send_rows[j] : x.recv_rows[j]) * h;
+    recv[j] = (to_experts ? x.recv_rows[j] : x.send_rows[j]) * h;
+  }
+  return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
 }
 
 void Executor::Impl::run_compute(const Op& op) {
@@ -279,14 +358,14 @@ void Executor::Impl::run_compute(const Op& op) {
         r.row_of.resize(r.topk_idx.size());
         r.counts.resize(static_cast<size_t>(E));
         be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(0), tokens, E, K,
-                          true);
+                          renormalize());
         be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
         routing_[probs] = std::move(r);
       } else {  // reads {d top-k weights (in the [tokens x E] buffer), probs}; writes {dlogits}
         const int probs = op.reads[1];
         Routing& r = routing(probs);
         const int64_t tokens = elements_[probs] / E;
-        be.router_backward(W(0), R(0), fptr(probs), r.topk_idx.data(), tokens, E, K, true);
+        be.router_backward(W(0), R(0), fptr(probs), r.topk_idx.data(), tokens, E, K, renormalize());
       }
       return;
     }
@@ -324,24 +403,37 @@ void Executor::Impl::run_compute(const Op& op) {
       return;
     }
     case OpKind::kExpertLinear: {
-      // Rows per local expert: this micro-batch's routing (ep == 1: every expert is local).
-      Routing* r = nullptr;
-      const std::string prefix = op.name.substr(0, op.name.find('.') + 1);
-      const std::string mb = ".m" + std::to_string(op.tags.micro_batch);
-      for (auto& [id, rt] : routing_)
-        if (prog.buffers[id].name.starts_with(prefix) && prog.buffers[id].name.ends_with(mb))
-          r = &rt;
-      if (!r) bad_op(op, "no routing for the expert GEMM");
+      // Rows per local expert: this micro-batch's routing when every expert is local; under
+      // expert parallelism, one block per sending member, each in expert order.
       const int64_t le = model.moe.experts / plan.ep;
-      const int64_t* counts = r->counts.data();
-      if (what.ends_with(".dw")) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
-        float* db = op.writes.size() > 1 ? W(1) : nullptr;
-        be.expert_linear_backward_weight(W(0), db, R(0), R(1), counts, le, op.n, op.m);
-      } else if (op.backward_data) {  // {dout, W} -> {din}
-        be.expert_linear_backward_data(W(0), R(0), R(1), counts, le, op.k, op.n, false);
-      } else {  // {in, W[, b]} -> {out}
-        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        be.expert_linear_forward(W(0), R(0), R(1), bias, counts, le, op.n, op.k);
+      std::vector<const int64_t*> blocks;
+      if (plan.ep == 1) {
+        blocks.push_back(routing_of(op).counts.data());
+      } else {
+        auto it = ep_.find(ep_key(op.tags.layer, op.tags.micro_batch));
+        if (it == ep_.end()) bad_op(op, "no token exchange for the expert GEMM");
+        for (const auto& c : it->second.recv_counts) blocks.push_back(c.data());
+      }
+      const int in_buf = op.reads[0], out_buf = op.writes[0];
+      const int64_t in_cols = cols_of(in_buf), out_cols = cols_of(out_buf);
+      int64_t row = 0;
+      for (const int64_t* counts : blocks) {
+        int64_t rows = 0;
+        for (int64_t e = 0; e < le; ++e) rows += counts[e];
+        if (what.ends_with(".dw")) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
+          float* db = op.writes.size() > 1 ? W(1) : nullptr;
+          be.expert_linear_backward_weight(W(0), db, R(0) + row * in_cols,
+                                           R(1) + row * cols_of(op.reads[1]), counts, le, op.n,
+                                           op.m);
+        } else if (op.backward_data) {  // {dout, W} -> {din}
+          be.expert_linear_backward_data(W(0) + row * out_cols, R(0) + row * in_cols, R(1), counts,
+                                         le, op.k, op.n, false);
+        } else {  // {in, W[, b]} -> {out}
+          const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
+          be.expert_linear_forward(W(0) + row * out_cols, R(0) + row * in_cols, R(1), bias, counts,
+                                   le, op.n, op.k);
+        }
+        row += rows;
       }
       return;
     }

@@ -149,7 +149,8 @@ int train(const Spec& s, const RunOptions& ro) {
     } else {
       std::printf("peak memory per rank (measured / liveness prediction):\n");
       for (int r = 0; r < world; ++r)
-        std::printf("  rank %d: %s / %s\n", r, gib(peaks[r]).c_str(), gib(predicted[r]).c_str());
+        std::printf("  rank %d: %.3f MiB / %.3f MiB\n", r, peaks[r] / 1048576.0,
+                    predicted[r] / 1048576.0);
       if (!ro.trace.empty()) std::printf("trace: %s\n", ro.trace.c_str());
       if (!ro.checkpoint.empty()) std::printf("checkpoint: %s\n", ro.checkpoint.c_str());
     }

@@ -248,6 +248,11 @@ TEST_F(Runtime, PipelineSchedules) {
   p.vpp = 2;
   p.schedule = Schedule::kInterleaved;
   expect_matches_serial(llama4(), p);
+  Model eight = llama4();
+  eight.layers = 8;
+  eight.name = "llama8";
+  p.pp = 4;
+  expect_matches_serial(eight, p);
 }
 
 TEST_F(Runtime, DataParallelAndZero) {
@@ -307,6 +312,27 @@ TEST_F(Runtime, MixtureOfExperts) {
   expect_matches_serial(moe4(), p);
   p.tp = 2;
   p.dp = 1;
+  expect_matches_serial(moe4(), p);
+}
+
+TEST_F(Runtime, ExpertParallelTop1AndTop2) {
+  for (int top_k : {1, 2}) {
+    Model m = moe4();
+    m.moe.top_k = top_k;
+    m.name += "-top" + std::to_string(top_k);
+    for (int ep : {2, 4}) {
+      Plan p = base_plan();
+      p.dp = 4;
+      p.ep = ep;
+      p.zero = ep == 2 ? 1 : 0;
+      expect_matches_serial(m, p);
+    }
+  }
+  Plan p = base_plan();
+  p.tp = 2;
+  p.dp = 2;
+  p.ep = 2;
+  p.recompute = Recompute::kFull;
   expect_matches_serial(moe4(), p);
 }
 

@@ -323,3 +323,44 @@ TEST(Cli, RunTraceFeedsCompareAndCalibrate) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CliRun, TrainsTheTinyModelAndReportsMemoryAgainstLiveness) {
+  Result r = run("run --model tiny --gbs 4 --steps 12 --lr 0.003 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["steps"].size(), 12u);
+  EXPECT_LT(j["steps"][11]["loss"].get<double>(), j["steps"][0]["loss"].get<double>() - 0.3);
+  const double peak = j["ranks"][0]["peak_bytes"],
+               predicted = j["ranks"][0]["predicted_peak_bytes"];
+  EXPECT_NEAR(peak, predicted, 0.05 * predicted);
+}
+
+TEST(CliRun, UserErrorsExitTwoNamingTheField) {
+  Result r = run("run --model tiny --precision bf16 --steps 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: plan.precision"), std::string::npos) << r.out;
+  r = run("run --model tiny --tp 2 --steps 1");  // one rank, a plan of two
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: plan: needs 2 ranks"), std::string::npos) << r.out;
+  r = run("run --model tiny --steps 1 --resume /nonexistent/checkpoint");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("/nonexistent/checkpoint"), std::string::npos) << r.out;
+}
+
+TEST(CliRun, CheckpointThenResumeContinuesTheRun) {
+  const std::string dir = temp_path("parasol-cli-ckpt");
+  Result whole = run("run --model tiny --gbs 2 --steps 3 --json");
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  Result first = run("run --model tiny --gbs 2 --steps 2 --checkpoint " + dir);
+  ASSERT_EQ(first.code, 0) << first.out;
+  Result rest = run("run --model tiny --gbs 2 --steps 1 --json --resume " + dir);
+  ASSERT_EQ(rest.code, 0) << rest.out;
+  auto jw = nlohmann::json::parse(whole.out.substr(whole.out.find('{')));
+  auto jr = nlohmann::json::parse(rest.out.substr(rest.out.find('{')));
+  EXPECT_EQ(jr["steps"][0]["step"].get<int>(), 3);
+  EXPECT_NEAR(jr["steps"][0]["loss"].get<double>(), jw["steps"][2]["loss"].get<double>(), 1e-6);
+}
+
+}  // namespace
