@@ -72,24 +72,37 @@ StepStats Trainer::step(bool trace) {
   return s;
 }
 
-void Trainer::save(const std::string& dir) {
-  Communicator& world = comms_.world();
+namespace {
+
+// Runs `f` on every rank; when it throws on any, every rank throws (so none waits forever in a
+// collective that a failed rank never joins).
+template <typename F>
+void on_every_rank(Communicator& world, const char* field, F&& f) {
   std::string error;
-  if (world.index() == 0) {
-    try {
-      begin_checkpoint(dir, model_, plan_);
-    } catch (const Error& e) {
-      error = e.what();
-    }
+  try {
+    f();
+  } catch (const Error& e) {
+    error = e.what();
   }
   std::vector<float> failed = {error.empty() ? 0.0f : 1.0f};
   world.all_reduce(std::span<float>(failed));
-  if (failed[0] > 0)
-    throw Error("checkpoint", error.empty() ? "rank 0 could not begin " + dir : error);
-  save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
-                       [this](int id) { return executor_->fdata(id); });
-  world.barrier();
-  if (world.index() == 0) {
+  if (!error.empty()) throw Error(field, error);
+  if (failed[0] > 0) throw Error(field, "failed on another rank");
+}
+
+}  // namespace
+
+void Trainer::save(const std::string& dir) {
+  Communicator& world = comms_.world();
+  on_every_rank(world, "checkpoint", [&] {
+    if (world.index() == 0) begin_checkpoint(dir, model_, plan_);
+  });
+  on_every_rank(world, "checkpoint", [&] {
+    save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
+                         [this](int id) { return executor_->fdata(id); });
+  });
+  on_every_rank(world, "checkpoint", [&] {
+    if (world.index() != 0) return;
     TrainProgress p;
     p.step = steps_;
     p.tokens = steps_ * plan_.global_batch * plan_.seq(model_);
@@ -98,17 +111,17 @@ void Trainer::save(const std::string& dir) {
     p.adamw = options_.adamw;
     p.adamw.step = steps_ + 1;
     commit_checkpoint(dir, model_, plan_, p);
-  }
-  world.barrier();
+  });
 }
 
 void Trainer::load(const std::string& dir) {
-  TrainProgress p =
-      load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
-                           [this](int id) { return executor_->fdata(id); });
+  TrainProgress p;
+  on_every_rank(comms_.world(), "resume", [&] {
+    p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
+                             [this](int id) { return executor_->fdata(id); });
+  });
   steps_ = p.step;
   data_position_ = p.data_position;
-  comms_.world().barrier();
 }
 
 }  // namespace parasol::runtime
