@@ -24,7 +24,7 @@
 #
 # Usage: tools/loop-check.sh [--bin build/tools/parasol] [--mpirun mpirun] [--out DIR] [--quick]
 #          [--bound PCT (default 15)] [--steps S] [--trace-steps K] [--max-ranks N]
-#          [--quiet-wait S] [--wait-budget S] [--attempts A]
+#          [--quiet-wait S] [--wait-budget S] [--attempts A] [--deadline S]
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -39,13 +39,15 @@ cores="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)"
 max_ranks=$((cores < 8 ? cores : 8))
 quiet_wait=60    # seconds to wait for a quiet host before one run
 wait_budget=600  # seconds of such waits in all
+deadline=0       # seconds for the whole check; past it on a busy host: inconclusive (exit 3)
 attempts=3
 while (($#)); do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
     --mpirun) mpirun="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    --quick) quick=1; quiet_wait=5; wait_budget=20; attempts=2; shift ;;
+    --quick) quick=1; quiet_wait=5; wait_budget=20; attempts=2; deadline=90; shift ;;
+    --deadline) deadline="$2"; shift 2 ;;
     --bound) bound="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --trace-steps) trace_steps="$2"; shift 2 ;;
@@ -173,6 +175,10 @@ for i in "${!names[@]}"; do
   "$bin" simulate "${spec[@]}" --profile "$out/host.json" --trace "$out/$name.probed.json" \
     >"$out/$name.simulate.txt" 2>&1 || fail "simulate of $name" "$out/$name.simulate.txt"
   best=""
+  if ((deadline > 0 && SECONDS > deadline)); then
+    echo "loop-check: inconclusive: ${deadline} s spent and the host is too busy to finish" >&2
+    exit 3
+  fi
   for ((a = 1; a <= attempts; a++)); do
     wait_quiet
     read -r b0 t0 <<<"$( ((have_stat)) && cpu_ticks || echo "0 0")"
