@@ -38,9 +38,13 @@ int64_t product(const std::vector<int64_t>& shape) {
 
 Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& b, CommSet& c)
     : model(m), plan(p), prog(pr), be(b), comms(c) {
-  if (p.precision != Dtype::kFp32 && b.name() == "cpu")
-    unsupported("plan.precision", std::string("the cpu backend computes in fp32; ") +
-                                      dtype_name(p.precision) + " plans need --precision fp32");
+  if (p.precision != Dtype::kFp32)
+    unsupported("plan.precision",
+                std::string("the runtime's backends store fp32 tensors (the cuda backend's GEMMs "
+                            "use bf16 tensor cores); ") +
+                    dtype_name(p.precision) + " plans need --precision fp32");
+  if (m.is_moe() && b.name() != "cpu")
+    unsupported("model.moe", "MoE routing is kept in host memory; only the cpu backend runs it yet");
   if (p.cp > 1 && !p.flash_attention)
     unsupported("plan.flash_attention",
                 "ring attention (cp > 1) runs with flash attention only in the runtime");
@@ -253,6 +257,9 @@ uint64_t Executor::Impl::seed_for(const Op& op, bool per_tp_rank) const {
 // Communication.
 
 Request Executor::Impl::start_comm(const Op& op) {
+  // A transfer reads what kernels wrote: on a backend with asynchronous kernels (cuda), they
+  // must have finished. (A no-op on the cpu; on GPUs event-based ordering would keep overlap.)
+  be.synchronize();
   Communicator& comm = comms.get(op.group);
   const Dtype dt = Dtype::kFp32;  // the cpu backend's storage; bf16 communication comes with cuda
   const int64_t count = comm_count(op.kind, op.bytes, dt, comm.size());

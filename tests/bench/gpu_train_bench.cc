@@ -1,0 +1,87 @@
+// One training step on one GPU with the cuda backend (fp32 storage, bf16 tensor-core GEMMs with
+// fp32 accumulation): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model
+// (16 layers, hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048).
+// Counters: tokens/s; TFLOP/s (Megatron convention: 3 x forward FLOPs of the model); MFU against
+// the device's dense bf16 datasheet peak (core/device.h, by the device name CUDA reports).
+// Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/device.h"
+#include "core/model.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/trainer.h"
+
+namespace parasol::runtime {
+namespace {
+
+// The datasheet peak of the GPU in use: H200, H100 or A100 by CUDA's device name.
+double peak_flops() {
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, 0);
+  const std::string n = p.name;
+  const char* dev = n.find("H200") != std::string::npos   ? "H200"
+                    : n.find("H100") != std::string::npos ? "H100-SXM"
+                    : n.find("A100") != std::string::npos ? "A100-80G"
+                                                          : nullptr;
+  return dev ? device_spec(dev).peak_bf16_flops : 0.0;
+}
+
+void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq) {
+  Plan plan;
+  plan.global_batch = batch;
+  plan.micro_batch = batch;
+  plan.seq_len = seq;
+  plan.precision = Dtype::kFp32;
+  plan.flash_attention = true;
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CudaBackend backend(0);
+  Trainer trainer(m, plan, backend, *comms, TrainerOptions{});
+  trainer.step();  // warm-up: the caching allocator fills
+  double seconds = 0;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    StepStats s = trainer.step();
+    seconds += s.seconds;
+    ++steps;
+  }
+  const double tokens = double(batch) * seq * steps;
+  const double flops = flops_per_token(m, seq).model * tokens;
+  state.counters["tokens/s"] = tokens / seconds;
+  state.counters["TFLOP/s"] = flops / seconds / 1e12;
+  const double peak = peak_flops();
+  if (peak > 0) state.counters["MFU"] = flops / seconds / peak;
+  state.counters["peak_GiB"] = static_cast<double>(backend.device_memory().peak_total) / (1 << 30);
+}
+
+void BM_Gpt2_124m(benchmark::State& state) {
+  train_step(state, model_preset("gpt2-124m"), 16, 1024);
+}
+BENCHMARK(BM_Gpt2_124m)->Unit(benchmark::kMillisecond)->MinTime(5.0)->UseRealTime();
+
+void BM_Llama_1b(benchmark::State& state) {
+  train_step(state, llama_model("llama-1b", 16, 2048, 32, 8, 5632, 32000, 2048), 8, 2048);
+}
+BENCHMARK(BM_Llama_1b)->Unit(benchmark::kMillisecond)->MinTime(10.0)->UseRealTime();
+
+}  // namespace
+}  // namespace parasol::runtime
+
+int main(int argc, char** argv) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("gpu_train_bench: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  MPI_Finalize();
+  return 0;
+}
