@@ -1,7 +1,7 @@
 // One training step on one GPU with the cuda backend (fp32 storage, bf16 tensor-core GEMMs with
 // fp32 accumulation): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model
 // (16 layers, hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048).
-// Counters: tokens/s; TFLOP/s (Megatron convention: 3 x forward FLOPs of the model); MFU against
+// Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward FLOPs of the model); MFU against
 // the device's dense bf16 datasheet peak (core/device.h, by the device name CUDA reports).
 // Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
 #include <benchmark/benchmark.h>
@@ -52,8 +52,8 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq)
   }
   const double tokens = double(batch) * seq * steps;
   const double flops = flops_per_token(m, seq).model * tokens;
-  state.counters["tokens/s"] = tokens / seconds;
-  state.counters["TFLOP/s"] = flops / seconds / 1e12;
+  state.counters["tokens_per_s"] = tokens / seconds;
+  state.counters["TFLOPs"] = flops / seconds / 1e12;
   const double peak = peak_flops();
   if (peak > 0) state.counters["MFU"] = flops / seconds / peak;
   state.counters["peak_GiB"] = static_cast<double>(backend.device_memory().peak_total) / (1 << 30);

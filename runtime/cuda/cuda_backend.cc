@@ -1,0 +1,282 @@
+// defines: CudaBackend construction, the caching allocator (raw_alloc/raw_free), pinned host
+// memory, copy/zero/synchronize, stream events, scratch, and CudaBackend::gemm, the one GEMM entry
+// of the CUDA kernels (cuBLASLt, fp32 storage, bf16 tensor-core math, fp32 accumulation).
+#include "runtime/cuda/cuda_backend.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels.h"
+
+namespace parasol::runtime {
+
+namespace {
+
+#define PARASOL_LT_CHECK(expr)                                                             \
+  do {                                                                                     \
+    const cublasStatus_t parasol_st_ = (expr);                                             \
+    if (parasol_st_ != CUBLAS_STATUS_SUCCESS)                                              \
+      throw Error("runtime.cuda.gemm", std::string(#expr) + ": cuBLAS status " +           \
+                                           std::to_string(static_cast<int>(parasol_st_))); \
+  } while (0)
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+// The size class of a request: 512-byte steps below 8 KiB, then four classes per power of two.
+size_t size_class(size_t bytes) {
+  if (bytes <= 8192) return (bytes + 511) / 512 * 512;
+  size_t p = 8192;
+  while (p * 2 < bytes) p *= 2;  // p < bytes <= 2p
+  const size_t step = p / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+size_t alignment_of(const void* p, int64_t ld) {
+  auto a = reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(ld * 4) | uintptr_t{256};
+  return static_cast<size_t>(a & (~a + 1));  // the lowest set bit, at most 256
+}
+
+}  // namespace
+
+bool cuda_device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return false;
+  }
+  return n > 0;
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n)
+    throw Error("runtime.cuda", "no CUDA device " + std::to_string(device) + " (" +
+                                    std::to_string(n) + " visible)");
+  PARASOL_CUDA_CHECK(cudaSetDevice(device));
+  PARASOL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  PARASOL_LT_CHECK(cublasLtCreate(&lt));
+  lt_ = lt;
+  PARASOL_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  workspace_bytes_ = kWorkspaceBytes;
+}
+
+struct CudaBackend::GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~GemmPlan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  release_all();  // back into the free lists
+  empty_cache();
+  gemm_plans_.clear();
+  if (scratch_) cudaFree(scratch_);
+  if (workspace_) cudaFree(workspace_);
+  if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// ---- Memory.
+
+void* CudaBackend::raw_alloc(size_t bytes) {
+  const size_t cls = size_class(bytes);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  auto& list = free_lists_[cls];
+  if (!list.empty()) {
+    void* p = list.back();
+    list.pop_back();
+    cached_bytes_ -= static_cast<int64_t>(cls);
+    return p;
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, cls) != cudaSuccess) {
+    (void)cudaGetLastError();
+    // Return the cache to the driver and try once more.
+    cudaStreamSynchronize(stream_);
+    for (auto& [c, blocks] : free_lists_) {
+      for (void* q : blocks) {
+        cudaFree(q);
+        block_class_.erase(q);
+      }
+      blocks.clear();
+    }
+    cached_bytes_ = 0;
+    if (cudaMalloc(&p, cls) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;  // the base class throws parasol::Error
+    }
+  }
+  ++malloc_calls_;
+  block_class_[p] = cls;
+  return p;
+}
+
+void CudaBackend::raw_free(void* p) {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  const size_t cls = block_class_.at(p);
+  free_lists_[cls].push_back(p);
+  cached_bytes_ += static_cast<int64_t>(cls);
+}
+
+void CudaBackend::empty_cache() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  cudaStreamSynchronize(stream_);
+  for (auto& [cls, blocks] : free_lists_) {
+    for (void* p : blocks) {
+      cudaFree(p);
+      block_class_.erase(p);
+    }
+    blocks.clear();
+  }
+  cached_bytes_ = 0;
+}
+
+int64_t CudaBackend::cuda_malloc_calls() const {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return malloc_calls_;
+}
+
+int64_t CudaBackend::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return cached_bytes_;
+}
+
+void* CudaBackend::raw_alloc_host(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void CudaBackend::raw_free_host(void* p) { cudaFreeHost(p); }
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return scratch_;
+  PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier kernels may still use it
+  if (scratch_) PARASOL_CUDA_CHECK(cudaFree(scratch_));
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  const size_t want = std::max(bytes, size_t{1} << 20);
+  PARASOL_CUDA_CHECK(cudaMalloc(&scratch_, want));
+  scratch_bytes_ = want;
+  return scratch_;
+}
+
+namespace {
+bool is_host(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+}  // namespace
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  PARASOL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  if (is_host(dst) || is_host(src)) PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::zero(void* dst, size_t bytes) {
+  if (bytes > 0) PARASOL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+void CudaBackend::synchronize() { PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::record(cudaEvent_t event) { PARASOL_CUDA_CHECK(cudaEventRecord(event, stream_)); }
+
+void CudaBackend::wait(cudaEvent_t event) {
+  PARASOL_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+}
+
+// ---- GEMM.
+
+void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                       float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta C
+    cuda::scale_matrix(c, m, n, ldc, beta, stream_);
+    return;
+  }
+  // Row-major C[m x n] = op(A) op(B) is column-major C^T[n x m] = op(B)^T op(A)^T: the
+  // column-major view of a row-major matrix is its transpose, so cuBLASLt's "A" is b (n x k after
+  // its op) and its "B" is a (k x m after its op).
+  const size_t al_a = alignment_of(b, ldb), al_b = alignment_of(a, lda),
+               al_c = alignment_of(c, ldc);
+  const std::string key = std::to_string(trans_a) + std::to_string(trans_b) + ":" +
+                          std::to_string(m) + "," + std::to_string(n) + "," + std::to_string(k) +
+                          ":" + std::to_string(lda) + "," + std::to_string(ldb) + "," +
+                          std::to_string(ldc) + ":" + std::to_string(al_a) + "," +
+                          std::to_string(al_b) + "," + std::to_string(al_c);
+  std::lock_guard<std::mutex> lock(gemm_mu_);
+  auto it = gemm_plans_.find(key);
+  if (it == gemm_plans_.end()) {
+    auto plan = std::make_unique<GemmPlan>();
+    const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // Stored (pre-op) column-major shapes.
+    PARASOL_LT_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, trans_b ? k : n, trans_b ? n : k, ldb));
+    PARASOL_LT_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, trans_a ? m : k, trans_a ? k : m, lda));
+    PARASOL_LT_CHECK(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, m, ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    PARASOL_LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = workspace_bytes_;
+    const uint32_t aa = static_cast<uint32_t>(al_a), ab = static_cast<uint32_t>(al_b),
+                   ac = static_cast<uint32_t>(al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                         sizeof(aa));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                         sizeof(ab));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                         sizeof(ac));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                         sizeof(ac));
+    int found = 0;
+    cublasLtMatmulHeuristicResult_t result{};
+    for (cublasComputeType_t compute : {CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_COMPUTE_32F}) {
+      if (plan->desc) cublasLtMatmulDescDestroy(plan->desc);
+      plan->desc = nullptr;
+      PARASOL_LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+      PARASOL_LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                      &op_a, sizeof(op_a)));
+      PARASOL_LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                      &op_b, sizeof(op_b)));
+      found = 0;
+      const cublasStatus_t st =
+          cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a,
+                                         plan->b, plan->c, plan->c, pref, 1, &result, &found);
+      if (st == CUBLAS_STATUS_SUCCESS && found > 0) break;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) throw Error("runtime.cuda.gemm", "cuBLASLt has no algorithm for " + key);
+    plan->algo = result.algo;
+    it = gemm_plans_.emplace(key, std::move(plan)).first;
+  }
+  const GemmPlan& p = *it->second;
+  PARASOL_LT_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p.desc, &alpha, b, p.a, a,
+                                  p.b, &beta, c, p.c, c, p.c, &p.algo, workspace_, workspace_bytes_,
+                                  stream_));
+}
+
+}  // namespace parasol::runtime

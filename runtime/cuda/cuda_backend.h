@@ -1,0 +1,227 @@
+// CudaBackend: the Backend of one NVIDIA GPU. Tensors are fp32 in device memory behind the same
+// float* interface as the CPU backend (runtime/cpu/cpu_backend.h), which is the reference every
+// kernel here is tested against (tests/runtime/cuda/cuda_kernels_test.cc). Files:
+//   cuda_backend.cc   construction, the caching allocator, copies, streams/events, gemm()
+//   backend_ops.cc    the Backend entries: checks, linear/expert GEMMs, moe_permutation (host)
+//   kernels.h         the launchers of the .cu files, plain C++ (no core/ headers for nvcc)
+//   embedding.cu norm.cu linear.cu activation.cu attention.cu residual.cu cross_entropy.cu
+//   moe.cu adamw.cu cast.cu: one kernel family each, named like the CPU file of that family
+//
+// Design decisions (the contract of backend.h holds unchanged; these are the CUDA specifics):
+//  * Streams. Every kernel, copy and memset is issued on one compute stream (stream(), a
+//    non-blocking stream created by the backend), so kernels are ordered by call order exactly as
+//    backend.h requires; synchronize() waits for that stream. Communication and copy streams
+//    (owned by others, e.g. runtime/comm/) are ordered against it with CUDA events:
+//    record(event) marks the point reached by the compute stream, wait(event) makes later compute
+//    work wait for an event recorded on another stream.
+//  * Device memory: a caching allocator under raw_alloc/raw_free (the base class does the
+//    live/peak accounting in requested bytes). A request is rounded up to a size class (512-byte
+//    granularity below 8 KiB, then four classes per power of two) and served from that class's
+//    free list; cudaMalloc runs only when the list is empty, so a training step after warm-up does
+//    not call it. Freed blocks go back to their list without a synchronisation: they are reused by
+//    later work of the same (compute) stream, which is ordered after earlier users. A block used by
+//    another stream must be fenced by the caller (record/wait) before it is freed. When cudaMalloc
+//    fails, the cache is emptied and the allocation retried once. empty_cache() returns the cached
+//    blocks to the driver.
+//  * Host memory (raw_alloc_host, for offload): pinned, cudaMallocHost, no caching.
+//  * copy(): cudaMemcpyAsync(cudaMemcpyDefault) on the compute stream; when either side is host
+//    memory (pageable or pinned) the call then synchronises the stream, so the executor can read a
+//    small result into host memory through copy() and use it at once. zero(): cudaMemsetAsync.
+//  * GEMMs: cuBLASLt with fp32 storage and CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16
+//    inside the tensor-core GEMM, fp32 accumulation, fp32 output): bf16 math behind the fp32
+//    interface. Row-major operands use the transpose trick (C^T = B^T A^T in column-major). One
+//    32 MiB workspace is allocated at construction; descriptors and the heuristic's algorithm are
+//    cached per (shape, transposes, leading dimensions, pointer alignment). When the heuristic
+//    returns no algorithm for the bf16 compute type, the GEMM falls back to CUBLAS_COMPUTE_32F.
+//    Expect bf16 relative error (~1e-2 norm-wise) against the CPU's fp32 GEMMs.
+//  * Non-GEMM kernels are fp32 and compiled WITHOUT --use_fast_math: expf/logf/sqrtf are the
+//    accurate CUDA versions and division is IEEE, so they agree with the CPU within ~1e-5; FMA
+//    contraction (nvcc's default --fmad=true) stays on. Reductions are deterministic (fixed grid
+//    and block shapes, fixed summation order; the sums the CPU does in double are done in double)
+//    except embedding_backward's table gradient, which scatter-adds with atomicAdd (bit-level
+//    run-to-run variation; the position gradient is deterministic).
+//  * Attention is a straightforward correctness-first kernel, not FlashAttention: forward, one
+//    block per (sequence, head, query row) with an online softmax over key tiles (any seq_kv);
+//    backward, one pass per query row (dq) and one per key row (dk, dv: every query head of the
+//    GQA group and every query that sees the key, so no atomics). Dropout masks are re-drawn with
+//    runtime/tensor.h's dropout_keep (a device copy of the same hash), so they equal the CPU's.
+//  * MoE: moe_permutation copies the top-k indices to the host (a synchronisation), builds the
+//    permutation there exactly as the CPU does and uploads row_of; the counts are needed on the
+//    host anyway (the grouped GEMM loops over experts with one cuBLASLt call each).
+//  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
+//    norm's partials) use one backend-owned scratch buffer outside the accounting; it grows
+//    (with a synchronisation) only when a larger request comes, i.e. during warm-up.
+// Thread safety: as the CPU backend, one thread drives a backend; the allocator and the GEMM
+// cache are locked, so memory calls from other threads are safe.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace parasol::runtime {
+
+// Whether this process sees at least one CUDA device (false, not an error, without a driver).
+bool cuda_device_available();
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses GPU `device` (cudaSetDevice on the calling thread). Throws parasol::Error when there is
+  // no such device or a CUDA/cuBLASLt call fails.
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device() const { return device_; }
+
+  // ---- Streams and events.
+  cudaStream_t stream() const { return stream_; }
+  // Records `event` on the compute stream (after all work issued so far).
+  void record(cudaEvent_t event);
+  // Makes compute work issued from now on wait until `event` (recorded on any stream) completes.
+  void wait(cudaEvent_t event);
+
+  // ---- Allocator introspection.
+  int64_t cuda_malloc_calls() const;  // cudaMalloc calls made by the caching allocator so far
+  int64_t cached_bytes() const;       // bytes held in the free lists
+  void empty_cache();                 // returns the free lists' blocks to the driver
+
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  void synchronize() override;
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t vocab_start,
+                         int64_t vocab_rows, const float* pos, int64_t pos_offset, int64_t rows,
+                         int64_t seq, int64_t cols) override;
+  void embedding_backward(float* dtable, float* dpos, const float* dout, const int32_t* tokens,
+                          int64_t vocab_start, int64_t vocab_rows, int64_t pos_offset, int64_t rows,
+                          int64_t seq, int64_t cols) override;
+
+  void norm_forward(Norm kind, float* out, const float* x, const float* weight, const float* bias,
+                    int64_t rows, int64_t cols, float eps) override;
+  void norm_backward(Norm kind, float* dx, float* dweight, float* dbias, const float* dout,
+                     const float* x, const float* weight, const float* dresidual, int64_t rows,
+                     int64_t cols, float eps) override;
+
+  void linear_forward(float* out, const float* in, const float* w, WeightLayout layout,
+                      const float* bias, int64_t m, int64_t n, int64_t k) override;
+  void linear_backward_data(float* din, const float* dout, const float* w, WeightLayout layout,
+                            int64_t m, int64_t n, int64_t k, bool accumulate) override;
+  void linear_backward_weight(float* dw, float* dbias, const float* in, const float* dout,
+                              WeightLayout layout, int64_t m, int64_t n, int64_t k) override;
+  void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols) override;
+  void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) override;
+
+  void activation_forward(Activation kind, float* out, const float* in, int64_t rows,
+                          int64_t cols) override;
+  void activation_backward(Activation kind, float* din, const float* dout, const float* in,
+                           int64_t rows, int64_t cols) override;
+
+  void attention_forward(const AttentionDims& d, float* out, float* lse, float* probs,
+                         const float* q, const float* k, const float* v, bool accumulate) override;
+  void attention_backward(const AttentionDims& d, float* dq, float* dk, float* dv,
+                          const float* dout, const float* q, const float* k, const float* v,
+                          const float* out, const float* lse, const float* probs,
+                          bool accumulate_dq, bool accumulate_dkv) override;
+
+  void residual_forward(float* out, uint8_t* mask, const float* x, const float* y,
+                        const float* bias, int64_t rows, int64_t cols, float dropout_p,
+                        uint64_t seed) override;
+  void residual_backward(float* dy, float* dbias, const float* dout, const uint8_t* mask,
+                         int64_t rows, int64_t cols, float dropout_p) override;
+
+  void xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t vocab) override;
+  void xent_sum_exp(float* sum_exp, const float* logits, const float* row_max, int64_t rows,
+                    int64_t vocab) override;
+  void xent_target(float* target, const float* logits, const int32_t* labels, int64_t rows,
+                   int64_t vocab, int64_t vocab_start) override;
+  void xent_loss(float* loss, const float* row_max, const float* sum_exp, const float* target,
+                 const int32_t* labels, int64_t rows) override;
+  void xent_softmax(float* probs, const float* logits, const float* row_max, const float* sum_exp,
+                    int64_t rows, int64_t vocab) override;
+  void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                     int64_t vocab, int64_t vocab_start, float dloss) override;
+
+  void router_forward(float* probs, int32_t* topk_idx, float* topk_w, const float* logits,
+                      int64_t tokens, int64_t experts, int64_t top_k, bool renormalize) override;
+  void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,
+                   int64_t experts, int64_t top_k, bool renormalize) override;
+  void router_backward(float* dlogits, const float* dtopk_w, const float* probs,
+                       const int32_t* topk_idx, int64_t tokens, int64_t experts, int64_t top_k,
+                       bool renormalize) override;
+  void moe_permutation(int32_t* row_of, int64_t* counts_host, const int32_t* topk_idx,
+                       int64_t tokens, int64_t experts, int64_t top_k) override;
+  void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
+                        int64_t top_k, int64_t cols) override;
+  void dispatch_backward(float* dx, const float* dout, const int32_t* row_of, int64_t tokens,
+                         int64_t top_k, int64_t cols) override;
+  void combine_forward(float* out, const float* expert_out, const float* w, const int32_t* row_of,
+                       int64_t tokens, int64_t top_k, int64_t cols) override;
+  void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
+                        const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                        int64_t cols) override;
+  void expert_linear_forward(float* out, const float* in, const float* w, const float* bias,
+                             const int64_t* counts_host, int64_t experts, int64_t n,
+                             int64_t k) override;
+  void expert_linear_backward_data(float* din, const float* dout, const float* w,
+                                   const int64_t* counts_host, int64_t experts, int64_t n,
+                                   int64_t k, bool accumulate) override;
+  void expert_linear_backward_weight(float* dw, float* dbias, const float* in, const float* dout,
+                                     const int64_t* counts_host, int64_t experts, int64_t n,
+                                     int64_t k) override;
+
+  void adamw(const AdamWConfig& c, float* param, float* m, float* v, const float* grad, int64_t n,
+             const float* grad_scale) override;
+  void grad_sumsq(float* sumsq, const float* grad, int64_t n) override;
+  void clip_scale(float* scale, const float* sumsq, float max_norm) override;
+  void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
+
+  // C[m x n] = alpha op(A) op(B) + beta C, row-major with row strides lda, ldb, ldc (as
+  // cpu::sgemm), on the compute stream through cuBLASLt (bf16 math, fp32 accumulate). The one
+  // GEMM entry of the CUDA kernels.
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+            int64_t ldc);
+
+  // Device scratch of at least `bytes` bytes, valid until the next scratch() call (stream-ordered
+  // reuse on the compute stream). Not counted in device_memory().
+  void* scratch(size_t bytes);
+
+ protected:
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* p) override;
+  void* raw_alloc_host(size_t bytes) override;
+  void raw_free_host(void* p) override;
+
+ private:
+  struct GemmPlan;  // cached cuBLASLt descriptors and algorithm (cuda_backend.cu)
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  void* lt_ = nullptr;  // cublasLtHandle_t
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+
+  mutable std::mutex alloc_mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_lists_;  // size class -> free blocks
+  std::unordered_map<void*, size_t> block_class_;              // every live or cached block
+  int64_t malloc_calls_ = 0;
+  int64_t cached_bytes_ = 0;
+
+  std::mutex gemm_mu_;
+  std::unordered_map<std::string, std::unique_ptr<GemmPlan>> gemm_plans_;
+};
+
+}  // namespace parasol::runtime

@@ -1,0 +1,121 @@
+// The CUDA kernel launchers, one group per .cu file, in plain C++ (no core/ headers, so that nvcc
+// does not parse nlohmann/json once per GPU architecture: the CudaBackend member functions in
+// backend_ops.cc translate the Backend calls into these). Every launcher enqueues on stream `s`
+// and returns without synchronising; the contracts are those of the Backend entry of the same
+// name (runtime/backend.h). Scratch arguments are device memory of the size the matching
+// *_scratch() function returns (in elements).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace parasol::runtime::cuda {
+
+// ---- embedding.cu
+void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t vocab_start,
+                       int64_t vocab_rows, const float* pos, int64_t pos_offset, int64_t rows,
+                       int64_t seq, int64_t cols, cudaStream_t s);
+void embedding_backward(float* dtable, float* dpos, const float* dout, const int32_t* tokens,
+                        int64_t vocab_start, int64_t vocab_rows, int64_t pos_offset, int64_t rows,
+                        int64_t seq, int64_t cols, cudaStream_t s);
+
+// ---- norm.cu (layer: layernorm, else rmsnorm)
+void norm_forward(bool layer, float* out, const float* x, const float* weight, const float* bias,
+                  int64_t rows, int64_t cols, float eps, cudaStream_t s);
+int64_t norm_backward_scratch(int64_t rows, int64_t cols);  // floats
+void norm_backward(bool layer, float* dx, float* dweight, float* dbias, const float* dout,
+                   const float* x, const float* weight, const float* dresidual, int64_t rows,
+                   int64_t cols, float eps, float* scratch, cudaStream_t s);
+
+// ---- linear.cu (the GEMMs themselves are CudaBackend::gemm)
+// c[r][col] = beta * c[r][col] over [m x n] with row stride ldc (beta = 0: zero).
+void scale_matrix(float* c, int64_t m, int64_t n, int64_t ldc, float beta, cudaStream_t s);
+// out[r] = bias for every row of [rows x cols].
+void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
+void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
+// out[c] += sum_r x[r][c], deterministic (fixed chunks of rows, summed in order).
+int64_t column_sums_scratch(int64_t rows, int64_t cols);  // floats
+void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols, float* scratch,
+                     cudaStream_t s);
+
+// ---- activation.cu
+void activation_forward(bool gelu, float* out, const float* in, int64_t rows, int64_t cols,
+                        cudaStream_t s);
+void activation_backward(bool gelu, float* din, const float* dout, const float* in, int64_t rows,
+                         int64_t cols, cudaStream_t s);
+
+// ---- attention.cu: backend.h's AttentionDims with the scale resolved (> 0).
+struct AttnShape {
+  int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+  int64_t ld_q, ld_kv, ld_o;
+  bool causal;
+  int64_t causal_offset;
+  float scale;
+  float dropout_p;
+  uint64_t dropout_seed;
+};
+inline constexpr int64_t kMaxAttentionHeadDim = 1024;
+void attention_forward(const AttnShape& d, float* out, float* lse, float* probs, const float* q,
+                       const float* k, const float* v, bool accumulate, cudaStream_t s);
+int64_t attention_backward_scratch(const AttnShape& d);  // floats
+void attention_backward(const AttnShape& d, float* dq, float* dk, float* dv, const float* dout,
+                        const float* q, const float* k, const float* v, const float* out,
+                        const float* lse, const float* probs, bool accumulate_dq,
+                        bool accumulate_dkv, float* scratch, cudaStream_t s);
+
+// ---- residual.cu
+void residual_forward(float* out, uint8_t* mask, const float* x, const float* y, const float* bias,
+                      int64_t rows, int64_t cols, float dropout_p, uint64_t seed, cudaStream_t s);
+// dy = dout * mask / (1 - p), or dout itself when mask is null (the bias gradient is the
+// caller's add_column_sums of dy).
+void residual_backward(float* dy, const float* dout, const uint8_t* mask, int64_t n,
+                       float dropout_p, cudaStream_t s);
+
+// ---- cross_entropy.cu
+void xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t vocab, cudaStream_t s);
+void xent_sum_exp(float* sum_exp, const float* logits, const float* row_max, int64_t rows,
+                  int64_t vocab, cudaStream_t s);
+void xent_target(float* target, const float* logits, const int32_t* labels, int64_t rows,
+                 int64_t vocab, int64_t vocab_start, cudaStream_t s);
+void xent_loss(float* loss, const float* row_max, const float* sum_exp, const float* target,
+               const int32_t* labels, int64_t rows, cudaStream_t s);
+void xent_softmax(float* probs, const float* logits, const float* row_max, const float* sum_exp,
+                  int64_t rows, int64_t vocab, cudaStream_t s);
+void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
+                   int64_t vocab, int64_t vocab_start, float dloss, cudaStream_t s);
+
+// ---- moe.cu (the permutation is built on the host: backend_ops.cc)
+void router_softmax(float* probs, const float* logits, int64_t tokens, int64_t experts,
+                    cudaStream_t s);
+void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,
+                 int64_t experts, int64_t top_k, bool renormalize, cudaStream_t s);
+void router_backward(float* dlogits, const float* dtopk_w, const float* probs,
+                     const int32_t* topk_idx, int64_t tokens, int64_t experts, int64_t top_k,
+                     bool renormalize, cudaStream_t s);
+void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
+                      int64_t top_k, int64_t cols, cudaStream_t s);
+void dispatch_backward(float* dx, const float* dout, const int32_t* row_of, int64_t tokens,
+                       int64_t top_k, int64_t cols, cudaStream_t s);
+void combine_forward(float* out, const float* expert_out, const float* w, const int32_t* row_of,
+                     int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s);
+void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
+                      const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                      int64_t cols, cudaStream_t s);
+
+// ---- adamw.cu: the AdamW constants rounded to fp32 on the host exactly as the CPU does.
+struct AdamWConsts {
+  float b1, b2, one_b1, one_b2, bc1, bc2, lr, eps, wd;
+};
+void adamw(const AdamWConsts& c, float* param, float* m, float* v, const float* grad, int64_t n,
+           const float* grad_scale, cudaStream_t s);
+int64_t grad_sumsq_scratch();  // doubles
+void grad_sumsq(float* sumsq, const float* grad, int64_t n, double* scratch, cudaStream_t s);
+void clip_scale(float* scale, const float* sumsq, float max_norm, cudaStream_t s);
+
+// ---- cast.cu
+enum class CastType { kFp32, kBf16, kFp16 };
+void cast(void* dst, CastType dst_type, const void* src, CastType src_type, int64_t n,
+          cudaStream_t s);
+
+}  // namespace parasol::runtime::cuda

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh: checks parasol's GPU path on a machine with an NVIDIA GPU and the CUDA
+# toolkit (issue 6). It
+#   (a) configures (-DPARASOL_CUDA=ON, Release) and builds parasol into build-gpu/ (-j$(nproc)),
+#   (b) runs the GPU tests (`ctest -L gpu --output-on-failure`); a GPU test that reports
+#       "skipped" here is a failure (it did not find the GPU),
+#   (c) runs the GPU benchmark build-gpu/tests/bench/gpu_train_bench when it was built (Google
+#       Benchmark JSON; its counters tokens_per_s, TFLOPs and MFU are read), with a note when it
+#       was not,
+#   (d) prints one summary table: each step, each GPU test, each benchmark's tokens/s, TFLOP/s
+#       and MFU (README.md, "GPU check", documents the format).
+# Everything runs under one deadline (default 480 s: the 8 minutes the issue allows), enforced
+# with `timeout`; nothing needs the network. Logs and the benchmark JSON go to build-gpu/gpu-check/.
+# Exit status: 0 when everything passed; 1 when the build, a test or the benchmark failed or the
+# deadline was reached; 2 for a usage error or a machine without a GPU or nvcc.
+#
+# Usage: tools/gpu-check.sh [--build-dir DIR] [--jobs N] [--deadline S] [--no-bench]
+#          [-- BENCH_ARGS...]   (extra arguments for gpu_train_bench)
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/build-gpu"
+jobs="$(nproc 2>/dev/null || echo 2)"
+deadline=480
+bench=1
+bench_args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build-dir) build="$(realpath -m "$2")"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
+    --no-bench) bench=0; shift ;;
+    --) shift; bench_args=("$@"); break ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ "$jobs" =~ ^[0-9]+$ && "$deadline" =~ ^[0-9]+$ ]] || { echo "gpu-check: --jobs and --deadline take integers" >&2; exit 2; }
+
+start=$SECONDS
+logs="$build/gpu-check"
+rows=()       # "name|status|detail" lines of the summary table
+failed=0
+
+left() { echo $((deadline - (SECONDS - start))); }
+row() { rows+=("$1|$2|$3"); }
+# run_step NAME LOG CMD...: runs CMD under the time left, logging to LOG; records a row.
+run_step() {
+  local name="$1" log="$2"; shift 2
+  local budget; budget="$(left)"
+  if (( budget <= 0 )); then row "$name" "TIMEOUT" "deadline of ${deadline} s reached before it"; failed=1; return 1; fi
+  local t0=$SECONDS rc=0
+  timeout --kill-after=10 "$budget" "$@" >"$log" 2>&1 || rc=$?
+  local dt=$((SECONDS - t0))
+  if (( rc == 124 || rc == 137 )); then
+    row "$name" "TIMEOUT" "${dt} s, deadline ${deadline} s (log: ${log#"$root"/})"; failed=1; return 1
+  elif (( rc != 0 )); then
+    row "$name" "FAILED" "${dt} s, exit ${rc} (log: ${log#"$root"/})"; failed=1; return 1
+  fi
+  row "$name" "ok" "${dt} s"
+  return 0
+}
+
+# ---- The machine ------------------------------------------------------------------------------
+nvcc="${CUDACXX:-}"
+[[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
+[[ -z "$nvcc" ]] && nvcc="$(command -v nvcc || true)"
+if [[ -z "$nvcc" ]]; then echo "gpu-check: no nvcc (CUDA toolkit) found" >&2; exit 2; fi
+gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)"
+if [[ -z "$gpu" ]]; then echo "gpu-check: no NVIDIA GPU visible (nvidia-smi lists none)" >&2; exit 2; fi
+cuda="$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -n1)"
+mkdir -p "$logs" || exit 2
+
+# ---- (a) configure and build ------------------------------------------------------------------
+if run_step configure "$logs/configure.log" \
+     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
+       -DCMAKE_CUDA_COMPILER="$nvcc"; then
+  run_step build "$logs/build.log" cmake --build "$build" -j"$jobs"
+fi
+
+# ---- (b) GPU tests ----------------------------------------------------------------------------
+ntests=0
+if (( failed == 0 )); then
+  run_step "ctest -L gpu" "$logs/ctest.log" \
+    ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error
+  # One row per test from ctest's progress lines: "1/3 Test #54: name ....   Passed    2.46 sec".
+  while IFS= read -r line; do
+    name="$(sed -E 's/^ *[0-9]+\/[0-9]+ +Test +#[0-9]+: ([^ ]+) .*/\1/' <<<"$line")"
+    status="$(sed -E 's/.*[ *](Passed|Failed|Skipped|Timeout|Not Run|Exception|SEGFAULT|Child aborted)[^0-9]*([0-9.]+ sec)?.*/\1/' <<<"$line")"
+    secs="$(grep -oE '[0-9.]+ sec' <<<"$line" | tail -n1)"
+    ntests=$((ntests + 1))
+    case "$status" in
+      Passed) row "  test $name" "passed" "$secs" ;;
+      Skipped) row "  test $name" "SKIPPED" "$secs: no GPU found by the test (a failure here)"; failed=1 ;;
+      *) row "  test $name" "FAILED" "$status $secs"; failed=1 ;;
+    esac
+  done < <(grep -E '^ *[0-9]+/[0-9]+ +Test +#[0-9]+: ' "$logs/ctest.log" 2>/dev/null)
+  if (( ntests == 0 )); then row "  tests" "FAILED" "no test labelled gpu ran"; failed=1; fi
+fi
+
+# ---- (c) benchmark ----------------------------------------------------------------------------
+bench_bin="$build/tests/bench/gpu_train_bench"
+bench_json="$logs/gpu_train_bench.json"
+bench_rows=()
+if (( bench == 0 )); then
+  row "gpu_train_bench" "skipped" "--no-bench"
+elif [[ ! -x "$bench_bin" ]]; then
+  row "gpu_train_bench" "absent" "not built (${bench_bin#"$root"/}): no benchmark figures"
+else
+  rm -f "$bench_json"
+  if run_step gpu_train_bench "$logs/gpu_train_bench.log" \
+       "$bench_bin" --benchmark_out="$bench_json" --benchmark_out_format=json "${bench_args[@]}"; then
+    # One "name|tokens/s|TFLOP/s|MFU" line per benchmark; aliases of the counter names accepted.
+    parse_py='
+import json, sys
+d = json.load(open(sys.argv[1]))
+def pick(b, *keys):
+    for k in keys:
+        if k in b: return float(b[k])
+    return None
+for b in d.get("benchmarks", []):
+    if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median": continue
+    tok = pick(b, "tokens_per_s", "tokens/s", "tokens_per_second", "tok_s")
+    tf = pick(b, "TFLOPs", "TFLOP/s", "tflops", "TFLOPS", "tflop_per_s")
+    mfu = pick(b, "MFU", "mfu")
+    if mfu is not None and mfu > 1.5: mfu /= 100  # given in percent
+    f = lambda x, s: "-" if x is None else s.format(x)
+    print("|".join([b.get("name", "?"), f(tok, "{:.0f}"), f(tf, "{:.1f}"),
+                    f(None if mfu is None else 100 * mfu, "{:.1f}%")]))
+'
+    parsed=""
+    if command -v python3 >/dev/null; then
+      parsed="$(python3 -c "$parse_py" "$bench_json" 2>>"$logs/gpu_train_bench.log")" || parsed=""
+    elif command -v jq >/dev/null; then
+      parsed="$(jq -r '.benchmarks[] | [.name, ((.tokens_per_s // null)|tostring),
+                 ((.TFLOPs // .tflops // null)|tostring), ((.MFU // .mfu // null)|tostring)] | join("|")' \
+                 "$bench_json" 2>>"$logs/gpu_train_bench.log")" || parsed=""
+    fi
+    if [[ -z "$parsed" ]]; then
+      row "  benchmarks" "FAILED" "no benchmark read from ${bench_json#"$root"/} (python3 or jq needed)"
+      failed=1
+    else
+      mapfile -t bench_rows <<<"$parsed"
+    fi
+  fi
+fi
+
+# ---- (d) summary ------------------------------------------------------------------------------
+echo
+echo "== parasol gpu-check: ${gpu} | CUDA ${cuda} | $(( SECONDS - start )) s of ${deadline} s =="
+printf '%-44s %-8s %s\n' "step" "status" "detail"
+for r in "${rows[@]}"; do
+  IFS='|' read -r a b c <<<"$r"
+  printf '%-44s %-8s %s\n' "$a" "$b" "$c"
+done
+if (( ${#bench_rows[@]} > 0 )); then
+  echo
+  printf '%-44s %12s %9s %7s\n' "benchmark" "tokens/s" "TFLOP/s" "MFU"
+  for r in "${bench_rows[@]}"; do
+    IFS='|' read -r a b c d <<<"$r"
+    printf '%-44s %12s %9s %7s\n' "$a" "$b" "$c" "$d"
+  done
+fi
+echo
+if (( failed )); then
+  echo "gpu-check: FAIL (logs in ${logs#"$root"/}/)"
+  exit 1
+fi
+echo "gpu-check: PASS"
+exit 0
