@@ -10,6 +10,17 @@
 
 namespace parasol::runtime {
 
+void all_reduce_host(Communicator& comm, Backend& backend, std::span<float> values, bool max) {
+  const size_t bytes = values.size() * sizeof(float);
+  auto* dev = static_cast<float*>(backend.alloc(bytes, BufferClass::kWorkspace));
+  backend.copy(dev, values.data(), bytes);
+  const auto n = static_cast<int64_t>(values.size());
+  (max ? comm.iall_reduce_max(dev, n, Dtype::kFp32) : comm.iall_reduce(dev, n, Dtype::kFp32))
+      .wait();
+  backend.copy(values.data(), dev, bytes);
+  backend.free(dev);
+}
+
 Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet& comms,
                  TrainerOptions options)
     : model_(model),
@@ -56,9 +67,9 @@ StepStats Trainer::step(bool trace) {
   const bool reports = g.last_stage() && g[Group::kTp].index == 0;
   std::vector<float> sums = {reports ? static_cast<float>(r.loss_sum) : 0.0f,
                              reports ? static_cast<float>(r.loss_tokens) : 0.0f};
-  comms_.world().all_reduce(std::span<float>(sums));
+  all_reduce_host(comms_.world(), backend_, sums);
   std::vector<float> slowest = {static_cast<float>(r.seconds)};
-  comms_.world().iall_reduce_max(slowest.data(), 1, Dtype::kFp32).wait();
+  all_reduce_host(comms_.world(), backend_, slowest, true);
   ++steps_;
   data_position_ += plan_.global_batch;
   StepStats s;
@@ -77,7 +88,7 @@ namespace {
 // Runs `f` on every rank; when it throws on any, every rank throws (so none waits forever in a
 // collective that a failed rank never joins).
 template <typename F>
-void on_every_rank(Communicator& world, const char* field, F&& f) {
+void on_every_rank(Communicator& world, Backend& backend, const char* field, F&& f) {
   std::string error;
   try {
     f();
@@ -85,7 +96,7 @@ void on_every_rank(Communicator& world, const char* field, F&& f) {
     error = e.what();
   }
   std::vector<float> failed = {error.empty() ? 0.0f : 1.0f};
-  world.all_reduce(std::span<float>(failed));
+  all_reduce_host(world, backend, failed);
   if (!error.empty()) throw Error(field, error);
   if (failed[0] > 0) throw Error(field, "failed on another rank");
 }
@@ -94,14 +105,14 @@ void on_every_rank(Communicator& world, const char* field, F&& f) {
 
 void Trainer::save(const std::string& dir) {
   Communicator& world = comms_.world();
-  on_every_rank(world, "checkpoint", [&] {
+  on_every_rank(world, backend_, "checkpoint", [&] {
     if (world.index() == 0) begin_checkpoint(dir, model_, plan_);
   });
-  on_every_rank(world, "checkpoint", [&] {
+  on_every_rank(world, backend_, "checkpoint", [&] {
     save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
                          [this](int id) { return executor_->fdata(id); });
   });
-  on_every_rank(world, "checkpoint", [&] {
+  on_every_rank(world, backend_, "checkpoint", [&] {
     if (world.index() != 0) return;
     TrainProgress p;
     p.step = steps_;
@@ -116,7 +127,7 @@ void Trainer::save(const std::string& dir) {
 
 void Trainer::load(const std::string& dir) {
   TrainProgress p;
-  on_every_rank(comms_.world(), "resume", [&] {
+  on_every_rank(comms_.world(), backend_, "resume", [&] {
     p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
                              [this](int id) { return executor_->fdata(id); });
   });

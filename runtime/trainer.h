@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/model.h"
@@ -35,6 +36,11 @@ struct StepStats {
   double tokens_per_s = 0;  // global batch tokens / seconds
   int64_t peak_bytes = 0;   // this rank's peak device memory during the step
 };
+
+// Sums (or maximises) a few host values over `comm` through the backend's memory, so that the
+// same call works with communicators of device memory (NCCL) and of host memory (MPI).
+void all_reduce_host(Communicator& comm, Backend& backend, std::span<float> values,
+                     bool max = false);
 
 class Trainer {
  public:

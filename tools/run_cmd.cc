@@ -1,6 +1,7 @@
-// `parasol run`: trains a model under a plan for real, on this host's CPUs with MPI (launch with
-// `mpirun -np N parasol run ...`; N must be the plan's rank count). Rank 0 prints the loss, step
-// time and tokens/s of every step, then each rank's measured peak memory beside the liveness
+// `parasol run`: trains a model under a plan for real, on this host's CPUs with MPI, or on its
+// GPUs with the cuda backend and NCCL (--backend cuda, where built), one rank per GPU (launch
+// with `mpirun -np N parasol run ...`; N must be the plan's rank count). Rank 0 prints the loss,
+// step time and tokens/s of every step, then each rank's measured peak memory beside the liveness
 // prediction; --trace writes the last --trace-steps steps' ops (all ranks merged) in the
 // simulator's schema, with the plan and the communication groups, so that `parasol compare` and
 // `parasol calibrate` read it as it is.
@@ -16,6 +17,10 @@
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/trainer.h"
+#ifdef PARASOL_HAVE_CUDA
+#include "runtime/comm/nccl_communicator.h"
+#include "runtime/cuda/cuda_backend.h"
+#endif
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "tools/spec.h"
@@ -59,19 +64,31 @@ int world_rank() {
 
 int train(const Spec& s, const RunOptions& ro) {
   using namespace runtime;
-  if (ro.backend != "cpu")
-    throw Error("backend", "'" + ro.backend + "' is not built here (available: cpu)");
+  if (ro.backend != "cpu" && ro.backend != "cuda")
+    throw Error("backend", "'" + ro.backend + "' is not a backend (cpu, cuda)");
   if (ro.steps < 1) throw Error("steps", "must be at least 1");
   if (ro.trace_steps < 1 || ro.trace_steps > ro.steps)
     throw Error("trace-steps", std::to_string(ro.trace_steps) + " must be in [1, --steps (" +
                                    std::to_string(ro.steps) + ")]");
   Plan plan = s.plan;
   validate(plan, s.model, *s.cluster);
-  auto comms = make_mpi_comm_set(plan);
+  std::unique_ptr<CommSet> comms;
+  std::unique_ptr<Backend> owned;
+  if (ro.backend == "cpu") {
+    comms = make_mpi_comm_set(plan);
+    // One OpenBLAS thread per rank when several ranks share the host.
+    owned = std::make_unique<CpuBackend>(comms->world_size() > 1 ? 1 : 0);
+  } else {
+#ifdef PARASOL_HAVE_CUDA
+    comms = make_nccl_comm_set(plan);
+    owned = std::make_unique<CudaBackend>(select_nccl_device());
+#else
+    throw Error("backend", "cuda: this parasol was built without the CUDA parts");
+#endif
+  }
+  Backend& backend = *owned;
   const bool root = comms->world_rank() == 0;
   int world = comms->world_size();
-  // One OpenBLAS thread per rank when several ranks share the host.
-  CpuBackend backend(world > 1 ? 1 : 0);
   TrainerOptions opt;
   opt.seed = ro.seed;
   opt.data = ro.data;
@@ -110,8 +127,8 @@ int train(const Spec& s, const RunOptions& ro) {
   std::vector<float> peaks(static_cast<size_t>(world), 0.0f), predicted(peaks);
   peaks[comms->world_rank()] = static_cast<float>(last.peak_bytes);
   predicted[comms->world_rank()] = static_cast<float>(lv.peak_bytes);
-  comms->world().all_reduce(std::span<float>(peaks));
-  comms->world().all_reduce(std::span<float>(predicted));
+  all_reduce_host(comms->world(), backend, peaks);
+  all_reduce_host(comms->world(), backend, predicted);
   if (!ro.trace.empty()) {
     const std::string part = ro.trace + ".rank" + std::to_string(comms->world_rank());
     traces::Trace t;
@@ -178,7 +195,8 @@ Runner add_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--checkpoint", ro->checkpoint, "save the training state here at the end");
   cmd->add_option("--resume", ro->resume, "resume from this checkpoint");
-  cmd->add_option("--backend", ro->backend, "cpu")->capture_default_str();
+  cmd->add_option("--backend", ro->backend, "cpu (MPI) or cuda (NCCL, where built)")
+      ->capture_default_str();
   cmd->add_option("--seed", ro->seed, "initialisation, data and dropout seed")
       ->capture_default_str();
   cmd->add_option("--lr", ro->lr, "AdamW learning rate")->capture_default_str();

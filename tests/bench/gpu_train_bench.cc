@@ -1,9 +1,9 @@
 // One training step on one GPU with the cuda backend (fp32 storage, bf16 tensor-core GEMMs with
 // fp32 accumulation): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model
 // (16 layers, hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048).
-// Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward FLOPs of the model); MFU against
-// the device's dense bf16 datasheet peak (core/device.h, by the device name CUDA reports).
-// Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
+// Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward
+// FLOPs of the model); MFU against the device's dense bf16 datasheet peak (core/device.h, by the
+// device name CUDA reports). Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
