@@ -110,7 +110,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow_only({"name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
                 "seq_len", "seq", "norm", "activation", "tied_embeddings", "learned_positions",
-                "linear_bias", "dropout", "moe"});
+                "linear_bias", "dropout", "rope_theta", "moe"});
   Model m;
   m.name = r.string_or("name", "custom");
   m.layers = static_cast<int>(r.integer("layers", 1, kMaxLayers));
@@ -135,6 +135,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   m.learned_positions = r.boolean_or("learned_positions", false);
   m.linear_bias = r.boolean_or("linear_bias", false);
   m.dropout = r.boolean_or("dropout", false);
+  m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   if (r.has("moe")) {
     JsonReader moe = r.object("moe");
     moe.allow_only({"experts", "top_k", "expert_ffn", "every"});
@@ -166,7 +167,8 @@ Json model_to_json(const Model& m) {
             {"tied_embeddings", m.tied_embeddings},
             {"learned_positions", m.learned_positions},
             {"linear_bias", m.linear_bias},
-            {"dropout", m.dropout}};
+            {"dropout", m.dropout},
+            {"rope_theta", m.rope_theta}};
   if (m.is_moe())
     j["moe"] = {{"experts", m.moe.experts},
                 {"top_k", m.moe.top_k},
@@ -215,6 +217,7 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.learned_positions = false;
     m.linear_bias = r.boolean_or("attention_bias", false);
     m.dropout = r.number_or("attention_dropout", 0, 0, 1) > 0;
+    m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
     if (r.has("num_local_experts")) {
       m.moe.experts = static_cast<int>(r.integer("num_local_experts", 1, kMaxExperts));
       m.moe.top_k = static_cast<int>(r.integer_or("num_experts_per_tok", 2, 1, m.moe.experts));

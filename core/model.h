@@ -37,6 +37,7 @@ struct Model {
   bool learned_positions = false;  // GPT-style absolute position table (RoPE when false)
   bool linear_bias = false;        // biases on linear layers (GPT-2/3)
   bool dropout = false;            // dropout on attention probabilities and residuals (GPT-2/3)
+  double rope_theta = 10000;       // rotary embedding base (when !learned_positions)
   MoeSpec moe;
 
   bool is_moe() const { return moe.experts > 0; }

@@ -47,6 +47,11 @@ Model llama_model(const std::string& name, int layers, int64_t hidden, int heads
 
 namespace {
 
+Model with_rope(Model m, double theta) {
+  m.rope_theta = theta;
+  return m;
+}
+
 Model with_moe(Model m, int experts, int top_k, int64_t expert_ffn) {
   m.moe = {experts, top_k, expert_ffn, 1};
   return m;
@@ -69,11 +74,19 @@ const std::map<std::string, std::function<Model()>>& presets() {
       // Touvron et al. 2023 (Llama 2 7B).
       {"llama2-7b", [] { return llama_model("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096); }},
       // Meta Llama 3 model card and config.json: 8B, 70B; Llama 3.1 405B.
-      {"llama3-8b", [] { return llama_model("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192); }},
+      // rope_theta 500000 (config.json).
+      {"llama3-8b",
+       [] {
+         return with_rope(llama_model("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192), 5e5);
+       }},
       {"llama3-70b",
-       [] { return llama_model("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192); }},
+       [] {
+         return with_rope(llama_model("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192), 5e5);
+       }},
       {"llama3-405b",
-       [] { return llama_model("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192); }},
+       [] {
+         return with_rope(llama_model("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192), 5e5);
+       }},
       // Jiang et al. 2024 (Mixtral of Experts) and its config.json: 8 experts, top-2.
       {"mixtral-8x7b",
        [] {

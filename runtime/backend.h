@@ -190,6 +190,17 @@ class Backend {
                                   const float* out, const float* lse, const float* probs,
                                   bool accumulate_dq, bool accumulate_dkv) = 0;
 
+  // ---- Rotary position embedding (Su et al. 2021; Llama's rotate-half pairing), applied by the
+  // executor to Q and K inside the QKV GEMM's output (models without learned positions).
+
+  // In place on `heads` heads of head_dim columns each, starting at x, in rows = batch * seq
+  // token rows of stride ld: the pair (x[j], x[j + head_dim / 2]) of row t, head h, j <
+  // head_dim / 2, is rotated by the angle p * theta^(-2 j / head_dim), p = t % seq + pos_offset
+  // (angles formed in double). inverse: rotated by minus the angle, which is also the backward
+  // (the rotation is orthogonal: its gradient is its transpose). Other columns are untouched.
+  virtual void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+                    int64_t heads, int64_t head_dim, double theta, bool inverse) = 0;
+
   // ---- Residual add with dropout (OpKind::kResidualAdd).
 
   // out = x + dropout(y + bias) over [rows x cols]; x (the residual) and bias nullable. When

@@ -80,6 +80,10 @@ struct Executor::Impl {
   // router probability as the gate (Switch Transformer), which also keeps its gradient.
   bool renormalize() const { return model.moe.top_k > 1; }
   Routing& routing_of(const Op& op);  // the routing of op's layer and micro-batch
+  // Rotary position embeddings (models without learned positions) on the Q and K columns of a
+  // QKV buffer (or its gradient: inverse), positions of this rank's sequence chunk.
+  bool rotary() const { return !model.learned_positions; }
+  void rotate_qk(int qkv_buffer, bool inverse);
   // Rows of an expert-region buffer ("L3.efc1.m0") under expert parallelism, else -1.
   int64_t region_rows(int buffer) const;
 

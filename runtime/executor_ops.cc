@@ -119,6 +119,14 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
   return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
 }
 
+void Executor::Impl::rotate_qk(int qkv, bool inverse) {
+  const int64_t hd = model.head_dim, q_heads = model.heads / tp, kv_heads = model.kv_heads / tp;
+  const int64_t ld = (q_heads + 2 * kv_heads) * hd;
+  const int64_t pos = int64_t{cp_idx} * Sl;
+  be.rope(fptr(qkv), ld, T, Sl, pos, q_heads, hd, model.rope_theta, inverse);
+  be.rope(fptr(qkv) + q_heads * hd, ld, T, Sl, pos, kv_heads, hd, model.rope_theta, inverse);
+}
+
 void Executor::Impl::run_compute(const Op& op) {
   const std::string what = base_name(op.name);
   auto R = [&](size_t i) { return fptr(op.reads.at(i)); };
@@ -174,11 +182,17 @@ void Executor::Impl::run_compute(const Op& op) {
         float* db = op.writes.size() > 1 ? W(1) : nullptr;
         be.linear_backward_weight(W(0), db, R(0), R(1), layout_of(dw), op.k, op.n, op.m);
       } else if (op.backward_data) {
+        // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
+        // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
+        if (what == "qkv.dx" && rotary()) rotate_qk(op.reads[0], true);
         const bool acc = op.reads.size() == 3;  // router.dx adds to the dispatch gradient
         be.linear_backward_data(W(0), R(0), R(1), layout_of(op.reads[1]), op.m, op.k, op.n, acc);
       } else {
         const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
         be.linear_forward(W(0), R(0), R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
+        // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
+        // sends included, sees them rotated).
+        if (what == "qkv" && rotary()) rotate_qk(op.writes[0], false);
         if (what == "head" && vocab_start + vocab_t > model.vocab) bad_op(op, "padded vocabulary");
       }
       return;

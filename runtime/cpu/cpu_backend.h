@@ -9,6 +9,7 @@
 //                    expert_linear_* (grouped GEMM)
 //   activation.cc    activation_forward/backward (gelu tanh, swiglu)
 //   attention.cc     attention_forward/backward (causal, GQA, ring-step merge, dropout)
+//   rope.cc          rope (rotary position embedding, forward and inverse)
 //   residual.cc      residual_forward/backward (residual add, bias, dropout)
 //   cross_entropy.cc xent_* (vocab-parallel pieces and backward)
 //   moe.cc           router_forward/topk/backward, moe_permutation, dispatch_*, combine_*
@@ -71,6 +72,9 @@ class CpuBackend final : public Backend {
                           const float* dout, const float* q, const float* k, const float* v,
                           const float* out, const float* lse, const float* probs,
                           bool accumulate_dq, bool accumulate_dkv) override;
+
+  void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
+            int64_t head_dim, double theta, bool inverse) override;
 
   void residual_forward(float* out, uint8_t* mask, const float* x, const float* y,
                         const float* bias, int64_t rows, int64_t cols, float dropout_p,

@@ -78,6 +78,13 @@ void CudaBackend::norm_backward(Norm kind, float* dx, float* dweight, float* dbi
                       rows, cols, eps, s, stream_);
 }
 
+void CudaBackend::rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+                       int64_t heads, int64_t head_dim, double theta, bool inverse) {
+  if (head_dim % 2 != 0 || seq <= 0 || theta <= 0)
+    throw Error("runtime.rope", "head_dim must be even, seq and theta positive");
+  cuda::rope(x, ld, rows, seq, pos_offset, heads, head_dim, theta, inverse, stream_);
+}
+
 void CudaBackend::activation_forward(Activation kind, float* out, const float* in, int64_t rows,
                                      int64_t cols) {
   cuda::activation_forward(kind == Activation::kGelu, out, in, rows, cols, stream_);

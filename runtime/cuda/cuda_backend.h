@@ -122,6 +122,9 @@ class CudaBackend final : public Backend {
   void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols) override;
   void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) override;
 
+  void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
+            int64_t head_dim, double theta, bool inverse) override;
+
   void activation_forward(Activation kind, float* out, const float* in, int64_t rows,
                           int64_t cols) override;
   void activation_backward(Activation kind, float* din, const float* dout, const float* in,

@@ -45,6 +45,10 @@ void activation_forward(bool gelu, float* out, const float* in, int64_t rows, in
 void activation_backward(bool gelu, float* din, const float* dout, const float* in, int64_t rows,
                          int64_t cols, cudaStream_t s);
 
+// ---- rope.cu
+void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
+          int64_t head_dim, double theta, bool inverse, cudaStream_t s);
+
 // ---- attention.cu: backend.h's AttentionDims with the scale resolved (> 0).
 struct AttnShape {
   int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;

@@ -316,6 +316,16 @@ TEST_F(CudaKernels, Activations) {
   }
 }
 
+TEST_F(CudaKernels, RopeForwardAndInverse) {
+  // A fused QKV row of 3 query heads and 1 key head of 16 columns; K is rotated in place.
+  const int64_t d = 16, ld = 5 * d, seq = 24, rows = 2 * seq;
+  auto x = twin(random_floats(rows * ld, 45));
+  both([&](Backend& b, Side s) { b.rope(x(s) + 3 * d, ld, rows, seq, 48, 1, d, 5e5, false); });
+  EXPECT_TRUE(elt_close(x, "rope"));
+  both([&](Backend& b, Side s) { b.rope(x(s), ld, rows, seq, 48, 3, d, 1e4, true); });
+  EXPECT_TRUE(elt_close(x, "rope inverse"));
+}
+
 // ---- Attention.
 
 struct AttnCase {
