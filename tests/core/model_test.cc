@@ -444,3 +444,23 @@ TEST(ModelErrors, UnknownPresetAndMissingFile) {
 
 }  // namespace
 }  // namespace parasol
+
+namespace parasol {
+namespace {
+
+TEST(Model, RopeThetaFromHfConfigsPresetsAndJson) {
+  const std::string dir = PARASOL_TEST_DATA_DIR;
+  EXPECT_EQ(load_model(dir + "/hf/llama3_8b_config.json").rope_theta, 500000.0);
+  EXPECT_EQ(load_model(dir + "/hf/mixtral_config.json").rope_theta, 1000000.0);
+  EXPECT_EQ(model_preset("llama3-70b").rope_theta, 500000.0);
+  EXPECT_EQ(model_preset("llama2-7b").rope_theta, 10000.0);
+  Model m = model_preset("tiny");
+  m.rope_theta = 123456;
+  EXPECT_EQ(model_from_json(model_to_json(m)).rope_theta, 123456.0);
+  Json bad = model_to_json(m);
+  bad["rope_theta"] = -1;
+  EXPECT_THROW(model_from_json(bad), Error);
+}
+
+}  // namespace
+}  // namespace parasol
