@@ -50,6 +50,19 @@ void Backend::free_in(Space& s, void* p, bool host) {
     raw_free(p);
 }
 
+int Backend::mark() {
+  marks_.push_back(std::chrono::steady_clock::now());
+  return static_cast<int>(marks_.size()) - 1;
+}
+
+double Backend::mark_seconds(int i) {
+  if (i < 0 || i >= static_cast<int>(marks_.size()))
+    throw Error("runtime.mark", "no mark " + std::to_string(i));
+  return std::chrono::duration<double>(marks_[i] - marks_[0]).count();
+}
+
+void Backend::clear_marks() { marks_.clear(); }
+
 void* Backend::alloc(size_t bytes, BufferClass cls) { return alloc_in(device_, bytes, cls, false); }
 void Backend::free(void* p) { free_in(device_, p, false); }
 void* Backend::alloc_host(size_t bytes, BufferClass cls) {

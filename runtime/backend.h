@@ -22,11 +22,13 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/device.h"
 #include "core/model.h"
@@ -113,6 +115,15 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
   virtual void synchronize() = 0;
+
+  // ---- Timing of the kernels (trace timestamps). mark() notes the point that the work issued so
+  // far has reached and returns the mark's index: the host clock now on the cpu (its kernels run
+  // on the calling thread), an event on the compute stream on cuda. mark_seconds(i): mark i's
+  // time in seconds after mark 0, valid once synchronize() has returned. clear_marks() starts a
+  // new series.
+  virtual int mark();
+  virtual double mark_seconds(int i);
+  virtual void clear_marks();
 
   // ---- Embedding (OpKind::kEmbedding).
 
@@ -319,6 +330,7 @@ class Backend {
 
   mutable std::mutex mu_;
   Space device_, host_;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
 }  // namespace parasol::runtime

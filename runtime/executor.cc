@@ -44,7 +44,8 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
                             "use bf16 tensor cores); ") +
                     dtype_name(p.precision) + " plans need --precision fp32");
   if (m.is_moe() && b.name() != "cpu")
-    unsupported("model.moe", "MoE routing is kept in host memory; only the cpu backend runs it yet");
+    unsupported("model.moe",
+                "MoE routing is kept in host memory; only the cpu backend runs it yet");
   if (p.cp > 1 && !p.flash_attention)
     unsupported("plan.flash_attention",
                 "ring attention (cp > 1) runs with flash attention only in the runtime");
@@ -497,8 +498,16 @@ StepResult Executor::step(const StepConfig& config) {
   };
   std::vector<InFlight> flying;
   std::vector<char> busy(n_streams, 0);
+  // Compute and copy ops are timed by the backend's marks (device time on cuda), transfers by the
+  // host clock; mark 0 and t0 are both the step's start.
+  im.be.clear_marks();
+  if (config.trace) im.be.mark();
   const auto t0 = Clock::now();
   auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  struct Marked {
+    int op, start, end;
+  };
+  std::vector<Marked> marked;
   auto record = [&](const Op& op, double start, double end) {
     if (!config.trace) return;
     traces::TraceEvent e;
@@ -558,6 +567,7 @@ StepResult Executor::step(const StepConfig& config) {
           std::fprintf(stderr, "[rank %d] start %d %s stream %d\n", im.comms.world_rank(), op.id,
                        op.name.c_str(), op.stream);
         const double start = now();
+        const int start_mark = config.trace && !is_communication(op.kind) ? im.be.mark() : -1;
         if (is_communication(op.kind)) {
           flying.push_back({op.id, im.start_comm(op), start});
           if (eager(op))
@@ -582,7 +592,7 @@ StepResult Executor::step(const StepConfig& config) {
             default:
               im.run_compute(op);
           }
-          record(op, start, now());
+          if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});
           complete(op);
           ++completed;
         }
@@ -599,6 +609,8 @@ StepResult Executor::step(const StepConfig& config) {
     if (++idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   im.be.synchronize();
+  for (const Marked& m : marked)
+    record(prog.ops[m.op], im.be.mark_seconds(m.start), im.be.mark_seconds(m.end));
   for (void* p : im.scratch_) im.be.free(p);
   im.scratch_.clear();
   result.seconds = now();

@@ -82,10 +82,30 @@ CudaBackend::~CudaBackend() {
   release_all();  // back into the free lists
   empty_cache();
   gemm_plans_.clear();
+  for (cudaEvent_t e : mark_events_) cudaEventDestroy(e);
   if (scratch_) cudaFree(scratch_);
   if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+// ---- Trace timing.
+
+int CudaBackend::mark() {
+  if (marks_used_ == static_cast<int>(mark_events_.size())) {
+    cudaEvent_t e;
+    PARASOL_CUDA_CHECK(cudaEventCreate(&e));
+    mark_events_.push_back(e);
+  }
+  PARASOL_CUDA_CHECK(cudaEventRecord(mark_events_[marks_used_], stream_));
+  return marks_used_++;
+}
+
+double CudaBackend::mark_seconds(int i) {
+  if (i < 0 || i >= marks_used_) throw Error("runtime.mark", "no mark " + std::to_string(i));
+  float ms = 0;
+  PARASOL_CUDA_CHECK(cudaEventElapsedTime(&ms, mark_events_[0], mark_events_[i]));
+  return ms / 1e3;
 }
 
 // ---- Memory.

@@ -122,6 +122,11 @@ class CudaBackend final : public Backend {
   void bias_forward(float* out, const float* bias, int64_t rows, int64_t cols) override;
   void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) override;
 
+  // Trace timing: CUDA events recorded on the compute stream (backend.h's marks).
+  int mark() override;
+  double mark_seconds(int i) override;
+  void clear_marks() override { marks_used_ = 0; }
+
   void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
             int64_t head_dim, double theta, bool inverse) override;
 
@@ -225,6 +230,9 @@ class CudaBackend final : public Backend {
 
   std::mutex gemm_mu_;
   std::unordered_map<std::string, std::unique_ptr<GemmPlan>> gemm_plans_;
+
+  std::vector<cudaEvent_t> mark_events_;  // trace timing: reused across series
+  int marks_used_ = 0;
 };
 
 }  // namespace parasol::runtime

@@ -156,3 +156,23 @@ TEST(CpuSgemm, TransposesLeadingDimensionsBeta) {
 
 }  // namespace
 }  // namespace parasol::runtime
+
+namespace parasol::runtime {
+namespace {
+
+TEST(CpuBackendMarks, HostClockMarksFromTheFirst) {
+  CpuBackend b(1);
+  b.clear_marks();
+  EXPECT_EQ(b.mark(), 0);
+  std::vector<float> x(1 << 16, 1.0f);
+  b.zero(x.data(), x.size() * sizeof(float));
+  EXPECT_EQ(b.mark(), 1);
+  EXPECT_EQ(b.mark_seconds(0), 0.0);
+  EXPECT_GE(b.mark_seconds(1), 0.0);
+  EXPECT_THROW(b.mark_seconds(2), Error);
+  b.clear_marks();
+  EXPECT_EQ(b.mark(), 0);
+}
+
+}  // namespace
+}  // namespace parasol::runtime
