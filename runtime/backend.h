@@ -125,6 +125,13 @@ class Backend {
   virtual double mark_seconds(int i);
   virtual void clear_marks();
 
+  // ---- Ordering other streams after the kernels. record_fence() marks the point the work issued
+  // so far has reached and returns an opaque fence for a Communicator's wait_fence() (a CUDA event
+  // on cuda); release_fence() drops it once the wait is issued. Backends whose kernels finish on
+  // the calling thread (cpu) return nullptr: everything issued is already done.
+  virtual void* record_fence() { return nullptr; }
+  virtual void release_fence(void* fence) { (void)fence; }
+
   // ---- Embedding (OpKind::kEmbedding).
 
   // Vocab-parallel lookup of rows = batch * seq tokens: out[t] = table[tokens[t] - vocab_start]

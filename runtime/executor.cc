@@ -258,10 +258,14 @@ uint64_t Executor::Impl::seed_for(const Op& op, bool per_tp_rank) const {
 // Communication.
 
 Request Executor::Impl::start_comm(const Op& op) {
-  // A transfer reads what kernels wrote: on a backend with asynchronous kernels (cuda), they
-  // must have finished. (A no-op on the cpu; on GPUs event-based ordering would keep overlap.)
-  be.synchronize();
   Communicator& comm = comms.get(op.group);
+  // A transfer reads what kernels wrote: its stream waits for them (a CUDA event on the cuda
+  // backend; nothing to wait for on the cpu, whose kernels have finished).
+  auto after_kernels = [&] {
+    void* fence = be.record_fence();
+    comm.wait_fence(fence);
+    be.release_fence(fence);
+  };
   const Dtype dt = Dtype::kFp32;  // the cpu backend's storage; bf16 communication comes with cuda
   const int64_t count = comm_count(op.kind, op.bytes, dt, comm.size());
   const int me = comm.index();
@@ -270,6 +274,7 @@ Request Executor::Impl::start_comm(const Op& op) {
       if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
           elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
         // An expert-region buffer (its rows depend on the routing).
+        after_kernels();
         return comm.iall_reduce(ptr(op.writes[0]), elements_[op.writes[0]], dt);
       }
       const int blk = prog.buffers[op.writes[0]].block;
@@ -291,21 +296,26 @@ Request Executor::Impl::start_comm(const Op& op) {
           }
           be.free(packed);
         };
+        after_kernels();
         return comm.iall_reduce(packed, count, dt);
       }
       Flat f = flat(op.writes);
+      after_kernels();
       return op.reduce_max ? comm.iall_reduce_max(f.base, count, dt)
                            : comm.iall_reduce(f.base, count, dt);
     }
     case OpKind::kAllGather: {
       Flat src = flat(op.reads), dst = flat(op.writes);
       const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
+      after_kernels();
       return comm.iall_gather(send, dst.base, count, dt);
     }
     case OpKind::kReduceScatter: {
       Flat src = flat(op.reads), dst = flat(op.writes);
-      if (src.base == dst.base)
+      if (src.base == dst.base) {
+        after_kernels();
         return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, dt);
+      }
       const Buffer& out = prog.buffers[op.writes[0]];
       if (out.persistent && out.cls == BufferClass::kGrad) {
         // ZeRO 2/3: the micro-batch's gradients fold into the shard: add the shard reduced so
@@ -313,6 +323,7 @@ Request Executor::Impl::start_comm(const Op& op) {
         float* mine = src.f(int64_t{me} * count);
         be.residual_forward(mine, nullptr, mine, dst.f(), nullptr, 1, count, 0.0f, 0);
       }
+      after_kernels();
       return comm.ireduce_scatter(src.base, dst.base, count, dt);
     }
     case OpKind::kSend: {
@@ -336,10 +347,12 @@ Request Executor::Impl::start_comm(const Op& op) {
         data = fptr(buf) + int64_t{tp_idx} * count;
       }
       const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_next();
+      after_kernels();
       return comm.isend(data, count, peer, op.tag, dt);
     }
     case OpKind::kRecv: {
       const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_prev();
+      after_kernels();
       return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, dt);
     }
     case OpKind::kAllToAll:

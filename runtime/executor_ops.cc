@@ -116,6 +116,9 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
     send[j] = (to_experts ? x.send_rows[j] : x.recv_rows[j]) * h;
     recv[j] = (to_experts ? x.recv_rows[j] : x.send_rows[j]) * h;
   }
+  void* fence = be.record_fence();  // the transfer's stream waits for the kernels' data
+  comm.wait_fence(fence);
+  be.release_fence(fence);
   return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
 }
 

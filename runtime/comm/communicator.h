@@ -100,6 +100,9 @@ class Communicator {
   int index() const { return index_; }  // this rank's index in members()
   // The largest tag send/recv accept (at least 32767).
   virtual int64_t max_tag() const = 0;
+  // Makes the transfers issued from now on wait for `fence` (Backend::record_fence(): the
+  // kernels that produced their data). nullptr, and communicators of host memory: nothing to do.
+  virtual void wait_fence(void* fence) { (void)fence; }
 
   // ---- Non-blocking, any supported dtype. `count` is in elements. ---------------------------
 

@@ -430,6 +430,11 @@ Request NcclCommunicator::self_transfer(bool is_send, const void* send, void* re
   return r;
 }
 
+void NcclCommunicator::wait_fence(void* fence) {
+  if (fence == nullptr) return;
+  check_cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(fence), 0), "cuda");
+}
+
 Request NcclCommunicator::start_barrier() {
   before_call(false);
   auto b = batch_for(false);

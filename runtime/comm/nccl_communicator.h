@@ -60,6 +60,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const { return stream_; }
   // NCCL has no tags; tags only order this rank's transfers to itself.
   int64_t max_tag() const override { return 2147483647; }
+  // The communicator's stream waits for the event (a cudaEvent_t from CudaBackend).
+  void wait_fence(void* fence) override;
 
   // Calls until the matching end_group() are issued in one NCCL group at end_group(). Nests:
   // the outermost end_group() issues. Throws parasol::Error ("comm.<name>.group") on an

@@ -101,6 +101,18 @@ int CudaBackend::mark() {
   return marks_used_++;
 }
 
+void* CudaBackend::record_fence() {
+  cudaEvent_t e;
+  PARASOL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  PARASOL_CUDA_CHECK(cudaEventRecord(e, stream_));
+  return e;
+}
+
+// Destroying an event whose wait is enqueued is allowed: CUDA frees it once it has completed.
+void CudaBackend::release_fence(void* fence) {
+  if (fence) cudaEventDestroy(static_cast<cudaEvent_t>(fence));
+}
+
 double CudaBackend::mark_seconds(int i) {
   if (i < 0 || i >= marks_used_) throw Error("runtime.mark", "no mark " + std::to_string(i));
   float ms = 0;

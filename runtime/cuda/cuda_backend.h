@@ -126,6 +126,9 @@ class CudaBackend final : public Backend {
   int mark() override;
   double mark_seconds(int i) override;
   void clear_marks() override { marks_used_ = 0; }
+  // A cudaEvent_t recorded on the compute stream (communication streams wait on it).
+  void* record_fence() override;
+  void release_fence(void* fence) override;
 
   void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
             int64_t head_dim, double theta, bool inverse) override;
