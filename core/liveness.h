@@ -25,7 +25,8 @@ struct Liveness {
 // Persistent buffers are live for the whole step; any other buffer from the first op that
 // touches it (normally its writer) to the last op that reads or writes it. A block
 // (Program::blocks) is one allocation of its padded size, from the first touch of any member to
-// the last touch of any. Buffers no op touches are not counted. Host buffers count only towards host_bytes.
+// the last touch of any. Buffers no op touches are not counted. Host buffers count only towards
+// host_bytes.
 Liveness liveness(const Program& program);
 
 }  // namespace parasol

@@ -114,11 +114,15 @@ double BufferBlock::bytes(const std::vector<Buffer>& all) const {
   return buffers.empty() ? 0.0 : static_cast<double>(elements) * dtype_bytes(all[buffers[0]].dtype);
 }
 
-int64_t ParamSpec::elements() const {
+int64_t shape_elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
+
+int64_t Buffer::elements() const { return shape_elements(shape); }
+
+int64_t ParamSpec::elements() const { return shape_elements(shape); }
 
 double attention_flops(const AttnShape& a) {
   const double full =
@@ -167,9 +171,7 @@ int Program::add_block(const std::vector<int>& ids, int64_t elements) {
   const int index = static_cast<int>(blocks.size());
   for (int id : ids) {
     Buffer& buf = buffers[id];
-    int64_t n = 1;
-    for (int64_t d : buf.shape) n *= d;
-    sum += n;
+    sum += buf.elements();
     buf.block = index;
   }
   b.elements = std::max(sum, elements);

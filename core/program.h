@@ -57,6 +57,9 @@ const char* buffer_class_name(BufferClass c);
 // Streams: 0 = compute, 1.. = communication streams, last = copy (see Program::stream_name).
 enum class StreamKind { kCompute, kComm, kCopy };
 
+// Elements of a tensor of `shape` (1 for an empty shape).
+int64_t shape_elements(const std::vector<int64_t>& shape);
+
 struct Buffer {
   int id = 0;
   std::string name;            // e.g. "L3.qkv.out.mb2"
@@ -66,6 +69,7 @@ struct Buffer {
   bool host = false;        // lives in host memory (offload)
   bool persistent = false;  // allocated for the whole step (params, grads, optimizer)
   int block = -1;           // index into Program::blocks, or -1 (allocated on its own)
+  int64_t elements() const;
   double bytes() const;
 };
 

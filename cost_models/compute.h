@@ -13,8 +13,8 @@ namespace parasol::cost {
 
 // Shape factor of a GEMM in (0, 1]: the best over cuBLAS-like tile shapes of tile efficiency x
 // wave quantization on the device's compute units (1 for a CPU, vendor "cpu"), times the
-// reduction-depth factor k / (k + profile.gemm_k_half). Multiplied by profile.gemm_eff(dtype) it gives the fraction of
-// dense peak a GEMM of this shape reaches.
+// reduction-depth factor k / (k + profile.gemm_k_half). Multiplied by profile.gemm_eff(dtype) it
+// gives the fraction of dense peak a GEMM of this shape reaches.
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
                          int64_t k, int64_t batch = 1);
 

@@ -21,12 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 [[noreturn]] void unsupported(const std::string& field, const std::string& reason) {
   throw Error(field, reason);
 }
@@ -72,7 +66,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   elements_.resize(nb);
   ptr_.assign(nb, nullptr);
   unit_of_.assign(nb, -1);
-  for (int i = 0; i < nb; ++i) elements_[i] = product(prog.buffers[i].shape);
+  for (int i = 0; i < nb; ++i) elements_[i] = prog.buffers[i].elements();
   nominal_elements_ = elements_;
   if (p.ep > 1 && p.offload.activations)
     unsupported("plan.offload", "activation offload with expert parallelism is not run yet");
@@ -257,15 +251,24 @@ uint64_t Executor::Impl::seed_for(const Op& op, bool per_tp_rank) const {
 // ---------------------------------------------------------------------------------------------
 // Communication.
 
+// A transfer reads what kernels wrote: its stream waits for them (a CUDA event on the cuda
+// backend; nothing to wait for on the cpu, whose kernels have finished).
+void Executor::Impl::after_kernels(Communicator& comm) {
+  void* fence = be.record_fence();
+  comm.wait_fence(fence);
+  be.release_fence(fence);
+}
+
+void Executor::Impl::pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_cols) {
+  const int64_t ld = q_cols + 2 * kv_cols;
+  for (int64_t t = 0; t < T; ++t) {
+    be.copy(kv + t * kv_cols, qkv + t * ld + q_cols, kv_cols * sizeof(float));
+    be.copy(kv + (T + t) * kv_cols, qkv + t * ld + q_cols + kv_cols, kv_cols * sizeof(float));
+  }
+}
+
 Request Executor::Impl::start_comm(const Op& op) {
   Communicator& comm = comms.get(op.group);
-  // A transfer reads what kernels wrote: its stream waits for them (a CUDA event on the cuda
-  // backend; nothing to wait for on the cpu, whose kernels have finished).
-  auto after_kernels = [&] {
-    void* fence = be.record_fence();
-    comm.wait_fence(fence);
-    be.release_fence(fence);
-  };
   const Dtype dt = Dtype::kFp32;  // the cpu backend's storage; bf16 communication comes with cuda
   const int64_t count = comm_count(op.kind, op.bytes, dt, comm.size());
   const int me = comm.index();
@@ -274,7 +277,7 @@ Request Executor::Impl::start_comm(const Op& op) {
       if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
           elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
         // An expert-region buffer (its rows depend on the routing).
-        after_kernels();
+        after_kernels(comm);
         return comm.iall_reduce(ptr(op.writes[0]), elements_[op.writes[0]], dt);
       }
       const int blk = prog.buffers[op.writes[0]].block;
@@ -296,24 +299,24 @@ Request Executor::Impl::start_comm(const Op& op) {
           }
           be.free(packed);
         };
-        after_kernels();
+        after_kernels(comm);
         return comm.iall_reduce(packed, count, dt);
       }
       Flat f = flat(op.writes);
-      after_kernels();
+      after_kernels(comm);
       return op.reduce_max ? comm.iall_reduce_max(f.base, count, dt)
                            : comm.iall_reduce(f.base, count, dt);
     }
     case OpKind::kAllGather: {
       Flat src = flat(op.reads), dst = flat(op.writes);
       const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
-      after_kernels();
+      after_kernels(comm);
       return comm.iall_gather(send, dst.base, count, dt);
     }
     case OpKind::kReduceScatter: {
       Flat src = flat(op.reads), dst = flat(op.writes);
       if (src.base == dst.base) {
-        after_kernels();
+        after_kernels(comm);
         return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, dt);
       }
       const Buffer& out = prog.buffers[op.writes[0]];
@@ -323,7 +326,7 @@ Request Executor::Impl::start_comm(const Op& op) {
         float* mine = src.f(int64_t{me} * count);
         be.residual_forward(mine, nullptr, mine, dst.f(), nullptr, 1, count, 0.0f, 0);
       }
-      after_kernels();
+      after_kernels(comm);
       return comm.ireduce_scatter(src.base, dst.base, count, dt);
     }
     case OpKind::kSend: {
@@ -335,11 +338,7 @@ Request Executor::Impl::start_comm(const Op& op) {
         const int64_t q_cols = qkv_cols - 2 * kv_cols;
         auto* staged =
             static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
-        for (int64_t t = 0; t < T; ++t) {
-          be.copy(staged + t * kv_cols, fptr(buf) + t * qkv_cols + q_cols, kv_cols * sizeof(float));
-          be.copy(staged + (T + t) * kv_cols, fptr(buf) + t * qkv_cols + q_cols + kv_cols,
-                  kv_cols * sizeof(float));
-        }
+        pack_kv(fptr(buf), staged, q_cols, kv_cols);
         scratch_.push_back(staged);
         data = staged;
       } else if (elements_[buf] > count) {
@@ -347,12 +346,12 @@ Request Executor::Impl::start_comm(const Op& op) {
         data = fptr(buf) + int64_t{tp_idx} * count;
       }
       const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_next();
-      after_kernels();
+      after_kernels(comm);
       return comm.isend(data, count, peer, op.tag, dt);
     }
     case OpKind::kRecv: {
       const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_prev();
-      after_kernels();
+      after_kernels(comm);
       return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, dt);
     }
     case OpKind::kAllToAll:

@@ -26,6 +26,12 @@ struct Routing {
   std::vector<float> topk_w;      // [tokens x top_k]
   std::vector<int32_t> row_of;    // [tokens x top_k]: row of (token, slot) in expert order
   std::vector<int64_t> counts;    // rows per expert (all experts)
+
+  Routing(int64_t tokens, int64_t experts, int64_t top_k)
+      : topk_idx(static_cast<size_t>(tokens * top_k)),
+        topk_w(topk_idx.size()),
+        row_of(topk_idx.size()),
+        counts(static_cast<size_t>(experts)) {}
 };
 
 // Expert parallelism: how one micro-batch's routed rows of one MoE layer move over the ep group
@@ -67,6 +73,11 @@ struct Executor::Impl {
   void run_compute(const Op& op);  // executor_ops.cc
   Request start_comm(const Op& op);
   Request start_all_to_all(const Op& op);  // executor_ops.cc (MoE token exchange)
+  // Makes comm's next transfers wait for the kernels issued so far (Backend::record_fence).
+  void after_kernels(Communicator& comm);
+  // K and V of a fused QKV buffer [T x (q_cols + 2 kv_cols)] packed into [2, T, kv_cols] (the
+  // layout of the ring's chunks).
+  void pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_cols);
   void run_copy(const Op& op);
   void run_grad_norm(const Op& op);
   void run_adamw(const Op& op);

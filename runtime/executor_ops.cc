@@ -28,11 +28,7 @@ Routing& Executor::Impl::routing(int rprobs) {
   // Recover the routing from the saved probabilities (recompute, offload: a new buffer).
   const int64_t E = model.moe.experts, K = model.moe.top_k;
   const int64_t tokens = elements_[rprobs] / E;
-  Routing r;
-  r.topk_idx.resize(static_cast<size_t>(tokens * K));
-  r.topk_w.resize(r.topk_idx.size());
-  r.row_of.resize(r.topk_idx.size());
-  r.counts.resize(static_cast<size_t>(E));
+  Routing r(tokens, E, K);
   be.router_topk(r.topk_idx.data(), r.topk_w.data(), fptr(rprobs), tokens, E, K, renormalize());
   be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
   return routing_.emplace(rprobs, std::move(r)).first->second;
@@ -116,9 +112,7 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
     send[j] = (to_experts ? x.send_rows[j] : x.recv_rows[j]) * h;
     recv[j] = (to_experts ? x.recv_rows[j] : x.send_rows[j]) * h;
   }
-  void* fence = be.record_fence();  // the transfer's stream waits for the kernels' data
-  comm.wait_fence(fence);
-  be.release_fence(fence);
+  after_kernels(comm);
   return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
 }
 
@@ -282,10 +276,7 @@ void Executor::Impl::run_compute(const Op& op) {
         // The local chunk in the layout of the ring's chunks (so dK/dV land in the same one).
         packed = be.alloc(2 * T * kv_cols * sizeof(float), BufferClass::kWorkspace);
         auto* p = static_cast<float*>(packed);
-        for (int64_t t = 0; t < T; ++t) {
-          be.copy(p + t * kv_cols, k + t * d.ld_q, kv_cols * sizeof(float));
-          be.copy(p + (T + t) * kv_cols, v + t * d.ld_q, kv_cols * sizeof(float));
-        }
+        pack_kv(q, p, q_cols, kv_cols);
         k = p;
         v = p + T * kv_cols;
         d.ld_kv = kv_cols;
@@ -369,15 +360,11 @@ void Executor::Impl::run_compute(const Op& op) {
       if (!backward(op)) {
         const int probs = op.writes[0];
         const int64_t tokens = elements_[probs] / E;
-        Routing r;
-        r.topk_idx.resize(static_cast<size_t>(tokens * K));
-        r.topk_w.resize(r.topk_idx.size());
-        r.row_of.resize(r.topk_idx.size());
-        r.counts.resize(static_cast<size_t>(E));
+        Routing r(tokens, E, K);
         be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(0), tokens, E, K,
                           renormalize());
         be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
-        routing_[probs] = std::move(r);
+        routing_.insert_or_assign(probs, std::move(r));
       } else {  // reads {d top-k weights (in the [tokens x E] buffer), probs}; writes {dlogits}
         const int probs = op.reads[1];
         Routing& r = routing(probs);
@@ -395,14 +382,7 @@ void Executor::Impl::run_compute(const Op& op) {
       } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
         const int dx = op.writes[0];
         const int64_t tokens = rows_of(dx);
-        Routing* r = nullptr;
-        for (auto& [id, rt] : routing_)
-          if (prog.buffers[id].name.starts_with(op.name.substr(0, op.name.find('.') + 1)) &&
-              base_name(prog.buffers[id].name) == "rprobs" &&
-              prog.buffers[id].name.ends_with(".m" + std::to_string(op.tags.micro_batch)))
-            r = &rt;
-        if (!r) bad_op(op, "no routing for the dispatch gradient");
-        be.dispatch_backward(W(0), R(0), r->row_of.data(), tokens, K, h);
+        be.dispatch_backward(W(0), R(0), routing_of(op).row_of.data(), tokens, K, h);
       }
       return;
     }

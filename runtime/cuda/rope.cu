@@ -28,8 +28,8 @@ void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, i
           int64_t head_dim, double theta, bool inverse, cudaStream_t s) {
   const int64_t n = rows * heads * (head_dim / 2);
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(x, ld, rows, seq, pos_offset, heads, head_dim,
-                                                theta, inverse ? -1.0 : 1.0);
+  rope_kernel<<<grid_for(n), kThreads, 0, s>>>(x, ld, rows, seq, pos_offset, heads, head_dim, theta,
+                                               inverse ? -1.0 : 1.0);
   PARASOL_CUDA_LAUNCHED();
 }
 

@@ -17,6 +17,8 @@
 #include "core/error.h"
 #include "runtime/tensor.h"
 #include "state_test_util.h"
+#include "tests/core/expect_error.h"
+#include "tests/runtime/temp_dir.h"
 
 namespace parasol::runtime {
 namespace {
@@ -29,35 +31,7 @@ using testing::ref_full_index;
 using testing::shard_begin;
 using testing::SimRank;
 using testing::SimRun;
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
-
-// A fresh directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("parasol_ckpt_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string sub(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // The training state the tests save: a distinct value per (kind, tensor, full element), where
 // kind 0 = parameters, 1 = m, 2 = v.

@@ -15,39 +15,14 @@
 #include <set>
 
 #include "core/error.h"
+#include "tests/core/expect_error.h"
+#include "tests/runtime/temp_dir.h"
 
 namespace parasol::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("parasol_data_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -76,8 +51,8 @@ std::vector<int32_t> some_tokens(int n) {
 TEST(TokenFile, WriterProducesLlmcsFormat) {
   TempDir tmp;
   const std::vector<int32_t> tokens = some_tokens(1000);
-  write_token_file(tmp.file("a.bin"), tokens);
-  const std::string b = read_bytes(tmp.file("a.bin"));
+  write_token_file(tmp.sub("a.bin"), tokens);
+  const std::string b = read_bytes(tmp.sub("a.bin"));
   ASSERT_EQ(b.size(), 256u * 4u + 2u * tokens.size());
   EXPECT_EQ(i32_at(b, 0), 20240520);
   EXPECT_EQ(i32_at(b, 4), 1);
@@ -88,7 +63,7 @@ TEST(TokenFile, WriterProducesLlmcsFormat) {
                     static_cast<unsigned char>(b[1024 + 2 * i + 1]) << 8;
     ASSERT_EQ(got, tokens[i]) << i;
   }
-  const TokenFileHeader h = read_token_file_header(tmp.file("a.bin"));
+  const TokenFileHeader h = read_token_file_header(tmp.sub("a.bin"));
   EXPECT_EQ(h.magic, 20240520);
   EXPECT_EQ(h.version, 1);
   EXPECT_EQ(h.tokens, 1000);
@@ -99,9 +74,9 @@ TEST(TokenFile, WriterProducesLlmcsFormat) {
 TEST(TokenFile, SequencesWrapRoundTheFile) {
   TempDir tmp;
   const std::vector<int32_t> tokens = some_tokens(1000);
-  write_token_file(tmp.file("a.bin"), tokens);
+  write_token_file(tmp.sub("a.bin"), tokens);
   const int64_t seq = 64;
-  TokenFile f(tmp.file("a.bin"), seq);
+  TokenFile f(tmp.sub("a.bin"), seq);
   EXPECT_EQ(f.tokens(), 1000);
   for (int64_t s : {0, 1, 14, 15, 16, 31, 1000003}) {  // 15: positions 960..1023 wrap
     std::vector<int32_t> t(seq), l(seq);
@@ -121,8 +96,8 @@ TEST(TokenFile, SequencesWrapRoundTheFile) {
     }
   }
   // A file shorter than a sequence wraps more than once.
-  write_token_file(tmp.file("short.bin"), {5, 6, 7});
-  TokenFile s(tmp.file("short.bin"), 8);
+  write_token_file(tmp.sub("short.bin"), {5, 6, 7});
+  TokenFile s(tmp.sub("short.bin"), 8);
   std::vector<int32_t> t(8), l(8);
   s.fill(1, 0, 8, t.data(), l.data());  // positions 8..15 = 2, 0, 1, 2, ...
   EXPECT_EQ(t, (std::vector<int32_t>{7, 5, 6, 7, 5, 6, 7, 5}));
@@ -131,35 +106,35 @@ TEST(TokenFile, SequencesWrapRoundTheFile) {
 
 TEST(TokenFile, ValidatesTheHeaderAndTheTokens) {
   TempDir tmp;
-  const std::string good = tmp.file("good.bin");
+  const std::string good = tmp.sub("good.bin");
   write_token_file(good, some_tokens(100));
   const std::string bytes = read_bytes(good);
 
-  ExpectError([&] { TokenFile(tmp.file("none.bin"), 8); }, tmp.file("none.bin"), "missing");
-  write_bytes(tmp.file("tiny.bin"), bytes.substr(0, 100));
-  ExpectError([&] { TokenFile(tmp.file("tiny.bin"), 8); }, tmp.file("tiny.bin"),
+  ExpectError([&] { TokenFile(tmp.sub("none.bin"), 8); }, tmp.sub("none.bin"), "missing");
+  write_bytes(tmp.sub("tiny.bin"), bytes.substr(0, 100));
+  ExpectError([&] { TokenFile(tmp.sub("tiny.bin"), 8); }, tmp.sub("tiny.bin"),
               "fewer than the 1024-byte header");
 
   std::string b = bytes;
   put_i32(b, 0, 20240521);
-  write_bytes(tmp.file("magic.bin"), b);
-  ExpectError([&] { TokenFile(tmp.file("magic.bin"), 8); }, tmp.file("magic.bin") + ".header.magic",
+  write_bytes(tmp.sub("magic.bin"), b);
+  ExpectError([&] { TokenFile(tmp.sub("magic.bin"), 8); }, tmp.sub("magic.bin") + ".header.magic",
               "20240521 is not 20240520");
 
   b = bytes;
   put_i32(b, 4, 2);
-  write_bytes(tmp.file("version.bin"), b);
-  ExpectError([&] { read_token_file_header(tmp.file("version.bin")); },
-              tmp.file("version.bin") + ".header.version", "2 is not supported");
+  write_bytes(tmp.sub("version.bin"), b);
+  ExpectError([&] { read_token_file_header(tmp.sub("version.bin")); },
+              tmp.sub("version.bin") + ".header.version", "2 is not supported");
 
   b = bytes;
   put_i32(b, 8, 1);
-  write_bytes(tmp.file("one.bin"), b.substr(0, 1026));
-  ExpectError([&] { TokenFile(tmp.file("one.bin"), 8); }, tmp.file("one.bin") + ".header.tokens",
+  write_bytes(tmp.sub("one.bin"), b.substr(0, 1026));
+  ExpectError([&] { TokenFile(tmp.sub("one.bin"), 8); }, tmp.sub("one.bin") + ".header.tokens",
               "at least 2 tokens");
 
-  write_bytes(tmp.file("cut.bin"), bytes.substr(0, bytes.size() - 2));
-  ExpectError([&] { TokenFile(tmp.file("cut.bin"), 8); }, tmp.file("cut.bin"), "(truncated)");
+  write_bytes(tmp.sub("cut.bin"), bytes.substr(0, bytes.size() - 2));
+  ExpectError([&] { TokenFile(tmp.sub("cut.bin"), 8); }, tmp.sub("cut.bin"), "(truncated)");
 
   // A token beyond the model's vocabulary, found when read.
   TokenFile f(good, 8, 50000);
@@ -172,15 +147,15 @@ TEST(TokenFile, ValidatesTheHeaderAndTheTokens) {
   ExpectError([&] { f.fill(-1, 0, 1, t.data(), l.data()); }, "data.fill", "sequence -1");
   ExpectError(
       [&] {
-        write_token_file(tmp.file("w.bin"), {1, 2, 70000});
+        write_token_file(tmp.sub("w.bin"), {1, 2, 70000});
       },
       "tokens[2]", "70000 does not fit");
-  ExpectError([&] { write_token_file(tmp.file("w.bin"), {1, -1}); }, "tokens[1]", "-1");
+  ExpectError([&] { write_token_file(tmp.sub("w.bin"), {1, -1}); }, "tokens[1]", "-1");
   ExpectError(
       [&] {
-        write_token_file(tmp.file("no/such/dir.bin"), {1, 2});
+        write_token_file(tmp.sub("no/such/dir.bin"), {1, 2});
       },
-      tmp.file("no/such/dir.bin"), "cannot create");
+      tmp.sub("no/such/dir.bin"), "cannot create");
 }
 
 TEST(SyntheticTokens, DeterministicPerSeed) {
@@ -269,8 +244,8 @@ TEST(SyntheticTokens, ABigramTableLearnsIt) {
 
 TEST(TokenSource, OpensAFileOrSyntheticTokens) {
   TempDir tmp;
-  write_token_file(tmp.file("a.bin"), some_tokens(100));
-  auto f = open_token_source(tmp.file("a.bin"), 65536, 16, 1);
+  write_token_file(tmp.sub("a.bin"), some_tokens(100));
+  auto f = open_token_source(tmp.sub("a.bin"), 65536, 16, 1);
   auto s = open_token_source("", 512, 16, 1);
   EXPECT_NE(dynamic_cast<TokenFile*>(f.get()), nullptr);
   EXPECT_NE(dynamic_cast<SyntheticTokens*>(s.get()), nullptr);

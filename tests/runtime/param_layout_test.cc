@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "state_test_util.h"
+#include "tests/core/expect_error.h"
 
 namespace parasol::runtime {
 namespace {
@@ -25,18 +26,6 @@ using testing::product;
 using testing::ref_full_index;
 using testing::shard_begin;
 using testing::SimRun;
-
-template <typename Fn>
-void ExpectError(Fn fn, const std::string& field, const std::string& substring) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected parasol::Error naming " << field;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
-        << "'" << e.what() << "' lacks '" << substring << "'";
-  }
-}
 
 using Shape = std::vector<int64_t>;
 

@@ -406,9 +406,10 @@ TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
   for (const Plan& plan : plans) {
     SCOPED_TRACE(describe(plan));
     Outcome got = train(m, plan, 1, "");
-    if (world_rank() == 0)
+    if (world_rank() == 0) {
       EXPECT_NEAR(static_cast<double>(got.peak_bytes), got.predicted_peak,
                   0.05 * got.predicted_peak);
+    }
   }
 }
 

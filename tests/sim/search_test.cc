@@ -278,7 +278,9 @@ TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
     SimResult direct = simulate(m, c, lower(m, c, r.top[i].plan), prof, false);
     EXPECT_DOUBLE_EQ(r.top[i].simulated_step_s, direct.step_time_s);
     // ... and the re-ranked head is in increasing simulated time.
-    if (i > 0) EXPECT_LE(r.top[i - 1].simulated_step_s, r.top[i].simulated_step_s);
+    if (i > 0) {
+      EXPECT_LE(r.top[i - 1].simulated_step_s, r.top[i].simulated_step_s);
+    }
   }
   // Plans past the re-ranked head keep their place and are not simulated.
   EXPECT_EQ(r.top[5].simulated_step_s, 0);
