@@ -25,22 +25,15 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/param_layout.h"
 #include "runtime/trainer.h"
+#include "tests/runtime/mpi_test_util.h"
 
 namespace parasol::runtime {
 namespace {
 
 constexpr int kSteps = 3;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using testing::world_rank;
+using testing::world_size;
 
 // Waits for every rank without spinning (ranks share 2 cores in CI).
 void quiet_barrier(MPI_Comm comm) {
@@ -420,14 +413,9 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   ::testing::InitGoogleTest(&argc, argv);
-  if (parasol::runtime::world_rank() != 0) {
-    ::testing::TestEventListeners& l = ::testing::UnitTest::GetInstance()->listeners();
-    delete l.Release(l.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (parasol::runtime::world_rank() == 0) std::filesystem::remove_all(parasol::runtime::scratch());
+  const int any = parasol::runtime::testing::run_all_ranks();
+  if (parasol::runtime::testing::world_rank() == 0)
+    std::filesystem::remove_all(parasol::runtime::scratch());
   MPI_Finalize();
   return any;
 }

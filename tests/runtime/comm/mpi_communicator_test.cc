@@ -20,27 +20,15 @@
 
 #include "core/error.h"
 #include "core/rank_layout.h"
+#include "runtime/tensor.h"
+#include "tests/runtime/mpi_test_util.h"
 
 namespace parasol::runtime {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-// The input element i of world rank r in the call numbered `salt`: a small integer, so that
-// sums over 8 ranks are exact in fp32 and bf16 whatever the reduction order.
-float value(int r, int salt, int64_t i) {
-  return static_cast<float>(((r + 1) * 37 + salt * 11 + i * 5) % 29) - 14.0f;
-}
+using testing::value;
+using testing::world_rank;
+using testing::world_size;
 
 std::vector<float> input(int r, int salt, int64_t n, int64_t offset = 0) {
   std::vector<float> v(n);
@@ -48,16 +36,10 @@ std::vector<float> input(int r, int salt, int64_t n, int64_t offset = 0) {
   return v;
 }
 
-// bf16 of a small integer: exactly the upper half of its fp32.
-uint16_t to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
+// bf16 of small integers (exact).
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = to_bf16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) out[i] = fp32_to_bf16(v[i]);
   return out;
 }
 
@@ -417,8 +399,9 @@ TEST_F(MpiTest, Bf16SumRoundsToNearestEven) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   auto set = make_mpi_comm_set(make_plan(2, 1, 1, world_size() / 2, 1));
   const bool first = set->tp().index() == 0;
-  std::vector<uint16_t> h = {to_bf16(first ? 256.0f : 1.0f), to_bf16(first ? 256.0f : 3.0f),
-                             to_bf16(first ? 0.5f : 0.25f)};
+  std::vector<uint16_t> h = {fp32_to_bf16(first ? 256.0f : 1.0f),
+                             fp32_to_bf16(first ? 256.0f : 3.0f),
+                             fp32_to_bf16(first ? 0.5f : 0.25f)};
   set->tp().all_reduce(h.data(), 3, Dtype::kBf16);
   EXPECT_EQ(h, to_bf16(std::vector<float>{256.0f, 260.0f, 0.75f}));
 }
@@ -691,35 +674,13 @@ TEST_F(MpiTest, ArgumentErrorsThrowBeforeCommunicating) {
   EXPECT_EQ(one[0], static_cast<float>(world_size()));
 }
 
-// Prints failed assertions of a rank other than 0, prefixed by the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace parasol::runtime
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  const int rank = parasol::runtime::world_rank();
-  if (rank != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new parasol::runtime::FailurePrinter(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int any = parasol::runtime::testing::run_all_ranks();
   MPI_Finalize();
   return any;
 }

@@ -18,39 +18,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/tensor.h"
+#include "tests/runtime/mpi_test_util.h"
 
 namespace parasol::runtime {
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-// Small integers, so that sums over 8 ranks are exact in fp32 and bf16 in any order.
-float value(int r, int salt, int64_t i) {
-  return static_cast<float>(((r + 1) * 37 + salt * 11 + i * 5) % 29) - 14.0f;
-}
-
-uint16_t to_bf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+using testing::value;
+using testing::world_rank;
+using testing::world_size;
 
 // A device buffer of n elements of `dtype` (fp32 or bf16) with host copies in fp32.
 class DeviceBuf {
@@ -73,7 +49,7 @@ class DeviceBuf {
     cudaDeviceSynchronize();
     if (dtype_ == Dtype::kBf16) {
       std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) h[i] = fp32_to_bf16(v[i]);
       EXPECT_EQ(cudaMemcpy(at(offset), h.data(), h.size() * 2, cudaMemcpyHostToDevice),
                 cudaSuccess);
     } else {
@@ -88,7 +64,7 @@ class DeviceBuf {
     if (dtype_ == Dtype::kBf16) {
       std::vector<uint16_t> h(n_);
       EXPECT_EQ(cudaMemcpy(h.data(), ptr_, n_ * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-      for (int64_t i = 0; i < n_; ++i) out[i] = from_bf16(h[i]);
+      for (int64_t i = 0; i < n_; ++i) out[i] = bf16_to_fp32(h[i]);
     } else {
       EXPECT_EQ(cudaMemcpy(out.data(), ptr_, n_ * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     }
@@ -413,27 +389,13 @@ TEST(NcclCommSet, CallerGivenStreamAndWorldSizeCheck) {
   }
 }
 
-// Prints the failed assertions of ranks other than 0.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace parasol::runtime
 
 // Exit code 77: no GPU for some rank (ctest's SKIP_RETURN_CODE).
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  const int rank = parasol::runtime::world_rank();
+  const int rank = parasol::runtime::testing::world_rank();
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
   int local_size = 1;
@@ -452,14 +414,7 @@ int main(int argc, char** argv) {
   }
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new parasol::runtime::Env);
-  if (rank != 0) {
-    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new parasol::runtime::FailurePrinter(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-  int any = 0;
-  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int any = parasol::runtime::testing::run_all_ranks();
   MPI_Finalize();
   return any;
 }
