@@ -12,6 +12,8 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/error.h"
+
 namespace parasol {
 
 namespace {
@@ -1556,7 +1558,24 @@ const Program& LoweredPlan::program_of(int rank) const {
   return programs.at(layout.coord(rank).pp);
 }
 
+namespace {
+// Plan features the estimate prices but the lowering does not emit yet: a clear error instead
+// of a Program that silently differs from the plan.
+void require_lowerable(const Plan& p) {
+  if (p.uneven_stages())
+    throw Error("plan.stage_layers", "uneven pipeline stages are not lowered to Programs yet");
+  if (p.zero == 3 && p.pp > 1)
+    throw Error("plan.zero", "ZeRO-3 with pp > 1 is not lowered to Programs yet");
+  if (p.reshard != Reshard::kAfterForward)
+    throw Error("plan.reshard", "is not lowered to Programs yet");
+  if (p.shard_degree > 0) throw Error("plan.shard_degree", "is not lowered to Programs yet");
+  if (p.grad_reduce_dtype != Dtype::kFp32)
+    throw Error("plan.grad_reduce_dtype", "is not lowered to Programs yet");
+}
+}  // namespace
+
 Program lower_stage(const Model& model, const Plan& plan, int stage) {
+  require_lowerable(plan);
   Lowerer l(model, plan, stage);
   Program p = l.run();
   RankLayout layout(plan);

@@ -1,6 +1,7 @@
 // Plan: names, parsing and JSON I/O. Validation lives in plan_validate.cc.
 #include "core/plan.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -29,6 +30,24 @@ const char* recompute_name(Recompute r) {
       return "full";
   }
   return "?";
+}
+
+const char* reshard_name(Reshard r) {
+  switch (r) {
+    case Reshard::kAfterForward:
+      return "after_forward";
+    case Reshard::kAfterBackward:
+      return "after_backward";
+    case Reshard::kAfterStep:
+      return "after_step";
+  }
+  return "?";
+}
+
+Reshard parse_reshard(const std::string& s, const std::string& field) {
+  for (Reshard v : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep})
+    if (s == reshard_name(v)) return v;
+  throw Error(field, "'" + s + "' is not one of after_forward|after_backward|after_step");
 }
 
 Schedule parse_schedule(const std::string& s, const std::string& field) {
@@ -132,6 +151,44 @@ int Plan::full_recompute_layers(int layers_per_stage) const {
   return recompute_layers < 0 ? layers_per_stage : std::min(recompute_layers, layers_per_stage);
 }
 
+int Plan::layers_in_stage(int model_layers, int stage) const {
+  if (!stage_layers.empty()) return stage_layers[stage];
+  if (first_stage_layers <= 0 && last_stage_layers <= 0) return model_layers / pp;
+  if (stage == 0 && first_stage_layers > 0) return first_stage_layers;
+  if (stage == pp - 1 && last_stage_layers > 0) return last_stage_layers;
+  const int middle = pp - (first_stage_layers > 0) - (last_stage_layers > 0);
+  return middle > 0 ? (model_layers - first_stage_layers - last_stage_layers) / middle : 0;
+}
+
+int Plan::max_layers_in_stage(int model_layers) const {
+  if (!uneven_stages()) return model_layers / pp;
+  int most = 0;
+  if (!stage_layers.empty()) {
+    for (int l : stage_layers) most = std::max(most, l);
+    return most;
+  }
+  // first, last and the even middle: three values at most.
+  for (int s : {0, std::min(1, pp - 1), pp - 1})
+    most = std::max(most, layers_in_stage(model_layers, s));
+  return most;
+}
+
+int Plan::first_layer(int model_layers, int stage, int chunk) const {
+  if (!uneven_stages()) {
+    const int per_chunk = model_layers / pp / chunks();
+    return (chunk * pp + stage) * per_chunk;
+  }
+  // Chunk c of every stage comes after chunks 0..c-1 of all stages (model_layers / chunks each).
+  int first = chunk * (model_layers / chunks());
+  for (int s = 0; s < stage; ++s) first += layers_in_chunk(model_layers, s);
+  return first;
+}
+
+int Plan::expert_shard_ranks() const {
+  const int group = dp / ep * cp;
+  return shard_degree > 0 ? std::min(group, std::max(1, shard_degree / ep)) : group;
+}
+
 Plan plan_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow_only({"tp",
@@ -153,6 +210,13 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "flash_attention",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
+                "tp_comm_overlap",
+                "reshard",
+                "shard_degree",
+                "grad_reduce_dtype",
+                "stage_layers",
+                "first_stage_layers",
+                "last_stage_layers",
                 "rank_order",
                 "model",
                 "cluster",
@@ -197,6 +261,24 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.flash_attention = r.boolean_or("flash_attention", true);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
+  p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
+  p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
+  p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
+  p.grad_reduce_dtype =
+      parse_dtype(r.string_or("grad_reduce_dtype", "fp32"), r.field("grad_reduce_dtype"));
+  if (r.has("stage_layers")) {
+    for (const auto& [ipath, item] : r.array("stage_layers")) {
+      if (!item->is_number_integer() || item->get<int64_t>() < 1 || item->get<int64_t>() > 100000)
+        throw Error(ipath, "must be an integer in [1, 100000]");
+      p.stage_layers.push_back(item->get<int>());
+    }
+    if (p.stage_layers.empty()) throw Error(r.field("stage_layers"), "must not be empty");
+    if (r.has("first_stage_layers") || r.has("last_stage_layers"))
+      throw Error(r.field("stage_layers"),
+                  "give either stage_layers or first/last_stage_layers, not both");
+  }
+  p.first_stage_layers = static_cast<int>(r.integer_or("first_stage_layers", 0, 1, 100000));
+  p.last_stage_layers = static_cast<int>(r.integer_or("last_stage_layers", 0, 1, 100000));
   if (r.has("rank_order"))
     p.rank_order = parse_rank_order(r.string("rank_order"), r.field("rank_order"));
   p.model_ref = r.string_or("model", "");
@@ -225,6 +307,13 @@ Json plan_to_json(const Plan& p) {
             {"overlap_param_gather", p.overlap_param_gather},
             {"rank_order", rank_order_name(p.rank_order)}};
   if (p.seq_len > 0) j["seq"] = p.seq_len;
+  if (p.zero == 3) j["reshard"] = reshard_name(p.reshard);
+  if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
+  if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
+  if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
+  if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
+  if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (!p.model_ref.empty()) j["model"] = p.model_ref;
   if (!p.cluster_ref.empty()) j["cluster"] = p.cluster_ref;

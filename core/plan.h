@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/device.h"
@@ -15,11 +16,24 @@ namespace parasol {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
 enum class Recompute { kNone, kSelective, kFull };
+// ZeRO-3 / FSDP: when gathered parameters are freed again.
+//  kAfterForward:  after each layer's forward; gathered again for its backward (FSDP
+//                  reshard_after_forward=True, DeepSpeed ZeRO-3). Gradients reduce-scattered
+//                  every micro-batch.
+//  kAfterBackward: kept from a layer's forward to its backward (FSDP2 reshard_after_forward=False,
+//                  FSDP SHARD_GRAD_OP); one gather per micro-batch. Gradients reduce-scattered
+//                  every micro-batch.
+//  kAfterStep:     gathered at the first use of the step and kept to its end, gradients
+//                  accumulated unsharded and reduce-scattered once per step (torch.distributed
+//                  pipelining with FSDP2: torchtitan's and Llama 3's pipelines).
+enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
+const char* reshard_name(Reshard r);
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
+Reshard parse_reshard(const std::string& s, const std::string& field);
 
 struct Offload {
   bool optimizer = false;    // optimizer state (and its update) in host memory
@@ -43,8 +57,21 @@ struct Plan {
   int cp = 1;  // context parallel
   int ep = 1;  // expert parallel (divides dp: expert groups are carved out of data parallelism)
   bool sequence_parallel = false;
-  int vpp = 1;   // virtual pipeline stages per rank (interleaved schedule when > 1)
-  int zero = 0;  // ZeRO stage 0..3 over the data-parallel group
+  int vpp = 1;  // virtual pipeline stages per rank (interleaved schedule when > 1)
+  // Sharding of parameters, gradients and optimizer state over the data-parallel group
+  // (dp x cp; experts (dp / ep) x cp), as the frameworks name it:
+  //  0: DDP, gradients all-reduced once per step;
+  //  1: Megatron's distributed optimizer = DeepSpeed ZeRO-1: optimizer state sharded,
+  //     gradients reduce-scattered once per step and parameters all-gathered after the step;
+  //  2: DeepSpeed ZeRO-2: gradients sharded too, so reduce-scattered every micro-batch;
+  //  3: ZeRO-3 / FSDP: parameters sharded too, gathered per use (see `reshard`).
+  int zero = 0;
+  Reshard reshard = Reshard::kAfterForward;  // ZeRO-3 only
+  // HSDP / ZeRO++ hpZ: shard over groups of `shard_degree` consecutive ranks of the
+  // data-parallel group and replicate across the groups (gradients reduce-scattered inside a
+  // group, then all-reduced across groups). 0 = the whole group.
+  int shard_degree = 0;
+  Dtype grad_reduce_dtype = Dtype::kFp32;  // dtype gradients are reduced in (Megatron: fp32)
   int micro_batch = 1;
   int global_batch = 1;  // sequences per optimizer step
   int64_t seq_len = 0;   // 0 = model.seq_len
@@ -56,6 +83,15 @@ struct Plan {
   bool flash_attention = true;       // fused attention (no s x s score matrix in memory)
   bool overlap_grad_reduce = true;   // data-parallel gradient reduction overlapped with backward
   bool overlap_param_gather = true;  // ZeRO parameter gathers overlapped with compute
+  // Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): TP/SP all-gathers and
+  // reduce-scatters split into chunks pipelined with the GEMMs that consume or produce them.
+  bool tp_comm_overlap = false;
+  // Uneven pipelines: layers of each stage (size pp, sums to the model's layers), or Megatron's
+  // --decoder-first/last-pipeline-num-layers (0 = unset) with the rest spread evenly. All
+  // empty/0: the layers split evenly. Resolved by layers_in_stage().
+  std::vector<int> stage_layers;
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
   std::array<Dim, 5> rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kDp, Dim::kPp};
   // Optional names of the model and cluster the plan was made for (preset or path).
   std::string model_ref;
@@ -67,6 +103,28 @@ struct Plan {
   int64_t seq(const Model& m) const { return seq_len > 0 ? seq_len : m.seq_len; }
   // Layers recomputed fully per stage under kFull (all when recompute_layers < 0).
   int full_recompute_layers(int layers_per_stage) const;
+  // Virtual stages per pipeline rank (vpp under the interleaved schedule, else 1).
+  int chunks() const { return schedule == Schedule::kInterleaved ? vpp : 1; }
+  bool uneven_stages() const {
+    return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0;
+  }
+  // Layers held by pipeline stage `stage` (all its chunks). REQUIRES: 0 <= stage < pp and, for
+  // uneven stages, a plan that validate() accepts for `model_layers`.
+  int layers_in_stage(int model_layers, int stage) const;
+  // The largest layers_in_stage() over the stages.
+  int max_layers_in_stage(int model_layers) const;
+  // Layers of chunk `chunk` of stage `stage`, and the global index of its first layer. Megatron's
+  // order: virtual stage (chunk, stage) follows all stages' chunk - 1; each stage's layers split
+  // evenly over its chunks.
+  int layers_in_chunk(int model_layers, int stage) const {
+    return layers_in_stage(model_layers, stage) / chunks();
+  }
+  int first_layer(int model_layers, int stage, int chunk) const;
+  // Ranks the ZeRO shards of dense parameters span (shard_degree, or dp x cp).
+  int dense_shard_ranks() const { return shard_degree > 0 ? shard_degree : dp * cp; }
+  // Ranks the ZeRO shards of expert parameters span: the expert data-parallel group
+  // ((dp / ep) x cp), or its part inside a shard_degree group.
+  int expert_shard_ranks() const;
 };
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -13,6 +13,55 @@ std::string s(int64_t v) { return std::to_string(v); }
 void require_divides(int64_t d, int64_t n, const std::string& field, const std::string& what) {
   if (n % d != 0) throw Error(field, s(d) + " does not divide " + what + " (" + s(n) + ")");
 }
+
+// Uneven pipeline stages: an explicit list, or Megatron's first/last stage layer counts with the
+// remaining layers spread evenly over the middle stages; every stage's layers split evenly over
+// its virtual stages.
+void validate_stage_layers(const Plan& p, const Model& m) {
+  const int chunks = p.chunks();
+  if (!p.stage_layers.empty()) {
+    if (static_cast<int>(p.stage_layers.size()) != p.pp)
+      throw Error("plan.stage_layers",
+                  "lists " + s(p.stage_layers.size()) + " stages but pp is " + s(p.pp));
+    int64_t sum = 0;
+    for (size_t i = 0; i < p.stage_layers.size(); ++i) {
+      const std::string field = "plan.stage_layers[" + s(i) + "]";
+      if (p.stage_layers[i] < 1) throw Error(field, s(p.stage_layers[i]) + " must be >= 1");
+      if (p.stage_layers[i] % chunks != 0)
+        throw Error(field, s(p.stage_layers[i]) + " layers do not split into the " + s(chunks) +
+                               " virtual stages (vpp) of the stage");
+      sum += p.stage_layers[i];
+    }
+    if (sum != m.layers)
+      throw Error("plan.stage_layers",
+                  "sums to " + s(sum) + " layers but the model has " + s(m.layers));
+    return;
+  }
+  const int first = p.first_stage_layers, last = p.last_stage_layers;
+  if (first < 0 || last < 0)
+    throw Error(first < 0 ? "plan.first_stage_layers" : "plan.last_stage_layers", "must be >= 0");
+  const int given = (first > 0) + (last > 0);
+  if (p.pp < given + (given == 2 ? 0 : 1) || p.pp < 2)
+    throw Error(first > 0 ? "plan.first_stage_layers" : "plan.last_stage_layers",
+                "needs pp >= " + s(std::max(2, given)) + " (pp is " + s(p.pp) + ")");
+  const int64_t rest = int64_t{m.layers} - first - last;
+  const int middle = p.pp - given;
+  if (rest < middle || (middle == 0 && rest != 0))
+    throw Error(first > 0 ? "plan.first_stage_layers" : "plan.last_stage_layers",
+                "leaves " + s(rest) + " of the model's " + s(m.layers) + " layers for " +
+                    s(middle) + " other stages");
+  if (middle > 0 && rest % middle != 0)
+    throw Error(first > 0 ? "plan.first_stage_layers" : "plan.last_stage_layers",
+                "leaves " + s(rest) + " layers, which do not split evenly over the " + s(middle) +
+                    " other stages");
+  for (int st = 0; st < p.pp; ++st)
+    if (p.layers_in_stage(m.layers, st) % chunks != 0)
+      throw Error(st == 0          ? "plan.first_stage_layers"
+                  : st == p.pp - 1 ? "plan.last_stage_layers"
+                                   : "plan.pp",
+                  s(p.layers_in_stage(m.layers, st)) + " layers of stage " + s(st) +
+                      " do not split into the " + s(chunks) + " virtual stages (vpp)");
+}
 }  // namespace
 
 void validate(const Plan& p, const Model& m, const Cluster& c) {
@@ -60,7 +109,12 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     if (p.pp < 2) throw Error("plan.schedule", "interleaved needs pp > 1");
     if (p.vpp < 2) throw Error("plan.vpp", "interleaved needs vpp >= 2");
   }
-  require_divides(int64_t{p.pp} * p.vpp, m.layers, "plan.pp", "layers (pp x vpp must divide them)");
+  if (!p.uneven_stages()) {
+    require_divides(int64_t{p.pp} * p.vpp, m.layers, "plan.pp",
+                    "layers (pp x vpp must divide them)");
+  } else {
+    validate_stage_layers(p, m);
+  }
   // Batches.
   if (p.global_batch % (int64_t{p.dp} * p.micro_batch) != 0)
     throw Error("plan.gbs", s(p.global_batch) + " is not a multiple of dp x mbs = " + s(p.dp) +
@@ -77,16 +131,32 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   // Context parallelism: causal load balancing cuts each sequence into 2 x cp chunks.
   if (p.cp > 1) require_divides(2 * p.cp, seq, "plan.cp", "the sequence length (2 x cp chunks)");
   // Sharding.
-  if (p.zero == 3 && p.pp > 1)
-    throw Error("plan.zero",
-                "ZeRO-3 with pp > 1 is not supported (parameters would be "
-                "re-gathered for every micro-batch)");
+  if (p.reshard != Reshard::kAfterForward && p.zero != 3)
+    throw Error("plan.reshard", std::string(reshard_name(p.reshard)) +
+                                    " applies to ZeRO-3 (sharded parameters), not ZeRO-" +
+                                    s(p.zero));
+  if (p.shard_degree > 0) {
+    if (p.zero == 0) throw Error("plan.shard_degree", "needs ZeRO 1-3 (there is nothing to shard)");
+    require_divides(p.shard_degree, int64_t{p.dp} * p.cp, "plan.shard_degree",
+                    "the data-parallel group dp x cp");
+    if (p.ep > 1 && (p.shard_degree % p.ep != 0 ||
+                     (int64_t{p.dp} / p.ep * p.cp) % (p.shard_degree / p.ep) != 0))
+      throw Error("plan.shard_degree", s(p.shard_degree) + " must be a multiple of ep (" + s(p.ep) +
+                                           ") whose quotient divides the expert data-parallel "
+                                           "group (dp / ep x cp = " +
+                                           s(int64_t{p.dp} / p.ep * p.cp) + ")");
+  }
+  if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16 &&
+      p.grad_reduce_dtype != Dtype::kFp16)
+    throw Error("plan.grad_reduce_dtype",
+                std::string(dtype_name(p.grad_reduce_dtype)) + " must be fp32, bf16 or fp16");
   // Recompute.
   if (p.recompute_layers >= 0 && p.recompute != Recompute::kFull)
     throw Error("plan.recompute_layers", "only applies to recompute full");
-  if (p.recompute_layers > m.layers / p.pp)
+  if (p.recompute_layers > p.max_layers_in_stage(m.layers))
     throw Error("plan.recompute_layers", s(p.recompute_layers) + " exceeds the " +
-                                             s(m.layers / p.pp) + " layers of a stage");
+                                             s(p.max_layers_in_stage(m.layers)) +
+                                             " layers of the largest stage");
   // Offload and precision.
   if (p.offload.any() && c.host_memory_per_gpu(0) <= 0)
     throw Error("plan.offload", offload_name(p.offload) +

@@ -245,13 +245,111 @@ TEST(PlanValidate, ContextParallelChunksMustDivideSequence) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.cp", "4 does not divide the sequence length");
 }
 
-TEST(PlanValidate, Zero3WithPipelineUnsupported) {
+TEST(PlanValidate, Zero3WithPipelineIsAPlan) {
+  // torchtitan and NeMo Automodel run FSDP with pipelines (parameters kept through the step).
   Plan p = degrees(8, 2);
   p.zero = 3;
-  ExpectInvalid(p, llama8b(), h100(16), "plan.zero", "ZeRO-3 with pp > 1");
-  p = degrees(8, 1, 2);
+  p.reshard = Reshard::kAfterStep;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
+TEST(PlanValidate, ReshardOnlyWithZero3) {
+  Plan p = degrees(8, 1, 2);
+  p.zero = 2;
+  p.reshard = Reshard::kAfterBackward;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.reshard", "after_backward applies to ZeRO-3");
   p.zero = 3;
   EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
+TEST(PlanValidate, ShardDegreeDividesTheDataParallelGroup) {
+  Plan p = degrees(1, 1, 16);
+  p.shard_degree = 8;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.shard_degree", "needs ZeRO 1-3");
+  p.zero = 3;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.shard_degree = 6;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.shard_degree",
+                "6 does not divide the data-parallel group dp x cp (16)");
+  // Experts: a multiple of ep whose quotient divides the expert data-parallel group.
+  Plan e = degrees(1, 1, 16);
+  e.ep = 8;
+  e.zero = 1;
+  e.shard_degree = 4;
+  ExpectInvalid(e, mixtral(), h100(16), "plan.shard_degree", "must be a multiple of ep (8)");
+  e.shard_degree = 16;
+  EXPECT_NO_THROW(validate(e, mixtral(), h100(16)));
+  EXPECT_EQ(e.expert_shard_ranks(), 2);
+  EXPECT_EQ(e.dense_shard_ranks(), 16);
+}
+
+TEST(PlanValidate, GradReduceDtype) {
+  Plan p = degrees(8, 1, 2);
+  p.grad_reduce_dtype = Dtype::kFp8;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.grad_reduce_dtype", "must be fp32, bf16 or fp16");
+  p.grad_reduce_dtype = Dtype::kBf16;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
+TEST(PlanValidate, ExplicitStageLayers) {
+  // 32 layers on 3 stages cannot split evenly; a list can.
+  Plan p = degrees(1, 3);
+  ExpectInvalid(p, llama8b(), h100(3), "plan.pp", "3 does not divide layers");
+  p.stage_layers = {10, 11, 11};
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(3)));
+  EXPECT_EQ(p.layers_in_stage(32, 0), 10);
+  EXPECT_EQ(p.layers_in_stage(32, 2), 11);
+  EXPECT_EQ(p.max_layers_in_stage(32), 11);
+  EXPECT_EQ(p.first_layer(32, 2, 0), 21);
+  p.stage_layers = {10, 11};
+  ExpectInvalid(p, llama8b(), h100(3), "plan.stage_layers", "lists 2 stages but pp is 3");
+  p.stage_layers = {10, 11, 12};
+  ExpectInvalid(p, llama8b(), h100(3), "plan.stage_layers", "sums to 33 layers");
+  p.stage_layers = {10, 0, 22};
+  ExpectInvalid(p, llama8b(), h100(3), "plan.stage_layers[1]", "must be >= 1");
+}
+
+TEST(PlanValidate, FirstAndLastStageLayersLikeMegatron) {
+  // Llama 3 405B: 126 layers on 16 stages, first and last with 7, the 14 others with 8.
+  Model m = llama8b();
+  m.layers = 126;
+  Plan p = degrees(1, 16);
+  p.first_stage_layers = 7;
+  p.last_stage_layers = 7;
+  EXPECT_NO_THROW(validate(p, m, h100(16)));
+  EXPECT_EQ(p.layers_in_stage(126, 0), 7);
+  EXPECT_EQ(p.layers_in_stage(126, 1), 8);
+  EXPECT_EQ(p.layers_in_stage(126, 15), 7);
+  EXPECT_EQ(p.max_layers_in_stage(126), 8);
+  p.last_stage_layers = 8;
+  ExpectInvalid(p, m, h100(16), "plan.first_stage_layers",
+                "leaves 111 layers, which do not split evenly over the 14 other stages");
+}
+
+TEST(PlanValidate, UnevenStagesWithVirtualStages) {
+  // Interleaved: each stage's layers split evenly over its vpp chunks, Megatron's order.
+  Model m = llama8b();
+  m.layers = 28;
+  Plan p = degrees(1, 4);
+  p.schedule = Schedule::kInterleaved;
+  p.vpp = 2;
+  p.global_batch = 8;
+  p.stage_layers = {6, 8, 8, 6};
+  EXPECT_NO_THROW(validate(p, m, h100(4)));
+  EXPECT_EQ(p.layers_in_chunk(28, 1), 4);
+  // Chunk 0: stages hold layers 0-2, 3-6, 7-10, 11-13; chunk 1 starts at 14.
+  EXPECT_EQ(p.first_layer(28, 1, 0), 3);
+  EXPECT_EQ(p.first_layer(28, 3, 0), 11);
+  EXPECT_EQ(p.first_layer(28, 0, 1), 14);
+  EXPECT_EQ(p.first_layer(28, 2, 1), 21);
+  p.stage_layers = {5, 9, 8, 6};
+  ExpectInvalid(p, m, h100(4), "plan.stage_layers[0]", "5 layers do not split into the 2");
+  // Even plans give the same answers through the same functions.
+  Plan even = degrees(1, 4);
+  even.schedule = Schedule::kInterleaved;
+  even.vpp = 2;
+  EXPECT_EQ(even.first_layer(32, 1, 1), 20);
+  EXPECT_EQ(even.layers_in_chunk(32, 3), 4);
 }
 
 TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
@@ -340,6 +438,13 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.overlap_grad_reduce, b.overlap_grad_reduce);
   EXPECT_EQ(a.overlap_param_gather, b.overlap_param_gather);
   EXPECT_EQ(a.rank_order, b.rank_order);
+  EXPECT_EQ(a.tp_comm_overlap, b.tp_comm_overlap);
+  EXPECT_EQ(a.reshard, b.reshard);
+  EXPECT_EQ(a.shard_degree, b.shard_degree);
+  EXPECT_EQ(a.grad_reduce_dtype, b.grad_reduce_dtype);
+  EXPECT_EQ(a.stage_layers, b.stage_layers);
+  EXPECT_EQ(a.first_stage_layers, b.first_stage_layers);
+  EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
   EXPECT_EQ(a.model_ref, b.model_ref);
   EXPECT_EQ(a.cluster_ref, b.cluster_ref);
   EXPECT_EQ(a.gpus_ref, b.gpus_ref);
@@ -384,6 +489,42 @@ TEST(PlanJson, RoundTripEveryFieldChanged) {
   ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
   // The round-tripped plan is also a valid one for the model and cluster it names.
   EXPECT_NO_THROW(validate(plan_from_json(j), model_preset("mixtral-8x7b"), h100(64)));
+}
+
+TEST(PlanJson, RoundTripShardingAndPipelineFields) {
+  Plan p;
+  p.pp = 4;
+  p.dp = 16;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterStep;
+  p.shard_degree = 8;
+  p.grad_reduce_dtype = Dtype::kBf16;
+  p.tp_comm_overlap = true;
+  p.stage_layers = {7, 9, 9, 7};
+  Json j = plan_to_json(p);
+  EXPECT_EQ(j["reshard"], "after_step");
+  ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
+  Plan q;
+  q.pp = 16;
+  q.first_stage_layers = 7;
+  q.last_stage_layers = 7;
+  ExpectSamePlan(q, plan_from_json(plan_to_json(q)));
+}
+
+TEST(PlanJsonErrors, NewFields) {
+  ExpectError([] { plan_from_json(Json::parse(R"({"reshard": "never"})")); }, "plan.reshard",
+              "'never' is not one of after_forward|after_backward|after_step");
+  ExpectError([] { plan_from_json(Json::parse(R"({"stage_layers": [4, "x"]})")); },
+              "plan.stage_layers[1]", "must be an integer");
+  ExpectError([] { plan_from_json(Json::parse(R"({"stage_layers": []})")); }, "plan.stage_layers",
+              "must not be empty");
+  ExpectError(
+      [] { plan_from_json(Json::parse(R"({"stage_layers": [4, 4], "first_stage_layers": 3})")); },
+      "plan.stage_layers", "not both");
+  ExpectError([] { plan_from_json(Json::parse(R"({"shard_degree": -2})")); }, "plan.shard_degree",
+              "out of range");
+  ExpectError([] { plan_from_json(Json::parse(R"({"grad_reduce_dtype": "int8"})")); },
+              "plan.grad_reduce_dtype", "int8");
 }
 
 TEST(PlanJson, Defaults) {
