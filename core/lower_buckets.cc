@@ -1,0 +1,266 @@
+// Parameter buckets (a layer's dense or expert weights, the embedding, the head) and their
+// persistent state (parameters, gradients, optimizer state, ZeRO shards), the per-use weights
+// (ZeRO-3 all-gathers, parameter prefetch from host memory) and the data-parallel gradient
+// reductions (all-reduce, reduce-scatter), and Program::buckets.
+#include <cmath>
+
+#include "core/lower_internal.h"
+
+namespace parasol::lowering {
+
+void Lowerer::add_bucket(Bucket b) {
+  const bool low = p_.precision != Dtype::kFp32;
+  b.elements = 0;
+  for (const Spec& s : b.specs) {
+    double n = 1;
+    for (int64_t d : s.shape) n *= static_cast<double>(d);
+    b.elements += n;
+  }
+  b.zero = b.ways > 1 ? p_.zero : 0;
+  b.shard = static_cast<int64_t>(b.zero >= 1 ? std::ceil(b.elements / b.ways) : b.elements);
+  const bool host_params = p_.offload.params;
+  auto bname = [&](const char* what, const char* suffix) {
+    std::string n = b.layer >= 0 ? name(b.layer, what) : std::string(b.label) + "." + what;
+    return n + suffix;
+  };
+  const char* whole = b.expert ? "experts" : "params";
+  const int64_t padded = b.zero >= 1 ? b.shard * b.ways : 0;
+  if (b.zero < 3) {
+    for (const Spec& s : b.specs)
+      b.params[s.slot] = buffer(bname(kSlotName[s.slot], ".w"), s.shape, wdt_, BufferClass::kParam,
+                                host_params, true);
+    P_.add_block(b.list(b.params), padded);
+  } else {
+    b.param_shard =
+        buffer(bname(whole, ".w"), {b.shard}, wdt_, BufferClass::kParam, host_params, true);
+  }
+  if (b.zero < 2) {
+    for (const Spec& s : b.specs)
+      b.grads[s.slot] = buffer(bname(kSlotName[s.slot], ".g"), s.shape, Dtype::kFp32,
+                               BufferClass::kGrad, false, true);
+    P_.add_block(b.list(b.grads), padded);
+  } else {
+    b.grad_shard =
+        buffer(bname(whole, ".g"), {b.shard}, Dtype::kFp32, BufferClass::kGrad, false, true);
+  }
+  // The fp32 master weights live in the optimizer state unless the parameters themselves are
+  // fp32 and where the optimizer runs.
+  b.master_in_opt = low || p_.offload.optimizer || p_.offload.params;
+  b.opt = buffer(bname(whole, ".opt"), {b.master_in_opt ? 3 : 2, b.shard}, Dtype::kFp32,
+                 BufferClass::kOptimizer, p_.offload.optimizer, true);
+  if (p_.offload.optimizer)
+    b.host_grad =
+        buffer(bname(whole, ".hg"), {b.shard}, Dtype::kFp32, BufferClass::kGrad, true, true);
+  buckets_.push_back(std::move(b));
+}
+
+std::vector<int64_t> Lowerer::norm_shape() const {
+  return m_.norm == Norm::kLayerNorm ? std::vector<int64_t>{2, h_} : std::vector<int64_t>{h_};
+}
+
+void Lowerer::add_embedding_bucket(int chunk) {
+  Bucket b;
+  b.label = "emb";
+  b.chunk = chunk;
+  b.ways = p_.dp * p_.cp;
+  b.specs.push_back({kTable, {vocab_t_, h_}});
+  if (m_.learned_positions) b.specs.push_back({kPos, {m_.seq_len, h_}});
+  emb_bucket_ = static_cast<int>(buckets_.size());
+  add_bucket(std::move(b));
+}
+
+// The dense bucket of `layer` (stage-local index `local`) and, for an MoE layer, its expert
+// bucket.
+void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
+  const int64_t h = h_;
+  const std::vector<int64_t> norm = norm_shape();
+  const bool moe = m_.is_moe_layer(layer);
+  Bucket d;
+  d.layer = layer;
+  d.chunk = chunk;
+  d.ways = p_.dp * p_.cp;
+  d.specs.push_back({kNorm1, norm});
+  d.specs.push_back({kQkv, {h, qkv_cols_}});
+  if (bias_) d.specs.push_back({kQkvB, {qkv_cols_}});
+  d.specs.push_back({kOut, {q_cols_, h}});
+  if (bias_) d.specs.push_back({kOutB, {h}});
+  d.specs.push_back({kNorm2, norm});
+  if (!moe) {
+    d.specs.push_back({kFc1, {h, up_ * ffn_t_}});
+    if (bias_) d.specs.push_back({kFc1B, {up_ * ffn_t_}});
+    d.specs.push_back({kFc2, {ffn_t_, h}});
+    if (bias_) d.specs.push_back({kFc2B, {h}});
+  } else {
+    d.specs.push_back({kRouter, {h, experts_}});
+  }
+  layer_buckets_[local][0] = static_cast<int>(buckets_.size());
+  add_bucket(std::move(d));
+  if (!moe) return;
+  Bucket e;
+  e.layer = layer;
+  e.chunk = chunk;
+  e.expert = true;
+  e.group = Group::kExpertDp;
+  e.ways = p_.dp / p_.ep * p_.cp;
+  const int64_t le = local_experts_;
+  e.specs.push_back({kEfc1, {le, h, up_ * eff_t_}});
+  if (bias_) e.specs.push_back({kEfc1B, {le, up_ * eff_t_}});
+  e.specs.push_back({kEfc2, {le, eff_t_, h}});
+  if (bias_) e.specs.push_back({kEfc2B, {le, h}});
+  layer_buckets_[local][1] = static_cast<int>(buckets_.size());
+  add_bucket(std::move(e));
+}
+
+void Lowerer::add_head_bucket(int chunk) {
+  Bucket b;
+  b.label = "head";
+  b.chunk = chunk;
+  b.ways = p_.dp * p_.cp;
+  b.specs.push_back({kFnorm, norm_shape()});
+  // Tied embeddings share the table on a single stage; with pp > 1 the last stage holds a
+  // copy (Megatron), reduced like any other weight.
+  if (!m_.tied_embeddings || pp_ > 1) b.specs.push_back({kHead, {h_, vocab_t_}});
+  head_bucket_ = static_cast<int>(buckets_.size());
+  add_bucket(std::move(b));
+}
+
+void Lowerer::build_buckets() {
+  layer_buckets_.assign(per_stage_, {-1, -1});
+  for (int c = 0; c < vpp_; ++c) {
+    const int v = c * pp_ + s_;
+    if (v == 0) add_embedding_bucket(c);
+    for (int j = 0; j < Lc_; ++j) add_layer_buckets(c, v * Lc_ + j, c * Lc_ + j);
+    if (v == V_ - 1) add_head_bucket(c);
+  }
+}
+
+// Device buffers holding bucket `b`'s weights for one use: the persistent ones, or per-use
+// copies gathered (ZeRO-3) and/or prefetched from host memory (parameter offload). `dep`: an
+// op the first copy/gather waits for (keeps it one use ahead); -1 for none.
+void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
+  Label label(this, b);
+  if (b.zero < 3 && !p_.offload.params) {
+    for (const Spec& s : b.specs) out[s.slot] = b.params[s.slot];
+    return;
+  }
+  const int layer = b.layer;
+  std::vector<int> dev;
+  dev.reserve(b.specs.size());
+  for (const Spec& s : b.specs) {
+    out[s.slot] = buffer(name(layer, kSlotName[s.slot], tags_.micro_batch), s.shape, wdt_,
+                         BufferClass::kParam);
+    dev.push_back(out[s.slot]);
+  }
+  P_.add_block(dev, b.zero >= 3 ? b.shard * b.ways : 0);
+  if (b.zero < 3) {
+    copy(OpKind::kPrefetch, layer, b.expert ? "experts.prefetch" : "w.prefetch", wb_ * b.elements,
+         b.list(b.params), dev, {dep});
+    return;
+  }
+  int src = b.param_shard;
+  if (p_.offload.params) {
+    int d = buffer(name(layer, "shard", tags_.micro_batch), {b.shard}, wdt_, BufferClass::kParam);
+    copy(OpKind::kPrefetch, layer, "shard.prefetch", wb_ * b.shard, {src}, {d}, {dep});
+    src = d;
+    dep = -1;
+  }
+  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag", wb_ * b.padded(),
+             {src}, dev, {dep});
+}
+
+WSet Lowerer::layer_weights(int local, int dep) {
+  WSet w = no_weights();
+  for (int bi : layer_buckets_[local])
+    if (bi >= 0) acquire(buckets_[bi], w, dep);
+  return w;
+}
+
+// Gradient buffers of bucket `b` for the current unit: persistent (ZeRO < 2) or per-micro-batch
+// buffers that a reduce-scatter folds into the shard.
+WSet Lowerer::unit_grads(Bucket& b) {
+  if (b.zero < 2) return b.grads;
+  const int bi = static_cast<int>(&b - buckets_.data());
+  if (unit_grads_valid_[bi]) return unit_grads_[bi];
+  WSet g = no_weights();
+  for (const Spec& s : b.specs)
+    g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape,
+                       Dtype::kFp32, BufferClass::kGrad);
+  P_.add_block(b.list(g), b.shard * b.ways);
+  unit_grads_[bi] = g;
+  unit_grads_valid_[bi] = 1;
+  return g;
+}
+
+WSet Lowerer::layer_grads(int local) {
+  WSet g = no_weights();
+  for (int bi : layer_buckets_[local]) {
+    if (bi < 0) continue;
+    WSet part = unit_grads(buckets_[bi]);
+    for (const Spec& s : buckets_[bi].specs) g[s.slot] = part[s.slot];
+  }
+  return g;
+}
+
+// After bucket `b`'s gradients of one micro-batch are complete: ZeRO >= 2 reduce-scatters them
+// now; ZeRO 0/1 reduce after the last micro-batch (overlapped with the rest of the backward).
+void Lowerer::after_backward(Bucket& b, bool last) {
+  Label label(this, b);
+  const int layer = b.layer;
+  if (b.zero >= 2) {
+    const int bi = static_cast<int>(&b - buckets_.data());
+    collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
+               4.0 * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+    if (last && p_.offload.optimizer)
+      copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
+    return;
+  }
+  if (!last) return;
+  if (!p_.overlap_grad_reduce) {
+    deferred_.push_back(static_cast<int>(&b - buckets_.data()));
+    return;
+  }
+  final_reduce(b);
+}
+
+void Lowerer::final_reduce(Bucket& b) {
+  Label label(this, b);
+  const int layer = b.layer;
+  const std::vector<int> g = b.list(b.grads);
+  if (b.zero == 0 && b.ways > 1)
+    collective(OpKind::kAllReduce, b.group, layer, b.expert ? "experts.g.ar" : "g.ar",
+               4.0 * b.elements, g, g);
+  else if (b.zero == 1)
+    collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
+               4.0 * b.padded(), g, g);
+  if (p_.offload.optimizer)
+    copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, g, {b.host_grad});
+}
+
+void Lowerer::export_buckets() {
+  P_.buckets.reserve(buckets_.size());
+  for (const Bucket& b : buckets_) {
+    ParamBucket out;
+    const std::string prefix = b.layer >= 0 ? name(b.layer, "") : std::string(b.label) + ".";
+    out.name = b.layer >= 0 ? prefix.substr(0, prefix.size() - 1) + (b.expert ? ".experts" : "")
+                            : std::string(b.label);
+    out.layer = b.layer;
+    out.chunk = b.chunk;
+    out.expert = b.expert;
+    out.group = b.group;
+    out.ways = b.ways;
+    out.zero = b.zero;
+    for (const Spec& s : b.specs) out.specs.push_back({prefix + kSlotName[s.slot], s.shape});
+    out.elements = static_cast<int64_t>(b.elements);
+    out.shard = b.shard;
+    if (b.zero < 3) out.params = b.list(b.params);
+    out.param_shard = b.param_shard;
+    if (b.zero < 2) out.grads = b.list(b.grads);
+    out.grad_shard = b.grad_shard;
+    out.opt = b.opt;
+    out.master_in_opt = b.master_in_opt;
+    out.host_grad = b.host_grad;
+    P_.buckets.push_back(std::move(out));
+  }
+}
+
+}  // namespace parasol::lowering

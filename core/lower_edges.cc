@@ -1,0 +1,109 @@
+// The edges of the model: the vocab-parallel embedding (first virtual stage), the final norm,
+// the head GEMM and Megatron's vocab-parallel cross-entropy (last virtual stage), forward and
+// backward.
+#include "core/lower_internal.h"
+
+namespace parasol::lowering {
+
+int Lowerer::embedding_forward(int mb) {
+  at(-1, Phase::kForward);
+  WSet w = no_weights();
+  acquire(buckets_[emb_bucket_], w, -1);
+  EdgeSaved& es = emb_saved_[mb];
+  es.tokens =
+      buffer(name(-1, "tokens", mb), {p_.micro_batch, Sl_}, Dtype::kFp32, BufferClass::kActivation);
+  int emb = act(-1, "emb", {T_, h_});
+  elementwise(OpKind::kEmbedding, -1, "emb", double(T_) * h_, 2 * eb_ * T_ * h_,
+              {es.tokens, w[kTable], w[kPos]}, {emb});
+  int x = tp_reduce_out(-1, emb, T_, "emb.tp");
+  if (m_.dropout) {
+    int out = act(-1, "emb.out", {Tn_, h_});
+    es.mask = act(-1, "emb.mask", {Tn_, h_}, Dtype::kFp8);
+    elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_, (2 * eb_ + 1) * Tn_ * h_,
+                {x}, {out, es.mask});
+    x = out;
+  }
+  return x;
+}
+
+void Lowerer::embedding_backward(int mb, int dy) {
+  at(-1, Phase::kBackward);
+  EdgeSaved& es = emb_saved_[mb];
+  if (es.mask >= 0) {
+    int d = act(-1, "emb.dx", {Tn_, h_});
+    elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_,
+                2 * (2 * eb_ + 1) * Tn_ * h_, {dy, es.mask}, {d});
+    dy = d;
+  }
+  int full = tp_gather_in(-1, dy, T_);
+  Bucket& b = buckets_[emb_bucket_];
+  WSet g = unit_grads(b);
+  elementwise(OpKind::kEmbedding, -1, "emb", double(T_) * h_, 3 * eb_ * T_ * h_, {full, es.tokens},
+              {g[kTable], g[kPos]});
+}
+
+void Lowerer::head_forward(int x, int mb) {
+  at(-1, Phase::kForward);
+  WSet w = no_weights();
+  acquire(buckets_[head_bucket_], w, -1);
+  if (w[kHead] < 0) acquire(buckets_[emb_bucket_], w, -1);
+  const int head = w[kHead] >= 0 ? w[kHead] : w[kTable];
+  EdgeSaved& hs = head_saved_[mb];
+  hs.x = x;
+  hs.xf = act(-1, "lnf", {Tn_, h_});
+  elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 2 * eb_ * Tn_ * h_, {x, w[kFnorm]},
+              {hs.xf});
+  int in = tp_gather_in(-1, hs.xf, T_);
+  int logits = ws(-1, "logits", {T_, vocab_t_});
+  gemm(-1, "head", T_, vocab_t_, h_, 1, {in, head}, {logits});
+  cross_entropy_forward(logits, mb);
+}
+
+// Vocab-parallel loss (Megatron): the row maximum is reduced with max over TP first, then the
+// shifted sum of exponentials and the target logit with a sum; the backward normalises the
+// exponentials by the global sum.
+void Lowerer::cross_entropy_forward(int logits, int mb) {
+  EdgeSaved& hs = head_saved_[mb];
+  hs.labels =
+      buffer(name(-1, "labels", mb), {p_.micro_batch, Sl_}, Dtype::kFp32, BufferClass::kActivation);
+  hs.probs = act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
+  hs.row_max = act(-1, "ce.max", {T_}, Dtype::kFp32);
+  const int row_max = hs.row_max;
+  elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_, eb_ * T_ * vocab_t_,
+              {logits}, {row_max});
+  if (t_ > 1) {
+    const int op =
+        collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_, row_max, row_max);
+    P_.ops[op].reduce_max = true;
+  }
+  hs.sums = act(-1, "ce.sums", {2, T_}, Dtype::kFp32);
+  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (eb_ + 4) * T_ * vocab_t_,
+              {logits, hs.labels, row_max}, {hs.probs, hs.sums});
+  if (t_ > 1) collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
+}
+
+int Lowerer::head_backward(int mb) {
+  at(-1, Phase::kBackward);
+  EdgeSaved& hs = head_saved_[mb];
+  int dlogits = ws(-1, "dlogits", {T_, vocab_t_});
+  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (4 + eb_) * T_ * vocab_t_,
+              {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});
+  WSet w = no_weights();
+  acquire(buckets_[head_bucket_], w, -1);
+  const bool own = w[kHead] >= 0;
+  if (!own) acquire(buckets_[emb_bucket_], w, -1);
+  const int head = own ? w[kHead] : w[kTable];
+  int in = tp_gather_in(-1, hs.xf, T_);
+  int dxp = ws(-1, "head.dx", {T_, h_});
+  gemm(-1, "head.dx", T_, h_, vocab_t_, 1, {dlogits, head}, {dxp}, true);
+  int dxf = tp_reduce_out(-1, dxp, T_, "head.dx.tp");
+  WSet g = unit_grads(buckets_[head_bucket_]);
+  const int ghead = own ? g[kHead] : unit_grads(buckets_[emb_bucket_])[kTable];
+  gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead});
+  int dy = act(-1, "lnf.dx", {Tn_, h_});
+  elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 4 * eb_ * Tn_ * h_,
+              {hs.x, dxf, w[kFnorm]}, {dy, g[kFnorm]});
+  return dy;
+}
+
+}  // namespace parasol::lowering

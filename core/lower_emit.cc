@@ -1,0 +1,268 @@
+// The Lowerer's shared state and emission helpers: the stage's shapes, buffers, ops and the
+// dependencies derived from the buffers each op reads and writes, pipeline and ring tags, and
+// Megatron's tensor-parallel f/g operators.
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+#include "core/lower_internal.h"
+
+namespace parasol::lowering {
+
+// Short names without per-op heap allocations for typical sizes.
+std::string name(int layer, const char* what, int mb) {
+  char buf[64];
+  char* p = buf;
+  char* end = buf + sizeof buf;
+  if (layer >= 0) {
+    *p++ = 'L';
+    p = std::to_chars(p, end, layer).ptr;
+    *p++ = '.';
+  }
+  size_t n = std::min<size_t>(std::strlen(what), 40);
+  std::memcpy(p, what, n);
+  p += n;
+  if (mb >= 0) {
+    *p++ = '.';
+    *p++ = 'm';
+    p = std::to_chars(p, end, mb).ptr;
+  }
+  return std::string(buf, p);
+}
+
+int comm_stream(Group g) {
+  switch (g) {
+    case Group::kDp:
+    case Group::kDpCp:
+    case Group::kExpertDp:
+      return kDpComm;
+    case Group::kPp:
+      return kPpComm;
+    default:
+      return kComm;
+  }
+}
+
+Lowerer::Lowerer(const Model& m, const Plan& p, int stage) : m_(m), p_(p), s_(stage) {
+  pp_ = p.pp;
+  vpp_ = p.schedule == Schedule::kInterleaved ? p.vpp : 1;
+  V_ = pp_ * vpp_;
+  M_ = p.micro_batches();
+  per_stage_ = m.layers / pp_;
+  Lc_ = per_stage_ / vpp_;
+  full_k_ = p.full_recompute_layers(per_stage_);
+  init_shapes();
+  tags_.stage = stage;
+}
+
+// This rank's tensor shapes (tensor-, context- and expert-parallel shards) and dtypes.
+void Lowerer::init_shapes() {
+  const Model& m = m_;
+  const Plan& p = p_;
+  t_ = p.tp;
+  seq_ = p.seq(m);
+  Sl_ = seq_ / p.cp;
+  T_ = int64_t{p.micro_batch} * Sl_;
+  sp_ = p.sequence_parallel && p.tp > 1;
+  Tn_ = sp_ ? T_ / t_ : T_;
+  h_ = m.hidden;
+  heads_t_ = m.heads / t_;
+  kv_heads_t_ = m.kv_heads / t_;
+  hd_ = m.head_dim;
+  qkv_cols_ = (m.q_dim() + 2 * m.kv_dim()) / t_;
+  q_cols_ = m.q_dim() / t_;
+  kv_cols_ = m.kv_dim() / t_;
+  up_ = m.activation == Activation::kSwiglu ? 2 : 1;
+  ffn_t_ = m.ffn / t_;
+  eff_t_ = m.is_moe() ? m.moe.expert_ffn / t_ : 0;
+  experts_ = m.moe.experts;
+  local_experts_ = m.is_moe() ? m.moe.experts / p.ep : 0;
+  topk_ = m.moe.top_k;
+  vocab_t_ = ceil_div(m.vocab, t_);
+  adt_ = p.precision == Dtype::kFp32   ? Dtype::kFp32
+         : p.precision == Dtype::kFp16 ? Dtype::kFp16
+                                       : Dtype::kBf16;
+  wdt_ = adt_;
+  eb_ = dtype_bytes(adt_);
+  wb_ = dtype_bytes(wdt_);
+  drop_ = m.dropout ? 1 : 0;
+  flash_ = p.flash_attention;
+  bias_ = m.linear_bias;
+}
+
+int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, BufferClass cls,
+                    bool host, bool persistent) {
+  Buffer b;
+  b.name = std::move(nm);
+  b.shape = std::move(shape);
+  b.dtype = dt;
+  b.cls = cls;
+  b.host = host;
+  b.persistent = persistent;
+  last_writer_.push_back(-1);
+  last_reader_.push_back({-1, -1, -1, -1, -1});
+  return P_.add_buffer(std::move(b));
+}
+
+AttnShape Lowerer::attention_shape() const {
+  AttnShape a;
+  a.batch = p_.micro_batch;
+  a.seq_q = Sl_;
+  a.seq_kv = Sl_;
+  a.heads = heads_t_;
+  a.kv_heads = kv_heads_t_;
+  a.head_dim = hd_;
+  a.causal = true;
+  a.flash = flash_;
+  a.dropout = m_.dropout && !flash_;
+  return a;
+}
+
+Op Lowerer::make(OpKind kind, int layer, const char* what, int stream) {
+  Op op;
+  op.kind = kind;
+  op.name =
+      layer < 0 && bucket_label_ ? std::string(bucket_label_) + "." + what : name(layer, what);
+  op.stream = stream;
+  return op;
+}
+
+void Lowerer::set(std::vector<int>& to, std::initializer_list<int> ids) {
+  to.reserve(ids.size());
+  for (int id : ids)
+    if (id >= 0) to.push_back(id);
+}
+
+void Lowerer::set(std::vector<int>& to, const std::vector<int>& ids) {
+  to.reserve(ids.size());
+  for (int id : ids)
+    if (id >= 0) to.push_back(id);
+}
+
+// Issues `op` with its dependencies: the last writer of every buffer it reads, and across
+// streams the last writer and readers of every buffer it writes, plus `extra` and order_after_.
+int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
+  op.tags = tags_;
+  std::vector<int>& deps = op.deps;
+  auto add = [&](int d) {
+    if (d < 0) return;
+    for (int e : deps)
+      if (e == d) return;
+    deps.push_back(d);
+  };
+  const int st = op.stream;
+  for (int r : op.reads) add(last_writer_[r]);
+  for (int w : op.writes) {
+    int lw = last_writer_[w];
+    if (lw >= 0 && P_.ops[lw].stream != st) add(lw);
+    for (int other = 0; other < kStreams; ++other)
+      if (other != st) add(last_reader_[w][other]);
+  }
+  for (int d : extra) add(d);
+  add(order_after_);
+  std::sort(deps.begin(), deps.end());
+  const int id = P_.add_op(std::move(op));
+  if (st == kCompute) last_compute_ = id;
+  const Op& o = P_.ops[id];
+  for (int r : o.reads) last_reader_[r][st] = id;
+  for (int w : o.writes) {
+    last_writer_[w] = id;
+    last_reader_[w] = {-1, -1, -1, -1, -1};
+  }
+  return id;
+}
+
+int Lowerer::gemm(int layer, const char* what, int64_t m, int64_t n, int64_t k, int64_t batch,
+                  std::initializer_list<int> reads, std::initializer_list<int> writes,
+                  bool backward_data, OpKind kind) {
+  Op op = make(kind, layer, what, kCompute);
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.batch = batch;
+  op.flops = 2.0 * m * n * k * batch;
+  op.backward_data = backward_data;
+  set(op.reads, reads);
+  set(op.writes, writes);
+  return emit(op);
+}
+
+int Lowerer::elementwise(OpKind kind, int layer, const char* what, double elements, double bytes,
+                         std::initializer_list<int> reads, std::initializer_list<int> writes) {
+  Op op = make(kind, layer, what, kCompute);
+  op.elements = elements;
+  op.bytes = bytes;
+  set(op.reads, reads);
+  set(op.writes, writes);
+  return emit(op);
+}
+
+int Lowerer::collective(OpKind kind, Group g, int layer, const char* what, double bytes,
+                        const std::vector<int>& reads, const std::vector<int>& writes,
+                        std::initializer_list<int> extra) {
+  Op op = make(kind, layer, what, comm_stream(g));
+  op.group = g;
+  op.bytes = bytes;
+  set(op.reads, reads);
+  set(op.writes, writes);
+  return emit(op, extra);
+}
+
+int Lowerer::p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
+                 double bytes, int buffer_id) {
+  Op op = make(kind, layer, what, comm_stream(g));
+  op.group = g;
+  op.peer_stage = peer_stage;
+  op.tag = tag;
+  op.bytes = bytes;
+  if (kind == OpKind::kSend)
+    op.reads.push_back(buffer_id);
+  else
+    op.writes.push_back(buffer_id);
+  return emit(op);
+}
+
+int Lowerer::copy(OpKind kind, int layer, const char* what, double bytes,
+                  const std::vector<int>& reads, const std::vector<int>& writes,
+                  std::initializer_list<int> extra) {
+  Op op = make(kind, layer, what, kCopy);
+  op.bytes = bytes;
+  set(op.reads, reads);
+  set(op.writes, writes);
+  return emit(op, extra);
+}
+
+int64_t Lowerer::cp_tag(int layer, int mb, int phase, int step, int kind) const {
+  return ((((int64_t{layer} * M_ + mb) * 4 + phase) * p_.cp + step) * 2 + kind);
+}
+
+int64_t Lowerer::pp_tag(int sender_virtual, bool backward, int mb) const {
+  return (int64_t{sender_virtual} * 2 + (backward ? 1 : 0)) * M_ + mb;
+}
+
+// f forward (and the input of a column-parallel weight gradient): under SP, all-gather the
+// sequence shard into a full-sequence workspace; otherwise the input itself.
+int Lowerer::tp_gather_in(int layer, int x, int64_t rows_full) {
+  if (!sp_) return x;
+  const int64_t cols = buf_at(x).shape.back();
+  int full = ws(layer, "ag", {rows_full, cols});
+  collective(OpKind::kAllGather, Group::kTp, layer, "ag", eb_ * rows_full * cols, x, full);
+  return full;
+}
+
+// g forward (after a row-parallel GEMM) and f backward (after a column-parallel data gradient):
+// all-reduce in place, or reduce-scatter to the sequence shard under SP.
+int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what) {
+  if (t_ == 1) return y;
+  const int64_t cols = buf_at(y).shape.back();
+  const double bytes = eb_ * rows_full * cols;
+  if (!sp_) {
+    collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
+    return y;
+  }
+  int shard = act(layer, what, {rows_full / t_, cols});
+  collective(OpKind::kReduceScatter, Group::kTp, layer, what, bytes, y, shard);
+  return shard;
+}
+
+}  // namespace parasol::lowering

@@ -1,0 +1,296 @@
+// The Lowerer: builds the Program of one pipeline stage (core/lower.h states the conventions it
+// keeps). Private to the lowering; its members are defined by concern:
+//   lower_emit.cc      shared state, buffers, ops and their dependencies, TP operators
+//   lower_layer.cc     a decoder layer's attention and MLP, forward and backward
+//   lower_moe.cc       a mixture-of-experts MLP, forward and backward
+//   lower_edges.cc     the embedding, the head and the vocab-parallel cross-entropy
+//   lower_schedule.cc  the pipeline schedule and its forward/backward units
+//   lower_buckets.cc   parameter buckets, ZeRO gathers and gradient reductions
+//   lower_offload.cc   activation offload and prefetch
+//   lower_optimizer.cc the optimizer step (gradient norm, AdamW, cast, ZeRO gathers)
+#pragma once
+
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/program.h"
+
+namespace parasol::lowering {
+
+// Weight slots of a layer (and of the embedding and head buckets).
+enum Slot : int {
+  kNorm1,
+  kQkv,
+  kQkvB,
+  kOut,
+  kOutB,
+  kNorm2,
+  kFc1,
+  kFc1B,
+  kFc2,
+  kFc2B,
+  kRouter,
+  kEfc1,
+  kEfc1B,
+  kEfc2,
+  kEfc2B,
+  kTable,
+  kPos,
+  kFnorm,
+  kHead,
+  kSlots
+};
+inline constexpr const char* kSlotName[kSlots] = {
+    "ln1",    "qkv",  "qkv.b",  "out",  "out.b",  "ln2",   "fc1", "fc1.b", "fc2", "fc2.b",
+    "router", "efc1", "efc1.b", "efc2", "efc2.b", "table", "pos", "lnf",   "head"};
+using WSet = std::array<int, kSlots>;  // buffer id per slot, -1 when absent
+inline WSet no_weights() {
+  WSet w;
+  w.fill(-1);
+  return w;
+}
+
+// Buffers one layer's backward reads, for one micro-batch.
+enum SavedSlot : int {
+  sX,      // layer input = norm1 input
+  sXn,     // norm1 output = QKV input (sequence shard under SP)
+  sQkv,    // Q, K, V
+  sAo,     // attention output = out-projection input
+  sLse,    // flash: softmax log-sum-exp (fp32)
+  sProbs,  // materialised: softmax output
+  sPmask,  // materialised with dropout: attention dropout mask
+  sPdrop,  // materialised with dropout: dropped probabilities
+  sAoRc,   // selective recompute (flash): recomputed attention output
+  sMask1,  // residual dropout masks
+  sX1,     // norm2 input
+  sX1n,    // norm2 output = FC1 / router input
+  sFc1,    // FC1 output(s) = activation input
+  sAct,    // activation output = FC2 input
+  sMask2,
+  sRprobs,  // MoE: router probabilities (fp32)
+  sDisp,    // MoE: dispatched tokens = expert FC1 input
+  sEret,    // MoE: expert outputs returned to their tokens (router gradient)
+  sSlots
+};
+using Saved = std::array<int, sSlots>;
+inline Saved no_saved() {
+  Saved s;
+  s.fill(-1);
+  return s;
+}
+
+struct Spec {
+  Slot slot;
+  std::vector<int64_t> shape;
+};
+
+// Parameters reduced and updated together: a layer's dense or expert weights, the embedding,
+// the head.
+struct Bucket {
+  int layer = -1;          // model layer; -1 for the embedding and head buckets
+  int chunk = 0;           // virtual pipeline chunk holding it
+  const char* label = "";  // name of an embedding/head bucket
+  bool expert = false;
+  Group group = Group::kDpCp;
+  int ways = 1;  // ranks its gradients are reduced over
+  int zero = 0;  // effective ZeRO stage (0 when ways == 1)
+  std::vector<Spec> specs;
+  double elements = 0;         // parameters on this rank before ZeRO sharding
+  int64_t shard = 0;           // parameters this rank updates
+  WSet params = no_weights();  // ZeRO < 3: one buffer per weight
+  WSet grads = no_weights();   // ZeRO < 2: one fp32 buffer per weight
+  int param_shard = -1, grad_shard = -1, opt = -1, host_grad = -1;
+  bool master_in_opt = false;  // opt row 0 is the fp32 master copy
+  // Elements a ZeRO gather or scatter moves: the shards of all ways (the tail is padding).
+  double padded() const { return static_cast<double>(shard) * ways; }
+  std::vector<int> list(const WSet& w) const {
+    std::vector<int> out;
+    out.reserve(specs.size());
+    for (const Spec& s : specs) out.push_back(w[s.slot]);
+    return out;
+  }
+};
+
+// One forward or backward pass of a micro-batch through a chunk of the stage.
+struct Unit {
+  bool forward;
+  int chunk, mb;
+};
+
+// The order of forward and backward units of stage `s` (Megatron's schedules).
+std::vector<Unit> schedule(const Plan& p, int s);
+
+// "L<layer>.<what>[.m<mb>]" (no layer prefix when layer < 0, no suffix when mb < 0).
+std::string name(int layer, const char* what, int mb = -1);
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Streams: compute; layer communication (TP, CP, EP); copy; data-parallel gradient and ZeRO
+// traffic; pipeline sends and receives. Separate streams keep a gradient all-reduce from
+// delaying the next layer's TP collective or a pipeline send (as separate NCCL streams do).
+inline constexpr int kCompute = 0, kComm = 1, kCopy = 2, kDpComm = 3, kPpComm = 4, kStreams = 5;
+
+// The stream of a communication op on group `g`.
+int comm_stream(Group g);
+
+class Lowerer {
+ public:
+  Lowerer(const Model& m, const Plan& p, int stage);
+  Program run();
+
+ private:
+  // --- emission (lower_emit.cc)
+  void init_shapes();
+  Buffer& buf_at(int id) { return P_.buffers[id]; }
+  int buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, BufferClass cls,
+             bool host = false, bool persistent = false);
+  int act(int layer, const char* what, std::vector<int64_t> shape, Dtype dt) {
+    return buffer(name(layer, what, tags_.micro_batch), std::move(shape), dt,
+                  BufferClass::kActivation);
+  }
+  int act(int layer, const char* what, std::vector<int64_t> shape) {
+    return act(layer, what, std::move(shape), adt_);
+  }
+  int ws(int layer, const char* what, std::vector<int64_t> shape, Dtype dt) {
+    return buffer(name(layer, what, tags_.micro_batch), std::move(shape), dt,
+                  BufferClass::kWorkspace);
+  }
+  int ws(int layer, const char* what, std::vector<int64_t> shape) {
+    return ws(layer, what, std::move(shape), adt_);
+  }
+  Op make(OpKind kind, int layer, const char* what, int stream);
+  AttnShape attention_shape() const;  // one attention step of this rank (a cp chunk)
+  static void set(std::vector<int>& to, std::initializer_list<int> ids);
+  static void set(std::vector<int>& to, const std::vector<int>& ids);
+  int emit(Op& op, std::initializer_list<int> extra = {});
+  int gemm(int layer, const char* what, int64_t m, int64_t n, int64_t k, int64_t batch,
+           std::initializer_list<int> reads, std::initializer_list<int> writes,
+           bool backward_data = false, OpKind kind = OpKind::kLinear);
+  int elementwise(OpKind kind, int layer, const char* what, double elements, double bytes,
+                  std::initializer_list<int> reads, std::initializer_list<int> writes);
+  int collective(OpKind kind, Group g, int layer, const char* what, double bytes,
+                 const std::vector<int>& reads, const std::vector<int>& writes,
+                 std::initializer_list<int> extra = {});
+  int collective(OpKind kind, Group g, int layer, const char* what, double bytes, int read,
+                 int write) {
+    return collective(kind, g, layer, what, bytes, std::vector<int>{read}, std::vector<int>{write});
+  }
+  int p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
+          double bytes, int buffer_id);
+  int copy(OpKind kind, int layer, const char* what, double bytes, const std::vector<int>& reads,
+           const std::vector<int>& writes, std::initializer_list<int> extra = {});
+  void at(int layer, Phase phase) {
+    tags_.layer = layer;
+    tags_.phase = phase;
+  }
+  int64_t cp_tag(int layer, int mb, int phase, int step, int kind) const;
+  int64_t pp_tag(int sender_virtual, bool backward, int mb) const;
+
+  // --- tensor-parallel operators, Megatron's f and g (lower_emit.cc)
+  int tp_gather_in(int layer, int x, int64_t rows_full);  // SP all-gather before column-parallel
+  int tp_reduce_out(int layer, int y, int64_t rows_full, const char* what);  // after row-parallel
+
+  // --- a decoder layer (lower_layer.cc, lower_moe.cc)
+  int layer_forward(int layer, int x, const WSet& w, Saved& sv);
+  int mlp_forward(int layer, const WSet& w, Saved& sv);
+  void attention_forward(int layer, Saved& sv, bool recompute);
+  int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
+  int mlp_backward(int layer, const Saved& sv, int dres2, const WSet& w, const WSet& g);
+  int attention_backward(int layer, const Saved& sv, int dao);
+  int ring_dkv_exchange(int layer, int mb, int step, int dkv, int dqkv);
+  int moe_forward(int layer, int x1n, const WSet& w, Saved& sv);
+  int moe_experts_forward(int layer, int d, const WSet& w, Saved& sv);
+  int moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g);
+  int moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g);
+
+  // --- embedding, head and loss (lower_edges.cc)
+  int embedding_forward(int mb);
+  void embedding_backward(int mb, int dy);
+  void head_forward(int x, int mb);
+  void cross_entropy_forward(int logits, int mb);
+  int head_backward(int mb);
+
+  // --- pipeline units (lower_schedule.cc)
+  int receive_activation(int v, bool backward, int mb);
+  void send_activation(int v, bool backward, int mb, int x);
+  void forward_unit(int chunk, int mb);
+  void backward_unit(int chunk, int mb);
+  void backward_layers(int chunk, int mb, bool last, int& dy);
+  size_t saved_index(int chunk, int mb, int j) const {
+    return (static_cast<size_t>(chunk) * M_ + mb) * Lc_ + j;
+  }
+
+  // --- buckets, ZeRO gathers and gradient reductions (lower_buckets.cc)
+  void build_buckets();
+  void add_bucket(Bucket b);
+  void add_embedding_bucket(int chunk);
+  void add_layer_buckets(int chunk, int layer, int local);
+  void add_head_bucket(int chunk);
+  std::vector<int64_t> norm_shape() const;
+  void acquire(const Bucket& b, WSet& out, int dep);
+  WSet layer_weights(int layer, int dep);
+  WSet unit_grads(Bucket& b);
+  WSet layer_grads(int layer);
+  void after_backward(Bucket& b, bool last);
+  void final_reduce(Bucket& b);
+  void export_buckets();  // Program::buckets from buckets_
+
+  // --- activation offload (lower_offload.cc)
+  Saved offload_saved(int layer, const Saved& sv);
+  Saved prefetch_saved(int layer, const Saved& sv, int dep);
+
+  // --- optimizer step (lower_optimizer.cc)
+  void optimizer();
+  void deferred_reductions();
+  void sp_grad_all_reduce();
+  int grad_norm(int& norm_op);
+  void update(Bucket& b, int norm, int norm_op);
+  std::vector<int> update_target(const Bucket& b, bool gather, const std::vector<int>& dest);
+  void publish_update(const Bucket& b, bool gather, const std::vector<int>& first,
+                      const std::vector<int>& dest);
+
+  const Model& m_;
+  const Plan& p_;
+  const int s_;
+  int pp_, vpp_, V_, M_, Lc_, per_stage_, full_k_;
+  int64_t t_, seq_, Sl_, T_, Tn_, h_, heads_t_, kv_heads_t_, hd_, qkv_cols_, q_cols_, kv_cols_, up_,
+      ffn_t_, eff_t_, experts_, local_experts_, topk_, vocab_t_;
+  Dtype adt_, wdt_;
+  double eb_, wb_, drop_;
+  bool sp_, flash_, bias_;
+  Program P_;
+  OpTags tags_;
+  const char* bucket_label_ = nullptr;  // prefix of op names of an embedding/head bucket
+  struct Label {                        // names the ops of bucket `b` while in scope
+    Label(Lowerer* l, const Bucket& b) : l(l) {
+      l->bucket_label_ = b.layer < 0 ? b.label : nullptr;
+    }
+    ~Label() { l->bucket_label_ = nullptr; }
+    Lowerer* l;
+  };
+  std::vector<int> last_writer_;
+  std::vector<std::array<int, kStreams>> last_reader_;
+  int order_after_ = -1;   // when >= 0, every emitted op also waits for this op
+  int last_compute_ = -1;  // the latest op on the compute stream
+
+  std::vector<Bucket> buckets_;
+  std::vector<std::array<int, 2>> layer_buckets_;  // stage-local layer -> dense, expert bucket
+  int emb_bucket_ = -1, head_bucket_ = -1;
+  std::vector<WSet> unit_grads_;  // per bucket, within the current unit
+  std::vector<char> unit_grads_valid_;
+  std::vector<int> backward_done_;  // per chunk: backward units emitted
+  // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.
+  std::vector<Saved> saved_;
+  struct EdgeSaved {
+    int tokens = -1, mask = -1;                                             // embedding
+    int x = -1, xf = -1, probs = -1, labels = -1, sums = -1, row_max = -1;  // head
+  };
+  std::vector<EdgeSaved> emb_saved_, head_saved_;
+  std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer
+};
+
+}  // namespace parasol::lowering

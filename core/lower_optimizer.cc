@@ -1,0 +1,179 @@
+// The optimizer step: deferred gradient reductions (without overlap_grad_reduce), the SP
+// all-reduce of replicated weights' gradients, the global gradient norm, and per bucket AdamW on
+// this rank's shard, the cast to the low-precision weights, and the ZeRO 1/2 all-gather of the
+// updated shards (through host memory under offload).
+#include "core/lower_internal.h"
+
+namespace parasol::lowering {
+
+// Where the optimizer writes the new weights of this rank's shard: the destination itself when
+// it lives where the optimizer ran, else a staging buffer published by publish_update().
+std::vector<int> Lowerer::update_target(const Bucket& b, bool gather,
+                                        const std::vector<int>& dest) {
+  const int layer = b.layer;
+  const bool host = p_.offload.optimizer;
+  const bool dest_host = p_.offload.params;
+  if (gather) {
+    if (host)
+      return {buffer(name(layer, "w.new") + ".h", {b.shard}, wdt_, BufferClass::kParam, true)};
+    if (dest_host) return {buffer(name(layer, "w.new"), {b.shard}, wdt_, BufferClass::kParam)};
+  } else if (host != dest_host) {
+    return {buffer(name(layer, "w.new") + (host ? ".h" : ""), {b.shard}, wdt_, BufferClass::kParam,
+                   host)};
+  }
+  return dest;
+}
+
+// AdamW on bucket `b`'s shard and the new low-precision weights where the next step reads them.
+void Lowerer::update(Bucket& b, int norm, int norm_op) {
+  Label label(this, b);
+  const int layer = b.layer;
+  const bool cast = b.master_in_opt;  // the new weights are cast (or copied) from the master
+  const bool host = p_.offload.optimizer;
+  const double n = static_cast<double>(b.shard);
+  const int stream = host ? kCopy : kCompute;
+  std::vector<int> grads = host         ? std::vector<int>{b.host_grad}
+                           : b.zero < 2 ? b.list(b.grads)
+                                        : std::vector<int>{b.grad_shard};
+  const bool full_params = b.zero < 3;
+  const bool gather = full_params && b.zero >= 1;  // ZeRO 1/2: all-gather the updated shards
+  std::vector<int> dest = full_params ? b.list(b.params) : std::vector<int>{b.param_shard};
+  std::vector<int> first = update_target(b, gather, dest);  // what the optimizer writes
+  Op adam = make(OpKind::kAdamW, layer, b.expert ? "experts.adamw" : "adamw", stream);
+  adam.elements = n;
+  adam.bytes = 28.0 * n;
+  set(adam.reads, grads);
+  adam.reads.push_back(b.opt);
+  if (!host) adam.reads.push_back(norm);
+  adam.writes.push_back(b.opt);
+  if (!cast) {
+    set(adam.reads, first);
+    set(adam.writes, first);
+  }
+  emit(adam, {host ? norm_op : -1});
+  if (cast) {
+    Op op = make(OpKind::kCast, layer, b.expert ? "experts.cast" : "cast", stream);
+    op.elements = n;
+    op.bytes = (4 + wb_) * n;
+    op.reads.push_back(b.opt);
+    set(op.writes, first);
+    emit(op);
+  }
+  publish_update(b, gather, first, dest);
+}
+
+// Moves the updated shard `first` to the weights `dest`: ZeRO 1/2 all-gather the shards (from
+// the device; host-resident parameters receive the gathered weights by a copy), else a copy
+// between host and device when they differ.
+void Lowerer::publish_update(const Bucket& b, bool gather, const std::vector<int>& first,
+                             const std::vector<int>& dest) {
+  const int layer = b.layer;
+  const bool host = p_.offload.optimizer;
+  const bool dest_host = p_.offload.params;
+  const double n = static_cast<double>(b.shard);
+  if (!gather) {
+    if (first != dest)
+      copy(dest_host ? OpKind::kOffload : OpKind::kPrefetch, layer,
+           dest_host ? "w.offload" : "w.prefetch", wb_ * n, first, dest);
+    return;
+  }
+  int shard = first[0];
+  if (host) {  // bring the new shard to the device (into the parameters when they live there)
+    if (dest_host) {
+      shard = buffer(name(layer, "w.new"), {b.shard}, wdt_, BufferClass::kParam);
+      copy(OpKind::kPrefetch, layer, "w.prefetch", wb_ * n, first, {shard});
+    } else {
+      copy(OpKind::kPrefetch, layer, "w.prefetch", wb_ * n, first, dest);
+    }
+  }
+  const char* what = b.expert ? "experts.w.ag" : "w.ag";
+  if (!dest_host) {
+    const std::vector<int> src = host ? dest : first;
+    collective(OpKind::kAllGather, b.group, layer, what, wb_ * b.padded(), src, dest);
+    return;
+  }
+  std::vector<int> full;
+  for (const Spec& s : b.specs)
+    full.push_back(
+        buffer(name(layer, kSlotName[s.slot]) + ".new", s.shape, wdt_, BufferClass::kParam));
+  P_.add_block(full, b.shard * b.ways);
+  collective(OpKind::kAllGather, b.group, layer, what, wb_ * b.padded(), {shard}, full);
+  copy(OpKind::kOffload, layer, "w.offload", wb_ * b.elements, full, dest);
+}
+
+// Without overlap_grad_reduce the reductions start once the whole backward has finished.
+void Lowerer::deferred_reductions() {
+  order_after_ = deferred_.empty() ? -1 : last_compute_;
+  for (int bi : deferred_) {
+    at(buckets_[bi].layer, Phase::kOptimizer);
+    tags_.chunk = buckets_[bi].chunk;
+    final_reduce(buckets_[bi]);
+  }
+  order_after_ = -1;
+}
+
+// Under SP each TP rank saw a different sequence shard: the replicated weights that act on it
+// (norms, routers, and the biases of row-parallel GEMMs, added after the reduce-scatter) have
+// partial gradients, summed over TP (Megatron's allreduce_layernorm_grads). ZeRO-2/3 buckets
+// fold theirs into the reduce-scattered shard.
+void Lowerer::sp_grad_all_reduce() {
+  std::vector<int> g;
+  double n = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.zero >= 2) continue;
+    for (const Spec& sp : b.specs) {
+      if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter &&
+          sp.slot != kOutB && sp.slot != kFc2B)
+        continue;
+      g.push_back(b.grads[sp.slot]);
+      double e = 1;
+      for (int64_t d : sp.shape) e *= static_cast<double>(d);
+      n += e;
+    }
+  }
+  if (!g.empty()) collective(OpKind::kAllReduce, Group::kTp, -1, "sp.g.ar", 4 * n, g, g);
+}
+
+// Global gradient norm: this rank's shard, summed over the ranks holding other shards. Returns
+// the norm buffer; norm_op is the last op that writes it.
+int Lowerer::grad_norm(int& norm_op) {
+  Op op = make(OpKind::kGradNorm, -1, "grad.norm", kCompute);
+  double n = 0;
+  for (const Bucket& b : buckets_) {
+    n += static_cast<double>(b.shard);
+    if (b.zero < 2)
+      set(op.reads, b.list(b.grads));
+    else
+      op.reads.push_back(b.grad_shard);
+  }
+  int norm = buffer("grad.norm", {1}, Dtype::kFp32, BufferClass::kWorkspace);
+  op.writes.push_back(norm);
+  op.elements = n;
+  op.bytes = 4 * n;
+  norm_op = emit(op);
+  tags_.chunk = 0;
+  const bool sharded = p_.zero >= 1 || p_.ep > 1;
+  if (t_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kTp, -1, "norm.ar", 4, norm, norm);
+  if (pp_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kPp, -1, "norm.ar", 4, norm, norm);
+  if (sharded && p_.dp * p_.cp > 1)
+    norm_op = collective(OpKind::kAllReduce, Group::kDpCp, -1, "norm.ar", 4, norm, norm);
+  return norm;
+}
+
+void Lowerer::optimizer() {
+  tags_.micro_batch = -1;
+  tags_.chunk = 0;
+  at(-1, Phase::kOptimizer);
+  deferred_reductions();
+  at(-1, Phase::kOptimizer);
+  if (sp_) sp_grad_all_reduce();
+  int norm_op = -1;
+  const int norm = grad_norm(norm_op);
+  for (Bucket& b : buckets_) {
+    at(b.layer, Phase::kOptimizer);
+    tags_.chunk = b.chunk;
+    update(b, norm, norm_op);
+  }
+}
+
+}  // namespace parasol::lowering

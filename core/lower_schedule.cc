@@ -1,0 +1,227 @@
+// The pipeline: the order of a stage's forward and backward units (GPipe, 1F1B, interleaved
+// 1F1B in Megatron's per-stage order), each unit's activations received from and sent to the
+// neighbouring stages, its layers with their weights and saved activations acquired one use
+// ahead, and the stage's whole Program (Lowerer::run).
+#include <algorithm>
+
+#include "core/lower_internal.h"
+
+namespace parasol::lowering {
+
+std::vector<Unit> schedule(const Plan& p, int s) {
+  const int M = p.micro_batches();
+  std::vector<Unit> out;
+  out.reserve(2 * static_cast<size_t>(M) * p.vpp);
+  if (p.schedule == Schedule::kGpipe) {
+    for (int i = 0; i < M; ++i) out.push_back({true, 0, i});
+    for (int i = 0; i < M; ++i) out.push_back({false, 0, i});
+    return out;
+  }
+  const bool inter = p.schedule == Schedule::kInterleaved;
+  const int pp = p.pp, vpp = inter ? p.vpp : 1;
+  const int total = M * vpp;
+  const int warm =
+      inter ? std::min((pp - s - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - s - 1, M);
+  auto unit = [&](int k, bool fwd) -> Unit {
+    if (!inter) return {fwd, 0, k};
+    int c = (k / pp) % vpp;
+    return {fwd, fwd ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
+  };
+  for (int k = 0; k < warm; ++k) out.push_back(unit(k, true));
+  for (int j = 0; j < total - warm; ++j) {
+    out.push_back(unit(warm + j, true));
+    out.push_back(unit(j, false));
+  }
+  for (int j = total - warm; j < total; ++j) out.push_back(unit(j, false));
+  return out;
+}
+
+// The input of virtual stage `v`'s unit from its neighbour: activations from the previous
+// virtual stage (forward) or their gradient from the next (backward).
+int Lowerer::receive_activation(int v, bool backward, int mb) {
+  const int peer = backward ? (s_ + 1) % pp_ : (s_ - 1 + pp_) % pp_;
+  const int64_t tag = pp_tag(backward ? v + 1 : v - 1, backward, mb);
+  const char* what = backward ? "dy" : "x";
+  int x;
+  if (t_ > 1 && !sp_) {
+    // Megatron's scatter/gather: each TP rank receives 1/tp and the TP group all-gathers.
+    int part = ws(-1, "recv", {ceil_div(T_, t_), h_});
+    p2p(OpKind::kRecv, Group::kPp, peer, tag, -1, "recv", eb_ * T_ * h_ / t_, part);
+    x = act(-1, what, {T_, h_});
+    collective(OpKind::kAllGather, Group::kTp, -1, "recv.ag", eb_ * T_ * h_, part, x);
+  } else {
+    x = act(-1, what, {Tn_, h_});
+    p2p(OpKind::kRecv, Group::kPp, peer, tag, -1, "recv", eb_ * Tn_ * h_, x);
+  }
+  return x;
+}
+
+void Lowerer::send_activation(int v, bool backward, int mb, int x) {
+  const int peer = backward ? (s_ - 1 + pp_) % pp_ : (s_ + 1) % pp_;
+  const double bytes = t_ > 1 && !sp_ ? eb_ * T_ * h_ / t_ : eb_ * Tn_ * h_;
+  p2p(OpKind::kSend, Group::kPp, peer, pp_tag(v, backward, mb), -1, "send", bytes, x);
+}
+
+void Lowerer::forward_unit(int c, int mb) {
+  tags_.chunk = c;
+  tags_.micro_batch = mb;
+  const int v = c * pp_ + s_;
+  int x;
+  if (v == 0) {
+    x = embedding_forward(mb);
+  } else {
+    at(-1, Phase::kForward);
+    x = receive_activation(v, false, mb);
+  }
+  // Layers, each use's weights acquired one layer ahead.
+  std::vector<WSet> w(Lc_);
+  auto acquire_use = [&](int j, int dep) {
+    at(v * Lc_ + j, Phase::kForward);
+    w[j] = layer_weights(c * Lc_ + j, dep);
+  };
+  const bool ahead = p_.overlap_param_gather;
+  if (Lc_ > 0 && ahead) acquire_use(0, -1);
+  int prev_last = -1;
+  for (int j = 0; j < Lc_; ++j) {
+    if (!ahead) acquire_use(j, -1);
+    if (ahead && j + 1 < Lc_) acquire_use(j + 1, prev_last);
+    const int layer = v * Lc_ + j;
+    at(layer, Phase::kForward);
+    Saved sv;
+    int out = layer_forward(layer, x, w[j], sv);
+    prev_last = static_cast<int>(P_.ops.size()) - 1;
+    Saved keep = no_saved();
+    if (c * Lc_ + j < full_k_) {
+      keep[sX] = sv[sX];
+    } else {
+      keep = sv;
+      if (p_.recompute == Recompute::kSelective && !flash_)
+        keep[sProbs] = keep[sPmask] = keep[sPdrop] = -1;
+    }
+    if (p_.offload.activations) keep = offload_saved(layer, keep);
+    saved_[saved_index(c, mb, j)] = keep;
+    x = out;
+  }
+  if (v == V_ - 1) {
+    head_forward(x, mb);
+  } else {
+    at(-1, Phase::kForward);
+    send_activation(v, false, mb, x);
+  }
+}
+
+// The layers of chunk `c` backward for micro-batch `mb`, last first, each preceded by its
+// recompute (full recompute), with weights and saved activations acquired one use ahead.
+void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
+  const int v = c * pp_ + s_;
+  struct Use {
+    int j;
+    bool recompute;
+  };
+  std::vector<Use> uses;
+  uses.reserve(2 * Lc_);
+  for (int j = Lc_ - 1; j >= 0; --j) {
+    if (c * Lc_ + j < full_k_) uses.push_back({j, true});
+    uses.push_back({j, false});
+  }
+  struct Acquired {
+    WSet w;
+    Saved acts;
+  };
+  std::vector<Acquired> acq(uses.size());
+  auto acquire_use = [&](size_t u, int dep) {
+    const Use& use = uses[u];
+    const int layer = v * Lc_ + use.j;
+    at(layer, use.recompute ? Phase::kRecompute : Phase::kBackward);
+    acq[u].w = layer_weights(c * Lc_ + use.j, dep);
+    Saved& stored = saved_[saved_index(c, mb, use.j)];
+    const bool full = c * Lc_ + use.j < full_k_;
+    acq[u].acts = stored;
+    // Offloaded activations come back before their first use (the recompute under full).
+    if (p_.offload.activations && (use.recompute || !full))
+      acq[u].acts = prefetch_saved(layer, stored, dep);
+  };
+  const bool ahead = p_.overlap_param_gather;
+  if (!uses.empty() && ahead) acquire_use(0, -1);
+  int prev_last = -1;
+  Saved recomputed = no_saved();
+  for (size_t u = 0; u < uses.size(); ++u) {
+    if (!ahead) acquire_use(u, -1);
+    if (ahead && u + 1 < uses.size()) acquire_use(u + 1, prev_last);
+    const Use& use = uses[u];
+    const int local = c * Lc_ + use.j;
+    const int layer = v * Lc_ + use.j;
+    if (use.recompute) {
+      at(layer, Phase::kRecompute);
+      layer_forward(layer, acq[u].acts[sX], acq[u].w, recomputed);
+    } else {
+      Saved sv = local < full_k_ ? recomputed : acq[u].acts;
+      if (p_.recompute == Recompute::kSelective) {
+        at(layer, Phase::kRecompute);
+        attention_forward(layer, sv, true);
+      }
+      at(layer, Phase::kBackward);
+      WSet g = layer_grads(local);
+      dy = layer_backward(layer, sv, dy, acq[u].w, g);
+      for (int bi : layer_buckets_[local])
+        if (bi >= 0) after_backward(buckets_[bi], last);
+    }
+    prev_last = static_cast<int>(P_.ops.size()) - 1;
+  }
+}
+
+void Lowerer::backward_unit(int c, int mb) {
+  tags_.chunk = c;
+  tags_.micro_batch = mb;
+  std::fill(unit_grads_valid_.begin(), unit_grads_valid_.end(), 0);
+  const int v = c * pp_ + s_;
+  const bool last = ++backward_done_[c] == M_;
+  int dy;
+  if (v == V_ - 1) {
+    dy = head_backward(mb);
+    Bucket& hb = buckets_[head_bucket_];
+    at(-1, Phase::kBackward);
+    after_backward(hb, last);
+  } else {
+    at(-1, Phase::kBackward);
+    dy = receive_activation(v, true, mb);
+  }
+  backward_layers(c, mb, last, dy);
+  if (v == 0) {
+    embedding_backward(mb, dy);
+    at(-1, Phase::kBackward);
+    after_backward(buckets_[emb_bucket_], last);
+  } else {
+    at(-1, Phase::kBackward);
+    send_activation(v, true, mb, dy);
+  }
+}
+
+Program Lowerer::run() {
+  P_.stage = s_;
+  P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
+                StreamKind::kComm};
+  const size_t est = static_cast<size_t>(M_) * per_stage_ * 60 + 1024;
+  P_.ops.reserve(est);
+  P_.buffers.reserve(est);
+  last_writer_.reserve(est);
+  last_reader_.reserve(est);
+  build_buckets();
+  unit_grads_.assign(buckets_.size(), no_weights());
+  unit_grads_valid_.assign(buckets_.size(), 0);
+  backward_done_.assign(vpp_, 0);
+  saved_.assign(static_cast<size_t>(vpp_) * M_ * Lc_, no_saved());
+  emb_saved_.assign(M_, {});
+  head_saved_.assign(M_, {});
+  for (const Unit& u : schedule(p_, s_)) {
+    if (u.forward)
+      forward_unit(u.chunk, u.mb);
+    else
+      backward_unit(u.chunk, u.mb);
+  }
+  optimizer();
+  export_buckets();
+  return std::move(P_);
+}
+
+}  // namespace parasol::lowering
