@@ -20,8 +20,6 @@ namespace {
 void require_lowerable(const Plan& p) {
   if (p.uneven_stages())
     throw Error("plan.stage_layers", "uneven pipeline stages are not lowered to Programs yet");
-  if (p.zero == 3 && p.pp > 1)
-    throw Error("plan.zero", "ZeRO-3 with pp > 1 is not lowered to Programs yet");
   if (p.reshard != Reshard::kAfterForward)
     throw Error("plan.reshard", "is not lowered to Programs yet");
   if (p.shard_degree > 0) throw Error("plan.shard_degree", "is not lowered to Programs yet");
