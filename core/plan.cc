@@ -151,7 +151,18 @@ int Plan::full_recompute_layers(int layers_per_stage) const {
   return recompute_layers < 0 ? layers_per_stage : std::min(recompute_layers, layers_per_stage);
 }
 
+namespace {
+bool per_virtual_stage(const Plan& p) {
+  return static_cast<int>(p.stage_layers.size()) == p.pp * p.chunks() && p.chunks() > 1;
+}
+}  // namespace
+
 int Plan::layers_in_stage(int model_layers, int stage) const {
+  if (per_virtual_stage(*this)) {
+    int n = 0;
+    for (int c = 0; c < chunks(); ++c) n += stage_layers[c * pp + stage];
+    return n;
+  }
   if (!stage_layers.empty()) return stage_layers[stage];
   if (first_stage_layers <= 0 && last_stage_layers <= 0) return model_layers / pp;
   if (stage == 0 && first_stage_layers > 0) return first_stage_layers;
@@ -164,7 +175,7 @@ int Plan::max_layers_in_stage(int model_layers) const {
   if (!uneven_stages()) return model_layers / pp;
   int most = 0;
   if (!stage_layers.empty()) {
-    for (int l : stage_layers) most = std::max(most, l);
+    for (int s = 0; s < pp; ++s) most = std::max(most, layers_in_stage(model_layers, s));
     return most;
   }
   // first, last and the even middle: three values at most.
@@ -173,19 +184,26 @@ int Plan::max_layers_in_stage(int model_layers) const {
   return most;
 }
 
+int Plan::layers_in_chunk(int model_layers, int stage, int chunk) const {
+  if (per_virtual_stage(*this)) return stage_layers[chunk * pp + stage];
+  return layers_in_stage(model_layers, stage) / chunks();
+}
+
 int Plan::first_layer(int model_layers, int stage, int chunk) const {
   if (!uneven_stages()) {
     const int per_chunk = model_layers / pp / chunks();
     return (chunk * pp + stage) * per_chunk;
   }
-  // Chunk c of every stage comes after chunks 0..c-1 of all stages (model_layers / chunks each).
-  int first = chunk * (model_layers / chunks());
-  for (int s = 0; s < stage; ++s) first += layers_in_chunk(model_layers, s);
+  // Every virtual stage before (chunk, stage) in Megatron's order: chunks 0..chunk-1 of all
+  // stages, then chunk `chunk` of stages 0..stage-1.
+  int first = 0;
+  for (int c = 0; c <= chunk; ++c)
+    for (int s = 0; s < (c < chunk ? pp : stage); ++s) first += layers_in_chunk(model_layers, s, c);
   return first;
 }
 
 int Plan::expert_shard_ranks() const {
-  const int group = dp / ep * cp;
+  const int group = expert_dp();
   return shard_degree > 0 ? std::min(group, std::max(1, shard_degree / ep)) : group;
 }
 
@@ -217,6 +235,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "stage_layers",
                 "first_stage_layers",
                 "last_stage_layers",
+                "etp",
                 "rank_order",
                 "model",
                 "cluster",
@@ -279,6 +298,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   }
   p.first_stage_layers = static_cast<int>(r.integer_or("first_stage_layers", 0, 1, 100000));
   p.last_stage_layers = static_cast<int>(r.integer_or("last_stage_layers", 0, 1, 100000));
+  p.etp = static_cast<int>(r.integer_or("etp", 0, 1, kMaxDegree));
   if (r.has("rank_order"))
     p.rank_order = parse_rank_order(r.string("rank_order"), r.field("rank_order"));
   p.model_ref = r.string_or("model", "");
@@ -314,6 +334,7 @@ Json plan_to_json(const Plan& p) {
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
+  if (p.etp > 0) j["etp"] = p.etp;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (!p.model_ref.empty()) j["model"] = p.model_ref;
   if (!p.cluster_ref.empty()) j["cluster"] = p.cluster_ref;

@@ -86,12 +86,18 @@ struct Plan {
   // Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): TP/SP all-gathers and
   // reduce-scatters split into chunks pipelined with the GEMMs that consume or produce them.
   bool tp_comm_overlap = false;
-  // Uneven pipelines: layers of each stage (size pp, sums to the model's layers), or Megatron's
-  // --decoder-first/last-pipeline-num-layers (0 = unset) with the rest spread evenly. All
-  // empty/0: the layers split evenly. Resolved by layers_in_stage().
+  // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
+  // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
+  // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage
+  // modules); or Megatron's --decoder-first/last-pipeline-num-layers (0 = unset) with the rest
+  // spread evenly. All empty/0: the layers split evenly. Resolved by layers_in_chunk().
   std::vector<int> stage_layers;
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  // Megatron's --expert-tensor-parallel-size: tensor-parallel degree of the expert MLPs
+  // (0 = tp). With etp != tp the experts form their own grid over each stage's tp x cp x dp
+  // ranks, Megatron's expert order etp-ep-edp (etp fastest), so ep may exceed dp.
+  int etp = 0;
   std::array<Dim, 5> rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kDp, Dim::kPp};
   // Optional names of the model and cluster the plan was made for (preset or path).
   std::string model_ref;
@@ -114,12 +120,13 @@ struct Plan {
   // The largest layers_in_stage() over the stages.
   int max_layers_in_stage(int model_layers) const;
   // Layers of chunk `chunk` of stage `stage`, and the global index of its first layer. Megatron's
-  // order: virtual stage (chunk, stage) follows all stages' chunk - 1; each stage's layers split
-  // evenly over its chunks.
-  int layers_in_chunk(int model_layers, int stage) const {
-    return layers_in_stage(model_layers, stage) / chunks();
-  }
+  // order: virtual stage (chunk, stage) follows all stages' chunk - 1.
+  int layers_in_chunk(int model_layers, int stage, int chunk) const;
   int first_layer(int model_layers, int stage, int chunk) const;
+  // Expert tensor-parallel degree (etp, or tp when unset) and the expert data-parallel degree:
+  // the ranks of a stage holding the same expert shard ((tp x cp x dp) / (etp x ep)).
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  int expert_dp() const { return tp * cp * dp / (expert_tp() * ep); }
   // Ranks the ZeRO shards of dense parameters span (shard_degree, or dp x cp).
   int dense_shard_ranks() const { return shard_degree > 0 ? shard_degree : dp * cp; }
   // Ranks the ZeRO shards of expert parameters span: the expert data-parallel group

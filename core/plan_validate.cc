@@ -20,16 +20,21 @@ void require_divides(int64_t d, int64_t n, const std::string& field, const std::
 void validate_stage_layers(const Plan& p, const Model& m) {
   const int chunks = p.chunks();
   if (!p.stage_layers.empty()) {
-    if (static_cast<int>(p.stage_layers.size()) != p.pp)
-      throw Error("plan.stage_layers",
-                  "lists " + s(p.stage_layers.size()) + " stages but pp is " + s(p.pp));
+    const int n = static_cast<int>(p.stage_layers.size());
+    const bool virtual_list = chunks > 1 && n == p.pp * chunks;
+    if (n != p.pp && !virtual_list)
+      throw Error(
+          "plan.stage_layers",
+          "lists " + s(n) + " stages but pp is " + s(p.pp) +
+              (chunks > 1 ? " (or pp x vpp = " + s(p.pp * chunks) + " virtual stages)" : ""));
     int64_t sum = 0;
     for (size_t i = 0; i < p.stage_layers.size(); ++i) {
       const std::string field = "plan.stage_layers[" + s(i) + "]";
       if (p.stage_layers[i] < 1) throw Error(field, s(p.stage_layers[i]) + " must be >= 1");
-      if (p.stage_layers[i] % chunks != 0)
+      if (!virtual_list && p.stage_layers[i] % chunks != 0)
         throw Error(field, s(p.stage_layers[i]) + " layers do not split into the " + s(chunks) +
-                               " virtual stages (vpp) of the stage");
+                               " virtual stages (vpp) of the stage; list the pp x vpp virtual "
+                               "stages instead");
       sum += p.stage_layers[i];
     }
     if (sum != m.layers)
@@ -84,7 +89,8 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   require_divides(p.tp, m.heads, "plan.tp", "attention heads");
   require_divides(p.tp, m.kv_heads, "plan.tp", "KV heads");
   require_divides(p.tp, m.ffn, "plan.tp", "the MLP size ffn");
-  if (m.is_moe()) require_divides(p.tp, m.moe.expert_ffn, "plan.tp", "the expert MLP size");
+  if (m.is_moe() && p.expert_tp() == p.tp)
+    require_divides(p.tp, m.moe.expert_ffn, "plan.tp", "the expert MLP size");
   const int gpus = c.num_gpus();
   // In double: four int degrees can overflow int64; a product equal to gpus is exact.
   const double product = static_cast<double>(p.tp) * p.pp * p.dp * p.cp;
@@ -126,8 +132,18 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.ep > 1 && !m.is_moe())
     throw Error("plan.ep", s(p.ep) + " > 1 but the model has no experts");
   if (m.is_moe()) require_divides(p.ep, m.moe.experts, "plan.ep", "experts");
-  require_divides(p.ep, p.dp, "plan.ep",
-                  "dp (expert parallelism is carved out of data parallelism)");
+  if (p.etp < 0) throw Error("plan.etp", s(p.etp) + " must be >= 1 (0 = tp)");
+  if (p.etp > 0 && !m.is_moe()) throw Error("plan.etp", "is set but the model has no experts");
+  if (p.expert_tp() == p.tp) {
+    require_divides(p.ep, p.dp, "plan.ep",
+                    "dp (expert parallelism is carved out of data parallelism)");
+  } else {
+    // Megatron's expert grid: etp x ep x edp over each stage's tp x cp x dp ranks.
+    require_divides(int64_t{p.expert_tp()} * p.ep, int64_t{p.tp} * p.cp * p.dp, "plan.ep",
+                    "tp x cp x dp with etp x ep = " + s(p.expert_tp()) + " x " + s(p.ep));
+    if (m.is_moe())
+      require_divides(p.expert_tp(), m.moe.expert_ffn, "plan.etp", "the expert MLP size");
+  }
   // Context parallelism: causal load balancing cuts each sequence into 2 x cp chunks.
   if (p.cp > 1) require_divides(2 * p.cp, seq, "plan.cp", "the sequence length (2 x cp chunks)");
   // Sharding.
@@ -139,12 +155,11 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     if (p.zero == 0) throw Error("plan.shard_degree", "needs ZeRO 1-3 (there is nothing to shard)");
     require_divides(p.shard_degree, int64_t{p.dp} * p.cp, "plan.shard_degree",
                     "the data-parallel group dp x cp");
-    if (p.ep > 1 && (p.shard_degree % p.ep != 0 ||
-                     (int64_t{p.dp} / p.ep * p.cp) % (p.shard_degree / p.ep) != 0))
+    if (p.ep > 1 && (p.shard_degree % p.ep != 0 || p.expert_dp() % (p.shard_degree / p.ep) != 0))
       throw Error("plan.shard_degree", s(p.shard_degree) + " must be a multiple of ep (" + s(p.ep) +
                                            ") whose quotient divides the expert data-parallel "
-                                           "group (dp / ep x cp = " +
-                                           s(int64_t{p.dp} / p.ep * p.cp) + ")");
+                                           "group (= " +
+                                           s(p.expert_dp()) + ")");
   }
   if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16 &&
       p.grad_reduce_dtype != Dtype::kFp16)

@@ -283,6 +283,24 @@ TEST(PlanValidate, ShardDegreeDividesTheDataParallelGroup) {
   EXPECT_EQ(e.dense_shard_ranks(), 16);
 }
 
+TEST(PlanValidate, ExpertTensorParallelLikeMegatron) {
+  // Qwen3-235B on Megatron: tp 2, etp 1, ep 32 over 16 data-parallel ranks of a stage.
+  Model m = mixtral();
+  m.moe.experts = 128;
+  Plan p = degrees(2, 1, 16);
+  p.ep = 32;
+  ExpectInvalid(p, m, h100(32), "plan.ep", "32 does not divide dp");
+  p.etp = 1;
+  EXPECT_NO_THROW(validate(p, m, h100(32)));
+  EXPECT_EQ(p.expert_tp(), 1);
+  EXPECT_EQ(p.expert_dp(), 1);
+  p.ep = 64;
+  ExpectInvalid(p, m, h100(32), "plan.ep", "64 does not divide tp x cp x dp");
+  Plan dense = degrees(2, 1, 16);
+  dense.etp = 1;
+  ExpectInvalid(dense, llama8b(), h100(32), "plan.etp", "the model has no experts");
+}
+
 TEST(PlanValidate, GradReduceDtype) {
   Plan p = degrees(8, 1, 2);
   p.grad_reduce_dtype = Dtype::kFp8;
@@ -336,7 +354,7 @@ TEST(PlanValidate, UnevenStagesWithVirtualStages) {
   p.global_batch = 8;
   p.stage_layers = {6, 8, 8, 6};
   EXPECT_NO_THROW(validate(p, m, h100(4)));
-  EXPECT_EQ(p.layers_in_chunk(28, 1), 4);
+  EXPECT_EQ(p.layers_in_chunk(28, 1, 0), 4);
   // Chunk 0: stages hold layers 0-2, 3-6, 7-10, 11-13; chunk 1 starts at 14.
   EXPECT_EQ(p.first_layer(28, 1, 0), 3);
   EXPECT_EQ(p.first_layer(28, 3, 0), 11);
@@ -344,12 +362,25 @@ TEST(PlanValidate, UnevenStagesWithVirtualStages) {
   EXPECT_EQ(p.first_layer(28, 2, 1), 21);
   p.stage_layers = {5, 9, 8, 6};
   ExpectInvalid(p, m, h100(4), "plan.stage_layers[0]", "5 layers do not split into the 2");
+  // Per virtual stage (pp x vpp entries, Megatron's order), as torch pipelining and Megatron's
+  // layout allow: DeepSeek-V3's 61 layers as [16, 15, 15, 15] per stage over 2 chunks.
+  Model ds = m;
+  ds.layers = 61;
+  p.stage_layers = {8, 8, 8, 8, 8, 7, 7, 7};
+  EXPECT_NO_THROW(validate(p, ds, h100(4)));
+  EXPECT_EQ(p.layers_in_stage(61, 0), 16);
+  EXPECT_EQ(p.layers_in_stage(61, 3), 15);
+  EXPECT_EQ(p.layers_in_chunk(61, 1, 1), 7);
+  EXPECT_EQ(p.first_layer(61, 0, 1), 32);
+  EXPECT_EQ(p.first_layer(61, 2, 1), 47);  // 32 + stage 0 (8) + stage 1 (7)
+  p.stage_layers = {8, 8, 8, 8, 8, 7, 7};
+  ExpectInvalid(p, ds, h100(4), "plan.stage_layers", "lists 7 stages but pp is 4 (or pp x vpp = 8");
   // Even plans give the same answers through the same functions.
   Plan even = degrees(1, 4);
   even.schedule = Schedule::kInterleaved;
   even.vpp = 2;
   EXPECT_EQ(even.first_layer(32, 1, 1), 20);
-  EXPECT_EQ(even.layers_in_chunk(32, 3), 4);
+  EXPECT_EQ(even.layers_in_chunk(32, 3, 1), 4);
 }
 
 TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
@@ -445,6 +476,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.stage_layers, b.stage_layers);
   EXPECT_EQ(a.first_stage_layers, b.first_stage_layers);
   EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
+  EXPECT_EQ(a.etp, b.etp);
   EXPECT_EQ(a.model_ref, b.model_ref);
   EXPECT_EQ(a.cluster_ref, b.cluster_ref);
   EXPECT_EQ(a.gpus_ref, b.gpus_ref);
@@ -500,6 +532,7 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.shard_degree = 8;
   p.grad_reduce_dtype = Dtype::kBf16;
   p.tp_comm_overlap = true;
+  p.etp = 1;
   p.stage_layers = {7, 9, 9, 7};
   Json j = plan_to_json(p);
   EXPECT_EQ(j["reshard"], "after_step");
