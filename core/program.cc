@@ -125,11 +125,22 @@ int64_t Buffer::elements() const { return shape_elements(shape); }
 int64_t ParamSpec::elements() const { return shape_elements(shape); }
 
 double attention_flops(const AttnShape& a) {
-  const double full =
-      4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
-  if (!a.causal || !a.flash) return full;
-  // Causal: a query sees the keys up to its position; with seq_q == seq_kv about half.
-  return full * 0.5 * (1.0 + 1.0 / std::max<int64_t>(1, a.seq_kv));
+  if (a.v_head_dim == 0 && a.window == 0) {  // the count before MLA and windows, bit for bit
+    const double full =
+        4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_kv * a.head_dim;
+    if (!a.causal || !a.flash) return full;
+    // Causal: a query sees the keys up to its position; with seq_q == seq_kv about half.
+    return full * 0.5 * (1.0 + 1.0 / std::max<int64_t>(1, a.seq_kv));
+  }
+  const double dv = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
+  const double per_pair = 2.0 * a.batch * a.heads * (a.head_dim + dv);
+  const double sq = static_cast<double>(a.seq_q), skv = static_cast<double>(a.seq_kv);
+  if (!a.causal || !a.flash) return per_pair * sq * skv;
+  if (skv <= 0) return 0;
+  // Causal pairs of a sequence of seq_kv under the window (program.h), scaled to seq_q.
+  const double w = static_cast<double>(a.window);
+  const double pairs = a.window > 0 && w < skv ? skv * w - w * (w - 1) / 2 : skv * (skv + 1) / 2;
+  return per_pair * (a.seq_q == a.seq_kv ? pairs : sq * pairs / skv);
 }
 
 std::string Program::stream_name(int s) const {

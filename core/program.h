@@ -120,19 +120,30 @@ struct ParamBucket {
 // The attention core of one kAttention op: softmax(Q K^T) V over `seq_q` queries and `seq_kv`
 // keys per sequence (one ring step under context parallelism).
 struct AttnShape {
-  int64_t batch = 0;     // sequences
-  int64_t seq_q = 0;     // queries on this rank
-  int64_t seq_kv = 0;    // keys/values attended to by this op
-  int64_t heads = 0;     // query heads on this rank
-  int64_t kv_heads = 0;  // key/value heads on this rank (GQA)
-  int64_t head_dim = 0;
+  int64_t batch = 0;       // sequences
+  int64_t seq_q = 0;       // queries on this rank
+  int64_t seq_kv = 0;      // keys/values attended to by this op
+  int64_t heads = 0;       // query heads on this rank
+  int64_t kv_heads = 0;    // key/value heads on this rank (GQA)
+  int64_t head_dim = 0;    // query/key dims per head (QK^T)
+  int64_t v_head_dim = 0;  // value dims per head (AV); 0 = head_dim (MLA: its v_head_dim)
+  int64_t window = 0;      // causal sliding window in keys (a query at i attends
+                           // max(0, i - window + 1)..i); 0 = none
   bool causal = true;
   bool flash = true;     // fused kernel (no score matrix in memory)
   bool dropout = false;  // attention-probability dropout (materialised path)
 };
-// FLOPs of QK^T and AV (2 per multiply-add) that the kernel executes: a fused (flash) kernel
-// skips the masked blocks, so a causal one does about half; a materialised kernel computes
-// the whole score matrix.
+// FLOPs of QK^T (head_dim) and AV (v_head_dim) that the kernel executes, 2 per multiply-add:
+// 2 batch heads (head_dim + v_head_dim) per (query, key) pair it computes. A materialised kernel
+// (or a non-causal one) computes the whole seq_q x seq_kv matrix. A fused (flash) causal kernel
+// skips the masked blocks, counted exactly per pair: with seq_q == seq_kv = S and a window W,
+// P(S, W) = S W - W (W - 1) / 2 pairs (W >= S or none: S (S + 1) / 2, about half the matrix).
+// When seq_q < seq_kv (a context-parallel rank's load-balanced share of a sequence of seq_kv)
+// the seq_q queries are taken as an average sample of the sequence: seq_q P(seq_kv, W) / seq_kv
+// pairs, exact summed over the ranks of a load-balanced layout and what the window-less count
+// always was. A ring-attention step priced as seq_q == seq_kv == one chunk is counted as a causal
+// chunk of its own; which key chunks a window reaches is the caller's to decide. A window is a
+// causal mask: it is ignored when !causal.
 double attention_flops(const AttnShape& a);
 
 struct OpTags {

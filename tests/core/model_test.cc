@@ -5,6 +5,9 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "tests/core/expect_error.h"
@@ -37,6 +40,17 @@ void ExpectSameModel(const Model& a, const Model& b) {
   EXPECT_EQ(a.moe.top_k, b.moe.top_k);
   EXPECT_EQ(a.moe.expert_ffn, b.moe.expert_ffn);
   EXPECT_EQ(a.moe.every, b.moe.every);
+  EXPECT_EQ(a.moe.first_dense, b.moe.first_dense);
+  EXPECT_EQ(a.moe.shared_experts, b.moe.shared_experts);
+  EXPECT_EQ(a.moe.shared_expert_ffn, b.moe.shared_expert_ffn);
+  EXPECT_EQ(a.mla.q_lora_rank, b.mla.q_lora_rank);
+  EXPECT_EQ(a.mla.kv_lora_rank, b.mla.kv_lora_rank);
+  EXPECT_EQ(a.mla.qk_nope_head_dim, b.mla.qk_nope_head_dim);
+  EXPECT_EQ(a.mla.qk_rope_head_dim, b.mla.qk_rope_head_dim);
+  EXPECT_EQ(a.mla.v_head_dim, b.mla.v_head_dim);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.full_attention_every, b.full_attention_every);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
 }
 
 // --- Parameter counts vs published figures ----------------------------------------------------
@@ -56,25 +70,34 @@ TEST_P(PublishedParams, TotalMatchesPublishedFigure) {
       << p.preset << ": " << c.total << " vs published " << p.total;
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, PublishedParams,
-                         ::testing::Values(
-                             // Meta Llama 3 model card: 8.03B.
-                             Published{"llama3-8b", 8.03e9, 0.005},
-                             // Brown et al. 2020 / Narayanan et al. 2021: 174.6B.
-                             Published{"gpt3-175b", 174.6e9, 0.005},
-                             // HF openai-community/gpt2 num_parameters(): 124.44M.
-                             Published{"gpt2-124m", 124.44e6, 0.01},
-                             // Meta Llama 3 70B: 70.55B; Llama 3.1 405B: 405.8B.
-                             Published{"llama3-70b", 70.55e9, 0.01},
-                             Published{"llama3-405b", 405.8e9, 0.01},
-                             // Jiang et al. 2024 (Mixtral of Experts): 46.7B total.
-                             Published{"mixtral-8x7b", 46.7e9, 0.01}),
-                         [](const auto& info) {
-                           std::string n = info.param.preset;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Presets, PublishedParams,
+    ::testing::Values(
+        // Meta Llama 3 model card: 8.03B.
+        Published{"llama3-8b", 8.03e9, 0.005},
+        // Brown et al. 2020 / Narayanan et al. 2021: 174.6B.
+        Published{"gpt3-175b", 174.6e9, 0.005},
+        // HF openai-community/gpt2 num_parameters(): 124.44M.
+        Published{"gpt2-124m", 124.44e6, 0.01},
+        // Meta Llama 3 70B: 70.55B; Llama 3.1 405B: 405.8B.
+        Published{"llama3-70b", 70.55e9, 0.01}, Published{"llama3-405b", 405.8e9, 0.01},
+        // Jiang et al. 2024 (Mixtral of Experts): 46.7B total.
+        Published{"mixtral-8x7b", 46.7e9, 0.01},
+        // Jiang et al. 2023 (Mistral 7B) / HF mistralai/Mistral-7B-v0.1: 7.24B.
+        Published{"mistral-7b", 7.24e9, 0.01},
+        // deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: main model 671B, without the
+        // multi-token-prediction module (11.5B unique, 14B with its shared embedding and head).
+        Published{"deepseek-v3", 671e9, 0.01},
+        // Qwen3 model cards (Qwen/Qwen3-30B-A3B, Qwen/Qwen3-235B-A22B): 30.5B and 235B in total.
+        Published{"qwen3-30b-a3b", 30.5e9, 0.01}, Published{"qwen3-235b-a22b", 235e9, 0.01},
+        // OpenAI 2025, gpt-oss model card, Table 1: 116.83B and 20.91B.
+        Published{"gpt-oss-120b", 116.83e9, 0.01}, Published{"gpt-oss-20b", 20.91e9, 0.01}),
+    [](const auto& info) {
+      std::string n = info.param.preset;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 TEST(ModelParams, MixtralActiveMatchesPublishedFigure) {
   // Jiang et al. 2024: 12.9B active parameters per token (top-2 of 8 experts).
@@ -460,6 +483,584 @@ TEST(Model, RopeThetaFromHfConfigsPresetsAndJson) {
   Json bad = model_to_json(m);
   bad["rope_theta"] = -1;
   EXPECT_THROW(model_from_json(bad), Error);
+}
+
+}  // namespace
+}  // namespace parasol
+
+// --- MoE and long-context features: first dense layers, shared experts, MLA, sliding windows ---
+
+namespace parasol {
+namespace {
+
+const std::string kHfDir = std::string(PARASOL_TEST_DATA_DIR) + "/hf/";
+
+double rel_to(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+// 4 layers, h 8, 2 heads of 4 (no GQA), ffn 16, vocab 10, seq 8, RMSNorm, SwiGLU, untied; MoE:
+// 4 experts of ffn 6, top-2, the first layer dense, 2 shared experts of ffn 3.
+Model small_moe() {
+  Model m = llama_model("small-moe", 4, 8, 2, 2, 16, 10, 8);
+  m.moe.experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_ffn = 6;
+  m.moe.first_dense = 1;
+  m.moe.shared_experts = 2;
+  m.moe.shared_expert_ffn = 3;
+  return m;
+}
+
+// 2 layers, h 16, 2 heads; MLA q_lora 4, kv_lora 6, nope 3, rope 2 (head_dim 5), v 7; ffn 8,
+// vocab 10, seq 4, RMSNorm, SwiGLU, untied.
+Model small_mla() {
+  Model m = llama_model("small-mla", 2, 16, 2, 2, 8, 10, 4);
+  m.mla = {4, 6, 3, 2, 7};
+  m.head_dim = 5;
+  return m;
+}
+
+TEST(ModelParams, FirstDenseLayersAndSharedExpertsByHand) {
+  const Model m = small_moe();
+  ASSERT_NO_THROW(validate_model(m));
+  EXPECT_FALSE(m.is_moe_layer(0));
+  for (int l = 1; l < 4; ++l) EXPECT_TRUE(m.is_moe_layer(l)) << l;
+  EXPECT_EQ(m.moe_layer_count(), 3);
+  EXPECT_EQ(m.moe.shared_width(), 6);
+  const ParamCounts c = param_counts(m);
+  EXPECT_EQ(c.attention, 256);   // q, k, v, o: 4 x 8 x 8
+  EXPECT_EQ(c.norms, 16);        // 2 x 8
+  EXPECT_EQ(c.dense_mlp, 384);   // 3 x 8 x 16 (the dense layer uses ffn)
+  EXPECT_EQ(c.expert_mlp, 144);  // 3 x 8 x 6
+  EXPECT_EQ(c.shared_mlp, 144);  // one fused MLP of 2 x 3: 3 x 8 x 6
+  EXPECT_EQ(c.router, 32);       // 8 x 4
+  EXPECT_EQ(c.dense_layer, 656);
+  EXPECT_EQ(c.moe_layer_total, 256 + 16 + 32 + 144 + 4 * 144);   // 1024
+  EXPECT_EQ(c.moe_layer_active, 256 + 16 + 32 + 144 + 2 * 144);  // 736
+  // Embedding 80 + final norm 8 + head 80; 1 dense layer and 3 MoE layers.
+  EXPECT_EQ(c.total, 168 + 656 + 3 * 1024);
+  EXPECT_EQ(c.active, 168 + 656 + 3 * 736);
+}
+
+TEST(ModelParams, SharedExpertFfnDefaultsToTheExperts) {
+  Model m = small_moe();
+  m.moe.shared_experts = 1;
+  m.moe.shared_expert_ffn = 0;  // = expert_ffn (DeepSeek)
+  EXPECT_EQ(m.moe.shared_ffn(), 6);
+  EXPECT_EQ(param_counts(m).shared_mlp, 3 * 8 * 6);
+}
+
+TEST(ModelParams, MoeLayersBetweenFollowsIsMoeLayer) {
+  Model m = model_preset("tiny-moe");
+  m.layers = 13;
+  m.moe.every = 3;
+  m.moe.first_dense = 4;
+  ASSERT_NO_THROW(validate_model(m));
+  // MoE layers: l >= 4 and l % 3 == 2: 5, 8, 11.
+  std::vector<int> moe;
+  for (int l = 0; l < m.layers; ++l)
+    if (m.is_moe_layer(l)) moe.push_back(l);
+  EXPECT_EQ(moe, (std::vector<int>{5, 8, 11}));
+  EXPECT_EQ(m.moe_layer_count(), 3);
+  EXPECT_EQ(m.moe_layers_between(0, 6), 1);
+  EXPECT_EQ(m.moe_layers_between(6, 13), 2);
+  EXPECT_EQ(m.moe_layers_between(9, 11), 0);
+}
+
+TEST(ModelParams, MlaByHand) {
+  const Model m = small_mla();
+  ASSERT_NO_THROW(validate_model(m));
+  const ParamCounts c = param_counts(m);
+  // q: 16 x 4 + norm 4 + 4 x (2 x 5) = 108; kv: 16 x (6 + 2) + norm 6 + 6 x 2 x (3 + 7) = 254;
+  // out: 2 x 7 x 16 = 224.
+  EXPECT_EQ(c.attention, 108 + 254 + 224);
+  EXPECT_EQ(c.attention_replicated, 16 * 4 + 16 * 8 + 4 + 6);  // down-projections, latent norms
+  EXPECT_EQ(c.dense_layer, 586 + 32 + 3 * 16 * 8);
+  EXPECT_EQ(c.total, 2 * 1002 + 160 + 16 + 160);  // + embedding, final norm, head
+  Model plain = m;
+  plain.mla.q_lora_rank = 0;  // q: 16 x 2 x 5, no latent
+  EXPECT_EQ(param_counts(plain).attention, 160 + 254 + 224);
+  EXPECT_EQ(param_counts(plain).attention_replicated, 16 * 8 + 6);
+  EXPECT_EQ(m.v_head_dim(), 7);
+  EXPECT_EQ(m.q_dim(), 10);
+}
+
+TEST(ModelParams, ActiveParametersMatchPublishedFigures) {
+  struct Case {
+    const char* preset;
+    double active;  // published
+    bool without_input_embedding;
+    double tolerance;
+  };
+  for (const Case& k : {
+           // deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: 36.6B activated "including 0.9B for the
+           // output Head" (the input embedding is a lookup); the paper rounds to 37B.
+           Case{"deepseek-v3", 36.6e9, true, 0.01},
+           // OpenAI gpt-oss model card, Table 1: 5.13B and 3.61B active, which count the
+           // unembedding but not the embedding.
+           Case{"gpt-oss-120b", 5.13e9, true, 0.01},
+           Case{"gpt-oss-20b", 3.61e9, true, 0.01},
+           // Qwen3 model cards: 22B and 3.3B activated (the latter 3.35B truncated).
+           Case{"qwen3-235b-a22b", 22e9, false, 0.01},
+           Case{"qwen3-30b-a3b", 3.3e9, false, 0.02},
+       }) {
+    const Model m = model_preset(k.preset);
+    const ParamCounts c = param_counts(m);
+    const double active = static_cast<double>(c.active) -
+                          (k.without_input_embedding ? double(m.vocab) * m.hidden : 0);
+    EXPECT_LE(rel_to(active, k.active), k.tolerance) << k.preset << ": " << active;
+  }
+  // Qwen3 model cards: non-embedding parameters 29.9B and 234B.
+  for (auto [name, published] :
+       {std::pair{"qwen3-30b-a3b", 29.9e9}, std::pair{"qwen3-235b-a22b", 234e9}}) {
+    const Model m = model_preset(name);
+    const double non_embedding = param_counts(m).total - 2.0 * m.vocab * m.hidden;
+    EXPECT_LE(rel_to(non_embedding, published), 0.01) << name;
+  }
+}
+
+TEST(ModelParams, DeepSeekV3ExactCount) {
+  // 3 dense layers of 583,483,392 (MLA 187,107,328 + norms 14,336 + MLP 3 x 7168 x 18432) and 58
+  // MoE layers of 11,507,286,016 (MLA + norms + router 7168 x 256 + 257 experts of
+  // 3 x 7168 x 2048), embedding and head 129280 x 7168 each, final norm 7168.
+  const ParamCounts c = param_counts(model_preset("deepseek-v3"));
+  EXPECT_EQ(c.attention, 187107328);
+  EXPECT_EQ(c.dense_layer, 583483392);
+  EXPECT_EQ(c.moe_layer_total, 11507286016);
+  EXPECT_EQ(c.total, 671026404352);
+  EXPECT_EQ(c.active, 37552282624);
+}
+
+TEST(ModelParams, GptOssExactCount) {
+  // Per layer: q/k/v/o 2 x 2880 x 4096 + 2 x 2880 x 512 with biases 4096 + 2 x 512 + 2880;
+  // norms 2 x 2880; router 2880 x E; experts of 3 x 2880 x 2880 + biases 2 x 2880 + 2880.
+  for (auto [name, layers, experts, total] :
+       {std::tuple{"gpt-oss-120b", 36, 128, int64_t{116829149760}},
+        std::tuple{"gpt-oss-20b", 24, 32, int64_t{20914754880}}}) {
+    const int64_t attention = 2 * 2880 * 4096 + 2 * 2880 * 512 + 4096 + 2 * 512 + 2880;
+    const int64_t expert = 3 * 2880 * 2880 + 2 * 2880 + 2880;
+    const int64_t layer = attention + 2 * 2880 + 2880 * experts + experts * expert;
+    const int64_t expected = layers * layer + 2 * int64_t{201088} * 2880 + 2880;
+    EXPECT_EQ(expected, total) << name;
+    EXPECT_EQ(param_counts(model_preset(name)).total, total) << name;
+  }
+}
+
+TEST(ModelFlops, FirstDenseAndSharedExpertsByHand) {
+  // Per token at seq 8: attention linears 2 x 256, core 2 x 8 x (8 + 8) per layer; the dense
+  // layer's MLP 2 x 384; an MoE layer: 2 experts 2 x 2 x 144 + router 2 x 32 + shared 2 x 144;
+  // logits 2 x 8 x 10.
+  const FlopsPerToken f = flops_per_token(small_moe());
+  EXPECT_EQ(f.forward, 4 * (512 + 256) + 768 + 3 * (576 + 64 + 288) + 160);
+  EXPECT_EQ(f.model, 3 * f.forward);
+}
+
+TEST(ModelFlops, MlaByHand) {
+  // Attention linears 2 x (64 + 40 + 128 + 120 + 224); core 2 x 4 keys x 2 heads x (5 + 7);
+  // MLP 2 x 384; logits 2 x 16 x 10.
+  EXPECT_EQ(flops_per_token(small_mla()).forward, 2 * (1152 + 192 + 768) + 320);
+}
+
+TEST(ModelFlops, DeepSeekV3AttentionCoreUsesQkAndValueDims) {
+  Model m = model_preset("deepseek-v3");
+  const double f4k = flops_per_token(m, 4096).forward, f8k = flops_per_token(m, 8192).forward;
+  // Each extra key adds 2 heads (192 + 128) FLOPs per layer.
+  EXPECT_NEAR(f8k - f4k, 61 * 4096 * 2.0 * 128 * (192 + 128), 1e-6 * f8k);
+}
+
+// 2 layers, h 8, 2 heads of 4, ffn 16, vocab 10, seq 8; window 3 on layer 0, layer 1 full.
+Model small_windowed() {
+  Model m = llama_model("small-window", 2, 8, 2, 2, 16, 10, 8);
+  m.sliding_window = 3;
+  m.full_attention_every = 2;
+  return m;
+}
+
+TEST(ModelFlops, SlidingWindowByHand) {
+  const Model m = small_windowed();
+  ASSERT_NO_THROW(validate_model(m));
+  EXPECT_TRUE(m.is_windowed_layer(0));
+  EXPECT_FALSE(m.is_windowed_layer(1));
+  EXPECT_EQ(m.windowed_layer_count(), 1);
+  // Layer 0: P(8, 3) = 8 x 3 - 3 = 21 causal pairs; the symmetric band |i - j| < 3 has
+  // 2 x 21 - 8 = 34 pairs (3 + 4 + 5 + 5 + 5 + 5 + 4 + 3), 4.25 keys per query: core
+  // 2 x 4.25 x 16. Layer 1: 8 keys per query, core 2 x 8 x 16. Linears 2 x 256 and 2 x 384 per
+  // layer, logits 160.
+  EXPECT_EQ(flops_per_token(m).forward, (512 + 136) + (512 + 256) + 2 * 768 + 160);
+  // The window is not part of the parameters.
+  Model full = m;
+  full.sliding_window = 0;
+  full.full_attention_every = 0;
+  EXPECT_EQ(param_counts(m).total, param_counts(full).total);
+}
+
+TEST(ModelFlops, SlidingWindowIsContinuousAtTheSequenceLength) {
+  Model m = model_preset("mistral-7b");
+  Model full = m;
+  full.sliding_window = 0;
+  for (int64_t seq : {int64_t{1024}, int64_t{4096}}) {  // W >= S: every query sees all keys
+    EXPECT_EQ(flops_per_token(m, seq).forward, flops_per_token(full, seq).forward) << seq;
+  }
+  // One token past the window changes the count by about one key per query, not by half.
+  const double at = flops_per_token(m, 4096).forward, past = flops_per_token(m, 4097).forward;
+  const double per_key = 32 * 2.0 * 32 * (128 + 128);
+  EXPECT_NEAR(past - at, per_key, 0.01 * per_key);
+  // Far past the window the keys per query approach 2 W - 1 (the band), not S.
+  const double s = 1 << 20, w = 4096, k = 2 * (s * w - w * (w - 1) / 2) / s - 1;
+  EXPECT_NEAR(flops_per_token(m, 1 << 20).forward - flops_per_token(full, 1).forward,
+              32 * 2.0 * k * 32 * 256 - 32 * 2.0 * 1 * 32 * 256,
+              1e-9 * flops_per_token(m, 1 << 20).forward);
+}
+
+TEST(ModelFlops, GptOssAlternatesWindowedAndFullLayers) {
+  const Model m = model_preset("gpt-oss-120b");
+  EXPECT_EQ(m.windowed_layer_count(), 18);
+  for (int l = 0; l < m.layers; ++l) EXPECT_EQ(m.is_windowed_layer(l), l % 2 == 0) << l;
+  const double s = 4096, w = 128, core = 2.0 * 64 * (64 + 64);  // per key
+  const double keys = 18 * s + 18 * (2 * (s * w - w * (w - 1) / 2) / s - 1);
+  Model none = m;
+  none.sliding_window = 0;
+  none.full_attention_every = 0;
+  EXPECT_NEAR(flops_per_token(none).forward - flops_per_token(m).forward, (36 * s - keys) * core,
+              1e-9 * flops_per_token(m).forward);
+}
+
+// --- Hugging Face configs with the new features ------------------------------------------------
+
+Json hf_file(const std::string& file) { return read_json_file(kHfDir + file); }
+
+void ExpectSameCounts(const Model& a, const Model& b) {
+  EXPECT_EQ(param_counts(a).total, param_counts(b).total);
+  EXPECT_EQ(param_counts(a).active, param_counts(b).active);
+  EXPECT_EQ(flops_per_token(a, 4096).forward, flops_per_token(b, 4096).forward);
+}
+
+TEST(HfConfig, DeepSeekV3) {
+  const Model m = model_from_hf_config(hf_file("deepseek_v3_config.json"));
+  EXPECT_EQ(m.layers, 61);
+  EXPECT_EQ(m.hidden, 7168);
+  EXPECT_EQ(m.heads, 128);
+  EXPECT_EQ(m.kv_heads, 128);
+  EXPECT_EQ(m.head_dim, 192);  // qk_nope 128 + qk_rope 64
+  EXPECT_EQ(m.ffn, 18432);     // the dense layers' intermediate_size
+  EXPECT_EQ(m.vocab, 129280);
+  EXPECT_EQ(m.seq_len, 163840);
+  EXPECT_EQ(m.mla.q_lora_rank, 1536);
+  EXPECT_EQ(m.mla.kv_lora_rank, 512);
+  EXPECT_EQ(m.mla.qk_nope_head_dim, 128);
+  EXPECT_EQ(m.mla.qk_rope_head_dim, 64);
+  EXPECT_EQ(m.mla.v_head_dim, 128);
+  EXPECT_EQ(m.moe.experts, 256);
+  EXPECT_EQ(m.moe.top_k, 8);
+  EXPECT_EQ(m.moe.expert_ffn, 2048);
+  EXPECT_EQ(m.moe.first_dense, 3);
+  EXPECT_EQ(m.moe.every, 1);
+  EXPECT_EQ(m.moe.shared_experts, 1);
+  EXPECT_EQ(m.moe.shared_ffn(), 2048);
+  EXPECT_EQ(m.sliding_window, 0);
+  EXPECT_EQ(m.norm, Norm::kRmsNorm);
+  EXPECT_EQ(m.activation, Activation::kSwiglu);
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_FALSE(m.linear_bias);
+  ExpectSameCounts(m, model_preset("deepseek-v3"));
+}
+
+TEST(HfConfig, Qwen3Moe) {
+  for (auto [file, preset] : {std::pair{"qwen3_30b_a3b_config.json", "qwen3-30b-a3b"},
+                              std::pair{"qwen3_235b_a22b_config.json", "qwen3-235b-a22b"}}) {
+    SCOPED_TRACE(file);
+    const Model m = model_from_hf_config(hf_file(file));
+    const Model p = model_preset(preset);
+    EXPECT_EQ(m.layers, p.layers);
+    EXPECT_EQ(m.hidden, p.hidden);
+    EXPECT_EQ(m.heads, p.heads);
+    EXPECT_EQ(m.kv_heads, 4);
+    EXPECT_EQ(m.head_dim, 128);  // given: not hidden / heads
+    EXPECT_EQ(m.moe.experts, 128);
+    EXPECT_EQ(m.moe.top_k, 8);
+    EXPECT_EQ(m.moe.expert_ffn, p.moe.expert_ffn);
+    EXPECT_EQ(m.moe.every, 1);
+    EXPECT_EQ(m.moe.first_dense, 0);
+    EXPECT_EQ(m.moe.shared_experts, 0);
+    EXPECT_EQ(m.sliding_window, 0);  // sliding_window null, use_sliding_window false
+    EXPECT_EQ(m.rope_theta, 1e6);
+    ExpectSameCounts(m, p);
+  }
+}
+
+TEST(HfConfig, GptOss) {
+  for (auto [file, preset, layers, experts] :
+       {std::tuple{"gpt_oss_120b_config.json", "gpt-oss-120b", 36, 128},
+        std::tuple{"gpt_oss_20b_config.json", "gpt-oss-20b", 24, 32}}) {
+    SCOPED_TRACE(file);
+    const Model m = model_from_hf_config(hf_file(file));
+    EXPECT_EQ(m.layers, layers);
+    EXPECT_EQ(m.hidden, 2880);
+    EXPECT_EQ(m.heads, 64);
+    EXPECT_EQ(m.kv_heads, 8);
+    EXPECT_EQ(m.head_dim, 64);
+    EXPECT_EQ(m.moe.experts, experts);
+    EXPECT_EQ(m.moe.top_k, 4);
+    EXPECT_EQ(m.moe.expert_ffn, 2880);
+    EXPECT_EQ(m.sliding_window, 128);
+    EXPECT_EQ(m.full_attention_every, 2);  // layer_types: sliding, full, sliding, ...
+    EXPECT_TRUE(m.linear_bias);
+    EXPECT_EQ(m.activation, Activation::kSwiglu);
+    EXPECT_EQ(m.rope_theta, 150000);
+    ExpectSameCounts(m, model_preset(preset));
+  }
+}
+
+TEST(HfConfig, MistralAndMixtralWindows) {
+  const Model m = model_from_hf_config(hf_file("mistral_7b_config.json"));
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(m.full_attention_every, 0);  // every layer
+  EXPECT_EQ(m.windowed_layer_count(), 32);
+  ExpectSameCounts(m, model_preset("mistral-7b"));
+  EXPECT_EQ(model_from_hf_config(hf_file("mixtral_config.json")).sliding_window, 0);  // null
+  EXPECT_EQ(load_model(kHfDir + "mistral_7b_config.json").sliding_window, 4096);
+}
+
+TEST(HfConfig, QwenMoeLayerSelection) {
+  Json j = hf_file("qwen3_30b_a3b_config.json");
+  j["decoder_sparse_step"] = 2;  // layers 1, 3, 5, ...
+  Model m = model_from_hf_config(j);
+  EXPECT_EQ(m.moe.every, 2);
+  EXPECT_EQ(m.moe.first_dense, 0);
+  EXPECT_EQ(m.moe_layer_count(), 24);
+  j = hf_file("qwen3_30b_a3b_config.json");
+  j["mlp_only_layers"] = {0, 1};  // expressible: the first two layers dense
+  m = model_from_hf_config(j);
+  EXPECT_EQ(m.moe.first_dense, 2);
+  EXPECT_EQ(m.moe.every, 1);
+  EXPECT_EQ(m.moe_layer_count(), 46);
+  j["mlp_only_layers"] = {5};  // not expressible
+  ExpectError([&] { model_from_hf_config(j); }, "model.mlp_only_layers", "not expressible");
+  j["mlp_only_layers"] = {48};
+  ExpectError([&] { model_from_hf_config(j); }, "model.mlp_only_layers[0]", "out of range");
+  j["mlp_only_layers"] = Json::array();
+  for (int l = 0; l < 48; ++l) j["mlp_only_layers"].push_back(l);
+  ExpectError([&] { model_from_hf_config(j); }, "model.mlp_only_layers", "no MoE layer");
+}
+
+TEST(HfConfig, SharedExpertIntermediateSize) {
+  // Qwen2-MoE names: one shared expert of shared_expert_intermediate_size.
+  Json j = hf_file("qwen3_30b_a3b_config.json");
+  j["shared_expert_intermediate_size"] = 5632;
+  Model m = model_from_hf_config(j);
+  EXPECT_EQ(m.moe.shared_experts, 1);
+  EXPECT_EQ(m.moe.shared_ffn(), 5632);
+  EXPECT_EQ(param_counts(m).shared_mlp, 3 * 2048 * 5632);
+  j["n_shared_experts"] = 2;
+  ExpectError([&] { model_from_hf_config(j); }, "model.n_shared_experts", "ambiguous");
+}
+
+TEST(HfConfig, DeepSeekVariants) {
+  Json j = hf_file("deepseek_v3_config.json");
+  j["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite: no query compression
+  j["head_dim"] = 64;          // what newer transformers write (= qk_rope_head_dim): not read
+  Model m = model_from_hf_config(j);
+  EXPECT_EQ(m.mla.q_lora_rank, 0);
+  EXPECT_EQ(m.head_dim, 192);
+  j = hf_file("deepseek_v3_config.json");
+  j["qk_head_dim"] = 190;
+  ExpectError([&] { model_from_hf_config(j); }, "model.qk_head_dim", "differs");
+  j = hf_file("deepseek_v3_config.json");
+  j["attention_bias"] = true;
+  ExpectError([&] { model_from_hf_config(j); }, "model.attention_bias", "MLA");
+  j = hf_file("deepseek_v3_config.json");
+  j["moe_layer_freq"] = 2;  // layers 4, 6, 8, ...: not l % every == every - 1
+  ExpectError([&] { model_from_hf_config(j); }, "model.moe_layer_freq", "not expressible");
+  j = hf_file("deepseek_v3_config.json");
+  j["first_k_dense_replace"] = 0;
+  j["moe_layer_freq"] = std::vector<int>(61, 1);  // a per-layer list (MiniMax style)
+  j["moe_layer_freq"][0] = 0;
+  m = model_from_hf_config(j);
+  EXPECT_EQ(m.moe.first_dense, 1);
+  j["moe_layer_freq"] = {1, 1};
+  ExpectError([&] { model_from_hf_config(j); }, "model.moe_layer_freq", "2 entries for 61 layers");
+  j = hf_file("deepseek_v3_config.json");
+  j["n_routed_experts"] = nullptr;  // dense, but with shared experts: refused
+  ExpectError([&] { model_from_hf_config(j); }, "model.n_shared_experts", "no routed experts");
+}
+
+TEST(HfConfig, LayerTypes) {
+  Json j = hf_file("gpt_oss_20b_config.json");
+  j["layer_types"] = std::vector<std::string>(24, "sliding_attention");
+  EXPECT_EQ(model_from_hf_config(j).full_attention_every, 0);
+  j["layer_types"] = std::vector<std::string>(24, "full_attention");
+  EXPECT_EQ(model_from_hf_config(j).sliding_window, 0);
+  j["layer_types"] = std::vector<std::string>(24, "sliding_attention");
+  for (int l = 3; l < 24; l += 4) j["layer_types"][l] = "full_attention";  // 3 sliding : 1 full
+  Model m = model_from_hf_config(j);
+  EXPECT_EQ(m.full_attention_every, 4);
+  EXPECT_EQ(m.windowed_layer_count(), 18);
+  j["layer_types"][0] = "full_attention";  // full first: not every k-th layer
+  ExpectError([&] { model_from_hf_config(j); }, "model.layer_types", "every k-th layer");
+  j["layer_types"][0] = "linear_attention";
+  ExpectError([&] { model_from_hf_config(j); }, "model.layer_types[0]", "not one of");
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  ExpectError([&] { model_from_hf_config(j); }, "model.layer_types", "2 entries for 24 layers");
+  j = hf_file("gpt_oss_20b_config.json");
+  j["sliding_window"] = nullptr;
+  ExpectError([&] { model_from_hf_config(j); }, "model.sliding_window", "sliding layers");
+}
+
+TEST(HfConfig, SlidingWindowFlags) {
+  Json j = hf_file("qwen3_30b_a3b_config.json");
+  j["sliding_window"] = 4096;  // written but unused: use_sliding_window is false
+  EXPECT_EQ(model_from_hf_config(j).sliding_window, 0);
+  j["use_sliding_window"] = true;  // then max_window_layers decides which layers: refused
+  ExpectError([&] { model_from_hf_config(j); }, "model.max_window_layers", "layer_types");
+  j.erase("max_window_layers");
+  EXPECT_EQ(model_from_hf_config(j).sliding_window, 4096);
+}
+
+TEST(HfConfig, StructureParasolCannotExpressIsAnError) {
+  Json j = hf_file("mistral_7b_config.json");
+  j["hybrid_override_pattern"] = "M-M-M*-";  // Nemotron-H: Mamba layers
+  ExpectError([&] { model_from_hf_config(j); }, "model.hybrid_override_pattern", "cannot express");
+  j = hf_file("qwen3_30b_a3b_config.json");
+  j["attn_output_gate"] = true;  // Qwen3-Next
+  ExpectError([&] { model_from_hf_config(j); }, "model.attn_output_gate", "cannot express");
+  j["attn_output_gate"] = false;
+  EXPECT_NO_THROW(model_from_hf_config(j));
+  j = hf_file("llama3_8b_config.json");
+  j["mlp_bias"] = true;  // attention_bias false
+  ExpectError([&] { model_from_hf_config(j); }, "model.mlp_bias", "attention_bias");
+  j = hf_file("gpt_oss_20b_config.json");
+  j["attention_bias"] = false;
+  ExpectError([&] { model_from_hf_config(j); }, "model.attention_bias", "experts have biases");
+  j = hf_file("gpt_oss_20b_config.json");
+  j["experts_per_token"] = 2;  // disagrees with num_experts_per_tok
+  ExpectError([&] { model_from_hf_config(j); }, "model.experts_per_token", "disagrees");
+}
+
+// --- parasol JSON with the new fields ------------------------------------------------------------
+
+TEST(ModelJson, NewFieldsRoundTrip) {
+  for (Model m : {small_moe(), small_mla(), small_windowed(), model_preset("deepseek-v3"),
+                  model_preset("gpt-oss-120b")}) {
+    SCOPED_TRACE(m.name);
+    const Json j = model_to_json(m);
+    const Model back = model_from_json(j);
+    ExpectSameModel(m, back);
+    EXPECT_EQ(param_counts(back).total, param_counts(m).total);
+    EXPECT_EQ(model_to_json(back), j);
+  }
+  // What a model without the features writes is unchanged: no "mla", no window keys.
+  const Json j = model_to_json(model_preset("llama3-8b"));
+  EXPECT_FALSE(j.contains("mla"));
+  EXPECT_FALSE(j.contains("sliding_window"));
+  EXPECT_FALSE(j.contains("full_attention_every"));
+}
+
+TEST(ModelJson, MlaDefaultsHeadDimAndKvHeads) {
+  const Model m = model_from_json(Json::parse(
+      R"({"layers": 2, "hidden": 16, "heads": 2, "ffn": 8, "vocab": 10, "seq_len": 4,
+          "norm": "rmsnorm", "activation": "swiglu",
+          "mla": {"q_lora_rank": 4, "kv_lora_rank": 6, "qk_nope_head_dim": 3,
+                  "qk_rope_head_dim": 2, "v_head_dim": 7}})"));
+  EXPECT_EQ(m.head_dim, 5);
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_EQ(param_counts(m).total, param_counts(small_mla()).total);
+}
+
+Json small_json() {
+  return Json::parse(
+      R"({"name": "t", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 4, "ffn": 256,
+          "vocab": 512, "seq_len": 64, "norm": "rmsnorm", "activation": "swiglu"})");
+}
+
+TEST(ModelErrors, NewMoeFields) {
+  Json j = small_json();
+  j["moe"] = {{"experts", 4}, {"first_dense", 4}};
+  ExpectError([&] { model_from_json(j); }, "model.moe.first_dense", "out of range in [0, 3]");
+  j["moe"] = {{"experts", 4}, {"every", 4}, {"first_dense", 1}};  // MoE layer 3 only: fine
+  EXPECT_EQ(model_from_json(j).moe_layer_count(), 1);
+  j["moe"] = {{"experts", 4}, {"every", 2}, {"first_dense", 3}};  // layer 3 is MoE
+  EXPECT_EQ(model_from_json(j).moe_layer_count(), 1);
+  Model m = model_from_json(j);
+  m.moe.every = 4;
+  m.moe.first_dense = 3;
+  EXPECT_NO_THROW(validate_model(m));
+  m.moe.every = 3;  // layers 2 only, below first_dense 3: none
+  ExpectError([&] { validate_model(m); }, "model.moe.first_dense", "leaves no MoE layer");
+  j["moe"] = {{"experts", 4}, {"shared_experts", -1}};
+  ExpectError([&] { model_from_json(j); }, "model.moe.shared_experts", "out of range");
+  j["moe"] = {{"experts", 4}, {"shared_expert_ffn", 32}};
+  ExpectError([&] { model_from_json(j); }, "model.moe.shared_expert_ffn",
+              "is set but moe.shared_experts is 0");
+  j["moe"] = {{"experts", 0}, {"shared_experts", 1}};
+  ExpectError([&] { model_from_json(j); }, "model.moe.shared_experts", "experts is 0");
+  j["moe"] = {{"experts", 0}, {"first_dense", 1}};
+  ExpectError([&] { model_from_json(j); }, "model.moe.first_dense", "experts is 0");
+  m = model_preset("tiny");
+  m.moe.shared_experts = 1;  // a dense model
+  ExpectError([&] { validate_model(m); }, "model.moe.shared_experts", "moe.experts is 0");
+  m = model_preset("tiny");
+  m.moe.first_dense = 1;
+  ExpectError([&] { validate_model(m); }, "model.moe.first_dense", "moe.experts is 0");
+}
+
+TEST(ModelErrors, MlaFields) {
+  Json j = small_json();
+  j["mla"] = {{"kv_lora_rank", 32}, {"qk_nope_head_dim", 8}, {"qk_rope_head_dim", 8}};
+  ExpectError([&] { model_from_json(j); }, "model.mla.v_head_dim", "is required");
+  j["mla"]["v_head_dim"] = 16;
+  j["mla"]["rank"] = 3;
+  ExpectError([&] { model_from_json(j); }, "model.mla.rank", "unknown field");
+  j["mla"].erase("rank");
+  EXPECT_EQ(model_from_json(j).head_dim, 16);
+  j["head_dim"] = 12;
+  ExpectError([&] { model_from_json(j); }, "model.head_dim", "qk_nope_head_dim + ");
+  j.erase("head_dim");
+  j["kv_heads"] = 2;
+  ExpectError([&] { model_from_json(j); }, "model.kv_heads", "must equal heads (4) with MLA");
+  j.erase("kv_heads");
+  j["mla"]["v_head_dim"] = 0;
+  ExpectError([&] { model_from_json(j); }, "model.mla.v_head_dim", "must be in [1, ");
+  j["mla"]["v_head_dim"] = 16;
+  j["mla"]["qk_nope_head_dim"] = 0;
+  j["mla"]["qk_rope_head_dim"] = 0;
+  j["head_dim"] = 1;
+  ExpectError([&] { model_from_json(j); }, "model.mla.qk_nope_head_dim", ">= 1");
+  j.erase("head_dim");
+  j["mla"] = {{"kv_lora_rank", 0},
+              {"q_lora_rank", 8},
+              {"qk_nope_head_dim", 0},
+              {"qk_rope_head_dim", 0},
+              {"v_head_dim", 0}};  // MLA off, but q_lora given
+  ExpectError([&] { model_from_json(j); }, "model.mla.q_lora_rank",
+              "is set but mla.kv_lora_rank is 0");
+  j["mla"]["kv_lora_rank"] = -1;
+  ExpectError([&] { model_from_json(j); }, "model.mla.kv_lora_rank", "out of range");
+  Model m = model_preset("tiny");
+  m.mla.kv_lora_rank = -5;
+  ExpectError([&] { validate_model(m); }, "model.mla.kv_lora_rank", "must be in [0, ");
+  m = model_preset("tiny");
+  m.mla.v_head_dim = 8;
+  ExpectError([&] { validate_model(m); }, "model.mla.v_head_dim", "mla.kv_lora_rank is 0");
+}
+
+TEST(ModelErrors, WindowFields) {
+  Json j = small_json();
+  j["sliding_window"] = -1;
+  ExpectError([&] { model_from_json(j); }, "model.sliding_window", "out of range");
+  j["sliding_window"] = 0;
+  j["full_attention_every"] = 2;
+  ExpectError([&] { model_from_json(j); }, "model.full_attention_every",
+              "is set but sliding_window is 0");
+  j["sliding_window"] = 16;
+  j["full_attention_every"] = 5;  // more than the 4 layers
+  ExpectError([&] { model_from_json(j); }, "model.full_attention_every", "out of range in [0, 4]");
+  j["full_attention_every"] = 4;
+  EXPECT_EQ(model_from_json(j).windowed_layer_count(), 3);
+  Model m = model_preset("tiny");
+  m.sliding_window = -3;
+  ExpectError([&] { validate_model(m); }, "model.sliding_window", "must be in [0, ");
+  m.sliding_window = 0;
+  m.full_attention_every = 1;
+  ExpectError([&] { validate_model(m); }, "model.full_attention_every", "sliding_window is 0");
 }
 
 }  // namespace
