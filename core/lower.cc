@@ -5,7 +5,6 @@
 // step. Dependencies are derived from the buffers each op reads and writes as it is emitted.
 #include "core/lower.h"
 
-#include "core/error.h"
 #include "core/lower_internal.h"
 
 namespace parasol {
@@ -14,22 +13,7 @@ const Program& LoweredPlan::program_of(int rank) const {
   return programs.at(layout.coord(rank).pp);
 }
 
-namespace {
-// Plan features the estimate prices but the lowering does not emit yet: a clear error instead
-// of a Program that silently differs from the plan.
-void require_lowerable(const Plan& p) {
-  if (p.uneven_stages())
-    throw Error("plan.stage_layers", "uneven pipeline stages are not lowered to Programs yet");
-  if (p.reshard != Reshard::kAfterForward)
-    throw Error("plan.reshard", "is not lowered to Programs yet");
-  if (p.shard_degree > 0) throw Error("plan.shard_degree", "is not lowered to Programs yet");
-  if (p.grad_reduce_dtype != Dtype::kFp32)
-    throw Error("plan.grad_reduce_dtype", "is not lowered to Programs yet");
-}
-}  // namespace
-
 Program lower_stage(const Model& model, const Plan& plan, int stage) {
-  require_lowerable(plan);
   lowering::Lowerer l(model, plan, stage);
   Program p = l.run();
   RankLayout layout(plan);

@@ -13,10 +13,15 @@
 //    residuals on the sequence shard), with the conjugates backward and the all-gather of the
 //    column-parallel input again for its weight gradient;
 //  * pipelines: GPipe, 1F1B and interleaved 1F1B in Megatron's per-stage order, with kSend /
-//    kRecv of activations (forward) and gradients (backward) scattered 1/tp per TP rank;
-//  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), activation
-//    recompute (selective, full for the first k layers of a stage), offload of optimizer
-//    state, parameters and activations, and the optimizer step (grad norm, AdamW, cast).
+//    kRecv of activations (forward) and gradients (backward) scattered 1/tp per TP rank; even or
+//    uneven stages (Plan::layers_in_stage: each stage's layers split evenly over its chunks,
+//    chunk c of stage s holding the layers from Plan::first_layer(s, c), Megatron's order), the
+//    embedding on stage 0 chunk 0 and the head on the last stage's last chunk;
+//  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), or under
+//    HSDP (plan.shard_degree) over their shard groups with the replicas across them; ZeRO-3
+//    with any schedule in the three plan.reshard modes; activation recompute (selective, full
+//    for the first k layers of a stage), offload of optimizer state, parameters and
+//    activations, and the optimizer step (grad norm, AdamW, cast).
 //
 // Conventions of the Programs lower() emits (the simulator and the runtime rely on them):
 //  * streams: 0 compute, 1 layer communication (TP, CP, EP), 2 copy (host <-> device), 3
@@ -48,11 +53,32 @@
 //  * gradients: ZeRO applies to a bucket (a layer's dense or expert weights, the embedding,
 //    the head) whose reduction group has more than one rank; ZeRO 0/1 reduce after the
 //    bucket's last micro-batch (or before the optimizer when plan.overlap_grad_reduce is
-//    false), ZeRO 2/3 reduce-scatter every micro-batch. Under SP the norm (and router)
-//    gradients are all-reduced over TP before the optimizer. The gradient norm is all-reduced
-//    over tp, pp, and dp-cp when gradients are sharded there (ZeRO >= 1 or ep > 1). Tied
-//    embeddings with pp > 1 keep a copy on the last stage; their embedding-group all-reduce is
-//    not emitted.
+//    false), ZeRO 2 and ZeRO-3 resharded after the forward or the backward reduce-scatter
+//    every micro-batch (each micro-batch's gradients into a fresh block that the
+//    reduce-scatter adds to the persistent shard); ZeRO-3 resharded after the step accumulates
+//    the step's gradients unsharded in one fp32 block (not persistent: from the first backward
+//    to the reduction) and reduce-scatters it into the shard once, like ZeRO 0/1. Under SP the
+//    norm (and router) gradients are all-reduced over TP before the optimizer. The gradient norm
+//    is all-reduced over tp, pp, and dp-cp when gradients are sharded there (ZeRO >= 1 or
+//    ep > 1). Tied embeddings with pp > 1 keep a copy on the last stage; their embedding-group
+//    all-reduce is not emitted.
+//  * data-parallel gradient reductions (all-reduce, reduce-scatter, and the HSDP replicas'
+//    all-reduce) move plan.grad_reduce_dtype's bytes per element; the gradient buffers stay
+//    fp32.
+//  * HSDP (plan.shard_degree > 0): a bucket's `group` is Group::kDpShard (experts
+//    kExpertShard), `ways` its size (Plan::dense_shard_ranks(), expert_shard_ranks()); ZeRO
+//    gathers and reduce-scatters stay inside it, and after the step's last reduce-scatter one
+//    kAllReduce on Group::kDpReplicate (kExpertReplicate) sums this rank's shard over the
+//    replicas: of the shard buffer (ZeRO 2/3), or under ZeRO 1 of the bucket's flat gradient
+//    block whose payload (bytes) is one shard: the range this rank reduce-scattered in place,
+//    [index x shard, (index + 1) x shard) with index its position in the shard group. A shard
+//    group of one rank leaves the bucket unsharded (ZeRO 0 over the whole group).
+//  * ZeRO-3 gathers (kAllGather on the bucket's group into a per-use block) happen per use
+//    when plan.reshard is kAfterForward (forward, recompute and backward each gather); once
+//    per micro-batch in its forward, kept until that micro-batch's backward of the layer, when
+//    kAfterBackward (under 1F1B several micro-batches' copies are live at once); once per step
+//    at the first use, kept to the last, when kAfterStep (a buffer is freed after its last use:
+//    the embedding's gathered table after its last forward, its backward reading no weights).
 //  * the weights of a bucket, its gradients, its per-micro-batch gradients (ZeRO 2/3) and each
 //    use's gathered or prefetched copy are one Program::blocks entry (one allocation, padded
 //    to ways x shard), so a collective over the list is a collective over a flat range;

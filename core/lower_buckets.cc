@@ -8,6 +8,34 @@
 
 namespace parasol::lowering {
 
+namespace {
+// "L3.<what>" of a layer's bucket, "<label>.<what>" of the embedding or head.
+std::string weight_name(const Bucket& b, const char* what) {
+  return b.layer >= 0 ? name(b.layer, what) : std::string(b.label) + "." + what;
+}
+}  // namespace
+
+// The groups bucket `b`'s state is sharded over (its gradients reduced over): the data-parallel
+// group (dp x cp; experts (dp / ep) x cp), or under HSDP its shard groups, with the replicas
+// across them; a shard group of one rank replicates the bucket over the whole group (ZeRO 0).
+void Lowerer::set_reduction(Bucket& b) const {
+  const int full = b.expert ? p_.dp / p_.ep * p_.cp : p_.dp * p_.cp;
+  const int k = p_.shard_degree <= 0 ? full
+                : b.expert           ? p_.expert_shard_ranks()
+                                     : p_.dense_shard_ranks();
+  b.group = b.expert ? Group::kExpertDp : Group::kDpCp;
+  b.ways = full;
+  b.zero = full > 1 ? p_.zero : 0;
+  if (k == 1) b.zero = 0;
+  if (k > 1 && k < full) {
+    b.group = b.expert ? Group::kExpertShard : Group::kDpShard;
+    b.ways = k;
+    b.rgroup = b.expert ? Group::kExpertReplicate : Group::kDpReplicate;
+    b.rways = full / k;
+  }
+  b.step_grads = b.zero >= 3 && p_.reshard == Reshard::kAfterStep;
+}
+
 void Lowerer::add_bucket(Bucket b) {
   const bool low = p_.precision != Dtype::kFp32;
   b.elements = 0;
@@ -16,13 +44,10 @@ void Lowerer::add_bucket(Bucket b) {
     for (int64_t d : s.shape) n *= static_cast<double>(d);
     b.elements += n;
   }
-  b.zero = b.ways > 1 ? p_.zero : 0;
+  set_reduction(b);
   b.shard = static_cast<int64_t>(b.zero >= 1 ? std::ceil(b.elements / b.ways) : b.elements);
   const bool host_params = p_.offload.params;
-  auto bname = [&](const char* what, const char* suffix) {
-    std::string n = b.layer >= 0 ? name(b.layer, what) : std::string(b.label) + "." + what;
-    return n + suffix;
-  };
+  auto bname = [&](const char* what, const char* suffix) { return weight_name(b, what) + suffix; };
   const char* whole = b.expert ? "experts" : "params";
   const int64_t padded = b.zero >= 1 ? b.shard * b.ways : 0;
   if (b.zero < 3) {
@@ -62,7 +87,6 @@ void Lowerer::add_embedding_bucket(int chunk) {
   Bucket b;
   b.label = "emb";
   b.chunk = chunk;
-  b.ways = p_.dp * p_.cp;
   b.specs.push_back({kTable, {vocab_t_, h_}});
   if (m_.learned_positions) b.specs.push_back({kPos, {m_.seq_len, h_}});
   emb_bucket_ = static_cast<int>(buckets_.size());
@@ -78,7 +102,6 @@ void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
   Bucket d;
   d.layer = layer;
   d.chunk = chunk;
-  d.ways = p_.dp * p_.cp;
   d.specs.push_back({kNorm1, norm});
   d.specs.push_back({kQkv, {h, qkv_cols_}});
   if (bias_) d.specs.push_back({kQkvB, {qkv_cols_}});
@@ -100,8 +123,6 @@ void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
   e.layer = layer;
   e.chunk = chunk;
   e.expert = true;
-  e.group = Group::kExpertDp;
-  e.ways = p_.dp / p_.ep * p_.cp;
   const int64_t le = local_experts_;
   e.specs.push_back({kEfc1, {le, h, up_ * eff_t_}});
   if (bias_) e.specs.push_back({kEfc1B, {le, up_ * eff_t_}});
@@ -115,7 +136,6 @@ void Lowerer::add_head_bucket(int chunk) {
   Bucket b;
   b.label = "head";
   b.chunk = chunk;
-  b.ways = p_.dp * p_.cp;
   b.specs.push_back({kFnorm, norm_shape()});
   // Tied embeddings share the table on a single stage; with pp > 1 the last stage holds a
   // copy (Megatron), reduced like any other weight.
@@ -129,27 +149,44 @@ void Lowerer::build_buckets() {
   for (int c = 0; c < vpp_; ++c) {
     const int v = c * pp_ + s_;
     if (v == 0) add_embedding_bucket(c);
-    for (int j = 0; j < Lc_; ++j) add_layer_buckets(c, v * Lc_ + j, c * Lc_ + j);
+    for (int j = 0; j < Lc_; ++j) add_layer_buckets(c, layer_of(c, j), c * Lc_ + j);
     if (v == V_ - 1) add_head_bucket(c);
   }
 }
 
-// Device buffers holding bucket `b`'s weights for one use: the persistent ones, or per-use
-// copies gathered (ZeRO-3) and/or prefetched from host memory (parameter offload). `dep`: an
-// op the first copy/gather waits for (keeps it one use ahead); -1 for none.
+// The key of bucket `b`'s weights in held_ when they stay gathered past this use (ZeRO-3
+// resharded after the backward: per micro-batch; after the step: per bucket), else -1.
+int Lowerer::held_key(const Bucket& b) const {
+  if (b.zero < 3 || p_.reshard == Reshard::kAfterForward) return -1;
+  const int bi = static_cast<int>(&b - buckets_.data());
+  return p_.reshard == Reshard::kAfterStep ? bi : bi * M_ + tags_.micro_batch;
+}
+
+// Device buffers holding bucket `b`'s weights for one use: the persistent ones, per-use copies
+// gathered (ZeRO-3) and/or prefetched from host memory (parameter offload), or the copy
+// gathered by an earlier use that is still held (ZeRO-3 resharded after the backward or the
+// step). `dep`: an op the first copy/gather waits for (keeps it one use ahead); -1 for none.
 void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
   Label label(this, b);
   if (b.zero < 3 && !p_.offload.params) {
     for (const Spec& s : b.specs) out[s.slot] = b.params[s.slot];
     return;
   }
+  const int key = held_key(b);
+  if (key >= 0 && held_valid_[key]) {
+    for (const Spec& s : b.specs) out[s.slot] = held_[key][s.slot];
+    return;
+  }
   const int layer = b.layer;
+  // Weights held for the whole step belong to no micro-batch.
+  const int mb = b.zero >= 3 && p_.reshard == Reshard::kAfterStep ? -1 : tags_.micro_batch;
   std::vector<int> dev;
   dev.reserve(b.specs.size());
+  WSet mine = no_weights();
   for (const Spec& s : b.specs) {
-    out[s.slot] = buffer(name(layer, kSlotName[s.slot], tags_.micro_batch), s.shape, wdt_,
-                         BufferClass::kParam);
-    dev.push_back(out[s.slot]);
+    mine[s.slot] = buffer(name(layer, kSlotName[s.slot], mb), s.shape, wdt_, BufferClass::kParam);
+    out[s.slot] = mine[s.slot];
+    dev.push_back(mine[s.slot]);
   }
   P_.add_block(dev, b.zero >= 3 ? b.shard * b.ways : 0);
   if (b.zero < 3) {
@@ -157,6 +194,16 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
          b.list(b.params), dev, {dep});
     return;
   }
+  gather(b, dev, dep);
+  if (key < 0) return;
+  held_[key] = mine;
+  held_valid_[key] = 1;
+}
+
+// ZeRO-3: all-gather bucket `b`'s shards over its shard group into `dev` (the shard prefetched
+// from host memory first under parameter offload).
+void Lowerer::gather(const Bucket& b, const std::vector<int>& dev, int dep) {
+  const int layer = b.layer;
   int src = b.param_shard;
   if (p_.offload.params) {
     int d = buffer(name(layer, "shard", tags_.micro_batch), {b.shard}, wdt_, BufferClass::kParam);
@@ -175,10 +222,20 @@ WSet Lowerer::layer_weights(int local, int dep) {
   return w;
 }
 
-// Gradient buffers of bucket `b` for the current unit: persistent (ZeRO < 2) or per-micro-batch
-// buffers that a reduce-scatter folds into the shard.
+// Gradient buffers of bucket `b` for the current unit: persistent (ZeRO < 2), the step's
+// unsharded accumulator (ZeRO-3 resharded after the step) or per-micro-batch buffers that a
+// reduce-scatter folds into the shard.
 WSet Lowerer::unit_grads(Bucket& b) {
   if (b.zero < 2) return b.grads;
+  if (b.step_grads) {
+    if (b.acc[b.specs[0].slot] < 0) {
+      for (const Spec& s : b.specs)
+        b.acc[s.slot] = buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, Dtype::kFp32,
+                               BufferClass::kGrad);
+      P_.add_block(b.list(b.acc), b.shard * b.ways);
+    }
+    return b.acc;
+  }
   const int bi = static_cast<int>(&b - buckets_.data());
   if (unit_grads_valid_[bi]) return unit_grads_[bi];
   WSet g = no_weights();
@@ -202,14 +259,17 @@ WSet Lowerer::layer_grads(int local) {
 }
 
 // After bucket `b`'s gradients of one micro-batch are complete: ZeRO >= 2 reduce-scatters them
-// now; ZeRO 0/1 reduce after the last micro-batch (overlapped with the rest of the backward).
+// now (and after the last micro-batch all-reduces the shard over the HSDP replicas); ZeRO 0/1 and
+// ZeRO-3 resharded after the step reduce after the last micro-batch (overlapped with the rest of
+// the backward).
 void Lowerer::after_backward(Bucket& b, bool last) {
   Label label(this, b);
   const int layer = b.layer;
-  if (b.zero >= 2) {
+  if (b.zero >= 2 && !b.step_grads) {
     const int bi = static_cast<int>(&b - buckets_.data());
     collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-               4.0 * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+               gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+    if (last) replica_reduce(b, {b.grad_shard});
     if (last && p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
     return;
@@ -222,18 +282,39 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   final_reduce(b);
 }
 
+// The once-per-step reduction of bucket `b`'s accumulated gradients: all-reduce (ZeRO 0),
+// reduce-scatter in place (ZeRO 1) or into the shard (ZeRO-3 after the step), then the HSDP
+// replicas' all-reduce of the shard.
 void Lowerer::final_reduce(Bucket& b) {
   Label label(this, b);
   const int layer = b.layer;
+  const char* rs = b.expert ? "experts.g.rs" : "g.rs";
+  if (b.step_grads) {
+    collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), b.list(b.acc),
+               {b.grad_shard});
+    replica_reduce(b, {b.grad_shard});
+    if (p_.offload.optimizer)
+      copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
+    return;
+  }
   const std::vector<int> g = b.list(b.grads);
-  if (b.zero == 0 && b.ways > 1)
+  if (b.zero == 0 && b.ways > 1) {
     collective(OpKind::kAllReduce, b.group, layer, b.expert ? "experts.g.ar" : "g.ar",
-               4.0 * b.elements, g, g);
-  else if (b.zero == 1)
-    collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-               4.0 * b.padded(), g, g);
+               gb_ * b.elements, g, g);
+  } else if (b.zero == 1) {
+    collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), g, g);
+    replica_reduce(b, g);
+  }
   if (p_.offload.optimizer)
     copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, g, {b.host_grad});
+}
+
+// HSDP: this rank's reduce-scattered gradient shard summed over its replicas. `grads` is the
+// shard, or the bucket's flat gradients whose shard (ZeRO 1, in place) is this rank's range.
+void Lowerer::replica_reduce(const Bucket& b, const std::vector<int>& grads) {
+  if (b.rways <= 1) return;
+  collective(OpKind::kAllReduce, b.rgroup, b.layer, b.expert ? "experts.g.rep" : "g.rep",
+             gb_ * b.shard, grads, grads);
 }
 
 void Lowerer::export_buckets() {

@@ -35,6 +35,10 @@ int comm_stream(Group g) {
     case Group::kDp:
     case Group::kDpCp:
     case Group::kExpertDp:
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
       return kDpComm;
     case Group::kPp:
       return kPpComm;
@@ -48,9 +52,13 @@ Lowerer::Lowerer(const Model& m, const Plan& p, int stage) : m_(m), p_(p), s_(st
   vpp_ = p.schedule == Schedule::kInterleaved ? p.vpp : 1;
   V_ = pp_ * vpp_;
   M_ = p.micro_batches();
-  per_stage_ = m.layers / pp_;
+  // Uneven pipelines (Plan::layers_in_stage) give each stage its own count; its chunks split
+  // it evenly, in Megatron's order of virtual stages (Plan::first_layer).
+  per_stage_ = p.layers_in_stage(m.layers, stage);
   Lc_ = per_stage_ / vpp_;
   full_k_ = p.full_recompute_layers(per_stage_);
+  first_layer_.resize(vpp_);
+  for (int c = 0; c < vpp_; ++c) first_layer_[c] = p.first_layer(m.layers, stage, c);
   init_shapes();
   tags_.stage = stage;
 }
@@ -88,6 +96,7 @@ void Lowerer::init_shapes() {
   drop_ = m.dropout ? 1 : 0;
   flash_ = p.flash_attention;
   bias_ = m.linear_bias;
+  gb_ = dtype_bytes(p.grad_reduce_dtype);
 }
 
 int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, BufferClass cls,

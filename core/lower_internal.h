@@ -95,9 +95,17 @@ struct Bucket {
   int chunk = 0;           // virtual pipeline chunk holding it
   const char* label = "";  // name of an embedding/head bucket
   bool expert = false;
-  Group group = Group::kDpCp;
-  int ways = 1;  // ranks its gradients are reduced over
-  int zero = 0;  // effective ZeRO stage (0 when ways == 1)
+  Group group = Group::kDpCp;  // ranks its state is sharded over (gradients reduced over)
+  int ways = 1;                // their number
+  int zero = 0;                // effective ZeRO stage (0 when ways == 1)
+  // HSDP: the replicas of this rank's shard (the same position in the other shard groups),
+  // over which the reduce-scattered gradient shard is all-reduced; rways == 1 without HSDP.
+  Group rgroup = Group::kDpReplicate;
+  int rways = 1;
+  // ZeRO-3 resharding after the step: the gradients accumulate unsharded in `acc` (one fp32
+  // block for the step) and are reduce-scattered once, after the last micro-batch.
+  bool step_grads = false;
+  WSet acc = no_weights();
   std::vector<Spec> specs;
   double elements = 0;         // parameters on this rank before ZeRO sharding
   int64_t shard = 0;           // parameters this rank updates
@@ -220,6 +228,8 @@ class Lowerer {
   void forward_unit(int chunk, int mb);
   void backward_unit(int chunk, int mb);
   void backward_layers(int chunk, int mb, bool last, int& dy);
+  // The model layer of the j-th layer of chunk `chunk` of this stage.
+  int layer_of(int chunk, int j) const { return first_layer_[chunk] + j; }
   size_t saved_index(int chunk, int mb, int j) const {
     return (static_cast<size_t>(chunk) * M_ + mb) * Lc_ + j;
   }
@@ -227,16 +237,20 @@ class Lowerer {
   // --- buckets, ZeRO gathers and gradient reductions (lower_buckets.cc)
   void build_buckets();
   void add_bucket(Bucket b);
+  void set_reduction(Bucket& b) const;
   void add_embedding_bucket(int chunk);
   void add_layer_buckets(int chunk, int layer, int local);
   void add_head_bucket(int chunk);
   std::vector<int64_t> norm_shape() const;
   void acquire(const Bucket& b, WSet& out, int dep);
+  int held_key(const Bucket& b) const;
+  void gather(const Bucket& b, const std::vector<int>& dev, int dep);
   WSet layer_weights(int layer, int dep);
   WSet unit_grads(Bucket& b);
   WSet layer_grads(int layer);
   void after_backward(Bucket& b, bool last);
   void final_reduce(Bucket& b);
+  void replica_reduce(const Bucket& b, const std::vector<int>& grads);
   void export_buckets();  // Program::buckets from buckets_
 
   // --- activation offload (lower_offload.cc)
@@ -256,7 +270,11 @@ class Lowerer {
   const Model& m_;
   const Plan& p_;
   const int s_;
-  int pp_, vpp_, V_, M_, Lc_, per_stage_, full_k_;
+  int pp_, vpp_, V_, M_;
+  int per_stage_;                 // layers of this stage (all chunks)
+  int Lc_;                        // layers of each chunk of this stage
+  int full_k_;                    // layers of this stage recomputed fully (the first ones)
+  std::vector<int> first_layer_;  // per chunk: its first model layer
   int64_t t_, seq_, Sl_, T_, Tn_, h_, heads_t_, kv_heads_t_, hd_, qkv_cols_, q_cols_, kv_cols_, up_,
       ffn_t_, eff_t_, experts_, local_experts_, topk_, vocab_t_;
   Dtype adt_, wdt_;
@@ -281,6 +299,11 @@ class Lowerer {
   std::vector<std::array<int, 2>> layer_buckets_;  // stage-local layer -> dense, expert bucket
   int emb_bucket_ = -1, head_bucket_ = -1;
   std::vector<WSet> unit_grads_;  // per bucket, within the current unit
+  // ZeRO-3 weights kept gathered past their use: per (bucket, micro-batch) when resharded
+  // after the backward, per bucket when after the step (held_key()).
+  std::vector<WSet> held_;
+  std::vector<char> held_valid_;
+  double gb_ = 4;  // bytes per element of a data-parallel gradient reduction
   std::vector<char> unit_grads_valid_;
   std::vector<int> backward_done_;  // per chunk: backward units emitted
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.

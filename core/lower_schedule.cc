@@ -76,7 +76,7 @@ void Lowerer::forward_unit(int c, int mb) {
   // Layers, each use's weights acquired one layer ahead.
   std::vector<WSet> w(Lc_);
   auto acquire_use = [&](int j, int dep) {
-    at(v * Lc_ + j, Phase::kForward);
+    at(layer_of(c, j), Phase::kForward);
     w[j] = layer_weights(c * Lc_ + j, dep);
   };
   const bool ahead = p_.overlap_param_gather;
@@ -85,7 +85,7 @@ void Lowerer::forward_unit(int c, int mb) {
   for (int j = 0; j < Lc_; ++j) {
     if (!ahead) acquire_use(j, -1);
     if (ahead && j + 1 < Lc_) acquire_use(j + 1, prev_last);
-    const int layer = v * Lc_ + j;
+    const int layer = layer_of(c, j);
     at(layer, Phase::kForward);
     Saved sv;
     int out = layer_forward(layer, x, w[j], sv);
@@ -113,7 +113,6 @@ void Lowerer::forward_unit(int c, int mb) {
 // The layers of chunk `c` backward for micro-batch `mb`, last first, each preceded by its
 // recompute (full recompute), with weights and saved activations acquired one use ahead.
 void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
-  const int v = c * pp_ + s_;
   struct Use {
     int j;
     bool recompute;
@@ -131,7 +130,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
   std::vector<Acquired> acq(uses.size());
   auto acquire_use = [&](size_t u, int dep) {
     const Use& use = uses[u];
-    const int layer = v * Lc_ + use.j;
+    const int layer = layer_of(c, use.j);
     at(layer, use.recompute ? Phase::kRecompute : Phase::kBackward);
     acq[u].w = layer_weights(c * Lc_ + use.j, dep);
     Saved& stored = saved_[saved_index(c, mb, use.j)];
@@ -150,7 +149,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     if (ahead && u + 1 < uses.size()) acquire_use(u + 1, prev_last);
     const Use& use = uses[u];
     const int local = c * Lc_ + use.j;
-    const int layer = v * Lc_ + use.j;
+    const int layer = layer_of(c, use.j);
     if (use.recompute) {
       at(layer, Phase::kRecompute);
       layer_forward(layer, acq[u].acts[sX], acq[u].w, recomputed);
@@ -209,6 +208,8 @@ Program Lowerer::run() {
   build_buckets();
   unit_grads_.assign(buckets_.size(), no_weights());
   unit_grads_valid_.assign(buckets_.size(), 0);
+  held_.assign(buckets_.size() * static_cast<size_t>(M_), no_weights());
+  held_valid_.assign(held_.size(), 0);
   backward_done_.assign(vpp_, 0);
   saved_.assign(static_cast<size_t>(vpp_) * M_ * Lc_, no_saved());
   emb_saved_.assign(M_, {});

@@ -21,6 +21,14 @@ const char* group_name(Group g) {
       return "dp-cp";
     case Group::kExpertDp:
       return "expert-dp";
+    case Group::kDpShard:
+      return "dp-shard";
+    case Group::kDpReplicate:
+      return "dp-replicate";
+    case Group::kExpertShard:
+      return "expert-shard";
+    case Group::kExpertReplicate:
+      return "expert-replicate";
   }
   return "?";
 }
@@ -61,10 +69,34 @@ int RankLayout::rank(const RankCoord& c) const {
          c.pp * stride_[static_cast<int>(Dim::kPp)];
 }
 
+// A shard or replicate group: cut out of the data-parallel group of `r` (rank_layout.h).
+std::vector<int> RankLayout::hsdp_group(Group g, int r) const {
+  const bool expert = g == Group::kExpertShard || g == Group::kExpertReplicate;
+  const std::vector<int> all = group(expert ? Group::kExpertDp : Group::kDpCp, r);
+  const int n = static_cast<int>(all.size());
+  int k = plan_.shard_degree <= 0 ? n
+          : expert                ? plan_.expert_shard_ranks()
+                                  : plan_.dense_shard_ranks();
+  if (k < 1 || n % k != 0) k = n;  // (a plan validate() rejects)
+  const int at = static_cast<int>(std::find(all.begin(), all.end(), r) - all.begin());
+  std::vector<int> out;
+  if (g == Group::kDpShard || g == Group::kExpertShard) {
+    for (int i = at / k * k; i < at / k * k + k; ++i) out.push_back(all[i]);
+  } else {
+    for (int i = at % k; i < n; i += k) out.push_back(all[i]);
+  }
+  return out;
+}
+
 std::vector<int> RankLayout::group(Group g, int r) const {
   RankCoord base = coord(r);
   std::vector<Dim> dims;
   switch (g) {
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
+      return hsdp_group(g, r);
     case Group::kTp:
       dims = {Dim::kTp};
       break;

@@ -20,7 +20,16 @@ enum class Group {
   kPp,        // pipeline stages
   kDpCp,      // dense-gradient reduction group: dp x cp
   kExpertDp,  // expert-gradient reduction group: (dp / ep) x cp
+  // HSDP (plan.shard_degree > 0): the shard groups are runs of Plan::dense_shard_ranks()
+  // (Plan::expert_shard_ranks()) consecutive members of kDpCp (kExpertDp); a replicate group
+  // holds the members at the same position of every shard group. Without HSDP a shard group is
+  // the whole kDpCp (kExpertDp) group and a replicate group the rank alone.
+  kDpShard,
+  kDpReplicate,
+  kExpertShard,
+  kExpertReplicate,
 };
+inline constexpr int kGroupKindCount = 11;  // values of Group
 const char* group_name(Group g);
 
 struct RankCoord {
@@ -38,13 +47,14 @@ class RankLayout {
   // Ranks of the `g` group that contains `rank`, ordered by their coordinates along the group's
   // dimensions, the first varying fastest: kDp is ordered by RankCoord::dp() (ep fastest),
   // kDpCp by cp then dp, kExpertDp by cp then dp / ep. Under the default rank order this is
-  // increasing rank order.
+  // increasing rank order. The HSDP groups keep the order of kDpCp (kExpertDp).
   std::vector<int> group(Group g, int rank) const;
   // Every distinct `g` group.
   std::vector<std::vector<int>> groups(Group g) const;
 
  private:
   int size_of(Dim d) const;
+  std::vector<int> hsdp_group(Group g, int rank) const;
   std::array<Dim, 5> order_;
   std::array<int, 5> stride_{};  // indexed by Dim
   Plan plan_;

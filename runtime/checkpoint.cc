@@ -258,7 +258,8 @@ void save_checkpoint_rank(const std::string& dir, const Model& model, const Plan
                           const BufferAccess& buffer) {
   for (const ParamBucket& b : buckets) {
     const int index = group_index(plan, coord, b.group);
-    if (b.zero == 0 && index != 0) continue;  // replicas: group index 0 writes
+    if (b.zero == 0 && index != 0) continue;           // replicas: group index 0 writes
+    if (replica_index(plan, coord, b) != 0) continue;  // HSDP: the first replica writes
     std::vector<std::array<std::unique_ptr<File>, 3>> files(b.specs.size());
     for (size_t s = 0; s < b.specs.size(); ++s) {
       if (!counts_in_grad_norm(model, coord, b.specs[s].name)) continue;  // tp rank 0 writes

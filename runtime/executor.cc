@@ -37,6 +37,11 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
                 std::string("the runtime's backends store fp32 tensors (the cuda backend's GEMMs "
                             "use bf16 tensor cores); ") +
                     dtype_name(p.precision) + " plans need --precision fp32");
+  if (p.grad_reduce_dtype != Dtype::kFp32)
+    unsupported("plan.grad_reduce_dtype",
+                std::string("the runtime reduces gradients in fp32 (its tensors' dtype); ") +
+                    dtype_name(p.grad_reduce_dtype) +
+                    " reductions are priced by the simulator but not emulated here: use fp32");
   if (m.is_moe() && b.name() != "cpu")
     unsupported("model.moe",
                 "MoE routing is kept in host memory; only the cpu backend runs it yet");
@@ -303,9 +308,16 @@ Request Executor::Impl::start_comm(const Op& op) {
         return comm.iall_reduce(packed, count, dt);
       }
       Flat f = flat(op.writes);
+      void* base = f.base;
+      if (f.elements > count) {
+        // HSDP under ZeRO 1: this rank's reduce-scattered shard of the bucket's gradients.
+        const ParamBucket* b = bucket_of(op.writes[0]);
+        if (!b) throw Error("runtime.program", op.name + ": payload is not its buffers");
+        base = f.f(int64_t{group_index(*b)} * count);
+      }
       after_kernels(comm);
-      return op.reduce_max ? comm.iall_reduce_max(f.base, count, dt)
-                           : comm.iall_reduce(f.base, count, dt);
+      return op.reduce_max ? comm.iall_reduce_max(base, count, dt)
+                           : comm.iall_reduce(base, count, dt);
     }
     case OpKind::kAllGather: {
       Flat src = flat(op.reads), dst = flat(op.writes);

@@ -336,15 +336,49 @@ std::vector<SliceRun> clip_runs(const std::vector<SliceRun>& runs, int64_t begin
   return out;
 }
 
+namespace {
+// Ranks of an HSDP shard group inside a data-parallel group of n (n itself without HSDP).
+int shard_ranks(const Plan& plan, bool expert, int n) {
+  const int k = plan.shard_degree <= 0 ? n
+                : expert               ? plan.expert_shard_ranks()
+                                       : plan.dense_shard_ranks();
+  return k >= 1 && n % k == 0 ? k : n;
+}
+}  // namespace
+
 int group_index(const Plan& plan, const RankCoord& coord, Group g) {
+  const int dense = coord.cp + plan.cp * coord.dp(plan.ep);
+  const int expert = coord.cp + plan.cp * coord.dpx;
+  const int kd = shard_ranks(plan, false, plan.dp * plan.cp);
+  const int ke = shard_ranks(plan, true, plan.dp / plan.ep * plan.cp);
   switch (g) {
     case Group::kDpCp:
-      return coord.cp + plan.cp * coord.dp(plan.ep);
+      return dense;
     case Group::kExpertDp:
-      return coord.cp + plan.cp * coord.dpx;
+      return expert;
+    case Group::kDpShard:
+      return dense % kd;
+    case Group::kDpReplicate:
+      return dense / kd;
+    case Group::kExpertShard:
+      return expert % ke;
+    case Group::kExpertReplicate:
+      return expert / ke;
     default:
       throw Error("group", std::string("'") + group_name(g) +
-                               "' is not a gradient-reduction group (dp-cp or expert-dp)");
+                               "' is not a gradient-reduction group (dp-cp, expert-dp or their "
+                               "HSDP shard and replicate groups)");
+  }
+}
+
+int replica_index(const Plan& plan, const RankCoord& coord, const ParamBucket& b) {
+  switch (b.group) {
+    case Group::kDpShard:
+      return group_index(plan, coord, Group::kDpReplicate);
+    case Group::kExpertShard:
+      return group_index(plan, coord, Group::kExpertReplicate);
+    default:
+      return 0;
   }
 }
 
@@ -396,6 +430,7 @@ std::vector<ShardRun> grad_norm_runs(const Model& model, const Plan& plan, const
   const bool summed_over_dpcp = (plan.zero >= 1 || plan.ep > 1) && plan.dp * plan.cp > 1;
   std::vector<ShardRun> out;
   if (summed_over_dpcp && b.zero == 0 && index != 0) return out;
+  if (summed_over_dpcp && replica_index(plan, coord, b) != 0) return out;  // HSDP replicas
   std::vector<char> counts(b.specs.size());
   for (size_t s = 0; s < b.specs.size(); ++s)
     counts[s] = counts_in_grad_norm(model, coord, b.specs[s].name);

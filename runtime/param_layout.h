@@ -103,10 +103,15 @@ std::vector<SliceRun> slice_runs(const Model& model, const Plan& plan, const Ran
 // The parts of `runs` (ordered by local_offset) that fall in local [begin, begin + count).
 std::vector<SliceRun> clip_runs(const std::vector<SliceRun>& runs, int64_t begin, int64_t count);
 
-// The index of the rank at `coord` in its `g` group (Group::kDpCp or Group::kExpertDp, the
-// gradient-reduction groups of buckets), in RankLayout::group order (= the index of
-// runtime/comm/groups.h). Throws parasol::Error("group", ...) for other groups.
+// The index of the rank at `coord` in its `g` group (Group::kDpCp, kExpertDp, kDpShard,
+// kDpReplicate, kExpertShard or kExpertReplicate: the groups buckets are sharded and reduced
+// over), in RankLayout::group order (= the index of runtime/comm/groups.h). Throws
+// parasol::Error("group", ...) for other groups.
 int group_index(const Plan& plan, const RankCoord& coord, Group g);
+
+// HSDP: which replica of its shard the rank at `coord` holds of bucket `b` (its index in the
+// replicate group of b.group); 0 for a bucket sharded over the whole data-parallel group.
+int replica_index(const Plan& plan, const RankCoord& coord, const ParamBucket& b);
 
 // The flat range of bucket `b` that the rank with index `index` in b.group updates: its ZeRO
 // shard [index * shard, (index + 1) * shard) when b.zero >= 1 (clipped to b.elements; the rest
@@ -149,7 +154,8 @@ bool counts_in_grad_norm(const Model& model, const RankCoord& coord, const std::
 // to its partial squared gradient norm, so that the partial norms summed the way lower() emits
 // (over tp; over pp; over dp-cp when plan.zero >= 1 or plan.ep > 1) give the serial norm once
 // per element: counts_in_grad_norm, no padding, and, when the norm is summed over dp-cp, only
-// this rank's ZeRO shard (b.zero >= 1) or only on index 0 (b.zero == 0). spec_offset addresses
+// this rank's ZeRO shard (b.zero >= 1) on the first HSDP replica, or only on index 0
+// (b.zero == 0). spec_offset addresses
 // the per-spec gradients (b.zero < 2), shard_offset the gradient shard (b.zero >= 2).
 std::vector<ShardRun> grad_norm_runs(const Model& model, const Plan& plan, const RankCoord& coord,
                                      const ParamBucket& b, int index);

@@ -62,7 +62,7 @@
 
 namespace parasol::sim {
 
-inline constexpr int kGroupCount = 7;  // values of parasol::Group
+inline constexpr int kGroupCount = kGroupKindCount;  // values of parasol::Group
 
 // Where one rank's step time went. Every instant of [0, step_time] is attributed to exactly one
 // category, so the parts sum to the step time: compute when a compute op runs on any stream;

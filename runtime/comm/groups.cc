@@ -23,6 +23,17 @@ void check_rank_grid(const Plan& plan) {
   if (plan.dp % plan.ep != 0)
     throw Error("plan.ep",
                 std::to_string(plan.ep) + " does not divide dp (" + std::to_string(plan.dp) + ")");
+  const int dpcp = plan.dp * plan.cp;
+  if (plan.shard_degree < 0 || (plan.shard_degree > 0 && dpcp % plan.shard_degree != 0))
+    throw Error("plan.shard_degree", std::to_string(plan.shard_degree) +
+                                         " does not divide the data-parallel group dp x cp (" +
+                                         std::to_string(dpcp) + ")");
+  if (plan.shard_degree > 0 && plan.ep > 1 &&
+      (plan.shard_degree % plan.ep != 0 ||
+       (plan.dp / plan.ep * plan.cp) % (plan.shard_degree / plan.ep) != 0))
+    throw Error("plan.shard_degree", std::to_string(plan.shard_degree) +
+                                         " must be a multiple of ep whose quotient divides the "
+                                         "expert data-parallel group (dp / ep x cp)");
   std::array<int, 5> seen{};
   for (Dim d : plan.rank_order) {
     const int i = static_cast<int>(d);

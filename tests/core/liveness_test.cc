@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/lower.h"
 #include "cost_models/memory.h"
 
@@ -287,6 +289,51 @@ TEST(Liveness, Zero3GathersAreTransientParameters) {
   EXPECT_GT(gathered, 0);
   EXPECT_LE(gathered, 2 * layer + 2.0 * m.vocab * m.hidden);  // + the embedding at the edges
   EXPECT_NEAR(lv.peak_bytes / closed_total(m, p, 0), 1.0, 0.05);
+}
+
+TEST(Liveness, Zero3ReshardModesHoldTheGatheredWeightsAndGradientsLonger) {
+  // ZeRO-3 over dp 2, one stage, two micro-batches (1F1B: F0 B0 F1 B1). Bucket sizes from the
+  // model's dimensions (tiny: rmsnorm, swiglu, no biases, untied), padded to 2 x shard.
+  Model m = model_preset("tiny");
+  m.layers = 4;
+  Plan p = make_plan(1, 1, 2, 4);
+  p.zero = 3;
+  const double h = m.hidden, q = m.q_dim(), kv = m.kv_dim();
+  auto padded = [](double e) { return 2 * std::ceil(e / 2); };
+  const double layer = padded(2 * h + h * (q + 2 * kv) + q * h + 3 * h * m.ffn);
+  const double emb = padded(m.vocab * h), head = padded(h + h * m.vocab);
+  const double all = m.layers * layer + emb + head;
+  const Reshard modes[3] = {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep};
+  Liveness lv[3];
+  double at[3];
+  for (int i = 0; i < 3; ++i) {
+    p.reshard = modes[i];
+    check_valid(m, p);
+    const Program prog = lower_stage(m, p, 0);
+    lv[i] = liveness(prog);
+    int op = -1;  // the first op of the last micro-batch's backward: its loss gradient
+    for (const Op& o : prog.ops)
+      if (op < 0 && o.tags.phase == Phase::kBackward && o.tags.micro_batch == 1) op = o.id;
+    ASSERT_GE(op, 0);
+    ASSERT_EQ(prog.ops[op].name, "xent");
+    at[i] = lv[i].live_after_op[op];
+    // Persistent: bf16 weight shards, fp32 gradient shards, fp32 master, m and v shards.
+    EXPECT_EQ(lv[i].persistent_bytes, (2 + 4 + 12) * all / 2);
+  }
+  // There, resharded after the forward no gathered weights are live; after the backward, those
+  // every layer and the head gathered for micro-batch 1 (the embedding's backward reads no
+  // weights, so its gathered table went after its forward); after the step the same weights and
+  // the whole stage's unsharded fp32 gradients, accumulating since B0.
+  EXPECT_EQ(at[1] - at[0], 2 * (m.layers * layer + head));
+  EXPECT_EQ(at[2] - at[1], 4 * all);
+  EXPECT_GT(lv[2].peak_bytes, lv[1].peak_bytes);
+  EXPECT_GE(lv[1].peak_bytes, lv[0].peak_bytes);
+  // After the step the peak holds every gradient twice: the persistent shards and the
+  // accumulators; the other modes hold per-micro-batch gradients of at most a few buckets.
+  constexpr int kGrad = static_cast<int>(BufferClass::kGrad);
+  EXPECT_EQ(lv[2].peak_by_class[kGrad], 4 * all / 2 + 4 * all);
+  for (int i : {0, 1}) EXPECT_LT(lv[i].peak_by_class[kGrad], 4 * all / 2 + 4 * (layer + head));
+  EXPECT_GE(lv[2].peak_by_class[kParam], 2 * all / 2 + 2 * (m.layers * layer + head));
 }
 
 TEST(Liveness, OffloadMovesStateToHostMemory) {

@@ -107,8 +107,10 @@ void check_well_formed(const LoweredPlan& lp) {
       for (int b : o.writes) all_host = all_host && p.buffers[b].host;
       if (is_communication(o.kind)) {
         EXPECT_EQ(p.streams[o.stream], StreamKind::kComm) << o.name;
-        const bool dp =
-            o.group == Group::kDp || o.group == Group::kDpCp || o.group == Group::kExpertDp;
+        const bool dp = o.group == Group::kDp || o.group == Group::kDpCp ||
+                        o.group == Group::kExpertDp || o.group == Group::kDpShard ||
+                        o.group == Group::kDpReplicate || o.group == Group::kExpertShard ||
+                        o.group == Group::kExpertReplicate;
         EXPECT_EQ(o.stream, dp ? 3 : o.group == Group::kPp ? 4 : 1) << o.name;
         EXPECT_GT(o.bytes, 0) << o.name;
       } else if (o.kind == OpKind::kOffload || o.kind == OpKind::kPrefetch || all_host) {
@@ -288,6 +290,47 @@ std::vector<std::pair<Model, Plan>> battery() {
     p.zero = 1;
     p.offload.optimizer = true;
     add(tiny_gpt(8), p);
+  }
+  {  // uneven stages, explicit and Megatron's first/last, interleaved
+    Plan p = make_plan(1, 2, 2, 8);
+    p.stage_layers = {1, 3};
+    p.zero = 1;
+    p.recompute = Recompute::kFull;
+    p.recompute_layers = 1;
+    add(tiny_gpt(4), p);
+    p = make_plan(2, 4, 1, 8);
+    p.schedule = Schedule::kInterleaved;
+    p.vpp = 2;
+    p.first_stage_layers = 2;
+    p.last_stage_layers = 2;
+    add(tiny_gpt(12), p);
+  }
+  for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep}) {
+    Plan p = make_plan(1, 2, 2, 8);  // ZeRO-3 with pp, each reshard mode
+    p.zero = 3;
+    p.reshard = r;
+    p.recompute = Recompute::kFull;
+    add(model_preset("tiny"), p);
+    p.schedule = Schedule::kInterleaved;
+    p.vpp = 2;
+    p.recompute = Recompute::kNone;
+    p.offload.params = r == Reshard::kAfterStep;
+    p.overlap_grad_reduce = r != Reshard::kAfterStep;
+    add(tiny_gpt(4), p);
+  }
+  {  // HSDP: dense and expert shard groups, bf16 gradient reductions
+    Plan p = make_plan(1, 1, 4, 8);
+    p.shard_degree = 2;
+    p.zero = 1;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    add(model_preset("tiny"), p);
+    p = make_plan(1, 2, 8, 16);
+    p.ep = 2;
+    p.shard_degree = 4;
+    p.zero = 3;
+    p.reshard = Reshard::kAfterStep;
+    p.offload.optimizer = true;
+    add(model_preset("tiny-moe"), p);
   }
   return out;
 }
@@ -867,6 +910,314 @@ TEST(Lower, GemmFlopsMatchTheModelsFlopsPerToken) {
     EXPECT_NEAR((gemm * 2 + router) / tokens, f.forward - core, 1e-6 * f.forward) << m.name;
     // Flash attention executes the causal half.
     EXPECT_NEAR(attn * 2 / tokens, core * 0.5 * (1 + 1.0 / m.seq_len), 1e-6 * core) << m.name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Uneven pipeline stages, ZeRO-3 with pp and its reshard modes, HSDP, the gradient-reduce dtype.
+
+// The model layers whose dense weights a stage's Program holds, and their chunks.
+std::map<int, int> chunk_of_layer(const Program& p) {
+  std::map<int, int> out;
+  for (const ParamBucket& b : p.buckets)
+    if (b.layer >= 0 && !b.expert) out[b.layer] = b.chunk;
+  return out;
+}
+std::vector<int> layers_of(const Program& p) {
+  std::vector<int> out;
+  for (const auto& [layer, chunk] : chunk_of_layer(p)) out.push_back(layer);
+  return out;
+}
+const ParamBucket* bucket_named(const Program& p, const std::string& name) {
+  for (const ParamBucket& b : p.buckets)
+    if (b.name == name) return &b;
+  return nullptr;
+}
+Pred layer_is(int layer) {
+  return [=](const Op& o) { return o.tags.layer == layer; };
+}
+Pred on(Group g) {
+  return [=](const Op& o) { return is_communication(o.kind) && o.group == g; };
+}
+Pred phase_is(Phase ph) {
+  return [=](const Op& o) { return o.tags.phase == ph; };
+}
+
+TEST(Lower, UnevenStagesHoldTheirOwnLayersEmbeddingFirstHeadLast) {
+  const Model m = tiny_gpt(4);
+  Plan plan = make_plan(1, 2, 1, 4);  // 4 micro-batches
+  plan.stage_layers = {1, 3};
+  plan.recompute = Recompute::kFull;
+  plan.recompute_layers = 1;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& first = lp.programs[0];
+  const Program& last = lp.programs[1];
+  EXPECT_EQ(layers_of(first), (std::vector<int>{0}));
+  EXPECT_EQ(layers_of(last), (std::vector<int>{1, 2, 3}));
+  EXPECT_NE(bucket_named(first, "emb"), nullptr);
+  EXPECT_EQ(bucket_named(first, "head"), nullptr);
+  EXPECT_EQ(bucket_named(last, "emb"), nullptr);
+  EXPECT_NE(bucket_named(last, "head"), nullptr);
+  const int M = plan.micro_batches();
+  auto forward_gemms = both(kind(OpKind::kLinear), phase_is(Phase::kForward));
+  for (const Program* p : {&first, &last})
+    for (int layer : layers_of(*p))  // QKV, out, FC1, FC2 per micro-batch
+      EXPECT_EQ(count(*p, both(forward_gemms, layer_is(layer))), 4 * M) << layer;
+  double flops[2] = {0, 0};
+  for (int s = 0; s < 2; ++s)
+    for (const Op& o : lp.programs[s].ops)
+      if (o.tags.layer >= 0 && o.tags.phase == Phase::kForward) flops[s] += o.flops;
+  EXPECT_DOUBLE_EQ(flops[1], 3 * flops[0]);
+  // Full recompute of the first recompute_layers layers of each stage: layer 0 and layer 1.
+  EXPECT_GT(count(first, both(layer_is(0), phase_is(Phase::kRecompute))), 0);
+  EXPECT_GT(count(last, both(layer_is(1), phase_is(Phase::kRecompute))), 0);
+  for (int layer : {2, 3})
+    EXPECT_EQ(count(last, both(layer_is(layer), phase_is(Phase::kRecompute))), 0) << layer;
+  plan.recompute_layers = -1;  // all layers of each stage
+  LoweredPlan all = lowered(m, plan);
+  for (int layer : {1, 2, 3})
+    EXPECT_GT(count(all.programs[1], both(layer_is(layer), phase_is(Phase::kRecompute))), 0);
+  EXPECT_EQ(unfinished_ops(lp), 0);
+  check_sends_match(lp);
+}
+
+TEST(Lower, UnevenInterleavedStagesFollowMegatronsLayerOrder) {
+  // 12 layers on pp 4 x vpp 2 with Megatron's first/last stage counts 2: stages hold 2, 4, 4, 2
+  // layers, each split over its two chunks; virtual stage (chunk c, stage s) follows all
+  // stages' chunk c - 1.
+  const Model m = tiny_gpt(12);
+  Plan plan = make_plan(1, 4, 1, 8);
+  plan.schedule = Schedule::kInterleaved;
+  plan.vpp = 2;
+  plan.first_stage_layers = 2;
+  plan.last_stage_layers = 2;
+  LoweredPlan lp = lowered(m, plan);
+  const std::map<int, int> want[4] = {{{0, 0}, {6, 1}},
+                                      {{1, 0}, {2, 0}, {7, 1}, {8, 1}},
+                                      {{3, 0}, {4, 0}, {9, 1}, {10, 1}},
+                                      {{5, 0}, {11, 1}}};
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    const Program& p = lp.programs[s];
+    EXPECT_EQ(chunk_of_layer(p), want[s]);
+    for (const Op& o : p.ops)
+      if (o.tags.layer >= 0 && o.tags.phase == Phase::kForward) {
+        EXPECT_EQ(o.tags.chunk, want[s].at(o.tags.layer)) << o.name;
+      }
+  }
+  ASSERT_NE(bucket_named(lp.programs[0], "emb"), nullptr);
+  EXPECT_EQ(bucket_named(lp.programs[0], "emb")->chunk, 0);
+  ASSERT_NE(bucket_named(lp.programs[3], "head"), nullptr);
+  EXPECT_EQ(bucket_named(lp.programs[3], "head")->chunk, 1);
+  EXPECT_EQ(unfinished_ops(lp), 0);
+  check_sends_match(lp);
+}
+
+// ZeRO-3 over dp 2 with pp 2 (two layers per stage, four micro-batches): how often each layer's
+// weights are gathered and its gradients reduce-scattered, per reshard mode.
+TEST(Lower, Zero3ReshardModesGatherAndReduceScatterPerMicroBatchOrPerStep) {
+  Model m = model_preset("tiny");
+  m.layers = 4;
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kInterleaved})
+    for (bool full : {false, true})
+      for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep}) {
+        Plan plan = make_plan(1, 2, 2, 8);
+        plan.zero = 3;
+        plan.reshard = r;
+        plan.schedule = sched;
+        plan.vpp = sched == Schedule::kInterleaved ? 2 : 1;
+        if (full) plan.recompute = Recompute::kFull;
+        SCOPED_TRACE(plan_to_json(plan).dump());
+        const int M = plan.micro_batches();
+        LoweredPlan lp = lowered(m, plan);
+        EXPECT_EQ(unfinished_ops(lp), 0);
+        const int uses = r == Reshard::kAfterForward    ? (full ? 3 : 2) * M
+                         : r == Reshard::kAfterBackward ? M
+                                                        : 1;
+        const int scatters = r == Reshard::kAfterStep ? 1 : M;
+        for (const Program& p : lp.programs)
+          for (int layer : layers_of(p)) {
+            const ParamBucket* b = bucket_named(p, "L" + std::to_string(layer));
+            ASSERT_NE(b, nullptr);
+            EXPECT_EQ(b->group, Group::kDpCp);
+            EXPECT_EQ(b->zero, 3);
+            auto gathers = select(p, both(both(kind(OpKind::kAllGather), on(Group::kDpCp)),
+                                          both(layer_is(layer), [](const Op& o) {
+                                            return o.tags.phase != Phase::kOptimizer;
+                                          })));
+            auto rs = select(
+                p, both(kind(OpKind::kReduceScatter), both(on(Group::kDpCp), layer_is(layer))));
+            ASSERT_EQ(static_cast<int>(gathers.size()), uses) << layer;
+            ASSERT_EQ(static_cast<int>(rs.size()), scatters) << layer;
+            for (const Op* o : gathers) EXPECT_EQ(o->bytes, 2.0 * b->shard * b->ways);  // bf16
+            for (const Op* o : rs) EXPECT_EQ(o->bytes, 4.0 * b->shard * b->ways);       // fp32
+            std::set<int> mbs;
+            for (const Op* o : gathers) {
+              if (r != Reshard::kAfterForward) {
+                EXPECT_EQ(o->tags.phase, Phase::kForward);
+              }
+              mbs.insert(o->tags.micro_batch);
+            }
+            if (r == Reshard::kAfterBackward) {
+              EXPECT_EQ(static_cast<int>(mbs.size()), M);
+            }
+            if (r != Reshard::kAfterStep) continue;
+            // The gradients accumulate unsharded over the step (one fp32 block, not persistent),
+            // reduce-scattered into the shard once, after the layer's last backward.
+            const Op& scatter = *rs[0];
+            EXPECT_EQ(scatter.writes, std::vector<int>{b->grad_shard});
+            int last_write = -1;
+            for (int g : scatter.reads) {
+              const Buffer& buf = p.buffers[g];
+              EXPECT_EQ(buf.cls, BufferClass::kGrad);
+              EXPECT_FALSE(buf.persistent);
+              EXPECT_EQ(buf.name.find(".m"), std::string::npos) << buf.name;
+              for (const Op& o : p.ops)
+                if (std::count(o.writes.begin(), o.writes.end(), g) && o.id != scatter.id)
+                  last_write = std::max(last_write, o.id);
+            }
+            ASSERT_GE(last_write, 0);
+            EXPECT_EQ(p.ops[last_write].tags.phase, Phase::kBackward);
+            EXPECT_EQ(p.ops[last_write].tags.micro_batch, M - 1);
+            EXPECT_GT(scatter.id, last_write);
+          }
+      }
+}
+
+TEST(Lower, Zero3ReshardedAfterBackwardHoldsTwoMicroBatchesWeightsUnder1F1B) {
+  // Stage 0 of a 1F1B pp 2 pipeline runs F0 F1 B0 ...: resharded after the backward, the weights
+  // gathered for micro-batch 0 live until its backward, past the gather for micro-batch 1.
+  Model m = model_preset("tiny");
+  m.layers = 4;
+  Plan plan = make_plan(1, 2, 2, 8);
+  plan.zero = 3;
+  plan.reshard = Reshard::kAfterBackward;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  auto gathers = select(p, both(kind(OpKind::kAllGather), layer_is(0)));
+  ASSERT_GE(gathers.size(), 2u);
+  const Op& g0 = *gathers[0];
+  const Op& g1 = *gathers[1];
+  EXPECT_EQ(g0.tags.micro_batch, 0);
+  EXPECT_EQ(g1.tags.micro_batch, 1);
+  const int w0 = g0.writes[0];
+  const Op* last_use = nullptr;
+  for (const Op& o : p.ops)
+    if (std::count(o.reads.begin(), o.reads.end(), w0)) last_use = &o;
+  ASSERT_NE(last_use, nullptr);
+  EXPECT_EQ(last_use->tags.phase, Phase::kBackward);
+  EXPECT_EQ(last_use->tags.micro_batch, 0);
+  EXPECT_LT(g1.id, last_use->id);
+  EXPECT_NE(g1.writes[0], w0);
+}
+
+TEST(Lower, HsdpShardsInsideGroupsOfShardDegreeAndAllReducesAcrossReplicas) {
+  Model m = model_preset("tiny");
+  for (int zero : {1, 2, 3}) {
+    Plan plan = make_plan(1, 1, 4, 8);  // dp 4 in 2 shard groups of 2; 2 micro-batches
+    plan.shard_degree = 2;
+    plan.zero = zero;
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    EXPECT_EQ(unfinished_ops(lp), 0);
+    const int M = plan.micro_batches();
+    for (const ParamBucket& b : p.buckets) {
+      SCOPED_TRACE(b.name);
+      EXPECT_EQ(b.group, Group::kDpShard);
+      EXPECT_EQ(b.ways, 2);
+      EXPECT_EQ(b.shard, (b.elements + 1) / 2);
+      auto mine = [&](const Op& o) {
+        return o.tags.layer == b.layer && (b.layer >= 0 || o.name.starts_with(b.name + "."));
+      };
+      auto rs = select(p, both(mine, kind(OpKind::kReduceScatter)));
+      auto ar = select(p, both(mine, kind(OpKind::kAllReduce)));
+      auto ag = select(p, both(mine, kind(OpKind::kAllGather)));
+      ASSERT_EQ(static_cast<int>(rs.size()), zero == 1 ? 1 : M);
+      ASSERT_EQ(ar.size(), 1u);  // once per step, after the last reduce-scatter
+      for (const Op* o : rs) {
+        EXPECT_EQ(o->group, Group::kDpShard);
+        EXPECT_EQ(o->bytes, 4.0 * b.shard * 2);
+      }
+      EXPECT_EQ(ar[0]->group, Group::kDpReplicate);
+      EXPECT_EQ(ar[0]->bytes, 4.0 * b.shard);
+      EXPECT_GT(ar[0]->id, rs.back()->id);
+      EXPECT_EQ(ar[0]->writes, rs.back()->writes);  // the reduce-scattered shard
+      EXPECT_EQ(ar[0]->tags.micro_batch, M - 1);
+      // Parameters are gathered inside the shard group: after the update (ZeRO 1/2), per use
+      // (ZeRO 3).
+      ASSERT_FALSE(ag.empty());
+      for (const Op* o : ag) {
+        EXPECT_EQ(o->group, Group::kDpShard);
+        EXPECT_EQ(o->bytes, 2.0 * b.shard * 2);
+      }
+    }
+    // The gradient norm still sums over the whole data-parallel group.
+    auto norm = select(p, [](const Op& o) { return o.name == "norm.ar"; });
+    ASSERT_EQ(norm.size(), 1u);
+    EXPECT_EQ(norm[0]->group, Group::kDpCp);
+  }
+}
+
+TEST(Lower, HsdpExpertBucketsShardInsideTheExpertGroupsPart) {
+  const Model m = model_preset("tiny-moe");
+  {  // dp 8, ep 2, shard degree 4: experts shard over 4 / 2 = 2 of their 4 data-parallel ranks
+    Plan plan = make_plan(1, 1, 8, 16);
+    plan.ep = 2;
+    plan.shard_degree = 4;
+    plan.zero = 2;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    const ParamBucket* d = bucket_named(p, "L0");
+    const ParamBucket* e = bucket_named(p, "L0.experts");
+    ASSERT_TRUE(d && e);
+    EXPECT_EQ(d->group, Group::kDpShard);
+    EXPECT_EQ(d->ways, 4);
+    EXPECT_EQ(e->group, Group::kExpertShard);
+    EXPECT_EQ(e->ways, 2);
+    auto rep = select(p, both(layer_is(0), on(Group::kExpertReplicate)));
+    ASSERT_EQ(rep.size(), 1u);
+    EXPECT_EQ(rep[0]->bytes, 4.0 * e->shard);
+    EXPECT_EQ(count(p, both(layer_is(0), on(Group::kDpReplicate))), 1);
+  }
+  {  // shard degree 2 = ep: one rank per expert shard group, so experts stay replicated (DDP)
+    Plan plan = make_plan(1, 1, 4, 8);
+    plan.ep = 2;
+    plan.shard_degree = 2;
+    plan.zero = 1;
+    LoweredPlan lp = lowered(m, plan);
+    const ParamBucket* e = bucket_named(lp.programs[0], "L0.experts");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->group, Group::kExpertDp);
+    EXPECT_EQ(e->zero, 0);
+    auto ar = select(lp.programs[0], both(layer_is(0), on(Group::kExpertDp)));
+    ASSERT_EQ(ar.size(), 1u);
+    EXPECT_EQ(ar[0]->kind, OpKind::kAllReduce);
+    EXPECT_EQ(ar[0]->bytes, 4.0 * e->elements);
+  }
+}
+
+TEST(Lower, GradReduceDtypeSetsTheBytesOfDataParallelGradientReductions) {
+  Model m = model_preset("tiny");
+  for (int zero : {0, 1, 3}) {
+    Plan plan = make_plan(1, 1, 4, 8);
+    plan.zero = zero;
+    if (zero > 0) plan.shard_degree = 2;
+    LoweredPlan fp32 = lowered(m, plan);
+    plan.grad_reduce_dtype = Dtype::kBf16;
+    LoweredPlan bf16 = lowered(m, plan);
+    const Program& a = fp32.programs[0];
+    const Program& b = bf16.programs[0];
+    ASSERT_EQ(a.ops.size(), b.ops.size());
+    int reductions = 0;
+    for (size_t i = 0; i < a.ops.size(); ++i) {
+      const Op& x = a.ops[i];
+      const bool grad = (x.kind == OpKind::kReduceScatter || x.kind == OpKind::kAllReduce) &&
+                        x.name != "norm.ar" && x.stream == 3;
+      reductions += grad;
+      EXPECT_EQ(b.ops[i].bytes, grad ? x.bytes / 2 : x.bytes) << x.name;
+    }
+    EXPECT_GT(reductions, 0);
   }
 }
 

@@ -42,14 +42,40 @@ TEST(RankLayout, DefaultOrderPutsTensorParallelRanksNextToEachOther) {
 }
 
 TEST(RankLayout, GroupsPartitionTheWorld) {
-  RankLayout l(grid(2, 2, 2, 4, 2, "tp-cp-dp-ep-pp"));
-  for (Group g : {Group::kTp, Group::kCp, Group::kEp, Group::kDp, Group::kPp, Group::kDpCp,
-                  Group::kExpertDp}) {
+  Plan p = grid(2, 2, 2, 4, 2, "tp-cp-dp-ep-pp");
+  p.shard_degree = 4;
+  RankLayout l(p);
+  for (int gi = 0; gi < kGroupKindCount; ++gi) {
+    const Group g = static_cast<Group>(gi);
     std::multiset<int> seen;
     for (const auto& members : l.groups(g)) seen.insert(members.begin(), members.end());
     EXPECT_EQ(static_cast<int>(seen.size()), l.world()) << group_name(g);
     for (int r = 0; r < l.world(); ++r) EXPECT_EQ(seen.count(r), 1u) << group_name(g);
   }
+}
+
+TEST(RankLayout, HsdpShardGroupsAreRunsOfTheDataParallelGroupAndReplicasTheirColumns) {
+  // tp 2, cp 2, dp 4 (ep 2): the dp-cp group of rank 0 is {0, 2, 4, ..., 14} (cp fastest, then
+  // ep, then dp / ep); shard degree 4 cuts it into {0, 2, 4, 6} and {8, 10, 12, 14}.
+  Plan p = grid(2, 2, 2, 4, 1);
+  p.shard_degree = 4;
+  RankLayout l(p);
+  EXPECT_EQ(l.group(Group::kDpCp, 0), (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(l.group(Group::kDpShard, 6), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(l.group(Group::kDpShard, 10), (std::vector<int>{8, 10, 12, 14}));
+  EXPECT_EQ(l.group(Group::kDpReplicate, 2), (std::vector<int>{2, 10}));
+  EXPECT_EQ(l.group(Group::kDpReplicate, 15), (std::vector<int>{7, 15}));
+  // Experts: the expert data-parallel group of rank 0 (ep 0) is {0, 2, 8, 10}; its shard groups
+  // hold 4 / ep = 2 ranks.
+  EXPECT_EQ(l.group(Group::kExpertDp, 0), (std::vector<int>{0, 2, 8, 10}));
+  EXPECT_EQ(l.group(Group::kExpertShard, 8), (std::vector<int>{8, 10}));
+  EXPECT_EQ(l.group(Group::kExpertReplicate, 2), (std::vector<int>{2, 10}));
+  // Without HSDP a shard group is the whole data-parallel group, a replicate group the rank.
+  RankLayout plain(grid(2, 2, 2, 4, 1));
+  EXPECT_EQ(plain.group(Group::kDpShard, 3), plain.group(Group::kDpCp, 3));
+  EXPECT_EQ(plain.group(Group::kExpertShard, 3), plain.group(Group::kExpertDp, 3));
+  EXPECT_EQ(plain.group(Group::kDpReplicate, 3), (std::vector<int>{3}));
+  EXPECT_EQ(std::string(group_name(Group::kExpertReplicate)), "expert-replicate");
 }
 
 TEST(RankLayout, DataParallelIndexIsTheDpCoordinateInEveryOrder) {

@@ -211,7 +211,8 @@ TEST(GroupIndex, IsThePositionInRankLayoutsGroup) {
     SCOPED_TRACE(c.name);
     RankLayout layout(c.plan);
     for (int r = 0; r < layout.world(); ++r)
-      for (Group g : {Group::kDpCp, Group::kExpertDp}) {
+      for (Group g : {Group::kDpCp, Group::kExpertDp, Group::kDpShard, Group::kDpReplicate,
+                      Group::kExpertShard, Group::kExpertReplicate}) {
         const std::vector<int> members = layout.group(g, r);
         const auto it = std::find(members.begin(), members.end(), r);
         EXPECT_EQ(group_index(c.plan, layout.coord(r), g), it - members.begin())

@@ -48,6 +48,9 @@ struct PlanArgs {
   Dtype precision = Dtype::kBf16;
   bool offload_optimizer = false;
   bool custom_order = false;  // rank order dp-tp-cp-ep-pp instead of tp-cp-ep-dp-pp
+  int shard_degree = 0;       // HSDP
+  Reshard reshard = Reshard::kAfterForward;
+  std::vector<int> stage_layers = {};  // uneven pipeline stages
 };
 
 inline Plan make_plan(const PlanArgs& a) {
@@ -66,6 +69,9 @@ inline Plan make_plan(const PlanArgs& a) {
   p.micro_batch = 1;
   p.global_batch = a.dp * 2 * a.pp;
   if (a.custom_order) p.rank_order = {Dim::kDp, Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp};
+  p.shard_degree = a.shard_degree;
+  p.reshard = a.reshard;
+  p.stage_layers = a.stage_layers;
   return p;
 }
 
@@ -76,8 +82,8 @@ struct Case {
 };
 
 // Every feature the state must survive: tp 2/4 (vocabulary padding), sp, cp, pp 2 (tied head
-// copy, interleaved chunks), dp with ZeRO 0..3 (shard padding with dp 3), master weights in the
-// optimizer state or not, ep, mixed plans and a non-default rank order.
+// copy, interleaved chunks, uneven stages), dp with ZeRO 0..3 (shard padding with dp 3), HSDP,
+// master weights in the optimizer state or not, ep, mixed plans and a non-default rank order.
 inline std::vector<Case> all_cases() {
   const Model tiny = model_preset("tiny"), tgpt = model_preset("tiny-gpt");
   const Model moe = model_preset("tiny-moe");
@@ -111,6 +117,15 @@ inline std::vector<Case> all_cases() {
        make_plan({.tp = 2, .pp = 2, .dp = 2, .zero = 1, .custom_order = true})},
       {"gpt-moe tp2 cp2 dp2 ep2 zero1 sp", gpt_moe(),
        make_plan({.tp = 2, .dp = 2, .cp = 2, .ep = 2, .zero = 1, .sp = true})},
+      {"tiny dp4 hsdp2 zero1", tiny, make_plan({.dp = 4, .zero = 1, .shard_degree = 2})},
+      {"gpt-untied dp3 cp2 hsdp3 zero3", gpt_untied(),
+       make_plan({.dp = 3, .cp = 2, .zero = 3, .shard_degree = 3})},
+      {"tiny-moe dp8 ep2 hsdp4 zero2", moe,
+       make_plan({.dp = 8, .ep = 2, .zero = 2, .shard_degree = 4})},
+      {"tiny pp2 dp2 zero3 after_step", tiny,
+       make_plan({.pp = 2, .dp = 2, .zero = 3, .reshard = Reshard::kAfterStep})},
+      {"gpt-untied pp2 stages 1+3 dp2 zero1", gpt_untied(4),
+       make_plan({.pp = 2, .dp = 2, .zero = 1, .stage_layers = {1, 3}})},
   };
   return c;
 }

@@ -18,6 +18,7 @@
 #include <map>
 #include <thread>
 
+#include "core/error.h"
 #include "core/liveness.h"
 #include "core/lower.h"
 #include "runtime/checkpoint.h"
@@ -89,11 +90,16 @@ Plan base_plan(int gbs = 8) {
 std::string describe(const Plan& p) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "tp%d pp%d dp%d cp%d ep%d sp%d vpp%d %s zero%d rc%d flash%d off%d%d%d", p.tp, p.pp,
-                p.dp, p.cp, p.ep, p.sequence_parallel ? 1 : 0, p.vpp, schedule_name(p.schedule),
-                p.zero, static_cast<int>(p.recompute), p.flash_attention ? 1 : 0,
-                p.offload.optimizer, p.offload.params, p.offload.activations);
-  return buf;
+                "tp%d pp%d dp%d cp%d ep%d sp%d vpp%d %s zero%d %s shard%d rc%d flash%d off%d%d%d",
+                p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? 1 : 0, p.vpp,
+                schedule_name(p.schedule), p.zero, reshard_name(p.reshard), p.shard_degree,
+                static_cast<int>(p.recompute), p.flash_attention ? 1 : 0, p.offload.optimizer,
+                p.offload.params, p.offload.activations);
+  std::string out = buf;
+  for (int l : p.stage_layers) out += " " + std::to_string(l);
+  if (p.first_stage_layers > 0) out += " first " + std::to_string(p.first_stage_layers);
+  if (p.last_stage_layers > 0) out += " last " + std::to_string(p.last_stage_layers);
+  return out;
 }
 
 struct Outcome {
@@ -342,6 +348,101 @@ TEST_F(Runtime, MixedPlans) {
   expect_matches_serial(gpt4(), p);
 }
 
+TEST_F(Runtime, UnevenPipelineStages) {
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
+    Plan p = base_plan();
+    p.pp = 2;
+    p.schedule = s;
+    p.stage_layers = {1, 3};
+    expect_matches_serial(llama4(), p);
+  }
+  Plan p = base_plan();
+  p.pp = 2;
+  p.dp = 2;
+  p.zero = 1;
+  p.stage_layers = {3, 1};
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = 1;
+  expect_matches_serial(gpt4(), p);
+  // Megatron's first/last stage layer counts, interleaved: 12 layers on pp 4 x vpp 2 hold 2, 4,
+  // 4, 2 layers.
+  Model twelve = llama4();
+  twelve.layers = 12;
+  twelve.name = "llama12";
+  p = base_plan();
+  p.pp = 4;
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  p.first_stage_layers = 2;
+  p.last_stage_layers = 2;
+  expect_matches_serial(twelve, p);
+}
+
+TEST_F(Runtime, Zero3WithPipelineInEachReshardMode) {
+  for (Schedule s : {Schedule::k1F1B, Schedule::kInterleaved})
+    for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep}) {
+      Plan p = base_plan();
+      p.pp = 2;
+      p.dp = 2;
+      p.zero = 3;
+      p.reshard = r;
+      p.schedule = s;
+      p.vpp = s == Schedule::kInterleaved ? 2 : 1;
+      expect_matches_serial(llama4(), p);
+    }
+  // With full recompute (the recompute reuses the held weights) and uneven stages.
+  Plan p = base_plan();
+  p.pp = 2;
+  p.dp = 2;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterBackward;
+  p.recompute = Recompute::kFull;
+  p.stage_layers = {3, 1};
+  expect_matches_serial(gpt4(), p);
+}
+
+TEST_F(Runtime, HybridShardedDataParallel) {
+  for (int zero : {1, 2, 3}) {
+    Plan p = base_plan();
+    p.dp = 4;
+    p.shard_degree = 2;
+    p.zero = zero;
+    expect_matches_serial(llama4(), p);
+  }
+  Plan p = base_plan();
+  p.dp = 4;
+  p.pp = 2;
+  p.shard_degree = 2;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterStep;
+  expect_matches_serial(gpt4(), p);
+  // Experts shard over 4 / ep = 2 of their 4 data-parallel ranks, dense weights over 4 of 8.
+  p = base_plan();
+  p.dp = 8;
+  p.ep = 2;
+  p.shard_degree = 4;
+  p.zero = 1;
+  expect_matches_serial(moe4(), p);
+}
+
+TEST_F(Runtime, BfloatGradientReductionsAreRefusedByName) {
+  if (world_rank() == 0) {
+    Plan p = base_plan();
+    p.grad_reduce_dtype = Dtype::kBf16;
+    auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
+    CpuBackend backend(1);
+    const Model m = llama4();
+    try {
+      Trainer t(m, p, backend, *comms, TrainerOptions{});
+      ADD_FAILURE() << "a bf16 gradient reduction was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("plan.grad_reduce_dtype"), std::string::npos)
+          << e.what();
+    }
+  }
+  quiet_barrier(MPI_COMM_WORLD);
+}
+
 TEST_F(Runtime, CheckpointResumesUnderAnotherPlan) {
   const Model m = llama4();
   const Reference& ref = serial(m, 8);
@@ -359,6 +460,35 @@ TEST_F(Runtime, CheckpointResumesUnderAnotherPlan) {
   if (world_rank() == 0) {
     ASSERT_EQ(got.losses.size(), 1u);
     EXPECT_NEAR(got.losses[0], ref.losses[2], 1e-5 * ref.losses[2]);
+  }
+  // Saved under HSDP ZeRO-3 (resharded after the step) on uneven stages, resumed under ZeRO-1
+  // on the opposite split, then under HSDP ZeRO-1 with another shard degree.
+  Plan c = base_plan();
+  c.pp = 2;
+  c.dp = 4;
+  c.shard_degree = 2;
+  c.zero = 3;
+  c.reshard = Reshard::kAfterStep;
+  c.stage_layers = {1, 3};
+  const std::string hsdp = scratch() + "/resume-hsdp";
+  train(m, c, 1, hsdp);
+  Plan d = base_plan();
+  d.pp = 2;
+  d.dp = 2;
+  d.zero = 1;
+  d.stage_layers = {3, 1};
+  const std::string uneven = scratch() + "/resume-uneven";
+  Outcome second = train(m, d, 1, uneven, hsdp);
+  Plan e = base_plan();
+  e.dp = 8;
+  e.shard_degree = 4;
+  e.zero = 1;
+  Outcome third = train(m, e, 1, "", uneven);
+  if (world_rank() == 0) {
+    ASSERT_EQ(second.losses.size(), 1u);
+    ASSERT_EQ(third.losses.size(), 1u);
+    EXPECT_NEAR(second.losses[0], ref.losses[1], 1e-5 * ref.losses[1]);
+    EXPECT_NEAR(third.losses[0], ref.losses[2], 1e-5 * ref.losses[2]);
   }
 }
 
@@ -395,6 +525,20 @@ TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
   p = base_plan();
   p.pp = 2;
   p.schedule = Schedule::kGpipe;
+  plans.push_back(p);
+  for (Reshard r : {Reshard::kAfterBackward, Reshard::kAfterStep}) {
+    p = base_plan();
+    p.dp = 2;
+    p.zero = 3;
+    p.reshard = r;
+    plans.push_back(p);
+  }
+  p = base_plan();
+  p.dp = 4;
+  p.shard_degree = 2;
+  p.zero = 3;
+  p.pp = 2;
+  p.stage_layers = {1, 3};
   plans.push_back(p);
   for (const Plan& plan : plans) {
     SCOPED_TRACE(describe(plan));

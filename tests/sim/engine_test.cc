@@ -574,6 +574,42 @@ TEST(EngineLowered, PlaysEveryFeature) {
   }
 }
 
+// Uneven pipeline stages, ZeRO-3 with pp in each reshard mode, and HSDP play to the end; the
+// stage with more layers is the slow one, and holding gathered weights longer costs memory.
+TEST(EngineLowered, PlaysUnevenStagesZero3WithPipelineAndHsdp) {
+  const Model m = model_preset("llama3-8b");  // 32 layers
+  for (int first : {24, 8}) {
+    Plan p;
+    p.pp = 2, p.micro_batch = 1, p.global_batch = 8;
+    p.stage_layers = {first, 32 - first};
+    SCOPED_TRACE("stages " + std::to_string(first) + "+" + std::to_string(32 - first));
+    const SimResult s = play(m, p).sim;
+    const int slow = first > 16 ? 0 : 1;
+    EXPECT_EQ(s.critical_stage, slow);
+    EXPECT_GT(s.stage_breakdown[slow].compute, 2 * s.stage_breakdown[1 - slow].compute);
+    // The fast stage waits for the slow one: its bubble is the difference.
+    EXPECT_GT(s.stage_breakdown[1 - slow].bubble, s.stage_breakdown[slow].bubble);
+  }
+  double peak[3];
+  int i = 0;
+  for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep}) {
+    Plan p;
+    p.pp = 2, p.dp = 4, p.zero = 3, p.reshard = r, p.micro_batch = 1, p.global_batch = 16;
+    SCOPED_TRACE(reshard_name(r));
+    const SimResult s = play(m, p).sim;
+    EXPECT_GT(s.step_time_s, 0);
+    EXPECT_GT(exposed_dp(s.breakdown), 0);
+    peak[i++] = s.peak_memory_per_stage[0];
+  }
+  EXPECT_LT(peak[0], peak[1]);
+  EXPECT_LT(peak[1], peak[2]);
+  Plan p;
+  p.dp = 8, p.shard_degree = 4, p.zero = 3, p.micro_batch = 1, p.global_batch = 16;
+  const SimResult s = play(m, p, true).sim;
+  EXPECT_GT(s.breakdown.exposed_comm[static_cast<int>(Group::kDpShard)], 0);
+  expect_well_formed(s.trace);
+}
+
 // Large plans play one representative per stage: GPT-3 175B on 1,024 A100s is 8 Programs.
 TEST(EngineLowered, PlaysOneRepresentativePerStage) {
   Model m = model_preset("gpt3-175b");

@@ -30,8 +30,8 @@ Plan make_plan(int tp, int cp, int ep, int dp, int pp, const std::string& order 
 
 std::string describe(const Plan& p) {
   return "tp" + std::to_string(p.tp) + " cp" + std::to_string(p.cp) + " ep" + std::to_string(p.ep) +
-         " dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " " +
-         rank_order_name(p.rank_order);
+         " dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " shard" +
+         std::to_string(p.shard_degree) + " " + rank_order_name(p.rank_order);
 }
 
 // Grids with every dimension > 1 somewhere, and rank orders other than Megatron's.
@@ -53,6 +53,11 @@ std::vector<Plan> test_plans() {
       make_plan(2, 3, 3, 3, 2, "ep-cp-pp-tp-dp"),
       make_plan(1, 2, 4, 8, 1, "dp-ep-cp-tp-pp"),
   };
+  // HSDP: shard groups of shard_degree consecutive data-parallel ranks.
+  for (Plan p : {make_plan(2, 2, 2, 4, 1), make_plan(1, 1, 1, 8, 2, "pp-dp-ep-cp-tp")}) {
+    p.shard_degree = 4;
+    plans.push_back(p);
+  }
   return plans;
 }
 
@@ -72,7 +77,12 @@ bool varies(Group g, Dim d) {
     case Group::kDpCp:
       return d == Dim::kCp || d == Dim::kEp || d == Dim::kDp;
     case Group::kExpertDp:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
       return d == Dim::kCp || d == Dim::kDp;
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+      return d == Dim::kCp || d == Dim::kEp || d == Dim::kDp;
   }
   return false;
 }
@@ -109,6 +119,14 @@ int expected_size(const Plan& p, Group g) {
       return p.dp * p.cp;
     case Group::kExpertDp:
       return p.dp / p.ep * p.cp;
+    case Group::kDpShard:
+      return p.shard_degree > 0 ? p.dense_shard_ranks() : p.dp * p.cp;
+    case Group::kDpReplicate:
+      return p.shard_degree > 0 ? p.dp * p.cp / p.dense_shard_ranks() : 1;
+    case Group::kExpertShard:
+      return p.shard_degree > 0 ? p.expert_shard_ranks() : p.dp / p.ep * p.cp;
+    case Group::kExpertReplicate:
+      return p.shard_degree > 0 ? p.dp / p.ep * p.cp / p.expert_shard_ranks() : 1;
   }
   return -1;
 }
