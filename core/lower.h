@@ -14,9 +14,9 @@
 //    column-parallel input again for its weight gradient;
 //  * pipelines: GPipe, 1F1B and interleaved 1F1B in Megatron's per-stage order, with kSend /
 //    kRecv of activations (forward) and gradients (backward) scattered 1/tp per TP rank; even or
-//    uneven stages (Plan::layers_in_stage: each stage's layers split evenly over its chunks,
-//    chunk c of stage s holding the layers from Plan::first_layer(s, c), Megatron's order), the
-//    embedding on stage 0 chunk 0 and the head on the last stage's last chunk;
+//    uneven stages (chunk c of stage s holds Plan::layers_in_chunk(s, c) layers from
+//    Plan::first_layer(s, c), Megatron's order of virtual stages), the embedding on stage 0
+//    chunk 0 and the head on the last stage's last chunk;
 //  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), or under
 //    HSDP (plan.shard_degree) over their shard groups with the replicas across them; ZeRO-3
 //    with any schedule in the three plan.reshard modes; activation recompute (selective, full
@@ -114,7 +114,10 @@ struct LoweredPlan {
   const Program& program_of(int rank) const;
 };
 
-// The Programs of one training step of `plan`.
+// The Programs of one training step of `plan`. Throws parasol::Error naming the field for what
+// validate() accepts but the lowering does not emit yet: expert tensor parallelism
+// ("plan.etp" other than tp), latent attention ("model.mla"), sliding windows
+// ("model.sliding_window") and shared experts ("model.moe.shared_experts").
 // REQUIRES: validate(plan, model, cluster) passed.
 LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan);
 

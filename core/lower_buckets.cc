@@ -149,7 +149,8 @@ void Lowerer::build_buckets() {
   for (int c = 0; c < vpp_; ++c) {
     const int v = c * pp_ + s_;
     if (v == 0) add_embedding_bucket(c);
-    for (int j = 0; j < Lc_; ++j) add_layer_buckets(c, layer_of(c, j), c * Lc_ + j);
+    for (int j = 0; j < layers_in_chunk_[c]; ++j)
+      add_layer_buckets(c, layer_of(c, j), local_of(c, j));
     if (v == V_ - 1) add_head_bucket(c);
   }
 }

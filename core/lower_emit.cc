@@ -52,13 +52,18 @@ Lowerer::Lowerer(const Model& m, const Plan& p, int stage) : m_(m), p_(p), s_(st
   vpp_ = p.schedule == Schedule::kInterleaved ? p.vpp : 1;
   V_ = pp_ * vpp_;
   M_ = p.micro_batches();
-  // Uneven pipelines (Plan::layers_in_stage) give each stage its own count; its chunks split
-  // it evenly, in Megatron's order of virtual stages (Plan::first_layer).
+  // Uneven pipelines give each stage (or each virtual stage) its own count
+  // (Plan::layers_in_chunk), in Megatron's order of virtual stages (Plan::first_layer).
   per_stage_ = p.layers_in_stage(m.layers, stage);
-  Lc_ = per_stage_ / vpp_;
   full_k_ = p.full_recompute_layers(per_stage_);
   first_layer_.resize(vpp_);
-  for (int c = 0; c < vpp_; ++c) first_layer_[c] = p.first_layer(m.layers, stage, c);
+  layers_in_chunk_.resize(vpp_);
+  chunk_base_.assign(vpp_ + 1, 0);
+  for (int c = 0; c < vpp_; ++c) {
+    first_layer_[c] = p.first_layer(m.layers, stage, c);
+    layers_in_chunk_[c] = p.layers_in_chunk(m.layers, stage, c);
+    chunk_base_[c + 1] = chunk_base_[c] + layers_in_chunk_[c];
+  }
   init_shapes();
   tags_.stage = stage;
 }

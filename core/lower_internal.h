@@ -228,10 +228,12 @@ class Lowerer {
   void forward_unit(int chunk, int mb);
   void backward_unit(int chunk, int mb);
   void backward_layers(int chunk, int mb, bool last, int& dy);
-  // The model layer of the j-th layer of chunk `chunk` of this stage.
+  // The j-th layer of chunk `chunk` of this stage: its model layer, and its stage-local index
+  // (the stage's layers in chunk order).
   int layer_of(int chunk, int j) const { return first_layer_[chunk] + j; }
+  int local_of(int chunk, int j) const { return chunk_base_[chunk] + j; }
   size_t saved_index(int chunk, int mb, int j) const {
-    return (static_cast<size_t>(chunk) * M_ + mb) * Lc_ + j;
+    return static_cast<size_t>(local_of(chunk, j)) * M_ + mb;
   }
 
   // --- buckets, ZeRO gathers and gradient reductions (lower_buckets.cc)
@@ -271,10 +273,11 @@ class Lowerer {
   const Plan& p_;
   const int s_;
   int pp_, vpp_, V_, M_;
-  int per_stage_;                 // layers of this stage (all chunks)
-  int Lc_;                        // layers of each chunk of this stage
-  int full_k_;                    // layers of this stage recomputed fully (the first ones)
-  std::vector<int> first_layer_;  // per chunk: its first model layer
+  int per_stage_;                     // layers of this stage (all chunks)
+  int full_k_;                        // layers of this stage recomputed fully (the first ones)
+  std::vector<int> first_layer_;      // per chunk: its first model layer
+  std::vector<int> layers_in_chunk_;  // per chunk: its layers
+  std::vector<int> chunk_base_;       // per chunk: the stage-local index of its first layer
   int64_t t_, seq_, Sl_, T_, Tn_, h_, heads_t_, kv_heads_t_, hd_, qkv_cols_, q_cols_, kv_cols_, up_,
       ffn_t_, eff_t_, experts_, local_experts_, topk_, vocab_t_;
   Dtype adt_, wdt_;

@@ -74,24 +74,25 @@ void Lowerer::forward_unit(int c, int mb) {
     x = receive_activation(v, false, mb);
   }
   // Layers, each use's weights acquired one layer ahead.
-  std::vector<WSet> w(Lc_);
+  const int n = layers_in_chunk_[c];
+  std::vector<WSet> w(n);
   auto acquire_use = [&](int j, int dep) {
     at(layer_of(c, j), Phase::kForward);
-    w[j] = layer_weights(c * Lc_ + j, dep);
+    w[j] = layer_weights(local_of(c, j), dep);
   };
   const bool ahead = p_.overlap_param_gather;
-  if (Lc_ > 0 && ahead) acquire_use(0, -1);
+  if (n > 0 && ahead) acquire_use(0, -1);
   int prev_last = -1;
-  for (int j = 0; j < Lc_; ++j) {
+  for (int j = 0; j < n; ++j) {
     if (!ahead) acquire_use(j, -1);
-    if (ahead && j + 1 < Lc_) acquire_use(j + 1, prev_last);
+    if (ahead && j + 1 < n) acquire_use(j + 1, prev_last);
     const int layer = layer_of(c, j);
     at(layer, Phase::kForward);
     Saved sv;
     int out = layer_forward(layer, x, w[j], sv);
     prev_last = static_cast<int>(P_.ops.size()) - 1;
     Saved keep = no_saved();
-    if (c * Lc_ + j < full_k_) {
+    if (local_of(c, j) < full_k_) {
       keep[sX] = sv[sX];
     } else {
       keep = sv;
@@ -118,9 +119,9 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     bool recompute;
   };
   std::vector<Use> uses;
-  uses.reserve(2 * Lc_);
-  for (int j = Lc_ - 1; j >= 0; --j) {
-    if (c * Lc_ + j < full_k_) uses.push_back({j, true});
+  uses.reserve(2 * layers_in_chunk_[c]);
+  for (int j = layers_in_chunk_[c] - 1; j >= 0; --j) {
+    if (local_of(c, j) < full_k_) uses.push_back({j, true});
     uses.push_back({j, false});
   }
   struct Acquired {
@@ -132,9 +133,9 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     const Use& use = uses[u];
     const int layer = layer_of(c, use.j);
     at(layer, use.recompute ? Phase::kRecompute : Phase::kBackward);
-    acq[u].w = layer_weights(c * Lc_ + use.j, dep);
+    acq[u].w = layer_weights(local_of(c, use.j), dep);
     Saved& stored = saved_[saved_index(c, mb, use.j)];
-    const bool full = c * Lc_ + use.j < full_k_;
+    const bool full = local_of(c, use.j) < full_k_;
     acq[u].acts = stored;
     // Offloaded activations come back before their first use (the recompute under full).
     if (p_.offload.activations && (use.recompute || !full))
@@ -148,7 +149,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     if (!ahead) acquire_use(u, -1);
     if (ahead && u + 1 < uses.size()) acquire_use(u + 1, prev_last);
     const Use& use = uses[u];
-    const int local = c * Lc_ + use.j;
+    const int local = local_of(c, use.j);
     const int layer = layer_of(c, use.j);
     if (use.recompute) {
       at(layer, Phase::kRecompute);
@@ -211,7 +212,7 @@ Program Lowerer::run() {
   held_.assign(buckets_.size() * static_cast<size_t>(M_), no_weights());
   held_valid_.assign(held_.size(), 0);
   backward_done_.assign(vpp_, 0);
-  saved_.assign(static_cast<size_t>(vpp_) * M_ * Lc_, no_saved());
+  saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});
   head_saved_.assign(M_, {});
   for (const Unit& u : schedule(p_, s_)) {

@@ -12,6 +12,8 @@
 #include <set>
 #include <tuple>
 
+#include "tests/core/expect_error.h"
+
 namespace parasol {
 namespace {
 
@@ -1011,6 +1013,45 @@ TEST(Lower, UnevenInterleavedStagesFollowMegatronsLayerOrder) {
   EXPECT_EQ(bucket_named(lp.programs[3], "head")->chunk, 1);
   EXPECT_EQ(unfinished_ops(lp), 0);
   check_sends_match(lp);
+}
+
+TEST(Lower, PerVirtualStageLayerListsGiveChunksOfAStageTheirOwnCounts) {
+  // Megatron's pipeline layout / torch pipelining stages: pp 2 x vpp 2 virtual stages of 2, 1,
+  // 1, 2 layers (virtual stage chunk x pp + stage); full recompute of each stage's first two.
+  const Model m = tiny_gpt(6);
+  Plan plan = make_plan(1, 2, 1, 4);
+  plan.schedule = Schedule::kInterleaved;
+  plan.vpp = 2;
+  plan.stage_layers = {2, 1, 1, 2};
+  plan.recompute = Recompute::kFull;
+  plan.recompute_layers = 2;
+  LoweredPlan lp = lowered(m, plan);
+  EXPECT_EQ(chunk_of_layer(lp.programs[0]), (std::map<int, int>{{0, 0}, {1, 0}, {3, 1}}));
+  EXPECT_EQ(chunk_of_layer(lp.programs[1]), (std::map<int, int>{{2, 0}, {4, 1}, {5, 1}}));
+  const std::set<int> recomputed[2] = {{0, 1}, {2, 4}};
+  for (int s = 0; s < 2; ++s) {
+    std::set<int> got;
+    for (const Op& o : lp.programs[s].ops)
+      if (o.tags.phase == Phase::kRecompute) got.insert(o.tags.layer);
+    EXPECT_EQ(got, recomputed[s]) << "stage " << s;
+  }
+  EXPECT_EQ(unfinished_ops(lp), 0);
+  check_sends_match(lp);
+}
+
+TEST(Lower, RefusesWhatItDoesNotEmitYetNamingTheField) {
+  Plan plan = make_plan(2, 1, 2, 4);
+  plan.ep = 2;
+  plan.etp = 1;
+  ExpectError([&] { lower_stage(model_preset("tiny-moe"), plan, 0); }, "plan.etp", "not lowered");
+  Model windowed = model_preset("tiny");
+  windowed.sliding_window = 16;
+  ExpectError([&] { lower_stage(windowed, make_plan(1, 1, 1, 1), 0); }, "model.sliding_window",
+              "not lowered");
+  Model shared = model_preset("tiny-moe");
+  shared.moe.shared_experts = 1;
+  ExpectError([&] { lower_stage(shared, make_plan(1, 1, 1, 1), 0); }, "model.moe.shared_experts",
+              "not lowered");
 }
 
 // ZeRO-3 over dp 2 with pp 2 (two layers per stage, four micro-batches): how often each layer's

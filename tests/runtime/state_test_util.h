@@ -126,6 +126,8 @@ inline std::vector<Case> all_cases() {
        make_plan({.pp = 2, .dp = 2, .zero = 3, .reshard = Reshard::kAfterStep})},
       {"gpt-untied pp2 stages 1+3 dp2 zero1", gpt_untied(4),
        make_plan({.pp = 2, .dp = 2, .zero = 1, .stage_layers = {1, 3}})},
+      {"gpt-untied pp2 vpp2 virtual stages 2+1+1+2", gpt_untied(6),
+       make_plan({.pp = 2, .vpp = 2, .stage_layers = {2, 1, 1, 2}})},
   };
   return c;
 }

@@ -376,6 +376,16 @@ TEST_F(Runtime, UnevenPipelineStages) {
   p.first_stage_layers = 2;
   p.last_stage_layers = 2;
   expect_matches_serial(twelve, p);
+  // Per-virtual-stage counts (Megatron's layout): chunks of one stage of different sizes.
+  Model six = llama4();
+  six.layers = 6;
+  six.name = "llama6";
+  p = base_plan();
+  p.pp = 2;
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  p.stage_layers = {2, 1, 1, 2};
+  expect_matches_serial(six, p);
 }
 
 TEST_F(Runtime, Zero3WithPipelineInEachReshardMode) {
