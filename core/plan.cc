@@ -44,6 +44,16 @@ const char* reshard_name(Reshard r) {
   return "?";
 }
 
+const char* attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::kCudnn ? "cudnn" : "flash2";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {
+  if (s == "flash2") return AttentionKernel::kFlash2;
+  if (s == "cudnn") return AttentionKernel::kCudnn;
+  throw Error(field, "'" + s + "' is not one of flash2|cudnn");
+}
+
 Reshard parse_reshard(const std::string& s, const std::string& field) {
   for (Reshard v : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep})
     if (s == reshard_name(v)) return v;
@@ -226,9 +236,11 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "offload",
                 "precision",
                 "flash_attention",
+                "attention_kernel",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
+                "ep_comm_overlap",
                 "reshard",
                 "shard_degree",
                 "grad_reduce_dtype",
@@ -278,9 +290,12 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   }
   p.precision = parse_dtype(r.string_or("precision", "bf16"), r.field("precision"));
   p.flash_attention = r.boolean_or("flash_attention", true);
+  p.attention_kernel = parse_attention_kernel(r.string_or("attention_kernel", "flash2"),
+                                              r.field("attention_kernel"));
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
   p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
+  p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
   p.grad_reduce_dtype =
@@ -331,6 +346,9 @@ Json plan_to_json(const Plan& p) {
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
   if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (p.ep_comm_overlap) j["ep_comm_overlap"] = true;
+  if (p.attention_kernel != AttentionKernel::kFlash2)
+    j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;

@@ -27,10 +27,16 @@ enum class Recompute { kNone, kSelective, kFull };
 //                  accumulated unsharded and reduce-scattered once per step (torch.distributed
 //                  pipelining with FSDP2: torchtitan's and Llama 3's pipelines).
 enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
+// The fused attention kernel family: FlashAttention-2 (PyTorch SDPA's flash backend, the
+// flash-attn package) or NVIDIA's cuDNN fused attention (Transformer Engine's default on
+// Hopper, FlashAttention-3-class warp-specialised kernels). The same math; different speed.
+enum class AttentionKernel { kFlash2, kCudnn };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* reshard_name(Reshard r);
+const char* attention_kernel_name(AttentionKernel k);
+AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field);
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
 Reshard parse_reshard(const std::string& s, const std::string& field);
@@ -79,13 +85,17 @@ struct Plan {
   Recompute recompute = Recompute::kNone;
   int recompute_layers = -1;  // -1 = all layers of a stage; k = the first k layers per stage
   Offload offload;
-  Dtype precision = Dtype::kBf16;    // math and activation dtype (fp32 master weights otherwise)
-  bool flash_attention = true;       // fused attention (no s x s score matrix in memory)
+  Dtype precision = Dtype::kBf16;  // math and activation dtype (fp32 master weights otherwise)
+  bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
+  AttentionKernel attention_kernel = AttentionKernel::kFlash2;  // which fused kernel
   bool overlap_grad_reduce = true;   // data-parallel gradient reduction overlapped with backward
   bool overlap_param_gather = true;  // ZeRO parameter gathers overlapped with compute
   // Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): TP/SP all-gathers and
   // reduce-scatters split into chunks pipelined with the GEMMs that consume or produce them.
   bool tp_comm_overlap = false;
+  // Megatron-Core --overlap-moe-expert-parallel-comm (1F1B all-to-all overlap, DeepSeek's
+  // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
+  bool ep_comm_overlap = false;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

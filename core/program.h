@@ -132,6 +132,7 @@ struct AttnShape {
   bool causal = true;
   bool flash = true;     // fused kernel (no score matrix in memory)
   bool dropout = false;  // attention-probability dropout (materialised path)
+  AttentionKernel kernel = AttentionKernel::kFlash2;  // which fused kernel (when flash)
 };
 // FLOPs of QK^T (head_dim) and AV (v_head_dim) that the kernel executes, 2 per multiply-add:
 // 2 batch heads (head_dim + v_head_dim) per (query, key) pair it computes. A materialised kernel

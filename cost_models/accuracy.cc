@@ -1,12 +1,11 @@
-// Accuracy suites: parasol's estimate against published iteration times.
+// Accuracy suites: parasol's predictions against published step times, per family.
 #include "cost_models/accuracy.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
-#include "core/cluster.h"
 #include "core/error.h"
-#include "core/model.h"
-#include "core/plan.h"
 #include "cost_models/estimate.h"
 
 namespace parasol::cost {
@@ -18,10 +17,37 @@ Json merged(const Json& base, const Json& over) {
   for (auto it = over.begin(); it != over.end(); ++it) out[it.key()] = it.value();
   return out;
 }
+
+Cluster build(const PublishedRun& r) {
+  if (r.cluster.is_string()) return cluster_preset(r.cluster.get<std::string>(), r.gpus);
+  return cluster_from_json(r.cluster, r.gpus, r.id + ".cluster");
+}
+
+Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p) {
+  Estimate e = estimate(m, c, p, default_profile(c.gpu_device(0)));
+  return {e.step_time_s, e.mfu, e.memory_per_gpu_bytes, e.device_memory_bytes, e.fits};
+}
 }  // namespace
 
-AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path) {
+ErrorStats error_stats(const std::vector<AccuracyRow>& rows) {
+  ErrorStats s;
+  s.runs = static_cast<int>(rows.size());
+  if (rows.empty()) return s;
+  for (const AccuracyRow& row : rows) {
+    s.mean_abs_error += std::fabs(row.error) / s.runs;
+    s.mean_error += row.error / s.runs;
+    s.rms_error += row.error * row.error / s.runs;
+    s.max_abs_error = std::max(s.max_abs_error, std::fabs(row.error));
+    s.not_fitting += row.fits ? 0 : 1;
+  }
+  s.rms_error = std::sqrt(s.rms_error);
+  return s;
+}
+
+std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::string& path) {
   JsonReader r(suite, path);
+  r.allow_only({"_about", "about", "source", "fields", "defaults", "defaults_note", "family",
+                "runs", "points"});
   Json model_defaults = Json::object(), plan_defaults = Json::object();
   if (r.has("defaults")) {
     JsonReader d = r.object("defaults");
@@ -29,45 +55,110 @@ AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path) {
     if (d.has("model")) model_defaults = d.raw("model");
     if (d.has("plan")) plan_defaults = d.raw("plan");
   }
-  AccuracyReport rep;
-  for (const auto& [rpath, run] : r.array("runs")) {
+  const std::string suite_family = r.string_or("family", "unnamed");
+  if (r.has("runs") && r.has("points"))
+    throw Error(r.field("points"), "give either runs or points, not both");
+  const char* key = r.has("points") ? "points" : "runs";
+  std::vector<PublishedRun> runs;
+  for (const auto& [rpath, run] : r.array(key)) {
     JsonReader rr(*run, rpath);
+    rr.allow_only({"id",           "src",        "source", "family",   "framework",  "cluster",
+                   "cluster_note", "gpus",       "model",  "preset",   "plan",       "time_s",
+                   "derived",      "derivation", "raw",    "inferred", "confidence", "note",
+                   "visible",      "precision",  "mfu"});
+    PublishedRun p;
+    p.id = rr.string_or("id", rpath);
+    p.source = rr.string_or("src", rr.string_or("source", ""));
+    p.family = rr.string_or("family", suite_family);
+    p.time_s = rr.number("time_s", 1e-9, 1e9);
+    if (rr.has("preset") && rr.has("model"))
+      throw Error(rr.field("preset"), "give either preset or model, not both");
+    if (rr.has("preset")) {
+      p.model = model_preset(rr.string("preset"));
+    } else if (rr.has("model") && rr.raw("model").is_string()) {
+      p.model = model_preset(rr.string("model"));
+    } else {
+      p.model = model_from_json(merged(model_defaults, rr.raw("model")), rr.field("model"));
+    }
+    p.gpus = static_cast<int>(rr.integer("gpus", 1, 1 << 20));
+    if (!rr.has("cluster")) throw Error(rr.field("cluster"), "is required");
+    p.cluster = rr.raw("cluster");
+    if (!p.cluster.is_string() && !p.cluster.is_object())
+      throw Error(rr.field("cluster"), "must be a preset name or a cluster object");
+    if (!rr.has("plan")) throw Error(rr.field("plan"), "is required");
+    p.plan = plan_from_json(merged(plan_defaults, rr.raw("plan")), rr.field("plan"));
+    Cluster c = build(p);
+    validate(p.plan, p.model, c);
+    runs.push_back(std::move(p));
+  }
+  if (runs.empty()) throw Error(r.field(key), "has no run");
+  return runs;
+}
+
+AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict) {
+  AccuracyReport rep;
+  std::map<std::string, std::vector<AccuracyRow>> by_family;
+  for (const PublishedRun& run : runs) {
+    Cluster c = build(run);
+    Prediction pr =
+        predict ? predict(run.model, c, run.plan) : estimate_prediction(run.model, c, run.plan);
     AccuracyRow row;
-    row.id = rr.string_or("id", rpath);
-    row.source = rr.string_or("src", "");
-    row.published_s = rr.number("time_s", 1e-9, 1e9);
-    Model m = rr.has("preset")
-                  ? model_preset(rr.string("preset"))
-                  : model_from_json(merged(model_defaults, rr.raw("model")), rpath + ".model");
-    int gpus = static_cast<int>(rr.integer("gpus", 1, 1 << 20));
-    Cluster c = cluster_preset(rr.string("cluster"), gpus);
-    Json pj = merged(plan_defaults, rr.raw("plan"));
-    Plan p = plan_from_json(pj, rpath + ".plan");
-    validate(p, m, c);
-    Estimate e = estimate(m, c, p, default_profile(c.gpu_device(0)));
-    row.predicted_s = e.step_time_s;
+    row.id = run.id;
+    row.source = run.source;
+    row.family = run.family;
+    row.published_s = run.time_s;
+    row.predicted_s = pr.step_time_s;
     row.error = (row.predicted_s - row.published_s) / row.published_s;
-    row.mfu = e.mfu;
-    rep.rows.push_back(row);
+    row.mfu = pr.mfu;
+    row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
+    row.device_memory_bytes = pr.device_memory_bytes;
+    row.fits = pr.fits;
+    if (by_family.find(row.family) == by_family.end()) rep.families.push_back({row.family, {}});
+    by_family[row.family].push_back(row);
+    rep.rows.push_back(std::move(row));
   }
-  if (rep.rows.empty()) throw Error(path + ".runs", "has no run");
-  for (const AccuracyRow& row : rep.rows) {
-    rep.mean_abs_error += std::fabs(row.error) / rep.rows.size();
-    rep.max_abs_error = std::max(rep.max_abs_error, std::fabs(row.error));
-  }
+  for (FamilyStats& f : rep.families) f.stats = error_stats(by_family[f.family]);
+  rep.overall = error_stats(rep.rows);
+  rep.mean_abs_error = rep.overall.mean_abs_error;
+  rep.max_abs_error = rep.overall.max_abs_error;
   return rep;
 }
+
+AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path,
+                                  const Predictor& predict) {
+  return run_accuracy(read_accuracy_suite(suite, path), predict);
+}
+
+namespace {
+Json stats_to_json(const ErrorStats& s) {
+  return {{"runs", s.runs},
+          {"mean_abs_error", s.mean_abs_error},
+          {"mean_error", s.mean_error},
+          {"max_abs_error", s.max_abs_error},
+          {"rms_error", s.rms_error},
+          {"not_fitting", s.not_fitting}};
+}
+}  // namespace
 
 Json accuracy_to_json(const AccuracyReport& r) {
   Json rows = Json::array();
   for (const AccuracyRow& row : r.rows)
     rows.push_back({{"id", row.id},
                     {"src", row.source},
+                    {"family", row.family},
                     {"published_s", row.published_s},
                     {"predicted_s", row.predicted_s},
                     {"error", row.error},
-                    {"mfu", row.mfu}});
-  return {{"runs", rows}, {"mean_abs_error", r.mean_abs_error}, {"max_abs_error", r.max_abs_error}};
+                    {"mfu", row.mfu},
+                    {"memory_per_gpu_bytes", row.memory_per_gpu_bytes},
+                    {"device_memory_bytes", row.device_memory_bytes},
+                    {"fits", row.fits}});
+  Json families = Json::object();
+  for (const FamilyStats& f : r.families) families[f.family] = stats_to_json(f.stats);
+  Json j = {{"runs", rows}, {"families", families}, {"overall", stats_to_json(r.overall)}};
+  j["mean_abs_error"] = r.mean_abs_error;
+  j["max_abs_error"] = r.max_abs_error;
+  return j;
 }
 
 }  // namespace parasol::cost

@@ -1,33 +1,91 @@
-// Accuracy suites: published training runs (model, cluster, plan, measured iteration time)
-// and parasol's estimate of each. Suite files live in tests/data/published/.
+// Accuracy suites: published, measured training runs (model, cluster, plan, measured step time)
+// and parasol's prediction of each, with per-family statistics (mean |error|, signed bias, max).
+// Suite files live in tests/data/published/ (schema: tests/data/published/SCHEMA.md).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/json_reader.h"
+#include "core/model.h"
+#include "core/plan.h"
 
 namespace parasol::cost {
 
 struct AccuracyRow {
   std::string id;
   std::string source;
+  std::string family;  // the point's, else the suite's "family", else "unnamed"
   double published_s = 0;
   double predicted_s = 0;
   double error = 0;  // (predicted - published) / published
   double mfu = 0;
+  double memory_per_gpu_bytes = 0;  // predicted peak device memory of the busiest rank
+  double device_memory_bytes = 0;
+  bool fits = true;  // predicted to fit in device (and host) memory; every published run ran
+};
+
+// Error statistics of a set of rows.
+struct ErrorStats {
+  int runs = 0;
+  double mean_abs_error = 0;
+  double mean_error = 0;  // signed: < 0 means the predictions are optimistic (too fast)
+  double max_abs_error = 0;
+  double rms_error = 0;
+  int not_fitting = 0;  // runs that ran but are predicted not to fit
+};
+ErrorStats error_stats(const std::vector<AccuracyRow>& rows);
+
+struct FamilyStats {
+  std::string family;
+  ErrorStats stats;
 };
 
 struct AccuracyReport {
   std::vector<AccuracyRow> rows;
+  ErrorStats overall;
+  std::vector<FamilyStats> families;  // in the order families first appear
+  // Convenience copies of overall.
   double mean_abs_error = 0;
   double max_abs_error = 0;
 };
 
-// Runs every run of a suite: {"defaults": {"model": {...}, "plan": {...}} (optional),
-// "runs": [{"id", "src", "cluster", "gpus", "model": {...} | "preset", "plan": {...},
-// "time_s"}]}. Throws parasol::Error naming the run and field on bad input.
-AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path = "suite");
+// What a predictor returns for one run.
+struct Prediction {
+  double step_time_s = 0;
+  double mfu = 0;
+  double memory_per_gpu_bytes = 0;
+  double device_memory_bytes = 0;
+  bool fits = true;
+};
+// Predicts a run; the default (an empty function) is the closed-form estimate with the device's
+// default profile. The command line passes the event simulator for `accuracy --simulate`.
+using Predictor = std::function<Prediction(const Model&, const Cluster&, const Plan&)>;
+
+// One published run, read and checked.
+struct PublishedRun {
+  std::string id, source, family;
+  Model model;
+  Json cluster;  // a preset name (string) or a cluster JSON object
+  int gpus = 0;
+  Plan plan;
+  double time_s = 0;
+};
+
+// Reads a suite: {"family"?, "defaults"?: {"model", "plan"}, "runs" | "points": [{"id", "src",
+// "family"?, "cluster": preset | {cluster JSON}, "gpus", "model": {...} | "preset": NAME,
+// "plan": {...}, "time_s", and descriptive fields (raw, derivation, note, ...)}]}. Throws
+// parasol::Error naming the run and field on bad input (an invalid plan included).
+std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::string& path = "suite");
+
+// Predicts every run of the suites and gathers the statistics.
+AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict = {});
+// read_accuracy_suite + run_accuracy.
+AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path = "suite",
+                                  const Predictor& predict = {});
+
 Json accuracy_to_json(const AccuracyReport& r);
 
 }  // namespace parasol::cost

@@ -36,6 +36,8 @@ const char* algorithm_name(Algorithm a) {
       return "hierarchical";
     case Algorithm::kPairwise:
       return "pairwise";
+    case Algorithm::kPat:
+      return "pat";
   }
   return "?";
 }
@@ -66,10 +68,22 @@ std::vector<FlowRate> concurrent_flow_rates(const Cluster& cluster, const Profil
   return out;
 }
 
+double p2p_software_latency(const Profile& profile, bool crosses_servers) {
+  double lat = profile.collective_step_latency_s;
+  if (profile.nccl) {
+    const NcclTuning& t = *profile.nccl;
+    const int transport = crosses_servers ? NcclTuning::kNet : NcclTuning::kNvlink;
+    lat += t.base_latency_s[NcclTuning::kRing][NcclTuning::kSimple] +
+           t.hw_latency_s[transport][NcclTuning::kRing][NcclTuning::kSimple];
+  }
+  return lat;
+}
+
 double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, double bytes) {
   if (a == b || bytes <= 0) return 0;
   FlowRate r = concurrent_flow_rates(cluster, profile, {{a, b}})[0];
-  return bytes / r.bw + r.latency + profile.collective_step_latency_s;
+  return bytes / r.bw + r.latency +
+         p2p_software_latency(profile, cluster.server_of(a) != cluster.server_of(b));
 }
 
 namespace {
@@ -99,6 +113,34 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
                        const std::vector<std::vector<int>>& concurrent, bool price_all_to_all) {
   n_ = static_cast<int>(group.size());
   if (n_ < 2) return;
+  nccl_ = profile.nccl;
+  {
+    std::map<int, int> per_server;
+    for (int g : group) ++per_server[cluster.server_of(g)];
+    nodes_ = static_cast<int>(per_server.size());
+    for (const auto& [s, k] : per_server) ppn_ = std::max(ppn_, k);
+    // The transport inside a server (NVLink/NVSwitch or PCIe) and the hardware latency of a
+    // hop between servers, from the first such pair of the group.
+    intra_transport_ = NcclTuning::kNvlink;
+    bool intra_seen = false, inter_seen = false;
+    for (size_t i = 0; i + 1 < group.size() && i < kMaxPricedFlows && !(intra_seen && inter_seen);
+         ++i) {
+      const int a = group[i], b = group[i + 1];
+      if (cluster.server_of(a) == cluster.server_of(b)) {
+        if (intra_seen) continue;
+        intra_seen = true;
+        bool nvlink = true;
+        for (const Hop& h : cluster.path(a, b)) {
+          LinkKind k = cluster.graph[h.edge].kind;
+          nvlink = nvlink && (k == LinkKind::kNvlink || k == LinkKind::kNvswitch);
+        }
+        intra_transport_ = nvlink ? NcclTuning::kNvlink : NcclTuning::kPci;
+      } else if (!inter_seen) {
+        inter_seen = true;
+        inter_path_latency_ = cluster.path_latency(a, b);
+      }
+    }
+  }
   const size_t limit = kMaxPricedFlows;
   // Servers touched by the priced window of this group.
   std::set<int> servers;
@@ -119,6 +161,9 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   size_t own = flows.size();
   for (const auto* g : siblings) add_ring(flows, *g, limit);
   std::tie(ring_bw_, ring_lat_) = bottleneck(cluster, profile, flows, own);
+  // One ring step as a point-to-point exchange (context-parallel K/V rings): NCCL's send.
+  ring_lat_extra_ = profile.collective_step_latency_s;
+  if (nccl_) ring_lat_ += p2p_software_latency(profile, nodes_ > 1) - ring_lat_extra_;
 
   // Binary tree over the group order: each edge carries data both ways.
   flows.clear();
@@ -179,6 +224,11 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
     std::tie(inter_bw_, inter_lat_) = bottleneck(cluster, profile, flows, own);
   }
 
+  // NCCL's ring runs one channel per NIC pair: each channel's ring crosses a server boundary
+  // once, through one of the server's NICs, so a ring spanning servers moves data at the
+  // in-server ring's bandwidth or at all of its NICs' (shared with the concurrent rings), the
+  // smaller; the rails of the hierarchical pass are exactly those NIC paths.
+  nccl_ring_bw_ = hierarchical_ ? std::min(intra_bw_, inter_bw_ * local_) : ring_bw_;
   if (!price_all_to_all) return;
   // Pairwise all-to-all: n-1 steps; step j sends i -> i+j. Sample up to 4 steps.
   double total = 0, lat = 0;
@@ -204,6 +254,31 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   a2a_step_time_per_byte_ = total / samples;
   a2a_lat_ = lat;
   pairwise_ = true;
+  if (!nccl_) return;
+  // NCCL's all-to-all is one group of n - 1 sends and receives per rank, all in flight at once:
+  // every rank of the first server sends bytes / n to every other member together (with the
+  // concurrent groups' ranks on that server), each link direction shared by the flows on it.
+  a2a_lat_ += p2p_software_latency(profile, nodes_ > 1) - ring_lat_extra_;
+  const int first_server = cluster.server_of(group[0]);
+  flows.clear();
+  for (int i = 0; i < n_; ++i) {
+    if (cluster.server_of(group[i]) != first_server) continue;
+    for (int j = 0; j < n_; ++j)
+      if (j != i) flows.push_back({group[i], group[j]});
+  }
+  own = flows.size();
+  for (const auto* g : siblings) {
+    const int gn = static_cast<int>(g->size());
+    for (int i = 0; i < gn; ++i) {
+      if (cluster.server_of((*g)[i]) != first_server) continue;
+      for (int j = 0; j < gn; ++j)
+        if (j != i) flows.push_back({(*g)[i], (*g)[j]});
+    }
+  }
+  auto rates = concurrent_flow_rates(cluster, profile, flows);
+  double slowest = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < own; ++i) slowest = std::min(slowest, rates[i].bw);
+  a2a_grouped_per_byte_ = 1.0 / (slowest * n_);
 }
 
 double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, double lat) const {
@@ -225,8 +300,102 @@ double GroupModel::ring_time(Collective kind, double bytes, int n, double bw, do
   return 0;
 }
 
+double GroupModel::hierarchical_bandwidth_time(Collective kind, double bytes) const {
+  if (!hierarchical_) return ring_time(kind, bytes, n_, ring_bw_, 0);
+  const double shard = bytes / local_;
+  switch (kind) {
+    case Collective::kAllReduce:
+      return 2 * ring_time(Collective::kReduceScatter, bytes, local_, intra_bw_, 0) +
+             ring_time(Collective::kAllReduce, shard, servers_, inter_bw_, 0);
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return ring_time(kind, bytes, local_, intra_bw_, 0) +
+             ring_time(kind, shard, servers_, inter_bw_, 0);
+    case Collective::kBroadcast:
+      return ring_time(kind, bytes, servers_, inter_bw_, 0) +
+             ring_time(kind, bytes, local_, intra_bw_, 0);
+    case Collective::kAllToAll:
+      return std::numeric_limits<double>::infinity();
+  }
+  return 0;
+}
+
+double GroupModel::nccl_latency(Collective kind, int algorithm, int protocol) const {
+  const NcclTuning& t = *nccl_;
+  const int p = protocol;
+  const int n = n_, nodes = nodes_;
+  // Per-step latencies inside a server and between servers; with one GPU per node NCCL uses
+  // the tree's network latency; the Simple protocol adds the path's latency twice (flush).
+  double intra = t.hw_latency_s[intra_transport_][algorithm == NcclTuning::kPat ? 2 : algorithm][p];
+  double inter = (ppn_ == 1 ? t.hw_latency_s[NcclTuning::kNet][NcclTuning::kTree][p]
+                            : t.hw_latency_s[NcclTuning::kNet][algorithm][p]) +
+                 inter_path_latency_ * (p == NcclTuning::kSimple ? 2 : 1);
+  double lat = t.base_latency_s[algorithm][p];
+  if (algorithm == NcclTuning::kRing) {
+    const int steps = kind == Collective::kAllReduce   ? 2 * (n - 1)
+                      : kind == Collective::kBroadcast ? n
+                                                       : n - 1;
+    if (kind == Collective::kBroadcast) return lat + steps * (nodes > 1 ? inter : intra);
+    const int inter_steps =
+        nodes == 1 ? 0 : (kind == Collective::kAllReduce ? 2 * (nodes - 1) : nodes - 1);
+    // A ring that spans nodes still pays the proxy's network overhead on every step.
+    if (nodes > 1) intra = std::max(intra, t.net_overhead_s * (p == NcclTuning::kSimple ? 3 : 1));
+    lat += (steps - inter_steps) * intra + inter_steps * inter;
+    if (kind == Collective::kAllReduce && nodes > 1 && p == NcclTuning::kSimple)
+      lat *= t.ring_allreduce_plateau;
+    return lat;
+  }
+  if (algorithm == NcclTuning::kTree)
+    return lat + 2 * ((ppn_ - 1) * intra + std::floor(std::log2(std::max(1, nodes))) * inter);
+  // PAT: logarithmic in nodes, with a linear part per rank.
+  return lat + std::floor(std::log2(std::max(1, nodes))) * inter / 3.5 +
+         n * t.pat_per_rank_latency_s;
+}
+
+double GroupModel::nccl_time(Collective kind, double bytes, Algorithm alg) const {
+  const NcclTuning& t = *nccl_;
+  const double inf = std::numeric_limits<double>::infinity();
+  int algorithm = NcclTuning::kRing;
+  double bandwidth_time = 0;  // at Simple's full bandwidth
+  switch (alg) {
+    case Algorithm::kRing:
+      if (kind == Collective::kAllToAll) return inf;
+      bandwidth_time = ring_time(kind, bytes, n_, nccl_ring_bw_, 0);
+      break;
+    case Algorithm::kTree:
+      if (kind != Collective::kAllReduce || nodes_ < 2) return inf;
+      algorithm = NcclTuning::kTree;
+      bandwidth_time = hierarchical_bandwidth_time(kind, bytes) / t.tree_efficiency;
+      break;
+    case Algorithm::kPat:
+      if ((kind != Collective::kAllGather && kind != Collective::kReduceScatter) || ppn_ != 1 ||
+          nodes_ < 2)
+        return inf;
+      algorithm = NcclTuning::kPat;
+      bandwidth_time = ring_time(kind, bytes, n_, nccl_ring_bw_, 0) / t.pat_efficiency;
+      break;
+    default:
+      return inf;
+  }
+  double best = inf;
+  for (int p = 0; p < 3; ++p) {
+    if (algorithm == NcclTuning::kPat && p != NcclTuning::kSimple) continue;
+    double bw_time = bandwidth_time / t.protocol_efficiency[p];
+    if (p == NcclTuning::kLL) {
+      // LL's bus bandwidth is capped (llMaxBws by node count).
+      const double cap = t.ll_max_bw[std::min(nodes_, 3) - 1];
+      const double bus = nccl_ring_bw_ * t.protocol_efficiency[p];
+      if (bus > cap) bw_time *= bus / cap;
+    }
+    const double steps = kind == Collective::kAllReduce ? 2.0 * (n_ - 1) : n_ - 1.0;
+    best = std::min(best, nccl_latency(kind, algorithm, p) + bw_time + steps * ring_lat_extra_);
+  }
+  return best;
+}
+
 double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
   if (n_ < 2 || bytes <= 0) return 0;
+  if (nccl_ && alg != Algorithm::kPairwise) return nccl_time(kind, bytes, alg);
   switch (alg) {
     case Algorithm::kRing:
       return ring_time(kind, bytes, n_, ring_bw_, ring_lat_);
@@ -256,7 +425,10 @@ double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
     case Algorithm::kPairwise:
       if (kind != Collective::kAllToAll || !pairwise_)
         return std::numeric_limits<double>::infinity();
+      if (nccl_) return a2a_lat_ + bytes * a2a_grouped_per_byte_;
       return (n_ - 1) * (a2a_lat_ + bytes / n_ * a2a_step_time_per_byte_);
+    case Algorithm::kPat:
+      return std::numeric_limits<double>::infinity();
   }
   return 0;
 }
@@ -264,8 +436,8 @@ double GroupModel::time(Collective kind, double bytes, Algorithm alg) const {
 CollectiveCost GroupModel::cost(Collective kind, double bytes) const {
   CollectiveCost best{std::numeric_limits<double>::infinity(), Algorithm::kRing};
   if (n_ < 2 || bytes <= 0) return {0, Algorithm::kRing};
-  for (Algorithm a :
-       {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical, Algorithm::kPairwise}) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical,
+                      Algorithm::kPairwise, Algorithm::kPat}) {
     double t = time(kind, bytes, a);
     if (t < best.time_s) best = {t, a};
   }

@@ -1,9 +1,17 @@
-// Collective cost model on a *placed* group: which GPUs of the topology take part. Ring, tree
-// and hierarchical (intra-server then inter-server) algorithms; each algorithm's bandwidth is
-// the bottleneck along the paths its flows take in the topology graph, where flows that cross
-// the same link in the same direction (of this group and of the groups running concurrently,
-// e.g. all data-parallel groups of a stage behind the same NICs) share it. Latency is per hop
-// plus the profile's software latency per algorithm step.
+// Collective cost model on a *placed* group: which GPUs of the topology take part. Each
+// algorithm's bandwidth is the bottleneck along the paths its flows take in the topology graph,
+// where flows that cross the same link in the same direction (of this group and of the groups
+// running concurrently, e.g. all data-parallel groups of a stage behind the same NICs) share it.
+//
+// On GPUs (Profile::nccl) the algorithms and latencies are NCCL's (src/graph/tuning.cc): ring
+// all-gather / reduce-scatter take n - 1 steps and all-reduce 2(n - 1), each step over NVLink
+// or, nodes - 1 (2(nodes - 1)) times, over the network, with per-protocol step latencies; the
+// tree all-reduce (intra-node chain, inter-node double binary tree: hierarchical bandwidth,
+// 2 ((ppn - 1) intra + log2(nodes) inter) latency); PAT for all-gather / reduce-scatter with one
+// GPU per node; protocols LL, LL128 and Simple trade bandwidth for latency; the fastest
+// (algorithm, protocol) wins, as in NCCL. Without NCCL tuning (MPI on the CPU runtime) the
+// algorithms are ring, binary tree, hierarchical (intra-server then inter-server) and pairwise
+// with the path latency plus the profile's software latency per step.
 //
 // Sizes follow nccl-tests: all-reduce and broadcast take the buffer size; all-gather the
 // gathered (output) size; reduce-scatter the input size; all-to-all the bytes each rank holds
@@ -11,6 +19,7 @@
 // reduce-scatter (n-1)/n.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +29,7 @@
 namespace parasol::cost {
 
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
-enum class Algorithm { kRing, kTree, kHierarchical, kPairwise };
+enum class Algorithm { kRing, kTree, kHierarchical, kPairwise, kPat };
 
 const char* collective_name(Collective c);
 const char* algorithm_name(Algorithm a);
@@ -56,10 +65,24 @@ class GroupModel {
   double ring_bw() const { return ring_bw_; }
   double ring_step_latency() const { return ring_lat_; }
   double tree_bw() const { return tree_bw_; }
+  // Servers the group spans and its largest number of GPUs on one server.
+  int nodes() const { return nodes_; }
+  int ranks_per_node() const { return ppn_; }
+  // NCCL's latency of one collective (algorithm ring/tree/PAT, protocol 0-2; see NcclTuning),
+  // without the bandwidth term. REQUIRES: the profile has NCCL tuning.
+  double nccl_latency(Collective kind, int algorithm, int protocol) const;
 
  private:
   double ring_time(Collective kind, double bytes, int n, double bw, double lat) const;
+  // NCCL: the best protocol's time of `algorithm` (kRing, kTree, kPat); infinity if unusable.
+  double nccl_time(Collective kind, double bytes, Algorithm algorithm) const;
+  double hierarchical_bandwidth_time(Collective kind, double bytes) const;
 
+  std::optional<NcclTuning> nccl_;
+  int nodes_ = 1, ppn_ = 1;
+  int intra_transport_ = NcclTuning::kNvlink;  // how the group's GPUs on one server are joined
+  double inter_path_latency_ = 0;              // hardware latency of a cross-server hop of the ring
+  double ring_lat_extra_ = 0;  // the profile's software latency per step (NCCL mode)
   int n_ = 1;
   double ring_bw_ = 0, ring_lat_ = 0;
   double tree_bw_ = 0, tree_lat_ = 0;
@@ -69,6 +92,9 @@ class GroupModel {
   double intra_bw_ = 0, intra_lat_ = 0, inter_bw_ = 0, inter_lat_ = 0;
   bool pairwise_ = false;
   double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
+  double a2a_grouped_per_byte_ = 0;
+  double nccl_ring_bw_ = 0;  // NCCL's multi-channel ring bandwidth per rank  // NCCL: all sends at
+                             // once (seconds per byte of the buffer)
 };
 
 // A flow: data sent from one GPU to another at the same time as the other flows of a set.
@@ -87,5 +113,8 @@ std::vector<FlowRate> concurrent_flow_rates(const Cluster& cluster, const Profil
 
 // Seconds to send `bytes` from GPU a to GPU b alone (pipeline send/recv).
 double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, double bytes);
+// Software latency of one point-to-point send beside the path's hardware latency: NCCL's Simple
+// ring step (base + per-step latency of the transport) on GPUs, the profile's step latency else.
+double p2p_software_latency(const Profile& profile, bool crosses_servers);
 
 }  // namespace parasol::cost

@@ -56,6 +56,10 @@ double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes) {
   return bytes / (dev.hbm_bw * prof.memory_efficiency) + prof.kernel_overhead_s;
 }
 
+double fp8_quantize_time(const DeviceSpec& dev, const Profile& prof, double elements) {
+  return memory_time(dev, prof, 4.0 * elements);
+}
+
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
                               const AttnShape& a) {
   const double eb = dtype_bytes(dtype);
@@ -63,7 +67,7 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
     double flops = attention_flops(a);
     double io = eb * a.batch * a.seq_q * (2.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (2.0 * a.kv_heads * a.head_dim);
-    return std::max(flops / (dev.peak_flops(dtype) * prof.flash_forward_efficiency),
+    return std::max(flops / (dev.peak_flops(dtype) * prof.attention_eff(a.kernel, false)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s;
   }
@@ -84,7 +88,7 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
     double flops = 2.5 * attention_flops(a);
     double io = eb * a.batch * a.seq_q * (4.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);
-    return std::max(flops / (dev.peak_flops(dtype) * prof.flash_backward_efficiency),
+    return std::max(flops / (dev.peak_flops(dtype) * prof.attention_eff(a.kernel, true)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s;
   }

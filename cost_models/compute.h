@@ -23,6 +23,12 @@ double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, 
 double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m, int64_t n,
                  int64_t k, int64_t batch = 1);
 
+// Seconds to quantise `elements` of a GEMM operand to fp8 the way Transformer Engine's fp8
+// recipe does before each fp8 GEMM (the forward input, the backward output gradient): one fused
+// cast-transpose that reads bf16 and writes fp8 and its transpose, 4 bytes an element (TE's
+// FP8 primer).
+double fp8_quantize_time(const DeviceSpec& dev, const Profile& prof, double elements);
+
 // Seconds for a memory-bound kernel that moves `bytes` (reads + writes) through HBM.
 double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
 

@@ -1,12 +1,21 @@
-// The closed-form plan estimate. One layer is decomposed into the ops of a Megatron-style
-// decoder layer (norms, QKV/out/MLP GEMMs, attention core, residuals, TP/SP collectives, MoE
-// routing and all-to-all); their prices make the per-micro-batch stage time, which the
-// pipeline schedule, data-parallel synchronisation, optimizer and offload turn into a step.
+// The closed-form plan estimate. A pipeline stage's micro-batch is priced layer by layer from
+// core/layer_shapes (the same shapes the lowering emits): norms, the attention block's linears
+// and core, the MLP or MoE block (router, shared experts, routed experts, all-to-all), residuals
+// and the tensor-, context- and expert-parallel communication with what of it hides behind
+// compute; the embedding and the output layer on their stages. The pipeline schedule turns the
+// stages' micro-batch slots into a step (uneven stages: the slowest sets the pace, the others
+// add to fill and drain); data-parallel synchronisation follows the framework semantics the
+// plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
+// modes, HSDP); then the optimizer and offload. Communication that overlaps compute slows it by
+// the profile's overlap_compute_slowdown.
 #include "cost_models/estimate.h"
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <string_view>
 
+#include "core/layer_shapes.h"
 #include "cost_models/compute.h"
 
 namespace parasol::cost {
@@ -17,34 +26,62 @@ int order_code(const Plan& p) {
   for (Dim d : p.rank_order) code = code * 5 + static_cast<int>(d);
   return code;
 }
-// The exposed part of communication that can hide behind `window` seconds of compute; at
-// least one bucket in `buckets` stays exposed.
-double exposed(double comm, double window, int buckets) {
-  if (comm <= 0) return 0;
-  return std::max(comm - window, comm / std::max(1, buckets));
+
+// Megatron's distributed-data-parallel bucket (megatron/core/distributed/
+// distributed_data_parallel_config.py: bucket_size = max(40,000,000, 1,000,000 x dp) params).
+// The plan RankLayout places the dense grid of: with Megatron's expert grid (etp != tp) expert
+// parallelism is not carved out of dp, so the dense layout has no ep dimension.
+Plan dense_layout_plan(const Plan& p) {
+  if (p.expert_tp() == p.tp) return p;
+  Plan q = p;
+  q.ep = 1;
+  q.etp = 0;
+  return q;
+}
+
+double ddp_bucket_params(int dp) { return std::max(4.0e7, 1.0e6 * dp); }
+
+// What of `comm` seconds hides behind `window` seconds of compute when it is issued in
+// `pieces` equal parts, each overlapping the compute that follows it: the last piece (or the
+// first, for a prefetch) has nothing to hide behind. Returns {exposed, hidden}.
+std::pair<double, double> overlap(double comm, double window, int pieces) {
+  if (comm <= 0) return {0, 0};
+  const double first = comm / std::max(1, pieces);
+  const double rest = comm - first;
+  const double exposed = first + std::max(0.0, rest - window);
+  return {exposed, comm - exposed};
 }
 }  // namespace
+
+double Estimator::StagePrice::slot() const {
+  return forward + backward + recompute + tp + cp + ep + pp + dp;
+}
 
 Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile)
     : model_(model),
       cluster_(cluster),
       profile_(std::move(profile)),
       device_(cluster.gpu_device(0)),
-      host_bw_(cluster.host_link_bw(0) * profile_.host_copy_efficiency) {}
+      host_bw_(cluster.host_link_bw(0) * profile_.host_copy_efficiency) {
+  for (int l = 0; l < model_.layers; ++l) {
+    const int kind = (model_.is_moe_layer(l) ? 2 : 0) + (model_.is_windowed_layer(l) ? 1 : 0);
+    if (kind_layer_[kind] < 0) kind_layer_[kind] = l;
+  }
+}
 
 Estimate Estimator::estimate(const Plan& plan) {
   return estimate(plan, memory_per_rank(model_, cluster_, plan));
 }
 
 Estimator::PlacementKey Estimator::placement(const Plan& p, int what) const {
-  return {what, p.tp, p.cp, p.ep, p.dp, p.pp, order_code(p)};
+  return {what, p.tp, p.cp, p.ep, p.dp, p.pp, order_code(p), p.expert_tp(), p.shard_degree};
 }
 
 const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
   auto key = placement(plan, static_cast<int>(g));
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
-  RankLayout layout(plan);
+  RankLayout layout(dense_layout_plan(plan));
   std::vector<int> group = layout.group(g, 0);
   // Concurrent groups: those of pipeline stage 0 (the other stages sit on other servers).
   std::vector<std::vector<int>> concurrent;
@@ -53,19 +90,96 @@ const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
     bool in_stage0 = true;
     for (int r : other) in_stage0 = in_stage0 && layout.coord(r).pp == 0;
     if (in_stage0) concurrent.push_back(std::move(other));
-    if (concurrent.size() >= 64) break;
+    if (concurrent.size() >= GroupModel::kMaxPricedFlows) break;
   }
   auto model = std::make_unique<GroupModel>(cluster_, profile_, group, concurrent,
                                             /*price_all_to_all=*/g == Group::kEp);
   return *groups_.emplace(key, std::move(model)).first->second;
 }
 
+const GroupModel& Estimator::extra_group_model(const Plan& plan, ExtraGroup g) {
+  auto key = placement(plan, 100 + static_cast<int>(g));
+  auto it = groups_.find(key);
+  if (it != groups_.end()) return *it->second;
+  RankLayout layout(dense_layout_plan(plan));
+  // `stage` lists the ranks of pipeline stage 0 in the order a group's members are taken.
+  std::vector<std::vector<int>> all;
+  auto split = [&](const std::vector<int>& ranks, int inner, int size) {
+    // Groups of `size` members `inner` apart: member j of group (outer, i) is
+    // ranks[outer * inner * size + j * inner + i].
+    for (size_t outer = 0; outer * inner * size < ranks.size(); ++outer)
+      for (int i = 0; i < inner; ++i) {
+        std::vector<int> grp;
+        for (int j = 0; j < size; ++j) {
+          const size_t at = outer * inner * size + static_cast<size_t>(j) * inner + i;
+          if (at < ranks.size()) grp.push_back(ranks[at]);
+        }
+        all.push_back(std::move(grp));
+      }
+  };
+  if (g == ExtraGroup::kExpertParallel || g == ExtraGroup::kExpertData ||
+      (plan.expert_tp() != plan.tp &&
+       (g == ExtraGroup::kExpertShard || g == ExtraGroup::kExpertReplica))) {
+    // Megatron's expert grid over the stage's ranks in rank order: etp fastest, then ep, edp.
+    std::vector<int> stage;
+    for (int r = 0; r < layout.world(); ++r)
+      if (layout.coord(r).pp == 0) stage.push_back(r);
+    const int etp = plan.expert_tp(), ep = plan.ep, edp = plan.expert_dp();
+    if (g == ExtraGroup::kExpertParallel) {
+      split(stage, etp, ep);
+    } else {
+      std::vector<std::vector<int>> data;
+      all.clear();
+      split(stage, etp * ep, edp);
+      if (g != ExtraGroup::kExpertData) {
+        data = std::move(all);
+        all.clear();
+        const int shard = plan.expert_shard_ranks();
+        for (const auto& d : data) {
+          if (g == ExtraGroup::kExpertShard) {
+            split(d, 1, shard);
+          } else {
+            split(d, shard, static_cast<int>(d.size()) / shard);
+          }
+        }
+      }
+    }
+  } else {
+    // HSDP over the dense (or, with etp = tp, expert) data-parallel groups of stage 0: shards of
+    // consecutive members, replicas across them.
+    const bool expert = g == ExtraGroup::kExpertShard || g == ExtraGroup::kExpertReplica;
+    const Group base = expert ? Group::kExpertDp : Group::kDpCp;
+    const int shard = expert ? plan.expert_shard_ranks() : plan.dense_shard_ranks();
+    for (const auto& d : layout.groups(base)) {
+      if (layout.coord(d[0]).pp != 0) continue;
+      const bool shard_group = g == ExtraGroup::kDenseShard || g == ExtraGroup::kExpertShard;
+      if (shard_group)
+        split(d, 1, shard);
+      else
+        split(d, shard, static_cast<int>(d.size()) / shard);
+    }
+  }
+  // The group holding rank 0 (or the first), and the others as concurrent.
+  std::vector<int> group = all.empty() ? std::vector<int>{0} : all.front();
+  for (const auto& grp : all)
+    if (std::find(grp.begin(), grp.end(), 0) != grp.end()) group = grp;
+  std::vector<std::vector<int>> concurrent;
+  for (auto& grp : all) {
+    if (grp == group) continue;
+    concurrent.push_back(grp);
+    if (concurrent.size() >= GroupModel::kMaxPricedFlows) break;
+  }
+  auto model = std::make_unique<GroupModel>(cluster_, profile_, group, concurrent,
+                                            g == ExtraGroup::kExpertParallel);
+  return *groups_.emplace(key, std::move(model)).first->second;
+}
+
 double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
   if (plan.pp < 2 || bytes <= 0) return 0;
-  auto key = placement(plan, 100);
+  auto key = placement(plan, 200);
   auto it = pp_links_.find(key);
   if (it == pp_links_.end()) {
-    RankLayout layout(plan);
+    RankLayout layout(dense_layout_plan(plan));
     std::vector<Flow> flows;
     for (int r = 0; r < layout.world() && flows.size() < GroupModel::kMaxPricedFlows; ++r) {
       RankCoord c = layout.coord(r);
@@ -79,129 +193,393 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
       bw = std::min(bw, f.bw);
       lat = std::max(lat, f.latency);
     }
-    it = pp_links_.emplace(key, std::make_pair(bw, lat + profile_.collective_step_latency_s)).first;
+    const bool cross = cluster_.server_of(flows[0].src) != cluster_.server_of(flows[0].dst);
+    it = pp_links_.emplace(key, std::make_pair(bw, lat + p2p_software_latency(profile_, cross)))
+             .first;
   }
   return bytes / it->second.first + it->second.second;
 }
 
-const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer) {
-  auto key = std::make_tuple(placement(p, 200), p.micro_batch, p.seq(model_), p.sequence_parallel,
-                             p.flash_attention, static_cast<int>(p.precision), moe_layer);
+// One layer of kind (moe_layer, windowed) for one micro-batch on one rank.
+const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
+  const int flags =
+      (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0);
+  auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
+                             moe_layer, static_cast<int>(p.precision), flags, windowed, 0);
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 
   const Model& m = model_;
   const DeviceSpec& d = device_;
   const Profile& f = profile_;
+  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
   const Dtype math = p.precision;
   const Dtype attn_dtype = p.precision == Dtype::kFp8 ? Dtype::kBf16 : p.precision;
   const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
   const int64_t t = p.tp;
+  const bool sp = p.sequence_parallel && t > 1;
   const int64_t seq = p.seq(m);
   const int64_t T = static_cast<int64_t>(p.micro_batch) * seq / p.cp;  // tokens on this rank
-  const double Tn = p.sequence_parallel ? static_cast<double>(T) / t : static_cast<double>(T);
+  const double Tn = sp ? static_cast<double>(T) / t : static_cast<double>(T);
   const int64_t h = m.hidden;
   const double drop = m.dropout ? 1 : 0;
 
   LayerPrice lp;
-  // A GEMM (m x k)(k x n): forward, and the two backward GEMMs (data and weight gradients).
   double fwd_flops = 0;
-  auto linear = [&](int64_t rows, int64_t n, int64_t k) {
-    lp.forward += gemm_time(d, f, math, rows, n, k);
-    lp.backward += gemm_time(d, f, math, rows, k, n) + gemm_time(d, f, math, k, n, rows);
-    fwd_flops += 2.0 * rows * n * k;
+  // GEMM time of one linear in forward, and its two backward GEMMs (data and weight
+  // gradients), on `rows` tokens with the tensor-parallel split applied.
+  struct Gemm {
+    double fwd = 0, dgrad = 0, wgrad = 0;
+  };
+  auto linear = [&](const LinearShape& s, double rows, int64_t parts) {
+    int64_t in = s.in, out = s.out;
+    if (s.split == Split::kColumn) out /= parts;
+    if (s.split == Split::kRow) in /= parts;
+    const auto r = static_cast<int64_t>(rows);
+    Gemm g{gemm_time(d, f, math, r, out, in), gemm_time(d, f, math, r, in, out),
+           gemm_time(d, f, math, in, out, r)};
+    if (math == Dtype::kFp8 && std::string_view(s.name) != "router") {
+      // The input quantised in forward, the output gradient in backward (the router stays in
+      // higher precision).
+      g.fwd += fp8_quantize_time(d, f, rows * in);
+      g.dgrad += fp8_quantize_time(d, f, rows * out);
+    }
+    lp.forward += g.fwd;
+    lp.backward += g.dgrad + g.wgrad;
+    fwd_flops += 2.0 * rows * in * out;
+    return g;
   };
   auto elementwise = [&](double bytes) {
     lp.forward += memory_time(d, f, bytes);
     lp.backward += memory_time(d, f, 2 * bytes);
   };
-  // Norms: read x, write y (+ stats); residual add with optional dropout mask.
-  auto norm = [&]() { elementwise(2 * eb * Tn * h); };
+  auto norm = [&](double width) { elementwise(2 * eb * Tn * width); };
   auto residual = [&]() { elementwise((3 * eb + drop) * Tn * h); };
 
-  // TP/SP collectives of one layer: two (all-reduce) or four (all-gather + reduce-scatter).
+  // Megatron's f and g operators of one block: under SP an all-gather before the
+  // column-parallel linears and a reduce-scatter after the row-parallel one; without SP an
+  // all-reduce after the row-parallel one.
   const GroupModel* tp = t > 1 ? &group_model(p, Group::kTp) : nullptr;
   const double act_bytes = eb * static_cast<double>(T) * h;
-  auto tp_pair = [&]() {  // the g operator (after row-parallel) and the f operator (before column)
-    if (!tp) return std::make_pair(0.0, 0.0);
-    if (p.sequence_parallel)
-      return std::make_pair(tp->cost(Collective::kReduceScatter, act_bytes).time_s,
-                            tp->cost(Collective::kAllGather, act_bytes).time_s);
-    return std::make_pair(tp->cost(Collective::kAllReduce, act_bytes).time_s, 0.0);
+  const double ag = tp && sp ? tp->cost(Collective::kAllGather, act_bytes).time_s : 0;
+  const double rs = tp && sp ? tp->cost(Collective::kReduceScatter, act_bytes).time_s : 0;
+  const double ar = tp && !sp ? tp->cost(Collective::kAllReduce, act_bytes).time_s : 0;
+  // One block's TP communication. Forward: f before the first column-parallel GEMM and g after
+  // the row-parallel one, on the compute path. Backward (Megatron-Core's linear layers): the
+  // row-parallel layer's input gradient needs g's conjugate (an all-gather under SP) before its
+  // GEMMs; the column-parallel layer's data-gradient reduction (reduce-scatter or all-reduce)
+  // runs asynchronously beside its weight-gradient GEMM and, under SP, the all-gather of its
+  // saved input beside its data-gradient GEMM. With tp_comm_overlap (Transformer Engine
+  // userbuffers) every one of them is split into chunks pipelined with the GEMM it feeds or
+  // drains.
+  auto tp_block = [&](const Gemm& column, const Gemm& row) {
+    if (!tp) return;
+    const double g_op = sp ? rs : ar, f_op = ag;
+    if (p.tp_comm_overlap) {
+      for (auto [comm, gemm] : {std::pair{f_op, column.fwd}, {g_op, row.fwd}}) {
+        auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
+        lp.tp_forward += e;
+        lp.tp_hidden += hid;
+      }
+      for (auto [comm, gemm] :
+           {std::pair{f_op, row.dgrad}, {g_op, column.wgrad}, std::pair{f_op, column.dgrad}}) {
+        auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
+        lp.tp_backward += e;
+        lp.tp_hidden += hid;
+      }
+      return;
+    }
+    lp.tp_forward += g_op + f_op;
+    lp.tp_backward += f_op;  // the row-parallel input gradient's all-gather (SP)
+    // Asynchronous: issued before the GEMM, waited on after it; only the excess is exposed.
+    for (auto [comm, gemm] : {std::pair{g_op, column.wgrad}, {f_op, column.dgrad}}) {
+      const double e = std::max(0.0, comm - gemm);
+      lp.tp_backward += e;
+      lp.tp_hidden += comm - e;
+    }
   };
-  auto [g_op, f_op] = tp_pair();
 
   // --- attention block
-  norm();
-  linear(T, (m.q_dim() + 2 * m.kv_dim()) / t, h);
-  AttnShape a;
-  a.batch = p.micro_batch;
-  a.seq_q = seq / p.cp;
-  a.seq_kv = seq;
-  a.heads = m.heads / t;
-  a.kv_heads = m.kv_heads / t;
-  a.head_dim = m.head_dim;
-  a.causal = true;
-  a.flash = p.flash_attention;
-  a.dropout = m.dropout;
+  norm(static_cast<double>(h));
+  const Linears attn = attention_linears(m);
+  Gemm column_attn, row_attn;
+  for (const LinearShape& s : attn) {
+    // Replicated linears (MLA's down-projections) act on the rank's sequence shard.
+    const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
+    Gemm g = linear(s, rows, t);
+    if (s.split == Split::kColumn) {
+      column_attn.fwd += g.fwd;
+      column_attn.dgrad += g.dgrad;
+      column_attn.wgrad += g.wgrad;
+    }
+    if (s.split == Split::kRow) row_attn = g;
+  }
+  for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
+  AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
+                                seq / p.cp, seq, p.flash_attention);
+  a.kernel = p.attention_kernel;
   lp.attention_forward = attention_forward_time(d, f, attn_dtype, a);
-  double attn_bwd = attention_backward_time(d, f, attn_dtype, a);
+  const double attn_bwd = attention_backward_time(d, f, attn_dtype, a);
   lp.forward += lp.attention_forward;
   lp.backward += attn_bwd;
   lp.attention_flops = attention_flops(a);
   fwd_flops += lp.attention_flops;
-  linear(T, h, m.q_dim() / t);
   residual();
-  // Forward: f is the identity (no SP) or an all-gather (SP); g is an all-reduce or a
-  // reduce-scatter. Backward runs the conjugates: f's backward is g's collective and g's
-  // backward is f's; under SP the backward also all-gathers the saved sequence shard again for
-  // the weight gradient. All of it is priced as exposed: Megatron-LM issues these collectives
-  // on the compute path, and treating its async all-reduce as hidden behind the weight-gradient
-  // GEMM makes the Korthikanti suite worse (mean 7.5% instead of 3.2%).
-  lp.tp_forward += g_op + f_op;
-  lp.tp_backward += g_op + 2 * f_op;
+  tp_block(column_attn, row_attn);
 
-  // Context parallelism: ring exchange of K/V chunks (cp - 1 steps), overlapped with the
-  // attention of the chunk in hand; backward sends K/V and their gradients (cp hops).
+  // Context parallelism: ring exchange of K/V chunks (cp - 1 steps) beside the attention of the
+  // chunk in hand; backward sends K/V and their gradients, and the gradients' last hop home.
   if (p.cp > 1) {
     const GroupModel& cp = group_model(p, Group::kCp);
-    double kv_bytes = 2.0 * eb * T * m.kv_dim() / t;
-    double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
-    double steps = p.cp - 1;
-    lp.cp_forward = std::max(0.0, steps * (step - lp.attention_forward / p.cp));
-    // Plus the K/V gradients' final hop home, after the last step (exposed).
-    lp.cp_backward = std::max(0.0, steps * (2 * step - attn_bwd / p.cp)) + step;
+    const double kv_width = m.mla.enabled()
+                                ? static_cast<double>(m.heads) * (m.head_dim + m.v_head_dim()) / t
+                                : 2.0 * m.kv_dim() / t;
+    const double kv_bytes = eb * T * kv_width;
+    const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
+    const double steps = p.cp - 1;
+    const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
+    lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / p.cp);
+    lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / p.cp) + step;
+    lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
   }
 
   // --- MLP block
-  norm();
-  const int64_t up_cols = (m.activation == Activation::kSwiglu ? 2 : 1);
-  if (!moe_layer) {
-    linear(T, up_cols * m.ffn / t, h);
-    elementwise((up_cols + 1) * eb * static_cast<double>(T) * m.ffn / t);
-    linear(T, h, m.ffn / t);
-  } else {
-    // Router, then dispatch tokens to experts (all-to-all over ep), expert MLPs on the tokens
-    // routed here (balanced load), and combine.
-    linear(T, m.moe.experts, h);
-    elementwise(4.0 * T * m.moe.experts * 2);
-    const int64_t routed = T * m.moe.top_k;
-    linear(routed, up_cols * m.moe.expert_ffn / t, h);
-    elementwise((up_cols + 1) * eb * static_cast<double>(routed) * m.moe.expert_ffn / t);
-    linear(routed, h, m.moe.expert_ffn / t);
-    elementwise(2 * eb * static_cast<double>(routed) * h);  // permute and un-permute
+  norm(static_cast<double>(h));
+  const int64_t up_cols = m.activation == Activation::kSwiglu ? 2 : 1;
+  const Linears mlp = mlp_linears(m, std::max(0, layer));
+  Gemm column_mlp, row_mlp;
+  bool tp_mlp = false;
+  for (const LinearShape& s : mlp) {
+    const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
+    Gemm g = linear(s, rows, t);
+    if (s.split == Split::kColumn) {
+      column_mlp.fwd += g.fwd;
+      column_mlp.dgrad += g.dgrad;
+      column_mlp.wgrad += g.wgrad;
+      tp_mlp = true;
+      elementwise((up_cols + 1) * eb * static_cast<double>(T) * s.out / up_cols / t);
+    }
+    if (s.split == Split::kRow) row_mlp = g;
+  }
+  if (moe_layer) {
+    // Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
+    // expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
+    // whose experts/ep local experts run as grouped GEMMs split etp ways.
+    const int64_t etp = p.expert_tp();
+    const bool shard_tokens = sp || etp != t;
+    const double tokens = shard_tokens ? Tn : static_cast<double>(T);
+    const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
+    const int local = std::max(1, m.moe.experts / p.ep);
+    elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
+    for (const LinearShape& s : expert_linears(m)) {
+      int64_t in = s.in, out = s.out;
+      if (s.split == Split::kColumn) out /= etp;
+      if (s.split == Split::kRow) in /= etp;
+      const auto rows_per_expert = static_cast<int64_t>(std::ceil(routed / local));
+      lp.forward += gemm_time(d, f, math, rows_per_expert, out, in, local);
+      lp.backward += gemm_time(d, f, math, rows_per_expert, in, out, local) +
+                     gemm_time(d, f, math, in, out, rows_per_expert, local);
+      if (math == Dtype::kFp8) {
+        lp.forward += fp8_quantize_time(d, f, routed * in);
+        lp.backward += fp8_quantize_time(d, f, routed * out);
+      }
+      fwd_flops += 2.0 * routed * in * out;
+      if (s.split == Split::kColumn)
+        elementwise((up_cols + 1) * eb * routed * s.out / up_cols / etp);
+    }
+    elementwise(2 * eb * routed * h);  // permute and un-permute
+    // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
+    // gather/scatter over tp when the experts are split tp ways.
+    if (etp == t && t > 1) tp_mlp = true;
     if (p.ep > 1) {
-      const GroupModel& ep = group_model(p, Group::kEp);
-      double bytes = eb * (static_cast<double>(routed) / (p.sequence_parallel ? t : 1)) * h;
-      double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
-      lp.ep = 2 * a2a /*fwd*/ + 2 * a2a /*bwd*/;
+      const GroupModel& ep =
+          etp != t ? extra_group_model(p, ExtraGroup::kExpertParallel) : group_model(p, Group::kEp);
+      const double bytes = eb * tokens * m.moe.top_k * h;
+      const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
+      // Dispatch and combine, forward and backward.
+      if (p.ep_comm_overlap) {
+        // Another micro-batch's compute of this layer hides it (1F1B all-to-all overlap).
+        const double window = lp.forward + lp.backward;
+        auto [e, hid] = overlap(4 * a2a, window, 4);
+        lp.ep_forward = e / 2;
+        lp.ep_backward = e / 2;
+        lp.ep_hidden = hid;
+      } else {
+        lp.ep_forward = 2 * a2a;
+        lp.ep_backward = 2 * a2a;
+      }
     }
   }
   residual();
-  lp.tp_forward += g_op + f_op;
-  lp.tp_backward += g_op + 2 * f_op;
+  if (tp_mlp) tp_block(column_mlp, row_mlp);
   lp.forward_flops = fwd_flops;
   return layers_.emplace(key, lp).first->second;
+}
+
+Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
+  const Model& m = model_;
+  const DeviceSpec& d = device_;
+  const Profile& f = profile_;
+  StagePrice sp;
+  const int64_t seq = p.seq(m);
+  const int64_t T = static_cast<int64_t>(p.micro_batch) * seq / p.cp;
+  const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
+  const Dtype math = p.precision;
+  const int layers = p.layers_in_stage(m.layers, stage);
+  // Layers of each kind in this stage (its chunks' ranges).
+  std::array<int, 4> count{};
+  for (int c = 0; c < p.chunks(); ++c) {
+    const int first = p.first_layer(m.layers, stage, c);
+    const int n = p.layers_in_chunk(m.layers, stage, c);
+    if (!m.is_moe() && m.sliding_window <= 0) {
+      count[0] += n;
+      continue;
+    }
+    for (int l = first; l < first + n; ++l)
+      ++count[(m.is_moe_layer(l) ? 2 : 0) + (m.is_windowed_layer(l) ? 1 : 0)];
+  }
+  const int full = p.full_recompute_layers(layers);
+  const double full_share = layers ? static_cast<double>(full) / layers : 0;
+  double fwd_layers = 0, recompute_comm = 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    if (count[kind] == 0) continue;
+    const LayerPrice& lp = layer_price(p, kind >= 2, kind % 2 == 1);
+    const double n = count[kind];
+    fwd_layers += n * lp.forward;
+    sp.forward += n * lp.forward;
+    sp.backward += n * lp.backward;
+    sp.tp += n * (lp.tp_forward + lp.tp_backward);
+    sp.cp += n * (lp.cp_forward + lp.cp_backward);
+    sp.ep += n * (lp.ep_forward + lp.ep_backward);
+    sp.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
+    recompute_comm += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
+    // Recompute: the whole layer (with its forward communication) for the first `full` layers,
+    // the attention core (selective) for the rest when selected.
+    sp.recompute_flops += full_share * n * lp.forward_flops;
+    if (p.recompute == Recompute::kSelective) {
+      sp.recompute += n * lp.attention_forward;
+      sp.recompute_flops += n * lp.attention_flops;
+    }
+  }
+  sp.recompute += full_share * (fwd_layers + recompute_comm);
+  // The embedding on the first stage, the output layer and loss on the last.
+  const int64_t t = p.tp;
+  if (stage == 0) {
+    sp.forward += memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
+    sp.backward += memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
+  }
+  if (stage == p.pp - 1) {
+    sp.forward += gemm_time(d, f, math, T, m.vocab / t, m.hidden) +
+                  memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
+    sp.backward += gemm_time(d, f, math, T, m.hidden, m.vocab / t) +
+                   gemm_time(d, f, math, m.hidden, m.vocab / t, T) +
+                   memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
+  }
+  // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
+  // backward (1/tp of them per TP rank: Megatron's scatter/gather, or the SP shard).
+  if (p.pp > 1)
+    sp.pp = 2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
+  return sp;
+}
+
+// Data-parallel synchronisation of one stage: exposed and hidden seconds per micro-batch
+// (ZeRO-2/3 traffic inside every micro-batch) and per step (after the pipeline).
+struct Estimator::DataParallel {
+  double per_micro_batch = 0, per_micro_batch_hidden = 0;
+  double per_step = 0, per_step_hidden = 0;
+};
+
+Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage, const StagePrice& sp) {
+  DataParallel out;
+  const StageParams params = stage_params(model_, p, stage);
+  const int layers = std::max(1, p.layers_in_stage(model_.layers, stage));
+  const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double g_bytes = dtype_bytes(p.grad_reduce_dtype);
+  const int mb = p.micro_batches();
+  // Compute windows of one micro-batch: forward, and backward with recompute.
+  const double fwd = sp.forward, bwd = sp.backward + sp.recompute;
+  auto add = [](double& exposed, double& hidden, std::pair<double, double> e) {
+    exposed += e.first;
+    hidden += e.second;
+  };
+  // One parameter class (dense or expert) sharded over `shard` ranks of a `whole` group.
+  auto sync = [&](double count, int whole, int shard, const GroupModel* whole_g,
+                  const GroupModel* shard_g, const GroupModel* replica_g) {
+    if (count <= 0 || whole < 2) return;
+    const bool hsdp = shard < whole;
+    // The collectives of one bucket: gradient reduce(-scatter) and parameter gather.
+    auto reduce = [&](double params_in_bucket, bool sharded) {
+      const double bytes = params_in_bucket * g_bytes;
+      if (!sharded) return whole_g->cost(Collective::kAllReduce, bytes).time_s;
+      double t = (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
+      if (hsdp) t += replica_g->cost(Collective::kAllReduce, bytes / shard).time_s;
+      return t;
+    };
+    auto gather = [&](double params_in_bucket) {
+      return (hsdp ? shard_g : whole_g)
+          ->cost(Collective::kAllGather, params_in_bucket * w_bytes)
+          .time_s;
+    };
+    if (p.zero <= 2) {
+      const int buckets = std::max(1, static_cast<int>(std::ceil(count / ddp_bucket_params(p.dp))));
+      const double per_bucket = count / buckets;
+      const double red = buckets * reduce(per_bucket, p.zero >= 1);
+      const double window_b = p.overlap_grad_reduce ? bwd : 0;
+      if (p.zero == 2) {
+        // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
+        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(red, window_b, buckets));
+      } else {
+        // Once per step, beside the last micro-batch's backward.
+        add(out.per_step, out.per_step_hidden, overlap(red, window_b, buckets));
+      }
+      if (p.zero >= 1) {
+        // Updated parameters gathered after the optimizer (beside the next forward when
+        // overlap_param_gather).
+        const double gat = buckets * gather(per_bucket);
+        add(out.per_step, out.per_step_hidden,
+            overlap(gat, p.overlap_param_gather ? fwd : 0, buckets));
+      }
+      return;
+    }
+    // ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
+    // parameters together), prefetched one unit ahead.
+    const double per_layer = count / layers;
+    const double ag = layers * gather(per_layer), rs = layers * reduce(per_layer, true);
+    const double window_f = p.overlap_param_gather ? fwd : 0;
+    const double window_b = p.overlap_grad_reduce ? bwd : 0;
+    switch (p.reshard) {
+      case Reshard::kAfterForward:
+        // Gathered in forward, freed, gathered again for backward (and the recompute inside
+        // it); gradients reduce-scattered as each layer's backward ends.
+        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
+        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag + rs, window_b, layers));
+        break;
+      case Reshard::kAfterBackward:
+        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
+        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(rs, window_b, layers));
+        break;
+      case Reshard::kAfterStep:
+        // Gathered at the first use of the step, reduce-scattered after the last backward.
+        add(out.per_step, out.per_step_hidden, overlap(ag, mb > 0 ? window_f : 0, layers));
+        add(out.per_step, out.per_step_hidden, overlap(rs, window_b, layers));
+        break;
+    }
+  };
+  const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
+  const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
+  sync(params.dense, p.dp * p.cp, p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
+       hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
+       hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr);
+  if (params.expert > 0 && p.expert_dp() > 1) {
+    const bool grid = p.expert_tp() != p.tp;
+    const GroupModel* expert =
+        grid ? &extra_group_model(p, ExtraGroup::kExpertData) : &group_model(p, Group::kExpertDp);
+    const bool hsdp_expert = p.expert_shard_ranks() < p.expert_dp() && p.zero >= 1;
+    sync(params.expert, p.expert_dp(), p.zero >= 1 ? p.expert_shard_ranks() : p.expert_dp(), expert,
+         hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
+         hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
+  }
+  return out;
 }
 
 Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
@@ -209,134 +587,103 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   const DeviceSpec& d = device_;
   const Profile& f = profile_;
   Estimate e;
-  const int per_stage = m.layers / p.pp;
   const int mb = p.micro_batches();
   const int64_t seq = p.seq(m);
-  const int64_t T = static_cast<int64_t>(p.micro_batch) * seq / p.cp;
-  const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
-  const Dtype math = p.precision;
+  const double slowdown = f.overlap_compute_slowdown;
 
-  // Layers of the slowest stage (MoE layers are spread evenly over stages).
-  const int moe_total = m.moe_layer_count();
-  const double moe_per_stage = static_cast<double>(moe_total) / p.pp;
-  const double dense_per_stage = per_stage - moe_per_stage;
-  const LayerPrice& dense = layer_price(p, false);
-  const LayerPrice zero_price{};
-  const LayerPrice& moe = moe_total > 0 ? layer_price(p, true) : zero_price;
-  auto per_layers = [&](auto field) {
-    return dense_per_stage * (dense.*field) + moe_per_stage * (moe.*field);
-  };
-  double F = per_layers(&LayerPrice::forward);
-  double B = per_layers(&LayerPrice::backward);
-  double tp_f = per_layers(&LayerPrice::tp_forward), tp_b = per_layers(&LayerPrice::tp_backward);
-  double cp_c = per_layers(&LayerPrice::cp_forward) + per_layers(&LayerPrice::cp_backward);
-  double ep_c = per_layers(&LayerPrice::ep);
-  // Recompute of the forward: full (whole layer incl. its TP communication) for the first
-  // k layers, selective (attention core) for the others when selected.
-  const int full = p.full_recompute_layers(per_stage);
-  const double full_share = per_stage ? static_cast<double>(full) / per_stage : 0;
-  double R = full_share * (F + tp_f);
-  double recompute_flops = full_share * per_layers(&LayerPrice::forward_flops);
-  if (p.recompute == Recompute::kSelective) {
-    R += per_layers(&LayerPrice::attention_forward);
-    recompute_flops += per_layers(&LayerPrice::attention_flops);
-  }
-
-  // Edge stages: embedding on the first, output layer and loss on the last; the slowest stage
-  // sets the pace, so add the larger of the two (both when pp == 1).
-  const int64_t t = p.tp;
-  double head_f = gemm_time(d, f, math, T, m.vocab / t, m.hidden) +
-                  memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
-  double head_b = gemm_time(d, f, math, T, m.hidden, m.vocab / t) +
-                  gemm_time(d, f, math, m.hidden, m.vocab / t, T) +
-                  memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
-  double emb_f = memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
-  double emb_b = memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
-  double edge_f = p.pp == 1 ? head_f + emb_f : std::max(head_f, emb_f);
-  double edge_b = p.pp == 1 ? head_b + emb_b : std::max(head_b, emb_b);
-  // The output layer's TP reduction of the loss is negligible; its input all-gather under SP is
-  // one more f-operator.
-  F += edge_f;
-  B += edge_b;
-
-  // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
-  // backward (Megatron scatters them over the TP ranks: 1/tp each).
-  double p2p = 0;
-  if (p.pp > 1) p2p = 2.0 * p.vpp * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / t);
-  const double slot = F + B + R + tp_f + tp_b + cp_c + ep_c + p2p;
-  double fill = 0;
-  if (p.pp > 1)
-    fill = (p.schedule == Schedule::kInterleaved ? (p.pp - 1.0) / p.vpp : p.pp - 1.0) * slot;
-
-  TimeBreakdown& tb = e.time;
-  tb.forward = mb * F;
-  tb.backward = mb * B;
-  tb.recompute = mb * R;
-  tb.tp_comm = mb * (tp_f + tp_b);
-  tb.cp_comm = mb * cp_c;
-  tb.ep_comm = mb * ep_c;
-  tb.pp_comm = mb * p2p;
-  tb.bubble = fill;
-
-  // Data parallelism and ZeRO over the dp x cp group (experts over (dp / ep) x cp).
-  const StageParams sp0 = stage_params(m, p, 0), spl = stage_params(m, p, p.pp - 1);
-  const StageParams& sp = sp0.total() >= spl.total() ? sp0 : spl;
-  const double grad_bytes = 4;  // fp32 main gradients are reduced (Megatron's default)
-  const double w_bytes = eb;
-  const double stage_b = B + R;  // backward of one micro-batch: the window for overlap
-  auto dp_sync = [&](Group g, double params, int shard) {
-    if (shard < 2 || params <= 0) return 0.0;
-    const GroupModel& grp = group_model(p, g);
-    double rs = grp.cost(Collective::kReduceScatter, params * grad_bytes).time_s;
-    double ag = grp.cost(Collective::kAllGather, params * w_bytes).time_s;
-    double ar = grp.cost(Collective::kAllReduce, params * grad_bytes).time_s;
-    double win_b = p.overlap_grad_reduce ? stage_b : 0;
-    double win_f = p.overlap_param_gather ? F : 0;
-    switch (p.zero) {
-      case 0:
-        return exposed(ar, win_b, per_stage);
-      case 1:
-        return exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
-      case 2:
-        return mb * exposed(rs, win_b, per_stage) + exposed(ag, win_f, per_stage);
-      default: {
-        double gathers_b = ag * (1 + full_share);  // backward (and recompute) re-gathers
-        return mb * (exposed(ag, win_f, per_stage) + exposed(gathers_b + rs, win_b, per_stage));
-      }
+  // Every distinct stage: uneven plans price each; even plans have at most three kinds (the
+  // first with the embedding, the last with the head, the middle ones).
+  std::vector<StagePrice> stages(p.pp);
+  std::vector<DataParallel> dps(p.pp);
+  std::vector<double> slots(p.pp);
+  for (int s = 0; s < p.pp; ++s) {
+    const bool same_as_previous =
+        !p.uneven_stages() && s >= 2 && s < p.pp - 1 && !m.is_moe() && m.sliding_window <= 0;
+    if (same_as_previous) {
+      stages[s] = stages[s - 1];
+      dps[s] = dps[s - 1];
+    } else {
+      stages[s] = stage_price(p, s);
+      dps[s] = data_parallel(p, s, stages[s]);
+      stages[s].dp = dps[s].per_micro_batch;
+      stages[s].dp_hidden = dps[s].per_micro_batch_hidden;
     }
-  };
-  tb.dp_comm = dp_sync(Group::kDpCp, sp.dense, p.dp * p.cp) +
-               dp_sync(Group::kExpertDp, sp.expert, p.dp / p.ep * p.cp);
+    slots[s] = stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden);
+  }
+  const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
+  const double slot_max = slots[crit];
+  const double slot_sum = std::accumulate(slots.begin(), slots.end(), 0.0);
+  // Pipeline: the slowest stage paces the steady state; the others add to fill and drain
+  // (interleaving divides the fill by the virtual stages per rank).
+  double pipeline = mb * slot_max;
+  if (p.pp > 1) pipeline += (slot_sum - slot_max) / p.chunks();
 
-  // Optimizer step over the rank's (sharded) parameters.
-  const double shard_params =
-      p.zero >= 1 ? sp.dense / (p.dp * p.cp) + sp.expert / (p.dp / p.ep * p.cp) : sp.total();
+  // After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
+  // that takes longest.
   const double host_bw = host_bw_;
-  if (p.offload.optimizer) {
-    // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
-    double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
-    double down = shard_params * grad_bytes / host_bw, up = shard_params * w_bytes / host_bw;
-    tb.offload += exposed(down, stage_b, per_stage) + shard_params / cpu_rate + up;
-  } else {
-    tb.optimizer = optimizer_time(d, f, p.precision, shard_params);
+  double tail = 0;
+  TimeBreakdown tail_parts;
+  for (int s = 0; s < p.pp; ++s) {
+    const StageParams sp_params = stage_params(m, p, s);
+    const double shard_params = p.zero >= 1 ? sp_params.dense / p.dense_shard_ranks() +
+                                                  sp_params.expert / p.expert_shard_ranks()
+                                            : sp_params.total();
+    TimeBreakdown t;
+    t.dp_comm = dps[s].per_step;
+    t.overlap = slowdown * dps[s].per_step_hidden;
+    const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+    const double bwd = stages[s].backward + stages[s].recompute;
+    const int layers = std::max(1, p.layers_in_stage(m.layers, s));
+    if (p.offload.optimizer) {
+      // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
+      const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
+      const double down = shard_params * grad_bytes / host_bw;
+      const double up = shard_params * w_bytes / host_bw;
+      t.offload += overlap(down, bwd, layers).first + shard_params / cpu_rate + up;
+    } else {
+      t.optimizer = optimizer_time(d, f, p.precision, shard_params);
+    }
+    if (p.offload.params) {
+      // Weights streamed in per layer for the forward, the backward and any recompute.
+      const int full = p.full_recompute_layers(layers);
+      const double full_share = static_cast<double>(full) / layers;
+      const double bytes = sp_params.total() * w_bytes / (p.zero >= 3 ? p.dense_shard_ranks() : 1);
+      const double copy = bytes / host_bw;
+      t.offload += mb * (std::max(0.0, copy - stages[s].forward) +
+                         std::max(0.0, copy * (1 + full_share) - bwd));
+    }
+    if (p.offload.activations) {
+      double act = 0;
+      const int full = p.full_recompute_layers(layers);
+      const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
+      act = full * layer_activation_bytes(m, p, Recompute::kFull, false) +
+            (layers - full) * layer_activation_bytes(m, p, rest, false);
+      const double copy = act / host_bw;
+      t.offload += mb * (std::max(0.0, copy - stages[s].forward) + std::max(0.0, copy - bwd));
+    }
+    const double total = t.dp_comm + t.overlap + t.optimizer + t.offload;
+    if (total > tail) {
+      tail = total;
+      tail_parts = t;
+    }
   }
-  if (p.offload.params) {
-    // Weights streamed in per layer for the forward, the backward and any recompute.
-    double bytes = sp.total() * w_bytes / (p.zero >= 3 ? p.dp * p.cp : 1);
-    double copy = bytes / host_bw;
-    tb.offload += mb * (std::max(0.0, copy - F) + std::max(0.0, copy * (1 + full_share) - B - R));
-  }
-  if (p.offload.activations) {
-    double act = 0;
-    for (int i = 0; i < per_stage; ++i)
-      act += layer_activation_bytes(
-          m, p,
-          i < full ? Recompute::kFull
-                   : (p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute),
-          false);
-    double copy = act / host_bw;
-    tb.offload += mb * (std::max(0.0, copy - F) + std::max(0.0, copy - B - R));
-  }
+
+  e.stage_slot_s = slots;
+  e.critical_stage = crit;
+  const StagePrice& c = stages[crit];
+  TimeBreakdown& tb = e.time;
+  tb.forward = mb * c.forward;
+  tb.backward = mb * c.backward;
+  tb.recompute = mb * c.recompute;
+  tb.tp_comm = mb * c.tp;
+  tb.cp_comm = mb * c.cp;
+  tb.ep_comm = mb * c.ep;
+  tb.pp_comm = mb * c.pp;
+  tb.dp_comm = mb * c.dp + tail_parts.dp_comm;
+  tb.overlap = mb * slowdown * (c.hidden + c.dp_hidden) + tail_parts.overlap;
+  tb.bubble = pipeline - mb * slot_max;
+  tb.optimizer = tail_parts.optimizer;
+  tb.offload = tail_parts.offload;
 
   e.step_time_s = tb.total();
   const double tokens = static_cast<double>(p.global_batch) * seq;
@@ -344,10 +691,12 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   e.samples_per_s = p.global_batch / e.step_time_s;
   const FlopsPerToken fpt = flops_per_token(m, seq);
   e.model_flops_per_step = fpt.model * tokens;
-  // Executed FLOPs: the model's plus what recompute re-runs (scaled to all ranks).
-  const double ranks_per_replica = static_cast<double>(p.tp) * p.cp * p.pp;
-  e.hardware_flops_per_step =
-      e.model_flops_per_step + recompute_flops * mb * p.dp * ranks_per_replica;
+  // Executed FLOPs: the model's plus what recompute re-runs, summed over the stages and scaled
+  // to the ranks of a stage (each stage's ranks share its work).
+  double recompute_flops = 0;
+  for (const StagePrice& s : stages) recompute_flops += s.recompute_flops;
+  const double ranks_per_stage = static_cast<double>(p.tp) * p.cp * p.dp;
+  e.hardware_flops_per_step = e.model_flops_per_step + recompute_flops * mb * ranks_per_stage;
   const double peak = d.peak_flops(p.precision) * cluster_.num_gpus() * e.step_time_s;
   e.mfu = e.model_flops_per_step / peak;
   e.hfu = e.hardware_flops_per_step / peak;
@@ -355,7 +704,10 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   e.memory = memory;
   e.memory_per_gpu_bytes = e.memory.total();
   e.device_memory_bytes = d.hbm_bytes;
-  e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes;
+  e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
+  e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
+  e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes &&
+           e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
   return e;
 }
 
@@ -377,7 +729,11 @@ Json estimate_to_json(const Estimate& e) {
           {"hardware_flops_per_step", e.hardware_flops_per_step},
           {"memory_per_gpu_bytes", e.memory_per_gpu_bytes},
           {"device_memory_bytes", e.device_memory_bytes},
+          {"host_memory_per_server_bytes", e.host_memory_per_server_bytes},
+          {"host_memory_capacity_bytes", e.host_memory_capacity_bytes},
           {"fits", e.fits},
+          {"stage_slot_s", e.stage_slot_s},
+          {"critical_stage", e.critical_stage},
           {"time_breakdown_s",
            {{"forward", t.forward},
             {"backward", t.backward},
@@ -389,7 +745,8 @@ Json estimate_to_json(const Estimate& e) {
             {"bubble", t.bubble},
             {"dp_comm", t.dp_comm},
             {"optimizer", t.optimizer},
-            {"offload", t.offload}}},
+            {"offload", t.offload},
+            {"overlap_slowdown", t.overlap}}},
           {"memory_breakdown_bytes",
            {{"weights", m.weights},
             {"gradients", m.gradients},

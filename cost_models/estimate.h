@@ -1,9 +1,11 @@
 // The closed-form plan estimate: step time with its breakdown, throughput, MFU/HFU and peak
-// memory per GPU, priced with the compute, collective and memory models. Fast enough for the
-// plan search: an Estimator caches, per instance, the placed-group and per-layer prices that
-// many plans share. An Estimator is not thread-safe; use one per thread.
+// memory per GPU (and host memory per server), priced with the compute, collective and memory
+// models. Fast enough for the plan search: an Estimator caches, per instance, the placed-group,
+// per-layer and per-stage prices that many plans share. An Estimator is not thread-safe; use one
+// per thread, and keep the Cluster it was given alive while it is used.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,15 +28,16 @@ struct TimeBreakdown {
   double recompute = 0;  // forward compute re-run for activation checkpointing
   double tp_comm = 0;    // exposed tensor/sequence-parallel communication
   double cp_comm = 0;    // exposed context-parallel K/V exchange
-  double ep_comm = 0;    // expert all-to-all (dispatch and combine)
+  double ep_comm = 0;    // exposed expert all-to-all (dispatch and combine)
   double pp_comm = 0;    // pipeline sends/receives on the critical path
-  double bubble = 0;     // pipeline fill and drain
+  double bubble = 0;     // pipeline fill and drain (and waiting on slower stages)
   double dp_comm = 0;    // exposed gradient reduction and ZeRO gathers
   double optimizer = 0;  // optimizer step
   double offload = 0;    // exposed host<->device traffic and CPU optimizer time
+  double overlap = 0;    // compute slowed by the communication it overlaps (Profile)
   double total() const {
     return forward + backward + recompute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
-           dp_comm + optimizer + offload;
+           dp_comm + optimizer + offload + overlap;
   }
 };
 
@@ -47,26 +50,37 @@ struct Estimate {
   double hfu = 0;  // executed FLOPs including recompute / (time x GPUs x peak)
   double model_flops_per_step = 0;
   double hardware_flops_per_step = 0;
+  // Seconds one micro-batch costs each pipeline stage (its forward, backward, recompute and
+  // exposed communication); the slowest stage paces the pipeline.
+  std::vector<double> stage_slot_s;
+  int critical_stage = 0;
   MemoryBreakdown memory;  // the rank with the largest peak
   double memory_per_gpu_bytes = 0;
   double device_memory_bytes = 0;
-  bool fits = false;
+  // Offloaded bytes of a server's GPUs against the host memory the server can pin for them.
+  double host_memory_per_server_bytes = 0;
+  double host_memory_capacity_bytes = 0;
+  bool fits = false;  // device and host memory
 };
 
 Json estimate_to_json(const Estimate& e);
 
 // Per-layer, per-micro-batch prices on one rank (see estimate.cc).
 struct LayerPrice {
-  double forward = 0, backward = 0;               // compute seconds
-  double attention_forward = 0;                   // the attention core alone (selective recompute)
-  double tp_forward = 0, tp_backward = 0;         // exposed TP/SP communication
-  double cp_forward = 0, cp_backward = 0;         // exposed CP communication
-  double ep = 0;                                  // expert all-to-all, forward + backward
+  double forward = 0, backward = 0;        // compute seconds
+  double attention_forward = 0;            // the attention core alone (selective recompute)
+  double tp_forward = 0, tp_backward = 0;  // exposed TP/SP communication
+  double tp_hidden = 0;                    // TP/SP communication overlapped with GEMMs
+  double cp_forward = 0, cp_backward = 0;  // exposed CP communication
+  double cp_hidden = 0;
+  double ep_forward = 0, ep_backward = 0;  // exposed expert all-to-all
+  double ep_hidden = 0;
   double forward_flops = 0, attention_flops = 0;  // executed FLOPs
 };
 
 class Estimator {
  public:
+  // REQUIRES: `cluster` outlives the Estimator.
   Estimator(const Model& model, const Cluster& cluster, Profile profile);
 
   // REQUIRES: validate(plan, model, cluster) passed.
@@ -78,22 +92,50 @@ class Estimator {
   const Cluster& cluster() const { return cluster_; }
   const Profile& profile() const { return profile_; }
 
+  // Prices of one pipeline stage for one micro-batch (seconds; see estimate.cc).
+  struct StagePrice {
+    double forward = 0, backward = 0, recompute = 0;
+    double tp = 0, cp = 0, ep = 0, pp = 0;  // exposed communication
+    double hidden = 0;                      // communication overlapped with compute
+    double dp = 0;                          // exposed per-micro-batch ZeRO traffic
+    double dp_hidden = 0;
+    double recompute_flops = 0;
+    double slot() const;  // everything a micro-batch costs the stage
+  };
+
  private:
   // Placement key: the degrees and rank order that decide where a group lands.
-  using PlacementKey = std::tuple<int, int, int, int, int, int, int>;
+  using PlacementKey = std::tuple<int, int, int, int, int, int, int, int, int>;
   PlacementKey placement(const Plan& plan, int what) const;
   const GroupModel& group_model(const Plan& plan, Group g);
-  const LayerPrice& layer_price(const Plan& plan, bool moe_layer);
+  // Expert groups under Megatron's expert grid (etp x ep x edp over a stage's ranks), the HSDP
+  // shard and replica groups: the group of stage 0 containing rank 0, with its stage-0 siblings.
+  enum class ExtraGroup {
+    kExpertParallel,
+    kExpertData,
+    kDenseShard,
+    kDenseReplica,
+    kExpertShard,
+    kExpertReplica
+  };
+  const GroupModel& extra_group_model(const Plan& plan, ExtraGroup g);
+  const LayerPrice& layer_price(const Plan& plan, bool moe_layer, bool windowed);
+  StagePrice stage_price(const Plan& plan, int stage);
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
   double pp_transfer_time(const Plan& plan, double bytes);
+  struct DataParallel;
+  DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& sp);
 
   Model model_;
   const Cluster& cluster_;
   Profile profile_;
   DeviceSpec device_;
   double host_bw_ = 0;  // GPU <-> host bandwidth with the copy efficiency applied
+  // A layer index of each kind (dense/MoE x full/windowed attention), -1 when absent.
+  std::array<int, 4> kind_layer_{-1, -1, -1, -1};
   std::map<PlacementKey, std::unique_ptr<GroupModel>> groups_;
-  std::map<std::tuple<PlacementKey, int, int64_t, bool, bool, int, bool>, LayerPrice> layers_;
+  std::map<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
+      layers_;
   std::map<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
 };
 

@@ -1,16 +1,24 @@
-// Memory cost model: per-rank weights, gradients, optimizer state, activations and buffers.
+// Memory cost model: per-rank weights, gradients, optimizer state, activations, the runtime's own
+// memory, and host memory taken by offload.
 #include "cost_models/memory.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "core/layer_shapes.h"
 
 namespace parasol::cost {
 
 namespace {
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-// CUDA context, cuBLAS/NCCL workspaces and allocator slack kept free on every GPU.
-constexpr double kRuntimeReserve = 1.0 * GiB;
+constexpr double MiB = 1024.0 * 1024.0;
 
 double activation_dtype_bytes(const Plan& p) { return p.precision == Dtype::kFp32 ? 4 : 2; }
+
+// Parameters of one linear on a rank holding 1/parts of it (replicated linears whole).
+double linear_params(const LinearShape& s, int parts) {
+  return s.split == Split::kReplicated ? static_cast<double>(s.params())
+                                       : static_cast<double>(s.params()) / parts;
+}
 }  // namespace
 
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer) {
@@ -23,8 +31,16 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
 
   double bytes = 0;
   bytes += 2 * eb * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
-  bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
-  bytes += eb * tokens * m.q_dim() / t;                       // attention output = out-proj input
+  if (m.mla.enabled()) {
+    // The latents feeding the up-projections, then Q, K (nope + rope per head) and V.
+    const double latents =
+        static_cast<double>(m.mla.q_lora_rank) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim;
+    bytes += eb * tokens * latents / sp;
+    bytes += eb * tokens * (2.0 * m.q_dim() + m.heads * m.v_head_dim()) / t;
+  } else {
+    bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
+  }
+  bytes += eb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
   } else if (recompute != Recompute::kSelective) {
@@ -35,44 +51,67 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   const double masks = m.dropout ? 2 * tokens * h / sp : 0;  // two residual dropout masks
   bytes += masks;
   bytes += 2 * eb * tokens * h / sp;  // norm2 input, FC1 input
-  auto mlp = [&](double rows, double ffn) {
+  auto mlp = [&](double rows, double ffn, double parts) {
     double per = m.activation == Activation::kSwiglu ? 3 : 2;  // FC1 out(s) + FC2 input
-    return per * eb * rows * ffn / t;
+    return per * eb * rows * ffn / parts;
   };
   if (moe_layer) {
     const double routed = tokens * m.moe.top_k;
     bytes += 4.0 * tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += eb * routed * h / sp;          // dispatched tokens (expert FC1 input)
-    bytes += mlp(routed / sp, static_cast<double>(m.moe.expert_ffn));
+    // Routed experts' intermediates: the rank's routed tokens over its etp share of an expert.
+    const double etp = p.expert_tp();
+    bytes += etp == t ? mlp(routed / sp, static_cast<double>(m.moe.expert_ffn), t)
+                      : mlp(routed / sp, static_cast<double>(m.moe.expert_ffn), etp);
+    if (m.moe.shared_experts > 0)
+      bytes += mlp(tokens, static_cast<double>(m.moe.shared_width()), t);
   } else {
-    bytes += mlp(tokens, static_cast<double>(m.ffn));
+    bytes += mlp(tokens, static_cast<double>(m.ffn), t);
   }
   return bytes;
 }
 
-namespace {
-// MoE layers among layers [first, last).
-int moe_layers_in(const Model& m, int first, int last) {
-  if (!m.is_moe()) return 0;
-  auto upto = [&](int n) { return n / m.moe.every; };  // MoE layers among [0, n)
-  return upto(last) - upto(first);
-}
-}  // namespace
-
 StageParams stage_params(const Model& m, const Plan& p, int stage) {
-  ParamCounts pc = param_counts(m);
-  const double t = p.tp;
-  const int per_stage = m.layers / p.pp;
-  const int moe = moe_layers_in(m, stage * per_stage, (stage + 1) * per_stage);
-  const int dense = per_stage - moe;
+  const int t = p.tp;
+  // One layer of each kind on this rank.
+  double attention = 0;
+  for (const LinearShape& s : attention_linears(m)) attention += linear_params(s, t);
+  for (const NormShape& n : attention_norms(m)) attention += n.params(m);
+  const double norms = 2.0 * (m.norm == Norm::kLayerNorm ? 2 : 1) * m.hidden;
+  auto mlp_of = [&](int layer) {
+    double params = 0;
+    for (const LinearShape& s : mlp_linears(m, layer)) params += linear_params(s, t);
+    return params;
+  };
+  double expert = 0;
+  for (const LinearShape& s : expert_linears(m)) expert += linear_params(s, p.expert_tp());
+  expert *= static_cast<double>(m.moe.experts) / p.ep;
+
+  int moe_layers = 0, layers = 0;
+  for (int c = 0; c < p.chunks(); ++c) {
+    const int first = p.first_layer(m.layers, stage, c);
+    const int n = p.layers_in_chunk(m.layers, stage, c);
+    layers += n;
+    moe_layers += m.is_moe() ? m.moe_layers_between(first, first + n) : 0;
+  }
+  const int dense_layers = layers - moe_layers;
   StageParams sp;
-  sp.dense = dense * ((pc.attention + pc.dense_mlp) / t + pc.norms) +
-             moe * (pc.attention / t + pc.norms + pc.router);
-  sp.expert = moe * static_cast<double>(m.moe.experts) * pc.expert_mlp / (t * p.ep);
+  sp.dense = layers * (attention + norms);
+  if (dense_layers > 0) {
+    int dense_layer = 0;
+    while (m.is_moe_layer(dense_layer) && dense_layer + 1 < m.layers) ++dense_layer;
+    sp.dense += dense_layers * mlp_of(dense_layer);
+  }
+  if (moe_layers > 0) {
+    int moe_layer = 0;
+    while (!m.is_moe_layer(moe_layer) && moe_layer + 1 < m.layers) ++moe_layer;
+    sp.dense += moe_layers * mlp_of(moe_layer);
+    sp.expert = moe_layers * expert;
+  }
   const double table = static_cast<double>(m.vocab) * m.hidden / t;
   if (stage == 0) sp.dense += table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
   if (stage == p.pp - 1) {
-    sp.dense += pc.final_norm;
+    sp.dense += (m.norm == Norm::kLayerNorm ? 2 : 1) * m.hidden;
     // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
     if (!m.tied_embeddings || p.pp > 1) sp.dense += table;
   }
@@ -95,6 +134,31 @@ double in_flight_micro_batches(const Plan& p, int stage) {
   return m;
 }
 
+double runtime_overhead_bytes(const Cluster& c, const Plan& p) {
+  if (c.gpu_device(0).vendor == "cpu") return 0;
+  // The training process's own device memory besides tensors:
+  //  - CUDA context with PyTorch's kernels loaded lazily (CUDA_MODULE_LOADING=LAZY, the default
+  //    since CUDA 11.7/PyTorch 2): ~500 MiB per process on A100/H100 (PyTorch's CUDA semantics
+  //    notes; NVIDIA "CUDA lazy loading" documentation);
+  //  - cuBLAS(Lt) and Transformer Engine workspaces: 32 MiB each on Hopper, 4 MiB before
+  //    (cuBLAS documentation, "cublasSetWorkspace");
+  //  - NCCL: each communicator allocates per channel a send and a receive buffer per protocol
+  //    (NCCL_BUFFSIZE 4 MiB for Simple, plus LL/LL128 buffers): about 2 x 4.6 MiB x channels
+  //    per ring peer pair; a plan opens one communicator per parallel dimension it uses
+  //    (tp, cp, ep, dp, pp and the embedding group), with up to 32 channels on NVSwitch systems
+  //    (NCCL environment-variable documentation, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS).
+  const double context = 500 * MiB;
+  const double workspaces = 2 * 32 * MiB;
+  int communicators = 1;  // data parallel (or the world, for the grad-norm reduction)
+  for (int degree : {p.tp, p.cp, p.ep, p.pp}) communicators += degree > 1 ? 1 : 0;
+  const double per_communicator = 2 * 4.6 * MiB * 16;
+  return context + workspaces + communicators * per_communicator;
+}
+
+double host_memory_pinnable_bytes(const Cluster& c) {
+  return c.host_memory_per_gpu(0) * std::max(1, c.gpus_per_server());
+}
+
 MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p, int stage) {
   if (stage < 0) {
     MemoryBreakdown best;
@@ -102,15 +166,22 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
       MemoryBreakdown b = memory_per_rank(m, c, p, s);
       if (b.total() > best.total()) best = b;
     }
+    // Uneven stages: the largest stage may be in the middle.
+    if (p.uneven_stages() && p.pp > 2) {
+      int largest = 1;
+      for (int s = 1; s < p.pp - 1; ++s)
+        if (p.layers_in_stage(m.layers, s) > p.layers_in_stage(m.layers, largest)) largest = s;
+      MemoryBreakdown b = memory_per_rank(m, c, p, largest);
+      if (b.total() > best.total()) best = b;
+    }
     return best;
   }
-  (void)c;
   MemoryBreakdown mb;
   const StageParams params = stage_params(m, p, stage);
   const bool low = p.precision != Dtype::kFp32;
   const double w_bytes = low ? 2 : 4, g_bytes = 4, o_bytes = low ? 12 : 8;
-  const double dense_shard = static_cast<double>(p.dp) * p.cp;
-  const double expert_shard = static_cast<double>(p.dp) / p.ep * p.cp;
+  const double dense_shard = p.dense_shard_ranks();
+  const double expert_shard = p.expert_shard_ranks();
   auto sharded = [&](double bytes_per_param, bool shard) {
     return params.dense * bytes_per_param / (shard ? dense_shard : 1) +
            params.expert * bytes_per_param / (shard ? expert_shard : 1);
@@ -119,12 +190,17 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
   mb.gradients = sharded(g_bytes, p.zero >= 2);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 
-  const int per_stage = m.layers / p.pp;
+  const int per_stage = std::max(1, p.layers_in_stage(m.layers, stage));
   const int full_layers = p.full_recompute_layers(per_stage);
   const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
+  int moe = 0;
+  for (int ch = 0; ch < p.chunks(); ++ch) {
+    const int first = p.first_layer(m.layers, stage, ch);
+    moe += m.is_moe() ? m.moe_layers_between(first, first + p.layers_in_chunk(m.layers, stage, ch))
+                      : 0;
+  }
   // Partial full recompute covers the first `full_layers` layers of a stage; MoE layers are
-  // spread evenly, so split them in proportion.
-  const int moe = moe_layers_in(m, stage * per_stage, (stage + 1) * per_stage);
+  // spread in proportion.
   const double moe_share = static_cast<double>(moe) / per_stage;
   auto layers_bytes = [&](Recompute r, double count) {
     return count * ((1 - moe_share) * layer_activation_bytes(m, p, r, false) +
@@ -140,10 +216,29 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
   mb.activations = stage_act * in_flight_micro_batches(p, stage);
 
   // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
-  // the last stage; ZeRO-3 gathers of the current and the prefetched layer.
+  // the last stage; ZeRO-3 gathers.
   if (full_layers > 0) mb.transient += largest_layer;
   if (stage == p.pp - 1) mb.transient += (eb + 4) * tokens * m.vocab / p.tp;
-  if (p.zero >= 3) mb.transient += 2 * w_bytes * params.total() / per_stage;
+  if (p.zero >= 3) {
+    const double gathered_stage = w_bytes * params.total();
+    const double per_layer = gathered_stage / per_stage;
+    switch (p.reshard) {
+      case Reshard::kAfterForward:
+        mb.transient += 2 * per_layer;  // the layer in use and the prefetched one
+        break;
+      case Reshard::kAfterBackward:
+        // Each layer stays gathered from its forward to its backward: the whole stage at the
+        // end of the forward.
+        mb.weights += gathered_stage - mb.weights;
+        mb.transient += per_layer;
+        break;
+      case Reshard::kAfterStep:
+        // Parameters gathered for the step, gradients accumulated unsharded and reduced once.
+        mb.weights += gathered_stage - mb.weights;
+        mb.gradients += dtype_bytes(p.grad_reduce_dtype) * params.total();
+        break;
+    }
+  }
 
   // Offload: moved state leaves the device (a double buffer of two layers stays).
   const double layer_fraction = std::min(1.0, 2.0 / per_stage);
@@ -161,7 +256,7 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
     mb.host += mb.activations - kept;
     mb.activations = kept;
   }
-  mb.buffers = kRuntimeReserve;
+  mb.buffers = runtime_overhead_bytes(c, p);
   return mb;
 }
 

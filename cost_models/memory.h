@@ -16,8 +16,9 @@ namespace parasol::cost {
 // `recompute` is the policy applied to this layer (full keeps only the layer input).
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer);
 
-// Parameters held by one rank of pipeline stage `stage` before any ZeRO sharding
-// (tensor- and expert-parallel shards; embedding on the first stage, head on the last).
+// Parameters held by one rank of pipeline stage `stage` before any ZeRO sharding (tensor- and
+// expert-parallel shards, MLA's replicated down-projections whole; the stage's own layers,
+// uneven stages included; embedding on the first stage, head on the last).
 struct StageParams {
   double dense = 0;   // replicated over dp (sharded by ZeRO over dp x cp)
   double expert = 0;  // replicated over dp / ep (sharded by ZeRO over (dp / ep) x cp)
@@ -41,6 +42,12 @@ struct MemoryBreakdown {
     return weights + gradients + optimizer + activations + transient + buffers;
   }
 };
+
+// Device memory the training process holds besides its tensors: CUDA context, library
+// workspaces, communication buffers and the caching allocator's reserve (see memory.cc).
+double runtime_overhead_bytes(const Cluster& c, const Plan& p);
+// Host memory of one server that offload may fill (bytes).
+double host_memory_pinnable_bytes(const Cluster& c);
 
 // Peak device memory of one rank of `stage` (-1: the stage with the largest total).
 MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p, int stage = -1);

@@ -332,8 +332,16 @@ double OpPricer::price(const Op& op, int stage, bool host) {
     case OpKind::kLinear:
     case OpKind::kExpertLinear:
     case OpKind::kRouter:
-      if (op.m > 0 && op.n > 0 && op.k > 0)
-        return gemm_time(dev, prof_, math, op.m, op.n, op.k, std::max<int64_t>(1, op.batch));
+      if (op.m > 0 && op.n > 0 && op.k > 0) {
+        double t = gemm_time(dev, prof_, math, op.m, op.n, op.k, std::max<int64_t>(1, op.batch));
+        // fp8: the GEMM's m x k operand (forward input, backward output gradient) is quantised
+        // first; weight-gradient GEMMs reuse the transposed copies.
+        const bool weight_grad = op.tags.phase == Phase::kBackward && !op.backward_data;
+        if (math == Dtype::kFp8 && op.kind != OpKind::kRouter && !weight_grad)
+          t += fp8_quantize_time(dev, prof_,
+                                 static_cast<double>(op.m) * op.k * std::max<int64_t>(1, op.batch));
+        return t;
+      }
       if (op.flops > 0)
         return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;
       return memory_time(dev, prof_, elementwise_bytes(op));
@@ -399,7 +407,11 @@ double OpPricer::price(const Op& op, int stage, bool host) {
 // The attention core of an op: its `attn` shape when given, else one whole layer of the plan
 // on this rank with the plan's kernel choice.
 AttnShape OpPricer::attention_shape(const Op& op) const {
-  if (op.attn.batch > 0 && op.attn.seq_q > 0) return op.attn;
+  if (op.attn.batch > 0 && op.attn.seq_q > 0) {
+    AttnShape a = op.attn;
+    a.kernel = plan_.attention_kernel;  // the plan's kernel choice
+    return a;
+  }
   AttnShape a;
   a.flash = plan_.flash_attention;
   const int64_t seq = plan_.seq(model_);
@@ -411,6 +423,7 @@ AttnShape OpPricer::attention_shape(const Op& op) const {
   a.head_dim = model_.head_dim;
   a.causal = true;
   a.dropout = model_.dropout;
+  a.kernel = plan_.attention_kernel;
   return a;
 }
 

@@ -5,50 +5,112 @@
 
 namespace parasol::cost {
 
+NcclTuning nccl_defaults(const std::string& architecture, const std::string& host_cpu) {
+  // NVIDIA/nccl src/graph/tuning.cc @5067397c, ncclTunerConstantsDefaults (microseconds).
+  NcclTuning t;
+  constexpr double us = 1e-6;
+  t.base_latency_s = {{{6.8 * us, 14.0 * us, 8.4 * us},   // tree
+                       {6.6 * us, 14.0 * us, 8.4 * us},   // ring
+                       {8.0 * us, 8.0 * us, 8.0 * us}}};  // PAT
+  t.hw_latency_s = {
+      {// NVLink: tree, ring, PAT
+       {{{0.6 * us, 1.25 * us, 4.0 * us}, {0.6 * us, 1.9 * us, 3.4 * us}, {0, 0, 4.0 * us}}},
+       // PCIe
+       {{{1.0 * us, 1.9 * us, 4.0 * us}, {1.0 * us, 2.5 * us, 5.7 * us}, {0, 0, 4.0 * us}}},
+       // network
+       {{{5.0 * us, 8.5 * us, 14.0 * us}, {2.7 * us, 4.0 * us, 14.0 * us}, {0, 0, 14.0 * us}}}}};
+  t.net_overhead_s = (host_cpu == "amd" ? 2.0 : 1.0) * us;
+  // llMaxBws (GB/s) by nodes 1 / 2 / more.
+  constexpr double GB = 1e9;
+  if (architecture == "hopper")
+    t.ll_max_bw = {141.0 * GB, 45.0 * GB, 35.0 * GB};
+  else if (architecture == "blackwell")
+    t.ll_max_bw = {282.0 * GB, 90.0 * GB, 70.0 * GB};
+  else
+    t.ll_max_bw = {87.7 * GB, 22.5 * GB, 19.0 * GB};  // Ampere
+  // "Plateau effect of ring": x1.4 from compute capability 8.0, x1.9 before.
+  t.ring_allreduce_plateau = architecture == "volta" ? 1.9 : 1.4;
+  return t;
+}
+
 Profile default_profile(const DeviceSpec& d) {
   Profile p;
   p.device = d.name;
   p.source = "parasol defaults (datasheets and public micro-benchmarks)";
+  // Collectives on GPUs: NCCL's latency model (tuning.cc), the per-step software latency is in
+  // it. Overlapped communication slows the compute it hides behind: Hassan et al. 2025
+  // ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+  // Learning", arXiv 2507.03114) measure an average 18.9% compute slowdown over GPT and LLaMA
+  // workloads on A100 and H100 (NCCL's kernels hold one thread block per channel: 24 of the
+  // H100's 132 SMs for an all-gather, NVIDIA developer forum measurement, about 18%).
+  p.collective_step_latency_s = 0;
+  p.overlap_compute_slowdown = 0.19;
+  // Sustained tensor-core work runs at the power-saturated clock: the Maximum Sustainable
+  // Matmul FLOPS over the Maximum Achievable (boost burst) one, measured on a whole busy node
+  // with mamf-finder (stas00/ml-engineering, compute/accelerator/benchmarks/README.md): H200
+  // 698.6 / 823.9 = 0.848, B200 1426.4 / 1751.2 = 0.815, and an H100-class 743 / 781 at
+  // 4096^3. Not measured on A100 and MI300X; the same physics (a TDP-limited clock) and the
+  // Hopper ratio are used there.
+  p.sustained_clock = 0.85;
+  p.nccl = nccl_defaults("ampere", "intel");
   if (d.name.rfind("A100", 0) == 0) {
-    // cuBLAS fp16/bf16 GEMMs of size >= 4096^3 reach 250-270 of 312 TFLOP/s on A100-SXM
-    // (NVIDIA Deep Learning Performance guide, "GEMM" chapter; Megatron-LM reports 80-85%).
-    p.gemm_efficiency = 0.83;
+    // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
+    // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
+    // 2.6/CUDA 12.6): 0.869. The DL Performance guide's 250-270 TFLOP/s for large GEMMs agrees.
+    p.gemm_efficiency = 0.869;
     // STREAM-like copies reach ~1.7 of 2.0 TB/s on A100-80G (~0.85); fused element-wise
     // kernels of Megatron (bias-gelu, bias-dropout-add, layernorm) reach about 0.75-0.8.
     p.memory_efficiency = 0.78;
     // FlashAttention-2 paper (Dao 2023), Fig. 4-5: A100, head dim 128, causal: ~70% forward,
-    // ~55% backward of peak at long sequences (the kernel's own FLOP count).
+    // ~55% backward of peak at long sequences (the kernel's own FLOP count). cuDNN's fused
+    // attention on Ampere is FlashAttention-2-class (no separate figures).
     p.flash_forward_efficiency = 0.65;
     p.flash_backward_efficiency = 0.5;
     // nccl-tests all_reduce_perf on DGX A100: ~230 GB/s bus bandwidth over 300 GB/s NVLink3 per
     // direction (0.77); HDR inter-node ~ 23 of 25 GB/s per NIC (0.92); PCIe Gen4 ~ 25 of 32 GB/s.
     p.link_efficiency = {0.77, 0.77, 0.78, 0.92, 0.8, 0.5};
+    // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step).
+    p.nccl = nccl_defaults("ampere", "amd");
   } else if (d.name == "H100-SXM" || d.name == "H200") {
-    // cuBLASLt bf16 on H100-SXM: ~700-750 of 989 TFLOP/s for large GEMMs (~0.72).
-    p.gemm_efficiency = 0.72;
+    // Burst GEMM efficiency (MAMF table, stas00/ml-engineering): H100 SXM bf16 794.5 of 989
+    // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
+    p.gemm_efficiency = 0.803;
+    p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.709;
     // HBM3 STREAM ~ 2.9-3.0 of 3.35 TB/s; fused kernels reach ~0.75-0.8.
     p.memory_efficiency = 0.78;
     // FlashAttention-2 on H100: ~335-350 TFLOP/s forward, ~250-300 backward of 989 (FA2 paper and
-    // FlashAttention-3 paper baselines).
+    // the FlashAttention-3 paper's baselines). FlashAttention-3 / cuDNN 9 fused attention (Shah
+    // et al. 2024, arXiv 2407.08608, Fig. 5-7, head dim 128, bf16): ~600-650 forward, ~450-500
+    // backward at long sequences.
     p.flash_forward_efficiency = 0.35;
     p.flash_backward_efficiency = 0.28;
+    p.cudnn_forward_efficiency = 0.62;
+    p.cudnn_backward_efficiency = 0.48;
     // nccl-tests on DGX H100 without NVLS: ~360 GB/s of 450 (0.8); NDR ~ 46 of 50 GB/s (0.92).
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
+    // DGX H100/H200: Intel Xeon Platinum 8480C hosts.
+    p.nccl = nccl_defaults("hopper", "intel");
   } else if (d.name == "B200") {
-    // Early public B200 figures: cuBLASLt bf16 ~1.5-1.7 of 2.25 PF (~0.7); NVLink5 ~ 0.8.
-    p.gemm_efficiency = 0.7;
+    // MAMF table: B200 SXM bf16 1745.0 of 2250 (0.776), fp8 3432.5 of 4500 (0.763); the
+    // sustained clock ratio measured on B200 is 0.815.
+    p.gemm_efficiency = 0.776;
+    p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.763;
+    p.sustained_clock = 0.815;
     p.memory_efficiency = 0.78;
     p.flash_forward_efficiency = 0.5;
     p.flash_backward_efficiency = 0.4;
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
+    p.nccl = nccl_defaults("blackwell", "intel");  // DGX B200: Intel Xeon 8570
   } else if (d.name == "MI300X") {
-    // Public MI300X measurements (e.g. SemiAnalysis, AMD ROCm blogs): bf16 GEMM ~ 600-700 of
-    // 1307 TFLOP/s (~0.5); RCCL all-reduce ~ 300 of 448 GB/s (~0.7).
-    p.gemm_efficiency = 0.5;
+    // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,
+    // TunableOp); RCCL all-reduce ~ 300 of 448 GB/s (~0.7).
+    p.gemm_efficiency = 0.514;
     p.memory_efficiency = 0.7;
     p.flash_forward_efficiency = 0.3;
     p.flash_backward_efficiency = 0.22;
     p.link_efficiency = {0.7, 0.7, 0.8, 0.92, 0.8, 0.5};
+    // RCCL keeps NCCL's tuning model; its constants are NCCL's Ampere-era ones.
+    p.nccl = nccl_defaults("ampere", "amd");
   } else if (d.name == kHostCpuDevice) {
     // One rank of the CPU runtime (device.cc: the peak is the one-core cblas_sgemm rate and the
     // bandwidth a one-thread STREAM triad). OpenBLAS reaches ~0.9 of its large-sgemm rate on
@@ -66,18 +128,105 @@ Profile default_profile(const DeviceSpec& d) {
     p.kernel_overhead_s = 1e-6;
     p.link_efficiency = {0.8, 0.8, 0.8, 0.9, 0.8, 0.5};
     p.collective_step_latency_s = 2e-6;
+    p.nccl.reset();           // MPI, not NCCL
+    p.sustained_clock = 1.0;  // the probe measures the sustained sgemm rate
+    // MPI progresses only while the executor polls between ops (no overlap to slow compute).
+    p.overlap_compute_slowdown = 0;
     p.host_copy_efficiency = 0.9;
     p.host_adam_params_per_s = 0.5e9;
   }
   return p;
 }
 
+namespace {
+// Fills `out` (rows x cols) from a JSON array of arrays of microseconds.
+template <size_t R, size_t C>
+void read_us_table(const JsonReader& r, const std::string& key,
+                   std::array<std::array<double, C>, R>& out) {
+  const auto rows = r.array(key);
+  if (rows.size() != R) throw Error(r.field(key), "must have " + std::to_string(R) + " rows");
+  for (size_t i = 0; i < R; ++i) {
+    const Json& row = *rows[i].second;
+    if (!row.is_array() || row.size() != C)
+      throw Error(rows[i].first, "must be an array of " + std::to_string(C) + " numbers");
+    for (size_t k = 0; k < C; ++k) {
+      if (!row[k].is_number() || row[k].get<double>() < 0 || row[k].get<double>() > 1e6)
+        throw Error(rows[i].first + "[" + std::to_string(k) + "]",
+                    "must be a number of microseconds in [0, 1e6]");
+      out[i][k] = row[k].get<double>() * 1e-6;
+    }
+  }
+}
+
+Json us_table(const std::array<std::array<double, 3>, 3>& t) {
+  Json j = Json::array();
+  for (const auto& row : t) {
+    Json r = Json::array();
+    for (double v : row) r.push_back(v * 1e6);
+    j.push_back(r);
+  }
+  return j;
+}
+}  // namespace
+
+NcclTuning nccl_tuning_from_json(const JsonReader& r, NcclTuning t) {
+  r.allow_only({"base_latency_us", "hw_latency_us", "net_overhead_us", "ll_max_GBps"});
+  if (r.has("base_latency_us")) read_us_table(r, "base_latency_us", t.base_latency_s);
+  if (r.has("hw_latency_us")) {
+    const auto transports = r.array("hw_latency_us");
+    if (transports.size() != 3)
+      throw Error(r.field("hw_latency_us"), "must have 3 transports (nvlink, pci, net)");
+    for (size_t i = 0; i < 3; ++i) {
+      Json wrapper = {{"t", *transports[i].second}};
+      JsonReader w(wrapper, transports[i].first);
+      read_us_table(w, "t", t.hw_latency_s[i]);
+    }
+  }
+  t.net_overhead_s = r.number_or("net_overhead_us", t.net_overhead_s * 1e6, 0, 1e6) * 1e-6;
+  if (r.has("ll_max_GBps")) {
+    const auto v = r.array("ll_max_GBps");
+    if (v.size() != 3)
+      throw Error(r.field("ll_max_GBps"), "must have 3 numbers (1, 2, more nodes)");
+    for (size_t i = 0; i < 3; ++i) {
+      if (!v[i].second->is_number() || v[i].second->get<double>() <= 0)
+        throw Error(v[i].first, "must be a positive number");
+      t.ll_max_bw[i] = v[i].second->get<double>() * 1e9;
+    }
+  }
+  return t;
+}
+
+Json nccl_tuning_to_json(const NcclTuning& t) {
+  Json hw = Json::array();
+  for (const auto& transport : t.hw_latency_s) hw.push_back(us_table(transport));
+  return {{"base_latency_us", us_table(t.base_latency_s)},
+          {"hw_latency_us", hw},
+          {"net_overhead_us", t.net_overhead_s * 1e6},
+          {"ll_max_GBps", {t.ll_max_bw[0] / 1e9, t.ll_max_bw[1] / 1e9, t.ll_max_bw[2] / 1e9}}};
+}
+
 Profile profile_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, path);
-  r.allow_only({"device", "source", "gemm_efficiency", "gemm_efficiency_by_dtype", "gemm_k_half",
-                "memory_efficiency", "flash_forward_efficiency", "flash_backward_efficiency",
-                "kernel_overhead_us", "link_efficiency", "collective_step_latency_us",
-                "host_copy_efficiency", "host_adam_params_per_s", "traces", "device_spec"});
+  r.allow_only({"device",
+                "source",
+                "gemm_efficiency",
+                "gemm_efficiency_by_dtype",
+                "gemm_k_half",
+                "memory_efficiency",
+                "flash_forward_efficiency",
+                "flash_backward_efficiency",
+                "kernel_overhead_us",
+                "link_efficiency",
+                "collective_step_latency_us",
+                "host_copy_efficiency",
+                "host_adam_params_per_s",
+                "traces",
+                "device_spec",
+                "nccl",
+                "overlap_compute_slowdown",
+                "sustained_clock",
+                "cudnn_forward_efficiency",
+                "cudnn_backward_efficiency"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
   p.gemm_efficiency = r.number_or("gemm_efficiency", p.gemm_efficiency, 1e-3, 1);
@@ -104,6 +253,25 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   }
   p.collective_step_latency_s =
       r.number_or("collective_step_latency_us", p.collective_step_latency_s * 1e6, 0, 1e6) * 1e-6;
+  p.overlap_compute_slowdown =
+      r.number_or("overlap_compute_slowdown", p.overlap_compute_slowdown, 0, 1);
+  p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
+  p.cudnn_forward_efficiency =
+      r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
+  p.cudnn_backward_efficiency =
+      r.number_or("cudnn_backward_efficiency", p.cudnn_backward_efficiency, 0, 1);
+  if (r.has("nccl")) {
+    if (r.raw("nccl").is_boolean()) {
+      if (!r.boolean("nccl")) {
+        p.nccl.reset();
+      } else if (!p.nccl) {
+        throw Error(r.field("nccl"), "true needs a GPU device (give the tuning object)");
+      }
+    } else {
+      p.nccl = nccl_tuning_from_json(r.object("nccl"),
+                                     p.nccl ? *p.nccl : nccl_defaults("ampere", "intel"));
+    }
+  }
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
   p.host_adam_params_per_s =
       r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
@@ -137,6 +305,10 @@ Json profile_to_json(const Profile& p) {
             {"link_efficiency", links},
             {"collective_step_latency_us", p.collective_step_latency_s * 1e6},
             {"host_copy_efficiency", p.host_copy_efficiency},
+            {"overlap_compute_slowdown", p.overlap_compute_slowdown},
+            {"sustained_clock", p.sustained_clock},
+            {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
+            {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
             {"traces", p.traces}};
   Json by_dtype = Json::object();
@@ -145,6 +317,7 @@ Json profile_to_json(const Profile& p) {
       by_dtype[dtype_name(d)] = p.gemm_efficiency_by_dtype[static_cast<int>(d)];
   if (!by_dtype.empty()) j["gemm_efficiency_by_dtype"] = by_dtype;
   if (p.measured_device) j["device_spec"] = device_spec_to_json(*p.measured_device);
+  j["nccl"] = p.nccl ? nccl_tuning_to_json(*p.nccl) : Json(false);
   return j;
 }
 

@@ -11,8 +11,38 @@
 #include "core/cluster.h"
 #include "core/device.h"
 #include "core/json_reader.h"
+#include "core/plan.h"
 
 namespace parasol::cost {
+
+// NCCL's own cost model of its collectives (NVIDIA/nccl src/graph/tuning.cc, the defaults of
+// ncclTunerConstantsDefaults at commit 5067397c): a latency per algorithm and protocol, per
+// algorithm step over NVLink, PCIe or the network, and the protocols' bandwidth factors. NCCL
+// picks the (algorithm, protocol) with the least latency + bytes / bandwidth; so does
+// GroupModel. Indices: algorithm 0 tree, 1 ring, 2 PAT; protocol 0 LL, 1 LL128, 2 Simple;
+// transport 0 NVLink, 1 PCIe, 2 network.
+struct NcclTuning {
+  static constexpr int kTree = 0, kRing = 1, kPat = 2;
+  static constexpr int kLL = 0, kLL128 = 1, kSimple = 2;
+  static constexpr int kNvlink = 0, kPci = 1, kNet = 2;
+  std::array<std::array<double, 3>, 3> base_latency_s{};               // [algo][proto]
+  std::array<std::array<std::array<double, 3>, 3>, 3> hw_latency_s{};  // [transport][algo][proto]
+  // Per intra-node step of a ring that spans nodes: the proxy thread's network overhead (x3 for
+  // Simple): 1 us on Intel hosts, 2 us on AMD ones (getNetOverhead).
+  double net_overhead_s = 1e-6;
+  // LL's bus-bandwidth ceiling (bytes/s) on 1, 2 and more nodes (llMaxBws, per architecture).
+  std::array<double, 3> ll_max_bw{};
+  // Fraction of the link bandwidth each protocol carries (LL: 8-byte lines with a flag per 4
+  // bytes, 0.5; LL128: 120 of 128 bytes, 0.92; Simple: 1), and the algorithm refinements.
+  std::array<double, 3> protocol_efficiency = {0.5, 0.92, 1.0};
+  double tree_efficiency = 0.92;           // tree all-reduce bus bandwidth (x .92)
+  double pat_efficiency = 0.75;            // PAT all-gather/reduce-scatter (x .75)
+  double ring_allreduce_plateau = 1.4;     // multi-node Simple ring all-reduce latency (Ampere+)
+  double pat_per_rank_latency_s = 2.8e-6;  // PAT's linear latency term per rank
+};
+// NCCL's defaults (tuning.cc) for a device architecture ("ampere", "hopper", "blackwell") and a
+// host CPU vendor ("intel", "amd").
+NcclTuning nccl_defaults(const std::string& architecture, const std::string& host_cpu);
 
 struct Profile {
   std::string device;  // the DeviceSpec name this profile describes
@@ -20,6 +50,11 @@ struct Profile {
 
   // GEMM: time = flops / (peak x gemm_eff(dtype) x tile/wave factor x k factor) + overhead.
   double gemm_efficiency = 0.8;  // fraction of dense peak that large, well-shaped GEMMs reach
+                                 // in a short burst (at the boost clock)
+  // Tensor-core work sustained for seconds (a training step) runs at the power-saturated clock,
+  // not the boost clock the datasheet peak and short benchmarks reach: this fraction of them
+  // (applied to GEMMs and fused attention).
+  double sustained_clock = 1.0;
   // Per Dtype (indexed by it): a calibrated efficiency for GEMMs in that dtype; 0 = use
   // gemm_efficiency.
   std::array<double, 5> gemm_efficiency_by_dtype{};
@@ -28,16 +63,27 @@ struct Profile {
   // Memory-bound kernels (norms, activations, dropout, residuals, softmax, optimizer).
   double memory_efficiency = 0.8;  // fraction of HBM bandwidth reached
 
-  // Fused (flash) attention: fraction of dense peak reached in forward and backward.
+  // Fused (flash) attention: fraction of dense peak reached in forward and backward, by
+  // FlashAttention-2-class kernels and by cuDNN's fused attention (FlashAttention-3-class on
+  // Hopper; 0 = the FlashAttention-2 figures).
   double flash_forward_efficiency = 0.6;
   double flash_backward_efficiency = 0.45;
+  double cudnn_forward_efficiency = 0;
+  double cudnn_backward_efficiency = 0;
 
   double kernel_overhead_s = 3e-6;  // per kernel: launch and tail, seconds
 
   // Communication: fraction of a link's bandwidth that collectives reach, per link kind
-  // (indexed by LinkKind), and the software latency of one algorithm step.
+  // (indexed by LinkKind), and a software latency per algorithm step on top of the hardware's
+  // (the whole step latency when `nccl` is absent: MPI on the CPU runtime).
   std::array<double, kLinkKinds> link_efficiency = {0.8, 0.8, 0.8, 0.9, 0.8, 0.5};
   double collective_step_latency_s = 5e-6;
+  // Collectives on GPUs follow NCCL's algorithm, protocol and latency model; none for MPI.
+  std::optional<NcclTuning> nccl;
+  // Overlap is not free: while a communication kernel runs beside compute it holds SMs (NCCL:
+  // one thread block per channel) and HBM bandwidth, and the compute it overlaps runs this much
+  // slower (fraction of the overlapped time added back).
+  double overlap_compute_slowdown = 0;
 
   // Host <-> device copies (offload): fraction of the host link's bandwidth.
   double host_copy_efficiency = 0.8;
@@ -52,11 +98,25 @@ struct Profile {
   std::optional<DeviceSpec> measured_device;
 
   double link_eff(LinkKind k) const { return link_efficiency[static_cast<int>(k)]; }
+  // Fraction of the dense peak a large GEMM sustains in `d` (burst efficiency x sustained clock).
   double gemm_eff(Dtype d) const {
     const double e = gemm_efficiency_by_dtype[static_cast<int>(d)];
-    return e > 0 ? e : gemm_efficiency;
+    return (e > 0 ? e : gemm_efficiency) * sustained_clock;
+  }
+  // Fraction of the dense peak fused attention sustains, forward or backward.
+  double attention_eff(AttentionKernel k, bool backward) const {
+    double e = backward ? flash_backward_efficiency : flash_forward_efficiency;
+    const double c = backward ? cudnn_backward_efficiency : cudnn_forward_efficiency;
+    if (k == AttentionKernel::kCudnn && c > 0) e = c;
+    return e * sustained_clock;
   }
 };
+
+// NCCL tuning JSON: {"base_latency_us": [[LL, LL128, Simple] x tree, ring, PAT],
+// "hw_latency_us": [nvlink, pci, net] of such tables, "net_overhead_us", "ll_max_GBps": [1, 2,
+// more nodes]}; fields not given keep `base`'s.
+NcclTuning nccl_tuning_from_json(const JsonReader& r, NcclTuning base);
+Json nccl_tuning_to_json(const NcclTuning& t);
 
 // parasol's default profile for a device (see profile.cc for the source of each figure).
 Profile default_profile(const DeviceSpec& device);

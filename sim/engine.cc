@@ -149,7 +149,8 @@ class Engine {
         dep_list_(work.dep_list),
         stream_ops_(work.stream_ops),
         dep_src_(work.dep_src),
-        dep_dst_(work.dep_dst) {
+        dep_dst_(work.dep_dst),
+        slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)) {
     const int pp = plan.pp;
     if (static_cast<int>(programs.size()) != pp)
       throw Error("programs", std::to_string(programs.size()) + " Programs for " +
@@ -177,6 +178,12 @@ class Engine {
   void finish(int i, double t);
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
+  // Overlap is not free: a stage's device compute progresses at 1 - slowdown while a collective
+  // or send of the stage runs beside it (cost::Profile::overlap_compute_slowdown).
+  double compute_rate(int stage) const { return comm_active_[stage] > 0 ? 1 - slowdown_ : 1; }
+  void compute_update(int stage, double t);
+  void comm_active_change(int stage, int delta, double t);
+  static bool is_nccl_share(int share) { return share >= 0 && share % kClasses <= kNicClass; }
   void push(double t, int i) { heap_.push({t, i, ops_[i].version}); }
   SimBreakdown sweep(int stage, double step_time) const;
 
@@ -216,6 +223,12 @@ class Engine {
   std::vector<int> ready_;     // ops to start at the current time
   std::vector<int> batch_;     // the ready ops being started (swapped with ready_)
   std::vector<int> now_done_;  // ops that finish at the current time
+  // Per stage: communication ops running, the device compute ops running and when their
+  // remaining work was last brought up to date.
+  double slowdown_ = 0;
+  std::vector<int> comm_active_;
+  std::vector<std::vector<int>> running_compute_;
+  std::vector<double> compute_last_;
 };
 
 void Engine::build() {
@@ -236,6 +249,9 @@ void Engine::build() {
   remaining_.assign(n_, 0);
   shares_.resize(static_cast<size_t>(pp) * kClasses);
   stream_ops_.resize(pp);
+  comm_active_.assign(pp, 0);
+  running_compute_.assign(pp, {});
+  compute_last_.assign(pp, 0);
 
   // Deps are gathered (flat, global ids) in the single pass over the Ops below; the dependents
   // CSR is built from them afterwards.
@@ -416,16 +432,46 @@ void Engine::share_reschedule(int c, double t) {
   }
 }
 
+void Engine::compute_update(int s, double t) {
+  const double progressed = (t - compute_last_[s]) * compute_rate(s);
+  for (int i : running_compute_[s]) remaining_[i] = std::max(0.0, remaining_[i] - progressed);
+  compute_last_[s] = t;
+}
+
+void Engine::comm_active_change(int s, int delta, double t) {
+  if (slowdown_ <= 0) return;
+  const bool was = comm_active_[s] > 0;
+  compute_update(s, t);
+  comm_active_[s] += delta;
+  if (was == (comm_active_[s] > 0)) return;
+  for (int i : running_compute_[s]) {
+    ++ops_[i].version;
+    push(t + remaining_[i] / compute_rate(s), i);
+  }
+}
+
 void Engine::start(int i, double t) {
   times_[i].start = t;
   times_[i].xfer = t;
   switch (ops_[i].type) {
-    case Type::kCompute:
+    case Type::kCompute: {
+      if (slowdown_ <= 0) {
+        push(t + ops_[i].dur, i);
+        return;
+      }
+      const int s = stage_[i];
+      compute_update(s, t);
+      running_compute_[s].push_back(i);
+      remaining_[i] = ops_[i].dur;
+      push(t + remaining_[i] / compute_rate(s), i);
+      return;
+    }
     case Type::kHostCompute:
       push(t + ops_[i].dur, i);
       return;
     case Type::kComm:
     case Type::kSend:
+      if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], +1, t);
       if (ops_[i].share >= 0) {
         const int c = ops_[i].share;
         share_update(c, t);
@@ -460,6 +506,13 @@ void Engine::start(int i, double t) {
 void Engine::finish(int i, double t) {
   ops_[i].done = 1;
   times_[i].end = t;
+  if (ops_[i].type == Type::kCompute && slowdown_ > 0) {
+    const int s = stage_[i];
+    compute_update(s, t);
+    auto& run = running_compute_[s];
+    run.erase(std::find(run.begin(), run.end(), i));
+  }
+  if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], -1, t);
   if (ops_[i].share >= 0) {
     const int c = ops_[i].share;
     share_update(c, t);

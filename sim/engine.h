@@ -42,8 +42,13 @@
 //    host->device (prefetch). Recvs take no bandwidth of their own (the sender's op carries
 //    the transfer); Group::kPp rendezvous collectives are not shared.
 //
-// Not modelled: compute slow-down from concurrent communication kernels, contention between
-// stages (each stage's representative sees only its own ops), stragglers.
+//  - Overlap is not free. While a collective or send of a stage runs (an NVLink or NIC class op:
+//    NCCL kernels that hold SMs), that stage's device compute progresses at
+//    1 - Profile::overlap_compute_slowdown of its standalone rate, as the estimate's
+//    TimeBreakdown::overlap prices it. Copies (offload) use copy engines and slow nothing.
+//
+// Not modelled: contention between stages (each stage's representative sees only its own
+// ops), stragglers.
 #pragma once
 
 #include <array>

@@ -1,32 +1,79 @@
-// `parasol accuracy SUITE.json`: published vs predicted iteration times, and the errors.
+// `parasol accuracy SUITE.json...`: published vs predicted step times, per run, per family and
+// overall (mean |error|, signed bias, max), and whether every published run is predicted to fit.
 #include "cost_models/accuracy.h"
 
 #include <iostream>
 
+#include "core/lower.h"
+#include "cost_models/estimate.h"
+#include "cost_models/memory.h"
+#include "sim/engine.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 
 namespace parasol::tools {
 
+namespace {
+// The event simulator as a predictor: lower the plan, play it, memory from the liveness of the
+// busiest stage plus the runtime's own memory (cost::runtime_overhead_bytes).
+cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p) {
+  const cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  sim::SimResult r = sim::simulate(m, c, lower(m, c, p), prof, false);
+  cost::Prediction out;
+  out.step_time_s = r.step_time_s;
+  const double tokens = static_cast<double>(p.global_batch) * p.seq(m);
+  out.mfu = flops_per_token(m, p.seq(m)).model * tokens /
+            (c.gpu_device(0).peak_flops(p.precision) * c.num_gpus() * r.step_time_s);
+  double peak = 0;
+  for (double b : r.peak_memory_per_stage) peak = std::max(peak, b);
+  out.memory_per_gpu_bytes = peak + cost::runtime_overhead_bytes(c, p);
+  out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
+  out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
+  return out;
+}
+
+void print_stats(const std::string& name, const cost::ErrorStats& s) {
+  std::printf(
+      "%-16s %4d runs  mean |error| %5.2f%%  bias %+6.2f%%  max |error| %6.2f%%%s\n", name.c_str(),
+      s.runs, s.mean_abs_error * 100, s.mean_error * 100, s.max_abs_error * 100,
+      s.not_fitting ? ("  (" + std::to_string(s.not_fitting) + " predicted not to fit)").c_str()
+                    : "");
+}
+}  // namespace
+
 Runner add_accuracy(CLI::App& app) {
-  auto* cmd = app.add_subcommand("accuracy", "compare estimates with published training runs");
-  auto suite = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("accuracy", "compare predictions with published training runs");
+  auto suites = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("suite", *suite, "suite JSON (e.g. tests/data/published/korthikanti2022.json)")
+  auto simulate = std::make_shared<bool>(false);
+  cmd->add_option("suites", *suites, "suite JSON files (e.g. tests/data/published/*.json)")
       ->required();
   cmd->add_flag("--json", *json, "print JSON");
+  cmd->add_flag("--simulate", *simulate,
+                "predict with the event simulator (lowered Programs) instead of the estimate");
   return [=]() {
-    cost::AccuracyReport r = cost::run_accuracy_suite(read_json_file(*suite), *suite);
+    std::vector<cost::PublishedRun> runs;
+    for (const std::string& path : *suites) {
+      auto more = cost::read_accuracy_suite(read_json_file(path), path);
+      runs.insert(runs.end(), more.begin(), more.end());
+    }
+    cost::Predictor predictor;
+    if (*simulate) predictor = simulate_prediction;
+    cost::AccuracyReport r = cost::run_accuracy(runs, predictor);
     if (*json) {
       std::cout << cost::accuracy_to_json(r).dump(1) << "\n";
       return 0;
     }
-    std::printf("%-26s %12s %12s %8s %6s\n", "run", "published", "predicted", "error", "MFU");
+    std::printf("%-34s %-14s %11s %11s %8s %6s %10s\n", "run", "family", "published", "predicted",
+                "error", "MFU", "mem/GPU");
     for (const auto& row : r.rows)
-      std::printf("%-26s %10.2f s %10.2f s %+7.2f%% %6s\n", row.id.c_str(), row.published_s,
-                  row.predicted_s, row.error * 100, pct(row.mfu).c_str());
-    std::printf("mean |error| %.2f%%, max |error| %.2f%% over %zu runs\n", r.mean_abs_error * 100,
-                r.max_abs_error * 100, r.rows.size());
+      std::printf("%-34s %-14s %9.2f s %9.2f s %+7.2f%% %6s %10s%s\n", row.id.c_str(),
+                  row.family.c_str(), row.published_s, row.predicted_s, row.error * 100,
+                  pct(row.mfu).c_str(), gib(row.memory_per_gpu_bytes).c_str(),
+                  row.fits ? "" : "  does not fit");
+    std::printf("\n");
+    for (const auto& f : r.families) print_stats(f.family, f.stats);
+    print_stats("overall", r.overall);
     return 0;
   };
 }

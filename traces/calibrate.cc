@@ -66,7 +66,11 @@ std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
   }
   for (int d : dtypes)
     ps.push_back({std::string("gemm_efficiency.") + dtype_name(static_cast<Dtype>(d)),
-                  [d](const cost::Profile& p) { return p.gemm_eff(static_cast<Dtype>(d)); },
+                  [d](const cost::Profile& p) {
+                    // The burst efficiency (gemm_eff also applies the sustained clock).
+                    const double e = p.gemm_efficiency_by_dtype[d];
+                    return e > 0 ? e : p.gemm_efficiency;
+                  },
                   [d](cost::Profile& p, double v) { p.gemm_efficiency_by_dtype[d] = v; }, 0.01, 1,
                   1});
   field("gemm_k_half", &cost::Profile::gemm_k_half, 1, 8192, 32);
@@ -95,8 +99,25 @@ bool overlaps_other(const std::vector<const TraceEvent*>& comm, const TraceEvent
   return false;
 }
 
-// The samples of run `ri`; counts the pairs not fitted in `skipped`.
-void collect(const Lowered& lw, int ri, std::vector<Sample>& samples, int& skipped) {
+// Seconds of [e.start, e.end) during which at least one of `comm` (sorted by start) runs.
+double overlapped_seconds(const std::vector<const TraceEvent*>& comm, const TraceEvent& e) {
+  double covered = 0, reach = e.start_s;
+  for (const TraceEvent* o : comm) {
+    if (o->start_s >= e.end_s()) break;
+    const double a = std::max(reach, o->start_s), b = std::min(e.end_s(), o->end_s());
+    if (b > a) {
+      covered += b - a;
+      reach = b;
+    }
+  }
+  return covered;
+}
+
+// The samples of run `ri`; counts the pairs not fitted in `skipped`. A compute op that ran
+// beside communication was slowed by it (Profile::overlap_compute_slowdown of `base`): its
+// standalone duration is the measured one less slowdown x the overlapped time.
+void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<Sample>& samples,
+             int& skipped) {
   const MeasuredRun& run = *lw.run;
   const RankLayout& layout = lw.lowered.layout;
   // Per rank: its communication and copy events by start (for the overlap test).
@@ -104,9 +125,12 @@ void collect(const Lowered& lw, int ri, std::vector<Sample>& samples, int& skipp
   for (const TraceEvent& e : run.trace.events)
     if ((is_communication_kind(e.kind) && e.kind != "recv") || is_copy_kind(e.kind))
       comm[e.rank].push_back(&e);
-  for (auto& [r, v] : comm)
-    std::sort(v.begin(), v.end(),
-              [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; });
+  std::map<int, std::vector<const TraceEvent*>> collectives;  // what slows compute
+  for (const TraceEvent& e : run.trace.events)
+    if (is_communication_kind(e.kind) && e.kind != "recv") collectives[e.rank].push_back(&e);
+  auto by_start = [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; };
+  for (auto& [r, v] : comm) std::sort(v.begin(), v.end(), by_start);
+  for (auto& [r, v] : collectives) std::sort(v.begin(), v.end(), by_start);
 
   // (stage, op id) -> rank -> durations over steps.
   std::map<std::pair<int, int>, std::map<int, std::vector<double>>> durations;
@@ -138,7 +162,10 @@ void collect(const Lowered& lw, int ri, std::vector<Sample>& samples, int& skipp
       ++skipped;
       continue;
     }
-    durations[{stage, e.op_id}][e.rank].push_back(e.dur_s);
+    double standalone = e.dur_s;
+    if (!comm_or_copy && base.overlap_compute_slowdown > 0)
+      standalone -= base.overlap_compute_slowdown * overlapped_seconds(collectives[e.rank], e);
+    durations[{stage, e.op_id}][e.rank].push_back(standalone);
   }
   if (!any) throw Error(run.name, "has no events with op ids (args.op_id)");
   for (const auto& [key, by_rank] : durations) {
@@ -202,7 +229,8 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
   }
   Calibration out;
   std::vector<Sample> all;
-  for (size_t i = 0; i < lws.size(); ++i) collect(lws[i], static_cast<int>(i), all, out.skipped);
+  for (size_t i = 0; i < lws.size(); ++i)
+    collect(lws[i], static_cast<int>(i), base, all, out.skipped);
   // Drop the ops the model prices at 0 (nothing to fit them with).
   std::vector<double> at_base;
   predict(lws, all, base, at_base);

@@ -477,6 +477,8 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.first_stage_layers, b.first_stage_layers);
   EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
   EXPECT_EQ(a.etp, b.etp);
+  EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
+  EXPECT_EQ(a.attention_kernel, b.attention_kernel);
   EXPECT_EQ(a.model_ref, b.model_ref);
   EXPECT_EQ(a.cluster_ref, b.cluster_ref);
   EXPECT_EQ(a.gpus_ref, b.gpus_ref);
@@ -533,6 +535,8 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.grad_reduce_dtype = Dtype::kBf16;
   p.tp_comm_overlap = true;
   p.etp = 1;
+  p.ep_comm_overlap = true;
+  p.attention_kernel = AttentionKernel::kCudnn;
   p.stage_layers = {7, 9, 9, 7};
   Json j = plan_to_json(p);
   EXPECT_EQ(j["reshard"], "after_step");
@@ -558,6 +562,8 @@ TEST(PlanJsonErrors, NewFields) {
               "out of range");
   ExpectError([] { plan_from_json(Json::parse(R"({"grad_reduce_dtype": "int8"})")); },
               "plan.grad_reduce_dtype", "int8");
+  ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
+              "plan.attention_kernel", "'fa4' is not one of flash2|cudnn");
 }
 
 TEST(PlanJson, Defaults) {

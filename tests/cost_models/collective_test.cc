@@ -20,10 +20,13 @@ constexpr double kPcieEff = 0.75;
 constexpr double kIbEff = 0.9;
 constexpr double kStepLatency = 5e-6;
 
+// The generic (MPI-style) algorithms: NCCL's tuning off (tests/cost_models/nccl_test.cc
+// covers NCCL's).
 Profile test_profile() {
   Profile p = default_profile(device_spec("A100-80G"));
   p.link_efficiency = {0.7, kNvswitchEff, kPcieEff, kIbEff, 0.6};
   p.collective_step_latency_s = kStepLatency;
+  p.nccl.reset();
   return p;
 }
 

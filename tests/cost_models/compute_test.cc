@@ -40,11 +40,14 @@ TEST_F(ComputeTest, LargeSquareGemmTimeIsFlopsOverEffectivePeak) {
   const int64_t n = 8192;
   const double flops = 2.0 * n * n * n;
   const double kf = n / (n + prof.gemm_k_half);
-  const double expected = flops / (kA100Peak * prof.gemm_efficiency * kf);
+  // The burst efficiency at the sustained clock.
+  const double eff = prof.gemm_efficiency * prof.sustained_clock;
+  EXPECT_DOUBLE_EQ(prof.gemm_eff(Dtype::kBf16), eff);
+  const double expected = flops / (kA100Peak * eff * kf);
   const double t = gemm_time(a100, prof, Dtype::kBf16, n, n, n);
   EXPECT_NEAR(t, expected, 0.01 * expected);
   // Never faster than the efficiency-scaled peak.
-  EXPECT_GE(t, flops / (kA100Peak * prof.gemm_efficiency));
+  EXPECT_GE(t, flops / (kA100Peak * eff));
 }
 
 TEST_F(ComputeTest, BatchedGemmFillsWavesBetter) {
@@ -56,7 +59,7 @@ TEST_F(ComputeTest, BatchedGemmFillsWavesBetter) {
   EXPECT_LT(four - o, 4 * (one - o));
   EXPECT_NEAR((four - o) / (4 * (one - o)), (512.0 / 540) / (2048.0 / 2052), 0.01);
   const double kf = 4096 / (4096 + prof.gemm_k_half);
-  EXPECT_GE(four, 4 * 2.0 * 4096 * 4096 * 4096 / (kA100Peak * prof.gemm_efficiency * kf));
+  EXPECT_GE(four, 4 * 2.0 * 4096 * 4096 * 4096 / (kA100Peak * prof.gemm_eff(Dtype::kBf16) * kf));
 }
 
 TEST_F(ComputeTest, WaveQuantizationPenalisesOneTileOverAFullWave) {
@@ -148,12 +151,49 @@ TEST_F(ComputeTest, FlashAttentionForwardIsFlopsOverFlashEfficiency) {
   a.head_dim = 128;
   const double flops = attention_flops(a);
   const double fwd = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true));
-  EXPECT_NEAR(fwd, flops / (kA100Peak * prof.flash_forward_efficiency) + prof.kernel_overhead_s,
+  const double sus = prof.sustained_clock;
+  EXPECT_NEAR(fwd,
+              flops / (kA100Peak * prof.flash_forward_efficiency * sus) + prof.kernel_overhead_s,
               1e-9 * fwd);
   const double bwd = attention_backward_time(a100, prof, Dtype::kBf16, with_flash(a, true));
-  EXPECT_NEAR(bwd,
-              2.5 * flops / (kA100Peak * prof.flash_backward_efficiency) + prof.kernel_overhead_s,
-              1e-9 * bwd);
+  EXPECT_NEAR(
+      bwd,
+      2.5 * flops / (kA100Peak * prof.flash_backward_efficiency * sus) + prof.kernel_overhead_s,
+      1e-9 * bwd);
+}
+
+TEST_F(ComputeTest, CudnnAttentionUsesItsOwnEfficiencyOnHopper) {
+  // FlashAttention-3-class kernels (cuDNN fused attention) run at about twice FlashAttention-2's
+  // rate on H100; where a profile has no cuDNN figure, the FlashAttention-2 one applies.
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  Profile hp = default_profile(h100);
+  AttnShape a;
+  a.batch = 1;
+  a.seq_q = a.seq_kv = 8192;
+  a.heads = a.kv_heads = 32;
+  a.head_dim = 128;
+  AttnShape fa2 = with_flash(a, true), cudnn = fa2;
+  cudnn.kernel = AttentionKernel::kCudnn;
+  const double flops = attention_flops(fa2);
+  const double peak = h100.peak_flops(Dtype::kBf16);
+  EXPECT_NEAR(
+      attention_forward_time(h100, hp, Dtype::kBf16, cudnn),
+      flops / (peak * hp.cudnn_forward_efficiency * hp.sustained_clock) + hp.kernel_overhead_s,
+      1e-9);
+  EXPECT_LT(attention_forward_time(h100, hp, Dtype::kBf16, cudnn),
+            0.7 * attention_forward_time(h100, hp, Dtype::kBf16, fa2));
+  EXPECT_LT(attention_backward_time(h100, hp, Dtype::kBf16, cudnn),
+            0.7 * attention_backward_time(h100, hp, Dtype::kBf16, fa2));
+  // The A100 profile has no cuDNN figure: the same time either way.
+  AttnShape a_cudnn = with_flash(a, true);
+  a_cudnn.kernel = AttentionKernel::kCudnn;
+  EXPECT_DOUBLE_EQ(attention_forward_time(a100, prof, Dtype::kBf16, a_cudnn),
+                   attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true)));
+}
+
+TEST_F(ComputeTest, Fp8QuantisationIsACastTransposeOfFourBytesAnElement) {
+  const double e = 4096.0 * 8192;
+  EXPECT_DOUBLE_EQ(fp8_quantize_time(a100, prof, e), memory_time(a100, prof, 4 * e));
 }
 
 TEST_F(ComputeTest, UnfusedAttentionPaysForTheScoreMatrix) {
@@ -168,7 +208,8 @@ TEST_F(ComputeTest, UnfusedAttentionPaysForTheScoreMatrix) {
   // At least one read and one write of the 2-byte score matrix (softmax), and the two full
   // (unmasked) batched GEMMs at no more than the efficiency-scaled peak.
   const double floor_mem = scores * 2 * 2 / (kA100Bw * prof.memory_efficiency);
-  const double floor_gemm = 4.0 * 32 * 2048.0 * 2048 * 128 / (kA100Peak * prof.gemm_efficiency);
+  const double floor_gemm =
+      4.0 * 32 * 2048.0 * 2048 * 128 / (kA100Peak * prof.gemm_eff(Dtype::kBf16));
   const double unfused = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, false));
   EXPECT_GE(unfused, floor_mem + floor_gemm);
   const double flash = attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true));

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,13 +26,14 @@ Estimate run(const Model& m, const Cluster& c, const Plan& p) {
 
 double breakdown_sum(const TimeBreakdown& t) {
   return t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm +
-         t.bubble + t.dp_comm + t.optimizer + t.offload;
+         t.bubble + t.dp_comm + t.optimizer + t.offload + t.overlap;
 }
 
-// Per-micro-batch pipeline slot: everything a stage does per micro-batch.
+// Per-micro-batch pipeline slot of the critical stage: everything it does per micro-batch.
 double slot(const Estimate& e, int micro_batches) {
   const TimeBreakdown& t = e.time;
-  return (t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm) /
+  return (t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm +
+          t.overlap) /
          micro_batches;
 }
 
@@ -103,15 +105,46 @@ TEST_F(EstimateGpt, HfuUnderFullRecomputeIsNarayananEquation3) {
   EXPECT_GT(e.hfu, e.mfu);
 }
 
-TEST_F(EstimateGpt, OneFOneBBubbleIsPpMinusOneSlots) {
-  Plan p = plan(8, 4, 1);  // 16 micro-batches
+TEST_F(EstimateGpt, OneFOneBBubbleIsTheOtherStagesSlots) {
+  // Heterogeneous pipelines (Narayanan et al. 2021 generalised): the slowest stage paces the
+  // m micro-batches, the others' slots add to fill and drain once:
+  // step = m x max slot + (sum of slots - max slot).
+  Plan p = plan(8, 4, 1);  // 16 micro-batches, dp 1: nothing after the pipeline but Adam
   Estimate e = run(m, c, p);
   const int mb = p.micro_batches();
-  EXPECT_NEAR(e.time.bubble, (p.pp - 1) * slot(e, mb), 1e-9 * e.time.bubble);
-  // Narayanan et al. 2021: bubble fraction (p - 1) / m of the ideal time.
-  EXPECT_NEAR(e.time.bubble / (mb * slot(e, mb)), (p.pp - 1.0) / mb, 1e-9);
+  ASSERT_EQ(e.stage_slot_s.size(), 4u);
+  const double max = *std::max_element(e.stage_slot_s.begin(), e.stage_slot_s.end());
+  double sum = 0;
+  for (double s : e.stage_slot_s) sum += s;
+  EXPECT_DOUBLE_EQ(e.stage_slot_s[e.critical_stage], max);
+  EXPECT_EQ(e.critical_stage, 3);  // the output layer's stage
+  EXPECT_NEAR(e.time.bubble, sum - max, 1e-9 * e.time.bubble);
+  EXPECT_NEAR(slot(e, mb), max, 1e-9 * max);
+  // The middle stages are alike, the edges dearer; so the bubble is close to (pp - 1) slots.
+  EXPECT_DOUBLE_EQ(e.stage_slot_s[1], e.stage_slot_s[2]);
+  EXPECT_LT(e.time.bubble, (p.pp - 1) * max);
+  EXPECT_GT(e.time.bubble, 0.9 * (p.pp - 1) * max);
   Plan one = plan(8, 1, 4);
   EXPECT_EQ(run(m, c, one).time.bubble, 0);
+}
+
+TEST_F(EstimateGpt, UnevenStagesThePipelineRunsAtTheLargestStagesPace) {
+  // 24 layers on 4 stages: [6, 6, 6, 6] against [5, 7, 7, 5] (the BLOOM way: fewer layers where
+  // the embedding and head sit). The 7-layer stages pace the uneven plan.
+  Plan even = plan(8, 4, 1);
+  Plan uneven = even;
+  uneven.stage_layers = {5, 7, 7, 5};
+  validate(uneven, m, c);
+  const Estimate a = run(m, c, even), b = run(m, c, uneven);
+  EXPECT_EQ(b.critical_stage, 1);
+  EXPECT_NEAR(b.stage_slot_s[1] / a.stage_slot_s[1], 7.0 / 6, 0.02);
+  EXPECT_GT(b.step_time_s, a.step_time_s);
+  // Megatron's first/last counts give the same plan as the list.
+  Plan first_last = even;
+  first_last.first_stage_layers = 5;
+  first_last.last_stage_layers = 5;
+  validate(first_last, m, c);
+  EXPECT_DOUBLE_EQ(run(m, c, first_last).step_time_s, b.step_time_s);
 }
 
 TEST_F(EstimateGpt, InterleavedBubbleIsSmallerByVpp) {
@@ -121,7 +154,9 @@ TEST_F(EstimateGpt, InterleavedBubbleIsSmallerByVpp) {
   p.vpp = 3;
   const Estimate inter = run(m, c, p);
   const int mb = p.micro_batches();
-  EXPECT_NEAR(inter.time.bubble, (p.pp - 1.0) / p.vpp * slot(inter, mb), 1e-9 * inter.time.bubble);
+  double sum = 0;
+  for (double s : inter.stage_slot_s) sum += s;
+  EXPECT_NEAR(inter.time.bubble, (sum - slot(inter, mb)) / p.vpp, 1e-9 * inter.time.bubble);
   EXPECT_LT(inter.time.bubble, plain.time.bubble);
   // Only the extra chunk boundaries' sends change the slot: the bubbles' ratio is close to vpp.
   EXPECT_NEAR(plain.time.bubble / inter.time.bubble, 3.0, 0.3);

@@ -58,8 +58,10 @@ TEST(DefaultProfile, GemmEfficiencyPerDtypeFallsBackToTheScalar) {
   Profile p = default_profile(device_spec("H100-SXM"));
   p.gemm_efficiency = 0.7;
   p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.5;
-  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kBf16), 0.7);
-  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kFp8), 0.5);
+  p.sustained_clock = 0.8;
+  // The burst efficiency at the sustained clock.
+  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kBf16), 0.7 * 0.8);
+  EXPECT_DOUBLE_EQ(p.gemm_eff(Dtype::kFp8), 0.5 * 0.8);
 }
 
 Profile odd_profile() {
@@ -77,6 +79,13 @@ Profile odd_profile() {
   p.host_copy_efficiency = 0.7;
   p.host_adam_params_per_s = 2.5e9;
   p.traces = {"a.json", "b.json"};
+  p.sustained_clock = 0.81;
+  p.overlap_compute_slowdown = 0.13;
+  p.cudnn_forward_efficiency = 0.58;
+  p.cudnn_backward_efficiency = 0.44;
+  p.nccl->net_overhead_s = 3e-6;
+  p.nccl->hw_latency_s[NcclTuning::kNet][NcclTuning::kRing][NcclTuning::kSimple] = 17e-6;
+  p.nccl->ll_max_bw[2] = 21e9;
   return p;
 }
 
@@ -103,6 +112,45 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_DOUBLE_EQ(a.host_copy_efficiency, b.host_copy_efficiency);
   EXPECT_DOUBLE_EQ(a.host_adam_params_per_s, b.host_adam_params_per_s);
   EXPECT_EQ(a.traces, b.traces);
+  EXPECT_DOUBLE_EQ(a.sustained_clock, b.sustained_clock);
+  EXPECT_DOUBLE_EQ(a.overlap_compute_slowdown, b.overlap_compute_slowdown);
+  EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
+  EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);
+  ASSERT_EQ(a.nccl.has_value(), b.nccl.has_value());
+  if (a.nccl) {
+    EXPECT_NEAR(a.nccl->net_overhead_s, b.nccl->net_overhead_s, 1e-15);
+    for (int t = 0; t < 3; ++t)
+      for (int al = 0; al < 3; ++al)
+        for (int pr = 0; pr < 3; ++pr) {
+          EXPECT_NEAR(a.nccl->hw_latency_s[t][al][pr], b.nccl->hw_latency_s[t][al][pr], 1e-15);
+          if (t == 0)
+            EXPECT_NEAR(a.nccl->base_latency_s[al][pr], b.nccl->base_latency_s[al][pr], 1e-15);
+        }
+    for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(a.nccl->ll_max_bw[i], b.nccl->ll_max_bw[i]);
+  }
+}
+
+TEST(DefaultProfile, NcclTuningIsNcclsOwnOnGpusAndAbsentForMpi) {
+  // NVIDIA/nccl src/graph/tuning.cc: Simple ring base latency 8.4 us, 3.4 us per NVLink step,
+  // 14 us per network step; DGX A100 hosts are AMD (2 us network overhead), DGX H100 Intel (1).
+  Profile a = default_profile(device_spec("A100-80G"));
+  ASSERT_TRUE(a.nccl.has_value());
+  EXPECT_NEAR(a.nccl->base_latency_s[NcclTuning::kRing][NcclTuning::kSimple], 8.4e-6, 1e-12);
+  EXPECT_NEAR(a.nccl->hw_latency_s[NcclTuning::kNvlink][NcclTuning::kRing][NcclTuning::kSimple],
+              3.4e-6, 1e-12);
+  EXPECT_NEAR(a.nccl->hw_latency_s[NcclTuning::kNet][NcclTuning::kRing][NcclTuning::kSimple], 14e-6,
+              1e-12);
+  EXPECT_NEAR(a.nccl->net_overhead_s, 2e-6, 1e-12);
+  EXPECT_NEAR(default_profile(device_spec("H100-SXM")).nccl->net_overhead_s, 1e-6, 1e-12);
+  EXPECT_FALSE(default_profile(device_spec(kHostCpuDevice)).nccl.has_value());
+  // "nccl": false turns it off; an object overrides fields.
+  Json j = profile_to_json(a);
+  j["nccl"] = false;
+  EXPECT_FALSE(profile_from_json(j).nccl.has_value());
+  j["nccl"] = {{"net_overhead_us", 5}};
+  EXPECT_NEAR(profile_from_json(j).nccl->net_overhead_s, 5e-6, 1e-12);
+  j["nccl"] = {{"hw_latency_us", Json::array({1, 2})}};
+  EXPECT_THROW(profile_from_json(j), Error);
 }
 
 TEST(ProfileJson, RoundTrip) {

@@ -69,7 +69,13 @@ class EngineTest : public ::testing::Test {
   Model model = model_preset("gpt-22b");
   Cluster one = cluster_preset("dgx-a100-80g", 8);
   Cluster two = cluster_preset("dgx-a100-80g", 16);
-  cost::Profile prof = cost::default_profile(one.gpu_device(0));
+  // The hand-worked timings below leave overlapped compute at full speed; the slowdown has its
+  // own test (ComputeBesideACollectiveRunsSlower).
+  cost::Profile prof = [&] {
+    cost::Profile p = cost::default_profile(one.gpu_device(0));
+    p.overlap_compute_slowdown = 0;
+    return p;
+  }();
   const DeviceSpec& dev = one.gpu_device(0);
 
   Plan plan(int tp, int pp, int dp = 1) const {
@@ -144,6 +150,28 @@ TEST_F(EngineTest, TwoStreamsDependenciesAndACollective) {
   EXPECT_EQ(r.stage_rank, std::vector<int>{0});
   // Peak memory is the liveness of the Program's buffers: this one has none.
   EXPECT_EQ(r.peak_memory_per_stage, std::vector<double>{0.0});
+}
+
+TEST_F(EngineTest, ComputeBesideACollectiveRunsSlower) {
+  // A GEMM of t seconds alone beside an all-reduce of c < t seconds: for those c seconds it
+  // progresses at 1 - s, so it ends at t + s c (Profile::overlap_compute_slowdown); the GEMM
+  // after the all-reduce runs alone at full speed.
+  Program p = stage(0);
+  int a = gemm(p, "A", 8192, 8192, 8192);
+  int ar = collective(p, OpKind::kAllReduce, Group::kTp, 64e6, 1);
+  int b = gemm(p, "B", 2048, 2048, 2048, {a, ar});
+  cost::Profile slow = prof;
+  slow.overlap_compute_slowdown = 0.2;
+  SimResult r = simulate(model, one, plan(8, 1), {p}, slow, true);
+  const double t = gemm_s(8192, 8192, 8192), c = tp_allreduce_s(one, 64e6);
+  ASSERT_LT(c, t);
+  EXPECT_NEAR(event(r, 0, ar).dur_s, c, 1e-12);
+  EXPECT_NEAR(event(r, 0, a).dur_s, t + 0.2 * c, 1e-12);
+  EXPECT_NEAR(event(r, 0, b).dur_s, gemm_s(2048, 2048, 2048), 1e-12);
+  EXPECT_NEAR(r.step_time_s, t + 0.2 * c + gemm_s(2048, 2048, 2048), 1e-12);
+  // Without the slowdown the same Program takes t + the last GEMM.
+  EXPECT_NEAR(simulate(model, one, plan(8, 1), {p}, prof, false).step_time_s,
+              t + gemm_s(2048, 2048, 2048), 1e-12);
 }
 
 TEST_F(EngineTest, OpsOfAStreamRunInIssueOrder) {
@@ -439,19 +467,15 @@ double exposed_dp(const SimBreakdown& b) {
          b.exposed_comm[static_cast<int>(Group::kDp)];
 }
 
-// Agreement with the closed form on the grid. Where the estimate prices exactly what the
-// Programs do (tp <= 2) the step times agree within 5%. The known differences are asserted:
+// Agreement with the closed form on the grid: the step times agree within 5%. What each prices:
 //  (a) the backward TP collectives (the all-gather of a column-parallel input for its weight
-//      gradient, the reduce-scatter of its data gradient) run on the comm stream beside the
-//      GEMM they do not depend on in the lowered Programs, so the simulator hides part of
-//      them, while the estimate deliberately prices every TP collective as exposed (Megatron
-//      issues them on the compute path; cost_models/estimate.cc). At tp = 8 that is 5-10% of
-//      the step: the simulated step is shorter, and adding back the TP time it hides brings it
-//      within 5%;
-//  (b) the estimate's bubble is (pp - 1) slots of the slowest (last) stage; the other stages
-//      carry no output layer, so the simulated bubble is at most the estimate's;
+//      gradient, the reduce-scatter or all-reduce of its data gradient) run beside the GEMM
+//      they do not depend on, in the lowered Programs as in Megatron-Core; the estimate hides
+//      them behind that GEMM too, so the exposed TP time agrees;
+//  (b) the estimate's bubble is the other stages' slots; the simulated bubble is at most that;
 //  (c) compute: forward and backward agree within 2% (the same cost functions on the same
-//      shapes).
+//      shapes), up to the slowdown of compute overlapped by communication, which the simulator
+//      plays into the compute ops and the estimate books apart (TimeBreakdown::overlap).
 TEST(EngineAgreement, MatchesTheEstimateOnAGridOfPlans) {
   std::map<std::string, Model> models;
   for (const GridPlan& g : grid()) {
@@ -465,26 +489,21 @@ TEST(EngineAgreement, MatchesTheEstimateOnAGridOfPlans) {
     // (c)
     const double fb = b.compute_by_phase[static_cast<int>(Phase::kForward)] +
                       b.compute_by_phase[static_cast<int>(Phase::kBackward)];
-    EXPECT_NEAR(fb / (t.forward + t.backward), 1.0, 0.02);
+    EXPECT_GE(fb, (t.forward + t.backward) * 0.98);
+    EXPECT_LE(fb, (t.forward + t.backward + t.overlap) * 1.02);
     // (b)
     EXPECT_LE(b.bubble, t.bubble * 1.02 + 1e-3);
     if (g.pp > 1) {
       // Data-parallel reduction after the last backward: exact.
       EXPECT_NEAR(exposed_dp(b), t.dp_comm, 0.05 * t.dp_comm);
     }
+    EXPECT_NEAR(step / est, 1.0, 0.05) << "sim " << step << " s, estimate " << est << " s";
+    // (a)
     const double tp_sim = b.exposed_comm[static_cast<int>(Group::kTp)];
-    if (g.tp <= 2) {
-      EXPECT_NEAR(step / est, 1.0, 0.05) << "sim " << step << " s, estimate " << est << " s";
-    } else {
-      // (a)
-      EXPECT_LT(step, est);
-      EXPECT_GT(tp_sim, 0.4 * t.tp_comm);
-      EXPECT_LT(tp_sim, 0.9 * t.tp_comm);
-      EXPECT_NEAR((step + t.tp_comm - tp_sim) / est, 1.0, 0.05)
-          << "sim " << step << " s, estimate " << est << " s";
-    }
     if (g.tp == 1) {
       EXPECT_EQ(tp_sim, 0.0);
+    } else {
+      EXPECT_NEAR(tp_sim / t.tp_comm, 1.0, 0.25);
     }
   }
 }
@@ -502,9 +521,11 @@ TEST(EngineAgreement, OverlapHidesDataParallelCommunication) {
   const double dp_off = exposed_dp(off.sim.breakdown), dp_on = exposed_dp(on.sim.breakdown);
   EXPECT_GT(dp_off, 0.1);
   EXPECT_LT(dp_on, 0.1 * dp_off);
-  // The estimate's overlapped figure: one bucket stays exposed.
-  EXPECT_LT(dp_on, 2 * on.est.time.dp_comm + 1e-3);
+  // The estimate's overlapped figure: one bucket stays exposed. Known difference: the estimate
+  // takes Megatron's buckets (max(40M, 1M x dp) parameters) and the lowering one bucket per
+  // layer (0.45B parameters here), so the simulated reduction leaves more exposed.
   EXPECT_GT(on.est.time.dp_comm, 0);
+  EXPECT_LE(on.est.time.dp_comm, dp_on);
 }
 
 // Plays lowered plans that exercise every kind of op the lowering emits: context-parallel ring

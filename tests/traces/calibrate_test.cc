@@ -70,6 +70,8 @@ Trace noisy_every_rank(const MeasuredRun& run, double sigma, unsigned seed) {
   return m;
 }
 
+// The H100 defaults (NCCL latencies, the sustained clock, the overlap slowdown) with other
+// fitted figures. gemm_eff() is the burst efficiency at the sustained clock.
 cost::Profile h100_truth() {
   cost::Profile a = cost::default_profile(device_spec("H100-SXM"));
   a.gemm_efficiency = 0.55;
@@ -90,7 +92,7 @@ TEST(Calibrate, RecoversTheProfileOfASimulatedRun) {
   EXPECT_GT(c.rms_log_error_before, 0.1);
   EXPECT_LT(c.rms_log_error_after, 1e-3);
   const cost::Profile& f = c.profile;
-  EXPECT_NEAR(f.gemm_eff(Dtype::kBf16), 0.55, 0.01 * 0.55);
+  EXPECT_NEAR(f.gemm_eff(Dtype::kBf16), truth.gemm_eff(Dtype::kBf16), 0.01 * 0.55);
   EXPECT_NEAR(f.memory_efficiency, 0.4, 0.01 * 0.4);
   EXPECT_NEAR(f.link_eff(LinkKind::kNvswitch), 0.6, 0.01 * 0.6);
   EXPECT_NEAR(f.kernel_overhead_s, 5e-6, 0.02 * 5e-6);
@@ -142,7 +144,7 @@ TEST(Calibrate, NoisyMeasurementsOfEveryRank) {
   run.trace = noisy_every_rank(run, 0.05, 11);
   Calibration c = calibrate({run}, cost::default_profile(device_spec("H100-SXM")));
   const cost::Profile& f = c.profile;
-  EXPECT_NEAR(f.gemm_eff(Dtype::kBf16), 0.55, 0.05 * 0.55);
+  EXPECT_NEAR(f.gemm_eff(Dtype::kBf16), truth.gemm_eff(Dtype::kBf16), 0.05 * 0.55);
   EXPECT_NEAR(f.memory_efficiency, 0.4, 0.05 * 0.4);
   EXPECT_NEAR(f.link_eff(LinkKind::kNvswitch), 0.6, 0.1 * 0.6);
   EXPECT_NEAR(step_time(run, f), measured, 0.05 * measured);
@@ -156,7 +158,7 @@ TEST(Calibrate, FitsSeveralRunsTogether) {
       measured_run("gpt2-124m", "dgx-h100", 8, plan_of(4, 1, 2, 1, 4), truth)};
   runs[1].name = "second.json";
   Calibration c = calibrate(runs, cost::default_profile(device_spec("H100-SXM")));
-  EXPECT_NEAR(c.profile.gemm_eff(Dtype::kBf16), 0.55, 0.01 * 0.55);
+  EXPECT_NEAR(c.profile.gemm_eff(Dtype::kBf16), truth.gemm_eff(Dtype::kBf16), 0.01 * 0.55);
   EXPECT_EQ(c.profile.traces.size(), 2u);
   for (const MeasuredRun& r : runs) {
     const double m = summarize(r.trace).step_time_s;
