@@ -58,7 +58,8 @@
 //    reduce-scatter adds to the persistent shard); ZeRO-3 resharded after the step accumulates
 //    the step's gradients unsharded in one fp32 block (not persistent: from the first backward
 //    to the reduction) and reduce-scatters it into the shard once, like ZeRO 0/1. Under SP the
-//    norm (and router) gradients are all-reduced over TP before the optimizer. The gradient norm
+//    norm, router and row-parallel bias gradients ("sp.g.ar") are all-reduced over TP before
+//    the optimizer (ZeRO 2/3: before each reduce-scatter of their bucket). The gradient norm
 //    is all-reduced over tp, pp, and dp-cp when gradients are sharded there (ZeRO >= 1 or
 //    ep > 1). Tied embeddings with pp > 1 keep a copy on the last stage; their embedding-group
 //    all-reduce is not emitted.

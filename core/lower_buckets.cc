@@ -268,6 +268,7 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   const int layer = b.layer;
   if (b.zero >= 2 && !b.step_grads) {
     const int bi = static_cast<int>(&b - buckets_.data());
+    sp_bucket_all_reduce(b, unit_grads_[bi]);
     collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
                gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
     if (last) replica_reduce(b, {b.grad_shard});
@@ -291,6 +292,7 @@ void Lowerer::final_reduce(Bucket& b) {
   const int layer = b.layer;
   const char* rs = b.expert ? "experts.g.rs" : "g.rs";
   if (b.step_grads) {
+    sp_bucket_all_reduce(b, b.acc);
     collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), b.list(b.acc),
                {b.grad_shard});
     replica_reduce(b, {b.grad_shard});

@@ -263,6 +263,7 @@ class Lowerer {
   void optimizer();
   void deferred_reductions();
   void sp_grad_all_reduce();
+  void sp_bucket_all_reduce(const Bucket& b, const WSet& g);
   int grad_norm(int& norm_op);
   void update(Bucket& b, int norm, int norm_op);
   std::vector<int> update_target(const Bucket& b, bool gather, const std::vector<int>& dest);

@@ -112,26 +112,42 @@ void Lowerer::deferred_reductions() {
   order_after_ = -1;
 }
 
+namespace {
 // Under SP each TP rank saw a different sequence shard: the replicated weights that act on it
 // (norms, routers, and the biases of row-parallel GEMMs, added after the reduce-scatter) have
-// partial gradients, summed over TP (Megatron's allreduce_layernorm_grads). ZeRO-2/3 buckets
-// fold theirs into the reduce-scattered shard.
+// partial gradients, summed over TP (Megatron's allreduce_layernorm_grads). Appends bucket
+// `b`'s such gradients in `g` to `ids` and their elements to `n`.
+void sp_partial_grads(const Bucket& b, const WSet& g, std::vector<int>& ids, double& n) {
+  for (const Spec& sp : b.specs) {
+    if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter &&
+        sp.slot != kOutB && sp.slot != kFc2B)
+      continue;
+    ids.push_back(g[sp.slot]);
+    double e = 1;
+    for (int64_t d : sp.shape) e *= static_cast<double>(d);
+    n += e;
+  }
+}
+}  // namespace
+
+// The SP partial gradients of the ZeRO 0/1 buckets, summed over TP in one all-reduce before the
+// optimizer (ZeRO-2/3 buckets sum theirs before each reduce-scatter: sp_bucket_all_reduce()).
 void Lowerer::sp_grad_all_reduce() {
   std::vector<int> g;
   double n = 0;
-  for (const Bucket& b : buckets_) {
-    if (b.zero >= 2) continue;
-    for (const Spec& sp : b.specs) {
-      if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter &&
-          sp.slot != kOutB && sp.slot != kFc2B)
-        continue;
-      g.push_back(b.grads[sp.slot]);
-      double e = 1;
-      for (int64_t d : sp.shape) e *= static_cast<double>(d);
-      n += e;
-    }
-  }
+  for (const Bucket& b : buckets_)
+    if (b.zero < 2) sp_partial_grads(b, b.grads, g, n);
   if (!g.empty()) collective(OpKind::kAllReduce, Group::kTp, -1, "sp.g.ar", 4 * n, g, g);
+}
+
+// ZeRO-2/3 under SP: bucket `b`'s partial gradients `g` (of a micro-batch, or the step's
+// accumulators) summed over TP before they are reduce-scattered over the data-parallel ranks.
+void Lowerer::sp_bucket_all_reduce(const Bucket& b, const WSet& g) {
+  if (!sp_) return;
+  std::vector<int> ids;
+  double n = 0;
+  sp_partial_grads(b, g, ids, n);
+  if (!ids.empty()) collective(OpKind::kAllReduce, Group::kTp, b.layer, "sp.g.ar", 4 * n, ids, ids);
 }
 
 // Global gradient norm: this rank's shard, summed over the ranks holding other shards. Returns

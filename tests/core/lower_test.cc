@@ -1262,6 +1262,31 @@ TEST(Lower, GradReduceDtypeSetsTheBytesOfDataParallelGradientReductions) {
   }
 }
 
+TEST(Lower, SequenceParallelSumsPartialGradientsOverTpBeforeEachShardedReduction) {
+  // Under SP a layer's norm and row-parallel bias gradients are partial per TP rank: with ZeRO 2
+  // they are all-reduced over tp before every reduce-scatter of their bucket.
+  const Model m = tiny_gpt(2);
+  Plan plan = make_plan(2, 1, 2, 4);  // 2 micro-batches
+  plan.sequence_parallel = true;
+  plan.zero = 2;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  const double h = m.hidden;
+  for (int layer = 0; layer < 2; ++layer)
+    for (int mb = 0; mb < 2; ++mb) {
+      auto ar = select(p, both(in(layer, mb, Phase::kBackward),
+                               [](const Op& o) { return o.name.ends_with("sp.g.ar"); }));
+      auto rs = select(p, both(in(layer, mb, Phase::kBackward), on(Group::kDpCp)));
+      ASSERT_EQ(ar.size(), 1u);
+      ASSERT_EQ(rs.size(), 1u);
+      EXPECT_EQ(ar[0]->group, Group::kTp);
+      EXPECT_EQ(ar[0]->bytes, 4.0 * (2 * 2 * h + 2 * h));  // two layernorms, two biases
+      EXPECT_LT(ar[0]->id, rs[0]->id);
+      EXPECT_TRUE(std::count(rs[0]->deps.begin(), rs[0]->deps.end(), ar[0]->id));
+    }
+  EXPECT_EQ(count(p, [](const Op& o) { return o.name == "sp.g.ar"; }), 0);
+}
+
 TEST(Lower, Gpt3At1024GpusLowersInUnderASecond) {
   const Model m = model_preset("gpt3-175b");
   Plan plan = make_plan(8, 8, 16, 2048);  // 128 micro-batches per pipeline, 1F1B

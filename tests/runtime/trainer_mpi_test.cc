@@ -348,6 +348,27 @@ TEST_F(Runtime, MixedPlans) {
   expect_matches_serial(gpt4(), p);
 }
 
+TEST_F(Runtime, SequenceParallelWithShardedGradients) {
+  // The norms' and row-parallel biases' partial gradients are summed over tp before the
+  // data-parallel reduce-scatter.
+  for (int zero : {2, 3}) {
+    Plan p = base_plan();
+    p.tp = 2;
+    p.dp = 2;
+    p.sequence_parallel = true;
+    p.zero = zero;
+    expect_matches_serial(gpt4(), p);
+  }
+  Plan p = base_plan();
+  p.tp = 2;
+  p.pp = 2;
+  p.dp = 2;
+  p.sequence_parallel = true;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterStep;
+  expect_matches_serial(llama4(), p);
+}
+
 TEST_F(Runtime, UnevenPipelineStages) {
   for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
     Plan p = base_plan();
