@@ -72,6 +72,7 @@ void Cluster::finalize() {
     gpus_.push_back(v);
   }
   if (gpus_.empty()) throw Error("cluster", "has no GPU");
+  datasheet_ = homogeneous_ ? &device_spec(first_device) : nullptr;
   for (EdgeId e : boost::make_iterator_range(boost::edges(graph))) {
     const TopoLink& l = graph[e];
     std::string where = "cluster.links(" + graph[boost::source(e, graph)].name + "-" +
@@ -147,6 +148,10 @@ void Cluster::finalize() {
 }
 
 const DeviceSpec& Cluster::gpu_device(int gpu) const {
+  if (homogeneous_ && datasheet_) {  // the common case, without a name lookup
+    (void)gpus_.at(gpu);
+    return measured_index_ >= 0 ? measured_devices_[measured_index_] : *datasheet_;
+  }
   const DeviceSpec& datasheet = device_spec(graph[gpus_.at(gpu)].device);
   for (const DeviceSpec& d : measured_devices_)
     if (d.name == datasheet.name) return d;
@@ -167,6 +172,8 @@ void Cluster::set_device_spec(const DeviceSpec& measured) {
       return;
     }
   measured_devices_.push_back(d);
+  if (datasheet_ && datasheet_->name == d.name)
+    measured_index_ = static_cast<int>(measured_devices_.size()) - 1;
 }
 
 double Cluster::host_memory_per_gpu(int gpu) const {

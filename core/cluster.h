@@ -103,6 +103,8 @@ class Cluster {
 
   std::vector<VertexId> gpus_;
   std::vector<DeviceSpec> measured_devices_;  // set_device_spec()
+  const DeviceSpec* datasheet_ = nullptr;     // the GPUs' datasheet when homogeneous
+  int measured_index_ = -1;                   // its measured replacement, if any
   std::vector<int> gpus_on_server_;
   std::vector<double> host_memory_of_server_;
   int num_servers_ = 0;

@@ -58,6 +58,7 @@ bool Model::is_moe_layer(int layer) const {
 }
 
 int Model::moe_layers_between(int first, int last) const {
+  if (!is_moe()) return 0;
   int n = 0;
   for (int l = std::max(first, 0); l < std::min(last, layers); ++l) n += is_moe_layer(l) ? 1 : 0;
   return n;
@@ -71,6 +72,7 @@ bool Model::is_windowed_layer(int layer) const {
 }
 
 int Model::windowed_layer_count() const {
+  if (sliding_window <= 0) return 0;
   int n = 0;
   for (int l = 0; l < layers; ++l) n += is_windowed_layer(l) ? 1 : 0;
   return n;

@@ -229,6 +229,12 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   // in-server ring's bandwidth or at all of its NICs' (shared with the concurrent rings), the
   // smaller; the rails of the hierarchical pass are exactly those NIC paths.
   nccl_ring_bw_ = hierarchical_ ? std::min(intra_bw_, inter_bw_ * local_) : ring_bw_;
+  if (nccl_)
+    for (Collective k : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                         Collective::kAllToAll, Collective::kBroadcast})
+      for (int a = 0; a < 3; ++a)
+        for (int p = 0; p < 3; ++p)
+          nccl_lat_[static_cast<int>(k)][a][p] = compute_nccl_latency(k, a, p);
   if (!price_all_to_all) return;
   // Pairwise all-to-all: n-1 steps; step j sends i -> i+j. Sample up to 4 steps.
   double total = 0, lat = 0;
@@ -321,6 +327,10 @@ double GroupModel::hierarchical_bandwidth_time(Collective kind, double bytes) co
 }
 
 double GroupModel::nccl_latency(Collective kind, int algorithm, int protocol) const {
+  return nccl_lat_[static_cast<int>(kind)][algorithm][protocol];
+}
+
+double GroupModel::compute_nccl_latency(Collective kind, int algorithm, int protocol) const {
   const NcclTuning& t = *nccl_;
   const int p = protocol;
   const int n = n_, nodes = nodes_;

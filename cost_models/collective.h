@@ -19,6 +19,7 @@
 // reduce-scatter (n-1)/n.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,8 +94,12 @@ class GroupModel {
   bool pairwise_ = false;
   double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
   double a2a_grouped_per_byte_ = 0;
-  double nccl_ring_bw_ = 0;  // NCCL's multi-channel ring bandwidth per rank  // NCCL: all sends at
-                             // once (seconds per byte of the buffer)
+  double nccl_ring_bw_ = 0;  // NCCL's multi-channel ring bandwidth per rank
+  // nccl_latency() of every (collective, algorithm, protocol), computed once.
+  std::array<std::array<std::array<double, 3>, 3>, 5> nccl_lat_{};
+  double compute_nccl_latency(Collective kind, int algorithm,
+                              int protocol) const;  // NCCL: all sends at
+                                                    // once (seconds per byte of the buffer)
 };
 
 // A flow: data sent from one GPU to another at the same time as the other flows of a set.

@@ -428,17 +428,34 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   const int layers = p.layers_in_stage(m.layers, stage);
   // Layers of each kind in this stage (its chunks' ranges).
   std::array<int, 4> count{};
-  for (int c = 0; c < p.chunks(); ++c) {
-    const int first = p.first_layer(m.layers, stage, c);
-    const int n = p.layers_in_chunk(m.layers, stage, c);
-    if (!m.is_moe() && m.sliding_window <= 0) {
-      count[0] += n;
-      continue;
+  if (!m.is_moe() && m.sliding_window <= 0) {
+    count[0] = layers;
+  } else {
+    for (int c = 0; c < p.chunks(); ++c) {
+      const int first = p.first_layer(m.layers, stage, c);
+      const int n = p.layers_in_chunk(m.layers, stage, c);
+      for (int l = first; l < first + n; ++l)
+        ++count[(m.is_moe_layer(l) ? 2 : 0) + (m.is_windowed_layer(l) ? 1 : 0)];
     }
-    for (int l = first; l < first + n; ++l)
-      ++count[(m.is_moe_layer(l) ? 2 : 0) + (m.is_windowed_layer(l) ? 1 : 0)];
   }
   const int full = p.full_recompute_layers(layers);
+  // Plans of a search share stages: look the price up by everything it depends on.
+  const int flags = (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
+                    (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
+                    (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
+                    (stage == 0 ? 32 : 0) | (stage == p.pp - 1 ? 64 : 0);
+  const int64_t counts =
+      (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
+  const StageKey key{placement(p, 400),
+                     p.micro_batch,
+                     seq,
+                     static_cast<int>(p.precision),
+                     flags,
+                     counts,
+                     full,
+                     static_cast<int>(p.recompute),
+                     p.chunks()};
+  if (auto it = stage_prices_.find(key); it != stage_prices_.end()) return it->second;
   const double full_share = layers ? static_cast<double>(full) / layers : 0;
   double fwd_layers = 0, recompute_comm = 0;
   for (int kind = 0; kind < 4; ++kind) {

@@ -137,6 +137,8 @@ class Estimator {
   std::map<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
       layers_;
   std::map<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
+  using StageKey = std::tuple<PlacementKey, int, int64_t, int, int, int64_t, int, int, int>;
+  std::map<StageKey, StagePrice> stage_prices_;
 };
 
 // One-off convenience wrapper.

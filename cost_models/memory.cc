@@ -14,11 +14,6 @@ constexpr double MiB = 1024.0 * 1024.0;
 
 double activation_dtype_bytes(const Plan& p) { return p.precision == Dtype::kFp32 ? 4 : 2; }
 
-// Parameters of one linear on a rank holding 1/parts of it (replicated linears whole).
-double linear_params(const LinearShape& s, int parts) {
-  return s.split == Split::kReplicated ? static_cast<double>(s.params())
-                                       : static_cast<double>(s.params()) / parts;
-}
 }  // namespace
 
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer) {
@@ -71,51 +66,48 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   return bytes;
 }
 
-StageParams stage_params(const Model& m, const Plan& p, int stage) {
-  const int t = p.tp;
-  // One layer of each kind on this rank.
-  double attention = 0;
-  for (const LinearShape& s : attention_linears(m)) attention += linear_params(s, t);
-  for (const NormShape& n : attention_norms(m)) attention += n.params(m);
-  const double norms = 2.0 * (m.norm == Norm::kLayerNorm ? 2 : 1) * m.hidden;
-  auto mlp_of = [&](int layer) {
-    double params = 0;
-    for (const LinearShape& s : mlp_linears(m, layer)) params += linear_params(s, t);
-    return params;
-  };
-  double expert = 0;
-  for (const LinearShape& s : expert_linears(m)) expert += linear_params(s, p.expert_tp());
-  expert *= static_cast<double>(m.moe.experts) / p.ep;
+namespace {
+StageParams stage_params_of(const Model& m, const ParamCounts& pc, const Plan& p, int stage) {
+  const double t = p.tp;
+  // One layer of each kind on this rank: the replicated parts (MLA's down-projections and
+  // latent norms, the router) whole, the rest split tp ways; experts split etp ways and spread
+  // over ep ranks.
+  const double attention =
+      static_cast<double>(pc.attention - pc.attention_replicated) / t + pc.attention_replicated;
+  const double dense_layer = attention + pc.norms + pc.dense_mlp / t;
+  const double moe_layer = attention + pc.norms + pc.router + pc.shared_mlp / t;
+  const double experts = static_cast<double>(pc.expert_mlp) / p.expert_tp() *
+                         (static_cast<double>(m.moe.experts) / p.ep);
 
-  int moe_layers = 0, layers = 0;
-  for (int c = 0; c < p.chunks(); ++c) {
-    const int first = p.first_layer(m.layers, stage, c);
-    const int n = p.layers_in_chunk(m.layers, stage, c);
-    layers += n;
-    moe_layers += m.is_moe() ? m.moe_layers_between(first, first + n) : 0;
+  int layers = 0, moe_layers = 0;
+  if (!p.uneven_stages() && !m.is_moe()) {
+    layers = m.layers / p.pp;
+  } else {
+    for (int c = 0; c < p.chunks(); ++c) {
+      const int n = p.layers_in_chunk(m.layers, stage, c);
+      layers += n;
+      if (m.is_moe()) {
+        const int first = p.first_layer(m.layers, stage, c);
+        moe_layers += m.moe_layers_between(first, first + n);
+      }
+    }
   }
-  const int dense_layers = layers - moe_layers;
   StageParams sp;
-  sp.dense = layers * (attention + norms);
-  if (dense_layers > 0) {
-    int dense_layer = 0;
-    while (m.is_moe_layer(dense_layer) && dense_layer + 1 < m.layers) ++dense_layer;
-    sp.dense += dense_layers * mlp_of(dense_layer);
-  }
-  if (moe_layers > 0) {
-    int moe_layer = 0;
-    while (!m.is_moe_layer(moe_layer) && moe_layer + 1 < m.layers) ++moe_layer;
-    sp.dense += moe_layers * mlp_of(moe_layer);
-    sp.expert = moe_layers * expert;
-  }
+  sp.dense = (layers - moe_layers) * dense_layer + moe_layers * moe_layer;
+  sp.expert = moe_layers * experts;
   const double table = static_cast<double>(m.vocab) * m.hidden / t;
   if (stage == 0) sp.dense += table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
   if (stage == p.pp - 1) {
-    sp.dense += (m.norm == Norm::kLayerNorm ? 2 : 1) * m.hidden;
+    sp.dense += pc.final_norm;
     // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
     if (!m.tied_embeddings || p.pp > 1) sp.dense += table;
   }
   return sp;
+}
+}  // namespace
+
+StageParams stage_params(const Model& m, const Plan& p, int stage) {
+  return stage_params_of(m, param_counts(m), p, stage);
 }
 
 double in_flight_micro_batches(const Plan& p, int stage) {
@@ -159,11 +151,18 @@ double host_memory_pinnable_bytes(const Cluster& c) {
   return c.host_memory_per_gpu(0) * std::max(1, c.gpus_per_server());
 }
 
+namespace {
+MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Cluster& c,
+                                const Plan& p, int stage);
+}  // namespace
+
 MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p, int stage) {
-  if (stage < 0) {
+  const ParamCounts pc = param_counts(m);
+  if (stage >= 0) return memory_of_stage(m, pc, c, p, stage);
+  {
     MemoryBreakdown best;
     for (int s : {0, p.pp - 1}) {
-      MemoryBreakdown b = memory_per_rank(m, c, p, s);
+      MemoryBreakdown b = memory_of_stage(m, pc, c, p, s);
       if (b.total() > best.total()) best = b;
     }
     // Uneven stages: the largest stage may be in the middle.
@@ -171,13 +170,18 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
       int largest = 1;
       for (int s = 1; s < p.pp - 1; ++s)
         if (p.layers_in_stage(m.layers, s) > p.layers_in_stage(m.layers, largest)) largest = s;
-      MemoryBreakdown b = memory_per_rank(m, c, p, largest);
+      MemoryBreakdown b = memory_of_stage(m, pc, c, p, largest);
       if (b.total() > best.total()) best = b;
     }
     return best;
   }
+}
+
+namespace {
+MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Cluster& c,
+                                const Plan& p, int stage) {
   MemoryBreakdown mb;
-  const StageParams params = stage_params(m, p, stage);
+  const StageParams params = stage_params_of(m, pc, p, stage);
   const bool low = p.precision != Dtype::kFp32;
   const double w_bytes = low ? 2 : 4, g_bytes = 4, o_bytes = low ? 12 : 8;
   const double dense_shard = p.dense_shard_ranks();
@@ -194,10 +198,9 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
   const int full_layers = p.full_recompute_layers(per_stage);
   const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
   int moe = 0;
-  for (int ch = 0; ch < p.chunks(); ++ch) {
+  for (int ch = 0; m.is_moe() && ch < p.chunks(); ++ch) {
     const int first = p.first_layer(m.layers, stage, ch);
-    moe += m.is_moe() ? m.moe_layers_between(first, first + p.layers_in_chunk(m.layers, stage, ch))
-                      : 0;
+    moe += m.moe_layers_between(first, first + p.layers_in_chunk(m.layers, stage, ch));
   }
   // Partial full recompute covers the first `full_layers` layers of a stage; MoE layers are
   // spread in proportion.
@@ -259,5 +262,6 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
   mb.buffers = runtime_overhead_bytes(c, p);
   return mb;
 }
+}  // namespace
 
 }  // namespace parasol::cost
