@@ -1,14 +1,37 @@
-// Plan search: enumeration of the plan space per outer (tp, cp, pp) shape, memory pruning,
-// ranking by the closed-form estimate, on all cores.
+// Plan search: enumeration of the plan space per outer (tp, cp, pp) shape, memory pruning
+// (device and host), ranking by the closed-form estimate (or a caller's key), on all cores.
+//
+// What is enumerated, and what is pruned because it cannot win or cannot run:
+//  - tp_comm_overlap only with tp > 1 and sequence parallelism (Megatron-Core requires SP);
+//  - expert tensor parallelism etp = 1 only with tp > 1 on MoE models; ep then ranges over the
+//    divisors of tp x cp x dp (Megatron's expert grid), else over those of dp;
+//  - ep_comm_overlap only with ep > 1, two or more micro-batches (another micro-batch's compute
+//    hides the all-to-all), no full recompute, and, with pp > 1, the interleaved schedule
+//    (Megatron-Core's prerequisites);
+//  - ZeRO only when dp x cp > 1; ZeRO-3 with any pp, in the three reshard modes;
+//  - HSDP (shard_degree = GPUs per server) only with ZeRO >= 1 when the data-parallel group
+//    spans servers and the server's GPUs divide it (for MoE, the expert groups too);
+//  - uneven pipeline stages (Megatron's first/last stage layer counts): where pp does not divide
+//    the layers, the two layouts that balance the stages best (by FLOPs, the output layer
+//    counted on the last stage); where it does, only after the even plan was estimated and an
+//    edge stage paced it, the two layouts its stage slots predict to be faster;
+//  - offload only for plans that do not fit in device memory without it, smallest sets first,
+//    never a superset of a set that fits; plans whose offload exceeds the host memory a server
+//    can pin are rejected.
 #include "sim/search.h"
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "core/error.h"
+#include "core/lower.h"
 #include "cost_models/memory.h"
 #include "sim/engine.h"
 
@@ -31,6 +54,26 @@ struct Shape {
   int tp, cp, pp;
 };
 
+// Megatron's --decoder-first/last-pipeline-num-layers: layers of the first and last stages
+// (0 = as many as a middle stage) and of each middle stage.
+struct StageSplit {
+  int first = 0, last = 0;                    // as Plan::first_stage_layers / last_stage_layers
+  int first_n = 0, middle_n = 0, last_n = 0;  // resolved layer counts
+  double flop_score = 0;  // the largest stage in layer units, the output layer counted
+};
+
+// A pipeline layout: schedule, virtual stages, and the stage split (even unless `uneven`).
+struct Layout {
+  Schedule schedule = Schedule::k1F1B;
+  int vpp = 1;
+  bool uneven = false;
+  StageSplit split;
+  int max_stage_layers = 0;
+  std::vector<int> partial;  // partial full-recompute layer counts for this layout
+  // Even layouts: the uneven splits to try when an edge stage paces the even plan.
+  const std::vector<StageSplit>* edge_splits = nullptr;
+};
+
 // Partial full-recompute layer counts for a stage of `layers` layers: a quarter, a half and
 // three quarters of the stage (all layers is recompute_layers = -1).
 std::vector<int> partial_counts(int layers) {
@@ -42,18 +85,153 @@ std::vector<int> partial_counts(int layers) {
   return k;
 }
 
+// The uneven splits of `layers` layers over `pp` >= 2 stages of `chunks` virtual stages each
+// (every stage a multiple of chunks) whose largest stage is at most ceil(layers / pp) + chunks,
+// the even split excluded, best balanced first. `w_last` is the output layer's work in layers.
+std::vector<StageSplit> uneven_splits(int layers, int pp, int chunks, double w_last) {
+  std::vector<StageSplit> out;
+  const int bound = (layers + pp - 1) / pp + chunks;
+  auto add = [&](int f, int m, int l) {
+    if (f < 1 || l < 1 || f % chunks || l % chunks || std::max({f, m, l}) > bound) return;
+    if (pp > 2 && (m < 1 || m % chunks)) return;
+    if (pp > 2 && f == m && l == m) return;
+    if (pp == 2 && f == l) return;
+    StageSplit s;
+    s.first_n = f;
+    s.middle_n = pp > 2 ? m : 0;
+    s.last_n = l;
+    s.first = (pp == 2 || f != m) ? f : 0;
+    s.last = (pp == 2 || l != m) ? l : 0;
+    s.flop_score = std::max({static_cast<double>(f), static_cast<double>(s.middle_n), l + w_last});
+    out.push_back(s);
+  };
+  if (pp == 2) {
+    for (int f = chunks; f < layers; f += chunks) add(f, 0, layers - f);
+  } else {
+    for (int m = chunks; m <= bound; m += chunks) {
+      const int rest = layers - (pp - 2) * m;
+      for (int f = chunks; f < rest; f += chunks) add(f, m, rest - f);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const StageSplit& a, const StageSplit& b) {
+    return a.flop_score < b.flop_score;
+  });
+  return out;
+}
+
+// The pipeline layouts of one pp, shared by the workers.
+struct PipelineLayouts {
+  std::vector<Layout> layouts;
+  std::vector<std::unique_ptr<std::vector<StageSplit>>> edge_splits;  // owned, per chunks
+};
+
+PipelineLayouts make_layouts(const Model& model, int pp) {
+  PipelineLayouts pl;
+  const int L = model.layers;
+  if (pp == 1) {
+    Layout l;
+    l.max_stage_layers = L;
+    l.partial = partial_counts(L);
+    pl.layouts.push_back(l);
+    return pl;
+  }
+  // The output layer's forward FLOPs in units of an average layer's (the embedding is a
+  // lookup: not counted).
+  const FlopsPerToken fpt = flops_per_token(model);
+  const double logits = 2.0 * model.hidden * model.vocab;
+  const double per_layer = std::max(1.0, (fpt.forward - logits) / L);
+  const double w_last = logits / per_layer;
+  auto add_layouts = [&](int chunks, const std::vector<Schedule>& schedules) {
+    if (L % pp == 0 && L % (pp * chunks) != 0) return;  // even stages that chunks do not split
+    std::vector<StageSplit> splits = uneven_splits(L, pp, chunks, w_last);
+    if (L % (pp * chunks) == 0) {
+      pl.edge_splits.push_back(std::make_unique<std::vector<StageSplit>>(std::move(splits)));
+      for (Schedule s : schedules) {
+        Layout l;
+        l.schedule = s;
+        l.vpp = chunks > 1 ? chunks : 1;
+        l.max_stage_layers = L / pp;
+        l.partial = partial_counts(L / pp);
+        l.edge_splits = pl.edge_splits.back().get();
+        pl.layouts.push_back(l);
+      }
+    } else {
+      // No even split: the two best balanced.
+      for (size_t i = 0; i < splits.size() && i < 2; ++i)
+        for (Schedule s : schedules) {
+          Layout l;
+          l.schedule = s;
+          l.vpp = chunks > 1 ? chunks : 1;
+          l.uneven = true;
+          l.split = splits[i];
+          l.max_stage_layers = std::max({splits[i].first_n, splits[i].middle_n, splits[i].last_n});
+          l.partial = partial_counts(l.max_stage_layers);
+          pl.layouts.push_back(l);
+        }
+    }
+  };
+  add_layouts(1, {Schedule::k1F1B, Schedule::kGpipe});
+  for (int v = 2; v <= (L + pp - 1) / pp; ++v) add_layouts(v, {Schedule::kInterleaved});
+  return pl;
+}
+
+// A candidate's rank: its score, offloaded bytes, memory per GPU and position in the enumeration
+// (shape index, then order within the shape), compared in that order.
+struct Rank {
+  double score = 0, host = 0, memory = 0;
+  uint64_t seq = 0;
+  bool operator<(const Rank& o) const {
+    if (score != o.score) return score < o.score;
+    if (host != o.host) return host < o.host;
+    if (memory != o.memory) return memory < o.memory;
+    return seq < o.seq;
+  }
+};
+
+struct Entry {
+  Rank rank;
+  Candidate c;
+};
+
+bool better(const Entry& a, const Entry& b) { return a.rank < b.rank; }
+
+// The offload sets, smallest first.
+const std::vector<Offload>& offload_sets() {
+  static const std::vector<Offload> sets = [] {
+    std::vector<Offload> s;
+    for (int size = 1; size <= 3; ++size)
+      for (int bits = 1; bits < 8; ++bits)
+        if (std::popcount(static_cast<unsigned>(bits)) == size)
+          s.push_back({bool(bits & 1), bool(bits & 2), bool(bits & 4)});
+    return s;
+  }();
+  return sets;
+}
+
+bool superset(const Offload& a, const Offload& b) {  // a contains b
+  return (a.optimizer || !b.optimizer) && (a.params || !b.params) &&
+         (a.activations || !b.activations);
+}
+
 class Worker {
  public:
-  Worker(const Model& m, const Cluster& c, const cost::Profile& p, const SearchOptions& o)
-      : model_(m), cluster_(c), opt_(o), est_(m, c, p), hbm_(c.gpu_device(0).hbm_bytes) {}
+  Worker(const Model& m, const Cluster& c, const cost::Profile& p, const SearchOptions& o,
+         const std::map<int, PipelineLayouts>& layouts)
+      : model_(m),
+        cluster_(c),
+        opt_(o),
+        layouts_(layouts),
+        est_(m, c, p),
+        hbm_(c.gpu_device(0).hbm_bytes),
+        host_capacity_(cost::host_memory_pinnable_bytes(c)),
+        gps_(std::max(1, c.gpus_per_server())) {}
 
-  void run_shape(const Shape& s) {
+  void run_shape(const Shape& s, int shape_index) {
+    seq_ = static_cast<uint64_t>(shape_index) << 32;
     const int n = cluster_.num_gpus();
     const int dp = n / (s.tp * s.cp * s.pp);
     const int gbs = opt_.global_batch;
     if (gbs % dp != 0) return;
-    const int per_stage = model_.layers / s.pp;
-    const std::vector<int> partial = partial_counts(per_stage);  // once per shape
     Plan p;
     p.tp = s.tp;
     p.cp = s.cp;
@@ -63,39 +241,36 @@ class Worker {
     p.seq_len = opt_.seq_len;
     p.precision = opt_.precision;
     p.flash_attention = opt_.flash_attention;
-    std::vector<int> eps{1};
+    // Expert grids: (etp, ep), etp = 0 meaning tp.
+    std::vector<std::pair<int, int>> grids{{0, 1}};
     if (model_.is_moe()) {
-      eps.clear();
-      for (int e : divisors(dp))
-        if (model_.moe.experts % e == 0) eps.push_back(e);
+      grids.clear();
+      if (model_.moe.expert_ffn % s.tp == 0)
+        for (int e : divisors(dp))
+          if (model_.moe.experts % e == 0) grids.push_back({0, e});
+      if (s.tp > 1)
+        for (int e : divisors(int64_t{s.tp} * s.cp * dp))
+          if (model_.moe.experts % e == 0) grids.push_back({1, e});
     }
-    std::vector<Offload> offloads{Offload{}};
-    if (opt_.search_offload)
-      for (int bits = 1; bits < 8; ++bits)
-        offloads.push_back({bool(bits & 1), bool(bits & 2), bool(bits & 4)});
-    for (int ep : eps) {
+    const std::vector<Layout>& layouts = layouts_.at(s.pp).layouts;
+    for (auto [etp, ep] : grids) {
+      p.etp = etp;
       p.ep = ep;
       for (int mbs : divisors(gbs / dp)) {
         p.micro_batch = mbs;
         const int m = gbs / (dp * mbs);
-        // Schedules: GPipe and 1F1B, and interleaved with every vpp that divides the stage.
-        std::vector<std::pair<Schedule, int>> schedules{{Schedule::k1F1B, 1}};
-        if (s.pp > 1) {
-          schedules.push_back({Schedule::kGpipe, 1});
-          if (m % s.pp == 0)
-            for (int v : divisors(per_stage))
-              if (v >= 2) schedules.push_back({Schedule::kInterleaved, v});
-        }
-        for (auto [sched, vpp] : schedules) {
-          p.schedule = sched;
-          p.vpp = vpp;
+        for (const Layout& layout : layouts) {
+          if (layout.schedule == Schedule::kInterleaved && m % s.pp != 0) continue;
+          p.schedule = layout.schedule;
+          p.vpp = layout.vpp;
+          p.first_stage_layers = layout.uneven ? layout.split.first : 0;
+          p.last_stage_layers = layout.uneven ? layout.split.last : 0;
           for (int sp = 0; sp <= (s.tp > 1 ? 1 : 0); ++sp) {
             p.sequence_parallel = sp;
             if (sp && (p.seq(model_) / s.cp) % s.tp != 0) continue;
-            const int max_zero = (dp * s.cp > 1) ? (s.pp > 1 ? 2 : 3) : 0;
-            for (int zero = 0; zero <= max_zero; ++zero) {
-              p.zero = zero;
-              for_each_recompute(p, partial, offloads);
+            for (int tpo = 0; tpo <= sp; ++tpo) {
+              p.tp_comm_overlap = tpo;
+              for_each_sharding(p, layout);
             }
           }
         }
@@ -103,65 +278,175 @@ class Worker {
     }
   }
 
-  void for_each_recompute(Plan& p, const std::vector<int>& partial,
-                          const std::vector<Offload>& offloads) {
+  // ZeRO stages, ZeRO-3's reshard modes and HSDP.
+  void for_each_sharding(Plan& p, const Layout& layout) {
+    const int group = p.dp * p.cp;
+    const int max_zero = group > 1 ? 3 : 0;
+    // HSDP: the data-parallel group spans servers and a server's GPUs divide it.
+    bool hsdp = gps_ > 1 && int64_t{p.tp} * group > gps_ && group > gps_ && group % gps_ == 0;
+    if (hsdp && p.ep > 1) hsdp = gps_ % p.ep == 0 && p.expert_dp() % (gps_ / p.ep) == 0;
+    for (int zero = 0; zero <= max_zero; ++zero) {
+      p.zero = zero;
+      for (int r = 0; r < (zero == 3 ? 3 : 1); ++r) {
+        p.reshard = static_cast<Reshard>(r);
+        for (int h = 0; h <= (zero >= 1 && hsdp ? 1 : 0); ++h) {
+          p.shard_degree = h ? gps_ : 0;
+          for_each_recompute(p, layout);
+        }
+      }
+    }
+    p.reshard = Reshard::kAfterForward;
+    p.shard_degree = 0;
+  }
+
+  void for_each_recompute(Plan& p, const Layout& layout) {
+    // Megatron's expert all-to-all overlap: ep > 1, another micro-batch in flight, no full
+    // recompute, interleaved when pipelined, 16-bit precision.
+    const bool ep_overlap_ok = p.ep > 1 && p.micro_batches() >= 2 &&
+                               (p.pp == 1 || p.schedule == Schedule::kInterleaved) &&
+                               (p.precision == Dtype::kBf16 || p.precision == Dtype::kFp16);
     auto visit = [&](Recompute r, int layers) {
       p.recompute = r;
       p.recompute_layers = layers;
-      for (const Offload& o : offloads) {
-        p.offload = o;
-        consider(p);
+      for (int epo = 0; epo <= (ep_overlap_ok && r != Recompute::kFull ? 1 : 0); ++epo) {
+        p.ep_comm_overlap = epo;
+        consider_layout(p, layout);
       }
+      p.ep_comm_overlap = false;
     };
     visit(Recompute::kNone, -1);
     visit(Recompute::kSelective, -1);
     visit(Recompute::kFull, -1);
-    for (int k : partial) visit(Recompute::kFull, k);
+    for (int k : layout.partial) visit(Recompute::kFull, k);
   }
 
-  void consider(const Plan& p) {
+  // The plan as laid out, then (even layouts whose plan an edge stage paces) the uneven splits
+  // predicted to be faster.
+  void consider_layout(Plan& p, const Layout& layout) {
+    const Result r = consider_with_offload(p);
+    if (!layout.edge_splits || layout.edge_splits->empty() || !r.fits_without_offload) return;
+    const std::vector<double>& slots = estimate_.stage_slot_s;
+    const int pp = p.pp, crit = estimate_.critical_stage;
+    if (static_cast<int>(slots.size()) != pp || (crit != 0 && crit != pp - 1)) return;
+    const int m = model_.layers / pp;
+    // Seconds per layer: a middle stage's slot (the first stage's, embedding and all, at pp 2).
+    const double mid = pp > 2 ? slots[1] : slots[0];
+    const double u = mid / m;
+    const double slot_max = slots[crit];
+    struct Pick {
+      double predicted;
+      const StageSplit* split;
+    };
+    Pick best[2] = {{slot_max, nullptr}, {slot_max, nullptr}};
+    for (const StageSplit& s : *layout.edge_splits) {
+      double predicted =
+          std::max(slots[0] + (s.first_n - m) * u, slots[pp - 1] + (s.last_n - m) * u);
+      if (pp > 2) predicted = std::max(predicted, mid + (s.middle_n - m) * u);
+      if (!(predicted < slot_max * (1 - 1e-9))) continue;
+      if (predicted < best[0].predicted) {
+        best[1] = best[0];
+        best[0] = {predicted, &s};
+      } else if (predicted < best[1].predicted) {
+        best[1] = {predicted, &s};
+      }
+    }
+    const int recompute_layers = p.recompute_layers;
+    for (const Pick& pick : best) {
+      if (!pick.split) continue;
+      p.first_stage_layers = pick.split->first;
+      p.last_stage_layers = pick.split->last;
+      consider(p);
+    }
+    p.first_stage_layers = p.last_stage_layers = 0;
+    p.recompute_layers = recompute_layers;
+  }
+
+  struct Result {
+    bool fits_without_offload = false;
+  };
+
+  // The plan without offload; when it does not fit in device memory, the smallest offload sets
+  // that make it fit.
+  Result consider_with_offload(Plan& p) {
+    p.offload = Offload{};
+    Result r;
+    const Fit f = consider(p);
+    r.fits_without_offload = f.fits;
+    if (f.device || !opt_.search_offload) return r;
+    // A set cannot make the plan fit unless it can move the excess off the largest stage (it
+    // moves at most all of each class it offloads).
+    const cost::MemoryBreakdown mem = last_memory_;
+    const double excess = mem.total() - hbm_;
+    Offload fitted[8];
+    int n_fitted = 0;
+    for (const Offload& o : offload_sets()) {
+      bool covered = false;
+      for (int i = 0; i < n_fitted && !covered; ++i) covered = superset(o, fitted[i]);
+      if (covered) continue;
+      const double movable = (o.optimizer ? mem.optimizer : 0) + (o.params ? mem.weights : 0) +
+                             (o.activations ? mem.activations : 0);
+      if (movable < excess) continue;
+      p.offload = o;
+      if (consider(p).device) fitted[n_fitted++] = o;
+    }
+    p.offload = Offload{};
+    return r;
+  }
+
+  struct Fit {
+    bool device = false;  // fits in device memory
+    bool fits = false;    // and in host memory: estimated and ranked (estimate_ holds it)
+  };
+
+  Fit consider(const Plan& p) {
     ++enumerated_;
+    ++seq_;
     // Memory first: it is cheaper than the time estimate and prunes most of the space.
-    const cost::MemoryBreakdown mem = cost::memory_per_rank(model_, cluster_, p);
-    if (mem.total() > hbm_) return;
+    last_memory_ = cost::memory_per_rank(model_, cluster_, p);
+    const cost::MemoryBreakdown& mem = last_memory_;
+    Fit f;
+    f.device = mem.total() <= hbm_;
+    f.fits = f.device && mem.host * gps_ <= host_capacity_;
+    if (opt_.on_plan) opt_.on_plan(p, f.fits);
+    if (!f.fits) return f;
     ++evaluated_;
-    cost::Estimate e = est_.estimate(p, mem);
+    estimate_ = est_.estimate(p, mem);
     ++fitting_;
-    add_top(p, e);
-    add_pareto(p, e);
+    const Rank rank{opt_.rank_key ? opt_.rank_key(p, estimate_) : estimate_.step_time_s,
+                    estimate_.memory.host, estimate_.memory_per_gpu_bytes, seq_};
+    add_top(p, rank);
+    add_pareto(p, rank);
+    return f;
   }
 
-  void add_top(const Plan& p, const cost::Estimate& e) {
-    if (static_cast<int>(top_.size()) >= opt_.top_k &&
-        e.tokens_per_s <= top_.back().estimate.tokens_per_s)
-      return;
-    Candidate c{p, e};
-    auto at =
-        std::upper_bound(top_.begin(), top_.end(), c, [](const Candidate& a, const Candidate& b) {
-          return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
-        });
-    top_.insert(at, std::move(c));
+  void add_top(const Plan& p, const Rank& rank) {
+    if (static_cast<int>(top_.size()) >= opt_.top_k && !(rank < top_.back().rank)) return;
+    auto at = std::upper_bound(top_.begin(), top_.end(), rank,
+                               [](const Rank& r, const Entry& e) { return r < e.rank; });
+    top_.insert(at, Entry{rank, {p, estimate_, rank.score}});
     if (static_cast<int>(top_.size()) > opt_.top_k) top_.pop_back();
   }
 
-  void add_pareto(const Plan& p, const cost::Estimate& e) {
-    for (const Candidate& c : pareto_)
-      if (c.estimate.tokens_per_s >= e.tokens_per_s &&
-          c.estimate.memory_per_gpu_bytes <= e.memory_per_gpu_bytes)
-        return;
-    std::erase_if(pareto_, [&](const Candidate& c) {
-      return e.tokens_per_s >= c.estimate.tokens_per_s &&
-             e.memory_per_gpu_bytes <= c.estimate.memory_per_gpu_bytes;
+  void add_pareto(const Plan& p, const Rank& rank) {
+    for (const Entry& e : pareto_)
+      if (e.rank.score <= rank.score && e.rank.memory <= rank.memory) return;
+    std::erase_if(pareto_, [&](const Entry& e) {
+      return rank.score <= e.rank.score && rank.memory <= e.rank.memory;
     });
-    pareto_.push_back({p, e});
+    pareto_.push_back(Entry{rank, {p, estimate_, rank.score}});
   }
 
   const Model& model_;
   const Cluster& cluster_;
   const SearchOptions& opt_;
+  const std::map<int, PipelineLayouts>& layouts_;
   cost::Estimator est_;
-  double hbm_;
-  std::vector<Candidate> top_, pareto_;
+  double hbm_, host_capacity_;
+  int gps_;
+  cost::MemoryBreakdown last_memory_;  // of the last plan considered
+  cost::Estimate estimate_;            // of the last plan that fit
+  uint64_t seq_ = 0;
+  std::vector<Entry> top_, pareto_;
   int64_t enumerated_ = 0, evaluated_ = 0, fitting_ = 0;
 };
 
@@ -176,13 +461,18 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   const int64_t seq = opt.seq_len > 0 ? opt.seq_len : model.seq_len;
   const int max_tp = opt.max_tp > 0 ? opt.max_tp : std::max(1, cluster.gpus_per_server());
   std::vector<Shape> shapes;
+  std::map<int, PipelineLayouts> layouts;
   for (int tp : divisors(n)) {
     if (tp > max_tp || model.heads % tp || model.kv_heads % tp || model.ffn % tp) continue;
-    if (model.is_moe() && model.moe.expert_ffn % tp) continue;
+    // (MoE: a tp that does not divide the expert MLP is left to expert tensor parallelism.)
     for (int cp : divisors(n / tp)) {
       if (cp > 1 && seq % (2 * cp) != 0) continue;
-      for (int pp : divisors(n / tp / cp))
-        if (model.layers % pp == 0) shapes.push_back({tp, cp, pp});
+      for (int pp : divisors(n / tp / cp)) {
+        if (pp > model.layers) continue;
+        auto it = layouts.find(pp);
+        if (it == layouts.end()) it = layouts.emplace(pp, make_layouts(model, pp)).first;
+        if (!it->second.layouts.empty()) shapes.push_back({tp, cp, pp});
+      }
     }
   }
   int threads =
@@ -190,12 +480,12 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shapes.size())));
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < threads; ++i)
-    workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt));
+    workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt, layouts));
   std::atomic<size_t> next{0}, done{0};
   std::mutex progress_mutex;
   auto work = [&](Worker* w) {
     for (size_t i; (i = next.fetch_add(1)) < shapes.size();) {
-      w->run_shape(shapes[i]);
+      w->run_shape(shapes[i], static_cast<int>(i));
       size_t d = done.fetch_add(1) + 1;
       if (opt.progress) {
         std::lock_guard<std::mutex> lock(progress_mutex);
@@ -209,28 +499,30 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   for (auto& t : pool) t.join();
 
   SearchResult r;
+  std::vector<Entry> top, pareto;
   for (auto& w : workers) {
     r.enumerated += w->enumerated_;
     r.evaluated += w->evaluated_;
     r.fitting += w->fitting_;
-    r.top.insert(r.top.end(), w->top_.begin(), w->top_.end());
-    r.pareto.insert(r.pareto.end(), w->pareto_.begin(), w->pareto_.end());
+    top.insert(top.end(), w->top_.begin(), w->top_.end());
+    pareto.insert(pareto.end(), w->pareto_.begin(), w->pareto_.end());
   }
-  auto by_speed = [](const Candidate& a, const Candidate& b) {
-    return a.estimate.tokens_per_s > b.estimate.tokens_per_s;
-  };
-  std::stable_sort(r.top.begin(), r.top.end(), by_speed);
-  if (static_cast<int>(r.top.size()) > opt.top_k) r.top.resize(opt.top_k);
-  // Merge the per-thread fronts.
-  std::vector<Candidate> front;
-  std::stable_sort(r.pareto.begin(), r.pareto.end(), by_speed);
+  std::sort(top.begin(), top.end(), better);
+  if (static_cast<int>(top.size()) > opt.top_k) top.resize(opt.top_k);
+  for (Entry& e : top) r.top.push_back(std::move(e.c));
+  // Merge the per-thread fronts: by score (then memory, then enumeration order), keeping each
+  // plan that needs less memory than every better-scoring one.
+  std::sort(pareto.begin(), pareto.end(), [](const Entry& a, const Entry& b) {
+    if (a.rank.score != b.rank.score) return a.rank.score < b.rank.score;
+    if (a.rank.memory != b.rank.memory) return a.rank.memory < b.rank.memory;
+    return a.rank.seq < b.rank.seq;
+  });
   double best_mem = 1e300;
-  for (const Candidate& c : r.pareto)
-    if (c.estimate.memory_per_gpu_bytes < best_mem) {
-      best_mem = c.estimate.memory_per_gpu_bytes;
-      front.push_back(c);
+  for (Entry& e : pareto)
+    if (e.c.estimate.memory_per_gpu_bytes < best_mem) {
+      best_mem = e.c.estimate.memory_per_gpu_bytes;
+      r.pareto.push_back(std::move(e.c));
     }
-  r.pareto = std::move(front);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -240,11 +532,19 @@ void resimulate_top(const Model& model, const Cluster& cluster, const cost::Prof
   const int n = std::min<int>(count, static_cast<int>(result.top.size()));
   if (n <= 0) return;
   Simulator simulator(model, cluster, profile);
-  for (int i = 0; i < n; ++i)
-    result.top[i].simulated_step_s =
-        simulator.simulate(lower(model, cluster, result.top[i].plan), false).step_time_s;
+  for (int i = 0; i < n; ++i) {
+    try {
+      result.top[i].simulated_step_s =
+          simulator.simulate(lower(model, cluster, result.top[i].plan), false).step_time_s;
+    } catch (const Error&) {
+      result.top[i].simulated_step_s = 0;  // a plan the lowering does not emit yet
+    }
+  }
+  // Simulated plans by simulated time, then those the lowering refused, in closed-form order.
   std::stable_sort(result.top.begin(), result.top.begin() + n,
                    [](const Candidate& a, const Candidate& b) {
+                     if ((a.simulated_step_s > 0) != (b.simulated_step_s > 0))
+                       return a.simulated_step_s > 0;
                      return a.simulated_step_s < b.simulated_step_s;
                    });
 }

@@ -1,11 +1,14 @@
-// Plan search: enumerates every valid plan for a model, a cluster and a global batch (all
-// factorisations into tp x cp x pp x dp with ep inside dp, sequence parallelism, virtual stages
-// and schedules, ZeRO 0-3, micro-batch sizes, recompute policies including partial full
-// recompute, offload choices), prunes those that do not fit in memory, ranks the rest by
-// predicted throughput with the closed-form estimate, and returns the top K and the Pareto
-// front of throughput against memory. Runs on every core.
+// Plan search: enumerates the valid plans for a model, a cluster and a global batch (all
+// factorisations into tp x cp x pp x dp with ep inside dp, or beside it under expert tensor
+// parallelism; sequence parallelism and TP communication overlap; virtual stages, schedules and
+// Megatron's uneven first/last pipeline stages; ZeRO 0-3 with ZeRO-3's reshard modes and HSDP;
+// micro-batch sizes; recompute policies including partial full recompute; the expert all-to-all
+// overlap; offload where a plan needs it to fit), prunes those that do not fit in device or host
+// memory, ranks the rest with the closed-form estimate (by step time, or by a caller's key), and
+// returns the top K and the Pareto front of that key against memory. Runs on every core.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -17,6 +20,10 @@
 
 namespace parasol::sim {
 
+// A ranking key: lower ranks first. Called from the worker threads concurrently; it must be
+// thread-safe and a pure function of its arguments (the top list is then deterministic).
+using RankKey = std::function<double(const Plan&, const cost::Estimate&)>;
+
 struct SearchOptions {
   int global_batch = 0;  // required
   int64_t seq_len = 0;   // 0 = model.seq_len
@@ -25,26 +32,40 @@ struct SearchOptions {
   Dtype precision = Dtype::kBf16;
   bool flash_attention = true;
   int max_tp = 0;  // 0 = GPUs per server (TP groups stay inside a server)
+  // Offload is tried only for plans that do not fit in device memory without it, and only the
+  // smallest sets that make a plan fit (a superset of a set that fits is never tried).
   bool search_offload = true;
+  // The ranking key; empty = the estimated step time (seconds). `search --robust` passes the
+  // pessimistic end of the plan's error band.
+  RankKey rank_key;
   // Called now and then with the fraction of the space done (from one thread at a time).
   std::function<void(double)> progress;
+  // Testing and tools: called with every plan the search enumerates and whether it fit in
+  // device and host memory, from the worker threads concurrently (use threads = 1 to observe
+  // the enumeration order).
+  std::function<void(const Plan&, bool fits)> on_plan;
 };
 
 struct Candidate {
   Plan plan;
   cost::Estimate estimate;
+  double score = 0;             // the ranking key's value (lower is better; step time by default)
   double simulated_step_s = 0;  // set by resimulate_top(); 0 when not simulated
 };
 
 struct SearchResult {
-  std::vector<Candidate> top;     // best first, by tokens/s
-  std::vector<Candidate> pareto;  // fitting plans no other beats in both tokens/s and memory
+  // Best first: by score, then by offloaded bytes (less first), then by memory per GPU, then in
+  // enumeration order (so the list does not depend on the thread count).
+  std::vector<Candidate> top;
+  std::vector<Candidate> pareto;  // fitting plans no other beats in both score and memory
   int64_t enumerated = 0;         // valid plans considered
   int64_t evaluated = 0;          // plans whose time was estimated (they fit)
   int64_t fitting = 0;
   double seconds = 0;  // wall time
 };
 
+// REQUIRES: options.global_batch >= 1 and options.top_k >= 1 (else throws parasol::Error).
+// Every returned plan passes validate(plan, model, cluster) and fits (Estimate::fits).
 SearchResult search(const Model& model, const Cluster& cluster, const cost::Profile& profile,
                     const SearchOptions& options);
 

@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/cluster.h"
@@ -164,32 +168,39 @@ TEST(SearchTiny, BestEqualsExhaustiveEnumeration) {
           for (int sched = 0; sched < 3; ++sched)
             for (int vpp : {1, 2})
               for (int sp : {0, 1})
-                for (int zero = 0; zero <= 3; ++zero)
-                  for (int rec = 0; rec < 3; ++rec)
-                    for (int layers : {-1, 1}) {
-                      Plan p;
-                      p.tp = tp;
-                      p.cp = cp;
-                      p.pp = pp;
-                      p.dp = dp;
-                      p.micro_batch = mbs;
-                      p.global_batch = 8;
-                      p.schedule = static_cast<Schedule>(sched);
-                      p.vpp = vpp;
-                      p.sequence_parallel = sp;
-                      p.zero = zero;
-                      p.recompute = static_cast<Recompute>(rec);
-                      p.recompute_layers = layers;
-                      try {
-                        validate(p, m, c);
-                      } catch (const Error&) {
-                        continue;
-                      }
-                      cost::Estimate e = cost::estimate(m, c, p, prof);
-                      if (!e.fits) continue;
-                      ++fitting;
-                      best = std::max(best, e.tokens_per_s);
-                    }
+                for (int tpo : {0, 1})
+                  for (int zero = 0; zero <= 3; ++zero)
+                    for (int reshard = 0; reshard < 3; ++reshard)
+                      for (int rec = 0; rec < 3; ++rec)
+                        for (int layers : {-1, 1}) {
+                          Plan p;
+                          p.tp = tp;
+                          p.cp = cp;
+                          p.pp = pp;
+                          p.dp = dp;
+                          p.micro_batch = mbs;
+                          p.global_batch = 8;
+                          p.schedule = static_cast<Schedule>(sched);
+                          p.vpp = vpp;
+                          p.sequence_parallel = sp;
+                          p.tp_comm_overlap = tpo;
+                          p.zero = zero;
+                          p.reshard = static_cast<Reshard>(reshard);
+                          p.recompute = static_cast<Recompute>(rec);
+                          p.recompute_layers = layers;
+                          // Megatron-Core refuses TP comm overlap without sequence parallelism
+                          // (validate() does not, yet).
+                          if (tpo && !sp) continue;
+                          try {
+                            validate(p, m, c);
+                          } catch (const Error&) {
+                            continue;
+                          }
+                          cost::Estimate e = cost::estimate(m, c, p, prof);
+                          if (!e.fits) continue;
+                          ++fitting;
+                          best = std::max(best, e.tokens_per_s);
+                        }
       }
   ASSERT_GT(fitting, 0);
   // The search may not enumerate every variant (e.g. ZeRO with a single data-parallel rank),
@@ -259,6 +270,381 @@ TEST(SearchTiny, RespectsTopKAndMaxTp) {
   SearchResult r = search(m, c, prof, o);
   ASSERT_EQ(r.top.size(), 3u);
   for (const Candidate& cand : r.top) EXPECT_EQ(cand.plan.tp, 1);
+}
+
+// Every plan a search enumerates, in order, with whether it fit (one thread).
+struct Enumerated {
+  std::vector<Plan> plans;
+  std::vector<bool> fits;
+  SearchResult result;
+};
+Enumerated enumerate(const Model& m, const Cluster& c, SearchOptions o) {
+  Enumerated e;
+  o.threads = 1;
+  o.on_plan = [&](const Plan& p, bool fits) {
+    e.plans.push_back(p);
+    e.fits.push_back(fits);
+  };
+  e.result = search(m, c, cost::default_profile(c.gpu_device(0)), o);
+  EXPECT_EQ(static_cast<int64_t>(e.plans.size()), e.result.enumerated);
+  return e;
+}
+
+// A plan's JSON without its offload: the configuration an offload choice belongs to.
+std::string without_offload(Plan p) {
+  p.offload = Offload{};
+  return plan_to_json(p).dump();
+}
+
+// Dense model on two 8-GPU servers: ZeRO-3 with pp and its reshard modes, HSDP, TP comm overlap.
+TEST(SearchSpace, DenseFrameworkChoicesAppearWhereTheyCanPay) {
+  Model m = model_preset("tiny");  // 2 layers, 4 heads, 2 KV heads: tp <= 2, pp <= 2
+  Cluster c = cluster_preset("dgx-h100", 16);
+  SearchOptions o;
+  o.global_batch = 32;
+  Enumerated e = enumerate(m, c, o);
+  ASSERT_FALSE(e.plans.empty());
+  int zero3_pp = 0, hsdp = 0, tpo = 0;
+  std::array<int, 3> reshard{};
+  for (const Plan& p : e.plans) {
+    ASSERT_NO_THROW(validate(p, m, c)) << plan_to_json(p).dump();
+    // ZeRO-3 with pipelines, in all three reshard modes; reshard only under ZeRO-3.
+    if (p.zero == 3 && p.pp > 1) ++zero3_pp;
+    if (p.zero == 3) ++reshard[static_cast<int>(p.reshard)];
+    if (p.zero != 3) {
+      EXPECT_EQ(p.reshard, Reshard::kAfterForward);
+    }
+    // HSDP: shards of one server's GPUs, only with ZeRO when the data-parallel group (dp x cp,
+    // tp apart) spans servers and is a multiple of a server.
+    if (p.shard_degree > 0) {
+      ++hsdp;
+      EXPECT_EQ(p.shard_degree, 8);
+      EXPECT_GE(p.zero, 1);
+      EXPECT_GT(p.tp * p.dp * p.cp, 8);
+      EXPECT_GT(p.dp * p.cp, 8);
+      EXPECT_EQ(p.dp * p.cp % 8, 0);
+    }
+    // TP comm overlap only with tp > 1 and sequence parallelism.
+    if (p.tp_comm_overlap) {
+      ++tpo;
+      EXPECT_GT(p.tp, 1);
+      EXPECT_TRUE(p.sequence_parallel);
+    }
+    // No expert choices on a dense model; no uneven stages where 2 layers split evenly and the
+    // tiny output layer never outweighs a layer.
+    EXPECT_EQ(p.etp, 0);
+    EXPECT_EQ(p.ep, 1);
+    EXPECT_FALSE(p.ep_comm_overlap);
+    EXPECT_FALSE(p.uneven_stages());
+  }
+  EXPECT_GT(zero3_pp, 0);
+  for (int n : reshard) EXPECT_GT(n, 0);
+  EXPECT_GT(hsdp, 0);
+  EXPECT_GT(tpo, 0);
+  // Every ZeRO >= 1 plan whose data-parallel group is two servers has its HSDP twin.
+  int spanning = 0;
+  for (const Plan& p : e.plans)
+    if (p.zero >= 1 && p.shard_degree == 0 && p.dp * p.cp == 16) ++spanning;
+  EXPECT_EQ(spanning, hsdp);
+}
+
+TEST(SearchSpace, OneServerHasNoHsdp) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  SearchOptions o;
+  o.global_batch = 16;
+  Enumerated e = enumerate(m, c, o);
+  ASSERT_FALSE(e.plans.empty());
+  for (const Plan& p : e.plans) EXPECT_EQ(p.shard_degree, 0);
+}
+
+// MoE on one server: expert tensor parallelism (etp = 1) with tp > 1, where ep may exceed dp,
+// and the expert all-to-all overlap.
+TEST(SearchSpace, ExpertChoicesAppearWhereTheyCanPay) {
+  Model m = model_preset("tiny-moe");  // 4 experts, top 2
+  Cluster c = cluster_preset("dgx-h100", 8);
+  SearchOptions o;
+  o.global_batch = 16;
+  Enumerated e = enumerate(m, c, o);
+  ASSERT_FALSE(e.plans.empty());
+  int etp1 = 0, ep_over_dp = 0, epo = 0, etp_tp = 0;
+  for (const Plan& p : e.plans) {
+    ASSERT_NO_THROW(validate(p, m, c)) << plan_to_json(p).dump();
+    if (p.etp > 0) {
+      ++etp1;
+      EXPECT_EQ(p.etp, 1);
+      EXPECT_GT(p.tp, 1);
+      if (p.ep > p.dp) ++ep_over_dp;
+    } else {
+      ++etp_tp;
+      EXPECT_EQ(p.dp % p.ep, 0);
+    }
+    if (p.ep_comm_overlap) {
+      ++epo;
+      EXPECT_GT(p.ep, 1);
+      EXPECT_GE(p.micro_batches(), 2);
+      EXPECT_NE(p.recompute, Recompute::kFull);
+      EXPECT_TRUE(p.pp == 1 || p.schedule == Schedule::kInterleaved);
+    }
+    if (p.tp_comm_overlap) {
+      EXPECT_TRUE(p.tp > 1 && p.sequence_parallel);
+    }
+  }
+  EXPECT_GT(etp1, 0);
+  EXPECT_GT(ep_over_dp, 0);
+  EXPECT_GT(etp_tp, 0);
+  EXPECT_GT(epo, 0);
+}
+
+// Layers that no pp > 1 divides: Megatron's first/last stage counts, at most two splits per
+// layout, each as balanced as the layers allow.
+TEST(SearchSpace, LayersNotDividedByPpGetUnevenStages) {
+  Model m = model_preset("tiny");
+  m.layers = 5;
+  Cluster c = cluster_preset("dgx-h100", 4);
+  SearchOptions o;
+  o.global_batch = 8;
+  o.search_offload = false;
+  o.top_k = 1000000;  // every fitting plan
+  Enumerated e = enumerate(m, c, o);
+  std::set<std::pair<int, int>> pp2, pp4;
+  for (const Plan& p : e.plans) {
+    ASSERT_NO_THROW(validate(p, m, c)) << plan_to_json(p).dump();
+    if (p.pp == 1) continue;
+    ASSERT_TRUE(p.uneven_stages()) << plan_to_json(p).dump();
+    EXPECT_LE(p.max_layers_in_stage(m.layers), (m.layers + p.pp - 1) / p.pp + p.chunks());
+    if (p.chunks() > 1) continue;
+    (p.pp == 2 ? pp2 : pp4).insert({p.first_stage_layers, p.last_stage_layers});
+  }
+  // 5 = 3 + 2 or 2 + 3 over two stages; 5 = 2 + 1 + 1 + 1 or 1 + 1 + 1 + 2 over four (the last
+  // stage carries the output layer, so the lighter last first).
+  EXPECT_EQ(pp2, (std::set<std::pair<int, int>>{{3, 2}, {2, 3}}));
+  EXPECT_EQ(pp4, (std::set<std::pair<int, int>>{{2, 0}, {0, 2}}));
+  ASSERT_FALSE(e.result.top.empty());
+  for (const Candidate& cand : e.result.top) EXPECT_TRUE(cand.estimate.fits);
+  bool uneven_in_top = false;  // they fit and are ranked
+  for (const Candidate& cand : e.result.top) uneven_in_top |= cand.plan.uneven_stages();
+  EXPECT_TRUE(uneven_in_top);
+}
+
+// Layers that pp divides, but an output layer heavier than several layers: the even plan's
+// last stage paces the pipeline, and the search tries the splits that lighten it, right after
+// that plan. With a small vocabulary it tries none.
+TEST(SearchSpace, HeavyOutputLayerGetsALighterLastStage) {
+  Model m = model_preset("tiny");
+  m.layers = 8;
+  m.vocab = 65536;
+  Cluster c = cluster_preset("dgx-h100", 4);
+  SearchOptions o;
+  o.global_batch = 8;
+  o.search_offload = false;
+  Enumerated e = enumerate(m, c, o);
+  int uneven = 0;
+  for (size_t i = 0; i < e.plans.size(); ++i) {
+    const Plan& p = e.plans[i];
+    if (!p.uneven_stages()) continue;
+    ++uneven;
+    ASSERT_NO_THROW(validate(p, m, c)) << plan_to_json(p).dump();
+    EXPECT_LT(p.layers_in_stage(m.layers, p.pp - 1), m.layers / p.pp) << plan_to_json(p).dump();
+    // Its even twin came just before (one or two splits back) and fit.
+    size_t j = i;
+    while (j > 0 && e.plans[j].uneven_stages()) --j;
+    ASSERT_GE(i - j, 1u);
+    ASSERT_LE(i - j, 2u);
+    Plan twin = p;
+    twin.first_stage_layers = twin.last_stage_layers = 0;
+    EXPECT_EQ(plan_to_json(e.plans[j]), plan_to_json(twin));
+    EXPECT_TRUE(e.fits[j]);
+  }
+  EXPECT_GT(uneven, 0);
+  EXPECT_TRUE(e.result.top[0].plan.pp == 1 || e.result.top[0].plan.uneven_stages())
+      << plan_to_json(e.result.top[0].plan).dump();
+
+  m.vocab = 512;
+  Enumerated small = enumerate(m, c, o);
+  for (const Plan& p : small.plans) EXPECT_FALSE(p.uneven_stages()) << plan_to_json(p).dump();
+}
+
+// Offload only where a plan does not fit without it: none where everything fits ...
+TEST(SearchOffload, NoneWhereEveryPlanFitsWithoutIt) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 4);
+  SearchOptions o;
+  o.global_batch = 8;
+  Enumerated e = enumerate(m, c, o);
+  ASSERT_FALSE(e.plans.empty());
+  for (const Plan& p : e.plans) EXPECT_FALSE(p.offload.any()) << plan_to_json(p).dump();
+}
+
+// ... and where nothing fits without it (an 8B model's fp32 state on one 80 GB GPU), offload
+// plans, each tried only after its plan failed to fit without offload, and never a superset of
+// a set that already fit.
+TEST(SearchOffload, OnlyWhereNothingFitsWithoutIt) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 1);
+  SearchOptions o;
+  o.global_batch = 4;
+  o.seq_len = 2048;
+  o.top_k = 50;
+  Enumerated e = enumerate(m, c, o);
+  std::map<std::string, bool> without;              // configuration -> fits without offload
+  std::map<std::string, std::vector<Offload>> fit;  // configuration -> offload sets that fit
+  int offloaded = 0;
+  for (size_t i = 0; i < e.plans.size(); ++i) {
+    const Plan& p = e.plans[i];
+    const std::string key = without_offload(p);
+    if (!p.offload.any()) {
+      EXPECT_FALSE(e.fits[i]) << key;  // nothing fits without offload
+      without[key] = e.fits[i];
+      continue;
+    }
+    ++offloaded;
+    auto it = without.find(key);
+    ASSERT_NE(it, without.end()) << "offload tried before the plan itself: " << key;
+    EXPECT_FALSE(it->second);
+    for (const Offload& f : fit[key])
+      EXPECT_FALSE((p.offload.optimizer || !f.optimizer) && (p.offload.params || !f.params) &&
+                   (p.offload.activations || !f.activations))
+          << offload_name(p.offload) << " after " << offload_name(f) << ": " << key;
+    if (e.fits[i]) fit[key].push_back(p.offload);
+  }
+  EXPECT_GT(offloaded, 0);
+  ASSERT_FALSE(e.result.top.empty());
+  for (const Candidate& cand : e.result.top) {
+    EXPECT_TRUE(cand.plan.offload.any());
+    EXPECT_TRUE(cand.estimate.fits);
+    EXPECT_LE(cand.estimate.host_memory_per_server_bytes, cand.estimate.host_memory_capacity_bytes);
+  }
+  // Equal scores: less offloaded first, then less memory.
+  const auto& top = e.result.top;
+  for (size_t i = 1; i < top.size(); ++i) {
+    ASSERT_LE(top[i - 1].score, top[i].score);
+    if (top[i - 1].score != top[i].score) continue;
+    ASSERT_LE(top[i - 1].estimate.memory.host, top[i].estimate.memory.host);
+    if (top[i - 1].estimate.memory.host == top[i].estimate.memory.host) {
+      EXPECT_LE(top[i - 1].estimate.memory_per_gpu_bytes, top[i].estimate.memory_per_gpu_bytes);
+    }
+  }
+}
+
+// A server whose host memory cannot hold the offloaded optimizer state: plans that fit the GPU
+// only by offloading more than the host can pin are rejected.
+TEST(SearchOffload, HostMemoryPrunesOffloadThatDoesNotFit) {
+  Model m = model_preset("llama3-8b");
+  ServerSpec small_host;
+  small_host.gpus = 1;
+  small_host.nics = 1;
+  small_host.host_memory_bytes = 64.0 * (1 << 30);
+  Cluster c = build_cluster("small-host", small_host, 1, FabricSpec{});
+  SearchOptions o;
+  o.global_batch = 4;
+  o.seq_len = 2048;
+  Enumerated e = enumerate(m, c, o);
+  const double capacity = cost::host_memory_pinnable_bytes(c);
+  int rejected_by_host = 0;
+  for (size_t i = 0; i < e.plans.size(); ++i) {
+    const cost::MemoryBreakdown mem = cost::memory_per_rank(m, c, e.plans[i]);
+    const bool device = mem.total() <= c.gpu_device(0).hbm_bytes;
+    const bool host = mem.host * c.gpus_per_server() <= capacity;
+    EXPECT_EQ(e.fits[i], device && host) << plan_to_json(e.plans[i]).dump();
+    if (device && !host) ++rejected_by_host;
+  }
+  EXPECT_GT(rejected_by_host, 0);
+  for (const Candidate& cand : e.result.top)
+    EXPECT_LE(cand.estimate.host_memory_per_server_bytes, capacity);
+  // With the preset's 2 TiB host the same plans fit.
+  small_host.host_memory_bytes = 2048.0 * (1 << 30);
+  Cluster big = build_cluster("big-host", small_host, 1, FabricSpec{});
+  SearchResult r = search(m, big, cost::default_profile(big.gpu_device(0)), o);
+  EXPECT_GT(r.fitting, e.result.fitting);
+}
+
+// A caller's ranking key (what --robust passes: the pessimistic end of the error band): the top
+// list and the Pareto front follow it.
+TEST(SearchRankKey, CustomKeyOrdersTheTopList) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 4);
+  cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  // A pessimistic time that penalises pipelines and context parallelism (as wider error bands
+  // would), and a key that ranks by memory alone.
+  RankKey pessimistic = [](const Plan& p, const cost::Estimate& e) {
+    return e.step_time_s * (1 + 0.5 * (p.pp - 1) + 0.25 * (p.cp - 1));
+  };
+  RankKey memory = [](const Plan&, const cost::Estimate& e) { return e.memory_per_gpu_bytes; };
+  SearchOptions o;
+  o.global_batch = 8;
+  o.threads = 2;
+  o.top_k = 20;
+  SearchResult plain = search(m, c, prof, o);
+  o.rank_key = pessimistic;
+  SearchResult robust = search(m, c, prof, o);
+  o.rank_key = memory;
+  SearchResult lean = search(m, c, prof, o);
+  ASSERT_EQ(robust.top.size(), 20u);
+  for (size_t i = 0; i < robust.top.size(); ++i) {
+    const Candidate& cand = robust.top[i];
+    EXPECT_DOUBLE_EQ(cand.score, pessimistic(cand.plan, cand.estimate));
+    if (i > 0) {
+      EXPECT_LE(robust.top[i - 1].score, cand.score);
+    }
+  }
+  for (size_t i = 0; i < plain.top.size(); ++i)
+    EXPECT_DOUBLE_EQ(plain.top[i].score, plain.top[i].estimate.step_time_s);
+  // The best by the key is the best of every fitting plan by the key.
+  o.rank_key = nullptr;
+  o.top_k = 1000000;
+  SearchResult all = search(m, c, prof, o);
+  ASSERT_EQ(static_cast<int64_t>(all.top.size()), all.fitting);
+  double best_pessimistic = 1e300, least_memory = 1e300;
+  for (const Candidate& cand : all.top) {
+    best_pessimistic = std::min(best_pessimistic, pessimistic(cand.plan, cand.estimate));
+    least_memory = std::min(least_memory, cand.estimate.memory_per_gpu_bytes);
+  }
+  EXPECT_DOUBLE_EQ(robust.top[0].score, best_pessimistic);
+  EXPECT_DOUBLE_EQ(lean.top[0].estimate.memory_per_gpu_bytes, least_memory);
+  // The keys disagree: pipelined and context-parallel plans drop under the pessimistic key.
+  for (const Candidate& cand : robust.top) {
+    if (cand.plan.pp > 1 || cand.plan.cp > 1) {
+      EXPECT_GT(cand.score, cand.estimate.step_time_s);
+    }
+  }
+  EXPECT_LE(plain.top[0].estimate.step_time_s, robust.top[0].estimate.step_time_s);
+  // The front trades the key for memory: the least-memory key's front is one plan.
+  EXPECT_EQ(lean.pareto.size(), 1u);
+  for (size_t i = 1; i < robust.pareto.size(); ++i) {
+    EXPECT_LE(robust.pareto[i - 1].score, robust.pareto[i].score);
+    EXPECT_GT(robust.pareto[i - 1].estimate.memory_per_gpu_bytes,
+              robust.pareto[i].estimate.memory_per_gpu_bytes);
+  }
+}
+
+// The top list and the front are the same, plan for plan, whatever the thread count and run.
+TEST(SearchDeterminism, TopListIsTheSameForAnyThreadCount) {
+  Model m = model_preset("tiny-moe");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  SearchOptions o;
+  o.global_batch = 32;
+  o.top_k = 40;
+  auto run = [&](int threads) {
+    o.threads = threads;
+    return search(m, c, prof, o);
+  };
+  const SearchResult ref = run(1);
+  ASSERT_EQ(ref.top.size(), 40u);
+  for (int threads : {2, 3, 2}) {
+    const SearchResult r = run(threads);
+    EXPECT_EQ(r.enumerated, ref.enumerated);
+    EXPECT_EQ(r.fitting, ref.fitting);
+    ASSERT_EQ(r.top.size(), ref.top.size());
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      EXPECT_EQ(plan_to_json(r.top[i].plan), plan_to_json(ref.top[i].plan)) << i;
+      EXPECT_EQ(r.top[i].score, ref.top[i].score) << i;
+    }
+    ASSERT_EQ(r.pareto.size(), ref.pareto.size());
+    for (size_t i = 0; i < r.pareto.size(); ++i)
+      EXPECT_EQ(plan_to_json(r.pareto[i].plan), plan_to_json(ref.pareto[i].plan)) << i;
+  }
 }
 
 TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
