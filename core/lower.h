@@ -1,10 +1,14 @@
 // lower: compiles a Plan into the Programs of one training step, one per pipeline stage (all
 // ranks of a stage share it). The Program of a stage is a Megatron-style decoder step:
 //
-//  * layers: norm, column-parallel QKV, attention (flash or materialised, GQA; a ring of
-//    context-parallel steps under cp > 1), row-parallel out-projection, residual (+ dropout),
-//    norm, MLP (column FC1, activation, row FC2) or MoE (router, dispatch, all-to-all over ep,
-//    grouped expert GEMMs, all-to-all, combine), residual; backward with separate data- and
+//  * layers (their linears, norms and attention core are core/layer_shapes.h's): norm,
+//    column-parallel QKV or multi-head latent attention's projections (replicated down-
+//    projections and latent norms on the sequence shard, column-parallel up-projections),
+//    attention (flash or materialised, GQA, MLA's value heads, a sliding window on the model's
+//    windowed layers; a ring of context-parallel steps under cp > 1), row-parallel
+//    out-projection, residual (+ dropout), norm, MLP (column FC1, activation, row FC2) or MoE
+//    (router, dispatch, all-to-all over ep, grouped expert GEMMs, all-to-all, combine; the
+//    shared experts as a dense MLP beside them), residual; backward with separate data- and
 //    weight-gradient GEMMs; vocab-parallel embedding on the first and head + cross-entropy on
 //    the last virtual stage;
 //  * tensor parallelism with Megatron's f/g operators: all-reduce after row-parallel GEMMs
@@ -17,6 +21,10 @@
 //    uneven stages (chunk c of stage s holds Plan::layers_in_chunk(s, c) layers from
 //    Plan::first_layer(s, c), Megatron's order of virtual stages), the embedding on stage 0
 //    chunk 0 and the head on the last stage's last chunk;
+//  * expert tensor parallelism other than tp (plan.etp): the experts' own grid (core/
+//    rank_layout.h): expert weights split etp ways, the all-to-all over its ep group, the routed
+//    rows gathered over Group::kExpertTp, expert gradients reduced over its expert data-parallel
+//    group;
 //  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), or under
 //    HSDP (plan.shard_degree) over their shard groups with the replicas across them; ZeRO-3
 //    with any schedule in the three plan.reshard modes; activation recompute (selective, full
@@ -41,10 +49,48 @@
 //    kSend goes to the next rank of the cp ring and a kRecv comes from the previous one. Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
 //    same `tag` from its peer has. Tags are unique per direction within a step.
+//  * a fused QKV buffer ("qkv", and its gradient "dqkv") holds per row this rank's heads of Q,
+//    then K, then V (Q and K of head_dim columns per head, V of v_head_dim: MLA's differ). The
+//    ring's K/V chunks and their gradient accumulators are [T x (K + V columns)], each row its
+//    keys then its values (the last columns of a qkv row).
 //  * the ring's K/V gradients: an exchange follows each of the cp backward steps, each step
 //    adding to the accumulator it received; the last exchange takes the accumulator home to the
 //    chunk's owner (the next rank), where a kResidualAdd "dkv.fold" reads {dqkv, accumulator}
 //    and writes it into dqkv's K/V columns (the ring steps write dK/dV into the accumulators).
+//  * kAttention's attn (core/program.h's AttnShape, from core/layer_shapes.h's
+//    attention_shape) carries the layer's sliding window: every ring step masks the keys
+//    outside it (by their position in the sequence), and flops count the window's pairs. Under
+//    cp > 1 a windowed layer keeps all cp ring steps, each priced (as without a window) as a
+//    causal chunk of its own, now windowed: steps whose chunk the window does not reach compute
+//    nothing on the runtime but are still priced.
+//  * multi-head latent attention: the down-projections (q_down, kv_down) and the latent norms
+//    act on the norm region's rows; kv_norm is a norm whose weight covers the first kv_lora
+//    columns of its input [rows x (kv_lora + rope)]: it reads {kv latent, weight} and writes
+//    {normed latent, rotary key} (the last rope columns passed through), and backward reads
+//    {kv latent, normed latent's gradient, rotary key's gradient, weight} and writes {the kv
+//    latent's gradient, weight gradient}. The normed latents and the rotary key are all-gathered
+//    under SP (f) before the up-projections; a kResidualAdd "qkv.pack" reads {q (q_up or q's
+//    output), kv_up's output, the rotary key} and writes "qkv": Q with RoPE on each head's last
+//    rope columns, K per head (kv_up's first nope columns of the head | the rotated rotary key),
+//    V per head (kv_up's last v_head_dim columns of the head); backward "qkv.unpack" reads
+//    {dqkv} and writes {dq, d kv_up output, d rotary key (summed over the heads)}, RoPE undone.
+//    The backward recomputes the latent norms from the saved latents (ops in Phase::kRecompute)
+//    for the up-projections' weight gradients; kv_down's data gradient adds to q_down's (its
+//    GEMM reads the gradient it adds to, as router.dx does).
+//  * shared experts: a dense MLP (shared_fc1, shared_act, shared_fc2, with tp's f and g) on the
+//    norm2 output, added to the routed experts' output by a kResidualAdd "moe.add" reading {routed,
+//    shared} (forward; backward it adds their input gradients); the residual after the MLP block
+//    adds shared_fc2's bias (as it adds fc2's). A dense layer (moe.first_dense) has the plain MLP.
+//  * MoE routing: each rank routes the rows of its norm region (its sequence shard under SP),
+//    except with an expert grid of its own (etp != tp), where each rank routes 1/tp of its TP
+//    group's rows: its sequence shard under SP, else rows [r T/tp, (r + 1) T/tp) of the
+//    replicated rows (r its TP index), which the router GEMM ("router", "router.dw"), the
+//    dispatch and the combine's backward read from their [T x h] inputs; the routed output and
+//    the dispatch gradient are then all-gathered over tp ("moe.ag", "ln2.dy.ag") and the
+//    router's gradient is summed over tp like SP's partial gradients. The routed rows are
+//    all-gathered over the experts' TP group ("disp.ag": kTp under SP, kExpertTp with an expert
+//    grid and etp > 1) before the expert GEMMs and reduce-scattered back after them (tp > 1
+//    without SP and without an expert grid: all-reduced in place).
 //  * kLinear reads {input, weight[, bias]} and writes {output} forward; backward_data GEMMs
 //    read {output grad, weight} and write {input grad}; weight-gradient GEMMs read {input,
 //    output grad} and write {weight grad[, bias grad]}, accumulating over micro-batches. The
@@ -90,10 +136,12 @@
 //  * token ids and labels are int32, stored in 4-byte buffers typed kFp32; dropout masks are
 //    1-byte buffers typed kFp8.
 //  * a layer's saved activations are exactly those of cost::layer_activation_bytes (norm
-//    inputs, QKV input, Q/K/V, attention output, softmax statistics or probabilities, dropout
-//    masks, MLP intermediates; only the layer input under full recompute), except that MoE
-//    layers also keep the expert outputs for the router gradient and route sequence-parallel
-//    tokens over the TP group (see tests/core/liveness_test.cc for the known differences).
+//    inputs, QKV input, MLA's pre-norm latents, Q/K/V, attention output, softmax statistics or
+//    probabilities, dropout masks, MLP and shared-expert intermediates; only the layer input
+//    under full recompute), except that MoE layers also keep the expert outputs for the router
+//    gradient and route sequence-parallel tokens over the TP group, and with an expert grid
+//    each rank routes 1/tp of the tokens (see tests/core/liveness_test.cc for the known
+//    differences).
 #pragma once
 
 #include <vector>
@@ -115,10 +163,7 @@ struct LoweredPlan {
   const Program& program_of(int rank) const;
 };
 
-// The Programs of one training step of `plan`. Throws parasol::Error naming the field for what
-// validate() accepts but the lowering does not emit yet: expert tensor parallelism
-// ("plan.etp" other than tp), latent attention ("model.mla"), sliding windows
-// ("model.sliding_window") and shared experts ("model.moe.shared_experts").
+// The Programs of one training step of `plan`.
 // REQUIRES: validate(plan, model, cluster) passed.
 LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan);
 

@@ -3,7 +3,9 @@
 // (ZeRO-3 all-gathers, parameter prefetch from host memory) and the data-parallel gradient
 // reductions (all-reduce, reduce-scatter), and Program::buckets.
 #include <cmath>
+#include <string_view>
 
+#include "core/error.h"
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
@@ -16,10 +18,11 @@ std::string weight_name(const Bucket& b, const char* what) {
 }  // namespace
 
 // The groups bucket `b`'s state is sharded over (its gradients reduced over): the data-parallel
-// group (dp x cp; experts (dp / ep) x cp), or under HSDP its shard groups, with the replicas
-// across them; a shard group of one rank replicates the bucket over the whole group (ZeRO 0).
+// group (dp x cp; experts the expert data-parallel group, Plan::expert_dp()), or under HSDP its
+// shard groups, with the replicas across them; a shard group of one rank replicates the bucket
+// over the whole group (ZeRO 0).
 void Lowerer::set_reduction(Bucket& b) const {
-  const int full = b.expert ? p_.dp / p_.ep * p_.cp : p_.dp * p_.cp;
+  const int full = b.expert ? p_.expert_dp() : p_.dp * p_.cp;
   const int k = p_.shard_degree <= 0 ? full
                 : b.expert           ? p_.expert_shard_ranks()
                                      : p_.dense_shard_ranks();
@@ -93,29 +96,45 @@ void Lowerer::add_embedding_bucket(int chunk) {
   add_bucket(std::move(b));
 }
 
+namespace {
+// The weight slot of core/layer_shapes.h's linear or norm `name`.
+Slot slot_named(const char* name) {
+  static constexpr std::pair<const char*, Slot> kSlots[] = {
+      {"qkv", kQkv},   {"out", kOut},        {"q_down", kQDown},    {"q_up", kQUp},
+      {"q", kQ},       {"kv_down", kKvDown}, {"kv_up", kKvUp},      {"fc1", kFc1},
+      {"fc2", kFc2},   {"router", kRouter},  {"shared_fc1", kSfc1}, {"shared_fc2", kSfc2},
+      {"efc1", kEfc1}, {"efc2", kEfc2},      {"q_norm", kQNorm},    {"kv_norm", kKvNorm}};
+  for (const auto& [n, slot] : kSlots)
+    if (std::string_view(n) == name) return slot;
+  throw Error("model", std::string("internal: no weight slot for the layer's '") + name + "'");
+}
+}  // namespace
+
+// A linear's weight (and bias) as this rank holds it: split `parts` ways as its Split says.
+void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) const {
+  const Slot slot = slot_named(s.name);
+  const int64_t in = s.split == Split::kRow ? s.in / parts : s.in;
+  const int64_t out = s.split == Split::kColumn ? s.out / parts : s.out;
+  b.specs.push_back({slot, {in, out}});
+  if (s.bias) b.specs.push_back({static_cast<Slot>(slot + 1), {out}});
+}
+
 // The dense bucket of `layer` (stage-local index `local`) and, for an MoE layer, its expert
-// bucket.
+// bucket; the linears and norms are core/layer_shapes.h's.
 void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
-  const int64_t h = h_;
   const std::vector<int64_t> norm = norm_shape();
   const bool moe = m_.is_moe_layer(layer);
   Bucket d;
   d.layer = layer;
   d.chunk = chunk;
   d.specs.push_back({kNorm1, norm});
-  d.specs.push_back({kQkv, {h, qkv_cols_}});
-  if (bias_) d.specs.push_back({kQkvB, {qkv_cols_}});
-  d.specs.push_back({kOut, {q_cols_, h}});
-  if (bias_) d.specs.push_back({kOutB, {h}});
+  for (const LinearShape& s : attention_linears(m_)) add_linear_specs(d, s, t_);
+  for (const NormShape& n : attention_norms(m_))
+    d.specs.push_back({slot_named(n.name), m_.norm == Norm::kLayerNorm
+                                               ? std::vector<int64_t>{2, n.width}
+                                               : std::vector<int64_t>{n.width}});
   d.specs.push_back({kNorm2, norm});
-  if (!moe) {
-    d.specs.push_back({kFc1, {h, up_ * ffn_t_}});
-    if (bias_) d.specs.push_back({kFc1B, {up_ * ffn_t_}});
-    d.specs.push_back({kFc2, {ffn_t_, h}});
-    if (bias_) d.specs.push_back({kFc2B, {h}});
-  } else {
-    d.specs.push_back({kRouter, {h, experts_}});
-  }
+  for (const LinearShape& s : mlp_linears(m_, layer)) add_linear_specs(d, s, t_);
   layer_buckets_[local][0] = static_cast<int>(buckets_.size());
   add_bucket(std::move(d));
   if (!moe) return;
@@ -124,10 +143,15 @@ void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
   e.chunk = chunk;
   e.expert = true;
   const int64_t le = local_experts_;
-  e.specs.push_back({kEfc1, {le, h, up_ * eff_t_}});
-  if (bias_) e.specs.push_back({kEfc1B, {le, up_ * eff_t_}});
-  e.specs.push_back({kEfc2, {le, eff_t_, h}});
-  if (bias_) e.specs.push_back({kEfc2B, {le, h}});
+  // Each local expert's linears, split over the experts' tensor-parallel degree.
+  for (const LinearShape& s : expert_linears(m_)) {
+    Bucket one;
+    add_linear_specs(one, s, etp_);
+    for (Spec sp : one.specs) {
+      sp.shape.insert(sp.shape.begin(), le);
+      e.specs.push_back(std::move(sp));
+    }
+  }
   layer_buckets_[local][1] = static_cast<int>(buckets_.size());
   add_bucket(std::move(e));
 }

@@ -82,12 +82,19 @@ void Lowerer::init_shapes() {
   heads_t_ = m.heads / t_;
   kv_heads_t_ = m.kv_heads / t_;
   hd_ = m.head_dim;
-  qkv_cols_ = (m.q_dim() + 2 * m.kv_dim()) / t_;
+  mla_ = m.mla.enabled();
   q_cols_ = m.q_dim() / t_;
   kv_cols_ = m.kv_dim() / t_;
+  // MLA: Q and K of heads x (nope + rope) columns (kv_heads = heads), V of heads x v_head_dim.
+  k_cols_ = kv_cols_;
+  v_cols_ = kv_heads_t_ * m.v_head_dim();
+  ao_cols_ = heads_t_ * m.v_head_dim();
+  qkv_cols_ = q_cols_ + k_cols_ + v_cols_;
   up_ = m.activation == Activation::kSwiglu ? 2 : 1;
   ffn_t_ = m.ffn / t_;
-  eff_t_ = m.is_moe() ? m.moe.expert_ffn / t_ : 0;
+  etp_ = p.expert_tp();
+  grid_ = etp_ != t_;
+  eff_t_ = m.is_moe() ? m.moe.expert_ffn / etp_ : 0;
   experts_ = m.moe.experts;
   local_experts_ = m.is_moe() ? m.moe.experts / p.ep : 0;
   topk_ = m.moe.top_k;
@@ -102,6 +109,14 @@ void Lowerer::init_shapes() {
   flash_ = p.flash_attention;
   bias_ = m.linear_bias;
   gb_ = dtype_bytes(p.grad_reduce_dtype);
+  // Routing: with an expert grid of its own every rank routes distinct tokens, its 1/tp of the
+  // TP group's (its sequence shard under SP, else a slice of the replicated rows), and the
+  // routed rows are gathered over the experts' TP group; otherwise the TP group routes its rows
+  // together (gathered over tp under SP).
+  Tm_ = grid_ ? T_ / t_ : Tn_;
+  slice_ = grid_ && t_ > 1 && !sp_;
+  gather_group_ = grid_ ? Group::kExpertTp : Group::kTp;
+  gather_ways_ = grid_ ? etp_ : sp_ ? t_ : 1;
 }
 
 int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, BufferClass cls,
@@ -118,18 +133,9 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
   return P_.add_buffer(std::move(b));
 }
 
-AttnShape Lowerer::attention_shape() const {
-  AttnShape a;
-  a.batch = p_.micro_batch;
-  a.seq_q = Sl_;
-  a.seq_kv = Sl_;
-  a.heads = heads_t_;
-  a.kv_heads = kv_heads_t_;
-  a.head_dim = hd_;
-  a.causal = true;
-  a.flash = flash_;
-  a.dropout = m_.dropout && !flash_;
-  return a;
+AttnShape Lowerer::attention_shape(int layer) const {
+  return parasol::attention_shape(m_, layer, static_cast<int>(t_), p_.micro_batch, Sl_, Sl_,
+                                  flash_);
 }
 
 Op Lowerer::make(OpKind kind, int layer, const char* what, int stream) {

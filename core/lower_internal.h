@@ -2,7 +2,8 @@
 // keeps). Private to the lowering; its members are defined by concern:
 //   lower_emit.cc      shared state, buffers, ops and their dependencies, TP operators
 //   lower_layer.cc     a decoder layer's attention and MLP, forward and backward
-//   lower_moe.cc       a mixture-of-experts MLP, forward and backward
+//   lower_mla.cc       multi-head latent attention's projections, forward and backward
+//   lower_moe.cc       a mixture-of-experts MLP (routed and shared experts), forward and backward
 //   lower_edges.cc     the embedding, the head and the vocab-parallel cross-entropy
 //   lower_schedule.cc  the pipeline schedule and its forward/backward units
 //   lower_buckets.cc   parameter buckets, ZeRO gathers and gradient reductions
@@ -15,13 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "core/layer_shapes.h"
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/program.h"
 
 namespace parasol::lowering {
 
-// Weight slots of a layer (and of the embedding and head buckets).
+// Weight slots of a layer (and of the embedding and head buckets). A linear's bias slot follows
+// its weight slot; a slot's name is core/layer_shapes.h's name of the linear or norm.
 enum Slot : int {
   kNorm1,
   kQkv,
@@ -42,11 +45,32 @@ enum Slot : int {
   kPos,
   kFnorm,
   kHead,
+  // Multi-head latent attention.
+  kQDown,
+  kQDownB,
+  kQUp,
+  kQUpB,
+  kQ,  // the query projection without query compression
+  kQB,
+  kKvDown,
+  kKvDownB,
+  kKvUp,
+  kKvUpB,
+  kQNorm,
+  kKvNorm,
+  // Shared experts (one fused MLP).
+  kSfc1,
+  kSfc1B,
+  kSfc2,
+  kSfc2B,
   kSlots
 };
 inline constexpr const char* kSlotName[kSlots] = {
-    "ln1",    "qkv",  "qkv.b",  "out",  "out.b",  "ln2",   "fc1", "fc1.b", "fc2", "fc2.b",
-    "router", "efc1", "efc1.b", "efc2", "efc2.b", "table", "pos", "lnf",   "head"};
+    "ln1",     "qkv",    "qkv.b",   "out",        "out.b",        "ln2",        "fc1",
+    "fc1.b",   "fc2",    "fc2.b",   "router",     "efc1",         "efc1.b",     "efc2",
+    "efc2.b",  "table",  "pos",     "lnf",        "head",         "q_down",     "q_down.b",
+    "q_up",    "q_up.b", "q",       "q.b",        "kv_down",      "kv_down.b",  "kv_up",
+    "kv_up.b", "q_norm", "kv_norm", "shared_fc1", "shared_fc1.b", "shared_fc2", "shared_fc2.b"};
 using WSet = std::array<int, kSlots>;  // buffer id per slot, -1 when absent
 inline WSet no_weights() {
   WSet w;
@@ -74,6 +98,10 @@ enum SavedSlot : int {
   sRprobs,  // MoE: router probabilities (fp32)
   sDisp,    // MoE: dispatched tokens = expert FC1 input
   sEret,    // MoE: expert outputs returned to their tokens (router gradient)
+  sQLat,    // MLA: the query latent before its norm (q_down output; sequence shard under SP)
+  sKvLat,   // MLA: the kv latent and the rotary key before the norm (kv_down output)
+  sSfc1,    // shared experts: FC1 output(s) = activation input
+  sSact,    // shared experts: activation output = FC2 input
   sSlots
 };
 using Saved = std::array<int, sSlots>;
@@ -171,7 +199,8 @@ class Lowerer {
     return ws(layer, what, std::move(shape), adt_);
   }
   Op make(OpKind kind, int layer, const char* what, int stream);
-  AttnShape attention_shape() const;  // one attention step of this rank (a cp chunk)
+  // One attention step of layer `layer` on this rank (a cp chunk; core/layer_shapes.h).
+  AttnShape attention_shape(int layer) const;
   static void set(std::vector<int>& to, std::initializer_list<int> ids);
   static void set(std::vector<int>& to, const std::vector<int>& ids);
   int emit(Op& op, std::initializer_list<int> extra = {});
@@ -204,16 +233,40 @@ class Lowerer {
 
   // --- a decoder layer (lower_layer.cc, lower_moe.cc)
   int layer_forward(int layer, int x, const WSet& w, Saved& sv);
-  int mlp_forward(int layer, const WSet& w, Saved& sv);
+  // A dense MLP (the layer's, or an MoE layer's shared experts): its weight and saved slots,
+  // op names and hidden columns on this rank.
+  struct Mlp {
+    Slot fc1, fc1b, fc2;
+    SavedSlot s_fc1, s_act;
+    const char *fc1_name, *act_name, *fc2_name;
+    int64_t cols;  // hidden columns on this rank (ffn / tp)
+  };
+  Mlp dense_mlp() const;
+  Mlp shared_mlp() const;
+  int mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv);
+  int mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2, const WSet& w,
+                   const WSet& g);
   void attention_forward(int layer, Saved& sv, bool recompute);
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
-  int mlp_backward(int layer, const Saved& sv, int dres2, const WSet& w, const WSet& g);
   int attention_backward(int layer, const Saved& sv, int dao);
   int ring_dkv_exchange(int layer, int mb, int step, int dkv, int dqkv);
+  // Multi-head latent attention's projections (lower_mla.cc): Q | K | V from the norm1 output,
+  // and their backward to the gradient of the norm1 output.
+  struct Latents {
+    int q = -1, kv = -1, pe = -1;  // normed q and kv latents, the rotary key (sequence shard)
+  };
+  Latents mla_latents(int layer, const Saved& sv, const WSet& w);
+  void mla_forward(int layer, const WSet& w, Saved& sv);
+  int mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, const WSet& g);
   int moe_forward(int layer, int x1n, const WSet& w, Saved& sv);
   int moe_experts_forward(int layer, int d, const WSet& w, Saved& sv);
   int moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g);
   int moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g);
+  // The experts' tensor-parallel operators: the all-gather of the routed rows over the expert
+  // TP group before the column-parallel expert GEMMs, and the reduction after the row-parallel
+  // ones (and the conjugates backward).
+  int expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved);
+  int expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved);
 
   // --- embedding, head and loss (lower_edges.cc)
   int embedding_forward(int mb);
@@ -242,6 +295,7 @@ class Lowerer {
   void set_reduction(Bucket& b) const;
   void add_embedding_bucket(int chunk);
   void add_layer_buckets(int chunk, int layer, int local);
+  void add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) const;
   void add_head_bucket(int chunk);
   std::vector<int64_t> norm_shape() const;
   void acquire(const Bucket& b, WSet& out, int dep);
@@ -281,6 +335,16 @@ class Lowerer {
   std::vector<int> chunk_base_;       // per chunk: the stage-local index of its first layer
   int64_t t_, seq_, Sl_, T_, Tn_, h_, heads_t_, kv_heads_t_, hd_, qkv_cols_, q_cols_, kv_cols_, up_,
       ffn_t_, eff_t_, experts_, local_experts_, topk_, vocab_t_;
+  // Attention columns on this rank: keys, values (ring chunks [T x (k + v)]), attention output.
+  int64_t k_cols_, v_cols_, ao_cols_;
+  bool mla_;
+  // MoE: the experts' tensor-parallel degree; whether they form a grid of their own (etp !=
+  // tp); the tokens this rank routes; whether it routes a 1/tp slice of replicated rows (expert
+  // grid, tp > 1, no SP); the group the routed rows are gathered over (kExpertTp / kTp) and its
+  // size (1: none).
+  int64_t etp_, Tm_, gather_ways_;
+  bool grid_, slice_;
+  Group gather_group_ = Group::kTp;
   Dtype adt_, wdt_;
   double eb_, wb_, drop_;
   bool sp_, flash_, bias_;

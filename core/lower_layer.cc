@@ -1,6 +1,7 @@
-// A decoder layer's forward and backward: norms, column-parallel QKV, attention (flash or
-// materialised, GQA; a ring of context-parallel steps under cp > 1), row-parallel
-// out-projection, residuals (+ dropout) and the dense MLP. The MoE MLP is in lower_moe.cc.
+// A decoder layer's forward and backward: norms, column-parallel QKV (or MLA's projections,
+// lower_mla.cc), attention (flash or materialised, GQA, sliding windows; a ring of
+// context-parallel steps under cp > 1), row-parallel out-projection, residuals (+ dropout) and
+// the dense MLP. The MoE MLP is in lower_moe.cc.
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
@@ -9,10 +10,10 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const int mb = tags_.micro_batch;
   std::vector<int> outs;
   if (!recompute) {
-    sv[sAo] = act(layer, "attn", {T_, q_cols_});
+    sv[sAo] = act(layer, "attn", {T_, ao_cols_});
     outs.push_back(sv[sAo]);
   } else if (flash_) {
-    sv[sAoRc] = ws(layer, "attn.rc", {T_, q_cols_});
+    sv[sAoRc] = ws(layer, "attn.rc", {T_, ao_cols_});
     outs.push_back(sv[sAoRc]);
   }
   if (flash_) {
@@ -32,17 +33,17 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     }
   }
   const int cp = p_.cp;
-  const AttnShape a = attention_shape();
+  const AttnShape a = attention_shape(layer);
   const double flops = attention_flops(a);
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
-  const double kv_bytes = 2 * eb_ * T_ * kv_cols_;
+  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
   for (int j = 0; j < cp; ++j) {
     int next = -1;
     if (j < cp - 1) {
       // Ring attention: pass the chunk in hand on while attending to it.
-      next = ws(layer, "kv", {2, T_, kv_cols_});
+      next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
@@ -51,7 +52,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     Op op = make(OpKind::kAttention, layer, recompute ? "attn.rc" : "attn", kCompute);
     op.attn = a;
     op.flops = flops;
-    op.elements = double(T_) * q_cols_;
+    op.elements = double(T_) * ao_cols_;
     set(op.reads, {sv[sQkv], kv});
     set(op.writes, outs);
     emit(op);
@@ -64,16 +65,16 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
 // accumulator received for the next step (-1 after the last).
 int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int dkv, int dqkv) {
   const int cp = p_.cp;
-  const double kv_bytes = 2 * eb_ * T_ * kv_cols_;
+  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   if (cp == 1) return -1;
-  int recv = ws(layer, "dkv", {2, T_, kv_cols_});
+  int recv = ws(layer, "dkv", {T_, k_cols_ + v_cols_});
   p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send", kv_bytes,
       dkv);
   p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv", kv_bytes,
       recv);
   if (step < cp - 1) return recv;
-  elementwise(OpKind::kResidualAdd, layer, "dkv.fold", 2.0 * T_ * kv_cols_, 3 * kv_bytes,
-              {dqkv, recv}, {dqkv});
+  elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
+              3 * kv_bytes, {dqkv, recv}, {dqkv});
   return -1;
 }
 
@@ -81,25 +82,25 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int mb = tags_.micro_batch;
   const int cp = p_.cp;
   int dqkv = act(layer, "dqkv", {T_, qkv_cols_});
-  const AttnShape a = attention_shape();
+  const AttnShape a = attention_shape(layer);
   const double flops = (flash_ ? 2.5 : 2.0) * attention_flops(a);  // flash recomputes scores
-  const double kv_bytes = 2 * eb_ * T_ * kv_cols_;
+  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
   int kv = -1, dkv_in = -1;
   for (int j = 0; j < cp; ++j) {
     int next = -1;
     if (j < cp - 1) {
-      next = ws(layer, "kv", {2, T_, kv_cols_});
+      next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
           next);
     }
-    int dkv = cp > 1 ? ws(layer, "dkv", {2, T_, kv_cols_}) : -1;
+    int dkv = cp > 1 ? ws(layer, "dkv", {T_, k_cols_ + v_cols_}) : -1;
     Op op = make(OpKind::kAttention, layer, "attn", kCompute);
     op.attn = a;
     op.flops = flops;
-    op.elements = double(T_) * q_cols_;
+    op.elements = double(T_) * ao_cols_;
     set(op.reads, {sv[sQkv], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao, dkv_in});
     set(op.writes, {dqkv, dkv});
     emit(op);
@@ -116,12 +117,16 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   // Attention block.
   sv[sXn] = act(layer, "ln1", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * eb_ * nh, {x, w[kNorm1]}, {sv[sXn]});
-  int in = tp_gather_in(layer, sv[sXn], T_);
-  sv[sQkv] = act(layer, "qkv", {T_, qkv_cols_});
-  gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]});
+  if (mla_) {
+    mla_forward(layer, w, sv);
+  } else {
+    int in = tp_gather_in(layer, sv[sXn], T_);
+    sv[sQkv] = act(layer, "qkv", {T_, qkv_cols_});
+    gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]});
+  }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
-  gemm(layer, "out", T_, h_, q_cols_, 1, {sv[sAo], w[kOut]}, {o});
+  gemm(layer, "out", T_, h_, ao_cols_, 1, {sv[sAo], w[kOut]}, {o});
   int a = tp_reduce_out(layer, o, T_, "out.tp");
   sv[sX1] = act(layer, "res1", {Tn_, h_});
   if (m_.dropout) sv[sMask1] = act(layer, "mask1", {Tn_, h_}, Dtype::kFp8);
@@ -130,42 +135,58 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   // MLP block.
   sv[sX1n] = act(layer, "ln2", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * eb_ * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
-  const int y =
-      m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv) : mlp_forward(layer, w, sv);
+  const int y = m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv)
+                                       : mlp_forward(layer, dense_mlp(), w, sv);
   int x2 = act(layer, "res2", {Tn_, h_});
   if (m_.dropout) sv[sMask2] = act(layer, "mask2", {Tn_, h_}, Dtype::kFp8);
+  // The MLP block's row-parallel bias: the dense FC2's, or the shared experts' FC2's.
   elementwise(OpKind::kResidualAdd, layer, "res2", nh, (3 * eb_ + drop_) * nh,
-              {sv[sX1], y, w[kFc2B]}, {x2, sv[sMask2]});
+              {sv[sX1], y, w[kFc2B] >= 0 ? w[kFc2B] : w[kSfc2B]}, {x2, sv[sMask2]});
   return x2;
+}
+
+Lowerer::Mlp Lowerer::dense_mlp() const {
+  return {kFc1, kFc1B, kFc2, sFc1, sAct, "fc1", "act", "fc2", ffn_t_};
+}
+
+Lowerer::Mlp Lowerer::shared_mlp() const {
+  return {kSfc1,        kSfc1B,       kSfc2,
+          sSfc1,        sSact,        "shared_fc1",
+          "shared_act", "shared_fc2", m_.moe.shared_width() / t_};
 }
 
 // Column-parallel FC1, activation, row-parallel FC2 on the norm2 output; returns the MLP output
 // on the norm region's rows.
-int Lowerer::mlp_forward(int layer, const WSet& w, Saved& sv) {
+int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
+  const int64_t f = mlp.cols;
+  const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
   int in = tp_gather_in(layer, sv[sX1n], T_);
-  sv[sFc1] = act(layer, "fc1", {T_, up_ * ffn_t_});
-  gemm(layer, "fc1", T_, up_ * ffn_t_, h_, 1, {in, w[kFc1], w[kFc1B]}, {sv[sFc1]});
-  sv[sAct] = act(layer, "act", {T_, ffn_t_});
-  elementwise(OpKind::kActivation, layer, "act", double(T_) * ffn_t_, (up_ + 1) * eb_ * T_ * ffn_t_,
-              {sv[sFc1]}, {sv[sAct]});
-  int o2 = ws(layer, "fc2", {T_, h_});
-  gemm(layer, "fc2", T_, h_, ffn_t_, 1, {sv[sAct], w[kFc2]}, {o2});
-  return tp_reduce_out(layer, o2, T_, "fc2.tp");
+  sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
+  gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]}, {sv[mlp.s_fc1]});
+  sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f});
+  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
+              (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1]}, {sv[mlp.s_act]});
+  int o2 = ws(layer, fc2.c_str(), {T_, h_});
+  gemm(layer, fc2.c_str(), T_, h_, f, 1, {sv[mlp.s_act], w[mlp.fc2]}, {o2});
+  return tp_reduce_out(layer, o2, T_, (fc2 + ".tp").c_str());
 }
 
-int Lowerer::mlp_backward(int layer, const Saved& sv, int dres2, const WSet& w, const WSet& g) {
+int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2, const WSet& w,
+                          const WSet& g) {
+  const int64_t f = mlp.cols;
+  const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
   int d = tp_gather_in(layer, dres2, T_);  // conjugate of g
-  int da = act(layer, "act.dy", {T_, ffn_t_});
-  gemm(layer, "fc2.dx", T_, ffn_t_, h_, 1, {d, w[kFc2]}, {da}, true);
-  gemm(layer, "fc2.dw", ffn_t_, h_, T_, 1, {sv[sAct], d}, {g[kFc2]});
-  int dfc1 = act(layer, "fc1.dy", {T_, up_ * ffn_t_});
-  elementwise(OpKind::kActivation, layer, "act", double(T_) * ffn_t_,
-              2 * (up_ + 1) * eb_ * T_ * ffn_t_, {sv[sFc1], da}, {dfc1, g[kFc1B]});
+  int da = act(layer, (act_name + ".dy").c_str(), {T_, f});
+  gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
+  gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]});
+  int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
+  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
+              2 * (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1], da}, {dfc1, g[mlp.fc1b]});
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
-  int dxp = ws(layer, "fc1.dx", {T_, h_});
-  gemm(layer, "fc1.dx", T_, h_, up_ * ffn_t_, 1, {dfc1, w[kFc1]}, {dxp}, true);
-  int dx1n = tp_reduce_out(layer, dxp, T_, "fc1.dx.tp");  // conjugate of f
-  gemm(layer, "fc1.dw", h_, up_ * ffn_t_, T_, 1, {in, dfc1}, {g[kFc1], g[kFc1B]});
+  int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
+  gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
+  int dx1n = tp_reduce_out(layer, dxp, T_, (fc1 + ".dx.tp").c_str());  // conjugate of f
+  gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1, {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]});
   return dx1n;
 }
 
@@ -174,9 +195,9 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   // Residual 2 (and the FC2 bias, added there).
   int dres2 = act(layer, "res2.dx", {Tn_, h_});
   elementwise(OpKind::kResidualAdd, layer, "res2", nh, 2 * (3 * eb_ + drop_) * nh, {dy, sv[sMask2]},
-              {dres2, g[kFc2B]});
+              {dres2, g[kFc2B] >= 0 ? g[kFc2B] : g[kSfc2B]});
   const int dx1n = m_.is_moe_layer(layer) ? moe_backward(layer, sv, dres2, w, g)
-                                          : mlp_backward(layer, sv, dres2, w, g);
+                                          : mlp_backward(layer, dense_mlp(), sv, dres2, w, g);
   int dx1 = act(layer, "ln2.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln2", nh, 4 * eb_ * nh, {sv[sX1], dx1n, dy, w[kNorm2]},
               {dx1, g[kNorm2]});
@@ -185,15 +206,20 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   elementwise(OpKind::kResidualAdd, layer, "res1", nh, 2 * (3 * eb_ + drop_) * nh,
               {dx1, sv[sMask1]}, {dres1, g[kOutB]});
   int d = tp_gather_in(layer, dres1, T_);
-  int dao = act(layer, "attn.dy", {T_, q_cols_});
-  gemm(layer, "out.dx", T_, q_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
-  gemm(layer, "out.dw", q_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]});
+  int dao = act(layer, "attn.dy", {T_, ao_cols_});
+  gemm(layer, "out.dx", T_, ao_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
+  gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]});
   int dqkv = attention_backward(layer, sv, dao);
-  int in = tp_gather_in(layer, sv[sXn], T_);
-  int dxp = ws(layer, "qkv.dx", {T_, h_});
-  gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true);
-  int dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
-  gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]});
+  int dxn;
+  if (mla_) {
+    dxn = mla_backward(layer, sv, dqkv, w, g);
+  } else {
+    int in = tp_gather_in(layer, sv[sXn], T_);
+    int dxp = ws(layer, "qkv.dx", {T_, h_});
+    gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true);
+    dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
+    gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]});
+  }
   int dx = act(layer, "ln1.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln1", nh, 4 * eb_ * nh, {sv[sX], dxn, dx1, w[kNorm1]},
               {dx, g[kNorm1]});

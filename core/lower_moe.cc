@@ -1,21 +1,48 @@
-// A mixture-of-experts MLP, forward and backward: router, dispatch, all-to-all over ep (SP:
-// all-gather over tp), grouped expert GEMMs, (reduce over tp), all-to-all back, combine.
+// A mixture-of-experts MLP, forward and backward: router, dispatch, all-to-all over ep, the
+// routed rows gathered over the experts' tensor-parallel group (SP: tp; an expert grid of its
+// own: etp), grouped expert GEMMs, their reduction over that group, all-to-all back, combine;
+// and the shared experts (one fused dense MLP on the norm2 output) added to the routed output.
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
 
+// Before the column-parallel expert GEMMs (and backward before the row-parallel ones' data
+// gradients): the routed rows of the experts' TP group, all-gathered.
+int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved) {
+  if (gather_ways_ == 1) return x;
+  int full = saved ? act(layer, what, {rows_full, h_}) : ws(layer, what, {rows_full, h_});
+  collective(OpKind::kAllGather, gather_group_, layer, what, eb_ * rows_full * h_, x, full);
+  return full;
+}
+
+// After the row-parallel expert GEMM (and backward after the column-parallel data gradient):
+// the partial sums reduce-scattered back to this rank's routed rows, or all-reduced in place
+// when the TP group routes the same rows (tp > 1 without SP).
+int Lowerer::expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved) {
+  const double bytes = eb_ * rows_full * h_;
+  if (gather_ways_ > 1) {
+    const int64_t rows = rows_full / gather_ways_;
+    int shard = saved ? act(layer, what, {rows, h_}) : ws(layer, what, {rows, h_});
+    collective(OpKind::kReduceScatter, gather_group_, layer, what, bytes, y, shard);
+    return shard;
+  }
+  if (!grid_ && t_ > 1) collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
+  return y;
+}
+
 // Returns the MoE output on the norm region's rows.
 int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   const int64_t E = experts_, K = topk_;
-  const int64_t routed_n = Tn_ * K;  // rows this rank routes
-  const int64_t R = T_ * K;          // rows of the expert region (gathered over tp)
-  int logits = ws(layer, "router", {Tn_, E}, Dtype::kFp32);
-  gemm(layer, "router", Tn_, E, h_, 1, {x1n, w[kRouter]}, {logits});
-  sv[sRprobs] = act(layer, "rprobs", {Tn_, E}, Dtype::kFp32);
-  elementwise(OpKind::kRouter, layer, "route", double(Tn_) * E, 8.0 * Tn_ * E, {logits},
-              {sv[sRprobs]});
-  const bool gather = sp_;
+  const int64_t routed_n = Tm_ * K;           // rows this rank routes
+  const int64_t R = routed_n * gather_ways_;  // rows of the expert region (gathered)
+  const bool gather = gather_ways_ > 1;
   const bool a2a = p_.ep > 1;
+  // With slice_, the router and the dispatch read this rank's rows of the replicated input.
+  int logits = ws(layer, "router", {Tm_, E}, Dtype::kFp32);
+  gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits});
+  sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
+  elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E, {logits},
+              {sv[sRprobs]});
   int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_}) : act(layer, "disp", {routed_n, h_});
   elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, eb_ * R * h_,
               {x1n, sv[sRprobs]}, {d});
@@ -24,11 +51,7 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
     collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, d, r);
     d = r;
   }
-  if (gather) {
-    int g = act(layer, "disp.ag", {R, h_});
-    collective(OpKind::kAllGather, Group::kTp, layer, "disp.ag", eb_ * R * h_, d, g);
-    d = g;
-  }
+  d = expert_gather(layer, d, R, "disp.ag", true);
   int o = moe_experts_forward(layer, d, w, sv);
   if (a2a) {
     int r = act(layer, "comb.a2a", {routed_n, h_});
@@ -36,16 +59,29 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
     o = r;
   }
   sv[sEret] = o;
-  int y = ws(layer, "moe", {Tn_, h_});
+  int y = ws(layer, "moe", {Tm_, h_});
   elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, eb_ * R * h_,
               {o, sv[sRprobs]}, {y});
+  if (slice_) {  // every TP rank's routed rows, back to the replicated rows
+    int full = ws(layer, "moe.ag", {T_, h_});
+    collective(OpKind::kAllGather, Group::kTp, layer, "moe.ag", eb_ * T_ * h_, y, full);
+    y = full;
+  }
+  if (m_.moe.shared_experts > 0) {
+    const int ys = mlp_forward(layer, shared_mlp(), w, sv);
+    const double nh = double(Tn_) * h_;
+    int sum = ws(layer, "moe.add", {Tn_, h_});
+    elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {y, ys}, {sum});
+    y = sum;
+  }
   return y;
 }
 
-// The grouped expert MLP on the dispatched rows `d`, reduced over tp; returns its output rows.
+// The grouped expert MLP on the dispatched rows `d`, reduced over the experts' TP group;
+// returns its output rows.
 int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   const int64_t K = topk_, le = local_experts_;
-  const int64_t routed_n = Tn_ * K, R = T_ * K, rows = ceil_div(R, le);
+  const int64_t routed_n = Tm_ * K, R = routed_n * gather_ways_, rows = ceil_div(R, le);
   const bool a2a = p_.ep > 1;
   sv[sDisp] = d;
   sv[sFc1] = act(layer, "efc1", {R, up_ * eff_t_});
@@ -55,28 +91,21 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   sv[sAct] = act(layer, "eact", {R, eff_t_});
   elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_, (up_ + 1) * eb_ * R * eff_t_,
               {sv[sFc1]}, {sv[sAct]});
-  int o = (t_ > 1 && sp_) || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_});
+  const bool gather = gather_ways_ > 1;
+  int o = gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_});
   int op2 = gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]}, {o}, false,
                  OpKind::kExpertLinear);
   P_.ops[op2].flops = 2.0 * R * h_ * eff_t_;
-  if (t_ > 1) {
-    if (sp_) {
-      int r = a2a ? ws(layer, "efc2.rs", {routed_n, h_}) : act(layer, "efc2.rs", {routed_n, h_});
-      collective(OpKind::kReduceScatter, Group::kTp, layer, "efc2.rs", eb_ * R * h_, o, r);
-      o = r;
-    } else {
-      collective(OpKind::kAllReduce, Group::kTp, layer, "efc2.ar", eb_ * R * h_, o, o);
-    }
-  }
-  return o;
+  return expert_reduce(layer, o, R, gather ? "efc2.rs" : "efc2.ar", !a2a);
 }
 
 int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g) {
   const int64_t E = experts_, K = topk_;
-  const int64_t routed_n = Tn_ * K, R = T_ * K;
+  const int64_t routed_n = Tm_ * K, R = routed_n * gather_ways_;
   const bool a2a = p_.ep > 1;
+  // With slice_, the combine reads this rank's rows of the replicated output gradient.
   int de = ws(layer, "comb.dx", {routed_n, h_});
-  int drp = ws(layer, "rprobs.dx", {Tn_, E}, Dtype::kFp32);
+  int drp = ws(layer, "rprobs.dx", {Tm_, E}, Dtype::kFp32);
   elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, 2 * eb_ * R * h_,
               {dres, sv[sEret], sv[sRprobs]}, {de, drp});
   int d = de;
@@ -85,29 +114,41 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
     collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, d, r);
     d = r;
   }
-  d = tp_gather_in(layer, d, R);
+  d = expert_gather(layer, d, R, "ag", false);
   int dd = moe_experts_backward(layer, sv, d, w, g);
   if (a2a) {
     int r = ws(layer, "disp.a2a", {routed_n, h_});
     collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, dd, r);
     dd = r;
   }
-  int dx1n = act(layer, "ln2.dy", {Tn_, h_});
+  int dx1n = act(layer, "ln2.dy", {Tm_, h_});
   elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, 2 * eb_ * R * h_, {dd},
               {dx1n});
-  int dlogits = ws(layer, "router.dy", {Tn_, E}, Dtype::kFp32);
-  elementwise(OpKind::kRouter, layer, "route", double(Tn_) * E, 16.0 * Tn_ * E, {drp, sv[sRprobs]},
+  int dlogits = ws(layer, "router.dy", {Tm_, E}, Dtype::kFp32);
+  elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 16.0 * Tm_ * E, {drp, sv[sRprobs]},
               {dlogits});
-  gemm(layer, "router.dx", Tn_, h_, E, 1, {dlogits, w[kRouter], dx1n}, {dx1n}, true);
-  gemm(layer, "router.dw", h_, E, Tn_, 1, {sv[sX1n], dlogits}, {g[kRouter]});
+  gemm(layer, "router.dx", Tm_, h_, E, 1, {dlogits, w[kRouter], dx1n}, {dx1n}, true);
+  gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]});
+  if (slice_) {
+    int full = act(layer, "ln2.dy.ag", {T_, h_});
+    collective(OpKind::kAllGather, Group::kTp, layer, "ln2.dy.ag", eb_ * T_ * h_, dx1n, full);
+    dx1n = full;
+  }
+  if (m_.moe.shared_experts > 0) {
+    const int dxs = mlp_backward(layer, shared_mlp(), sv, dres, w, g);
+    const double nh = double(Tn_) * h_;
+    int sum = act(layer, "moe.add.dx", {Tn_, h_});
+    elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {dx1n, dxs}, {sum});
+    dx1n = sum;
+  }
   return dx1n;
 }
 
 // The grouped expert MLP's backward from the gradient `d` of its output rows; returns the
-// gradient of the dispatched rows (reduced over tp).
+// gradient of the dispatched rows (reduced over the experts' TP group).
 int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g) {
   const int64_t K = topk_, le = local_experts_;
-  const int64_t R = T_ * K, rows = ceil_div(R, le);
+  const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
   int dact = act(layer, "eact.dx", {R, eff_t_});
   int op = gemm(layer, "efc2.dx", rows, eff_t_, h_, le, {d, w[kEfc2]}, {dact}, true,
                 OpKind::kExpertLinear);
@@ -122,7 +163,7 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
   op = gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
             OpKind::kExpertLinear);
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
-  dd = tp_reduce_out(layer, dd, R, "efc1.dx.tp");
+  dd = expert_reduce(layer, dd, R, "efc1.dx.tp", true);
   op = gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le, {sv[sDisp], dfc1}, {g[kEfc1]}, false,
             OpKind::kExpertLinear);
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;

@@ -113,18 +113,42 @@ void Lowerer::deferred_reductions() {
 }
 
 namespace {
-// Under SP each TP rank saw a different sequence shard: the replicated weights that act on it
-// (norms, routers, and the biases of row-parallel GEMMs, added after the reduce-scatter) have
-// partial gradients, summed over TP (Megatron's allreduce_layernorm_grads). Appends bucket
-// `b`'s such gradients in `g` to `ids` and their elements to `n`.
-void sp_partial_grads(const Bucket& b, const WSet& g, std::vector<int>& ids, double& n) {
-  for (const Spec& sp : b.specs) {
-    if (sp.slot != kNorm1 && sp.slot != kNorm2 && sp.slot != kFnorm && sp.slot != kRouter &&
-        sp.slot != kOutB && sp.slot != kFc2B)
-      continue;
-    ids.push_back(g[sp.slot]);
+// Whether the gradient of weight `slot` is a partial sum over the TP ranks: under SP each TP
+// rank saw a different sequence shard, so the replicated weights that act on it (norms, MLA's
+// down-projections and latent norms, routers, and the biases of row-parallel GEMMs, added after
+// the reduce-scatter) have partial gradients, summed over TP (Megatron's
+// allreduce_layernorm_grads); with an expert grid of its own and no SP, each TP rank routes its
+// own slice of the tokens, so the router's gradient is partial.
+bool partial_over_tp(Slot slot, bool sp, bool slice) {
+  switch (slot) {
+    case kRouter:
+      return sp || slice;
+    case kNorm1:
+    case kNorm2:
+    case kFnorm:
+    case kOutB:
+    case kFc2B:
+    case kSfc2B:
+    case kQDown:
+    case kQDownB:
+    case kKvDown:
+    case kKvDownB:
+    case kQNorm:
+    case kKvNorm:
+      return sp;
+    default:
+      return false;
+  }
+}
+
+// Appends bucket `b`'s partial gradients in `g` to `ids` and their elements to `n`.
+void sp_partial_grads(const Bucket& b, const WSet& g, bool sp, bool slice, std::vector<int>& ids,
+                      double& n) {
+  for (const Spec& s : b.specs) {
+    if (!partial_over_tp(s.slot, sp, slice)) continue;
+    ids.push_back(g[s.slot]);
     double e = 1;
-    for (int64_t d : sp.shape) e *= static_cast<double>(d);
+    for (int64_t d : s.shape) e *= static_cast<double>(d);
     n += e;
   }
 }
@@ -136,17 +160,17 @@ void Lowerer::sp_grad_all_reduce() {
   std::vector<int> g;
   double n = 0;
   for (const Bucket& b : buckets_)
-    if (b.zero < 2) sp_partial_grads(b, b.grads, g, n);
+    if (b.zero < 2) sp_partial_grads(b, b.grads, sp_, slice_, g, n);
   if (!g.empty()) collective(OpKind::kAllReduce, Group::kTp, -1, "sp.g.ar", 4 * n, g, g);
 }
 
 // ZeRO-2/3 under SP: bucket `b`'s partial gradients `g` (of a micro-batch, or the step's
 // accumulators) summed over TP before they are reduce-scattered over the data-parallel ranks.
 void Lowerer::sp_bucket_all_reduce(const Bucket& b, const WSet& g) {
-  if (!sp_) return;
+  if (!sp_ && !slice_) return;
   std::vector<int> ids;
   double n = 0;
-  sp_partial_grads(b, g, ids, n);
+  sp_partial_grads(b, g, sp_, slice_, ids, n);
   if (!ids.empty()) collective(OpKind::kAllReduce, Group::kTp, b.layer, "sp.g.ar", 4 * n, ids, ids);
 }
 
@@ -168,7 +192,9 @@ int Lowerer::grad_norm(int& norm_op) {
   op.bytes = 4 * n;
   norm_op = emit(op);
   tags_.chunk = 0;
-  const bool sharded = p_.zero >= 1 || p_.ep > 1;
+  // Gradients differ across the data-parallel ranks when sharded there: ZeRO, experts carved out
+  // of dp, or an expert grid of its own (whose groups span the stage's ranks).
+  const bool sharded = p_.zero >= 1 || p_.ep > 1 || grid_;
   if (t_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kTp, -1, "norm.ar", 4, norm, norm);
   if (pp_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kPp, -1, "norm.ar", 4, norm, norm);
   if (sharded && p_.dp * p_.cp > 1)
@@ -182,7 +208,7 @@ void Lowerer::optimizer() {
   at(-1, Phase::kOptimizer);
   deferred_reductions();
   at(-1, Phase::kOptimizer);
-  if (sp_) sp_grad_all_reduce();
+  if (sp_ || slice_) sp_grad_all_reduce();
   int norm_op = -1;
   const int norm = grad_norm(norm_op);
   for (Bucket& b : buckets_) {

@@ -29,11 +29,14 @@ const char* group_name(Group g) {
       return "expert-shard";
     case Group::kExpertReplicate:
       return "expert-replicate";
+    case Group::kExpertTp:
+      return "expert-tp";
   }
   return "?";
 }
 
-RankLayout::RankLayout(const Plan& plan) : order_(plan.rank_order), plan_(plan) {
+RankLayout::RankLayout(const Plan& plan)
+    : order_(plan.rank_order), plan_(plan), grid_(expert_grid(plan)) {
   int stride = 1;
   for (Dim d : order_) {
     stride_[static_cast<int>(d)] = stride;
@@ -49,9 +52,9 @@ int RankLayout::size_of(Dim d) const {
     case Dim::kCp:
       return plan_.cp;
     case Dim::kEp:
-      return plan_.ep;
+      return grid_ ? 1 : plan_.ep;
     case Dim::kDp:
-      return plan_.dp / plan_.ep;
+      return grid_ ? plan_.dp : plan_.dp / plan_.ep;
     case Dim::kPp:
       return plan_.pp;
   }
@@ -60,7 +63,59 @@ int RankLayout::size_of(Dim d) const {
 
 RankCoord RankLayout::coord(int rank) const {
   auto at = [&](Dim d) { return (rank / stride_[static_cast<int>(d)]) % size_of(d); };
-  return {at(Dim::kTp), at(Dim::kCp), at(Dim::kEp), at(Dim::kDp), at(Dim::kPp)};
+  RankCoord c{at(Dim::kTp), at(Dim::kCp), at(Dim::kEp), at(Dim::kDp), at(Dim::kPp)};
+  if (!grid_) {
+    c.etp = c.tp;
+    c.eep = c.ep;
+    c.edp = c.cp + plan_.cp * c.dpx;
+    return c;
+  }
+  const int etp = plan_.expert_tp(), pos = stage_position(c);
+  c.etp = pos % etp;
+  c.eep = pos / etp % plan_.ep;
+  c.edp = pos / (etp * plan_.ep);
+  return c;
+}
+
+// The mixed-radix number of c over the rank order without pp: the rank's index among the ranks
+// of its stage in increasing rank order.
+int RankLayout::stage_position(const RankCoord& c) const {
+  int pos = 0, stride = 1;
+  for (Dim d : order_) {
+    if (d == Dim::kPp) continue;
+    const int v = d == Dim::kTp ? c.tp : d == Dim::kCp ? c.cp : d == Dim::kEp ? c.ep : c.dpx;
+    pos += v * stride;
+    stride *= size_of(d);
+  }
+  return pos;
+}
+
+// The rank of stage `pp` at position `pos` (the inverse of stage_position).
+int RankLayout::rank_at_position(int pp, int pos) const {
+  RankCoord c;
+  c.pp = pp;
+  for (Dim d : order_) {
+    if (d == Dim::kPp) continue;
+    const int v = pos % size_of(d);
+    pos /= size_of(d);
+    (d == Dim::kTp ? c.tp : d == Dim::kCp ? c.cp : d == Dim::kEp ? c.ep : c.dpx) = v;
+  }
+  return rank(c);
+}
+
+// A group of the expert grid: the stage's ranks with the rank's other two grid coordinates.
+std::vector<int> RankLayout::expert_grid_group(Group g, int r) const {
+  const RankCoord me = coord(r);
+  const int etp = plan_.expert_tp(), ep = plan_.ep, edp = plan_.expert_dp();
+  auto at = [&](int t, int e, int d) { return rank_at_position(me.pp, (d * ep + e) * etp + t); };
+  std::vector<int> out;
+  if (g == Group::kExpertTp)
+    for (int t = 0; t < etp; ++t) out.push_back(at(t, me.eep, me.edp));
+  else if (g == Group::kEp)
+    for (int e = 0; e < ep; ++e) out.push_back(at(me.etp, e, me.edp));
+  else
+    for (int d = 0; d < edp; ++d) out.push_back(at(me.etp, me.eep, d));
+  return out;
 }
 
 int RankLayout::rank(const RankCoord& c) const {
@@ -91,6 +146,8 @@ std::vector<int> RankLayout::hsdp_group(Group g, int r) const {
 std::vector<int> RankLayout::group(Group g, int r) const {
   RankCoord base = coord(r);
   std::vector<Dim> dims;
+  if (grid_ && (g == Group::kExpertTp || g == Group::kEp || g == Group::kExpertDp))
+    return expert_grid_group(g, r);
   switch (g) {
     case Group::kDpShard:
     case Group::kDpReplicate:
@@ -98,6 +155,7 @@ std::vector<int> RankLayout::group(Group g, int r) const {
     case Group::kExpertReplicate:
       return hsdp_group(g, r);
     case Group::kTp:
+    case Group::kExpertTp:
       dims = {Dim::kTp};
       break;
     case Group::kCp:

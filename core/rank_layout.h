@@ -3,6 +3,13 @@
 // rank r runs on cluster GPU r. The plan's rank_order lists dimensions first-fastest
 // (Megatron's "tp-cp-ep-dp-pp"); ep is carved out of dp, so the "dp" entry of the order has
 // size dp / ep.
+//
+// Expert tensor parallelism other than tp (Plan::expert_tp() != tp) gives the experts a grid of
+// their own, Megatron's: the rank grid has no ep dimension (its "ep" entry has size 1 and the
+// "dp" entry size dp), and the tp x cp x dp ranks of each pipeline stage, taken in increasing
+// rank order, are numbered etp-ep-edp with etp fastest (edp = Plan::expert_dp()). The expert
+// groups (kExpertTp, kEp, kExpertDp and its HSDP shard and replicate groups) are then groups of
+// that grid, so ep may exceed dp and an ep group may span tensor-parallel ranks.
 #pragma once
 
 #include <array>
@@ -28,14 +35,26 @@ enum class Group {
   kDpReplicate,
   kExpertShard,
   kExpertReplicate,
+  // The tensor-parallel group of the experts: kTp when Plan::expert_tp() == tp, else the etp
+  // consecutive ranks of the expert grid.
+  kExpertTp,
 };
-inline constexpr int kGroupKindCount = 11;  // values of Group
+inline constexpr int kGroupKindCount = 12;  // values of Group
 const char* group_name(Group g);
 
 struct RankCoord {
   int tp = 0, cp = 0, ep = 0, dpx = 0, pp = 0;  // dpx: index along dp / ep
+  // The data-parallel index; ep_size: grid_ep(plan), the size of the grid's ep dimension.
   int dp(int ep_size) const { return dpx * ep_size + ep; }
+  // Coordinates in the expert grid (filled by RankLayout::coord, ignored by RankLayout::rank):
+  // the indices of the rank in its kExpertTp, kEp and kExpertDp groups.
+  int etp = 0, eep = 0, edp = 0;
 };
+
+// Whether the experts form a grid of their own (Plan::expert_tp() != tp; rank_layout.h's top).
+inline bool expert_grid(const Plan& p) { return p.expert_tp() != p.tp; }
+// The size of the rank grid's ep dimension: plan.ep, or 1 with an expert grid of its own.
+inline int grid_ep(const Plan& p) { return expert_grid(p) ? 1 : p.ep; }
 
 class RankLayout {
  public:
@@ -47,7 +66,9 @@ class RankLayout {
   // Ranks of the `g` group that contains `rank`, ordered by their coordinates along the group's
   // dimensions, the first varying fastest: kDp is ordered by RankCoord::dp() (ep fastest),
   // kDpCp by cp then dp, kExpertDp by cp then dp / ep. Under the default rank order this is
-  // increasing rank order. The HSDP groups keep the order of kDpCp (kExpertDp).
+  // increasing rank order. The HSDP groups keep the order of kDpCp (kExpertDp). With an expert
+  // grid of its own, the expert groups are ordered by their grid coordinate (increasing rank
+  // order within the stage).
   std::vector<int> group(Group g, int rank) const;
   // Every distinct `g` group.
   std::vector<std::vector<int>> groups(Group g) const;
@@ -55,9 +76,15 @@ class RankLayout {
  private:
   int size_of(Dim d) const;
   std::vector<int> hsdp_group(Group g, int rank) const;
+  // The expert grid: a rank's position among its stage's ranks in increasing rank order, and
+  // the ranks of its stage in that order.
+  int stage_position(const RankCoord& c) const;
+  int rank_at_position(int pp, int pos) const;
+  std::vector<int> expert_grid_group(Group g, int rank) const;
   std::array<Dim, 5> order_;
   std::array<int, 5> stride_{};  // indexed by Dim
   Plan plan_;
+  bool grid_ = false;  // expert_grid(plan)
   int world_ = 1;
 };
 

@@ -50,25 +50,44 @@ struct MemoryStats {
   int64_t peak_of(BufferClass c) const { return peak[static_cast<int>(c)]; }
 };
 
-// The shape of one attention call: softmax(scale * Q K^T + causal mask) V for `heads` query heads
-// sharing `kv_heads` key/value heads (GQA: query head h uses kv head h / (heads / kv_heads)).
-// Q row (b, i), head h: q + (b * seq_q + i) * ld_q + h * head_dim; K and V rows (b, j), kv head
-// g: k + (b * seq_kv + j) * ld_kv + g * head_dim (likewise v); out and dout rows like Q with
-// ld_o. dq/dk/dv use the strides of q/k/v. lse: [batch, heads, seq_q]; probs: [batch, heads,
-// seq_q, seq_kv]. For a fused QKV buffer [T x (heads + 2 kv_heads) * head_dim] with columns
-// Q | K | V: q = qkv, k = qkv + heads * head_dim, v = k + kv_heads * head_dim, ld_q = ld_kv = the
-// QKV width.
+// The shape of one attention call: softmax(scale * Q K^T + mask) V for `heads` query heads sharing
+// `kv_heads` key/value heads (GQA: query head h uses kv head h / (heads / kv_heads)). Query and key
+// heads have head_dim columns, value (and output) heads v_head_dim (0: head_dim; MLA's differ).
+// Q row (b, i), head h: q + (b * seq_q + i) * ld_q + h * head_dim; K row (b, j), kv head g:
+// k + (b * seq_kv + j) * ld_kv + g * head_dim; V row (b, j), kv head g: v + (b * seq_kv + j) *
+// ld_kv + g * v_head_dim; out and dout rows (b, i), head h: (b * seq_q + i) * ld_o + h *
+// v_head_dim. dq/dk/dv use the strides of q/k/v. lse: [batch, heads, seq_q]; probs: [batch, heads,
+// seq_q, seq_kv]. For a fused QKV buffer [T x (heads head_dim + kv_heads (head_dim +
+// v_head_dim))] with columns Q | K | V: q = qkv, k = qkv + heads * head_dim, v = k + kv_heads *
+// head_dim, ld_q = ld_kv = the QKV width.
 struct AttentionDims {
   int64_t batch = 0, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t v_head_dim = 0;                 // 0: head_dim
   int64_t ld_q = 0, ld_kv = 0, ld_o = 0;  // row strides in elements
   bool causal = true;
   // Causal: key j is visible to query i iff j <= i + causal_offset (0 for self-attention of one
   // sequence chunk; a ring step attending to an earlier chunk passes the distance between the
-  // chunks). A query with no visible key has lse = -inf and contributes nothing.
+  // chunks), and with a sliding window (window > 0) also j > i + causal_offset - window. A query
+  // with no visible key has lse = -inf and contributes nothing. The window is ignored when
+  // !causal.
   int64_t causal_offset = 0;
+  int64_t window = 0;
   float scale = 0;      // 0: 1 / sqrt(head_dim)
   float dropout_p = 0;  // attention-probability dropout; mask index ((b*heads+h)*seq_q+i)*seq_kv+j
   uint64_t dropout_seed = 0;
+
+  int64_t vd() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  // The keys query i sees: [first, last) (empty when first >= last).
+  int64_t first_key(int64_t i) const {
+    if (!causal || window <= 0) return 0;
+    const int64_t f = i + causal_offset - window + 1;
+    return f < 0 ? 0 : (f > seq_kv ? seq_kv : f);
+  }
+  int64_t last_key(int64_t i) const {
+    if (!causal) return seq_kv;
+    const int64_t l = i + causal_offset + 1;
+    return l < 0 ? 0 : (l > seq_kv ? seq_kv : l);
+  }
 };
 
 // How a linear layer's weight is stored: kInOut, W[k x n] (every weight core/lower.h emits; out =

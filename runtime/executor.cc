@@ -60,7 +60,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   tp_idx = g[Group::kTp].index;
   cp = p.cp;
   cp_idx = g[Group::kCp].index;
-  dp_idx = g.coord.dp(p.ep);
+  dp_idx = g.coord.dp(grid_ep(p));
   Sl = p.seq(m) / p.cp;
   T = int64_t{p.micro_batch} * Sl;
   h = m.hidden;
@@ -75,8 +75,12 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   nominal_elements_ = elements_;
   if (p.ep > 1 && p.offload.activations)
     unsupported("plan.offload", "activation offload with expert parallelism is not run yet");
-  if (p.ep > 1 && p.sequence_parallel && p.tp > 1)
+  // The routed rows gathered over the experts' tensor-parallel group (SP with etp = tp, or an
+  // expert grid with etp > 1) vary in number per member under expert parallelism.
+  if (p.ep > 1 && !expert_grid(p) && p.sequence_parallel && p.tp > 1)
     unsupported("plan.sp", "sequence parallelism with expert parallelism is not run yet");
+  if (p.ep > 1 && expert_grid(p) && p.expert_tp() > 1)
+    unsupported("plan.etp", "an expert grid with etp > 1 and ep > 1 is not run yet");
   for (const BufferBlock& blk : prog.blocks) {
     Unit u;
     u.buffers = blk.buffers;
@@ -264,12 +268,19 @@ void Executor::Impl::after_kernels(Communicator& comm) {
   be.release_fence(fence);
 }
 
-void Executor::Impl::pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_cols) {
-  const int64_t ld = q_cols + 2 * kv_cols;
-  for (int64_t t = 0; t < T; ++t) {
-    be.copy(kv + t * kv_cols, qkv + t * ld + q_cols, kv_cols * sizeof(float));
-    be.copy(kv + (T + t) * kv_cols, qkv + t * ld + q_cols + kv_cols, kv_cols * sizeof(float));
+void Executor::Impl::copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
+                               int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  if (ld_dst == cols && ld_src == cols) {
+    be.copy(dst, src, static_cast<size_t>(rows * cols) * sizeof(float));
+    return;
   }
+  for (int64_t r = 0; r < rows; ++r)
+    be.copy(dst + r * ld_dst, src + r * ld_src, static_cast<size_t>(cols) * sizeof(float));
+}
+
+void Executor::Impl::pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_width) {
+  copy_rows(kv, kv_width, qkv + q_cols, q_cols + kv_width, T, kv_width);
 }
 
 Request Executor::Impl::start_comm(const Op& op) {
@@ -320,6 +331,7 @@ Request Executor::Impl::start_comm(const Op& op) {
                            : comm.iall_reduce(base, count, dt);
     }
     case OpKind::kAllGather: {
+      if (plan.ep == 1 && base_name(op.name) == "disp.ag") gather_counts(op, comm);
       Flat src = flat(op.reads), dst = flat(op.writes);
       const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
       after_kernels(comm);
@@ -346,11 +358,10 @@ Request Executor::Impl::start_comm(const Op& op) {
       const void* data = ptr(buf);
       if (op.group == Group::kCp && base_name(prog.buffers[buf].name) == "qkv") {
         // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
-        const int64_t kv_cols = count / (2 * T), qkv_cols = elements_[buf] / T;
-        const int64_t q_cols = qkv_cols - 2 * kv_cols;
+        const int64_t kv_width = count / T, qkv_cols = elements_[buf] / T;
         auto* staged =
             static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
-        pack_kv(fptr(buf), staged, q_cols, kv_cols);
+        pack_kv(fptr(buf), staged, qkv_cols - kv_width, kv_width);
         scratch_.push_back(staged);
         data = staged;
       } else if (elements_[buf] > count) {
@@ -496,6 +507,7 @@ StepResult Executor::step(const StepConfig& config) {
   im.scale_ready_ = false;
   im.routing_.clear();
   im.ep_.clear();
+  im.gathered_.clear();
   im.elements_ = im.nominal_elements_;
   im.be.zero(im.sumsq_, sizeof(float));
   im.live_touches_.resize(im.units_.size());

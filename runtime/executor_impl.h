@@ -75,9 +75,21 @@ struct Executor::Impl {
   Request start_all_to_all(const Op& op);  // executor_ops.cc (MoE token exchange)
   // Makes comm's next transfers wait for the kernels issued so far (Backend::record_fence).
   void after_kernels(Communicator& comm);
-  // K and V of a fused QKV buffer [T x (q_cols + 2 kv_cols)] packed into [2, T, kv_cols] (the
-  // layout of the ring's chunks).
-  void pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_cols);
+  // K | V of a fused QKV buffer [T x (q_cols + kv_width)] packed into [T x kv_width] (the
+  // layout of the ring's chunks: each row its keys then its values).
+  void pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_width);
+  // dst[r][0, cols) = src[r][0, cols) for r < rows, rows ld_dst and ld_src elements apart.
+  void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                 int64_t cols);
+  // Multi-head latent attention: Q | K | V of this rank's heads from q_up, kv_up and the rotary
+  // key (RoPE applied), and the backward (executor_ops.cc).
+  void mla_pack(const Op& op);
+  void mla_unpack(const Op& op);
+  // A norm whose weight covers the first columns of its input (MLA's kv_norm; executor_ops.cc).
+  void partial_norm(const Op& op, int64_t width);
+  // Expert grid without SP: the first row of this rank's slice of a replicated token buffer of
+  // `buffer_rows` rows when the op routes `rows` of them, else 0.
+  int64_t routed_row0(int64_t buffer_rows, int64_t rows) const;
   void run_copy(const Op& op);
   void run_grad_norm(const Op& op);
   void run_adamw(const Op& op);
@@ -121,7 +133,11 @@ struct Executor::Impl {
   std::vector<int> op_units_begin_;           // op i: op_units_[begin[i] .. begin[i+1])
   std::unordered_map<int, Routing> routing_;  // by router-probabilities buffer
   std::unordered_map<int64_t, EpExchange> ep_;  // by layer * 65536 + micro-batch
-  std::vector<int64_t> nominal_elements_;       // elements_ as lowered (region buffers vary)
+  // Without expert parallelism, the routed rows gathered over the experts' tensor-parallel
+  // group: each member's rows per expert (the grouped GEMMs' blocks), by the key of ep_.
+  std::unordered_map<int64_t, std::vector<std::vector<int64_t>>> gathered_;
+  void gather_counts(const Op& op, Communicator& comm);  // executor_ops.cc
+  std::vector<int64_t> nominal_elements_;  // elements_ as lowered (region buffers vary)
   float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
   float* scale_ = nullptr;  // device scalar: the clip scale
   bool scale_ready_ = false;

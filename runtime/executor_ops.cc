@@ -116,12 +116,110 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
   return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
 }
 
+// The routed rows of every member of the experts' tensor-parallel group, gathered in member
+// order: their counts per expert, traded (blocking) over that group before the rows.
+void Executor::Impl::gather_counts(const Op& op, Communicator& comm) {
+  const int64_t E = model.moe.experts;
+  const int n = comm.size();
+  const Routing& r = routing_of(op);
+  std::vector<float> mine(static_cast<size_t>(E)), all(static_cast<size_t>(E) * n);
+  for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(r.counts[e]);
+  comm.all_gather(std::span<const float>(mine), std::span<float>(all));
+  std::vector<std::vector<int64_t>> counts(n, std::vector<int64_t>(static_cast<size_t>(E)));
+  for (int j = 0; j < n; ++j)
+    for (int64_t e = 0; e < E; ++e) counts[j][e] = static_cast<int64_t>(all[j * E + e]);
+  gathered_[ep_key(op.tags.layer, op.tags.micro_batch)] = std::move(counts);
+}
+
 void Executor::Impl::rotate_qk(int qkv, bool inverse) {
   const int64_t hd = model.head_dim, q_heads = model.heads / tp, kv_heads = model.kv_heads / tp;
   const int64_t ld = (q_heads + 2 * kv_heads) * hd;
   const int64_t pos = int64_t{cp_idx} * Sl;
   be.rope(fptr(qkv), ld, T, Sl, pos, q_heads, hd, model.rope_theta, inverse);
   be.rope(fptr(qkv) + q_heads * hd, ld, T, Sl, pos, kv_heads, hd, model.rope_theta, inverse);
+}
+
+int64_t Executor::Impl::routed_row0(int64_t buffer_rows, int64_t rows) const {
+  const bool slice = expert_grid(plan) && tp > 1 && !(plan.sequence_parallel && tp > 1);
+  return slice && buffer_rows > rows ? int64_t{tp_idx} * rows : 0;
+}
+
+// reads {x [rows x cols], w [width]} writes {y [rows x width], pass [rows x (cols - width)]};
+// backward reads {x, dy, dpass, w} writes {dx [rows x cols], dw}.
+void Executor::Impl::partial_norm(const Op& op, int64_t width) {
+  const int x = op.reads[0], w = op.reads.back();
+  const int64_t cols = prog.buffers[x].shape.back(), rows = elements_[x] / cols;
+  const int64_t rest = cols - width;
+  const bool ln = model.norm == Norm::kLayerNorm;
+  auto* xs = static_cast<float*>(be.alloc(rows * width * sizeof(float), BufferClass::kWorkspace));
+  copy_rows(xs, width, fptr(x), cols, rows, width);
+  if (op.tags.phase != Phase::kBackward) {
+    be.norm_forward(model.norm, fptr(op.writes.at(0)), xs, fptr(w), ln ? fptr(w) + width : nullptr,
+                    rows, width, norm_eps);
+    copy_rows(fptr(op.writes.at(1)), rest, fptr(x) + width, cols, rows, rest);
+  } else {
+    auto* dxs =
+        static_cast<float*>(be.alloc(rows * width * sizeof(float), BufferClass::kWorkspace));
+    float* dw = fptr(op.writes.at(1));
+    be.norm_backward(model.norm, dxs, dw, ln ? dw + width : nullptr, fptr(op.reads.at(1)), xs,
+                     fptr(w), nullptr, rows, width, norm_eps);
+    float* dx = fptr(op.writes.at(0));
+    copy_rows(dx, cols, dxs, width, rows, width);
+    copy_rows(dx + width, cols, fptr(op.reads.at(2)), rest, rows, rest);
+    be.free(dxs);
+  }
+  be.free(xs);
+}
+
+// reads {q [T x heads d], kv [T x heads (nope + v)], pe [T x rope]} writes {qkv}: Q | K | V of
+// this rank's heads, d = nope + rope: Q = q with RoPE on each head's rotary columns, K = (kv's
+// key nope | the rotated shared rotary key), V = kv's values.
+void Executor::Impl::mla_pack(const Op& op) {
+  const MlaSpec& a = model.mla;
+  const int64_t n = model.heads / tp, nope = a.qk_nope_head_dim, rope = a.qk_rope_head_dim;
+  const int64_t dqk = nope + rope, vd = a.v_head_dim, kvw = nope + vd;
+  const int64_t qc = n * dqk, ld = 2 * qc + n * vd;
+  const int64_t pos = int64_t{cp_idx} * Sl;
+  float* out = fptr(op.writes.at(0));
+  const float *q = fptr(op.reads.at(0)), *kv = fptr(op.reads.at(1)), *pe = fptr(op.reads.at(2));
+  copy_rows(out, ld, q, qc, T, qc);
+  auto* rot = static_cast<float*>(be.alloc(T * rope * sizeof(float), BufferClass::kWorkspace));
+  be.copy(rot, pe, T * rope * sizeof(float));
+  if (rotary()) {
+    for (int64_t hh = 0; hh < n; ++hh)
+      be.rope(out + hh * dqk + nope, ld, T, Sl, pos, 1, rope, model.rope_theta, false);
+    be.rope(rot, rope, T, Sl, pos, 1, rope, model.rope_theta, false);
+  }
+  for (int64_t hh = 0; hh < n; ++hh) {
+    copy_rows(out + qc + hh * dqk, ld, kv + hh * kvw, n * kvw, T, nope);
+    copy_rows(out + qc + hh * dqk + nope, ld, rot, rope, T, rope);
+    copy_rows(out + 2 * qc + hh * vd, ld, kv + hh * kvw + nope, n * kvw, T, vd);
+  }
+  be.free(rot);
+}
+
+// reads {dqkv} writes {dq, dkv, dpe}: mla_pack's backward (the shared rotary key's gradient
+// summed over the heads; RoPE undone).
+void Executor::Impl::mla_unpack(const Op& op) {
+  const MlaSpec& a = model.mla;
+  const int64_t n = model.heads / tp, nope = a.qk_nope_head_dim, rope = a.qk_rope_head_dim;
+  const int64_t dqk = nope + rope, vd = a.v_head_dim, kvw = nope + vd;
+  const int64_t qc = n * dqk, ld = 2 * qc + n * vd;
+  const int64_t pos = int64_t{cp_idx} * Sl;
+  const float* d = fptr(op.reads.at(0));
+  float *dq = fptr(op.writes.at(0)), *dkv = fptr(op.writes.at(1)), *dpe = fptr(op.writes.at(2));
+  copy_rows(dq, qc, d, ld, T, qc);
+  auto* part = static_cast<float*>(be.alloc(T * rope * sizeof(float), BufferClass::kWorkspace));
+  be.zero(dpe, T * rope * sizeof(float));
+  for (int64_t hh = 0; hh < n; ++hh) {
+    if (rotary()) be.rope(dq + hh * dqk + nope, qc, T, Sl, pos, 1, rope, model.rope_theta, true);
+    copy_rows(dkv + hh * kvw, n * kvw, d + qc + hh * dqk, ld, T, nope);
+    copy_rows(dkv + hh * kvw + nope, n * kvw, d + 2 * qc + hh * vd, ld, T, vd);
+    copy_rows(part, rope, d + qc + hh * dqk + nope, ld, T, rope);
+    be.residual_forward(dpe, nullptr, dpe, part, nullptr, T, rope, 0.0f, 0);
+  }
+  if (rotary()) be.rope(dpe, rope, T, Sl, pos, 1, rope, model.rope_theta, true);
+  be.free(part);
 }
 
 void Executor::Impl::run_compute(const Op& op) {
@@ -156,6 +254,10 @@ void Executor::Impl::run_compute(const Op& op) {
       const int w = op.reads.back();
       const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
       const bool ln = model.norm == Norm::kLayerNorm;
+      if (cols_of(w) < cols) {  // MLA's kv_norm: the latent normed, the rotary key passed on
+        partial_norm(op, cols_of(w));
+        return;
+      }
       if (!backward(op)) {
         be.norm_forward(model.norm, W(0), R(0), fptr(w), ln ? fptr(w) + cols : nullptr, rows, cols,
                         norm_eps);
@@ -177,7 +279,11 @@ void Executor::Impl::run_compute(const Op& op) {
       if (what.ends_with(".dw")) {
         const int dw = op.writes[0];
         float* db = op.writes.size() > 1 ? W(1) : nullptr;
-        be.linear_backward_weight(W(0), db, R(0), R(1), layout_of(dw), op.k, op.n, op.m);
+        // The router's input: this rank's routed rows (routed_row0).
+        const float* in = what == "router.dw" ? R(0) + routed_row0(rows_of(op.reads[0]), op.k) *
+                                                           cols_of(op.reads[0])
+                                              : R(0);
+        be.linear_backward_weight(W(0), db, in, R(1), layout_of(dw), op.k, op.n, op.m);
       } else if (op.backward_data) {
         // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
         // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
@@ -186,7 +292,9 @@ void Executor::Impl::run_compute(const Op& op) {
         be.linear_backward_data(W(0), R(0), R(1), layout_of(op.reads[1]), op.m, op.k, op.n, acc);
       } else {
         const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        be.linear_forward(W(0), R(0), R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
+        const float* in =
+            what == "router" ? R(0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k : R(0);
+        be.linear_forward(W(0), in, R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
         // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
         // sends included, sees them rotated).
         if (what == "qkv" && rotary()) rotate_qk(op.writes[0], false);
@@ -211,17 +319,25 @@ void Executor::Impl::run_compute(const Op& op) {
     }
     case OpKind::kResidualAdd: {
       if (what == "dkv.fold") {
-        // dqkv's K and V columns := the K/V gradient accumulator [2, T, kv_cols] (under cp the
+        // dqkv's K and V columns := the K/V gradient accumulator [T x (k + v)] (under cp the
         // ring steps write dK and dV into the travelling accumulators only).
         const int dqkv = op.writes[0], home = op.reads[1];
-        const int64_t kv_cols = elements_[home] / (2 * T), qkv_cols = cols_of(dqkv);
-        const int64_t q_cols = qkv_cols - 2 * kv_cols;
-        float* d = fptr(dqkv);
-        const float* a = fptr(home);
-        for (int64_t t = 0; t < T; ++t)
-          for (int kv = 0; kv < 2; ++kv)
-            be.copy(d + t * qkv_cols + q_cols + kv * kv_cols, a + (kv * T + t) * kv_cols,
-                    kv_cols * sizeof(float));
+        const int64_t kv_width = elements_[home] / T, qkv_cols = cols_of(dqkv);
+        copy_rows(fptr(dqkv) + (qkv_cols - kv_width), qkv_cols, fptr(home), kv_width, T, kv_width);
+        return;
+      }
+      if (what == "qkv.pack") {
+        mla_pack(op);
+        return;
+      }
+      if (what == "qkv.unpack") {
+        mla_unpack(op);
+        return;
+      }
+      if (what == "moe.add") {  // the routed and the shared experts' outputs (or gradients)
+        const int out = op.writes[0];
+        be.residual_forward(W(0), nullptr, R(0), R(1), nullptr, rows_of(out), cols_of(out), 0.0f,
+                            0);
         return;
       }
       if (!backward(op)) {
@@ -250,36 +366,40 @@ void Executor::Impl::run_compute(const Op& op) {
       d.heads = a.heads;
       d.kv_heads = a.kv_heads;
       d.head_dim = a.head_dim;
+      d.v_head_dim = a.v_head_dim;
+      d.window = a.window;
       d.causal = a.causal;
       d.dropout_p = a.dropout ? cfg->dropout_p : 0.0f;
       d.dropout_seed = seed_for(op, true);
-      const int64_t q_cols = a.heads * a.head_dim, kv_cols = a.kv_heads * a.head_dim;
+      // A fused Q | K | V buffer; ring chunks hold K | V per row.
+      const int64_t q_cols = a.heads * a.head_dim, k_cols = a.kv_heads * a.head_dim,
+                    v_cols = a.kv_heads * d.vd(), kv_width = k_cols + v_cols;
       const int qkv = named(op.reads, "qkv");
-      d.ld_q = q_cols + 2 * kv_cols;
-      d.ld_o = q_cols;
+      d.ld_q = q_cols + kv_width;
+      d.ld_o = a.heads * d.vd();
       const float* q = fptr(qkv);
       const float* k = q + q_cols;
-      const float* v = k + kv_cols;
+      const float* v = k + k_cols;
       d.ld_kv = d.ld_q;
       const int kv = named(op.reads, "kv");
       int step = 0;
       if (kv >= 0) {
         step = ring_step_.at(kv);
         k = fptr(kv);
-        v = k + T * kv_cols;
-        d.ld_kv = kv_cols;
+        v = k + k_cols;
+        d.ld_kv = kv_width;
       }
       const int src = (cp_idx - step + cp) % cp;
       d.causal_offset = int64_t{cp_idx - src} * Sl;
       void* packed = nullptr;
       if (cp > 1 && kv < 0) {
         // The local chunk in the layout of the ring's chunks (so dK/dV land in the same one).
-        packed = be.alloc(2 * T * kv_cols * sizeof(float), BufferClass::kWorkspace);
+        packed = be.alloc(T * kv_width * sizeof(float), BufferClass::kWorkspace);
         auto* p = static_cast<float*>(packed);
-        pack_kv(q, p, q_cols, kv_cols);
+        pack_kv(q, p, q_cols, kv_width);
         k = p;
-        v = p + T * kv_cols;
-        d.ld_kv = kv_cols;
+        v = p + k_cols;
+        d.ld_kv = kv_width;
       }
       if (!backward(op)) {
         int out = named(op.writes, "attn");
@@ -288,7 +408,7 @@ void Executor::Impl::run_compute(const Op& op) {
         float* o = out >= 0 ? fptr(out) : nullptr;
         void* tmp = nullptr;
         if (!o) {  // selective recompute of the probabilities alone
-          tmp = be.alloc(T * q_cols * sizeof(float), BufferClass::kWorkspace);
+          tmp = be.alloc(T * d.ld_o * sizeof(float), BufferClass::kWorkspace);
           o = static_cast<float*>(tmp);
         }
         be.attention_forward(d, o, lse >= 0 ? fptr(lse) : nullptr,
@@ -302,13 +422,13 @@ void Executor::Impl::run_compute(const Op& op) {
         const int dqkv = named(op.writes, "dqkv"), dkv = named(op.writes, "dkv");
         if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
         float* dq = fptr(dqkv);
-        float *dk = dq + q_cols, *dv = dk + kv_cols;
+        float *dk = dq + q_cols, *dv = dk + k_cols;
         bool acc_kv = false;
         if (dkv >= 0) {
           dk = fptr(dkv);
-          dv = dk + T * kv_cols;
+          dv = dk + k_cols;
           if (dkv_in >= 0) {
-            be.copy(dk, fptr(dkv_in), 2 * T * kv_cols * sizeof(float));
+            be.copy(dk, fptr(dkv_in), T * kv_width * sizeof(float));
             acc_kv = true;
           }
         }
@@ -378,7 +498,8 @@ void Executor::Impl::run_compute(const Op& op) {
       if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
         Routing& r = routing(op.reads[1]);
         const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
-        be.dispatch_forward(W(0), R(0), r.row_of.data(), tokens, K, h);
+        const float* x = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
+        be.dispatch_forward(W(0), x, r.row_of.data(), tokens, K, h);
       } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
         const int dx = op.writes[0];
         const int64_t tokens = rows_of(dx);
@@ -395,17 +516,23 @@ void Executor::Impl::run_compute(const Op& op) {
       } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
         Routing& r = routing(op.reads[2]);
         const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
-        be.combine_backward(W(0), W(1), R(0), R(1), r.topk_w.data(), r.row_of.data(), tokens, K, h);
+        const float* dy = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
+        be.combine_backward(W(0), W(1), dy, R(1), r.topk_w.data(), r.row_of.data(), tokens, K, h);
       }
       return;
     }
     case OpKind::kExpertLinear: {
-      // Rows per local expert: this micro-batch's routing when every expert is local; under
-      // expert parallelism, one block per sending member, each in expert order.
+      // Rows per local expert: this micro-batch's routing when every expert is local (one block
+      // per member of the experts' TP group when the rows were gathered over it); under expert
+      // parallelism, one block per sending member, each in expert order.
       const int64_t le = model.moe.experts / plan.ep;
       std::vector<const int64_t*> blocks;
       if (plan.ep == 1) {
-        blocks.push_back(routing_of(op).counts.data());
+        auto g = gathered_.find(ep_key(op.tags.layer, op.tags.micro_batch));
+        if (g == gathered_.end())
+          blocks.push_back(routing_of(op).counts.data());
+        else
+          for (const auto& c : g->second) blocks.push_back(c.data());
       } else {
         auto it = ep_.find(ep_key(op.tags.layer, op.tags.micro_batch));
         if (it == ep_.end()) bad_op(op, "no token exchange for the expert GEMM");

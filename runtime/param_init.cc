@@ -20,6 +20,7 @@ double init_std(const Model& m, TensorKind k) {
   switch (k) {
     case TensorKind::kOut:
     case TensorKind::kFc2:
+    case TensorKind::kSfc2:
     case TensorKind::kEfc2:
       return 0.02 / std::sqrt(2.0 * m.layers);
     case TensorKind::kPos:
@@ -56,13 +57,21 @@ float value_of(const Model& model, const TensorInfo& t, uint64_t stream, uint64_
                int64_t index) {
   switch (t.kind) {
     case TensorKind::kNorm:  // layernorm: weight row 1, bias row 0
-      return index < model.hidden ? 1.0f : 0.0f;
+    case TensorKind::kQNorm:
+    case TensorKind::kKvNorm:
+      return index < t.shape.back() ? 1.0f : 0.0f;
     case TensorKind::kQkvBias:
     case TensorKind::kOutBias:
     case TensorKind::kFc1Bias:
     case TensorKind::kFc2Bias:
     case TensorKind::kEfc1Bias:
     case TensorKind::kEfc2Bias:
+    case TensorKind::kQDownBias:
+    case TensorKind::kQUpBias:
+    case TensorKind::kKvDownBias:
+    case TensorKind::kKvUpBias:
+    case TensorKind::kSfc1Bias:
+    case TensorKind::kSfc2Bias:
       return 0.0f;
     case TensorKind::kHead:
       if (t.tied_copy) {  // head[i][v] = table[v][i]

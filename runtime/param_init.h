@@ -3,8 +3,8 @@
 // so every rank cuts its slice or ZeRO shard from the same full tensor and a TP=4 run starts
 // from exactly the weights of the serial run.
 //
-// The scheme is GPT-2's: weights N(0, 0.02); the residual projections (out, fc2, efc2)
-// N(0, 0.02 / sqrt(2 * layers)); emb.pos N(0, 0.01); biases 0; norm weights 1 and layernorm
+// The scheme is GPT-2's: weights N(0, 0.02); the residual projections (out, fc2, shared_fc2,
+// efc2) N(0, 0.02 / sqrt(2 * layers)); emb.pos N(0, 0.01); biases 0; norm weights 1 and layernorm
 // bias rows 0. head.head of tied embeddings (the pp > 1 copy) is emb.table transposed.
 #pragma once
 

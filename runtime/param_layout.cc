@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/layer_shapes.h"
 
 namespace parasol::runtime {
 
@@ -86,34 +87,77 @@ Parsed parse_name(const Model& m, const std::string& name) {
     throw Error(field, "layer " + std::to_string(layer) + " is not in [0, " +
                            std::to_string(m.layers) + ")");
   const std::string w = name.substr(dot + 1);
+  // Which layers hold a weight.
+  enum Where { kAttn, kMla, kMlaQ, kMlaPlainQ, kDenseMlp, kMoe, kShared, kAll };
   struct Entry {
     const char* name;
     TensorKind kind;
-    bool bias, moe, dense;  // needs linear_bias, exists on MoE layers, on dense layers
+    bool bias;  // needs linear_bias
+    Where where;
   };
   static const Entry kEntries[] = {
-      {"ln1", TensorKind::kNorm, false, true, true},
-      {"ln2", TensorKind::kNorm, false, true, true},
-      {"qkv", TensorKind::kQkv, false, true, true},
-      {"qkv.b", TensorKind::kQkvBias, true, true, true},
-      {"out", TensorKind::kOut, false, true, true},
-      {"out.b", TensorKind::kOutBias, true, true, true},
-      {"fc1", TensorKind::kFc1, false, false, true},
-      {"fc1.b", TensorKind::kFc1Bias, true, false, true},
-      {"fc2", TensorKind::kFc2, false, false, true},
-      {"fc2.b", TensorKind::kFc2Bias, true, false, true},
-      {"router", TensorKind::kRouter, false, true, false},
-      {"efc1", TensorKind::kEfc1, false, true, false},
-      {"efc1.b", TensorKind::kEfc1Bias, true, true, false},
-      {"efc2", TensorKind::kEfc2, false, true, false},
-      {"efc2.b", TensorKind::kEfc2Bias, true, true, false},
+      {"ln1", TensorKind::kNorm, false, kAll},
+      {"ln2", TensorKind::kNorm, false, kAll},
+      {"qkv", TensorKind::kQkv, false, kAttn},
+      {"qkv.b", TensorKind::kQkvBias, true, kAttn},
+      {"q_down", TensorKind::kQDown, false, kMlaQ},
+      {"q_down.b", TensorKind::kQDownBias, true, kMlaQ},
+      {"q_norm", TensorKind::kQNorm, false, kMlaQ},
+      {"q_up", TensorKind::kQUp, false, kMlaQ},
+      {"q_up.b", TensorKind::kQUpBias, true, kMlaQ},
+      {"q", TensorKind::kQUp, false, kMlaPlainQ},
+      {"q.b", TensorKind::kQUpBias, true, kMlaPlainQ},
+      {"kv_down", TensorKind::kKvDown, false, kMla},
+      {"kv_down.b", TensorKind::kKvDownBias, true, kMla},
+      {"kv_norm", TensorKind::kKvNorm, false, kMla},
+      {"kv_up", TensorKind::kKvUp, false, kMla},
+      {"kv_up.b", TensorKind::kKvUpBias, true, kMla},
+      {"out", TensorKind::kOut, false, kAll},
+      {"out.b", TensorKind::kOutBias, true, kAll},
+      {"fc1", TensorKind::kFc1, false, kDenseMlp},
+      {"fc1.b", TensorKind::kFc1Bias, true, kDenseMlp},
+      {"fc2", TensorKind::kFc2, false, kDenseMlp},
+      {"fc2.b", TensorKind::kFc2Bias, true, kDenseMlp},
+      {"router", TensorKind::kRouter, false, kMoe},
+      {"shared_fc1", TensorKind::kSfc1, false, kShared},
+      {"shared_fc1.b", TensorKind::kSfc1Bias, true, kShared},
+      {"shared_fc2", TensorKind::kSfc2, false, kShared},
+      {"shared_fc2.b", TensorKind::kSfc2Bias, true, kShared},
+      {"efc1", TensorKind::kEfc1, false, kMoe},
+      {"efc1.b", TensorKind::kEfc1Bias, true, kMoe},
+      {"efc2", TensorKind::kEfc2, false, kMoe},
+      {"efc2.b", TensorKind::kEfc2Bias, true, kMoe},
   };
   for (const Entry& e : kEntries) {
     if (w != e.name) continue;
     if (e.bias && !m.linear_bias) throw Error(field, "the model has no linear biases");
-    const bool moe = m.is_moe_layer(layer);
-    if (moe && !e.moe) throw Error(field, "layer " + std::to_string(layer) + " is an MoE layer");
-    if (!moe && !e.dense) throw Error(field, "layer " + std::to_string(layer) + " is not MoE");
+    const bool moe = m.is_moe_layer(layer), mla = m.mla.enabled();
+    const std::string L = "layer " + std::to_string(layer);
+    switch (e.where) {
+      case kAttn:
+        if (mla) throw Error(field, "the model has latent attention (no fused qkv)");
+        break;
+      case kMla:
+      case kMlaQ:
+      case kMlaPlainQ:
+        if (!mla) throw Error(field, "the model has no latent attention");
+        if (e.where == kMlaQ && m.mla.q_lora_rank == 0)
+          throw Error(field, "the model's queries are not compressed (q_lora_rank 0)");
+        if (e.where == kMlaPlainQ && m.mla.q_lora_rank > 0)
+          throw Error(field, "the model's queries are compressed (q_down, q_up)");
+        break;
+      case kDenseMlp:
+        if (moe) throw Error(field, L + " is an MoE layer");
+        break;
+      case kMoe:
+      case kShared:
+        if (!moe) throw Error(field, L + " is not MoE");
+        if (e.where == kShared && m.moe.shared_experts == 0)
+          throw Error(field, "the model has no shared experts");
+        break;
+      case kAll:
+        break;
+    }
     return {e.kind, layer};
   }
   throw Error(field, "unknown weight '" + w + "'");
@@ -125,12 +169,59 @@ View view_of(const Model& m, TensorKind kind, int64_t t, int64_t tr, int64_t ep,
   const int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim();
   const int64_t up = m.activation == Activation::kSwiglu ? 2 : 1;
   const int64_t E = m.moe.experts;
+  const MlaSpec& a = m.mla;
+  const int64_t o = int64_t{m.heads} * m.v_head_dim();  // the attention output
   auto up_blocks = [&](int64_t n) { return blocks(std::vector<int64_t>(up, n), t, tr); };
+  // A weight [in, out] (or its bias [out]) with the given column and row axes.
+  auto linear = [&](View& v, bool weight, int64_t in, Axis cols) {
+    v.has_r = weight;
+    v.r = whole(weight ? in : 1);
+    v.c = std::move(cols);
+  };
+  auto norm = [&](View& v, int64_t width) {
+    v.has_r = m.norm == Norm::kLayerNorm;
+    v.r = whole(v.has_r ? 2 : 1);
+    v.c = whole(width);
+  };
   View v;
   switch (kind) {
     case TensorKind::kNorm:
-      v.has_r = m.norm == Norm::kLayerNorm;
-      v.r = whole(v.has_r ? 2 : 1);
+      norm(v, h);
+      break;
+    case TensorKind::kQNorm:
+      norm(v, a.q_lora_rank);
+      break;
+    case TensorKind::kKvNorm:
+      norm(v, a.kv_lora_rank);
+      break;
+    case TensorKind::kQDown:
+    case TensorKind::kQDownBias:
+      linear(v, kind == TensorKind::kQDown, h, whole(a.q_lora_rank));
+      break;
+    case TensorKind::kQUp:
+    case TensorKind::kQUpBias:
+      linear(v, kind == TensorKind::kQUp, a.q_lora_rank > 0 ? a.q_lora_rank : h,
+             part(m.heads * a.qk_head_dim(), t, tr));
+      break;
+    case TensorKind::kKvDown:
+    case TensorKind::kKvDownBias:
+      linear(v, kind == TensorKind::kKvDown, h, whole(a.kv_lora_rank + a.qk_rope_head_dim));
+      break;
+    case TensorKind::kKvUp:
+    case TensorKind::kKvUpBias:
+      linear(v, kind == TensorKind::kKvUp, a.kv_lora_rank,
+             part(m.heads * (a.qk_nope_head_dim + a.v_head_dim), t, tr));
+      break;
+    case TensorKind::kSfc1:
+    case TensorKind::kSfc1Bias:
+      linear(v, kind == TensorKind::kSfc1, h, up_blocks(m.moe.shared_width()));
+      break;
+    case TensorKind::kSfc2:
+      v.has_r = true;
+      v.r = part(m.moe.shared_width(), t, tr);
+      v.c = whole(h);
+      break;
+    case TensorKind::kSfc2Bias:
       v.c = whole(h);
       break;
     case TensorKind::kQkv:
@@ -141,7 +232,7 @@ View view_of(const Model& m, TensorKind kind, int64_t t, int64_t tr, int64_t ep,
       break;
     case TensorKind::kOut:
       v.has_r = true;
-      v.r = part(q, t, tr);
+      v.r = part(o, t, tr);
       v.c = whole(h);
       break;
     case TensorKind::kFc1:
@@ -205,8 +296,15 @@ View view_of(const Model& m, TensorKind kind, int64_t t, int64_t tr, int64_t ep,
 bool replicated_over_tp(TensorKind k) {
   switch (k) {
     case TensorKind::kNorm:
+    case TensorKind::kQNorm:
+    case TensorKind::kKvNorm:
+    case TensorKind::kQDown:
+    case TensorKind::kQDownBias:
+    case TensorKind::kKvDown:
+    case TensorKind::kKvDownBias:
     case TensorKind::kOutBias:
     case TensorKind::kFc2Bias:
+    case TensorKind::kSfc2Bias:
     case TensorKind::kEfc2Bias:
     case TensorKind::kRouter:
     case TensorKind::kPos:
@@ -221,7 +319,9 @@ bool is_expert(TensorKind k) {
          k == TensorKind::kEfc2Bias;
 }
 
+// Experts are split over their own tensor-parallel group and the ep group (the expert grid).
 View rank_view(const Model& m, const Plan& p, const RankCoord& c, TensorKind kind) {
+  if (is_expert(kind)) return view_of(m, kind, p.expert_tp(), c.etp, p.ep, c.eep);
   return view_of(m, kind, p.tp, c.tp, p.ep, c.ep);
 }
 
@@ -259,23 +359,22 @@ bool has_tied_head_copy(const Model& model, const Plan& plan) {
 std::vector<TensorInfo> model_tensors(const Model& m, bool tied_head_copy) {
   std::vector<std::string> names = {"emb.table"};
   if (m.learned_positions) names.push_back("emb.pos");
+  // A layer's tensors in the order of its Program bucket: ln1, the attention block's linears
+  // (each with its bias), its norms, ln2, the MLP block's linears, then the experts'.
   for (int l = 0; l < m.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
-    const bool b = m.linear_bias;
-    std::vector<std::string> ws = {"ln1", "qkv"};
-    if (b) ws.push_back("qkv.b");
-    ws.push_back("out");
-    if (b) ws.push_back("out.b");
-    ws.push_back("ln2");
-    if (!m.is_moe_layer(l)) {
-      for (const char* w : {"fc1", "fc1.b", "fc2", "fc2.b"})
-        if (b || std::string(w).find(".b") == std::string::npos) ws.push_back(w);
-    } else {
-      ws.push_back("router");
-      for (const char* w : {"efc1", "efc1.b", "efc2", "efc2.b"})
-        if (b || std::string(w).find(".b") == std::string::npos) ws.push_back(w);
-    }
-    for (const std::string& w : ws) names.push_back(L + w);
+    auto linears = [&](const Linears& ls) {
+      for (const LinearShape& s : ls) {
+        names.push_back(L + s.name);
+        if (s.bias) names.push_back(L + s.name + ".b");
+      }
+    };
+    names.push_back(L + "ln1");
+    linears(attention_linears(m));
+    for (const NormShape& n : attention_norms(m)) names.push_back(L + n.name);
+    names.push_back(L + "ln2");
+    linears(mlp_linears(m, l));
+    if (m.is_moe_layer(l)) linears(expert_linears(m));
   }
   names.push_back("head.lnf");
   if (!m.tied_embeddings || tied_head_copy) names.push_back("head.head");
@@ -347,10 +446,10 @@ int shard_ranks(const Plan& plan, bool expert, int n) {
 }  // namespace
 
 int group_index(const Plan& plan, const RankCoord& coord, Group g) {
-  const int dense = coord.cp + plan.cp * coord.dp(plan.ep);
-  const int expert = coord.cp + plan.cp * coord.dpx;
+  const int dense = coord.cp + plan.cp * coord.dp(grid_ep(plan));
+  const int expert = coord.edp;
   const int kd = shard_ranks(plan, false, plan.dp * plan.cp);
-  const int ke = shard_ranks(plan, true, plan.dp / plan.ep * plan.cp);
+  const int ke = shard_ranks(plan, true, plan.expert_dp());
   switch (g) {
     case Group::kDpCp:
       return dense;
@@ -422,15 +521,24 @@ std::vector<ShardPiece> shard_pieces(const Model& model, const Plan& plan, const
 }
 
 bool counts_in_grad_norm(const Model& model, const RankCoord& coord, const std::string& name) {
-  return !tensor_info(model, name).tp_replicated || coord.tp == 0;
+  const TensorInfo t = tensor_info(model, name);
+  return !t.tp_replicated || (t.expert ? coord.etp : coord.tp) == 0;
+}
+
+bool grad_norm_over_dp_cp(const Plan& plan) {
+  return (plan.zero >= 1 || plan.ep > 1 || expert_grid(plan)) && plan.dp * plan.cp > 1;
 }
 
 std::vector<ShardRun> grad_norm_runs(const Model& model, const Plan& plan, const RankCoord& coord,
                                      const ParamBucket& b, int index) {
-  const bool summed_over_dpcp = (plan.zero >= 1 || plan.ep > 1) && plan.dp * plan.cp > 1;
+  // Whether the norm is summed over b.group's ranks: the data-parallel ranks, or (an expert
+  // grid of its own) the expert data-parallel ranks, which span the stage's tp x cp x dp ranks
+  // the norm is summed over (tp, and dp-cp when there are several).
+  const bool summed_over_group =
+      grad_norm_over_dp_cp(plan) || (b.expert && expert_grid(plan) && plan.expert_dp() > 1);
   std::vector<ShardRun> out;
-  if (summed_over_dpcp && b.zero == 0 && index != 0) return out;
-  if (summed_over_dpcp && replica_index(plan, coord, b) != 0) return out;  // HSDP replicas
+  if (summed_over_group && b.zero == 0 && index != 0) return out;
+  if (summed_over_group && replica_index(plan, coord, b) != 0) return out;  // HSDP replicas
   std::vector<char> counts(b.specs.size());
   for (size_t s = 0; s < b.specs.size(); ++s)
     counts[s] = counts_in_grad_norm(model, coord, b.specs[s].name);

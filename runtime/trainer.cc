@@ -44,7 +44,7 @@ void Trainer::fill_batch(int mb, int32_t* tokens, int32_t* labels) const {
   const int64_t Sl = plan_.seq(model_) / plan_.cp;
   for (int64_t b = 0; b < plan_.micro_batch; ++b) {
     const int64_t sequence =
-        data_position_ + c.dp(plan_.ep) * per_replica + int64_t{mb} * plan_.micro_batch + b;
+        data_position_ + c.dp(grid_ep(plan_)) * per_replica + int64_t{mb} * plan_.micro_batch + b;
     data_->fill(sequence, int64_t{c.cp} * Sl, Sl, tokens + b * Sl, labels + b * Sl);
   }
 }

@@ -20,20 +20,25 @@ void check_rank_grid(const Plan& plan) {
   for (auto [value, name] : degrees)
     if (value < 1)
       throw Error(std::string("plan.") + name, std::to_string(value) + " is not a degree >= 1");
-  if (plan.dp % plan.ep != 0)
+  if (plan.etp < 0) throw Error("plan.etp", std::to_string(plan.etp) + " is not a degree >= 0");
+  if (!expert_grid(plan) && plan.dp % plan.ep != 0)
     throw Error("plan.ep",
                 std::to_string(plan.ep) + " does not divide dp (" + std::to_string(plan.dp) + ")");
+  if (expert_grid(plan) && (plan.tp * plan.cp * plan.dp) % (plan.expert_tp() * plan.ep) != 0)
+    throw Error("plan.ep", "etp x ep = " + std::to_string(plan.expert_tp()) + " x " +
+                               std::to_string(plan.ep) + " does not divide tp x cp x dp (" +
+                               std::to_string(plan.tp * plan.cp * plan.dp) + ")");
   const int dpcp = plan.dp * plan.cp;
   if (plan.shard_degree < 0 || (plan.shard_degree > 0 && dpcp % plan.shard_degree != 0))
     throw Error("plan.shard_degree", std::to_string(plan.shard_degree) +
                                          " does not divide the data-parallel group dp x cp (" +
                                          std::to_string(dpcp) + ")");
   if (plan.shard_degree > 0 && plan.ep > 1 &&
-      (plan.shard_degree % plan.ep != 0 ||
-       (plan.dp / plan.ep * plan.cp) % (plan.shard_degree / plan.ep) != 0))
+      (plan.shard_degree % plan.ep != 0 || plan.expert_dp() % (plan.shard_degree / plan.ep) != 0))
     throw Error("plan.shard_degree", std::to_string(plan.shard_degree) +
                                          " must be a multiple of ep whose quotient divides the "
-                                         "expert data-parallel group (dp / ep x cp)");
+                                         "expert data-parallel group (" +
+                                         std::to_string(plan.expert_dp()) + " ranks)");
   std::array<int, 5> seen{};
   for (Dim d : plan.rank_order) {
     const int i = static_cast<int>(d);

@@ -1,6 +1,6 @@
 // Communication groups of one rank: which world ranks form each group of a Plan (tp, cp, ep, dp,
-// pp, dp-cp, expert-dp, and the HSDP shard and replicate groups), this rank's index in each, and
-// its pipeline and ring neighbours. The members and their order are RankLayout's
+// pp, dp-cp, expert-dp, the HSDP shard and replicate groups, and expert-tp), this rank's index in
+// each, and its pipeline and ring neighbours. The members and their order are RankLayout's
 // (core/rank_layout.h), so the groups the runtime communicates on are exactly those the simulator
 // prices. Pure logic, no MPI: the MPI and NCCL communicators both build their communicators from
 // it.
@@ -25,7 +25,8 @@ inline constexpr std::array<Group, kGroupKindCount> kGroupKinds = {Group::kTp,
                                                                    Group::kDpShard,
                                                                    Group::kDpReplicate,
                                                                    Group::kExpertShard,
-                                                                   Group::kExpertReplicate};
+                                                                   Group::kExpertReplicate,
+                                                                   Group::kExpertTp};
 inline constexpr int kNumGroupKinds = static_cast<int>(kGroupKinds.size());
 
 // One group that contains this rank.
@@ -63,8 +64,9 @@ struct RankGroups {
 };
 
 // Throws parasol::Error naming the field when the plan's parallel grid is malformed: a degree
-// below 1 ("plan.tp"), ep not dividing dp ("plan.ep"), a shard_degree that does not cut the
-// data-parallel groups evenly ("plan.shard_degree"), or a rank_order that is not a permutation
+// below 1 ("plan.tp", "plan.etp"), ep not dividing dp ("plan.ep"; with an expert grid of its
+// own, etp x ep not dividing tp x cp x dp), a shard_degree that does not cut the data-parallel
+// groups evenly ("plan.shard_degree"), or a rank_order that is not a permutation
 // of the five dimensions ("plan.rank_order"). Model- and cluster-dependent checks
 // are core's validate(); this is the part the rank grid itself needs.
 void check_rank_grid(const Plan& plan);

@@ -271,11 +271,12 @@ void check_mpi(int rc, const std::string& field) {
 }
 
 // The grid fields every rank must agree on.
-constexpr int kGridInts = 11;
+constexpr int kGridInts = 12;
 std::array<int, kGridInts> grid_ints(const Plan& p) {
   std::array<int, kGridInts> v{p.tp, p.pp, p.dp, p.cp, p.ep};
   for (int i = 0; i < 5; ++i) v[5 + i] = static_cast<int>(p.rank_order[i]);
   v[10] = p.shard_degree;  // the HSDP groups
+  v[11] = p.expert_tp();   // the expert grid
   return v;
 }
 
@@ -321,7 +322,7 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world) {
     if (all[1 + i] != -all[1 + kGridInts + i])
       throw Error("plan",
                   "ranks were given different grids (tp, pp, dp, cp, ep, rank_order, "
-                  "shard_degree)");
+                  "shard_degree, etp)");
 
   RankGroups groups = rank_groups(plan, world_rank);
   MPI_Comm dup = MPI_COMM_NULL;

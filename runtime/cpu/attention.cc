@@ -1,9 +1,10 @@
-// defines: CpuBackend::attention_forward, attention_backward: causal GQA attention, computed per
-// (sequence, query head) in blocks of query rows with the score block materialised in a scratch
-// buffer (GEMMs through cpu::sgemm; under the causal mask a block only touches the keys its last
-// row sees). The forward writes the log-sum-exp per query, so the backward (and a later ring step,
-// `accumulate`) need neither the probabilities nor the scores; dropout masks are re-drawn from
-// the seed (runtime/tensor.h).
+// defines: CpuBackend::attention_forward, attention_backward: causal GQA attention (with an
+// optional sliding window and value heads of their own width), computed per (sequence, query head)
+// in blocks of query rows with the score block materialised in a scratch buffer (GEMMs through
+// cpu::sgemm; under the causal mask a block only touches the keys its rows see: from the first
+// row's first key to the last row's last). The forward writes the log-sum-exp per query, so the
+// backward (and a later ring step, `accumulate`) need neither the probabilities nor the scores;
+// dropout masks are re-drawn from the seed (runtime/tensor.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,10 +35,14 @@ float scale_of(const AttentionDims& d) {
   return d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
 }
 
-// Keys visible to query i (a prefix under the causal mask).
-inline int64_t visible(const AttentionDims& d, int64_t i) {
-  if (!d.causal) return d.seq_kv;
-  return std::clamp<int64_t>(i + d.causal_offset + 1, 0, d.seq_kv);
+// The keys a block of query rows [i0, i0 + nb) touches: [k0, k0 + nk), from the first row's
+// first visible key to the last row's last (both grow with the row).
+struct KeyRange {
+  int64_t k0 = 0, nk = 0;
+};
+inline KeyRange block_keys(const AttentionDims& d, int64_t i0, int64_t nb) {
+  const int64_t k0 = d.first_key(i0), k1 = d.last_key(i0 + nb - 1);
+  return {k0, std::max<int64_t>(0, k1 - k0)};
 }
 
 // Geometry of one (sequence b, query head h) pair.
@@ -52,29 +57,35 @@ Head head_at(const AttentionDims& d, const float* q, const float* k, const float
              int64_t h) {
   const int64_t g = h / (d.heads / d.kv_heads);
   return {q + b * d.seq_q * d.ld_q + h * d.head_dim, k + b * d.seq_kv * d.ld_kv + g * d.head_dim,
-          v + b * d.seq_kv * d.ld_kv + g * d.head_dim, (b * d.heads + h) * d.seq_q * d.seq_kv};
+          v + b * d.seq_kv * d.ld_kv + g * d.vd(), (b * d.heads + h) * d.seq_q * d.seq_kv};
 }
 
-// Softmax over the first nv of nk scores in place (the other nk - nv zeroed); returns the
-// log-sum-exp, -inf when nv = 0.
-PARASOL_CPU_CLONES float softmax_prefix(float* __restrict p, int64_t nv, int64_t nk) {
-  std::fill(p + nv, p + nk, 0.0f);
-  if (nv == 0) return kNegInf;
-  const float mx = cpu::max(p, nv);
-  cpu::exp_shifted(p, mx, nv);
-  const double sum = cpu::sum_f64(p, nv);
+// Softmax over entries [a, b) of nk scores in place (the others zeroed); returns the log-sum-exp,
+// -inf when the range is empty.
+PARASOL_CPU_CLONES float softmax_range(float* __restrict p, int64_t a, int64_t b, int64_t nk) {
+  std::fill(p, p + a, 0.0f);
+  std::fill(p + std::max(a, b), p + nk, 0.0f);
+  if (b <= a) return kNegInf;
+  const int64_t nv = b - a;
+  float* x = p + a;
+  const float mx = cpu::max(x, nv);
+  cpu::exp_shifted(x, mx, nv);
+  const double sum = cpu::sum_f64(x, nv);
   const auto inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < nv; ++j) p[j] *= inv;
+  for (int64_t j = 0; j < nv; ++j) x[j] *= inv;
   return mx + static_cast<float>(std::log(sum));
 }
 
-// p[j] = e^(p[j] - lse) for j < nv (0 when lse = -inf), 0 for nv <= j < nk.
-PARASOL_CPU_CLONES void probs_from_lse(float* __restrict p, float lse, int64_t nv, int64_t nk) {
+// p[j] = e^(p[j] - lse) for a <= j < b (0 when lse = -inf), 0 for the other j < nk.
+PARASOL_CPU_CLONES void probs_from_lse(float* __restrict p, float lse, int64_t a, int64_t b,
+                                       int64_t nk) {
+  std::fill(p, p + a, 0.0f);
+  std::fill(p + std::max(a, b), p + nk, 0.0f);
+  if (b <= a) return;
   if (lse == kNegInf)
-    std::fill(p, p + nv, 0.0f);
+    std::fill(p + a, p + b, 0.0f);
   else
-    cpu::exp_shifted(p, lse, nv);
-  std::fill(p + nv, p + nk, 0.0f);
+    cpu::exp_shifted(p + a, lse, b - a);
 }
 
 }  // namespace
@@ -85,60 +96,62 @@ void CpuBackend::attention_forward(const AttentionDims& d, float* out, float* ls
   check(d);
   if (accumulate && lse == nullptr)
     throw Error("runtime.attention", "accumulate needs the lse of the earlier steps");
-  const int64_t D = d.head_dim, Skv = d.seq_kv;
+  const int64_t D = d.head_dim, Dv = d.vd(), Skv = d.seq_kv;
   const float scale = scale_of(d);
   const bool drop = d.dropout_p > 0.0f;
   const uint32_t threshold = dropout_threshold(d.dropout_p);
   const float keep_scale = 1.0f / (1.0f - d.dropout_p);
-  std::vector<float> s(kBlock * std::max<int64_t>(Skv, 1)), o(kBlock * D), row_lse(kBlock);
+  std::vector<float> s(kBlock * std::max<int64_t>(Skv, 1)), o(kBlock * Dv), row_lse(kBlock);
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const Head hd = head_at(d, q, k, v, b, h);
       for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlock) {
         const int64_t nb = std::min(kBlock, d.seq_q - i0);
-        const int64_t nk = visible(d, i0 + nb - 1);  // keys the block's last row sees
-        // Scores, then per row: mask, max, exp, sum; P normalised in place.
-        cpu::sgemm(false, true, nb, nk, D, scale, hd.q + i0 * d.ld_q, d.ld_q, hd.k, d.ld_kv, 0.0f,
-                   s.data(), nk);
+        const auto [k0, nk] = block_keys(d, i0, nb);
+        // Scores of keys [k0, k0 + nk), then per row: mask, max, exp, sum; P normalised in place.
+        cpu::sgemm(false, true, nb, nk, D, scale, hd.q + i0 * d.ld_q, d.ld_q, hd.k + k0 * d.ld_kv,
+                   d.ld_kv, 0.0f, s.data(), nk);
         for (int64_t r = 0; r < nb; ++r) {
           const int64_t i = i0 + r;
           float* p = s.data() + r * nk;
-          const int64_t nv = visible(d, i);
-          row_lse[r] = softmax_prefix(p, nv, nk);
+          const int64_t a = d.first_key(i) - k0, e = d.last_key(i) - k0;
+          row_lse[r] = softmax_range(p, a, e, nk);
           if (probs != nullptr) {
             float* pr = probs + ((b * d.heads + h) * d.seq_q + i) * Skv;
-            std::copy(p, p + nk, pr);
-            std::fill(pr + nk, pr + Skv, 0.0f);
+            std::fill(pr, pr + k0, 0.0f);
+            std::copy(p, p + nk, pr + k0);
+            std::fill(pr + k0 + nk, pr + Skv, 0.0f);
           }
           if (drop) {
-            const uint64_t base = hd.mask_base + i * Skv;
-            for (int64_t j = 0; j < nv; ++j)
+            const uint64_t base = hd.mask_base + i * Skv + k0;
+            for (int64_t j = a; j < e; ++j)
               p[j] = dropout_keep(d.dropout_seed, base + j, threshold) ? p[j] * keep_scale : 0.0f;
           }
         }
-        float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * D;
+        const float* vb = hd.v + k0 * d.ld_kv;
+        float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * Dv;
         float* lb = lse != nullptr ? lse + (b * d.heads + h) * d.seq_q + i0 : nullptr;
         if (!accumulate) {
-          cpu::sgemm(false, false, nb, D, nk, 1.0f, s.data(), nk, hd.v, d.ld_kv, 0.0f, ob, d.ld_o);
+          cpu::sgemm(false, false, nb, Dv, nk, 1.0f, s.data(), nk, vb, d.ld_kv, 0.0f, ob, d.ld_o);
           if (lb != nullptr) std::copy(row_lse.begin(), row_lse.begin() + nb, lb);
           continue;
         }
         // Merge with the earlier steps: out = out e^(lse_old - lse_new) + o e^(lse_c - lse_new).
-        cpu::sgemm(false, false, nb, D, nk, 1.0f, s.data(), nk, hd.v, d.ld_kv, 0.0f, o.data(), D);
+        cpu::sgemm(false, false, nb, Dv, nk, 1.0f, s.data(), nk, vb, d.ld_kv, 0.0f, o.data(), Dv);
         for (int64_t r = 0; r < nb; ++r) {
           const float lc = row_lse[r], lo = lb[r];
           if (lc == kNegInf) continue;
           float* orow = ob + r * d.ld_o;
-          const float* crow = o.data() + r * D;
+          const float* crow = o.data() + r * Dv;
           if (lo == kNegInf) {
-            std::copy(crow, crow + D, orow);
+            std::copy(crow, crow + Dv, orow);
             lb[r] = lc;
             continue;
           }
           const float mx = std::max(lo, lc);
           const float wo = std::exp(lo - mx), wc = std::exp(lc - mx);
           const float inv = 1.0f / (wo + wc);
-          for (int64_t c = 0; c < D; ++c) orow[c] = (orow[c] * wo + crow[c] * wc) * inv;
+          for (int64_t c = 0; c < Dv; ++c) orow[c] = (orow[c] * wo + crow[c] * wc) * inv;
           lb[r] = mx + std::log(wo + wc);
         }
       }
@@ -153,7 +166,7 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
   check(d);
   if (lse == nullptr && probs == nullptr)
     throw Error("runtime.attention", "the backward needs lse or probs");
-  const int64_t D = d.head_dim, Skv = d.seq_kv;
+  const int64_t D = d.head_dim, Dv = d.vd(), Skv = d.seq_kv;
   const float scale = scale_of(d);
   const bool drop = d.dropout_p > 0.0f;
   const uint32_t threshold = dropout_threshold(d.dropout_p);
@@ -161,7 +174,7 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
   if (!accumulate_dkv) {  // several query heads and blocks add into each kv head
     for (int64_t row = 0; row < d.batch * Skv; ++row) {
       std::fill(dk + row * d.ld_kv, dk + row * d.ld_kv + d.kv_heads * D, 0.0f);
-      std::fill(dv + row * d.ld_kv, dv + row * d.ld_kv + d.kv_heads * D, 0.0f);
+      std::fill(dv + row * d.ld_kv, dv + row * d.ld_kv + d.kv_heads * Dv, 0.0f);
     }
   }
   const int64_t width = std::max<int64_t>(Skv, 1);
@@ -171,35 +184,38 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
       const Head hd = head_at(d, q, k, v, b, h);
       const int64_t g = h / (d.heads / d.kv_heads);
       float* dkh = dk + b * Skv * d.ld_kv + g * D;
-      float* dvh = dv + b * Skv * d.ld_kv + g * D;
+      float* dvh = dv + b * Skv * d.ld_kv + g * Dv;
       for (int64_t i0 = 0; i0 < d.seq_q; i0 += kBlock) {
         const int64_t nb = std::min(kBlock, d.seq_q - i0);
-        const int64_t nk = visible(d, i0 + nb - 1);
+        const auto [k0, nk] = block_keys(d, i0, nb);
         const float* qb = hd.q + i0 * d.ld_q;
-        const float* dob = dout + (b * d.seq_q + i0) * d.ld_o + h * D;
-        const float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * D;
+        const float* kb = hd.k + k0 * d.ld_kv;
+        const float* vb = hd.v + k0 * d.ld_kv;
+        const float* dob = dout + (b * d.seq_q + i0) * d.ld_o + h * Dv;
+        const float* ob = out + (b * d.seq_q + i0) * d.ld_o + h * Dv;
         float* dqb = dq + (b * d.seq_q + i0) * d.ld_q + h * D;
-        // P: from probs, or recomputed from the scores and lse.
+        // P over keys [k0, k0 + nk): from probs, or recomputed from the scores and lse.
         if (probs == nullptr)
-          cpu::sgemm(false, true, nb, nk, D, scale, qb, d.ld_q, hd.k, d.ld_kv, 0.0f, p.data(), nk);
+          cpu::sgemm(false, true, nb, nk, D, scale, qb, d.ld_q, kb, d.ld_kv, 0.0f, p.data(), nk);
         for (int64_t r = 0; r < nb; ++r) {
           const int64_t i = i0 + r;
           float* pr = p.data() + r * nk;
-          const int64_t nv = visible(d, i);
+          const int64_t a = d.first_key(i) - k0, e = d.last_key(i) - k0;
           if (probs != nullptr) {
-            std::copy_n(probs + ((b * d.heads + h) * d.seq_q + i) * Skv, nv, pr);
-            std::fill(pr + nv, pr + nk, 0.0f);
+            std::copy_n(probs + ((b * d.heads + h) * d.seq_q + i) * Skv + k0, nk, pr);
+            std::fill(pr, pr + a, 0.0f);
+            std::fill(pr + std::max(a, e), pr + nk, 0.0f);
           } else {
-            probs_from_lse(pr, lse[(b * d.heads + h) * d.seq_q + i], nv, nk);
+            probs_from_lse(pr, lse[(b * d.heads + h) * d.seq_q + i], a, e, nk);
           }
-          delta[r] = cpu::dot(dob + r * d.ld_o, ob + r * d.ld_o, D);
+          delta[r] = cpu::dot(dob + r * d.ld_o, ob + r * d.ld_o, Dv);
         }
         // dP' = dO V^T (the gradient of the dropped probabilities).
-        cpu::sgemm(false, true, nb, nk, D, 1.0f, dob, d.ld_o, hd.v, d.ld_kv, 0.0f, dp.data(), nk);
+        cpu::sgemm(false, true, nb, nk, Dv, 1.0f, dob, d.ld_o, vb, d.ld_kv, 0.0f, dp.data(), nk);
         const float* pv = p.data();  // the probabilities that multiplied V
         if (drop) {
           for (int64_t r = 0; r < nb; ++r) {
-            const uint64_t base = hd.mask_base + (i0 + r) * Skv;
+            const uint64_t base = hd.mask_base + (i0 + r) * Skv + k0;
             for (int64_t j = 0; j < nk; ++j) {
               const bool keep = dropout_keep(d.dropout_seed, base + j, threshold);
               pd[r * nk + j] = keep ? p[r * nk + j] * keep_scale : 0.0f;
@@ -209,7 +225,8 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
           pv = pd.data();
         }
         // dV += P'^T dO.
-        cpu::sgemm(true, false, nk, D, nb, 1.0f, pv, nk, dob, d.ld_o, 1.0f, dvh, d.ld_kv);
+        cpu::sgemm(true, false, nk, Dv, nb, 1.0f, pv, nk, dob, d.ld_o, 1.0f, dvh + k0 * d.ld_kv,
+                   d.ld_kv);
         // dS = P (dP - delta), in place in dp.
         for (int64_t r = 0; r < nb; ++r) {
           const float* pr = p.data() + r * nk;
@@ -217,9 +234,10 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
           for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - delta[r]);
         }
         // dQ (+)= scale dS K; dK += scale dS^T Q.
-        cpu::sgemm(false, false, nb, D, nk, scale, dp.data(), nk, hd.k, d.ld_kv,
+        cpu::sgemm(false, false, nb, D, nk, scale, dp.data(), nk, kb, d.ld_kv,
                    accumulate_dq ? 1.0f : 0.0f, dqb, d.ld_q);
-        cpu::sgemm(true, false, nk, D, nb, scale, dp.data(), nk, qb, d.ld_q, 1.0f, dkh, d.ld_kv);
+        cpu::sgemm(true, false, nk, D, nb, scale, dp.data(), nk, qb, d.ld_q, 1.0f,
+                   dkh + k0 * d.ld_kv, d.ld_kv);
       }
     }
   }

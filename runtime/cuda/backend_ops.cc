@@ -23,21 +23,34 @@ void check_attention(const AttentionDims& d) {
                                          std::to_string(d.kv_heads) + ")");
   if (d.dropout_p < 0.0f || d.dropout_p >= 1.0f)
     throw Error("runtime.attention", "dropout_p must be in [0, 1)");
-  if (d.head_dim <= 0 || d.head_dim > cuda::kMaxAttentionHeadDim)
-    throw Error("runtime.attention", "head_dim " + std::to_string(d.head_dim) +
-                                         " outside the CUDA kernel's [1, " +
-                                         std::to_string(cuda::kMaxAttentionHeadDim) + "]");
+  for (int64_t dim : {d.head_dim, d.vd()})
+    if (dim <= 0 || dim > cuda::kMaxAttentionHeadDim)
+      throw Error("runtime.attention", "head dims " + std::to_string(d.head_dim) + ", " +
+                                           std::to_string(d.vd()) +
+                                           " outside the CUDA kernel's [1, " +
+                                           std::to_string(cuda::kMaxAttentionHeadDim) + "]");
+  if (d.window < 0) throw Error("runtime.attention", "window must be >= 0");
 }
 
 cuda::AttnShape shape_of(const AttentionDims& d) {
-  return {
-      d.batch,         d.seq_q,
-      d.seq_kv,        d.heads,
-      d.kv_heads,      d.head_dim,
-      d.ld_q,          d.ld_kv,
-      d.ld_o,          d.causal,
-      d.causal_offset, d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim)),
-      d.dropout_p,     d.dropout_seed};
+  cuda::AttnShape s;
+  s.batch = d.batch;
+  s.seq_q = d.seq_q;
+  s.seq_kv = d.seq_kv;
+  s.heads = d.heads;
+  s.kv_heads = d.kv_heads;
+  s.head_dim = d.head_dim;
+  s.v_head_dim = d.vd();
+  s.ld_q = d.ld_q;
+  s.ld_kv = d.ld_kv;
+  s.ld_o = d.ld_o;
+  s.causal = d.causal;
+  s.causal_offset = d.causal_offset;
+  s.window = d.window;
+  s.scale = d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(static_cast<float>(d.head_dim));
+  s.dropout_p = d.dropout_p;
+  s.dropout_seed = d.dropout_seed;
+  return s;
 }
 
 void check_topk(int64_t experts, int64_t top_k) {

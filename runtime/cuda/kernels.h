@@ -52,9 +52,11 @@ void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, i
 // ---- attention.cu: backend.h's AttentionDims with the scale resolved (> 0).
 struct AttnShape {
   int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+  int64_t v_head_dim;  // resolved (> 0)
   int64_t ld_q, ld_kv, ld_o;
   bool causal;
   int64_t causal_offset;
+  int64_t window;  // 0: none
   float scale;
   float dropout_p;
   uint64_t dropout_seed;

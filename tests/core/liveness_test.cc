@@ -192,6 +192,77 @@ TEST(Liveness, MoELayersAlsoKeepTheExpertOutputsForTheRouterGradient) {
   EXPECT_NEAR(got - want, 4 /*micro-batches*/ * 1 /*MoE layer*/ * eret, 1e-9 * want);
 }
 
+// Multi-head latent attention (the pre-norm latents, Q | K | V with their own value heads) and
+// sliding windows (which change what the kernel computes, not what it keeps) match the closed
+// form category by category; MLA in both query forms, with and without SP, flash and
+// materialised, and under selective and full recompute.
+TEST(Liveness, LatentAttentionAndWindowsSaveWhatTheClosedFormCounts) {
+  auto gpipe = [](Plan p) {
+    p.schedule = Schedule::kGpipe;
+    return p;
+  };
+  Model mla = llama_model("tiny-mla", 2, 64, 4, 4, 128, 512, 64);
+  mla.mla = {32, 16, 8, 4, 6};
+  mla.head_dim = mla.mla.qk_head_dim();
+  Model plain_q = mla;
+  plain_q.mla.q_lora_rank = 0;
+  Model windowed = model_preset("tiny");
+  windowed.sliding_window = 16;
+  windowed.full_attention_every = 2;
+  for (const Model& m : {mla, plain_q, windowed}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      Plan p = gpipe(make_plan(2, 2, 1, 4));
+      p.sequence_parallel = variant == 1;
+      p.flash_attention = variant != 2 && variant != 3;
+      p.recompute = variant == 3   ? Recompute::kSelective
+                    : variant == 4 ? Recompute::kFull
+                                   : Recompute::kNone;
+      const double got = saved_after_forwards(m, p);
+      const double want = closed_saved(m, p);
+      EXPECT_NEAR(got, want, 1e-9 * want) << m.name << " variant " << variant;
+    }
+  }
+}
+
+TEST(Liveness, SharedExpertsKeepTheirMlpIntermediatesLikeADenseMlp) {
+  // Dense first layer, then MoE with shared experts: the shared MLP's FC1 outputs and
+  // activation are the closed form's; the known MoE difference (the expert outputs) remains.
+  Model m = model_preset("tiny-moe");
+  m.layers = 4;
+  m.moe.first_dense = 1;
+  m.moe.shared_experts = 2;
+  m.moe.shared_expert_ffn = 32;
+  Plan p = make_plan(2, 2, 1, 4);
+  p.schedule = Schedule::kGpipe;
+  const double got = saved_after_forwards(m, p);
+  const double want = closed_saved(m, p);
+  const double eret = 2.0 * m.seq_len * m.moe.top_k * m.hidden;
+  EXPECT_NEAR(got - want, 4 /*micro-batches*/ * 1 /*MoE layer of stage 0*/ * eret, 1e-9 * want);
+}
+
+TEST(Liveness, AnExpertGridRoutesATpShareOfTheTokens) {
+  // Known differences with an expert grid of its own (etp 1 != tp 2): each TP rank routes 1/tp
+  // of the TP group's tokens, so its router probabilities are 1/tp of the closed form's, and
+  // without SP so are its dispatched rows and expert intermediates (the closed form takes every
+  // rank's routed tokens as the full sequence's, which the TP ranks all hold without SP). The
+  // expert outputs kept for the router gradient (the MoE difference) are 1/tp too.
+  const Model m = model_preset("tiny-moe");
+  for (bool sp : {true, false}) {
+    Plan p = make_plan(2, 2, 2, 8);
+    p.schedule = Schedule::kGpipe;
+    p.ep = 2;
+    p.etp = 1;
+    p.sequence_parallel = sp;
+    const double got = saved_after_forwards(m, p);
+    const double want = closed_saved(m, p);
+    const double T = m.seq_len, t = 2, K = m.moe.top_k, E = m.moe.experts, h = m.hidden;
+    const double eff = m.moe.expert_ffn, eb = 2;
+    double per_layer = 4 * T * E * (1 / t - 1) + eb * T * K * h / t;  // router probs, outputs
+    if (!sp) per_layer += (eb * T * K * h + 3 * eb * T * K * eff) * (1 / t - 1);
+    EXPECT_NEAR(got - want, 4 /*micro-batches*/ * 1 /*MoE layer*/ * per_layer, 1e-9 * want) << sp;
+  }
+}
+
 // The closed form without the runtime reserve: what the Program's buffers account for.
 double closed_total(const Model& m, const Plan& p, int stage) {
   cost::MemoryBreakdown mb =

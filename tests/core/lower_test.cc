@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/layer_shapes.h"
 #include "tests/core/expect_error.h"
 
 namespace parasol {
@@ -214,6 +215,31 @@ void check_sends_match(const LoweredPlan& lp) {
   EXPECT_EQ(sends, recvs);
 }
 
+// Small models of the lowered model features: multi-head latent attention (with and without query
+// compression), sliding windows (every other layer full), shared experts after a dense layer.
+Model tiny_mla(bool q_lora = true) {
+  Model m = llama_model("tiny-mla", 2, 64, 4, 4, 128, 512, 64);
+  m.mla = {q_lora ? 32 : 0, 16, 8, 4, 6};
+  m.head_dim = m.mla.qk_head_dim();
+  return m;
+}
+Model tiny_windowed() {
+  Model m = model_preset("tiny");
+  m.name = "tiny-windowed";
+  m.sliding_window = 16;
+  m.full_attention_every = 2;
+  return m;
+}
+Model tiny_shared() {
+  Model m = model_preset("tiny-moe");
+  m.name = "tiny-shared";
+  m.layers = 3;
+  m.moe.first_dense = 1;
+  m.moe.shared_experts = 2;
+  m.moe.shared_expert_ffn = 32;
+  return m;
+}
+
 // A battery of plans covering every feature, for the structural checks.
 std::vector<std::pair<Model, Plan>> battery() {
   std::vector<std::pair<Model, Plan>> out;
@@ -332,6 +358,32 @@ std::vector<std::pair<Model, Plan>> battery() {
     p.zero = 3;
     p.reshard = Reshard::kAfterStep;
     p.offload.optimizer = true;
+    add(model_preset("tiny-moe"), p);
+  }
+  {  // MLA, windows, shared experts; an expert grid of its own (etp != tp)
+    Plan p = make_plan(2, 2, 2, 8);
+    p.sequence_parallel = true;
+    p.zero = 1;
+    add(tiny_mla(), p);
+    p.sequence_parallel = false;
+    p.cp = 2;
+    p.recompute = Recompute::kSelective;
+    add(tiny_mla(false), p);
+    p.recompute = Recompute::kFull;
+    p.offload.activations = true;
+    add(tiny_windowed(), p);
+    p = make_plan(2, 1, 4, 8);
+    p.ep = 4;
+    p.etp = 1;
+    add(tiny_shared(), p);
+    p.sequence_parallel = true;
+    p.zero = 3;
+    add(tiny_shared(), p);
+    p = make_plan(1, 1, 8, 8);  // experts split over etp 2 data-parallel ranks, hsdp
+    p.ep = 2;
+    p.etp = 2;
+    p.shard_degree = 4;
+    p.zero = 2;
     add(model_preset("tiny-moe"), p);
   }
   return out;
@@ -1039,19 +1091,244 @@ TEST(Lower, PerVirtualStageLayerListsGiveChunksOfAStageTheirOwnCounts) {
   check_sends_match(lp);
 }
 
-TEST(Lower, RefusesWhatItDoesNotEmitYetNamingTheField) {
-  Plan plan = make_plan(2, 1, 2, 4);
+// ---------------------------------------------------------------------------------------------
+// Multi-head latent attention, sliding windows, shared experts, an expert grid of its own.
+
+const Op* only(const Program& p, const Pred& f) {
+  auto v = select(p, f);
+  EXPECT_EQ(v.size(), 1u);
+  return v.empty() ? nullptr : v[0];
+}
+Pred named(const std::string& name, Phase ph = Phase::kForward, int mb = 0) {
+  return
+      [=](const Op& o) { return o.name == name && o.tags.phase == ph && o.tags.micro_batch == mb; };
+}
+std::map<std::string, std::vector<int64_t>> specs_of(const ParamBucket& b) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const ParamSpec& s : b.specs) out[s.name] = s.shape;
+  return out;
+}
+
+TEST(Lower, LatentAttentionEmitsTheLayerShapesProjectionsAndKeepsThePreNormLatents) {
+  for (bool q_lora : {true, false}) {
+    SCOPED_TRACE(q_lora ? "query compression" : "plain query projection");
+    const Model m = tiny_mla(q_lora);
+    Plan plan = make_plan(2, 1, 1, 1);
+    plan.sequence_parallel = true;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    const int64_t T = m.seq_len, Tn = T / 2, n = m.heads / 2;
+    const MlaSpec& a = m.mla;
+    // The weights: layer_shapes' linears split as their Split says, then the latent norms.
+    const ParamBucket* b = bucket_named(p, "L0");
+    ASSERT_NE(b, nullptr);
+    std::map<std::string, std::vector<int64_t>> want = {
+        {"L0.ln1", {m.hidden}},
+        {"L0.kv_down", {m.hidden, a.kv_lora_rank + a.qk_rope_head_dim}},
+        {"L0.kv_up", {a.kv_lora_rank, n * (a.qk_nope_head_dim + a.v_head_dim)}},
+        {"L0.kv_norm", {a.kv_lora_rank}},
+        {"L0.out", {n * a.v_head_dim, m.hidden}},
+        {"L0.ln2", {m.hidden}},
+        {"L0.fc1", {m.hidden, 2 * m.ffn / 2}},
+        {"L0.fc2", {m.ffn / 2, m.hidden}}};
+    if (q_lora) {
+      want["L0.q_down"] = {m.hidden, a.q_lora_rank};
+      want["L0.q_norm"] = {a.q_lora_rank};
+      want["L0.q_up"] = {a.q_lora_rank, n * a.qk_head_dim()};
+    } else {
+      want["L0.q"] = {m.hidden, n * a.qk_head_dim()};
+    }
+    EXPECT_EQ(specs_of(*b), want);
+    // The forward GEMMs: replicated ones on the sequence shard, column/row-parallel ones on
+    // every row; their FLOPs summed over the TP ranks are the linears' FLOPs per token.
+    double flops = 0;
+    for (const LinearShape& s : attention_linears(m)) {
+      const Op* g = only(p, named("L0." + std::string(s.name)));
+      ASSERT_NE(g, nullptr) << s.name;
+      EXPECT_EQ(g->m, s.split == Split::kReplicated ? Tn : T) << s.name;
+      EXPECT_EQ(g->k, s.split == Split::kRow ? s.in / 2 : s.in) << s.name;
+      EXPECT_EQ(g->n, s.split == Split::kColumn ? s.out / 2 : s.out) << s.name;
+      flops += 2 * g->flops;
+    }
+    double want_flops = 0;
+    for (const LinearShape& s : attention_linears(m)) want_flops += T * s.flops_per_token();
+    EXPECT_DOUBLE_EQ(flops, want_flops);
+    // Q | K | V packed from the up-projections and the rotary key; the attention core has
+    // nope + rope query/key dims and the value dims of its own.
+    const Op* pack = only(p, named("L0.qkv.pack"));
+    ASSERT_NE(pack, nullptr);
+    EXPECT_EQ(pack->reads.size(), 3u);
+    const Buffer& qkv = p.buffers[pack->writes.at(0)];
+    EXPECT_EQ(qkv.shape, (std::vector<int64_t>{T, n * (2 * a.qk_head_dim() + a.v_head_dim)}));
+    const Op* attn = only(p, both(named("L0.attn"), kind(OpKind::kAttention)));
+    ASSERT_NE(attn, nullptr);
+    EXPECT_EQ(attn->attn.head_dim, a.qk_head_dim());
+    EXPECT_EQ(attn->attn.v_head_dim, a.v_head_dim);
+    EXPECT_EQ(attn->attn.heads, n);
+    EXPECT_EQ(attn->attn.kv_heads, n);
+    EXPECT_EQ(attn->reads.at(0), pack->writes.at(0));
+    // SP: the normed latents (or the norm1 output) and the rotary key gathered over tp, once
+    // each before the up-projections.
+    auto f0 = in(0, 0, Phase::kForward);
+    EXPECT_EQ(count(p, both(f0, on(Group::kTp))), 3 /* q, kv, rope */ + 1 /* out */ + 2 /* MLP */);
+    // The saved pre-norm latents: q_down's and kv_down's outputs live until the backward, which
+    // recomputes the latent norms from them.
+    auto rc = select(p, both(in(0, 0, Phase::kRecompute), kind(OpKind::kNorm)));
+    EXPECT_EQ(rc.size(), q_lora ? 2u : 1u);
+    const Op* kv_norm = only(p, both(named("L0.kv_norm", Phase::kBackward), kind(OpKind::kNorm)));
+    ASSERT_NE(kv_norm, nullptr);
+    EXPECT_EQ(kv_norm->reads.size(), 4u);  // latent, its gradient, the rotary key's, weight
+    EXPECT_EQ(p.buffers[kv_norm->writes[0]].shape,
+              (std::vector<int64_t>{Tn, a.kv_lora_rank + a.qk_rope_head_dim}));
+    // kv_down's data gradient adds to the query side's.
+    const Op* kvd = only(p, named("L0.kv_down.dx", Phase::kBackward));
+    ASSERT_NE(kvd, nullptr);
+    EXPECT_EQ(kvd->reads.size(), 3u);
+    EXPECT_EQ(kvd->reads[2], kvd->writes[0]);
+    // Under SP the replicated weights' gradients are partial sums over tp.
+    const Op* sp = only(p, [](const Op& o) { return o.name == "sp.g.ar"; });
+    ASSERT_NE(sp, nullptr);
+    std::set<std::string> summed;
+    for (int id : sp->reads) summed.insert(p.buffers[id].name);
+    EXPECT_TRUE(summed.count("L0.kv_down.g"));
+    EXPECT_TRUE(summed.count("L0.kv_norm.g"));
+    EXPECT_EQ(summed.count("L0.q_down.g"), q_lora ? 1u : 0u);
+    EXPECT_FALSE(summed.count("L0.kv_up.g"));
+  }
+}
+
+TEST(Lower, SlidingWindowLayersMaskTheirKeysInEveryRingStep) {
+  const Model m = tiny_windowed();  // layer 0 windowed (16 keys), layer 1 full
+  for (int cp : {1, 2}) {
+    Plan plan = make_plan(1, 1, 1, 1);
+    plan.cp = cp;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    for (int layer = 0; layer < 2; ++layer) {
+      auto attn = select(p, both(in(layer, 0, Phase::kForward), kind(OpKind::kAttention)));
+      ASSERT_EQ(attn.size(), static_cast<size_t>(cp));
+      for (const Op* o : attn) {
+        EXPECT_EQ(o->attn.window, layer == 0 ? m.sliding_window : 0);
+        EXPECT_EQ(o->attn.seq_q, m.seq_len / cp);
+        EXPECT_DOUBLE_EQ(o->flops, attention_flops(o->attn));
+      }
+    }
+    const Op* w = select(p, both(in(0, 0, Phase::kForward), kind(OpKind::kAttention)))[0];
+    const Op* f = select(p, both(in(1, 0, Phase::kForward), kind(OpKind::kAttention)))[0];
+    EXPECT_LT(w->flops, f->flops);
+    for (const Op* o : select(p, both(in(0, 0, Phase::kBackward), kind(OpKind::kAttention))))
+      EXPECT_EQ(o->attn.window, m.sliding_window);
+  }
+}
+
+TEST(Lower, SharedExpertsRunBesideTheRoutedOnesAfterTheDenseLayers) {
+  const Model m = tiny_shared();  // layer 0 dense; 1, 2 MoE with 2 shared experts of 32
+  Plan plan = make_plan(2, 1, 2, 2);
   plan.ep = 2;
-  plan.etp = 1;
-  ExpectError([&] { lower_stage(model_preset("tiny-moe"), plan, 0); }, "plan.etp", "not lowered");
-  Model windowed = model_preset("tiny");
-  windowed.sliding_window = 16;
-  ExpectError([&] { lower_stage(windowed, make_plan(1, 1, 1, 1), 0); }, "model.sliding_window",
-              "not lowered");
-  Model shared = model_preset("tiny-moe");
-  shared.moe.shared_experts = 1;
-  ExpectError([&] { lower_stage(shared, make_plan(1, 1, 1, 1), 0); }, "model.moe.shared_experts",
-              "not lowered");
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  const int64_t sw = m.moe.shared_width();
+  EXPECT_EQ(specs_of(*bucket_named(p, "L0")).count("L0.fc1"), 1u);
+  EXPECT_EQ(bucket_named(p, "L0.experts"), nullptr);
+  for (int layer : {1, 2}) {
+    const std::string L = "L" + std::to_string(layer);
+    auto specs = specs_of(*bucket_named(p, L));
+    EXPECT_EQ(specs[L + ".router"], (std::vector<int64_t>{m.hidden, m.moe.experts}));
+    EXPECT_EQ(specs[L + ".shared_fc1"], (std::vector<int64_t>{m.hidden, 2 * sw / 2}));
+    EXPECT_EQ(specs[L + ".shared_fc2"], (std::vector<int64_t>{sw / 2, m.hidden}));
+    EXPECT_EQ(specs.count(L + ".fc1"), 0u);
+    ASSERT_NE(bucket_named(p, L + ".experts"), nullptr);
+    // The shared MLP with tp's g after its row-parallel GEMM, added to the routed output.
+    const Op* fc2 = only(p, named(L + ".shared_fc2"));
+    ASSERT_NE(fc2, nullptr);
+    EXPECT_EQ(fc2->k, sw / 2);
+    const Op* ar = only(p, named(L + ".shared_fc2.tp"));
+    ASSERT_NE(ar, nullptr);
+    EXPECT_EQ(ar->kind, OpKind::kAllReduce);
+    const Op* add = only(p, named(L + ".moe.add"));
+    ASSERT_NE(add, nullptr);
+    const Op* combine = only(p, both(named(L + ".combine"), kind(OpKind::kCombine)));
+    ASSERT_NE(combine, nullptr);
+    EXPECT_EQ(add->reads, (std::vector<int>{combine->writes[0], ar->writes[0]}));
+    // Backward: the two input gradients added.
+    EXPECT_NE(only(p, named(L + ".moe.add", Phase::kBackward)), nullptr);
+    EXPECT_NE(only(p, named(L + ".shared_fc1.dw", Phase::kBackward)), nullptr);
+  }
+  // The MLP-block FLOPs of an MoE layer per token: router, top-k routed experts and the shared
+  // experts (flops_per_token's count).
+  double gemm = 0;
+  for (const Op& o : p.ops)
+    if (o.tags.layer == 1 && o.tags.phase == Phase::kForward && o.tags.micro_batch == 0 &&
+        (o.kind == OpKind::kExpertLinear || o.name.find("fc") != std::string::npos ||
+         o.name.ends_with("router")))
+      gemm += o.flops * (o.name.ends_with("router") ? 1 : 2);
+  const double tokens = m.seq_len;
+  double want = 0;
+  for (const LinearShape& s : mlp_linears(m, 1)) want += tokens * s.flops_per_token();
+  for (const LinearShape& s : expert_linears(m)) want += tokens * m.moe.top_k * s.flops_per_token();
+  EXPECT_DOUBLE_EQ(gemm, want);
+}
+
+TEST(Lower, AnExpertGridOfItsOwnRoutesEachRanksTokensOverItsEpGroup) {
+  const Model m = model_preset("tiny-moe");
+  for (bool sp : {true, false}) {
+    SCOPED_TRACE(sp ? "sp" : "no sp");
+    Plan plan = make_plan(2, 1, 4, 4);  // tp 2, etp 1, ep 4: edp 2
+    plan.ep = 4;
+    plan.etp = 1;
+    plan.sequence_parallel = sp;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    const int64_t T = m.seq_len, Tm = T / 2, K = m.moe.top_k;
+    // Each TP rank routes half of the TP group's tokens.
+    const Op* router = only(p, both(named("L1.router"), kind(OpKind::kLinear)));
+    ASSERT_NE(router, nullptr);
+    EXPECT_EQ(router->m, Tm);
+    auto a2a = select(p, both(in(1, 0, Phase::kForward), kind(OpKind::kAllToAll)));
+    ASSERT_EQ(a2a.size(), 2u);
+    for (const Op* o : a2a) {
+      EXPECT_EQ(o->group, Group::kEp);
+      EXPECT_EQ(o->bytes, 2.0 * Tm * K * m.hidden);
+    }
+    // Whole experts (etp 1): no tensor-parallel collective between the all-to-alls.
+    for (const Op* o : select(p, in(1, 0, Phase::kForward))) {
+      if (o->id > a2a[0]->id && o->id < a2a[1]->id) {
+        EXPECT_FALSE(is_communication(o->kind)) << o->name;
+      }
+    }
+    const ParamBucket* e = bucket_named(p, "L1.experts");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->group, Group::kExpertDp);
+    EXPECT_EQ(e->ways, 2);
+    EXPECT_EQ(specs_of(*e)["L1.efc1"],
+              (std::vector<int64_t>{1, m.hidden, 2 * m.moe.expert_ffn}));  // 4 experts / ep 4
+    // Without SP each rank routes a slice of the replicated rows: the routed output and the
+    // dispatch gradient are gathered back over tp, and the router's gradient summed over tp.
+    EXPECT_EQ(count(p, named("L1.moe.ag")), sp ? 0 : 1);
+    EXPECT_EQ(count(p, named("L1.ln2.dy.ag", Phase::kBackward)), sp ? 0 : 1);
+    const Op* spg = only(p, [](const Op& o) { return o.name == "sp.g.ar"; });
+    ASSERT_NE(spg, nullptr);
+    std::set<std::string> summed;
+    for (int id : spg->reads) summed.insert(p.buffers[id].name);
+    EXPECT_TRUE(summed.count("L1.router.g"));
+    EXPECT_EQ(summed.count("L1.ln1.g"), sp ? 1u : 0u);
+    // The gradient norm is summed over every rank of the stage.
+    EXPECT_EQ(count(p, both(phase_is(Phase::kOptimizer), on(Group::kDpCp))), 1);
+  }
+  // tp 1, etp 2: the routed rows of two data-parallel ranks gathered over the expert TP group.
+  Plan plan = make_plan(1, 1, 4, 4);
+  plan.etp = 2;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  const Op* ag = only(p, named("L1.disp.ag"));
+  ASSERT_NE(ag, nullptr);
+  EXPECT_EQ(ag->group, Group::kExpertTp);
+  const Op* rs = only(p, named("L1.efc2.rs"));
+  ASSERT_NE(rs, nullptr);
+  EXPECT_EQ(rs->group, Group::kExpertTp);
+  EXPECT_EQ(specs_of(*bucket_named(p, "L1.experts"))["L1.efc2"],
+            (std::vector<int64_t>{4, m.moe.expert_ffn / 2, m.hidden}));
+  EXPECT_EQ(bucket_named(p, "L1.experts")->ways, 2);  // edp = 4 / (2 x 1)
 }
 
 // ZeRO-3 over dp 2 with pp 2 (two layers per stage, four micro-batches): how often each layer's

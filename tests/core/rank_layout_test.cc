@@ -93,5 +93,77 @@ TEST(RankLayout, DataParallelIndexIsTheDpCoordinateInEveryOrder) {
   }
 }
 
+// Megatron's expert grid (etp != tp): each stage's tp x cp x dp ranks in increasing rank order,
+// numbered etp-ep-edp (etp fastest); the dense grid has no ep dimension.
+TEST(RankLayout, ExpertGridFollowsMegatronsEtpEpEdpOrderInsideEachStage) {
+  Plan p = grid(2, 1, 4, 4, 2);  // tp 2, dp 4, pp 2 (16 ranks), etp 1, ep 4: edp 2
+  p.etp = 1;
+  RankLayout l(p);
+  ASSERT_EQ(l.world(), 16);
+  EXPECT_EQ(l.group(Group::kTp, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(l.group(Group::kDp, 0), (std::vector<int>{0, 2, 4, 6}));  // dense dp: no ep inside
+  EXPECT_EQ(l.group(Group::kDpCp, 1), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(l.group(Group::kEp, 0), (std::vector<int>{0, 1, 2, 3}));  // spans the tp ranks
+  EXPECT_EQ(l.group(Group::kEp, 13), (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(l.group(Group::kExpertDp, 1), (std::vector<int>{1, 5}));
+  EXPECT_EQ(l.group(Group::kExpertDp, 10), (std::vector<int>{10, 14}));
+  EXPECT_EQ(l.group(Group::kExpertTp, 6), (std::vector<int>{6}));
+  const RankCoord c = l.coord(13);  // stage 1, position 5
+  EXPECT_EQ(c.pp, 1);
+  EXPECT_EQ(c.ep, 0);
+  EXPECT_EQ(c.dp(grid_ep(p)), 2);
+  EXPECT_EQ(c.etp, 0);
+  EXPECT_EQ(c.eep, 1);
+  EXPECT_EQ(c.edp, 1);
+  for (int r = 0; r < l.world(); ++r) {  // a rank's grid coordinates are its group indices
+    const RankCoord rc = l.coord(r);
+    auto at = [&](Group g) {
+      const std::vector<int> m = l.group(g, r);
+      return static_cast<int>(std::find(m.begin(), m.end(), r) - m.begin());
+    };
+    EXPECT_EQ(at(Group::kExpertTp), rc.etp);
+    EXPECT_EQ(at(Group::kEp), rc.eep);
+    EXPECT_EQ(at(Group::kExpertDp), rc.edp);
+  }
+
+  // etp 2 over tp 1: the expert TP group pairs data-parallel ranks; ep may exceed dp / etp.
+  Plan q = grid(1, 2, 2, 4, 1);  // cp 2, dp 4: 8 ranks; etp 2, ep 2: edp 2
+  q.etp = 2;
+  q.shard_degree = 4;  // expert shards over shard_degree / ep = 2 of the edp ranks
+  RankLayout m(q);
+  EXPECT_EQ(m.group(Group::kExpertTp, 3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(m.group(Group::kEp, 3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(m.group(Group::kExpertDp, 3), (std::vector<int>{3, 7}));
+  EXPECT_EQ(m.group(Group::kExpertShard, 3), (std::vector<int>{3, 7}));
+  EXPECT_EQ(m.group(Group::kExpertReplicate, 3), (std::vector<int>{3}));
+
+  // Another rank order: the stage's ranks are every other rank, still taken in rank order.
+  Plan r = grid(2, 1, 2, 2, 2, "pp-tp-cp-ep-dp");
+  r.etp = 1;
+  RankLayout n(r);
+  EXPECT_EQ(n.group(Group::kPp, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(n.group(Group::kEp, 0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(n.group(Group::kExpertDp, 0), (std::vector<int>{0, 4}));
+  EXPECT_EQ(n.group(Group::kEp, 5), (std::vector<int>{5, 7}));
+  for (const Plan& plan : {p, q, r}) {
+    RankLayout lay(plan);
+    for (Group g : {Group::kEp, Group::kExpertDp, Group::kExpertTp, Group::kExpertShard,
+                    Group::kExpertReplicate}) {
+      std::multiset<int> seen;
+      for (const auto& members : lay.groups(g)) {
+        seen.insert(members.begin(), members.end());
+        for (int x : members) EXPECT_EQ(lay.coord(x).pp, lay.coord(members[0]).pp);
+      }
+      for (int x = 0; x < lay.world(); ++x) EXPECT_EQ(seen.count(x), 1u) << group_name(g);
+    }
+  }
+  // Without an expert grid the expert TP group is the TP group and the grid coordinates are
+  // the dense ones.
+  RankLayout plain(grid(2, 2, 2, 4, 1));
+  EXPECT_EQ(plain.group(Group::kExpertTp, 5), plain.group(Group::kTp, 5));
+  EXPECT_EQ(plain.coord(5).eep, plain.coord(5).ep);
+  EXPECT_EQ(std::string(group_name(Group::kExpertTp)), "expert-tp");
+}
+
 }  // namespace
 }  // namespace parasol

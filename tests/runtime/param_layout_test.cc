@@ -149,9 +149,9 @@ TEST(SliceRuns, MatchTheReferenceOnEveryRank) {
   }
 }
 
-// The slices of the ranks of one model replica (dp = cp = 0; each ep rank for the experts)
-// tile every full tensor: each element held by exactly one tp rank, or by all of them for
-// tensors replicated over tp.
+// The slices of the ranks of one model replica (dp = cp = 0; for the experts the ranks of
+// expert data-parallel index 0: each ep rank) tile every full tensor: each element held by
+// exactly one tp rank (expert tp rank), or by all of them for tensors replicated over it.
 TEST(SliceRuns, SlicesOfAllRanksTileTheFullTensors) {
   for (const Case& c : all_cases()) {
     SCOPED_TRACE(c.name);
@@ -160,16 +160,17 @@ TEST(SliceRuns, SlicesOfAllRanksTileTheFullTensors) {
     for (const TensorInfo& t : model_tensors(c.model, has_tied_head_copy(c.model, c.plan)))
       hits[t.name].assign(static_cast<size_t>(t.elements()), 0);
     for (const testing::SimRank& r : run.ranks) {
-      if (r.coord.cp != 0 || r.coord.dpx != 0) continue;
       for (const ParamBucket& b : r.program->buckets) {
-        if (!b.expert && r.coord.ep != 0) continue;
+        if (b.expert ? r.coord.edp != 0 : r.coord.cp != 0 || r.coord.dpx != 0 || r.coord.ep != 0)
+          continue;
         for (const ParamSpec& spec : b.specs)
           for (const SliceRun& s : slice_runs(c.model, c.plan, r.coord, spec))
             for (int64_t k = 0; k < s.count; ++k) ++hits.at(spec.name)[s.full_offset + k];
       }
     }
     for (const auto& [name, h] : hits) {
-      const int want = tensor_info(c.model, name).tp_replicated ? c.plan.tp : 1;
+      const TensorInfo t = tensor_info(c.model, name);
+      const int want = !t.tp_replicated ? 1 : t.expert ? c.plan.expert_tp() : c.plan.tp;
       const int64_t wrong = std::count_if(h.begin(), h.end(), [&](int x) { return x != want; });
       EXPECT_EQ(wrong, 0) << name << " (each element should be held " << want << " times)";
     }
@@ -286,7 +287,8 @@ TEST(GradNorm, RunsCountEveryElementOnceInTheReduction) {
     SCOPED_TRACE(c.name);
     SimRun run(c.model, c.plan);
     const Plan& p = c.plan;
-    const bool over_dpcp = (p.zero >= 1 || p.ep > 1) && p.dp * p.cp > 1;
+    const bool over_dpcp = grad_norm_over_dp_cp(p);
+    EXPECT_EQ(over_dpcp, (p.zero >= 1 || p.ep > 1 || p.expert_tp() != p.tp) && p.dp * p.cp > 1);
     // Each rank's counted full elements.
     std::vector<std::map<std::string, std::vector<int64_t>>> counted(run.ranks.size());
     for (testing::SimRank& r : run.ranks)

@@ -39,11 +39,28 @@ inline Model gpt_moe() {
   m.moe = {4, 1, 128, 2};
   return m;
 }
+// Multi-head latent attention (heads 4; latents 32 and 16; 8 + 4 query/key dims, 6 value dims),
+// with or without query compression; with biases on every linear (GPT-style) when `bias`.
+inline Model mla_model(bool q_lora = true, bool bias = false) {
+  Model m = bias ? gpt_model("mla-gpt", 2, 64, 4, 510, 64, false)
+                 : llama_model("mla", 2, 64, 4, 4, 128, 510, 64);
+  m.mla = {q_lora ? 32 : 0, 16, 8, 4, 6};
+  m.head_dim = m.mla.qk_head_dim();
+  m.kv_heads = m.heads;
+  if (!q_lora) m.name += "-plain-q";
+  return m;
+}
+// A dense first layer, then MoE layers with two shared experts of 32 (biases: gpt style).
+inline Model shared_moe() {
+  Model m = gpt_model("shared-moe", 3, 64, 4, 510, 64, false);
+  m.moe = {4, 2, 64, 1, 1, 2, 32};
+  return m;
+}
 
 // ---- Plans ------------------------------------------------------------------------------------
 
 struct PlanArgs {
-  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, zero = 0, vpp = 1;
+  int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, zero = 0, vpp = 1, etp = 0;
   bool sp = false;
   Dtype precision = Dtype::kBf16;
   bool offload_optimizer = false;
@@ -60,6 +77,7 @@ inline Plan make_plan(const PlanArgs& a) {
   p.dp = a.dp;
   p.cp = a.cp;
   p.ep = a.ep;
+  p.etp = a.etp;
   p.zero = a.zero;
   p.vpp = a.vpp;
   p.sequence_parallel = a.sp;
@@ -83,7 +101,8 @@ struct Case {
 
 // Every feature the state must survive: tp 2/4 (vocabulary padding), sp, cp, pp 2 (tied head
 // copy, interleaved chunks, uneven stages), dp with ZeRO 0..3 (shard padding with dp 3), HSDP,
-// master weights in the optimizer state or not, ep, mixed plans and a non-default rank order.
+// master weights in the optimizer state or not, ep, mixed plans and a non-default rank order;
+// latent attention, shared experts and an expert grid of its own (etp != tp).
 inline std::vector<Case> all_cases() {
   const Model tiny = model_preset("tiny"), tgpt = model_preset("tiny-gpt");
   const Model moe = model_preset("tiny-moe");
@@ -128,6 +147,17 @@ inline std::vector<Case> all_cases() {
        make_plan({.pp = 2, .dp = 2, .zero = 1, .stage_layers = {1, 3}})},
       {"gpt-untied pp2 vpp2 virtual stages 2+1+1+2", gpt_untied(6),
        make_plan({.pp = 2, .vpp = 2, .stage_layers = {2, 1, 1, 2}})},
+      {"mla tp2 dp2 zero1", mla_model(), make_plan({.tp = 2, .dp = 2, .zero = 1})},
+      {"mla-gpt plain q tp4 zero0", mla_model(false, true), make_plan({.tp = 4})},
+      {"mla-gpt tp2 dp2 zero3", mla_model(true, true), make_plan({.tp = 2, .dp = 2, .zero = 3})},
+      {"shared-moe tp2 dp2 ep2 zero2", shared_moe(),
+       make_plan({.tp = 2, .dp = 2, .ep = 2, .zero = 2})},
+      {"tiny-moe tp2 dp4 ep4 etp1 zero1", moe,
+       make_plan({.tp = 2, .dp = 4, .ep = 4, .zero = 1, .etp = 1})},
+      {"gpt-moe dp4 etp2 zero3", gpt_moe(), make_plan({.dp = 4, .zero = 3, .etp = 2})},
+      {"shared-moe tp2 pp2 stages 1+2 dp2 ep4 etp1 zero2", shared_moe(),
+       make_plan(
+           {.tp = 2, .pp = 2, .dp = 2, .ep = 4, .zero = 2, .etp = 1, .stage_layers = {1, 2}})},
   };
   return c;
 }
@@ -205,7 +235,9 @@ inline int64_t ref_full_index(const Model& m, const Plan& p, const RankCoord& c,
   const int64_t H = m.heads, KV = m.kv_heads, q = H * hd, kv = KV * hd, W = q + 2 * kv;
   const int64_t up = m.activation == Activation::kSwiglu ? 2 : 1;
   const int64_t V = m.vocab, vt = (V + t - 1) / t;
-  const int64_t le = m.is_moe() ? m.moe.experts / p.ep : 0, e0 = c.ep * le;
+  // Experts: split over the experts' TP group (etp ways, index c.etp) and the ep group.
+  const int64_t et = p.expert_tp(), er = c.etp;
+  const int64_t le = m.is_moe() ? m.moe.experts / p.ep : 0, e0 = c.eep * le;
   const std::string w = name.substr(name.find('.') + 1);
   // Column j of the local Q | K | V block: head j / hd of this rank's heads, in its part.
   auto qkv_col = [&](int64_t j) {
@@ -216,32 +248,43 @@ inline int64_t ref_full_index(const Model& m, const Plan& p, const RankCoord& c,
     j -= KVt * hd;
     return q + kv + (r * KVt + j / hd) * hd + j % hd;
   };
-  // Column j of a local gate | up block of an MLP of width n: block j / (n / t).
-  auto up_col = [&](int64_t j, int64_t n) {
-    const int64_t nt = n / t;
-    return (j / nt) * n + r * nt + j % nt;
+  // Column j of a local gate | up block of an MLP of width n split `ways` ways, rank `rr`.
+  auto up_col = [&](int64_t j, int64_t n, int64_t ways, int64_t rr) {
+    const int64_t nt = n / ways;
+    return (j / nt) * n + rr * nt + j % nt;
   };
-  const int64_t eff = m.moe.expert_ffn;
+  // Local element of a column-parallel [in, width] weight split by heads (or its bias).
+  auto head_cols = [&](int64_t width) {
+    const int64_t lw = width / t;
+    return (local / lw) * width + r * lw + local % lw;
+  };
+  const int64_t eff = m.moe.expert_ffn, sw = m.moe.shared_width();
+  const int64_t o = H * m.v_head_dim();
+  const MlaSpec& a = m.mla;
   if (w == "qkv") return (local / (W / t)) * W + qkv_col(local % (W / t));
   if (w == "qkv.b") return qkv_col(local);
-  if (w == "out") return (r * (q / t) + local / h) * h + local % h;
-  if (w == "fc1") {
-    const int64_t lw = up * m.ffn / t;
-    return (local / lw) * (up * m.ffn) + up_col(local % lw, m.ffn);
+  if (w == "q_up" || w == "q" || w == "q_up.b" || w == "q.b") return head_cols(H * a.qk_head_dim());
+  if (w == "kv_up" || w == "kv_up.b") return head_cols(H * (a.qk_nope_head_dim + a.v_head_dim));
+  if (w == "out") return (r * (o / t) + local / h) * h + local % h;
+  if (w == "fc1" || w == "shared_fc1") {
+    const int64_t n = w == "fc1" ? m.ffn : sw, lw = up * n / t;
+    return (local / lw) * (up * n) + up_col(local % lw, n, t, r);
   }
-  if (w == "fc1.b") return up_col(local, m.ffn);
+  if (w == "fc1.b") return up_col(local, m.ffn, t, r);
+  if (w == "shared_fc1.b") return up_col(local, sw, t, r);
   if (w == "fc2") return (r * (m.ffn / t) + local / h) * h + local % h;
+  if (w == "shared_fc2") return (r * (sw / t) + local / h) * h + local % h;
   if (w == "efc1") {
-    const int64_t lw = up * eff / t, e = local / (h * lw), rest = local % (h * lw);
-    return ((e0 + e) * h + rest / lw) * (up * eff) + up_col(rest % lw, eff);
+    const int64_t lw = up * eff / et, e = local / (h * lw), rest = local % (h * lw);
+    return ((e0 + e) * h + rest / lw) * (up * eff) + up_col(rest % lw, eff, et, er);
   }
   if (w == "efc1.b") {
-    const int64_t lw = up * eff / t;
-    return (e0 + local / lw) * (up * eff) + up_col(local % lw, eff);
+    const int64_t lw = up * eff / et;
+    return (e0 + local / lw) * (up * eff) + up_col(local % lw, eff, et, er);
   }
   if (w == "efc2") {
-    const int64_t per = (eff / t) * h, e = local / per, rest = local % per;
-    return ((e0 + e) * eff + r * (eff / t) + rest / h) * h + rest % h;
+    const int64_t per = (eff / et) * h, e = local / per, rest = local % per;
+    return ((e0 + e) * eff + er * (eff / et) + rest / h) * h + rest % h;
   }
   if (w == "efc2.b") return (e0 + local / h) * h + local % h;
   if (w == "table") {
@@ -252,7 +295,9 @@ inline int64_t ref_full_index(const Model& m, const Plan& p, const RankCoord& c,
     const int64_t col = r * vt + local % vt;
     return col >= V ? -1 : (local / vt) * V + col;
   }
-  return local;  // replicated: norms, out.b, fc2.b, router, pos
+  // Replicated: norms (also MLA's latent norms), MLA's down-projections, out.b, fc2.b,
+  // shared_fc2.b, router, pos.
+  return local;
 }
 
 // Flat element `flat` of bucket b as (spec, local element), or (-1, 0) past b.elements.

@@ -78,6 +78,34 @@ Model moe4() {
   m.moe = {4, 2, 64, 1};
   return m;
 }
+// DeepSeek-style multi-head latent attention (query latent 32, kv latent 16, 8 + 4 query/key
+// dims per head, 6 value dims), with or without query compression.
+Model mla4(bool q_lora = true) {
+  Model m = llama_model(q_lora ? "mla4" : "mla4-q", 4, 64, 4, 4, 128, 256, 32);
+  m.mla = {q_lora ? 32 : 0, 16, 8, 4, 6};
+  m.head_dim = m.mla.qk_head_dim();
+  return m;
+}
+// Sliding windows of 8 of the 32 tokens on every other layer (GPT-OSS's alternation).
+Model windowed4() {
+  Model m = llama4();
+  m.name = "windowed4";
+  m.sliding_window = 8;
+  m.full_attention_every = 2;
+  return m;
+}
+Model windowed_gpt4() {
+  Model m = gpt4();
+  m.name = "windowed-gpt4";
+  m.sliding_window = 5;
+  return m;
+}
+// A dense first layer, then MoE layers with two shared experts (one fused MLP of 2 x 32).
+Model shared_moe4() {
+  Model m = llama_model("shared-moe4", 3, 64, 4, 2, 128, 256, 32);
+  m.moe = {4, 2, 64, 1, 1, 2, 32};
+  return m;
+}
 
 Plan base_plan(int gbs = 8) {
   Plan p;
@@ -579,6 +607,92 @@ TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
                   0.05 * got.predicted_peak);
     }
   }
+}
+
+TEST_F(Runtime, LatentAttention) {
+  Plan p = base_plan();
+  p.tp = 2;
+  expect_matches_serial(mla4(), p);
+  expect_matches_serial(mla4(false), p);
+  p.sequence_parallel = true;
+  p.dp = 2;
+  p.zero = 1;
+  expect_matches_serial(mla4(), p);
+  p = base_plan();
+  p.cp = 2;
+  p.tp = 2;
+  expect_matches_serial(mla4(), p);
+  p.cp = 1;
+  p.recompute = Recompute::kSelective;
+  p.flash_attention = false;
+  expect_matches_serial(mla4(), p);
+  p = base_plan();
+  p.pp = 2;
+  p.dp = 2;
+  p.zero = 3;
+  p.recompute = Recompute::kFull;
+  expect_matches_serial(mla4(), p);
+}
+
+TEST_F(Runtime, SlidingWindows) {
+  Plan p = base_plan();
+  p.tp = 2;
+  p.sequence_parallel = true;
+  expect_matches_serial(windowed4(), p);
+  p = base_plan();
+  p.cp = 4;  // chunks of 8 tokens: the window reaches into the previous chunk
+  expect_matches_serial(windowed4(), p);
+  p = base_plan();
+  p.tp = 2;
+  p.pp = 2;
+  p.flash_attention = false;  // materialised (the probabilities saved)
+  expect_matches_serial(windowed_gpt4(), p);
+}
+
+TEST_F(Runtime, SharedExpertsAfterDenseLayers) {
+  Plan p = base_plan();
+  p.tp = 2;
+  expect_matches_serial(shared_moe4(), p);
+  p = base_plan();
+  p.dp = 4;
+  p.ep = 2;
+  p.zero = 1;
+  expect_matches_serial(shared_moe4(), p);
+  p = base_plan();
+  p.tp = 2;
+  p.dp = 2;
+  p.pp = 2;
+  p.sequence_parallel = true;
+  p.stage_layers = {1, 2};
+  expect_matches_serial(shared_moe4(), p);
+}
+
+TEST_F(Runtime, ExpertGridOfItsOwn) {
+  // tp 2, etp 1, ep 4 on 8 ranks: the ep groups span the tensor-parallel ranks; edp 2.
+  Plan p = base_plan();
+  p.tp = 2;
+  p.dp = 4;
+  p.ep = 4;
+  p.etp = 1;
+  p.sequence_parallel = true;
+  expect_matches_serial(moe4(), p);
+  p.sequence_parallel = false;  // each TP rank routes its slice of the replicated rows
+  p.zero = 1;
+  expect_matches_serial(shared_moe4(), p);
+  p = base_plan();
+  p.tp = 2;
+  p.pp = 2;
+  p.dp = 2;
+  p.ep = 2;
+  p.etp = 1;
+  p.zero = 2;
+  p.stage_layers = {1, 2};
+  expect_matches_serial(shared_moe4(), p);
+  // tp 1, etp 2: each expert split over two data-parallel ranks, whose routed rows are gathered.
+  p = base_plan();
+  p.dp = 4;
+  p.etp = 2;
+  expect_matches_serial(moe4(), p);
 }
 
 }  // namespace

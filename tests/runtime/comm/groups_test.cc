@@ -30,8 +30,9 @@ Plan make_plan(int tp, int cp, int ep, int dp, int pp, const std::string& order 
 
 std::string describe(const Plan& p) {
   return "tp" + std::to_string(p.tp) + " cp" + std::to_string(p.cp) + " ep" + std::to_string(p.ep) +
-         " dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " shard" +
-         std::to_string(p.shard_degree) + " " + rank_order_name(p.rank_order);
+         " dp" + std::to_string(p.dp) + " pp" + std::to_string(p.pp) + " etp" +
+         std::to_string(p.expert_tp()) + " shard" + std::to_string(p.shard_degree) + " " +
+         rank_order_name(p.rank_order);
 }
 
 // Grids with every dimension > 1 somewhere, and rank orders other than Megatron's.
@@ -58,13 +59,35 @@ std::vector<Plan> test_plans() {
     p.shard_degree = 4;
     plans.push_back(p);
   }
+  // Expert grids of their own (etp != tp): ep beyond dp, etp over data-parallel ranks, HSDP.
+  Plan g = make_plan(2, 1, 4, 4, 2);
+  g.etp = 1;
+  plans.push_back(g);
+  g = make_plan(2, 1, 2, 2, 2, "pp-tp-cp-ep-dp");
+  g.etp = 1;
+  plans.push_back(g);
+  g = make_plan(1, 2, 2, 4, 1);
+  g.etp = 2;
+  plans.push_back(g);
+  g = make_plan(4, 1, 2, 2, 1);
+  g.etp = 2;
+  g.shard_degree = 2;
+  plans.push_back(g);
   return plans;
 }
 
-// The coordinates a group of kind g lets vary; all others are shared by its members.
-bool varies(Group g, Dim d) {
+bool expert_group(Group g) {
+  return g == Group::kEp || g == Group::kExpertDp || g == Group::kExpertTp ||
+         g == Group::kExpertShard || g == Group::kExpertReplicate;
+}
+
+// The coordinates a group of kind g lets vary; all others are shared by its members. The
+// groups of an expert grid of its own share only the stage.
+bool varies(const Plan& p, Group g, Dim d) {
+  if (p.expert_tp() != p.tp && expert_group(g)) return d != Dim::kPp;
   switch (g) {
     case Group::kTp:
+    case Group::kExpertTp:
       return d == Dim::kTp;
     case Group::kCp:
       return d == Dim::kCp;
@@ -118,15 +141,17 @@ int expected_size(const Plan& p, Group g) {
     case Group::kDpCp:
       return p.dp * p.cp;
     case Group::kExpertDp:
-      return p.dp / p.ep * p.cp;
+      return p.expert_dp();
+    case Group::kExpertTp:
+      return p.expert_tp();
     case Group::kDpShard:
       return p.shard_degree > 0 ? p.dense_shard_ranks() : p.dp * p.cp;
     case Group::kDpReplicate:
       return p.shard_degree > 0 ? p.dp * p.cp / p.dense_shard_ranks() : 1;
     case Group::kExpertShard:
-      return p.shard_degree > 0 ? p.expert_shard_ranks() : p.dp / p.ep * p.cp;
+      return p.shard_degree > 0 ? p.expert_shard_ranks() : p.expert_dp();
     case Group::kExpertReplicate:
-      return p.shard_degree > 0 ? p.dp / p.ep * p.cp / p.expert_shard_ranks() : 1;
+      return p.shard_degree > 0 ? p.expert_dp() / p.expert_shard_ranks() : 1;
   }
   return -1;
 }
@@ -198,7 +223,7 @@ TEST(GroupsTest, MembersShareEveryCoordinateTheGroupDoesNotSpan) {
         for (int member : rg[g].members) {
           const RankCoord c = rank_groups(plan, member).coord;
           for (Dim d : dims)
-            if (!varies(g, d)) {
+            if (!varies(plan, g, d)) {
               EXPECT_EQ(coord_of(c, d), coord_of(rg.coord, d))
                   << group_name(g) << " of rank " << r << " holds " << member << ", other "
                   << dim_name(d);
@@ -314,6 +339,12 @@ TEST(GroupsTest, MalformedGridsAndRanksAreErrors) {
   EXPECT_EQ(error_field(make_plan(2, 1, 1, 2, 1), 4), "world_rank");
   EXPECT_EQ(error_field(make_plan(2, 1, 1, 2, 1), -1), "world_rank");
   EXPECT_NO_THROW(check_rank_grid(make_plan(2, 2, 2, 4, 2)));
+  // An expert grid of its own: ep need not divide dp, but etp x ep must divide tp x cp x dp.
+  Plan grid = make_plan(2, 1, 4, 2, 1);
+  grid.etp = 1;
+  EXPECT_NO_THROW(check_rank_grid(grid));
+  grid.ep = 3;
+  EXPECT_EQ(error_field(grid, 0), "plan.ep");
 }
 
 }  // namespace

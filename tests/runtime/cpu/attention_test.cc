@@ -1,9 +1,11 @@
-// Attention kernels against a double reference: causal and full masks, GQA (kv_heads < heads) and
-// MHA, a fused QKV buffer (strided rows) and separate Q/K/V with seq_kv != seq_q, probabilities
-// and log-sum-exp outputs, two query blocks; the backward against a double reference backward,
-// against central finite differences of the reference forward, and from saved probabilities;
-// ring steps (keys in two chunks, merged with `accumulate`) equal to the whole; dropout with the
-// mask of runtime/tensor.h. Tolerance: 1e-5 of the largest reference magnitude of each tensor.
+// Attention kernels against a double reference: causal and full masks, sliding windows (flash,
+// materialised, dropout, ring steps), value heads wider or narrower than the query/key heads
+// (MLA), GQA (kv_heads < heads) and MHA, a fused QKV buffer (strided rows) and separate Q/K/V with
+// seq_kv != seq_q, probabilities and log-sum-exp outputs, two query blocks; the backward against a
+// double reference backward, against central finite differences of the reference forward, and from
+// saved probabilities; ring steps (keys in two chunks, merged with `accumulate`) equal to the
+// whole; dropout with the mask of runtime/tensor.h. Tolerance: 1e-5 of the largest reference
+// magnitude of each tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +34,7 @@ Ref reference(const AttentionDims& d, const std::vector<double>& q, const std::v
               const std::vector<double>& v, const std::vector<double>* dout, size_t q_size,
               size_t kv_size) {
   const int64_t B = d.batch, Sq = d.seq_q, Skv = d.seq_kv, H = d.heads, D = d.head_dim;
+  const int64_t Dv = d.v_head_dim > 0 ? d.v_head_dim : D;
   const int64_t group = d.heads / d.kv_heads;
   const double scale = d.scale > 0 ? d.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const uint32_t thr = dropout_threshold(d.dropout_p);
@@ -54,6 +57,7 @@ Ref reference(const AttentionDims& d, const std::vector<double>& q, const std::v
         std::vector<int64_t> vis;
         for (int64_t j = 0; j < Skv; ++j) {
           if (d.causal && j > i + d.causal_offset) continue;
+          if (d.causal && d.window > 0 && j <= i + d.causal_offset - d.window) continue;
           vis.push_back(j);
           double dot = 0;
           for (int64_t c = 0; c < D; ++c) dot += qi[c] * k[(b * Skv + j) * d.ld_kv + g * D + c];
@@ -72,18 +76,18 @@ Ref reference(const AttentionDims& d, const std::vector<double>& q, const std::v
           if (d.dropout_p > 0)
             keep[j] = dropout_keep(d.dropout_seed, mbase + j, thr) ? keep_scale : 0.0;
           pd[j] = p[j] * keep[j];
-          for (int64_t c = 0; c < D; ++c)
-            r.out[(b * Sq + i) * d.ld_o + h * D + c] +=
-                pd[j] * v[(b * Skv + j) * d.ld_kv + g * D + c];
+          for (int64_t c = 0; c < Dv; ++c)
+            r.out[(b * Sq + i) * d.ld_o + h * Dv + c] +=
+                pd[j] * v[(b * Skv + j) * d.ld_kv + g * Dv + c];
         }
         if (!dout) continue;
-        const double* gi = &(*dout)[(b * Sq + i) * d.ld_o + h * D];
+        const double* gi = &(*dout)[(b * Sq + i) * d.ld_o + h * Dv];
         // dpd_j = dO . v_j;  dp_j = keep_j dpd_j;  ds_j = p_j (dp_j - sum_l p_l dp_l).
         std::vector<double> dp(Skv, 0.0);
         double pdp = 0;
         for (int64_t j : vis) {
           double dot = 0;
-          for (int64_t c = 0; c < D; ++c) dot += gi[c] * v[(b * Skv + j) * d.ld_kv + g * D + c];
+          for (int64_t c = 0; c < Dv; ++c) dot += gi[c] * v[(b * Skv + j) * d.ld_kv + g * Dv + c];
           dp[j] = keep[j] * dot;
           pdp += p[j] * dp[j];
         }
@@ -93,8 +97,9 @@ Ref reference(const AttentionDims& d, const std::vector<double>& q, const std::v
             r.dq[(b * Sq + i) * d.ld_q + h * D + c] +=
                 scale * ds * k[(b * Skv + j) * d.ld_kv + g * D + c];
             r.dk[(b * Skv + j) * d.ld_kv + g * D + c] += scale * ds * qi[c];
-            r.dv[(b * Skv + j) * d.ld_kv + g * D + c] += pd[j] * gi[c];
           }
+          for (int64_t c = 0; c < Dv; ++c)
+            r.dv[(b * Skv + j) * d.ld_kv + g * Dv + c] += pd[j] * gi[c];
         }
       }
     }
@@ -115,23 +120,49 @@ std::vector<double> cols_of(const std::vector<double>& x, int64_t ld, int64_t c0
   return out;
 }
 
-// A fused QKV problem: qkv [B*S x (H + 2 KVH) D], columns Q | K | V.
+// A fused QKV problem: qkv [B*S x (H D + KVH (D + Dv))], columns Q | K | V (Dv = D unless given).
 struct Fused {
   AttentionDims d;
   int64_t width;
   std::vector<float> qkv, dout;
-  Fused(int64_t B, int64_t S, int64_t H, int64_t KVH, int64_t D, bool causal, uint32_t seed) {
+  Fused(int64_t B, int64_t S, int64_t H, int64_t KVH, int64_t D, bool causal, uint32_t seed,
+        int64_t Dv = 0, int64_t window = 0) {
     d.batch = B;
     d.seq_q = d.seq_kv = S;
     d.heads = H;
     d.kv_heads = KVH;
     d.head_dim = D;
-    width = (H + 2 * KVH) * D;
+    d.v_head_dim = Dv;
+    d.window = window;
+    if (Dv == 0) Dv = D;
+    width = H * D + KVH * (D + Dv);
     d.ld_q = d.ld_kv = width;
-    d.ld_o = H * D;
+    d.ld_o = H * Dv;
     d.causal = causal;
     qkv = test::random_floats(B * S * width, seed, -1.5f, 1.5f);
-    dout = test::random_floats(B * S * H * D, seed + 1);
+    dout = test::random_floats(B * S * H * Dv, seed + 1);
+  }
+  int64_t vd() const { return d.vd(); }
+  // dQ | dK | dV of one call into a fused buffer like qkv.
+  std::vector<float> backward(const std::vector<float>& out, const float* lse,
+                              const float* probs) const {
+    std::vector<float> dqkv = test::random_floats(qkv.size(), 99);  // garbage: nothing accumulates
+    float* dq = dqkv.data();
+    float* dk = dq + d.heads * d.head_dim;
+    float* dv = dk + d.kv_heads * d.head_dim;
+    cpu().attention_backward(d, dq, dk, dv, dout.data(), q(), k(), v(), out.data(), lse, probs,
+                             false, false);
+    return dqkv;
+  }
+  // The reference gradients in the fused layout.
+  std::vector<double> fused_grad(const Ref& r) const {
+    const int64_t hq = d.heads * d.head_dim, hk = d.kv_heads * d.head_dim;
+    std::vector<double> out(qkv.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      const int64_t c = static_cast<int64_t>(i % width);
+      out[i] = c < hq ? r.dq[i] : c < hq + hk ? r.dk[i - hq] : r.dv[i - hq - hk];
+    }
+    return out;
   }
   const float* q() const { return qkv.data(); }
   const float* k() const { return qkv.data() + d.heads * d.head_dim; }
@@ -397,6 +428,107 @@ TEST(Attention, FullyMaskedQueriesAndErrors) {
       Error);
   EXPECT_THROW(
       cpu().attention_forward(f.d, out.data(), nullptr, nullptr, f.q(), f.k(), f.v(), true), Error);
+}
+
+// Sliding windows: a query at i sees keys i - W + 1 .. i. Windows of 1, inside one block, across
+// the 128-row blocks and wider than the sequence; flash (lse) and materialised (probs), with and
+// without dropout, GQA.
+TEST(Attention, SlidingWindowsMaskTheKeysOutsideTheWindow) {
+  for (int64_t window : {1, 17, 130, 300})
+    for (float drop : {0.0f, 0.25f}) {
+      SCOPED_TRACE("window " + std::to_string(window) + " dropout " + std::to_string(drop));
+      Fused f(2, 200, 6, 2, 8, true, 30, 0, window);
+      f.d.dropout_p = drop;
+      f.d.dropout_seed = 77;
+      std::vector<float> out(f.d.batch * f.d.seq_q * f.d.ld_o), lse(f.d.batch * 6 * f.d.seq_q),
+          probs(f.d.batch * 6 * f.d.seq_q * f.d.seq_kv, -1.0f);
+      cpu().attention_forward(f.d, out.data(), lse.data(), probs.data(), f.q(), f.k(), f.v(),
+                              false);
+      const Ref r = f.ref(true);
+      EXPECT_TRUE(near_normwise(out, r.out, 1e-5, "out"));
+      EXPECT_TRUE(near_normwise(lse, r.lse, 1e-5, "lse"));
+      EXPECT_TRUE(near_normwise(probs, r.probs, 1e-5, "probs"));
+      const std::vector<double> want = f.fused_grad(r);
+      EXPECT_TRUE(near_normwise(f.backward(out, lse.data(), nullptr), want, 1e-5, "d from lse"));
+      EXPECT_TRUE(
+          near_normwise(f.backward(out, nullptr, probs.data()), want, 1e-5, "d from probs"));
+    }
+  // The window is a causal mask: ignored without causality.
+  Fused full(1, 30, 2, 2, 4, false, 31, 0, 5);
+  std::vector<float> out(30 * full.d.ld_o);
+  cpu().attention_forward(full.d, out.data(), nullptr, nullptr, full.q(), full.k(), full.v(),
+                          false);
+  full.d.window = 0;
+  EXPECT_TRUE(near_normwise(out, full.ref(false).out, 1e-5, "non-causal ignores the window"));
+}
+
+TEST(Attention, SlidingWindowBackwardMatchesFiniteDifferences) {
+  Fused f(2, 9, 4, 2, 3, true, 32, 0, 3);
+  std::vector<float> out(f.d.batch * f.d.seq_q * f.d.ld_o), lse(f.d.batch * 4 * f.d.seq_q);
+  cpu().attention_forward(f.d, out.data(), lse.data(), nullptr, f.q(), f.k(), f.v(), false);
+  std::vector<double> x = to_double(f.qkv), g = to_double(f.dout);
+  auto loss = [&] { return test::weighted_sum(f.reference_fused(x, nullptr).out, g); };
+  EXPECT_TRUE(near_normwise(f.backward(out, lse.data(), nullptr), test::finite_diff(x, loss), 1e-5,
+                            "dqkv vs fd (window)"));
+}
+
+// Ring steps with a window: the queries of the second chunk of a sequence attend to the first
+// chunk's keys (causal_offset = the chunk length) and to their own, merged; a window shorter than
+// a chunk reaches only the last keys of the earlier chunk.
+TEST(Attention, SlidingWindowRingStepsMergeToTheWhole) {
+  const int64_t S = 40, c = 20, H = 2, D = 4, W = 7;
+  Fused whole(1, S, H, H, D, true, 33, 0, W);
+  // Queries of the second chunk against all keys (the reference), and the two ring steps.
+  AttentionDims ref = whole.d;
+  ref.seq_q = S - c;
+  ref.causal_offset = c;
+  const float* q2 = whole.q() + c * whole.width;
+  AttentionDims own = ref, earlier = ref;
+  own.seq_kv = S - c;
+  own.causal_offset = 0;
+  earlier.seq_kv = c;
+  earlier.causal_offset = c;
+  std::vector<float> out((S - c) * ref.ld_o), lse(H * (S - c));
+  cpu().attention_forward(own, out.data(), lse.data(), nullptr, q2, whole.k() + c * whole.width,
+                          whole.v() + c * whole.width, false);
+  cpu().attention_forward(earlier, out.data(), lse.data(), nullptr, q2, whole.k(), whole.v(), true);
+  std::vector<float> want((S - c) * ref.ld_o), want_lse(H * (S - c));
+  cpu().attention_forward(ref, want.data(), want_lse.data(), nullptr, q2, whole.k(), whole.v(),
+                          false);
+  EXPECT_TRUE(near_normwise(out, to_double(want), 1e-5, "merged out"));
+  EXPECT_TRUE(near_normwise(lse, to_double(want_lse), 1e-5, "merged lse"));
+  // And the reference itself against the double definition (the whole sequence's last rows).
+  const Ref r = whole.ref(false);
+  std::vector<double> last(r.out.begin() + c * ref.ld_o, r.out.end());
+  EXPECT_TRUE(near_normwise(want, last, 1e-5, "second chunk vs the whole"));
+}
+
+// Value heads of their own width (MLA: q/k heads of nope + rope dims, v heads of v_head_dim),
+// narrower and wider than the query/key heads, with GQA, flash and materialised, and a window.
+TEST(Attention, ValueHeadsOfTheirOwnWidth) {
+  for (int64_t Dv : {5, 24})
+    for (int64_t window : {0, 33}) {
+      SCOPED_TRACE("v_head_dim " + std::to_string(Dv) + " window " + std::to_string(window));
+      Fused f(2, 150, 4, 2, 12, true, 34, Dv, window);
+      std::vector<float> out(f.d.batch * f.d.seq_q * f.d.ld_o), lse(f.d.batch * 4 * f.d.seq_q),
+          probs(f.d.batch * 4 * f.d.seq_q * f.d.seq_kv);
+      cpu().attention_forward(f.d, out.data(), lse.data(), probs.data(), f.q(), f.k(), f.v(),
+                              false);
+      const Ref r = f.ref(true);
+      EXPECT_TRUE(near_normwise(out, r.out, 1e-5, "out"));
+      EXPECT_TRUE(near_normwise(lse, r.lse, 1e-5, "lse"));
+      const std::vector<double> want = f.fused_grad(r);
+      EXPECT_TRUE(near_normwise(f.backward(out, lse.data(), nullptr), want, 1e-5, "d from lse"));
+      EXPECT_TRUE(
+          near_normwise(f.backward(out, nullptr, probs.data()), want, 1e-5, "d from probs"));
+    }
+  Fused f(1, 6, 2, 1, 4, true, 35, 3);
+  std::vector<float> out(6 * f.d.ld_o), lse(2 * 6);
+  cpu().attention_forward(f.d, out.data(), lse.data(), nullptr, f.q(), f.k(), f.v(), false);
+  std::vector<double> x = to_double(f.qkv), g = to_double(f.dout);
+  auto loss = [&] { return test::weighted_sum(f.reference_fused(x, nullptr).out, g); };
+  EXPECT_TRUE(near_normwise(f.backward(out, lse.data(), nullptr), test::finite_diff(x, loss), 1e-5,
+                            "dqkv vs fd (v_head_dim 3)"));
 }
 
 }  // namespace
