@@ -12,9 +12,10 @@
 //  - HSDP (shard_degree = GPUs per server) only with ZeRO >= 1 when the data-parallel group
 //    spans servers and the server's GPUs divide it (for MoE, the expert groups too);
 //  - uneven pipeline stages (Megatron's first/last stage layer counts): where pp does not divide
-//    the layers, the two layouts that balance the stages best (by FLOPs, the output layer
-//    counted on the last stage); where it does, only after the even plan was estimated and an
-//    edge stage paced it, the two layouts its stage slots predict to be faster;
+//    the layers, the two splits that balance the stages best by FLOPs (the output layer counted
+//    on the last stage; one split per virtual-stage count, those that divide a near-even stage);
+//    where pp divides them, only after the even plan was estimated and an edge stage paced it,
+//    the two splits its stage slots predict to be faster;
 //  - offload only for plans that do not fit in device memory without it, smallest sets first,
 //    never a superset of a set that fits; plans whose offload exceeds the host memory a server
 //    can pin are rejected.
@@ -156,8 +157,9 @@ PipelineLayouts make_layouts(const Model& model, int pp) {
         pl.layouts.push_back(l);
       }
     } else {
-      // No even split: the two best balanced.
-      for (size_t i = 0; i < splits.size() && i < 2; ++i)
+      // No even split: the two best balanced (one with virtual stages).
+      const size_t keep = chunks > 1 ? 1 : 2;
+      for (size_t i = 0; i < splits.size() && i < keep; ++i)
         for (Schedule s : schedules) {
           Layout l;
           l.schedule = s;
@@ -171,7 +173,9 @@ PipelineLayouts make_layouts(const Model& model, int pp) {
     }
   };
   add_layouts(1, {Schedule::k1F1B, Schedule::kGpipe});
-  for (int v = 2; v <= (L + pp - 1) / pp; ++v) add_layouts(v, {Schedule::kInterleaved});
+  // Virtual stages: those that split a stage of the even (or nearly even) size.
+  for (int v = 2; v <= (L + pp - 1) / pp; ++v)
+    if ((L / pp) % v == 0 || ((L + pp - 1) / pp) % v == 0) add_layouts(v, {Schedule::kInterleaved});
   return pl;
 }
 

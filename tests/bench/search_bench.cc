@@ -125,7 +125,7 @@ BENCHMARK_CAPTURE(BM_Search, tnlg_530b_5128, "tnlg-530b", "dgx-a100-80g", 5128, 
     ->UseRealTime()
     ->Iterations(3);
 // MoE: expert tensor parallelism and the all-to-all overlap.
-BENCHMARK_CAPTURE(BM_Search, mixtral_8x7b_256, "mixtral-8x7b", "dgx-h100", 256, 1024)
+BENCHMARK_CAPTURE(BM_Search, mixtral_8x7b_64, "mixtral-8x7b", "dgx-h100", 64, 256)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(2);
