@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +25,9 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+#include "runtime/param_init.h"
 #include "runtime/param_layout.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/mpi_test_util.h"
@@ -607,6 +611,28 @@ TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
                   0.05 * got.predicted_peak);
     }
   }
+  // Latent attention, windows, shared experts and an expert grid (without ep, whose routed
+  // regions vary with the routing).
+  std::vector<std::pair<Model, Plan>> more;
+  p = base_plan();
+  p.tp = 2;
+  p.sequence_parallel = true;
+  more.emplace_back(mla4(), p);
+  more.emplace_back(windowed4(), p);
+  more.emplace_back(shared_moe4(), p);
+  p = base_plan();
+  p.tp = 2;
+  p.dp = 2;
+  p.etp = 1;
+  more.emplace_back(moe4(), p);
+  for (const auto& [model, plan] : more) {
+    SCOPED_TRACE(model.name + " " + describe(plan));
+    Outcome got = train(model, plan, 1, "");
+    if (world_rank() == 0) {
+      EXPECT_NEAR(static_cast<double>(got.peak_bytes), got.predicted_peak,
+                  0.05 * got.predicted_peak);
+    }
+  }
 }
 
 TEST_F(Runtime, LatentAttention) {
@@ -693,6 +719,98 @@ TEST_F(Runtime, ExpertGridOfItsOwn) {
   p.dp = 4;
   p.etp = 2;
   expect_matches_serial(moe4(), p);
+  // Checkpoints stay plan-independent: saved under the grid, resumed with experts inside dp.
+  const Reference& ref = serial(shared_moe4(), 8);
+  Plan a = base_plan();
+  a.tp = 2;
+  a.dp = 4;
+  a.ep = 4;
+  a.etp = 1;
+  a.zero = 1;
+  const std::string dir = scratch() + "/resume-grid";
+  train(shared_moe4(), a, 2, dir);
+  Plan b = base_plan();
+  b.dp = 2;
+  b.ep = 2;
+  Outcome got = train(shared_moe4(), b, 1, "", dir);
+  if (world_rank() == 0) {
+    ASSERT_EQ(got.losses.size(), 1u);
+    EXPECT_NEAR(got.losses[0], ref.losses[2], 1e-5 * ref.losses[2]);
+  }
+}
+
+// The serial run's gradients (what every plan above is compared with) against central finite
+// differences of its loss, for the new layers' weights: MLA's projections and latent norms (with
+// and without query compression; q_norm's gradient is too small at initialisation to tell from
+// the loss's rounding), a windowed layer's QKV, the shared experts. One rank, fp32;
+// each tensor moved along its gradient g by eps g / |g| (the loss changes by about eps |g|, far
+// above fp32's rounding of the loss); AdamW with lr 0 leaves the weights in place.
+TEST_F(Runtime, SerialGradientsMatchFiniteDifferences) {
+  if (world_rank() == 0) {
+    struct Check {
+      Model m;
+      std::vector<std::string> tensors;
+    };
+    const std::vector<Check> checks = {
+        {mla4(), {"L1.q_down", "L1.q_up", "L1.kv_down", "L1.kv_norm", "L1.kv_up", "L1.out"}},
+        {mla4(false), {"L0.q", "L2.kv_down", "L2.kv_up"}},
+        {windowed4(), {"L0.qkv", "L1.qkv"}},
+        {shared_moe4(), {"L2.shared_fc1", "L2.shared_fc2", "L0.fc1"}},
+    };
+    for (const Check& c : checks) {
+      SCOPED_TRACE(c.m.name);
+      Plan p = base_plan(2);
+      auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
+      CpuBackend backend(1);
+      const Program prog = lower_stage(c.m, p, 0);
+      Executor ex(c.m, p, prog, backend, *comms);
+      init_buckets(
+          c.m, p, comms->groups().coord, prog.buckets, [&](int id) { return ex.fdata(id); }, 7);
+      auto data = open_token_source("", c.m.vocab, c.m.seq_len, 7);
+      StepConfig cfg;
+      cfg.adamw.lr = 0;
+      cfg.adamw.weight_decay = 0;
+      cfg.clip_norm = 0;
+      cfg.tokens_per_step = int64_t{p.global_batch} * c.m.seq_len;
+      cfg.batch = [&](int mb, int32_t* tokens, int32_t* labels) {
+        data->fill(mb, 0, c.m.seq_len, tokens, labels);
+      };
+      auto loss = [&] {
+        const StepResult r = ex.step(cfg);
+        return r.loss_sum / static_cast<double>(cfg.tokens_per_step);
+      };
+      loss();  // the gradients of the initial weights
+      int checked = 0;
+      for (const ParamBucket& b : prog.buckets)
+        for (size_t s = 0; s < b.specs.size(); ++s) {
+          const std::string& name = b.specs[s].name;
+          if (std::find(c.tensors.begin(), c.tensors.end(), name) == c.tensors.end()) continue;
+          ++checked;
+          const int64_t n = b.specs[s].elements();
+          const std::vector<float> g(ex.fdata(b.grads[s]), ex.fdata(b.grads[s]) + n);
+          float* w = ex.fdata(b.params[s]);
+          const std::vector<float> keep(w, w + n);
+          double norm = 0, wnorm = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            norm += double(g[i]) * g[i];
+            wnorm += double(keep[i]) * keep[i];
+          }
+          norm = std::sqrt(norm);
+          const double eps = 0.02 * std::sqrt(wnorm);
+          auto moved = [&](double by) {
+            for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(keep[i] + by * g[i] / norm);
+            return loss();
+          };
+          const double fd = (moved(eps) - moved(-eps)) / (2 * eps);
+          std::copy(keep.begin(), keep.end(), w);
+          loss();  // the gradients at the initial weights again
+          EXPECT_GT(norm, 1e-4) << name;
+          EXPECT_NEAR(fd, norm, 0.02 * norm) << name;
+        }
+      EXPECT_EQ(checked, static_cast<int>(c.tensors.size()));
+    }
+  }
+  quiet_barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace
