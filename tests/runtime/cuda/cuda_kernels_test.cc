@@ -8,6 +8,7 @@
 // the ctest registration (SKIP_RETURN_CODE) counts as skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -335,6 +336,8 @@ struct AttnCase {
   int64_t offset;
   float dropout;
   bool use_probs;
+  int64_t v_head_dim = 0;  // 0: head_dim
+  int64_t window = 0;
 };
 
 class CudaAttention : public CudaKernels, public ::testing::WithParamInterface<AttnCase> {};
@@ -348,9 +351,11 @@ TEST_P(CudaAttention, ForwardBackwardMatchCpu) {
   d.heads = c.heads;
   d.kv_heads = c.kv_heads;
   d.head_dim = c.head_dim;
+  d.v_head_dim = c.v_head_dim;
+  d.window = c.window;
   d.ld_q = c.heads * c.head_dim + 3;  // padded rows: strides are honoured
-  d.ld_kv = c.kv_heads * c.head_dim + 1;
-  d.ld_o = c.heads * c.head_dim;
+  d.ld_kv = c.kv_heads * std::max(c.head_dim, d.vd()) + 1;
+  d.ld_o = c.heads * d.vd();
   d.causal = c.causal;
   d.causal_offset = c.offset;
   d.dropout_p = c.dropout;
@@ -397,7 +402,11 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"offset", 2, 8, 12, 4, 1, 8, true, -3, 0.0f, false},
                       AttnCase{"dropout", 1, 20, 20, 2, 1, 16, true, 0, 0.25f, false},
                       AttnCase{"probs", 1, 11, 11, 3, 3, 24, true, 0, 0.1f, true},
-                      AttnCase{"long", 1, 300, 300, 2, 1, 64, true, 0, 0.0f, false}),
+                      AttnCase{"long", 1, 300, 300, 2, 1, 64, true, 0, 0.0f, false},
+                      AttnCase{"window", 2, 40, 40, 4, 2, 16, true, 0, 0.0f, false, 0, 7},
+                      AttnCase{"window_offset", 1, 12, 20, 2, 1, 8, true, 8, 0.2f, true, 0, 5},
+                      AttnCase{"mla_value_dims", 2, 19, 19, 4, 4, 24, true, 0, 0.0f, false, 16},
+                      AttnCase{"mla_window", 1, 150, 150, 2, 2, 12, true, 0, 0.0f, true, 20, 33}),
     [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
 
 TEST_F(CudaKernels, AttentionRingMerge) {
