@@ -46,7 +46,9 @@
 //    order listed; a reduce-scatter or all-gather whose input and output are the same buffers
 //    works in place (Megatron's distributed-optimizer buffers).
 //  * kSend/kRecv on Group::kPp name the peer pipeline stage; on Group::kCp (ring attention) a
-//    kSend goes to the next rank of the cp ring and a kRecv comes from the previous one. Sends
+//    kSend goes to the next rank of the cp ring and a kRecv comes from the previous one, or, when
+//    peer_stage > 0, to the rank peer_stage places on round the ring and from the rank that many
+//    places back (a windowed layer's K/V gradients going home after fewer than cp steps). Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
 //    same `tag` from its peer has. Tags are unique per direction within a step.
 //  * a fused QKV buffer ("qkv", and its gradient "dqkv") holds per row this rank's heads of Q,
@@ -60,9 +62,10 @@
 //  * kAttention's attn (core/program.h's AttnShape, from core/layer_shapes.h's
 //    attention_shape) carries the layer's sliding window: every ring step masks the keys
 //    outside it (by their position in the sequence), and flops count the window's pairs. Under
-//    cp > 1 a windowed layer keeps all cp ring steps, each priced (as without a window) as a
-//    causal chunk of its own, now windowed: steps whose chunk the window does not reach compute
-//    nothing on the runtime but are still priced.
+//    cp > 1 a windowed layer runs only the ring steps whose chunks the window reaches (the
+//    rank's own and the ceil((window - 1) / chunk) before it, at most cp), each priced (as
+//    without a window) as a causal chunk of its own, now windowed; after the last step the K/V
+//    gradients go home cp - steps + 1 ranks on.
 //  * multi-head latent attention: the down-projections (q_down, kv_down) and the latent norms
 //    act on the norm region's rows; kv_norm is a norm whose weight covers the first kv_lora
 //    columns of its input [rows x (kv_lora + rope)]: it reads {kv latent, weight} and writes

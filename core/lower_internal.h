@@ -249,7 +249,8 @@ class Lowerer {
   void attention_forward(int layer, Saved& sv, bool recompute);
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
   int attention_backward(int layer, const Saved& sv, int dao);
-  int ring_dkv_exchange(int layer, int mb, int step, int dkv, int dqkv);
+  int ring_steps(int layer) const;
+  int ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv);
   // Multi-head latent attention's projections (lower_mla.cc): Q | K | V from the norm1 output,
   // and their backward to the gradient of the norm1 output.
   struct Latents {

@@ -2,6 +2,8 @@
 // lower_mla.cc), attention (flash or materialised, GQA, sliding windows; a ring of
 // context-parallel steps under cp > 1), row-parallel out-projection, residuals (+ dropout) and
 // the dense MLP. The MoE MLP is in lower_moe.cc.
+#include <algorithm>
+
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
@@ -32,16 +34,16 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
       outs.push_back(sv[sPdrop]);
     }
   }
-  const int cp = p_.cp;
   const AttnShape a = attention_shape(layer);
   const double flops = attention_flops(a);
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
   const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
+  const int steps = ring_steps(layer);
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
-  for (int j = 0; j < cp; ++j) {
+  for (int j = 0; j < steps; ++j) {
     int next = -1;
-    if (j < cp - 1) {
+    if (j < steps - 1) {
       // Ring attention: pass the chunk in hand on while attending to it.
       next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
@@ -60,19 +62,30 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   }
 }
 
-// The K/V gradient of ring step `step` travels on with its chunk; after the last step it goes
-// home to the chunk's owner (the next rank), which folds it into its dQKV. Returns the
-// accumulator received for the next step (-1 after the last).
-int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int dkv, int dqkv) {
+// The ring steps of layer `layer`: cp, or under a sliding window the chunks it reaches (this
+// rank's and the ceil((window - 1) / chunk) before it).
+int Lowerer::ring_steps(int layer) const {
+  const int64_t w = attention_shape(layer).window;
+  if (w <= 0) return p_.cp;
+  return static_cast<int>(std::min<int64_t>(p_.cp, 1 + ceil_div(w - 1, Sl_)));
+}
+
+// The K/V gradient of ring step `step` of `steps` travels on with its chunk; after the last step
+// it goes home to the chunk's owner (the next rank after cp steps; cp - steps + 1 ranks on after
+// fewer), which folds it into its dQKV. Returns the accumulator received for the next step (-1
+// after the last).
+int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv) {
   const int cp = p_.cp;
   const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   if (cp == 1) return -1;
+  const bool last = step == steps - 1;
+  const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
   int recv = ws(layer, "dkv", {T_, k_cols_ + v_cols_});
-  p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send", kv_bytes,
-      dkv);
-  p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv", kv_bytes,
-      recv);
-  if (step < cp - 1) return recv;
+  p2p(OpKind::kSend, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send",
+      kv_bytes, dkv);
+  p2p(OpKind::kRecv, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv",
+      kv_bytes, recv);
+  if (!last) return recv;
   elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
               3 * kv_bytes, {dqkv, recv}, {dqkv});
   return -1;
@@ -86,10 +99,11 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const double flops = (flash_ ? 2.5 : 2.0) * attention_flops(a);  // flash recomputes scores
   const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
+  const int steps = ring_steps(layer);
   int kv = -1, dkv_in = -1;
-  for (int j = 0; j < cp; ++j) {
+  for (int j = 0; j < steps; ++j) {
     int next = -1;
-    if (j < cp - 1) {
+    if (j < steps - 1) {
       next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
@@ -104,7 +118,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     set(op.reads, {sv[sQkv], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao, dkv_in});
     set(op.writes, {dqkv, dkv});
     emit(op);
-    dkv_in = ring_dkv_exchange(layer, mb, j, dkv, dqkv);
+    dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     kv = next;
   }
   return dqkv;

@@ -368,12 +368,17 @@ Request Executor::Impl::start_comm(const Op& op) {
         // Megatron's pipeline scatter: each tensor-parallel rank sends its 1/tp of the rows.
         data = fptr(buf) + int64_t{tp_idx} * count;
       }
-      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_next();
+      // Ring attention: the next rank, or peer_stage ranks on (core/lower.h).
+      const int ahead = op.peer_stage > 0 ? op.peer_stage : 1;
+      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
+                                              : comms.groups()[Group::kCp].ring(ahead);
       after_kernels(comm);
       return comm.isend(data, count, peer, op.tag, dt);
     }
     case OpKind::kRecv: {
-      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage) : comms.cp_prev();
+      const int back = op.peer_stage > 0 ? op.peer_stage : 1;
+      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
+                                              : comms.groups()[Group::kCp].ring(-back);
       after_kernels(comm);
       return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, dt);
     }

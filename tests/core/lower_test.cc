@@ -1197,27 +1197,45 @@ TEST(Lower, LatentAttentionEmitsTheLayerShapesProjectionsAndKeepsThePreNormLaten
   }
 }
 
-TEST(Lower, SlidingWindowLayersMaskTheirKeysInEveryRingStep) {
-  const Model m = tiny_windowed();  // layer 0 windowed (16 keys), layer 1 full
-  for (int cp : {1, 2}) {
+TEST(Lower, SlidingWindowLayersMaskTheirKeysInTheRingStepsTheyReach) {
+  const Model m = tiny_windowed();  // layer 0 windowed (16 of 64 keys), layer 1 full
+  for (int cp : {1, 2, 4}) {
+    SCOPED_TRACE("cp " + std::to_string(cp));
     Plan plan = make_plan(1, 1, 1, 1);
     plan.cp = cp;
     LoweredPlan lp = lowered(m, plan);
     const Program& p = lp.programs[0];
+    // The window reaches this rank's chunk and ceil(15 / chunk) before it: 2 chunks of 16 under
+    // cp 4 (of 32 under cp 2).
+    const int windowed_steps = cp == 4 ? 2 : cp;
     for (int layer = 0; layer < 2; ++layer) {
-      auto attn = select(p, both(in(layer, 0, Phase::kForward), kind(OpKind::kAttention)));
-      ASSERT_EQ(attn.size(), static_cast<size_t>(cp));
-      for (const Op* o : attn) {
-        EXPECT_EQ(o->attn.window, layer == 0 ? m.sliding_window : 0);
-        EXPECT_EQ(o->attn.seq_q, m.seq_len / cp);
-        EXPECT_DOUBLE_EQ(o->flops, attention_flops(o->attn));
+      for (Phase ph : {Phase::kForward, Phase::kBackward}) {
+        auto attn = select(p, both(in(layer, 0, ph), kind(OpKind::kAttention)));
+        ASSERT_EQ(attn.size(), static_cast<size_t>(layer == 0 ? windowed_steps : cp));
+        for (const Op* o : attn) {
+          EXPECT_EQ(o->attn.window, layer == 0 ? m.sliding_window : 0);
+          EXPECT_EQ(o->attn.seq_q, m.seq_len / cp);
+          if (ph == Phase::kForward) {
+            EXPECT_DOUBLE_EQ(o->flops, attention_flops(o->attn));
+          }
+        }
       }
+      if (cp == 1) continue;
+      // The K/V gradients go home after the last step: to the next rank after cp steps, cp -
+      // steps + 1 ranks on after fewer.
+      auto dkv = select(p, both(in(layer, 0, Phase::kBackward), [](const Op& o) {
+                          return o.kind == OpKind::kSend && o.name.ends_with("dkv.send");
+                        }));
+      const int steps = layer == 0 ? windowed_steps : cp;
+      ASSERT_EQ(dkv.size(), static_cast<size_t>(steps));
+      EXPECT_EQ(dkv.back()->peer_stage, steps < cp ? cp - steps + 1 : -1);
+      for (size_t i = 0; i + 1 < dkv.size(); ++i) EXPECT_EQ(dkv[i]->peer_stage, -1);
     }
     const Op* w = select(p, both(in(0, 0, Phase::kForward), kind(OpKind::kAttention)))[0];
     const Op* f = select(p, both(in(1, 0, Phase::kForward), kind(OpKind::kAttention)))[0];
-    EXPECT_LT(w->flops, f->flops);
-    for (const Op* o : select(p, both(in(0, 0, Phase::kBackward), kind(OpKind::kAttention))))
-      EXPECT_EQ(o->attn.window, m.sliding_window);
+    if (cp < 4) {
+      EXPECT_LT(w->flops, f->flops);
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
 #include "cost_models/estimate.h"
+#include "cost_models/host_link.h"
 #include "traces/trace.h"
 
 namespace parasol::sim {
@@ -203,8 +204,10 @@ TEST_F(EngineTest, ConcurrentCommunicationOnOneLinkClassSharesBandwidth) {
   // then runs alone for its remaining t2 - t1.
   EXPECT_NEAR(event(r, 0, s1).end_s(), 2 * t1, kEps);
   EXPECT_NEAR(event(r, 0, s2).end_s(), t1 + t2, kEps);
-  // The host link is another class: the prefetch is not slowed down.
-  const double host = one.host_link_bw(0) * prof.host_copy_efficiency;
+  // The host link is another class: the prefetch is not slowed down. (Its bandwidth is GPU 0's
+  // share of the PCIe switch uplink it shares with GPU 1, cost/host_link.h.)
+  const double host = cost::host_copy_bandwidth(one, prof, 0);
+  EXPECT_NEAR(host, 32e9 / 2 * prof.host_copy_efficiency, 1);
   EXPECT_NEAR(event(r, 0, cp).dur_s, 1e9 / host, kEps);
   // Nothing but communication and a copy ran: they are exposed.
   EXPECT_NEAR(r.breakdown.exposed_comm[static_cast<int>(Group::kTp)], t1 + t2, kEps);
@@ -687,14 +690,26 @@ TEST(EngineLowered, PlaysLatentAttentionWindowsSharedExpertsAndAnExpertGrid) {
       EXPECT_GT(s.breakdown.exposed_comm[static_cast<int>(Group::kEp)], 0);
     }
   }
-  // A window only changes what the attention computes: Mistral's step (8192 tokens, a window of
-  // 4096) is shorter with it. (Under cp every ring step is priced as a windowed causal chunk,
-  // so there a window of one chunk or more changes nothing: see core/lower.h.)
+  // A window changes what the attention computes, and under cp which ring steps run: Mistral's
+  // step (8192 tokens, a window of 4096) is shorter with it; on 32768 tokens over cp 4 the
+  // window reaches 2 of the 4 chunks, so the ring passes fewer K/V chunks.
   Model full = cut("mistral-7b", 4, 0);
   full.sliding_window = 0;
   Plan p = cases[3].plan;
   p.cp = 1;
   EXPECT_LT(play(cases[3].model, p).sim.step_time_s, play(full, p).sim.step_time_s);
+  Plan ring;
+  ring.cp = 4, ring.micro_batch = 1, ring.global_batch = 1, ring.seq_len = 32768;
+  auto cp_comm = [&](const Model& m) {
+    double sent = 0;
+    for (const Program& prog : lower(m, cluster_preset("dgx-a100-80g", 4), ring).programs)
+      for (const Op& o : prog.ops)
+        if (o.kind == OpKind::kSend && o.group == Group::kCp) sent += o.bytes;
+    return sent;
+  };
+  // K/V sends forward and backward and the K/V gradients: (1 + 1 + 2) / (3 + 3 + 4).
+  EXPECT_NEAR(cp_comm(cases[3].model) / cp_comm(full), 4.0 / 10.0, 1e-9);
+  EXPECT_LT(play(cases[3].model, ring).sim.step_time_s, play(full, ring).sim.step_time_s);
 }
 
 // Large plans play one representative per stage: GPT-3 175B on 1,024 A100s is 8 Programs.
