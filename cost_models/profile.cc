@@ -45,6 +45,8 @@ Profile default_profile(const DeviceSpec& d) {
   // H100's 132 SMs for an all-gather, NVIDIA developer forum measurement, about 18%).
   p.collective_step_latency_s = 0;
   p.overlap_compute_slowdown = 0.19;
+  // Error bands: the residuals of the accuracy suites (tools/update-error-bands.sh).
+  p.error_bands = embedded_error_bands();
   // Sustained tensor-core work runs at the power-saturated clock: the Maximum Sustainable
   // Matmul FLOPS over the Maximum Achievable (boost burst) one, measured on a whole busy node
   // with mamf-finder (stas00/ml-engineering, compute/accelerator/benchmarks/README.md): H200
@@ -226,7 +228,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "overlap_compute_slowdown",
                 "sustained_clock",
                 "cudnn_forward_efficiency",
-                "cudnn_backward_efficiency"});
+                "cudnn_backward_efficiency",
+                "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
   p.gemm_efficiency = r.number_or("gemm_efficiency", p.gemm_efficiency, 1e-3, 1);
@@ -280,6 +283,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       if (!t->is_string()) throw Error(ipath, "must be a string");
       p.traces.push_back(t->get<std::string>());
     }
+  if (r.has("error_bands"))
+    p.error_bands = error_bands_from_json(r.raw("error_bands"), r.field("error_bands"));
   if (r.has("device_spec")) {
     p.measured_device = device_spec_from_json(r.raw("device_spec"), r.field("device_spec"));
     if (device_spec(p.measured_device->name, r.field("device_spec.name")).name != p.device)
@@ -310,7 +315,8 @@ Json profile_to_json(const Profile& p) {
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
-            {"traces", p.traces}};
+            {"traces", p.traces},
+            {"error_bands", error_bands_to_json(p.error_bands)}};
   Json by_dtype = Json::object();
   for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8})
     if (p.gemm_efficiency_by_dtype[static_cast<int>(d)] > 0)

@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/json_reader.h"
 #include "core/plan.h"
+#include "cost_models/error_bands.h"
 
 namespace parasol::cost {
 
@@ -93,6 +94,10 @@ struct Profile {
 
   std::vector<std::string> traces;  // the measured traces a calibrated profile came from
 
+  // Step-time error bands per accuracy-suite family (cost_models/error_bands.h); the defaults are
+  // cost_models/error_bands.json as compiled in.
+  ErrorBands error_bands;
+
   // Measured figures of the device (`parasol calibrate --probe` of the host CPU) that replace
   // its datasheet where this profile is used (Cluster::set_device_spec); none for datasheets.
   std::optional<DeviceSpec> measured_device;
@@ -122,8 +127,9 @@ Json nccl_tuning_to_json(const NcclTuning& t);
 Profile default_profile(const DeviceSpec& device);
 
 // JSON: the fields above with units in the keys ("kernel_overhead_us", ...), "link_efficiency"
-// and "gemm_efficiency_by_dtype" as objects keyed by link kind and dtype name, and the measured
-// device as "device_spec" (core/device.h's JSON form).
+// and "gemm_efficiency_by_dtype" as objects keyed by link kind and dtype name, the measured
+// device as "device_spec" (core/device.h's JSON form) and "error_bands" as an array of family
+// bands (error_bands_to_json).
 Profile profile_from_json(const Json& j, const std::string& path = "profile");
 Json profile_to_json(const Profile& p);
 // Reads a profile file and checks that it describes `device` (Error naming "profile.device").

@@ -1,10 +1,14 @@
 // `parasol accuracy SUITE.json...`: published vs predicted step times, per run, per family and
-// overall (mean |error|, signed bias, max), and whether every published run is predicted to fit.
+// overall (mean |error|, signed bias, max), and whether every published run is predicted to fit;
+// --write-bands FILE writes the per-family statistics as error bands (cost_models/error_bands.h).
 #include "cost_models/accuracy.h"
 
+#include <fstream>
 #include <iostream>
 
+#include "core/error.h"
 #include "core/lower.h"
+#include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
 #include "sim/engine.h"
@@ -46,11 +50,15 @@ Runner add_accuracy(CLI::App& app) {
   auto suites = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
   auto simulate = std::make_shared<bool>(false);
+  auto write_bands = std::make_shared<std::string>();
   cmd->add_option("suites", *suites, "suite JSON files (e.g. tests/data/published/*.json)")
       ->required();
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_flag("--simulate", *simulate,
                 "predict with the event simulator (lowered Programs) instead of the estimate");
+  cmd->add_option("--write-bands", *write_bands,
+                  "write the per-family error bands of these suites to this JSON file "
+                  "(tools/update-error-bands.sh: cost_models/error_bands.json)");
   return [=]() {
     std::vector<cost::PublishedRun> runs;
     for (const std::string& path : *suites) {
@@ -60,6 +68,11 @@ Runner add_accuracy(CLI::App& app) {
     cost::Predictor predictor;
     if (*simulate) predictor = simulate_prediction;
     cost::AccuracyReport r = cost::run_accuracy(runs, predictor);
+    if (!write_bands->empty()) {
+      std::ofstream f(*write_bands);
+      if (!f) throw Error("accuracy.write_bands", "cannot write '" + *write_bands + "'");
+      f << cost::error_bands_file_json(cost::error_bands_from_report(r), *suites).dump(1) << "\n";
+    }
     if (*json) {
       std::cout << cost::accuracy_to_json(r).dump(1) << "\n";
       return 0;

@@ -1,6 +1,9 @@
-// `parasol estimate`: the closed-form prediction of one plan with its breakdowns.
+// `parasol estimate`: the closed-form prediction of one plan with its breakdowns and its error
+// band (cost_models/error_bands.h).
+#include <algorithm>
 #include <iostream>
 
+#include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "tools/commands.h"
 #include "tools/format.h"
@@ -8,11 +11,22 @@
 
 namespace parasol::tools {
 
-void print_estimate(const cost::Estimate& e) {
+namespace {
+// "error band 5.30 s - 6.35 s (± 9%: the largest rms error of the accuracy suites it draws on:
+// h100-dense)".
+std::string band_line(const cost::ErrorBand& b, double step_s) {
+  return "error band " + secs(std::max(0.0, step_s * (1 - b.fraction))) + " - " +
+         secs(step_s * (1 + b.fraction)) + " (" + cost::band_label(b) + ": " +
+         cost::band_description(b) + ")";
+}
+}  // namespace
+
+void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   const cost::TimeBreakdown& t = e.time;
-  std::cout << "step time " << secs(e.step_time_s) << ", " << count(e.tokens_per_s) << " tokens/s, "
-            << fmt("%.2f", e.samples_per_s) << " samples/s, MFU " << pct(e.mfu) << ", HFU "
-            << pct(e.hfu) << "\n";
+  std::cout << "step time " << secs(e.step_time_s) << " " << cost::band_label(band) << ", "
+            << count(e.tokens_per_s) << " tokens/s, " << fmt("%.2f", e.samples_per_s)
+            << " samples/s, MFU " << pct(e.mfu) << ", HFU " << pct(e.hfu) << "\n";
+  std::cout << band_line(band, e.step_time_s) << "\n";
   std::cout << "time breakdown:\n";
   for (auto [name, v] : {std::pair{"forward", t.forward},
                          {"backward", t.backward},
@@ -24,12 +38,15 @@ void print_estimate(const cost::Estimate& e) {
                          {"pipeline bubble", t.bubble},
                          {"dp/zero comm", t.dp_comm},
                          {"optimizer", t.optimizer},
-                         {"offload", t.offload}})
+                         {"offload", t.offload},
+                         {"overlap slowdown", t.overlap}})
     if (v > 0)
       std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
   const cost::MemoryBreakdown& m = e.memory;
   std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
-            << gib(e.device_memory_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << ":\n";
+            << gib(e.device_memory_bytes)
+            << (e.memory_per_gpu_bytes <= e.device_memory_bytes ? " (fits)" : " (DOES NOT FIT)")
+            << ":\n";
   for (auto [name, v] : {std::pair{"weights", m.weights},
                          {"gradients", m.gradients},
                          {"optimizer", m.optimizer},
@@ -38,6 +55,11 @@ void print_estimate(const cost::Estimate& e) {
                          {"buffers", m.buffers}})
     std::cout << "  " << name << ": " << gib(v) << "\n";
   if (m.host > 0) std::cout << "  offloaded to host: " << gib(m.host) << "\n";
+  std::cout << "host memory per server " << gib(e.host_memory_per_server_bytes) << " of "
+            << gib(e.host_memory_capacity_bytes) << " pinnable"
+            << (e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes ? " (fits)"
+                                                                               : " (DOES NOT FIT)")
+            << "\n";
 }
 
 Runner add_estimate(CLI::App& app) {
@@ -52,12 +74,14 @@ Runner add_estimate(CLI::App& app) {
     Spec s = load_spec(*o, cmd, true);
     validate(s.plan, s.model, *s.cluster);
     cost::Estimate e = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
+    const cost::ErrorBand band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
     if (*json) {
       Json j = cost::estimate_to_json(e);
+      j["band"] = cost::band_to_json(band, e.step_time_s);
       j["plan"] = plan_to_json(s.plan);
       std::cout << j.dump(1) << "\n";
     } else {
-      print_estimate(e);
+      print_estimate(e, band);
     }
     return 0;
   };

@@ -1,11 +1,13 @@
-// `parasol search`: the best plans for a model on a cluster, a ranked table, the Pareto front,
-// and the best plan written as a plan file.
+// `parasol search`: the best plans for a model on a cluster, a ranked table with each step
+// time's error band (cost_models/error_bands.h), the Pareto front, and the best plan written as
+// a plan file.
 #include <unistd.h>
 
 #include <fstream>
 #include <iostream>
 
 #include "core/error.h"
+#include "cost_models/error_bands.h"
 #include "sim/search.h"
 #include "tools/commands.h"
 #include "tools/format.h"
@@ -14,10 +16,16 @@
 namespace parasol::tools {
 
 namespace {
-void print_row(const sim::Candidate& c, int rank) {
+// The band column: "± 9%" or "unvalidated", padded to 11 display columns ("±" is two bytes).
+std::string band_cell(const cost::ErrorBand& b) {
+  std::string cell = b.validated ? cost::band_label(b) : "unvalidated";
+  const size_t width = cell.size() - (b.validated ? 1 : 0);
+  return cell + std::string(width < 11 ? 11 - width : 0, ' ');
+}
+void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
   const Plan& p = c.plan;
   const cost::Estimate& e = c.estimate;
-  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %10s %6s %9s\n",
+  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %s %10s %6s %9s\n",
               rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
               p.schedule == Schedule::kInterleaved
                   ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
@@ -27,13 +35,14 @@ void print_row(const sim::Candidate& c, int rank) {
                (p.recompute_layers >= 0 ? ":" + std::to_string(p.recompute_layers) : ""))
                   .c_str(),
               offload_name(p.offload).c_str(), p.zero, secs(e.step_time_s).c_str(),
-              count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(),
+              band_cell(band).c_str(), count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(),
               gib(e.memory_per_gpu_bytes).c_str());
 }
 void print_header() {
-  std::printf("%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %10s %6s %9s\n",
-              "#", "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute",
-              "offload", "z", "step", "tokens/s", "MFU", "mem/GPU");
+  std::printf(
+      "%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %-11s %10s %6s %9s\n", "#",
+      "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute", "offload", "z",
+      "step", "band", "tokens/s", "MFU", "mem/GPU");
 }
 }  // namespace
 
@@ -88,6 +97,9 @@ Runner add_search(CLI::App& app) {
       throw Error("search", "no plan fits in memory for " + s.model.name + " on " +
                                 std::to_string(s.cluster->num_gpus()) + " GPUs with global batch " +
                                 std::to_string(*gbs));
+    auto band_of = [&](const Plan& p) {
+      return cost::error_band(s.profile, s.model, *s.cluster, p);
+    };
     Plan best = r.top.front().plan;
     best.model_ref = so.model;
     best.cluster_ref = so.cluster;
@@ -101,8 +113,12 @@ Runner add_search(CLI::App& app) {
       Json top_j = Json::array(), front = Json::array();
       for (const auto& c : r.top) {
         Json row = {{"plan", plan_to_json(c.plan)},
-                    {"estimate", cost::estimate_to_json(c.estimate)}};
-        if (c.simulated_step_s > 0) row["simulated_step_time_s"] = c.simulated_step_s;
+                    {"estimate", cost::estimate_to_json(c.estimate)},
+                    {"band", cost::band_to_json(band_of(c.plan), c.estimate.step_time_s)}};
+        if (c.simulated_step_s > 0) {
+          row["simulated_step_time_s"] = c.simulated_step_s;
+          row["simulated_band"] = cost::band_to_json(band_of(c.plan), c.simulated_step_s);
+        }
         top_j.push_back(row);
       }
       for (const auto& c : r.pareto)
@@ -123,18 +139,20 @@ Runner add_search(CLI::App& app) {
               << " fit in memory, " << fmt("%.2f", r.seconds) << " s ("
               << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n\n";
     print_header();
-    for (size_t i = 0; i < r.top.size(); ++i) print_row(r.top[i], static_cast<int>(i + 1));
+    for (size_t i = 0; i < r.top.size(); ++i)
+      print_row(r.top[i], static_cast<int>(i + 1), band_of(r.top[i].plan));
     if (*simulate_top > 0) {
       std::cout << "\nre-ranked by the event simulator (lowered Programs):\n";
       for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i)
-        std::printf("%4zu  simulated step %s (closed form %s)\n", i + 1,
+        std::printf("%4zu  simulated step %s %s (closed form %s)\n", i + 1,
                     secs(r.top[i].simulated_step_s).c_str(),
+                    cost::band_label(band_of(r.top[i].plan)).c_str(),
                     secs(r.top[i].estimate.step_time_s).c_str());
     }
     std::cout << "\nPareto front (tokens/s vs memory):\n";
     print_header();
     for (size_t i = 0; i < r.pareto.size() && i < 12; ++i)
-      print_row(r.pareto[i], static_cast<int>(i + 1));
+      print_row(r.pareto[i], static_cast<int>(i + 1), band_of(r.pareto[i].plan));
     if (!out->empty()) std::cout << "\nbest plan written to " << *out << "\n";
     return 0;
   };

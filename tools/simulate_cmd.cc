@@ -1,10 +1,13 @@
 // `parasol simulate`: lowers a plan into per-stage Programs and plays them with the
 // discrete-event engine; prints the predicted step time and where it went, and optionally
-// writes the predicted timeline as a Chrome trace (Perfetto).
+// writes the predicted timeline as a Chrome trace (Perfetto). The step time carries its error
+// band (cost_models/error_bands.h).
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
 #include "core/lower.h"
+#include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "sim/engine.h"
 #include "tools/commands.h"
@@ -26,6 +29,14 @@ void print_breakdown(const sim::SimBreakdown& b, double step) {
     line(std::string("exposed ") + group_name(static_cast<Group>(g)) + " comm", b.exposed_comm[g]);
   line("exposed offload", b.exposed_offload);
   line("pipeline bubble / idle", b.bubble);
+}
+
+// "error band 5.30 s - 6.35 s (± 9%: the largest rms error of the accuracy suites it draws on:
+// h100-dense)".
+std::string band_line(const cost::ErrorBand& b, double step_s) {
+  return "error band " + secs(std::max(0.0, step_s * (1 - b.fraction))) + " - " +
+         secs(step_s * (1 + b.fraction)) + " (" + cost::band_label(b) + ": " +
+         cost::band_description(b) + ")";
 }
 
 }  // namespace
@@ -53,10 +64,15 @@ Runner add_simulate(CLI::App& app) {
     const double lower_s = std::chrono::duration<double>(t1 - t0).count();
     const double sim_s = std::chrono::duration<double>(t2 - t1).count();
     if (!trace->empty()) traces::write_trace_file(r.trace, *trace);
-    const double est = cost::estimate(s.model, *s.cluster, s.plan, s.profile).step_time_s;
+    const cost::Estimate e = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
+    const double est = e.step_time_s;
+    const cost::ErrorBand band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
     if (*json) {
       Json j = sim::sim_result_to_json(r);
+      j["band"] = cost::band_to_json(band, r.step_time_s);
       j["estimate_step_time_s"] = est;
+      j["host_memory_per_server_bytes"] = e.host_memory_per_server_bytes;
+      j["host_memory_capacity_bytes"] = e.host_memory_capacity_bytes;
       j["lower_wall_s"] = lower_s;
       j["simulate_wall_s"] = sim_s;
       j["plan"] = plan_to_json(s.plan);
@@ -64,8 +80,10 @@ Runner add_simulate(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return 0;
     }
-    std::cout << "simulated step time " << secs(r.step_time_s) << " (closed-form estimate "
-              << secs(est) << ", " << fmt("%+.1f%%", 100 * (r.step_time_s / est - 1)) << ")\n";
+    std::cout << "simulated step time " << secs(r.step_time_s) << " " << cost::band_label(band)
+              << " (closed-form estimate " << secs(est) << ", "
+              << fmt("%+.1f%%", 100 * (r.step_time_s / est - 1)) << ")\n";
+    std::cout << band_line(band, r.step_time_s) << "\n";
     std::cout << count(static_cast<double>(r.ops_simulated)) << " ops on " << s.plan.pp
               << " representative ranks; lowered in " << secs(lower_s) << ", simulated in "
               << secs(sim_s) << "\n";
@@ -87,6 +105,12 @@ Runner add_simulate(CLI::App& app) {
       for (double m : r.peak_memory_per_stage) std::cout << " " << gib(m);
       std::cout << "\n";
     }
+    std::cout << "host memory per server (closed form) " << gib(e.host_memory_per_server_bytes)
+              << " of " << gib(e.host_memory_capacity_bytes) << " pinnable"
+              << (e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes
+                      ? " (fits)"
+                      : " (DOES NOT FIT)")
+              << "\n";
     if (!trace->empty()) std::cout << "trace written to " << *trace << "\n";
     return 0;
   };

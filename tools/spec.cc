@@ -1,9 +1,101 @@
-// Loading of the command line's model, cluster, plan and profile.
+// Loading of the command line's model, cluster, plan and profile: the plan flags as a JSON
+// overlay read by plan_from_json.
 #include "tools/spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
 
 namespace parasol::tools {
+
+namespace {
+
+constexpr int64_t kMaxDegree = 1 << 20;  // plan_from_json's bound on degrees
+
+// `text` as a JSON value of the kind it spells: an integer, else a number, else the string.
+Json json_scalar(const std::string& text) {
+  int64_t i = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, i);
+  if (ec == std::errc() && p == end && !text.empty()) return i;
+  char* stop = nullptr;
+  const double d = std::strtod(text.c_str(), &stop);
+  if (!text.empty() && stop == text.c_str() + text.size()) return d;
+  return text;
+}
+
+// An integer plan flag. A value an int of T cannot hold goes to o.raw for plan_from_json.
+template <class T>
+void int_flag(CLI::App* cmd, SpecOptions& o, const std::string& name, const std::string& key,
+              std::optional<T>& dst, const std::string& help) {
+  cmd->add_option_function<std::string>(
+         name,
+         [&o, &dst, key](const std::string& text) {
+           const Json v = json_scalar(text);
+           if (v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+               v.get<int64_t>() <= std::numeric_limits<T>::max()) {
+             dst = static_cast<T>(v.get<int64_t>());
+             o.raw.erase(key);
+           } else {
+             dst.reset();
+             o.raw[key] = v;
+           }
+         },
+         help)
+      ->type_name("INT");
+}
+
+// A boolean plan flag: alone it means true; it also takes true|false (1|0, yes|no, on|off).
+void bool_flag(CLI::App* cmd, SpecOptions& o, const std::string& name, const std::string& key,
+               std::optional<bool>& dst, const std::string& help) {
+  cmd->add_option_function<std::string>(
+         name,
+         [&o, &dst, key](const std::string& text) {
+           std::string t = text;
+           std::transform(t.begin(), t.end(), t.begin(),
+                          [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+           if (t.empty() || t == "true" || t == "1" || t == "yes" || t == "on") {
+             dst = true;
+           } else if (t == "false" || t == "0" || t == "no" || t == "off") {
+             dst = false;
+           } else {
+             dst.reset();
+             o.raw[key] = text;
+             return;
+           }
+           o.raw.erase(key);
+         },
+         help + " (alone: true)")
+      ->expected(0, 1)
+      ->type_name("[BOOL]");
+}
+
+// "4,6,6" as a JSON array; an item that is not an integer stays a string for plan_from_json.
+Json layer_list(const std::string& text) {
+  Json a = Json::array();
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    a.push_back(json_scalar(text.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return a;
+}
+
+// The GPUs a plan file's own degrees occupy (its "gpus" field aside): flags re-split them.
+int file_gpus(const Json& file) {
+  JsonReader r(file, "plan");
+  int64_t n = 1;
+  for (const char* k : {"tp", "pp", "dp", "cp"})
+    n = std::min<int64_t>(n * r.integer_or(k, 1, 1, kMaxDegree), kMaxDegree);
+  return static_cast<int>(n);
+}
+
+}  // namespace
 
 void add_target_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--model", o.model, "model: preset name, parasol JSON or HF config.json")
@@ -15,24 +107,43 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o) {
 
 void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--plan", o.plan_file, "plan JSON file (flags below override its fields)");
-  cmd->add_option("--tp", o.tp, "tensor-parallel degree");
-  cmd->add_option("--pp", o.pp, "pipeline-parallel degree");
-  cmd->add_option("--dp", o.dp, "data-parallel degree (default: GPUs / (tp x pp x cp))");
-  cmd->add_option("--cp", o.cp, "context-parallel degree");
-  cmd->add_option("--ep", o.ep, "expert-parallel degree (divides dp)");
-  cmd->add_option("--sp", o.sp, "sequence parallelism (true|false)");
-  cmd->add_option("--vpp", o.vpp, "virtual pipeline stages per rank (interleaved)");
-  cmd->add_option("--zero", o.zero, "ZeRO stage 0-3");
-  cmd->add_option("--mbs", o.mbs, "micro-batch size (sequences)");
-  cmd->add_option("--gbs", o.gbs, "global batch size (sequences)");
-  cmd->add_option("--seq", o.seq, "sequence length (default: the model's)");
+  int_flag(cmd, o, "--tp", "tp", o.tp, "tensor-parallel degree");
+  int_flag(cmd, o, "--pp", "pp", o.pp, "pipeline-parallel degree");
+  int_flag(cmd, o, "--dp", "dp", o.dp, "data-parallel degree (default: GPUs / (tp x pp x cp))");
+  int_flag(cmd, o, "--cp", "cp", o.cp, "context-parallel degree");
+  int_flag(cmd, o, "--ep", "ep", o.ep, "expert-parallel degree");
+  int_flag(cmd, o, "--etp", "etp", o.etp, "expert tensor-parallel degree (default: tp)");
+  bool_flag(cmd, o, "--sp", "sp", o.sp, "sequence parallelism");
+  int_flag(cmd, o, "--vpp", "vpp", o.vpp, "virtual pipeline stages per rank (interleaved)");
+  int_flag(cmd, o, "--zero", "zero", o.zero, "ZeRO stage 0-3");
+  cmd->add_option("--reshard", o.reshard,
+                  "ZeRO-3: after_forward|after_backward|after_step (when gathered parameters "
+                  "are freed)");
+  int_flag(cmd, o, "--shard-degree", "shard_degree", o.shard_degree,
+           "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
+  cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,
+                  "dtype gradients are reduced in: fp32|bf16|fp16");
+  int_flag(cmd, o, "--mbs", "mbs", o.mbs, "micro-batch size (sequences)");
+  int_flag(cmd, o, "--gbs", "gbs", o.gbs, "global batch size (sequences; default dp x mbs)");
+  int_flag(cmd, o, "--seq", "seq", o.seq, "sequence length (default: the model's)");
   cmd->add_option("--schedule", o.schedule, "gpipe|1f1b|interleaved");
+  cmd->add_option("--stage-layers", o.stage_layers,
+                  "layers of each pipeline stage (or virtual stage), comma list: 4,6,6,4");
+  int_flag(cmd, o, "--first-stage-layers", "first_stage_layers", o.first_stage_layers,
+           "layers of the first pipeline stage (the rest split evenly)");
+  int_flag(cmd, o, "--last-stage-layers", "last_stage_layers", o.last_stage_layers,
+           "layers of the last pipeline stage (the rest split evenly)");
   cmd->add_option("--recompute", o.recompute, "none|selective|full");
-  cmd->add_option("--recompute-layers", o.recompute_layers,
-                  "full recompute of the first k layers per stage");
+  int_flag(cmd, o, "--recompute-layers", "recompute_layers", o.recompute_layers,
+           "full recompute of the first k layers per stage");
   cmd->add_option("--offload", o.offload, "none or a comma list of optimizer,params,activations");
   cmd->add_option("--precision", o.precision, "fp32|bf16|fp16|fp8");
-  cmd->add_option("--flash-attention", o.flash, "fused attention (true|false)");
+  bool_flag(cmd, o, "--flash-attention", "flash_attention", o.flash, "fused attention");
+  cmd->add_option("--attention-kernel", o.attention_kernel, "fused attention kernel: flash2|cudnn");
+  bool_flag(cmd, o, "--tp-comm-overlap", "tp_comm_overlap", o.tp_comm_overlap,
+            "TP/SP communication pipelined with the GEMMs (Megatron-Core --tp-comm-overlap)");
+  bool_flag(cmd, o, "--ep-comm-overlap", "ep_comm_overlap", o.ep_comm_overlap,
+            "expert all-to-all overlapped with another micro-batch's compute");
   cmd->add_option("--rank-order", o.rank_order, "e.g. tp-cp-ep-dp-pp (first varies fastest)");
 }
 
@@ -40,74 +151,87 @@ void add_profile_flag(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--profile", o.profile_file, "calibrated profile JSON (default: the device's)");
 }
 
+Json plan_overlay(const SpecOptions& o, Json j) {
+  if (!j.is_object()) return j;  // plan_from_json rejects it
+  // A layout given on the command line replaces the file's other form of it.
+  const bool first_last = o.first_stage_layers || o.last_stage_layers ||
+                          o.raw.count("first_stage_layers") || o.raw.count("last_stage_layers");
+  if (o.stage_layers) {
+    j.erase("first_stage_layers");
+    j.erase("last_stage_layers");
+  }
+  if (first_last) j.erase("stage_layers");
+  auto set = [&j](const char* key, const auto& v) {
+    if (v) j[key] = *v;
+  };
+  set("tp", o.tp);
+  set("pp", o.pp);
+  set("dp", o.dp);
+  set("cp", o.cp);
+  set("ep", o.ep);
+  set("etp", o.etp);
+  set("sp", o.sp);
+  set("vpp", o.vpp);
+  set("zero", o.zero);
+  set("reshard", o.reshard);
+  set("shard_degree", o.shard_degree);
+  set("grad_reduce_dtype", o.grad_reduce_dtype);
+  set("mbs", o.mbs);
+  set("gbs", o.gbs);
+  set("seq", o.seq);
+  set("schedule", o.schedule);
+  set("first_stage_layers", o.first_stage_layers);
+  set("last_stage_layers", o.last_stage_layers);
+  set("recompute", o.recompute);
+  set("recompute_layers", o.recompute_layers);
+  set("offload", o.offload);
+  set("precision", o.precision);
+  set("flash_attention", o.flash);
+  set("attention_kernel", o.attention_kernel);
+  set("tp_comm_overlap", o.tp_comm_overlap);
+  set("ep_comm_overlap", o.ep_comm_overlap);
+  set("rank_order", o.rank_order);
+  if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
+  if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";
+  for (const auto& [key, v] : o.raw) j[key] = v;
+  return j;
+}
+
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
   Spec s;
-  Plan plan;
+  const bool has_file = !o.plan_file.empty();
+  const Json file = has_file ? read_json_file(o.plan_file) : Json::object();
+  Json j = plan_overlay(o, file);
+  // Every field checked, flags and file alike; the degrees decide the GPU count and dp below.
+  const Plan given = plan_from_json(j, "plan");
   std::string model_ref = o.model, cluster_ref = o.cluster;
   int gpus = o.gpus;
-  if (!o.plan_file.empty()) {
-    plan = plan_from_json(read_json_file(o.plan_file), "plan");
-    if (cmd->count("--model") == 0 && !plan.model_ref.empty()) model_ref = plan.model_ref;
-    if (cmd->count("--cluster") == 0 && !plan.cluster_ref.empty()) cluster_ref = plan.cluster_ref;
-    if (cmd->count("--gpus") == 0 && plan.gpus_ref > 0) gpus = plan.gpus_ref;
+  if (has_file) {
+    if (cmd->count("--model") == 0 && !given.model_ref.empty()) model_ref = given.model_ref;
+    if (cmd->count("--cluster") == 0 && !given.cluster_ref.empty()) cluster_ref = given.cluster_ref;
+    if (cmd->count("--gpus") == 0 && given.gpus_ref > 0) gpus = given.gpus_ref;
+    if (gpus == 0) gpus = file_gpus(file);
+  } else if (gpus == 0 && need_plan) {
+    gpus = given.gpus();  // no GPU count: the flags' degrees decide it
   }
   s.model = load_model(model_ref);
-  if (gpus == 0 && need_plan && o.plan_file.empty()) {
-    // No GPU count: the plan's degrees decide it.
-    int64_t n = int64_t{o.tp.value_or(1)} * o.pp.value_or(1) * o.cp.value_or(1) * o.dp.value_or(1);
-    gpus = static_cast<int>(n);
-  }
-  if (gpus == 0 && !o.plan_file.empty()) gpus = plan.gpus();
   s.cluster = std::make_unique<Cluster>(load_cluster(cluster_ref, gpus));
-  if (o.tp) plan.tp = *o.tp;
-  if (o.pp) plan.pp = *o.pp;
-  if (o.cp) plan.cp = *o.cp;
-  if (o.ep) plan.ep = *o.ep;
-  if (o.sp) plan.sequence_parallel = *o.sp;
-  if (o.vpp) {
-    plan.vpp = *o.vpp;
-    if (plan.vpp > 1 && !o.schedule) plan.schedule = Schedule::kInterleaved;
-  }
-  if (o.zero) plan.zero = *o.zero;
-  if (o.mbs) plan.micro_batch = *o.mbs;
-  if (o.seq) plan.seq_len = *o.seq;
-  if (o.schedule) plan.schedule = parse_schedule(*o.schedule, "plan.schedule");
-  if (o.recompute) plan.recompute = parse_recompute(*o.recompute, "plan.recompute");
-  if (o.recompute_layers) plan.recompute_layers = *o.recompute_layers;
-  if (o.offload) plan.offload = parse_offload(*o.offload, "plan.offload");
-  if (o.precision) plan.precision = parse_dtype(*o.precision, "plan.precision");
-  if (o.flash) plan.flash_attention = *o.flash;
-  if (o.rank_order) plan.rank_order = parse_rank_order(*o.rank_order, "plan.rank_order");
-  for (auto [v, name] : {std::pair{o.tp, "plan.tp"},
-                         {o.pp, "plan.pp"},
-                         {o.cp, "plan.cp"},
-                         {o.ep, "plan.ep"},
-                         {o.vpp, "plan.vpp"},
-                         {o.mbs, "plan.mbs"},
-                         {o.gbs, "plan.gbs"},
-                         {o.dp, "plan.dp"}})
-    if (v && *v < 1) throw Error(name, std::to_string(*v) + " must be >= 1");
-  if (o.zero && (*o.zero < 0 || *o.zero > 3)) throw Error("plan.zero", "must be 0, 1, 2 or 3");
-  if (o.dp) {
-    plan.dp = *o.dp;
-  } else if (o.plan_file.empty() || o.tp || o.pp || o.cp) {
-    int64_t rest = int64_t{plan.tp} * plan.pp * plan.cp;
-    int n = s.cluster->num_gpus();
+  const int n = s.cluster->num_gpus();
+  if (!o.dp && (!has_file || o.tp || o.pp || o.cp)) {
+    const int64_t rest = int64_t{given.tp} * given.pp * given.cp;
     if (n % rest != 0) {
-      const char* field = n % plan.tp ? "plan.tp" : n % (plan.tp * plan.pp) ? "plan.pp" : "plan.cp";
+      const char* field = n % given.tp                ? "plan.tp"
+                          : n % (given.tp * given.pp) ? "plan.pp"
+                                                      : "plan.cp";
       throw Error(field, "tp x pp x cp = " + std::to_string(rest) + " does not divide the " +
                              std::to_string(n) + " GPUs");
     }
-    plan.dp = static_cast<int>(n / rest);
+    j["dp"] = n / rest;
   }
-  if (o.gbs)
-    plan.global_batch = *o.gbs;
-  else if (o.plan_file.empty())
-    plan.global_batch = plan.dp * plan.micro_batch;
-  plan.model_ref = model_ref;
-  plan.cluster_ref = cluster_ref;
-  plan.gpus_ref = s.cluster->num_gpus();
-  s.plan = plan;
+  j["model"] = model_ref;
+  j["cluster"] = cluster_ref;
+  j["gpus"] = n;
+  s.plan = plan_from_json(j, "plan");
   const DeviceSpec& dev = s.cluster->gpu_device(0);
   s.profile =
       o.profile_file.empty() ? cost::default_profile(dev) : cost::load_profile(o.profile_file, dev);

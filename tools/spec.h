@@ -1,8 +1,13 @@
 // The command line's shared inputs: --model/--cluster/--gpus, the plan flags (or --plan FILE)
 // and --profile, turned into a Model, a Cluster, a Plan and a Profile.
+//
+// The plan flags are a JSON overlay: each flag sets its key of the plan JSON (the plan file's
+// object, or an empty one) and plan_from_json reads the result, so a flag and a file field go
+// through the same checks and errors ("plan.tp: ...") and cannot disagree.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,15 +27,25 @@ struct SpecOptions {
   std::string profile_file;
   // Plan flags (unset = plan default or plan file value).
   std::optional<int> tp, pp, dp, cp, ep, vpp, zero, mbs, gbs, recompute_layers;
+  std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp;
   std::optional<int64_t> seq;
-  std::optional<bool> sp, flash;
+  std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
+  std::optional<std::string> reshard, grad_reduce_dtype, attention_kernel;
+  std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
+  // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
+  // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
+  // the field.
+  std::map<std::string, Json> raw;
 };
 
 // Adds --model --cluster --gpus to `cmd`.
 void add_target_flags(CLI::App* cmd, SpecOptions& o);
-// Adds the plan flags (--tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq --schedule
-// --recompute --recompute-layers --offload --precision --flash-attention --rank-order --plan).
+// Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
+// --schedule --recompute --recompute-layers --offload --precision --flash-attention
+// --attention-kernel --rank-order --reshard --shard-degree --grad-reduce-dtype --tp-comm-overlap
+// --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers --etp. A boolean
+// flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
 void add_plan_flags(CLI::App* cmd, SpecOptions& o);
 void add_profile_flag(CLI::App* cmd, SpecOptions& o);
 
@@ -41,9 +56,19 @@ struct Spec {
   cost::Profile profile;
 };
 
+// The plan JSON that the flags of `o` make of `base` (a plan file's object, or an empty one):
+// each given flag sets its key (--mbs sets "mbs", --stage-layers 4,6 sets [4, 6]); --vpp > 1
+// without --schedule sets "schedule": "interleaved"; --stage-layers drops the base's first/last
+// stage layers and --first/--last-stage-layers drop its stage_layers. A dp that is not given is
+// left to load_spec.
+Json plan_overlay(const SpecOptions& o, Json base);
+
 // Loads everything; a plan file's "model"/"cluster"/"gpus" fill in flags that were not given.
-// When dp is not given it is derived from the GPU count. A profile with a measured device
-// (Profile::measured_device) sets it on the cluster. Throws parasol::Error.
+// When dp is not given it is derived from the GPU count (always without a plan file; with one
+// when --tp, --pp or --cp re-split it); without a plan file or --gbs the global batch is dp x
+// mbs. The plan is plan_from_json of the overlay completed with dp, model, cluster and gpus. A
+// profile with a measured device (Profile::measured_device) sets it on the cluster. Throws
+// parasol::Error.
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan);
 
 }  // namespace parasol::tools

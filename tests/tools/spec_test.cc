@@ -1,0 +1,329 @@
+// Tests of the plan flags (tools/spec.h): the JSON overlay they make of a plan file, every new
+// plan flag reaching the plan through the parasol binary, booleans bare and with a value, flags
+// overriding a plan file, bad values exiting 2 naming the field; and the error bands, overlap
+// and host-memory lines of estimate, simulate and search.
+#include "tools/spec.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+
+namespace parasol::tools {
+namespace {
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(PARASOL_BIN) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string temp_path(const std::string& name) {
+  return (testing::TempDir().empty() ? std::string("/tmp/") : testing::TempDir()) + name;
+}
+
+// `estimate --json` of a plan on 16 H100s: the plan as the estimate saw it.
+const std::string kTarget = "--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --gbs 64";
+const std::string kMoeTarget =
+    "--model mixtral-8x7b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --gbs 64";
+
+Json estimate_json(const std::string& args) {
+  Result r = run("estimate --json " + args);
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+  if (r.code != 0) return Json::object();
+  return Json::parse(r.out);
+}
+
+// --- the overlay, without the binary ---------------------------------------------------------
+
+TEST(SpecOverlay, FlagsSetTheirPlanKeysOverTheFile) {
+  SpecOptions o;
+  o.tp = 4;
+  o.sp = true;
+  o.reshard = "after_step";
+  o.shard_degree = 8;
+  o.grad_reduce_dtype = "bf16";
+  o.tp_comm_overlap = true;
+  o.ep_comm_overlap = false;
+  o.stage_layers = "4,6,6,4";
+  o.etp = 1;
+  o.attention_kernel = "cudnn";
+  o.mbs = 2;
+  o.flash = false;
+  const Json file = {{"tp", 8}, {"pp", 4}, {"zero", 3}, {"reshard", "after_forward"}, {"gbs", 512}};
+  const Json j = plan_overlay(o, file);
+  EXPECT_EQ(j["tp"], 4);
+  EXPECT_EQ(j["pp"], 4);  // the file's
+  EXPECT_EQ(j["zero"], 3);
+  EXPECT_EQ(j["gbs"], 512);
+  EXPECT_EQ(j["sp"], true);
+  EXPECT_EQ(j["reshard"], "after_step");
+  EXPECT_EQ(j["shard_degree"], 8);
+  EXPECT_EQ(j["grad_reduce_dtype"], "bf16");
+  EXPECT_EQ(j["tp_comm_overlap"], true);
+  EXPECT_EQ(j["ep_comm_overlap"], false);
+  EXPECT_EQ(j["stage_layers"], Json({4, 6, 6, 4}));
+  EXPECT_EQ(j["etp"], 1);
+  EXPECT_EQ(j["attention_kernel"], "cudnn");
+  EXPECT_EQ(j["mbs"], 2);
+  EXPECT_EQ(j["flash_attention"], false);
+  EXPECT_FALSE(j.contains("dp"));  // left to load_spec
+  const Plan p = plan_from_json(j);
+  EXPECT_EQ(p.tp, 4);
+  EXPECT_EQ(p.reshard, Reshard::kAfterStep);
+  EXPECT_EQ(p.shard_degree, 8);
+  EXPECT_EQ(p.grad_reduce_dtype, Dtype::kBf16);
+  EXPECT_TRUE(p.tp_comm_overlap);
+  EXPECT_EQ(p.stage_layers, (std::vector<int>{4, 6, 6, 4}));
+  EXPECT_EQ(p.etp, 1);
+  EXPECT_EQ(p.attention_kernel, AttentionKernel::kCudnn);
+}
+
+TEST(SpecOverlay, VppImpliesInterleavedUnlessAScheduleIsGiven) {
+  SpecOptions o;
+  o.vpp = 2;
+  const Json file = {{"pp", 4}, {"schedule", "1f1b"}};
+  EXPECT_EQ(plan_overlay(o, file)["schedule"], "interleaved");
+  EXPECT_EQ(plan_overlay(o, Json::object())["schedule"], "interleaved");
+  o.schedule = "gpipe";
+  EXPECT_EQ(plan_overlay(o, file)["schedule"], "gpipe");
+  SpecOptions one;
+  one.vpp = 1;
+  EXPECT_EQ(plan_overlay(one, file)["schedule"], "1f1b");
+}
+
+TEST(SpecOverlay, ALayoutFlagReplacesTheFilesOtherLayout) {
+  const Json first_last = {{"pp", 4}, {"first_stage_layers", 6}, {"last_stage_layers", 6}};
+  SpecOptions o;
+  o.stage_layers = "8,8,8,8";
+  Json j = plan_overlay(o, first_last);
+  EXPECT_FALSE(j.contains("first_stage_layers"));
+  EXPECT_FALSE(j.contains("last_stage_layers"));
+  EXPECT_NO_THROW(plan_from_json(j));
+  const Json stages = {{"pp", 4}, {"stage_layers", {8, 8, 8, 8}}};
+  SpecOptions f;
+  f.first_stage_layers = 6;
+  j = plan_overlay(f, stages);
+  EXPECT_FALSE(j.contains("stage_layers"));
+  EXPECT_EQ(plan_from_json(j).first_stage_layers, 6);
+  // Both forms on the command line: plan_from_json refuses.
+  f.stage_layers = "8,8,8,8";
+  EXPECT_THROW(plan_from_json(plan_overlay(f, Json::object())), Error);
+}
+
+TEST(SpecOverlay, UntypedValuesReachPlanFromJsonWhichNamesTheField) {
+  SpecOptions o;
+  o.raw["tp"] = "eight";
+  try {
+    plan_from_json(plan_overlay(o, Json::object()));
+    ADD_FAILURE() << "accepted tp 'eight'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.tp"), std::string::npos) << e.what();
+  }
+  SpecOptions s;
+  s.stage_layers = "4,x";
+  EXPECT_EQ(plan_overlay(s, Json::object())["stage_layers"], Json({4, "x"}));
+  // Not an object: left for plan_from_json to reject.
+  EXPECT_THROW(plan_from_json(plan_overlay(o, Json::array())), Error);
+}
+
+// --- the binary -------------------------------------------------------------------------------
+
+TEST(CliSpec, EachNewPlanFlagReachesThePlan) {
+  struct Case {
+    std::string target, flags, key;
+    Json value;
+  };
+  const std::vector<Case> cases = {
+      {kTarget, "--zero 3 --reshard after_backward", "reshard", "after_backward"},
+      {kTarget, "--zero 3 --reshard after_step", "reshard", "after_step"},
+      {kTarget, "--zero 3 --shard-degree 2", "shard_degree", 2},
+      {kTarget, "--grad-reduce-dtype bf16", "grad_reduce_dtype", "bf16"},
+      {kTarget, "--sp --tp-comm-overlap true", "tp_comm_overlap", true},
+      {kTarget, "--stage-layers 15,17", "stage_layers", Json({15, 17})},
+      {kTarget, "--first-stage-layers 15", "first_stage_layers", 15},
+      {kTarget, "--last-stage-layers 14", "last_stage_layers", 14},
+      {kTarget, "--attention-kernel cudnn", "attention_kernel", "cudnn"},
+      {kMoeTarget, "--ep 4 --etp 1", "etp", 1},
+      {kMoeTarget, "--ep 4 --ep-comm-overlap", "ep_comm_overlap", true},
+  };
+  for (const Case& c : cases) {
+    const Json j = estimate_json(c.target + " " + c.flags);
+    ASSERT_TRUE(j.contains("plan")) << c.flags;
+    EXPECT_EQ(j["plan"][c.key], c.value) << c.flags << "\n" << j["plan"].dump();
+  }
+}
+
+TEST(CliSpec, BooleanFlagsWorkBareAndWithAValue) {
+  struct Case {
+    std::string flags, key;
+    bool value;
+  };
+  const std::vector<Case> cases = {{"--sp", "sp", true},
+                                   {"--sp true", "sp", true},
+                                   {"--sp false", "sp", false},
+                                   {"--sp=false", "sp", false},
+                                   {"--sp 0", "sp", false},
+                                   {"--flash-attention false", "flash_attention", false},
+                                   {"--flash-attention", "flash_attention", true},
+                                   {"--sp --tp-comm-overlap", "tp_comm_overlap", true},
+                                   {"--tp-comm-overlap --sp", "sp", true},
+                                   {"--tp-comm-overlap no", "tp_comm_overlap", false}};
+  for (const Case& c : cases) {
+    const Json j = estimate_json(kTarget + " " + c.flags);
+    ASSERT_TRUE(j.contains("plan")) << c.flags;
+    // plan_to_json leaves out the overlap flags when false (their default).
+    EXPECT_EQ(j["plan"].value(c.key, false), c.value) << c.flags;
+  }
+  // A bare boolean before the end of the line.
+  const Json j = estimate_json(kTarget + " --sp");
+  EXPECT_EQ(j["plan"]["sp"], true);
+}
+
+TEST(CliSpec, FlagsOverrideAPlanFileAndItsTargetFillsTheRest) {
+  const std::string path = temp_path("spec_test_plan.json");
+  std::ofstream(path) << R"({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16,
+    "tp": 8, "pp": 2, "zero": 3, "reshard": "after_forward", "gbs": 128,
+    "first_stage_layers": 15, "attention_kernel": "flash2"})";
+  Json j = estimate_json("--plan " + path);
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["dp"], 1);
+  EXPECT_EQ(j["plan"]["first_stage_layers"], 15);
+  j = estimate_json("--plan " + path +
+                    " --tp 4 --reshard after_step --attention-kernel cudnn --stage-layers 16,16");
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["tp"], 4);
+  EXPECT_EQ(j["plan"]["dp"], 2);  // re-derived: 16 GPUs / (4 x 2)
+  EXPECT_EQ(j["plan"]["gbs"], 128);
+  EXPECT_EQ(j["plan"]["zero"], 3);
+  EXPECT_EQ(j["plan"]["reshard"], "after_step");
+  EXPECT_EQ(j["plan"]["attention_kernel"], "cudnn");
+  EXPECT_EQ(j["plan"]["stage_layers"], Json({16, 16}));
+  EXPECT_FALSE(j["plan"].contains("first_stage_layers"));
+  EXPECT_EQ(j["plan"]["model"], "llama3-8b");
+  EXPECT_EQ(j["plan"]["gpus"], 16);
+}
+
+TEST(CliSpec, DefaultsDeriveDpAndTheGlobalBatch) {
+  // dp from the GPU count; gbs = dp x mbs without a plan file.
+  Json j = estimate_json("--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --mbs 2");
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["dp"], 4);
+  EXPECT_EQ(j["plan"]["gbs"], 8);
+  // No GPU count: the degrees decide it.
+  j = estimate_json("--model llama3-8b --cluster dgx-h100 --tp 8 --dp 2 --gbs 16");
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["gpus"], 16);
+  // --vpp > 1 means interleaved.
+  j = estimate_json(kTarget + " --vpp 2");
+  ASSERT_TRUE(j.contains("plan"));
+  EXPECT_EQ(j["plan"]["schedule"], "interleaved");
+}
+
+TEST(CliSpec, BadValuesExitTwoNamingTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--reshard bogus", "plan.reshard"},
+      {"--grad-reduce-dtype int8", "plan.grad_reduce_dtype"},
+      {"--attention-kernel xla", "plan.attention_kernel"},
+      {"--shard-degree -1", "plan.shard_degree"},
+      {"--etp x", "plan.etp"},
+      {"--etp 0", "plan.etp"},
+      {"--stage-layers 16,x", "plan.stage_layers[1]"},
+      {"--stage-layers 16,0", "plan.stage_layers[1]"},
+      {"--first-stage-layers 0", "plan.first_stage_layers"},
+      {"--last-stage-layers 2.5", "plan.last_stage_layers"},
+      {"--sp maybe", "plan.sp"},
+      {"--tp-comm-overlap maybe", "plan.tp_comm_overlap"},
+      {"--ep-comm-overlap 2", "plan.ep_comm_overlap"},
+      {"--flash-attention perhaps", "plan.flash_attention"},
+      {"--pp 0", "plan.pp"},
+      {"--pp 99999999999", "plan.pp"},
+      {"--cp x", "plan.cp"},
+      {"--zero 5", "plan.zero"},
+      {"--mbs x", "plan.mbs"},
+      {"--stage-layers 16,16 --first-stage-layers 15", "plan.stage_layers"}};
+  for (const auto& [flags, field] : cases) {
+    Result r =
+        run("estimate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --gbs 64 " + flags);
+    EXPECT_EQ(r.code, 2) << flags << "\n" << r.out;
+    EXPECT_NE(r.out.find("error: " + field), std::string::npos) << flags << "\n" << r.out;
+  }
+}
+
+// --- bands and the new output lines ------------------------------------------------------------
+
+TEST(CliBand, EstimatePrintsTheBandOverlapAndHostMemory) {
+  Result r = run("estimate " + kTarget);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" ± "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error band "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("h100-dense"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("overlap slowdown: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("host memory per server "), std::string::npos) << r.out;
+  r = run("estimate --model llama3-8b --cluster dgx-b200 --gpus 16 --tp 8 --gbs 64");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("unvalidated"), std::string::npos) << r.out;
+}
+
+TEST(CliBand, EstimateJsonCarriesTheBand) {
+  Json j = estimate_json(kTarget);
+  ASSERT_TRUE(j.contains("band"));
+  const Json& b = j["band"];
+  const double step = j["step_time_s"], f = b["fraction"];
+  EXPECT_TRUE(b["validated"].get<bool>());
+  EXPECT_EQ(b["families"], Json({"h100-dense"}));
+  EXPECT_GT(f, 0);
+  EXPECT_LT(f, 1);
+  EXPECT_NEAR(b["low_s"].get<double>(), step * (1 - f), 1e-9 * step);
+  EXPECT_NEAR(b["high_s"].get<double>(), step * (1 + f), 1e-9 * step);
+  // Offload: no suite covers it.
+  j = estimate_json(kTarget + " --offload optimizer");
+  EXPECT_FALSE(j["band"]["validated"].get<bool>());
+  EXPECT_GE(j["band"]["fraction"].get<double>(), f);
+  // A MoE model with context parallelism draws on both families.
+  j = estimate_json(kMoeTarget + " --ep 2 --cp 2");
+  EXPECT_EQ(j["band"]["families"], Json({"moe", "long-seq-cp"}));
+}
+
+TEST(CliBand, SimulateAndSearchCarryTheBand) {
+  Result r = run("simulate --json " + kTarget);
+  ASSERT_EQ(r.code, 0) << r.out;
+  Json j = Json::parse(r.out);
+  ASSERT_TRUE(j.contains("band"));
+  EXPECT_NEAR(j["band"]["high_s"].get<double>(),
+              j["step_time_s"].get<double>() * (1 + j["band"]["fraction"].get<double>()), 1e-9);
+  EXPECT_TRUE(j.contains("host_memory_per_server_bytes"));
+  r = run("simulate " + kTarget);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("error band "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("host memory per server"), std::string::npos) << r.out;
+  r = run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  j = Json::parse(r.out);
+  for (const Json& row : j["top"]) {
+    ASSERT_TRUE(row.contains("band")) << row.dump();
+    EXPECT_TRUE(row["band"].contains("validated"));
+    EXPECT_GT(row["band"]["high_s"].get<double>(), row["estimate"]["step_time_s"].get<double>());
+  }
+  r = run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" band "), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace parasol::tools
