@@ -99,16 +99,22 @@ void Lowerer::add_embedding_bucket(int chunk) {
 namespace {
 // The weight slot of core/layer_shapes.h's linear or norm `name`.
 Slot slot_named(const char* name) {
-  static constexpr std::pair<const char*, Slot> kSlots[] = {
+  static constexpr std::pair<const char*, Slot> kByName[] = {
       {"qkv", kQkv},   {"out", kOut},        {"q_down", kQDown},    {"q_up", kQUp},
       {"q", kQ},       {"kv_down", kKvDown}, {"kv_up", kKvUp},      {"fc1", kFc1},
       {"fc2", kFc2},   {"router", kRouter},  {"shared_fc1", kSfc1}, {"shared_fc2", kSfc2},
       {"efc1", kEfc1}, {"efc2", kEfc2},      {"q_norm", kQNorm},    {"kv_norm", kKvNorm}};
-  for (const auto& [n, slot] : kSlots)
+  for (const auto& [n, slot] : kByName)
     if (std::string_view(n) == name) return slot;
   throw Error("model", std::string("internal: no weight slot for the layer's '") + name + "'");
 }
 }  // namespace
+
+static_assert(kQkvB == kQkv + 1 && kOutB == kOut + 1 && kFc1B == kFc1 + 1 && kFc2B == kFc2 + 1 &&
+                  kEfc1B == kEfc1 + 1 && kEfc2B == kEfc2 + 1 && kQDownB == kQDown + 1 &&
+                  kQUpB == kQUp + 1 && kQB == kQ + 1 && kKvDownB == kKvDown + 1 &&
+                  kKvUpB == kKvUp + 1 && kSfc1B == kSfc1 + 1 && kSfc2B == kSfc2 + 1,
+              "a linear's bias slot follows its weight slot");
 
 // A linear's weight (and bias) as this rank holds it: split `parts` ways as its Split says.
 void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) const {
