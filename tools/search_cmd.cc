@@ -59,6 +59,7 @@ Runner add_search(CLI::App& app) {
   auto precision = std::make_shared<std::string>("bf16");
   auto no_offload = std::make_shared<bool>(false);
   auto simulate_top = std::make_shared<int>(0);
+  auto robust = std::make_shared<bool>(false);
   o->gpus = 1024;
   add_target_flags(cmd, *o);
   add_profile_flag(cmd, *o);
@@ -69,6 +70,8 @@ Runner add_search(CLI::App& app) {
   cmd->add_option("--threads", *threads, "worker threads (default: all cores)");
   cmd->add_option("--precision", *precision, "fp32|bf16|fp16|fp8")->capture_default_str();
   cmd->add_flag("--no-offload", *no_offload, "do not consider offloading");
+  cmd->add_flag("--robust", *robust,
+                "rank by the pessimistic end of each plan's error band instead of its step time");
   cmd->add_option("--simulate-top", *simulate_top,
                   "re-rank the best N plans by the event simulator (lowers and plays each)");
   cmd->add_flag("--json", *json, "print JSON");
@@ -83,6 +86,10 @@ Runner add_search(CLI::App& app) {
     opt.threads = *threads;
     opt.precision = parse_dtype(*precision, "search.precision");
     opt.search_offload = !*no_offload;
+    if (*robust)
+      opt.rank_key = [&s](const Plan& p, const cost::Estimate& e) {
+        return cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, e.step_time_s);
+      };
     if (*gbs < 1) throw Error("search.gbs", "must be >= 1");
     if (*seq < 0) throw Error("search.seq", "must be >= 1");
     if (*top < 1) throw Error("search.top", "must be >= 1");
