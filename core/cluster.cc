@@ -181,6 +181,24 @@ double Cluster::host_memory_per_gpu(int gpu) const {
   return gpus_on_server_[s] ? host_memory_of_server_[s] / gpus_on_server_[s] : 0.0;
 }
 
+std::pair<Path, VertexId> Cluster::host_path(int gpu) const {
+  VertexId g = gpus_.at(gpu);
+  std::pair<Path, VertexId> best{{}, g};
+  for (VertexId v : boost::make_iterator_range(boost::vertices(graph))) {
+    if (graph[v].kind != NodeKind::kCpu || graph[v].server != graph[g].server) continue;
+    Path p = path_between(g, v);
+    if (!p.empty() && (best.first.empty() || p.size() < best.first.size())) best = {p, v};
+  }
+  return best;
+}
+
+std::vector<int> Cluster::gpus_on_server(int server) const {
+  std::vector<int> out;
+  for (int i = 0; i < num_gpus(); ++i)
+    if (server_of(i) == server) out.push_back(i);
+  return out;
+}
+
 double Cluster::host_link_bw(int gpu) const {
   VertexId g = gpus_.at(gpu);
   double best = 0;
@@ -278,7 +296,7 @@ Cluster explicit_graph_from_json(const JsonReader& r) {
   std::map<std::string, VertexId> ids;
   for (const auto& [path, node] : r.array("nodes")) {
     JsonReader n(*node, path);
-    n.allow_only({"id", "kind", "server", "device", "memory_GiB", "forwards"});
+    n.allow_only({"id", "kind", "server", "device", "memory_GiB", "memory_bw_GBps", "forwards"});
     TopoNode t;
     t.name = n.string("id");
     if (ids.count(t.name)) throw Error(n.field("id"), "duplicate node id '" + t.name + "'");
@@ -294,6 +312,7 @@ Cluster explicit_graph_from_json(const JsonReader& r) {
       if (t.server < 0) throw Error(n.field("server"), "is required for a GPU");
     }
     t.memory_bytes = n.number_or("memory_GiB", 0, 0, 1e9) * GiB;
+    t.memory_bw = n.number_or("memory_bw_GBps", 0, 0, 1e9) * 1e9;
     t.forwards = n.boolean_or("forwards", t.kind != NodeKind::kGpu);
     ids[t.name] = boost::add_vertex(t, c.graph);
   }
@@ -319,6 +338,7 @@ Cluster explicit_graph_from_json(const JsonReader& r) {
 Cluster generator_from_json(const JsonReader& r, int gpus) {
   r.allow_only({"generator", "name", "gpus", "device", "gpus_per_server", "nvlink_GBps",
                 "pcie_GBps", "nics_per_server", "nic_GBps", "host_memory_GiB", "servers_per_leaf",
+                "gpus_per_pcie_switch", "pcie_uplink_GBps", "sockets", "host_memory_bw_GBps",
                 "oversubscription", "dims", "link_GBps", "latency_us"});
   std::string kind = r.choice("generator", {"rail", "fat-tree", "torus"}, "rail");
   std::string name = r.string_or("name", kind);
@@ -350,6 +370,10 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
   s.nics = static_cast<int>(r.integer_or("nics_per_server", s.nics, 1, 1024));
   s.nic_bw = r.number_or("nic_GBps", s.nic_bw / 1e9, 1e-6, 1e9) * 1e9;
   s.host_memory_bytes = r.number_or("host_memory_GiB", s.host_memory_bytes / GiB, 0, 1e9) * GiB;
+  s.gpus_per_pcie_switch = static_cast<int>(r.integer_or("gpus_per_pcie_switch", 0, 0, 1024));
+  s.pcie_uplink_bw = r.number_or("pcie_uplink_GBps", s.pcie_bw / 1e9, 1e-6, 1e9) * 1e9;
+  s.sockets = static_cast<int>(r.integer_or("sockets", 1, 1, 64));
+  s.host_memory_bw = r.number_or("host_memory_bw_GBps", 0, 0, 1e9) * 1e9;
   FabricSpec f;
   f.kind = kind == "rail" ? FabricKind::kRailOptimized : FabricKind::kFatTree;
   f.servers_per_leaf =
@@ -389,6 +413,7 @@ Json cluster_to_json(const Cluster& c) {
     if (n.server >= 0) jn["server"] = n.server;
     if (n.kind == NodeKind::kGpu) jn["device"] = n.device;
     if (n.memory_bytes > 0) jn["memory_GiB"] = n.memory_bytes / GiB;
+    if (n.memory_bw > 0) jn["memory_bw_GBps"] = n.memory_bw / 1e9;
     if (n.forwards != (n.kind != NodeKind::kGpu)) jn["forwards"] = n.forwards;
     nodes.push_back(jn);
   }

@@ -34,6 +34,7 @@ struct TopoNode {
   int server = -1;          // server (host box) index; -1 for fabric switches
   std::string device;       // kGpu: datasheet name (see device.h)
   double memory_bytes = 0;  // kCpu: host memory in bytes
+  double memory_bw = 0;     // kCpu: host memory bandwidth in bytes/s (0 = not a limit)
   bool forwards = true;     // may carry traffic between other vertices (false for GPUs
                             // except in direct-connect fabrics such as tori)
 };
@@ -87,6 +88,11 @@ class Cluster {
   double host_memory_per_gpu(int gpu) const;
   // Bottleneck bandwidth (bytes/s per direction) between a GPU and its host memory; 0 if none.
   double host_link_bw(int gpu) const;
+  // The path from a GPU to the nearest host-memory (kCpu) vertex of its server, and that vertex;
+  // an empty path when the server has none.
+  std::pair<Path, VertexId> host_path(int gpu) const;
+  // The GPUs on the server of `gpu` (cluster indices).
+  std::vector<int> gpus_on_server(int server) const;
 
   // Shortest path (fewest hops; only forwarding vertices in between) between two GPUs.
   // REQUIRES: a != b. Thread-compatible: const queries may run concurrently.
@@ -121,12 +127,20 @@ struct ServerSpec {
   int gpus = 8;
   double nvlink_bw = 450e9;  // per GPU per direction into the NVSwitch; 0 = no NVSwitch
   double nvlink_latency = 1e-6;
-  double pcie_bw = 64e9;  // GPU <-> host and GPU <-> NIC, per direction
+  double pcie_bw = 64e9;  // a GPU's own PCIe link (to its switch or CPU), per direction
   double pcie_latency = 1e-6;
   int nics = 8;
   double nic_bw = 50e9;       // per NIC per direction
   double nic_latency = 2e-6;  // NIC to first switch, including the adapter
   double host_memory_bytes = 2048.0 * (1 << 30);
+  // The host side: GPUs (and the NICs beside them) behind PCIe switches of `gpus_per_pcie_switch`
+  // GPUs each, whose uplink to a CPU socket is `pcie_uplink_bw` (0 switches: each GPU and NIC
+  // attaches to a socket directly); `sockets` CPU sockets share the host memory equally, each
+  // with `host_memory_bw` bytes/s of memory bandwidth (0 = not a limit).
+  int gpus_per_pcie_switch = 0;
+  double pcie_uplink_bw = 0;
+  int sockets = 1;
+  double host_memory_bw = 0;
 };
 
 enum class FabricKind { kRailOptimized, kFatTree };
@@ -149,7 +163,7 @@ Cluster build_torus(const std::string& name, const std::string& device, std::vec
 // (see cluster_generators.cc for the figures).
 Cluster build_localhost(int ranks);
 
-// Presets taking a GPU count: dgx-a100-80g, dgx-a100-40g, dgx-h100, dgx-h200, dgx-b200,
+// Presets taking a GPU count: dgx-a100-80g, dgx-a100-40g, dgx-h100, grand-teton-h100, dgx-h200, dgx-b200,
 // mi300x-8, h200-1 (one H200 box; gpus must be 1), localhost (N CPU-runtime ranks on this host;
 // build_localhost). Tori come from the generator (JSON).
 Cluster cluster_preset(const std::string& name, int gpus);

@@ -14,7 +14,7 @@ constexpr double GB = 1e9;
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 VertexId add_node(Cluster& c, NodeKind kind, std::string name, int server, bool forwards,
-                  std::string device = "", double memory = 0) {
+                  std::string device = "", double memory = 0, double memory_bw = 0) {
   TopoNode n;
   n.kind = kind;
   n.name = std::move(name);
@@ -22,6 +22,7 @@ VertexId add_node(Cluster& c, NodeKind kind, std::string name, int server, bool 
   n.forwards = forwards;
   n.device = std::move(device);
   n.memory_bytes = memory;
+  n.memory_bw = memory_bw;
   return boost::add_vertex(n, c.graph);
 }
 
@@ -43,17 +44,49 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
     std::vector<VertexId> gpus;
     for (int i = 0; i < server.gpus; ++i)
       gpus.push_back(add_node(c, NodeKind::kGpu, p + "gpu" + std::to_string(i), s, false, dev));
-    VertexId cpu = add_node(c, NodeKind::kCpu, p + "cpu", s, true, "", server.host_memory_bytes);
+    // CPU sockets (host memory split evenly), joined to each other.
+    const int sockets = std::max(1, server.sockets);
+    std::vector<VertexId> cpus;
+    for (int k = 0; k < sockets; ++k)
+      cpus.push_back(add_node(c, NodeKind::kCpu, p + "cpu" + (sockets > 1 ? std::to_string(k) : ""),
+                              s, true, "", server.host_memory_bytes / sockets,
+                              server.host_memory_bw));
+    for (int k = 1; k < sockets; ++k)
+      add_link(c, cpus[0], cpus[k], LinkKind::kPcie, server.pcie_uplink_bw > 0
+                                                        ? 2 * server.pcie_uplink_bw
+                                                        : server.pcie_bw,
+               server.pcie_latency);
     if (server.nvlink_bw > 0 && server.gpus > 1) {
       VertexId sw = add_node(c, NodeKind::kSwitch, p + "nvswitch", s, true);
       for (VertexId g : gpus)
         add_link(c, g, sw, LinkKind::kNvswitch, server.nvlink_bw, server.nvlink_latency);
     }
-    for (VertexId g : gpus)
-      add_link(c, g, cpu, LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
+    // Where GPU i and NIC k attach on the PCIe side: a PCIe switch shared by
+    // gpus_per_pcie_switch GPUs (uplinked to a socket), or a socket directly.
+    const int per_switch = server.gpus_per_pcie_switch;
+    std::vector<VertexId> pcie_switch;
+    if (per_switch > 0) {
+      const int switches = (server.gpus + per_switch - 1) / per_switch;
+      for (int k = 0; k < switches; ++k) {
+        VertexId sw = add_node(c, NodeKind::kSwitch, p + "pcie" + std::to_string(k), s, true);
+        add_link(c, sw, cpus[static_cast<int64_t>(k) * sockets / switches], LinkKind::kPcie,
+                 server.pcie_uplink_bw, server.pcie_latency);
+        pcie_switch.push_back(sw);
+      }
+    }
+    auto attach_point = [&](int gpu_index) {
+      if (per_switch > 0) return pcie_switch[gpu_index / per_switch];
+      return cpus[static_cast<int64_t>(gpu_index) * sockets / server.gpus];
+    };
+    for (int i = 0; i < server.gpus; ++i)
+      add_link(c, gpus[i], attach_point(i), LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
     if (servers > 1) {
       for (int k = 0; k < server.nics; ++k)
         nics[s].push_back(add_node(c, NodeKind::kNic, p + "nic" + std::to_string(k), s, true));
+      // GPU i reaches NIC i * nics / gpus (its rail) over PCIe: beside it on its PCIe switch
+      // (GPUDirect RDMA) on DGX servers. The link is modelled GPU to NIC so that each GPU keeps
+      // its own rail; the estimate charges host copies for the NIC traffic that shares the
+      // GPU's PCIe link (cost::Estimator).
       for (int i = 0; i < server.gpus; ++i) {
         int k = static_cast<int>(static_cast<int64_t>(i) * server.nics / server.gpus);
         add_link(c, gpus[i], nics[s][k], LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
@@ -165,8 +198,12 @@ const std::map<std::string, Preset>& presets() {
     // NVSwitch, NVLink3 600 GB/s per GPU = 300 GB/s per direction; PCIe Gen4 x16 (32 GB/s per
     // direction); 8 ConnectX-6 HDR 200 Gb/s (25 GB/s) compute NICs, one per GPU; 2 TB host
     // memory (640 GB model). SuperPOD: rail-optimised, non-blocking, 20 servers per SU.
+    // Host side (DGX A100 User Guide, system topology): four PCIe Gen4 switches, each with two
+    // GPUs and their two NICs, uplinked to one of two AMD EPYC 7742 sockets by Gen4 x16
+    // (32 GB/s); each socket has 8 channels of DDR4-3200 (204.8 GB/s).
     Preset a100;
-    a100.server = {"A100-80G", 8, 300 * GB, 1e-6, 32 * GB, 1e-6, 8, 25 * GB, 2e-6, 2048 * GiB};
+    a100.server = {"A100-80G", 8,          300 * GB, 1e-6, 32 * GB,   1e-6, 8, 25 * GB, 2e-6,
+                   2048 * GiB, 2,          32 * GB,  2,    204.8 * GB};
     a100.fabric = {FabricKind::kRailOptimized, 20, 1.0, 0.5e-6};
     t["dgx-a100-80g"] = a100;
     Preset a100_40 = a100;
@@ -174,30 +211,42 @@ const std::map<std::string, Preset>& presets() {
     a100_40.server.host_memory_bytes = 1024 * GiB;  // DGX A100 320 GB model: 1 TB
     t["dgx-a100-40g"] = a100_40;
     // DGX H100 datasheet: NVLink4 900 GB/s per GPU (450 per direction), PCIe Gen5 (64 GB/s),
-    // 8 ConnectX-7 NDR 400 Gb/s (50 GB/s), 2 TB host memory; SuperPOD SU of 32 servers.
+    // 8 ConnectX-7 NDR 400 Gb/s (50 GB/s), 2 TB host memory; SuperPOD SU of 32 servers. Host
+    // side (DGX H100 User Guide): PCIe Gen5 switches with two GPUs and their NICs each,
+    // uplinked by Gen5 x16 (64 GB/s) to two Intel Xeon Platinum 8480C sockets with 8 channels
+    // of DDR5-4800 each (307.2 GB/s).
     Preset h100;
-    h100.server = {"H100-SXM", 8, 450 * GB, 1e-6, 64 * GB, 1e-6, 8, 50 * GB, 2e-6, 2048 * GiB};
+    h100.server = {"H100-SXM", 8,          450 * GB, 1e-6, 64 * GB,   1e-6, 8, 50 * GB, 2e-6,
+                   2048 * GiB, 2,          64 * GB,  2,    307.2 * GB};
     h100.fabric = {FabricKind::kRailOptimized, 32, 1.0, 0.5e-6};
     t["dgx-h100"] = h100;
+    // Meta's Grand Teton H100 servers as torchtitan benchmarks them: 8 GPUs on NVLink
+    // (900 GB/s per GPU), 400 Gb/s RDMA per GPU, HBM2e H100s at 500 W (device H100-SXM-96G-500W).
+    Preset teton = h100;
+    teton.server.device = "H100-SXM-96G-500W";
+    t["grand-teton-h100"] = teton;
     Preset h200 = h100;  // DGX H200 datasheet: same fabric and NVLink as DGX H100.
     h200.server.device = "H200";
     t["dgx-h200"] = h200;
     // DGX B200 datasheet: NVLink5 1.8 TB/s per GPU (900 per direction), 8x 400 Gb/s,
-    // 4 TB host memory.
+    // 4 TB host memory; two Intel Xeon Platinum 8570 sockets, 8 channels of DDR5-5600 each
+    // (358.4 GB/s).
     Preset b200 = h100;
     b200.server.device = "B200";
     b200.server.nvlink_bw = 900 * GB;
     b200.server.host_memory_bytes = 4096 * GiB;
+    b200.server.host_memory_bw = 358.4 * GB;
     t["dgx-b200"] = b200;
-    // AMD Instinct MI300X platform: 8 GPUs, each with 7 Infinity Fabric links of 64 GB/s per
-    // direction (448 GB/s), modelled as one aggregate switch port; 8x 400 Gb/s NICs.
     Preset mi300x = h100;
     mi300x.server.device = "MI300X";
     mi300x.server.nvlink_bw = 448 * GB;
+    // AMD Instinct MI300X platforms: two AMD EPYC 9004 sockets, 12 channels of DDR5-4800 each
+    // (460.8 GB/s); the PCIe side as DGX H100's (Gen5 switches, two GPUs each).
+    mi300x.server.host_memory_bw = 460.8 * GB;
     t["mi300x-8"] = mi300x;
     // One H200 in a host with PCIe Gen5 and 128 GiB of memory (the box parasol's GPU checks use).
     Preset h200_1;
-    h200_1.server = {"H200", 1, 0, 1e-6, 64 * GB, 1e-6, 1, 50 * GB, 2e-6, 128 * GiB};
+    h200_1.server = {"H200", 1, 0, 1e-6, 64 * GB, 1e-6, 1, 50 * GB, 2e-6, 128 * GiB, 0, 0, 1, 0};
     t["h200-1"] = h200_1;
     return t;
   }();

@@ -48,6 +48,16 @@ const char* attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::kCudnn ? "cudnn" : "flash2";
 }
 
+const char* moe_dispatcher_name(MoeDispatcher d) {
+  return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall";
+}
+
+MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field) {
+  if (s == "alltoall") return MoeDispatcher::kAllToAll;
+  if (s == "deepep") return MoeDispatcher::kDeepEp;
+  throw Error(field, "'" + s + "' is not one of alltoall|deepep");
+}
+
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {
   if (s == "flash2") return AttentionKernel::kFlash2;
   if (s == "cudnn") return AttentionKernel::kCudnn;
@@ -237,13 +247,16 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "precision",
                 "flash_attention",
                 "attention_kernel",
+                "fused_kernels",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
                 "ep_comm_overlap",
+                "moe_dispatcher",
                 "reshard",
                 "shard_degree",
                 "grad_reduce_dtype",
+                "optimizer_dtype",
                 "stage_layers",
                 "first_stage_layers",
                 "last_stage_layers",
@@ -292,14 +305,19 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.flash_attention = r.boolean_or("flash_attention", true);
   p.attention_kernel = parse_attention_kernel(r.string_or("attention_kernel", "flash2"),
                                               r.field("attention_kernel"));
+  p.fused_kernels = r.boolean_or("fused_kernels", true);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
   p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
   p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
+  p.moe_dispatcher =
+      parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
   p.grad_reduce_dtype =
       parse_dtype(r.string_or("grad_reduce_dtype", "fp32"), r.field("grad_reduce_dtype"));
+  p.optimizer_dtype =
+      parse_dtype(r.string_or("optimizer_dtype", "fp32"), r.field("optimizer_dtype"));
   if (r.has("stage_layers")) {
     for (const auto& [ipath, item] : r.array("stage_layers")) {
       if (!item->is_number_integer() || item->get<int64_t>() < 1 || item->get<int64_t>() > 100000)
@@ -345,8 +363,12 @@ Json plan_to_json(const Plan& p) {
   if (p.zero == 3) j["reshard"] = reshard_name(p.reshard);
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
   if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
+  if (p.optimizer_dtype != Dtype::kFp32) j["optimizer_dtype"] = dtype_name(p.optimizer_dtype);
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (p.ep_comm_overlap) j["ep_comm_overlap"] = true;
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
+    j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
+  if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

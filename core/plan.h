@@ -31,11 +31,18 @@ enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
 // flash-attn package) or NVIDIA's cuDNN fused attention (Transformer Engine's default on
 // Hopper, FlashAttention-3-class warp-specialised kernels). The same math; different speed.
 enum class AttentionKernel { kFlash2, kCudnn };
+// How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
+// "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
+// "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
+// forwarded inside the node over NVLink, in fp8 when the plan trains in fp8.
+enum class MoeDispatcher { kAllToAll, kDeepEp };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* reshard_name(Reshard r);
 const char* attention_kernel_name(AttentionKernel k);
+const char* moe_dispatcher_name(MoeDispatcher d);
+MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field);
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
@@ -78,6 +85,10 @@ struct Plan {
   // group, then all-reduced across groups). 0 = the whole group.
   int shard_degree = 0;
   Dtype grad_reduce_dtype = Dtype::kFp32;  // dtype gradients are reduced in (Megatron: fp32)
+  // Optimizer state: fp32 master weights and AdamW moments (Megatron, DeepSpeed, FSDP mixed
+  // precision), or bf16: the bf16 weights are the master and the moments and gradients are bf16
+  // (torch.optim.Adam on a bf16 model, as NeMo AutoModel's MoE benchmarks run).
+  Dtype optimizer_dtype = Dtype::kFp32;
   int micro_batch = 1;
   int global_batch = 1;  // sequences per optimizer step
   int64_t seq_len = 0;   // 0 = model.seq_len
@@ -88,6 +99,11 @@ struct Plan {
   Dtype precision = Dtype::kBf16;  // math and activation dtype (fp32 master weights otherwise)
   bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
   AttentionKernel attention_kernel = AttentionKernel::kFlash2;  // which fused kernel
+  // Element-wise work (norms, activation, rotary embedding) in fused kernels (Megatron,
+  // Transformer Engine, torch.compile) or op by op as PyTorch eager runs a model's Python code
+  // (RMSNorm as upcast, pow, mean, rsqrt, mul, downcast, mul; SwiGLU as silu then mul; RoPE in
+  // complex fp32): each op one more pass through HBM.
+  bool fused_kernels = true;
   bool overlap_grad_reduce = true;   // data-parallel gradient reduction overlapped with backward
   bool overlap_param_gather = true;  // ZeRO parameter gathers overlapped with compute
   // Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): TP/SP all-gathers and
@@ -96,6 +112,7 @@ struct Plan {
   // Megatron-Core --overlap-moe-expert-parallel-comm (1F1B all-to-all overlap, DeepSeek's
   // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
   bool ep_comm_overlap = false;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

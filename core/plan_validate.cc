@@ -161,6 +161,13 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                                            "group (= " +
                                            s(p.expert_dp()) + ")");
   }
+  if (p.optimizer_dtype != Dtype::kFp32 && p.optimizer_dtype != Dtype::kBf16)
+    throw Error("plan.optimizer_dtype",
+                std::string(dtype_name(p.optimizer_dtype)) + " must be fp32 or bf16");
+  if (p.optimizer_dtype == Dtype::kBf16 && p.precision != Dtype::kBf16)
+    throw Error("plan.optimizer_dtype",
+                std::string("bf16 optimizer state keeps bf16 weights; the precision is ") +
+                    dtype_name(p.precision));
   if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16 &&
       p.grad_reduce_dtype != Dtype::kFp16)
     throw Error("plan.grad_reduce_dtype",

@@ -29,8 +29,11 @@ Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p) 
 }
 }  // namespace
 
-ErrorStats error_stats(const std::vector<AccuracyRow>& rows) {
+ErrorStats error_stats(const std::vector<AccuracyRow>& all) {
   ErrorStats s;
+  std::vector<AccuracyRow> rows;
+  for (const AccuracyRow& row : all)
+    if (row.judged) rows.push_back(row);
   s.runs = static_cast<int>(rows.size());
   if (rows.empty()) return s;
   for (const AccuracyRow& row : rows) {
@@ -65,12 +68,15 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
     rr.allow_only({"id",           "src",        "source", "family",   "framework",  "cluster",
                    "cluster_note", "gpus",       "model",  "preset",   "plan",       "time_s",
                    "derived",      "derivation", "raw",    "inferred", "confidence", "note",
-                   "visible",      "precision",  "mfu"});
+                   "visible",      "precision",  "mfu",    "judged",   "judged_why"});
     PublishedRun p;
     p.id = rr.string_or("id", rpath);
     p.source = rr.string_or("src", rr.string_or("source", ""));
     p.family = rr.string_or("family", suite_family);
     p.time_s = rr.number("time_s", 1e-9, 1e9);
+    p.judged = rr.boolean_or("judged", true);
+    if (!p.judged && rr.string_or("judged_why", "").empty())
+      throw Error(rr.field("judged_why"), "is required when judged is false (say why)");
     if (rr.has("preset") && rr.has("model"))
       throw Error(rr.field("preset"), "give either preset or model, not both");
     if (rr.has("preset")) {
@@ -113,6 +119,7 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
     row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
     row.device_memory_bytes = pr.device_memory_bytes;
     row.fits = pr.fits;
+    row.judged = run.judged;
     if (by_family.find(row.family) == by_family.end()) rep.families.push_back({row.family, {}});
     by_family[row.family].push_back(row);
     rep.rows.push_back(std::move(row));
@@ -152,7 +159,8 @@ Json accuracy_to_json(const AccuracyReport& r) {
                     {"mfu", row.mfu},
                     {"memory_per_gpu_bytes", row.memory_per_gpu_bytes},
                     {"device_memory_bytes", row.device_memory_bytes},
-                    {"fits", row.fits}});
+                    {"fits", row.fits},
+                    {"judged", row.judged}});
   Json families = Json::object();
   for (const FamilyStats& f : r.families) families[f.family] = stats_to_json(f.stats);
   Json j = {{"runs", rows}, {"families", families}, {"overall", stats_to_json(r.overall)}};

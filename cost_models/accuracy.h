@@ -25,9 +25,12 @@ struct AccuracyRow {
   double memory_per_gpu_bytes = 0;  // predicted peak device memory of the busiest rank
   double device_memory_bytes = 0;
   bool fits = true;  // predicted to fit in device (and host) memory; every published run ran
+  // False for a run the suite keeps in view but leaves out of the statistics (its "judged":
+  // false names why: e.g. a schedule the source does not publish that decides the step).
+  bool judged = true;
 };
 
-// Error statistics of a set of rows.
+// Error statistics of a set of rows (the judged ones).
 struct ErrorStats {
   int runs = 0;
   double mean_abs_error = 0;
@@ -72,6 +75,7 @@ struct PublishedRun {
   int gpus = 0;
   Plan plan;
   double time_s = 0;
+  bool judged = true;
 };
 
 // Reads a suite: {"family"?, "defaults"?: {"model", "plan"}, "runs" | "points": [{"id", "src",

@@ -104,15 +104,17 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
   return t;
 }
 
-double adam_bytes_per_param(Dtype dtype) {
+double adam_bytes_per_param(Dtype dtype, Dtype state) {
+  if (state == Dtype::kBf16) return 4 * 2 + 3 * 2;  // read w, g, m, v; write w, m, v (bf16)
   // read: master (4), grad (4), m (4), v (4); write: master, m, v (12); low-precision copy.
   double b = 16 + 12;
   if (dtype != Dtype::kFp32) b += dtype_bytes(dtype);
   return b;
 }
 
-double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params) {
-  return memory_time(dev, prof, params * adam_bytes_per_param(dtype));
+double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params,
+                      Dtype state) {
+  return memory_time(dev, prof, params * adam_bytes_per_param(dtype, state));
 }
 
 }  // namespace parasol::cost

@@ -42,9 +42,11 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
                                const AttnShape& a);
 
 // Bytes an AdamW step moves per parameter: fp32 master, grad, two moments read, three written,
-// plus the low-precision weight copy written (when `dtype` is not fp32).
-double adam_bytes_per_param(Dtype dtype);
+// plus the low-precision weight copy written (when `dtype` is not fp32); with a bf16 optimizer
+// `state` (Plan::optimizer_dtype) the bf16 weights, gradient and moments: 4 read, 3 written.
+double adam_bytes_per_param(Dtype dtype, Dtype state = Dtype::kFp32);
 // Seconds for an AdamW step over `params` parameters held on the device.
-double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params);
+double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params,
+                      Dtype state = Dtype::kFp32);
 
 }  // namespace parasol::cost

@@ -18,7 +18,9 @@ extern const char kErrorBandsJson[];
 namespace {
 
 bool is_a100(const std::string& device) { return device == "A100-80G" || device == "A100-40G"; }
-bool is_hopper(const std::string& device) { return device == "H100-SXM" || device == "H200"; }
+bool is_hopper(const std::string& device) {
+  return device == "H100-SXM" || device == "H100-SXM-96G-500W" || device == "H200";
+}
 
 const FamilyBand* find(const ErrorBands& bands, const std::string& family) {
   for (const FamilyBand& b : bands)

@@ -6,8 +6,10 @@
 // Rules (error_band()):
 //  - Families a plan draws on: "moe" when the model has routed experts, "long-seq-cp" when
 //    plan.cp > 1, "zero3-fsdp" when plan.zero == 3; when none of these applies, the dense family
-//    of its device: "h100-dense" on H100-SXM and H200, "dense-3d-a100" on A100-80G and A100-40G.
-//  - Unvalidated: a device other than A100-80G, A100-40G, H100-SXM and H200; any offload; a
+//    of its device: "h100-dense" on H100-SXM (and its 96 GiB 500 W variant) and H200,
+//    "dense-3d-a100" on A100-80G and A100-40G.
+//  - Unvalidated: a device other than A100-80G, A100-40G, H100-SXM(-96G-500W) and H200; any
+//  offload; a
 //    family it draws on with no runs in the bands.
 //  - Half-width (a fraction of the step time): the largest rms_error among the families the
 //    plan draws on; for an unvalidated plan, the largest rms_error of all families.

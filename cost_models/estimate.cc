@@ -17,6 +17,7 @@
 
 #include "core/layer_shapes.h"
 #include "cost_models/compute.h"
+#include "cost_models/host_link.h"
 
 namespace parasol::cost {
 
@@ -38,6 +39,8 @@ Plan dense_layout_plan(const Plan& p) {
   q.etp = 0;
   return q;
 }
+
+int up_cols_of(const Model& m) { return m.activation == Activation::kSwiglu ? 2 : 1; }
 
 double ddp_bucket_params(int dp) { return std::max(4.0e7, 1.0e6 * dp); }
 
@@ -62,7 +65,15 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
       cluster_(cluster),
       profile_(std::move(profile)),
       device_(cluster.gpu_device(0)),
-      host_bw_(cluster.host_link_bw(0) * profile_.host_copy_efficiency) {
+      host_bw_(host_copy_bandwidth(cluster, profile_, 0)) {
+  // A GPU's PCIe link to its switch also carries its NIC's GPUDirect RDMA traffic: the share of
+  // the link a busy NIC takes from host copies.
+  auto hp = cluster.host_path(0);
+  const double gpu_link = hp.first.empty() ? 0 : cluster.graph[hp.first.front().edge].bw;
+  if (cluster.num_servers() > 1 && gpu_link > 0) {
+    const int other = cluster.gpus_on_server(1).front();
+    nic_share_of_pcie_ = std::min(1.0, cluster.bottleneck_bw(0, other) / gpu_link);
+  }
   for (int l = 0; l < model_.layers; ++l) {
     const int kind = (model_.is_moe_layer(l) ? 2 : 0) + (model_.is_windowed_layer(l) ? 1 : 0);
     if (kind_layer_[kind] < 0) kind_layer_[kind] = l;
@@ -253,7 +264,18 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     lp.forward += memory_time(d, f, bytes);
     lp.backward += memory_time(d, f, 2 * bytes);
   };
-  auto norm = [&](double width) { elementwise(2 * eb * Tn * width); };
+  // Norms read and write the activations once fused; PyTorch eager's RMSNorm upcasts, squares,
+  // averages, scales, downcasts and multiplies op by op: 4 eb + 28 bytes an element (torchtitan's
+  // RMSNorm; LayerNorm is one ATen kernel even in eager).
+  const bool eager = !p.fused_kernels;
+  const double norm_bytes = eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb;
+  auto norm = [&](double width) { elementwise(norm_bytes * Tn * width); };
+  // The activation of an MLP of `width` on `rows` tokens: fused, read the fc1 output(s), write
+  // the product; eager SwiGLU runs silu, then the multiply (5 eb an element).
+  auto activation = [&](double rows, double width) {
+    const double per = eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
+    elementwise(per * rows * width);
+  };
   auto residual = [&]() { elementwise((3 * eb + drop) * Tn * h); };
 
   // Megatron's f and g operators of one block: under SP an all-gather before the
@@ -315,6 +337,14 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     if (s.split == Split::kRow) row_attn = g;
   }
   for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
+  // Rotary embeddings on Q and K: a fused kernel reads and writes them (Megatron's and TE's
+  // RoPE fusion, torch.compile); eager PyTorch upcasts to complex fp32, multiplies and casts
+  // back (2 eb + 16 bytes an element).
+  if (!m.learned_positions) {
+    const double rotary = m.mla.enabled() ? static_cast<double>(m.heads) * m.head_dim + m.head_dim
+                                          : static_cast<double>(m.q_dim() + m.kv_dim());
+    elementwise((eager ? 2 * eb + 16 : 2 * eb) * T * rotary / t);
+  }
   AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
                                 seq / p.cp, seq, p.flash_attention);
   a.kernel = p.attention_kernel;
@@ -336,10 +366,15 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
                                 : 2.0 * m.kv_dim() / t;
     const double kv_bytes = eb * T * kv_width;
     const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
-    const double steps = p.cp - 1;
+    // A windowed layer runs only the ring steps its window reaches: this rank's chunk and the
+    // ceil((window - 1) / chunk) before it (as the lowering does).
+    const int64_t chunk = seq / p.cp;
+    const double ring = a.window > 0 ? std::min<double>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk)
+                                     : p.cp;
+    const double steps = ring - 1;
     const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
-    lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / p.cp);
-    lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / p.cp) + step;
+    lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
+    lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
     lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
   }
 
@@ -357,7 +392,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
       column_mlp.dgrad += g.dgrad;
       column_mlp.wgrad += g.wgrad;
       tp_mlp = true;
-      elementwise((up_cols + 1) * eb * static_cast<double>(T) * s.out / up_cols / t);
+      activation(static_cast<double>(T), static_cast<double>(s.out) / up_cols / t);
     }
     if (s.split == Split::kRow) row_mlp = g;
   }
@@ -366,8 +401,9 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     // expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
     // whose experts/ep local experts run as grouped GEMMs split etp ways.
     const int64_t etp = p.expert_tp();
-    const bool shard_tokens = sp || etp != t;
-    const double tokens = shard_tokens ? Tn : static_cast<double>(T);
+    // Under Megatron's expert grid a rank routes its 1/tp of the TP group's tokens (its
+    // sequence shard, or a slice of the replicated rows without SP).
+    const double tokens = etp != t ? static_cast<double>(T) / t : sp ? Tn : static_cast<double>(T);
     const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
     const int local = std::max(1, m.moe.experts / p.ep);
     elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
@@ -384,8 +420,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
         lp.backward += fp8_quantize_time(d, f, routed * out);
       }
       fwd_flops += 2.0 * routed * in * out;
-      if (s.split == Split::kColumn)
-        elementwise((up_cols + 1) * eb * routed * s.out / up_cols / etp);
+      if (s.split == Split::kColumn) activation(routed, static_cast<double>(s.out) / up_cols / etp);
     }
     elementwise(2 * eb * routed * h);  // permute and un-permute
     // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
@@ -394,7 +429,20 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     if (p.ep > 1) {
       const GroupModel& ep =
           etp != t ? extra_group_model(p, ExtraGroup::kExpertParallel) : group_model(p, Group::kEp);
-      const double bytes = eb * tokens * m.moe.top_k * h;
+      double bytes = eb * tokens * m.moe.top_k * h;
+      if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1) {
+        // DeepEP sends a token once per remote node holding one of its experts (and forwards
+        // it inside the node over NVLink): with balanced routing of top_k of E experts spread
+        // over N nodes, a remote node gets none of them with probability
+        // C(E - E/N, k) / C(E, k), against top_k (N - 1) / N copies per token without it.
+        const double n = ep.nodes(), e = m.moe.experts, k = m.moe.top_k;
+        double none = 1;
+        for (int i = 0; i < m.moe.top_k; ++i) none *= std::max(0.0, (e - e / n - i) / (e - i));
+        bytes *= (n - 1) * (1 - none) / (k * (n - 1) / n);
+        // It dispatches in fp8 when the plan trains in fp8; the combine and the backward's two
+        // exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes.
+        if (p.precision == Dtype::kFp8) bytes *= 0.875;
+      }
       const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
       // Dispatch and combine, forward and backward.
       if (p.ep_comm_overlap) {
@@ -443,7 +491,9 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   const int flags = (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
                     (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
                     (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
-                    (stage == 0 ? 32 : 0) | (stage == p.pp - 1 ? 64 : 0);
+                    (stage == 0 ? 32 : 0) | (stage == p.pp - 1 ? 64 : 0) |
+                    (p.fused_kernels ? 128 : 0) |
+                    (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 256 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),
@@ -637,7 +687,23 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
 
   // After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
   // that takes longest.
-  const double host_bw = host_bw_;
+  // Host copies share the GPU's PCIe link with its NIC: while inter-server communication runs
+  // (the data-parallel traffic of a group that spans servers, exposed or hidden), copies get
+  // what the NIC leaves.
+  double nic_busy = 0;
+  if (p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
+    RankLayout layout(dense_layout_plan(p));
+    const std::vector<int> g = layout.group(Group::kDpCp, 0);
+    bool spans = false;
+    for (int r : g) spans = spans || cluster_.server_of(r) != cluster_.server_of(g[0]);
+    if (spans) {
+      const DataParallel& dp0 = dps[crit];
+      const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) +
+                          dp0.per_step + dp0.per_step_hidden;
+      nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
+    }
+  }
+  const double host_bw = host_bw_ * (1 - nic_busy * nic_share_of_pcie_);
   double tail = 0;
   TimeBreakdown tail_parts;
   for (int s = 0; s < p.pp; ++s) {
@@ -658,7 +724,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
       const double up = shard_params * w_bytes / host_bw;
       t.offload += overlap(down, bwd, layers).first + shard_params / cpu_rate + up;
     } else {
-      t.optimizer = optimizer_time(d, f, p.precision, shard_params);
+      t.optimizer = optimizer_time(d, f, p.precision, shard_params, p.optimizer_dtype);
     }
     if (p.offload.params) {
       // Weights streamed in per layer for the forward, the backward and any recompute.

@@ -51,13 +51,16 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     return per * eb * rows * ffn / parts;
   };
   if (moe_layer) {
-    const double routed = tokens * m.moe.top_k;
-    bytes += 4.0 * tokens * m.moe.experts;  // router probabilities (fp32)
-    bytes += eb * routed * h / sp;          // dispatched tokens (expert FC1 input)
-    // Routed experts' intermediates: the rank's routed tokens over its etp share of an expert.
+    // The router runs on the rank's sequence shard. With experts split tp ways (etp = tp) the
+    // TP group's tokens are gathered, so every rank holds all T x top_k routed rows over 1/tp of
+    // each expert; with Megatron's expert grid (etp != tp) a rank routes its 1/tp of them over
+    // 1/etp of each expert.
     const double etp = p.expert_tp();
-    bytes += etp == t ? mlp(routed / sp, static_cast<double>(m.moe.expert_ffn), t)
-                      : mlp(routed / sp, static_cast<double>(m.moe.expert_ffn), etp);
+    const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
+    const double router_tokens = etp != t ? tokens / t : tokens / sp;
+    bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
+    bytes += eb * routed * h;                    // dispatched tokens (expert FC1 input)
+    bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     if (m.moe.shared_experts > 0)
       bytes += mlp(tokens, static_cast<double>(m.moe.shared_width()), t);
   } else {
@@ -183,7 +186,11 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   MemoryBreakdown mb;
   const StageParams params = stage_params_of(m, pc, p, stage);
   const bool low = p.precision != Dtype::kFp32;
-  const double w_bytes = low ? 2 : 4, g_bytes = 4, o_bytes = low ? 12 : 8;
+  // Optimizer state per parameter: fp32 master (when the weights are low precision) and two
+  // AdamW moments; pure bf16: two bf16 moments, bf16 gradients.
+  const bool pure_bf16 = p.optimizer_dtype == Dtype::kBf16;
+  const double w_bytes = low ? 2 : 4, g_bytes = pure_bf16 ? 2 : 4;
+  const double o_bytes = pure_bf16 ? 4 : low ? 12 : 8;
   const double dense_shard = p.dense_shard_ranks();
   const double expert_shard = p.expert_shard_ranks();
   auto sharded = [&](double bytes_per_param, bool shard) {

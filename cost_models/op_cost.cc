@@ -2,6 +2,7 @@
 // the placement caches of groups and pipeline links.
 #include "cost_models/op_cost.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "cost_models/compute.h"
+#include "cost_models/host_link.h"
 
 namespace parasol::cost {
 
@@ -315,7 +317,7 @@ double OpPricer::host_bw(int stage) {
   if (it == places_.host_bw.end())
     it =
         places_.host_bw
-            .emplace(reps_[stage], cluster_.host_link_bw(reps_[stage]) * prof_.host_copy_efficiency)
+            .emplace(reps_[stage], host_copy_bandwidth(cluster_, prof_, reps_[stage]))
             .first;
   return it->second;
 }

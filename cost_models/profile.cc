@@ -1,6 +1,8 @@
 // Default profiles per device, with the public figure behind each number, and profile JSON I/O.
 #include "cost_models/profile.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace parasol::cost {
@@ -45,6 +47,9 @@ Profile default_profile(const DeviceSpec& d) {
   // H100's 132 SMs for an all-gather, NVIDIA developer forum measurement, about 18%).
   p.collective_step_latency_s = 0;
   p.overlap_compute_slowdown = 0.19;
+  // STREAM triad on two-socket servers reaches ~0.7-0.75 of the DRAM peak (AMD EPYC 7742:
+  // ~300 of 409.6 GB/s; Intel Xeon 8480: ~450 of 614 GB/s; vendors' STREAM reports).
+  p.host_memory_efficiency = 0.73;
   // Error bands: the residuals of the accuracy suites (tools/update-error-bands.sh).
   p.error_bands = embedded_error_bands();
   // Sustained tensor-core work runs at the power-saturated clock: the Maximum Sustainable
@@ -73,7 +78,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.77, 0.77, 0.78, 0.92, 0.8, 0.5};
     // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step).
     p.nccl = nccl_defaults("ampere", "amd");
-  } else if (d.name == "H100-SXM" || d.name == "H200") {
+  } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W") {
     // Burst GEMM efficiency (MAMF table, stas00/ml-engineering): H100 SXM bf16 794.5 of 989
     // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
     p.gemm_efficiency = 0.803;
@@ -92,6 +97,12 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX H100/H200: Intel Xeon Platinum 8480C hosts.
     p.nccl = nccl_defaults("hopper", "intel");
+    if (d.tdp_watts < 700) {
+      // A power-limited H100 sustains a lower clock. Dynamic power scales about as the cube of
+      // the clock (P ~ f V^2 with V ~ f along the DVFS curve), so a 500 W limit sustains
+      // (500/700)^(1/3) = 0.894 of the 700 W part's saturated clock: 0.85 x 0.894 = 0.76.
+      p.sustained_clock = 0.85 * std::cbrt(d.tdp_watts / 700.0);
+    }
   } else if (d.name == "B200") {
     // MAMF table: B200 SXM bf16 1745.0 of 2250 (0.776), fp8 3432.5 of 4500 (0.763); the
     // sustained clock ratio measured on B200 is 0.815.
@@ -229,6 +240,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
+                "host_memory_efficiency",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -259,6 +271,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   p.overlap_compute_slowdown =
       r.number_or("overlap_compute_slowdown", p.overlap_compute_slowdown, 0, 1);
   p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
+  p.host_memory_efficiency =
+      r.number_or("host_memory_efficiency", p.host_memory_efficiency, 1e-3, 1);
   p.cudnn_forward_efficiency =
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
@@ -312,6 +326,7 @@ Json profile_to_json(const Profile& p) {
             {"host_copy_efficiency", p.host_copy_efficiency},
             {"overlap_compute_slowdown", p.overlap_compute_slowdown},
             {"sustained_clock", p.sustained_clock},
+            {"host_memory_efficiency", p.host_memory_efficiency},
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
             {"host_adam_params_per_s", p.host_adam_params_per_s},

@@ -88,6 +88,8 @@ struct Profile {
 
   // Host <-> device copies (offload): fraction of the host link's bandwidth.
   double host_copy_efficiency = 0.8;
+  // Fraction of a CPU socket's DRAM bandwidth that copies into host memory reach.
+  double host_memory_efficiency = 0.73;
   // CPU Adam throughput of one server's host (parameters/s), shared by its GPUs. ZeRO-Offload
   // (Ren et al. 2021, Table 3): DeepSpeed CPU-Adam updates 1B parameters in ~0.55 s.
   double host_adam_params_per_s = 1.8e9;

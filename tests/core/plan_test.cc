@@ -301,6 +301,17 @@ TEST(PlanValidate, ExpertTensorParallelLikeMegatron) {
   ExpectInvalid(dense, llama8b(), h100(32), "plan.etp", "the model has no experts");
 }
 
+TEST(PlanValidate, OptimizerDtype) {
+  Plan p = degrees(8, 1, 2);
+  p.optimizer_dtype = Dtype::kBf16;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.precision = Dtype::kFp8;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.optimizer_dtype", "keeps bf16 weights");
+  p.precision = Dtype::kBf16;
+  p.optimizer_dtype = Dtype::kFp16;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.optimizer_dtype", "must be fp32 or bf16");
+}
+
 TEST(PlanValidate, GradReduceDtype) {
   Plan p = degrees(8, 1, 2);
   p.grad_reduce_dtype = Dtype::kFp8;
@@ -479,6 +490,9 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.etp, b.etp);
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
+  EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
+  EXPECT_EQ(a.optimizer_dtype, b.optimizer_dtype);
+  EXPECT_EQ(a.fused_kernels, b.fused_kernels);
   EXPECT_EQ(a.model_ref, b.model_ref);
   EXPECT_EQ(a.cluster_ref, b.cluster_ref);
   EXPECT_EQ(a.gpus_ref, b.gpus_ref);
@@ -537,6 +551,9 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.etp = 1;
   p.ep_comm_overlap = true;
   p.attention_kernel = AttentionKernel::kCudnn;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  p.optimizer_dtype = Dtype::kBf16;
+  p.fused_kernels = false;
   p.stage_layers = {7, 9, 9, 7};
   Json j = plan_to_json(p);
   EXPECT_EQ(j["reshard"], "after_step");
@@ -564,6 +581,8 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.grad_reduce_dtype", "int8");
   ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
               "plan.attention_kernel", "'fa4' is not one of flash2|cudnn");
+  ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
+              "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
 }
 
 TEST(PlanJson, Defaults) {

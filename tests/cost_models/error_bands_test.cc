@@ -46,6 +46,9 @@ TEST(ErrorBandFamilies, DenseFamilyFollowsTheDevice) {
             Families{"h100-dense"});
   EXPECT_EQ(band_families(dense, cluster_preset("dgx-h200", 8), plan(8, 1, 2)),
             Families{"h100-dense"});
+  // Meta's Grand Teton H100s (96 GiB at 500 W) are H100s the h100-dense suite measures.
+  EXPECT_EQ(band_families(dense, cluster_preset("grand-teton-h100", 8), plan(8, 1, 0)),
+            Families{"h100-dense"});
   EXPECT_EQ(band_families(dense, cluster_preset("dgx-b200", 8), plan(8, 1, 0)), Families{});
 }
 

@@ -1,0 +1,267 @@
+// Tests the framework semantics and physical effects of the closed-form estimate
+// (cost_models/estimate.h, memory.h): ZeRO stages as the frameworks run them (Megatron's
+// distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3 reshard modes, HSDP), TP communication
+// overlap, the overlap slowdown, DeepEP's deduplicated dispatch, expert tensor parallelism,
+// bf16 optimizer state, and host memory as a limit of offloading. Each figure is worked from
+// independently priced collectives or counted bytes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/rank_layout.h"
+#include "cost_models/collective.h"
+#include "cost_models/estimate.h"
+#include "cost_models/memory.h"
+
+namespace parasol::cost {
+namespace {
+
+Estimate run(const Model& m, const Cluster& c, const Plan& p, const Profile* prof = nullptr) {
+  validate(p, m, c);
+  return estimate(m, c, p, prof ? *prof : default_profile(c.gpu_device(0)));
+}
+
+// Llama-style 8-layer model, data parallel over 16 H100s on 2 servers, nothing overlapped so
+// that the data-parallel time is the sum of its collectives.
+class DataParallelSemantics : public ::testing::Test {
+ protected:
+  Model m = llama_model("dp-test", 8, 4096, 32, 8, 14336, 32000, 4096);
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan plan(int zero, int micro_batches = 4) const {
+    Plan p;
+    p.dp = 16;
+    p.micro_batch = 1;
+    p.global_batch = 16 * micro_batches;
+    p.zero = zero;
+    p.overlap_grad_reduce = false;
+    p.overlap_param_gather = false;
+    p.grad_reduce_dtype = Dtype::kBf16;  // gradients and parameters move the same bytes
+    return p;
+  }
+};
+
+TEST_F(DataParallelSemantics, DistributedOptimizerReducesOncePerStepZero2EveryMicroBatch) {
+  // Megatron's distributed optimizer (ZeRO-1) reduce-scatters the accumulated gradients once
+  // per step; DeepSpeed ZeRO-2 keeps only a gradient shard, so it reduce-scatters every
+  // micro-batch. Both gather the updated parameters once. With 4 micro-batches ZeRO-2 moves
+  // 3 more reduce-scatters: dp(z2) - dp(z1) = 3 x reduce-scatter = 3 x (dp(z1) / 2).
+  const double z1 = run(m, c, plan(1)).time.dp_comm;
+  const double z2 = run(m, c, plan(2)).time.dp_comm;
+  EXPECT_GT(z1, 0);
+  EXPECT_NEAR(z2 - z1, 3 * z1 / 2, 1e-9 * z2);
+  // A Megatron run described as "ZeRO-2" (MegaScale) entered as --zero 2 would pay that.
+  EXPECT_GT(run(m, c, plan(2, 8)).step_time_s, run(m, c, plan(1, 8)).step_time_s);
+}
+
+TEST_F(DataParallelSemantics, Zero3ReshardModesCountTheirGathers) {
+  // Per layer, per micro-batch: after_forward gathers twice (forward, backward) and reduces once;
+  // after_backward gathers once; after_step gathers and reduces once per step. Gathers and
+  // reduce-scatters of the same bytes cost the same on a ring.
+  const int mb = 4;
+  Plan p = plan(3, mb);
+  p.reshard = Reshard::kAfterForward;
+  const double fwd = run(m, c, p).time.dp_comm;
+  p.reshard = Reshard::kAfterBackward;
+  const double bwd = run(m, c, p).time.dp_comm;
+  p.reshard = Reshard::kAfterStep;
+  const double step = run(m, c, p).time.dp_comm;
+  EXPECT_NEAR(fwd / bwd, 1.5, 1e-9);
+  EXPECT_NEAR(bwd / step, mb, 1e-6 * mb);
+}
+
+TEST_F(DataParallelSemantics, HsdpReduceScattersInsideTheServerAndAllReducesAcross) {
+  // shard_degree 8: shards inside a server, replicas across the two servers. Once per step
+  // (after_step, nothing overlapped): per layer a gather and a reduce-scatter over the 8 GPUs
+  // of a server, and an all-reduce of the 1/8 shard between the two replicas.
+  Plan p = plan(3, 1);
+  p.reshard = Reshard::kAfterStep;
+  p.shard_degree = 8;
+  const Estimate e = run(m, c, p);
+  const Profile prof = default_profile(c.gpu_device(0));
+  RankLayout layout(p);
+  std::vector<std::vector<int>> shards, replicas;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int> g;
+    for (int i = 0; i < 8; ++i) g.push_back(8 * s + i);
+    shards.push_back(g);
+  }
+  for (int i = 0; i < 8; ++i) replicas.push_back({i, 8 + i});
+  GroupModel shard(c, prof, shards[0], shards, false),
+      replica(c, prof, replicas[0], replicas, false);
+  // Stage parameters per layer: the dense layer, and the embedding and head spread evenly over
+  // the layers by the per-layer units (the estimate's FSDP units).
+  const StageParams sp = stage_params(m, p, 0);
+  const double per_layer = sp.dense / m.layers * 2;  // bf16 bytes
+  const double expected = m.layers * (shard.cost(Collective::kAllGather, per_layer).time_s +
+                                      shard.cost(Collective::kReduceScatter, per_layer).time_s +
+                                      replica.cost(Collective::kAllReduce, per_layer / 8).time_s);
+  EXPECT_NEAR(e.time.dp_comm, expected, 1e-9 * expected);
+  // Full sharding over both servers moves the shards through the NICs instead.
+  Plan full = p;
+  full.shard_degree = 0;
+  EXPECT_NE(run(m, c, full).time.dp_comm, e.time.dp_comm);
+}
+
+TEST(TpSemantics, CommOverlapHidesTpCollectivesBehindTheirGemmsAndSlowsThem) {
+  Model m = model_preset("llama3-70b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.tp = 8;
+  p.sequence_parallel = true;
+  p.micro_batch = 1;
+  p.global_batch = 1;
+  p.seq_len = 8192;
+  const Estimate plain = run(m, c, p);
+  p.tp_comm_overlap = true;
+  const Estimate ub = run(m, c, p);
+  EXPECT_LT(ub.time.tp_comm, 0.5 * plain.time.tp_comm);
+  EXPECT_GT(ub.time.overlap, plain.time.overlap);
+  EXPECT_LT(ub.step_time_s, plain.step_time_s);
+}
+
+TEST(OverlapSlowdown, IsTheProfileFractionOfTheHiddenCommunication) {
+  // Same plan, slowdown 0 and 0.19: the step differs by exactly the overlap term.
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 64);
+  Plan p;
+  p.dp = 64;
+  p.zero = 3;
+  p.micro_batch = 1;
+  p.global_batch = 64;
+  Profile off = default_profile(c.gpu_device(0)), on = off;
+  off.overlap_compute_slowdown = 0;
+  on.overlap_compute_slowdown = 0.19;
+  const Estimate a = run(m, c, p, &off), b = run(m, c, p, &on);
+  EXPECT_EQ(a.time.overlap, 0);
+  EXPECT_GT(b.time.overlap, 0);
+  EXPECT_NEAR(b.step_time_s - a.step_time_s, b.time.overlap, 1e-9 * b.step_time_s);
+}
+
+TEST(MoeSemantics, DeepEpDeduplicatesCopiesToRemoteNodes) {
+  // 64 experts, top-8, ep 16 over 2 servers: a remote server holds 32 experts, and gets none
+  // of a token's 8 with probability C(32, 8) / C(64, 8); DeepEP sends one copy per remote server
+  // holding any, against 8 x 1/2 copies per token without it.
+  Model m = model_preset("mixtral-8x7b");
+  m.moe.experts = 64;
+  m.moe.top_k = 8;
+  Cluster two = cluster_preset("dgx-h100", 16), one = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 16;
+  p.ep = 16;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  const double a2a = run(m, two, p).time.ep_comm;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  const double deepep = run(m, two, p).time.ep_comm;
+  double none = 1;
+  for (int i = 0; i < 8; ++i) none *= (32.0 - i) / (64.0 - i);
+  const double ratio = (1 - none) / (8 * 0.5);
+  EXPECT_LT(deepep, a2a);
+  EXPECT_NEAR(deepep / a2a, ratio, 0.05);  // bandwidth-bound all-to-alls (latency aside)
+  // Inside one server there is nothing to deduplicate.
+  Plan q = p;
+  q.dp = q.ep = 8;
+  q.global_batch = 8;
+  const double local_deepep = run(m, one, q).time.ep_comm;
+  q.moe_dispatcher = MoeDispatcher::kAllToAll;
+  EXPECT_DOUBLE_EQ(local_deepep, run(m, one, q).time.ep_comm);
+}
+
+TEST(MoeSemantics, ExpertTensorParallelismSplitsExpertsEtpWays) {
+  // tp 2 with etp 1 (Megatron's MoE parallel folding): each expert whole on a rank, ep 16 over
+  // the 2 x 8 ranks; with etp = tp = 2 and ep 8 the same experts per rank are split in two.
+  Model m = model_preset("mixtral-8x7b");
+  m.moe.experts = 16;
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan folded;
+  folded.tp = 2;
+  folded.dp = 8;
+  folded.ep = 16;
+  folded.etp = 1;
+  folded.sequence_parallel = true;
+  folded.micro_batch = 1;
+  folded.global_batch = 8;
+  Plan split = folded;
+  split.ep = 8;
+  split.etp = 0;
+  validate(folded, m, c);
+  validate(split, m, c);
+  const double expert_params = static_cast<double>(param_counts(m).expert_mlp) * m.layers;
+  EXPECT_NEAR(stage_params(m, folded, 0).expert, expert_params * 16 / 16 / 1, 1);
+  EXPECT_NEAR(stage_params(m, split, 0).expert, expert_params * 16 / 8 / 2, 1);
+  EXPECT_EQ(folded.expert_dp(), 1);
+  EXPECT_EQ(split.expert_dp(), 1);
+  EXPECT_GT(run(m, c, folded).step_time_s, 0);
+}
+
+TEST(MemorySemantics, Bf16OptimizerStateIsFourBytesAParameter) {
+  // fp32 master and moments (12 bytes a parameter) against bf16 moments on bf16 weights (4),
+  // and bf16 gradients (2 instead of 4).
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  const MemoryBreakdown a = memory_per_rank(m, c, p);
+  p.optimizer_dtype = Dtype::kBf16;
+  const MemoryBreakdown b = memory_per_rank(m, c, p);
+  const double params = stage_params(m, p, 0).total();
+  EXPECT_NEAR(a.optimizer, 12 * params, 1);
+  EXPECT_NEAR(b.optimizer, 4 * params, 1);
+  EXPECT_NEAR(b.gradients, 2 * params, 1);
+  EXPECT_DOUBLE_EQ(a.weights, b.weights);
+}
+
+TEST(MemorySemantics, ReshardModesHoldWhatTheyKeep) {
+  // ZeRO-3 over 8 ranks: after_forward holds the shard (and two gathered layers in flight);
+  // after_backward the whole stage's weights; after_step also its unsharded gradients.
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.zero = 3;
+  const double params = stage_params(m, p, 0).total();
+  const MemoryBreakdown fwd = memory_per_rank(m, c, p, 0);
+  EXPECT_NEAR(fwd.weights, 2 * params / 8, 1);
+  p.reshard = Reshard::kAfterBackward;
+  const MemoryBreakdown bwd = memory_per_rank(m, c, p, 0);
+  EXPECT_NEAR(bwd.weights, 2 * params, 1);
+  p.reshard = Reshard::kAfterStep;
+  const MemoryBreakdown step = memory_per_rank(m, c, p, 0);
+  EXPECT_NEAR(step.weights, 2 * params, 1);
+  EXPECT_NEAR(step.gradients - fwd.gradients, 4 * params, 1);  // fp32 gradient accumulators
+}
+
+TEST(HostMemory, OffloadBeyondTheServersHostMemoryDoesNotFit) {
+  // GPT-3 175B on one 8-GPU server with 256 GiB of host memory: offloading the optimizer state
+  // (12 bytes a parameter, ~2.1 TB over the server) cannot fit, though the GPUs could hold
+  // what stays; with 4 TiB of host memory it fits.
+  Model m = model_preset("gpt3-175b");
+  auto server = [](double host_gib) {
+    return cluster_from_json({{"generator", "rail"},
+                              {"gpus", 8},
+                              {"device", "H200"},
+                              {"gpus_per_server", 8},
+                              {"host_memory_GiB", host_gib}});
+  };
+  Plan p;
+  p.tp = 8;
+  p.recompute = Recompute::kFull;
+  p.offload.optimizer = true;
+  p.offload.params = true;
+  p.global_batch = 1;
+  const Cluster small = server(256), big = server(4096);
+  const Estimate a = run(m, small, p), b = run(m, big, p);
+  EXPECT_GT(a.host_memory_per_server_bytes, a.host_memory_capacity_bytes);
+  EXPECT_FALSE(a.fits);
+  EXPECT_LE(b.host_memory_per_server_bytes, b.host_memory_capacity_bytes);
+  EXPECT_LE(b.memory_per_gpu_bytes, b.device_memory_bytes);
+  EXPECT_TRUE(b.fits);
+}
+
+}  // namespace
+}  // namespace parasol::cost
