@@ -211,12 +211,20 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
   return bytes / it->second.first + it->second.second;
 }
 
+namespace {
+// The plan's switches a layer's price depends on, as bits of the price caches' keys.
+int price_flags(const Plan& p) {
+  return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
+         (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
+         (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) | (p.fused_kernels ? 32 : 0) |
+         (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0);
+}
+}  // namespace
+
 // One layer of kind (moe_layer, windowed) for one micro-batch on one rank.
 const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
-  const int flags =
-      (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0);
   auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
-                             moe_layer, static_cast<int>(p.precision), flags, windowed, 0);
+                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0);
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 
@@ -488,12 +496,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   const int full = p.full_recompute_layers(layers);
   // Plans of a search share stages: look the price up by everything it depends on.
-  const int flags = (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
-                    (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
-                    (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
-                    (stage == 0 ? 32 : 0) | (stage == p.pp - 1 ? 64 : 0) |
-                    (p.fused_kernels ? 128 : 0) |
-                    (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 256 : 0);
+  const int flags =
+      price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),

@@ -1,6 +1,8 @@
 // `parasol accuracy SUITE.json...`: published vs predicted step times, per run, per family and
 // overall (mean |error|, signed bias, max), and whether every published run is predicted to fit;
-// --write-bands FILE writes the per-family statistics as error bands (cost_models/error_bands.h).
+// --write-bands FILE writes the per-family statistics as error bands (cost_models/error_bands.h);
+// --profile-set and --plan-set change one term of the model or one switch of every published plan
+// (tools/json_settings.h) to measure what it does to each family (tools/term-effects.sh).
 #include "cost_models/accuracy.h"
 
 #include <fstream>
@@ -14,14 +16,15 @@
 #include "sim/engine.h"
 #include "tools/commands.h"
 #include "tools/format.h"
+#include "tools/json_settings.h"
 
 namespace parasol::tools {
 
 namespace {
 // The event simulator as a predictor: lower the plan, play it, memory from the liveness of the
 // busiest stage plus the runtime's own memory (cost::runtime_overhead_bytes).
-cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p) {
-  const cost::Profile prof = cost::default_profile(c.gpu_device(0));
+cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
+                                     const cost::Profile& prof) {
   sim::SimResult r = sim::simulate(m, c, lower(m, c, p), prof, false);
   cost::Prediction out;
   out.step_time_s = r.step_time_s;
@@ -34,6 +37,37 @@ cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Pla
   out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
   out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
   return out;
+}
+
+cost::Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
+                                     const cost::Profile& prof) {
+  cost::Estimate e = cost::estimate(m, c, p, prof);
+  return {e.step_time_s, e.mfu, e.memory_per_gpu_bytes, e.device_memory_bytes, e.fits};
+}
+
+// The predictor with the settings applied: the device's default profile with --profile-set, the
+// published plan with --plan-set (kept as published where the setting makes it invalid for the
+// run, e.g. a dispatcher on a dense model).
+cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_set,
+                              std::vector<std::string> plan_set) {
+  return [=](const Model& m, const Cluster& c, const Plan& published) {
+    cost::Profile prof = cost::default_profile(c.gpu_device(0));
+    if (!profile_set.empty())
+      prof = cost::profile_from_json(
+          with_settings(cost::profile_to_json(prof), profile_set, "accuracy.profile_set"),
+          "accuracy.profile_set");
+    Plan p = published;
+    if (!plan_set.empty()) {
+      Json j = with_settings(plan_to_json(published), plan_set, "accuracy.plan_set");
+      try {
+        Plan changed = plan_from_json(j, "accuracy.plan_set");
+        validate(changed, m, c);
+        p = changed;
+      } catch (const Error&) {
+      }
+    }
+    return simulate ? simulate_prediction(m, c, p, prof) : estimate_prediction(m, c, p, prof);
+  };
 }
 
 void print_stats(const std::string& name, const cost::ErrorStats& s) {
@@ -56,6 +90,14 @@ Runner add_accuracy(CLI::App& app) {
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_flag("--simulate", *simulate,
                 "predict with the event simulator (lowered Programs) instead of the estimate");
+  auto profile_set = std::make_shared<std::vector<std::string>>();
+  auto plan_set = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--profile-set", *profile_set,
+                  "change the device profile of every run: KEY=VALUE or KEY*=FACTOR, KEY a "
+                  "'/'-path into the profile JSON (`parasol show profile`); repeatable");
+  cmd->add_option("--plan-set", *plan_set,
+                  "change every published plan: KEY=VALUE, KEY a plan JSON field; plans the "
+                  "change makes invalid stay as published; repeatable");
   cmd->add_option("--write-bands", *write_bands,
                   "write the per-family error bands of these suites to this JSON file "
                   "(tools/update-error-bands.sh: cost_models/error_bands.json)");
@@ -66,7 +108,8 @@ Runner add_accuracy(CLI::App& app) {
       runs.insert(runs.end(), more.begin(), more.end());
     }
     cost::Predictor predictor;
-    if (*simulate) predictor = simulate_prediction;
+    if (*simulate || !profile_set->empty() || !plan_set->empty())
+      predictor = set_predictor(*simulate, *profile_set, *plan_set);
     cost::AccuracyReport r = cost::run_accuracy(runs, predictor);
     if (!write_bands->empty()) {
       std::ofstream f(*write_bands);

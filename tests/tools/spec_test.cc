@@ -12,26 +12,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/tools/run_parasol.h"
+
 #include "core/error.h"
 
 namespace parasol::tools {
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(PARASOL_BIN) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using testing_cli::Result;
+using testing_cli::run;
 
 std::string temp_path(const std::string& name) {
   return (testing::TempDir().empty() ? std::string("/tmp/") : testing::TempDir()) + name;
