@@ -62,6 +62,7 @@ double Estimator::StagePrice::slot() const {
 
 Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile)
     : model_(model),
+      param_counts_(param_counts(model)),
       cluster_(cluster),
       profile_(std::move(profile)),
       device_(cluster.gpu_device(0)),
@@ -553,22 +554,29 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   return sp;
 }
 
-// Data-parallel synchronisation of one stage: exposed and hidden seconds per micro-batch
-// (ZeRO-2/3 traffic inside every micro-batch) and per step (after the pipeline).
-struct Estimator::DataParallel {
-  double per_micro_batch = 0, per_micro_batch_hidden = 0;
-  double per_step = 0, per_step_hidden = 0;
-};
-
 Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage, const StagePrice& sp) {
-  DataParallel out;
-  const StageParams params = stage_params(model_, p, stage);
+  const StageParams params = stage_params(model_, param_counts_, p, stage);
   const int layers = std::max(1, p.layers_in_stage(model_.layers, stage));
-  const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
-  const double g_bytes = dtype_bytes(p.grad_reduce_dtype);
   const int mb = p.micro_batches();
   // Compute windows of one micro-batch: forward, and backward with recompute.
   const double fwd = sp.forward, bwd = sp.backward + sp.recompute;
+  const DataParallelKey key{placement(p, 500),
+                            p.zero,
+                            static_cast<int>(p.reshard),
+                            (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
+                            static_cast<int>(p.grad_reduce_dtype),
+                            static_cast<int>(p.precision),
+                            mb,
+                            params.dense,
+                            params.expert,
+                            layers,
+                            fwd,
+                            bwd};
+  auto cached = data_parallel_.find(key);
+  if (cached != data_parallel_.end()) return cached->second;
+  DataParallel out;
+  const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double g_bytes = dtype_bytes(p.grad_reduce_dtype);
   auto add = [](double& exposed, double& hidden, std::pair<double, double> e) {
     exposed += e.first;
     hidden += e.second;
@@ -650,6 +658,7 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage, const
          hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
          hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
+  data_parallel_.emplace(key, out);
   return out;
 }
 
@@ -664,13 +673,25 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
 
   // Every distinct stage: uneven plans price each; even plans have at most three kinds (the
   // first with the embedding, the last with the head, the middle ones).
-  std::vector<StagePrice> stages(p.pp);
-  std::vector<DataParallel> dps(p.pp);
-  std::vector<double> slots(p.pp);
+  // Scratch buffers kept between evaluations (the search calls this millions of times).
+  std::vector<StagePrice>& stages = scratch_stages_;
+  std::vector<DataParallel>& dps = scratch_dps_;
+  stages.assign(p.pp, StagePrice{});
+  dps.assign(p.pp, DataParallel{});
+  e.stage_slot_s.assign(p.pp, 0.0);
+  std::vector<double>& slots = e.stage_slot_s;
+  // Stage s prices as stage s - 1 does: two middle stages of a model of identical layers with
+  // the same layer count in every virtual stage (all of them in an even plan; the middle ones
+  // when only the first and last stages' counts are set).
+  auto repeats_previous = [&](int s) {
+    if (s < 2 || s >= p.pp - 1 || m.is_moe() || m.sliding_window > 0) return false;
+    if (!p.uneven_stages()) return true;
+    for (int c = 0; c < p.chunks(); ++c)
+      if (p.layers_in_chunk(m.layers, s, c) != p.layers_in_chunk(m.layers, s - 1, c)) return false;
+    return true;
+  };
   for (int s = 0; s < p.pp; ++s) {
-    const bool same_as_previous =
-        !p.uneven_stages() && s >= 2 && s < p.pp - 1 && !m.is_moe() && m.sliding_window <= 0;
-    if (same_as_previous) {
+    if (repeats_previous(s)) {
       stages[s] = stages[s - 1];
       dps[s] = dps[s - 1];
     } else {
@@ -695,12 +716,8 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   // (the data-parallel traffic of a group that spans servers, exposed or hidden), copies get
   // what the NIC leaves.
   double nic_busy = 0;
-  if (p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
-    RankLayout layout(dense_layout_plan(p));
-    const std::vector<int> g = layout.group(Group::kDpCp, 0);
-    bool spans = false;
-    for (int r : g) spans = spans || cluster_.server_of(r) != cluster_.server_of(g[0]);
-    if (spans) {
+  if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
+    if (group_model(p, Group::kDpCp).nodes() > 1) {
       const DataParallel& dp0 = dps[crit];
       const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) +
                           dp0.per_step + dp0.per_step_hidden;
@@ -711,7 +728,8 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   double tail = 0;
   TimeBreakdown tail_parts;
   for (int s = 0; s < p.pp; ++s) {
-    const StageParams sp_params = stage_params(m, p, s);
+    if (repeats_previous(s)) continue;  // the same tail as the stage before
+    const StageParams sp_params = stage_params(m, param_counts_, p, s);
     const double shard_params = p.zero >= 1 ? sp_params.dense / p.dense_shard_ranks() +
                                                   sp_params.expert / p.expert_shard_ranks()
                                             : sp_params.total();
@@ -755,7 +773,6 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
     }
   }
 
-  e.stage_slot_s = slots;
   e.critical_stage = crit;
   const StagePrice& c = stages[crit];
   TimeBreakdown& tb = e.time;

@@ -123,10 +123,16 @@ class Estimator {
   StagePrice stage_price(const Plan& plan, int stage);
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
   double pp_transfer_time(const Plan& plan, double bytes);
-  struct DataParallel;
+  // Data-parallel synchronisation of one stage: exposed and hidden seconds per micro-batch
+  // (ZeRO-2/3 traffic inside every micro-batch) and per step (after the pipeline).
+  struct DataParallel {
+    double per_micro_batch = 0, per_micro_batch_hidden = 0;
+    double per_step = 0, per_step_hidden = 0;
+  };
   DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& sp);
 
   Model model_;
+  ParamCounts param_counts_;  // param_counts(model_), once
   const Cluster& cluster_;
   Profile profile_;
   DeviceSpec device_;
@@ -134,12 +140,24 @@ class Estimator {
   double nic_share_of_pcie_ = 0;  // NIC bandwidth / the GPU's PCIe link bandwidth
   // A layer index of each kind (dense/MoE x full/windowed attention), -1 when absent.
   std::array<int, 4> kind_layer_{-1, -1, -1, -1};
-  std::map<PlacementKey, std::unique_ptr<GroupModel>> groups_;
-  std::map<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
+  // The price caches, looked up on every evaluation (ordered maps: the tuple comparisons
+  // measured faster than hashing the keys in search_bench).
+  template <typename K, typename V>
+  using Cache = std::map<K, V>;
+  Cache<PlacementKey, std::unique_ptr<GroupModel>> groups_;
+  Cache<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
       layers_;
-  std::map<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
+  Cache<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
   using StageKey = std::tuple<PlacementKey, int, int64_t, int, int, int64_t, int, int, int>;
-  std::map<StageKey, StagePrice> stage_prices_;
+  Cache<StageKey, StagePrice> stage_prices_;
+  // data_parallel by everything it reads: the placement, the sharding switches (zero, reshard,
+  // overlap_grad_reduce | overlap_param_gather << 1, grad_reduce_dtype, precision), micro-batches,
+  // the stage's dense and expert parameters and layers, and its forward and backward windows.
+  using DataParallelKey =
+      std::tuple<PlacementKey, int, int, int, int, int, int, double, double, int, double, double>;
+  Cache<DataParallelKey, DataParallel> data_parallel_;
+  std::vector<StagePrice> scratch_stages_;  // estimate()'s per-stage prices
+  std::vector<DataParallel> scratch_dps_;   // and data-parallel times
 };
 
 // One-off convenience wrapper.

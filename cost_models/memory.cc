@@ -69,8 +69,7 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   return bytes;
 }
 
-namespace {
-StageParams stage_params_of(const Model& m, const ParamCounts& pc, const Plan& p, int stage) {
+StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, int stage) {
   const double t = p.tp;
   // One layer of each kind on this rank: the replicated parts (MLA's down-projections and
   // latent norms, the router) whole, the rest split tp ways; experts split etp ways and spread
@@ -107,10 +106,9 @@ StageParams stage_params_of(const Model& m, const ParamCounts& pc, const Plan& p
   }
   return sp;
 }
-}  // namespace
 
 StageParams stage_params(const Model& m, const Plan& p, int stage) {
-  return stage_params_of(m, param_counts(m), p, stage);
+  return stage_params(m, param_counts(m), p, stage);
 }
 
 double in_flight_micro_batches(const Plan& p, int stage) {
@@ -184,7 +182,7 @@ namespace {
 MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Cluster& c,
                                 const Plan& p, int stage) {
   MemoryBreakdown mb;
-  const StageParams params = stage_params_of(m, pc, p, stage);
+  const StageParams params = stage_params(m, pc, p, stage);
   const bool low = p.precision != Dtype::kFp32;
   // Optimizer state per parameter: fp32 master (when the weights are low precision) and two
   // AdamW moments; pure bf16: two bf16 moments, bf16 gradients.

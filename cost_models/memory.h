@@ -25,6 +25,8 @@ struct StageParams {
   double total() const { return dense + expert; }
 };
 StageParams stage_params(const Model& m, const Plan& p, int stage);
+// The same with the model's parameter counts (param_counts(m)) computed once by the caller.
+StageParams stage_params(const Model& m, const ParamCounts& counts, const Plan& p, int stage);
 
 // Micro-batches whose activations stage `stage` holds at its peak, in units of the whole
 // stage's activations (interleaved stages hold fractions of chunks).
