@@ -754,8 +754,16 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
       const double full_share = static_cast<double>(full) / layers;
       const double bytes = sp_params.total() * w_bytes / (p.zero >= 3 ? p.dense_shard_ranks() : 1);
       const double copy = bytes / host_bw;
-      t.offload += mb * (std::max(0.0, copy - stages[s].forward) +
-                         std::max(0.0, copy * (1 + full_share) - bwd));
+      // Under ZeRO-3 the shard comes in when the reshard policy gathers: every forward and
+      // backward (after_forward), every forward (after_backward), once per step (after_step).
+      const double fwd_copy = std::max(0.0, copy - stages[s].forward);
+      const double bwd_copy = std::max(0.0, copy * (1 + full_share) - bwd);
+      if (p.zero < 3 || p.reshard == Reshard::kAfterForward)
+        t.offload += mb * (fwd_copy + bwd_copy);
+      else if (p.reshard == Reshard::kAfterBackward)
+        t.offload += mb * fwd_copy;
+      else
+        t.offload += fwd_copy;
     }
     if (p.offload.activations) {
       double act = 0;

@@ -227,6 +227,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // the last stage; ZeRO-3 gathers.
   if (full_layers > 0) mb.transient += largest_layer;
   if (stage == p.pp - 1) mb.transient += (eb + 4) * tokens * m.vocab / p.tp;
+  // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
+  // as the reshard policy says (below); without it the stage's weights, streamed per layer.
+  const double layer_fraction = std::min(1.0, 2.0 / per_stage);
+  if (p.offload.params) {
+    const double kept = p.zero >= 3 ? 0 : mb.weights * layer_fraction;
+    mb.host += mb.weights - kept;
+    mb.weights = kept;
+  }
   if (p.zero >= 3) {
     const double gathered_stage = w_bytes * params.total();
     const double per_layer = gathered_stage / per_stage;
@@ -248,16 +256,11 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     }
   }
 
-  // Offload: moved state leaves the device (a double buffer of two layers stays).
-  const double layer_fraction = std::min(1.0, 2.0 / per_stage);
+  // Offloaded optimizer state and activations leave the device (a double buffer of two layers'
+  // activations stays).
   if (p.offload.optimizer) {
     mb.host += mb.optimizer;
     mb.optimizer = 0;
-  }
-  if (p.offload.params) {
-    double kept = mb.weights * layer_fraction;
-    mb.host += mb.weights - kept;
-    mb.weights = kept;
   }
   if (p.offload.activations) {
     double kept = std::min(mb.activations, 2 * stage_act / per_stage);

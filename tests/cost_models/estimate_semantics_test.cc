@@ -263,5 +263,35 @@ TEST(HostMemory, OffloadBeyondTheServersHostMemoryDoesNotFit) {
   EXPECT_TRUE(b.fits);
 }
 
+// Parameter offload under ZeRO-3 copies the shard in when the reshard policy gathers it: every
+// forward and backward of every micro-batch (after_forward), every forward (after_backward),
+// once per step (after_step); so the offload time falls in that order, and with one micro-batch
+// after_backward and after_step copy the same.
+TEST(Zero3ParamOffload, CopiesTheShardAsOftenAsTheReshardPolicyGathers) {
+  // Short sequences on two GPUs: half the weights come over PCIe per gather, more than the
+  // compute of a layer hides.
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 2);
+  Plan p;
+  p.dp = 2;
+  p.zero = 3;
+  p.offload.params = true;
+  p.recompute = Recompute::kFull;
+  p.micro_batch = 1;
+  p.seq_len = 256;
+  auto offload = [&](Reshard r, int gbs) {
+    Plan q = p;
+    q.reshard = r;
+    q.global_batch = gbs;
+    return run(m, c, q).time.offload;
+  };
+  const double fwd = offload(Reshard::kAfterForward, 8);
+  const double bwd = offload(Reshard::kAfterBackward, 8);
+  const double step = offload(Reshard::kAfterStep, 8);
+  EXPECT_GT(fwd, bwd);
+  EXPECT_GT(bwd, step);
+  EXPECT_NEAR(offload(Reshard::kAfterBackward, 2), offload(Reshard::kAfterStep, 2), 1e-12);
+}
+
 }  // namespace
 }  // namespace parasol::cost

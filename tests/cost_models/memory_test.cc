@@ -255,6 +255,27 @@ TEST_F(StateBytes, ParamAndActivationOffloadKeepLessOnDevice) {
   EXPECT_DOUBLE_EQ(off.host + off.weights + off.activations, on.weights + on.activations);
 }
 
+// ZeRO-3 with parameter offload: the host keeps the rank's shard (2 bytes a parameter over 8
+// ranks); what the reshard policy gathers stays on the device: two layers at a time when
+// resharded after each forward, the whole stage when kept for the backward or the step.
+TEST_F(StateBytes, Zero3ParamOffloadMovesTheShardAndKeepsWhatIsGathered) {
+  Plan p = base();
+  p.zero = 3;
+  p.offload.params = true;
+  const double n = params(p);
+  for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward, Reshard::kAfterStep}) {
+    p.reshard = r;
+    const MemoryBreakdown mb = memory_per_rank(m, c, p, 0);
+    EXPECT_DOUBLE_EQ(mb.host, 2 * n / 8) << reshard_name(r);
+    if (r == Reshard::kAfterForward) {
+      EXPECT_EQ(mb.weights, 0);
+      EXPECT_GT(mb.transient, 0);
+    } else {
+      EXPECT_DOUBLE_EQ(mb.weights, 2 * n) << reshard_name(r);
+    }
+  }
+}
+
 TEST_F(StateBytes, TotalIsTheSumOfTheDeviceParts) {
   Plan p = base();
   p.zero = 1;
