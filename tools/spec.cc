@@ -144,6 +144,18 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
             "TP/SP communication pipelined with the GEMMs (Megatron-Core --tp-comm-overlap)");
   bool_flag(cmd, o, "--ep-comm-overlap", "ep_comm_overlap", o.ep_comm_overlap,
             "expert all-to-all overlapped with another micro-batch's compute");
+  bool_flag(cmd, o, "--overlap-grad-reduce", "overlap_grad_reduce", o.overlap_grad_reduce,
+            "gradient reduction overlapped with the backward (Megatron --overlap-grad-reduce)");
+  bool_flag(cmd, o, "--overlap-param-gather", "overlap_param_gather", o.overlap_param_gather,
+            "parameter all-gather overlapped with the forward (Megatron --overlap-param-gather)");
+  cmd->add_option("--moe-dispatcher", o.moe_dispatcher,
+                  "MoE token dispatch: alltoall|deepep (Megatron --moe-token-dispatcher-type "
+                  "alltoall, or flex with DeepEP/HybridEP)");
+  cmd->add_option("--optimizer-dtype", o.optimizer_dtype,
+                  "dtype of the Adam moments (and master weights): fp32|bf16");
+  bool_flag(cmd, o, "--fused-kernels", "fused_kernels", o.fused_kernels,
+            "element-wise work in fused kernels (Megatron/TE, torch.compile); false: eager "
+            "PyTorch op by op");
   cmd->add_option("--rank-order", o.rank_order, "e.g. tp-cp-ep-dp-pp (first varies fastest)");
 }
 
@@ -191,6 +203,11 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("tp_comm_overlap", o.tp_comm_overlap);
   set("ep_comm_overlap", o.ep_comm_overlap);
   set("rank_order", o.rank_order);
+  set("overlap_grad_reduce", o.overlap_grad_reduce);
+  set("overlap_param_gather", o.overlap_param_gather);
+  set("moe_dispatcher", o.moe_dispatcher);
+  set("optimizer_dtype", o.optimizer_dtype);
+  set("fused_kernels", o.fused_kernels);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";
   for (const auto& [key, v] : o.raw) j[key] = v;

@@ -29,9 +29,11 @@ struct SpecOptions {
   std::optional<int> tp, pp, dp, cp, ep, vpp, zero, mbs, gbs, recompute_layers;
   std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp;
   std::optional<int64_t> seq;
-  std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap;
+  std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
+  std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, grad_reduce_dtype, attention_kernel;
+  std::optional<std::string> moe_dispatcher, optimizer_dtype;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
@@ -44,7 +46,9 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
 // --attention-kernel --rank-order --reshard --shard-degree --grad-reduce-dtype --tp-comm-overlap
-// --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers --etp. A boolean
+// --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers --etp
+// --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce
+// --overlap-param-gather. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
 void add_plan_flags(CLI::App* cmd, SpecOptions& o);
 void add_profile_flag(CLI::App* cmd, SpecOptions& o);

@@ -150,6 +150,11 @@ TEST(CliSpec, EachNewPlanFlagReachesThePlan) {
       {kTarget, "--attention-kernel cudnn", "attention_kernel", "cudnn"},
       {kMoeTarget, "--ep 4 --etp 1", "etp", 1},
       {kMoeTarget, "--ep 4 --ep-comm-overlap", "ep_comm_overlap", true},
+      {kMoeTarget, "--ep 4 --moe-dispatcher deepep", "moe_dispatcher", "deepep"},
+      {kTarget, "--optimizer-dtype bf16", "optimizer_dtype", "bf16"},
+      {kTarget, "--fused-kernels false", "fused_kernels", false},
+      {kTarget, "--overlap-grad-reduce false", "overlap_grad_reduce", false},
+      {kTarget, "--overlap-param-gather false", "overlap_param_gather", false},
   };
   for (const Case& c : cases) {
     const Json j = estimate_json(c.target + " " + c.flags);
@@ -239,6 +244,10 @@ TEST(CliSpec, BadValuesExitTwoNamingTheField) {
       {"--sp maybe", "plan.sp"},
       {"--tp-comm-overlap maybe", "plan.tp_comm_overlap"},
       {"--ep-comm-overlap 2", "plan.ep_comm_overlap"},
+      {"--moe-dispatcher nccl", "plan.moe_dispatcher"},
+      {"--optimizer-dtype int8", "plan.optimizer_dtype"},
+      {"--fused-kernels sometimes", "plan.fused_kernels"},
+      {"--overlap-grad-reduce 3", "plan.overlap_grad_reduce"},
       {"--flash-attention perhaps", "plan.flash_attention"},
       {"--pp 0", "plan.pp"},
       {"--pp 99999999999", "plan.pp"},
