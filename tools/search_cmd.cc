@@ -22,11 +22,24 @@ std::string band_cell(const cost::ErrorBand& b) {
   const size_t width = cell.size() - (b.validated ? 1 : 0);
   return cell + std::string(width < 11 ? 11 - width : 0, ' ');
 }
+// The sharding cell: the ZeRO stage, with ZeRO-3's reshard point (fwd: FSDP's per-layer
+// regather; bwd: kept to the backward; step: gathered once a step) and HSDP's shard group.
+std::string zero_cell(const Plan& p) {
+  std::string cell = std::to_string(p.zero);
+  if (p.zero >= 3)
+    cell += p.reshard == Reshard::kAfterForward    ? " fwd"
+            : p.reshard == Reshard::kAfterBackward ? " bwd"
+                                                   : " step";
+  if (p.zero >= 1 && p.shard_degree > 0) cell += " h" + std::to_string(p.shard_degree);
+  return cell;
+}
+
 void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
   const Plan& p = c.plan;
   const cost::Estimate& e = c.estimate;
-  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-12s %4d %4d %-10s %-14s %2d  %9s %s %10s %6s %9s\n",
+  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-3s %-12s %4d %4d %-10s %-14s %-10s %9s %s %10s %6s %9s\n",
               rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
+              p.tp_comm_overlap ? "on" : "off",
               p.schedule == Schedule::kInterleaved
                   ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
                   : schedule_name(p.schedule),
@@ -34,14 +47,16 @@ void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
               (std::string(recompute_name(p.recompute)) +
                (p.recompute_layers >= 0 ? ":" + std::to_string(p.recompute_layers) : ""))
                   .c_str(),
-              offload_name(p.offload).c_str(), p.zero, secs(e.step_time_s).c_str(),
+              offload_name(p.offload).c_str(), zero_cell(p).c_str(), secs(e.step_time_s).c_str(),
               band_cell(band).c_str(), count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(),
               gib(e.memory_per_gpu_bytes).c_str());
 }
 void print_header() {
   std::printf(
-      "%4s  %3s %3s %5s %3s %3s %-3s %-12s %4s %4s %-10s %-14s %2s  %9s %-11s %10s %6s %9s\n", "#",
-      "tp", "pp", "dp", "cp", "ep", "sp", "schedule", "mbs", "mb", "recompute", "offload", "z",
+      "%4s  %3s %3s %5s %3s %3s %-3s %-3s %-12s %4s %4s %-10s %-14s %-10s %9s %-11s %10s %6s "
+      "%9s\n",
+      "#", "tp", "pp", "dp", "cp", "ep", "sp", "tpo", "schedule", "mbs", "mb", "recompute",
+      "offload", "zero",
       "step", "band", "tokens/s", "MFU", "mem/GPU");
 }
 }  // namespace

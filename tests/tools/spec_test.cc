@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "tests/tools/run_parasol.h"
@@ -321,6 +322,43 @@ TEST(CliBand, SimulateAndSearchCarryTheBand) {
   r = run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(" band "), std::string::npos) << r.out;
+}
+
+// The search table names each plan's sharding as the frameworks do (ZeRO stage, ZeRO-3's reshard
+// point, HSDP's shard group) and whether TP communication overlaps, row for row as --json says.
+TEST(CliSearch, TableShowsReshardAndTpOverlapAsTheJsonDoes) {
+  const std::string target =
+      "search --model llama3-70b --cluster dgx-h100 --gpus 64 --gbs 512 --seq 8192 --top 10";
+  Result text = run(target);
+  Result json = run(target + " --json");
+  ASSERT_EQ(text.code, 0) << text.out;
+  ASSERT_EQ(json.code, 0) << json.out;
+  EXPECT_NE(text.out.find(" tpo "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" zero "), std::string::npos) << text.out;
+  const Json top = Json::parse(json.out)["top"];
+  ASSERT_EQ(top.size(), 10u);
+  std::vector<std::string> rows;
+  std::istringstream lines(text.out);
+  for (std::string line; std::getline(lines, line) && rows.size() < top.size();)
+    if (line.size() > 4 && line.find(" GiB") != std::string::npos &&
+        line.find_first_not_of(' ') < 4 && std::isdigit(static_cast<unsigned char>(line[3])))
+      rows.push_back(line);
+  ASSERT_EQ(rows.size(), top.size()) << text.out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Json& plan = top[i]["plan"];
+    // Columns: # tp pp dp cp ep sp tpo schedule mbs mb recompute offload zero [reshard] ...
+    std::vector<std::string> cells;
+    std::istringstream words(rows[i]);
+    for (std::string w; words >> w;) cells.push_back(w);
+    ASSERT_GT(cells.size(), 15u) << rows[i];
+    EXPECT_EQ(cells[7], plan.value("tp_comm_overlap", false) ? "on" : "off") << rows[i];
+    EXPECT_EQ(cells[13], std::to_string(plan["zero"].get<int>())) << rows[i];
+    if (plan["zero"].get<int>() == 3) {
+      const std::string r = plan["reshard"].get<std::string>();
+      EXPECT_EQ(cells[14], r == "after_forward" ? "fwd" : r == "after_backward" ? "bwd" : "step")
+          << rows[i];
+    }
+  }
 }
 
 }  // namespace
