@@ -18,6 +18,7 @@
 #include "core/layer_shapes.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
+#include "cost_models/moe_dispatch.h"
 
 namespace parasol::cost {
 
@@ -439,19 +440,13 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
       const GroupModel& ep =
           etp != t ? extra_group_model(p, ExtraGroup::kExpertParallel) : group_model(p, Group::kEp);
       double bytes = eb * tokens * m.moe.top_k * h;
-      if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1) {
-        // DeepEP sends a token once per remote node holding one of its experts (and forwards
-        // it inside the node over NVLink): with balanced routing of top_k of E experts spread
-        // over N nodes, a remote node gets none of them with probability
-        // C(E - E/N, k) / C(E, k), against top_k (N - 1) / N copies per token without it.
-        const double n = ep.nodes(), e = m.moe.experts, k = m.moe.top_k;
-        double none = 1;
-        for (int i = 0; i < m.moe.top_k; ++i) none *= std::max(0.0, (e - e / n - i) / (e - i));
-        bytes *= (n - 1) * (1 - none) / (k * (n - 1) / n);
-        // It dispatches in fp8 when the plan trains in fp8; the combine and the backward's two
-        // exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes.
-        if (p.precision == Dtype::kFp8) bytes *= 0.875;
-      }
+      bytes *= dispatcher_bytes_factor(m, p, ep.nodes());
+      // DeepEP dispatches in fp8 when the plan trains in fp8; the combine and the backward's
+      // two exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes (as the simulator
+      // prices the forward dispatch).
+      if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1 &&
+          p.precision == Dtype::kFp8)
+        bytes *= 0.875;
       const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
       // Dispatch and combine, forward and backward.
       if (p.ep_comm_overlap) {

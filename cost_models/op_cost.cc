@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
+#include "cost_models/moe_dispatch.h"
 
 namespace parasol::cost {
 
@@ -374,10 +375,23 @@ double OpPricer::price(const Op& op, int stage, bool host) {
     case OpKind::kGradNorm:
     case OpKind::kCast:
       return memory_time(dev, prof_, elementwise_bytes(op));
+    case OpKind::kAllToAll: {
+      // Expert all-to-alls move what the plan's dispatcher puts on the wire (DeepEP: one copy
+      // per remote node; its forward dispatch in fp8 when the plan trains in fp8).
+      const GroupModel& gm = group_model(stage, op.group);
+      double bytes = op.bytes;
+      if (op.group == Group::kEp) {
+        const double factor = dispatcher_bytes_factor(model_, plan_, gm.nodes());
+        bytes *= factor;
+        if (factor != 1.0 && plan_.precision == Dtype::kFp8 && op.tags.phase != Phase::kBackward &&
+            op.name.find("disp.a2a") != std::string::npos)
+          bytes *= 0.5;
+      }
+      return gm.cost(Collective::kAllToAll, bytes).time_s;
+    }
     case OpKind::kAllReduce:
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
-    case OpKind::kAllToAll:
     case OpKind::kBroadcast:
       return group_model(stage, op.group).cost(collective_of(op.kind), op.bytes).time_s;
     case OpKind::kSend: {

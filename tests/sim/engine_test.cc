@@ -19,6 +19,7 @@
 #include "cost_models/compute.h"
 #include "cost_models/estimate.h"
 #include "cost_models/host_link.h"
+#include "cost_models/moe_dispatch.h"
 #include "traces/trace.h"
 
 namespace parasol::sim {
@@ -726,6 +727,42 @@ TEST(EngineLowered, PlaysOneRepresentativePerStage) {
   // collectives.
   EXPECT_LT(r.sim.step_time_s, r.est.step_time_s);
   EXPECT_GT(r.sim.step_time_s, 0.85 * r.est.step_time_s);
+}
+
+// The simulator prices the expert all-to-alls as the plan's dispatcher moves them, as the
+// estimate does (cost_models/moe_dispatch.h): DeepEP across two servers sends fewer copies
+// (64 experts, top-8, ep 16: one copy per remote server holding any of a token's experts);
+// inside one server the two dispatchers cost the same.
+TEST(EngineDispatcher, DeepEpAllToAllsMoveWhatTheEstimateSays) {
+  Model m = model_preset("mixtral-8x7b");
+  m.layers = 4;
+  m.moe.experts = 64;
+  m.moe.top_k = 8;
+  const cost::Profile prof = cost::default_profile(device_spec("H100-SXM"));
+  auto ep_comm = [&](const Cluster& c, Plan p, MoeDispatcher d) {
+    p.moe_dispatcher = d;
+    const SimResult r = simulate(m, c, lower(m, c, p), prof, false);
+    return r.breakdown.exposed_comm[static_cast<int>(Group::kEp)];
+  };
+  Cluster two = cluster_preset("dgx-h100", 16), one = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 16;
+  p.ep = 16;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  const double a2a = ep_comm(two, p, MoeDispatcher::kAllToAll);
+  const double deepep = ep_comm(two, p, MoeDispatcher::kDeepEp);
+  ASSERT_GT(a2a, 0);
+  EXPECT_NEAR(deepep / a2a, cost::dispatcher_bytes_factor(m, [&] {
+                Plan q = p;
+                q.moe_dispatcher = MoeDispatcher::kDeepEp;
+                return q;
+              }(), 2), 0.05);  // bandwidth-bound all-to-alls (latency aside)
+  Plan local = p;
+  local.dp = local.ep = 8;
+  local.global_batch = 8;
+  EXPECT_DOUBLE_EQ(ep_comm(one, local, MoeDispatcher::kDeepEp),
+                   ep_comm(one, local, MoeDispatcher::kAllToAll));
 }
 
 }  // namespace

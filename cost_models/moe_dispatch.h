@@ -1,0 +1,19 @@
+// What the plan's MoE token dispatcher puts on the wire: the factor on the bytes of a plain
+// all-to-all (one copy per (token, routed expert) that lives on another rank). Used alike by the
+// closed-form estimate and by the event simulator's price of each expert all-to-all op.
+#pragma once
+
+#include "core/model.h"
+#include "core/plan.h"
+
+namespace parasol::cost {
+
+// DeepEP (Megatron's "flex" dispatcher with DeepEP/HybridEP) sends a token once per remote node
+// that holds one of its experts and forwards it inside the node over NVLink. With balanced
+// routing of top_k of E experts spread over N nodes, a remote node gets none of a token's
+// experts with probability C(E - E/N, k) / C(E, k); the plain all-to-all sends
+// top_k (N - 1) / N copies per token across nodes. Returns the ratio of the two (1 for the
+// plain all-to-all, or when the expert-parallel group sits in one node).
+double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes);
+
+}  // namespace parasol::cost

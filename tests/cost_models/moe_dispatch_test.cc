@@ -1,0 +1,50 @@
+// Tests of the MoE dispatcher's bytes on the wire (cost_models/moe_dispatch.h) against the
+// combinatorics done independently: the expected number of remote nodes a token's top_k experts
+// touch over the plain all-to-all's top_k (N - 1) / N copies.
+#include "cost_models/moe_dispatch.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace parasol::cost {
+namespace {
+
+// log C(n, k) through lgamma: an independent way to count the routings that miss a node.
+double log_choose(double n, double k) {
+  return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
+}
+
+Model moe(int experts, int top_k) {
+  Model m = model_preset("mixtral-8x7b");
+  m.moe.experts = experts;
+  m.moe.top_k = top_k;
+  return m;
+}
+
+TEST(DispatcherBytes, DeepEpSendsOneCopyPerRemoteNodeHoldingAnExpert) {
+  Plan p;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  // 8 experts, top-2, 2 nodes of 4 experts: a token misses the other node with probability
+  // C(4,2)/C(8,2) = 6/28, so DeepEP sends 22/28 copies against the plain 2 x 1/2 = 1.
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(8, 2), p, 2), 22.0 / 28.0, 1e-12);
+  for (int nodes : {2, 4, 8, 32}) {
+    const double e = 256, k = 8, per_node = e / nodes;
+    const double miss = std::exp(log_choose(e - per_node, k) - log_choose(e, k));
+    const double expected = (nodes - 1) * (1 - miss) / (k * (nodes - 1) / nodes);
+    EXPECT_NEAR(dispatcher_bytes_factor(moe(256, 8), p, nodes), expected, 1e-9) << nodes;
+    EXPECT_LT(dispatcher_bytes_factor(moe(256, 8), p, nodes), 1.0) << nodes;
+  }
+}
+
+TEST(DispatcherBytes, ThePlainAllToAllAndOneNodeMoveEveryCopy) {
+  Plan p;
+  EXPECT_EQ(dispatcher_bytes_factor(moe(256, 8), p, 8), 1.0);  // all-to-all dispatcher
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  EXPECT_EQ(dispatcher_bytes_factor(moe(256, 8), p, 1), 1.0);  // inside one node
+  // Top-1 routing has nothing to deduplicate.
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(64, 1), p, 4), 1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace parasol::cost
