@@ -20,6 +20,26 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 
+const char* recompute_module_name(RecomputeModule m) {
+  switch (m) {
+    case RecomputeModule::kCoreAttn:
+      return "core_attn";
+    case RecomputeModule::kMoeAct:
+      return "moe_act";
+    case RecomputeModule::kLayernorm:
+      return "layernorm";
+    case RecomputeModule::kMlaUpProj:
+      return "mla_up_proj";
+    case RecomputeModule::kMlp:
+      return "mlp";
+    case RecomputeModule::kMoe:
+      return "moe";
+    case RecomputeModule::kSharedExperts:
+      return "shared_experts";
+  }
+  return "?";
+}
+
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone:
@@ -243,6 +263,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "schedule",
                 "recompute",
                 "recompute_layers",
+                "recompute_modules",
                 "offload",
                 "precision",
                 "flash_attention",
@@ -286,6 +307,35 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                               r.field("schedule"));
   p.recompute = parse_recompute(r.string_or("recompute", "none"), r.field("recompute"));
   p.recompute_layers = static_cast<int>(r.integer_or("recompute_layers", -1, -1, 100000));
+  if (r.has("recompute_modules")) {
+    // A list of Megatron's names, or one comma-separated string of them.
+    std::vector<std::pair<std::string, std::string>> names;  // (path, name)
+    const Json& raw = r.raw("recompute_modules");
+    if (raw.is_string()) {
+      std::stringstream ss(raw.get<std::string>());
+      for (std::string n; std::getline(ss, n, ',');) names.emplace_back(r.field("recompute_modules"), n);
+    } else if (raw.is_array()) {
+      for (const auto& [ipath, item] : r.array("recompute_modules")) {
+        if (!item->is_string()) throw Error(ipath, "must be a string");
+        names.emplace_back(ipath, item->get<std::string>());
+      }
+    } else {
+      throw Error(r.field("recompute_modules"), "must be a list of module names");
+    }
+    p.recompute_modules = 0;
+    for (const auto& [path, name] : names) {
+      int found = -1;
+      for (int i = 0; i < kRecomputeModuleCount; ++i)
+        if (name == recompute_module_name(static_cast<RecomputeModule>(i))) found = i;
+      if (found < 0)
+        throw Error(path, "'" + name +
+                              "' is not one of core_attn|moe_act|layernorm|mla_up_proj|mlp|moe|"
+                              "shared_experts");
+      p.recompute_modules |= 1u << found;
+    }
+    if (p.recompute != Recompute::kSelective)
+      throw Error(r.field("recompute_modules"), "only applies to recompute selective");
+  }
   if (r.has("offload")) {
     const Json& o = r.raw("offload");
     if (o.is_string()) {
@@ -376,6 +426,14 @@ Json plan_to_json(const Plan& p) {
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
   if (p.etp > 0) j["etp"] = p.etp;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
+  if (p.recompute == Recompute::kSelective &&
+      p.recompute_modules != Plan{}.recompute_modules) {
+    Json modules = Json::array();
+    for (int i = 0; i < kRecomputeModuleCount; ++i)
+      if ((p.recompute_modules >> i) & 1u)
+        modules.push_back(recompute_module_name(static_cast<RecomputeModule>(i)));
+    j["recompute_modules"] = modules;
+  }
   if (!p.model_ref.empty()) j["model"] = p.model_ref;
   if (!p.cluster_ref.empty()) j["cluster"] = p.cluster_ref;
   if (p.gpus_ref > 0) j["gpus"] = p.gpus_ref;

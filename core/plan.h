@@ -27,6 +27,28 @@ enum class Recompute { kNone, kSelective, kFull };
 //                  accumulated unsharded and reduce-scattered once per step (torch.distributed
 //                  pipelining with FSDP2: torchtitan's and Llama 3's pipelines).
 enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
+// Megatron-Core's --recompute-modules under selective recompute (its names): what each layer
+// recomputes in the backward instead of keeping.
+//  core_attn:      the core attention (softmax(QK^T)V); with a fused kernel nothing is kept
+//                  anyway, so it only costs the recompute (Megatron's default);
+//  moe_act:        the routed experts' activation function (their FC2 input is not kept);
+//  layernorm:      the norms that are modules of their own (the pre-MLP norm of MoE layers;
+//                  Transformer Engine fuses the others into the linear after them);
+//  mla_up_proj:    MLA's up-projections and RoPE (the per-head Q, K, V are not kept);
+//  mlp:            the dense MLP (dense layers only);
+//  moe:            the whole MoE block: router, dispatch, experts, combine, shared experts;
+//  shared_experts: the shared experts of MoE layers.
+enum class RecomputeModule {
+  kCoreAttn,
+  kMoeAct,
+  kLayernorm,
+  kMlaUpProj,
+  kMlp,
+  kMoe,
+  kSharedExperts,
+};
+constexpr int kRecomputeModuleCount = 7;
+const char* recompute_module_name(RecomputeModule m);
 // The fused attention kernel family: FlashAttention-2 (PyTorch SDPA's flash backend, the
 // flash-attn package) or NVIDIA's cuDNN fused attention (Transformer Engine's default on
 // Hopper, FlashAttention-3-class warp-specialised kernels). The same math; different speed.
@@ -95,6 +117,9 @@ struct Plan {
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
   int recompute_layers = -1;  // -1 = all layers of a stage; k = the first k layers per stage
+  // Under selective recompute, the modules recomputed: a bit per RecomputeModule (Megatron's
+  // default: core_attn).
+  unsigned recompute_modules = 1u << static_cast<int>(RecomputeModule::kCoreAttn);
   Offload offload;
   Dtype precision = Dtype::kBf16;  // math and activation dtype (fp32 master weights otherwise)
   bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
@@ -134,6 +159,11 @@ struct Plan {
   int gpus() const { return tp * pp * dp * cp; }
   int micro_batches() const { return global_batch / (dp * micro_batch); }
   int64_t seq(const Model& m) const { return seq_len > 0 ? seq_len : m.seq_len; }
+  // Whether selective recompute recomputes module `m`.
+  bool recomputes(RecomputeModule m) const {
+    return recompute == Recompute::kSelective &&
+           ((recompute_modules >> static_cast<int>(m)) & 1u) != 0;
+  }
   // Layers recomputed fully per stage under kFull (all when recompute_layers < 0).
   int full_recompute_layers(int layers_per_stage) const;
   // Virtual stages per pipeline rank (vpp under the interleaved schedule, else 1).

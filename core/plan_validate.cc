@@ -179,6 +179,16 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.recompute_layers", s(p.recompute_layers) + " exceeds the " +
                                              s(p.max_layers_in_stage(m.layers)) +
                                              " layers of the largest stage");
+  // Recompute modules: those the model has.
+  if (p.recomputes(RecomputeModule::kMlaUpProj) && !m.mla.enabled())
+    throw Error("plan.recompute_modules", "mla_up_proj needs a model with MLA attention");
+  for (RecomputeModule r : {RecomputeModule::kMoeAct, RecomputeModule::kMoe,
+                            RecomputeModule::kSharedExperts})
+    if (p.recomputes(r) && !m.is_moe())
+      throw Error("plan.recompute_modules",
+                  std::string(recompute_module_name(r)) + " needs a model with MoE layers");
+  if (p.recomputes(RecomputeModule::kSharedExperts) && m.moe.shared_experts == 0)
+    throw Error("plan.recompute_modules", "shared_experts needs a model with shared experts");
   // Offload and precision.
   if (p.offload.any() && c.host_memory_per_gpu(0) <= 0)
     throw Error("plan.offload", offload_name(p.offload) +

@@ -136,6 +136,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--recompute", o.recompute, "none|selective|full");
   int_flag(cmd, o, "--recompute-layers", "recompute_layers", o.recompute_layers,
            "full recompute of the first k layers per stage");
+  cmd->add_option("--recompute-modules", o.recompute_modules,
+                  "selective recompute of these modules, comma list (Megatron's names): "
+                  "core_attn,moe_act,layernorm,mla_up_proj,mlp,moe,shared_experts");
   cmd->add_option("--offload", o.offload, "none or a comma list of optimizer,params,activations");
   cmd->add_option("--precision", o.precision, "fp32|bf16|fp16|fp8");
   bool_flag(cmd, o, "--flash-attention", "flash_attention", o.flash, "fused attention");
@@ -196,6 +199,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("last_stage_layers", o.last_stage_layers);
   set("recompute", o.recompute);
   set("recompute_layers", o.recompute_layers);
+  set("recompute_modules", o.recompute_modules);
   set("offload", o.offload);
   set("precision", o.precision);
   set("flash_attention", o.flash);

@@ -33,7 +33,7 @@ struct SpecOptions {
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, grad_reduce_dtype, attention_kernel;
-  std::optional<std::string> moe_dispatcher, optimizer_dtype;
+  std::optional<std::string> moe_dispatcher, optimizer_dtype, recompute_modules;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
@@ -47,7 +47,7 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
 // --attention-kernel --rank-order --reshard --shard-degree --grad-reduce-dtype --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers --etp
-// --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce
+// --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce --recompute-modules
 // --overlap-param-gather. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
 void add_plan_flags(CLI::App* cmd, SpecOptions& o);

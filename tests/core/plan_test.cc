@@ -401,6 +401,45 @@ TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_layers", "only applies to recompute full");
 }
 
+// Megatron's --recompute-modules: its names, as a list or a comma string, only under selective
+// recompute and only for modules the model has; the default is core_attn.
+TEST(PlanJson, RecomputeModulesByMegatronsNames) {
+  Plan d = plan_from_json(Json::parse(R"({"recompute": "selective"})"));
+  EXPECT_TRUE(d.recomputes(RecomputeModule::kCoreAttn));
+  EXPECT_FALSE(d.recomputes(RecomputeModule::kMlp));
+  Plan p = plan_from_json(
+      Json::parse(R"({"recompute": "selective", "recompute_modules": ["mla_up_proj", "mlp"]})"));
+  EXPECT_TRUE(p.recomputes(RecomputeModule::kMlaUpProj));
+  EXPECT_TRUE(p.recomputes(RecomputeModule::kMlp));
+  EXPECT_FALSE(p.recomputes(RecomputeModule::kCoreAttn));
+  Plan q = plan_from_json(
+      Json::parse(R"({"recompute": "selective", "recompute_modules": "layernorm,moe_act"})"));
+  EXPECT_TRUE(q.recomputes(RecomputeModule::kLayernorm));
+  EXPECT_TRUE(q.recomputes(RecomputeModule::kMoeAct));
+  EXPECT_EQ(plan_from_json(plan_to_json(q)).recompute_modules, q.recompute_modules);
+  Plan none = plan_from_json(Json::parse(R"({"recompute": "full"})"));
+  EXPECT_FALSE(none.recomputes(RecomputeModule::kCoreAttn));  // full is not selective
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "selective",
+                                                   "recompute_modules": ["mlp", "attn"]})")); },
+              "plan.recompute_modules[1]", "'attn' is not one of core_attn");
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute_modules": ["mlp"]})")); },
+              "plan.recompute_modules", "only applies to recompute selective");
+  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "selective",
+                                                   "recompute_modules": 3})")); },
+              "plan.recompute_modules", "list of module names");
+}
+
+TEST(PlanValidate, RecomputeModulesTheModelHas) {
+  Plan p = degrees(8, 2);
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMoeAct);
+  ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_modules", "moe_act needs a model with MoE");
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMlaUpProj);
+  ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_modules", "mla_up_proj needs a model");
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMlp);
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+}
+
 TEST(PlanValidate, RecomputeLayersAtMostLayersPerStage) {
   Plan p = degrees(8, 2);
   p.recompute = Recompute::kFull;
@@ -474,6 +513,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.schedule, b.schedule);
   EXPECT_EQ(a.recompute, b.recompute);
   EXPECT_EQ(a.recompute_layers, b.recompute_layers);
+  EXPECT_EQ(a.recompute_modules, b.recompute_modules);
   EXPECT_EQ(a.offload, b.offload);
   EXPECT_EQ(a.precision, b.precision);
   EXPECT_EQ(a.flash_attention, b.flash_attention);
@@ -562,7 +602,7 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   q.pp = 16;
   q.first_stage_layers = 7;
   q.last_stage_layers = 7;
-  ExpectSamePlan(q, plan_from_json(plan_to_json(q)));
+  EXPECT_EQ(plan_from_json(plan_to_json(q)).recompute_modules, q.recompute_modules);
 }
 
 TEST(PlanJsonErrors, NewFields) {
