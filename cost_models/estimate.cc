@@ -216,10 +216,11 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 namespace {
 // The plan's switches a layer's price depends on, as bits of the price caches' keys.
 int price_flags(const Plan& p) {
+  const int modules = p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
   return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
          (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
          (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) | (p.fused_kernels ? 32 : 0) |
-         (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0);
+         (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) | (modules << 12);
 }
 }  // namespace
 
@@ -335,10 +336,27 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   norm(static_cast<double>(h));
   const Linears attn = attention_linears(m);
   Gemm column_attn, row_attn;
+  // What each of Megatron's recompute modules re-runs (forward seconds and FLOPs, communication
+  // on the compute path included): MLA's up-projections and RoPE, the pre-MLP norm, the MLP
+  // block (dense MLP, or the whole MoE block), the experts' activation, the shared experts.
+  struct Part {
+    double time = 0, flops = 0;
+  };
+  Part mla_up, norm2, mlp_block, moe_act, shared;
+  auto mark = [&]() { return Part{lp.forward, fwd_flops}; };
+  auto since = [&](const Part& at) { return Part{lp.forward - at.time, fwd_flops - at.flops}; };
+  auto add_to = [](Part& into, const Part& p) {
+    into.time += p.time;
+    into.flops += p.flops;
+  };
   for (const LinearShape& s : attn) {
     // Replicated linears (MLA's down-projections) act on the rank's sequence shard.
     const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
+    const Part at = mark();
     Gemm g = linear(s, rows, t);
+    if (m.mla.enabled() && (std::string_view(s.name) == "q_up" ||
+                            std::string_view(s.name) == "q" || std::string_view(s.name) == "kv_up"))
+      add_to(mla_up, since(at));
     if (s.split == Split::kColumn) {
       column_attn.fwd += g.fwd;
       column_attn.dgrad += g.dgrad;
@@ -353,7 +371,9 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   if (!m.learned_positions) {
     const double rotary = m.mla.enabled() ? static_cast<double>(m.heads) * m.head_dim + m.head_dim
                                           : static_cast<double>(m.q_dim() + m.kv_dim());
+    const Part at = mark();
     elementwise((eager ? 2 * eb + 16 : 2 * eb) * T * rotary / t);
+    if (m.mla.enabled()) add_to(mla_up, since(at));
   }
   AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
                                 seq / p.cp, seq, p.flash_attention);
@@ -389,14 +409,20 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   }
 
   // --- MLP block
+  const Part before_norm2 = mark();
   norm(static_cast<double>(h));
+  norm2 = since(before_norm2);
+  const Part before_mlp = mark();
+  const double ep_before = lp.ep_forward;
   const int64_t up_cols = m.activation == Activation::kSwiglu ? 2 : 1;
   const Linears mlp = mlp_linears(m, std::max(0, layer));
   Gemm column_mlp, row_mlp;
   bool tp_mlp = false;
   for (const LinearShape& s : mlp) {
     const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
+    const Part at = mark();
     Gemm g = linear(s, rows, t);
+    const bool shared_part = moe_layer && std::string_view(s.name) != "router";
     if (s.split == Split::kColumn) {
       column_mlp.fwd += g.fwd;
       column_mlp.dgrad += g.dgrad;
@@ -405,6 +431,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
       activation(static_cast<double>(T), static_cast<double>(s.out) / up_cols / t);
     }
     if (s.split == Split::kRow) row_mlp = g;
+    if (shared_part) add_to(shared, since(at));
   }
   if (moe_layer) {
     // Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
@@ -430,7 +457,11 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
         lp.backward += fp8_quantize_time(d, f, routed * out);
       }
       fwd_flops += 2.0 * routed * in * out;
-      if (s.split == Split::kColumn) activation(routed, static_cast<double>(s.out) / up_cols / etp);
+      if (s.split == Split::kColumn) {
+        const Part at = mark();
+        activation(routed, static_cast<double>(s.out) / up_cols / etp);
+        add_to(moe_act, since(at));
+      }
     }
     elementwise(2 * eb * routed * h);  // permute and un-permute
     // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
@@ -462,9 +493,37 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
       }
     }
   }
+  mlp_block = since(before_mlp);
+  mlp_block.time += lp.ep_forward - ep_before;  // the block's exposed forward all-to-alls
   residual();
+  const double tp_before = lp.tp_forward;
   if (tp_mlp) tp_block(column_mlp, row_mlp);
+  mlp_block.time += lp.tp_forward - tp_before;  // and its forward TP communication
   lp.forward_flops = fwd_flops;
+
+  // Selective recompute: what the plan's modules re-run in the backward (as the lowering does,
+  // core/lower.h).
+  if (p.recomputes(RecomputeModule::kCoreAttn)) {
+    lp.selective_recompute += lp.attention_forward;
+    lp.selective_recompute_flops += lp.attention_flops;
+  }
+  std::vector<Part> rerun;
+  if (p.recomputes(RecomputeModule::kMlaUpProj)) rerun.push_back(mla_up);
+  if (moe_layer) {
+    if (p.recomputes(RecomputeModule::kLayernorm)) rerun.push_back(norm2);
+    if (p.recomputes(RecomputeModule::kMoe)) {
+      rerun.push_back(mlp_block);
+    } else {
+      if (p.recomputes(RecomputeModule::kMoeAct)) rerun.push_back(moe_act);
+      if (p.recomputes(RecomputeModule::kSharedExperts)) rerun.push_back(shared);
+    }
+  } else if (p.recomputes(RecomputeModule::kMlp)) {
+    rerun.push_back(mlp_block);
+  }
+  for (const Part& r : rerun) {
+    lp.selective_recompute += r.time;
+    lp.selective_recompute_flops += r.flops;
+  }
   return layers_.emplace(key, lp).first->second;
 }
 
@@ -523,10 +582,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
     // the attention core (selective) for the rest when selected.
     sp.recompute_flops += full_share * n * lp.forward_flops;
-    if (p.recompute == Recompute::kSelective) {
-      sp.recompute += n * lp.attention_forward;
-      sp.recompute_flops += n * lp.attention_flops;
-    }
+    sp.recompute += (1 - full_share) * n * lp.selective_recompute;
+    sp.recompute_flops += (1 - full_share) * n * lp.selective_recompute_flops;
   }
   sp.recompute += full_share * (fwd_layers + recompute_comm);
   // The embedding on the first stage, the output layer and loss on the last.

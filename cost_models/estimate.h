@@ -76,6 +76,9 @@ struct LayerPrice {
   double ep_forward = 0, ep_backward = 0;  // exposed expert all-to-all
   double ep_hidden = 0;
   double forward_flops = 0, attention_flops = 0;  // executed FLOPs
+  // Re-run in the backward under selective recompute by the plan's modules (Plan::recomputes):
+  // forward seconds (with the communication on their path) and FLOPs.
+  double selective_recompute = 0, selective_recompute_flops = 0;
 };
 
 class Estimator {

@@ -23,6 +23,12 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   const double sp = p.sequence_parallel ? t : 1.0;  // split of the norm/dropout regions
   const double h = static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) return eb * tokens * h / sp;  // the layer input only
+  // Selective recompute keeps none of what the plan's modules recompute
+  // (Plan::recompute_modules; core_attn by default).
+  auto recomputed = [&](RecomputeModule module) {
+    return recompute == Recompute::kSelective &&
+           ((p.recompute_modules >> static_cast<int>(module)) & 1u) != 0;
+  };
 
   double bytes = 0;
   bytes += 2 * eb * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
@@ -31,26 +37,31 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double latents =
         static_cast<double>(m.mla.q_lora_rank) + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim;
     bytes += eb * tokens * latents / sp;
-    bytes += eb * tokens * (2.0 * m.q_dim() + m.heads * m.v_head_dim()) / t;
+    if (!recomputed(RecomputeModule::kMlaUpProj))
+      bytes += eb * tokens * (2.0 * m.q_dim() + m.heads * m.v_head_dim()) / t;
   } else {
     bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
   }
   bytes += eb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
-  } else if (recompute != Recompute::kSelective) {
+  } else if (!recomputed(RecomputeModule::kCoreAttn)) {
     double scores = static_cast<double>(p.micro_batch) * (m.heads / t) *
                     (static_cast<double>(p.seq(m)) / p.cp) * p.seq(m);
     bytes += scores * (m.dropout ? 2 * eb + 1 : eb);  // softmax out (+ dropout mask and output)
   }
   const double masks = m.dropout ? 2 * tokens * h / sp : 0;  // two residual dropout masks
   bytes += masks;
-  bytes += 2 * eb * tokens * h / sp;  // norm2 input, FC1 input
+  bytes += eb * tokens * h / sp;  // norm2 input
+  // FC1 input (the norm2 output): recomputed by the layernorm module in MoE layers.
+  if (!(moe_layer && recomputed(RecomputeModule::kLayernorm))) bytes += eb * tokens * h / sp;
   auto mlp = [&](double rows, double ffn, double parts) {
     double per = m.activation == Activation::kSwiglu ? 3 : 2;  // FC1 out(s) + FC2 input
     return per * eb * rows * ffn / parts;
   };
-  if (moe_layer) {
+  if (moe_layer && recomputed(RecomputeModule::kMoe)) {
+    // The whole MoE block is re-run from its input.
+  } else if (moe_layer) {
     // The router runs on the rank's sequence shard. With experts split tp ways (etp = tp) the
     // TP group's tokens are gathered, so every rank holds all T x top_k routed rows over 1/tp of
     // each expert; with Megatron's expert grid (etp != tp) a rank routes its 1/tp of them over
@@ -61,9 +72,12 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += eb * routed * h;                    // dispatched tokens (expert FC1 input)
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
-    if (m.moe.shared_experts > 0)
+    // The activation's output (the expert FC2 input), recomputed by moe_act.
+    if (recomputed(RecomputeModule::kMoeAct))
+      bytes -= eb * routed * static_cast<double>(m.moe.expert_ffn) / etp;
+    if (m.moe.shared_experts > 0 && !recomputed(RecomputeModule::kSharedExperts))
       bytes += mlp(tokens, static_cast<double>(m.moe.shared_width()), t);
-  } else {
+  } else if (!recomputed(RecomputeModule::kMlp)) {
     bytes += mlp(tokens, static_cast<double>(m.ffn), t);
   }
   return bytes;

@@ -293,5 +293,61 @@ TEST(Zero3ParamOffload, CopiesTheShardAsOftenAsTheReshardPolicyGathers) {
   EXPECT_NEAR(offload(Reshard::kAfterBackward, 2), offload(Reshard::kAfterStep, 2), 1e-12);
 }
 
+// Selective recompute of Megatron's modules re-runs their forward in the backward: with {mlp}
+// on a dense swiglu model the executed FLOPs exceed the model's by the MLP's forward, 2 x 3 x h
+// x ffn per token and layer (independent of the attention); the recompute time grows with it.
+TEST(RecomputeModules, MlpRecomputeReRunsTheMlpForward) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.tp = 2;
+  p.dp = 4;
+  p.sequence_parallel = true;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMlp);
+  const Estimate e = run(m, c, p);
+  const double tokens = 16.0 * m.seq_len;
+  const double mlp_flops = 2.0 * 3 * m.hidden * m.ffn * m.layers * tokens;
+  EXPECT_NEAR(e.hardware_flops_per_step - e.model_flops_per_step, mlp_flops, 1e-9 * mlp_flops);
+  // Core attention only (Megatron's default) re-runs the attention; no modules, nothing.
+  Plan q = p;
+  q.recompute_modules = 1u << static_cast<int>(RecomputeModule::kCoreAttn);
+  const Estimate a = run(m, c, q);
+  EXPECT_GT(a.time.recompute, 0);
+  EXPECT_GT(e.time.recompute, a.time.recompute);  // MLP GEMMs outweigh flash attention at 8k
+  q.recompute_modules = 0;
+  EXPECT_EQ(run(m, c, q).time.recompute, 0);
+  EXPECT_LT(run(m, c, q).step_time_s, a.step_time_s);
+}
+
+// MoE modules: moe re-runs the whole block with its forward all-to-alls, so it costs more than
+// the experts' activation alone; layernorm re-runs only the pre-MLP norm.
+TEST(RecomputeModules, MoeBlockCostsMoreThanItsParts) {
+  Model m = model_preset("mixtral-8x7b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.dp = 16;
+  p.ep = 8;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  p.recompute = Recompute::kSelective;
+  auto recompute = [&](std::initializer_list<RecomputeModule> modules) {
+    Plan q = p;
+    q.recompute_modules = 0;
+    for (RecomputeModule r : modules) q.recompute_modules |= 1u << static_cast<int>(r);
+    return run(m, c, q).time.recompute;
+  };
+  const double act = recompute({RecomputeModule::kMoeAct});
+  const double norm = recompute({RecomputeModule::kLayernorm});
+  const double block = recompute({RecomputeModule::kMoe});
+  EXPECT_GT(act, 0);
+  EXPECT_GT(norm, 0);
+  EXPECT_GT(block, act + norm);
+  EXPECT_NEAR(recompute({RecomputeModule::kMoeAct, RecomputeModule::kLayernorm}), act + norm,
+              1e-12);
+}
+
 }  // namespace
 }  // namespace parasol::cost

@@ -158,6 +158,55 @@ TEST(StageParams, ExpertsAreSplitOverExpertParallelism) {
 
 // --- Weights, gradients, optimizer state --------------------------------------------------
 
+// Megatron's --recompute-modules: each module drops exactly what it recomputes from a layer's
+// kept activations (bf16, tp 2 with SP, 4k tokens): the dense MLP's FC1 outputs and FC2 input;
+// the experts' activation output; the pre-MLP norm output of MoE layers; the shared experts'
+// internals; the whole MoE block but its input; MLA's per-head Q, K, V.
+TEST(RecomputeModules, EachModuleDropsWhatItRecomputes) {
+  const double eb = 2, T = 4096, t = 2;
+  auto with = [](Plan p, std::initializer_list<RecomputeModule> modules) {
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = 0;
+    for (RecomputeModule r : modules) p.recompute_modules |= 1u << static_cast<int>(r);
+    return p;
+  };
+  Plan base;
+  base.tp = 2;
+  base.sequence_parallel = true;
+  base.micro_batch = 1;
+  base.seq_len = 4096;
+  base.precision = Dtype::kBf16;
+  auto kept = [](const Model& m, const Plan& p, bool moe) {
+    return layer_activation_bytes(m, p, Recompute::kSelective, moe);
+  };
+  // Dense (swiglu): FC1's two outputs and FC2's input, 3 x ffn / t per token.
+  Model d = model_preset("llama3-8b");
+  const Plan core = with(base, {RecomputeModule::kCoreAttn});
+  EXPECT_DOUBLE_EQ(kept(d, core, false) - kept(d, with(base, {RecomputeModule::kMlp}), false),
+                   3 * eb * T * d.ffn / t);
+  // MoE: mixtral's experts (top-2, ffn 14336), ep 1 so the experts split tp ways (etp = tp).
+  Model m = model_preset("mixtral-8x7b");
+  const double routed = T * m.moe.top_k;  // etp == tp: every rank holds all routed rows
+  EXPECT_DOUBLE_EQ(kept(m, core, true) - kept(m, with(base, {RecomputeModule::kMoeAct}), true),
+                   eb * routed * m.moe.expert_ffn / t);
+  EXPECT_DOUBLE_EQ(kept(m, core, true) - kept(m, with(base, {RecomputeModule::kLayernorm}), true),
+                   eb * T * m.hidden / t);
+  EXPECT_DOUBLE_EQ(kept(m, core, false), kept(m, with(base, {RecomputeModule::kLayernorm}), false));
+  const double moe_block = 4.0 * T / t * m.moe.experts + eb * routed * m.hidden +
+                           3 * eb * routed * m.moe.expert_ffn / t;
+  EXPECT_DOUBLE_EQ(kept(m, core, true) - kept(m, with(base, {RecomputeModule::kMoe}), true),
+                   moe_block);
+  // Shared experts (DeepSeek-V3: one of width 2048).
+  Model v3 = model_preset("deepseek-v3");
+  EXPECT_DOUBLE_EQ(
+      kept(v3, core, true) - kept(v3, with(base, {RecomputeModule::kSharedExperts}), true),
+      3 * eb * T * v3.moe.shared_width() / t);
+  // MLA: per-head Q and K (qk head dim) and V (v head dim).
+  EXPECT_DOUBLE_EQ(
+      kept(v3, core, true) - kept(v3, with(base, {RecomputeModule::kMlaUpProj}), true),
+      eb * T * (2.0 * v3.heads * v3.mla.qk_head_dim() + v3.heads * v3.mla.v_head_dim) / t);
+}
+
 class StateBytes : public ::testing::Test {
  protected:
   Model m = llama(8, 1024, 16, 16, 4096, 32000, 1024);
