@@ -37,6 +37,8 @@ terms=(
   "unfused kernels|--plan-set fused_kernels=false"
   "FlashAttention-2 kernel|--plan-set attention_kernel=flash2"
   "no DP overlap|--plan-set overlap_grad_reduce=false --plan-set overlap_param_gather=false"
+  "recompute modules as default|--plan-set recompute_modules=[\"core_attn\"]"
+  "cuDNN fwd at 0.62 (old)|--profile-set cudnn_forward_efficiency=0.62"
 )
 
 run_term() {  # flags... -> "family mean bias" lines
