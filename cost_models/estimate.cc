@@ -413,6 +413,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   norm(static_cast<double>(h));
   norm2 = since(before_norm2);
   const Part before_mlp = mark();
+  const double bwd_before_mlp = lp.backward;
   const double ep_before = lp.ep_forward;
   const int64_t up_cols = m.activation == Activation::kSwiglu ? 2 : 1;
   const Linears mlp = mlp_linears(m, std::max(0, layer));
@@ -481,12 +482,17 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
       const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
       // Dispatch and combine, forward and backward.
       if (p.ep_comm_overlap) {
-        // Another micro-batch's compute of this layer hides it (1F1B all-to-all overlap).
-        const double window = lp.forward + lp.backward;
-        auto [e, hid] = overlap(4 * a2a, window, 4);
-        lp.ep_forward = e / 2;
-        lp.ep_backward = e / 2;
-        lp.ep_hidden = hid;
+        // Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm, after
+        // DeepSeek's DualPipe): in the steady state a layer's forward of one micro-batch runs
+        // beside its backward of another, and each all-to-all beside one compute segment of
+        // the other: the forward's dispatch beside the backward's MLP, its combine beside the
+        // backward's attention, the backward's two beside the forward's attention and MLP.
+        const double attn_f = before_mlp.time, mlp_f = lp.forward - before_mlp.time;
+        const double attn_b = bwd_before_mlp, mlp_b = lp.backward - bwd_before_mlp;
+        auto exposed = [a2a](double window) { return std::max(0.0, a2a - window); };
+        lp.ep_forward = exposed(mlp_b) + exposed(attn_b);
+        lp.ep_backward = exposed(attn_f) + exposed(mlp_f);
+        lp.ep_hidden = 4 * a2a - lp.ep_forward - lp.ep_backward;
       } else {
         lp.ep_forward = 2 * a2a;
         lp.ep_backward = 2 * a2a;

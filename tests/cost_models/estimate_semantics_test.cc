@@ -349,5 +349,36 @@ TEST(RecomputeModules, MoeBlockCostsMoreThanItsParts) {
               1e-12);
 }
 
+// Megatron's 1F1B all-to-all overlap pairs each of a layer's four all-to-alls with one compute
+// segment of another micro-batch (attention or MLP, forward or backward). Inside one server the
+// all-to-alls are shorter than every segment and all hide; across servers on a slow network
+// they outgrow the segments and the excess shows, still less than without the overlap.
+TEST(MoeSemantics, EpOverlapHidesEachAllToAllBehindOneSegment) {
+  Model m = model_preset("mixtral-8x7b");
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.ep_comm_overlap = true;
+  const Cluster one = cluster_preset("dgx-h100", 8);
+  EXPECT_EQ(run(m, one, p).time.ep_comm, 0);
+  p.ep_comm_overlap = false;
+  EXPECT_GT(run(m, one, p).time.ep_comm, 0);
+  // Eight servers of one GPU each, 1 GB/s apart: every all-to-all is network-bound.
+  Cluster slow = cluster_from_json({{"generator", "rail"},
+                                    {"gpus", 8},
+                                    {"device", "H100-SXM"},
+                                    {"gpus_per_server", 1},
+                                    {"nic_GBps", 1}});
+  const double without = run(m, slow, p).time.ep_comm;
+  p.ep_comm_overlap = true;
+  const Estimate with = run(m, slow, p);
+  EXPECT_GT(with.time.ep_comm, 0);
+  EXPECT_LT(with.time.ep_comm, without);
+  // What hides is at most the layer's compute (each all-to-all behind one segment of it).
+  EXPECT_GE(with.time.ep_comm, without - with.time.forward - with.time.backward);
+}
+
 }  // namespace
 }  // namespace parasol::cost
