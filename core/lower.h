@@ -27,9 +27,10 @@
 //    group;
 //  * data parallelism and ZeRO 0-3 over Group::kDpCp (experts over Group::kExpertDp), or under
 //    HSDP (plan.shard_degree) over their shard groups with the replicas across them; ZeRO-3
-//    with any schedule in the three plan.reshard modes; activation recompute (selective, full
-//    for the first k layers of a stage), offload of optimizer state, parameters and
-//    activations, and the optimizer step (grad norm, AdamW, cast).
+//    with any schedule in the three plan.reshard modes; activation recompute (selective, of
+//    Megatron's modules, Plan::recompute_modules; full for the first k layers of a stage),
+//    offload of optimizer state, parameters and activations, and the optimizer step (grad norm,
+//    AdamW, cast).
 //
 // Conventions of the Programs lower() emits (the simulator and the runtime rely on them):
 //  * streams: 0 compute, 1 layer communication (TP, CP, EP), 2 copy (host <-> device), 3
@@ -138,6 +139,14 @@
 //    max); target logit] ("ce.sums"); the backward forms the softmax from them.
 //  * token ids and labels are int32, stored in 4-byte buffers typed kFp32; dropout masks are
 //    1-byte buffers typed kFp8.
+//  * selective recompute: a layer keeps no output of its recomputed modules (core_attn, when
+//    materialised: the probabilities, dropout mask and dropped probabilities; moe_act: the
+//    experts' FC2 input; layernorm: an MoE layer's norm2 output; mla_up_proj: Q | K | V; mlp: a
+//    dense layer's FC1 and activation outputs; moe: router probabilities, dispatched rows, expert
+//    intermediates and outputs, shared-expert intermediates; shared_experts: the shared-expert
+//    intermediates), and just before the layer's backward the modules' forward ops (their TP
+//    collectives and expert all-to-alls included) run again in Phase::kRecompute from the kept
+//    inputs, into fresh buffers that the backward reads.
 //  * a layer's saved activations are exactly those of cost::layer_activation_bytes (norm
 //    inputs, QKV input, MLA's pre-norm latents, Q/K/V, attention output, softmax statistics or
 //    probabilities, dropout masks, MLP and shared-expert intermediates; only the layer input

@@ -4,6 +4,7 @@
 //   lower_layer.cc     a decoder layer's attention and MLP, forward and backward
 //   lower_mla.cc       multi-head latent attention's projections, forward and backward
 //   lower_moe.cc       a mixture-of-experts MLP (routed and shared experts), forward and backward
+//   lower_recompute.cc selective recompute of the plan's modules (what is dropped, what re-runs)
 //   lower_edges.cc     the embedding, the head and the vocab-parallel cross-entropy
 //   lower_schedule.cc  the pipeline schedule and its forward/backward units
 //   lower_buckets.cc   parameter buckets, ZeRO gathers and gradient reductions
@@ -102,6 +103,11 @@ enum SavedSlot : int {
   sKvLat,   // MLA: the kv latent and the rotary key before the norm (kv_down output)
   sSfc1,    // shared experts: FC1 output(s) = activation input
   sSact,    // shared experts: activation output = FC2 input
+  // MLA under mla_up_proj recompute: the normed latents and the rotary key the backward's
+  // recompute formed (never kept; -1 when the backward recomputes them itself).
+  sQn,
+  sKvn,
+  sKpe,
   sSlots
 };
 using Saved = std::array<int, sSlots>;
@@ -233,6 +239,7 @@ class Lowerer {
 
   // --- a decoder layer (lower_layer.cc, lower_moe.cc)
   int layer_forward(int layer, int x, const WSet& w, Saved& sv);
+  void mlp_norm(int layer, const WSet& w, Saved& sv);  // ln2: sv[sX1] -> sv[sX1n]
   // A dense MLP (the layer's, or an MoE layer's shared experts): its weight and saved slots,
   // op names and hidden columns on this rank.
   struct Mlp {
@@ -258,9 +265,11 @@ class Lowerer {
   };
   Latents mla_latents(int layer, const Saved& sv, const WSet& w);
   void mla_forward(int layer, const WSet& w, Saved& sv);
+  void mla_up_forward(int layer, const Latents& lat, const WSet& w, Saved& sv);
   int mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, const WSet& g);
   int moe_forward(int layer, int x1n, const WSet& w, Saved& sv);
   int moe_experts_forward(int layer, int d, const WSet& w, Saved& sv);
+  void moe_expert_act(int layer, Saved& sv);  // the experts' activation: sv[sFc1] -> sv[sAct]
   int moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g);
   int moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g);
   // The experts' tensor-parallel operators: the all-gather of the routed rows over the expert
@@ -268,6 +277,13 @@ class Lowerer {
   // ones (and the conjugates backward).
   int expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved);
   int expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved);
+
+  // --- selective recompute of the plan's modules (lower_recompute.cc)
+  // Drops from a layer's saved slots those its recomputed modules do not keep.
+  void drop_recomputed(int layer, Saved& keep) const;
+  // Re-runs the recomputed modules (Phase::kRecompute) before the layer's backward, refilling
+  // the slots drop_recomputed dropped. `w` holds the layer's weights for this use.
+  void recompute_modules(int layer, const WSet& w, Saved& sv);
 
   // --- embedding, head and loss (lower_edges.cc)
   int embedding_forward(int mb);

@@ -147,8 +147,7 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   elementwise(OpKind::kResidualAdd, layer, "res1", nh, (3 * eb_ + drop_) * nh, {x, a, w[kOutB]},
               {sv[sX1], sv[sMask1]});
   // MLP block.
-  sv[sX1n] = act(layer, "ln2", {Tn_, h_});
-  elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * eb_ * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
+  mlp_norm(layer, w, sv);
   const int y = m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv)
                                        : mlp_forward(layer, dense_mlp(), w, sv);
   int x2 = act(layer, "res2", {Tn_, h_});
@@ -157,6 +156,12 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   elementwise(OpKind::kResidualAdd, layer, "res2", nh, (3 * eb_ + drop_) * nh,
               {sv[sX1], y, w[kFc2B] >= 0 ? w[kFc2B] : w[kSfc2B]}, {x2, sv[sMask2]});
   return x2;
+}
+
+void Lowerer::mlp_norm(int layer, const WSet& w, Saved& sv) {
+  const double nh = double(Tn_) * h_;
+  sv[sX1n] = act(layer, "ln2", {Tn_, h_});
+  elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * eb_ * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
 }
 
 Lowerer::Mlp Lowerer::dense_mlp() const {

@@ -10,6 +10,8 @@
 // Saved: the pre-norm latents (q_down and kv_down outputs) and Q | K | V, as
 // cost::layer_activation_bytes counts them; the backward recomputes the normed latents from the
 // saved ones (a norm forward in the recompute phase) for the up-projections' weight gradients.
+// Under mla_up_proj recompute Q | K | V are not kept: the recompute (lower_recompute.cc) re-runs
+// the latent norms and mla_up_forward, and the backward reuses those normed latents.
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
@@ -36,7 +38,6 @@ Lowerer::Latents Lowerer::mla_latents(int layer, const Saved& sv, const WSet& w)
 void Lowerer::mla_forward(int layer, const WSet& w, Saved& sv) {
   const MlaSpec& a = m_.mla;
   const int64_t ql = a.q_lora_rank, kl = a.kv_lora_rank, rope = a.qk_rope_head_dim;
-  const int64_t kv_up_cols = heads_t_ * (a.qk_nope_head_dim + a.v_head_dim);
   const int xn = sv[sXn];
   if (ql > 0) {
     sv[sQLat] = act(layer, "q_lat", {Tn_, ql});
@@ -44,8 +45,16 @@ void Lowerer::mla_forward(int layer, const WSet& w, Saved& sv) {
   }
   sv[sKvLat] = act(layer, "kv_lat", {Tn_, kl + rope});
   gemm(layer, "kv_down", Tn_, kl + rope, h_, 1, {xn, w[kKvDown], w[kKvDownB]}, {sv[sKvLat]});
-  const Latents lat = mla_latents(layer, sv, w);
-  // The column-parallel up-projections on every row of the sequence.
+  mla_up_forward(layer, mla_latents(layer, sv, w), w, sv);
+}
+
+// The column-parallel up-projections on every row of the sequence, from the normed latents (the
+// norm1 output for q without query compression), and "qkv.pack" into sv[sQkv].
+void Lowerer::mla_up_forward(int layer, const Latents& lat, const WSet& w, Saved& sv) {
+  const MlaSpec& a = m_.mla;
+  const int64_t ql = a.q_lora_rank, kl = a.kv_lora_rank, rope = a.qk_rope_head_dim;
+  const int64_t kv_up_cols = heads_t_ * (a.qk_nope_head_dim + a.v_head_dim);
+  const int xn = sv[sXn];
   const char* q_name = ql > 0 ? "q_up" : "q";
   const int q_in = tp_gather_in(layer, ql > 0 ? lat.q : xn, T_);
   const Slot qw = ql > 0 ? kQUp : kQ;
@@ -67,10 +76,14 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
   const int64_t ql = a.q_lora_rank, kl = a.kv_lora_rank, rope = a.qk_rope_head_dim;
   const int64_t kv_up_cols = heads_t_ * (a.qk_nope_head_dim + a.v_head_dim);
   const int xn = sv[sXn];
-  // The normed latents again, for the up-projections' weight gradients.
-  at(layer, Phase::kRecompute);
-  const Latents lat = mla_latents(layer, sv, w);
-  at(layer, Phase::kBackward);
+  // The normed latents again, for the up-projections' weight gradients (unless the recompute of
+  // the up-projections formed them).
+  Latents lat{sv[sQn], sv[sKvn], sv[sKpe]};
+  if (lat.kv < 0) {
+    at(layer, Phase::kRecompute);
+    lat = mla_latents(layer, sv, w);
+    at(layer, Phase::kBackward);
+  }
   const int dq = ws(layer, ql > 0 ? "q_up.dy" : "q.dy", {T_, q_cols_});
   const int dkv = ws(layer, "kv_up.dy", {T_, kv_up_cols});
   const int dpe = ws(layer, "kv_pe.dy", {T_, rope});

@@ -88,15 +88,20 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   int op1 = gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]}, {sv[sFc1]},
                  false, OpKind::kExpertLinear);
   P_.ops[op1].flops = 2.0 * R * up_ * eff_t_ * h_;
-  sv[sAct] = act(layer, "eact", {R, eff_t_});
-  elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_, (up_ + 1) * eb_ * R * eff_t_,
-              {sv[sFc1]}, {sv[sAct]});
+  moe_expert_act(layer, sv);
   const bool gather = gather_ways_ > 1;
   int o = gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_});
   int op2 = gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]}, {o}, false,
                  OpKind::kExpertLinear);
   P_.ops[op2].flops = 2.0 * R * h_ * eff_t_;
   return expert_reduce(layer, o, R, gather ? "efc2.rs" : "efc2.ar", !a2a);
+}
+
+void Lowerer::moe_expert_act(int layer, Saved& sv) {
+  const int64_t R = Tm_ * topk_ * gather_ways_;
+  sv[sAct] = act(layer, "eact", {R, eff_t_});
+  elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_, (up_ + 1) * eb_ * R * eff_t_,
+              {sv[sFc1]}, {sv[sAct]});
 }
 
 int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g) {

@@ -96,8 +96,7 @@ void Lowerer::forward_unit(int c, int mb) {
       keep[sX] = sv[sX];
     } else {
       keep = sv;
-      if (p_.recompute == Recompute::kSelective && !flash_)
-        keep[sProbs] = keep[sPmask] = keep[sPdrop] = -1;
+      drop_recomputed(layer, keep);
     }
     if (p_.offload.activations) keep = offload_saved(layer, keep);
     saved_[saved_index(c, mb, j)] = keep;
@@ -112,7 +111,8 @@ void Lowerer::forward_unit(int c, int mb) {
 }
 
 // The layers of chunk `c` backward for micro-batch `mb`, last first, each preceded by its
-// recompute (full recompute), with weights and saved activations acquired one use ahead.
+// recompute (the whole layer under full recompute, else the plan's modules), with weights and
+// saved activations acquired one use ahead.
 void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
   struct Use {
     int j;
@@ -156,10 +156,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
       layer_forward(layer, acq[u].acts[sX], acq[u].w, recomputed);
     } else {
       Saved sv = local < full_k_ ? recomputed : acq[u].acts;
-      if (p_.recompute == Recompute::kSelective) {
-        at(layer, Phase::kRecompute);
-        attention_forward(layer, sv, true);
-      }
+      if (local >= full_k_) recompute_modules(layer, acq[u].w, sv);
       at(layer, Phase::kBackward);
       WSet g = layer_grads(local);
       dy = layer_backward(layer, sv, dy, acq[u].w, g);

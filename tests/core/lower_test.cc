@@ -386,6 +386,44 @@ std::vector<std::pair<Model, Plan>> battery() {
     p.zero = 2;
     add(model_preset("tiny-moe"), p);
   }
+  {  // selective recompute's modules
+    auto modules = [](std::initializer_list<RecomputeModule> l) {
+      unsigned bits = 0;
+      for (RecomputeModule r : l) bits |= 1u << static_cast<int>(r);
+      return bits;
+    };
+    using RM = RecomputeModule;
+    Plan p = make_plan(2, 1, 4, 8);
+    p.ep = 4;
+    p.etp = 1;
+    p.sequence_parallel = true;
+    p.zero = 3;
+    p.flash_attention = false;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules =
+        modules({RM::kCoreAttn, RM::kMlp, RM::kMoeAct, RM::kLayernorm, RM::kSharedExperts});
+    add(tiny_shared(), p);
+    p = make_plan(1, 1, 4, 8);
+    p.ep = 2;
+    p.offload.activations = true;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = modules({RM::kMoe, RM::kLayernorm, RM::kMlp});
+    add(tiny_shared(), p);
+    p = make_plan(2, 1, 2, 4);
+    p.cp = 2;
+    p.zero = 3;
+    p.flash_attention = false;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = modules({RM::kCoreAttn, RM::kMlaUpProj});
+    add(tiny_mla(), p);
+    p = make_plan(1, 2, 2, 8);
+    p.schedule = Schedule::kInterleaved;
+    p.vpp = 2;
+    p.offload.activations = true;
+    p.recompute = Recompute::kSelective;
+    p.recompute_modules = modules({RM::kMlp});
+    add(tiny_gpt(4), p);
+  }
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <thread>
 
@@ -128,6 +129,9 @@ std::string describe(const Plan& p) {
                 static_cast<int>(p.recompute), p.flash_attention ? 1 : 0, p.offload.optimizer,
                 p.offload.params, p.offload.activations);
   std::string out = buf;
+  for (int i = 0; i < kRecomputeModuleCount; ++i)
+    if (p.recompute == Recompute::kSelective && (p.recompute_modules >> i) & 1u)
+      out += std::string(" ") + recompute_module_name(static_cast<RecomputeModule>(i));
   for (int l : p.stage_layers) out += " " + std::to_string(l);
   if (p.first_stage_layers > 0) out += " first " + std::to_string(p.first_stage_layers);
   if (p.last_stage_layers > 0) out += " last " + std::to_string(p.last_stage_layers);
@@ -323,6 +327,46 @@ TEST_F(Runtime, Recompute) {
   p.recompute = Recompute::kFull;
   p.recompute_layers = 1;
   expect_matches_serial(llama4(), p);
+}
+
+// Selective recompute of Megatron's modules: each module's forward re-run before the backward
+// (TP collectives, the experts' all-to-alls and MLA's up-projections included) gives the serial
+// run's losses and parameters.
+Plan with_modules(Plan p, std::initializer_list<RecomputeModule> modules) {
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = 0;
+  for (RecomputeModule r : modules) p.recompute_modules |= 1u << static_cast<int>(r);
+  return p;
+}
+
+TEST_F(Runtime, RecomputeModules) {
+  using RM = RecomputeModule;
+  Plan p = base_plan();
+  p.tp = 2;
+  p.flash_attention = false;
+  expect_matches_serial(gpt4(), with_modules(p, {RM::kMlp, RM::kCoreAttn}));
+  p.sequence_parallel = true;
+  p.flash_attention = true;
+  expect_matches_serial(llama4(), with_modules(p, {RM::kMlp}));
+  p = base_plan();
+  p.dp = 2;
+  p.ep = 2;
+  expect_matches_serial(moe4(), with_modules(p, {RM::kMoeAct, RM::kLayernorm}));
+  expect_matches_serial(moe4(), with_modules(p, {RM::kMoe}));
+  expect_matches_serial(shared_moe4(), with_modules(p, {RM::kSharedExperts}));
+  p.tp = 2;
+  expect_matches_serial(shared_moe4(), with_modules(p, {RM::kMoe, RM::kLayernorm, RM::kMlp}));
+  p.dp = 4;
+  p.ep = 4;
+  p.etp = 1;
+  p.sequence_parallel = true;
+  expect_matches_serial(moe4(), with_modules(p, {RM::kMoe}));
+  p = base_plan();
+  p.tp = 2;
+  expect_matches_serial(mla4(), with_modules(p, {RM::kMlaUpProj}));
+  p.sequence_parallel = true;
+  p.flash_attention = false;
+  expect_matches_serial(mla4(false), with_modules(p, {RM::kMlaUpProj, RM::kCoreAttn}));
 }
 
 TEST_F(Runtime, Offload) {
@@ -620,6 +664,14 @@ TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
   more.emplace_back(mla4(), p);
   more.emplace_back(windowed4(), p);
   more.emplace_back(shared_moe4(), p);
+  // Selective recompute's modules: the recomputed buffers allocated and freed as predicted.
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = (1u << static_cast<int>(RecomputeModule::kMoe)) |
+                        (1u << static_cast<int>(RecomputeModule::kLayernorm)) |
+                        (1u << static_cast<int>(RecomputeModule::kMlp));
+  more.emplace_back(shared_moe4(), p);
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMlaUpProj);
+  more.emplace_back(mla4(), p);
   p = base_plan();
   p.tp = 2;
   p.dp = 2;
