@@ -64,21 +64,22 @@ void Lowerer::add_bucket(Bucket b) {
   }
   if (b.zero < 2) {
     for (const Spec& s : b.specs)
-      b.grads[s.slot] = buffer(bname(kSlotName[s.slot], ".g"), s.shape, Dtype::kFp32,
+      b.grads[s.slot] = buffer(bname(kSlotName[s.slot], ".g"), s.shape, gdt_,
                                BufferClass::kGrad, false, true);
     P_.add_block(b.list(b.grads), padded);
   } else {
     b.grad_shard =
-        buffer(bname(whole, ".g"), {b.shard}, Dtype::kFp32, BufferClass::kGrad, false, true);
+        buffer(bname(whole, ".g"), {b.shard}, gdt_, BufferClass::kGrad, false, true);
   }
   // The fp32 master weights live in the optimizer state unless the parameters themselves are
-  // fp32 and where the optimizer runs.
-  b.master_in_opt = low || p_.offload.optimizer || p_.offload.params;
-  b.opt = buffer(bname(whole, ".opt"), {b.master_in_opt ? 3 : 2, b.shard}, Dtype::kFp32,
+  // fp32 (or pure bf16, their own master) and where the optimizer runs.
+  b.master_in_opt =
+      (low && odt_ == Dtype::kFp32) || p_.offload.optimizer || p_.offload.params;
+  b.opt = buffer(bname(whole, ".opt"), {b.master_in_opt ? 3 : 2, b.shard}, odt_,
                  BufferClass::kOptimizer, p_.offload.optimizer, true);
   if (p_.offload.optimizer)
     b.host_grad =
-        buffer(bname(whole, ".hg"), {b.shard}, Dtype::kFp32, BufferClass::kGrad, true, true);
+        buffer(bname(whole, ".hg"), {b.shard}, gdt_, BufferClass::kGrad, true, true);
   buckets_.push_back(std::move(b));
 }
 
@@ -261,7 +262,7 @@ WSet Lowerer::unit_grads(Bucket& b) {
   if (b.step_grads) {
     if (b.acc[b.specs[0].slot] < 0) {
       for (const Spec& s : b.specs)
-        b.acc[s.slot] = buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, Dtype::kFp32,
+        b.acc[s.slot] = buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, gdt_,
                                BufferClass::kGrad);
       P_.add_block(b.list(b.acc), b.shard * b.ways);
     }
@@ -272,7 +273,7 @@ WSet Lowerer::unit_grads(Bucket& b) {
   WSet g = no_weights();
   for (const Spec& s : b.specs)
     g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape,
-                       Dtype::kFp32, BufferClass::kGrad);
+                       gdt_, BufferClass::kGrad);
   P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;

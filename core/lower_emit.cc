@@ -103,6 +103,8 @@ void Lowerer::init_shapes() {
          : p.precision == Dtype::kFp16 ? Dtype::kFp16
                                        : Dtype::kBf16;
   wdt_ = adt_;
+  odt_ = p.optimizer_dtype == Dtype::kBf16 ? Dtype::kBf16 : Dtype::kFp32;
+  gdt_ = odt_;
   eb_ = dtype_bytes(adt_);
   wb_ = dtype_bytes(wdt_);
   drop_ = m.dropout ? 1 : 0;

@@ -363,6 +363,10 @@ class Lowerer {
   bool grid_, slice_;
   Group gather_group_ = Group::kTp;
   Dtype adt_, wdt_;
+  // Gradient buffers and optimizer state: fp32 (master weights in the optimizer state when the
+  // weights are low precision), or pure bf16 (Plan::optimizer_dtype: the bf16 weights are the
+  // master, the moments and gradients bf16).
+  Dtype gdt_, odt_;
   double eb_, wb_, drop_;
   bool sp_, flash_, bias_;
   Program P_;

@@ -41,7 +41,9 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
   std::vector<int> first = update_target(b, gather, dest);  // what the optimizer writes
   Op adam = make(OpKind::kAdamW, layer, b.expert ? "experts.adamw" : "adamw", stream);
   adam.elements = n;
-  adam.bytes = 28.0 * n;
+  // fp32 state: read master, gradient, m, v (16) and write master, m, v (12); pure bf16: read
+  // weight, gradient, m, v and write weight, m, v at 2 bytes each.
+  adam.bytes = (odt_ == Dtype::kBf16 ? 14.0 : 28.0) * n;
   set(adam.reads, grads);
   adam.reads.push_back(b.opt);
   if (!host) adam.reads.push_back(norm);

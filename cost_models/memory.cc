@@ -71,6 +71,9 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double router_tokens = etp != t ? tokens / t : tokens / sp;
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += eb * routed * h;                    // dispatched tokens (expert FC1 input)
+    // The experts' outputs, kept by the combine for the router probabilities' gradient
+    // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret).
+    bytes += eb * routed * h;
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     // The activation's output (the expert FC2 input), recomputed by moe_act.
     if (recomputed(RecomputeModule::kMoeAct))
@@ -180,13 +183,14 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
       MemoryBreakdown b = memory_of_stage(m, pc, c, p, s);
       if (b.total() > best.total()) best = b;
     }
-    // Uneven stages: the largest stage may be in the middle.
-    if (p.uneven_stages() && p.pp > 2) {
-      int largest = 1;
-      for (int s = 1; s < p.pp - 1; ++s)
-        if (p.layers_in_stage(m.layers, s) > p.layers_in_stage(m.layers, largest)) largest = s;
-      MemoryBreakdown b = memory_of_stage(m, pc, c, p, largest);
-      if (b.total() > best.total()) best = b;
+    // Stages that differ in more than their position: uneven stages, or layers of different
+    // kinds (MoE layers after dense ones, windowed attention), where a middle stage with
+    // heavier layers can hold the most: every stage.
+    if (p.pp > 2 && (p.uneven_stages() || m.is_moe() || m.sliding_window > 0)) {
+      for (int s = 1; s < p.pp - 1; ++s) {
+        MemoryBreakdown b = memory_of_stage(m, pc, c, p, s);
+        if (b.total() > best.total()) best = b;
+      }
     }
     return best;
   }

@@ -192,7 +192,7 @@ TEST(RecomputeModules, EachModuleDropsWhatItRecomputes) {
   EXPECT_DOUBLE_EQ(kept(m, core, true) - kept(m, with(base, {RecomputeModule::kLayernorm}), true),
                    eb * T * m.hidden / t);
   EXPECT_DOUBLE_EQ(kept(m, core, false), kept(m, with(base, {RecomputeModule::kLayernorm}), false));
-  const double moe_block = 4.0 * T / t * m.moe.experts + eb * routed * m.hidden +
+  const double moe_block = 4.0 * T / t * m.moe.experts + 2 * eb * routed * m.hidden +
                            3 * eb * routed * m.moe.expert_ffn / t;
   EXPECT_DOUBLE_EQ(kept(m, core, true) - kept(m, with(base, {RecomputeModule::kMoe}), true),
                    moe_block);
