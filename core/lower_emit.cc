@@ -105,6 +105,7 @@ void Lowerer::init_shapes() {
   wdt_ = adt_;
   odt_ = p.optimizer_dtype == Dtype::kBf16 ? Dtype::kBf16 : Dtype::kFp32;
   gdt_ = odt_;
+  ldt_ = p.precision == Dtype::kFp8 ? Dtype::kFp8 : adt_;
   eb_ = dtype_bytes(adt_);
   wb_ = dtype_bytes(wdt_);
   drop_ = m.dropout ? 1 : 0;

@@ -12,7 +12,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const int mb = tags_.micro_batch;
   std::vector<int> outs;
   if (!recompute) {
-    sv[sAo] = act(layer, "attn", {T_, ao_cols_});
+    sv[sAo] = act(layer, "attn", {T_, ao_cols_}, ldt_);
     outs.push_back(sv[sAo]);
   } else if (flash_) {
     sv[sAoRc] = ws(layer, "attn.rc", {T_, ao_cols_});
@@ -129,7 +129,7 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   sv[sX] = x;
   const double nh = double(Tn_) * h_;
   // Attention block.
-  sv[sXn] = act(layer, "ln1", {Tn_, h_});
+  sv[sXn] = act(layer, "ln1", {Tn_, h_}, ldt_);
   elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * eb_ * nh, {x, w[kNorm1]}, {sv[sXn]});
   if (mla_) {
     mla_forward(layer, w, sv);
@@ -160,7 +160,8 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
 
 void Lowerer::mlp_norm(int layer, const WSet& w, Saved& sv) {
   const double nh = double(Tn_) * h_;
-  sv[sX1n] = act(layer, "ln2", {Tn_, h_});
+  // The router reads MoE layers' norm2 output in bf16.
+  sv[sX1n] = act(layer, "ln2", {Tn_, h_}, m_.is_moe_layer(layer) ? adt_ : ldt_);
   elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * eb_ * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
 }
 
@@ -182,7 +183,7 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   int in = tp_gather_in(layer, sv[sX1n], T_);
   sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
   gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]}, {sv[mlp.s_fc1]});
-  sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f});
+  sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
               (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1]}, {sv[mlp.s_act]});
   int o2 = ws(layer, fc2.c_str(), {T_, h_});

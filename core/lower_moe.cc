@@ -10,7 +10,7 @@ namespace parasol::lowering {
 // gradients): the routed rows of the experts' TP group, all-gathered.
 int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved) {
   if (gather_ways_ == 1) return x;
-  int full = saved ? act(layer, what, {rows_full, h_}) : ws(layer, what, {rows_full, h_});
+  int full = saved ? act(layer, what, {rows_full, h_}, ldt_) : ws(layer, what, {rows_full, h_});
   collective(OpKind::kAllGather, gather_group_, layer, what, eb_ * rows_full * h_, x, full);
   return full;
 }
@@ -43,11 +43,13 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
   elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E, {logits},
               {sv[sRprobs]});
-  int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_}) : act(layer, "disp", {routed_n, h_});
+  int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_})
+                          : act(layer, "disp", {routed_n, h_}, ldt_);
   elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, eb_ * R * h_,
               {x1n, sv[sRprobs]}, {d});
   if (a2a) {
-    int r = gather ? ws(layer, "disp.a2a", {routed_n, h_}) : act(layer, "disp.a2a", {routed_n, h_});
+    int r = gather ? ws(layer, "disp.a2a", {routed_n, h_})
+                   : act(layer, "disp.a2a", {routed_n, h_}, ldt_);
     collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, d, r);
     d = r;
   }
@@ -99,7 +101,7 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
 
 void Lowerer::moe_expert_act(int layer, Saved& sv) {
   const int64_t R = Tm_ * topk_ * gather_ways_;
-  sv[sAct] = act(layer, "eact", {R, eff_t_});
+  sv[sAct] = act(layer, "eact", {R, eff_t_}, ldt_);
   elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_, (up_ + 1) * eb_ * R * eff_t_,
               {sv[sFc1]}, {sv[sAct]});
 }

@@ -30,8 +30,11 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
            ((p.recompute_modules >> static_cast<int>(module)) & 1u) != 0;
   };
 
+  // A linear's saved input: under fp8 Transformer Engine keeps the fp8 copy it cast for the GEMM
+  // (1 byte; it reads it again for the weight gradient), not the bf16 one.
+  const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
   double bytes = 0;
-  bytes += 2 * eb * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
+  bytes += (eb + lb) * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
   if (m.mla.enabled()) {
     // The latents feeding the up-projections, then Q, K (nope + rope per head) and V.
     const double latents =
@@ -42,7 +45,7 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   } else {
     bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
   }
-  bytes += eb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
+  bytes += lb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
   } else if (!recomputed(RecomputeModule::kCoreAttn)) {
@@ -53,11 +56,13 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   const double masks = m.dropout ? 2 * tokens * h / sp : 0;  // two residual dropout masks
   bytes += masks;
   bytes += eb * tokens * h / sp;  // norm2 input
-  // FC1 input (the norm2 output): recomputed by the layernorm module in MoE layers.
-  if (!(moe_layer && recomputed(RecomputeModule::kLayernorm))) bytes += eb * tokens * h / sp;
+  // FC1 input (the norm2 output; in MoE layers the router's, which stays in bf16): recomputed
+  // by the layernorm module in MoE layers.
+  if (!(moe_layer && recomputed(RecomputeModule::kLayernorm)))
+    bytes += (moe_layer ? eb : lb) * tokens * h / sp;
   auto mlp = [&](double rows, double ffn, double parts) {
-    double per = m.activation == Activation::kSwiglu ? 3 : 2;  // FC1 out(s) + FC2 input
-    return per * eb * rows * ffn / parts;
+    const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+    return (fc1_outs * eb + lb) * rows * ffn / parts;  // FC1 out(s), FC2 input
   };
   if (moe_layer && recomputed(RecomputeModule::kMoe)) {
     // The whole MoE block is re-run from its input.
@@ -70,14 +75,14 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
     const double router_tokens = etp != t ? tokens / t : tokens / sp;
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
-    bytes += eb * routed * h;                    // dispatched tokens (expert FC1 input)
+    bytes += lb * routed * h;                    // dispatched tokens (expert FC1 input)
     // The experts' outputs, kept by the combine for the router probabilities' gradient
     // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret).
     bytes += eb * routed * h;
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     // The activation's output (the expert FC2 input), recomputed by moe_act.
     if (recomputed(RecomputeModule::kMoeAct))
-      bytes -= eb * routed * static_cast<double>(m.moe.expert_ffn) / etp;
+      bytes -= lb * routed * static_cast<double>(m.moe.expert_ffn) / etp;
     if (m.moe.shared_experts > 0 && !recomputed(RecomputeModule::kSharedExperts))
       bytes += mlp(tokens, static_cast<double>(m.moe.shared_width()), t);
   } else if (!recomputed(RecomputeModule::kMlp)) {
@@ -214,6 +219,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
            params.expert * bytes_per_param / (shard ? expert_shard : 1);
   };
   mb.weights = sharded(w_bytes, p.zero >= 3);
+  // fp8 weights are counted as Transformer Engine's fp8 parameters (NeMo's performance configs,
+  // fp8_params / fp8_param_gather): a 1-byte weight and its 1-byte transpose, the bytes of the
+  // bf16 weight. Runs that keep bf16 weights and cast them once per step also keep the two fp8
+  // copies (2 more bytes a linear weight); no plan switch says which yet.
   mb.gradients = sharded(g_bytes, p.zero >= 2);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 

@@ -172,6 +172,14 @@ TEST(Liveness, SavedActivationsMatchTheClosedFormCategoryByCategory) {
     Plan p = gpipe(make_plan(2, 2, 1, 4));
     p.precision = Dtype::kFp32;
     cases.push_back({"gpt: fp32", tiny_gpt(4), p});
+    // fp8: the linears' saved inputs in fp8 (Transformer Engine), the rest bf16.
+    p.precision = Dtype::kFp8;
+    cases.push_back({"gpt: fp8", tiny_gpt(4), p});
+    p.sequence_parallel = true;
+    cases.push_back({"llama: fp8 with sp", model_preset("tiny"), p});
+    Plan q = gpipe(make_plan(1, 2, 1, 4));
+    q.precision = Dtype::kFp8;
+    cases.push_back({"moe: fp8 (the router's input stays bf16)", model_preset("tiny-moe"), q});
   }
   for (const Case& c : cases) {
     const double got = saved_after_forwards(c.m, c.p);

@@ -162,6 +162,36 @@ TEST(StageParams, ExpertsAreSplitOverExpertParallelism) {
 // kept activations (bf16, tp 2 with SP, 4k tokens): the dense MLP's FC1 outputs and FC2 input;
 // the experts' activation output; the pre-MLP norm output of MoE layers; the shared experts'
 // internals; the whole MoE block but its input; MLA's per-head Q, K, V.
+// Under fp8 Transformer Engine keeps the fp8 copy of each linear's input for the weight
+// gradient: one byte less per element of the QKV input, the attention output, the FC1 input
+// (not in MoE layers: the router reads it in bf16), the FC2 input and the experts' dispatched
+// tokens and FC2 input; everything else stays bf16.
+TEST(Fp8Activations, LinearInputsAreKeptInFp8) {
+  const double T = 4096, t = 2;
+  Plan p;
+  p.tp = 2;
+  p.sequence_parallel = true;
+  p.seq_len = 4096;
+  p.precision = Dtype::kBf16;
+  Plan f = p;
+  f.precision = Dtype::kFp8;
+  Model d = model_preset("llama3-8b");
+  const double dense = T * d.hidden / t + T * d.q_dim() / t + T * d.hidden / t + T * d.ffn / t;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(d, p, Recompute::kNone, false) -
+                       layer_activation_bytes(d, f, Recompute::kNone, false),
+                   dense);
+  Model m = model_preset("mixtral-8x7b");
+  const double routed = T * m.moe.top_k;  // etp = tp: all routed rows, experts split tp ways
+  const double moe = T * m.hidden / t + T * m.q_dim() / t + routed * m.hidden +
+                     routed * m.moe.expert_ffn / t;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kNone, true) -
+                       layer_activation_bytes(m, f, Recompute::kNone, true),
+                   moe);
+  // Full recompute keeps only the layer input, in bf16.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(d, p, Recompute::kFull, false),
+                   layer_activation_bytes(d, f, Recompute::kFull, false));
+}
+
 TEST(RecomputeModules, EachModuleDropsWhatItRecomputes) {
   const double eb = 2, T = 4096, t = 2;
   auto with = [](Plan p, std::initializer_list<RecomputeModule> modules) {
