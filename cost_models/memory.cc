@@ -188,14 +188,21 @@ MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p,
       MemoryBreakdown b = memory_of_stage(m, pc, c, p, s);
       if (b.total() > best.total()) best = b;
     }
-    // Stages that differ in more than their position: uneven stages, or layers of different
-    // kinds (MoE layers after dense ones, windowed attention), where a middle stage with
-    // heavier layers can hold the most: every stage.
-    if (p.pp > 2 && (p.uneven_stages() || m.is_moe() || m.sliding_window > 0)) {
+    if (p.pp > 2 && (m.is_moe() || m.sliding_window > 0)) {
+      // Layers of different kinds (MoE layers after dense ones, windowed attention): a middle
+      // stage with heavier layers can hold the most; every stage.
       for (int s = 1; s < p.pp - 1; ++s) {
         MemoryBreakdown b = memory_of_stage(m, pc, c, p, s);
         if (b.total() > best.total()) best = b;
       }
+    } else if (p.pp > 2 && p.uneven_stages()) {
+      // Uneven stages of identical layers: the middle stage with the most layers (the earliest
+      // of equals, which holds the most micro-batches in flight).
+      int largest = 1;
+      for (int s = 1; s < p.pp - 1; ++s)
+        if (p.layers_in_stage(m.layers, s) > p.layers_in_stage(m.layers, largest)) largest = s;
+      MemoryBreakdown b = memory_of_stage(m, pc, c, p, largest);
+      if (b.total() > best.total()) best = b;
     }
     return best;
   }
