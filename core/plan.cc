@@ -40,6 +40,18 @@ const char* recompute_module_name(RecomputeModule m) {
   return "?";
 }
 
+std::string recompute_label(const Plan& p) {
+  std::string label = recompute_name(p.recompute);
+  if (p.recompute != Recompute::kSelective || p.recompute_modules == Plan{}.recompute_modules)
+    return label;
+  std::string modules;
+  for (int i = 0; i < kRecomputeModuleCount; ++i)
+    if ((p.recompute_modules >> i) & 1u)
+      modules += (modules.empty() ? "" : ",") +
+                 std::string(recompute_module_name(static_cast<RecomputeModule>(i)));
+  return label + ":" + modules;
+}
+
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone:

@@ -199,6 +199,8 @@ std::array<Dim, 5> parse_rank_order(const std::string& s, const std::string& fie
 // "plan.tp: 3 does not divide attention heads (32)". Returns normally when it can run.
 void validate(const Plan& plan, const Model& model, const Cluster& cluster);
 
+// "none", "full", "selective" (Megatron's default modules) or "selective:mlp,moe_act" (others).
+std::string recompute_label(const Plan& p);
 Plan plan_from_json(const Json& j, const std::string& path = "plan");
 Json plan_to_json(const Plan& p);
 

@@ -16,6 +16,8 @@
 //    on the last stage; one split per virtual-stage count, those that divide a near-even stage);
 //    where pp divides them, only after the even plan was estimated and an edge stage paced it,
 //    the two splits its stage slots predict to be faster;
+//  - selective recompute by Megatron's module sets (for_each_recompute): core_attn only where
+//    the attention is materialised (with a fused kernel it keeps nothing);
 //  - offload only for plans that do not fit in device memory without it, smallest sets first,
 //    never a superset of a set that fits; plans whose offload exceeds the host memory a server
 //    can pin are rejected.
@@ -319,7 +321,27 @@ class Worker {
       p.ep_comm_overlap = false;
     };
     visit(Recompute::kNone, -1);
-    visit(Recompute::kSelective, -1);
+    // Selective recompute by Megatron's modules (Plan::recompute_modules), the sets its recipes
+    // use: the attention core where the scores are materialised (with a fused kernel it keeps
+    // nothing and only costs time: never better than no recompute); the dense MLP; for MoE the
+    // experts' activation with the pre-MLP norm, or the whole MoE block; MLA's up-projections
+    // with either.
+    using M = RecomputeModule;
+    auto bit = [](M m) { return 1u << static_cast<int>(m); };
+    std::vector<unsigned> sets;
+    if (!p.flash_attention) sets.push_back(bit(M::kCoreAttn));
+    const unsigned mla = model_.mla.enabled() ? bit(M::kMlaUpProj) : 0u;
+    if (model_.is_moe()) {
+      sets.push_back(mla | bit(M::kMoeAct) | bit(M::kLayernorm));
+      sets.push_back(mla | bit(M::kMoe));
+    } else {
+      sets.push_back(mla | bit(M::kMlp));
+    }
+    for (unsigned modules : sets) {
+      p.recompute_modules = modules;
+      visit(Recompute::kSelective, -1);
+    }
+    p.recompute_modules = Plan{}.recompute_modules;
     visit(Recompute::kFull, -1);
     for (int k : layout.partial) visit(Recompute::kFull, k);
   }

@@ -419,6 +419,9 @@ TEST(PlanJson, RecomputeModulesByMegatronsNames) {
   EXPECT_EQ(plan_from_json(plan_to_json(q)).recompute_modules, q.recompute_modules);
   Plan none = plan_from_json(Json::parse(R"({"recompute": "full"})"));
   EXPECT_FALSE(none.recomputes(RecomputeModule::kCoreAttn));  // full is not selective
+  EXPECT_EQ(recompute_label(d), "selective");
+  EXPECT_EQ(recompute_label(q), "selective:moe_act,layernorm");
+  EXPECT_EQ(recompute_label(none), "full");
   ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "selective",
                                                    "recompute_modules": ["mlp", "attn"]})")); },
               "plan.recompute_modules[1]", "'attn' is not one of core_attn");

@@ -396,6 +396,34 @@ TEST(SearchSpace, ExpertChoicesAppearWhereTheyCanPay) {
   EXPECT_GT(epo, 0);
 }
 
+// Selective recompute by the module sets of Megatron's recipes: for MoE the experts' activation
+// with the pre-MLP norm, and the whole MoE block; for dense models the MLP; core_attn alone only
+// where attention is materialised (with flash attention it keeps nothing, so it cannot win).
+TEST(SearchSpace, RecomputeModuleSetsOfMegatronsRecipes) {
+  using M = RecomputeModule;
+  auto bit = [](M m) { return 1u << static_cast<int>(m); };
+  auto module_sets = [](const Enumerated& e) {
+    std::set<unsigned> sets;
+    for (const Plan& p : e.plans)
+      if (p.recompute == Recompute::kSelective) sets.insert(p.recompute_modules);
+    return sets;
+  };
+  SearchOptions o;
+  o.global_batch = 16;
+  Cluster c = cluster_preset("dgx-h100", 8);
+  const Enumerated moe = enumerate(model_preset("tiny-moe"), c, o);
+  EXPECT_EQ(module_sets(moe),
+            (std::set<unsigned>{bit(M::kMoeAct) | bit(M::kLayernorm), bit(M::kMoe)}));
+  const Enumerated dense = enumerate(model_preset("tiny"), c, o);
+  EXPECT_EQ(module_sets(dense), (std::set<unsigned>{bit(M::kMlp)}));
+  o.flash_attention = false;
+  const Enumerated materialised = enumerate(model_preset("tiny"), c, o);
+  EXPECT_EQ(module_sets(materialised),
+            (std::set<unsigned>{bit(M::kCoreAttn), bit(M::kMlp)}));
+  // Every plan the search builds with modules validates.
+  for (const Plan& p : moe.plans) ASSERT_NO_THROW(validate(p, model_preset("tiny-moe"), c));
+}
+
 // Layers that no pp > 1 divides: Megatron's first/last stage counts, at most two splits per
 // layout, each as balanced as the layers allow.
 TEST(SearchSpace, LayersNotDividedByPpGetUnevenStages) {
