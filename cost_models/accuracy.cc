@@ -23,11 +23,13 @@ Cluster build(const PublishedRun& r) {
   return cluster_from_json(r.cluster, r.gpus, r.id + ".cluster");
 }
 
-Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p) {
-  Estimate e = estimate(m, c, p, default_profile(c.gpu_device(0)));
+}  // namespace
+
+Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
+                               const Profile& profile) {
+  Estimate e = estimate(m, c, p, profile);
   return {e.step_time_s, e.mfu, e.memory_per_gpu_bytes, e.device_memory_bytes, e.fits};
 }
-}  // namespace
 
 ErrorStats error_stats(const std::vector<AccuracyRow>& all) {
   ErrorStats s;
@@ -107,7 +109,8 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
   for (const PublishedRun& run : runs) {
     Cluster c = build(run);
     Prediction pr =
-        predict ? predict(run.model, c, run.plan) : estimate_prediction(run.model, c, run.plan);
+        predict ? predict(run.model, c, run.plan)
+                : estimate_prediction(run.model, c, run.plan, default_profile(c.gpu_device(0)));
     AccuracyRow row;
     row.id = run.id;
     row.source = run.source;

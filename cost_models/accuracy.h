@@ -11,6 +11,7 @@
 #include "core/json_reader.h"
 #include "core/model.h"
 #include "core/plan.h"
+#include "cost_models/profile.h"
 
 namespace parasol::cost {
 
@@ -66,6 +67,10 @@ struct Prediction {
 // Predicts a run; the default (an empty function) is the closed-form estimate with the device's
 // default profile. The command line passes the event simulator for `accuracy --simulate`.
 using Predictor = std::function<Prediction(const Model&, const Cluster&, const Plan&)>;
+// The closed-form estimate of a run under `profile` (the default predictor's, with the device's
+// default profile).
+Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
+                               const Profile& profile);
 
 // One published run, read and checked.
 struct PublishedRun {

@@ -39,12 +39,6 @@ cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Pla
   return out;
 }
 
-cost::Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                                     const cost::Profile& prof) {
-  cost::Estimate e = cost::estimate(m, c, p, prof);
-  return {e.step_time_s, e.mfu, e.memory_per_gpu_bytes, e.device_memory_bytes, e.fits};
-}
-
 // The predictor with the settings applied: the device's default profile with --profile-set, the
 // published plan with --plan-set (kept as published where the setting makes it invalid for the
 // run, e.g. a dispatcher on a dense model).
@@ -66,7 +60,7 @@ cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_se
       } catch (const Error&) {
       }
     }
-    return simulate ? simulate_prediction(m, c, p, prof) : estimate_prediction(m, c, p, prof);
+    return simulate ? simulate_prediction(m, c, p, prof) : cost::estimate_prediction(m, c, p, prof);
   };
 }
 
