@@ -52,9 +52,8 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
                               s, true, "", server.host_memory_bytes / sockets,
                               server.host_memory_bw));
     for (int k = 1; k < sockets; ++k)
-      add_link(c, cpus[0], cpus[k], LinkKind::kPcie, server.pcie_uplink_bw > 0
-                                                        ? 2 * server.pcie_uplink_bw
-                                                        : server.pcie_bw,
+      add_link(c, cpus[0], cpus[k], LinkKind::kPcie,
+               server.pcie_uplink_bw > 0 ? 2 * server.pcie_uplink_bw : server.pcie_bw,
                server.pcie_latency);
     if (server.nvlink_bw > 0 && server.gpus > 1) {
       VertexId sw = add_node(c, NodeKind::kSwitch, p + "nvswitch", s, true);
@@ -202,8 +201,8 @@ const std::map<std::string, Preset>& presets() {
     // GPUs and their two NICs, uplinked to one of two AMD EPYC 7742 sockets by Gen4 x16
     // (32 GB/s); each socket has 8 channels of DDR4-3200 (204.8 GB/s).
     Preset a100;
-    a100.server = {"A100-80G", 8,          300 * GB, 1e-6, 32 * GB,   1e-6, 8, 25 * GB, 2e-6,
-                   2048 * GiB, 2,          32 * GB,  2,    204.8 * GB};
+    a100.server = {"A100-80G", 8,    300 * GB,   1e-6, 32 * GB, 1e-6, 8,
+                   25 * GB,    2e-6, 2048 * GiB, 2,    32 * GB, 2,    204.8 * GB};
     a100.fabric = {FabricKind::kRailOptimized, 20, 1.0, 0.5e-6};
     t["dgx-a100-80g"] = a100;
     Preset a100_40 = a100;
@@ -216,8 +215,8 @@ const std::map<std::string, Preset>& presets() {
     // uplinked by Gen5 x16 (64 GB/s) to two Intel Xeon Platinum 8480C sockets with 8 channels
     // of DDR5-4800 each (307.2 GB/s).
     Preset h100;
-    h100.server = {"H100-SXM", 8,          450 * GB, 1e-6, 64 * GB,   1e-6, 8, 50 * GB, 2e-6,
-                   2048 * GiB, 2,          64 * GB,  2,    307.2 * GB};
+    h100.server = {"H100-SXM", 8,    450 * GB,   1e-6, 64 * GB, 1e-6, 8,
+                   50 * GB,    2e-6, 2048 * GiB, 2,    64 * GB, 2,    307.2 * GB};
     h100.fabric = {FabricKind::kRailOptimized, 32, 1.0, 0.5e-6};
     t["dgx-h100"] = h100;
     // Meta's Grand Teton H100 servers as torchtitan benchmarks them: 8 GPUs on NVLink

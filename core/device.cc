@@ -28,8 +28,8 @@ const std::vector<DeviceSpec>& table() {
       // clock) with 96 GB HBM2e at 2.4 TB/s and a 500 W power limit (pytorch/torchtitan
       // benchmarks/llama3_h100_202412_torchtitan.md: "actual peak between SXM and NVL"); the lower
       // sustained clock of the 500 W limit is in its profile (cost_models/profile.cc).
-      {"H100-SXM-96G-500W", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T,
-       96 * GiB, 2400 * GB, 132, 500},
+      {"H100-SXM-96G-500W", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 96 * GiB,
+       2400 * GB, 132, 500},
       // NVIDIA H200 datasheet: H100's compute with 141 GB HBM3e at 4.8 TB/s, 700 W.
       {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 141 * GB, 4800 * GB,
        132, 700},

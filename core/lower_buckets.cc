@@ -64,22 +64,19 @@ void Lowerer::add_bucket(Bucket b) {
   }
   if (b.zero < 2) {
     for (const Spec& s : b.specs)
-      b.grads[s.slot] = buffer(bname(kSlotName[s.slot], ".g"), s.shape, gdt_,
-                               BufferClass::kGrad, false, true);
+      b.grads[s.slot] =
+          buffer(bname(kSlotName[s.slot], ".g"), s.shape, gdt_, BufferClass::kGrad, false, true);
     P_.add_block(b.list(b.grads), padded);
   } else {
-    b.grad_shard =
-        buffer(bname(whole, ".g"), {b.shard}, gdt_, BufferClass::kGrad, false, true);
+    b.grad_shard = buffer(bname(whole, ".g"), {b.shard}, gdt_, BufferClass::kGrad, false, true);
   }
   // The fp32 master weights live in the optimizer state unless the parameters themselves are
   // fp32 (or pure bf16, their own master) and where the optimizer runs.
-  b.master_in_opt =
-      (low && odt_ == Dtype::kFp32) || p_.offload.optimizer || p_.offload.params;
+  b.master_in_opt = (low && odt_ == Dtype::kFp32) || p_.offload.optimizer || p_.offload.params;
   b.opt = buffer(bname(whole, ".opt"), {b.master_in_opt ? 3 : 2, b.shard}, odt_,
                  BufferClass::kOptimizer, p_.offload.optimizer, true);
   if (p_.offload.optimizer)
-    b.host_grad =
-        buffer(bname(whole, ".hg"), {b.shard}, gdt_, BufferClass::kGrad, true, true);
+    b.host_grad = buffer(bname(whole, ".hg"), {b.shard}, gdt_, BufferClass::kGrad, true, true);
   buckets_.push_back(std::move(b));
 }
 
@@ -262,8 +259,8 @@ WSet Lowerer::unit_grads(Bucket& b) {
   if (b.step_grads) {
     if (b.acc[b.specs[0].slot] < 0) {
       for (const Spec& s : b.specs)
-        b.acc[s.slot] = buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, gdt_,
-                               BufferClass::kGrad);
+        b.acc[s.slot] =
+            buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, gdt_, BufferClass::kGrad);
       P_.add_block(b.list(b.acc), b.shard * b.ways);
     }
     return b.acc;
@@ -272,8 +269,8 @@ WSet Lowerer::unit_grads(Bucket& b) {
   if (unit_grads_valid_[bi]) return unit_grads_[bi];
   WSet g = no_weights();
   for (const Spec& s : b.specs)
-    g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape,
-                       gdt_, BufferClass::kGrad);
+    g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape, gdt_,
+                       BufferClass::kGrad);
   P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;

@@ -325,7 +325,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
     const Json& raw = r.raw("recompute_modules");
     if (raw.is_string()) {
       std::stringstream ss(raw.get<std::string>());
-      for (std::string n; std::getline(ss, n, ',');) names.emplace_back(r.field("recompute_modules"), n);
+      for (std::string n; std::getline(ss, n, ',');)
+        names.emplace_back(r.field("recompute_modules"), n);
     } else if (raw.is_array()) {
       for (const auto& [ipath, item] : r.array("recompute_modules")) {
         if (!item->is_string()) throw Error(ipath, "must be a string");
@@ -438,8 +439,7 @@ Json plan_to_json(const Plan& p) {
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
   if (p.etp > 0) j["etp"] = p.etp;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
-  if (p.recompute == Recompute::kSelective &&
-      p.recompute_modules != Plan{}.recompute_modules) {
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != Plan{}.recompute_modules) {
     Json modules = Json::array();
     for (int i = 0; i < kRecomputeModuleCount; ++i)
       if ((p.recompute_modules >> i) & 1u)

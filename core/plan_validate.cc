@@ -182,8 +182,8 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   // Recompute modules: those the model has.
   if (p.recomputes(RecomputeModule::kMlaUpProj) && !m.mla.enabled())
     throw Error("plan.recompute_modules", "mla_up_proj needs a model with MLA attention");
-  for (RecomputeModule r : {RecomputeModule::kMoeAct, RecomputeModule::kMoe,
-                            RecomputeModule::kSharedExperts})
+  for (RecomputeModule r :
+       {RecomputeModule::kMoeAct, RecomputeModule::kMoe, RecomputeModule::kSharedExperts})
     if (p.recomputes(r) && !m.is_moe())
       throw Error("plan.recompute_modules",
                   std::string(recompute_module_name(r)) + " needs a model with MoE layers");

@@ -216,11 +216,12 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 namespace {
 // The plan's switches a layer's price depends on, as bits of the price caches' keys.
 int price_flags(const Plan& p) {
-  const int modules = p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
-  return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) |
-         (p.ep_comm_overlap ? 4 : 0) | (p.flash_attention ? 8 : 0) |
-         (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) | (p.fused_kernels ? 32 : 0) |
-         (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) | (modules << 12);
+  const int modules =
+      p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
+  return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0) |
+         (p.flash_attention ? 8 : 0) | (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
+         (p.fused_kernels ? 32 : 0) | (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) |
+         (modules << 12);
 }
 }  // namespace
 
@@ -284,7 +285,8 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   // The activation of an MLP of `width` on `rows` tokens: fused, read the fc1 output(s), write
   // the product; eager SwiGLU runs silu, then the multiply (5 eb an element).
   auto activation = [&](double rows, double width) {
-    const double per = eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
+    const double per =
+        eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
     elementwise(per * rows * width);
   };
   auto residual = [&]() { elementwise((3 * eb + drop) * Tn * h); };
@@ -354,8 +356,8 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
     const Part at = mark();
     Gemm g = linear(s, rows, t);
-    if (m.mla.enabled() && (std::string_view(s.name) == "q_up" ||
-                            std::string_view(s.name) == "q" || std::string_view(s.name) == "kv_up"))
+    if (m.mla.enabled() && (std::string_view(s.name) == "q_up" || std::string_view(s.name) == "q" ||
+                            std::string_view(s.name) == "kv_up"))
       add_to(mla_up, since(at));
     if (s.split == Split::kColumn) {
       column_attn.fwd += g.fwd;
@@ -399,8 +401,8 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     // A windowed layer runs only the ring steps its window reaches: this rank's chunk and the
     // ceil((window - 1) / chunk) before it (as the lowering does).
     const int64_t chunk = seq / p.cp;
-    const double ring = a.window > 0 ? std::min<double>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk)
-                                     : p.cp;
+    const double ring =
+        a.window > 0 ? std::min<double>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk) : p.cp;
     const double steps = ring - 1;
     const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
     lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
@@ -557,8 +559,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   const int full = p.full_recompute_layers(layers);
   // Plans of a search share stages: look the price up by everything it depends on.
-  const int flags =
-      price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0);
+  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),
@@ -777,8 +778,8 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
     if (group_model(p, Group::kDpCp).nodes() > 1) {
       const DataParallel& dp0 = dps[crit];
-      const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) +
-                          dp0.per_step + dp0.per_step_hidden;
+      const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) + dp0.per_step +
+                          dp0.per_step_hidden;
       nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
     }
   }

@@ -139,7 +139,7 @@ class Estimator {
   const Cluster& cluster_;
   Profile profile_;
   DeviceSpec device_;
-  double host_bw_ = 0;  // GPU <-> host bandwidth with every GPU of the server copying
+  double host_bw_ = 0;            // GPU <-> host bandwidth with every GPU of the server copying
   double nic_share_of_pcie_ = 0;  // NIC bandwidth / the GPU's PCIe link bandwidth
   // A layer index of each kind (dense/MoE x full/windowed attention), -1 when absent.
   std::array<int, 4> kind_layer_{-1, -1, -1, -1};

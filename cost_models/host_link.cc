@@ -34,8 +34,8 @@ double host_copy_bandwidth(const Cluster& cluster, const Profile& profile, int g
   }
   const TopoNode& socket = cluster.graph[paths[mine].second];
   if (socket.memory_bw > 0)
-    bw = std::min(bw, socket.memory_bw * profile.host_memory_efficiency /
-                          into_socket[paths[mine].second]);
+    bw = std::min(
+        bw, socket.memory_bw * profile.host_memory_efficiency / into_socket[paths[mine].second]);
   return bw * profile.host_copy_efficiency;
 }
 

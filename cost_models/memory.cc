@@ -75,7 +75,7 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
     const double router_tokens = etp != t ? tokens / t : tokens / sp;
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
-    bytes += lb * routed * h;                    // dispatched tokens (expert FC1 input)
+    bytes += lb * routed * h;                      // dispatched tokens (expert FC1 input)
     // The experts' outputs, kept by the combine for the router probabilities' gradient
     // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret).
     bytes += eb * routed * h;

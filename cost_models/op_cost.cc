@@ -2,7 +2,6 @@
 // the placement caches of groups and pipeline links.
 #include "cost_models/op_cost.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -316,10 +315,8 @@ std::pair<double, double> OpPricer::p2p_link(int from, int to) {
 double OpPricer::host_bw(int stage) {
   auto it = places_.host_bw.find(reps_[stage]);
   if (it == places_.host_bw.end())
-    it =
-        places_.host_bw
-            .emplace(reps_[stage], host_copy_bandwidth(cluster_, prof_, reps_[stage]))
-            .first;
+    it = places_.host_bw.emplace(reps_[stage], host_copy_bandwidth(cluster_, prof_, reps_[stage]))
+             .first;
   return it->second;
 }
 

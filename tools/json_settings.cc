@@ -15,8 +15,7 @@ std::vector<std::string> split_path(const std::string& key, const std::string& f
   std::stringstream s(key);
   std::string part;
   while (std::getline(s, part, '/')) parts.push_back(part);
-  if (parts.empty() || key.back() == '/')
-    throw Error(field, "'" + setting + "': empty key");
+  if (parts.empty() || key.back() == '/') throw Error(field, "'" + setting + "': empty key");
   for (const std::string& p : parts)
     if (p.empty()) throw Error(field, "'" + setting + "': empty key");
   return parts;

@@ -41,25 +41,23 @@ void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
   std::string recompute = recompute_label(p);
   if (recompute.rfind("selective:", 0) == 0) recompute = "sel:" + recompute.substr(10);
   if (p.recompute_layers >= 0) recompute += ":" + std::to_string(p.recompute_layers);
-  std::printf("%4d  %3d %3d %5d %3d %3d %-3s %-3s %-12s %4d %4d %-21s %-14s %-10s %9s %s %10s %6s %9s\n",
-              rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
-              p.tp_comm_overlap ? "on" : "off",
-              p.schedule == Schedule::kInterleaved
-                  ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
-                  : schedule_name(p.schedule),
-              p.micro_batch, p.micro_batches(),
-              recompute.c_str(),
-              offload_name(p.offload).c_str(), zero_cell(p).c_str(), secs(e.step_time_s).c_str(),
-              band_cell(band).c_str(), count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(),
-              gib(e.memory_per_gpu_bytes).c_str());
+  std::printf(
+      "%4d  %3d %3d %5d %3d %3d %-3s %-3s %-12s %4d %4d %-21s %-14s %-10s %9s %s %10s %6s %9s\n",
+      rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
+      p.tp_comm_overlap ? "on" : "off",
+      p.schedule == Schedule::kInterleaved
+          ? (std::string("interleaved") + std::to_string(p.vpp)).c_str()
+          : schedule_name(p.schedule),
+      p.micro_batch, p.micro_batches(), recompute.c_str(), offload_name(p.offload).c_str(),
+      zero_cell(p).c_str(), secs(e.step_time_s).c_str(), band_cell(band).c_str(),
+      count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(), gib(e.memory_per_gpu_bytes).c_str());
 }
 void print_header() {
   std::printf(
       "%4s  %3s %3s %5s %3s %3s %-3s %-3s %-12s %4s %4s %-21s %-14s %-10s %9s %-11s %10s %6s "
       "%9s\n",
       "#", "tp", "pp", "dp", "cp", "ep", "sp", "tpo", "schedule", "mbs", "mb", "recompute",
-      "offload", "zero",
-      "step", "band", "tokens/s", "MFU", "mem/GPU");
+      "offload", "zero", "step", "band", "tokens/s", "MFU", "mem/GPU");
 }
 }  // namespace
 

@@ -11,9 +11,15 @@
 
 #include "core/lower.h"
 #include "cost_models/memory.h"
+#include "tests/core/test_models.h"
 
 namespace parasol {
 namespace {
+
+using test_models::tiny_gpt;
+using test_models::tiny_mla;
+using test_models::tiny_shared;
+using test_models::tiny_windowed;
 
 constexpr int kParam = static_cast<int>(BufferClass::kParam);
 constexpr int kAct = static_cast<int>(BufferClass::kActivation);
@@ -76,12 +82,6 @@ Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
   p.global_batch = gbs;
   p.micro_batch = mbs;
   return p;
-}
-
-Model tiny_gpt(int layers) {
-  Model m = model_preset("tiny-gpt");
-  m.layers = layers;
-  return m;
 }
 
 // A GPT small enough to lower in milliseconds and large enough that one op's transient
@@ -212,15 +212,7 @@ TEST(Liveness, LatentAttentionAndWindowsSaveWhatTheClosedFormCounts) {
     p.schedule = Schedule::kGpipe;
     return p;
   };
-  Model mla = llama_model("tiny-mla", 2, 64, 4, 4, 128, 512, 64);
-  mla.mla = {32, 16, 8, 4, 6};
-  mla.head_dim = mla.mla.qk_head_dim();
-  Model plain_q = mla;
-  plain_q.mla.q_lora_rank = 0;
-  Model windowed = model_preset("tiny");
-  windowed.sliding_window = 16;
-  windowed.full_attention_every = 2;
-  for (const Model& m : {mla, plain_q, windowed}) {
+  for (const Model& m : {tiny_mla(true), tiny_mla(false), tiny_windowed()}) {
     for (int variant = 0; variant < 5; ++variant) {
       Plan p = gpipe(make_plan(2, 2, 1, 4));
       p.sequence_parallel = variant == 1;

@@ -12,9 +12,15 @@
 
 #include "core/liveness.h"
 #include "core/lower.h"
+#include "tests/core/test_models.h"
 
 namespace parasol {
 namespace {
+
+using test_models::tiny_gpt;
+using test_models::tiny_mla;
+using test_models::tiny_shared;
+using test_models::tiny_windowed;
 
 using RM = RecomputeModule;
 
@@ -40,28 +46,6 @@ Plan with_modules(Plan p, std::initializer_list<RM> modules) {
 Program stage0(const Model& m, const Plan& p) {
   validate(p, m, cluster_preset("dgx-h100", p.gpus()));
   return lower_stage(m, p, 0);
-}
-
-Model tiny_gpt(int layers) {
-  Model m = model_preset("tiny-gpt");
-  m.layers = layers;
-  return m;
-}
-// A dense first layer, then MoE layers with two shared experts.
-Model tiny_shared() {
-  Model m = model_preset("tiny-moe");
-  m.name = "tiny-shared";
-  m.layers = 3;
-  m.moe.first_dense = 1;
-  m.moe.shared_experts = 2;
-  m.moe.shared_expert_ffn = 32;
-  return m;
-}
-Model tiny_mla(bool q_lora) {
-  Model m = llama_model("tiny-mla", 2, 64, 4, 4, 128, 512, 64);
-  m.mla = {q_lora ? 32 : 0, 16, 8, 4, 6};
-  m.head_dim = m.mla.qk_head_dim();
-  return m;
 }
 
 // "L3.fc1.m0" -> "fc1".

@@ -14,9 +14,15 @@
 
 #include "core/layer_shapes.h"
 #include "tests/core/expect_error.h"
+#include "tests/core/test_models.h"
 
 namespace parasol {
 namespace {
+
+using test_models::tiny_gpt;
+using test_models::tiny_mla;
+using test_models::tiny_shared;
+using test_models::tiny_windowed;
 
 Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
   Plan p;
@@ -26,12 +32,6 @@ Plan make_plan(int tp, int pp, int dp, int gbs, int mbs = 1) {
   p.global_batch = gbs;
   p.micro_batch = mbs;
   return p;
-}
-
-Model tiny_gpt(int layers = 2) {
-  Model m = model_preset("tiny-gpt");
-  m.layers = layers;
-  return m;
 }
 
 LoweredPlan lowered(const Model& m, const Plan& p) {
@@ -213,31 +213,6 @@ void check_sends_match(const LoweredPlan& lp) {
             recvs.insert({{static_cast<int>(o.group), peer, p.stage, o.tag}, o.bytes}).second);
     }
   EXPECT_EQ(sends, recvs);
-}
-
-// Small models of the lowered model features: multi-head latent attention (with and without query
-// compression), sliding windows (every other layer full), shared experts after a dense layer.
-Model tiny_mla(bool q_lora = true) {
-  Model m = llama_model("tiny-mla", 2, 64, 4, 4, 128, 512, 64);
-  m.mla = {q_lora ? 32 : 0, 16, 8, 4, 6};
-  m.head_dim = m.mla.qk_head_dim();
-  return m;
-}
-Model tiny_windowed() {
-  Model m = model_preset("tiny");
-  m.name = "tiny-windowed";
-  m.sliding_window = 16;
-  m.full_attention_every = 2;
-  return m;
-}
-Model tiny_shared() {
-  Model m = model_preset("tiny-moe");
-  m.name = "tiny-shared";
-  m.layers = 3;
-  m.moe.first_dense = 1;
-  m.moe.shared_experts = 2;
-  m.moe.shared_expert_ffn = 32;
-  return m;
 }
 
 // A battery of plans covering every feature, for the structural checks.

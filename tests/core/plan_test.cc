@@ -422,14 +422,20 @@ TEST(PlanJson, RecomputeModulesByMegatronsNames) {
   EXPECT_EQ(recompute_label(d), "selective");
   EXPECT_EQ(recompute_label(q), "selective:moe_act,layernorm");
   EXPECT_EQ(recompute_label(none), "full");
-  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "selective",
-                                                   "recompute_modules": ["mlp", "attn"]})")); },
-              "plan.recompute_modules[1]", "'attn' is not one of core_attn");
+  ExpectError(
+      [] {
+        plan_from_json(Json::parse(R"({"recompute": "selective",
+                                                   "recompute_modules": ["mlp", "attn"]})"));
+      },
+      "plan.recompute_modules[1]", "'attn' is not one of core_attn");
   ExpectError([] { plan_from_json(Json::parse(R"({"recompute_modules": ["mlp"]})")); },
               "plan.recompute_modules", "only applies to recompute selective");
-  ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "selective",
-                                                   "recompute_modules": 3})")); },
-              "plan.recompute_modules", "list of module names");
+  ExpectError(
+      [] {
+        plan_from_json(Json::parse(R"({"recompute": "selective",
+                                                   "recompute_modules": 3})"));
+      },
+      "plan.recompute_modules", "list of module names");
 }
 
 TEST(PlanValidate, RecomputeModulesTheModelHas) {

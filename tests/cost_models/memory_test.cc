@@ -182,8 +182,8 @@ TEST(Fp8Activations, LinearInputsAreKeptInFp8) {
                    dense);
   Model m = model_preset("mixtral-8x7b");
   const double routed = T * m.moe.top_k;  // etp = tp: all routed rows, experts split tp ways
-  const double moe = T * m.hidden / t + T * m.q_dim() / t + routed * m.hidden +
-                     routed * m.moe.expert_ffn / t;
+  const double moe =
+      T * m.hidden / t + T * m.q_dim() / t + routed * m.hidden + routed * m.moe.expert_ffn / t;
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kNone, true) -
                        layer_activation_bytes(m, f, Recompute::kNone, true),
                    moe);

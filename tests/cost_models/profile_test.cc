@@ -123,8 +123,9 @@ void expect_same(const Profile& a, const Profile& b) {
       for (int al = 0; al < 3; ++al)
         for (int pr = 0; pr < 3; ++pr) {
           EXPECT_NEAR(a.nccl->hw_latency_s[t][al][pr], b.nccl->hw_latency_s[t][al][pr], 1e-15);
-          if (t == 0)
+          if (t == 0) {
             EXPECT_NEAR(a.nccl->base_latency_s[al][pr], b.nccl->base_latency_s[al][pr], 1e-15);
+          }
         }
     for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(a.nccl->ll_max_bw[i], b.nccl->ll_max_bw[i]);
   }

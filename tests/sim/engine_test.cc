@@ -753,11 +753,16 @@ TEST(EngineDispatcher, DeepEpAllToAllsMoveWhatTheEstimateSays) {
   const double a2a = ep_comm(two, p, MoeDispatcher::kAllToAll);
   const double deepep = ep_comm(two, p, MoeDispatcher::kDeepEp);
   ASSERT_GT(a2a, 0);
-  EXPECT_NEAR(deepep / a2a, cost::dispatcher_bytes_factor(m, [&] {
-                Plan q = p;
-                q.moe_dispatcher = MoeDispatcher::kDeepEp;
-                return q;
-              }(), 2), 0.05);  // bandwidth-bound all-to-alls (latency aside)
+  EXPECT_NEAR(deepep / a2a,
+              cost::dispatcher_bytes_factor(
+                  m,
+                  [&] {
+                    Plan q = p;
+                    q.moe_dispatcher = MoeDispatcher::kDeepEp;
+                    return q;
+                  }(),
+                  2),
+              0.05);  // bandwidth-bound all-to-alls (latency aside)
   Plan local = p;
   local.dp = local.ep = 8;
   local.global_batch = 8;

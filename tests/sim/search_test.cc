@@ -418,8 +418,7 @@ TEST(SearchSpace, RecomputeModuleSetsOfMegatronsRecipes) {
   EXPECT_EQ(module_sets(dense), (std::set<unsigned>{bit(M::kMlp)}));
   o.flash_attention = false;
   const Enumerated materialised = enumerate(model_preset("tiny"), c, o);
-  EXPECT_EQ(module_sets(materialised),
-            (std::set<unsigned>{bit(M::kCoreAttn), bit(M::kMlp)}));
+  EXPECT_EQ(module_sets(materialised), (std::set<unsigned>{bit(M::kCoreAttn), bit(M::kMlp)}));
   // Every plan the search builds with modules validates.
   for (const Plan& p : moe.plans) ASSERT_NO_THROW(validate(p, model_preset("tiny-moe"), c));
 }

@@ -22,9 +22,8 @@ Json doc() {
 }
 
 TEST(JsonSettings, SetsNumbersStringsAndNestedKeys) {
-  Json j = with_settings(doc(), {"clock=1", "name=h100", "nccl/proto=LL128", "list/2/x=7",
-                                 "new/key=[1,2]"},
-                         "flag");
+  Json j = with_settings(
+      doc(), {"clock=1", "name=h100", "nccl/proto=LL128", "list/2/x=7", "new/key=[1,2]"}, "flag");
   EXPECT_DOUBLE_EQ(j["clock"].get<double>(), 1.0);
   EXPECT_EQ(j["name"], "h100");
   EXPECT_EQ(j["nccl"]["proto"], "LL128");

@@ -13,9 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "tests/tools/run_parasol.h"
-
 #include "core/error.h"
+#include "tests/tools/run_parasol.h"
 
 namespace parasol::tools {
 namespace {
@@ -355,7 +354,9 @@ TEST(CliSearch, TableShowsReshardAndTpOverlapAsTheJsonDoes) {
     EXPECT_EQ(cells[13], std::to_string(plan["zero"].get<int>())) << rows[i];
     if (plan["zero"].get<int>() == 3) {
       const std::string r = plan["reshard"].get<std::string>();
-      EXPECT_EQ(cells[14], r == "after_forward" ? "fwd" : r == "after_backward" ? "bwd" : "step")
+      EXPECT_EQ(cells[14], r == "after_forward"    ? "fwd"
+                           : r == "after_backward" ? "bwd"
+                                                   : "step")
           << rows[i];
     }
   }
