@@ -52,6 +52,9 @@
 //    places back (a windowed layer's K/V gradients going home after fewer than cp steps). Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
 //    same `tag` from its peer has. Tags are unique per direction within a step.
+//  * names ("L3.qkv.m0") are for people and traces; what the runtime must tell apart is typed:
+//    Op::role and Buffer::role (core/program.h), layer and micro-batch in Op::tags. The names
+//    below say which op or buffer is meant; each such op or buffer carries its role.
 //  * a fused QKV buffer ("qkv", and its gradient "dqkv") holds per row this rank's heads of Q,
 //    then K, then V (Q and K of head_dim columns per head, V of v_head_dim: MLA's differ). The
 //    ring's K/V chunks and their gradient accumulators are [T x (K + V columns)], each row its

@@ -55,8 +55,8 @@ void Lowerer::add_bucket(Bucket b) {
   const int64_t padded = b.zero >= 1 ? b.shard * b.ways : 0;
   if (b.zero < 3) {
     for (const Spec& s : b.specs)
-      b.params[s.slot] = buffer(bname(kSlotName[s.slot], ".w"), s.shape, wdt_, BufferClass::kParam,
-                                host_params, true);
+      b.params[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".w"), s.shape, wdt_,
+                                     BufferClass::kParam, host_params, true);
     P_.add_block(b.list(b.params), padded);
   } else {
     b.param_shard =
@@ -64,8 +64,8 @@ void Lowerer::add_bucket(Bucket b) {
   }
   if (b.zero < 2) {
     for (const Spec& s : b.specs)
-      b.grads[s.slot] =
-          buffer(bname(kSlotName[s.slot], ".g"), s.shape, gdt_, BufferClass::kGrad, false, true);
+      b.grads[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".g"), s.shape, gdt_,
+                                    BufferClass::kGrad, false, true);
     P_.add_block(b.list(b.grads), padded);
   } else {
     b.grad_shard = buffer(bname(whole, ".g"), {b.shard}, gdt_, BufferClass::kGrad, false, true);
@@ -213,7 +213,8 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
   dev.reserve(b.specs.size());
   WSet mine = no_weights();
   for (const Spec& s : b.specs) {
-    mine[s.slot] = buffer(name(layer, kSlotName[s.slot], mb), s.shape, wdt_, BufferClass::kParam);
+    mine[s.slot] =
+        slot_buffer(s.slot, name(layer, kSlotName[s.slot], mb), s.shape, wdt_, BufferClass::kParam);
     out[s.slot] = mine[s.slot];
     dev.push_back(mine[s.slot]);
   }
@@ -259,8 +260,8 @@ WSet Lowerer::unit_grads(Bucket& b) {
   if (b.step_grads) {
     if (b.acc[b.specs[0].slot] < 0) {
       for (const Spec& s : b.specs)
-        b.acc[s.slot] =
-            buffer(weight_name(b, kSlotName[s.slot]) + ".g", s.shape, gdt_, BufferClass::kGrad);
+        b.acc[s.slot] = slot_buffer(s.slot, weight_name(b, kSlotName[s.slot]) + ".g", s.shape, gdt_,
+                                    BufferClass::kGrad);
       P_.add_block(b.list(b.acc), b.shard * b.ways);
     }
     return b.acc;
@@ -269,8 +270,8 @@ WSet Lowerer::unit_grads(Bucket& b) {
   if (unit_grads_valid_[bi]) return unit_grads_[bi];
   WSet g = no_weights();
   for (const Spec& s : b.specs)
-    g[s.slot] = buffer(name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g", s.shape, gdt_,
-                       BufferClass::kGrad);
+    g[s.slot] = slot_buffer(s.slot, name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g",
+                            s.shape, gdt_, BufferClass::kGrad);
   P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;

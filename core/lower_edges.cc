@@ -10,8 +10,8 @@ int Lowerer::embedding_forward(int mb) {
   WSet w = no_weights();
   acquire(buckets_[emb_bucket_], w, -1);
   EdgeSaved& es = emb_saved_[mb];
-  es.tokens =
-      buffer(name(-1, "tokens", mb), {p_.micro_batch, Sl_}, Dtype::kFp32, BufferClass::kActivation);
+  es.tokens = role(BufferRole::kTokens, buffer(name(-1, "tokens", mb), {p_.micro_batch, Sl_},
+                                               Dtype::kFp32, BufferClass::kActivation));
   int emb = act(-1, "emb", {T_, h_});
   elementwise(OpKind::kEmbedding, -1, "emb", double(T_) * h_, 2 * eb_ * T_ * h_,
               {es.tokens, w[kTable], w[kPos]}, {emb});
@@ -19,8 +19,9 @@ int Lowerer::embedding_forward(int mb) {
   if (m_.dropout) {
     int out = act(-1, "emb.out", {Tn_, h_});
     es.mask = act(-1, "emb.mask", {Tn_, h_}, Dtype::kFp8);
-    elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_, (2 * eb_ + 1) * Tn_ * h_,
-                {x}, {out, es.mask});
+    role(OpRole::kEmbeddingDropout,
+         elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_,
+                     (2 * eb_ + 1) * Tn_ * h_, {x}, {out, es.mask}));
     x = out;
   }
   return x;
@@ -31,8 +32,9 @@ void Lowerer::embedding_backward(int mb, int dy) {
   EdgeSaved& es = emb_saved_[mb];
   if (es.mask >= 0) {
     int d = act(-1, "emb.dx", {Tn_, h_});
-    elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_,
-                2 * (2 * eb_ + 1) * Tn_ * h_, {dy, es.mask}, {d});
+    role(OpRole::kEmbeddingDropout,
+         elementwise(OpKind::kResidualAdd, -1, "emb.drop", double(Tn_) * h_,
+                     2 * (2 * eb_ + 1) * Tn_ * h_, {dy, es.mask}, {d}));
     dy = d;
   }
   int full = tp_gather_in(-1, dy, T_);
@@ -55,7 +57,7 @@ void Lowerer::head_forward(int x, int mb) {
               {hs.xf});
   int in = tp_gather_in(-1, hs.xf, T_);
   int logits = ws(-1, "logits", {T_, vocab_t_});
-  gemm(-1, "head", T_, vocab_t_, h_, 1, {in, head}, {logits});
+  role(OpRole::kHead, gemm(-1, "head", T_, vocab_t_, h_, 1, {in, head}, {logits}));
   cross_entropy_forward(logits, mb);
 }
 
@@ -64,13 +66,13 @@ void Lowerer::head_forward(int x, int mb) {
 // exponentials by the global sum.
 void Lowerer::cross_entropy_forward(int logits, int mb) {
   EdgeSaved& hs = head_saved_[mb];
-  hs.labels =
-      buffer(name(-1, "labels", mb), {p_.micro_batch, Sl_}, Dtype::kFp32, BufferClass::kActivation);
+  hs.labels = role(BufferRole::kLabels, buffer(name(-1, "labels", mb), {p_.micro_batch, Sl_},
+                                               Dtype::kFp32, BufferClass::kActivation));
   hs.probs = act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
   hs.row_max = act(-1, "ce.max", {T_}, Dtype::kFp32);
   const int row_max = hs.row_max;
-  elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_, eb_ * T_ * vocab_t_,
-              {logits}, {row_max});
+  role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_,
+                                     eb_ * T_ * vocab_t_, {logits}, {row_max}));
   if (t_ > 1) {
     const int op =
         collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_, row_max, row_max);
@@ -99,7 +101,7 @@ int Lowerer::head_backward(int mb) {
   int dxf = tp_reduce_out(-1, dxp, T_, "head.dx.tp");
   WSet g = unit_grads(buckets_[head_bucket_]);
   const int ghead = own ? g[kHead] : unit_grads(buckets_[emb_bucket_])[kTable];
-  gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead});
+  role(OpRole::kWeightGrad, gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead}));
   int dy = act(-1, "lnf.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 4 * eb_ * Tn_ * h_,
               {hs.x, dxf, w[kFnorm]}, {dy, g[kFnorm]});

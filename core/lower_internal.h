@@ -204,6 +204,22 @@ class Lowerer {
   int ws(int layer, const char* what, std::vector<int64_t> shape) {
     return ws(layer, what, std::move(shape), adt_);
   }
+  // Roles (core/program.h): set on an emitted op or a made buffer; return its id.
+  int role(OpRole r, int op_id) {
+    P_.ops[op_id].role = r;
+    return op_id;
+  }
+  int role(BufferRole r, int buffer_id) {
+    if (buffer_id >= 0) buf_at(buffer_id).role = r;
+    return buffer_id;
+  }
+  // A buffer of weight slot `slot` (a weight, a gathered or updated copy, a gradient): the
+  // embedding table's carry its role.
+  int slot_buffer(Slot slot, std::string nm, std::vector<int64_t> shape, Dtype dt, BufferClass cls,
+                  bool host = false, bool persistent = false) {
+    return role(slot == kTable ? BufferRole::kEmbeddingTable : BufferRole::kNone,
+                buffer(std::move(nm), std::move(shape), dt, cls, host, persistent));
+  }
   Op make(OpKind kind, int layer, const char* what, int stream);
   // One attention step of layer `layer` on this rank (a cp chunk; core/layer_shapes.h).
   AttnShape attention_shape(int layer) const;
@@ -275,7 +291,10 @@ class Lowerer {
   // The experts' tensor-parallel operators: the all-gather of the routed rows over the expert
   // TP group before the column-parallel expert GEMMs, and the reduction after the row-parallel
   // ones (and the conjugates backward).
-  int expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved);
+  // The dispatched rows' gather carries role kDispatchGather (the runtime trades their counts
+  // before the rows).
+  int expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved,
+                    OpRole r = OpRole::kNone);
   int expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved);
 
   // --- selective recompute of the plan's modules (lower_recompute.cc)

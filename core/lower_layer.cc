@@ -12,20 +12,21 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const int mb = tags_.micro_batch;
   std::vector<int> outs;
   if (!recompute) {
-    sv[sAo] = act(layer, "attn", {T_, ao_cols_}, ldt_);
+    sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, ldt_));
     outs.push_back(sv[sAo]);
   } else if (flash_) {
-    sv[sAoRc] = ws(layer, "attn.rc", {T_, ao_cols_});
+    sv[sAoRc] = role(BufferRole::kAttnOut, ws(layer, "attn.rc", {T_, ao_cols_}));
     outs.push_back(sv[sAoRc]);
   }
   if (flash_) {
     if (!recompute) {
-      sv[sLse] = act(layer, "lse", {p_.micro_batch, heads_t_, Sl_}, Dtype::kFp32);
+      sv[sLse] = role(BufferRole::kAttnLse,
+                      act(layer, "lse", {p_.micro_batch, heads_t_, Sl_}, Dtype::kFp32));
       outs.push_back(sv[sLse]);
     }
   } else {
     const std::vector<int64_t> scores = {p_.micro_batch, heads_t_, Sl_, seq_};
-    sv[sProbs] = act(layer, "probs", scores);
+    sv[sProbs] = role(BufferRole::kAttnProbs, act(layer, "probs", scores));
     outs.push_back(sv[sProbs]);
     if (m_.dropout) {
       sv[sPmask] = act(layer, "pmask", scores, Dtype::kFp8);
@@ -45,7 +46,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     int next = -1;
     if (j < steps - 1) {
       // Ring attention: pass the chunk in hand on while attending to it.
-      next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
+      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
@@ -80,23 +81,24 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   if (cp == 1) return -1;
   const bool last = step == steps - 1;
   const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
-  int recv = ws(layer, "dkv", {T_, k_cols_ + v_cols_});
+  int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_}));
   p2p(OpKind::kSend, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send",
       kv_bytes, dkv);
   p2p(OpKind::kRecv, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv",
       kv_bytes, recv);
   if (!last) return recv;
-  elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
-              3 * kv_bytes, {dqkv, recv}, {dqkv});
+  role(OpRole::kDkvFold,
+       elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
+                   3 * kv_bytes, {dqkv, recv}, {dqkv}));
   return -1;
 }
 
 int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int mb = tags_.micro_batch;
   const int cp = p_.cp;
-  int dqkv = act(layer, "dqkv", {T_, qkv_cols_});
+  int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
   const AttnShape a = attention_shape(layer);
-  const double flops = (flash_ ? 2.5 : 2.0) * attention_flops(a);  // flash recomputes scores
+  const double flops = (flash_ ? kFlashBackwardFlopRatio : 2.0) * attention_flops(a);
   const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
   const int steps = ring_steps(layer);
@@ -104,13 +106,13 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   for (int j = 0; j < steps; ++j) {
     int next = -1;
     if (j < steps - 1) {
-      next = ws(layer, "kv", {T_, k_cols_ + v_cols_});
+      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
           next);
     }
-    int dkv = cp > 1 ? ws(layer, "dkv", {T_, k_cols_ + v_cols_}) : -1;
+    int dkv = cp > 1 ? role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_})) : -1;
     Op op = make(OpKind::kAttention, layer, "attn", kCompute);
     op.attn = a;
     op.flops = flops;
@@ -135,8 +137,9 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
     mla_forward(layer, w, sv);
   } else {
     int in = tp_gather_in(layer, sv[sXn], T_);
-    sv[sQkv] = act(layer, "qkv", {T_, qkv_cols_});
-    gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]});
+    sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
+    role(OpRole::kQkv,
+         gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]}));
   }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
@@ -144,8 +147,9 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   int a = tp_reduce_out(layer, o, T_, "out.tp");
   sv[sX1] = act(layer, "res1", {Tn_, h_});
   if (m_.dropout) sv[sMask1] = act(layer, "mask1", {Tn_, h_}, Dtype::kFp8);
-  elementwise(OpKind::kResidualAdd, layer, "res1", nh, (3 * eb_ + drop_) * nh, {x, a, w[kOutB]},
-              {sv[sX1], sv[sMask1]});
+  role(OpRole::kAttnResidual,
+       elementwise(OpKind::kResidualAdd, layer, "res1", nh, (3 * eb_ + drop_) * nh,
+                   {x, a, w[kOutB]}, {sv[sX1], sv[sMask1]}));
   // MLP block.
   mlp_norm(layer, w, sv);
   const int y = m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv)
@@ -153,8 +157,9 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   int x2 = act(layer, "res2", {Tn_, h_});
   if (m_.dropout) sv[sMask2] = act(layer, "mask2", {Tn_, h_}, Dtype::kFp8);
   // The MLP block's row-parallel bias: the dense FC2's, or the shared experts' FC2's.
-  elementwise(OpKind::kResidualAdd, layer, "res2", nh, (3 * eb_ + drop_) * nh,
-              {sv[sX1], y, w[kFc2B] >= 0 ? w[kFc2B] : w[kSfc2B]}, {x2, sv[sMask2]});
+  role(OpRole::kMlpResidual,
+       elementwise(OpKind::kResidualAdd, layer, "res2", nh, (3 * eb_ + drop_) * nh,
+                   {sv[sX1], y, w[kFc2B] >= 0 ? w[kFc2B] : w[kSfc2B]}, {x2, sv[sMask2]}));
   return x2;
 }
 
@@ -198,7 +203,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   int d = tp_gather_in(layer, dres2, T_);  // conjugate of g
   int da = act(layer, (act_name + ".dy").c_str(), {T_, f});
   gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
-  gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]});
+  role(OpRole::kWeightGrad,
+       gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]}));
   int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
               2 * (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1], da}, {dfc1, g[mlp.fc1b]});
@@ -206,7 +212,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
   int dx1n = tp_reduce_out(layer, dxp, T_, (fc1 + ".dx.tp").c_str());  // conjugate of f
-  gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1, {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]});
+  role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1, {in, dfc1},
+                                 {g[mlp.fc1], g[mlp.fc1b]}));
   return dx1n;
 }
 
@@ -214,8 +221,9 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   const double nh = double(Tn_) * h_;
   // Residual 2 (and the FC2 bias, added there).
   int dres2 = act(layer, "res2.dx", {Tn_, h_});
-  elementwise(OpKind::kResidualAdd, layer, "res2", nh, 2 * (3 * eb_ + drop_) * nh, {dy, sv[sMask2]},
-              {dres2, g[kFc2B] >= 0 ? g[kFc2B] : g[kSfc2B]});
+  role(OpRole::kMlpResidual,
+       elementwise(OpKind::kResidualAdd, layer, "res2", nh, 2 * (3 * eb_ + drop_) * nh,
+                   {dy, sv[sMask2]}, {dres2, g[kFc2B] >= 0 ? g[kFc2B] : g[kSfc2B]}));
   const int dx1n = m_.is_moe_layer(layer) ? moe_backward(layer, sv, dres2, w, g)
                                           : mlp_backward(layer, dense_mlp(), sv, dres2, w, g);
   int dx1 = act(layer, "ln2.dx", {Tn_, h_});
@@ -223,12 +231,13 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
               {dx1, g[kNorm2]});
   // Residual 1 (and the out-projection bias).
   int dres1 = act(layer, "res1.dx", {Tn_, h_});
-  elementwise(OpKind::kResidualAdd, layer, "res1", nh, 2 * (3 * eb_ + drop_) * nh,
-              {dx1, sv[sMask1]}, {dres1, g[kOutB]});
+  role(OpRole::kAttnResidual,
+       elementwise(OpKind::kResidualAdd, layer, "res1", nh, 2 * (3 * eb_ + drop_) * nh,
+                   {dx1, sv[sMask1]}, {dres1, g[kOutB]}));
   int d = tp_gather_in(layer, dres1, T_);
-  int dao = act(layer, "attn.dy", {T_, ao_cols_});
+  int dao = role(BufferRole::kAttnOutGrad, act(layer, "attn.dy", {T_, ao_cols_}));
   gemm(layer, "out.dx", T_, ao_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
-  gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]});
+  role(OpRole::kWeightGrad, gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]}));
   int dqkv = attention_backward(layer, sv, dao);
   int dxn;
   if (mla_) {
@@ -236,9 +245,10 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   } else {
     int in = tp_gather_in(layer, sv[sXn], T_);
     int dxp = ws(layer, "qkv.dx", {T_, h_});
-    gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true);
+    role(OpRole::kQkvDx, gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true));
     dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
-    gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]});
+    role(OpRole::kWeightGrad,
+         gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]}));
   }
   int dx = act(layer, "ln1.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln1", nh, 4 * eb_ * nh, {sv[sX], dxn, dx1, w[kNorm1]},

@@ -64,10 +64,10 @@ void Lowerer::mla_up_forward(int layer, const Latents& lat, const WSet& w, Saved
   const int kv = ws(layer, "kv_up", {T_, kv_up_cols});
   gemm(layer, "kv_up", T_, kv_up_cols, kl, 1, {kv_in, w[kKvUp], w[kKvUpB]}, {kv});
   const int pe = tp_gather_in(layer, lat.pe, T_);
-  sv[sQkv] = act(layer, "qkv", {T_, qkv_cols_});
+  sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
   const double moved = double(T_) * (q_cols_ + kv_up_cols + rope + qkv_cols_);
-  elementwise(OpKind::kResidualAdd, layer, "qkv.pack", double(T_) * qkv_cols_, eb_ * moved,
-              {q, kv, pe}, {sv[sQkv]});
+  role(OpRole::kQkvPack, elementwise(OpKind::kResidualAdd, layer, "qkv.pack",
+                                     double(T_) * qkv_cols_, eb_ * moved, {q, kv, pe}, {sv[sQkv]}));
 }
 
 // Returns the gradient of the norm1 output (its sequence shard).
@@ -88,8 +88,9 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
   const int dkv = ws(layer, "kv_up.dy", {T_, kv_up_cols});
   const int dpe = ws(layer, "kv_pe.dy", {T_, rope});
   const double moved = double(T_) * (q_cols_ + kv_up_cols + rope + qkv_cols_);
-  elementwise(OpKind::kResidualAdd, layer, "qkv.unpack", double(T_) * qkv_cols_, eb_ * moved,
-              {dqkv}, {dq, dkv, dpe});
+  role(OpRole::kQkvUnpack,
+       elementwise(OpKind::kResidualAdd, layer, "qkv.unpack", double(T_) * qkv_cols_, eb_ * moved,
+                   {dqkv}, {dq, dkv, dpe}));
   // kv: the up-projection's gradients, reduced over tp (partial sums over this rank's heads),
   // then the norm's backward (the rotary key's gradient passing through) and the
   // down-projection's.
@@ -97,7 +98,8 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
   const int dkvn_p = ws(layer, "kv_up.dx", {T_, kl});
   gemm(layer, "kv_up.dx", T_, kl, kv_up_cols, 1, {dkv, w[kKvUp]}, {dkvn_p}, true);
   const int dkvn = tp_reduce_out(layer, dkvn_p, T_, "kv_up.dx.tp");
-  gemm(layer, "kv_up.dw", kl, kv_up_cols, T_, 1, {kv_in, dkv}, {g[kKvUp], g[kKvUpB]});
+  role(OpRole::kWeightGrad,
+       gemm(layer, "kv_up.dw", kl, kv_up_cols, T_, 1, {kv_in, dkv}, {g[kKvUp], g[kKvUpB]}));
   const int dpe_n = tp_reduce_out(layer, dpe, T_, "kv_pe.dx.tp");
   const int dkv_lat = ws(layer, "kv_lat.dx", {Tn_, kl + rope});
   elementwise(OpKind::kNorm, layer, "kv_norm", double(Tn_) * kl, 4 * eb_ * Tn_ * (kl + rope),
@@ -110,20 +112,23 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
   const Slot qw = ql > 0 ? kQUp : kQ;
   gemm(layer, ql > 0 ? "q_up.dx" : "q.dx", T_, q_k, q_cols_, 1, {dq, w[qw]}, {dqin_p}, true);
   const int dqin = tp_reduce_out(layer, dqin_p, T_, ql > 0 ? "q_up.dx.tp" : "q.dx.tp");
-  gemm(layer, ql > 0 ? "q_up.dw" : "q.dw", q_k, q_cols_, T_, 1, {q_in, dq}, {g[qw], g[qw + 1]});
+  role(OpRole::kWeightGrad, gemm(layer, ql > 0 ? "q_up.dw" : "q.dw", q_k, q_cols_, T_, 1,
+                                 {q_in, dq}, {g[qw], g[qw + 1]}));
   if (ql > 0) {
     const int dq_lat = ws(layer, "q_lat.dx", {Tn_, ql});
     elementwise(OpKind::kNorm, layer, "q_norm", double(Tn_) * ql, 4 * eb_ * Tn_ * ql,
                 {sv[sQLat], dqin, w[kQNorm]}, {dq_lat, g[kQNorm]});
     dxn = ws(layer, "q_down.dx", {Tn_, h_});
     gemm(layer, "q_down.dx", Tn_, h_, ql, 1, {dq_lat, w[kQDown]}, {dxn}, true);
-    gemm(layer, "q_down.dw", h_, ql, Tn_, 1, {xn, dq_lat}, {g[kQDown], g[kQDownB]});
+    role(OpRole::kWeightGrad,
+         gemm(layer, "q_down.dw", h_, ql, Tn_, 1, {xn, dq_lat}, {g[kQDown], g[kQDownB]}));
   } else {
     dxn = dqin;
   }
   // kv_down's data gradient adds to the query side's.
   gemm(layer, "kv_down.dx", Tn_, h_, kl + rope, 1, {dkv_lat, w[kKvDown], dxn}, {dxn}, true);
-  gemm(layer, "kv_down.dw", h_, kl + rope, Tn_, 1, {xn, dkv_lat}, {g[kKvDown], g[kKvDownB]});
+  role(OpRole::kWeightGrad,
+       gemm(layer, "kv_down.dw", h_, kl + rope, Tn_, 1, {xn, dkv_lat}, {g[kKvDown], g[kKvDownB]}));
   return dxn;
 }
 

@@ -8,10 +8,12 @@ namespace parasol::lowering {
 
 // Before the column-parallel expert GEMMs (and backward before the row-parallel ones' data
 // gradients): the routed rows of the experts' TP group, all-gathered.
-int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved) {
+int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved,
+                           OpRole r) {
   if (gather_ways_ == 1) return x;
   int full = saved ? act(layer, what, {rows_full, h_}, ldt_) : ws(layer, what, {rows_full, h_});
-  collective(OpKind::kAllGather, gather_group_, layer, what, eb_ * rows_full * h_, x, full);
+  role(r,
+       collective(OpKind::kAllGather, gather_group_, layer, what, eb_ * rows_full * h_, x, full));
   return full;
 }
 
@@ -39,7 +41,7 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   const bool a2a = p_.ep > 1;
   // With slice_, the router and the dispatch read this rank's rows of the replicated input.
   int logits = ws(layer, "router", {Tm_, E}, Dtype::kFp32);
-  gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits});
+  role(OpRole::kRouter, gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits}));
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
   elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E, {logits},
               {sv[sRprobs]});
@@ -50,14 +52,17 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   if (a2a) {
     int r = gather ? ws(layer, "disp.a2a", {routed_n, h_})
                    : act(layer, "disp.a2a", {routed_n, h_}, ldt_);
-    collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, d, r);
+    role(BufferRole::kExpertRows, r);
+    role(OpRole::kDispatchA2a,
+         collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, d, r));
     d = r;
   }
-  d = expert_gather(layer, d, R, "disp.ag", true);
+  d = expert_gather(layer, d, R, "disp.ag", true, OpRole::kDispatchGather);
   int o = moe_experts_forward(layer, d, w, sv);
   if (a2a) {
     int r = act(layer, "comb.a2a", {routed_n, h_});
-    collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, o, r);
+    role(OpRole::kCombineA2a,
+         collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, o, r));
     o = r;
   }
   sv[sEret] = o;
@@ -73,7 +78,8 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
     const int ys = mlp_forward(layer, shared_mlp(), w, sv);
     const double nh = double(Tn_) * h_;
     int sum = ws(layer, "moe.add", {Tn_, h_});
-    elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {y, ys}, {sum});
+    role(OpRole::kSum,
+         elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {y, ys}, {sum}));
     y = sum;
   }
   return y;
@@ -86,13 +92,14 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   const int64_t routed_n = Tm_ * K, R = routed_n * gather_ways_, rows = ceil_div(R, le);
   const bool a2a = p_.ep > 1;
   sv[sDisp] = d;
-  sv[sFc1] = act(layer, "efc1", {R, up_ * eff_t_});
+  sv[sFc1] = role(BufferRole::kExpertRows, act(layer, "efc1", {R, up_ * eff_t_}));
   int op1 = gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]}, {sv[sFc1]},
                  false, OpKind::kExpertLinear);
   P_.ops[op1].flops = 2.0 * R * up_ * eff_t_ * h_;
   moe_expert_act(layer, sv);
   const bool gather = gather_ways_ > 1;
-  int o = gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_});
+  int o = role(BufferRole::kExpertRows,
+               gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_}));
   int op2 = gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]}, {o}, false,
                  OpKind::kExpertLinear);
   P_.ops[op2].flops = 2.0 * R * h_ * eff_t_;
@@ -101,9 +108,9 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
 
 void Lowerer::moe_expert_act(int layer, Saved& sv) {
   const int64_t R = Tm_ * topk_ * gather_ways_;
-  sv[sAct] = act(layer, "eact", {R, eff_t_}, ldt_);
-  elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_, (up_ + 1) * eb_ * R * eff_t_,
-              {sv[sFc1]}, {sv[sAct]});
+  sv[sAct] = role(BufferRole::kExpertRows, act(layer, "eact", {R, eff_t_}, ldt_));
+  role(OpRole::kExpertAct, elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
+                                       (up_ + 1) * eb_ * R * eff_t_, {sv[sFc1]}, {sv[sAct]}));
 }
 
 int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g) {
@@ -117,15 +124,17 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
               {dres, sv[sEret], sv[sRprobs]}, {de, drp});
   int d = de;
   if (a2a) {
-    int r = ws(layer, "comb.a2a", {routed_n, h_});
-    collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, d, r);
+    int r = role(BufferRole::kExpertRows, ws(layer, "comb.a2a", {routed_n, h_}));
+    role(OpRole::kCombineA2a,
+         collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, d, r));
     d = r;
   }
   d = expert_gather(layer, d, R, "ag", false);
   int dd = moe_experts_backward(layer, sv, d, w, g);
   if (a2a) {
     int r = ws(layer, "disp.a2a", {routed_n, h_});
-    collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, dd, r);
+    role(OpRole::kDispatchA2a,
+         collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, dd, r));
     dd = r;
   }
   int dx1n = act(layer, "ln2.dy", {Tm_, h_});
@@ -135,7 +144,8 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
   elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 16.0 * Tm_ * E, {drp, sv[sRprobs]},
               {dlogits});
   gemm(layer, "router.dx", Tm_, h_, E, 1, {dlogits, w[kRouter], dx1n}, {dx1n}, true);
-  gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]});
+  role(OpRole::kRouterDw,
+       gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]}));
   if (slice_) {
     int full = act(layer, "ln2.dy.ag", {T_, h_});
     collective(OpKind::kAllGather, Group::kTp, layer, "ln2.dy.ag", eb_ * T_ * h_, dx1n, full);
@@ -145,7 +155,8 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
     const int dxs = mlp_backward(layer, shared_mlp(), sv, dres, w, g);
     const double nh = double(Tn_) * h_;
     int sum = act(layer, "moe.add.dx", {Tn_, h_});
-    elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {dx1n, dxs}, {sum});
+    role(OpRole::kSum,
+         elementwise(OpKind::kResidualAdd, layer, "moe.add", nh, 3 * eb_ * nh, {dx1n, dxs}, {sum}));
     dx1n = sum;
   }
   return dx1n;
@@ -156,23 +167,24 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
 int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g) {
   const int64_t K = topk_, le = local_experts_;
   const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
-  int dact = act(layer, "eact.dx", {R, eff_t_});
+  int dact = role(BufferRole::kExpertRows, act(layer, "eact.dx", {R, eff_t_}));
   int op = gemm(layer, "efc2.dx", rows, eff_t_, h_, le, {d, w[kEfc2]}, {dact}, true,
                 OpKind::kExpertLinear);
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
-  op = gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d}, {g[kEfc2], g[kEfc2B]}, false,
-            OpKind::kExpertLinear);
+  op = role(OpRole::kWeightGrad, gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
+                                      {g[kEfc2], g[kEfc2B]}, false, OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
-  int dfc1 = act(layer, "efc1.dy", {R, up_ * eff_t_});
-  elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
-              2 * (up_ + 1) * eb_ * R * eff_t_, {sv[sFc1], dact}, {dfc1, g[kEfc1B]});
-  int dd = ws(layer, "efc1.dx", {R, h_});
+  int dfc1 = role(BufferRole::kExpertRows, act(layer, "efc1.dy", {R, up_ * eff_t_}));
+  role(OpRole::kExpertAct,
+       elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
+                   2 * (up_ + 1) * eb_ * R * eff_t_, {sv[sFc1], dact}, {dfc1, g[kEfc1B]}));
+  int dd = role(BufferRole::kExpertRows, ws(layer, "efc1.dx", {R, h_}));
   op = gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
             OpKind::kExpertLinear);
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
   dd = expert_reduce(layer, dd, R, "efc1.dx.tp", true);
-  op = gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le, {sv[sDisp], dfc1}, {g[kEfc1]}, false,
-            OpKind::kExpertLinear);
+  op = role(OpRole::kWeightGrad, gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le,
+                                      {sv[sDisp], dfc1}, {g[kEfc1]}, false, OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
   return dd;
 }

@@ -15,7 +15,8 @@ Saved Lowerer::offload_saved(int layer, const Saved& sv) {
     std::vector<int64_t> shape = b.shape;
     Dtype dt = b.dtype;
     bytes += b.bytes();
-    host[i] = buffer(std::move(nm), std::move(shape), dt, BufferClass::kActivation, true);
+    const BufferRole r = b.role;
+    host[i] = role(r, buffer(std::move(nm), std::move(shape), dt, BufferClass::kActivation, true));
     from.push_back(sv[i]);
     to.push_back(host[i]);
   }
@@ -34,7 +35,8 @@ Saved Lowerer::prefetch_saved(int layer, const Saved& host, int dep) {
     std::vector<int64_t> shape = b.shape;
     Dtype dt = b.dtype;
     bytes += b.bytes();
-    dev[i] = buffer(std::move(nm), std::move(shape), dt, BufferClass::kActivation);
+    const BufferRole r = b.role;
+    dev[i] = role(r, buffer(std::move(nm), std::move(shape), dt, BufferClass::kActivation));
     from.push_back(host[i]);
     to.push_back(dev[i]);
   }

@@ -3,6 +3,7 @@
 // this rank's shard, the cast to the low-precision weights, and the ZeRO 1/2 all-gather of the
 // updated shards (through host memory under offload).
 #include "core/lower_internal.h"
+#include "core/optimizer_traffic.h"
 
 namespace parasol::lowering {
 
@@ -41,9 +42,8 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
   std::vector<int> first = update_target(b, gather, dest);  // what the optimizer writes
   Op adam = make(OpKind::kAdamW, layer, b.expert ? "experts.adamw" : "adamw", stream);
   adam.elements = n;
-  // fp32 state: read master, gradient, m, v (16) and write master, m, v (12); pure bf16: read
-  // weight, gradient, m, v and write weight, m, v at 2 bytes each.
-  adam.bytes = (odt_ == Dtype::kBf16 ? 14.0 : 28.0) * n;
+  const AdamTraffic traffic = adam_traffic_per_param(wdt_, odt_, cast);
+  adam.bytes = traffic.step * n;
   set(adam.reads, grads);
   adam.reads.push_back(b.opt);
   if (!host) adam.reads.push_back(norm);
@@ -56,7 +56,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
   if (cast) {
     Op op = make(OpKind::kCast, layer, b.expert ? "experts.cast" : "cast", stream);
     op.elements = n;
-    op.bytes = (4 + wb_) * n;
+    op.bytes = traffic.cast * n;
     op.reads.push_back(b.opt);
     set(op.writes, first);
     emit(op);
@@ -96,8 +96,8 @@ void Lowerer::publish_update(const Bucket& b, bool gather, const std::vector<int
   }
   std::vector<int> full;
   for (const Spec& s : b.specs)
-    full.push_back(
-        buffer(name(layer, kSlotName[s.slot]) + ".new", s.shape, wdt_, BufferClass::kParam));
+    full.push_back(slot_buffer(s.slot, name(layer, kSlotName[s.slot]) + ".new", s.shape, wdt_,
+                               BufferClass::kParam));
   P_.add_block(full, b.shard * b.ways);
   collective(OpKind::kAllGather, b.group, layer, what, wb_ * b.padded(), {shard}, full);
   copy(OpKind::kOffload, layer, "w.offload", wb_ * b.elements, full, dest);

@@ -1,4 +1,5 @@
-// Program: names of op kinds, phases, buffer classes and streams; buffer sizes; JSON output.
+// Program: names of op kinds and roles, phases, buffer classes and roles, and streams; buffer
+// sizes; JSON output.
 #include "core/program.h"
 
 #include <algorithm>
@@ -104,6 +105,82 @@ const char* buffer_class_name(BufferClass c) {
   return "?";
 }
 
+const char* buffer_role_name(BufferRole r) {
+  switch (r) {
+    case BufferRole::kNone:
+      return "none";
+    case BufferRole::kTokens:
+      return "tokens";
+    case BufferRole::kLabels:
+      return "labels";
+    case BufferRole::kQkv:
+      return "qkv";
+    case BufferRole::kKvChunk:
+      return "kv-chunk";
+    case BufferRole::kAttnOut:
+      return "attn-out";
+    case BufferRole::kAttnLse:
+      return "attn-lse";
+    case BufferRole::kAttnProbs:
+      return "attn-probs";
+    case BufferRole::kAttnOutGrad:
+      return "attn-out-grad";
+    case BufferRole::kQkvGrad:
+      return "qkv-grad";
+    case BufferRole::kKvGrad:
+      return "kv-grad";
+    case BufferRole::kEmbeddingTable:
+      return "embedding-table";
+    case BufferRole::kExpertRows:
+      return "expert-rows";
+  }
+  return "?";
+}
+
+const char* op_role_name(OpRole r) {
+  switch (r) {
+    case OpRole::kNone:
+      return "none";
+    case OpRole::kQkv:
+      return "qkv";
+    case OpRole::kQkvDx:
+      return "qkv-dx";
+    case OpRole::kWeightGrad:
+      return "weight-grad";
+    case OpRole::kRouter:
+      return "router";
+    case OpRole::kRouterDw:
+      return "router-dw";
+    case OpRole::kHead:
+      return "head";
+    case OpRole::kExpertAct:
+      return "expert-act";
+    case OpRole::kAttnResidual:
+      return "attn-residual";
+    case OpRole::kMlpResidual:
+      return "mlp-residual";
+    case OpRole::kEmbeddingDropout:
+      return "embedding-dropout";
+    case OpRole::kSum:
+      return "sum";
+    case OpRole::kDkvFold:
+      return "dkv-fold";
+    case OpRole::kQkvPack:
+      return "qkv-pack";
+    case OpRole::kQkvUnpack:
+      return "qkv-unpack";
+    case OpRole::kXentMax:
+      return "xent-max";
+    case OpRole::kDispatchA2a:
+      return "dispatch-a2a";
+    case OpRole::kCombineA2a:
+      return "combine-a2a";
+    case OpRole::kDispatchGather:
+      return "dispatch-gather";
+  }
+  return "?";
+}
+
 double Buffer::bytes() const {
   double n = 1;
   for (int64_t d : shape) n *= static_cast<double>(d);
@@ -194,15 +271,18 @@ Json program_to_json(const Program& p) {
   Json streams = Json::array();
   for (int s = 0; s < static_cast<int>(p.streams.size()); ++s) streams.push_back(p.stream_name(s));
   Json buffers = Json::array();
-  for (const Buffer& b : p.buffers)
-    buffers.push_back({{"id", b.id},
-                       {"name", b.name},
-                       {"shape", b.shape},
-                       {"dtype", dtype_name(b.dtype)},
-                       {"class", buffer_class_name(b.cls)},
-                       {"host", b.host},
-                       {"persistent", b.persistent},
-                       {"bytes", b.bytes()}});
+  for (const Buffer& b : p.buffers) {
+    Json j = {{"id", b.id},
+              {"name", b.name},
+              {"shape", b.shape},
+              {"dtype", dtype_name(b.dtype)},
+              {"class", buffer_class_name(b.cls)},
+              {"host", b.host},
+              {"persistent", b.persistent},
+              {"bytes", b.bytes()}};
+    if (b.role != BufferRole::kNone) j["role"] = buffer_role_name(b.role);
+    buffers.push_back(std::move(j));
+  }
   Json ops = Json::array();
   for (const Op& o : p.ops) {
     Json j = {{"id", o.id},
@@ -217,6 +297,7 @@ Json program_to_json(const Program& p) {
               {"stage", o.tags.stage},
               {"chunk", o.tags.chunk},
               {"phase", phase_name(o.tags.phase)}};
+    if (o.role != OpRole::kNone) j["role"] = op_role_name(o.role);
     if (o.m || o.n || o.k) {
       j["m"] = o.m;
       j["n"] = o.n;

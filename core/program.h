@@ -54,21 +54,48 @@ const char* phase_name(Phase p);
 enum class BufferClass { kParam, kGrad, kOptimizer, kActivation, kWorkspace };
 const char* buffer_class_name(BufferClass c);
 
-// Streams: 0 = compute, 1.. = communication streams, last = copy (see Program::stream_name).
+// What a stream runs; Program::streams lists the streams by index. A Program as lower() emits
+// it (core/lower.h) has five: 0 compute, 1 layer communication (TP, CP, EP), 2 copy, 3
+// data-parallel communication, 4 pipeline send/recv: the copy stream is not the last one.
+// Program::stream_name names them ("compute", "comm0", "copy", "comm1", "comm2").
 enum class StreamKind { kCompute, kComm, kCopy };
 
 // Elements of a tensor of `shape` (1 for an empty shape).
 int64_t shape_elements(const std::vector<int64_t>& shape);
 
+// What a buffer holds, where an op must tell its reads or writes apart beyond their position
+// (runtime/executor_ops.cc finds the attention op's buffers, the micro-batch's inputs and the
+// expert region by role). Names are for people and traces only: nothing dispatches on them.
+// Host copies (offload) and device copies (prefetch) keep the role of what they copy.
+enum class BufferRole {
+  kNone,            // nothing beyond its class, shape and position in an op's reads and writes
+  kTokens,          // a micro-batch's input token ids (int32), filled by the runtime
+  kLabels,          // a micro-batch's target token ids (int32, -1: no loss), filled by the runtime
+  kQkv,             // a layer's fused Q | K | V [tokens x (q + k + v) columns]
+  kKvChunk,         // ring attention: a K | V chunk from a ring neighbour [tokens x (k + v)]
+  kAttnOut,         // attention output [tokens x heads * v dims] (or its recomputed copy)
+  kAttnLse,         // fused attention: the softmax log-sum-exp per query (fp32)
+  kAttnProbs,       // materialised attention: the softmax probabilities
+  kAttnOutGrad,     // gradient of the attention output
+  kQkvGrad,         // gradient of the fused Q | K | V
+  kKvGrad,          // ring attention: a travelling K | V gradient accumulator [tokens x (k + v)]
+  kEmbeddingTable,  // the token embedding table [vocab x hidden], a copy of it or its gradient
+                    // (as the output layer's weight under tied embeddings it is [n x k])
+  kExpertRows,      // rows in expert order on the experts' side of the token exchange (under
+                    // expert parallelism their number is what the routing sends here)
+};
+const char* buffer_role_name(BufferRole r);
+
 struct Buffer {
   int id = 0;
-  std::string name;            // e.g. "L3.qkv.out.mb2"
+  std::string name;            // e.g. "L3.qkv.out.mb2": for people and traces only
   std::vector<int64_t> shape;  // elements per dimension, this rank's shard
   Dtype dtype = Dtype::kBf16;
   BufferClass cls = BufferClass::kActivation;
   bool host = false;        // lives in host memory (offload)
   bool persistent = false;  // allocated for the whole step (params, grads, optimizer)
   int block = -1;           // index into Program::blocks, or -1 (allocated on its own)
+  BufferRole role = BufferRole::kNone;
   int64_t elements() const;
   double bytes() const;
 };
@@ -146,6 +173,10 @@ struct AttnShape {
 // chunk of its own; which key chunks a window reaches is the caller's to decide. A window is a
 // causal mask: it is ignored when !causal.
 double attention_flops(const AttnShape& a);
+// A fused (flash) attention backward runs five matmuls (S = QK^T recomputed, dV = P^T dO,
+// dP = dO V^T, dQ = dS K, dK = dS^T Q) against the forward's two: 2.5x the forward's FLOPs
+// (FlashAttention-2 paper, Dao 2023, section 3.1). Materialised attention keeps P: 2x.
+inline constexpr double kFlashBackwardFlopRatio = 2.5;
 
 struct OpTags {
   int layer = -1;        // model layer, -1 outside layers
@@ -155,10 +186,37 @@ struct OpTags {
   Phase phase = Phase::kForward;
 };
 
+// What an op is, where its kind, phase and backward_data do not say all that the runtime
+// executes (runtime/executor_ops.cc dispatches on it; names are for people and traces only).
+enum class OpRole {
+  kNone,              // nothing beyond its kind, phase and backward_data
+  kQkv,               // kLinear forward: the QKV projection (rotary embeddings follow on Q, K)
+  kQkvDx,             // kLinear: the QKV projection's data gradient (rotary undone on dQ, dK)
+  kWeightGrad,        // kLinear, kExpertLinear: a weight gradient, reads {in, dout} writes
+                      // {dW[, db]}
+  kRouter,            // kLinear forward: the MoE router's logits from the rows this rank routes
+  kRouterDw,          // kLinear: the router's weight gradient (a kWeightGrad of the routed rows)
+  kHead,              // kLinear forward: the output layer (logits of this rank's vocab slice)
+  kExpertAct,         // kActivation: the routed experts' activation (forward or backward)
+  kAttnResidual,      // kResidualAdd: the attention block's residual add (its dropout site)
+  kMlpResidual,       // kResidualAdd: the MLP block's residual add (its dropout site)
+  kEmbeddingDropout,  // kResidualAdd: dropout on the embedding output
+  kSum,               // kResidualAdd: the sum of its two reads (MoE: routed + shared experts)
+  kDkvFold,           // kResidualAdd: ring attention's K/V gradient folded into dQKV
+  kQkvPack,           // kResidualAdd: MLA's Q | K | V formed from q, kv and the rotary key
+  kQkvUnpack,         // kResidualAdd: kQkvPack's backward
+  kXentMax,           // kCrossEntropy: the row maximum of the logits
+  kDispatchA2a,       // kAllToAll: the dispatch's token exchange (forward: to the experts)
+  kCombineA2a,        // kAllToAll: the combine's token exchange (forward: back to the tokens)
+  kDispatchGather,    // kAllGather: the dispatched rows over the experts' tensor-parallel group
+};
+const char* op_role_name(OpRole r);
+
 struct Op {
   int id = 0;  // index in Program::ops; the same id in traces of every backend
   OpKind kind = OpKind::kLinear;
-  std::string name;         // e.g. "L3.fc1"
+  OpRole role = OpRole::kNone;
+  std::string name;         // e.g. "L3.fc1": for people and traces only
   int stream = 0;           // index into Program::streams
   std::vector<int> deps;    // ids of ops (of this Program) that must finish first
   std::vector<int> reads;   // buffer ids
@@ -171,7 +229,7 @@ struct Op {
   // Payload of a collective (nccl-tests convention: all-reduce buffer, all-gather output,
   // reduce-scatter input, all-to-all send buffer), a send/recv or a copy; for memory-bound
   // compute ops (norms, activations, residuals, routing, embedding, loss, optimizer) the HBM
-  // bytes read plus written, the figure cost_models/estimate.cc prices them by.
+  // bytes read plus written, the figure cost_models/op_cost.cc prices them by.
   double bytes = 0;
   double flops = 0;            // executed FLOPs (GEMMs and attention; 0 for memory-bound ops)
   Group group = Group::kTp;    // communication group
@@ -180,7 +238,7 @@ struct Op {
   int64_t tag = -1;            // send/recv: a kSend and a kRecv match when their tags are equal
                                // (and they name each other: peer stages, or ring neighbours)
   bool backward_data = false;  // linear backward: the data-gradient GEMM (else weight)
-  OpTags tags;
+  OpTags tags;  // layer and micro-batch of the op (the runtime keys per-layer state by them)
 };
 
 struct Program {
@@ -199,7 +257,8 @@ struct Program {
   int add_block(const std::vector<int>& ids, int64_t elements = 0);
 };
 
-// The whole Program as JSON: {"stage", "ranks", "streams", "buffers": [...], "ops": [...]}.
+// The whole Program as JSON: {"stage", "ranks", "streams", "buffers": [...], "ops": [...]};
+// a buffer's or op's "role" where it has one (buffer_role_name, op_role_name).
 Json program_to_json(const Program& p);
 
 }  // namespace parasol

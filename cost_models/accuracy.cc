@@ -18,12 +18,12 @@ Json merged(const Json& base, const Json& over) {
   return out;
 }
 
-Cluster build(const PublishedRun& r) {
+}  // namespace
+
+Cluster cluster_of(const PublishedRun& r) {
   if (r.cluster.is_string()) return cluster_preset(r.cluster.get<std::string>(), r.gpus);
   return cluster_from_json(r.cluster, r.gpus, r.id + ".cluster");
 }
-
-}  // namespace
 
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
                                const Profile& profile) {
@@ -95,7 +95,7 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
       throw Error(rr.field("cluster"), "must be a preset name or a cluster object");
     if (!rr.has("plan")) throw Error(rr.field("plan"), "is required");
     p.plan = plan_from_json(merged(plan_defaults, rr.raw("plan")), rr.field("plan"));
-    Cluster c = build(p);
+    Cluster c = cluster_of(p);
     validate(p.plan, p.model, c);
     runs.push_back(std::move(p));
   }
@@ -107,7 +107,7 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
   AccuracyReport rep;
   std::map<std::string, std::vector<AccuracyRow>> by_family;
   for (const PublishedRun& run : runs) {
-    Cluster c = build(run);
+    Cluster c = cluster_of(run);
     Prediction pr =
         predict ? predict(run.model, c, run.plan)
                 : estimate_prediction(run.model, c, run.plan, default_profile(c.gpu_device(0)));

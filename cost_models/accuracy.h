@@ -89,6 +89,9 @@ struct PublishedRun {
 // parasol::Error naming the run and field on bad input (an invalid plan included).
 std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::string& path = "suite");
 
+// The cluster a published run ran on.
+Cluster cluster_of(const PublishedRun& run);
+
 // Predicts every run of the suites and gathers the statistics.
 AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict = {});
 // read_accuracy_suite + run_accuracy.

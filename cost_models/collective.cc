@@ -107,42 +107,51 @@ void add_ring(std::vector<Flow>& flows, const std::vector<int>& g, size_t limit)
   for (size_t i = 0; i < n; ++i) flows.push_back({g[i], g[(i + 1) % g.size()]});
 }
 
-}  // namespace
-
-GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vector<int> group,
-                       const std::vector<std::vector<int>>& concurrent, bool price_all_to_all) {
-  n_ = static_cast<int>(group.size());
-  if (n_ < 2) return;
-  nccl_ = profile.nccl;
-  {
-    std::map<int, int> per_server;
-    for (int g : group) ++per_server[cluster.server_of(g)];
-    nodes_ = static_cast<int>(per_server.size());
-    for (const auto& [s, k] : per_server) ppn_ = std::max(ppn_, k);
-    // The transport inside a server (NVLink/NVSwitch or PCIe) and the hardware latency of a
-    // hop between servers, from the first such pair of the group.
-    intra_transport_ = NcclTuning::kNvlink;
-    bool intra_seen = false, inter_seen = false;
-    for (size_t i = 0; i + 1 < group.size() && i < kMaxPricedFlows && !(intra_seen && inter_seen);
-         ++i) {
-      const int a = group[i], b = group[i + 1];
-      if (cluster.server_of(a) == cluster.server_of(b)) {
-        if (intra_seen) continue;
-        intra_seen = true;
-        bool nvlink = true;
-        for (const Hop& h : cluster.path(a, b)) {
-          LinkKind k = cluster.graph[h.edge].kind;
-          nvlink = nvlink && (k == LinkKind::kNvlink || k == LinkKind::kNvswitch);
-        }
-        intra_transport_ = nvlink ? NcclTuning::kNvlink : NcclTuning::kPci;
-      } else if (!inter_seen) {
-        inter_seen = true;
-        inter_path_latency_ = cluster.path_latency(a, b);
-      }
-    }
+// A binary tree over the group order: each edge carries data both ways.
+void add_tree(std::vector<Flow>& flows, const std::vector<int>& g, size_t limit) {
+  size_t n = std::min(g.size(), limit);
+  for (size_t i = 1; i < n; ++i) {
+    flows.push_back({g[(i - 1) / 2], g[i]});
+    flows.push_back({g[i], g[(i - 1) / 2]});
   }
-  const size_t limit = kMaxPricedFlows;
-  // Servers touched by the priced window of this group.
+}
+
+// Step j of a pairwise all-to-all over g: member i sends to member i + j (the first `limit`).
+void add_pairwise_step(std::vector<Flow>& flows, const std::vector<int>& g, int j, size_t limit) {
+  const int gn = static_cast<int>(g.size());
+  for (int i = 0; i < std::min<int>(gn, limit); ++i) flows.push_back({g[i], g[(i + j) % gn]});
+}
+
+// NCCL's grouped all-to-all over g: each member on `server` sends to every other member at once.
+void add_grouped_sends(std::vector<Flow>& flows, const Cluster& cluster, const std::vector<int>& g,
+                       int server) {
+  const int gn = static_cast<int>(g.size());
+  for (int i = 0; i < gn; ++i) {
+    if (cluster.server_of(g[i]) != server) continue;
+    for (int j = 0; j < gn; ++j)
+      if (j != i) flows.push_back({g[i], g[j]});
+  }
+}
+
+// The rails of a group spread over servers (server -> its members): rail i holds the i-th
+// member of every server.
+std::vector<std::vector<int>> rails_of(const std::map<int, std::vector<int>>& servers) {
+  std::vector<std::vector<int>> rails;
+  for (const auto& [s, v] : servers)
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (rails.size() <= i) rails.resize(i + 1);
+      rails[i].push_back(v[i]);
+    }
+  return rails;
+}
+
+// The concurrent groups that share links with the priced window of `group` (its first
+// limit + 1 members): those other than it, of two or more, with one of their first limit + 1
+// members on a server the window touches.
+std::vector<const std::vector<int>*> nearby_groups(const Cluster& cluster,
+                                                   const std::vector<int>& group,
+                                                   const std::vector<std::vector<int>>& concurrent,
+                                                   size_t limit) {
   std::set<int> servers;
   for (size_t i = 0; i < std::min(group.size(), limit + 1); ++i)
     servers.insert(cluster.server_of(group[i]));
@@ -154,33 +163,83 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
       near = servers.count(cluster.server_of(g[i])) > 0;
     if (near) siblings.push_back(&g);
   }
+  return siblings;
+}
 
-  // Ring.
+}  // namespace
+
+GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vector<int> group,
+                       const std::vector<std::vector<int>>& concurrent, bool price_all_to_all) {
+  n_ = static_cast<int>(group.size());
+  if (n_ < 2) return;
+  nccl_ = profile.nccl;
+  find_placement(cluster, group);
+  const Siblings siblings = nearby_groups(cluster, group, concurrent, kMaxPricedFlows);
+  price_ring(cluster, profile, group, siblings);
+  price_tree(cluster, profile, group, siblings);
+  price_hierarchical(cluster, profile, group, siblings);
+  price_nccl_ring();
+  if (!price_all_to_all) return;
+  price_pairwise(cluster, profile, group, siblings);
+  if (!nccl_) return;
+  price_nccl_all_to_all(cluster, profile, group, siblings);
+}
+
+void GroupModel::find_placement(const Cluster& cluster, const std::vector<int>& group) {
+  std::map<int, int> per_server;
+  for (int g : group) ++per_server[cluster.server_of(g)];
+  nodes_ = static_cast<int>(per_server.size());
+  for (const auto& [s, k] : per_server) ppn_ = std::max(ppn_, k);
+  // The transport inside a server (NVLink/NVSwitch or PCIe) and the hardware latency of a
+  // hop between servers, from the first such pair of the group.
+  intra_transport_ = NcclTuning::kNvlink;
+  bool intra_seen = false, inter_seen = false;
+  for (size_t i = 0; i + 1 < group.size() && i < kMaxPricedFlows && !(intra_seen && inter_seen);
+       ++i) {
+    const int a = group[i], b = group[i + 1];
+    if (cluster.server_of(a) == cluster.server_of(b)) {
+      if (intra_seen) continue;
+      intra_seen = true;
+      bool nvlink = true;
+      for (const Hop& h : cluster.path(a, b)) {
+        LinkKind k = cluster.graph[h.edge].kind;
+        nvlink = nvlink && (k == LinkKind::kNvlink || k == LinkKind::kNvswitch);
+      }
+      intra_transport_ = nvlink ? NcclTuning::kNvlink : NcclTuning::kPci;
+    } else if (!inter_seen) {
+      inter_seen = true;
+      inter_path_latency_ = cluster.path_latency(a, b);
+    }
+  }
+}
+
+void GroupModel::price_ring(const Cluster& cluster, const Profile& profile,
+                            const std::vector<int>& group, const Siblings& siblings) {
+  const size_t limit = kMaxPricedFlows;
   std::vector<Flow> flows;
   add_ring(flows, group, limit);
-  size_t own = flows.size();
+  const size_t own = flows.size();
   for (const auto* g : siblings) add_ring(flows, *g, limit);
   std::tie(ring_bw_, ring_lat_) = bottleneck(cluster, profile, flows, own);
   // One ring step as a point-to-point exchange (context-parallel K/V rings): NCCL's send.
   ring_lat_extra_ = profile.collective_step_latency_s;
   if (nccl_) ring_lat_ += p2p_software_latency(profile, nodes_ > 1) - ring_lat_extra_;
+}
 
-  // Binary tree over the group order: each edge carries data both ways.
-  flows.clear();
-  auto add_tree = [&](const std::vector<int>& g) {
-    size_t n = std::min(g.size(), limit);
-    for (size_t i = 1; i < n; ++i) {
-      flows.push_back({g[(i - 1) / 2], g[i]});
-      flows.push_back({g[i], g[(i - 1) / 2]});
-    }
-  };
-  add_tree(group);
-  own = flows.size();
-  for (const auto* g : siblings) add_tree(*g);
+void GroupModel::price_tree(const Cluster& cluster, const Profile& profile,
+                            const std::vector<int>& group, const Siblings& siblings) {
+  const size_t limit = kMaxPricedFlows;
+  std::vector<Flow> flows;
+  add_tree(flows, group, limit);
+  const size_t own = flows.size();
+  for (const auto* g : siblings) add_tree(flows, *g, limit);
   std::tie(tree_bw_, tree_lat_) = bottleneck(cluster, profile, flows, own);
   tree_depth_ = static_cast<int>(std::ceil(std::log2(n_ + 1.0))) - 1;
+}
 
-  // Hierarchical: GPUs per server inside the group, then one ring per local index.
+void GroupModel::price_hierarchical(const Cluster& cluster, const Profile& profile,
+                                    const std::vector<int>& group, const Siblings& siblings) {
+  const size_t limit = kMaxPricedFlows;
   std::map<int, std::vector<int>> by_server;
   for (int g : group) by_server[cluster.server_of(g)].push_back(g);
   servers_ = static_cast<int>(by_server.size());
@@ -188,42 +247,34 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   bool uniform = true;
   for (const auto& [s, v] : by_server) uniform = uniform && static_cast<int>(v.size()) == local_;
   hierarchical_ = uniform && servers_ > 1 && local_ > 1;
-  if (hierarchical_) {
-    // The concurrent groups run the same two phases at the same time: their members on each
-    // server form intra rings, and their i-th members per server form rails across servers.
-    std::vector<std::map<int, std::vector<int>>> sibling_servers;
-    for (const auto* g : siblings) {
-      sibling_servers.emplace_back();
-      for (int r : *g) sibling_servers.back()[cluster.server_of(r)].push_back(r);
-    }
-    // Intra: a ring inside each server, all servers at once (only the first is priced).
-    flows.clear();
-    const int first_server = by_server.begin()->first;
-    add_ring(flows, by_server.begin()->second, limit);
-    own = flows.size();
-    for (const auto& sb : sibling_servers)
-      if (auto it = sb.find(first_server); it != sb.end()) add_ring(flows, it->second, limit);
-    std::tie(intra_bw_, intra_lat_) = bottleneck(cluster, profile, flows, own);
-    // Inter: `local_` rings across servers at once (one per local index).
-    auto rails_of = [](const std::map<int, std::vector<int>>& servers) {
-      std::vector<std::vector<int>> rails;
-      for (const auto& [s, v] : servers)
-        for (size_t i = 0; i < v.size(); ++i) {
-          if (rails.size() <= i) rails.resize(i + 1);
-          rails[i].push_back(v[i]);
-        }
-      return rails;
-    };
-    flows.clear();
-    std::vector<std::vector<int>> rails = rails_of(by_server);
-    add_ring(flows, rails[0], limit);
-    own = flows.size();
-    for (int i = 1; i < local_; ++i) add_ring(flows, rails[i], limit);
-    for (const auto& sb : sibling_servers)
-      for (const auto& rail : rails_of(sb)) add_ring(flows, rail, limit);
-    std::tie(inter_bw_, inter_lat_) = bottleneck(cluster, profile, flows, own);
+  if (!hierarchical_) return;
+  // The concurrent groups run the same two phases at the same time: their members on each
+  // server form intra rings, and their i-th members per server form rails across servers.
+  std::vector<std::map<int, std::vector<int>>> sibling_servers;
+  for (const auto* g : siblings) {
+    sibling_servers.emplace_back();
+    for (int r : *g) sibling_servers.back()[cluster.server_of(r)].push_back(r);
   }
+  // Intra: a ring inside each server, all servers at once (only the first is priced).
+  std::vector<Flow> flows;
+  const int first_server = by_server.begin()->first;
+  add_ring(flows, by_server.begin()->second, limit);
+  size_t own = flows.size();
+  for (const auto& sb : sibling_servers)
+    if (auto it = sb.find(first_server); it != sb.end()) add_ring(flows, it->second, limit);
+  std::tie(intra_bw_, intra_lat_) = bottleneck(cluster, profile, flows, own);
+  // Inter: `local_` rings across servers at once (one per local index).
+  flows.clear();
+  std::vector<std::vector<int>> rails = rails_of(by_server);
+  add_ring(flows, rails[0], limit);
+  own = flows.size();
+  for (int i = 1; i < local_; ++i) add_ring(flows, rails[i], limit);
+  for (const auto& sb : sibling_servers)
+    for (const auto& rail : rails_of(sb)) add_ring(flows, rail, limit);
+  std::tie(inter_bw_, inter_lat_) = bottleneck(cluster, profile, flows, own);
+}
 
+void GroupModel::price_nccl_ring() {
   // NCCL's ring runs one channel per NIC pair: each channel's ring crosses a server boundary
   // once, through one of the server's NICs, so a ring spanning servers moves data at the
   // in-server ring's bandwidth or at all of its NICs' (shared with the concurrent rings), the
@@ -235,23 +286,23 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
       for (int a = 0; a < 3; ++a)
         for (int p = 0; p < 3; ++p)
           nccl_lat_[static_cast<int>(k)][a][p] = compute_nccl_latency(k, a, p);
-  if (!price_all_to_all) return;
+}
+
+void GroupModel::price_pairwise(const Cluster& cluster, const Profile& profile,
+                                const std::vector<int>& group, const Siblings& siblings) {
+  const size_t limit = kMaxPricedFlows;
   // Pairwise all-to-all: n-1 steps; step j sends i -> i+j. Sample up to 4 steps.
+  std::vector<Flow> flows;
   double total = 0, lat = 0;
   int samples = 0;
   const int steps = n_ - 1;
   const int stride = std::max(1, steps / 4);
   for (int j = 1; j <= steps; j += stride) {
     flows.clear();
-    for (int i = 0; i < std::min<int>(n_, limit); ++i)
-      flows.push_back({group[i], group[(i + j) % n_]});
-    own = flows.size();
+    add_pairwise_step(flows, group, j, limit);
+    const size_t own = flows.size();
     // Concurrent groups exchange at the same time (their step j alongside ours).
-    for (const auto* g : siblings) {
-      const int gn = static_cast<int>(g->size());
-      for (int i = 0; i < std::min<int>(gn, limit); ++i)
-        flows.push_back({(*g)[i], (*g)[(i + j) % gn]});
-    }
+    for (const auto* g : siblings) add_pairwise_step(flows, *g, j, limit);
     auto [bw, l] = bottleneck(cluster, profile, flows, own);
     total += 1.0 / bw;
     lat = std::max(lat, l);
@@ -260,27 +311,19 @@ GroupModel::GroupModel(const Cluster& cluster, const Profile& profile, std::vect
   a2a_step_time_per_byte_ = total / samples;
   a2a_lat_ = lat;
   pairwise_ = true;
-  if (!nccl_) return;
+}
+
+void GroupModel::price_nccl_all_to_all(const Cluster& cluster, const Profile& profile,
+                                       const std::vector<int>& group, const Siblings& siblings) {
   // NCCL's all-to-all is one group of n - 1 sends and receives per rank, all in flight at once:
   // every rank of the first server sends bytes / n to every other member together (with the
   // concurrent groups' ranks on that server), each link direction shared by the flows on it.
   a2a_lat_ += p2p_software_latency(profile, nodes_ > 1) - ring_lat_extra_;
   const int first_server = cluster.server_of(group[0]);
-  flows.clear();
-  for (int i = 0; i < n_; ++i) {
-    if (cluster.server_of(group[i]) != first_server) continue;
-    for (int j = 0; j < n_; ++j)
-      if (j != i) flows.push_back({group[i], group[j]});
-  }
-  own = flows.size();
-  for (const auto* g : siblings) {
-    const int gn = static_cast<int>(g->size());
-    for (int i = 0; i < gn; ++i) {
-      if (cluster.server_of((*g)[i]) != first_server) continue;
-      for (int j = 0; j < gn; ++j)
-        if (j != i) flows.push_back({(*g)[i], (*g)[j]});
-    }
-  }
+  std::vector<Flow> flows;
+  add_grouped_sends(flows, cluster, group, first_server);
+  const size_t own = flows.size();
+  for (const auto* g : siblings) add_grouped_sends(flows, cluster, *g, first_server);
   auto rates = concurrent_flow_rates(cluster, profile, flows);
   double slowest = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < own; ++i) slowest = std::min(slowest, rates[i].bw);

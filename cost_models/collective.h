@@ -74,6 +74,29 @@ class GroupModel {
   double nccl_latency(Collective kind, int algorithm, int protocol) const;
 
  private:
+  // The concurrent groups that share links with this one's priced flows.
+  using Siblings = std::vector<const std::vector<int>*>;
+  // The constructor's steps, in order. Servers spanned, GPUs per server, and the transports
+  // inside a server and between servers.
+  void find_placement(const Cluster& cluster, const std::vector<int>& group);
+  // Ring: bottleneck bandwidth and step latency (one step as a point-to-point send).
+  void price_ring(const Cluster& cluster, const Profile& profile, const std::vector<int>& group,
+                  const Siblings& siblings);
+  // Binary tree over the group order: bandwidth, step latency and depth.
+  void price_tree(const Cluster& cluster, const Profile& profile, const std::vector<int>& group,
+                  const Siblings& siblings);
+  // Hierarchical (uniform groups over several servers): intra-server rings, then rails.
+  void price_hierarchical(const Cluster& cluster, const Profile& profile,
+                          const std::vector<int>& group, const Siblings& siblings);
+  // NCCL's multi-channel ring bandwidth and its latency table.
+  void price_nccl_ring();
+  // Pairwise all-to-all: time per byte of one exchange step and its latency.
+  void price_pairwise(const Cluster& cluster, const Profile& profile, const std::vector<int>& group,
+                      const Siblings& siblings);
+  // NCCL's grouped all-to-all: every send of a rank in flight at once.
+  void price_nccl_all_to_all(const Cluster& cluster, const Profile& profile,
+                             const std::vector<int>& group, const Siblings& siblings);
+
   double ring_time(Collective kind, double bytes, int n, double bw, double lat) const;
   // NCCL: the best protocol's time of `algorithm` (kRing, kTree, kPat); infinity if unusable.
   double nccl_time(Collective kind, double bytes, Algorithm algorithm) const;

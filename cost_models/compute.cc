@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/optimizer_traffic.h"
+
 namespace parasol::cost {
 
 namespace {
@@ -12,10 +14,19 @@ struct Tile {
   int64_t m, n;
   double efficiency;  // relative throughput of the tile shape (large tiles reuse operands best)
 };
-// cuBLAS/CUTLASS tensor-core tile shapes and their relative efficiency: 256x128 is the
-// fastest on Ampere/Hopper; smaller tiles trade operand reuse for fewer wasted waves.
-constexpr Tile kTiles[] = {
-    {256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.93}, {128, 64, 0.82}, {64, 64, 0.65}};
+// cuBLAS/CUTLASS tensor-core tile shapes and their relative throughput. 256x128 is cuBLAS's
+// largest and fastest tile on Ampere/Hopper (NVIDIA, "Matrix Multiplication Background User's
+// Guide", section 2.3). The smaller tiles' figures are parasol's estimate, not a cited
+// measurement: operand traffic per FLOP grows as (m + n) / (m n), by 1.33x, 2x and 2.67x from
+// 256x128 to 128x128, 128x64 and 64x64, and a tile loses throughput once that traffic outruns
+// shared memory; the figures fall more gently than the traffic rises. They decide only which
+// tile wins against wave quantisation on small or odd shapes (gemm_shape_factor).
+constexpr double kTile128x128 = 0.93, kTile128x64 = 0.82, kTile64x64 = 0.65;
+constexpr Tile kTiles[] = {{256, 128, 1.0},
+                           {128, 256, 1.0},
+                           {128, 128, kTile128x128},
+                           {128, 64, kTile128x64},
+                           {64, 64, kTile64x64}};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
@@ -85,7 +96,7 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
                                const AttnShape& a) {
   const double eb = dtype_bytes(dtype);
   if (a.flash) {
-    double flops = 2.5 * attention_flops(a);
+    double flops = kFlashBackwardFlopRatio * attention_flops(a);
     double io = eb * a.batch * a.seq_q * (4.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);
     return std::max(flops / (dev.peak_flops(dtype) * prof.attention_eff(a.kernel, true)),
@@ -105,11 +116,7 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
 }
 
 double adam_bytes_per_param(Dtype dtype, Dtype state) {
-  if (state == Dtype::kBf16) return 4 * 2 + 3 * 2;  // read w, g, m, v; write w, m, v (bf16)
-  // read: master (4), grad (4), m (4), v (4); write: master, m, v (12); low-precision copy.
-  double b = 16 + 12;
-  if (dtype != Dtype::kFp32) b += dtype_bytes(dtype);
-  return b;
+  return adam_traffic_per_param(dtype, state).total();  // core/optimizer_traffic.h
 }
 
 double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params,

@@ -41,9 +41,9 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
                                const AttnShape& a);
 
-// Bytes an AdamW step moves per parameter: fp32 master, grad, two moments read, three written,
-// plus the low-precision weight copy written (when `dtype` is not fp32); with a bf16 optimizer
-// `state` (Plan::optimizer_dtype) the bf16 weights, gradient and moments: 4 read, 3 written.
+// Bytes an AdamW step moves per parameter under the plan's precision `dtype` and optimizer
+// `state` dtype: the fused Adam kernel and the copy of the fp32 master into the low-precision
+// weights, exactly as the lowering emits them (core/optimizer_traffic.h).
 double adam_bytes_per_param(Dtype dtype, Dtype state = Dtype::kFp32);
 // Seconds for an AdamW step over `params` parameters held on the device.
 double optimizer_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, double params,

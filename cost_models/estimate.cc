@@ -86,6 +86,14 @@ Estimate Estimator::estimate(const Plan& plan) {
   return estimate(plan, memory_per_rank(model_, cluster_, plan));
 }
 
+// The `what` of a placement key: a Group (0 ..), an ExtraGroup (kExtraGroupTag + its index) or
+// the pipeline link between stages 0 and 1; distinct ranges so that the cached prices of
+// different groups of one placement never share a key.
+constexpr int kExtraGroupTag = 100;
+constexpr int kPipelineLinkTag = 200;
+static_assert(kGroupKindCount < kExtraGroupTag,
+              "Group values must stay below the extra groups' tags");
+
 Estimator::PlacementKey Estimator::placement(const Plan& p, int what) const {
   return {what, p.tp, p.cp, p.ep, p.dp, p.pp, order_code(p), p.expert_tp(), p.shard_degree};
 }
@@ -111,7 +119,7 @@ const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
 }
 
 const GroupModel& Estimator::extra_group_model(const Plan& plan, ExtraGroup g) {
-  auto key = placement(plan, 100 + static_cast<int>(g));
+  auto key = placement(plan, kExtraGroupTag + static_cast<int>(g));
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   RankLayout layout(dense_layout_plan(plan));
@@ -189,7 +197,7 @@ const GroupModel& Estimator::extra_group_model(const Plan& plan, ExtraGroup g) {
 
 double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
   if (plan.pp < 2 || bytes <= 0) return 0;
-  auto key = placement(plan, 200);
+  auto key = placement(plan, kPipelineLinkTag);
   auto it = pp_links_.find(key);
   if (it == pp_links_.end()) {
     RankLayout layout(dense_layout_plan(plan));
@@ -223,134 +231,217 @@ int price_flags(const Plan& p) {
          (p.fused_kernels ? 32 : 0) | (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) |
          (modules << 12);
 }
-}  // namespace
 
-// One layer of kind (moe_layer, windowed) for one micro-batch on one rank.
-const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
-  auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
-                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0);
-  auto it = layers_.find(key);
-  if (it != layers_.end()) return it->second;
-
-  const Model& m = model_;
-  const DeviceSpec& d = device_;
-  const Profile& f = profile_;
-  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
-  const Dtype math = p.precision;
-  const Dtype attn_dtype = p.precision == Dtype::kFp8 ? Dtype::kBf16 : p.precision;
-  const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
-  const int64_t t = p.tp;
-  const bool sp = p.sequence_parallel && t > 1;
-  const int64_t seq = p.seq(m);
-  const int64_t T = static_cast<int64_t>(p.micro_batch) * seq / p.cp;  // tokens on this rank
-  const double Tn = sp ? static_cast<double>(T) / t : static_cast<double>(T);
-  const int64_t h = m.hidden;
-  const double drop = m.dropout ? 1 : 0;
-
-  LayerPrice lp;
-  double fwd_flops = 0;
+// Estimator::layer_price's work on one layer for one micro-batch on one rank: the shapes the
+// plan gives the layer, the price summed block by block in the layer's order (attention,
+// context parallelism, MLP or MoE block), and the forward seconds and FLOPs of each of
+// Megatron's recompute modules for selective recompute.
+struct LayerPricer {
   // GEMM time of one linear in forward, and its two backward GEMMs (data and weight
   // gradients), on `rows` tokens with the tensor-parallel split applied.
   struct Gemm {
     double fwd = 0, dgrad = 0, wgrad = 0;
   };
-  auto linear = [&](const LinearShape& s, double rows, int64_t parts) {
-    int64_t in = s.in, out = s.out;
-    if (s.split == Split::kColumn) out /= parts;
-    if (s.split == Split::kRow) in /= parts;
-    const auto r = static_cast<int64_t>(rows);
-    Gemm g{gemm_time(d, f, math, r, out, in), gemm_time(d, f, math, r, in, out),
-           gemm_time(d, f, math, in, out, r)};
-    if (math == Dtype::kFp8 && std::string_view(s.name) != "router") {
-      // The input quantised in forward, the output gradient in backward (the router stays in
-      // higher precision).
-      g.fwd += fp8_quantize_time(d, f, rows * in);
-      g.dgrad += fp8_quantize_time(d, f, rows * out);
-    }
-    lp.forward += g.fwd;
-    lp.backward += g.dgrad + g.wgrad;
-    fwd_flops += 2.0 * rows * in * out;
-    return g;
-  };
-  auto elementwise = [&](double bytes) {
-    lp.forward += memory_time(d, f, bytes);
-    lp.backward += memory_time(d, f, 2 * bytes);
-  };
-  // Norms read and write the activations once fused; PyTorch eager's RMSNorm upcasts, squares,
-  // averages, scales, downcasts and multiplies op by op: 4 eb + 28 bytes an element (torchtitan's
-  // RMSNorm; LayerNorm is one ATen kernel even in eager).
-  const bool eager = !p.fused_kernels;
-  const double norm_bytes = eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb;
-  auto norm = [&](double width) { elementwise(norm_bytes * Tn * width); };
-  // The activation of an MLP of `width` on `rows` tokens: fused, read the fc1 output(s), write
-  // the product; eager SwiGLU runs silu, then the multiply (5 eb an element).
-  auto activation = [&](double rows, double width) {
-    const double per =
-        eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
-    elementwise(per * rows * width);
-  };
-  auto residual = [&]() { elementwise((3 * eb + drop) * Tn * h); };
-
-  // Megatron's f and g operators of one block: under SP an all-gather before the
-  // column-parallel linears and a reduce-scatter after the row-parallel one; without SP an
-  // all-reduce after the row-parallel one.
-  const GroupModel* tp = t > 1 ? &group_model(p, Group::kTp) : nullptr;
-  const double act_bytes = eb * static_cast<double>(T) * h;
-  const double ag = tp && sp ? tp->cost(Collective::kAllGather, act_bytes).time_s : 0;
-  const double rs = tp && sp ? tp->cost(Collective::kReduceScatter, act_bytes).time_s : 0;
-  const double ar = tp && !sp ? tp->cost(Collective::kAllReduce, act_bytes).time_s : 0;
-  // One block's TP communication. Forward: f before the first column-parallel GEMM and g after
-  // the row-parallel one, on the compute path. Backward (Megatron-Core's linear layers): the
-  // row-parallel layer's input gradient needs g's conjugate (an all-gather under SP) before its
-  // GEMMs; the column-parallel layer's data-gradient reduction (reduce-scatter or all-reduce)
-  // runs asynchronously beside its weight-gradient GEMM and, under SP, the all-gather of its
-  // saved input beside its data-gradient GEMM. With tp_comm_overlap (Transformer Engine
-  // userbuffers) every one of them is split into chunks pipelined with the GEMM it feeds or
-  // drains.
-  auto tp_block = [&](const Gemm& column, const Gemm& row) {
-    if (!tp) return;
-    const double g_op = sp ? rs : ar, f_op = ag;
-    if (p.tp_comm_overlap) {
-      for (auto [comm, gemm] : {std::pair{f_op, column.fwd}, {g_op, row.fwd}}) {
-        auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
-        lp.tp_forward += e;
-        lp.tp_hidden += hid;
-      }
-      for (auto [comm, gemm] :
-           {std::pair{f_op, row.dgrad}, {g_op, column.wgrad}, std::pair{f_op, column.dgrad}}) {
-        auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
-        lp.tp_backward += e;
-        lp.tp_hidden += hid;
-      }
-      return;
-    }
-    lp.tp_forward += g_op + f_op;
-    lp.tp_backward += f_op;  // the row-parallel input gradient's all-gather (SP)
-    // Asynchronous: issued before the GEMM, waited on after it; only the excess is exposed.
-    for (auto [comm, gemm] : {std::pair{g_op, column.wgrad}, {f_op, column.dgrad}}) {
-      const double e = std::max(0.0, comm - gemm);
-      lp.tp_backward += e;
-      lp.tp_hidden += comm - e;
-    }
-  };
-
-  // --- attention block
-  norm(static_cast<double>(h));
-  const Linears attn = attention_linears(m);
-  Gemm column_attn, row_attn;
-  // What each of Megatron's recompute modules re-runs (forward seconds and FLOPs, communication
-  // on the compute path included): MLA's up-projections and RoPE, the pre-MLP norm, the MLP
-  // block (dense MLP, or the whole MoE block), the experts' activation, the shared experts.
+  // Forward seconds and FLOPs of a span of the layer (communication on the compute path
+  // included): what a recompute module re-runs.
   struct Part {
     double time = 0, flops = 0;
   };
-  Part mla_up, norm2, mlp_block, moe_act, shared;
-  auto mark = [&]() { return Part{lp.forward, fwd_flops}; };
-  auto since = [&](const Part& at) { return Part{lp.forward - at.time, fwd_flops - at.flops}; };
-  auto add_to = [](Part& into, const Part& p) {
-    into.time += p.time;
-    into.flops += p.flops;
+  // The MLP block between its parts: where it began (forward, backward, exposed forward
+  // all-to-all) and its tensor-parallel GEMMs.
+  struct MlpBlock {
+    Part start;
+    double backward_start = 0, ep_start = 0;
+    Gemm column, row;
+    bool tp = false;  // runs Megatron's f and g operators
   };
+
+  // `tp_group`: the layer's tensor-parallel group when the plan has tp > 1, else null.
+  LayerPricer(const Model& model, const DeviceSpec& device, const Profile& profile,
+              const Plan& plan, int layer_index, bool moe, const GroupModel* tp_group)
+      : m(model),
+        d(device),
+        f(profile),
+        p(plan),
+        layer(layer_index),
+        moe_layer(moe),
+        math(p.precision),
+        attn_dtype(p.precision == Dtype::kFp8 ? Dtype::kBf16 : p.precision),
+        eb(p.precision == Dtype::kFp32 ? 4 : 2),
+        t(p.tp),
+        sp(p.sequence_parallel && t > 1),
+        seq(p.seq(m)),
+        T(static_cast<int64_t>(p.micro_batch) * seq / p.cp),
+        Tn(sp ? static_cast<double>(T) / t : static_cast<double>(T)),
+        h(m.hidden),
+        drop(m.dropout ? 1 : 0),
+        eager(!p.fused_kernels),
+        norm_bytes(eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb),
+        up_cols(m.activation == Activation::kSwiglu ? 2 : 1),
+        tp(tp_group) {
+    // Megatron's f and g operators of one block: under SP an all-gather before the
+    // column-parallel linears and a reduce-scatter after the row-parallel one; without SP an
+    // all-reduce after the row-parallel one.
+    const double act_bytes = eb * static_cast<double>(T) * h;
+    ag = tp && sp ? tp->cost(Collective::kAllGather, act_bytes).time_s : 0;
+    rs = tp && sp ? tp->cost(Collective::kReduceScatter, act_bytes).time_s : 0;
+    ar = tp && !sp ? tp->cost(Collective::kAllReduce, act_bytes).time_s : 0;
+  }
+
+  // The blocks, called in this order by Estimator::layer_price.
+  void attention_block();
+  void context_parallel(const GroupModel& cp);
+  void pre_mlp_norm();
+  MlpBlock mlp_begin();
+  void routed_experts(MlpBlock& b);
+  void expert_all_to_all(const GroupModel& ep, const MlpBlock& b);
+  void mlp_end(const MlpBlock& b);
+  void selective_recompute();
+
+  // The pieces the blocks are made of.
+  Gemm linear(const LinearShape& s, double rows, int64_t parts);
+  void elementwise(double bytes);
+  void norm(double width);
+  void activation(double rows, double width);
+  void residual();
+  void tp_block(const Gemm& column, const Gemm& row);
+  std::pair<Gemm, Gemm> attention_projections();
+  void rotary();
+  void attention_core();
+  void routed_expert_linears(double routed, int local, int64_t etp);
+  double expert_tokens() const;
+  Part mark() const { return Part{lp.forward, fwd_flops}; }
+  Part since(const Part& at) const { return Part{lp.forward - at.time, fwd_flops - at.flops}; }
+  static void add_to(Part& into, const Part& part) {
+    into.time += part.time;
+    into.flops += part.flops;
+  }
+
+  const Model& m;
+  const DeviceSpec& d;
+  const Profile& f;
+  const Plan& p;
+  const int layer;  // a layer index of this kind, -1 when the model has none
+  const bool moe_layer;
+  const Dtype math, attn_dtype;
+  const double eb;
+  const int64_t t;
+  const bool sp;
+  const int64_t seq;
+  const int64_t T;  // tokens on this rank
+  const double Tn;  // of which in its sequence shard
+  const int64_t h;
+  const double drop;
+  // Norms read and write the activations once fused; PyTorch eager's RMSNorm upcasts, squares,
+  // averages, scales, downcasts and multiplies op by op: 4 eb + 28 bytes an element (torchtitan's
+  // RMSNorm; LayerNorm is one ATen kernel even in eager).
+  const bool eager;
+  const double norm_bytes;
+  const int64_t up_cols;
+  const GroupModel* tp;
+  double ag = 0, rs = 0, ar = 0;  // the f and g operators' collectives
+
+  LayerPrice lp;
+  double fwd_flops = 0;
+  double attn_bwd = 0;      // the attention core's backward seconds
+  int64_t attn_window = 0;  // and its sliding window (0: none)
+  // What each of Megatron's recompute modules re-runs: MLA's up-projections and RoPE, the
+  // pre-MLP norm, the MLP block (dense MLP, or the whole MoE block), the experts' activation,
+  // the shared experts.
+  Part mla_up, norm2, mlp_block, moe_act, shared;
+};
+
+LayerPricer::Gemm LayerPricer::linear(const LinearShape& s, double rows, int64_t parts) {
+  int64_t in = s.in, out = s.out;
+  if (s.split == Split::kColumn) out /= parts;
+  if (s.split == Split::kRow) in /= parts;
+  const auto r = static_cast<int64_t>(rows);
+  Gemm g{gemm_time(d, f, math, r, out, in), gemm_time(d, f, math, r, in, out),
+         gemm_time(d, f, math, in, out, r)};
+  if (math == Dtype::kFp8 && std::string_view(s.name) != "router") {
+    // The input quantised in forward, the output gradient in backward (the router stays in
+    // higher precision).
+    g.fwd += fp8_quantize_time(d, f, rows * in);
+    g.dgrad += fp8_quantize_time(d, f, rows * out);
+  }
+  lp.forward += g.fwd;
+  lp.backward += g.dgrad + g.wgrad;
+  fwd_flops += 2.0 * rows * in * out;
+  return g;
+}
+
+// A memory-bound op moving `bytes` in forward and twice as many in backward.
+void LayerPricer::elementwise(double bytes) {
+  lp.forward += memory_time(d, f, bytes);
+  lp.backward += memory_time(d, f, 2 * bytes);
+}
+
+// A norm over `width` on the rank's sequence shard.
+void LayerPricer::norm(double width) { elementwise(norm_bytes * Tn * width); }
+
+// The activation of an MLP of `width` on `rows` tokens: fused, read the fc1 output(s), write
+// the product; eager SwiGLU runs silu, then the multiply (5 eb an element).
+void LayerPricer::activation(double rows, double width) {
+  const double per =
+      eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
+  elementwise(per * rows * width);
+}
+
+// A residual add (with dropout when the model has it) on the sequence shard.
+void LayerPricer::residual() { elementwise((3 * eb + drop) * Tn * h); }
+
+// One block's TP communication. Forward: f before the first column-parallel GEMM and g after
+// the row-parallel one, on the compute path. Backward (Megatron-Core's linear layers): the
+// row-parallel layer's input gradient needs g's conjugate (an all-gather under SP) before its
+// GEMMs; the column-parallel layer's data-gradient reduction (reduce-scatter or all-reduce)
+// runs asynchronously beside its weight-gradient GEMM and, under SP, the all-gather of its
+// saved input beside its data-gradient GEMM. With tp_comm_overlap (Transformer Engine
+// userbuffers) every one of them is split into chunks pipelined with the GEMM it feeds or
+// drains.
+void LayerPricer::tp_block(const Gemm& column, const Gemm& row) {
+  if (!tp) return;
+  const double g_op = sp ? rs : ar, f_op = ag;
+  if (p.tp_comm_overlap) {
+    for (auto [comm, gemm] : {std::pair{f_op, column.fwd}, {g_op, row.fwd}}) {
+      auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
+      lp.tp_forward += e;
+      lp.tp_hidden += hid;
+    }
+    for (auto [comm, gemm] :
+         {std::pair{f_op, row.dgrad}, {g_op, column.wgrad}, std::pair{f_op, column.dgrad}}) {
+      auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
+      lp.tp_backward += e;
+      lp.tp_hidden += hid;
+    }
+    return;
+  }
+  lp.tp_forward += g_op + f_op;
+  lp.tp_backward += f_op;  // the row-parallel input gradient's all-gather (SP)
+  // Asynchronous: issued before the GEMM, waited on after it; only the excess is exposed.
+  for (auto [comm, gemm] : {std::pair{g_op, column.wgrad}, {f_op, column.dgrad}}) {
+    const double e = std::max(0.0, comm - gemm);
+    lp.tp_backward += e;
+    lp.tp_hidden += comm - e;
+  }
+}
+
+// The attention block: its norm, linears, Q/K norms, rotary embeddings and core, the residual
+// and the block's tensor-parallel communication.
+void LayerPricer::attention_block() {
+  norm(static_cast<double>(h));
+  const auto [column, row] = attention_projections();
+  for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
+  rotary();
+  attention_core();
+  residual();
+  tp_block(column, row);
+}
+
+// The attention block's linears; returns the column-parallel ones' GEMMs summed and the
+// row-parallel one's. MLA's up-projections count toward its recompute module.
+std::pair<LayerPricer::Gemm, LayerPricer::Gemm> LayerPricer::attention_projections() {
+  const Linears attn = attention_linears(m);
+  Gemm column_attn, row_attn;
   for (const LinearShape& s : attn) {
     // Replicated linears (MLA's down-projections) act on the rank's sequence shard.
     const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
@@ -366,151 +457,177 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     }
     if (s.split == Split::kRow) row_attn = g;
   }
-  for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
-  // Rotary embeddings on Q and K: a fused kernel reads and writes them (Megatron's and TE's
-  // RoPE fusion, torch.compile); eager PyTorch upcasts to complex fp32, multiplies and casts
-  // back (2 eb + 16 bytes an element).
-  if (!m.learned_positions) {
-    const double rotary = m.mla.enabled() ? static_cast<double>(m.heads) * m.head_dim + m.head_dim
-                                          : static_cast<double>(m.q_dim() + m.kv_dim());
-    const Part at = mark();
-    elementwise((eager ? 2 * eb + 16 : 2 * eb) * T * rotary / t);
-    if (m.mla.enabled()) add_to(mla_up, since(at));
-  }
+  return {column_attn, row_attn};
+}
+
+// Rotary embeddings on Q and K: a fused kernel reads and writes them (Megatron's and TE's
+// RoPE fusion, torch.compile); eager PyTorch upcasts to complex fp32, multiplies and casts
+// back (2 eb + 16 bytes an element).
+void LayerPricer::rotary() {
+  if (m.learned_positions) return;
+  const double width = m.mla.enabled() ? static_cast<double>(m.heads) * m.head_dim + m.head_dim
+                                       : static_cast<double>(m.q_dim() + m.kv_dim());
+  const Part at = mark();
+  elementwise((eager ? 2 * eb + 16 : 2 * eb) * T * width / t);
+  if (m.mla.enabled()) add_to(mla_up, since(at));
+}
+
+// The attention core (QK^T, softmax, AV) forward and backward.
+void LayerPricer::attention_core() {
   AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
                                 seq / p.cp, seq, p.flash_attention);
   a.kernel = p.attention_kernel;
   lp.attention_forward = attention_forward_time(d, f, attn_dtype, a);
-  const double attn_bwd = attention_backward_time(d, f, attn_dtype, a);
+  attn_bwd = attention_backward_time(d, f, attn_dtype, a);
+  attn_window = a.window;
   lp.forward += lp.attention_forward;
   lp.backward += attn_bwd;
   lp.attention_flops = attention_flops(a);
   fwd_flops += lp.attention_flops;
-  residual();
-  tp_block(column_attn, row_attn);
+}
 
-  // Context parallelism: ring exchange of K/V chunks (cp - 1 steps) beside the attention of the
-  // chunk in hand; backward sends K/V and their gradients, and the gradients' last hop home.
-  if (p.cp > 1) {
-    const GroupModel& cp = group_model(p, Group::kCp);
-    const double kv_width = m.mla.enabled()
-                                ? static_cast<double>(m.heads) * (m.head_dim + m.v_head_dim()) / t
-                                : 2.0 * m.kv_dim() / t;
-    const double kv_bytes = eb * T * kv_width;
-    const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
-    // A windowed layer runs only the ring steps its window reaches: this rank's chunk and the
-    // ceil((window - 1) / chunk) before it (as the lowering does).
-    const int64_t chunk = seq / p.cp;
-    const double ring =
-        a.window > 0 ? std::min<double>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk) : p.cp;
-    const double steps = ring - 1;
-    const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
-    lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
-    lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
-    lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
-  }
+// Context parallelism: ring exchange of K/V chunks (cp - 1 steps) beside the attention of the
+// chunk in hand; backward sends K/V and their gradients, and the gradients' last hop home.
+void LayerPricer::context_parallel(const GroupModel& cp) {
+  const double kv_width = m.mla.enabled()
+                              ? static_cast<double>(m.heads) * (m.head_dim + m.v_head_dim()) / t
+                              : 2.0 * m.kv_dim() / t;
+  const double kv_bytes = eb * T * kv_width;
+  const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
+  // A windowed layer runs only the ring steps its window reaches: this rank's chunk and the
+  // ceil((window - 1) / chunk) before it (as the lowering does).
+  const int64_t chunk = seq / p.cp;
+  const double ring =
+      attn_window > 0 ? std::min<double>(p.cp, 1 + (attn_window - 1 + chunk - 1) / chunk) : p.cp;
+  const double steps = ring - 1;
+  const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
+  lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
+  lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
+  lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
+}
 
-  // --- MLP block
+// The norm before the MLP block (its own recompute module).
+void LayerPricer::pre_mlp_norm() {
   const Part before_norm2 = mark();
   norm(static_cast<double>(h));
   norm2 = since(before_norm2);
-  const Part before_mlp = mark();
-  const double bwd_before_mlp = lp.backward;
-  const double ep_before = lp.ep_forward;
-  const int64_t up_cols = m.activation == Activation::kSwiglu ? 2 : 1;
+}
+
+// The MLP block's start and its linears with their activations: a dense MLP, or an MoE layer's
+// router and shared experts.
+LayerPricer::MlpBlock LayerPricer::mlp_begin() {
+  MlpBlock b;
+  b.start = mark();
+  b.backward_start = lp.backward;
+  b.ep_start = lp.ep_forward;
   const Linears mlp = mlp_linears(m, std::max(0, layer));
-  Gemm column_mlp, row_mlp;
-  bool tp_mlp = false;
   for (const LinearShape& s : mlp) {
     const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
     const Part at = mark();
     Gemm g = linear(s, rows, t);
     const bool shared_part = moe_layer && std::string_view(s.name) != "router";
     if (s.split == Split::kColumn) {
-      column_mlp.fwd += g.fwd;
-      column_mlp.dgrad += g.dgrad;
-      column_mlp.wgrad += g.wgrad;
-      tp_mlp = true;
+      b.column.fwd += g.fwd;
+      b.column.dgrad += g.dgrad;
+      b.column.wgrad += g.wgrad;
+      b.tp = true;
       activation(static_cast<double>(T), static_cast<double>(s.out) / up_cols / t);
     }
-    if (s.split == Split::kRow) row_mlp = g;
+    if (s.split == Split::kRow) b.row = g;
     if (shared_part) add_to(shared, since(at));
   }
-  if (moe_layer) {
-    // Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
-    // expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
-    // whose experts/ep local experts run as grouped GEMMs split etp ways.
-    const int64_t etp = p.expert_tp();
-    // Under Megatron's expert grid a rank routes its 1/tp of the TP group's tokens (its
-    // sequence shard, or a slice of the replicated rows without SP).
-    const double tokens = etp != t ? static_cast<double>(T) / t : sp ? Tn : static_cast<double>(T);
-    const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
-    const int local = std::max(1, m.moe.experts / p.ep);
-    elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
-    for (const LinearShape& s : expert_linears(m)) {
-      int64_t in = s.in, out = s.out;
-      if (s.split == Split::kColumn) out /= etp;
-      if (s.split == Split::kRow) in /= etp;
-      const auto rows_per_expert = static_cast<int64_t>(std::ceil(routed / local));
-      lp.forward += gemm_time(d, f, math, rows_per_expert, out, in, local);
-      lp.backward += gemm_time(d, f, math, rows_per_expert, in, out, local) +
-                     gemm_time(d, f, math, in, out, rows_per_expert, local);
-      if (math == Dtype::kFp8) {
-        lp.forward += fp8_quantize_time(d, f, routed * in);
-        lp.backward += fp8_quantize_time(d, f, routed * out);
-      }
-      fwd_flops += 2.0 * routed * in * out;
-      if (s.split == Split::kColumn) {
-        const Part at = mark();
-        activation(routed, static_cast<double>(s.out) / up_cols / etp);
-        add_to(moe_act, since(at));
-      }
+  return b;
+}
+
+// The tokens a rank routes: under Megatron's expert grid its 1/tp of the TP group's tokens (its
+// sequence shard, or a slice of the replicated rows without SP); else its sequence shard under
+// SP, all its tokens without.
+double LayerPricer::expert_tokens() const {
+  return p.expert_tp() != t ? static_cast<double>(T) / t : sp ? Tn : static_cast<double>(T);
+}
+
+// Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
+// expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
+// whose experts/ep local experts run as grouped GEMMs split etp ways.
+void LayerPricer::routed_experts(MlpBlock& b) {
+  const int64_t etp = p.expert_tp();
+  const double tokens = expert_tokens();
+  const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
+  const int local = std::max(1, m.moe.experts / p.ep);
+  elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
+  routed_expert_linears(routed, local, etp);
+  elementwise(2 * eb * routed * h);  // permute and un-permute
+  // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
+  // gather/scatter over tp when the experts are split tp ways.
+  if (etp == t && t > 1) b.tp = true;
+}
+
+// The routed experts' grouped GEMMs on `routed` tokens over `local` experts split `etp` ways,
+// with their activation (its own recompute module).
+void LayerPricer::routed_expert_linears(double routed, int local, int64_t etp) {
+  for (const LinearShape& s : expert_linears(m)) {
+    int64_t in = s.in, out = s.out;
+    if (s.split == Split::kColumn) out /= etp;
+    if (s.split == Split::kRow) in /= etp;
+    const auto rows_per_expert = static_cast<int64_t>(std::ceil(routed / local));
+    lp.forward += gemm_time(d, f, math, rows_per_expert, out, in, local);
+    lp.backward += gemm_time(d, f, math, rows_per_expert, in, out, local) +
+                   gemm_time(d, f, math, in, out, rows_per_expert, local);
+    if (math == Dtype::kFp8) {
+      lp.forward += fp8_quantize_time(d, f, routed * in);
+      lp.backward += fp8_quantize_time(d, f, routed * out);
     }
-    elementwise(2 * eb * routed * h);  // permute and un-permute
-    // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
-    // gather/scatter over tp when the experts are split tp ways.
-    if (etp == t && t > 1) tp_mlp = true;
-    if (p.ep > 1) {
-      const GroupModel& ep =
-          etp != t ? extra_group_model(p, ExtraGroup::kExpertParallel) : group_model(p, Group::kEp);
-      double bytes = eb * tokens * m.moe.top_k * h;
-      bytes *= dispatcher_bytes_factor(m, p, ep.nodes());
-      // DeepEP dispatches in fp8 when the plan trains in fp8; the combine and the backward's
-      // two exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes (as the simulator
-      // prices the forward dispatch).
-      if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1 &&
-          p.precision == Dtype::kFp8)
-        bytes *= 0.875;
-      const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
-      // Dispatch and combine, forward and backward.
-      if (p.ep_comm_overlap) {
-        // Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm, after
-        // DeepSeek's DualPipe): in the steady state a layer's forward of one micro-batch runs
-        // beside its backward of another, and each all-to-all beside one compute segment of
-        // the other: the forward's dispatch beside the backward's MLP, its combine beside the
-        // backward's attention, the backward's two beside the forward's attention and MLP.
-        const double attn_f = before_mlp.time, mlp_f = lp.forward - before_mlp.time;
-        const double attn_b = bwd_before_mlp, mlp_b = lp.backward - bwd_before_mlp;
-        auto exposed = [a2a](double window) { return std::max(0.0, a2a - window); };
-        lp.ep_forward = exposed(mlp_b) + exposed(attn_b);
-        lp.ep_backward = exposed(attn_f) + exposed(mlp_f);
-        lp.ep_hidden = 4 * a2a - lp.ep_forward - lp.ep_backward;
-      } else {
-        lp.ep_forward = 2 * a2a;
-        lp.ep_backward = 2 * a2a;
-      }
+    fwd_flops += 2.0 * routed * in * out;
+    if (s.split == Split::kColumn) {
+      const Part at = mark();
+      activation(routed, static_cast<double>(s.out) / up_cols / etp);
+      add_to(moe_act, since(at));
     }
   }
-  mlp_block = since(before_mlp);
-  mlp_block.time += lp.ep_forward - ep_before;  // the block's exposed forward all-to-alls
+}
+
+// The expert-parallel all-to-alls on group `ep`: dispatch and combine, forward and backward.
+void LayerPricer::expert_all_to_all(const GroupModel& ep, const MlpBlock& b) {
+  double bytes = eb * expert_tokens() * m.moe.top_k * h;
+  bytes *= dispatcher_bytes_factor(m, p, ep.nodes());
+  // DeepEP dispatches in fp8 when the plan trains in fp8; the combine and the backward's
+  // two exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes (as the simulator
+  // prices the forward dispatch).
+  if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1 && p.precision == Dtype::kFp8)
+    bytes *= 0.875;
+  const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
+  if (!p.ep_comm_overlap) {
+    lp.ep_forward = 2 * a2a;
+    lp.ep_backward = 2 * a2a;
+    return;
+  }
+  // Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm, after
+  // DeepSeek's DualPipe): in the steady state a layer's forward of one micro-batch runs
+  // beside its backward of another, and each all-to-all beside one compute segment of
+  // the other: the forward's dispatch beside the backward's MLP, its combine beside the
+  // backward's attention, the backward's two beside the forward's attention and MLP.
+  const double attn_f = b.start.time, mlp_f = lp.forward - b.start.time;
+  const double attn_b = b.backward_start, mlp_b = lp.backward - b.backward_start;
+  auto exposed = [a2a](double window) { return std::max(0.0, a2a - window); };
+  lp.ep_forward = exposed(mlp_b) + exposed(attn_b);
+  lp.ep_backward = exposed(attn_f) + exposed(mlp_f);
+  lp.ep_hidden = 4 * a2a - lp.ep_forward - lp.ep_backward;
+}
+
+// The MLP block's end: its recompute module's share (with its exposed forward all-to-alls and
+// TP communication), the residual and the block's tensor-parallel communication.
+void LayerPricer::mlp_end(const MlpBlock& b) {
+  mlp_block = since(b.start);
+  mlp_block.time += lp.ep_forward - b.ep_start;  // the block's exposed forward all-to-alls
   residual();
   const double tp_before = lp.tp_forward;
-  if (tp_mlp) tp_block(column_mlp, row_mlp);
+  if (b.tp) tp_block(b.column, b.row);
   mlp_block.time += lp.tp_forward - tp_before;  // and its forward TP communication
-  lp.forward_flops = fwd_flops;
+}
 
-  // Selective recompute: what the plan's modules re-run in the backward (as the lowering does,
-  // core/lower.h).
+// Selective recompute: what the plan's modules re-run in the backward (as the lowering does,
+// core/lower.h).
+void LayerPricer::selective_recompute() {
   if (p.recomputes(RecomputeModule::kCoreAttn)) {
     lp.selective_recompute += lp.attention_forward;
     lp.selective_recompute_flops += lp.attention_flops;
@@ -532,14 +649,44 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
     lp.selective_recompute += r.time;
     lp.selective_recompute_flops += r.flops;
   }
-  return layers_.emplace(key, lp).first->second;
+}
+}  // namespace
+
+// One layer of kind (moe_layer, windowed) for one micro-batch on one rank (LayerPricer, block by
+// block), cached by everything it depends on.
+const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
+  auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
+                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0);
+  auto it = layers_.find(key);
+  if (it != layers_.end()) return it->second;
+
+  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
+  LayerPricer w(model_, device_, profile_, p, layer, moe_layer,
+                p.tp > 1 ? &group_model(p, Group::kTp) : nullptr);
+  w.attention_block();
+  if (p.cp > 1) w.context_parallel(group_model(p, Group::kCp));
+  w.pre_mlp_norm();
+  LayerPricer::MlpBlock mlp = w.mlp_begin();
+  if (moe_layer) {
+    w.routed_experts(mlp);
+    if (p.ep > 1) {
+      const GroupModel& ep = p.expert_tp() != p.tp
+                                 ? extra_group_model(p, ExtraGroup::kExpertParallel)
+                                 : group_model(p, Group::kEp);
+      w.expert_all_to_all(ep, mlp);
+    }
+  }
+  w.mlp_end(mlp);
+  w.lp.forward_flops = w.fwd_flops;
+  w.selective_recompute();
+  return layers_.emplace(key, w.lp).first->second;
 }
 
 Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   const Model& m = model_;
   const DeviceSpec& d = device_;
   const Profile& f = profile_;
-  StagePrice sp;
+  StagePrice price;
   const int64_t seq = p.seq(m);
   const int64_t T = static_cast<int64_t>(p.micro_batch) * seq / p.cp;
   const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
@@ -579,46 +726,158 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     const LayerPrice& lp = layer_price(p, kind >= 2, kind % 2 == 1);
     const double n = count[kind];
     fwd_layers += n * lp.forward;
-    sp.forward += n * lp.forward;
-    sp.backward += n * lp.backward;
-    sp.tp += n * (lp.tp_forward + lp.tp_backward);
-    sp.cp += n * (lp.cp_forward + lp.cp_backward);
-    sp.ep += n * (lp.ep_forward + lp.ep_backward);
-    sp.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
+    price.forward += n * lp.forward;
+    price.backward += n * lp.backward;
+    price.tp += n * (lp.tp_forward + lp.tp_backward);
+    price.cp += n * (lp.cp_forward + lp.cp_backward);
+    price.ep += n * (lp.ep_forward + lp.ep_backward);
+    price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
     recompute_comm += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
     // the attention core (selective) for the rest when selected.
-    sp.recompute_flops += full_share * n * lp.forward_flops;
-    sp.recompute += (1 - full_share) * n * lp.selective_recompute;
-    sp.recompute_flops += (1 - full_share) * n * lp.selective_recompute_flops;
+    price.recompute_flops += full_share * n * lp.forward_flops;
+    price.recompute += (1 - full_share) * n * lp.selective_recompute;
+    price.recompute_flops += (1 - full_share) * n * lp.selective_recompute_flops;
   }
-  sp.recompute += full_share * (fwd_layers + recompute_comm);
+  price.recompute += full_share * (fwd_layers + recompute_comm);
   // The embedding on the first stage, the output layer and loss on the last.
   const int64_t t = p.tp;
   if (stage == 0) {
-    sp.forward += memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
-    sp.backward += memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
+    price.forward += memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
+    price.backward += memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
   }
   if (stage == p.pp - 1) {
-    sp.forward += gemm_time(d, f, math, T, m.vocab / t, m.hidden) +
-                  memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
-    sp.backward += gemm_time(d, f, math, T, m.hidden, m.vocab / t) +
-                   gemm_time(d, f, math, m.hidden, m.vocab / t, T) +
-                   memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
+    price.forward += gemm_time(d, f, math, T, m.vocab / t, m.hidden) +
+                     memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
+    price.backward += gemm_time(d, f, math, T, m.hidden, m.vocab / t) +
+                      gemm_time(d, f, math, m.hidden, m.vocab / t, T) +
+                      memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
   // backward (1/tp of them per TP rank: Megatron's scatter/gather, or the SP shard).
   if (p.pp > 1)
-    sp.pp = 2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
-  return sp;
+    price.pp =
+        2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
+  return price;
 }
 
-Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage, const StagePrice& sp) {
+// data_parallel's synchronisation of one parameter class (dense or expert): its parameters
+// sharded over `shard` of its `whole` data-parallel ranks (HSDP when shard < whole: reduce-
+// scatter and gather on the shard groups, all-reduce across the replica groups), their
+// collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and overlapped with the
+// compute windows of one micro-batch.
+struct Estimator::DataParallelSync {
+  const Plan& p;
+  const double fwd, bwd;  // the forward and backward (with recompute) windows
+  const int layers, mb;
+  const double w_bytes, g_bytes;  // bytes of a weight gathered, of a gradient reduced
+  DataParallel& out;
+
+  // Adds `count` parameters' traffic to `out`; the groups' collectives price it.
+  void add(double count, int whole, int shard, const GroupModel* whole_g, const GroupModel* shard_g,
+           const GroupModel* replica_g) const;
+
+ private:
+  // The groups of one parameter class.
+  struct Groups {
+    int shard;
+    bool hsdp;
+    const GroupModel *whole_g, *shard_g, *replica_g;
+    // The collectives of one bucket: gradient reduce(-scatter) and parameter gather.
+    double reduce(double params_in_bucket, bool sharded, double g_bytes) const;
+    double gather(double params_in_bucket, double w_bytes) const;
+  };
+  void by_buckets(double count, const Groups& g) const;
+  void by_layers(double count, const Groups& g) const;
+  static void add_to(double& exposed, double& hidden, std::pair<double, double> e) {
+    exposed += e.first;
+    hidden += e.second;
+  }
+};
+
+double Estimator::DataParallelSync::Groups::reduce(double params_in_bucket, bool sharded,
+                                                   double g_bytes) const {
+  const double bytes = params_in_bucket * g_bytes;
+  if (!sharded) return whole_g->cost(Collective::kAllReduce, bytes).time_s;
+  double t = (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
+  if (hsdp) t += replica_g->cost(Collective::kAllReduce, bytes / shard).time_s;
+  return t;
+}
+
+double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, double w_bytes) const {
+  return (hsdp ? shard_g : whole_g)
+      ->cost(Collective::kAllGather, params_in_bucket * w_bytes)
+      .time_s;
+}
+
+void Estimator::DataParallelSync::add(double count, int whole, int shard, const GroupModel* whole_g,
+                                      const GroupModel* shard_g,
+                                      const GroupModel* replica_g) const {
+  if (count <= 0 || whole < 2) return;
+  const Groups g{shard, shard < whole, whole_g, shard_g, replica_g};
+  if (p.zero <= 2)
+    by_buckets(count, g);
+  else
+    by_layers(count, g);
+}
+
+// DDP, the distributed optimizer and ZeRO-2: gradients reduced in Megatron's buckets, and
+// (sharded) the updated parameters gathered after the optimizer.
+void Estimator::DataParallelSync::by_buckets(double count, const Groups& g) const {
+  const int buckets = std::max(1, static_cast<int>(std::ceil(count / ddp_bucket_params(p.dp))));
+  const double per_bucket = count / buckets;
+  const double red = buckets * g.reduce(per_bucket, p.zero >= 1, g_bytes);
+  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  if (p.zero == 2) {
+    // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
+    add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(red, window_b, buckets));
+  } else {
+    // Once per step, beside the last micro-batch's backward.
+    add_to(out.per_step, out.per_step_hidden, overlap(red, window_b, buckets));
+  }
+  if (p.zero >= 1) {
+    // Updated parameters gathered after the optimizer (beside the next forward when
+    // overlap_param_gather).
+    const double gat = buckets * g.gather(per_bucket, w_bytes);
+    add_to(out.per_step, out.per_step_hidden,
+           overlap(gat, p.overlap_param_gather ? fwd : 0, buckets));
+  }
+}
+
+// ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
+// parameters together), prefetched one unit ahead.
+void Estimator::DataParallelSync::by_layers(double count, const Groups& g) const {
+  const double per_layer = count / layers;
+  const double ag = layers * g.gather(per_layer, w_bytes),
+               rs = layers * g.reduce(per_layer, true, g_bytes);
+  const double window_f = p.overlap_param_gather ? fwd : 0;
+  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  switch (p.reshard) {
+    case Reshard::kAfterForward:
+      // Gathered in forward, freed, gathered again for backward (and the recompute inside
+      // it); gradients reduce-scattered as each layer's backward ends.
+      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
+      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag + rs, window_b, layers));
+      break;
+    case Reshard::kAfterBackward:
+      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
+      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(rs, window_b, layers));
+      break;
+    case Reshard::kAfterStep:
+      // Gathered at the first use of the step, reduce-scattered after the last backward.
+      add_to(out.per_step, out.per_step_hidden, overlap(ag, mb > 0 ? window_f : 0, layers));
+      add_to(out.per_step, out.per_step_hidden, overlap(rs, window_b, layers));
+      break;
+  }
+}
+
+Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
+                                                 const StagePrice& price) {
   const StageParams params = stage_params(model_, param_counts_, p, stage);
   const int layers = std::max(1, p.layers_in_stage(model_.layers, stage));
   const int mb = p.micro_batches();
   // Compute windows of one micro-batch: forward, and backward with recompute.
-  const double fwd = sp.forward, bwd = sp.backward + sp.recompute;
+  const double fwd = price.forward, bwd = price.backward + price.recompute;
   const DataParallelKey key{placement(p, 500),
                             p.zero,
                             static_cast<int>(p.reshard),
@@ -634,123 +893,57 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage, const
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
   DataParallel out;
-  const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
-  const double g_bytes = dtype_bytes(p.grad_reduce_dtype);
-  auto add = [](double& exposed, double& hidden, std::pair<double, double> e) {
-    exposed += e.first;
-    hidden += e.second;
-  };
-  // One parameter class (dense or expert) sharded over `shard` ranks of a `whole` group.
-  auto sync = [&](double count, int whole, int shard, const GroupModel* whole_g,
-                  const GroupModel* shard_g, const GroupModel* replica_g) {
-    if (count <= 0 || whole < 2) return;
-    const bool hsdp = shard < whole;
-    // The collectives of one bucket: gradient reduce(-scatter) and parameter gather.
-    auto reduce = [&](double params_in_bucket, bool sharded) {
-      const double bytes = params_in_bucket * g_bytes;
-      if (!sharded) return whole_g->cost(Collective::kAllReduce, bytes).time_s;
-      double t = (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
-      if (hsdp) t += replica_g->cost(Collective::kAllReduce, bytes / shard).time_s;
-      return t;
-    };
-    auto gather = [&](double params_in_bucket) {
-      return (hsdp ? shard_g : whole_g)
-          ->cost(Collective::kAllGather, params_in_bucket * w_bytes)
-          .time_s;
-    };
-    if (p.zero <= 2) {
-      const int buckets = std::max(1, static_cast<int>(std::ceil(count / ddp_bucket_params(p.dp))));
-      const double per_bucket = count / buckets;
-      const double red = buckets * reduce(per_bucket, p.zero >= 1);
-      const double window_b = p.overlap_grad_reduce ? bwd : 0;
-      if (p.zero == 2) {
-        // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
-        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(red, window_b, buckets));
-      } else {
-        // Once per step, beside the last micro-batch's backward.
-        add(out.per_step, out.per_step_hidden, overlap(red, window_b, buckets));
-      }
-      if (p.zero >= 1) {
-        // Updated parameters gathered after the optimizer (beside the next forward when
-        // overlap_param_gather).
-        const double gat = buckets * gather(per_bucket);
-        add(out.per_step, out.per_step_hidden,
-            overlap(gat, p.overlap_param_gather ? fwd : 0, buckets));
-      }
-      return;
-    }
-    // ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
-    // parameters together), prefetched one unit ahead.
-    const double per_layer = count / layers;
-    const double ag = layers * gather(per_layer), rs = layers * reduce(per_layer, true);
-    const double window_f = p.overlap_param_gather ? fwd : 0;
-    const double window_b = p.overlap_grad_reduce ? bwd : 0;
-    switch (p.reshard) {
-      case Reshard::kAfterForward:
-        // Gathered in forward, freed, gathered again for backward (and the recompute inside
-        // it); gradients reduce-scattered as each layer's backward ends.
-        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag + rs, window_b, layers));
-        break;
-      case Reshard::kAfterBackward:
-        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-        add(out.per_micro_batch, out.per_micro_batch_hidden, overlap(rs, window_b, layers));
-        break;
-      case Reshard::kAfterStep:
-        // Gathered at the first use of the step, reduce-scattered after the last backward.
-        add(out.per_step, out.per_step_hidden, overlap(ag, mb > 0 ? window_f : 0, layers));
-        add(out.per_step, out.per_step_hidden, overlap(rs, window_b, layers));
-        break;
-    }
-  };
+  const DataParallelSync sync{p,
+                              fwd,
+                              bwd,
+                              layers,
+                              mb,
+                              p.precision == Dtype::kFp32 ? 4.0 : 2.0,
+                              dtype_bytes(p.grad_reduce_dtype),
+                              out};
   const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
   const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
-  sync(params.dense, p.dp * p.cp, p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
-       hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
-       hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr);
+  sync.add(params.dense, p.dp * p.cp, p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
+           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
+           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr);
   if (params.expert > 0 && p.expert_dp() > 1) {
     const bool grid = p.expert_tp() != p.tp;
     const GroupModel* expert =
         grid ? &extra_group_model(p, ExtraGroup::kExpertData) : &group_model(p, Group::kExpertDp);
     const bool hsdp_expert = p.expert_shard_ranks() < p.expert_dp() && p.zero >= 1;
-    sync(params.expert, p.expert_dp(), p.zero >= 1 ? p.expert_shard_ranks() : p.expert_dp(), expert,
-         hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
-         hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
+    sync.add(params.expert, p.expert_dp(), p.zero >= 1 ? p.expert_shard_ranks() : p.expert_dp(),
+             expert, hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
+             hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
   data_parallel_.emplace(key, out);
   return out;
 }
 
-Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
+// Stage s prices as stage s - 1 does: two middle stages of a model of identical layers with the
+// same layer count in every virtual stage (all of them in an even plan; the middle ones when
+// only the first and last stages' counts are set).
+bool Estimator::repeats_previous(const Plan& p, int s) const {
   const Model& m = model_;
-  const DeviceSpec& d = device_;
-  const Profile& f = profile_;
-  Estimate e;
-  const int mb = p.micro_batches();
-  const int64_t seq = p.seq(m);
-  const double slowdown = f.overlap_compute_slowdown;
+  if (s < 2 || s >= p.pp - 1 || m.is_moe() || m.sliding_window > 0) return false;
+  if (!p.uneven_stages()) return true;
+  for (int c = 0; c < p.chunks(); ++c)
+    if (p.layers_in_chunk(m.layers, s, c) != p.layers_in_chunk(m.layers, s - 1, c)) return false;
+  return true;
+}
 
-  // Every distinct stage: uneven plans price each; even plans have at most three kinds (the
-  // first with the embedding, the last with the head, the middle ones).
-  // Scratch buffers kept between evaluations (the search calls this millions of times).
+// Every distinct stage: uneven plans price each; even plans have at most three kinds (the first
+// with the embedding, the last with the head, the middle ones). Fills scratch_stages_ and
+// scratch_dps_ (kept between evaluations: the search calls this millions of times) and each
+// stage's micro-batch slot into `slots`.
+void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
+  const double slowdown = profile_.overlap_compute_slowdown;
   std::vector<StagePrice>& stages = scratch_stages_;
   std::vector<DataParallel>& dps = scratch_dps_;
   stages.assign(p.pp, StagePrice{});
   dps.assign(p.pp, DataParallel{});
-  e.stage_slot_s.assign(p.pp, 0.0);
-  std::vector<double>& slots = e.stage_slot_s;
-  // Stage s prices as stage s - 1 does: two middle stages of a model of identical layers with
-  // the same layer count in every virtual stage (all of them in an even plan; the middle ones
-  // when only the first and last stages' counts are set).
-  auto repeats_previous = [&](int s) {
-    if (s < 2 || s >= p.pp - 1 || m.is_moe() || m.sliding_window > 0) return false;
-    if (!p.uneven_stages()) return true;
-    for (int c = 0; c < p.chunks(); ++c)
-      if (p.layers_in_chunk(m.layers, s, c) != p.layers_in_chunk(m.layers, s - 1, c)) return false;
-    return true;
-  };
+  slots.assign(p.pp, 0.0);
   for (int s = 0; s < p.pp; ++s) {
-    if (repeats_previous(s)) {
+    if (repeats_previous(p, s)) {
       stages[s] = stages[s - 1];
       dps[s] = dps[s - 1];
     } else {
@@ -761,6 +954,146 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
     }
     slots[s] = stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden);
   }
+}
+
+// The host-link bandwidth left to offload copies. Host copies share the GPU's PCIe link with
+// its NIC: while inter-server communication runs (the data-parallel traffic of a group that
+// spans servers, exposed or hidden), copies get what the NIC leaves.
+double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, double pipeline) {
+  double nic_busy = 0;
+  if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
+    if (group_model(p, Group::kDpCp).nodes() > 1) {
+      const DataParallel& dp0 = scratch_dps_[crit];
+      const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) + dp0.per_step +
+                          dp0.per_step_hidden;
+      nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
+    }
+  }
+  return host_bw_ * (1 - nic_busy * nic_share_of_pcie_);
+}
+
+namespace {
+// Exposed seconds per step of streaming a stage's weights (`params` of them) in from host
+// memory, per layer for the forward, the backward and any recompute.
+double param_offload_time(const Plan& p, const Estimator::StagePrice& stage, int layers,
+                          double params, double host_bw, int mb) {
+  const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double bwd = stage.backward + stage.recompute;
+  const int full = p.full_recompute_layers(layers);
+  const double full_share = static_cast<double>(full) / layers;
+  const double bytes = params * w_bytes / (p.zero >= 3 ? p.dense_shard_ranks() : 1);
+  const double copy = bytes / host_bw;
+  // Under ZeRO-3 the shard comes in when the reshard policy gathers: every forward and
+  // backward (after_forward), every forward (after_backward), once per step (after_step).
+  const double fwd_copy = std::max(0.0, copy - stage.forward);
+  const double bwd_copy = std::max(0.0, copy * (1 + full_share) - bwd);
+  if (p.zero < 3 || p.reshard == Reshard::kAfterForward) return mb * (fwd_copy + bwd_copy);
+  if (p.reshard == Reshard::kAfterBackward) return mb * fwd_copy;
+  return fwd_copy;
+}
+
+// Exposed seconds per step of copying a stage's activations to host memory in the forward and
+// back in the backward.
+double activation_offload_time(const Model& m, const Plan& p, const Estimator::StagePrice& stage,
+                               int layers, double host_bw, int mb) {
+  const double bwd = stage.backward + stage.recompute;
+  double act = 0;
+  const int full = p.full_recompute_layers(layers);
+  const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
+  act = full * layer_activation_bytes(m, p, Recompute::kFull, false) +
+        (layers - full) * layer_activation_bytes(m, p, rest, false);
+  const double copy = act / host_bw;
+  return mb * (std::max(0.0, copy - stage.forward) + std::max(0.0, copy - bwd));
+}
+}  // namespace
+
+// What stage s adds after the pipeline: its per-step data-parallel traffic, the optimizer step
+// and offload (dp_comm, overlap, optimizer and offload of the breakdown).
+TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double host_bw) const {
+  const Model& m = model_;
+  const Profile& f = profile_;
+  const StagePrice& stage = scratch_stages_[s];
+  const DataParallel& dp = scratch_dps_[s];
+  const StageParams sp_params = stage_params(m, param_counts_, p, s);
+  const double shard_params = p.zero >= 1 ? sp_params.dense / p.dense_shard_ranks() +
+                                                sp_params.expert / p.expert_shard_ranks()
+                                          : sp_params.total();
+  TimeBreakdown t;
+  t.dp_comm = dp.per_step;
+  t.overlap = f.overlap_compute_slowdown * dp.per_step_hidden;
+  const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double bwd = stage.backward + stage.recompute;
+  const int layers = std::max(1, p.layers_in_stage(m.layers, s));
+  if (p.offload.optimizer) {
+    // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
+    const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
+    const double down = shard_params * grad_bytes / host_bw;
+    const double up = shard_params * w_bytes / host_bw;
+    t.offload += overlap(down, bwd, layers).first + shard_params / cpu_rate + up;
+  } else {
+    t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
+  }
+  if (p.offload.params)
+    t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
+  if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);
+  return t;
+}
+
+// After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
+// that takes longest.
+TimeBreakdown Estimator::slowest_tail(const Plan& p, int crit, int mb, double pipeline) {
+  const double host_bw = offload_bandwidth(p, crit, mb, pipeline);
+  double tail = 0;
+  TimeBreakdown tail_parts;
+  for (int s = 0; s < p.pp; ++s) {
+    if (repeats_previous(p, s)) continue;  // the same tail as the stage before
+    const TimeBreakdown t = stage_tail(p, s, mb, host_bw);
+    const double total = t.dp_comm + t.overlap + t.optimizer + t.offload;
+    if (total > tail) {
+      tail = total;
+      tail_parts = t;
+    }
+  }
+  return tail_parts;
+}
+
+// Throughput, model and hardware FLOPs and MFU/HFU of the step e.step_time_s.
+void Estimator::fill_throughput(const Plan& p, int mb, Estimate& e) const {
+  const int64_t seq = p.seq(model_);
+  const double tokens = static_cast<double>(p.global_batch) * seq;
+  e.tokens_per_s = tokens / e.step_time_s;
+  e.samples_per_s = p.global_batch / e.step_time_s;
+  const FlopsPerToken fpt = flops_per_token(model_, seq);
+  e.model_flops_per_step = fpt.model * tokens;
+  // Executed FLOPs: the model's plus what recompute re-runs, summed over the stages and scaled
+  // to the ranks of a stage (each stage's ranks share its work).
+  double recompute_flops = 0;
+  for (const StagePrice& s : scratch_stages_) recompute_flops += s.recompute_flops;
+  const double ranks_per_stage = static_cast<double>(p.tp) * p.cp * p.dp;
+  e.hardware_flops_per_step = e.model_flops_per_step + recompute_flops * mb * ranks_per_stage;
+  const double peak = device_.peak_flops(p.precision) * cluster_.num_gpus() * e.step_time_s;
+  e.mfu = e.model_flops_per_step / peak;
+  e.hfu = e.hardware_flops_per_step / peak;
+}
+
+// The memory of the rank with the largest peak against the GPU's and its server's host memory.
+void Estimator::fill_memory(const MemoryBreakdown& memory, Estimate& e) const {
+  const DeviceSpec& d = device_;
+  e.memory = memory;
+  e.memory_per_gpu_bytes = e.memory.total();
+  e.device_memory_bytes = d.hbm_bytes;
+  e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
+  e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
+  e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes &&
+           e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
+}
+
+Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
+  Estimate e;
+  const int mb = p.micro_batches();
+  const double slowdown = profile_.overlap_compute_slowdown;
+  price_stages(p, e.stage_slot_s);
+  const std::vector<double>& slots = e.stage_slot_s;
   const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
   const double slot_max = slots[crit];
   const double slot_sum = std::accumulate(slots.begin(), slots.end(), 0.0);
@@ -768,80 +1101,11 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   // (interleaving divides the fill by the virtual stages per rank).
   double pipeline = mb * slot_max;
   if (p.pp > 1) pipeline += (slot_sum - slot_max) / p.chunks();
+  const TimeBreakdown tail_parts = slowest_tail(p, crit, mb, pipeline);
 
-  // After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
-  // that takes longest.
-  // Host copies share the GPU's PCIe link with its NIC: while inter-server communication runs
-  // (the data-parallel traffic of a group that spans servers, exposed or hidden), copies get
-  // what the NIC leaves.
-  double nic_busy = 0;
-  if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
-    if (group_model(p, Group::kDpCp).nodes() > 1) {
-      const DataParallel& dp0 = dps[crit];
-      const double comm = mb * (dp0.per_micro_batch + dp0.per_micro_batch_hidden) + dp0.per_step +
-                          dp0.per_step_hidden;
-      nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
-    }
-  }
-  const double host_bw = host_bw_ * (1 - nic_busy * nic_share_of_pcie_);
-  double tail = 0;
-  TimeBreakdown tail_parts;
-  for (int s = 0; s < p.pp; ++s) {
-    if (repeats_previous(s)) continue;  // the same tail as the stage before
-    const StageParams sp_params = stage_params(m, param_counts_, p, s);
-    const double shard_params = p.zero >= 1 ? sp_params.dense / p.dense_shard_ranks() +
-                                                  sp_params.expert / p.expert_shard_ranks()
-                                            : sp_params.total();
-    TimeBreakdown t;
-    t.dp_comm = dps[s].per_step;
-    t.overlap = slowdown * dps[s].per_step_hidden;
-    const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
-    const double bwd = stages[s].backward + stages[s].recompute;
-    const int layers = std::max(1, p.layers_in_stage(m.layers, s));
-    if (p.offload.optimizer) {
-      // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
-      const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
-      const double down = shard_params * grad_bytes / host_bw;
-      const double up = shard_params * w_bytes / host_bw;
-      t.offload += overlap(down, bwd, layers).first + shard_params / cpu_rate + up;
-    } else {
-      t.optimizer = optimizer_time(d, f, p.precision, shard_params, p.optimizer_dtype);
-    }
-    if (p.offload.params) {
-      // Weights streamed in per layer for the forward, the backward and any recompute.
-      const int full = p.full_recompute_layers(layers);
-      const double full_share = static_cast<double>(full) / layers;
-      const double bytes = sp_params.total() * w_bytes / (p.zero >= 3 ? p.dense_shard_ranks() : 1);
-      const double copy = bytes / host_bw;
-      // Under ZeRO-3 the shard comes in when the reshard policy gathers: every forward and
-      // backward (after_forward), every forward (after_backward), once per step (after_step).
-      const double fwd_copy = std::max(0.0, copy - stages[s].forward);
-      const double bwd_copy = std::max(0.0, copy * (1 + full_share) - bwd);
-      if (p.zero < 3 || p.reshard == Reshard::kAfterForward)
-        t.offload += mb * (fwd_copy + bwd_copy);
-      else if (p.reshard == Reshard::kAfterBackward)
-        t.offload += mb * fwd_copy;
-      else
-        t.offload += fwd_copy;
-    }
-    if (p.offload.activations) {
-      double act = 0;
-      const int full = p.full_recompute_layers(layers);
-      const Recompute rest = p.recompute == Recompute::kFull ? Recompute::kNone : p.recompute;
-      act = full * layer_activation_bytes(m, p, Recompute::kFull, false) +
-            (layers - full) * layer_activation_bytes(m, p, rest, false);
-      const double copy = act / host_bw;
-      t.offload += mb * (std::max(0.0, copy - stages[s].forward) + std::max(0.0, copy - bwd));
-    }
-    const double total = t.dp_comm + t.overlap + t.optimizer + t.offload;
-    if (total > tail) {
-      tail = total;
-      tail_parts = t;
-    }
-  }
-
+  // The step: the critical stage's micro-batches, the fill and drain, then the tail.
   e.critical_stage = crit;
-  const StagePrice& c = stages[crit];
+  const StagePrice& c = scratch_stages_[crit];
   TimeBreakdown& tb = e.time;
   tb.forward = mb * c.forward;
   tb.backward = mb * c.backward;
@@ -855,30 +1119,10 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.bubble = pipeline - mb * slot_max;
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;
-
   e.step_time_s = tb.total();
-  const double tokens = static_cast<double>(p.global_batch) * seq;
-  e.tokens_per_s = tokens / e.step_time_s;
-  e.samples_per_s = p.global_batch / e.step_time_s;
-  const FlopsPerToken fpt = flops_per_token(m, seq);
-  e.model_flops_per_step = fpt.model * tokens;
-  // Executed FLOPs: the model's plus what recompute re-runs, summed over the stages and scaled
-  // to the ranks of a stage (each stage's ranks share its work).
-  double recompute_flops = 0;
-  for (const StagePrice& s : stages) recompute_flops += s.recompute_flops;
-  const double ranks_per_stage = static_cast<double>(p.tp) * p.cp * p.dp;
-  e.hardware_flops_per_step = e.model_flops_per_step + recompute_flops * mb * ranks_per_stage;
-  const double peak = d.peak_flops(p.precision) * cluster_.num_gpus() * e.step_time_s;
-  e.mfu = e.model_flops_per_step / peak;
-  e.hfu = e.hardware_flops_per_step / peak;
 
-  e.memory = memory;
-  e.memory_per_gpu_bytes = e.memory.total();
-  e.device_memory_bytes = d.hbm_bytes;
-  e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
-  e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
-  e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes &&
-           e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
+  fill_throughput(p, mb, e);
+  fill_memory(memory, e);
   return e;
 }
 

@@ -132,7 +132,19 @@ class Estimator {
     double per_micro_batch = 0, per_micro_batch_hidden = 0;
     double per_step = 0, per_step_hidden = 0;
   };
-  DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& sp);
+  DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& price);
+  struct DataParallelSync;  // data_parallel's pricing of one parameter class (estimate.cc)
+
+  // The parts of estimate(), in the order it calls them (see estimate.cc).
+  bool repeats_previous(const Plan& plan, int stage) const;
+  void price_stages(const Plan& plan, std::vector<double>& slots);
+  double offload_bandwidth(const Plan& plan, int critical_stage, int micro_batches,
+                           double pipeline);
+  TimeBreakdown stage_tail(const Plan& plan, int stage, int micro_batches, double host_bw) const;
+  TimeBreakdown slowest_tail(const Plan& plan, int critical_stage, int micro_batches,
+                             double pipeline);
+  void fill_throughput(const Plan& plan, int micro_batches, Estimate& e) const;
+  void fill_memory(const MemoryBreakdown& memory, Estimate& e) const;
 
   Model model_;
   ParamCounts param_counts_;  // param_counts(model_), once

@@ -381,7 +381,7 @@ double OpPricer::price(const Op& op, int stage, bool host) {
         const double factor = dispatcher_bytes_factor(model_, plan_, gm.nodes());
         bytes *= factor;
         if (factor != 1.0 && plan_.precision == Dtype::kFp8 && op.tags.phase != Phase::kBackward &&
-            op.name.find("disp.a2a") != std::string::npos)
+            op.role == OpRole::kDispatchA2a)
           bytes *= 0.5;
       }
       return gm.cost(Collective::kAllToAll, bytes).time_s;

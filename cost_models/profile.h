@@ -59,7 +59,10 @@ struct Profile {
   // Per Dtype (indexed by it): a calibrated efficiency for GEMMs in that dtype; 0 = use
   // gemm_efficiency.
   std::array<double, 5> gemm_efficiency_by_dtype{};
-  double gemm_k_half = 32;  // k at which the reduction-depth factor k/(k+k_half) is 1/2
+  // k at which the reduction-depth factor k/(k+k_half) is 1/2. 0 (no factor beyond the memory
+  // roofline) in the GPU defaults: no public measurement of cuBLAS throughput against k is cited,
+  // so the term is left to `parasol calibrate`, which fits it from traces.
+  double gemm_k_half = 0;
 
   // Memory-bound kernels (norms, activations, dropout, residuals, softmax, optimizer).
   double memory_efficiency = 0.8;  // fraction of HBM bandwidth reached

@@ -71,6 +71,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   elements_.resize(nb);
   ptr_.assign(nb, nullptr);
   unit_of_.assign(nb, -1);
+  region_key_.assign(nb, -1);
   for (int i = 0; i < nb; ++i) elements_[i] = prog.buffers[i].elements();
   nominal_elements_ = elements_;
   if (p.ep > 1 && p.offload.activations)
@@ -121,8 +122,13 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
     if (op.kind == OpKind::kGradNorm) grad_norm_buffer_ = op.writes.at(0);
     // A K/V chunk received at ring step j is attended to at step j + 1 (tags: core/lower.cc).
     if (op.kind == OpKind::kRecv && op.group == Group::kCp &&
-        base_name(prog.buffers[op.writes.at(0)].name) == "kv")
+        prog.buffers[op.writes.at(0)].role == BufferRole::kKvChunk)
       ring_step_[op.writes[0]] = static_cast<int>((op.tag / 2) % p.cp) + 1;
+    // An expert-region buffer belongs to the layer and micro-batch of its first op.
+    for (const std::vector<int>* ids : {&op.reads, &op.writes})
+      for (int id : *ids)
+        if (prog.buffers[id].role == BufferRole::kExpertRows && region_key_[id] < 0)
+          region_key_[id] = ep_key(op.tags.layer, op.tags.micro_batch);
   }
   op_units_begin_.push_back(static_cast<int>(op_units_.size()));
   for (size_t bi = 0; bi < prog.buckets.size(); ++bi) {
@@ -186,13 +192,14 @@ void Executor::Impl::ensure(const Op& op) {
     allocate(u);
     // Inputs nobody writes: the micro-batch's tokens and labels.
     for (int id : units_[u].buffers) {
-      const std::string base = base_name(prog.buffers[id].name);
-      if (base != "tokens" && base != "labels") continue;
+      const BufferRole role = prog.buffers[id].role;
+      if (role != BufferRole::kTokens && role != BufferRole::kLabels) continue;
       const int mb = op.tags.micro_batch;
       std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
       if (!cfg->batch) throw Error("run.data", "no token source for the step");
       cfg->batch(mb, tokens.data(), labels.data());
-      be.copy(ptr_[id], base == "tokens" ? tokens.data() : labels.data(), T * sizeof(int32_t));
+      be.copy(ptr_[id], role == BufferRole::kTokens ? tokens.data() : labels.data(),
+              T * sizeof(int32_t));
     }
   }
 }
@@ -221,21 +228,6 @@ Flat Executor::Impl::flat(const std::vector<int>& ids) const {
   return {ptr_[ids[0]], prog.blocks[blk].elements};
 }
 
-std::string Executor::Impl::base_name(const std::string& name) {
-  std::string s = name;
-  if (s.size() > 2 && s[0] == 'L' && std::isdigit(static_cast<unsigned char>(s[1]))) {
-    const size_t dot = s.find('.');
-    if (dot != std::string::npos) s = s.substr(dot + 1);
-  }
-  if (s.size() > 2 && s.ends_with(".h")) s.resize(s.size() - 2);
-  const size_t m = s.rfind(".m");
-  if (m != std::string::npos && m + 2 < s.size() &&
-      std::all_of(s.begin() + static_cast<long>(m) + 2, s.end(),
-                  [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }))
-    s.resize(m);
-  return s;
-}
-
 const ParamBucket* Executor::Impl::bucket_of(int buffer) const {
   auto it = bucket_of_.find(buffer);
   return it == bucket_of_.end() ? nullptr : &prog.buckets[it->second];
@@ -245,11 +237,11 @@ int Executor::Impl::group_index(const ParamBucket& b) const {
   return comms.groups()[b.group].index;
 }
 
+// The dropout site is the op's kind and role (the attention core and its recompute share one;
+// the residual adds differ by role), with its layer and micro-batch.
 uint64_t Executor::Impl::seed_for(const Op& op, bool per_tp_rank) const {
-  std::string what = base_name(op.name);
-  if (what == "attn.rc") what = "attn";
   uint64_t s = mix64(cfg->seed ^ mix64(static_cast<uint64_t>(cfg->step)));
-  for (char ch : what) s = mix64(s ^ static_cast<unsigned char>(ch));
+  s = mix64(s ^ (static_cast<uint64_t>(op.kind) << 8 | static_cast<uint64_t>(op.role)));
   s = mix64(s ^ static_cast<uint64_t>(op.tags.layer + 1));
   s = mix64(s ^ static_cast<uint64_t>(op.tags.micro_batch + 1));
   s = mix64(s ^ (static_cast<uint64_t>(dp_idx) << 20 | static_cast<uint64_t>(cp_idx) << 10 |
@@ -331,7 +323,7 @@ Request Executor::Impl::start_comm(const Op& op) {
                            : comm.iall_reduce(base, count, dt);
     }
     case OpKind::kAllGather: {
-      if (plan.ep == 1 && base_name(op.name) == "disp.ag") gather_counts(op, comm);
+      if (plan.ep == 1 && op.role == OpRole::kDispatchGather) gather_counts(op, comm);
       Flat src = flat(op.reads), dst = flat(op.writes);
       const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
       after_kernels(comm);
@@ -356,7 +348,7 @@ Request Executor::Impl::start_comm(const Op& op) {
     case OpKind::kSend: {
       const int buf = op.reads.at(0);
       const void* data = ptr(buf);
-      if (op.group == Group::kCp && base_name(prog.buffers[buf].name) == "qkv") {
+      if (op.group == Group::kCp && prog.buffers[buf].role == BufferRole::kQkv) {
         // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
         const int64_t kv_width = count / T, qkv_cols = elements_[buf] / T;
         auto* staged =

@@ -43,6 +43,9 @@ struct EpExchange {
   int64_t region_rows = 0;                        // sum of recv_rows
 };
 
+// The key of per-(layer, micro-batch) state: the layer and micro-batch of OpTags.
+inline int64_t ep_key(int layer, int micro_batch) { return int64_t{layer} * 65536 + micro_batch; }
+
 struct Executor::Impl {
   Impl(const Model& m, const Plan& p, const Program& prog, Backend& b, CommSet& c);
   ~Impl();
@@ -65,9 +68,6 @@ struct Executor::Impl {
   float* fptr(int buffer) const { return static_cast<float*>(ptr_[buffer]); }
   // The list as one contiguous range (a single buffer, or a whole block in order).
   Flat flat(const std::vector<int>& ids) const;
-  // The base name of a buffer or op: without the "L<layer>." prefix, the ".m<mb>" suffix and
-  // the ".h" of a host copy ("L3.attn.m0.h" -> "attn").
-  static std::string base_name(const std::string& name);
 
   // ---- Execution.
   void run_compute(const Op& op);  // executor_ops.cc
@@ -98,7 +98,9 @@ struct Executor::Impl {
   uint64_t seed_for(const Op& op, bool per_tp_rank) const;
   const ParamBucket* bucket_of(int buffer) const;
   int group_index(const ParamBucket& b) const;
-  Routing& routing(int rprobs_buffer);  // executor_ops.cc
+  // The routing in router probabilities `rprobs_buffer` of op's layer and micro-batch (recovered
+  // from them when they are a new buffer: recompute, prefetch); executor_ops.cc.
+  Routing& routing(const Op& op, int rprobs_buffer);
   // Top-k weights renormalised over the chosen experts (Mixtral, top-k > 1); top-1 keeps the
   // router probability as the gate (Switch Transformer), which also keeps its gradient.
   bool renormalize() const { return model.moe.top_k > 1; }
@@ -107,7 +109,7 @@ struct Executor::Impl {
   // QKV buffer (or its gradient: inverse), positions of this rank's sequence chunk.
   bool rotary() const { return !model.learned_positions; }
   void rotate_qk(int qkv_buffer, bool inverse);
-  // Rows of an expert-region buffer ("L3.efc1.m0") under expert parallelism, else -1.
+  // Rows of an expert-region buffer (BufferRole::kExpertRows) under expert parallelism, else -1.
   int64_t region_rows(int buffer) const;
 
   const Model& model;
@@ -132,7 +134,13 @@ struct Executor::Impl {
   std::vector<int> op_units_;                 // flattened distinct units per op
   std::vector<int> op_units_begin_;           // op i: op_units_[begin[i] .. begin[i+1])
   std::unordered_map<int, Routing> routing_;  // by router-probabilities buffer
+  // The router-probabilities buffer of the latest routing of each (layer, micro-batch), by the
+  // key of ep_.
+  std::unordered_map<int64_t, int> routing_probs_;
   std::unordered_map<int64_t, EpExchange> ep_;  // by layer * 65536 + micro-batch
+  // Per buffer: the ep_ key of an expert-region buffer (the layer and micro-batch of the first op
+  // that touches it), else -1.
+  std::vector<int64_t> region_key_;
   // Without expert parallelism, the routed rows gathered over the experts' tensor-parallel
   // group: each member's rows per expert (the grouped GEMMs' blocks), by the key of ep_.
   std::unordered_map<int64_t, std::vector<std::vector<int64_t>>> gathered_;

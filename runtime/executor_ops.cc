@@ -1,9 +1,9 @@
 // Executor: the compute ops of a Program mapped to Backend kernels, following the buffer
 // conventions of core/lower.h (which buffers each op reads and writes, in which order). An op
-// is recognised by its kind, phase and base name ("L3.fc1.dx" -> "fc1.dx").
+// is recognised by its kind, phase, backward_data and role, a buffer by its position in the op's
+// reads and writes or its role (core/program.h); names are never looked at.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <span>
 
@@ -22,9 +22,10 @@ bool backward(const Op& op) { return op.tags.phase == Phase::kBackward; }
 
 }  // namespace
 
-Routing& Executor::Impl::routing(int rprobs) {
+Routing& Executor::Impl::routing(const Op& op, int rprobs) {
   auto it = routing_.find(rprobs);
   if (it != routing_.end()) return it->second;
+  routing_probs_[ep_key(op.tags.layer, op.tags.micro_batch)] = rprobs;
   // Recover the routing from the saved probabilities (recompute, offload: a new buffer).
   const int64_t E = model.moe.experts, K = model.moe.top_k;
   const int64_t tokens = elements_[rprobs] / E;
@@ -34,39 +35,15 @@ Routing& Executor::Impl::routing(int rprobs) {
   return routing_.emplace(rprobs, std::move(r)).first->second;
 }
 
-namespace {
-
-// (layer, micro-batch) of a buffer or op name "L3.efc1.m0"; layer -1 when absent.
-std::pair<int, int> layer_mb(const std::string& name) {
-  int layer = -1, mb = -1;
-  if (name.size() > 1 && name[0] == 'L') layer = std::atoi(name.c_str() + 1);
-  const size_t m = name.rfind(".m");
-  if (m != std::string::npos) mb = std::atoi(name.c_str() + m + 2);
-  return {layer, mb};
-}
-
-int64_t ep_key(int layer, int mb) { return int64_t{layer} * 65536 + mb; }
-
-}  // namespace
-
 Routing& Executor::Impl::routing_of(const Op& op) {
-  const std::string prefix = op.name.substr(0, op.name.find('.') + 1);
-  const std::string mb = ".m" + std::to_string(op.tags.micro_batch);
-  for (auto& [id, rt] : routing_)
-    if (prog.buffers[id].name.starts_with(prefix) && prog.buffers[id].name.ends_with(mb)) return rt;
-  bad_op(op, "no routing for this layer and micro-batch");
+  auto it = routing_probs_.find(ep_key(op.tags.layer, op.tags.micro_batch));
+  if (it == routing_probs_.end()) bad_op(op, "no routing for this layer and micro-batch");
+  return routing_.at(it->second);
 }
 
 int64_t Executor::Impl::region_rows(int buffer) const {
-  const Buffer& b = prog.buffers[buffer];
-  const std::string base = base_name(b.name);
-  const bool region = base == "efc1" || base == "eact" || base == "efc2" || base == "eact.dx" ||
-                      base == "efc1.dy" || base == "efc1.dx" ||
-                      (base == "disp.a2a" && b.cls == BufferClass::kActivation) ||
-                      (base == "comb.a2a" && b.cls == BufferClass::kWorkspace);
-  if (!region) return -1;
-  auto [layer, mb] = layer_mb(b.name);
-  auto it = ep_.find(ep_key(layer, mb));
+  if (region_key_[buffer] < 0) return -1;
+  auto it = ep_.find(region_key_[buffer]);
   return it == ep_.end() ? -1 : it->second.region_rows;
 }
 
@@ -77,8 +54,9 @@ int64_t Executor::Impl::region_rows(int buffer) const {
 Request Executor::Impl::start_all_to_all(const Op& op) {
   Communicator& comm = comms.get(op.group);
   if (op.group != Group::kEp) bad_op(op, "all-to-all outside the expert-parallel group");
-  const std::string what = base_name(op.name);
-  const bool to_experts = (what == "disp.a2a") != (op.tags.phase == Phase::kBackward);
+  if (op.role != OpRole::kDispatchA2a && op.role != OpRole::kCombineA2a)
+    bad_op(op, "an all-to-all that is neither the dispatch's nor the combine's");
+  const bool to_experts = (op.role == OpRole::kDispatchA2a) != (op.tags.phase == Phase::kBackward);
   const int n = comm.size();
   const int64_t E = model.moe.experts, le = E / plan.ep;
   const int64_t key = ep_key(op.tags.layer, op.tags.micro_batch);
@@ -223,14 +201,13 @@ void Executor::Impl::mla_unpack(const Op& op) {
 }
 
 void Executor::Impl::run_compute(const Op& op) {
-  const std::string what = base_name(op.name);
   auto R = [&](size_t i) { return fptr(op.reads.at(i)); };
   auto W = [&](size_t i) { return fptr(op.writes.at(i)); };
   auto cols_of = [&](int buf) { return prog.buffers[buf].shape.back(); };
   auto rows_of = [&](int buf) { return elements_[buf] / cols_of(buf); };
-  auto named = [&](const std::vector<int>& ids, const char* base) -> int {
+  auto with_role = [&](const std::vector<int>& ids, BufferRole role) -> int {
     for (int id : ids)
-      if (base_name(prog.buffers[id].name) == base) return id;
+      if (prog.buffers[id].role == role) return id;
     return -1;
   };
   const bool sp = plan.sequence_parallel && tp > 1;
@@ -270,35 +247,41 @@ void Executor::Impl::run_compute(const Op& op) {
     }
     case OpKind::kLinear: {
       // lower.h: forward reads {in, W[, b]}; backward_data {dout, W[, din to add to]};
-      // weight gradients ("*.dw") {in, dout} and write {dW[, db]}. W is [k x n] (kInOut), or
-      // the embedding table [n x k] used as the output layer (tied embeddings: kOutIn).
+      // weight gradients (kWeightGrad, kRouterDw) {in, dout} and write {dW[, db]}. W is [k x n]
+      // (kInOut), or the embedding table [n x k] used as the output layer (tied embeddings:
+      // kOutIn).
       auto layout_of = [&](int wbuf) {
-        return prog.buffers[wbuf].name.find("table") != std::string::npos ? WeightLayout::kOutIn
-                                                                          : WeightLayout::kInOut;
+        return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
+                                                                      : WeightLayout::kInOut;
       };
-      if (what.ends_with(".dw")) {
+      if (op.role == OpRole::kWeightGrad || op.role == OpRole::kRouterDw) {
         const int dw = op.writes[0];
         float* db = op.writes.size() > 1 ? W(1) : nullptr;
         // The router's input: this rank's routed rows (routed_row0).
-        const float* in = what == "router.dw" ? R(0) + routed_row0(rows_of(op.reads[0]), op.k) *
-                                                           cols_of(op.reads[0])
-                                              : R(0);
+        const float* in =
+            op.role == OpRole::kRouterDw
+                ? R(0) + routed_row0(rows_of(op.reads[0]), op.k) * cols_of(op.reads[0])
+                : R(0);
         be.linear_backward_weight(W(0), db, in, R(1), layout_of(dw), op.k, op.n, op.m);
       } else if (op.backward_data) {
         // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
         // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
-        if (what == "qkv.dx" && rotary()) rotate_qk(op.reads[0], true);
+        if (op.role == OpRole::kQkvDx && rotary()) rotate_qk(op.reads[0], true);
         const bool acc = op.reads.size() == 3;  // router.dx adds to the dispatch gradient
         be.linear_backward_data(W(0), R(0), R(1), layout_of(op.reads[1]), op.m, op.k, op.n, acc);
       } else {
+        if (backward(op))
+          bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
         const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        const float* in =
-            what == "router" ? R(0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k : R(0);
+        const float* in = op.role == OpRole::kRouter
+                              ? R(0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k
+                              : R(0);
         be.linear_forward(W(0), in, R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
         // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
         // sends included, sees them rotated).
-        if (what == "qkv" && rotary()) rotate_qk(op.writes[0], false);
-        if (what == "head" && vocab_start + vocab_t > model.vocab) bad_op(op, "padded vocabulary");
+        if (op.role == OpRole::kQkv && rotary()) rotate_qk(op.writes[0], false);
+        if (op.role == OpRole::kHead && vocab_start + vocab_t > model.vocab)
+          bad_op(op, "padded vocabulary");
       }
       return;
     }
@@ -313,12 +296,12 @@ void Executor::Impl::run_compute(const Op& op) {
       const int64_t cols = cols_of(din) / (model.activation == Activation::kSwiglu ? 2 : 1);
       be.activation_backward(model.activation, W(0), R(1), R(0), rows, cols);
       // The dense FC1 bias gradient is formed by fc1.dw; the experts' here, per expert.
-      if (what == "eact" && op.writes.size() > 1)
+      if (op.role == OpRole::kExpertAct && op.writes.size() > 1)
         bad_op(op, "expert biases are not executed by the runtime yet");
       return;
     }
     case OpKind::kResidualAdd: {
-      if (what == "dkv.fold") {
+      if (op.role == OpRole::kDkvFold) {
         // dqkv's K and V columns := the K/V gradient accumulator [T x (k + v)] (under cp the
         // ring steps write dK and dV into the travelling accumulators only).
         const int dqkv = op.writes[0], home = op.reads[1];
@@ -326,15 +309,15 @@ void Executor::Impl::run_compute(const Op& op) {
         copy_rows(fptr(dqkv) + (qkv_cols - kv_width), qkv_cols, fptr(home), kv_width, T, kv_width);
         return;
       }
-      if (what == "qkv.pack") {
+      if (op.role == OpRole::kQkvPack) {
         mla_pack(op);
         return;
       }
-      if (what == "qkv.unpack") {
+      if (op.role == OpRole::kQkvUnpack) {
         mla_unpack(op);
         return;
       }
-      if (what == "moe.add") {  // the routed and the shared experts' outputs (or gradients)
+      if (op.role == OpRole::kSum) {  // the routed and the shared experts' outputs (or gradients)
         const int out = op.writes[0];
         be.residual_forward(W(0), nullptr, R(0), R(1), nullptr, rows_of(out), cols_of(out), 0.0f,
                             0);
@@ -374,14 +357,15 @@ void Executor::Impl::run_compute(const Op& op) {
       // A fused Q | K | V buffer; ring chunks hold K | V per row.
       const int64_t q_cols = a.heads * a.head_dim, k_cols = a.kv_heads * a.head_dim,
                     v_cols = a.kv_heads * d.vd(), kv_width = k_cols + v_cols;
-      const int qkv = named(op.reads, "qkv");
+      const int qkv = with_role(op.reads, BufferRole::kQkv);
+      if (qkv < 0) bad_op(op, "no Q | K | V buffer");
       d.ld_q = q_cols + kv_width;
       d.ld_o = a.heads * d.vd();
       const float* q = fptr(qkv);
       const float* k = q + q_cols;
       const float* v = k + k_cols;
       d.ld_kv = d.ld_q;
-      const int kv = named(op.reads, "kv");
+      const int kv = with_role(op.reads, BufferRole::kKvChunk);
       int step = 0;
       if (kv >= 0) {
         step = ring_step_.at(kv);
@@ -402,9 +386,9 @@ void Executor::Impl::run_compute(const Op& op) {
         d.ld_kv = kv_width;
       }
       if (!backward(op)) {
-        int out = named(op.writes, "attn");
-        if (out < 0) out = named(op.writes, "attn.rc");
-        const int lse = named(op.writes, "lse"), probs = named(op.writes, "probs");
+        const int out = with_role(op.writes, BufferRole::kAttnOut);
+        const int lse = with_role(op.writes, BufferRole::kAttnLse),
+                  probs = with_role(op.writes, BufferRole::kAttnProbs);
         float* o = out >= 0 ? fptr(out) : nullptr;
         void* tmp = nullptr;
         if (!o) {  // selective recompute of the probabilities alone
@@ -415,11 +399,13 @@ void Executor::Impl::run_compute(const Op& op) {
                              probs >= 0 ? fptr(probs) : nullptr, q, k, v, step > 0);
         if (tmp) be.free(tmp);
       } else {
-        int out = named(op.reads, "attn.rc");
-        if (out < 0) out = named(op.reads, "attn");
-        const int lse = named(op.reads, "lse"), probs = named(op.reads, "probs");
-        const int dout = named(op.reads, "attn.dy"), dkv_in = named(op.reads, "dkv");
-        const int dqkv = named(op.writes, "dqkv"), dkv = named(op.writes, "dkv");
+        const int out = with_role(op.reads, BufferRole::kAttnOut);
+        const int lse = with_role(op.reads, BufferRole::kAttnLse),
+                  probs = with_role(op.reads, BufferRole::kAttnProbs);
+        const int dout = with_role(op.reads, BufferRole::kAttnOutGrad),
+                  dkv_in = with_role(op.reads, BufferRole::kKvGrad);
+        const int dqkv = with_role(op.writes, BufferRole::kQkvGrad),
+                  dkv = with_role(op.writes, BufferRole::kKvGrad);
         if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
         float* dq = fptr(dqkv);
         float *dk = dq + q_cols, *dv = dk + k_cols;
@@ -440,7 +426,7 @@ void Executor::Impl::run_compute(const Op& op) {
       return;
     }
     case OpKind::kCrossEntropy: {
-      if (what == "xent.max") {
+      if (op.role == OpRole::kXentMax) {
         be.xent_row_max(W(0), R(0), T, vocab_t);
         return;
       }
@@ -485,9 +471,10 @@ void Executor::Impl::run_compute(const Op& op) {
                           renormalize());
         be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
         routing_.insert_or_assign(probs, std::move(r));
+        routing_probs_[ep_key(op.tags.layer, op.tags.micro_batch)] = probs;
       } else {  // reads {d top-k weights (in the [tokens x E] buffer), probs}; writes {dlogits}
         const int probs = op.reads[1];
-        Routing& r = routing(probs);
+        Routing& r = routing(op, probs);
         const int64_t tokens = elements_[probs] / E;
         be.router_backward(W(0), R(0), fptr(probs), r.topk_idx.data(), tokens, E, K, renormalize());
       }
@@ -496,7 +483,7 @@ void Executor::Impl::run_compute(const Op& op) {
     case OpKind::kDispatch: {
       const int64_t K = model.moe.top_k;
       if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
-        Routing& r = routing(op.reads[1]);
+        Routing& r = routing(op, op.reads[1]);
         const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
         const float* x = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
         be.dispatch_forward(W(0), x, r.row_of.data(), tokens, K, h);
@@ -510,11 +497,11 @@ void Executor::Impl::run_compute(const Op& op) {
     case OpKind::kCombine: {
       const int64_t K = model.moe.top_k;
       if (!backward(op)) {  // reads {expert outputs, probs}; writes {y}
-        Routing& r = routing(op.reads[1]);
+        Routing& r = routing(op, op.reads[1]);
         const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
         be.combine_forward(W(0), R(0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
       } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
-        Routing& r = routing(op.reads[2]);
+        Routing& r = routing(op, op.reads[2]);
         const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
         const float* dy = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
         be.combine_backward(W(0), W(1), dy, R(1), r.topk_w.data(), r.row_of.data(), tokens, K, h);
@@ -544,7 +531,7 @@ void Executor::Impl::run_compute(const Op& op) {
       for (const int64_t* counts : blocks) {
         int64_t rows = 0;
         for (int64_t e = 0; e < le; ++e) rows += counts[e];
-        if (what.ends_with(".dw")) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
+        if (op.role == OpRole::kWeightGrad) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
           float* db = op.writes.size() > 1 ? W(1) : nullptr;
           be.expert_linear_backward_weight(W(0), db, R(0) + row * in_cols,
                                            R(1) + row * cols_of(op.reads[1]), counts, le, op.n,
@@ -553,6 +540,8 @@ void Executor::Impl::run_compute(const Op& op) {
           be.expert_linear_backward_data(W(0) + row * out_cols, R(0) + row * in_cols, R(1), counts,
                                          le, op.k, op.n, false);
         } else {  // {in, W[, b]} -> {out}
+          if (backward(op))
+            bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
           const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
           be.expert_linear_forward(W(0) + row * out_cols, R(0) + row * in_cols, R(1), bias, counts,
                                    le, op.n, op.k);

@@ -2,10 +2,9 @@
 # Installs the Debian packages parasol builds against, only those that are missing.
 # Idempotent: a second run calls neither apt-get update nor apt-get install.
 set -euo pipefail
-packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-          libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev)
+source "$(dirname "$0")/packages.sh"
 missing=()
-for p in "${packages[@]}"; do
+for p in "${parasol_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

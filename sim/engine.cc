@@ -132,6 +132,18 @@ std::string op_path(int stage, int id) {
   return "programs[" + std::to_string(stage) + "].ops[" + std::to_string(id) + "]";
 }
 
+// Send/recv matching. Pipeline p2p (Group::kPp): sender stage, receiver stage and tag; ring
+// steps of another group (cp): the same stage (by symmetry the ring neighbour sends when the
+// representative does) and tag. Untagged ops (tag < 0) match by direction and micro-batch,
+// in issue order.
+using P2pKey = std::tuple<int, int, int, int64_t, int, int>;
+using P2pLists = std::map<P2pKey, std::vector<int>>;  // the ops of a key in issue order
+P2pKey p2p_key(int from, int to, const Op& op) {
+  const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
+  return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
+                     : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
+}
+
 // The run state of all ops of all stages.
 class Engine {
  public:
@@ -173,7 +185,16 @@ class Engine {
   int64_t ops() const { return n_; }
 
  private:
+  // The event graph of the Programs: build() and its steps, in order.
   void build();
+  void start_peak_memory();
+  void reset_state();
+  void add_stage(int stage, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls);
+  void add_op(int stage, int i, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls);
+  void build_dependents();
+  void pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs);
+  void build_rendezvous(const std::vector<std::vector<int>>& pp_colls);
+
   void start(int i, double t);
   void finish(int i, double t);
   void share_update(int cls, double t);
@@ -232,14 +253,36 @@ class Engine {
 };
 
 void Engine::build() {
-  const int pp = plan_.pp;
-  // Peak memory of each stage from its buffers' liveness (core/liveness.h), on another core
-  // while this one builds and plays the event graph (the Programs are read-only meanwhile).
+  start_peak_memory();
+  reset_state();
+  // Deps are gathered (flat, global ids) in the single pass over the Ops below; the dependents
+  // CSR is built from them afterwards.
+  dep_src_.clear();
+  dep_dst_.clear();
+  dep_src_.reserve(2 * static_cast<size_t>(n_));  // (a guess; one pass over the Ops only)
+  dep_dst_.reserve(2 * static_cast<size_t>(n_));
+  P2pLists sends, recvs;
+  // Group::kPp collectives: the k-th of each stage meet.
+  std::vector<std::vector<int>> pp_colls(plan_.pp);
+  for (int s = 0; s < plan_.pp; ++s) add_stage(s, sends, recvs, pp_colls[s]);
+  build_dependents();
+  pair_sends_and_recvs(sends, recvs);
+  build_rendezvous(pp_colls);
+}
+
+// Peak memory of each stage from its buffers' liveness (core/liveness.h), on another core
+// while this one builds and plays the event graph (the Programs are read-only meanwhile).
+void Engine::start_peak_memory() {
   peak_memory_future_ = std::async(std::launch::async, [this] {
     std::vector<double> peaks;
     for (const Program& prog : programs_) peaks.push_back(liveness(prog).peak_bytes);
     return peaks;
   });
+}
+
+// Numbers the ops of all stages and sizes the per-op and per-stage state for them.
+void Engine::reset_state() {
+  const int pp = plan_.pp;
   base_.resize(pp + 1);
   for (int s = 0; s < pp; ++s) base_[s + 1] = base_[s] + static_cast<int>(programs_[s].ops.size());
   n_ = base_[pp];
@@ -252,115 +295,107 @@ void Engine::build() {
   comm_active_.assign(pp, 0);
   running_compute_.assign(pp, {});
   compute_last_.assign(pp, 0);
+}
 
-  // Deps are gathered (flat, global ids) in the single pass over the Ops below; the dependents
-  // CSR is built from them afterwards.
-  std::vector<int>& dep_src = dep_src_;  // for each edge: the dependency (global id)
-  std::vector<int>& dep_dst = dep_dst_;  // and the op waiting for it
-  dep_src.clear();
-  dep_dst.clear();
-  dep_src.reserve(2 * static_cast<size_t>(n_));  // (a guess; one pass over the Ops only)
-  dep_dst.reserve(2 * static_cast<size_t>(n_));
-
-  // Send/recv matching. Pipeline p2p (Group::kPp): sender stage, receiver stage and tag; ring
-  // steps of another group (cp): the same stage (by symmetry the ring neighbour sends when the
-  // representative does) and tag. Untagged ops (tag < 0) match by direction and micro-batch,
-  // in issue order.
-  using P2pKey = std::tuple<int, int, int, int64_t, int, int>;
-  std::map<P2pKey, std::vector<int>> sends, recvs;
-  auto p2p_key = [&](int from, int to, const Op& op) {
-    const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
-    return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
-                       : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
-  };
-  // Group::kPp collectives: the k-th of each stage meet.
-  std::vector<std::vector<int>> pp_colls(pp);
-
-  for (int s = 0; s < pp; ++s) {
-    const Program& prog = programs_[s];
-    const int nops = static_cast<int>(prog.ops.size());
-    const int nstreams = static_cast<int>(prog.streams.size());
-    stream_ops_[s].resize(nstreams);
-    for (auto& v : stream_ops_[s]) {
-      v.clear();
-      v.reserve(nops / std::max(1, nstreams) + 1);
+// One pass over the Ops of stage s: checks each, chains it after the previous op of its stream,
+// gathers its deps, types and prices it (add_op) and files its sends, recvs and kPp collectives
+// for matching.
+void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls) {
+  const Program& prog = programs_[s];
+  const int nops = static_cast<int>(prog.ops.size());
+  const int nstreams = static_cast<int>(prog.streams.size());
+  stream_ops_[s].resize(nstreams);
+  for (auto& v : stream_ops_[s]) {
+    v.clear();
+    v.reserve(nops / std::max(1, nstreams) + 1);
+  }
+  std::vector<int> last_in_stream(nstreams, -1);
+  for (int i = 0; i < nops; ++i) {
+    // The Ops are large and their deps live elsewhere on the heap: fetch ahead.
+    if (i + 8 < nops) __builtin_prefetch(&prog.ops[i + 8]);
+    if (i + 4 < nops && !prog.ops[i + 4].deps.empty())
+      __builtin_prefetch(prog.ops[i + 4].deps.data());
+    const Op& op = prog.ops[i];
+    const int g = base_[s] + i;
+    if (op.stream < 0 || op.stream >= nstreams)
+      throw Error(op_path(s, i) + ".stream", "bad stream " + std::to_string(op.stream) +
+                                                 " (the Program has " + std::to_string(nstreams) +
+                                                 ")");
+    stage_[g] = s;
+    for (int d : op.deps) {
+      if (d < 0 || d >= nops || d == i)
+        throw Error(op_path(s, i) + ".deps", "bad op id " + std::to_string(d));
+      dep_src_.push_back(base_[s] + d);
+      dep_dst_.push_back(g);
     }
-    std::vector<int> last_in_stream(nstreams, -1);
-    for (int i = 0; i < nops; ++i) {
-      // The Ops are large and their deps live elsewhere on the heap: fetch ahead.
-      if (i + 8 < nops) __builtin_prefetch(&prog.ops[i + 8]);
-      if (i + 4 < nops && !prog.ops[i + 4].deps.empty())
-        __builtin_prefetch(prog.ops[i + 4].deps.data());
-      const Op& op = prog.ops[i];
-      const int g = base_[s] + i;
-      if (op.stream < 0 || op.stream >= nstreams)
-        throw Error(op_path(s, i) + ".stream", "bad stream " + std::to_string(op.stream) +
-                                                   " (the Program has " + std::to_string(nstreams) +
-                                                   ")");
-      stage_[g] = s;
-      for (int d : op.deps) {
-        if (d < 0 || d >= nops || d == i)
-          throw Error(op_path(s, i) + ".deps", "bad op id " + std::to_string(d));
-        dep_src.push_back(base_[s] + d);
-        dep_dst.push_back(g);
-      }
-      ops_[g].pending = static_cast<int>(op.deps.size());
-      int& last = last_in_stream[op.stream];
-      if (last >= 0) {
-        ops_[last].next = g;
-        ++ops_[g].pending;
-      }
-      last = g;
-      stream_ops_[s][op.stream].push_back(g);
+    ops_[g].pending = static_cast<int>(op.deps.size());
+    int& last = last_in_stream[op.stream];
+    if (last >= 0) {
+      ops_[last].next = g;
+      ++ops_[g].pending;
+    }
+    last = g;
+    stream_ops_[s][op.stream].push_back(g);
+    add_op(s, i, sends, recvs, pp_colls);
+  }
+}
 
-      const bool host = is_compute_kind(op.kind) && runs_on_host(prog, op);
-      if (is_compute_kind(op.kind)) {
-        ops_[g].type = host ? Type::kHostCompute : Type::kCompute;
-        ops_[g].cat = host ? kCatOffload : static_cast<uint8_t>(op.tags.phase);
-      } else if (op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch) {
-        ops_[g].type = Type::kComm;
-        ops_[g].cat = kCatOffload;
-      } else {
-        const bool pipeline = op.group == Group::kPp;
-        if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && pipeline &&
-            (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s))
-          throw Error(op_path(s, i) + ".peer_stage",
-                      "bad peer stage " + std::to_string(op.peer_stage));
-        ops_[g].cat = kCatComm0 + static_cast<int>(op.group);
-        if (op.kind == OpKind::kSend) {
-          ops_[g].type = Type::kSend;
-          sends[p2p_key(s, pipeline ? op.peer_stage : s, op)].push_back(g);
-        } else if (op.kind == OpKind::kRecv) {
-          ops_[g].type = Type::kRecv;
-          recvs[p2p_key(pipeline ? op.peer_stage : s, s, op)].push_back(g);
-        } else if (op.group == Group::kPp) {
-          ops_[g].type = Type::kPpCollective;
-          pp_colls[s].push_back(g);
-        } else {
-          ops_[g].type = Type::kComm;
-        }
-      }
-      if (ops_[g].type != Type::kPpCollective) {
-        ops_[g].dur = pricer_->time(op, s, host);
-        const int8_t cls = link_class(pricer_->link_use(op, s));
-        const Type ty = ops_[g].type;
-        if (cls != kNoClass && ops_[g].dur > 0 && (ty == Type::kComm || ty == Type::kSend))
-          ops_[g].share = s * kClasses + cls;
-      }
+// How the engine plays op i of stage s (global id g): its type and breakdown category, its
+// standalone duration and processor-sharing set; sends, recvs and kPp collectives are filed
+// for matching.
+void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls) {
+  const Program& prog = programs_[s];
+  const Op& op = prog.ops[i];
+  const int g = base_[s] + i;
+  const int pp = plan_.pp;
+  const bool host = is_compute_kind(op.kind) && runs_on_host(prog, op);
+  if (is_compute_kind(op.kind)) {
+    ops_[g].type = host ? Type::kHostCompute : Type::kCompute;
+    ops_[g].cat = host ? kCatOffload : static_cast<uint8_t>(op.tags.phase);
+  } else if (op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch) {
+    ops_[g].type = Type::kComm;
+    ops_[g].cat = kCatOffload;
+  } else {
+    const bool pipeline = op.group == Group::kPp;
+    if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && pipeline &&
+        (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s))
+      throw Error(op_path(s, i) + ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
+    ops_[g].cat = kCatComm0 + static_cast<int>(op.group);
+    if (op.kind == OpKind::kSend) {
+      ops_[g].type = Type::kSend;
+      sends[p2p_key(s, pipeline ? op.peer_stage : s, op)].push_back(g);
+    } else if (op.kind == OpKind::kRecv) {
+      ops_[g].type = Type::kRecv;
+      recvs[p2p_key(pipeline ? op.peer_stage : s, s, op)].push_back(g);
+    } else if (op.group == Group::kPp) {
+      ops_[g].type = Type::kPpCollective;
+      pp_colls.push_back(g);
+    } else {
+      ops_[g].type = Type::kComm;
     }
   }
+  if (ops_[g].type != Type::kPpCollective) {
+    ops_[g].dur = pricer_->time(op, s, host);
+    const int8_t cls = link_class(pricer_->link_use(op, s));
+    const Type ty = ops_[g].type;
+    if (cls != kNoClass && ops_[g].dur > 0 && (ty == Type::kComm || ty == Type::kSend))
+      ops_[g].share = s * kClasses + cls;
+  }
+}
 
-  // Dependents (CSR).
+// The dependents of each op (CSR) from the gathered dependency edges.
+void Engine::build_dependents() {
   dep_off_.assign(n_ + 1, 0);
-  for (int src : dep_src) ++dep_off_[src + 1];
+  for (int src : dep_src_) ++dep_off_[src + 1];
   for (int i = 0; i < n_; ++i) dep_off_[i + 1] += dep_off_[i];
-  dep_list_.resize(dep_src.size());
-  {
-    std::vector<int> fill(dep_off_.begin(), dep_off_.end() - 1);
-    for (size_t e = 0; e < dep_src.size(); ++e) dep_list_[fill[dep_src[e]]++] = dep_dst[e];
-  }
+  dep_list_.resize(dep_src_.size());
+  std::vector<int> fill(dep_off_.begin(), dep_off_.end() - 1);
+  for (size_t e = 0; e < dep_src_.size(); ++e) dep_list_[fill[dep_src_[e]]++] = dep_dst_[e];
+}
 
-  // Pair sends and recvs.
+// Pairs each recv with the send of the same key (in issue order); throws for either without
+// its match.
+void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) {
   for (auto& [key, list] : recvs) {
     auto it = sends.find(key);
     size_t have = it == sends.end() ? 0 : it->second.size();
@@ -390,8 +425,11 @@ void Engine::build() {
                         std::to_string(op.tags.micro_batch) + ", " + phase_name(op.tags.phase) +
                         ") has no matching recv");
       }
+}
 
-  // Group::kPp rendezvous.
+// Group::kPp rendezvous: the k-th kPp collective of every stage that has one meet, priced once.
+void Engine::build_rendezvous(const std::vector<std::vector<int>>& pp_colls) {
+  const int pp = plan_.pp;
   size_t most = 0;
   for (auto& v : pp_colls) most = std::max(most, v.size());
   for (size_t k = 0; k < most; ++k) {

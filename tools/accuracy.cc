@@ -13,7 +13,8 @@
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
-#include "sim/engine.h"
+#include "cost_models/profile_sensitivity.h"
+#include "sim/predict.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "tools/json_settings.h"
@@ -21,24 +22,6 @@
 namespace parasol::tools {
 
 namespace {
-// The event simulator as a predictor: lower the plan, play it, memory from the liveness of the
-// busiest stage plus the runtime's own memory (cost::runtime_overhead_bytes).
-cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                                     const cost::Profile& prof) {
-  sim::SimResult r = sim::simulate(m, c, lower(m, c, p), prof, false);
-  cost::Prediction out;
-  out.step_time_s = r.step_time_s;
-  const double tokens = static_cast<double>(p.global_batch) * p.seq(m);
-  out.mfu = flops_per_token(m, p.seq(m)).model * tokens /
-            (c.gpu_device(0).peak_flops(p.precision) * c.num_gpus() * r.step_time_s);
-  double peak = 0;
-  for (double b : r.peak_memory_per_stage) peak = std::max(peak, b);
-  out.memory_per_gpu_bytes = peak + cost::runtime_overhead_bytes(c, p);
-  out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
-  out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
-  return out;
-}
-
 // The predictor with the settings applied: the device's default profile with --profile-set, the
 // published plan with --plan-set (kept as published where the setting makes it invalid for the
 // run, e.g. a dispatcher on a dense model).
@@ -60,8 +43,30 @@ cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_se
       } catch (const Error&) {
       }
     }
-    return simulate ? simulate_prediction(m, c, p, prof) : cost::estimate_prediction(m, c, p, prof);
+    return simulate ? sim::simulate_prediction(m, c, p, prof)
+                    : cost::estimate_prediction(m, c, p, prof);
   };
+}
+
+// --sensitivity: one line per figure and end of its range, each family's mean |error| and bias.
+void print_sensitivity(const cost::ProfileSensitivity& s) {
+  std::printf("%-34s %-5s %5s", "figure (cost_models/profile_ranges.cc)", "end", "moved");
+  for (const auto& f : s.base.families) std::printf(" %16s", f.family.c_str());
+  std::printf(" %16s   values\n", "overall");
+  auto cells = [](const cost::AccuracyReport& r) {
+    for (const auto& f : r.families)
+      std::printf("  %6.2f%% %+6.2f%%", f.stats.mean_abs_error * 100, f.stats.mean_error * 100);
+    std::printf("  %6.2f%% %+6.2f%%", r.overall.mean_abs_error * 100, r.overall.mean_error * 100);
+  };
+  std::printf("%-34s %-5s %5s", "(defaults)", "", "");
+  cells(s.base);
+  std::printf("\n");
+  for (const auto& row : s.rows) {
+    std::printf("%-34s %-5s %5d", row.key.c_str(), row.high ? "high" : "low", row.runs_moved);
+    cells(row.report);
+    std::printf("   %s\n", row.values.c_str());
+  }
+  std::printf("\ncells: mean |error| and bias (signed mean error) per family\n");
 }
 
 void print_stats(const std::string& name, const cost::ErrorStats& s) {
@@ -92,6 +97,10 @@ Runner add_accuracy(CLI::App& app) {
   cmd->add_option("--plan-set", *plan_set,
                   "change every published plan: KEY=VALUE, KEY a plan JSON field; plans the "
                   "change makes invalid stay as published; repeatable");
+  auto sensitivity = std::make_shared<bool>(false);
+  cmd->add_flag("--sensitivity", *sensitivity,
+                "move every profile figure to each end of its public range "
+                "(cost_models/profile_ranges.cc) and show each family's error");
   cmd->add_option("--write-bands", *write_bands,
                   "write the per-family error bands of these suites to this JSON file "
                   "(tools/update-error-bands.sh: cost_models/error_bands.json)");
@@ -100,6 +109,15 @@ Runner add_accuracy(CLI::App& app) {
     for (const std::string& path : *suites) {
       auto more = cost::read_accuracy_suite(read_json_file(path), path);
       runs.insert(runs.end(), more.begin(), more.end());
+    }
+    if (*sensitivity) {
+      if (!profile_set->empty() || !plan_set->empty() || !write_bands->empty())
+        throw Error("accuracy.sensitivity",
+                    "does not combine with --profile-set, --plan-set or --write-bands");
+      print_sensitivity(cost::profile_sensitivity(
+          runs, *simulate ? cost::ProfilePredictor(sim::simulate_prediction)
+                          : cost::ProfilePredictor(cost::estimate_prediction)));
+      return 0;
     }
     cost::Predictor predictor;
     if (*simulate || !profile_set->empty() || !plan_set->empty())

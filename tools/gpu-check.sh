@@ -11,8 +11,12 @@
 #       and MFU (README.md, "GPU check", documents the format).
 # Everything runs under one deadline (default 480 s: the 8 minutes the issue allows), enforced
 # with `timeout`; nothing needs the network. Logs and the benchmark JSON go to build-gpu/gpu-check/.
+# Before building, a preflight names everything the machine lacks: nvcc, the driver (or a driver
+# too old for the toolkit's CUDA major version, or a driver/library mismatch), cuBLASLt, NCCL
+# (CUDA 13 toolkits do not ship it), and the Debian packages of scripts/packages.sh (GoogleTest,
+# Google Benchmark, Open MPI, ...). A failed build never benchmarks a binary of an earlier build.
 # Exit status: 0 when everything passed; 1 when the build, a test or the benchmark failed or the
-# deadline was reached; 2 for a usage error or a machine without a GPU or nvcc.
+# deadline was reached; 2 for a usage error or a machine the preflight found not ready.
 #
 # Usage: tools/gpu-check.sh [--build-dir DIR] [--jobs N] [--deadline S] [--no-bench]
 #          [-- BENCH_ARGS...]   (extra arguments for gpu_train_bench)
@@ -31,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --deadline) deadline="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --) shift; bench_args=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +45,7 @@ start=$SECONDS
 logs="$build/gpu-check"
 rows=()       # "name|status|detail" lines of the summary table
 failed=0
+built=0       # 1 once this run's build succeeded
 
 left() { echo $((deadline - (SECONDS - start))); }
 row() { rows+=("$1|$2|$3"); }
@@ -61,21 +66,80 @@ run_step() {
   return 0
 }
 
-# ---- The machine ------------------------------------------------------------------------------
+# ---- Preflight: what the build and the run need, each missing piece named, before building -----
+# Exit 2 (nothing built) when something is missing: the machine is not ready, not the code.
+problems=()
+warnings=()
 nvcc="${CUDACXX:-}"
 [[ -z "$nvcc" && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
 [[ -z "$nvcc" ]] && nvcc="$(command -v nvcc || true)"
-if [[ -z "$nvcc" ]]; then echo "gpu-check: no nvcc (CUDA toolkit) found" >&2; exit 2; fi
-gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)"
-if [[ -z "$gpu" ]]; then echo "gpu-check: no NVIDIA GPU visible (nvidia-smi lists none)" >&2; exit 2; fi
-cuda="$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -n1)"
+cuda=""
+if [[ -z "$nvcc" ]]; then
+  problems+=("no nvcc: the CUDA toolkit is neither in /usr/local/cuda nor on PATH (set CUDACXX)")
+else
+  cuda="$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -n1)"
+fi
+gpu=""
+if ! command -v nvidia-smi >/dev/null; then
+  problems+=("no nvidia-smi: the NVIDIA driver is not installed")
+else
+  smi_rc=0
+  smi_out="$(nvidia-smi 2>&1)" || smi_rc=$?
+  if (( smi_rc != 0 )); then
+    # e.g. "Failed to initialize NVML: Driver/library version mismatch", or a driver not loaded.
+    problems+=("nvidia-smi fails (exit ${smi_rc}): $(head -n1 <<<"$smi_out")")
+  else
+    gpu="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)"
+    [[ -z "$gpu" ]] && problems+=("nvidia-smi lists no GPU")
+    driver_cuda="$(grep -oE 'CUDA Version: *[0-9]+\.[0-9]+' <<<"$smi_out" | grep -oE '[0-9]+\.[0-9]+$' | head -n1)"
+    if [[ -n "$cuda" && -n "$driver_cuda" ]]; then
+      t_major="${cuda%%.*}" d_major="${driver_cuda%%.*}"
+      t_minor="$(cut -d. -f2 <<<"$cuda")" d_minor="$(cut -d. -f2 <<<"$driver_cuda")"
+      if (( t_major > d_major )); then
+        problems+=("the driver (${gpu#*, }) supports CUDA up to ${driver_cuda}; the toolkit is CUDA ${cuda}: a new major version needs a newer driver (or use a CUDA ${d_major}.x toolkit)")
+      elif (( t_major == d_major && t_minor > d_minor )); then
+        warnings+=("toolkit CUDA ${cuda} on a driver for CUDA ${driver_cuda}: runs by CUDA's minor-version compatibility (sm_90 code is compiled ahead of time)")
+      fi
+    fi
+  fi
+fi
+if [[ -n "$nvcc" ]]; then
+  cuda_root="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"
+  libdirs=("$cuda_root/lib64" "$cuda_root/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu /usr/lib64)
+  incdirs=("$cuda_root/include" "$cuda_root/targets/x86_64-linux/include" /usr/include)
+  has_lib() { local d; for d in "${libdirs[@]}"; do compgen -G "$d/lib$1.so*" >/dev/null && return 0; done; return 1; }
+  has_header() { local d; for d in "${incdirs[@]}"; do [[ -f "$d/$1" ]] && return 0; done; return 1; }
+  has_lib cublasLt || problems+=("no cuBLASLt (libcublasLt.so) beside the toolkit in ${cuda_root}")
+  if ! has_lib nccl || ! has_header nccl.h; then
+    problems+=("no NCCL (nccl.h and libnccl.so in ${cuda_root} or the system): CUDA 13 toolkits do not ship it; install libnccl2 and libnccl-dev from NVIDIA's CUDA repository, or unpack NCCL into ${cuda_root}")
+  fi
+fi
+if command -v dpkg-query >/dev/null; then
+  # shellcheck source=../scripts/packages.sh
+  source "$root/scripts/packages.sh"
+  missing=()
+  for p in "${parasol_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  (( ${#missing[@]} )) && problems+=("missing Debian packages: ${missing[*]} (scripts/setup.sh installs them; it needs the network)")
+else
+  for tool in cmake g++ mpirun; do
+    command -v "$tool" >/dev/null || problems+=("no ${tool} on PATH")
+  done
+fi
+if (( ${#problems[@]} )); then
+  for p in "${problems[@]}"; do echo "gpu-check: preflight: $p" >&2; done
+  echo "gpu-check: the machine is not ready; nothing was built (exit 2)" >&2
+  exit 2
+fi
+for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 mkdir -p "$logs" || exit 2
 
 # ---- (a) configure and build ------------------------------------------------------------------
 if run_step configure "$logs/configure.log" \
      cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
        -DCMAKE_CUDA_COMPILER="$nvcc"; then
-  run_step build "$logs/build.log" cmake --build "$build" -j"$jobs"
+  run_step build "$logs/build.log" cmake --build "$build" -j"$jobs" && built=1
 fi
 
 # ---- (b) GPU tests ----------------------------------------------------------------------------
@@ -104,6 +168,8 @@ bench_json="$logs/gpu_train_bench.json"
 bench_rows=()
 if (( bench == 0 )); then
   row "gpu_train_bench" "skipped" "--no-bench"
+elif (( built == 0 )); then
+  row "gpu_train_bench" "not run" "the build failed: a binary left from an earlier build is not measured"
 elif [[ ! -x "$bench_bin" ]]; then
   row "gpu_train_bench" "absent" "not built (${bench_bin#"$root"/}): no benchmark figures"
 else

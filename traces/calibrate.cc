@@ -73,7 +73,7 @@ std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
                   },
                   [d](cost::Profile& p, double v) { p.gemm_efficiency_by_dtype[d] = v; }, 0.01, 1,
                   1});
-  field("gemm_k_half", &cost::Profile::gemm_k_half, 1, 8192, 32);
+  field("gemm_k_half", &cost::Profile::gemm_k_half, 0, 8192, 32);
   field("memory_efficiency", &cost::Profile::memory_efficiency, 0.01, 1, 1);
   field("flash_forward_efficiency", &cost::Profile::flash_forward_efficiency, 0.01, 1, 1);
   field("flash_backward_efficiency", &cost::Profile::flash_backward_efficiency, 0.01, 1, 1);

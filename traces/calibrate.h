@@ -18,7 +18,7 @@
 // (relative errors, weighted by time: the ops that make the step count most) with the
 // bounded solver of least_squares.h over the parameters below (bounds in brackets):
 //   gemm_efficiency.<dtype> [0.01, 1] for each precision of the runs (Profile's per-dtype
-//     efficiency), gemm_k_half [1, 8192],
+//     efficiency), gemm_k_half [0, 8192],
 //   memory_efficiency [0.01, 1], flash_forward_efficiency and flash_backward_efficiency
 //     [0.01, 1], kernel_overhead_s [0, 1 ms],
 //   link_efficiency.<kind> [0.01, 1] for each link kind of the runs' clusters,

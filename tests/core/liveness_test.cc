@@ -328,7 +328,10 @@ TEST(Liveness, GPipeLastStageKeepsEveryMicroBatchsFp32Softmax) {
   const double head_inputs = 2 * (2 * T * m.hidden);  // final norm input and output, bf16
   const double extra = (M - 1) * softmax + M * head_inputs;
   EXPECT_GT(lv.peak_bytes, closed);
-  EXPECT_NEAR((lv.peak_bytes - closed) / extra, 1.0, 0.1);
+  // 1%: besides the softmax and head inputs the Program keeps per-token bookkeeping of the loss
+  // (labels and per-token figures, ~25 bytes a token per micro-batch here, 0.5% of `extra`)
+  // that the closed form does not count; not itemised here.
+  EXPECT_NEAR((lv.peak_bytes - closed) / extra, 1.0, 0.01);
   // 1F1B frees each softmax right after its backward: the difference vanishes.
   p.schedule = Schedule::k1F1B;
   Liveness one = liveness(lower_stage(m, p, 1));

@@ -1,0 +1,231 @@
+// The public range behind every figure of the default profiles (cost_models/profile.cc states
+// the point each default takes inside it), and setting one figure of a profile by its JSON key.
+#include "cost_models/profile_ranges.h"
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+
+namespace parasol::cost {
+
+const char* range_kind_name(RangeKind k) {
+  return k == RangeKind::kCited ? "cited" : "uncertainty";
+}
+
+namespace {
+
+using Ranges = std::vector<ProfileRange>;
+
+void cited(Ranges& r, const std::string& key, double low, double high, const std::string& src) {
+  r.push_back({key, low, high, RangeKind::kCited, src});
+}
+void uncertain(Ranges& r, const std::string& key, double low, double high, const std::string& why) {
+  r.push_back({key, low, high, RangeKind::kUncertainty, why});
+}
+
+// The mamf-finder ratios of sustained (power-saturated) to burst matmul throughput, measured on
+// whole busy nodes (stas00/ml-engineering, compute/accelerator/benchmarks/README.md): B200
+// 0.815, H200 0.848, an H100-class part 743/781 = 0.951. `scale` is a power limit's clock factor.
+void sustained_clock(Ranges& r, double scale) {
+  cited(r, "sustained_clock", 0.815 * scale, 0.951 * scale,
+        "mamf-finder sustained/burst matmul ratios: B200 0.815, H200 0.848, H100-class 0.951"
+        " (stas00/ml-engineering); x the power limit's clock factor (P ~ f^3) where below TDP");
+}
+
+// What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam.
+void gpu_server(Ranges& r) {
+  uncertain(r, "kernel_overhead_us", 2, 5,
+            "a kernel's launch gap and tail in a busy stream; no measurement of the frameworks'"
+            " kernels is cited, 2-5 us is the span usually reported for CUDA launches");
+  uncertain(r, "overlap_compute_slowdown", 0.10, 0.30,
+            "Hassan et al. 2025 (arXiv 2507.03114): mean 18.9% over GPT/LLaMA on A100 and H100;"
+            " NCCL's SM share on H100 (24 of 132 SMs) 18%; per-workload values spread around the"
+            " mean, taken as +-0.1");
+  uncertain(r, "host_copy_efficiency", 0.75, 0.85,
+            "pinned host<->device copies reach ~0.8 of a PCIe Gen4/Gen5 x16 link (CUDA samples"
+            " bandwidthTest); +-0.05 for the host and the PCIe switch");
+  cited(r, "host_memory_efficiency", 0.70, 0.75,
+        "STREAM triad on two-socket servers: EPYC 7742 ~300 of 409.6 GB/s, Xeon 8480 ~450 of"
+        " 614 GB/s (vendors' STREAM reports)");
+  uncertain(r, "host_adam_params_per_s", 1.4e9, 2.2e9,
+            "ZeRO-Offload (Ren et al. 2021, Table 3): CPU-Adam updates 1B parameters in ~0.55 s"
+            " on one server; +-20% for the host CPU");
+}
+
+// Links GPU collectives seldom or never take: RoCE Ethernet NICs and shared memory (the CPU
+// runtime's transport).
+void other_links(Ranges& r) {
+  uncertain(r, "link_efficiency/ethernet", 0.75, 0.90,
+            "RoCE NICs: no nccl-tests figure is cited; taken a little below InfiniBand's 0.92");
+  uncertain(r, "link_efficiency/shm", 0.3, 0.7,
+            "shared memory is the CPU runtime's transport; GPU collectives do not use it");
+}
+
+void nvidia_links(Ranges& r, double nvlink_low, double nvlink_high, const std::string& src) {
+  cited(r, "link_efficiency/nvlink", nvlink_low, nvlink_high, src);
+  cited(r, "link_efficiency/nvswitch", nvlink_low, nvlink_high, src);
+  uncertain(r, "link_efficiency/infiniband", 0.88, 0.96,
+            "nccl-tests across servers: HDR ~23 of 25 GB/s, NDR ~46 of 50 GB/s per NIC (0.92);"
+            " +-0.04");
+  uncertain(r, "link_efficiency/pcie", 0.75, 0.85, "PCIe Gen4 x16 ~25 of 32 GB/s (0.78); +-0.05");
+  other_links(r);
+}
+
+Ranges a100() {
+  Ranges r;
+  cited(r, "gemm_efficiency", 0.801, 0.869,
+        "NVIDIA DL Performance guide: 250-270 TFLOP/s on large GEMMs (0.80-0.87); mamf-finder"
+        " maximum achievable 271.2 of 312 TFLOP/s (0.869)");
+  sustained_clock(r, 1.0);
+  uncertain(r, "memory_efficiency", 0.75, 0.85,
+            "STREAM-like copies ~1.7 of 2.0 TB/s on A100-80G (0.85, upper end); fused element-"
+            "wise kernels reach less, 0.75 taken as the lower end (no per-kernel measurement)");
+  cited(r, "flash_forward_efficiency", 0.50, 0.73,
+        "FlashAttention-2 paper (Dao 2023): 50-73% of peak on A100 across head dims and masks");
+  uncertain(r, "flash_backward_efficiency", 0.42, 0.60,
+            "FlashAttention-2 paper Fig. 5: the backward runs below the forward, ~55% of peak at"
+            " long causal sequences (hd 128); +-0.08 across shapes");
+  nvidia_links(r, 0.73, 0.81,
+               "nccl-tests all_reduce_perf on DGX A100: ~230 GB/s bus bandwidth of 300 GB/s "
+               "NVLink3 (0.77), +-0.04 across message sizes above 256 MB");
+  gpu_server(r);
+  return r;
+}
+
+Ranges hopper(const DeviceSpec& d) {
+  Ranges r;
+  cited(r, "gemm_efficiency", 0.790, 0.803,
+        "mamf-finder maximum achievable bf16 matmul: H100 SXM 794.5 of 989 TFLOP/s (0.803, "
+        "'H200 is the same'); an H100-class node 781 at 4096^3 (0.790)");
+  uncertain(r, "gemm_efficiency_by_dtype/fp8", 0.66, 0.75,
+            "mamf-finder fp8: H100 SXM 1402.6 of 1979 TFLOP/s (0.709), one measurement; +-0.05");
+  sustained_clock(r, d.tdp_watts < 700 ? std::cbrt(d.tdp_watts / 700.0) : 1.0);
+  uncertain(r, "memory_efficiency", 0.75, 0.87,
+            "HBM3 STREAM ~2.9 of 3.35 TB/s (0.87, upper end); fused element-wise kernels reach"
+            " less, 0.75 taken as the lower end");
+  uncertain(r, "flash_forward_efficiency", 0.30, 0.40,
+            "FlashAttention-3 paper (arXiv 2407.08608): FlashAttention-2 on H100, hd 128, causal"
+            " forward 335 of 989 TFLOP/s (0.339), non-causal ~370; +-0.05");
+  uncertain(r, "flash_backward_efficiency", 0.24, 0.33,
+            "FlashAttention-3 paper: FlashAttention-2 backward on H100 ~322 TFLOP/s non-causal"
+            " (0.326, upper end); causal is not published");
+  cited(r, "cudnn_forward_efficiency", 0.545, 0.60,
+        "FlashAttention-3 paper: cuDNN fused attention forward on H100, hd 128, 16k: 539 causal"
+        " (0.545), 595 non-causal (0.60) of 989 TFLOP/s");
+  uncertain(r, "cudnn_backward_efficiency", 0.44, 0.52,
+            "FlashAttention-3 paper: cuDNN backward 516 of 989 TFLOP/s non-causal (0.52, upper"
+            " end); causal is not published");
+  nvidia_links(r, 0.76, 0.84,
+               "nccl-tests all_reduce_perf on DGX H100 without NVLS: ~360 GB/s bus bandwidth of "
+               "450 GB/s NVLink4 (0.8), +-0.04");
+  gpu_server(r);
+  return r;
+}
+
+Ranges b200() {
+  Ranges r;
+  uncertain(r, "gemm_efficiency", 0.74, 0.81,
+            "mamf-finder: B200 bf16 1745.0 of 2250 TFLOP/s (0.776), one measurement; +-0.035");
+  uncertain(r, "gemm_efficiency_by_dtype/fp8", 0.72, 0.80,
+            "mamf-finder: B200 fp8 3432.5 of 4500 TFLOP/s (0.763), one measurement; +-0.04");
+  uncertain(r, "sustained_clock", 0.78, 0.85,
+            "mamf-finder sustained/burst ratio measured on B200: 0.815; +-0.035");
+  uncertain(r, "memory_efficiency", 0.70, 0.85,
+            "no STREAM figure for HBM3e on B200 is cited; the Hopper range, widened");
+  uncertain(r, "flash_forward_efficiency", 0.35, 0.65,
+            "no public FlashAttention figure on B200 is cited: a wide range around 0.5");
+  uncertain(r, "flash_backward_efficiency", 0.30, 0.50,
+            "no public FlashAttention figure on B200 is cited: a wide range around 0.4");
+  nvidia_links(r, 0.76, 0.84,
+               "nccl-tests on NVLink5 are not cited; the Hopper figure (0.8) +-0.04");
+  gpu_server(r);
+  return r;
+}
+
+Ranges mi300x() {
+  Ranges r;
+  uncertain(r, "gemm_efficiency", 0.48, 0.55,
+            "mamf-finder: MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3, TunableOp), one "
+            "measurement; +-0.035");
+  sustained_clock(r, 1.0);
+  uncertain(r, "memory_efficiency", 0.60, 0.80,
+            "no STREAM figure for MI300X is cited: a wide range around 0.7");
+  uncertain(r, "flash_forward_efficiency", 0.20, 0.40,
+            "no public FlashAttention figure on MI300X is cited: a wide range around 0.3");
+  uncertain(r, "flash_backward_efficiency", 0.15, 0.30,
+            "no public FlashAttention figure on MI300X is cited: a wide range around 0.22");
+  uncertain(r, "link_efficiency/nvlink", 0.65, 0.75,
+            "RCCL all-reduce ~300 of 448 GB/s Infinity Fabric (~0.7); +-0.05");
+  uncertain(r, "link_efficiency/nvswitch", 0.65, 0.75,
+            "RCCL all-reduce ~300 of 448 GB/s Infinity Fabric (~0.7); +-0.05");
+  uncertain(r, "link_efficiency/infiniband", 0.88, 0.96, "as on NVIDIA servers (0.92) +-0.04");
+  uncertain(r, "link_efficiency/pcie", 0.75, 0.85, "PCIe Gen5 x16 copies ~0.8 of the link");
+  other_links(r);
+  gpu_server(r);
+  return r;
+}
+
+// The CPU runtime's host: the probe measures the peaks (device.cc); these efficiencies are the
+// stated estimates that `parasol calibrate` replaces from this host's own traces.
+Ranges host_cpu() {
+  Ranges r;
+  const std::string why =
+      "an estimate for this host, replaced by `parasol calibrate` from the "
+      "host's own traces (tools/loop-check.sh)";
+  uncertain(r, "gemm_efficiency", 0.8, 1.0, why);
+  uncertain(r, "gemm_k_half", 8, 32, why);
+  uncertain(r, "memory_efficiency", 0.4, 0.7, why);
+  uncertain(r, "flash_forward_efficiency", 0.2, 0.4, why);
+  uncertain(r, "flash_backward_efficiency", 0.1, 0.3, why);
+  uncertain(r, "kernel_overhead_us", 0.5, 2, why);
+  uncertain(r, "collective_step_latency_us", 1, 4, "Open MPI shared-memory (vader) latency ~2 us");
+  uncertain(r, "link_efficiency/shm", 0.3, 0.7, why);
+  for (const char* k : {"nvlink", "nvswitch", "pcie", "infiniband", "ethernet"})
+    uncertain(r, std::string("link_efficiency/") + k, 0.7, 0.95,
+              "no such link between the CPU runtime's ranks on one host");
+  uncertain(r, "host_copy_efficiency", 0.8, 1.0, "offload copies are memcpys");
+  uncertain(r, "host_memory_efficiency", 0.6, 0.8, why);
+  uncertain(r, "host_adam_params_per_s", 0.3e9, 0.8e9, why);
+  uncertain(r, "sustained_clock", 1.0, 1.0, "the probe measures the sustained sgemm rate");
+  return r;
+}
+
+}  // namespace
+
+std::vector<ProfileRange> profile_ranges(const DeviceSpec& d) {
+  if (d.name.rfind("A100", 0) == 0) return a100();
+  if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W") return hopper(d);
+  if (d.name == "B200") return b200();
+  if (d.name == "MI300X") return mi300x();
+  if (d.name == kHostCpuDevice) return host_cpu();
+  return {};
+}
+
+bool profile_key_needs_no_range(const std::string& key) {
+  static const std::set<std::string> kKeys = {"device",      "source", "traces",
+                                              "error_bands", "nccl",   "device_spec"};
+  return kKeys.count(key) > 0;
+}
+
+namespace {
+Json::json_pointer pointer(const std::string& key) { return Json::json_pointer("/" + key); }
+}  // namespace
+
+double profile_figure(const Profile& p, const std::string& key) {
+  const Json j = profile_to_json(p);
+  if (!j.contains(pointer(key)) || !j.at(pointer(key)).is_number())
+    throw Error("profile." + key, "the profile has no such figure");
+  return j.at(pointer(key)).get<double>();
+}
+
+Profile with_profile_figure(const Profile& p, const std::string& key, double value) {
+  Json j = profile_to_json(p);
+  const bool by_dtype = key.rfind("gemm_efficiency_by_dtype/", 0) == 0;
+  if (!by_dtype && (!j.contains(pointer(key)) || !j.at(pointer(key)).is_number()))
+    throw Error("profile." + key, "the profile has no such figure");
+  j[pointer(key)] = value;
+  return profile_from_json(j, "profile");
+}
+
+}  // namespace parasol::cost

@@ -1,0 +1,28 @@
+// The event simulator as a predictor of published runs.
+#include "sim/predict.h"
+
+#include <algorithm>
+
+#include "core/lower.h"
+#include "cost_models/memory.h"
+#include "sim/engine.h"
+
+namespace parasol::sim {
+
+cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
+                                     const cost::Profile& prof) {
+  SimResult r = simulate(m, c, lower(m, c, p), prof, false);
+  cost::Prediction out;
+  out.step_time_s = r.step_time_s;
+  const double tokens = static_cast<double>(p.global_batch) * p.seq(m);
+  out.mfu = flops_per_token(m, p.seq(m)).model * tokens /
+            (c.gpu_device(0).peak_flops(p.precision) * c.num_gpus() * r.step_time_s);
+  double peak = 0;
+  for (double b : r.peak_memory_per_stage) peak = std::max(peak, b);
+  out.memory_per_gpu_bytes = peak + cost::runtime_overhead_bytes(c, p);
+  out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
+  out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
+  return out;
+}
+
+}  // namespace parasol::sim

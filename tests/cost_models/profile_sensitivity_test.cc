@@ -1,0 +1,106 @@
+// Tests cost_models/profile_sensitivity.h on the published suites (tests/data/published/) and two
+// offloading runs: every profile figure moved across its public range moves the predictions it
+// should, in the direction physics says (a higher efficiency never makes a step slower, a longer
+// overhead never makes it faster), and a figure that moves no prediction is one the suites and
+// the probe cannot reach, named below with the reason. The table itself is
+// `parasol accuracy --sensitivity tests/data/published/*.json`.
+#include "cost_models/profile_sensitivity.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "core/json_reader.h"
+
+namespace parasol::cost {
+namespace {
+
+const std::string kDataDir = PARASOL_TEST_DATA_DIR;
+
+std::vector<PublishedRun> published_and_probe_runs() {
+  std::vector<PublishedRun> runs;
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(kDataDir + "/published"))
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  for (const std::string& f : files) {
+    auto more = read_accuracy_suite(read_json_file(f), f);
+    runs.insert(runs.end(), more.begin(), more.end());
+  }
+  // ZeRO-3 with the optimizer and the parameters offloaded: host copies and CPU Adam.
+  const Json probe = Json::parse(R"({"family": "probe", "runs": [
+    {"id": "offload-h100", "cluster": "dgx-h100", "gpus": 16, "preset": "llama3-8b",
+     "plan": {"dp": 16, "mbs": 1, "gbs": 64, "zero": 3, "offload": ["optimizer", "params"]},
+     "time_s": 1.0},
+    {"id": "offload-a100", "cluster": "dgx-a100-80g", "gpus": 16, "preset": "llama3-8b",
+     "plan": {"dp": 16, "mbs": 1, "gbs": 64, "zero": 3, "offload": ["optimizer", "params"]},
+     "time_s": 1.0}]})");
+  auto more = read_accuracy_suite(probe, "probe");
+  runs.insert(runs.end(), more.begin(), more.end());
+  return runs;
+}
+
+const std::vector<PublishedRun>& runs() {
+  static const std::vector<PublishedRun> r = published_and_probe_runs();
+  return r;
+}
+const ProfileSensitivity& sensitivity() {
+  static const ProfileSensitivity s = profile_sensitivity(runs());
+  return s;
+}
+
+// Figures whose larger value means a longer step (the others are efficiencies or throughputs).
+bool is_cost(const std::string& key) {
+  return key == "kernel_overhead_us" || key == "overlap_compute_slowdown" ||
+         key == "collective_step_latency_us" || key == "gemm_k_half";
+}
+
+// Figures no run of the suites or the probe can reach, and why.
+const std::set<std::string> kUnreached = {
+    "link_efficiency/nvlink",    // no cluster preset links GPUs by point-to-point NVLink
+    "link_efficiency/pcie",      // no preset routes a collective over PCIe
+    "link_efficiency/ethernet",  // no preset has RoCE NICs
+    "link_efficiency/shm",       // the CPU runtime's transport, not a GPU's
+    "host_memory_efficiency",    // binds only when host copies outrun a socket's DRAM
+};
+
+TEST(ProfileSensitivity, EveryFigureMovesPredictionsTheWayPhysicsSays) {
+  const ProfileSensitivity& s = sensitivity();
+  ASSERT_FALSE(s.rows.empty());
+  std::set<std::string> moved;
+  for (const SensitivityRow& row : s.rows) {
+    ASSERT_EQ(row.report.rows.size(), s.base.rows.size());
+    if (row.runs_moved > 0) moved.insert(row.key);
+    // Moving to the high end of an efficiency makes no step slower; of a cost, none faster.
+    const bool faster_expected = row.high != is_cost(row.key);
+    for (size_t i = 0; i < s.base.rows.size(); ++i) {
+      const double base = s.base.rows[i].predicted_s, now = row.report.rows[i].predicted_s;
+      if (faster_expected)
+        EXPECT_LE(now, base * (1 + 1e-9))
+            << row.key << (row.high ? " high " : " low ") << s.base.rows[i].id;
+      else
+        EXPECT_GE(now, base * (1 - 1e-9))
+            << row.key << (row.high ? " high " : " low ") << s.base.rows[i].id;
+    }
+  }
+  std::set<std::string> keys;
+  for (const SensitivityRow& row : s.rows) keys.insert(row.key);
+  for (const std::string& key : keys) {
+    if (kUnreached.count(key))
+      EXPECT_FALSE(moved.count(key)) << key << " now moves a run: take it off kUnreached";
+    else
+      EXPECT_TRUE(moved.count(key)) << key << " moves no prediction across its range";
+  }
+}
+
+TEST(ProfileSensitivity, BaseIsTheDefaultPrediction) {
+  const ProfileSensitivity& s = sensitivity();
+  const AccuracyReport plain = run_accuracy(runs());
+  ASSERT_EQ(plain.rows.size(), s.base.rows.size());
+  for (size_t i = 0; i < plain.rows.size(); ++i)
+    EXPECT_DOUBLE_EQ(plain.rows[i].predicted_s, s.base.rows[i].predicted_s) << plain.rows[i].id;
+}
+
+}  // namespace
+}  // namespace parasol::cost
