@@ -9,8 +9,9 @@
 // How each op is executed follows the conventions of core/lower.h (which buffers an op reads
 // and writes, in which order); runtime/executor_ops.cc maps the compute ops to Backend kernels.
 // The persistent buffers (parameters, gradients, optimizer state) are allocated by the
-// constructor and live as long as the Executor; the trainer fills them (runtime/param_init.h,
-// runtime/checkpoint.h) through data().
+// constructor and live as long as the Executor; the trainer fills and reads them
+// (runtime/param_init.h, runtime/checkpoint.h) through host copies (runtime/host_staging.h):
+// data() is device memory, which host code must not dereference.
 #pragma once
 
 #include <cstdint>
@@ -62,8 +63,8 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // The memory of buffer `id`: persistent buffers at any time, others while a step runs
-  // (nullptr when not allocated).
+  // The device memory of buffer `id`: persistent buffers at any time, others while a step runs
+  // (nullptr when not allocated). Only kernels, Backend::copy and communicators touch it.
   void* data(int id) const;
   float* fdata(int id) const { return static_cast<float*>(data(id)); }
   // This rank's position in the reduction group of bucket `b` (the ZeRO shard index).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/lower.h"
 #include "runtime/checkpoint.h"
+#include "runtime/host_staging.h"
 #include "runtime/param_init.h"
 
 namespace parasol::runtime {
@@ -31,9 +32,11 @@ Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet
       program_(lower_stage(model, plan, comms.stage())) {
   executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
   data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
-  init_buckets(
-      model_, plan_, comms_.groups().coord, program_.buckets,
-      [this](int id) { return executor_->fdata(id); }, options_.seed);
+  // The host fills the parameters in host copies (it cannot touch device memory on a GPU).
+  HostStaging staging(*executor_, backend_, /*load=*/false);
+  init_buckets(model_, plan_, comms_.groups().coord, program_.buckets, staging.access(),
+               options_.seed);
+  staging.store();
 }
 
 Trainer::~Trainer() = default;
@@ -109,8 +112,9 @@ void Trainer::save(const std::string& dir) {
     if (world.index() == 0) begin_checkpoint(dir, model_, plan_);
   });
   on_every_rank(world, backend_, "checkpoint", [&] {
+    HostStaging staging(*executor_, backend_, /*load=*/true);
     save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
-                         [this](int id) { return executor_->fdata(id); });
+                         staging.access());
   });
   on_every_rank(world, backend_, "checkpoint", [&] {
     if (world.index() != 0) return;
@@ -128,8 +132,10 @@ void Trainer::save(const std::string& dir) {
 void Trainer::load(const std::string& dir) {
   TrainProgress p;
   on_every_rank(comms_.world(), backend_, "resume", [&] {
+    HostStaging staging(*executor_, backend_, /*load=*/true);
     p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
-                             [this](int id) { return executor_->fdata(id); });
+                             staging.access());
+    staging.store();
   });
   steps_ = p.step;
   data_position_ = p.data_position;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "runtime/comm/groups.h"
+#include "runtime/device_access.h"
 
 namespace parasol::runtime {
 
@@ -74,6 +75,7 @@ class MpiRequest final : public Request::Impl {
     if (finished_) return true;
     int flag = 0;
     MPI_Status status;
+    DeviceAccess access;  // MPI moves the buffers' bytes while it progresses
     check(MPI_Test(&req, &flag, &status));
     if (!flag) return false;
     finish(status);
@@ -83,6 +85,7 @@ class MpiRequest final : public Request::Impl {
   void wait() override {
     if (finished_) return;
     MPI_Status status;
+    DeviceAccess access;
     check(MPI_Wait(&req, &status));
     finish(status);
   }
@@ -155,6 +158,7 @@ static Request issued(std::unique_ptr<MpiRequest>&& r, int rc) {
 }
 
 Request MpiCommunicator::start_all_reduce(void* buf, int64_t count, Dtype dtype, bool max) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_reduce");
   const int n = as_int(count, "comm." + name() + ".count");
   return issued(std::move(r), MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dtype),
@@ -163,6 +167,7 @@ Request MpiCommunicator::start_all_reduce(void* buf, int64_t count, Dtype dtype,
 
 Request MpiCommunicator::start_all_gather(const void* send, void* recv, int64_t count, Dtype dtype,
                                           bool in_place) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_gather");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".recv");
@@ -175,6 +180,7 @@ Request MpiCommunicator::start_all_gather(const void* send, void* recv, int64_t 
 
 Request MpiCommunicator::start_reduce_scatter(const void* send, void* recv, int64_t count,
                                               Dtype dtype, bool in_place) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".reduce_scatter");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".send");
@@ -195,6 +201,7 @@ Request MpiCommunicator::start_reduce_scatter(const void* send, void* recv, int6
 
 Request MpiCommunicator::start_all_to_all(const void* send, void* recv, int64_t count,
                                           Dtype dtype) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_to_all");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".send");
@@ -205,6 +212,7 @@ Request MpiCommunicator::start_all_to_all(const void* send, void* recv, int64_t 
 Request MpiCommunicator::start_all_to_all_v(const void* send, std::span<const int64_t> send_counts,
                                             void* recv, std::span<const int64_t> recv_counts,
                                             Dtype dtype) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_to_all_v");
   const int p = size();
   // ints = [send counts, send displacements, recv counts, recv displacements], alive until done.
@@ -227,6 +235,7 @@ Request MpiCommunicator::start_all_to_all_v(const void* send, std::span<const in
 }
 
 Request MpiCommunicator::start_broadcast(void* buf, int64_t count, int root, Dtype dtype) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".broadcast");
   const int n = as_int(count, "comm." + name() + ".count");
   return issued(std::move(r), MPI_Ibcast(buf, n, mpi_type(dtype), root, comm_, &r->req));
@@ -234,6 +243,7 @@ Request MpiCommunicator::start_broadcast(void* buf, int64_t count, int root, Dty
 
 Request MpiCommunicator::start_send(const void* buf, int64_t count, int peer, int64_t tag,
                                     Dtype dtype) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".send");
   const int n = as_int(count, "comm." + name() + ".count");
   return issued(std::move(r),
@@ -241,6 +251,7 @@ Request MpiCommunicator::start_send(const void* buf, int64_t count, int peer, in
 }
 
 Request MpiCommunicator::start_recv(void* buf, int64_t count, int peer, int64_t tag, Dtype dtype) {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   const std::string field = "comm." + name() + ".recv";
   auto r = std::make_unique<MpiRequest>(field);
   const int n = as_int(count, "comm." + name() + ".count");
@@ -257,6 +268,7 @@ Request MpiCommunicator::start_recv(void* buf, int64_t count, int peer, int64_t 
 }
 
 Request MpiCommunicator::start_barrier() {
+  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".barrier");
   return issued(std::move(r), MPI_Ibarrier(comm_, &r->req));
 }

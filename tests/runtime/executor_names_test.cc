@@ -21,9 +21,11 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
+#include "runtime/host_staging.h"
 #include "runtime/param_init.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/mpi_test_util.h"
+#include "tests/runtime/test_backend.h"
 
 namespace parasol::runtime {
 namespace {
@@ -47,14 +49,15 @@ struct Record {
   std::vector<std::vector<float>> params;  // per parameter buffer of every bucket
 };
 
-std::vector<std::vector<float>> params_of(const Program& p, const Executor& ex) {
+std::vector<std::vector<float>> params_of(const Program& p, const Executor& ex, Backend& be) {
+  HostStaging host(ex, be, /*load=*/true);
   std::vector<std::vector<float>> out;
   for (const ParamBucket& b : p.buckets) {
     std::vector<int> ids = b.params;
     if (b.param_shard >= 0) ids.push_back(b.param_shard);
     if (b.opt >= 0) ids.push_back(b.opt);
     for (int id : ids) {
-      const float* f = ex.fdata(id);
+      const float* f = host(id);
       const auto n = static_cast<size_t>(p.buffers[id].elements());
       out.emplace_back(f, f + n);
     }
@@ -71,7 +74,8 @@ TrainerOptions options() {
 
 // The reference: the Trainer on the Program as lowered.
 Record train_as_lowered(const Model& m, const Plan& plan, CommSet& comms) {
-  CpuBackend backend(1);
+  auto backend_ptr = testing::make_test_backend(1);
+  Backend& backend = *backend_ptr;
   Trainer t(m, plan, backend, comms, options());
   Record r;
   for (int i = 0; i < kSteps; ++i) {
@@ -79,21 +83,23 @@ Record train_as_lowered(const Model& m, const Plan& plan, CommSet& comms) {
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);
   }
-  r.params = params_of(t.program(), t.executor());
+  r.params = params_of(t.program(), t.executor(), backend);
   return r;
 }
 
 // The Trainer's step (runtime/trainer.cc) on the renamed Program: the same initialisation, data
 // and loss reduction, through the Executor.
 Record train_renamed(const Model& m, const Plan& plan, CommSet& comms) {
-  CpuBackend backend(1);
+  auto backend_ptr = testing::make_test_backend(1);
+  Backend& backend = *backend_ptr;
   const TrainerOptions opt = options();
   Program prog = lower_stage(m, plan, comms.stage());
   rename_all(prog);
   Executor ex(m, plan, prog, backend, comms);
   const RankCoord& c = comms.groups().coord;
-  init_buckets(
-      m, plan, c, prog.buckets, [&](int id) { return ex.fdata(id); }, opt.seed);
+  HostStaging staging(ex, backend, /*load=*/false);
+  init_buckets(m, plan, c, prog.buckets, staging.access(), opt.seed);
+  staging.store();
   auto data = open_token_source(opt.data, m.vocab, plan.seq(m), opt.seed);
   const int64_t per_replica = plan.global_batch / plan.dp;
   const int64_t Sl = plan.seq(m) / plan.cp;
@@ -125,7 +131,7 @@ Record train_renamed(const Model& m, const Plan& plan, CommSet& comms) {
     r.norms.push_back(s.grad_norm);
     position += plan.global_batch;
   }
-  r.params = params_of(prog, ex);
+  r.params = params_of(prog, ex, backend);
   return r;
 }
 

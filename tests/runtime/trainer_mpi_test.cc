@@ -31,10 +31,12 @@
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
+#include "runtime/host_staging.h"
 #include "runtime/param_init.h"
 #include "runtime/param_layout.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/mpi_test_util.h"
+#include "tests/runtime/test_backend.h"
 
 namespace parasol::runtime {
 namespace {
@@ -215,7 +217,8 @@ Outcome train(const Model& m, const Plan& plan, int steps, const std::string& sa
     // An error on one rank would leave the others waiting in a collective: abort the run.
     try {
       auto comms = make_mpi_comm_set(plan, sub);
-      CpuBackend backend(1);
+      auto backend_ptr = testing::make_test_backend(1);
+      Backend& backend = *backend_ptr;
       TrainerOptions opt;
       opt.adamw.lr = 1e-3;
       // Some gradients are mathematically zero (the key bias: softmax ignores a shift of every
@@ -603,7 +606,8 @@ TEST_F(Runtime, BfloatGradientReductionsAreRefusedByName) {
     Plan p = base_plan();
     p.grad_reduce_dtype = Dtype::kBf16;
     auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
-    CpuBackend backend(1);
+    auto backend_ptr = testing::make_test_backend(1);
+    Backend& backend = *backend_ptr;
     const Model m = llama4();
     try {
       Trainer t(m, p, backend, *comms, TrainerOptions{});
@@ -941,11 +945,15 @@ TEST_F(Runtime, SerialGradientsMatchFiniteDifferences) {
       SCOPED_TRACE(c.m.name);
       Plan p = base_plan(2);
       auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
-      CpuBackend backend(1);
+      auto backend_ptr = testing::make_test_backend(1);
+      Backend& backend = *backend_ptr;
       const Program prog = lower_stage(c.m, p, 0);
       Executor ex(c.m, p, prog, backend, *comms);
-      init_buckets(
-          c.m, p, comms->groups().coord, prog.buckets, [&](int id) { return ex.fdata(id); }, 7);
+      {
+        HostStaging staging(ex, backend, /*load=*/false);
+        init_buckets(c.m, p, comms->groups().coord, prog.buckets, staging.access(), 7);
+        staging.store();
+      }
       auto data = open_token_source("", c.m.vocab, c.m.seq_len, 7);
       StepConfig cfg;
       cfg.adamw.lr = 0;
@@ -967,9 +975,12 @@ TEST_F(Runtime, SerialGradientsMatchFiniteDifferences) {
           if (std::find(c.tensors.begin(), c.tensors.end(), name) == c.tensors.end()) continue;
           ++checked;
           const int64_t n = b.specs[s].elements();
-          const std::vector<float> g(ex.fdata(b.grads[s]), ex.fdata(b.grads[s]) + n);
-          float* w = ex.fdata(b.params[s]);
+          // Gradients and weights through host copies (the host cannot touch device memory).
+          HostStaging host(ex, backend, /*load=*/true);
+          const std::vector<float> g(host(b.grads[s]), host(b.grads[s]) + n);
+          float* w = host(b.params[s]);
           const std::vector<float> keep(w, w + n);
+          auto store_weights = [&] { backend.copy(ex.fdata(b.params[s]), w, n * sizeof(float)); };
           double norm = 0, wnorm = 0;
           for (int64_t i = 0; i < n; ++i) {
             norm += double(g[i]) * g[i];
@@ -979,10 +990,12 @@ TEST_F(Runtime, SerialGradientsMatchFiniteDifferences) {
           const double eps = 0.02 * std::sqrt(wnorm);
           auto moved = [&](double by) {
             for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(keep[i] + by * g[i] / norm);
+            store_weights();
             return loss();
           };
           const double fd = (moved(eps) - moved(-eps)) / (2 * eps);
           std::copy(keep.begin(), keep.end(), w);
+          store_weights();
           loss();  // the gradients at the initial weights again
           EXPECT_GT(norm, 1e-4) << name;
           EXPECT_NEAR(fd, norm, 0.02 * norm) << name;
