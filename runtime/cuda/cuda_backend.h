@@ -23,10 +23,17 @@
 //    another stream must be fenced by the caller (record/wait) before it is freed. When cudaMalloc
 //    fails, the cache is emptied and the allocation retried once. empty_cache() returns the cached
 //    blocks to the driver.
-//  * Host memory (raw_alloc_host, for offload): pinned, cudaMallocHost, no caching.
-//  * copy(): cudaMemcpyAsync(cudaMemcpyDefault) on the compute stream; when either side is host
-//    memory (pageable or pinned) the call then synchronises the stream, so the executor can read a
-//    small result into host memory through copy() and use it at once. zero(): cudaMemsetAsync.
+//  * Host memory (raw_alloc_host, for offload): pinned (cudaMallocHost), cached by size class
+//    like device memory, since cudaMallocHost and cudaFreeHost synchronise the device.
+//  * No device-wide synchronisation inside a step after warm-up: the scratch grows stream-ordered
+//    (cudaMallocAsync/cudaFreeAsync), device and pinned blocks come from the caches;
+//    synchronizing_calls() counts the calls that do synchronise (cudaMalloc, cudaMallocHost,
+//    the out-of-memory retry, empty_cache) so that a GPU test can check a step makes none.
+//  * copy(): cudaMemcpyAsync(cudaMemcpyDefault) on the compute stream; when the destination is
+//    host memory (pageable or pinned) the call then synchronises the stream, so the executor can
+//    read a small result into host memory through copy() and use it at once. A copy from host
+//    memory does not wait: pageable sources are staged by the driver before the call returns, and
+//    pinned blocks are only touched by copies on this stream. zero(): cudaMemsetAsync.
 //  * GEMMs: cuBLASLt with fp32 storage and CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to bf16
 //    inside the tensor-core GEMM, fp32 accumulation, fp32 output): bf16 math behind the fp32
 //    interface. Row-major operands use the transpose trick (C^T = B^T A^T in column-major). One
@@ -94,7 +101,10 @@ class CudaBackend final : public Backend {
   // ---- Allocator introspection.
   int64_t cuda_malloc_calls() const;  // cudaMalloc calls made by the caching allocator so far
   int64_t cached_bytes() const;       // bytes held in the free lists
-  void empty_cache();                 // returns the free lists' blocks to the driver
+  // Calls so far that synchronise the whole device: cudaMalloc, cudaMallocHost, the
+  // out-of-memory retry and empty_cache().
+  int64_t synchronizing_calls() const;
+  void empty_cache();  // returns the free lists' blocks to the driver
 
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
@@ -226,9 +236,12 @@ class CudaBackend final : public Backend {
   size_t scratch_bytes_ = 0;
 
   mutable std::mutex alloc_mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_lists_;  // size class -> free blocks
-  std::unordered_map<void*, size_t> block_class_;              // every live or cached block
+  std::unordered_map<size_t, std::vector<void*>> free_lists_;       // size class -> free blocks
+  std::unordered_map<void*, size_t> block_class_;                   // every live or cached block
+  std::unordered_map<size_t, std::vector<void*>> host_free_lists_;  // pinned blocks by class
+  std::unordered_map<void*, size_t> host_block_class_;
   int64_t malloc_calls_ = 0;
+  int64_t synchronizing_calls_ = 0;
   int64_t cached_bytes_ = 0;
 
   std::mutex gemm_mu_;
