@@ -310,6 +310,7 @@ struct LayerPricer {
   void attention_core();
   void routed_expert_linears(double routed, int local, int64_t etp);
   double expert_tokens() const;
+  // The layer's forward seconds and FLOPs so far; those since `at`; summing them.
   Part mark() const { return Part{lp.forward, fwd_flops}; }
   Part since(const Part& at) const { return Part{lp.forward - at.time, fwd_flops - at.flops}; }
   static void add_to(Part& into, const Part& part) {
@@ -351,6 +352,8 @@ struct LayerPricer {
   Part mla_up, norm2, mlp_block, moe_act, shared;
 };
 
+// One linear on `rows` tokens split `parts` ways: adds its GEMMs (and FP8 quantisation) and
+// FLOPs to the layer and returns them.
 LayerPricer::Gemm LayerPricer::linear(const LinearShape& s, double rows, int64_t parts) {
   int64_t in = s.in, out = s.out;
   if (s.split == Split::kColumn) out /= parts;
@@ -919,10 +922,13 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   return out;
 }
 
+// estimate()'s parts are inline: the search runs it millions of times a second, and out of line
+// they cost it about 3% more instructions (search_bench's BM_PlanEvaluation).
+
 // Stage s prices as stage s - 1 does: two middle stages of a model of identical layers with the
 // same layer count in every virtual stage (all of them in an even plan; the middle ones when
 // only the first and last stages' counts are set).
-bool Estimator::repeats_previous(const Plan& p, int s) const {
+inline bool Estimator::repeats_previous(const Plan& p, int s) const {
   const Model& m = model_;
   if (s < 2 || s >= p.pp - 1 || m.is_moe() || m.sliding_window > 0) return false;
   if (!p.uneven_stages()) return true;
@@ -935,7 +941,7 @@ bool Estimator::repeats_previous(const Plan& p, int s) const {
 // with the embedding, the last with the head, the middle ones). Fills scratch_stages_ and
 // scratch_dps_ (kept between evaluations: the search calls this millions of times) and each
 // stage's micro-batch slot into `slots`.
-void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
+inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
   const double slowdown = profile_.overlap_compute_slowdown;
   std::vector<StagePrice>& stages = scratch_stages_;
   std::vector<DataParallel>& dps = scratch_dps_;
@@ -959,7 +965,7 @@ void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
 // The host-link bandwidth left to offload copies. Host copies share the GPU's PCIe link with
 // its NIC: while inter-server communication runs (the data-parallel traffic of a group that
 // spans servers, exposed or hidden), copies get what the NIC leaves.
-double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, double pipeline) {
+inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, double pipeline) {
   double nic_busy = 0;
   if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
     if (group_model(p, Group::kDpCp).nodes() > 1) {
@@ -1009,7 +1015,7 @@ double activation_offload_time(const Model& m, const Plan& p, const Estimator::S
 
 // What stage s adds after the pipeline: its per-step data-parallel traffic, the optimizer step
 // and offload (dp_comm, overlap, optimizer and offload of the breakdown).
-TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double host_bw) const {
+inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double host_bw) const {
   const Model& m = model_;
   const Profile& f = profile_;
   const StagePrice& stage = scratch_stages_[s];
@@ -1041,7 +1047,7 @@ TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double host_bw
 
 // After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
 // that takes longest.
-TimeBreakdown Estimator::slowest_tail(const Plan& p, int crit, int mb, double pipeline) {
+inline TimeBreakdown Estimator::slowest_tail(const Plan& p, int crit, int mb, double pipeline) {
   const double host_bw = offload_bandwidth(p, crit, mb, pipeline);
   double tail = 0;
   TimeBreakdown tail_parts;
@@ -1058,7 +1064,7 @@ TimeBreakdown Estimator::slowest_tail(const Plan& p, int crit, int mb, double pi
 }
 
 // Throughput, model and hardware FLOPs and MFU/HFU of the step e.step_time_s.
-void Estimator::fill_throughput(const Plan& p, int mb, Estimate& e) const {
+inline void Estimator::fill_throughput(const Plan& p, int mb, Estimate& e) const {
   const int64_t seq = p.seq(model_);
   const double tokens = static_cast<double>(p.global_batch) * seq;
   e.tokens_per_s = tokens / e.step_time_s;
@@ -1077,7 +1083,7 @@ void Estimator::fill_throughput(const Plan& p, int mb, Estimate& e) const {
 }
 
 // The memory of the rank with the largest peak against the GPU's and its server's host memory.
-void Estimator::fill_memory(const MemoryBreakdown& memory, Estimate& e) const {
+inline void Estimator::fill_memory(const MemoryBreakdown& memory, Estimate& e) const {
   const DeviceSpec& d = device_;
   e.memory = memory;
   e.memory_per_gpu_bytes = e.memory.total();
