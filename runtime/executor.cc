@@ -21,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The dtype of every transfer: the cpu backend's storage (bf16 communication comes with cuda).
+constexpr Dtype kCommDtype = Dtype::kFp32;
+
 [[noreturn]] void unsupported(const std::string& field, const std::string& reason) {
   throw Error(field, reason);
 }
@@ -32,6 +35,17 @@ using Clock = std::chrono::steady_clock;
 
 Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& b, CommSet& c)
     : model(m), plan(p), prog(pr), be(b), comms(c) {
+  check_supported();
+  init_shapes();
+  build_units();
+  index_ops();
+  index_buckets();
+  allocate_persistent();
+}
+
+void Executor::Impl::check_supported() const {
+  const Model& m = model;
+  const Plan& p = plan;
   if (p.precision != Dtype::kFp32)
     unsupported("plan.precision",
                 std::string("the runtime's backends store fp32 tensors (the cuda backend's GEMMs "
@@ -42,7 +56,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
                 std::string("the runtime reduces gradients in fp32 (its tensors' dtype); ") +
                     dtype_name(p.grad_reduce_dtype) +
                     " reductions are priced by the simulator but not emulated here: use fp32");
-  if (m.is_moe() && b.name() != "cpu")
+  if (m.is_moe() && be.name() != "cpu")
     unsupported("model.moe",
                 "MoE routing is kept in host memory; only the cpu backend runs it yet");
   if (p.cp > 1 && !p.flash_attention)
@@ -55,25 +69,6 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   if (m.vocab % p.tp != 0)
     unsupported("plan.tp", "the runtime needs the vocabulary (" + std::to_string(m.vocab) +
                                ") divisible by tp (" + std::to_string(p.tp) + ")");
-  const RankGroups& g = c.groups();
-  tp = p.tp;
-  tp_idx = g[Group::kTp].index;
-  cp = p.cp;
-  cp_idx = g[Group::kCp].index;
-  dp_idx = g.coord.dp(grid_ep(p));
-  Sl = p.seq(m) / p.cp;
-  T = int64_t{p.micro_batch} * Sl;
-  h = m.hidden;
-  vocab_t = (m.vocab + tp - 1) / tp;
-  vocab_start = int64_t{tp_idx} * vocab_t;
-
-  const int nb = static_cast<int>(prog.buffers.size());
-  elements_.resize(nb);
-  ptr_.assign(nb, nullptr);
-  unit_of_.assign(nb, -1);
-  region_key_.assign(nb, -1);
-  for (int i = 0; i < nb; ++i) elements_[i] = prog.buffers[i].elements();
-  nominal_elements_ = elements_;
   if (p.ep > 1 && p.offload.activations)
     unsupported("plan.offload", "activation offload with expert parallelism is not run yet");
   // The routed rows gathered over the experts' tensor-parallel group (SP with etp = tp, or an
@@ -82,6 +77,33 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
     unsupported("plan.sp", "sequence parallelism with expert parallelism is not run yet");
   if (p.ep > 1 && expert_grid(p) && p.expert_tp() > 1)
     unsupported("plan.etp", "an expert grid with etp > 1 and ep > 1 is not run yet");
+}
+
+// Shapes of this rank, as core/lower.cc computes them.
+void Executor::Impl::init_shapes() {
+  const RankGroups& g = comms.groups();
+  tp = plan.tp;
+  tp_idx = g[Group::kTp].index;
+  cp = plan.cp;
+  cp_idx = g[Group::kCp].index;
+  dp_idx = g.coord.dp(grid_ep(plan));
+  Sl = plan.seq(model) / plan.cp;
+  T = int64_t{plan.micro_batch} * Sl;
+  h = model.hidden;
+  vocab_t = (model.vocab + tp - 1) / tp;
+  vocab_start = int64_t{tp_idx} * vocab_t;
+}
+
+// Every buffer's elements and pointer slot; one unit per block (in block order), then one per
+// buffer outside any block (in buffer order).
+void Executor::Impl::build_units() {
+  const int nb = static_cast<int>(prog.buffers.size());
+  elements_.resize(nb);
+  ptr_.assign(nb, nullptr);
+  unit_of_.assign(nb, -1);
+  region_key_.assign(nb, -1);
+  for (int i = 0; i < nb; ++i) elements_[i] = prog.buffers[i].elements();
+  nominal_elements_ = elements_;
   for (const BufferBlock& blk : prog.blocks) {
     Unit u;
     u.buffers = blk.buffers;
@@ -105,7 +127,11 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
     unit_of_[i] = static_cast<int>(units_.size());
     units_.push_back(std::move(u));
   }
-  // Distinct units per op, and touch counts.
+}
+
+// Distinct units per op and each unit's touch count; the grad-norm buffer, the ring step of each
+// received K/V chunk, and the layer and micro-batch of each expert-region buffer.
+void Executor::Impl::index_ops() {
   op_units_begin_.reserve(prog.ops.size() + 1);
   for (const Op& op : prog.ops) {
     op_units_begin_.push_back(static_cast<int>(op_units_.size()));
@@ -123,7 +149,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
     // A K/V chunk received at ring step j is attended to at step j + 1 (tags: core/lower.cc).
     if (op.kind == OpKind::kRecv && op.group == Group::kCp &&
         prog.buffers[op.writes.at(0)].role == BufferRole::kKvChunk)
-      ring_step_[op.writes[0]] = static_cast<int>((op.tag / 2) % p.cp) + 1;
+      ring_step_[op.writes[0]] = static_cast<int>((op.tag / 2) % plan.cp) + 1;
     // An expert-region buffer belongs to the layer and micro-batch of its first op.
     for (const std::vector<int>* ids : {&op.reads, &op.writes})
       for (int id : *ids)
@@ -131,6 +157,10 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
           region_key_[id] = ep_key(op.tags.layer, op.tags.micro_batch);
   }
   op_units_begin_.push_back(static_cast<int>(op_units_.size()));
+}
+
+// Each bucket's parameters, gradients, shards, optimizer state and host gradients -> the bucket.
+void Executor::Impl::index_buckets() {
   for (size_t bi = 0; bi < prog.buckets.size(); ++bi) {
     const ParamBucket& bk = prog.buckets[bi];
     const int i = static_cast<int>(bi);
@@ -139,6 +169,10 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
     for (int id : {bk.param_shard, bk.grad_shard, bk.opt, bk.host_grad})
       if (id >= 0) bucket_of_[id] = i;
   }
+}
+
+// Persistent units live as long as the Executor, allocated in unit order.
+void Executor::Impl::allocate_persistent() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].persistent) allocate(u);
   sumsq_ = static_cast<float*>(be.alloc(2 * sizeof(float), BufferClass::kWorkspace));
@@ -275,110 +309,134 @@ void Executor::Impl::pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_
   copy_rows(kv, kv_width, qkv + q_cols, q_cols + kv_width, T, kv_width);
 }
 
+// A short switch over the communication kinds, one function per kind below; `count` is the
+// payload's elements (comm_count of the op's bytes).
 Request Executor::Impl::start_comm(const Op& op) {
   Communicator& comm = comms.get(op.group);
-  const Dtype dt = Dtype::kFp32;  // the cpu backend's storage; bf16 communication comes with cuda
-  const int64_t count = comm_count(op.kind, op.bytes, dt, comm.size());
-  const int me = comm.index();
+  const int64_t count = comm_count(op.kind, op.bytes, kCommDtype, comm.size());
   switch (op.kind) {
-    case OpKind::kAllReduce: {
-      if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
-          elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
-        // An expert-region buffer (its rows depend on the routing).
-        after_kernels(comm);
-        return comm.iall_reduce(ptr(op.writes[0]), elements_[op.writes[0]], dt);
-      }
-      const int blk = prog.buffers[op.writes[0]].block;
-      if (op.writes.size() > 1 && (blk < 0 || prog.blocks[blk].buffers != op.writes)) {
-        // Buffers of several buckets (the SP norm gradients): packed, reduced, unpacked.
-        auto* packed =
-            static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
-        int64_t at = 0;
-        for (int id : op.writes) {
-          be.copy(packed + at, ptr(id), elements_[id] * sizeof(float));
-          at += elements_[id];
-        }
-        if (at != count) throw Error("runtime.program", op.name + ": payload is not its buffers");
-        on_complete_[op.id] = [this, packed, ids = op.writes] {
-          int64_t off = 0;
-          for (int id : ids) {
-            be.copy(ptr(id), packed + off, elements_[id] * sizeof(float));
-            off += elements_[id];
-          }
-          be.free(packed);
-        };
-        after_kernels(comm);
-        return comm.iall_reduce(packed, count, dt);
-      }
-      Flat f = flat(op.writes);
-      void* base = f.base;
-      if (f.elements > count) {
-        // HSDP under ZeRO 1: this rank's reduce-scattered shard of the bucket's gradients.
-        const ParamBucket* b = bucket_of(op.writes[0]);
-        if (!b) throw Error("runtime.program", op.name + ": payload is not its buffers");
-        base = f.f(int64_t{group_index(*b)} * count);
-      }
-      after_kernels(comm);
-      return op.reduce_max ? comm.iall_reduce_max(base, count, dt)
-                           : comm.iall_reduce(base, count, dt);
-    }
-    case OpKind::kAllGather: {
-      if (plan.ep == 1 && op.role == OpRole::kDispatchGather) gather_counts(op, comm);
-      Flat src = flat(op.reads), dst = flat(op.writes);
-      const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
-      after_kernels(comm);
-      return comm.iall_gather(send, dst.base, count, dt);
-    }
-    case OpKind::kReduceScatter: {
-      Flat src = flat(op.reads), dst = flat(op.writes);
-      if (src.base == dst.base) {
-        after_kernels(comm);
-        return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, dt);
-      }
-      const Buffer& out = prog.buffers[op.writes[0]];
-      if (out.persistent && out.cls == BufferClass::kGrad) {
-        // ZeRO 2/3: the micro-batch's gradients fold into the shard: add the shard reduced so
-        // far to this rank's block of the input, then reduce-scatter over it.
-        float* mine = src.f(int64_t{me} * count);
-        be.residual_forward(mine, nullptr, mine, dst.f(), nullptr, 1, count, 0.0f, 0);
-      }
-      after_kernels(comm);
-      return comm.ireduce_scatter(src.base, dst.base, count, dt);
-    }
-    case OpKind::kSend: {
-      const int buf = op.reads.at(0);
-      const void* data = ptr(buf);
-      if (op.group == Group::kCp && prog.buffers[buf].role == BufferRole::kQkv) {
-        // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
-        const int64_t kv_width = count / T, qkv_cols = elements_[buf] / T;
-        auto* staged =
-            static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
-        pack_kv(fptr(buf), staged, qkv_cols - kv_width, kv_width);
-        scratch_.push_back(staged);
-        data = staged;
-      } else if (elements_[buf] > count) {
-        // Megatron's pipeline scatter: each tensor-parallel rank sends its 1/tp of the rows.
-        data = fptr(buf) + int64_t{tp_idx} * count;
-      }
-      // Ring attention: the next rank, or peer_stage ranks on (core/lower.h).
-      const int ahead = op.peer_stage > 0 ? op.peer_stage : 1;
-      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
-                                              : comms.groups()[Group::kCp].ring(ahead);
-      after_kernels(comm);
-      return comm.isend(data, count, peer, op.tag, dt);
-    }
-    case OpKind::kRecv: {
-      const int back = op.peer_stage > 0 ? op.peer_stage : 1;
-      const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
-                                              : comms.groups()[Group::kCp].ring(-back);
-      after_kernels(comm);
-      return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, dt);
-    }
+    case OpKind::kAllReduce:
+      return start_all_reduce(op, comm, count);
+    case OpKind::kAllGather:
+      return start_all_gather(op, comm, count);
+    case OpKind::kReduceScatter:
+      return start_reduce_scatter(op, comm, count);
+    case OpKind::kSend:
+      return start_send(op, comm, count);
+    case OpKind::kRecv:
+      return start_recv(op, comm, count);
     case OpKind::kAllToAll:
       return start_all_to_all(op);
     default:
       throw Error("runtime.op", std::string("not a communication op: ") + op_kind_name(op.kind));
   }
+}
+
+// In place over op's writes: an expert-region buffer at its routed size, buffers of several
+// buckets packed, or one block (under HSDP with ZeRO 1, this rank's shard of it).
+Request Executor::Impl::start_all_reduce(const Op& op, Communicator& comm, int64_t count) {
+  const Dtype dt = kCommDtype;
+  if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
+      elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
+    // An expert-region buffer (its rows depend on the routing).
+    after_kernels(comm);
+    return comm.iall_reduce(ptr(op.writes[0]), elements_[op.writes[0]], dt);
+  }
+  const int blk = prog.buffers[op.writes[0]].block;
+  if (op.writes.size() > 1 && (blk < 0 || prog.blocks[blk].buffers != op.writes))
+    return start_packed_all_reduce(op, comm, count);
+  Flat f = flat(op.writes);
+  void* base = f.base;
+  if (f.elements > count) {
+    // HSDP under ZeRO 1: this rank's reduce-scattered shard of the bucket's gradients.
+    const ParamBucket* b = bucket_of(op.writes[0]);
+    if (!b) throw Error("runtime.program", op.name + ": payload is not its buffers");
+    base = f.f(int64_t{group_index(*b)} * count);
+  }
+  after_kernels(comm);
+  return op.reduce_max ? comm.iall_reduce_max(base, count, dt) : comm.iall_reduce(base, count, dt);
+}
+
+Request Executor::Impl::start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count) {
+  auto* packed = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
+  int64_t at = 0;
+  for (int id : op.writes) {
+    be.copy(packed + at, ptr(id), elements_[id] * sizeof(float));
+    at += elements_[id];
+  }
+  if (at != count) throw Error("runtime.program", op.name + ": payload is not its buffers");
+  on_complete_[op.id] = [this, packed, ids = op.writes] {
+    int64_t off = 0;
+    for (int id : ids) {
+      be.copy(ptr(id), packed + off, elements_[id] * sizeof(float));
+      off += elements_[id];
+    }
+    be.free(packed);
+  };
+  after_kernels(comm);
+  return comm.iall_reduce(packed, count, kCommDtype);
+}
+
+// reads -> writes, or in place (this rank's block of the writes); a dispatch gather without
+// expert parallelism first trades the routed rows' counts.
+Request Executor::Impl::start_all_gather(const Op& op, Communicator& comm, int64_t count) {
+  if (plan.ep == 1 && op.role == OpRole::kDispatchGather) gather_counts(op, comm);
+  const int me = comm.index();
+  Flat src = flat(op.reads), dst = flat(op.writes);
+  const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
+  after_kernels(comm);
+  return comm.iall_gather(send, dst.base, count, kCommDtype);
+}
+
+// reads -> writes, or in place (into this rank's block); ZeRO 2/3 fold the shard reduced so far.
+Request Executor::Impl::start_reduce_scatter(const Op& op, Communicator& comm, int64_t count) {
+  const int me = comm.index();
+  Flat src = flat(op.reads), dst = flat(op.writes);
+  if (src.base == dst.base) {
+    after_kernels(comm);
+    return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, kCommDtype);
+  }
+  const Buffer& out = prog.buffers[op.writes[0]];
+  if (out.persistent && out.cls == BufferClass::kGrad) {
+    // ZeRO 2/3: the micro-batch's gradients fold into the shard: add the shard reduced so
+    // far to this rank's block of the input, then reduce-scatter over it.
+    float* mine = src.f(int64_t{me} * count);
+    be.residual_forward(mine, nullptr, mine, dst.f(), nullptr, 1, count, 0.0f, 0);
+  }
+  after_kernels(comm);
+  return comm.ireduce_scatter(src.base, dst.base, count, kCommDtype);
+}
+
+// To the next pipeline stage (or peer_stage on), or along the context-parallel ring.
+Request Executor::Impl::start_send(const Op& op, Communicator& comm, int64_t count) {
+  const int buf = op.reads.at(0);
+  const void* data = ptr(buf);
+  if (op.group == Group::kCp && prog.buffers[buf].role == BufferRole::kQkv) {
+    // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
+    const int64_t kv_width = count / T, qkv_cols = elements_[buf] / T;
+    auto* staged = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
+    pack_kv(fptr(buf), staged, qkv_cols - kv_width, kv_width);
+    scratch_.push_back(staged);
+    data = staged;
+  } else if (elements_[buf] > count) {
+    // Megatron's pipeline scatter: each tensor-parallel rank sends its 1/tp of the rows.
+    data = fptr(buf) + int64_t{tp_idx} * count;
+  }
+  // Ring attention: the next rank, or peer_stage ranks on (core/lower.h).
+  const int ahead = op.peer_stage > 0 ? op.peer_stage : 1;
+  const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
+                                          : comms.groups()[Group::kCp].ring(ahead);
+  after_kernels(comm);
+  return comm.isend(data, count, peer, op.tag, kCommDtype);
+}
+
+// From the previous pipeline stage (or peer_stage back), or along the context-parallel ring.
+Request Executor::Impl::start_recv(const Op& op, Communicator& comm, int64_t count) {
+  const int back = op.peer_stage > 0 ? op.peer_stage : 1;
+  const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
+                                          : comms.groups()[Group::kCp].ring(-back);
+  after_kernels(comm);
+  return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, kCommDtype);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -495,143 +553,161 @@ void* Executor::data(int id) const { return impl_->ptr(id); }
 
 int Executor::group_index(const ParamBucket& b) const { return impl_->group_index(b); }
 
-StepResult Executor::step(const StepConfig& config) {
-  Impl& im = *impl_;
-  const Program& prog = program_;
-  StepResult result;
-  im.cfg = &config;
-  im.result = &result;
-  im.scale_ready_ = false;
-  im.routing_.clear();
-  im.ep_.clear();
-  im.gathered_.clear();
-  im.elements_ = im.nominal_elements_;
-  im.be.zero(im.sumsq_, sizeof(float));
-  im.live_touches_.resize(im.units_.size());
-  for (size_t u = 0; u < im.units_.size(); ++u) im.live_touches_[u] = im.units_[u].touches;
-  // Gradients accumulate over micro-batches: zero them.
-  for (const ParamBucket& b : prog.buckets) {
-    if (!b.grads.empty()) {
-      Flat g = im.flat(b.grads);
-      im.be.zero(g.base, static_cast<size_t>(g.elements) * sizeof(float));
-    }
-    if (b.grad_shard >= 0) im.be.zero(im.ptr(b.grad_shard), b.shard * sizeof(float));
-  }
+// One step's scheduling state: each stream's queue of op ids in issue order and its head, the ops
+// done, the transfers in flight, and the trace marks of the ops run on the calling thread.
+struct Executor::Impl::Scheduler {
+  Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res);
+  void run();     // until every op has completed
+  void finish();  // the trace's marked events, the send staging freed, the step's wall time
 
-  const int n_ops = static_cast<int>(prog.ops.size());
-  const int n_streams = static_cast<int>(prog.streams.size());
-  std::vector<std::vector<int>> queue(n_streams);
-  for (const Op& op : prog.ops) queue.at(op.stream).push_back(op.id);
-  std::vector<size_t> head(n_streams, 0);
-  std::vector<char> done(n_ops, 0);
+ private:
   struct InFlight {
     int op;
     Request req;
     double start;
   };
+  struct Marked {
+    int op, start, end;
+  };
+  double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+  void record(const Op& op, double start, double end);  // a trace event (when tracing)
+  void complete(const Op& op);
+  bool poll_transfers();    // completes the transfers that have finished
+  bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
+  void issue(const Op& op, int s);
+
+  Impl& im;
+  const Program& prog;
+  const StepConfig& config;
+  StepResult& result;
+  const int n_ops, n_streams;
+  std::vector<std::vector<int>> queue;
+  std::vector<size_t> head;
+  std::vector<char> done;
   std::vector<InFlight> flying;
-  std::vector<char> busy(n_streams, 0);
+  std::vector<char> busy;
+  std::vector<Marked> marked;
+  int completed = 0;
+  Clock::time_point t0;
+};
+
+namespace {
+
+// Sends are eager (core/lower.h): the stream and the ops that wait on a send go on once it is
+// issued; its buffer is kept (finished() is deferred) until the transfer completes.
+bool eager(const Op& op) { return op.kind == OpKind::kSend; }
+
+}  // namespace
+
+Executor::Impl::Scheduler::Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res)
+    : im(impl),
+      prog(impl.prog),
+      config(cfg),
+      result(res),
+      n_ops(static_cast<int>(prog.ops.size())),
+      n_streams(static_cast<int>(prog.streams.size())),
+      queue(n_streams),
+      head(n_streams, 0),
+      done(n_ops, 0),
+      busy(n_streams, 0) {
+  for (const Op& op : prog.ops) queue.at(op.stream).push_back(op.id);
   // Compute and copy ops are timed by the backend's marks (device time on cuda), transfers by the
   // host clock; mark 0 and t0 are both the step's start.
   im.be.clear_marks();
   if (config.trace) im.be.mark();
-  const auto t0 = Clock::now();
-  auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  struct Marked {
-    int op, start, end;
-  };
-  std::vector<Marked> marked;
-  auto record = [&](const Op& op, double start, double end) {
-    if (!config.trace) return;
-    traces::TraceEvent e;
-    e.rank = im.comms.world_rank();
-    e.stream = op.stream;
-    e.name = op.name;
-    e.start_s = start;
-    e.dur_s = end - start;
-    e.op_id = op.id;
-    e.kind = op_kind_name(op.kind);
-    e.bytes = op.bytes;
-    e.flops = op.flops;
-    e.layer = op.tags.layer;
-    e.micro_batch = op.tags.micro_batch;
-    e.phase = phase_name(op.tags.phase);
-    result.events.push_back(std::move(e));
-  };
-  auto complete = [&](const Op& op) {
-    im.after_complete(op);
-    im.finished(op);
-    done[op.id] = 1;
-  };
-  // Sends are eager (core/lower.h): the stream and the ops that wait on a send go on once it is
-  // issued; its buffer is kept (finished() is deferred) until the transfer completes.
-  auto eager = [](const Op& op) { return op.kind == OpKind::kSend; };
-  int completed = 0;
+  t0 = Clock::now();
+}
+
+void Executor::Impl::Scheduler::record(const Op& op, double start, double end) {
+  if (!config.trace) return;
+  traces::TraceEvent e;
+  e.rank = im.comms.world_rank();
+  e.stream = op.stream;
+  e.name = op.name;
+  e.start_s = start;
+  e.dur_s = end - start;
+  e.op_id = op.id;
+  e.kind = op_kind_name(op.kind);
+  e.bytes = op.bytes;
+  e.flops = op.flops;
+  e.layer = op.tags.layer;
+  e.micro_batch = op.tags.micro_batch;
+  e.phase = phase_name(op.tags.phase);
+  result.events.push_back(std::move(e));
+}
+
+void Executor::Impl::Scheduler::complete(const Op& op) {
+  im.after_complete(op);
+  im.finished(op);
+  done[op.id] = 1;
+}
+
+bool Executor::Impl::Scheduler::poll_transfers() {
+  bool progressed = false;
+  for (size_t i = 0; i < flying.size();) {
+    if (flying[i].req.test()) {
+      const Op& op = prog.ops[flying[i].op];
+      record(op, flying[i].start, now());
+      if (eager(op)) {
+        im.finished(op);
+      } else {
+        complete(op);
+        busy[op.stream] = 0;
+      }
+      ++completed;
+      progressed = true;
+      flying.erase(flying.begin() + static_cast<long>(i));
+    } else {
+      ++i;
+    }
+  }
+  return progressed;
+}
+
+bool Executor::Impl::Scheduler::issue_ready(int s) {
+  bool progressed = false;
+  while (!busy[s] && head[s] < queue[s].size()) {
+    const Op& op = prog.ops[queue[s][head[s]]];
+    bool ready = true;
+    for (int d : op.deps) ready = ready && done[d];
+    if (!ready) break;
+    ++head[s];
+    issue(op, s);
+    progressed = true;
+  }
+  return progressed;
+}
+
+// Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or
+// runs the op to completion on this thread.
+void Executor::Impl::Scheduler::issue(const Op& op, int s) {
+  im.ensure(op);
+  static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
+  if (debug)
+    std::fprintf(stderr, "[rank %d] start %d %s stream %d\n", im.comms.world_rank(), op.id,
+                 op.name.c_str(), op.stream);
+  const double start = now();
+  const int start_mark = config.trace && !is_communication(op.kind) ? im.be.mark() : -1;
+  if (is_communication(op.kind)) {
+    flying.push_back({op.id, im.start_comm(op), start});
+    if (eager(op))
+      done[op.id] = 1;
+    else
+      busy[s] = 1;
+  } else {
+    im.run_local(op);
+    if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});
+    complete(op);
+    ++completed;
+  }
+}
+
+void Executor::Impl::Scheduler::run() {
   int idle_rounds = 0;
   while (completed < n_ops) {
-    bool progressed = false;
-    for (size_t i = 0; i < flying.size();) {
-      if (flying[i].req.test()) {
-        const Op& op = prog.ops[flying[i].op];
-        record(op, flying[i].start, now());
-        if (eager(op)) {
-          im.finished(op);
-        } else {
-          complete(op);
-          busy[op.stream] = 0;
-        }
-        ++completed;
-        progressed = true;
-        flying.erase(flying.begin() + static_cast<long>(i));
-      } else {
-        ++i;
-      }
-    }
-    for (int s = 0; s < n_streams; ++s) {
-      while (!busy[s] && head[s] < queue[s].size()) {
-        const Op& op = prog.ops[queue[s][head[s]]];
-        bool ready = true;
-        for (int d : op.deps) ready = ready && done[d];
-        if (!ready) break;
-        ++head[s];
-        im.ensure(op);
-        static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
-        if (debug)
-          std::fprintf(stderr, "[rank %d] start %d %s stream %d\n", im.comms.world_rank(), op.id,
-                       op.name.c_str(), op.stream);
-        const double start = now();
-        const int start_mark = config.trace && !is_communication(op.kind) ? im.be.mark() : -1;
-        if (is_communication(op.kind)) {
-          flying.push_back({op.id, im.start_comm(op), start});
-          if (eager(op))
-            done[op.id] = 1;
-          else
-            busy[s] = 1;
-        } else {
-          switch (op.kind) {
-            case OpKind::kOffload:
-            case OpKind::kPrefetch:
-              im.run_copy(op);
-              break;
-            case OpKind::kGradNorm:
-              im.run_grad_norm(op);
-              break;
-            case OpKind::kAdamW:
-              im.run_adamw(op);
-              break;
-            case OpKind::kCast:
-              im.run_cast(op);
-              break;
-            default:
-              im.run_compute(op);
-          }
-          if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});
-          complete(op);
-          ++completed;
-        }
-        progressed = true;
-      }
-    }
+    bool progressed = poll_transfers();
+    for (int s = 0; s < n_streams; ++s)
+      if (issue_ready(s)) progressed = true;
     if (progressed) {
       idle_rounds = 0;
       continue;
@@ -641,17 +717,74 @@ StepResult Executor::step(const StepConfig& config) {
     // Waiting on communication only: let the other ranks on this host run.
     if (++idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
+}
+
+void Executor::Impl::Scheduler::finish() {
   im.be.synchronize();
   for (const Marked& m : marked)
     record(prog.ops[m.op], im.be.mark_seconds(m.start), im.be.mark_seconds(m.end));
   for (void* p : im.scratch_) im.be.free(p);
   im.scratch_.clear();
   result.seconds = now();
+}
+
+void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {
+  cfg = &config;
+  result = &res;
+  scale_ready_ = false;
+  routing_.clear();
+  ep_.clear();
+  gathered_.clear();
+  elements_ = nominal_elements_;
+  be.zero(sumsq_, sizeof(float));
+  live_touches_.resize(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) live_touches_[u] = units_[u].touches;
+  // Gradients accumulate over micro-batches: zero them.
+  for (const ParamBucket& b : prog.buckets) {
+    if (!b.grads.empty()) {
+      Flat g = flat(b.grads);
+      be.zero(g.base, static_cast<size_t>(g.elements) * sizeof(float));
+    }
+    if (b.grad_shard >= 0) be.zero(ptr(b.grad_shard), b.shard * sizeof(float));
+  }
+}
+
+void Executor::Impl::run_local(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kOffload:
+    case OpKind::kPrefetch:
+      run_copy(op);
+      break;
+    case OpKind::kGradNorm:
+      run_grad_norm(op);
+      break;
+    case OpKind::kAdamW:
+      run_adamw(op);
+      break;
+    case OpKind::kCast:
+      run_cast(op);
+      break;
+    default:
+      run_compute(op);
+  }
+}
+
+void Executor::Impl::end_step(StepResult& res) {
   float sumsq = 0;
-  im.be.copy(&sumsq, im.sumsq_, sizeof(float));
-  result.grad_norm = std::sqrt(static_cast<double>(sumsq));
-  im.cfg = nullptr;
-  im.result = nullptr;
+  be.copy(&sumsq, sumsq_, sizeof(float));
+  res.grad_norm = std::sqrt(static_cast<double>(sumsq));
+  cfg = nullptr;
+  result = nullptr;
+}
+
+StepResult Executor::step(const StepConfig& config) {
+  Impl& im = *impl_;
+  StepResult result;
+  im.begin_step(config, result);
+  Impl::Scheduler scheduler(im, config, result);
+  scheduler.run();
+  scheduler.finish();
+  im.end_step(result);
   return result;
 }
 

@@ -1,6 +1,6 @@
-// The Executor's internals, shared by executor.cc (memory, scheduling, communication, copies,
-// optimizer) and executor_ops.cc (the compute ops' mapping to Backend kernels). Not a public
-// header: include runtime/executor.h.
+// The Executor's internals, shared by executor.cc (construction, memory, scheduling,
+// communication, copies, optimizer) and executor_ops.cc (the compute ops' mapping to Backend
+// kernels). Not a public header: include runtime/executor.h.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,16 @@ struct EpExchange {
 // The key of per-(layer, micro-batch) state: the layer and micro-batch of OpTags.
 inline int64_t ep_key(int layer, int micro_batch) { return int64_t{layer} * 65536 + micro_batch; }
 
+// The operands of one attention op: its kernel dims, and Q, K and V (the fused Q | K | V buffer,
+// a received ring chunk's K | V, or the local chunk packed in the ring's layout).
+struct AttnOperands {
+  AttentionDims d;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t q_cols = 0, k_cols = 0, kv_width = 0;  // Q's columns, K's, K's and V's
+  int step = 0;                                  // ring step (0: the local chunk)
+  void* packed = nullptr;                        // workspace holding the packed local K | V
+};
+
 struct Executor::Impl {
   Impl(const Model& m, const Plan& p, const Program& prog, Backend& b, CommSet& c);
   ~Impl();
@@ -69,12 +79,62 @@ struct Executor::Impl {
   // The list as one contiguous range (a single buffer, or a whole block in order).
   Flat flat(const std::vector<int>& ids) const;
 
-  // ---- Execution.
-  void run_compute(const Op& op);  // executor_ops.cc
+  // ---- Construction (executor.cc), in the constructor's order.
+  void check_supported() const;  // throws parasol::Error for what this runtime cannot execute
+  void init_shapes();            // tp, cp, dp indices and this rank's token and vocabulary sizes
+  void build_units();            // per-buffer tables and one allocation unit per block or buffer
+  void index_ops();      // distinct units per op, touch counts, and per-buffer tags from the ops
+  void index_buckets();  // bucket_of_
+  void allocate_persistent();  // the persistent units and the grad-norm scalars
+
+  // ---- The step (executor.cc).
+  struct Scheduler;  // one step's walk over the streams (executor.cc)
+  // Per-step state reset; the gradients zeroed (they accumulate over micro-batches).
+  void begin_step(const StepConfig& config, StepResult& res);
+  // The global gradient norm into result; the step's config and result forgotten.
+  void end_step(StepResult& res);
+  void run_local(const Op& op);  // a compute, copy or optimizer op, issued on the calling thread
+
+  // ---- Compute ops (executor_ops.cc): a short switch over op kinds, one function per kind.
+  void run_compute(const Op& op);
+  void run_embedding(const Op& op);      // token (and learned position) embedding
+  void run_cross_entropy(const Op& op);  // vocabulary-parallel cross-entropy and the loss
+  void run_norm(const Op& op);           // LayerNorm / RMSNorm
+  void run_activation(const Op& op);     // GELU / SwiGLU
+  void run_residual(const Op& op);       // residual adds and the kResidualAdd rearrangements
+  void run_linear(const Op& op);         // dense GEMMs: forward, data and weight gradients
+  void run_expert_linear(const Op& op);  // the experts' grouped GEMMs
+  // Rows per local expert of each block of op's expert region, in order.
+  std::vector<const int64_t*> expert_blocks(const Op& op);
+  void run_attention(const Op& op);
+  AttnOperands attention_operands(const Op& op);  // op's dims and Q, K, V (may pack: free it)
+  void attention_forward(const Op& op, const AttnOperands& x);
+  void attention_backward(const Op& op, const AttnOperands& x);
+  void run_router(const Op& op);    // router probabilities and the routing from them
+  void run_dispatch(const Op& op);  // tokens to expert order
+  void run_combine(const Op& op);   // expert outputs back to token order
+  // The compute ops' operands: the i-th buffer op reads (R) or writes (W), as floats.
+  float* R(const Op& op, size_t i) const { return fptr(op.reads.at(i)); }
+  float* W(const Op& op, size_t i) const { return fptr(op.writes.at(i)); }
+  int64_t cols_of(int buffer) const { return prog.buffers[buffer].shape.back(); }
+  int64_t rows_of(int buffer) const { return elements_[buffer] / cols_of(buffer); }
+  // The first of `ids` whose buffer has `role`, else -1.
+  int with_role(const std::vector<int>& ids, BufferRole role) const;
+
+  // ---- Communication (executor.cc): a short switch over op kinds, one function per kind.
   Request start_comm(const Op& op);
+  Request start_all_reduce(const Op& op, Communicator& comm, int64_t count);
+  // Buffers of several buckets (the SP norm gradients): packed, reduced, unpacked on completion.
+  Request start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count);
+  Request start_all_gather(const Op& op, Communicator& comm, int64_t count);
+  Request start_reduce_scatter(const Op& op, Communicator& comm, int64_t count);
+  Request start_send(const Op& op, Communicator& comm, int64_t count);
+  Request start_recv(const Op& op, Communicator& comm, int64_t count);
   Request start_all_to_all(const Op& op);  // executor_ops.cc (MoE token exchange)
   // Makes comm's next transfers wait for the kernels issued so far (Backend::record_fence).
   void after_kernels(Communicator& comm);
+
+  // ---- Helpers of the compute and communication ops.
   // K | V of a fused QKV buffer [T x (q_cols + kv_width)] packed into [T x kv_width] (the
   // layout of the ring's chunks: each row its keys then its values).
   void pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_width);
@@ -90,11 +150,15 @@ struct Executor::Impl {
   // Expert grid without SP: the first row of this rank's slice of a replicated token buffer of
   // `buffer_rows` rows when the op routes `rows` of them, else 0.
   int64_t routed_row0(int64_t buffer_rows, int64_t rows) const;
+
+  // ---- Copies, the optimizer and completion work (executor.cc).
   void run_copy(const Op& op);
   void run_grad_norm(const Op& op);
   void run_adamw(const Op& op);
   void run_cast(const Op& op);
   void after_complete(const Op& op);  // completion work (grad-norm capture)
+
+  // ---- Lookups: dropout seeds, buckets, MoE routing, rotary embeddings, expert regions.
   uint64_t seed_for(const Op& op, bool per_tp_rank) const;
   const ParamBucket* bucket_of(int buffer) const;
   int group_index(const ParamBucket& b) const;

@@ -200,358 +200,429 @@ void Executor::Impl::mla_unpack(const Op& op) {
   be.free(part);
 }
 
-void Executor::Impl::run_compute(const Op& op) {
-  auto R = [&](size_t i) { return fptr(op.reads.at(i)); };
-  auto W = [&](size_t i) { return fptr(op.writes.at(i)); };
-  auto cols_of = [&](int buf) { return prog.buffers[buf].shape.back(); };
-  auto rows_of = [&](int buf) { return elements_[buf] / cols_of(buf); };
-  auto with_role = [&](const std::vector<int>& ids, BufferRole role) -> int {
-    for (int id : ids)
-      if (prog.buffers[id].role == role) return id;
-    return -1;
-  };
-  const bool sp = plan.sequence_parallel && tp > 1;
-  const float drop = model.dropout ? cfg->dropout_p : 0.0f;
+// ---------------------------------------------------------------------------------------------
+// The compute ops: a short switch over op kinds, one function per kind below.
 
+void Executor::Impl::run_compute(const Op& op) {
   switch (op.kind) {
-    case OpKind::kEmbedding: {
-      const int64_t cols = h;
-      if (!backward(op)) {
-        const float* pos = op.reads.size() > 2 && tp_idx == 0 ? R(2) : nullptr;
-        be.embedding_forward(W(0), static_cast<const int32_t*>(ptr(op.reads[0])), R(1), vocab_start,
-                             vocab_t, pos, int64_t{cp_idx} * Sl, T, Sl, cols);
-      } else {
-        float* dpos = op.writes.size() > 1 ? W(1) : nullptr;
-        be.embedding_backward(W(0), dpos, R(0), static_cast<const int32_t*>(ptr(op.reads[1])),
-                              vocab_start, vocab_t, int64_t{cp_idx} * Sl, T, Sl, cols);
-      }
-      return;
-    }
-    case OpKind::kNorm: {
-      const int w = op.reads.back();
-      const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
-      const bool ln = model.norm == Norm::kLayerNorm;
-      if (cols_of(w) < cols) {  // MLA's kv_norm: the latent normed, the rotary key passed on
-        partial_norm(op, cols_of(w));
-        return;
-      }
-      if (!backward(op)) {
-        be.norm_forward(model.norm, W(0), R(0), fptr(w), ln ? fptr(w) + cols : nullptr, rows, cols,
-                        norm_eps);
-      } else {
-        const float* dres = op.reads.size() == 4 ? R(2) : nullptr;
-        be.norm_backward(model.norm, W(0), W(1), ln ? W(1) + cols : nullptr, R(1), R(0), fptr(w),
-                         dres, rows, cols, norm_eps);
-      }
-      return;
-    }
-    case OpKind::kLinear: {
-      // lower.h: forward reads {in, W[, b]}; backward_data {dout, W[, din to add to]};
-      // weight gradients (kWeightGrad, kRouterDw) {in, dout} and write {dW[, db]}. W is [k x n]
-      // (kInOut), or the embedding table [n x k] used as the output layer (tied embeddings:
-      // kOutIn).
-      auto layout_of = [&](int wbuf) {
-        return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
-                                                                      : WeightLayout::kInOut;
-      };
-      if (op.role == OpRole::kWeightGrad || op.role == OpRole::kRouterDw) {
-        const int dw = op.writes[0];
-        float* db = op.writes.size() > 1 ? W(1) : nullptr;
-        // The router's input: this rank's routed rows (routed_row0).
-        const float* in =
-            op.role == OpRole::kRouterDw
-                ? R(0) + routed_row0(rows_of(op.reads[0]), op.k) * cols_of(op.reads[0])
-                : R(0);
-        be.linear_backward_weight(W(0), db, in, R(1), layout_of(dw), op.k, op.n, op.m);
-      } else if (op.backward_data) {
-        // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
-        // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
-        if (op.role == OpRole::kQkvDx && rotary()) rotate_qk(op.reads[0], true);
-        const bool acc = op.reads.size() == 3;  // router.dx adds to the dispatch gradient
-        be.linear_backward_data(W(0), R(0), R(1), layout_of(op.reads[1]), op.m, op.k, op.n, acc);
-      } else {
-        if (backward(op))
-          bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
-        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        const float* in = op.role == OpRole::kRouter
-                              ? R(0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k
-                              : R(0);
-        be.linear_forward(W(0), in, R(1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
-        // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
-        // sends included, sees them rotated).
-        if (op.role == OpRole::kQkv && rotary()) rotate_qk(op.writes[0], false);
-        if (op.role == OpRole::kHead && vocab_start + vocab_t > model.vocab)
-          bad_op(op, "padded vocabulary");
-      }
-      return;
-    }
-    case OpKind::kActivation: {
-      if (!backward(op)) {
-        const int out = op.writes[0];
-        be.activation_forward(model.activation, W(0), R(0), rows_of(out), cols_of(out));
-        return;
-      }
-      const int din = op.writes[0];
-      const int64_t rows = rows_of(din);
-      const int64_t cols = cols_of(din) / (model.activation == Activation::kSwiglu ? 2 : 1);
-      be.activation_backward(model.activation, W(0), R(1), R(0), rows, cols);
-      // The dense FC1 bias gradient is formed by fc1.dw; the experts' here, per expert.
-      if (op.role == OpRole::kExpertAct && op.writes.size() > 1)
-        bad_op(op, "expert biases are not executed by the runtime yet");
-      return;
-    }
-    case OpKind::kResidualAdd: {
-      if (op.role == OpRole::kDkvFold) {
-        // dqkv's K and V columns := the K/V gradient accumulator [T x (k + v)] (under cp the
-        // ring steps write dK and dV into the travelling accumulators only).
-        const int dqkv = op.writes[0], home = op.reads[1];
-        const int64_t kv_width = elements_[home] / T, qkv_cols = cols_of(dqkv);
-        copy_rows(fptr(dqkv) + (qkv_cols - kv_width), qkv_cols, fptr(home), kv_width, T, kv_width);
-        return;
-      }
-      if (op.role == OpRole::kQkvPack) {
-        mla_pack(op);
-        return;
-      }
-      if (op.role == OpRole::kQkvUnpack) {
-        mla_unpack(op);
-        return;
-      }
-      if (op.role == OpRole::kSum) {  // the routed and the shared experts' outputs (or gradients)
-        const int out = op.writes[0];
-        be.residual_forward(W(0), nullptr, R(0), R(1), nullptr, rows_of(out), cols_of(out), 0.0f,
-                            0);
-        return;
-      }
-      if (!backward(op)) {
-        const int out = op.writes[0];
-        uint8_t* mask = op.writes.size() > 1 ? static_cast<uint8_t*>(ptr(op.writes[1])) : nullptr;
-        const float* x = op.reads.size() > 1 ? R(0) : nullptr;
-        const float* y = op.reads.size() > 1 ? R(1) : R(0);
-        const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-        be.residual_forward(W(0), mask, x, y, bias, rows_of(out), cols_of(out), mask ? drop : 0.0f,
-                            seed_for(op, sp));
-      } else {
-        const int dy = op.writes[0];
-        const uint8_t* mask =
-            op.reads.size() > 1 ? static_cast<const uint8_t*>(ptr(op.reads[1])) : nullptr;
-        float* db = op.writes.size() > 1 ? W(1) : nullptr;
-        be.residual_backward(W(0), db, R(0), mask, rows_of(dy), cols_of(dy), mask ? drop : 0.0f);
-      }
-      return;
-    }
-    case OpKind::kAttention: {
-      const AttnShape& a = op.attn;
-      AttentionDims d;
-      d.batch = a.batch;
-      d.seq_q = a.seq_q;
-      d.seq_kv = a.seq_kv;
-      d.heads = a.heads;
-      d.kv_heads = a.kv_heads;
-      d.head_dim = a.head_dim;
-      d.v_head_dim = a.v_head_dim;
-      d.window = a.window;
-      d.causal = a.causal;
-      d.dropout_p = a.dropout ? cfg->dropout_p : 0.0f;
-      d.dropout_seed = seed_for(op, true);
-      // A fused Q | K | V buffer; ring chunks hold K | V per row.
-      const int64_t q_cols = a.heads * a.head_dim, k_cols = a.kv_heads * a.head_dim,
-                    v_cols = a.kv_heads * d.vd(), kv_width = k_cols + v_cols;
-      const int qkv = with_role(op.reads, BufferRole::kQkv);
-      if (qkv < 0) bad_op(op, "no Q | K | V buffer");
-      d.ld_q = q_cols + kv_width;
-      d.ld_o = a.heads * d.vd();
-      const float* q = fptr(qkv);
-      const float* k = q + q_cols;
-      const float* v = k + k_cols;
-      d.ld_kv = d.ld_q;
-      const int kv = with_role(op.reads, BufferRole::kKvChunk);
-      int step = 0;
-      if (kv >= 0) {
-        step = ring_step_.at(kv);
-        k = fptr(kv);
-        v = k + k_cols;
-        d.ld_kv = kv_width;
-      }
-      const int src = (cp_idx - step + cp) % cp;
-      d.causal_offset = int64_t{cp_idx - src} * Sl;
-      void* packed = nullptr;
-      if (cp > 1 && kv < 0) {
-        // The local chunk in the layout of the ring's chunks (so dK/dV land in the same one).
-        packed = be.alloc(T * kv_width * sizeof(float), BufferClass::kWorkspace);
-        auto* p = static_cast<float*>(packed);
-        pack_kv(q, p, q_cols, kv_width);
-        k = p;
-        v = p + k_cols;
-        d.ld_kv = kv_width;
-      }
-      if (!backward(op)) {
-        const int out = with_role(op.writes, BufferRole::kAttnOut);
-        const int lse = with_role(op.writes, BufferRole::kAttnLse),
-                  probs = with_role(op.writes, BufferRole::kAttnProbs);
-        float* o = out >= 0 ? fptr(out) : nullptr;
-        void* tmp = nullptr;
-        if (!o) {  // selective recompute of the probabilities alone
-          tmp = be.alloc(T * d.ld_o * sizeof(float), BufferClass::kWorkspace);
-          o = static_cast<float*>(tmp);
-        }
-        be.attention_forward(d, o, lse >= 0 ? fptr(lse) : nullptr,
-                             probs >= 0 ? fptr(probs) : nullptr, q, k, v, step > 0);
-        if (tmp) be.free(tmp);
-      } else {
-        const int out = with_role(op.reads, BufferRole::kAttnOut);
-        const int lse = with_role(op.reads, BufferRole::kAttnLse),
-                  probs = with_role(op.reads, BufferRole::kAttnProbs);
-        const int dout = with_role(op.reads, BufferRole::kAttnOutGrad),
-                  dkv_in = with_role(op.reads, BufferRole::kKvGrad);
-        const int dqkv = with_role(op.writes, BufferRole::kQkvGrad),
-                  dkv = with_role(op.writes, BufferRole::kKvGrad);
-        if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
-        float* dq = fptr(dqkv);
-        float *dk = dq + q_cols, *dv = dk + k_cols;
-        bool acc_kv = false;
-        if (dkv >= 0) {
-          dk = fptr(dkv);
-          dv = dk + k_cols;
-          if (dkv_in >= 0) {
-            be.copy(dk, fptr(dkv_in), T * kv_width * sizeof(float));
-            acc_kv = true;
-          }
-        }
-        be.attention_backward(d, dq, dk, dv, fptr(dout), q, k, v, fptr(out),
-                              lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
-                              step > 0, acc_kv);
-      }
-      if (packed) be.free(packed);
-      return;
-    }
-    case OpKind::kCrossEntropy: {
-      if (op.role == OpRole::kXentMax) {
-        be.xent_row_max(W(0), R(0), T, vocab_t);
-        return;
-      }
-      if (!backward(op)) {
-        // reads {logits, labels, row_max}; writes {logits kept in fp32, [sum_exp; target]}.
-        float* sums = W(1);
-        be.copy(W(0), R(0), static_cast<size_t>(T * vocab_t) * sizeof(float));
-        be.xent_sum_exp(sums, R(0), R(2), T, vocab_t);
-        be.xent_target(sums + T, R(0), static_cast<const int32_t*>(ptr(op.reads[1])), T, vocab_t,
-                       vocab_start);
-        return;
-      }
-      // reads {logits, labels, sums, row_max}; writes {dlogits}. The loss is taken here, from
-      // the reduced sums.
-      const auto* labels = static_cast<const int32_t*>(ptr(op.reads[1]));
-      const float* sums = R(2);
-      const float* row_max = R(3);
-      std::vector<float> loss(static_cast<size_t>(T));
-      std::vector<int32_t> lab(static_cast<size_t>(T));
-      float* dev_loss = static_cast<float*>(be.alloc(T * sizeof(float), BufferClass::kWorkspace));
-      be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
-      be.copy(loss.data(), dev_loss, T * sizeof(float));
-      be.copy(lab.data(), labels, T * sizeof(int32_t));
-      be.free(dev_loss);
-      for (int64_t t = 0; t < T; ++t)
-        if (lab[t] >= 0) {
-          result->loss_sum += loss[t];
-          ++result->loss_tokens;
-        }
-      be.xent_softmax(W(0), R(0), row_max, sums, T, vocab_t);
-      be.xent_backward(W(0), W(0), labels, T, vocab_t, vocab_start,
-                       1.0f / static_cast<float>(cfg->tokens_per_step));
-      return;
-    }
-    case OpKind::kRouter: {
-      const int64_t E = model.moe.experts, K = model.moe.top_k;
-      if (!backward(op)) {
-        const int probs = op.writes[0];
-        const int64_t tokens = elements_[probs] / E;
-        Routing r(tokens, E, K);
-        be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(0), tokens, E, K,
-                          renormalize());
-        be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
-        routing_.insert_or_assign(probs, std::move(r));
-        routing_probs_[ep_key(op.tags.layer, op.tags.micro_batch)] = probs;
-      } else {  // reads {d top-k weights (in the [tokens x E] buffer), probs}; writes {dlogits}
-        const int probs = op.reads[1];
-        Routing& r = routing(op, probs);
-        const int64_t tokens = elements_[probs] / E;
-        be.router_backward(W(0), R(0), fptr(probs), r.topk_idx.data(), tokens, E, K, renormalize());
-      }
-      return;
-    }
-    case OpKind::kDispatch: {
-      const int64_t K = model.moe.top_k;
-      if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
-        Routing& r = routing(op, op.reads[1]);
-        const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
-        const float* x = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
-        be.dispatch_forward(W(0), x, r.row_of.data(), tokens, K, h);
-      } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
-        const int dx = op.writes[0];
-        const int64_t tokens = rows_of(dx);
-        be.dispatch_backward(W(0), R(0), routing_of(op).row_of.data(), tokens, K, h);
-      }
-      return;
-    }
-    case OpKind::kCombine: {
-      const int64_t K = model.moe.top_k;
-      if (!backward(op)) {  // reads {expert outputs, probs}; writes {y}
-        Routing& r = routing(op, op.reads[1]);
-        const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
-        be.combine_forward(W(0), R(0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
-      } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
-        Routing& r = routing(op, op.reads[2]);
-        const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
-        const float* dy = R(0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
-        be.combine_backward(W(0), W(1), dy, R(1), r.topk_w.data(), r.row_of.data(), tokens, K, h);
-      }
-      return;
-    }
-    case OpKind::kExpertLinear: {
-      // Rows per local expert: this micro-batch's routing when every expert is local (one block
-      // per member of the experts' TP group when the rows were gathered over it); under expert
-      // parallelism, one block per sending member, each in expert order.
-      const int64_t le = model.moe.experts / plan.ep;
-      std::vector<const int64_t*> blocks;
-      if (plan.ep == 1) {
-        auto g = gathered_.find(ep_key(op.tags.layer, op.tags.micro_batch));
-        if (g == gathered_.end())
-          blocks.push_back(routing_of(op).counts.data());
-        else
-          for (const auto& c : g->second) blocks.push_back(c.data());
-      } else {
-        auto it = ep_.find(ep_key(op.tags.layer, op.tags.micro_batch));
-        if (it == ep_.end()) bad_op(op, "no token exchange for the expert GEMM");
-        for (const auto& c : it->second.recv_counts) blocks.push_back(c.data());
-      }
-      const int in_buf = op.reads[0], out_buf = op.writes[0];
-      const int64_t in_cols = cols_of(in_buf), out_cols = cols_of(out_buf);
-      int64_t row = 0;
-      for (const int64_t* counts : blocks) {
-        int64_t rows = 0;
-        for (int64_t e = 0; e < le; ++e) rows += counts[e];
-        if (op.role == OpRole::kWeightGrad) {  // {in, dout} -> {dW[, db]}: dW [le x k x n]
-          float* db = op.writes.size() > 1 ? W(1) : nullptr;
-          be.expert_linear_backward_weight(W(0), db, R(0) + row * in_cols,
-                                           R(1) + row * cols_of(op.reads[1]), counts, le, op.n,
-                                           op.m);
-        } else if (op.backward_data) {  // {dout, W} -> {din}
-          be.expert_linear_backward_data(W(0) + row * out_cols, R(0) + row * in_cols, R(1), counts,
-                                         le, op.k, op.n, false);
-        } else {  // {in, W[, b]} -> {out}
-          if (backward(op))
-            bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
-          const float* bias = op.reads.size() > 2 ? R(2) : nullptr;
-          be.expert_linear_forward(W(0) + row * out_cols, R(0) + row * in_cols, R(1), bias, counts,
-                                   le, op.n, op.k);
-        }
-        row += rows;
-      }
-      return;
-    }
+    case OpKind::kEmbedding:
+      return run_embedding(op);
+    case OpKind::kNorm:
+      return run_norm(op);
+    case OpKind::kLinear:
+      return run_linear(op);
+    case OpKind::kActivation:
+      return run_activation(op);
+    case OpKind::kResidualAdd:
+      return run_residual(op);
+    case OpKind::kAttention:
+      return run_attention(op);
+    case OpKind::kCrossEntropy:
+      return run_cross_entropy(op);
+    case OpKind::kRouter:
+      return run_router(op);
+    case OpKind::kDispatch:
+      return run_dispatch(op);
+    case OpKind::kCombine:
+      return run_combine(op);
+    case OpKind::kExpertLinear:
+      return run_expert_linear(op);
     default:
       bad_op(op, "no kernel for this op kind");
+  }
+}
+
+int Executor::Impl::with_role(const std::vector<int>& ids, BufferRole role) const {
+  for (int id : ids)
+    if (prog.buffers[id].role == role) return id;
+  return -1;
+}
+
+// ---- Embedding and cross-entropy: the model's first and last ops.
+
+// Forward reads {tokens, table[, positions]} writes {x}; backward reads {dx, tokens} writes
+// {dtable[, dpositions]}. The position table is added by tensor-parallel rank 0 only.
+void Executor::Impl::run_embedding(const Op& op) {
+  const int64_t cols = h;
+  if (!backward(op)) {
+    const float* pos = op.reads.size() > 2 && tp_idx == 0 ? R(op, 2) : nullptr;
+    be.embedding_forward(W(op, 0), static_cast<const int32_t*>(ptr(op.reads[0])), R(op, 1),
+                         vocab_start, vocab_t, pos, int64_t{cp_idx} * Sl, T, Sl, cols);
+  } else {
+    float* dpos = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    be.embedding_backward(W(op, 0), dpos, R(op, 0), static_cast<const int32_t*>(ptr(op.reads[1])),
+                          vocab_start, vocab_t, int64_t{cp_idx} * Sl, T, Sl, cols);
+  }
+}
+
+// The vocabulary-parallel cross-entropy: the row maximum (kXentMax), the forward's partial sums
+// (reduced over tp by the next op), and the backward, which also takes the loss.
+void Executor::Impl::run_cross_entropy(const Op& op) {
+  if (op.role == OpRole::kXentMax) {
+    be.xent_row_max(W(op, 0), R(op, 0), T, vocab_t);
+    return;
+  }
+  if (!backward(op)) {
+    // reads {logits, labels, row_max}; writes {logits kept in fp32, [sum_exp; target]}.
+    float* sums = W(op, 1);
+    be.copy(W(op, 0), R(op, 0), static_cast<size_t>(T * vocab_t) * sizeof(float));
+    be.xent_sum_exp(sums, R(op, 0), R(op, 2), T, vocab_t);
+    be.xent_target(sums + T, R(op, 0), static_cast<const int32_t*>(ptr(op.reads[1])), T, vocab_t,
+                   vocab_start);
+    return;
+  }
+  // reads {logits, labels, sums, row_max}; writes {dlogits}. The loss is taken here, from
+  // the reduced sums.
+  const auto* labels = static_cast<const int32_t*>(ptr(op.reads[1]));
+  const float* sums = R(op, 2);
+  const float* row_max = R(op, 3);
+  std::vector<float> loss(static_cast<size_t>(T));
+  std::vector<int32_t> lab(static_cast<size_t>(T));
+  float* dev_loss = static_cast<float*>(be.alloc(T * sizeof(float), BufferClass::kWorkspace));
+  be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
+  be.copy(loss.data(), dev_loss, T * sizeof(float));
+  be.copy(lab.data(), labels, T * sizeof(int32_t));
+  be.free(dev_loss);
+  for (int64_t t = 0; t < T; ++t)
+    if (lab[t] >= 0) {
+      result->loss_sum += loss[t];
+      ++result->loss_tokens;
+    }
+  be.xent_softmax(W(op, 0), R(op, 0), row_max, sums, T, vocab_t);
+  be.xent_backward(W(op, 0), W(op, 0), labels, T, vocab_t, vocab_start,
+                   1.0f / static_cast<float>(cfg->tokens_per_step));
+}
+
+// ---- Element-wise ops: norms, activations, residual adds.
+
+// Forward reads {x, w} writes {y}; backward reads {x, dy[, dres], w} writes {dx, dw}.
+void Executor::Impl::run_norm(const Op& op) {
+  const int w = op.reads.back();
+  const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
+  const bool ln = model.norm == Norm::kLayerNorm;
+  if (cols_of(w) < cols) {  // MLA's kv_norm: the latent normed, the rotary key passed on
+    partial_norm(op, cols_of(w));
+    return;
+  }
+  if (!backward(op)) {
+    be.norm_forward(model.norm, W(op, 0), R(op, 0), fptr(w), ln ? fptr(w) + cols : nullptr, rows,
+                    cols, norm_eps);
+  } else {
+    const float* dres = op.reads.size() == 4 ? R(op, 2) : nullptr;
+    be.norm_backward(model.norm, W(op, 0), W(op, 1), ln ? W(op, 1) + cols : nullptr, R(op, 1),
+                     R(op, 0), fptr(w), dres, rows, cols, norm_eps);
+  }
+}
+
+// Forward reads {x} writes {y}; backward reads {x, dy} writes {dx} (SwiGLU: x holds both halves).
+void Executor::Impl::run_activation(const Op& op) {
+  if (!backward(op)) {
+    const int out = op.writes[0];
+    be.activation_forward(model.activation, W(op, 0), R(op, 0), rows_of(out), cols_of(out));
+    return;
+  }
+  const int din = op.writes[0];
+  const int64_t rows = rows_of(din);
+  const int64_t cols = cols_of(din) / (model.activation == Activation::kSwiglu ? 2 : 1);
+  be.activation_backward(model.activation, W(op, 0), R(op, 1), R(op, 0), rows, cols);
+  // The dense FC1 bias gradient is formed by fc1.dw; the experts' here, per expert.
+  if (op.role == OpRole::kExpertAct && op.writes.size() > 1)
+    bad_op(op, "expert biases are not executed by the runtime yet");
+}
+
+// kResidualAdd: the residual adds (bias and dropout fused) and, by role, the element-wise
+// rearrangements lowered as one: the K/V gradient fold, MLA's Q | K | V packing, and sums.
+void Executor::Impl::run_residual(const Op& op) {
+  if (op.role == OpRole::kDkvFold) {
+    // dqkv's K and V columns := the K/V gradient accumulator [T x (k + v)] (under cp the
+    // ring steps write dK and dV into the travelling accumulators only).
+    const int dqkv = op.writes[0], home = op.reads[1];
+    const int64_t kv_width = elements_[home] / T, qkv_cols = cols_of(dqkv);
+    copy_rows(fptr(dqkv) + (qkv_cols - kv_width), qkv_cols, fptr(home), kv_width, T, kv_width);
+    return;
+  }
+  if (op.role == OpRole::kQkvPack) {
+    mla_pack(op);
+    return;
+  }
+  if (op.role == OpRole::kQkvUnpack) {
+    mla_unpack(op);
+    return;
+  }
+  if (op.role == OpRole::kSum) {  // the routed and the shared experts' outputs (or gradients)
+    const int out = op.writes[0];
+    be.residual_forward(W(op, 0), nullptr, R(op, 0), R(op, 1), nullptr, rows_of(out), cols_of(out),
+                        0.0f, 0);
+    return;
+  }
+  const bool sp = plan.sequence_parallel && tp > 1;
+  const float drop = model.dropout ? cfg->dropout_p : 0.0f;
+  if (!backward(op)) {
+    const int out = op.writes[0];
+    uint8_t* mask = op.writes.size() > 1 ? static_cast<uint8_t*>(ptr(op.writes[1])) : nullptr;
+    const float* x = op.reads.size() > 1 ? R(op, 0) : nullptr;
+    const float* y = op.reads.size() > 1 ? R(op, 1) : R(op, 0);
+    const float* bias = op.reads.size() > 2 ? R(op, 2) : nullptr;
+    be.residual_forward(W(op, 0), mask, x, y, bias, rows_of(out), cols_of(out), mask ? drop : 0.0f,
+                        seed_for(op, sp));
+  } else {
+    const int dy = op.writes[0];
+    const uint8_t* mask =
+        op.reads.size() > 1 ? static_cast<const uint8_t*>(ptr(op.reads[1])) : nullptr;
+    float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    be.residual_backward(W(op, 0), db, R(op, 0), mask, rows_of(dy), cols_of(dy),
+                         mask ? drop : 0.0f);
+  }
+}
+
+// ---- GEMMs: dense linears and the experts' grouped GEMMs.
+
+// lower.h: forward reads {in, W[, b]}; backward_data {dout, W[, din to add to]}; weight
+// gradients (kWeightGrad, kRouterDw) {in, dout} and write {dW[, db]}. W is [k x n] (kInOut), or
+// the embedding table [n x k] used as the output layer (tied embeddings: kOutIn).
+void Executor::Impl::run_linear(const Op& op) {
+  auto layout_of = [&](int wbuf) {
+    return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
+                                                                  : WeightLayout::kInOut;
+  };
+  if (op.role == OpRole::kWeightGrad || op.role == OpRole::kRouterDw) {
+    const int dw = op.writes[0];
+    float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    // The router's input: this rank's routed rows (routed_row0).
+    const float* in =
+        op.role == OpRole::kRouterDw
+            ? R(op, 0) + routed_row0(rows_of(op.reads[0]), op.k) * cols_of(op.reads[0])
+            : R(op, 0);
+    be.linear_backward_weight(W(op, 0), db, in, R(op, 1), layout_of(dw), op.k, op.n, op.m);
+  } else if (op.backward_data) {
+    // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
+    // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
+    if (op.role == OpRole::kQkvDx && rotary()) rotate_qk(op.reads[0], true);
+    const bool acc = op.reads.size() == 3;  // router.dx adds to the dispatch gradient
+    be.linear_backward_data(W(op, 0), R(op, 0), R(op, 1), layout_of(op.reads[1]), op.m, op.k, op.n,
+                            acc);
+  } else {
+    if (backward(op)) bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
+    const float* bias = op.reads.size() > 2 ? R(op, 2) : nullptr;
+    const float* in = op.role == OpRole::kRouter
+                          ? R(op, 0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k
+                          : R(op, 0);
+    be.linear_forward(W(op, 0), in, R(op, 1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
+    // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
+    // sends included, sees them rotated).
+    if (op.role == OpRole::kQkv && rotary()) rotate_qk(op.writes[0], false);
+    if (op.role == OpRole::kHead && vocab_start + vocab_t > model.vocab)
+      bad_op(op, "padded vocabulary");
+  }
+}
+
+// Rows per local expert of each block of an expert region, in order: this micro-batch's routing
+// when every expert is local (one block per member of the experts' TP group when the rows were
+// gathered over it); under expert parallelism, one block per sending member, each in expert
+// order.
+std::vector<const int64_t*> Executor::Impl::expert_blocks(const Op& op) {
+  std::vector<const int64_t*> blocks;
+  if (plan.ep == 1) {
+    auto g = gathered_.find(ep_key(op.tags.layer, op.tags.micro_batch));
+    if (g == gathered_.end())
+      blocks.push_back(routing_of(op).counts.data());
+    else
+      for (const auto& c : g->second) blocks.push_back(c.data());
+  } else {
+    auto it = ep_.find(ep_key(op.tags.layer, op.tags.micro_batch));
+    if (it == ep_.end()) bad_op(op, "no token exchange for the expert GEMM");
+    for (const auto& c : it->second.recv_counts) blocks.push_back(c.data());
+  }
+  return blocks;
+}
+
+// The experts' grouped GEMMs, one call per block of expert_blocks(): forward {in, W[, b]} ->
+// {out}; backward_data {dout, W} -> {din}; weight gradient {in, dout} -> {dW [le x k x n][, db]}.
+void Executor::Impl::run_expert_linear(const Op& op) {
+  const int64_t le = model.moe.experts / plan.ep;
+  const std::vector<const int64_t*> blocks = expert_blocks(op);
+  const int in_buf = op.reads[0], out_buf = op.writes[0];
+  const int64_t in_cols = cols_of(in_buf), out_cols = cols_of(out_buf);
+  int64_t row = 0;
+  for (const int64_t* counts : blocks) {
+    int64_t rows = 0;
+    for (int64_t e = 0; e < le; ++e) rows += counts[e];
+    if (op.role == OpRole::kWeightGrad) {
+      float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+      be.expert_linear_backward_weight(W(op, 0), db, R(op, 0) + row * in_cols,
+                                       R(op, 1) + row * cols_of(op.reads[1]), counts, le, op.n,
+                                       op.m);
+    } else if (op.backward_data) {
+      be.expert_linear_backward_data(W(op, 0) + row * out_cols, R(op, 0) + row * in_cols, R(op, 1),
+                                     counts, le, op.k, op.n, false);
+    } else {
+      if (backward(op)) bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
+      const float* bias = op.reads.size() > 2 ? R(op, 2) : nullptr;
+      be.expert_linear_forward(W(op, 0) + row * out_cols, R(op, 0) + row * in_cols, R(op, 1), bias,
+                               counts, le, op.n, op.k);
+    }
+    row += rows;
+  }
+}
+
+// ---- Attention (flash or with saved probabilities; one ring step under cp > 1).
+
+// The attention op's dims, and Q, K and V: the fused Q | K | V buffer, K and V from a received
+// ring chunk (K | V per row), or, under cp > 1, the local chunk packed in the ring's layout (so
+// dK/dV land in the same one; workspace the caller frees).
+AttnOperands Executor::Impl::attention_operands(const Op& op) {
+  const AttnShape& a = op.attn;
+  AttnOperands x;
+  AttentionDims& d = x.d;
+  d.batch = a.batch;
+  d.seq_q = a.seq_q;
+  d.seq_kv = a.seq_kv;
+  d.heads = a.heads;
+  d.kv_heads = a.kv_heads;
+  d.head_dim = a.head_dim;
+  d.v_head_dim = a.v_head_dim;
+  d.window = a.window;
+  d.causal = a.causal;
+  d.dropout_p = a.dropout ? cfg->dropout_p : 0.0f;
+  d.dropout_seed = seed_for(op, true);
+  // A fused Q | K | V buffer; ring chunks hold K | V per row.
+  x.q_cols = a.heads * a.head_dim;
+  x.k_cols = a.kv_heads * a.head_dim;
+  x.kv_width = x.k_cols + a.kv_heads * d.vd();
+  const int qkv = with_role(op.reads, BufferRole::kQkv);
+  if (qkv < 0) bad_op(op, "no Q | K | V buffer");
+  d.ld_q = x.q_cols + x.kv_width;
+  d.ld_o = a.heads * d.vd();
+  x.q = fptr(qkv);
+  x.k = x.q + x.q_cols;
+  x.v = x.k + x.k_cols;
+  d.ld_kv = d.ld_q;
+  const int kv = with_role(op.reads, BufferRole::kKvChunk);
+  if (kv >= 0) {
+    x.step = ring_step_.at(kv);
+    x.k = fptr(kv);
+    x.v = x.k + x.k_cols;
+    d.ld_kv = x.kv_width;
+  }
+  const int src = (cp_idx - x.step + cp) % cp;
+  d.causal_offset = int64_t{cp_idx - src} * Sl;
+  if (cp > 1 && kv < 0) {
+    x.packed = be.alloc(T * x.kv_width * sizeof(float), BufferClass::kWorkspace);
+    auto* p = static_cast<float*>(x.packed);
+    pack_kv(x.q, p, x.q_cols, x.kv_width);
+    x.k = p;
+    x.v = p + x.k_cols;
+    d.ld_kv = x.kv_width;
+  }
+  return x;
+}
+
+// Q, K, V from attention_operands(), then the forward or the backward kernel.
+void Executor::Impl::run_attention(const Op& op) {
+  const AttnOperands x = attention_operands(op);
+  if (!backward(op))
+    attention_forward(op, x);
+  else
+    attention_backward(op, x);
+  if (x.packed) be.free(x.packed);
+}
+
+// Writes {out (absent: selective recompute of the probabilities alone)[, lse][, probs]}.
+void Executor::Impl::attention_forward(const Op& op, const AttnOperands& x) {
+  const int out = with_role(op.writes, BufferRole::kAttnOut);
+  const int lse = with_role(op.writes, BufferRole::kAttnLse),
+            probs = with_role(op.writes, BufferRole::kAttnProbs);
+  float* o = out >= 0 ? fptr(out) : nullptr;
+  void* tmp = nullptr;
+  if (!o) {  // selective recompute of the probabilities alone
+    tmp = be.alloc(T * x.d.ld_o * sizeof(float), BufferClass::kWorkspace);
+    o = static_cast<float*>(tmp);
+  }
+  be.attention_forward(x.d, o, lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
+                       x.q, x.k, x.v, x.step > 0);
+  if (tmp) be.free(tmp);
+}
+
+// Reads {out, dout[, lse][, probs][, dK/dV accumulator in]}; writes {dqkv[, dK/dV accumulator]}
+// (a ring step accumulates into the travelling dK/dV).
+void Executor::Impl::attention_backward(const Op& op, const AttnOperands& x) {
+  const int out = with_role(op.reads, BufferRole::kAttnOut);
+  const int lse = with_role(op.reads, BufferRole::kAttnLse),
+            probs = with_role(op.reads, BufferRole::kAttnProbs);
+  const int dout = with_role(op.reads, BufferRole::kAttnOutGrad),
+            dkv_in = with_role(op.reads, BufferRole::kKvGrad);
+  const int dqkv = with_role(op.writes, BufferRole::kQkvGrad),
+            dkv = with_role(op.writes, BufferRole::kKvGrad);
+  if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
+  float* dq = fptr(dqkv);
+  float *dk = dq + x.q_cols, *dv = dk + x.k_cols;
+  bool acc_kv = false;
+  if (dkv >= 0) {
+    dk = fptr(dkv);
+    dv = dk + x.k_cols;
+    if (dkv_in >= 0) {
+      be.copy(dk, fptr(dkv_in), T * x.kv_width * sizeof(float));
+      acc_kv = true;
+    }
+  }
+  be.attention_backward(x.d, dq, dk, dv, fptr(dout), x.q, x.k, x.v, fptr(out),
+                        lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
+                        x.step > 0, acc_kv);
+}
+
+// ---- MoE: routing, dispatch to expert order, combine back.
+
+// Forward reads {logits} writes {probs} and records the routing; backward reads {d top-k weights
+// (in the [tokens x E] buffer), probs} writes {dlogits}.
+void Executor::Impl::run_router(const Op& op) {
+  const int64_t E = model.moe.experts, K = model.moe.top_k;
+  if (!backward(op)) {
+    const int probs = op.writes[0];
+    const int64_t tokens = elements_[probs] / E;
+    Routing r(tokens, E, K);
+    be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(op, 0), tokens, E, K,
+                      renormalize());
+    be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
+    routing_.insert_or_assign(probs, std::move(r));
+    routing_probs_[ep_key(op.tags.layer, op.tags.micro_batch)] = probs;
+  } else {
+    const int probs = op.reads[1];
+    Routing& r = routing(op, probs);
+    const int64_t tokens = elements_[probs] / E;
+    be.router_backward(W(op, 0), R(op, 0), fptr(probs), r.topk_idx.data(), tokens, E, K,
+                       renormalize());
+  }
+}
+
+// The routed tokens' rows into expert order (top-k copies per token); backward sums them back.
+void Executor::Impl::run_dispatch(const Op& op) {
+  const int64_t K = model.moe.top_k;
+  if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
+    Routing& r = routing(op, op.reads[1]);
+    const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
+    const float* x = R(op, 0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
+    be.dispatch_forward(W(op, 0), x, r.row_of.data(), tokens, K, h);
+  } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
+    const int dx = op.writes[0];
+    const int64_t tokens = rows_of(dx);
+    be.dispatch_backward(W(op, 0), R(op, 0), routing_of(op).row_of.data(), tokens, K, h);
+  }
+}
+
+// The experts' output rows back to token order, weighted by the top-k gates; backward gives the
+// rows' and the gates' gradients.
+void Executor::Impl::run_combine(const Op& op) {
+  const int64_t K = model.moe.top_k;
+  if (!backward(op)) {  // reads {expert outputs, probs}; writes {y}
+    Routing& r = routing(op, op.reads[1]);
+    const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
+    be.combine_forward(W(op, 0), R(op, 0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
+  } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
+    Routing& r = routing(op, op.reads[2]);
+    const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
+    const float* dy = R(op, 0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
+    be.combine_backward(W(op, 0), W(op, 1), dy, R(op, 1), r.topk_w.data(), r.row_of.data(), tokens,
+                        K, h);
   }
 }
 
