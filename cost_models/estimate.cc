@@ -282,7 +282,7 @@ struct LayerPricer {
     // Megatron's f and g operators of one block: under SP an all-gather before the
     // column-parallel linears and a reduce-scatter after the row-parallel one; without SP an
     // all-reduce after the row-parallel one.
-    const double act_bytes = eb * static_cast<double>(T) * h;
+    act_bytes = eb * static_cast<double>(T) * h;
     ag = tp && sp ? tp->cost(Collective::kAllGather, act_bytes).time_s : 0;
     rs = tp && sp ? tp->cost(Collective::kReduceScatter, act_bytes).time_s : 0;
     ar = tp && !sp ? tp->cost(Collective::kAllReduce, act_bytes).time_s : 0;
@@ -304,11 +304,20 @@ struct LayerPricer {
   void norm(double width);
   void activation(double rows, double width);
   void residual();
-  void tp_block(const Gemm& column, const Gemm& row);
+  // Bytes of the column-parallel linears' input (the f operator's all-gather under SP), of its
+  // gradient (the data gradient's reduction) and of what their weight gradients gather again:
+  // a block's activations [T x h] for dense linears; MLA's latents for its up-projections.
+  struct TpInputs {
+    double column_input, column_input_grad, column_input_again;
+  };
+  TpInputs dense_inputs() const { return {act_bytes, act_bytes, act_bytes}; }
+  TpInputs attention_inputs() const;
+  void tp_block(const Gemm& column, const Gemm& row, const TpInputs& in);
   std::pair<Gemm, Gemm> attention_projections();
   void rotary();
   void attention_core();
   void routed_expert_linears(double routed, int local, int64_t etp);
+  void routed_tensor_parallel();
   double expert_tokens() const;
   // The layer's forward seconds and FLOPs so far; those since `at`; summing them.
   Part mark() const { return Part{lp.forward, fwd_flops}; }
@@ -341,6 +350,7 @@ struct LayerPricer {
   const int64_t up_cols;
   const GroupModel* tp;
   double ag = 0, rs = 0, ar = 0;  // the f and g operators' collectives
+  double act_bytes = 0;           // their buffer: a micro-batch's activations [T x h]
 
   LayerPrice lp;
   double fwd_flops = 0;
@@ -401,27 +411,41 @@ void LayerPricer::residual() { elementwise((3 * eb + drop) * Tn * h); }
 // saved input beside its data-gradient GEMM. With tp_comm_overlap (Transformer Engine
 // userbuffers) every one of them is split into chunks pipelined with the GEMM it feeds or
 // drains.
-void LayerPricer::tp_block(const Gemm& column, const Gemm& row) {
+void LayerPricer::tp_block(const Gemm& column, const Gemm& row, const TpInputs& in) {
   if (!tp) return;
-  const double g_op = sp ? rs : ar, f_op = ag;
+  // A collective of `bytes` over tp, priced once per block (the dense widths reuse ag/rs/ar).
+  auto gather = [&](double bytes) {
+    if (!sp) return 0.0;
+    return bytes == act_bytes ? ag : tp->cost(Collective::kAllGather, bytes).time_s;
+  };
+  auto reduce = [&](double bytes) {
+    if (bytes == act_bytes) return sp ? rs : ar;
+    return tp->cost(sp ? Collective::kReduceScatter : Collective::kAllReduce, bytes).time_s;
+  };
+  const double f_fwd = gather(in.column_input), g_fwd = reduce(act_bytes);
+  const double g_bwd = gather(act_bytes), f_bwd = reduce(in.column_input_grad);
+  const double wgrad_gather = gather(in.column_input_again);
+  lp.tp_bytes_forward += (sp ? in.column_input : 0) + act_bytes;
+  lp.tp_bytes_backward += (sp ? act_bytes + in.column_input_again : 0) + in.column_input_grad;
   if (p.tp_comm_overlap) {
-    for (auto [comm, gemm] : {std::pair{f_op, column.fwd}, {g_op, row.fwd}}) {
+    for (auto [comm, gemm] : {std::pair{f_fwd, column.fwd}, {g_fwd, row.fwd}}) {
       auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
       lp.tp_forward += e;
       lp.tp_hidden += hid;
     }
-    for (auto [comm, gemm] :
-         {std::pair{f_op, row.dgrad}, {g_op, column.wgrad}, std::pair{f_op, column.dgrad}}) {
+    for (auto [comm, gemm] : {std::pair{g_bwd, row.dgrad},
+                              {f_bwd, column.wgrad},
+                              std::pair{wgrad_gather, column.dgrad}}) {
       auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
       lp.tp_backward += e;
       lp.tp_hidden += hid;
     }
     return;
   }
-  lp.tp_forward += g_op + f_op;
-  lp.tp_backward += f_op;  // the row-parallel input gradient's all-gather (SP)
+  lp.tp_forward += g_fwd + f_fwd;
+  lp.tp_backward += g_bwd;  // the row-parallel input gradient's all-gather (SP)
   // Asynchronous: issued before the GEMM, waited on after it; only the excess is exposed.
-  for (auto [comm, gemm] : {std::pair{g_op, column.wgrad}, {f_op, column.dgrad}}) {
+  for (auto [comm, gemm] : {std::pair{f_bwd, column.wgrad}, {wgrad_gather, column.dgrad}}) {
     const double e = std::max(0.0, comm - gemm);
     lp.tp_backward += e;
     lp.tp_hidden += comm - e;
@@ -437,7 +461,19 @@ void LayerPricer::attention_block() {
   rotary();
   attention_core();
   residual();
-  tp_block(column, row);
+  tp_block(column, row, attention_inputs());
+}
+
+// MLA's column-parallel up-projections read the latents (q's, or the norm1 output without query
+// compression; kv's; the shared rotary key), gathered under SP as core/lower_mla.cc does: their
+// gradients reduced, and the q and kv inputs gathered again for the weight gradients.
+LayerPricer::TpInputs LayerPricer::attention_inputs() const {
+  if (!m.mla.enabled()) return dense_inputs();
+  const MlaSpec& a = m.mla;
+  const double q = a.q_lora_rank > 0 ? a.q_lora_rank : h;
+  const double kv = a.kv_lora_rank, rope = a.qk_rope_head_dim;
+  const double per_col = eb * static_cast<double>(T);
+  return {per_col * (q + kv + rope), per_col * (q + kv + rope), per_col * (q + kv)};
 }
 
 // The attention block's linears; returns the column-parallel ones' GEMMs summed and the
@@ -504,6 +540,8 @@ void LayerPricer::context_parallel(const GroupModel& cp) {
       attn_window > 0 ? std::min<double>(p.cp, 1 + (attn_window - 1 + chunk - 1) / chunk) : p.cp;
   const double steps = ring - 1;
   const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
+  lp.cp_bytes_forward = steps * kv_bytes;
+  lp.cp_bytes_backward = (2 * steps + 1) * kv_bytes;  // K/V and their gradients, the last hop
   lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
   lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
   lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
@@ -560,9 +598,27 @@ void LayerPricer::routed_experts(MlpBlock& b) {
   elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
   routed_expert_linears(routed, local, etp);
   elementwise(2 * eb * routed * h);  // permute and un-permute
-  // Tensor parallelism inside the MoE block: the shared experts' linears, and the token
-  // gather/scatter over tp when the experts are split tp ways.
-  if (etp == t && t > 1) b.tp = true;
+  // Tensor parallelism inside the MoE block: the shared experts' linears are a dense block
+  // (mlp_begin marks it); the routed experts split tp ways exchange their routed rows.
+  if (etp == t && t > 1) routed_tensor_parallel();
+  (void)b;
+}
+
+// Routed experts split tp ways (Megatron-Core's alltoall dispatcher with expert tensor
+// parallelism = tp): under SP the routed rows are all-gathered over tp before the grouped GEMMs
+// and their partial sums reduce-scattered after, and the same two in the backward; without SP
+// one all-reduce each way. Each moves top_k rows per token: top_k times the activations a dense
+// block's f and g move. On the compute path (Transformer Engine's TP overlap covers the dense
+// linears only).
+void LayerPricer::routed_tensor_parallel() {
+  const double bytes = act_bytes * m.moe.top_k;
+  const double fwd = sp ? tp->cost(Collective::kAllGather, bytes).time_s +
+                              tp->cost(Collective::kReduceScatter, bytes).time_s
+                        : tp->cost(Collective::kAllReduce, bytes).time_s;
+  lp.tp_forward += fwd;
+  lp.tp_backward += fwd;
+  lp.tp_bytes_forward += (sp ? 2 : 1) * bytes;
+  lp.tp_bytes_backward += (sp ? 2 : 1) * bytes;
 }
 
 // The routed experts' grouped GEMMs on `routed` tokens over `local` experts split `etp` ways,
@@ -592,6 +648,7 @@ void LayerPricer::routed_expert_linears(double routed, int local, int64_t etp) {
 // The expert-parallel all-to-alls on group `ep`: dispatch and combine, forward and backward.
 void LayerPricer::expert_all_to_all(const GroupModel& ep, const MlpBlock& b) {
   double bytes = eb * expert_tokens() * m.moe.top_k * h;
+  lp.ep_bytes_forward = lp.ep_bytes_backward = 2 * bytes;  // dispatch and combine
   bytes *= dispatcher_bytes_factor(m, p, ep.nodes());
   // DeepEP dispatches in fp8 when the plan trains in fp8; the combine and the backward's
   // two exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes (as the simulator
@@ -624,7 +681,7 @@ void LayerPricer::mlp_end(const MlpBlock& b) {
   mlp_block.time += lp.ep_forward - b.ep_start;  // the block's exposed forward all-to-alls
   residual();
   const double tp_before = lp.tp_forward;
-  if (b.tp) tp_block(b.column, b.row);
+  if (b.tp) tp_block(b.column, b.row, dense_inputs());
   mlp_block.time += lp.tp_forward - tp_before;  // and its forward TP communication
 }
 
@@ -1176,6 +1233,21 @@ Json estimate_to_json(const Estimate& e) {
             {"transient", m.transient},
             {"buffers", m.buffers},
             {"host", m.host}}}};
+}
+
+CommBytes Estimator::layer_comm_bytes(const Plan& p, int layer) {
+  const LayerPrice& lp =
+      layer_price(p, model_.is_moe_layer(layer), model_.is_windowed_layer(layer));
+  CommBytes b;
+  b.tp = lp.tp_bytes_forward + lp.tp_bytes_backward;
+  b.cp = lp.cp_bytes_forward + lp.cp_bytes_backward;
+  b.ep = lp.ep_bytes_forward + lp.ep_bytes_backward;
+  if (p.recompute == Recompute::kFull) {  // the forward again, with its communication
+    b.tp += lp.tp_bytes_forward;
+    b.cp += lp.cp_bytes_forward;
+    b.ep += lp.ep_bytes_forward;
+  }
+  return b;
 }
 
 }  // namespace parasol::cost

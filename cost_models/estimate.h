@@ -79,6 +79,18 @@ struct LayerPrice {
   // Re-run in the backward under selective recompute by the plan's modules (Plan::recomputes):
   // forward seconds (with the communication on their path) and FLOPs.
   double selective_recompute = 0, selective_recompute_flops = 0;
+  // Bytes the layer's TP, CP and EP communication moves per micro-batch on one rank, forward and
+  // backward apart: collective buffers in nccl-tests' convention (all-reduce buffer, all-gather
+  // output, reduce-scatter input, all-to-all send buffer, one ring step's chunk), EP before the
+  // dispatcher's deduplication: what the lowered Program's ops carry.
+  double tp_bytes_forward = 0, tp_bytes_backward = 0;
+  double cp_bytes_forward = 0, cp_bytes_backward = 0;
+  double ep_bytes_forward = 0, ep_bytes_backward = 0;
+};
+
+// Bytes one rank's communication moves in one micro-batch of one layer, by group.
+struct CommBytes {
+  double tp = 0, cp = 0, ep = 0;
 };
 
 class Estimator {
@@ -90,6 +102,12 @@ class Estimator {
   Estimate estimate(const Plan& plan);
   // The same, with the plan's memory already computed by memory_per_rank().
   Estimate estimate(const Plan& plan, const MemoryBreakdown& memory);
+
+  // The bytes layer `layer`'s TP, CP and EP communication moves per micro-batch on one rank
+  // (forward, backward, and the forward again under full recompute): the volumes the closed form
+  // prices, for tests against the lowered Programs. Not on the search's path.
+  // REQUIRES: validate(plan, model, cluster) passed; 0 <= layer < model.layers.
+  CommBytes layer_comm_bytes(const Plan& plan, int layer);
 
   const Model& model() const { return model_; }
   const Cluster& cluster() const { return cluster_; }

@@ -106,5 +106,80 @@ TEST(EstimateAgainstProgram, FlopsAndOptimizerTrafficEqualTheLoweredOps) {
   EXPECT_GT(checked, 50);
 }
 
+// Bytes of layer `layer`'s communication in micro-batch 0 of `prog`, by group: TP collectives,
+// CP ring sends, EP all-to-alls.
+CommBytes program_layer_bytes(const Program& prog, int layer) {
+  CommBytes b;
+  for (const Op& op : prog.ops) {
+    if (op.tags.layer != layer || op.tags.micro_batch != 0 || !is_communication(op.kind)) continue;
+    if (op.group == Group::kTp && op.kind != OpKind::kSend && op.kind != OpKind::kRecv)
+      b.tp += op.bytes;
+    if (op.group == Group::kCp && op.kind == OpKind::kSend) b.cp += op.bytes;
+    if (op.group == Group::kEp && op.kind == OpKind::kAllToAll) b.ep += op.bytes;
+  }
+  return b;
+}
+
+// The last layer of stage 0 (every layer with one stage).
+int64_t lower_stage_last_layer(const Model& m, const Plan& p) { return m.layers / p.pp - 1; }
+
+struct CommCase {
+  const char* model;
+  int tp, cp, ep;
+  bool sp;
+  Recompute recompute;
+};
+
+// The closed form's per-layer TP, CP and EP volumes are the lowered ops' (Megatron's f and g
+// operators per block, the ring's K/V and gradient steps, dispatch and combine both ways).
+TEST(EstimateAgainstProgram, LayerCommunicationBytesEqualTheLoweredOps) {
+  std::vector<CommCase> cases;
+  for (int tp : {1, 2, 4})
+    for (int cp : {1, 2})
+      for (bool sp : {false, true})
+        for (Recompute rc : {Recompute::kNone, Recompute::kFull})
+          if (tp > 1 || !sp) cases.push_back({"llama3-8b", tp, cp, 1, sp, rc});
+  for (int tp : {1, 2})
+    for (int ep : {2, 4})
+      for (bool sp : {false, true})
+        if (tp > 1 || !sp) {
+          cases.push_back({"mixtral-8x7b", tp, 1, ep, sp, Recompute::kNone});
+          cases.push_back({"deepseek-v3", tp, 1, ep, sp, Recompute::kNone});  // shared expert
+        }
+  int checked = 0;
+  for (const CommCase& k : cases) {
+    const Model m = model_preset(k.model);
+    Plan p;
+    p.tp = k.tp;
+    p.cp = k.cp;
+    p.ep = k.ep;
+    p.dp = std::max(2, k.ep);
+    p.micro_batch = 1;
+    p.global_batch = 2 * p.dp;
+    p.sequence_parallel = k.sp;
+    p.recompute = k.recompute;
+    const std::string label = std::string(k.model) + " tp" + std::to_string(k.tp) + " cp" +
+                              std::to_string(k.cp) + " ep" + std::to_string(k.ep) +
+                              (k.sp ? " sp " : " ") + recompute_name(k.recompute);
+    SCOPED_TRACE(label);
+    const Cluster c = cluster_preset("dgx-h100", p.gpus());
+    validate(p, m, c);
+    Estimator est(m, c, default_profile(c.gpu_device(0)));
+    const Program prog = lower_stage(m, p, 0);
+    for (int layer : {0, static_cast<int>(lower_stage_last_layer(m, p))}) {
+      const CommBytes want = program_layer_bytes(prog, layer);
+      const CommBytes got = est.layer_comm_bytes(p, layer);
+      EXPECT_NEAR(got.tp, want.tp, 1e-9 * std::max(1.0, want.tp)) << "layer " << layer;
+      EXPECT_NEAR(got.cp, want.cp, 1e-9 * std::max(1.0, want.cp)) << "layer " << layer;
+      EXPECT_NEAR(got.ep, want.ep, 1e-9 * std::max(1.0, want.ep)) << "layer " << layer;
+      if (k.tp > 1) EXPECT_GT(want.tp, 0);
+      if (k.cp > 1) EXPECT_GT(want.cp, 0);
+      if (k.ep > 1 && m.is_moe_layer(layer)) EXPECT_GT(want.ep, 0);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 30);
+}
+
 }  // namespace
 }  // namespace parasol::cost
