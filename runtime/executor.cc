@@ -574,7 +574,11 @@ struct Executor::Impl::Scheduler {
   void complete(const Op& op);
   bool poll_transfers();    // completes the transfers that have finished
   bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
+  bool ready(const Op& op) const;
   void issue(const Op& op, int s);
+  // A point-to-point op at the head of stream s, in a group of its own or with the receive after
+  // it (Megatron's batched isend/irecv).
+  void issue_p2p(const Op& op, int s);
 
   Impl& im;
   const Program& prog;
@@ -596,6 +600,8 @@ namespace {
 // Sends are eager (core/lower.h): the stream and the ops that wait on a send go on once it is
 // issued; its buffer is kept (finished() is deferred) until the transfer completes.
 bool eager(const Op& op) { return op.kind == OpKind::kSend; }
+
+bool p2p(const Op& op) { return op.kind == OpKind::kSend || op.kind == OpKind::kRecv; }
 
 }  // namespace
 
@@ -664,18 +670,47 @@ bool Executor::Impl::Scheduler::poll_transfers() {
   return progressed;
 }
 
+bool Executor::Impl::Scheduler::ready(const Op& op) const {
+  for (int d : op.deps)
+    if (!done[d]) return false;
+  return true;
+}
+
 bool Executor::Impl::Scheduler::issue_ready(int s) {
   bool progressed = false;
   while (!busy[s] && head[s] < queue[s].size()) {
     const Op& op = prog.ops[queue[s][head[s]]];
-    bool ready = true;
-    for (int d : op.deps) ready = ready && done[d];
-    if (!ready) break;
+    if (!ready(op)) break;
     ++head[s];
-    issue(op, s);
+    if (p2p(op))
+      issue_p2p(op, s);
+    else
+      issue(op, s);
     progressed = true;
   }
   return progressed;
+}
+
+// Point-to-point transfers are issued in explicit groups (Communicator::begin_group), as NCCL
+// must see them: where a send completes only once its receive is posted and a communicator's
+// groups run in order (NCCL; the MPI communicator's strict mode), two neighbours that each send
+// before receiving deadlock unless each pair is one group. A send and the receive right after it
+// on the stream, from the same communicator and ready too, form one group (Megatron's
+// send_forward_recv_backward and send_backward_recv_forward of 1F1B's steady state, the ring
+// attention's step); every other transfer is a group of its own, so that the communicator's
+// batching of consecutive calls (NcclCommunicator) never joins transfers of different rounds.
+void Executor::Impl::Scheduler::issue_p2p(const Op& op, int s) {
+  Communicator& comm = im.comms.get(op.group);
+  comm.begin_group();
+  issue(op, s);
+  if (op.kind == OpKind::kSend && head[s] < queue[s].size()) {
+    const Op& next = prog.ops[queue[s][head[s]]];
+    if (next.kind == OpKind::kRecv && next.group == op.group && ready(next)) {
+      ++head[s];
+      issue(next, s);
+    }
+  }
+  comm.end_group();
 }
 
 // Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or

@@ -135,6 +135,16 @@ class Communicator {
   Request isend(const void* buf, int64_t count, int peer, int64_t tag, Dtype dtype);
   Request irecv(void* buf, int64_t count, int peer, int64_t tag, Dtype dtype);
 
+  // Calls until the matching end_group() are issued together, as one NCCL group
+  // (ncclGroupStart/End): an exchange (isend to a peer and irecv from it, on both sides) issued
+  // in one group cannot deadlock where sends wait for their receives (NCCL, and the MPI
+  // communicator's strict mode). Nests: the outermost end_group() issues. The Requests of a group
+  // may not be waited on before its end_group(). Throws parasol::Error ("comm.<name>.group") on
+  // an end_group() without begin_group(). Implementations whose calls are independent anyway
+  // may ignore it (the default).
+  virtual void begin_group() {}
+  virtual void end_group() {}
+
   // ---- Blocking versions: the non-blocking call followed by wait(). ------------------------
   void all_reduce(void* buf, int64_t count, Dtype dtype) { iall_reduce(buf, count, dtype).wait(); }
   void all_gather(const void* send, void* recv, int64_t count, Dtype dtype) {

@@ -2,13 +2,18 @@
 // non-blocking MPI collectives behind Request (see mpi_communicator.h).
 #include "runtime/comm/mpi_communicator.h"
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/comm/groups.h"
@@ -63,6 +68,8 @@ std::string mpi_error_string(int rc) {
   return std::string(text, len);
 }
 
+}  // namespace
+
 // ---- Request ---------------------------------------------------------------------------------
 
 // One MPI request and what must outlive it (count arrays, scratch), plus the work to do once it
@@ -93,6 +100,12 @@ class MpiRequest final : public Request::Impl {
   void check(int rc) const {
     if (rc != MPI_SUCCESS) throw Error(field_, mpi_error_string(rc));
   }
+  // The completion work, once MPI reports the request complete with `status`.
+  void finish(const MPI_Status& status) {
+    finished_ = true;  // before on_complete: a failed completion is not retried
+    if (on_complete) on_complete(status);
+  }
+  const std::string& field() const { return field_; }
 
   MPI_Request req = MPI_REQUEST_NULL;
   std::vector<int> ints;      // counts and displacements of an all-to-all-v
@@ -100,23 +113,275 @@ class MpiRequest final : public Request::Impl {
   std::function<void(const MPI_Status&)> on_complete;
 
  private:
-  void finish(const MPI_Status& status) {
-    finished_ = true;  // before on_complete: a failed completion is not retried
-    if (on_complete) on_complete(status);
-  }
-
   std::string field_;
   bool finished_ = false;
 };
 
+// ---- Strict mode: NCCL's groups and stream order -----------------------------------------------
+
+const MpiCommOptions& MpiCommOptions::from_env() {
+  static const MpiCommOptions options = [] {
+    MpiCommOptions o;
+    const char* strict = std::getenv("PARASOL_NCCL_SEMANTICS");
+    o.nccl_semantics = strict != nullptr && *strict != '\0' && std::string(strict) != "0";
+    if (const char* w = std::getenv("PARASOL_NCCL_WATCHDOG_S"); w != nullptr && *w != '\0') {
+      char* end = nullptr;
+      o.watchdog_s = std::strtod(w, &end);
+      if (end == w || *end != '\0' || !(o.watchdog_s > 0))
+        throw Error("PARASOL_NCCL_WATCHDOG_S", std::string("'") + w + "' is not a positive number");
+    }
+    return o;
+  }();
+  return options;
+}
+
+// The strict communicators of one CommSet: a call on any of them first issues the held-back
+// point-to-point batches of the others, and test()/wait() issue every batch and post every
+// communicator's next group (NcclContext's rule, plus a GPU's unattended progress).
+class MpiContext {
+ public:
+  void add(MpiCommunicator* c) { comms_.push_back(c); }
+  void remove(MpiCommunicator* c) { std::erase(comms_, c); }
+  void flush(const MpiCommunicator* except = nullptr) {
+    for (MpiCommunicator* c : comms_)
+      if (c != except) c->flush();
+  }
+  void drive() {
+    for (size_t i = 0; i < comms_.size(); ++i) comms_[i]->drive();
+  }
+  void progress() {
+    flush();
+    drive();
+  }
+
+ private:
+  std::vector<MpiCommunicator*> comms_;
+};
+
+struct MpiCommunicator::StrictOp {
+  std::unique_ptr<MpiRequest> mpi;
+  Post post;
+  std::string what;  // for the watchdog: "send of 6 elements to member 1 (world rank 3), tag 2"
+  bool done = false;
+  std::optional<Error> error;  // a failed call or completion (a receive of another size)
+};
+
+// Calls issued together (one NCCL group): posted together once every earlier batch of the
+// communicator has completed; complete when all of them have.
+struct MpiCommunicator::Batch {
+  std::vector<std::shared_ptr<StrictOp>> ops;
+  bool issued = false;    // left the open group / the held-back p2p batch, queued
+  bool posted = false;    // its MPI calls made
+  bool complete = false;  // every call complete (or the communicator broken: then `broken`)
+  std::string broken;
+  std::chrono::steady_clock::time_point posted_at;
+};
+
+namespace {
+
+// A strict-mode Request: complete when its batch is (NCCL: an event recorded after the group).
+class StrictRequest final : public Request::Impl {
+ public:
+  StrictRequest(std::shared_ptr<MpiContext> context, std::shared_ptr<MpiCommunicator::Batch> batch,
+                std::shared_ptr<MpiCommunicator::StrictOp> op)
+      : context_(std::move(context)), batch_(std::move(batch)), op_(std::move(op)) {}
+
+  bool test() override {
+    context_->progress();
+    return finished();
+  }
+
+  void wait() override {
+    context_->progress();
+    if (!batch_->issued && batch_->broken.empty())
+      throw Error(op_->mpi->field(),
+                  "waited on inside begin_group()/end_group(): call end_group() first");
+    for (int spins = 0; !finished(); ++spins) {
+      // Waiting on peers: let the other ranks on this host run.
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      context_->progress();  // the watchdog throws from here on a deadlock
+    }
+  }
+
+ private:
+  bool finished() const {
+    if (!batch_->broken.empty()) throw Error(op_->mpi->field(), batch_->broken);
+    if (!batch_->complete) return false;
+    if (op_->error) throw *op_->error;
+    return true;
+  }
+
+  std::shared_ptr<MpiContext> context_;
+  std::shared_ptr<MpiCommunicator::Batch> batch_;
+  std::shared_ptr<MpiCommunicator::StrictOp> op_;
+};
+
 }  // namespace
+
+Request MpiCommunicator::launch(std::unique_ptr<MpiRequest> r, Post post, bool p2p,
+                                std::string what) {
+  if (!options_.nccl_semantics || (p2p && what.empty())) {
+    // Posted now: default mode, or a strict transfer to this rank itself (what == "").
+    if (options_.nccl_semantics) before_call(true);
+    DeviceAccess access;  // the call may copy the buffer (eager protocols)
+    r->check(post(&r->req));
+    return Request(std::move(r));
+  }
+  if (!broken_.empty()) throw Error(r->field(), broken_);
+  before_call(p2p);
+  auto op = std::make_shared<StrictOp>();
+  op->mpi = std::move(r);
+  op->post = std::move(post);
+  op->what = std::move(what);
+  std::shared_ptr<Batch> b = batch_for(p2p);
+  b->ops.push_back(op);
+  if (group_depth_ == 0 && !p2p) issue(b);
+  return Request(std::make_unique<StrictRequest>(context_, std::move(b), std::move(op)));
+}
+
+// NcclCommunicator's rule: a call first issues the other communicators' held-back p2p batches,
+// and a call that is not p2p this one's too.
+void MpiCommunicator::before_call(bool p2p) {
+  context_->flush(this);
+  if (!p2p) flush();
+}
+
+// The batch the next call joins: the open group's, the held-back p2p batch, or a new one.
+std::shared_ptr<MpiCommunicator::Batch> MpiCommunicator::batch_for(bool p2p) {
+  if (group_depth_ > 0) return group_;
+  if (!p2p) return std::make_shared<Batch>();
+  if (!p2p_) p2p_ = std::make_shared<Batch>();
+  return p2p_;
+}
+
+void MpiCommunicator::flush() {
+  if (!p2p_) return;
+  issue(std::move(p2p_));
+  p2p_ = nullptr;
+}
+
+void MpiCommunicator::issue(std::shared_ptr<Batch> b) {
+  if (b->issued) return;
+  b->issued = true;
+  if (!broken_.empty()) {
+    b->broken = broken_;
+    return;
+  }
+  queue_.push_back(std::move(b));
+  drive();  // posted at once when the communicator is idle, as a kernel on an idle stream
+}
+
+void MpiCommunicator::begin_group() {
+  if (options_.nccl_semantics) before_call(false);
+  if (group_depth_++ == 0 && options_.nccl_semantics) group_ = std::make_shared<Batch>();
+}
+
+void MpiCommunicator::end_group() {
+  if (group_depth_ == 0)
+    throw Error("comm." + name() + ".group", "end_group() without begin_group()");
+  if (--group_depth_ > 0 || !options_.nccl_semantics) return;
+  std::shared_ptr<Batch> g = std::move(group_);
+  group_ = nullptr;
+  issue(std::move(g));
+}
+
+void MpiCommunicator::drive() {
+  using Clock = std::chrono::steady_clock;
+  while (!queue_.empty()) {
+    Batch& b = *queue_.front();
+    DeviceAccess access;  // MPI moves the buffers' bytes while it posts and progresses
+    if (!b.posted) {
+      b.posted = true;
+      b.posted_at = Clock::now();
+      for (auto& op : b.ops) {
+        const int rc = op->post(&op->mpi->req);
+        if (rc != MPI_SUCCESS) {
+          op->done = true;
+          op->error = Error(op->mpi->field(), mpi_error_string(rc));
+        }
+      }
+    }
+    bool all = true;
+    for (auto& op : b.ops) {
+      if (op->done) continue;
+      int flag = 0;
+      MPI_Status status;
+      const int rc = MPI_Test(&op->mpi->req, &flag, &status);
+      if (rc != MPI_SUCCESS) {
+        op->done = true;
+        op->error = Error(op->mpi->field(), mpi_error_string(rc));
+        continue;
+      }
+      if (!flag) {
+        all = false;
+        continue;
+      }
+      op->done = true;
+      try {
+        op->mpi->finish(status);
+      } catch (const Error& e) {
+        op->error = e;
+      }
+    }
+    if (!all) {
+      if (std::chrono::duration<double>(Clock::now() - b.posted_at).count() > options_.watchdog_s)
+        watchdog(b);
+      return;
+    }
+    b.complete = true;
+    queue_.pop_front();
+  }
+}
+
+// The head group has not completed in watchdog_s: name its stuck calls, break the communicator
+// (every pending Request and later call throws; stuck receives are cancelled, stuck sends left to
+// MPI), and throw.
+void MpiCommunicator::watchdog(Batch& head) {
+  std::string stuck, field;
+  int n = 0;
+  for (auto& op : head.ops) {
+    if (op->done) continue;
+    if (n++ > 0) stuck += "; ";
+    stuck += op->what;
+    if (field.empty()) field = op->mpi->field();
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", options_.watchdog_s);
+  const size_t behind = queue_.size() - 1 + (p2p_ ? 1 : 0) + (group_ ? 1 : 0);
+  const std::string reason =
+      "deadlock under NCCL semantics (PARASOL_NCCL_SEMANTICS): " + stuck + " not complete after " +
+      secs + " s (a group of " + std::to_string(head.ops.size()) + " call(s), " +
+      std::to_string(behind) +
+      " group(s) queued behind it; a send completes only once its receive is posted, and a "
+      "communicator runs its groups in order)";
+  broken_ = "communicator broken by an earlier deadlock: " + reason;
+  for (auto& op : head.ops) {
+    if (op->done || op->mpi->req == MPI_REQUEST_NULL) continue;
+    if (op->what.rfind("recv", 0) == 0) {
+      MPI_Cancel(&op->mpi->req);
+      MPI_Wait(&op->mpi->req, MPI_STATUS_IGNORE);
+    } else if (op->what.rfind("send", 0) == 0) {
+      MPI_Request_free(&op->mpi->req);  // a peer may still receive it
+    }
+  }
+  for (auto& b : queue_) b->broken = broken_;
+  if (p2p_) p2p_->broken = broken_;
+  if (group_) group_->broken = broken_;
+  queue_.clear();
+  p2p_ = nullptr;
+  throw Error(field, reason);
+}
 
 // ---- MpiCommunicator
 // -----------------------------------------------------------------------------
 
 MpiCommunicator::MpiCommunicator(std::string name, std::vector<int> members, int index,
-                                 MPI_Comm comm)
-    : Communicator(std::move(name), std::move(members), index), comm_(comm) {
+                                 MPI_Comm comm, const MpiCommOptions& options,
+                                 std::shared_ptr<MpiContext> context)
+    : Communicator(std::move(name), std::move(members), index),
+      comm_(comm),
+      options_(options),
+      context_(context ? std::move(context) : std::make_shared<MpiContext>()) {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   int size = 0, rank = -1;
   MPI_Comm_size(comm_, &size);
@@ -132,11 +397,31 @@ MpiCommunicator::MpiCommunicator(std::string name, std::vector<int> members, int
   int flag = 0;
   MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag);
   if (flag && ub) max_tag_ = *static_cast<int*>(ub);
+  context_->add(this);
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  context_->remove(this);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (options_.nccl_semantics && !finalized) {
+    // Held-back calls are issued and run to completion, as NcclCommunicator's destructor waits
+    // for its stream (or until the watchdog fires).
+    try {
+      if (group_) {
+        group_depth_ = 0;
+        std::shared_ptr<Batch> g = std::move(group_);
+        group_ = nullptr;
+        issue(std::move(g));
+      }
+      flush();
+      for (int spins = 0; !queue_.empty(); ++spins) {
+        if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        drive();
+      }
+    } catch (...) {
+    }
+  }
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -150,37 +435,39 @@ int as_int(int64_t n, const std::string& field) {
 
 }  // namespace
 
-// Wraps a filled MpiRequest once its MPI call has returned `rc`. `r` is taken by reference, so
-// that `issued(std::move(r), MPI_Ixxx(..., &r->req))` evaluates &r->req before r is moved from.
-static Request issued(std::unique_ptr<MpiRequest>&& r, int rc) {
-  r->check(rc);
-  return Request(std::move(r));
-}
-
 Request MpiCommunicator::start_all_reduce(void* buf, int64_t count, Dtype dtype, bool max) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_reduce");
   const int n = as_int(count, "comm." + name() + ".count");
-  return issued(std::move(r), MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpi_type(dtype),
-                                             max ? MPI_MAX : sum_op(dtype), comm_, &r->req));
+  const MPI_Datatype t = mpi_type(dtype);
+  const MPI_Op o = max ? MPI_MAX : sum_op(dtype);
+  return launch(
+      std::move(r),
+      [=, c = comm_](MPI_Request* q) { return MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, o, c, q); },
+      false, "all_reduce of " + std::to_string(n) + " elements");
 }
 
 Request MpiCommunicator::start_all_gather(const void* send, void* recv, int64_t count, Dtype dtype,
                                           bool in_place) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_gather");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".recv");
   const MPI_Datatype t = mpi_type(dtype);
+  const std::string what = "all_gather of " + std::to_string(n) + " elements per member";
   if (in_place)
-    return issued(std::move(r),
-                  MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, t, comm_, &r->req));
-  return issued(std::move(r), MPI_Iallgather(send, n, t, recv, n, t, comm_, &r->req));
+    return launch(
+        std::move(r),
+        [=, c = comm_](MPI_Request* q) {
+          return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, t, c, q);
+        },
+        false, what);
+  return launch(
+      std::move(r),
+      [=, c = comm_](MPI_Request* q) { return MPI_Iallgather(send, n, t, recv, n, t, c, q); },
+      false, what);
 }
 
 Request MpiCommunicator::start_reduce_scatter(const void* send, void* recv, int64_t count,
                                               Dtype dtype, bool in_place) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".reduce_scatter");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".send");
@@ -195,24 +482,31 @@ Request MpiCommunicator::start_reduce_scatter(const void* send, void* recv, int6
       std::memcpy(recv, self->scratch.data(), bytes);
     };
   }
-  return issued(std::move(r), MPI_Ireduce_scatter_block(send, out, n, mpi_type(dtype),
-                                                        sum_op(dtype), comm_, &r->req));
+  const MPI_Datatype t = mpi_type(dtype);
+  const MPI_Op o = sum_op(dtype);
+  return launch(
+      std::move(r),
+      [=, c = comm_](MPI_Request* q) {
+        return MPI_Ireduce_scatter_block(send, out, n, t, o, c, q);
+      },
+      false, "reduce_scatter of " + std::to_string(n) + " elements per member");
 }
 
 Request MpiCommunicator::start_all_to_all(const void* send, void* recv, int64_t count,
                                           Dtype dtype) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_to_all");
   const int n = as_int(count, "comm." + name() + ".count");
   as_int(count * size(), "comm." + name() + ".send");
   const MPI_Datatype t = mpi_type(dtype);
-  return issued(std::move(r), MPI_Ialltoall(send, n, t, recv, n, t, comm_, &r->req));
+  return launch(
+      std::move(r),
+      [=, c = comm_](MPI_Request* q) { return MPI_Ialltoall(send, n, t, recv, n, t, c, q); }, false,
+      "all_to_all of " + std::to_string(n) + " elements per member");
 }
 
 Request MpiCommunicator::start_all_to_all_v(const void* send, std::span<const int64_t> send_counts,
                                             void* recv, std::span<const int64_t> recv_counts,
                                             Dtype dtype) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".all_to_all_v");
   const int p = size();
   // ints = [send counts, send displacements, recv counts, recv displacements], alive until done.
@@ -231,27 +525,50 @@ Request MpiCommunicator::start_all_to_all_v(const void* send, std::span<const in
     ro += recv_counts[j];
   }
   const MPI_Datatype t = mpi_type(dtype);
-  return issued(std::move(r), MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, comm_, &r->req));
+  return launch(
+      std::move(r),
+      [=, c = comm_](MPI_Request* q) {
+        return MPI_Ialltoallv(send, sc, sd, t, recv, rc, rd, t, c, q);
+      },
+      false, "all_to_all_v");
 }
 
 Request MpiCommunicator::start_broadcast(void* buf, int64_t count, int root, Dtype dtype) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".broadcast");
   const int n = as_int(count, "comm." + name() + ".count");
-  return issued(std::move(r), MPI_Ibcast(buf, n, mpi_type(dtype), root, comm_, &r->req));
+  const MPI_Datatype t = mpi_type(dtype);
+  return launch(
+      std::move(r), [=, c = comm_](MPI_Request* q) { return MPI_Ibcast(buf, n, t, root, c, q); },
+      false, "broadcast of " + std::to_string(n) + " elements from member " + std::to_string(root));
+}
+
+// "send of 6 elements to member 1 (world rank 3), tag 2"; "" for this rank itself.
+static std::string describe_p2p(const Communicator& c, const char* what, const char* dir, int n,
+                                int peer, int64_t tag) {
+  if (peer == c.index()) return "";
+  return std::string(what) + " of " + std::to_string(n) + " elements " + dir + " member " +
+         std::to_string(peer) + " (world rank " + std::to_string(c.members()[peer]) + "), tag " +
+         std::to_string(tag);
 }
 
 Request MpiCommunicator::start_send(const void* buf, int64_t count, int peer, int64_t tag,
                                     Dtype dtype) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".send");
   const int n = as_int(count, "comm." + name() + ".count");
-  return issued(std::move(r),
-                MPI_Isend(buf, n, mpi_type(dtype), peer, static_cast<int>(tag), comm_, &r->req));
+  const MPI_Datatype t = mpi_type(dtype);
+  const int g = static_cast<int>(tag);
+  // Strict: complete only once the receive is posted (NCCL), whatever the size.
+  if (options_.nccl_semantics)
+    return launch(
+        std::move(r),
+        [=, c = comm_](MPI_Request* q) { return MPI_Issend(buf, n, t, peer, g, c, q); }, true,
+        describe_p2p(*this, "send", "to", n, peer, tag));
+  return launch(
+      std::move(r), [=, c = comm_](MPI_Request* q) { return MPI_Isend(buf, n, t, peer, g, c, q); },
+      true, "");
 }
 
 Request MpiCommunicator::start_recv(void* buf, int64_t count, int peer, int64_t tag, Dtype dtype) {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   const std::string field = "comm." + name() + ".recv";
   auto r = std::make_unique<MpiRequest>(field);
   const int n = as_int(count, "comm." + name() + ".count");
@@ -264,13 +581,16 @@ Request MpiCommunicator::start_recv(void* buf, int64_t count, int peer, int64_t 
                              std::to_string(peer) + " (tag " + std::to_string(tag) + "), got " +
                              std::to_string(got));
   };
-  return issued(std::move(r), MPI_Irecv(buf, n, t, peer, static_cast<int>(tag), comm_, &r->req));
+  const int g = static_cast<int>(tag);
+  return launch(
+      std::move(r), [=, c = comm_](MPI_Request* q) { return MPI_Irecv(buf, n, t, peer, g, c, q); },
+      true, describe_p2p(*this, "recv", "from", n, peer, tag));
 }
 
 Request MpiCommunicator::start_barrier() {
-  DeviceAccess access;  // the call may copy the buffer (eager protocols)
   auto r = std::make_unique<MpiRequest>("comm." + name() + ".barrier");
-  return issued(std::move(r), MPI_Ibarrier(comm_, &r->req));
+  return launch(
+      std::move(r), [c = comm_](MPI_Request* q) { return MPI_Ibarrier(c, q); }, false, "barrier");
 }
 
 // ---- make_mpi_comm_set
@@ -294,7 +614,8 @@ std::array<int, kGridInts> grid_ints(const Plan& p) {
 
 }  // namespace
 
-std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world) {
+std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world,
+                                           const MpiCommOptions& options) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -342,8 +663,9 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world) {
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   std::vector<int> world_members(world_size);
   for (int r = 0; r < world_size; ++r) world_members[r] = r;
-  auto world_comm =
-      std::make_unique<MpiCommunicator>("world", std::move(world_members), world_rank, dup);
+  auto context = std::make_shared<MpiContext>();
+  auto world_comm = std::make_unique<MpiCommunicator>("world", std::move(world_members), world_rank,
+                                                      dup, options, context);
 
   std::vector<std::unique_ptr<Communicator>> comms;
   for (Group kind : kGroupKinds) {
@@ -351,7 +673,8 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world) {
     MPI_Comm c = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(world_comm->comm(), m.color, m.index, &c),
               std::string("comm.") + group_name(kind));
-    comms.push_back(std::make_unique<MpiCommunicator>(group_name(kind), m.members, m.index, c));
+    comms.push_back(std::make_unique<MpiCommunicator>(group_name(kind), m.members, m.index, c,
+                                                      options, context));
   }
   return std::make_unique<CommSet>(std::move(groups), std::move(comms), std::move(world_comm));
 }

@@ -66,8 +66,8 @@ class NcclCommunicator final : public Communicator {
   // Calls until the matching end_group() are issued in one NCCL group at end_group(). Nests:
   // the outermost end_group() issues. Throws parasol::Error ("comm.<name>.group") on an
   // end_group() without begin_group().
-  void begin_group();
-  void end_group();
+  void begin_group() override;
+  void end_group() override;
   bool in_group() const { return group_depth_ > 0; }
 
   // Issues the held-back point-to-point calls of this communicator now (see above). Called by
