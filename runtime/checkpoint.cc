@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
@@ -38,6 +39,35 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// The XXH3 64-bit hash of a whole file, as "xxh3-64:<16 hex digits>" (xxHash, Debian's
+// libxxhash): streamed in 4 MiB reads.
+std::string file_checksum(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    throw Error(path, errno == ENOENT ? "missing" : std::string("cannot open: ") + strerror(errno));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(size_t{4} << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = strerror(errno);
+      XXH3_freeState(st);
+      ::close(fd);
+      throw Error(path, "read failed: " + why);
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(n));
+  }
+  const XXH64_hash_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  ::close(fd);
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("xxh3-64:") + hex;
 }
 
 // A file descriptor closed on scope exit.
@@ -96,6 +126,7 @@ class File {
 struct Manifest {
   TrainProgress progress;
   std::map<std::string, std::vector<int64_t>> tensors;  // name -> full shape
+  std::map<std::string, std::string> checksums;         // "params/<name>.bin" -> "xxh3-64:..."
 };
 
 void expect_equal(const JsonReader& r, const std::string& key, const Json& want) {
@@ -115,10 +146,10 @@ Manifest read_manifest(const std::string& dir, const Model& model) {
   if (r.string("format") != kFormat)
     throw Error(r.field("format"), "must be \"" + std::string(kFormat) + "\"");
   const int64_t version = r.integer("version", 1, 1 << 20);
-  if (version != kCheckpointVersion)
+  if (version != kCheckpointVersion && version != 1)
     throw Error(r.field("version"), "unsupported version " + std::to_string(version) +
-                                        " (this build reads " + std::to_string(kCheckpointVersion) +
-                                        ")");
+                                        " (this build reads 1 and " +
+                                        std::to_string(kCheckpointVersion) + ")");
   // The model's shape figures.
   const JsonReader mr = r.object("model");
   const Json mj = model_to_json(model);
@@ -163,6 +194,15 @@ Manifest read_manifest(const std::string& dir, const Model& model) {
       shape.push_back(d->get<int64_t>());
     }
     m.tensors[tr.string("name")] = std::move(shape);
+  }
+  // Version 2: a checksum per tensor file (version 1 checkpoints have none to verify).
+  if (version >= 2) {
+    const JsonReader cr = r.object("checksums");
+    for (const auto& [name, shape] : m.tensors)
+      for (const char* kind : kKinds) {
+        const std::string rel = std::string(kind) + "/" + name + ".bin";
+        m.checksums[rel] = cr.string(rel);
+      }
   }
   return m;
 }
@@ -287,8 +327,14 @@ void save_checkpoint_rank(const std::string& dir, const Model& model, const Plan
 void commit_checkpoint(const std::string& dir, const Model& model, const Plan& plan,
                        const TrainProgress& progress) {
   Json tensors = Json::array();
-  for (const TensorInfo& t : model_tensors(model, has_tied_head_copy(model, plan)))
+  Json checksums = Json::object();
+  for (const TensorInfo& t : model_tensors(model, has_tied_head_copy(model, plan))) {
     tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+    // Every rank has written its part (the caller's barrier): hash the whole files.
+    for (const char* kind : kKinds)
+      checksums[std::string(kind) + "/" + t.name + ".bin"] =
+          file_checksum(checkpoint_file(dir, kind, t.name));
+  }
   const AdamWConfig& a = progress.adamw;
   const Json j = {{"format", kFormat},
                   {"version", kCheckpointVersion},
@@ -307,7 +353,8 @@ void commit_checkpoint(const std::string& dir, const Model& model, const Plan& p
                     {"eps", a.eps},
                     {"weight_decay", a.weight_decay},
                     {"step", a.step}}},
-                  {"tensors", tensors}};
+                  {"tensors", tensors},
+                  {"checksums", checksums}};
   const std::string path = manifest_path(dir), tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -318,6 +365,17 @@ void commit_checkpoint(const std::string& dir, const Model& model, const Plan& p
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw Error(path, "cannot write: " + ec.message());
+}
+
+void verify_checkpoint(const std::string& dir, const Model& model) {
+  const Manifest m = read_manifest(dir, model);
+  for (const auto& [rel, want] : m.checksums) {
+    const std::string path = (fs::path(dir) / rel).string();
+    const std::string got = file_checksum(path);
+    if (got != want)
+      throw Error(path, "checksum mismatch: the manifest has " + want + ", the file " + got +
+                            " (corrupted or changed after the save)");
+  }
 }
 
 TrainProgress read_checkpoint_manifest(const std::string& dir, const Model& model) {

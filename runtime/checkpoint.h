@@ -3,7 +3,8 @@
 //
 //   manifest.json          {"format": "parasol-checkpoint", "version": 1, "model": {...},
 //                           "step", "tokens", "data_position", "seed", "adamw": {...},
-//                           "plan": {...} (informational), "tensors": [{"name", "shape"}, ...]}
+//                           "plan": {...} (informational), "tensors": [{"name", "shape"}, ...],
+//                           "checksums": {"params/<tensor>.bin": "xxh3-64:<hex>", ...}}
 //   params/<tensor>.bin    the fp32 master values of full tensor <tensor> (runtime/param_layout.h)
 //   adam_m/<tensor>.bin    AdamW's first moment
 //   adam_v/<tensor>.bin    AdamW's second moment
@@ -15,8 +16,12 @@
 // A save is three steps with a barrier between them (the caller's):
 //   1. one rank:   begin_checkpoint()   (directories, files at their full size, old manifest gone)
 //   2. every rank: save_checkpoint_rank()
-//   3. one rank:   commit_checkpoint()  (manifest.json, written atomically: a checkpoint without
-//                                        one is incomplete and does not load)
+//   3. one rank:   commit_checkpoint()  (manifest.json with every file's XXH3 checksum, written
+//                                        atomically: a checkpoint without one is incomplete and
+//                                        does not load)
+// A resume first verifies every file against its checksum on one rank (verify_checkpoint), so
+// that flipped bytes in a file of the right size are an error, not silently wrong weights.
+// Version 1 checkpoints (no checksums) still load, unverified.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +37,7 @@
 
 namespace parasol::runtime {
 
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;
 
 // The training state beyond the tensors.
 struct TrainProgress {
@@ -59,6 +64,11 @@ void save_checkpoint_rank(const std::string& dir, const Model& model, const Plan
 // Step 3 (one rank, after every rank saved): writes manifest.json.
 void commit_checkpoint(const std::string& dir, const Model& model, const Plan& plan,
                        const TrainProgress& progress);
+
+// Recomputes the XXH3 checksum of every tensor file listed in the manifest and compares it with
+// the manifest's. Throws parasol::Error naming the file on a mismatch or a missing file (and as
+// read_checkpoint_manifest on a bad manifest). Nothing to check in a version 1 checkpoint.
+void verify_checkpoint(const std::string& dir, const Model& model);
 
 // Reads manifest.json and checks it against `model` (format, version, every shape figure of the
 // model). Throws parasol::Error naming the file and field: "<dir>/manifest.json" when missing

@@ -131,6 +131,10 @@ void Trainer::save(const std::string& dir) {
 
 void Trainer::load(const std::string& dir) {
   TrainProgress p;
+  // One rank checks every file against the manifest's checksums before any rank reads.
+  on_every_rank(comms_.world(), backend_, "resume", [&] {
+    if (comms_.world().index() == 0) verify_checkpoint(dir, model_);
+  });
   on_every_rank(comms_.world(), backend_, "resume", [&] {
     HostStaging staging(*executor_, backend_, /*load=*/true);
     p = load_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,

@@ -254,7 +254,7 @@ TEST(Checkpoint, ManifestKeepsTheProgressAndTheTensorList) {
   }
   const Json j = read_json_file(tmp.sub("c") + "/manifest.json");
   EXPECT_EQ(j.at("format"), "parasol-checkpoint");
-  EXPECT_EQ(j.at("version"), 1);
+  EXPECT_EQ(j.at("version"), 2);
   EXPECT_EQ(j.at("model").at("hidden"), 64);
   bool found = false;
   for (const Json& t : j.at("tensors"))
@@ -327,6 +327,79 @@ TEST(Checkpoint, TiedHeadCopyComesFromTheTable) {
   check_state(back);  // head.head of the pp run is not needed: the table is the serial state
 }
 
+// Two flipped bytes in a tensor file of the right size: the size check cannot see it, the
+// checksum must (a resume would otherwise train on from corrupted weights).
+TEST(Checkpoint, FlippedBytesFailVerificationNamingTheFile) {
+  TempDir tmp;
+  const Model m = model_preset("tiny");
+  SimRun run(m, make_plan({}));
+  set_state(run, false);
+  const std::string dir = tmp.sub("ckpt");
+  save(run, dir);
+  EXPECT_NO_THROW(verify_checkpoint(dir, m));
+  const std::string file = checkpoint_file(dir, "adam_v", model_tensors(m, false).back().name);
+  const auto size = std::filesystem::file_size(file);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    for (std::streamoff at : {std::streamoff(17), std::streamoff(size / 2)}) {
+      f.seekg(at);
+      char c = 0;
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x5a);
+      f.seekp(at);
+      f.write(&c, 1);
+    }
+  }
+  ASSERT_EQ(std::filesystem::file_size(file), size);
+  // The per-rank load still reads it (the sizes match): only the checksum tells.
+  EXPECT_NO_THROW(load(run, dir));
+  ExpectError([&] { verify_checkpoint(dir, m); }, file, "checksum mismatch");
+  // A missing file is named too.
+  std::filesystem::remove(file);
+  ExpectError([&] { verify_checkpoint(dir, m); }, file, "missing");
+}
+
+// A version 1 checkpoint (written before checksums) still resumes, unverified.
+TEST(Checkpoint, VersionOneWithoutChecksumsStillLoads) {
+  TempDir tmp;
+  const Model m = model_preset("tiny");
+  SimRun run(m, make_plan({}));
+  set_state(run, false);
+  const std::string dir = tmp.sub("ckpt");
+  save(run, dir);
+  Json j = read_json_file(dir + "/manifest.json");
+  j["version"] = 1;
+  j.erase("checksums");
+  std::ofstream(dir + "/manifest.json") << j.dump();
+  EXPECT_NO_THROW(verify_checkpoint(dir, m));
+  EXPECT_EQ(load(run, dir).step, some_progress().step);
+  // Version 2 requires them.
+  j["version"] = 2;
+  std::ofstream(dir + "/manifest.json") << j.dump();
+  ExpectError([&] { verify_checkpoint(dir, m); }, dir + "/manifest.json.checksums", "");
+}
+
+TEST(Checkpoint, ManifestCarriesAChecksumPerFile) {
+  TempDir tmp;
+  const Model m = model_preset("tiny");
+  SimRun run(m, make_plan({}));
+  set_state(run, false);
+  const std::string dir = tmp.sub("ckpt");
+  save(run, dir);
+  const Json j = read_json_file(dir + "/manifest.json");
+  EXPECT_EQ(j["version"].get<int>(), kCheckpointVersion);
+  size_t files = 0;
+  for (const auto& t : j["tensors"])
+    for (const char* kind : {"params", "adam_m", "adam_v"}) {
+      const std::string rel = std::string(kind) + "/" + t["name"].get<std::string>() + ".bin";
+      ASSERT_TRUE(j["checksums"].contains(rel)) << rel;
+      EXPECT_EQ(j["checksums"][rel].get<std::string>().rfind("xxh3-64:", 0), 0u) << rel;
+      ++files;
+    }
+  EXPECT_EQ(j["checksums"].size(), files);
+}
+
 TEST(Checkpoint, ErrorsNameTheFileAndField) {
   TempDir tmp;
   const Model m = model_preset("tiny");
@@ -375,9 +448,9 @@ TEST(Checkpoint, ErrorsNameTheFileAndField) {
   // An unsupported version.
   save(run, ok);
   Json j = read_json_file(ok + "/manifest.json");
-  j["version"] = 2;
+  j["version"] = 3;
   std::ofstream(ok + "/manifest.json") << j.dump();
-  ExpectError([&] { load0(ok); }, ok + "/manifest.json.version", "unsupported version 2");
+  ExpectError([&] { load0(ok); }, ok + "/manifest.json.version", "unsupported version 3");
 
   // A directory that cannot be created.
   std::ofstream(tmp.sub("file")) << "x";

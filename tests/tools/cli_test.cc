@@ -352,4 +352,23 @@ TEST(CliRun, CheckpointThenResumeContinuesTheRun) {
   EXPECT_NEAR(jr["steps"][0]["loss"].get<double>(), jw["steps"][2]["loss"].get<double>(), 1e-6);
 }
 
+// A corrupted checkpoint (bytes flipped, same size) is refused on resume: exit 2, the file named.
+TEST(CliRun, CorruptedCheckpointIsRefusedNamingTheFile) {
+  const std::string dir = temp_path("parasol-cli-corrupt");
+  Result first = run("run --model tiny --gbs 2 --steps 1 --checkpoint " + dir);
+  ASSERT_EQ(first.code, 0) << first.out;
+  const std::string file = dir + "/params/emb.table.bin";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << file;
+    f.seekp(100);
+    const char bytes[2] = {0x12, 0x34};
+    f.write(bytes, 2);
+  }
+  Result rest = run("run --model tiny --gbs 2 --steps 1 --resume " + dir);
+  EXPECT_EQ(rest.code, 2) << rest.out;
+  EXPECT_NE(rest.out.find("emb.table.bin"), std::string::npos) << rest.out;
+  EXPECT_NE(rest.out.find("checksum mismatch"), std::string::npos) << rest.out;
+}
+
 }  // namespace
