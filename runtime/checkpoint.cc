@@ -11,6 +11,7 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -365,6 +366,90 @@ void commit_checkpoint(const std::string& dir, const Model& model, const Plan& p
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw Error(path, "cannot write: " + ec.message());
+}
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+// fsync of a file or directory (data written by any process of this host).
+void sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw Error(path, std::string("cannot open to flush: ") + strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(path, std::string("cannot flush to disk: ") + strerror(err));
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw Error(tmp, "cannot write");
+  }
+  sync_path(tmp, false);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(path, "cannot write: " + ec.message());
+}
+
+}  // namespace
+
+std::string checkpoint_staging_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / ("." + step_name(step) + ".partial")).string();
+}
+
+std::string publish_checkpoint(const std::string& root, int64_t step, int keep) {
+  const std::string staging = checkpoint_staging_dir(root, step);
+  const std::string final_dir = (fs::path(root) / step_name(step)).string();
+  // Everything on disk before the rename makes it visible.
+  for (const auto& e : fs::recursive_directory_iterator(staging))
+    sync_path(e.path().string(), e.is_directory());
+  sync_path(staging, true);
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);  // an older save of the same step
+  if (ec) throw Error(final_dir, "cannot replace: " + ec.message());
+  fs::rename(staging, final_dir, ec);
+  if (ec) throw Error(final_dir, "cannot publish the checkpoint: " + ec.message());
+  sync_path(root, true);
+  write_atomically((fs::path(root) / "latest").string(), step_name(step) + "\n");
+  sync_path(root, true);
+  // Keep the newest `keep` step directories; drop crashed saves' staging directories.
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory()) continue;
+    if (name.rfind("step-", 0) == 0) steps.push_back(name);
+    if (name.rfind(".step-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+  std::sort(steps.begin(), steps.end());
+  if (keep > 0 && static_cast<int>(steps.size()) > keep)
+    for (size_t i = 0; i + keep < steps.size(); ++i)
+      if (steps[i] != step_name(step)) fs::remove_all(fs::path(root) / steps[i], ec);
+  return final_dir;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  const fs::path latest = fs::path(path) / "latest";
+  if (!fs::exists(latest))
+    throw Error(path, fs::exists(path)
+                          ? "not a checkpoint: no manifest.json and no latest (a save that did "
+                            "not complete leaves neither)"
+                          : "missing: no directory " + path);
+  std::ifstream in(latest);
+  std::string name;
+  in >> name;
+  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
+    throw Error(latest.string(), "does not name a step directory ('" + name + "')");
+  return (fs::path(path) / name).string();
 }
 
 void verify_checkpoint(const std::string& dir, const Model& model) {

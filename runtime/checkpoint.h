@@ -65,6 +65,28 @@ void save_checkpoint_rank(const std::string& dir, const Model& model, const Plan
 void commit_checkpoint(const std::string& dir, const Model& model, const Plan& plan,
                        const TrainProgress& progress);
 
+// ---- Atomic saves under a root directory. A save goes into a fresh staging directory
+// root/.step-<N>.partial (the three steps above), becomes root/step-<N> by a rename once it is
+// complete and on disk (publish_checkpoint), and only then does root/latest (a one-line file,
+// replaced by a rename) name it. A crash at any moment leaves the previous checkpoint and latest
+// as they were: the newest complete checkpoint is always the one latest names.
+
+// The staging directory of the save of step `step` under `root` (begin_checkpoint creates it, or
+// truncates what a crashed save of that step left there).
+std::string checkpoint_staging_dir(const std::string& root, int64_t step);
+
+// Step 4 (one rank, after commit_checkpoint in the staging directory): flushes every file and
+// the directory to disk, renames the staging directory to root/step-<N> (replacing an older save
+// of the same step), points root/latest at it, and removes the step directories beyond the
+// newest `keep` (0: keep them all) and the staging directories of crashed saves. Returns the
+// step directory.
+std::string publish_checkpoint(const std::string& root, int64_t step, int keep);
+
+// The checkpoint directory `path` names: `path` itself when it holds manifest.json (a step
+// directory, or a checkpoint written before atomic saves), else the step directory its `latest`
+// names. Throws parasol::Error naming `path` when it is neither.
+std::string resolve_checkpoint(const std::string& path);
+
 // Recomputes the XXH3 checksum of every tensor file listed in the manifest and compares it with
 // the manifest's. Throws parasol::Error naming the file on a mismatch or a missing file (and as
 // read_checkpoint_manifest on a bad manifest). Nothing to check in a version 1 checkpoint.

@@ -2,6 +2,9 @@
 #include "runtime/trainer.h"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/lower.h"
@@ -106,15 +109,29 @@ void on_every_rank(Communicator& world, Backend& backend, const char* field, F&&
 
 }  // namespace
 
-void Trainer::save(const std::string& dir) {
+namespace {
+// Fault injection for the tests of atomic saves (tests/tools/cli_test.cc): with
+// PARASOL_TEST_KILL_IN_SAVE=<point> in the environment, this process kills itself (SIGKILL) at
+// that point of a save: begin, rank, commit or publish.
+void kill_point(const char* point) {
+  static const char* where = std::getenv("PARASOL_TEST_KILL_IN_SAVE");
+  if (where != nullptr && std::strcmp(where, point) == 0) std::raise(SIGKILL);
+}
+}  // namespace
+
+void Trainer::save(const std::string& root) {
   Communicator& world = comms_.world();
+  std::string dir;
   on_every_rank(world, backend_, "checkpoint", [&] {
+    dir = checkpoint_staging_dir(root, steps_);
+    kill_point("begin");
     if (world.index() == 0) begin_checkpoint(dir, model_, plan_);
   });
   on_every_rank(world, backend_, "checkpoint", [&] {
     HostStaging staging(*executor_, backend_, /*load=*/true);
     save_checkpoint_rank(dir, model_, plan_, comms_.groups().coord, program_.buckets,
                          staging.access());
+    kill_point("rank");
   });
   on_every_rank(world, backend_, "checkpoint", [&] {
     if (world.index() != 0) return;
@@ -126,11 +143,19 @@ void Trainer::save(const std::string& dir) {
     p.adamw = options_.adamw;
     p.adamw.step = steps_ + 1;
     commit_checkpoint(dir, model_, plan_, p);
+    kill_point("commit");
+  });
+  on_every_rank(world, backend_, "checkpoint", [&] {
+    if (world.index() != 0) return;
+    kill_point("publish");
+    publish_checkpoint(root, steps_, options_.keep_checkpoints);
   });
 }
 
-void Trainer::load(const std::string& dir) {
+void Trainer::load(const std::string& path) {
   TrainProgress p;
+  std::string dir;
+  on_every_rank(comms_.world(), backend_, "resume", [&] { dir = resolve_checkpoint(path); });
   // One rank checks every file against the manifest's checksums before any rank reads.
   on_every_rank(comms_.world(), backend_, "resume", [&] {
     if (comms_.world().index() == 0) verify_checkpoint(dir, model_);

@@ -25,7 +25,8 @@ struct TrainerOptions {
   std::string data;    // llm.c .bin token file; empty: seeded synthetic tokens
   AdamWConfig adamw;
   float clip_norm = 1.0f;
-  float dropout_p = 0.1f;  // where the model has dropout
+  float dropout_p = 0.1f;    // where the model has dropout
+  int keep_checkpoints = 0;  // step directories a save keeps (the newest ones); 0: all
 };
 
 struct StepStats {

@@ -12,8 +12,8 @@
 # the issue's bar), or when calibration made the held-out error worse by more than the measured
 # run-to-run noise (the first held-out plan is run twice; the noise is the relative difference of
 # its two measured step times); 3 when one of those fails and the host was measured busy
-# (inconclusive): other processes took over 20% of the CPUs during a kept run, the 1-minute load
-# average (/proc/loadavg) before the check was at least the core count, or a fixed reference
+# (inconclusive): other processes took over 20% of the CPUs during a kept run, over half of the
+# CPUs were busy in the second before the check (after waiting for a quiet host), or a reference
 # workload (an awk loop, timed before the first run and after the last) ran over 25% slower at
 # the end; 2 for a usage error or a failed command. A slow check is never skipped for its
 # slowness alone: past --deadline the load is measured and the check stops as inconclusive only
@@ -160,9 +160,16 @@ ref_timing() {
   w1="$(date +%s.%N)"
   awk -v a="$w0" -v b="$w1" 'BEGIN { printf "%.4f", b - a }'
 }
-# The 1-minute load average, or 0 without /proc/loadavg.
-load1() {
-  if [ -r /proc/loadavg ]; then read -r l _ </proc/loadavg; echo "$l"; else echo 0; fi
+# The share of the host's CPUs busy over one second, measured now (0 without /proc/stat). Not
+# the load average: that lags a minute behind, so after other tests (ctest -j) it calls an idle
+# host busy and a failing check would be skipped.
+busy_now() {
+  ((have_stat)) || { echo 0; return; }
+  local b0 t0 b1 t1
+  read -r b0 t0 <<<"$(cpu_ticks)"
+  sleep 1
+  read -r b1 t1 <<<"$(cpu_ticks)"
+  awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.3f", t > 0 ? b / t : 0 }'
 }
 # Whether the host was measured busy (see the exit status); prints the evidence.
 host_busy() {
@@ -171,7 +178,7 @@ host_busy() {
   awk -v o="$busiest" -v l="$load_start" -v c="$cores" -v r0="$ref_start" -v r1="$ref_end" 'BEGIN {
     busy = 0
     if (o > 0.2) { printf "other processes took up to %.0f%% of the CPUs during a run\n", 100 * o; busy = 1 }
-    if (l >= c) { printf "the load average was %.2f on %d core(s) before the check\n", l, c; busy = 1 }
+    if (l > 0.5) { printf "other processes kept %.0f%% of the CPUs busy before the check\n", 100 * l; busy = 1 }
     if (r1 > 1.25 * r0) { printf "the reference workload took %.3f s at the end, %.3f s at the start\n", r1, r0; busy = 1 }
     exit !busy }'
 }
@@ -184,9 +191,10 @@ fail() {
 
 echo "loop-check: $bin, $cores core(s), plans of <= $max_ranks ranks, $steps steps (median of" \
   "the last $trace_steps), output in $out"
-load_start="$(load1)"
+wait_quiet
+load_start="$(busy_now)"
 ref_start="$(ref_timing)"
-echo "loop-check: load average $load_start, reference workload $ref_start s"
+echo "loop-check: CPUs busy before the check $load_start, reference workload $ref_start s"
 wait_quiet
 "$bin" calibrate --probe --threads 1 -o "$out/host.json" >"$out/probe.txt" 2>&1 ||
   fail "calibrate --probe" "$out/probe.txt"

@@ -36,6 +36,7 @@ struct RunOptions {
   std::string data, trace, checkpoint, resume, backend = "cpu";
   uint64_t seed = 42;
   double lr = 1e-3;
+  int keep = 0;  // checkpoints kept under --checkpoint (0: all)
   bool json = false;
 };
 
@@ -93,6 +94,7 @@ int train(const Spec& s, const RunOptions& ro) {
   opt.seed = ro.seed;
   opt.data = ro.data;
   opt.adamw.lr = ro.lr;
+  opt.keep_checkpoints = ro.keep;
   Trainer trainer(s.model, plan, backend, *comms, opt);
   if (!ro.resume.empty()) trainer.load(ro.resume);
   const Liveness lv = liveness(trainer.program());
@@ -193,8 +195,15 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--trace-steps", ro->trace_steps,
                   "steps the trace records (the last ones; compare and calibrate take medians)")
       ->capture_default_str();
-  cmd->add_option("--checkpoint", ro->checkpoint, "save the training state here at the end");
-  cmd->add_option("--resume", ro->resume, "resume from this checkpoint");
+  cmd->add_option("--checkpoint", ro->checkpoint,
+                  "save the training state under this directory at the end (atomically: a new "
+                  "step-<N> directory, then `latest` names it)");
+  cmd->add_option("--keep", ro->keep,
+                  "checkpoints kept under --checkpoint, the newest (default 0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--resume", ro->resume,
+                  "resume from this checkpoint (a step directory, or the directory whose `latest` "
+                  "names one)");
   cmd->add_option("--backend", ro->backend, "cpu (MPI) or cuda (NCCL, where built)")
       ->capture_default_str();
   cmd->add_option("--seed", ro->seed, "initialisation, data and dropout seed")

@@ -308,10 +308,12 @@ void expect_matches_serial(const Model& m, const Plan& plan) {
   for (size_t i = 0; i < got.losses.size(); ++i)
     EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i])) << "step " << i + 1;
   EXPECT_LT(got.losses.back(), got.losses.front());  // it trains
+  // The saves are step directories under dir and ref.dir (runtime/checkpoint.h).
+  const std::string got_dir = resolve_checkpoint(dir), ref_dir = resolve_checkpoint(ref.dir);
   for (const TensorInfo& t : model_tensors(m))
     for (const char* kind : {"params", "adam_m", "adam_v"}) {
-      const double e =
-          file_error(checkpoint_file(dir, kind, t.name), checkpoint_file(ref.dir, kind, t.name));
+      const double e = file_error(checkpoint_file(got_dir, kind, t.name),
+                                  checkpoint_file(ref_dir, kind, t.name));
       EXPECT_LE(e, 1e-4) << kind << "/" << t.name;
     }
 }

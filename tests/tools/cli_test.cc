@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -357,7 +359,7 @@ TEST(CliRun, CorruptedCheckpointIsRefusedNamingTheFile) {
   const std::string dir = temp_path("parasol-cli-corrupt");
   Result first = run("run --model tiny --gbs 2 --steps 1 --checkpoint " + dir);
   ASSERT_EQ(first.code, 0) << first.out;
-  const std::string file = dir + "/params/emb.table.bin";
+  const std::string file = dir + "/step-00000001/params/emb.table.bin";
   {
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << file;
@@ -369,6 +371,43 @@ TEST(CliRun, CorruptedCheckpointIsRefusedNamingTheFile) {
   EXPECT_EQ(rest.code, 2) << rest.out;
   EXPECT_NE(rest.out.find("emb.table.bin"), std::string::npos) << rest.out;
   EXPECT_NE(rest.out.find("checksum mismatch"), std::string::npos) << rest.out;
+}
+
+// Atomic saves: a process killed at any point of a save leaves the previous checkpoint as the
+// one `latest` names, and the run resumes from it exactly.
+TEST(CliRun, AKillDuringASaveLeavesThePreviousCheckpointLoadable) {
+  const std::string dir = temp_path("parasol-cli-kill");
+  Result whole = run("run --model tiny --gbs 2 --steps 2 --json");
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  auto jw = nlohmann::json::parse(whole.out.substr(whole.out.find('{')));
+  ASSERT_EQ(run("run --model tiny --gbs 2 --steps 1 --checkpoint " + dir).code, 0);
+  for (const char* point : {"begin", "rank", "commit", "publish"}) {
+    SCOPED_TRACE(point);
+    setenv("PARASOL_TEST_KILL_IN_SAVE", point, 1);
+    Result killed =
+        run("run --model tiny --gbs 2 --steps 1 --resume " + dir + " --checkpoint " + dir);
+    unsetenv("PARASOL_TEST_KILL_IN_SAVE");
+    EXPECT_NE(killed.code, 0) << killed.out;
+    // The step-1 checkpoint is still the latest, whole: step 2 again gives the uninterrupted loss.
+    Result rest = run("run --model tiny --gbs 2 --steps 1 --json --resume " + dir);
+    ASSERT_EQ(rest.code, 0) << rest.out;
+    auto jr = nlohmann::json::parse(rest.out.substr(rest.out.find('{')));
+    EXPECT_EQ(jr["steps"][0]["step"].get<int>(), 2);
+    EXPECT_NEAR(jr["steps"][0]["loss"].get<double>(), jw["steps"][1]["loss"].get<double>(), 1e-6);
+  }
+  // A save that completes moves latest on; --keep 1 leaves one step directory.
+  ASSERT_EQ(
+      run("run --model tiny --gbs 2 --steps 1 --keep 1 --resume " + dir + " --checkpoint " + dir)
+          .code,
+      0);
+  int step_dirs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("step-", 0) == 0) ++step_dirs;
+  EXPECT_EQ(step_dirs, 1);
+  Result after = run("run --model tiny --gbs 2 --steps 1 --json --resume " + dir);
+  ASSERT_EQ(after.code, 0) << after.out;
+  auto ja = nlohmann::json::parse(after.out.substr(after.out.find('{')));
+  EXPECT_EQ(ja["steps"][0]["step"].get<int>(), 3);
 }
 
 }  // namespace
