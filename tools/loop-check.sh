@@ -169,7 +169,7 @@ busy_now() {
   read -r b0 t0 <<<"$(cpu_ticks)"
   sleep 1
   read -r b1 t1 <<<"$(cpu_ticks)"
-  awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.3f", t > 0 ? b / t : 0 }'
+  awk -v b="$((b1 - b0))" -v t="$((t1 - t0))" 'BEGIN { printf "%.3f", (t > 0 ? b / t : 0) }'
 }
 # Whether the host was measured busy (see the exit status); prints the evidence.
 host_busy() {
