@@ -3,6 +3,7 @@
 // loop simulate -> compare -> calibrate -> simulate (with a profile of the host CPU from
 // calibrate --probe) on the localhost preset.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <array>
 #include <cstdio>
@@ -408,6 +409,21 @@ TEST(CliRun, AKillDuringASaveLeavesThePreviousCheckpointLoadable) {
   ASSERT_EQ(after.code, 0) << after.out;
   auto ja = nlohmann::json::parse(after.out.substr(after.out.find('{')));
   EXPECT_EQ(ja["steps"][0]["step"].get<int>(), 3);
+}
+
+// Scale (issue 13, limits): searching and simulating GPT-3 175B on 131,072 GPUs stays under
+// 2 GiB of memory (the largest child's peak resident set, which bounds both runs).
+TEST(CliScale, SearchAndSimulateOn131072GpusStayUnder2GiB) {
+  Result search = run("search --model gpt3-175b --cluster dgx-a100-80g --gpus 131072 --gbs 16384");
+  ASSERT_EQ(search.code, 0) << search.out;
+  EXPECT_NE(search.out.find("131072"), std::string::npos) << search.out;
+  Result sim =
+      run("simulate --model gpt3-175b --cluster dgx-a100-80g --gpus 131072 --gbs 16384 --tp 8 "
+          "--pp 16 --mbs 1");
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  struct rusage ru {};
+  ASSERT_EQ(getrusage(RUSAGE_CHILDREN, &ru), 0);
+  EXPECT_LT(static_cast<double>(ru.ru_maxrss) * 1024, 2.0 * (1 << 30));  // ru_maxrss: KiB
 }
 
 }  // namespace
