@@ -437,13 +437,16 @@ std::string publish_checkpoint(const std::string& root, int64_t step, int keep) 
 }
 
 std::string resolve_checkpoint(const std::string& path) {
-  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  // `latest` first: a root that also holds a checkpoint of the first layout (manifest.json in
+  // the root itself) resumes from the newest save, not the old one.
   const fs::path latest = fs::path(path) / "latest";
-  if (!fs::exists(latest))
+  if (!fs::exists(latest)) {
+    if (fs::exists(fs::path(path) / "manifest.json")) return path;
     throw Error(path, fs::exists(path)
                           ? "not a checkpoint: no manifest.json and no latest (a save that did "
                             "not complete leaves neither)"
                           : "missing: no directory " + path);
+  }
   std::ifstream in(latest);
   std::string name;
   in >> name;

@@ -82,9 +82,9 @@ std::string checkpoint_staging_dir(const std::string& root, int64_t step);
 // step directory.
 std::string publish_checkpoint(const std::string& root, int64_t step, int keep);
 
-// The checkpoint directory `path` names: `path` itself when it holds manifest.json (a step
-// directory, or a checkpoint written before atomic saves), else the step directory its `latest`
-// names. Throws parasol::Error naming `path` when it is neither.
+// The checkpoint directory `path` names: the step directory its `latest` names, else `path`
+// itself when it holds manifest.json (a step directory, or a checkpoint written before atomic
+// saves). Throws parasol::Error naming `path` when it is neither.
 std::string resolve_checkpoint(const std::string& path);
 
 // Recomputes the XXH3 checksum of every tensor file listed in the manifest and compares it with

@@ -380,6 +380,33 @@ TEST(Checkpoint, VersionOneWithoutChecksumsStillLoads) {
   ExpectError([&] { verify_checkpoint(dir, m); }, dir + "/manifest.json.checksums", "");
 }
 
+// Atomic saves under a root: publish renames the staging directory and points latest at it;
+// resolve follows latest (before a first-layout manifest in the root); keep prunes.
+TEST(Checkpoint, PublishedStepsResolveThroughLatest) {
+  TempDir tmp;
+  const Model m = model_preset("tiny");
+  SimRun run(m, make_plan({}));
+  set_state(run, false);
+  const std::string root = tmp.sub("root");
+  // A checkpoint of the first layout in the root itself.
+  save(run, root);
+  EXPECT_EQ(resolve_checkpoint(root), root);
+  for (int64_t step : {1, 2, 3}) {
+    const std::string staging = checkpoint_staging_dir(root, step);
+    save(run, staging);
+    const std::string published = publish_checkpoint(root, step, /*keep=*/2);
+    EXPECT_FALSE(std::filesystem::exists(staging));
+    EXPECT_EQ(resolve_checkpoint(root), published);
+    EXPECT_NO_THROW(verify_checkpoint(published, m));
+  }
+  EXPECT_FALSE(std::filesystem::exists(root + "/step-00000001"));  // keep 2
+  EXPECT_TRUE(std::filesystem::exists(root + "/step-00000002"));
+  // A crashed save (a staging directory never published) changes nothing.
+  save(run, checkpoint_staging_dir(root, 4));
+  EXPECT_EQ(resolve_checkpoint(root), root + "/step-00000003");
+  ExpectError([&] { resolve_checkpoint(tmp.sub("empty")); }, tmp.sub("empty"), "missing");
+}
+
 TEST(Checkpoint, ManifestCarriesAChecksumPerFile) {
   TempDir tmp;
   const Model m = model_preset("tiny");
