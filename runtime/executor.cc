@@ -579,6 +579,7 @@ struct Executor::Impl::Scheduler {
   // A point-to-point op at the head of stream s, in a group of its own or with the receive after
   // it (Megatron's batched isend/irecv).
   void issue_p2p(const Op& op, int s);
+  void inject_failure(const Op& op) const;
 
   Impl& im;
   const Program& prog;
@@ -713,9 +714,23 @@ void Executor::Impl::Scheduler::issue_p2p(const Op& op, int s) {
   comm.end_group();
 }
 
+// Fault injection for the tests of failure handling (tests/tools/cli_test.cc): with
+// PARASOL_TEST_FAIL_AT="<world rank>:<op id>" in the environment, that rank throws when it
+// starts that op, as a kernel or a transfer failing there would.
+void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
+  static const char* at = std::getenv("PARASOL_TEST_FAIL_AT");
+  if (at == nullptr) return;
+  int rank = -1, id = -1;
+  if (std::sscanf(at, "%d:%d", &rank, &id) != 2) return;
+  if (rank == im.comms.world_rank() && id == op.id)
+    throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
+                                       std::to_string(op.id) + "): injected failure");
+}
+
 // Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or
 // runs the op to completion on this thread.
 void Executor::Impl::Scheduler::issue(const Op& op, int s) {
+  inject_failure(op);
   im.ensure(op);
   static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
   if (debug)

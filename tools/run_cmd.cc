@@ -63,6 +63,23 @@ int world_rank() {
   return r;
 }
 
+// One training step. A failure inside a step may be this rank's alone (a kernel, a transfer, a
+// peer that died) while the others wait in a collective for it: the rank names itself and the
+// error (the executor's errors name the op) and aborts the whole job, so that every rank exits
+// non-zero at once instead of waiting forever. (Errors before the first step are every rank's
+// alike and end the run normally.)
+runtime::StepStats step_or_abort(runtime::Trainer& trainer, bool trace, int rank, int world) {
+  try {
+    return trainer.step(trace);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: rank %d of %d failed in step %lld: %s\n", rank, world,
+                 static_cast<long long>(trainer.steps_done() + 1), e.what());
+    std::fflush(stderr);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    throw;
+  }
+}
+
 int train(const Spec& s, const RunOptions& ro) {
   using namespace runtime;
   if (ro.backend != "cpu" && ro.backend != "cuda")
@@ -104,7 +121,7 @@ int train(const Spec& s, const RunOptions& ro) {
   double offset = 0;  // where the next recorded step starts in the trace
   for (int i = 0; i < ro.steps; ++i) {
     const bool trace = !ro.trace.empty() && i >= ro.steps - ro.trace_steps;
-    last = trainer.step(trace);
+    last = step_or_abort(trainer, trace, comms->world_rank(), world);
     if (trace) {
       // Recorded steps follow one another: each rank's times are from its own step start
       // (after a barrier), and the slowest rank's step time is the same on every rank.
