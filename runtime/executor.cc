@@ -580,6 +580,7 @@ struct Executor::Impl::Scheduler {
   // it (Megatron's batched isend/irecv).
   void issue_p2p(const Op& op, int s);
   void inject_failure(const Op& op) const;
+  bool tested(InFlight& f);
 
   Impl& im;
   const Program& prog;
@@ -652,7 +653,7 @@ void Executor::Impl::Scheduler::complete(const Op& op) {
 bool Executor::Impl::Scheduler::poll_transfers() {
   bool progressed = false;
   for (size_t i = 0; i < flying.size();) {
-    if (flying[i].req.test()) {
+    if (tested(flying[i])) {
       const Op& op = prog.ops[flying[i].op];
       record(op, flying[i].start, now());
       if (eager(op)) {
@@ -714,17 +715,34 @@ void Executor::Impl::Scheduler::issue_p2p(const Op& op, int s) {
   comm.end_group();
 }
 
-// Fault injection for the tests of failure handling (tests/tools/cli_test.cc): with
+// Whether an in-flight transfer has completed; a failure (the peer's error, the communication
+// timeout) is rethrown naming the op as well as the call.
+bool Executor::Impl::Scheduler::tested(InFlight& f) {
+  try {
+    return f.req.test();
+  } catch (const Error& e) {
+    const Op& op = prog.ops[f.op];
+    throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
+                                       std::to_string(op.id) + "): " + e.what());
+  }
+}
+
+// Fault injection for the tests of failure handling (tests/tools/failure_test.sh): with
 // PARASOL_TEST_FAIL_AT="<world rank>:<op id>" in the environment, that rank throws when it
-// starts that op, as a kernel or a transfer failing there would.
+// starts that op, as a kernel or a transfer failing there would; with PARASOL_TEST_STALL_AT it
+// stops there instead.
 void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
-  static const char* at = std::getenv("PARASOL_TEST_FAIL_AT");
-  if (at == nullptr) return;
-  int rank = -1, id = -1;
-  if (std::sscanf(at, "%d:%d", &rank, &id) != 2) return;
-  if (rank == im.comms.world_rank() && id == op.id)
+  auto here = [&](const char* var) {
+    const char* at = std::getenv(var);
+    int rank = -1, id = -1;
+    return at != nullptr && std::sscanf(at, "%d:%d", &rank, &id) == 2 &&
+           rank == im.comms.world_rank() && id == op.id;
+  };
+  if (here("PARASOL_TEST_FAIL_AT"))
     throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
                                        std::to_string(op.id) + "): injected failure");
+  // PARASOL_TEST_STALL_AT: the rank hangs there (a stalled GPU or host), alive but silent.
+  if (here("PARASOL_TEST_STALL_AT")) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 // Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
+#include "runtime/comm/comm_timeout.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/trainer.h"
@@ -36,7 +37,8 @@ struct RunOptions {
   std::string data, trace, checkpoint, resume, backend = "cpu";
   uint64_t seed = 42;
   double lr = 1e-3;
-  int keep = 0;  // checkpoints kept under --checkpoint (0: all)
+  int keep = 0;               // checkpoints kept under --checkpoint (0: all)
+  double comm_timeout_s = 0;  // 0: PARASOL_COMM_TIMEOUT_S or the default
   bool json = false;
 };
 
@@ -90,6 +92,7 @@ int train(const Spec& s, const RunOptions& ro) {
                                    std::to_string(ro.steps) + ")]");
   Plan plan = s.plan;
   validate(plan, s.model, *s.cluster);
+  if (ro.comm_timeout_s > 0) set_comm_timeout_s(ro.comm_timeout_s);
   std::unique_ptr<CommSet> comms;
   std::unique_ptr<Backend> owned;
   if (ro.backend == "cpu") {
@@ -218,6 +221,10 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--keep", ro->keep,
                   "checkpoints kept under --checkpoint, the newest (default 0: all)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--comm-timeout", ro->comm_timeout_s,
+                  "seconds a transfer may go without completing before the job is ended, naming "
+                  "it (default: PARASOL_COMM_TIMEOUT_S, else 600)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--resume", ro->resume,
                   "resume from this checkpoint (a step directory, or the directory whose `latest` "
                   "names one)");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/comm/comm_timeout.h"
 #include "runtime/comm/groups.h"
 #include "runtime/device_access.h"
 
@@ -76,7 +77,7 @@ std::string mpi_error_string(int rc) {
 // has completed (copy scratch out, check a receive's size).
 class MpiRequest final : public Request::Impl {
  public:
-  explicit MpiRequest(std::string field) : field_(std::move(field)) {}
+  explicit MpiRequest(std::string field) : field_(std::move(field)) {}  // posted now
 
   bool test() override {
     if (finished_) return true;
@@ -84,17 +85,18 @@ class MpiRequest final : public Request::Impl {
     MPI_Status status;
     DeviceAccess access;  // MPI moves the buffers' bytes while it progresses
     check(MPI_Test(&req, &flag, &status));
-    if (!flag) return false;
+    if (!flag) {
+      if (deadline_.expired()) throw Error(field_, deadline_.message());
+      return false;
+    }
     finish(status);
     return true;
   }
 
+  // MPI_Test in a loop rather than MPI_Wait, so that the communication timeout can end it.
   void wait() override {
-    if (finished_) return;
-    MPI_Status status;
-    DeviceAccess access;
-    check(MPI_Wait(&req, &status));
-    finish(status);
+    for (int spins = 0; !test(); ++spins)
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 
   void check(int rc) const {
@@ -115,6 +117,7 @@ class MpiRequest final : public Request::Impl {
  private:
   std::string field_;
   bool finished_ = false;
+  CommDeadline deadline_;  // from the request's creation, just before its MPI call
 };
 
 // ---- Strict mode: NCCL's groups and stream order -----------------------------------------------

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "runtime/comm/comm_timeout.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/comm/nccl_groups.h"
 
@@ -40,6 +41,7 @@ struct NcclCommunicator::Batch {
   bool issued = false;
   std::string error;  // why issuing failed (then no event)
   cudaEvent_t event = nullptr;
+  CommDeadline deadline;  // restarted when issued
   ~Batch() {
     if (event) cudaEventDestroy(event);  // fine while pending: released once it fires
   }
@@ -80,8 +82,18 @@ ncclDataType_t nccl_type(Dtype d) {
   return comm_elem_bytes(d) == 2 ? ncclBfloat16 : ncclFloat32;  // checked dtypes only
 }
 
-// Blocks until `event` has fired, throwing when CUDA or the communicator reports an error.
-void wait_event(cudaEvent_t event, ncclComm_t comm, const std::string& field) {
+// The communication timeout (runtime/comm/comm_timeout.h) of a transfer still in flight: the
+// communicator is aborted (ncclCommAbort: its kernels stop waiting on the peer), and the error
+// names the call. The communicator is unusable afterwards.
+[[noreturn]] void timed_out(const CommDeadline& d, ncclComm_t comm, const std::string& field) {
+  if (comm) ncclCommAbort(comm);
+  throw Error(field, d.message() + "; the NCCL communicator was aborted");
+}
+
+// Blocks until `event` has fired, throwing when CUDA or the communicator reports an error, or
+// when the transfer outlives the communication timeout.
+void wait_event(cudaEvent_t event, ncclComm_t comm, const std::string& field,
+                const CommDeadline& deadline) {
   for (;;) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return;
@@ -90,6 +102,7 @@ void wait_event(cudaEvent_t event, ncclComm_t comm, const std::string& field) {
     if (comm && ncclCommGetAsyncError(comm, &st) == ncclSuccess && st != ncclSuccess &&
         st != ncclInProgress)
       throw Error(field, nccl_error(st, comm));
+    if (deadline.expired()) timed_out(deadline, comm, field);
     std::this_thread::yield();
   }
 }
@@ -114,6 +127,7 @@ class NcclRequest final : public Request::Impl {
       if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess &&
           st != ncclInProgress)
         throw Error(field_, nccl_error(st, comm_));
+      if (b->deadline.expired()) timed_out(b->deadline, comm_, field_);
       return false;
     }
     if (e != cudaSuccess) throw Error(field_, cuda_error(e));
@@ -131,7 +145,7 @@ class NcclRequest final : public Request::Impl {
     if (!b->issued)
       throw Error(field_, "waited on inside begin_group()/end_group(): call end_group() first");
     check_issued();
-    wait_event(b->event, comm_, field_);
+    wait_event(b->event, comm_, field_, b->deadline);
     finish();
   }
 
@@ -197,7 +211,7 @@ NcclCommunicator::~NcclCommunicator() {
     flush();
     auto done = std::make_shared<Batch>();  // an empty batch: just the event
     issue(*done);
-    if (done->error.empty()) wait_event(done->event, comm_, "comm." + name());
+    if (done->error.empty()) wait_event(done->event, comm_, "comm." + name(), done->deadline);
   } catch (...) {
     failed = true;
   }
@@ -245,6 +259,7 @@ std::shared_ptr<NcclCommunicator::Batch> NcclCommunicator::batch_for(bool p2p) {
 void NcclCommunicator::issue(Batch& b) {
   if (b.issued) return;
   b.issued = true;
+  b.deadline = CommDeadline();
   try {
     for (auto& copy : b.copies) copy();
     if (!b.ops.empty()) {

@@ -3,7 +3,9 @@
 #   1. one rank's step throws (fault injection: PARASOL_TEST_FAIL_AT=<rank>:<op id>) while the
 #      other waits in a collective: every rank exits non-zero within 30 s, and the failing rank
 #      and op are named;
-#   2. one rank is killed (SIGKILL) mid-run: the job ends non-zero within 30 s.
+#   2. one rank stalls (alive, silent): the other's transfer hits the communication timeout
+#      (PARASOL_COMM_TIMEOUT_S), names the op, and the job ends non-zero;
+#   3. one rank is killed (SIGKILL) mid-run: the job ends non-zero within 30 s.
 # Usage: failure_test.sh PARASOL_BIN MPIRUN
 set -uo pipefail
 bin="$1"
@@ -26,7 +28,23 @@ else
   echo "ok   injected failure: exit $rc after $took s, rank and op named"
 fi
 
-# 2. SIGKILL of one rank while the job runs.
+# 2. A stalled rank (alive, silent) at op 40: its peer's transfer outlives the communication
+#    timeout (--comm-timeout 3), which names the op and ends the job.
+start=$SECONDS
+out="$(PARASOL_TEST_STALL_AT=1:40 timeout 60 "$mpirun" --oversubscribe -np 2 \
+       -x PARASOL_TEST_STALL_AT "${args[@]}" --comm-timeout 3 2>&1)"
+rc=$?
+took=$((SECONDS - start))
+if ((rc == 0 || rc == 124 || took > 30)); then
+  echo "FAIL stalled: exit $rc after $took s"; echo "$out" | tail -20; fails=1
+elif ! grep -q "rank 0 of 2 failed" <<<"$out" || ! grep -q "no progress in" <<<"$out"; then
+  echo "FAIL stalled: the timeout is not reported by the waiting rank:"; echo "$out" | tail -20
+  fails=1
+else
+  echo "ok   stalled rank: exit $rc after $took s; $(grep -o 'rank 0 of 2 failed[^;]*' <<<"$out" | head -1)"
+fi
+
+# 3. SIGKILL of one rank while the job runs.
 log="$(mktemp)"
 start=$SECONDS
 timeout 60 "$mpirun" --oversubscribe -np 2 "${args[@]}" >"$log" 2>&1 &
