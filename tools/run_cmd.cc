@@ -38,6 +38,7 @@ struct RunOptions {
   uint64_t seed = 42;
   double lr = 1e-3;
   int keep = 0;               // checkpoints kept under --checkpoint (0: all)
+  int checkpoint_every = 0;   // also save every this many steps (0: only at the end)
   double comm_timeout_s = 0;  // 0: PARASOL_COMM_TIMEOUT_S or the default
   bool json = false;
 };
@@ -138,6 +139,9 @@ int train(const Spec& s, const RunOptions& ro) {
       std::printf("step %lld  loss %.4f  grad-norm %.3f  %.3f s  %s tokens/s\n",
                   static_cast<long long>(last.step), last.loss, last.grad_norm, last.seconds,
                   count(last.tokens_per_s).c_str());
+    if (ro.checkpoint_every > 0 && !ro.checkpoint.empty() && last.step % ro.checkpoint_every == 0 &&
+        i + 1 < ro.steps)
+      trainer.save(ro.checkpoint);
     steps.push_back({{"step", last.step},
                      {"loss", last.loss},
                      {"grad_norm", last.grad_norm},
@@ -218,6 +222,10 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--checkpoint", ro->checkpoint,
                   "save the training state under this directory at the end (atomically: a new "
                   "step-<N> directory, then `latest` names it)");
+  cmd->add_option("--checkpoint-every", ro->checkpoint_every,
+                  "also save under --checkpoint every this many steps (step numbers count from the "
+                  "start of training; 0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--keep", ro->keep,
                   "checkpoints kept under --checkpoint, the newest (default 0: all)")
       ->check(CLI::NonNegativeNumber);
