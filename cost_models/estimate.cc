@@ -293,7 +293,7 @@ struct LayerPricer {
   void context_parallel(const GroupModel& cp);
   void pre_mlp_norm();
   MlpBlock mlp_begin();
-  void routed_experts(MlpBlock& b);
+  void routed_experts();
   void expert_all_to_all(const GroupModel& ep, const MlpBlock& b);
   void mlp_end(const MlpBlock& b);
   void selective_recompute();
@@ -590,7 +590,7 @@ double LayerPricer::expert_tokens() const {
 // Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
 // expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
 // whose experts/ep local experts run as grouped GEMMs split etp ways.
-void LayerPricer::routed_experts(MlpBlock& b) {
+void LayerPricer::routed_experts() {
   const int64_t etp = p.expert_tp();
   const double tokens = expert_tokens();
   const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
@@ -601,7 +601,6 @@ void LayerPricer::routed_experts(MlpBlock& b) {
   // Tensor parallelism inside the MoE block: the shared experts' linears are a dense block
   // (mlp_begin marks it); the routed experts split tp ways exchange their routed rows.
   if (etp == t && t > 1) routed_tensor_parallel();
-  (void)b;
 }
 
 // Routed experts split tp ways (Megatron-Core's alltoall dispatcher with expert tensor
@@ -728,7 +727,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
   w.pre_mlp_norm();
   LayerPricer::MlpBlock mlp = w.mlp_begin();
   if (moe_layer) {
-    w.routed_experts(mlp);
+    w.routed_experts();
     if (p.ep > 1) {
       const GroupModel& ep = p.expert_tp() != p.tp
                                  ? extra_group_model(p, ExtraGroup::kExpertParallel)

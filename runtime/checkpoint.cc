@@ -42,35 +42,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// The XXH3 64-bit hash of a whole file, as "xxh3-64:<16 hex digits>" (xxHash, Debian's
-// libxxhash): streamed in 4 MiB reads.
-std::string file_checksum(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    throw Error(path, errno == ENOENT ? "missing" : std::string("cannot open: ") + strerror(errno));
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  std::vector<char> buf(size_t{4} << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = strerror(errno);
-      XXH3_freeState(st);
-      ::close(fd);
-      throw Error(path, "read failed: " + why);
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(n));
-  }
-  const XXH64_hash_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  ::close(fd);
-  char hex[32];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("xxh3-64:") + hex;
-}
-
 // A file descriptor closed on scope exit.
 class File {
  public:
@@ -117,12 +88,55 @@ class File {
       offset += n;
     }
   }
+  // Flushes the file's (or directory's) data, written by any process of this host, to disk.
+  void sync() const {
+    if (::fsync(fd_) != 0)
+      throw Error(path_, std::string("cannot flush to disk: ") + strerror(errno));
+  }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   int fd_ = -1;
 };
+
+// The XXH3 64-bit hash of a whole file, as "xxh3-64:<16 hex digits>" (xxHash, Debian's
+// libxxhash): streamed in 4 MiB reads.
+std::string file_checksum(const std::string& path) {
+  const File f(path, O_RDONLY);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(st.get());
+  std::vector<char> buf(size_t{4} << 20);
+  const int64_t size = f.size();
+  for (int64_t at = 0; at < size;) {
+    const int64_t n = std::min<int64_t>(size - at, static_cast<int64_t>(buf.size()));
+    f.read_at(buf.data(), n, at);
+    XXH3_64bits_update(st.get(), buf.data(), static_cast<size_t>(n));
+    at += n;
+  }
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(XXH3_64bits_digest(st.get())));
+  return std::string("xxh3-64:") + hex;
+}
+
+void sync_path(const std::string& path) { File(path, O_RDONLY).sync(); }
+
+// Writes `text` to `path` through a temporary file flushed to disk and renamed over it: readers
+// see the old file or the whole new one.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw Error(tmp, "cannot write");
+  }
+  sync_path(tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(path, "cannot write: " + ec.message());
+}
 
 struct Manifest {
   TrainProgress progress;
@@ -356,16 +370,7 @@ void commit_checkpoint(const std::string& dir, const Model& model, const Plan& p
                     {"step", a.step}}},
                   {"tensors", tensors},
                   {"checksums", checksums}};
-  const std::string path = manifest_path(dir), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << "\n";
-    out.close();
-    if (!out) throw Error(tmp, "cannot write");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(path, "cannot write: " + ec.message());
+  write_atomically(manifest_path(dir), j.dump(2) + "\n");
 }
 
 namespace {
@@ -374,30 +379,6 @@ std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
   return buf;
-}
-
-// fsync of a file or directory (data written by any process of this host).
-void sync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw Error(path, std::string("cannot open to flush: ") + strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(path, std::string("cannot flush to disk: ") + strerror(err));
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) throw Error(tmp, "cannot write");
-  }
-  sync_path(tmp, false);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(path, "cannot write: " + ec.message());
 }
 
 }  // namespace
@@ -410,17 +391,16 @@ std::string publish_checkpoint(const std::string& root, int64_t step, int keep) 
   const std::string staging = checkpoint_staging_dir(root, step);
   const std::string final_dir = (fs::path(root) / step_name(step)).string();
   // Everything on disk before the rename makes it visible.
-  for (const auto& e : fs::recursive_directory_iterator(staging))
-    sync_path(e.path().string(), e.is_directory());
-  sync_path(staging, true);
+  for (const auto& e : fs::recursive_directory_iterator(staging)) sync_path(e.path().string());
+  sync_path(staging);
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // an older save of the same step
   if (ec) throw Error(final_dir, "cannot replace: " + ec.message());
   fs::rename(staging, final_dir, ec);
   if (ec) throw Error(final_dir, "cannot publish the checkpoint: " + ec.message());
-  sync_path(root, true);
+  sync_path(root);
   write_atomically((fs::path(root) / "latest").string(), step_name(step) + "\n");
-  sync_path(root, true);
+  sync_path(root);
   // Keep the newest `keep` step directories; drop crashed saves' staging directories.
   std::vector<std::string> steps;
   for (const auto& e : fs::directory_iterator(root)) {

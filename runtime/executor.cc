@@ -732,17 +732,22 @@ bool Executor::Impl::Scheduler::tested(InFlight& f) {
 // starts that op, as a kernel or a transfer failing there would; with PARASOL_TEST_STALL_AT it
 // stops there instead.
 void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
-  auto here = [&](const char* var) {
-    const char* at = std::getenv(var);
-    int rank = -1, id = -1;
-    return at != nullptr && std::sscanf(at, "%d:%d", &rank, &id) == 2 &&
-           rank == im.comms.world_rank() && id == op.id;
+  // The injection points, read once per process: {rank, op id}, or {-1, -1} when unset.
+  auto point = [](const char* var) {
+    std::pair<int, int> at{-1, -1};
+    const char* v = std::getenv(var);
+    if (v == nullptr || std::sscanf(v, "%d:%d", &at.first, &at.second) != 2) at = {-1, -1};
+    return at;
   };
-  if (here("PARASOL_TEST_FAIL_AT"))
+  static const std::pair<int, int> fail = point("PARASOL_TEST_FAIL_AT");
+  static const std::pair<int, int> stall = point("PARASOL_TEST_STALL_AT");
+  if (fail.second < 0 && stall.second < 0) return;
+  const std::pair<int, int> here{im.comms.world_rank(), op.id};
+  if (here == fail)
     throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
                                        std::to_string(op.id) + "): injected failure");
   // PARASOL_TEST_STALL_AT: the rank hangs there (a stalled GPU or host), alive but silent.
-  if (here("PARASOL_TEST_STALL_AT")) std::this_thread::sleep_for(std::chrono::hours(1));
+  if (here == stall) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 // Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or

@@ -9,10 +9,7 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "core/lower.h"
 #include "cost_models/error_bands.h"
-#include "cost_models/estimate.h"
-#include "cost_models/memory.h"
 #include "cost_models/profile_sensitivity.h"
 #include "sim/predict.h"
 #include "tools/commands.h"

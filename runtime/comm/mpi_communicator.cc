@@ -177,7 +177,7 @@ struct MpiCommunicator::Batch {
   bool posted = false;    // its MPI calls made
   bool complete = false;  // every call complete (or the communicator broken: then `broken`)
   std::string broken;
-  std::chrono::steady_clock::time_point posted_at;
+  CommDeadline deadline{0};  // the watchdog's, from posting (options_.watchdog_s)
 };
 
 namespace {
@@ -289,13 +289,12 @@ void MpiCommunicator::end_group() {
 }
 
 void MpiCommunicator::drive() {
-  using Clock = std::chrono::steady_clock;
   while (!queue_.empty()) {
     Batch& b = *queue_.front();
     DeviceAccess access;  // MPI moves the buffers' bytes while it posts and progresses
     if (!b.posted) {
       b.posted = true;
-      b.posted_at = Clock::now();
+      b.deadline = CommDeadline(options_.watchdog_s);
       for (auto& op : b.ops) {
         const int rc = op->post(&op->mpi->req);
         if (rc != MPI_SUCCESS) {
@@ -327,8 +326,7 @@ void MpiCommunicator::drive() {
       }
     }
     if (!all) {
-      if (std::chrono::duration<double>(Clock::now() - b.posted_at).count() > options_.watchdog_s)
-        watchdog(b);
+      if (b.deadline.expired()) watchdog(b);
       return;
     }
     b.complete = true;
