@@ -52,6 +52,13 @@
 //    places back (a windowed layer's K/V gradients going home after fewer than cp steps). Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
 //    same `tag` from its peer has. Tags are unique per direction within a step.
+//  * the transfers of one exchange share an Op::p2p_group, consecutive on their stream: a ring
+//    attention step's send and receive; a pipeline step's sends and the next step's receives
+//    (Megatron's batch_isend_irecv: under 1F1B and GPipe each unit's send with the next unit's
+//    receive; interleaved, an iteration's sends, forward and backward, with the next iteration's
+//    receives, the sends each depending on the other's data). So grouped, the exchanges complete
+//    where a send completes only once its receive is posted and each communicator runs its
+//    groups in order (NCCL).
 //  * names ("L3.qkv.m0") are for people and traces; what the runtime must tell apart is typed:
 //    Op::role and Buffer::role (core/program.h), layer and micro-batch in Op::tags. The names
 //    below say which op or buffer is meant; each such op or buffer carries its role.

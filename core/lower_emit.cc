@@ -232,17 +232,18 @@ int Lowerer::collective(OpKind kind, Group g, int layer, const char* what, doubl
 }
 
 int Lowerer::p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
-                 double bytes, int buffer_id) {
+                 double bytes, int buffer_id, std::initializer_list<int> extra) {
   Op op = make(kind, layer, what, comm_stream(g));
   op.group = g;
   op.peer_stage = peer_stage;
   op.tag = tag;
+  op.p2p_group = p2p_group_;
   op.bytes = bytes;
   if (kind == OpKind::kSend)
     op.reads.push_back(buffer_id);
   else
     op.writes.push_back(buffer_id);
-  return emit(op);
+  return emit(op, extra);
 }
 
 int Lowerer::copy(OpKind kind, int layer, const char* what, double bytes,

@@ -163,8 +163,12 @@ struct Unit {
   int chunk, mb;
 };
 
-// The order of forward and backward units of stage `s` (Megatron's schedules).
-std::vector<Unit> schedule(const Plan& p, int s);
+// The forward and backward units of stage `s` in order (Megatron's schedules), in steps: the
+// units run between two exchanges of activations with the neighbouring stages. A step is one
+// unit under GPipe and 1F1B (Megatron's send_forward_recv_backward and send_backward_recv_forward
+// after each unit of 1F1B's steady state); interleaved, one of Megatron's iterations: a forward
+// in the warm-up, a forward and a backward in the steady state, a backward in the cool-down.
+std::vector<std::vector<Unit>> pipeline_steps(const Plan& p, int s);
 
 // "L<layer>.<what>[.m<mb>]" (no layer prefix when layer < 0, no suffix when mb < 0).
 std::string name(int layer, const char* what, int mb = -1);
@@ -238,8 +242,12 @@ class Lowerer {
                  int write) {
     return collective(kind, g, layer, what, bytes, std::vector<int>{read}, std::vector<int>{write});
   }
+  // A send or receive; in the open p2p group, if any.
   int p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
-          double bytes, int buffer_id);
+          double bytes, int buffer_id, std::initializer_list<int> extra = {});
+  // The sends and receives emitted between the two calls form one p2p group (Op::p2p_group).
+  void begin_p2p_group() { p2p_group_ = p2p_groups_++; }
+  void end_p2p_group() { p2p_group_ = -1; }
   int copy(OpKind kind, int layer, const char* what, double bytes, const std::vector<int>& reads,
            const std::vector<int>& writes, std::initializer_list<int> extra = {});
   void at(int layer, Phase phase) {
@@ -312,10 +320,23 @@ class Lowerer {
   int head_backward(int mb);
 
   // --- pipeline units (lower_schedule.cc)
-  int receive_activation(int v, bool backward, int mb);
-  void send_activation(int v, bool backward, int mb, int x);
-  void forward_unit(int chunk, int mb);
-  void backward_unit(int chunk, int mb);
+  // The receive of unit u's input from its neighbouring stage (activations forward, their
+  // gradient backward): returns the buffer it fills, or -1 when the unit has no such input.
+  int post_receive(const Unit& u);
+  // The unit's input from the buffer post_receive filled (gathered over tp when each tp rank
+  // received a slice).
+  int received_input(bool backward, int received);
+  // The exchange after a step: the outputs of its units (-1: none) sent, and the receives of
+  // the next step's units posted into `received`, as one p2p group (Megatron's batch_isend_irecv
+  // of that iteration); `split`: the next step's receives in a group of their own.
+  void exchange(const std::vector<Unit>& step, const std::vector<int>& outputs,
+                const std::vector<Unit>& next, bool split, std::vector<int>& received);
+  void send_output(const Unit& u, int x, std::initializer_list<int> extra);
+  void set_unit_tags(const Unit& u);
+  // A unit from its received input (-1: none); returns its output to send (-1: none).
+  int forward_unit(int chunk, int mb, int received);
+  int backward_unit(int chunk, int mb, int received);
+  void run_steps();  // every unit of pipeline_steps() and the exchanges between them
   void backward_layers(int chunk, int mb, bool last, int& dy);
   // The j-th layer of chunk `chunk` of this stage: its model layer, and its stage-local index
   // (the stage's layers in chunk order).
@@ -404,6 +425,8 @@ class Lowerer {
   std::vector<int> last_writer_;
   std::vector<std::array<int, kStreams>> last_reader_;
   int order_after_ = -1;   // when >= 0, every emitted op also waits for this op
+  int p2p_group_ = -1;     // the open p2p group (-1: none)
+  int p2p_groups_ = 0;     // p2p groups begun
   int last_compute_ = -1;  // the latest op on the compute stream
 
   std::vector<Bucket> buckets_;

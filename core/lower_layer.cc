@@ -47,10 +47,13 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     if (j < steps - 1) {
       // Ring attention: pass the chunk in hand on while attending to it.
       next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
+      // One exchange with the ring neighbours (one p2p group).
+      begin_p2p_group();
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
           next);
+      end_p2p_group();
     }
     Op op = make(OpKind::kAttention, layer, recompute ? "attn.rc" : "attn", kCompute);
     op.attn = a;
@@ -82,10 +85,12 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   const bool last = step == steps - 1;
   const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
   int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_}));
+  begin_p2p_group();
   p2p(OpKind::kSend, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send",
       kv_bytes, dkv);
   p2p(OpKind::kRecv, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv",
       kv_bytes, recv);
+  end_p2p_group();
   if (!last) return recv;
   role(OpRole::kDkvFold,
        elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
@@ -107,10 +112,12 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     int next = -1;
     if (j < steps - 1) {
       next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
+      begin_p2p_group();
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv]);
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
           next);
+      end_p2p_group();
     }
     int dkv = cp > 1 ? role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_})) : -1;
     Op op = make(OpKind::kAttention, layer, "attn", kCompute);

@@ -1,20 +1,21 @@
 // The pipeline: the order of a stage's forward and backward units (GPipe, 1F1B, interleaved
-// 1F1B in Megatron's per-stage order), each unit's activations received from and sent to the
-// neighbouring stages, its layers with their weights and saved activations acquired one use
-// ahead, and the stage's whole Program (Lowerer::run).
+// 1F1B in Megatron's per-stage order), the exchanges of activations with the neighbouring
+// stages between them (Megatron's batched isend/irecv: one p2p group per exchange), each unit's
+// layers with their weights and saved activations acquired one use ahead, and the stage's whole
+// Program (Lowerer::run).
 #include <algorithm>
 
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
 
-std::vector<Unit> schedule(const Plan& p, int s) {
+std::vector<std::vector<Unit>> pipeline_steps(const Plan& p, int s) {
   const int M = p.micro_batches();
-  std::vector<Unit> out;
+  std::vector<std::vector<Unit>> out;
   out.reserve(2 * static_cast<size_t>(M) * p.vpp);
   if (p.schedule == Schedule::kGpipe) {
-    for (int i = 0; i < M; ++i) out.push_back({true, 0, i});
-    for (int i = 0; i < M; ++i) out.push_back({false, 0, i});
+    for (int i = 0; i < M; ++i) out.push_back({{true, 0, i}});
+    for (int i = 0; i < M; ++i) out.push_back({{false, 0, i}});
     return out;
   }
   const bool inter = p.schedule == Schedule::kInterleaved;
@@ -27,52 +28,84 @@ std::vector<Unit> schedule(const Plan& p, int s) {
     int c = (k / pp) % vpp;
     return {fwd, fwd ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
   };
-  for (int k = 0; k < warm; ++k) out.push_back(unit(k, true));
+  for (int k = 0; k < warm; ++k) out.push_back({unit(k, true)});
   for (int j = 0; j < total - warm; ++j) {
-    out.push_back(unit(warm + j, true));
-    out.push_back(unit(j, false));
+    if (inter) {
+      out.push_back({unit(warm + j, true), unit(j, false)});
+    } else {
+      out.push_back({unit(warm + j, true)});
+      out.push_back({unit(j, false)});
+    }
   }
-  for (int j = total - warm; j < total; ++j) out.push_back(unit(j, false));
+  for (int j = total - warm; j < total; ++j) out.push_back({unit(j, false)});
   return out;
 }
 
-// The input of virtual stage `v`'s unit from its neighbour: activations from the previous
-// virtual stage (forward) or their gradient from the next (backward).
-int Lowerer::receive_activation(int v, bool backward, int mb) {
+void Lowerer::set_unit_tags(const Unit& u) {
+  tags_.chunk = u.chunk;
+  tags_.micro_batch = u.mb;
+  at(-1, u.forward ? Phase::kForward : Phase::kBackward);
+}
+
+int Lowerer::post_receive(const Unit& u) {
+  const int v = u.chunk * pp_ + s_;
+  const bool backward = !u.forward;
+  if (backward ? v == V_ - 1 : v == 0) return -1;
+  set_unit_tags(u);
   const int peer = backward ? (s_ + 1) % pp_ : (s_ - 1 + pp_) % pp_;
-  const int64_t tag = pp_tag(backward ? v + 1 : v - 1, backward, mb);
-  const char* what = backward ? "dy" : "x";
-  int x;
+  const int64_t tag = pp_tag(backward ? v + 1 : v - 1, backward, u.mb);
   if (t_ > 1 && !sp_) {
     // Megatron's scatter/gather: each TP rank receives 1/tp and the TP group all-gathers.
     int part = ws(-1, "recv", {ceil_div(T_, t_), h_});
     p2p(OpKind::kRecv, Group::kPp, peer, tag, -1, "recv", eb_ * T_ * h_ / t_, part);
-    x = act(-1, what, {T_, h_});
-    collective(OpKind::kAllGather, Group::kTp, -1, "recv.ag", eb_ * T_ * h_, part, x);
-  } else {
-    x = act(-1, what, {Tn_, h_});
-    p2p(OpKind::kRecv, Group::kPp, peer, tag, -1, "recv", eb_ * Tn_ * h_, x);
+    return part;
   }
+  int x = act(-1, backward ? "dy" : "x", {Tn_, h_});
+  p2p(OpKind::kRecv, Group::kPp, peer, tag, -1, "recv", eb_ * Tn_ * h_, x);
   return x;
 }
 
-void Lowerer::send_activation(int v, bool backward, int mb, int x) {
-  const int peer = backward ? (s_ - 1 + pp_) % pp_ : (s_ + 1) % pp_;
-  const double bytes = t_ > 1 && !sp_ ? eb_ * T_ * h_ / t_ : eb_ * Tn_ * h_;
-  p2p(OpKind::kSend, Group::kPp, peer, pp_tag(v, backward, mb), -1, "send", bytes, x);
+int Lowerer::received_input(bool backward, int received) {
+  if (t_ == 1 || sp_) return received;
+  int x = act(-1, backward ? "dy" : "x", {T_, h_});
+  collective(OpKind::kAllGather, Group::kTp, -1, "recv.ag", eb_ * T_ * h_, received, x);
+  return x;
 }
 
-void Lowerer::forward_unit(int c, int mb) {
-  tags_.chunk = c;
-  tags_.micro_batch = mb;
-  const int v = c * pp_ + s_;
-  int x;
-  if (v == 0) {
-    x = embedding_forward(mb);
-  } else {
-    at(-1, Phase::kForward);
-    x = receive_activation(v, false, mb);
+// `extra`: the producers of the other outputs of its exchange (NCCL issues a group's sends
+// together, so none leaves before the step's last unit is done).
+void Lowerer::send_output(const Unit& u, int x, std::initializer_list<int> extra) {
+  const int v = u.chunk * pp_ + s_;
+  const bool backward = !u.forward;
+  set_unit_tags(u);
+  const int peer = backward ? (s_ - 1 + pp_) % pp_ : (s_ + 1) % pp_;
+  const double bytes = t_ > 1 && !sp_ ? eb_ * T_ * h_ / t_ : eb_ * Tn_ * h_;
+  p2p(OpKind::kSend, Group::kPp, peer, pp_tag(v, backward, u.mb), -1, "send", bytes, x, extra);
+}
+
+void Lowerer::exchange(const std::vector<Unit>& step, const std::vector<int>& outputs,
+                       const std::vector<Unit>& next, bool split, std::vector<int>& received) {
+  begin_p2p_group();
+  for (size_t i = 0; i < step.size(); ++i) {
+    if (outputs[i] < 0) continue;
+    int other = -1;  // a step has at most two units: at most one other output
+    for (size_t j = 0; j < step.size(); ++j)
+      if (j != i && outputs[j] >= 0) other = last_writer_[outputs[j]];
+    send_output(step[i], outputs[i], {other});
   }
+  if (split) {
+    end_p2p_group();
+    begin_p2p_group();
+  }
+  received.clear();
+  for (const Unit& u : next) received.push_back(post_receive(u));
+  end_p2p_group();
+}
+
+int Lowerer::forward_unit(int c, int mb, int received) {
+  set_unit_tags({true, c, mb});
+  const int v = c * pp_ + s_;
+  int x = v == 0 ? embedding_forward(mb) : received_input(false, received);
   // Layers, each use's weights acquired one layer ahead.
   const int n = layers_in_chunk_[c];
   std::vector<WSet> w(n);
@@ -102,12 +135,9 @@ void Lowerer::forward_unit(int c, int mb) {
     saved_[saved_index(c, mb, j)] = keep;
     x = out;
   }
-  if (v == V_ - 1) {
-    head_forward(x, mb);
-  } else {
-    at(-1, Phase::kForward);
-    send_activation(v, false, mb, x);
-  }
+  if (v != V_ - 1) return x;
+  head_forward(x, mb);
+  return -1;
 }
 
 // The layers of chunk `c` backward for micro-batch `mb`, last first, each preceded by its
@@ -167,9 +197,8 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
   }
 }
 
-void Lowerer::backward_unit(int c, int mb) {
-  tags_.chunk = c;
-  tags_.micro_batch = mb;
+int Lowerer::backward_unit(int c, int mb, int received) {
+  set_unit_tags({false, c, mb});
   std::fill(unit_grads_valid_.begin(), unit_grads_valid_.end(), 0);
   const int v = c * pp_ + s_;
   const bool last = ++backward_done_[c] == M_;
@@ -180,17 +209,37 @@ void Lowerer::backward_unit(int c, int mb) {
     at(-1, Phase::kBackward);
     after_backward(hb, last);
   } else {
-    at(-1, Phase::kBackward);
-    dy = receive_activation(v, true, mb);
+    dy = received_input(true, received);
   }
   backward_layers(c, mb, last, dy);
-  if (v == 0) {
-    embedding_backward(mb, dy);
-    at(-1, Phase::kBackward);
-    after_backward(buckets_[emb_bucket_], last);
-  } else {
-    at(-1, Phase::kBackward);
-    send_activation(v, true, mb, dy);
+  if (v != 0) return dy;
+  embedding_backward(mb, dy);
+  at(-1, Phase::kBackward);
+  after_backward(buckets_[emb_bucket_], last);
+  return -1;
+}
+
+// Each step's units, then its exchange with the neighbouring stages: its outputs sent and the
+// next step's inputs received. The first step's inputs are received in an exchange of their own
+// (Megatron's recv_forward before the warm-up); interleaved, when every forward is in the
+// warm-up, so are the first backward's (Megatron's recv_backward before the cool-down).
+void Lowerer::run_steps() {
+  const std::vector<std::vector<Unit>> steps = pipeline_steps(p_, s_);
+  const std::vector<Unit> none;
+  std::vector<int> received;
+  exchange({}, {}, steps.front(), false, received);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const std::vector<Unit>& step = steps[i];
+    std::vector<int> outputs;
+    for (size_t j = 0; j < step.size(); ++j) {
+      const Unit& u = step[j];
+      outputs.push_back(u.forward ? forward_unit(u.chunk, u.mb, received[j])
+                                  : backward_unit(u.chunk, u.mb, received[j]));
+    }
+    const std::vector<Unit>& next = i + 1 < steps.size() ? steps[i + 1] : none;
+    const bool split = p_.schedule == Schedule::kInterleaved && step.size() == 1 &&
+                       step[0].forward && !next.empty() && !next[0].forward;
+    exchange(step, outputs, next, split, received);
   }
 }
 
@@ -212,12 +261,7 @@ Program Lowerer::run() {
   saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});
   head_saved_.assign(M_, {});
-  for (const Unit& u : schedule(p_, s_)) {
-    if (u.forward)
-      forward_unit(u.chunk, u.mb);
-    else
-      backward_unit(u.chunk, u.mb);
-  }
+  run_steps();
   optimizer();
   export_buckets();
   return std::move(P_);

@@ -318,6 +318,7 @@ Json program_to_json(const Program& p) {
     if (o.reduce_max) j["reduce"] = "max";
     if (o.peer_stage >= 0) j["peer_stage"] = o.peer_stage;
     if (o.tag >= 0) j["tag"] = o.tag;
+    if (o.p2p_group >= 0) j["p2p_group"] = o.p2p_group;
     ops.push_back(std::move(j));
   }
   return {{"stage", p.stage},

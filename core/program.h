@@ -239,6 +239,12 @@ struct Op {
                                // (and they name each other: peer stages, or ring neighbours)
   bool backward_data = false;  // linear backward: the data-gradient GEMM (else weight)
   OpTags tags;  // layer and micro-batch of the op (the runtime keys per-layer state by them)
+  // send/recv: the sends and receives of one exchange share a p2p_group (>= 0; -1: a transfer
+  // on its own). They are consecutive on their stream, on one communication group, and are
+  // issued together once all of them are ready, as one NCCL group (ncclGroupStart/End;
+  // Megatron's batch_isend_irecv): where a send completes only once its receive is posted and a
+  // communicator runs its calls in order, neighbours that exchange must group their transfers.
+  int p2p_group = -1;
 };
 
 struct Program {

@@ -576,9 +576,10 @@ struct Executor::Impl::Scheduler {
   bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
   bool ready(const Op& op) const;
   void issue(const Op& op, int s);
-  // A point-to-point op at the head of stream s, in a group of its own or with the receive after
-  // it (Megatron's batched isend/irecv).
-  void issue_p2p(const Op& op, int s);
+  // The point-to-point op at the head of stream s and the rest of its p2p group (Op::p2p_group),
+  // issued together as one communicator group once all of them are ready; false when not all are.
+  bool issue_p2p(int s);
+  size_t p2p_group_end(int s) const;  // queue position after the head's p2p group on stream s
   void inject_failure(const Op& op) const;
   bool tested(InFlight& f);
 
@@ -591,7 +592,7 @@ struct Executor::Impl::Scheduler {
   std::vector<size_t> head;
   std::vector<char> done;
   std::vector<InFlight> flying;
-  std::vector<char> busy;
+  std::vector<int> busy;  // per stream: non-eager ops in flight (the stream waits for them)
   std::vector<Marked> marked;
   int completed = 0;
   Clock::time_point t0;
@@ -660,7 +661,7 @@ bool Executor::Impl::Scheduler::poll_transfers() {
         im.finished(op);
       } else {
         complete(op);
-        busy[op.stream] = 0;
+        --busy[op.stream];
       }
       ++completed;
       progressed = true;
@@ -682,12 +683,13 @@ bool Executor::Impl::Scheduler::issue_ready(int s) {
   bool progressed = false;
   while (!busy[s] && head[s] < queue[s].size()) {
     const Op& op = prog.ops[queue[s][head[s]]];
-    if (!ready(op)) break;
-    ++head[s];
-    if (p2p(op))
-      issue_p2p(op, s);
-    else
+    if (p2p(op)) {
+      if (!issue_p2p(s)) break;
+    } else {
+      if (!ready(op)) break;
+      ++head[s];
       issue(op, s);
+    }
     progressed = true;
   }
   return progressed;
@@ -695,24 +697,33 @@ bool Executor::Impl::Scheduler::issue_ready(int s) {
 
 // Point-to-point transfers are issued in explicit groups (Communicator::begin_group), as NCCL
 // must see them: where a send completes only once its receive is posted and a communicator's
-// groups run in order (NCCL; the MPI communicator's strict mode), two neighbours that each send
-// before receiving deadlock unless each pair is one group. A send and the receive right after it
-// on the stream, from the same communicator and ready too, form one group (Megatron's
-// send_forward_recv_backward and send_backward_recv_forward of 1F1B's steady state, the ring
-// attention's step); every other transfer is a group of its own, so that the communicator's
-// batching of consecutive calls (NcclCommunicator) never joins transfers of different rounds.
-void Executor::Impl::Scheduler::issue_p2p(const Op& op, int s) {
-  Communicator& comm = im.comms.get(op.group);
+// groups run in order (NCCL; the MPI communicator's strict mode), neighbours that exchange
+// deadlock unless each exchange is one group. The lowering says which transfers form one
+// (Op::p2p_group: Megatron's batched isend/irecv of a pipeline step, a ring attention step);
+// every other transfer is a group of its own, so that the communicator's batching of consecutive
+// calls (NcclCommunicator) never joins transfers of different rounds.
+size_t Executor::Impl::Scheduler::p2p_group_end(int s) const {
+  const std::vector<int>& q = queue[s];
+  size_t end = head[s] + 1;
+  const Op& first = prog.ops[q[head[s]]];
+  if (first.p2p_group < 0) return end;
+  auto member = [&](const Op& o) {
+    return p2p(o) && o.p2p_group == first.p2p_group && o.group == first.group;
+  };
+  while (end < q.size() && member(prog.ops[q[end]])) ++end;
+  return end;
+}
+
+bool Executor::Impl::Scheduler::issue_p2p(int s) {
+  const size_t begin = head[s], end = p2p_group_end(s);
+  for (size_t i = begin; i < end; ++i)
+    if (!ready(prog.ops[queue[s][i]])) return false;
+  Communicator& comm = im.comms.get(prog.ops[queue[s][begin]].group);
+  head[s] = end;
   comm.begin_group();
-  issue(op, s);
-  if (op.kind == OpKind::kSend && head[s] < queue[s].size()) {
-    const Op& next = prog.ops[queue[s][head[s]]];
-    if (next.kind == OpKind::kRecv && next.group == op.group && ready(next)) {
-      ++head[s];
-      issue(next, s);
-    }
-  }
+  for (size_t i = begin; i < end; ++i) issue(prog.ops[queue[s][i]], s);
   comm.end_group();
+  return true;
 }
 
 // Whether an in-flight transfer has completed; a failure (the peer's error, the communication
@@ -766,7 +777,7 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
     if (eager(op))
       done[op.id] = 1;
     else
-      busy[s] = 1;
+      ++busy[s];
   } else {
     im.run_local(op);
     if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});

@@ -65,7 +65,9 @@ Pred both(Pred a, Pred b) {
 }
 
 // The forward/backward units of a Program in issue order: runs of ops with the same
-// (forward?, chunk, micro-batch), recompute ops belonging to their backward.
+// (forward?, chunk, micro-batch), recompute ops belonging to their backward. Pipeline sends and
+// receives are left out: they carry the tags of the unit whose data they move but are exchanged
+// between steps (interleaved: after both units of a steady-state step).
 struct U {
   bool fwd;
   int chunk, mb;
@@ -78,6 +80,7 @@ std::vector<U> units(const Program& p) {
   std::vector<U> out;
   for (const Op& o : p.ops) {
     if (o.tags.micro_batch < 0 || o.tags.phase == Phase::kOptimizer) continue;
+    if ((o.kind == OpKind::kSend || o.kind == OpKind::kRecv) && o.group == Group::kPp) continue;
     U u{o.tags.phase == Phase::kForward, o.tags.chunk, o.tags.micro_batch};
     if (out.empty() || !(out.back() == u)) out.push_back(u);
   }
