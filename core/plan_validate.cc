@@ -1,5 +1,6 @@
 // validate(plan, model, cluster): every rule that makes a plan impossible to run, each naming
 // the offending field and the reason.
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -67,6 +68,32 @@ void validate_stage_layers(const Plan& p, const Model& m) {
                   s(p.layers_in_stage(m.layers, st)) + " layers of stage " + s(st) +
                       " do not split into the " + s(chunks) + " virtual stages (vpp)");
 }
+
+// The largest tensor one micro-batch makes must have a byte count that 64-bit arithmetic holds
+// (with room for the sums of several): every size of the lowering and the cost models is an
+// int64 product of these factors, so a plan past this bound is refused rather than computed.
+void validate_tensor_sizes(const Plan& p, const Model& m) {
+  constexpr double kMaxTensorBytes = 0x1p60;  // 1 EiB; int64 holds 8 EiB
+  constexpr double kBytesPerElement = 8;      // the widest: fp32 values or Adam's pair of moments
+  const double tokens = static_cast<double>(p.micro_batch) * static_cast<double>(p.seq(m));
+  const double width = std::max<double>(
+      {static_cast<double>(m.hidden), static_cast<double>(m.ffn), static_cast<double>(m.vocab),
+       static_cast<double>(m.q_dim()),
+       m.is_moe() ? static_cast<double>(m.moe.top_k) * static_cast<double>(m.moe.expert_ffn)
+                  : 0.0});
+  const double activations = tokens * width * kBytesPerElement;
+  if (activations > kMaxTensorBytes)
+    throw Error("plan.mbs", "mbs x seq x the widest layer (" + s(p.micro_batch) + " x " +
+                                s(p.seq(m)) + " x " + s(static_cast<int64_t>(width)) +
+                                ") is too large: its byte count overflows 64-bit sizes");
+  const double scores = static_cast<double>(p.micro_batch) * static_cast<double>(m.heads) *
+                        static_cast<double>(p.seq(m)) * static_cast<double>(p.seq(m)) *
+                        kBytesPerElement;
+  if (!p.flash_attention && scores > kMaxTensorBytes)
+    throw Error("plan.flash_attention",
+                "false materialises mbs x heads x seq x seq attention scores, whose byte count "
+                "overflows 64-bit sizes; use fused attention");
+}
 }  // namespace
 
 void validate(const Plan& p, const Model& m, const Cluster& c) {
@@ -100,6 +127,7 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                             (product < 9e18 ? s(static_cast<int64_t>(product)) : "more than 9e18") +
                             " differs from the " + s(gpus) + " GPUs of the cluster");
   const int64_t seq = p.seq(m);
+  validate_tensor_sizes(p, m);
   if (m.learned_positions && seq > m.seq_len)
     throw Error("plan.seq",
                 s(seq) + " exceeds the " + s(m.seq_len) + " learned positions of the model");

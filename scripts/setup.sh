@@ -4,7 +4,7 @@
 set -euo pipefail
 source "$(dirname "$0")/packages.sh"
 missing=()
-for p in "${parasol_packages[@]}"; do
+for p in "${parasol_packages[@]}" "${parasol_test_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing, builds everything and runs every test.
+# The README's test command: installs what is missing, builds everything and runs every test,
+# then builds the tests again under ASan and UBSan (build-san) and runs them with the fuzzers
+# (scripts/sanitize.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
-cd build
-ctest --output-on-failure -j "${PARASOL_JOBS:-2}"
+(cd build && ctest --output-on-failure -j "${PARASOL_JOBS:-2}")
+bash scripts/sanitize.sh

@@ -18,6 +18,7 @@
 #include "core/json_reader.h"
 #include "core/model.h"
 #include "core/plan.h"
+#include "tests/fuzz/reader_checks.h"
 
 namespace parasol {
 namespace {
@@ -32,43 +33,9 @@ struct Reader {
   std::function<void(const Json&)> read;
 };
 
-void check_model(const Model& m) {
-  validate_model(m);  // a model that was read is a valid model
-  ParamCounts c = param_counts(m);
-  if (c.total <= 0 || c.active <= 0 || c.active > c.total)
-    throw std::logic_error("bad parameter counts for " + m.name);
-  FlopsPerToken f = flops_per_token(m);
-  if (!(f.forward > 0) || !std::isfinite(f.forward)) throw std::logic_error("bad FLOPs");
-}
-
-void check_cluster(const Cluster& c) {
-  if (c.num_gpus() < 1 || c.num_servers() < 1 || c.gpus_per_server() < 1)
-    throw std::logic_error("bad cluster counts");
-  const int n = std::min(c.num_gpus(), 16);
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b && !(c.bottleneck_bw(a, b) > 0 && std::isfinite(c.bottleneck_bw(a, b))))
-        throw std::logic_error("no usable path between GPUs");
-  // What was read can be written and read back.
-  if (cluster_from_json(cluster_to_json(c)).num_gpus() != c.num_gpus())
-    throw std::logic_error("cluster round trip changed the GPU count");
-}
-
-void check_plan(const Plan& p) {
-  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.ep < 1 || p.vpp < 1 || p.zero < 0 ||
-      p.zero > 3 || p.micro_batch < 1 || p.global_batch < 1 || p.seq_len < 0 ||
-      p.recompute_layers < -1)
-    throw std::logic_error("plan fields out of range: " + plan_to_json(p).dump());
-  Json j = plan_to_json(p);
-  if (plan_to_json(plan_from_json(j)) != j) throw std::logic_error("plan round trip differs");
-  // validate() on whatever was read: it may reject, but only with a parasol::Error.
-  static const Model model = model_from_json(Json::parse(
-      R"({"layers": 8, "hidden": 128, "heads": 8, "kv_heads": 4, "ffn": 256, "vocab": 512,
-          "seq_len": 64, "norm": "rmsnorm", "activation": "swiglu",
-          "moe": {"experts": 4, "top_k": 2}})"));
-  static const Cluster cluster = cluster_preset("dgx-h100", 8);
-  validate(p, model, cluster);
-}
+using fuzz::check_cluster;
+using fuzz::check_model;
+using fuzz::check_plan;
 
 const std::vector<Reader>& readers() {
   static const std::vector<Reader> r = {
@@ -92,35 +59,9 @@ struct Doc {
   Json json;
 };
 
+// The explicit-graph seed of the cluster fuzz target (one document, two uses).
 Json explicit_cluster() {
-  return Json::parse(R"({
-    "name": "two-by-two",
-    "nodes": [
-      {"id": "g0", "kind": "gpu", "server": 0, "device": "A100-80G"},
-      {"id": "g1", "kind": "gpu", "server": 0, "device": "A100-80G", "forwards": false},
-      {"id": "g2", "kind": "gpu", "server": 1, "device": "A100-80G"},
-      {"id": "g3", "kind": "gpu", "server": 1, "device": "A100-80G"},
-      {"id": "cpu0", "kind": "cpu", "server": 0, "memory_GiB": 512},
-      {"id": "cpu1", "kind": "cpu", "server": 1, "memory_GiB": 512.5},
-      {"id": "nic0", "kind": "nic", "server": 0},
-      {"id": "nic1", "kind": "nic", "server": 1},
-      {"id": "ib", "kind": "switch", "forwards": true}
-    ],
-    "links": [
-      {"a": "g0", "b": "g1", "kind": "nvlink", "bw_GBps": 100, "latency_us": 0.5},
-      {"a": "g2", "b": "g3", "kind": "nvlink", "bw_GBps": 100, "latency_us": 0.5},
-      {"a": "g0", "b": "cpu0", "kind": "pcie", "bw_GBps": 32},
-      {"a": "g1", "b": "cpu0", "kind": "pcie", "bw_GBps": 32},
-      {"a": "g2", "b": "cpu1", "kind": "pcie", "bw_GBps": 32},
-      {"a": "g3", "b": "cpu1", "kind": "pcie", "bw_GBps": 32},
-      {"a": "g0", "b": "nic0", "kind": "pcie", "bw_GBps": 16, "latency_us": 1},
-      {"a": "g1", "b": "nic0", "kind": "pcie", "bw_GBps": 16, "latency_us": 1},
-      {"a": "g2", "b": "nic1", "kind": "pcie", "bw_GBps": 16, "latency_us": 1},
-      {"a": "g3", "b": "nic1", "kind": "pcie", "bw_GBps": 16, "latency_us": 1},
-      {"a": "nic0", "b": "ib", "kind": "infiniband", "bw_GBps": 12.5, "latency_us": 2},
-      {"a": "nic1", "b": "ib", "kind": "ethernet", "bw_GBps": 12.5, "latency_us": 2}
-    ]
-  })");
+  return read_json_file(kDataDir + "/../fuzz/corpus/cluster_json/explicit.json");
 }
 
 // Valid documents covering every field each reader accepts.

@@ -157,6 +157,26 @@ TEST(PlanValidate, SeqBeyondLearnedPositions) {
   EXPECT_NO_THROW(validate(p, model_preset("gpt2-124m"), cluster_preset("h200-1", 1)));
 }
 
+// Sizes whose byte counts overflow int64 are refused, not computed: mbs x seq x vocab is 2^72
+// elements here; one sequence of the same model (2^48 elements) is fine.
+TEST(PlanValidate, TensorsWhoseByteCountOverflowsInt64) {
+  const Model m = custom(R"({"layers": 1, "hidden": 1024, "heads": 8, "ffn": 4096,
+                             "vocab": 16777216, "seq": 16777216})");
+  Plan p = degrees(1);
+  p.micro_batch = 1 << 24;
+  p.global_batch = 1 << 24;
+  ExpectInvalid(p, m, h100(1), "plan.mbs", "overflows 64-bit");
+  p.micro_batch = p.global_batch = 1;
+  EXPECT_NO_THROW(validate(p, m, h100(1)));
+  // Materialised attention scores: 8 heads x (2^24)^2 x 8 bytes = 2^54 bytes fit; 2^11 heads
+  // x 2^48 x 8 bytes do not.
+  p.flash_attention = false;
+  EXPECT_NO_THROW(validate(p, m, h100(1)));
+  const Model wide = custom(R"({"layers": 1, "hidden": 2048, "heads": 2048, "ffn": 4096,
+                                "vocab": 512, "seq": 16777216})");
+  ExpectInvalid(p, wide, h100(1), "plan.flash_attention", "overflows 64-bit");
+}
+
 TEST(PlanValidate, SequenceParallelNeedsTp) {
   Plan p = degrees(1);
   p.sequence_parallel = true;

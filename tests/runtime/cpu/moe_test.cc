@@ -83,7 +83,9 @@ TEST_P(Router, ForwardMatchesReference) {
 }
 
 TEST_P(Router, BackwardMatchesFiniteDifferences) {
-  const auto [K, renorm] = GetParam();
+  // Not a structured binding: lambdas below capture K and renorm (clang 14 cannot capture those).
+  const auto K = std::get<0>(GetParam());
+  const auto renorm = std::get<1>(GetParam());
   const int64_t T = 6, E = 5;
   std::vector<float> logits = test::random_floats(T * E, 2, -2.0f, 2.0f);
   std::vector<float> probs(T * E), w(T * K), dw = test::random_floats(T * K, 3), dl(T * E);

@@ -1,0 +1,13 @@
+// Fuzz target: a Hugging Face config.json (model_from_hf_config), as `--model config.json` reads
+// it.
+#include "core/json_reader.h"
+#include "core/model.h"
+#include "tests/fuzz/fuzz_target.h"
+#include "tests/fuzz/reader_checks.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace parasol;
+  return fuzz::run_reader(data, size, [](const std::string& text) {
+    fuzz::check_model(model_from_hf_config(parse_json(text, "config.json")));
+  });
+}
