@@ -290,7 +290,7 @@ std::vector<LinkKind> Cluster::link_kinds() const {
 namespace {
 
 Cluster explicit_graph_from_json(const JsonReader& r) {
-  r.allow_only({"name", "nodes", "links"});
+  r.allow_only({"name", "nodes", "links", "storage_GBps", "restart_s"});
   Cluster c;
   c.name = r.string_or("name", "custom");
   std::map<std::string, VertexId> ids;
@@ -336,10 +336,27 @@ Cluster explicit_graph_from_json(const JsonReader& r) {
 }
 
 Cluster generator_from_json(const JsonReader& r, int gpus) {
-  r.allow_only({"generator", "name", "gpus", "device", "gpus_per_server", "nvlink_GBps",
-                "pcie_GBps", "nics_per_server", "nic_GBps", "host_memory_GiB", "servers_per_leaf",
-                "gpus_per_pcie_switch", "pcie_uplink_GBps", "sockets", "host_memory_bw_GBps",
-                "oversubscription", "dims", "link_GBps", "latency_us"});
+  r.allow_only({"generator",
+                "name",
+                "gpus",
+                "device",
+                "gpus_per_server",
+                "nvlink_GBps",
+                "pcie_GBps",
+                "nics_per_server",
+                "nic_GBps",
+                "host_memory_GiB",
+                "servers_per_leaf",
+                "gpus_per_pcie_switch",
+                "pcie_uplink_GBps",
+                "sockets",
+                "host_memory_bw_GBps",
+                "oversubscription",
+                "dims",
+                "link_GBps",
+                "latency_us",
+                "storage_GBps",
+                "restart_s"});
   std::string kind = r.choice("generator", {"rail", "fat-tree", "torus"}, "rail");
   std::string name = r.string_or("name", kind);
   // A torus's dims fix its GPU count: gpus is optional there, and must agree when given.
@@ -387,17 +404,23 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
   return build_cluster(name, s, servers, f);
 }
 
+// The job-level figures every form of cluster JSON may carry (Cluster::storage_bw, restart_s).
+Cluster with_job_figures(Cluster c, const JsonReader& r) {
+  c.storage_bw = r.number_or("storage_GBps", 0, 0, 1e9) * 1e9;
+  c.restart_s = r.number_or("restart_s", 0, 0, 1e7);
+  return c;
+}
 }  // namespace
 
 Cluster cluster_from_json(const Json& j, int gpus, const std::string& path) {
   JsonReader r(j, path);
   if (r.has("preset")) {
-    r.allow_only({"preset", "gpus"});
+    r.allow_only({"preset", "gpus", "storage_GBps", "restart_s"});
     int n = gpus > 0 ? gpus : static_cast<int>(r.integer("gpus", 1, 1 << 20));
-    return cluster_preset(r.string("preset"), n);
+    return with_job_figures(cluster_preset(r.string("preset"), n), r);
   }
-  if (r.has("generator")) return generator_from_json(r, gpus);
-  Cluster c = explicit_graph_from_json(r);
+  if (r.has("generator")) return with_job_figures(generator_from_json(r, gpus), r);
+  Cluster c = with_job_figures(explicit_graph_from_json(r), r);
   if (gpus > 0 && gpus != c.num_gpus())
     throw Error("gpus", std::to_string(gpus) + " differs from the " + std::to_string(c.num_gpus()) +
                             " GPUs of the cluster file");
@@ -425,7 +448,10 @@ Json cluster_to_json(const Cluster& c) {
                      {"bw_GBps", l.bw / 1e9},
                      {"latency_us", l.latency * 1e6}});
   }
-  return {{"name", c.name}, {"nodes", nodes}, {"links", links}};
+  Json j = {{"name", c.name}, {"nodes", nodes}, {"links", links}};
+  if (c.storage_bw > 0) j["storage_GBps"] = c.storage_bw / 1e9;
+  if (c.restart_s > 0) j["restart_s"] = c.restart_s;
+  return j;
 }
 
 Cluster load_cluster(const std::string& preset_or_path, int gpus) {

@@ -62,6 +62,12 @@ class Cluster {
  public:
   std::string name;
   TopologyGraph graph;
+  // The cluster around the GPUs that a whole job meets (cost_models/time_to_train.h). 0 = not
+  // given: the cost models take their sourced defaults (cost_models/checkpoint_cost.cc,
+  // cost_models/reliability.cc).
+  double storage_bw = 0;  // bytes/s: aggregate write and read bandwidth of checkpoint storage
+  double restart_s = 0;   // seconds from an interruption to training again (detection,
+                          // rescheduling, process and communicator start; checkpoint read apart)
 
   // Checks the graph and indexes it: at least one GPU, known devices, positive bandwidths,
   // non-negative latencies, every GPU reachable from every other. Throws parasol::Error
@@ -173,7 +179,8 @@ std::vector<std::string> cluster_preset_names();
 // {"generator": "rail"|"fat-tree"|"torus", ...}, or an explicit graph
 // {"name", "nodes": [{"id","kind","server","device","memory_GiB","forwards"}],
 //  "links": [{"a","b","kind","bw_GBps","latency_us"}]}.
-// `gpus` (> 0) overrides the GPU count of preset and generator forms.
+// `gpus` (> 0) overrides the GPU count of preset and generator forms. Every form also takes
+// "storage_GBps" (Cluster::storage_bw) and "restart_s" (Cluster::restart_s).
 Cluster cluster_from_json(const Json& j, int gpus = 0, const std::string& path = "cluster");
 Json cluster_to_json(const Cluster& c);  // explicit graph form
 // A preset name (with gpus) or a JSON file.

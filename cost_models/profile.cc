@@ -60,6 +60,12 @@ Profile default_profile(const DeviceSpec& d) {
   // Hopper ratio are used there.
   p.sustained_clock = 0.85;
   p.nccl = nccl_defaults("ampere", "intel");
+  // Per-GPU variability: Sinha et al. 2022 ("Not All GPUs Are Created Equal", SC22, arXiv
+  // 2208.11035) measure 8% (up to 22%) performance variation between GPUs of one SKU across
+  // whole clusters (Summit, Vortex, Frontera, Longhorn, Corona), outliers aside. Read as the span
+  // between the fastest and slowest of thousands of GPUs (about +-3 standard deviations), 8% is
+  // a standard deviation of ~1.5% (derived).
+  p.gpu_speed_cv = 0.015;
   if (d.name.rfind("A100", 0) == 0) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
@@ -148,6 +154,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.overlap_compute_slowdown = 0;
     p.host_copy_efficiency = 0.9;
     p.host_adam_params_per_s = 0.5e9;
+    p.gpu_speed_cv = 0;  // the CPU runtime's ranks share one host
   }
   return p;
 }
@@ -242,6 +249,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
                 "host_memory_efficiency",
+                "gpu_speed_cv",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -274,6 +282,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
   p.host_memory_efficiency =
       r.number_or("host_memory_efficiency", p.host_memory_efficiency, 1e-3, 1);
+  p.gpu_speed_cv = r.number_or("gpu_speed_cv", p.gpu_speed_cv, 0, 1);
   p.cudnn_forward_efficiency =
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
@@ -331,6 +340,7 @@ Json profile_to_json(const Profile& p) {
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
+            {"gpu_speed_cv", p.gpu_speed_cv},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   Json by_dtype = Json::object();

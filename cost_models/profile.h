@@ -97,6 +97,12 @@ struct Profile {
   // (Ren et al. 2021, Table 3): DeepSpeed CPU-Adam updates 1B parameters in ~0.55 s.
   double host_adam_params_per_s = 1.8e9;
 
+  // Stragglers: the relative standard deviation of one GPU's compute speed around the median
+  // GPU of a cluster of identical GPUs (manufacturing and power management). It prices the
+  // expected slowest GPU of a synchronous job (cost_models/variability.h) in time to train, not
+  // the step time of one plan.
+  double gpu_speed_cv = 0;
+
   std::vector<std::string> traces;  // the measured traces a calibrated profile came from
 
   // Step-time error bands per accuracy-suite family (cost_models/error_bands.h); the defaults are

@@ -51,6 +51,10 @@ void gpu_server(Ranges& r) {
   uncertain(r, "host_adam_params_per_s", 1.4e9, 2.2e9,
             "ZeRO-Offload (Ren et al. 2021, Table 3): CPU-Adam updates 1B parameters in ~0.55 s"
             " on one server; +-20% for the host CPU");
+  uncertain(r, "gpu_speed_cv", 0.01, 0.03,
+            "Sinha et al. SC22 (arXiv 2208.11035): 8% (max 22%) performance variation between"
+            " GPUs of one SKU across five clusters; read as a +-3 sigma span, sigma ~0.015; the"
+            " reading of 'variation' as a span is the uncertainty (0.01-0.03)");
 }
 
 // Links GPU collectives seldom or never take: RoCE Ethernet NICs and shared memory (the CPU

@@ -149,7 +149,8 @@ class Engine {
  public:
   Engine(const Model& model, const Cluster& cluster, const Plan& plan,
          const std::vector<Program>& programs, const cost::Profile& profile,
-         Simulator::Placements& places, Simulator::Workspace& work)
+         Simulator::Placements& places, Simulator::Workspace& work,
+         const std::vector<double>& compute_scale)
       : plan_(plan),
         programs_(programs),
         layout_(plan),
@@ -174,6 +175,17 @@ class Engine {
       RankCoord c{};
       c.pp = s;
       reps_.push_back(layout_.rank(c));
+    }
+    compute_scale_.assign(pp, 1.0);
+    if (!compute_scale.empty()) {
+      if (static_cast<int>(compute_scale.size()) != pp)
+        throw Error("stage_slowdown", std::to_string(compute_scale.size()) + " slowdowns for " +
+                                          std::to_string(pp) + " stages");
+      for (int s = 0; s < pp; ++s) {
+        if (!(compute_scale[s] > 0) || !std::isfinite(compute_scale[s]))
+          throw Error("stage_slowdown[" + std::to_string(s) + "]", "must be > 0");
+        compute_scale_[s] = compute_scale[s];
+      }
     }
     pricer_ =
         std::make_unique<cost::OpPricer>(model, cluster, plan, profile, layout_, reps_, places);
@@ -212,6 +224,7 @@ class Engine {
   const std::vector<Program>& programs_;
   RankLayout layout_;
   std::vector<int> reps_;
+  std::vector<double> compute_scale_;  // per stage: device compute time x this (stragglers)
   std::unique_ptr<cost::OpPricer> pricer_;
 
   int n_ = 0;
@@ -376,6 +389,7 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
   }
   if (ops_[g].type != Type::kPpCollective) {
     ops_[g].dur = pricer_->time(op, s, host);
+    if (ops_[g].type == Type::kCompute) ops_[g].dur *= compute_scale_[s];
     const int8_t cls = link_class(pricer_->link_use(op, s));
     const Type ty = ops_[g].type;
     if (cls != kNoClass && ops_[g].dur > 0 && (ty == Type::kComm || ty == Type::kSend))
@@ -729,8 +743,8 @@ Simulator::Simulator(const Model& model, const Cluster& cluster, cost::Profile p
 Simulator::~Simulator() = default;
 
 SimResult Simulator::simulate(const Plan& plan, const std::vector<Program>& programs,
-                              bool record_trace) {
-  Engine engine(model_, cluster_, plan, programs, profile_, *places_, *work_);
+                              bool record_trace, const std::vector<double>& stage_slowdown) {
+  Engine engine(model_, cluster_, plan, programs, profile_, *places_, *work_, stage_slowdown);
   engine.run();
   return engine.result(record_trace);
 }
@@ -741,8 +755,9 @@ SimResult simulate(const Model& model, const Cluster& cluster, const Plan& plan,
   return Simulator(model, cluster, profile).simulate(plan, programs, record_trace);
 }
 
-SimResult Simulator::simulate(const LoweredPlan& lowered, bool record_trace) {
-  return simulate(lowered.plan, lowered.programs, record_trace);
+SimResult Simulator::simulate(const LoweredPlan& lowered, bool record_trace,
+                              const std::vector<double>& stage_slowdown) {
+  return simulate(lowered.plan, lowered.programs, record_trace, stage_slowdown);
 }
 
 SimResult simulate(const Model& model, const Cluster& cluster, const LoweredPlan& lowered,

@@ -48,7 +48,8 @@
 //    TimeBreakdown::overlap prices it. Copies (offload) use copy engines and slow nothing.
 //
 // Not modelled: contention between stages (each stage's representative sees only its own
-// ops), stragglers.
+// ops). Stragglers are played as a slowdown of a whole stage's compute (Simulator::simulate's
+// stage_slowdown; sim/stragglers.h draws them per rank).
 #pragma once
 
 #include <array>
@@ -123,8 +124,14 @@ class Simulator {
   Simulator(const Model& model, const Cluster& cluster, cost::Profile profile);
   ~Simulator();
   // As the free functions simulate() above, for this model, cluster and profile.
-  SimResult simulate(const Plan& plan, const std::vector<Program>& programs, bool record_trace);
-  SimResult simulate(const LoweredPlan& lowered, bool record_trace);
+  // stage_slowdown: empty, or one factor > 0 per pipeline stage that multiplies the device
+  // compute time of that stage's ops (the stage runs at the pace of its slowest rank: its ranks
+  // meet in collectives every step; sim/stragglers.h). Throws parasol::Error("stage_slowdown")
+  // for a wrong size or a factor <= 0.
+  SimResult simulate(const Plan& plan, const std::vector<Program>& programs, bool record_trace,
+                     const std::vector<double>& stage_slowdown = {});
+  SimResult simulate(const LoweredPlan& lowered, bool record_trace,
+                     const std::vector<double>& stage_slowdown = {});
 
   struct Placements;  // cached prices of placed groups and links (engine.cc)
   struct Workspace;   // per-op arrays reused from plan to plan (engine.cc)

@@ -1,12 +1,16 @@
 // `parasol estimate`: the closed-form prediction of one plan with its breakdowns and its error
-// band (cost_models/error_bands.h).
+// band (cost_models/error_bands.h), and with --tokens the time to train them
+// (cost_models/time_to_train.h).
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
+#include "cost_models/time_to_train.h"
 #include "tools/commands.h"
 #include "tools/format.h"
+#include "tools/job_flags.h"
 #include "tools/spec.h"
 
 namespace parasol::tools {
@@ -66,22 +70,30 @@ Runner add_estimate(CLI::App& app) {
   auto* cmd = app.add_subcommand("estimate", "predict step time, throughput and memory of a plan");
   auto o = std::make_shared<SpecOptions>();
   auto json = std::make_shared<bool>(false);
+  auto job = std::make_shared<JobFlags>();
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   add_profile_flag(cmd, *o);
+  add_job_flags(cmd, *job);
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
+    const cost::JobOptions job_opts = job_options(*job, *s.cluster);
     validate(s.plan, s.model, *s.cluster);
     cost::Estimate e = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
     const cost::ErrorBand band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
+    std::optional<cost::TimeToTrain> ttt;
+    if (job->tokens)
+      ttt = cost::time_to_train(s.model, *s.cluster, s.plan, estimate_step(e), s.profile, job_opts);
     if (*json) {
       Json j = cost::estimate_to_json(e);
       j["band"] = cost::band_to_json(band, e.step_time_s);
       j["plan"] = plan_to_json(s.plan);
+      if (ttt) j["job"] = cost::time_to_train_to_json(*ttt);
       std::cout << j.dump(1) << "\n";
     } else {
       print_estimate(e, band);
+      if (ttt) print_time_to_train(*ttt);
     }
     return 0;
   };

@@ -1,16 +1,21 @@
 // `parasol search`: the best plans for a model on a cluster, a ranked table with each step
 // time's error band (cost_models/error_bands.h), the Pareto front, and the best plan written as
-// a plan file.
+// a plan file. With --tokens the plans are ranked by their time to train those tokens
+// (cost_models/time_to_train.h: stragglers, checkpoints, interruptions and restarts around the
+// step), shown in a "train" column.
 #include <unistd.h>
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "core/error.h"
 #include "cost_models/error_bands.h"
+#include "cost_models/time_to_train.h"
 #include "sim/search.h"
 #include "tools/commands.h"
 #include "tools/format.h"
+#include "tools/job_flags.h"
 #include "tools/spec.h"
 
 namespace parasol::tools {
@@ -34,7 +39,15 @@ std::string zero_cell(const Plan& p) {
   return cell;
 }
 
-void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
+// The "train" cell: days to train the tokens, and the goodput ("41.2 d 91.9%"); empty without
+// --tokens.
+std::string train_cell(const std::optional<cost::TimeToTrain>& t) {
+  if (!t) return "";
+  return fmt("%.1f d", t->time_s / 86400) + " " + pct(t->goodput.fraction());
+}
+
+void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band,
+               const std::string& train = "") {
   const Plan& p = c.plan;
   const cost::Estimate& e = c.estimate;
   // Selective recompute's modules as "sel:moe_act,layernorm" (Megatron's names).
@@ -42,7 +55,7 @@ void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
   if (recompute.rfind("selective:", 0) == 0) recompute = "sel:" + recompute.substr(10);
   if (p.recompute_layers >= 0) recompute += ":" + std::to_string(p.recompute_layers);
   std::printf(
-      "%4d  %3d %3d %5d %3d %3d %-3s %-3s %-12s %4d %4d %-21s %-14s %-10s %9s %s %10s %6s %9s\n",
+      "%4d  %3d %3d %5d %3d %3d %-3s %-3s %-12s %4d %4d %-21s %-14s %-10s %9s %s %10s %6s %9s%s\n",
       rank, p.tp, p.pp, p.dp, p.cp, p.ep, p.sequence_parallel ? "on" : "off",
       p.tp_comm_overlap ? "on" : "off",
       p.schedule == Schedule::kInterleaved
@@ -50,14 +63,16 @@ void print_row(const sim::Candidate& c, int rank, const cost::ErrorBand& band) {
           : schedule_name(p.schedule),
       p.micro_batch, p.micro_batches(), recompute.c_str(), offload_name(p.offload).c_str(),
       zero_cell(p).c_str(), secs(e.step_time_s).c_str(), band_cell(band).c_str(),
-      count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(), gib(e.memory_per_gpu_bytes).c_str());
+      count(e.tokens_per_s).c_str(), pct(e.mfu).c_str(), gib(e.memory_per_gpu_bytes).c_str(),
+      train.empty() ? "" : ("  " + train).c_str());
 }
-void print_header() {
+void print_header(bool train) {
   std::printf(
       "%4s  %3s %3s %5s %3s %3s %-3s %-3s %-12s %4s %4s %-21s %-14s %-10s %9s %-11s %10s %6s "
-      "%9s\n",
+      "%9s%s\n",
       "#", "tp", "pp", "dp", "cp", "ep", "sp", "tpo", "schedule", "mbs", "mb", "recompute",
-      "offload", "zero", "step", "band", "tokens/s", "MFU", "mem/GPU");
+      "offload", "zero", "step", "band", "tokens/s", "MFU", "mem/GPU",
+      train ? "  train (days, goodput)" : "");
 }
 }  // namespace
 
@@ -75,9 +90,11 @@ Runner add_search(CLI::App& app) {
   auto no_offload = std::make_shared<bool>(false);
   auto simulate_top = std::make_shared<int>(0);
   auto robust = std::make_shared<bool>(false);
+  auto job = std::make_shared<JobFlags>();
   o->gpus = 1024;
   add_target_flags(cmd, *o);
   add_profile_flag(cmd, *o);
+  add_job_flags(cmd, *job);
   cmd->add_option("--gbs", *gbs, "global batch size (sequences)")->capture_default_str();
   cmd->add_option("--seq", *seq, "sequence length (default: the model's)");
   cmd->add_option("--top", *top, "how many plans to list")->capture_default_str();
@@ -94,6 +111,10 @@ Runner add_search(CLI::App& app) {
     SpecOptions so = *o;
     so.tp = 1;  // placeholder plan; the search makes its own
     Spec s = load_spec(so, cmd, false);
+    cost::JobOptions job_opts = job_options(*job, *s.cluster);
+    // One cluster for every plan: count its components once.
+    if (job->tokens)
+      job_opts.reliability = cost::job_reliability(*s.cluster, job_opts.failure_rates);
     sim::SearchOptions opt;
     opt.global_batch = *gbs;
     opt.seq_len = *seq;
@@ -101,9 +122,29 @@ Runner add_search(CLI::App& app) {
     opt.threads = *threads;
     opt.precision = parse_dtype(*precision, "search.precision");
     opt.search_offload = !*no_offload;
-    if (*robust)
-      opt.rank_key = [&s](const Plan& p, const cost::Estimate& e) {
-        return cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, e.step_time_s);
+    // The step a plan is ranked by: the estimate's, or the pessimistic end of its band.
+    const bool is_robust = *robust;
+    auto step_of = [&s, is_robust](const Plan& p, const cost::Estimate& e) {
+      cost::StepFigures f = estimate_step(e);
+      if (is_robust) {
+        const double pessimistic =
+            cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, e.step_time_s);
+        f.compute_s *= pessimistic / e.step_time_s;
+        f.step_s = pessimistic;
+      }
+      return f;
+    };
+    // With --tokens: the time to train them (a pure function of the plan and its estimate).
+    auto train_of = [&s, &job_opts, step_of](const Plan& p, const cost::Estimate& e) {
+      return cost::time_to_train(s.model, *s.cluster, p, step_of(p, e), s.profile, job_opts);
+    };
+    if (job->tokens)
+      opt.rank_key = [train_of](const Plan& p, const cost::Estimate& e) {
+        return train_of(p, e).time_s;
+      };
+    else if (*robust)
+      opt.rank_key = [step_of](const Plan& p, const cost::Estimate& e) {
+        return step_of(p, e).step_s;
       };
     if (*gbs < 1) throw Error("search.gbs", "must be >= 1");
     if (*seq < 0) throw Error("search.seq", "must be >= 1");
@@ -137,6 +178,7 @@ Runner add_search(CLI::App& app) {
         Json row = {{"plan", plan_to_json(c.plan)},
                     {"estimate", cost::estimate_to_json(c.estimate)},
                     {"band", cost::band_to_json(band_of(c.plan), c.estimate.step_time_s)}};
+        if (job->tokens) row["job"] = cost::time_to_train_to_json(train_of(c.plan, c.estimate));
         if (c.simulated_step_s > 0) {
           row["simulated_step_time_s"] = c.simulated_step_s;
           row["simulated_band"] = cost::band_to_json(band_of(c.plan), c.simulated_step_s);
@@ -160,9 +202,24 @@ Runner add_search(CLI::App& app) {
     std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting)
               << " fit in memory, " << fmt("%.2f", r.seconds) << " s ("
               << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n\n";
-    print_header();
+    const bool tokens = job->tokens.has_value();
+    auto train_of_candidate = [&](const sim::Candidate& c) {
+      std::optional<cost::TimeToTrain> t;
+      if (tokens) t = train_of(c.plan, c.estimate);
+      return t;
+    };
+    if (tokens)
+      std::cout << "ranked by the time to train " << count(*job->tokens)
+                << " tokens (checkpoints, interruptions, restarts and stragglers around each "
+                   "step)\n";
+    print_header(tokens);
     for (size_t i = 0; i < r.top.size(); ++i)
-      print_row(r.top[i], static_cast<int>(i + 1), band_of(r.top[i].plan));
+      print_row(r.top[i], static_cast<int>(i + 1), band_of(r.top[i].plan),
+                train_cell(train_of_candidate(r.top[i])));
+    if (tokens && !r.top.empty()) {
+      std::cout << "\nthe best plan's time to train:\n";
+      print_time_to_train(*train_of_candidate(r.top.front()));
+    }
     if (*simulate_top > 0) {
       std::cout << "\nre-ranked by the event simulator (lowered Programs):\n";
       for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i)
@@ -171,10 +228,12 @@ Runner add_search(CLI::App& app) {
                     cost::band_label(band_of(r.top[i].plan)).c_str(),
                     secs(r.top[i].estimate.step_time_s).c_str());
     }
-    std::cout << "\nPareto front (tokens/s vs memory):\n";
-    print_header();
+    std::cout << (tokens ? "\nPareto front (time to train vs memory):\n"
+                         : "\nPareto front (tokens/s vs memory):\n");
+    print_header(tokens);
     for (size_t i = 0; i < r.pareto.size() && i < 12; ++i)
-      print_row(r.pareto[i], static_cast<int>(i + 1), band_of(r.pareto[i].plan));
+      print_row(r.pareto[i], static_cast<int>(i + 1), band_of(r.pareto[i].plan),
+                train_cell(train_of_candidate(r.pareto[i])));
     if (!out->empty()) std::cout << "\nbest plan written to " << *out << "\n";
     return 0;
   };

@@ -1,17 +1,23 @@
 // `parasol simulate`: lowers a plan into per-stage Programs and plays them with the
 // discrete-event engine; prints the predicted step time and where it went, and optionally
 // writes the predicted timeline as a Chrome trace (Perfetto). The step time carries its error
-// band (cost_models/error_bands.h).
+// band (cost_models/error_bands.h). With straggler flags it plays sampled steps with slow ranks
+// and prints the step-time distribution (sim/stragglers.h); with --tokens, the time to train.
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <optional>
 
+#include "core/error.h"
 #include "core/lower.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
+#include "cost_models/time_to_train.h"
 #include "sim/engine.h"
+#include "sim/stragglers.h"
 #include "tools/commands.h"
 #include "tools/format.h"
+#include "tools/job_flags.h"
 #include "tools/spec.h"
 #include "traces/trace.h"
 
@@ -46,21 +52,55 @@ Runner add_simulate(CLI::App& app) {
   auto o = std::make_shared<SpecOptions>();
   auto json = std::make_shared<bool>(false);
   auto trace = std::make_shared<std::string>();
+  auto job = std::make_shared<JobFlags>();
+  auto strag = std::make_shared<sim::StragglerOptions>();
+  auto samples = std::make_shared<int>(0);
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   add_profile_flag(cmd, *o);
+  add_job_flags(cmd, *job);
   cmd->add_option("--trace", *trace,
                   "write the predicted timeline as Chrome trace JSON (Perfetto)");
+  cmd->add_option("--slow-rank", strag->slow_rank, "a straggler: this rank's compute is slower");
+  cmd->add_option("--slow-factor", strag->slow_factor,
+                  "with --slow-rank: its compute takes this many times longer (default 1)");
+  cmd->add_option("--rank-cv", strag->cv,
+                  "stragglers drawn per rank and step: compute x (1 + CV z), z standard normal");
+  cmd->add_option("--samples", *samples,
+                  "steps sampled with stragglers (default: 100 with --rank-cv, else 1)");
+  cmd->add_option("--seed", strag->seed, "seed of the straggler draws (default 1)");
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
+    const cost::JobOptions job_opts = job_options(*job, *s.cluster);
     validate(s.plan, s.model, *s.cluster);
+    const bool stragglers =
+        strag->slow_rank >= 0 || strag->cv > 0 || *samples > 0 || strag->slow_factor != 1;
+    if (strag->slow_factor != 1 && strag->slow_rank < 0)
+      throw Error("stragglers.slow_rank", "is required with --slow-factor");
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
     LoweredPlan lowered = lower(s.model, *s.cluster, s.plan);
     auto t1 = clock::now();
-    sim::SimResult r = sim::simulate(s.model, *s.cluster, lowered, s.profile, !trace->empty());
+    sim::Simulator simulator(s.model, *s.cluster, s.profile);
+    sim::SimResult r = simulator.simulate(lowered, !trace->empty());
     auto t2 = clock::now();
+    std::optional<sim::StepDistribution> dist;
+    if (stragglers) {
+      sim::StragglerOptions so = *strag;
+      so.samples = *samples > 0 ? *samples : so.cv > 0 ? 100 : 1;
+      dist = sim::simulate_stragglers(simulator, lowered, so);
+    }
+    std::optional<cost::TimeToTrain> ttt;
+    if (job->tokens) {
+      // The step of the simulation (the sampled mean when stragglers are played: they are in it
+      // then) and the critical stage's compute.
+      cost::JobOptions jo = job_opts;
+      jo.stragglers_included = dist.has_value();
+      ttt = cost::time_to_train(s.model, *s.cluster, s.plan,
+                                {dist ? dist->mean_s : r.step_time_s, r.breakdown.compute},
+                                s.profile, jo);
+    }
     const double lower_s = std::chrono::duration<double>(t1 - t0).count();
     const double sim_s = std::chrono::duration<double>(t2 - t1).count();
     if (!trace->empty()) traces::write_trace_file(r.trace, *trace);
@@ -77,6 +117,8 @@ Runner add_simulate(CLI::App& app) {
       j["simulate_wall_s"] = sim_s;
       j["plan"] = plan_to_json(s.plan);
       if (!trace->empty()) j["trace"] = *trace;
+      if (dist) j["stragglers"] = sim::step_distribution_to_json(*dist);
+      if (ttt) j["job"] = cost::time_to_train_to_json(*ttt);
       std::cout << j.dump(1) << "\n";
       return 0;
     }
@@ -112,6 +154,19 @@ Runner add_simulate(CLI::App& app) {
                       : " (DOES NOT FIT)")
               << "\n";
     if (!trace->empty()) std::cout << "trace written to " << *trace << "\n";
+    if (dist) {
+      std::cout << "stragglers";
+      if (strag->slow_rank >= 0)
+        std::cout << " (rank " << strag->slow_rank << " x" << fmt("%.2f", strag->slow_factor)
+                  << ", stage " << dist->slow_stage << ")";
+      if (strag->cv > 0) std::cout << " (per-rank cv " << pct(strag->cv) << ")";
+      std::cout << ": " << dist->step_s.size() << " sampled steps, mean " << secs(dist->mean_s)
+                << " (" << fmt("%+.1f%%", 100 * (dist->mean_s / dist->base_step_s - 1)) << "), p50 "
+                << secs(dist->p50_s) << ", p90 " << secs(dist->p90_s) << ", p99 "
+                << secs(dist->p99_s) << ", min " << secs(dist->min_s) << ", max "
+                << secs(dist->max_s) << "\n";
+    }
+    if (ttt) print_time_to_train(*ttt);
     return 0;
   };
 }

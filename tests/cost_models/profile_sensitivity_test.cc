@@ -63,6 +63,7 @@ const std::set<std::string> kUnreached = {
     "link_efficiency/ethernet",  // no preset has RoCE NICs
     "link_efficiency/shm",       // the CPU runtime's transport, not a GPU's
     "host_memory_efficiency",    // binds only when host copies outrun a socket's DRAM
+    "gpu_speed_cv",              // prices stragglers in time to train, not a plan's step time
 };
 
 TEST(ProfileSensitivity, EveryFigureMovesPredictionsTheWayPhysicsSays) {
