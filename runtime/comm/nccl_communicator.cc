@@ -28,9 +28,22 @@ class NcclContext {
     for (NcclCommunicator* c : comms_)
       if (c != except) c->flush();
   }
+  // A communicator aborted by the communication timeout: ncclCommAbort frees it, so nothing may
+  // use it again (neither its Requests, nor the NcclCommunicator's destructor, which would abort
+  // it a second time). The CommSet creates no communicator after its first, so a freed handle's
+  // address is not reused while this list lives.
+  void abort(ncclComm_t c) {
+    if (!c || aborted(c)) return;
+    aborted_.push_back(c);
+    ncclCommAbort(c);
+  }
+  bool aborted(ncclComm_t c) const {
+    return std::find(aborted_.begin(), aborted_.end(), c) != aborted_.end();
+  }
 
  private:
   std::vector<NcclCommunicator*> comms_;
+  std::vector<ncclComm_t> aborted_;
 };
 
 // Work enqueued together: device copies, then NCCL calls in one ncclGroupStart/End, then an
@@ -85,15 +98,23 @@ ncclDataType_t nccl_type(Dtype d) {
 // The communication timeout (runtime/comm/comm_timeout.h) of a transfer still in flight: the
 // communicator is aborted (ncclCommAbort: its kernels stop waiting on the peer), and the error
 // names the call. The communicator is unusable afterwards.
-[[noreturn]] void timed_out(const CommDeadline& d, ncclComm_t comm, const std::string& field) {
-  if (comm) ncclCommAbort(comm);
+[[noreturn]] void timed_out(const CommDeadline& d, ncclComm_t comm, NcclContext& context,
+                            const std::string& field) {
+  context.abort(comm);
   throw Error(field, d.message() + "; the NCCL communicator was aborted");
+}
+
+// A call on a communicator that an earlier timeout aborted: an error, not a use of freed state.
+void check_not_aborted(ncclComm_t comm, const NcclContext& context, const std::string& field) {
+  if (comm && context.aborted(comm))
+    throw Error(field, "the NCCL communicator was aborted after an earlier communication timeout");
 }
 
 // Blocks until `event` has fired, throwing when CUDA or the communicator reports an error, or
 // when the transfer outlives the communication timeout.
-void wait_event(cudaEvent_t event, ncclComm_t comm, const std::string& field,
+void wait_event(cudaEvent_t event, ncclComm_t comm, NcclContext& context, const std::string& field,
                 const CommDeadline& deadline) {
+  check_not_aborted(comm, context, field);
   for (;;) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return;
@@ -102,7 +123,7 @@ void wait_event(cudaEvent_t event, ncclComm_t comm, const std::string& field,
     if (comm && ncclCommGetAsyncError(comm, &st) == ncclSuccess && st != ncclSuccess &&
         st != ncclInProgress)
       throw Error(field, nccl_error(st, comm));
-    if (deadline.expired()) timed_out(deadline, comm, field);
+    if (deadline.expired()) timed_out(deadline, comm, context, field);
     std::this_thread::yield();
   }
 }
@@ -123,11 +144,12 @@ class NcclRequest final : public Request::Impl {
     check_issued();
     const cudaError_t e = cudaEventQuery(b->event);
     if (e == cudaErrorNotReady) {
+      check_not_aborted(comm_, *context_, field_);
       ncclResult_t st = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess &&
           st != ncclInProgress)
         throw Error(field_, nccl_error(st, comm_));
-      if (b->deadline.expired()) timed_out(b->deadline, comm_, field_);
+      if (b->deadline.expired()) timed_out(b->deadline, comm_, *context_, field_);
       return false;
     }
     if (e != cudaSuccess) throw Error(field_, cuda_error(e));
@@ -145,7 +167,7 @@ class NcclRequest final : public Request::Impl {
     if (!b->issued)
       throw Error(field_, "waited on inside begin_group()/end_group(): call end_group() first");
     check_issued();
-    wait_event(b->event, comm_, field_, b->deadline);
+    wait_event(b->event, comm_, *context_, field_, b->deadline);
     finish();
   }
 
@@ -201,6 +223,11 @@ NcclCommunicator::NcclCommunicator(std::string name, std::vector<int> members, i
 
 NcclCommunicator::~NcclCommunicator() {
   context_->remove(this);
+  if (context_->aborted(comm_)) {  // by a timeout: already released, its work abandoned
+    cudaFree(scratch_);
+    if (owns_stream_) cudaStreamDestroy(stream_);
+    return;
+  }
   bool failed = false;
   try {
     if (group_) {
@@ -211,7 +238,8 @@ NcclCommunicator::~NcclCommunicator() {
     flush();
     auto done = std::make_shared<Batch>();  // an empty batch: just the event
     issue(*done);
-    if (done->error.empty()) wait_event(done->event, comm_, "comm." + name(), done->deadline);
+    if (done->error.empty())
+      wait_event(done->event, comm_, *context_, "comm." + name(), done->deadline);
   } catch (...) {
     failed = true;
   }
@@ -261,6 +289,7 @@ void NcclCommunicator::issue(Batch& b) {
   b.issued = true;
   b.deadline = CommDeadline();
   try {
+    check_not_aborted(comm_, *context_, "comm." + name());
     for (auto& copy : b.copies) copy();
     if (!b.ops.empty()) {
       ncclResult_t rc = ncclGroupStart();

@@ -110,7 +110,9 @@ inline float exp_fast(float x) {
   constexpr float kLo = -87.3365f, kHi = 88.7228f;
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  float xc = x < kLo ? kLo : x;
+  // NaN clamps to kLo (every comparison with it is false), so that n below is finite: the
+  // float-to-int conversion of a NaN is undefined behaviour. The NaN itself is returned at the end.
+  float xc = x >= kLo ? x : kLo;
   xc = xc > kHi ? kHi : xc;
   const float n = (xc * kLog2e + kRound) - kRound;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;

@@ -11,13 +11,17 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/comm/comm_timeout.h"
 #include "runtime/tensor.h"
 #include "tests/runtime/mpi_test_util.h"
 
@@ -387,6 +391,46 @@ TEST(NcclCommSet, CallerGivenStreamAndWorldSizeCheck) {
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "plan") << e.what();
   }
+}
+
+// The communication timeout on a GPU (issue: a rank that stalls must not leave the others
+// waiting forever). A host function that blocks the communicator's stream until released stands
+// for a peer that never posts its side: the wait ends after the timeout with an error naming the
+// call, the communicator is aborted (ncclCommAbort), and the CommSet is then torn down without
+// touching the freed communicator again (a second abort or a wait on it would crash).
+TEST(NcclWatchdog, AStalledTransferIsAbortedNamedAndTornDown) {
+  constexpr double kTimeoutS = 2;
+  set_comm_timeout_s(kTimeoutS);
+  static std::atomic<bool> released{false};
+  released = false;
+  {
+    std::unique_ptr<CommSet> own = make_nccl_comm_set(dp_plan(world_size()));
+    auto& w = dynamic_cast<NcclCommunicator&>(own->world());
+    auto block = [](void*) {
+      while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    ASSERT_EQ(cudaLaunchHostFunc(w.stream(), block, nullptr), cudaSuccess);
+    const int64_t count = 256;
+    DeviceBuf buf(count, Dtype::kFp32);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      w.all_reduce(buf.data(), count, Dtype::kFp32);
+      ADD_FAILURE() << "a stalled all-reduce completed";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("comm."), std::string::npos) << what;
+      EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, kTimeoutS);
+    EXPECT_LT(waited, kTimeoutS + 30);
+    // A later call on the aborted communicator is an error, not a use of freed state.
+    EXPECT_THROW(w.all_reduce(buf.data(), count, Dtype::kFp32), Error);
+    released = true;  // the stream runs again; the CommSet's teardown follows
+    EXPECT_EQ(cudaStreamSynchronize(w.stream()), cudaSuccess);
+  }
+  set_comm_timeout_s(kDefaultCommTimeoutS);
 }
 
 }  // namespace
