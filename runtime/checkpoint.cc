@@ -430,8 +430,13 @@ std::string resolve_checkpoint(const std::string& path) {
   std::ifstream in(latest);
   std::string name;
   in >> name;
-  if (name.rfind("step-", 0) != 0 || name.find('/') != std::string::npos)
-    throw Error(latest.string(), "does not name a step directory ('" + name + "')");
+  // What step_name writes: "step-" and the step's digits (at most 19: an int64). Anything else
+  // (found by fuzzing: a name too long for the file system) is refused before it reaches one.
+  const bool digits =
+      name.size() > 5 && name.size() <= 5 + 19 &&
+      std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (name.rfind("step-", 0) != 0 || !digits)
+    throw Error(latest.string(), "does not name a step directory ('" + name.substr(0, 64) + "')");
   return (fs::path(path) / name).string();
 }
 
