@@ -18,8 +18,7 @@ double restart_time_s(const Cluster& cluster) {
   return cluster.restart_s > 0 ? cluster.restart_s : 600;
 }
 
-TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan& plan,
-                          const StepFigures& step, const Profile& profile, const JobOptions& o) {
+void validate_job_options(const JobOptions& o) {
   if (!(o.tokens > 0) || !std::isfinite(o.tokens) || o.tokens > 1e18)
     throw Error("job.tokens", "must be a number of tokens in (0, 1e18]");
   if (!(o.checkpoint_interval_s >= 0) || !std::isfinite(o.checkpoint_interval_s))
@@ -28,6 +27,11 @@ TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan
     throw Error("job.price_per_gpu_hour", "must be >= 0");
   if (!(o.planned_per_day >= 0) || !std::isfinite(o.planned_per_day))
     throw Error("job.planned_per_day", "must be >= 0");
+}
+
+TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan& plan,
+                          const StepFigures& step, const Profile& profile, const JobOptions& o) {
+  validate_job_options(o);
   TimeToTrain t;
   t.tokens = o.tokens;
   t.price_per_gpu_hour = o.price_per_gpu_hour;
@@ -72,11 +76,10 @@ TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan
   t.power = o.power ? *o.power : default_power(cluster);
   const double busy = std::clamp(step.compute_s / t.expected_step_s, 0.0, 1.0);
   const Goodput& g = t.goodput;
-  const double gpus_n = cluster.num_gpus();
   const double switches = t.reliability.count[static_cast<int>(Component::kSwitch)];
   const double it_j =
-      it_power_w(gpus_n, switches, t.power, busy) * (g.productive + g.lost_work) +
-      it_power_w(gpus_n, switches, t.power, 0) * (g.checkpoint + g.restart + g.planned_restart);
+      it_power_w(gpus, switches, t.power, busy) * (g.productive + g.lost_work) +
+      it_power_w(gpus, switches, t.power, 0) * (g.checkpoint + g.restart + g.planned_restart);
   t.energy_j = it_j * t.power.pue;
   return t;
 }

@@ -70,6 +70,10 @@ struct TimeToTrain {
   PowerFigures power;
 };
 
+// Throws parasol::Error naming the option ("job.tokens", "job.checkpoint_interval",
+// "job.price_per_gpu_hour", "job.planned_per_day") when one is out of range.
+void validate_job_options(const JobOptions& options);
+
 // The job that trains `options.tokens` with `plan` (global_batch x seq tokens a step) on every GPU
 // of `cluster`. Throws parasol::Error naming the option ("job.tokens", "job.checkpoint_interval",
 // "job.price_per_gpu_hour", "job.planned_per_day") when one is out of range.

@@ -45,20 +45,17 @@ cost::JobOptions job_options(const JobFlags& f, Cluster& cluster) {
       throw Error("job.restart_s", "must be > 0");
     cluster.restart_s = *f.restart_s;
   }
-  // The option checks of cost::time_to_train, here once: the search calls it from its workers.
-  if (f.tokens && (!(*f.tokens > 0) || !std::isfinite(*f.tokens) || *f.tokens > 1e18))
-    throw Error("job.tokens", "must be a number of tokens in (0, 1e18]");
-  if (!(f.checkpoint_interval_s >= 0) || !std::isfinite(f.checkpoint_interval_s))
-    throw Error("job.checkpoint_interval", "must be >= 0 seconds (0: the Young/Daly optimum)");
-  if (!(f.price_per_gpu_hour >= 0) || !std::isfinite(f.price_per_gpu_hour))
-    throw Error("job.price_per_gpu_hour", "must be >= 0");
-  if (!(f.planned_per_day >= 0) || f.planned_per_day * cost::restart_time_s(cluster) >= 43200)
+  // planned_per_day also against this cluster's restart time (time_to_train re-checks only the
+  // range).
+  if (f.planned_per_day * cost::restart_time_s(cluster) >= 43200)
     throw Error("job.planned_per_day", "must be >= 0 and leave at least half of each day to train");
   cost::JobOptions o;
   o.tokens = f.tokens.value_or(0);
   o.price_per_gpu_hour = f.price_per_gpu_hour;
   o.checkpoint_interval_s = f.checkpoint_interval_s;
   o.planned_per_day = f.planned_per_day;
+  // Checked here once, not by each search worker's time_to_train (which checks them too).
+  if (f.tokens) cost::validate_job_options(o);
   return o;
 }
 
