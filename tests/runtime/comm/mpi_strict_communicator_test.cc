@@ -70,10 +70,12 @@ TEST_F(StrictTest, UngroupedSendThenReceiveDeadlocksIntoTheWatchdog) {
   ASSERT_TRUE(w.nccl_semantics());
   const std::vector<float> out = payload(world_rank());
   std::vector<float> in(kCount, -1.0f);
+  // The watchdog's clock starts when the send is posted (by test() below), so measure from
+  // before it: measured from the receive, the wait is short of the timeout by the time between.
+  const auto t0 = std::chrono::steady_clock::now();
   Request s = w.isend(out, partner(), 1);
   EXPECT_FALSE(s.test());  // posted alone; the partner's receive is not
   Request r = w.irecv(in, partner(), 1);
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     r.wait();
     ADD_FAILURE() << "no deadlock";
