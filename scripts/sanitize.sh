@@ -13,6 +13,7 @@ CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DPARASOL_SANITIZE=ON -DPARASOL_FUZZ=ON \
   -DPARASOL_FUZZ_SECONDS="${PARASOL_FUZZ_SECONDS:-30}" >/dev/null
 cmake --build build-san -j "$jobs"
+echo "sanitize.sh: build took ${SECONDS} s"
 supp=$PWD/scripts/sanitize.supp
 asan="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
 export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
@@ -22,15 +23,20 @@ cd build-san
 # 131,072-GPU memory bound), the GPU tests (no GPU here), and the trainer suite's second and third
 # runs in the strict device and NCCL-semantics modes (the same kernels and ops as its first run,
 # which does run here; they test what the host may touch and when transfers complete). The trainer
-# suite itself (trainer_mpi_test_np8) is out too for now: it failed under ASan after 208 s
-# (not yet diagnosed, likely its ctest timeout); executor_names_test and `parasol run` cover the
-# trainer there.
+# suite itself (trainer_mpi_test_np8) is out too, for CI time: under ASan it takes 190-260 s on
+# two cores (it passed so, alone and beside the other MPI suites, after one unexplained failure
+# at 208 s in a CI run whose output was not kept); executor_names_test and `parasol run` run the
+# trainer here. The accuracy bars of the event simulator (the published suites played op by op,
+# about 5 min under ASan; the plain build checks the figures and the engine's other suites run
+# here) are left out for CI time.
 skip='loop_check|CliScale\..*|trainer_mpi_test_np8.*|.*_strict_device|.*_nccl_semantics'
+skip+='|Predictors/AccuracyBars\..*simulate.*'
 # Tests that call MPI_Init (mpirun tests, `parasol run`): Open MPI's libraries have no frame
 # pointers, so their leak stacks need the slow unwinder (slow everywhere: only for these) for the
 # suppressions to see which library allocated.
 mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate|soak'
 ASAN_OPTIONS=$asan ctest --output-on-failure -j "$jobs" -LE 'gpu|mpi' -E "^($skip|$mpi_run)$"
+echo "sanitize.sh: build and tests without MPI took ${SECONDS} s"
 export ASAN_OPTIONS="$asan:fast_unwind_on_malloc=0"
 ctest --output-on-failure -j "$jobs" -L mpi -E "^($skip)$"
 ctest --output-on-failure -j "$jobs" -R "^($mpi_run)$"
