@@ -61,12 +61,14 @@ Liveness liveness(const Program& prog) {
     }
   }
   out.live_after_op.resize(n_ops);
+  out.live_during_op.resize(n_ops);
   double d = 0, a = 0, h = 0;
   for (int i = 0; i < n_ops; ++i) {
     d += during[i];
     a += after[i];
     h += host[i];
     out.live_after_op[i] = a;
+    out.live_during_op[i] = d;
     if (out.peak_op < 0 || d > out.peak_bytes) {
       out.peak_bytes = d;
       out.peak_op = i;

@@ -18,6 +18,9 @@ struct Liveness {
   std::array<double, 5> peak_by_class{};
   // Device bytes live once op i has finished (buffers whose last use was op i are freed).
   std::vector<double> live_after_op;
+  // Device bytes in use while op i runs (its inputs and outputs all allocated); peak_bytes is
+  // their maximum (the first op that reaches it is peak_op).
+  std::vector<double> live_during_op;
   double persistent_bytes = 0;  // device buffers allocated for the whole step
   double host_bytes = 0;        // peak bytes of host-memory buffers (offload)
 };

@@ -2,7 +2,9 @@
 #include "core/model.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <initializer_list>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -670,6 +672,28 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
   return m;
 }
 
+namespace {
+// The name a model file's path gives it: the file's stem less a "_config"/"-config"/".config"
+// suffix ("gpt2_config.json" -> "gpt2"), or, for a file named config.json, the folder it is in
+// ("hf/Llama-3-8B/config.json" -> "Llama-3-8B").
+std::string name_from_path(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  std::string stem = p.stem().string();
+  if (stem == "config" && p.has_parent_path() && !p.parent_path().filename().empty())
+    return p.parent_path().filename().string();
+  for (const char* suffix : {"_config", "-config", ".config"})
+    if (stem.size() > std::string_view(suffix).size() && stem.ends_with(suffix))
+      return stem.substr(0, stem.size() - std::string_view(suffix).size());
+  return stem;
+}
+
+// The non-empty string at `key` of the object `j`, or "".
+std::string own_name(const Json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
+}
+}  // namespace
+
 Model load_model(const std::string& preset_or_path) {
   if (!is_existing_file(preset_or_path)) {
     if (preset_or_path.find('/') != std::string::npos || preset_or_path.ends_with(".json"))
@@ -677,9 +701,12 @@ Model load_model(const std::string& preset_or_path) {
     return model_preset(preset_or_path);
   }
   Json j = read_json_file(preset_or_path);
-  if (j.is_object() && !j.contains("layers") && looks_like_hf_config(j))
-    return model_from_hf_config(j, "model");
-  return model_from_json(j, "model");
+  const bool hf = j.is_object() && !j.contains("layers") && looks_like_hf_config(j);
+  Model m = hf ? model_from_hf_config(j, "model") : model_from_json(j, "model");
+  // Named by the document when it names itself, else by its file.
+  const std::string own = own_name(j, hf ? "_name_or_path" : "name");
+  m.name = own.empty() ? name_from_path(preset_or_path) : own;
+  return m;
 }
 
 }  // namespace parasol

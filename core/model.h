@@ -190,7 +190,9 @@ Model llama_model(const std::string& name, int layers, int64_t hidden, int heads
 Model model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
-// A preset name, a parasol model JSON file or an HF config.json file.
+// A preset name, a parasol model JSON file or an HF config.json file. A model read from a file is
+// named by the file's own name (parasol JSON "name", HF "_name_or_path"), else by the file: its
+// stem less "_config"/"-config"/".config", or for config.json the folder it is in.
 Model load_model(const std::string& preset_or_path);
 
 }  // namespace parasol

@@ -571,6 +571,8 @@ struct Executor::Impl::Scheduler {
   };
   double now() const { return std::chrono::duration<double>(Clock::now() - t0).count(); }
   void record(const Op& op, double start, double end);  // a trace event (when tracing)
+  // When tracing: a sample of the device bytes allocated now (time t) for the memory counter.
+  void sample_memory(double t);
   void complete(const Op& op);
   bool poll_transfers();    // completes the transfers that have finished
   bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
@@ -594,6 +596,8 @@ struct Executor::Impl::Scheduler {
   std::vector<InFlight> flying;
   std::vector<int> busy;  // per stream: non-eager ops in flight (the stream waits for them)
   std::vector<Marked> marked;
+  int64_t last_live = -1, last_peak = -1;  // the memory counter's last sample and peak seen
+  double last_sample_t = 0;
   int completed = 0;
   Clock::time_point t0;
 };
@@ -625,6 +629,7 @@ Executor::Impl::Scheduler::Scheduler(Impl& impl, const StepConfig& cfg, StepResu
   im.be.clear_marks();
   if (config.trace) im.be.mark();
   t0 = Clock::now();
+  sample_memory(0);
 }
 
 void Executor::Impl::Scheduler::record(const Op& op, double start, double end) {
@@ -645,6 +650,31 @@ void Executor::Impl::Scheduler::record(const Op& op, double start, double end) {
   result.events.push_back(std::move(e));
 }
 
+// Samples are taken where the executor allocates or frees: when an op is issued (after its
+// buffers are allocated), when it completes (after what it last touched is freed) and at the end
+// of the step, all by the host clock. Where the allocation peak (Backend::device_memory's
+// peak_total, which the trainer reports) rose since the previous sample, e.g. by a kernel's
+// transient workspace, that peak is sampled halfway between the two: the counter's maximum is
+// the step's measured peak.
+void Executor::Impl::Scheduler::sample_memory(double t) {
+  if (!config.trace) return;
+  const MemoryStats m = im.be.device_memory();
+  const int rank = im.comms.world_rank();
+  if (m.peak_total > last_peak) {
+    // The peak rose above what is live now between the previous sample and this one.
+    if (m.peak_total > m.live_total)
+      result.counters.push_back({rank, "device memory", "bytes", (last_sample_t + t) / 2,
+                                 static_cast<double>(m.peak_total)});
+    last_peak = m.peak_total;
+  }
+  if (m.live_total != last_live) {
+    result.counters.push_back(
+        {rank, "device memory", "bytes", t, static_cast<double>(m.live_total)});
+    last_live = m.live_total;
+  }
+  last_sample_t = t;
+}
+
 void Executor::Impl::Scheduler::complete(const Op& op) {
   im.after_complete(op);
   im.finished(op);
@@ -663,6 +693,7 @@ bool Executor::Impl::Scheduler::poll_transfers() {
         complete(op);
         --busy[op.stream];
       }
+      sample_memory(now());
       ++completed;
       progressed = true;
       flying.erase(flying.begin() + static_cast<long>(i));
@@ -771,6 +802,7 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
     std::fprintf(stderr, "[rank %d] start %d %s stream %d\n", im.comms.world_rank(), op.id,
                  op.name.c_str(), op.stream);
   const double start = now();
+  sample_memory(start);
   const int start_mark = config.trace && !is_communication(op.kind) ? im.be.mark() : -1;
   if (is_communication(op.kind)) {
     flying.push_back({op.id, im.start_comm(op), start});
@@ -782,6 +814,7 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
     im.run_local(op);
     if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});
     complete(op);
+    sample_memory(now());
     ++completed;
   }
 }
@@ -810,6 +843,7 @@ void Executor::Impl::Scheduler::finish() {
   for (void* p : im.scratch_) im.be.free(p);
   im.scratch_.clear();
   result.seconds = now();
+  sample_memory(result.seconds);
 }
 
 void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {

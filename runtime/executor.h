@@ -51,6 +51,10 @@ struct StepResult {
   double grad_norm = 0;  // global gradient norm before clipping (0 when the Program has none)
   double seconds = 0;    // wall time of the step
   std::vector<traces::TraceEvent> events;  // when StepConfig::trace; times from the step start
+  // When StepConfig::trace: the "device memory" counter (key "bytes") of this rank, sampled where
+  // the executor allocates and frees (host clock, from the step start); its maximum is the step's
+  // peak device bytes (Backend::device_memory().peak_total, as the trainer reports it).
+  std::vector<traces::TraceCounter> counters;
 };
 
 class Executor {

@@ -86,6 +86,7 @@ StepStats Trainer::step(bool trace) {
   s.tokens_per_s = s.seconds > 0 ? static_cast<double>(cfg.tokens_per_step) / s.seconds : 0.0;
   s.peak_bytes = backend_.device_memory().peak_total;
   events_ = std::move(r.events);
+  counters_ = std::move(r.counters);
   return s;
 }
 

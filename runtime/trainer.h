@@ -59,6 +59,8 @@ class Trainer {
   const Program& program() const { return program_; }
   const Executor& executor() const { return *executor_; }
   const std::vector<traces::TraceEvent>& last_events() const { return events_; }
+  // The last traced step's device-memory counter samples (StepResult::counters).
+  const std::vector<traces::TraceCounter>& last_counters() const { return counters_; }
 
  private:
   void fill_batch(int mb, int32_t* tokens, int32_t* labels) const;
@@ -74,6 +76,7 @@ class Trainer {
   int64_t steps_ = 0;
   int64_t data_position_ = 0;  // first sequence of the next step's global batch
   std::vector<traces::TraceEvent> events_;
+  std::vector<traces::TraceCounter> counters_;
 };
 
 }  // namespace parasol::runtime

@@ -4,5 +4,12 @@
 parasol_packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libcli11-dev libgtest-dev
                   libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev libxxhash-dev)
 # What the test command needs beyond the build (scripts/sanitize.sh): clang with its sanitizer
-# and libFuzzer runtimes. Installed by setup.sh; not required by gpu-check.sh.
-parasol_test_packages=(clang libclang-rt-dev)
+# and libFuzzer runtimes; python3-jsonschema validates the --json outputs against docs/schema
+# (tests/tools/json_schema_test.py, run with /usr/bin/python3). Installed by setup.sh; not
+# required by gpu-check.sh. chromium renders `parasol report`'s page headless
+# (tests/report/render_test.sh). pybind11-dev and python3-dev build `import parasol`
+# (python/, built only when they are found: the command line does not need them, so they are not
+# in parasol_packages and a GPU machine without them still builds), python3-pytest runs its tests
+# (tests/python).
+parasol_test_packages=(clang libclang-rt-dev python3-jsonschema chromium pybind11-dev python3-dev
+                       python3-pytest)

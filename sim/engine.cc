@@ -23,6 +23,7 @@
 #include "core/liveness.h"
 #include "core/rank_layout.h"
 #include "cost_models/op_cost.h"
+#include "sim/trace_annotate.h"
 
 namespace parasol::sim {
 
@@ -228,8 +229,8 @@ class Engine {
   std::unique_ptr<cost::OpPricer> pricer_;
 
   int n_ = 0;
-  std::vector<int> base_;                                       // first global id of each stage
-  std::shared_future<std::vector<double>> peak_memory_future_;  // per stage (core/liveness.h)
+  std::vector<int> base_;                                      // first global id of each stage
+  std::shared_future<std::vector<Liveness>> liveness_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
   std::vector<Times>& times_;
@@ -286,10 +287,10 @@ void Engine::build() {
 // Peak memory of each stage from its buffers' liveness (core/liveness.h), on another core
 // while this one builds and plays the event graph (the Programs are read-only meanwhile).
 void Engine::start_peak_memory() {
-  peak_memory_future_ = std::async(std::launch::async, [this] {
-    std::vector<double> peaks;
-    for (const Program& prog : programs_) peaks.push_back(liveness(prog).peak_bytes);
-    return peaks;
+  liveness_future_ = std::async(std::launch::async, [this] {
+    std::vector<Liveness> lv;
+    for (const Program& prog : programs_) lv.push_back(liveness(prog));
+    return lv;
   });
 }
 
@@ -695,7 +696,8 @@ SimResult Engine::result(bool record_trace) const {
     }
   }
   r.breakdown = r.stage_breakdown[r.critical_stage];
-  r.peak_memory_per_stage = peak_memory_future_.get();
+  const std::vector<Liveness>& lv = liveness_future_.get();
+  for (const Liveness& l : lv) r.peak_memory_per_stage.push_back(l.peak_bytes);
   if (record_trace) {
     traces::Trace& tr = r.trace;
     tr.source = "predicted";
@@ -727,6 +729,9 @@ SimResult Engine::result(bool record_trace) const {
         tr.events.push_back(std::move(e));
       }
     }
+    // Perfetto's extras: stage names, dependency flows, the liveness memory counter per rank.
+    annotate_trace(tr, plan_, programs_);
+    for (int s = 0; s < plan_.pp; ++s) add_liveness_counter(tr, reps_[s], lv[s]);
   }
   return r;
 }

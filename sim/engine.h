@@ -102,7 +102,8 @@ struct SimResult {
 // Plays `programs` (one per pipeline stage: programs[s].stage == s, s in [0, plan.pp)) of
 // `plan` for `model` on `cluster` priced with `profile`, and returns the predicted step.
 // record_trace: also fill result.trace (one event per op of every representative rank; the
-// only per-op allocation happens then).
+// only per-op allocation happens then), with the annotations of sim/trace_annotate.h: process
+// names with the stage, pipeline and dependency flows, and each rank's liveness memory counter.
 // REQUIRES: validate(plan, model, cluster) passed. Throws parasol::Error naming the op
 // ("programs[1].ops[42]: ...") for a malformed Program: a bad stream, dep id or peer stage, a
 // send or recv without its match, or ops that can never run (a dependency cycle or a collective

@@ -507,15 +507,16 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < threads; ++i)
     workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt, layouts));
-  std::atomic<size_t> next{0}, done{0};
+  std::atomic<size_t> next{0};
+  size_t done = 0;  // shapes finished, under progress_mutex
   std::mutex progress_mutex;
   auto work = [&](Worker* w) {
     for (size_t i; (i = next.fetch_add(1)) < shapes.size();) {
       w->run_shape(shapes[i], static_cast<int>(i));
-      size_t d = done.fetch_add(1) + 1;
       if (opt.progress) {
+        // Counted under the lock, so the fractions reported never go back.
         std::lock_guard<std::mutex> lock(progress_mutex);
-        opt.progress(static_cast<double>(d) / shapes.size());
+        opt.progress(static_cast<double>(++done) / shapes.size());
       }
     }
   };
@@ -523,6 +524,7 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   for (int i = 1; i < threads; ++i) pool.emplace_back(work, workers[i].get());
   work(workers[0].get());
   for (auto& t : pool) t.join();
+  if (opt.progress && shapes.empty()) opt.progress(1.0);  // nothing to do: done at once
 
   SearchResult r;
   std::vector<Entry> top, pareto;

@@ -18,5 +18,7 @@ Runner add_accuracy(CLI::App& app);
 Runner add_compare(CLI::App& app);
 Runner add_calibrate(CLI::App& app);
 Runner add_run(CLI::App& app);
+Runner add_export(CLI::App& app);
+Runner add_report(CLI::App& app);
 
 }  // namespace parasol::tools

@@ -3,12 +3,20 @@
 // merge_traces joins them): per op kind and per phase the predicted and measured time per step
 // and the error, then the step time, exposed communication and bubble. traces/compare.h has the
 // matching rule and what is rejected (exit 2).
+// MEASURED may instead be a Megatron-LM training log (recognised by its `elapsed time per
+// iteration (ms)` lines, interop/megatron_log.h): then the predicted trace's step time (median
+// over its steps) is compared with the log's (median of its lines after the first, warm-up).
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
+#include "core/error.h"
+#include "interop/megatron_log.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "traces/compare.h"
+#include "traces/summary.h"
 #include "traces/trace.h"
 
 namespace parasol::tools {
@@ -29,6 +37,47 @@ void print_row(const traces::CompareRow& r, int width) {
   std::cout << "\n";
 }
 
+// The text of `path` when it is a Megatron-LM training log, else "".
+std::string megatron_log_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::stringstream s;
+  s << in.rdbuf();
+  return interop::looks_like_megatron_log(s.str()) ? s.str() : "";
+}
+
+// The step time of the predicted trace against a Megatron-LM log's.
+int compare_with_megatron_log(const std::string& predicted, const std::string& log_path,
+                              const std::string& text, bool json) {
+  const traces::TraceSummary p = traces::summarize(traces::read_trace_file(predicted));
+  if (p.steps == 0) throw Error(predicted, "the predicted trace has no events");
+  const interop::MegatronLog log = interop::read_megatron_log(text, log_path);
+  traces::CompareRow step{"step time", p.step_time_s, log.step_time_s, 0};
+  if (json) {
+    Json j = {{"predicted", predicted},
+              {"measured", log_path},
+              {"measured_kind", "megatron-log"},
+              {"log_lines", log.step_s.size()},
+              {"log_lines_skipped", log.skipped},
+              {"measured_step_times_s", log.step_s},
+              {"step",
+               {{"key", step.key},
+                {"predicted_s", step.predicted_s},
+                {"measured_s", step.measured_s},
+                {"events", 0},
+                {"error", step.error()}}}};
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << "Megatron-LM log " << log_path << ": " << log.step_s.size()
+            << " elapsed-time lines, the first " << log.skipped
+            << " left out as warm-up, median of the rest\n";
+  std::cout << "time per step (predicted, measured, error):\n";
+  print_row(step, 38);
+  std::cout << "step time error " << fmt("%+.1f%%", 100 * step.error()) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 Runner add_compare(CLI::App& app) {
@@ -39,10 +88,15 @@ Runner add_compare(CLI::App& app) {
   cmd->add_option("predicted", *predicted, "predicted trace (parasol simulate --trace)")
       ->required();
   cmd->add_option("measured", *measured,
-                  "measured trace (parasol run --trace); several files: per-rank parts of one run")
+                  "measured trace (parasol run --trace; several files: per-rank parts of one "
+                  "run), or a Megatron-LM training log")
       ->required();
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
+    if (measured->size() == 1) {
+      const std::string log = megatron_log_text(measured->front());
+      if (!log.empty()) return compare_with_megatron_log(*predicted, measured->front(), log, *json);
+    }
     const traces::Trace p = traces::read_trace_file(*predicted);
     const traces::Trace m = traces::read_trace_files(*measured);
     const std::string mname = measured->size() == 1 ? measured->front() : "measured";

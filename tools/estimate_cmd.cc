@@ -8,6 +8,7 @@
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/time_to_train.h"
+#include "tools/api.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "tools/job_flags.h"
@@ -78,22 +79,12 @@ Runner add_estimate(CLI::App& app) {
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
-    const cost::JobOptions job_opts = job_options(*job, *s.cluster);
-    validate(s.plan, s.model, *s.cluster);
-    cost::Estimate e = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
-    const cost::ErrorBand band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
-    std::optional<cost::TimeToTrain> ttt;
-    if (job->tokens)
-      ttt = cost::time_to_train(s.model, *s.cluster, s.plan, estimate_step(e), s.profile, job_opts);
+    const EstimateRun r = run_estimate(s, *job);
     if (*json) {
-      Json j = cost::estimate_to_json(e);
-      j["band"] = cost::band_to_json(band, e.step_time_s);
-      j["plan"] = plan_to_json(s.plan);
-      if (ttt) j["job"] = cost::time_to_train_to_json(*ttt);
-      std::cout << j.dump(1) << "\n";
+      std::cout << estimate_document(s, r).dump(1) << "\n";
     } else {
-      print_estimate(e, band);
-      if (ttt) print_time_to_train(*ttt);
+      print_estimate(r.estimate, r.band);
+      if (r.job) print_time_to_train(*r.job);
     }
     return 0;
   };

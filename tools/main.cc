@@ -1,5 +1,5 @@
 // The parasol command line: show, validate, estimate, simulate, search, accuracy, compare,
-// calibrate.
+// calibrate, run, report, export.
 #include <iostream>
 #include <map>
 
@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, Runner> runners;
   std::vector<Runner> list = {add_show(app),     add_validate(app),  add_estimate(app),
                               add_simulate(app), add_search(app),    add_accuracy(app),
-                              add_compare(app),  add_calibrate(app), add_run(app)};
+                              add_compare(app),  add_calibrate(app), add_run(app),
+                              add_report(app),   add_export(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

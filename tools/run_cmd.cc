@@ -4,7 +4,8 @@
 // step time and tokens/s of every step, then each rank's measured peak memory beside the liveness
 // prediction; --trace writes the last --trace-steps steps' ops (all ranks merged) in the
 // simulator's schema, with the plan and the communication groups, so that `parasol compare` and
-// `parasol calibrate` read it as it is.
+// `parasol calibrate` read it as it is, each rank's device-memory counter, stage names and the
+// dependency flows (sim/trace_annotate.h).
 #include <mpi.h>
 
 #include <cstdio>
@@ -13,11 +14,13 @@
 
 #include "core/error.h"
 #include "core/liveness.h"
+#include "core/lower.h"
 #include "core/rank_layout.h"
 #include "runtime/comm/comm_timeout.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/trainer.h"
+#include "sim/trace_annotate.h"
 #ifdef PARASOL_HAVE_CUDA
 #include "runtime/comm/nccl_communicator.h"
 #include "runtime/cuda/cuda_backend.h"
@@ -122,6 +125,7 @@ int train(const Spec& s, const RunOptions& ro) {
   Json steps = Json::array();
   StepStats last;
   std::vector<traces::TraceEvent> recorded;
+  std::vector<traces::TraceCounter> recorded_counters;
   double offset = 0;  // where the next recorded step starts in the trace
   for (int i = 0; i < ro.steps; ++i) {
     const bool trace = !ro.trace.empty() && i >= ro.steps - ro.trace_steps;
@@ -132,6 +136,10 @@ int train(const Spec& s, const RunOptions& ro) {
       for (traces::TraceEvent e : trainer.last_events()) {
         e.start_s += offset;
         recorded.push_back(std::move(e));
+      }
+      for (traces::TraceCounter c : trainer.last_counters()) {
+        c.t_s += offset;
+        recorded_counters.push_back(std::move(c));
       }
       offset += last.seconds;
     }
@@ -161,6 +169,7 @@ int train(const Spec& s, const RunOptions& ro) {
     t.source = "measured";
     t.plan = plan_to_json(plan);  // with its model, cluster and GPU-count references
     t.events = std::move(recorded);
+    t.counters = std::move(recorded_counters);
     const Program& prog = trainer.program();
     for (traces::TraceEvent& e : t.events) {
       const Op& op = prog.ops.at(static_cast<size_t>(e.op_id));
@@ -173,7 +182,12 @@ int train(const Spec& s, const RunOptions& ro) {
     if (root) {
       std::vector<std::string> parts;
       for (int r = 0; r < world; ++r) parts.push_back(ro.trace + ".rank" + std::to_string(r));
-      traces::write_trace_file(traces::read_trace_files(parts), ro.trace);
+      // Stage names and dependency flows (sim/trace_annotate.h) need every stage's Program.
+      traces::Trace merged = traces::read_trace_files(parts);
+      std::vector<Program> programs;
+      for (int st = 0; st < plan.pp; ++st) programs.push_back(lower_stage(s.model, plan, st));
+      sim::annotate_trace(merged, plan, programs);
+      traces::write_trace_file(merged, ro.trace);
       for (const std::string& p : parts) std::filesystem::remove(p);
     }
   }

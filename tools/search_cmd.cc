@@ -3,19 +3,20 @@
 // a plan file. With --tokens the plans are ranked by their time to train those tokens
 // (cost_models/time_to_train.h: stragglers, checkpoints, interruptions and restarts around the
 // step), shown in a "train" column.
-#include <unistd.h>
-
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "core/error.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/time_to_train.h"
 #include "sim/search.h"
+#include "tools/api.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "tools/job_flags.h"
+#include "tools/progress.h"
 #include "tools/spec.h"
 
 namespace parasol::tools {
@@ -111,89 +112,30 @@ Runner add_search(CLI::App& app) {
     SpecOptions so = *o;
     so.tp = 1;  // placeholder plan; the search makes its own
     Spec s = load_spec(so, cmd, false);
-    cost::JobOptions job_opts = job_options(*job, *s.cluster);
-    // One cluster for every plan: count its components once.
-    if (job->tokens)
-      job_opts.reliability = cost::job_reliability(*s.cluster, job_opts.failure_rates);
-    sim::SearchOptions opt;
-    opt.global_batch = *gbs;
-    opt.seq_len = *seq;
-    opt.top_k = *top;
-    opt.threads = *threads;
-    opt.precision = parse_dtype(*precision, "search.precision");
-    opt.search_offload = !*no_offload;
-    // The step a plan is ranked by: the estimate's, or the pessimistic end of its band.
-    const bool is_robust = *robust;
-    auto step_of = [&s, is_robust](const Plan& p, const cost::Estimate& e) {
-      cost::StepFigures f = estimate_step(e);
-      if (is_robust) {
-        const double pessimistic =
-            cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, e.step_time_s);
-        f.compute_s *= pessimistic / e.step_time_s;
-        f.step_s = pessimistic;
-      }
-      return f;
-    };
-    // With --tokens: the time to train them (a pure function of the plan and its estimate).
-    auto train_of = [&s, &job_opts, step_of](const Plan& p, const cost::Estimate& e) {
-      return cost::time_to_train(s.model, *s.cluster, p, step_of(p, e), s.profile, job_opts);
-    };
-    if (job->tokens)
-      opt.rank_key = [train_of](const Plan& p, const cost::Estimate& e) {
-        return train_of(p, e).time_s;
-      };
-    else if (*robust)
-      opt.rank_key = [step_of](const Plan& p, const cost::Estimate& e) {
-        return step_of(p, e).step_s;
-      };
-    if (*gbs < 1) throw Error("search.gbs", "must be >= 1");
-    if (*seq < 0) throw Error("search.seq", "must be >= 1");
-    if (*top < 1) throw Error("search.top", "must be >= 1");
-    if (*simulate_top < 0) throw Error("search.simulate_top", "must be >= 0");
-    const bool tty = isatty(STDERR_FILENO) && !*json;
-    if (tty)
-      opt.progress = [](double f) { std::fprintf(stderr, "\rsearching... %3.0f%%", f * 100); };
-    sim::SearchResult r = sim::search(s.model, *s.cluster, s.profile, opt);
-    if (tty) std::fprintf(stderr, "\r%*s\r", 24, "");
-    sim::resimulate_top(s.model, *s.cluster, s.profile, *simulate_top, r);
-    if (r.top.empty())
-      throw Error("search", "no plan fits in memory for " + s.model.name + " on " +
-                                std::to_string(s.cluster->num_gpus()) + " GPUs with global batch " +
-                                std::to_string(*gbs));
+    const SearchSettings settings{*top,        *gbs,          *seq,    *threads, *precision,
+                                  *no_offload, *simulate_top, *robust, *job};
+    // A bar on stderr when it is a terminal and the search runs past a second (tools/progress.h).
+    auto bar = std::make_shared<ProgressBar>(stderr, stream_is_terminal(stderr), "searching");
+    SearchRun run;
+    try {
+      run = run_search(s, settings, so.model, so.cluster, [bar](double x) { bar->update(x); });
+    } catch (...) {
+      bar->finish();
+      throw;
+    }
+    bar->finish();
+    const sim::SearchResult& r = run.result;
+    const Plan& best = run.best;
     auto band_of = [&](const Plan& p) {
       return cost::error_band(s.profile, s.model, *s.cluster, p);
     };
-    Plan best = r.top.front().plan;
-    best.model_ref = so.model;
-    best.cluster_ref = so.cluster;
-    best.gpus_ref = s.cluster->num_gpus();
     if (!out->empty()) {
       std::ofstream f(*out);
       if (!f) throw Error("search.out", "cannot write '" + *out + "'");
       f << plan_to_json(best).dump(1) << "\n";
     }
     if (*json) {
-      Json top_j = Json::array(), front = Json::array();
-      for (const auto& c : r.top) {
-        Json row = {{"plan", plan_to_json(c.plan)},
-                    {"estimate", cost::estimate_to_json(c.estimate)},
-                    {"band", cost::band_to_json(band_of(c.plan), c.estimate.step_time_s)}};
-        if (job->tokens) row["job"] = cost::time_to_train_to_json(train_of(c.plan, c.estimate));
-        if (c.simulated_step_s > 0) {
-          row["simulated_step_time_s"] = c.simulated_step_s;
-          row["simulated_band"] = cost::band_to_json(band_of(c.plan), c.simulated_step_s);
-        }
-        top_j.push_back(row);
-      }
-      for (const auto& c : r.pareto)
-        front.push_back({{"plan", plan_to_json(c.plan)},
-                         {"tokens_per_s", c.estimate.tokens_per_s},
-                         {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
-      std::cout
-          << Json{{"top", top_j},         {"pareto", front},      {"enumerated", r.enumerated},
-                  {"fitting", r.fitting}, {"seconds", r.seconds}, {"best_plan", plan_to_json(best)}}
-                 .dump(1)
-          << "\n";
+      std::cout << search_document(s, run).dump(1) << "\n";
       return 0;
     }
     std::cout << "search: " << s.model.name << " on " << s.cluster->num_gpus() << " x "
@@ -205,7 +147,7 @@ Runner add_search(CLI::App& app) {
     const bool tokens = job->tokens.has_value();
     auto train_of_candidate = [&](const sim::Candidate& c) {
       std::optional<cost::TimeToTrain> t;
-      if (tokens) t = train_of(c.plan, c.estimate);
+      if (tokens) t = run.train_of(c.plan, c.estimate);
       return t;
     };
     if (tokens)

@@ -171,7 +171,16 @@ Runner add_show(CLI::App& app) {
     }
     if (*json) {
       Json j;
-      if (what->empty() || *what == "model") j["model"] = model_to_json(s.model);
+      if (what->empty() || *what == "model") {
+        // The model as parasol reads it (a valid model file), and beside it its derived figures.
+        j["model"] = model_to_json(s.model);
+        const ParamCounts pc = param_counts(s.model);
+        const FlopsPerToken f = flops_per_token(s.model);
+        j["parameters"] = {{"total", pc.total}, {"active", pc.active}};
+        j["flops_per_token"] = {{"forward", f.forward},
+                                {"training", f.model},
+                                {"with_full_recompute", f.with_full_recompute}};
+      }
       if (what->empty() || *what == "cluster")
         j["cluster"] = {{"name", s.cluster->name},
                         {"gpus", s.cluster->num_gpus()},

@@ -4,22 +4,19 @@
 // band (cost_models/error_bands.h). With straggler flags it plays sampled steps with slow ranks
 // and prints the step-time distribution (sim/stragglers.h); with --tokens, the time to train.
 #include <algorithm>
-#include <chrono>
 #include <iostream>
 #include <optional>
 
-#include "core/error.h"
-#include "core/lower.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/time_to_train.h"
 #include "sim/engine.h"
 #include "sim/stragglers.h"
+#include "tools/api.h"
 #include "tools/commands.h"
 #include "tools/format.h"
 #include "tools/job_flags.h"
 #include "tools/spec.h"
-#include "traces/trace.h"
 
 namespace parasol::tools {
 
@@ -72,56 +69,19 @@ Runner add_simulate(CLI::App& app) {
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
-    const cost::JobOptions job_opts = job_options(*job, *s.cluster);
-    validate(s.plan, s.model, *s.cluster);
-    const bool stragglers =
-        strag->slow_rank >= 0 || strag->cv > 0 || *samples > 0 || strag->slow_factor != 1;
-    if (strag->slow_factor != 1 && strag->slow_rank < 0)
-      throw Error("stragglers.slow_rank", "is required with --slow-factor");
-    using clock = std::chrono::steady_clock;
-    auto t0 = clock::now();
-    LoweredPlan lowered = lower(s.model, *s.cluster, s.plan);
-    auto t1 = clock::now();
-    sim::Simulator simulator(s.model, *s.cluster, s.profile);
-    sim::SimResult r = simulator.simulate(lowered, !trace->empty());
-    auto t2 = clock::now();
-    std::optional<sim::StepDistribution> dist;
-    if (stragglers) {
-      sim::StragglerOptions so = *strag;
-      so.samples = *samples > 0 ? *samples : so.cv > 0 ? 100 : 1;
-      dist = sim::simulate_stragglers(simulator, lowered, so);
-    }
-    std::optional<cost::TimeToTrain> ttt;
-    if (job->tokens) {
-      // The step of the simulation (the sampled mean when stragglers are played: they are in it
-      // then) and the critical stage's compute.
-      cost::JobOptions jo = job_opts;
-      jo.stragglers_included = dist.has_value();
-      ttt = cost::time_to_train(s.model, *s.cluster, s.plan,
-                                {dist ? dist->mean_s : r.step_time_s, r.breakdown.compute},
-                                s.profile, jo);
-    }
-    const double lower_s = std::chrono::duration<double>(t1 - t0).count();
-    const double sim_s = std::chrono::duration<double>(t2 - t1).count();
-    if (!trace->empty()) traces::write_trace_file(r.trace, *trace);
-    const cost::Estimate e = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
-    const double est = e.step_time_s;
-    const cost::ErrorBand band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
+    const SimulateSettings settings{*trace, *strag, *samples, *job};
+    const SimulateRun run = run_simulate(s, settings);
     if (*json) {
-      Json j = sim::sim_result_to_json(r);
-      j["band"] = cost::band_to_json(band, r.step_time_s);
-      j["estimate_step_time_s"] = est;
-      j["host_memory_per_server_bytes"] = e.host_memory_per_server_bytes;
-      j["host_memory_capacity_bytes"] = e.host_memory_capacity_bytes;
-      j["lower_wall_s"] = lower_s;
-      j["simulate_wall_s"] = sim_s;
-      j["plan"] = plan_to_json(s.plan);
-      if (!trace->empty()) j["trace"] = *trace;
-      if (dist) j["stragglers"] = sim::step_distribution_to_json(*dist);
-      if (ttt) j["job"] = cost::time_to_train_to_json(*ttt);
-      std::cout << j.dump(1) << "\n";
+      std::cout << simulate_document(s, settings, run).dump(1) << "\n";
       return 0;
     }
+    const sim::SimResult& r = run.result;
+    const cost::Estimate& e = run.estimate;
+    const double est = e.step_time_s;
+    const cost::ErrorBand& band = run.band;
+    const double lower_s = run.lower_wall_s, sim_s = run.simulate_wall_s;
+    const std::optional<sim::StepDistribution>& dist = run.stragglers;
+    const std::optional<cost::TimeToTrain>& ttt = run.job;
     std::cout << "simulated step time " << secs(r.step_time_s) << " " << cost::band_label(band)
               << " (closed-form estimate " << secs(est) << ", "
               << fmt("%+.1f%%", 100 * (r.step_time_s / est - 1)) << ")\n";

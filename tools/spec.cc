@@ -6,9 +6,15 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <optional>
+#include <sstream>
 
 #include "core/error.h"
+#include "interop/deepspeed.h"
+#include "interop/megatron.h"
 
 namespace parasol::tools {
 
@@ -95,6 +101,93 @@ int file_gpus(const Json& file) {
   return static_cast<int>(n);
 }
 
+// The end of loading, after the model and the cluster: dp from the GPU count when
+// `derive_dp` (an Error naming tp, pp or cp when they do not divide it), the plan read from `j`
+// with its references (an empty one is left out), and the profile: `profile` null (the device's
+// default), a path or a profile object.
+void finish_spec(Spec& s, Json& j, const Plan& given, bool derive_dp, const std::string& model_ref,
+                 const std::string& cluster_ref, const Json& profile) {
+  const int n = s.cluster->num_gpus();
+  if (derive_dp) {
+    const int64_t rest = int64_t{given.tp} * given.pp * given.cp;
+    if (n % rest != 0) {
+      const char* field = n % given.tp                ? "plan.tp"
+                          : n % (given.tp * given.pp) ? "plan.pp"
+                                                      : "plan.cp";
+      throw Error(field, "tp x pp x cp = " + std::to_string(rest) + " does not divide the " +
+                             std::to_string(n) + " GPUs");
+    }
+    j["dp"] = n / rest;
+  }
+  j.erase("model");
+  j.erase("cluster");
+  if (!model_ref.empty()) j["model"] = model_ref;
+  if (!cluster_ref.empty()) j["cluster"] = cluster_ref;
+  j["gpus"] = n;
+  s.plan = plan_from_json(j, "plan");
+  const DeviceSpec& dev = s.cluster->gpu_device(0);
+  if (profile.is_null()) {
+    s.profile = cost::default_profile(dev);
+  } else if (profile.is_string()) {
+    s.profile = cost::load_profile(profile.get<std::string>(), dev);
+  } else {
+    s.profile = cost::profile_from_json(profile, "profile");
+    if (s.profile.device != dev.name)
+      throw Error(
+          "profile.device",
+          "'" + s.profile.device + "' describes another device than the cluster's " + dev.name);
+  }
+  // A profile of measured figures (the host CPU's, `parasol calibrate --probe`) replaces the
+  // device's datasheet for this cluster.
+  if (s.profile.measured_device) s.cluster->set_device_spec(*s.profile.measured_device);
+}
+
+// What --plan names: a parasol plan JSON, or a job of another framework read into one.
+struct PlanFile {
+  Json plan;                   // the plan JSON object
+  std::optional<Model> model;  // the imported job's model (Megatron's arguments)
+  int gpus = 0;                // the imported job's GPU count when it gives it
+  bool imported = false;       // read from another framework's format
+};
+
+// A DeepSpeed config is a JSON object with DeepSpeed's batch or ZeRO keys and none of a plan's
+// degrees.
+bool looks_like_deepspeed_config(const Json& j) {
+  if (!j.is_object() || j.contains("tp") || j.contains("pp") || j.contains("dp")) return false;
+  for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization",
+                        "gradient_accumulation_steps"})
+    if (j.contains(k)) return true;
+  return false;
+}
+
+// Reads --plan FILE by its content: Megatron-LM arguments (a launch script or argument list,
+// interop/megatron.h), a DeepSpeed config (interop/deepspeed.h; needs --gpus: `gpus`, and takes
+// --tp, --pp, --sp from `o` as Megatron-DeepSpeed's command line would), or a parasol plan JSON.
+// Throws parasol::Error naming the file or the offending flag or key.
+PlanFile read_plan_file(const std::string& path, int gpus, const SpecOptions& o) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {read_json_file(path), std::nullopt, 0, false};  // read_json_file's error
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  if (interop::looks_like_megatron_args(text)) {
+    interop::ImportedJob job =
+        interop::import_megatron(text, std::filesystem::path(path).stem().string());
+    return {job.plan, job.model, job.gpus, true};
+  }
+  Json j = parse_json(text, path);
+  if (looks_like_deepspeed_config(j)) {
+    if (gpus <= 0)
+      throw Error("--gpus", "is required to read the DeepSpeed config " + path +
+                                " (its batch keys count data-parallel ranks)");
+    const interop::DeepSpeedParallelism mp{o.tp.value_or(1), o.pp.value_or(1),
+                                           o.sp.value_or(false)};
+    interop::ImportedJob job = interop::import_deepspeed(j, gpus, mp);
+    return {job.plan, job.model, job.gpus > 0 ? job.gpus : gpus, true};
+  }
+  return {j, std::nullopt, 0, false};
+}
+
 }  // namespace
 
 void add_target_flags(CLI::App* cmd, SpecOptions& o) {
@@ -106,7 +199,9 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o) {
 }
 
 void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
-  cmd->add_option("--plan", o.plan_file, "plan JSON file (flags below override its fields)");
+  cmd->add_option("--plan", o.plan_file,
+                  "plan JSON file, Megatron-LM arguments or launch script, or DeepSpeed config "
+                  "(flags below override its fields)");
   int_flag(cmd, o, "--tp", "tp", o.tp, "tensor-parallel degree");
   int_flag(cmd, o, "--pp", "pp", o.pp, "pipeline-parallel degree");
   int_flag(cmd, o, "--dp", "dp", o.dp, "data-parallel degree (default: GPUs / (tp x pp x cp))");
@@ -221,44 +316,74 @@ Json plan_overlay(const SpecOptions& o, Json j) {
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
   Spec s;
   const bool has_file = !o.plan_file.empty();
-  const Json file = has_file ? read_json_file(o.plan_file) : Json::object();
+  const PlanFile pf = has_file ? read_plan_file(o.plan_file, cmd->count("--gpus") ? o.gpus : 0, o)
+                               : PlanFile{Json::object(), std::nullopt, 0, false};
+  const Json& file = pf.plan;
   Json j = plan_overlay(o, file);
   // Every field checked, flags and file alike; the degrees decide the GPU count and dp below.
   const Plan given = plan_from_json(j, "plan");
   std::string model_ref = o.model, cluster_ref = o.cluster;
   int gpus = o.gpus;
+  const bool imported_model = pf.model && cmd->count("--model") == 0;
   if (has_file) {
     if (cmd->count("--model") == 0 && !given.model_ref.empty()) model_ref = given.model_ref;
     if (cmd->count("--cluster") == 0 && !given.cluster_ref.empty()) cluster_ref = given.cluster_ref;
     if (cmd->count("--gpus") == 0 && given.gpus_ref > 0) gpus = given.gpus_ref;
+    if (cmd->count("--gpus") == 0 && pf.gpus > 0) gpus = pf.gpus;
     if (gpus == 0) gpus = file_gpus(file);
   } else if (gpus == 0 && need_plan) {
     gpus = given.gpus();  // no GPU count: the flags' degrees decide it
   }
-  s.model = load_model(model_ref);
+  // An imported job's model (Megatron's arguments give its shape) unless --model is given; it is
+  // no preset or file, so the plan keeps no reference to it.
+  if (imported_model) model_ref.clear();
+  s.model = imported_model ? *pf.model : load_model(model_ref);
   s.cluster = std::make_unique<Cluster>(load_cluster(cluster_ref, gpus));
-  const int n = s.cluster->num_gpus();
-  if (!o.dp && (!has_file || o.tp || o.pp || o.cp)) {
-    const int64_t rest = int64_t{given.tp} * given.pp * given.cp;
-    if (n % rest != 0) {
-      const char* field = n % given.tp                ? "plan.tp"
-                          : n % (given.tp * given.pp) ? "plan.pp"
-                                                      : "plan.cp";
-      throw Error(field, "tp x pp x cp = " + std::to_string(rest) + " does not divide the " +
-                             std::to_string(n) + " GPUs");
-    }
-    j["dp"] = n / rest;
+  // An imported job without its GPU count has no dp: it comes from --gpus as without a file.
+  const bool derive_dp =
+      !o.dp && (!has_file || o.tp || o.pp || o.cp || (pf.imported && !file.contains("dp")));
+  finish_spec(s, j, given, derive_dp, model_ref, cluster_ref,
+              o.profile_file.empty() ? Json() : Json(o.profile_file));
+  return s;
+}
+
+Spec load_request(const Json& request, bool need_plan) {
+  if (!request.is_object()) throw Error("request", "must be an object (a dict)");
+  Json j = request;
+  const Json model = j.value("model", Json()), cluster = j.value("cluster", Json());
+  const Json profile = j.value("profile", Json());
+  // The model and cluster objects are read below; the plan keeps the references that are names.
+  for (const char* k : {"model", "cluster", "profile"}) j.erase(k);
+  const Plan given = plan_from_json(j, "plan");
+  int gpus = given.gpus_ref;
+  if (gpus == 0 && need_plan) gpus = given.gpus();
+  Spec s;
+  if (model.is_string()) {
+    s.model = load_model(model.get<std::string>());
+  } else if (model.is_object()) {
+    s.model = !model.contains("layers") && looks_like_hf_config(model)
+                  ? model_from_hf_config(model, "model")
+                  : model_from_json(model, "model");
+  } else if (model.is_null()) {
+    s.model = load_model(SpecOptions{}.model);
+  } else {
+    throw Error("model", "must be a preset name, a path or a model object");
   }
-  j["model"] = model_ref;
-  j["cluster"] = cluster_ref;
-  j["gpus"] = n;
-  s.plan = plan_from_json(j, "plan");
-  const DeviceSpec& dev = s.cluster->gpu_device(0);
-  s.profile =
-      o.profile_file.empty() ? cost::default_profile(dev) : cost::load_profile(o.profile_file, dev);
-  // A profile of measured figures (the host CPU's, `parasol calibrate --probe`) replaces the
-  // device's datasheet for this cluster.
-  if (s.profile.measured_device) s.cluster->set_device_spec(*s.profile.measured_device);
+  if (cluster.is_string())
+    s.cluster = std::make_unique<Cluster>(load_cluster(cluster.get<std::string>(), gpus));
+  else if (cluster.is_object())
+    s.cluster = std::make_unique<Cluster>(cluster_from_json(cluster, gpus, "cluster"));
+  else if (cluster.is_null())
+    s.cluster = std::make_unique<Cluster>(load_cluster(SpecOptions{}.cluster, gpus));
+  else
+    throw Error("cluster", "must be a preset name, a path or a cluster object");
+  const std::string model_ref = model.is_string() ? model.get<std::string>()
+                                : model.is_null() ? SpecOptions{}.model
+                                                  : "";
+  const std::string cluster_ref = cluster.is_string() ? cluster.get<std::string>()
+                                  : cluster.is_null() ? SpecOptions{}.cluster
+                                                      : "";
+  finish_spec(s, j, given, !request.contains("dp"), model_ref, cluster_ref, profile);
   return s;
 }
 

@@ -68,11 +68,25 @@ struct Spec {
 Json plan_overlay(const SpecOptions& o, Json base);
 
 // Loads everything; a plan file's "model"/"cluster"/"gpus" fill in flags that were not given.
+// The plan file is read by its content: a Megatron-LM argument list or launch script
+// (interop/megatron.h: it gives the model unless --model is given, and the GPU count when its
+// torchrun line says it), a DeepSpeed config (interop/deepspeed.h; needs --gpus), else a plan
+// JSON. An imported plan without dp takes it from the GPU count, as without a file.
 // When dp is not given it is derived from the GPU count (always without a plan file; with one
 // when --tp, --pp or --cp re-split it); without a plan file or --gbs the global batch is dp x
 // mbs. The plan is plan_from_json of the overlay completed with dp, model, cluster and gpus. A
 // profile with a measured device (Profile::measured_device) sets it on the cluster. Throws
 // parasol::Error.
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan);
+
+// Loads everything from a request object (tools/api.h, the Python module's dict): the keys of a
+// plan JSON, where "model" is a preset name, a path or a model object (parasol's or an HF
+// config.json's; default gpt3-175b), "cluster" a preset name, a path or a cluster object (default
+// dgx-a100-80g), "gpus" the GPU count and "profile" null, a path or a profile object. As
+// load_spec with every key given as a flag: without "gpus" the degrees decide the GPU count
+// (when `need_plan`), without "dp" it is derived from the GPU count. A model or cluster given as
+// an object is left out of the plan's references. Other keys are left to plan_from_json (which
+// ignores the ones it does not read). Throws parasol::Error.
+Spec load_request(const Json& request, bool need_plan);
 
 }  // namespace parasol::tools

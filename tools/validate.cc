@@ -1,6 +1,7 @@
 // `parasol validate`: exit 0 when the plan can run, 2 with the reason when it cannot.
 #include <iostream>
 
+#include "tools/api.h"
 #include "tools/commands.h"
 #include "tools/spec.h"
 
@@ -15,9 +16,9 @@ Runner add_validate(CLI::App& app) {
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
-    validate(s.plan, s.model, *s.cluster);  // throws parasol::Error -> exit 2
+    const Json doc = validate_document(s);  // throws parasol::Error -> exit 2
     if (*json)
-      std::cout << Json{{"valid", true}, {"plan", plan_to_json(s.plan)}}.dump(1) << "\n";
+      std::cout << doc.dump(1) << "\n";
     else
       std::cout << "valid: " << s.plan.gpus() << " GPUs, " << s.plan.micro_batches()
                 << " micro-batches per step\n";

@@ -2,7 +2,9 @@
 // step, so that the two can be compared op by op. Stored as Chrome trace JSON, which Perfetto
 // and chrome://tracing open: one complete event ("ph": "X") per op, "pid" = rank, "tid" =
 // stream, times in microseconds, and the op's identity in "args"; "M" metadata events name the
-// processes ("rank N") and the threads (the stream names of the Program).
+// processes ("rank N", or a name the writer gives) and the threads (the stream names of the
+// Program) and order them; "C" counter events carry per-rank counters (device memory) and "s"/"f"
+// flow events draw dependencies between ops (pipeline send -> recv, producer -> collective).
 #pragma once
 
 #include <iosfwd>
@@ -37,10 +39,42 @@ struct TraceStream {
   std::string name;  // e.g. "compute", "comm", "copy"
 };
 
+// The name of one rank's process (a "process_name" metadata event), e.g. "rank 4 (stage 1)".
+struct TraceProcess {
+  int rank = 0;
+  std::string name;
+};
+
+// One sample of a counter track of a rank (a Chrome "C" event): from t_s on, the counter `name`
+// of `rank` is `value`. Written as {"ph":"C","name":name,"pid":rank,"args":{key:value}}; Perfetto
+// names the track "<name> <key>", e.g. "device memory bytes".
+struct TraceCounter {
+  int rank = 0;
+  std::string name;           // e.g. "device memory"
+  std::string key = "value";  // the args key, e.g. "bytes"
+  double t_s = 0;
+  double value = 0;
+};
+
+// A dependency arrow from one op event to another. Written as Chrome flow events v1: an "s" event
+// right after the source's "X" event and an "f" event with "bp":"e" right after the target's;
+// Perfetto binds each to the slice open on its thread at its time and drops an "f" that comes
+// before its "s" in time, so the "s" is at the source's midpoint and the "f" at the target's
+// midpoint, or later (up to the target's end) to be no earlier than the "s"; where the target
+// ends before that, the "s" moves back towards the source's start.
+struct TraceFlow {
+  std::string name;  // the flow's "name" and "cat": "pipeline" (send -> recv) or "dependency"
+  size_t from = 0;   // index of the source event in Trace::events
+  size_t to = 0;     // index of the target event in Trace::events
+};
+
 struct Trace {
   std::vector<TraceEvent> events;
-  std::vector<TraceStream> streams;  // optional names of (rank, stream) pairs
-  std::string source;                // "predicted" or "measured"
+  std::vector<TraceStream> streams;     // optional names of (rank, stream) pairs
+  std::vector<TraceProcess> processes;  // optional process names (default "rank N")
+  std::vector<TraceCounter> counters;   // counter samples (any order)
+  std::vector<TraceFlow> flows;         // dependency arrows
+  std::string source;                   // "predicted" or "measured"
   // The plan the trace is of (core/plan.h's plan_to_json, with its "model", "cluster" and
   // "gpus" references) when the writer knows it; null otherwise. Lets compare map ranks to
   // pipeline stages and calibrate lower the Programs the trace ran.
@@ -50,8 +84,12 @@ struct Trace {
 // Chrome trace JSON: {"traceEvents": [...], "displayTimeUnit": "ms",
 //  "otherData": {"source": ..., "generator": "parasol", "plan": {...} (when known)}}; an event's
 // "args" carry op_id, kind, bytes, flops, layer, micro_batch, phase and (when not empty) group.
-// Process-name metadata is written for every rank that has events or streams; thread-name metadata
-// for every entry of `streams`. Output is deterministic (events in the order of trace.events).
+// Process-name and process_sort_index (= rank) metadata is written for every rank that has
+// events, streams, processes or counters (the name from `processes`, else "rank N");
+// thread-name and thread_sort_index (= stream) metadata for every entry of `streams`; then the
+// events, each followed by the "s" and "f" events of the flows that start and end at it (flow
+// ids 1, 2, ... in the order of trace.flows; a flow naming an event out of range is left out),
+// then the counters ("C"). Output is deterministic.
 void write_trace(const Trace& trace, std::ostream& out);
 // Writes to a file; an unwritable path is a parasol::Error naming the path.
 void write_trace_file(const Trace& trace, const std::string& path);
@@ -59,14 +97,22 @@ void write_trace_file(const Trace& trace, const std::string& path);
 // Parses Chrome trace JSON (the object form above or a bare array of events). Complete events
 // ("ph": "X") must carry ph, name, ts, dur, pid and tid (numbers; dur >= 0); a missing or
 // malformed field is a parasol::Error naming it ("<what>.traceEvents[12].dur: missing").
-// Metadata events ("ph": "M") named "thread_name" fill `streams`; other phases are ignored.
+// Metadata events ("ph": "M") named "thread_name" fill `streams`, "process_name" `processes`;
+// counter events ("C": name, ts, pid and an args object) fill `counters` (one per numeric arg);
+// flow events "s" and "f" (pid, tid, ts, integer id) fill `flows`, each end bound as Perfetto
+// binds it: to the last complete event read before it on its (pid, tid) when that event's interval
+// holds ts, else to the latest-starting one that does (paired by cat and id, in any order; an end
+// that binds to
+// no event, an "f" without its "s" and an "s" without its "f" are ignored); other phases are
+// ignored.
 // `what` names the source (a file path) in errors.
 Trace trace_from_json(const Json& j, const std::string& what = "trace");
 // Reads and parses a file (Error naming the path when it is missing or not JSON).
 Trace read_trace_file(const std::string& path);
 
 // Merges per-rank traces (e.g. one file per rank of a measured run) into one: events and
-// stream names concatenated and sorted by (rank, stream, start). The sources must agree (or be
+// stream names concatenated and sorted by (rank, stream, start); processes, counters and flows
+// concatenated (flows follow their events). The sources must agree (or be
 // empty), so must the plans (or be null), and a rank may appear in one input only: violations
 // are parasol::Error naming "traces[i]".
 Trace merge_traces(const std::vector<Trace>& traces);

@@ -46,6 +46,7 @@ TEST(Liveness, BuffersLiveFromFirstWriteToLastRead) {
   Liveness lv = liveness(p);
   EXPECT_EQ(lv.persistent_bytes, 400);
   EXPECT_EQ(lv.live_after_op, (std::vector<double>{420, 440, 400}));
+  EXPECT_EQ(lv.live_during_op, (std::vector<double>{420, 460, 440}));  // h is host memory
   EXPECT_EQ(lv.peak_bytes, 460);  // op 1 runs with a, b and w allocated
   EXPECT_EQ(lv.peak_op, 1);
   EXPECT_EQ(lv.peak_by_class[kParam], 400);
@@ -71,6 +72,7 @@ TEST(Liveness, ABlockIsOneAllocationOfItsPaddedSizeOverAllItsMembersUses) {
   p.add_op(o2);
   Liveness lv = liveness(p);
   EXPECT_EQ(lv.live_after_op, (std::vector<double>{64, 68, 0}));
+  EXPECT_EQ(lv.live_during_op, (std::vector<double>{64, 68, 68}));
   EXPECT_EQ(lv.peak_bytes, 68);
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -299,6 +301,30 @@ TEST(HfConfig, LoadModelDetectsHfFiles) {
   EXPECT_EQ(param_counts(m).total, param_counts(model_preset("llama3-8b")).total);
   Model g = load_model(kDataDir + "/hf/gpt2_config.json");
   EXPECT_EQ(param_counts(g).total, 124439808);
+}
+
+// A model file is named by the document when it names itself, else by the file: the stem less
+// "_config", or the folder of a config.json; never by the HF family (model_type).
+TEST(ModelFiles, AreNamedByTheirOwnNameElseByTheirFile) {
+  EXPECT_EQ(load_model(kDataDir + "/hf/gpt2_config.json").name, "gpt2");
+  EXPECT_EQ(load_model(kDataDir + "/hf/llama3_8b_config.json").name, "llama3_8b");
+  EXPECT_EQ(load_model(kDataDir + "/hf/mixtral_config.json").name, "mixtral");
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / "model_name_test" / "Meta-Llama-3-8B";
+  std::filesystem::create_directories(dir);
+  Json hf_j = hf("llama3_8b_config.json");
+  std::ofstream((dir / "config.json").string()) << hf_j.dump();
+  EXPECT_EQ(load_model((dir / "config.json").string()).name, "Meta-Llama-3-8B");
+  hf_j["_name_or_path"] = "meta-llama/Meta-Llama-3-8B";
+  std::ofstream((dir / "named.json").string()) << hf_j.dump();
+  EXPECT_EQ(load_model((dir / "named.json").string()).name, "meta-llama/Meta-Llama-3-8B");
+  Json own = model_to_json(model_preset("tiny"));
+  own.erase("name");
+  std::ofstream((dir / "my-model.json").string()) << own.dump();
+  EXPECT_EQ(load_model((dir / "my-model.json").string()).name, "my-model");
+  own["name"] = "small one";
+  std::ofstream((dir / "my-model.json").string()) << own.dump();
+  EXPECT_EQ(load_model((dir / "my-model.json").string()).name, "small one");
 }
 
 TEST(HfConfig, ErrorsNameTheHfField) {

@@ -35,6 +35,8 @@ plan --pp 2 --vpp 2 --schedule interleaved --gbs 8 --offload optimizer,activatio
 "$parasol" show plan --json --model tiny --cluster dgx-h100 --gpus 8 --zero 3 --cp 2 --recompute selective --tp 1 | unwrap plan > "$c/plan_json/zero3-cp.json"
 
 "$parasol" simulate --model tiny --cluster dgx-h100 --gpus 2 --tp 2 --trace "$c/trace_json/tp2.json" >/dev/null
+# Pipeline flows, the dependency flows of tensor- and data-parallel collectives, memory counters.
+"$parasol" simulate --model tiny --cluster dgx-h100 --gpus 4 --pp 2 --dp 2 --gbs 4 --trace "$c/trace_json/pp2-dp2.json" >/dev/null
 "$parasol" calibrate --probe -o "$c/profile_json/host.json" >/dev/null
 
 (cd "$tmp" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -64,6 +64,8 @@ void check_trace(const traces::Trace& t) {
     if (back.events[i].name != t.events[i].name || back.events[i].rank != t.events[i].rank ||
         back.events[i].stream != t.events[i].stream)
       throw std::logic_error("trace round trip changed event " + std::to_string(i));
+  if (back.counters.size() != t.counters.size() || back.flows.size() != t.flows.size())
+    throw std::logic_error("trace round trip changed the counters or flows");
 }
 
 void check_profile(const cost::Profile& p) {

@@ -22,7 +22,7 @@ void check_cluster(const Cluster& c);
 // 8 H100s either passes or throws parasol::Error.
 void check_plan(const Plan& p);
 // Durations non-negative and finite, ranks and streams non-negative; the written trace reads
-// back with the same events.
+// back with the same events, counters and flows.
 void check_trace(const traces::Trace& t);
 // Every efficiency in (0, 1] or 0 where optional, every figure finite; the JSON round trip is
 // stable.

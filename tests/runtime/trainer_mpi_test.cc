@@ -154,6 +154,7 @@ struct RankMemory {
   double predicted_peak = 0;
   double owned_elements = 0;       // elements of the parameter slices it owns (unsharded)
   double executed_order_peak = 0;  // liveness over the order the executor issued the ops
+  double counter_peak = 0;         // the largest sample of the traced step's device-memory counter
 };
 
 // The liveness peak of `prog` with its ops taken in the order the executor started them (the
@@ -240,6 +241,8 @@ Outcome train(const Model& m, const Plan& plan, int steps, const std::string& sa
       for (int c = 0; c < kBufferClasses; ++c) mem.peak[c] = static_cast<double>(stats.peak[c]);
       mem.predicted_peak = out.predicted_peak;
       mem.executed_order_peak = executed_order_peak(t.program(), t.last_events());
+      for (const traces::TraceCounter& c : t.last_counters())
+        mem.counter_peak = std::max(mem.counter_peak, c.value);
       mem.owned_elements = owned_elements(m, plan, RankLayout(plan).coord(rank));
       if (!save.empty()) t.save(save);
     } catch (const std::exception& e) {
@@ -741,6 +744,8 @@ void expect_memory_of_every_rank(const Model& m, const Plan& plan, const Outcome
         EXPECT_GE(grad, 4 * e / shards) << "gradients";
       }
     }
+    // The trace's memory counter (the last step, traced) peaks at the measured peak.
+    EXPECT_EQ(x.counter_peak, x.peak_total);
     // Parameters, gradients (reduce buffers) and moments are all on the device at the peak.
     EXPECT_GE(x.peak_total, x.peak[static_cast<int>(BufferClass::kParam)] +
                                 x.peak[static_cast<int>(BufferClass::kOptimizer)]);

@@ -68,6 +68,36 @@ TEST_F(SearchLlama, FindsFittingPlansAndCountsThem) {
   EXPECT_DOUBLE_EQ(last_progress_, 1.0);
 }
 
+// The progress callback: one call per (tp, cp, pp) shape searched, from one thread at a time,
+// fractions strictly increasing in steps of 1 / shapes, ending at exactly 1.
+TEST(SearchProgress, IsMonotoneAndEndsAtOne) {
+  const Model model = model_preset("llama3-8b");
+  const Cluster cluster = cluster_preset("dgx-h100", 16);
+  const cost::Profile profile = cost::default_profile(cluster.gpu_device(0));
+  for (int threads : {1, 2, 4}) {
+    SCOPED_TRACE(threads);
+    std::vector<double> calls;
+    std::atomic<int> inside{0};
+    bool overlapped = false;
+    SearchOptions o;
+    o.global_batch = 64;
+    o.threads = threads;
+    o.progress = [&](double f) {
+      if (inside.fetch_add(1) != 0) overlapped = true;
+      calls.push_back(f);
+      inside.fetch_sub(1);
+    };
+    search(model, cluster, profile, o);
+    EXPECT_FALSE(overlapped);
+    ASSERT_GE(calls.size(), 2u);
+    for (size_t i = 1; i < calls.size(); ++i) EXPECT_LT(calls[i - 1], calls[i]) << i;
+    EXPECT_DOUBLE_EQ(calls.back(), 1.0);
+    // Steps of 1 / shapes: the k-th call reports k / n.
+    const double n = static_cast<double>(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) EXPECT_DOUBLE_EQ(calls[i], (i + 1) / n) << i;
+  }
+}
+
 TEST_F(SearchLlama, EveryReturnedPlanValidatesAndFits) {
   auto check = [&](const Candidate& c) {
     EXPECT_NO_THROW(validate(c.plan, *model_, *cluster_)) << plan_to_json(c.plan).dump();

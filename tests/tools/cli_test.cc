@@ -329,6 +329,35 @@ TEST(CliRun, TrainsTheTinyModelAndReportsMemoryAgainstLiveness) {
   EXPECT_NEAR(peak, predicted, 0.05 * predicted);
 }
 
+// The measured trace carries the rank's device-memory counter, whose maximum is the peak the run
+// reports (the CLI reports it as a float), and names the rank with its stage.
+TEST(CliRun, TraceCarriesTheMeasuredMemoryCounter) {
+  const std::string trace = temp_path("cli_run_memory_trace.json");
+  Result r = run("run --model tiny --gbs 4 --steps 2 --json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const double peak = j["ranks"][0]["peak_bytes"];
+  std::ifstream f(trace);
+  ASSERT_TRUE(f.good()) << trace;
+  auto t = nlohmann::json::parse(f);
+  double most = -1, last_ts = -1;
+  int samples = 0;
+  std::string process;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") process = e["args"]["name"];
+    if (e["ph"] != "C") continue;
+    EXPECT_EQ(e["name"], "device memory");
+    EXPECT_EQ(e["pid"], 0);
+    EXPECT_GE(e["ts"].get<double>(), last_ts);
+    last_ts = e["ts"].get<double>();
+    most = std::max(most, e["args"]["bytes"].get<double>());
+    ++samples;
+  }
+  EXPECT_GT(samples, 10);
+  EXPECT_EQ(static_cast<float>(most), static_cast<float>(peak));
+  EXPECT_EQ(process, "rank 0 (stage 0)");
+}
+
 TEST(CliRun, UserErrorsExitTwoNamingTheField) {
   Result r = run("run --model tiny --precision bf16 --steps 1");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -189,6 +189,49 @@ TEST(CliSpec, BooleanFlagsWorkBareAndWithAValue) {
   EXPECT_EQ(j["plan"]["sp"], true);
 }
 
+// Every boolean plan flag, bare and with a value, over a plan file that sets the opposite (so
+// that a flag left unread shows): bare means true, "false"/"0" false, "true"/"=1" true.
+TEST(CliSpec, EveryBooleanPlanFlagWorksBareAndWithAValue) {
+  struct Flag {
+    std::string flag, key, target;
+  };
+  const std::vector<Flag> flags = {
+      {"--sp", "sp", kTarget},
+      {"--flash-attention", "flash_attention", kTarget},
+      {"--tp-comm-overlap", "tp_comm_overlap", kTarget + " --sp"},
+      {"--ep-comm-overlap", "ep_comm_overlap", kMoeTarget + " --ep 4"},
+      {"--overlap-grad-reduce", "overlap_grad_reduce", kTarget},
+      {"--overlap-param-gather", "overlap_param_gather", kTarget},
+      {"--fused-kernels", "fused_kernels", kTarget},
+  };
+  // A plan file setting `key` to `v`.
+  auto file = [](const std::string& key, bool v) {
+    const std::string path = temp_path("spec_test_bool_" + key + (v ? "_true" : "_false"));
+    std::ofstream(path) << Json{{key, v}}.dump();
+    return path;
+  };
+  // plan_to_json may leave a flag out at its default: read it with the plan's default.
+  auto value = [](const Json& plan, const std::string& key) {
+    const bool default_true = key == "flash_attention" || key == "overlap_grad_reduce" ||
+                              key == "overlap_param_gather" || key == "fused_kernels";
+    return plan.value(key, default_true);
+  };
+  for (const Flag& x : flags) {
+    SCOPED_TRACE(x.flag);
+    // Bare at the end of the line and before another flag; with a value, spaced and with "=".
+    const std::vector<std::pair<std::string, bool>> cases = {
+        {"", true},        {" --zero 1", true}, {" true", true},  {"=1", true},
+        {" false", false}, {" 0", false},       {"=false", false}};
+    for (const auto& [suffix, expected] : cases) {
+      const std::string args =
+          x.target + " --plan " + file(x.key, !expected) + " " + x.flag + suffix;
+      const Json j = estimate_json(args);
+      ASSERT_TRUE(j.contains("plan")) << args;
+      EXPECT_EQ(value(j["plan"], x.key), expected) << args << "\n" << j["plan"].dump();
+    }
+  }
+}
+
 TEST(CliSpec, FlagsOverrideAPlanFileAndItsTargetFillsTheRest) {
   const std::string path = temp_path("spec_test_plan.json");
   std::ofstream(path) << R"({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
@@ -165,6 +166,110 @@ TEST(Trace, ReadsBareArrayAndIgnoresOtherPhases) {
   EXPECT_EQ(t.events[0].op_id, -1);  // args absent: defaults
   EXPECT_NEAR(t.events[0].dur_s, 2e-6, 1e-18);
   EXPECT_EQ(t.source, "");
+}
+
+// Process names, counters and flows: written as Perfetto reads them ("C" with the value under
+// its key, "s"/"f" pairs with one id and "bp":"e" at the target, sort indices) and read back.
+TEST(Trace, CountersFlowsAndProcessNamesRoundTrip) {
+  Trace t = sample();
+  t.processes = {{3, "rank 3 (stage 1)"}};
+  t.counters = {{0, "device memory", "bytes", 0.001, 1024},
+                {3, "device memory", "bytes", 0.002, 4096}};
+  // Events: 0 = rank 0 stream 0, 1 = rank 0 stream 1, 2 = rank 3 stream 0 (zero length).
+  t.flows = {{"pipeline", 0, 2}, {"dependency", 0, 1}, {"pipeline", 2, 7}};  // the last: no event
+  const std::string text = to_text(t);
+  const Json j = parse_json(text, "mem");
+  std::map<std::string, int> seen;
+  std::map<int64_t, std::vector<Json>> flow_events;
+  for (const Json& e : j["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      ++seen[e["name"].get<std::string>()];
+      if (e["name"] == "process_name") {
+        EXPECT_EQ(e["args"]["name"], e["pid"] == 3 ? "rank 3 (stage 1)" : "rank 0");
+      }
+      if (e["name"] == "thread_sort_index") {
+        EXPECT_EQ(e["args"]["sort_index"], e["tid"]);
+      }
+    } else if (ph == "C") {
+      ++seen["C"];
+      EXPECT_EQ(e["name"], "device memory");
+      EXPECT_TRUE(e["args"]["bytes"].is_number());
+    } else if (ph == "s" || ph == "f") {
+      flow_events[e["id"].get<int64_t>()].push_back(e);
+    }
+  }
+  EXPECT_EQ(seen["process_name"], 2);
+  EXPECT_EQ(seen["process_sort_index"], 2);
+  EXPECT_EQ(seen["thread_name"], 3);
+  EXPECT_EQ(seen["thread_sort_index"], 3);
+  EXPECT_EQ(seen["C"], 2);
+  ASSERT_EQ(flow_events.size(), 2u);
+  for (auto& [id, pair] : flow_events) {
+    ASSERT_EQ(pair.size(), 2u) << id;
+    EXPECT_EQ(pair[0]["ph"], "s");
+    EXPECT_EQ(pair[1]["ph"], "f");
+    EXPECT_EQ(pair[1]["bp"], "e");
+    EXPECT_EQ(pair[0]["cat"], pair[1]["cat"]);
+  }
+  const Trace u = trace_from_json(j, "mem");
+  ASSERT_EQ(u.processes.size(), 2u);  // both ranks' names are written, so both come back
+  ASSERT_EQ(u.counters.size(), 2u);
+  EXPECT_EQ(u.counters[1].rank, 3);
+  EXPECT_EQ(u.counters[1].key, "bytes");
+  EXPECT_EQ(u.counters[1].value, 4096);
+  EXPECT_NEAR(u.counters[1].t_s, 0.002, 1e-15);
+  ASSERT_EQ(u.flows.size(), 2u);  // the one naming no event is not written
+  EXPECT_EQ(u.flows[0].name, "pipeline");
+  EXPECT_EQ(u.flows[0].from, 0u);
+  EXPECT_EQ(u.flows[0].to, 2u);  // bound to the zero-length event it follows
+  EXPECT_EQ(u.flows[1].name, "dependency");
+  EXPECT_EQ(u.flows[1].from, 0u);
+  EXPECT_EQ(u.flows[1].to, 1u);
+  EXPECT_EQ(to_text(u), text);  // a second write is the same file
+  // Merging keeps them.
+  Trace r0 = u, r3 = u;
+  std::erase_if(r0.events, [](const TraceEvent& e) { return e.rank != 0; });
+  std::erase_if(r0.streams, [](const TraceStream& e) { return e.rank != 0; });
+  std::erase_if(r0.processes, [](const TraceProcess& e) { return e.rank != 0; });
+  std::erase_if(r0.counters, [](const TraceCounter& e) { return e.rank != 0; });
+  r0.flows = {{"dependency", 1, 0}};  // its second event to its first
+  std::erase_if(r3.events, [](const TraceEvent& e) { return e.rank != 3; });
+  std::erase_if(r3.streams, [](const TraceStream& e) { return e.rank != 3; });
+  std::erase_if(r3.processes, [](const TraceProcess& e) { return e.rank != 3; });
+  std::erase_if(r3.counters, [](const TraceCounter& e) { return e.rank != 3; });
+  r3.flows.clear();
+  const Trace m = merge_traces({r3, r0});  // rank 3's event goes after rank 0's two
+  EXPECT_EQ(m.counters.size(), 2u);
+  EXPECT_EQ(m.processes.size(), 2u);
+  ASSERT_EQ(m.flows.size(), 1u);
+  EXPECT_EQ(m.events[m.flows[0].from].stream, 1);
+  EXPECT_EQ(m.events[m.flows[0].from].rank, 0);
+  EXPECT_EQ(m.events[m.flows[0].to].stream, 0);
+  EXPECT_EQ(m.events[m.flows[0].to].rank, 0);
+  // A rank's counters in two inputs is a rank in two inputs.
+  Trace c3;
+  c3.counters = {{3, "device memory", "bytes", 0, 1}};
+  EXPECT_THROW(merge_traces({r3, c3}), Error);
+}
+
+// Counters and flows that other tools write differently (string ids, no pid, a flow end without
+// its start) are ignored, not errors.
+TEST(Trace, IgnoresCountersAndFlowsItCannotUse) {
+  const Trace t =
+      trace_from_json(parse_json(R"([{"ph":"X","name":"a","ts":1,"dur":2,"pid":0,"tid":0},
+      {"ph":"C","name":"mem","ts":5,"args":{"bytes":3}},
+      {"ph":"C","name":"mem","ts":5,"pid":0,"args":{"bytes":"3","other":7}},
+      {"ph":"s","id":"0x1f","cat":"c","name":"c","ts":1,"pid":0,"tid":0},
+      {"ph":"f","id":"0x1f","cat":"c","name":"c","ts":2,"pid":0,"tid":0,"bp":"e"},
+      {"ph":"f","id":5,"cat":"c","name":"c","ts":2,"pid":0,"tid":0,"bp":"e"},
+      {"ph":"s","id":6,"cat":"c","name":"c","ts":2,"pid":0,"tid":0}])",
+                                 "mem"),
+                      "mem");
+  EXPECT_EQ(t.events.size(), 1u);
+  ASSERT_EQ(t.counters.size(), 1u);  // the numeric arg of the event with a pid
+  EXPECT_EQ(t.counters[0].key, "other");
+  EXPECT_EQ(t.flows.size(), 0u);
 }
 
 TEST(Trace, RejectsBrokenFilesNamingTheField) {

@@ -1,0 +1,44 @@
+// DeepSpeed: a plan as ds_config.json and its launcher line (with Megatron-DeepSpeed's arguments
+// where the plan uses tensor or pipeline parallelism), and an existing ds_config.json read back
+// as a plan.
+#pragma once
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "interop/interop.h"
+
+namespace parasol::interop {
+
+// The release the DeepSpeed writer and reader were checked against (named in Export.version).
+extern const char* const kDeepSpeedVersion;
+
+// The config and launcher of `plan` for `model` on `cluster`. Throws parasol::Error
+// naming the plan field DeepSpeed cannot express (for example plan.zero 2 or 3 with pp > 1).
+// Files: ds_config.json, hostfile, launch_deepspeed.sh (executable). With tp or pp > 1 the
+// launcher runs Megatron-DeepSpeed's pretrain_gpt.py with its model-parallel arguments; else
+// the user's script (TRAIN_SCRIPT, default train.py) with --deepspeed --deepspeed_config.
+Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& plan);
+
+// What a ds_config.json does not hold: the model-parallel degrees and Megatron's sequence
+// parallelism that Megatron-DeepSpeed takes as command-line arguments
+// (--tensor-model-parallel-size, --pipeline-model-parallel-size, --sequence-parallel).
+struct DeepSpeedParallelism {
+  int tp = 1;
+  int pp = 1;
+  bool sequence_parallel = false;
+};
+
+// Reads a parsed ds_config.json of a job on `gpus` GPUs into a plan JSON (plan_from_json
+// reads it): dp = gpus / (tp x pp), the ZeRO stage, overlap_comm, MiCS shard size, offload,
+// precision, gradient dtype, micro and global batch (DeepSpeed's rule train_batch_size =
+// train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp; any two of the three
+// suffice), full recompute when an activation_checkpointing block is present. "auto" values
+// (the Hugging Face Trainer's) count as absent and are derived from the other batch keys, as
+// DeepSpeed derives them. Throws parasol::Error naming the key ("deepspeed.train_batch_size:
+// ...") for inconsistent or underivable batch keys, values parasol cannot represent (nvme
+// offload, ZeRO++ hpZ) or "auto" where nothing else gives the value.
+// REQUIRES: gpus >= 1. Fields the config does not carry keep the Plan defaults.
+ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParallelism& mp = {});
+
+}  // namespace parasol::interop

@@ -1,0 +1,354 @@
+// Export of a plan to Megatron-LM: pretrain_gpt.py's arguments as bash arrays grouped like
+// Megatron's examples, and a torchrun launch script.
+//
+// Every flag below was checked against NVIDIA/Megatron-LM at commit
+// d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22, Megatron-Core 0.20.0 by
+// megatron/core/package_info.py): megatron/training/arguments.py (hand-written flags; the
+// --overlap-*, --use-distributed-optimizer,
+// --data-parallel-sharding-strategy, --decoder-first/last-pipeline-num-layers,
+// --pipeline-model-parallel-layout, --num-virtual-stages-per-pipeline-rank group at L3092-3220;
+// the CUDA_DEVICE_MAX_CONNECTIONS checks at L1453-1479 and L1166; --tp-comm-overlap needs
+// --sequence-parallel at L1440; moe_freq_type at L327), and the dataclasses whose fields become
+// flags through ArgumentGroupFactory (field foo_bar -> --foo-bar): megatron/core/
+// model_parallel_config.py, megatron/core/transformer/transformer_config.py (recompute_*,
+// fp8 -> --fp8-format, attention_backend, moe_*), megatron/training/config/common_config.py
+// (use_megatron_fsdp, use_tp_pp_dp_mapping: tp-cp-ep-dp-pp -> tp-cp-ep-pp-dp),
+// megatron/core/transformer/pipeline_parallel_layer_layout.py (layout string: virtual stage
+// v = chunk x pp + stage, 'E' embedding first, 'L' loss last, 't' a decoder layer).
+// There is no --virtual-pipeline-model-parallel-size flag (arguments.py excludes the field).
+#include "interop/megatron.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "interop/megatron_internal.h"
+
+namespace parasol::interop {
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+void add(Args& a, const std::string& flag, const std::string& value = "") {
+  a.push_back(value.empty() ? flag : flag + " " + value);
+}
+
+// The layer pattern of moe_layer_freq as a run-length list expression ("([0]*3+[1]*58)"), or ""
+// when every layer is MoE (Megatron's default, moe_layer_freq 1).
+std::string moe_pattern(const Model& m) {
+  std::vector<std::pair<int, int>> runs;  // (is_moe, count)
+  for (int l = 0; l < m.layers; ++l) {
+    const int v = m.is_moe_layer(l) ? 1 : 0;
+    if (!runs.empty() && runs.back().first == v)
+      ++runs.back().second;
+    else
+      runs.push_back({v, 1});
+  }
+  if (runs.size() == 1 && runs[0].first == 1) return "";
+  std::string s = "(";
+  for (size_t i = 0; i < runs.size(); ++i)
+    s += (i ? "+" : "") + std::string("[") + str(runs[i].first) + "]*" + str(runs[i].second);
+  return s + ")";
+}
+
+Args model_args(const Model& m) {
+  if (m.sliding_window > 0)
+    throw Error("model.sliding_window",
+                "Megatron-LM's --window-size has no command-line flag (arguments.py excludes "
+                "window_size); parasol does not export sliding-window models to Megatron");
+  Args a;
+  add(a, "--num-layers", str(m.layers));
+  add(a, "--hidden-size", str(m.hidden));
+  if (m.ffn > 0) add(a, "--ffn-hidden-size", str(m.ffn));
+  add(a, "--num-attention-heads", str(m.heads));
+  if (m.mla.enabled()) {
+    add(a, "--multi-latent-attention");
+    if (m.mla.q_lora_rank > 0) add(a, "--q-lora-rank", str(m.mla.q_lora_rank));
+    add(a, "--kv-lora-rank", str(m.mla.kv_lora_rank));
+    add(a, "--qk-head-dim", str(m.mla.qk_nope_head_dim));
+    add(a, "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim));
+    add(a, "--v-head-dim", str(m.mla.v_head_dim));
+  } else {
+    if (m.kv_heads != m.heads) {
+      add(a, "--group-query-attention");
+      add(a, "--num-query-groups", str(m.kv_heads));
+    }
+    add(a, "--kv-channels", str(m.head_dim));
+  }
+  if (m.activation == Activation::kSwiglu) add(a, "--swiglu");
+  add(a, "--normalization", m.norm == Norm::kRmsNorm ? "RMSNorm" : "LayerNorm");
+  if (m.learned_positions) {
+    add(a, "--position-embedding-type", "learned_absolute");
+  } else {
+    if (m.rope_theta != std::floor(m.rope_theta) || m.rope_theta < 1)
+      throw Error("model.rope_theta", "Megatron-LM's --rotary-base is an integer");
+    add(a, "--position-embedding-type", "rope");
+    add(a, "--rotary-base", str(static_cast<int64_t>(m.rope_theta)));
+  }
+  add(a, "--max-position-embeddings", str(m.seq_len));
+  if (!m.tied_embeddings) add(a, "--untie-embeddings-and-output-weights");
+  if (!m.linear_bias) add(a, "--disable-bias-linear");
+  if (!m.dropout) {
+    add(a, "--attention-dropout", "0.0");
+    add(a, "--hidden-dropout", "0.0");
+  }
+  if (m.is_moe()) {
+    add(a, "--num-experts", str(m.moe.experts));
+    add(a, "--moe-router-topk", str(m.moe.top_k));
+    add(a, "--moe-ffn-hidden-size", str(m.moe.expert_ffn));
+    // The shared experts as Megatron builds them: one fused MLP of their total width.
+    if (m.moe.shared_experts > 0)
+      add(a, "--moe-shared-expert-intermediate-size", str(m.moe.shared_width()));
+    const std::string pattern = moe_pattern(m);
+    if (!pattern.empty()) add(a, "--moe-layer-freq", "'" + pattern + "'");
+    add(a, "--moe-grouped-gemm");
+  }
+  return a;
+}
+
+Args training_args(const Model& m, const Plan& p) {
+  Args a;
+  add(a, "--micro-batch-size", str(p.micro_batch));
+  add(a, "--global-batch-size", str(p.global_batch));
+  add(a, "--seq-length", str(p.seq(m)));
+  switch (p.precision) {
+    case Dtype::kBf16:
+      add(a, "--bf16");
+      break;
+    case Dtype::kFp16:
+      add(a, "--fp16");
+      break;
+    case Dtype::kFp8:
+      add(a, "--bf16");
+      add(a, "--fp8-format", "hybrid");
+      break;
+    case Dtype::kFp32:
+      break;
+    default:
+      throw Error("plan.precision",
+                  std::string("Megatron-LM has no ") + dtype_name(p.precision) + " training mode");
+  }
+  if (p.grad_reduce_dtype == Dtype::kBf16) {
+    add(a, "--grad-reduce-in-bf16");
+  } else if (p.grad_reduce_dtype != Dtype::kFp32) {
+    throw Error("plan.grad_reduce_dtype", std::string("Megatron-LM reduces gradients in fp32 or ") +
+                                              "bf16 (--grad-reduce-in-bf16), not " +
+                                              dtype_name(p.grad_reduce_dtype));
+  }
+  if (p.optimizer_dtype != Dtype::kFp32)
+    throw Error("plan.optimizer_dtype",
+                "Megatron-LM keeps fp32 master weights (--main-params-dtype is fp32 or fp16)");
+  if (!p.fused_kernels)
+    throw Error("plan.fused_kernels",
+                "Megatron-LM runs fused element-wise kernels; eager op-by-op PyTorch has no "
+                "Megatron equivalent");
+  add(a, "--attention-backend",
+      !p.flash_attention                              ? "unfused"
+      : p.attention_kernel == AttentionKernel::kCudnn ? "fused"
+                                                      : "flash");
+  if (p.recompute == Recompute::kSelective) {
+    add(a, "--recompute-granularity", "selective");
+    std::string modules;
+    for (int i = 0; i < kRecomputeModuleCount; ++i)
+      if ((p.recompute_modules >> i) & 1u)
+        modules += (modules.empty() ? "" : " ") +
+                   std::string(recompute_module_name(static_cast<RecomputeModule>(i)));
+    if (!modules.empty()) add(a, "--recompute-modules", modules);
+  } else if (p.recompute == Recompute::kFull) {
+    add(a, "--recompute-granularity", "full");
+    if (p.recompute_layers < 0) {
+      add(a, "--recompute-method", "uniform");
+      add(a, "--recompute-num-layers", "1");
+    } else {
+      if (p.chunks() > 1)
+        throw Error("plan.recompute_layers",
+                    "counts layers per pipeline stage; Megatron-LM's --recompute-num-layers "
+                    "counts them per virtual stage, so the interleaved schedule cannot say it");
+      add(a, "--recompute-method", "block");
+      add(a, "--recompute-num-layers", str(p.recompute_layers));
+    }
+  }
+  if (p.offload.params)
+    throw Error("plan.offload",
+                "Megatron-LM cannot offload parameters (cpu_offloading_weights "
+                "has no command-line flag)");
+  if (p.offload.activations)
+    throw Error("plan.offload",
+                "Megatron-LM's --cpu-offloading-num-layers offloads fewer than all layers of a "
+                "stage; parasol's activation offload (every layer) has no Megatron equivalent");
+  if (p.offload.optimizer) {
+    add(a, "--optimizer-cpu-offload");
+    add(a, "--optimizer-offload-fraction", "1.0");
+    add(a, "--use-precision-aware-optimizer");
+  }
+  // Data-free defaults: synthetic tokens (NullTokenizer pads the vocabulary by one end-of-document
+  // token and Megatron rounds it up to --make-vocab-size-divisible-by x tp).
+  add(a, "--mock-data");
+  add(a, "--tokenizer-type", "NullTokenizer");
+  add(a, "--vocab-size", str(m.vocab));
+  add(a, "--train-iters", "100");
+  add(a, "--lr", "1.0e-4");
+  add(a, "--log-interval", "1");
+  add(a, "--log-throughput");
+  return a;
+}
+
+// The plan's rank order without the dimensions of degree 1 (their place does not matter).
+std::vector<Dim> used_order(const Plan& p, const std::array<Dim, 5>& order) {
+  std::vector<Dim> out;
+  for (Dim d : order) {
+    const int degree = d == Dim::kTp   ? p.tp
+                       : d == Dim::kCp ? p.cp
+                       : d == Dim::kEp ? p.ep
+                       : d == Dim::kDp ? p.dp
+                                       : p.pp;
+    if (degree > 1) out.push_back(d);
+  }
+  return out;
+}
+
+Args parallel_args(const Model& m, const Plan& p) {
+  if (p.schedule == Schedule::kGpipe && p.pp > 1)
+    throw Error("plan.schedule", "Megatron-LM has no GPipe schedule (1f1b or interleaved)");
+  Args a;
+  add(a, "--tensor-model-parallel-size", str(p.tp));
+  add(a, "--pipeline-model-parallel-size", str(p.pp));
+  if (!p.stage_layers.empty()) {
+    // Layers of each virtual stage (chunk x pp + stage), as the plan resolves them.
+    std::string layout;
+    const int chunks = p.chunks();
+    for (int v = 0; v < p.pp * chunks; ++v) {
+      const int n = p.layers_in_chunk(m.layers, v % p.pp, v / p.pp);
+      if (v > 0) layout += "|";
+      if (v == 0) layout += "E";
+      if (n == 1) layout += "t";
+      if (n > 1) layout += "t*" + str(n);
+      if (v == p.pp * chunks - 1) layout += "L";
+    }
+    add(a, "--pipeline-model-parallel-layout", "'" + layout + "'");
+  } else {
+    if (p.chunks() > 1) add(a, "--num-virtual-stages-per-pipeline-rank", str(p.chunks()));
+    if (p.first_stage_layers > 0)
+      add(a, "--decoder-first-pipeline-num-layers", str(p.first_stage_layers));
+    if (p.last_stage_layers > 0)
+      add(a, "--decoder-last-pipeline-num-layers", str(p.last_stage_layers));
+  }
+  if (p.sequence_parallel) add(a, "--sequence-parallel");
+  add(a, "--context-parallel-size", str(p.cp));
+  add(a, "--expert-model-parallel-size", str(p.ep));
+  // Always written: Megatron defaults it to tp, which is not what every plan means.
+  add(a, "--expert-tensor-parallel-size", str(p.expert_tp()));
+  if (p.zero == 1) {
+    add(a, "--use-distributed-optimizer");
+    if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp)
+      add(a, "--num-distributed-optimizer-instances", str(p.dp * p.cp / p.shard_degree));
+  } else if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp) {
+    throw Error("plan.shard_degree",
+                "Megatron-LM shards over part of the data-parallel group "
+                "only with the distributed optimizer (zero 1)");
+  }
+  if (p.zero >= 2) {
+    if (p.zero == 3 && p.reshard != Reshard::kAfterForward)
+      throw Error("plan.reshard", std::string("Megatron FSDP frees gathered parameters after ") +
+                                      "the forward (after_forward), not " +
+                                      reshard_name(p.reshard));
+    add(a, "--use-megatron-fsdp");
+    add(a, "--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params");
+    add(a, "--ckpt-format", "fsdp_dtensor");  // required by Megatron FSDP (arguments.py L1169)
+  }
+  if (p.overlap_grad_reduce) add(a, "--overlap-grad-reduce");
+  if (p.zero >= 1 && p.overlap_param_gather) {
+    if (!p.overlap_grad_reduce)
+      throw Error("plan.overlap_param_gather",
+                  "Megatron-LM overlaps the parameter gather only with --overlap-grad-reduce");
+    add(a, "--overlap-param-gather");
+  }
+  if (p.tp_comm_overlap) {
+    if (!p.sequence_parallel)
+      throw Error("plan.tp_comm_overlap",
+                  "Megatron-LM's --tp-comm-overlap needs sequence "
+                  "parallelism (sp)");
+    add(a, "--tp-comm-overlap");
+  }
+  if (p.ep_comm_overlap) add(a, "--overlap-moe-expert-parallel-comm");
+  if (m.is_moe()) {
+    if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
+      add(a, "--moe-token-dispatcher-type", "flex");
+      add(a, "--moe-flex-dispatcher-backend", "deepep");
+    } else {
+      add(a, "--moe-token-dispatcher-type", "alltoall");
+    }
+  }
+  const std::vector<Dim> order = used_order(p, p.rank_order);
+  if (order == used_order(p, kMegatronTpPpDpOrder) &&
+      order != used_order(p, kMegatronDefaultOrder)) {
+    add(a, "--use-tp-pp-dp-mapping");
+  } else if (order != used_order(p, kMegatronDefaultOrder)) {
+    throw Error("plan.rank_order",
+                "Megatron-LM orders ranks tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp "
+                "with --use-tp-pp-dp-mapping, not " +
+                    rank_order_name(p.rank_order));
+  }
+  return a;
+}
+
+std::string array_text(const std::string& name, const Args& args) {
+  std::string s = name + "=(\n";
+  for (const std::string& a : args) s += "    " + a + "\n";
+  return s + ")\n";
+}
+
+}  // namespace
+
+Export export_megatron(const Model& model, const Cluster& cluster, const Plan& plan) {
+  // The three groups first: each throws on what Megatron cannot run.
+  const Args margs = model_args(model);
+  const Args targs = training_args(model, plan);
+  const Args pargs = parallel_args(model, plan);
+  Export e;
+  e.framework = "megatron";
+  e.version = kMegatronVersion;
+  const std::string arrays = array_text("MODEL_ARGS", margs) + "\n" +
+                             array_text("TRAINING_ARGS", targs) + "\n" +
+                             array_text("MODEL_PARALLEL_ARGS", pargs);
+  const std::string what = "# " + model.name + " on " + std::to_string(plan.gpus()) + " GPUs of " +
+                           cluster.name + ": tp " + std::to_string(plan.tp) + ", pp " +
+                           std::to_string(plan.pp) + ", dp " + std::to_string(plan.dp) + ", cp " +
+                           std::to_string(plan.cp) + ", ep " + std::to_string(plan.ep) + ".\n";
+  const std::string checked = "# Flags checked against " + std::string(kMegatronVersion) + ".\n";
+  e.files.push_back({"megatron_args.txt",
+                     "# pretrain_gpt.py arguments written by parasol export (source this file, or\n"
+                     "# read it back with `parasol estimate --plan megatron_args.txt`).\n" +
+                         what + checked + "\n" + arrays,
+                     false});
+  const ServerLayout servers = server_layout(cluster, plan.gpus());
+  const int gps = servers.per_node, nnodes = servers.nodes;
+  // Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tp > 1 or cp > 1 before Blackwell,
+  // except under FSDP (which asserts it is not 1) or --overlap-moe-expert-parallel-comm.
+  const bool one_connection =
+      (plan.tp > 1 || plan.cp > 1) && plan.zero < 2 && !plan.ep_comm_overlap;
+  std::string sh =
+      "#!/bin/bash\n# Megatron-LM launch written by parasol export.\n" + what + checked +
+      "# Run on every node with NODE_RANK and MASTER_ADDR set, from a Megatron-LM "
+      "checkout\n# (MEGATRON_LM, default: the current directory).\nset -euo pipefail\n\n";
+  sh += one_connection ? "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+                       : (plan.zero >= 2 ? "unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron FSDP "
+                                           "needs more than one\n"
+                                         : "");
+  sh += "\nGPUS_PER_NODE=" + std::to_string(gps) + "\nNNODES=" + std::to_string(nnodes) +
+        "\nNODE_RANK=${NODE_RANK:-0}\nMASTER_ADDR=${MASTER_ADDR:-localhost}\n"
+        "MASTER_PORT=${MASTER_PORT:-29500}\n\n" +
+        arrays +
+        "\ncd \"${MEGATRON_LM:-.}\"\n"
+        "torchrun --nproc_per_node \"$GPUS_PER_NODE\" --nnodes \"$NNODES\" --node_rank "
+        "\"$NODE_RANK\" \\\n    --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\" \\\n"
+        "    pretrain_gpt.py \\\n    \"${MODEL_ARGS[@]}\" \\\n    \"${TRAINING_ARGS[@]}\" \\\n"
+        "    \"${MODEL_PARALLEL_ARGS[@]}\"\n";
+  e.files.push_back({"launch_megatron.sh", sh, true});
+  return e;
+}
+
+}  // namespace parasol::interop

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Written by parasol export --to deepspeed: llama3-70b on dgx-h100, 64 GPUs (8 x 8).
+# Plan: tp 8, pp 4, dp 2, ZeRO 1, micro batch 1, global batch 64, recompute full, offload none.
+# Checked against DeepSpeed 0.19.6 (deepspeedai/DeepSpeed edaa722), Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed 4efb479).
+# Note: DeepSpeed ZeRO-1/2 all-gather the updated parameters after the optimizer step without overlapping it.
+set -euo pipefail
+# Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed): run from its checkout; give the data and
+# tokenizer arguments after the script ("$@").
+MODEL_ARGS=(
+  --num-layers 80
+  --hidden-size 8192
+  --ffn-hidden-size 28672
+  --num-attention-heads 64
+  --num-key-value-heads 8
+  --seq-length 8192
+  --max-position-embeddings 8192
+  --normalization rmsnorm
+  --swiglu
+  --use-rotary-position-embeddings
+  --untie-embeddings-and-output-weights
+  --disable-bias-linear
+  --attention-dropout 0
+  --hidden-dropout 0
+  --use-flash-attn-v2
+)
+PARALLEL_ARGS=(
+  --tensor-model-parallel-size 8
+  --pipeline-model-parallel-size 4
+  --micro-batch-size 1
+  --global-batch-size 64
+  --sequence-parallel
+  --bf16
+)
+DEEPSPEED_ARGS=(
+  --deepspeed
+  --deepspeed_config ds_config.json
+  --zero-stage 1
+  --deepspeed-activation-checkpointing
+  --recompute-granularity full
+  --recompute-method uniform
+  --recompute-num-layers 1
+)
+deepspeed --hostfile=hostfile --num_nodes 8 --num_gpus 8 \
+  pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${DEEPSPEED_ARGS[@]}" "$@"

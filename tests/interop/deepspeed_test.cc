@@ -1,0 +1,328 @@
+// Tests of interop/deepspeed: golden files of representative plans, the batch rule checked
+// independently, every refusal (by its field), the ds_config.json import and the export ->
+// import round trip.
+//
+// Golden files live in tests/data/export/deepspeed/<case>/. After an intended change of the
+// writer, regenerate them with
+//   PARASOL_UPDATE_GOLDEN=1 ./build/tests/interop/deepspeed_test
+// and review the diff (git diff tests/data/export/deepspeed).
+#include "interop/deepspeed.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "tests/interop/golden.h"
+
+namespace parasol::interop {
+namespace {
+
+namespace fs = std::filesystem;
+
+Plan plan_of(const std::string& json) { return plan_from_json(parse_json(json, "plan")); }
+
+struct Case {
+  const char* name;
+  const char* model;
+  int gpus;
+  const char* plan;
+};
+
+const Case kCases[] = {
+    // ZeRO-3 with optimizer and parameter offload on one DGX: plain DeepSpeed (an HF model).
+    {"llama3_8b_zero3_offload", "llama3-8b", 8,
+     R"({"dp": 8, "zero": 3, "mbs": 1, "gbs": 64, "recompute": "full",
+         "offload": "optimizer,params"})"},
+    // The brief's example: TP 8 inside the node, ZeRO-3 across 8 nodes (Megatron-DeepSpeed).
+    {"llama3_70b_tp8_zero3", "llama3-70b", 64,
+     R"({"tp": 8, "dp": 8, "sp": true, "zero": 3, "mbs": 1, "gbs": 128,
+         "recompute": "full"})"},
+    // Pipeline (DeepSpeed's 1F1B) with ZeRO-1, bf16 gradients.
+    {"llama3_70b_tp8_pp4_zero1", "llama3-70b", 64,
+     R"({"tp": 8, "pp": 4, "dp": 2, "sp": true, "zero": 1, "mbs": 1, "gbs": 64,
+         "recompute": "full", "grad_reduce_dtype": "bf16"})"},
+};
+
+Export export_case(const Case& c) {
+  return export_deepspeed(model_preset(c.model), cluster_preset("dgx-h100", c.gpus),
+                          plan_of(c.plan));
+}
+
+TEST(DeepSpeedExport, GoldenFiles) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Export e = export_case(c);
+    EXPECT_EQ(e.framework, "deepspeed");
+    EXPECT_NE(e.version.find("edaa722"), std::string::npos);
+    ASSERT_EQ(e.files.size(), 3u);
+    EXPECT_TRUE(file_named(e, "launch_deepspeed.sh").executable);
+    expect_golden(e, "deepspeed", c.name);
+  }
+}
+
+// DeepSpeed's _batch_assertion, computed here from the plan: train_batch_size =
+// micro x accumulation x dp (the mpu's data-parallel size).
+TEST(DeepSpeedExport, BatchKeysSatisfyDeepSpeedsRule) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Plan p = plan_of(c.plan);
+    const Json cfg = parse_json(file_named(export_case(c), "ds_config.json").text, "ds_config");
+    const int train = cfg["train_batch_size"], micro = cfg["train_micro_batch_size_per_gpu"],
+              accum = cfg["gradient_accumulation_steps"];
+    EXPECT_EQ(train, micro * accum * p.dp);
+    EXPECT_EQ(train, p.global_batch);
+    EXPECT_EQ(micro, p.micro_batch);
+    EXPECT_EQ(cfg["zero_optimization"]["stage"], p.zero);
+  }
+}
+
+TEST(DeepSpeedExport, LauncherAndHostfileCoverTheGpus) {
+  const Export e = export_case(kCases[1]);  // 64 GPUs on 8-GPU servers
+  const std::string sh = file_named(e, "launch_deepspeed.sh").text;
+  EXPECT_NE(sh.find("deepspeed --hostfile=hostfile --num_nodes 8 --num_gpus 8"), std::string::npos);
+  EXPECT_NE(sh.find("--tensor-model-parallel-size 8"), std::string::npos);
+  EXPECT_NE(sh.find("--zero-stage 3"), std::string::npos);
+  EXPECT_NE(sh.find("--no-pipeline-parallel"), std::string::npos);
+  EXPECT_NE(sh.find("--deepspeed_config ds_config.json"), std::string::npos);
+  const std::string hosts = file_named(e, "hostfile").text;
+  int slots = 0;
+  std::istringstream in(hosts);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto at = line.find(" slots=");
+    ASSERT_NE(at, std::string::npos) << line;
+    slots += std::stoi(line.substr(at + 7));
+  }
+  EXPECT_EQ(slots, 64);
+  // With pp > 1 the pipeline engine is used: no --no-pipeline-parallel.
+  const std::string pipe = file_named(export_case(kCases[2]), "launch_deepspeed.sh").text;
+  EXPECT_EQ(pipe.find("--no-pipeline-parallel"), std::string::npos);
+  EXPECT_NE(pipe.find("--pipeline-model-parallel-size 4"), std::string::npos);
+  EXPECT_NE(pipe.find("--recompute-method uniform"), std::string::npos);
+}
+
+TEST(DeepSpeedExport, OffloadAndPrecisionBlocks) {
+  const Json cfg = parse_json(file_named(export_case(kCases[0]), "ds_config.json").text, "c");
+  EXPECT_EQ(cfg["zero_optimization"]["offload_optimizer"]["device"], "cpu");
+  EXPECT_EQ(cfg["zero_optimization"]["offload_param"]["pin_memory"], true);
+  EXPECT_EQ(cfg["bf16"]["enabled"], true);
+  EXPECT_FALSE(cfg.contains("fp16"));
+  EXPECT_EQ(cfg["data_types"]["grad_accum_dtype"], "fp32");
+  EXPECT_EQ(cfg["communication_data_type"], "fp32");
+  EXPECT_TRUE(cfg.contains("activation_checkpointing"));
+}
+
+// Each refusal names its plan field.
+TEST(DeepSpeedExport, RefusesWhatDeepSpeedCannotRun) {
+  struct Refusal {
+    const char* model;
+    int gpus;
+    const char* plan;
+    const char* field;
+  };
+  const Refusal refusals[] = {
+      {"llama3-8b", 16, R"({"pp": 2, "dp": 8, "zero": 2, "gbs": 64})", "plan.zero"},
+      {"llama3-8b", 16, R"({"pp": 2, "dp": 8, "zero": 3, "gbs": 64})", "plan.zero"},
+      {"llama3-8b", 16,
+       R"({"pp": 2, "dp": 8, "zero": 0, "gbs": 64, "grad_reduce_dtype": "bf16",
+           "overlap_grad_reduce": false})",
+       "plan.zero"},
+      {"llama3-8b", 16, R"({"pp": 2, "dp": 8, "zero": 1, "gbs": 64, "schedule": "gpipe"})",
+       "plan.schedule"},
+      {"llama3-8b", 16,
+       R"({"pp": 2, "dp": 8, "zero": 1, "gbs": 64, "schedule": "interleaved", "vpp": 2})",
+       "plan.vpp"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "offload": "params"})", "plan.offload"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "offload": "activations"})",
+       "plan.offload"},
+      {"llama3-8b", 8, R"({"dp": 4, "cp": 2, "zero": 1, "gbs": 64})", "plan.cp"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "reshard": "after_backward"})",
+       "plan.reshard"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "reshard": "after_step"})",
+       "plan.reshard"},
+      {"llama3-8b", 16, R"({"dp": 16, "zero": 1, "gbs": 64, "shard_degree": 8})",
+       "plan.shard_degree"},
+      {"mixtral-8x7b", 8, R"({"dp": 8, "ep": 8, "zero": 1, "gbs": 64})", "plan.ep"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 1, "gbs": 64, "precision": "fp16", "grad_reduce_dtype": "bf16"})",
+       "plan.grad_reduce_dtype"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 0, "gbs": 64, "grad_reduce_dtype": "bf16"})",
+       "plan.overlap_grad_reduce"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "recompute": "selective"})",
+       "plan.recompute"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 1, "gbs": 64, "recompute": "full", "recompute_layers": 4})",
+       "plan.recompute_layers"},
+      {"llama3-8b", 16,
+       R"({"tp": 2, "sp": true, "pp": 2, "dp": 4, "zero": 1, "gbs": 64, "recompute": "full",
+           "recompute_layers": 4})",
+       "plan.recompute_layers"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "precision": "fp8"})", "plan.precision"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "optimizer_dtype": "bf16"})",
+       "plan.grad_reduce_dtype"},
+      {"llama3-8b", 16,
+       R"({"tp": 2, "sp": true, "pp": 2, "dp": 4, "zero": 1, "gbs": 64,
+           "rank_order": "tp-cp-ep-pp-dp"})",
+       "plan.rank_order"},
+      {"llama3-8b", 8, R"({"tp": 8, "sp": true, "zero": 1, "gbs": 64, "tp_comm_overlap": true})",
+       "plan.tp_comm_overlap"},
+  };
+  for (const Refusal& r : refusals) {
+    SCOPED_TRACE(r.plan);
+    const Model m = model_preset(r.model);
+    const Cluster cl = cluster_preset("dgx-h100", r.gpus);
+    const Plan p = plan_of(r.plan);
+    ASSERT_NO_THROW(validate(p, m, cl));  // parasol runs it; only DeepSpeed cannot
+    try {
+      export_deepspeed(m, cl, p);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), r.field) << e.what();
+    }
+  }
+}
+
+// Export then import gives the plan back: every field the config and Megatron-DeepSpeed's
+// parallel arguments carry.
+TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
+  struct Trip {
+    const char* model;
+    int gpus;
+    const char* plan;
+  };
+  const Trip trips[] = {
+      {"llama3-8b", 8, kCases[0].plan},
+      {"llama3-70b", 64, kCases[1].plan},
+      {"llama3-70b", 64,
+       R"({"tp": 8, "pp": 4, "dp": 2, "sp": true, "zero": 1, "mbs": 2, "gbs": 64,
+           "grad_reduce_dtype": "bf16"})"},
+      {"llama3-8b", 16,
+       R"({"dp": 16, "zero": 3, "mbs": 2, "gbs": 256, "shard_degree": 8,
+           "overlap_param_gather": false})"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 2, "mbs": 4, "gbs": 32, "overlap_grad_reduce": false})"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 1, "mbs": 1, "gbs": 16, "precision": "fp16",
+           "offload": "optimizer"})"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 1, "mbs": 1, "gbs": 8, "optimizer_dtype": "bf16",
+           "grad_reduce_dtype": "bf16"})"},
+      {"llama3-8b", 8, R"({"dp": 8, "zero": 0, "mbs": 1, "gbs": 8, "overlap_grad_reduce": false})"},
+      {"llama3-8b", 8,
+       R"({"dp": 8, "zero": 0, "mbs": 1, "gbs": 8, "precision": "fp32",
+           "overlap_grad_reduce": false, "recompute": "full", "offload": "activations"})"},
+  };
+  for (const Trip& t : trips) {
+    SCOPED_TRACE(t.plan);
+    const Plan p = plan_of(t.plan);
+    const Export e = export_deepspeed(model_preset(t.model), cluster_preset("dgx-h100", t.gpus), p);
+    const Json cfg = parse_json(file_named(e, "ds_config.json").text, "ds_config.json");
+    const ImportedJob job = import_deepspeed(cfg, p.gpus(), {p.tp, p.pp, p.sequence_parallel});
+    EXPECT_EQ(job.gpus, p.gpus());
+    EXPECT_FALSE(job.model.has_value());
+    EXPECT_EQ(plan_from_json(job.plan).gpus(), p.gpus());
+    EXPECT_EQ(job.plan.dump(), plan_to_json(p).dump());
+  }
+}
+
+TEST(DeepSpeedImport, ReadsAHandWrittenConfig) {
+  const Json cfg = parse_json(R"({
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+    "zero_optimization": {"stage": 2, "overlap_comm": true,
+                          "offload_optimizer": {"device": "cpu"}},
+    "fp16": {"enabled": true}, "optimizer": {"type": "AdamW"}})",
+                              "c");
+  const Plan p = plan_from_json(import_deepspeed(cfg, 16).plan);
+  EXPECT_EQ(p.dp, 16);
+  EXPECT_EQ(p.global_batch, 2 * 4 * 16);
+  EXPECT_EQ(p.zero, 2);
+  EXPECT_TRUE(p.offload.optimizer);
+  EXPECT_FALSE(p.offload.params);
+  EXPECT_EQ(p.precision, Dtype::kFp16);
+  EXPECT_EQ(p.grad_reduce_dtype, Dtype::kFp16);  // DeepSpeed's default: the model's dtype
+  // communication_data_type is the reduction dtype; grad_accum_dtype only the buffer.
+  const Json comm = parse_json(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+      "zero_optimization": {"stage": 2}, "communication_data_type": "fp32",
+      "data_types": {"grad_accum_dtype": "bf16"}})",
+                               "c");
+  EXPECT_EQ(plan_from_json(import_deepspeed(comm, 8).plan).grad_reduce_dtype, Dtype::kFp32);
+  EXPECT_EQ(p.recompute, Recompute::kNone);
+  // dp = gpus / (tp x pp): Megatron-DeepSpeed's mpu.
+  EXPECT_EQ(plan_from_json(import_deepspeed(cfg, 16, {2, 2, true}).plan).global_batch, 2 * 4 * 4);
+}
+
+TEST(DeepSpeedImport, AutoIsDerivedFromTheOtherKeysOrNamed) {
+  const Json derived = parse_json(
+      R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": "auto",
+          "gradient_accumulation_steps": 2})",
+      "c");
+  EXPECT_EQ(plan_from_json(import_deepspeed(derived, 8).plan).micro_batch, 64 / (2 * 8));
+  const Json all_auto = parse_json(
+      R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+          "gradient_accumulation_steps": "auto"})",
+      "c");
+  try {
+    import_deepspeed(all_auto, 8);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "deepspeed.train_micro_batch_size_per_gpu");
+  }
+  const Json bf16_auto = parse_json(R"({"train_batch_size": 8, "bf16": {"enabled": "auto"}})", "c");
+  try {
+    import_deepspeed(bf16_auto, 8);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "deepspeed.bf16.enabled");
+  }
+}
+
+TEST(DeepSpeedImport, InconsistentKeysAreNamed) {
+  auto field_of = [](const char* json, int gpus) -> std::string {
+    try {
+      import_deepspeed(parse_json(json, "c"), gpus);
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(field_of(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+                         "gradient_accumulation_steps": 2})",
+                     8),
+            "deepspeed.train_batch_size");  // 2 x 2 x 8 = 32
+  EXPECT_EQ(field_of(R"({"train_batch_size": 60, "train_micro_batch_size_per_gpu": 2})", 8),
+            "deepspeed.train_batch_size");  // 60 is not a multiple of 16
+  EXPECT_EQ(field_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+                         "offload_param": {"device": "cpu"}}})",
+                     8),
+            "deepspeed.zero_optimization.offload_param");
+  EXPECT_EQ(field_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                         "offload_param": {"device": "nvme"}}})",
+                     8),
+            "deepspeed.zero_optimization.offload_param.device");
+  EXPECT_EQ(field_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                         "zero_hpz_partition_size": 8}})",
+                     8),
+            "deepspeed.zero_optimization.zero_hpz_partition_size");
+  EXPECT_EQ(field_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                         "fp16": {"enabled": true}})",
+                     8),
+            "deepspeed.fp16");
+  EXPECT_EQ(field_of(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                         "data_types": {"grad_accum_dtype": "fp32"}})",
+                     8),
+            "deepspeed.data_types.grad_accum_dtype");
+  try {
+    import_deepspeed(parse_json(R"({"train_batch_size": 8})", "c"), 12, {8, 1, false});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "gpus");  // 12 GPUs are no multiple of tp x pp = 8
+  }
+}
+
+}  // namespace
+}  // namespace parasol::interop

@@ -1,0 +1,473 @@
+// Tests of the Megatron-LM writer and reader (interop/megatron.h) and the training log reader
+// (interop/megatron_log.h): golden files of representative exports, refusals naming the field,
+// export -> import round trips of model and plan, argument-list parsing edge cases, log parsing.
+//
+// Golden files: tests/data/export/megatron/<case>/<file>. After an intended change of the
+// export, regenerate them with
+//   PARASOL_UPDATE_GOLDEN=1 build/tests/interop/megatron_test --gtest_filter='MegatronGolden.*'
+// and review the diff.
+#include "interop/megatron.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "interop/megatron_log.h"
+#include "tests/interop/golden.h"
+
+namespace parasol::interop {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string model;
+  std::string cluster;
+  int gpus;
+  Json plan;
+};
+
+Plan make_plan(const Case& c, const Model& m, const Cluster& cl) {
+  Plan p = plan_from_json(c.plan);
+  validate(p, m, cl);  // every case is a plan parasol accepts
+  return p;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Golden cases: dense 3D with sp (GPT-3 175B as in Megatron's example), MoE with interleaving,
+// etp != tp, the distributed optimizer and selective recompute, and FSDP with cp, fp8, a
+// pipeline layout and full recompute.
+std::vector<Case> golden_cases() {
+  return {
+      {"gpt3_175b_3d", "gpt3-175b", "dgx-a100-80g", 1024,
+       Json{{"tp", 8}, {"pp", 8}, {"dp", 16}, {"sp", true}, {"gbs", 1536}}},
+      {"mixtral_moe_interleaved", "mixtral-8x7b", "dgx-h100", 64,
+       Json{{"tp", 2},
+            {"pp", 4},
+            {"dp", 8},
+            {"ep", 8},
+            {"etp", 1},
+            {"vpp", 2},
+            {"sp", true},
+            {"zero", 1},
+            {"gbs", 256},
+            {"recompute", "selective"},
+            {"recompute_modules", {"core_attn", "moe_act"}},
+            {"moe_dispatcher", "deepep"}}},
+      {"llama3_70b_fsdp_cp", "llama3-70b", "dgx-h100", 64,
+       Json{{"tp", 4},
+            {"pp", 2},
+            {"cp", 2},
+            {"dp", 4},
+            {"zero", 3},
+            {"seq", 16384},
+            {"precision", "fp8"},
+            {"gbs", 64},
+            {"stage_layers", {38, 42}},
+            {"recompute", "full"},
+            {"recompute_layers", 10},
+            {"attention_kernel", "cudnn"}}},
+  };
+}
+
+TEST(MegatronGolden, ExportsMatchTheGoldenFiles) {
+  for (const Case& c : golden_cases()) {
+    SCOPED_TRACE(c.name);
+    const Model m = model_preset(c.model);
+    const Cluster cl = load_cluster(c.cluster, c.gpus);
+    const Export e = export_megatron(m, cl, make_plan(c, m, cl));
+    EXPECT_EQ(e.framework, "megatron");
+    EXPECT_NE(e.version.find("Megatron-Core"), std::string::npos);
+    ASSERT_EQ(e.files.size(), 2u);
+    expect_golden(e, "megatron", c.name);
+    EXPECT_FALSE(e.files[0].executable);
+    EXPECT_TRUE(e.files[1].executable);
+  }
+}
+
+// Flags the issue names, found in the export (independent of the golden files).
+TEST(MegatronExport, WritesTheFlagsThePlanNeeds) {
+  const Case c = golden_cases()[1];
+  const Model m = model_preset(c.model);
+  const Cluster cl = load_cluster(c.cluster, c.gpus);
+  const Export e = export_megatron(m, cl, make_plan(c, m, cl));
+  const std::string& args = e.files[0].text;
+  for (const char* flag :
+       {"--num-virtual-stages-per-pipeline-rank 2", "--expert-tensor-parallel-size 1",
+        "--expert-model-parallel-size 8", "--use-distributed-optimizer", "--overlap-param-gather",
+        "--recompute-granularity selective", "--recompute-modules core_attn moe_act",
+        "--moe-token-dispatcher-type flex", "--num-experts 8", "--moe-router-topk 2",
+        "--group-query-attention", "--num-query-groups 8", "--swiglu", "--normalization RMSNorm",
+        "--position-embedding-type rope", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights", "--mock-data", "--tokenizer-type NullTokenizer"})
+    EXPECT_NE(args.find(flag), std::string::npos) << flag;
+  EXPECT_EQ(args.find("--virtual-pipeline-model-parallel-size"), std::string::npos);
+  const std::string& sh = e.files[1].text;
+  EXPECT_NE(sh.find("export CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos);
+  EXPECT_NE(sh.find("GPUS_PER_NODE=8\nNNODES=8\n"), std::string::npos);
+  EXPECT_NE(sh.find("torchrun"), std::string::npos);
+}
+
+TEST(MegatronExport, CudaDeviceMaxConnectionsFollowsMegatronsChecks) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster cl = load_cluster("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  EXPECT_EQ(export_megatron(m, cl, p).files[1].text.find("CUDA_DEVICE_MAX_CONNECTIONS"),
+            std::string::npos);  // tp = cp = 1: not needed
+  p.dp = 4;
+  p.cp = 2;
+  EXPECT_NE(export_megatron(m, cl, p).files[1].text.find("export CUDA_DEVICE_MAX_CONNECTIONS=1"),
+            std::string::npos);
+  p.zero = 3;  // Megatron FSDP asserts it is not 1
+  const std::string sh = export_megatron(m, cl, p).files[1].text;
+  EXPECT_EQ(sh.find("export CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos);
+  EXPECT_NE(sh.find("unset CUDA_DEVICE_MAX_CONNECTIONS"), std::string::npos);
+}
+
+// Expects export_megatron to throw naming `field`.
+void expect_refused(const Model& m, const Plan& p, const std::string& field) {
+  const Cluster cl = load_cluster("dgx-h100", p.gpus());
+  try {
+    export_megatron(m, cl, p);
+    ADD_FAILURE() << "no error for " << field;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+  }
+}
+
+TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
+  const Model m = model_preset("llama3-8b");
+  Plan base;
+  base.pp = 2;
+  base.dp = 4;
+  base.global_batch = 32;
+  Plan p = base;
+  p.schedule = Schedule::kGpipe;
+  expect_refused(m, p, "plan.schedule");
+  p = base;
+  p.offload.params = true;
+  expect_refused(m, p, "plan.offload");
+  p = base;
+  p.offload.activations = true;
+  expect_refused(m, p, "plan.offload");
+  p = base;
+  p.rank_order = parse_rank_order("dp-tp-cp-ep-pp", "plan.rank_order");
+  p.tp = 2;
+  p.dp = 2;
+  expect_refused(m, p, "plan.rank_order");
+  p = base;
+  p.optimizer_dtype = Dtype::kBf16;
+  expect_refused(m, p, "plan.optimizer_dtype");
+  p = base;
+  p.fused_kernels = false;
+  expect_refused(m, p, "plan.fused_kernels");
+  p = base;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterStep;
+  expect_refused(m, p, "plan.reshard");
+  p = base;
+  p.tp = 2;
+  p.dp = 2;
+  p.tp_comm_overlap = true;  // without sp
+  expect_refused(m, p, "plan.tp_comm_overlap");
+  p = base;
+  p.zero = 2;
+  p.shard_degree = 2;
+  expect_refused(m, p, "plan.shard_degree");
+  p = base;
+  p.schedule = Schedule::kInterleaved;
+  p.vpp = 2;
+  p.recompute = Recompute::kFull;
+  p.recompute_layers = 2;
+  expect_refused(m, p, "plan.recompute_layers");
+  expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
+}
+
+TEST(MegatronExport, AcceptsTheTpPpDpRankOrder) {
+  const Model m = model_preset("llama3-8b");
+  Plan p;
+  p.tp = 2;
+  p.pp = 2;
+  p.dp = 2;
+  p.global_batch = 8;
+  p.rank_order = parse_rank_order("tp-cp-ep-pp-dp", "plan.rank_order");
+  const std::string args = export_megatron(m, load_cluster("dgx-h100", 8), p).files[0].text;
+  EXPECT_NE(args.find("--use-tp-pp-dp-mapping"), std::string::npos);
+  // pp and dp swapped but dp of 1: the order is Megatron's default and needs no flag.
+  p.dp = 1;
+  p.tp = 4;
+  const std::string plain = export_megatron(m, load_cluster("dgx-h100", 8), p).files[0].text;
+  EXPECT_EQ(plain.find("--use-tp-pp-dp-mapping"), std::string::npos);
+}
+
+// Round trips: export, then import of both files; the same model (but its name) and plan.
+std::vector<Case> round_trip_cases() {
+  auto plan = [](Json j) { return j; };
+  return {
+      {"dense_3d", "llama3-70b", "dgx-h100", 64,
+       plan({{"tp", 8}, {"pp", 4}, {"dp", 2}, {"sp", true}, {"gbs", 64}, {"mbs", 2}})},
+      {"interleaved", "llama3-8b", "dgx-h100", 32,
+       plan({{"tp", 2}, {"pp", 4}, {"dp", 4}, {"vpp", 4}, {"gbs", 64}, {"zero", 1}})},
+      {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
+       plan({{"tp", 4},
+             {"pp", 2},
+             {"dp", 8},
+             {"ep", 8},
+             {"etp", 1},
+             {"sp", true},
+             {"gbs", 128},
+             {"ep_comm_overlap", true}})},
+      {"moe_deepep_first_dense", "deepseek-v3", "dgx-h100", 256,
+       plan({{"tp", 1},
+             {"pp", 8},
+             {"dp", 32},
+             {"ep", 32},
+             {"gbs", 1024},
+             {"zero", 1},
+             {"moe_dispatcher", "deepep"},
+             {"first_stage_layers", 7},
+             {"last_stage_layers", 6},
+             {"recompute", "selective"},
+             {"recompute_modules", {"mla_up_proj", "moe_act", "layernorm"}}})},
+      {"cp", "llama3-8b", "dgx-h100", 16,
+       plan({{"tp", 2},
+             {"cp", 4},
+             {"dp", 2},
+             {"seq", 32768},
+             {"gbs", 16},
+             {"sp", true},
+             {"tp_comm_overlap", true}})},
+      {"zero3", "llama3-8b", "dgx-h100", 16,
+       plan({{"dp", 16},
+             {"zero", 3},
+             {"gbs", 64},
+             {"precision", "fp8"},
+             {"overlap_param_gather", false}})},
+      {"zero1_hsdp_offload", "llama3-8b", "dgx-h100", 16,
+       plan({{"tp", 2},
+             {"dp", 8},
+             {"zero", 1},
+             {"shard_degree", 4},
+             {"gbs", 64},
+             {"offload", "optimizer"},
+             {"grad_reduce_dtype", "bf16"}})},
+      {"full_recompute_k", "gpt3-175b", "dgx-a100-80g", 64,
+       plan({{"tp", 8},
+             {"pp", 8},
+             {"gbs", 64},
+             {"recompute", "full"},
+             {"recompute_layers", 4},
+             {"flash_attention", false}})},
+      {"full_recompute_all", "llama3-8b", "dgx-h100", 8,
+       plan({{"tp", 8}, {"gbs", 8}, {"recompute", "full"}, {"precision", "fp16"}})},
+      {"uneven_first_last", "llama3-8b", "dgx-h100", 32,
+       plan({{"tp", 2},
+             {"pp", 4},
+             {"dp", 4},
+             {"gbs", 64},
+             {"first_stage_layers", 6},
+             {"last_stage_layers", 6},
+             {"rank_order", "tp-cp-ep-pp-dp"}})},
+      {"stage_layers_interleaved", "llama3-8b", "dgx-h100", 16,
+       plan({{"tp", 2},
+             {"pp", 2},
+             {"dp", 4},
+             {"vpp", 2},
+             {"gbs", 64},
+             {"stage_layers", {6, 8, 9, 9}}})},
+  };
+}
+
+// plan_to_json of the plan an import gives, with dp set (an argument file has no GPU count).
+Json imported_plan(const ImportedJob& job, int dp) {
+  Json j = job.plan;
+  if (!j.contains("dp")) j["dp"] = dp;
+  return plan_to_json(plan_from_json(j));
+}
+
+TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
+  for (const Case& c : round_trip_cases()) {
+    SCOPED_TRACE(c.name);
+    const Model m = model_preset(c.model);
+    const Cluster cl = load_cluster(c.cluster, c.gpus);
+    const Plan p = make_plan(c, m, cl);
+    const Export e = export_megatron(m, cl, p);
+    const Json want = plan_to_json(p);
+    // The argument file (no GPU count) and the launch script (torchrun's --nproc_per_node and
+    // --nnodes give it).
+    const ImportedJob launch = import_megatron(e.files[1].text, "launch");
+    EXPECT_EQ(launch.gpus, p.gpus());
+    EXPECT_EQ(imported_plan(launch, -1), want);
+    std::vector<const ImportedJob*> jobs = {&launch};
+    ImportedJob args;
+    if (p.shard_degree > 0) {
+      // Megatron gives the number of optimizer instances; the shard size needs the GPU count.
+      try {
+        import_megatron(e.files[0].text, "args");
+        ADD_FAILURE() << "no error without the GPU count";
+      } catch (const Error& err) {
+        EXPECT_EQ(err.field(), "--num-distributed-optimizer-instances");
+      }
+    } else {
+      args = import_megatron(e.files[0].text, "args");
+      EXPECT_EQ(args.gpus, 0);
+      EXPECT_FALSE(args.plan.contains("dp"));
+      EXPECT_EQ(imported_plan(args, p.dp), want);
+      jobs.push_back(&args);
+    }
+    for (const ImportedJob* job : jobs) {
+      ASSERT_TRUE(job->model.has_value());
+      Model back = *job->model;
+      back.name = m.name;
+      EXPECT_EQ(model_to_json(back), model_to_json(m));
+    }
+  }
+}
+
+// ---- Parsing of argument lists written by hand.
+
+TEST(MegatronImport, ReadsALaunchLineWithContinuationsCommentsAndVariables) {
+  const std::string text = R"(#!/bin/bash
+# a comment --tensor-model-parallel-size 99
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+TP=4
+GPUS_PER_NODE=8
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes=2 --node_rank ${NODE_RANK:-0} \
+  pretrain_gpt.py \
+  --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \
+  --seq-length 4096 --max-position-embeddings 4096 --vocab-size 32000 \
+  --tensor-model-parallel-size ${TP} --pipeline-model-parallel-size=2 \
+  --swiglu --normalization "RMSNorm" --position-embedding-type rope \
+  --recompute-activations \
+  --data-path /data/my_text_document --lr 3e-4 --log-interval 10 --save /ckpt # trailing
+)";
+  const ImportedJob job = import_megatron(text, "mine");
+  EXPECT_EQ(job.gpus, 16);
+  EXPECT_EQ(job.plan["tp"], 4);
+  EXPECT_EQ(job.plan["pp"], 2);
+  EXPECT_EQ(job.plan["dp"], 2);
+  EXPECT_EQ(job.plan["recompute"], "selective");
+  EXPECT_EQ(job.plan["precision"], "fp32");
+  ASSERT_TRUE(job.model);
+  EXPECT_EQ(job.model->name, "mine");
+  EXPECT_EQ(job.model->layers, 32);
+  EXPECT_EQ(job.model->norm, Norm::kRmsNorm);
+  EXPECT_EQ(job.model->activation, Activation::kSwiglu);
+  EXPECT_FALSE(job.model->learned_positions);
+  // Megatron's defaults: swiglu without --ffn-hidden-size, tied embeddings, biases, dropout.
+  EXPECT_EQ(job.model->ffn, int64_t{(4 * 4096 * 2 / 3) / 64} * 64);
+  EXPECT_TRUE(job.model->tied_embeddings);
+  EXPECT_TRUE(job.model->linear_bias);
+  EXPECT_TRUE(job.model->dropout);
+}
+
+TEST(MegatronImport, ReadsBashArraysWithTheBracketOnAFlagLine) {
+  const std::string text =
+      "MODEL_ARGS=(--num-layers 4 --hidden-size 256\n  --num-attention-heads 4 --seq-length 128\n"
+      "  --vocab-size 1000)\nPAR=( --tensor-model-parallel-size 2 )\n"
+      "python pretrain_gpt.py ${MODEL_ARGS[@]} \"${PAR[@]}\"\n";
+  const ImportedJob job = import_megatron(text);
+  EXPECT_EQ(job.model->name, "megatron-import");
+  EXPECT_EQ(job.model->vocab, 1000);
+  EXPECT_EQ(job.plan["tp"], 2);
+  EXPECT_EQ(job.gpus, 0);
+}
+
+// Expects import_megatron to throw naming `field`.
+void expect_import_error(const std::string& text, const std::string& field) {
+  try {
+    import_megatron(text);
+    ADD_FAILURE() << "no error for " << field;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), field) << e.what();
+  }
+}
+
+TEST(MegatronImport, NamesTheFlagItCannotRead) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 ";
+  expect_import_error(base + "--use-torch-fsdp2", "--use-torch-fsdp2");
+  expect_import_error(base + "--rampup-batch-size 16 16 1000", "--rampup-batch-size");
+  expect_import_error(base + "--tensor-model-parallel-size $TP", "--tensor-model-parallel-size");
+  expect_import_error(base + "--num-experts 4 --moe-token-dispatcher-type allgather",
+                      "--moe-token-dispatcher-type");
+  expect_import_error(base + "--num-experts 4 --moe-layer-freq 2", "--moe-layer-freq");
+  expect_import_error(base +
+                          "--recompute-granularity full --recompute-method uniform "
+                          "--recompute-num-layers 2",
+                      "--recompute-num-layers");
+  expect_import_error(base + "--cp-comm-type a2a", "--cp-comm-type");
+  expect_import_error(base +
+                          "--pipeline-model-parallel-size 2 "
+                          "--pipeline-model-parallel-layout 'Et*2|t*2m|L'",
+                      "--pipeline-model-parallel-layout");
+  expect_import_error(
+      "--hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000",
+      "--num-layers");
+}
+
+TEST(MegatronImport, ReadsMoeLayerPatterns) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 --num-experts 4 --moe-ffn-hidden-size 64 ";
+  const ImportedJob first = import_megatron(base + "--moe-layer-freq '([0]*1+[1]*3)'");
+  EXPECT_EQ(first.model->moe.first_dense, 1);
+  EXPECT_EQ(first.model->moe.every, 1);
+  const ImportedJob alt = import_megatron(base + "--moe-layer-freq [0,1,0,1]");
+  EXPECT_EQ(alt.model->moe.first_dense, 0);
+  EXPECT_EQ(alt.model->moe.every, 2);
+  expect_import_error(base + "--moe-layer-freq '([0]+[1]*2)'", "--moe-layer-freq");
+}
+
+TEST(MegatronImport, RecognisesMegatronArguments) {
+  EXPECT_TRUE(looks_like_megatron_args("torchrun pretrain_gpt.py --num-layers 2"));
+  EXPECT_TRUE(looks_like_megatron_args("ARGS=(--tensor-model-parallel-size 2)"));
+  EXPECT_FALSE(looks_like_megatron_args(R"({"tp": 2, "note": "--num-layers"})"));
+  EXPECT_FALSE(looks_like_megatron_args("tp: 2"));
+}
+
+// ---- Training logs.
+
+TEST(MegatronLog, ReadsTheElapsedTimeLinesAndSkipsTheFirst) {
+  const std::string text =
+      "[2026-08-22 10:00:00] some setup line\n"
+      " [2026-08-22 10:00:10.1] iteration        1/     100 | consumed samples:          256 | "
+      "elapsed time per iteration (ms): 9000.0 | throughput per GPU (TFLOP/s/GPU): 100.0 |\n"
+      " [2026-08-22 10:00:12.1] iteration        2/     100 | consumed samples:          512 | "
+      "elapsed time per iteration (ms): 2000.0 |\n"
+      " [2026-08-22 10:00:14.1] iteration        3/     100 | consumed samples:          768 | "
+      "elapsed time per iteration (ms): 2100.5 |\n"
+      " [2026-08-22 10:00:16.1] iteration        4/     100 | consumed samples:         1024 | "
+      "elapsed time per iteration (ms): 2600.0 |\n";
+  ASSERT_TRUE(looks_like_megatron_log(text));
+  const MegatronLog log = read_megatron_log(text);
+  ASSERT_EQ(log.step_s.size(), 4u);
+  EXPECT_EQ(log.iterations, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_DOUBLE_EQ(log.step_s[0], 9.0);
+  EXPECT_EQ(log.skipped, 1);
+  EXPECT_DOUBLE_EQ(log.step_time_s, 2.1005);  // median of 2.0, 2.1005, 2.6
+}
+
+TEST(MegatronLog, RejectsLogsWithoutEnoughLines) {
+  EXPECT_FALSE(looks_like_megatron_log("iteration 1 | loss 3.2"));
+  EXPECT_THROW(read_megatron_log("elapsed time per iteration (ms): 100.0 |\n"), Error);
+  EXPECT_THROW(read_megatron_log("elapsed time per iteration (ms): x |\n"
+                                 "elapsed time per iteration (ms): 1.0 |\n"),
+               Error);
+}
+
+}  // namespace
+}  // namespace parasol::interop

@@ -1,0 +1,218 @@
+"""Every --json output of parasol against its JSON Schema (docs/schema/<command>.schema.json).
+
+Runs each command with --json on a few inputs (estimate, estimate --tokens's job block,
+simulate, search, show model/cluster/plan/program, validate, run (one rank, tiny), compare, calibrate
+(a measured trace, and --probe), accuracy) and
+validates the output with jsonschema (Debian's python3-jsonschema: run with /usr/bin/python3).
+Also checks that the schemas are strict enough to be a check: each is a valid draft 2020-12
+schema, every property has a description, and outputs with a required field removed, an
+unknown field added or a time set to 0 are rejected.
+
+Usage: /usr/bin/python3 json_schema_test.py PARASOL_BIN SCHEMA_DIR DATA_DIR WORK_DIR
+"""
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jsonschema
+
+parasol, schema_dir, data_dir, work = sys.argv[1:5]
+schema_dir = pathlib.Path(schema_dir)
+work = pathlib.Path(work)
+work.mkdir(parents=True, exist_ok=True)
+
+schemas = {}
+for path in sorted(schema_dir.glob("*.schema.json")):
+    s = json.loads(path.read_text())
+    jsonschema.Draft202012Validator.check_schema(s)
+    schemas[path.name.removesuffix(".schema.json")] = s
+store = {s["$id"]: s for s in schemas.values()}
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL:", msg)
+
+
+def resolve(ref, base):
+    """The subschema a $ref names (relative to the schema `base`)."""
+    doc, _, pointer = ref.partition("#")
+    target = store[base["$id"].rsplit("/", 1)[0] + "/" + doc] if doc else base
+    for part in filter(None, pointer.split("/")):
+        target = target[part]
+    return target, (store[base["$id"].rsplit("/", 1)[0] + "/" + doc] if doc else base)
+
+
+def check_descriptions(node, base, where):
+    """Every property (and every $defs entry used as one) says what it is: a description on it
+    or on what its $ref names."""
+    if isinstance(node, dict):
+        for name, sub in node.get("properties", {}).items():
+            desc = sub.get("description")
+            if desc is None and "$ref" in sub:
+                desc = resolve(sub["$ref"], base)[0].get("description")
+            if not desc:
+                fail(f"{where}.properties.{name}: no description")
+        for key, sub in node.items():
+            check_descriptions(sub, base, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, sub in enumerate(node):
+            check_descriptions(sub, base, f"{where}[{i}]")
+
+
+for name, s in schemas.items():
+    check_descriptions(s, s, name)
+
+
+def validator(name):
+    s = schemas[name]
+    resolver = jsonschema.RefResolver(base_uri=s["$id"], referrer=s, store=store)
+    return jsonschema.Draft202012Validator(s, resolver=resolver)
+
+
+def errors(name, doc):
+    return sorted(validator(name).iter_errors(doc), key=lambda e: list(e.path))
+
+
+def run_json(args):
+    r = subprocess.run([parasol] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"parasol {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+        return None
+    return json.loads(r.stdout)
+
+
+def check(name, args):
+    doc = run_json(args)
+    if doc is None:
+        return None
+    errs = errors(name, doc)
+    for e in errs[:5]:
+        fail(f"{name}: parasol {' '.join(args)}: at /{'/'.join(map(str, e.path))}: {e.message}")
+    if not errs:
+        print(f"ok: {name}: parasol {' '.join(args)}")
+    return doc
+
+
+def expect_invalid(name, doc, what):
+    if doc is not None and not errors(name, doc):
+        fail(f"{name}: the schema accepts an output with {what}")
+
+
+T = "--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --gbs 64".split()
+MOE = "--model mixtral-8x7b --cluster dgx-h100 --gpus 16 --tp 2 --ep 4 --gbs 64".split()
+TOKENS = ["--tokens", "1e11"]
+
+# estimate: dense, MoE with ZeRO-3 and selective recompute, offload, and the job block.
+est = check("estimate", ["estimate", "--json"] + T)
+check("estimate", ["estimate", "--json"] + MOE +
+      "--zero 3 --recompute selective --recompute-modules core_attn,moe_act --sp".split())
+check("estimate", ["estimate", "--json", "--model", "llama3-70b", "--cluster", "dgx-h100",
+                   "--gpus", "8", "--tp", "8", "--gbs", "8", "--offload", "optimizer"])
+job = check("estimate", ["estimate", "--json"] + T + TOKENS + ["--price-per-gpu-hour", "2.5"])
+check("estimate", ["estimate", "--json"] + MOE + TOKENS + ["--checkpoint-interval", "3600"])
+if job is not None and "job" not in job:
+    fail("estimate --tokens: no job block")
+
+# validate and show.
+val = check("validate", ["validate", "--json"] + T)
+check("validate", ["validate", "--json"] + MOE + ["--zero", "3"])
+show = check("show", ["show", "--json"] + T)
+for m in ["llama3-8b", "mixtral-8x7b", "deepseek-v3", "mistral-7b", "gpt2-124m",
+          os.path.join(data_dir, "hf", "qwen3_30b_a3b_config.json")]:
+    check("show", ["show", "model", m, "--json"])
+check("show", ["show", "cluster", "dgx-a100-80g", "--json"])
+check("show", ["show", "plan", "--json"] + MOE)
+# show program: a pipeline stage of a dense plan, an MoE rank with ZeRO-3, offload and recompute.
+check("program", ["show", "program", "--json", "--rank", "5"] + T)
+check("program", ["show", "program", "--json", "--model", "tiny-moe", "--cluster", "dgx-h100",
+                  "--gpus", "8", "--tp", "2", "--ep", "2", "--zero", "3", "--gbs", "8",
+                  "--recompute", "full"])
+check("program", ["show", "program", "--json", "--model", "tiny", "--cluster", "dgx-h100",
+                  "--gpus", "8", "--tp", "2", "--cp", "2", "--gbs", "16",
+                  "--offload", "optimizer,activations", "--recompute", "selective"])
+check("program", ["show", "program", "--json", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                  "--gpus", "16", "--pp", "4", "--vpp", "2", "--gbs", "64", "--rank", "3"])
+
+# simulate: plain with a trace, stragglers, the job block.
+trace = str(work / "predicted.json")
+sim = check("simulate", ["simulate", "--json", "--trace", trace] + T)
+check("simulate", ["simulate", "--json", "--model", "tiny", "--cluster", "dgx-h100", "--gpus",
+                   "8", "--tp", "2", "--pp", "2", "--gbs", "16", "--rank-cv", "0.05",
+                   "--samples", "20"])
+check("simulate", ["simulate", "--json"] + MOE + TOKENS + ["--slow-rank", "3"])
+
+# search: plain with simulated top plans, by time to train, robust.
+S = "--model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3".split()
+search = check("search", ["search", "--json", "--simulate-top", "2"] + S)
+check("search", ["search", "--json"] + S + TOKENS)
+check("search", ["search", "--json", "--robust"] + S)
+
+# compare: the predicted trace against itself as the measurement, and against a Megatron-LM log.
+if os.path.exists(trace):
+    check("compare", ["compare", "--json", trace, trace])
+    log = work / "megatron.log"
+    log.write_text("".join(
+        f" [2026-12-02 10:00:0{i}] iteration {i + 1}/ 100 | consumed samples: {64 * (i + 1)} | "
+        f"elapsed time per iteration (ms): {900.0 + i:.1f} | learning rate: 1.0E-04 |\n"
+        for i in range(4)))
+    check("compare", ["compare", "--json", trace, str(log)])
+
+# run (one rank of the CPU runtime, tiny, a few steps) then compare and calibrate on its trace.
+measured = str(work / "measured.json")
+predicted_tiny = str(work / "predicted_tiny.json")
+TINY = "--model tiny --cluster localhost --gpus 1".split()
+run = check("run", ["run", "--json", "--steps", "3", "--trace", measured] + TINY)
+check("simulate", ["simulate", "--json", "--trace", predicted_tiny, "--precision", "fp32"] + TINY)
+if os.path.exists(measured) and os.path.exists(predicted_tiny):
+    check("compare", ["compare", "--json", predicted_tiny, measured])
+    check("calibrate", ["calibrate", "--json", measured, "-o", str(work / "fitted.json")])
+
+# accuracy: one published suite, and with the event simulator.
+suite = os.path.join(data_dir, "published", "h100-dense.json")
+check("accuracy", ["accuracy", "--json", suite])
+
+# calibrate --probe: times this host's sgemm and memory (seconds), writes a profile.
+check("calibrate", ["calibrate", "--probe", "--json", "-o", str(work / "host_profile.json")])
+
+# The schemas reject what they should.
+if est is not None:
+    d = copy.deepcopy(est); del d["step_time_s"]; expect_invalid("estimate", d, "no step_time_s")
+    d = copy.deepcopy(est); d["bogus"] = 1; expect_invalid("estimate", d, "an unknown field")
+    d = copy.deepcopy(est); d["step_time_s"] = 0; expect_invalid("estimate", d, "step_time_s 0")
+    d = copy.deepcopy(est); d["plan"]["tp"] = 0; expect_invalid("estimate", d, "plan.tp 0")
+    d = copy.deepcopy(est); d["plan"]["bogus"] = 1
+    expect_invalid("estimate", d, "an unknown plan field")
+    d = copy.deepcopy(est); d["time_breakdown_s"]["bogus"] = 1.0
+    expect_invalid("estimate", d, "an unknown time breakdown")
+    d = copy.deepcopy(est); d["band"]["fraction"] = "9%"
+    expect_invalid("estimate", d, "a string band")
+if job is not None and "job" in job:
+    d = copy.deepcopy(job); del d["job"]["goodput"]; expect_invalid("estimate", d, "no job.goodput")
+    d = copy.deepcopy(job); d["job"]["goodput"] = 1.5; expect_invalid("estimate", d, "goodput 1.5")
+if val is not None:
+    d = copy.deepcopy(val); d["valid"] = False; expect_invalid("validate", d, "valid false")
+if show is not None:
+    d = copy.deepcopy(show); del d["parameters"]; expect_invalid("show", d, "no parameters")
+if sim is not None:
+    d = copy.deepcopy(sim); d["stages"][0]["bogus"] = 1
+    expect_invalid("simulate", d, "an unknown stage field")
+    d = copy.deepcopy(sim); d["breakdown_s"]["stage"] = 0
+    expect_invalid("simulate", d, "a stage number in the critical breakdown")
+if search is not None:
+    d = copy.deepcopy(search); d["top"][0]["estimate"]["bogus"] = 1
+    expect_invalid("search", d, "an unknown estimate field")
+    d = copy.deepcopy(search); d["top"] = []; expect_invalid("search", d, "an empty top list")
+
+if run is not None:
+    d = copy.deepcopy(run); d["steps"][0]["seconds"] = 0
+    expect_invalid("run", d, "a step of 0 s")
+
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("PASS")

@@ -1,0 +1,77 @@
+// `parasol export --to megatron|deepspeed|torchtitan (--plan FILE | plan flags) [-o DIR]`: the
+// plan as the target framework's launch files (interop/). Without -o the files go to stdout, each
+// after a header line naming it; with -o they are written into DIR (scripts executable).
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "core/error.h"
+#include "interop/deepspeed.h"
+#include "interop/megatron.h"
+#include "interop/torchtitan.h"
+#include "tools/commands.h"
+#include "tools/spec.h"
+
+namespace parasol::tools {
+
+namespace {
+
+// Writes `e`'s files into `dir` (created when missing). Throws parasol::Error("-o") when a file
+// cannot be written.
+void write_export(const interop::Export& e, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("-o", dir + ": " + ec.message());
+  for (const interop::ExportedFile& f : e.files) {
+    const fs::path path = fs::path(dir) / f.name;
+    std::ofstream out(path, std::ios::binary);
+    out << f.text;
+    out.close();
+    if (!out) throw Error("-o", path.string() + ": cannot write");
+    if (f.executable) {
+      fs::permissions(path, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                      fs::perm_options::add, ec);
+      if (ec) throw Error("-o", path.string() + ": " + ec.message());
+    }
+    std::cout << "wrote " << path.string() << "\n";
+  }
+}
+
+}  // namespace
+
+Runner add_export(CLI::App& app) {
+  auto* cmd = app.add_subcommand("export",
+                                 "write a plan as Megatron-LM, DeepSpeed or torchtitan "
+                                 "launch files");
+  auto o = std::make_shared<SpecOptions>();
+  auto to = std::make_shared<std::string>();
+  auto out_dir = std::make_shared<std::string>();
+  cmd->add_option("--to", *to, "target framework")
+      ->required()
+      ->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan"}));
+  cmd->add_option("-o,--out", *out_dir, "write the files into this folder (default: stdout)");
+  add_target_flags(cmd, *o);
+  add_plan_flags(cmd, *o);
+  return [=]() {
+    Spec s = load_spec(*o, cmd, true);
+    validate(s.plan, s.model, *s.cluster);
+    const interop::Export e =
+        *to == "megatron"    ? interop::export_megatron(s.model, *s.cluster, s.plan)
+        : *to == "deepspeed" ? interop::export_deepspeed(s.model, *s.cluster, s.plan)
+                             : interop::export_torchtitan(s.model, *s.cluster, s.plan);
+    if (!out_dir->empty()) {
+      write_export(e, *out_dir);
+      return 0;
+    }
+    for (size_t i = 0; i < e.files.size(); ++i) {
+      const interop::ExportedFile& f = e.files[i];
+      std::cout << (i ? "\n" : "") << "==> " << f.name << " <==\n"
+                << f.text << (f.text.empty() || f.text.back() == '\n' ? "" : "\n");
+    }
+    return 0;
+  };
+}
+
+}  // namespace parasol::tools
