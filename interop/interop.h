@@ -10,6 +10,7 @@
 #include "core/cluster.h"
 #include "core/json_reader.h"
 #include "core/model.h"
+#include "core/plan.h"
 
 namespace parasol::interop {
 
@@ -44,5 +45,19 @@ struct ServerLayout {
 // Throws parasol::Error (field "plan") when the GPUs do not fill whole servers: a launcher starts
 // the same number of processes on every node.
 ServerLayout server_layout(const Cluster& cluster, int gpus);
+
+// The frameworks parasol exports to, by name: "megatron", "deepspeed", "torchtitan".
+const std::vector<std::string>& framework_names();
+
+// export_megatron, export_deepspeed or export_torchtitan by name (interop/megatron.h,
+// deepspeed.h, torchtitan.h). Throws parasol::Error naming `field` when `framework` is not one of
+// framework_names(), and the export's own errors (a plan the framework cannot run).
+Export export_plan(const std::string& framework, const Model& model, const Cluster& cluster,
+                   const Plan& plan, const std::string& field = "export.framework");
+
+// Whether `framework` can run `plan` (its export succeeds). For the search (search --framework):
+// called on the plans that would enter its lists. REQUIRES: a name of framework_names().
+bool can_export(const std::string& framework, const Model& model, const Cluster& cluster,
+                const Plan& plan);
 
 }  // namespace parasol::interop

@@ -440,22 +440,32 @@ class Worker {
     ++fitting_;
     const Rank rank{opt_.rank_key ? opt_.rank_key(p, estimate_) : estimate_.step_time_s,
                     estimate_.memory.host, estimate_.memory_per_gpu_bytes, seq_};
-    add_top(p, rank);
-    add_pareto(p, rank);
+    // opt_.accept runs once, and only for a plan that would enter a list.
+    int accepted = opt_.accept ? -1 : 1;  // -1: not asked yet
+    auto accept = [&] {
+      if (accepted < 0) accepted = opt_.accept(p) ? 1 : 0;
+      return accepted == 1;
+    };
+    add_top(p, rank, accept);
+    add_pareto(p, rank, accept);
     return f;
   }
 
-  void add_top(const Plan& p, const Rank& rank) {
+  template <class Accept>
+  void add_top(const Plan& p, const Rank& rank, Accept& accept) {
     if (static_cast<int>(top_.size()) >= opt_.top_k && !(rank < top_.back().rank)) return;
+    if (!accept()) return;
     auto at = std::upper_bound(top_.begin(), top_.end(), rank,
                                [](const Rank& r, const Entry& e) { return r < e.rank; });
     top_.insert(at, Entry{rank, {p, estimate_, rank.score}});
     if (static_cast<int>(top_.size()) > opt_.top_k) top_.pop_back();
   }
 
-  void add_pareto(const Plan& p, const Rank& rank) {
+  template <class Accept>
+  void add_pareto(const Plan& p, const Rank& rank, Accept& accept) {
     for (const Entry& e : pareto_)
       if (e.rank.score <= rank.score && e.rank.memory <= rank.memory) return;
+    if (!accept()) return;
     std::erase_if(pareto_, [&](const Entry& e) {
       return rank.score <= e.rank.score && rank.memory <= e.rank.memory;
     });

@@ -38,6 +38,11 @@ struct SearchOptions {
   // The ranking key; empty = the estimated step time (seconds). `search --robust` passes the
   // pessimistic end of the plan's error band.
   RankKey rank_key;
+  // Which plans may be listed; empty = all. A rejected plan is neither in the top list nor on the
+  // Pareto front (`search --framework`: the plans a framework can run). Called from the worker
+  // threads concurrently (thread-safe, pure), and only for plans that would enter a list, so it
+  // may cost microseconds.
+  std::function<bool(const Plan&)> accept;
   // Called now and then with the fraction of the space done (from one thread at a time).
   std::function<void(double)> progress;
   // Testing and tools: called with every plan the search enumerates and whether it fit in

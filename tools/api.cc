@@ -2,11 +2,13 @@
 // validate, their --json documents, and the request form the Python module calls.
 #include "tools/api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
 #include "core/error.h"
 #include "core/lower.h"
+#include "interop/interop.h"
 #include "traces/trace.h"
 
 namespace parasol::tools {
@@ -168,13 +170,24 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   if (f.seq < 0) throw Error("search.seq", "must be >= 1");
   if (f.top < 1) throw Error("search.top", "must be >= 1");
   if (f.simulate_top < 0) throw Error("search.simulate_top", "must be >= 0");
+  if (!f.framework.empty()) {
+    const auto& names = interop::framework_names();
+    if (std::find(names.begin(), names.end(), f.framework) == names.end())
+      throw Error("search.framework",
+                  "'" + f.framework + "' is not one of megatron|deepspeed|torchtitan");
+    opt.accept = [&s, &cluster, framework = f.framework](const Plan& p) {
+      return interop::can_export(framework, s.model, cluster, p);
+    };
+  }
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);
   sim::resimulate_top(s.model, cluster, s.profile, f.simulate_top, run.result);
   if (run.result.top.empty())
-    throw Error("search", "no plan fits in memory for " + s.model.name + " on " +
-                              std::to_string(cluster.num_gpus()) + " GPUs with global batch " +
-                              std::to_string(f.gbs));
+    throw Error(f.framework.empty() ? "search" : "search.framework",
+                "no plan " + (f.framework.empty() ? "" : "that " + f.framework + " can run ") +
+                    "fits in memory for " + s.model.name + " on " +
+                    std::to_string(cluster.num_gpus()) + " GPUs with global batch " +
+                    std::to_string(f.gbs));
   run.best = run.result.top.front().plan;
   run.best.model_ref = model_ref;
   run.best.cluster_ref = cluster_ref;
@@ -243,7 +256,7 @@ Json simulate_request(const Json& request) {
 Json search_request(const Json& request) {
   JsonReader r(request, "search");
   r.allow_only({"model", "cluster", "gpus", "profile", "gbs", "seq", "top", "threads", "precision",
-                "no_offload", "simulate_top", "robust", "tokens", "price_per_gpu_hour",
+                "no_offload", "simulate_top", "robust", "framework", "tokens", "price_per_gpu_hour",
                 "checkpoint_interval", "storage_GBps", "restart_s", "planned_per_day"});
   // The search makes its own plans: the spec is loaded with a placeholder one (as the command).
   Json spec_request = Json::object();
@@ -265,6 +278,7 @@ Json search_request(const Json& request) {
   f.simulate_top = static_cast<int>(r.integer_or("simulate_top", 0, std::numeric_limits<int>::min(),
                                                  std::numeric_limits<int>::max()));
   f.robust = r.boolean_or("robust", false);
+  f.framework = r.string_or("framework", "");
   f.job = job_flags(request);
   const std::string model_ref = request.value("model", Json(SpecOptions{}.model)).is_string()
                                     ? request.value("model", SpecOptions{}.model)

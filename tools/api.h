@@ -72,6 +72,9 @@ struct SearchSettings {
   int simulate_top = 0;
   bool robust = false;
   JobFlags job;
+  // Only plans this framework can run (interop::framework_names(); `parasol export` succeeds);
+  // "" = any plan.
+  std::string framework;
 };
 
 struct SearchRun {
@@ -104,8 +107,8 @@ Json validate_document(const Spec& s);
 Json estimate_request(const Json& request);
 Json simulate_request(const Json& request);
 // No plan keys: "model", "cluster", "gpus" (default 1024), "profile", the search flags ("gbs",
-// "seq", "top", "threads", "precision", "no_offload", "simulate_top", "robust") and the job
-// flags; another key is an Error.
+// "seq", "top", "threads", "precision", "no_offload", "simulate_top", "robust", "framework") and
+// the job flags; another key is an Error.
 Json search_request(const Json& request);
 Json validate_request(const Json& request);
 // The plan of the request (validated) in another framework's terms (interop/): framework is

@@ -1,9 +1,7 @@
 // The export request of tools/api.h: a plan in another framework's terms (interop/), as
 // `parasol export` (tools/export_cmd.cc) writes it.
 #include "core/error.h"
-#include "interop/deepspeed.h"
-#include "interop/megatron.h"
-#include "interop/torchtitan.h"
+#include "interop/interop.h"
 #include "tools/api.h"
 
 namespace parasol::tools {
@@ -11,16 +9,7 @@ namespace parasol::tools {
 Json export_request(const Json& request, const std::string& framework) {
   Spec s = load_request(request, true);
   validate(s.plan, s.model, *s.cluster);
-  interop::Export e;
-  if (framework == "megatron")
-    e = interop::export_megatron(s.model, *s.cluster, s.plan);
-  else if (framework == "deepspeed")
-    e = interop::export_deepspeed(s.model, *s.cluster, s.plan);
-  else if (framework == "torchtitan")
-    e = interop::export_torchtitan(s.model, *s.cluster, s.plan);
-  else
-    throw Error("export.framework",
-                "'" + framework + "' is not one of megatron|deepspeed|torchtitan");
+  const interop::Export e = interop::export_plan(framework, s.model, *s.cluster, s.plan);
   Json files = Json::object(), executable = Json::array();
   for (const interop::ExportedFile& f : e.files) {
     files[f.name] = f.text;

@@ -7,9 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "interop/deepspeed.h"
-#include "interop/megatron.h"
-#include "interop/torchtitan.h"
+#include "interop/interop.h"
 #include "tools/commands.h"
 #include "tools/spec.h"
 
@@ -50,17 +48,14 @@ Runner add_export(CLI::App& app) {
   auto out_dir = std::make_shared<std::string>();
   cmd->add_option("--to", *to, "target framework")
       ->required()
-      ->check(CLI::IsMember({"megatron", "deepspeed", "torchtitan"}));
+      ->check(CLI::IsMember(interop::framework_names()));
   cmd->add_option("-o,--out", *out_dir, "write the files into this folder (default: stdout)");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
     validate(s.plan, s.model, *s.cluster);
-    const interop::Export e =
-        *to == "megatron"    ? interop::export_megatron(s.model, *s.cluster, s.plan)
-        : *to == "deepspeed" ? interop::export_deepspeed(s.model, *s.cluster, s.plan)
-                             : interop::export_torchtitan(s.model, *s.cluster, s.plan);
+    const interop::Export e = interop::export_plan(*to, s.model, *s.cluster, s.plan, "export.to");
     if (!out_dir->empty()) {
       write_export(e, *out_dir);
       return 0;

@@ -13,6 +13,7 @@
 #include "core/lower.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
+#include "interop/interop.h"
 #include "report/report.h"
 #include "sim/engine.h"
 #include "sim/search.h"
@@ -69,6 +70,11 @@ Runner add_report(CLI::App& app) {
                 "flag) and report the Pareto front, the top plans and the best plan");
   cmd->add_option("--top", *top, "with --search: how many plans to list")->capture_default_str();
   cmd->add_option("--threads", *threads, "with --search: worker threads (default: all cores)");
+  auto framework = std::make_shared<std::string>();
+  cmd->add_option("--framework", *framework,
+                  "with --search: list only plans this framework can run (as `parasol search "
+                  "--framework`): megatron|deepspeed|torchtitan")
+      ->check(CLI::IsMember(interop::framework_names()));
   cmd->add_option("--max-events", *max_events,
                   "the timeline keeps at most this many ops (the longest)")
       ->capture_default_str();
@@ -76,6 +82,8 @@ Runner add_report(CLI::App& app) {
     if (*max_events < 1) throw Error("report.max_events", "must be >= 1");
     report::ReportInput in;
     in.max_timeline_events = *max_events;
+    if (!framework->empty() && !*search)
+      throw Error("report.framework", "lists the plans of a search: give --search");
     if (*search) {
       if (!o->plan_file.empty() || o->tp || o->pp || o->dp || o->cp || o->ep || o->sp || o->vpp ||
           o->mbs || o->zero || o->schedule || o->recompute || o->recompute_layers || o->offload ||
@@ -95,6 +103,7 @@ Runner add_report(CLI::App& app) {
       settings.threads = *threads;
       settings.precision = o->precision.value_or(settings.precision);
       settings.job = *job;
+      settings.framework = *framework;
       const SearchRun run = run_search(s, settings, so.model, so.cluster, {});
       report::SearchResults sr;
       sr.result = run.result;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/time_to_train.h"
+#include "interop/interop.h"
 #include "sim/search.h"
 #include "tools/api.h"
 #include "tools/commands.h"
@@ -107,13 +108,18 @@ Runner add_search(CLI::App& app) {
                 "rank by the pessimistic end of each plan's error band instead of its step time");
   cmd->add_option("--simulate-top", *simulate_top,
                   "re-rank the best N plans by the event simulator (lowers and plays each)");
+  auto framework = std::make_shared<std::string>();
+  cmd->add_option("--framework", *framework,
+                  "list only plans this framework can run (parasol export --to succeeds): "
+                  "megatron|deepspeed|torchtitan")
+      ->check(CLI::IsMember(interop::framework_names()));
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     SpecOptions so = *o;
     so.tp = 1;  // placeholder plan; the search makes its own
     Spec s = load_spec(so, cmd, false);
     const SearchSettings settings{*top,        *gbs,          *seq,    *threads, *precision,
-                                  *no_offload, *simulate_top, *robust, *job};
+                                  *no_offload, *simulate_top, *robust, *job,     *framework};
     // A bar on stderr when it is a terminal and the search runs past a second (tools/progress.h).
     auto bar = std::make_shared<ProgressBar>(stderr, stream_is_terminal(stderr), "searching");
     SearchRun run;
@@ -143,7 +149,11 @@ Runner add_search(CLI::App& app) {
               << *gbs << ", seq " << (*seq ? *seq : s.model.seq_len) << "\n";
     std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting)
               << " fit in memory, " << fmt("%.2f", r.seconds) << " s ("
-              << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n\n";
+              << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n";
+    if (!framework->empty())
+      std::cout << "listed: only plans " << *framework << " can run (parasol export --to "
+                << *framework << " succeeds)\n";
+    std::cout << "\n";
     const bool tokens = job->tokens.has_value();
     auto train_of_candidate = [&](const sim::Candidate& c) {
       std::optional<cost::TimeToTrain> t;

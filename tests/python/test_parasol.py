@@ -209,3 +209,16 @@ def test_export_errors():
     with pytest.raises(parasol.Error) as info:
         parasol.export(dict(TARGET, tp=3), "megatron")
     assert info.value.field == "plan.tp"
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
+def test_search_for_a_framework_exports(framework):
+    got = parasol.search(dict(TARGET, gbs=64, top=2, framework=framework))
+    want = cli_json("search", *target_flags(), "--gbs", "64", "--top", "2", "--framework",
+                    framework)
+    assert without(got, "seconds") == without(want, "seconds")
+    for row in got["top"]:
+        parasol.export(dict(TARGET, **row["plan"]), framework)  # raises if it cannot run
+    with pytest.raises(parasol.Error) as info:
+        parasol.search(dict(TARGET, gbs=64, framework="nemo"))
+    assert info.value.field == "search.framework"

@@ -256,6 +256,53 @@ TEST(SearchTiny, ThreadCountDoesNotChangeTheAnswer) {
   EXPECT_EQ(one.pareto.size(), two.pareto.size());
 }
 
+// SearchOptions::accept: the lists hold only accepted plans, and they are the lists of the
+// unrestricted search with the rejected plans taken out: its top K among the accepted plans (an
+// exhaustive top list filtered), and the accepted plans no other accepted plan beats in both
+// score and memory. The predicate runs only for plans that would enter a list.
+TEST(SearchTiny, AcceptKeepsOnlyAcceptedPlansAndAsksOnlyForListCandidates) {
+  Model m = model_preset("tiny");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  auto accepted = [](const Plan& p) { return p.zero != 3 && p.schedule != Schedule::kInterleaved; };
+  SearchOptions o;
+  o.global_batch = 16;
+  o.threads = 1;
+  o.top_k = 1 << 20;  // every fitting plan
+  const SearchResult all = search(m, c, prof, o);
+  std::vector<Candidate> want;
+  for (const Candidate& k : all.top)
+    if (accepted(k.plan)) want.push_back(k);
+  ASSERT_FALSE(want.empty());
+  ASSERT_LT(want.size(), all.top.size());  // the predicate rejects some plans
+
+  o.top_k = 5;
+  std::atomic<int64_t> asked{0};
+  o.accept = [&](const Plan& p) {
+    ++asked;
+    return accepted(p);
+  };
+  const SearchResult some = search(m, c, prof, o);
+  EXPECT_EQ(some.fitting, all.fitting);  // the space is the same; only the lists differ
+  EXPECT_LT(asked.load(), all.fitting);  // not asked for every fitting plan
+  ASSERT_EQ(some.top.size(), 5u);
+  for (size_t i = 0; i < some.top.size(); ++i) {
+    EXPECT_TRUE(accepted(some.top[i].plan));
+    EXPECT_EQ(plan_to_json(some.top[i].plan), plan_to_json(want[i].plan)) << i;
+  }
+  for (const Candidate& k : some.pareto) {
+    EXPECT_TRUE(accepted(k.plan));
+    for (const Candidate& w : want)  // no accepted plan is at least as good in both
+      EXPECT_FALSE(w.score < k.score &&
+                   w.estimate.memory_per_gpu_bytes < k.estimate.memory_per_gpu_bytes);
+  }
+  // The best accepted plan of the exhaustive list is on the front.
+  bool best_on_front = false;
+  for (const Candidate& k : some.pareto)
+    best_on_front |= plan_to_json(k.plan) == plan_to_json(want[0].plan);
+  EXPECT_TRUE(best_on_front);
+}
+
 TEST(SearchTiny, BatchNoDataParallelDegreeDividesFindsNothing) {
   // 8 GPUs, 2 layers (pp <= 2), tp <= 2 (2 KV heads), a 34-token sequence (cp = 1): dp >= 2,
   // and a global batch of 3 is divisible by none of dp = 2, 4, 8.

@@ -156,3 +156,41 @@ TEST(ExportCli, CompareReadsAMegatronTrainingLog) {
 }
 
 }  // namespace
+
+// `search --framework F` lists only plans F can run: its best plan exports to F, and it is the
+// best plan of the unrestricted search whenever that one exports too.
+TEST(ExportCli, SearchForAFrameworkFindsAPlanItExports) {
+  const std::string space = "--model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64";
+  const std::string any_plan = temp_path("any.json");
+  ASSERT_EQ(run("search " + space + " --top 1 --out " + any_plan).code, 0);
+  for (const char* framework : {"megatron", "deepspeed", "torchtitan"}) {
+    SCOPED_TRACE(framework);
+    const std::string plan = temp_path(std::string(framework) + ".json");
+    Result s = run("search " + space + " --top 3 --framework " + framework + " --out " + plan);
+    ASSERT_EQ(s.code, 0) << s.out;
+    EXPECT_NE(s.out.find(std::string("only plans ") + framework + " can run"), std::string::npos)
+        << s.out;
+    Result e = run(std::string("export --to ") + framework + " --plan " + plan);
+    EXPECT_EQ(e.code, 0) << e.out;
+    if (run(std::string("export --to ") + framework + " --plan " + any_plan).code == 0) {
+      const auto a = nlohmann::json::parse(std::ifstream(any_plan));
+      const auto b = nlohmann::json::parse(std::ifstream(plan));
+      EXPECT_EQ(a, b);
+    }
+  }
+  // Every listed plan of the JSON output exports, not only the best.
+  const nlohmann::json j =
+      json_of(run("search " + space + " --top 3 --framework deepspeed --json"));
+  ASSERT_TRUE(j.contains("top"));
+  for (const auto& row : j["top"]) {
+    const std::string p = temp_path("row.json");
+    std::ofstream(p) << row["plan"].dump();
+    EXPECT_EQ(
+        run("export --to deepspeed --plan " + p + " " + space.substr(0, space.find(" --gbs"))).code,
+        0)
+        << row["plan"].dump();
+  }
+  Result bad = run("search " + space + " --framework nemo");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--framework"), std::string::npos) << bad.out;
+}
