@@ -496,4 +496,12 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
   return job;
 }
 
+bool looks_like_deepspeed_config(const Json& j) {
+  if (!j.is_object() || j.contains("tp") || j.contains("pp") || j.contains("dp")) return false;
+  for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization",
+                        "gradient_accumulation_steps"})
+    if (j.contains(k)) return true;
+  return false;
+}
+
 }  // namespace parasol::interop

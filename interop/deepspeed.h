@@ -41,4 +41,8 @@ struct DeepSpeedParallelism {
 // REQUIRES: gpus >= 1. Fields the config does not carry keep the Plan defaults.
 ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParallelism& mp = {});
 
+// Whether `j` reads as a DeepSpeed config: a JSON object with DeepSpeed's batch or ZeRO keys and
+// none of a parasol plan's degrees (tp, pp, dp).
+bool looks_like_deepspeed_config(const Json& j);
+
 }  // namespace parasol::interop

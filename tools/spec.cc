@@ -150,16 +150,6 @@ struct PlanFile {
   bool imported = false;       // read from another framework's format
 };
 
-// A DeepSpeed config is a JSON object with DeepSpeed's batch or ZeRO keys and none of a plan's
-// degrees.
-bool looks_like_deepspeed_config(const Json& j) {
-  if (!j.is_object() || j.contains("tp") || j.contains("pp") || j.contains("dp")) return false;
-  for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization",
-                        "gradient_accumulation_steps"})
-    if (j.contains(k)) return true;
-  return false;
-}
-
 // Reads --plan FILE by its content: Megatron-LM arguments (a launch script or argument list,
 // interop/megatron.h), a DeepSpeed config (interop/deepspeed.h; needs --gpus: `gpus`, and takes
 // --tp, --pp, --sp from `o` as Megatron-DeepSpeed's command line would), or a parasol plan JSON.
@@ -176,7 +166,7 @@ PlanFile read_plan_file(const std::string& path, int gpus, const SpecOptions& o)
     return {job.plan, job.model, job.gpus, true};
   }
   Json j = parse_json(text, path);
-  if (looks_like_deepspeed_config(j)) {
+  if (interop::looks_like_deepspeed_config(j)) {
     if (gpus <= 0)
       throw Error("--gpus", "is required to read the DeepSpeed config " + path +
                                 " (its batch keys count data-parallel ranks)");

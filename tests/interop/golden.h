@@ -11,7 +11,11 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "core/cluster.h"
+#include "core/error.h"
+#include "core/plan.h"
 #include "interop/interop.h"
 
 namespace parasol::interop {
@@ -41,6 +45,36 @@ inline void expect_golden(const Export& e, const std::string& framework, const s
     std::stringstream want;
     want << in.rdbuf();
     EXPECT_EQ(f.text, want.str()) << "golden file " << path;
+  }
+}
+
+// A plan from its JSON text.
+inline Plan plan_of(const std::string& json) { return plan_from_json(parse_json(json, "plan")); }
+
+// A plan (on `gpus` GPUs of dgx-h100) that parasol runs and the framework refuses, naming `field`.
+struct Refusal {
+  const char* model;
+  int gpus;
+  const char* plan;
+  const char* field;
+};
+
+// Each refusal's plan validates, and `export_fn(model, cluster, plan)` throws an Error naming its
+// field.
+template <class ExportFn>
+void expect_refusals(ExportFn export_fn, const std::vector<Refusal>& refusals) {
+  for (const Refusal& r : refusals) {
+    SCOPED_TRACE(r.plan);
+    const Model m = model_preset(r.model);
+    const Cluster cl = cluster_preset("dgx-h100", r.gpus);
+    const Plan p = plan_of(r.plan);
+    ASSERT_NO_THROW(validate(p, m, cl));  // parasol runs it; only the framework cannot
+    try {
+      export_fn(m, cl, p);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), r.field) << e.what();
+    }
   }
 }
 

@@ -10,11 +10,10 @@
 #include "interop/deepspeed.h"
 #include "interop/megatron.h"
 #include "interop/torchtitan.h"
+#include "tests/interop/golden.h"
 
 namespace parasol::interop {
 namespace {
-
-Plan plan_of(const std::string& json) { return plan_from_json(parse_json(json, "plan")); }
 
 TEST(ServerLayout, FillsWholeServersOrNamesThePlan) {
   const Cluster c = load_cluster("dgx-h100", 64);  // 8 GPUs per server
