@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "runtime/comm/idle_wait.h"
 #include "runtime/executor_impl.h"
 #include "runtime/param_layout.h"
 #include "runtime/tensor.h"
@@ -576,6 +577,7 @@ struct Executor::Impl::Scheduler {
   void complete(const Op& op);
   bool poll_transfers();    // completes the transfers that have finished
   bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
+  int cursor() const;       // the compute streams' next op: how far the host has issued
   bool ready(const Op& op) const;
   void issue(const Op& op, int s);
   // The point-to-point op at the head of stream s and the rest of its p2p group (Op::p2p_group),
@@ -710,16 +712,38 @@ bool Executor::Impl::Scheduler::ready(const Op& op) const {
   return true;
 }
 
+// The host's place in the Program's issue order: the id of the next op of the compute streams
+// (n_ops once they have issued all theirs).
+int Executor::Impl::Scheduler::cursor() const {
+  int c = n_ops;
+  for (int s = 0; s < n_streams; ++s)
+    if (prog.streams[s] == StreamKind::kCompute && head[s] < queue[s].size())
+      c = std::min(c, queue[s][head[s]]);
+  return c;
+}
+
 bool Executor::Impl::Scheduler::issue_ready(int s) {
   bool progressed = false;
+  const bool compute = prog.streams[s] == StreamKind::kCompute;
   while (!busy[s] && head[s] < queue[s].size()) {
     const Op& op = prog.ops[queue[s][head[s]]];
+    // The other streams start an op once the host has reached it in the issue order, as a
+    // framework's host thread launches a transfer where its program does: a ZeRO-3 gather one
+    // layer ahead, not every gather at the start of the step. Liveness (core/liveness.h)
+    // predicts memory in that order. (Every dep is an earlier op, so this never deadlocks.)
+    if (!compute && op.id > cursor()) break;
     if (p2p(op)) {
       if (!issue_p2p(s)) break;
     } else {
       if (!ready(op)) break;
       ++head[s];
       issue(op, s);
+      // A local op ran to completion on this thread: back to the loop, which polls the
+      // transfers in flight and lets the other streams start theirs, before the next one.
+      // Without this the compute stream ran its whole backward pass before the gradient
+      // stream could start a bucket's all-reduce, and MPI (which progresses only inside a
+      // call) never moved a byte beside compute.
+      if (!is_communication(op.kind)) return true;
     }
     progressed = true;
   }
@@ -820,19 +844,18 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
 }
 
 void Executor::Impl::Scheduler::run() {
-  int idle_rounds = 0;
+  IdleWait idle;
   while (completed < n_ops) {
     bool progressed = poll_transfers();
     for (int s = 0; s < n_streams; ++s)
       if (issue_ready(s)) progressed = true;
     if (progressed) {
-      idle_rounds = 0;
+      idle = IdleWait{};
       continue;
     }
     if (flying.empty())
       throw Error("runtime.program", "deadlock: no op can start and none is in flight");
-    // Waiting on communication only: let the other ranks on this host run.
-    if (++idle_rounds > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    idle.pause();  // waiting on communication only (runtime/comm/idle_wait.h)
   }
 }
 

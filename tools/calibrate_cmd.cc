@@ -42,30 +42,52 @@ void write_json(const Json& j, const std::string& path) {
   if (!f) throw Error(path, "write failed");
 }
 
-int run_probe(const CalibrateOptions& c) {
-  const HostProbe p = probe_host(c.threads);
-  const Json profile = cost::profile_to_json(host_profile(p));
+int run_probe(const CalibrateOptions& c, const PeerProbe& probe) {
+  HostProbe p;
+  if (probe) {
+    if (!probe(c.threads, p)) return 0;  // another rank reports
+  } else {
+    p = probe_host(c.threads);
+  }
+  const cost::Profile fitted = host_profile(p);
+  const Json profile = cost::profile_to_json(fitted);
+  const double shm = fitted.link_eff(LinkKind::kShm);
   if (c.out.empty()) {
     std::cout << profile.dump(2) << "\n";
     return 0;
   }
   write_json(profile, c.out);
   if (c.json) {
-    std::cout << Json{{"sgemm_GFLOPs", p.sgemm_flops / 1e9},
-                      {"sgemm_n", p.sgemm_n},
-                      {"triad_GBps", p.triad_bw / 1e9},
-                      {"memcpy_GBps", p.copy_bw / 1e9},
-                      {"threads", p.threads},
-                      {"wall_s", p.wall_s},
-                      {"profile", c.out}}
-                     .dump(1)
-              << "\n";
+    Json j{{"sgemm_GFLOPs", p.sgemm_flops / 1e9},
+           {"sgemm_n", p.sgemm_n},
+           {"triad_GBps", p.triad_bw / 1e9},
+           {"memcpy_GBps", p.copy_bw / 1e9},
+           {"threads", p.threads},
+           {"wall_s", p.wall_s},
+           {"profile", c.out}};
+    if (p.link_ranks >= 2) {
+      Json times = Json::array();
+      for (const auto& [bytes, seconds] : p.all_reduce)
+        times.push_back({{"bytes", bytes}, {"seconds", seconds}});
+      j["link"] = {{"ranks", p.link_ranks},
+                   {"all_reduce", times},
+                   {"shm_link_efficiency", shm},
+                   {"collective_step_latency_us", fitted.collective_step_latency_s * 1e6}};
+    }
+    std::cout << j.dump(1) << "\n";
     return 0;
   }
   std::cout << "host CPU (" << p.threads << " thread(s)): cblas_sgemm "
             << fmt("%.1f", p.sgemm_flops / 1e9) << " GFLOP/s (n = " << p.sgemm_n << "), triad "
             << fmt("%.1f", p.triad_bw / 1e9) << " GB/s, memcpy " << fmt("%.1f", p.copy_bw / 1e9)
             << " GB/s; probed in " << secs(p.wall_s) << "\n";
+  if (p.link_ranks >= 2) {
+    std::cout << "MPI all-reduce over " << p.link_ranks << " ranks:";
+    for (const auto& [bytes, seconds] : p.all_reduce)
+      std::cout << " " << fmt("%.0f", bytes / 1024) << " KiB " << secs(seconds) << ";";
+    std::cout << " shm link efficiency " << fmt("%.3f", shm) << ", step latency "
+              << secs(fitted.collective_step_latency_s) << "\n";
+  }
   std::cout << "profile of device " << kHostCpuDevice << " written to " << c.out << "\n";
   return 0;
 }
@@ -112,7 +134,7 @@ double simulated_step(const traces::MeasuredRun& r, const cost::Profile& p) {
 
 }  // namespace
 
-Runner add_calibrate(CLI::App& app) {
+Runner add_calibrate(CLI::App& app, PeerProbe probe) {
   auto* cmd = app.add_subcommand(
       "calibrate", "fit a cost-model profile to measured traces, or probe this host's CPU");
   auto c = std::make_shared<CalibrateOptions>();
@@ -136,7 +158,7 @@ Runner add_calibrate(CLI::App& app) {
       if (!c->traces.empty())
         throw Error("measured", "--probe measures the host and takes no traces");
       if (c->threads < 1) throw Error("threads", "must be >= 1");
-      return run_probe(*c);
+      return run_probe(*c, probe);
     }
     if (c->traces.empty()) throw Error("measured", "no trace given (or --probe)");
     if (c->out.empty()) throw Error("out", "-o FILE is required to write the fitted profile");
@@ -164,11 +186,12 @@ Runner add_calibrate(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return 0;
     }
-    std::cout << "fitted " << cal.samples << " ops of " << runs.size() << " run(s) (" << cal.skipped
-              << " not fitted: receives, rendezvous, overlapped transfers) in " << cal.iterations
-              << " iterations; time-weighted RMS log error of op times "
-              << fmt("%.3f", cal.rms_log_error_before) << " -> "
-              << fmt("%.3f", cal.rms_log_error_after) << "\n";
+    std::cout
+        << "fitted " << cal.samples << " ops of " << runs.size() << " run(s) (" << cal.skipped
+        << " not fitted: receives, rendezvous, transfers beside other transfers or compute) in "
+        << cal.iterations << " iterations; time-weighted RMS log error of op times "
+        << fmt("%.3f", cal.rms_log_error_before) << " -> " << fmt("%.3f", cal.rms_log_error_after)
+        << "\n";
     std::cout << "  parameter                        base        fitted      ops\n";
     for (const traces::FittedParam& p : cal.params) {
       std::string name = p.name;

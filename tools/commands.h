@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "tools/host_probe.h"
+
 namespace parasol::tools {
 
 using Runner = std::function<int()>;
@@ -16,7 +18,8 @@ Runner add_simulate(CLI::App& app);
 Runner add_search(CLI::App& app);
 Runner add_accuracy(CLI::App& app);
 Runner add_compare(CLI::App& app);
-Runner add_calibrate(CLI::App& app);
+// `probe`: what --probe runs (tools/link_probe.h adds the MPI link; default: the CPU alone).
+Runner add_calibrate(CLI::App& app, PeerProbe probe = {});
 Runner add_run(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_report(CLI::App& app);

@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/cluster.h"
+#include "cost_models/collective.h"
 #include "tools/format.h"
+#include "traces/least_squares.h"
 
 namespace parasol::tools {
 
@@ -103,6 +107,14 @@ cost::Profile host_profile(const HostProbe& probe) {
   p.host_copy_efficiency = std::clamp(payload / kNominalLinkBw, 0.01, 1.0);
   p.link_efficiency[static_cast<int>(LinkKind::kShm)] =
       std::clamp(0.5 * payload / kNominalLinkBw, 0.01, 1.0);
+  std::string link = "";
+  if (probe.link_ranks >= 2 && !probe.all_reduce.empty()) {
+    const auto [eff, latency] = fit_shm_link(probe, p);
+    p.link_efficiency[static_cast<int>(LinkKind::kShm)] = eff;
+    p.collective_step_latency_s = latency;
+    link = ", MPI all-reduce over " + std::to_string(probe.link_ranks) +
+           " ranks (shm link efficiency and step latency fitted)";
+  }
   char host[256] = "this host";
   gethostname(host, sizeof host - 1);
   p.source =
@@ -110,8 +122,32 @@ cost::Profile host_profile(const HostProbe& probe) {
       fmt("%.1f", probe.sgemm_flops / 1e9) + " GFLOP/s (n = " + std::to_string(probe.sgemm_n) +
       ", " + std::to_string(probe.threads) + " thread(s)), triad " +
       fmt("%.1f", probe.triad_bw / 1e9) + " GB/s, memcpy " + fmt("%.1f", probe.copy_bw / 1e9) +
-      " GB/s; other figures: parasol's cpu-host " + "defaults";
+      " GB/s" + link + "; other figures: parasol's cpu-host defaults";
   return p;
+}
+
+std::pair<double, double> fit_shm_link(const HostProbe& probe, const cost::Profile& base) {
+  const Cluster cluster = cluster_preset("localhost", probe.link_ranks);
+  std::vector<int> group(probe.link_ranks);
+  for (int i = 0; i < probe.link_ranks; ++i) group[i] = i;
+  constexpr int kShm = static_cast<int>(LinkKind::kShm);
+  traces::LsqProblem problem;
+  // x = (link efficiency, step latency in microseconds): residuals log(predicted / measured).
+  problem.residuals = [&](const std::vector<double>& x, std::vector<double>& r) {
+    cost::Profile p = base;
+    p.link_efficiency[kShm] = x[0];
+    p.collective_step_latency_s = x[1] * 1e-6;
+    const cost::GroupModel g(cluster, p, group);
+    r.clear();
+    for (const auto& [bytes, seconds] : probe.all_reduce)
+      r.push_back(std::log(g.cost(cost::Collective::kAllReduce, bytes).time_s / seconds));
+  };
+  problem.lower = {0.01, 0};
+  problem.upper = {1, 1000};
+  problem.step = {1e-4, 1e-3};
+  const traces::LsqResult fit = traces::solve_bounded_least_squares(
+      problem, {base.link_efficiency[kShm], base.collective_step_latency_s * 1e6});
+  return {fit.x[0], fit.x[1] * 1e-6};
 }
 
 }  // namespace parasol::tools

@@ -5,16 +5,19 @@
 
 #include "core/error.h"
 #include "tools/commands.h"
+#include "tools/link_probe.h"
 
 int main(int argc, char** argv) {
   using namespace parasol::tools;
   CLI::App app{"parasol: plan, predict and run hybrid-parallel transformer training"};
   app.require_subcommand(1);
   std::map<CLI::App*, Runner> runners;
-  std::vector<Runner> list = {add_show(app),     add_validate(app),  add_estimate(app),
-                              add_simulate(app), add_search(app),    add_accuracy(app),
-                              add_compare(app),  add_calibrate(app), add_run(app),
-                              add_report(app),   add_export(app)};
+  std::vector<Runner> list = {add_show(app),     add_validate(app),
+                              add_estimate(app), add_simulate(app),
+                              add_search(app),   add_accuracy(app),
+                              add_compare(app),  add_calibrate(app, probe_host_and_link),
+                              add_run(app),      add_report(app),
+                              add_export(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -27,6 +27,7 @@
 #endif
 #include "tools/commands.h"
 #include "tools/format.h"
+#include "tools/mpi_session.h"
 #include "tools/spec.h"
 #include "traces/trace.h"
 
@@ -44,23 +45,6 @@ struct RunOptions {
   int checkpoint_every = 0;   // also save every this many steps (0: only at the end)
   double comm_timeout_s = 0;  // 0: PARASOL_COMM_TIMEOUT_S or the default
   bool json = false;
-};
-
-// MPI for the duration of the command (initialised here unless the caller already did).
-struct MpiSession {
-  MpiSession() {
-    int init = 0;
-    MPI_Initialized(&init);
-    if (!init) {
-      int provided = 0;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      owner = true;
-    }
-  }
-  ~MpiSession() {
-    if (owner) MPI_Finalize();
-  }
-  bool owner = false;
 };
 
 int world_rank() {

@@ -128,9 +128,15 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
   std::map<int, std::vector<const TraceEvent*>> collectives;  // what slows compute
   for (const TraceEvent& e : run.trace.events)
     if (is_communication_kind(e.kind) && e.kind != "recv") collectives[e.rank].push_back(&e);
+  // Per rank: its compute events (a transfer beside one measured the poll, not the transfer).
+  std::map<int, std::vector<const TraceEvent*>> compute;
+  for (const TraceEvent& e : run.trace.events)
+    if (e.op_id >= 0 && !is_communication_kind(e.kind) && !is_copy_kind(e.kind))
+      compute[e.rank].push_back(&e);
   auto by_start = [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; };
   for (auto& [r, v] : comm) std::sort(v.begin(), v.end(), by_start);
   for (auto& [r, v] : collectives) std::sort(v.begin(), v.end(), by_start);
+  for (auto& [r, v] : compute) std::sort(v.begin(), v.end(), by_start);
 
   // (stage, op id) -> rank -> durations over steps.
   std::map<std::pair<int, int>, std::map<int, std::vector<double>>> durations;
@@ -158,7 +164,8 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
                              "program");
     const bool comm_or_copy = !cost::is_compute_kind(op.kind);
     if (op.kind == OpKind::kRecv || (is_communication(op.kind) && op.group == Group::kPp) ||
-        e.dur_s <= 0 || (comm_or_copy && overlaps_other(comm[e.rank], &e))) {
+        e.dur_s <= 0 || (comm_or_copy && overlaps_other(comm[e.rank], &e)) ||
+        (is_communication(op.kind) && overlaps_other(compute[e.rank], &e))) {
       ++skipped;
       continue;
     }

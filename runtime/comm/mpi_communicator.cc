@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "runtime/comm/comm_timeout.h"
 #include "runtime/comm/groups.h"
+#include "runtime/comm/idle_wait.h"
 #include "runtime/device_access.h"
 
 namespace parasol::runtime {
@@ -95,8 +96,7 @@ class MpiRequest final : public Request::Impl {
 
   // MPI_Test in a loop rather than MPI_Wait, so that the communication timeout can end it.
   void wait() override {
-    for (int spins = 0; !test(); ++spins)
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    for (IdleWait idle; !test();) idle.pause();
   }
 
   void check(int rc) const {
@@ -199,9 +199,8 @@ class StrictRequest final : public Request::Impl {
     if (!batch_->issued && batch_->broken.empty())
       throw Error(op_->mpi->field(),
                   "waited on inside begin_group()/end_group(): call end_group() first");
-    for (int spins = 0; !finished(); ++spins) {
-      // Waiting on peers: let the other ranks on this host run.
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    for (IdleWait idle; !finished();) {
+      idle.pause();          // waiting on peers (runtime/comm/idle_wait.h)
       context_->progress();  // the watchdog throws from here on a deadlock
     }
   }
@@ -416,8 +415,8 @@ MpiCommunicator::~MpiCommunicator() {
         issue(std::move(g));
       }
       flush();
-      for (int spins = 0; !queue_.empty(); ++spins) {
-        if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      for (IdleWait idle; !queue_.empty();) {
+        idle.pause();
         drive();
       }
     } catch (...) {
@@ -657,6 +656,15 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world,
       throw Error("plan",
                   "ranks were given different grids (tp, pp, dp, cp, ep, rank_order, "
                   "shard_degree, etp)");
+
+  // How waiting ranks idle (runtime/comm/idle_wait.h): by the ranks sharing this host.
+  MPI_Comm host = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &host),
+            "mpi");
+  int ranks_on_host = 0;
+  check_mpi(MPI_Comm_size(host, &ranks_on_host), "mpi");
+  MPI_Comm_free(&host);
+  set_ranks_on_host(ranks_on_host);
 
   RankGroups groups = rank_groups(plan, world_rank);
   MPI_Comm dup = MPI_COMM_NULL;

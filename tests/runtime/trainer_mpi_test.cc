@@ -21,6 +21,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -159,18 +160,27 @@ struct RankMemory {
 
 // The liveness peak of `prog` with its ops taken in the order the executor started them (the
 // trace of a step): the executor issues each stream's ops as their dependencies finish, not in
-// the Program's issue order that liveness() follows.
-double executed_order_peak(const Program& prog, std::vector<traces::TraceEvent> events) {
-  std::stable_sort(events.begin(), events.end(),
-                   [](const auto& a, const auto& b) { return a.start_s < b.start_s; });
+// the Program's issue order that liveness() follows. A transfer holds its buffers until it
+// completes, while the host runs other ops: it appears twice, where it started and where it
+// ended, so that its buffers are live in between.
+double executed_order_peak(const Program& prog, const std::vector<traces::TraceEvent>& events) {
+  std::vector<std::pair<double, int>> at;  // (time, op id)
+  for (const traces::TraceEvent& e : events) {
+    at.emplace_back(e.start_s, e.op_id);
+    if (is_communication(prog.ops.at(e.op_id).kind)) at.emplace_back(e.end_s(), e.op_id);
+  }
+  std::stable_sort(at.begin(), at.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   Program order = prog;
   order.ops.clear();
-  for (const traces::TraceEvent& e : events) {
-    Op op = prog.ops.at(e.op_id);
+  std::set<int> seen;
+  for (const auto& [t, id] : at) {
+    Op op = prog.ops.at(id);
     op.id = static_cast<int>(order.ops.size());
     order.ops.push_back(std::move(op));
+    seen.insert(id);
   }
-  if (order.ops.size() != prog.ops.size()) return -1;  // not every op traced
+  if (seen.size() != prog.ops.size()) return -1;  // not every op traced
   return liveness(order).peak_bytes;
 }
 
@@ -377,6 +387,44 @@ TEST_F(Runtime, DataParallelAndZero) {
     p.zero = zero;
     expect_matches_serial(llama4(), p);
   }
+}
+
+// Data parallelism overlaps the gradient reduction with the backward pass, as DDP does and as the
+// cost models price it: a bucket's all-reduce starts once its gradients are complete, while the
+// earlier layers' backward still runs (and the compute stream does not run the whole backward
+// pass before the gradient stream may start a transfer).
+TEST_F(Runtime, GradientReductionStartsBesideTheBackwardPass) {
+  Plan p = base_plan(/*gbs=*/2);  // one micro-batch per rank: each bucket is final in its layer
+  p.dp = 2;
+  const Model m = gpt4();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < p.gpus() ? 0 : MPI_UNDEFINED, rank, &sub);
+  if (sub != MPI_COMM_NULL) {
+    auto comms = make_mpi_comm_set(p, sub);
+    auto backend = testing::make_test_backend(1);
+    Trainer t(m, p, *backend, *comms, TrainerOptions{});
+    t.step(/*trace=*/false);
+    t.step(/*trace=*/true);
+    double first_reduction_start = 1e30, last_backward_end = -1;
+    int reductions = 0;
+    for (const traces::TraceEvent& e : t.last_events()) {
+      const Op& op = t.program().ops.at(e.op_id);
+      if (op.kind == OpKind::kAllReduce && op.group == Group::kDpCp) {  // a gradient bucket
+        ++reductions;
+        first_reduction_start = std::min(first_reduction_start, e.start_s);
+      } else if (e.phase == "bwd" && !is_communication(op.kind)) {
+        last_backward_end = std::max(last_backward_end, e.end_s());
+      }
+    }
+    EXPECT_GE(reductions, 2) << "gradient buckets";
+    EXPECT_GT(last_backward_end, 0);
+    EXPECT_LT(first_reduction_start, last_backward_end)
+        << "the first gradient all-reduce started after the backward pass ended";
+    MPI_Comm_free(&sub);
+  }
+  quiet_barrier(MPI_COMM_WORLD);
 }
 
 TEST_F(Runtime, ContextParallel) {

@@ -2,13 +2,13 @@
 
 Runs each command with --json on a few inputs (estimate, estimate --tokens's job block,
 simulate, search, show model/cluster/plan/program, validate, run (one rank, tiny), compare, calibrate
-(a measured trace, and --probe), accuracy) and
+(a measured trace, and --probe, alone and under mpirun with 2 ranks), accuracy) and
 validates the output with jsonschema (Debian's python3-jsonschema: run with /usr/bin/python3).
 Also checks that the schemas are strict enough to be a check: each is a valid draft 2020-12
 schema, every property has a description, and outputs with a required field removed, an
 unknown field added or a time set to 0 are rejected.
 
-Usage: /usr/bin/python3 json_schema_test.py PARASOL_BIN SCHEMA_DIR DATA_DIR WORK_DIR
+Usage: /usr/bin/python3 json_schema_test.py PARASOL_BIN SCHEMA_DIR DATA_DIR WORK_DIR [MPIRUN]
 """
 import copy
 import json
@@ -20,6 +20,7 @@ import sys
 import jsonschema
 
 parasol, schema_dir, data_dir, work = sys.argv[1:5]
+mpirun = sys.argv[5] if len(sys.argv) > 5 else None
 schema_dir = pathlib.Path(schema_dir)
 work = pathlib.Path(work)
 work.mkdir(parents=True, exist_ok=True)
@@ -78,16 +79,16 @@ def errors(name, doc):
     return sorted(validator(name).iter_errors(doc), key=lambda e: list(e.path))
 
 
-def run_json(args):
-    r = subprocess.run([parasol] + args, capture_output=True, text=True)
+def run_json(args, launcher=()):
+    r = subprocess.run(list(launcher) + [parasol] + args, capture_output=True, text=True)
     if r.returncode != 0:
         fail(f"parasol {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
         return None
     return json.loads(r.stdout)
 
 
-def check(name, args):
-    doc = run_json(args)
+def check(name, args, launcher=()):
+    doc = run_json(args, launcher)
     if doc is None:
         return None
     errs = errors(name, doc)
@@ -177,7 +178,16 @@ suite = os.path.join(data_dir, "published", "h100-dense.json")
 check("accuracy", ["accuracy", "--json", suite])
 
 # calibrate --probe: times this host's sgemm and memory (seconds), writes a profile.
-check("calibrate", ["calibrate", "--probe", "--json", "-o", str(work / "host_profile.json")])
+probe = check("calibrate", ["calibrate", "--probe", "--json", "-o", str(work / "host_profile.json")])
+if probe is not None and "link" in probe:
+    fail("calibrate --probe: a link measured by a process on its own")
+# Under mpirun with 2 ranks, rank 0 alone prints, with the all-reduces timed (tools/link_probe.h).
+if mpirun:
+    probe2 = check("calibrate", ["calibrate", "--probe", "--json", "-o", str(work / "host2.json")],
+                   [mpirun, "--oversubscribe", "--bind-to", "none", "-np", "2"])
+    if probe2 is not None and (probe2.get("link", {}).get("ranks") != 2
+                               or len(probe2["link"]["all_reduce"]) != 5):
+        fail(f"calibrate --probe under mpirun -np 2: no link of 2 ranks and 5 sizes: {probe2}")
 
 # The schemas reject what they should.
 if est is not None:

@@ -141,6 +141,34 @@ TEST(Calibrate, RecoversTheHostCpuProfileOnLocalhost) {
   EXPECT_NEAR(step_time(run, f), measured, 0.005 * measured);
 }
 
+// A transfer that runs beside compute is seen complete only when the runtime next polls it,
+// after the compute op: its measured duration is the compute's. Such transfers are not fitted,
+// so stretching them (as the CPU runtime measures them) leaves the fitted link as it was.
+TEST(Calibrate, TransfersBesideComputeAreNotFitted) {
+  cost::Profile truth = cost::default_profile(device_spec(kHostCpuDevice));
+  truth.link_efficiency[static_cast<int>(LinkKind::kShm)] = 0.7;
+  truth.collective_step_latency_s = 3e-6;
+  MeasuredRun run = measured_run("tiny", "localhost", 4, plan_of(2, 1, 2, 2, 8), truth);
+  const cost::Profile base = cost::default_profile(device_spec(kHostCpuDevice));
+  int stretched = 0;
+  for (TraceEvent& e : run.trace.events) {
+    if (e.group.empty()) continue;  // communication only
+    bool beside_compute = false;
+    for (const TraceEvent& o : run.trace.events)
+      if (o.rank == e.rank && o.group.empty() && o.kind != "offload" && o.kind != "prefetch" &&
+          o.start_s < e.end_s() && o.end_s() > e.start_s)
+        beside_compute = true;
+    if (beside_compute) {
+      e.dur_s *= 10;
+      ++stretched;
+    }
+  }
+  ASSERT_GT(stretched, 0);  // the plan's data-parallel buckets overlap its backward pass
+  const Calibration c = calibrate({run}, base);
+  EXPECT_NEAR(c.profile.link_eff(LinkKind::kShm), 0.7, 0.01 * 0.7);
+  EXPECT_NEAR(c.profile.collective_step_latency_s, 3e-6, 0.02 * 3e-6);
+}
+
 TEST(Calibrate, NoisyMeasurementsOfEveryRank) {
   // 5% noise on every op of every rank: the fit lands near the truth and predicts the step.
   const cost::Profile truth = h100_truth();
