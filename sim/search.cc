@@ -566,25 +566,34 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
 }
 
 void resimulate_top(const Model& model, const Cluster& cluster, const cost::Profile& profile,
-                    int count, SearchResult& result) {
+                    int count, SearchResult& result, const SimulatedKey& key) {
   const int n = std::min<int>(count, static_cast<int>(result.top.size()));
   if (n <= 0) return;
   Simulator simulator(model, cluster, profile);
+  std::vector<double> score(result.top.size(), 0);
   for (int i = 0; i < n; ++i) {
+    Candidate& c = result.top[i];
     try {
-      result.top[i].simulated_step_s =
-          simulator.simulate(lower(model, cluster, result.top[i].plan), false).step_time_s;
+      const SimResult r = simulator.simulate(lower(model, cluster, c.plan), false);
+      c.simulated_step_s = r.step_time_s;
+      c.simulated_compute_s = r.breakdown.compute;
+      score[i] = key ? key(c) : c.simulated_step_s;
     } catch (const Error&) {
-      result.top[i].simulated_step_s = 0;  // a plan the lowering does not emit yet
+      c.simulated_step_s = c.simulated_compute_s = 0;  // a plan the lowering does not emit yet
     }
   }
-  // Simulated plans by simulated time, then those the lowering refused, in closed-form order.
-  std::stable_sort(result.top.begin(), result.top.begin() + n,
-                   [](const Candidate& a, const Candidate& b) {
-                     if ((a.simulated_step_s > 0) != (b.simulated_step_s > 0))
-                       return a.simulated_step_s > 0;
-                     return a.simulated_step_s < b.simulated_step_s;
-                   });
+  // Simulated plans by their key, then those the lowering refused, in closed-form order.
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const bool sa = result.top[a].simulated_step_s > 0, sb = result.top[b].simulated_step_s > 0;
+    if (sa != sb) return sa;
+    return sa && score[a] < score[b];
+  });
+  std::vector<Candidate> sorted;
+  sorted.reserve(n);
+  for (int i : order) sorted.push_back(std::move(result.top[i]));
+  std::move(sorted.begin(), sorted.end(), result.top.begin());
 }
 
 }  // namespace parasol::sim

@@ -56,6 +56,7 @@ struct Candidate {
   cost::Estimate estimate;
   double score = 0;             // the ranking key's value (lower is better; step time by default)
   double simulated_step_s = 0;  // set by resimulate_top(); 0 when not simulated
+  double simulated_compute_s = 0;  // and the simulation's compute on its critical stage
 };
 
 struct SearchResult {
@@ -74,10 +75,15 @@ struct SearchResult {
 SearchResult search(const Model& model, const Cluster& cluster, const cost::Profile& profile,
                     const SearchOptions& options);
 
+// What a simulated plan is ranked by (lower is better), from its simulated_step_s and
+// simulated_compute_s: the search's key on the simulated step (the time to train with --tokens,
+// the band's pessimistic end with --robust). Empty: the simulated step time.
+using SimulatedKey = std::function<double(const Candidate&)>;
+
 // DESIGN's second pass: lowers the first `count` plans of `result.top` to Programs, plays them
-// with the event simulator, and re-orders those plans by simulated step time (the rest keep
-// their closed-form order after them).
+// with the event simulator, and re-orders those plans by `key` (the rest keep their
+// closed-form order after them, as do plans the lowering refuses).
 void resimulate_top(const Model& model, const Cluster& cluster, const cost::Profile& profile,
-                    int count, SearchResult& result);
+                    int count, SearchResult& result, const SimulatedKey& key = {});
 
 }  // namespace parasol::sim

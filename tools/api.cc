@@ -140,32 +140,41 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   opt.threads = f.threads;
   opt.precision = parse_dtype(f.precision, "search.precision");
   opt.search_offload = !f.no_offload;
-  // The step a plan is ranked by: the estimate's, or the pessimistic end of its band.
+  // The step a plan is ranked by, from its estimate's or its simulation's step: that step, or
+  // the pessimistic end of its band.
   const bool is_robust = f.robust;
-  auto step_of = [&s, is_robust](const Plan& p, const cost::Estimate& e) {
-    cost::StepFigures st = estimate_step(e);
+  auto ranked_step = [&s, is_robust](const Plan& p, cost::StepFigures st) {
     if (is_robust) {
       const double pessimistic =
-          cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, e.step_time_s);
-      st.compute_s *= pessimistic / e.step_time_s;
+          cost::pessimistic_step_time(s.profile, s.model, *s.cluster, p, st.step_s);
+      st.compute_s *= pessimistic / st.step_s;
       st.step_s = pessimistic;
     }
     return st;
   };
   SearchRun run;
-  // With tokens: the time to train them (a pure function of the plan and its estimate).
+  // With tokens: the time to train them (a pure function of the plan and its step).
   if (f.job.tokens) {
-    run.train_of = [&s, job_opts, step_of](const Plan& p, const cost::Estimate& e) {
-      return cost::time_to_train(s.model, *s.cluster, p, step_of(p, e), s.profile, job_opts);
+    run.train_of_step = [&s, job_opts, ranked_step](const Plan& p, const cost::StepFigures& st) {
+      return cost::time_to_train(s.model, *s.cluster, p, ranked_step(p, st), s.profile, job_opts);
+    };
+    run.train_of = [train_of_step = run.train_of_step](const Plan& p, const cost::Estimate& e) {
+      return train_of_step(p, estimate_step(e));
     };
     opt.rank_key = [train_of = run.train_of](const Plan& p, const cost::Estimate& e) {
       return train_of(p, e).time_s;
     };
   } else if (f.robust) {
-    opt.rank_key = [step_of](const Plan& p, const cost::Estimate& e) {
-      return step_of(p, e).step_s;
+    opt.rank_key = [ranked_step](const Plan& p, const cost::Estimate& e) {
+      return ranked_step(p, estimate_step(e)).step_s;
     };
   }
+  // The simulated plans are ranked by the same key on their simulated step.
+  const sim::SimulatedKey simulated_key = [&run, ranked_step](const sim::Candidate& c) {
+    const cost::StepFigures st{c.simulated_step_s, c.simulated_compute_s};
+    return run.train_of_step ? run.train_of_step(c.plan, st).time_s
+                             : ranked_step(c.plan, st).step_s;
+  };
   if (f.gbs < 1) throw Error("search.gbs", "must be >= 1");
   if (f.seq < 0) throw Error("search.seq", "must be >= 1");
   if (f.top < 1) throw Error("search.top", "must be >= 1");
@@ -181,7 +190,7 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   }
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);
-  sim::resimulate_top(s.model, cluster, s.profile, f.simulate_top, run.result);
+  sim::resimulate_top(s.model, cluster, s.profile, f.simulate_top, run.result, simulated_key);
   if (run.result.top.empty())
     throw Error(f.framework.empty() ? "search" : "search.framework",
                 "no plan " + (f.framework.empty() ? "" : "that " + f.framework + " can run ") +
@@ -206,13 +215,19 @@ Json search_document(const Spec& s, const SearchRun& r) {
     if (c.simulated_step_s > 0) {
       row["simulated_step_time_s"] = c.simulated_step_s;
       row["simulated_band"] = cost::band_to_json(band_of(c.plan), c.simulated_step_s);
+      if (r.train_of_step)
+        row["simulated_job"] = cost::time_to_train_to_json(
+            r.train_of_step(c.plan, {c.simulated_step_s, c.simulated_compute_s}));
     }
     top_j.push_back(row);
   }
-  for (const auto& c : r.result.pareto)
-    front.push_back({{"plan", plan_to_json(c.plan)},
-                     {"tokens_per_s", c.estimate.tokens_per_s},
-                     {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}});
+  for (const auto& c : r.result.pareto) {
+    Json row = {{"plan", plan_to_json(c.plan)},
+                {"tokens_per_s", c.estimate.tokens_per_s},
+                {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}};
+    if (r.train_of) row["job"] = cost::time_to_train_to_json(r.train_of(c.plan, c.estimate));
+    front.push_back(row);
+  }
   return Json{{"top", top_j},
               {"pareto", front},
               {"enumerated", r.result.enumerated},

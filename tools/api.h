@@ -80,16 +80,18 @@ struct SearchSettings {
 struct SearchRun {
   sim::SearchResult result;
   Plan best;  // the first of result.top, with the model, cluster and GPU count references
-  // With job.tokens: a plan's time to train (from its estimate); empty otherwise.
+  // With job.tokens: a plan's time to train from its estimate, and from a step (its simulated
+  // one: Candidate::simulated_step_s and simulated_compute_s); empty otherwise.
   std::function<cost::TimeToTrain(const Plan&, const cost::Estimate&)> train_of;
+  std::function<cost::TimeToTrain(const Plan&, const cost::StepFigures&)> train_of_step;
 };
 
 // Searches the plans of s.model on s.cluster (ranked by step time, the pessimistic end of the
 // band with f.robust, the time to train with f.job.tokens) and re-simulates the top
-// f.simulate_top. `progress` (may be empty) receives the fraction done. Job flags as
-// job_options (they may set the cluster's storage bandwidth and restart time). Throws
-// parasol::Error naming the setting ("search.gbs") and when no plan fits. REQUIRES: s outlives
-// the result's train_of.
+// f.simulate_top, re-ranked by the same key on their simulated step. `progress` (may be empty)
+// receives the fraction done. Job flags as job_options (they may set the cluster's storage
+// bandwidth and restart time). Throws parasol::Error naming the setting ("search.gbs") and when no
+// plan fits. REQUIRES: s outlives the result's train_of.
 SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_ref,
                      const std::string& cluster_ref, std::function<void(double)> progress);
 // `parasol search --json`: "top", "pareto", "enumerated", "fitting", "seconds", "best_plan".

@@ -174,11 +174,18 @@ Runner add_search(CLI::App& app) {
     }
     if (*simulate_top > 0) {
       std::cout << "\nre-ranked by the event simulator (lowered Programs):\n";
-      for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i)
-        std::printf("%4zu  simulated step %s %s (closed form %s)\n", i + 1,
-                    secs(r.top[i].simulated_step_s).c_str(),
-                    cost::band_label(band_of(r.top[i].plan)).c_str(),
-                    secs(r.top[i].estimate.step_time_s).c_str());
+      for (size_t i = 0; i < r.top.size() && r.top[i].simulated_step_s > 0; ++i) {
+        const sim::Candidate& c = r.top[i];
+        std::printf("%4zu  simulated step %s %s (closed form %s)", i + 1,
+                    secs(c.simulated_step_s).c_str(), cost::band_label(band_of(c.plan)).c_str(),
+                    secs(c.estimate.step_time_s).c_str());
+        if (tokens)
+          std::printf(
+              ", time to train %s",
+              train_cell(run.train_of_step(c.plan, {c.simulated_step_s, c.simulated_compute_s}))
+                  .c_str());
+        std::printf("\n");
+      }
     }
     std::cout << (tokens ? "\nPareto front (time to train vs memory):\n"
                          : "\nPareto front (tokens/s vs memory):\n");

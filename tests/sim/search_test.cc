@@ -751,15 +751,24 @@ TEST(SearchDeterminism, TopListIsTheSameForAnyThreadCount) {
   }
 }
 
-TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
+// The resimulation tests' search: tiny on 4 H100s, the top 6 plans.
+struct TinyTop6 {
   Model m = model_preset("tiny");
   Cluster c = cluster_preset("dgx-h100", 4);
   cost::Profile prof = cost::default_profile(c.gpu_device(0));
-  SearchOptions o;
-  o.global_batch = 8;
-  o.threads = 2;
-  o.top_k = 6;
-  SearchResult r = search(m, c, prof, o);
+  SearchResult r;
+  TinyTop6() {
+    SearchOptions o;
+    o.global_batch = 8;
+    o.threads = 2;
+    o.top_k = 6;
+    r = search(m, c, prof, o);
+  }
+};
+
+TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
+  TinyTop6 t;
+  auto& [m, c, prof, r] = t;
   ASSERT_EQ(r.top.size(), 6u);
   const Plan untouched = r.top[5].plan;
   resimulate_top(m, c, prof, 4, r);
@@ -775,6 +784,31 @@ TEST(SearchResimulate, ReRanksTheTopPlansBySimulatedStepTime) {
   // Plans past the re-ranked head keep their place and are not simulated.
   EXPECT_EQ(r.top[5].simulated_step_s, 0);
   EXPECT_EQ(plan_to_json(r.top[5].plan), plan_to_json(untouched));
+}
+
+// With a key (the search's own: time to train, the band's pessimistic end), the simulated head is
+// ordered by that key on each plan's simulation, which the key sees whole (step and compute).
+TEST(SearchResimulate, ReRanksByTheKeyOnTheSimulation) {
+  TinyTop6 t;
+  auto& [m, c, prof, r] = t;
+  ASSERT_EQ(r.top.size(), 6u);
+  // A key that reverses the simulated order: the slowest simulated plan first.
+  int calls = 0;
+  resimulate_top(m, c, prof, 4, r, [&](const Candidate& x) {
+    ++calls;
+    EXPECT_GT(x.simulated_step_s, 0);
+    EXPECT_GT(x.simulated_compute_s, 0);
+    EXPECT_LE(x.simulated_compute_s, x.simulated_step_s * (1 + 1e-12));
+    return -x.simulated_step_s;
+  });
+  EXPECT_EQ(calls, 4);
+  for (int i = 0; i < 4; ++i) {
+    const SimResult direct = simulate(m, c, lower(m, c, r.top[i].plan), prof, false);
+    EXPECT_DOUBLE_EQ(r.top[i].simulated_compute_s, direct.breakdown.compute);
+    if (i > 0) {
+      EXPECT_GE(r.top[i - 1].simulated_step_s, r.top[i].simulated_step_s);
+    }
+  }
 }
 
 }  // namespace

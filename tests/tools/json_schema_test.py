@@ -151,6 +151,10 @@ check("simulate", ["simulate", "--json"] + MOE + TOKENS + ["--slow-rank", "3"])
 S = "--model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3".split()
 search = check("search", ["search", "--json", "--simulate-top", "2"] + S)
 check("search", ["search", "--json"] + S + TOKENS)
+sim_job = check("search", ["search", "--json", "--simulate-top", "2"] + S + TOKENS)
+if sim_job is not None and ("simulated_job" not in sim_job["top"][0]
+                            or "job" not in sim_job["pareto"][0]):
+    fail("search --tokens --simulate-top: no simulated_job on the first row or no job on the front")
 check("search", ["search", "--json", "--robust"] + S)
 
 # compare: the predicted trace against itself as the measurement, and against a Megatron-LM log.

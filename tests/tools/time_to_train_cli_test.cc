@@ -89,6 +89,33 @@ TEST(TimeToTrainCli, SearchRanksByTimeToTrain) {
   }
 }
 
+// --simulate-top re-ranks its plans by the time to train from their simulated step (each
+// row's simulated_job, whose step is the simulation's), and the Pareto front carries its key.
+TEST(TimeToTrainCli, SimulatedPlansRankByTheirSimulatedTimeToTrain) {
+  const Json j =
+      json_of(run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 "
+                  "--top 5 --simulate-top 4 --tokens 1e11 --json"));
+  double last = 0;
+  int simulated = 0;
+  for (const Json& row : j["top"]) {
+    if (!row.contains("simulated_step_time_s")) break;
+    ++simulated;
+    const Json& job = row["simulated_job"];
+    EXPECT_DOUBLE_EQ(job["step_time_s"].get<double>(), row["simulated_step_time_s"].get<double>());
+    const double t = job["time_to_train_s"].get<double>();
+    EXPECT_GE(t, last);
+    last = t;
+  }
+  EXPECT_EQ(simulated, 4);
+  ASSERT_FALSE(j["pareto"].empty());
+  for (const Json& row : j["pareto"]) EXPECT_GT(row["job"]["time_to_train_s"].get<double>(), 0);
+  Result r =
+      run("search --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --top 3 --simulate-top 2 "
+          "--tokens 1e11");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(", time to train "), std::string::npos) << r.out;
+}
+
 TEST(TimeToTrainCli, BadValuesNameTheField) {
   const std::pair<std::string, std::string> cases[] = {
       {"estimate " + kPlan + " --tokens -5", "job.tokens"},
