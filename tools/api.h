@@ -14,6 +14,7 @@
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/time_to_train.h"
+#include "interop/interop.h"
 #include "sim/engine.h"
 #include "sim/search.h"
 #include "sim/stragglers.h"
@@ -118,5 +119,7 @@ Json validate_request(const Json& request);
 // text}, "executable": [names of the scripts]}: the files `parasol export` writes. Defined in
 // tools/api_export.cc.
 Json export_request(const Json& request, const std::string& framework);
+// That document of an export (also `parasol export --json`).
+Json export_document(const interop::Export& e);
 
 }  // namespace parasol::tools

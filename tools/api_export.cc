@@ -9,7 +9,10 @@ namespace parasol::tools {
 Json export_request(const Json& request, const std::string& framework) {
   Spec s = load_request(request, true);
   validate(s.plan, s.model, *s.cluster);
-  const interop::Export e = interop::export_plan(framework, s.model, *s.cluster, s.plan);
+  return export_document(interop::export_plan(framework, s.model, *s.cluster, s.plan));
+}
+
+Json export_document(const interop::Export& e) {
   Json files = Json::object(), executable = Json::array();
   for (const interop::ExportedFile& f : e.files) {
     files[f.name] = f.text;

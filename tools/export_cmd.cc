@@ -1,6 +1,8 @@
-// `parasol export --to megatron|deepspeed|torchtitan (--plan FILE | plan flags) [-o DIR]`: the
-// plan as the target framework's launch files (interop/). Without -o the files go to stdout, each
-// after a header line naming it; with -o they are written into DIR (scripts executable).
+// `parasol export --to megatron|deepspeed|torchtitan (--plan FILE | plan flags) [-o DIR]
+// [--json]`: the plan as the target framework's launch files (interop/). Without -o the files go
+// to stdout, each after a header line naming it; with -o they are written into DIR (scripts
+// executable). --json prints them as one document instead (tools/api.h export_document: the
+// Python module's export), also when -o writes them.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -8,6 +10,7 @@
 
 #include "core/error.h"
 #include "interop/interop.h"
+#include "tools/api.h"
 #include "tools/commands.h"
 #include "tools/spec.h"
 
@@ -15,9 +18,9 @@ namespace parasol::tools {
 
 namespace {
 
-// Writes `e`'s files into `dir` (created when missing). Throws parasol::Error("-o") when a file
-// cannot be written.
-void write_export(const interop::Export& e, const std::string& dir) {
+// Writes `e`'s files into `dir` (created when missing), naming each on stdout unless `quiet`.
+// Throws parasol::Error("-o") when a file cannot be written.
+void write_export(const interop::Export& e, const std::string& dir, bool quiet) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -33,7 +36,7 @@ void write_export(const interop::Export& e, const std::string& dir) {
                       fs::perm_options::add, ec);
       if (ec) throw Error("-o", path.string() + ": " + ec.message());
     }
-    std::cout << "wrote " << path.string() << "\n";
+    if (!quiet) std::cout << "wrote " << path.string() << "\n";
   }
 }
 
@@ -46,20 +49,24 @@ Runner add_export(CLI::App& app) {
   auto o = std::make_shared<SpecOptions>();
   auto to = std::make_shared<std::string>();
   auto out_dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
   cmd->add_option("--to", *to, "target framework")
       ->required()
       ->check(CLI::IsMember(interop::framework_names()));
   cmd->add_option("-o,--out", *out_dir, "write the files into this folder (default: stdout)");
+  cmd->add_flag("--json", *json, "print the files as one JSON document");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   return [=]() {
     Spec s = load_spec(*o, cmd, true);
     validate(s.plan, s.model, *s.cluster);
     const interop::Export e = interop::export_plan(*to, s.model, *s.cluster, s.plan, "export.to");
-    if (!out_dir->empty()) {
-      write_export(e, *out_dir);
+    if (!out_dir->empty()) write_export(e, *out_dir, *json);
+    if (*json) {
+      std::cout << export_document(e).dump(1) << "\n";
       return 0;
     }
+    if (!out_dir->empty()) return 0;
     for (size_t i = 0; i < e.files.size(); ++i) {
       const interop::ExportedFile& f = e.files[i];
       std::cout << (i ? "\n" : "") << "==> " << f.name << " <==\n"

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -67,6 +68,31 @@ TEST(ExportCli, ExportsTheSearchedPlanToStdoutAndToAFolder) {
                                  " --plan " + dir + "/launch_megatron.sh --json"))["step_time_s"]
                          .get<double>();
   EXPECT_DOUBLE_EQ(got, want);
+}
+
+// --json: the files as one document (the Python module's export), the same with -o, which
+// also writes them.
+TEST(ExportCli, JsonIsTheFilesAsOneDocument) {
+  const std::string args =
+      "export --to deepspeed --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --zero 2";
+  const nlohmann::json doc = json_of(run(args + " --json"));
+  EXPECT_EQ(doc["framework"], "deepspeed");
+  ASSERT_TRUE(doc["files"].contains("ds_config.json"));
+  const std::string dir = temp_path("json_dir");
+  std::filesystem::remove_all(dir);
+  const nlohmann::json written = json_of(run(args + " --json -o " + dir));
+  EXPECT_EQ(written, doc);
+  for (const auto& [name, text] : doc["files"].items()) {
+    std::ifstream f(dir + "/" + name);
+    const std::string on_disk((std::istreambuf_iterator<char>(f)),
+                              std::istreambuf_iterator<char>());
+    EXPECT_EQ(on_disk, text.get<std::string>()) << name;
+  }
+  for (const auto& name : doc["executable"]) {
+    struct stat st {};
+    ASSERT_EQ(stat((dir + "/" + name.get<std::string>()).c_str(), &st), 0);
+    EXPECT_TRUE(st.st_mode & S_IXUSR) << name;
+  }
 }
 
 TEST(ExportCli, RefusesAGpipePlanNamingTheField) {

@@ -1,7 +1,8 @@
 """Every --json output of parasol against its JSON Schema (docs/schema/<command>.schema.json).
 
 Runs each command with --json on a few inputs (estimate, estimate --tokens's job block,
-simulate, search, show model/cluster/plan/program, validate, run (one rank, tiny), compare, calibrate
+simulate, search, show model/cluster/plan/program, validate, run (one rank, tiny), export (each
+framework), compare, calibrate
 (a measured trace, and --probe, alone and under mpirun with 2 ranks), accuracy) and
 validates the output with jsonschema (Debian's python3-jsonschema: run with /usr/bin/python3).
 Also checks that the schemas are strict enough to be a check: each is a valid draft 2020-12
@@ -176,6 +177,15 @@ check("simulate", ["simulate", "--json", "--trace", predicted_tiny, "--precision
 if os.path.exists(measured) and os.path.exists(predicted_tiny):
     check("compare", ["compare", "--json", predicted_tiny, measured])
     check("calibrate", ["calibrate", "--json", measured, "-o", str(work / "fitted.json")])
+
+# export: each framework's files of one plan it can run.
+EXPORTS = {"megatron": ["--tp", "2"], "deepspeed": ["--zero", "2"],
+           "torchtitan": ["--tp", "2", "--sp", "true", "--zero", "3"]}
+for target, plan in EXPORTS.items():
+    doc = check("export", ["export", "--to", target, "--json", "--model", "llama3-8b",
+                           "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "64"] + plan)
+    if doc is not None and not set(doc["executable"]) <= set(doc["files"]):
+        fail(f"export --to {target}: an executable file that is not among the files")
 
 # accuracy: one published suite, and with the event simulator.
 suite = os.path.join(data_dir, "published", "h100-dense.json")
