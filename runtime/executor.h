@@ -2,10 +2,12 @@
 // CommSet's communicators. It allocates each buffer (or block of buffers) when the first op that
 // touches it starts and frees it when every op that touches it has finished, as liveness()
 // predicts; walks the ops of each stream in issue order, starting an op once its dependencies
-// have finished (the transfers of one p2p group together, as one communicator group); runs
-// compute and copies on the calling thread and communication as non-blocking transfers that it
-// polls between ops; and records each op's start and end in the trace schema of the simulator
-// (same op ids).
+// have finished (the transfers of one p2p group together, as one communicator group) and, off
+// the compute streams, once the compute stream has reached it in the Program's issue order (as a
+// framework's host thread launches it); runs compute and copies on the calling thread and
+// communication as non-blocking transfers that it polls after every op, so that they progress
+// beside compute (runtime/comm/idle_wait.h: how it waits when nothing else can run); and records
+// each op's start and end in the trace schema of the simulator (same op ids).
 //
 // How each op is executed follows the conventions of core/lower.h (which buffers an op reads
 // and writes, in which order); runtime/executor_ops.cc maps the compute ops to Backend kernels.
