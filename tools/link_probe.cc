@@ -60,7 +60,6 @@ bool probe_host_and_link(int threads, HostProbe& out) {
     plan.tp = world;  // one group of every rank
     auto comms = runtime::make_mpi_comm_set(plan, MPI_COMM_WORLD);
     out.link_ranks = world;
-    out.all_reduce.clear();
     for (double kib : {4, 64, 256, 1024, 4096})
       out.all_reduce.emplace_back(kib * 1024, time_all_reduce(comms->tp(), kib * 1024));
   }
