@@ -92,4 +92,22 @@ AttnShape attention_shape(const Model& m, int layer, int tp, int64_t batch, int6
   return a;
 }
 
+KernelBytes kernel_bytes(const Model& m, const Plan& p) {
+  // Activations are stored in the plan's precision (fp8 plans keep bf16 activations).
+  const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
+  const bool eager = !p.fused_kernels;
+  const double up = m.activation == Activation::kSwiglu ? 2 : 1;
+  KernelBytes k;
+  k.norm = eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb;
+  k.activation = eager && m.activation == Activation::kSwiglu ? 5 * eb : (up + 1) * eb;
+  k.rotary = m.learned_positions ? 0 : eager ? 2 * eb + 16 : 2 * eb;
+  k.residual = 3 * eb + (m.dropout ? 1 : 0);
+  return k;
+}
+
+int64_t rotary_columns(const Model& m) {
+  if (m.mla.enabled()) return int64_t{m.heads} * m.head_dim + m.head_dim;
+  return m.q_dim() + m.kv_dim();
+}
+
 }  // namespace parasol

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/model.h"
+#include "core/plan.h"
 #include "core/program.h"
 
 namespace parasol {
@@ -100,5 +101,30 @@ Linears expert_linears(const Model& m);
 // REQUIRES: tp divides m.heads and m.kv_heads; 0 <= layer < m.layers.
 AttnShape attention_shape(const Model& m, int layer, int tp, int64_t batch, int64_t seq_q,
                           int64_t seq_kv, bool flash);
+
+// HBM bytes per element that a layer's memory-bound kernels move in forward, as the plan's
+// kernels run them (the backward of each moves twice as many): fused (Megatron-Core, Transformer
+// Engine, torch.compile) or op by op in PyTorch eager (plan.fused_kernels = false). The lowering
+// writes them into its ops' bytes and the closed form prices the same ops, so both read this.
+struct KernelBytes {
+  // A norm, per element of its input: fused, read and write once (2 eb); eager RMSNorm upcasts,
+  // squares, averages, scales, downcasts and multiplies op by op (4 eb + 28, torchtitan's
+  // RMSNorm); LayerNorm is one ATen kernel even in eager.
+  double norm = 0;
+  // The MLP activation, per element of its output: fused, read the fc1 output(s) and write the
+  // product ((up + 1) eb); eager SwiGLU runs silu, then the multiply (5 eb).
+  double activation = 0;
+  // Rotary embeddings, per element of Q and K: fused, read and write (2 eb); eager upcasts to
+  // complex fp32, multiplies and casts back (2 eb + 16). 0 for learned positions.
+  double rotary = 0;
+  // A residual add with its dropout mask when the model has one (3 eb + 1 byte).
+  double residual = 0;
+};
+KernelBytes kernel_bytes(const Model& m, const Plan& p);
+
+// Columns of one token's Q and K that RoPE rotates, over all heads (before tp): q_dim + kv_dim;
+// MLA: the heads' query dims and the shared rotary key (heads x head_dim + head_dim, as
+// Megatron's MLA applies its RoPE kernel to q and the key).
+int64_t rotary_columns(const Model& m);
 
 }  // namespace parasol

@@ -35,9 +35,21 @@
 // Conventions of the Programs lower() emits (the simulator and the runtime rely on them):
 //  * streams: 0 compute, 1 layer communication (TP, CP, EP), 2 copy (host <-> device), 3
 //    data-parallel communication (gradient reduction, ZeRO gathers), 4 pipeline send/recv (and
-//    the grad-norm reduction across stages). Ops whose buffers all live
+//    the grad-norm reduction across stages), and under plan.ep_comm_overlap 5, the expert
+//    all-to-alls. Ops whose buffers all live
 //    in host memory (AdamW and cast under optimizer offload) run on the host CPU and are placed
 //    on the copy stream.
+//  * every plan switch is something the Program says, so that the simulator plays what the
+//    closed form prices: fused_kernels the bytes of the memory-bound ops (core/layer_shapes.h's
+//    KernelBytes), RoPE the QKV projection's epilogue (Op::epilogue_bytes), tp_comm_overlap the
+//    forward's f and g and the backward's conjugate of g split into Plan::tp_overlap_chunks()
+//    collectives (the first chunk of an all-gather before the GEMM it feeds and the rest beside
+//    it, the consumer waiting for all; a reduction's first chunks beside the GEMM that produces
+//    them, the last after it: ".rest" ops that move no buffer), and ep_comm_overlap Megatron's
+//    combined 1F1B (a forward unit and the backward unit next to it reissued interleaved at their
+//    expert all-to-alls, which run on stream 5 beside the other's compute). Without it the next
+//    compute op waits for each expert all-to-all, as Megatron issues them in compute order.
+//    The CPU runtime executes runtime_plan(plan) (core/plan.h), without the two overlaps.
 //  * deps list the producers of every buffer an op reads (and, across streams, the last writer
 //    and readers of every buffer it writes), plus ordering edges that keep prefetches (ZeRO-3
 //    gathers, parameter and activation prefetch) one layer ahead of use (just before use when
@@ -66,10 +78,12 @@
 //    then K, then V (Q and K of head_dim columns per head, V of v_head_dim: MLA's differ). The
 //    ring's K/V chunks and their gradient accumulators are [T x (K + V columns)], each row its
 //    keys then its values (the last columns of a qkv row).
-//  * the ring's K/V gradients: an exchange follows each of the cp backward steps, each step
-//    adding to the accumulator it received; the last exchange takes the accumulator home to the
-//    chunk's owner (the next rank), where a kResidualAdd "dkv.fold" reads {dqkv, accumulator}
-//    and writes it into dqkv's K/V columns (the ring steps write dK/dV into the accumulators).
+//  * the ring's K/V gradients: an exchange follows each of the cp backward steps; each step
+//    writes its chunk's dK/dV into a fresh accumulator and a kSum "dkv.acc" then adds the
+//    accumulator received with the chunk (so the exchange of one step runs beside the next
+//    step's attention); the last exchange takes the accumulator home to the chunk's owner (the
+//    next rank), where a kResidualAdd "dkv.fold" reads {dqkv, accumulator} and writes it into
+//    dqkv's K/V columns (the ring steps write dK/dV into the accumulators).
 //  * kAttention's attn (core/program.h's AttnShape, from core/layer_shapes.h's
 //    attention_shape) carries the layer's sliding window: every ring step masks the keys
 //    outside it (by their position in the sequence), and flops count the window's pairs. Under

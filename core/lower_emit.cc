@@ -109,6 +109,7 @@ void Lowerer::init_shapes() {
   eb_ = dtype_bytes(adt_);
   wb_ = dtype_bytes(wdt_);
   drop_ = m.dropout ? 1 : 0;
+  kb_ = kernel_bytes(m, p);
   flash_ = p.flash_attention;
   bias_ = m.linear_bias;
   gb_ = dtype_bytes(p.grad_reduce_dtype);
@@ -132,7 +133,7 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
   b.host = host;
   b.persistent = persistent;
   last_writer_.push_back(-1);
-  last_reader_.push_back({-1, -1, -1, -1, -1});
+  last_reader_.emplace_back().fill(-1);
   return P_.add_buffer(std::move(b));
 }
 
@@ -183,6 +184,14 @@ int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
   }
   for (int d : extra) add(d);
   add(order_after_);
+  if (st == kCompute && !chunked_gathers_.empty()) {
+    for (ChunkedGather& g : chunked_gathers_) add(g.computes_seen++ == 0 ? g.head : g.rest);
+    std::erase_if(chunked_gathers_, [](const ChunkedGather& g) { return g.computes_seen >= 2; });
+  }
+  if (st == kCompute && !next_compute_waits_.empty()) {
+    for (int d : next_compute_waits_) add(d);
+    next_compute_waits_.clear();
+  }
   std::sort(deps.begin(), deps.end());
   const int id = P_.add_op(std::move(op));
   if (st == kCompute) last_compute_ = id;
@@ -190,7 +199,7 @@ int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
   for (int r : o.reads) last_reader_[r][st] = id;
   for (int w : o.writes) {
     last_writer_[w] = id;
-    last_reader_[w] = {-1, -1, -1, -1, -1};
+    last_reader_[w].fill(-1);
   }
   return id;
 }
@@ -220,15 +229,33 @@ int Lowerer::elementwise(OpKind kind, int layer, const char* what, double elemen
   return emit(op);
 }
 
+int Lowerer::in_compute_order(int op) {
+  std::vector<int>& deps = P_.ops[op].deps;
+  if (last_compute_ >= 0 && std::find(deps.begin(), deps.end(), last_compute_) == deps.end()) {
+    deps.push_back(last_compute_);
+    std::sort(deps.begin(), deps.end());
+  }
+  next_compute_waits_.push_back(op);
+  return op;
+}
+
+int Lowerer::rotary_epilogue(int op, bool backward) {
+  P_.ops[op].epilogue_bytes =
+      (backward ? 2 : 1) * kb_.rotary * double(T_) * double(rotary_columns(m_)) / double(t_);
+  return op;
+}
+
 int Lowerer::collective(OpKind kind, Group g, int layer, const char* what, double bytes,
                         const std::vector<int>& reads, const std::vector<int>& writes,
                         std::initializer_list<int> extra) {
-  Op op = make(kind, layer, what, comm_stream(g));
+  const bool expert_a2a = kind == OpKind::kAllToAll && g == Group::kEp;
+  Op op = make(kind, layer, what, expert_a2a && p_.ep_comm_overlap ? kEpComm : comm_stream(g));
   op.group = g;
   op.bytes = bytes;
   set(op.reads, reads);
   set(op.writes, writes);
-  return emit(op, extra);
+  const int id = emit(op, extra);
+  return expert_a2a && !p_.ep_comm_overlap ? in_compute_order(id) : id;
 }
 
 int Lowerer::p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, const char* what,
@@ -266,26 +293,53 @@ int64_t Lowerer::pp_tag(int sender_virtual, bool backward, int mb) const {
 
 // f forward (and the input of a column-parallel weight gradient): under SP, all-gather the
 // sequence shard into a full-sequence workspace; otherwise the input itself.
-int Lowerer::tp_gather_in(int layer, int x, int64_t rows_full) {
+int Lowerer::tp_gather_in(int layer, int x, int64_t rows_full, bool overlapped) {
   if (!sp_) return x;
   const int64_t cols = buf_at(x).shape.back();
   int full = ws(layer, "ag", {rows_full, cols});
-  collective(OpKind::kAllGather, Group::kTp, layer, "ag", eb_ * rows_full * cols, x, full);
+  const double bytes = eb_ * rows_full * cols;
+  const int chunks = overlapped ? p_.tp_overlap_chunks() : 1;
+  if (chunks == 1) {
+    const int id = collective(OpKind::kAllGather, Group::kTp, layer, "ag", bytes, x, full);
+    if (overlapped) in_compute_order(id);
+    return full;
+  }
+  const int head = collective(OpKind::kAllGather, Group::kTp, layer, "ag", bytes / chunks, x, full);
+  const int rest = collective(OpKind::kAllGather, Group::kTp, layer, "ag.rest",
+                              bytes - bytes / chunks, std::vector<int>{x}, std::vector<int>{});
+  chunked_gathers_.push_back({head, rest, 0});
   return full;
 }
 
 // g forward (after a row-parallel GEMM) and f backward (after a column-parallel data gradient):
 // all-reduce in place, or reduce-scatter to the sequence shard under SP.
-int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what) {
+int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped) {
   if (t_ == 1) return y;
   const int64_t cols = buf_at(y).shape.back();
-  const double bytes = eb_ * rows_full * cols;
+  double bytes = eb_ * rows_full * cols;
+  const OpKind kind = sp_ ? OpKind::kReduceScatter : OpKind::kAllReduce;
+  const int chunks = overlapped ? p_.tp_overlap_chunks() : 1;
+  if (chunks > 1 && last_compute_ >= 0) {
+    // The chunks before the last run beside the GEMM that produces them (y's writer, the last
+    // compute op): they wait for what it waits for, and move no buffer of their own.
+    Op rest = make(kind, layer, (std::string(what) + ".rest").c_str(), comm_stream(Group::kTp));
+    rest.group = Group::kTp;
+    rest.bytes = bytes - bytes / chunks;
+    rest.deps = P_.ops[last_compute_].deps;
+    emit(rest);
+    bytes /= chunks;
+  }
+  // On the compute path unless overlapped with chunks (then the chunks before it ran beside
+  // the GEMM); the data gradients' reductions (not `overlapped`) run beside the weight gradient.
+  const bool on_path = overlapped && chunks == 1;
   if (!sp_) {
-    collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
+    const int id = collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
+    if (on_path) in_compute_order(id);
     return y;
   }
   int shard = act(layer, what, {rows_full / t_, cols});
-  collective(OpKind::kReduceScatter, Group::kTp, layer, what, bytes, y, shard);
+  const int id = collective(OpKind::kReduceScatter, Group::kTp, layer, what, bytes, y, shard);
+  if (on_path) in_compute_order(id);
   return shard;
 }
 

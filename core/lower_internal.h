@@ -178,7 +178,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Streams: compute; layer communication (TP, CP, EP); copy; data-parallel gradient and ZeRO
 // traffic; pipeline sends and receives. Separate streams keep a gradient all-reduce from
 // delaying the next layer's TP collective or a pipeline send (as separate NCCL streams do).
-inline constexpr int kCompute = 0, kComm = 1, kCopy = 2, kDpComm = 3, kPpComm = 4, kStreams = 5;
+inline constexpr int kCompute = 0, kComm = 1, kCopy = 2, kDpComm = 3, kPpComm = 4;
+// Under plan.ep_comm_overlap the expert all-to-alls have a stream of their own (Megatron's
+// combined 1F1B issues them on a communication stream beside the other micro-batch's compute).
+inline constexpr int kEpComm = 5, kStreams = 6;
 
 // The stream of a communication op on group `g`.
 int comm_stream(Group g);
@@ -235,6 +238,15 @@ class Lowerer {
            bool backward_data = false, OpKind kind = OpKind::kLinear);
   int elementwise(OpKind kind, int layer, const char* what, double elements, double bytes,
                   std::initializer_list<int> reads, std::initializer_list<int> writes);
+  // Places communication op `op` in the compute stream's order, as a framework issues a
+  // collective it waits for on the compute stream (Megatron's SP/TP f and g without
+  // tp_comm_overlap, the MoE block's token exchanges and gathers without ep_comm_overlap): it
+  // starts after the last compute op before it and the next compute op waits for it, so that no
+  // compute runs beside it. Returns `op`.
+  int in_compute_order(int op);
+  // Gives op `op` RoPE on this rank's Q and K columns as its epilogue (Op::epilogue_bytes):
+  // once in forward, the backward (`backward`) moving twice the bytes. Returns `op`.
+  int rotary_epilogue(int op, bool backward);
   int collective(OpKind kind, Group g, int layer, const char* what, double bytes,
                  const std::vector<int>& reads, const std::vector<int>& writes,
                  std::initializer_list<int> extra = {});
@@ -258,8 +270,15 @@ class Lowerer {
   int64_t pp_tag(int sender_virtual, bool backward, int mb) const;
 
   // --- tensor-parallel operators, Megatron's f and g (lower_emit.cc)
-  int tp_gather_in(int layer, int x, int64_t rows_full);  // SP all-gather before column-parallel
-  int tp_reduce_out(int layer, int y, int64_t rows_full, const char* what);  // after row-parallel
+  // SP all-gather before a column-parallel GEMM (or the row-parallel data gradient); and the
+  // reduction after a row-parallel GEMM (or a column-parallel data gradient). `overlapped`: the
+  // collective Transformer Engine's userbuffers pipeline with the GEMM it feeds or drains when
+  // the plan overlaps TP communication (Plan::tp_overlap_chunks): the forward's f and g and the
+  // backward's conjugate of g. Then the all-gather's first chunk runs before the GEMM and the
+  // rest beside it (the GEMM's consumer waits for it); the reduction's first chunks run beside
+  // the GEMM that produces them and the last chunk after it.
+  int tp_gather_in(int layer, int x, int64_t rows_full, bool overlapped = false);
+  int tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped = false);
 
   // --- a decoder layer (lower_layer.cc, lower_moe.cc)
   int layer_forward(int layer, int x, const WSet& w, Saved& sv);
@@ -373,6 +392,13 @@ class Lowerer {
   // --- optimizer step (lower_optimizer.cc)
   void optimizer();
   void deferred_reductions();
+  // Megatron-Core's combined 1F1B (plan.ep_comm_overlap): the forward unit and the backward
+  // unit emitted as ops [a, b) and [b, c) (the forward first when `forward_first`) are reissued
+  // interleaved, cut after each expert all-to-all: the backward's first segment, the forward's
+  // first, the backward's second, ..., so that each all-to-all runs beside a compute segment of the
+  // other micro- batch. Returns false, leaving them as emitted, when a dependency would then point
+  // forward (the units depend on each other) or neither has an expert all-to-all.
+  bool interleave_units(int a, int b, int c, bool forward_first);
   void sp_grad_all_reduce();
   void sp_bucket_all_reduce(const Bucket& b, const WSet& g);
   int grad_norm(int& norm_op);
@@ -411,6 +437,7 @@ class Lowerer {
   // GEMM (for the weight gradient), not the bf16 one; else the activation dtype.
   Dtype ldt_;
   double eb_, wb_, drop_;
+  KernelBytes kb_;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
   bool sp_, flash_, bias_;
   Program P_;
   OpTags tags_;
@@ -428,6 +455,14 @@ class Lowerer {
   int p2p_group_ = -1;     // the open p2p group (-1: none)
   int p2p_groups_ = 0;     // p2p groups begun
   int last_compute_ = -1;  // the latest op on the compute stream
+  // Overlapped all-gathers whose GEMM is not emitted yet: the next compute op waits for the
+  // first chunk (`head`), the compute op after it for the rest.
+  struct ChunkedGather {
+    int head, rest, computes_seen;
+  };
+  std::vector<ChunkedGather> chunked_gathers_;
+  // Ops the next compute op waits for (in_compute_order).
+  std::vector<int> next_compute_waits_;
 
   std::vector<Bucket> buckets_;
   std::vector<std::array<int, 2>> layer_buckets_;  // stage-local layer -> dense, expert bucket

@@ -124,9 +124,15 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     op.attn = a;
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
-    set(op.reads, {sv[sQkv], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao, dkv_in});
+    set(op.reads, {sv[sQkv], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao});
     set(op.writes, {dqkv, dkv});
     emit(op);
+    // The accumulator that came with the chunk is added after the step's own gradient (as
+    // Transformer Engine's ring does), so that its exchange runs beside the step's attention.
+    if (dkv_in >= 0)
+      role(OpRole::kSum,
+           elementwise(OpKind::kResidualAdd, layer, "dkv.acc", double(T_) * (k_cols_ + v_cols_),
+                       3 * kv_bytes, {dkv, dkv_in}, {dkv}));
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     kv = next;
   }
@@ -139,24 +145,25 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   const double nh = double(Tn_) * h_;
   // Attention block.
   sv[sXn] = act(layer, "ln1", {Tn_, h_}, ldt_);
-  elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * eb_ * nh, {x, w[kNorm1]}, {sv[sXn]});
+  elementwise(OpKind::kNorm, layer, "ln1", nh, kb_.norm * nh, {x, w[kNorm1]}, {sv[sXn]});
   if (mla_) {
     mla_forward(layer, w, sv);
   } else {
-    int in = tp_gather_in(layer, sv[sXn], T_);
+    int in = tp_gather_in(layer, sv[sXn], T_, true);
     sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
     role(OpRole::kQkv,
-         gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]}));
+         rotary_epilogue(
+             gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]}), false));
   }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
   gemm(layer, "out", T_, h_, ao_cols_, 1, {sv[sAo], w[kOut]}, {o});
-  int a = tp_reduce_out(layer, o, T_, "out.tp");
+  int a = tp_reduce_out(layer, o, T_, "out.tp", true);
   sv[sX1] = act(layer, "res1", {Tn_, h_});
   if (m_.dropout) sv[sMask1] = act(layer, "mask1", {Tn_, h_}, Dtype::kFp8);
   role(OpRole::kAttnResidual,
-       elementwise(OpKind::kResidualAdd, layer, "res1", nh, (3 * eb_ + drop_) * nh,
-                   {x, a, w[kOutB]}, {sv[sX1], sv[sMask1]}));
+       elementwise(OpKind::kResidualAdd, layer, "res1", nh, kb_.residual * nh, {x, a, w[kOutB]},
+                   {sv[sX1], sv[sMask1]}));
   // MLP block.
   mlp_norm(layer, w, sv);
   const int y = m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv)
@@ -165,7 +172,7 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   if (m_.dropout) sv[sMask2] = act(layer, "mask2", {Tn_, h_}, Dtype::kFp8);
   // The MLP block's row-parallel bias: the dense FC2's, or the shared experts' FC2's.
   role(OpRole::kMlpResidual,
-       elementwise(OpKind::kResidualAdd, layer, "res2", nh, (3 * eb_ + drop_) * nh,
+       elementwise(OpKind::kResidualAdd, layer, "res2", nh, kb_.residual * nh,
                    {sv[sX1], y, w[kFc2B] >= 0 ? w[kFc2B] : w[kSfc2B]}, {x2, sv[sMask2]}));
   return x2;
 }
@@ -174,7 +181,7 @@ void Lowerer::mlp_norm(int layer, const WSet& w, Saved& sv) {
   const double nh = double(Tn_) * h_;
   // The router reads MoE layers' norm2 output in bf16.
   sv[sX1n] = act(layer, "ln2", {Tn_, h_}, m_.is_moe_layer(layer) ? adt_ : ldt_);
-  elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * eb_ * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
+  elementwise(OpKind::kNorm, layer, "ln2", nh, kb_.norm * nh, {sv[sX1], w[kNorm2]}, {sv[sX1n]});
 }
 
 Lowerer::Mlp Lowerer::dense_mlp() const {
@@ -192,29 +199,29 @@ Lowerer::Mlp Lowerer::shared_mlp() const {
 int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   const int64_t f = mlp.cols;
   const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
-  int in = tp_gather_in(layer, sv[sX1n], T_);
+  int in = tp_gather_in(layer, sv[sX1n], T_, true);
   sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
   gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]}, {sv[mlp.s_fc1]});
   sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
-  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-              (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1]}, {sv[mlp.s_act]});
+  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f, kb_.activation * T_ * f,
+              {sv[mlp.s_fc1]}, {sv[mlp.s_act]});
   int o2 = ws(layer, fc2.c_str(), {T_, h_});
   gemm(layer, fc2.c_str(), T_, h_, f, 1, {sv[mlp.s_act], w[mlp.fc2]}, {o2});
-  return tp_reduce_out(layer, o2, T_, (fc2 + ".tp").c_str());
+  return tp_reduce_out(layer, o2, T_, (fc2 + ".tp").c_str(), true);
 }
 
 int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2, const WSet& w,
                           const WSet& g) {
   const int64_t f = mlp.cols;
   const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
-  int d = tp_gather_in(layer, dres2, T_);  // conjugate of g
+  int d = tp_gather_in(layer, dres2, T_, true);  // conjugate of g
   int da = act(layer, (act_name + ".dy").c_str(), {T_, f});
   gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
   role(OpRole::kWeightGrad,
        gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]}));
   int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-              2 * (up_ + 1) * eb_ * T_ * f, {sv[mlp.s_fc1], da}, {dfc1, g[mlp.fc1b]});
+              2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], da}, {dfc1, g[mlp.fc1b]});
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
@@ -229,19 +236,19 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   // Residual 2 (and the FC2 bias, added there).
   int dres2 = act(layer, "res2.dx", {Tn_, h_});
   role(OpRole::kMlpResidual,
-       elementwise(OpKind::kResidualAdd, layer, "res2", nh, 2 * (3 * eb_ + drop_) * nh,
-                   {dy, sv[sMask2]}, {dres2, g[kFc2B] >= 0 ? g[kFc2B] : g[kSfc2B]}));
+       elementwise(OpKind::kResidualAdd, layer, "res2", nh, 2 * kb_.residual * nh, {dy, sv[sMask2]},
+                   {dres2, g[kFc2B] >= 0 ? g[kFc2B] : g[kSfc2B]}));
   const int dx1n = m_.is_moe_layer(layer) ? moe_backward(layer, sv, dres2, w, g)
                                           : mlp_backward(layer, dense_mlp(), sv, dres2, w, g);
   int dx1 = act(layer, "ln2.dx", {Tn_, h_});
-  elementwise(OpKind::kNorm, layer, "ln2", nh, 4 * eb_ * nh, {sv[sX1], dx1n, dy, w[kNorm2]},
+  elementwise(OpKind::kNorm, layer, "ln2", nh, 2 * kb_.norm * nh, {sv[sX1], dx1n, dy, w[kNorm2]},
               {dx1, g[kNorm2]});
   // Residual 1 (and the out-projection bias).
   int dres1 = act(layer, "res1.dx", {Tn_, h_});
   role(OpRole::kAttnResidual,
-       elementwise(OpKind::kResidualAdd, layer, "res1", nh, 2 * (3 * eb_ + drop_) * nh,
+       elementwise(OpKind::kResidualAdd, layer, "res1", nh, 2 * kb_.residual * nh,
                    {dx1, sv[sMask1]}, {dres1, g[kOutB]}));
-  int d = tp_gather_in(layer, dres1, T_);
+  int d = tp_gather_in(layer, dres1, T_, true);  // conjugate of g
   int dao = role(BufferRole::kAttnOutGrad, act(layer, "attn.dy", {T_, ao_cols_}));
   gemm(layer, "out.dx", T_, ao_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
   role(OpRole::kWeightGrad, gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]}));
@@ -252,13 +259,15 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   } else {
     int in = tp_gather_in(layer, sv[sXn], T_);
     int dxp = ws(layer, "qkv.dx", {T_, h_});
-    role(OpRole::kQkvDx, gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true));
+    role(OpRole::kQkvDx,
+         rotary_epilogue(gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true),
+                         true));
     dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
     role(OpRole::kWeightGrad,
          gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]}));
   }
   int dx = act(layer, "ln1.dx", {Tn_, h_});
-  elementwise(OpKind::kNorm, layer, "ln1", nh, 4 * eb_ * nh, {sv[sX], dxn, dx1, w[kNorm1]},
+  elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * kb_.norm * nh, {sv[sX], dxn, dx1, w[kNorm1]},
               {dx, g[kNorm1]});
   return dx;
 }

@@ -25,12 +25,12 @@ Lowerer::Latents Lowerer::mla_latents(int layer, const Saved& sv, const WSet& w)
   Latents l;
   if (ql > 0) {
     l.q = ws(layer, "q_norm", {Tn_, ql});
-    elementwise(OpKind::kNorm, layer, "q_norm", double(Tn_) * ql, 2 * eb_ * Tn_ * ql,
+    elementwise(OpKind::kNorm, layer, "q_norm", double(Tn_) * ql, kb_.norm * Tn_ * ql,
                 {sv[sQLat], w[kQNorm]}, {l.q});
   }
   l.kv = ws(layer, "kv_norm", {Tn_, kl});
   l.pe = ws(layer, "kv_pe", {Tn_, rope});
-  elementwise(OpKind::kNorm, layer, "kv_norm", double(Tn_) * kl, 2 * eb_ * Tn_ * (kl + rope),
+  elementwise(OpKind::kNorm, layer, "kv_norm", double(Tn_) * kl, kb_.norm * Tn_ * (kl + rope),
               {sv[sKvLat], w[kKvNorm]}, {l.kv, l.pe});
   return l;
 }
@@ -56,18 +56,20 @@ void Lowerer::mla_up_forward(int layer, const Latents& lat, const WSet& w, Saved
   const int64_t kv_up_cols = heads_t_ * (a.qk_nope_head_dim + a.v_head_dim);
   const int xn = sv[sXn];
   const char* q_name = ql > 0 ? "q_up" : "q";
-  const int q_in = tp_gather_in(layer, ql > 0 ? lat.q : xn, T_);
+  const int q_in = tp_gather_in(layer, ql > 0 ? lat.q : xn, T_, true);
   const Slot qw = ql > 0 ? kQUp : kQ;
   const int q = ws(layer, q_name, {T_, q_cols_});
   gemm(layer, q_name, T_, q_cols_, ql > 0 ? ql : h_, 1, {q_in, w[qw], w[qw + 1]}, {q});
-  const int kv_in = tp_gather_in(layer, lat.kv, T_);
+  const int kv_in = tp_gather_in(layer, lat.kv, T_, true);
   const int kv = ws(layer, "kv_up", {T_, kv_up_cols});
   gemm(layer, "kv_up", T_, kv_up_cols, kl, 1, {kv_in, w[kKvUp], w[kKvUpB]}, {kv});
-  const int pe = tp_gather_in(layer, lat.pe, T_);
+  const int pe = tp_gather_in(layer, lat.pe, T_, true);
   sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
   const double moved = double(T_) * (q_cols_ + kv_up_cols + rope + qkv_cols_);
-  role(OpRole::kQkvPack, elementwise(OpKind::kResidualAdd, layer, "qkv.pack",
-                                     double(T_) * qkv_cols_, eb_ * moved, {q, kv, pe}, {sv[sQkv]}));
+  role(OpRole::kQkvPack,
+       rotary_epilogue(elementwise(OpKind::kResidualAdd, layer, "qkv.pack", double(T_) * qkv_cols_,
+                                   eb_ * moved, {q, kv, pe}, {sv[sQkv]}),
+                       false));
 }
 
 // Returns the gradient of the norm1 output (its sequence shard).
@@ -89,8 +91,9 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
   const int dpe = ws(layer, "kv_pe.dy", {T_, rope});
   const double moved = double(T_) * (q_cols_ + kv_up_cols + rope + qkv_cols_);
   role(OpRole::kQkvUnpack,
-       elementwise(OpKind::kResidualAdd, layer, "qkv.unpack", double(T_) * qkv_cols_, eb_ * moved,
-                   {dqkv}, {dq, dkv, dpe}));
+       rotary_epilogue(elementwise(OpKind::kResidualAdd, layer, "qkv.unpack",
+                                   double(T_) * qkv_cols_, eb_ * moved, {dqkv}, {dq, dkv, dpe}),
+                       true));
   // kv: the up-projection's gradients, reduced over tp (partial sums over this rank's heads),
   // then the norm's backward (the rotary key's gradient passing through) and the
   // down-projection's.
@@ -102,7 +105,7 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
        gemm(layer, "kv_up.dw", kl, kv_up_cols, T_, 1, {kv_in, dkv}, {g[kKvUp], g[kKvUpB]}));
   const int dpe_n = tp_reduce_out(layer, dpe, T_, "kv_pe.dx.tp");
   const int dkv_lat = ws(layer, "kv_lat.dx", {Tn_, kl + rope});
-  elementwise(OpKind::kNorm, layer, "kv_norm", double(Tn_) * kl, 4 * eb_ * Tn_ * (kl + rope),
+  elementwise(OpKind::kNorm, layer, "kv_norm", double(Tn_) * kl, 2 * kb_.norm * Tn_ * (kl + rope),
               {sv[sKvLat], dkvn, dpe_n, w[kKvNorm]}, {dkv_lat, g[kKvNorm]});
   // q: the up-projection (or the plain q projection), the norm and the down-projection.
   int dxn;
@@ -116,7 +119,7 @@ int Lowerer::mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, c
                                  {q_in, dq}, {g[qw], g[qw + 1]}));
   if (ql > 0) {
     const int dq_lat = ws(layer, "q_lat.dx", {Tn_, ql});
-    elementwise(OpKind::kNorm, layer, "q_norm", double(Tn_) * ql, 4 * eb_ * Tn_ * ql,
+    elementwise(OpKind::kNorm, layer, "q_norm", double(Tn_) * ql, 2 * kb_.norm * Tn_ * ql,
                 {sv[sQLat], dqin, w[kQNorm]}, {dq_lat, g[kQNorm]});
     dxn = ws(layer, "q_down.dx", {Tn_, h_});
     gemm(layer, "q_down.dx", Tn_, h_, ql, 1, {dq_lat, w[kQDown]}, {dxn}, true);

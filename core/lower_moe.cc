@@ -12,8 +12,8 @@ int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what
                            OpRole r) {
   if (gather_ways_ == 1) return x;
   int full = saved ? act(layer, what, {rows_full, h_}, ldt_) : ws(layer, what, {rows_full, h_});
-  role(r,
-       collective(OpKind::kAllGather, gather_group_, layer, what, eb_ * rows_full * h_, x, full));
+  role(r, in_compute_order(collective(OpKind::kAllGather, gather_group_, layer, what,
+                                      eb_ * rows_full * h_, x, full)));
   return full;
 }
 
@@ -25,10 +25,12 @@ int Lowerer::expert_reduce(int layer, int y, int64_t rows_full, const char* what
   if (gather_ways_ > 1) {
     const int64_t rows = rows_full / gather_ways_;
     int shard = saved ? act(layer, what, {rows, h_}) : ws(layer, what, {rows, h_});
-    collective(OpKind::kReduceScatter, gather_group_, layer, what, bytes, y, shard);
+    in_compute_order(
+        collective(OpKind::kReduceScatter, gather_group_, layer, what, bytes, y, shard));
     return shard;
   }
-  if (!grid_ && t_ > 1) collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
+  if (!grid_ && t_ > 1)
+    in_compute_order(collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y));
   return y;
 }
 
@@ -71,7 +73,8 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
               {o, sv[sRprobs]}, {y});
   if (slice_) {  // every TP rank's routed rows, back to the replicated rows
     int full = ws(layer, "moe.ag", {T_, h_});
-    collective(OpKind::kAllGather, Group::kTp, layer, "moe.ag", eb_ * T_ * h_, y, full);
+    in_compute_order(
+        collective(OpKind::kAllGather, Group::kTp, layer, "moe.ag", eb_ * T_ * h_, y, full));
     y = full;
   }
   if (m_.moe.shared_experts > 0) {
@@ -110,7 +113,7 @@ void Lowerer::moe_expert_act(int layer, Saved& sv) {
   const int64_t R = Tm_ * topk_ * gather_ways_;
   sv[sAct] = role(BufferRole::kExpertRows, act(layer, "eact", {R, eff_t_}, ldt_));
   role(OpRole::kExpertAct, elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
-                                       (up_ + 1) * eb_ * R * eff_t_, {sv[sFc1]}, {sv[sAct]}));
+                                       kb_.activation * R * eff_t_, {sv[sFc1]}, {sv[sAct]}));
 }
 
 int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g) {
@@ -148,7 +151,8 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
        gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]}));
   if (slice_) {
     int full = act(layer, "ln2.dy.ag", {T_, h_});
-    collective(OpKind::kAllGather, Group::kTp, layer, "ln2.dy.ag", eb_ * T_ * h_, dx1n, full);
+    in_compute_order(
+        collective(OpKind::kAllGather, Group::kTp, layer, "ln2.dy.ag", eb_ * T_ * h_, dx1n, full));
     dx1n = full;
   }
   if (m_.moe.shared_experts > 0) {
@@ -177,7 +181,7 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
   int dfc1 = role(BufferRole::kExpertRows, act(layer, "efc1.dy", {R, up_ * eff_t_}));
   role(OpRole::kExpertAct,
        elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
-                   2 * (up_ + 1) * eb_ * R * eff_t_, {sv[sFc1], dact}, {dfc1, g[kEfc1B]}));
+                   2 * kb_.activation * R * eff_t_, {sv[sFc1], dact}, {dfc1, g[kEfc1B]}));
   int dd = role(BufferRole::kExpertRows, ws(layer, "efc1.dx", {R, h_}));
   op = gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
             OpKind::kExpertLinear);

@@ -191,7 +191,7 @@ int Lowerer::grad_norm(int& norm_op) {
   int norm = buffer("grad.norm", {1}, Dtype::kFp32, BufferClass::kWorkspace);
   op.writes.push_back(norm);
   op.elements = n;
-  op.bytes = 4 * n;
+  op.bytes = kGradNormBytesPerParam * n;
   norm_op = emit(op);
   tags_.chunk = 0;
   // Gradients differ across the data-parallel ranks when sharded there: ZeRO, experts carved out

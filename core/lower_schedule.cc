@@ -228,13 +228,27 @@ void Lowerer::run_steps() {
   const std::vector<Unit> none;
   std::vector<int> received;
   exchange({}, {}, steps.front(), false, received);
+  // The last unit emitted: its first op and whether it was a forward, and whether any op was
+  // emitted since it ended (an exchange with another stage).
+  int unit_begin = -1, unit_end = -1;
+  bool unit_forward = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const std::vector<Unit>& step = steps[i];
     std::vector<int> outputs;
     for (size_t j = 0; j < step.size(); ++j) {
       const Unit& u = step[j];
+      const int begin = static_cast<int>(P_.ops.size());
       outputs.push_back(u.forward ? forward_unit(u.chunk, u.mb, received[j])
                                   : backward_unit(u.chunk, u.mb, received[j]));
+      const int end = static_cast<int>(P_.ops.size());
+      // Combined 1F1B: a forward and a backward unit back to back (an interleaved step's pair;
+      // without a pipeline, a backward and the next forward) run as one.
+      if (p_.ep_comm_overlap && unit_end == begin && unit_forward != u.forward &&
+          interleave_units(unit_begin, begin, end, unit_forward)) {
+        unit_end = -1;
+      } else {
+        unit_begin = begin, unit_end = end, unit_forward = u.forward;
+      }
     }
     const std::vector<Unit>& next = i + 1 < steps.size() ? steps[i + 1] : none;
     const bool split = p_.schedule == Schedule::kInterleaved && step.size() == 1 &&
@@ -247,6 +261,7 @@ Program Lowerer::run() {
   P_.stage = s_;
   P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
                 StreamKind::kComm};
+  if (p_.ep_comm_overlap) P_.streams.push_back(StreamKind::kComm);  // kEpComm
   const size_t est = static_cast<size_t>(M_) * per_stage_ * 60 + 1024;
   P_.ops.reserve(est);
   P_.buffers.reserve(est);
@@ -265,6 +280,60 @@ Program Lowerer::run() {
   optimizer();
   export_buckets();
   return std::move(P_);
+}
+
+bool Lowerer::interleave_units(int a, int b, int c, bool forward_first) {
+  // Each unit's ops cut after its expert all-to-alls.
+  auto segments = [&](int from, int to) {
+    std::vector<std::pair<int, int>> out;
+    int start = from;
+    for (int i = from; i < to; ++i) {
+      const Op& o = P_.ops[i];
+      if (o.kind == OpKind::kAllToAll && o.group == Group::kEp) {
+        out.push_back({start, i + 1});
+        start = i + 1;
+      }
+    }
+    if (start < to) out.push_back({start, to});
+    return out;
+  };
+  const auto fwd = forward_first ? segments(a, b) : segments(b, c);
+  const auto bwd = forward_first ? segments(b, c) : segments(a, b);
+  if (fwd.size() < 2 || bwd.size() < 2) return false;  // no expert all-to-all to overlap
+  std::vector<int> order;                              // old ids in their new order
+  order.reserve(static_cast<size_t>(c - a));
+  for (size_t k = 0; k < std::max(fwd.size(), bwd.size()); ++k)
+    for (const auto* segs : {&bwd, &fwd})
+      if (k < segs->size())
+        for (int i = (*segs)[k].first; i < (*segs)[k].second; ++i) order.push_back(i);
+  std::vector<int> moved(static_cast<size_t>(c - a));  // old id - a -> new id
+  for (size_t k = 0; k < order.size(); ++k) moved[order[k] - a] = a + static_cast<int>(k);
+  auto renumber = [&](int id) { return id >= a && id < c ? moved[id - a] : id; };
+  for (int i = a; i < c; ++i)
+    for (int d : P_.ops[i].deps)
+      if (renumber(d) >= renumber(i)) return false;  // a dependency would point forward
+  std::vector<Op> ops;
+  ops.reserve(order.size());
+  for (int old : order) ops.push_back(std::move(P_.ops[old]));
+  for (size_t k = 0; k < ops.size(); ++k) {
+    Op& o = ops[k];
+    o.id = a + static_cast<int>(k);
+    for (int& d : o.deps) d = renumber(d);
+    std::sort(o.deps.begin(), o.deps.end());
+    P_.ops[o.id] = std::move(o);
+  }
+  for (int& w : last_writer_) w = renumber(w);
+  for (auto& readers : last_reader_)
+    for (int& r : readers) r = renumber(r);
+  order_after_ = renumber(order_after_);
+  for (ChunkedGather& g : chunked_gathers_) g.head = renumber(g.head), g.rest = renumber(g.rest);
+  for (int& d : next_compute_waits_) d = renumber(d);
+  for (int i = c - 1; i >= a; --i)
+    if (P_.ops[i].stream == kCompute) {
+      last_compute_ = i;
+      break;
+    }
+  return true;
 }
 
 }  // namespace parasol::lowering

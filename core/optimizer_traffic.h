@@ -32,6 +32,10 @@ inline AdamTraffic adam_traffic_per_param(Dtype weights, Dtype state, bool separ
   return {step, separate_master ? 4.0 + dtype_bytes(weights) : 0.0};
 }
 
+// HBM bytes per parameter of the global gradient norm before the step: each gradient of this
+// rank's shard read once as fp32 (Megatron's clip_grad_norm over the main gradients).
+inline constexpr double kGradNormBytesPerParam = 4.0;
+
 // The same for a plan's precision and optimizer dtype, with the master kept apart exactly when
 // the weights are not fp32 and the state is.
 inline AdamTraffic adam_traffic_per_param(Dtype precision, Dtype state) {

@@ -452,4 +452,10 @@ Json plan_to_json(const Plan& p) {
   return j;
 }
 
+Plan runtime_plan(Plan p) {
+  p.tp_comm_overlap = false;
+  p.ep_comm_overlap = false;
+  return p;
+}
+
 }  // namespace parasol

@@ -189,7 +189,16 @@ struct Plan {
   // Ranks the ZeRO shards of expert parameters span: the expert data-parallel group
   // ((dp / ep) x cp), or its part inside a shard_degree group.
   int expert_shard_ranks() const;
+  // Chunks each overlapped TP collective is split into under tp_comm_overlap (Transformer
+  // Engine's userbuffers pipeline one chunk per TP rank through the ring beside the GEMM); 1 when
+  // the plan does not overlap. What the lowering emits and the closed form prices.
+  int tp_overlap_chunks() const { return tp_comm_overlap && tp > 1 ? tp : 1; }
 };
+
+// The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
+// (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
+// 1F1B on a stream of its own), which the predictors price. Neither changes the numerics.
+Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".
 std::string rank_order_name(const std::array<Dim, 5>& order);

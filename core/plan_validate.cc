@@ -143,6 +143,13 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     if (p.pp < 2) throw Error("plan.schedule", "interleaved needs pp > 1");
     if (p.vpp < 2) throw Error("plan.vpp", "interleaved needs vpp >= 2");
   }
+  // Megatron-Core's combined 1F1B (combined_1f1b.py) pairs a forward with a backward without a
+  // pipeline or in the interleaved schedule only.
+  if (p.ep_comm_overlap && p.pp > 1 && p.schedule != Schedule::kInterleaved)
+    throw Error("plan.ep_comm_overlap",
+                "Megatron-Core overlaps expert all-to-alls across micro-batches without a pipeline "
+                "or with the interleaved schedule, not " +
+                    std::string(schedule_name(p.schedule)) + " with pp " + s(p.pp));
   if (!p.uneven_stages()) {
     require_divides(int64_t{p.pp} * p.vpp, m.layers, "plan.pp",
                     "layers (pp x vpp must divide them)");

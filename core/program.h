@@ -231,7 +231,11 @@ struct Op {
   // compute ops (norms, activations, residuals, routing, embedding, loss, optimizer) the HBM
   // bytes read plus written, the figure cost_models/op_cost.cc prices them by.
   double bytes = 0;
-  double flops = 0;            // executed FLOPs (GEMMs and attention; 0 for memory-bound ops)
+  double flops = 0;  // executed FLOPs (GEMMs and attention; 0 for memory-bound ops)
+  // A GEMM's memory-bound epilogue: HBM bytes read plus written by the element-wise kernel the
+  // op runs beside its product (RoPE on the QKV projection's output, and undone on the data
+  // gradient's input; RoPE inside MLA's qkv.pack and qkv.unpack), priced as a kernel of its own.
+  double epilogue_bytes = 0;
   Group group = Group::kTp;    // communication group
   bool reduce_max = false;     // all-reduce: element-wise maximum instead of the sum
   int peer_stage = -1;         // send/recv: the pipeline stage of the peer

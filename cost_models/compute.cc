@@ -71,6 +71,19 @@ double fp8_quantize_time(const DeviceSpec& dev, const Profile& prof, double elem
   return memory_time(dev, prof, 4.0 * elements);
 }
 
+Dtype output_layer_dtype(Dtype precision) {
+  return precision == Dtype::kFp8 ? Dtype::kBf16 : precision;
+}
+
+double linear_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m,
+                        int64_t n, int64_t k, int64_t batch, GemmPass pass, bool router) {
+  batch = std::max<int64_t>(1, batch);
+  double t = gemm_time(dev, prof, dtype, m, n, k, batch);
+  if (dtype == Dtype::kFp8 && !router && pass != GemmPass::kWeightGrad)
+    t += fp8_quantize_time(dev, prof, static_cast<double>(m) * k * batch);
+  return t;
+}
+
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
                               const AttnShape& a) {
   const double eb = dtype_bytes(dtype);

@@ -29,6 +29,23 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
 // FP8 primer).
 double fp8_quantize_time(const DeviceSpec& dev, const Profile& prof, double elements);
 
+// Which GEMM of a linear layer: the forward product, the backward data gradient or the
+// backward weight gradient.
+enum class GemmPass { kForward, kDataGrad, kWeightGrad };
+
+// Seconds of one GEMM of a linear layer (`batch` grouped products of m x k by k x n) in `dtype`:
+// gemm_time, plus under fp8 the quantisation of its m x k operand (the forward input, the
+// backward output gradient) for the forward and data-gradient GEMMs of every linear but the
+// MoE router (`router`), which stays in higher precision; weight-gradient GEMMs reuse the
+// transposed copies. The one rule both predictors price a linear by.
+double linear_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m,
+                        int64_t n, int64_t k, int64_t batch, GemmPass pass, bool router);
+
+// The dtype of the output layer's GEMMs (the head and its gradients) under `precision`: fp8
+// plans keep it in bf16 (Megatron-Core's output layer is a plain ColumnParallelLinear outside
+// Transformer Engine's fp8 autocast; torchtitan's float8 conversion skips "output").
+Dtype output_layer_dtype(Dtype precision);
+
 // Seconds for a memory-bound kernel that moves `bytes` (reads + writes) through HBM.
 double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
 

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "core/layer_shapes.h"
+#include "core/optimizer_traffic.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
 #include "cost_models/moe_dispatch.h"
@@ -40,8 +41,6 @@ Plan dense_layout_plan(const Plan& p) {
   q.etp = 0;
   return q;
 }
-
-int up_cols_of(const Model& m) { return m.activation == Activation::kSwiglu ? 2 : 1; }
 
 double ddp_bucket_params(int dp) { return std::max(4.0e7, 1.0e6 * dp); }
 
@@ -274,9 +273,7 @@ struct LayerPricer {
         T(static_cast<int64_t>(p.micro_batch) * seq / p.cp),
         Tn(sp ? static_cast<double>(T) / t : static_cast<double>(T)),
         h(m.hidden),
-        drop(m.dropout ? 1 : 0),
-        eager(!p.fused_kernels),
-        norm_bytes(eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb),
+        kb(kernel_bytes(m, p)),
         up_cols(m.activation == Activation::kSwiglu ? 2 : 1),
         tp(tp_group) {
     // Megatron's f and g operators of one block: under SP an all-gather before the
@@ -315,6 +312,7 @@ struct LayerPricer {
   void tp_block(const Gemm& column, const Gemm& row, const TpInputs& in);
   std::pair<Gemm, Gemm> attention_projections();
   void rotary();
+  void mla_packing();
   void attention_core();
   void routed_expert_linears(double routed, int local, int64_t etp);
   void routed_tensor_parallel();
@@ -341,12 +339,7 @@ struct LayerPricer {
   const int64_t T;  // tokens on this rank
   const double Tn;  // of which in its sequence shard
   const int64_t h;
-  const double drop;
-  // Norms read and write the activations once fused; PyTorch eager's RMSNorm upcasts, squares,
-  // averages, scales, downcasts and multiplies op by op: 4 eb + 28 bytes an element (torchtitan's
-  // RMSNorm; LayerNorm is one ATen kernel even in eager).
-  const bool eager;
-  const double norm_bytes;
+  const KernelBytes kb;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
   const int64_t up_cols;
   const GroupModel* tp;
   double ag = 0, rs = 0, ar = 0;  // the f and g operators' collectives
@@ -369,14 +362,10 @@ LayerPricer::Gemm LayerPricer::linear(const LinearShape& s, double rows, int64_t
   if (s.split == Split::kColumn) out /= parts;
   if (s.split == Split::kRow) in /= parts;
   const auto r = static_cast<int64_t>(rows);
-  Gemm g{gemm_time(d, f, math, r, out, in), gemm_time(d, f, math, r, in, out),
-         gemm_time(d, f, math, in, out, r)};
-  if (math == Dtype::kFp8 && std::string_view(s.name) != "router") {
-    // The input quantised in forward, the output gradient in backward (the router stays in
-    // higher precision).
-    g.fwd += fp8_quantize_time(d, f, rows * in);
-    g.dgrad += fp8_quantize_time(d, f, rows * out);
-  }
+  const bool router = std::string_view(s.name) == "router";
+  Gemm g{linear_gemm_time(d, f, math, r, out, in, 1, GemmPass::kForward, router),
+         linear_gemm_time(d, f, math, r, in, out, 1, GemmPass::kDataGrad, router),
+         linear_gemm_time(d, f, math, in, out, r, 1, GemmPass::kWeightGrad, router)};
   lp.forward += g.fwd;
   lp.backward += g.dgrad + g.wgrad;
   fwd_flops += 2.0 * rows * in * out;
@@ -390,65 +379,65 @@ void LayerPricer::elementwise(double bytes) {
 }
 
 // A norm over `width` on the rank's sequence shard.
-void LayerPricer::norm(double width) { elementwise(norm_bytes * Tn * width); }
+void LayerPricer::norm(double width) { elementwise(kb.norm * Tn * width); }
 
-// The activation of an MLP of `width` on `rows` tokens: fused, read the fc1 output(s), write
-// the product; eager SwiGLU runs silu, then the multiply (5 eb an element).
+// The activation of an MLP of `width` on `rows` tokens.
 void LayerPricer::activation(double rows, double width) {
-  const double per =
-      eager && m.activation == Activation::kSwiglu ? 5 * eb : (up_cols_of(m) + 1) * eb;
-  elementwise(per * rows * width);
+  elementwise(kb.activation * rows * width);
 }
 
 // A residual add (with dropout when the model has it) on the sequence shard.
-void LayerPricer::residual() { elementwise((3 * eb + drop) * Tn * h); }
+void LayerPricer::residual() { elementwise(kb.residual * Tn * h); }
 
 // One block's TP communication. Forward: f before the first column-parallel GEMM and g after
 // the row-parallel one, on the compute path. Backward (Megatron-Core's linear layers): the
 // row-parallel layer's input gradient needs g's conjugate (an all-gather under SP) before its
 // GEMMs; the column-parallel layer's data-gradient reduction (reduce-scatter or all-reduce)
 // runs asynchronously beside its weight-gradient GEMM and, under SP, the all-gather of its
-// saved input beside its data-gradient GEMM. With tp_comm_overlap (Transformer Engine
-// userbuffers) every one of them is split into chunks pipelined with the GEMM it feeds or
-// drains.
+// saved input beside its data-gradient GEMM (Transformer Engine's bulk overlaps do the same).
+// With tp_comm_overlap (Transformer Engine's userbuffers) the forward's f and g and the
+// backward's conjugate of g are split into Plan::tp_overlap_chunks() chunks pipelined with the
+// GEMM they feed or drain: one chunk is exposed, the rest hides behind the GEMM (as the
+// lowering emits them, core/lower_emit.cc).
 void LayerPricer::tp_block(const Gemm& column, const Gemm& row, const TpInputs& in) {
   if (!tp) return;
-  // A collective of `bytes` over tp, priced once per block (the dense widths reuse ag/rs/ar).
-  auto gather = [&](double bytes) {
-    if (!sp) return 0.0;
-    return bytes == act_bytes ? ag : tp->cost(Collective::kAllGather, bytes).time_s;
+  const Collective reduce_kind = sp ? Collective::kReduceScatter : Collective::kAllReduce;
+  // A collective of `bytes` over tp (the dense widths reuse ag/rs/ar).
+  auto cost = [&](Collective kind, double bytes) {
+    if (bytes == act_bytes) return kind == Collective::kAllGather ? ag : sp ? rs : ar;
+    return tp->cost(kind, bytes).time_s;
   };
-  auto reduce = [&](double bytes) {
-    if (bytes == act_bytes) return sp ? rs : ar;
-    return tp->cost(sp ? Collective::kReduceScatter : Collective::kAllReduce, bytes).time_s;
+  // {exposed, hidden} of a collective of `bytes` beside `gemm` seconds of the GEMM it feeds or
+  // drains: chunked under tp_comm_overlap, else on the compute path.
+  const int chunks = p.tp_overlap_chunks();
+  auto on_path = [&](Collective kind, double bytes, double gemm) -> std::pair<double, double> {
+    if (chunks == 1) return {cost(kind, bytes), 0.0};
+    const double one = tp->cost(kind, bytes / chunks).time_s;
+    const double rest = tp->cost(kind, bytes - bytes / chunks).time_s;
+    const double exposed = one + std::max(0.0, rest - gemm);
+    return {exposed, one + rest - exposed};
   };
-  const double f_fwd = gather(in.column_input), g_fwd = reduce(act_bytes);
-  const double g_bwd = gather(act_bytes), f_bwd = reduce(in.column_input_grad);
-  const double wgrad_gather = gather(in.column_input_again);
+  // Issued before a GEMM it does not feed and waited on after it: only the excess is exposed.
+  auto beside = [&](Collective kind, double bytes, double gemm) -> std::pair<double, double> {
+    const double c = cost(kind, bytes);
+    const double exposed = std::max(0.0, c - gemm);
+    return {exposed, c - exposed};
+  };
   lp.tp_bytes_forward += (sp ? in.column_input : 0) + act_bytes;
   lp.tp_bytes_backward += (sp ? act_bytes + in.column_input_again : 0) + in.column_input_grad;
-  if (p.tp_comm_overlap) {
-    for (auto [comm, gemm] : {std::pair{f_fwd, column.fwd}, {g_fwd, row.fwd}}) {
-      auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
-      lp.tp_forward += e;
-      lp.tp_hidden += hid;
-    }
-    for (auto [comm, gemm] : {std::pair{g_bwd, row.dgrad},
-                              {f_bwd, column.wgrad},
-                              std::pair{wgrad_gather, column.dgrad}}) {
-      auto [e, hid] = overlap(comm, gemm, static_cast<int>(t));
-      lp.tp_backward += e;
-      lp.tp_hidden += hid;
-    }
-    return;
+  std::pair<double, double> forward[2] = {{0, 0}, {0, 0}}, backward[3] = {{0, 0}, {0, 0}, {0, 0}};
+  if (sp) forward[0] = on_path(Collective::kAllGather, in.column_input, column.fwd);  // f
+  forward[1] = on_path(reduce_kind, act_bytes, row.fwd);                              // g
+  if (sp) backward[0] = on_path(Collective::kAllGather, act_bytes, row.dgrad);  // g's conjugate
+  backward[1] = beside(reduce_kind, in.column_input_grad, column.wgrad);        // f's conjugate
+  if (sp) backward[2] = beside(Collective::kAllGather, in.column_input_again, column.dgrad);
+  for (auto [e, hid] : forward) {
+    lp.tp_forward += e;
+    lp.tp_hidden += hid;
   }
-  lp.tp_forward += g_fwd + f_fwd;
-  lp.tp_backward += g_bwd;  // the row-parallel input gradient's all-gather (SP)
-  // Asynchronous: issued before the GEMM, waited on after it; only the excess is exposed.
-  for (auto [comm, gemm] : {std::pair{f_bwd, column.wgrad}, {wgrad_gather, column.dgrad}}) {
-    const double e = std::max(0.0, comm - gemm);
+  for (auto [e, hid] : backward) {
     lp.tp_backward += e;
-    lp.tp_hidden += comm - e;
+    lp.tp_hidden += hid;
   }
 }
 
@@ -458,6 +447,7 @@ void LayerPricer::attention_block() {
   norm(static_cast<double>(h));
   const auto [column, row] = attention_projections();
   for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
+  if (m.mla.enabled()) mla_packing();
   rotary();
   attention_core();
   residual();
@@ -499,15 +489,40 @@ std::pair<LayerPricer::Gemm, LayerPricer::Gemm> LayerPricer::attention_projectio
   return {column_attn, row_attn};
 }
 
-// Rotary embeddings on Q and K: a fused kernel reads and writes them (Megatron's and TE's
-// RoPE fusion, torch.compile); eager PyTorch upcasts to complex fp32, multiplies and casts
-// back (2 eb + 16 bytes an element).
-void LayerPricer::rotary() {
-  if (m.learned_positions) return;
-  const double width = m.mla.enabled() ? static_cast<double>(m.heads) * m.head_dim + m.head_dim
-                                       : static_cast<double>(m.q_dim() + m.kv_dim());
+// Multi-head latent attention's element-wise work besides its norms, as core/lower_mla.cc emits
+// it: the kv latent's norm also moves the rotary key's columns it passes through; "qkv.pack"
+// forms Q | K | V from q, kv_up's output and the rotary key (part of the up-projections'
+// recompute module) and "qkv.unpack" takes the gradient apart; and the backward forms the
+// normed latents again for the up-projections' weight gradients (inside that module's recompute
+// when the plan recomputes it).
+void LayerPricer::mla_packing() {
+  const MlaSpec& a = m.mla;
+  const double heads = static_cast<double>(m.heads) / t, rope = a.qk_rope_head_dim;
+  const double q_cols = heads * (a.qk_nope_head_dim + rope);
+  const double kv_up_cols = heads * (a.qk_nope_head_dim + a.v_head_dim);
+  const double qkv_cols = 2 * q_cols + heads * a.v_head_dim;
+  const double moved = eb * static_cast<double>(T) * (q_cols + kv_up_cols + rope + qkv_cols);
+  elementwise(kb.norm * Tn * rope);  // kv_norm's pass-through columns
   const Part at = mark();
-  elementwise((eager ? 2 * eb + 16 : 2 * eb) * T * width / t);
+  lp.forward += memory_time(d, f, moved);
+  add_to(mla_up, since(at));
+  lp.backward += memory_time(d, f, moved);
+  // The latent norms run again in the backward: inside the recompute of the module, or alone.
+  const double latent_norms =
+      (a.q_lora_rank > 0 ? memory_time(d, f, kb.norm * Tn * a.q_lora_rank) : 0) +
+      memory_time(d, f, kb.norm * Tn * (a.kv_lora_rank + rope));
+  if (p.recomputes(RecomputeModule::kMlaUpProj))
+    mla_up.time += latent_norms;
+  else
+    lp.backward += latent_norms;
+}
+
+// Rotary embeddings on Q and K (the lowering runs them as the QKV projection's epilogue, or
+// inside MLA's qkv.pack).
+void LayerPricer::rotary() {
+  if (kb.rotary == 0) return;
+  const Part at = mark();
+  elementwise(kb.rotary * T * static_cast<double>(rotary_columns(m)) / t);
   if (m.mla.enabled()) add_to(mla_up, since(at));
 }
 
@@ -516,12 +531,24 @@ void LayerPricer::attention_core() {
   AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
                                 seq / p.cp, seq, p.flash_attention);
   a.kernel = p.attention_kernel;
-  lp.attention_forward = attention_forward_time(d, f, attn_dtype, a);
-  attn_bwd = attention_backward_time(d, f, attn_dtype, a);
   attn_window = a.window;
+  // A windowed layer under a context-parallel ring runs one attention op per ring step its window
+  // reaches, each a causal chunk of its own with the window (as core/lower_layer.cc emits them).
+  const int64_t chunk = seq / p.cp;
+  const int64_t steps = p.cp > 1 && a.window > 0
+                            ? std::min<int64_t>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk)
+                            : 0;
+  if (steps > 0) {
+    a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch, chunk, chunk,
+                        p.flash_attention);
+    a.kernel = p.attention_kernel;
+  }
+  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
+  lp.attention_forward = n * attention_forward_time(d, f, attn_dtype, a);
+  attn_bwd = n * attention_backward_time(d, f, attn_dtype, a);
   lp.forward += lp.attention_forward;
   lp.backward += attn_bwd;
-  lp.attention_flops = attention_flops(a);
+  lp.attention_flops = n * attention_flops(a);
   fwd_flops += lp.attention_flops;
 }
 
@@ -544,6 +571,9 @@ void LayerPricer::context_parallel(const GroupModel& cp) {
   lp.cp_bytes_backward = (2 * steps + 1) * kv_bytes;  // K/V and their gradients, the last hop
   lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
   lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
+  // The received K/V gradient added to each later step's own ("dkv.acc"), and the accumulator
+  // folded into dQKV at home ("dkv.fold"): element-wise, reading two and writing one.
+  lp.backward += ring * memory_time(d, f, 3 * kv_bytes);
   lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
 }
 
@@ -628,13 +658,11 @@ void LayerPricer::routed_expert_linears(double routed, int local, int64_t etp) {
     if (s.split == Split::kColumn) out /= etp;
     if (s.split == Split::kRow) in /= etp;
     const auto rows_per_expert = static_cast<int64_t>(std::ceil(routed / local));
-    lp.forward += gemm_time(d, f, math, rows_per_expert, out, in, local);
-    lp.backward += gemm_time(d, f, math, rows_per_expert, in, out, local) +
-                   gemm_time(d, f, math, in, out, rows_per_expert, local);
-    if (math == Dtype::kFp8) {
-      lp.forward += fp8_quantize_time(d, f, routed * in);
-      lp.backward += fp8_quantize_time(d, f, routed * out);
-    }
+    lp.forward +=
+        linear_gemm_time(d, f, math, rows_per_expert, out, in, local, GemmPass::kForward, false);
+    lp.backward +=
+        linear_gemm_time(d, f, math, rows_per_expert, in, out, local, GemmPass::kDataGrad, false) +
+        linear_gemm_time(d, f, math, in, out, rows_per_expert, local, GemmPass::kWeightGrad, false);
     fwd_flops += 2.0 * routed * in * out;
     if (s.split == Split::kColumn) {
       const Part at = mark();
@@ -646,18 +674,20 @@ void LayerPricer::routed_expert_linears(double routed, int local, int64_t etp) {
 
 // The expert-parallel all-to-alls on group `ep`: dispatch and combine, forward and backward.
 void LayerPricer::expert_all_to_all(const GroupModel& ep, const MlpBlock& b) {
-  double bytes = eb * expert_tokens() * m.moe.top_k * h;
+  const double bytes = eb * expert_tokens() * m.moe.top_k * h;
   lp.ep_bytes_forward = lp.ep_bytes_backward = 2 * bytes;  // dispatch and combine
-  bytes *= dispatcher_bytes_factor(m, p, ep.nodes());
-  // DeepEP dispatches in fp8 when the plan trains in fp8; the combine and the backward's
-  // two exchanges stay bf16: 1 of the 4 all-to-alls at half the bytes (as the simulator
-  // prices the forward dispatch).
-  if (p.moe_dispatcher == MoeDispatcher::kDeepEp && ep.nodes() > 1 && p.precision == Dtype::kFp8)
-    bytes *= 0.875;
-  const double a2a = ep.cost(Collective::kAllToAll, bytes).time_s;
+  // The forward's dispatch, and each of the other three exchanges (its combine, the backward's
+  // two), priced as the simulator prices the ops (cost_models/moe_dispatch.h).
+  auto a2a_time = [&](bool forward_dispatch) {
+    return ep
+        .cost(Collective::kAllToAll,
+              expert_all_to_all_wire_bytes(m, p, ep.nodes(), bytes, forward_dispatch))
+        .time_s;
+  };
+  const double dispatch = a2a_time(true), other = a2a_time(false);
   if (!p.ep_comm_overlap) {
-    lp.ep_forward = 2 * a2a;
-    lp.ep_backward = 2 * a2a;
+    lp.ep_forward = dispatch + other;
+    lp.ep_backward = 2 * other;
     return;
   }
   // Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm, after
@@ -667,10 +697,10 @@ void LayerPricer::expert_all_to_all(const GroupModel& ep, const MlpBlock& b) {
   // backward's attention, the backward's two beside the forward's attention and MLP.
   const double attn_f = b.start.time, mlp_f = lp.forward - b.start.time;
   const double attn_b = b.backward_start, mlp_b = lp.backward - b.backward_start;
-  auto exposed = [a2a](double window) { return std::max(0.0, a2a - window); };
-  lp.ep_forward = exposed(mlp_b) + exposed(attn_b);
-  lp.ep_backward = exposed(attn_f) + exposed(mlp_f);
-  lp.ep_hidden = 4 * a2a - lp.ep_forward - lp.ep_backward;
+  auto exposed = [](double a2a, double window) { return std::max(0.0, a2a - window); };
+  lp.ep_forward = exposed(dispatch, mlp_b) + exposed(other, attn_b);
+  lp.ep_backward = exposed(other, attn_f) + exposed(other, mlp_f);
+  lp.ep_hidden = dispatch + 3 * other - lp.ep_forward - lp.ep_backward;
 }
 
 // The MLP block's end: its recompute module's share (with its exposed forward all-to-alls and
@@ -806,10 +836,11 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.backward += memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
   }
   if (stage == p.pp - 1) {
-    price.forward += gemm_time(d, f, math, T, m.vocab / t, m.hidden) +
+    const Dtype head = output_layer_dtype(math);
+    price.forward += gemm_time(d, f, head, T, m.vocab / t, m.hidden) +
                      memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
-    price.backward += gemm_time(d, f, math, T, m.hidden, m.vocab / t) +
-                      gemm_time(d, f, math, m.hidden, m.vocab / t, T) +
+    price.backward += gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
+                      gemm_time(d, f, head, m.hidden, m.vocab / t, T) +
                       memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
@@ -1095,6 +1126,9 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
   }
+  // The global gradient norm reads this rank's gradient shard on the device first (the
+  // lowering's grad.norm op).
+  t.optimizer += memory_time(device_, f, kGradNormBytesPerParam * shard_params);
   if (p.offload.params)
     t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);

@@ -306,4 +306,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
 }
 }  // namespace
 
+std::vector<MemoryBreakdown> memory_per_stage(const Model& m, const Cluster& c, const Plan& p) {
+  const ParamCounts pc = param_counts(m);
+  std::vector<MemoryBreakdown> out;
+  out.reserve(static_cast<size_t>(p.pp));
+  for (int s = 0; s < p.pp; ++s) out.push_back(memory_of_stage(m, pc, c, p, s));
+  return out;
+}
+
 }  // namespace parasol::cost

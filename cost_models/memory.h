@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/model.h"
@@ -53,5 +54,9 @@ double host_memory_pinnable_bytes(const Cluster& c);
 
 // Peak device memory of one rank of `stage` (-1: the stage with the largest total).
 MemoryBreakdown memory_per_rank(const Model& m, const Cluster& c, const Plan& p, int stage = -1);
+
+// Peak device memory of one rank of each pipeline stage, stage 0 first (frameworks measure one
+// given rank: Megatron's CI the last stage).
+std::vector<MemoryBreakdown> memory_per_stage(const Model& m, const Cluster& c, const Plan& p);
 
 }  // namespace parasol::cost

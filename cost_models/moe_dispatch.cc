@@ -13,4 +13,12 @@ double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes) {
   return (n - 1) * (1 - none) / (k * (n - 1) / n);
 }
 
+double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes, double bytes,
+                                    bool forward_dispatch) {
+  const double factor = dispatcher_bytes_factor(m, p, ep_nodes);
+  bytes *= factor;
+  if (factor != 1.0 && forward_dispatch && p.precision == Dtype::kFp8) bytes *= 0.5;
+  return bytes;
+}
+
 }  // namespace parasol::cost

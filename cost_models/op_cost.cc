@@ -61,15 +61,15 @@ namespace {
 struct ShapeKey {
   int kind, phase, group, stage, peer, host;
   int64_t m, n, k, batch;
-  double elements, bytes, flops;
+  double elements, bytes, flops, epilogue;
   int64_t ab, aq, akv, ah, akvh, ad;
   int aflags;
   bool operator==(const ShapeKey& o) const {
     return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
            peer == o.peer && host == o.host && m == o.m && n == o.n && k == o.k &&
            batch == o.batch && elements == o.elements && bytes == o.bytes && flops == o.flops &&
-           ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah && akvh == o.akvh && ad == o.ad &&
-           aflags == o.aflags;
+           epilogue == o.epilogue && ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah &&
+           akvh == o.akvh && ad == o.ad && aflags == o.aflags;
   }
 };
 
@@ -93,6 +93,7 @@ struct ShapeHash {
     mix(bits(s.elements));
     mix(bits(s.bytes));
     mix(bits(s.flops));
+    mix(bits(s.epilogue));
     if (s.kind == static_cast<int>(OpKind::kAttention)) {
       mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
           static_cast<uint64_t>(s.akv) << 40);
@@ -150,6 +151,7 @@ double OpPricer::time(const Op& op, int stage, bool host) {
                op.elements,
                op.bytes,
                op.flops,
+               op.epilogue_bytes,
                op.attn.batch,
                op.attn.seq_q,
                op.attn.seq_kv,
@@ -326,6 +328,13 @@ double OpPricer::elementwise_bytes(const Op& op) const {
 }
 
 double OpPricer::price(const Op& op, int stage, bool host) {
+  const double epilogue = op.epilogue_bytes > 0 ? memory_time(cluster_.gpu_device(reps_[stage]),
+                                                              prof_, op.epilogue_bytes)
+                                                : 0;
+  return epilogue + body_price(op, stage, host);
+}
+
+double OpPricer::body_price(const Op& op, int stage, bool host) {
   const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
   const Dtype math = plan_.precision;
   switch (op.kind) {
@@ -333,14 +342,14 @@ double OpPricer::price(const Op& op, int stage, bool host) {
     case OpKind::kExpertLinear:
     case OpKind::kRouter:
       if (op.m > 0 && op.n > 0 && op.k > 0) {
-        double t = gemm_time(dev, prof_, math, op.m, op.n, op.k, std::max<int64_t>(1, op.batch));
-        // fp8: the GEMM's m x k operand (forward input, backward output gradient) is quantised
-        // first; weight-gradient GEMMs reuse the transposed copies.
-        const bool weight_grad = op.tags.phase == Phase::kBackward && !op.backward_data;
-        if (math == Dtype::kFp8 && op.kind != OpKind::kRouter && !weight_grad)
-          t += fp8_quantize_time(dev, prof_,
-                                 static_cast<double>(op.m) * op.k * std::max<int64_t>(1, op.batch));
-        return t;
+        const GemmPass pass = op.tags.phase != Phase::kBackward ? GemmPass::kForward
+                              : op.backward_data                ? GemmPass::kDataGrad
+                                                                : GemmPass::kWeightGrad;
+        // A linear outside the layers is the output layer (core/lower.h).
+        const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math) : math;
+        const bool router = op.kind == OpKind::kRouter || op.role == OpRole::kRouter ||
+                            op.role == OpRole::kRouterDw;
+        return linear_gemm_time(dev, prof_, dtype, op.m, op.n, op.k, op.batch, pass, router);
       }
       if (op.flops > 0)
         return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;
@@ -376,14 +385,11 @@ double OpPricer::price(const Op& op, int stage, bool host) {
       // Expert all-to-alls move what the plan's dispatcher puts on the wire (DeepEP: one copy
       // per remote node; its forward dispatch in fp8 when the plan trains in fp8).
       const GroupModel& gm = group_model(stage, op.group);
-      double bytes = op.bytes;
-      if (op.group == Group::kEp) {
-        const double factor = dispatcher_bytes_factor(model_, plan_, gm.nodes());
-        bytes *= factor;
-        if (factor != 1.0 && plan_.precision == Dtype::kFp8 && op.tags.phase != Phase::kBackward &&
-            op.role == OpRole::kDispatchA2a)
-          bytes *= 0.5;
-      }
+      const double bytes = op.group == Group::kEp
+                               ? expert_all_to_all_wire_bytes(model_, plan_, gm.nodes(), op.bytes,
+                                                              op.tags.phase != Phase::kBackward &&
+                                                                  op.role == OpRole::kDispatchA2a)
+                               : op.bytes;
       return gm.cost(Collective::kAllToAll, bytes).time_s;
     }
     case OpKind::kAllReduce:

@@ -2,8 +2,9 @@
 // the formulas the event simulator (sim/engine) plays and calibration (traces/calibrate) fits,
 // kept in one place so that a prediction and a fit of it price an op the same way.
 //
-// Prices: compute ops run on the rank's device in plan.precision: GEMMs (linear, expert
-// linear, router) by gemm_time (or FLOPs at gemm efficiency, or bytes when they have no
+// Prices: a GEMM's or element-wise op's memory-bound epilogue (Op::epilogue_bytes: RoPE) adds
+// memory_time of its bytes. Compute ops run on the rank's device in plan.precision: GEMMs (linear,
+// expert linear, router) by gemm_time (or FLOPs at gemm efficiency, or bytes when they have no
 // shape), the attention core by attention_{forward,backward}_time, memory-bound ops by
 // memory_time of Op::bytes (or 2 x elements x dtype bytes), AdamW likewise (or
 // optimizer_time of its parameters); an optimizer-step op whose buffers all live in host memory
@@ -82,7 +83,8 @@ class OpPricer {
 
  private:
   struct ShapeCache;
-  double price(const Op& op, int stage, bool host);
+  double price(const Op& op, int stage, bool host);       // with the op's epilogue
+  double body_price(const Op& op, int stage, bool host);  // without it
   const std::vector<int>& group_ranks(int stage, Group g);
   const GroupModel& group_model(int stage, Group g);
   void append_place(std::vector<int64_t>& sig, int gpu, int base_server) const;

@@ -28,11 +28,11 @@ void all_reduce_host(Communicator& comm, Backend& backend, std::span<float> valu
 Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet& comms,
                  TrainerOptions options)
     : model_(model),
-      plan_(plan),
+      plan_(runtime_plan(plan)),
       backend_(backend),
       comms_(comms),
       options_(std::move(options)),
-      program_(lower_stage(model, plan, comms.stage())) {
+      program_(lower_stage(model, plan_, comms.stage())) {
   executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
   data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
   // The host fills the parameters in host copies (it cannot touch device memory on a GPU).

@@ -66,7 +66,7 @@ class Trainer {
   void fill_batch(int mb, int32_t* tokens, int32_t* labels) const;
 
   const Model& model_;
-  const Plan& plan_;
+  const Plan plan_;  // runtime_plan() of the plan given: what the CPU runtime executes
   Backend& backend_;
   CommSet& comms_;
   TrainerOptions options_;

@@ -55,6 +55,7 @@ EstimateRun run_estimate(Spec& s, const JobFlags& job) {
   EstimateRun r;
   r.estimate = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
   r.band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
+  r.stage_memory = cost::memory_per_stage(s.model, *s.cluster, s.plan);
   if (job.tokens)
     r.job = cost::time_to_train(s.model, *s.cluster, s.plan, estimate_step(r.estimate), s.profile,
                                 job_opts);
@@ -64,6 +65,9 @@ EstimateRun run_estimate(Spec& s, const JobFlags& job) {
 Json estimate_document(const Spec& s, const EstimateRun& r) {
   Json j = cost::estimate_to_json(r.estimate);
   j["band"] = cost::band_to_json(r.band, r.estimate.step_time_s);
+  Json stages = Json::array();
+  for (const cost::MemoryBreakdown& m : r.stage_memory) stages.push_back(m.total());
+  j["memory_per_stage_bytes"] = stages;
   j["plan"] = plan_to_json(s.plan);
   if (r.job) j["job"] = cost::time_to_train_to_json(*r.job);
   return j;

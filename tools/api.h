@@ -28,7 +28,8 @@ namespace parasol::tools {
 struct EstimateRun {
   cost::Estimate estimate;
   cost::ErrorBand band;
-  std::optional<cost::TimeToTrain> job;  // with job.tokens
+  std::vector<cost::MemoryBreakdown> stage_memory;  // one rank of each pipeline stage
+  std::optional<cost::TimeToTrain> job;             // with job.tokens
 };
 
 // Validates s.plan and estimates it; job flags as job_options (they may set the cluster's storage

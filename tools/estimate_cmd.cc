@@ -26,7 +26,8 @@ std::string band_line(const cost::ErrorBand& b, double step_s) {
 }
 }  // namespace
 
-void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
+void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band,
+                    const std::vector<cost::MemoryBreakdown>& stage_memory) {
   const cost::TimeBreakdown& t = e.time;
   std::cout << "step time " << secs(e.step_time_s) << " " << cost::band_label(band) << ", "
             << count(e.tokens_per_s) << " tokens/s, " << fmt("%.2f", e.samples_per_s)
@@ -60,6 +61,11 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
                          {"buffers", m.buffers}})
     std::cout << "  " << name << ": " << gib(v) << "\n";
   if (m.host > 0) std::cout << "  offloaded to host: " << gib(m.host) << "\n";
+  if (stage_memory.size() > 1) {
+    std::cout << "memory per stage (one rank each):";
+    for (const cost::MemoryBreakdown& sm : stage_memory) std::cout << " " << gib(sm.total());
+    std::cout << "\n";
+  }
   std::cout << "host memory per server " << gib(e.host_memory_per_server_bytes) << " of "
             << gib(e.host_memory_capacity_bytes) << " pinnable"
             << (e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes ? " (fits)"
@@ -83,7 +89,7 @@ Runner add_estimate(CLI::App& app) {
     if (*json) {
       std::cout << estimate_document(s, r).dump(1) << "\n";
     } else {
-      print_estimate(r.estimate, r.band);
+      print_estimate(r.estimate, r.band, r.stage_memory);
       if (r.job) print_time_to_train(*r.job);
     }
     return 0;

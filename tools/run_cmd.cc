@@ -169,7 +169,8 @@ int train(const Spec& s, const RunOptions& ro) {
       // Stage names and dependency flows (sim/trace_annotate.h) need every stage's Program.
       traces::Trace merged = traces::read_trace_files(parts);
       std::vector<Program> programs;
-      for (int st = 0; st < plan.pp; ++st) programs.push_back(lower_stage(s.model, plan, st));
+      for (int st = 0; st < plan.pp; ++st)
+        programs.push_back(lower_stage(s.model, runtime_plan(plan), st));
       sim::annotate_trace(merged, plan, programs);
       traces::write_trace_file(merged, ro.trace);
       for (const std::string& p : parts) std::filesystem::remove(p);

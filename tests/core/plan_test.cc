@@ -93,6 +93,26 @@ TEST(PlanValid, PlanFileNamesItsModelAndCluster) {
 
 // --- One test per validate() rule, in the order of plan_validate.cc -----------------------------
 
+// Megatron-Core's combined 1F1B (the expert all-to-all overlap) has no form for a pipeline
+// without virtual stages: such a plan is refused; without a pipeline or interleaved it runs.
+TEST(PlanValidate, ExpertOverlapNeedsNoPipelineOrTheInterleavedSchedule) {
+  Plan p = degrees(1, 2);
+  p.dp = 8;
+  p.ep = 8;
+  p.ep_comm_overlap = true;
+  p.global_batch = 64;
+  ExpectInvalid(p, mixtral(), h100(16), "plan.ep_comm_overlap", "interleaved");
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  EXPECT_NO_THROW(validate(p, mixtral(), h100(16)));
+  Plan q = degrees(1, 1);
+  q.dp = 16;
+  q.ep = 8;
+  q.ep_comm_overlap = true;
+  q.global_batch = 64;
+  EXPECT_NO_THROW(validate(q, mixtral(), h100(16)));
+}
+
 TEST(PlanValidate, DegreesBelowOne) {
   // Plans built in code (by search) skip plan_from_json's ranges; validate must still reject
   // them rather than divide by zero.

@@ -29,7 +29,7 @@ Sums program_sums(const LoweredPlan& l) {
       const double f = op.flops * ranks_per_stage;
       if (op.tags.phase == Phase::kForward) s.forward_flops += f;
       if (op.tags.phase == Phase::kRecompute) s.recompute_flops += f;
-      if (op.kind == OpKind::kAdamW ||
+      if (op.kind == OpKind::kAdamW || op.kind == OpKind::kGradNorm ||
           (op.kind == OpKind::kCast && op.tags.phase == Phase::kOptimizer))
         s.optimizer_bytes += op.bytes * ranks_per_stage;
     }
@@ -90,8 +90,9 @@ TEST(EstimateAgainstProgram, FlopsAndOptimizerTrafficEqualTheLoweredOps) {
     EXPECT_NEAR(s.forward_flops, e.model_flops_per_step / 3 - masked, 1e-9 * s.forward_flops);
     const double recompute = e.hardware_flops_per_step - e.model_flops_per_step;
     EXPECT_NEAR(s.recompute_flops, recompute, 1e-9 * e.model_flops_per_step);
-    // The optimizer: every rank updates its shard (ZeRO) or the whole stage; with one stage the
-    // estimate's optimizer seconds are that rank's bytes over the HBM bandwidth.
+    // The optimizer: every rank takes the gradient norm of its shard (ZeRO) or the whole stage
+    // and updates it; with one stage the estimate's optimizer seconds are that rank's bytes
+    // over the HBM bandwidth.
     if (g.plan.pp == 1) {
       const DeviceSpec& d = c.gpu_device(0);
       const double closed_bytes = e.time.optimizer * d.hbm_bw * prof.memory_efficiency;

@@ -222,6 +222,7 @@ std::vector<Case> round_trip_cases() {
       {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
        plan({{"tp", 4},
              {"pp", 2},
+             {"vpp", 2},
              {"dp", 8},
              {"ep", 8},
              {"etp", 1},

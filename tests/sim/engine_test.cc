@@ -656,8 +656,9 @@ TEST(EngineLowered, PlaysEveryFeature) {
 //  forward: the K/V hop starts with the first chunk's attention (both wait for Q|K|V) and the
 //    second chunk's attention waits for it: max(0, step - attention of one chunk);
 //  backward: the K/V hop was sent ahead (its inputs are saved activations; the comm stream is
-//    idle), but each attention step reads the dK/dV accumulated by the neighbour in the step
-//    before, and the last dK/dV goes home before it is folded in: 2 steps, never hidden.
+//    idle); the first step's dK/dV travels beside the second step's attention and is added to
+//    that step's own after it ("dkv.acc"): max(0, step - attention of the second chunk); the
+//    last dK/dV goes home before it is folded in: one step, never hidden.
 TEST(EngineLowered, ContextParallelRingIsItsBytesOverTheLink) {
   const Model m = model_preset("llama3-8b");
   Plan p;
@@ -692,14 +693,19 @@ TEST(EngineLowered, ContextParallelRingIsItsBytesOverTheLink) {
     ASSERT_EQ(d.size(), 2u);  // one attention op per ring step
     exposed_want += std::max(0.0, ring.step_s - d[0]);
   }
+  double hidden_backward = 0;
   for (const auto& [key, d] : attn_bwd) {
     ASSERT_EQ(d.size(), 2u);
-    exposed_want += 2 * ring.step_s;
+    exposed_want += std::max(0.0, ring.step_s - d[1]) + ring.step_s;
+    hidden_backward += std::min(ring.step_s, d[1]);
   }
   const double exposed = s.breakdown.exposed_comm[static_cast<int>(Group::kCp)];
-  // The comparison means something: the forward hop is partly hidden and the backward is not.
-  ASSERT_GT(exposed_want, 2.0 * m.layers * p.micro_batches() * ring.step_s);
-  ASSERT_LT(exposed_want, 3.0 * m.layers * p.micro_batches() * ring.step_s);
+  // The comparison means something: the forward hop and the backward's first dK/dV hop are
+  // partly hidden, the last hop home is not.
+  const double steps = m.layers * p.micro_batches() * ring.step_s;
+  ASSERT_GT(hidden_backward, 0);
+  ASSERT_GT(exposed_want, 1.0 * steps);
+  ASSERT_LT(exposed_want, 3.0 * steps);
   EXPECT_NEAR(exposed, exposed_want, 1e-6 * exposed_want);
 }
 
@@ -742,7 +748,8 @@ TEST(EngineLowered, PlaysUnevenStagesZero3WithPipelineAndHsdp) {
 // Multi-head latent attention with an expert grid of its own (DeepSeek-V3: ep 8 over tp 2 x dp 4,
 // more than dp), Qwen3-MoE with etp 1 under tp 2, GPT-OSS's alternating windows with experts,
 // Mistral's window on every layer under a context-parallel ring: each plays to the end, the
-// breakdown adds up, the trace is well formed, and the step is within a factor of the estimate.
+// breakdown adds up, the trace is well formed, and the step is within 3.5% of the estimate (the
+// same op prices; tests/sim/one_model_test.cc holds every plan switch to 2% at realistic sizes).
 // The models are cut to a few layers (the presets' shapes otherwise) to keep the test short.
 TEST(EngineLowered, PlaysLatentAttentionWindowsSharedExpertsAndAnExpertGrid) {
   struct Case {
@@ -789,8 +796,10 @@ TEST(EngineLowered, PlaysLatentAttentionWindowsSharedExpertsAndAnExpertGrid) {
       EXPECT_NEAR(b.total(), s.step_time_s, 1e-9 * s.step_time_s);
     EXPECT_EQ(static_cast<int64_t>(s.trace.events.size()), s.ops_simulated);
     expect_well_formed(s.trace);
-    EXPECT_GT(s.step_time_s, 0.5 * r.est.step_time_s);
-    EXPECT_LT(s.step_time_s, 2.0 * r.est.step_time_s);
+    // Two micro-batches of 2-4 layers: the step-level terms (pipeline fill, the data-parallel
+    // tail, the optimizer) weigh most here, and they are still priced apart (measured 2.3-3.0%).
+    EXPECT_NEAR(s.step_time_s / r.est.step_time_s, 1.0, 0.035)
+        << "simulated " << s.step_time_s << " s, estimated " << r.est.step_time_s << " s";
     if (k.plan.ep > 1) {
       EXPECT_GT(s.breakdown.exposed_comm[static_cast<int>(Group::kEp)], 0);
     }

@@ -1,0 +1,221 @@
+// The closed form and the simulator are one model: on a grid of plans that uses every plan
+// switch (GQA, MLA, sliding windows, MoE with shared experts, first-dense layers, an expert grid
+// and DeepEP, CP rings, ZeRO 0-3 in every reshard mode and HSDP, offload, GPipe / 1F1B /
+// interleaved / uneven stages, recompute, fp8, unfused kernels, and TP and EP communication
+// overlap on and off), the event simulator's step on the lowered Programs agrees with the
+// closed-form estimate within a stated band. Each switch the Program says (core/lower.h) is
+// priced by the same op prices in both, so the band is 2% but where a case names what the two
+// still model differently.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/lower.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "cost_models/estimate.h"
+#include "cost_models/profile.h"
+#include "sim/engine.h"
+
+namespace parasol::sim {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string model;  // a preset
+  int layers = 0;     // > 0: the preset cut to this many layers (a short test)
+  int gpus = 16;
+  std::function<void(Plan&)> plan;
+  double band = 0.02;  // |simulated / estimated - 1| at most this
+  std::string why;     // what the two still model differently, where band > 2%
+};
+
+Plan base_plan(int gpus) {
+  Plan p;
+  p.micro_batch = 1;
+  p.global_batch = 8 * gpus;
+  p.dp = gpus;
+  return p;
+}
+
+// Sets the degrees and makes dp the GPUs left.
+void degrees(Plan& p, int gpus, int tp, int pp = 1, int cp = 1) {
+  p.tp = tp, p.pp = pp, p.cp = cp;
+  p.dp = gpus / (tp * pp * cp);
+  p.sequence_parallel = tp > 1;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const int n = 16;
+  auto dense = [&](std::string name, std::function<void(Plan&)> f, double band = 0.02,
+                   std::string why = "") {
+    out.push_back({"llama3-8b " + name, "llama3-8b", 0, n, std::move(f), band, std::move(why)});
+  };
+  dense("tp2", [](Plan& p) { degrees(p, 16, 2); });
+  dense("tp4 pp2", [](Plan& p) { degrees(p, 16, 4, 2); });
+  dense("tp2 without sp", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.sequence_parallel = false;
+  });
+  for (bool sp : {true, false})
+    dense(std::string("tp4 tp_comm_overlap") + (sp ? "" : " without sp"), [sp](Plan& p) {
+      degrees(p, 16, 4, 2);
+      p.sequence_parallel = sp;
+      p.tp_comm_overlap = true;
+    });
+  dense("unfused kernels", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.fused_kernels = false;
+  });
+  dense("fp8", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.precision = Dtype::kFp8;
+  });
+  for (int cp : {2, 4})
+    dense("cp" + std::to_string(cp), [cp](Plan& p) {
+      degrees(p, 16, 2, 1, cp);
+      p.seq_len = 8192 * cp;
+    });
+  dense("cp4 fp8", [](Plan& p) {
+    degrees(p, 16, 2, 1, 4);
+    p.seq_len = 32768;
+    p.precision = Dtype::kFp8;
+  });
+  for (int zero : {1, 2, 3})
+    dense("zero" + std::to_string(zero), [zero](Plan& p) {
+      degrees(p, 16, 2);
+      p.zero = zero;
+    });
+  for (Reshard r : {Reshard::kAfterBackward, Reshard::kAfterStep})
+    dense(std::string("zero3 ") + reshard_name(r), [r](Plan& p) {
+      degrees(p, 16, 1);
+      p.zero = 3;
+      p.reshard = r;
+    });
+  dense("hsdp", [](Plan& p) {
+    degrees(p, 16, 1);
+    p.zero = 3;
+    p.shard_degree = 8;
+  });
+  dense("interleaved", [](Plan& p) {
+    degrees(p, 16, 2, 4);
+    p.vpp = 2;
+    p.schedule = Schedule::kInterleaved;
+  });
+  dense("gpipe", [](Plan& p) {
+    degrees(p, 16, 2, 4);
+    p.schedule = Schedule::kGpipe;
+  });
+  dense("uneven stages", [](Plan& p) {
+    degrees(p, 16, 2, 4);
+    p.stage_layers = {6, 10, 10, 6};
+  });
+  dense("full recompute", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.recompute = Recompute::kFull;
+  });
+  dense("selective recompute", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.recompute = Recompute::kSelective;
+  });
+  dense("optimizer offload", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.offload.optimizer = true;
+  });
+  dense("parameter offload", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.offload.params = true;
+  });
+  dense("zero3 parameter offload", [](Plan& p) {
+    degrees(p, 16, 1);
+    p.zero = 3;
+    p.offload.params = true;
+  });
+  dense(
+      "activation offload",
+      [](Plan& p) {
+        degrees(p, 16, 2);
+        p.offload.activations = true;
+      },
+      0.05,
+      "the closed form copies a stage's saved activations (cost::layer_activation_bytes) behind "
+      "one micro-batch's forward and backward as a whole; the Program copies each layer's after "
+      "its forward and prefetches them one layer ahead");
+  // MoE: Mixtral (top-2 of 8), with and without the combined-1F1B all-to-all overlap.
+  auto moe = [&](std::string name, std::function<void(Plan&)> f, double band = 0.02,
+                 std::string why = "") {
+    out.push_back(
+        {"mixtral-8x7b " + name, "mixtral-8x7b", 8, 32, std::move(f), band, std::move(why)});
+  };
+  moe("ep8", [](Plan& p) {
+    degrees(p, 32, 1);
+    p.ep = 8;
+  });
+  moe("ep4 tp2", [](Plan& p) {
+    degrees(p, 32, 2);
+    p.ep = 4;
+  });
+  moe("ep8 ep_comm_overlap", [](Plan& p) {
+    degrees(p, 32, 1);
+    p.ep = 8;
+    p.ep_comm_overlap = true;
+  });
+  moe("ep8 ep_comm_overlap interleaved", [](Plan& p) {
+    degrees(p, 32, 1, 2);
+    p.ep = 8;
+    p.vpp = 2;
+    p.schedule = Schedule::kInterleaved;
+    p.ep_comm_overlap = true;
+  });
+  // DeepEP on two nodes, in bf16 and fp8 (its forward dispatch in fp8).
+  for (Dtype d : {Dtype::kBf16, Dtype::kFp8})
+    out.push_back({std::string("qwen3-30b-a3b deepep ") + dtype_name(d), "qwen3-30b-a3b", 4, 16,
+                   [d](Plan& p) {
+                     degrees(p, 16, 1);
+                     p.ep = 16;
+                     p.moe_dispatcher = MoeDispatcher::kDeepEp;
+                     p.precision = d;
+                   }});
+  // MLA with shared experts after a first dense layer, an expert grid of its own (etp 1 under
+  // tp 2, ep 8 over more than dp).
+  out.push_back({"deepseek-v3 mla expert grid", "deepseek-v3", 8, 16, [](Plan& p) {
+                   degrees(p, 16, 2, 2);
+                   p.ep = 8;
+                   p.etp = 1;
+                 }});
+  // Alternating sliding windows with experts.
+  out.push_back({"gpt-oss-20b windows", "gpt-oss-20b", 4, 16, [](Plan& p) {
+                   degrees(p, 16, 2);
+                   p.ep = 8;
+                 }});
+  return out;
+}
+
+TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
+  for (const Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    Model m = model_preset(k.model);
+    if (k.layers > 0) {
+      m.layers = k.layers;
+      m.moe.first_dense = std::min(m.moe.first_dense, 1);
+    }
+    Plan p = base_plan(k.gpus);
+    k.plan(p);
+    p.global_batch = 8 * p.dp;
+    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    validate(p, m, c);
+    const cost::Profile prof = cost::default_profile(c.gpu_device(0));
+    const double est = cost::estimate(m, c, p, prof).step_time_s;
+    const double sim = simulate(m, c, lower(m, c, p), prof, false).step_time_s;
+    EXPECT_NEAR(sim / est, 1.0, k.band) << "simulated " << sim << " s, estimated " << est << " s"
+                                        << (k.why.empty() ? "" : ": ") << k.why;
+  }
+}
+
+}  // namespace
+}  // namespace parasol::sim
