@@ -60,16 +60,17 @@ namespace {
 // The shape of an op as far as its price is concerned.
 struct ShapeKey {
   int kind, phase, group, stage, peer, host;
+  int flags;  // what the price depends on besides the shape (price_flags)
   int64_t m, n, k, batch;
   double elements, bytes, flops, epilogue;
   int64_t ab, aq, akv, ah, akvh, ad;
   int aflags;
   bool operator==(const ShapeKey& o) const {
     return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
-           peer == o.peer && host == o.host && m == o.m && n == o.n && k == o.k &&
-           batch == o.batch && elements == o.elements && bytes == o.bytes && flops == o.flops &&
-           epilogue == o.epilogue && ab == o.ab && aq == o.aq && akv == o.akv && ah == o.ah &&
-           akvh == o.akvh && ad == o.ad && aflags == o.aflags;
+           flags == o.flags && peer == o.peer && host == o.host && m == o.m && n == o.n &&
+           k == o.k && batch == o.batch && elements == o.elements && bytes == o.bytes &&
+           flops == o.flops && epilogue == o.epilogue && ab == o.ab && aq == o.aq && akv == o.akv &&
+           ah == o.ah && akvh == o.akvh && ad == o.ad && aflags == o.aflags;
   }
 };
 
@@ -85,7 +86,7 @@ struct ShapeHash {
     mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
         static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
         static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
-    mix(static_cast<uint64_t>(s.peer));
+    mix(static_cast<uint64_t>(s.peer) ^ static_cast<uint64_t>(s.flags) << 40);
     mix(static_cast<uint64_t>(s.m));
     mix(static_cast<uint64_t>(s.n));
     mix(static_cast<uint64_t>(s.k));
@@ -103,6 +104,17 @@ struct ShapeHash {
     return static_cast<size_t>(h);
   }
 };
+
+// What an op's price depends on besides its shape: a linear's pass (a data gradient quantises
+// its operand under fp8, a weight gradient does not), whether it is the router and whether it is
+// the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows).
+bool is_router(const Op& op) {
+  return op.kind == OpKind::kRouter || op.role == OpRole::kRouter || op.role == OpRole::kRouterDw;
+}
+int price_flags(const Op& op) {
+  return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
+         (op.role == OpRole::kDispatchA2a ? 8 : 0);
+}
 
 bool stage_dependent(const Op& op) {
   return is_communication(op.kind) || op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch;
@@ -144,6 +156,7 @@ double OpPricer::time(const Op& op, int stage, bool host) {
                stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
                op.peer_stage,
                host ? 1 : 0,
+               price_flags(op),
                op.m,
                op.n,
                op.k,
@@ -347,9 +360,7 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                                                                 : GemmPass::kWeightGrad;
         // A linear outside the layers is the output layer (core/lower.h).
         const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math) : math;
-        const bool router = op.kind == OpKind::kRouter || op.role == OpRole::kRouter ||
-                            op.role == OpRole::kRouterDw;
-        return linear_gemm_time(dev, prof_, dtype, op.m, op.n, op.k, op.batch, pass, router);
+        return linear_gemm_time(dev, prof_, dtype, op.m, op.n, op.k, op.batch, pass, is_router(op));
       }
       if (op.flops > 0)
         return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;

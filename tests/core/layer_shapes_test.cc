@@ -337,5 +337,43 @@ TEST(ProgramAttentionFlops, WindowAtLeastTheSequenceIsFullCausal) {
   EXPECT_EQ(attention_flops(shape(32, 32, 1, 9)), 2.0 * 3 * 5 * 16 * 32);
 }
 
+// The memory-bound kernels' bytes per element, fused and eager (PyTorch op by op), in bf16 and
+// fp32, from the kernels' reads and writes counted by hand.
+TEST(KernelBytes, FusedAndEagerKernels) {
+  Model m = model_preset("llama3-8b");  // RMSNorm, SwiGLU, RoPE, no dropout
+  Plan p;
+  p.precision = Dtype::kBf16;
+  KernelBytes k = kernel_bytes(m, p);
+  EXPECT_EQ(k.norm, 4);        // read and write 2-byte elements
+  EXPECT_EQ(k.activation, 6);  // read gate and up, write the product
+  EXPECT_EQ(k.rotary, 4);
+  EXPECT_EQ(k.residual, 6);  // read two, write one
+  p.fused_kernels = false;
+  k = kernel_bytes(m, p);
+  EXPECT_EQ(k.norm, 4 * 2 + 28);    // upcast, square, mean, scale, downcast, weight
+  EXPECT_EQ(k.activation, 5 * 2);   // silu, then the multiply
+  EXPECT_EQ(k.rotary, 2 * 2 + 16);  // through complex fp32
+  EXPECT_EQ(k.residual, 6);
+  p.precision = Dtype::kFp32;
+  EXPECT_EQ(kernel_bytes(m, p).norm, 4 * 4 + 28);
+  // LayerNorm is one ATen kernel even in eager; GELU reads one input; learned positions have no
+  // rotary embedding; dropout adds its 1-byte mask to the residual.
+  Model g = model_preset("gpt3-175b");
+  g.dropout = true;
+  p.precision = Dtype::kBf16;
+  k = kernel_bytes(g, p);
+  EXPECT_EQ(k.norm, 4);
+  EXPECT_EQ(k.activation, 4);
+  EXPECT_EQ(k.rotary, 0);
+  EXPECT_EQ(k.residual, 7);
+}
+
+TEST(KernelBytes, RotaryColumnsAreQueriesAndKeys) {
+  const Model m = model_preset("llama3-8b");  // 32 heads, 8 KV heads of 128
+  EXPECT_EQ(rotary_columns(m), 32 * 128 + 8 * 128);
+  const Model d = model_preset("deepseek-v3");  // MLA: every head's query dims and the shared key
+  EXPECT_EQ(rotary_columns(d), int64_t{d.heads} * d.head_dim + d.head_dim);
+}
+
 }  // namespace
 }  // namespace parasol

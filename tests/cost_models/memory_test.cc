@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/model.h"
@@ -437,6 +439,24 @@ TEST(RecomputeMemory, OrderedFullBelowSelectiveBelowNone) {
   EXPECT_LT(half, none);
   EXPECT_LT(sel, none);
   EXPECT_LT(full, sel);
+}
+
+// One rank of each stage: each equals memory_per_rank of that stage, and the largest is the
+// busiest rank's figure. With 1F1B stage 0 holds the most micro-batches in flight.
+TEST(MemoryPerStage, OneRankOfEachStage) {
+  const Model m = model_preset("llama3-8b");
+  Plan p;
+  p.tp = 2, p.pp = 4, p.dp = 2, p.micro_batch = 1, p.global_batch = 16;
+  const Cluster c = cluster_preset("dgx-h100", p.gpus());
+  const std::vector<MemoryBreakdown> stages = memory_per_stage(m, c, p);
+  ASSERT_EQ(stages.size(), 4u);
+  double largest = 0;
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_DOUBLE_EQ(stages[s].total(), memory_per_rank(m, c, p, s).total()) << s;
+    largest = std::max(largest, stages[s].total());
+  }
+  EXPECT_DOUBLE_EQ(largest, memory_per_rank(m, c, p).total());
+  EXPECT_GT(stages[0].activations, stages[2].activations);
 }
 
 }  // namespace

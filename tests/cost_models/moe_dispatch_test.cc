@@ -46,5 +46,26 @@ TEST(DispatcherBytes, ThePlainAllToAllAndOneNodeMoveEveryCopy) {
   EXPECT_NEAR(dispatcher_bytes_factor(moe(64, 1), p, 4), 1.0, 1e-12);
 }
 
+// The bytes each expert all-to-all puts on the wire, the rule both predictors price by: the
+// plain exchange moves its send buffer; DeepEP the deduplicated copies; under fp8 DeepEP's
+// forward dispatch moves half of those (fp8 rows), its combine and the backward's two do not.
+TEST(DispatcherBytes, WireBytesOfEachAllToAll) {
+  const Model m = moe(8, 2);
+  Plan p;
+  const double send = 1e6;
+  EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 2, send, true), send);
+  p.precision = Dtype::kFp8;
+  EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 2, send, true), send);  // plain: no fp8 rows
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  const double dedup = send * 22.0 / 28.0;
+  EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, true), dedup / 2, 1e-6);
+  EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, false), dedup, 1e-6);
+  p.precision = Dtype::kBf16;
+  EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, true), dedup, 1e-6);
+  // Inside one node DeepEP moves every copy over NVLink in the dtype of the rows.
+  p.precision = Dtype::kFp8;
+  EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 1, send, true), send);
+}
+
 }  // namespace
 }  // namespace parasol::cost

@@ -1,0 +1,239 @@
+// Tests of the plan switches the lowering says in the Program (core/lower.h): TP communication
+// overlap as chunked collectives beside their GEMMs, the combined 1F1B of the expert all-to-all
+// overlap, collectives issued in compute order, the context-parallel ring's dK/dV accumulation,
+// RoPE as the QKV projection's epilogue, unfused kernels' bytes, and runtime_plan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/layer_shapes.h"
+#include "core/lower.h"
+#include "core/program.h"
+
+namespace parasol {
+namespace {
+
+Plan plan_of(int tp, int pp, int dp) {
+  Plan p;
+  p.tp = tp, p.pp = pp, p.dp = dp;
+  p.micro_batch = 1;
+  p.global_batch = 4 * dp;
+  p.sequence_parallel = tp > 1;
+  return p;
+}
+
+Model cut(const char* preset, int layers) {
+  Model m = model_preset(preset);
+  m.layers = layers;
+  m.moe.first_dense = 0;
+  return m;
+}
+
+// The op of `p` named `name` (the first, -1 when none).
+int op_named(const Program& p, const std::string& name) {
+  for (const Op& op : p.ops)
+    if (op.name == name) return op.id;
+  return -1;
+}
+
+bool depends(const Op& op, int id) {
+  return std::find(op.deps.begin(), op.deps.end(), id) != op.deps.end();
+}
+
+// The first compute op after `id`.
+int next_compute(const Program& p, int id) {
+  for (size_t i = static_cast<size_t>(id) + 1; i < p.ops.size(); ++i)
+    if (p.streams[p.ops[i].stream] == StreamKind::kCompute) return static_cast<int>(i);
+  return -1;
+}
+
+// Every dependency is an earlier op (what the engine and the executor require).
+void expect_deps_earlier(const Program& p) {
+  for (const Op& op : p.ops) {
+    EXPECT_EQ(op.id, &op - p.ops.data());
+    for (int d : op.deps) EXPECT_LT(d, op.id) << op.name;
+  }
+}
+
+// tp_comm_overlap: the all-gather before QKV is one chunk of tp that QKV waits for and the rest
+// beside it, which the attention (QKV's consumer) waits for; the reduce-scatter after the
+// out-projection has its first tp - 1 chunks beside that GEMM (waiting for what it waits for)
+// and its last after it. The bytes add up to the unchunked collective's.
+TEST(LowerSwitches, TpCommOverlapChunksTheCollectivesBesideTheirGemms) {
+  const Model m = cut("llama3-8b", 2);
+  Plan p = plan_of(4, 1, 1);
+  const Program plain = lower_stage(m, p, 0);
+  p.tp_comm_overlap = true;
+  ASSERT_EQ(p.tp_overlap_chunks(), 4);
+  const Program ub = lower_stage(m, p, 0);
+  expect_deps_earlier(ub);
+  const Op& ag_plain = plain.ops[op_named(plain, "L0.ag")];
+  const int head = op_named(ub, "L0.ag"), rest = op_named(ub, "L0.ag.rest");
+  ASSERT_GE(head, 0);
+  ASSERT_GE(rest, 0);
+  EXPECT_DOUBLE_EQ(ub.ops[head].bytes, ag_plain.bytes / 4);
+  EXPECT_DOUBLE_EQ(ub.ops[rest].bytes, ag_plain.bytes * 3 / 4);
+  EXPECT_TRUE(ub.ops[rest].writes.empty());
+  const int qkv = next_compute(ub, rest);
+  ASSERT_EQ(ub.ops[qkv].name, "L0.qkv");
+  EXPECT_TRUE(depends(ub.ops[qkv], head));
+  EXPECT_FALSE(depends(ub.ops[qkv], rest));
+  const int attn = next_compute(ub, qkv);
+  EXPECT_EQ(ub.ops[attn].kind, OpKind::kAttention);
+  EXPECT_TRUE(depends(ub.ops[attn], rest));
+  // The reduce-scatter after the out-projection.
+  const int out = op_named(ub, "L0.out");
+  const int rs_rest = op_named(ub, "L0.out.tp.rest"), rs = op_named(ub, "L0.out.tp");
+  ASSERT_GE(rs_rest, 0);
+  ASSERT_GE(rs, 0);
+  EXPECT_EQ(ub.ops[rs_rest].kind, OpKind::kReduceScatter);
+  EXPECT_EQ(ub.ops[rs_rest].deps, ub.ops[out].deps);
+  EXPECT_FALSE(depends(ub.ops[rs_rest], out));
+  EXPECT_TRUE(depends(ub.ops[rs], out));
+  const Op& rs_plain = plain.ops[op_named(plain, "L0.out.tp")];
+  EXPECT_DOUBLE_EQ(ub.ops[rs].bytes + ub.ops[rs_rest].bytes, rs_plain.bytes);
+  EXPECT_DOUBLE_EQ(ub.ops[rs].bytes, rs_plain.bytes / 4);
+  // The backward's bulk overlaps (the input gathered again, the data gradient's reduction) stay
+  // whole: the Programs differ by the chunks' ops only.
+  int extra = 0;
+  for (const Op& op : ub.ops) extra += op.name.ends_with(".rest") ? 1 : 0;
+  EXPECT_EQ(ub.ops.size(), plain.ops.size() + extra);
+  // Per layer and micro-batch: f and g of both blocks forward, g's conjugate of both backward.
+  EXPECT_EQ(extra, 2 * 4 * 6);
+}
+
+// Without overlap the on-path TP collectives and the expert exchanges are issued in compute
+// order: each waits for the compute op before it and the next compute op waits for it.
+TEST(LowerSwitches, CollectivesOnThePathAreIssuedInComputeOrder) {
+  const Model m = cut("mixtral-8x7b", 2);
+  Plan p = plan_of(2, 1, 4);
+  p.ep = 4;
+  const Program prog = lower_stage(m, p, 0);
+  expect_deps_earlier(prog);
+  int checked = 0;
+  for (const Op& op : prog.ops) {
+    const bool a2a = op.kind == OpKind::kAllToAll && op.group == Group::kEp;
+    const bool f = op.name == "L0.ag" && op.tags.phase == Phase::kForward;
+    if (!a2a && !f) continue;
+    int before = -1;
+    for (int i = op.id - 1; i >= 0; --i)
+      if (prog.streams[prog.ops[i].stream] == StreamKind::kCompute) {
+        before = i;
+        break;
+      }
+    ASSERT_GE(before, 0) << op.name;
+    EXPECT_TRUE(depends(op, before)) << op.name;
+    EXPECT_TRUE(depends(prog.ops[next_compute(prog, op.id)], op.id)) << op.name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 8);
+}
+
+// ep_comm_overlap: Megatron's combined 1F1B. Without a pipeline each backward runs interleaved
+// with the next micro-batch's forward, cut at their expert all-to-alls, which run on a stream of
+// their own; the Program is the same ops (dependencies renumbered, all earlier).
+TEST(LowerSwitches, EpCommOverlapInterleavesAForwardAndABackward) {
+  const Model m = cut("mixtral-8x7b", 2);
+  Plan p = plan_of(1, 1, 8);
+  p.ep = 8;
+  const Program plain = lower_stage(m, p, 0);
+  p.ep_comm_overlap = true;
+  const Program ovl = lower_stage(m, p, 0);
+  expect_deps_earlier(ovl);
+  ASSERT_EQ(ovl.ops.size(), plain.ops.size());
+  ASSERT_EQ(ovl.streams.size(), plain.streams.size() + 1);
+  std::vector<std::string> a, b;
+  for (const Op& op : plain.ops) a.push_back(op.name);
+  for (const Op& op : ovl.ops) b.push_back(op.name);
+  EXPECT_NE(a, b);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+  int a2a = 0;
+  for (const Op& op : ovl.ops)
+    if (op.kind == OpKind::kAllToAll) {
+      EXPECT_EQ(op.stream, static_cast<int>(ovl.streams.size()) - 1) << op.name;
+      ++a2a;
+    }
+  EXPECT_EQ(a2a, 2 * 4 * 4);  // 2 layers x 4 micro-batches x dispatch and combine, both ways
+  // Micro-batch 1's forward starts before micro-batch 0's backward ends: their ops alternate.
+  int switches = 0, last_mb = -1;
+  for (const Op& op : ovl.ops) {
+    if (op.tags.layer < 0 || op.tags.phase == Phase::kOptimizer) continue;
+    const int key = op.tags.micro_batch * 2 + (op.tags.phase == Phase::kForward ? 0 : 1);
+    if (key != last_mb && last_mb >= 0) ++switches;
+    last_mb = key;
+  }
+  EXPECT_GT(switches, 2 * 4 * 2);
+}
+
+// The context-parallel ring's backward: each later step writes its own dK/dV and then adds the
+// accumulator that came with its chunk, so the attention does not wait for the exchange.
+TEST(LowerSwitches, RingAddsTheReceivedKvGradientAfterTheStep) {
+  const Model m = cut("llama3-8b", 1);
+  Plan p = plan_of(1, 1, 1);
+  p.cp = 4;
+  p.global_batch = 1;
+  const Program prog = lower_stage(m, p, 0);
+  expect_deps_earlier(prog);
+  int acc = 0;
+  for (const Op& op : prog.ops) {
+    if (op.kind == OpKind::kAttention && op.tags.phase == Phase::kBackward) {
+      for (int r : op.reads)
+        EXPECT_NE(prog.buffers[r].role, BufferRole::kKvGrad) << "attention reads an accumulator";
+    }
+    if (op.name.find("dkv.acc") != std::string::npos) {
+      ++acc;
+      EXPECT_EQ(op.role, OpRole::kSum);
+      ASSERT_EQ(op.reads.size(), 2u);
+      EXPECT_EQ(op.writes.front(), op.reads.front());
+    }
+  }
+  EXPECT_EQ(acc, 3);  // cp - 1 steps receive an accumulator
+}
+
+// RoPE is the QKV projection's epilogue: once forward, twice the bytes on the data gradient;
+// unfused kernels move more bytes per norm and activation element.
+TEST(LowerSwitches, RopeEpilogueAndUnfusedKernelBytes) {
+  const Model m = cut("llama3-8b", 1);
+  Plan p = plan_of(2, 1, 1);
+  p.global_batch = 1;
+  const Program fused = lower_stage(m, p, 0);
+  const KernelBytes kb = kernel_bytes(m, p);
+  const double T = static_cast<double>(m.seq_len);
+  const double rope = kb.rotary * T * rotary_columns(m) / 2;
+  EXPECT_DOUBLE_EQ(fused.ops[op_named(fused, "L0.qkv")].epilogue_bytes, rope);
+  EXPECT_DOUBLE_EQ(fused.ops[op_named(fused, "L0.qkv.dx")].epilogue_bytes, 2 * rope);
+  p.fused_kernels = false;
+  const Program eager = lower_stage(m, p, 0);
+  const KernelBytes ke = kernel_bytes(m, p);
+  for (const char* name : {"L0.ln1", "L0.act"}) {
+    const int f = op_named(fused, name), e = op_named(eager, name);
+    ASSERT_GE(f, 0) << name;
+    ASSERT_GE(e, 0) << name;
+    const double ratio = std::string(name).find("ln1") != std::string::npos
+                             ? ke.norm / kb.norm
+                             : ke.activation / kb.activation;
+    EXPECT_DOUBLE_EQ(eager.ops[e].bytes, fused.ops[f].bytes * ratio) << name;
+  }
+  EXPECT_GT(eager.ops[op_named(eager, "L0.qkv")].epilogue_bytes, rope);
+}
+
+TEST(LowerSwitches, TheRuntimePlanDropsTheGpuSideOverlapsOnly) {
+  Plan p = plan_of(2, 1, 4);
+  p.tp_comm_overlap = true;
+  p.ep_comm_overlap = true;
+  p.fused_kernels = false;
+  const Plan r = runtime_plan(p);
+  EXPECT_FALSE(r.tp_comm_overlap);
+  EXPECT_FALSE(r.ep_comm_overlap);
+  EXPECT_FALSE(r.fused_kernels);
+  EXPECT_EQ(plan_to_json(runtime_plan(r)), plan_to_json(r));
+  EXPECT_EQ(p.tp_overlap_chunks(), 2);
+  EXPECT_EQ(r.tp_overlap_chunks(), 1);
+}
+
+}  // namespace
+}  // namespace parasol

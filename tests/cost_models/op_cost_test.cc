@@ -1,0 +1,117 @@
+// Tests of the op pricer (cost_models/op_cost.h) on the rules the closed form shares with it:
+// a GEMM's epilogue (RoPE) priced as a memory-bound kernel of its own, fp8 quantisation of the
+// forward and data-gradient operands but not of the router or the output layer, and the bytes
+// an expert all-to-all puts on the wire by its role and phase (DeepEP's fp8 dispatch).
+#include "cost_models/op_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/rank_layout.h"
+#include "cost_models/collective.h"
+#include "cost_models/compute.h"
+#include "cost_models/moe_dispatch.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+namespace {
+
+struct Priced {
+  Model model = model_preset("mixtral-8x7b");
+  Plan plan;
+  Cluster cluster;
+  Profile profile;
+  RankLayout layout;
+  std::vector<int> reps{0};
+  PlacementCache places;
+  OpPricer pricer;
+  explicit Priced(Plan p)
+      : plan(p),
+        cluster(cluster_preset("dgx-h100", p.gpus())),
+        profile(default_profile(cluster.gpu_device(0))),
+        layout(p),
+        places(cluster),
+        pricer(model, cluster, plan, profile, layout, reps, places) {}
+  const DeviceSpec& dev() const { return cluster.gpu_device(0); }
+};
+
+Op linear(int layer, Phase phase, bool data, OpRole role = OpRole::kNone) {
+  Op op;
+  op.kind = OpKind::kLinear;
+  op.role = role;
+  op.m = 4096, op.n = 6144, op.k = 4096;
+  op.tags.layer = layer;
+  op.tags.phase = phase;
+  op.backward_data = data;
+  return op;
+}
+
+TEST(OpPricer, LinearsByPassWithTheirEpilogue) {
+  Plan p;
+  p.dp = 8, p.ep = 8, p.precision = Dtype::kFp8, p.global_batch = 8;
+  Priced x(p);
+  const DeviceSpec& d = x.dev();
+  auto want = [&](Dtype dt, GemmPass pass, bool router) {
+    return linear_gemm_time(d, x.profile, dt, 4096, 6144, 4096, 1, pass, router);
+  };
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(0, Phase::kForward, false), 0, false),
+                   want(Dtype::kFp8, GemmPass::kForward, false));
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(0, Phase::kRecompute, false), 0, false),
+                   want(Dtype::kFp8, GemmPass::kForward, false));
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(0, Phase::kBackward, true), 0, false),
+                   want(Dtype::kFp8, GemmPass::kDataGrad, false));
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(0, Phase::kBackward, false), 0, false),
+                   want(Dtype::kFp8, GemmPass::kWeightGrad, false));
+  // The router (a linear by role) and the output layer (outside the layers) skip fp8.
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(0, Phase::kForward, false, OpRole::kRouter), 0, false),
+                   want(Dtype::kFp8, GemmPass::kForward, true));
+  EXPECT_DOUBLE_EQ(x.pricer.time(linear(-1, Phase::kForward, false, OpRole::kHead), 0, false),
+                   want(Dtype::kBf16, GemmPass::kForward, false));
+  // RoPE as the QKV projection's epilogue.
+  Op qkv = linear(1, Phase::kForward, false, OpRole::kQkv);
+  qkv.epilogue_bytes = 3e8;
+  EXPECT_DOUBLE_EQ(x.pricer.time(qkv, 0, false),
+                   want(Dtype::kFp8, GemmPass::kForward, false) + memory_time(d, x.profile, 3e8));
+}
+
+TEST(OpPricer, ExpertAllToAllsMoveTheirWireBytes) {
+  Plan p;
+  p.dp = 16, p.ep = 16, p.precision = Dtype::kFp8, p.global_batch = 16;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  Priced x(p);
+  // The one expert group spans all 16 GPUs of two servers: nothing runs concurrently with it.
+  ASSERT_EQ(x.layout.groups(Group::kEp).size(), 1u);
+  const GroupModel ep(x.cluster, x.profile, x.layout.group(Group::kEp, 0), {}, true);
+  ASSERT_EQ(ep.nodes(), 2);
+  auto a2a = [](OpRole role, Phase phase) {
+    Op op;
+    op.kind = OpKind::kAllToAll;
+    op.group = Group::kEp;
+    op.role = role;
+    op.bytes = 64e6;
+    op.tags.layer = 0;
+    op.tags.phase = phase;
+    return op;
+  };
+  auto want = [&](bool dispatch) {
+    return ep
+        .cost(Collective::kAllToAll, expert_all_to_all_wire_bytes(x.model, p, 2, 64e6, dispatch))
+        .time_s;
+  };
+  const double fwd_dispatch = x.pricer.time(a2a(OpRole::kDispatchA2a, Phase::kForward), 0, false);
+  EXPECT_DOUBLE_EQ(fwd_dispatch, want(true));
+  EXPECT_DOUBLE_EQ(x.pricer.time(a2a(OpRole::kDispatchA2a, Phase::kRecompute), 0, false),
+                   want(true));
+  for (auto [role, phase] : {std::pair{OpRole::kCombineA2a, Phase::kForward},
+                             {OpRole::kDispatchA2a, Phase::kBackward},
+                             {OpRole::kCombineA2a, Phase::kBackward}})
+    EXPECT_DOUBLE_EQ(x.pricer.time(a2a(role, phase), 0, false), want(false));
+  EXPECT_LT(fwd_dispatch, want(false));
+}
+
+}  // namespace
+}  // namespace parasol::cost
