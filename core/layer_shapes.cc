@@ -1,6 +1,8 @@
 // Layer shapes: the linears, norms and attention core of a decoder layer (see layer_shapes.h).
 #include "core/layer_shapes.h"
 
+#include <algorithm>
+
 namespace parasol {
 
 const char* split_name(Split s) {
@@ -90,6 +92,11 @@ AttnShape attention_shape(const Model& m, int layer, int tp, int64_t batch, int6
   a.flash = flash;
   a.dropout = m.dropout && !flash;
   return a;
+}
+
+int context_ring_steps(int cp, int64_t chunk, int64_t window) {
+  if (window <= 0) return cp;
+  return static_cast<int>(std::min<int64_t>(cp, 1 + (window - 1 + chunk - 1) / chunk));
 }
 
 KernelBytes kernel_bytes(const Model& m, const Plan& p) {

@@ -102,6 +102,12 @@ Linears expert_linears(const Model& m);
 AttnShape attention_shape(const Model& m, int layer, int tp, int64_t batch, int64_t seq_q,
                           int64_t seq_kv, bool flash);
 
+// The steps of a context-parallel ring over `cp` chunks of `chunk` tokens that a layer with a
+// sliding window of `window` tokens (0: none) runs: every chunk without a window; with one, this
+// rank's chunk and the ceil((window - 1) / chunk) before it, at most cp. The lowering emits an
+// attention op per step and the closed form prices as many.
+int context_ring_steps(int cp, int64_t chunk, int64_t window);
+
 // HBM bytes per element that a layer's memory-bound kernels move in forward, as the plan's
 // kernels run them (the backward of each moves twice as many): fused (Megatron-Core, Transformer
 // Engine, torch.compile) or op by op in PyTorch eager (plan.fused_kernels = false). The lowering

@@ -69,9 +69,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
 // The ring steps of layer `layer`: cp, or under a sliding window the chunks it reaches (this
 // rank's and the ceil((window - 1) / chunk) before it).
 int Lowerer::ring_steps(int layer) const {
-  const int64_t w = attention_shape(layer).window;
-  if (w <= 0) return p_.cp;
-  return static_cast<int>(std::min<int64_t>(p_.cp, 1 + ceil_div(w - 1, Sl_)));
+  return context_ring_steps(p_.cp, Sl_, attention_shape(layer).window);
 }
 
 // The K/V gradient of ring step `step` of `steps` travels on with its chunk; after the last step

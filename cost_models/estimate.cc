@@ -535,9 +535,7 @@ void LayerPricer::attention_core() {
   // A windowed layer under a context-parallel ring runs one attention op per ring step its window
   // reaches, each a causal chunk of its own with the window (as core/lower_layer.cc emits them).
   const int64_t chunk = seq / p.cp;
-  const int64_t steps = p.cp > 1 && a.window > 0
-                            ? std::min<int64_t>(p.cp, 1 + (a.window - 1 + chunk - 1) / chunk)
-                            : 0;
+  const int steps = p.cp > 1 && a.window > 0 ? context_ring_steps(p.cp, chunk, a.window) : 0;
   if (steps > 0) {
     a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch, chunk, chunk,
                         p.flash_attention);
@@ -560,11 +558,8 @@ void LayerPricer::context_parallel(const GroupModel& cp) {
                               : 2.0 * m.kv_dim() / t;
   const double kv_bytes = eb * T * kv_width;
   const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
-  // A windowed layer runs only the ring steps its window reaches: this rank's chunk and the
-  // ceil((window - 1) / chunk) before it (as the lowering does).
-  const int64_t chunk = seq / p.cp;
-  const double ring =
-      attn_window > 0 ? std::min<double>(p.cp, 1 + (attn_window - 1 + chunk - 1) / chunk) : p.cp;
+  // A windowed layer runs only the ring steps its window reaches.
+  const double ring = context_ring_steps(p.cp, seq / p.cp, attn_window);
   const double steps = ring - 1;
   const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
   lp.cp_bytes_forward = steps * kv_bytes;

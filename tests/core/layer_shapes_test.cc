@@ -368,6 +368,16 @@ TEST(KernelBytes, FusedAndEagerKernels) {
   EXPECT_EQ(k.residual, 7);
 }
 
+// The ring steps a windowed layer runs: its own chunk and the chunks its window reaches back.
+TEST(ContextRing, StepsAWindowReaches) {
+  EXPECT_EQ(context_ring_steps(4, 8192, 0), 4);     // no window: every chunk
+  EXPECT_EQ(context_ring_steps(4, 8192, 1), 1);     // only the diagonal
+  EXPECT_EQ(context_ring_steps(4, 8192, 4096), 2);  // reaches into the previous chunk
+  EXPECT_EQ(context_ring_steps(4, 8192, 8193), 2);  // a whole chunk back, from its first query
+  EXPECT_EQ(context_ring_steps(4, 8192, 8194), 3);  // one token further: the chunk before that
+  EXPECT_EQ(context_ring_steps(4, 8192, 1 << 20), 4);
+}
+
 TEST(KernelBytes, RotaryColumnsAreQueriesAndKeys) {
   const Model m = model_preset("llama3-8b");  // 32 heads, 8 KV heads of 128
   EXPECT_EQ(rotary_columns(m), 32 * 128 + 8 * 128);
