@@ -1,6 +1,7 @@
 // The report page's stylesheet, markup skeleton and drawing script (see page.h). The script
 // builds SVG with createElementNS and sets every text with textContent, so no data string is
-// ever parsed as markup.
+// ever parsed as markup. The timeline draws by level of detail (merged spans per pixel, or every
+// op in view) from the encoding report.h describes, so a step of a million ops stays responsive.
 #include "report/page.h"
 
 namespace parasol::report {
@@ -62,7 +63,9 @@ const char* const kPageBody = R"HTML(
 <div id="tl-legend" class="legend"></div>
 <p class="note">Streams of a rank's Program: compute; comm0 its layers' communication (TP, CP,
 EP); copy the offload copies; comm1 data-parallel communication; comm2 pipeline sends and
-receives.</p>
+receives. With many ops in view, the ops of a stream closer together than a pixel are drawn as
+one span, coloured by the kind that fills most of it and paler where they fill less of it; zoom
+in to see every op. The red line is the end of the simulated step.</p>
 <p id="tl-info"></p>
 </section>
 <section id="memory">
@@ -201,60 +204,202 @@ function yAxis(g, x, y0, y1, lo, hi, label, fmt, gridRight) {
 }
 
 // ---- Timeline ----
+// Level of detail (report.h): a row's items are its coarse spans while a pixel covers more than
+// coarse.gap ticks, else its ops (parsed from #parasol-ops the first time they are needed). When
+// at most draw_limit ops are in view, each is its own rect (class "ev"); else the items of a row
+// closer than a pixel are merged into one rect (class "span": the busy time of its ops, coloured
+// by the kind with the most of it, paler where the ops fill less of it). Rects are in pixels of
+// the plot and drawn again at each zoom or pan; only what is in view is drawn.
+function decodeRows(rows, stride) {
+  return rows.map(function (flat) {
+    var n = flat.length / stride, s = new Float64Array(n), e = new Float64Array(n);
+    var c = new Int32Array(n), x = new Float64Array(n), k = new Float64Array(n);
+    var t = 0, maxDur = 0;
+    for (var i = 0; i < n; ++i) {
+      var j = i * stride;
+      s[i] = t + flat[j];
+      e[i] = s[i] + flat[j + 1];
+      t = e[i];
+      c[i] = flat[j + 2];
+      x[i] = flat[j + 3];
+      k[i] = stride > 4 ? flat[j + 4] : 1;
+      if (flat[j + 1] > maxDur) maxDur = flat[j + 1];
+    }
+    return {n: n, s: s, e: e, c: c, x: x, k: k, maxDur: maxDur};
+  });
+}
+// The first index of sorted a[0..n) whose value is >= v.
+function lowerBound(a, n, v) {
+  var lo = 0, hi = n;
+  while (lo < hi) { var m = (lo + hi) >> 1; if (a[m] < v) lo = m + 1; else hi = m; }
+  return lo;
+}
 function drawTimeline() {
   var T = D.timeline, svg = document.getElementById('tl-svg');
   var W = 1140, L = 130, R = 10, top = 24, rowH = 16;
   var rows = T.rows.length, H = top + rows * rowH + 40;
   var PW = W - L - R, PH = rows * rowH;
-  var end = Math.max(T.step_time_s, 1e-12) * 1e6;  // microseconds
+  var tick = T.tick_s, nCat = T.categories.length;
+  var stepT = T.step_time_s / tick;                                   // the end marker
+  var end = Math.max(T.end_s / tick, stepT, 1);                       // the drawn span
+  var coarse = decodeRows(T.coarse.rows, 5), detail = null;
+  function ops() {
+    if (!detail) detail = decodeRows(JSON.parse(document.getElementById('parasol-ops').textContent), 4);
+    return detail;
+  }
   svg.setAttribute('width', W); svg.setAttribute('height', H);
   svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
-  txt(svg, L, 14, 'simulated step ' + fmtS(T.step_time_s) + ': ' + T.events.length +
-      ' ops drawn' + (T.total_events > T.events.length ?
-      ' (the longest ' + T.events.length + ' of ' + T.total_events + ')' : ''), {'class': 'title'});
+  var title = txt(svg, L, 14, '', {'class': 'title', id: 'tl-title'});
   T.rows.forEach(function (r, i) {
-    var t = txt(svg, L - 6, top + i * rowH + 12, r.label, {'text-anchor': 'end', 'class': 'row-label'});
+    txt(svg, L - 6, top + i * rowH + 12, r.label, {'text-anchor': 'end', 'class': 'row-label'});
     if (i > 0 && T.rows[i - 1].stage !== r.stage)
       el('line', {x1: 0, x2: L + PW, y1: top + i * rowH, y2: top + i * rowH, stroke: '#999'}, svg);
-    return t;
   });
-  var plot = el('svg', {id: 'tl-plot', x: L, y: top, width: PW, height: PH,
-                        preserveAspectRatio: 'none', viewBox: '0 0 ' + end + ' ' + PH}, svg);
-  el('rect', {x: 0, y: 0, width: end, height: PH, fill: '#fafafa'}, plot);
-  var frag = document.createDocumentFragment();
-  T.events.forEach(function (e, i) {
-    var cat = T.categories[e[3]];
-    frag.appendChild(el('rect', {'class': 'ev', x: e[1] * 1e6, y: e[0] * rowH + 2,
-                                 width: Math.max(e[2] * 1e6, 0), height: rowH - 4,
-                                 fill: color(cat), 'data-i': i}));
-  });
-  plot.appendChild(frag);
-  el('line', {x1: end, x2: end, y1: 0, y2: PH, stroke: '#c00', 'vector-effect': 'non-scaling-stroke'}, plot);
+  var plot = el('svg', {id: 'tl-plot', x: L, y: top, width: PW, height: PH}, svg);
+  el('rect', {x: 0, y: 0, width: PW, height: PH, fill: '#fafafa'}, plot);
+  var items = el('g', {}, plot);
+  // The end marker: outside the plot's clip, so that it shows whole at the plot's right edge.
+  var marker = el('line', {id: 'tl-end', y1: top - 3, y2: top + PH + 3, stroke: '#c00',
+                           'stroke-width': 2, 'data-t-s': T.step_time_s}, svg);
+  el('title', {}, marker).textContent = 'end of the simulated step: ' + fmtS(T.step_time_s);
   legend('tl-legend', T.categories);
   var axis = null, view = [0, end];
   // The axis unit: what keeps the step's ticks short.
-  var unit = end >= 2e6 ? ['s', 1e-6] : end >= 2e3 ? ['ms', 1e-3] : ['\u00b5s', 1];
+  var endS = end * tick;
+  var unit = endS >= 2 ? ['s', 1] : endS >= 2e-3 ? ['ms', 1e3] : ['\u00b5s', 1e6];
+  function r2(v) { return Math.round(v * 100) / 100; }
+  function rect(frag, row, a, b, v0, px, attrs) {
+    var x0 = Math.max((a - v0) / px, -1), x1 = Math.min((b - v0) / px, PW + 1);
+    attrs.x = r2(x0); attrs.width = r2(Math.max(x1 - x0, 1));
+    attrs.y = row * rowH + 2; attrs.height = rowH - 4; attrs['data-r'] = row;
+    frag.appendChild(el('rect', attrs));
+  }
+  // Per pixel column of the row being drawn: busy ticks by category, and ops started.
+  var colBusy = new Float64Array(PW * nCat), colN = new Float64Array(PW);
+  function drawItems() {
+    var v0 = view[0], v1 = view[1], px = (v1 - v0) / PW;
+    var src = T.total_events <= T.draw_limit || px < T.coarse.gap ? ops() : coarse;
+    function range(R) {
+      return [lowerBound(R.s, R.n, v0 - R.maxDur), lowerBound(R.s, R.n, v1 + 0.5)];
+    }
+    var ranges = src.map(range);
+    var inView = 0;
+    ranges.forEach(function (g) { inView += g[1] - g[0]; });
+    var mode = src === coarse ? 'coarse' : inView <= T.draw_limit ? 'ops' : 'merged';
+    var frag = document.createDocumentFragment(), drawn = 0;
+    function col(t) { return Math.max(0, Math.min(PW - 1, Math.floor((t - v0) / px))); }
+    // Without every op inlined: the coarse spans under the longest ops.
+    var layers = src !== coarse && !T.detail.complete ? [coarse, src] : [src];
+    layers.forEach(function (S) {
+      var isCoarse = S === coarse, single = mode === 'ops' && !isCoarse;
+      S.forEach(function (Rw, row) {
+        var g = S === src ? ranges[row] : range(Rw);
+        // Items first..last (those of them in view) merge into one span [a, b).
+        function emit(a, b, first, last) {
+          if (!isCoarse && first === last) {
+            rect(frag, row, a, b, v0, px,
+                 {'class': 'ev', fill: color(T.categories[Rw.c[first]]), 'data-i': first});
+            ++drawn;
+            return;
+          }
+          var c0 = col(a), c1 = col(b), c, k;
+          colBusy.fill(0, c0 * nCat, (c1 + 1) * nCat);
+          colN.fill(0, c0, c1 + 1);
+          for (var j = first; j <= last; ++j) {
+            var s = Rw.s[j], e = Rw.e[j];
+            if (e < v0) continue;
+            var busy = isCoarse ? Rw.x[j] : e - s, cat = Rw.c[j];
+            colN[col(s)] += Rw.k[j];
+            var lo = Math.max(s, v0), hi = Math.min(e, v1);
+            if (!(hi > lo) || !(e > s)) { colBusy[col(lo) * nCat + cat] += Math.max(busy, 1e-9); continue; }
+            for (c = col(lo); c <= col(hi); ++c) {
+              var ov = Math.min(hi, v0 + (c + 1) * px) - Math.max(lo, v0 + c * px);
+              if (ov > 0) colBusy[c * nCat + cat] += busy * ov / (e - s);
+            }
+          }
+          // Runs of columns whose busiest kind is the same: one rect each.
+          var runStart = c0, runKind = -1, runBusy = 0, runN = 0;
+          function flush(cEnd) {
+            var ta = Math.max(a, v0 + runStart * px), tb = Math.min(b, v0 + (cEnd + 1) * px);
+            var fill = Math.min(1, runBusy / Math.max(tb - ta, 1));
+            rect(frag, row, ta, tb, v0, px,
+                 {'class': 'span', fill: color(T.categories[runKind]), 'fill-opacity': r2(0.45 + 0.55 * fill),
+                  'data-a': Math.round(ta), 'data-b': Math.round(tb), 'data-n': runN,
+                  'data-busy': Math.round(runBusy), 'data-c': runKind});
+            ++drawn;
+          }
+          for (c = c0; c <= c1; ++c) {
+            var dom = 0, sum = 0;
+            for (k = 0; k < nCat; ++k) {
+              sum += colBusy[c * nCat + k];
+              if (colBusy[c * nCat + k] > colBusy[c * nCat + dom]) dom = k;
+            }
+            if (sum === 0) dom = runKind >= 0 ? runKind : dom;
+            if (runKind >= 0 && dom !== runKind) {
+              flush(c - 1);
+              runStart = c; runBusy = 0; runN = 0;
+            }
+            runKind = dom; runBusy += sum; runN += colN[c];
+          }
+          flush(c1);
+        }
+        var a = 0, b = 0, first = -1, last = -1;
+        for (var i = g[0]; i < g[1]; ++i) {
+          var s = Rw.s[i], e = Rw.e[i];
+          if (e < v0) continue;
+          if (first >= 0 && (single || s - b >= px)) { emit(a, b, first, last); first = -1; }
+          if (first < 0) { first = i; a = s; b = e; }
+          b = Math.max(b, e);
+          last = i;
+        }
+        if (first >= 0) emit(a, b, first, last);
+      });
+    });
+    var fresh = el('g', {id: 'tl-items'});
+    fresh.appendChild(frag);
+    plot.replaceChild(fresh, items);
+    items = fresh;
+    svg.setAttribute('data-mode', mode);
+    svg.setAttribute('data-drawn', drawn);
+    var mx = (stepT - v0) / px;
+    marker.setAttribute('x1', r2(L + mx)); marker.setAttribute('x2', r2(L + mx));
+    marker.setAttribute('visibility', mx >= -1 && mx <= PW + 1 ? 'visible' : 'hidden');
+    title.textContent = 'simulated step ' + fmtS(T.step_time_s) + ' (red line): ' +
+        T.total_events.toLocaleString('en-US') + ' ops on ' + rows + ' streams; ' +
+        (mode === 'ops' ? inView.toLocaleString('en-US') + ' in view, each drawn' :
+         'ops closer than a pixel drawn as one span (zoom in for single ops)') +
+        (T.detail.complete ? '' : '; the longest ' + T.detail.ops.toLocaleString('en-US') +
+         ' inlined one by one');
+  }
   function redraw() {
-    plot.setAttribute('viewBox', view[0] + ' 0 ' + (view[1] - view[0]) + ' ' + PH);
-    svg.setAttribute('data-view-us', view[0].toFixed(3) + ',' + view[1].toFixed(3));
+    svg.setAttribute('data-view-us', (view[0] * tick * 1e6).toFixed(3) + ',' +
+                     (view[1] * tick * 1e6).toFixed(3));
     if (axis) svg.removeChild(axis);
-    axis = xAxis(svg, L, L + PW, top + PH, view[0] * unit[1], view[1] * unit[1],
+    axis = xAxis(svg, L, L + PW, top + PH, view[0] * tick * unit[1], view[1] * tick * unit[1],
                  'time from the start of the step (' + unit[0] + ')',
                  function (v) { return String(Math.round(v * 1e6) / 1e6); });
+    drawItems();
   }
-  function zoom(f, center) {
+  // Mouse-driven changes are drawn once per frame.
+  var pending = false;
+  function later() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(function () { pending = false; redraw(); });
+  }
+  function zoom(f, center, draw) {
     var span = view[1] - view[0], c = center === undefined ? view[0] + span / 2 : center;
-    var ns = Math.min(end, Math.max(end * 1e-6, span * f));
+    var ns = Math.min(end, Math.max(end * 1e-7, 10, span * f));
     var a = c - (c - view[0]) * ns / span;
     a = Math.max(0, Math.min(end - ns, a));
     view = [a, a + ns];
-    redraw();
+    (draw || redraw)();
   }
-  function pan(f) {
+  function pan(f, draw) {
     var span = view[1] - view[0];
     var a = Math.max(0, Math.min(end - span, view[0] + f * span));
     view = [a, a + span];
-    redraw();
+    (draw || redraw)();
   }
   document.getElementById('tl-in').onclick = function () { zoom(0.5); };
   document.getElementById('tl-out').onclick = function () { zoom(2); };
@@ -267,23 +412,31 @@ function drawTimeline() {
   }
   plot.addEventListener('wheel', function (ev) {
     ev.preventDefault();
-    zoom(ev.deltaY > 0 ? 1.25 : 0.8, timeAt(ev.clientX));
+    zoom(ev.deltaY > 0 ? 1.25 : 0.8, timeAt(ev.clientX), later);
   }, {passive: false});
   var drag = null;
-  plot.addEventListener('mousedown', function (ev) { drag = ev.clientX; });
+  plot.addEventListener('mousedown', function (ev) { drag = ev.clientX; ev.preventDefault(); });
   window.addEventListener('mouseup', function () { drag = null; });
   var info = document.getElementById('tl-info');
   plot.addEventListener('mousemove', function (ev) {
     if (drag !== null) {
       var b = plot.getBoundingClientRect();
-      pan(-(ev.clientX - drag) / b.width);
+      pan(-(ev.clientX - drag) / b.width, later);
       drag = ev.clientX;
     }
-    var i = ev.target.getAttribute('data-i');
-    if (i !== null) {
-      var e = T.events[Number(i)];
-      info.textContent = T.rows[e[0]].label + ': ' + e[4] + ' [' + T.categories[e[3]] + '] at ' +
-          fmtS(e[1]) + ', ' + fmtS(e[2]);
+    var t = ev.target, r = t.getAttribute('data-r');
+    if (r === null) return;
+    var label = T.rows[Number(r)].label + ': ';
+    if (t.getAttribute('class') === 'ev') {
+      var Rw = ops()[Number(r)], i = Number(t.getAttribute('data-i'));
+      info.textContent = label + T.names[Rw.x[i]] + ' [' + T.categories[Rw.c[i]] + '] at ' +
+          fmtS(Rw.s[i] * tick) + ', ' + fmtS((Rw.e[i] - Rw.s[i]) * tick);
+    } else {
+      var a = Number(t.getAttribute('data-a')), bb = Number(t.getAttribute('data-b'));
+      info.textContent = label + Number(t.getAttribute('data-n')).toLocaleString('en-US') +
+          ' ops from ' + fmtS(a * tick) + ' to ' + fmtS(bb * tick) + ', busy ' +
+          fmtS(Number(t.getAttribute('data-busy')) * tick) + ', mostly ' +
+          T.categories[Number(t.getAttribute('data-c'))];
     }
   });
   redraw();

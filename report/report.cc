@@ -3,23 +3,21 @@
 #include "report/report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "report/html.h"
 #include "report/page.h"
-#include "tools/format.h"
 
 namespace parasol::report {
 
 namespace {
-
-using tools::count;
-using tools::gib;
-using tools::pct;
-using tools::secs;
 
 // The colour class of a timeline event: communication by group ("tp comm"), copies, then the
 // phase of a compute op ("fwd", "bwd", ...), else its kind.
@@ -31,7 +29,11 @@ std::string category(const traces::TraceEvent& e, const std::string& stream_name
   return "other";
 }
 
-Json timeline_data(const sim::SimResult& r, int max_events) {
+int64_t ticks(double seconds) { return std::llround(seconds / kTimelineTick); }
+
+// The timeline: rows, categories, names, the coarse spans of every op and the ops one by one
+// (report.h documents the encoding).
+Json timeline_data(const sim::SimResult& r, int draw_limit, int64_t max_detail_ops) {
   const traces::Trace& tr = r.trace;
   std::map<int, int> stage_of_rank;
   for (size_t s = 0; s < r.stage_rank.size(); ++s)
@@ -69,30 +71,119 @@ Json timeline_data(const sim::SimResult& r, int max_events) {
                        " " + sname}});
   }
 
-  // The kept events: all, or the longest max_events, in trace order.
-  std::vector<size_t> kept(tr.events.size());
-  std::iota(kept.begin(), kept.end(), 0);
-  if (max_events >= 0 && kept.size() > static_cast<size_t>(max_events)) {
-    std::stable_sort(kept.begin(), kept.end(),
-                     [&](size_t a, size_t b) { return tr.events[a].dur_s > tr.events[b].dur_s; });
-    kept.resize(static_cast<size_t>(max_events));
-    std::sort(kept.begin(), kept.end());
-  }
+  // Every op in ticks, with its row, category and name as indices.
+  struct Op {
+    int64_t start, end;
+    int category, name;
+  };
   std::map<std::string, int> category_index;
-  Json categories = Json::array(), events = Json::array();
-  for (size_t i : kept) {
-    const traces::TraceEvent& e = tr.events[i];
+  std::unordered_map<std::string, int> name_index;
+  Json categories = Json::array(), names = Json::array();
+  std::vector<std::vector<Op>> by_row(keys.size());
+  double end_s = r.step_time_s;
+  for (const traces::TraceEvent& e : tr.events) {
     const std::string c = category(e, stream_name(e.rank, e.stream));
-    auto [it, added] = category_index.emplace(c, static_cast<int>(categories.size()));
-    if (added) categories.push_back(c);
-    events.push_back(
-        Json::array({row_of[{e.rank, e.stream}], e.start_s, e.dur_s, it->second, e.name}));
+    auto [ci, c_added] = category_index.emplace(c, static_cast<int>(categories.size()));
+    if (c_added) categories.push_back(c);
+    auto [ni, n_added] = name_index.emplace(e.name, static_cast<int>(names.size()));
+    if (n_added) names.push_back(e.name);
+    const int64_t start = ticks(e.start_s);
+    by_row[row_of[{e.rank, e.stream}]].push_back(
+        {start, std::max(start, ticks(e.end_s())), ci->second, ni->second});
+    end_s = std::max(end_s, e.end_s());
   }
+  for (auto& ops : by_row)
+    std::sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) {
+      return std::pair(a.start, a.end) < std::pair(b.start, b.end);
+    });
+
+  // Which ops are inlined one by one: all, or the longest max_detail_ops.
+  const size_t total = tr.events.size();
+  const bool complete = max_detail_ops < 0 || total <= static_cast<size_t>(max_detail_ops);
+  int64_t min_kept = 0;  // with a cap: ops shorter than this are left out,
+  int64_t at_min = 0;    // and of those exactly this long, only the first at_min
+  if (!complete) {
+    std::vector<int64_t> durs;
+    durs.reserve(total);
+    for (const auto& ops : by_row)
+      for (const Op& o : ops) durs.push_back(o.end - o.start);
+    const auto nth = durs.begin() + (max_detail_ops - 1);
+    std::nth_element(durs.begin(), nth, durs.end(), std::greater<>());
+    min_kept = *nth;
+    at_min = max_detail_ops -
+             std::count_if(durs.begin(), durs.end(), [&](int64_t d) { return d > min_kept; });
+  }
+  Json detail_rows = Json::array();
+  int64_t inlined = 0;
+  for (const auto& ops : by_row) {
+    Json flat = Json::array();
+    int64_t prev_end = 0;
+    for (const Op& o : ops) {
+      const int64_t d = o.end - o.start;
+      if (!complete && d <= min_kept) {
+        if (d < min_kept || at_min == 0) continue;
+        --at_min;
+      }
+      for (int64_t v : {o.start - prev_end, d, int64_t{o.category}, int64_t{o.name}})
+        flat.push_back(v);
+      prev_end = o.end;
+      ++inlined;
+    }
+    detail_rows.push_back(std::move(flat));
+  }
+
+  // The coarse level: a row's ops merged while the gap to the next is under coarse_gap, the
+  // merged spans cut at multiples of coarse_gap (so that the kind of each bin shows), each piece
+  // with the busy time of its ops within it and the ops that start in it.
+  const int64_t end_ticks = ticks(end_s);
+  const int64_t coarse_gap = std::max<int64_t>(1, (end_ticks + kCoarseBins - 1) / kCoarseBins);
+  Json coarse_rows = Json::array();
+  for (const auto& ops : by_row) {
+    Json flat = Json::array();
+    int64_t prev_end = 0;
+    size_t i = 0;
+    while (i < ops.size()) {
+      // One merged span [a, b) of ops [first, i).
+      const size_t first = i;
+      const int64_t a = ops[i].start;
+      int64_t b = ops[i].end;
+      for (; i < ops.size() && (i == first || ops[i].start - b < coarse_gap); ++i)
+        b = std::max(b, ops[i].end);
+      const int64_t bin0 = a / coarse_gap,
+                    bins = std::max<int64_t>(1, (b - 1) / coarse_gap - bin0 + 1);
+      std::vector<std::vector<int64_t>> busy(bins, std::vector<int64_t>(categories.size(), 0));
+      std::vector<int64_t> started(bins, 0);
+      for (size_t j = first; j < i; ++j) {
+        const Op& o = ops[j];
+        ++started[std::min(bins - 1, o.start / coarse_gap - bin0)];
+        for (int64_t k = o.start / coarse_gap; k * coarse_gap < o.end; ++k)
+          busy[k - bin0][o.category] +=
+              std::min(o.end, (k + 1) * coarse_gap) - std::max(o.start, k * coarse_gap);
+      }
+      for (int64_t k = 0; k < bins; ++k) {
+        const int64_t lo = std::max(a, (bin0 + k) * coarse_gap);
+        const int64_t hi = std::max(lo, std::min(b, (bin0 + k + 1) * coarse_gap));
+        const auto dominant = std::max_element(busy[k].begin(), busy[k].end());
+        const int64_t total_busy = std::accumulate(busy[k].begin(), busy[k].end(), int64_t{0});
+        for (int64_t v :
+             {lo - prev_end, hi - lo, int64_t(dominant - busy[k].begin()), total_busy, started[k]})
+          flat.push_back(v);
+        prev_end = hi;
+      }
+    }
+    coarse_rows.push_back(std::move(flat));
+  }
+
   return {{"rows", rows},
           {"categories", categories},
-          {"events", events},
-          {"total_events", tr.events.size()},
-          {"step_time_s", r.step_time_s}};
+          {"names", names},
+          {"tick_s", kTimelineTick},
+          {"step_time_s", r.step_time_s},
+          {"end_s", end_s},
+          {"total_events", total},
+          {"draw_limit", draw_limit},
+          {"coarse", {{"gap", coarse_gap}, {"rows", std::move(coarse_rows)}}},
+          {"detail", {{"ops", inlined}, {"complete", complete}, {"rows", std::move(detail_rows)}}}};
 }
 
 Json memory_data(const PlanResults& p) {
@@ -188,7 +279,7 @@ std::string header_html(const ReportInput& in) {
   h += figure("step time (simulated)", secs(r.step_time_s),
               "critical stage " + std::to_string(r.critical_stage));
   h += figure("throughput", count(e.tokens_per_s) + " tokens/s",
-              tools::fmt("%.2f samples/s", e.samples_per_s));
+              fmt("%.2f samples/s", e.samples_per_s));
   h += figure("MFU", pct(e.mfu), "HFU " + pct(e.hfu));
   h += figure("memory per GPU", gib(e.memory_per_gpu_bytes),
               "of " + gib(e.device_memory_bytes) + (e.fits ? " (fits)" : " (DOES NOT FIT)"));
@@ -213,7 +304,7 @@ Json report_data(const ReportInput& in) {
             {"estimate", cost::estimate_to_json(p.estimate)},
             {"band", cost::band_to_json(p.band, p.estimate.step_time_s)},
             {"simulation", simulation},
-            {"timeline", timeline_data(p.simulation, in.max_timeline_events)},
+            {"timeline", timeline_data(p.simulation, in.max_timeline_events, in.max_detail_ops)},
             {"memory", memory_data(p)}};
   if (p.job) j["job"] = cost::time_to_train_to_json(*p.job);
   if (in.search) j["search"] = search_data(*in.search);
@@ -221,7 +312,11 @@ Json report_data(const ReportInput& in) {
 }
 
 std::string report_html(const ReportInput& in) {
-  const Json data = report_data(in);
+  Json data = report_data(in);
+  // The ops one by one go in a block of their own, parsed only when the page zooms in.
+  Json& detail = data["timeline"]["detail"];
+  const Json ops = std::move(detail["rows"]);
+  detail.erase("rows");
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
@@ -236,6 +331,8 @@ std::string report_html(const ReportInput& in) {
   h += "<footer>Generated by parasol. Self-contained: no network access; the data of the charts "
        "is inlined below.</footer>\n";
   h += "<script type=\"application/json\" id=\"parasol-data\">" + json_for_script(data) +
+       "</script>\n";
+  h += "<script type=\"application/json\" id=\"parasol-ops\">" + json_for_script(ops) +
        "</script>\n";
   h += "<script>\n" + std::string(kPageScript) + "</script>\n</body>\n</html>\n";
   return h;

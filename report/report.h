@@ -4,8 +4,15 @@
 // top plans. Built only from results the lower floors return (the
 // closed-form estimate, the simulation, liveness, the search); nothing is recomputed here. The
 // page needs no network: CSS, script and data are inline, the charts are drawn into inline SVG.
+// The timeline inlines every op of the step (up to ReportInput::max_detail_ops) as compact
+// integer arrays, about 18 bytes of HTML an op (19 MB for the 1.08 M ops of llama3-70b on 64
+// H100s): below the ~40 MB past which a page would load too slowly, so the whole step keeps its
+// full detail rather than only a window of it. Beside them, a coarse level computed here (each
+// stream's busy time in bins of 1/4096 of the step, with the kind that fills most of each bin)
+// is what the page draws first, without parsing the ops; see kTimelineTick.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,18 +60,42 @@ struct SearchResults {
 struct ReportInput {
   PlanResults plan;  // for a search: its best plan
   std::optional<SearchResults> search;
-  // The timeline keeps at most this many events (the longest ones; the page says how many it
-  // dropped), so that a large plan's page stays light.
+  // The most ops the page draws as separate rects at once: when more ops are in view, the ops of
+  // a row closer together than one pixel are drawn merged into one span (its busy time, coloured
+  // by the kind that fills most of it); every op is still inlined (see max_detail_ops).
   int max_timeline_events = 20000;
+  // The most ops inlined one by one (the longest, when the trace has more; the page says how many
+  // it inlined). The coarse level always covers every op. The default keeps a page under about
+  // 75 MB (about 18 bytes of HTML an op).
+  int64_t max_detail_ops = 4000000;
 };
+
+// The timeline's level of detail. Times are integers in ticks of kTimelineTick seconds (1 ns)
+// from the start of the step. A row's items are sorted by start and delta-encoded, flattened
+// into one array of numbers per row:
+//  - detail ("ops"): [gap, duration, category, name] per op, where gap = start - the end of the
+//    row's previous op (0 for a row's first op: the start itself), name indexes "names";
+//  - coarse ("spans"): [gap, duration, category, busy, ops] per piece: the row's ops merged while
+//    the gap to the next one is under "coarse_gap" ticks (the step over kCoarseBins, rounded
+//    up), the merged spans cut at multiples of coarse_gap, so that each piece lies within one
+//    bin; busy: the time of the ops within the piece, category: the one with the most of it,
+//    ops: how many ops start in the piece.
+// The page draws the coarse level first (all it needs while a pixel spans more than coarse_gap),
+// and parses the ops only when zoomed in further.
+constexpr double kTimelineTick = 1e-9;
+constexpr int kCoarseBins = 4096;
 
 // The data the page draws, as inlined in it:
 //  {"title", "model", "cluster", "device", "gpus", "plan": plan_to_json,
 //   "estimate": estimate_to_json, "band": band_to_json(band, estimate step),
 //   "simulation": sim_result_to_json + {"band": band_to_json(band, simulated step)},
 //   "timeline": {"rows": [{"rank", "stage", "stream", "label"}], "categories": [name],
-//                "events": [[row, start_s, dur_s, category, name]], "total_events",
-//                "step_time_s"},
+//                "names": [op name], "tick_s": kTimelineTick, "step_time_s" (the simulated
+//                step: the end marker), "end_s" (the drawn span: the step, or the last op's end
+//                if later), "total_events", "draw_limit": max_timeline_events,
+//                "coarse": {"gap": ticks, "rows": [[span items] per row]},
+//                "detail": {"ops" (how many are inlined), "complete" (all of them),
+//                           "rows": [[op items] per row]}},
 //   "memory": {"classes": [buffer class name], "stages": [{"stage", "peak_by_class_bytes",
 //              "peak_bytes", "host_bytes"}], "device_capacity_bytes",
 //              "estimate_per_gpu_bytes", "host_per_server_bytes", "host_capacity_bytes"},
@@ -76,9 +107,12 @@ struct ReportInput {
 Json report_data(const ReportInput& input);
 
 // The whole page: one HTML document with no external resource. Every string from the input
-// (model and cluster names) is escaped in the markup and in the inlined JSON. When the page's
-// script has drawn everything, <body> carries data-rendered="ok"; data-errors counts script
-// errors (0 when none).
+// (model and cluster names) is escaped in the markup and in the inlined JSON. report_data is
+// inlined in <script type="application/json" id="parasol-data">, less timeline.detail.rows,
+// which go in a block of their own, <script type="application/json" id="parasol-ops">, parsed
+// only when the timeline is zoomed in past the coarse level (a page of a million ops opens
+// without parsing them). When the page's script has drawn everything, <body> carries
+// data-rendered="ok"; data-errors counts script errors (0 when none).
 std::string report_html(const ReportInput& input);
 
 }  // namespace parasol::report

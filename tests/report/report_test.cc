@@ -1,20 +1,26 @@
 // The HTML report library: the page carries the lower floors' figures unchanged (the numbers of
 // `estimate --json` and `simulate --json`, with a token count the "job" of `estimate --tokens
 // --json`), escapes user strings, references nothing on the network, and its timeline, memory and
-// search data match the results it was given.
+// search data match the results it was given (the timeline: every op, one by one and in the
+// coarse spans of its level of detail).
 #include "report/report.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+#include <tuple>
 
 #include "core/cluster.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/lower.h"
 #include "core/model.h"
 #include "report/html.h"
 #include "tools/api.h"
-#include "tools/format.h"
 #include "tools/job_flags.h"
 
 namespace parasol::report {
@@ -82,10 +88,9 @@ TEST(Report, CarriesTheLowerFloorsFiguresUnchanged) {
   EXPECT_EQ(d["plan"], plan_to_json(f.plan));
   EXPECT_DOUBLE_EQ(d["estimate"]["step_time_s"].get<double>(), in.plan.estimate.step_time_s);
   // The header shows them formatted as the command line does, and the plan's degrees.
-  EXPECT_NE(
-      html.find(tools::secs(in.plan.estimate.step_time_s) + " " + cost::band_label(in.plan.band)),
-      std::string::npos);
-  EXPECT_NE(html.find(tools::secs(in.plan.simulation.step_time_s)), std::string::npos);
+  EXPECT_NE(html.find(secs(in.plan.estimate.step_time_s) + " " + cost::band_label(in.plan.band)),
+            std::string::npos);
+  EXPECT_NE(html.find(secs(in.plan.simulation.step_time_s)), std::string::npos);
   EXPECT_NE(html.find("tp 2 · pp 2 · dp 2 · cp 1"), std::string::npos);
   EXPECT_NE(html.find("gpt2-124m on 8 x "), std::string::npos);
   EXPECT_FALSE(d.contains("search"));
@@ -112,6 +117,32 @@ TEST(Report, MemoryIsTheLivenessOfEachStage) {
   EXPECT_EQ(m["host_capacity_bytes"].get<double>(), in.plan.estimate.host_memory_capacity_bytes);
 }
 
+// One decoded item of a timeline row (report.h: delta-encoded integer ticks).
+struct Item {
+  int64_t start, end, category, x, n;  // x: the name (ops) or the busy ticks (spans)
+};
+std::vector<std::vector<Item>> decode(const Json& rows, size_t stride) {
+  std::vector<std::vector<Item>> out;
+  for (const Json& flat : rows) {
+    EXPECT_EQ(flat.size() % stride, 0u);
+    std::vector<Item> items;
+    int64_t t = 0;
+    for (size_t j = 0; j + stride <= flat.size(); j += stride) {
+      Item it;
+      it.start = t + flat[j].get<int64_t>();
+      it.end = it.start + flat[j + 1].get<int64_t>();
+      it.category = flat[j + 2].get<int64_t>();
+      it.x = flat[j + 3].get<int64_t>();
+      it.n = stride > 4 ? flat[j + 4].get<int64_t>() : 1;
+      t = it.end;
+      items.push_back(it);
+    }
+    out.push_back(items);
+  }
+  return out;
+}
+int64_t ticks(double s) { return std::llround(s / kTimelineTick); }
+
 TEST(Report, TimelineHasEveryOpOnARowOfItsStage) {
   Fixture f;
   ReportInput in;
@@ -119,8 +150,12 @@ TEST(Report, TimelineHasEveryOpOnARowOfItsStage) {
   const traces::Trace& tr = in.plan.simulation.trace;
   ASSERT_FALSE(tr.events.empty());
   const Json t = report_data(in)["timeline"];
-  ASSERT_EQ(t["events"].size(), tr.events.size());
   EXPECT_EQ(t["total_events"].get<size_t>(), tr.events.size());
+  EXPECT_EQ(t["detail"]["ops"].get<size_t>(), tr.events.size());
+  EXPECT_TRUE(t["detail"]["complete"].get<bool>());
+  EXPECT_EQ(t["step_time_s"].get<double>(), in.plan.simulation.step_time_s);
+  EXPECT_GE(t["end_s"].get<double>(), in.plan.simulation.step_time_s);
+  EXPECT_EQ(t["draw_limit"].get<int>(), in.max_timeline_events);
   bool stage0 = false, stage1 = false;
   for (const Json& r : t["rows"]) {
     stage0 |= r["stage"] == 0;
@@ -130,34 +165,134 @@ TEST(Report, TimelineHasEveryOpOnARowOfItsStage) {
         0u);
   }
   EXPECT_TRUE(stage0 && stage1);
-  for (size_t i = 0; i < tr.events.size(); ++i) {
-    const Json& e = t["events"][i];
-    const Json& row = t["rows"][e[0].get<size_t>()];
-    EXPECT_EQ(row["rank"].get<int>(), tr.events[i].rank);
-    EXPECT_EQ(e[1].get<double>(), tr.events[i].start_s);
-    EXPECT_EQ(e[2].get<double>(), tr.events[i].dur_s);
-    EXPECT_EQ(e[4].get<std::string>(), tr.events[i].name);
-    if (!tr.events[i].group.empty()) {
-      EXPECT_EQ(t["categories"][e[3].get<size_t>()], tr.events[i].group + " comm");
+  // Every op of the trace is one op of its row, at its start and end in ticks, with its name
+  // and (for communication) its group's category; each row sorted by start.
+  const auto rows = decode(t["detail"]["rows"], 4);
+  ASSERT_EQ(rows.size(), t["rows"].size());
+  using Key = std::tuple<int, std::string, int64_t, int64_t, std::string>;
+  std::multiset<std::pair<Key, std::string>> drawn;  // (rank, stream, start, end, name), category
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t i = 0; i < rows[r].size(); ++i) {
+      const Item& it = rows[r][i];
+      if (i > 0) {
+        EXPECT_LE(rows[r][i - 1].start, it.start);
+      }
+      drawn.emplace(Key(t["rows"][r]["rank"].get<int>(), t["rows"][r]["stream"], it.start, it.end,
+                        t["names"][it.x].get<std::string>()),
+                    t["categories"][it.category].get<std::string>());
     }
   }
+  std::map<std::pair<int, int>, std::string> stream_name;
+  for (const auto& s : tr.streams) stream_name[{s.rank, s.stream}] = s.name;
+  for (const auto& e : tr.events) {
+    const std::string stream = stream_name.at({e.rank, e.stream});
+    const Key key(e.rank, stream, ticks(e.start_s), ticks(e.end_s()), e.name);
+    auto it = drawn.lower_bound({key, ""});
+    ASSERT_TRUE(it != drawn.end() && it->first == key) << e.name;
+    // The category: the group of a communication, else the phase of a compute op.
+    if (!e.group.empty()) {
+      EXPECT_EQ(it->second, e.group + " comm") << e.name;
+    } else if (stream != "copy" && !e.phase.empty()) {
+      EXPECT_EQ(it->second, e.phase) << e.name;
+    }
+    drawn.erase(it);
+  }
+  EXPECT_TRUE(drawn.empty());
 }
 
-TEST(Report, TimelineKeepsTheLongestOpsWhenCapped) {
+TEST(Report, TimelineCoarseSpansCoverEveryOp) {
   Fixture f;
   ReportInput in;
   in.plan = f.results();
-  in.max_timeline_events = 10;
+  const Json t = report_data(in)["timeline"];
+  const int64_t gap = t["coarse"]["gap"].get<int64_t>();
+  EXPECT_EQ(gap, (ticks(t["end_s"].get<double>()) + kCoarseBins - 1) / kCoarseBins);
+  const auto spans = decode(t["coarse"]["rows"], 5);
+  const auto ops = decode(t["detail"]["rows"], 4);
+  ASSERT_EQ(spans.size(), ops.size());
+  const size_t n_categories = t["categories"].size();
+  for (size_t r = 0; r < ops.size(); ++r) {
+    const std::vector<Item>& sp = spans[r];
+    // Pieces in order, each within one bin, apart by nothing (a bin boundary inside a merged
+    // span) or by at least the coarse gap.
+    for (size_t i = 0; i < sp.size(); ++i) {
+      EXPECT_LE(sp[i].start, sp[i].end);
+      if (sp[i].end > sp[i].start) {
+        EXPECT_EQ(sp[i].start / gap, (sp[i].end - 1) / gap);
+      }
+      if (i > 0) {
+        const int64_t apart = sp[i].start - sp[i - 1].end;
+        EXPECT_TRUE(apart >= gap || (apart == 0 && sp[i].start % gap == 0)) << apart;
+      }
+    }
+    // Each piece holds the time of the ops within it, by category, and every op's time is in
+    // the pieces.
+    std::vector<std::vector<int64_t>> busy(sp.size(), std::vector<int64_t>(n_categories, 0));
+    int64_t started = 0, n = 0;
+    for (const Item& o : ops[r]) {
+      // The first piece that ends after the op's start (or at it, for an op of no time).
+      size_t i = std::lower_bound(sp.begin(), sp.end(), o.start,
+                                  [](const Item& p, int64_t v) { return p.end < v; }) -
+                 sp.begin();
+      ASSERT_LT(i, sp.size());
+      EXPECT_LE(sp[i].start, o.start);
+      int64_t covered = 0;
+      for (; i < sp.size() && sp[i].start < o.end; ++i) {
+        const int64_t ov = std::min(o.end, sp[i].end) - std::max(o.start, sp[i].start);
+        busy[i][o.category] += std::max<int64_t>(0, ov);
+        covered += std::max<int64_t>(0, ov);
+      }
+      EXPECT_EQ(covered, o.end - o.start);
+      ++started;
+    }
+    for (size_t i = 0; i < sp.size(); ++i) {
+      EXPECT_EQ(sp[i].x, std::accumulate(busy[i].begin(), busy[i].end(), int64_t{0}));
+      EXPECT_LE(sp[i].x, sp[i].end - sp[i].start);
+      EXPECT_EQ(busy[i][sp[i].category], *std::max_element(busy[i].begin(), busy[i].end()));
+      n += sp[i].n;
+    }
+    EXPECT_EQ(n, started);  // every op counted in one piece
+  }
+}
+
+TEST(Report, TimelineInlinesTheLongestOpsWhenCapped) {
+  Fixture f;
+  ReportInput in;
+  in.plan = f.results();
+  in.max_detail_ops = 10;
   const traces::Trace& tr = in.plan.simulation.trace;
   const Json t = report_data(in)["timeline"];
-  ASSERT_EQ(t["events"].size(), 10u);
+  EXPECT_EQ(t["detail"]["ops"].get<int64_t>(), 10);
+  EXPECT_FALSE(t["detail"]["complete"].get<bool>());
   EXPECT_EQ(t["total_events"].get<size_t>(), tr.events.size());
-  std::vector<double> durs;
-  for (const auto& e : tr.events) durs.push_back(e.dur_s);
+  std::vector<int64_t> durs;
+  for (const auto& e : tr.events) durs.push_back(ticks(e.end_s()) - ticks(e.start_s));
   std::sort(durs.rbegin(), durs.rend());
-  double kept_min = 1e300;
-  for (const Json& e : t["events"]) kept_min = std::min(kept_min, e[2].get<double>());
-  EXPECT_EQ(kept_min, durs[9]);
+  std::vector<int64_t> kept;
+  for (const auto& row : decode(t["detail"]["rows"], 4))
+    for (const Item& o : row) kept.push_back(o.end - o.start);
+  std::sort(kept.rbegin(), kept.rend());
+  EXPECT_EQ(kept, std::vector<int64_t>(durs.begin(), durs.begin() + 10));
+  // The coarse level still holds every op.
+  int64_t n = 0;
+  for (const auto& row : decode(t["coarse"]["rows"], 5))
+    for (const Item& s : row) n += s.n;
+  EXPECT_EQ(n, static_cast<int64_t>(tr.events.size()));
+}
+
+TEST(Report, OpsGoInABlockOfTheirOwn) {
+  Fixture f;
+  ReportInput in;
+  in.plan = f.results();
+  const std::string html = report_html(in);
+  const Json d = inlined_data(html);
+  EXPECT_FALSE(d["timeline"]["detail"].contains("rows"));
+  const std::string open = "<script type=\"application/json\" id=\"parasol-ops\">";
+  const size_t a = html.find(open);
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = html.find("</script>", a);
+  EXPECT_EQ(Json::parse(html.substr(a + open.size(), b - a - open.size())),
+            report_data(in)["timeline"]["detail"]["rows"]);
 }
 
 TEST(Report, EscapesUserStrings) {
@@ -170,9 +305,9 @@ TEST(Report, EscapesUserStrings) {
   EXPECT_EQ(html.find("<script>alert"), std::string::npos);
   EXPECT_EQ(html.find("<img"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;co"), std::string::npos);
-  // Only the page's own three scripts open, and each closes.
-  EXPECT_EQ(occurrences(html, "<script"), 3u);
-  EXPECT_EQ(occurrences(html, "</script>"), 3u);
+  // Only the page's own four scripts open, and each closes.
+  EXPECT_EQ(occurrences(html, "<script"), 4u);
+  EXPECT_EQ(occurrences(html, "</script>"), 4u);
   // The inlined JSON gives the names back as they were.
   const Json d = inlined_data(html);
   EXPECT_EQ(d["model"], f.model.name);
@@ -226,7 +361,7 @@ TEST(Report, TimeToTrainIsTheJobOfEstimateTokens) {
     EXPECT_GT(d["job"]["breakdown_s"][k].get<double>(), 0) << k;
   EXPECT_EQ(d["job"]["cost"].get<double>(), in.plan.job->cost);
   EXPECT_EQ(occurrences(html, "<section id=\"job\">"), 1u);
-  EXPECT_EQ(occurrences(html, "<script"), 3u);
+  EXPECT_EQ(occurrences(html, "<script"), 4u);
 }
 
 TEST(Report, NoTimeToTrainWithoutTokens) {
@@ -268,8 +403,7 @@ TEST(Report, SearchSectionCarriesTheSearchResult) {
               s.result.pareto[i].estimate.tokens_per_s);
   EXPECT_EQ(d["enumerated"].get<int64_t>(), s.result.enumerated);
   EXPECT_NE(html.find("id=\"search\""), std::string::npos);
-  EXPECT_NE(html.find("the best of " + tools::count(s.result.enumerated) + " plans"),
-            std::string::npos);
+  EXPECT_NE(html.find("the best of " + count(s.result.enumerated) + " plans"), std::string::npos);
 
   EXPECT_FALSE(d["top"][0].contains("job"));
 
@@ -282,7 +416,7 @@ TEST(Report, SearchSectionCarriesTheSearchResult) {
   const Json dj = report_data(in)["search"];
   for (size_t i = 0; i < s.result.top.size(); ++i)
     EXPECT_EQ(dj["top"][i]["job"], cost::time_to_train_to_json(in.search->top_jobs[i]));
-  EXPECT_NE(report_html(in).find("ranked by the time to train " + tools::count(1e11) + " tokens"),
+  EXPECT_NE(report_html(in).find("ranked by the time to train " + count(1e11) + " tokens"),
             std::string::npos);
   in.search->top_jobs.pop_back();
   try {
