@@ -28,6 +28,7 @@
 #include "interop/deepspeed.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -56,98 +57,96 @@ const char* ds_dtype(Dtype d) {
   }
 }
 
-// Every refusal of DeepSpeed: throws naming the plan field.
-void check_expressible(const Model& model, const Plan& p) {
+// Every refusal of DeepSpeed, each naming the plan (or model) field.
+void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   const bool pipelined = p.pp > 1;
   if (p.vpp > 1 || p.schedule == Schedule::kInterleaved)
-    throw Error("plan.vpp",
-                "DeepSpeed's pipeline engine has no interleaved (virtual-stage) "
-                "schedule; it runs only its 1F1B TrainSchedule (runtime/pipe/schedule.py)");
+    r.add("plan.vpp",
+          "DeepSpeed's pipeline engine has no interleaved (virtual-stage) "
+          "schedule; it runs only its 1F1B TrainSchedule (runtime/pipe/schedule.py)");
   if (pipelined && p.schedule == Schedule::kGpipe)
-    throw Error("plan.schedule",
-                "DeepSpeed's pipeline engine has no GPipe schedule; it runs only "
-                "its 1F1B TrainSchedule (runtime/pipe/schedule.py)");
+    r.add("plan.schedule",
+          "DeepSpeed's pipeline engine has no GPipe schedule; it runs only "
+          "its 1F1B TrainSchedule (runtime/pipe/schedule.py)");
   if (pipelined && p.zero >= 2)
-    throw Error("plan.zero",
-                "ZeRO-2 and ZeRO-3 are incompatible with DeepSpeed's pipeline "
-                "parallelism (runtime/pipe/engine.py); use zero <= 1 with pp > 1");
+    r.add("plan.zero",
+          "ZeRO-2 and ZeRO-3 are incompatible with DeepSpeed's pipeline "
+          "parallelism (runtime/pipe/engine.py); use zero <= 1 with pp > 1");
   if (pipelined && p.zero == 0 && p.precision == Dtype::kBf16)
-    throw Error("plan.zero",
-                "DeepSpeed's pipeline engine trains a bf16 model without ZeRO "
-                "through its BF16_Optimizer, which shards the optimizer state "
-                "(ZeRO-1); use zero 1");
+    r.add("plan.zero",
+          "DeepSpeed's pipeline engine trains a bf16 model without ZeRO "
+          "through its BF16_Optimizer, which shards the optimizer state "
+          "(ZeRO-1); use zero 1");
   if (p.uneven_stages())
-    throw Error("plan.stage_layers",
-                "parasol does not write Megatron-DeepSpeed's pipeline "
-                "partition; only even stages are exported");
+    r.add("plan.stage_layers",
+          "parasol does not write Megatron-DeepSpeed's pipeline "
+          "partition; only even stages are exported");
   if (p.cp > 1)
-    throw Error("plan.cp",
-                "parasol's context parallelism is ring attention (K/V passed round "
-                "the cp group); DeepSpeed's sequence parallelism is Ulysses "
-                "(--ds-sequence-parallel-size: all-to-all over heads), a different "
-                "communication, so the prediction would not describe the run");
+    r.add("plan.cp",
+          "parasol's context parallelism is ring attention (K/V passed round "
+          "the cp group); DeepSpeed's sequence parallelism is Ulysses "
+          "(--ds-sequence-parallel-size: all-to-all over heads), a different "
+          "communication, so the prediction would not describe the run");
   if (p.ep > 1 || model.is_moe())
-    throw Error(
-        p.ep > 1 ? "plan.ep" : "model.moe",
-        "DeepSpeed-MoE (Megatron-DeepSpeed --num-experts, --moe-expert-parallel-size) "
-        "places experts in its own groups; parasol does not export MoE models to DeepSpeed");
+    r.add(p.ep > 1 ? "plan.ep" : "model.moe",
+          "DeepSpeed-MoE (Megatron-DeepSpeed --num-experts, --moe-expert-parallel-size) "
+          "places experts in its own groups; parasol does not export MoE models to DeepSpeed");
   if (p.zero == 0 && p.overlap_grad_reduce)
-    throw Error("plan.overlap_grad_reduce",
-                "DeepSpeed without ZeRO all-reduces gradients after the backward "
-                "(engine.py allreduce_gradients at the accumulation boundary), not overlapped");
+    r.add("plan.overlap_grad_reduce",
+          "DeepSpeed without ZeRO all-reduces gradients after the backward "
+          "(engine.py allreduce_gradients at the accumulation boundary), not overlapped");
   if (p.tp > 1 || p.pp > 1) {
     // Megatron-DeepSpeed's mpu (megatron/core/parallel_state.py L183-265) orders ranks tp, dp, pp
     // (tp fastest); cp and ep are refused above.
     auto at = [&](Dim d) { return std::find(p.rank_order.begin(), p.rank_order.end(), d); };
     if (!(at(Dim::kTp) < at(Dim::kDp) && at(Dim::kDp) < at(Dim::kPp)))
-      throw Error("plan.rank_order", "Megatron-DeepSpeed orders ranks tp, dp, pp (tp fastest)");
+      r.add("plan.rank_order", "Megatron-DeepSpeed orders ranks tp, dp, pp (tp fastest)");
   }
   if (p.tp_comm_overlap)
-    throw Error("plan.tp_comm_overlap",
-                "Megatron-DeepSpeed has no Transformer Engine userbuffers overlap");
+    r.add("plan.tp_comm_overlap",
+          "Megatron-DeepSpeed has no Transformer Engine userbuffers overlap");
   if (p.precision == Dtype::kFp8 || p.precision == Dtype::kTf32)
-    throw Error("plan.precision", std::string("DeepSpeed's config has no ") +
-                                      dtype_name(p.precision) + " mode (bf16, fp16 or fp32)");
+    r.add("plan.precision", std::string("DeepSpeed's config has no ") + dtype_name(p.precision) +
+                                " mode (bf16, fp16 or fp32)");
   if (p.zero == 3 && p.reshard != Reshard::kAfterForward)
-    throw Error("plan.reshard", std::string("DeepSpeed ZeRO-3 frees gathered parameters after "
-                                            "each use (after_forward); it has no ") +
-                                    reshard_name(p.reshard) + " mode");
+    r.add("plan.reshard", std::string("DeepSpeed ZeRO-3 frees gathered parameters after "
+                                      "each use (after_forward); it has no ") +
+                              reshard_name(p.reshard) + " mode");
   if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp && p.zero < 3)
-    throw Error("plan.shard_degree",
-                "DeepSpeed shards ZeRO-1/2 state over the whole "
-                "data-parallel group; hierarchical sharding (MiCS, "
-                "mics_shard_size) exists only with ZeRO-3");
+    r.add("plan.shard_degree",
+          "DeepSpeed shards ZeRO-1/2 state over the whole "
+          "data-parallel group; hierarchical sharding (MiCS, "
+          "mics_shard_size) exists only with ZeRO-3");
   if (p.offload.params && p.zero < 3)
-    throw Error("plan.offload",
-                "DeepSpeed offloads parameters (zero_optimization.offload_param) "
-                "only with ZeRO-3");
+    r.add("plan.offload",
+          "DeepSpeed offloads parameters (zero_optimization.offload_param) "
+          "only with ZeRO-3");
   if (p.offload.optimizer && p.zero == 0)
-    throw Error("plan.offload",
-                "DeepSpeed offloads the optimizer "
-                "(zero_optimization.offload_optimizer) only with ZeRO 1-3");
+    r.add("plan.offload",
+          "DeepSpeed offloads the optimizer "
+          "(zero_optimization.offload_optimizer) only with ZeRO 1-3");
   if (p.offload.activations && !(p.recompute == Recompute::kFull && p.recompute_layers < 0))
-    throw Error("plan.offload",
-                "DeepSpeed copies to host only the inputs of checkpointed layers "
-                "(activation_checkpointing.cpu_checkpointing); it needs full "
-                "recompute of every layer");
+    r.add("plan.offload",
+          "DeepSpeed copies to host only the inputs of checkpointed layers "
+          "(activation_checkpointing.cpu_checkpointing); it needs full "
+          "recompute of every layer");
   // Gradient dtype: reduced in communication_data_type (engine.py allreduce_bucket, ZeRO's
   // reduce-scatter; default the model's dtype), fp32 or the model's dtype here.
   if (p.precision == Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kFp32)
-    throw Error("plan.grad_reduce_dtype", "an fp32 model accumulates fp32 gradients in DeepSpeed");
+    r.add("plan.grad_reduce_dtype", "an fp32 model accumulates fp32 gradients in DeepSpeed");
   if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != p.precision)
-    throw Error("plan.grad_reduce_dtype",
-                "DeepSpeed's grad_accum_dtype is fp32 or the model's dtype");
+    r.add("plan.grad_reduce_dtype", "DeepSpeed's grad_accum_dtype is fp32 or the model's dtype");
   if (p.optimizer_dtype == Dtype::kBf16) {
     if (p.zero == 0 || p.precision != Dtype::kBf16)
-      throw Error("plan.optimizer_dtype",
-                  "DeepSpeed's bf16 optimizer states "
-                  "(bf16.bf16_optimizer_states) need bf16 and ZeRO 1-3");
+      r.add("plan.optimizer_dtype",
+            "DeepSpeed's bf16 optimizer states "
+            "(bf16.bf16_optimizer_states) need bf16 and ZeRO 1-3");
     if (p.grad_reduce_dtype != Dtype::kBf16)
-      throw Error("plan.grad_reduce_dtype",
-                  "bf16.bf16_master_weights_and_grads keeps bf16 "
-                  "gradients; set grad_reduce_dtype bf16");
+      r.add("plan.grad_reduce_dtype",
+            "bf16.bf16_master_weights_and_grads keeps bf16 "
+            "gradients; set grad_reduce_dtype bf16");
   } else if (p.optimizer_dtype != Dtype::kFp32) {
-    throw Error("plan.optimizer_dtype", "DeepSpeed keeps optimizer state in fp32 or bf16");
+    r.add("plan.optimizer_dtype", "DeepSpeed keeps optimizer state in fp32 or bf16");
   }
   // Recompute: Megatron-DeepSpeed has full (all layers or the first k per stage) and selective
   // (core attention only); a plain DeepSpeed script recomputes the way its model code does:
@@ -155,19 +154,19 @@ void check_expressible(const Model& model, const Plan& p) {
   const bool megatron = p.tp > 1 || p.pp > 1;
   if (p.recompute == Recompute::kSelective &&
       (!megatron || p.recompute_modules != Plan{}.recompute_modules))
-    throw Error("plan.recompute",
-                megatron ? "Megatron-DeepSpeed's selective recompute is core attention only"
-                         : "a Hugging Face model under DeepSpeed recomputes whole layers "
-                           "(gradient_checkpointing_enable); selective recompute needs "
-                           "Megatron-DeepSpeed (tp or pp > 1)");
+    r.add("plan.recompute", megatron
+                                ? "Megatron-DeepSpeed's selective recompute is core attention only"
+                                : "a Hugging Face model under DeepSpeed recomputes whole layers "
+                                  "(gradient_checkpointing_enable); selective recompute needs "
+                                  "Megatron-DeepSpeed (tp or pp > 1)");
   if (p.recompute == Recompute::kFull && p.recompute_layers >= 0 && p.pp > 1)
-    throw Error("plan.recompute_layers",
-                "Megatron-DeepSpeed's pipeline model (GPTModelPipe, megatron/model/gpt_model.py) "
-                "recomputes every layer or none: DeepSpeed's pipeline has no block method");
+    r.add("plan.recompute_layers",
+          "Megatron-DeepSpeed's pipeline model (GPTModelPipe, megatron/model/gpt_model.py) "
+          "recomputes every layer or none: DeepSpeed's pipeline has no block method");
   if (p.recompute == Recompute::kFull && p.recompute_layers >= 0 && !megatron)
-    throw Error("plan.recompute_layers",
-                "a Hugging Face model's gradient checkpointing "
-                "recomputes every decoder layer");
+    r.add("plan.recompute_layers",
+          "a Hugging Face model's gradient checkpointing "
+          "recomputes every decoder layer");
 }
 
 OJson config_json(const Plan& p) {
@@ -222,13 +221,39 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
+Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Plan& plan) {
+  validate(plan, model, cluster);  // parasol's own rules: one error, thrown
+  Refusals r;
+  check_expressible(model, plan, r);
+  const bool megatron = plan.tp > 1 || plan.pp > 1;
+  // Megatron-DeepSpeed's --rotary-position-embeddings-theta is an int (arguments.py L635).
+  if (megatron && !model.learned_positions &&
+      (model.rope_theta != std::floor(model.rope_theta) || model.rope_theta < 1))
+    r.add("model.rope_theta",
+          "Megatron-DeepSpeed's --rotary-position-embeddings-theta is an "
+          "integer");
+  try {
+    server_layout(cluster, plan.gpus());
+  } catch (const Error& e) {
+    r.add(e.field(), e.reason());
+  }
+  return r;
+}
+
 Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& plan) {
-  validate(plan, model, cluster);
-  check_expressible(model, plan);
+  deepspeed_refusals(model, cluster, plan).raise();
   const int gpus = plan.gpus();
   const ServerLayout servers = server_layout(cluster, gpus);
   const int per_node = servers.per_node, nodes = servers.nodes;
   const bool megatron = plan.tp > 1 || plan.pp > 1;
+  // Megatron-DeepSpeed's validate_args raises "Using sequence parallelism requires setting the
+  // environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (megatron/arguments.py L401-407)
+  // on every rank. DeepSpeed's multi-node runner forwards only variables with its prefixes
+  // (EXPORT_ENVS = MLFLOW, PYTHON, MV2, UCX and the accelerator's NCCL: launcher/runner.py L37,
+  // L609-614) and those of the file DS_ENV_FILE names (default .deepspeed_env in ~ or the
+  // working directory, L39-40 and L616-623, read as KEY=VALUE lines): the export writes the
+  // file and points DS_ENV_FILE at it, and exports the variable for the single-node launch.
+  const bool one_connection = megatron && plan.sequence_parallel;
 
   Export e;
   e.framework = "deepspeed";
@@ -242,6 +267,9 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
        << cluster.name << ".\n";
   for (int i = 0; i < nodes; ++i) host << "node-" << i << " slots=" << per_node << "\n";
   e.files.push_back({"hostfile", host.str(), false});
+  // runner.py splits every line at its first '=': no comments, no blank lines.
+  if (one_connection)
+    e.files.push_back({".deepspeed_env", "CUDA_DEVICE_MAX_CONNECTIONS=1\n", false});
 
   std::ostringstream sh;
   sh << "#!/usr/bin/env bash\n"
@@ -251,14 +279,24 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
      << plan.zero << ", micro batch " << plan.micro_batch << ", global batch " << plan.global_batch
      << ", recompute " << recompute_label(plan) << ", offload " << offload_name(plan.offload)
      << ".\n"
-     << "# Checked against " << kDeepSpeedVersion << ".\n";
+     << "# Checked against " << kDeepSpeedVersion << ".\n"
+     << export_tag_line(model, cluster, gpus);
   if (plan.zero == 3 && plan.shard_degree > 0 && plan.shard_degree != plan.dp * plan.cp)
     sh << "# MiCS (mics_shard_size): build the model under deepspeed.zero.MiCS_Init(config_dict_or_"
           "path=\"ds_config.json\").\n";
   if (plan.zero == 1 || plan.zero == 2)
     sh << "# Note: DeepSpeed ZeRO-1/2 all-gather the updated parameters after the optimizer step "
           "without overlapping it.\n";
-  sh << "set -euo pipefail\n";
+  sh << "set -euo pipefail\n"
+     << "# This folder's files (hostfile, ds_config.json), wherever the script runs from.\n"
+     << "HERE=$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\n";
+  if (one_connection)
+    sh << "# Megatron-DeepSpeed's sequence parallelism needs it on every rank: here for this "
+          "node,\n# through DS_ENV_FILE for the others.\n"
+       << "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+       << "export DS_ENV_FILE=\"$HERE/.deepspeed_env\"\n";
+  const std::string launcher = "deepspeed --hostfile=\"$HERE/hostfile\" --num_nodes " +
+                               std::to_string(nodes) + " --num_gpus " + std::to_string(per_node);
   if (!megatron) {
     sh << "# A script that calls deepspeed.initialize (for a Hugging Face model: the Trainer with "
           "--deepspeed ds_config.json)";
@@ -267,8 +305,8 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
             "(model.gradient_checkpointing_enable())";
     sh << ".\n"
        << "TRAIN_SCRIPT=${TRAIN_SCRIPT:-train.py}\n"
-       << "deepspeed --hostfile=hostfile --num_nodes " << nodes << " --num_gpus " << per_node
-       << " \\\n  \"$TRAIN_SCRIPT\" --deepspeed --deepspeed_config ds_config.json \"$@\"\n";
+       << launcher << " \\\n"
+       << "  \"$TRAIN_SCRIPT\" --deepspeed --deepspeed_config \"$HERE/ds_config.json\" \"$@\"\n";
   } else {
     std::vector<std::string> mod = {
         "--num-layers " + std::to_string(model.layers),
@@ -276,12 +314,24 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
         "--ffn-hidden-size " + std::to_string(model.ffn),
         "--num-attention-heads " + std::to_string(model.heads),
         "--num-key-value-heads " + std::to_string(model.kv_heads),
-        "--seq-length " + std::to_string(plan.seq(model)),
-        "--max-position-embeddings " + std::to_string(plan.seq(model)),
     };
+    if (model.head_dim * model.heads != model.hidden)
+      mod.push_back("--kv-channels " + std::to_string(model.head_dim));
+    // max_position_embeddings >= seq_length (megatron/arguments.py L310-311); RoPE needs no
+    // table, so a longer sequence only raises the count.
+    mod.push_back("--seq-length " + std::to_string(plan.seq(model)));
+    mod.push_back("--max-position-embeddings " +
+                  std::to_string(std::max(model.seq_len, plan.seq(model))));
+    // Used by the NullTokenizer only (megatron/tokenizer/tokenizer.py L40-41); the model's
+    // vocabulary for a reader of this script.
+    mod.push_back("--vocab-size " + std::to_string(model.vocab));
     if (model.norm == Norm::kRmsNorm) mod.push_back("--normalization rmsnorm");
     if (model.activation == Activation::kSwiglu) mod.push_back("--swiglu");
-    if (!model.learned_positions) mod.push_back("--use-rotary-position-embeddings");
+    if (!model.learned_positions) {
+      mod.push_back("--use-rotary-position-embeddings");
+      mod.push_back("--rotary-position-embeddings-theta " +
+                    std::to_string(static_cast<int64_t>(model.rope_theta)));
+    }
     if (!model.tied_embeddings) mod.push_back("--untie-embeddings-and-output-weights");
     if (!model.linear_bias) mod.push_back("--disable-bias-linear");
     if (!model.dropout) {
@@ -298,7 +348,7 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
     if (plan.sequence_parallel) par.push_back("--sequence-parallel");
     if (plan.precision == Dtype::kBf16) par.push_back("--bf16");
     if (plan.precision == Dtype::kFp16) par.push_back("--fp16");
-    std::vector<std::string> ds = {"--deepspeed", "--deepspeed_config ds_config.json",
+    std::vector<std::string> ds = {"--deepspeed", "--deepspeed_config \"$HERE/ds_config.json\"",
                                    "--zero-stage " + std::to_string(plan.zero)};
     // Without --no-pipeline-parallel Megatron-DeepSpeed builds a one-stage PipelineModule and
     // DeepSpeed's pipeline engine, which refuses ZeRO-2/3 (its examples add it when Z > 1).
@@ -323,8 +373,8 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
        << join(mod) << ")\nPARALLEL_ARGS=(\n"
        << join(par) << ")\nDEEPSPEED_ARGS=(\n"
        << join(ds) << ")\n"
-       << "deepspeed --hostfile=hostfile --num_nodes " << nodes << " --num_gpus " << per_node
-       << " \\\n  pretrain_gpt.py \"${MODEL_ARGS[@]}\" \"${PARALLEL_ARGS[@]}\" "
+       << launcher << " \\\n"
+       << "  pretrain_gpt.py \"${MODEL_ARGS[@]}\" \"${PARALLEL_ARGS[@]}\" "
           "\"${DEEPSPEED_ARGS[@]}\" \"$@\"\n";
   }
   e.files.push_back({"launch_deepspeed.sh", sh.str(), true});

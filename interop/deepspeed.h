@@ -14,11 +14,20 @@ namespace parasol::interop {
 extern const char* const kDeepSpeedVersion;
 
 // The config and launcher of `plan` for `model` on `cluster`. Throws parasol::Error
-// naming the plan field DeepSpeed cannot express (for example plan.zero 2 or 3 with pp > 1).
-// Files: ds_config.json, hostfile, launch_deepspeed.sh (executable). With tp or pp > 1 the
-// launcher runs Megatron-DeepSpeed's pretrain_gpt.py with its model-parallel arguments; else
-// the user's script (TRAIN_SCRIPT, default train.py) with --deepspeed --deepspeed_config.
+// naming the plan fields DeepSpeed cannot express (for example plan.zero 2 or 3 with pp > 1),
+// all of them at once. With tp or pp > 1 the launcher runs Megatron-DeepSpeed's pretrain_gpt.py
+// with its model-parallel arguments; else the user's script (TRAIN_SCRIPT, default train.py)
+// with --deepspeed --deepspeed_config.
+// Files: ds_config.json, hostfile, launch_deepspeed.sh (executable), and with sequence
+// parallelism .deepspeed_env (CUDA_DEVICE_MAX_CONNECTIONS=1, which Megatron-DeepSpeed requires
+// on every rank; the launcher exports it and points DS_ENV_FILE at the file so that DeepSpeed's
+// runner forwards it to the other nodes). The launcher finds the folder's files by its own
+// path ($HERE), wherever it runs from.
 Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& plan);
+
+// Every reason DeepSpeed refuses `plan` on `cluster` (what export_deepspeed throws, all at once);
+// empty when it runs it. A plan parasol rejects (validate) throws that error.
+Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Plan& plan);
 
 // What a ds_config.json does not hold: the model-parallel degrees and Megatron's sequence
 // parallelism that Megatron-DeepSpeed takes as command-line arguments

@@ -16,8 +16,21 @@
 // megatron/core/transformer/pipeline_parallel_layer_layout.py (layout string: virtual stage
 // v = chunk x pp + stage, 'E' embedding first, 'L' loss last, 't' a decoder layer).
 // There is no --virtual-pipeline-model-parallel-size flag (arguments.py excludes the field).
+// Checks of validate_args and TransformerConfig.__post_init__ the export meets:
+//  - arguments.py L1353-1356: max_position_embeddings >= seq_length (asserted for every
+//    position embedding type; RoPE does not use the table, so a RoPE model trained past its
+//    positions gets --max-position-embeddings = the sequence length);
+//  - transformer_config.py L3002-3046 (overlap_moe_expert_parallel_comm): pp > 1 needs
+//    virtual_pipeline_model_parallel_size (set from --num-virtual-stages-per-pipeline-rank or a
+//    layout with more stages than pp, arguments.py L940-979), ep > 1, the alltoall or flex
+//    dispatcher, no full recompute (nor a recompute method or layer count), no "moe" in
+//    recompute_modules, bf16 or fp16;
+//  - core/pipeline_parallel/combined_1f1b.py L205-214: the EP overlap's interleaved schedule
+//    refuses Megatron FSDP model chunks.
+// Every refusal is collected (Refusals), so an export names all the fields at once.
 #include "interop/megatron.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -54,11 +67,11 @@ std::string moe_pattern(const Model& m) {
   return s + ")";
 }
 
-Args model_args(const Model& m) {
+Args model_args(const Model& m, const Plan& p, Refusals& r) {
   if (m.sliding_window > 0)
-    throw Error("model.sliding_window",
-                "Megatron-LM's --window-size has no command-line flag (arguments.py excludes "
-                "window_size); parasol does not export sliding-window models to Megatron");
+    r.add("model.sliding_window",
+          "Megatron-LM's --window-size has no command-line flag (arguments.py excludes "
+          "window_size); parasol does not export sliding-window models to Megatron");
   Args a;
   add(a, "--num-layers", str(m.layers));
   add(a, "--hidden-size", str(m.hidden));
@@ -83,12 +96,16 @@ Args model_args(const Model& m) {
   if (m.learned_positions) {
     add(a, "--position-embedding-type", "learned_absolute");
   } else {
-    if (m.rope_theta != std::floor(m.rope_theta) || m.rope_theta < 1)
-      throw Error("model.rope_theta", "Megatron-LM's --rotary-base is an integer");
     add(a, "--position-embedding-type", "rope");
-    add(a, "--rotary-base", str(static_cast<int64_t>(m.rope_theta)));
+    if (m.rope_theta != std::floor(m.rope_theta) || m.rope_theta < 1)
+      r.add("model.rope_theta", "Megatron-LM's --rotary-base is an integer");
+    else
+      add(a, "--rotary-base", str(static_cast<int64_t>(m.rope_theta)));
   }
-  add(a, "--max-position-embeddings", str(m.seq_len));
+  // validate_args asserts max_position_embeddings >= seq_length (arguments.py L1354). Learned
+  // positions never reach past the table (validate refuses it); RoPE computes the rotation for
+  // any position, so a longer sequence only needs the larger count.
+  add(a, "--max-position-embeddings", str(std::max(m.seq_len, p.seq(m))));
   if (!m.tied_embeddings) add(a, "--untie-embeddings-and-output-weights");
   if (!m.linear_bias) add(a, "--disable-bias-linear");
   if (!m.dropout) {
@@ -109,7 +126,7 @@ Args model_args(const Model& m) {
   return a;
 }
 
-Args training_args(const Model& m, const Plan& p) {
+Args training_args(const Model& m, const Plan& p, Refusals& r) {
   Args a;
   add(a, "--micro-batch-size", str(p.micro_batch));
   add(a, "--global-batch-size", str(p.global_batch));
@@ -128,23 +145,23 @@ Args training_args(const Model& m, const Plan& p) {
     case Dtype::kFp32:
       break;
     default:
-      throw Error("plan.precision",
-                  std::string("Megatron-LM has no ") + dtype_name(p.precision) + " training mode");
+      r.add("plan.precision",
+            std::string("Megatron-LM has no ") + dtype_name(p.precision) + " training mode");
   }
   if (p.grad_reduce_dtype == Dtype::kBf16) {
     add(a, "--grad-reduce-in-bf16");
   } else if (p.grad_reduce_dtype != Dtype::kFp32) {
-    throw Error("plan.grad_reduce_dtype", std::string("Megatron-LM reduces gradients in fp32 or ") +
-                                              "bf16 (--grad-reduce-in-bf16), not " +
-                                              dtype_name(p.grad_reduce_dtype));
+    r.add("plan.grad_reduce_dtype", std::string("Megatron-LM reduces gradients in fp32 or ") +
+                                        "bf16 (--grad-reduce-in-bf16), not " +
+                                        dtype_name(p.grad_reduce_dtype));
   }
   if (p.optimizer_dtype != Dtype::kFp32)
-    throw Error("plan.optimizer_dtype",
-                "Megatron-LM keeps fp32 master weights (--main-params-dtype is fp32 or fp16)");
+    r.add("plan.optimizer_dtype",
+          "Megatron-LM keeps fp32 master weights (--main-params-dtype is fp32 or fp16)");
   if (!p.fused_kernels)
-    throw Error("plan.fused_kernels",
-                "Megatron-LM runs fused element-wise kernels; eager op-by-op PyTorch has no "
-                "Megatron equivalent");
+    r.add("plan.fused_kernels",
+          "Megatron-LM runs fused element-wise kernels; eager op-by-op PyTorch has no "
+          "Megatron equivalent");
   add(a, "--attention-backend",
       !p.flash_attention                              ? "unfused"
       : p.attention_kernel == AttentionKernel::kCudnn ? "fused"
@@ -164,21 +181,21 @@ Args training_args(const Model& m, const Plan& p) {
       add(a, "--recompute-num-layers", "1");
     } else {
       if (p.chunks() > 1)
-        throw Error("plan.recompute_layers",
-                    "counts layers per pipeline stage; Megatron-LM's --recompute-num-layers "
-                    "counts them per virtual stage, so the interleaved schedule cannot say it");
+        r.add("plan.recompute_layers",
+              "counts layers per pipeline stage; Megatron-LM's --recompute-num-layers "
+              "counts them per virtual stage, so the interleaved schedule cannot say it");
       add(a, "--recompute-method", "block");
       add(a, "--recompute-num-layers", str(p.recompute_layers));
     }
   }
   if (p.offload.params)
-    throw Error("plan.offload",
-                "Megatron-LM cannot offload parameters (cpu_offloading_weights "
-                "has no command-line flag)");
+    r.add("plan.offload",
+          "Megatron-LM cannot offload parameters (cpu_offloading_weights "
+          "has no command-line flag)");
   if (p.offload.activations)
-    throw Error("plan.offload",
-                "Megatron-LM's --cpu-offloading-num-layers offloads fewer than all layers of a "
-                "stage; parasol's activation offload (every layer) has no Megatron equivalent");
+    r.add("plan.offload",
+          "Megatron-LM's --cpu-offloading-num-layers offloads fewer than all layers of a "
+          "stage; parasol's activation offload (every layer) has no Megatron equivalent");
   if (p.offload.optimizer) {
     add(a, "--optimizer-cpu-offload");
     add(a, "--optimizer-offload-fraction", "1.0");
@@ -210,9 +227,33 @@ std::vector<Dim> used_order(const Plan& p, const std::array<Dim, 5>& order) {
   return out;
 }
 
-Args parallel_args(const Model& m, const Plan& p) {
+// Megatron-Core's checks of --overlap-moe-expert-parallel-comm (TransformerConfig.__post_init__,
+// megatron/core/transformer/transformer_config.py at d98e8a6, and the combined 1F1B schedule).
+void ep_overlap_refusals(const Plan& p, Refusals& r) {
+  const std::string what = "Megatron-Core's --overlap-moe-expert-parallel-comm ";
+  if (p.ep < 2)  // transformer_config.py L3012-3015
+    r.add("plan.ep", what + "needs expert parallelism (ep > 1)");
+  if (p.pp > 1 && p.chunks() < 2)  // L3007-3011
+    r.add("plan.vpp", what + "with pp > 1 needs virtual pipeline stages (vpp >= 2)");
+  if (p.recompute == Recompute::kFull)  // L3020-3029 (and no recompute method or layer count)
+    r.add("plan.recompute", what + "refuses full recompute");
+  if (p.recompute == Recompute::kSelective && p.recomputes(RecomputeModule::kMoe))  // L3030-3032
+    r.add("plan.recompute_modules", what + "refuses 'moe' in --recompute-modules");
+  // L3034-3037: the model in bf16 or fp16 (fp8 trains a bf16 model: --bf16 --fp8-format).
+  if (p.precision != Dtype::kBf16 && p.precision != Dtype::kFp16 && p.precision != Dtype::kFp8)
+    r.add("plan.precision",
+          what + "needs a bf16 or fp16 model, not " + std::string(dtype_name(p.precision)));
+  // core/pipeline_parallel/combined_1f1b.py L205-214: the interleaved combined 1F1B asserts no
+  // model chunk is wrapped in Megatron FSDP (zero 2 and 3 here).
+  if (p.zero >= 2 && p.pp > 1)
+    r.add("plan.zero", what +
+                           "under a pipeline (the interleaved combined 1F1B) refuses Megatron "
+                           "FSDP (zero 2 or 3)");
+}
+
+Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (p.schedule == Schedule::kGpipe && p.pp > 1)
-    throw Error("plan.schedule", "Megatron-LM has no GPipe schedule (1f1b or interleaved)");
+    r.add("plan.schedule", "Megatron-LM has no GPipe schedule (1f1b or interleaved)");
   Args a;
   add(a, "--tensor-model-parallel-size", str(p.tp));
   add(a, "--pipeline-model-parallel-size", str(p.pp));
@@ -246,15 +287,14 @@ Args parallel_args(const Model& m, const Plan& p) {
     if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp)
       add(a, "--num-distributed-optimizer-instances", str(p.dp * p.cp / p.shard_degree));
   } else if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp) {
-    throw Error("plan.shard_degree",
-                "Megatron-LM shards over part of the data-parallel group "
-                "only with the distributed optimizer (zero 1)");
+    r.add("plan.shard_degree",
+          "Megatron-LM shards over part of the data-parallel group "
+          "only with the distributed optimizer (zero 1)");
   }
   if (p.zero >= 2) {
     if (p.zero == 3 && p.reshard != Reshard::kAfterForward)
-      throw Error("plan.reshard", std::string("Megatron FSDP frees gathered parameters after ") +
-                                      "the forward (after_forward), not " +
-                                      reshard_name(p.reshard));
+      r.add("plan.reshard", std::string("Megatron FSDP frees gathered parameters after ") +
+                                "the forward (after_forward), not " + reshard_name(p.reshard));
     add(a, "--use-megatron-fsdp");
     add(a, "--data-parallel-sharding-strategy", p.zero == 2 ? "optim_grads" : "optim_grads_params");
     add(a, "--ckpt-format", "fsdp_dtensor");  // required by Megatron FSDP (arguments.py L1169)
@@ -262,18 +302,21 @@ Args parallel_args(const Model& m, const Plan& p) {
   if (p.overlap_grad_reduce) add(a, "--overlap-grad-reduce");
   if (p.zero >= 1 && p.overlap_param_gather) {
     if (!p.overlap_grad_reduce)
-      throw Error("plan.overlap_param_gather",
-                  "Megatron-LM overlaps the parameter gather only with --overlap-grad-reduce");
+      r.add("plan.overlap_param_gather",
+            "Megatron-LM overlaps the parameter gather only with --overlap-grad-reduce");
     add(a, "--overlap-param-gather");
   }
   if (p.tp_comm_overlap) {
     if (!p.sequence_parallel)
-      throw Error("plan.tp_comm_overlap",
-                  "Megatron-LM's --tp-comm-overlap needs sequence "
-                  "parallelism (sp)");
+      r.add("plan.tp_comm_overlap",
+            "Megatron-LM's --tp-comm-overlap needs sequence "
+            "parallelism (sp)");
     add(a, "--tp-comm-overlap");
   }
-  if (p.ep_comm_overlap) add(a, "--overlap-moe-expert-parallel-comm");
+  if (p.ep_comm_overlap) {
+    ep_overlap_refusals(p, r);
+    add(a, "--overlap-moe-expert-parallel-comm");
+  }
   if (m.is_moe()) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");
@@ -287,10 +330,10 @@ Args parallel_args(const Model& m, const Plan& p) {
       order != used_order(p, kMegatronDefaultOrder)) {
     add(a, "--use-tp-pp-dp-mapping");
   } else if (order != used_order(p, kMegatronDefaultOrder)) {
-    throw Error("plan.rank_order",
-                "Megatron-LM orders ranks tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp "
-                "with --use-tp-pp-dp-mapping, not " +
-                    rank_order_name(p.rank_order));
+    r.add("plan.rank_order",
+          "Megatron-LM orders ranks tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp "
+          "with --use-tp-pp-dp-mapping, not " +
+              rank_order_name(p.rank_order));
   }
   return a;
 }
@@ -303,11 +346,26 @@ std::string array_text(const std::string& name, const Args& args) {
 
 }  // namespace
 
+Refusals megatron_refusals(const Model& model, const Cluster& cluster, const Plan& plan) {
+  Refusals r;
+  model_args(model, plan, r);
+  training_args(model, plan, r);
+  parallel_args(model, plan, r);
+  try {
+    server_layout(cluster, plan.gpus());
+  } catch (const Error& e) {
+    r.add(e.field(), e.reason());
+  }
+  return r;
+}
+
 Export export_megatron(const Model& model, const Cluster& cluster, const Plan& plan) {
-  // The three groups first: each throws on what Megatron cannot run.
-  const Args margs = model_args(model);
-  const Args targs = training_args(model, plan);
-  const Args pargs = parallel_args(model, plan);
+  // Every refusal first, all of them at once.
+  megatron_refusals(model, cluster, plan).raise();
+  Refusals none;
+  const Args margs = model_args(model, plan, none);
+  const Args targs = training_args(model, plan, none);
+  const Args pargs = parallel_args(model, plan, none);
   Export e;
   e.framework = "megatron";
   e.version = kMegatronVersion;
@@ -318,7 +376,8 @@ Export export_megatron(const Model& model, const Cluster& cluster, const Plan& p
                            cluster.name + ": tp " + std::to_string(plan.tp) + ", pp " +
                            std::to_string(plan.pp) + ", dp " + std::to_string(plan.dp) + ", cp " +
                            std::to_string(plan.cp) + ", ep " + std::to_string(plan.ep) + ".\n";
-  const std::string checked = "# Flags checked against " + std::string(kMegatronVersion) + ".\n";
+  const std::string checked = "# Flags checked against " + std::string(kMegatronVersion) + ".\n" +
+                              export_tag_line(model, cluster, plan.gpus());
   e.files.push_back({"megatron_args.txt",
                      "# pretrain_gpt.py arguments written by parasol export (source this file, or\n"
                      "# read it back with `parasol estimate --plan megatron_args.txt`).\n" +

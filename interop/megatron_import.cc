@@ -1,6 +1,12 @@
 // Import of a Megatron-LM job: the words of a launch script or argument list (shell quoting,
 // continuations, bash arrays, simple variables), Megatron's flags read into a Model and a plan
 // JSON. Flag names and defaults as in megatron.cc's source note (NVIDIA/Megatron-LM d98e8a6).
+// Megatron-DeepSpeed's flags (deepspeedai/Megatron-DeepSpeed 4efb479 megatron/arguments.py:
+// --num-key-value-heads L623, --rotary-position-embeddings-theta L635, --normalization
+// layernorm|rmsnorm L647, --use-flash-attn-v2 L930, --zero-stage L1487,
+// --deepspeed-activation-checkpointing L1524, --checkpoint-in-cpu L1530) and DeepSpeed's launcher
+// (--num_nodes, --num_gpus, --hostfile: deepspeed/launcher/runner.py) are read as well, with the
+// ds_config.json the launcher names.
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -10,6 +16,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "interop/deepspeed.h"
 #include "interop/megatron.h"
 #include "interop/megatron_internal.h"
 
@@ -81,6 +88,18 @@ std::vector<std::string> words_of(const std::string& text) {
   };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
+    // A command substitution $(...) is one word, quotes and spaces inside it included.
+    if (c == '$' && quote != '\'' && i + 1 < text.size() && text[i + 1] == '(') {
+      size_t j = i;
+      for (int depth = 0; j < text.size(); ++j) {
+        if (text[j] == '(') ++depth;
+        if (text[j] == ')' && --depth == 0) break;
+      }
+      cur += text.substr(i, j - i + 1);
+      in_word = true;
+      i = std::min(j, text.size() - 1);
+      continue;
+    }
     if (quote) {
       if (c == quote)
         quote = 0;
@@ -202,98 +221,43 @@ const std::set<std::string> kRead = {
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
     "use-tp-pp-dp-mapping", "cp-comm-type",
-    // torchrun
-    "nproc_per_node", "nproc-per-node", "nnodes"};
+    // Megatron-DeepSpeed
+    "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
+    "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
+    "deepspeed_config", "deepspeed-activation-checkpointing", "checkpoint-in-cpu",
+    "ds-sequence-parallel-size",
+    // torchrun and DeepSpeed's launcher
+    "nproc_per_node", "nproc-per-node", "nnodes", "num_nodes", "num_gpus"};
 
 // Flags that do not change the plan: data, tokenizer, learning rate and optimizer
 // hyper-parameters, logging, checkpoints, evaluation, torchrun's rendezvous, numerics that do
 // not change the work (epsilons, init), kernel-fusion switches parasol does not model.
-const std::set<std::string> kHarmless = {"mock-data",
-                                         "split",
-                                         "train-iters",
-                                         "train-samples",
-                                         "seed",
-                                         "lr",
-                                         "min-lr",
-                                         "weight-decay",
-                                         "clip-grad",
-                                         "init-method-std",
-                                         "make-vocab-size-divisible-by",
-                                         "moe-grouped-gemm",
-                                         "moe-aux-loss-coeff",
-                                         "moe-z-loss-coeff",
-                                         "use-mcore-models",
-                                         "transformer-impl",
-                                         "use-flash-attn",
-                                         "num-workers",
-                                         "use-checkpoint-args",
-                                         "calculate-per-token-loss",
-                                         "cross-entropy-loss-fusion",
-                                         "cross-entropy-fusion-impl",
-                                         "manual-gc",
-                                         "manual-gc-interval",
-                                         "empty-unused-memory-level",
-                                         "norm-epsilon",
-                                         "attention-softmax-in-fp32",
-                                         "apply-query-key-layer-scaling",
-                                         "qk-layernorm",
-                                         "use-precision-aware-optimizer",
-                                         "fp8-recipe",
-                                         "fp8-amax-history-len",
-                                         "fp8-amax-compute-algo",
-                                         "moe-permute-fusion",
-                                         "moe-router-dtype",
-                                         "moe-router-fusion",
-                                         "moe-router-load-balancing-type",
-                                         "moe-router-score-function",
-                                         "moe-router-pre-softmax",
-                                         "moe-router-enable-expert-bias",
-                                         "moe-router-bias-update-rate",
-                                         "moe-router-topk-scaling-factor",
-                                         "moe-router-num-groups",
-                                         "moe-router-group-topk",
-                                         "moe-expert-capacity-factor",
-                                         "moe-pad-expert-input-to-capacity",
-                                         "moe-token-drop-policy",
-                                         "moe-shared-expert-overlap",
-                                         "no-gradient-accumulation-fusion",
-                                         "no-masked-softmax-fusion",
-                                         "no-bias-gelu-fusion",
-                                         "no-bias-swiglu-fusion",
-                                         "no-bias-dropout-fusion",
-                                         "no-rope-fusion",
-                                         "no-load-optim",
-                                         "no-load-rng",
-                                         "no-save-optim",
-                                         "no-save-rng",
-                                         "no-check-for-nan-in-loss-and-grad",
-                                         "no-create-attention-mask-in-dataloader",
-                                         "no-mmap-bin-files",
-                                         "profile",
-                                         "profile-step-start",
-                                         "profile-step-end",
-                                         "profile-ranks",
-                                         "use-pytorch-profiler",
-                                         "record-memory-history",
-                                         "node_rank",
-                                         "node-rank",
-                                         "master_addr",
-                                         "master-addr",
-                                         "master_port",
-                                         "master-port",
-                                         "max_restarts",
-                                         "max-restarts",
-                                         "standalone",
-                                         "ckpt-format",
-                                         "dist-ckpt-strictness",
-                                         "wandb-project",
-                                         "wandb-exp-name",
-                                         "wandb-save-dir",
-                                         "bias-swiglu-fusion",
-                                         "position-embedding-fusion",
-                                         "use-rotary-position-embeddings",
-                                         "vocab-file",
-                                         "merge-file"};
+const std::set<std::string> kHarmless = {
+    "mock-data", "split", "train-iters", "train-samples", "seed", "lr", "min-lr", "weight-decay",
+    "clip-grad", "init-method-std", "make-vocab-size-divisible-by", "moe-grouped-gemm",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "use-mcore-models", "transformer-impl",
+    "use-flash-attn", "num-workers", "use-checkpoint-args", "calculate-per-token-loss",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval",
+    "empty-unused-memory-level", "norm-epsilon", "attention-softmax-in-fp32",
+    "apply-query-key-layer-scaling", "qk-layernorm", "use-precision-aware-optimizer", "fp8-recipe",
+    "fp8-amax-history-len", "fp8-amax-compute-algo", "moe-permute-fusion", "moe-router-dtype",
+    "moe-router-fusion", "moe-router-load-balancing-type", "moe-router-score-function",
+    "moe-router-pre-softmax", "moe-router-enable-expert-bias", "moe-router-bias-update-rate",
+    "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
+    "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "moe-token-drop-policy",
+    "moe-shared-expert-overlap", "no-gradient-accumulation-fusion", "no-masked-softmax-fusion",
+    "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion", "no-rope-fusion",
+    "no-load-optim", "no-load-rng", "no-save-optim", "no-save-rng",
+    "no-check-for-nan-in-loss-and-grad", "no-create-attention-mask-in-dataloader",
+    "no-mmap-bin-files", "profile", "profile-step-start", "profile-step-end", "profile-ranks",
+    "use-pytorch-profiler", "record-memory-history", "node_rank", "node-rank", "master_addr",
+    "master-addr", "master_port", "master-port", "max_restarts", "max-restarts", "standalone",
+    "ckpt-format", "dist-ckpt-strictness", "wandb-project", "wandb-exp-name", "wandb-save-dir",
+    "bias-swiglu-fusion", "position-embedding-fusion", "vocab-file", "merge-file",
+    // Megatron-DeepSpeed without pipeline stages (pp 1)
+    "no-pipeline-parallel",
+    // DeepSpeed's launcher
+    "hostfile", "include", "exclude", "launcher", "ssh_port", "no_ssh_check"};
 const char* kHarmlessPrefixes[] = {"log-",
                                    "tensorboard",
                                    "wandb-",
@@ -509,10 +473,11 @@ Model read_model(const Flags& f, const std::string& name) {
     throw Error("--seq-length", "is required (or --max-position-embeddings)");
   m.seq_len = f.has("max-position-embeddings") ? f.integer("max-position-embeddings")
                                                : f.integer("seq-length");
+  // Megatron-LM spells them LayerNorm|RMSNorm, Megatron-DeepSpeed layernorm|rmsnorm.
   const std::string norm = f.string_or("normalization", "LayerNorm");
-  if (norm == "RMSNorm")
+  if (norm == "RMSNorm" || norm == "rmsnorm")
     m.norm = Norm::kRmsNorm;
-  else if (norm == "LayerNorm")
+  else if (norm == "LayerNorm" || norm == "layernorm")
     m.norm = Norm::kLayerNorm;
   else
     throw Error("--normalization", "'" + norm + "' is not one of LayerNorm|RMSNorm");
@@ -522,7 +487,10 @@ Model read_model(const Flags& f, const std::string& name) {
     m.learned_positions = true;
   } else if (pos == "rope") {
     m.learned_positions = false;
-    m.rope_theta = f.has("rotary-base") ? f.number("rotary-base") : 10000;
+    m.rope_theta = f.has("rotary-base") ? f.number("rotary-base")
+                   : f.has("rotary-position-embeddings-theta")
+                       ? f.number("rotary-position-embeddings-theta")
+                       : 10000;
   } else {
     throw Error("--position-embedding-type", "'" + pos + "' is not one of learned_absolute|rope");
   }
@@ -545,6 +513,9 @@ Model read_model(const Flags& f, const std::string& name) {
     m.kv_heads = f.has("group-query-attention")
                      ? static_cast<int>(f.integer_or("num-query-groups", 1))
                      : m.heads;
+    // Megatron-DeepSpeed: GQA whenever --num-key-value-heads differs from the heads.
+    if (f.has("num-key-value-heads"))
+      m.kv_heads = static_cast<int>(f.integer("num-key-value-heads"));
     if (m.hidden % m.heads != 0 && !f.has("kv-channels"))
       throw Error("--kv-channels",
                   "is required when --num-attention-heads does not divide "
@@ -640,7 +611,8 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
         throw Error("--num-distributed-optimizer-instances", "needs --use-distributed-optimizer");
       if (dp == 0)
         throw Error("--num-distributed-optimizer-instances",
-                    "needs the GPU count (--nproc_per_node and --nnodes) to size the shards");
+                    "needs the GPU count (torchrun's --nproc_per_node and --nnodes, or --gpus) to "
+                    "size the shards");
       if ((dp * cp) % k != 0)
         throw Error("--num-distributed-optimizer-instances",
                     "does not divide the data-parallel group dp x cp = " + std::to_string(dp * cp));
@@ -723,22 +695,85 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   return j;
 }
 
+// Megatron-DeepSpeed under --deepspeed: the fields the ds_config.json holds (import_deepspeed)
+// replace those of the arguments; where both say them they must agree.
+void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job, Json& j) {
+  if (f.has("ds-sequence-parallel-size") && f.integer("ds-sequence-parallel-size") > 1)
+    throw Error("--ds-sequence-parallel-size",
+                "DeepSpeed's Ulysses sequence parallelism (all-to-all over heads) is not "
+                "parasol's context parallelism (ring attention)");
+  if (job.gpus <= 0)
+    throw Error("--gpus",
+                "is required: the DeepSpeed config's batch keys count data-parallel ranks and "
+                "the launcher gives no --num_nodes and --num_gpus");
+  const int64_t tp = j["tp"].get<int64_t>(), pp = j["pp"].get<int64_t>();
+  const Json ds =
+      import_deepspeed(config, job.gpus,
+                       {static_cast<int>(tp), static_cast<int>(pp), j["sp"].get<bool>()})
+          .plan;
+  if (f.has("zero-stage") && f.integer("zero-stage", 0) != ds["zero"].get<int64_t>())
+    throw Error("--zero-stage", "is " + f.one("zero-stage") +
+                                    " but the DeepSpeed config's "
+                                    "zero_optimization.stage is " +
+                                    ds["zero"].dump());
+  const std::string precision = ds["precision"].get<std::string>();
+  for (const char* flag : {"bf16", "fp16"})
+    if (f.has(flag) && precision != flag)
+      throw Error(std::string("--") + flag,
+                  "the DeepSpeed config trains in " + precision + ", not " + flag);
+  if (f.has("micro-batch-size") && f.integer("micro-batch-size") != ds["mbs"].get<int64_t>())
+    throw Error("--micro-batch-size",
+                "differs from the DeepSpeed config's "
+                "train_micro_batch_size_per_gpu " +
+                    ds["mbs"].dump());
+  if (f.has("global-batch-size") && f.integer("global-batch-size") != ds["gbs"].get<int64_t>())
+    throw Error("--global-batch-size",
+                "differs from the DeepSpeed config's train_batch_size " + ds["gbs"].dump());
+  for (const char* key :
+       {"zero", "overlap_grad_reduce", "overlap_param_gather", "offload", "precision", "reshard",
+        "shard_degree", "grad_reduce_dtype", "optimizer_dtype", "mbs", "gbs"}) {
+    if (ds.contains(key))
+      j[key] = ds[key];
+    else
+      j.erase(key);
+  }
+  // Megatron-DeepSpeed's attention: flash-attn with --use-flash-attn(-v1|-v2), else its own.
+  j["flash_attention"] =
+      f.has("use-flash-attn-v2") || f.has("use-flash-attn") || f.has("use-flash-attn-v1");
+  j.erase("attention_kernel");
+  // --checkpoint-in-cpu is the config's cpu_checkpointing (activation offload) again.
+  if (f.has("checkpoint-in-cpu") &&
+      j["offload"].get<std::string>().find("activations") == std::string::npos)
+    throw Error("--checkpoint-in-cpu",
+                "the DeepSpeed config's activation_checkpointing.cpu_checkpointing is not set");
+}
+
 }  // namespace
 
-ImportedJob import_megatron(const std::string& text, const std::string& name) {
+ImportedJob import_megatron(const std::string& text, const std::string& name, int gpus,
+                            const Json* deepspeed_config) {
   const Flags f = parse_flags(words_of(text));
   ImportedJob job;
   const Model m = read_model(f, name);
   int64_t per_node = 0, nodes = 0;
-  for (const char* k : {"nproc_per_node", "nproc-per-node"})
+  for (const char* k : {"nproc_per_node", "nproc-per-node", "num_gpus"})
     if (f.has(k)) per_node = f.integer(k);
-  if (f.has("nnodes")) {
-    const std::string n = f.one("nnodes");
-    if (n.find(':') == std::string::npos) nodes = f.integer("nnodes");  // not elastic min:max
+  for (const char* k : {"nnodes", "num_nodes"}) {
+    if (!f.has(k)) continue;
+    const std::string n = f.one(k);
+    if (n.find(':') == std::string::npos) nodes = f.integer(k);  // not elastic min:max
   }
   if (per_node > 0 && nodes == 0) nodes = 1;
   if (per_node > 0 && per_node * nodes <= (1 << 20)) job.gpus = static_cast<int>(per_node * nodes);
+  if (job.gpus == 0 && gpus > 0) job.gpus = gpus;  // --gpus where the text does not say it
   job.plan = read_plan(f, m, job.gpus);
+  if (f.has("deepspeed")) {
+    if (!deepspeed_config)
+      throw Error("--deepspeed_config",
+                  "a Megatron-DeepSpeed job keeps its ZeRO, precision and batch settings in "
+                  "the DeepSpeed config it names; give it (import the launcher from its folder)");
+    merge_deepspeed(f, *deepspeed_config, job, job.plan);
+  }
   job.model = m;
   return job;
 }

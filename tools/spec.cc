@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "interop/deepspeed.h"
 #include "interop/megatron.h"
+#include "tools/flag_checks.h"
 
 namespace parasol::tools {
 
@@ -150,32 +151,26 @@ struct PlanFile {
   bool imported = false;       // read from another framework's format
 };
 
-// Reads --plan FILE by its content: Megatron-LM arguments (a launch script or argument list,
-// interop/megatron.h), a DeepSpeed config (interop/deepspeed.h; needs --gpus: `gpus`, and takes
-// --tp, --pp, --sp from `o` as Megatron-DeepSpeed's command line would), or a parasol plan JSON.
-// Throws parasol::Error naming the file or the offending flag or key.
-PlanFile read_plan_file(const std::string& path, int gpus, const SpecOptions& o) {
+// Reads --plan FILE by its content: another framework's job (interop::import_file: Megatron-LM
+// arguments or launch script, a DeepSpeed launcher or ds_config.json, a torchtitan job TOML;
+// --gpus, --model, --cluster and --tp, --pp, --sp tell it what the file does not say), or a
+// parasol plan JSON. Throws parasol::Error naming the file or the offending flag or key.
+PlanFile read_plan_file(const std::string& path, const SpecOptions& o, CLI::App* cmd) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {read_json_file(path), std::nullopt, 0, false};  // read_json_file's error
   std::stringstream buf;
   buf << in.rdbuf();
   const std::string text = buf.str();
-  if (interop::looks_like_megatron_args(text)) {
-    interop::ImportedJob job =
-        interop::import_megatron(text, std::filesystem::path(path).stem().string());
-    return {job.plan, job.model, job.gpus, true};
-  }
-  Json j = parse_json(text, path);
-  if (interop::looks_like_deepspeed_config(j)) {
-    if (gpus <= 0)
-      throw Error("--gpus", "is required to read the DeepSpeed config " + path +
-                                " (its batch keys count data-parallel ranks)");
-    const interop::DeepSpeedParallelism mp{o.tp.value_or(1), o.pp.value_or(1),
-                                           o.sp.value_or(false)};
-    interop::ImportedJob job = interop::import_deepspeed(j, gpus, mp);
-    return {job.plan, job.model, job.gpus > 0 ? job.gpus : gpus, true};
-  }
-  return {j, std::nullopt, 0, false};
+  interop::ImportOptions io;
+  io.gpus = cmd->count("--gpus") ? o.gpus : 0;
+  io.model = cmd->count("--model") ? o.model : "";
+  io.cluster_given = cmd->count("--cluster") > 0;
+  io.tp = o.tp.value_or(1);
+  io.pp = o.pp.value_or(1);
+  io.sequence_parallel = o.sp.value_or(false);
+  if (std::optional<interop::ImportedJob> job = interop::import_file(path, text, io))
+    return {job->plan, job->model, job->gpus, true};
+  return {parse_json(text, path), std::nullopt, 0, false};
 }
 
 }  // namespace
@@ -185,7 +180,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o) {
       ->capture_default_str();
   cmd->add_option("--cluster", o.cluster, "cluster: preset name or cluster JSON")
       ->capture_default_str();
-  cmd->add_option("--gpus", o.gpus, "GPU count (with a cluster preset)");
+  cmd->add_option("--gpus", o.gpus, "GPU count (with a cluster preset)")
+      ->check(count_in(1, 1 << 20));
 }
 
 void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
@@ -306,7 +302,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
 Spec load_spec(const SpecOptions& o, CLI::App* cmd, bool need_plan) {
   Spec s;
   const bool has_file = !o.plan_file.empty();
-  const PlanFile pf = has_file ? read_plan_file(o.plan_file, cmd->count("--gpus") ? o.gpus : 0, o)
+  const PlanFile pf = has_file ? read_plan_file(o.plan_file, o, cmd)
                                : PlanFile{Json::object(), std::nullopt, 0, false};
   const Json& file = pf.plan;
   Json j = plan_overlay(o, file);

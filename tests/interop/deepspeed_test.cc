@@ -17,6 +17,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "interop/megatron.h"
+#include "tests/interop/framework_rules.h"
 #include "tests/interop/golden.h"
 
 namespace parasol::interop {
@@ -57,9 +59,11 @@ TEST(DeepSpeedExport, GoldenFiles) {
     const Export e = export_case(c);
     EXPECT_EQ(e.framework, "deepspeed");
     EXPECT_NE(e.version.find("edaa722"), std::string::npos);
-    ASSERT_EQ(e.files.size(), 3u);
+    // With sequence parallelism the .deepspeed_env file too.
+    ASSERT_EQ(e.files.size(), plan_of(c.plan).sequence_parallel ? 4u : 3u);
     EXPECT_TRUE(file_named(e, "launch_deepspeed.sh").executable);
     expect_golden(e, "deepspeed", c.name);
+    EXPECT_EQ(rules::deepspeed_violations(rules::files_of(e)), std::vector<std::string>{});
   }
 }
 
@@ -82,11 +86,17 @@ TEST(DeepSpeedExport, BatchKeysSatisfyDeepSpeedsRule) {
 TEST(DeepSpeedExport, LauncherAndHostfileCoverTheGpus) {
   const Export e = export_case(kCases[1]);  // 64 GPUs on 8-GPU servers
   const std::string sh = file_named(e, "launch_deepspeed.sh").text;
-  EXPECT_NE(sh.find("deepspeed --hostfile=hostfile --num_nodes 8 --num_gpus 8"), std::string::npos);
+  EXPECT_NE(sh.find("deepspeed --hostfile=\"$HERE/hostfile\" --num_nodes 8 --num_gpus 8"),
+            std::string::npos);
   EXPECT_NE(sh.find("--tensor-model-parallel-size 8"), std::string::npos);
   EXPECT_NE(sh.find("--zero-stage 3"), std::string::npos);
   EXPECT_NE(sh.find("--no-pipeline-parallel"), std::string::npos);
-  EXPECT_NE(sh.find("--deepspeed_config ds_config.json"), std::string::npos);
+  EXPECT_NE(sh.find("--deepspeed_config \"$HERE/ds_config.json\""), std::string::npos);
+  // The folder of the script, wherever it runs from (the Megatron-DeepSpeed checkout).
+  EXPECT_NE(sh.find("HERE=$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\n"), std::string::npos);
+  // The model's shape in Megatron-DeepSpeed's flags (arguments.py L602-680, L1269).
+  EXPECT_NE(sh.find("--rotary-position-embeddings-theta 500000"), std::string::npos);
+  EXPECT_NE(sh.find("--vocab-size 128256"), std::string::npos);
   const std::string hosts = file_named(e, "hostfile").text;
   int slots = 0;
   std::istringstream in(hosts);
@@ -113,6 +123,56 @@ TEST(DeepSpeedExport, OffloadAndPrecisionBlocks) {
   EXPECT_EQ(cfg["data_types"]["grad_accum_dtype"], "fp32");
   EXPECT_EQ(cfg["communication_data_type"], "fp32");
   EXPECT_TRUE(cfg.contains("activation_checkpointing"));
+}
+
+// Megatron-DeepSpeed raises "Using sequence parallelism requires setting the environment
+// variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (megatron/arguments.py L401-407) on any rank
+// without it; DeepSpeed's runner gives other nodes only its prefixes (MLFLOW, PYTHON, MV2, UCX,
+// NCCL: launcher/runner.py L37, L609-614) and the lines of the DS_ENV_FILE file (L39-40,
+// L616-623). With sequence parallelism the export writes .deepspeed_env and the launcher exports
+// the variable and points DS_ENV_FILE at the file; without it, neither.
+TEST(DeepSpeedExport, SequenceParallelCarriesCudaDeviceMaxConnections) {
+  const Export sp = export_case(kCases[1]);  // tp 8 with sp
+  const std::string& env = file_named(sp, ".deepspeed_env").text;
+  EXPECT_EQ(env, "CUDA_DEVICE_MAX_CONNECTIONS=1\n");  // KEY=VALUE lines only (runner.py L621)
+  EXPECT_FALSE(file_named(sp, ".deepspeed_env").executable);
+  const std::string sh = file_named(sp, "launch_deepspeed.sh").text;
+  const size_t exported = sh.find("\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n");
+  const size_t env_file = sh.find("\nexport DS_ENV_FILE=\"$HERE/.deepspeed_env\"\n");
+  const size_t launch = sh.find("\ndeepspeed ");
+  ASSERT_NE(exported, std::string::npos) << sh;
+  ASSERT_NE(env_file, std::string::npos) << sh;
+  ASSERT_NE(launch, std::string::npos) << sh;
+  EXPECT_LT(exported, launch);
+  EXPECT_LT(env_file, launch);
+  EXPECT_GT(env_file, sh.find("\nHERE="));  // after HERE is set
+  EXPECT_EQ(rules::deepspeed_violations(rules::files_of(sp)), std::vector<std::string>{});
+  // The oracle sees a launcher without the variable.
+  auto files = rules::files_of(sp);
+  files.erase(".deepspeed_env");
+  EXPECT_FALSE(rules::deepspeed_violations(files).empty());
+  // Without sequence parallelism: no file, no variable.
+  const Export plain = export_deepspeed(model_preset("llama3-8b"), cluster_preset("dgx-h100", 16),
+                                        plan_of(R"({"tp": 2, "dp": 8, "zero": 1, "gbs": 64})"));
+  EXPECT_THROW(file_named(plain, ".deepspeed_env"), std::runtime_error);
+  EXPECT_EQ(file_named(plain, "launch_deepspeed.sh").text.find("CUDA_DEVICE_MAX_CONNECTIONS"),
+            std::string::npos);
+}
+
+// Every reason at once: the fields joined, each reason in the message.
+TEST(DeepSpeedExport, ARefusalNamesEveryReason) {
+  const Model m = model_preset("llama3-8b");
+  const Plan p = plan_of(R"({"cp": 2, "dp": 4, "zero": 1, "gbs": 64, "offload": "params",
+                             "precision": "fp8"})");
+  try {
+    export_deepspeed(m, cluster_preset("dgx-h100", 8), p);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.cp, plan.precision, plan.offload");
+    EXPECT_NE(e.reason().find("3 reasons"), std::string::npos) << e.reason();
+    EXPECT_NE(e.reason().find("Ulysses"), std::string::npos) << e.reason();
+    EXPECT_NE(e.reason().find("offload_param"), std::string::npos) << e.reason();
+  }
 }
 
 // Each refusal names its plan field.
@@ -316,6 +376,111 @@ TEST(DeepSpeedImport, RecognisesAConfigButNotAPlan) {
   EXPECT_FALSE(looks_like_deepspeed_config(parse_json(R"({"tp": 2, "train_batch_size": 8})", "c")));
   EXPECT_FALSE(looks_like_deepspeed_config(parse_json(R"({"tp": 2, "gbs": 8})", "c")));
   EXPECT_FALSE(looks_like_deepspeed_config(parse_json("[1, 2]", "c")));
+}
+
+// The exported launcher reads back (import_file, as `--plan launch_deepspeed.sh`): every flag it
+// writes is read, the config it names comes from its folder, the cluster from its export tag,
+// and the plan is the exported one. The ds_config.json of the folder reads back the same job
+// without --model, --gpus or --tp (from the launcher beside it).
+TEST(DeepSpeedRoundTrip, TheLauncherAndItsConfigReadBackAsThePlan) {
+  struct Trip {
+    const char* model;
+    int gpus;
+    const char* plan;
+  };
+  const Trip trips[] = {
+      {"llama3-70b", 64, kCases[1].plan},  // Megatron-DeepSpeed, tp 8, sp, ZeRO-3
+      {"llama3-70b", 64, kCases[2].plan},  // Megatron-DeepSpeed, tp 8, pp 4
+      {"llama3-8b", 8, kCases[0].plan},    // plain DeepSpeed: the model from the tag
+      {"llama3-8b", 16,
+       R"({"tp": 2, "dp": 8, "zero": 1, "mbs": 2, "gbs": 64, "flash_attention": false,
+           "recompute": "selective", "precision": "fp16"})"},
+  };
+  int n = 0;
+  for (const Trip& t : trips) {
+    SCOPED_TRACE(t.plan);
+    const Model m = model_preset(t.model);
+    const Cluster cl = cluster_preset("dgx-h100", t.gpus);
+    const Plan p = plan_of(t.plan);
+    const Export e = export_deepspeed(m, cl, p);
+    const auto dir = write_export(e, "ds_trip" + std::to_string(n++));
+    Json want = plan_to_json(p);
+    want["cluster"] = "dgx-h100";
+    const bool megatron = p.tp > 1 || p.pp > 1;
+    if (!megatron) want["model"] = t.model;  // the plain launcher names the model in its tag
+    for (const char* file : {"launch_deepspeed.sh", "ds_config.json"}) {
+      SCOPED_TRACE(file);
+      const std::string text = read_file_text(dir / file);
+      const std::optional<ImportedJob> job = import_file((dir / file).string(), text, {});
+      ASSERT_TRUE(job.has_value());
+      EXPECT_EQ(job->gpus, t.gpus);
+      EXPECT_EQ(plan_to_json(plan_from_json(job->plan)), want);
+      ASSERT_EQ(job->model.has_value(), megatron);
+      if (megatron) {
+        Model back = *job->model;
+        back.name = m.name;
+        EXPECT_EQ(model_to_json(back), model_to_json(m));
+      }
+    }
+  }
+}
+
+// A bare ds_config.json does not describe the model: without --model (or a parasol
+// launch_deepspeed.sh beside it) the import names --model instead of estimating a default
+// model; --gpus and --cluster likewise.
+TEST(DeepSpeedImport, AConfigAloneNeedsTheModelTheGpusAndTheCluster) {
+  const Export e = export_case(kCases[0]);
+  const auto dir = write_export(e, "ds_alone");
+  std::filesystem::remove(dir / "launch_deepspeed.sh");
+  const std::string path = (dir / "ds_config.json").string(), text = read_file_text(path);
+  auto field_of = [&](const ImportOptions& o) -> std::string {
+    try {
+      import_file(path, text, o);
+    } catch (const Error& err) {
+      return err.field();
+    }
+    return "accepted";
+  };
+  ImportOptions o;
+  o.gpus = 8;
+  EXPECT_EQ(field_of(o), "--model");
+  o.model = "llama3-8b";
+  EXPECT_EQ(field_of(o), "--cluster");
+  o.cluster_given = true;
+  EXPECT_EQ(field_of(o), "accepted");
+  o.gpus = 0;
+  EXPECT_EQ(field_of(o), "--gpus");
+}
+
+// A Megatron-DeepSpeed launcher needs the config it names: without it the import names
+// --deepspeed_config (its ZeRO stage, precision and batches are there).
+TEST(DeepSpeedImport, AMegatronDeepSpeedLauncherNeedsItsConfig) {
+  const Export e = export_case(kCases[1]);
+  const std::string sh = file_named(e, "launch_deepspeed.sh").text;
+  try {
+    import_megatron(sh, "launch");
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--deepspeed_config");
+  }
+  const auto dir = write_export(e, "ds_noconfig");
+  std::filesystem::remove(dir / "ds_config.json");
+  try {
+    import_file((dir / "launch_deepspeed.sh").string(), sh, {});
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--deepspeed_config");
+  }
+  // A config that disagrees with the arguments is named.
+  const Json config = parse_json(file_named(e, "ds_config.json").text, "c");
+  Json other = config;
+  other["zero_optimization"]["stage"] = 1;
+  try {
+    import_megatron(sh, "launch", 0, &other);
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--zero-stage");
+  }
 }
 
 }  // namespace

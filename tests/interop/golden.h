@@ -48,6 +48,25 @@ inline void expect_golden(const Export& e, const std::string& framework, const s
   }
 }
 
+// Writes `e`'s files into a fresh folder under the system's temporary directory named `name`
+// (as `parasol export -o` does) and returns the folder.
+inline std::filesystem::path write_export(const Export& e, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("parasol_interop_test_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& f : e.files) std::ofstream(dir / f.name, std::ios::binary) << f.text;
+  return dir;
+}
+
+// The text of a file.
+inline std::string read_file_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // A plan from its JSON text.
 inline Plan plan_of(const std::string& json) { return plan_from_json(parse_json(json, "plan")); }
 

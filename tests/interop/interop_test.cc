@@ -1,9 +1,12 @@
-// Tests interop/interop.h: the server layout of a launch, the export by framework name and the
-// search's predicate (can_export), against the per-framework writers.
+// Tests interop/interop.h: the server layout of a launch, the export by framework name, the
+// search's predicate (can_export) against the per-framework writers, the refusal collector, the
+// export tag, and the import of a --plan file by its content (import_file).
 #include "interop/interop.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -67,6 +70,142 @@ TEST(CanExport, IsWhetherTheExportSucceeds) {
   EXPECT_FALSE(can_export("torchtitan", m, c, p));
   EXPECT_THROW(export_deepspeed(m, c, p), Error);
   EXPECT_THROW(export_torchtitan(m, c, p), Error);
+}
+
+TEST(Refusals, OneReasonIsItselfAndSeveralAreJoined) {
+  Refusals none;
+  EXPECT_NO_THROW(none.raise());
+  Refusals one;
+  one.add("plan.zero", "no ZeRO-2");
+  try {
+    one.raise();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.zero");
+    EXPECT_EQ(e.reason(), "no ZeRO-2");
+    EXPECT_TRUE(e.is_user_error());
+  }
+  Refusals three;
+  three.add("plan.zero", "no ZeRO-2");
+  three.add("plan.offload", "no parameter offload");
+  three.add("plan.zero", "and not with pp");
+  try {
+    three.raise();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.zero, plan.offload");  // each field once, in order
+    EXPECT_EQ(e.reason(),
+              "3 reasons: plan.zero: no ZeRO-2; plan.offload: no parameter offload; plan.zero: "
+              "and not with pp");
+    EXPECT_EQ(exit_code(e.kind()), 2);
+  }
+}
+
+// export_refusals lists what the export throws; can_export is whether it is empty.
+TEST(CanExport, RefusalsListEveryReasonOfEachFramework) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 16);
+  const Plan p = plan_of(R"({"tp": 2, "pp": 2, "dp": 4, "vpp": 2, "schedule": "interleaved",
+                             "zero": 1, "gbs": 64, "sp": true, "precision": "fp16"})");
+  for (const std::string& f : framework_names()) {
+    SCOPED_TRACE(f);
+    const auto reasons = export_refusals(f, m, c, p);
+    EXPECT_EQ(can_export(f, m, c, p), reasons.empty());
+    if (reasons.empty()) continue;
+    try {
+      export_plan(f, m, c, p);
+      FAIL() << "exported";
+    } catch (const Error& e) {
+      for (const auto& [field, reason] : reasons) {
+        EXPECT_NE(e.field().find(field), std::string::npos) << field;
+        EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << reason;
+      }
+    }
+  }
+  // torchtitan: no ZeRO-1, no fp16: both named.
+  std::set<std::string> fields;
+  for (const auto& [field, reason] : export_refusals("torchtitan", m, c, p)) fields.insert(field);
+  EXPECT_TRUE(fields.count("plan.zero"));
+  EXPECT_TRUE(fields.count("plan.precision"));
+}
+
+TEST(ExportTag, WritesAndReadsTheTarget) {
+  Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 16);
+  const std::string line = export_tag_line(m, c, 16);
+  EXPECT_EQ(line, "# parasol-export: model=llama3-8b cluster=dgx-h100 gpus=16\n");
+  const std::optional<ExportTag> tag = read_export_tag("#!/bin/bash\n# x\n" + line + "X=1\n");
+  ASSERT_TRUE(tag);
+  EXPECT_EQ(tag->model, "llama3-8b");
+  EXPECT_EQ(tag->cluster, "dgx-h100");
+  EXPECT_EQ(tag->gpus, 16);
+  m.name = "my model";  // a name with a space is left out
+  const std::optional<ExportTag> no_model = read_export_tag(export_tag_line(m, c, 16));
+  ASSERT_TRUE(no_model);
+  EXPECT_EQ(no_model->model, "");
+  EXPECT_EQ(no_model->cluster, "dgx-h100");
+  EXPECT_FALSE(read_export_tag("# llama3-8b on 16 GPUs of dgx-h100\n"));
+}
+
+// The launch script names its cluster in the export tag: an import without --cluster takes it
+// (not the default cluster); a script without the tag needs --cluster.
+TEST(ImportFile, TheClusterComesFromTheTagOrMustBeGiven) {
+  const Model m = model_preset("llama3-70b");
+  const Cluster c = load_cluster("dgx-h100", 64);
+  const Plan p = plan_of(R"({"tp": 4, "pp": 2, "cp": 2, "dp": 4, "zero": 3, "seq": 16384,
+                             "gbs": 64, "sp": true})");
+  const Export e = export_plan("megatron", m, c, p);
+  const auto dir = write_export(e, "import_cluster");
+  const std::string path = (dir / "launch_megatron.sh").string();
+  const std::string text = read_file_text(path);
+  const std::optional<ImportedJob> job = import_file(path, text, {});
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->plan["cluster"], "dgx-h100");
+  EXPECT_EQ(job->gpus, 64);
+  ImportOptions given;
+  given.cluster_given = true;  // --cluster wins: the plan does not name one
+  EXPECT_FALSE(import_file(path, text, given)->plan.contains("cluster"));
+  std::string untagged = text;
+  const size_t at = untagged.find("# parasol-export:");
+  untagged.erase(at, untagged.find('\n', at) - at + 1);
+  ASSERT_FALSE(read_export_tag(untagged));
+  try {
+    import_file(path, untagged, {});
+    FAIL() << "no error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--cluster");
+  }
+  EXPECT_TRUE(import_file(path, untagged, given));
+}
+
+// An argument file (no torchrun line) with --num-distributed-optimizer-instances reads with the
+// GPU count of --gpus.
+TEST(ImportFile, AnArgumentFileTakesTheGpuCountOfGpus) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 16);
+  const Plan p = plan_of(R"({"tp": 2, "dp": 8, "zero": 1, "shard_degree": 4, "gbs": 64})");
+  const Export e = export_plan("megatron", m, c, p);
+  const auto dir = write_export(e, "import_instances");
+  const std::string path = (dir / "megatron_args.txt").string();
+  ImportOptions o;
+  try {
+    import_file(path, read_file_text(path), o);
+    FAIL() << "no error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--num-distributed-optimizer-instances");
+  }
+  o.gpus = 16;
+  const std::optional<ImportedJob> job = import_file(path, read_file_text(path), o);
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->plan["shard_degree"], 4);
+  EXPECT_EQ(job->plan["dp"], 8);
+}
+
+// A parasol plan JSON (or anything that is no other framework's file) is the caller's to parse.
+TEST(ImportFile, APlanJsonIsNotImported) {
+  EXPECT_FALSE(import_file("plan.json", R"({"tp": 2, "gbs": 8})", {}));
+  EXPECT_FALSE(import_file("plan.json", "{ not json", {}));
+  EXPECT_FALSE(import_file("plan.json", "", {}));
 }
 
 }  // namespace

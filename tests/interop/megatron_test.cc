@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "interop/megatron_log.h"
+#include "tests/interop/framework_rules.h"
 #include "tests/interop/golden.h"
 
 namespace parasol::interop {
@@ -91,7 +93,124 @@ TEST(MegatronGolden, ExportsMatchTheGoldenFiles) {
     expect_golden(e, "megatron", c.name);
     EXPECT_FALSE(e.files[0].executable);
     EXPECT_TRUE(e.files[1].executable);
+    // Megatron's own checks (tests/interop/framework_rules.h) accept the arguments.
+    EXPECT_EQ(rules::megatron_violations(e.files[0].text), std::vector<std::string>{});
   }
+}
+
+// validate_args asserts max_position_embeddings >= seq_length (arguments.py L1353-1356): a RoPE
+// model trained past its positions (Llama 3 70B, 8,192 positions, at 16,384 with cp 2) gets the
+// sequence length; a shorter sequence keeps the model's count.
+TEST(MegatronExport, MaxPositionEmbeddingsCoversTheSequence) {
+  const Model m = model_preset("llama3-70b");
+  const Cluster cl = load_cluster("dgx-h100", 64);
+  for (const int64_t seq : {int64_t{4096}, m.seq_len, 2 * m.seq_len, 4 * m.seq_len}) {
+    SCOPED_TRACE(seq);
+    Plan p;
+    p.tp = 8;
+    p.cp = 2;
+    p.dp = 4;
+    p.sequence_parallel = true;
+    p.global_batch = 64;
+    p.seq_len = seq;
+    ASSERT_NO_THROW(validate(p, m, cl));
+    const auto f = rules::flags_of(export_megatron(m, cl, p).files[0].text);
+    EXPECT_EQ(std::stoll(f.at("seq-length").at(0)), seq);
+    EXPECT_EQ(std::stoll(f.at("max-position-embeddings").at(0)), std::max(seq, m.seq_len));
+  }
+}
+
+// Megatron-Core's checks of --overlap-moe-expert-parallel-comm (transformer_config.py
+// L3002-3046 at d98e8a6; combined_1f1b.py L205-214): each breaks the export naming its field,
+// and a plan meeting them all exports with arguments those checks accept.
+TEST(MegatronExport, EpOverlapFollowsMegatronCoresChecks) {
+  const Model m = model_preset("mixtral-8x7b");
+  const Cluster cl = load_cluster("dgx-h100", 64);
+  Plan ok;  // interleaved, ep 8, bf16, no recompute: accepted
+  ok.tp = 2;
+  ok.pp = 2;
+  ok.vpp = 2;
+  ok.schedule = Schedule::kInterleaved;
+  ok.dp = 16;
+  ok.ep = 8;
+  ok.sequence_parallel = true;
+  ok.global_batch = 256;
+  ok.ep_comm_overlap = true;
+  ASSERT_NO_THROW(validate(ok, m, cl));
+  const Export e = export_megatron(m, cl, ok);
+  EXPECT_NE(e.files[0].text.find("--overlap-moe-expert-parallel-comm"), std::string::npos);
+  EXPECT_EQ(rules::megatron_violations(e.files[0].text), std::vector<std::string>{});
+  auto refused_field = [&](const Plan& p) -> std::string {
+    try {
+      export_megatron(m, cl, p);
+    } catch (const Error& err) {
+      return err.field();
+    }
+    return "accepted";
+  };
+  Plan p = ok;  // L3020-3029: full recompute
+  p.recompute = Recompute::kFull;
+  EXPECT_EQ(refused_field(p), "plan.recompute");
+  p = ok;  // L3030-3032: 'moe' in recompute_modules
+  p.recompute = Recompute::kSelective;
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMoe);
+  EXPECT_EQ(refused_field(p), "plan.recompute_modules");
+  p.recompute_modules = 1u << static_cast<int>(RecomputeModule::kMoeAct);  // other modules: fine
+  EXPECT_EQ(refused_field(p), "accepted");
+  p = ok;  // L3007-3011: pp > 1 without virtual stages
+  p.vpp = 1;
+  p.schedule = Schedule::k1F1B;
+  EXPECT_EQ(refused_field(p), "plan.vpp");
+  p = ok;  // L3034-3037: an fp32 model
+  p.precision = Dtype::kFp32;
+  EXPECT_EQ(refused_field(p), "plan.precision");
+  p.precision = Dtype::kFp8;  // fp8 trains a bf16 model (--bf16 --fp8-format)
+  EXPECT_EQ(refused_field(p), "accepted");
+  p = ok;  // L3012-3015: no expert parallelism
+  p.ep = 1;
+  EXPECT_EQ(refused_field(p), "plan.ep");
+  p = ok;  // combined_1f1b.py L205-214: Megatron FSDP under the interleaved combined 1F1B
+  p.zero = 3;
+  EXPECT_EQ(refused_field(p), "plan.zero");
+  p = ok;  // without a pipeline there is no virtual-stage rule
+  p.pp = 1;
+  p.vpp = 1;
+  p.schedule = Schedule::k1F1B;
+  p.dp = 32;
+  EXPECT_EQ(refused_field(p), "accepted");
+}
+
+// A refusal names every field that fails, not only the first (exit 2 as any user error).
+TEST(MegatronExport, ARefusalNamesEveryReason) {
+  const Model m = model_preset("llama3-8b");
+  Plan p;
+  p.pp = 2;
+  p.dp = 4;
+  p.global_batch = 32;
+  p.schedule = Schedule::kGpipe;
+  p.offload.params = true;
+  p.optimizer_dtype = Dtype::kBf16;
+  const Cluster cl = load_cluster("dgx-h100", p.gpus());
+  try {
+    export_megatron(m, cl, p);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.is_user_error());
+    EXPECT_EQ(exit_code(e.kind()), 2);
+    std::set<std::string> fields;
+    std::istringstream in(e.field());
+    for (std::string f; std::getline(in, f, ',');)
+      fields.insert(f.substr(f.find_first_not_of(' ')));
+    EXPECT_EQ(fields,
+              (std::set<std::string>{"plan.schedule", "plan.offload", "plan.optimizer_dtype"}))
+        << e.field();
+    EXPECT_NE(e.reason().find("3 reasons"), std::string::npos) << e.reason();
+    for (const char* why : {"GPipe", "offload parameters", "master weights"})
+      EXPECT_NE(e.reason().find(why), std::string::npos) << why;
+  }
+  // The same list, one entry per reason.
+  const auto all = megatron_refusals(m, cl, p).items();
+  EXPECT_EQ(all.size(), 3u);
 }
 
 // Flags the issue names, found in the export (independent of the golden files).
@@ -304,7 +423,13 @@ TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
     const Cluster cl = load_cluster(c.cluster, c.gpus);
     const Plan p = make_plan(c, m, cl);
     const Export e = export_megatron(m, cl, p);
-    const Json want = plan_to_json(p);
+    EXPECT_EQ(rules::megatron_violations(e.files[0].text), std::vector<std::string>{});
+    // Megatron's arguments carry one position count: a RoPE model trained past its positions
+    // comes back with the sequence length as its own (and so no separate plan seq).
+    Model want_model = m;
+    want_model.seq_len = std::max(m.seq_len, p.seq(m));
+    Json want = plan_to_json(p);
+    if (p.seq_len == want_model.seq_len) want.erase("seq");
     // The argument file (no GPU count) and the launch script (torchrun's --nproc_per_node and
     // --nnodes give it).
     const ImportedJob launch = import_megatron(e.files[1].text, "launch");
@@ -320,6 +445,11 @@ TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
       } catch (const Error& err) {
         EXPECT_EQ(err.field(), "--num-distributed-optimizer-instances");
       }
+      // With the GPU count (--gpus) it imports.
+      args = import_megatron(e.files[0].text, "args", p.gpus());
+      EXPECT_EQ(args.gpus, p.gpus());
+      EXPECT_EQ(imported_plan(args, -1), want);
+      jobs.push_back(&args);
     } else {
       args = import_megatron(e.files[0].text, "args");
       EXPECT_EQ(args.gpus, 0);
@@ -331,7 +461,7 @@ TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
       ASSERT_TRUE(job->model.has_value());
       Model back = *job->model;
       back.name = m.name;
-      EXPECT_EQ(model_to_json(back), model_to_json(m));
+      EXPECT_EQ(model_to_json(back), model_to_json(want_model));
     }
   }
 }
@@ -383,6 +513,34 @@ TEST(MegatronImport, ReadsBashArraysWithTheBracketOnAFlagLine) {
   EXPECT_EQ(job.model->vocab, 1000);
   EXPECT_EQ(job.plan["tp"], 2);
   EXPECT_EQ(job.gpus, 0);
+}
+
+// A command substitution is one word (the DeepSpeed launcher's HERE=$(cd "$(dirname ...)" &&
+// pwd)); it neither splits into stray words nor swallows the flags after it.
+TEST(MegatronImport, KeepsACommandSubstitutionAsOneWord) {
+  const std::string text =
+      "HERE=$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\n"
+      "X=\"$(echo --tensor-model-parallel-size 8)\"\n"
+      "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 256 \\\n"
+      "  --num-attention-heads 4 --seq-length 128 --vocab-size 1000 \\\n"
+      "  --tensor-model-parallel-size 2 --data-path \"$HERE/data\"\n";
+  const ImportedJob job = import_megatron(text);
+  EXPECT_EQ(job.plan["tp"], 2);
+  EXPECT_EQ(job.gpus, 8);
+}
+
+// Both files carry the export tag: the model, the cluster and the GPU count.
+TEST(MegatronExport, FilesCarryTheExportTag) {
+  const Case c = golden_cases()[2];
+  const Model m = model_preset(c.model);
+  const Cluster cl = load_cluster(c.cluster, c.gpus);
+  for (const ExportedFile& f : export_megatron(m, cl, make_plan(c, m, cl)).files) {
+    const std::optional<ExportTag> tag = read_export_tag(f.text);
+    ASSERT_TRUE(tag) << f.name;
+    EXPECT_EQ(tag->model, c.model);
+    EXPECT_EQ(tag->cluster, c.cluster);
+    EXPECT_EQ(tag->gpus, c.gpus);
+  }
 }
 
 // Expects import_megatron to throw naming `field`.

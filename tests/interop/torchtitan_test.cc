@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/interop/framework_rules.h"
 #include "tests/interop/golden.h"
 
 namespace parasol::interop {
@@ -80,6 +81,8 @@ TEST(TorchtitanExport, GoldenFiles) {
     EXPECT_NE(file_named(e, "torchtitan.toml").text.find("torchtitan v0.2.2"), std::string::npos);
     EXPECT_TRUE(file_named(e, "launch_torchtitan.sh").executable);
     expect_golden(e, "torchtitan", c.name);
+    EXPECT_EQ(rules::torchtitan_violations(file_named(e, "torchtitan.toml").text),
+              std::vector<std::string>{});
   }
 }
 
@@ -149,17 +152,259 @@ TEST(TorchtitanExport, ContextAndExpertParallelism) {
   EXPECT_EQ(par.at("context_parallel_degree"), "2");
   EXPECT_EQ(par.at("data_parallel_shard_degree"), "4");
   EXPECT_EQ(par.at("context_parallel_rotate_method"), "\"alltoall\"");
-  // MoE with ep 4 carved out of dp_shard x cp x tp / etp (etp = tp); no torchtitan flavor.
-  const Export moe =
-      export_torchtitan(model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 16),
-                        plan_of(R"({"tp": 2, "sp": true, "dp": 8, "ep": 4, "zero": 3, "gbs": 32,
-                  "moe_dispatcher": "deepep"})"));
+  // MoE with ep 4 carved out of dp_shard x cp x tp / etp (etp = tp); no torchtitan flavor:
+  // llama4's args (GQA MoE) are the ones to add it to.
+  const Export moe = export_torchtitan(model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 16),
+                                       plan_of(R"({"tp": 2, "sp": true, "dp": 8, "ep": 4,
+                                                   "zero": 3, "gbs": 32})"));
   const std::string toml = file_named(moe, "torchtitan.toml").text;
   par = section(toml, "parallelism");
   EXPECT_EQ(par.at("expert_parallel_degree"), "4");
   EXPECT_EQ(par.at("expert_tensor_parallel_degree"), "2");
-  EXPECT_EQ(par.at("expert_parallel_comm_backend"), "\"deepep\"");
+  EXPECT_EQ(par.at("expert_parallel_comm_backend"), "\"standard\"");
   EXPECT_NE(toml.find("matches no torchtitan v0.2.2 flavor"), std::string::npos);
+  EXPECT_EQ(section(toml, "model").at("name"), "\"llama4\"");
+  EXPECT_NE(toml.find("llama4_args in torchtitan/models/llama4/__init__.py"), std::string::npos);
+  EXPECT_EQ(rules::torchtitan_violations(toml), std::vector<std::string>{});
+}
+
+// [model] is a registered TrainSpec and one of its flavors (torchtitan v0.2.2: models/__init__.py
+// _supported_models; qwen3/__init__.py qwen3_args "30B-A3B" L145 and "235B-A22B" L168;
+// deepseek_v3/__init__.py deepseekv3_args "671B" L130; llama3/__init__.py "8B" L51, "70B" L82,
+// "405B" L91): get_train_spec raises "TrainSpec qwen3-30b-a3b is not registered" for parasol's
+// preset name (train_spec.py L87).
+TEST(TorchtitanExport, ModelsAreRegisteredNamesAndFlavors) {
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"llama3-8b", {"llama3", "8B"}},
+      {"llama3-70b", {"llama3", "70B"}},
+      {"llama3-405b", {"llama3", "405B"}},
+      {"qwen3-30b-a3b", {"qwen3", "30B-A3B"}},
+      {"qwen3-235b-a22b", {"qwen3", "235B-A22B"}},
+      {"deepseek-v3", {"deepseek_v3", "671B"}},
+  };
+  for (const auto& [preset, titan] : want) {
+    SCOPED_TRACE(preset);
+    const std::optional<TorchtitanModel> t = torchtitan_model(model_preset(preset));
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->name, titan.first);
+    EXPECT_EQ(t->flavor, titan.second);
+    EXPECT_EQ(torchtitan_family(model_preset(preset)), titan.first);
+  }
+  // No flavor: the TrainSpec whose args can describe the model.
+  EXPECT_FALSE(torchtitan_model(model_preset("mixtral-8x7b")));
+  EXPECT_EQ(torchtitan_family(model_preset("mixtral-8x7b")), "llama4");
+  EXPECT_EQ(torchtitan_family(model_preset("gpt3-175b")), "llama3");
+  Model wider = model_preset("qwen3-30b-a3b");  // one expert more: no flavor, still qwen3's args
+  wider.moe.experts = 129;
+  EXPECT_FALSE(torchtitan_model(wider));
+  EXPECT_EQ(torchtitan_family(wider), "qwen3");
+  Model mla = model_preset("deepseek-v3");
+  mla.layers = 30;
+  EXPECT_EQ(torchtitan_family(mla), "deepseek_v3");
+  // The MoE export of the issue: qwen3 with flavor 30B-A3B, and torchtitan's checks pass.
+  const Export q = export_torchtitan(model_preset("qwen3-30b-a3b"), cluster_preset("dgx-h100", 16),
+                                     plan_of(R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64})"));
+  const std::string toml = file_named(q, "torchtitan.toml").text;
+  EXPECT_EQ(section(toml, "model").at("name"), "\"qwen3\"");
+  EXPECT_EQ(section(toml, "model").at("flavor"), "\"30B-A3B\"");
+  EXPECT_EQ(toml.find("matches no torchtitan"), std::string::npos);
+  EXPECT_EQ(rules::torchtitan_violations(toml), std::vector<std::string>{});
+}
+
+// Per-TrainSpec support: qwen3 has no pipelining_fn (train.py L218-223 raises), and only
+// deepseek_v3 builds DeepEP's MoE (deepseek_v3/model/args.py L116), without ETP
+// (deepseek_v3/infra/parallelize.py L107-111).
+TEST(TorchtitanExport, RefusesWhatTheModelsTrainSpecCannotRun) {
+  expect_refusals(
+      export_torchtitan,
+      {
+          {"qwen3-30b-a3b", 16,
+           R"({"pp": 2, "dp": 8, "ep": 8, "zero": 3, "reshard": "after_step", "gbs": 64})",
+           "plan.pp"},
+          {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
+                                    "moe_dispatcher": "deepep"})",
+           "plan.moe_dispatcher"},
+          {"mixtral-8x7b", 16, R"({"tp": 2, "sp": true, "dp": 8, "ep": 4, "zero": 3, "gbs": 32,
+                                   "moe_dispatcher": "deepep"})",
+           "plan.moe_dispatcher"},
+          {"deepseek-v3", 64, R"({"tp": 2, "sp": true, "dp": 32, "ep": 8, "etp": 2, "zero": 3,
+                                  "gbs": 64, "moe_dispatcher": "deepep"})",
+           "plan.etp"},
+      });
+  // deepseek_v3 with etp 1 runs DeepEP, and pipelines.
+  const Export ds = export_torchtitan(
+      model_preset("deepseek-v3"), cluster_preset("dgx-h100", 64),
+      plan_of(R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+                  "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
+                  "first_stage_layers": 30})"));
+  const std::string toml = file_named(ds, "torchtitan.toml").text;
+  EXPECT_EQ(section(toml, "parallelism").at("expert_parallel_comm_backend"), "\"deepep\"");
+  EXPECT_EQ(rules::torchtitan_violations(toml), std::vector<std::string>{});
+}
+
+// Every reason at once.
+TEST(TorchtitanExport, ARefusalNamesEveryReason) {
+  try {
+    export_torchtitan(model_preset("llama3-8b"), cluster_preset("dgx-h100", 8),
+                      plan_of(R"({"dp": 8, "zero": 1, "gbs": 64, "precision": "fp16",
+                                  "flash_attention": false})"));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.precision, plan.flash_attention, plan.zero");
+    EXPECT_NE(e.reason().find("3 reasons"), std::string::npos) << e.reason();
+  }
+}
+
+// ---- Import of job TOML files.
+
+TEST(TorchtitanImport, ParsesTheTomlSubsetOfJobConfigs) {
+  const Json j = parse_toml(R"(# a comment
+[job]
+dump_folder = "./outputs"  # trailing comment
+[model]
+name = 'llama3'
+[parallelism]
+tensor_parallel_degree = 8
+data_parallel_shard_degree = -1
+ratio = 1.5e-1
+big = 1_000
+enabled = true
+[compile]
+components = ["model",
+              "loss"]
+[quantize.linear.float8]
+filter_fqns = ["output"]
+)",
+                            "t");
+  EXPECT_EQ(j["job"]["dump_folder"], "./outputs");
+  EXPECT_EQ(j["model"]["name"], "llama3");
+  EXPECT_EQ(j["parallelism"]["tensor_parallel_degree"], 8);
+  EXPECT_EQ(j["parallelism"]["data_parallel_shard_degree"], -1);
+  EXPECT_DOUBLE_EQ(j["parallelism"]["ratio"].get<double>(), 0.15);
+  EXPECT_EQ(j["parallelism"]["big"], 1000);
+  EXPECT_EQ(j["parallelism"]["enabled"], true);
+  EXPECT_EQ(j["compile"]["components"], Json::array({"model", "loss"}));
+  EXPECT_EQ(j["quantize"]["linear"]["float8"]["filter_fqns"], Json::array({"output"}));
+  for (const char* bad : {"[t]\nx = {a = 1}\n", "[t]\nx = \"open\n", "[t]\nx = 1 2\n",
+                          "[t]\nx = 1\nx = 2\n", "just words\n"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_toml(bad, "t");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field().rfind("t: line ", 0), 0u) << e.field();
+    }
+  }
+  EXPECT_TRUE(looks_like_toml("# c\n[job]\nx = 1\n"));
+  EXPECT_FALSE(looks_like_toml(R"({"tp": 2})"));
+  EXPECT_TRUE(looks_like_torchtitan_toml("[parallelism]\ntensor_parallel_degree = 2\n"));
+  EXPECT_FALSE(looks_like_torchtitan_toml("[tool.poetry]\nname = \"x\"\n"));
+}
+
+// export -> import gives the plan back (the JSON of the plan, the model preset of the flavor and
+// the cluster of the tag), and the imported plan exports to the same files.
+TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
+  struct Trip {
+    const char* model;
+    int gpus;
+    const char* plan;
+  };
+  std::vector<Trip> trips;
+  for (const Case& c : kCases) trips.push_back({c.model, c.gpus, c.plan});
+  trips.push_back({"llama3-405b", 128,
+                   R"({"tp": 8, "sp": true, "pp": 8, "dp": 2, "zero": 3, "reshard": "after_step",
+                       "gbs": 64, "first_stage_layers": 14, "last_stage_layers": 16})"});
+  trips.push_back({"llama3-8b", 16,
+                   R"({"tp": 2, "sp": true, "cp": 2, "dp": 4, "zero": 3, "gbs": 32,
+                       "seq": 16384, "tp_comm_overlap": true, "reshard": "after_backward"})"});
+  trips.push_back({"qwen3-30b-a3b", 16,
+                   R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64, "offload": "optimizer,params",
+                       "recompute": "full", "optimizer_dtype": "bf16"})"});
+  trips.push_back({"deepseek-v3", 64,
+                   R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+                       "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
+                       "first_stage_layers": 30})"});
+  int n = 0;
+  for (const Trip& t : trips) {
+    SCOPED_TRACE(t.plan);
+    const Model m = model_preset(t.model);
+    const Cluster cl = cluster_preset("dgx-h100", t.gpus);
+    const Plan p = plan_of(t.plan);
+    const Export e = export_torchtitan(m, cl, p);
+    const std::string toml = file_named(e, "torchtitan.toml").text;
+    const auto dir = write_export(e, "tt_trip" + std::to_string(n++));
+    const std::optional<ImportedJob> job =
+        import_file((dir / "torchtitan.toml").string(), toml, {});
+    ASSERT_TRUE(job.has_value());
+    EXPECT_EQ(job->gpus, t.gpus);
+    EXPECT_EQ(job->plan["model"], t.model);
+    EXPECT_EQ(job->plan["cluster"], "dgx-h100");
+    const Plan back = plan_from_json(job->plan);
+    Json want = plan_to_json(p), got = plan_to_json(back);
+    // etp: torchtitan writes the expert TP degree (a plan's etp = tp says the same as none);
+    // the pipeline split: first/last stage layers or a list may say the same split.
+    for (Json* j : {&want, &got})
+      for (const char* k : {"model", "cluster", "gpus", "etp", "first_stage_layers",
+                            "last_stage_layers", "stage_layers"})
+        j->erase(k);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(back.expert_tp(), p.expert_tp());
+    for (int v = 0; v < p.pp * p.chunks(); ++v)
+      EXPECT_EQ(back.layers_in_chunk(m.layers, v % p.pp, v / p.pp),
+                p.layers_in_chunk(m.layers, v % p.pp, v / p.pp))
+          << "virtual stage " << v;
+    // The imported plan is the same job for torchtitan: it exports to the same files.
+    const Export again = export_torchtitan(m, cl, back);
+    for (size_t i = 0; i < e.files.size(); ++i) EXPECT_EQ(again.files[i].text, e.files[i].text);
+  }
+}
+
+TEST(TorchtitanImport, NamesWhatItCannotRead) {
+  auto field_of = [](const std::string& toml, int gpus = 0) -> std::string {
+    try {
+      import_torchtitan(toml, gpus);
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return "accepted";
+  };
+  const std::string model = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n";
+  const std::string full = "[activation_checkpoint]\nmode = \"full\"\n";
+  // torchtitan's default activation checkpointing is its selective AC.
+  EXPECT_EQ(field_of(model + "[parallelism]\ndata_parallel_shard_degree = 8\n"),
+            "torchtitan.activation_checkpoint.mode");
+  // dp_shard -1 (the rest) needs the GPU count.
+  EXPECT_EQ(field_of(model + full), "torchtitan.parallelism.data_parallel_shard_degree");
+  EXPECT_EQ(field_of(model + full, 8), "accepted");
+  EXPECT_EQ(field_of("[model]\nname = \"llama3\"\nflavor = \"mine\"\n" + full, 8),
+            "torchtitan.model.flavor");
+  EXPECT_EQ(field_of(model + full +
+                         "[parallelism]\npipeline_parallel_degree = 2\n"
+                         "pipeline_parallel_schedule = \"ZBVZeroBubble\"\n",
+                     16),
+            "torchtitan.parallelism.pipeline_parallel_schedule");
+  EXPECT_EQ(field_of(model + full + "[parallelism]\ncontext_parallel_degree = 2\n", 16),
+            "torchtitan.parallelism.context_parallel_rotate_method");
+  // A model given on the command line (--model) where the flavor is no preset.
+  Model mine = model_preset("llama3-8b");
+  mine.name = "mine";
+  const ImportedJob job =
+      import_torchtitan("[model]\nname = \"llama3\"\nflavor = \"mine\"\n" + full, 8, &mine);
+  EXPECT_FALSE(job.plan.contains("model"));
+  EXPECT_EQ(job.plan["seq"], 2048);  // torchtitan's default seq_len
+  EXPECT_EQ(job.plan["dp"], 8);
+}
+
+// A TOML file that is no torchtitan job says so, instead of "malformed JSON".
+TEST(TorchtitanImport, AnotherTomlFileIsNamedAsSuch) {
+  try {
+    import_file("pyproject.toml", "[tool.poetry]\nname = \"x\"\n", {});
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "--plan");
+    EXPECT_NE(e.reason().find("TOML"), std::string::npos) << e.reason();
+    EXPECT_NE(e.reason().find("torchtitan"), std::string::npos) << e.reason();
+  }
 }
 
 // The pipeline keys reproduce the plan's layers per virtual stage, by torchtitan's own rule.

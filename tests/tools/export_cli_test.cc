@@ -1,7 +1,8 @@
 // Tests of `parasol export` and of the Megatron-LM inputs of the other commands through the
 // executable: export of a searched plan to stdout and to a folder, the refusal of a GPipe plan
 // (exit 2 naming the field), `estimate --plan megatron_args.txt` against the same plan given as
-// flags, flags over an imported plan, and `compare` with a Megatron-LM training log.
+// flags, flags over an imported plan, every export read back (and the flags a bare import
+// needs named), and `compare` with a Megatron-LM training log.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -10,6 +11,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "tests/tools/run_parasol.h"
 
@@ -153,6 +155,63 @@ TEST(ExportCli, PlanReadsADeepSpeedConfigWithTheGpuCount) {
   Result r = run("estimate --model llama3-8b --cluster dgx-h100 --plan " + path);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("error: --gpus"), std::string::npos) << r.out;
+}
+
+// Every export reads back through --plan as the plan it came from (the cluster from the export's
+// tag line), and an import that lacks what it needs says which flag gives it (exit 2) instead of
+// pricing a default model or cluster.
+TEST(ExportCli, ExportsImportBackAndMissingTargetsAreNamed) {
+  const std::string job = "--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --gbs 64 --sp";
+  // torchtitan has no ZeRO-1 (FSDP2 or replication): its plan shards with zero 3.
+  const std::pair<std::string, std::string> exports[] = {{"megatron", job + " --zero 1"},
+                                                         {"deepspeed", job + " --zero 1"},
+                                                         {"torchtitan", job + " --zero 3"}};
+  nlohmann::json want;
+  for (const auto& [to, flags] : exports) {
+    SCOPED_TRACE(to);
+    want = json_of(run("estimate " + flags + " --json"));
+    const std::string dir = temp_path("import_" + to);
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(run("export --to " + to + " " + flags + " -o " + dir).code, 0);
+    const std::string launch =
+        to == "torchtitan" ? dir + "/torchtitan.toml" : dir + "/launch_" + to + ".sh";
+    const nlohmann::json got = json_of(run("estimate --plan " + launch + " --json"));
+    EXPECT_EQ(got["step_time_s"], want["step_time_s"]);
+    EXPECT_EQ(got["plan"]["tp"], 2);
+  }
+  want = json_of(run("estimate " + job + " --zero 1 --json"));
+  // The launcher's ds_config.json beside it reads back too.
+  const std::string ds = temp_path("import_deepspeed");
+  EXPECT_EQ(json_of(run("estimate --plan " + ds + "/ds_config.json --json"))["step_time_s"],
+            want["step_time_s"]);
+  // Without the tag line the cluster is unknown: named, not defaulted.
+  const std::string untagged = temp_path("untagged.sh");
+  {
+    std::ifstream in(temp_path("import_megatron") + "/launch_megatron.sh");
+    std::ofstream out(untagged);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("parasol-export:") == std::string::npos) out << line << "\n";
+  }
+  Result r = run("estimate --plan " + untagged);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: --cluster"), std::string::npos) << r.out;
+  EXPECT_EQ(
+      json_of(run("estimate --plan " + untagged + " --cluster dgx-h100 --json"))["step_time_s"],
+      want["step_time_s"]);
+  // A bare ds_config.json does not describe the model.
+  const std::string bare = temp_path("bare_ds_config.json");
+  std::filesystem::copy_file(ds + "/ds_config.json", bare,
+                             std::filesystem::copy_options::overwrite_existing);
+  r = run("estimate --plan " + bare + " --gpus 16 --cluster dgx-h100");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: --model"), std::string::npos) << r.out;
+  // A TOML file that is no torchtitan job is named as TOML, not as malformed JSON.
+  const std::string toml = temp_path("other.toml");
+  std::ofstream(toml) << "[project]\nname = \"x\"\n";
+  r = run("estimate --plan " + toml);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("TOML"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("JSON:"), std::string::npos) << r.out;
 }
 
 TEST(ExportCli, CompareReadsAMegatronTrainingLog) {

@@ -2,8 +2,15 @@
 # Written by parasol export --to deepspeed: llama3-70b on dgx-h100, 64 GPUs (8 x 8).
 # Plan: tp 8, pp 4, dp 2, ZeRO 1, micro batch 1, global batch 64, recompute full, offload none.
 # Checked against DeepSpeed 0.19.6 (deepspeedai/DeepSpeed edaa722), Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed 4efb479).
+# parasol-export: model=llama3-70b cluster=dgx-h100 gpus=64
 # Note: DeepSpeed ZeRO-1/2 all-gather the updated parameters after the optimizer step without overlapping it.
 set -euo pipefail
+# This folder's files (hostfile, ds_config.json), wherever the script runs from.
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Megatron-DeepSpeed's sequence parallelism needs it on every rank: here for this node,
+# through DS_ENV_FILE for the others.
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export DS_ENV_FILE="$HERE/.deepspeed_env"
 # Megatron-DeepSpeed (deepspeedai/Megatron-DeepSpeed): run from its checkout; give the data and
 # tokenizer arguments after the script ("$@").
 MODEL_ARGS=(
@@ -14,9 +21,11 @@ MODEL_ARGS=(
   --num-key-value-heads 8
   --seq-length 8192
   --max-position-embeddings 8192
+  --vocab-size 128256
   --normalization rmsnorm
   --swiglu
   --use-rotary-position-embeddings
+  --rotary-position-embeddings-theta 500000
   --untie-embeddings-and-output-weights
   --disable-bias-linear
   --attention-dropout 0
@@ -33,12 +42,12 @@ PARALLEL_ARGS=(
 )
 DEEPSPEED_ARGS=(
   --deepspeed
-  --deepspeed_config ds_config.json
+  --deepspeed_config "$HERE/ds_config.json"
   --zero-stage 1
   --deepspeed-activation-checkpointing
   --recompute-granularity full
   --recompute-method uniform
   --recompute-num-layers 1
 )
-deepspeed --hostfile=hostfile --num_nodes 8 --num_gpus 8 \
+deepspeed --hostfile="$HERE/hostfile" --num_nodes 8 --num_gpus 8 \
   pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" "${DEEPSPEED_ARGS[@]}" "$@"

@@ -2,6 +2,7 @@
 # Megatron-LM launch written by parasol export.
 # gpt3-175b on 1024 GPUs of dgx-a100-80g: tp 8, pp 8, dp 16, cp 1, ep 1.
 # Flags checked against Megatron-Core 0.20.0 (NVIDIA/Megatron-LM d98e8a64ddf3, 2026-08-22).
+# parasol-export: model=gpt3-175b cluster=dgx-a100-80g gpus=1024
 # Run on every node with NODE_RANK and MASTER_ADDR set, from a Megatron-LM checkout
 # (MEGATRON_LM, default: the current directory).
 set -euo pipefail

@@ -2,6 +2,7 @@
 # Megatron-LM launch written by parasol export.
 # llama3-70b on 64 GPUs of dgx-h100: tp 4, pp 2, dp 4, cp 2, ep 1.
 # Flags checked against Megatron-Core 0.20.0 (NVIDIA/Megatron-LM d98e8a64ddf3, 2026-08-22).
+# parasol-export: model=llama3-70b cluster=dgx-h100 gpus=64
 # Run on every node with NODE_RANK and MASTER_ADDR set, from a Megatron-LM checkout
 # (MEGATRON_LM, default: the current directory).
 set -euo pipefail
@@ -26,7 +27,7 @@ MODEL_ARGS=(
     --normalization RMSNorm
     --position-embedding-type rope
     --rotary-base 500000
-    --max-position-embeddings 8192
+    --max-position-embeddings 16384
     --untie-embeddings-and-output-weights
     --disable-bias-linear
     --attention-dropout 0.0

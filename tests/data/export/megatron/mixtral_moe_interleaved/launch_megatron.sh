@@ -2,6 +2,7 @@
 # Megatron-LM launch written by parasol export.
 # mixtral-8x7b on 64 GPUs of dgx-h100: tp 2, pp 4, dp 8, cp 1, ep 8.
 # Flags checked against Megatron-Core 0.20.0 (NVIDIA/Megatron-LM d98e8a64ddf3, 2026-08-22).
+# parasol-export: model=mixtral-8x7b cluster=dgx-h100 gpus=64
 # Run on every node with NODE_RANK and MASTER_ADDR set, from a Megatron-LM checkout
 # (MEGATRON_LM, default: the current directory).
 set -euo pipefail
