@@ -101,7 +101,7 @@ class Cluster {
   std::vector<int> gpus_on_server(int server) const;
 
   // Shortest path (fewest hops; only forwarding vertices in between) between two GPUs.
-  // REQUIRES: a != b. Thread-compatible: const queries may run concurrently.
+  // Empty when a == b. Thread-compatible: const queries may run concurrently.
   Path path(int gpu_a, int gpu_b) const;
   // Smallest link bandwidth along path(a, b), and the sum of its link latencies.
   double bottleneck_bw(int gpu_a, int gpu_b) const;

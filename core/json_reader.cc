@@ -50,7 +50,10 @@ bool JsonReader::has(const std::string& key) const {
   return it != j_.end() && !it->is_null();
 }
 
-const Json& JsonReader::raw(const std::string& key) const { return j_.at(key); }
+const Json& JsonReader::raw(const std::string& key) const {
+  PARASOL_CHECK(has(key), field(key));
+  return j_.at(key);
+}
 
 int64_t JsonReader::integer(const std::string& key, int64_t min, int64_t max) const {
   if (!has(key)) throw Error(field(key), "is required");

@@ -61,6 +61,7 @@ Norms attention_norms(const Model& m) {
 }
 
 Linears mlp_linears(const Model& m, int layer) {
+  PARASOL_CHECK(0 <= layer && layer < m.layers, "layer " + std::to_string(layer));
   Linears l;
   if (!m.is_moe_layer(layer)) {
     add_mlp(l, m, "fc1", "fc2", m.ffn);
@@ -79,6 +80,9 @@ Linears expert_linears(const Model& m) {
 
 AttnShape attention_shape(const Model& m, int layer, int tp, int64_t batch, int64_t seq_q,
                           int64_t seq_kv, bool flash) {
+  PARASOL_CHECK(0 <= layer && layer < m.layers, "layer " + std::to_string(layer));
+  PARASOL_CHECK(tp >= 1 && m.heads % tp == 0 && m.kv_heads % tp == 0,
+                "tp " + std::to_string(tp) + " does not divide the heads");
   AttnShape a;
   a.batch = batch;
   a.seq_q = seq_q;

@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
+#include "core/error.h"
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/program.h"
@@ -50,7 +52,10 @@ class ShapeList {
  public:
   static constexpr int kCapacity = N;
   // REQUIRES: size() < kCapacity.
-  void push_back(const T& v) { items_[size_++] = v; }
+  void push_back(const T& v) {
+    PARASOL_CHECK(size_ < kCapacity, "a ShapeList of capacity " + std::to_string(kCapacity));
+    items_[size_++] = v;
+  }
   int size() const { return size_; }
   bool empty() const { return size_ == 0; }
   const T& operator[](int i) const { return items_[i]; }

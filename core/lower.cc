@@ -5,15 +5,23 @@
 // step. Dependencies are derived from the buffers each op reads and writes as it is emitted.
 #include "core/lower.h"
 
+#include <cstdlib>
+
 #include "core/lower_internal.h"
 
 namespace parasol {
 
 const Program& LoweredPlan::program_of(int rank) const {
+  PARASOL_CHECK(0 <= rank && rank < layout.world(), "rank " + std::to_string(rank));
   return programs.at(layout.coord(rank).pp);
 }
 
 Program lower_stage(const Model& model, const Plan& plan, int stage) {
+  PARASOL_CHECK(0 <= stage && stage < plan.pp, "stage " + std::to_string(stage));
+  // Fault injection for the tests of the failure kinds (tests/tools/failure_kinds_test.cc): with
+  // PARASOL_TEST_BREAK_LOWERING in the environment, a check fails here as a lowering bug would.
+  PARASOL_CHECK(std::getenv("PARASOL_TEST_BREAK_LOWERING") == nullptr,
+                "injected by PARASOL_TEST_BREAK_LOWERING");
   lowering::Lowerer l(model, plan, stage);
   Program p = l.run();
   RankLayout layout(plan);

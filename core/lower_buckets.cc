@@ -104,7 +104,8 @@ Slot slot_named(const char* name) {
       {"efc1", kEfc1}, {"efc2", kEfc2},      {"q_norm", kQNorm},    {"kv_norm", kKvNorm}};
   for (const auto& [n, slot] : kByName)
     if (std::string_view(n) == name) return slot;
-  throw Error("model", std::string("internal: no weight slot for the layer's '") + name + "'");
+  check_failed("name is one of kByName's",
+               std::string("no weight slot for the layer's '") + name + "'", __FILE__, __LINE__);
 }
 }  // namespace
 

@@ -210,6 +210,7 @@ bool per_virtual_stage(const Plan& p) {
 }  // namespace
 
 int Plan::layers_in_stage(int model_layers, int stage) const {
+  PARASOL_CHECK(0 <= stage && stage < pp, "stage " + std::to_string(stage));
   if (per_virtual_stage(*this)) {
     int n = 0;
     for (int c = 0; c < chunks(); ++c) n += stage_layers[c * pp + stage];
@@ -318,7 +319,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.schedule = parse_schedule(r.string_or("schedule", p.vpp > 1 ? "interleaved" : "1f1b"),
                               r.field("schedule"));
   p.recompute = parse_recompute(r.string_or("recompute", "none"), r.field("recompute"));
-  p.recompute_layers = static_cast<int>(r.integer_or("recompute_layers", -1, -1, 100000));
+  // Absent: every layer of the stage (-1 in memory); a file or flag gives a count >= 0.
+  p.recompute_layers = static_cast<int>(r.integer_or("recompute_layers", -1, 0, 100000));
   if (r.has("recompute_modules")) {
     // A list of Megatron's names, or one comma-separated string of them.
     std::vector<std::pair<std::string, std::string>> names;  // (path, name)

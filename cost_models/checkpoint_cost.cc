@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "cost_models/memory.h"
 
 namespace parasol::cost {
@@ -47,6 +48,7 @@ double storage_bandwidth(const Cluster& c) {
 }
 
 double checkpoint_transfer_s(const CheckpointSize& size, double storage_bw) {
+  PARASOL_CHECK(storage_bw > 0, "storage bandwidth " + std::to_string(storage_bw));
   return size.total_bytes / storage_bw;
 }
 

@@ -1,6 +1,7 @@
 // Power figures with their sources, and the cluster's IT power.
 #include "cost_models/energy.h"
 
+#include "core/error.h"
 #include "cost_models/reliability.h"
 
 namespace parasol::cost {
@@ -28,6 +29,7 @@ PowerFigures default_power(const Cluster& c) {
 }
 
 double it_power_w(double gpus, double switches, const PowerFigures& p, double busy) {
+  PARASOL_CHECK(0 <= busy && busy <= 1, "busy fraction " + std::to_string(busy));
   const double gpu = p.gpu_w * (p.gpu_idle_fraction + (1 - p.gpu_idle_fraction) * busy);
   return gpus * (gpu + p.host_w_per_gpu) + switches * p.switch_w;
 }

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "core/error.h"
 #include "core/layer_shapes.h"
 #include "core/optimizer_traffic.h"
 #include "cost_models/compute.h"
@@ -1264,6 +1265,7 @@ Json estimate_to_json(const Estimate& e) {
 }
 
 CommBytes Estimator::layer_comm_bytes(const Plan& p, int layer) {
+  PARASOL_CHECK(0 <= layer && layer < model_.layers, "layer " + std::to_string(layer));
   const LayerPrice& lp =
       layer_price(p, model_.is_moe_layer(layer), model_.is_windowed_layer(layer));
   CommBytes b;

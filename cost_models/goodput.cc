@@ -3,9 +3,15 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace parasol::cost {
 
-double young_interval_s(double delta_s, double mtbi_s) { return std::sqrt(2 * delta_s * mtbi_s); }
+double young_interval_s(double delta_s, double mtbi_s) {
+  PARASOL_CHECK(delta_s >= 0 && mtbi_s > 0,
+                "delta " + std::to_string(delta_s) + " s, MTBI " + std::to_string(mtbi_s) + " s");
+  return std::sqrt(2 * delta_s * mtbi_s);
+}
 
 double daly_interval_s(double delta_s, double mtbi_s) {
   if (delta_s >= 2 * mtbi_s) return mtbi_s;
@@ -46,6 +52,10 @@ void add_segments(Goodput& g, double count, double work_s, double delta_s, doubl
 
 Goodput job_goodput(double work_s, double interval_s, double delta_s, double restart_s,
                     double mtbi_s, double planned_per_s) {
+  PARASOL_CHECK(work_s >= 0 && interval_s > 0 && delta_s >= 0 && restart_s >= 0 && mtbi_s > 0 &&
+                    planned_per_s * (restart_s + delta_s) < 1,
+                "work " + std::to_string(work_s) + " s, interval " + std::to_string(interval_s) +
+                    " s, MTBI " + std::to_string(mtbi_s) + " s");
   Goodput g;
   const double full = std::floor(work_s / interval_s);
   const double last = work_s - full * interval_s;

@@ -160,7 +160,9 @@ double runtime_overhead_bytes(const Cluster& c, const Plan& p) {
   //  - NCCL: each communicator allocates per channel a send and a receive buffer per protocol
   //    (NCCL_BUFFSIZE 4 MiB for Simple, plus LL/LL128 buffers): about 2 x 4.6 MiB x channels
   //    per ring peer pair; a plan opens one communicator per parallel dimension it uses
-  //    (tp, cp, ep, dp, pp and the embedding group), with up to 32 channels on NVSwitch systems
+  //    (tp, cp, ep, dp, pp and the embedding group). NCCL opens up to 32 channels on NVSwitch
+  //    systems (NCCL_MAX_NCHANNELS) but allocates a channel's buffers only when a connection
+  //    uses it; the figure below takes 16 channels per communicator, the middle of that range
   //    (NCCL environment-variable documentation, NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS).
   const double context = 500 * MiB;
   const double workspaces = 2 * 32 * MiB;

@@ -31,6 +31,7 @@ void validate_job_options(const JobOptions& o) {
 
 TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan& plan,
                           const StepFigures& step, const Profile& profile, const JobOptions& o) {
+  PARASOL_CHECK(step.step_s > 0, "step time " + std::to_string(step.step_s) + " s");
   validate_job_options(o);
   TimeToTrain t;
   t.tokens = o.tokens;

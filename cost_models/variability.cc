@@ -4,10 +4,13 @@
 #include <cmath>
 #include <map>
 
+#include "core/error.h"
+
 namespace parasol::cost {
 
 namespace {
 double integrate_max(int n) {
+  PARASOL_CHECK(n >= 1, "n " + std::to_string(n));
   // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by Simpson's rule on [-10, 10] (the
   // integrand is below 1e-20 outside for n <= 2^24).
   constexpr int kSteps = 4000;
@@ -36,6 +39,9 @@ double expected_max_standard_normal(int n) {
 }
 
 double expected_step_time_s(double step_s, double compute_s, double cv, int gpus) {
+  PARASOL_CHECK(compute_s >= 0 && cv >= 0 && gpus >= 1, "compute " + std::to_string(compute_s) +
+                                                            " s, cv " + std::to_string(cv) + ", " +
+                                                            std::to_string(gpus) + " GPUs");
   return step_s + compute_s * cv * expected_max_standard_normal(gpus);
 }
 

@@ -31,6 +31,10 @@ PYBIND11_MODULE(_parasol, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const parasol::Error& e) {
+      if (!e.is_user_error()) {  // a parasol bug or a system fault: not a ValueError
+        PyErr_SetString(PyExc_RuntimeError, parasol::error_line(e).c_str());
+        return;
+      }
       py::tuple args = py::make_tuple(e.field(), e.reason());
       PyErr_SetObject(raw_error.ptr(), args.ptr());
     }

@@ -1,7 +1,8 @@
 // Backend: the kernel layer the executor drives. One Backend owns a device's memory (with live and
 // peak byte accounting per BufferClass, and separately for the host memory used by offload) and
 // provides one kernel entry per compute OpKind of core/program.h. Backends: cpu (fp32 math,
-// OpenBLAS GEMMs; runtime/cpu/cpu_backend.h) and, later, cuda.
+// OpenBLAS GEMMs; runtime/cpu/cpu_backend.h, and its strict variant runtime/cpu/strict_backend.h)
+// and cuda (cuBLASLt GEMMs and parasol's kernels; runtime/cuda/cuda_backend.h).
 //
 // Conventions of every kernel entry (the executor relies on them):
 //  * pointers are to memory of this Backend (alloc(); host memory only where stated); sizes are

@@ -130,7 +130,7 @@ void write_atomically(const std::string& path, const std::string& text) {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
     out.close();
-    if (!out) throw Error(tmp, "cannot write");
+    if (!out) throw SystemError(tmp, "write failed");
   }
   sync_path(tmp);
   std::error_code ec;

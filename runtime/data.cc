@@ -129,7 +129,7 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
   out.write(reinterpret_cast<const char*>(bytes.data()),
             static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) throw Error(path, "cannot write");
+  if (!out) throw SystemError(path, "write failed");
 }
 
 // ---- TokenFile --------------------------------------------------------------------------------

@@ -788,8 +788,10 @@ bool Executor::Impl::Scheduler::tested(InFlight& f) {
     return f.req.test();
   } catch (const Error& e) {
     const Op& op = prog.ops[f.op];
-    throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
-                                       std::to_string(op.id) + "): " + e.what());
+    throw Error(
+        "runtime.program",
+        op.name + " (" + op_kind_name(op.kind) + ", op " + std::to_string(op.id) + "): " + e.what(),
+        e.kind());
   }
 }
 
@@ -810,8 +812,8 @@ void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
   if (fail.second < 0 && stall.second < 0) return;
   const std::pair<int, int> here{im.comms.world_rank(), op.id};
   if (here == fail)
-    throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
-                                       std::to_string(op.id) + "): injected failure");
+    throw SystemError("runtime.program", op.name + " (" + op_kind_name(op.kind) + ", op " +
+                                             std::to_string(op.id) + "): injected failure");
   // PARASOL_TEST_STALL_AT: the rank hangs there (a stalled GPU or host), alive but silent.
   if (here == stall) std::this_thread::sleep_for(std::chrono::hours(1));
 }
@@ -854,7 +856,7 @@ void Executor::Impl::Scheduler::run() {
       continue;
     }
     if (flying.empty())
-      throw Error("runtime.program", "deadlock: no op can start and none is in flight");
+      throw InternalError("runtime.program", "deadlock: no op can start and none is in flight");
     idle.pause();  // waiting on communication only (runtime/comm/idle_wait.h)
   }
 }

@@ -97,14 +97,18 @@ namespace {
 template <typename F>
 void on_every_rank(Communicator& world, Backend& backend, const char* field, F&& f) {
   std::string error;
+  ErrorKind kind = ErrorKind::kUser;
   try {
     f();
   } catch (const Error& e) {
     error = e.what();
+    kind = e.kind();
   }
-  std::vector<float> failed = {error.empty() ? 0.0f : 1.0f};
+  // 0: no failure; 1 + the ErrorKind otherwise (the sum over ranks is only tested for > 0, and the
+  // failing rank throws its own kind).
+  std::vector<float> failed = {error.empty() ? 0.0f : 1.0f + static_cast<float>(kind)};
   all_reduce_host(world, backend, failed);
-  if (!error.empty()) throw Error(field, error);
+  if (!error.empty()) throw Error(field, error, kind);
   if (failed[0] > 0) throw Error(field, "failed on another rank");
 }
 

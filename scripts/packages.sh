@@ -10,6 +10,7 @@ parasol_packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libcli11-
 # (tests/report/render_test.sh). pybind11-dev and python3-dev build `import parasol`
 # (python/, built only when they are found: the command line does not need them, so they are not
 # in parasol_packages and a GPU machine without them still builds), python3-pytest runs its tests
-# (tests/python).
+# (tests/python); python3-venv makes the fresh virtual environment `pip install .` is tested in
+# (tests/python/pip_install_test.sh; scikit-build-core and pybind11 come from PyPI).
 parasol_test_packages=(clang libclang-rt-dev python3-jsonschema chromium pybind11-dev python3-dev
-                       python3-pytest)
+                       python3-pytest python3-venv)

@@ -3,8 +3,12 @@
 # Idempotent: a second run calls neither apt-get update nor apt-get install.
 set -euo pipefail
 source "$(dirname "$0")/packages.sh"
+# --build-only (scripts/run.sh): only what the parasol executable builds against, not the test
+# command's clang, Chromium and Python packages.
+wanted=("${parasol_packages[@]}")
+[[ ${1:-} == --build-only ]] || wanted+=("${parasol_test_packages[@]}")
 missing=()
-for p in "${parasol_packages[@]}" "${parasol_test_packages[@]}"; do
+for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then

@@ -622,7 +622,7 @@ void Engine::run() {
       std::string why =
           "never ran: a dependency cycle, a collective some stage never reaches, or a "
           "recv whose send never ran";
-      throw Error(op_path(s, i - base_[s]), "'" + op.name + "' " + why);
+      throw InternalError(op_path(s, i - base_[s]), "'" + op.name + "' " + why);
     }
 }
 

@@ -4,9 +4,13 @@
 #include <cmath>
 #include <random>
 
+#include "core/error.h"
+
 namespace parasol::sim {
 
 cost::Goodput job_monte_carlo(const JobMonteCarloOptions& o) {
+  PARASOL_CHECK(o.work_s > 0 && o.interval_s > 0 && o.mtbi_s > 0 && o.jobs >= 1,
+                "work, interval and MTBI > 0, jobs >= 1");
   std::mt19937_64 rng(o.seed);
   // Exponential from a uniform in (0, 1], independent of the standard library's distributions.
   auto next_failure = [&] {

@@ -578,7 +578,8 @@ void resimulate_top(const Model& model, const Cluster& cluster, const cost::Prof
       c.simulated_step_s = r.step_time_s;
       c.simulated_compute_s = r.breakdown.compute;
       score[i] = key ? key(c) : c.simulated_step_s;
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (!e.is_user_error()) throw;  // a parasol bug or a system fault fails loudly
       c.simulated_step_s = c.simulated_compute_s = 0;  // a plan the lowering does not emit yet
     }
   }

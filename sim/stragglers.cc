@@ -12,6 +12,9 @@
 namespace parasol::sim {
 
 std::vector<double> stage_slowdowns(const Plan& plan, const std::vector<double>& rank_slowdown) {
+  PARASOL_CHECK(static_cast<int>(rank_slowdown.size()) == plan.gpus(),
+                std::to_string(rank_slowdown.size()) + " slowdowns for " +
+                    std::to_string(plan.gpus()) + " ranks");
   const RankLayout layout(plan);
   std::vector<double> stage(plan.pp, 0);
   for (int r = 0; r < static_cast<int>(rank_slowdown.size()); ++r) {

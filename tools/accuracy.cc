@@ -9,11 +9,11 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/profile_sensitivity.h"
 #include "sim/predict.h"
 #include "tools/commands.h"
-#include "tools/format.h"
 #include "tools/json_settings.h"
 
 namespace parasol::tools {
@@ -37,7 +37,8 @@ cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_se
         Plan changed = plan_from_json(j, "accuracy.plan_set");
         validate(changed, m, c);
         p = changed;
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        if (!e.is_user_error()) throw;  // a plan_set the plan cannot take keeps the published plan
       }
     }
     return simulate ? sim::simulate_prediction(m, c, p, prof)

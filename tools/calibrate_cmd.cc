@@ -12,10 +12,11 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/lower.h"
 #include "sim/engine.h"
 #include "tools/commands.h"
-#include "tools/format.h"
+#include "tools/flag_checks.h"
 #include "tools/host_probe.h"
 #include "tools/spec.h"
 #include "traces/calibrate.h"
@@ -39,7 +40,7 @@ void write_json(const Json& j, const std::string& path) {
   std::ofstream f(path);
   if (!f) throw Error(path, "cannot open for writing");
   f << j.dump(2) << "\n";
-  if (!f) throw Error(path, "write failed");
+  if (!f) throw SystemError(path, "write failed");
 }
 
 int run_probe(const CalibrateOptions& c, const PeerProbe& probe) {
@@ -149,7 +150,9 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
   cmd->add_flag("--probe", c->probe,
                 "measure this host's CPU (cblas_sgemm, memory bandwidth; < 2 s) and write its "
                 "profile");
-  cmd->add_option("--threads", c->threads, "--probe: threads per rank")->capture_default_str();
+  cmd->add_option("--threads", c->threads, "--probe: threads per rank")
+      ->capture_default_str()
+      ->check(count_in(1, 4096));
   cmd->add_flag("--json", c->json, "print JSON");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);

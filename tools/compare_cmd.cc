@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "interop/megatron_log.h"
 #include "tools/commands.h"
-#include "tools/format.h"
 #include "traces/compare.h"
 #include "traces/summary.h"
 #include "traces/trace.h"

@@ -5,12 +5,12 @@
 #include <iostream>
 #include <optional>
 
+#include "core/format.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/time_to_train.h"
 #include "tools/api.h"
 #include "tools/commands.h"
-#include "tools/format.h"
 #include "tools/job_flags.h"
 #include "tools/spec.h"
 

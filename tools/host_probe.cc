@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/format.h"
 #include "cost_models/collective.h"
-#include "tools/format.h"
 #include "traces/least_squares.h"
 
 namespace parasol::tools {

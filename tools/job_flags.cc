@@ -5,27 +5,34 @@
 #include <iostream>
 
 #include "core/error.h"
-#include "tools/format.h"
+#include "core/format.h"
+#include "tools/flag_checks.h"
 
 namespace parasol::tools {
 
 void add_job_flags(CLI::App* cmd, JobFlags& f) {
   cmd->add_option("--tokens", f.tokens,
                   "report the time to train this many tokens (15.6e12 is accepted): wall-clock "
-                  "time, GPU-hours, energy and the goodput breakdown");
+                  "time, GPU-hours, energy and the goodput breakdown")
+      ->check(finite_number(true));
   cmd->add_option("--price-per-gpu-hour", f.price_per_gpu_hour,
-                  "with --tokens: the cost at this price per GPU-hour");
+                  "with --tokens: the cost at this price per GPU-hour")
+      ->check(finite_number(false));
   cmd->add_option("--checkpoint-interval", f.checkpoint_interval_s,
                   "with --tokens: seconds of training between checkpoints (default: the "
-                  "Young/Daly optimum)");
+                  "Young/Daly optimum)")
+      ->check(finite_number(false));
   cmd->add_option("--storage-GBps", f.storage_GBps,
-                  "with --tokens: checkpoint storage bandwidth, GB/s (default: the cluster's)");
+                  "with --tokens: checkpoint storage bandwidth, GB/s (default: the cluster's)")
+      ->check(finite_number(true));
   cmd->add_option("--restart-s", f.restart_s,
                   "with --tokens: seconds from an interruption to training again, checkpoint "
-                  "read apart (default: the cluster's)");
+                  "read apart (default: the cluster's)")
+      ->check(finite_number(true));
   cmd->add_option("--planned-per-day", f.planned_per_day,
                   "with --tokens: planned stops (maintenance) per day, each a checkpoint and a "
-                  "restart");
+                  "restart")
+      ->check(finite_number(false));
 }
 
 cost::JobOptions job_options(const JobFlags& f, Cluster& cluster) {

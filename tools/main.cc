@@ -32,10 +32,13 @@ int main(int argc, char** argv) {
       if (app.get_subcommands({})[i]->parsed()) return list[i]();
     return 2;
   } catch (const parasol::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
+    std::cerr << parasol::error_line(e) << "\n";
+    return parasol::exit_code(e.kind());
+  } catch (const std::bad_alloc&) {
+    std::cerr << "system error: out of host memory\n";
+    return 1;
   } catch (const std::exception& e) {
-    std::cerr << "internal error: " << e.what() << "\n";
+    std::cerr << "internal error (this is a parasol bug; please report it): " << e.what() << "\n";
     return 1;
   }
 }

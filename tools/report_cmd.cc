@@ -19,6 +19,7 @@
 #include "sim/search.h"
 #include "tools/api.h"
 #include "tools/commands.h"
+#include "tools/flag_checks.h"
 #include "tools/job_flags.h"
 #include "tools/spec.h"
 
@@ -68,16 +69,21 @@ Runner add_report(CLI::App& app) {
   cmd->add_flag("--search", *search,
                 "search the plans (--gbs, --seq and --precision set the search; no other plan "
                 "flag) and report the Pareto front, the top plans and the best plan");
-  cmd->add_option("--top", *top, "with --search: how many plans to list")->capture_default_str();
-  cmd->add_option("--threads", *threads, "with --search: worker threads (default: all cores)");
+  cmd->add_option("--top", *top, "with --search: how many plans to list")
+      ->capture_default_str()
+      ->check(count_in(1));
+  cmd->add_option("--threads", *threads, "with --search: worker threads (default: all cores)")
+      ->check(count_in(1, 4096));
   auto framework = std::make_shared<std::string>();
   cmd->add_option("--framework", *framework,
                   "with --search: list only plans this framework can run (as `parasol search "
                   "--framework`): megatron|deepspeed|torchtitan")
       ->check(CLI::IsMember(interop::framework_names()));
   cmd->add_option("--max-events", *max_events,
-                  "the timeline keeps at most this many ops (the longest)")
-      ->capture_default_str();
+                  "the most ops the timeline draws one by one while in view (coarser views merge "
+                  "ops into spans per stream; every op of the step is in the page)")
+      ->capture_default_str()
+      ->check(count_in(1));
   return [=]() {
     if (*max_events < 1) throw Error("report.max_events", "must be >= 1");
     report::ReportInput in;

@@ -25,8 +25,9 @@
 #include "runtime/comm/nccl_communicator.h"
 #include "runtime/cuda/cuda_backend.h"
 #endif
+#include "core/format.h"
 #include "tools/commands.h"
-#include "tools/format.h"
+#include "tools/flag_checks.h"
 #include "tools/mpi_session.h"
 #include "tools/spec.h"
 #include "traces/trace.h"
@@ -62,10 +63,16 @@ runtime::StepStats step_or_abort(runtime::Trainer& trainer, bool trace, int rank
   try {
     return trainer.step(trace);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: rank %d of %d failed in step %lld: %s\n", rank, world,
+    // The line of the failure's kind (core/error.h): "error: ", "internal error (...): " or
+    // "system error: ", then the rank and the step.
+    const auto* error = dynamic_cast<const Error*>(&e);
+    const std::string line =
+        error ? error_line(*error) : std::string("internal error: ") + e.what();
+    const std::string prefix = line.substr(0, line.size() - std::string(e.what()).size());
+    std::fprintf(stderr, "%srank %d of %d failed in step %lld: %s\n", prefix.c_str(), rank, world,
                  static_cast<long long>(trainer.steps_done() + 1), e.what());
     std::fflush(stderr);
-    if (world > 1) MPI_Abort(MPI_COMM_WORLD, 2);
+    if (world > 1) MPI_Abort(MPI_COMM_WORLD, error ? exit_code(error->kind()) : 1);
     throw;
   }
 }
@@ -211,13 +218,16 @@ Runner add_run(CLI::App& app) {
   auto ro = std::make_shared<RunOptions>();
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
-  cmd->add_option("--steps", ro->steps, "training steps")->capture_default_str();
+  cmd->add_option("--steps", ro->steps, "training steps")
+      ->capture_default_str()
+      ->check(count_in(1));
   cmd->add_option("--data", ro->data, "llm.c .bin token file (default: seeded synthetic tokens)");
   cmd->add_option("--trace", ro->trace,
                   "write the trace (Chrome JSON) of the last --trace-steps steps here");
   cmd->add_option("--trace-steps", ro->trace_steps,
                   "steps the trace records (the last ones; compare and calibrate take medians)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(count_in(1));
   cmd->add_option("--checkpoint", ro->checkpoint,
                   "save the training state under this directory at the end (atomically: a new "
                   "step-<N> directory, then `latest` names it)");
@@ -231,15 +241,18 @@ Runner add_run(CLI::App& app) {
   cmd->add_option("--comm-timeout", ro->comm_timeout_s,
                   "seconds a transfer may go without completing before the job is ended, naming "
                   "it (default: PARASOL_COMM_TIMEOUT_S, else 600)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(true));
   cmd->add_option("--resume", ro->resume,
                   "resume from this checkpoint (a step directory, or the directory whose `latest` "
                   "names one)");
   cmd->add_option("--backend", ro->backend, "cpu (MPI) or cuda (NCCL, where built)")
       ->capture_default_str();
   cmd->add_option("--seed", ro->seed, "initialisation, data and dropout seed")
-      ->capture_default_str();
-  cmd->add_option("--lr", ro->lr, "AdamW learning rate")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lr", ro->lr, "AdamW learning rate")
+      ->capture_default_str()
+      ->check(finite_number(true));
   cmd->add_flag("--json", ro->json, "print JSON (rank 0)");
   return [=]() {
     MpiSession mpi;
@@ -252,9 +265,9 @@ Runner add_run(CLI::App& app) {
       Spec s = load_spec(so, cmd, true);
       code = train(s, *ro);
     } catch (const Error& e) {
-      // Every rank reports the same user error; print it once.
-      if (world_rank() == 0) std::cerr << "error: " << e.what() << "\n";
-      return 2;
+      // Every rank reports the same error; print it once.
+      if (world_rank() == 0) std::cerr << error_line(e) << "\n";
+      return exit_code(e.kind());
     }
     return code;
   };

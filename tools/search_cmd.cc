@@ -9,13 +9,14 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/time_to_train.h"
 #include "interop/interop.h"
 #include "sim/search.h"
 #include "tools/api.h"
 #include "tools/commands.h"
-#include "tools/format.h"
+#include "tools/flag_checks.h"
 #include "tools/job_flags.h"
 #include "tools/progress.h"
 #include "tools/spec.h"
@@ -97,17 +98,23 @@ Runner add_search(CLI::App& app) {
   add_target_flags(cmd, *o);
   add_profile_flag(cmd, *o);
   add_job_flags(cmd, *job);
-  cmd->add_option("--gbs", *gbs, "global batch size (sequences)")->capture_default_str();
-  cmd->add_option("--seq", *seq, "sequence length (default: the model's)");
-  cmd->add_option("--top", *top, "how many plans to list")->capture_default_str();
+  cmd->add_option("--gbs", *gbs, "global batch size (sequences)")
+      ->capture_default_str()
+      ->check(count_in(1, 1 << 30));
+  cmd->add_option("--seq", *seq, "sequence length (default: the model's)")->check(count_in(1));
+  cmd->add_option("--top", *top, "how many plans to list")
+      ->capture_default_str()
+      ->check(count_in(1));
   cmd->add_option("--out", *out, "write the best plan to this file");
-  cmd->add_option("--threads", *threads, "worker threads (default: all cores)");
+  cmd->add_option("--threads", *threads, "worker threads (default: all cores)")
+      ->check(count_in(1, 4096));
   cmd->add_option("--precision", *precision, "fp32|bf16|fp16|fp8")->capture_default_str();
   cmd->add_flag("--no-offload", *no_offload, "do not consider offloading");
   cmd->add_flag("--robust", *robust,
                 "rank by the pessimistic end of each plan's error band instead of its step time");
   cmd->add_option("--simulate-top", *simulate_top,
-                  "re-rank the best N plans by the event simulator (lowers and plays each)");
+                  "re-rank the best N plans by the event simulator (lowers and plays each)")
+      ->check(count_in(0));
   auto framework = std::make_shared<std::string>();
   cmd->add_option("--framework", *framework,
                   "list only plans this framework can run (parasol export --to succeeds): "

@@ -3,11 +3,12 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/liveness.h"
 #include "core/lower.h"
 #include "cost_models/estimate.h"
 #include "tools/commands.h"
-#include "tools/format.h"
+#include "tools/flag_checks.h"
 #include "tools/spec.h"
 
 namespace parasol::tools {
@@ -65,6 +66,99 @@ void print_plan(const Spec& s) {
             << p.global_batch / std::max(1, p.dp * p.micro_batch)
             << " micro-batches per step), seq " << p.seq(s.model) << "\n";
   std::cout << "  GPUs: " << p.gpus() << " (cluster has " << s.cluster->num_gpus() << ")\n";
+}
+
+// The model presets, one line each (`show model` without a name).
+void list_models(bool json) {
+  Json rows = Json::array();
+  Table t({"model", "parameters", "layers", "hidden", "heads (KV)", "seq", "kind"});
+  for (const std::string& name : model_preset_names()) {
+    const Model m = model_preset(name);
+    const ParamCounts pc = param_counts(m);
+    std::string kind = m.is_moe() ? "MoE " + std::to_string(m.moe.experts) + " experts, top-" +
+                                        std::to_string(m.moe.top_k)
+                                  : "dense";
+    if (m.mla.enabled()) kind += ", MLA";
+    if (m.sliding_window > 0) kind += ", sliding window";
+    rows.push_back({{"name", name},
+                    {"parameters", pc.total},
+                    {"active_parameters", pc.active},
+                    {"layers", m.layers},
+                    {"hidden", m.hidden},
+                    {"heads", m.heads},
+                    {"kv_heads", m.kv_heads},
+                    {"seq", m.seq_len},
+                    {"moe_experts", m.is_moe() ? m.moe.experts : 0}});
+    t.add({name, count(pc.total) + (m.is_moe() ? " (" + count(pc.active) + " active)" : ""),
+           std::to_string(m.layers), std::to_string(m.hidden),
+           std::to_string(m.heads) + " (" + std::to_string(m.kv_heads) + ")",
+           std::to_string(m.seq_len), kind});
+  }
+  if (json) {
+    std::cout << Json{{"models", rows}}.dump(1) << "\n";
+    return;
+  }
+  std::cout << t.render()
+            << "show model NAME (or --model NAME) for one; a parasol model JSON or "
+               "an HF config.json also works\n";
+}
+
+// One server's worth of a cluster preset: the first GPU count of a few the preset accepts (a
+// multiple of its server size, or exactly one GPU for a one-GPU preset); localhost with one rank.
+Cluster one_server_of(const std::string& name) {
+  if (name == "localhost") return cluster_preset(name, 1);  // any count of CPU ranks
+  for (int gpus : {72, 64, 16, 8, 4, 2}) {
+    try {
+      return cluster_preset(name, gpus);
+    } catch (const Error& e) {
+      if (!e.is_user_error()) throw;  // a count this preset does not take: try the next
+    }
+  }
+  return cluster_preset(name, 1);
+}
+
+// The cluster presets, one line each (`show cluster` without a name).
+void list_clusters(bool json) {
+  Json rows = Json::array();
+  Table t({"cluster", "device", "GPUs per server", "in-server GB/s", "between servers GB/s"});
+  for (const std::string& name : cluster_preset_names()) {
+    const Cluster c = one_server_of(name);
+    const int per_server = c.gpus_per_server();
+    const double intra = per_server > 1 ? c.bottleneck_bw(0, 1) : 0;
+    const double inter = c.num_servers() > 1 ? c.bottleneck_bw(0, per_server) : 0;
+    rows.push_back({{"name", name},
+                    {"device", c.gpu_device(0).name},
+                    {"gpus_per_server", per_server},
+                    {"intra_server_GBps", intra / 1e9},
+                    {"inter_server_GBps", inter / 1e9}});
+    t.add({name, c.gpu_device(0).name, std::to_string(per_server),
+           intra > 0 ? fmt("%.0f", intra / 1e9) : "-", inter > 0 ? fmt("%.0f", inter / 1e9) : "-"});
+  }
+  if (json) {
+    std::cout << Json{{"clusters", rows}}.dump(1) << "\n";
+    return;
+  }
+  std::cout << t.render() << "show cluster NAME --gpus N for one (a cluster JSON also works)\n";
+}
+
+// The device datasheets, one line each (`show device` without a name), or one device.
+void show_devices(const std::string& only, bool json) {
+  Json rows = Json::array();
+  Table t({"device", "vendor", "bf16 TFLOP/s", "fp8 TFLOP/s", "memory", "memory GB/s", "TDP W"});
+  const std::vector<std::string> names =
+      only.empty() ? known_devices() : std::vector<std::string>{device_spec(only, "device").name};
+  for (const std::string& name : names) {
+    const DeviceSpec& d = device_spec(name);
+    rows.push_back(device_spec_to_json(d));
+    t.add({d.name, d.vendor, fmt("%.0f", d.peak_bf16_flops / 1e12),
+           d.peak_fp8_flops > 0 ? fmt("%.0f", d.peak_fp8_flops / 1e12) : "-", gib(d.hbm_bytes),
+           fmt("%.0f", d.hbm_bw / 1e9), fmt("%.0f", d.tdp_watts)});
+  }
+  if (json) {
+    std::cout << (only.empty() ? Json{{"devices", rows}} : rows[0]).dump(1) << "\n";
+    return;
+  }
+  std::cout << t.render();
 }
 
 std::string mem(double bytes) {
@@ -142,21 +236,41 @@ Runner add_show(CLI::App& app) {
   auto name = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto rank = std::make_shared<int>(0);
-  cmd->add_option("what", *what, "model | cluster | plan | program")
-      ->check(CLI::IsMember({"model", "cluster", "plan", "program"}));
+  cmd->add_option("what", *what,
+                  "model | cluster | device | plan | program (model, cluster and device without "
+                  "a name list the presets)")
+      ->check(CLI::IsMember({"model", "cluster", "device", "plan", "program"}));
   cmd->add_option("name", *name, "preset name or file");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_option("--rank", *rank, "show program: the rank whose Program to list")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(count_in(0));
   return [=]() {
+    // A listing: `show model`, `show cluster` without a name (or --model / --cluster), `show
+    // device` without a name.
+    if (*what == "device") {
+      show_devices(*name, *json);
+      return 0;
+    }
+    if (*what == "model" && name->empty() && cmd->count("--model") == 0) {
+      list_models(*json);
+      return 0;
+    }
+    if (*what == "cluster" && name->empty() && cmd->count("--cluster") == 0) {
+      list_clusters(*json);
+      return 0;
+    }
     SpecOptions opts = *o;
     if (opts.gpus == 0) opts.gpus = 1024;
     if (*what == "model" && !name->empty()) opts.model = *name;
     if (*what == "cluster" && !name->empty()) opts.cluster = *name;
     if ((*what == "plan" || *what == "program") && !name->empty()) opts.plan_file = *name;
-    if (opts.plan_file.empty() && !opts.tp && !opts.pp && !opts.gbs) {
+    // The model and the cluster alone need no plan (a plan the cluster cannot hold is no error
+    // of `show cluster`).
+    const bool need_plan = what->empty() || *what == "plan" || *what == "program";
+    if (need_plan && opts.plan_file.empty() && !opts.tp && !opts.pp && !opts.gbs) {
       // The default plan of the main command: Megatron's GPT-3 175B layout.
       opts.tp = 8;
       opts.pp = 8;
@@ -164,7 +278,7 @@ Runner add_show(CLI::App& app) {
       opts.sp = true;
       opts.recompute = "selective";
     }
-    Spec s = load_spec(opts, cmd, true);
+    Spec s = load_spec(opts, cmd, need_plan);
     if (*what == "program") {
       print_program(s, *rank, *json);
       return 0;

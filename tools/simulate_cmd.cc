@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 
+#include "core/format.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "cost_models/time_to_train.h"
@@ -14,7 +15,7 @@
 #include "sim/stragglers.h"
 #include "tools/api.h"
 #include "tools/commands.h"
-#include "tools/format.h"
+#include "tools/flag_checks.h"
 #include "tools/job_flags.h"
 #include "tools/spec.h"
 
@@ -58,14 +59,19 @@ Runner add_simulate(CLI::App& app) {
   add_job_flags(cmd, *job);
   cmd->add_option("--trace", *trace,
                   "write the predicted timeline as Chrome trace JSON (Perfetto)");
-  cmd->add_option("--slow-rank", strag->slow_rank, "a straggler: this rank's compute is slower");
+  cmd->add_option("--slow-rank", strag->slow_rank, "a straggler: this rank's compute is slower")
+      ->check(count_in(0));
   cmd->add_option("--slow-factor", strag->slow_factor,
-                  "with --slow-rank: its compute takes this many times longer (default 1)");
+                  "with --slow-rank: its compute takes this many times longer (default 1)")
+      ->check(finite_number(true));
   cmd->add_option("--rank-cv", strag->cv,
-                  "stragglers drawn per rank and step: compute x (1 + CV z), z standard normal");
+                  "stragglers drawn per rank and step: compute x (1 + CV z), z standard normal")
+      ->check(finite_number(false) & CLI::Range(0.0, 1.0));
   cmd->add_option("--samples", *samples,
-                  "steps sampled with stragglers (default: 100 with --rank-cv, else 1)");
-  cmd->add_option("--seed", strag->seed, "seed of the straggler draws (default 1)");
+                  "steps sampled with stragglers (default: 100 with --rank-cv, else 1)")
+      ->check(count_in(1, 1 << 20));
+  cmd->add_option("--seed", strag->seed, "seed of the straggler draws (default 1)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     Spec s = load_spec(*o, cmd, true);

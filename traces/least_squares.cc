@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace parasol::traces {
 
 namespace {
@@ -46,6 +48,9 @@ bool cholesky_solve(std::vector<double> a, std::vector<double> b, int n, std::ve
 LsqResult solve_bounded_least_squares(const LsqProblem& pb, std::vector<double> x,
                                       const LsqOptions& opt) {
   const int n = static_cast<int>(x.size());
+  PARASOL_CHECK(
+      pb.lower.size() == x.size() && pb.upper.size() == x.size() && pb.step.size() == x.size(),
+      "bounds and steps for " + std::to_string(n) + " parameters");
   for (int j = 0; j < n; ++j) x[j] = std::clamp(x[j], pb.lower[j], pb.upper[j]);
   std::vector<double> r, rj;
   pb.residuals(x, r);

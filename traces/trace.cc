@@ -250,7 +250,7 @@ void write_trace_file(const Trace& trace, const std::string& path) {
   if (!f) throw Error(path, "cannot open for writing");
   write_trace(trace, f);
   f.flush();
-  if (!f) throw Error(path, "write failed");
+  if (!f) throw SystemError(path, "write failed");
 }
 
 namespace {
@@ -509,6 +509,7 @@ Trace merge_traces(const std::vector<Trace>& traces) {
 }
 
 Trace merge_traces(const std::vector<Trace>& traces, const std::vector<std::string>& names) {
+  PARASOL_CHECK(names.size() == traces.size(), "a name per trace");
   return merge(traces, names);
 }
 

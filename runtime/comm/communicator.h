@@ -2,7 +2,7 @@
 // dp, pp, dp-cp, expert-dp), blocking and non-blocking, on host buffers of fp32 (or bf16)
 // elements; CommSet: one communicator per group kind that this rank belongs to, built from
 // runtime/comm/groups.h so that its groups are RankLayout's. Implementations: MPI
-// (runtime/comm/mpi_communicator.h); NCCL later. The executor starts a transfer, computes, and
+// (runtime/comm/mpi_communicator.h) and NCCL (runtime/comm/nccl_communicator.h). The executor starts a transfer, computes, and
 // waits on the returned Request, which is how it overlaps communication with compute.
 //
 // Rules every implementation keeps (and every caller must keep):

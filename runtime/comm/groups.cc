@@ -63,15 +63,14 @@ RankGroups rank_groups(const Plan& plan, int world_rank) {
     m.kind = g;
     m.members = layout.group(g, world_rank);
     auto it = std::find(m.members.begin(), m.members.end(), world_rank);
-    if (it == m.members.end())
-      throw Error("world_rank", "internal: rank " + std::to_string(world_rank) +
-                                    " missing from its own " + group_name(g) + " group");
+    PARASOL_CHECK(it != m.members.end(), "rank " + std::to_string(world_rank) +
+                                             " missing from its own " + group_name(g) + " group");
     m.index = static_cast<int>(it - m.members.begin());
     m.color = *std::min_element(m.members.begin(), m.members.end());
   }
   // The pp group varies only the stage, so its order is the stage order.
-  if (out[Group::kPp].index != out.coord.pp)
-    throw Error("plan", "internal: pp group index differs from the pipeline stage");
+  PARASOL_CHECK(out[Group::kPp].index == out.coord.pp,
+                "the pp group's order is not the stage order");
   return out;
 }
 

@@ -100,7 +100,7 @@ class MpiRequest final : public Request::Impl {
   }
 
   void check(int rc) const {
-    if (rc != MPI_SUCCESS) throw Error(field_, mpi_error_string(rc));
+    if (rc != MPI_SUCCESS) throw SystemError(field_, mpi_error_string(rc));
   }
   // The completion work, once MPI reports the request complete with `status`.
   void finish(const MPI_Status& status) {
@@ -298,7 +298,7 @@ void MpiCommunicator::drive() {
         const int rc = op->post(&op->mpi->req);
         if (rc != MPI_SUCCESS) {
           op->done = true;
-          op->error = Error(op->mpi->field(), mpi_error_string(rc));
+          op->error = SystemError(op->mpi->field(), mpi_error_string(rc));
         }
       }
     }
@@ -310,7 +310,7 @@ void MpiCommunicator::drive() {
       const int rc = MPI_Test(&op->mpi->req, &flag, &status);
       if (rc != MPI_SUCCESS) {
         op->done = true;
-        op->error = Error(op->mpi->field(), mpi_error_string(rc));
+        op->error = SystemError(op->mpi->field(), mpi_error_string(rc));
         continue;
       }
       if (!flag) {
@@ -599,7 +599,7 @@ Request MpiCommunicator::start_barrier() {
 namespace {
 
 void check_mpi(int rc, const std::string& field) {
-  if (rc != MPI_SUCCESS) throw Error(field, mpi_error_string(rc));
+  if (rc != MPI_SUCCESS) throw SystemError(field, mpi_error_string(rc));
 }
 
 // The grid fields every rank must agree on.

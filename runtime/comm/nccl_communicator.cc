@@ -82,7 +82,7 @@ namespace {
 std::string cuda_error(cudaError_t e) { return cudaGetErrorString(e); }
 
 void check_cuda(cudaError_t e, const std::string& field) {
-  if (e != cudaSuccess) throw Error(field, cuda_error(e));
+  if (e != cudaSuccess) throw SystemError(field, cuda_error(e));
 }
 
 std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
@@ -101,13 +101,14 @@ ncclDataType_t nccl_type(Dtype d) {
 [[noreturn]] void timed_out(const CommDeadline& d, ncclComm_t comm, NcclContext& context,
                             const std::string& field) {
   context.abort(comm);
-  throw Error(field, d.message() + "; the NCCL communicator was aborted");
+  throw SystemError(field, d.message() + "; the NCCL communicator was aborted");
 }
 
 // A call on a communicator that an earlier timeout aborted: an error, not a use of freed state.
 void check_not_aborted(ncclComm_t comm, const NcclContext& context, const std::string& field) {
   if (comm && context.aborted(comm))
-    throw Error(field, "the NCCL communicator was aborted after an earlier communication timeout");
+    throw SystemError(field,
+                      "the NCCL communicator was aborted after an earlier communication timeout");
 }
 
 // Blocks until `event` has fired, throwing when CUDA or the communicator reports an error, or
@@ -118,11 +119,11 @@ void wait_event(cudaEvent_t event, ncclComm_t comm, NcclContext& context, const 
   for (;;) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) throw Error(field, cuda_error(e));
+    if (e != cudaErrorNotReady) throw SystemError(field, cuda_error(e));
     ncclResult_t st = ncclSuccess;
     if (comm && ncclCommGetAsyncError(comm, &st) == ncclSuccess && st != ncclSuccess &&
         st != ncclInProgress)
-      throw Error(field, nccl_error(st, comm));
+      throw SystemError(field, nccl_error(st, comm));
     if (deadline.expired()) timed_out(deadline, comm, context, field);
     std::this_thread::yield();
   }
@@ -148,11 +149,11 @@ class NcclRequest final : public Request::Impl {
       ncclResult_t st = ncclSuccess;
       if (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st != ncclSuccess &&
           st != ncclInProgress)
-        throw Error(field_, nccl_error(st, comm_));
+        throw SystemError(field_, nccl_error(st, comm_));
       if (b->deadline.expired()) timed_out(b->deadline, comm_, *context_, field_);
       return false;
     }
-    if (e != cudaSuccess) throw Error(field_, cuda_error(e));
+    if (e != cudaSuccess) throw SystemError(field_, cuda_error(e));
     finish();
     return true;
   }
@@ -162,10 +163,12 @@ class NcclRequest final : public Request::Impl {
     const auto& b = pending_->batch;
     if (!b) {
       pending_->cancelled = true;  // so that a later partner does not match it
-      throw Error(field_, "no matching transfer to this rank was posted: waiting would hang");
+      throw InternalError(field_,
+                          "no matching transfer to this rank was posted: waiting would hang");
     }
     if (!b->issued)
-      throw Error(field_, "waited on inside begin_group()/end_group(): call end_group() first");
+      throw InternalError(field_,
+                          "waited on inside begin_group()/end_group(): call end_group() first");
     check_issued();
     wait_event(b->event, comm_, *context_, field_, b->deadline);
     finish();
@@ -173,10 +176,10 @@ class NcclRequest final : public Request::Impl {
 
  private:
   void check_issued() const {
-    if (!pending_->batch->error.empty()) throw Error(field_, pending_->batch->error);
+    if (!pending_->batch->error.empty()) throw SystemError(field_, pending_->batch->error);
   }
   void finish() const {
-    if (!pending_->error.empty()) throw Error(field_, pending_->error);
+    if (!pending_->error.empty()) throw SystemError(field_, pending_->error);
   }
 
   std::shared_ptr<NcclContext> context_;
@@ -209,14 +212,14 @@ NcclCommunicator::NcclCommunicator(std::string name, std::vector<int> members, i
   } else if (const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
              e != cudaSuccess) {
     ncclCommAbort(comm_);
-    throw Error(field, cuda_error(e));
+    throw SystemError(field, cuda_error(e));
   } else {
     owns_stream_ = true;
   }
   if (const cudaError_t e = cudaMalloc(&scratch_, sizeof(float)); e != cudaSuccess) {
     if (owns_stream_) cudaStreamDestroy(stream_);
     ncclCommAbort(comm_);
-    throw Error(field, cuda_error(e));
+    throw SystemError(field, cuda_error(e));
   }
   context_->add(this);
 }
@@ -259,11 +262,11 @@ void NcclCommunicator::begin_group() {
 
 void NcclCommunicator::end_group() {
   if (group_depth_ == 0)
-    throw Error("comm." + name() + ".group", "end_group() without begin_group()");
+    throw InternalError("comm." + name() + ".group", "end_group() without begin_group()");
   if (--group_depth_ > 0) return;
   auto g = std::move(group_);
   issue(*g);
-  if (!g->error.empty()) throw Error("comm." + name() + ".group", g->error);
+  if (!g->error.empty()) throw SystemError("comm." + name() + ".group", g->error);
 }
 
 void NcclCommunicator::flush() {
@@ -293,14 +296,14 @@ void NcclCommunicator::issue(Batch& b) {
     for (auto& copy : b.copies) copy();
     if (!b.ops.empty()) {
       ncclResult_t rc = ncclGroupStart();
-      if (rc != ncclSuccess) throw Error("nccl", nccl_error(rc, comm_));
+      if (rc != ncclSuccess) throw SystemError("nccl", nccl_error(rc, comm_));
       for (auto& op : b.ops) {
         rc = op();
         if (rc != ncclSuccess) break;
       }
       const ncclResult_t end = ncclGroupEnd();
       if (rc == ncclSuccess) rc = end;
-      if (rc != ncclSuccess) throw Error("nccl", nccl_error(rc, comm_));
+      if (rc != ncclSuccess) throw SystemError("nccl", nccl_error(rc, comm_));
     }
     check_cuda(cudaEventCreateWithFlags(&b.event, cudaEventDisableTiming), "cuda");
     check_cuda(cudaEventRecord(b.event, stream_), "cuda");
@@ -316,7 +319,7 @@ Request NcclCommunicator::request(const std::shared_ptr<Batch>& b, const char* w
   p->batch = b;
   const std::string field = "comm." + name() + "." + what;
   Request r(std::make_unique<NcclRequest>(context_, comm_, std::move(p), field));
-  if (b->issued && !b->error.empty()) throw Error(field, b->error);
+  if (b->issued && !b->error.empty()) throw SystemError(field, b->error);
   return r;
 }
 
@@ -499,16 +502,18 @@ void NcclCommunicator::maybe_issue(const std::shared_ptr<Batch>& b, bool p2p) {
 namespace {
 
 void check_mpi(int rc, const std::string& field) {
-  if (rc != MPI_SUCCESS) throw Error(field, "MPI error " + std::to_string(rc));
+  if (rc != MPI_SUCCESS) throw SystemError(field, "MPI error " + std::to_string(rc));
 }
 
 // Throws `local` on this rank, or a generic error on every other rank, when any rank of `comm`
 // failed; returns on all ranks otherwise.
 void agree(const std::optional<Error>& local, MPI_Comm comm, const std::string& field) {
-  int mine = local ? 1 : 0, any = 0;
+  // 0: no failure; 1 + the ErrorKind otherwise, so that every rank throws the same kind.
+  int mine = local ? 1 + static_cast<int>(local->kind()) : 0, any = 0;
   check_mpi(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm), field);
   if (local) throw *local;
-  if (any) throw Error(field, "failed on another rank (see its error)");
+  if (any)
+    throw Error(field, "failed on another rank (see its error)", static_cast<ErrorKind>(any - 1));
 }
 
 }  // namespace
@@ -576,7 +581,8 @@ std::unique_ptr<CommSet> make_nccl_comm_set(const Plan& plan, MPI_Comm world,
     const NcclGroupSpec& s = specs[i];
     ncclComm_t c = nullptr;
     const ncclResult_t rc = ncclCommInitRank(&c, s.size(), ids[i].id, s.index);
-    if (rc != ncclSuccess) throw Error("nccl." + s.name, "ncclCommInitRank: " + nccl_error(rc, c));
+    if (rc != ncclSuccess)
+      throw SystemError("nccl." + s.name, "ncclCommInitRank: " + nccl_error(rc, c));
     auto comm =
         std::make_unique<NcclCommunicator>(s.name, s.members, s.index, c, options.stream, context);
     if (s.world)

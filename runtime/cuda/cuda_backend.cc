@@ -16,12 +16,12 @@ namespace parasol::runtime {
 
 namespace {
 
-#define PARASOL_LT_CHECK(expr)                                                             \
-  do {                                                                                     \
-    const cublasStatus_t parasol_st_ = (expr);                                             \
-    if (parasol_st_ != CUBLAS_STATUS_SUCCESS)                                              \
-      throw Error("runtime.cuda.gemm", std::string(#expr) + ": cuBLAS status " +           \
-                                           std::to_string(static_cast<int>(parasol_st_))); \
+#define PARASOL_LT_CHECK(expr)                                                                   \
+  do {                                                                                           \
+    const cublasStatus_t parasol_st_ = (expr);                                                   \
+    if (parasol_st_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      throw SystemError("runtime.cuda.gemm", std::string(#expr) + ": cuBLAS status " +           \
+                                                 std::to_string(static_cast<int>(parasol_st_))); \
   } while (0)
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;

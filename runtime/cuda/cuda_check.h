@@ -1,5 +1,5 @@
-// PARASOL_CUDA_CHECK: turns a failed CUDA runtime call into parasol::Error (plain C++; used by
-// the host files and the .cu files alike).
+// PARASOL_CUDA_CHECK: turns a failed CUDA runtime call into parasol::SystemError (plain C++; used
+// by the host files and the .cu files alike).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,8 +11,8 @@
 namespace parasol::runtime::cuda {
 
 [[noreturn]] inline void fail(const char* what, cudaError_t e, const char* file, int line) {
-  throw Error("runtime.cuda", std::string(what) + ": " + cudaGetErrorString(e) + " (" + file + ":" +
-                                  std::to_string(line) + ")");
+  throw SystemError("runtime.cuda", std::string(what) + ": " + cudaGetErrorString(e) + " (" + file +
+                                        ":" + std::to_string(line) + ")");
 }
 
 #define PARASOL_CUDA_CHECK(expr)                                               \

@@ -441,6 +441,18 @@ TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.recompute_layers", "only applies to recompute full");
 }
 
+// recompute_layers in a file (or --recompute-layers) is a count >= 0; absent, every layer of the
+// stage is recomputed (-1 in memory), and -1 is not a value a user can give.
+TEST(PlanJson, RecomputeLayersIsACount) {
+  EXPECT_EQ(plan_from_json(Json::parse(R"({"recompute": "full"})")).recompute_layers, -1);
+  EXPECT_EQ(plan_from_json(Json::parse(R"({"recompute": "full", "recompute_layers": 0})"))
+                .recompute_layers,
+            0);
+  ExpectError(
+      [] { plan_from_json(Json::parse(R"({"recompute": "full", "recompute_layers": -1})")); },
+      "plan.recompute_layers", "out of range");
+}
+
 // Megatron's --recompute-modules: its names, as a list or a comma string, only under selective
 // recompute and only for modules the model has; the default is core_attn.
 TEST(PlanJson, RecomputeModulesByMegatronsNames) {

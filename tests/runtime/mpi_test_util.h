@@ -44,8 +44,12 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
+// The exit code ctest counts as "skipped" (SKIP_RETURN_CODE in the CMakeLists that run these).
+inline constexpr int kSkipExitCode = 77;
+
 // RUN_ALL_TESTS on every rank (gtest initialised by the caller), with rank 0's report only;
-// returns non-zero on every rank when a test failed on any.
+// returns 1 on every rank when a test failed on any, kSkipExitCode when none failed and one was
+// skipped on some rank, 0 otherwise.
 inline int run_all_ranks() {
   const int rank = world_rank();
   if (rank != 0) {
@@ -56,7 +60,24 @@ inline int run_all_ranks() {
   const int rc = RUN_ALL_TESTS();
   int any = 0;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any;
+  if (any != 0) return 1;
+  // A test skipped on any rank makes the whole run "skipped" for ctest (SKIP_RETURN_CODE
+  // kSkipExitCode), so that a partial run never shows as a pass; rank 0 names the skipped tests.
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  int skipped = unit.skipped_test_count(), most = 0;
+  MPI_Allreduce(&skipped, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (most == 0) return 0;
+  if (rank == 0) {
+    std::fprintf(stderr, "%d test(s) skipped:", most);
+    for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+      const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+      for (int j = 0; j < suite.total_test_count(); ++j)
+        if (suite.GetTestInfo(j)->result()->Skipped())
+          std::fprintf(stderr, " %s.%s", suite.name(), suite.GetTestInfo(j)->name());
+    }
+    std::fprintf(stderr, "\n");
+  }
+  return kSkipExitCode;
 }
 
 }  // namespace parasol::runtime::testing

@@ -128,6 +128,10 @@ for m in ["llama3-8b", "mixtral-8x7b", "deepseek-v3", "mistral-7b", "gpt2-124m",
           os.path.join(data_dir, "hf", "qwen3_30b_a3b_config.json")]:
     check("show", ["show", "model", m, "--json"])
 check("show", ["show", "cluster", "dgx-a100-80g", "--json"])
+# show model|cluster|device without a name: the preset listings; show device NAME: one datasheet.
+for what in ["model", "cluster", "device"]:
+    check("presets", ["show", what, "--json"])
+check("presets", ["show", "device", "H100-SXM", "--json"])
 check("show", ["show", "plan", "--json"] + MOE)
 # show program: a pipeline stage of a dense plan, an MoE rank with ZeRO-3, offload and recompute.
 check("program", ["show", "program", "--json", "--rank", "5"] + T)

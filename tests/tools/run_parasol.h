@@ -15,8 +15,9 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-inline Result run(const std::string& args) {
-  std::string cmd = std::string(PARASOL_BIN) + " " + args + " 2>&1";
+// Runs a whole shell command line (e.g. with `env VAR=1` before the executable).
+inline Result run_command(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -24,6 +25,10 @@ inline Result run(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+inline Result run(const std::string& args) {
+  return run_command(std::string(PARASOL_BIN) + " " + args);
 }
 
 }  // namespace parasol::testing_cli

@@ -1,5 +1,6 @@
 // Tests `parasol show` (tools/show.cc): `show model --json` carries the parameter count and the
-// FLOPs per token of the text form, and a model read from a file is named after it.
+// FLOPs per token of the text form, and a model read from a file is named after it; `show
+// model|cluster|device` without a name lists every preset, in text and JSON.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/cluster.h"
+#include "core/device.h"
 #include "core/model.h"
 #include "tests/tools/run_parasol.h"
 
@@ -56,6 +59,67 @@ TEST(ShowModel, AFileModelIsNamedAfterItself) {
   EXPECT_EQ(show_json((dir / "config.json").string())["model"]["name"], "Mistral-7B-v0.1");
   Result r = run("show model " + (dir / "config.json").string());
   EXPECT_NE(r.out.find("model Mistral-7B-v0.1:"), std::string::npos) << r.out;
+}
+
+// `show WHAT` without a name: every preset of core/ is a row, with its figures in --json.
+TEST(ShowListing, ModelsListEveryPreset) {
+  const Result text = run("show model");
+  ASSERT_EQ(text.code, 0) << text.out;
+  const Result js = run("show model --json");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto rows = nlohmann::json::parse(js.out).at("models");
+  const auto names = model_preset_names();
+  ASSERT_EQ(rows.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    SCOPED_TRACE(names[i]);
+    EXPECT_NE(text.out.find(names[i]), std::string::npos);
+    EXPECT_EQ(rows[i].at("name"), names[i]);
+    const Model m = model_preset(names[i]);
+    EXPECT_EQ(rows[i].at("layers").get<int>(), m.layers);
+    EXPECT_DOUBLE_EQ(rows[i].at("parameters").get<double>(), param_counts(m).total);
+  }
+  // A name (or --model) still shows that one model, not the list.
+  const Result one = run("show model llama3-8b");
+  EXPECT_EQ(one.code, 0);
+  EXPECT_EQ(one.out.rfind("model llama3-8b", 0), 0u) << one.out;
+}
+
+TEST(ShowListing, ClustersListEveryPreset) {
+  const Result js = run("show cluster --json");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto rows = nlohmann::json::parse(js.out).at("clusters");
+  const auto names = cluster_preset_names();
+  ASSERT_EQ(rows.size(), names.size());
+  const Result text = run("show cluster");
+  for (size_t i = 0; i < names.size(); ++i) {
+    SCOPED_TRACE(names[i]);
+    EXPECT_EQ(rows[i].at("name"), names[i]);
+    EXPECT_NE(text.out.find(names[i]), std::string::npos);
+    EXPECT_GE(rows[i].at("gpus_per_server").get<int>(), 1);
+    // The device named is a known datasheet.
+    EXPECT_NO_THROW(device_spec(rows[i].at("device").get<std::string>()));
+  }
+  const Result one = run("show cluster dgx-h100 --gpus 16");
+  EXPECT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("16 x H100-SXM on 2 server(s)"), std::string::npos) << one.out;
+}
+
+TEST(ShowListing, DevicesListEveryDatasheetAndShowOne) {
+  const Result js = run("show device --json");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto rows = nlohmann::json::parse(js.out).at("devices");
+  const auto names = known_devices();
+  ASSERT_EQ(rows.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(rows[i].at("name"), names[i]);
+  const Result one = run("show device h100-sxm --json");
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto d = nlohmann::json::parse(one.out);
+  EXPECT_EQ(d.at("name"), "H100-SXM");
+  EXPECT_DOUBLE_EQ(d.at("peak_bf16_TFLOPs").get<double>(),
+                   device_spec("H100-SXM").peak_bf16_flops / 1e12);
+  const Result bad = run("show device no-such-gpu");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("no-such-gpu"), std::string::npos) << bad.out;
 }
 
 }  // namespace

@@ -118,9 +118,9 @@ TEST(TimeToTrainCli, SimulatedPlansRankByTheirSimulatedTimeToTrain) {
 
 TEST(TimeToTrainCli, BadValuesNameTheField) {
   const std::pair<std::string, std::string> cases[] = {
-      {"estimate " + kPlan + " --tokens -5", "job.tokens"},
+      {"estimate " + kPlan + " --tokens -5", "--tokens"},  // the flag's own range check
       {"estimate " + kPlan + " --checkpoint-interval 100", "job.tokens"},
-      {"estimate " + kPlan + " --tokens 1e9 --storage-GBps 0", "job.storage_GBps"},
+      {"estimate " + kPlan + " --tokens 1e9 --storage-GBps 0", "--storage-GBps"},
       {"simulate " + kPlan + " --slow-rank 64 --slow-factor 2", "stragglers.slow_rank"},
       {"estimate " + kPlan + " --tokens lots", "--tokens"},
   };

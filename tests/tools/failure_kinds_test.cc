@@ -1,0 +1,59 @@
+// The three kinds of failure through the parasol executable (core/error.h): a user error exits 2
+// and names the field; an internal error (a PARASOL_CHECK, here injected into the lowering with
+// PARASOL_TEST_BREAK_LOWERING) exits 1 and says it is a parasol bug, with the check and its
+// place; a system fault (a write to /dev/full) exits 1 and names the call. `search
+// --simulate-top` lets an internal error through instead of demoting the plan.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tests/tools/run_parasol.h"
+
+namespace parasol {
+namespace {
+
+using testing_cli::run;
+
+constexpr const char* kBreak = "PARASOL_TEST_BREAK_LOWERING=1 ";
+
+TEST(FailureKinds, UserErrorExitsTwoAndNamesTheField) {
+  const auto r = run("estimate --model llama3-8b --gpus 8 --tp 3");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("error: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tp"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("parasol bug"), std::string::npos) << r.out;
+}
+
+TEST(FailureKinds, InternalErrorExitsOneAndSaysItIsABug) {
+  // The closed form does not lower: estimate is unaffected by the injected lowering fault.
+  const std::string cmd = std::string("env ") + kBreak + PARASOL_BIN;
+  const auto ok = testing_cli::run_command(cmd + " estimate --model llama3-8b --gpus 8");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  const auto r = run("simulate --model llama3-8b --gpus 8");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const auto broken = testing_cli::run_command(cmd + " simulate --model llama3-8b --gpus 8");
+  EXPECT_EQ(broken.code, 1) << broken.out;
+  EXPECT_NE(broken.out.find("internal error (this is a parasol bug"), std::string::npos)
+      << broken.out;
+  EXPECT_NE(broken.out.find("core/lower.cc:"), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("PARASOL_TEST_BREAK_LOWERING"), std::string::npos) << broken.out;
+}
+
+TEST(FailureKinds, SearchLetsAnInternalErrorThrough) {
+  const std::string args = " search --model llama3-8b --gpus 8 --gbs 64 --top 3 --simulate-top 3";
+  const auto healthy = testing_cli::run_command(std::string(PARASOL_BIN) + args);
+  ASSERT_EQ(healthy.code, 0) << healthy.out;
+  const auto broken = testing_cli::run_command(std::string("env ") + kBreak + PARASOL_BIN + args);
+  EXPECT_EQ(broken.code, 1) << broken.out;
+  EXPECT_NE(broken.out.find("parasol bug"), std::string::npos) << broken.out;
+}
+
+TEST(FailureKinds, SystemFaultExitsOneAndNamesTheCall) {
+  const auto r = run("simulate --model llama3-8b --gpus 8 --trace /dev/full");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("system error: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/dev/full"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace parasol
