@@ -14,8 +14,7 @@
 #    window) at its own place;
 # and takes a 1200 x 1600 screenshot (large.png under OUT_DIR). Prints how long the report took
 # to write and the page to load.
-# Chromium is installed by scripts/setup.sh (scripts/packages.sh: parasol_test_packages); a
-# missing one is a failure, not a skip (as render_test.sh).
+# Without Chromium the test is skipped, the reason printed (tests/report/chromium.sh).
 # Usage: render_large_test.sh PARASOL_BIN OUT_DIR
 set -euo pipefail
 bin=$1

@@ -10,8 +10,7 @@
 # `parasol estimate --tokens --json`'s "job"; for the search one Pareto point per plan of `parasol
 # search --tokens --json`'s front, one table row per top plan in its order and its best plan's
 # time to train), and that the screenshots are 1200 x 1600 PNGs.
-# Chromium is installed by scripts/setup.sh (scripts/packages.sh: parasol_test_packages); a
-# missing one is a failure, not a skip.
+# Without Chromium the test is skipped, the reason printed (tests/report/chromium.sh).
 # Usage: render_test.sh PARASOL_BIN OUT_DIR
 set -euo pipefail
 bin=$1
