@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::cerr << "system error: out of host memory\n";
     return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "internal error (this is a parasol bug; please report it): " << e.what() << "\n";
+  } catch (const std::exception& e) {  // not parasol's own: a bug of parasol's all the same
+    std::cerr << parasol::error_line(parasol::InternalError("", e.what())) << "\n";
     return 1;
   }
 }

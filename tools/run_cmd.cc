@@ -66,8 +66,7 @@ runtime::StepStats step_or_abort(runtime::Trainer& trainer, bool trace, int rank
     // The line of the failure's kind (core/error.h): "error: ", "internal error (...): " or
     // "system error: ", then the rank and the step.
     const auto* error = dynamic_cast<const Error*>(&e);
-    const std::string line =
-        error ? error_line(*error) : std::string("internal error: ") + e.what();
+    const std::string line = error_line(error ? *error : InternalError("", e.what()));
     const std::string prefix = line.substr(0, line.size() - std::string(e.what()).size());
     std::fprintf(stderr, "%srank %d of %d failed in step %lld: %s\n", prefix.c_str(), rank, world,
                  static_cast<long long>(trainer.steps_done() + 1), e.what());
