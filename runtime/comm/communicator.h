@@ -2,8 +2,9 @@
 // dp, pp, dp-cp, expert-dp), blocking and non-blocking, on host buffers of fp32 (or bf16)
 // elements; CommSet: one communicator per group kind that this rank belongs to, built from
 // runtime/comm/groups.h so that its groups are RankLayout's. Implementations: MPI
-// (runtime/comm/mpi_communicator.h) and NCCL (runtime/comm/nccl_communicator.h). The executor starts a transfer, computes, and
-// waits on the returned Request, which is how it overlaps communication with compute.
+// (runtime/comm/mpi_communicator.h) and NCCL (runtime/comm/nccl_communicator.h). The executor
+// starts a transfer, computes, and waits on the returned Request, which is how it overlaps
+// communication with compute.
 //
 // Rules every implementation keeps (and every caller must keep):
 //   - Counts are elements, not bytes. Peers and roots are indices in the group (0..size()-1),
