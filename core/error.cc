@@ -9,18 +9,14 @@ std::string format(const std::string& field, const std::string& reason) {
 }
 
 // The path from the source root: "core/lower.cc" rather than the build machine's absolute path
-// (PARASOL_SOURCE_ROOT, the checkout's absolute path, is defined for this file by CMake).
+// (PARASOL_SOURCE_ROOT, the checkout's absolute path, is defined for this file by CMake); a file
+// outside the checkout keeps its path.
 std::string source_path(const char* file) {
-  std::string f = file;
+  const std::string f = file;
 #ifdef PARASOL_SOURCE_ROOT
   const std::string root = PARASOL_SOURCE_ROOT "/";
   if (f.compare(0, root.size(), root) == 0) return f.substr(root.size());
 #endif
-  for (const char* root : {"/core/", "/cost_models/", "/sim/", "/runtime/", "/traces/", "/tools/",
-                           "/interop/", "/report/", "/python/", "/tests/"}) {
-    const size_t at = f.rfind(root);
-    if (at != std::string::npos) return f.substr(at + 1);
-  }
   return f;
 }
 }  // namespace
