@@ -352,6 +352,8 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
                 "sockets",
                 "host_memory_bw_GBps",
                 "oversubscription",
+                "switch_latency_us",
+                "partial_last_server",
                 "dims",
                 "link_GBps",
                 "latency_us",
@@ -396,12 +398,18 @@ Cluster generator_from_json(const JsonReader& r, int gpus) {
   f.servers_per_leaf =
       static_cast<int>(r.integer_or("servers_per_leaf", f.servers_per_leaf, 1, 1 << 16));
   f.oversubscription = r.number_or("oversubscription", 1.0, 1.0, 1e6);
-  if (gpus % s.gpus != 0 && gpus > s.gpus)
-    throw Error(r.field("gpus"), std::to_string(gpus) + " is not a multiple of gpus_per_server (" +
-                                     std::to_string(s.gpus) + ")");
-  int servers = std::max(1, gpus / s.gpus);
+  f.switch_latency = r.number_or("switch_latency_us", f.switch_latency * 1e6, 0, 1e6) * 1e-6;
+  // A GPU count that is not a whole number of servers is an error unless the last server may be
+  // partly filled (a job on NVLink domains of 72 GPUs rarely fills its last one).
+  const bool partial = r.boolean_or("partial_last_server", false);
+  if (gpus % s.gpus != 0 && gpus > s.gpus && !partial)
+    throw Error(r.field("gpus"),
+                std::to_string(gpus) + " is not a multiple of gpus_per_server (" +
+                    std::to_string(s.gpus) +
+                    "; \"partial_last_server\": true lets the last be partly used)");
   if (gpus < s.gpus) s.gpus = gpus;
-  return build_cluster(name, s, servers, f);
+  const int servers = (gpus + s.gpus - 1) / s.gpus;
+  return build_cluster(name, s, servers, f, gpus % s.gpus);
 }
 
 // The job-level figures every form of cluster JSON may carry (Cluster::storage_bw, restart_s).

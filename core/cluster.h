@@ -158,9 +158,11 @@ struct FabricSpec {
   double switch_latency = 1e-6;   // per switch hop
 };
 
-// `servers` servers joined by the fabric (no fabric when servers == 1).
+// `servers` servers joined by the fabric (no fabric when servers == 1). With
+// `last_server_gpus` > 0 the last server holds only that many of its GPUs (a job of N GPUs on
+// NVLink domains that do not divide N: the last domain partly used), each in its place.
 Cluster build_cluster(const std::string& name, const ServerSpec& server, int servers,
-                      const FabricSpec& fabric);
+                      const FabricSpec& fabric, int last_server_gpus = 0);
 // A 2D or 3D torus of GPUs with direct links (dims product = GPUs); each GPU forwards.
 Cluster build_torus(const std::string& name, const std::string& device, std::vector<int> dims,
                     double link_bw, double link_latency);
@@ -174,6 +176,19 @@ Cluster build_localhost(int ranks);
 // host; build_localhost). Tori come from the generator (JSON).
 Cluster cluster_preset(const std::string& name, int gpus);
 std::vector<std::string> cluster_preset_names();
+
+// A server preset's building blocks (every preset but localhost). Throws parasol::Error
+// ("cluster") naming the known ones for another name.
+struct ClusterPresetSpec {
+  ServerSpec server;
+  FabricSpec fabric;
+};
+ClusterPresetSpec cluster_preset_spec(const std::string& name);
+// The generator JSON of a server preset: cluster_from_json of it with N GPUs builds the same
+// cluster as cluster_preset(name, N). What `parasol sweep` varies.
+Json cluster_preset_generator(const std::string& name);
+// The first preset (in name order) whose multi-GPU servers hold `device`; "" when none.
+std::string cluster_preset_for_device(const std::string& device);
 
 // JSON: either {"preset": NAME, "gpus": N}, a generator
 // {"generator": "rail"|"fat-tree"|"torus", ...}, or an explicit graph

@@ -32,17 +32,21 @@ void add_link(Cluster& c, VertexId a, VertexId b, LinkKind kind, double bw, doub
 }  // namespace
 
 Cluster build_cluster(const std::string& name, const ServerSpec& server, int servers,
-                      const FabricSpec& fabric) {
+                      const FabricSpec& fabric, int last_server_gpus) {
   if (servers < 1) throw Error("cluster.servers", "must be >= 1");
   if (server.gpus < 1) throw Error("cluster.gpus_per_server", "must be >= 1");
+  PARASOL_CHECK(last_server_gpus >= 0 && last_server_gpus <= server.gpus,
+                "a partly filled last server holds at most a server's GPUs");
   Cluster c;
   c.name = name;
   const std::string& dev = server.device;
   std::vector<std::vector<VertexId>> nics(servers);
   for (int s = 0; s < servers; ++s) {
     std::string p = "s" + std::to_string(s) + ".";
+    // The last server may be partly filled: its GPUs keep their places (PCIe switch, rail).
+    const int gpus_here = s == servers - 1 && last_server_gpus > 0 ? last_server_gpus : server.gpus;
     std::vector<VertexId> gpus;
-    for (int i = 0; i < server.gpus; ++i)
+    for (int i = 0; i < gpus_here; ++i)
       gpus.push_back(add_node(c, NodeKind::kGpu, p + "gpu" + std::to_string(i), s, false, dev));
     // CPU sockets (host memory split evenly), joined to each other.
     const int sockets = std::max(1, server.sockets);
@@ -55,7 +59,7 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
       add_link(c, cpus[0], cpus[k], LinkKind::kPcie,
                server.pcie_uplink_bw > 0 ? 2 * server.pcie_uplink_bw : server.pcie_bw,
                server.pcie_latency);
-    if (server.nvlink_bw > 0 && server.gpus > 1) {
+    if (server.nvlink_bw > 0 && gpus_here > 1) {
       VertexId sw = add_node(c, NodeKind::kSwitch, p + "nvswitch", s, true);
       for (VertexId g : gpus)
         add_link(c, g, sw, LinkKind::kNvswitch, server.nvlink_bw, server.nvlink_latency);
@@ -77,7 +81,7 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
       if (per_switch > 0) return pcie_switch[gpu_index / per_switch];
       return cpus[static_cast<int64_t>(gpu_index) * sockets / server.gpus];
     };
-    for (int i = 0; i < server.gpus; ++i)
+    for (int i = 0; i < gpus_here; ++i)
       add_link(c, gpus[i], attach_point(i), LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
     if (servers > 1) {
       for (int k = 0; k < server.nics; ++k)
@@ -86,7 +90,7 @@ Cluster build_cluster(const std::string& name, const ServerSpec& server, int ser
       // (GPUDirect RDMA) on DGX servers. The link is modelled GPU to NIC so that each GPU keeps
       // its own rail; the estimate charges host copies for the NIC traffic that shares the
       // GPU's PCIe link (cost::Estimator).
-      for (int i = 0; i < server.gpus; ++i) {
+      for (int i = 0; i < gpus_here; ++i) {
         int k = static_cast<int>(static_cast<int64_t>(i) * server.nics / server.gpus);
         add_link(c, gpus[i], nics[s][k], LinkKind::kPcie, server.pcie_bw, server.pcie_latency);
       }
@@ -276,6 +280,43 @@ Cluster cluster_preset(const std::string& name, int gpus) {
     servers = gpus / server.gpus;
   }
   return build_cluster(name, server, servers, it->second.fabric);
+}
+
+ClusterPresetSpec cluster_preset_spec(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::string known;
+    for (const auto& [n, _] : presets()) known += (known.empty() ? "" : ", ") + n;
+    throw Error("cluster", "'" + name + "' is not a server preset (known: " + known + ")");
+  }
+  return {it->second.server, it->second.fabric};
+}
+
+Json cluster_preset_generator(const std::string& name) {
+  const ClusterPresetSpec p = cluster_preset_spec(name);
+  const ServerSpec& s = p.server;
+  return Json{{"generator", p.fabric.kind == FabricKind::kRailOptimized ? "rail" : "fat-tree"},
+              {"name", name},
+              {"device", s.device},
+              {"gpus_per_server", s.gpus},
+              {"nvlink_GBps", s.nvlink_bw / GB},
+              {"pcie_GBps", s.pcie_bw / GB},
+              {"nics_per_server", s.nics},
+              {"nic_GBps", s.nic_bw / GB},
+              {"host_memory_GiB", s.host_memory_bytes / GiB},
+              {"gpus_per_pcie_switch", s.gpus_per_pcie_switch},
+              {"pcie_uplink_GBps", (s.pcie_uplink_bw > 0 ? s.pcie_uplink_bw : s.pcie_bw) / GB},
+              {"sockets", s.sockets},
+              {"host_memory_bw_GBps", s.host_memory_bw / GB},
+              {"servers_per_leaf", p.fabric.servers_per_leaf},
+              {"oversubscription", p.fabric.oversubscription},
+              {"switch_latency_us", p.fabric.switch_latency * 1e6}};
+}
+
+std::string cluster_preset_for_device(const std::string& device) {
+  for (const auto& [n, p] : presets())
+    if (p.server.device == device && p.server.gpus > 1) return n;
+  return "";
 }
 
 std::vector<std::string> cluster_preset_names() {

@@ -26,6 +26,13 @@ inline std::string count(double n) {
                     : fmt("%.0f", n);
 }
 
+// The strings with `sep` between them.
+inline std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? sep : "") + parts[i];
+  return out;
+}
+
 // A table of text cells, rendered with each column as wide as its widest cell, a header line and
 // a rule under it.
 class Table {
@@ -35,16 +42,23 @@ class Table {
     row.resize(rows_[0].size());
     rows_.push_back(std::move(row));
   }
+  // Display columns of UTF-8 text: its bytes that do not continue a character ("±" is one).
+  static size_t display_width(const std::string& s) {
+    size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
   std::string render() const {
     std::vector<size_t> width(rows_[0].size(), 0);
     for (const auto& r : rows_)
-      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], display_width(r[i]));
     std::string out;
     for (size_t r = 0; r < rows_.size(); ++r) {
       std::string line;
       for (size_t i = 0; i < width.size(); ++i)
-        line += rows_[r][i] +
-                (i + 1 < width.size() ? std::string(width[i] - rows_[r][i].size() + 2, ' ') : "");
+        line += rows_[r][i] + (i + 1 < width.size()
+                                   ? std::string(width[i] - display_width(rows_[r][i]) + 2, ' ')
+                                   : "");
       out += line + "\n";
       if (r == 0) {
         size_t total = 0;

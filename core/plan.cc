@@ -52,6 +52,38 @@ std::string recompute_label(const Plan& p) {
   return label + ":" + modules;
 }
 
+std::string plan_compact(const Plan& p) {
+  std::string s =
+      "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp);
+  if (p.cp > 1) s += " cp" + std::to_string(p.cp);
+  if (p.ep > 1) s += " ep" + std::to_string(p.ep);
+  if (p.sequence_parallel) s += " sp";
+  if (p.tp_comm_overlap) s += " tpo";
+  if (p.ep_comm_overlap) s += " epo";
+  if (p.schedule == Schedule::kInterleaved)
+    s += " i" + std::to_string(p.vpp);
+  else if (p.pp > 1)
+    s += std::string(" ") + schedule_name(p.schedule);
+  s += " mbs" + std::to_string(p.micro_batch);
+  if (p.zero > 0) {
+    s += " zero" + std::to_string(p.zero);
+    if (p.zero >= 3)
+      s += p.reshard == Reshard::kAfterForward    ? ":fwd"
+           : p.reshard == Reshard::kAfterBackward ? ":bwd"
+                                                  : ":step";
+    if (p.shard_degree > 0) s += ":h" + std::to_string(p.shard_degree);
+  }
+  if (p.recompute != Recompute::kNone) {
+    std::string rc = recompute_label(p);
+    if (rc.rfind("selective", 0) == 0) rc = "sel" + rc.substr(9);
+    s += " rc:" + rc;
+    if (p.recompute_layers >= 0) s += ":" + std::to_string(p.recompute_layers);
+  }
+  if (p.offload.optimizer || p.offload.params || p.offload.activations)
+    s += " off:" + offload_name(p.offload);
+  return s;
+}
+
 const char* recompute_name(Recompute r) {
   switch (r) {
     case Recompute::kNone:

@@ -212,5 +212,8 @@ void validate(const Plan& plan, const Model& model, const Cluster& cluster);
 std::string recompute_label(const Plan& p);
 Plan plan_from_json(const Json& j, const std::string& path = "plan");
 Json plan_to_json(const Plan& p);
+// One line of the degrees and switches that tell plans apart, degrees of 1 and switches off
+// left out: "tp8 pp8 dp16 sp tpo i12 mbs1 zero3:step rc:sel:mlp off:optimizer".
+std::string plan_compact(const Plan& p);
 
 }  // namespace parasol

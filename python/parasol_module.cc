@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "tools/api.h"
+#include "tools/sweep.h"
 
 namespace py = pybind11;
 
@@ -49,6 +50,9 @@ PYBIND11_MODULE(_parasol, m) {
   m.def(
       "search", [](const std::string& r) { return call(r, parasol::tools::search_request); },
       "parasol search --json of a request (JSON text)");
+  m.def(
+      "sweep", [](const std::string& r) { return call(r, parasol::tools::sweep_request); },
+      "parasol sweep --json of a sweep request (JSON text)");
   m.def(
       "validate", [](const std::string& r) { return call(r, parasol::tools::validate_request); },
       "parasol validate --json of a request (JSON text)");

@@ -102,13 +102,10 @@ const char* const kSearchBody = R"HTML(
 </section>
 )HTML";
 
-const char* const kPageScript = R"JS(
-(function () {
+// Shared by the report's and the sweep's pages, in a script of its own before each page's.
+const char* const kChartHelpers = R"JS(
 'use strict';
 var NS = 'http://www.w3.org/2000/svg';
-var D = JSON.parse(document.getElementById('parasol-data').textContent);
-var GiB = 1024 * 1024 * 1024;
-
 function el(tag, attrs, parent) {
   var e = document.createElementNS(NS, tag);
   for (var k in attrs) e.setAttribute(k, attrs[k]);
@@ -127,14 +124,6 @@ function fmtS(s) {
   if (s >= 1e-3) return (s * 1e3).toFixed(2) + ' ms';
   return (s * 1e6).toFixed(1) + ' \u00b5s';
 }
-function fmtGiB(b) { return (b / GiB).toFixed(b / GiB >= 10 ? 1 : 2) + ' GiB'; }
-function fmtCount(n) {
-  if (n >= 1e12) return (n / 1e12).toFixed(2) + 'T';
-  if (n >= 1e9) return (n / 1e9).toFixed(2) + 'B';
-  if (n >= 1e6) return (n / 1e6).toFixed(2) + 'M';
-  if (n >= 1e3) return (n / 1e3).toFixed(1) + 'k';
-  return n.toFixed(0);
-}
 function pct(f) { return (100 * f).toFixed(1) + '%'; }
 // About n round ticks covering [lo, hi].
 function ticks(lo, hi, n) {
@@ -146,6 +135,22 @@ function ticks(lo, hi, n) {
   var out = [];
   for (var v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(v);
   return out;
+}
+)JS";
+
+const char* const kPageScript = R"JS(
+(function () {
+'use strict';
+var D = JSON.parse(document.getElementById('parasol-data').textContent);
+var GiB = 1024 * 1024 * 1024;
+
+function fmtGiB(b) { return (b / GiB).toFixed(b / GiB >= 10 ? 1 : 2) + ' GiB'; }
+function fmtCount(n) {
+  if (n >= 1e12) return (n / 1e12).toFixed(2) + 'T';
+  if (n >= 1e9) return (n / 1e9).toFixed(2) + 'B';
+  if (n >= 1e6) return (n / 1e6).toFixed(2) + 'M';
+  if (n >= 1e3) return (n / 1e3).toFixed(1) + 'k';
+  return n.toFixed(0);
 }
 // Colours of names not in FIXED (kinds of ops, other groups): none of FIXED's.
 var PALETTE = ['#86bcb6', '#a0cbe8', '#ffbe7d', '#499894', '#f1ce63', '#8f6d31', '#79706e',

@@ -9,6 +9,9 @@ extern const char* const kErrorCounter;  // script run first: counts errors in b
 extern const char* const kPageBody;      // sections: timeline, memory, time breakdown
 extern const char* const kJobBody;       // section with a token count: time to train, goodput
 extern const char* const kSearchBody;    // section of a search: Pareto plot and top plans
+// Script before a page's own (report and sweep pages): NS, el, txt (SVG elements), fmtS, pct,
+// ticks (round axis ticks), as globals.
+extern const char* const kChartHelpers;
 // Draws every section from <script id="parasol-data">, then sets body[data-rendered="ok"].
 extern const char* const kPageScript;
 

@@ -334,6 +334,7 @@ std::string report_html(const ReportInput& in) {
        "</script>\n";
   h += "<script type=\"application/json\" id=\"parasol-ops\">" + json_for_script(ops) +
        "</script>\n";
+  h += "<script>\n" + std::string(kChartHelpers) + "</script>\n";
   h += "<script>\n" + std::string(kPageScript) + "</script>\n</body>\n</html>\n";
   return h;
 }

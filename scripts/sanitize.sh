@@ -35,7 +35,7 @@ skip+='|Predictors/AccuracyBars\..*simulate.*'
 # the suites here produce), the Chromium render of the HTML report (the report library's suite
 # runs here), the install test (a sanitized static library needs a sanitized consumer) and the
 # numeric-flag sweep (the executable started some 500 times; its checks are CLI11 validators).
-skip+='|json_schemas|report_render|report_render_large|install_package|numeric_flags'
+skip+='|json_schemas|report_render|report_render_large|report_render_sweep|install_package|numeric_flags'
 # For CI time (each over 30 s under ASan, up to 16 times their plain time, and checked there):
 # the profile sensitivity of the published suites (numerics of the closed form), the CLI tests
 # that search big spaces (the search, export and progress-bar code runs here in their own

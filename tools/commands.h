@@ -23,5 +23,7 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe = {});
 Runner add_run(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_report(CLI::App& app);
+// tools/sweep_cmd.cc (with MPI: a sweep under mpirun shares its points among the ranks).
+Runner add_sweep(CLI::App& app);
 
 }  // namespace parasol::tools

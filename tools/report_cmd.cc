@@ -1,5 +1,6 @@
 // `parasol report`: writes one self-contained HTML file (report/report.h) about a plan (--plan
-// FILE or the plan flags) or, with --search, about the plans a search finds and its best plan.
+// FILE or the plan flags) or, with --search, about the plans a search finds and its best plan;
+// with --sweep FILE, the page of a `parasol sweep` document or journal (report/sweep_page.h).
 // It calls the same functions as `estimate` and `search` (tools/api.h run_estimate and
 // run_search, so --tokens gives the time to train of `estimate --tokens` and ranks a search as
 // `search --tokens` does), then lowers the plan and plays it in the event simulator with the
@@ -9,12 +10,14 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/liveness.h"
 #include "core/lower.h"
 #include "cost_models/error_bands.h"
 #include "cost_models/estimate.h"
 #include "interop/interop.h"
 #include "report/report.h"
+#include "report/sweep_page.h"
 #include "sim/engine.h"
 #include "sim/search.h"
 #include "tools/api.h"
@@ -22,6 +25,7 @@
 #include "tools/flag_checks.h"
 #include "tools/job_flags.h"
 #include "tools/spec.h"
+#include "tools/sweep.h"
 
 namespace parasol::tools {
 
@@ -84,7 +88,30 @@ Runner add_report(CLI::App& app) {
                   "ops into spans per stream; every op of the step is in the page)")
       ->capture_default_str()
       ->check(count_in(1));
+  auto sweep = std::make_shared<std::string>();
+  CLI::Option* sweep_opt = cmd->add_option(
+      "--sweep", *sweep,
+      "the page of a sweep instead: `parasol sweep --json`'s document or its --out journal "
+      "(a heatmap over its axes, the cost-time Pareto front, every point's best plan)");
+  CLI::Option* out_opt = cmd->get_option("--out");
   return [=]() {
+    if (sweep_opt->count() > 0) {
+      // The document holds the sweep's settings: any other flag would be ignored, so none is.
+      std::vector<std::string> given;
+      for (const CLI::Option* opt : cmd->get_options())
+        if (opt != sweep_opt && opt != out_opt && opt != cmd->get_help_ptr() && opt->count() > 0)
+          given.push_back(opt->get_name());
+      if (!given.empty())
+        throw Error("report.sweep",
+                    "takes only -o/--out: the sweep's document holds its settings (remove " +
+                        join(given, ", ") + ")");
+      const std::string html = report::sweep_html(read_sweep_file(*sweep));
+      std::ofstream f(*out, std::ios::binary);
+      if (!f || !(f << html) || !f.flush())
+        throw Error("report.out", "cannot write '" + *out + "'");
+      std::cout << "report written to " << *out << " (" << html.size() / 1024 << " KiB)\n";
+      return 0;
+    }
     if (*max_events < 1) throw Error("report.max_events", "must be >= 1");
     report::ReportInput in;
     in.max_timeline_events = *max_events;

@@ -103,18 +103,13 @@ void list_models(bool json) {
                "an HF config.json also works\n";
 }
 
-// One server's worth of a cluster preset: the first GPU count of a few the preset accepts (a
-// multiple of its server size, or exactly one GPU for a one-GPU preset); localhost with one rank.
-Cluster one_server_of(const std::string& name) {
+// Two servers of a cluster preset (its server's size from cluster_preset_spec), so that both the
+// in-server and the between-server bandwidth can be read; a one-GPU preset's one GPU; localhost
+// with one rank.
+Cluster two_servers_of(const std::string& name) {
   if (name == "localhost") return cluster_preset(name, 1);  // any count of CPU ranks
-  for (int gpus : {72, 64, 16, 8, 4, 2}) {
-    try {
-      return cluster_preset(name, gpus);
-    } catch (const Error& e) {
-      if (!e.is_user_error()) throw;  // a count this preset does not take: try the next
-    }
-  }
-  return cluster_preset(name, 1);
+  const int per_server = cluster_preset_spec(name).server.gpus;
+  return cluster_preset(name, per_server > 1 ? 2 * per_server : 1);
 }
 
 // The cluster presets, one line each (`show cluster` without a name).
@@ -122,7 +117,7 @@ void list_clusters(bool json) {
   Json rows = Json::array();
   Table t({"cluster", "device", "GPUs per server", "in-server GB/s", "between servers GB/s"});
   for (const std::string& name : cluster_preset_names()) {
-    const Cluster c = one_server_of(name);
+    const Cluster c = two_servers_of(name);
     const int per_server = c.gpus_per_server();
     const double intra = per_server > 1 ? c.bottleneck_bw(0, 1) : 0;
     const double inter = c.num_servers() > 1 ? c.bottleneck_bw(0, per_server) : 0;

@@ -1,5 +1,5 @@
-"""parasol from Python: the command line's estimate, simulate, search, validate and export as
-functions, taking and returning dicts shaped like their --json output.
+"""parasol from Python: the command line's estimate, simulate, search, sweep, validate and export
+as functions, taking and returning dicts shaped like their --json output.
 
 A request is a dict: the keys of a plan JSON ("tp", "pp", "dp", "mbs", "gbs", "schedule", ...)
 plus "model" (a preset name, a path, or a model dict), "cluster" (a preset name, a path, or a
@@ -17,7 +17,7 @@ import json as _json
 
 from . import _parasol
 
-__all__ = ["Error", "estimate", "simulate", "search", "validate", "export"]
+__all__ = ["Error", "estimate", "simulate", "search", "sweep", "validate", "export"]
 
 
 class Error(ValueError):
@@ -56,6 +56,23 @@ def search(request=None, **options):
     "model", "cluster", "gpus" (default 1024), "profile", "gbs", "seq", "top", "threads",
     "precision", "no_offload", "simulate_top", "robust" and the job options."""
     return _call(_parasol.search, request, options)
+
+
+def sweep(request=None, **options):
+    """``parasol sweep``: the best plan on every cluster of a grid. The request is a sweep file's
+    dict ("model", "cluster", "gpus", "gbs", "seq", "tokens", "price_per_gpu_hour",
+    "device_price", "framework", "robust", "simulate_top", "no_offload", "vary": {key: [values]
+    or "START:STOP:STEP"}) plus "threads". Returns the rows (one dict per point, as
+    ``parasol sweep --json``'s "rows"): a pandas DataFrame when pandas can be imported, with the
+    axis values as columns beside the rows' keys, else the list of dicts."""
+    rows = _call(_parasol.sweep, request, options)["rows"]
+    try:
+        import pandas
+    except ImportError:
+        return rows
+    frame = pandas.DataFrame(rows)
+    points = pandas.DataFrame([row["point"] for row in rows], index=frame.index)
+    return pandas.concat([points, frame.drop(columns=["point"])], axis=1)
 
 
 def validate(request=None, **options):

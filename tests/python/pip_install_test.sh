@@ -17,9 +17,12 @@ venv=$work/venv
 # incremental. PIP_* from the environment (an index mirror) are honoured.
 # The CUDA parts are left out here (--config-settings cmake.define.PARASOL_CUDA=OFF, for CI time:
 # the plain build compiles them); a user's `pip install .` builds them where nvcc, cuBLASLt and
-# NCCL are found. (--config-settings, not -C: Debian 12's venv has pip 23.0.)
+# NCCL are found. It is built unoptimised (cmake.build-type=Debug, also for CI time: about half
+# the compile time of the pyproject's Release; the session's searches are small).
+# (--config-settings, not -C: Debian 12's venv has pip 23.0.)
 if ! "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    --config-settings=cmake.define.PARASOL_CUDA=OFF "$src" >"$work/pip.log" 2>&1; then
+    --config-settings=cmake.define.PARASOL_CUDA=OFF --config-settings=cmake.build-type=Debug \
+    "$src" >"$work/pip.log" 2>&1; then
   if grep -qiE "Could not find a version|connection|Temporary failure in name resolution|No matching distribution" "$work/pip.log"; then
     echo "skipped: PyPI cannot be reached for scikit-build-core and pybind11"; tail -5 "$work/pip.log"; exit 77
   fi

@@ -222,3 +222,39 @@ def test_search_for_a_framework_exports(framework):
     with pytest.raises(parasol.Error) as info:
         parasol.search(dict(TARGET, gbs=64, framework="nemo"))
     assert info.value.field == "search.framework"
+
+
+def test_sweep_equals_cli_json_but_timing():
+    request = {"model": "llama3-8b", "cluster": "dgx-h100", "gbs": 64, "threads": 1,
+               "vary": {"device": ["A100-80G", "H100-SXM"], "gpus": "8:16:8"}}
+    got = parasol.sweep(request)
+    want = cli_json("sweep", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gbs", "64",
+                    "--threads", "1", "--vary", "device=A100-80G,H100-SXM",
+                    "--vary", "gpus=8:16:8")["rows"]
+    for row in want:
+        del row["search_s"]
+    try:
+        import pandas  # noqa: F401
+        rows = got.to_dict("records")
+        assert list(got.columns[:2]) == ["device", "gpus"]  # the axes first
+        got_rows = [{k: v for k, v in r.items() if k not in ("device", "gpus", "search_s")}
+                    for r in rows]
+        want = [{k: v for k, v in r.items() if k != "point"} for r in want]
+    except ImportError:
+        got_rows = [{k: v for k, v in r.items() if k != "search_s"} for r in got]
+    assert [r["index"] for r in got_rows] == [0, 1, 2, 3]
+    assert [r["status"] for r in got_rows] == ["ok"] * 4
+    assert [r["best_plan"] for r in got_rows] == [r["best_plan"] for r in want]
+    assert [r["step_time_s"] for r in got_rows] == [r["step_time_s"] for r in want]
+
+
+def test_sweep_errors_name_the_axis():
+    with pytest.raises(parasol.Error) as info:
+        parasol.sweep(vary={"nics": [8]})
+    assert info.value.field == "--vary nics"
+    with pytest.raises(parasol.Error) as info:
+        parasol.sweep(vary={"nic_GBps": [50, -1]})
+    assert info.value.field == "--vary nic_GBps"
+    with pytest.raises(parasol.Error) as info:
+        parasol.sweep(vary={"gpus": []})
+    assert info.value.field == "--vary gpus"

@@ -305,9 +305,10 @@ TEST(Report, EscapesUserStrings) {
   EXPECT_EQ(html.find("<script>alert"), std::string::npos);
   EXPECT_EQ(html.find("<img"), std::string::npos);
   EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;co"), std::string::npos);
-  // Only the page's own four scripts open, and each closes.
-  EXPECT_EQ(occurrences(html, "<script"), 4u);
-  EXPECT_EQ(occurrences(html, "</script>"), 4u);
+  // Only the page's own five scripts open (error counter, data, ops, chart helpers, page), and
+  // each closes.
+  EXPECT_EQ(occurrences(html, "<script"), 5u);
+  EXPECT_EQ(occurrences(html, "</script>"), 5u);
   // The inlined JSON gives the names back as they were.
   const Json d = inlined_data(html);
   EXPECT_EQ(d["model"], f.model.name);
@@ -361,7 +362,7 @@ TEST(Report, TimeToTrainIsTheJobOfEstimateTokens) {
     EXPECT_GT(d["job"]["breakdown_s"][k].get<double>(), 0) << k;
   EXPECT_EQ(d["job"]["cost"].get<double>(), in.plan.job->cost);
   EXPECT_EQ(occurrences(html, "<section id=\"job\">"), 1u);
-  EXPECT_EQ(occurrences(html, "<script"), 4u);
+  EXPECT_EQ(occurrences(html, "<script"), 5u);
 }
 
 TEST(Report, NoTimeToTrainWithoutTokens) {

@@ -207,6 +207,22 @@ if mpirun:
                                or len(probe2["link"]["all_reduce"]) != 5):
         fail(f"calibrate --probe under mpirun -np 2: no link of 2 ranks and 5 sizes: {probe2}")
 
+# sweep: two devices by two GPU counts (one of which cannot hold the model: a no_plan row), with
+# tokens and a price for one device; the journal of --out reads as the same rows.
+journal = str(work / "sweep.jsonl")
+sweep = check("sweep", ["sweep", "--json", "--model", "llama3-8b", "--cluster", "dgx-h100",
+                        "--gbs", "64", "--vary", "device=A100-80G,H200", "--vary",
+                        "gpus=1,16", "--no-offload", "--tokens", "1e11", "--device-price",
+                        "H200=3", "--out", journal])
+if sweep is not None:
+    statuses = [r["status"] for r in sweep["rows"]]
+    if statuses != ["no_plan", "ok", "no_plan", "ok"]:
+        fail(f"sweep: statuses {statuses}, expected no_plan, ok, no_plan, ok")
+    lines = [json.loads(l) for l in open(journal)]
+    if lines[0] != {"sweep": sweep["sweep"]} or sorted(
+            (r["index"] for r in lines[1:])) != [0, 1, 2, 3]:
+        fail("sweep --out: the journal is not the header and the four rows")
+
 # The schemas reject what they should.
 if est is not None:
     d = copy.deepcopy(est); del d["step_time_s"]; expect_invalid("estimate", d, "no step_time_s")
@@ -231,6 +247,11 @@ if sim is not None:
     expect_invalid("simulate", d, "an unknown stage field")
     d = copy.deepcopy(sim); d["breakdown_s"]["stage"] = 0
     expect_invalid("simulate", d, "a stage number in the critical breakdown")
+if sweep is not None:
+    d = copy.deepcopy(sweep); del d["rows"][1]["train"]
+    expect_invalid("sweep", d, "an ok row without its train figures")
+    d = copy.deepcopy(sweep); del d["rows"][0]["reason"]
+    expect_invalid("sweep", d, "a no_plan row without its reason")
 if search is not None:
     d = copy.deepcopy(search); d["top"][0]["estimate"]["bogus"] = 1
     expect_invalid("search", d, "an unknown estimate field")
