@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/gpu-check.sh: checks parasol's GPU path on a machine with an NVIDIA GPU and the CUDA
 # toolkit (issue 6). It
-#   (a) configures (-DPARASOL_CUDA=ON, Release) and builds parasol into build-gpu/ (-j$(nproc)),
+#   (a) configures (-DPARASOL_CUDA=ON, Release) and builds the GPU tests and benchmark into build-gpu/
+#       (-j$(nproc)); on a machine without Debian packages or network, tools/gpu-deps.sh carries them,
 #   (b) runs the GPU tests (`ctest -L gpu --output-on-failure`); a GPU test that reports
 #       "skipped" here is a failure (it did not find the GPU),
 #   (c) runs the GPU benchmark build-gpu/tests/bench/gpu_train_bench when it was built (Google
@@ -35,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --deadline) deadline="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --) shift; bench_args=("$@"); break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -107,14 +108,20 @@ if [[ -n "$nvcc" ]]; then
   cuda_root="$(dirname "$(dirname "$(readlink -f "$nvcc")")")"
   libdirs=("$cuda_root/lib64" "$cuda_root/targets/x86_64-linux/lib" /usr/lib/x86_64-linux-gnu /usr/lib64)
   incdirs=("$cuda_root/include" "$cuda_root/targets/x86_64-linux/include" /usr/include)
+  # NCCL_ROOT (environment): an NCCL outside the toolkit, e.g. the nvidia/nccl folder of the
+  # nvidia-nccl-cu13 wheel; CMakeLists.txt looks there too.
+  if [[ -n "${NCCL_ROOT:-}" ]]; then libdirs+=("$NCCL_ROOT/lib"); incdirs+=("$NCCL_ROOT/include"); fi
   has_lib() { local d; for d in "${libdirs[@]}"; do compgen -G "$d/lib$1.so*" >/dev/null && return 0; done; return 1; }
   has_header() { local d; for d in "${incdirs[@]}"; do [[ -f "$d/$1" ]] && return 0; done; return 1; }
   has_lib cublasLt || problems+=("no cuBLASLt (libcublasLt.so) beside the toolkit in ${cuda_root}")
   if ! has_lib nccl || ! has_header nccl.h; then
-    problems+=("no NCCL (nccl.h and libnccl.so in ${cuda_root} or the system): CUDA 13 toolkits do not ship it; install libnccl2 and libnccl-dev from NVIDIA's CUDA repository, or unpack NCCL into ${cuda_root}")
+    problems+=("no NCCL (nccl.h and libnccl.so in ${cuda_root}, the system or \$NCCL_ROOT): CUDA 13 toolkits do not ship it; install libnccl2 and libnccl-dev from NVIDIA's CUDA repository, unpack NCCL into ${cuda_root}, or point NCCL_ROOT at an NCCL (the nvidia-nccl-cu13 wheel's nvidia/nccl folder)")
   fi
 fi
-if command -v dpkg-query >/dev/null; then
+# Packages: by dpkg where the machine is Debian and its packages were installed; by the tools the
+# build calls where it is not, or where tools/gpu-deps.sh unpacked them (it lists what it did in
+# /var/lib/parasol/gpu-deps.list; CMake's configure names any header or library still missing).
+if command -v dpkg-query >/dev/null && [[ ! -s /var/lib/parasol/gpu-deps.list ]]; then
   # shellcheck source=../scripts/packages.sh
   source "$root/scripts/packages.sh"
   missing=()
@@ -123,7 +130,7 @@ if command -v dpkg-query >/dev/null; then
   done
   (( ${#missing[@]} )) && problems+=("missing Debian packages: ${missing[*]} (scripts/setup.sh installs them; it needs the network)")
 else
-  for tool in cmake g++ mpirun; do
+  for tool in cmake g++ mpicxx mpirun; do
     command -v "$tool" >/dev/null || problems+=("no ${tool} on PATH")
   done
 fi
@@ -136,10 +143,17 @@ for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 mkdir -p "$logs" || exit 2
 
 # ---- (a) configure and build ------------------------------------------------------------------
+# Only what the GPU tests and the benchmark need (scripts/build.sh builds the rest); Ninja where
+# the machine has no make (a fresh build directory only: CMake keeps a directory's generator).
+generator=()
+if ! command -v make >/dev/null && command -v ninja >/dev/null && [[ ! -f "$build/CMakeCache.txt" ]]; then
+  generator=(-G Ninja)
+fi
+gpu_targets=(cuda_kernels_test cuda_trainer_test nccl_communicator_test gpu_train_bench)
 if run_step configure "$logs/configure.log" \
-     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
+     cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
        -DCMAKE_CUDA_COMPILER="$nvcc"; then
-  run_step build "$logs/build.log" cmake --build "$build" -j"$jobs" && built=1
+  run_step build "$logs/build.log" cmake --build "$build" -j"$jobs" --target "${gpu_targets[@]}" && built=1
 fi
 
 # ---- (b) GPU tests ----------------------------------------------------------------------------

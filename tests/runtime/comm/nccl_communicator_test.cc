@@ -410,6 +410,15 @@ TEST(NcclWatchdog, AStalledTransferIsAbortedNamedAndTornDown) {
       while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     };
     ASSERT_EQ(cudaLaunchHostFunc(w.stream(), block, nullptr), cudaSuccess);
+    // The stall is released by another thread well after the timeout has fired: ncclCommAbort
+    // frees device memory, and cudaFree waits for the device's work, this host function included,
+    // so releasing it only after the abort returned deadlocks (seen on an H200: the test hung).
+    // A real stall is a kernel waiting on a peer, which NCCL's abort flag stops. Were the timeout
+    // never to fire, the all-reduce would complete after the release and the test fail below.
+    std::thread releaser([] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kTimeoutS + 2));
+      released = true;
+    });
     const int64_t count = 256;
     DeviceBuf buf(count, Dtype::kFp32);
     const auto t0 = std::chrono::steady_clock::now();
@@ -427,7 +436,7 @@ TEST(NcclWatchdog, AStalledTransferIsAbortedNamedAndTornDown) {
     EXPECT_LT(waited, kTimeoutS + 30);
     // A later call on the aborted communicator is an error, not a use of freed state.
     EXPECT_THROW(w.all_reduce(buf.data(), count, Dtype::kFp32), Error);
-    released = true;  // the stream runs again; the CommSet's teardown follows
+    releaser.join();  // the stream runs again; the CommSet's teardown follows
     EXPECT_EQ(cudaStreamSynchronize(w.stream()), cudaSuccess);
   }
   set_comm_timeout_s(kDefaultCommTimeoutS);
