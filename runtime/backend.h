@@ -330,9 +330,10 @@ class Backend {
                      int64_t n, const float* grad_scale) = 0;
   // *sumsq (a device scalar) += sum of grad[i]^2 (summed in double inside one call).
   virtual void grad_sumsq(float* sumsq, const float* grad, int64_t n) = 0;
-  // *scale = max_norm / (sqrt(*sumsq) + 1e-6) when max_norm > 0 and sqrt(*sumsq) > max_norm,
-  // else 1 (device scalars; scale may alias sumsq).
-  virtual void clip_scale(float* scale, const float* sumsq, float max_norm) = 0;
+  // The factor of the gradients, which carry the loss scale: with norm = sqrt(*sumsq) / loss_scale
+  // (the unscaled gradients' norm), *scale = (max_norm / (norm + 1e-6) when max_norm > 0 and
+  // norm > max_norm, else 1) / loss_scale (device scalars; scale may alias sumsq).
+  virtual void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) = 0;
   // dst[i] = src[i] converted (fp32 <-> bf16 / fp16, round to nearest even; fp32 -> fp32 copies).
   // Throws parasol::Error for other dtypes.
   virtual void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) = 0;

@@ -200,6 +200,14 @@ Manifest read_manifest(const std::string& dir, const Model& model) {
   p.adamw.eps = a.number("eps", 0, 1e9);
   p.adamw.weight_decay = a.number("weight_decay", 0, 1e9);
   p.adamw.step = a.integer("step", 0, big);
+  if (r.has("loss_scaler")) {
+    const JsonReader ls = r.object("loss_scaler");
+    LossScalerState st;
+    st.scale = ls.number("scale", 1e-30, 1e38);
+    st.growth_tracker = ls.integer("growth_tracker", 0, big);
+    st.hysteresis_tracker = static_cast<int>(ls.integer("hysteresis_tracker", -(1 << 30), 1 << 30));
+    p.loss_scaler = st;
+  }
   for (const auto& [field, t] : r.array("tensors")) {
     const JsonReader tr(*t, field);
     std::vector<int64_t> shape;
@@ -351,25 +359,29 @@ void commit_checkpoint(const std::string& dir, const Model& model, const Plan& p
           file_checksum(checkpoint_file(dir, kind, t.name));
   }
   const AdamWConfig& a = progress.adamw;
-  const Json j = {{"format", kFormat},
-                  {"version", kCheckpointVersion},
-                  {"dtype", "fp32"},
-                  {"byte_order", "little"},
-                  {"model", model_to_json(model)},
-                  {"plan", plan_to_json(plan)},
-                  {"step", progress.step},
-                  {"tokens", progress.tokens},
-                  {"data_position", progress.data_position},
-                  {"seed", progress.seed},
-                  {"adamw",
-                   {{"lr", a.lr},
-                    {"beta1", a.beta1},
-                    {"beta2", a.beta2},
-                    {"eps", a.eps},
-                    {"weight_decay", a.weight_decay},
-                    {"step", a.step}}},
-                  {"tensors", tensors},
-                  {"checksums", checksums}};
+  Json j = {{"format", kFormat},
+            {"version", kCheckpointVersion},
+            {"dtype", "fp32"},
+            {"byte_order", "little"},
+            {"model", model_to_json(model)},
+            {"plan", plan_to_json(plan)},
+            {"step", progress.step},
+            {"tokens", progress.tokens},
+            {"data_position", progress.data_position},
+            {"seed", progress.seed},
+            {"adamw",
+             {{"lr", a.lr},
+              {"beta1", a.beta1},
+              {"beta2", a.beta2},
+              {"eps", a.eps},
+              {"weight_decay", a.weight_decay},
+              {"step", a.step}}},
+            {"tensors", tensors},
+            {"checksums", checksums}};
+  if (progress.loss_scaler)
+    j["loss_scaler"] = {{"scale", progress.loss_scaler->scale},
+                        {"growth_tracker", progress.loss_scaler->growth_tracker},
+                        {"hysteresis_tracker", progress.loss_scaler->hysteresis_tracker}};
   write_atomically(manifest_path(dir), j.dump(2) + "\n");
 }
 

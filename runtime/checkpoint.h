@@ -3,6 +3,8 @@
 //
 //   manifest.json          {"format": "parasol-checkpoint", "version": 1, "model": {...},
 //                           "step", "tokens", "data_position", "seed", "adamw": {...},
+//                           "loss_scaler": {"scale", "growth_tracker", "hysteresis_tracker"}
+//                           (with loss scaling only),
 //                           "plan": {...} (informational), "tensors": [{"name", "shape"}, ...],
 //                           "checksums": {"params/<tensor>.bin": "xxh3-64:<hex>", ...}}
 //   params/<tensor>.bin    the fp32 master values of full tensor <tensor> (runtime/param_layout.h)
@@ -25,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,7 @@
 #include "core/program.h"
 #include "core/rank_layout.h"
 #include "runtime/backend.h"
+#include "runtime/loss_scaler.h"
 #include "runtime/param_init.h"
 
 namespace parasol::runtime {
@@ -41,11 +45,12 @@ inline constexpr int kCheckpointVersion = 2;
 
 // The training state beyond the tensors.
 struct TrainProgress {
-  int64_t step = 0;           // optimizer steps taken
+  int64_t step = 0;           // steps taken (skipped ones included: adamw.step - 1 updates)
   int64_t tokens = 0;         // tokens consumed
   int64_t data_position = 0;  // the next sequence index of the data source
   uint64_t seed = 0;          // the run's seed (initialisation, data, dropout)
   AdamWConfig adamw;          // the optimizer's hyperparameters (adamw.step: the next step)
+  std::optional<LossScalerState> loss_scaler;  // "loss_scaler" in the manifest, when scaling
 };
 
 // Step 1 (one rank): creates `dir` and its params/, adam_m/, adam_v/ folders, creates or

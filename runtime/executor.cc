@@ -512,15 +512,22 @@ void Executor::Impl::run_adamw(const Op& op) {
     v = opt + n;
   }
   if (!scale_ready_) {
-    be.clip_scale(scale_, sumsq_, cfg->clip_norm);
+    if (cfg->skip_on_overflow) {
+      float sumsq = 0;
+      be.copy(&sumsq, sumsq_, sizeof(float));  // a device-to-host sync, as Megatron's found_inf
+      skip_update_ = !std::isfinite(sumsq);
+    }
+    be.clip_scale(scale_, sumsq_, cfg->clip_norm, cfg->loss_scale);
     scale_ready_ = true;
   }
+  if (skip_update_) return;
   AdamWConfig c = cfg->adamw;
-  c.step = cfg->step;
+  c.step = cfg->optimizer_step > 0 ? cfg->optimizer_step : cfg->step;
   be.adamw(c, param, m, v, g.f(g.elements > n ? off : 0), n, scale_);
 }
 
 void Executor::Impl::run_cast(const Op& op) {
+  if (skip_update_) return;  // the master copy did not change
   const ParamBucket* b = bucket_of(op.reads.at(0));
   if (!b) throw Error("runtime.program", op.name + ": cast without optimizer state");
   const int64_t n = b->shard, off = int64_t{group_index(*b)} * n;
@@ -875,6 +882,7 @@ void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {
   cfg = &config;
   result = &res;
   scale_ready_ = false;
+  skip_update_ = false;
   routing_.clear();
   ep_.clear();
   gathered_.clear();
@@ -915,7 +923,8 @@ void Executor::Impl::run_local(const Op& op) {
 void Executor::Impl::end_step(StepResult& res) {
   float sumsq = 0;
   be.copy(&sumsq, sumsq_, sizeof(float));
-  res.grad_norm = std::sqrt(static_cast<double>(sumsq));
+  res.grad_norm = std::sqrt(static_cast<double>(sumsq)) / cfg->loss_scale;
+  res.overflow = !std::isfinite(sumsq);
   cfg = nullptr;
   result = nullptr;
 }

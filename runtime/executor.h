@@ -43,6 +43,16 @@ struct StepConfig {
   std::function<void(int mb, int32_t* tokens, int32_t* labels)> batch;
   int64_t tokens_per_step = 1;  // tokens in the global batch: the loss is their mean
   bool trace = false;           // record the ops into StepResult::events
+  // Loss scaling (runtime/loss_scaler.h): the loss gradient is multiplied by loss_scale, the
+  // gradients are unscaled before clipping and AdamW, and the reported norm is the unscaled one.
+  float loss_scale = 1.0f;
+  // When the global gradient norm is not finite, skip the update: no AdamW op and no cast runs
+  // (parameters and moments stay as they were). The decision reads the reduced norm on the host.
+  bool skip_on_overflow = false;
+  int64_t optimizer_step = 0;  // AdamW's step (bias correction) when > 0; else `step`
+  // Fault injection: +inf into one logit gradient of this rank's loss (last pipeline stage), from
+  // which the backward pass and the gradient reductions spread it, as an fp16 overflow would.
+  bool inject_overflow = false;
 };
 
 struct StepResult {
@@ -50,8 +60,9 @@ struct StepResult {
   // rank computes the same rows) and their count.
   double loss_sum = 0;
   int64_t loss_tokens = 0;
-  double grad_norm = 0;  // global gradient norm before clipping (0 when the Program has none)
-  double seconds = 0;    // wall time of the step
+  double grad_norm = 0;   // global gradient norm before clipping (0 when the Program has none)
+  bool overflow = false;  // that norm is not finite (with skip_on_overflow: no update applied)
+  double seconds = 0;     // wall time of the step
   std::vector<traces::TraceEvent> events;  // when StepConfig::trace; times from the step start
   // When StepConfig::trace: the "device memory" counter (key "bytes") of this rank, sampled where
   // the executor allocates and frees (host clock, from the step start); its maximum is the step's

@@ -213,6 +213,7 @@ struct Executor::Impl {
   float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
   float* scale_ = nullptr;  // device scalar: the clip scale
   bool scale_ready_ = false;
+  bool skip_update_ = false;  // this step's gradients overflowed and skip_on_overflow is set
   int grad_norm_buffer_ = -1;
   std::vector<void*> scratch_;  // backend memory kept until the step ends (send staging)
   std::unordered_map<int, int> ring_step_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <span>
 
 #include "core/error.h"
@@ -290,7 +291,11 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
     }
   be.xent_softmax(W(op, 0), R(op, 0), row_max, sums, T, vocab_t);
   be.xent_backward(W(op, 0), W(op, 0), labels, T, vocab_t, vocab_start,
-                   1.0f / static_cast<float>(cfg->tokens_per_step));
+                   cfg->loss_scale / static_cast<float>(cfg->tokens_per_step));
+  if (cfg->inject_overflow) {  // as an fp16 overflow: the backward pass carries it everywhere
+    const float inf = std::numeric_limits<float>::infinity();
+    be.copy(W(op, 0), &inf, sizeof(float));
+  }
 }
 
 // ---- Element-wise ops: norms, activations, residual adds.

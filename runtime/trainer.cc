@@ -32,7 +32,8 @@ Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet
       backend_(backend),
       comms_(comms),
       options_(std::move(options)),
-      program_(lower_stage(model, plan_, comms.stage())) {
+      program_(lower_stage(model, plan_, comms.stage())),
+      scaler_(options_.loss_scaling) {
   executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
   data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
   // The host fills the parameters in host copies (it cannot touch device memory on a GPU).
@@ -55,6 +56,11 @@ void Trainer::fill_batch(int mb, int32_t* tokens, int32_t* labels) const {
   }
 }
 
+void Trainer::skip_step() {
+  ++steps_;
+  data_position_ += plan_.global_batch;
+}
+
 StepStats Trainer::step(bool trace) {
   StepConfig cfg;
   cfg.step = steps_ + 1;
@@ -65,6 +71,12 @@ StepStats Trainer::step(bool trace) {
   cfg.tokens_per_step = int64_t{plan_.global_batch} * plan_.seq(model_);
   cfg.trace = trace;
   cfg.batch = [this](int mb, int32_t* tokens, int32_t* labels) { fill_batch(mb, tokens, labels); };
+  cfg.loss_scale = static_cast<float>(scaler_.scale());
+  cfg.skip_on_overflow = scaler_.enabled();
+  cfg.optimizer_step = updates_ + 1;
+  cfg.inject_overflow =
+      std::find(options_.inject_overflow_steps.begin(), options_.inject_overflow_steps.end(),
+                steps_ + 1) != options_.inject_overflow_steps.end();
   backend_.reset_peaks();
   comms_.world().barrier();
   StepResult r = executor_->step(cfg);
@@ -80,6 +92,10 @@ StepStats Trainer::step(bool trace) {
   data_position_ += plan_.global_batch;
   StepStats s;
   s.step = steps_;
+  s.loss_scale = cfg.loss_scale;
+  s.skipped = r.overflow && scaler_.enabled();
+  if (!s.skipped) ++updates_;
+  scaler_.update(r.overflow);
   s.loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   s.grad_norm = r.grad_norm;
   s.seconds = slowest[0];
@@ -146,7 +162,8 @@ void Trainer::save(const std::string& root) {
     p.data_position = data_position_;
     p.seed = options_.seed;
     p.adamw = options_.adamw;
-    p.adamw.step = steps_ + 1;
+    p.adamw.step = updates_ + 1;
+    if (scaler_.enabled()) p.loss_scaler = scaler_.state();
     commit_checkpoint(dir, model_, plan_, p);
     kill_point("commit");
   });
@@ -172,7 +189,9 @@ void Trainer::load(const std::string& path) {
     staging.store();
   });
   steps_ = p.step;
+  updates_ = std::max<int64_t>(0, p.adamw.step - 1);
   data_position_ = p.data_position;
+  if (scaler_.enabled() && p.loss_scaler) scaler_.restore(*p.loss_scaler);
 }
 
 }  // namespace parasol::runtime

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/model.h"
 #include "core/plan.h"
@@ -17,6 +18,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
+#include "runtime/loss_scaler.h"
 
 namespace parasol::runtime {
 
@@ -27,6 +29,10 @@ struct TrainerOptions {
   float clip_norm = 1.0f;
   float dropout_p = 0.1f;    // where the model has dropout
   int keep_checkpoints = 0;  // step directories a save keeps (the newest ones); 0: all
+  // Dynamic loss scaling (fp16 training): a step whose gradients overflow is skipped.
+  LossScalerConfig loss_scaling;
+  // Fault injection (tests): the steps (1-based) whose loss gradient gets an +inf on this rank.
+  std::vector<int64_t> inject_overflow_steps;
 };
 
 struct StepStats {
@@ -36,6 +42,8 @@ struct StepStats {
   double seconds = 0;       // slowest rank's step time
   double tokens_per_s = 0;  // global batch tokens / seconds
   int64_t peak_bytes = 0;   // this rank's peak device memory during the step
+  double loss_scale = 1;    // the loss scale the step ran with (1 without loss scaling)
+  bool skipped = false;     // the gradients overflowed under loss scaling: no update applied
 };
 
 // Sums (or maximises) a few host values over `comm` through the backend's memory, so that the
@@ -51,11 +59,16 @@ class Trainer {
 
   // Runs one step; trace: record its ops (last_events()).
   StepStats step(bool trace = false);
+  // Consumes one step's global batch without training on it (Megatron's
+  // --skip-train-iteration-range): the data and the step count advance, the model does not.
+  void skip_step();
   // Saves / loads the full training state (plan-independent). Collective.
   void save(const std::string& dir);
   void load(const std::string& dir);
 
   int64_t steps_done() const { return steps_; }
+  int64_t updates_done() const { return updates_; }  // steps that updated the parameters
+  const LossScaler& loss_scaler() const { return scaler_; }
   const Program& program() const { return program_; }
   const Executor& executor() const { return *executor_; }
   const std::vector<traces::TraceEvent>& last_events() const { return events_; }
@@ -74,7 +87,9 @@ class Trainer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<TokenSource> data_;
   int64_t steps_ = 0;
+  int64_t updates_ = 0;        // optimizer updates applied (steps less the skipped ones)
   int64_t data_position_ = 0;  // first sequence of the next step's global batch
+  LossScaler scaler_;
   std::vector<traces::TraceEvent> events_;
   std::vector<traces::TraceCounter> counters_;
 };

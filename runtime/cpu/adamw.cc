@@ -45,9 +45,10 @@ void CpuBackend::grad_sumsq(float* sumsq, const float* grad, int64_t n) {
   *sumsq = static_cast<float>(static_cast<double>(*sumsq) + s);
 }
 
-void CpuBackend::clip_scale(float* scale, const float* sumsq, float max_norm) {
-  const double norm = std::sqrt(static_cast<double>(*sumsq));
-  *scale = max_norm > 0.0f && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+void CpuBackend::clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) {
+  const double norm = std::sqrt(static_cast<double>(*sumsq)) / loss_scale;
+  const double clip = max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  *scale = static_cast<float>(clip / loss_scale);
 }
 
 }  // namespace parasol::runtime

@@ -354,9 +354,10 @@ void StrictCpuBackend::grad_sumsq(float* sumsq, const float* grad, int64_t n) {
   inner_.grad_sumsq(sumsq, grad, n);
 }
 
-void StrictCpuBackend::clip_scale(float* scale, const float* sumsq, float max_norm) {
+void StrictCpuBackend::clip_scale(float* scale, const float* sumsq, float max_norm,
+                                  float loss_scale) {
   DeviceAccess access;
-  inner_.clip_scale(scale, sumsq, max_norm);
+  inner_.clip_scale(scale, sumsq, max_norm, loss_scale);
 }
 
 void StrictCpuBackend::cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) {

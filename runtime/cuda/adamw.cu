@@ -43,9 +43,11 @@ __global__ void sumsq_finish_kernel(float* sumsq, const double* partial, int blo
   if (threadIdx.x == 0) *sumsq = static_cast<float>(static_cast<double>(*sumsq) + s);
 }
 
-__global__ void clip_scale_kernel(float* scale, const float* sumsq, float max_norm) {
-  const double norm = sqrt(static_cast<double>(*sumsq));
-  *scale = max_norm > 0.0f && norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+__global__ void clip_scale_kernel(float* scale, const float* sumsq, float max_norm,
+                                  float loss_scale) {
+  const double norm = sqrt(static_cast<double>(*sumsq)) / loss_scale;
+  const double clip = max_norm > 0.0f && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  *scale = static_cast<float>(clip / loss_scale);
 }
 
 }  // namespace
@@ -67,8 +69,9 @@ void grad_sumsq(float* sumsq, const float* grad, int64_t n, double* scratch, cud
   PARASOL_CUDA_LAUNCHED();
 }
 
-void clip_scale(float* scale, const float* sumsq, float max_norm, cudaStream_t s) {
-  clip_scale_kernel<<<1, 1, 0, s>>>(scale, sumsq, max_norm);
+void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale,
+                cudaStream_t s) {
+  clip_scale_kernel<<<1, 1, 0, s>>>(scale, sumsq, max_norm, loss_scale);
   PARASOL_CUDA_LAUNCHED();
 }
 

@@ -345,8 +345,8 @@ void CudaBackend::grad_sumsq(float* sumsq, const float* grad, int64_t n) {
   cuda::grad_sumsq(sumsq, grad, n, s, stream_);
 }
 
-void CudaBackend::clip_scale(float* scale, const float* sumsq, float max_norm) {
-  cuda::clip_scale(scale, sumsq, max_norm, stream_);
+void CudaBackend::clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) {
+  cuda::clip_scale(scale, sumsq, max_norm, loss_scale, stream_);
 }
 
 void CudaBackend::cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) {

@@ -204,7 +204,7 @@ class CudaBackend final : public Backend {
   void adamw(const AdamWConfig& c, float* param, float* m, float* v, const float* grad, int64_t n,
              const float* grad_scale) override;
   void grad_sumsq(float* sumsq, const float* grad, int64_t n) override;
-  void clip_scale(float* scale, const float* sumsq, float max_norm) override;
+  void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) override;
   void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
 
   // C[m x n] = alpha op(A) op(B) + beta C, row-major with row strides lda, ldb, ldc (as

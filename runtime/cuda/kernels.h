@@ -117,7 +117,7 @@ void adamw(const AdamWConsts& c, float* param, float* m, float* v, const float* 
            const float* grad_scale, cudaStream_t s);
 int64_t grad_sumsq_scratch();  // doubles
 void grad_sumsq(float* sumsq, const float* grad, int64_t n, double* scratch, cudaStream_t s);
-void clip_scale(float* scale, const float* sumsq, float max_norm, cudaStream_t s);
+void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale, cudaStream_t s);
 
 // ---- cast.cu
 enum class CastType { kFp32, kBf16, kFp16 };

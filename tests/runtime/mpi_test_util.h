@@ -1,5 +1,6 @@
 // Test helpers shared by the gtest binaries that run under mpirun (the MPI and NCCL
-// communicators, the trainer): world rank and size, the small-integer inputs of the collective
+// communicators, the trainer): world rank and size, a barrier that sleeps instead of spinning,
+// the small-integer inputs of the collective
 // tests, and a gtest runner that prints only rank 0's report (other ranks print their failed
 // assertions, prefixed by the rank) and returns a failure when any rank failed.
 #pragma once
@@ -7,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <thread>
 
 namespace parasol::runtime::testing {
 
@@ -22,6 +25,17 @@ inline int world_size() {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
+}
+
+// Waits for every rank of `comm` without spinning (ranks share 2 cores in CI).
+inline void quiet_barrier(MPI_Comm comm = MPI_COMM_WORLD) {
+  MPI_Request r;
+  MPI_Ibarrier(comm, &r);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 // The input element i of world rank r in the call numbered `salt`: a small integer, so that

@@ -44,19 +44,9 @@ namespace {
 
 constexpr int kSteps = 3;
 
+using testing::quiet_barrier;
 using testing::world_rank;
 using testing::world_size;
-
-// Waits for every rank without spinning (ranks share 2 cores in CI).
-void quiet_barrier(MPI_Comm comm) {
-  MPI_Request r;
-  MPI_Ibarrier(comm, &r);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 // A shared scratch directory (made by rank 0).
 const std::string& scratch() {

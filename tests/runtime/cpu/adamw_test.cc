@@ -101,13 +101,22 @@ TEST(GradNorm, SumOfSquaresAccumulatesAndClipScale) {
   EXPECT_NEAR(s, ref, 1e-6 * ref);
 
   float sumsq = 16.0f, scale = 0.0f;
-  cpu().clip_scale(&scale, &sumsq, 2.0f);  // norm 4 > 2
+  cpu().clip_scale(&scale, &sumsq, 2.0f, 1.0f);  // norm 4 > 2
   EXPECT_NEAR(scale, 2.0 / (4.0 + 1e-6), 1e-7);
-  cpu().clip_scale(&scale, &sumsq, 5.0f);  // norm 4 <= 5: no clipping
+  cpu().clip_scale(&scale, &sumsq, 5.0f, 1.0f);  // norm 4 <= 5: no clipping
   EXPECT_EQ(scale, 1.0f);
-  cpu().clip_scale(&scale, &sumsq, 0.0f);  // clipping off
+  cpu().clip_scale(&scale, &sumsq, 0.0f, 1.0f);  // clipping off
   EXPECT_EQ(scale, 1.0f);
-  cpu().clip_scale(&sumsq, &sumsq, 1.0f);  // in place
+  // Gradients carrying a loss scale of 8: the norm of the unscaled ones (4) is compared with the
+  // threshold, and the factor also unscales: exactly the unscaled factor / 8.
+  float scaled_sumsq = 16.0f * 64.0f;
+  cpu().clip_scale(&scale, &scaled_sumsq, 2.0f, 8.0f);
+  float plain = 0.0f;
+  cpu().clip_scale(&plain, &sumsq, 2.0f, 1.0f);
+  EXPECT_EQ(scale, plain / 8.0f);
+  cpu().clip_scale(&scale, &scaled_sumsq, 5.0f, 8.0f);  // 4 <= 5: only the unscaling
+  EXPECT_EQ(scale, 1.0f / 8.0f);
+  cpu().clip_scale(&sumsq, &sumsq, 1.0f, 1.0f);  // in place
   EXPECT_NEAR(sumsq, 1.0 / (4.0 + 1e-6), 1e-7);
 }
 

@@ -565,12 +565,15 @@ TEST_F(CudaKernels, AdamWSumsqClip) {
   EXPECT_TRUE(elt_close(v, "adamw v"));
   auto sumsq = twin(std::vector<float>{1.5f});
   auto clip = twin<float>(1);
+  auto clip_scaled = twin<float>(1);  // gradients carrying a loss scale of 2^10
   both([&](Backend& b, Side s) {
     b.grad_sumsq(sumsq(s), g(s), n);
-    b.clip_scale(clip(s), sumsq(s), 10.0f);
+    b.clip_scale(clip(s), sumsq(s), 10.0f, 1.0f);
+    b.clip_scale(clip_scaled(s), sumsq(s), 10.0f, 1024.0f);
   });
   EXPECT_TRUE(elt_close(sumsq, "grad sumsq"));
   EXPECT_TRUE(elt_close(clip, "clip scale"));
+  EXPECT_TRUE(elt_close(clip_scaled, "clip scale under a loss scale"));
   // Deterministic: the same sum again, bit for bit.
   const float first = host(sumsq, Side::kGpu)[0];
   gpu().zero(sumsq.g, sizeof(float));
