@@ -47,6 +47,9 @@ skip+='|JsonFuzz\.SeededRandomMutations'
 skip+='|soak'
 # Searches that export every plan they list (minutes in the plain build): the plain build runs them.
 skip+='|FrameworkFilter\..*|Models/FrameworkFilter\..*'
+# The sweep through the executable (a dozen full searches, several times over, and under mpirun:
+# over 3 min under ASan); the sweep's own suite (tools/sweep_test) runs here.
+skip+='|sweep_cli'
 # Tests that call MPI_Init (mpirun tests, `parasol run`): Open MPI's libraries have no frame
 # pointers, so their leak stacks need the slow unwinder (slow everywhere: only for these) for the
 # suppressions to see which library allocated.

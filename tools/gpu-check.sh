@@ -9,7 +9,8 @@
 #       Benchmark JSON; its counters tokens_per_s, TFLOPs and MFU are read), with a note when it
 #       was not,
 #   (d) prints one summary table: each step, each GPU test, each benchmark's tokens/s, TFLOP/s
-#       and MFU (README.md, "GPU check", documents the format).
+#       and MFU (README.md, "GPU check", documents the format), then where one traced step's time
+#       goes by op kind (the benchmark's "op-time" lines).
 # Everything runs under one deadline (default 480 s: the 8 minutes the issue allows), enforced
 # with `timeout`; nothing needs the network. Logs and the benchmark JSON go to build-gpu/gpu-check/.
 # Before building, a preflight names everything the machine lacks: nvcc, the driver (or a driver
@@ -36,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --deadline) deadline="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --) shift; bench_args=("$@"); break ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -240,6 +241,17 @@ if (( ${#bench_rows[@]} > 0 )); then
     IFS='|' read -r a b c d <<<"$r"
     printf '%-44s %12s %9s %7s\n' "$a" "$b" "$c" "$d"
   done
+fi
+# Where one traced step's time goes (gpu_train_bench's "op-time" lines): the 8 largest op kinds
+# per model and the wall time no op covers (launches, syncs, the host).
+bench_log="$logs/gpu_train_bench.log"
+if (( built )) && [[ -f "$bench_log" ]] && grep -q '^op-time ' "$bench_log"; then
+  echo
+  printf '%-12s %-24s %10s %7s %9s\n' "model" "op kind (traced step)" "ms" "wall" "TFLOP/s"
+  awk '/^op-time / { if ($3 == "(no-op)" || n[$2]++ < 8) print }' "$bench_log" |
+    while read -r _ model kind ms share tf; do
+      printf '%-12s %-24s %10s %7s %9s\n' "$model" "$kind" "$ms" "$share" "$tf"
+    done
 fi
 echo
 if (( failed )); then

@@ -3,13 +3,20 @@
 // (16 layers, hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048).
 // Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward
 // FLOPs of the model); MFU against the device's dense bf16 datasheet peak (core/device.h, by the
-// device name CUDA reports). Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
+// device name CUDA reports). After the timed steps, one traced step is broken down by op kind
+// ("op-time" lines: device time per kind from the backend's marks, its share of the step's wall
+// time and its TFLOP/s, and the wall time no op covers: launches, syncs, the host), which
+// tools/gpu-check.sh prints under its table.
+// Run by tools/gpu-check.sh; without a GPU it prints a note and exits 0.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/model.h"
@@ -19,6 +26,38 @@
 
 namespace parasol::runtime {
 namespace {
+
+// One traced step by op kind: "op-time NAME KIND ms share% TFLOP/s" per kind, largest first, and
+// "op-time NAME (no op) ms share%" for the step's wall time that no op's interval covers.
+void print_op_times(const std::string& name, Trainer& trainer) {
+  const StepStats st = trainer.step(/*trace=*/true);
+  struct Sum {
+    double s = 0, flops = 0;
+  };
+  std::map<std::string, Sum> by_kind;
+  std::vector<std::pair<double, double>> spans;
+  for (const traces::TraceEvent& e : trainer.last_events()) {
+    by_kind[e.kind].s += e.dur_s;
+    by_kind[e.kind].flops += e.flops;
+    spans.emplace_back(e.start_s, e.end_s());
+  }
+  std::sort(spans.begin(), spans.end());
+  double covered = 0, reach = 0;
+  for (const auto& [a, b] : spans) {
+    if (b <= reach) continue;
+    covered += b - std::max(a, reach);
+    reach = b;
+  }
+  std::vector<std::pair<std::string, Sum>> kinds(by_kind.begin(), by_kind.end());
+  std::sort(kinds.begin(), kinds.end(),
+            [](const auto& a, const auto& b) { return a.second.s > b.second.s; });
+  const double wall = st.seconds > 0 ? st.seconds : 1;
+  for (const auto& [kind, sum] : kinds)
+    std::printf("op-time %s %s %.2f %.1f%% %.1f\n", name.c_str(), kind.c_str(), 1e3 * sum.s,
+                100 * sum.s / wall, sum.s > 0 ? sum.flops / sum.s / 1e12 : 0.0);
+  std::printf("op-time %s (no-op) %.2f %.1f%% -\n", name.c_str(),
+              1e3 * std::max(0.0, wall - covered), 100 * std::max(0.0, wall - covered) / wall);
+}
 
 // The datasheet peak of the GPU in use: H200, H100 or A100 by CUDA's device name.
 double peak_flops() {
@@ -57,6 +96,7 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq)
   const double peak = peak_flops();
   if (peak > 0) state.counters["MFU"] = flops / seconds / peak;
   state.counters["peak_GiB"] = static_cast<double>(backend.device_memory().peak_total) / (1 << 30);
+  print_op_times(m.name, trainer);
 }
 
 void BM_Gpt2_124m(benchmark::State& state) {
