@@ -204,8 +204,7 @@ Json base_generator(const std::string& ref, bool* is_preset) {
 }
 
 // The sweep's values at a point, by key (axes only).
-const Json* point_value(const SweepSpec& spec, const Json& values, const std::string& key) {
-  (void)spec;
+const Json* point_value(const Json& values, const std::string& key) {
   return values.contains(key) ? &values[key] : nullptr;
 }
 
@@ -218,11 +217,11 @@ bool is_axis(const SweepSpec& spec, const std::string& key) {
 Json point_cluster(const SweepSpec& spec, const Json& values) {
   Json base = spec.base_cluster;
   bool from_preset = spec.base_is_preset;
-  if (const Json* c = point_value(spec, values, "cluster")) {
+  if (const Json* c = point_value(values, "cluster")) {
     base = cluster_preset_generator(c->get<std::string>());
     from_preset = true;
   }
-  const Json* device = point_value(spec, values, "device");
+  const Json* device = point_value(values, "device");
   if (device && from_preset) {
     // The servers that hold this device, unless the base's server is what the user fixed.
     const std::string preset = cluster_preset_for_device(device->get<std::string>());
@@ -236,7 +235,7 @@ Json point_cluster(const SweepSpec& spec, const Json& values) {
   const int base_gpus_per_server = base.value("gpus_per_server", 8);
   for (auto it = values.begin(); it != values.end(); ++it)
     if (!is_job_key(it.key())) base[it.key()] = it.value();
-  if (const Json* gps = point_value(spec, values, "gpus_per_server")) {
+  if (const Json* gps = point_value(values, "gpus_per_server")) {
     const double ratio = gps->get<double>() / std::max(1, base_gpus_per_server);
     for (const char* k : kPerGpuFigures) {
       if (is_axis(spec, k) || !base.contains(k)) continue;
@@ -253,11 +252,11 @@ Json point_cluster(const SweepSpec& spec, const Json& values) {
 }
 
 int point_gpus(const SweepSpec& spec, const Json& values) {
-  const Json* g = point_value(spec, values, "gpus");
+  const Json* g = point_value(values, "gpus");
   return g ? g->get<int>() : spec.gpus;
 }
 std::string point_model(const SweepSpec& spec, const Json& values) {
-  const Json* m = point_value(spec, values, "model");
+  const Json* m = point_value(values, "model");
   return m ? m->get<std::string>() : spec.model;
 }
 
