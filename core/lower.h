@@ -63,7 +63,10 @@
 //    peer_stage > 0, to the rank peer_stage places on round the ring and from the rank that many
 //    places back (a windowed layer's K/V gradients going home after fewer than cp steps). Sends
 //    are eager (they do not wait for the receiver); a kRecv completes when the kSend with the
-//    same `tag` from its peer has. Tags are unique per direction within a step.
+//    same `tag` from its peer has. Tags are unique per direction within a step. A ring's K/V
+//    send also waits for the compute op emitted before it: Transformer Engine issues it with the
+//    attention step (its NCCL stream waits for the compute enqueued before), not as soon as
+//    Q | K | V exist (which, backward, would start it beside the MLP's backward).
 //  * the transfers of one exchange share an Op::p2p_group, consecutive on their stream: a ring
 //    attention step's send and receive; a pipeline step's sends and the next step's receives
 //    (Megatron's batch_isend_irecv: under 1F1B and GPipe each unit's send with the next unit's
@@ -206,5 +209,27 @@ LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan);
 // The Program of pipeline stage `stage` alone (what lower() puts in programs[stage]).
 // REQUIRES: validate(plan, model, cluster) passed and 0 <= stage < plan.pp.
 Program lower_stage(const Model& model, const Plan& plan, int stage);
+
+// One decoder layer of a plan for one micro-batch on one rank: the layer's ops as lower_stage()
+// emits them in a stage (its forward, then the plan's selectively recomputed modules and its
+// backward), without the pipeline, data-parallel, ZeRO, offload and optimizer ops around it and
+// without full recompute; the layer's input and its output's gradient are buffers no op writes.
+// Under plan.ep_comm_overlap with expert all-to-alls to overlap, micro-batch 0's backward is
+// interleaved with micro-batch 1's forward (Megatron's combined 1F1B, as lower() interleaves
+// units) and micro-batch 0's forward comes first, outside the passes. The closed-form estimate
+// prices a plan's layers from their fragments (cost_models/layer_fragment.h).
+struct LayerFragment {
+  Program program;
+  // The ops' passes, each a range [begin, end) of program.ops that starts once the one before
+  // it has ended (a layer's forward output feeds the next layer; its backward waits for the
+  // gradient): forward and backward, or one pass of the interleaved pair.
+  struct Pass {
+    int begin = 0, end = 0;
+  };
+  std::vector<Pass> passes;
+};
+
+// REQUIRES: validate(plan, model, cluster) passed and 0 <= layer < model.layers.
+LayerFragment lower_layer_fragment(const Model& model, const Plan& plan, int layer);
 
 }  // namespace parasol

@@ -10,6 +10,7 @@
 //   lower_buckets.cc   parameter buckets, ZeRO gathers and gradient reductions
 //   lower_offload.cc   activation offload and prefetch
 //   lower_optimizer.cc the optimizer step (gradient norm, AdamW, cast, ZeRO gathers)
+//   lower_fragment.cc  one layer alone for one micro-batch (lower_layer_fragment)
 #pragma once
 
 #include <array>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/layer_shapes.h"
+#include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/program.h"
@@ -190,8 +192,15 @@ class Lowerer {
  public:
   Lowerer(const Model& m, const Plan& p, int stage);
   Program run();
+  // The fragment of model layer `layer` (core/lower.h's lower_layer_fragment; lower_fragment.cc),
+  // from a Lowerer of the fragment's one-stage plan.
+  LayerFragment layer_fragment(int layer);
 
  private:
+  // The Program's streams and the stage's buckets, and the per-unit state sized for its layers
+  // (lower_schedule.cc): what run() and layer_fragment() begin with.
+  void begin_program();
+
   // --- emission (lower_emit.cc)
   void init_shapes();
   Buffer& buf_at(int id) { return P_.buffers[id]; }

@@ -49,8 +49,10 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
       next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
       // One exchange with the ring neighbours (one p2p group).
       begin_p2p_group();
+      // Issued with the attention (Transformer Engine's ring: the NCCL stream waits for the
+      // compute enqueued before it), not as soon as Q | K | V exist.
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
-          kv >= 0 ? kv : sv[sQkv]);
+          kv >= 0 ? kv : sv[sQkv], {last_compute_});
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
           next);
       end_p2p_group();
@@ -112,7 +114,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
       next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
       begin_p2p_group();
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
-          kv >= 0 ? kv : sv[sQkv]);
+          kv >= 0 ? kv : sv[sQkv], {last_compute_});  // with the attention, as forward
       p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
           next);
       end_p2p_group();

@@ -257,7 +257,7 @@ void Lowerer::run_steps() {
   }
 }
 
-Program Lowerer::run() {
+void Lowerer::begin_program() {
   P_.stage = s_;
   P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
                 StreamKind::kComm};
@@ -276,6 +276,10 @@ Program Lowerer::run() {
   saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});
   head_saved_.assign(M_, {});
+}
+
+Program Lowerer::run() {
+  begin_program();
   run_steps();
   optimizer();
   export_buckets();

@@ -1,11 +1,11 @@
-// The closed-form plan estimate. A pipeline stage's micro-batch is priced layer by layer from
-// core/layer_shapes (the same shapes the lowering emits): norms, the attention block's linears
-// and core, the MLP or MoE block (router, shared experts, routed experts, all-to-all), residuals
-// and the tensor-, context- and expert-parallel communication with what of it hides behind
-// compute; the embedding and the output layer on their stages. The pipeline schedule turns the
-// stages' micro-batch slots into a step (uneven stages: the slowest sets the pace, the others
-// add to fill and drain); data-parallel synchronisation follows the framework semantics the
-// plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
+// The closed-form plan estimate. A pipeline stage's micro-batch is the sum of its layers' prices,
+// each layer kind's price its lowered fragment (core/lower.h's lower_layer_fragment: the ops the
+// stage's Program runs for the layer, priced by the op pricer and played by the Program's rules,
+// cost_models/layer_fragment.h), so that the closed form and the simulator read one description
+// of a layer; plus the embedding and the output layer on their stages. The pipeline schedule
+// turns the stages' micro-batch slots into a step (uneven stages: the slowest sets the pace, the
+// others add to fill and drain); data-parallel synchronisation follows the framework semantics
+// the plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
 // modes, HSDP); then the optimizer and offload. Communication that overlaps compute slows it by
 // the profile's overlap_compute_slowdown.
 #include "cost_models/estimate.h"
@@ -17,9 +17,11 @@
 
 #include "core/error.h"
 #include "core/layer_shapes.h"
+#include "core/lower.h"
 #include "core/optimizer_traffic.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
+#include "cost_models/layer_fragment.h"
 #include "cost_models/moe_dispatch.h"
 
 namespace parasol::cost {
@@ -61,13 +63,17 @@ double Estimator::StagePrice::slot() const {
   return forward + backward + recompute + tp + cp + ep + pp + dp;
 }
 
+Estimator::~Estimator() = default;
+Estimator::Estimator(Estimator&&) noexcept = default;
+
 Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile)
     : model_(model),
       param_counts_(param_counts(model)),
       cluster_(cluster),
       profile_(std::move(profile)),
       device_(cluster.gpu_device(0)),
-      host_bw_(host_copy_bandwidth(cluster, profile_, 0)) {
+      host_bw_(host_copy_bandwidth(cluster, profile_, 0)),
+      places_(std::make_unique<PlacementCache>(cluster)) {
   // A GPU's PCIe link to its switch also carries its NIC's GPUDirect RDMA traffic: the share of
   // the link a busy NIC takes from host copies.
   auto hp = cluster.host_path(0);
@@ -232,539 +238,51 @@ int price_flags(const Plan& p) {
          (modules << 12);
 }
 
-// Estimator::layer_price's work on one layer for one micro-batch on one rank: the shapes the
-// plan gives the layer, the price summed block by block in the layer's order (attention,
-// context parallelism, MLP or MoE block), and the forward seconds and FLOPs of each of
-// Megatron's recompute modules for selective recompute.
-struct LayerPricer {
-  // GEMM time of one linear in forward, and its two backward GEMMs (data and weight
-  // gradients), on `rows` tokens with the tensor-parallel split applied.
-  struct Gemm {
-    double fwd = 0, dgrad = 0, wgrad = 0;
-  };
-  // Forward seconds and FLOPs of a span of the layer (communication on the compute path
-  // included): what a recompute module re-runs.
-  struct Part {
-    double time = 0, flops = 0;
-  };
-  // The MLP block between its parts: where it began (forward, backward, exposed forward
-  // all-to-all) and its tensor-parallel GEMMs.
-  struct MlpBlock {
-    Part start;
-    double backward_start = 0, ep_start = 0;
-    Gemm column, row;
-    bool tp = false;  // runs Megatron's f and g operators
-  };
-
-  // `tp_group`: the layer's tensor-parallel group when the plan has tp > 1, else null.
-  LayerPricer(const Model& model, const DeviceSpec& device, const Profile& profile,
-              const Plan& plan, int layer_index, bool moe, const GroupModel* tp_group)
-      : m(model),
-        d(device),
-        f(profile),
-        p(plan),
-        layer(layer_index),
-        moe_layer(moe),
-        math(p.precision),
-        attn_dtype(p.precision == Dtype::kFp8 ? Dtype::kBf16 : p.precision),
-        eb(p.precision == Dtype::kFp32 ? 4 : 2),
-        t(p.tp),
-        sp(p.sequence_parallel && t > 1),
-        seq(p.seq(m)),
-        T(static_cast<int64_t>(p.micro_batch) * seq / p.cp),
-        Tn(sp ? static_cast<double>(T) / t : static_cast<double>(T)),
-        h(m.hidden),
-        kb(kernel_bytes(m, p)),
-        up_cols(m.activation == Activation::kSwiglu ? 2 : 1),
-        tp(tp_group) {
-    // Megatron's f and g operators of one block: under SP an all-gather before the
-    // column-parallel linears and a reduce-scatter after the row-parallel one; without SP an
-    // all-reduce after the row-parallel one.
-    act_bytes = eb * static_cast<double>(T) * h;
-    ag = tp && sp ? tp->cost(Collective::kAllGather, act_bytes).time_s : 0;
-    rs = tp && sp ? tp->cost(Collective::kReduceScatter, act_bytes).time_s : 0;
-    ar = tp && !sp ? tp->cost(Collective::kAllReduce, act_bytes).time_s : 0;
-  }
-
-  // The blocks, called in this order by Estimator::layer_price.
-  void attention_block();
-  void context_parallel(const GroupModel& cp);
-  void pre_mlp_norm();
-  MlpBlock mlp_begin();
-  void routed_experts();
-  void expert_all_to_all(const GroupModel& ep, const MlpBlock& b);
-  void mlp_end(const MlpBlock& b);
-  void selective_recompute();
-
-  // The pieces the blocks are made of.
-  Gemm linear(const LinearShape& s, double rows, int64_t parts);
-  void elementwise(double bytes);
-  void norm(double width);
-  void activation(double rows, double width);
-  void residual();
-  // Bytes of the column-parallel linears' input (the f operator's all-gather under SP), of its
-  // gradient (the data gradient's reduction) and of what their weight gradients gather again:
-  // a block's activations [T x h] for dense linears; MLA's latents for its up-projections.
-  struct TpInputs {
-    double column_input, column_input_grad, column_input_again;
-  };
-  TpInputs dense_inputs() const { return {act_bytes, act_bytes, act_bytes}; }
-  TpInputs attention_inputs() const;
-  void tp_block(const Gemm& column, const Gemm& row, const TpInputs& in);
-  std::pair<Gemm, Gemm> attention_projections();
-  void rotary();
-  void mla_packing();
-  void attention_core();
-  void routed_expert_linears(double routed, int local, int64_t etp);
-  void routed_tensor_parallel();
-  double expert_tokens() const;
-  // The layer's forward seconds and FLOPs so far; those since `at`; summing them.
-  Part mark() const { return Part{lp.forward, fwd_flops}; }
-  Part since(const Part& at) const { return Part{lp.forward - at.time, fwd_flops - at.flops}; }
-  static void add_to(Part& into, const Part& part) {
-    into.time += part.time;
-    into.flops += part.flops;
-  }
-
-  const Model& m;
-  const DeviceSpec& d;
-  const Profile& f;
-  const Plan& p;
-  const int layer;  // a layer index of this kind, -1 when the model has none
-  const bool moe_layer;
-  const Dtype math, attn_dtype;
-  const double eb;
-  const int64_t t;
-  const bool sp;
-  const int64_t seq;
-  const int64_t T;  // tokens on this rank
-  const double Tn;  // of which in its sequence shard
-  const int64_t h;
-  const KernelBytes kb;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
-  const int64_t up_cols;
-  const GroupModel* tp;
-  double ag = 0, rs = 0, ar = 0;  // the f and g operators' collectives
-  double act_bytes = 0;           // their buffer: a micro-batch's activations [T x h]
-
-  LayerPrice lp;
-  double fwd_flops = 0;
-  double attn_bwd = 0;      // the attention core's backward seconds
-  int64_t attn_window = 0;  // and its sliding window (0: none)
-  // What each of Megatron's recompute modules re-runs: MLA's up-projections and RoPE, the
-  // pre-MLP norm, the MLP block (dense MLP, or the whole MoE block), the experts' activation,
-  // the shared experts.
-  Part mla_up, norm2, mlp_block, moe_act, shared;
-};
-
-// One linear on `rows` tokens split `parts` ways: adds its GEMMs (and FP8 quantisation) and
-// FLOPs to the layer and returns them.
-LayerPricer::Gemm LayerPricer::linear(const LinearShape& s, double rows, int64_t parts) {
-  int64_t in = s.in, out = s.out;
-  if (s.split == Split::kColumn) out /= parts;
-  if (s.split == Split::kRow) in /= parts;
-  const auto r = static_cast<int64_t>(rows);
-  const bool router = std::string_view(s.name) == "router";
-  Gemm g{linear_gemm_time(d, f, math, r, out, in, 1, GemmPass::kForward, router),
-         linear_gemm_time(d, f, math, r, in, out, 1, GemmPass::kDataGrad, router),
-         linear_gemm_time(d, f, math, in, out, r, 1, GemmPass::kWeightGrad, router)};
-  lp.forward += g.fwd;
-  lp.backward += g.dgrad + g.wgrad;
-  fwd_flops += 2.0 * rows * in * out;
-  return g;
-}
-
-// A memory-bound op moving `bytes` in forward and twice as many in backward.
-void LayerPricer::elementwise(double bytes) {
-  lp.forward += memory_time(d, f, bytes);
-  lp.backward += memory_time(d, f, 2 * bytes);
-}
-
-// A norm over `width` on the rank's sequence shard.
-void LayerPricer::norm(double width) { elementwise(kb.norm * Tn * width); }
-
-// The activation of an MLP of `width` on `rows` tokens.
-void LayerPricer::activation(double rows, double width) {
-  elementwise(kb.activation * rows * width);
-}
-
-// A residual add (with dropout when the model has it) on the sequence shard.
-void LayerPricer::residual() { elementwise(kb.residual * Tn * h); }
-
-// One block's TP communication. Forward: f before the first column-parallel GEMM and g after
-// the row-parallel one, on the compute path. Backward (Megatron-Core's linear layers): the
-// row-parallel layer's input gradient needs g's conjugate (an all-gather under SP) before its
-// GEMMs; the column-parallel layer's data-gradient reduction (reduce-scatter or all-reduce)
-// runs asynchronously beside its weight-gradient GEMM and, under SP, the all-gather of its
-// saved input beside its data-gradient GEMM (Transformer Engine's bulk overlaps do the same).
-// With tp_comm_overlap (Transformer Engine's userbuffers) the forward's f and g and the
-// backward's conjugate of g are split into Plan::tp_overlap_chunks() chunks pipelined with the
-// GEMM they feed or drain: one chunk is exposed, the rest hides behind the GEMM (as the
-// lowering emits them, core/lower_emit.cc).
-void LayerPricer::tp_block(const Gemm& column, const Gemm& row, const TpInputs& in) {
-  if (!tp) return;
-  const Collective reduce_kind = sp ? Collective::kReduceScatter : Collective::kAllReduce;
-  // A collective of `bytes` over tp (the dense widths reuse ag/rs/ar).
-  auto cost = [&](Collective kind, double bytes) {
-    if (bytes == act_bytes) return kind == Collective::kAllGather ? ag : sp ? rs : ar;
-    return tp->cost(kind, bytes).time_s;
-  };
-  // {exposed, hidden} of a collective of `bytes` beside `gemm` seconds of the GEMM it feeds or
-  // drains: chunked under tp_comm_overlap, else on the compute path.
-  const int chunks = p.tp_overlap_chunks();
-  auto on_path = [&](Collective kind, double bytes, double gemm) -> std::pair<double, double> {
-    if (chunks == 1) return {cost(kind, bytes), 0.0};
-    const double one = tp->cost(kind, bytes / chunks).time_s;
-    const double rest = tp->cost(kind, bytes - bytes / chunks).time_s;
-    const double exposed = one + std::max(0.0, rest - gemm);
-    return {exposed, one + rest - exposed};
-  };
-  // Issued before a GEMM it does not feed and waited on after it: only the excess is exposed.
-  auto beside = [&](Collective kind, double bytes, double gemm) -> std::pair<double, double> {
-    const double c = cost(kind, bytes);
-    const double exposed = std::max(0.0, c - gemm);
-    return {exposed, c - exposed};
-  };
-  lp.tp_bytes_forward += (sp ? in.column_input : 0) + act_bytes;
-  lp.tp_bytes_backward += (sp ? act_bytes + in.column_input_again : 0) + in.column_input_grad;
-  std::pair<double, double> forward[2] = {{0, 0}, {0, 0}}, backward[3] = {{0, 0}, {0, 0}, {0, 0}};
-  if (sp) forward[0] = on_path(Collective::kAllGather, in.column_input, column.fwd);  // f
-  forward[1] = on_path(reduce_kind, act_bytes, row.fwd);                              // g
-  if (sp) backward[0] = on_path(Collective::kAllGather, act_bytes, row.dgrad);  // g's conjugate
-  backward[1] = beside(reduce_kind, in.column_input_grad, column.wgrad);        // f's conjugate
-  if (sp) backward[2] = beside(Collective::kAllGather, in.column_input_again, column.dgrad);
-  for (auto [e, hid] : forward) {
-    lp.tp_forward += e;
-    lp.tp_hidden += hid;
-  }
-  for (auto [e, hid] : backward) {
-    lp.tp_backward += e;
-    lp.tp_hidden += hid;
-  }
-}
-
-// The attention block: its norm, linears, Q/K norms, rotary embeddings and core, the residual
-// and the block's tensor-parallel communication.
-void LayerPricer::attention_block() {
-  norm(static_cast<double>(h));
-  const auto [column, row] = attention_projections();
-  for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
-  if (m.mla.enabled()) mla_packing();
-  rotary();
-  attention_core();
-  residual();
-  tp_block(column, row, attention_inputs());
-}
-
-// MLA's column-parallel up-projections read the latents (q's, or the norm1 output without query
-// compression; kv's; the shared rotary key), gathered under SP as core/lower_mla.cc does: their
-// gradients reduced, and the q and kv inputs gathered again for the weight gradients.
-LayerPricer::TpInputs LayerPricer::attention_inputs() const {
-  if (!m.mla.enabled()) return dense_inputs();
-  const MlaSpec& a = m.mla;
-  const double q = a.q_lora_rank > 0 ? a.q_lora_rank : h;
-  const double kv = a.kv_lora_rank, rope = a.qk_rope_head_dim;
-  const double per_col = eb * static_cast<double>(T);
-  return {per_col * (q + kv + rope), per_col * (q + kv + rope), per_col * (q + kv)};
-}
-
-// The attention block's linears; returns the column-parallel ones' GEMMs summed and the
-// row-parallel one's. MLA's up-projections count toward its recompute module.
-std::pair<LayerPricer::Gemm, LayerPricer::Gemm> LayerPricer::attention_projections() {
-  const Linears attn = attention_linears(m);
-  Gemm column_attn, row_attn;
-  for (const LinearShape& s : attn) {
-    // Replicated linears (MLA's down-projections) act on the rank's sequence shard.
-    const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
-    const Part at = mark();
-    Gemm g = linear(s, rows, t);
-    if (m.mla.enabled() && (std::string_view(s.name) == "q_up" || std::string_view(s.name) == "q" ||
-                            std::string_view(s.name) == "kv_up"))
-      add_to(mla_up, since(at));
-    if (s.split == Split::kColumn) {
-      column_attn.fwd += g.fwd;
-      column_attn.dgrad += g.dgrad;
-      column_attn.wgrad += g.wgrad;
-    }
-    if (s.split == Split::kRow) row_attn = g;
-  }
-  return {column_attn, row_attn};
-}
-
-// Multi-head latent attention's element-wise work besides its norms, as core/lower_mla.cc emits
-// it: the kv latent's norm also moves the rotary key's columns it passes through; "qkv.pack"
-// forms Q | K | V from q, kv_up's output and the rotary key (part of the up-projections'
-// recompute module) and "qkv.unpack" takes the gradient apart; and the backward forms the
-// normed latents again for the up-projections' weight gradients (inside that module's recompute
-// when the plan recomputes it).
-void LayerPricer::mla_packing() {
-  const MlaSpec& a = m.mla;
-  const double heads = static_cast<double>(m.heads) / t, rope = a.qk_rope_head_dim;
-  const double q_cols = heads * (a.qk_nope_head_dim + rope);
-  const double kv_up_cols = heads * (a.qk_nope_head_dim + a.v_head_dim);
-  const double qkv_cols = 2 * q_cols + heads * a.v_head_dim;
-  const double moved = eb * static_cast<double>(T) * (q_cols + kv_up_cols + rope + qkv_cols);
-  elementwise(kb.norm * Tn * rope);  // kv_norm's pass-through columns
-  const Part at = mark();
-  lp.forward += memory_time(d, f, moved);
-  add_to(mla_up, since(at));
-  lp.backward += memory_time(d, f, moved);
-  // The latent norms run again in the backward: inside the recompute of the module, or alone.
-  const double latent_norms =
-      (a.q_lora_rank > 0 ? memory_time(d, f, kb.norm * Tn * a.q_lora_rank) : 0) +
-      memory_time(d, f, kb.norm * Tn * (a.kv_lora_rank + rope));
-  if (p.recomputes(RecomputeModule::kMlaUpProj))
-    mla_up.time += latent_norms;
-  else
-    lp.backward += latent_norms;
-}
-
-// Rotary embeddings on Q and K (the lowering runs them as the QKV projection's epilogue, or
-// inside MLA's qkv.pack).
-void LayerPricer::rotary() {
-  if (kb.rotary == 0) return;
-  const Part at = mark();
-  elementwise(kb.rotary * T * static_cast<double>(rotary_columns(m)) / t);
-  if (m.mla.enabled()) add_to(mla_up, since(at));
-}
-
-// The attention core (QK^T, softmax, AV) forward and backward.
-void LayerPricer::attention_core() {
-  AttnShape a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch,
-                                seq / p.cp, seq, p.flash_attention);
-  a.kernel = p.attention_kernel;
-  attn_window = a.window;
-  // A windowed layer under a context-parallel ring runs one attention op per ring step its window
-  // reaches, each a causal chunk of its own with the window (as core/lower_layer.cc emits them).
-  const int64_t chunk = seq / p.cp;
-  const int steps = p.cp > 1 && a.window > 0 ? context_ring_steps(p.cp, chunk, a.window) : 0;
-  if (steps > 0) {
-    a = attention_shape(m, std::max(0, layer), static_cast<int>(t), p.micro_batch, chunk, chunk,
-                        p.flash_attention);
-    a.kernel = p.attention_kernel;
-  }
-  const double n = steps > 0 ? static_cast<double>(steps) : 1.0;
-  lp.attention_forward = n * attention_forward_time(d, f, attn_dtype, a);
-  attn_bwd = n * attention_backward_time(d, f, attn_dtype, a);
-  lp.forward += lp.attention_forward;
-  lp.backward += attn_bwd;
-  lp.attention_flops = n * attention_flops(a);
-  fwd_flops += lp.attention_flops;
-}
-
-// Context parallelism: ring exchange of K/V chunks (cp - 1 steps) beside the attention of the
-// chunk in hand; backward sends K/V and their gradients, and the gradients' last hop home.
-void LayerPricer::context_parallel(const GroupModel& cp) {
-  const double kv_width = m.mla.enabled()
-                              ? static_cast<double>(m.heads) * (m.head_dim + m.v_head_dim()) / t
-                              : 2.0 * m.kv_dim() / t;
-  const double kv_bytes = eb * T * kv_width;
-  const double step = kv_bytes / cp.ring_bw() + cp.ring_step_latency();
-  // A windowed layer runs only the ring steps its window reaches.
-  const double ring = context_ring_steps(p.cp, seq / p.cp, attn_window);
-  const double steps = ring - 1;
-  const double fwd_comm = steps * step, bwd_comm = steps * 2 * step;
-  lp.cp_bytes_forward = steps * kv_bytes;
-  lp.cp_bytes_backward = (2 * steps + 1) * kv_bytes;  // K/V and their gradients, the last hop
-  lp.cp_forward = std::max(0.0, fwd_comm - steps * lp.attention_forward / ring);
-  lp.cp_backward = std::max(0.0, bwd_comm - steps * attn_bwd / ring) + step;
-  // The received K/V gradient added to each later step's own ("dkv.acc"), and the accumulator
-  // folded into dQKV at home ("dkv.fold"): element-wise, reading two and writing one.
-  lp.backward += ring * memory_time(d, f, 3 * kv_bytes);
-  lp.cp_hidden = fwd_comm + bwd_comm - (lp.cp_forward + lp.cp_backward - step);
-}
-
-// The norm before the MLP block (its own recompute module).
-void LayerPricer::pre_mlp_norm() {
-  const Part before_norm2 = mark();
-  norm(static_cast<double>(h));
-  norm2 = since(before_norm2);
-}
-
-// The MLP block's start and its linears with their activations: a dense MLP, or an MoE layer's
-// router and shared experts.
-LayerPricer::MlpBlock LayerPricer::mlp_begin() {
-  MlpBlock b;
-  b.start = mark();
-  b.backward_start = lp.backward;
-  b.ep_start = lp.ep_forward;
-  const Linears mlp = mlp_linears(m, std::max(0, layer));
-  for (const LinearShape& s : mlp) {
-    const double rows = s.split == Split::kReplicated ? Tn : static_cast<double>(T);
-    const Part at = mark();
-    Gemm g = linear(s, rows, t);
-    const bool shared_part = moe_layer && std::string_view(s.name) != "router";
-    if (s.split == Split::kColumn) {
-      b.column.fwd += g.fwd;
-      b.column.dgrad += g.dgrad;
-      b.column.wgrad += g.wgrad;
-      b.tp = true;
-      activation(static_cast<double>(T), static_cast<double>(s.out) / up_cols / t);
-    }
-    if (s.split == Split::kRow) b.row = g;
-    if (shared_part) add_to(shared, since(at));
-  }
-  return b;
-}
-
-// The tokens a rank routes: under Megatron's expert grid its 1/tp of the TP group's tokens (its
-// sequence shard, or a slice of the replicated rows without SP); else its sequence shard under
-// SP, all its tokens without.
-double LayerPricer::expert_tokens() const {
-  return p.expert_tp() != t ? static_cast<double>(T) / t : sp ? Tn : static_cast<double>(T);
-}
-
-// Routed experts: each rank routes its tokens (the sequence shard under SP or with its own
-// expert tensor parallelism) top_k times; balanced routing spreads them over the ep ranks,
-// whose experts/ep local experts run as grouped GEMMs split etp ways.
-void LayerPricer::routed_experts() {
-  const int64_t etp = p.expert_tp();
-  const double tokens = expert_tokens();
-  const double routed = tokens * m.moe.top_k * (etp != t ? 1.0 : (sp ? double(t) : 1.0));
-  const int local = std::max(1, m.moe.experts / p.ep);
-  elementwise(4.0 * tokens * m.moe.experts * 2);  // router softmax / top-k (fp32)
-  routed_expert_linears(routed, local, etp);
-  elementwise(2 * eb * routed * h);  // permute and un-permute
-  // Tensor parallelism inside the MoE block: the shared experts' linears are a dense block
-  // (mlp_begin marks it); the routed experts split tp ways exchange their routed rows.
-  if (etp == t && t > 1) routed_tensor_parallel();
-}
-
-// Routed experts split tp ways (Megatron-Core's alltoall dispatcher with expert tensor
-// parallelism = tp): under SP the routed rows are all-gathered over tp before the grouped GEMMs
-// and their partial sums reduce-scattered after, and the same two in the backward; without SP
-// one all-reduce each way. Each moves top_k rows per token: top_k times the activations a dense
-// block's f and g move. On the compute path (Transformer Engine's TP overlap covers the dense
-// linears only).
-void LayerPricer::routed_tensor_parallel() {
-  const double bytes = act_bytes * m.moe.top_k;
-  const double fwd = sp ? tp->cost(Collective::kAllGather, bytes).time_s +
-                              tp->cost(Collective::kReduceScatter, bytes).time_s
-                        : tp->cost(Collective::kAllReduce, bytes).time_s;
-  lp.tp_forward += fwd;
-  lp.tp_backward += fwd;
-  lp.tp_bytes_forward += (sp ? 2 : 1) * bytes;
-  lp.tp_bytes_backward += (sp ? 2 : 1) * bytes;
-}
-
-// The routed experts' grouped GEMMs on `routed` tokens over `local` experts split `etp` ways,
-// with their activation (its own recompute module).
-void LayerPricer::routed_expert_linears(double routed, int local, int64_t etp) {
-  for (const LinearShape& s : expert_linears(m)) {
-    int64_t in = s.in, out = s.out;
-    if (s.split == Split::kColumn) out /= etp;
-    if (s.split == Split::kRow) in /= etp;
-    const auto rows_per_expert = static_cast<int64_t>(std::ceil(routed / local));
-    lp.forward +=
-        linear_gemm_time(d, f, math, rows_per_expert, out, in, local, GemmPass::kForward, false);
-    lp.backward +=
-        linear_gemm_time(d, f, math, rows_per_expert, in, out, local, GemmPass::kDataGrad, false) +
-        linear_gemm_time(d, f, math, in, out, rows_per_expert, local, GemmPass::kWeightGrad, false);
-    fwd_flops += 2.0 * routed * in * out;
-    if (s.split == Split::kColumn) {
-      const Part at = mark();
-      activation(routed, static_cast<double>(s.out) / up_cols / etp);
-      add_to(moe_act, since(at));
-    }
-  }
-}
-
-// The expert-parallel all-to-alls on group `ep`: dispatch and combine, forward and backward.
-void LayerPricer::expert_all_to_all(const GroupModel& ep, const MlpBlock& b) {
-  const double bytes = eb * expert_tokens() * m.moe.top_k * h;
-  lp.ep_bytes_forward = lp.ep_bytes_backward = 2 * bytes;  // dispatch and combine
-  // The forward's dispatch, and each of the other three exchanges (its combine, the backward's
-  // two), priced as the simulator prices the ops (cost_models/moe_dispatch.h).
-  auto a2a_time = [&](bool forward_dispatch) {
-    return ep
-        .cost(Collective::kAllToAll,
-              expert_all_to_all_wire_bytes(m, p, ep.nodes(), bytes, forward_dispatch))
-        .time_s;
-  };
-  const double dispatch = a2a_time(true), other = a2a_time(false);
-  if (!p.ep_comm_overlap) {
-    lp.ep_forward = dispatch + other;
-    lp.ep_backward = 2 * other;
-    return;
-  }
-  // Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm, after
-  // DeepSeek's DualPipe): in the steady state a layer's forward of one micro-batch runs
-  // beside its backward of another, and each all-to-all beside one compute segment of
-  // the other: the forward's dispatch beside the backward's MLP, its combine beside the
-  // backward's attention, the backward's two beside the forward's attention and MLP.
-  const double attn_f = b.start.time, mlp_f = lp.forward - b.start.time;
-  const double attn_b = b.backward_start, mlp_b = lp.backward - b.backward_start;
-  auto exposed = [](double a2a, double window) { return std::max(0.0, a2a - window); };
-  lp.ep_forward = exposed(dispatch, mlp_b) + exposed(other, attn_b);
-  lp.ep_backward = exposed(other, attn_f) + exposed(other, mlp_f);
-  lp.ep_hidden = dispatch + 3 * other - lp.ep_forward - lp.ep_backward;
-}
-
-// The MLP block's end: its recompute module's share (with its exposed forward all-to-alls and
-// TP communication), the residual and the block's tensor-parallel communication.
-void LayerPricer::mlp_end(const MlpBlock& b) {
-  mlp_block = since(b.start);
-  mlp_block.time += lp.ep_forward - b.ep_start;  // the block's exposed forward all-to-alls
-  residual();
-  const double tp_before = lp.tp_forward;
-  if (b.tp) tp_block(b.column, b.row, dense_inputs());
-  mlp_block.time += lp.tp_forward - tp_before;  // and its forward TP communication
-}
-
-// Selective recompute: what the plan's modules re-run in the backward (as the lowering does,
-// core/lower.h).
-void LayerPricer::selective_recompute() {
-  if (p.recomputes(RecomputeModule::kCoreAttn)) {
-    lp.selective_recompute += lp.attention_forward;
-    lp.selective_recompute_flops += lp.attention_flops;
-  }
-  std::vector<Part> rerun;
-  if (p.recomputes(RecomputeModule::kMlaUpProj)) rerun.push_back(mla_up);
-  if (moe_layer) {
-    if (p.recomputes(RecomputeModule::kLayernorm)) rerun.push_back(norm2);
-    if (p.recomputes(RecomputeModule::kMoe)) {
-      rerun.push_back(mlp_block);
-    } else {
-      if (p.recomputes(RecomputeModule::kMoeAct)) rerun.push_back(moe_act);
-      if (p.recomputes(RecomputeModule::kSharedExperts)) rerun.push_back(shared);
-    }
-  } else if (p.recomputes(RecomputeModule::kMlp)) {
-    rerun.push_back(mlp_block);
-  }
-  for (const Part& r : rerun) {
-    lp.selective_recompute += r.time;
-    lp.selective_recompute_flops += r.flops;
-  }
-}
 }  // namespace
 
-// One layer of kind (moe_layer, windowed) for one micro-batch on one rank (LayerPricer, block by
-// block), cached by everything it depends on.
+// The lowered fragment of a layer of kind (moe_layer, windowed), playable, its compute priced,
+// cached by everything that shapes its ops and their compute prices (not by where the ranks
+// sit: its communication is priced per placement by layer_price).
+const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool windowed) {
+  const FragmentKey key{p.tp,
+                        p.cp,
+                        p.ep,
+                        p.expert_tp(),
+                        p.micro_batch,
+                        p.seq(model_),
+                        static_cast<int>(p.precision),
+                        price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0)};
+  auto it = fragments_.find(key);
+  if (it != fragments_.end()) return it->second;
+  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
+  PARASOL_CHECK(layer >= 0, "the model has no layer of this kind");
+  const RankLayout layout(p);
+  const std::vector<int> reps(p.pp, 0);  // compute prices read no rank
+  OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
+  return fragments_.emplace(key, make_playable(lower_layer_fragment(model_, p, layer), pricer))
+      .first->second;
+}
+
+// One layer of kind (moe_layer, windowed) for one micro-batch on one rank: its fragment's
+// communication priced on the plan's placed groups (stage 0's) and the fragment played
+// (cost_models/layer_fragment.h), cached by everything the price depends on.
 const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
   auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
                              moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0);
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 
-  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
-  LayerPricer w(model_, device_, profile_, p, layer, moe_layer,
-                p.tp > 1 ? &group_model(p, Group::kTp) : nullptr);
-  w.attention_block();
-  if (p.cp > 1) w.context_parallel(group_model(p, Group::kCp));
-  w.pre_mlp_norm();
-  LayerPricer::MlpBlock mlp = w.mlp_begin();
-  if (moe_layer) {
-    w.routed_experts();
-    if (p.ep > 1) {
-      const GroupModel& ep = p.expert_tp() != p.tp
-                                 ? extra_group_model(p, ExtraGroup::kExpertParallel)
-                                 : group_model(p, Group::kEp);
-      w.expert_all_to_all(ep, mlp);
-    }
+  const PlayableFragment& f = fragment(p, moe_layer, windowed);
+  const RankLayout layout(p);
+  std::vector<int> reps(p.pp);
+  for (int s = 0; s < p.pp; ++s) {
+    RankCoord c{};
+    c.pp = s;
+    reps[s] = layout.rank(c);
   }
-  w.mlp_end(mlp);
-  w.lp.forward_flops = w.fwd_flops;
-  w.selective_recompute();
-  return layers_.emplace(key, w.lp).first->second;
+  OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
+  return layers_.emplace(key, play_layer_fragment(f, communication_seconds(f, pricer, 0)))
+      .first->second;
 }
 
 Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {

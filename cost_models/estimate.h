@@ -17,6 +17,7 @@
 #include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/collective.h"
+#include "cost_models/layer_fragment.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
 
@@ -65,29 +66,6 @@ struct Estimate {
 
 Json estimate_to_json(const Estimate& e);
 
-// Per-layer, per-micro-batch prices on one rank (see estimate.cc).
-struct LayerPrice {
-  double forward = 0, backward = 0;        // compute seconds
-  double attention_forward = 0;            // the attention core alone (selective recompute)
-  double tp_forward = 0, tp_backward = 0;  // exposed TP/SP communication
-  double tp_hidden = 0;                    // TP/SP communication overlapped with GEMMs
-  double cp_forward = 0, cp_backward = 0;  // exposed CP communication
-  double cp_hidden = 0;
-  double ep_forward = 0, ep_backward = 0;  // exposed expert all-to-all
-  double ep_hidden = 0;
-  double forward_flops = 0, attention_flops = 0;  // executed FLOPs
-  // Re-run in the backward under selective recompute by the plan's modules (Plan::recomputes):
-  // forward seconds (with the communication on their path) and FLOPs.
-  double selective_recompute = 0, selective_recompute_flops = 0;
-  // Bytes the layer's TP, CP and EP communication moves per micro-batch on one rank, forward and
-  // backward apart: collective buffers in nccl-tests' convention (all-reduce buffer, all-gather
-  // output, reduce-scatter input, all-to-all send buffer, one ring step's chunk), EP before the
-  // dispatcher's deduplication: what the lowered Program's ops carry.
-  double tp_bytes_forward = 0, tp_bytes_backward = 0;
-  double cp_bytes_forward = 0, cp_bytes_backward = 0;
-  double ep_bytes_forward = 0, ep_bytes_backward = 0;
-};
-
 // Bytes one rank's communication moves in one micro-batch of one layer, by group.
 struct CommBytes {
   double tp = 0, cp = 0, ep = 0;
@@ -97,6 +75,8 @@ class Estimator {
  public:
   // REQUIRES: `cluster` outlives the Estimator.
   Estimator(const Model& model, const Cluster& cluster, Profile profile);
+  ~Estimator();
+  Estimator(Estimator&&) noexcept;
 
   // REQUIRES: validate(plan, model, cluster) passed.
   Estimate estimate(const Plan& plan);
@@ -140,6 +120,8 @@ class Estimator {
     kExpertReplica
   };
   const GroupModel& extra_group_model(const Plan& plan, ExtraGroup g);
+  // A layer kind's lowered fragment, playable, its compute priced (layer_fragment.h).
+  const PlayableFragment& fragment(const Plan& plan, bool moe_layer, bool windowed);
   const LayerPrice& layer_price(const Plan& plan, bool moe_layer, bool windowed);
   StagePrice stage_price(const Plan& plan, int stage);
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
@@ -178,6 +160,11 @@ class Estimator {
   template <typename K, typename V>
   using Cache = std::map<K, V>;
   Cache<PlacementKey, std::unique_ptr<GroupModel>> groups_;
+  // The op pricer's placed groups and links, shared by the layer fragments of every plan.
+  std::unique_ptr<PlacementCache> places_;
+  // Fragments by (tp, cp, ep, etp, micro-batch, sequence, precision, switches and layer kind).
+  using FragmentKey = std::tuple<int, int, int, int, int, int64_t, int, int>;
+  Cache<FragmentKey, PlayableFragment> fragments_;
   Cache<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
       layers_;
   Cache<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)

@@ -131,8 +131,10 @@ struct OpPricer::ShapeCache {
     double seconds = 0;
     bool used = false;
   };
-  static constexpr size_t kMemoSlots = 1024;
-  std::vector<Memo> memo = std::vector<Memo>(kMemoSlots);
+  // Allocated once the map holds kMemoAfter shapes: a pricer of a few ops (a layer fragment of
+  // the closed form) does without it.
+  static constexpr size_t kMemoSlots = 1024, kMemoAfter = 64;
+  std::vector<Memo> memo;
 };
 
 OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
@@ -145,7 +147,20 @@ OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
       layout_(layout),
       reps_(reps),
       places_(places),
-      shapes_(std::make_unique<ShapeCache>()) {}
+      shapes_(std::make_unique<ShapeCache>()),
+      // What RankLayout reads of the plan (core/rank_layout.cc): its degrees, expert grid,
+      // HSDP shard groups and rank order.
+      layout_signature_{plan.tp,
+                        plan.cp,
+                        plan.ep,
+                        plan.dp,
+                        plan.pp,
+                        plan.expert_tp(),
+                        plan.shard_degree,
+                        plan.dense_shard_ranks(),
+                        plan.expert_shard_ranks()} {
+  for (Dim d : plan.rank_order) layout_signature_.push_back(static_cast<int64_t>(d));
+}
 
 OpPricer::~OpPricer() = default;
 
@@ -173,8 +188,11 @@ double OpPricer::time(const Op& op, int stage, bool host) {
                op.attn.head_dim,
                (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
   const size_t h = ShapeHash()(key);
-  ShapeCache::Memo& slot = shapes_->memo[h % ShapeCache::kMemoSlots];
-  if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;
+  std::vector<ShapeCache::Memo>& memo = shapes_->memo;
+  if (!memo.empty()) {
+    const ShapeCache::Memo& slot = memo[h % ShapeCache::kMemoSlots];
+    if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;
+  }
   auto it = shapes_->map.find(key);
   double t;
   if (it != shapes_->map.end()) {
@@ -182,8 +200,10 @@ double OpPricer::time(const Op& op, int stage, bool host) {
   } else {
     t = price(op, stage, host);
     shapes_->map.emplace(key, t);
+    if (memo.empty() && shapes_->map.size() >= ShapeCache::kMemoAfter)
+      memo.resize(ShapeCache::kMemoSlots);
   }
-  slot = {key, h, t, true};
+  if (!memo.empty()) memo[h % ShapeCache::kMemoSlots] = {key, h, t, true};
   return t;
 }
 
@@ -249,6 +269,12 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   auto key = std::make_pair(stage, static_cast<int>(g));
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
+  // Another pricer of a plan with the same rank layout found it already.
+  std::vector<int64_t> layout_key = layout_signature_;
+  layout_key.push_back(stage);
+  layout_key.push_back(static_cast<int64_t>(g));
+  if (auto lit = places_.by_layout.find(layout_key); lit != places_.by_layout.end())
+    return *groups_.emplace(key, lit->second).first->second;
   const std::vector<int>& group = group_ranks(stage, g);
   // The same-kind groups of this stage run the same collective at the same time.
   std::vector<std::vector<int>> concurrent;
@@ -287,6 +313,7 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
                                            /*price_all_to_all=*/g == Group::kEp);
     pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
   }
+  places_.by_layout.emplace(std::move(layout_key), pit->second.get());
   return *groups_.emplace(key, pit->second.get()).first->second;
 }
 

@@ -54,6 +54,9 @@ struct PlacementCache {
   std::map<std::vector<int64_t>, std::unique_ptr<GroupModel>> groups;
   std::map<std::vector<int64_t>, std::pair<double, double>> links;  // (bandwidth, latency)
   std::map<int, double> host_bw;  // per GPU, copy efficiency applied
+  // The group models of (a plan's rank layout, stage, group): pricers of plans that share a
+  // layout find their groups without placing them again.
+  std::map<std::vector<int64_t>, const GroupModel*> by_layout;
 };
 
 // Which link an op's data crosses on its rank (the simulator shares a link among the
@@ -104,6 +107,7 @@ class OpPricer {
   std::map<std::pair<int, int>, std::vector<int>> ranks_;           // (stage, group)
   std::map<std::pair<int, int>, const GroupModel*> groups_;         // (stage, group)
   std::map<std::pair<int, int>, std::pair<double, double>> links_;  // (from, to)
+  std::vector<int64_t> layout_signature_;  // what decides the plan's rank layout
 };
 
 }  // namespace parasol::cost

@@ -372,24 +372,26 @@ TEST(EstimateMoe, ExpertParallelAddsAllToAll) {
 // per layer and micro-batch the ring passes one K/V chunk (bf16: 2 bytes x the rank's
 // mb x seq / cp tokens x 2 x kv_heads x head_dim / tp) per step, each step the chunk's bytes over
 // the slowest link between ring neighbours at the profile's efficiency plus the path's latency
-// and the profile's step latency; forward cp - 1 steps hide behind (cp - 1) / cp of the
-// attention forward, backward 2 (cp - 1) steps (K/V and their gradients) behind (cp - 1) / cp of
-// the attention backward, and the gradients' last hop home is exposed:
-//   cp_comm = micro-batches x layers x (max(0, (cp-1) (step - A_f / cp))
-//                                       + max(0, (cp-1) (2 step - A_b / cp)) + step)
-// with A_f, A_b the attention of the rank's query chunk against the whole sequence. Checked in
-// both regimes: a fast link (the ring hides behind attention, only the last hop shows) and a
-// slow one (both directions exposed).
+// and the profile's step latency. With cp = 2 and the ring as the lowering emits it (core/lower.h:
+// each exchange issued with the attention step it feeds; each step A_f, A_b: the query chunk
+// against one K/V chunk, causal): forward, the chunk's exchange beside the
+// first step's attention, the second step waiting for it; backward, the K/V exchange beside the
+// first step, the first step's K/V gradient exchange beside the second step (whose accumulation
+// waits for it), and the gradients' last hop home exposed:
+//   cp_comm = micro-batches x layers x (max(0, step - A_f) + 2 max(0, step - A_b) + step)
+// Checked in both regimes: a fast link (the ring hides behind attention, only the last hop
+// shows) and a slow one (both directions exposed).
 TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
   const Model m = model_preset("llama3-8b");
   const Cluster c = cluster_preset("dgx-h100", 16);
   Plan p;
-  p.tp = 4;
+  // No tensor parallelism: its collectives share the CP ring's stream and link, and the exposed
+  // time would be split between the two by what each compute op waited for last.
+  p.tp = 1;
   p.cp = 2;
-  p.dp = 2;
-  p.sequence_parallel = true;
+  p.dp = 8;
   p.micro_batch = 1;
-  p.global_batch = 4;
+  p.global_batch = 8;
   validate(p, m, c);
   const DeviceSpec& dev = c.gpu_device(0);
   Profile prof = default_profile(dev);
@@ -408,8 +410,8 @@ TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
   }
   AttnShape a;
   a.batch = p.micro_batch;
-  a.seq_q = static_cast<int64_t>(seq / cp);
-  a.seq_kv = static_cast<int64_t>(seq);
+  a.seq_q = static_cast<int64_t>(seq / cp);   // one ring step: the query chunk against one
+  a.seq_kv = static_cast<int64_t>(seq / cp);  // K/V chunk, causal (core/lower.h)
   a.heads = m.heads / p.tp;
   a.kv_heads = m.kv_heads / p.tp;
   a.head_dim = m.head_dim;
@@ -422,8 +424,8 @@ TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
     SCOPED_TRACE("link efficiency " + std::to_string(eff));
     prof.link_efficiency[static_cast<int>(kind)] = eff;
     const double step = chunk / (bw * eff) + lat + prof.collective_step_latency_s;
-    const double fwd = std::max(0.0, (cp - 1) * (step - attn_f / cp));
-    const double bwd = std::max(0.0, (cp - 1) * (2 * step - attn_b / cp));
+    const double fwd = std::max(0.0, step - attn_f);
+    const double bwd = 2 * std::max(0.0, step - attn_b);
     const double want = micro_batches * layers * (fwd + bwd + step);
     // The two regimes are the ones meant: hidden on the fast link, exposed on the slow one.
     if (eff > 0.5) {

@@ -1,0 +1,212 @@
+// A layer fragment made playable, its communication priced per placement, and its passes played
+// by the Program's execution rules into a LayerPrice (layer_fragment.h).
+#include "cost_models/layer_fragment.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace parasol::cost {
+namespace {
+
+enum Category : uint8_t { kTpCat, kCpCat, kEpCat };
+
+Category category(Group g) {
+  if (g == Group::kCp) return kCpCat;
+  if (g == Group::kEp) return kEpCat;
+  return kTpCat;
+}
+
+// Exposed seconds of `cat` in `phase` (a recomputed module's exposure counts toward the
+// recompute's time).
+void charge(LayerPrice& lp, int cat, Phase phase, double seconds) {
+  if (phase == Phase::kRecompute) {
+    lp.selective_recompute += seconds;
+    return;
+  }
+  const bool fwd = phase == Phase::kForward;
+  double* exposed[3][2] = {{&lp.tp_forward, &lp.tp_backward},
+                           {&lp.cp_forward, &lp.cp_backward},
+                           {&lp.ep_forward, &lp.ep_backward}};
+  *exposed[cat][fwd ? 0 : 1] += seconds;
+}
+
+}  // namespace
+
+PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) {
+  const std::vector<Op>& ops = fragment.program.ops;
+  PlayableFragment f;
+  f.passes = fragment.passes;
+  f.streams = static_cast<int>(fragment.program.streams.size());
+  f.nodes.resize(ops.size());
+  std::vector<char> in_pass(ops.size(), 0);
+  for (const LayerFragment::Pass& pass : fragment.passes) {
+    PARASOL_CHECK(
+        0 <= pass.begin && pass.begin <= pass.end && pass.end <= static_cast<int>(ops.size()),
+        "fragment pass [" + std::to_string(pass.begin) + ", " + std::to_string(pass.end) + ")");
+    std::fill(in_pass.begin() + pass.begin, in_pass.begin() + pass.end, 1);
+  }
+  // (kind, role, group, phase, bytes): what a communication op's price depends on (a forward
+  // dispatch and combine differ by role only, DeepEP's fp8 dispatch by that).
+  std::map<std::tuple<int, int, int, int, double>, int> distinct;
+  std::unordered_map<int64_t, int> send_of_tag;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    PlayableFragment::Node& n = f.nodes[i];
+    n.deps_begin = static_cast<int>(f.deps.size());
+    f.deps.insert(f.deps.end(), op.deps.begin(), op.deps.end());
+    n.deps_end = static_cast<int>(f.deps.size());
+    n.p2p_group = op.p2p_group;
+    n.stream = static_cast<uint8_t>(op.stream);
+    n.phase = static_cast<uint8_t>(op.tags.phase);
+    n.flops = op.flops;
+    const bool comm = is_communication(op.kind);
+    PARASOL_CHECK(comm || is_compute_kind(op.kind), "fragment op '" + op.name + "' is a copy");
+    n.compute = !comm;
+    if (!in_pass[i]) continue;  // outside the passes: done before they start
+    if (!comm) {
+      n.seconds = pricer.time(op, 0, false);
+      continue;
+    }
+    n.category = category(op.group);
+    LayerPrice& b = f.bytes;
+    const bool fwd = op.tags.phase == Phase::kForward;
+    if (op.group == Group::kTp && op.kind != OpKind::kSend && op.kind != OpKind::kRecv)
+      (fwd ? b.tp_bytes_forward : b.tp_bytes_backward) += op.bytes;
+    if (op.group == Group::kCp && op.kind == OpKind::kSend)
+      (fwd ? b.cp_bytes_forward : b.cp_bytes_backward) += op.bytes;
+    if (op.group == Group::kEp && op.kind == OpKind::kAllToAll)
+      (fwd ? b.ep_bytes_forward : b.ep_bytes_backward) += op.bytes;
+    if (op.kind == OpKind::kRecv) {
+      n.recv = true;
+      auto s = send_of_tag.find(op.tag);
+      PARASOL_CHECK(s != send_of_tag.end(), "fragment recv '" + op.name + "' before its send");
+      n.send = s->second;
+      continue;
+    }
+    if (op.kind == OpKind::kSend) send_of_tag[op.tag] = static_cast<int>(i);
+    const auto key =
+        std::make_tuple(static_cast<int>(op.kind), static_cast<int>(op.role),
+                        static_cast<int>(op.group), static_cast<int>(op.tags.phase), op.bytes);
+    auto [it, added] = distinct.emplace(key, static_cast<int>(f.comm_ops.size()));
+    if (added) {
+      Op priced = op;
+      priced.name.clear();
+      priced.deps = {};
+      priced.reads = {};
+      priced.writes = {};
+      f.comm_ops.push_back(std::move(priced));
+    }
+    n.comm = it->second;
+  }
+  return f;
+}
+
+std::vector<double> communication_seconds(const PlayableFragment& f, OpPricer& pricer, int stage) {
+  std::vector<double> out;
+  out.reserve(f.comm_ops.size());
+  for (const Op& op : f.comm_ops) out.push_back(pricer.time(op, stage, false));
+  return out;
+}
+
+LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<double>& comm_seconds) {
+  PARASOL_CHECK(comm_seconds.size() == f.comm_ops.size(), "a price per communication op");
+  const std::vector<PlayableFragment::Node>& nodes = f.nodes;
+  const size_t n = nodes.size();
+  auto seconds = [&](const PlayableFragment::Node& nd) {
+    return nd.comm >= 0 ? comm_seconds[nd.comm] : nd.seconds;
+  };
+  std::vector<double> start(n, 0), end(n, 0);
+  std::vector<double> stream_free(f.streams, 0);
+  LayerPrice lp = f.bytes;
+  double comm_total[3] = {0, 0, 0}, exposed_total[3] = {0, 0, 0};
+  double t0 = 0;
+  for (const LayerFragment::Pass& pass : f.passes) {
+    std::fill(stream_free.begin(), stream_free.end(), t0);
+    for (int i = pass.begin; i < pass.end;) {
+      // The ops issued together: a p2p group's consecutive transfers, or the op alone.
+      int last = i + 1;
+      if (nodes[i].p2p_group >= 0)
+        while (last < pass.end && nodes[last].p2p_group == nodes[i].p2p_group) ++last;
+      double at = 0;
+      for (int j = i; j < last; ++j) {
+        const PlayableFragment::Node& nd = nodes[j];
+        at = std::max(at, stream_free[nd.stream]);
+        for (int d = nd.deps_begin; d < nd.deps_end; ++d) at = std::max(at, end[f.deps[d]]);
+      }
+      for (int j = i; j < last; ++j) {  // sends (and any other op) first, then receives
+        if (nodes[j].recv) continue;
+        start[j] = at;
+        end[j] = at + seconds(nodes[j]);
+      }
+      for (int j = i; j < last; ++j) {
+        if (!nodes[j].recv) continue;
+        start[j] = at;
+        end[j] = std::max(at, end[nodes[j].send]);
+      }
+      for (int j = i; j < last; ++j)
+        stream_free[nodes[j].stream] = std::max(stream_free[nodes[j].stream], end[j]);
+      i = last;
+    }
+    double pass_end = t0;
+    for (int i = pass.begin; i < pass.end; ++i) pass_end = std::max(pass_end, end[i]);
+
+    // Compute, and the compute stream's idle time charged to what it waited for.
+    double cursor = t0;
+    for (int i = pass.begin; i < pass.end; ++i) {
+      const PlayableFragment::Node& nd = nodes[i];
+      const Phase phase = static_cast<Phase>(nd.phase);
+      if (!nd.compute) {
+        if (!nd.recv) comm_total[nd.category] += seconds(nd);
+        continue;
+      }
+      const double gap = start[i] - cursor;
+      if (gap > 0) {
+        int waited = -1;
+        for (int d = nd.deps_begin; d < nd.deps_end; ++d)
+          if (waited < 0 || end[f.deps[d]] > end[waited]) waited = f.deps[d];
+        PARASOL_CHECK(waited >= 0 && !nodes[waited].compute,
+                      "a fragment's compute op waits on no communication");
+        charge(lp, nodes[waited].category, phase, gap);
+        exposed_total[nodes[waited].category] += gap;
+      }
+      cursor = end[i];
+      switch (phase) {
+        case Phase::kForward:
+          lp.forward += nd.seconds;
+          lp.forward_flops += nd.flops;
+          break;
+        case Phase::kRecompute:
+          lp.selective_recompute += nd.seconds;
+          lp.selective_recompute_flops += nd.flops;
+          break;
+        default:
+          lp.backward += nd.seconds;
+          break;
+      }
+    }
+    // Communication still running when the pass's compute is done: the next layer waits for it.
+    if (pass_end > cursor) {
+      int last = pass.begin;
+      for (int i = pass.begin; i < pass.end; ++i)
+        if (end[i] > end[last]) last = i;
+      charge(lp, nodes[last].category, static_cast<Phase>(nodes[last].phase), pass_end - cursor);
+      exposed_total[nodes[last].category] += pass_end - cursor;
+    }
+    t0 = pass_end;
+  }
+  lp.tp_hidden = std::max(0.0, comm_total[kTpCat] - exposed_total[kTpCat]);
+  lp.cp_hidden = std::max(0.0, comm_total[kCpCat] - exposed_total[kCpCat]);
+  lp.ep_hidden = std::max(0.0, comm_total[kEpCat] - exposed_total[kEpCat]);
+  return lp;
+}
+
+LayerPrice price_layer_fragment(const LayerFragment& fragment, OpPricer& pricer, int stage) {
+  const PlayableFragment f = make_playable(fragment, pricer);
+  return play_layer_fragment(f, communication_seconds(f, pricer, stage));
+}
+
+}  // namespace parasol::cost

@@ -1,0 +1,86 @@
+// The price of one decoder layer for one micro-batch on one rank, from its lowered fragment
+// (core/lower.h's lower_layer_fragment): the same ops the simulator plays in a stage's Program,
+// each priced by the op pricer (cost_models/op_cost.h). The closed-form estimate sums these
+// prices over a stage's layers, so a layer is described once, by the lowering.
+//
+// The fragment's passes are played by the Program's execution rules: an op starts once its
+// dependencies and the op before it on its stream have finished; the transfers of one p2p group
+// start together once all of them are ready; a receive completes with the send of its tag (by
+// symmetry a ring neighbour sends when this rank does). What the event simulator adds on top
+// (link sharing between concurrent transfers, compute slowed while communication runs) is not
+// played here: the closed form charges Profile::overlap_compute_slowdown on the hidden
+// communication instead. The compute stream's idle time is the exposed communication, charged
+// to the group of the op the waiting compute op (or the pass's end) waited for last, in the
+// waiting op's phase.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/lower.h"
+#include "cost_models/op_cost.h"
+
+namespace parasol::cost {
+
+// Per-layer, per-micro-batch prices on one rank.
+struct LayerPrice {
+  double forward = 0, backward = 0;        // compute seconds
+  double tp_forward = 0, tp_backward = 0;  // exposed TP/SP (and expert TP) communication
+  double tp_hidden = 0;                    // TP/SP communication overlapped with compute
+  double cp_forward = 0, cp_backward = 0;  // exposed CP communication
+  double cp_hidden = 0;
+  double ep_forward = 0, ep_backward = 0;  // exposed expert all-to-all
+  double ep_hidden = 0;
+  double forward_flops = 0;  // executed FLOPs of the forward
+  // Re-run in the backward under selective recompute by the plan's modules (Plan::recomputes):
+  // seconds (with the communication exposed on their path) and FLOPs.
+  double selective_recompute = 0, selective_recompute_flops = 0;
+  // Bytes the layer's TP (Group::kTp collectives), CP (ring sends) and EP (all-to-alls)
+  // communication moves per micro-batch on one rank, forward and backward (with selective
+  // recompute) apart, as the fragment's ops carry them (nccl-tests' convention).
+  double tp_bytes_forward = 0, tp_bytes_backward = 0;
+  double cp_bytes_forward = 0, cp_bytes_backward = 0;
+  double ep_bytes_forward = 0, ep_bytes_backward = 0;
+};
+
+// A fragment reduced to what its play needs, its compute ops priced: what the closed form keeps
+// in its caches instead of the Program (a few dozen bytes per op). Its communication is priced
+// per placement of the groups (communication_seconds).
+struct PlayableFragment {
+  struct Node {
+    double seconds = 0;  // compute ops: priced; communication: communication_seconds' entry
+    double flops = 0;
+    int deps_begin = 0, deps_end = 0;  // its dependencies: deps[deps_begin, deps_end)
+    int p2p_group = -1;
+    int send = -1;  // a receive: the node of the send of its tag
+    int comm = -1;  // communication: its entry in comm_ops (receives: -1)
+    uint8_t stream = 0;
+    uint8_t phase = 0;     // Phase
+    uint8_t category = 0;  // communication: 0 TP (and the rest), 1 CP, 2 EP
+    bool compute = false, recv = false;
+  };
+  std::vector<Node> nodes;  // one per op of the fragment's Program, in issue order
+  std::vector<int> deps;
+  std::vector<LayerFragment::Pass> passes;
+  int streams = 0;
+  // The distinct communication ops (by kind, role, group, phase and bytes) to price, stripped of
+  // names and buffers.
+  std::vector<Op> comm_ops;
+  LayerPrice bytes;  // only its *_bytes_* fields: the fragment's communication volumes
+};
+
+// `fragment` made playable, its compute ops priced by `pricer`.
+// REQUIRES: `pricer` prices the plan `fragment` was lowered from.
+PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer);
+
+// The seconds of each of `f.comm_ops` on stage `stage`'s representative rank and placed groups.
+std::vector<double> communication_seconds(const PlayableFragment& f, OpPricer& pricer, int stage);
+
+// The layer's price: the passes played with those communication seconds.
+// REQUIRES: comm_seconds.size() == f.comm_ops.size().
+LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<double>& comm_seconds);
+
+// The three steps at once, on stage `stage`.
+LayerPrice price_layer_fragment(const LayerFragment& fragment, OpPricer& pricer, int stage);
+
+}  // namespace parasol::cost

@@ -1,0 +1,158 @@
+// The play of a layer fragment (cost_models/layer_fragment.h) on hand-made fragments whose
+// exposed and hidden communication follows from the execution rules by hand: a compute op waits
+// for its dependencies and its stream, the compute stream's idle time is charged to the group
+// it waited for, communication left running at a pass's end is exposed, a receive completes with
+// the send of its tag, a p2p group starts once all its transfers are ready. And on a lowered
+// fragment: the compute seconds are the op pricer's, the FLOPs and bytes the ops'.
+#include "cost_models/layer_fragment.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/lower.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+namespace {
+
+using Node = PlayableFragment::Node;
+
+// A node: compute (seconds) or communication (its comm_ops entry, priced by the test), with deps.
+struct Builder {
+  PlayableFragment f;
+  int compute(double seconds, Phase phase, std::vector<int> deps, double flops = 0) {
+    Node n;
+    n.seconds = seconds;
+    n.flops = flops;
+    n.compute = true;
+    n.stream = 0;
+    n.phase = static_cast<uint8_t>(phase);
+    return add(n, deps);
+  }
+  int comm(Group g, Phase phase, std::vector<int> deps, int stream = 1, int p2p_group = -1) {
+    Node n;
+    n.comm = static_cast<int>(f.comm_ops.size());
+    Op op;
+    op.group = g;
+    f.comm_ops.push_back(op);
+    n.stream = static_cast<uint8_t>(stream);
+    n.phase = static_cast<uint8_t>(phase);
+    n.category = g == Group::kCp ? 1 : g == Group::kEp ? 2 : 0;
+    n.p2p_group = p2p_group;
+    return add(n, deps);
+  }
+  int recv(int send, Phase phase, int stream, int p2p_group) {
+    Node n;
+    n.recv = true;
+    n.send = send;
+    n.stream = static_cast<uint8_t>(stream);
+    n.phase = static_cast<uint8_t>(phase);
+    n.category = 1;
+    n.p2p_group = p2p_group;
+    return add(n, {});
+  }
+  int add(Node n, const std::vector<int>& deps) {
+    n.deps_begin = static_cast<int>(f.deps.size());
+    f.deps.insert(f.deps.end(), deps.begin(), deps.end());
+    n.deps_end = static_cast<int>(f.deps.size());
+    f.nodes.push_back(n);
+    return static_cast<int>(f.nodes.size()) - 1;
+  }
+  void pass(int begin) {
+    f.passes.push_back({begin, static_cast<int>(f.nodes.size())});
+    f.streams = 3;
+  }
+};
+
+TEST(LayerFragmentPlay, ChargesIdleComputeToWhatItWaitedFor) {
+  Builder b;
+  // Forward: a GEMM (1 s), its TP reduction (2 s) on the path of the next GEMM (1 s).
+  const int a = b.compute(1, Phase::kForward, {}, 10);
+  const int c = b.comm(Group::kTp, Phase::kForward, {a});
+  b.compute(1, Phase::kForward, {c}, 5);
+  b.pass(0);
+  // Backward: an expert all-to-all (0.5 s) beside a GEMM (1 s), a GEMM after both, then a ring
+  // send (3 s) nobody in the pass waits for: exposed at the pass's end.
+  const int first = static_cast<int>(b.f.nodes.size());
+  const int d = b.compute(1, Phase::kBackward, {});
+  const int e = b.comm(Group::kEp, Phase::kBackward, {});
+  const int g = b.compute(1, Phase::kBackward, {d, e});
+  b.comm(Group::kCp, Phase::kBackward, {g});
+  b.pass(first);
+  const LayerPrice lp = play_layer_fragment(b.f, {2.0, 0.5, 3.0});
+  EXPECT_DOUBLE_EQ(lp.forward, 2);
+  EXPECT_DOUBLE_EQ(lp.forward_flops, 15);
+  EXPECT_DOUBLE_EQ(lp.backward, 2);
+  EXPECT_DOUBLE_EQ(lp.tp_forward, 2);
+  EXPECT_DOUBLE_EQ(lp.tp_hidden, 0);
+  EXPECT_DOUBLE_EQ(lp.ep_forward + lp.ep_backward, 0);
+  EXPECT_DOUBLE_EQ(lp.ep_hidden, 0.5);
+  EXPECT_DOUBLE_EQ(lp.cp_backward, 3);
+  EXPECT_DOUBLE_EQ(lp.cp_hidden, 0);
+  // Half as fast an all-to-all (1.5 s) outlasts the first GEMM by 0.5 s.
+  const LayerPrice slow = play_layer_fragment(b.f, {2.0, 1.5, 3.0});
+  EXPECT_DOUBLE_EQ(slow.ep_backward, 0.5);
+  EXPECT_DOUBLE_EQ(slow.ep_hidden, 1.0);
+}
+
+TEST(LayerFragmentPlay, ReceivesCompleteWithTheirSendAndP2pGroupsStartTogether) {
+  Builder b;
+  // Recompute: a ring exchange (send 2 s, recv) grouped with a send that waits for a 1 s GEMM:
+  // the group starts at 1 s, the receive completes at 3 s; the attention after it waits 2 s,
+  // charged to the recompute.
+  const int gemm = b.compute(1, Phase::kRecompute, {});
+  const int s1 = b.comm(Group::kCp, Phase::kRecompute, {}, 1, 7);
+  const int s2 = b.comm(Group::kCp, Phase::kRecompute, {gemm}, 1, 7);
+  const int r = b.recv(s1, Phase::kRecompute, 1, 7);
+  (void)s2;
+  b.compute(0.5, Phase::kRecompute, {r}, 3);
+  b.pass(0);
+  const LayerPrice lp = play_layer_fragment(b.f, {2.0, 0.25});
+  EXPECT_DOUBLE_EQ(lp.selective_recompute, 1 + 2 + 0.5);
+  EXPECT_DOUBLE_EQ(lp.selective_recompute_flops, 3);
+  EXPECT_DOUBLE_EQ(lp.cp_forward + lp.cp_backward, 0);
+  EXPECT_DOUBLE_EQ(lp.cp_hidden, 2.25 - 2);
+}
+
+// On a lowered fragment the compute seconds are the op pricer's and the FLOPs the ops'.
+TEST(LayerFragmentPlay, PricesALoweredFragmentOpByOp) {
+  Model m = model_preset("llama3-8b");
+  m.layers = 2;
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.tp = 2;
+  p.dp = 4;
+  p.sequence_parallel = true;
+  p.global_batch = 4;
+  const Profile prof = default_profile(c.gpu_device(0));
+  const LayerFragment frag = lower_layer_fragment(m, p, 1);
+  const RankLayout layout(p);
+  const std::vector<int> reps{0};
+  PlacementCache places(c);
+  OpPricer pricer(m, c, p, prof, layout, reps, places);
+  const LayerPrice lp = price_layer_fragment(frag, pricer, 0);
+  double fwd = 0, bwd = 0, flops = 0, tp_bytes = 0;
+  for (const Op& op : frag.program.ops) {
+    if (is_communication(op.kind)) {
+      if (op.group == Group::kTp) tp_bytes += op.bytes;
+      continue;
+    }
+    const double t = pricer.time(op, 0, false);
+    if (op.tags.phase == Phase::kForward) {
+      fwd += t;
+      flops += op.flops;
+    } else {
+      bwd += t;
+    }
+  }
+  EXPECT_NEAR(lp.forward, fwd, 1e-12 * fwd);
+  EXPECT_NEAR(lp.backward, bwd, 1e-12 * bwd);
+  EXPECT_DOUBLE_EQ(lp.forward_flops, flops);
+  EXPECT_DOUBLE_EQ(lp.tp_bytes_forward + lp.tp_bytes_backward, tp_bytes);
+  EXPECT_GT(lp.tp_forward, 0);  // SP's f and g are on the forward's path
+}
+
+}  // namespace
+}  // namespace parasol::cost
