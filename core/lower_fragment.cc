@@ -38,7 +38,9 @@ LayerFragment Lowerer::layer_fragment(int layer) {
   chunk_base_ = {0, 1};
   per_stage_ = 1;
   full_k_ = 0;
-  begin_program();
+  // A layer's ops, a ring exchange and attention step per CP rank each way, for up to two
+  // micro-batches.
+  begin_program(static_cast<size_t>(M_) * (80 + 12 * p_.cp));
 
   auto forward = [&](int mb) {
     set_unit_tags({true, 0, mb});

@@ -198,8 +198,9 @@ class Lowerer {
 
  private:
   // The Program's streams and the stage's buckets, and the per-unit state sized for its layers
-  // (lower_schedule.cc): what run() and layer_fragment() begin with.
-  void begin_program();
+  // (lower_schedule.cc): what run() and layer_fragment() begin with, room made for about
+  // `ops_expected` ops and buffers.
+  void begin_program(size_t ops_expected);
 
   // --- emission (lower_emit.cc)
   void init_shapes();

@@ -257,12 +257,12 @@ void Lowerer::run_steps() {
   }
 }
 
-void Lowerer::begin_program() {
+void Lowerer::begin_program(size_t ops_expected) {
   P_.stage = s_;
   P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
                 StreamKind::kComm};
   if (p_.ep_comm_overlap) P_.streams.push_back(StreamKind::kComm);  // kEpComm
-  const size_t est = static_cast<size_t>(M_) * per_stage_ * 60 + 1024;
+  const size_t est = ops_expected;
   P_.ops.reserve(est);
   P_.buffers.reserve(est);
   last_writer_.reserve(est);
@@ -279,7 +279,7 @@ void Lowerer::begin_program() {
 }
 
 Program Lowerer::run() {
-  begin_program();
+  begin_program(static_cast<size_t>(M_) * per_stage_ * 60 + 1024);
   run_steps();
   optimizer();
   export_buckets();

@@ -244,23 +244,30 @@ int price_flags(const Plan& p) {
 // cached by everything that shapes its ops and their compute prices (not by where the ranks
 // sit: its communication is priced per placement by layer_price).
 const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool windowed) {
-  const FragmentKey key{p.tp,
-                        p.cp,
-                        p.ep,
-                        p.expert_tp(),
-                        p.micro_batch,
-                        p.seq(model_),
-                        static_cast<int>(p.precision),
-                        price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0)};
+  const FragmentCache::Key key{
+      p.tp,
+      p.cp,
+      p.ep,
+      p.expert_tp(),
+      p.micro_batch,
+      p.seq(model_),
+      static_cast<int>(p.precision),
+      price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0)};
   auto it = fragments_.find(key);
-  if (it != fragments_.end()) return it->second;
-  const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
-  PARASOL_CHECK(layer >= 0, "the model has no layer of this kind");
-  const RankLayout layout(p);
-  const std::vector<int> reps(p.pp, 0);  // compute prices read no rank
-  OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
-  return fragments_.emplace(key, make_playable(lower_layer_fragment(model_, p, layer), pricer))
-      .first->second;
+  if (it != fragments_.end()) return *it->second;
+  std::shared_ptr<const PlayableFragment> f =
+      shared_fragments_ ? shared_fragments_->find(key) : nullptr;
+  if (!f) {
+    const int layer = kind_layer_[(moe_layer ? 2 : 0) + (windowed ? 1 : 0)];
+    PARASOL_CHECK(layer >= 0, "the model has no layer of this kind");
+    const RankLayout layout(p);
+    const std::vector<int> reps(p.pp, 0);  // compute prices read no rank
+    OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
+    PlayableFragment made = make_playable(lower_layer_fragment(model_, p, layer), pricer);
+    f = shared_fragments_ ? shared_fragments_->insert(key, std::move(made))
+                          : std::make_shared<const PlayableFragment>(std::move(made));
+  }
+  return *fragments_.emplace(key, std::move(f)).first->second;
 }
 
 // One layer of kind (moe_layer, windowed) for one micro-batch on one rank: its fragment's

@@ -89,6 +89,12 @@ class Estimator {
   // REQUIRES: validate(plan, model, cluster) passed; 0 <= layer < model.layers.
   CommBytes layer_comm_bytes(const Plan& plan, int layer);
 
+  // Shares lowered layer fragments with other Estimators of the same model, cluster and profile
+  // (the plan search's workers), so that each is lowered once.
+  void share_fragments(std::shared_ptr<FragmentCache> cache) {
+    shared_fragments_ = std::move(cache);
+  }
+
   const Model& model() const { return model_; }
   const Cluster& cluster() const { return cluster_; }
   const Profile& profile() const { return profile_; }
@@ -162,9 +168,9 @@ class Estimator {
   Cache<PlacementKey, std::unique_ptr<GroupModel>> groups_;
   // The op pricer's placed groups and links, shared by the layer fragments of every plan.
   std::unique_ptr<PlacementCache> places_;
-  // Fragments by (tp, cp, ep, etp, micro-batch, sequence, precision, switches and layer kind).
-  using FragmentKey = std::tuple<int, int, int, int, int, int64_t, int, int>;
-  Cache<FragmentKey, PlayableFragment> fragments_;
+  // Fragments by FragmentCache::Key: this Estimator's, and those shared with others.
+  Cache<FragmentCache::Key, std::shared_ptr<const PlayableFragment>> fragments_;
+  std::shared_ptr<FragmentCache> shared_fragments_;
   Cache<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int, bool, int>, LayerPrice>
       layers_;
   Cache<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)

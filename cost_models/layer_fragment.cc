@@ -108,7 +108,7 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
 std::vector<double> communication_seconds(const PlayableFragment& f, OpPricer& pricer, int stage) {
   std::vector<double> out;
   out.reserve(f.comm_ops.size());
-  for (const Op& op : f.comm_ops) out.push_back(pricer.time(op, stage, false));
+  for (const Op& op : f.comm_ops) out.push_back(pricer.time_once(op, stage, false));
   return out;
 }
 
@@ -207,6 +207,19 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
 LayerPrice price_layer_fragment(const LayerFragment& fragment, OpPricer& pricer, int stage) {
   const PlayableFragment f = make_playable(fragment, pricer);
   return play_layer_fragment(f, communication_seconds(f, pricer, stage));
+}
+
+std::shared_ptr<const PlayableFragment> FragmentCache::find(const Key& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const PlayableFragment> FragmentCache::insert(const Key& key,
+                                                              PlayableFragment fragment) {
+  auto made = std::make_shared<const PlayableFragment>(std::move(fragment));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return map_.emplace(key, std::move(made)).first->second;
 }
 
 }  // namespace parasol::cost

@@ -15,6 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "core/lower.h"
@@ -82,5 +86,23 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
 
 // The three steps at once, on stage `stage`.
 LayerPrice price_layer_fragment(const LayerFragment& fragment, OpPricer& pricer, int stage);
+
+// Playable fragments shared by the Estimators of one search (one model, cluster and profile:
+// the compute seconds depend on them), so that the workers lower each layer kind once.
+// Thread-safe.
+class FragmentCache {
+ public:
+  // (tp, cp, ep, etp, micro-batch, sequence, precision, the plan's switches and the layer kind):
+  // what shapes a fragment's ops and their compute prices (Estimator::fragment).
+  using Key = std::tuple<int, int, int, int, int, int64_t, int, int>;
+  // The fragment of `key`, or null.
+  std::shared_ptr<const PlayableFragment> find(const Key& key) const;
+  // Files `fragment` under `key` unless another thread did first; returns the one filed.
+  std::shared_ptr<const PlayableFragment> insert(const Key& key, PlayableFragment fragment);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<Key, std::shared_ptr<const PlayableFragment>> map_;
+};
 
 }  // namespace parasol::cost

@@ -76,6 +76,8 @@ class OpPricer {
   // Seconds of `op` of stage `stage` alone on its representative rank (`host`: it runs on the
   // host CPU, see runs_on_host). Group::kPp collectives are priced by pp_collective_time().
   double time(const Op& op, int stage, bool host);
+  // The same price without the shape memo, for a caller that prices each shape once.
+  double time_once(const Op& op, int stage, bool host) { return price(op, stage, host); }
   // Seconds of a Group::kPp collective (a rendezvous) of the representatives of `stages`.
   double pp_collective_time(const Op& op, const std::vector<int>& stages);
   // The link an op of `stage` crosses (kNone for compute, receives and local groups).

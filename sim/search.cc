@@ -222,7 +222,8 @@ bool superset(const Offload& a, const Offload& b) {  // a contains b
 class Worker {
  public:
   Worker(const Model& m, const Cluster& c, const cost::Profile& p, const SearchOptions& o,
-         const std::map<int, PipelineLayouts>& layouts)
+         const std::map<int, PipelineLayouts>& layouts,
+         std::shared_ptr<cost::FragmentCache> fragments)
       : model_(m),
         cluster_(c),
         opt_(o),
@@ -230,7 +231,9 @@ class Worker {
         est_(m, c, p),
         hbm_(c.gpu_device(0).hbm_bytes),
         host_capacity_(cost::host_memory_pinnable_bytes(c)),
-        gps_(std::max(1, c.gpus_per_server())) {}
+        gps_(std::max(1, c.gpus_per_server())) {
+    est_.share_fragments(std::move(fragments));
+  }
 
   void run_shape(const Shape& s, int shape_index) {
     seq_ = static_cast<uint64_t>(shape_index) << 32;
@@ -515,8 +518,9 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
       opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::max(1, std::min<int>(threads, static_cast<int>(shapes.size())));
   std::vector<std::unique_ptr<Worker>> workers;
+  auto fragments = std::make_shared<cost::FragmentCache>();  // layer fragments, lowered once
   for (int i = 0; i < threads; ++i)
-    workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt, layouts));
+    workers.push_back(std::make_unique<Worker>(model, cluster, profile, opt, layouts, fragments));
   std::atomic<size_t> next{0};
   size_t done = 0;  // shapes finished, under progress_mutex
   std::mutex progress_mutex;

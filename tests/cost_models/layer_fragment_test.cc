@@ -12,6 +12,7 @@
 
 #include "core/cluster.h"
 #include "core/lower.h"
+#include "cost_models/estimate.h"
 #include "cost_models/profile.h"
 
 namespace parasol::cost {
@@ -152,6 +153,52 @@ TEST(LayerFragmentPlay, PricesALoweredFragmentOpByOp) {
   EXPECT_DOUBLE_EQ(lp.forward_flops, flops);
   EXPECT_DOUBLE_EQ(lp.tp_bytes_forward + lp.tp_bytes_backward, tp_bytes);
   EXPECT_GT(lp.tp_forward, 0);  // SP's f and g are on the forward's path
+}
+
+TEST(FragmentCache, FilesTheFirstFragmentOfAKey) {
+  FragmentCache cache;
+  const FragmentCache::Key key{2, 1, 1, 2, 1, 4096, 1, 0}, other{4, 1, 1, 4, 1, 4096, 1, 0};
+  EXPECT_EQ(cache.find(key), nullptr);
+  PlayableFragment first, second;
+  first.streams = 1;
+  second.streams = 2;
+  const auto filed = cache.insert(key, first);
+  EXPECT_EQ(filed->streams, 1);
+  EXPECT_EQ(cache.insert(key, second), filed);  // another thread lowered it too: the first wins
+  EXPECT_EQ(cache.find(key), filed);
+  EXPECT_EQ(cache.find(other), nullptr);
+}
+
+// Estimators that share fragments (the search's workers) price every plan as one alone does,
+// whichever of them lowered a fragment first.
+TEST(FragmentCache, SharedFragmentsGiveTheEstimatesOfAnEstimatorAlone) {
+  Model m = model_preset("mixtral-8x7b");
+  m.layers = 4;
+  const Cluster c = cluster_preset("dgx-h100", 16);
+  const Profile prof = default_profile(c.gpu_device(0));
+  std::vector<Plan> plans;
+  for (int tp : {1, 2})
+    for (int cp : {1, 2})
+      for (int mb : {1, 2}) {
+        Plan p;
+        p.tp = tp, p.cp = cp, p.ep = 2, p.micro_batch = mb;
+        p.dp = 16 / (tp * cp);
+        p.sequence_parallel = tp > 1;
+        p.global_batch = 4 * mb * p.dp;
+        plans.push_back(p);
+      }
+  auto cache = std::make_shared<FragmentCache>();
+  Estimator a(m, c, prof), b(m, c, prof);
+  a.share_fragments(cache);
+  b.share_fragments(cache);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    SCOPED_TRACE("plan " + std::to_string(i));
+    Estimator alone(m, c, prof);
+    const double want = alone.estimate(plans[i]).step_time_s;
+    EXPECT_EQ(a.estimate(plans[i]).step_time_s, want);  // a lowers, b finds it
+    EXPECT_EQ(b.estimate(plans[plans.size() - 1 - i]).step_time_s,
+              Estimator(m, c, prof).estimate(plans[plans.size() - 1 - i]).step_time_s);
+  }
 }
 
 }  // namespace
