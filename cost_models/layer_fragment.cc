@@ -3,8 +3,6 @@
 #include "cost_models/layer_fragment.h"
 
 #include <algorithm>
-#include <map>
-#include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -49,9 +47,8 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
         "fragment pass [" + std::to_string(pass.begin) + ", " + std::to_string(pass.end) + ")");
     std::fill(in_pass.begin() + pass.begin, in_pass.begin() + pass.end, 1);
   }
-  // (kind, role, group, phase, bytes): what a communication op's price depends on (a forward
-  // dispatch and combine differ by role only, DeepEP's fp8 dispatch by that).
-  std::map<std::tuple<int, int, int, int, double>, int> distinct;
+  // The communication ops to price: one per shape the op pricer tells apart.
+  std::unordered_map<OpShape, int, OpShapeHash> distinct;
   std::unordered_map<int64_t, int> send_of_tag;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -88,10 +85,8 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
       continue;
     }
     if (op.kind == OpKind::kSend) send_of_tag[op.tag] = static_cast<int>(i);
-    const auto key =
-        std::make_tuple(static_cast<int>(op.kind), static_cast<int>(op.role),
-                        static_cast<int>(op.group), static_cast<int>(op.tags.phase), op.bytes);
-    auto [it, added] = distinct.emplace(key, static_cast<int>(f.comm_ops.size()));
+    auto [it, added] =
+        distinct.emplace(pricer.shape(op, 0, false), static_cast<int>(f.comm_ops.size()));
     if (added) {
       Op priced = op;
       priced.name.clear();

@@ -67,8 +67,8 @@ struct PlayableFragment {
   std::vector<int> deps;
   std::vector<LayerFragment::Pass> passes;
   int streams = 0;
-  // The distinct communication ops (by kind, role, group, phase and bytes) to price, stripped of
-  // names and buffers.
+  // The communication ops to price, one per shape the op pricer tells apart (OpPricer::shape),
+  // stripped of names and buffers.
   std::vector<Op> comm_ops;
   LayerPrice bytes;  // only its *_bytes_* fields: the fragment's communication volumes
 };

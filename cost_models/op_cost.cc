@@ -57,54 +57,6 @@ PlacementCache::PlacementCache(const Cluster& cluster) {
 
 namespace {
 
-// The shape of an op as far as its price is concerned.
-struct ShapeKey {
-  int kind, phase, group, stage, peer, host;
-  int flags;  // what the price depends on besides the shape (price_flags)
-  int64_t m, n, k, batch;
-  double elements, bytes, flops, epilogue;
-  int64_t ab, aq, akv, ah, akvh, ad;
-  int aflags;
-  bool operator==(const ShapeKey& o) const {
-    return kind == o.kind && phase == o.phase && group == o.group && stage == o.stage &&
-           flags == o.flags && peer == o.peer && host == o.host && m == o.m && n == o.n &&
-           k == o.k && batch == o.batch && elements == o.elements && bytes == o.bytes &&
-           flops == o.flops && epilogue == o.epilogue && ab == o.ab && aq == o.aq && akv == o.akv &&
-           ah == o.ah && akvh == o.akvh && ad == o.ad && aflags == o.aflags;
-  }
-};
-
-struct ShapeHash {
-  size_t operator()(const ShapeKey& s) const {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    auto bits = [](double d) {
-      uint64_t u;
-      std::memcpy(&u, &d, sizeof u);
-      return u;
-    };
-    mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
-        static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
-        static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
-    mix(static_cast<uint64_t>(s.peer) ^ static_cast<uint64_t>(s.flags) << 40);
-    mix(static_cast<uint64_t>(s.m));
-    mix(static_cast<uint64_t>(s.n));
-    mix(static_cast<uint64_t>(s.k));
-    mix(static_cast<uint64_t>(s.batch));
-    mix(bits(s.elements));
-    mix(bits(s.bytes));
-    mix(bits(s.flops));
-    mix(bits(s.epilogue));
-    if (s.kind == static_cast<int>(OpKind::kAttention)) {
-      mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
-          static_cast<uint64_t>(s.akv) << 40);
-      mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
-          static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
-    }
-    return static_cast<size_t>(h);
-  }
-};
-
 // What an op's price depends on besides its shape: a linear's pass (a data gradient quantises
 // its operand under fp8, a weight gradient does not), whether it is the router and whether it is
 // the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows).
@@ -124,9 +76,9 @@ bool stage_dependent(const Op& op) {
 
 // Prices per op shape: a hash map behind a direct-mapped memo (most lookups hit the memo).
 struct OpPricer::ShapeCache {
-  std::unordered_map<ShapeKey, double, ShapeHash> map;
+  std::unordered_map<OpShape, double, OpShapeHash> map;
   struct Memo {
-    ShapeKey key;
+    OpShape key;
     size_t hash = 0;
     double seconds = 0;
     bool used = false;
@@ -164,30 +116,63 @@ OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
 
 OpPricer::~OpPricer() = default;
 
+size_t OpShapeHash::operator()(const OpShape& s) const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  auto bits = [](double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  };
+  mix(static_cast<uint64_t>(s.kind) | static_cast<uint64_t>(s.phase) << 8 |
+      static_cast<uint64_t>(s.group) << 16 | static_cast<uint64_t>(s.host) << 24 |
+      static_cast<uint64_t>(static_cast<uint32_t>(s.stage)) << 32);
+  mix(static_cast<uint64_t>(s.peer) ^ static_cast<uint64_t>(s.flags) << 40);
+  mix(static_cast<uint64_t>(s.m));
+  mix(static_cast<uint64_t>(s.n));
+  mix(static_cast<uint64_t>(s.k));
+  mix(static_cast<uint64_t>(s.batch));
+  mix(bits(s.elements));
+  mix(bits(s.bytes));
+  mix(bits(s.flops));
+  mix(bits(s.epilogue));
+  if (s.kind == static_cast<int>(OpKind::kAttention)) {
+    mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
+        static_cast<uint64_t>(s.akv) << 40);
+    mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
+        static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
+  }
+  return static_cast<size_t>(h);
+}
+
+OpShape OpPricer::shape(const Op& op, int stage, bool host) const {
+  return OpShape{static_cast<int>(op.kind),
+                 static_cast<int>(op.tags.phase),
+                 is_communication(op.kind) ? static_cast<int>(op.group) : -1,
+                 stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
+                 op.peer_stage,
+                 host ? 1 : 0,
+                 price_flags(op),
+                 op.m,
+                 op.n,
+                 op.k,
+                 op.batch,
+                 op.elements,
+                 op.bytes,
+                 op.flops,
+                 op.epilogue_bytes,
+                 op.attn.batch,
+                 op.attn.seq_q,
+                 op.attn.seq_kv,
+                 op.attn.heads,
+                 op.attn.kv_heads,
+                 op.attn.head_dim,
+                 (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
+}
+
 double OpPricer::time(const Op& op, int stage, bool host) {
-  ShapeKey key{static_cast<int>(op.kind),
-               static_cast<int>(op.tags.phase),
-               is_communication(op.kind) ? static_cast<int>(op.group) : -1,
-               stage_dependent(op) || !cluster_.homogeneous() ? stage : -1,
-               op.peer_stage,
-               host ? 1 : 0,
-               price_flags(op),
-               op.m,
-               op.n,
-               op.k,
-               op.batch,
-               op.elements,
-               op.bytes,
-               op.flops,
-               op.epilogue_bytes,
-               op.attn.batch,
-               op.attn.seq_q,
-               op.attn.seq_kv,
-               op.attn.heads,
-               op.attn.kv_heads,
-               op.attn.head_dim,
-               (op.attn.causal ? 1 : 0) | (op.attn.flash ? 2 : 0) | (op.attn.dropout ? 4 : 0)};
-  const size_t h = ShapeHash()(key);
+  const OpShape key = shape(op, stage, host);
+  const size_t h = OpShapeHash()(key);
   std::vector<ShapeCache::Memo>& memo = shapes_->memo;
   if (!memo.empty()) {
     const ShapeCache::Memo& slot = memo[h % ShapeCache::kMemoSlots];

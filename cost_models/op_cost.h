@@ -59,6 +59,21 @@ struct PlacementCache {
   std::map<std::vector<int64_t>, const GroupModel*> by_layout;
 };
 
+// The shape of an op as far as its price is concerned (OpPricer::shape): two ops of one shape
+// are priced alike by one pricer.
+struct OpShape {
+  int kind, phase, group, stage, peer, host;
+  int flags;  // what the price depends on besides the shape (a linear's pass, the router, ...)
+  int64_t m, n, k, batch;
+  double elements, bytes, flops, epilogue;
+  int64_t ab, aq, akv, ah, akvh, ad;  // attention: batch, seq_q, seq_kv, heads, kv_heads, dim
+  int aflags;
+  bool operator==(const OpShape& o) const = default;
+};
+struct OpShapeHash {
+  size_t operator()(const OpShape& s) const;
+};
+
 // Which link an op's data crosses on its rank (the simulator shares a link among the
 // concurrent ops that cross it).
 enum class LinkUse { kNone, kIntraServer, kInterServer, kDeviceToHost, kHostToDevice };
@@ -78,6 +93,8 @@ class OpPricer {
   double time(const Op& op, int stage, bool host);
   // The same price without the shape memo, for a caller that prices each shape once.
   double time_once(const Op& op, int stage, bool host) { return price(op, stage, host); }
+  // The shape time() keys its prices by.
+  OpShape shape(const Op& op, int stage, bool host) const;
   // Seconds of a Group::kPp collective (a rendezvous) of the representatives of `stages`.
   double pp_collective_time(const Op& op, const std::vector<int>& stages);
   // The link an op of `stage` crosses (kNone for compute, receives and local groups).
