@@ -125,13 +125,13 @@ const DeviceSpec& device_spec(const std::string& name, const std::string& field)
 Json device_spec_to_json(const DeviceSpec& d) {
   return {{"name", d.name},
           {"vendor", d.vendor},
-          {"peak_fp32_TFLOPs", d.peak_fp32_flops / T},
-          {"peak_tf32_TFLOPs", d.peak_tf32_flops / T},
-          {"peak_bf16_TFLOPs", d.peak_bf16_flops / T},
-          {"peak_fp16_TFLOPs", d.peak_fp16_flops / T},
-          {"peak_fp8_TFLOPs", d.peak_fp8_flops / T},
-          {"memory_GiB", d.hbm_bytes / GiB},
-          {"memory_bw_GBps", d.hbm_bw / GB},
+          {"peak_fp32_TFLOPs", in_json_unit(d.peak_fp32_flops, T)},
+          {"peak_tf32_TFLOPs", in_json_unit(d.peak_tf32_flops, T)},
+          {"peak_bf16_TFLOPs", in_json_unit(d.peak_bf16_flops, T)},
+          {"peak_fp16_TFLOPs", in_json_unit(d.peak_fp16_flops, T)},
+          {"peak_fp8_TFLOPs", in_json_unit(d.peak_fp8_flops, T)},
+          {"memory_GiB", in_json_unit(d.hbm_bytes, GiB)},
+          {"memory_bw_GBps", in_json_unit(d.hbm_bw, GB)},
           {"compute_units", d.compute_units},
           {"tdp_W", d.tdp_watts}};
 }

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +23,14 @@ Json parse_json(const std::string& text, const std::string& what) {
     throw Error(what,
                 "malformed JSON (" + (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
   }
+}
+
+double in_json_unit(double value, double unit) {
+  const double v = value / unit;
+  if (!std::isfinite(v) || v == 0) return v;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.12g", v);
+  return std::strtod(text, nullptr);
 }
 
 bool is_existing_file(const std::string& arg) {

@@ -20,6 +20,12 @@ Json read_json_file(const std::string& path);
 // True when `arg` names an existing file (rather than a preset name).
 bool is_existing_file(const std::string& arg);
 
+// `value` (SI) in the unit a JSON key names (`unit`: 1e-6 for "_us", 1e9 for "_GBps"), rounded to
+// 12 significant digits. What a writer writes with it reads back (times the unit) and writes
+// again to the same number, so that a document's round trip is stable: a bare value / unit
+// can drift by an ulp each time. (Not `si_value`: signal.h defines that name as a macro.)
+double in_json_unit(double value, double unit);
+
 // A view of one JSON object at a path. REQUIRES: the referenced Json outlives the reader.
 class JsonReader {
  public:

@@ -6,6 +6,7 @@
 #include "core/lower.h"
 
 #include <cstdlib>
+#include <string_view>
 
 #include "core/lower_internal.h"
 
@@ -19,11 +20,16 @@ const Program& LoweredPlan::program_of(int rank) const {
 Program lower_stage(const Model& model, const Plan& plan, int stage) {
   PARASOL_CHECK(0 <= stage && stage < plan.pp, "stage " + std::to_string(stage));
   // Fault injection for the tests of the failure kinds (tests/tools/failure_kinds_test.cc): with
-  // PARASOL_TEST_BREAK_LOWERING in the environment, a check fails here as a lowering bug would.
-  PARASOL_CHECK(std::getenv("PARASOL_TEST_BREAK_LOWERING") == nullptr,
+  // PARASOL_TEST_BREAK_LOWERING in the environment, a check fails here as a lowering bug would;
+  // with PARASOL_TEST_BREAK_LOWERING=program, the lowering returns a malformed Program instead
+  // (its first op depends on an op that does not exist), as a bug that no check of the lowering
+  // catches would, for the engine's contract checks to report.
+  const char* broken = std::getenv("PARASOL_TEST_BREAK_LOWERING");
+  PARASOL_CHECK(broken == nullptr || std::string_view(broken) == "program",
                 "injected by PARASOL_TEST_BREAK_LOWERING");
   lowering::Lowerer l(model, plan, stage);
   Program p = l.run();
+  if (broken && !p.ops.empty()) p.ops.front().deps.push_back(static_cast<int>(p.ops.size()));
   RankLayout layout(plan);
   for (int r = 0; r < layout.world(); ++r)
     if (layout.coord(r).pp == stage) p.ranks.push_back(r);

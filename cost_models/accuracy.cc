@@ -11,9 +11,19 @@
 namespace parasol::cost {
 
 namespace {
-// Shallow merge: fields of `over` replace those of `base`.
+// An object field's value; anything else is an Error naming the field (a run's model or plan
+// and the suite's defaults are merged key by key, which only an object has).
+const Json& object_field(const JsonReader& r, const std::string& key) {
+  const Json& v = r.raw(key);
+  if (!v.is_object())
+    throw Error(r.field(key), std::string("must be a JSON object, got ") + v.type_name());
+  return v;
+}
+
+// Shallow merge: fields of `over` replace those of `base`. REQUIRES: both are objects.
 Json merged(const Json& base, const Json& over) {
-  Json out = base.is_object() ? base : Json::object();
+  PARASOL_CHECK(base.is_object() && over.is_object(), "merged objects");
+  Json out = base;
   for (auto it = over.begin(); it != over.end(); ++it) out[it.key()] = it.value();
   return out;
 }
@@ -57,8 +67,8 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
   if (r.has("defaults")) {
     JsonReader d = r.object("defaults");
     d.allow_only({"model", "plan"});
-    if (d.has("model")) model_defaults = d.raw("model");
-    if (d.has("plan")) plan_defaults = d.raw("plan");
+    if (d.has("model")) model_defaults = object_field(d, "model");
+    if (d.has("plan")) plan_defaults = object_field(d, "plan");
   }
   const std::string suite_family = r.string_or("family", "unnamed");
   if (r.has("runs") && r.has("points"))
@@ -85,8 +95,11 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
       p.model = model_preset(rr.string("preset"));
     } else if (rr.has("model") && rr.raw("model").is_string()) {
       p.model = model_preset(rr.string("model"));
+    } else if (!rr.has("model")) {
+      throw Error(rr.field("model"), "is required (a model object or preset name, or give preset)");
     } else {
-      p.model = model_from_json(merged(model_defaults, rr.raw("model")), rr.field("model"));
+      p.model =
+          model_from_json(merged(model_defaults, object_field(rr, "model")), rr.field("model"));
     }
     p.gpus = static_cast<int>(rr.integer("gpus", 1, 1 << 20));
     if (!rr.has("cluster")) throw Error(rr.field("cluster"), "is required");
@@ -94,7 +107,7 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
     if (!p.cluster.is_string() && !p.cluster.is_object())
       throw Error(rr.field("cluster"), "must be a preset name or a cluster object");
     if (!rr.has("plan")) throw Error(rr.field("plan"), "is required");
-    p.plan = plan_from_json(merged(plan_defaults, rr.raw("plan")), rr.field("plan"));
+    p.plan = plan_from_json(merged(plan_defaults, object_field(rr, "plan")), rr.field("plan"));
     Cluster c = cluster_of(p);
     validate(p.plan, p.model, c);
     runs.push_back(std::move(p));

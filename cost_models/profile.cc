@@ -183,7 +183,7 @@ Json us_table(const std::array<std::array<double, 3>, 3>& t) {
   Json j = Json::array();
   for (const auto& row : t) {
     Json r = Json::array();
-    for (double v : row) r.push_back(v * 1e6);
+    for (double v : row) r.push_back(in_json_unit(v, 1e-6));
     j.push_back(r);
   }
   return j;
@@ -222,8 +222,10 @@ Json nccl_tuning_to_json(const NcclTuning& t) {
   for (const auto& transport : t.hw_latency_s) hw.push_back(us_table(transport));
   return {{"base_latency_us", us_table(t.base_latency_s)},
           {"hw_latency_us", hw},
-          {"net_overhead_us", t.net_overhead_s * 1e6},
-          {"ll_max_GBps", {t.ll_max_bw[0] / 1e9, t.ll_max_bw[1] / 1e9, t.ll_max_bw[2] / 1e9}}};
+          {"net_overhead_us", in_json_unit(t.net_overhead_s, 1e-6)},
+          {"ll_max_GBps",
+           {in_json_unit(t.ll_max_bw[0], 1e9), in_json_unit(t.ll_max_bw[1], 1e9),
+            in_json_unit(t.ll_max_bw[2], 1e9)}}};
 }
 
 Profile profile_from_json(const Json& j, const std::string& path) {
@@ -330,9 +332,9 @@ Json profile_to_json(const Profile& p) {
             {"memory_efficiency", p.memory_efficiency},
             {"flash_forward_efficiency", p.flash_forward_efficiency},
             {"flash_backward_efficiency", p.flash_backward_efficiency},
-            {"kernel_overhead_us", p.kernel_overhead_s * 1e6},
+            {"kernel_overhead_us", in_json_unit(p.kernel_overhead_s, 1e-6)},
             {"link_efficiency", links},
-            {"collective_step_latency_us", p.collective_step_latency_s * 1e6},
+            {"collective_step_latency_us", in_json_unit(p.collective_step_latency_s, 1e-6)},
             {"host_copy_efficiency", p.host_copy_efficiency},
             {"overlap_compute_slowdown", p.overlap_compute_slowdown},
             {"sustained_clock", p.sustained_clock},

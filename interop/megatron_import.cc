@@ -743,7 +743,8 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
   j.erase("attention_kernel");
   // --checkpoint-in-cpu is the config's cpu_checkpointing (activation offload) again.
   if (f.has("checkpoint-in-cpu") &&
-      j["offload"].get<std::string>().find("activations") == std::string::npos)
+      !(j.contains("offload") && j["offload"].is_string() &&
+        j["offload"].get<std::string>().find("activations") != std::string::npos))
     throw Error("--checkpoint-in-cpu",
                 "the DeepSpeed config's activation_checkpointing.cpu_checkpointing is not set");
 }

@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
 # The sanitizer half of the README's test command: builds parasol and its tests with clang under
 # AddressSanitizer and UndefinedBehaviorSanitizer into ./build-san (libFuzzer targets included,
-# PARASOL_FUZZ), then runs every CPU test there, the mpirun ones included, and fuzzes each reader
-# for PARASOL_FUZZ_SECONDS (ctest label `fuzz`). Tests that measure time or resident memory are
+# PARASOL_FUZZ; scripts/configure-san.sh), then runs every CPU test there, the mpirun ones
+# included, and fuzzes each reader deterministically (ctest label `fuzz`: a fixed seed and a fixed
+# run count per target, tests/fuzz/CMakeLists.txt; random, longer fuzzing is
+# scripts/fuzz-explore.sh). Tests that measure time or resident memory are
 # left to the plain build (a sanitizer multiplies both); scripts/sanitize.supp lists what the
 # sanitizers are told to ignore, each with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${PARASOL_JOBS:-2}
-CC=clang CXX=clang++ cmake -S . -B build-san -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DPARASOL_CUDA=OFF \
-  -DPARASOL_SANITIZE=ON -DPARASOL_FUZZ=ON \
-  -DPARASOL_FUZZ_SECONDS="${PARASOL_FUZZ_SECONDS:-20}" >/dev/null
+bash scripts/configure-san.sh
 cmake --build build-san -j "$jobs"
 echo "sanitize.sh: build took ${SECONDS} s"
-supp=$PWD/scripts/sanitize.supp
-asan="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0"
-export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+source scripts/san-env.sh
 cd build-san
 # Left to the plain build: tests that measure time or resident memory (the loop check, the
 # 131,072-GPU memory bound), the GPU tests (no GPU here), and the trainer suite's second and third

@@ -166,13 +166,13 @@ class Engine {
         dep_dst_(work.dep_dst),
         slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)) {
     const int pp = plan.pp;
-    if (static_cast<int>(programs.size()) != pp)
-      throw Error("programs", std::to_string(programs.size()) + " Programs for " +
-                                  std::to_string(pp) + " pipeline stages");
+    // The Programs come from the lowering: a malformed one is parasol's bug, not the user's.
+    PARASOL_CHECK(static_cast<int>(programs.size()) == pp,
+                  std::to_string(programs.size()) + " Programs for " + std::to_string(pp) +
+                      " pipeline stages");
     for (int s = 0; s < pp; ++s) {
-      if (programs[s].stage != s)
-        throw Error("programs[" + std::to_string(s) + "].stage",
-                    "is " + std::to_string(programs[s].stage) + ", expected " + std::to_string(s));
+      PARASOL_CHECK(programs[s].stage == s, "programs[" + std::to_string(s) + "].stage is " +
+                                                std::to_string(programs[s].stage));
       RankCoord c{};
       c.pp = s;
       reps_.push_back(layout_.rank(c));
@@ -331,14 +331,13 @@ void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>
       __builtin_prefetch(prog.ops[i + 4].deps.data());
     const Op& op = prog.ops[i];
     const int g = base_[s] + i;
-    if (op.stream < 0 || op.stream >= nstreams)
-      throw Error(op_path(s, i) + ".stream", "bad stream " + std::to_string(op.stream) +
-                                                 " (the Program has " + std::to_string(nstreams) +
-                                                 ")");
+    PARASOL_CHECK(op.stream >= 0 && op.stream < nstreams,
+                  op_path(s, i) + ".stream: bad stream " + std::to_string(op.stream) +
+                      " (the Program has " + std::to_string(nstreams) + ")");
     stage_[g] = s;
     for (int d : op.deps) {
-      if (d < 0 || d >= nops || d == i)
-        throw Error(op_path(s, i) + ".deps", "bad op id " + std::to_string(d));
+      PARASOL_CHECK(d >= 0 && d < nops && d != i,
+                    op_path(s, i) + ".deps: bad op id " + std::to_string(d));
       dep_src_.push_back(base_[s] + d);
       dep_dst_.push_back(g);
     }
@@ -371,9 +370,9 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
     ops_[g].cat = kCatOffload;
   } else {
     const bool pipeline = op.group == Group::kPp;
-    if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && pipeline &&
-        (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s))
-      throw Error(op_path(s, i) + ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
+    PARASOL_CHECK(!((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && pipeline &&
+                    (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s)),
+                  op_path(s, i) + ".peer_stage: bad peer stage " + std::to_string(op.peer_stage));
     ops_[g].cat = kCatComm0 + static_cast<int>(op.group);
     if (op.kind == OpKind::kSend) {
       ops_[g].type = Type::kSend;
@@ -408,8 +407,8 @@ void Engine::build_dependents() {
   for (size_t e = 0; e < dep_src_.size(); ++e) dep_list_[fill[dep_src_[e]]++] = dep_dst_[e];
 }
 
-// Pairs each recv with the send of the same key (in issue order); throws for either without
-// its match.
+// Pairs each recv with the send of the same key (in issue order); either without its match is
+// a malformed Program (InternalError: the lowering's bug).
 void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) {
   for (auto& [key, list] : recvs) {
     auto it = sends.find(key);
@@ -419,11 +418,11 @@ void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) 
       if (j >= have) {
         const int s = stage_[r];
         const Op& op = programs_[s].ops[r - base_[s]];
-        throw Error(op_path(s, r - base_[s]),
-                    "recv '" + op.name + "' from stage " + std::to_string(op.peer_stage) +
-                        " (tag " + std::to_string(op.tag) + ", micro-batch " +
-                        std::to_string(op.tags.micro_batch) + ", " + phase_name(op.tags.phase) +
-                        ") has no matching send");
+        throw InternalError(op_path(s, r - base_[s]),
+                            "recv '" + op.name + "' from stage " + std::to_string(op.peer_stage) +
+                                " (tag " + std::to_string(op.tag) + ", micro-batch " +
+                                std::to_string(op.tags.micro_batch) + ", " +
+                                phase_name(op.tags.phase) + ") has no matching send");
       }
       ops_[r].partner = it->second[j];
       ops_[it->second[j]].partner = r;
@@ -434,11 +433,11 @@ void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) 
       if (ops_[snd].partner < 0) {
         const int s = stage_[snd];
         const Op& op = programs_[s].ops[snd - base_[s]];
-        throw Error(op_path(s, snd - base_[s]),
-                    "send '" + op.name + "' to stage " + std::to_string(op.peer_stage) + " (tag " +
-                        std::to_string(op.tag) + ", micro-batch " +
-                        std::to_string(op.tags.micro_batch) + ", " + phase_name(op.tags.phase) +
-                        ") has no matching recv");
+        throw InternalError(op_path(s, snd - base_[s]),
+                            "send '" + op.name + "' to stage " + std::to_string(op.peer_stage) +
+                                " (tag " + std::to_string(op.tag) + ", micro-batch " +
+                                std::to_string(op.tags.micro_batch) + ", " +
+                                phase_name(op.tags.phase) + ") has no matching recv");
       }
 }
 

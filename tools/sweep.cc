@@ -196,6 +196,12 @@ Json base_generator(const std::string& ref, bool* is_preset) {
     *is_preset = false;
     Json g = j;
     g.erase("gpus");
+    // Read once as a cluster of one server, so that a field of the wrong kind or range is an
+    // Error naming it here, before the points compute with the fields.
+    const int per_server = g.contains("gpus_per_server") && g["gpus_per_server"].is_number_integer()
+                               ? g["gpus_per_server"].get<int>()
+                               : 8;
+    cluster_from_json(g, std::max(1, per_server), ref);
     return g;
   }
   *is_preset = true;

@@ -10,7 +10,7 @@ c=corpus
 # Everything but the hand-written seeds (cluster_json/explicit.json, also read by
 # tests/core/json_fuzz_test.cc) is regenerated.
 find "$c" -type f ! -name explicit.json -delete 2>/dev/null || true
-mkdir -p "$c"/{model_json,cluster_json,plan_json,trace_json,profile_json,checkpoint_manifest,token_file}
+mkdir -p "$c"/{model_json,cluster_json,plan_json,trace_json,profile_json,checkpoint_manifest,token_file,plan_import}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 unwrap() { jq -c ".$1"; }  # `show X --json` wraps the document in {"X": ...}
 
@@ -53,4 +53,18 @@ tokens() {
 }
 tokens 40 512 "$c/token_file/tokens-40.bin"
 tokens 2 7 "$c/token_file/tokens-2.bin"
+# Other frameworks' jobs as `--plan` reads them: each export's files but the hostfile (Megatron-LM
+# arguments and launch script, DeepSpeed config and launcher, torchtitan job TOML and launcher).
+export_seeds() {
+  local name=$1
+  shift
+  "$parasol" export --cluster dgx-h100 --gpus 8 -o "$tmp/$name" "$@" >/dev/null
+  for f in "$tmp/$name"/*; do
+    [ "$(basename "$f")" = hostfile ] || install -m 644 "$f" "$c/plan_import/$name-$(basename "$f")"
+  done
+}
+export_seeds megatron --to megatron --model tiny --tp 2 --pp 2 --sp --recompute selective
+export_seeds deepspeed --to deepspeed --model tiny --zero 3 --offload optimizer --tp 1
+export_seeds deepspeed-tp2 --to deepspeed --model tiny --zero 1 --tp 2 --pp 2
+export_seeds torchtitan --to torchtitan --model llama3-8b --tp 2 --sp --zero 3
 echo "seeds: $(find "$c" -type f | wc -l) files under tests/fuzz/$c"
