@@ -65,9 +65,9 @@ TEST(PipelineSplitCli, EstimateSimulateExportAndImportBack) {
     const Json sim = json_of("simulate --json " + c.target + " " + c.plan);
     ASSERT_TRUE(sim.contains("step_time_s"));
     EXPECT_EQ(sim["stages"].size(), 8u);
-    // The closed form and the simulator play the same per-stage layers (tests/sim/
-    // one_model_test.cc holds them to 2% plan switch by plan switch; here: the same regime).
-    EXPECT_NEAR(sim["step_time_s"].get<double>() / est["step_time_s"].get<double>(), 1.0, 0.1);
+    // The closed form and the simulator play the same per-stage layers: they agree within the
+    // one-model band (tests/sim/one_model_test.cc).
+    EXPECT_NEAR(sim["step_time_s"].get<double>() / est["step_time_s"].get<double>(), 1.0, 0.02);
 
     const std::string dir = out_dir(c.name);
     const Result e = run("export --to megatron " + c.target + " " + c.plan + " -o " + dir);
