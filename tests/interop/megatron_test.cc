@@ -664,6 +664,8 @@ TEST(MegatronSplit, AccountingFlagsFollowMegatronsRules) {
                        "transformer_config.py L2235"));
   EXPECT_TRUE(violates(args + "\n  --num-virtual-stages-per-pipeline-rank 5\n",
                        "transformer_config.py L2409"));
+  EXPECT_TRUE(violates(args + "\n  --pipeline-model-parallel-layout 'Et*11|(t*12|)*6t*11L'\n",
+                       "transformer_config.py L2254"));
 
   const std::string base =
       "--num-layers 94 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
