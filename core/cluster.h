@@ -172,8 +172,9 @@ Cluster build_torus(const std::string& name, const std::string& device, std::vec
 Cluster build_localhost(int ranks);
 
 // Presets taking a GPU count: dgx-a100-80g, dgx-a100-40g, dgx-h100, grand-teton-h100, dgx-h200,
-// dgx-b200, mi300x-8, h200-1 (one H200 box; gpus must be 1), localhost (N CPU-runtime ranks on this
-// host; build_localhost). Tori come from the generator (JSON).
+// dgx-h800, dgx-b200, gb200-nvl72 (72-GPU NVLink racks), mi300x-8, mi325x-8, dgx2-v100, h200-1
+// (one H200 box; gpus must be 1), localhost (N CPU-runtime ranks on this host; build_localhost).
+// Tori come from the generator (JSON).
 Cluster cluster_preset(const std::string& name, int gpus);
 std::vector<std::string> cluster_preset_names();
 

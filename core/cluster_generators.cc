@@ -192,6 +192,9 @@ namespace {
 struct Preset {
   ServerSpec server;
   FabricSpec fabric;
+  // Whether a GPU count that is not a whole number of servers leaves the last partly used (a
+  // job on 72-GPU NVLink racks seldom fills its last one); otherwise an error.
+  bool partial_last_server = false;
 };
 
 const std::map<std::string, Preset>& presets() {
@@ -247,6 +250,42 @@ const std::map<std::string, Preset>& presets() {
     // (460.8 GB/s); the PCIe side as DGX H100's (Gen5 switches, two GPUs each).
     mi300x.server.host_memory_bw = 460.8 * GB;
     t["mi300x-8"] = mi300x;
+    // DGX H800: the DGX H100 system with H800 GPUs, whose NVLink is cut to 400 GB/s per GPU
+    // (NVIDIA H800 SXM5 datasheet) = 200 GB/s per direction; the rest as DGX H100 (8x 400 Gb/s).
+    Preset h800 = h100;
+    h800.server.device = "H800-SXM";
+    h800.server.nvlink_bw = 200 * GB;
+    t["dgx-h800"] = h800;
+    // AMD Instinct MI325X platform: the MI300X platform's baseboard (AMD: MI325X is a drop-in
+    // upgrade of the MI300X platform; Infinity Fabric 7 links x 64 GB/s per direction per GPU)
+    // with MI325X GPUs; host side as mi300x-8.
+    Preset mi325x = mi300x;
+    mi325x.server.device = "MI325X";
+    t["mi325x-8"] = mi325x;
+    // NVIDIA GB200 NVL72 (GB200 NVL72 and DGX GB200 datasheets): one 72-GPU NVLink domain per
+    // rack, NVLink5 1.8 TB/s per GPU (900 GB/s per direction; 130 TB/s for 72) on NVLink
+    // switch trays; 36 Grace CPUs, each joined to its two GPUs by NVLink-C2C at 900 GB/s
+    // (bidirectional: 450 per direction, shared by the pair), with up to 480 GB of LPDDR5X at
+    // up to 512 GB/s each (17 TB and 18.4 TB/s for the rack); 72 ConnectX-7 400 Gb/s NICs, one
+    // per GPU (DGX GB200). Fabric: the DGX SuperPOD with DGX GB200's scalable unit of 8 racks
+    // (576 GPUs), rail-optimised.
+    Preset nvl72;
+    nvl72.server = {"GB200", 72,   900 * GB,        1e-6, 450 * GB, 1e-6, 72,
+                    50 * GB, 2e-6, 36 * 480.0 * GB, 2,    450 * GB, 36,   512 * GB};
+    nvl72.fabric = {FabricKind::kRailOptimized, 8, 1.0, 0.5e-6};
+    nvl72.partial_last_server = true;
+    t["gb200-nvl72"] = nvl72;
+    // NVIDIA DGX-2 (DGX-2 datasheet and User Guide): 16 V100-SXM3-32GB on 12 NVSwitches, 6
+    // NVLink2 links of 25 GB/s per direction per GPU (150 GB/s; 300 GB/s bidirectional); PCIe
+    // Gen3 x16 (~16 GB/s per direction) with two GPUs and a NIC per PCIe switch; 8 ConnectX-5
+    // 100 Gb/s (12.5 GB/s) NICs; 1.5 TB of host memory on two Intel Xeon Platinum 8168 sockets
+    // with 6 channels of DDR4-2666 each (128 GB/s). Fabric: as the DGX A100 SuperPOD's
+    // rail-optimised units of 20 servers (no DGX-2 fabric figure is cited).
+    Preset dgx2;
+    dgx2.server = {"V100-32G", 16,   150 * GB,   1e-6, 16 * GB, 1e-6, 8,
+                   12.5 * GB,  2e-6, 1536 * GiB, 2,    16 * GB, 2,    128 * GB};
+    dgx2.fabric = {FabricKind::kRailOptimized, 20, 1.0, 0.5e-6};
+    t["dgx2-v100"] = dgx2;
     // One H200 in a host with PCIe Gen5 and 128 GiB of memory (the box parasol's GPU checks use).
     Preset h200_1;
     h200_1.server = {"H200", 1, 0, 1e-6, 64 * GB, 1e-6, 1, 50 * GB, 2e-6, 128 * GiB, 0, 0, 1, 0};
@@ -269,7 +308,7 @@ Cluster cluster_preset(const std::string& name, int gpus) {
   if (gpus < 1) throw Error("gpus", "must be >= 1");
   if (gpus > (1 << 20)) throw Error("gpus", std::to_string(gpus) + " is more than 1,048,576");
   ServerSpec server = it->second.server;
-  if (gpus > server.gpus && gpus % server.gpus != 0)
+  if (gpus > server.gpus && gpus % server.gpus != 0 && !it->second.partial_last_server)
     throw Error("gpus", std::to_string(gpus) + " is not a multiple of the " +
                             std::to_string(server.gpus) + " GPUs per server of " + name);
   if (name == "h200-1" && gpus != 1) throw Error("gpus", "h200-1 has exactly one GPU");
@@ -277,9 +316,10 @@ Cluster cluster_preset(const std::string& name, int gpus) {
   if (gpus <= server.gpus) {
     server.gpus = gpus;
   } else {
-    servers = gpus / server.gpus;
+    servers = (gpus + server.gpus - 1) / server.gpus;
   }
-  return build_cluster(name, server, servers, it->second.fabric);
+  return build_cluster(name, server, servers, it->second.fabric,
+                       servers > 1 ? gpus % server.gpus : 0);
 }
 
 ClusterPresetSpec cluster_preset_spec(const std::string& name) {
@@ -295,22 +335,24 @@ ClusterPresetSpec cluster_preset_spec(const std::string& name) {
 Json cluster_preset_generator(const std::string& name) {
   const ClusterPresetSpec p = cluster_preset_spec(name);
   const ServerSpec& s = p.server;
-  return Json{{"generator", p.fabric.kind == FabricKind::kRailOptimized ? "rail" : "fat-tree"},
-              {"name", name},
-              {"device", s.device},
-              {"gpus_per_server", s.gpus},
-              {"nvlink_GBps", s.nvlink_bw / GB},
-              {"pcie_GBps", s.pcie_bw / GB},
-              {"nics_per_server", s.nics},
-              {"nic_GBps", s.nic_bw / GB},
-              {"host_memory_GiB", s.host_memory_bytes / GiB},
-              {"gpus_per_pcie_switch", s.gpus_per_pcie_switch},
-              {"pcie_uplink_GBps", (s.pcie_uplink_bw > 0 ? s.pcie_uplink_bw : s.pcie_bw) / GB},
-              {"sockets", s.sockets},
-              {"host_memory_bw_GBps", s.host_memory_bw / GB},
-              {"servers_per_leaf", p.fabric.servers_per_leaf},
-              {"oversubscription", p.fabric.oversubscription},
-              {"switch_latency_us", p.fabric.switch_latency * 1e6}};
+  Json g{{"generator", p.fabric.kind == FabricKind::kRailOptimized ? "rail" : "fat-tree"},
+         {"name", name},
+         {"device", s.device},
+         {"gpus_per_server", s.gpus},
+         {"nvlink_GBps", s.nvlink_bw / GB},
+         {"pcie_GBps", s.pcie_bw / GB},
+         {"nics_per_server", s.nics},
+         {"nic_GBps", s.nic_bw / GB},
+         {"host_memory_GiB", s.host_memory_bytes / GiB},
+         {"gpus_per_pcie_switch", s.gpus_per_pcie_switch},
+         {"pcie_uplink_GBps", (s.pcie_uplink_bw > 0 ? s.pcie_uplink_bw : s.pcie_bw) / GB},
+         {"sockets", s.sockets},
+         {"host_memory_bw_GBps", s.host_memory_bw / GB},
+         {"servers_per_leaf", p.fabric.servers_per_leaf},
+         {"oversubscription", p.fabric.oversubscription},
+         {"switch_latency_us", p.fabric.switch_latency * 1e6}};
+  if (presets().at(name).partial_last_server) g["partial_last_server"] = true;
+  return g;
 }
 
 std::string cluster_preset_for_device(const std::string& device) {

@@ -38,6 +38,27 @@ const std::vector<DeviceSpec>& table() {
       // W.
       {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 180 * GB, 8000 * GB, 148,
        1000},
+      // The Blackwell GPU of a GB200 Grace Blackwell Superchip (NVIDIA GB200 NVL72 datasheet,
+      // per superchip of two GPUs, sparse peaks halved for dense): per GPU 2.5 PF bf16/fp16,
+      // 5 PF fp8, 1.25 PF tf32, 80 TF fp32 (160 per superchip), 186 GB HBM3e (372 per
+      // superchip; 13.4 TB for 72 GPUs) at 8 TB/s (16 per superchip); the B200 die pair, 148 SMs;
+      // 1,200 W per GPU (the superchip's 2,700 W with the Grace CPU's 300 W).
+      {"GB200", "nvidia", 80 * T, 1250 * T, 2500 * T, 2500 * T, 5000 * T, 186 * GB, 8000 * GB, 148,
+       1200},
+      // NVIDIA H800 SXM5 datasheet: the H100 SXM5's tensor-core peaks (989.4 TF bf16/fp16,
+      // 1,978.9 TF fp8 dense, 494.7 TF tf32, 67 TF fp32), 80 GB HBM3 at 3.35 TB/s, 132 SMs,
+      // 700 W; NVLink cut to 400 GB/s per GPU (the dgx-h800 preset, core/cluster_generators.cc).
+      {"H800-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB,
+       3350 * GB, 132, 700},
+      // NVIDIA Tesla V100 SXM datasheet: 15.7 TF fp32, 125 TF fp16 tensor cores, 32 GB HBM2 at
+      // 900 GB/s, 80 SMs; 350 W as the V100-SXM3-32GB of the DGX-2 (DGX-2 datasheet: 2 PF fp16
+      // tensor for 16 GPUs = 125 TF each). Volta has no tf32 or bf16 tensor cores: tf32 and bf16
+      // math run at the fp32 rate (train V100s in fp16); no fp8.
+      {"V100-32G", "nvidia", 15.7 * T, 15.7 * T, 15.7 * T, 125 * T, 0, 32 * GiB, 900 * GB, 80, 350},
+      // AMD Instinct MI325X datasheet: the MI300X's CDNA 3 compute (163.4 TF fp32, 653.7 TF tf32,
+      // 1,307.4 TF bf16/fp16, 2,614.9 TF fp8 dense, 304 CUs) with 256 GB HBM3E at 6 TB/s, 1,000 W.
+      {"MI325X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 256 * GB,
+       6000 * GB, 304, 1000},
       // AMD Instinct MI300X datasheet: 163.4 TF fp32, 653.7 TF tf32, 1,307.4 TF bf16/fp16,
       // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W.
       {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB,

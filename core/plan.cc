@@ -243,9 +243,9 @@ bool per_virtual_stage(const Plan& p) {
 
 int Plan::layers_in_stage(int model_layers, int stage) const {
   PARASOL_CHECK(0 <= stage && stage < pp, "stage " + std::to_string(stage));
-  if (per_virtual_stage(*this)) {
+  if (per_virtual_stage(*this) || accounts_edges()) {
     int n = 0;
-    for (int c = 0; c < chunks(); ++c) n += stage_layers[c * pp + stage];
+    for (int c = 0; c < chunks(); ++c) n += layers_in_chunk(model_layers, stage, c);
     return n;
   }
   if (!stage_layers.empty()) return stage_layers[stage];
@@ -254,6 +254,15 @@ int Plan::layers_in_stage(int model_layers, int stage) const {
   if (stage == pp - 1 && last_stage_layers > 0) return last_stage_layers;
   const int middle = pp - (first_stage_layers > 0) - (last_stage_layers > 0);
   return middle > 0 ? (model_layers - first_stage_layers - last_stage_layers) / middle : 0;
+}
+
+std::string Plan::split_field() const {
+  if (!stage_layers.empty()) return "plan.stage_layers";
+  if (first_stage_layers > 0) return "plan.first_stage_layers";
+  if (last_stage_layers > 0) return "plan.last_stage_layers";
+  if (account_for_embedding) return "plan.account_for_embedding_in_pipeline_split";
+  if (account_for_loss) return "plan.account_for_loss_in_pipeline_split";
+  return "plan.pp";
 }
 
 int Plan::max_layers_in_stage(int model_layers) const {
@@ -271,6 +280,14 @@ int Plan::max_layers_in_stage(int model_layers) const {
 
 int Plan::layers_in_chunk(int model_layers, int stage, int chunk) const {
   if (per_virtual_stage(*this)) return stage_layers[chunk * pp + stage];
+  if (accounts_edges()) {
+    // Megatron's get_num_layers_to_build: (layers + embedding + loss) / (pp x vpp) per virtual
+    // stage, less the embedding on the first and the loss on the last.
+    const int slots = (model_layers + account_for_embedding + account_for_loss) / (pp * chunks());
+    const bool first = stage == 0 && chunk == 0;
+    const bool last = stage == pp - 1 && chunk == chunks() - 1;
+    return slots - (account_for_embedding && first ? 1 : 0) - (account_for_loss && last ? 1 : 0);
+  }
   return layers_in_stage(model_layers, stage) / chunks();
 }
 
@@ -326,6 +343,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "stage_layers",
                 "first_stage_layers",
                 "last_stage_layers",
+                "account_for_embedding_in_pipeline_split",
+                "account_for_loss_in_pipeline_split",
                 "etp",
                 "rank_order",
                 "model",
@@ -428,6 +447,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   }
   p.first_stage_layers = static_cast<int>(r.integer_or("first_stage_layers", 0, 1, 100000));
   p.last_stage_layers = static_cast<int>(r.integer_or("last_stage_layers", 0, 1, 100000));
+  p.account_for_embedding = r.boolean_or("account_for_embedding_in_pipeline_split", false);
+  p.account_for_loss = r.boolean_or("account_for_loss_in_pipeline_split", false);
   p.etp = static_cast<int>(r.integer_or("etp", 0, 1, kMaxDegree));
   if (r.has("rank_order"))
     p.rank_order = parse_rank_order(r.string("rank_order"), r.field("rank_order"));
@@ -471,6 +492,8 @@ Json plan_to_json(const Plan& p) {
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
+  if (p.account_for_embedding) j["account_for_embedding_in_pipeline_split"] = true;
+  if (p.account_for_loss) j["account_for_loss_in_pipeline_split"] = true;
   if (p.etp > 0) j["etp"] = p.etp;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (p.recompute == Recompute::kSelective && p.recompute_modules != Plan{}.recompute_modules) {

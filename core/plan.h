@@ -146,6 +146,13 @@ struct Plan {
   std::vector<int> stage_layers;
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the embedding counts as one layer of the first virtual stage and the loss (output layer and
+  // loss) as one layer of the last, the model's layers plus these split evenly over the pp x vpp
+  // virtual stages, so the first (last) virtual stage holds one transformer layer fewer.
+  // Neither goes with stage_layers or first/last_stage_layers (Megatron refuses both).
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
   // Megatron's --expert-tensor-parallel-size: tensor-parallel degree of the expert MLPs
   // (0 = tp). With etp != tp the experts form their own grid over each stage's tp x cp x dp
   // ranks, Megatron's expert order etp-ep-edp (etp fastest), so ep may exceed dp.
@@ -169,8 +176,15 @@ struct Plan {
   // Virtual stages per pipeline rank (vpp under the interleaved schedule, else 1).
   int chunks() const { return schedule == Schedule::kInterleaved ? vpp : 1; }
   bool uneven_stages() const {
-    return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0;
+    return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0 ||
+           accounts_edges();
   }
+  // Whether the embedding or the loss counts as a layer of the pipeline split.
+  bool accounts_edges() const { return account_for_embedding || account_for_loss; }
+  // The field that sets an uneven split, for errors about it: "plan.stage_layers",
+  // "plan.first_stage_layers" / "plan.last_stage_layers" or the accounting switch set
+  // ("plan.account_for_embedding_in_pipeline_split" first); "plan.pp" for an even split.
+  std::string split_field() const;
   // Layers held by pipeline stage `stage` (all its chunks). REQUIRES: 0 <= stage < pp and, for
   // uneven stages, a plan that validate() accepts for `model_layers`.
   int layers_in_stage(int model_layers, int stage) const;

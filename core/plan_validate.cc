@@ -15,10 +15,42 @@ void require_divides(int64_t d, int64_t n, const std::string& field, const std::
   if (n % d != 0) throw Error(field, s(d) + " does not divide " + what + " (" + s(n) + ")");
 }
 
+// Megatron's embedding/loss accounting (transformer_config.py __post_init__ and
+// transformer_block.py get_num_layers_to_build, NVIDIA/Megatron-LM d98e8a6): not with a layout
+// or first/last stage counts; the layers plus the accounted embedding and loss split evenly over
+// pp and then over vpp. Megatron builds a virtual stage left with no transformer layer (a
+// stand-alone embedding or loss stage); parasol's lowering needs one in each.
+void validate_accounted_split(const Plan& p, const Model& m) {
+  const std::string field = p.account_for_embedding ? "plan.account_for_embedding_in_pipeline_split"
+                                                    : "plan.account_for_loss_in_pipeline_split";
+  if (!p.stage_layers.empty())
+    throw Error(field,
+                "cannot be set with stage_layers (Megatron: a pipeline layout places the "
+                "embedding and loss itself)");
+  if (p.first_stage_layers > 0 || p.last_stage_layers > 0)
+    throw Error(field,
+                "cannot be set with first/last_stage_layers (Megatron's TransformerConfig refuses "
+                "both)");
+  const int64_t slots = int64_t{m.layers} + p.account_for_embedding + p.account_for_loss;
+  if (slots % p.pp != 0)
+    throw Error(field, "the model's " + s(m.layers) + " layers with the embedding/loss counted (" +
+                           s(slots) + ") do not split evenly over pp " + s(p.pp));
+  if ((slots / p.pp) % p.chunks() != 0)
+    throw Error(field, s(slots / p.pp) + " layers per pipeline stage (embedding/loss counted) " +
+                           "do not split into the " + s(p.chunks()) + " virtual stages (vpp)");
+  if (slots / (int64_t{p.pp} * p.chunks()) < 2 && p.pp * p.chunks() > 1)
+    throw Error(field, "leaves a virtual stage with only the " +
+                           std::string(p.account_for_embedding ? "embedding" : "loss") +
+                           " and no transformer layer (" + s(slots) +
+                           " over pp x vpp = " + s(int64_t{p.pp} * p.chunks()) +
+                           "); parasol needs a layer in every virtual stage");
+}
+
 // Uneven pipeline stages: an explicit list, or Megatron's first/last stage layer counts with the
 // remaining layers spread evenly over the middle stages; every stage's layers split evenly over
 // its virtual stages.
 void validate_stage_layers(const Plan& p, const Model& m) {
+  if (p.accounts_edges()) return validate_accounted_split(p, m);
   const int chunks = p.chunks();
   if (!p.stage_layers.empty()) {
     const int n = static_cast<int>(p.stage_layers.size());

@@ -24,7 +24,9 @@ NcclTuning nccl_defaults(const std::string& architecture, const std::string& hos
   t.net_overhead_s = (host_cpu == "amd" ? 2.0 : 1.0) * us;
   // llMaxBws (GB/s) by nodes 1 / 2 / more.
   constexpr double GB = 1e9;
-  if (architecture == "hopper")
+  if (architecture == "volta")
+    t.ll_max_bw = {39.0 * GB, 39.0 * GB, 20.4 * GB};
+  else if (architecture == "hopper")
     t.ll_max_bw = {141.0 * GB, 45.0 * GB, 35.0 * GB};
   else if (architecture == "blackwell")
     t.ll_max_bw = {282.0 * GB, 90.0 * GB, 70.0 * GB};
@@ -84,7 +86,9 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.77, 0.77, 0.78, 0.92, 0.8, 0.5};
     // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step).
     p.nccl = nccl_defaults("ampere", "amd");
-  } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W") {
+  } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
+             d.name == "H800-SXM") {
+    // (H800: the H100 SXM5 silicon and clocks; only its NVLink is narrower, in its preset.)
     // Burst GEMM efficiency (MAMF table, stas00/ml-engineering): H100 SXM bf16 794.5 of 989
     // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
     p.gemm_efficiency = 0.803;
@@ -110,9 +114,10 @@ Profile default_profile(const DeviceSpec& d) {
       // (500/700)^(1/3) = 0.894 of the 700 W part's saturated clock: 0.85 x 0.894 = 0.76.
       p.sustained_clock = 0.85 * std::cbrt(d.tdp_watts / 700.0);
     }
-  } else if (d.name == "B200") {
+  } else if (d.name == "B200" || d.name == "GB200") {
     // MAMF table: B200 SXM bf16 1745.0 of 2250 (0.776), fp8 3432.5 of 4500 (0.763); the
-    // sustained clock ratio measured on B200 is 0.815.
+    // sustained clock ratio measured on B200 is 0.815. GB200's GPU is the same Blackwell die
+    // pair (at a higher power limit); no MAMF figure of GB200 is cited, so B200's are used.
     p.gemm_efficiency = 0.776;
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.763;
     p.sustained_clock = 0.815;
@@ -120,10 +125,12 @@ Profile default_profile(const DeviceSpec& d) {
     p.flash_forward_efficiency = 0.5;
     p.flash_backward_efficiency = 0.4;
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
-    p.nccl = nccl_defaults("blackwell", "intel");  // DGX B200: Intel Xeon 8570
-  } else if (d.name == "MI300X") {
+    // DGX B200: Intel Xeon 8570 hosts; GB200: Arm Grace (NCCL's 1 us non-AMD network overhead).
+    p.nccl = nccl_defaults("blackwell", "intel");
+  } else if (d.name == "MI300X" || d.name == "MI325X") {
     // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,
-    // TunableOp); RCCL all-reduce ~ 300 of 448 GB/s (~0.7).
+    // TunableOp); RCCL all-reduce ~ 300 of 448 GB/s (~0.7). MI325X: the same CDNA 3 compute
+    // dies and Infinity Fabric (its HBM3E is in its datasheet); MI300X's figures are used.
     p.gemm_efficiency = 0.514;
     p.memory_efficiency = 0.7;
     p.flash_forward_efficiency = 0.3;
@@ -131,6 +138,11 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.7, 0.7, 0.8, 0.92, 0.8, 0.5};
     // RCCL keeps NCCL's tuning model; its constants are NCCL's Ampere-era ones.
     p.nccl = nccl_defaults("ampere", "amd");
+  } else if (d.name == "V100-32G") {
+    // Volta: no public GEMM, attention or nccl-tests figure of the V100 is cited; the defaults
+    // above stand, each with a wide range (profile_ranges.cc). NCCL's Volta constants; DGX-2:
+    // Intel Xeon Platinum 8168 hosts.
+    p.nccl = nccl_defaults("volta", "intel");
   } else if (d.name == kHostCpuDevice) {
     // One rank of the CPU runtime (device.cc: the peak is the one-core cblas_sgemm rate and the
     // bandwidth a one-thread STREAM triad). OpenBLAS reaches ~0.9 of its large-sgemm rate on

@@ -170,6 +170,26 @@ Ranges mi300x() {
   return r;
 }
 
+// Volta (the DGX-2's V100): no public figure of the V100 is cited for the efficiencies; the
+// defaults (0.8 GEMM and memory, 0.6 / 0.45 attention, the Ampere link figure) with wide ranges.
+Ranges volta() {
+  Ranges r;
+  uncertain(r, "gemm_efficiency", 0.65, 0.90,
+            "no GEMM measurement of V100 is cited: a wide range around the default 0.8");
+  sustained_clock(r, 1.0);
+  uncertain(r, "memory_efficiency", 0.70, 0.90,
+            "no STREAM figure of V100's HBM2 is cited: a wide range around 0.8");
+  uncertain(r, "flash_forward_efficiency", 0.40, 0.75,
+            "no fused-attention figure of V100 is cited (FlashAttention-2 needs Ampere): a wide "
+            "range around 0.6");
+  uncertain(r, "flash_backward_efficiency", 0.30, 0.60,
+            "no fused-attention figure of V100 is cited: a wide range around 0.45");
+  nvidia_links(r, 0.70, 0.85,
+               "nccl-tests on DGX-2 are not cited; the DGX A100 figure (0.77) widened");
+  gpu_server(r);
+  return r;
+}
+
 // The CPU runtime's host: the probe measures the peaks (device.cc); these efficiencies are the
 // stated estimates that `parasol calibrate` replaces from this host's own traces.
 Ranges host_cpu() {
@@ -199,9 +219,12 @@ Ranges host_cpu() {
 
 std::vector<ProfileRange> profile_ranges(const DeviceSpec& d) {
   if (d.name.rfind("A100", 0) == 0) return a100();
-  if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W") return hopper(d);
-  if (d.name == "B200") return b200();
-  if (d.name == "MI300X") return mi300x();
+  if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
+      d.name == "H800-SXM")
+    return hopper(d);
+  if (d.name == "B200" || d.name == "GB200") return b200();
+  if (d.name == "MI300X" || d.name == "MI325X") return mi300x();
+  if (d.name == "V100-32G") return volta();
   if (d.name == kHostCpuDevice) return host_cpu();
   return {};
 }

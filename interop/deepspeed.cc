@@ -78,7 +78,7 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
           "through its BF16_Optimizer, which shards the optimizer state "
           "(ZeRO-1); use zero 1");
   if (p.uneven_stages())
-    r.add("plan.stage_layers",
+    r.add(p.split_field(),
           "parasol does not write Megatron-DeepSpeed's pipeline "
           "partition; only even stages are exported");
   if (p.cp > 1)

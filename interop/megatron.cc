@@ -6,6 +6,7 @@
 // megatron/core/package_info.py): megatron/training/arguments.py (hand-written flags; the
 // --overlap-*, --use-distributed-optimizer,
 // --data-parallel-sharding-strategy, --decoder-first/last-pipeline-num-layers,
+// --account-for-embedding/loss-in-pipeline-split (TransformerConfig fields),
 // --pipeline-model-parallel-layout, --num-virtual-stages-per-pipeline-rank group at L3092-3220;
 // the CUDA_DEVICE_MAX_CONNECTIONS checks at L1453-1479 and L1166; --tp-comm-overlap needs
 // --sequence-parallel at L1440; moe_freq_type at L327), and the dataclasses whose fields become
@@ -276,6 +277,10 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
       add(a, "--decoder-first-pipeline-num-layers", str(p.first_stage_layers));
     if (p.last_stage_layers > 0)
       add(a, "--decoder-last-pipeline-num-layers", str(p.last_stage_layers));
+    // TransformerConfig fields (transformer_config.py L137-143): the embedding / loss count as a
+    // layer of the first / last virtual stage (validate() holds the plan to Megatron's rules).
+    if (p.account_for_embedding) add(a, "--account-for-embedding-in-pipeline-split");
+    if (p.account_for_loss) add(a, "--account-for-loss-in-pipeline-split");
   }
   if (p.sequence_parallel) add(a, "--sequence-parallel");
   add(a, "--context-parallel-size", str(p.cp));

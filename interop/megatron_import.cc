@@ -215,7 +215,8 @@ const std::set<std::string> kRead = {
     "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
     "pipeline-model-parallel-layout", "decoder-first-pipeline-num-layers",
-    "decoder-last-pipeline-num-layers", "sequence-parallel", "context-parallel-size",
+    "decoder-last-pipeline-num-layers", "account-for-embedding-in-pipeline-split",
+    "account-for-loss-in-pipeline-split", "sequence-parallel", "context-parallel-size",
     "expert-model-parallel-size", "expert-tensor-parallel-size", "use-distributed-optimizer",
     "num-distributed-optimizer-instances", "use-megatron-fsdp", "data-parallel-sharding-strategy",
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
@@ -557,7 +558,21 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     dp = gpus / (tp * pp * cp);
     j["dp"] = dp;
   }
-  // Pipeline layout.
+  // Pipeline layout. Megatron's embedding/loss accounting (store_true TransformerConfig fields)
+  // goes with neither a layout nor first/last stage counts (transformer_config.py L2229-2261).
+  const bool embedding_in_split = f.has("account-for-embedding-in-pipeline-split");
+  const bool loss_in_split = f.has("account-for-loss-in-pipeline-split");
+  const int accounted = int{embedding_in_split} + int{loss_in_split};
+  if (accounted > 0) {
+    const std::string flag = embedding_in_split ? "--account-for-embedding-in-pipeline-split"
+                                                : "--account-for-loss-in-pipeline-split";
+    if (f.has("pipeline-model-parallel-layout"))
+      throw Error(flag, "Megatron refuses it with --pipeline-model-parallel-layout");
+    if (f.has("decoder-first-pipeline-num-layers") || f.has("decoder-last-pipeline-num-layers"))
+      throw Error(flag, "Megatron refuses it with --decoder-first/last-pipeline-num-layers");
+    j["account_for_embedding_in_pipeline_split"] = embedding_in_split;
+    j["account_for_loss_in_pipeline_split"] = loss_in_split;
+  }
   int64_t vpp = 1;
   if (f.has("pipeline-model-parallel-layout")) {
     const std::vector<int> stages =
@@ -571,11 +586,19 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   } else if (f.has("num-virtual-stages-per-pipeline-rank")) {
     vpp = f.integer("num-virtual-stages-per-pipeline-rank");
   } else if (f.has("num-layers-per-virtual-pipeline-stage")) {
-    const int64_t n = f.integer("num-layers-per-virtual-pipeline-stage");
-    if (m.layers % (n * pp) != 0)
+    // arguments.py L953-979: not with first/last stage counts; the layers per stage count the
+    // accounted embedding and loss.
+    if (f.has("decoder-first-pipeline-num-layers") || f.has("decoder-last-pipeline-num-layers"))
       throw Error("--num-layers-per-virtual-pipeline-stage",
-                  "pp x this does not divide --num-layers");
-    vpp = m.layers / (n * pp);
+                  "Megatron refuses it with uneven first/last stages (use "
+                  "--num-virtual-stages-per-pipeline-rank)");
+    const int64_t n = f.integer("num-layers-per-virtual-pipeline-stage");
+    const int64_t slots = m.layers + accounted;
+    if (n < 1 || slots % (n * pp) != 0)
+      throw Error("--num-layers-per-virtual-pipeline-stage",
+                  "pp x this does not divide --num-layers" +
+                      std::string(accounted > 0 ? " plus the accounted embedding/loss" : ""));
+    vpp = slots / (n * pp);
   }
   if (vpp > 1) j["vpp"] = vpp;
   if (f.has("decoder-first-pipeline-num-layers"))

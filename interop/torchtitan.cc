@@ -350,7 +350,7 @@ PipelineKeys pipeline_keys(const Model& model, const Plan& p) {
         found = true;
       }
   if (!found)
-    throw Error(p.stage_layers.empty() ? "plan.first_stage_layers" : "plan.stage_layers",
+    throw Error(p.split_field(),
                 "torchtitan splits layers evenly except for fewer layers on the first and last "
                 "stage; it cannot place this plan's split");
   const int eff = model.layers + k.first_less + k.last_less;

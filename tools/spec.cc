@@ -214,6 +214,12 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
            "layers of the first pipeline stage (the rest split evenly)");
   int_flag(cmd, o, "--last-stage-layers", "last_stage_layers", o.last_stage_layers,
            "layers of the last pipeline stage (the rest split evenly)");
+  bool_flag(cmd, o, "--account-for-embedding-in-pipeline-split",
+            "account_for_embedding_in_pipeline_split", o.account_for_embedding,
+            "the embedding counts as a layer of the first stage in the split (Megatron's flag)");
+  bool_flag(cmd, o, "--account-for-loss-in-pipeline-split", "account_for_loss_in_pipeline_split",
+            o.account_for_loss,
+            "the loss counts as a layer of the last stage in the split (Megatron's flag)");
   cmd->add_option("--recompute", o.recompute, "none|selective|full");
   int_flag(cmd, o, "--recompute-layers", "recompute_layers", o.recompute_layers,
            "full recompute of the first k layers per stage");
@@ -252,11 +258,17 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   // A layout given on the command line replaces the file's other form of it.
   const bool first_last = o.first_stage_layers || o.last_stage_layers ||
                           o.raw.count("first_stage_layers") || o.raw.count("last_stage_layers");
-  if (o.stage_layers) {
+  const bool accounted =
+      o.account_for_embedding.value_or(false) || o.account_for_loss.value_or(false);
+  if (o.stage_layers || accounted) {
     j.erase("first_stage_layers");
     j.erase("last_stage_layers");
   }
-  if (first_last) j.erase("stage_layers");
+  if (first_last || accounted) j.erase("stage_layers");
+  if (o.stage_layers || first_last) {
+    j.erase("account_for_embedding_in_pipeline_split");
+    j.erase("account_for_loss_in_pipeline_split");
+  }
   auto set = [&j](const char* key, const auto& v) {
     if (v) j[key] = *v;
   };
@@ -278,6 +290,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("schedule", o.schedule);
   set("first_stage_layers", o.first_stage_layers);
   set("last_stage_layers", o.last_stage_layers);
+  set("account_for_embedding_in_pipeline_split", o.account_for_embedding);
+  set("account_for_loss_in_pipeline_split", o.account_for_loss);
   set("recompute", o.recompute);
   set("recompute_layers", o.recompute_layers);
   set("recompute_modules", o.recompute_modules);

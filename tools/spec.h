@@ -31,6 +31,7 @@ struct SpecOptions {
   std::optional<int64_t> seq;
   std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
+  std::optional<bool> account_for_embedding, account_for_loss;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, grad_reduce_dtype, attention_kernel;
   std::optional<std::string> moe_dispatcher, optimizer_dtype, recompute_modules;
@@ -46,7 +47,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
 // --attention-kernel --rank-order --reshard --shard-degree --grad-reduce-dtype --tp-comm-overlap
-// --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers --etp
+// --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
+// --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp
 // --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce --recompute-modules
 // --overlap-param-gather. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
@@ -62,8 +64,9 @@ struct Spec {
 
 // The plan JSON that the flags of `o` make of `base` (a plan file's object, or an empty one):
 // each given flag sets its key (--mbs sets "mbs", --stage-layers 4,6 sets [4, 6]); --vpp > 1
-// without --schedule sets "schedule": "interleaved"; --stage-layers drops the base's first/last
-// stage layers and --first/--last-stage-layers drop its stage_layers. A dp that is not given is
+// without --schedule sets "schedule": "interleaved"; each form of the pipeline split given
+// (--stage-layers; --first/--last-stage-layers; the --account-for-* switches set true) drops the
+// base's other forms. A dp that is not given is
 // left to load_spec.
 Json plan_overlay(const SpecOptions& o, Json base);
 

@@ -107,6 +107,56 @@ TEST(ClusterPreset, SingleH200) {
   ExpectError([] { cluster_preset("h200-1", 2); }, "gpus", "exactly one GPU");
 }
 
+// GB200 NVL72: a rack of 72 GPUs on one NVLink domain (900 GB/s per direction), each pair on a
+// Grace CPU's NVLink-C2C (450 GB/s per direction), one 400 Gb/s NIC per GPU between racks; a GPU
+// count that does not fill the last rack leaves it partly used.
+TEST(ClusterPreset, Gb200Nvl72IsOneNvlinkDomainOf72Gpus) {
+  Cluster c = cluster_preset("gb200-nvl72", 144);
+  EXPECT_EQ(c.num_servers(), 2);
+  EXPECT_EQ(c.gpus_per_server(), 72);
+  EXPECT_EQ(c.gpu_device(0).name, "GB200");
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).peak_flops(Dtype::kBf16), 2.5e15);
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).peak_flops(Dtype::kFp8), 5e15);
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bytes, 186e9);
+  EXPECT_DOUBLE_EQ(c.bottleneck_bw(0, 71), 900e9);
+  EXPECT_EQ(kinds_on_path(c, 0, 71), std::set<LinkKind>{LinkKind::kNvswitch});
+  EXPECT_DOUBLE_EQ(c.bottleneck_bw(0, 72), 50e9);
+  EXPECT_DOUBLE_EQ(c.host_link_bw(5), 450e9);
+  EXPECT_DOUBLE_EQ(c.host_memory_per_gpu(5), 240e9);  // a Grace's 480 GB for its two GPUs
+  Cluster part = cluster_preset("gb200-nvl72", 128);
+  EXPECT_EQ(part.num_gpus(), 128);
+  EXPECT_EQ(part.num_servers(), 2);
+  EXPECT_EQ(part.gpus_on_server(1).size(), 56u);
+  EXPECT_DOUBLE_EQ(part.bottleneck_bw(72, 127), 900e9);
+  // The generator form is the preset, partly used last rack included.
+  EXPECT_EQ(cluster_to_json(cluster_from_json(cluster_preset_generator("gb200-nvl72"), 128)),
+            cluster_to_json(part));
+}
+
+TEST(ClusterPreset, H800Mi325xAndDgx2FromTheirDatasheets) {
+  Cluster h800 = cluster_preset("dgx-h800", 16);
+  EXPECT_EQ(h800.gpu_device(0).name, "H800-SXM");
+  EXPECT_DOUBLE_EQ(h800.gpu_device(0).peak_flops(Dtype::kBf16),
+                   device_spec("H100-SXM").peak_flops(Dtype::kBf16));
+  EXPECT_DOUBLE_EQ(h800.bottleneck_bw(0, 1), 200e9);  // 400 GB/s NVLink, per direction
+  EXPECT_DOUBLE_EQ(h800.bottleneck_bw(0, 8), 50e9);
+  Cluster mi325x = cluster_preset("mi325x-8", 8);
+  EXPECT_EQ(mi325x.gpu_device(0).name, "MI325X");
+  EXPECT_DOUBLE_EQ(mi325x.gpu_device(0).hbm_bytes, 256e9);
+  EXPECT_DOUBLE_EQ(mi325x.gpu_device(0).hbm_bw, 6e12);
+  EXPECT_DOUBLE_EQ(mi325x.bottleneck_bw(0, 7), cluster_preset("mi300x-8", 8).bottleneck_bw(0, 7));
+  Cluster dgx2 = cluster_preset("dgx2-v100", 32);
+  EXPECT_EQ(dgx2.gpus_per_server(), 16);
+  EXPECT_EQ(dgx2.gpu_device(0).name, "V100-32G");
+  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).peak_flops(Dtype::kFp16), 125e12);
+  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).peak_flops(Dtype::kFp8), 125e12);  // no fp8: fp16's
+  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).hbm_bytes, 32 * GiB);
+  EXPECT_DOUBLE_EQ(dgx2.bottleneck_bw(0, 15), 150e9);
+  EXPECT_DOUBLE_EQ(dgx2.bottleneck_bw(0, 16), 12.5e9);
+  EXPECT_DOUBLE_EQ(dgx2.host_link_bw(0), 16e9);
+  ExpectError([] { cluster_preset("dgx2-v100", 24); }, "gpus", "not a multiple of the 16");
+}
+
 TEST(ClusterPreset, SmallerThanOneServer) {
   Cluster c = cluster_preset("dgx-h100", 4);
   EXPECT_EQ(c.num_gpus(), 4);

@@ -14,6 +14,7 @@
 
 #include "core/layer_shapes.h"
 #include "tests/core/expect_error.h"
+#include "tests/core/megatron_split.h"
 #include "tests/core/test_models.h"
 
 namespace parasol {
@@ -1075,6 +1076,36 @@ TEST(Lower, UnevenInterleavedStagesFollowMegatronsLayerOrder) {
         EXPECT_EQ(o.tags.chunk, want[s].at(o.tags.layer)) << o.name;
       }
   }
+  ASSERT_NE(bucket_named(lp.programs[0], "emb"), nullptr);
+  EXPECT_EQ(bucket_named(lp.programs[0], "emb")->chunk, 0);
+  ASSERT_NE(bucket_named(lp.programs[3], "head"), nullptr);
+  EXPECT_EQ(bucket_named(lp.programs[3], "head")->chunk, 1);
+  EXPECT_EQ(unfinished_ops(lp), 0);
+  check_sends_match(lp);
+}
+
+TEST(Lower, AccountedEmbeddingAndLossTakeALayerSlotOfTheFirstAndLastVirtualStage) {
+  // Megatron's --account-for-embedding/loss-in-pipeline-split: 14 layers + the embedding + the
+  // loss = 16 slots on pp 4 x vpp 2, two per virtual stage; the first virtual stage holds the
+  // embedding and one layer, the last one layer and the head. Each stage's Program holds the
+  // layers Megatron-Core builds there, in its chunks (tests/core/megatron_split.h).
+  const Model m = tiny_gpt(14);
+  Plan plan = make_plan(1, 4, 1, 8);
+  plan.schedule = Schedule::kInterleaved;
+  plan.vpp = 2;
+  plan.account_for_embedding = true;
+  plan.account_for_loss = true;
+  LoweredPlan lp = lowered(m, plan);
+  const megatron_oracle::AccountedSplit megatron{14, 4, 2, true, true};
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    std::map<int, int> want;
+    for (int c = 0; c < 2; ++c)
+      for (int l = 0; l < megatron.to_build(s, c); ++l) want[megatron.offset(s, c) + l] = c;
+    EXPECT_EQ(chunk_of_layer(lp.programs[s]), want);
+  }
+  EXPECT_EQ(chunk_of_layer(lp.programs[0]), (std::map<int, int>{{0, 0}, {7, 1}, {8, 1}}));
+  EXPECT_EQ(chunk_of_layer(lp.programs[3]), (std::map<int, int>{{5, 0}, {6, 0}, {13, 1}}));
   ASSERT_NE(bucket_named(lp.programs[0], "emb"), nullptr);
   EXPECT_EQ(bucket_named(lp.programs[0], "emb")->chunk, 0);
   ASSERT_NE(bucket_named(lp.programs[3], "head"), nullptr);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tests/core/expect_error.h"
+#include "tests/core/megatron_split.h"
 
 namespace parasol {
 namespace {
@@ -434,6 +435,101 @@ TEST(PlanValidate, UnevenStagesWithVirtualStages) {
   EXPECT_EQ(even.layers_in_chunk(32, 3, 1), 4);
 }
 
+// Megatron's --account-for-embedding/loss-in-pipeline-split: the layer counts and first layers of
+// every virtual stage are Megatron-Core's own (tests/core/megatron_split.h restates its
+// arithmetic), for Qwen3-235B's 94 layers on pp 8 with and without virtual stages.
+TEST(PlanValidate, EmbeddingAndLossAccountedLikeMegatron) {
+  Model m = llama8b();
+  m.layers = 94;
+  for (int vpp : {1, 2, 3, 4, 6}) {
+    SCOPED_TRACE("vpp " + std::to_string(vpp));
+    Plan p = degrees(1, 8);
+    p.account_for_embedding = true;
+    p.account_for_loss = true;
+    if (vpp > 1) {
+      p.schedule = Schedule::kInterleaved;
+      p.vpp = vpp;
+      p.global_batch = 8;
+    }
+    EXPECT_TRUE(p.uneven_stages());
+    ASSERT_NO_THROW(validate(p, m, h100(8)));
+    const megatron_oracle::AccountedSplit megatron{94, 8, vpp, true, true};
+    int total = 0;
+    for (int s = 0; s < 8; ++s) {
+      int stage = 0;
+      for (int c = 0; c < vpp; ++c) {
+        EXPECT_EQ(p.layers_in_chunk(94, s, c), megatron.to_build(s, c)) << s << "," << c;
+        EXPECT_EQ(p.first_layer(94, s, c), megatron.offset(s, c)) << s << "," << c;
+        stage += megatron.to_build(s, c);
+      }
+      EXPECT_EQ(p.layers_in_stage(94, s), stage) << s;
+      total += stage;
+    }
+    EXPECT_EQ(total, 94);
+    // 96 slots over 8 stages: the first and last stages hold one layer fewer than the others.
+    EXPECT_EQ(p.layers_in_stage(94, 0), 11);
+    EXPECT_EQ(p.layers_in_stage(94, 3), 12);
+    EXPECT_EQ(p.layers_in_stage(94, 7), 11);
+    EXPECT_EQ(p.max_layers_in_stage(94), 12);
+  }
+  // One switch alone: the embedding's slot only (95 layers + 1 on pp 8 = 12 each).
+  Model m95 = m;
+  m95.layers = 95;
+  Plan e = degrees(1, 8);
+  e.account_for_embedding = true;
+  ASSERT_NO_THROW(validate(e, m95, h100(8)));
+  EXPECT_EQ(e.layers_in_stage(95, 0), 11);
+  EXPECT_EQ(e.layers_in_stage(95, 7), 12);
+  EXPECT_EQ(e.first_layer(95, 1, 0), 11);
+  Plan l = degrees(1, 8);
+  l.account_for_loss = true;
+  ASSERT_NO_THROW(validate(l, m95, h100(8)));
+  EXPECT_EQ(l.layers_in_stage(95, 0), 12);
+  EXPECT_EQ(l.layers_in_stage(95, 7), 11);
+}
+
+// Each rule of Megatron's that the accounting meets (transformer_config.py L2229-2261,
+// L2370-2415; transformer_block.py get_num_layers_to_build), refused naming the switch.
+TEST(PlanValidate, AccountedSplitRefusesWhatMegatronRefuses) {
+  const std::string embedding = "plan.account_for_embedding_in_pipeline_split";
+  const std::string loss = "plan.account_for_loss_in_pipeline_split";
+  // DeepSeek-V3's 61 layers + 2 = 63 do not split over pp 8 (Megatron: "num_layers ... must be
+  // divisible by pipeline_model_parallel_size").
+  Model ds = llama8b();
+  ds.layers = 61;
+  Plan p = degrees(1, 8);
+  p.account_for_embedding = p.account_for_loss = true;
+  ExpectInvalid(p, ds, h100(8), embedding, "(63) do not split evenly over pp 8");
+  p.account_for_embedding = false;
+  ExpectInvalid(p, ds, h100(8), loss, "(62) do not split evenly over pp 8");
+  // 96 slots per 8 stages = 12, which vpp 5 does not divide.
+  Model qwen = llama8b();
+  qwen.layers = 94;
+  Plan v = degrees(1, 8);
+  v.account_for_embedding = v.account_for_loss = true;
+  v.schedule = Schedule::kInterleaved;
+  v.vpp = 5;
+  v.global_batch = 8;
+  ExpectInvalid(v, qwen, h100(8), embedding, "12 layers per pipeline stage");
+  // vpp 12: one slot per virtual stage leaves the first with the embedding alone (Megatron's
+  // stand-alone embedding stage), which parasol does not lower.
+  v.vpp = 12;
+  ExpectInvalid(v, qwen, h100(8), embedding, "no transformer layer");
+  // Not with Megatron's other layout arguments.
+  Plan f = degrees(1, 8);
+  f.account_for_loss = true;
+  f.first_stage_layers = 11;
+  ExpectInvalid(f, qwen, h100(8), loss, "first/last_stage_layers");
+  f.first_stage_layers = 0;
+  f.stage_layers = {11, 12, 12, 12, 12, 12, 12, 11};
+  ExpectInvalid(f, qwen, h100(8), loss, "stage_layers");
+  // Without a pipeline the switches change nothing: every layer on the one stage.
+  Plan one = degrees(1, 1);
+  one.account_for_embedding = one.account_for_loss = true;
+  EXPECT_NO_THROW(validate(one, qwen, h100(1)));
+  EXPECT_EQ(one.layers_in_stage(94, 0), 94);
+}
+
 TEST(PlanValidate, RecomputeLayersOnlyWithFullRecompute) {
   Plan p = degrees(8, 2);
   p.recompute = Recompute::kSelective;
@@ -588,6 +684,8 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.stage_layers, b.stage_layers);
   EXPECT_EQ(a.first_stage_layers, b.first_stage_layers);
   EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
+  EXPECT_EQ(a.account_for_embedding, b.account_for_embedding);
+  EXPECT_EQ(a.account_for_loss, b.account_for_loss);
   EXPECT_EQ(a.etp, b.etp);
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
@@ -664,6 +762,19 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   q.first_stage_layers = 7;
   q.last_stage_layers = 7;
   EXPECT_EQ(plan_from_json(plan_to_json(q)).recompute_modules, q.recompute_modules);
+  Plan a;
+  a.pp = 8;
+  a.account_for_embedding = true;
+  a.account_for_loss = true;
+  j = plan_to_json(a);
+  EXPECT_EQ(j["account_for_embedding_in_pipeline_split"], true);
+  EXPECT_EQ(j["account_for_loss_in_pipeline_split"], true);
+  ExpectSamePlan(a, plan_from_json(parse_json(j.dump(), "plan")));
+  // Off: left out of the JSON.
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("account_for_loss_in_pipeline_split"));
+  ExpectError(
+      [] { plan_from_json(Json::parse(R"({"account_for_loss_in_pipeline_split": "yes"})")); },
+      "plan.account_for_loss_in_pipeline_split", "");
 }
 
 TEST(PlanJsonErrors, NewFields) {

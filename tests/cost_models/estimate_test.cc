@@ -151,6 +151,47 @@ TEST_F(EstimateGpt, UnevenStagesThePipelineRunsAtTheLargestStagesPace) {
   EXPECT_DOUBLE_EQ(run(m, c, first_last).step_time_s, b.step_time_s);
 }
 
+// Megatron's embedding/loss accounting on Qwen3-235B (94 layers, pp 8): the closed form prices
+// the per-stage (and per-virtual-stage) layer counts the accounting resolves to, exactly as the
+// same counts written out as a layer list.
+TEST(EstimateSplit, AccountedEmbeddingAndLossPriceAsTheirLayerList) {
+  const Model m = model_preset("qwen3-235b-a22b");
+  const Cluster c = cluster_preset("dgx-h100", 64);
+  Plan p = plan_from_json(Json{{"tp", 4},
+                               {"pp", 8},
+                               {"dp", 2},
+                               {"ep", 8},
+                               {"etp", 1},
+                               {"sp", true},
+                               {"gbs", 128},
+                               {"zero", 1},
+                               {"account_for_embedding_in_pipeline_split", true},
+                               {"account_for_loss_in_pipeline_split", true}});
+  for (int vpp : {1, 4}) {
+    SCOPED_TRACE("vpp " + std::to_string(vpp));
+    p.vpp = vpp;
+    p.schedule = vpp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    Plan listed = p;
+    listed.account_for_embedding = listed.account_for_loss = false;
+    for (int v = 0; v < p.pp * vpp; ++v)
+      listed.stage_layers.push_back(p.layers_in_chunk(m.layers, v % p.pp, v / p.pp));
+    if (vpp == 1) {
+      EXPECT_EQ(listed.stage_layers, (std::vector<int>{11, 12, 12, 12, 12, 12, 12, 11}));
+    } else {
+      EXPECT_EQ(listed.stage_layers.front(), 2);
+      EXPECT_EQ(listed.stage_layers.back(), 2);
+    }
+    const Estimate a = run(m, c, p), b = run(m, c, listed);
+    EXPECT_GT(a.step_time_s, 0);
+    EXPECT_DOUBLE_EQ(a.step_time_s, b.step_time_s);
+    EXPECT_EQ(a.stage_slot_s, b.stage_slot_s);
+    EXPECT_DOUBLE_EQ(a.memory_per_gpu_bytes, b.memory_per_gpu_bytes);
+    // The first stage's 11 layers with the embedding take less than a middle stage's 12.
+    EXPECT_NE(a.critical_stage, 0);
+    EXPECT_LT(a.stage_slot_s[0], a.stage_slot_s[1]);
+  }
+}
+
 TEST_F(EstimateGpt, InterleavedBubbleIsSmallerByVpp) {
   Plan p = plan(8, 4, 1);
   const Estimate plain = run(m, c, p);

@@ -13,9 +13,6 @@
 namespace parasol::cost {
 namespace {
 
-const char* kDevices[] = {"A100-40G", "A100-80G", "H100-SXM", "H100-SXM-96G-500W",
-                          "H200",     "B200",     "MI300X",   kHostCpuDevice};
-
 // Every numeric leaf of `j` with its '/'-path.
 void leaves(const Json& j, const std::string& path, std::map<std::string, double>& out) {
   if (j.is_number()) {
@@ -29,7 +26,8 @@ void leaves(const Json& j, const std::string& path, std::map<std::string, double
 }
 
 TEST(ProfileRanges, EveryDefaultFigureHasARangeThatHoldsIt) {
-  for (const char* name : kDevices) {
+  // Every device parasol has a datasheet of (GB200, H800, MI325X and V100 included).
+  for (const std::string& name : known_devices()) {
     const DeviceSpec d = device_spec(name);
     const Profile p = default_profile(d);
     std::map<std::string, const ProfileRange*> ranges;

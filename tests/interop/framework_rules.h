@@ -76,10 +76,27 @@ inline std::vector<std::string> megatron_violations(const std::string& args_text
     const std::string layout = f.at("pipeline-model-parallel-layout").at(0);
     vpp = (std::count(layout.begin(), layout.end(), '|') + 1) / pp;
   }
-  // arguments.py L985-998: without a layout or uneven first/last stages, pp divides the layers.
-  if (!has("pipeline-model-parallel-layout") && !has("decoder-first-pipeline-num-layers") &&
-      !has("decoder-last-pipeline-num-layers") && layers % pp != 0)
-    broken.push_back("arguments.py L998: pp divides num_layers");
+  // The embedding and loss counted as layers of the split (store_true TransformerConfig fields).
+  const long long accounted =
+      static_cast<long long>(has("account-for-embedding-in-pipeline-split")) +
+      static_cast<long long>(has("account-for-loss-in-pipeline-split"));
+  const bool first_last =
+      has("decoder-first-pipeline-num-layers") || has("decoder-last-pipeline-num-layers");
+  // arguments.py L985-998: without a layout or uneven first/last stages, pp divides the layers
+  // (plus the accounted embedding and loss, L991-996).
+  if (!has("pipeline-model-parallel-layout") && !first_last && (layers + accounted) % pp != 0)
+    broken.push_back("arguments.py L998: pp divides num_layers (+ embedding/loss accounted)");
+  // transformer_config.py L2229-2240: first/last stage counts refuse the accounting.
+  if (first_last && accounted > 0)
+    broken.push_back("transformer_config.py L2235: first/last layers refuse the accounting");
+  // transformer_config.py L2242-2262: a layout refuses first/last counts and the accounting.
+  if (has("pipeline-model-parallel-layout") && (first_last || accounted > 0))
+    broken.push_back("transformer_config.py L2254: a layout refuses other layout arguments");
+  // transformer_config.py L2370-2415: with the accounting and vpp, vpp divides the layers per
+  // pipeline rank (embedding/loss counted).
+  if (accounted > 0 && pp > 0 && (layers + accounted) % pp == 0 &&
+      ((layers + accounted) / pp) % int_flag(f, "num-virtual-stages-per-pipeline-rank", 1) != 0)
+    broken.push_back("transformer_config.py L2409: vpp divides the layers per pipeline rank");
   if (has("overlap-moe-expert-parallel-comm")) {
     // transformer_config.py L3007-3011: pp > 1 needs virtual_pipeline_model_parallel_size.
     if (pp > 1 && vpp < 2)

@@ -406,6 +406,44 @@ std::vector<Case> round_trip_cases() {
              {"vpp", 2},
              {"gbs", 64},
              {"stage_layers", {6, 8, 9, 9}}})},
+      // Qwen3-235B's 94 layers on pp 8 with Megatron's embedding/loss accounting, with and
+      // without virtual stages (96 slots: 12 per stage, 3 per virtual stage at vpp 4).
+      {"qwen3_235b_accounted", "qwen3-235b-a22b", "dgx-h100", 64,
+       plan({{"tp", 4},
+             {"pp", 8},
+             {"dp", 2},
+             {"ep", 8},
+             {"etp", 1},
+             {"sp", true},
+             {"gbs", 128},
+             {"zero", 1},
+             {"account_for_embedding_in_pipeline_split", true},
+             {"account_for_loss_in_pipeline_split", true}})},
+      {"qwen3_235b_accounted_interleaved", "qwen3-235b-a22b", "dgx-h100", 64,
+       plan({{"tp", 4},
+             {"pp", 8},
+             {"vpp", 4},
+             {"dp", 2},
+             {"ep", 8},
+             {"etp", 1},
+             {"sp", true},
+             {"gbs", 128},
+             {"zero", 1},
+             {"account_for_embedding_in_pipeline_split", true},
+             {"account_for_loss_in_pipeline_split", true}})},
+      // DeepSeek-V3's 61 layers on pp 8 x vpp 2: Megatron refuses the accounting switches (63
+      // slots over 8 stages; MegatronSplit.DeepSeekV3AtPp8CannotAccountForTheEmbeddingAndLoss),
+      // so a layout places the embedding and the loss: 'Et*3|t*4|...|t*2L', each in a layer's
+      // slot.
+      {"deepseek_v3_layout_interleaved", "deepseek-v3", "dgx-h100", 256,
+       plan({{"tp", 1},
+             {"pp", 8},
+             {"vpp", 2},
+             {"dp", 32},
+             {"ep", 32},
+             {"gbs", 1024},
+             {"zero", 1},
+             {"stage_layers", {3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2}}})},
   };
 }
 
@@ -589,6 +627,95 @@ TEST(MegatronImport, ReadsMoeLayerPatterns) {
   EXPECT_EQ(alt.model->moe.first_dense, 0);
   EXPECT_EQ(alt.model->moe.every, 2);
   expect_import_error(base + "--moe-layer-freq '([0]+[1]*2)'", "--moe-layer-freq");
+}
+
+// --account-for-embedding/loss-in-pipeline-split: written for the plan's switches, read back,
+// refused beside a layout or first/last counts (transformer_config.py L2229-2261) and counted
+// in --num-layers-per-virtual-pipeline-stage (arguments.py L953-979).
+TEST(MegatronSplit, AccountingFlagsFollowMegatronsRules) {
+  const Model m = model_preset("qwen3-235b-a22b");
+  const Cluster cl = load_cluster("dgx-h100", 64);
+  Plan p = plan_from_json(
+      Json{{"tp", 4}, {"pp", 8}, {"dp", 2}, {"ep", 8}, {"etp", 1}, {"sp", true}, {"gbs", 128}});
+  p.account_for_loss = true;
+  // 94 + 1 slots do not split over pp 8: parasol refuses what Megatron refuses.
+  EXPECT_THROW(validate(p, m, cl), Error);
+  p.account_for_embedding = true;
+  ASSERT_NO_THROW(validate(p, m, cl));
+  const std::string args = export_megatron(m, cl, p).files[0].text;
+  const auto f = rules::flags_of(args);
+  EXPECT_EQ(f.count("account-for-embedding-in-pipeline-split"), 1u);
+  EXPECT_EQ(f.count("account-for-loss-in-pipeline-split"), 1u);
+  EXPECT_EQ(f.count("decoder-first-pipeline-num-layers"), 0u);
+  EXPECT_EQ(f.count("pipeline-model-parallel-layout"), 0u);
+  EXPECT_EQ(rules::megatron_violations(args), std::vector<std::string>{});
+  // The oracle (Megatron's own checks) refuses each broken combination of the same arguments.
+  auto violates = [](const std::string& text, const std::string& rule) {
+    for (const std::string& v : rules::megatron_violations(text))
+      if (v.find(rule) != std::string::npos) return true;
+    return false;
+  };
+  std::string off_by_one = args;
+  const size_t at = off_by_one.find("--num-layers 94");
+  ASSERT_NE(at, std::string::npos) << args;
+  off_by_one.replace(at, 15, "--num-layers 93");
+  EXPECT_TRUE(violates(off_by_one, "arguments.py L998"));
+  EXPECT_TRUE(violates(args + "\n  --decoder-first-pipeline-num-layers 11\n",
+                       "transformer_config.py L2235"));
+  EXPECT_TRUE(violates(args + "\n  --num-virtual-stages-per-pipeline-rank 5\n",
+                       "transformer_config.py L2409"));
+  EXPECT_TRUE(violates(args + "\n  --pipeline-model-parallel-layout 'Et*11|(t*12|)*6t*11L'\n",
+                       "transformer_config.py L2254"));
+
+  const std::string base =
+      "--num-layers 94 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 --pipeline-model-parallel-size 8 ";
+  const ImportedJob both = import_megatron(
+      base + "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split");
+  EXPECT_EQ(both.plan["account_for_embedding_in_pipeline_split"], true);
+  EXPECT_EQ(both.plan["account_for_loss_in_pipeline_split"], true);
+  const ImportedJob none = import_megatron(base);
+  EXPECT_FALSE(none.plan.contains("account_for_loss_in_pipeline_split"));
+  expect_import_error(base +
+                          "--account-for-loss-in-pipeline-split "
+                          "--decoder-first-pipeline-num-layers 12",
+                      "--account-for-loss-in-pipeline-split");
+  expect_import_error(base +
+                          "--account-for-embedding-in-pipeline-split "
+                          "--pipeline-model-parallel-layout 'E|t*12|(t*12|)*6t*11L'",
+                      "--account-for-embedding-in-pipeline-split");
+  // Layers per virtual stage count the embedding and the loss: (94 + 2) / (8 x 3) = vpp 4.
+  const ImportedJob per_virtual = import_megatron(base +
+                                                  "--account-for-embedding-in-pipeline-split "
+                                                  "--account-for-loss-in-pipeline-split "
+                                                  "--num-layers-per-virtual-pipeline-stage 3");
+  EXPECT_EQ(per_virtual.plan["vpp"], 4);
+  expect_import_error(base + "--num-layers-per-virtual-pipeline-stage 3",
+                      "--num-layers-per-virtual-pipeline-stage");
+  expect_import_error(base +
+                          "--decoder-first-pipeline-num-layers 10 "
+                          "--num-layers-per-virtual-pipeline-stage 2",
+                      "--num-layers-per-virtual-pipeline-stage");
+}
+
+// DeepSeek-V3 (61 layers) at pp 8: the accounting switches leave 63 or 62 slots, which Megatron
+// refuses (arguments.py L998) and parasol too, naming the switch.
+TEST(MegatronSplit, DeepSeekV3AtPp8CannotAccountForTheEmbeddingAndLoss) {
+  const Model m = model_preset("deepseek-v3");
+  const Cluster cl = load_cluster("dgx-h100", 256);
+  Plan p = plan_from_json(Json{{"pp", 8}, {"dp", 32}, {"ep", 32}, {"gbs", 1024}});
+  for (int which = 0; which < 3; ++which) {
+    p.account_for_embedding = which != 1;
+    p.account_for_loss = which != 0;
+    try {
+      validate(p, m, cl);
+      ADD_FAILURE() << "accepted " << which;
+    } catch (const Error& e) {
+      EXPECT_NE(e.field().find("in_pipeline_split"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("do not split evenly over pp 8"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(MegatronImport, RecognisesMegatronArguments) {

@@ -99,6 +99,9 @@ TEST(ShowListing, ClustersListEveryPreset) {
     // The device named is a known datasheet.
     EXPECT_NO_THROW(device_spec(rows[i].at("device").get<std::string>()));
   }
+  // Today's machines (issue 34): GB200 NVL72 racks, H800, MI325X and DGX-2 servers.
+  for (const char* name : {"gb200-nvl72", "dgx-h800", "mi325x-8", "dgx2-v100"})
+    EXPECT_NE(text.out.find(name), std::string::npos) << name << "\n" << text.out;
   const Result one = run("show cluster dgx-h100 --gpus 16");
   EXPECT_EQ(one.code, 0) << one.out;
   EXPECT_NE(one.out.find("16 x H100-SXM on 2 server(s)"), std::string::npos) << one.out;
@@ -111,6 +114,9 @@ TEST(ShowListing, DevicesListEveryDatasheetAndShowOne) {
   const auto names = known_devices();
   ASSERT_EQ(rows.size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(rows[i].at("name"), names[i]);
+  const Result text = run("show device");
+  for (const char* name : {"GB200", "H800-SXM", "MI325X", "V100-32G"})
+    EXPECT_NE(text.out.find(name), std::string::npos) << name << "\n" << text.out;
   const Result one = run("show device h100-sxm --json");
   ASSERT_EQ(one.code, 0) << one.out;
   const auto d = nlohmann::json::parse(one.out);

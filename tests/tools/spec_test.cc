@@ -28,6 +28,9 @@ std::string temp_path(const std::string& name) {
 
 // `estimate --json` of a plan on 16 H100s: the plan as the estimate saw it.
 const std::string kTarget = "--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --gbs 64";
+// Without a pipeline, where either accounting switch alone is a valid plan.
+const std::string kNoPipelineTarget =
+    "--model llama3-8b --cluster dgx-h100 --gpus 2 --tp 2 --gbs 64";
 const std::string kMoeTarget =
     "--model mixtral-8x7b --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --gbs 64";
 
@@ -113,6 +116,22 @@ TEST(SpecOverlay, ALayoutFlagReplacesTheFilesOtherLayout) {
   // Both forms on the command line: plan_from_json refuses.
   f.stage_layers = "8,8,8,8";
   EXPECT_THROW(plan_from_json(plan_overlay(f, Json::object())), Error);
+  // Megatron's embedding/loss accounting replaces the file's counts or list, and either of
+  // those replaces the file's accounting.
+  SpecOptions a;
+  a.account_for_loss = true;
+  j = plan_overlay(a, first_last);
+  EXPECT_FALSE(j.contains("first_stage_layers"));
+  EXPECT_EQ(j["account_for_loss_in_pipeline_split"], true);
+  EXPECT_FALSE(plan_overlay(a, stages).contains("stage_layers"));
+  const Json accounted = {{"pp", 4}, {"account_for_embedding_in_pipeline_split", true}};
+  j = plan_overlay(o, accounted);
+  EXPECT_FALSE(j.contains("account_for_embedding_in_pipeline_split"));
+  EXPECT_EQ(j["stage_layers"], Json({8, 8, 8, 8}));
+  // A switch set false keeps the file's layout.
+  SpecOptions off;
+  off.account_for_loss = false;
+  EXPECT_EQ(plan_overlay(off, first_last)["first_stage_layers"], 6);
 }
 
 TEST(SpecOverlay, UntypedValuesReachPlanFromJsonWhichNamesTheField) {
@@ -147,6 +166,8 @@ TEST(CliSpec, EachNewPlanFlagReachesThePlan) {
       {kTarget, "--stage-layers 15,17", "stage_layers", Json({15, 17})},
       {kTarget, "--first-stage-layers 15", "first_stage_layers", 15},
       {kTarget, "--last-stage-layers 14", "last_stage_layers", 14},
+      {kTarget, "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+       "account_for_loss_in_pipeline_split", true},
       {kTarget, "--attention-kernel cudnn", "attention_kernel", "cudnn"},
       {kMoeTarget, "--ep 4 --etp 1", "etp", 1},
       {kMoeTarget, "--ep 4 --vpp 2 --ep-comm-overlap", "ep_comm_overlap", true},
@@ -203,6 +224,10 @@ TEST(CliSpec, EveryBooleanPlanFlagWorksBareAndWithAValue) {
       {"--overlap-grad-reduce", "overlap_grad_reduce", kTarget},
       {"--overlap-param-gather", "overlap_param_gather", kTarget},
       {"--fused-kernels", "fused_kernels", kTarget},
+      {"--account-for-embedding-in-pipeline-split", "account_for_embedding_in_pipeline_split",
+       kNoPipelineTarget},
+      {"--account-for-loss-in-pipeline-split", "account_for_loss_in_pipeline_split",
+       kNoPipelineTarget},
   };
   // A plan file setting `key` to `v`.
   auto file = [](const std::string& key, bool v) {

@@ -102,18 +102,63 @@ TEST(SweepCluster, ADeviceTakesItsServersAndPerGpuFiguresScale) {
   SweepSpec s;
   s.cluster = "dgx-a100-80g";
   s.axes.push_back(parse_sweep_axis("device=B200"));
-  s.axes.push_back(parse_sweep_axis("gpus_per_server=72"));
+  s.axes.push_back(parse_sweep_axis("gpus_per_server=16"));  // no B200-class server of 16
   prepare_sweep(s);
   const Json c = sweep_point_request(s, 0)["cluster"];
   const Json b200 = cluster_preset_generator("dgx-b200");
   EXPECT_EQ(c["nvlink_GBps"], b200["nvlink_GBps"]);  // DGX B200's NVLink5, not the A100's
-  EXPECT_EQ(c["gpus_per_server"], 72);
-  EXPECT_EQ(c["nics_per_server"], 72);  // one NIC per GPU, as the base
-  EXPECT_DOUBLE_EQ(c["host_memory_GiB"].get<double>(), b200["host_memory_GiB"].get<double>() * 9);
+  EXPECT_EQ(c["gpus_per_server"], 16);
+  EXPECT_EQ(c["nics_per_server"], 16);  // one NIC per GPU, as the base
+  EXPECT_DOUBLE_EQ(c["host_memory_GiB"].get<double>(), b200["host_memory_GiB"].get<double>() * 2);
   // A figure that is an axis keeps its value.
   s.axes.push_back(parse_sweep_axis("nvlink_GBps=100"));
   prepare_sweep(s);
   EXPECT_DOUBLE_EQ(sweep_point_request(s, 0)["cluster"]["nvlink_GBps"].get<double>(), 100);
+}
+
+// gpus_per_server=72 on a B200 or GB200 base is a GB200 NVL72 rack: the gb200-nvl72 preset's
+// server figures (its NVLink domain, Grace C2C host links, hosts and NICs) and device, not DGX
+// B200's scaled by 9; a device axis keeps its device.
+TEST(SweepCluster, SeventyTwoGpusPerServerOfBlackwellAreTheNvl72Rack) {
+  const Json nvl72 = cluster_preset_generator("gb200-nvl72");
+  for (const std::string base : {"dgx-b200", "gb200-nvl72"}) {
+    SCOPED_TRACE(base);
+    SweepSpec s;
+    s.cluster = base;
+    s.gpus = 144;
+    s.axes.push_back(parse_sweep_axis("gpus_per_server=8,72"));
+    prepare_sweep(s);
+    const Json c = sweep_point_request(s, 1)["cluster"];
+    ASSERT_EQ(c["gpus_per_server"], 72);
+    for (const char* k : {"device", "nvlink_GBps", "pcie_GBps", "nics_per_server", "nic_GBps",
+                          "host_memory_GiB", "gpus_per_pcie_switch", "pcie_uplink_GBps", "sockets",
+                          "host_memory_bw_GBps", "servers_per_leaf"})
+      EXPECT_EQ(c[k], nvl72[k]) << k;
+    EXPECT_EQ(cluster_to_json(cluster_from_json(c, 144)),
+              cluster_to_json(cluster_preset("gb200-nvl72", 144)));
+    // 8 per server on the same silicon is DGX B200 (from the NVL72 base too).
+    const Json eight = sweep_point_request(s, 0)["cluster"];
+    EXPECT_EQ(eight["device"], "B200");
+    EXPECT_EQ(eight["host_memory_GiB"], cluster_preset_generator("dgx-b200")["host_memory_GiB"]);
+  }
+  // A device axis keeps its device on the rack's servers.
+  SweepSpec d;
+  d.cluster = "dgx-a100-80g";
+  d.axes.push_back(parse_sweep_axis("device=B200"));
+  d.axes.push_back(parse_sweep_axis("gpus_per_server=72"));
+  prepare_sweep(d);
+  const Json c = sweep_point_request(d, 0)["cluster"];
+  EXPECT_EQ(c["device"], "B200");
+  EXPECT_EQ(c["host_memory_GiB"], nvl72["host_memory_GiB"]);
+  EXPECT_EQ(c["pcie_GBps"], nvl72["pcie_GBps"]);
+  // Another silicon keeps its own servers, scaled per GPU (no H100 server of 72).
+  SweepSpec h;
+  h.cluster = "dgx-h100";
+  h.axes.push_back(parse_sweep_axis("gpus_per_server=72"));
+  prepare_sweep(h);
+  const Json hc = sweep_point_request(h, 0)["cluster"];
+  EXPECT_EQ(hc["device"], "H100-SXM");
+  EXPECT_EQ(hc["nvlink_GBps"], cluster_preset_generator("dgx-h100")["nvlink_GBps"]);
 }
 
 TEST(SweepCluster, AGpuCountOfPartServersLeavesTheLastPartlyUsed) {
