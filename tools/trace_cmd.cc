@@ -30,8 +30,8 @@ int run_import(const std::vector<std::string>& files, const std::string& out, bo
   std::cout << "by kind (events, time summed over ranks):\n";
   for (const auto& [kind, v] : s["by_kind"].items())
     std::cout << "  " << kind << std::string(kind.size() < 16 ? 16 - kind.size() : 1, ' ')
-              << fmt("%8.0f", v["events"].get<double>()) << "  "
-              << secs(v["seconds"].get<double>()) << "\n";
+              << fmt("%8.0f", v["events"].get<double>()) << "  " << secs(v["seconds"].get<double>())
+              << "\n";
   if (!imp.unclassified.empty()) {
     std::cout << "unclassified kernels (" << imp.unclassified.size() << " names, "
               << imp.by_kind.at("unclassified") << " events):\n";

@@ -168,14 +168,16 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured, const s
   return c;
 }
 
+Json compare_row_to_json(const CompareRow& r) {
+  return Json{{"key", r.key},
+              {"predicted_s", r.predicted_s},
+              {"measured_s", r.measured_s},
+              {"events", r.events},
+              {"error", r.error()}};
+}
+
 Json comparison_to_json(const Comparison& c) {
-  auto row = [](const CompareRow& r) {
-    return Json{{"key", r.key},
-                {"predicted_s", r.predicted_s},
-                {"measured_s", r.measured_s},
-                {"events", r.events},
-                {"error", r.error()}};
-  };
+  const auto row = compare_row_to_json;
   Json kinds = Json::array(), phases = Json::array(), ranks = Json::object();
   for (const CompareRow& r : c.by_kind) kinds.push_back(row(r));
   for (const CompareRow& r : c.by_phase) phases.push_back(row(r));

@@ -57,6 +57,9 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured,
                           const std::string& predicted_name = "predicted",
                           const std::string& measured_name = "measured");
 
+// {"key", "predicted_s", "measured_s", "events", "error"}.
+Json compare_row_to_json(const CompareRow& r);
+
 // {"matched", "unmatched_predicted", "rank_map": {"<measured>": predicted},
 //  "by_kind": [Row], "by_phase": [Row], "total": Row, "step": Row, "exposed_comm": Row,
 //  "bubble": Row}, Row = {"key", "predicted_s", "measured_s", "events", "error"}.

@@ -139,9 +139,11 @@ std::vector<std::string> input_types(const Json& e) {
   return out;
 }
 
+// Elements of a tensor of `dims`; capped at 1e30 (no real tensor is near it) so that sums and
+// byte counts of a broken trace stay finite.
 double product(const std::vector<int64_t>& dims) {
   double p = 1;
-  for (int64_t d : dims) p *= static_cast<double>(d);
+  for (int64_t d : dims) p = std::min(p * static_cast<double>(d), 1e30);
   return p;
 }
 
@@ -150,13 +152,17 @@ std::string at(const std::string& what, size_t i, const char* key) {
   return what + ".traceEvents[" + std::to_string(i) + "]." + key;
 }
 
+// Times in microseconds: a microsecond clock of up to 1e18 (30,000 years) in either direction.
+constexpr double kMaxMicroseconds = 1e18;
+
 double number_field(const Json& e, const std::string& what, size_t i, const char* key, double min) {
   auto it = e.find(key);
   if (it == e.end()) throw Error(at(what, i, key), "missing");
   if (!it->is_number()) throw Error(at(what, i, key), "must be a number");
   const double v = it->get<double>();
-  if (!std::isfinite(v) || v < min)
-    throw Error(at(what, i, key), min == 0 ? "must be a finite number >= 0" : "must be finite");
+  if (!(v >= min && v <= kMaxMicroseconds))
+    throw Error(at(what, i, key),
+                "must be a number of microseconds in [" + std::to_string(min) + ", 1e18]");
   return v;
 }
 
@@ -197,7 +203,9 @@ std::unordered_map<size_t, std::vector<size_t>> launch_stacks(
 // A GEMM's shape from a stack op's name and dims; false when it is not a GEMM op with dims.
 bool gemm_shape(const std::string& op, const std::vector<std::vector<int64_t>>& d, KernelShape& s) {
   auto set = [&](int64_t b, int64_t m, int64_t k, int64_t n) {
-    if (m <= 0 || n <= 0 || k <= 0 || b <= 0) return false;
+    constexpr int64_t kMax = int64_t{1} << 40;  // beyond any real matrix: a broken trace
+    if (m <= 0 || n <= 0 || k <= 0 || b <= 0 || m > kMax || n > kMax || k > kMax || b > kMax)
+      return false;
     s.batch = b, s.m = m, s.k = k, s.n = n;
     return true;
   };
@@ -211,12 +219,12 @@ bool gemm_shape(const std::string& op, const std::vector<std::vector<int64_t>>& 
     return set(d[1][0], d[1][1], d[1][2], d[2][2]);
   if ((op == "aten::linear" || op == "aten::_addmm_activation") && d.size() >= 2 &&
       d[0].size() >= 1 && d[1].size() == 2) {
-    std::vector<int64_t> lead(d[0].begin(), d[0].end() - 1);
-    return set(1, static_cast<int64_t>(product(lead)), d[0].back(), d[1][0]);
+    const double m = product({d[0].begin(), d[0].end() - 1});
+    return m <= 1e12 && set(1, static_cast<int64_t>(m), d[0].back(), d[1][0]);
   }
   if (op == "aten::matmul" && d.size() >= 2 && d[0].size() >= 2 && d[1].size() == 2) {
-    std::vector<int64_t> lead(d[0].begin(), d[0].end() - 1);
-    return set(1, static_cast<int64_t>(product(lead)), d[0].back(), d[1][1]);
+    const double m = product({d[0].begin(), d[0].end() - 1});
+    return m <= 1e12 && set(1, static_cast<int64_t>(m), d[0].back(), d[1][1]);
   }
   return false;
 }
@@ -233,8 +241,7 @@ std::string phase_of(const std::vector<std::string>& names) {
   for (const std::string& n : names)
     if (n.rfind("Optimizer.step", 0) == 0 || has(n, "optimizer_step")) return "optimizer";
   for (const std::string& n : names)
-    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || has(n, "Backward"))
-      return "bwd";
+    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || has(n, "Backward")) return "bwd";
   return "fwd";
 }
 
@@ -248,16 +255,16 @@ bool comm_from_args(const Json& e, std::string& kind, double& bytes, KernelShape
   }
   const double in = arg_number(e, "In msg nelems"), out = arg_number(e, "Out msg nelems");
   const double group = arg_number(e, "Group size");
-  if (std::isfinite(group) && group >= 1) s.group_size = static_cast<int>(group);
+  if (group >= 1 && group <= (1 << 24)) s.group_size = static_cast<int>(group);
   std::string g = arg_string(e, "Process Group Description");
   if (g.empty() || g == "undefined") g = arg_string(e, "Process Group Name");
   if (!g.empty()) s.group = g;
   const DtypeInfo dt = dtype_info(arg_string(e, "dtype"));
-  if (!std::isfinite(in) || dt.bytes <= 0 || in < 0) return false;
+  if (!(in >= 0 && in <= 1e30) || dt.bytes <= 0) return false;
   double elements = in;
   if (kind == "all-gather")
-    elements = std::isfinite(out) && out > 0 ? out : in * std::max(1, s.group_size);
-  else if (kind == "recv" && std::isfinite(out) && out > 0)
+    elements = out > 0 && out <= 1e30 ? out : in * std::max(1, s.group_size);
+  else if (kind == "recv" && out > 0 && out <= 1e30)
     elements = out;
   s.elements = elements;
   s.dtype = dt.name;
@@ -367,10 +374,10 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
       s.head_dim = dims[0][3];
       s.kv_heads = dims[1][1], s.seq_kv = dims[1][2];
       s.dtype = dt.name;
-      const bool backward = has(lower(name), "bwd") || has(lower(name), "backward") ||
-                            has(n, "backward");
-      c.flops = 4.0 * s.attn_batch * s.heads * s.seq_q * s.seq_kv * s.head_dim *
-                (backward ? 2.5 : 1.0);
+      const bool backward =
+          has(lower(name), "bwd") || has(lower(name), "backward") || has(n, "backward");
+      c.flops =
+          4.0 * s.attn_batch * s.heads * s.seq_q * s.seq_kv * s.head_dim * (backward ? 2.5 : 1.0);
       return c;
     }
     if (c.kind != "linear" && c.kind != "attention" && !dims[0].empty()) {
@@ -425,9 +432,9 @@ std::string classify_kernel(const std::string& name) {
       has(s, "rowwisemoments") || has(s, "gammabetabackward") || has(s, "batch_norm") ||
       has(s, "batchnorm") || has(s, "cudnn::bn_") || has(s, "group_norm"))
     return "norm";
-  if (has(s, "gemm") || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") ||
-      has(s, "xmma") || has(s, "nvjet") || has(s, "splitkreduce") || has(s, "scudnn") ||
-      has(s, "epilogue::impl") || has(s, "triton_tem_fused_mm") ||
+  if (has(s, "gemm") || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") || has(s, "xmma") ||
+      has(s, "nvjet") || has(s, "splitkreduce") || has(s, "scudnn") || has(s, "epilogue::impl") ||
+      has(s, "triton_tem_fused_mm") ||
       (s.rfind("ampere_", 0) == 0 || s.rfind("volta_", 0) == 0 || s.rfind("turing_", 0) == 0 ||
        s.rfind("sm90_", 0) == 0 || s.rfind("sm80_", 0) == 0 || s.rfind("sm100_", 0) == 0))
     return "linear";
@@ -437,8 +444,8 @@ std::string classify_kernel(const std::string& name) {
       has(s, "logsoftmax"))
     return "cross-entropy";
   if (has(s, "embedding") || has(s, "indexselect") || has(s, "index_select")) return "embedding";
-  if (has(s, "gelu") || has(s, "silu") || has(s, "swiglu") || has(s, "relu") ||
-      has(s, "sigmoid") || has(s, "tanh") || has(s, "glu_kernel"))
+  if (has(s, "gelu") || has(s, "silu") || has(s, "swiglu") || has(s, "relu") || has(s, "sigmoid") ||
+      has(s, "tanh") || has(s, "glu_kernel"))
     return "activation";
   if (has(s, "elementwise") || has(s, "reduce_kernel") || has(s, "catarraybatchedcopy") ||
       has(s, "fillfunctor") || has(s, "copy_kernel") || has(s, "softmax") || has(s, "cub::") ||
@@ -493,7 +500,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
   std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops, calls;
   std::unordered_map<int64_t, HostEvent> call_of;  // correlation -> runtime call
   std::vector<Activity> acts;
-  std::string device_name;
+  std::set<std::string> step_names;
   for (size_t i = 0; i < events->size(); ++i) {
     const Json& e = (*events)[i];
     if (!e.is_object())
@@ -503,6 +510,9 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
     auto cat_it = e.find("cat");
     if (cat_it == e.end() || !cat_it->is_string()) continue;
     const std::string cat = cat_it->get<std::string>();
+    if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
+        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0)
+      step_names.insert(e["name"].get<std::string>());
     const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
     const bool host_op = cat == "cpu_op";
     const bool call = cat == "cuda_runtime" || cat == "cuda_driver";
@@ -510,7 +520,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
     auto name = e.find("name");
     if (name == e.end()) throw Error(at(what, i, "name"), "missing");
     if (!name->is_string()) throw Error(at(what, i, "name"), "must be a string");
-    const double ts = number_field(e, what, i, "ts", -std::numeric_limits<double>::infinity());
+    const double ts = number_field(e, what, i, "ts", -kMaxMicroseconds);
     const double dur = number_field(e, what, i, "dur", 0);
     const int64_t pid = int_field(e, what, i, "pid");
     const int64_t tid = int_field(e, what, i, "tid");
@@ -519,7 +529,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
     } else if (call) {
       calls[{pid, tid}].push_back({ts, dur, i});
       const double corr = arg_number(e, "correlation");
-      if (std::isfinite(corr)) call_of[static_cast<int64_t>(corr)] = {ts, dur, i};
+      if (std::fabs(corr) < 9e18) call_of[static_cast<int64_t>(corr)] = {ts, dur, i};
     } else {
       acts.push_back({i, cat});
     }
@@ -549,7 +559,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
     KernelShape shape;
     const double corr = arg_number(e, "correlation");
     const HostEvent* launch = nullptr;
-    if (std::isfinite(corr)) {
+    if (std::fabs(corr) < 9e18) {
       auto it = call_of.find(static_cast<int64_t>(corr));
       if (it != call_of.end()) launch = &it->second;
     }
@@ -584,7 +594,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
       else
         t.kind = "memcpy";
       const double b = arg_number(e, "bytes");
-      if (std::isfinite(b) && b >= 0) t.bytes = b;
+      if (b >= 0 && b <= 1e30) t.bytes = b;
     }
     ++imp.by_kind[t.kind];
     streams.insert(t.stream);
@@ -608,10 +618,13 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
       copy = copy && (is_copy_kind(t.kind) || t.kind == "memcpy" || t.kind == "memset");
     }
     imp.trace.streams.push_back({rank, static_cast<int>(s),
-                                 std::string(comm ? "comm" : copy ? "copy" : "compute") +
+                                 std::string(comm   ? "comm"
+                                             : copy ? "copy"
+                                                    : "compute") +
                                      " (cuda stream " + std::to_string(s) + ")"});
   }
   imp.trace.processes.push_back({rank, "rank " + std::to_string(rank)});
+  imp.steps = std::max<int>(1, step_names.size());
   return imp;
 }
 
@@ -631,6 +644,7 @@ KinetoImport import_kineto_files(const std::vector<std::string>& paths) {
     rank_file[rank] = paths[f];
     all.files.push_back(paths[f]);
     all.kernels += imp.kernels;
+    all.steps = f == 0 ? imp.steps : std::max(all.steps, imp.steps);
     for (const auto& [k, n] : imp.by_kind) all.by_kind[k] += n;
     for (const KernelCount& k : imp.unclassified) {
       KernelCount& a = unclassified[k.name];
@@ -713,9 +727,9 @@ Json import_summary_to_json(const KinetoImport& imp) {
   Json coll = Json::array();
   for (const auto& [k, c] : comms)
     coll.push_back({{"kind", k}, {"events", c.events}, {"bytes", c.bytes}, {"sized", c.sized}});
-  return {{"files", imp.files},     {"ranks", ranks.size()}, {"events", imp.trace.events.size()},
-          {"kernels", imp.kernels}, {"by_kind", by_kind},    {"unclassified", unc},
-          {"gaps", gaps},           {"collectives", coll}};
+  return {{"files", imp.files},  {"ranks", ranks.size()},  {"events", imp.trace.events.size()},
+          {"steps", imp.steps},  {"kernels", imp.kernels}, {"by_kind", by_kind},
+          {"unclassified", unc}, {"gaps", gaps},           {"collectives", coll}};
 }
 
 }  // namespace parasol::traces

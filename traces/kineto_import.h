@@ -55,10 +55,10 @@ struct KernelShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;  // GEMMs
   // Attention: [batch, heads, seq_q, head_dim] of the query, kv_heads and seq_kv of the key.
   int64_t attn_batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
-  double elements = 0;   // compute ops: elements of the first input; collectives: the payload's
-  std::string dtype;     // parasol's dtype name ("fp32", "bf16", ...) or "" when unknown
-  int group_size = 0;    // collectives: ranks of the communicator (0: unknown)
-  std::string group;     // collectives: the process group's name or description, when given
+  double elements = 0;    // compute ops: elements of the first input; collectives: the payload's
+  std::string dtype;      // parasol's dtype name ("fp32", "bf16", ...) or "" when unknown
+  int group_size = 0;     // collectives: ranks of the communicator (0: unknown)
+  std::string group;      // collectives: the process group's name or description, when given
   std::string size_from;  // collectives: "kernel", "record_param_comms", "c10d" or "" (unknown)
 };
 
@@ -80,10 +80,12 @@ struct KinetoImport {
   Trace trace;                      // source "measured", no op ids, no plan
   std::vector<KernelShape> shapes;  // one per trace.events entry
   std::vector<std::string> files;
-  int kernels = 0;                  // kernel events (not memcpy or memset)
-  std::map<std::string, int> by_kind;          // events per kind, "unclassified" included
-  std::vector<KernelCount> unclassified;       // by name, most time first
-  std::vector<RankGaps> gaps;                  // per rank, ascending
+  int kernels = 0;  // kernel events (not memcpy or memset)
+  // Training steps the trace holds: the most "ProfilerStep#N" annotations of a file (at least 1).
+  int steps = 1;
+  std::map<std::string, int> by_kind;     // events per kind, "unclassified" included
+  std::vector<KernelCount> unclassified;  // by name, most time first
+  std::vector<RankGaps> gaps;             // per rank, ascending
 };
 
 // Imports one parsed trace; `what` names it in errors, `default_rank` is its rank when it has no
@@ -100,7 +102,7 @@ KinetoImport import_kineto_files(const std::vector<std::string>& paths);
 // "schemaVersion", "distributedInfo" or device activity categories, and no parasol generator).
 bool looks_like_kineto(const Json& j);
 
-// {"files", "ranks", "events", "kernels", "by_kind": {kind: {"events", "seconds"}},
+// {"files", "ranks", "events", "steps", "kernels", "by_kind": {kind: {"events", "seconds"}},
 //  "unclassified": [{"name", "count", "seconds"}], "gaps": [{"rank", "busy_s", "idle_s",
 //  "launch_s", "launch_gaps"}], "collectives": [{"kind", "events", "bytes", "sized"}]}.
 Json import_summary_to_json(const KinetoImport& imp);
