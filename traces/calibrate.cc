@@ -55,7 +55,8 @@ struct Param {
   double lower, upper, scale;
 };
 
-std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
+// The parameters of the runs' lowered plans: a GEMM efficiency per precision they price in.
+std::vector<Param> parameters(const std::vector<Lowered>& lws) {
   std::vector<Param> ps;
   auto field = [&](const std::string& name, double cost::Profile::*member, double lo, double hi,
                    double scale) {
@@ -64,9 +65,9 @@ std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
   };
   std::set<int> dtypes;
   std::set<int> links;
-  for (const MeasuredRun& r : runs) {
-    dtypes.insert(static_cast<int>(r.plan.precision));
-    for (LinkKind k : r.cluster.link_kinds()) links.insert(static_cast<int>(k));
+  for (const Lowered& lw : lws) {
+    dtypes.insert(static_cast<int>(lw.lowered.plan.precision));
+    for (LinkKind k : lw.run->cluster.link_kinds()) links.insert(static_cast<int>(k));
   }
   for (int d : dtypes)
     ps.push_back({std::string("gemm_efficiency.") + dtype_name(static_cast<Dtype>(d)),
@@ -259,11 +260,13 @@ void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
                 "no op of the traces can be fitted (every matched op is a receive, a "
                 "pipeline rendezvous, overlapped or priced at 0)");
   double mean = 0;
-  for (const Sample& s : samples) mean += s.measured_s / samples.size();
-  for (Sample& s : samples) s.weight = std::sqrt(s.measured_s / mean);
+  // Time-weighted: an op's measured seconds times the occurrences it stands for (1 for an op of a
+  // parasol trace).
+  for (const Sample& s : samples) mean += s.count * s.measured_s / samples.size();
+  for (Sample& s : samples) s.weight = std::sqrt(s.count * s.measured_s / mean);
   out.samples = static_cast<int>(samples.size());
 
-  const std::vector<Param> params = parameters(runs);
+  const std::vector<Param> params = parameters(lws);
   const size_t n = params.size();
   auto profile_at = [&](const std::vector<double>& u) {
     cost::Profile p = base;
@@ -331,11 +334,15 @@ std::optional<Group> group_of_size(const Lowered& lw, int size) {
 }
 
 // The op an imported kernel stands for, or nullopt when it cannot be priced (calibrate.h).
-std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const KernelShape& s) {
+// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32).
+std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const KernelShape& s,
+                              bool& tf32) {
   const Plan& plan = lw.lowered.plan;
-  if (!s.dtype.empty() && s.dtype != dtype_name(plan.precision) &&
-      !(s.dtype == "fp32" && plan.precision == Dtype::kTf32))
-    return std::nullopt;
+  tf32 = false;
+  if (e.kind == "linear" || e.kind == "attention") {  // math in the kernel's dtype
+    tf32 = s.dtype == "tf32" && plan.precision == Dtype::kFp32;
+    if (s.dtype != dtype_name(plan.precision) && !tf32) return std::nullopt;
+  }
   Op op;
   op.tags.layer = 0;
   op.tags.phase = Phase::kForward;
@@ -390,21 +397,24 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
 }
 
 // The samples of imported run `ri` (calibrate_imported); their ops are appended to `ops`.
-void collect_imported(const Lowered& lw, const KinetoImport& imp, int ri, int steps,
+// `ri_tf32`: the index of the run's copy lowered in tf32 (its fp32 plan's tf32 GEMMs), or -1.
+void collect_imported(const Lowered& lw, const KinetoImport& imp, int ri, int ri_tf32, int steps,
                       std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped) {
   // What a price depends on: kind, pass, group and shape.
   using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, double, double, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t>;
   std::map<Key, std::vector<double>> groups;
   std::map<Key, Op> first;
+  std::map<Key, bool> in_tf32;
   for (size_t i = 0; i < imp.trace.events.size(); ++i) {
     const TraceEvent& e = imp.trace.events[i];
-    std::optional<Op> op = e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i]) : std::nullopt;
-    if (!op) {
+    bool tf32 = false;
+    std::optional<Op> op = e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32) : std::nullopt;
+    if (!op || (tf32 && ri_tf32 < 0)) {
       ++skipped;
       continue;
     }
-    const Key key{static_cast<int>(op->kind),
+    const Key key{static_cast<int>(op->kind) + (tf32 ? 1000 : 0),
                   static_cast<int>(op->tags.phase),
                   static_cast<int>(op->group),
                   op->m,
@@ -420,11 +430,12 @@ void collect_imported(const Lowered& lw, const KinetoImport& imp, int ri, int st
                   op->attn.kv_heads,
                   op->attn.head_dim};
     first.emplace(key, *op);
+    in_tf32[key] = tf32;
     groups[key].push_back(e.dur_s);
   }
   for (const auto& [key, durations] : groups) {
     ops.push_back(first.at(key));
-    Sample s{ri, 0, &ops.back(), false, median(durations), 1, 1};
+    Sample s{in_tf32.at(key) ? ri_tf32 : ri, 0, &ops.back(), false, median(durations), 1, 1};
     s.count = std::max(1, static_cast<int>(durations.size()) / std::max(1, steps));
     samples.push_back(s);
   }
@@ -436,14 +447,23 @@ Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost:
   std::vector<MeasuredRun> mruns;
   for (const ImportedRun& r : runs)
     mruns.push_back({r.name, r.model, r.cluster, r.plan, r.imported.trace});
-  const std::vector<Lowered> lws = lower_runs(mruns, base);
+  std::vector<Lowered> lws = lower_runs(mruns, base);
+  // An fp32 run's GEMMs that ran on tensor cores (tf32 math) are priced by a copy of it in tf32.
+  std::vector<int> tf32_copy(lws.size(), -1);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (lws[i].lowered.plan.precision != Dtype::kFp32) continue;
+    tf32_copy[i] = static_cast<int>(lws.size());
+    Lowered copy = lws[i];
+    copy.lowered.plan.precision = Dtype::kTf32;
+    lws.push_back(std::move(copy));
+  }
   Calibration out;
   std::deque<Op> ops;
   std::vector<Sample> all;
-  for (size_t i = 0; i < lws.size(); ++i) {
+  for (size_t i = 0; i < runs.size(); ++i) {
     std::set<int> ranks;
     for (const TraceEvent& e : runs[i].imported.trace.events) ranks.insert(e.rank);
-    collect_imported(lws[i], runs[i].imported, static_cast<int>(i),
+    collect_imported(lws[i], runs[i].imported, static_cast<int>(i), tf32_copy[i],
                      std::max<int>(1, ranks.size()) * std::max(1, runs[i].imported.steps), ops, all,
                      out.skipped);
   }

@@ -308,6 +308,16 @@ bool comm_from_c10d(const Json& e, std::string& kind, double& bytes, KernelShape
   return true;
 }
 
+// Whether a memory-bound kernel reads its op's first input once and writes as much: norms,
+// activations and pointwise kernels. Gathers, scatters, concatenations, reductions, scans and
+// sorts move other amounts (an index_select reads a few rows of a large table), so their bytes
+// stay unknown.
+bool streams_its_input(const std::string& kind, const std::string& lname) {
+  if (kind == "norm" || kind == "activation") return true;
+  return kind == "elementwise" && has(lname, "elementwise_kernel") && !has(lname, "index") &&
+         !has(lname, "scatter") && !has(lname, "gather");
+}
+
 struct Classified {
   std::string kind;
   double bytes = 0, flops = 0;
@@ -353,7 +363,10 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
     return c;
   }
   if (!stack || c.kind.empty()) return c;
-  // Compute: the innermost op that says a shape.
+  // Compute: the innermost op that says a shape. A GEMM's split-k reduction or epilogue kernel
+  // is part of the GEMM: it takes no shape (the GEMM's main kernel does).
+  const std::string lname = lower(name);
+  const bool gemm_part = has(lname, "splitkreduce") || has(lname, "epilogue");
   for (auto it = stack->rbegin(); it != stack->rend(); ++it) {
     const Json& op = events[*it];
     const std::string& n = op["name"].get_ref<const std::string&>();
@@ -361,9 +374,12 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
     if (dims.empty()) continue;
     const auto types = input_types(op);
     const DtypeInfo dt = dtype_info(types.empty() ? "" : types[0]);
-    if (c.kind == "linear" && gemm_shape(n, dims, c.shape)) {
+    if (c.kind == "linear" && !gemm_part && gemm_shape(n, dims, c.shape)) {
       for (const std::string& t : types)
         if (c.shape.dtype.empty()) c.shape.dtype = dtype_info(t).name;
+      // fp32 GEMMs on tensor cores compute in tf32 (cuBLAS's and CUTLASS's names say so).
+      if (c.shape.dtype == "fp32" && (has(lname, "tf32") || has(lname, "tensorop_s")))
+        c.shape.dtype = "tf32";
       c.flops = 2.0 * c.shape.batch * c.shape.m * c.shape.n * c.shape.k;
       return c;
     }
@@ -383,7 +399,8 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
     if (c.kind != "linear" && c.kind != "attention" && !dims[0].empty()) {
       c.shape.elements = product(dims[0]);
       c.shape.dtype = dt.name;
-      if (dt.bytes > 0) c.bytes = 2 * c.shape.elements * dt.bytes;
+      if (dt.bytes > 0 && streams_its_input(c.kind, lname))
+        c.bytes = 2 * c.shape.elements * dt.bytes;
       return c;
     }
   }
@@ -432,7 +449,11 @@ std::string classify_kernel(const std::string& name) {
       has(s, "rowwisemoments") || has(s, "gammabetabackward") || has(s, "batch_norm") ||
       has(s, "batchnorm") || has(s, "cudnn::bn_") || has(s, "group_norm"))
     return "norm";
-  if (has(s, "gemm") || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") || has(s, "xmma") ||
+  // "gemm" but not fbgemm's (Facebook's sparse and embedding library) kernels.
+  bool gemm = false;
+  for (size_t p = s.find("gemm"); p != std::string::npos && !gemm; p = s.find("gemm", p + 1))
+    gemm = p < 2 || s.compare(p - 2, 2, "fb") != 0;
+  if (gemm || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") || has(s, "xmma") ||
       has(s, "nvjet") || has(s, "splitkreduce") || has(s, "scudnn") || has(s, "epilogue::impl") ||
       has(s, "triton_tem_fused_mm") ||
       (s.rfind("ampere_", 0) == 0 || s.rfind("volta_", 0) == 0 || s.rfind("turing_", 0) == 0 ||

@@ -11,10 +11,14 @@
 // its runtime call ("cat": "cuda_runtime"), and the CPU ops ("cpu_op") that enclose that call
 // on its thread are its launch stack (innermost last).
 //  - GEMMs take m, n, k and batch from the stack's aten::mm / addmm / bmm / baddbmm / linear /
-//    matmul "Input Dims" (FLOPs 2 batch m n k), attention its shape from
-//    aten::_scaled_dot_product_*_attention's [batch, heads, seq, head_dim] inputs.
+//    matmul "Input Dims" (FLOPs 2 batch m n k) and the dtype of their inputs ("tf32" for fp32
+//    inputs when the kernel's name says tensor-core math: "tf32", "tensorop_s"); a split-k
+//    reduction or epilogue kernel of a GEMM takes none (it is not the product). Attention its shape
+//    from aten::_scaled_dot_product_*_attention's [batch, heads, seq, head_dim] inputs.
 //  - Other compute ops take their elements from the innermost op with Input Dims (the first
-//    input's), bytes = 2 x elements x its dtype's bytes (read once and written once).
+//    input's); norms, activations and pointwise elementwise kernels (not gathers, scatters,
+//    copies of concatenation, reductions, scans) bytes = 2 x elements x its dtype's bytes (read
+//    once and written once).
 //  - Collectives and send/receive take their kind, element count, dtype and group size from, in
 //    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
 //    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,

@@ -1,0 +1,123 @@
+// `parasol trace import`, `compare --measured` and `calibrate --measured` through the executable,
+// on the bundled PyTorch profiler traces (tests/data/traces): the written trace holds every
+// imported event, the printed summary names the unclassified kernels, and broken or truncated
+// files, a missing plan input and conflicting arguments are user errors (exit 2) naming the file.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tests/tools/run_parasol.h"
+
+namespace parasol::testing_cli {
+namespace {
+
+const std::string kData = std::string(PARASOL_TEST_DATA_DIR) + "/traces/";
+const std::string kRanks =
+    kData + "hta_sampled_rank-0.json.gz " + kData + "hta_sampled_rank-1.json.gz";
+const std::string kA100 = " --model tiny --cluster dgx-a100-80g --gpus 2 --precision fp32";
+
+std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
+
+nlohmann::json json_of(const Result& r) {
+  EXPECT_EQ(r.code, 0) << r.out;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(TraceImportCli, WritesParasolsSchemaAndSummarises) {
+  const std::string out = temp("imported.json");
+  const nlohmann::json s = json_of(run("trace import --json -o " + out + " " + kRanks));
+  EXPECT_EQ(s["ranks"], 2);
+  EXPECT_EQ(s["files"].size(), 2u);
+  int by_kind = 0;
+  for (const auto& [k, v] : s["by_kind"].items()) by_kind += v["events"].get<int>();
+  EXPECT_EQ(by_kind, s["events"].get<int>());
+  // The written file is parasol's trace schema: one complete event per imported event.
+  std::ifstream f(out);
+  const nlohmann::json t = nlohmann::json::parse(f);
+  EXPECT_EQ(t["otherData"]["source"], "measured");
+  int complete = 0;
+  for (const auto& e : t["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, s["events"].get<int>());
+
+  const Result text = run("trace import " + kRanks);
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("unclassified kernels"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("fbgemm_gpu::permute_2D_lengths_kernel"), std::string::npos);
+  EXPECT_NE(text.out.find("all-to-all"), std::string::npos);
+  EXPECT_NE(text.out.find("launch gaps"), std::string::npos);
+}
+
+TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
+  const std::string cut = temp("cut.json");
+  std::ofstream(cut) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, )";
+  Result r = run("trace import " + cut);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(cut), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("column"), std::string::npos) << r.out;
+
+  const std::string bad = temp("bad.json");
+  std::ofstream(bad) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1,
+                           "dur": "x", "pid": 0, "tid": 7}]})";
+  r = run("trace import " + bad);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(bad + ".traceEvents[0].dur"), std::string::npos) << r.out;
+
+  r = run("trace import /nonexistent/trace.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(run("trace import").code, 2);
+  EXPECT_EQ(run("trace").code, 2);
+}
+
+TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
+  const nlohmann::json c = json_of(run("compare --json --measured " + kRanks + kA100));
+  EXPECT_EQ(c["measured_ranks"], 2);
+  EXPECT_EQ(c["measured_kind"], "kineto");
+  bool linear = false;
+  for (const auto& row : c["by_kind"])
+    if (row["key"] == "linear") {
+      linear = true;
+      EXPECT_GT(row["predicted_s"].get<double>(), 0);
+      EXPECT_GT(row["measured_s"].get<double>(), 0);
+      EXPECT_GT(row["events"].get<int>(), 0);
+    }
+  EXPECT_TRUE(linear);
+  std::set<std::string> roles;
+  for (const auto& row : c["by_stream"]) roles.insert(row["key"].get<std::string>());
+  EXPECT_TRUE(roles.count("compute"));
+  EXPECT_TRUE(roles.count("comm"));
+  EXPECT_GT(c["step"]["measured_s"].get<double>(), 0);
+  EXPECT_GT(c["step"]["predicted_s"].get<double>(), 0);
+
+  const Result text = run("compare --measured " + kRanks + kA100);
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("by stream"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("step time error"), std::string::npos) << text.out;
+
+  // Trace files besides --measured, or nothing to compare: user errors.
+  EXPECT_EQ(run("compare x.json --measured " + kRanks + kA100).code, 2);
+  EXPECT_EQ(run("compare").code, 2);
+}
+
+TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
+  const std::string profile = temp("kineto_profile.json");
+  const nlohmann::json c =
+      json_of(run("calibrate --json -o " + profile + " --measured " + kRanks + kA100));
+  EXPECT_GT(c["samples"].get<int>(), 0);
+  EXPECT_LT(c["rms_log_error_after"].get<double>(), c["rms_log_error_before"].get<double>());
+  std::ifstream f(profile);
+  EXPECT_TRUE(f.good());
+  const nlohmann::json p = nlohmann::json::parse(f);
+  EXPECT_TRUE(p.contains("device"));
+
+  EXPECT_EQ(run("calibrate --measured " + kRanks + kA100).code, 2);  // no -o
+  const Result r = run("calibrate -o " + profile + " --measured " + kData +
+                       "hta_sampled_rank-0.json.gz --model tiny --cluster dgx-a100-80g --gpus 2 "
+                       "--precision bf16");
+  EXPECT_EQ(r.code, 2) << r.out;  // nothing fits a bf16 plan: the traces ran fp32
+}
+
+}  // namespace
+}  // namespace parasol::testing_cli
