@@ -7,7 +7,8 @@
 // of one plan are per-rank parts of one run and are merged; traces of different plans are
 // different runs, fitted together.
 // `parasol calibrate --measured TRACE... -o profile.json` (with the model, cluster and plan
-// flags) fits from PyTorch profiler (Kineto) traces, one per rank, of a job parasol did not run:
+// flags) fits from PyTorch profiler (Kineto) traces or Nsight Systems SQLite exports, one per
+// rank, of a job parasol did not run:
 // their kernels matched by kind and shape (traces/calibrate.h's calibrate_imported); it prints
 // the traced kernels' time replayed with the base and the fitted profile.
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "tools/host_probe.h"
 #include "tools/spec.h"
 #include "traces/calibrate.h"
+#include "traces/framework_traces.h"
 #include "traces/summary.h"
 #include "traces/trace.h"
 
@@ -150,10 +152,10 @@ void print_params(const traces::Calibration& cal) {
   }
 }
 
-// calibrate --measured: the fit to imported Kineto traces.
+// calibrate --measured: the fit to imported traces.
 int run_imported(const CalibrateOptions& c, const SpecOptions& o, CLI::App* cmd) {
   traces::ImportedRun run;
-  run.imported = traces::import_kineto_files(c.kineto);
+  run.imported = traces::import_framework_traces(c.kineto);
   for (const std::string& f : c.kineto) run.name += (run.name.empty() ? "" : "+") + f;
   Spec s = load_spec(o, cmd, true);
   run.model = s.model;
@@ -201,7 +203,8 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
                   "measured traces (parasol run --trace); a trace that records its plan is of "
                   "that plan, the flags give the plan of the others");
   cmd->add_option("--measured", c->kineto,
-                  "PyTorch profiler (Kineto) traces, one per rank (.json or .json.gz), of the job "
+                  "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
+                  "exports, one per rank, of the job "
                   "the plan flags describe: fit from their kernels");
   cmd->add_option("-o,--out", c->out, "write the profile JSON here (--probe: default stdout)");
   cmd->add_option("--base", c->base,
@@ -225,7 +228,7 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
     }
     if (!c->kineto.empty()) {
       if (!c->traces.empty())
-        throw Error("measured", "give parasol's traces or --measured Kineto traces, not both");
+        throw Error("measured", "give parasol's traces or --measured imported traces, not both");
       if (c->out.empty()) throw Error("out", "-o FILE is required to write the fitted profile");
       return run_imported(*c, *o, cmd);
     }

@@ -7,7 +7,8 @@
 // iteration (ms)` lines, interop/megatron_log.h): then the predicted trace's step time (median
 // over its steps) is compared with the log's (median of its lines after the first, warm-up).
 // `parasol compare --measured TRACE... --plan P` (with the model, cluster and plan flags) sets
-// PyTorch profiler (Kineto) traces, one per rank (traces/kineto_import.h), beside the plan's
+// PyTorch profiler (Kineto) traces or Nsight Systems SQLite exports, one per rank
+// (traces/framework_traces.h), beside the plan's
 // simulated step: per op kind, per stream and the step time (traces/kind_compare.h).
 #include <fstream>
 #include <iostream>
@@ -22,8 +23,8 @@
 #include "tools/commands.h"
 #include "tools/spec.h"
 #include "traces/compare.h"
+#include "traces/framework_traces.h"
 #include "traces/kind_compare.h"
-#include "traces/kineto_import.h"
 #include "traces/summary.h"
 #include "traces/trace.h"
 
@@ -86,10 +87,10 @@ int compare_with_megatron_log(const std::string& predicted, const std::string& l
   return 0;
 }
 
-// The plan's simulated step against imported Kineto traces.
+// The plan's simulated step against imported traces.
 int compare_with_imported(const std::vector<std::string>& files, const SpecOptions& o,
                           CLI::App* cmd, bool json) {
-  const traces::KinetoImport imp = traces::import_kineto_files(files);
+  const traces::ImportedTrace imp = traces::import_framework_traces(files);
   const Spec s = load_spec(o, cmd, true);
   validate(s.plan, s.model, *s.cluster);
   const sim::SimResult r =
@@ -98,7 +99,7 @@ int compare_with_imported(const std::vector<std::string>& files, const SpecOptio
   if (json) {
     Json j = traces::kind_comparison_to_json(c);
     j["measured"] = files;
-    j["measured_kind"] = "kineto";
+    j["measured_kind"] = "imported";
     j["unclassified_kernels"] =
         imp.by_kind.count("unclassified") ? imp.by_kind.at("unclassified") : 0;
     std::cout << j.dump(1) << "\n";
@@ -134,7 +135,8 @@ Runner add_compare(CLI::App& app) {
                   "measured trace (parasol run --trace; several files: per-rank parts of one "
                   "run), or a Megatron-LM training log");
   cmd->add_option("--measured", *kineto,
-                  "PyTorch profiler (Kineto) traces, one per rank (.json or .json.gz), compared "
+                  "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
+                  "exports, one per rank, compared "
                   "with the plan that the plan flags give (instead of PREDICTED MEASURED)");
   cmd->add_flag("--json", *json, "print JSON");
   add_target_flags(cmd, *o);

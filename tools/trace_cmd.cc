@@ -1,14 +1,15 @@
-// `parasol trace import FILE... [-o OUT] [--json]`: reads PyTorch profiler (Kineto) traces, one
-// file per rank (traces/kineto_import.h), writes them in parasol's trace schema (-o) and prints
-// what they hold: events per op kind, the kernels no rule classifies (named and counted), the
-// collectives' counts and bytes, and each rank's idle time and launch gaps.
+// `parasol trace import FILE... [-o OUT] [--json]`: reads PyTorch profiler (Kineto) traces or
+// Nsight Systems SQLite exports, one file per rank (traces/framework_traces.h), writes them in
+// parasol's trace schema (-o) and prints what they hold: events per op kind, the kernels no rule
+// classifies (named and counted), the collectives' counts and bytes, and each rank's idle time and
+// launch gaps.
 #include <iostream>
 #include <memory>
 
 #include "core/error.h"
 #include "core/format.h"
 #include "tools/commands.h"
-#include "traces/kineto_import.h"
+#include "traces/framework_traces.h"
 #include "traces/trace.h"
 
 namespace parasol::tools {
@@ -16,7 +17,7 @@ namespace parasol::tools {
 namespace {
 
 int run_import(const std::vector<std::string>& files, const std::string& out, bool json) {
-  const traces::KinetoImport imp = traces::import_kineto_files(files);
+  const traces::ImportedTrace imp = traces::import_framework_traces(files);
   if (!out.empty()) traces::write_trace_file(imp.trace, out);
   Json s = traces::import_summary_to_json(imp);
   if (json) {
@@ -61,11 +62,16 @@ Runner add_trace(CLI::App& app) {
   auto* cmd = app.add_subcommand("trace", "import the traces of other tools");
   cmd->require_subcommand(1);
   auto* imp = cmd->add_subcommand(
-      "import", "read PyTorch profiler (Kineto) traces, one per rank, into parasol's schema");
+      "import",
+      "read PyTorch profiler (Kineto) traces or Nsight Systems SQLite exports, one per rank, "
+      "into parasol's schema");
   auto files = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  imp->add_option("files", *files, "Kineto Chrome JSON traces (.json or .json.gz), one per rank")
+  imp->add_option(
+         "files", *files,
+         "PyTorch profiler (Kineto) Chrome JSON traces (.json or .json.gz) or Nsight Systems "
+         "SQLite exports (nsys export --type sqlite), one per rank")
       ->required();
   imp->add_option("-o,--out", *out, "write the imported trace (parasol's schema) here");
   imp->add_flag("--json", *json, "print JSON");

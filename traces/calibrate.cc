@@ -398,7 +398,7 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
 
 // The samples of imported run `ri` (calibrate_imported); their ops are appended to `ops`.
 // `ri_tf32`: the index of the run's copy lowered in tf32 (its fp32 plan's tf32 GEMMs), or -1.
-void collect_imported(const Lowered& lw, const KinetoImport& imp, int ri, int ri_tf32, int steps,
+void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int ri_tf32, int steps,
                       std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped) {
   // What a price depends on: kind, pass, group and shape.
   using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, double, double, int64_t,

@@ -39,7 +39,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/profile.h"
-#include "traces/kineto_import.h"
+#include "traces/imported_trace.h"
 #include "traces/trace.h"
 
 namespace parasol::traces {
@@ -83,15 +83,15 @@ struct Calibration {
 // or a trace of another program (naming the run, rank and op).
 Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base);
 
-// An imported trace of a job that parasol did not run (traces/kineto_import.h): kernels with
-// kinds and shapes, no op ids. The plan says what prices them: the device, the precision and the
-// communication groups.
+// An imported trace of a job that parasol did not run (traces/kineto_import.h,
+// traces/nsys_import.h): kernels with kinds and shapes, no op ids. The plan says what prices them:
+// the device, the precision and the communication groups.
 struct ImportedRun {
   std::string name;  // the trace file(s)
   Model model;
   Cluster cluster;
   Plan plan;
-  KinetoImport imported;
+  ImportedTrace imported;
 };
 
 // Fits `base` to imported runs, matching kernels by kind and shape instead of op ids. Each run's

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "traces/kernel_kinds.h"
 #include "traces/summary.h"
 #include "traces/text_file.h"
 
@@ -31,20 +32,6 @@ std::string squash(const std::string& s) {
     if (std::isalnum(static_cast<unsigned char>(c)))
       out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   return out;
-}
-
-// The parasol kind of a collective named by NCCL's kernel or PyTorch's c10d ("AllReduce",
-// "allreduce_", "_allgather_base", "all_to_allv", "recv"), or "".
-std::string collective_kind(const std::string& name) {
-  const std::string s = squash(name);
-  if (has(s, "allreduce")) return "all-reduce";
-  if (has(s, "allgather")) return "all-gather";
-  if (has(s, "reducescatter")) return "reduce-scatter";
-  if (has(s, "alltoall")) return "all-to-all";
-  if (has(s, "broadcast")) return "broadcast";
-  if (has(s, "sendrecv") || s.rfind("send", 0) == 0 || s == "isend") return "send";
-  if (s.rfind("recv", 0) == 0 || s == "irecv") return "recv";
-  return "";
 }
 
 // Bytes of one element of a PyTorch or NCCL dtype name and parasol's name of it ("" when parasol
@@ -407,77 +394,7 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
   return c;
 }
 
-struct RankActivity {
-  double start = 0, end = 0, launch_end = -1;  // microseconds; launch_end < 0: unknown
-};
-
-RankGaps gaps_of(int rank, std::vector<RankActivity> acts) {
-  RankGaps g;
-  g.rank = rank;
-  std::sort(acts.begin(), acts.end(),
-            [](const RankActivity& a, const RankActivity& b) { return a.start < b.start; });
-  double reach = -std::numeric_limits<double>::infinity();
-  for (const RankActivity& a : acts) {
-    if (a.start > reach && std::isfinite(reach)) {
-      g.idle_s += (a.start - reach) * 1e-6;
-      const double wait = std::min(a.start, a.launch_end) - reach;
-      if (a.launch_end >= 0 && wait > 0) {
-        g.launch_s += wait * 1e-6;
-        ++g.launch_gaps;
-      }
-    }
-    if (a.end > reach) {
-      g.busy_s += (a.end - std::max(a.start, std::isfinite(reach) ? reach : a.start)) * 1e-6;
-      reach = a.end;
-    }
-  }
-  return g;
-}
-
 }  // namespace
-
-std::string classify_kernel(const std::string& name) {
-  const std::string s = lower(name);
-  if (s.rfind("nccl", 0) == 0 || has(s, " nccl") || has(s, "::nccl")) {
-    const std::string k = collective_kind(name);
-    return k.empty() ? "" : k;
-  }
-  if (has(s, "flash") || has(s, "fmha") || has(s, "sdpa") || has(s, "attention") ||
-      has(s, "attn_fwd") || has(s, "attn_bwd"))
-    return "attention";
-  if (has(s, "layer_norm") || has(s, "layernorm") || has(s, "rms_norm") || has(s, "rmsnorm") ||
-      has(s, "rowwisemoments") || has(s, "gammabetabackward") || has(s, "batch_norm") ||
-      has(s, "batchnorm") || has(s, "cudnn::bn_") || has(s, "group_norm"))
-    return "norm";
-  // "gemm" but not fbgemm's (Facebook's sparse and embedding library) kernels.
-  bool gemm = false;
-  for (size_t p = s.find("gemm"); p != std::string::npos && !gemm; p = s.find("gemm", p + 1))
-    gemm = p < 2 || s.compare(p - 2, 2, "fb") != 0;
-  if (gemm || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") || has(s, "xmma") ||
-      has(s, "nvjet") || has(s, "splitkreduce") || has(s, "scudnn") || has(s, "epilogue::impl") ||
-      has(s, "triton_tem_fused_mm") ||
-      (s.rfind("ampere_", 0) == 0 || s.rfind("volta_", 0) == 0 || s.rfind("turing_", 0) == 0 ||
-       s.rfind("sm90_", 0) == 0 || s.rfind("sm80_", 0) == 0 || s.rfind("sm100_", 0) == 0))
-    return "linear";
-  if (has(s, "adam") || has(s, "sgdmath") || has(s, "fused_sgd")) return "adamw";
-  if (has(s, "l2norm") || has(s, "lpnorm") || has(s, "norm_kernel")) return "grad-norm";
-  if (has(s, "cross_entropy") || has(s, "nll_loss") || has(s, "log_softmax") ||
-      has(s, "logsoftmax"))
-    return "cross-entropy";
-  if (has(s, "embedding") || has(s, "indexselect") || has(s, "index_select")) return "embedding";
-  if (has(s, "gelu") || has(s, "silu") || has(s, "swiglu") || has(s, "relu") || has(s, "sigmoid") ||
-      has(s, "tanh") || has(s, "glu_kernel"))
-    return "activation";
-  if (has(s, "elementwise") || has(s, "reduce_kernel") || has(s, "catarraybatchedcopy") ||
-      has(s, "fillfunctor") || has(s, "copy_kernel") || has(s, "softmax") || has(s, "cub::") ||
-      has(s, "multi_tensor_apply") || has(s, "triton_poi") || has(s, "triton_red") ||
-      has(s, "triton_per") || has(s, "nchwtonhwc") || has(s, "nhwctonchw") ||
-      has(s, "index_elementwise") || has(s, "scatter_gather") || has(s, "radixsort") ||
-      has(s, "dropout") || has(s, "memcpy") || has(s, "memset") || has(s, "max_pool") ||
-      has(s, "avg_pool") || has(s, "scan"))
-    return "elementwise";
-  return "";
-}
 
 bool looks_like_kineto(const Json& j) {
   if (!j.is_object()) return false;
@@ -498,7 +415,7 @@ bool looks_like_kineto(const Json& j) {
   return false;
 }
 
-KinetoImport import_kineto(const Json& j, const std::string& what, int default_rank) {
+ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank) {
   const Json* events = nullptr;
   int rank = default_rank;
   if (j.is_array()) {
@@ -516,7 +433,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
   } else {
     throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   }
-  KinetoImport imp;
+  ImportedTrace imp;
   imp.trace.source = "measured";
   std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops, calls;
   std::unordered_map<int64_t, HostEvent> call_of;  // correlation -> runtime call
@@ -562,9 +479,7 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
   for (auto& [t, v] : calls) std::sort(v.begin(), v.end(), by_start);
   const auto stacks = launch_stacks(ops, calls);
 
-  std::map<std::string, KernelCount> unclassified;
-  std::vector<RankActivity> spans;
-  std::set<int64_t> streams;
+  std::vector<DeviceSpan> spans;
   for (const Activity& a : acts) {
     const Json& e = (*events)[a.index];
     const std::string name = e["name"].get<std::string>();
@@ -598,12 +513,6 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
       t.phase = c.phase;
       t.group = c.group;
       shape = c.shape;
-      if (c.kind.empty()) {
-        KernelCount& k = unclassified[name];
-        k.name = name;
-        ++k.count;
-        k.seconds += t.dur_s;
-      }
     } else {
       const std::string s = lower(name);
       if (a.cat == "gpu_memset")
@@ -617,140 +526,23 @@ KinetoImport import_kineto(const Json& j, const std::string& what, int default_r
       const double b = arg_number(e, "bytes");
       if (b >= 0 && b <= 1e30) t.bytes = b;
     }
-    ++imp.by_kind[t.kind];
-    streams.insert(t.stream);
     spans.push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>(),
                      launch ? launch->ts + launch->dur : -1});
     imp.trace.events.push_back(std::move(t));
     imp.shapes.push_back(std::move(shape));
   }
-  for (auto& [n, k] : unclassified) imp.unclassified.push_back(k);
-  std::sort(imp.unclassified.begin(), imp.unclassified.end(),
-            [](const KernelCount& a, const KernelCount& b) {
-              return a.seconds != b.seconds ? a.seconds > b.seconds : a.name < b.name;
-            });
-  if (!imp.trace.events.empty()) imp.gaps.push_back(gaps_of(rank, spans));
-  // Streams by what they ran.
-  for (int64_t s : streams) {
-    bool comm = true, copy = true;
-    for (const TraceEvent& t : imp.trace.events) {
-      if (t.stream != s) continue;
-      comm = comm && is_communication_kind(t.kind);
-      copy = copy && (is_copy_kind(t.kind) || t.kind == "memcpy" || t.kind == "memset");
-    }
-    imp.trace.streams.push_back({rank, static_cast<int>(s),
-                                 std::string(comm   ? "comm"
-                                             : copy ? "copy"
-                                                    : "compute") +
-                                     " (cuda stream " + std::to_string(s) + ")"});
-  }
-  imp.trace.processes.push_back({rank, "rank " + std::to_string(rank)});
+  finish_rank(imp, rank, spans);
   imp.steps = std::max<int>(1, step_names.size());
   return imp;
 }
 
-KinetoImport import_kineto_files(const std::vector<std::string>& paths) {
+ImportedTrace import_kineto_files(const std::vector<std::string>& paths) {
   if (paths.empty()) throw Error("traces", "no trace file given");
-  KinetoImport all;
-  all.trace.source = "measured";
-  std::map<int, std::string> rank_file;
-  std::map<std::string, KernelCount> unclassified;
-  for (size_t f = 0; f < paths.size(); ++f) {
-    const Json j = parse_json(read_text_file(paths[f]), paths[f]);
-    KinetoImport imp = import_kineto(j, paths[f], static_cast<int>(f));
-    const int rank = imp.trace.processes.front().rank;
-    if (rank_file.count(rank))
-      throw Error(paths[f], "rank " + std::to_string(rank) + " is also the rank of " +
-                                rank_file[rank] + ": give one file per rank");
-    rank_file[rank] = paths[f];
-    all.files.push_back(paths[f]);
-    all.kernels += imp.kernels;
-    all.steps = f == 0 ? imp.steps : std::max(all.steps, imp.steps);
-    for (const auto& [k, n] : imp.by_kind) all.by_kind[k] += n;
-    for (const KernelCount& k : imp.unclassified) {
-      KernelCount& a = unclassified[k.name];
-      a.name = k.name;
-      a.count += k.count;
-      a.seconds += k.seconds;
-    }
-    all.gaps.insert(all.gaps.end(), imp.gaps.begin(), imp.gaps.end());
-    all.trace.events.insert(all.trace.events.end(), imp.trace.events.begin(),
-                            imp.trace.events.end());
-    all.shapes.insert(all.shapes.end(), imp.shapes.begin(), imp.shapes.end());
-    all.trace.streams.insert(all.trace.streams.end(), imp.trace.streams.begin(),
-                             imp.trace.streams.end());
-    all.trace.processes.insert(all.trace.processes.end(), imp.trace.processes.begin(),
-                               imp.trace.processes.end());
-  }
-  for (auto& [n, k] : unclassified) all.unclassified.push_back(k);
-  std::sort(all.unclassified.begin(), all.unclassified.end(),
-            [](const KernelCount& a, const KernelCount& b) {
-              return a.seconds != b.seconds ? a.seconds > b.seconds : a.name < b.name;
-            });
-  std::sort(all.gaps.begin(), all.gaps.end(),
-            [](const RankGaps& a, const RankGaps& b) { return a.rank < b.rank; });
-  // Times from the earliest activity; events (with their shapes) by (rank, stream, start).
-  double t0 = std::numeric_limits<double>::infinity();
-  for (const TraceEvent& e : all.trace.events) t0 = std::min(t0, e.start_s);
-  std::vector<size_t> order(all.trace.events.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const auto& ev = all.trace.events;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (ev[a].rank != ev[b].rank) return ev[a].rank < ev[b].rank;
-    if (ev[a].stream != ev[b].stream) return ev[a].stream < ev[b].stream;
-    return ev[a].start_s < ev[b].start_s;
-  });
-  std::vector<TraceEvent> events;
-  std::vector<KernelShape> shapes;
-  for (size_t i : order) {
-    events.push_back(ev[i]);
-    events.back().start_s -= t0;
-    shapes.push_back(all.shapes[i]);
-  }
-  all.trace.events = std::move(events);
-  all.shapes = std::move(shapes);
-  std::sort(all.trace.processes.begin(), all.trace.processes.end(),
-            [](const TraceProcess& a, const TraceProcess& b) { return a.rank < b.rank; });
-  return all;
-}
-
-Json import_summary_to_json(const KinetoImport& imp) {
-  std::map<std::string, double> seconds;
-  std::set<int> ranks;
-  struct Comm {
-    int events = 0, sized = 0;
-    double bytes = 0;
-  };
-  std::map<std::string, Comm> comms;
-  for (size_t i = 0; i < imp.trace.events.size(); ++i) {
-    const TraceEvent& e = imp.trace.events[i];
-    seconds[e.kind] += e.dur_s;
-    ranks.insert(e.rank);
-    if (is_communication_kind(e.kind)) {
-      Comm& c = comms[e.kind];
-      ++c.events;
-      c.bytes += e.bytes;
-      c.sized += !imp.shapes[i].size_from.empty();
-    }
-  }
-  Json by_kind = Json::object();
-  for (const auto& [k, n] : imp.by_kind) by_kind[k] = {{"events", n}, {"seconds", seconds[k]}};
-  Json unc = Json::array();
-  for (const KernelCount& k : imp.unclassified)
-    unc.push_back({{"name", k.name}, {"count", k.count}, {"seconds", k.seconds}});
-  Json gaps = Json::array();
-  for (const RankGaps& g : imp.gaps)
-    gaps.push_back({{"rank", g.rank},
-                    {"busy_s", g.busy_s},
-                    {"idle_s", g.idle_s},
-                    {"launch_s", g.launch_s},
-                    {"launch_gaps", g.launch_gaps}});
-  Json coll = Json::array();
-  for (const auto& [k, c] : comms)
-    coll.push_back({{"kind", k}, {"events", c.events}, {"bytes", c.bytes}, {"sized", c.sized}});
-  return {{"files", imp.files},  {"ranks", ranks.size()},  {"events", imp.trace.events.size()},
-          {"steps", imp.steps},  {"kernels", imp.kernels}, {"by_kind", by_kind},
-          {"unclassified", unc}, {"gaps", gaps},           {"collectives", coll}};
+  std::vector<ImportedTrace> parts;
+  for (size_t f = 0; f < paths.size(); ++f)
+    parts.push_back(import_kineto(parse_json(read_text_file(paths[f]), paths[f]), paths[f],
+                                  static_cast<int>(f)));
+  return merge_imported(std::move(parts), paths);
 }
 
 }  // namespace parasol::traces

@@ -68,7 +68,7 @@ void check_trace(const traces::Trace& t) {
     throw std::logic_error("trace round trip changed the counters or flows");
 }
 
-void check_kineto_import(const traces::KinetoImport& imp) {
+void check_kineto_import(const traces::ImportedTrace& imp) {
   if (imp.shapes.size() != imp.trace.events.size())
     throw std::logic_error("kineto import: shapes and events differ in number");
   int sum = 0, unclassified = 0;

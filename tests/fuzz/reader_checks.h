@@ -27,7 +27,7 @@ void check_plan(const Plan& p);
 void check_trace(const traces::Trace& t);
 // One shape per event, the kinds' counts sum to the events, every unclassified kernel named and
 // counted, gaps within the rank's span; then check_trace of the imported trace.
-void check_kineto_import(const traces::KinetoImport& imp);
+void check_kineto_import(const traces::ImportedTrace& imp);
 // Every efficiency in (0, 1] or 0 where optional, every figure finite; the JSON round trip is
 // stable.
 void check_profile(const cost::Profile& p);

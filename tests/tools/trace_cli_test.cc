@@ -74,7 +74,7 @@ TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
 TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
   const nlohmann::json c = json_of(run("compare --json --measured " + kRanks + kA100));
   EXPECT_EQ(c["measured_ranks"], 2);
-  EXPECT_EQ(c["measured_kind"], "kineto");
+  EXPECT_EQ(c["measured_kind"], "imported");
   bool linear = false;
   for (const auto& row : c["by_kind"])
     if (row["key"] == "linear") {
@@ -118,8 +118,11 @@ TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
       json_of(run("calibrate --json -o " + profile + " --measured " + kRanks +
                   " --model tiny --cluster dgx-a100-80g --gpus 2 "
                   "--precision bf16"));
-  for (const auto& p : bf16["params"])
-    if (p["name"] == "gemm_efficiency.bf16") EXPECT_EQ(p["samples"], 0);
+  for (const auto& p : bf16["params"]) {
+    if (p["name"] == "gemm_efficiency.bf16") {
+      EXPECT_EQ(p["samples"], 0);
+    }
+  }
   // parasol's own traces and --measured Kineto traces together: a user error.
   EXPECT_EQ(run("calibrate x.json -o " + profile + " --measured " + kRanks + kA100).code, 2);
 }

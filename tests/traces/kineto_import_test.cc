@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "traces/kernel_kinds.h"
 #include "traces/summary.h"
 #include "traces/text_file.h"
 
@@ -155,8 +156,8 @@ Json small_trace() {
           {"traceEvents", ev}};
 }
 
-TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
-  const KinetoImport imp = import_kineto(small_trace(), "small", 0);
+TEST(ImportedTrace, ShapesSizesAndKindsFromTheLaunchingOps) {
+  const ImportedTrace imp = import_kineto(small_trace(), "small", 0);
   ASSERT_EQ(imp.trace.events.size(), 7u);
   ASSERT_EQ(imp.shapes.size(), 7u);
   EXPECT_EQ(imp.kernels, 6);
@@ -207,7 +208,7 @@ TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
   EXPECT_EQ(names[30], "copy (cuda stream 30)");
 }
 
-TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
+TEST(ImportedTrace, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
   // Two kernels on one stream: [1000, 1010) launched by a call ending at 110 and [1030, 1040)
   // launched by a call ending at 1025 (the device idled 20 us, 15 of them waiting for it).
   Json ev = Json::array();
@@ -243,7 +244,7 @@ TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
                 {"ts", 1030},
                 {"dur", 10},
                 {"args", {{"correlation", 2}}}});
-  const KinetoImport imp = import_kineto({{"traceEvents", ev}}, "gaps", 0);
+  const ImportedTrace imp = import_kineto({{"traceEvents", ev}}, "gaps", 0);
   ASSERT_EQ(imp.gaps.size(), 1u);
   EXPECT_NEAR(imp.gaps[0].busy_s, 20e-6, 1e-12);
   EXPECT_NEAR(imp.gaps[0].idle_s, 20e-6, 1e-12);
@@ -251,7 +252,7 @@ TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
   EXPECT_EQ(imp.gaps[0].launch_gaps, 1);
 }
 
-TEST(KinetoImport, MalformedEventsNameTheFieldAndPosition) {
+TEST(ImportedTrace, MalformedEventsNameTheFieldAndPosition) {
   Json j = small_trace();
   j["traceEvents"][3]["dur"] = "fifty";
   EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("f.json.traceEvents[3].dur"),
@@ -278,7 +279,7 @@ TEST(KinetoImport, MalformedEventsNameTheFieldAndPosition) {
             std::string::npos);
 }
 
-TEST(KinetoImport, TruncatedAndCorruptFilesNameTheFileAndPosition) {
+TEST(ImportedTrace, TruncatedAndCorruptFilesNameTheFileAndPosition) {
   const std::string text = small_trace().dump();
   const std::string cut = temp_file("cut.json", text.substr(0, text.size() / 2));
   const std::string e1 = error_of([&] { import_kineto_files({cut}); });
@@ -341,8 +342,8 @@ RawCounts raw_counts(const std::string& path) {
   return c;
 }
 
-TEST(KinetoImport, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
-  const KinetoImport imp = import_kineto_files(kHtaRanks);
+TEST(ImportedTrace, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
+  const ImportedTrace imp = import_kineto_files(kHtaRanks);
   std::set<int> ranks;
   for (const TraceEvent& e : imp.trace.events) ranks.insert(e.rank);
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));  // distributedInfo.rank of each file
@@ -412,7 +413,7 @@ TEST(KinetoImport, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
   }
 }
 
-TEST(KinetoImport, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
+TEST(ImportedTrace, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
   // Count the NCCL kernels and their payloads straight from the raw JSON.
   const Json j = Json::parse(read_text_file(kNcclStep));
   std::map<std::string, int> raw_count;
@@ -427,7 +428,7 @@ TEST(KinetoImport, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
                        raw_dtype_bytes(e["args"]["dtype"].get<std::string>());
   }
   ASSERT_EQ(raw_count.size(), 2u);
-  const KinetoImport imp = import_kineto_files({kNcclStep});
+  const ImportedTrace imp = import_kineto_files({kNcclStep});
   for (const auto& [kind, n] : raw_count) {
     int count = 0;
     double bytes = 0;
@@ -451,7 +452,7 @@ TEST(KinetoImport, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
   }
 }
 
-TEST(KinetoImport, TellsKinetoFromParasolTraces) {
+TEST(ImportedTrace, TellsKinetoFromParasolTraces) {
   EXPECT_TRUE(looks_like_kineto(small_trace()));
   EXPECT_FALSE(looks_like_kineto(
       Json{{"traceEvents", Json::array()}, {"otherData", {{"generator", "parasol"}}}}));
