@@ -94,17 +94,17 @@ struct ImportedRun {
   ImportedTrace imported;
 };
 
-// Fits `base` to imported runs, matching kernels by kind and shape instead of op ids. Each run's
-// kernels are grouped by (rank's stage 0 pricing, kind, shape or bytes, group); a group is one
-// sample: an op of that kind and shape (GEMMs as forward GEMMs of a layer in the plan's
-// precision, or in tf32 for an fp32 plan's tensor-core GEMMs, which fits gemm_efficiency.tf32: a
-// trace does not say a GEMM's pass; attention forward or backward by the kernel's
-// name, not causal; norms, activations, elementwise kernels, AdamW as memory-bound ops of their
-// bytes; a collective on the plan's first group with as many ranks as its communicator: tp,
-// dp x cp, dp, cp, ep, pp), measured as the median of the group's durations, counted as often as
-// it ran per step. Left out (skipped): kernels without a shape or size, GEMMs and attention whose
-// dtype is not the plan's (memory-bound kernels are priced by their bytes, whatever their dtype),
-// collectives whose communicator size no group of the plan has, sends and receives, copies,
+// Fits `base` to imported runs, matching kernels by kind and shape instead of op ids, each priced
+// on the device of the plan's first rank. Each run's kernels are grouped by (kind, math dtype,
+// shape or bytes, group); a group is one sample: an op of that kind and shape (GEMMs as forward
+// GEMMs of a layer in the plan's precision, or in tf32 for an fp32 plan's tensor-core GEMMs, which
+// fits gemm_efficiency.tf32: a trace does not say a GEMM's pass; attention forward or backward by
+// the kernel's name, not causal; norms, activations, elementwise kernels, AdamW as memory-bound ops
+// of their bytes; a collective on the plan's first group with as many ranks as its communicator:
+// tp, dp x cp, dp, cp, ep, pp), measured as the median of the group's durations, counted as often
+// as it ran per step. Left out (skipped): kernels without a shape or size, GEMMs and attention
+// whose dtype is not the plan's (memory-bound kernels are priced by their bytes, whatever their
+// dtype), collectives whose communicator size no group of the plan has, sends and receives, copies,
 // memsets and unclassified kernels. Then the fit of calibrate().
 // Throws parasol::Error as calibrate() does.
 Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost::Profile& base);

@@ -15,9 +15,15 @@ ImportedTrace import_framework_traces(const std::vector<std::string>& paths) {
     const int rank = static_cast<int>(f);
     if (is_sqlite_file(paths[f]))
       parts.push_back(import_nsys(paths[f], rank));
-    else
-      parts.push_back(
-          import_kineto(parse_json(read_text_file(paths[f]), paths[f]), paths[f], rank));
+    else {
+      const Json j = parse_json(read_text_file(paths[f]), paths[f]);
+      if (!looks_like_kineto(j))
+        throw Error(
+            paths[f],
+            "not a PyTorch profiler trace (no schemaVersion, distributedInfo or device "
+            "activity); compare and calibrate read parasol's own traces without --measured");
+      parts.push_back(import_kineto(j, paths[f], rank));
+    }
   }
   return merge_imported(std::move(parts), paths);
 }

@@ -148,8 +148,8 @@ double number_field(const Json& e, const std::string& what, size_t i, const char
   if (!it->is_number()) throw Error(at(what, i, key), "must be a number");
   const double v = it->get<double>();
   if (!(v >= min && v <= kMaxMicroseconds))
-    throw Error(at(what, i, key),
-                "must be a number of microseconds in [" + std::to_string(min) + ", 1e18]");
+    throw Error(at(what, i, key), std::string("must be a number of microseconds in [") +
+                                      (min == 0 ? "0" : "-1e18") + ", 1e18]");
   return v;
 }
 

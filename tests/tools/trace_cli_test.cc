@@ -65,6 +65,13 @@ TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find(bad + ".traceEvents[0].dur"), std::string::npos) << r.out;
 
+  // parasol's own trace is not an import.
+  const std::string own = temp("own.json");
+  std::ofstream(own) << R"({"traceEvents": [], "otherData": {"generator": "parasol"}})";
+  r = run("trace import " + own);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("not a PyTorch profiler trace"), std::string::npos) << r.out;
+
   r = run("trace import /nonexistent/trace.json");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(run("trace import").code, 2);
