@@ -28,7 +28,7 @@ int run_import(const std::vector<std::string>& files, const std::string& out, bo
   std::cout << "imported " << s["events"].get<int>() << " device events (" << imp.kernels
             << " kernels) of " << s["ranks"].get<int>() << " rank(s) from " << files.size()
             << " file(s)\n";
-  std::cout << "by kind (events, time summed over ranks):\n";
+  std::cout << "by kind (events, time summed over ranks and steps):\n";
   for (const auto& [kind, v] : s["by_kind"].items())
     std::cout << "  " << kind << std::string(kind.size() < 16 ? 16 - kind.size() : 1, ' ')
               << fmt("%8.0f", v["events"].get<double>()) << "  " << secs(v["seconds"].get<double>())
@@ -36,10 +36,14 @@ int run_import(const std::vector<std::string>& files, const std::string& out, bo
   if (!imp.unclassified.empty()) {
     std::cout << "unclassified kernels (" << imp.unclassified.size() << " names, "
               << imp.by_kind.at("unclassified") << " events):\n";
-    for (const traces::KernelCount& k : imp.unclassified) {
+    constexpr size_t kShown = 20;  // --json lists them all
+    for (size_t i = 0; i < imp.unclassified.size() && i < kShown; ++i) {
+      const traces::KernelCount& k = imp.unclassified[i];
       std::string n = k.name.size() > 100 ? k.name.substr(0, 97) + "..." : k.name;
       std::cout << "  " << fmt("%6.0f", k.count) << "  " << secs(k.seconds) << "  " << n << "\n";
     }
+    if (imp.unclassified.size() > kShown)
+      std::cout << "  ... and " << imp.unclassified.size() - kShown << " more names (--json)\n";
   }
   if (!s["collectives"].empty()) {
     std::cout << "collectives (events, with a known size, bytes):\n";
