@@ -3,7 +3,9 @@
 // imported event, the printed summary names the unclassified kernels, and broken or truncated
 // files, a missing plan input and conflicting arguments are user errors (exit 2) naming the file.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -76,6 +78,41 @@ TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(run("trace import").code, 2);
   EXPECT_EQ(run("trace").code, 2);
+}
+
+TEST(TraceImportCli, NsightSystemsSqliteExport) {
+  // A report in the tables of `nsys export --type sqlite` (a subset of their columns): a GEMM, an
+  // NCCL all-reduce and a kernel no rule knows, with their launch calls.
+  const std::string db_path = temp("report.sqlite");
+  std::remove(db_path.c_str());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  const char* sql = R"(
+CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+  deviceId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER,
+  demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+  correlationId INTEGER, nameId INTEGER);
+INSERT INTO StringIds VALUES (1, 'sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n'),
+  (2, 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL'), (3, 'void mystery_kernel(int)'), (4, 'k');
+INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (0, 500, 1, 4), (600, 700, 2, 4), (800, 900, 3, 4);
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1000, 3000, 0, 7, 1, 1, 4),
+  (3000, 9000, 0, 13, 2, 2, 4), (9000, 9500, 0, 7, 3, 3, 4);
+)";
+  ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  const nlohmann::json s = json_of(run("trace import --json " + db_path));
+  EXPECT_EQ(s["kernels"], 3);
+  EXPECT_EQ(s["by_kind"]["linear"]["events"], 1);
+  EXPECT_EQ(s["by_kind"]["all-reduce"]["events"], 1);
+  ASSERT_EQ(s["unclassified"].size(), 1u);
+  EXPECT_EQ(s["unclassified"][0]["name"], "void mystery_kernel(int)");
+  EXPECT_EQ(s["collectives"][0]["sized"], 0);  // a report carries no message sizes
+  // A report and a Kineto trace of another rank import together.
+  const nlohmann::json both =
+      json_of(run("trace import --json " + db_path + " " + kData + "hta_sampled_rank-1.json.gz"));
+  EXPECT_EQ(both["ranks"], 2);
 }
 
 TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
