@@ -1,7 +1,8 @@
 // `parasol trace import`, `compare --measured` and `calibrate --measured` through the executable,
-// on the bundled PyTorch profiler traces (tests/data/traces): the written trace holds every
-// imported event, the printed summary names the unclassified kernels, and broken or truncated
-// files, a missing plan input and conflicting arguments are user errors (exit 2) naming the file.
+// on the bundled PyTorch profiler traces (tests/data/traces) and an Nsight Systems SQLite export
+// the test writes: the written trace holds every imported event, the printed summary names the
+// unclassified kernels, and broken or truncated files, a missing plan input and conflicting
+// arguments are user errors (exit 2) naming the file.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
