@@ -66,6 +66,7 @@ struct HostEvent {
 struct Activity {
   size_t index = 0;  // into traceEvents
   std::string cat;
+  int64_t tid = 0;  // its stream
 };
 
 const Json* arg(const Json& e, const char* key) {
@@ -153,11 +154,19 @@ double number_field(const Json& e, const std::string& what, size_t i, const char
   return v;
 }
 
+// An integer id ("pid", "tid"); older exports write a stream as "stream 7", read as 7.
 int64_t int_field(const Json& e, const std::string& what, size_t i, const char* key) {
   auto it = e.find(key);
   if (it == e.end()) throw Error(at(what, i, key), "missing");
-  if (!it->is_number_integer()) throw Error(at(what, i, key), "must be an integer");
-  return it->get<int64_t>();
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) {
+    const std::string v = it->get<std::string>();
+    const size_t digits = v.rfind("stream ", 0) == 0 ? 7 : 0;
+    if (v.size() > digits && v.size() - digits <= 9 &&
+        v.find_first_not_of("0123456789", digits) == std::string::npos)
+      return std::stoll(v.substr(digits));
+  }
+  throw Error(at(what, i, key), "must be an integer (or \"stream N\")");
 }
 
 // The launch stack of each runtime call: cpu ops of the call's thread that enclose its start,
@@ -469,7 +478,7 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
       const double corr = arg_number(e, "correlation");
       if (std::fabs(corr) < 9e18) call_of[static_cast<int64_t>(corr)] = {ts, dur, i};
     } else {
-      acts.push_back({i, cat});
+      acts.push_back({i, cat, tid});
     }
   }
   auto by_start = [](const HostEvent& a, const HostEvent& b) {
@@ -485,7 +494,7 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
     const std::string name = e["name"].get<std::string>();
     TraceEvent t;
     t.rank = rank;
-    const int64_t tid = e["tid"].get<int64_t>();
+    const int64_t tid = a.tid;
     if (tid < 0 || tid > std::numeric_limits<int>::max())
       throw Error(at(what, a.index, "tid"), "must be a stream number >= 0");
     t.stream = static_cast<int>(tid);

@@ -156,7 +156,7 @@ Json small_trace() {
           {"traceEvents", ev}};
 }
 
-TEST(ImportedTrace, ShapesSizesAndKindsFromTheLaunchingOps) {
+TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
   const ImportedTrace imp = import_kineto(small_trace(), "small", 0);
   ASSERT_EQ(imp.trace.events.size(), 7u);
   ASSERT_EQ(imp.shapes.size(), 7u);
@@ -208,7 +208,7 @@ TEST(ImportedTrace, ShapesSizesAndKindsFromTheLaunchingOps) {
   EXPECT_EQ(names[30], "copy (cuda stream 30)");
 }
 
-TEST(ImportedTrace, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
+TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
   // Two kernels on one stream: [1000, 1010) launched by a call ending at 110 and [1030, 1040)
   // launched by a call ending at 1025 (the device idled 20 us, 15 of them waiting for it).
   Json ev = Json::array();
@@ -252,7 +252,7 @@ TEST(ImportedTrace, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
   EXPECT_EQ(imp.gaps[0].launch_gaps, 1);
 }
 
-TEST(ImportedTrace, MalformedEventsNameTheFieldAndPosition) {
+TEST(KinetoImport, MalformedEventsNameTheFieldAndPosition) {
   Json j = small_trace();
   j["traceEvents"][3]["dur"] = "fifty";
   EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("f.json.traceEvents[3].dur"),
@@ -266,9 +266,20 @@ TEST(ImportedTrace, MalformedEventsNameTheFieldAndPosition) {
   EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].dur"),
             std::string::npos);
   j = small_trace();
-  j["traceEvents"][3]["tid"] = "stream 7";
+  j["traceEvents"][3]["tid"] = "seven";
   EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].tid"),
             std::string::npos);
+  j = small_trace();
+  j["traceEvents"][3]["tid"] = "stream 99999999999";
+  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].tid"),
+            std::string::npos);
+  // Older exports name a stream "stream N".
+  j = small_trace();
+  j["traceEvents"][3]["tid"] = "stream 9";
+  bool on_nine = false;
+  for (const TraceEvent& e : import_kineto(j, "f.json", 0).trace.events)
+    on_nine = on_nine || (e.kind == "linear" && e.stream == 9);
+  EXPECT_TRUE(on_nine);
   j = small_trace();
   j["traceEvents"] = 5;
   EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("f.json.traceEvents"),
@@ -279,7 +290,7 @@ TEST(ImportedTrace, MalformedEventsNameTheFieldAndPosition) {
             std::string::npos);
 }
 
-TEST(ImportedTrace, TruncatedAndCorruptFilesNameTheFileAndPosition) {
+TEST(KinetoImport, TruncatedAndCorruptFilesNameTheFileAndPosition) {
   const std::string text = small_trace().dump();
   const std::string cut = temp_file("cut.json", text.substr(0, text.size() / 2));
   const std::string e1 = error_of([&] { import_kineto_files({cut}); });
@@ -342,7 +353,7 @@ RawCounts raw_counts(const std::string& path) {
   return c;
 }
 
-TEST(ImportedTrace, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
+TEST(KinetoImport, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
   const ImportedTrace imp = import_kineto_files(kHtaRanks);
   std::set<int> ranks;
   for (const TraceEvent& e : imp.trace.events) ranks.insert(e.rank);
@@ -413,7 +424,7 @@ TEST(ImportedTrace, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
   }
 }
 
-TEST(ImportedTrace, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
+TEST(KinetoImport, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
   // Count the NCCL kernels and their payloads straight from the raw JSON.
   const Json j = Json::parse(read_text_file(kNcclStep));
   std::map<std::string, int> raw_count;
@@ -452,7 +463,7 @@ TEST(ImportedTrace, CollectiveArgsOnNcclKernelsGiveBytesAndCounts) {
   }
 }
 
-TEST(ImportedTrace, TellsKinetoFromParasolTraces) {
+TEST(KinetoImport, TellsKinetoFromParasolTraces) {
   EXPECT_TRUE(looks_like_kineto(small_trace()));
   EXPECT_FALSE(looks_like_kineto(
       Json{{"traceEvents", Json::array()}, {"otherData", {{"generator", "parasol"}}}}));
