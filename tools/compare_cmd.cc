@@ -112,6 +112,8 @@ int compare_with_imported(const std::vector<std::string>& files, const SpecOptio
   constexpr int kWidth = 38;
   std::cout << "by op kind:\n";
   for (const auto& row : c.by_kind) print_row(row, kWidth);
+  std::cout << "by phase:\n";
+  for (const auto& row : c.by_phase) print_row(row, kWidth);
   std::cout << "by stream:\n";
   for (const auto& row : c.by_stream) print_row(row, kWidth);
   print_row(c.busy, kWidth);

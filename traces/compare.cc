@@ -64,9 +64,29 @@ std::optional<Plan> recorded_plan(const Trace& predicted, const Trace& measured,
   return std::nullopt;
 }
 
+}  // namespace
+
 std::string phase_key(const std::string& p) { return p.empty() ? "(none)" : p; }
 
-}  // namespace
+std::vector<CompareRow> phase_rows(std::map<std::string, CompareRow> phases) {
+  std::vector<CompareRow> rows;
+  std::vector<std::string> order;
+  for (Phase ph : {Phase::kForward, Phase::kBackward, Phase::kRecompute, Phase::kOptimizer})
+    order.push_back(phase_name(ph));
+  order.push_back(phase_key(""));
+  for (const std::string& ph : order) {
+    auto it = phases.find(ph);
+    if (it == phases.end()) continue;
+    it->second.key = ph;
+    rows.push_back(it->second);
+    phases.erase(it);
+  }
+  for (auto& [k, row] : phases) {  // phases of other names, alphabetically
+    row.key = k;
+    rows.push_back(row);
+  }
+  return rows;
+}
 
 Comparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& pname,
                           const std::string& mname) {
@@ -142,21 +162,7 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured, const s
   std::stable_sort(
       c.by_kind.begin(), c.by_kind.end(),
       [](const CompareRow& a, const CompareRow& b) { return a.measured_s > b.measured_s; });
-  std::vector<std::string> order;
-  for (Phase ph : {Phase::kForward, Phase::kBackward, Phase::kRecompute, Phase::kOptimizer})
-    order.push_back(phase_name(ph));
-  order.push_back(phase_key(""));
-  for (const std::string& ph : order) {
-    auto it = phases.find(ph);
-    if (it == phases.end()) continue;
-    it->second.key = ph;
-    c.by_phase.push_back(it->second);
-    phases.erase(it);
-  }
-  for (auto& [k, row] : phases) {  // phases of other names, alphabetically
-    row.key = k;
-    c.by_phase.push_back(row);
-  }
+  c.by_phase = phase_rows(std::move(phases));
   c.total.key = "all matched ops";
 
   c.predicted = summarize(predicted);

@@ -31,10 +31,14 @@ KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, in
   c.measured_ranks = m.ranks;
   c.measured_steps = measured_steps;
   const double pn = p.ranks, mn = static_cast<double>(m.ranks) * measured_steps;
-  std::map<std::string, CompareRow> kinds, streams;
+  std::map<std::string, CompareRow> kinds, streams, phases;
   for (const auto& [k, s] : p.by_kind.seconds) kinds[k].predicted_s += s / pn;
   for (const auto& [k, s] : m.by_kind.seconds) kinds[k].measured_s += s / mn;
   for (const auto& [k, n] : m.by_kind.events) kinds[k].events += n;
+  for (const auto& [k, s] : p.by_phase.seconds) phases[phase_key(k)].predicted_s += s / pn;
+  for (const auto& [k, s] : m.by_phase.seconds) phases[phase_key(k)].measured_s += s / mn;
+  for (const auto& [k, n] : m.by_phase.events) phases[phase_key(k)].events += n;
+  c.by_phase = phase_rows(std::move(phases));
   for (const auto& [k, s] : p.by_stream.seconds) streams[role(k)].predicted_s += s / pn;
   for (const auto& [k, s] : m.by_stream.seconds) streams[role(k)].measured_s += s / mn;
   for (const auto& [k, n] : m.by_stream.events) streams[role(k)].events += n;
@@ -60,13 +64,15 @@ KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, in
 }
 
 Json kind_comparison_to_json(const KindComparison& c) {
-  Json kinds = Json::array(), streams = Json::array();
+  Json kinds = Json::array(), streams = Json::array(), phases = Json::array();
+  for (const CompareRow& r : c.by_phase) phases.push_back(compare_row_to_json(r));
   for (const CompareRow& r : c.by_kind) kinds.push_back(compare_row_to_json(r));
   for (const CompareRow& r : c.by_stream) streams.push_back(compare_row_to_json(r));
   return {{"predicted_ranks", c.predicted_ranks},
           {"measured_ranks", c.measured_ranks},
           {"measured_steps", c.measured_steps},
           {"by_kind", kinds},
+          {"by_phase", phases},
           {"by_stream", streams},
           {"busy", compare_row_to_json(c.busy)},
           {"step", compare_row_to_json(c.step)}};

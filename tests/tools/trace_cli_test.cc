@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -129,6 +130,11 @@ TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
       EXPECT_GT(row["events"].get<int>(), 0);
     }
   EXPECT_TRUE(linear);
+  // The imported kernels' phases, from the CPU ops that launched them (autograd: bwd).
+  std::map<std::string, double> phase;
+  for (const auto& row : c["by_phase"]) phase[row["key"]] = row["measured_s"].get<double>();
+  EXPECT_GT(phase["fwd"], 0);
+  EXPECT_GT(phase["bwd"], 0);
   std::set<std::string> roles;
   for (const auto& row : c["by_stream"]) roles.insert(row["key"].get<std::string>());
   EXPECT_TRUE(roles.count("compute"));
