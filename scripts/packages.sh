@@ -2,7 +2,8 @@
 # missing ones) and tools/gpu-check.sh (which names them before building on a GPU machine that
 # may have no network).
 parasol_packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-                  libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev libxxhash-dev)
+                  libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev libxxhash-dev
+                  zlib1g-dev libsqlite3-dev)
 # What the test command needs beyond the build (scripts/sanitize.sh): clang with its sanitizer
 # and libFuzzer runtimes; python3-jsonschema validates the --json outputs against docs/schema
 # (tests/tools/json_schema_test.py, run with /usr/bin/python3). Installed by setup.sh; not

@@ -6,6 +6,11 @@
 // and GPU count) is of that plan; the flags give the plan of traces that record none. Traces
 // of one plan are per-rank parts of one run and are merged; traces of different plans are
 // different runs, fitted together.
+// `parasol calibrate --measured TRACE... -o profile.json` (with the model, cluster and plan
+// flags) fits from PyTorch profiler (Kineto) traces or Nsight Systems SQLite exports, one per
+// rank, of a job parasol did not run:
+// their kernels matched by kind and shape (traces/calibrate.h's calibrate_imported); it prints
+// the traced kernels' time replayed with the base and the fitted profile.
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -20,6 +25,7 @@
 #include "tools/host_probe.h"
 #include "tools/spec.h"
 #include "traces/calibrate.h"
+#include "traces/framework_traces.h"
 #include "traces/summary.h"
 #include "traces/trace.h"
 
@@ -29,6 +35,7 @@ namespace {
 
 struct CalibrateOptions {
   std::vector<std::string> traces;
+  std::vector<std::string> kineto;  // --measured
   std::string out;
   std::string base;
   bool json = false;
@@ -133,6 +140,58 @@ double simulated_step(const traces::MeasuredRun& r, const cost::Profile& p) {
   return sim::simulate(r.model, r.cluster, lower(r.model, r.cluster, r.plan), p, false).step_time_s;
 }
 
+// The fitted parameters as a table.
+void print_params(const traces::Calibration& cal) {
+  std::cout << "  parameter                        base        fitted      ops\n";
+  for (const traces::FittedParam& p : cal.params) {
+    std::string name = p.name;
+    name.resize(std::max<size_t>(name.size(), 30), ' ');
+    std::cout << "  " << name << " " << fmt("%-11.4g", p.base) << " "
+              << (p.samples > 0 ? fmt("%-11.4g", p.fitted) : std::string("(kept)     ")) << " "
+              << p.samples << "\n";
+  }
+}
+
+// calibrate --measured: the fit to imported traces.
+int run_imported(const CalibrateOptions& c, const SpecOptions& o, CLI::App* cmd) {
+  traces::ImportedRun run;
+  run.imported = traces::import_framework_traces(c.kineto);
+  for (const std::string& f : c.kineto) run.name += (run.name.empty() ? "" : "+") + f;
+  Spec s = load_spec(o, cmd, true);
+  run.model = s.model;
+  run.cluster = *s.cluster;
+  run.plan = s.plan;
+  const DeviceSpec& dev = run.cluster.gpu_device(0);
+  const cost::Profile base =
+      c.base.empty() ? cost::default_profile(dev) : cost::load_profile(c.base, dev);
+  if (base.measured_device) run.cluster.set_device_spec(*base.measured_device);
+  const traces::Calibration cal = traces::calibrate_imported({run}, base);
+  write_json(cost::profile_to_json(cal.profile), c.out);
+  if (c.json) {
+    Json j = traces::calibration_to_json(cal);
+    j["profile"] = c.out;
+    j["measured"] = c.kineto;
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << "fitted " << cal.samples << " kernel shapes of " << c.kineto.size()
+            << " PyTorch profiler trace(s) (" << cal.skipped
+            << " kernels not fitted: no shape or size, another dtype, a communicator no group of "
+               "the plan has, sends, copies, unclassified) in "
+            << cal.iterations << " iterations; time-weighted RMS log error of kernel times "
+            << fmt("%.3f", cal.rms_log_error_before) << " -> "
+            << fmt("%.3f", cal.rms_log_error_after) << "\n";
+  print_params(cal);
+  const double m = cal.replay_measured_s;
+  std::cout << "the fitted kernels replayed per rank and step (measured; base -> fitted profile): "
+            << secs(m) << "; " << secs(cal.replay_base_s) << " ("
+            << fmt("%+.1f%%", 100 * (cal.replay_base_s / m - 1)) << ") -> "
+            << secs(cal.replay_fitted_s) << " ("
+            << fmt("%+.1f%%", 100 * (cal.replay_fitted_s / m - 1)) << ")\n";
+  std::cout << "profile written to " << c.out << "\n";
+  return 0;
+}
+
 }  // namespace
 
 Runner add_calibrate(CLI::App& app, PeerProbe probe) {
@@ -143,6 +202,10 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
   cmd->add_option("measured", c->traces,
                   "measured traces (parasol run --trace); a trace that records its plan is of "
                   "that plan, the flags give the plan of the others");
+  cmd->add_option("--measured", c->kineto,
+                  "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
+                  "exports, one per rank, of the job "
+                  "the plan flags describe: fit from their kernels");
   cmd->add_option("-o,--out", c->out, "write the profile JSON here (--probe: default stdout)");
   cmd->add_option("--base", c->base,
                   "profile whose values the parameters the traces do not cover keep (default: "
@@ -162,6 +225,12 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
         throw Error("measured", "--probe measures the host and takes no traces");
       if (c->threads < 1) throw Error("threads", "must be >= 1");
       return run_probe(*c, probe);
+    }
+    if (!c->kineto.empty()) {
+      if (!c->traces.empty())
+        throw Error("measured", "give parasol's traces or --measured imported traces, not both");
+      if (c->out.empty()) throw Error("out", "-o FILE is required to write the fitted profile");
+      return run_imported(*c, *o, cmd);
     }
     if (c->traces.empty()) throw Error("measured", "no trace given (or --probe)");
     if (c->out.empty()) throw Error("out", "-o FILE is required to write the fitted profile");
@@ -195,14 +264,7 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
         << cal.iterations << " iterations; time-weighted RMS log error of op times "
         << fmt("%.3f", cal.rms_log_error_before) << " -> " << fmt("%.3f", cal.rms_log_error_after)
         << "\n";
-    std::cout << "  parameter                        base        fitted      ops\n";
-    for (const traces::FittedParam& p : cal.params) {
-      std::string name = p.name;
-      name.resize(std::max<size_t>(name.size(), 30), ' ');
-      std::cout << "  " << name << " " << fmt("%-11.4g", p.base) << " "
-                << (p.samples > 0 ? fmt("%-11.4g", p.fitted) : std::string("(kept)     ")) << " "
-                << p.samples << "\n";
-    }
+    print_params(cal);
     std::cout << "step time (measured; simulated with the base -> the fitted profile):\n";
     for (const Json& s : steps) {
       const double m = s["measured_s"].get<double>();

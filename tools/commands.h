@@ -25,5 +25,7 @@ Runner add_export(CLI::App& app);
 Runner add_report(CLI::App& app);
 // tools/sweep_cmd.cc (with MPI: a sweep under mpirun shares its points among the ranks).
 Runner add_sweep(CLI::App& app);
+// tools/trace_cmd.cc: `trace import`.
+Runner add_trace(CLI::App& app);
 
 }  // namespace parasol::tools

@@ -6,6 +6,10 @@
 // MEASURED may instead be a Megatron-LM training log (recognised by its `elapsed time per
 // iteration (ms)` lines, interop/megatron_log.h): then the predicted trace's step time (median
 // over its steps) is compared with the log's (median of its lines after the first, warm-up).
+// `parasol compare --measured TRACE... --plan P` (with the model, cluster and plan flags) sets
+// PyTorch profiler (Kineto) traces or Nsight Systems SQLite exports, one per rank
+// (traces/framework_traces.h), beside the plan's
+// simulated step: per op kind, per stream and the step time (traces/kind_compare.h).
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -13,9 +17,14 @@
 
 #include "core/error.h"
 #include "core/format.h"
+#include "core/lower.h"
 #include "interop/megatron_log.h"
+#include "sim/engine.h"
 #include "tools/commands.h"
+#include "tools/spec.h"
 #include "traces/compare.h"
+#include "traces/framework_traces.h"
+#include "traces/kind_compare.h"
 #include "traces/summary.h"
 #include "traces/trace.h"
 
@@ -78,6 +87,42 @@ int compare_with_megatron_log(const std::string& predicted, const std::string& l
   return 0;
 }
 
+// The plan's simulated step against imported traces.
+int compare_with_imported(const std::vector<std::string>& files, const SpecOptions& o,
+                          CLI::App* cmd, bool json) {
+  const traces::ImportedTrace imp = traces::import_framework_traces(files);
+  const Spec s = load_spec(o, cmd, true);
+  validate(s.plan, s.model, *s.cluster);
+  const sim::SimResult r =
+      sim::simulate(s.model, *s.cluster, lower(s.model, *s.cluster, s.plan), s.profile, true);
+  const traces::KindComparison c = traces::compare_by_kind(r.trace, imp.trace, imp.steps);
+  if (json) {
+    Json j = traces::kind_comparison_to_json(c);
+    j["measured"] = files;
+    j["measured_kind"] = "imported";
+    j["unclassified_kernels"] =
+        imp.by_kind.count("unclassified") ? imp.by_kind.at("unclassified") : 0;
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << "the plan's simulated step (" << c.predicted_ranks
+            << " representative rank(s)) against " << files.size() << " PyTorch profiler trace(s) ("
+            << c.measured_ranks << " rank(s), " << c.measured_steps << " step(s))\n";
+  std::cout << "time per rank and step (predicted, measured, error, measured events):\n";
+  constexpr int kWidth = 38;
+  std::cout << "by op kind:\n";
+  for (const auto& row : c.by_kind) print_row(row, kWidth);
+  std::cout << "by phase:\n";
+  for (const auto& row : c.by_phase) print_row(row, kWidth);
+  std::cout << "by stream:\n";
+  for (const auto& row : c.by_stream) print_row(row, kWidth);
+  print_row(c.busy, kWidth);
+  std::cout << "per step:\n";
+  print_row(c.step, kWidth);
+  std::cout << "step time error " << fmt("%+.1f%%", 100 * c.step.error()) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 Runner add_compare(CLI::App& app) {
@@ -85,14 +130,28 @@ Runner add_compare(CLI::App& app) {
   auto predicted = std::make_shared<std::string>();
   auto measured = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("predicted", *predicted, "predicted trace (parasol simulate --trace)")
-      ->required();
+  auto kineto = std::make_shared<std::vector<std::string>>();
+  auto o = std::make_shared<SpecOptions>();
+  cmd->add_option("predicted", *predicted, "predicted trace (parasol simulate --trace)");
   cmd->add_option("measured", *measured,
                   "measured trace (parasol run --trace; several files: per-rank parts of one "
-                  "run), or a Megatron-LM training log")
-      ->required();
+                  "run), or a Megatron-LM training log");
+  cmd->add_option("--measured", *kineto,
+                  "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
+                  "exports, one per rank, compared "
+                  "with the plan that the plan flags give (instead of PREDICTED MEASURED)");
   cmd->add_flag("--json", *json, "print JSON");
+  add_target_flags(cmd, *o);
+  add_plan_flags(cmd, *o);
+  add_profile_flag(cmd, *o);
   return [=]() {
+    if (!kineto->empty()) {
+      if (!predicted->empty())
+        throw Error("predicted", "--measured compares with the plan: give no trace files besides");
+      return compare_with_imported(*kineto, *o, cmd, *json);
+    }
+    if (predicted->empty()) throw Error("predicted", "required (or --measured TRACE... --plan P)");
+    if (measured->empty()) throw Error("measured", "required: the measured trace(s) or log");
     if (measured->size() == 1) {
       const std::string log = megatron_log_text(measured->front());
       if (!log.empty()) return compare_with_megatron_log(*predicted, measured->front(), log, *json);

@@ -21,7 +21,7 @@ set -euo pipefail
 # libboost1.74-dev carries its headers and Boost's CMake configuration.
 gpu_dep_packages=(
   libboost1.74-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev
-  libbenchmark1debian libxxhash-dev libxxhash0 make
+  libbenchmark1debian libxxhash-dev libxxhash0 make zlib1g-dev libsqlite3-dev
   libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libhwloc15 libpmix2 libevent-2.1-7
   libevent-core-2.1-7 libevent-extra-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1
   ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200

@@ -1,5 +1,5 @@
 // The parasol command line: show, validate, estimate, simulate, search, accuracy, compare,
-// calibrate, run, report, export, sweep.
+// calibrate, run, report, export, sweep, trace.
 #include <iostream>
 #include <map>
 
@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
                               add_search(app),   add_accuracy(app),
                               add_compare(app),  add_calibrate(app, probe_host_and_link),
                               add_run(app),      add_report(app),
-                              add_export(app),   add_sweep(app)};
+                              add_export(app),   add_sweep(app),
+                              add_trace(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/lower.h"
@@ -33,6 +36,7 @@ struct Sample {
   bool host = false;
   double measured_s = 0;
   double weight = 1;  // w_i (calibrate.h)
+  int count = 1;      // occurrences per step that the sample stands for (replayed time)
 };
 
 // A run lowered once.
@@ -51,7 +55,8 @@ struct Param {
   double lower, upper, scale;
 };
 
-std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
+// The parameters of the runs' lowered plans: a GEMM efficiency per precision they price in.
+std::vector<Param> parameters(const std::vector<Lowered>& lws) {
   std::vector<Param> ps;
   auto field = [&](const std::string& name, double cost::Profile::*member, double lo, double hi,
                    double scale) {
@@ -60,9 +65,9 @@ std::vector<Param> parameters(const std::vector<MeasuredRun>& runs) {
   };
   std::set<int> dtypes;
   std::set<int> links;
-  for (const MeasuredRun& r : runs) {
-    dtypes.insert(static_cast<int>(r.plan.precision));
-    for (LinkKind k : r.cluster.link_kinds()) links.insert(static_cast<int>(k));
+  for (const Lowered& lw : lws) {
+    dtypes.insert(static_cast<int>(lw.lowered.plan.precision));
+    for (LinkKind k : lw.run->cluster.link_kinds()) links.insert(static_cast<int>(k));
   }
   for (int d : dtypes)
     ps.push_back({std::string("gemm_efficiency.") + dtype_name(static_cast<Dtype>(d)),
@@ -215,9 +220,8 @@ void residuals(const std::vector<Sample>& samples, const std::vector<double>& pr
   }
 }
 
-}  // namespace
-
-Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base) {
+// Lowers each run (checking its device against the base Profile's and its plan).
+std::vector<Lowered> lower_runs(const std::vector<MeasuredRun>& runs, const cost::Profile& base) {
   if (runs.empty()) throw Error("traces", "no measured trace to calibrate from");
   std::vector<Lowered> lws;
   lws.reserve(runs.size());
@@ -234,10 +238,13 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
     }
     lws.push_back(std::move(lw));
   }
-  Calibration out;
-  std::vector<Sample> all;
-  for (size_t i = 0; i < lws.size(); ++i)
-    collect(lws[i], static_cast<int>(i), base, all, out.skipped);
+  return lws;
+}
+
+// Fits the parameters to `all` (the samples of every run), counting in out.skipped the ones
+// priced at 0; fills the rest of `out`.
+void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
+         const std::vector<Sample>& all, const cost::Profile& base, Calibration& out) {
   // Drop the ops the model prices at 0 (nothing to fit them with).
   std::vector<double> at_base;
   predict(lws, all, base, at_base);
@@ -253,11 +260,13 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
                 "no op of the traces can be fitted (every matched op is a receive, a "
                 "pipeline rendezvous, overlapped or priced at 0)");
   double mean = 0;
-  for (const Sample& s : samples) mean += s.measured_s / samples.size();
-  for (Sample& s : samples) s.weight = std::sqrt(s.measured_s / mean);
+  // Time-weighted: an op's measured seconds times the occurrences it stands for (1 for an op of a
+  // parasol trace).
+  for (const Sample& s : samples) mean += s.count * s.measured_s / samples.size();
+  for (Sample& s : samples) s.weight = std::sqrt(s.count * s.measured_s / mean);
   out.samples = static_cast<int>(samples.size());
 
-  const std::vector<Param> params = parameters(runs);
+  const std::vector<Param> params = parameters(lws);
   const size_t n = params.size();
   auto profile_at = [&](const std::vector<double>& u) {
     cost::Profile p = base;
@@ -306,6 +315,169 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
   out.iterations = res.iterations;
   out.rms_log_error_before = std::sqrt(res.initial_cost / samples.size());
   out.rms_log_error_after = std::sqrt(res.cost / samples.size());
+  // The fitted ops replayed: measured against priced, each as often as it ran.
+  std::vector<double> after;
+  predict(lws, samples, fitted, after);
+  predict(lws, samples, base, pred);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    out.replay_measured_s += samples[i].count * samples[i].measured_s;
+    out.replay_base_s += samples[i].count * pred[i];
+    out.replay_fitted_s += samples[i].count * after[i];
+  }
+}
+
+// The plan's first group with `size` ranks (calibrate.h's order), or nullopt.
+std::optional<Group> group_of_size(const Lowered& lw, int size) {
+  for (Group g : {Group::kTp, Group::kDpCp, Group::kDp, Group::kCp, Group::kEp, Group::kPp})
+    if (static_cast<int>(lw.lowered.layout.group(g, lw.reps[0]).size()) == size) return g;
+  return std::nullopt;
+}
+
+// The op an imported kernel stands for, or nullopt when it cannot be priced (calibrate.h).
+// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32).
+std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const KernelShape& s,
+                              bool& tf32) {
+  const Plan& plan = lw.lowered.plan;
+  tf32 = false;
+  if (e.kind == "linear" || e.kind == "attention") {  // math in the kernel's dtype
+    tf32 = s.dtype == "tf32" && plan.precision == Dtype::kFp32;
+    if (s.dtype != dtype_name(plan.precision) && !tf32) return std::nullopt;
+  }
+  Op op;
+  op.tags.layer = 0;
+  op.tags.phase = Phase::kForward;
+  op.name = e.kind;
+  if (e.kind == "linear") {
+    if (s.m <= 0) return std::nullopt;
+    op.kind = OpKind::kLinear;
+    op.m = s.m, op.n = s.n, op.k = s.k, op.batch = s.batch;
+    op.flops = e.flops;
+    return op;
+  }
+  if (e.kind == "attention") {
+    if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return std::nullopt;
+    op.kind = OpKind::kAttention;
+    const std::string n = e.name;
+    if (n.find("bwd") != std::string::npos || n.find("backward") != std::string::npos ||
+        n.find("bprop") != std::string::npos)
+      op.tags.phase = Phase::kBackward;
+    op.attn.batch = s.attn_batch, op.attn.seq_q = s.seq_q, op.attn.seq_kv = s.seq_kv;
+    op.attn.heads = s.heads, op.attn.kv_heads = s.kv_heads, op.attn.head_dim = s.head_dim;
+    op.attn.causal = false;
+    op.attn.flash = true;
+    op.flops = e.flops;
+    return op;
+  }
+  const std::map<std::string, OpKind> memory_bound = {{"norm", OpKind::kNorm},
+                                                      {"activation", OpKind::kActivation},
+                                                      {"elementwise", OpKind::kResidualAdd},
+                                                      {"adamw", OpKind::kAdamW}};
+  if (auto it = memory_bound.find(e.kind); it != memory_bound.end()) {
+    if (e.bytes <= 0) return std::nullopt;
+    op.kind = it->second;
+    op.bytes = e.bytes;
+    return op;
+  }
+  const std::map<std::string, OpKind> collectives = {{"all-reduce", OpKind::kAllReduce},
+                                                     {"all-gather", OpKind::kAllGather},
+                                                     {"reduce-scatter", OpKind::kReduceScatter},
+                                                     {"all-to-all", OpKind::kAllToAll},
+                                                     {"broadcast", OpKind::kBroadcast}};
+  if (auto it = collectives.find(e.kind); it != collectives.end()) {
+    if (e.bytes <= 0 || s.group_size < 2) return std::nullopt;
+    const std::optional<Group> g = group_of_size(lw, s.group_size);
+    if (!g) return std::nullopt;
+    op.kind = it->second;
+    op.bytes = e.bytes;
+    op.group = *g;
+    op.stream = 1;
+    return op;
+  }
+  return std::nullopt;
+}
+
+// The samples of imported run `ri` (calibrate_imported); their ops are appended to `ops`.
+// `ri_tf32`: the index of the run's copy lowered in tf32 (its fp32 plan's tf32 GEMMs), or -1.
+void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int ri_tf32, int steps,
+                      std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped) {
+  // What a price depends on: kind, pass, group and shape.
+  using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, double, double, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, int64_t>;
+  std::map<Key, std::vector<double>> groups;
+  std::map<Key, Op> first;
+  std::map<Key, bool> in_tf32;
+  for (size_t i = 0; i < imp.trace.events.size(); ++i) {
+    const TraceEvent& e = imp.trace.events[i];
+    bool tf32 = false;
+    std::optional<Op> op = e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32) : std::nullopt;
+    if (!op || (tf32 && ri_tf32 < 0)) {
+      ++skipped;
+      continue;
+    }
+    const Key key{static_cast<int>(op->kind) + (tf32 ? 1000 : 0),
+                  static_cast<int>(op->tags.phase),
+                  static_cast<int>(op->group),
+                  op->m,
+                  op->n,
+                  op->k,
+                  op->batch,
+                  op->bytes,
+                  op->flops,
+                  op->attn.batch,
+                  op->attn.seq_q,
+                  op->attn.seq_kv,
+                  op->attn.heads,
+                  op->attn.kv_heads,
+                  op->attn.head_dim};
+    first.emplace(key, *op);
+    in_tf32[key] = tf32;
+    groups[key].push_back(e.dur_s);
+  }
+  for (const auto& [key, durations] : groups) {
+    ops.push_back(first.at(key));
+    Sample s{in_tf32.at(key) ? ri_tf32 : ri, 0, &ops.back(), false, median(durations), 1, 1};
+    s.count = std::max(1, static_cast<int>(durations.size()) / std::max(1, steps));
+    samples.push_back(s);
+  }
+}
+
+}  // namespace
+
+Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost::Profile& base) {
+  std::vector<MeasuredRun> mruns;
+  for (const ImportedRun& r : runs)
+    mruns.push_back({r.name, r.model, r.cluster, r.plan, r.imported.trace});
+  std::vector<Lowered> lws = lower_runs(mruns, base);
+  // An fp32 run's GEMMs that ran on tensor cores (tf32 math) are priced by a copy of it in tf32.
+  std::vector<int> tf32_copy(lws.size(), -1);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (lws[i].lowered.plan.precision != Dtype::kFp32) continue;
+    tf32_copy[i] = static_cast<int>(lws.size());
+    Lowered copy = lws[i];
+    copy.lowered.plan.precision = Dtype::kTf32;
+    lws.push_back(std::move(copy));
+  }
+  Calibration out;
+  std::deque<Op> ops;
+  std::vector<Sample> all;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::set<int> ranks;
+    for (const TraceEvent& e : runs[i].imported.trace.events) ranks.insert(e.rank);
+    collect_imported(lws[i], runs[i].imported, static_cast<int>(i), tf32_copy[i],
+                     std::max<int>(1, ranks.size()) * std::max(1, runs[i].imported.steps), ops, all,
+                     out.skipped);
+  }
+  fit(mruns, lws, all, base, out);
+  return out;
+}
+
+Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base) {
+  const std::vector<Lowered> lws = lower_runs(runs, base);
+  Calibration out;
+  std::vector<Sample> all;
+  for (size_t i = 0; i < lws.size(); ++i)
+    collect(lws[i], static_cast<int>(i), base, all, out.skipped);
+  fit(runs, lws, all, base, out);
   return out;
 }
 
@@ -323,6 +495,9 @@ Json calibration_to_json(const Calibration& c) {
           {"iterations", c.iterations},
           {"rms_log_error_before", c.rms_log_error_before},
           {"rms_log_error_after", c.rms_log_error_after},
+          {"replay_measured_s", c.replay_measured_s},
+          {"replay_base_s", c.replay_base_s},
+          {"replay_fitted_s", c.replay_fitted_s},
           {"params", params}};
 }
 

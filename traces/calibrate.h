@@ -17,8 +17,9 @@
 //
 // Fit. The predicted time of a sample is cost::OpPricer's price (cost_models/op_cost.h, the
 // simulator's) under the candidate Profile. The fit minimises
-//   sum_i w_i^2 log^2(predicted_i / measured_i),   w_i^2 = measured_i / mean(measured)
-// (relative errors, weighted by time: the ops that make the step count most) with the
+//   sum_i w_i^2 log^2(predicted_i / measured_i),   w_i^2 = c_i measured_i / mean(c measured)
+// (relative errors, weighted by time: the ops that make the step count most; c_i is 1, or for an
+// imported sample the occurrences per step it stands for, see calibrate_imported) with the
 // bounded solver of least_squares.h over the parameters below (bounds in brackets):
 //   gemm_efficiency.<dtype> [0.01, 1] for each precision of the runs (Profile's per-dtype
 //     efficiency), gemm_k_half [0, 8192],
@@ -38,6 +39,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/profile.h"
+#include "traces/imported_trace.h"
 #include "traces/trace.h"
 
 namespace parasol::traces {
@@ -69,6 +71,11 @@ struct Calibration {
   double rms_log_error_before = 0;
   double rms_log_error_after = 0;
   int iterations = 0;
+  // The fitted ops replayed, each as often as it ran: their measured seconds, and their prices
+  // under the base and the fitted Profile (summed; a step's op time, without overlap).
+  double replay_measured_s = 0;
+  double replay_base_s = 0;
+  double replay_fitted_s = 0;
 };
 
 // Fits `base` to `runs`. Throws parasol::Error: no runs or no samples ("traces"), a run whose
@@ -76,7 +83,34 @@ struct Calibration {
 // or a trace of another program (naming the run, rank and op).
 Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile& base);
 
+// An imported trace of a job that parasol did not run (traces/kineto_import.h,
+// traces/nsys_import.h): kernels with kinds and shapes, no op ids. The plan says what prices them:
+// the device, the precision and the communication groups.
+struct ImportedRun {
+  std::string name;  // the trace file(s)
+  Model model;
+  Cluster cluster;
+  Plan plan;
+  ImportedTrace imported;
+};
+
+// Fits `base` to imported runs, matching kernels by kind and shape instead of op ids, each priced
+// on the device of the plan's first rank. Each run's kernels are grouped by (kind, math dtype,
+// shape or bytes, group); a group is one sample: an op of that kind and shape (GEMMs as forward
+// GEMMs of a layer in the plan's precision, or in tf32 for an fp32 plan's tensor-core GEMMs, which
+// fits gemm_efficiency.tf32: a trace does not say a GEMM's pass; attention forward or backward by
+// the kernel's name, not causal; norms, activations, elementwise kernels, AdamW as memory-bound ops
+// of their bytes; a collective on the plan's first group with as many ranks as its communicator:
+// tp, dp x cp, dp, cp, ep, pp), measured as the median of the group's durations, counted as often
+// as it ran per step. Left out (skipped): kernels without a shape or size, GEMMs and attention
+// whose dtype is not the plan's (memory-bound kernels are priced by their bytes, whatever their
+// dtype), collectives whose communicator size no group of the plan has, sends and receives, copies,
+// memsets and unclassified kernels. Then the fit of calibrate().
+// Throws parasol::Error as calibrate() does.
+Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost::Profile& base);
+
 // {"samples", "skipped", "iterations", "rms_log_error_before", "rms_log_error_after",
+//  "replay_measured_s", "replay_base_s", "replay_fitted_s",
 //  "params": [{"name", "base", "fitted", "lower", "upper", "samples"}]}.
 Json calibration_to_json(const Calibration& c);
 

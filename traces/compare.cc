@@ -64,9 +64,29 @@ std::optional<Plan> recorded_plan(const Trace& predicted, const Trace& measured,
   return std::nullopt;
 }
 
+}  // namespace
+
 std::string phase_key(const std::string& p) { return p.empty() ? "(none)" : p; }
 
-}  // namespace
+std::vector<CompareRow> phase_rows(std::map<std::string, CompareRow> phases) {
+  std::vector<CompareRow> rows;
+  std::vector<std::string> order;
+  for (Phase ph : {Phase::kForward, Phase::kBackward, Phase::kRecompute, Phase::kOptimizer})
+    order.push_back(phase_name(ph));
+  order.push_back(phase_key(""));
+  for (const std::string& ph : order) {
+    auto it = phases.find(ph);
+    if (it == phases.end()) continue;
+    it->second.key = ph;
+    rows.push_back(it->second);
+    phases.erase(it);
+  }
+  for (auto& [k, row] : phases) {  // phases of other names, alphabetically
+    row.key = k;
+    rows.push_back(row);
+  }
+  return rows;
+}
 
 Comparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& pname,
                           const std::string& mname) {
@@ -142,21 +162,7 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured, const s
   std::stable_sort(
       c.by_kind.begin(), c.by_kind.end(),
       [](const CompareRow& a, const CompareRow& b) { return a.measured_s > b.measured_s; });
-  std::vector<std::string> order;
-  for (Phase ph : {Phase::kForward, Phase::kBackward, Phase::kRecompute, Phase::kOptimizer})
-    order.push_back(phase_name(ph));
-  order.push_back(phase_key(""));
-  for (const std::string& ph : order) {
-    auto it = phases.find(ph);
-    if (it == phases.end()) continue;
-    it->second.key = ph;
-    c.by_phase.push_back(it->second);
-    phases.erase(it);
-  }
-  for (auto& [k, row] : phases) {  // phases of other names, alphabetically
-    row.key = k;
-    c.by_phase.push_back(row);
-  }
+  c.by_phase = phase_rows(std::move(phases));
   c.total.key = "all matched ops";
 
   c.predicted = summarize(predicted);
@@ -168,14 +174,16 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured, const s
   return c;
 }
 
+Json compare_row_to_json(const CompareRow& r) {
+  return Json{{"key", r.key},
+              {"predicted_s", r.predicted_s},
+              {"measured_s", r.measured_s},
+              {"events", r.events},
+              {"error", r.error()}};
+}
+
 Json comparison_to_json(const Comparison& c) {
-  auto row = [](const CompareRow& r) {
-    return Json{{"key", r.key},
-                {"predicted_s", r.predicted_s},
-                {"measured_s", r.measured_s},
-                {"events", r.events},
-                {"error", r.error()}};
-  };
+  const auto row = compare_row_to_json;
   Json kinds = Json::array(), phases = Json::array(), ranks = Json::object();
   for (const CompareRow& r : c.by_kind) kinds.push_back(row(r));
   for (const CompareRow& r : c.by_phase) phases.push_back(row(r));

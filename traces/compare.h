@@ -57,6 +57,15 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured,
                           const std::string& predicted_name = "predicted",
                           const std::string& measured_name = "measured");
 
+// {"key", "predicted_s", "measured_s", "events", "error"}.
+Json compare_row_to_json(const CompareRow& r);
+
+// The row key of an event's phase: the phase, or "(none)" for "".
+std::string phase_key(const std::string& phase);
+// Rows keyed by phase, in Phase order ("fwd", "bwd", "recompute", "optimizer"), then "(none)",
+// then other names alphabetically; each row's key set to its phase.
+std::vector<CompareRow> phase_rows(std::map<std::string, CompareRow> by_phase);
+
 // {"matched", "unmatched_predicted", "rank_map": {"<measured>": predicted},
 //  "by_kind": [Row], "by_phase": [Row], "total": Row, "step": Row, "exposed_comm": Row,
 //  "bubble": Row}, Row = {"key", "predicted_s", "measured_s", "events", "error"}.

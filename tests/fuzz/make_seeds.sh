@@ -68,3 +68,46 @@ export_seeds deepspeed --to deepspeed --model tiny --zero 3 --offload optimizer 
 export_seeds deepspeed-tp2 --to deepspeed --model tiny --zero 1 --tp 2 --pp 2
 export_seeds torchtitan --to torchtitan --model llama3-8b --tp 2 --sp --zero 3
 echo "seeds: $(find "$c" -type f | wc -l) files under tests/fuzz/$c"
+
+# Kineto traces: the head of each real trace of tests/data/traces (metadata, then 300 events)
+# with every NCCL kernel, its runtime call and the CPU ops around the call; and a small one with
+# the args the importer reads (shapes, NCCL sizes, a memcpy).
+mkdir -p "$c/kineto_json"
+python3 - "$c/kineto_json" <<'PY'
+import gzip, json, sys
+out = sys.argv[1]
+for src, dst in [("../data/traces/hta_sampled_rank-0.json.gz", "hta-sampled-head.json"),
+                 ("../data/traces/hta_nccl_step5_rank-0.json.gz", "hta-nccl-head.json")]:
+    d = json.load(gzip.open(src))
+    ev = d["traceEvents"]
+    nccl = [e for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    corr = {e["args"].get("correlation") for e in nccl}
+    calls = [e for e in ev if e.get("cat") == "cuda_runtime"
+             and e.get("args", {}).get("correlation") in corr]
+    encl = [e for e in ev if e.get("cat") == "cpu_op" and any(
+        e["tid"] == c["tid"] and e["ts"] <= c["ts"] <= e["ts"] + e["dur"] for c in calls)]
+    head = [e for e in ev if e.get("ph") == "M"][:10] + [e for e in ev if e.get("ph") == "X"][:300]
+    d["traceEvents"] = head + encl + calls + nccl
+    d.pop("deviceProperties", None)
+    open(f"{out}/{dst}", "w").write(json.dumps(d))
+op = lambda n, ts, dur, dims, types: {"ph": "X", "cat": "cpu_op", "name": n, "pid": 10, "tid": 11,
+    "ts": ts, "dur": dur, "args": {"Input Dims": dims, "Input type": types}}
+call = lambda ts, c: {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10,
+    "tid": 11, "ts": ts, "dur": 2, "args": {"correlation": c}}
+kern = lambda n, ts, c, tid, args={}: {"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": tid,
+    "ts": ts, "dur": 10, "args": dict(args, correlation=c)}
+ev = [op("aten::addmm", 100, 20, [[768], [4096, 1024], [1024, 768]], ["c10::BFloat16"] * 3),
+      call(105, 1), kern("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1000, 1, 7),
+      op("aten::_scaled_dot_product_flash_attention", 200, 10,
+         [[2, 16, 1024, 64], [2, 4, 1024, 64], [2, 4, 1024, 64]], ["c10::BFloat16"] * 3),
+      call(201, 2), kern("void flash_fwd_kernel<Flash_fwd_kernel_traits<64>>", 1020, 2, 7),
+      op("c10d::_allgather_base_", 300, 10, [[64, 1024], [8, 1024]], ["float", "float"]),
+      call(301, 3), kern("ncclDevKernel_AllGather_RING_LL", 1040, 3, 20),
+      call(400, 4), kern("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1060, 4, 20,
+                         {"Collective name": "allreduce", "In msg nelems": 1000,
+                          "dtype": "BFloat16", "Group size": 8}),
+      {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0,
+       "tid": 30, "ts": 1080, "dur": 4, "args": {"bytes": 4096}}]
+json.dump({"schemaVersion": 1, "distributedInfo": {"rank": 3}, "traceEvents": ev},
+          open(f"{out}/small.json", "w"))
+PY

@@ -68,6 +68,29 @@ void check_trace(const traces::Trace& t) {
     throw std::logic_error("trace round trip changed the counters or flows");
 }
 
+void check_kineto_import(const traces::ImportedTrace& imp) {
+  if (imp.shapes.size() != imp.trace.events.size())
+    throw std::logic_error("kineto import: shapes and events differ in number");
+  int sum = 0, unclassified = 0;
+  for (const auto& [kind, n] : imp.by_kind) sum += n;
+  if (sum != static_cast<int>(imp.trace.events.size()))
+    throw std::logic_error("kineto import: kinds do not count every event");
+  for (const traces::KernelCount& k : imp.unclassified) {
+    if (k.count <= 0) throw std::logic_error("kineto import: an unclassified name without events");
+    unclassified += k.count;
+  }
+  const auto it = imp.by_kind.find("unclassified");
+  if (unclassified != (it == imp.by_kind.end() ? 0 : it->second))
+    throw std::logic_error("kineto import: unclassified kernels miscounted");
+  for (const traces::RankGaps& g : imp.gaps)
+    if (!(g.launch_s <= g.idle_s + 1e-9) || !(g.busy_s >= 0) || !std::isfinite(g.idle_s))
+      throw std::logic_error("kineto import: bad gaps");
+  for (const traces::TraceEvent& e : imp.trace.events)
+    if (!std::isfinite(e.bytes) || !std::isfinite(e.flops) || e.bytes < 0 || e.flops < 0)
+      throw std::logic_error("kineto import: bad bytes or FLOPs of " + e.name);
+  check_trace(imp.trace);
+}
+
 void check_profile(const cost::Profile& p) {
   if (!(p.gemm_efficiency > 0 && p.gemm_efficiency <= 1) ||
       !(p.memory_efficiency > 0 && p.memory_efficiency <= 1) || !(p.kernel_overhead_s >= 0) ||

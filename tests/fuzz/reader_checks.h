@@ -9,6 +9,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/profile.h"
+#include "traces/kineto_import.h"
 #include "traces/trace.h"
 
 namespace parasol::fuzz {
@@ -24,6 +25,9 @@ void check_plan(const Plan& p);
 // Durations non-negative and finite, ranks and streams non-negative; the written trace reads
 // back with the same events, counters and flows.
 void check_trace(const traces::Trace& t);
+// One shape per event, the kinds' counts sum to the events, every unclassified kernel named and
+// counted, gaps within the rank's span; then check_trace of the imported trace.
+void check_kineto_import(const traces::ImportedTrace& imp);
 // Every efficiency in (0, 1] or 0 where optional, every figure finite; the JSON round trip is
 // stable.
 void check_profile(const cost::Profile& p);

@@ -25,6 +25,7 @@ for dir in "$regressions"/*/; do
         cp "$f" "$tmp/ckpt/latest" && cp "$f" "$tmp/ckpt/step-1/manifest.json"
         cmd=("$parasol" run --model tiny --steps 1 --resume "$tmp/ckpt") ;;
       token_file) cmd=("$parasol" run --model tiny --steps 1 --data "$f") ;;
+      kineto_json) cmd=("$parasol" trace import "$f") ;;
       *)
         echo "FAIL: $f: no command reads regressions of target '$target' (add it here)"
         failed=$((failed + 1))

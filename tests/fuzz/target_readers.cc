@@ -19,6 +19,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
 #include "tests/fuzz/reader_checks.h"
+#include "traces/kineto_import.h"
 #include "traces/trace.h"
 
 namespace parasol::fuzz {
@@ -137,6 +138,12 @@ void read_plan_import(const std::string& text) {
   }
 }
 
+// A PyTorch profiler (Kineto) Chrome JSON trace (traces::import_kineto), as `parasol trace
+// import`, `compare --measured` and `calibrate --measured` read it.
+void read_kineto_json(const std::string& text) {
+  check_kineto_import(traces::import_kineto(parse_json(text, "kineto"), "kineto", 0));
+}
+
 }  // namespace
 
 const std::vector<TargetReader>& target_readers() {
@@ -151,6 +158,7 @@ const std::vector<TargetReader>& target_readers() {
       {"checkpoint_manifest", true, read_checkpoint_manifest},
       {"token_file", false, read_token_file},
       {"plan_import", true, read_plan_import},
+      {"kineto_json", true, read_kineto_json},
   };
   return r;
 }

@@ -2,7 +2,7 @@
 
 Runs each command with --json on a few inputs (estimate, estimate --tokens's job block,
 simulate, search, show model/cluster/plan/program, validate, run (one rank, tiny), export (each
-framework), compare, calibrate
+framework), trace import, compare (and --measured), calibrate (and --measured)
 (a measured trace, and --probe, alone and under mpirun with 2 ranks), accuracy) and
 validates the output with jsonschema (Debian's python3-jsonschema: run with /usr/bin/python3).
 Also checks that the schemas are strict enough to be a check: each is a valid draft 2020-12
@@ -181,6 +181,24 @@ check("simulate", ["simulate", "--json", "--trace", predicted_tiny, "--precision
 if os.path.exists(measured) and os.path.exists(predicted_tiny):
     check("compare", ["compare", "--json", predicted_tiny, measured])
     check("calibrate", ["calibrate", "--json", measured, "-o", str(work / "fitted.json")])
+
+# trace import, compare --measured and calibrate --measured on the bundled PyTorch profiler traces
+# (tests/data/traces: two ranks of an A100 job in fp32, and one rank of a 2-GPU job).
+kineto = [os.path.join(data_dir, "traces", f"hta_sampled_rank-{r}.json.gz") for r in (0, 1)]
+nccl = os.path.join(data_dir, "traces", "hta_nccl_step5_rank-0.json.gz")
+A100 = "--model tiny --cluster dgx-a100-80g --gpus 2 --precision fp32".split()
+imported = check("trace-import", ["trace", "import", "--json", "-o", str(work / "imported.json")]
+                 + kineto)
+check("trace-import", ["trace", "import", "--json", nccl])
+check("compare", ["compare", "--json", "--measured"] + kineto + A100)
+check("calibrate", ["calibrate", "--json", "-o", str(work / "kineto_fitted.json"), "--measured"]
+      + kineto + A100)
+if imported is not None:
+    d = copy.deepcopy(imported); del d["unclassified"]
+    expect_invalid("trace-import", d, "no unclassified list")
+    d = copy.deepcopy(imported); d["collectives"][0]["kind"] = "gather"
+    expect_invalid("trace-import", d, "an unknown collective kind")
+    d = copy.deepcopy(imported); d["steps"] = 0; expect_invalid("trace-import", d, "steps 0")
 
 # export: each framework's files of one plan it can run.
 EXPORTS = {"megatron": ["--tp", "2"], "deepspeed": ["--zero", "2"],

@@ -16,9 +16,10 @@ declare -A base=(
   [show]="plan $job --tp 2" [validate]="$job" [estimate]="$job" [simulate]="$job"
   [search]="$job --top 2" [report]="-o $tmp/r.html $job" [export]="--to megatron $job"
   [run]="$job" [calibrate]="$job" [accuracy]="" [compare]="")
-# Subcommands whose valid values would start long work (training, a probe): only the values
-# that must be refused are tried.
-declare -A refuse_only=([run]=1 [calibrate]=1)
+# Subcommands whose valid values would start long work (training, a probe), or that need input
+# files to answer (compare --measured): only the values that must be refused are tried, and the
+# plan flags they share with estimate (tried there, read by the same code) not again.
+declare -A refuse_only=([run]=1 [calibrate]=1 [compare]=1)
 
 flags_of() {  # the numeric options of a subcommand's --help: "--name TYPE"
   "$bin" "$1" --help 2>/dev/null |

@@ -1,0 +1,182 @@
+// `parasol trace import`, `compare --measured` and `calibrate --measured` through the executable,
+// on the bundled PyTorch profiler traces (tests/data/traces) and an Nsight Systems SQLite export
+// the test writes: the written trace holds every imported event, the printed summary names the
+// unclassified kernels, and broken or truncated files, a missing plan input and conflicting
+// arguments are user errors (exit 2) naming the file.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tests/tools/run_parasol.h"
+
+namespace parasol::testing_cli {
+namespace {
+
+const std::string kData = std::string(PARASOL_TEST_DATA_DIR) + "/traces/";
+const std::string kRanks =
+    kData + "hta_sampled_rank-0.json.gz " + kData + "hta_sampled_rank-1.json.gz";
+const std::string kA100 = " --model tiny --cluster dgx-a100-80g --gpus 2 --precision fp32";
+
+std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
+
+nlohmann::json json_of(const Result& r) {
+  EXPECT_EQ(r.code, 0) << r.out;
+  return nlohmann::json::parse(r.out);
+}
+
+TEST(TraceImportCli, WritesParasolsSchemaAndSummarises) {
+  const std::string out = temp("imported.json");
+  const nlohmann::json s = json_of(run("trace import --json -o " + out + " " + kRanks));
+  EXPECT_EQ(s["ranks"], 2);
+  EXPECT_EQ(s["files"].size(), 2u);
+  int by_kind = 0;
+  for (const auto& [k, v] : s["by_kind"].items()) by_kind += v["events"].get<int>();
+  EXPECT_EQ(by_kind, s["events"].get<int>());
+  // The written file is parasol's trace schema: one complete event per imported event.
+  std::ifstream f(out);
+  const nlohmann::json t = nlohmann::json::parse(f);
+  EXPECT_EQ(t["otherData"]["source"], "measured");
+  int complete = 0;
+  for (const auto& e : t["traceEvents"]) complete += e["ph"] == "X";
+  EXPECT_EQ(complete, s["events"].get<int>());
+
+  const Result text = run("trace import " + kRanks);
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("unclassified kernels"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("fbgemm_gpu::permute_2D_lengths_kernel"), std::string::npos);
+  EXPECT_NE(text.out.find("all-to-all"), std::string::npos);
+  EXPECT_NE(text.out.find("launch gaps"), std::string::npos);
+}
+
+TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
+  const std::string cut = temp("cut.json");
+  std::ofstream(cut) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, )";
+  Result r = run("trace import " + cut);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(cut), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("column"), std::string::npos) << r.out;
+
+  const std::string bad = temp("bad.json");
+  std::ofstream(bad) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1,
+                           "dur": "x", "pid": 0, "tid": 7}]})";
+  r = run("trace import " + bad);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(bad + ".traceEvents[0].dur"), std::string::npos) << r.out;
+
+  // parasol's own trace is not an import.
+  const std::string own = temp("own.json");
+  std::ofstream(own) << R"({"traceEvents": [], "otherData": {"generator": "parasol"}})";
+  r = run("trace import " + own);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("not a PyTorch profiler trace"), std::string::npos) << r.out;
+
+  r = run("trace import /nonexistent/trace.json");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(run("trace import").code, 2);
+  EXPECT_EQ(run("trace").code, 2);
+}
+
+TEST(TraceImportCli, NsightSystemsSqliteExport) {
+  // A report in the tables of `nsys export --type sqlite` (a subset of their columns): a GEMM, an
+  // NCCL all-reduce and a kernel no rule knows, with their launch calls.
+  const std::string db_path = temp("report.sqlite");
+  std::remove(db_path.c_str());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  const char* sql = R"(
+CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+  deviceId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER,
+  demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+  correlationId INTEGER, nameId INTEGER);
+INSERT INTO StringIds VALUES (1, 'sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n'),
+  (2, 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL'), (3, 'void mystery_kernel(int)'), (4, 'k');
+INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (0, 500, 1, 4), (600, 700, 2, 4), (800, 900, 3, 4);
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1000, 3000, 0, 7, 1, 1, 4),
+  (3000, 9000, 0, 13, 2, 2, 4), (9000, 9500, 0, 7, 3, 3, 4);
+)";
+  ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  const nlohmann::json s = json_of(run("trace import --json " + db_path));
+  EXPECT_EQ(s["kernels"], 3);
+  EXPECT_EQ(s["by_kind"]["linear"]["events"], 1);
+  EXPECT_EQ(s["by_kind"]["all-reduce"]["events"], 1);
+  ASSERT_EQ(s["unclassified"].size(), 1u);
+  EXPECT_EQ(s["unclassified"][0]["name"], "void mystery_kernel(int)");
+  EXPECT_EQ(s["collectives"][0]["sized"], 0);  // a report carries no message sizes
+  // A report and a Kineto trace of another rank import together.
+  const nlohmann::json both =
+      json_of(run("trace import --json " + db_path + " " + kData + "hta_sampled_rank-1.json.gz"));
+  EXPECT_EQ(both["ranks"], 2);
+}
+
+TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
+  const nlohmann::json c = json_of(run("compare --json --measured " + kRanks + kA100));
+  EXPECT_EQ(c["measured_ranks"], 2);
+  EXPECT_EQ(c["measured_kind"], "imported");
+  bool linear = false;
+  for (const auto& row : c["by_kind"])
+    if (row["key"] == "linear") {
+      linear = true;
+      EXPECT_GT(row["predicted_s"].get<double>(), 0);
+      EXPECT_GT(row["measured_s"].get<double>(), 0);
+      EXPECT_GT(row["events"].get<int>(), 0);
+    }
+  EXPECT_TRUE(linear);
+  // The imported kernels' phases, from the CPU ops that launched them (autograd: bwd).
+  std::map<std::string, double> phase;
+  for (const auto& row : c["by_phase"]) phase[row["key"]] = row["measured_s"].get<double>();
+  EXPECT_GT(phase["fwd"], 0);
+  EXPECT_GT(phase["bwd"], 0);
+  std::set<std::string> roles;
+  for (const auto& row : c["by_stream"]) roles.insert(row["key"].get<std::string>());
+  EXPECT_TRUE(roles.count("compute"));
+  EXPECT_TRUE(roles.count("comm"));
+  EXPECT_GT(c["step"]["measured_s"].get<double>(), 0);
+  EXPECT_GT(c["step"]["predicted_s"].get<double>(), 0);
+
+  const Result text = run("compare --measured " + kRanks + kA100);
+  EXPECT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("by stream"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("step time error"), std::string::npos) << text.out;
+
+  // Trace files besides --measured, or nothing to compare: user errors.
+  EXPECT_EQ(run("compare x.json --measured " + kRanks + kA100).code, 2);
+  EXPECT_EQ(run("compare").code, 2);
+}
+
+TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
+  const std::string profile = temp("kineto_profile.json");
+  const nlohmann::json c =
+      json_of(run("calibrate --json -o " + profile + " --measured " + kRanks + kA100));
+  EXPECT_GT(c["samples"].get<int>(), 0);
+  EXPECT_LT(c["rms_log_error_after"].get<double>(), c["rms_log_error_before"].get<double>());
+  std::ifstream f(profile);
+  EXPECT_TRUE(f.good());
+  const nlohmann::json p = nlohmann::json::parse(f);
+  EXPECT_TRUE(p.contains("device"));
+
+  EXPECT_EQ(run("calibrate --measured " + kRanks + kA100).code, 2);  // no -o
+  // A bf16 plan fits none of the traces' (fp32, tf32-math) GEMMs: their efficiency is kept.
+  const nlohmann::json bf16 =
+      json_of(run("calibrate --json -o " + profile + " --measured " + kRanks +
+                  " --model tiny --cluster dgx-a100-80g --gpus 2 "
+                  "--precision bf16"));
+  for (const auto& p : bf16["params"]) {
+    if (p["name"] == "gemm_efficiency.bf16") {
+      EXPECT_EQ(p["samples"], 0);
+    }
+  }
+  // parasol's own traces and --measured Kineto traces together: a user error.
+  EXPECT_EQ(run("calibrate x.json -o " + profile + " --measured " + kRanks + kA100).code, 2);
+}
+
+}  // namespace
+}  // namespace parasol::testing_cli

@@ -1,0 +1,18 @@
+// The measured traces of other tools, whichever wrote them: `parasol trace import`, `compare
+// --measured` and `calibrate --measured` read their files through this one function.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "traces/imported_trace.h"
+
+namespace parasol::traces {
+
+// Imports per-rank files and merges them (merge_imported): an SQLite file (by its header) is an
+// Nsight Systems export (nsys_import.h, rank: its position in the list), anything else a PyTorch
+// profiler (Kineto) JSON trace, plain or gzip (kineto_import.h; a JSON file that is not one, such
+// as parasol's own trace, is an Error). Errors name the file.
+ImportedTrace import_framework_traces(const std::vector<std::string>& paths);
+
+}  // namespace parasol::traces

@@ -1,0 +1,61 @@
+// Import of PyTorch profiler (Kineto) Chrome JSON traces, one file per rank as torch.profiler
+// writes them (plain or gzip-compressed), into parasol's trace schema (traces/trace.h), so that
+// `parasol trace import`, `compare --measured` and `calibrate --measured` read the measurements
+// of jobs that parasol did not run.
+//
+// What becomes an event. Every device activity: each kernel ("cat": "kernel"), memcpy
+// ("gpu_memcpy") and memset ("gpu_memset") is one TraceEvent of the file's rank (Kineto's
+// "distributedInfo.rank", else the file's position in the list), on its CUDA stream ("tid"),
+// with times relative to the earliest device activity of all the files. Its kind is
+// classify_kernel()'s, refined by the CPU op that launched it: the kernel's "correlation" finds
+// its runtime call ("cat": "cuda_runtime"), and the CPU ops ("cpu_op") that enclose that call
+// on its thread are its launch stack (innermost last).
+//  - GEMMs take m, n, k and batch from the stack's aten::mm / addmm / bmm / baddbmm / linear /
+//    matmul "Input Dims" (FLOPs 2 batch m n k) and the dtype of their inputs ("tf32" for fp32
+//    inputs when the kernel's name says tensor-core math: "tf32", "tensorop_s"); a split-k
+//    reduction or epilogue kernel of a GEMM takes none (it is not the product). Attention its shape
+//    from aten::_scaled_dot_product_*_attention's [batch, heads, seq, head_dim] inputs.
+//  - Other compute ops take their elements from the innermost op with Input Dims (the first
+//    input's); norms, activations and pointwise elementwise kernels (not gathers, scatters,
+//    copies of concatenation, reductions, scans) bytes = 2 x elements x its dtype's bytes (read
+//    once and written once).
+//  - Collectives and send/receive take their kind, element count, dtype and group size from, in
+//    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
+//    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,
+//    or in older traces its first "Input Dims" and "Input type"), the stack's c10d:: op
+//    ("c10d::allreduce_", "c10d::_allgather_base_", ...: its dims and types), and last the
+//    kernel's name (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...: kind only). Bytes
+//    follow the nccl-tests convention of core/program.h: all-reduce and broadcast the buffer,
+//    all-gather the output, reduce-scatter the input, all-to-all the send buffer, send/receive
+//    the message.
+//  - A memcpy host -> device is a "prefetch", device -> host an "offload" (core/program.h's
+//    copies), others "memcpy"; a memset is a "memset"; bytes from the activity's "bytes".
+// Kinds are op_kind_name()s where parasol has the op, else "elementwise", "memcpy" and "memset"
+// (kernel_kinds.h). A kernel that no rule classifies is kept as an event of kind "unclassified"
+// and counted by name: nothing is dropped. Launch gaps as imported_trace.h says, the launch being
+// the kernel's runtime call.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/json_reader.h"
+#include "traces/imported_trace.h"
+
+namespace parasol::traces {
+
+// Imports one parsed trace; `what` names it in errors, `default_rank` is its rank when it has no
+// distributedInfo. Times stay absolute (microseconds from the trace's clock, in seconds) until
+// merge_imported (imported_trace.h) shifts them. A malformed event is a parasol::Error naming
+// "<what>.traceEvents[i].<field>".
+ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank);
+// Reads, imports and merges per-rank files (gzip when the file starts with gzip's magic bytes):
+// times from the earliest device activity of all files; two files of one rank are an Error.
+// Unreadable, truncated or malformed files are a parasol::Error naming the file and position.
+ImportedTrace import_kineto_files(const std::vector<std::string>& paths);
+
+// True when `j` looks like a Kineto trace rather than parasol's own (it has Kineto's
+// "schemaVersion", "distributedInfo" or device activity categories, and no parasol generator).
+bool looks_like_kineto(const Json& j);
+
+}  // namespace parasol::traces
