@@ -281,8 +281,8 @@ std::optional<ImportedJob> import_file(const std::string& path, const std::strin
     Json j;
     try {
       j = Json::parse(text);
-    } catch (const Json::parse_error&) {
-      return std::nullopt;  // the caller's parse names the file and the error
+    } catch (const Json::exception&) {  // parse_error, or out_of_range for a number like 1e400
+      return std::nullopt;              // the caller's parse names the file and the error
     }
     if (!looks_like_deepspeed_config(j)) return std::nullopt;
     job = import_ds_config(p, j, o, tag_text);

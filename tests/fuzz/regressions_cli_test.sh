@@ -26,6 +26,10 @@ for dir in "$regressions"/*/; do
         cmd=("$parasol" run --model tiny --steps 1 --resume "$tmp/ckpt") ;;
       token_file) cmd=("$parasol" run --model tiny --steps 1 --data "$f") ;;
       kineto_json) cmd=("$parasol" trace import "$f") ;;
+      plan_import)
+        # Named as the fuzz target names it: a file `plan` (a launcher's config is found beside it).
+        rm -rf "$tmp/import" && mkdir -p "$tmp/import" && cp "$f" "$tmp/import/plan"
+        cmd=("$parasol" estimate --model tiny --cluster dgx-h100 --gpus 8 --plan "$tmp/import/plan") ;;
       *)
         echo "FAIL: $f: no command reads regressions of target '$target' (add it here)"
         failed=$((failed + 1))
@@ -34,12 +38,12 @@ for dir in "$regressions"/*/; do
     checked=$((checked + 1))
     timeout 120 "${cmd[@]}" >"$tmp/out" 2>"$tmp/err" </dev/null
     rc=$?
-    if [ "$rc" -ne 2 ] || ! grep -q '^error: ' "$tmp/err"; then
+    if [ "$rc" -ne 2 ] || ! grep -aq '^error: ' "$tmp/err"; then
       echo "FAIL: $target/$(basename "$f"): exit $rc (want 2 and an 'error:' line): ${cmd[*]}"
       head -c 600 "$tmp/err"
       failed=$((failed + 1))
     else
-      echo "ok: $target/$(basename "$f"): $(grep -m1 '^error: ' "$tmp/err" | cut -c1-160)"
+      echo "ok: $target/$(basename "$f"): $(grep -a -m1 '^error: ' "$tmp/err" | cut -c1-160)"
     fi
   done
 done
