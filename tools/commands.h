@@ -4,7 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <vector>
 
+#include "core/cluster.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "cost_models/profile.h"
+#include "interop/interop.h"
 #include "tools/host_probe.h"
 
 namespace parasol::tools {
@@ -21,7 +27,11 @@ Runner add_compare(CLI::App& app);
 // `probe`: what --probe runs (tools/link_probe.h adds the MPI link; default: the CPU alone).
 Runner add_calibrate(CLI::App& app, PeerProbe probe = {});
 Runner add_run(CLI::App& app);
-Runner add_export(CLI::App& app);
+// `chakra`: what `export --to chakra` writes (main.cc passes traces/chakra_export.h's files, so
+// that protobuf stays out of this library; without it `--to chakra` is an error).
+using ChakraExport = std::function<std::vector<interop::ExportedFile>(
+    const Model&, const Cluster&, const Plan&, const cost::Profile&)>;
+Runner add_export(CLI::App& app, ChakraExport chakra = {});
 Runner add_report(CLI::App& app);
 // tools/sweep_cmd.cc (with MPI: a sweep under mpirun shares its points among the ranks).
 Runner add_sweep(CLI::App& app);

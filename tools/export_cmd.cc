@@ -3,6 +3,9 @@
 // to stdout, each after a header line naming it; with -o they are written into DIR (scripts
 // executable). --json prints them as one document instead (tools/api.h export_document: the
 // Python module's export), also when -o writes them.
+// `parasol export --to chakra (--plan FILE | plan flags) [--profile FILE] -o DIR`: the plan's
+// per-rank Programs as MLCommons Chakra execution traces, one binary file per rank and
+// comm_group.json (traces/chakra_export.h), written into DIR (-o is required; no --json).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -42,24 +45,40 @@ void write_export(const interop::Export& e, const std::string& dir, bool quiet) 
 
 }  // namespace
 
-Runner add_export(CLI::App& app) {
+Runner add_export(CLI::App& app, ChakraExport chakra) {
   auto* cmd = app.add_subcommand("export",
                                  "write a plan as Megatron-LM, DeepSpeed or torchtitan "
-                                 "launch files");
+                                 "launch files, or as Chakra execution traces");
   auto o = std::make_shared<SpecOptions>();
   auto to = std::make_shared<std::string>();
   auto out_dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  cmd->add_option("--to", *to, "target framework")
+  std::vector<std::string> targets = interop::framework_names();
+  targets.push_back("chakra");
+  cmd->add_option("--to", *to, "target framework, or chakra (execution traces)")
       ->required()
-      ->check(CLI::IsMember(interop::framework_names()));
+      ->check(CLI::IsMember(targets));
   cmd->add_option("-o,--out", *out_dir, "write the files into this folder (default: stdout)");
   cmd->add_flag("--json", *json, "print the files as one JSON document");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
+  add_profile_flag(cmd, *o);
   return [=]() {
+    if (*to == "chakra") {
+      // Binary files, one per rank: only into a folder.
+      if (out_dir->empty()) throw Error("-o", "--to chakra writes binary files: give -o DIR");
+      if (*json) throw Error("--json", "not with --to chakra (it writes binary files)");
+      if (!chakra) throw Error("export.to", "chakra: this parasol was built without it");
+    } else if (!o->profile_file.empty()) {
+      throw Error("--profile", "only with --to chakra (its op durations)");
+    }
     Spec s = load_spec(*o, cmd, true);
     validate(s.plan, s.model, *s.cluster);
+    if (*to == "chakra") {
+      interop::Export e{"chakra", "", chakra(s.model, *s.cluster, s.plan, s.profile)};
+      write_export(e, *out_dir, false);
+      return 0;
+    }
     const interop::Export e = interop::export_plan(*to, s.model, *s.cluster, s.plan, "export.to");
     if (!out_dir->empty()) write_export(e, *out_dir, *json);
     if (*json) {

@@ -6,18 +6,41 @@
 #include "core/error.h"
 #include "tools/commands.h"
 #include "tools/link_probe.h"
+#include "traces/chakra_export.h"
+
+namespace {
+
+// `export --to chakra`'s files (traces/chakra_export.h), as the export command writes them.
+std::vector<parasol::interop::ExportedFile> chakra_files(const parasol::Model& model,
+                                                         const parasol::Cluster& cluster,
+                                                         const parasol::Plan& plan,
+                                                         const parasol::cost::Profile& profile) {
+  std::vector<parasol::interop::ExportedFile> out;
+  for (parasol::traces::ChakraFile& f :
+       parasol::traces::chakra_export(model, cluster, plan, profile))
+    out.push_back({std::move(f.name), std::move(f.bytes), false});
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace parasol::tools;
   CLI::App app{"parasol: plan, predict and run hybrid-parallel transformer training"};
   app.require_subcommand(1);
   std::map<CLI::App*, Runner> runners;
-  std::vector<Runner> list = {add_show(app),     add_validate(app),
-                              add_estimate(app), add_simulate(app),
-                              add_search(app),   add_accuracy(app),
-                              add_compare(app),  add_calibrate(app, probe_host_and_link),
-                              add_run(app),      add_report(app),
-                              add_export(app),   add_sweep(app),
+  std::vector<Runner> list = {add_show(app),
+                              add_validate(app),
+                              add_estimate(app),
+                              add_simulate(app),
+                              add_search(app),
+                              add_accuracy(app),
+                              add_compare(app),
+                              add_calibrate(app, probe_host_and_link),
+                              add_run(app),
+                              add_report(app),
+                              add_export(app, chakra_files),
+                              add_sweep(app),
                               add_trace(app)};
   try {
     app.parse(argc, argv);
