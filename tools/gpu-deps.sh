@@ -27,6 +27,7 @@ gpu_dep_packages=(
   ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
   libnuma1 libmunge2 libltdl7 libpciaccess0
   libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5
+  protobuf-compiler libprotoc32 libprotobuf-dev libprotobuf32 libprotobuf-lite32
 )
 # The alternatives whose links the build and mpirun use.
 gpu_dep_alternatives=(mpi mpi-x86_64-linux-gnu mpirun libopenblas.so-x86_64-linux-gnu
