@@ -19,6 +19,7 @@
 #include "core/layer_shapes.h"
 #include "core/lower.h"
 #include "core/optimizer_traffic.h"
+#include "core/stage_representatives.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
 #include "cost_models/layer_fragment.h"
@@ -281,12 +282,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
 
   const PlayableFragment& f = fragment(p, moe_layer, windowed);
   const RankLayout layout(p);
-  std::vector<int> reps(p.pp);
-  for (int s = 0; s < p.pp; ++s) {
-    RankCoord c{};
-    c.pp = s;
-    reps[s] = layout.rank(c);
-  }
+  const std::vector<int> reps = stage_representatives(layout, p.pp);
   OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
   return layers_.emplace(key, play_layer_fragment(f, communication_seconds(f, pricer, 0)))
       .first->second;

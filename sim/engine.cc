@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
+#include "core/stage_representatives.h"
 #include "cost_models/op_cost.h"
 #include "sim/trace_annotate.h"
 
@@ -173,10 +174,8 @@ class Engine {
     for (int s = 0; s < pp; ++s) {
       PARASOL_CHECK(programs[s].stage == s, "programs[" + std::to_string(s) + "].stage is " +
                                                 std::to_string(programs[s].stage));
-      RankCoord c{};
-      c.pp = s;
-      reps_.push_back(layout_.rank(c));
     }
+    reps_ = stage_representatives(layout_, pp);
     compute_scale_.assign(pp, 1.0);
     if (!compute_scale.empty()) {
       if (static_cast<int>(compute_scale.size()) != pp)

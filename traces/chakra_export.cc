@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/lower.h"
+#include "core/stage_representatives.h"
 #include "cost_models/op_cost.h"
 #include "et_def.pb.h"
 
@@ -157,13 +158,9 @@ std::vector<ChakraFile> chakra_export(const Model& model, const Cluster& cluster
   const LoweredPlan lowered = lower(model, cluster, plan);
   const RankLayout& layout = lowered.layout;
   // The simulator's pricing (sim/engine.cc): one representative rank per stage.
-  std::vector<int> reps(plan.pp), stages(plan.pp);
-  for (int s = 0; s < plan.pp; ++s) {
-    RankCoord c{};
-    c.pp = s;
-    reps[s] = layout.rank(c);
-    stages[s] = s;
-  }
+  const std::vector<int> reps = stage_representatives(layout, plan.pp);
+  std::vector<int> stages(plan.pp);
+  for (int s = 0; s < plan.pp; ++s) stages[s] = s;
   cost::PlacementCache places(cluster);
   cost::OpPricer pricer(model, cluster, plan, profile, layout, reps, places);
   std::vector<std::vector<double>> seconds(plan.pp);

@@ -16,6 +16,7 @@
 #include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
+#include "core/stage_representatives.h"
 #include "cost_models/op_cost.h"
 #include "cost_models/profile.h"
 #include "traces/chakra_export.h"
@@ -154,12 +155,7 @@ TEST(Chakra, SendsAndReceivesPairAcrossTheFiles) {
 TEST(Chakra, DurationsAreTheOpPricersPrices) {
   const Exported& e = exported();
   const RankLayout& layout = e.lowered.layout;
-  std::vector<int> reps(e.plan.pp);
-  for (int s = 0; s < e.plan.pp; ++s) {
-    RankCoord c{};
-    c.pp = s;
-    reps[s] = layout.rank(c);
-  }
+  const std::vector<int> reps = stage_representatives(layout, e.plan.pp);
   cost::PlacementCache places(e.cluster);
   cost::OpPricer pricer(e.model, e.cluster, e.plan, e.profile, layout, reps, places);
   uint64_t total = 0;
