@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/format.h"
 #include "core/model.h"
+#include "core/sibling_presets.h"
 #include "cost_models/energy.h"
 
 namespace parasol::tools {
@@ -67,30 +68,6 @@ const char* const kServerFigures[] = {
     "gpus_per_pcie_switch", "pcie_uplink_GBps", "sockets",
     "host_memory_bw_GBps",  "servers_per_leaf", "oversubscription",
     "switch_latency_us",    "generator"};
-// GPUs of one silicon sold in servers of different sizes: DGX B200 (8 on NVLink) and the GB200
-// NVL72 rack (72). A gpus_per_server that a server preset of the point's device family has brings
-// that preset's servers (and its device).
-const std::vector<std::vector<std::string>> kSiliconFamilies = {{"B200", "GB200"}};
-
-bool same_silicon(const std::string& a, const std::string& b) {
-  if (a == b) return true;
-  for (const auto& family : kSiliconFamilies)
-    if (std::find(family.begin(), family.end(), a) != family.end() &&
-        std::find(family.begin(), family.end(), b) != family.end())
-      return true;
-  return false;
-}
-
-// The server preset whose servers hold `gpus_per_server` GPUs of `device`'s silicon; "" when none.
-std::string preset_with_server_size(const std::string& device, int64_t gpus_per_server) {
-  for (const std::string& name : cluster_preset_names()) {
-    if (name == "localhost") continue;
-    const ClusterPresetSpec p = cluster_preset_spec(name);
-    if (p.server.gpus == gpus_per_server && same_silicon(p.server.device, device)) return name;
-  }
-  return "";
-}
-
 // Figures kept per GPU when gpus_per_server varies.
 const char* const kPerGpuFigures[] = {"nics_per_server", "host_memory_GiB", "sockets"};
 
@@ -264,10 +241,10 @@ Json point_cluster(const SweepSpec& spec, const Json& values) {
   }
   const Json* gps = point_value(values, "gpus_per_server");
   if (gps && from_preset) {
-    // A server size that a preset of this silicon has: that preset's servers, not the base's
-    // scaled (gpus_per_server=72 on a B200 base is a GB200 NVL72 rack). A device axis keeps
-    // its device.
-    const std::string preset = preset_with_server_size(
+    // A server size that another product of this silicon has: that product's servers, not the
+    // base's scaled (gpus_per_server=72 on a B200 base is a GB200 NVL72 rack). A device axis
+    // keeps its device.
+    const std::string preset = cluster_preset_of_sibling(
         device ? device->get<std::string>() : base.value("device", ""), gps->get<int64_t>());
     if (!preset.empty() && preset != base.value("name", "")) {
       const Json own = cluster_preset_generator(preset);

@@ -12,7 +12,10 @@
 //    figures are themselves axes; a generator file's figures stay as written;
 //  - varying `gpus_per_server` keeps the base's figures per GPU: NICs, host memory and CPU
 //    sockets scale with it (unless they are axes), and a GPU count that is not a whole number
-//    of servers leaves the last server partly used ("partial_last_server").
+//    of servers leaves the last server partly used ("partial_last_server"); unless another
+//    product of the device's silicon comes in servers of that size, whose servers it then takes
+//    (core/sibling_presets.h: 72 per server on a B200 base is the GB200 NVL72 rack; one per
+//    server on DGX H200 stays DGX H200's servers per GPU, not the h200-1 box).
 //
 // The runner is process-agnostic: it takes this process's share (rank of ranks) of the points,
 // runs them on threads, and appends each finished row to a journal (JSON Lines) so that an

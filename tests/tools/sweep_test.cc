@@ -161,6 +161,34 @@ TEST(SweepCluster, SeventyTwoGpusPerServerOfBlackwellAreTheNvl72Rack) {
   EXPECT_EQ(hc["nvlink_GBps"], cluster_preset_generator("dgx-h100")["nvlink_GBps"]);
 }
 
+// One GPU per server on DGX H200 is DGX H200's servers at one GPU each (its NVLink, PCIe, NIC and
+// host figures; NICs, sockets and host memory per GPU), not the h200-1 box: the server-size rule
+// brings another product of one silicon, never another box of the same product.
+TEST(SweepCluster, AServerSizeOfTheSameProductKeepsTheBasesServers) {
+  const Json dgx = cluster_preset_generator("dgx-h200");
+  SweepSpec s;
+  s.model = "llama3-8b";
+  s.cluster = "dgx-h200";
+  s.gpus = 8;
+  s.axes.push_back(parse_sweep_axis("gpus_per_server=1,8"));
+  prepare_sweep(s);
+  const Json one = sweep_point_request(s, 0)["cluster"];
+  EXPECT_EQ(one["name"], "dgx-h200");
+  EXPECT_EQ(one["device"], "H200");
+  EXPECT_EQ(one["gpus_per_server"], 1);
+  for (const char* k : {"nvlink_GBps", "pcie_GBps", "nic_GBps", "gpus_per_pcie_switch",
+                        "pcie_uplink_GBps", "host_memory_bw_GBps", "servers_per_leaf"})
+    EXPECT_EQ(one[k], dgx[k]) << k;
+  EXPECT_EQ(one["nics_per_server"], dgx["nics_per_server"].get<int>() / 8);
+  EXPECT_DOUBLE_EQ(one["host_memory_GiB"].get<double>(),
+                   dgx["host_memory_GiB"].get<double>() / 8);
+  EXPECT_EQ(one["sockets"], 1);
+  // Eight per server is the preset itself.
+  const Json eight = sweep_point_request(s, 1)["cluster"];
+  EXPECT_EQ(cluster_to_json(cluster_from_json(eight, 8)),
+            cluster_to_json(cluster_preset("dgx-h200", 8)));
+}
+
 TEST(SweepCluster, AGpuCountOfPartServersLeavesTheLastPartlyUsed) {
   SweepSpec s;
   s.axes.push_back(parse_sweep_axis("gpus_per_server=72"));
