@@ -180,8 +180,7 @@ TEST(SweepCluster, AServerSizeOfTheSameProductKeepsTheBasesServers) {
                         "pcie_uplink_GBps", "host_memory_bw_GBps", "servers_per_leaf"})
     EXPECT_EQ(one[k], dgx[k]) << k;
   EXPECT_EQ(one["nics_per_server"], dgx["nics_per_server"].get<int>() / 8);
-  EXPECT_DOUBLE_EQ(one["host_memory_GiB"].get<double>(),
-                   dgx["host_memory_GiB"].get<double>() / 8);
+  EXPECT_DOUBLE_EQ(one["host_memory_GiB"].get<double>(), dgx["host_memory_GiB"].get<double>() / 8);
   EXPECT_EQ(one["sockets"], 1);
   // Eight per server is the preset itself.
   const Json eight = sweep_point_request(s, 1)["cluster"];
