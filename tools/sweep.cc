@@ -125,10 +125,9 @@ Json run_sweep_point(const SweepSpec& spec, int64_t index, int threads) {
       const double step_s = best.simulated_step_s > 0 ? best.simulated_step_s : st.step_s;
       const double tokens_per_s = e.tokens_per_s * e.step_time_s / step_s;
       const double time_s = kSteadyTokens / tokens_per_s;
-      const cost::PowerFigures power = cost::default_power(*s.cluster);
-      const double busy = std::clamp(st.compute_s / std::max(1e-30, st.step_s), 0.0, 1.0);
       const double energy_j =
-          cost::cluster_it_power_w(*s.cluster, power, busy) * power.pue * time_s;
+          cost::cluster_energy_j(*s.cluster, cost::default_power(*s.cluster),
+                                 cost::busy_fraction(st.compute_s, st.step_s), time_s);
       train = {{"basis", "steady"},
                {"tokens", kSteadyTokens},
                {"time_s", time_s},
