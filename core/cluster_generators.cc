@@ -6,6 +6,7 @@
 
 #include "core/cluster.h"
 #include "core/error.h"
+#include "core/sibling_presets.h"
 
 namespace parasol {
 
@@ -358,6 +359,21 @@ Json cluster_preset_generator(const std::string& name) {
 std::string cluster_preset_for_device(const std::string& device) {
   for (const auto& [n, p] : presets())
     if (p.server.device == device && p.server.gpus > 1) return n;
+  return "";
+}
+
+std::string cluster_preset_of_sibling(const std::string& device, int64_t gpus_per_server) {
+  // Products of one silicon sold in servers of different sizes: the B200 of DGX B200 and the
+  // GB200 of the GB200 NVL72 rack (NVIDIA's GB200 NVL72 datasheet: "Blackwell GPUs", the same
+  // die pair as B200, joined to Grace CPUs).
+  static const std::vector<std::vector<std::string>> kSiblings = {{"B200", "GB200"}};
+  for (const auto& family : kSiblings) {
+    if (std::find(family.begin(), family.end(), device) == family.end()) continue;
+    for (const auto& [n, p] : presets())
+      if (p.server.gpus == gpus_per_server && p.server.device != device &&
+          std::find(family.begin(), family.end(), p.server.device) != family.end())
+        return n;
+  }
   return "";
 }
 

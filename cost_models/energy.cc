@@ -1,6 +1,8 @@
 // Power figures with their sources, and the cluster's IT power.
 #include "cost_models/energy.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "cost_models/reliability.h"
 
@@ -34,9 +36,30 @@ double it_power_w(double gpus, double switches, const PowerFigures& p, double bu
   return gpus * (gpu + p.host_w_per_gpu) + switches * p.switch_w;
 }
 
+namespace {
+double fabric_switches(const Cluster& c) {
+  return count_components(c)[static_cast<int>(Component::kSwitch)];
+}
+}  // namespace
+
 double cluster_it_power_w(const Cluster& c, const PowerFigures& p, double busy) {
-  return it_power_w(c.num_gpus(), count_components(c)[static_cast<int>(Component::kSwitch)], p,
-                    busy);
+  return it_power_w(c.num_gpus(), fabric_switches(c), p, busy);
+}
+
+double busy_fraction(double compute_s, double step_s) {
+  return std::clamp(compute_s / std::max(1e-30, step_s), 0.0, 1.0);
+}
+
+double facility_energy_j(double gpus, double switches, const PowerFigures& p, double busy,
+                         double stepping_s, double idle_s) {
+  return (it_power_w(gpus, switches, p, busy) * stepping_s +
+          it_power_w(gpus, switches, p, 0) * idle_s) *
+         p.pue;
+}
+
+double cluster_energy_j(const Cluster& c, const PowerFigures& p, double busy, double stepping_s,
+                        double idle_s) {
+  return facility_energy_j(c.num_gpus(), fabric_switches(c), p, busy, stepping_s, idle_s);
 }
 
 Json power_figures_to_json(const PowerFigures& p) {

@@ -26,6 +26,18 @@ double cluster_it_power_w(const Cluster& c, const PowerFigures& p, double busy);
 // The same for `gpus` GPUs and `switches` fabric switches.
 double it_power_w(double gpus, double switches, const PowerFigures& p, double busy);
 
+// The fraction of a step its GPUs compute: compute_s / step_s, within [0, 1].
+double busy_fraction(double compute_s, double step_s);
+
+// Facility energy (joules: IT power x PUE) of `gpus` GPUs and `switches` fabric switches running
+// steps for `stepping_s` seconds with their GPUs busy a fraction `busy`, then idle for `idle_s`
+// seconds (checkpoint writes, restarts). REQUIRES: 0 <= busy <= 1.
+double facility_energy_j(double gpus, double switches, const PowerFigures& p, double busy,
+                         double stepping_s, double idle_s = 0);
+// The same for the cluster's GPUs and switches.
+double cluster_energy_j(const Cluster& c, const PowerFigures& p, double busy, double stepping_s,
+                        double idle_s = 0);
+
 // {"gpu_W", "gpu_idle_fraction", "host_W_per_gpu", "switch_W", "pue"}.
 Json power_figures_to_json(const PowerFigures& p);
 

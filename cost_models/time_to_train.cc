@@ -75,13 +75,11 @@ TimeToTrain time_to_train(const Model& model, const Cluster& cluster, const Plan
 
   // Energy: steps (kept or lost) at the step's compute share, checkpoints and restarts idle.
   t.power = o.power ? *o.power : default_power(cluster);
-  const double busy = std::clamp(step.compute_s / t.expected_step_s, 0.0, 1.0);
   const Goodput& g = t.goodput;
   const double switches = t.reliability.count[static_cast<int>(Component::kSwitch)];
-  const double it_j =
-      it_power_w(gpus, switches, t.power, busy) * (g.productive + g.lost_work) +
-      it_power_w(gpus, switches, t.power, 0) * (g.checkpoint + g.restart + g.planned_restart);
-  t.energy_j = it_j * t.power.pue;
+  t.energy_j =
+      facility_energy_j(gpus, switches, t.power, busy_fraction(step.compute_s, t.expected_step_s),
+                        g.productive + g.lost_work, g.checkpoint + g.restart + g.planned_restart);
   return t;
 }
 

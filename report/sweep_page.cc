@@ -1,24 +1,20 @@
-// The sweep's page (sweep_page.h): the document's checks, the cost-time front, the header in
-// escaped markup, and the script that draws the heatmap, the front, the point panel and the table
-// from the inlined document. As page.cc's script, it builds SVG with createElementNS and sets
-// every text with textContent, so no data string is ever parsed as markup.
+// The sweep's page (sweep_page.h): the header in escaped markup, and the script that draws the
+// heatmap, the front, the point panel and the table from the inlined document. As page.cc's script,
+// it builds SVG with createElementNS and sets every text with textContent, so no data string is
+// ever parsed as markup.
 #include "report/sweep_page.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <tuple>
+#include <string>
 
-#include "core/error.h"
 #include "core/format.h"
 #include "report/html.h"
 #include "report/page.h"
+#include "report/sweep_document.h"
+#include "sim/what_if_cluster.h"
 
 namespace parasol::report {
 
 namespace {
-
-bool is_ok(const Json& row) { return row.value("status", "") == "ok"; }
 
 double train_number(const Json& row, const char* key) { return row["train"][key].get<double>(); }
 
@@ -28,13 +24,6 @@ std::string tokens_text(double n) {
   if (n >= 1e9) return fmt("%gB", n / 1e9);
   if (n >= 1e6) return fmt("%gM", n / 1e6);
   return fmt("%g", n);
-}
-
-std::string value_text(const Json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  if (v.is_number()) return fmt("%g", v.get<double>());
-  return v.dump();
 }
 
 const char* const kSweepStyle = R"CSS(
@@ -603,9 +592,9 @@ std::string header_html(const Json& doc) {
   const Json& h = doc["sweep"];
   const Json& rows = doc["rows"];
   int64_t ok = 0;
-  for (const Json& r : rows) ok += is_ok(r);
-  const std::string model = h.contains("model") ? value_text(h["model"]) : "?";
-  const std::string cluster = h.contains("cluster") ? value_text(h["cluster"]) : "?";
+  for (const Json& r : rows) ok += sweep_row_has_plan(r);
+  const std::string model = h.contains("model") ? sim::sweep_value_text(h["model"]) : "?";
+  const std::string cluster = h.contains("cluster") ? sim::sweep_value_text(h["cluster"]) : "?";
   const int64_t points = h.contains("points") && h["points"].is_number_integer()
                              ? h["points"].get<int64_t>()
                              : static_cast<int64_t>(rows.size());
@@ -622,12 +611,14 @@ std::string header_html(const Json& doc) {
          " not in the document: an unfinished journal)";
   s += "; axes: " + html_escape(axes.empty() ? "none" : join(axes, " \u00d7 ")) + "</p>";
   std::string job = "model " + model + ", base cluster " + cluster;
-  if (h.contains("gpus") && h["gpus"].is_number()) job += ", " + value_text(h["gpus"]) + " GPUs";
-  if (h.contains("gbs") && h["gbs"].is_number()) job += ", global batch " + value_text(h["gbs"]);
+  if (h.contains("gpus") && h["gpus"].is_number())
+    job += ", " + sim::sweep_value_text(h["gpus"]) + " GPUs";
+  if (h.contains("gbs") && h["gbs"].is_number())
+    job += ", global batch " + sim::sweep_value_text(h["gbs"]);
   if (h.contains("seq") && h["seq"].is_number() && h["seq"].get<double>() > 0)
-    job += ", sequence " + value_text(h["seq"]);
+    job += ", sequence " + sim::sweep_value_text(h["seq"]);
   if (h.contains("precision") && h["precision"].is_string())
-    job += ", " + value_text(h["precision"]);
+    job += ", " + sim::sweep_value_text(h["precision"]);
   job += " (unless an axis varies it)";
   s += "<p class=\"sub\">" + html_escape(job) + "</p>";
   const bool steady = !h.contains("tokens") || h["tokens"].is_null();
@@ -635,7 +626,7 @@ std::string header_html(const Json& doc) {
   if (steady) {
     double tokens = 1e9;
     for (const Json& r : rows)
-      if (is_ok(r)) {
+      if (sweep_row_has_plan(r)) {
         tokens = train_number(r, "tokens");
         break;
       }
@@ -655,124 +646,6 @@ std::string header_html(const Json& doc) {
 
 }  // namespace
 
-void check_sweep_document(const Json& doc, const std::string& field) {
-  if (!doc.is_object() || !doc.contains("sweep") || !doc["sweep"].is_object())
-    throw Error(field, "is not a sweep document (no \"sweep\" object)");
-  if (!doc.contains("rows") || !doc["rows"].is_array())
-    throw Error(field, "is not a sweep document (no \"rows\" array)");
-  const Json& h = doc["sweep"];
-  if (!h.contains("axes") || !h["axes"].is_array())
-    throw Error(field + ".sweep.axes", "must be an array of {\"key\", \"values\"}");
-  for (size_t k = 0; k < h["axes"].size(); ++k) {
-    const Json& a = h["axes"][k];
-    const std::string p = field + ".sweep.axes[" + std::to_string(k) + "]";
-    if (!a.is_object() || !a.contains("key") || !a["key"].is_string())
-      throw Error(p + ".key", "must be a string");
-    if (!a.contains("values") || !a["values"].is_array() || a["values"].empty())
-      throw Error(p + ".values", "must be a non-empty array");
-  }
-  double points = 1;
-  for (const Json& a : h["axes"]) points *= static_cast<double>(a["values"].size());
-  if (points > 1e6) throw Error(field + ".sweep.axes", "have more than 1,000,000 points");
-  const Json& rows = doc["rows"];
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Json& r = rows[i];
-    const std::string p = field + ".rows[" + std::to_string(i) + "]";
-    if (!r.is_object()) throw Error(p, "must be an object");
-    if (!r.contains("index") || !r["index"].is_number_integer())
-      throw Error(p + ".index", "must be an integer");
-    if (!r.contains("point") || !r["point"].is_object())
-      throw Error(p + ".point", "must be an object");
-    if (!r.contains("status") || !r["status"].is_string())
-      throw Error(p + ".status", "must be \"ok\" or \"no_plan\"");
-    if (!is_ok(r)) continue;
-    for (const char* k : {"step_time_s", "tokens_per_s", "mfu", "memory_per_gpu_bytes"})
-      if (!r.contains(k) || !r[k].is_number()) throw Error(p + "." + k, "must be a number");
-    if (!r.contains("plan") || !r["plan"].is_string()) throw Error(p + ".plan", "must be a string");
-    if (!r.contains("band") || !r["band"].is_object())
-      throw Error(p + ".band", "must be an object");
-    if (!r.contains("train") || !r["train"].is_object())
-      throw Error(p + ".train", "must be an object");
-    const Json& t = r["train"];
-    for (const char* k : {"time_s", "gpu_hours", "energy_MWh", "tokens"})
-      if (!t.contains(k) || !t[k].is_number() || !std::isfinite(t[k].get<double>()))
-        throw Error(p + ".train." + k, "must be a finite number");
-    if (t.contains("cost") && !t["cost"].is_null() &&
-        (!t["cost"].is_number() || !std::isfinite(t["cost"].get<double>())))
-      throw Error(p + ".train.cost", "must be a finite number or null");
-  }
-}
-
-std::string sweep_cost_key(const Json& doc) {
-  bool any = false;
-  for (const Json& r : doc["rows"]) {
-    if (!is_ok(r)) continue;
-    any = true;
-    const Json& t = r["train"];
-    if (!t.contains("cost") || !t["cost"].is_number()) return "gpu_hours";
-  }
-  return any ? "cost" : "gpu_hours";
-}
-
-std::vector<int64_t> sweep_pareto_front(const Json& doc) {
-  const std::string key = sweep_cost_key(doc);
-  // (time, cost, index) of each row with a plan, by time, then cost.
-  std::vector<std::tuple<double, double, int64_t>> pts;
-  for (const Json& r : doc["rows"])
-    if (is_ok(r))
-      pts.emplace_back(train_number(r, "time_s"), train_number(r, key.c_str()),
-                       r["index"].get<int64_t>());
-  std::sort(pts.begin(), pts.end());
-  // A row is dominated by a faster one that costs no more, or by one as fast that costs less: of
-  // each group of equal times only the cheapest can be on the front, and they are when every
-  // faster row costs more.
-  std::vector<int64_t> front;
-  double cheapest_faster = std::numeric_limits<double>::infinity();
-  for (size_t a = 0; a < pts.size();) {
-    size_t b = a;
-    while (b < pts.size() && std::get<0>(pts[b]) == std::get<0>(pts[a])) ++b;
-    const double group_min = std::get<1>(pts[a]);  // sorted by cost within the group
-    if (group_min < cheapest_faster)
-      for (size_t k = a; k < b && std::get<1>(pts[k]) == group_min; ++k)
-        front.push_back(std::get<2>(pts[k]));
-    cheapest_faster = std::min(cheapest_faster, group_min);
-    a = b;
-  }
-  return front;
-}
-
-std::vector<int64_t> sweep_grid(const Json& doc) {
-  const Json& axes = doc["sweep"]["axes"];
-  int64_t points = 1;
-  for (const Json& a : axes) points *= static_cast<int64_t>(a["values"].size());
-  std::vector<int64_t> grid(static_cast<size_t>(points), -1);
-  const Json& rows = doc["rows"];
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const Json& point = rows[k]["point"];
-    int64_t flat = 0;
-    bool on = true;
-    for (const Json& a : axes) {
-      const std::string key = a["key"].get<std::string>();
-      const Json& values = a["values"];
-      size_t pos = values.size();
-      if (point.contains(key))
-        for (size_t v = 0; v < values.size(); ++v)
-          if (values[v] == point[key]) {  // 25 == 25.0: nlohmann compares numbers by value
-            pos = v;
-            break;
-          }
-      if (pos == values.size()) {
-        on = false;
-        break;
-      }
-      flat = flat * static_cast<int64_t>(values.size()) + static_cast<int64_t>(pos);
-    }
-    if (on && grid[static_cast<size_t>(flat)] < 0)
-      grid[static_cast<size_t>(flat)] = static_cast<int64_t>(k);
-  }
-  return grid;
-}
-
 std::string sweep_html(const Json& doc) {
   check_sweep_document(doc);
   const Json data = {{"doc", doc},
@@ -781,8 +654,9 @@ std::string sweep_html(const Json& doc) {
                      {"grid", sweep_grid(doc)}};
   const Json& h = doc["sweep"];
   const std::string title =
-      "parasol sweep: " + (h.contains("model") ? value_text(h["model"]) : std::string("?")) +
-      " on " + (h.contains("cluster") ? value_text(h["cluster"]) : std::string("?"));
+      "parasol sweep: " +
+      (h.contains("model") ? sim::sweep_value_text(h["model"]) : std::string("?")) + " on " +
+      (h.contains("cluster") ? sim::sweep_value_text(h["cluster"]) : std::string("?"));
   std::string s;
   s += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   s += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";

@@ -6,7 +6,7 @@
 // and the `parasol search` command that reproduces it, and a table of every row. As the plan
 // report (report.h): no external resource, the document inlined as JSON and drawn into SVG by an
 // inline script, every user string escaped; nothing the sweep computed is recomputed, only the
-// front (which points no other point beats on both cost and time) is derived here.
+// front (which points no other point dominates on cost and time, sim/pareto.h) is derived here.
 #pragma once
 
 #include <cstdint>
@@ -14,32 +14,9 @@
 #include <vector>
 
 #include "core/json_reader.h"
+#include "report/sweep_document.h"
 
 namespace parasol::report {
-
-// What the front's cost axis is: "cost" (train.cost) when every row with a plan has a price,
-// else "gpu_hours" (train.gpu_hours: what the cost would be per unit price).
-// REQUIRES: `doc` passed check_sweep_document.
-std::string sweep_cost_key(const Json& doc);
-
-// The rows with a plan on the Pareto front of cost (sweep_cost_key) against train.time_s, both
-// lower-better: those that no other row with a plan dominates (no more cost and no more time, and
-// less of one). Rows equal on both are all on it. Returns their "index" fields, by time, then
-// cost, then index. REQUIRES: `doc` passed check_sweep_document.
-std::vector<int64_t> sweep_pareto_front(const Json& doc);
-
-// The grid of the sweep's points: for each point of the axes' product (its flat index, first
-// axis slowest, as tools/sweep.h numbers points), the position in doc["rows"] of the row whose
-// "point" holds those values, or -1 when the document has none (an unfinished journal). The
-// heatmap's cells are the points of this grid along its two axes. REQUIRES: as sweep_cost_key.
-std::vector<int64_t> sweep_grid(const Json& doc);
-
-// Throws parasol::Error naming `field` ("report.sweep" for the command) when `doc` is not a sweep
-// document: a "sweep" object with "axes" [{"key", "values": [...]}], a "rows" array of objects
-// each with an integer "index", a "point" object and a "status"; an "ok" row needs the numbers
-// step_time_s, tokens_per_s, mfu, memory_per_gpu_bytes and train.{time_s, gpu_hours, energy_MWh,
-// tokens} (train.cost a number or null).
-void check_sweep_document(const Json& doc, const std::string& field = "report.sweep");
 
 // The whole page: one HTML document with no external resource. The document is inlined in
 // <script type="application/json" id="sweep-data"> as {"doc": doc, "front": sweep_pareto_front,

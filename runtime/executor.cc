@@ -632,7 +632,13 @@ Executor::Impl::Scheduler::Scheduler(Impl& impl, const StepConfig& cfg, StepResu
       head(n_streams, 0),
       done(n_ops, 0),
       busy(n_streams, 0) {
-  for (const Op& op : prog.ops) queue.at(op.stream).push_back(op.id);
+  for (const Op& op : prog.ops) {
+    queue.at(op.stream).push_back(op.id);
+    // A dependency outside the Program is a lowering bug (core/lower.h), not the user's.
+    for (int d : op.deps)
+      PARASOL_CHECK(0 <= d && d < n_ops, "ops[" + std::to_string(op.id) + "] " + op.name +
+                                             ".deps: bad op id " + std::to_string(d));
+  }
   // Compute and copy ops are timed by the backend's marks (device time on cuda), transfers by the
   // host clock; mark 0 and t0 are both the step's start.
   im.be.clear_marks();

@@ -37,6 +37,7 @@
 #include "core/lower.h"
 #include "cost_models/memory.h"
 #include "sim/engine.h"
+#include "sim/pareto.h"
 
 namespace parasol::sim {
 
@@ -466,11 +467,13 @@ class Worker {
 
   template <class Accept>
   void add_pareto(const Plan& p, const Rank& rank, Accept& accept) {
+    // Of equal plans the first found stays: a plan enters when none on the front is no worse.
+    const Objectives o{rank.score, rank.memory};
     for (const Entry& e : pareto_)
-      if (e.rank.score <= rank.score && e.rank.memory <= rank.memory) return;
+      if (no_worse({e.rank.score, e.rank.memory}, o)) return;
     if (!accept()) return;
     std::erase_if(pareto_, [&](const Entry& e) {
-      return rank.score <= e.rank.score && rank.memory <= e.rank.memory;
+      return dominates(o, {e.rank.score, e.rank.memory});
     });
     pareto_.push_back(Entry{rank, {p, estimate_, rank.score}});
   }
@@ -552,19 +555,19 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
   std::sort(top.begin(), top.end(), better);
   if (static_cast<int>(top.size()) > opt.top_k) top.resize(opt.top_k);
   for (Entry& e : top) r.top.push_back(std::move(e.c));
-  // Merge the per-thread fronts: by score (then memory, then enumeration order), keeping each
-  // plan that needs less memory than every better-scoring one.
-  std::sort(pareto.begin(), pareto.end(), [](const Entry& a, const Entry& b) {
-    if (a.rank.score != b.rank.score) return a.rank.score < b.rank.score;
-    if (a.rank.memory != b.rank.memory) return a.rank.memory < b.rank.memory;
-    return a.rank.seq < b.rank.seq;
-  });
-  double best_mem = 1e300;
-  for (Entry& e : pareto)
-    if (e.c.estimate.memory_per_gpu_bytes < best_mem) {
-      best_mem = e.c.estimate.memory_per_gpu_bytes;
-      r.pareto.push_back(std::move(e.c));
-    }
+  // Merge the per-thread fronts into one, by score (then memory, then enumeration order), the
+  // first found of equal plans kept.
+  std::sort(pareto.begin(), pareto.end(),
+            [](const Entry& a, const Entry& b) { return a.rank.seq < b.rank.seq; });
+  std::vector<Objectives> objectives;
+  for (const Entry& e : pareto) objectives.push_back({e.rank.score, e.rank.memory});
+  const Objectives* last = nullptr;
+  for (size_t k : pareto_front(objectives)) {
+    const Objectives& o = objectives[k];
+    if (last && no_worse(*last, o)) continue;  // equal to the one before
+    last = &o;
+    r.pareto.push_back(std::move(pareto[k].c));
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

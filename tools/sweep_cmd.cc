@@ -61,12 +61,6 @@ std::vector<Json> gather_rows(const std::vector<Json>& mine, int rank, int ranks
   return rows;
 }
 
-std::string axis_cell(const Json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  return fmt("%g", v.get<double>());
-}
-
 void print_table(const Json& doc) {
   const Json& h = doc["sweep"];
   const bool tokens = !h["tokens"].is_null();
@@ -85,7 +79,7 @@ void print_table(const Json& doc) {
   for (const Json& r : doc["rows"]) {
     std::vector<std::string> row = {std::to_string(r["index"].get<int64_t>() + 1)};
     for (const Json& a : h["axes"])
-      row.push_back(axis_cell(r["point"][a["key"].get<std::string>()]));
+      row.push_back(sim::sweep_value_text(r["point"][a["key"].get<std::string>()]));
     if (r["status"] != "ok") {
       row.push_back("no plan");
       row.resize(header.size() - 1, "-");

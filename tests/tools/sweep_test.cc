@@ -1,5 +1,5 @@
-// tools/sweep.h: axes and their errors, the cluster of a point (presets as generators, a device's
-// own servers, per-GPU figures, a partly used last server), a point equal to the search of the
+// tools/sweep.h: axes' errors, the cluster of a point (a device's own servers, per-GPU figures, a
+// partly used last server), a point equal to the search of the
 // same request, no-plan rows, the journal's resume after a torn line, CSV.
 #include "tools/sweep.h"
 
@@ -33,19 +33,6 @@ SweepSpec small_sweep() {
   s.axes.push_back(parse_sweep_axis("device=A100-80G,H100-SXM"));
   s.axes.push_back(parse_sweep_axis("gpus=8,16"));
   return s;
-}
-
-TEST(SweepAxis, ListsRangesAndGeometricRanges) {
-  SweepAxis a = parse_sweep_axis("gpus=8,16:64:16,128:512:x2");
-  ASSERT_EQ(a.key, "gpus");
-  std::vector<int64_t> got;
-  for (const Json& v : a.values) got.push_back(v.get<int64_t>());
-  EXPECT_EQ(got, (std::vector<int64_t>{8, 16, 32, 48, 64, 128, 256, 512}));
-  SweepAxis nic = parse_sweep_axis("nic_GBps=12.5:50:12.5");
-  ASSERT_EQ(nic.values.size(), 4u);
-  EXPECT_DOUBLE_EQ(nic.values[3].get<double>(), 50.0);
-  SweepAxis dev = parse_sweep_axis("device=A100-80G,B200");
-  EXPECT_EQ(dev.values[1].get<std::string>(), "B200");
 }
 
 TEST(SweepAxis, BadAxesNameTheAxisAndTheValue) {
@@ -88,14 +75,6 @@ TEST(SweepAxis, AValueNoClusterCanHoldTheModelIsAnErrorAMixedOneARow) {
   EXPECT_EQ(row["point"]["model"], "gpt3-175b");
   EXPECT_EQ(row["status"], "no_plan");
   EXPECT_NE(row["reason"].get<std::string>().find("cannot hold"), std::string::npos);
-}
-
-TEST(SweepCluster, APresetAsAGeneratorIsThePreset) {
-  for (const std::string name : {"dgx-a100-80g", "dgx-h100", "dgx-b200", "mi300x-8"}) {
-    Json g = cluster_preset_generator(name);
-    EXPECT_EQ(cluster_to_json(cluster_from_json(g, 64)), cluster_to_json(cluster_preset(name, 64)))
-        << name;
-  }
 }
 
 TEST(SweepCluster, ADeviceTakesItsServersAndPerGpuFiguresScale) {
@@ -159,6 +138,33 @@ TEST(SweepCluster, SeventyTwoGpusPerServerOfBlackwellAreTheNvl72Rack) {
   const Json hc = sweep_point_request(h, 0)["cluster"];
   EXPECT_EQ(hc["device"], "H100-SXM");
   EXPECT_EQ(hc["nvlink_GBps"], cluster_preset_generator("dgx-h100")["nvlink_GBps"]);
+}
+
+// One GPU per server on DGX H200 is DGX H200's servers at one GPU each (its NVLink, PCIe, NIC and
+// host figures; NICs, sockets and host memory per GPU), not the h200-1 box: the server-size rule
+// brings another product of one silicon, never another box of the same product.
+TEST(SweepCluster, AServerSizeOfTheSameProductKeepsTheBasesServers) {
+  const Json dgx = cluster_preset_generator("dgx-h200");
+  SweepSpec s;
+  s.model = "llama3-8b";
+  s.cluster = "dgx-h200";
+  s.gpus = 8;
+  s.axes.push_back(parse_sweep_axis("gpus_per_server=1,8"));
+  prepare_sweep(s);
+  const Json one = sweep_point_request(s, 0)["cluster"];
+  EXPECT_EQ(one["name"], "dgx-h200");
+  EXPECT_EQ(one["device"], "H200");
+  EXPECT_EQ(one["gpus_per_server"], 1);
+  for (const char* k : {"nvlink_GBps", "pcie_GBps", "nic_GBps", "gpus_per_pcie_switch",
+                        "pcie_uplink_GBps", "host_memory_bw_GBps", "servers_per_leaf"})
+    EXPECT_EQ(one[k], dgx[k]) << k;
+  EXPECT_EQ(one["nics_per_server"], dgx["nics_per_server"].get<int>() / 8);
+  EXPECT_DOUBLE_EQ(one["host_memory_GiB"].get<double>(), dgx["host_memory_GiB"].get<double>() / 8);
+  EXPECT_EQ(one["sockets"], 1);
+  // Eight per server is the preset itself.
+  const Json eight = sweep_point_request(s, 1)["cluster"];
+  EXPECT_EQ(cluster_to_json(cluster_from_json(eight, 8)),
+            cluster_to_json(cluster_preset("dgx-h200", 8)));
 }
 
 TEST(SweepCluster, AGpuCountOfPartServersLeavesTheLastPartlyUsed) {
