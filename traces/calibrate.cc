@@ -299,7 +299,10 @@ void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
     for (size_t i = 0; i < r0.size(); ++i) dependent += r1[i] != r0[i];
     const double value = dependent > 0 ? res.x[j] * p.scale : p.get(base);
     if (dependent > 0) p.set(fitted, value);  // else the base Profile's value stays as it was
-    out.params.push_back({p.name, p.get(base), value, p.lower, p.upper, dependent});
+    const double span = p.upper - p.lower;
+    const bool at_bound =
+        dependent > 0 && (value <= p.lower + 1e-6 * span || value >= p.upper - 1e-6 * span);
+    out.params.push_back({p.name, p.get(base), value, p.lower, p.upper, dependent, at_bound});
   }
   fitted.device = base.device;
   fitted.measured_device = base.measured_device;
@@ -323,11 +326,39 @@ void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
   }
 }
 
-// The plan's first group with `size` ranks (calibrate.h's order), or nullopt.
-std::optional<Group> group_of_size(const Lowered& lw, int size) {
-  for (Group g : {Group::kTp, Group::kDpCp, Group::kDp, Group::kCp, Group::kEp, Group::kPp})
-    if (static_cast<int>(lw.lowered.layout.group(g, lw.reps[0]).size()) == size) return g;
-  return std::nullopt;
+// The plan's group that a collective of `s` ran on, or nullopt. When the trace states the
+// communicator's ranks, the group (calibrate.h's order) that holds exactly those ranks; else the
+// groups with as many ranks as the communicator, which must all be the same ranks (tp = dp = 8
+// are two groups of 8 that a size cannot tell apart: such a collective is not matched).
+std::optional<Group> group_of(const Lowered& lw, const KernelShape& s) {
+  constexpr Group kOrder[] = {Group::kTp, Group::kDpCp, Group::kDp,
+                              Group::kCp, Group::kEp,   Group::kPp};
+  const RankLayout& layout = lw.lowered.layout;
+  if (!s.group_ranks.empty()) {
+    std::vector<int> want = s.group_ranks;
+    std::sort(want.begin(), want.end());
+    if (want.front() < 0 || want.back() >= layout.world()) return std::nullopt;
+    for (Group g : kOrder) {
+      std::vector<int> have = layout.group(g, want.front());
+      std::sort(have.begin(), have.end());
+      if (have == want) return g;
+    }
+    return std::nullopt;
+  }
+  std::optional<Group> found;
+  std::vector<int> found_ranks;
+  for (Group g : kOrder) {
+    std::vector<int> have = layout.group(g, lw.reps[0]);
+    if (static_cast<int>(have.size()) != s.group_size) continue;
+    std::sort(have.begin(), have.end());
+    if (!found) {
+      found = g;
+      found_ranks = have;
+    } else if (have != found_ranks) {
+      return std::nullopt;  // two groups of that size: the size alone cannot tell which
+    }
+  }
+  return found;
 }
 
 // The op an imported kernel stands for, or nullopt when it cannot be priced (calibrate.h).
@@ -354,15 +385,14 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
   if (e.kind == "attention") {
     if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return std::nullopt;
     op.kind = OpKind::kAttention;
-    const std::string n = e.name;
-    if (n.find("bwd") != std::string::npos || n.find("backward") != std::string::npos ||
-        n.find("bprop") != std::string::npos)
-      op.tags.phase = Phase::kBackward;
+    // The pass and the mask as the import read them (kineto_import.h); an unstated mask is the
+    // plan's: parasol lowers every attention as causal (core/layer_shapes.cc).
+    if (s.backward) op.tags.phase = Phase::kBackward;
     op.attn.batch = s.attn_batch, op.attn.seq_q = s.seq_q, op.attn.seq_kv = s.seq_kv;
     op.attn.heads = s.heads, op.attn.kv_heads = s.kv_heads, op.attn.head_dim = s.head_dim;
-    op.attn.causal = false;
+    op.attn.causal = s.causal != 0;
     op.attn.flash = true;
-    op.flops = e.flops;
+    op.flops = attention_kernel_flops(s, op.attn.causal);
     return op;
   }
   const std::map<std::string, OpKind> memory_bound = {{"norm", OpKind::kNorm},
@@ -382,7 +412,7 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
                                                      {"broadcast", OpKind::kBroadcast}};
   if (auto it = collectives.find(e.kind); it != collectives.end()) {
     if (e.bytes <= 0 || s.group_size < 2) return std::nullopt;
-    const std::optional<Group> g = group_of_size(lw, s.group_size);
+    const std::optional<Group> g = group_of(lw, s);
     if (!g) return std::nullopt;
     op.kind = it->second;
     op.bytes = e.bytes;
@@ -478,6 +508,11 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
   return out;
 }
 
+bool Calibration::replay_worse() const {
+  return std::fabs(replay_fitted_s - replay_measured_s) >
+         std::fabs(replay_base_s - replay_measured_s);
+}
+
 Json calibration_to_json(const Calibration& c) {
   Json params = Json::array();
   for (const FittedParam& p : c.params)
@@ -486,7 +521,8 @@ Json calibration_to_json(const Calibration& c) {
                       {"fitted", p.fitted},
                       {"lower", p.lower},
                       {"upper", p.upper},
-                      {"samples", p.samples}});
+                      {"samples", p.samples},
+                      {"at_bound", p.at_bound}});
   return {{"samples", c.samples},
           {"skipped", c.skipped},
           {"iterations", c.iterations},
@@ -495,6 +531,7 @@ Json calibration_to_json(const Calibration& c) {
           {"replay_measured_s", c.replay_measured_s},
           {"replay_base_s", c.replay_base_s},
           {"replay_fitted_s", c.replay_fitted_s},
+          {"replay_worse", c.replay_worse()},
           {"params", params}};
 }
 

@@ -92,6 +92,73 @@ TEST(KinetoCalibrate, CollectivesOfTheTracedCommunicatorFitTheLink) {
   EXPECT_LT(after, 0.25 * before) << "replay error " << before << " -> " << after;
 }
 
+// An imported trace of rank 0 of a tp = dp = 8 job on 8 DGX H100 nodes: three all-reduces of
+// 64 MiB on a communicator of 8 whose ranks are `ranks` (empty: not stated), and one norm kernel
+// with its bytes (so that there is something to fit whatever the collectives match).
+ImportedRun tp8_dp8_run(const std::vector<int>& ranks) {
+  ImportedRun r;
+  r.name = "synthetic";
+  r.model = model_preset("llama3-8b");
+  r.cluster = cluster_preset("dgx-h100", 64);
+  r.plan.tp = 8;
+  r.plan.dp = 8;
+  r.plan.micro_batch = 1;
+  r.plan.global_batch = 8;
+  r.plan.precision = Dtype::kBf16;
+  for (int i = 0; i < 4; ++i) {
+    TraceEvent e;
+    e.rank = 0;
+    e.start_s = i * 0.01;
+    KernelShape s;
+    if (i < 3) {
+      e.kind = "all-reduce";
+      e.name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL";
+      e.stream = 20;
+      e.bytes = 64.0 * (1 << 20);
+      e.dur_s = 2e-3;
+      s.group_size = 8;
+      s.group_ranks = ranks;
+      s.dtype = "bf16";
+      s.elements = e.bytes / 2;
+    } else {
+      e.kind = "norm";
+      e.name = "vectorized_layer_norm_kernel";
+      e.stream = 7;
+      e.bytes = 3e8;
+      e.dur_s = 2e-4;
+    }
+    r.imported.trace.events.push_back(e);
+    r.imported.shapes.push_back(s);
+  }
+  return r;
+}
+
+int link_samples(const Calibration& c, const std::string& kind) {
+  for (const FittedParam& p : c.params)
+    if (p.name == "link_efficiency." + kind) return p.samples;
+  return 0;
+}
+
+TEST(KinetoCalibrate, CollectivesMatchThePlanGroupOfTheirStatedRanks) {
+  // Megatron's order (tp fastest): rank 0's tensor-parallel group is ranks 0-7 in its node
+  // (NVLink), its data-parallel group 0, 8, ..., 56 across the nodes (InfiniBand). Both have 8
+  // ranks: the trace's rank list tells them apart.
+  const cost::Profile base = cost::default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  const Calibration dp = calibrate_imported({tp8_dp8_run({0, 8, 16, 24, 32, 40, 48, 56})}, base);
+  EXPECT_GT(link_samples(dp, "infiniband"), 0);
+  const Calibration tp = calibrate_imported({tp8_dp8_run({0, 1, 2, 3, 4, 5, 6, 7})}, base);
+  EXPECT_EQ(link_samples(tp, "infiniband"), 0);
+  EXPECT_GT(link_samples(tp, "nvlink") + link_samples(tp, "nvswitch"), 0);
+  // Without ranks, a communicator of 8 could be either group: it is not fitted to one by its size.
+  const Calibration unknown = calibrate_imported({tp8_dp8_run({})}, base);
+  for (const FittedParam& p : unknown.params)
+    if (p.name.rfind("link_efficiency.", 0) == 0) EXPECT_EQ(p.samples, 0) << p.name;
+  EXPECT_EQ(unknown.samples, 1);  // the norm
+  // Ranks that no group of the plan holds are not fitted either.
+  const Calibration none = calibrate_imported({tp8_dp8_run({0, 3, 9, 12, 17, 30, 33, 60})}, base);
+  EXPECT_EQ(none.samples, 1);
+}
+
 TEST(KinetoCalibrate, GemmsOfAnotherPrecisionAreNotFitted) {
   // The traces' GEMMs ran fp32 inputs (tf32 math): a bf16 plan prices none of them, while the
   // memory-bound kernels, priced by their bytes, still fit.
