@@ -248,7 +248,8 @@ constexpr AttentionSchema kAttentionSchemas[] = {
     // ..._backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
     //              dropout_p, is_causal, ...)
     {"aten::_scaled_dot_product_flash_attention_backward", 1, false, 11, -1, true},
-    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", 1, false, 5, -1, true},
+    // ..._for_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, ...)
+    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", 1, false, 7, -1, true},
     // _scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p,
     //                                         is_causal)
     {"aten::_scaled_dot_product_efficient_attention", 0, false, 6, -1, false},
