@@ -362,28 +362,35 @@ std::optional<Group> group_of(const Lowered& lw, const KernelShape& s) {
 }
 
 // The op an imported kernel stands for, or nullopt when it cannot be priced (calibrate.h).
-// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32).
+// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32); `why`: the
+// reason it cannot be priced, when it cannot.
 std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const KernelShape& s,
-                              bool& tf32) {
+                              bool& tf32, std::string& why) {
+  auto skip = [&why](std::string reason) {
+    why = std::move(reason);
+    return std::optional<Op>();
+  };
   const Plan& plan = lw.lowered.plan;
   tf32 = false;
   if (e.kind == "linear" || e.kind == "attention") {  // math in the kernel's dtype
     tf32 = s.dtype == "tf32" && plan.precision == Dtype::kFp32;
-    if (s.dtype != dtype_name(plan.precision) && !tf32) return std::nullopt;
+    if (s.dtype.empty()) return skip("no dtype");
+    if (s.dtype != dtype_name(plan.precision) && !tf32)
+      return skip("another dtype than the plan's");
   }
   Op op;
   op.tags.layer = 0;
   op.tags.phase = Phase::kForward;
   op.name = e.kind;
   if (e.kind == "linear") {
-    if (s.m <= 0) return std::nullopt;
+    if (s.m <= 0) return skip("no shape or size");
     op.kind = OpKind::kLinear;
     op.m = s.m, op.n = s.n, op.k = s.k, op.batch = s.batch;
     op.flops = e.flops;
     return op;
   }
   if (e.kind == "attention") {
-    if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return std::nullopt;
+    if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return skip("no shape or size");
     op.kind = OpKind::kAttention;
     // The pass and the mask as the import read them (kineto_import.h); an unstated mask is the
     // plan's: parasol lowers every attention as causal (core/layer_shapes.cc).
@@ -400,7 +407,7 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
                                                       {"elementwise", OpKind::kResidualAdd},
                                                       {"adamw", OpKind::kAdamW}};
   if (auto it = memory_bound.find(e.kind); it != memory_bound.end()) {
-    if (e.bytes <= 0) return std::nullopt;
+    if (e.bytes <= 0) return skip("no shape or size");
     op.kind = it->second;
     op.bytes = e.bytes;
     return op;
@@ -411,22 +418,23 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
                                                      {"all-to-all", OpKind::kAllToAll},
                                                      {"broadcast", OpKind::kBroadcast}};
   if (auto it = collectives.find(e.kind); it != collectives.end()) {
-    if (e.bytes <= 0 || s.group_size < 2) return std::nullopt;
+    if (e.bytes <= 0 || s.group_size < 2) return skip("no shape or size");
     const std::optional<Group> g = group_of(lw, s);
-    if (!g) return std::nullopt;
+    if (!g) return skip("a communicator no group of the plan is");
     op.kind = it->second;
     op.bytes = e.bytes;
     op.group = *g;
     op.stream = 1;
     return op;
   }
-  return std::nullopt;
+  return skip(e.kind == "unclassified" ? "unclassified" : "of a kind not fitted (" + e.kind + ")");
 }
 
 // The samples of imported run `ri` (calibrate_imported); their ops are appended to `ops`.
 // `ri_tf32`: the index of the run's copy lowered in tf32 (its fp32 plan's tf32 GEMMs), or -1.
 void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int ri_tf32, int steps,
-                      std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped) {
+                      std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped,
+                      std::map<std::string, int>& skipped_why) {
   // What a price depends on: kind, pass, group and shape.
   using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, double, double, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t>;
@@ -436,9 +444,12 @@ void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int r
   for (size_t i = 0; i < imp.trace.events.size(); ++i) {
     const TraceEvent& e = imp.trace.events[i];
     bool tf32 = false;
-    std::optional<Op> op = e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32) : std::nullopt;
+    std::string why = "no duration";
+    std::optional<Op> op =
+        e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32, why) : std::nullopt;
     if (!op || (tf32 && ri_tf32 < 0)) {
       ++skipped;
+      ++skipped_why[why];
       continue;
     }
     const Key key{static_cast<int>(op->kind) + (tf32 ? 1000 : 0),
@@ -487,12 +498,23 @@ Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost:
   Calibration out;
   std::deque<Op> ops;
   std::vector<Sample> all;
+  std::map<std::string, int> skipped_why;
   for (size_t i = 0; i < runs.size(); ++i) {
     std::set<int> ranks;
     for (const TraceEvent& e : runs[i].imported.trace.events) ranks.insert(e.rank);
     collect_imported(lws[i], runs[i].imported, static_cast<int>(i), tf32_copy[i],
                      std::max<int>(1, ranks.size()) * std::max(1, runs[i].imported.steps), ops, all,
-                     out.skipped);
+                     out.skipped, skipped_why);
+  }
+  // Nothing to fit: say why each kernel was left out (an Nsight Systems report has no shapes).
+  if (all.empty()) {
+    std::string why;
+    for (const auto& [reason, n] : skipped_why)
+      why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
+    throw Error("traces", "no kernel of the traces can be priced by the plan (" +
+                              (why.empty() ? std::string("no kernels") : why) +
+                              "); shapes and sizes come from a PyTorch profiler trace recorded "
+                              "with record_shapes=True (an Nsight Systems report has none)");
   }
   fit(mruns, lws, all, base, out);
   return out;

@@ -168,6 +168,25 @@ TEST(KinetoCalibrate, CollectivesMatchThePlanGroupOfTheirStatedRanks) {
   EXPECT_EQ(none.samples, 1);
 }
 
+TEST(KinetoCalibrate, NothingToFitSaysWhyEachKernelWasLeftOut) {
+  // The tp = dp = 8 run with no ranks on its all-reduces and no bytes on its norm (as an Nsight
+  // Systems report gives them): nothing can be priced, and the error says why, kernel by kernel.
+  ImportedRun r = tp8_dp8_run({});
+  r.imported.trace.events.back().bytes = 0;
+  const cost::Profile base = cost::default_profile(r.cluster.gpu_device(0));
+  std::string msg;
+  try {
+    calibrate_imported({r}, base);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("no kernel of the traces can be priced by the plan (3 a communicator no "
+                     "group of the plan is, 1 no shape or size)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("record_shapes=True"), std::string::npos) << msg;
+}
+
 TEST(KinetoCalibrate, GemmsOfAnotherPrecisionAreNotFitted) {
   // The traces' GEMMs ran fp32 inputs (tf32 math): a bf16 plan prices none of them, while the
   // memory-bound kernels, priced by their bytes, still fit.
