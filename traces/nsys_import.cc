@@ -201,16 +201,20 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
     }
   }
   std::set<std::string> steps;
+  std::vector<double> step_ns;  // the ProfilerStep ranges' durations
   if (db.has_table("NVTX_EVENTS")) {
     const std::string t = "NVTX_EVENTS";
-    Stmt s = db.prepare("SELECT text, textId FROM " + t, t);
+    Stmt s = db.prepare("SELECT text, textId, start, end FROM " + t, t);
     while (db.step(s.get(), t) == SQLITE_ROW) {
       std::string text;
       if (const unsigned char* v = sqlite3_column_text(s.get(), 0))
         text = reinterpret_cast<const char*>(v);
       else if (auto it = strings.find(integer_or(s.get(), 1, -1)); it != strings.end())
         text = it->second;
-      if (text.rfind("ProfilerStep#", 0) == 0) steps.insert(text);
+      if (text.rfind("ProfilerStep#", 0) != 0) continue;
+      steps.insert(text);
+      const int64_t start = integer_or(s.get(), 2, -1), end = integer_or(s.get(), 3, -1);
+      if (start >= 0 && end >= start) step_ns.push_back(static_cast<double>(end - start));
     }
   }
   imp.steps = std::max<int>(1, steps.size());
@@ -235,6 +239,12 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
   for (size_t k = 0; k < parts.size(); ++k) {
     parts[k].trace.source = "measured";
     parts[k].steps = imp.steps;
+    // The report's step ranges time each of its ranks (one process: exactly its own).
+    if (!step_ns.empty()) {
+      double sum = 0;
+      for (double d : step_ns) sum += d;
+      parts[k].step_s[first_rank + static_cast<int>(k)] = sum / step_ns.size() * 1e-9;
+    }
     finish_rank(parts[k], first_rank + static_cast<int>(k), part_spans[k]);
   }
   return parts;

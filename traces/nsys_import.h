@@ -9,7 +9,7 @@
 //   CUPTI_ACTIVITY_KIND_MEMCPY(start, end, streamId, correlationId, bytes, copyKind)   optional
 //   CUPTI_ACTIVITY_KIND_MEMSET(start, end, streamId, correlationId, bytes)             optional
 //   CUPTI_ACTIVITY_KIND_RUNTIME(start, end, correlationId)  optional: the launch calls
-//   NVTX_EVENTS(text, textId)                               optional: "ProfilerStep#N" ranges
+//   NVTX_EVENTS(text, textId, start, end)                   optional: "ProfilerStep#N" ranges
 // Each kernel, memcpy and memset is an event of a rank on its stream: a report of one process on
 // one GPU is one rank, one of several processes or GPUs (globalPid, deviceId of the activity
 // tables) one rank per (process, GPU) in that order; its kind classify_kernel()'s of the kernel's
@@ -18,7 +18,8 @@
 // memset is a "memset". The report carries no CPU ops' shapes, so kernels have no shapes and
 // collectives no sizes (their kinds come from the NCCL kernel names). A launch gap's launch is the
 // kernel's runtime call (by correlationId). Steps: the distinct ProfilerStep#N NVTX ranges
-// (PyTorch's emit_nvtx), at least 1.
+// (PyTorch's emit_nvtx), at least 1; their mean duration is the step time of each of the report's
+// ranks (ImportedTrace::step_s).
 #pragma once
 
 #include <string>

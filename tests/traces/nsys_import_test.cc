@@ -131,6 +131,9 @@ TEST(NsysImport, KernelsCopiesGapsAndSteps) {
   EXPECT_EQ(imp.unclassified[0].name, "void my_custom_kernel<float>(float*)");
   EXPECT_EQ(imp.unclassified[0].count, 1);
   EXPECT_EQ(imp.steps, 2);  // ProfilerStep#3 (by textId) and #4 (by text)
+  // Their ranges last 300 and 100 us: the rank's step time is their mean.
+  ASSERT_EQ(imp.step_s.count(5), 1u);
+  EXPECT_NEAR(imp.step_s.at(5), 200e-6, 1e-15);
   for (const TraceEvent& e : imp.trace.events) {
     EXPECT_EQ(e.rank, 5);
     if (e.kind == "memcpy") {
