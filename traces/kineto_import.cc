@@ -445,6 +445,11 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
   if (stack)
     for (size_t i : *stack) names.push_back(events[i]["name"].get<std::string>());
   c.phase = phase_of(names);
+  // A GEMM launched by PyTorch's grouped matmul (MoE experts: torch._grouped_mm) is an expert
+  // GEMM, whatever its kernel is called.
+  if (c.kind == "linear")
+    for (const std::string& n : names)
+      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm") c.kind = "expert-linear";
   const bool comm = is_communication_kind(c.kind);
   // Collectives: the kernel's args, then record_param_comms, then c10d ops (innermost first).
   if (comm) {

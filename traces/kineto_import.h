@@ -38,6 +38,7 @@
 //    the message.
 //  - A memcpy is a "memcpy" (label_copies_by_plan makes a plan's offloads and prefetches of
 //    them), a memset a "memset"; bytes from the activity's "bytes".
+// A GEMM kernel launched by aten::_grouped_mm or _scaled_grouped_mm is an "expert-linear".
 // Kinds are op_kind_name()s where parasol has the op, else "elementwise", "reduction", "memcpy"
 // and "memset"
 // (kernel_kinds.h). A kernel that no rule classifies is kept as an event of kind "unclassified"

@@ -428,6 +428,26 @@ TEST(KinetoImport, AttentionShapesAsTheInnermostOpHoldsThem) {
   EXPECT_DOUBLE_EQ(imp.trace.events[2].flops, sdpa_flops(2, 16, 1024, 64, false));
 }
 
+TEST(KinetoImport, GemmsOfTheGroupedMatmulAreExpertGemms) {
+  // torch._grouped_mm (MoE experts) launches a CUTLASS GEMM whose name does not say "grouped".
+  TraceBuilder b;
+  b.op("aten::_grouped_mm", 100, 20, {{4096, 2048}, {8, 2048, 1408}, {8}},
+       {"c10::BFloat16", "c10::BFloat16", "int"});
+  b.kernel(
+      "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int,"
+      " int, int>>>(Params)",
+      105, 1000, 30);
+  b.op("aten::mm", 200, 20, {{4096, 2048}, {2048, 1408}}, {"c10::BFloat16", "c10::BFloat16"});
+  b.kernel(
+      "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int,"
+      " int, int>>>(Params)",
+      205, 1100, 30);
+  const ImportedTrace imp = import_kineto(b.trace(), "grouped", 0);
+  ASSERT_EQ(imp.trace.events.size(), 2u);
+  EXPECT_EQ(imp.trace.events[0].kind, "expert-linear");
+  EXPECT_EQ(imp.trace.events[1].kind, "linear");
+}
+
 TEST(KinetoImport, FlashBackwardHelpersTakeNoShape) {
   const Json grads = {{1, 512, 8, 128}, {1, 512, 8, 128}, {1, 512, 8, 128},
                       {1, 512, 8, 128}, {1, 512, 8, 128}, {1, 8, 512}};
