@@ -40,6 +40,8 @@ struct CalibrateOptions {
   std::string base;
   bool json = false;
   bool probe = false;
+  bool allow_mismatch = false;  // --allow-mismatch
+  bool allow_worse = false;     // --allow-worse
   int threads = 1;
 };
 
@@ -148,7 +150,11 @@ void print_params(const traces::Calibration& cal) {
     name.resize(std::max<size_t>(name.size(), 30), ' ');
     std::cout << "  " << name << " " << fmt("%-11.4g", p.base) << " "
               << (p.samples > 0 ? fmt("%-11.4g", p.fitted) : std::string("(kept)     ")) << " "
-              << p.samples << "\n";
+              << p.samples
+              << (p.at_bound ? "  at its bound (" + fmt("%.4g", p.lower) + ", " +
+                                   fmt("%.4g", p.upper) + "): the traces ask for more"
+                             : std::string())
+              << "\n";
   }
 }
 
@@ -161,11 +167,27 @@ int run_imported(const CalibrateOptions& c, const SpecOptions& o, CLI::App* cmd)
   run.model = s.model;
   run.cluster = *s.cluster;
   run.plan = s.plan;
+  traces::label_copies_by_plan(run.imported, run.plan.offload.any());
   const DeviceSpec& dev = run.cluster.gpu_device(0);
+  for (const std::string& m :
+       traces::check_against_plan(run.imported, dev.name, run.plan.gpus(),
+                                  dtype_name(run.plan.precision), c.allow_mismatch))
+    std::cerr << "warning: " << m << "\n";
   const cost::Profile base =
       c.base.empty() ? cost::default_profile(dev) : cost::load_profile(c.base, dev);
   if (base.measured_device) run.cluster.set_device_spec(*base.measured_device);
   const traces::Calibration cal = traces::calibrate_imported({run}, base);
+  const double m = cal.replay_measured_s;
+  const std::string replay = secs(m) + "; " + secs(cal.replay_base_s) + " (" +
+                             fmt("%+.1f%%", 100 * (cal.replay_base_s / m - 1)) + ") -> " +
+                             secs(cal.replay_fitted_s) + " (" +
+                             fmt("%+.1f%%", 100 * (cal.replay_fitted_s / m - 1)) + ")";
+  // A fit that replays the traced kernels further from the trace is not written unless asked.
+  if (cal.replay_worse() && !c.allow_worse)
+    throw Error("measured",
+                "the fitted profile replays the traced kernels further from the trace than the "
+                "base profile (measured; base -> fitted: " +
+                    replay + "): not written (--allow-worse writes it)");
   write_json(cost::profile_to_json(cal.profile), c.out);
   if (c.json) {
     Json j = traces::calibration_to_json(cal);
@@ -182,12 +204,9 @@ int run_imported(const CalibrateOptions& c, const SpecOptions& o, CLI::App* cmd)
             << fmt("%.3f", cal.rms_log_error_before) << " -> "
             << fmt("%.3f", cal.rms_log_error_after) << "\n";
   print_params(cal);
-  const double m = cal.replay_measured_s;
   std::cout << "the fitted kernels replayed per rank and step (measured; base -> fitted profile): "
-            << secs(m) << "; " << secs(cal.replay_base_s) << " ("
-            << fmt("%+.1f%%", 100 * (cal.replay_base_s / m - 1)) << ") -> "
-            << secs(cal.replay_fitted_s) << " ("
-            << fmt("%+.1f%%", 100 * (cal.replay_fitted_s / m - 1)) << ")\n";
+            << replay << (cal.replay_worse() ? "  (further from the trace: --allow-worse)" : "")
+            << "\n";
   std::cout << "profile written to " << c.out << "\n";
   return 0;
 }
@@ -206,6 +225,12 @@ Runner add_calibrate(CLI::App& app, PeerProbe probe) {
                   "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
                   "exports, one per rank, of the job "
                   "the plan flags describe: fit from their kernels");
+  cmd->add_flag("--allow-mismatch", c->allow_mismatch,
+                "--measured: fit even where the traces contradict the plan (another GPU, world "
+                "size, rank count or precision), with a warning for each");
+  cmd->add_flag("--allow-worse", c->allow_worse,
+                "--measured: write the fitted profile even when it replays the traced kernels "
+                "further from the trace than the base profile (else an error)");
   cmd->add_option("-o,--out", c->out, "write the profile JSON here (--probe: default stdout)");
   cmd->add_option("--base", c->base,
                   "profile whose values the parameters the traces do not cover keep (default: "

@@ -89,13 +89,19 @@ int compare_with_megatron_log(const std::string& predicted, const std::string& l
 
 // The plan's simulated step against imported traces.
 int compare_with_imported(const std::vector<std::string>& files, const SpecOptions& o,
-                          CLI::App* cmd, bool json) {
-  const traces::ImportedTrace imp = traces::import_framework_traces(files);
+                          CLI::App* cmd, bool json, bool allow_mismatch) {
+  traces::ImportedTrace imp = traces::import_framework_traces(files);
   const Spec s = load_spec(o, cmd, true);
+  traces::label_copies_by_plan(imp, s.plan.offload.any());
+  for (const std::string& m :
+       traces::check_against_plan(imp, s.cluster->gpu_device(0).name, s.plan.gpus(),
+                                  dtype_name(s.plan.precision), allow_mismatch))
+    std::cerr << "warning: " << m << "\n";
   validate(s.plan, s.model, *s.cluster);
   const sim::SimResult r =
       sim::simulate(s.model, *s.cluster, lower(s.model, *s.cluster, s.plan), s.profile, true);
-  const traces::KindComparison c = traces::compare_by_kind(r.trace, imp.trace, imp.steps);
+  const traces::KindComparison c =
+      traces::compare_by_kind(r.trace, imp.trace, imp.steps, traces::step_time_s(imp));
   if (json) {
     Json j = traces::kind_comparison_to_json(c);
     j["measured"] = files;
@@ -131,6 +137,7 @@ Runner add_compare(CLI::App& app) {
   auto measured = std::make_shared<std::vector<std::string>>();
   auto json = std::make_shared<bool>(false);
   auto kineto = std::make_shared<std::vector<std::string>>();
+  auto allow_mismatch = std::make_shared<bool>(false);
   auto o = std::make_shared<SpecOptions>();
   cmd->add_option("predicted", *predicted, "predicted trace (parasol simulate --trace)");
   cmd->add_option("measured", *measured,
@@ -140,6 +147,9 @@ Runner add_compare(CLI::App& app) {
                   "PyTorch profiler (Kineto) traces (.json or .json.gz) or Nsight Systems SQLite "
                   "exports, one per rank, compared "
                   "with the plan that the plan flags give (instead of PREDICTED MEASURED)");
+  cmd->add_flag("--allow-mismatch", *allow_mismatch,
+                "--measured: compare even where the traces contradict the plan (another GPU, "
+                "world size, rank count or precision), with a warning for each");
   cmd->add_flag("--json", *json, "print JSON");
   add_target_flags(cmd, *o);
   add_plan_flags(cmd, *o);
@@ -148,7 +158,7 @@ Runner add_compare(CLI::App& app) {
     if (!kineto->empty()) {
       if (!predicted->empty())
         throw Error("predicted", "--measured compares with the plan: give no trace files besides");
-      return compare_with_imported(*kineto, *o, cmd, *json);
+      return compare_with_imported(*kineto, *o, cmd, *json, *allow_mismatch);
     }
     if (predicted->empty()) throw Error("predicted", "required (or --measured TRACE... --plan P)");
     if (measured->empty()) throw Error("measured", "required: the measured trace(s) or log");

@@ -299,7 +299,10 @@ void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
     for (size_t i = 0; i < r0.size(); ++i) dependent += r1[i] != r0[i];
     const double value = dependent > 0 ? res.x[j] * p.scale : p.get(base);
     if (dependent > 0) p.set(fitted, value);  // else the base Profile's value stays as it was
-    out.params.push_back({p.name, p.get(base), value, p.lower, p.upper, dependent});
+    const double span = p.upper - p.lower;
+    const bool at_bound =
+        dependent > 0 && (value <= p.lower + 1e-6 * span || value >= p.upper - 1e-6 * span);
+    out.params.push_back({p.name, p.get(base), value, p.lower, p.upper, dependent, at_bound});
   }
   fitted.device = base.device;
   fitted.measured_device = base.measured_device;
@@ -323,46 +326,80 @@ void fit(const std::vector<MeasuredRun>& runs, const std::vector<Lowered>& lws,
   }
 }
 
-// The plan's first group with `size` ranks (calibrate.h's order), or nullopt.
-std::optional<Group> group_of_size(const Lowered& lw, int size) {
-  for (Group g : {Group::kTp, Group::kDpCp, Group::kDp, Group::kCp, Group::kEp, Group::kPp})
-    if (static_cast<int>(lw.lowered.layout.group(g, lw.reps[0]).size()) == size) return g;
-  return std::nullopt;
+// The plan's group that a collective of `s` ran on, or nullopt. When the trace states the
+// communicator's ranks, the group (calibrate.h's order) that holds exactly those ranks; else the
+// groups with as many ranks as the communicator, which must all be the same ranks (tp = dp = 8
+// are two groups of 8 that a size cannot tell apart: such a collective is not matched).
+std::optional<Group> group_of(const Lowered& lw, const KernelShape& s) {
+  constexpr Group kOrder[] = {Group::kTp, Group::kDpCp, Group::kDp,
+                              Group::kCp, Group::kEp,   Group::kPp};
+  const RankLayout& layout = lw.lowered.layout;
+  if (!s.group_ranks.empty()) {
+    std::vector<int> want = s.group_ranks;
+    std::sort(want.begin(), want.end());
+    if (want.front() < 0 || want.back() >= layout.world()) return std::nullopt;
+    for (Group g : kOrder) {
+      std::vector<int> have = layout.group(g, want.front());
+      std::sort(have.begin(), have.end());
+      if (have == want) return g;
+    }
+    return std::nullopt;
+  }
+  std::optional<Group> found;
+  std::vector<int> found_ranks;
+  for (Group g : kOrder) {
+    std::vector<int> have = layout.group(g, lw.reps[0]);
+    if (static_cast<int>(have.size()) != s.group_size) continue;
+    std::sort(have.begin(), have.end());
+    if (!found) {
+      found = g;
+      found_ranks = have;
+    } else if (have != found_ranks) {
+      return std::nullopt;  // two groups of that size: the size alone cannot tell which
+    }
+  }
+  return found;
 }
 
 // The op an imported kernel stands for, or nullopt when it cannot be priced (calibrate.h).
-// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32).
+// `tf32`: set when the op is a GEMM of tf32 math under an fp32 plan (priced in tf32); `why`: the
+// reason it cannot be priced, when it cannot.
 std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const KernelShape& s,
-                              bool& tf32) {
+                              bool& tf32, std::string& why) {
+  auto skip = [&why](std::string reason) {
+    why = std::move(reason);
+    return std::optional<Op>();
+  };
   const Plan& plan = lw.lowered.plan;
   tf32 = false;
   if (e.kind == "linear" || e.kind == "attention") {  // math in the kernel's dtype
     tf32 = s.dtype == "tf32" && plan.precision == Dtype::kFp32;
-    if (s.dtype != dtype_name(plan.precision) && !tf32) return std::nullopt;
+    if (s.dtype.empty()) return skip("no dtype");
+    if (s.dtype != dtype_name(plan.precision) && !tf32)
+      return skip("another dtype than the plan's");
   }
   Op op;
   op.tags.layer = 0;
   op.tags.phase = Phase::kForward;
   op.name = e.kind;
   if (e.kind == "linear") {
-    if (s.m <= 0) return std::nullopt;
+    if (s.m <= 0) return skip("no shape or size");
     op.kind = OpKind::kLinear;
     op.m = s.m, op.n = s.n, op.k = s.k, op.batch = s.batch;
     op.flops = e.flops;
     return op;
   }
   if (e.kind == "attention") {
-    if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return std::nullopt;
+    if (s.seq_q <= 0 || s.heads <= 0 || s.kv_heads <= 0) return skip("no shape or size");
     op.kind = OpKind::kAttention;
-    const std::string n = e.name;
-    if (n.find("bwd") != std::string::npos || n.find("backward") != std::string::npos ||
-        n.find("bprop") != std::string::npos)
-      op.tags.phase = Phase::kBackward;
+    // The pass and the mask as the import read them (kineto_import.h); an unstated mask is the
+    // plan's: parasol lowers every attention as causal (core/layer_shapes.cc).
+    if (s.backward) op.tags.phase = Phase::kBackward;
     op.attn.batch = s.attn_batch, op.attn.seq_q = s.seq_q, op.attn.seq_kv = s.seq_kv;
     op.attn.heads = s.heads, op.attn.kv_heads = s.kv_heads, op.attn.head_dim = s.head_dim;
-    op.attn.causal = false;
+    op.attn.causal = s.causal != 0;
     op.attn.flash = true;
-    op.flops = e.flops;
+    op.flops = attention_kernel_flops(s, op.attn.causal);
     return op;
   }
   const std::map<std::string, OpKind> memory_bound = {{"norm", OpKind::kNorm},
@@ -370,7 +407,7 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
                                                       {"elementwise", OpKind::kResidualAdd},
                                                       {"adamw", OpKind::kAdamW}};
   if (auto it = memory_bound.find(e.kind); it != memory_bound.end()) {
-    if (e.bytes <= 0) return std::nullopt;
+    if (e.bytes <= 0) return skip("no shape or size");
     op.kind = it->second;
     op.bytes = e.bytes;
     return op;
@@ -381,22 +418,23 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
                                                      {"all-to-all", OpKind::kAllToAll},
                                                      {"broadcast", OpKind::kBroadcast}};
   if (auto it = collectives.find(e.kind); it != collectives.end()) {
-    if (e.bytes <= 0 || s.group_size < 2) return std::nullopt;
-    const std::optional<Group> g = group_of_size(lw, s.group_size);
-    if (!g) return std::nullopt;
+    if (e.bytes <= 0 || s.group_size < 2) return skip("no shape or size");
+    const std::optional<Group> g = group_of(lw, s);
+    if (!g) return skip("a communicator no group of the plan is");
     op.kind = it->second;
     op.bytes = e.bytes;
     op.group = *g;
     op.stream = 1;
     return op;
   }
-  return std::nullopt;
+  return skip(e.kind == "unclassified" ? "unclassified" : "of a kind not fitted (" + e.kind + ")");
 }
 
 // The samples of imported run `ri` (calibrate_imported); their ops are appended to `ops`.
 // `ri_tf32`: the index of the run's copy lowered in tf32 (its fp32 plan's tf32 GEMMs), or -1.
 void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int ri_tf32, int steps,
-                      std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped) {
+                      std::deque<Op>& ops, std::vector<Sample>& samples, int& skipped,
+                      std::map<std::string, int>& skipped_why) {
   // What a price depends on: kind, pass, group and shape.
   using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, double, double, int64_t,
                          int64_t, int64_t, int64_t, int64_t, int64_t>;
@@ -406,9 +444,12 @@ void collect_imported(const Lowered& lw, const ImportedTrace& imp, int ri, int r
   for (size_t i = 0; i < imp.trace.events.size(); ++i) {
     const TraceEvent& e = imp.trace.events[i];
     bool tf32 = false;
-    std::optional<Op> op = e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32) : std::nullopt;
+    std::string why = "no duration";
+    std::optional<Op> op =
+        e.dur_s > 0 ? imported_op(lw, e, imp.shapes[i], tf32, why) : std::nullopt;
     if (!op || (tf32 && ri_tf32 < 0)) {
       ++skipped;
+      ++skipped_why[why];
       continue;
     }
     const Key key{static_cast<int>(op->kind) + (tf32 ? 1000 : 0),
@@ -457,12 +498,23 @@ Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost:
   Calibration out;
   std::deque<Op> ops;
   std::vector<Sample> all;
+  std::map<std::string, int> skipped_why;
   for (size_t i = 0; i < runs.size(); ++i) {
     std::set<int> ranks;
     for (const TraceEvent& e : runs[i].imported.trace.events) ranks.insert(e.rank);
     collect_imported(lws[i], runs[i].imported, static_cast<int>(i), tf32_copy[i],
                      std::max<int>(1, ranks.size()) * std::max(1, runs[i].imported.steps), ops, all,
-                     out.skipped);
+                     out.skipped, skipped_why);
+  }
+  // Nothing to fit: say why each kernel was left out (an Nsight Systems report has no shapes).
+  if (all.empty()) {
+    std::string why;
+    for (const auto& [reason, n] : skipped_why)
+      why += (why.empty() ? "" : ", ") + std::to_string(n) + " " + reason;
+    throw Error("traces", "no kernel of the traces can be priced by the plan (" +
+                              (why.empty() ? std::string("no kernels") : why) +
+                              "); shapes and sizes come from a PyTorch profiler trace recorded "
+                              "with record_shapes=True (an Nsight Systems report has none)");
   }
   fit(mruns, lws, all, base, out);
   return out;
@@ -478,6 +530,11 @@ Calibration calibrate(const std::vector<MeasuredRun>& runs, const cost::Profile&
   return out;
 }
 
+bool Calibration::replay_worse() const {
+  return std::fabs(replay_fitted_s - replay_measured_s) >
+         std::fabs(replay_base_s - replay_measured_s);
+}
+
 Json calibration_to_json(const Calibration& c) {
   Json params = Json::array();
   for (const FittedParam& p : c.params)
@@ -486,7 +543,8 @@ Json calibration_to_json(const Calibration& c) {
                       {"fitted", p.fitted},
                       {"lower", p.lower},
                       {"upper", p.upper},
-                      {"samples", p.samples}});
+                      {"samples", p.samples},
+                      {"at_bound", p.at_bound}});
   return {{"samples", c.samples},
           {"skipped", c.skipped},
           {"iterations", c.iterations},
@@ -495,6 +553,7 @@ Json calibration_to_json(const Calibration& c) {
           {"replay_measured_s", c.replay_measured_s},
           {"replay_base_s", c.replay_base_s},
           {"replay_fitted_s", c.replay_fitted_s},
+          {"replay_worse", c.replay_worse()},
           {"params", params}};
 }
 

@@ -59,6 +59,9 @@ struct FittedParam {
   double fitted = 0;
   double lower = 0, upper = 0;
   int samples = 0;  // samples whose price depends on it; 0: kept at the base value
+  // Fitted (samples > 0) to within 1e-6 of a bound: the data asked for more than the bound
+  // allows, so the figure is the bound's, not the trace's.
+  bool at_bound = false;
 };
 
 struct Calibration {
@@ -76,6 +79,10 @@ struct Calibration {
   double replay_measured_s = 0;
   double replay_base_s = 0;
   double replay_fitted_s = 0;
+  // Whether the fitted profile replays the fitted ops further from their measured time than the
+  // base profile did (|replay_fitted_s - replay_measured_s| > |replay_base_s - ...|): the fit
+  // lowered the weighted log error but moved the sum away.
+  bool replay_worse() const;
 };
 
 // Fits `base` to `runs`. Throws parasol::Error: no runs or no samples ("traces"), a run whose
@@ -98,20 +105,23 @@ struct ImportedRun {
 // on the device of the plan's first rank. Each run's kernels are grouped by (kind, math dtype,
 // shape or bytes, group); a group is one sample: an op of that kind and shape (GEMMs as forward
 // GEMMs of a layer in the plan's precision, or in tf32 for an fp32 plan's tensor-core GEMMs, which
-// fits gemm_efficiency.tf32: a trace does not say a GEMM's pass; attention forward or backward by
-// the kernel's name, not causal; norms, activations, elementwise kernels, AdamW as memory-bound ops
-// of their bytes; a collective on the plan's first group with as many ranks as its communicator:
-// tp, dp x cp, dp, cp, ep, pp), measured as the median of the group's durations, counted as often
-// as it ran per step. Left out (skipped): kernels without a shape or size, GEMMs and attention
-// whose dtype is not the plan's (memory-bound kernels are priced by their bytes, whatever their
-// dtype), collectives whose communicator size no group of the plan has, sends and receives, copies,
-// memsets and unclassified kernels. Then the fit of calibrate().
-// Throws parasol::Error as calibrate() does.
+// fits gemm_efficiency.tf32: a trace does not say a GEMM's pass; attention forward or backward and
+// causal or not as the import read them (an unstated mask is causal, as parasol lowers attention),
+// its FLOPs by core's attention_flops; norms, activations, elementwise kernels, AdamW as
+// memory-bound ops of their bytes; a collective on the plan's group that holds the ranks its
+// communicator states (tp, dp x cp, dp, cp, ep, pp: the first that does), or without stated ranks
+// the group with as many ranks, when no other group of that size has other ranks), measured as the
+// median of the group's durations, counted as often as it ran per step. Left out (skipped): kernels
+// without a shape or size, GEMMs and attention whose dtype is not the plan's (memory-bound kernels
+// are priced by their bytes, whatever their dtype), collectives whose communicator no group of the
+// plan is (or that a size alone cannot place), sends and receives, copies, memsets and unclassified
+// kernels. Then the fit of calibrate(). Throws parasol::Error as calibrate() does.
 Calibration calibrate_imported(const std::vector<ImportedRun>& runs, const cost::Profile& base);
 
 // {"samples", "skipped", "iterations", "rms_log_error_before", "rms_log_error_after",
 //  "replay_measured_s", "replay_base_s", "replay_fitted_s",
-//  "params": [{"name", "base", "fitted", "lower", "upper", "samples"}]}.
+//  "replay_worse", "params": [{"name", "base", "fitted", "lower", "upper", "samples",
+//  "at_bound"}]}.
 Json calibration_to_json(const Calibration& c);
 
 }  // namespace parasol::traces

@@ -114,7 +114,12 @@ pb::Node node_of(const Program& p, const Op& op, int prev_on_stream, double seco
   for (int d : op.deps) n.add_data_deps(d);
   bool listed = prev_on_stream < 0;
   for (int d : op.deps) listed = listed || d == prev_on_stream;
-  if (!listed) n.add_ctrl_deps(prev_on_stream);
+  // Chakra's ETFeeder (the reader ASTRA-sim replays through) resolves a node's data_deps only:
+  // the stream's order is written there too, and kept in ctrl_deps for the tools that read them.
+  if (!listed) {
+    n.add_data_deps(prev_on_stream);
+    n.add_ctrl_deps(prev_on_stream);
+  }
   n.set_duration_micros(static_cast<uint64_t>(std::llround(std::max(seconds, 0.0) * 1e6)));
   add_attr(n, "op_kind")->set_string_val(op_kind_name(op.kind));
   if (op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch) {

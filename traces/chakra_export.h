@@ -4,10 +4,11 @@
 //
 // A file is Chakra's framing (its protolib encodeMessage): a GlobalMetadata message, then one
 // Node message per op of the rank's Program in issue order, each preceded by its size as a
-// varint32. A node's id is the op's id (core/program.h); data_deps are the op's deps; ctrl_deps
-// the previous op on the same stream where it is not among the deps already (a stream runs its
-// ops in order). Durations are cost::OpPricer's, the prices the simulator plays (cost_models/
-// op_cost.h), rounded to whole microseconds (duration_micros).
+// varint32. A node's id is the op's id (core/program.h); data_deps are the op's deps and the
+// previous op on the same stream where it is not among them already (a stream runs its ops in
+// order; Chakra's ETFeeder, which ASTRA-sim replays through, honours data_deps only), and that
+// stream predecessor is also the node's ctrl_deps. Durations are cost::OpPricer's, the prices the
+// simulator plays (cost_models/ op_cost.h), rounded to whole microseconds (duration_micros).
 //  - compute ops: COMP_NODE with num_ops (int64, Op::flops), tensor_size (uint64 bytes: Op::bytes
 //    where the op has them, else the bytes of the buffers it reads and writes) and is_cpu_op (it
 //    runs on the host: cost::runs_on_host);

@@ -10,7 +10,8 @@
 namespace parasol::traces {
 
 // Imports per-rank files and merges them (merge_imported): an SQLite file (by its header) is an
-// Nsight Systems export (nsys_import.h, rank: its position in the list), anything else a PyTorch
+// Nsight Systems export (nsys_import.h: one rank per process and GPU of the report, numbered on
+// from the ranks of the files before it), anything else a PyTorch
 // profiler (Kineto) JSON trace, plain or gzip (kineto_import.h; a JSON file that is not one, such
 // as parasol's own trace, is an Error). Errors name the file.
 ImportedTrace import_framework_traces(const std::vector<std::string>& paths);

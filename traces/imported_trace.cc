@@ -3,11 +3,13 @@
 #include "traces/imported_trace.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <set>
 
 #include "core/error.h"
+#include "core/program.h"
 #include "traces/summary.h"
 
 namespace parasol::traces {
@@ -38,6 +40,15 @@ RankGaps gaps_of(int rank, std::vector<DeviceSpan> acts) {
 }
 
 }  // namespace
+
+double attention_kernel_flops(const KernelShape& s, bool causal_if_unstated) {
+  AttnShape a;
+  a.batch = s.attn_batch, a.seq_q = s.seq_q, a.seq_kv = s.seq_kv;
+  a.heads = s.heads, a.kv_heads = s.kv_heads, a.head_dim = s.head_dim;
+  a.causal = s.causal < 0 ? causal_if_unstated : s.causal == 1;
+  a.flash = true;
+  return attention_flops(a) * (s.backward ? kFlashBackwardFlopRatio : 1.0);
+}
 
 void finish_rank(ImportedTrace& imp, int rank, const std::vector<DeviceSpan>& spans) {
   std::map<std::string, KernelCount> unclassified;
@@ -89,8 +100,14 @@ ImportedTrace merge_imported(std::vector<ImportedTrace> parts,
       throw Error(paths[f], "rank " + std::to_string(rank) + " is also the rank of " +
                                 rank_file[rank] + ": give one file per rank");
     rank_file[rank] = paths[f];
-    all.files.push_back(paths[f]);
+    if (std::find(all.files.begin(), all.files.end(), paths[f]) == all.files.end())
+      all.files.push_back(paths[f]);
     all.kernels += imp.kernels;
+    all.world_size = std::max(all.world_size, imp.world_size);
+    all.step_s.insert(imp.step_s.begin(), imp.step_s.end());
+    for (const std::string& d : imp.devices)
+      if (std::find(all.devices.begin(), all.devices.end(), d) == all.devices.end())
+        all.devices.push_back(d);
     all.steps = f == 0 ? imp.steps : std::max(all.steps, imp.steps);
     for (const auto& [k, n] : imp.by_kind) all.by_kind[k] += n;
     for (const KernelCount& k : imp.unclassified) {
@@ -140,6 +157,112 @@ ImportedTrace merge_imported(std::vector<ImportedTrace> parts,
   return all;
 }
 
+namespace {
+
+// The GPU family a device name says ("NVIDIA A100-PG509-200" -> "A100", "H100-SXM" -> "H100",
+// "AMD Instinct MI300X" -> "MI300X"), or "" when it names none: a letter among A, B, H, L, T, V
+// (NVIDIA) followed by 2-3 digits, or MI and 2-3 digits with an optional X or A (AMD), as a
+// word of its own.
+std::string gpu_family(const std::string& name) {
+  std::string s;
+  for (char c : name) s.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  auto word_start = [&](size_t i) {
+    return i == 0 || !std::isalnum(static_cast<unsigned char>(s[i - 1]));
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!word_start(i)) continue;
+    size_t j = i;
+    if (s.compare(i, 2, "MI") == 0) {
+      j = i + 2;
+    } else if (std::string("ABHLTV").find(s[i]) != std::string::npos) {
+      j = i + 1;
+    } else {
+      continue;
+    }
+    size_t k = j;
+    while (k < s.size() && std::isdigit(static_cast<unsigned char>(s[k]))) ++k;
+    if (k - j < 2 || k - j > 3) continue;
+    if (j == i + 2 && k < s.size() && (s[k] == 'X' || s[k] == 'A')) ++k;
+    if (k < s.size() && std::isalnum(static_cast<unsigned char>(s[k]))) continue;
+    return s.substr(i, k - i);
+  }
+  return "";
+}
+
+}  // namespace
+
+void label_copies_by_plan(ImportedTrace& imp, bool plan_offloads) {
+  if (!plan_offloads) return;
+  for (TraceEvent& e : imp.trace.events) {
+    if (e.kind != "memcpy") continue;
+    const bool h2d = e.name.find("HtoD") != std::string::npos;
+    const bool d2h = e.name.find("DtoH") != std::string::npos;
+    if (!h2d && !d2h) continue;
+    --imp.by_kind[e.kind];
+    if (imp.by_kind[e.kind] == 0) imp.by_kind.erase(e.kind);
+    e.kind = h2d ? "prefetch" : "offload";
+    ++imp.by_kind[e.kind];
+  }
+}
+
+double step_time_s(const ImportedTrace& imp) {
+  std::vector<double> v;
+  for (const auto& [rank, s] : imp.step_s) v.push_back(s);
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::string& device_name,
+                                         int plan_world, const std::string& plan_dtype) {
+  std::vector<std::string> out;
+  const std::string family = gpu_family(device_name);
+  for (const std::string& d : imp.devices) {
+    const std::string f = gpu_family(d);
+    if (!f.empty() && !family.empty() && f != family) {
+      out.push_back("device: the trace ran on " + d + ", the plan's cluster has " + device_name);
+      break;
+    }
+  }
+  if (imp.world_size > 0 && imp.world_size != plan_world)
+    out.push_back("world size: the trace's job had " + std::to_string(imp.world_size) +
+                  " ranks (distributedInfo.world_size), the plan has " +
+                  std::to_string(plan_world));
+  std::set<int> ranks;
+  for (const TraceEvent& e : imp.trace.events) ranks.insert(e.rank);
+  if (!ranks.empty() &&
+      (*ranks.rbegin() >= plan_world || static_cast<int>(ranks.size()) > plan_world))
+    out.push_back("ranks: the trace has " + std::to_string(ranks.size()) + " rank(s) up to rank " +
+                  std::to_string(*ranks.rbegin()) + ", the plan has " + std::to_string(plan_world));
+  std::map<std::string, double> gemm_s;
+  for (size_t i = 0; i < imp.trace.events.size() && i < imp.shapes.size(); ++i) {
+    const TraceEvent& e = imp.trace.events[i];
+    if ((e.kind == "linear" || e.kind == "attention") && !imp.shapes[i].dtype.empty())
+      gemm_s[imp.shapes[i].dtype == "tf32" ? "fp32" : imp.shapes[i].dtype] += e.dur_s;
+  }
+  if (!gemm_s.empty() && !plan_dtype.empty()) {
+    auto most = std::max_element(gemm_s.begin(), gemm_s.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (most->first != plan_dtype && !(plan_dtype == "tf32" && most->first == "fp32"))
+      out.push_back("dtype: most of the trace's GEMM time ran " + most->first +
+                    ", the plan's precision is " + plan_dtype);
+  }
+  return out;
+}
+
+std::vector<std::string> check_against_plan(const ImportedTrace& imp,
+                                            const std::string& device_name, int plan_world,
+                                            const std::string& plan_dtype, bool allow) {
+  std::vector<std::string> m = plan_mismatches(imp, device_name, plan_world, plan_dtype);
+  if (!m.empty() && !allow) {
+    std::string msg = "the trace is not of the plan's job: ";
+    for (size_t i = 0; i < m.size(); ++i) msg += (i ? "; " : "") + m[i];
+    throw Error("traces", msg + " (--allow-mismatch prices it with the plan anyway)");
+  }
+  return m;
+}
+
 Json import_summary_to_json(const ImportedTrace& imp) {
   std::map<std::string, double> seconds;
   std::set<int> ranks;
@@ -174,9 +297,18 @@ Json import_summary_to_json(const ImportedTrace& imp) {
   Json coll = Json::array();
   for (const auto& [k, c] : comms)
     coll.push_back({{"kind", k}, {"events", c.events}, {"bytes", c.bytes}, {"sized", c.sized}});
-  return {{"files", imp.files},  {"ranks", ranks.size()},  {"events", imp.trace.events.size()},
-          {"steps", imp.steps},  {"kernels", imp.kernels}, {"by_kind", by_kind},
-          {"unclassified", unc}, {"gaps", gaps},           {"collectives", coll}};
+  return {{"files", imp.files},
+          {"ranks", ranks.size()},
+          {"events", imp.trace.events.size()},
+          {"steps", imp.steps},
+          {"kernels", imp.kernels},
+          {"by_kind", by_kind},
+          {"unclassified", unc},
+          {"gaps", gaps},
+          {"collectives", coll},
+          {"step_time_s", step_time_s(imp)},
+          {"world_size", imp.world_size},
+          {"devices", imp.devices}};
 }
 
 }  // namespace parasol::traces

@@ -21,14 +21,24 @@ namespace parasol::traces {
 // What one imported event was shaped as, where the trace said (parallel to Trace::events).
 struct KernelShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;  // GEMMs
-  // Attention: [batch, heads, seq_q, head_dim] of the query, kv_heads and seq_kv of the key.
+  // Attention: [batch, heads, seq_q, head_dim] of the query, kv_heads and seq_kv of the key (as
+  // the op that defines them holds them, kineto_import.h); causal: 1 or 0 as the trace states it,
+  // -1 unstated; backward: the kernel is an attention backward (by its op or its name).
   int64_t attn_batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
-  double elements = 0;    // compute ops: elements of the first input; collectives: the payload's
-  std::string dtype;      // parasol's dtype name ("fp32", "bf16", ...) or "" when unknown
-  int group_size = 0;     // collectives: ranks of the communicator (0: unknown)
-  std::string group;      // collectives: the process group's name or description, when given
+  int causal = -1;
+  bool backward = false;
+  double elements = 0;  // compute ops: elements of the first input; collectives: the payload's
+  std::string dtype;    // parasol's dtype name ("fp32", "bf16", ...) or "" when unknown
+  int group_size = 0;   // collectives: ranks of the communicator (0: unknown)
+  std::string group;    // collectives: the process group's name or description, when given
+  std::vector<int> group_ranks;  // collectives: the global ranks of the communicator, when given
   std::string size_from;  // collectives: "kernel", "record_param_comms", "c10d" or "" (unknown)
 };
+
+// FLOPs of an imported attention kernel of shape `s` (attn_batch > 0): core's attention_flops of a
+// fused kernel, causal unless the trace said otherwise (`causal_if_unstated`), times
+// kFlashBackwardFlopRatio for a backward.
+double attention_kernel_flops(const KernelShape& s, bool causal_if_unstated = true);
 
 struct KernelCount {
   std::string name;
@@ -54,7 +64,42 @@ struct ImportedTrace {
   std::map<std::string, int> by_kind;     // events per kind, "unclassified" included
   std::vector<KernelCount> unclassified;  // by name, most time first
   std::vector<RankGaps> gaps;             // per rank, ascending
+  // What the trace says of the job, where it says it: the world size (Kineto's
+  // distributedInfo.world_size; 0: unstated) and the GPUs' names (deviceProperties, Nsight's
+  // TARGET_INFO_GPU), deduplicated.
+  int world_size = 0;
+  std::vector<std::string> devices;
+  // Per rank, the mean duration of its "ProfilerStep#N" ranges (each timed on its own host's
+  // clock; ranks' clocks are not synchronised), where it has any.
+  std::map<int, double> step_s;
 };
+
+// Copies as the plan makes them: when it offloads (`plan_offloads`: optimizer state,
+// parameters or activations in host memory), each host-to-device memcpy ("HtoD" in its name) is
+// a "prefetch" and each device-to-host one ("DtoH") an "offload", as core/program.h's copies;
+// otherwise they stay "memcpy" (a job that does not offload copies its inputs and reads back its
+// loss). by_kind follows.
+void label_copies_by_plan(ImportedTrace& imp, bool plan_offloads);
+
+// The traced step time: the median over ranks of step_s (the ranks of a synchronous job step
+// together; the median is not moved by one rank's outlier), or 0 when no rank timed its steps.
+double step_time_s(const ImportedTrace& imp);
+
+// Where an imported trace contradicts the plan it is priced with, each naming both: the GPU (a
+// device family named in the trace's device names, "V100", "H100", "MI300X", ..., that the
+// cluster's device name does not have), the world size (distributedInfo against the plan's
+// ranks), the ranks (a traced rank >= the plan's world size, or more ranks than it), the
+// precision (the dtype of most of the traced GEMM time against the plan's; fp32 traces' tf32
+// GEMMs agree with an fp32 plan). An empty device name or dtype is not checked. Empty when
+// nothing contradicts it.
+std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::string& device_name,
+                                         int plan_world, const std::string& plan_dtype);
+
+// Throws a parasol::Error at "traces" listing plan_mismatches (and that --allow-mismatch
+// prices the trace anyway) when there are any and !allow; returns them otherwise.
+std::vector<std::string> check_against_plan(const ImportedTrace& imp,
+                                            const std::string& device_name, int plan_world,
+                                            const std::string& plan_dtype, bool allow);
 
 // One device activity of a rank, in microseconds of the trace's clock: its interval and when the
 // host call that launched it returned (< 0: unknown).
@@ -75,7 +120,8 @@ ImportedTrace merge_imported(std::vector<ImportedTrace> parts,
 
 // {"files", "ranks", "events", "steps", "kernels", "by_kind": {kind: {"events", "seconds"}},
 //  "unclassified": [{"name", "count", "seconds"}], "gaps": [{"rank", "busy_s", "idle_s",
-//  "launch_s", "launch_gaps"}], "collectives": [{"kind", "events", "bytes", "sized"}]}.
+//  "launch_s", "launch_gaps"}], "collectives": [{"kind", "events", "bytes", "sized"}],
+//  "step_time_s" (0: untimed), "world_size" (0: unstated), "devices"}.
 Json import_summary_to_json(const ImportedTrace& imp);
 
 }  // namespace parasol::traces

@@ -37,46 +37,207 @@ std::string collective_kind(const std::string& name) {
   return "";
 }
 
+bool is_backward_kernel(const std::string& name) {
+  const std::string s = lower(name);
+  return has(s, "bwd") || has(s, "backward") || has(s, "bprop") || has(s, "dgrad") ||
+         has(s, "cutlassb");
+}
+
+bool is_attention_helper_kernel(const std::string& name) {
+  const std::string s = lower(name);
+  return has(s, "flash_bwd_dot_do_o") || has(s, "flash_bwd_convert_dq") ||
+         has(s, "flash_bwd_convert_dkv");
+}
+
+namespace {
+
+// How a rule's pattern matches a kernel's lower-cased name.
+enum class Match {
+  kContains,  // anywhere
+  kPrefix,    // at the start
+  kGemm,      // "gemm" as a GEMM says it: not fbgemm's, not a namespace ("grouped_gemm::")
+};
+
+// One rule of the classifier: a kernel whose name matches `pattern` is of `kind`. A kind of
+// "*collective" takes collective_kind() of the name. Rules are tried in order; the first match
+// wins. Each names the library whose kernels it matches.
+struct Rule {
+  const char* kind;
+  const char* pattern;
+  Match match = Match::kContains;
+};
+
+constexpr Rule kRules[] = {
+    // NCCL and RCCL collectives and send/receive: ncclDevKernel_AllReduce_Sum_bf16_RING_LL,
+    // ncclKernel_SendRecv_... (RCCL keeps NCCL's names).
+    {"*collective", "nccl", Match::kPrefix},
+    {"*collective", " nccl"},
+    {"*collective", "::nccl"},
+    // PyTorch symmetric memory (torch/csrc/distributed/c10d/symm_mem): multimem_all_reduce_kernel,
+    // one_shot_all_reduce_kernel, two_shot_all_reduce_kernel, multimem_all_gather_kernel.
+    {"*collective", "multimem_all"},
+    {"*collective", "one_shot_all_reduce"},
+    {"*collective", "two_shot_all_reduce"},
+    {"*collective", "symmetric_memory::"},
+    // vLLM's and TensorRT-LLM's custom all-reduces.
+    {"all-reduce", "cross_device_reduce"},
+    {"all-reduce", "allreduce_fusion_kernel"},
+    {"all-reduce", "custom_all_reduce"},
+    // DeepEP (deepseek-ai/DeepEP): deep_ep::intranode::dispatch/combine/notify_dispatch,
+    // internode and internode_ll: the MoE token exchange that parasol's deepep dispatcher models
+    // as its all-to-all; its layout kernel (get_dispatch_layout) counts the tokens, locally.
+    {"elementwise", "deep_ep::layout::"},
+    {"elementwise", "get_dispatch_layout"},
+    {"all-to-all", "deep_ep::"},
+    // Rotary position embeddings are pointwise kernels, not embedding lookups (vLLM's
+    // rotary_embedding_kernel, FlashAttention's and Transformer Engine's apply_rotary).
+    {"elementwise", "rotary"},
+    {"elementwise", "rope_"},
+    // Fused attention: FlashAttention 2/3 (flash_fwd_kernel, flash_bwd_*, flash::FlashAttn*),
+    // FlashMLA (flash_fwd_splitkv_mla_kernel), xFormers/PyTorch memory-efficient (fmha_cutlassF/B),
+    // cuDNN (..._sdpa_..._fprop/bprop), ROCm CK (ck_tile::FmhaFwdKernel), Triton (_attn_fwd),
+    // FlashInfer's prefill/decode kernels (not its norm, activation or sampling kernels), vLLM's
+    // paged attention.
+    {"attention", "flash_fwd"},
+    {"attention", "flash_bwd"},
+    {"attention", "flashattn"},
+    {"attention", "flash_attn"},
+    {"attention", "fmha"},
+    {"attention", "sdpa"},
+    {"attention", "attn_fwd"},
+    {"attention", "attn_bwd"},
+    {"attention", "batchprefill"},
+    {"attention", "batchdecode"},
+    {"attention", "singleprefill"},
+    {"attention", "singledecode"},
+    {"attention", "mergestate"},
+    {"attention", "attention"},
+    // Norms: PyTorch's layer_norm kernels, RMSNorm (Apex, FlashInfer, vLLM), batch and group norm.
+    {"norm", "layer_norm"},
+    {"norm", "layernorm"},
+    {"norm", "rms_norm"},
+    {"norm", "rmsnorm"},
+    {"norm", "rowwisemoments"},
+    {"norm", "gammabetabackward"},
+    {"norm", "batch_norm"},
+    {"norm", "batchnorm"},
+    {"norm", "cudnn::bn_"},
+    {"norm", "group_norm"},
+    // Expert (grouped) GEMMs of MoE layers: CUTLASS's GemmGrouped (the grouped_gemm library that
+    // Megatron's GroupedMLP calls), DeepGEMM's m_grouped GEMMs, TensorRT-LLM's moe_gemm, vLLM's
+    // Triton fused_moe.
+    {"expert-linear", "gemmgrouped"},
+    {"expert-linear", "grouped_gemm_kernel"},
+    {"expert-linear", "m_grouped"},
+    {"expert-linear", "groupedcontiguous"},
+    {"expert-linear", "groupedmasked"},
+    {"expert-linear", "moe_gemm"},
+    {"expert-linear", "fused_moe_kernel"},
+    // GEMMs: cuBLAS/cuBLASLt (sm90_xmma_gemm_*, ampere_sgemm_*, nvjet_*, gemv, splitKreduce),
+    // CUTLASS (cutlass_80_tensorop_s1688gemm, GemmUniversal), cuDNN's scudnn, TorchInductor's
+    // triton_tem_fused_mm, ROCm's hipBLASLt/Tensile (Cijk_Ailk_Bljk_...), not fbgemm's sparse and
+    // embedding kernels or helper kernels in a *gemm namespace (grouped_gemm::, deep_gemm::).
+    {"linear", "gemm", Match::kGemm},
+    {"linear", "gemv"},
+    {"linear", "cublas"},
+    {"linear", "xmma"},
+    {"linear", "nvjet"},
+    {"linear", "splitkreduce"},
+    {"linear", "reducesplitk"},
+    {"linear", "scudnn"},
+    {"linear", "epilogue::impl"},
+    {"linear", "triton_tem_fused_mm"},
+    {"linear", "cijk_", Match::kPrefix},
+    {"linear", "ampere_", Match::kPrefix},
+    {"linear", "volta_", Match::kPrefix},
+    {"linear", "turing_", Match::kPrefix},
+    {"linear", "sm80_", Match::kPrefix},
+    {"linear", "sm90_", Match::kPrefix},
+    {"linear", "sm100_", Match::kPrefix},
+    // Optimizers: PyTorch's fused and foreach Adam(W), Apex's multi_tensor_adam, SGD.
+    {"adamw", "adam"},
+    {"adamw", "sgdmath"},
+    {"adamw", "fused_sgd"},
+    // Gradient-norm clipping's norms.
+    {"grad-norm", "l2norm"},
+    {"grad-norm", "lpnorm"},
+    {"grad-norm", "norm_kernel"},
+    {"cross-entropy", "cross_entropy"},
+    {"cross-entropy", "nll_loss"},
+    {"cross-entropy", "log_softmax"},
+    {"cross-entropy", "logsoftmax"},
+    {"embedding", "embedding"},
+    {"embedding", "indexselect"},
+    {"embedding", "index_select"},
+    // Activations: PyTorch's GELU/SiLU/GLU functors, FlashInfer's act_and_mul, vLLM's silu_and_mul.
+    {"activation", "gelu"},
+    {"activation", "silu"},
+    {"activation", "swiglu"},
+    {"activation", "relu"},
+    {"activation", "sigmoid"},
+    {"activation", "tanh"},
+    {"activation", "glu_kernel"},
+    {"activation", "act_and_mul"},
+    // Reductions (sum, mean, max, argmax) and scans are not pointwise: they read their input and
+    // write far less.
+    {"reduction", "reduce_kernel"},
+    {"reduction", "triton_red"},
+    {"reduction", "triton_per"},
+    {"reduction", "cub::"},
+    {"reduction", "radixsort"},
+    {"reduction", "scan"},
+    // Other elementwise, copy and layout kernels.
+    {"elementwise", "elementwise"},
+    {"elementwise", "catarraybatchedcopy"},
+    {"elementwise", "fillfunctor"},
+    {"elementwise", "copy_kernel"},
+    {"elementwise", "softmax"},
+    {"elementwise", "multi_tensor_apply"},
+    {"elementwise", "triton_poi"},
+    {"elementwise", "nchwtonhwc"},
+    {"elementwise", "nhwctonchw"},
+    {"elementwise", "scatter_gather"},
+    {"elementwise", "transpose"},
+    {"elementwise", "dropout"},
+    {"elementwise", "memcpy"},
+    {"elementwise", "memset"},
+    {"elementwise", "max_pool"},
+    {"elementwise", "avg_pool"},
+};
+
+// Whether `s` says "gemm" as a GEMM kernel does: not in fbgemm (Facebook's sparse and embedding
+// library) and not as a namespace ("grouped_gemm::", "deep_gemm::", "cutlass::gemm::"), whose
+// kernels may be transposes or argument setup.
+bool says_gemm(const std::string& s) {
+  for (size_t p = s.find("gemm"); p != std::string::npos; p = s.find("gemm", p + 1)) {
+    if (p >= 2 && s.compare(p - 2, 2, "fb") == 0) continue;
+    if (s.compare(p + 4, 2, "::") == 0) continue;
+    return true;
+  }
+  return false;
+}
+
+bool matches(const Rule& r, const std::string& s) {
+  switch (r.match) {
+    case Match::kPrefix:
+      return s.rfind(r.pattern, 0) == 0;
+    case Match::kGemm:
+      return says_gemm(s);
+    case Match::kContains:
+      break;
+  }
+  return has(s, r.pattern);
+}
+
+}  // namespace
+
 std::string classify_kernel(const std::string& name) {
   const std::string s = lower(name);
-  if (s.rfind("nccl", 0) == 0 || has(s, " nccl") || has(s, "::nccl")) {
-    const std::string k = collective_kind(name);
-    return k.empty() ? "" : k;
+  for (const Rule& r : kRules) {
+    if (!matches(r, s)) continue;
+    if (std::string(r.kind) == "*collective") return collective_kind(name);
+    return r.kind;
   }
-  if (has(s, "flash") || has(s, "fmha") || has(s, "sdpa") || has(s, "attention") ||
-      has(s, "attn_fwd") || has(s, "attn_bwd"))
-    return "attention";
-  if (has(s, "layer_norm") || has(s, "layernorm") || has(s, "rms_norm") || has(s, "rmsnorm") ||
-      has(s, "rowwisemoments") || has(s, "gammabetabackward") || has(s, "batch_norm") ||
-      has(s, "batchnorm") || has(s, "cudnn::bn_") || has(s, "group_norm"))
-    return "norm";
-  // "gemm" but not fbgemm's (Facebook's sparse and embedding library) kernels.
-  bool gemm = false;
-  for (size_t p = s.find("gemm"); p != std::string::npos && !gemm; p = s.find("gemm", p + 1))
-    gemm = p < 2 || s.compare(p - 2, 2, "fb") != 0;
-  if (gemm || has(s, "gemv") || has(s, "cublas") || has(s, "cutlass") || has(s, "xmma") ||
-      has(s, "nvjet") || has(s, "splitkreduce") || has(s, "scudnn") || has(s, "epilogue::impl") ||
-      has(s, "triton_tem_fused_mm") ||
-      (s.rfind("ampere_", 0) == 0 || s.rfind("volta_", 0) == 0 || s.rfind("turing_", 0) == 0 ||
-       s.rfind("sm90_", 0) == 0 || s.rfind("sm80_", 0) == 0 || s.rfind("sm100_", 0) == 0))
-    return "linear";
-  if (has(s, "adam") || has(s, "sgdmath") || has(s, "fused_sgd")) return "adamw";
-  if (has(s, "l2norm") || has(s, "lpnorm") || has(s, "norm_kernel")) return "grad-norm";
-  if (has(s, "cross_entropy") || has(s, "nll_loss") || has(s, "log_softmax") ||
-      has(s, "logsoftmax"))
-    return "cross-entropy";
-  if (has(s, "embedding") || has(s, "indexselect") || has(s, "index_select")) return "embedding";
-  if (has(s, "gelu") || has(s, "silu") || has(s, "swiglu") || has(s, "relu") || has(s, "sigmoid") ||
-      has(s, "tanh") || has(s, "glu_kernel"))
-    return "activation";
-  if (has(s, "elementwise") || has(s, "reduce_kernel") || has(s, "catarraybatchedcopy") ||
-      has(s, "fillfunctor") || has(s, "copy_kernel") || has(s, "softmax") || has(s, "cub::") ||
-      has(s, "multi_tensor_apply") || has(s, "triton_poi") || has(s, "triton_red") ||
-      has(s, "triton_per") || has(s, "nchwtonhwc") || has(s, "nhwctonchw") ||
-      has(s, "index_elementwise") || has(s, "scatter_gather") || has(s, "radixsort") ||
-      has(s, "dropout") || has(s, "memcpy") || has(s, "memset") || has(s, "max_pool") ||
-      has(s, "avg_pool") || has(s, "scan"))
-    return "elementwise";
   return "";
 }
 

@@ -1,18 +1,35 @@
 // Which parasol op kind a device kernel is, by its name: the rules the trace imports
-// (kineto_import.h, nsys_import.h) share. GEMMs from cuBLAS, cuBLASLt, CUTLASS and cuDNN names
-// (gemm, gemv, cutlass, xmma, nvjet, ampere_/sm90_..., not fbgemm's sparse kernels), attention
-// (flash, fmha, sdpa, cuDNN's fused attention), norms, activations, AdamW, gradient norms,
-// cross-entropy, embedding lookups, other elementwise and reduction kernels, and NCCL's
-// collectives and send/receive.
+// (kineto_import.h, nsys_import.h) share, one ordered table of patterns (kernel_kinds.cc), each
+// naming the libraries whose kernels it matches. Communication: NCCL/RCCL collectives and
+// send/receive, PyTorch's symmetric-memory collectives (multimem_all_reduce_kernel, ...), vLLM's
+// and TensorRT-LLM's custom all-reduces, DeepEP's dispatch/combine/notify kernels (an all-to-all,
+// as parasol's deepep dispatcher models them). Attention: FlashAttention 2/3, FlashMLA, PyTorch's
+// memory-efficient and cuDNN's fused kernels, ROCm CK, FlashInfer's prefill/decode, vLLM's paged
+// attention. Expert (grouped) GEMMs as "expert-linear"; GEMMs of cuBLAS(Lt), CUTLASS, cuDNN,
+// Inductor and ROCm's hipBLASLt/Tensile (Cijk_*) as "linear" (not fbgemm's, not helper kernels of
+// a *gemm namespace); norms, activations, AdamW, gradient norms, cross-entropy, embedding lookups;
+// reductions, sorts and scans as "reduction"; rotary embeddings, transposes and other pointwise
+// kernels as "elementwise".
 #pragma once
 
 #include <string>
 
 namespace parasol::traces {
 
-// The parasol kind of a device kernel by its name alone ("linear", "attention", "norm",
-// "all-reduce", "send", ...), or "" when no rule matches (see the header comment).
+// The parasol kind of a device kernel by its name alone ("linear", "expert-linear",
+// "attention", "norm", "reduction", "all-reduce", "all-to-all", "send", ...), or "" when no rule
+// matches (see the header comment).
 std::string classify_kernel(const std::string& name);
+
+// Whether an attention kernel is a backward, by its name: FlashAttention's flash_bwd_*,
+// PyTorch's memory-efficient fmha_cutlassB_* (fmha_cutlassF_* is the forward), cuDNN's *bprop*/
+// dgrad, Triton's *_bwd*, anything named "backward".
+bool is_backward_kernel(const std::string& name);
+
+// Whether an attention kernel is a helper of a fused backward rather than its main kernel:
+// FlashAttention's flash_bwd_dot_do_o (the dot(dO, O) preprocessing) and flash_bwd_convert_dq/dkv
+// (the fp32 accumulator's conversion).
+bool is_attention_helper_kernel(const std::string& name);
 
 // The parasol kind of a collective named by NCCL's kernel or PyTorch's c10d ("AllReduce",
 // "allreduce_", "_allgather_base", "all_to_allv", "recv"): "all-reduce", "all-gather",

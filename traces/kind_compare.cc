@@ -21,7 +21,8 @@ std::string role(const std::string& stream) {
 
 }  // namespace
 
-KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, int measured_steps) {
+KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, int measured_steps,
+                               double measured_step_s) {
   PARASOL_CHECK(measured_steps >= 1, "measured_steps >= 1");
   const TraceSummary p = summarize(predicted), m = summarize(measured);
   if (m.ranks == 0) throw Error("measured", "the measured trace has no events");
@@ -59,7 +60,8 @@ KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, in
     c.by_stream.push_back(r);
   }
   c.busy.key = "busy (all ops, per rank)";
-  c.step = {"step time", p.step_time_s, m.step_time_s / measured_steps, 0};
+  c.step = {"step time", p.step_time_s,
+            measured_step_s > 0 ? measured_step_s : m.step_time_s / measured_steps, 0};
   return c;
 }
 

@@ -30,12 +30,16 @@ struct KindComparison {
   std::vector<CompareRow> by_phase;   // fwd, bwd, recompute, optimizer, then (none) and others
   std::vector<CompareRow> by_stream;  // "compute", "comm", "copy" (and other roles), by name
   CompareRow busy;                    // all ops of a rank per step, summed over its streams
-  CompareRow step;  // the step time (predicted: summary's; measured: span / measured_steps)
+  // The step time. Predicted: summary's. Measured: `measured_step_s` where the trace timed its
+  // steps (ImportedTrace::step_time_s: ProfilerStep ranges, each on its rank's own clock), else
+  // the span of all ranks' events / measured_steps.
+  CompareRow step;
 };
 
 // REQUIRES: measured_steps >= 1. Throws parasol::Error ("measured") when the measured trace has
 // no events, ("predicted") when the prediction has none.
-KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, int measured_steps);
+KindComparison compare_by_kind(const Trace& predicted, const Trace& measured, int measured_steps,
+                               double measured_step_s = 0);
 
 // {"predicted_ranks", "measured_ranks", "measured_steps", "by_kind": [Row], "by_phase": [Row],
 //  "by_stream": [Row],

@@ -103,6 +103,7 @@ std::string arg_string(const Json& e, const char* key) {
 std::vector<std::vector<int64_t>> input_dims(const Json& e) {
   std::vector<std::vector<int64_t>> out;
   const Json* d = arg(e, "Input Dims");
+  if (!d) d = arg(e, "Input dims");  // PyTorch 1.8-1.9
   if (!d || !d->is_array()) return out;
   for (const Json& x : *d) {
     std::vector<int64_t> dims;
@@ -225,9 +226,72 @@ bool gemm_shape(const std::string& op, const std::vector<std::vector<int64_t>>& 
   return false;
 }
 
-bool is_attention_op(const std::string& op) {
-  return has(op, "scaled_dot_product") || has(op, "flash_attention") ||
-         has(op, "efficient_attention") || has(op, "cudnn_attention");
+// Where an attention op of PyTorch holds what parasol reads (aten's native_functions.yaml schemas):
+// the query's position among its inputs (a backward's first input is grad_out), the layout of
+// q, k, v ("bshd": the innermost kernels' ops, which take them after SDPA's transpose(1, 2); else
+// SDPA's [batch, heads, seq, head_dim]), and the position of its bool is_causal, or of its int
+// custom_mask_type (the efficient kernels': 0 none, 1 causal from the top left, 2 from the bottom
+// right), in the record's "Concrete Inputs".
+struct AttentionSchema {
+  const char* op;
+  int query = 0;
+  bool bshd = false;
+  int is_causal = -1, mask_type = -1;
+  bool backward = false;
+};
+constexpr AttentionSchema kAttentionSchemas[] = {
+    // scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    {"aten::scaled_dot_product_attention", 0, false, 5, -1, false},
+    // _scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, return_debug_mask)
+    {"aten::_scaled_dot_product_flash_attention", 0, false, 4, -1, false},
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", 0, false, 4, -1, false},
+    // ..._backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    //              dropout_p, is_causal, ...)
+    {"aten::_scaled_dot_product_flash_attention_backward", 1, false, 11, -1, true},
+    // ..._for_cpu_backward(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal, ...)
+    {"aten::_scaled_dot_product_flash_attention_for_cpu_backward", 1, false, 7, -1, true},
+    // _scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p,
+    //                                         is_causal)
+    {"aten::_scaled_dot_product_efficient_attention", 0, false, 6, -1, false},
+    // ..._backward(grad_out_, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset,
+    //              dropout_p, grad_input_mask, is_causal)
+    {"aten::_scaled_dot_product_efficient_attention_backward", 1, false, 11, -1, true},
+    // _scaled_dot_product_cudnn_attention(q, k, v, attn_bias, compute_log_sumexp, dropout_p,
+    //                                     is_causal, return_debug_mask)
+    {"aten::_scaled_dot_product_cudnn_attention", 0, false, 6, -1, false},
+    // ..._backward(grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias,
+    //              cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal)
+    {"aten::_scaled_dot_product_cudnn_attention_backward", 1, false, 14, -1, true},
+    // _flash_attention_forward(q, k, v, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal)
+    {"aten::_flash_attention_forward", 0, true, 8, -1, false},
+    // _flash_attention_backward(grad_out, q, k, v, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+    //                           max_k, dropout_p, is_causal, ...)
+    {"aten::_flash_attention_backward", 1, true, 11, -1, true},
+    // _efficient_attention_forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    //                              max_seqlen_k, dropout_p, custom_mask_type, ...)
+    {"aten::_efficient_attention_forward", 0, true, -1, 9, false},
+    // _efficient_attention_backward(grad_out_, q, k, v, bias, out, cu_seqlens_q, cu_seqlens_k,
+    //   max_seqlen_q, max_seqlen_k, logsumexp, dropout_p, philox_seed, philox_offset,
+    //   custom_mask_type, ...)
+    {"aten::_efficient_attention_backward", 1, true, -1, 14, true},
+};
+
+const AttentionSchema* attention_schema(const std::string& op) {
+  for (const AttentionSchema& a : kAttentionSchemas)
+    if (op == a.op) return &a;
+  return nullptr;
+}
+
+// Whether a cpu op's "Concrete Inputs" (the values of its scalar arguments, as strings, with
+// record_shapes) say the attention is causal: 1 yes, 0 no, -1 not said.
+int causal_of(const Json& e, const AttentionSchema& a) {
+  const Json* c = arg(e, "Concrete Inputs");
+  if (!c || !c->is_array()) return -1;
+  const int pos = a.is_causal >= 0 ? a.is_causal : a.mask_type;
+  if (pos < 0 || static_cast<size_t>(pos) >= c->size() || !(*c)[pos].is_string()) return -1;
+  const std::string v = lower((*c)[pos].get<std::string>());
+  if (a.is_causal >= 0) return v == "true" ? 1 : v == "false" ? 0 : -1;
+  return v == "0" ? 0 : (v == "1" || v == "2") ? 1 : -1;
 }
 
 // The phase a launch stack says: backward inside autograd's engine, optimizer inside an
@@ -241,6 +305,37 @@ std::string phase_of(const std::vector<std::string>& names) {
   return "fwd";
 }
 
+// The global ranks of a collective's communicator as its args state them: "Process Group Ranks"
+// (a list, or the string "[0, 8, 16]" as PyTorch writes it), else "Global rank start" and
+// "Global rank stride" with "Group size"; empty when not stated or malformed.
+std::vector<int> group_ranks_of(const Json& e) {
+  std::vector<int> out;
+  constexpr int64_t kMaxRank = 1 << 24;
+  if (const Json* r = arg(e, "Process Group Ranks")) {
+    Json list;
+    if (r->is_array()) {
+      list = *r;
+    } else if (r->is_string()) {
+      list = Json::parse(r->get<std::string>(), nullptr, false);
+    }
+    if (list.is_array()) {
+      for (const Json& x : list) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > kMaxRank)
+          return {};
+        out.push_back(static_cast<int>(x.get<int64_t>()));
+      }
+      if (!out.empty()) return out;
+    }
+  }
+  const double start = arg_number(e, "Global rank start");
+  const double stride = arg_number(e, "Global rank stride");
+  const double size = arg_number(e, "Group size");
+  if (start >= 0 && stride >= 1 && size >= 1 && start + stride * (size - 1) <= kMaxRank)
+    for (int i = 0; i < static_cast<int>(size); ++i)
+      out.push_back(static_cast<int>(start + stride * i));
+  return out;
+}
+
 // Fills a collective's kind, size, dtype and group from the args of `e` (the kernel itself or
 // record_param_comms, newer Kineto); false when `e` has no message size.
 bool comm_from_args(const Json& e, std::string& kind, double& bytes, KernelShape& s) {
@@ -252,6 +347,7 @@ bool comm_from_args(const Json& e, std::string& kind, double& bytes, KernelShape
   const double in = arg_number(e, "In msg nelems"), out = arg_number(e, "Out msg nelems");
   const double group = arg_number(e, "Group size");
   if (group >= 1 && group <= (1 << 24)) s.group_size = static_cast<int>(group);
+  if (std::vector<int> ranks = group_ranks_of(e); !ranks.empty()) s.group_ranks = std::move(ranks);
   std::string g = arg_string(e, "Process Group Description");
   if (g.empty() || g == "undefined") g = arg_string(e, "Process Group Name");
   if (!g.empty()) s.group = g;
@@ -304,14 +400,33 @@ bool comm_from_c10d(const Json& e, std::string& kind, double& bytes, KernelShape
   return true;
 }
 
-// Whether a memory-bound kernel reads its op's first input once and writes as much: norms,
-// activations and pointwise kernels. Gathers, scatters, concatenations, reductions, scans and
-// sorts move other amounts (an index_select reads a few rows of a large table), so their bytes
-// stay unknown.
-bool streams_its_input(const std::string& kind, const std::string& lname) {
+// Whether a memory-bound kernel streams its op's tensors (reads each input once, writes its
+// output once): norms, activations and pointwise kernels. Gathers, scatters, concatenations,
+// reductions, scans and sorts move other amounts (an index_select reads a few rows of a large
+// table), so their bytes stay unknown.
+bool streams_its_tensors(const std::string& kind, const std::string& lname) {
   if (kind == "norm" || kind == "activation") return true;
   return kind == "elementwise" && has(lname, "elementwise_kernel") && !has(lname, "index") &&
          !has(lname, "scatter") && !has(lname, "gather");
+}
+
+// Bytes a memory-bound op moves: every tensor input read once (a binary op's two operands, a
+// backward's gradient and saved input, a norm's weight) and its output written once, shaped as
+// its largest input (pointwise outputs broadcast to it; a norm's output is its input's shape) in
+// that input's dtype. Kineto records no output dims. An in-place op ("aten::add_") writes its
+// first input, which it also reads; aten::copy_, fill_ and zero_ only write it. Inputs of unknown
+// dtype count nothing.
+double streamed_bytes(const std::string& op, const std::vector<std::vector<int64_t>>& dims,
+                      const std::vector<std::string>& types) {
+  const bool write_only = op == "aten::copy_" || op == "aten::fill_" || op == "aten::zero_";
+  double bytes = 0, out = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i].empty()) continue;  // a scalar, None or a tensor list
+    const double b = product(dims[i]) * dtype_info(i < types.size() ? types[i] : "").bytes;
+    if (!(write_only && i == 0)) bytes += b;
+    out = std::max(out, b);
+  }
+  return std::min(bytes + out, 1e30);
 }
 
 struct Classified {
@@ -330,6 +445,11 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
   if (stack)
     for (size_t i : *stack) names.push_back(events[i]["name"].get<std::string>());
   c.phase = phase_of(names);
+  // A GEMM launched by PyTorch's grouped matmul (MoE experts: torch._grouped_mm) is an expert
+  // GEMM, whatever its kernel is called.
+  if (c.kind == "linear")
+    for (const std::string& n : names)
+      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm") c.kind = "expert-linear";
   const bool comm = is_communication_kind(c.kind);
   // Collectives: the kernel's args, then record_param_comms, then c10d ops (innermost first).
   if (comm) {
@@ -363,6 +483,9 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
   // is part of the GEMM: it takes no shape (the GEMM's main kernel does).
   const std::string lname = lower(name);
   const bool gemm_part = has(lname, "splitkreduce") || has(lname, "epilogue");
+  // FlashAttention's backward preprocessing (dot(dO, O)) and dQ conversion kernels are part of
+  // the backward whose main kernel does its FLOPs: they take no shape.
+  const bool attention_part = c.kind == "attention" && is_attention_helper_kernel(name);
   for (auto it = stack->rbegin(); it != stack->rend(); ++it) {
     const Json& op = events[*it];
     const std::string& n = op["name"].get_ref<const std::string&>();
@@ -379,28 +502,55 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
       c.flops = 2.0 * c.shape.batch * c.shape.m * c.shape.n * c.shape.k;
       return c;
     }
-    if (c.kind == "attention" && is_attention_op(n) && dims.size() >= 2 && dims[0].size() == 4 &&
-        dims[1].size() == 4) {
+    if (c.kind == "attention") {
+      // The innermost attention op with q, k, v defines the shape; is_causal is read from it,
+      // else from an enclosing attention op that states it.
+      const AttentionSchema* a = attention_schema(n);
+      const size_t q = a ? static_cast<size_t>(a->query) : 0;
+      if (!a || attention_part || dims.size() < q + 2 || dims[q].size() != 4 ||
+          dims[q + 1].size() != 4)
+        continue;
+      const std::vector<int64_t>& qd = dims[q];
+      const std::vector<int64_t>& kd = dims[q + 1];
       KernelShape& s = c.shape;
-      s.attn_batch = dims[0][0], s.heads = dims[0][1], s.seq_q = dims[0][2],
-      s.head_dim = dims[0][3];
-      s.kv_heads = dims[1][1], s.seq_kv = dims[1][2];
-      s.dtype = dt.name;
-      const bool backward =
-          has(lower(name), "bwd") || has(lower(name), "backward") || has(n, "backward");
-      c.flops =
-          4.0 * s.attn_batch * s.heads * s.seq_q * s.seq_kv * s.head_dim * (backward ? 2.5 : 1.0);
+      s.attn_batch = qd[0], s.head_dim = qd[3];
+      s.heads = a->bshd ? qd[2] : qd[1];
+      s.seq_q = a->bshd ? qd[1] : qd[2];
+      s.kv_heads = a->bshd ? kd[2] : kd[1];
+      s.seq_kv = a->bshd ? kd[1] : kd[2];
+      s.dtype = dtype_info(types.size() > q ? types[q] : "").name;
+      s.causal = causal_of(op, *a);
+      for (auto outer = it; outer != stack->rend() && s.causal < 0; ++outer) {
+        const Json& o = events[*outer];
+        if (const AttentionSchema* oa = attention_schema(o["name"].get_ref<const std::string&>()))
+          s.causal = causal_of(o, *oa);
+      }
+      s.backward = a->backward || is_backward_kernel(name);
+      if (s.backward) c.phase = "bwd";
+      c.flops = attention_kernel_flops(s);
       return c;
     }
     if (c.kind != "linear" && c.kind != "attention" && !dims[0].empty()) {
       c.shape.elements = product(dims[0]);
       c.shape.dtype = dt.name;
-      if (dt.bytes > 0 && streams_its_input(c.kind, lname))
-        c.bytes = 2 * c.shape.elements * dt.bytes;
+      if (dt.bytes > 0 && streams_its_tensors(c.kind, lname))
+        c.bytes = streamed_bytes(n, dims, types);
       return c;
     }
   }
   return c;
+}
+
+// Kineto's category of an event as current PyTorch writes it: PyTorch 1.8-1.9's "Kernel",
+// "Operator", "Runtime", "Memcpy" and "Memset" read as "kernel", "cpu_op", "cuda_runtime",
+// "gpu_memcpy" and "gpu_memset" (their tids are strings, "stream 7" or "12345": int_field).
+std::string current_category(const std::string& cat) {
+  if (cat == "Kernel") return "kernel";
+  if (cat == "Operator") return "cpu_op";
+  if (cat == "Runtime") return "cuda_runtime";
+  if (cat == "Memcpy") return "gpu_memcpy";
+  if (cat == "Memset") return "gpu_memset";
+  return cat;
 }
 
 }  // namespace
@@ -417,8 +567,9 @@ bool looks_like_kineto(const Json& j) {
   if (ev == j.end() || !ev->is_array()) return false;
   for (const Json& e : *ev)
     if (e.is_object() && e.contains("cat") && e["cat"].is_string()) {
-      const std::string c = e["cat"].get<std::string>();
-      if (c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset" || c == "cuda_runtime")
+      const std::string c = current_category(e["cat"].get<std::string>());
+      if (c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset" || c == "cuda_runtime" ||
+          c == "cpu_op")
         return true;
     }
   return false;
@@ -427,6 +578,8 @@ bool looks_like_kineto(const Json& j) {
 ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank) {
   const Json* events = nullptr;
   int rank = default_rank;
+  int world_size = 0;
+  std::vector<std::string> devices;
   if (j.is_array()) {
     events = &j;
   } else if (j.is_object()) {
@@ -438,16 +591,27 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
     if (di != j.end() && !di->is_null()) {
       JsonReader r(*di, what + ".distributedInfo");
       if (r.has("rank")) rank = static_cast<int>(r.integer("rank", 0, 1 << 24));
+      if (r.has("world_size")) world_size = static_cast<int>(r.integer("world_size", 1, 1 << 24));
     }
+    auto dp = j.find("deviceProperties");
+    if (dp != j.end() && dp->is_array())
+      for (const Json& d : *dp)
+        if (d.is_object() && d.contains("name") && d["name"].is_string() &&
+            std::find(devices.begin(), devices.end(), d["name"].get<std::string>()) ==
+                devices.end())
+          devices.push_back(d["name"].get<std::string>());
   } else {
     throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   }
   ImportedTrace imp;
   imp.trace.source = "measured";
+  imp.world_size = world_size;
+  imp.devices = devices;
   std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops, calls;
   std::unordered_map<int64_t, HostEvent> call_of;  // correlation -> runtime call
   std::vector<Activity> acts;
   std::set<std::string> step_names;
+  std::vector<double> step_durs;  // seconds, one per distinct ProfilerStep#N
   for (size_t i = 0; i < events->size(); ++i) {
     const Json& e = (*events)[i];
     if (!e.is_object())
@@ -456,10 +620,12 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
     if (ph == e.end() || !ph->is_string() || ph->get<std::string>() != "X") continue;
     auto cat_it = e.find("cat");
     if (cat_it == e.end() || !cat_it->is_string()) continue;
-    const std::string cat = cat_it->get<std::string>();
+    const std::string cat = current_category(cat_it->get<std::string>());
     if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
-        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0)
-      step_names.insert(e["name"].get<std::string>());
+        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
+      if (step_names.insert(e["name"].get<std::string>()).second)
+        step_durs.push_back(number_field(e, what, i, "dur", 0) * 1e-6);
+    }
     const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
     const bool host_op = cat == "cpu_op";
     const bool call = cat == "cuda_runtime" || cat == "cuda_driver";
@@ -481,6 +647,12 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
       acts.push_back({i, cat, tid});
     }
   }
+  if (acts.empty())
+    throw Error(what, ops.empty() ? "has no device activities (kernels, memcpys, memsets) and no "
+                                    "CPU ops: not a PyTorch profiler trace of a GPU job"
+                                  : "is a CPU-only trace: it has " + std::to_string(ops.size()) +
+                                        " threads of CPU ops but no device activities (kernels, "
+                                        "memcpys, memsets); profile with ProfilerActivity.CUDA");
   auto by_start = [](const HostEvent& a, const HostEvent& b) {
     return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
   };
@@ -523,15 +695,9 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
       t.group = c.group;
       shape = c.shape;
     } else {
-      const std::string s = lower(name);
-      if (a.cat == "gpu_memset")
-        t.kind = "memset";
-      else if (has(s, "htod"))
-        t.kind = "prefetch";
-      else if (has(s, "dtoh"))
-        t.kind = "offload";
-      else
-        t.kind = "memcpy";
+      // Copies are "memcpy" whichever way they go: label_copies_by_plan makes them the plan's
+      // offloads and prefetches when the plan has any.
+      t.kind = a.cat == "gpu_memset" ? "memset" : "memcpy";
       const double b = arg_number(e, "bytes");
       if (b >= 0 && b <= 1e30) t.bytes = b;
     }
@@ -542,6 +708,11 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
   }
   finish_rank(imp, rank, spans);
   imp.steps = std::max<int>(1, step_names.size());
+  if (!step_durs.empty()) {
+    double sum = 0;
+    for (double d : step_durs) sum += d;
+    imp.step_s[rank] = sum / step_durs.size();
+  }
   return imp;
 }
 

@@ -14,11 +14,19 @@
 //    matmul "Input Dims" (FLOPs 2 batch m n k) and the dtype of their inputs ("tf32" for fp32
 //    inputs when the kernel's name says tensor-core math: "tf32", "tensorop_s"); a split-k
 //    reduction or epilogue kernel of a GEMM takes none (it is not the product). Attention its shape
-//    from aten::_scaled_dot_product_*_attention's [batch, heads, seq, head_dim] inputs.
+//    from the innermost attention op of the stack that holds q, k, v, as PyTorch's schema for it
+//    places them: aten::_flash_attention_forward/backward and _efficient_attention_forward/
+//    backward (under SDPA, after its transpose) as [batch, seq, heads, head_dim], the
+//    aten::*scaled_dot_product* ops as [batch, heads, seq, head_dim]; a backward's query is its
+//    second input (after grad_out). Causal from its "Concrete Inputs" (is_causal, or the efficient
+//    kernels' custom_mask_type), else from an enclosing attention op's, else unstated (counted
+//    causal). Backward when the op is a backward or the kernel's name says so
+//    (is_backward_kernel). FLOPs: attention_kernel_flops (core's attention_flops, x 2.5 backward);
+//    FlashAttention's backward helper kernels take none.
 //  - Other compute ops take their elements from the innermost op with Input Dims (the first
 //    input's); norms, activations and pointwise elementwise kernels (not gathers, scatters,
-//    copies of concatenation, reductions, scans) bytes = 2 x elements x its dtype's bytes (read
-//    once and written once).
+//    copies of concatenation, reductions, scans) their bytes from every tensor input read once
+//    and the output written once (shaped as the largest input; see streamed_bytes).
 //  - Collectives and send/receive take their kind, element count, dtype and group size from, in
 //    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
 //    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,
@@ -28,9 +36,11 @@
 //    follow the nccl-tests convention of core/program.h: all-reduce and broadcast the buffer,
 //    all-gather the output, reduce-scatter the input, all-to-all the send buffer, send/receive
 //    the message.
-//  - A memcpy host -> device is a "prefetch", device -> host an "offload" (core/program.h's
-//    copies), others "memcpy"; a memset is a "memset"; bytes from the activity's "bytes".
-// Kinds are op_kind_name()s where parasol has the op, else "elementwise", "memcpy" and "memset"
+//  - A memcpy is a "memcpy" (label_copies_by_plan makes a plan's offloads and prefetches of
+//    them), a memset a "memset"; bytes from the activity's "bytes".
+// A GEMM kernel launched by aten::_grouped_mm or _scaled_grouped_mm is an "expert-linear".
+// Kinds are op_kind_name()s where parasol has the op, else "elementwise", "reduction", "memcpy"
+// and "memset"
 // (kernel_kinds.h). A kernel that no rule classifies is kept as an event of kind "unclassified"
 // and counted by name: nothing is dropped. Launch gaps as imported_trace.h says, the launch being
 // the kernel's runtime call.

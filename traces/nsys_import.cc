@@ -43,6 +43,13 @@ class Report {
     return step(s.get(), "") == SQLITE_ROW;
   }
 
+  bool has_column(const std::string& table, const std::string& column) {
+    Stmt s = prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = ?", "");
+    sqlite3_bind_text(s.get(), 1, table.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s.get(), 2, column.c_str(), -1, SQLITE_TRANSIENT);
+    return step(s.get(), "") == SQLITE_ROW;
+  }
+
   // A statement over `table` (named in errors).
   Stmt prepare(const std::string& sql, const std::string& table) {
     sqlite3_stmt* s = nullptr;
@@ -93,7 +100,7 @@ bool is_sqlite_file(const std::string& path) {
   return f.gcount() == 16 && std::string(head, 15) == "SQLite format 3";
 }
 
-ImportedTrace import_nsys(const std::string& path, int rank) {
+std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_rank) {
   if (!is_sqlite_file(path)) throw Error(path, "not an SQLite file (nsys export --type sqlite)");
   Report db(path);
   const std::string kKernels = "CUPTI_ACTIVITY_KIND_KERNEL";
@@ -122,6 +129,13 @@ ImportedTrace import_nsys(const std::string& path, int rank) {
   ImportedTrace imp;
   imp.trace.source = "measured";
   std::vector<DeviceSpan> spans;
+  // The (process, GPU) of each activity, where the tables say: a report of several processes
+  // or GPUs holds several ranks.
+  std::vector<std::pair<int64_t, int64_t>> where_ran;
+  auto who = [&](const std::string& table) {
+    return std::string(db.has_column(table, "globalPid") ? ", globalPid" : ", 0") +
+           (db.has_column(table, "deviceId") ? ", deviceId" : ", 0");
+  };
   // Adds one activity; returns its event.
   auto add = [&](sqlite3_stmt* s, const std::string& table, int row, const std::string& name,
                  const std::string& kind) -> TraceEvent& {
@@ -132,22 +146,23 @@ ImportedTrace import_nsys(const std::string& path, int rank) {
     if (stream < 0 || stream > (int64_t{1} << 31) - 1)
       throw Error(where + ".streamId", "must be a stream number >= 0");
     TraceEvent e;
-    e.rank = rank;
+    e.rank = first_rank;
     e.stream = static_cast<int>(stream);
     e.name = name;
     e.kind = kind;
     e.start_s = start * 1e-9;
     e.dur_s = (end - start) * 1e-9;
     auto l = launch_end.find(integer_or(s, 3, -1));
+    where_ran.push_back({integer_or(s, 6, 0), integer_or(s, 7, 0)});
     spans.push_back({start * 1e-3, end * 1e-3, l == launch_end.end() ? -1 : l->second * 1e-3});
     imp.trace.events.push_back(e);
     imp.shapes.emplace_back();
     return imp.trace.events.back();
   };
   {
-    Stmt s = db.prepare(
-        "SELECT start, end, streamId, correlationId, demangledName, shortName FROM " + kKernels,
-        kKernels);
+    Stmt s = db.prepare("SELECT start, end, streamId, correlationId, demangledName, shortName" +
+                            who(kKernels) + " FROM " + kKernels,
+                        kKernels);
     for (int row = 0; db.step(s.get(), kKernels) == SQLITE_ROW; ++row) {
       std::string name;
       for (int c : {4, 5}) {
@@ -164,43 +179,82 @@ ImportedTrace import_nsys(const std::string& path, int rank) {
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMCPY")) {
     const std::string t = "CUPTI_ACTIVITY_KIND_MEMCPY";
-    Stmt s = db.prepare("SELECT start, end, streamId, correlationId, bytes, copyKind FROM " + t, t);
+    Stmt s = db.prepare(
+        "SELECT start, end, streamId, correlationId, bytes, copyKind" + who(t) + " FROM " + t, t);
     for (int row = 0; db.step(s.get(), t) == SQLITE_ROW; ++row) {
       const int64_t kind = integer_or(s.get(), 5, 0);
       TraceEvent& e = add(s.get(), t, row,
                           kind == 1   ? "Memcpy HtoD"
                           : kind == 2 ? "Memcpy DtoH"
                                       : "Memcpy (copyKind " + std::to_string(kind) + ")",
-                          kind == 1   ? "prefetch"
-                          : kind == 2 ? "offload"
-                                      : "memcpy");
+                          "memcpy");
       e.bytes = static_cast<double>(std::max<int64_t>(0, integer_or(s.get(), 4, 0)));
     }
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMSET")) {
     const std::string t = "CUPTI_ACTIVITY_KIND_MEMSET";
-    Stmt s = db.prepare("SELECT start, end, streamId, correlationId, bytes FROM " + t, t);
+    Stmt s = db.prepare(
+        "SELECT start, end, streamId, correlationId, bytes, NULL" + who(t) + " FROM " + t, t);
     for (int row = 0; db.step(s.get(), t) == SQLITE_ROW; ++row) {
       TraceEvent& e = add(s.get(), t, row, "Memset", "memset");
       e.bytes = static_cast<double>(std::max<int64_t>(0, integer_or(s.get(), 4, 0)));
     }
   }
   std::set<std::string> steps;
+  std::vector<double> step_ns;  // the ProfilerStep ranges' durations
   if (db.has_table("NVTX_EVENTS")) {
     const std::string t = "NVTX_EVENTS";
-    Stmt s = db.prepare("SELECT text, textId FROM " + t, t);
+    Stmt s = db.prepare("SELECT text, textId, start, end FROM " + t, t);
     while (db.step(s.get(), t) == SQLITE_ROW) {
       std::string text;
       if (const unsigned char* v = sqlite3_column_text(s.get(), 0))
         text = reinterpret_cast<const char*>(v);
       else if (auto it = strings.find(integer_or(s.get(), 1, -1)); it != strings.end())
         text = it->second;
-      if (text.rfind("ProfilerStep#", 0) == 0) steps.insert(text);
+      if (text.rfind("ProfilerStep#", 0) != 0) continue;
+      steps.insert(text);
+      const int64_t start = integer_or(s.get(), 2, -1), end = integer_or(s.get(), 3, -1);
+      if (start >= 0 && end >= start) step_ns.push_back(static_cast<double>(end - start));
     }
   }
   imp.steps = std::max<int>(1, steps.size());
-  finish_rank(imp, rank, spans);
-  return imp;
+  // One rank per (process, GPU), in their order, numbered from first_rank.
+  std::map<std::pair<int64_t, int64_t>, int> rank_of;
+  for (const auto& w : where_ran) rank_of.emplace(w, 0);
+  if (rank_of.empty()) rank_of.emplace(std::pair<int64_t, int64_t>{0, 0}, 0);
+  int next = first_rank;
+  for (auto& [w, r] : rank_of) r = next++;
+  std::vector<ImportedTrace> parts(rank_of.size());
+  std::vector<std::vector<DeviceSpan>> part_spans(rank_of.size());
+  for (size_t i = 0; i < imp.trace.events.size(); ++i) {
+    const int r = rank_of.at(where_ran[i]);
+    ImportedTrace& p = parts[r - first_rank];
+    TraceEvent e = imp.trace.events[i];
+    e.rank = r;
+    if (e.kind != "memcpy" && e.kind != "memset") ++p.kernels;
+    p.trace.events.push_back(std::move(e));
+    p.shapes.push_back(imp.shapes[i]);
+    part_spans[r - first_rank].push_back(spans[i]);
+  }
+  for (size_t k = 0; k < parts.size(); ++k) {
+    parts[k].trace.source = "measured";
+    parts[k].steps = imp.steps;
+    // The report's step ranges time each of its ranks (one process: exactly its own).
+    if (!step_ns.empty()) {
+      double sum = 0;
+      for (double d : step_ns) sum += d;
+      parts[k].step_s[first_rank + static_cast<int>(k)] = sum / step_ns.size() * 1e-9;
+    }
+    finish_rank(parts[k], first_rank + static_cast<int>(k), part_spans[k]);
+  }
+  return parts;
+}
+
+ImportedTrace import_nsys(const std::string& path, int rank) {
+  std::vector<ImportedTrace> parts = import_nsys_ranks(path, rank);
+  if (parts.size() == 1) return std::move(parts.front());
+  const std::vector<std::string> names(parts.size(), path);
+  return merge_imported(std::move(parts), names);
 }
 
 }  // namespace parasol::traces

@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -17,24 +18,33 @@ std::string inflate_gzip(const std::string& in, const std::string& path) {
   if (inflateInit2(&z, 15 + 32) != Z_OK) throw SystemError("inflateInit2", "zlib failed");
   std::string out;
   char buf[1 << 16];
+  // zlib counts its input in uInt (32 bits): inputs of 4 GiB or more are fed in chunks.
+  constexpr size_t kChunk = size_t{1} << 30;
+  size_t fed = std::min(in.size(), kChunk);
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = static_cast<uInt>(in.size());
+  z.avail_in = static_cast<uInt>(fed);
   int rc = Z_OK;
   while (true) {
+    if (z.avail_in == 0 && fed < in.size()) {
+      const size_t more = std::min(in.size() - fed, kChunk);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + fed));
+      z.avail_in = static_cast<uInt>(more);
+      fed += more;
+    }
     z.next_out = reinterpret_cast<Bytef*>(buf);
     z.avail_out = sizeof buf;
     rc = inflate(&z, Z_NO_FLUSH);
     out.append(buf, sizeof buf - z.avail_out);
     if (rc == Z_STREAM_END) {
-      if (z.avail_in == 0) break;
+      if (z.avail_in == 0 && fed == in.size()) break;
       // Concatenated gzip members (gzip allows them): go on with the next one.
       if (inflateReset(&z) != Z_OK) break;
       continue;
     }
     if (rc != Z_OK) break;
-    if (z.avail_in == 0 && z.avail_out != 0) break;  // input ran out mid-stream
+    if (z.avail_in == 0 && fed == in.size() && z.avail_out != 0) break;  // ran out mid-stream
   }
-  const size_t at = in.size() - z.avail_in;
+  const size_t at = fed - z.avail_in;
   const std::string msg = z.msg ? z.msg : "";
   inflateEnd(&z);
   if (rc != Z_STREAM_END)

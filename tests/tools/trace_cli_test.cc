@@ -21,7 +21,9 @@ namespace {
 const std::string kData = std::string(PARASOL_TEST_DATA_DIR) + "/traces/";
 const std::string kRanks =
     kData + "hta_sampled_rank-0.json.gz " + kData + "hta_sampled_rank-1.json.gz";
-const std::string kA100 = " --model tiny --cluster dgx-a100-80g --gpus 2 --precision fp32";
+// The sampled traces are ranks 0 and 1 of a 128-rank job (distributedInfo.world_size): the plan
+// must have its world size (a tiny model's plan: the mechanics only).
+const std::string kA100 = " --model tiny --cluster dgx-a100-80g --gpus 128 --precision fp32";
 
 std::string temp(const std::string& name) { return ::testing::TempDir() + name; }
 
@@ -154,10 +156,32 @@ TEST(CompareMeasuredCli, ImportedTracesBesideThePlan) {
 
 TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
   const std::string profile = temp("kineto_profile.json");
-  const nlohmann::json c =
-      json_of(run("calibrate --json -o " + profile + " --measured " + kRanks + kA100));
+  // On these traces the fit lowers the kernels' weighted log error but replays their summed time
+  // further from the trace than the default profile (calibrate.h): an error, nothing written.
+  std::remove(profile.c_str());
+  const Result worse = run("calibrate -o " + profile + " --measured " + kRanks + kA100);
+  EXPECT_EQ(worse.code, 2);
+  EXPECT_NE(worse.out.find("replays the traced kernels further from the trace than the base "
+                           "profile"),
+            std::string::npos)
+      << worse.out;
+  EXPECT_FALSE(std::ifstream(profile).good());
+  // Asked for, it is written, and says so; the GEMM efficiency it pinned at its bound is marked.
+  const nlohmann::json c = json_of(
+      run("calibrate --json --allow-worse -o " + profile + " --measured " + kRanks + kA100));
   EXPECT_GT(c["samples"].get<int>(), 0);
   EXPECT_LT(c["rms_log_error_after"].get<double>(), c["rms_log_error_before"].get<double>());
+  EXPECT_TRUE(c["replay_worse"].get<bool>());
+  for (const auto& p : c["params"])
+    if (p["name"] == "gemm_efficiency.tf32") {
+      EXPECT_EQ(p["fitted"].get<double>(), p["upper"].get<double>());
+      EXPECT_TRUE(p["at_bound"].get<bool>());
+    }
+  const Result text =
+      run("calibrate --allow-worse -o " + profile + " --measured " + kRanks + kA100);
+  EXPECT_NE(text.out.find("at its bound (0.01, 1): the traces ask for more"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("(further from the trace: --allow-worse)"), std::string::npos);
   std::ifstream f(profile);
   EXPECT_TRUE(f.good());
   const nlohmann::json p = nlohmann::json::parse(f);
@@ -165,10 +189,21 @@ TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
 
   EXPECT_EQ(run("calibrate --measured " + kRanks + kA100).code, 2);  // no -o
   // A bf16 plan fits none of the traces' (fp32, tf32-math) GEMMs: their efficiency is kept.
-  const nlohmann::json bf16 =
-      json_of(run("calibrate --json -o " + profile + " --measured " + kRanks +
-                  " --model tiny --cluster dgx-a100-80g --gpus 2 "
-                  "--precision bf16"));
+  // It contradicts the traces (their GEMMs ran fp32): an error naming both, unless allowed.
+  const Result refused = run("calibrate --json -o " + profile + " --measured " + kRanks +
+                             " --model tiny --cluster dgx-a100-80g --gpus 128 --precision bf16");
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.out.find("dtype: most of the trace's GEMM time ran fp32, the plan's "
+                             "precision is bf16"),
+            std::string::npos)
+      << refused.out;
+  // Allowed, the mismatch is a warning on stderr (the harness reads it before the JSON).
+  Result allowed =
+      run("calibrate --json --allow-mismatch --allow-worse -o " + profile + " --measured " +
+          kRanks + " --model tiny --cluster dgx-a100-80g --gpus 128 --precision bf16");
+  EXPECT_EQ(allowed.out.rfind("warning: dtype: most of the trace's GEMM time ran fp32", 0), 0u);
+  allowed.out = allowed.out.substr(allowed.out.find('{'));
+  const nlohmann::json bf16 = json_of(allowed);
   for (const auto& p : bf16["params"]) {
     if (p["name"] == "gemm_efficiency.bf16") {
       EXPECT_EQ(p["samples"], 0);
@@ -176,6 +211,33 @@ TEST(CalibrateMeasuredCli, FitsFromImportedKernels) {
   }
   // parasol's own traces and --measured Kineto traces together: a user error.
   EXPECT_EQ(run("calibrate x.json -o " + profile + " --measured " + kRanks + kA100).code, 2);
+}
+
+TEST(CalibrateMeasuredCli, ATraceOfAnotherJobIsRefusedNamingBoth) {
+  const std::string profile = temp("mismatch_profile.json");
+  // Rank 0 of a job that ran on A100s (deviceProperties) as 2 ranks (distributedInfo): an H100
+  // plan, and one of 8 ranks, contradict it.
+  const std::string nccl = kData + "hta_nccl_step5_rank-0.json.gz";
+  const Result h100 = run("calibrate -o " + profile + " --measured " + nccl +
+                          " --model tiny --cluster dgx-h100 --gpus 2 --precision fp32");
+  EXPECT_EQ(h100.code, 2);
+  EXPECT_NE(h100.out.find("device: the trace ran on NVIDIA A100-PG509-200, the plan's cluster "
+                          "has H100"),
+            std::string::npos)
+      << h100.out;
+  EXPECT_NE(h100.out.find("--allow-mismatch"), std::string::npos) << h100.out;
+  const Result eight = run("compare --measured " + nccl +
+                           " --model tiny --cluster dgx-a100-80g --gpus 8 --precision fp32");
+  EXPECT_EQ(eight.code, 2);
+  EXPECT_NE(eight.out.find("world size: the trace's job had 2 ranks (distributedInfo.world_size), "
+                           "the plan has 8"),
+            std::string::npos)
+      << eight.out;
+  // Asked for, it is priced anyway, with the mismatch as a warning.
+  const Result allowed = run("calibrate --allow-mismatch -o " + profile + " --measured " + nccl +
+                             " --model tiny --cluster dgx-h100 --gpus 2 --precision fp32");
+  EXPECT_EQ(allowed.code, 0) << allowed.out;
+  EXPECT_NE(allowed.out.find("warning: device: the trace ran on NVIDIA A100"), std::string::npos);
 }
 
 }  // namespace

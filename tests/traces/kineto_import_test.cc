@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "traces/framework_traces.h"
 #include "traces/kernel_kinds.h"
 #include "traces/summary.h"
 #include "traces/text_file.h"
@@ -84,6 +85,106 @@ TEST(ClassifyKernel, NamesOfTheLibraries) {
                             "FusedAdamMathFunctor<float, 4>>"),
             "adamw");
   EXPECT_EQ(classify_kernel("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int)"), "");
+}
+
+// Each rule of the classifier's table against kernel names in the form real traces print them
+// (PyTorch 2.x, NCCL 2.18+, cuBLAS 12, CUTLASS, FlashAttention 2/3, PyTorch's symmetric memory,
+// DeepEP, DeepGEMM, FlashInfer, vLLM, ROCm hipBLASLt), and the names that once matched a rule they
+// do not belong to.
+TEST(ClassifyKernel, TableOfPatternsAgainstRealNamesAndFalsePositives) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // Communication that is not an NCCL kernel.
+      {"void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 16, 4>("
+       "c10::BFloat16*, unsigned long, unsigned long, unsigned int**, unsigned long, unsigned "
+       "long)",
+       "all-reduce"},
+      {"void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 16>(float**, unsigned long,"
+       " float*, unsigned long, unsigned int**, unsigned long, unsigned long)",
+       "all-reduce"},
+      {"void c10d::symmetric_memory::multimem_all_gather_kernel<16>(char*, char*, unsigned long)",
+       "all-gather"},
+      {"void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, int*, "
+       "int*, int4 const*, float const*)",
+       "all-to-all"},
+      {"void deep_ep::intranode::combine<__nv_bfloat16, 8, 768, 4096>(__nv_bfloat16*, float*)",
+       "all-to-all"},
+      {"void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, int*, int)",
+       "all-to-all"},
+      {"void deep_ep::internode_ll::dispatch<false, 3, 7168>(void*, float*, int*, long*)",
+       "all-to-all"},
+      {"void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, "
+       "bool*, int, int, int, int)",
+       "elementwise"},
+      {"void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals,"
+       " vllm::Signal*, __nv_bfloat16*, int, int)",
+       "all-reduce"},
+      // Attention, and FlashInfer's kernels that are not attention.
+      {"void flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>>>"
+       ">::operator()",
+       "attention"},
+      {"void flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8>>("
+       "Flash_fwd_mla_params)",
+       "attention"},
+      {"void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<(flashinfer::"
+       "MaskMode)1>>(flashinfer::BatchPrefillPagedParams)",
+       "attention"},
+      {"void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, "
+       "__nv_bfloat16*, unsigned int, unsigned int, float)",
+       "norm"},
+      {"void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, "
+       "&silu<float>>(__nv_bfloat16*,"
+       " __nv_bfloat16 const*, int)",
+       "activation"},
+      {"void flashinfer::sampling::TopKTopPSamplingFromProbKernel<1024u, (cub::BlockScanAlgorithm)"
+       "0>(float*, int*)",
+       "reduction"},
+      {"void vllm::paged_attention_v2_kernel<__nv_bfloat16, __nv_bfloat16, 128, 16, 128>(float*)",
+       "attention"},
+      // Rotary embeddings are pointwise, not embedding lookups.
+      {"void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, "
+       "c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
+       "elementwise"},
+      // Expert GEMMs; GEMMs of ROCm; helper kernels of GEMM namespaces are not GEMMs.
+      {"void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<cutlass::gemm::threadblock::"
+       "MmaMultistage<cutlass::gemm::GemmShape<128, 128, 32>>, true>>(cutlass::gemm::kernel::"
+       "GemmGrouped::Params)",
+       "expert-linear"},
+      {"void deep_gemm::fp8_gemm_kernel<4096u, 7168u, 128u, 128u, 128u, 1u, 8u, 128u, 4u, 2u, "
+       "(deep_gemm::GemmType)1>(float*, int*, unsigned int)",
+       "linear"},
+      {"void deep_gemm::fp8_gemm_kernel<4096u, 7168u, 128u, 128u, 128u, 8u, 8u, 128u, 4u, 2u, "
+       "deep_gemm::GemmType::GroupedContiguous>(float*, int*, unsigned int)",
+       "expert-linear"},
+      {"Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB1_APM1_ABV0_ACED0_AF0EM1_AF1EM1",
+       "linear"},
+      {"Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x256x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1",
+       "linear"},
+      {"void grouped_gemm::transpose_kernel<__nv_bfloat16>(__nv_bfloat16 const*, __nv_bfloat16*)",
+       "elementwise"},
+      {"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>"
+       ", "
+       "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized"
+       "<4, cute::tuple<cute::C<2>>>>>>(cutlass::gemm::kernel::GemmUniversal::Params)",
+       "linear"},
+      {"void cutlass_cudnn_train::Kernel<cutlass_cudnn_train::reduction::kernel::ReduceSplitK<"
+       "cutlass_cudnn_train::MatrixShape<4, 128>>>(Params)",
+       "linear"},
+      // Reductions are not elementwise (they write far less than they read).
+      {"void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<"
+       "float, float, float, float>, unsigned int, float, 4>>(at::native::ReduceOp<float>)",
+       "reduction"},
+      {"void cub::DeviceScanKernel<cub::AgentScanPolicy<128, 15, int>>(int const*, int*)",
+       "reduction"},
+      {"triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "reduction"},
+      {"triton_poi_fused_add_mul_2", "elementwise"},
+  };
+  for (const auto& [name, kind] : cases) EXPECT_EQ(classify_kernel(name), kind) << name;
+  // The pass of an attention kernel, decided once.
+  EXPECT_TRUE(is_backward_kernel("fmha_cutlassB_bf16_aligned_64x64_k64_sm80"));
+  EXPECT_FALSE(is_backward_kernel("fmha_cutlassF_bf16_aligned_64x128_rf_sm80"));
+  EXPECT_TRUE(is_backward_kernel("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<T>"));
+  EXPECT_TRUE(is_backward_kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16"));
+  EXPECT_FALSE(is_backward_kernel("void flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"));
 }
 
 // A small trace of one rank: CPU ops that launch kernels (runtime calls by correlation).
@@ -177,12 +278,16 @@ TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
   EXPECT_EQ(gemm.stream, 7);
   EXPECT_EQ(gemm.phase, "fwd");
 
-  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("norm")].bytes, 2.0 * 8 * 512 * 1024 * 2);
+  // The bf16 input read, the fp32 weight read, the bf16 output written.
+  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("norm")].bytes,
+                   8.0 * 512 * 1024 * 2 + 1024 * 4 + 8.0 * 512 * 1024 * 2);
   const KernelShape& as = imp.shapes[at.at("attention")];
   EXPECT_EQ(as.heads, 16);
   EXPECT_EQ(as.kv_heads, 4);
   EXPECT_EQ(as.seq_q, 1024);
-  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("attention")].flops, 4.0 * 2 * 16 * 1024 * 1024 * 64);
+  EXPECT_EQ(as.causal, -1);  // no Concrete Inputs: unstated, counted causal
+  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("attention")].flops,
+                   2.0 * 2 * 16 * 2 * 64 * (1024.0 * 1025 / 2));
 
   const TraceEvent& ar = imp.trace.events[at.at("all-reduce")];
   EXPECT_DOUBLE_EQ(ar.bytes, 1000 * 2);
@@ -192,7 +297,7 @@ TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
   const TraceEvent& ag = imp.trace.events[at.at("all-gather")];
   EXPECT_DOUBLE_EQ(ag.bytes, 64.0 * 1024 * 4);  // the output, nccl-tests' all-gather payload
   EXPECT_EQ(imp.shapes[at.at("all-gather")].size_from, "c10d");
-  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("prefetch")].bytes, 4096);
+  EXPECT_DOUBLE_EQ(imp.trace.events[at.at("memcpy")].bytes, 4096);
 
   // The unknown kernel is kept, as "unclassified", and counted by name.
   EXPECT_EQ(imp.trace.events[at.at("unclassified")].name, "void my_custom_kernel<int>(int)");
@@ -206,6 +311,377 @@ TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
   EXPECT_EQ(names[7], "compute (cuda stream 7)");
   EXPECT_EQ(names[20], "comm (cuda stream 20)");
   EXPECT_EQ(names[30], "copy (cuda stream 30)");
+}
+
+// Builds a one-rank trace as the PyTorch profiler writes one: cpu ops on thread (10, 11), each
+// kernel launched by a runtime call (by correlation) inside the innermost op of its stack.
+struct TraceBuilder {
+  Json ev = Json::array();
+  int corr = 0;
+  double t = 100;  // host clock; ops nest by time
+  void op(const std::string& name, double ts, double dur, Json dims, Json types,
+          Json concrete = nullptr) {
+    Json args = {{"Input Dims", dims}, {"Input type", types}};
+    if (!concrete.is_null()) args["Concrete Inputs"] = concrete;
+    ev.push_back({{"ph", "X"},
+                  {"cat", "cpu_op"},
+                  {"name", name},
+                  {"pid", 10},
+                  {"tid", 11},
+                  {"ts", ts},
+                  {"dur", dur},
+                  {"args", args}});
+  }
+  // A kernel launched at host time `ts` (inside the ops that enclose it), run at device `at`.
+  void kernel(const std::string& name, double ts, double at, double dur, int stream = 7,
+              Json args = Json::object()) {
+    ++corr;
+    ev.push_back({{"ph", "X"},
+                  {"cat", "cuda_runtime"},
+                  {"name", "cudaLaunchKernel"},
+                  {"pid", 10},
+                  {"tid", 11},
+                  {"ts", ts},
+                  {"dur", 1},
+                  {"args", {{"correlation", corr}}}});
+    args["correlation"] = corr;
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", name},
+                  {"pid", 0},
+                  {"tid", stream},
+                  {"ts", at},
+                  {"dur", dur},
+                  {"args", args}});
+  }
+  Json trace() const { return {{"schemaVersion", 1}, {"traceEvents", ev}}; }
+};
+
+// Fused causal attention FLOPs by hand: QK^T and AV, 2 FLOPs per multiply-add, over the
+// S (S + 1) / 2 (query, key) pairs a causal mask keeps, or all S^2.
+double sdpa_flops(double b, double h, double s, double d, bool causal) {
+  return 2 * b * h * 2 * d * (causal ? s * (s + 1) / 2 : s * s);
+}
+
+TEST(KinetoImport, AttentionShapesAsTheInnermostOpHoldsThem) {
+  // A Llama-shaped SDPA step as PyTorch records it: scaled_dot_product_attention [B, H, S, D]
+  // -> _scaled_dot_product_flash_attention [B, H, S, D] -> (transpose) -> _flash_attention_forward
+  // [B, S, H, D], which launches the kernel. B = 2, H = 16, S = 1024, D = 64: read as
+  // [B, H, S, D] the innermost op's dims would say 1024 heads of 16 tokens.
+  const Json bhsd = {{2, 16, 1024, 64}, {2, 16, 1024, 64}, {2, 16, 1024, 64}};
+  const Json bshd = {{2, 1024, 16, 64}, {2, 1024, 16, 64}, {2, 1024, 16, 64}};
+  const Json bf16 = {"c10::BFloat16", "c10::BFloat16", "c10::BFloat16"};
+  TraceBuilder b;
+  b.op("aten::scaled_dot_product_attention", 100, 50, bhsd, bf16);
+  b.op("aten::_scaled_dot_product_flash_attention", 101, 48, bhsd, bf16,
+       {"", "", "", "0.", "True", "False", ""});
+  b.op("aten::_flash_attention_forward", 110, 30, bshd, bf16,
+       {"", "", "", "", "", "1024", "1024", "0.", "True", "False", ""});
+  b.kernel("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>", 120,
+           1000, 40);
+  // The backward through the memory-efficient kernels: _efficient_attention_backward(grad_out_,
+  // q, k, v, bias, out, ...) in [B, S, H, D]; custom_mask_type (position 14) 1: causal.
+  const Json grads = {
+      {2, 1024, 16, 64}, {2, 1024, 16, 64}, {2, 1024, 16, 64}, {2, 1024, 16, 64}, {},
+      {2, 1024, 16, 64}};
+  b.op("autograd::engine::evaluate_function: ScaledDotProductEfficientAttentionBackward0", 200, 60,
+       {}, {});
+  b.op("aten::_efficient_attention_backward", 210, 40, grads,
+       {"c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "", "c10::BFloat16"},
+       {"", "", "", "", "", "", "", "", "1024", "1024", "", "0.", "", "", "1", "False"});
+  b.kernel(
+      "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackward"
+      "Kernel<cutlass::arch::Sm80, cutlass::bfloat16_t, true, false, true, 64, 64, 64>::Params)",
+      220, 1100, 90);
+  // The same forward with is_causal False and no Concrete Inputs on the innermost op: the mask
+  // comes from the enclosing op.
+  b.op("aten::_scaled_dot_product_efficient_attention", 300, 48, bhsd, bf16,
+       {"", "", "", "", "True", "0.", "False", ""});
+  b.op("aten::_efficient_attention_forward", 310, 30, bshd, bf16);
+  b.kernel(
+      "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+      "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 64, true, true>::Params)",
+      320, 1300, 40);
+  const ImportedTrace imp = import_kineto(b.trace(), "sdpa", 0);
+  ASSERT_EQ(imp.trace.events.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const KernelShape& s = imp.shapes[i];
+    EXPECT_EQ(imp.trace.events[i].kind, "attention");
+    EXPECT_EQ(s.attn_batch, 2);
+    EXPECT_EQ(s.heads, 16) << i;
+    EXPECT_EQ(s.kv_heads, 16) << i;
+    EXPECT_EQ(s.seq_q, 1024) << i;
+    EXPECT_EQ(s.seq_kv, 1024) << i;
+    EXPECT_EQ(s.head_dim, 64) << i;
+    EXPECT_EQ(s.dtype, "bf16") << i;
+  }
+  EXPECT_EQ(imp.shapes[0].causal, 1);
+  EXPECT_FALSE(imp.shapes[0].backward);
+  EXPECT_EQ(imp.trace.events[0].phase, "fwd");
+  EXPECT_DOUBLE_EQ(imp.trace.events[0].flops, sdpa_flops(2, 16, 1024, 64, true));
+  EXPECT_EQ(imp.shapes[1].causal, 1);
+  EXPECT_TRUE(imp.shapes[1].backward);  // fmha_cutlassB_*: PyTorch's memory-efficient backward
+  EXPECT_EQ(imp.trace.events[1].phase, "bwd");
+  EXPECT_DOUBLE_EQ(imp.trace.events[1].flops, 2.5 * sdpa_flops(2, 16, 1024, 64, true));
+  EXPECT_EQ(imp.shapes[2].causal, 0);
+  EXPECT_FALSE(imp.shapes[2].backward);
+  EXPECT_DOUBLE_EQ(imp.trace.events[2].flops, sdpa_flops(2, 16, 1024, 64, false));
+}
+
+TEST(KinetoImport, GemmsOfTheGroupedMatmulAreExpertGemms) {
+  // torch._grouped_mm (MoE experts) launches a CUTLASS GEMM whose name does not say "grouped".
+  TraceBuilder b;
+  b.op("aten::_grouped_mm", 100, 20, {{4096, 2048}, {8, 2048, 1408}, {8}},
+       {"c10::BFloat16", "c10::BFloat16", "int"});
+  b.kernel(
+      "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int,"
+      " int, int>>>(Params)",
+      105, 1000, 30);
+  b.op("aten::mm", 200, 20, {{4096, 2048}, {2048, 1408}}, {"c10::BFloat16", "c10::BFloat16"});
+  b.kernel(
+      "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int,"
+      " int, int>>>(Params)",
+      205, 1100, 30);
+  const ImportedTrace imp = import_kineto(b.trace(), "grouped", 0);
+  ASSERT_EQ(imp.trace.events.size(), 2u);
+  EXPECT_EQ(imp.trace.events[0].kind, "expert-linear");
+  EXPECT_EQ(imp.trace.events[1].kind, "linear");
+}
+
+TEST(KinetoImport, FlashBackwardHelpersTakeNoShape) {
+  const Json grads = {{1, 512, 8, 128}, {1, 512, 8, 128}, {1, 512, 8, 128},
+                      {1, 512, 8, 128}, {1, 512, 8, 128}, {1, 8, 512}};
+  TraceBuilder b;
+  b.op("aten::_flash_attention_backward", 100, 50, grads, {"c10::BFloat16", "c10::BFloat16"});
+  b.kernel("void pytorch_flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128>>", 105,
+           1000, 5);
+  b.kernel(
+      "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_"
+      "traits<128>>",
+      110, 1010, 50);
+  b.kernel("void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128>>", 120,
+           1070, 5);
+  const ImportedTrace imp = import_kineto(b.trace(), "flash-bwd", 0);
+  ASSERT_EQ(imp.trace.events.size(), 3u);
+  EXPECT_EQ(imp.shapes[0].seq_q, 0);
+  EXPECT_EQ(imp.trace.events[0].flops, 0);
+  EXPECT_EQ(imp.shapes[1].heads, 8);
+  EXPECT_EQ(imp.shapes[1].seq_q, 512);
+  EXPECT_TRUE(imp.shapes[1].backward);
+  EXPECT_DOUBLE_EQ(imp.trace.events[1].flops, 2.5 * sdpa_flops(1, 8, 512, 128, true));
+  EXPECT_EQ(imp.trace.events[2].flops, 0);
+}
+
+TEST(KinetoImport, MemoryBoundBytesFromEveryInputAndTheOutput) {
+  // N bf16 elements per tensor: a binary add reads two and writes one (3 N x 2 bytes), GELU's
+  // backward reads the gradient and the saved input and writes one (3 N x 2), an in-place add_
+  // reads both and writes its first (3 N x 2), a copy_ reads its source and writes its
+  // destination (2 N x 2), a broadcast add of a [1024] bias reads N + 1024 and writes N.
+  const double n = 8.0 * 512 * 1024;
+  const Json big = {8, 512, 1024};
+  const Json bf16x2 = {"c10::BFloat16", "c10::BFloat16"};
+  TraceBuilder b;
+  b.op("aten::add", 100, 10, {big, big, {}}, {"c10::BFloat16", "c10::BFloat16", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
+      "BFloat16>, at::detail::Array<char*, 3>>(int, at::native::CUDAFunctor_add<c10::BFloat16>"
+      ", at::detail::Array<char*, 3>)",
+      101, 1000, 5);
+  b.op("aten::gelu_backward", 200, 10, {big, big}, bf16x2);
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernel"
+      "Impl(at::TensorIteratorBase&, c10::string_view)::{lambda()#2}>(int)",
+      201, 1010, 5);
+  b.op("aten::add_", 300, 10, {big, big, {}}, {"c10::BFloat16", "c10::BFloat16", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
+      "BFloat16>, at::detail::Array<char*, 3>>(int)",
+      301, 1020, 5);
+  b.op("aten::copy_", 400, 10, {big, big, {}}, {"c10::BFloat16", "c10::BFloat16", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda"
+      "(at::TensorIteratorBase&)::{lambda()#3}>(int)",
+      401, 1030, 5);
+  b.op("aten::add", 500, 10, {big, {1024}, {}}, {"c10::BFloat16", "c10::BFloat16", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
+      "BFloat16>, at::detail::Array<char*, 3>>(int)",
+      501, 1040, 5);
+  const ImportedTrace imp = import_kineto(b.trace(), "bytes", 0);
+  ASSERT_EQ(imp.trace.events.size(), 5u);
+  EXPECT_EQ(imp.trace.events[0].kind, "elementwise");
+  EXPECT_DOUBLE_EQ(imp.trace.events[0].bytes, 3 * n * 2);
+  EXPECT_EQ(imp.trace.events[1].kind, "activation");
+  EXPECT_DOUBLE_EQ(imp.trace.events[1].bytes, 3 * n * 2);
+  EXPECT_DOUBLE_EQ(imp.trace.events[2].bytes, 3 * n * 2);
+  EXPECT_DOUBLE_EQ(imp.trace.events[3].bytes, 2 * n * 2);
+  EXPECT_DOUBLE_EQ(imp.trace.events[4].bytes, (2 * n + 1024) * 2);
+}
+
+TEST(KinetoImport, StepTimeFromEachRanksProfilerStepRanges) {
+  // Two ranks whose host clocks differ by 5 s: rank 0 timed steps of 100 and 120 ms, rank 1 of
+  // 110 and 130 ms. The step is each rank's mean on its own clock (110 and 120 ms), then the
+  // median over ranks (115 ms), not the 5 s the merged ranks span.
+  auto rank_trace = [](int rank, double t0, double d1, double d2) {
+    TraceBuilder b;
+    b.ev.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#4"},
+                    {"pid", 10},
+                    {"tid", 11},
+                    {"ts", t0},
+                    {"dur", d1}});
+    b.ev.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#5"},
+                    {"pid", 10},
+                    {"tid", 11},
+                    {"ts", t0 + d1},
+                    {"dur", d2}});
+    b.kernel("ampere_sgemm_128x64_nn", t0 + 10, t0 + 100, 50);
+    Json j = b.trace();
+    j["distributedInfo"] = {{"rank", rank}, {"world_size", 2}};
+    return temp_file("step_rank" + std::to_string(rank) + ".json", j.dump());
+  };
+  const std::string r0 = rank_trace(0, 1000, 100000, 120000);
+  const std::string r1 = rank_trace(1, 5001000, 110000, 130000);
+  const ImportedTrace imp = import_kineto_files({r0, r1});
+  EXPECT_EQ(imp.steps, 2);
+  ASSERT_EQ(imp.step_s.size(), 2u);
+  EXPECT_NEAR(imp.step_s.at(0), 0.110, 1e-12);
+  EXPECT_NEAR(imp.step_s.at(1), 0.120, 1e-12);
+  EXPECT_NEAR(step_time_s(imp), 0.115, 1e-12);
+  EXPECT_EQ(imp.world_size, 2);
+}
+
+TEST(KinetoImport, ATraceIsCheckedAgainstThePlan) {
+  // HTA's NCCL trace: rank 0 of 2 (distributedInfo) on A100s (deviceProperties), fp32 GEMMs on
+  // tensor cores (tf32).
+  const ImportedTrace imp = import_kineto_files({kNcclStep});
+  EXPECT_TRUE(plan_mismatches(imp, "A100-80G", 2, "fp32").empty());
+  const std::vector<std::string> m = plan_mismatches(imp, "H100-SXM", 64, "bf16");
+  ASSERT_EQ(m.size(), 2u);  // its GEMMs were recorded without shapes: no dtype to check
+  EXPECT_EQ(m[0],
+            "device: the trace ran on NVIDIA A100-PG509-200, the plan's cluster has H100-SXM");
+  EXPECT_EQ(m[1],
+            "world size: the trace's job had 2 ranks (distributedInfo.world_size), the plan "
+            "has 64");
+  // The small trace's GEMM and attention ran bf16 (rank 3 of 8).
+  const ImportedTrace small = import_kineto(small_trace(), "small", 0);
+  EXPECT_TRUE(plan_mismatches(small, "", 8, "bf16").empty());
+  const std::vector<std::string> d = plan_mismatches(small, "", 8, "fp32");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], "dtype: most of the trace's GEMM time ran bf16, the plan's precision is fp32");
+  // HTA's sampled trace: ranks 0 and 1 of a job of 128. A plan of one rank has neither.
+  const std::vector<std::string> two = plan_mismatches(import_kineto_files(kHtaRanks), "", 1, "");
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0],
+            "world size: the trace's job had 128 ranks (distributedInfo.world_size), the "
+            "plan has 1");
+  EXPECT_EQ(two[1], "ranks: the trace has 2 rank(s) up to rank 1, the plan has 1");
+  EXPECT_NE(error_of([&] { check_against_plan(imp, "V100-SXM2", 2, "fp32", false); })
+                .find("device: the trace ran on NVIDIA A100-PG509-200, the plan's cluster has "
+                      "V100-SXM2"),
+            std::string::npos);
+  EXPECT_EQ(check_against_plan(imp, "V100-SXM2", 2, "fp32", true).size(), 1u);
+}
+
+TEST(KinetoImport, PyTorch18CategoriesAndStringTidsAreRead) {
+  // PyTorch 1.8's Kineto wrote categories "Operator", "Runtime", "Kernel", "Memcpy" and string
+  // tids ("stream 7" for a CUDA stream, the thread id in digits for a CPU thread).
+  Json ev = Json::array();
+  ev.push_back(
+      {{"ph", "X"},
+       {"cat", "Operator"},
+       {"name", "aten::mm"},
+       {"pid", 4242},
+       {"tid", "4242"},
+       {"ts", 100},
+       {"dur", 20},
+       {"args", {{"Input Dims", {{512, 256}, {256, 128}}}, {"Input type", {"float", "float"}}}}});
+  ev.push_back({{"ph", "X"},
+                {"cat", "Runtime"},
+                {"name", "cudaLaunchKernel"},
+                {"pid", 4242},
+                {"tid", "4242"},
+                {"ts", 105},
+                {"dur", 5},
+                {"args", {{"correlation", 9}}}});
+  ev.push_back({{"ph", "X"},
+                {"cat", "Kernel"},
+                {"name", "volta_sgemm_128x64_nn"},
+                {"pid", 0},
+                {"tid", "stream 7"},
+                {"ts", 1000},
+                {"dur", 30},
+                {"args", {{"correlation", 9}}}});
+  ev.push_back({{"ph", "X"},
+                {"cat", "Memcpy"},
+                {"name", "Memcpy HtoD (Pageable -> Device)"},
+                {"pid", 0},
+                {"tid", "stream 7"},
+                {"ts", 1040},
+                {"dur", 3},
+                {"args", {{"bytes", 1024}}}});
+  const Json j = {{"traceEvents", ev}};
+  EXPECT_TRUE(looks_like_kineto(j));
+  const ImportedTrace imp = import_kineto(j, "pt18", 0);
+  ASSERT_EQ(imp.trace.events.size(), 2u);
+  EXPECT_EQ(imp.trace.events[0].kind, "linear");
+  EXPECT_EQ(imp.trace.events[0].stream, 7);
+  EXPECT_DOUBLE_EQ(imp.trace.events[0].flops, 2.0 * 512 * 256 * 128);
+  EXPECT_EQ(imp.trace.events[1].bytes, 1024);
+  EXPECT_EQ(imp.kernels, 1);
+}
+
+TEST(KinetoImport, WhatIsNotAGpuTraceIsRefusedForWhatItIs) {
+  // A CPU-only profile: CPU ops, no device activity.
+  Json ev = Json::array();
+  ev.push_back({{"ph", "X"},
+                {"cat", "cpu_op"},
+                {"name", "aten::mm"},
+                {"pid", 1},
+                {"tid", 1},
+                {"ts", 100},
+                {"dur", 20}});
+  const std::string cpu =
+      temp_file("cpu_only.json", Json{{"schemaVersion", 1}, {"traceEvents", ev}}.dump());
+  EXPECT_NE(error_of([&] { import_framework_traces({cpu}); }).find("is a CPU-only trace"),
+            std::string::npos);
+  // A directory, an empty .sqlite, a Chakra execution trace.
+  EXPECT_NE(error_of([&] {
+              import_framework_traces({::testing::TempDir()});
+            }).find("is a directory, not a trace file"),
+            std::string::npos);
+  const std::string empty = temp_file("never_written.sqlite", "");
+  EXPECT_NE(error_of([&] {
+              import_framework_traces({empty});
+            }).find("is empty (0 bytes): not an Nsight Systems SQLite export"),
+            std::string::npos);
+  const std::string et = temp_file("job.0.et", std::string("\x0a\x05\x0a\x03"
+                                                           "0.0",
+                                                           7));
+  EXPECT_NE(error_of([&] { import_framework_traces({et}); }).find("is a Chakra execution trace"),
+            std::string::npos);
+}
+
+TEST(KinetoImport, CopiesAreOffloadsOnlyWhenThePlanOffloads) {
+  // The small trace's host-to-device copy: a plain memcpy for a job that does not offload, a
+  // prefetch for one that does.
+  ImportedTrace imp = import_kineto(small_trace(), "small", 0);
+  auto kind_of_copy = [&] {
+    for (const TraceEvent& e : imp.trace.events)
+      if (e.name.find("HtoD") != std::string::npos) return e.kind;
+    return std::string();
+  };
+  EXPECT_EQ(kind_of_copy(), "memcpy");
+  EXPECT_EQ(imp.by_kind.count("prefetch"), 0u);
+  label_copies_by_plan(imp, false);
+  EXPECT_EQ(kind_of_copy(), "memcpy");
+  label_copies_by_plan(imp, true);
+  EXPECT_EQ(kind_of_copy(), "prefetch");
+  EXPECT_EQ(imp.by_kind.at("prefetch"), 1);
+  EXPECT_EQ(imp.by_kind.count("memcpy"), 0u);
 }
 
 TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
@@ -360,10 +836,10 @@ TEST(KinetoImport, MultiRankGpuTraceEveryKernelClassifiedOrNamed) {
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));  // distributedInfo.rank of each file
 
   const std::set<std::string> kinds = {
-      "linear",     "attention",     "norm",        "activation", "elementwise", "adamw",
-      "grad-norm",  "cross-entropy", "embedding",   "all-reduce", "all-gather",  "reduce-scatter",
-      "all-to-all", "broadcast",     "send",        "recv",       "prefetch",    "offload",
-      "memcpy",     "memset",        "unclassified"};
+      "linear",     "attention",     "norm",         "activation", "elementwise",  "adamw",
+      "grad-norm",  "cross-entropy", "embedding",    "all-reduce", "all-gather",   "reduce-scatter",
+      "all-to-all", "broadcast",     "send",         "recv",       "prefetch",     "offload",
+      "memcpy",     "memset",        "unclassified", "reduction",  "expert-linear"};
   int sum = 0;
   for (const auto& [k, n] : imp.by_kind) {
     EXPECT_TRUE(kinds.count(k)) << k;

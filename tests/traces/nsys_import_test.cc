@@ -83,6 +83,40 @@ std::string error_of(F f) {
   return "";
 }
 
+TEST(NsysImport, AReportOfSeveralGpusAndProcessesIsSplitIntoRanks) {
+  // One report of a node: process 100 on GPUs 0 and 1, process 200 on GPU 0 of another context
+  // (nsys profile of a torchrun job writes all of them into one report). Each (process, GPU)
+  // becomes a rank, in that order, numbered on from the ranks of the files before it.
+  const std::string rows = R"(
+INSERT INTO StringIds VALUES (1, 'ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn'),
+  (2, 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)');
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+  (1000000, 1010000, 0, 1, 7, 1, 100, 1, 1, 1, 1, 1),
+  (1020000, 1030000, 0, 1, 20, 2, 100, 2, 2, 2, 1, 1),
+  (1000000, 1012000, 1, 2, 7, 3, 100, 1, 1, 1, 1, 1),
+  (1021000, 1030000, 1, 2, 20, 4, 100, 2, 2, 2, 1, 1),
+  (1000000, 1011000, 0, 3, 7, 5, 200, 1, 1, 1, 1, 1);
+INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (1100000, 1104000, 1, 2, 30, 6, 100, 4096, 1, 0, 0);
+)";
+  const std::string node = make_report("node.sqlite", std::string(kSchema) + rows);
+  const std::vector<ImportedTrace> parts = import_nsys_ranks(node, 0);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].trace.events.size(), 2u);  // process 100, GPU 0
+  EXPECT_EQ(parts[1].trace.events.size(), 3u);  // process 100, GPU 1 (with its copy)
+  EXPECT_EQ(parts[1].kernels, 2);
+  EXPECT_EQ(parts[2].trace.events.size(), 1u);  // process 200, GPU 0
+  for (int r = 0; r < 3; ++r)
+    for (const TraceEvent& e : parts[r].trace.events) EXPECT_EQ(e.rank, r);
+  // Beside a one-rank report before it: ranks 1, 2, 3.
+  const std::string one = make_report("one.sqlite", std::string(kSchema) + kRows);
+  const ImportedTrace all = import_framework_traces({one, node});
+  std::set<int> ranks;
+  for (const TraceEvent& e : all.trace.events) ranks.insert(e.rank);
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(all.files.size(), 2u);
+  EXPECT_EQ(all.gaps.size(), 4u);
+}
+
 TEST(NsysImport, KernelsCopiesGapsAndSteps) {
   const std::string path = make_report("rank.sqlite", std::string(kSchema) + kRows);
   ASSERT_TRUE(is_sqlite_file(path));
@@ -91,15 +125,18 @@ TEST(NsysImport, KernelsCopiesGapsAndSteps) {
   EXPECT_EQ(imp.kernels, 4);
   EXPECT_EQ(imp.by_kind.at("linear"), 2);
   EXPECT_EQ(imp.by_kind.at("all-reduce"), 1);
-  EXPECT_EQ(imp.by_kind.at("prefetch"), 1);
+  EXPECT_EQ(imp.by_kind.at("memcpy"), 1);  // a prefetch only for a plan that offloads
   EXPECT_EQ(imp.by_kind.at("memset"), 1);
   ASSERT_EQ(imp.unclassified.size(), 1u);
   EXPECT_EQ(imp.unclassified[0].name, "void my_custom_kernel<float>(float*)");
   EXPECT_EQ(imp.unclassified[0].count, 1);
   EXPECT_EQ(imp.steps, 2);  // ProfilerStep#3 (by textId) and #4 (by text)
+  // Their ranges last 300 and 100 us: the rank's step time is their mean.
+  ASSERT_EQ(imp.step_s.count(5), 1u);
+  EXPECT_NEAR(imp.step_s.at(5), 200e-6, 1e-15);
   for (const TraceEvent& e : imp.trace.events) {
     EXPECT_EQ(e.rank, 5);
-    if (e.kind == "prefetch") {
+    if (e.kind == "memcpy") {
       EXPECT_DOUBLE_EQ(e.bytes, 4096);
       EXPECT_NEAR(e.dur_s, 4e-6, 1e-15);
     }
