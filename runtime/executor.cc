@@ -180,14 +180,23 @@ void Executor::Impl::index_buckets() {
 void Executor::Impl::allocate_persistent() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].persistent) allocate(u);
+}
+
+// The optimizer's two device scalars (the reduced sum of squares, the clip scale) exist from the
+// step's gradient norm (or first AdamW) to its end, as the step's other workspaces do, so that
+// they are not held beside the activations at the forward and backward passes' peak.
+void Executor::Impl::ensure_scalars() {
+  if (sumsq_ != nullptr) return;
   sumsq_ = static_cast<float*>(be.alloc(2 * sizeof(float), BufferClass::kWorkspace));
   scale_ = sumsq_ + 1;
+  be.zero(sumsq_, 2 * sizeof(float));
 }
 
 Executor::Impl::~Impl() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].base != nullptr) release(u);
   be.free(sumsq_);
+  sumsq_ = scale_ = nullptr;
 }
 
 void Executor::Impl::allocate(int u) {
@@ -597,6 +606,7 @@ void Executor::Impl::run_adamw(const Op& op) {
     v = opt + n;
   }
   if (!scale_ready_) {
+    ensure_scalars();
     if (cfg->skip_on_overflow) {
       float sumsq = 0;
       be.copy(&sumsq, sumsq_, sizeof(float));  // a device-to-host sync, as Megatron's found_inf
@@ -630,7 +640,10 @@ void Executor::Impl::after_complete(const Op& op) {
   }
   // The reduced sum of squares outlives its buffer: AdamW ops on the host do not read it.
   for (int w : op.writes)
-    if (w == grad_norm_buffer_) be.copy(sumsq_, ptr(w), sizeof(float));
+    if (w == grad_norm_buffer_) {
+      ensure_scalars();
+      be.copy(sumsq_, ptr(w), sizeof(float));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -972,7 +985,6 @@ void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {
   ep_.clear();
   gathered_.clear();
   elements_ = nominal_elements_;
-  be.zero(sumsq_, sizeof(float));
   live_touches_.resize(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) live_touches_[u] = units_[u].touches;
   // Gradients accumulate over micro-batches: zero them.
@@ -1008,7 +1020,9 @@ void Executor::Impl::run_local(const Op& op) {
 
 void Executor::Impl::end_step(StepResult& res) {
   float sumsq = 0;
-  be.copy(&sumsq, sumsq_, sizeof(float));
+  if (sumsq_ != nullptr) be.copy(&sumsq, sumsq_, sizeof(float));
+  be.free(sumsq_);
+  sumsq_ = scale_ = nullptr;
   res.grad_norm = std::sqrt(static_cast<double>(sumsq)) / cfg->loss_scale;
   res.overflow = !std::isfinite(sumsq);
   cfg = nullptr;

@@ -231,8 +231,10 @@ struct Executor::Impl {
   std::unordered_map<int64_t, std::vector<std::vector<int64_t>>> gathered_;
   void gather_counts(const Op& op, Communicator& comm);  // executor_ops.cc
   std::vector<int64_t> nominal_elements_;  // elements_ as lowered (region buffers vary)
-  float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
-  float* scale_ = nullptr;  // device scalar: the clip scale
+  // Device scalars from the step's gradient norm to its end (ensure_scalars(); zeroed there).
+  float* sumsq_ = nullptr;  // the grad norm's sum of squares, once reduced
+  float* scale_ = nullptr;  // the clip scale
+  void ensure_scalars();
   bool scale_ready_ = false;
   bool skip_update_ = false;  // this step's gradients overflowed and skip_on_overflow is set
   int grad_norm_buffer_ = -1;

@@ -327,11 +327,12 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
   const float* row_max = R(op, 3);
   std::vector<float> loss(static_cast<size_t>(T));
   std::vector<int32_t> lab(static_cast<size_t>(T));
-  float* dev_loss = static_cast<float*>(be.alloc(T * sizeof(float), BufferClass::kWorkspace));
+  // The per-token losses go through the first T elements of dlogits (T x vocab_t, written in full
+  // by the softmax below): no memory beyond the Program's buffers.
+  float* dev_loss = W(op, 0);
   be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
   be.copy(loss.data(), dev_loss, T * sizeof(float));
   be.copy(lab.data(), labels, T * sizeof(int32_t));
-  be.free(dev_loss);
   for (int64_t t = 0; t < T; ++t)
     if (lab[t] >= 0) {
       result->loss_sum += loss[t];

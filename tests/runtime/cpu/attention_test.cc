@@ -534,6 +534,11 @@ TEST(Attention, ValueHeadsOfTheirOwnWidth) {
 }  // namespace
 }  // namespace parasol::runtime
 
+namespace parasol::runtime {
+namespace {
+
+using test::cpu;
+
 // At 8k tokens (one causal head of 64 dims) the kernels' scratch is O(sequence): one block of
 // 128 query rows against the keys (the forward's scores; the backward's P, its dropped copy and
 // dP), never the 8k x 8k probabilities (268 MB per head in fp32). Bound: 3 x 128 x 8192 fp32
@@ -596,3 +601,6 @@ TEST(Attention, ScratchIsLinearInTheSequenceAt8k) {
   EXPECT_LE(at8k, 2 * at4k) << "scratch grew faster than the sequence";
   EXPECT_GE(at8k, 2 * at4k - 2 * 128 * 4) << "scratch did not grow with the sequence";
 }
+
+}  // namespace
+}  // namespace parasol::runtime
