@@ -50,9 +50,9 @@ void Executor::Impl::check_supported() const {
   // gradients, fp32 gradients of the parameters, fp32 master weights and optimizer state; the
   // kernels compute in fp32 on widened operands (run_widened).
   if (p.precision != Dtype::kFp32 && !is16(p.precision))
-    unsupported("plan.precision",
-                std::string("the runtime stores fp32, bf16 or fp16 tensors; ") +
-                    dtype_name(p.precision) + " plans are priced by the simulator only");
+    unsupported("plan.precision", std::string("the runtime stores fp32, bf16 or fp16 tensors; ") +
+                                      dtype_name(p.precision) +
+                                      " plans are priced by the simulator only");
   if (p.precision != Dtype::kFp32 && p.optimizer_dtype != Dtype::kFp32)
     unsupported("plan.optimizer_dtype",
                 std::string("the runtime keeps fp32 master weights and moments; ") +

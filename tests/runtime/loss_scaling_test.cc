@@ -187,8 +187,7 @@ TEST(LossScaling, Fp16PlansScaleTheLossByThemselves) {
   if (world_rank() == 1) o.inject_overflow_steps = {3};
   Plan half = plan_of(2);
   half.precision = Dtype::kFp16;
-  const auto got =
-      train(half, o, MPI_COMM_WORLD, [](Trainer& t, auto& out) { steps(t, out, 5); });
+  const auto got = train(half, o, MPI_COMM_WORLD, [](Trainer& t, auto& out) { steps(t, out, 5); });
   TrainerOptions plain = options(false);
   const auto ref = train(plan_of(2), plain, MPI_COMM_WORLD, [](Trainer& t, auto& out) {
     steps(t, out, 2);

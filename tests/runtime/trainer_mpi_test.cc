@@ -287,8 +287,8 @@ struct Reference {
 };
 const Reference& serial(const Model& m, int gbs, Dtype precision = suite_precision()) {
   static std::map<std::string, Reference> cache;
-  const std::string key = m.name + (m.dropout ? "-drop" : "") + "-" + std::to_string(gbs) + "-" +
-                          dtype_name(precision);
+  const std::string key =
+      m.name + (m.dropout ? "-drop" : "") + "-" + std::to_string(gbs) + "-" + dtype_name(precision);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   Reference ref;
@@ -360,8 +360,8 @@ double file_abs_error(const std::string& a, const std::string& b) {
 // by its magnitude, far beyond. The moments follow the gradients of rounding-level elements
 // (zero-mean gradients such as the key bias's), which are not compared in bf16.
 struct Tolerance {
-  double loss = 0;   // relative, per step
-  double state = 0;  // fp32: per checkpoint tensor, largest |a - b| / largest |b| (file_error)
+  double loss = 0;       // relative, per step
+  double state = 0;      // fp32: per checkpoint tensor, largest |a - b| / largest |b| (file_error)
   double param_abs = 0;  // bf16: largest |a - b| of the master weights
 };
 Tolerance tolerance(const Model& m, const Plan& plan) {
@@ -842,7 +842,8 @@ TEST_F(Runtime, MixedPrecisionTracksFp32OnTiny) {
         tail16 += bf16[i] / 20;
       }
     }
-    std::fprintf(stderr, "tiny, 200 steps: bf16 vs fp32 worst step %.4f, last-20 mean %.4f vs %.4f\n",
+    std::fprintf(stderr,
+                 "tiny, 200 steps: bf16 vs fp32 worst step %.4f, last-20 mean %.4f vs %.4f\n",
                  worst, tail16, tail32);
     EXPECT_LE(worst, 0.02);
     EXPECT_LE(std::fabs(tail16 - tail32) / tail32, 0.005);

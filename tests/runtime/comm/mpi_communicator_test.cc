@@ -414,10 +414,9 @@ TEST_F(MpiTest, Fp16SumRoundsToNearestEven) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   auto set = make_mpi_comm_set(make_plan(2, 1, 1, world_size() / 2, 1));
   const bool first = set->tp().index() == 0;
-  std::vector<uint16_t> h = {fp32_to_fp16(first ? 2048.0f : 1.0f),
-                             fp32_to_fp16(first ? 2048.0f : 3.0f),
-                             fp32_to_fp16(first ? 0.5f : 0.25f),
-                             fp32_to_fp16(first ? 60000.0f : 10000.0f)};
+  std::vector<uint16_t> h = {
+      fp32_to_fp16(first ? 2048.0f : 1.0f), fp32_to_fp16(first ? 2048.0f : 3.0f),
+      fp32_to_fp16(first ? 0.5f : 0.25f), fp32_to_fp16(first ? 60000.0f : 10000.0f)};
   set->tp().all_reduce(h.data(), 4, Dtype::kFp16);
   EXPECT_EQ(fp16_to_fp32(h[0]), 2048.0f);
   EXPECT_EQ(fp16_to_fp32(h[1]), 2052.0f);
