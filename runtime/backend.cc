@@ -75,6 +75,16 @@ MemoryStats Backend::device_memory() const {
   return device_.stats;
 }
 
+void* Backend::alloc_widened(size_t bytes) {
+  return alloc_in(widened_, bytes, BufferClass::kWorkspace, false);
+}
+void Backend::free_widened(void* p) { free_in(widened_, p, false); }
+
+MemoryStats Backend::widened_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return widened_.stats;
+}
+
 MemoryStats Backend::host_memory() const {
   std::lock_guard<std::mutex> lock(mu_);
   return host_.stats;
@@ -82,7 +92,7 @@ MemoryStats Backend::host_memory() const {
 
 void Backend::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Space* s : {&device_, &host_}) {
+  for (Space* s : {&device_, &host_, &widened_}) {
     s->stats.peak = s->stats.live;
     s->stats.peak_total = s->stats.live_total;
   }
@@ -92,8 +102,10 @@ void Backend::release_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [p, info] : device_.blocks) raw_free(p);
   for (auto& [p, info] : host_.blocks) raw_free_host(p);
+  for (auto& [p, info] : widened_.blocks) raw_free(p);
   device_ = Space{};
   host_ = Space{};
+  widened_ = Space{};
 }
 
 }  // namespace parasol::runtime

@@ -128,7 +128,16 @@ class Backend {
   void free_host(void* p);
   MemoryStats device_memory() const;
   MemoryStats host_memory() const;
-  void reset_peaks();  // peaks := live, in both spaces
+  void reset_peaks();  // peaks := live, in every space
+  // Widened operands of low-precision storage (mixed precision, runtime/executor.h): the kernels
+  // compute in fp32, so for the duration of one kernel the executor widens each bf16 / fp16
+  // operand into fp32 here and rounds what the kernel wrote back into the 16-bit buffer; this is
+  // the per-kernel staging a GPU's bf16 kernels hold in registers and shared memory. Device
+  // memory, counted apart (widened_memory()), so that device_memory() counts the Program's
+  // buffers at their stored dtype, as liveness (core/liveness.h) predicts them.
+  void* alloc_widened(size_t bytes);
+  void free_widened(void* p);
+  MemoryStats widened_memory() const;
 
   // Copies `bytes` bytes between any two memories of this Backend (device or host); the ranges
   // must not overlap.
@@ -357,7 +366,7 @@ class Backend {
   void free_in(Space& s, void* p, bool host);
 
   mutable std::mutex mu_;
-  Space device_, host_;
+  Space device_, host_, widened_;
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 

@@ -22,8 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The dtype of every transfer: the cpu backend's storage (bf16 communication comes with cuda).
-constexpr Dtype kCommDtype = Dtype::kFp32;
+bool is16(Dtype d) { return d == Dtype::kBf16 || d == Dtype::kFp16; }
 
 [[noreturn]] void unsupported(const std::string& field, const std::string& reason) {
   throw Error(field, reason);
@@ -47,16 +46,21 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
 void Executor::Impl::check_supported() const {
   const Model& m = model;
   const Plan& p = plan;
-  if (p.precision != Dtype::kFp32)
-    unsupported("plan.precision",
-                std::string("the runtime's backends store fp32 tensors (the cuda backend's GEMMs "
-                            "use bf16 tensor cores); ") +
-                    dtype_name(p.precision) + " plans need --precision fp32");
-  if (p.grad_reduce_dtype != Dtype::kFp32)
+  // Mixed precision (Megatron's, torch AMP's): bf16 / fp16 parameters, activations and their
+  // gradients, fp32 gradients of the parameters, fp32 master weights and optimizer state; the
+  // kernels compute in fp32 on widened operands (run_widened).
+  if (p.precision != Dtype::kFp32 && !is16(p.precision))
+    unsupported("plan.precision", std::string("the runtime stores fp32, bf16 or fp16 tensors; ") +
+                                      dtype_name(p.precision) +
+                                      " plans are priced by the simulator only");
+  if (p.precision != Dtype::kFp32 && p.optimizer_dtype != Dtype::kFp32)
+    unsupported("plan.optimizer_dtype",
+                std::string("the runtime keeps fp32 master weights and moments; ") +
+                    dtype_name(p.optimizer_dtype) + " optimizer state is not run yet");
+  if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16)
     unsupported("plan.grad_reduce_dtype",
-                std::string("the runtime reduces gradients in fp32 (its tensors' dtype); ") +
-                    dtype_name(p.grad_reduce_dtype) +
-                    " reductions are priced by the simulator but not emulated here: use fp32");
+                std::string("the runtime reduces gradients in fp32 or bf16; ") +
+                    dtype_name(p.grad_reduce_dtype) + " reductions are not run");
   if (m.is_moe() && be.name() != "cpu")
     unsupported("model.moe",
                 "MoE routing is kept in host memory; only the cpu backend runs it yet");
@@ -176,14 +180,23 @@ void Executor::Impl::index_buckets() {
 void Executor::Impl::allocate_persistent() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].persistent) allocate(u);
+}
+
+// The optimizer's two device scalars (the reduced sum of squares, the clip scale) exist from the
+// step's gradient norm (or first AdamW) to its end, as the step's other workspaces do, so that
+// they are not held beside the activations at the forward and backward passes' peak.
+void Executor::Impl::ensure_scalars() {
+  if (sumsq_ != nullptr) return;
   sumsq_ = static_cast<float*>(be.alloc(2 * sizeof(float), BufferClass::kWorkspace));
   scale_ = sumsq_ + 1;
+  be.zero(sumsq_, 2 * sizeof(float));
 }
 
 Executor::Impl::~Impl() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].base != nullptr) release(u);
   be.free(sumsq_);
+  sumsq_ = scale_ = nullptr;
 }
 
 void Executor::Impl::allocate(int u) {
@@ -249,18 +262,19 @@ void Executor::Impl::finished(const Op& op) {
 Flat Executor::Impl::flat(const std::vector<int>& ids) const {
   if (ids.empty()) return {};
   const int u = unit_of_[ids[0]];
+  const auto eb = static_cast<int64_t>(dtype_bytes(prog.buffers[ids[0]].dtype));
   if (ids.size() == 1) {
     const int blk = prog.buffers[ids[0]].block;
     if (blk >= 0 && prog.blocks[blk].buffers.size() == 1)
-      return {ptr_[ids[0]], prog.blocks[blk].elements};
-    return {ptr_[ids[0]], elements_[ids[0]]};
+      return {ptr_[ids[0]], prog.blocks[blk].elements, eb};
+    return {ptr_[ids[0]], elements_[ids[0]], eb};
   }
   const int blk = prog.buffers[ids[0]].block;
   if (blk < 0 || prog.blocks[blk].buffers != ids || units_[u].base == nullptr)
     throw Error("runtime.program",
                 prog.buffers[ids[0]].name + " and " + std::to_string(ids.size() - 1) +
                     " more: a collective or copy over buffers that are not one block");
-  return {ptr_[ids[0]], prog.blocks[blk].elements};
+  return {ptr_[ids[0]], prog.blocks[blk].elements, eb};
 }
 
 const ParamBucket* Executor::Impl::bucket_of(int buffer) const {
@@ -295,37 +309,83 @@ void Executor::Impl::after_kernels(Communicator& comm) {
   be.release_fence(fence);
 }
 
-void Executor::Impl::copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
-                               int64_t rows, int64_t cols) {
+void Executor::Impl::copy_rows_of(void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
+                                  int64_t rows, int64_t cols, int64_t eb) {
   if (rows <= 0 || cols <= 0) return;
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
   if (ld_dst == cols && ld_src == cols) {
-    be.copy(dst, src, static_cast<size_t>(rows * cols) * sizeof(float));
+    be.copy(d, s, static_cast<size_t>(rows * cols * eb));
     return;
   }
   for (int64_t r = 0; r < rows; ++r)
-    be.copy(dst + r * ld_dst, src + r * ld_src, static_cast<size_t>(cols) * sizeof(float));
+    be.copy(d + r * ld_dst * eb, s + r * ld_src * eb, static_cast<size_t>(cols * eb));
 }
 
-void Executor::Impl::pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_width) {
-  copy_rows(kv, kv_width, qkv + q_cols, q_cols + kv_width, T, kv_width);
+void Executor::Impl::pack_kv(const void* qkv, void* kv, int64_t q_cols, int64_t kv_width,
+                             int64_t eb) {
+  copy_rows_of(kv, kv_width, static_cast<const char*>(qkv) + q_cols * eb, q_cols + kv_width, T,
+               kv_width, eb);
+}
+
+Dtype Executor::Impl::comm_dtype(const Op& op) const {
+  const int buf = op.kind == OpKind::kSend ? op.reads.at(0) : op.writes.at(0);
+  const Buffer& b = prog.buffers[buf];
+  switch (op.group) {
+    case Group::kDpCp:
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+    case Group::kExpertDp:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
+      if (b.cls == BufferClass::kGrad) return plan.grad_reduce_dtype;
+      break;
+    default:
+      break;
+  }
+  return b.dtype;
+}
+
+void* Executor::Impl::stage_narrow(const Op& op, const void* src, int64_t n, Dtype src_dt,
+                                   Dtype dt) {
+  (void)op;
+  void* staging = be.alloc(static_cast<size_t>(n) * dtype_bytes(dt), BufferClass::kWorkspace);
+  be.cast(staging, dt, src, src_dt, n);
+  return staging;
+}
+
+void Executor::Impl::unstage_on_complete(const Op& op, void* staging, int64_t from, void* dst,
+                                         int64_t n, Dtype dst_dt, Dtype dt) {
+  on_complete_[op.id] = [this, staging, from, dst, n, dst_dt, dt] {
+    const auto eb = static_cast<int64_t>(dtype_bytes(dt));
+    // Through fp32 (Backend::cast converts to and from fp32).
+    if (dst_dt == Dtype::kFp32) {
+      be.cast(dst, dst_dt, static_cast<char*>(staging) + from * eb, dt, n);
+    } else {
+      throw Error("runtime.program", "a narrowed reduction into a non-fp32 buffer");
+    }
+    be.free(staging);
+  };
 }
 
 // A short switch over the communication kinds, one function per kind below; `count` is the
 // payload's elements (comm_count of the op's bytes).
 Request Executor::Impl::start_comm(const Op& op) {
   Communicator& comm = comms.get(op.group);
-  const int64_t count = comm_count(op.kind, op.bytes, kCommDtype, comm.size());
+  if (op.kind == OpKind::kAllToAll) return start_all_to_all(op);
+  const Dtype dt = comm_dtype(op);
+  const int64_t count = comm_count(op.kind, op.bytes, dt, comm.size());
   switch (op.kind) {
     case OpKind::kAllReduce:
-      return start_all_reduce(op, comm, count);
+      return start_all_reduce(op, comm, count, dt);
     case OpKind::kAllGather:
-      return start_all_gather(op, comm, count);
+      return start_all_gather(op, comm, count, dt);
     case OpKind::kReduceScatter:
-      return start_reduce_scatter(op, comm, count);
+      return start_reduce_scatter(op, comm, count, dt);
     case OpKind::kSend:
-      return start_send(op, comm, count);
+      return start_send(op, comm, count, dt);
     case OpKind::kRecv:
-      return start_recv(op, comm, count);
+      return start_recv(op, comm, count, dt);
     case OpKind::kAllToAll:
       return start_all_to_all(op);
     default:
@@ -335,8 +395,8 @@ Request Executor::Impl::start_comm(const Op& op) {
 
 // In place over op's writes: an expert-region buffer at its routed size, buffers of several
 // buckets packed, or one block (under HSDP with ZeRO 1, this rank's shard of it).
-Request Executor::Impl::start_all_reduce(const Op& op, Communicator& comm, int64_t count) {
-  const Dtype dt = kCommDtype;
+Request Executor::Impl::start_all_reduce(const Op& op, Communicator& comm, int64_t count,
+                                         Dtype dt) {
   if (op.writes.size() == 1 && prog.buffers[op.writes[0]].block < 0 &&
       elements_[op.writes[0]] != nominal_elements_[op.writes[0]]) {
     // An expert-region buffer (its rows depend on the routing).
@@ -345,57 +405,83 @@ Request Executor::Impl::start_all_reduce(const Op& op, Communicator& comm, int64
   }
   const int blk = prog.buffers[op.writes[0]].block;
   if (op.writes.size() > 1 && (blk < 0 || prog.blocks[blk].buffers != op.writes))
-    return start_packed_all_reduce(op, comm, count);
+    return start_packed_all_reduce(op, comm, count, dt);
   Flat f = flat(op.writes);
   void* base = f.base;
   if (f.elements > count) {
     // HSDP under ZeRO 1: this rank's reduce-scattered shard of the bucket's gradients.
     const ParamBucket* b = bucket_of(op.writes[0]);
     if (!b) throw Error("runtime.program", op.name + ": payload is not its buffers");
-    base = f.f(int64_t{group_index(*b)} * count);
+    base = f.at(int64_t{group_index(*b)} * count);
+  }
+  const Dtype stored = prog.buffers[op.writes[0]].dtype;
+  if (dt != stored) {
+    // Gradients reduced in a narrower dtype than they are kept in.
+    void* staging = stage_narrow(op, base, count, stored, dt);
+    unstage_on_complete(op, staging, 0, base, count, stored, dt);
+    base = staging;
   }
   after_kernels(comm);
   return op.reduce_max ? comm.iall_reduce_max(base, count, dt) : comm.iall_reduce(base, count, dt);
 }
 
-Request Executor::Impl::start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count) {
-  auto* packed = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
+Request Executor::Impl::start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count,
+                                                Dtype dt) {
+  const auto eb = static_cast<int64_t>(dtype_bytes(dt));
+  for (int id : op.writes)
+    if (prog.buffers[id].dtype != dt)
+      throw Error("runtime.program", op.name + ": packed buffers of another dtype");
+  auto* packed = static_cast<char*>(be.alloc(count * eb, BufferClass::kWorkspace));
   int64_t at = 0;
   for (int id : op.writes) {
-    be.copy(packed + at, ptr(id), elements_[id] * sizeof(float));
+    be.copy(packed + at * eb, ptr(id), elements_[id] * eb);
     at += elements_[id];
   }
   if (at != count) throw Error("runtime.program", op.name + ": payload is not its buffers");
-  on_complete_[op.id] = [this, packed, ids = op.writes] {
+  on_complete_[op.id] = [this, packed, eb, ids = op.writes] {
     int64_t off = 0;
     for (int id : ids) {
-      be.copy(ptr(id), packed + off, elements_[id] * sizeof(float));
+      be.copy(ptr(id), packed + off * eb, elements_[id] * eb);
       off += elements_[id];
     }
     be.free(packed);
   };
   after_kernels(comm);
-  return comm.iall_reduce(packed, count, kCommDtype);
+  return comm.iall_reduce(packed, count, dt);
 }
 
 // reads -> writes, or in place (this rank's block of the writes); a dispatch gather without
 // expert parallelism first trades the routed rows' counts.
-Request Executor::Impl::start_all_gather(const Op& op, Communicator& comm, int64_t count) {
+Request Executor::Impl::start_all_gather(const Op& op, Communicator& comm, int64_t count,
+                                         Dtype dt) {
   if (plan.ep == 1 && op.role == OpRole::kDispatchGather) gather_counts(op, comm);
   const int me = comm.index();
   Flat src = flat(op.reads), dst = flat(op.writes);
-  const void* send = src.base == dst.base ? dst.f(int64_t{me} * count) : src.base;
+  const void* send = src.base == dst.base ? dst.at(int64_t{me} * count) : src.base;
   after_kernels(comm);
-  return comm.iall_gather(send, dst.base, count, kCommDtype);
+  return comm.iall_gather(send, dst.base, count, dt);
 }
 
 // reads -> writes, or in place (into this rank's block); ZeRO 2/3 fold the shard reduced so far.
-Request Executor::Impl::start_reduce_scatter(const Op& op, Communicator& comm, int64_t count) {
+Request Executor::Impl::start_reduce_scatter(const Op& op, Communicator& comm, int64_t count,
+                                             Dtype dt) {
   const int me = comm.index();
   Flat src = flat(op.reads), dst = flat(op.writes);
+  const Dtype stored = prog.buffers[op.writes[0]].dtype;
+  const int n = comm.size();
   if (src.base == dst.base) {
+    if (dt != stored) {
+      // Gradients reduced in a narrower dtype: the whole input rounded, this rank's block back.
+      void* staging = stage_narrow(op, src.base, count * n, stored, dt);
+      unstage_on_complete(op, staging, int64_t{me} * count, src.at(int64_t{me} * count), count,
+                          stored, dt);
+      after_kernels(comm);
+      const auto eb = static_cast<int64_t>(dtype_bytes(dt));
+      return comm.ireduce_scatter(staging, static_cast<char*>(staging) + me * count * eb, count,
+                                  dt);
+    }
     after_kernels(comm);
-    return comm.ireduce_scatter(src.base, src.f(int64_t{me} * count), count, kCommDtype);
+    return comm.ireduce_scatter(src.base, src.at(int64_t{me} * count), count, dt);
   }
   const Buffer& out = prog.buffers[op.writes[0]];
   if (out.persistent && out.cls == BufferClass::kGrad) {
@@ -404,40 +490,48 @@ Request Executor::Impl::start_reduce_scatter(const Op& op, Communicator& comm, i
     float* mine = src.f(int64_t{me} * count);
     be.residual_forward(mine, nullptr, mine, dst.f(), nullptr, 1, count, 0.0f, 0);
   }
+  if (dt != stored) {
+    void* staging = stage_narrow(op, src.base, count * n, stored, dt);
+    unstage_on_complete(op, staging, int64_t{me} * count, dst.base, count, stored, dt);
+    after_kernels(comm);
+    const auto eb = static_cast<int64_t>(dtype_bytes(dt));
+    return comm.ireduce_scatter(staging, static_cast<char*>(staging) + me * count * eb, count, dt);
+  }
   after_kernels(comm);
-  return comm.ireduce_scatter(src.base, dst.base, count, kCommDtype);
+  return comm.ireduce_scatter(src.base, dst.base, count, dt);
 }
 
 // To the next pipeline stage (or peer_stage on), or along the context-parallel ring.
-Request Executor::Impl::start_send(const Op& op, Communicator& comm, int64_t count) {
+Request Executor::Impl::start_send(const Op& op, Communicator& comm, int64_t count, Dtype dt) {
   const int buf = op.reads.at(0);
   const void* data = ptr(buf);
+  const auto eb = static_cast<int64_t>(dtype_bytes(dt));
   if (op.group == Group::kCp && prog.buffers[buf].role == BufferRole::kQkv) {
     // Ring attention passes K and V of the local chunk: pack them out of the fused QKV.
     const int64_t kv_width = count / T, qkv_cols = elements_[buf] / T;
-    auto* staged = static_cast<float*>(be.alloc(count * sizeof(float), BufferClass::kWorkspace));
-    pack_kv(fptr(buf), staged, qkv_cols - kv_width, kv_width);
+    void* staged = be.alloc(count * eb, BufferClass::kWorkspace);
+    pack_kv(ptr(buf), staged, qkv_cols - kv_width, kv_width, eb);
     scratch_.push_back(staged);
     data = staged;
   } else if (elements_[buf] > count) {
     // Megatron's pipeline scatter: each tensor-parallel rank sends its 1/tp of the rows.
-    data = fptr(buf) + int64_t{tp_idx} * count;
+    data = static_cast<const char*>(ptr(buf)) + int64_t{tp_idx} * count * eb;
   }
   // Ring attention: the next rank, or peer_stage ranks on (core/lower.h).
   const int ahead = op.peer_stage > 0 ? op.peer_stage : 1;
   const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
                                           : comms.groups()[Group::kCp].ring(ahead);
   after_kernels(comm);
-  return comm.isend(data, count, peer, op.tag, kCommDtype);
+  return comm.isend(data, count, peer, op.tag, dt);
 }
 
 // From the previous pipeline stage (or peer_stage back), or along the context-parallel ring.
-Request Executor::Impl::start_recv(const Op& op, Communicator& comm, int64_t count) {
+Request Executor::Impl::start_recv(const Op& op, Communicator& comm, int64_t count, Dtype dt) {
   const int back = op.peer_stage > 0 ? op.peer_stage : 1;
   const int peer = op.group == Group::kPp ? comms.pp_peer(op.peer_stage)
                                           : comms.groups()[Group::kCp].ring(-back);
   after_kernels(comm);
-  return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, kCommDtype);
+  return comm.irecv(ptr(op.writes.at(0)), count, peer, op.tag, dt);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,6 +606,7 @@ void Executor::Impl::run_adamw(const Op& op) {
     v = opt + n;
   }
   if (!scale_ready_) {
+    ensure_scalars();
     if (cfg->skip_on_overflow) {
       float sumsq = 0;
       be.copy(&sumsq, sumsq_, sizeof(float));  // a device-to-host sync, as Megatron's found_inf
@@ -545,7 +640,10 @@ void Executor::Impl::after_complete(const Op& op) {
   }
   // The reduced sum of squares outlives its buffer: AdamW ops on the host do not read it.
   for (int w : op.writes)
-    if (w == grad_norm_buffer_) be.copy(sumsq_, ptr(w), sizeof(float));
+    if (w == grad_norm_buffer_) {
+      ensure_scalars();
+      be.copy(sumsq_, ptr(w), sizeof(float));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -893,16 +991,16 @@ void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {
   ep_.clear();
   gathered_.clear();
   elements_ = nominal_elements_;
-  be.zero(sumsq_, sizeof(float));
   live_touches_.resize(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) live_touches_[u] = units_[u].touches;
   // Gradients accumulate over micro-batches: zero them.
   for (const ParamBucket& b : prog.buckets) {
     if (!b.grads.empty()) {
       Flat g = flat(b.grads);
-      be.zero(g.base, static_cast<size_t>(g.elements) * sizeof(float));
+      be.zero(g.base, static_cast<size_t>(g.elements * g.eb));
     }
-    if (b.grad_shard >= 0) be.zero(ptr(b.grad_shard), b.shard * sizeof(float));
+    if (b.grad_shard >= 0)
+      be.zero(ptr(b.grad_shard), b.shard * dtype_bytes(prog.buffers[b.grad_shard].dtype));
   }
 }
 
@@ -922,13 +1020,15 @@ void Executor::Impl::run_local(const Op& op) {
       run_cast(op);
       break;
     default:
-      run_compute(op);
+      run_widened(op);
   }
 }
 
 void Executor::Impl::end_step(StepResult& res) {
   float sumsq = 0;
-  be.copy(&sumsq, sumsq_, sizeof(float));
+  if (sumsq_ != nullptr) be.copy(&sumsq, sumsq_, sizeof(float));
+  be.free(sumsq_);
+  sumsq_ = scale_ = nullptr;
   res.grad_norm = std::sqrt(static_cast<double>(sumsq)) / cfg->loss_scale;
   res.overflow = !std::isfinite(sumsq);
   cfg = nullptr;

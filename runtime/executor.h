@@ -15,6 +15,16 @@
 // constructor and live as long as the Executor; the trainer fills and reads them
 // (runtime/param_init.h, runtime/checkpoint.h) through host copies (runtime/host_staging.h):
 // data() is device memory, which host code must not dereference.
+//
+// Mixed precision (plan.precision bf16 or fp16), as Megatron and torch AMP run it: the Program's
+// parameters, activations and their gradients are 16-bit buffers, the parameters' gradients fp32
+// (Megatron's main_grad), the fp32 master weights and Adam moments in the optimizer state, and
+// the step's cast op rounds the updated masters into the 16-bit weights. The kernels compute in
+// fp32: each op's 16-bit operands are widened into fp32 for the op and what it wrote is rounded
+// back to nearest even (Backend::alloc_widened, counted apart from device_memory(), so that the
+// measured peak is the Program's buffers at their stored dtype, as liveness predicts). Transfers
+// move each buffer's dtype; data-parallel gradient reductions the plan's grad_reduce_dtype (fp32,
+// or bf16 rounded from the fp32 gradients and widened back).
 #pragma once
 
 #include <cstdint>

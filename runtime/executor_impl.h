@@ -17,7 +17,10 @@ namespace parasol::runtime {
 struct Flat {
   void* base = nullptr;
   int64_t elements = 0;  // the block's padded size for a block
+  int64_t eb = 4;        // bytes per element (the buffers' dtype)
   float* f(int64_t offset = 0) const { return static_cast<float*>(base) + offset; }
+  // Element `offset` of any dtype.
+  char* at(int64_t offset) const { return static_cast<char*>(base) + offset * eb; }
 };
 
 // MoE routing of one micro-batch of one layer, recovered from the router probabilities.
@@ -96,6 +99,9 @@ struct Executor::Impl {
   void run_local(const Op& op);  // a compute, copy or optimizer op, issued on the calling thread
 
   // ---- Compute ops (executor_ops.cc): a short switch over op kinds, one function per kind.
+  // Mixed precision: the kernels compute in fp32; run_widened gives run_compute fp32 views of
+  // op's bf16 / fp16 buffers (Backend::alloc_widened) and rounds what it wrote back.
+  void run_widened(const Op& op);
   void run_compute(const Op& op);
   void run_embedding(const Op& op);      // token (and learned position) embedding
   void run_cross_entropy(const Op& op);  // vocabulary-parallel cross-entropy and the loss
@@ -122,14 +128,24 @@ struct Executor::Impl {
   int with_role(const std::vector<int>& ids, BufferRole role) const;
 
   // ---- Communication (executor.cc): a short switch over op kinds, one function per kind.
+  // The dtype op moves: its buffer's, but a data-parallel gradient reduction's is the plan's
+  // grad_reduce_dtype (the lowering's op.bytes count that dtype).
+  Dtype comm_dtype(const Op& op) const;
+  // A data-parallel gradient reduction in a dtype narrower than the gradients' (bf16 over fp32
+  // gradients, Megatron's grad_reduce_in_bf16): `n` elements at `src` rounded into a staging
+  // buffer, which the reduction runs on; `finish` (run when it completes) widens the result
+  // from the staging's element `from` into `dst` and frees the staging.
+  void* stage_narrow(const Op& op, const void* src, int64_t n, Dtype src_dt, Dtype dt);
+  void unstage_on_complete(const Op& op, void* staging, int64_t from, void* dst, int64_t n,
+                           Dtype dst_dt, Dtype dt);
   Request start_comm(const Op& op);
-  Request start_all_reduce(const Op& op, Communicator& comm, int64_t count);
+  Request start_all_reduce(const Op& op, Communicator& comm, int64_t count, Dtype dt);
   // Buffers of several buckets (the SP norm gradients): packed, reduced, unpacked on completion.
-  Request start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count);
-  Request start_all_gather(const Op& op, Communicator& comm, int64_t count);
-  Request start_reduce_scatter(const Op& op, Communicator& comm, int64_t count);
-  Request start_send(const Op& op, Communicator& comm, int64_t count);
-  Request start_recv(const Op& op, Communicator& comm, int64_t count);
+  Request start_packed_all_reduce(const Op& op, Communicator& comm, int64_t count, Dtype dt);
+  Request start_all_gather(const Op& op, Communicator& comm, int64_t count, Dtype dt);
+  Request start_reduce_scatter(const Op& op, Communicator& comm, int64_t count, Dtype dt);
+  Request start_send(const Op& op, Communicator& comm, int64_t count, Dtype dt);
+  Request start_recv(const Op& op, Communicator& comm, int64_t count, Dtype dt);
   Request start_all_to_all(const Op& op);  // executor_ops.cc (MoE token exchange)
   // Makes comm's next transfers wait for the kernels issued so far (Backend::record_fence).
   void after_kernels(Communicator& comm);
@@ -137,10 +153,15 @@ struct Executor::Impl {
   // ---- Helpers of the compute and communication ops.
   // K | V of a fused QKV buffer [T x (q_cols + kv_width)] packed into [T x kv_width] (the
   // layout of the ring's chunks: each row its keys then its values).
-  void pack_kv(const float* qkv, float* kv, int64_t q_cols, int64_t kv_width);
+  void pack_kv(const void* qkv, void* kv, int64_t q_cols, int64_t kv_width, int64_t eb = 4);
   // dst[r][0, cols) = src[r][0, cols) for r < rows, rows ld_dst and ld_src elements apart.
   void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
-                 int64_t cols);
+                 int64_t cols) {
+    copy_rows_of(dst, ld_dst, src, ld_src, rows, cols, sizeof(float));
+  }
+  // The same for elements of `eb` bytes.
+  void copy_rows_of(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, int64_t rows,
+                    int64_t cols, int64_t eb);
   // Multi-head latent attention: Q | K | V of this rank's heads from q_up, kv_up and the rotary
   // key (RoPE applied), and the backward (executor_ops.cc).
   void mla_pack(const Op& op);
@@ -210,8 +231,10 @@ struct Executor::Impl {
   std::unordered_map<int64_t, std::vector<std::vector<int64_t>>> gathered_;
   void gather_counts(const Op& op, Communicator& comm);  // executor_ops.cc
   std::vector<int64_t> nominal_elements_;  // elements_ as lowered (region buffers vary)
-  float* sumsq_ = nullptr;  // device scalar: the grad norm's sum of squares, once reduced
-  float* scale_ = nullptr;  // device scalar: the clip scale
+  // Device scalars from the step's gradient norm to its end (ensure_scalars(); zeroed there).
+  float* sumsq_ = nullptr;  // the grad norm's sum of squares, once reduced
+  float* scale_ = nullptr;  // the clip scale
+  void ensure_scalars();
   bool scale_ready_ = false;
   bool skip_update_ = false;  // this step's gradients overflowed and skip_on_overflow is set
   int grad_norm_buffer_ = -1;

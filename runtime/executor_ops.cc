@@ -92,7 +92,7 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
     recv[j] = (to_experts ? x.recv_rows[j] : x.send_rows[j]) * h;
   }
   after_kernels(comm);
-  return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, Dtype::kFp32);
+  return comm.iall_to_all_v(ptr(op.reads.at(0)), send, ptr(out), recv, prog.buffers[out].dtype);
 }
 
 // The routed rows of every member of the experts' tensor-parallel group, gathered in member
@@ -204,6 +204,54 @@ void Executor::Impl::mla_unpack(const Op& op) {
 // ---------------------------------------------------------------------------------------------
 // The compute ops: a short switch over op kinds, one function per kind below.
 
+// Mixed precision as Megatron and torch AMP run it: tensors stored in bf16 / fp16, math in
+// fp32. The kernels compute in fp32, so each 16-bit buffer op touches is widened into fp32 for the
+// op (Backend::alloc_widened, counted apart from the Program's buffers), and each one op writes
+// is rounded back to nearest even once the op is done: every stored value is rounded once, every
+// product and sum inside a kernel accumulates in fp32 (a GPU's bf16 GEMM with fp32
+// accumulation). Buffers an op writes are widened too: some kernels accumulate into them.
+void Executor::Impl::run_widened(const Op& op) {
+  struct View {
+    int id;
+    void* stored;
+    float* wide;
+    Dtype dt;
+    bool written;
+  };
+  std::vector<View> views;
+  auto widen = [&](int id, bool written) {
+    const Dtype dt = prog.buffers[id].dtype;
+    if ((dt != Dtype::kBf16 && dt != Dtype::kFp16) || ptr_[id] == nullptr) return;
+    for (View& v : views)
+      if (v.id == id) {
+        v.written = v.written || written;
+        return;
+      }
+    const int64_t n = elements_[id];
+    auto* wide = static_cast<float*>(be.alloc_widened(static_cast<size_t>(n) * sizeof(float)));
+    be.cast(wide, Dtype::kFp32, ptr_[id], dt, n);
+    views.push_back({id, ptr_[id], wide, dt, written});
+    ptr_[id] = wide;
+  };
+  for (int r : op.reads) widen(r, false);
+  for (int w : op.writes) widen(w, true);
+  if (views.empty()) return run_compute(op);
+  auto restore = [&](bool store) {
+    for (const View& v : views) {
+      if (store && v.written) be.cast(v.stored, v.dt, v.wide, Dtype::kFp32, elements_[v.id]);
+      ptr_[v.id] = v.stored;
+      be.free_widened(v.wide);
+    }
+  };
+  try {
+    run_compute(op);
+  } catch (...) {
+    restore(false);
+    throw;
+  }
+  restore(true);
+}
+
 void Executor::Impl::run_compute(const Op& op) {
   switch (op.kind) {
     case OpKind::kEmbedding:
@@ -279,11 +327,12 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
   const float* row_max = R(op, 3);
   std::vector<float> loss(static_cast<size_t>(T));
   std::vector<int32_t> lab(static_cast<size_t>(T));
-  float* dev_loss = static_cast<float*>(be.alloc(T * sizeof(float), BufferClass::kWorkspace));
+  // The per-token losses go through the first T elements of dlogits (T x vocab_t, written in full
+  // by the softmax below): no memory beyond the Program's buffers.
+  float* dev_loss = W(op, 0);
   be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
   be.copy(loss.data(), dev_loss, T * sizeof(float));
   be.copy(lab.data(), labels, T * sizeof(int32_t));
-  be.free(dev_loss);
   for (int64_t t = 0; t < T; ++t)
     if (lab[t] >= 0) {
       result->loss_sum += loss[t];

@@ -20,7 +20,8 @@ class HostStaging {
   // part of it); otherwise it starts zeroed.
   HostStaging(const Executor& executor, Backend& backend, bool load);
 
-  // The host copy of buffer `id` (fp32, the buffer's elements), made on first use.
+  // The host copy of buffer `id` (fp32, the buffer's elements; bf16 / fp16 buffers widened on
+  // load and rounded to nearest even on store), made on first use.
   float* operator()(int id);
   // This staging as the BufferAccess of param_init.h and checkpoint.h.
   BufferAccess access();

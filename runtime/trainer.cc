@@ -25,6 +25,16 @@ void all_reduce_host(Communicator& comm, Backend& backend, std::span<float> valu
   backend.free(dev);
 }
 
+namespace {
+// fp16 trains with dynamic loss scaling (Megatron's default for --fp16 without --loss-scale,
+// torch AMP's GradScaler): its gradients underflow without it. bf16 has fp32's exponent range
+// and trains unscaled, as both frameworks do.
+LossScalerConfig scaling_for(const Plan& plan, LossScalerConfig c) {
+  if (plan.precision == Dtype::kFp16) c.enabled = true;
+  return c;
+}
+}  // namespace
+
 Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet& comms,
                  TrainerOptions options)
     : model_(model),
@@ -33,7 +43,7 @@ Trainer::Trainer(const Model& model, const Plan& plan, Backend& backend, CommSet
       comms_(comms),
       options_(std::move(options)),
       program_(lower_stage(model, plan_, comms.stage())),
-      scaler_(options_.loss_scaling) {
+      scaler_(scaling_for(plan_, options_.loss_scaling)) {
   executor_ = std::make_unique<Executor>(model_, plan_, program_, backend_, comms_);
   data_ = open_token_source(options_.data, model_.vocab, plan_.seq(model_), options_.seed);
   // The host fills the parameters in host copies (it cannot touch device memory on a GPU).

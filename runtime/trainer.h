@@ -29,7 +29,8 @@ struct TrainerOptions {
   float clip_norm = 1.0f;
   float dropout_p = 0.1f;    // where the model has dropout
   int keep_checkpoints = 0;  // step directories a save keeps (the newest ones); 0: all
-  // Dynamic loss scaling (fp16 training): a step whose gradients overflow is skipped.
+  // Dynamic loss scaling (fp16 training): a step whose gradients overflow is skipped. Always on
+  // for fp16 plans (the config's factors and intervals apply); off by default otherwise.
   LossScalerConfig loss_scaling;
   // Fault injection (tests): the steps (1-based) whose loss gradient gets an +inf on this rank.
   std::vector<int64_t> inject_overflow_steps;

@@ -256,7 +256,8 @@ Runner add_run(CLI::App& app) {
   return [=]() {
     MpiSession mpi;
     SpecOptions so = *o;
-    // The CPU runtime computes in fp32.
+    // fp32 unless --precision says otherwise: bf16 / fp16 run mixed precision (16-bit storage,
+    // fp32 math, master weights and Adam moments; fp16 with dynamic loss scaling).
     if (!so.precision) so.precision = "fp32";
     if (so.gpus == 0 && !so.plan_file.empty()) so.gpus = 0;
     int code = 0;

@@ -11,7 +11,9 @@
 
 namespace parasol::runtime {
 
-bool comm_supports(Dtype d) { return d == Dtype::kFp32 || d == Dtype::kTf32 || d == Dtype::kBf16; }
+bool comm_supports(Dtype d) {
+  return d == Dtype::kFp32 || d == Dtype::kTf32 || d == Dtype::kBf16 || d == Dtype::kFp16;
+}
 
 int comm_elem_bytes(Dtype d) {
   switch (d) {
@@ -19,12 +21,13 @@ int comm_elem_bytes(Dtype d) {
     case Dtype::kTf32:
       return 4;
     case Dtype::kBf16:
+    case Dtype::kFp16:
       return 2;
     default:
       break;
   }
   throw Error("dtype", std::string(dtype_name(d)) + " is not supported by the communicators " +
-                           "(fp32, tf32, bf16)");
+                           "(fp32, tf32, bf16, fp16)");
 }
 
 int64_t comm_count(OpKind kind, double bytes, Dtype dtype, int group_size) {
@@ -118,7 +121,7 @@ void Communicator::fail(const std::string& what, const std::string& reason) cons
 
 void Communicator::check_dtype(Dtype dtype) const {
   if (!comm_supports(dtype))
-    fail("dtype", std::string(dtype_name(dtype)) + " is not supported (fp32, tf32, bf16)");
+    fail("dtype", std::string(dtype_name(dtype)) + " is not supported (fp32, tf32, bf16, fp16)");
 }
 
 void Communicator::check_count(int64_t count, const char* what) const {

@@ -20,6 +20,7 @@
 #include "runtime/comm/groups.h"
 #include "runtime/comm/idle_wait.h"
 #include "runtime/device_access.h"
+#include "runtime/tensor.h"
 
 namespace parasol::runtime {
 
@@ -49,11 +50,26 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
 
+// ---- fp16: summed in fp32 and rounded to nearest even (runtime/tensor.h's conversions). ------
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = fp32_to_fp16(fp16_to_fp32(a[i]) + fp16_to_fp32(b[i]));
+}
+
 MPI_Datatype mpi_type(Dtype d) {
   return comm_elem_bytes(d) == 2 ? MPI_UINT16_T : MPI_FLOAT;  // checked dtypes only
 }
 
 MPI_Op sum_op(Dtype d) {
+  if (d == Dtype::kFp16) {
+    static MPI_Op half = [] {
+      MPI_Op o;
+      MPI_Op_create(&fp16_sum, /*commute=*/1, &o);
+      return o;
+    }();
+    return half;
+  }
   if (d != Dtype::kBf16) return MPI_SUM;
   static MPI_Op op = [] {
     MPI_Op o;

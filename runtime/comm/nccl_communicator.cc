@@ -92,6 +92,7 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
 }
 
 ncclDataType_t nccl_type(Dtype d) {
+  if (d == Dtype::kFp16) return ncclFloat16;
   return comm_elem_bytes(d) == 2 ? ncclBfloat16 : ncclFloat32;  // checked dtypes only
 }
 

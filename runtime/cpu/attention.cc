@@ -4,8 +4,11 @@
 // cpu::sgemm; under the causal mask a block only touches the keys its rows see: from the first
 // row's first key to the last row's last). The forward writes the log-sum-exp per query, so the
 // backward (and a later ring step, `accumulate`) need neither the probabilities nor the scores;
-// dropout masks are re-drawn from the seed (runtime/tensor.h).
+// dropout masks are re-drawn from the seed (runtime/tensor.h). Memory: the scratch is one block's
+// scores, kBlock x seq_kv (three such in the backward), so O(sequence) per call, never the
+// seq_q x seq_kv probabilities (attention_scratch_peak() reports it; the tests bound it at 8k).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -20,6 +23,15 @@ namespace parasol::runtime {
 namespace {
 
 constexpr int64_t kBlock = 128;  // query rows per block
+
+// The largest scratch (bytes) one attention call has held, over the process (atomic: ranks are
+// processes, but tests may call from threads).
+std::atomic<int64_t> g_scratch_peak{0};
+void note_scratch(int64_t bytes) {
+  int64_t seen = g_scratch_peak.load();
+  while (bytes > seen && !g_scratch_peak.compare_exchange_weak(seen, bytes)) {
+  }
+}
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void check(const AttentionDims& d) {
@@ -102,6 +114,7 @@ void CpuBackend::attention_forward(const AttentionDims& d, float* out, float* ls
   const uint32_t threshold = dropout_threshold(d.dropout_p);
   const float keep_scale = 1.0f / (1.0f - d.dropout_p);
   std::vector<float> s(kBlock * std::max<int64_t>(Skv, 1)), o(kBlock * Dv), row_lse(kBlock);
+  note_scratch(static_cast<int64_t>((s.size() + o.size() + row_lse.size()) * sizeof(float)));
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const Head hd = head_at(d, q, k, v, b, h);
@@ -179,6 +192,8 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
   }
   const int64_t width = std::max<int64_t>(Skv, 1);
   std::vector<float> p(kBlock * width), pd(kBlock * width), dp(kBlock * width), delta(kBlock);
+  note_scratch(
+      static_cast<int64_t>((p.size() + pd.size() + dp.size() + delta.size()) * sizeof(float)));
   for (int64_t b = 0; b < d.batch; ++b) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const Head hd = head_at(d, q, k, v, b, h);
@@ -242,5 +257,8 @@ void CpuBackend::attention_backward(const AttentionDims& d, float* dq, float* dk
     }
   }
 }
+
+int64_t CpuBackend::attention_scratch_peak() { return g_scratch_peak.load(); }
+void CpuBackend::reset_attention_scratch_peak() { g_scratch_peak.store(0); }
 
 }  // namespace parasol::runtime

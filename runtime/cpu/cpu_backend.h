@@ -72,6 +72,10 @@ class CpuBackend final : public Backend {
                           const float* dout, const float* q, const float* k, const float* v,
                           const float* out, const float* lse, const float* probs,
                           bool accumulate_dq, bool accumulate_dkv) override;
+  // The largest scratch one attention call (forward or backward) has held in this process, in
+  // bytes (kernel-private memory, not the Backend's): O(seq_kv) per call, see attention.cc.
+  static int64_t attention_scratch_peak();
+  static void reset_attention_scratch_peak();
 
   void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
             int64_t head_dim, double theta, bool inverse) override;

@@ -3,11 +3,16 @@
 // cblas_sgemm rate measured in the same process (BM_SgemmBaseline, a GEMM of the model's FC1
 // shape). Counters: steps/s; GFLOP/s of the step (Megatron convention: 3 x forward FLOPs, with
 // the attention term at sequence 64); sgemm_fraction = that rate / the sgemm baseline's.
-//   build/tests/bench/train_step_bench
+// BM_Gpt2TrainStepPrecision: the same step (flash attention) in fp32 and in mixed precision
+// (bf16 storage, fp32 math and master weights) side by side: s/step, the step's peak device
+// memory (the Program's buffers at their stored dtype, MiB) and the peak of the fp32 operands
+// widened for the kernels (Backend::widened_memory, MiB).
+//   build/tests/bench/train_step_bench [--benchmark_filter=Precision]
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -70,6 +75,40 @@ BENCHMARK(BM_Gpt2TrainStep)
     ->Arg(1)
     ->Arg(0)
     ->ArgName("flash")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(5.0)
+    ->UseRealTime();
+
+void BM_Gpt2TrainStepPrecision(benchmark::State& state) {
+  const Model m = model_preset("gpt2-124m");
+  Plan plan;
+  plan.global_batch = kBatch;
+  plan.micro_batch = kBatch;
+  plan.seq_len = kSeq;
+  plan.precision = state.range(0) != 0 ? Dtype::kBf16 : Dtype::kFp32;
+  plan.flash_attention = true;
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CpuBackend backend(0);
+  Trainer trainer(m, plan, backend, *comms, TrainerOptions{});
+  trainer.step();  // warm-up: first touches of the memory
+  double seconds = 0;
+  int64_t steps = 0, peak = 0;
+  for (auto _ : state) {
+    StepStats s = trainer.step();
+    seconds += s.seconds;
+    peak = std::max(peak, s.peak_bytes);
+    ++steps;
+  }
+  state.SetLabel(dtype_name(plan.precision));
+  state.counters["s/step"] = seconds / steps;
+  state.counters["peak_MiB"] = static_cast<double>(peak) / (1 << 20);
+  state.counters["widened_MiB"] =
+      static_cast<double>(backend.widened_memory().peak_total) / (1 << 20);
+}
+BENCHMARK(BM_Gpt2TrainStepPrecision)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("bf16")
     ->Unit(benchmark::kMillisecond)
     ->MinTime(5.0)
     ->UseRealTime();

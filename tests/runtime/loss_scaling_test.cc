@@ -176,6 +176,40 @@ TEST(LossScaling, ACheckpointKeepsTheScalerAndTheOptimizerStep) {
   quiet_barrier();
 }
 
+// fp16 plans (16-bit storage, fp32 masters) scale the loss by themselves, with the options'
+// scaler config even where it says disabled (Megatron's --fp16 without --loss-scale): the scale
+// starts at the configured 2^10, an overflow injected on one rank of dp 2 skips the step on both
+// and halves it, and the losses of the steps that trained stay within fp16's reach of the fp32
+// run of the same batches: 2 % (fp16 keeps 11 significant bits, u = 2^-11; the runs differ only
+// by rounding and share data and initialisation).
+TEST(LossScaling, Fp16PlansScaleTheLossByThemselves) {
+  TrainerOptions o = options(false);
+  if (world_rank() == 1) o.inject_overflow_steps = {3};
+  Plan half = plan_of(2);
+  half.precision = Dtype::kFp16;
+  const auto got = train(half, o, MPI_COMM_WORLD, [](Trainer& t, auto& out) { steps(t, out, 5); });
+  TrainerOptions plain = options(false);
+  const auto ref = train(plan_of(2), plain, MPI_COMM_WORLD, [](Trainer& t, auto& out) {
+    steps(t, out, 2);
+    t.skip_step();
+    steps(t, out, 2);
+  });
+  if (world_rank() == 0) {
+    ASSERT_EQ(got.size(), 5u);
+    ASSERT_EQ(ref.size(), 4u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].skipped, i == 2) << "step " << i + 1;
+      EXPECT_EQ(got[i].loss_scale, i <= 2 ? 1024.0 : 512.0) << "step " << i + 1;
+      EXPECT_TRUE(std::isfinite(got[i].loss));
+    }
+    const std::vector<size_t> same_step = {0, 1, 3, 4};
+    for (size_t k = 0; k < ref.size(); ++k)
+      EXPECT_NEAR(got[same_step[k]].loss, ref[k].loss, 0.02 * ref[k].loss)
+          << "step " << same_step[k] + 1;
+  }
+  quiet_barrier();
+}
+
 }  // namespace
 }  // namespace parasol::runtime
 

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -404,6 +405,23 @@ TEST_F(MpiTest, Bf16SumRoundsToNearestEven) {
                              fp32_to_bf16(first ? 0.5f : 0.25f)};
   set->tp().all_reduce(h.data(), 3, Dtype::kBf16);
   EXPECT_EQ(h, to_bf16(std::vector<float>{256.0f, 260.0f, 0.75f}));
+}
+
+TEST_F(MpiTest, Fp16SumRoundsToNearestEven) {
+  // binary16 has 11 significant bits: 2048 + 1 = 2049 and 2048 + 3 = 2051 are ties between
+  // representable neighbours 2 apart, which round to the even significand: 2048 and 2052;
+  // 60000 + 10000 overflows the largest half (65504) to +inf; 0.5 + 0.25 is exact.
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto set = make_mpi_comm_set(make_plan(2, 1, 1, world_size() / 2, 1));
+  const bool first = set->tp().index() == 0;
+  std::vector<uint16_t> h = {
+      fp32_to_fp16(first ? 2048.0f : 1.0f), fp32_to_fp16(first ? 2048.0f : 3.0f),
+      fp32_to_fp16(first ? 0.5f : 0.25f), fp32_to_fp16(first ? 60000.0f : 10000.0f)};
+  set->tp().all_reduce(h.data(), 4, Dtype::kFp16);
+  EXPECT_EQ(fp16_to_fp32(h[0]), 2048.0f);
+  EXPECT_EQ(fp16_to_fp32(h[1]), 2052.0f);
+  EXPECT_EQ(fp16_to_fp32(h[2]), 0.75f);
+  EXPECT_TRUE(std::isinf(fp16_to_fp32(h[3])));
 }
 
 // ---- Point to point ----------------------------------------------------------------------------

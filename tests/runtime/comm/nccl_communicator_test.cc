@@ -354,7 +354,7 @@ TEST(NcclRequests, TestPollsToCompletion) {
 
 TEST(NcclRequests, ArgumentErrorsThrowBeforeSending) {
   DeviceBuf buf(16, Dtype::kFp32);
-  EXPECT_THROW(world().iall_reduce(buf.data(), 16, Dtype::kFp16), Error);
+  EXPECT_THROW(world().iall_reduce(buf.data(), 16, Dtype::kFp8), Error);
   EXPECT_THROW(world().iall_reduce_max(buf.data(), 8, Dtype::kBf16), Error);
   EXPECT_THROW(world().isend(buf.data(), 16, world_size(), 0, Dtype::kFp32), Error);
   EXPECT_THROW(world().ibroadcast(buf.data(), 16, -1, Dtype::kFp32), Error);

@@ -533,3 +533,74 @@ TEST(Attention, ValueHeadsOfTheirOwnWidth) {
 
 }  // namespace
 }  // namespace parasol::runtime
+
+namespace parasol::runtime {
+namespace {
+
+using test::cpu;
+
+// At 8k tokens (one causal head of 64 dims) the kernels' scratch is O(sequence): one block of
+// 128 query rows against the keys (the forward's scores; the backward's P, its dropped copy and
+// dP), never the 8k x 8k probabilities (268 MB per head in fp32). Bound: 3 x 128 x 8192 fp32
+// scores plus 128 row scalars = 12.58 MB, and doubling the sequence from 4k doubles the scratch
+// (linear, not quadratic). The output rows checked against the double reference of their own
+// (first, middle and last queries); the backward runs at 8k with the same bound.
+TEST(Attention, ScratchIsLinearInTheSequenceAt8k) {
+  auto scratch_at = [](int64_t S, bool check_rows) {
+    AttentionDims d;
+    d.batch = 1;
+    d.seq_q = d.seq_kv = S;
+    d.heads = d.kv_heads = 1;
+    d.head_dim = 64;
+    d.ld_q = d.ld_kv = d.ld_o = 64;
+    d.causal = true;
+    std::vector<float> q(S * 64), k(S * 64), v(S * 64), out(S * 64), lse(S), dout(S * 64);
+    uint64_t state = 7;
+    auto next = [&] {
+      state = mix64(state);
+      return static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 2 - 1);
+    };
+    for (auto* t : {&q, &k, &v, &dout})
+      for (float& x : *t) x = next();
+    CpuBackend::reset_attention_scratch_peak();
+    cpu().attention_forward(d, out.data(), lse.data(), nullptr, q.data(), k.data(), v.data(),
+                            false);
+    if (check_rows) {
+      for (int64_t i : {int64_t{0}, S / 2 - 1, S - 1}) {
+        std::vector<double> s(i + 1);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int c = 0; c < 64; ++c) dot += double(q[i * 64 + c]) * k[j * 64 + c];
+          s[j] = dot / 8.0;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[j] - mx);
+        double worst = 0, scale = 0;
+        for (int c = 0; c < 64; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) o += std::exp(s[j] - mx) / sum * v[j * 64 + c];
+          worst = std::max(worst, std::fabs(o - out[i * 64 + c]));
+          scale = std::max(scale, std::fabs(o));
+        }
+        EXPECT_LE(worst, 1e-5 * std::max(scale, 1e-3)) << "row " << i;
+        EXPECT_NEAR(lse[i], mx + std::log(sum), 1e-5 * std::fabs(mx + std::log(sum))) << i;
+      }
+    }
+    std::vector<float> dq(S * 64), dk(S * 64), dv(S * 64);
+    cpu().attention_backward(d, dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                             v.data(), out.data(), lse.data(), nullptr, false, false);
+    for (float x : dq) EXPECT_TRUE(std::isfinite(x));
+    return CpuBackend::attention_scratch_peak();
+  };
+  const int64_t at4k = scratch_at(4096, false), at8k = scratch_at(8192, true);
+  const int64_t bound = (3 * 128 * 8192 + 128) * int64_t{sizeof(float)};
+  EXPECT_LE(at8k, bound);
+  EXPECT_GT(at8k, 0);
+  EXPECT_LE(at8k, 2 * at4k) << "scratch grew faster than the sequence";
+  EXPECT_GE(at8k, 2 * at4k - 2 * 128 * 4) << "scratch did not grow with the sequence";
+}
+
+}  // namespace
+}  // namespace parasol::runtime

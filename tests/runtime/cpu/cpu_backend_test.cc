@@ -85,6 +85,25 @@ TEST(CpuMemory, HostCountedApart) {
   EXPECT_EQ(b.device_memory().peak_total, 256);
 }
 
+// The fp32 views of 16-bit operands (mixed precision) are counted apart from the device memory
+// the Program's buffers use, and reset with the other peaks.
+TEST(CpuMemory, WidenedCountedApart) {
+  CpuBackend b;
+  void* d = b.alloc(200, BufferClass::kActivation);
+  void* w = b.alloc_widened(800);
+  EXPECT_EQ(b.device_memory().live_total, 200);
+  EXPECT_EQ(b.widened_memory().live_total, 800);
+  EXPECT_THROW(b.free(w), Error);  // not a device allocation
+  EXPECT_THROW(b.free_widened(d), Error);
+  b.free_widened(w);
+  EXPECT_EQ(b.widened_memory().live_total, 0);
+  EXPECT_EQ(b.widened_memory().peak_total, 800);
+  b.reset_peaks();
+  EXPECT_EQ(b.widened_memory().peak_total, 0);
+  EXPECT_EQ(b.device_memory().peak_total, 200);
+  b.free(d);
+}
+
 TEST(CpuMemory, ErrorsAndEdgeCases) {
   CpuBackend b;
   EXPECT_EQ(b.alloc(0, BufferClass::kParam), nullptr);
