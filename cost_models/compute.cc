@@ -84,14 +84,46 @@ double linear_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
   return t;
 }
 
+namespace {
+// Throughput at head dim `d` relative to head dim 128: log-linear in log2(d) through the
+// figures at 64 and 256, held beyond them.
+double head_dim_factor(const Profile::AttentionShape& sh, int64_t d) {
+  if (d <= 0) return 1;
+  const double t = std::clamp(std::log2(static_cast<double>(d)) - 7.0, -1.0, 1.0);
+  return t < 0 ? std::pow(sh.head_dim_64, -t) : std::pow(sh.head_dim_256, t);
+}
+// Fraction of the plateau a pass reaches with `s` keys per query row, masked or not.
+double row_factor(const Profile::AttentionShape& sh, double s, bool causal) {
+  const double half = causal ? sh.causal_s_half : sh.s_half;
+  return (causal ? sh.causal_plateau : 1.0) * (s > 0 ? s / (s + half) : 1.0);
+}
+}  // namespace
+
+double attention_efficiency(const Profile& prof, const AttnShape& a, bool backward, int ring) {
+  const Profile::AttentionShape& sh = prof.attention_shape_of(a.kernel, backward);
+  const double base = prof.attention_eff(a.kernel, backward) * head_dim_factor(sh, a.head_dim);
+  if (!a.causal) return base * row_factor(sh, static_cast<double>(a.seq_kv), false);
+  if (ring > 1) {
+    // One causal step over the rank's chunk pair, ring - 1 unmasked steps against half as many
+    // keys; time adds, so rates combine harmonically.
+    const double chunk = static_cast<double>(a.seq_q);
+    const double diagonal = row_factor(sh, chunk, true),
+                 rectangle = row_factor(sh, chunk / 2, false);
+    return base / ((1.0 / diagonal + (ring - 1) / rectangle) / ring);
+  }
+  double s = static_cast<double>(a.seq_kv);
+  if (a.window > 0) s = std::min<double>(s, a.window);
+  return base * row_factor(sh, s, true);
+}
+
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttnShape& a) {
+                              const AttnShape& a, int ring) {
   const double eb = dtype_bytes(dtype);
   if (a.flash) {
     double flops = attention_flops(a);
     double io = eb * a.batch * a.seq_q * (2.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (2.0 * a.kv_heads * a.head_dim);
-    return std::max(flops / (dev.peak_flops(dtype) * prof.attention_eff(a.kernel, false)),
+    return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, false, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s;
   }
@@ -106,13 +138,13 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
 }
 
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttnShape& a) {
+                               const AttnShape& a, int ring) {
   const double eb = dtype_bytes(dtype);
   if (a.flash) {
     double flops = kFlashBackwardFlopRatio * attention_flops(a);
     double io = eb * a.batch * a.seq_q * (4.0 * a.heads * a.head_dim) +
                 eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);
-    return std::max(flops / (dev.peak_flops(dtype) * prof.attention_eff(a.kernel, true)),
+    return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, true, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s;
   }

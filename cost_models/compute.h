@@ -53,10 +53,23 @@ double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
 // attention_flops). a.flash: one fused kernel (FlashAttention-2 style, backward does 2.5x the
 // forward FLOPs); otherwise batched GEMMs plus materialised softmax (and dropout) passes over
 // the heads x seq_q x seq_kv score matrix (Megatron-LM 2022 style).
+//
+// `ring` > 1: the op is one step of a context-parallel ring of that many steps over a causal
+// sequence, laid out as the frameworks balance it (Megatron-Core / Transformer Engine and PyTorch
+// split the sequence into 2 x cp chunks, rank r holding chunks r and 2cp - 1 - r): one step of
+// `ring` attends to its own chunk pair under the causal mask, the others are unmasked rectangles
+// of its seq_q queries against half as many keys (Transformer Engine's "lower" steps; the "upper"
+// ones, half the queries against all keys, are no slower). The op is priced at the mean rate of
+// the ring's steps, so that `ring` of them take the ring's time.
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttnShape& a);
+                              const AttnShape& a, int ring = 1);
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttnShape& a);
+                               const AttnShape& a, int ring = 1);
+
+// Fraction of the dense peak a fused attention pass sustains on `a` (the Profile's plateau at the
+// sustained clock, moved by its AttentionShape figures: keys per query row, causal mask, head
+// dim; `ring` as above). A sliding window shortens a causal row to the window.
+double attention_efficiency(const Profile& prof, const AttnShape& a, bool backward, int ring = 1);
 
 // Bytes an AdamW step moves per parameter under the plan's precision `dtype` and optimizer
 // `state` dtype: the fused Adam kernel and the copy of the fp32 master into the low-precision

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/layer_shapes.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_link.h"
 #include "cost_models/moe_dispatch.h"
@@ -380,8 +381,12 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kAttention: {
       const AttnShape a = attention_shape(op);
       const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
-      return op.tags.phase == Phase::kBackward ? attention_backward_time(dev, prof_, dt, a)
-                                               : attention_forward_time(dev, prof_, dt, a);
+      // Under context parallelism every attention op is a step of the ring (core/lower_layer.cc),
+      // priced as the frameworks lay the causal sequence out over it (compute.h).
+      const int ring =
+          plan_.cp > 1 && a.causal ? context_ring_steps(plan_.cp, a.seq_q, a.window) : 1;
+      return op.tags.phase == Phase::kBackward ? attention_backward_time(dev, prof_, dt, a, ring)
+                                               : attention_forward_time(dev, prof_, dt, a, ring);
     }
     case OpKind::kAdamW: {
       double params =

@@ -95,15 +95,32 @@ Profile default_profile(const DeviceSpec& d) {
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.709;
     // HBM3 STREAM ~ 2.9-3.0 of 3.35 TB/s; fused kernels reach ~0.75-0.8.
     p.memory_efficiency = 0.78;
-    // FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608), H100 SXM5, head dim 128,
-    // bf16, sequence 16k: FlashAttention-2 335 TFLOP/s forward causal, ~322 backward
-    // non-causal (causal lower); cuDNN fused attention 539 forward causal (595 non-causal),
-    // 516 backward non-causal; FlashAttention-3 616 / 561. Causal figures are what training
-    // runs: cuDNN forward 539 / 989 = 0.545.
-    p.flash_forward_efficiency = 0.35;
-    p.flash_backward_efficiency = 0.28;
-    p.cudnn_forward_efficiency = 0.545;
-    p.cudnn_backward_efficiency = 0.48;
+    // Fused attention's plateau (long unmasked rows, head dim 128): FlashAttention-3 paper (Shah
+    // et al. 2024, arXiv 2407.08608), H100 SXM5 bf16, Fig. 5 (forward, bar labels) and Fig. 6
+    // (backward): the fits below reach cuDNN 620.6 / 541.9 and FlashAttention-2 377.0 / 329.1
+    // TFLOP/s forward / backward, of 989.
+    p.flash_forward_efficiency = 0.381;
+    p.flash_backward_efficiency = 0.333;
+    p.cudnn_forward_efficiency = 0.627;
+    p.cudnn_backward_efficiency = 0.548;
+    // Their shape (the curves' least-squares fits to those tables, 512-16k, b x s = 16k, 2048
+    // hidden, the FlashAttention convention: causal forward counts half the pairs, backward 2.5x):
+    // cuDNN forward unmasked 497..617..595 TFLOP/s -> 620.6 x s / (s + 111), max error 4.6 %;
+    // causal 315..539 -> 560.9 x s / (s + 387) (0.904 of the unmasked plateau), 2.5 %; backward
+    // unmasked (Fig. 6) 305..516 -> 541.9 x s / (s + 377), 2.9 %. FlashAttention-2 forward
+    // 309..370 -> 377 x s / (s + 104); causal 191..335 -> 350.5 x s / (s + 404) (0.930); backward
+    // 214..322 -> 329.1 x s / (s + 274). No causal backward is published per kernel on H100; the
+    // FlashAttention-2 paper's (Dao 2023, Fig. 4) H100 forward + backward, causal 163..328 TFLOP/s,
+    // less the FlashAttention-3 paper's forward gives its causal backward 154..325 -> 327.5 x s /
+    // (s + 582), 0.985 of the unmasked backward's plateau (332.6): taken for both kernels.
+    // Head dim at 16k, unmasked (Fig. 5): cuDNN 413 / 595 / 581 at 64 / 128 / 256 (0.694, 0.976),
+    // FlashAttention-2 324 / 370 / 326 (0.876, 0.881); backward (Fig. 6) at 64: cuDNN 433 / 516
+    // (0.839), FlashAttention-2 291 / 322 (0.904); no backward at 256 is published: the forward's.
+    using K = AttentionKernel;
+    p.attention_shape[static_cast<int>(K::kCudnn)] = {
+        {{111, 387, 0.904, 0.694, 0.976}, {377, 582, 0.985, 0.839, 0.976}}};
+    p.attention_shape[static_cast<int>(K::kFlash2)] = {
+        {{104, 404, 0.930, 0.876, 0.881}, {274, 582, 0.985, 0.904, 0.881}}};
     // nccl-tests on DGX H100 without NVLS: ~360 GB/s of 450 (0.8); NDR ~ 46 of 50 GB/s (0.92).
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX H100/H200: Intel Xeon Platinum 8480C hosts.
@@ -172,6 +189,12 @@ Profile default_profile(const DeviceSpec& d) {
 }
 
 namespace {
+// The JSON key of kernel k's (AttentionKernel) pass b (0 forward, 1 backward) shape figures.
+std::string attention_shape_key(int k, int b) {
+  return std::string(k == static_cast<int>(AttentionKernel::kCudnn) ? "cudnn" : "flash") +
+         (b ? "_backward" : "_forward");
+}
+
 // Fills `out` (rows x cols) from a JSON array of arrays of microseconds.
 template <size_t R, size_t C>
 void read_us_table(const JsonReader& r, const std::string& key,
@@ -262,6 +285,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
+                "attention_shape",
                 "host_memory_efficiency",
                 "gpu_speed_cv",
                 "error_bands"});
@@ -301,6 +325,23 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
       r.number_or("cudnn_backward_efficiency", p.cudnn_backward_efficiency, 0, 1);
+  if (r.has("attention_shape")) {
+    JsonReader a = r.object("attention_shape");
+    a.allow_only({"flash_forward", "flash_backward", "cudnn_forward", "cudnn_backward"});
+    for (int k = 0; k < 2; ++k)
+      for (int b = 0; b < 2; ++b) {
+        const std::string key = attention_shape_key(k, b);
+        if (!a.has(key)) continue;
+        JsonReader c = a.object(key);
+        c.allow_only({"s_half", "causal_s_half", "causal_plateau", "head_dim_64", "head_dim_256"});
+        Profile::AttentionShape& sh = p.attention_shape[k][b];
+        sh.s_half = c.number_or("s_half", sh.s_half, 0, 1e9);
+        sh.causal_s_half = c.number_or("causal_s_half", sh.causal_s_half, 0, 1e9);
+        sh.causal_plateau = c.number_or("causal_plateau", sh.causal_plateau, 1e-3, 2);
+        sh.head_dim_64 = c.number_or("head_dim_64", sh.head_dim_64, 1e-3, 4);
+        sh.head_dim_256 = c.number_or("head_dim_256", sh.head_dim_256, 1e-3, 4);
+      }
+  }
   if (r.has("nccl")) {
     if (r.raw("nccl").is_boolean()) {
       if (!r.boolean("nccl")) {
@@ -362,6 +403,18 @@ Json profile_to_json(const Profile& p) {
     if (p.gemm_efficiency_by_dtype[static_cast<int>(d)] > 0)
       by_dtype[dtype_name(d)] = p.gemm_efficiency_by_dtype[static_cast<int>(d)];
   if (!by_dtype.empty()) j["gemm_efficiency_by_dtype"] = by_dtype;
+  Json shapes = Json::object();
+  for (int k = 0; k < 2; ++k)
+    for (int b = 0; b < 2; ++b) {
+      const Profile::AttentionShape& sh = p.attention_shape[k][b];
+      if (sh.is_flat()) continue;
+      shapes[attention_shape_key(k, b)] = {{"s_half", sh.s_half},
+                                           {"causal_s_half", sh.causal_s_half},
+                                           {"causal_plateau", sh.causal_plateau},
+                                           {"head_dim_64", sh.head_dim_64},
+                                           {"head_dim_256", sh.head_dim_256}};
+    }
+  if (!shapes.empty()) j["attention_shape"] = shapes;
   if (p.measured_device) j["device_spec"] = device_spec_to_json(*p.measured_device);
   j["nccl"] = p.nccl ? nccl_tuning_to_json(*p.nccl) : Json(false);
   return j;

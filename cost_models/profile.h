@@ -74,6 +74,27 @@ struct Profile {
   double flash_backward_efficiency = 0.45;
   double cudnn_forward_efficiency = 0;
   double cudnn_backward_efficiency = 0;
+  // How a fused attention pass's throughput moves with its shape (cost_models/compute.h
+  // attention_efficiency). The efficiency above is the plateau: long unmasked rows at head dim 128.
+  // With s keys per query row the kernel reaches plateau x s / (s + s_half) (a tile's prologue and
+  // epilogue amortised over its loop over keys); under a causal mask causal_plateau x plateau x
+  // s / (s + causal_s_half) (diagonal tiles are masked, rows are shorter and unequal); head dims 64
+  // and 256 reach head_dim_64 and head_dim_256 of head dim 128's (log-linear between, held
+  // beyond). All defaults (s_half 0): the flat figure.
+  struct AttentionShape {
+    double s_half = 0;          // keys per query row at which an unmasked pass reaches half
+    double causal_s_half = 0;   // the same under a causal mask
+    double causal_plateau = 1;  // causal plateau / unmasked plateau
+    double head_dim_64 = 1;     // throughput at head dim 64 / at head dim 128
+    double head_dim_256 = 1;    // throughput at head dim 256 / at head dim 128
+    bool is_flat() const {
+      return s_half == 0 && causal_s_half == 0 && causal_plateau == 1 && head_dim_64 == 1 &&
+             head_dim_256 == 1;
+    }
+  };
+  // [kernel: AttentionKernel][pass: 0 forward, 1 backward]. A kernel with no figures of its own
+  // (cudnn_*_efficiency 0) takes the FlashAttention-2 figures and shape together.
+  std::array<std::array<AttentionShape, 2>, 2> attention_shape{};
 
   double kernel_overhead_s = 3e-6;  // per kernel: launch and tail, seconds
 
@@ -119,12 +140,22 @@ struct Profile {
     const double e = gemm_efficiency_by_dtype[static_cast<int>(d)];
     return (e > 0 ? e : gemm_efficiency) * sustained_clock;
   }
-  // Fraction of the dense peak fused attention sustains, forward or backward.
-  double attention_eff(AttentionKernel k, bool backward) const {
-    double e = backward ? flash_backward_efficiency : flash_forward_efficiency;
+  // The kernel whose figures `k` is priced by: `k`, or FlashAttention-2 where `k` has none.
+  AttentionKernel attention_figures(AttentionKernel k, bool backward) const {
     const double c = backward ? cudnn_backward_efficiency : cudnn_forward_efficiency;
-    if (k == AttentionKernel::kCudnn && c > 0) e = c;
+    return k == AttentionKernel::kCudnn && c > 0 ? k : AttentionKernel::kFlash2;
+  }
+  // Fraction of the dense peak fused attention sustains on its plateau (long unmasked rows, head
+  // dim 128), forward or backward, at the sustained clock.
+  double attention_eff(AttentionKernel k, bool backward) const {
+    const bool cudnn = attention_figures(k, backward) == AttentionKernel::kCudnn;
+    const double e = cudnn ? (backward ? cudnn_backward_efficiency : cudnn_forward_efficiency)
+                           : (backward ? flash_backward_efficiency : flash_forward_efficiency);
     return e * sustained_clock;
+  }
+  // The shape figures of kernel `k`'s pass (those of the kernel attention_figures names).
+  const AttentionShape& attention_shape_of(AttentionKernel k, bool backward) const {
+    return attention_shape[static_cast<int>(attention_figures(k, backward))][backward ? 1 : 0];
   }
 };
 

@@ -97,6 +97,56 @@ Ranges a100() {
   return r;
 }
 
+// Fused attention on Hopper (cost_models/profile.cc states the fits): the plateau and half-way
+// keys of a curve span its least-squares fits to the published table and to its subsets (512-16k,
+// 1k-16k, 2k-16k, 512-8k); a head-dim factor spans its 4k, 8k and 16k columns.
+void hopper_attention(Ranges& r) {
+  const std::string fig5 = "FlashAttention-3 paper (arXiv 2407.08608) Fig. 5, H100 bf16 forward";
+  const std::string fig6 = "FlashAttention-3 paper Fig. 6, H100 bf16 backward";
+  const std::string fa2 =
+      "FlashAttention-2 paper (arXiv 2307.08691) Fig. 4 H100 forward + backward, less the "
+      "FlashAttention-3 paper's forward";
+  cited(r, "cudnn_forward_efficiency", 0.612, 0.638,
+        fig5 + ", cuDNN hd 128 unmasked 497-617 TFLOP/s: plateau fits 605-631 of 989");
+  cited(r, "cudnn_backward_efficiency", 0.536, 0.556,
+        fig6 + ", cuDNN hd 128 unmasked 305-518 TFLOP/s: plateau fits 530-550 of 989");
+  cited(r, "flash_forward_efficiency", 0.376, 0.383,
+        fig5 + ", FlashAttention-2 hd 128 unmasked 309-370 TFLOP/s: plateau fits 372-379");
+  cited(r, "flash_backward_efficiency", 0.331, 0.337,
+        fig6 + ", FlashAttention-2 hd 128 unmasked 214-322 TFLOP/s: plateau fits 328-330; " + fa2 +
+            ": 328-333");
+  const std::string cf = "attention_shape/cudnn_forward/", cb = "attention_shape/cudnn_backward/";
+  const std::string ff = "attention_shape/flash_forward/", fb = "attention_shape/flash_backward/";
+  cited(r, cf + "s_half", 0, 125, fig5 + ", cuDNN unmasked: half-way keys of the fits");
+  cited(r, cf + "causal_s_half", 266, 399, fig5 + ", cuDNN causal 315-539 TFLOP/s: fits");
+  cited(r, cf + "causal_plateau", 0.87, 0.935, fig5 + ", cuDNN causal / unmasked plateau fits");
+  cited(r, cf + "head_dim_64", 0.67, 0.70, fig5 + ", cuDNN hd 64 / hd 128 at 4k-16k");
+  cited(r, cf + "head_dim_256", 0.954, 0.976, fig5 + ", cuDNN hd 256 / hd 128 at 4k-16k");
+  cited(r, cb + "s_half", 280, 395, fig6 + ", cuDNN unmasked: half-way keys of the fits");
+  uncertain(r, cb + "causal_s_half", 387, 632,
+            "no causal backward of cuDNN is published; between cuDNN's causal forward (387) and "
+            "FlashAttention-2's causal backward (" +
+                fa2 + ": 556-632)");
+  uncertain(r, cb + "causal_plateau", 0.90, 1.0,
+            "no causal backward of cuDNN is published; between cuDNN's forward ratio (0.904) and "
+            "FlashAttention-2's backward one (0.985)");
+  cited(r, cb + "head_dim_64", 0.834, 0.839, fig6 + ", cuDNN hd 64 / hd 128 at 4k-16k");
+  uncertain(r, cb + "head_dim_256", 0.90, 1.0,
+            "no backward at hd 256 is published; the forward's 0.976, widened");
+  cited(r, ff + "s_half", 54, 109, fig5 + ", FlashAttention-2 unmasked: half-way keys of the fits");
+  cited(r, ff + "causal_s_half", 308, 419, fig5 + ", FlashAttention-2 causal 191-335: fits");
+  cited(r, ff + "causal_plateau", 0.905, 0.953, fig5 + ", FlashAttention-2 causal / unmasked fits");
+  cited(r, ff + "head_dim_64", 0.87, 0.876, fig5 + ", FlashAttention-2 hd 64 / hd 128 at 4k-16k");
+  cited(r, ff + "head_dim_256", 0.876, 0.881, fig5 + ", FlashAttention-2 hd 256 / hd 128, 4k-16k");
+  cited(r, fb + "s_half", 255, 277,
+        fig6 + ", FlashAttention-2 unmasked: half-way keys of the fits");
+  cited(r, fb + "causal_s_half", 556, 632, fa2 + ", causal: half-way keys of the fits");
+  cited(r, fb + "causal_plateau", 0.965, 1.006, fa2 + ": causal / unmasked plateau fits");
+  cited(r, fb + "head_dim_64", 0.90, 0.904, fig6 + ", FlashAttention-2 hd 64 / hd 128 at 4k-16k");
+  uncertain(r, fb + "head_dim_256", 0.85, 1.0,
+            "no backward at hd 256 is published; the forward's 0.881, widened");
+}
+
 Ranges hopper(const DeviceSpec& d) {
   Ranges r;
   cited(r, "gemm_efficiency", 0.790, 0.803,
@@ -108,18 +158,7 @@ Ranges hopper(const DeviceSpec& d) {
   uncertain(r, "memory_efficiency", 0.75, 0.87,
             "HBM3 STREAM ~2.9 of 3.35 TB/s (0.87, upper end); fused element-wise kernels reach"
             " less, 0.75 taken as the lower end");
-  uncertain(r, "flash_forward_efficiency", 0.30, 0.40,
-            "FlashAttention-3 paper (arXiv 2407.08608): FlashAttention-2 on H100, hd 128, causal"
-            " forward 335 of 989 TFLOP/s (0.339), non-causal ~370; +-0.05");
-  uncertain(r, "flash_backward_efficiency", 0.24, 0.33,
-            "FlashAttention-3 paper: FlashAttention-2 backward on H100 ~322 TFLOP/s non-causal"
-            " (0.326, upper end); causal is not published");
-  cited(r, "cudnn_forward_efficiency", 0.545, 0.60,
-        "FlashAttention-3 paper: cuDNN fused attention forward on H100, hd 128, 16k: 539 causal"
-        " (0.545), 595 non-causal (0.60) of 989 TFLOP/s");
-  uncertain(r, "cudnn_backward_efficiency", 0.44, 0.52,
-            "FlashAttention-3 paper: cuDNN backward 516 of 989 TFLOP/s non-causal (0.52, upper"
-            " end); causal is not published");
+  hopper_attention(r);
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests all_reduce_perf on DGX H100 without NVLS: ~360 GB/s bus bandwidth of "
                "450 GB/s NVLink4 (0.8), +-0.04");

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/device.h"
@@ -176,10 +177,14 @@ TEST_F(ComputeTest, CudnnAttentionUsesItsOwnEfficiencyOnHopper) {
   cudnn.kernel = AttentionKernel::kCudnn;
   const double flops = attention_flops(fa2);
   const double peak = h100.peak_flops(Dtype::kBf16);
-  EXPECT_NEAR(
-      attention_forward_time(h100, hp, Dtype::kBf16, cudnn),
-      flops / (peak * hp.cudnn_forward_efficiency * hp.sustained_clock) + hp.kernel_overhead_s,
-      1e-9);
+  // A causal 8k square: the plateau x the causal curve at 8192 keys.
+  const Profile::AttentionShape& sh =
+      hp.attention_shape[static_cast<int>(AttentionKernel::kCudnn)][0];
+  const double causal = sh.causal_plateau * 8192 / (8192 + sh.causal_s_half);
+  EXPECT_NEAR(attention_forward_time(h100, hp, Dtype::kBf16, cudnn),
+              flops / (peak * hp.cudnn_forward_efficiency * causal * hp.sustained_clock) +
+                  hp.kernel_overhead_s,
+              1e-9);
   EXPECT_LT(attention_forward_time(h100, hp, Dtype::kBf16, cudnn),
             0.7 * attention_forward_time(h100, hp, Dtype::kBf16, fa2));
   EXPECT_LT(attention_backward_time(h100, hp, Dtype::kBf16, cudnn),
@@ -189,6 +194,126 @@ TEST_F(ComputeTest, CudnnAttentionUsesItsOwnEfficiencyOnHopper) {
   a_cudnn.kernel = AttentionKernel::kCudnn;
   EXPECT_DOUBLE_EQ(attention_forward_time(a100, prof, Dtype::kBf16, a_cudnn),
                    attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true)));
+}
+
+// Published per-shape attention throughput on H100 SXM5 (bf16, TFLOP/s in the FlashAttention
+// convention, the benchmark's shapes: batch x seq = 16k, heads x head dim = 2048) at sequence
+// 512, 1k, 2k, 4k, 8k, 16k. FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) Fig. 5
+// (forward, read from the bar labels of flash-attention's assets/flash3_fp16_fwd.png) and Fig. 6
+// (backward).
+struct PublishedSeries {
+  AttentionKernel kernel;
+  bool backward, causal;
+  int head_dim;
+  std::array<double, 6> tflops;
+  double from_seq = 0;  // checked from this sequence on (a stated gap of the model below it)
+};
+constexpr std::array<double, 6> kSeqs = {512, 1024, 2048, 4096, 8192, 16384};
+const PublishedSeries kFa3PaperH100[] = {
+    {AttentionKernel::kCudnn, false, false, 128, {497, 574, 617, 609, 600, 595}},
+    {AttentionKernel::kCudnn, false, true, 128, {315, 410, 484, 518, 529, 539}},
+    {AttentionKernel::kCudnn, true, false, 128, {305, 408, 465, 499, 518, 516}},
+    {AttentionKernel::kFlash2, false, false, 128, {309, 350, 362, 368, 370, 370}},
+    {AttentionKernel::kFlash2, false, true, 128, {191, 260, 298, 319, 333, 335}},
+    {AttentionKernel::kFlash2, true, false, 128, {214, 260, 291, 310, 318, 322}},
+    // Head dims 64 and 256 (Fig. 5 a-b, e-f; Fig. 6 hd 64).
+    {AttentionKernel::kCudnn, false, false, 64, {335, 373, 395, 408, 412, 413}},
+    {AttentionKernel::kCudnn, false, true, 64, {225, 288, 334, 363, 379, 388}},
+    {AttentionKernel::kCudnn, false, false, 256, {470, 546, 580, 581, 580, 581}},
+    {AttentionKernel::kCudnn, false, true, 256, {308, 391, 450, 483, 497, 509}},
+    {AttentionKernel::kCudnn, true, false, 64, {266, 348, 395, 417, 432, 433}},
+    {AttentionKernel::kFlash2, false, false, 64, {282, 306, 318, 321, 322, 324}},
+    {AttentionKernel::kFlash2, false, true, 64, {180, 229, 262, 284, 295, 299}},
+    {AttentionKernel::kFlash2, false, false, 256, {275, 313, 321, 323, 324, 326}},
+    // FlashAttention-2 at hd 256 under a causal mask nears its plateau sooner than at hd 128
+    // (208 / 298 at 512 against 191 / 335): the head-dim factor scales the hd-128 curve and
+    // misses it by up to 17 % below 4k (a known gap; training shapes with hd 256 are long).
+    {AttentionKernel::kFlash2, false, true, 256, {208, 251, 278, 293, 297, 298}, 4096},
+    {AttentionKernel::kFlash2, true, false, 64, {198, 238, 264, 279, 287, 291}},
+};
+
+// The benchmark's rate: its FLOP count (causal halves the square) over the kernel's time, at the
+// burst clock and without launch gaps (what a kernel benchmark times).
+double modelled_tflops(const DeviceSpec& dev, Profile prof, AttentionKernel k, bool backward,
+                       bool causal, int head_dim, double seq) {
+  prof.sustained_clock = 1;
+  prof.kernel_overhead_s = 0;
+  AttnShape a;
+  a.batch = static_cast<int64_t>(16384 / seq);
+  a.seq_q = a.seq_kv = static_cast<int64_t>(seq);
+  a.heads = a.kv_heads = 2048 / head_dim;
+  a.head_dim = head_dim;
+  a.causal = causal;
+  a.kernel = k;
+  const double fwd_flops = 4.0 * a.batch * a.heads * head_dim * seq * seq * (causal ? 0.5 : 1);
+  const double t = backward ? attention_backward_time(dev, prof, Dtype::kBf16, a)
+                            : attention_forward_time(dev, prof, Dtype::kBf16, a);
+  return (backward ? 2.5 : 1.0) * fwd_flops / t / 1e12;
+}
+
+TEST_F(ComputeTest, H100AttentionFollowsThePublishedTablesBySequenceAndHeadDim) {
+  // Each kernel's time against sequence length and head dim, forward and backward, masked and
+  // not, within 7 % of every published bar (the two-figure curves' worst fit error is 4.6 %;
+  // head dims 64 and 256 are scaled from head dim 128's curve).
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  const Profile hp = default_profile(h100);
+  for (const PublishedSeries& p : kFa3PaperH100)
+    for (size_t i = 0; i < kSeqs.size(); ++i) {
+      if (kSeqs[i] < p.from_seq) continue;
+      const double got =
+          modelled_tflops(h100, hp, p.kernel, p.backward, p.causal, p.head_dim, kSeqs[i]);
+      EXPECT_NEAR(got / p.tflops[i], 1.0, 0.07)
+          << attention_kernel_name(p.kernel) << (p.backward ? " backward" : " forward")
+          << (p.causal ? " causal" : " unmasked") << " hd " << p.head_dim << " seq " << kSeqs[i]
+          << ": " << got << " vs published " << p.tflops[i];
+    }
+}
+
+TEST_F(ComputeTest, H100FlashCausalBackwardFollowsTheFlashAttention2Paper) {
+  // FlashAttention-2 paper (Dao 2023, arXiv 2307.08691) Fig. 4 (assets/
+  // flash2_h100_fwd_bwd_benchmark.png): FlashAttention-2 forward + backward on H100, hd 128.
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  const Profile hp = default_profile(h100);
+  const std::array<double, 6> causal = {163, 221, 265, 294, 308, 328};
+  const std::array<double, 6> unmasked = {248, 294, 320, 326, 335, 338};
+  for (size_t i = 0; i < kSeqs.size(); ++i)
+    for (bool c : {true, false}) {
+      const double f = modelled_tflops(h100, hp, AttentionKernel::kFlash2, false, c, 128, kSeqs[i]);
+      const double b = modelled_tflops(h100, hp, AttentionKernel::kFlash2, true, c, 128, kSeqs[i]);
+      const double both = 3.5 / (1 / f + 2.5 / b);  // forward + backward FLOPs over their time
+      const double published = c ? causal[i] : unmasked[i];
+      EXPECT_NEAR(both / published, 1.0, 0.07) << (c ? "causal" : "unmasked") << " " << kSeqs[i];
+    }
+}
+
+TEST_F(ComputeTest, ContextParallelRingIsOneCausalChunkAndUnmaskedHalfRectangles) {
+  // A ring of cp steps over a load-balanced causal sequence takes the time of one causal kernel
+  // on the rank's chunk and cp - 1 unmasked kernels of its queries against half as many keys.
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  const Profile hp = default_profile(h100);
+  for (AttentionKernel k : {AttentionKernel::kFlash2, AttentionKernel::kCudnn})
+    for (int cp : {2, 4, 16}) {
+      AttnShape step;
+      step.batch = 1;
+      step.seq_q = step.seq_kv = 8192;
+      step.heads = 8;
+      step.kv_heads = 1;
+      step.head_dim = 128;
+      step.kernel = k;
+      AttnShape rect = step;
+      rect.causal = false;
+      rect.seq_kv = step.seq_q / 2;
+      for (bool bwd : {false, true}) {
+        auto time = [&](const AttnShape& a, int ring) {
+          return (bwd ? attention_backward_time(h100, hp, Dtype::kBf16, a, ring)
+                      : attention_forward_time(h100, hp, Dtype::kBf16, a, ring)) -
+                 hp.kernel_overhead_s;
+        };
+        const double ring = cp * time(step, cp);
+        const double parts = time(step, 1) + (cp - 1) * time(rect, 1);
+        EXPECT_NEAR(ring / parts, 1.0, 1e-3) << "cp " << cp << (bwd ? " backward" : " forward");
+      }
+    }
 }
 
 TEST_F(ComputeTest, Fp8QuantisationIsACastTransposeOfFourBytesAnElement) {

@@ -459,8 +459,9 @@ TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
   a.causal = true;
   a.flash = p.flash_attention;
   a.kernel = p.attention_kernel;
-  const double attn_f = attention_forward_time(dev, prof, Dtype::kBf16, a);
-  const double attn_b = attention_backward_time(dev, prof, Dtype::kBf16, a);
+  // Each step priced as a step of the load-balanced ring of cp steps (cost_models/compute.h).
+  const double attn_f = attention_forward_time(dev, prof, Dtype::kBf16, a, p.cp);
+  const double attn_b = attention_backward_time(dev, prof, Dtype::kBf16, a, p.cp);
   for (double eff : {0.8, 0.02}) {
     SCOPED_TRACE("link efficiency " + std::to_string(eff));
     prof.link_efficiency[static_cast<int>(kind)] = eff;

@@ -83,6 +83,7 @@ Profile odd_profile() {
   p.overlap_compute_slowdown = 0.13;
   p.cudnn_forward_efficiency = 0.58;
   p.cudnn_backward_efficiency = 0.44;
+  p.attention_shape[static_cast<int>(AttentionKernel::kCudnn)][1] = {310, 650, 0.97, 0.8, 1.05};
   p.nccl->net_overhead_s = 3e-6;
   p.nccl->hw_latency_s[NcclTuning::kNet][NcclTuning::kRing][NcclTuning::kSimple] = 17e-6;
   p.nccl->ll_max_bw[2] = 21e9;
@@ -116,6 +117,16 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_DOUBLE_EQ(a.overlap_compute_slowdown, b.overlap_compute_slowdown);
   EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);
+  for (int k = 0; k < 2; ++k)
+    for (int pass = 0; pass < 2; ++pass) {
+      const Profile::AttentionShape &x = a.attention_shape[k][pass],
+                                    &y = b.attention_shape[k][pass];
+      EXPECT_DOUBLE_EQ(x.s_half, y.s_half);
+      EXPECT_DOUBLE_EQ(x.causal_s_half, y.causal_s_half);
+      EXPECT_DOUBLE_EQ(x.causal_plateau, y.causal_plateau);
+      EXPECT_DOUBLE_EQ(x.head_dim_64, y.head_dim_64);
+      EXPECT_DOUBLE_EQ(x.head_dim_256, y.head_dim_256);
+    }
   ASSERT_EQ(a.nccl.has_value(), b.nccl.has_value());
   if (a.nccl) {
     EXPECT_NEAR(a.nccl->net_overhead_s, b.nccl->net_overhead_s, 1e-15);
@@ -232,6 +243,16 @@ TEST(ProfileJson, RejectsBadInput) {
                    R"({"device": "A100-80G", "link_efficiency": {"token-ring": 0.5}})")),
                Error);
   EXPECT_THROW(profile_from_json(Json::parse(R"({"device": "A100-80G", "traces": [1]})")), Error);
+  try {
+    profile_from_json(Json::parse(
+        R"({"device": "H100-SXM", "attention_shape": {"cudnn_forward": {"s_half": -1}}})"));
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "profile.attention_shape.cudnn_forward.s_half");
+  }
+  EXPECT_THROW(profile_from_json(Json::parse(
+                   R"({"device": "H100-SXM", "attention_shape": {"fa9_forward": {}}})")),
+               Error);
   try {
     profile_from_json(Json::parse(R"({"device": "A100-80G", "gemm_efficiency": 0})"));
     ADD_FAILURE() << "no Error";
