@@ -485,5 +485,42 @@ TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
   EXPECT_EQ(estimate(m, c, p, prof).time.cp_comm, 0);
 }
 
+// Every stage's peak, from memory_per_stage through the framework's split, the largest named
+// with its stage and rank; memory_per_gpu_bytes is that rank's device memory as nvidia-smi
+// shows it.
+TEST(EstimateMemory, NamesEveryStageAndThePeakRank) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.pp = 4;
+  p.dp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 32;
+  p.sequence_parallel = true;
+  const Profile prof = default_profile(c.gpu_device(0));
+  const Estimate e = run(m, c, p);
+  const std::vector<MemoryBreakdown> stages = memory_per_stage(m, c, p);
+  ASSERT_EQ(e.stage_memory.size(), 4u);
+  int peak = 0;
+  for (int s = 0; s < 4; ++s) {
+    const FrameworkMemory f = framework_memory(stages[s], c, p, s, prof);
+    EXPECT_DOUBLE_EQ(e.stage_memory[s].device_used(), f.device_used()) << s;
+    EXPECT_DOUBLE_EQ(e.stage_memory[s].allocated, f.allocated) << s;
+    if (f.device_used() > framework_memory(stages[peak], c, p, peak, prof).device_used()) peak = s;
+  }
+  EXPECT_EQ(e.peak_stage, peak);
+  EXPECT_EQ(e.peak_rank, stage_rank(p, peak));
+  EXPECT_EQ(e.peak_rank, peak * 4);  // Megatron's order: stage s starts at rank s x tp x dp
+  EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.stage_memory[peak].device_used());
+  EXPECT_DOUBLE_EQ(e.framework.device_used(), e.memory_per_gpu_bytes);
+  EXPECT_EQ(e.fits, e.memory_per_gpu_bytes <= c.gpu_device(0).hbm_bytes);
+  const Json j = estimate_to_json(e);
+  EXPECT_EQ(j["peak_stage"], peak);
+  EXPECT_EQ(j["peak_rank"], e.peak_rank);
+  EXPECT_EQ(j["memory_per_stage"].size(), 4u);
+  EXPECT_DOUBLE_EQ(j["memory"]["reserved_bytes"].get<double>(), e.framework.reserved);
+}
+
 }  // namespace
 }  // namespace parasol::cost
