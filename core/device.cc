@@ -12,57 +12,77 @@ namespace {
 constexpr double T = 1e12;
 constexpr double GB = 1e9;
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double MiB = 1024.0 * 1024.0;
 
 const std::vector<DeviceSpec>& table() {
   static const std::vector<DeviceSpec> devices = {
       // NVIDIA A100 Tensor Core GPU datasheet (2021): SXM4, 19.5 TF fp32, 156 TF tf32,
-      // 312 TF bf16/fp16, 40 GB HBM2 at 1,555 GB/s, 108 SMs, 400 W.
-      {"A100-40G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 40 * GiB, 1555 * GB, 108, 400},
-      // Same datasheet, 80 GB HBM2e SXM4 at 2,039 GB/s.
-      {"A100-80G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 80 * GiB, 2039 * GB, 108, 400},
+      // 312 TF bf16/fp16, 40 GB HBM2 at 1,555 GB/s, 108 SMs, 400 W. Memory: nvidia-smi's
+      // memory.total of an A100-SXM4-40GB, 40960 MiB (modal-labs/modal-client PR 2797 lists the
+      // totals nvidia-smi reports: A100 40GB 40960MiB, A100 80GB 81920MiB, H100 81559MiB).
+      {"A100-40G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 40960 * MiB, 1555 * GB, 108,
+       400},
+      // Same datasheet, 80 GB HBM2e SXM4 at 2,039 GB/s; nvidia-smi 81920 MiB (same PR).
+      {"A100-80G", "nvidia", 19.5 * T, 156 * T, 312 * T, 312 * T, 0, 81920 * MiB, 2039 * GB, 108,
+       400},
       // NVIDIA H100 Tensor Core GPU datasheet: SXM5, 67 TF fp32, 494.7 TF tf32, 989.4 TF
-      // bf16/fp16, 1,978.9 TF fp8 (dense), 80 GB HBM3 at 3.35 TB/s, 132 SMs, 700 W.
-      {"H100-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB,
+      // bf16/fp16, 1,978.9 TF fp8 (dense), 80 GB HBM3 at 3.35 TB/s, 132 SMs, 700 W. Memory:
+      // nvidia-smi's total of an "H100 80GB HBM3", 81559 MiB (modal-labs/modal-client PR 2797).
+      {"H100-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 81559 * MiB,
        3350 * GB, 132, 700},
       // Meta's Grand Teton H100: the SXM5 silicon (132 SMs, the SXM5 peaks at the same boost
       // clock) with 96 GB HBM2e at 2.4 TB/s and a 500 W power limit (pytorch/torchtitan
       // benchmarks/llama3_h100_202412_torchtitan.md: "actual peak between SXM and NVL"); the lower
-      // sustained clock of the 500 W limit is in its profile (cost_models/profile.cc).
-      {"H100-SXM-96G-500W", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 96 * GiB,
-       2400 * GB, 132, 500},
-      // NVIDIA H200 datasheet: H100's compute with 141 GB HBM3e at 4.8 TB/s, 700 W.
-      {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 141 * GB, 4800 * GB,
-       132, 700},
+      // sustained clock of the 500 W limit is in its profile (cost_models/profile.cc). Memory: no
+      // nvidia-smi reading of this board is published; the Hopper parts with 96 GB (GH200 96GB,
+      // H20) report 97871 MiB (nvidia-smi tables quoted in public issues), taken here.
+      {"H100-SXM-96G-500W", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T,
+       97871 * MiB, 2400 * GB, 132, 500},
+      // NVIDIA H200 datasheet: H100's compute with 141 GB HBM3e at 4.8 TB/s, 700 W. Memory:
+      // nvidia-smi's total of an "NVIDIA H200", 143771 MiB (= 140.4 GiB; the datasheet's "141 GB"
+      // is this capacity in GiB, not 141e9 bytes).
+      {"H200", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 143771 * MiB,
+       4800 * GB, 132, 700},
       // NVIDIA DGX B200 datasheet (72 PF fp8 training, 1,440 GB for 8 GPUs): per GPU 2.25 PF
       // bf16/fp16 dense, 4.5 PF fp8 dense, 1.1 PF tf32 dense, 180 GB HBM3e at 8 TB/s, 148 SMs, 1000
-      // W.
-      {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 180 * GB, 8000 * GB, 148,
-       1000},
+      // W. Memory: nvidia-smi's total of an "NVIDIA B200", 183359 MiB = 179.1 GiB
+      // (NVIDIA/TensorRT-LLM issue 10278; pytorch/ao PR 4002 reads 178.35 "GB", GiB in fact, from
+      // cudaGetDeviceProperties); the datasheet's 180 GB is GiB, not 180e9 bytes.
+      {"B200", "nvidia", 75 * T, 1100 * T, 2250 * T, 2250 * T, 4500 * T, 183359 * MiB, 8000 * GB,
+       148, 1000},
       // The Blackwell GPU of a GB200 Grace Blackwell Superchip (NVIDIA GB200 NVL72 datasheet,
       // per superchip of two GPUs, sparse peaks halved for dense): per GPU 2.5 PF bf16/fp16,
       // 5 PF fp8, 1.25 PF tf32, 80 TF fp32 (160 per superchip), 186 GB HBM3e (372 per
       // superchip; 13.4 TB for 72 GPUs) at 8 TB/s (16 per superchip); the B200 die pair, 148 SMs;
-      // 1,200 W per GPU (the superchip's 2,700 W with the Grace CPU's 300 W).
-      {"GB200", "nvidia", 80 * T, 1250 * T, 2500 * T, 2500 * T, 5000 * T, 186 * GB, 8000 * GB, 148,
-       1200},
+      // 1,200 W per GPU (the superchip's 2,700 W with the Grace CPU's 300 W). Memory: nvidia-smi's
+      // total of an "NVIDIA GB200", 189471 MiB = 185.0 GiB (nvidia-smi tables of GB200 NVL72
+      // trays quoted in public repositories); the datasheet's 186 GB is GiB, not 186e9 bytes.
+      {"GB200", "nvidia", 80 * T, 1250 * T, 2500 * T, 2500 * T, 5000 * T, 189471 * MiB, 8000 * GB,
+       148, 1200},
       // NVIDIA H800 SXM5 datasheet: the H100 SXM5's tensor-core peaks (989.4 TF bf16/fp16,
       // 1,978.9 TF fp8 dense, 494.7 TF tf32, 67 TF fp32), 80 GB HBM3 at 3.35 TB/s, 132 SMs,
       // 700 W; NVLink cut to 400 GB/s per GPU (the dgx-h800 preset, core/cluster_generators.cc).
-      {"H800-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 80 * GiB,
+      // Memory: the H100's 80 GB HBM3 stacks, 81559 MiB as nvidia-smi reports an H100.
+      {"H800-SXM", "nvidia", 67 * T, 494.7 * T, 989.4 * T, 989.4 * T, 1978.9 * T, 81559 * MiB,
        3350 * GB, 132, 700},
       // NVIDIA Tesla V100 SXM datasheet: 15.7 TF fp32, 125 TF fp16 tensor cores, 32 GB HBM2 at
       // 900 GB/s, 80 SMs; 350 W as the V100-SXM3-32GB of the DGX-2 (DGX-2 datasheet: 2 PF fp16
       // tensor for 16 GPUs = 125 TF each). Volta has no tf32 or bf16 tensor cores: tf32 and bf16
-      // math run at the fp32 rate (train V100s in fp16); no fp8.
-      {"V100-32G", "nvidia", 15.7 * T, 15.7 * T, 15.7 * T, 125 * T, 0, 32 * GiB, 900 * GB, 80, 350},
+      // math run at the fp32 rate (train V100s in fp16); no fp8. Memory: nvidia-smi's total of a
+      // Tesla V100-SXM2-32GB, 32768 MiB (Wan-Video/Wan2.1 issue 5).
+      {"V100-32G", "nvidia", 15.7 * T, 15.7 * T, 15.7 * T, 125 * T, 0, 32768 * MiB, 900 * GB, 80,
+       350},
       // AMD Instinct MI325X datasheet: the MI300X's CDNA 3 compute (163.4 TF fp32, 653.7 TF tf32,
       // 1,307.4 TF bf16/fp16, 2,614.9 TF fp8 dense, 304 CUs) with 256 GB HBM3E at 6 TB/s, 1,000 W.
-      {"MI325X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 256 * GB,
-       6000 * GB, 304, 1000},
+      // Memory: no rocminfo reading is cited; AMD's "GB" of HBM is GiB (the MI300X's "192 GB"
+      // reads 191.98 GiB, below), so 256 GiB less the MI300X's 16 MiB reserve.
+      {"MI325X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T,
+       256 * GiB - 16 * MiB, 6000 * GB, 304, 1000},
       // AMD Instinct MI300X datasheet: 163.4 TF fp32, 653.7 TF tf32, 1,307.4 TF bf16/fp16,
-      // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W.
-      {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T, 192 * GB,
-       5300 * GB, 304, 750},
+      // 2,614.9 TF fp8 (dense), 192 GB HBM3 at 5.3 TB/s, 304 CUs, 750 W. Memory: rocminfo's
+      // allocatable global pool of an MI300X, 201310208 KiB = 191.98 GiB (ROCm issue 4414).
+      {"MI300X", "amd", 163.4 * T, 653.7 * T, 1307.4 * T, 1307.4 * T, 2614.9 * T,
+       201310208.0 * 1024, 5300 * GB, 304, 750},
       // "cpu-host": one rank of the CPU runtime (fp32 math, OpenBLAS GEMMs on one core), with
       // nominal figures of one core of a current x86 server: an AVX-512 / dual-FMA core reaches
       // ~100 GFLOP/s in cblas_sgemm (measured on this project's 2-core AMD EPYC CI host: 100

@@ -27,10 +27,13 @@ struct DeviceSpec {
   double peak_bf16_flops;  // FLOP/s, dense
   double peak_fp16_flops;  // FLOP/s, dense
   double peak_fp8_flops;   // FLOP/s, dense; 0 when unsupported
-  double hbm_bytes;        // device memory capacity in bytes
-  double hbm_bw;           // device memory bandwidth in bytes/s
-  int compute_units;       // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
-  double tdp_watts;        // board power
+  // Device memory a process can use, in bytes: the total nvidia-smi (memory.total) and
+  // torch.cuda.mem_get_info report, what a framework's CUDA context, NCCL and caching allocator
+  // share. Datasheets' "GB" of HBM are GiB-scale (H200 "141 GB" = 143771 MiB).
+  double hbm_bytes;
+  double hbm_bw;      // device memory bandwidth in bytes/s
+  int compute_units;  // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
+  double tdp_watts;   // board power
 
   // Peak dense FLOP/s for math in `d` (fp8 falls back to fp16 where unsupported).
   double peak_flops(Dtype d) const;

@@ -331,6 +331,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "flash_attention",
                 "attention_kernel",
                 "fused_kernels",
+                "expandable_segments",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
@@ -422,6 +423,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.attention_kernel = parse_attention_kernel(r.string_or("attention_kernel", "flash2"),
                                               r.field("attention_kernel"));
   p.fused_kernels = r.boolean_or("fused_kernels", true);
+  p.expandable_segments = r.boolean_or("expandable_segments", false);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
   p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
@@ -487,6 +489,7 @@ Json plan_to_json(const Plan& p) {
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
     j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
   if (!p.fused_kernels) j["fused_kernels"] = false;
+  if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

@@ -138,6 +138,10 @@ struct Plan {
   // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
   bool ep_comm_overlap = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments
+  // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
+  // are not stranded between live ones (cost_models/framework_memory.h).
+  bool expandable_segments = false;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

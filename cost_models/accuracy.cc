@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/rank_layout.h"
 #include "cost_models/estimate.h"
 
 namespace parasol::cost {
@@ -38,7 +39,20 @@ Cluster cluster_of(const PublishedRun& r) {
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
                                const Profile& profile) {
   Estimate e = estimate(m, c, p, profile);
-  return {e.step_time_s, e.mfu, e.memory_per_gpu_bytes, e.device_memory_bytes, e.fits};
+  return {e.step_time_s,         e.mfu,  e.memory_per_gpu_bytes,
+          e.device_memory_bytes, e.fits, e.stage_memory};
+}
+
+double predicted_memory(const Prediction& pred, const Plan& p, MemoryMetric metric, int rank) {
+  PARASOL_CHECK(static_cast<int>(pred.stage_memory.size()) == p.pp, "a prediction per stage");
+  if (rank < 0) {
+    double most = 0;
+    for (const FrameworkMemory& f : pred.stage_memory)
+      most = std::max(most, memory_metric_bytes(f, metric));
+    return most;
+  }
+  PARASOL_CHECK(rank < p.gpus(), "rank " + std::to_string(rank));
+  return memory_metric_bytes(pred.stage_memory[RankLayout(p).coord(rank).pp], metric);
 }
 
 ErrorStats error_stats(const std::vector<AccuracyRow>& all) {
@@ -80,12 +94,29 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
     rr.allow_only({"id",           "src",        "source", "family",   "framework",  "cluster",
                    "cluster_note", "gpus",       "model",  "preset",   "plan",       "time_s",
                    "derived",      "derivation", "raw",    "inferred", "confidence", "note",
-                   "visible",      "precision",  "mfu",    "judged",   "judged_why"});
+                   "visible",      "precision",  "mfu",    "judged",   "judged_why", "memory"});
     PublishedRun p;
     p.id = rr.string_or("id", rpath);
     p.source = rr.string_or("src", rr.string_or("source", ""));
     p.family = rr.string_or("family", suite_family);
-    p.time_s = rr.number("time_s", 1e-9, 1e9);
+    if (rr.has("memory") && rr.has("time_s"))
+      throw Error(rr.field("memory"), "give either time_s or memory, not both (one point each)");
+    if (rr.has("memory")) {
+      JsonReader mr = rr.object("memory");
+      mr.allow_only({"peak_GiB", "metric", "rank", "note"});
+      p.memory_bytes = mr.number("peak_GiB", 1e-6, 1e6) * 1024.0 * 1024.0 * 1024.0;
+      p.metric = parse_memory_metric(mr.string("metric"), mr.field("metric"));
+      if (!mr.has("rank")) throw Error(mr.field("rank"), "is required (a rank, or \"max\")");
+      if (mr.raw("rank").is_string()) {
+        if (mr.string("rank") != "max")
+          throw Error(mr.field("rank"), "must be a rank number or \"max\"");
+        p.rank = -1;
+      } else {
+        p.rank = static_cast<int>(mr.integer("rank", 0, 1 << 20));
+      }
+    } else {
+      p.time_s = rr.number("time_s", 1e-9, 1e9);
+    }
     p.judged = rr.boolean_or("judged", true);
     if (!p.judged && rr.string_or("judged_why", "").empty())
       throw Error(rr.field("judged_why"), "is required when judged is false (say why)");
@@ -110,6 +141,9 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
     p.plan = plan_from_json(merged(plan_defaults, object_field(rr, "plan")), rr.field("plan"));
     Cluster c = cluster_of(p);
     validate(p.plan, p.model, c);
+    if (p.rank >= p.plan.gpus())
+      throw Error(rr.field("memory.rank"), std::to_string(p.rank) + " is not below the plan's " +
+                                               std::to_string(p.plan.gpus()) + " ranks");
     runs.push_back(std::move(p));
   }
   if (runs.empty()) throw Error(r.field(key), "has no run");
@@ -130,7 +164,15 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
     row.family = run.family;
     row.published_s = run.time_s;
     row.predicted_s = pr.step_time_s;
-    row.error = (row.predicted_s - row.published_s) / row.published_s;
+    if (run.is_memory()) {
+      row.metric = memory_metric_name(run.metric);
+      row.rank = run.rank;
+      row.published_bytes = run.memory_bytes;
+      row.predicted_bytes = predicted_memory(pr, run.plan, run.metric, run.rank);
+      row.error = (row.predicted_bytes - row.published_bytes) / row.published_bytes;
+    } else {
+      row.error = (row.predicted_s - row.published_s) / row.published_s;
+    }
     row.mfu = pr.mfu;
     row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
     row.device_memory_bytes = pr.device_memory_bytes;
@@ -140,8 +182,14 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
     by_family[row.family].push_back(row);
     rep.rows.push_back(std::move(row));
   }
-  for (FamilyStats& f : rep.families) f.stats = error_stats(by_family[f.family]);
-  rep.overall = error_stats(rep.rows);
+  for (FamilyStats& f : rep.families) {
+    f.stats = error_stats(by_family[f.family]);
+    f.memory = !by_family[f.family].front().metric.empty();
+  }
+  std::vector<AccuracyRow> time_rows;
+  for (const AccuracyRow& row : rep.rows)
+    if (row.metric.empty()) time_rows.push_back(row);
+  rep.overall = error_stats(time_rows);
   rep.mean_abs_error = rep.overall.mean_abs_error;
   rep.max_abs_error = rep.overall.max_abs_error;
   return rep;
@@ -177,6 +225,14 @@ Json accuracy_to_json(const AccuracyReport& r) {
                     {"device_memory_bytes", row.device_memory_bytes},
                     {"fits", row.fits},
                     {"judged", row.judged}});
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    if (!r.rows[i].metric.empty()) {
+      Json& row = rows[i];
+      row["metric"] = r.rows[i].metric;
+      row["rank"] = r.rows[i].rank;
+      row["published_bytes"] = r.rows[i].published_bytes;
+      row["predicted_bytes"] = r.rows[i].predicted_bytes;
+    }
   Json families = Json::object();
   for (const FamilyStats& f : r.families) families[f.family] = stats_to_json(f.stats);
   Json j = {{"runs", rows}, {"families", families}, {"overall", stats_to_json(r.overall)}};

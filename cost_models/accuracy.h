@@ -1,5 +1,7 @@
-// Accuracy suites: published, measured training runs (model, cluster, plan, measured step time)
-// and parasol's prediction of each, with per-family statistics (mean |error|, signed bias, max).
+// Accuracy suites: published, measured training runs (model, cluster, plan, measured step time
+// or peak memory) and parasol's prediction of each, with per-family statistics (mean |error|,
+// signed bias, max). A memory point names the metric its source measured (max_allocated,
+// max_reserved, nvidia-smi) and the rank (or the maximum over all ranks).
 // Suite files live in tests/data/published/ (schema: tests/data/published/SCHEMA.md).
 #pragma once
 
@@ -11,6 +13,7 @@
 #include "core/json_reader.h"
 #include "core/model.h"
 #include "core/plan.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/profile.h"
 
 namespace parasol::cost {
@@ -21,6 +24,12 @@ struct AccuracyRow {
   std::string family;  // the point's, else the suite's "family", else "unnamed"
   double published_s = 0;
   double predicted_s = 0;
+  // A memory point: the metric ("" for a step-time point), the rank it names (-1: the maximum
+  // over all ranks), and the published and predicted bytes; `error` is then the memory's.
+  std::string metric;
+  int rank = -1;
+  double published_bytes = 0;
+  double predicted_bytes = 0;
   double error = 0;  // (predicted - published) / published
   double mfu = 0;
   double memory_per_gpu_bytes = 0;  // predicted peak device memory of the busiest rank
@@ -45,11 +54,12 @@ ErrorStats error_stats(const std::vector<AccuracyRow>& rows);
 struct FamilyStats {
   std::string family;
   ErrorStats stats;
+  bool memory = false;  // a family of memory points (no step-time error band)
 };
 
 struct AccuracyReport {
   std::vector<AccuracyRow> rows;
-  ErrorStats overall;
+  ErrorStats overall;                 // of the step-time points
   std::vector<FamilyStats> families;  // in the order families first appear
   // Convenience copies of overall.
   double mean_abs_error = 0;
@@ -63,7 +73,12 @@ struct Prediction {
   double memory_per_gpu_bytes = 0;
   double device_memory_bytes = 0;
   bool fits = true;
+  // What the framework measures on one rank of each pipeline stage, stage 0 first.
+  std::vector<FrameworkMemory> stage_memory;
 };
+// The predicted bytes of `metric` on `rank` (-1: the largest over all ranks) of plan `p`.
+// REQUIRES: pred.stage_memory has p.pp entries; -1 <= rank < p.gpus().
+double predicted_memory(const Prediction& pred, const Plan& p, MemoryMetric metric, int rank);
 // Predicts a run; the default (an empty function) is the closed-form estimate with the device's
 // default profile. The command line passes the event simulator for `accuracy --simulate`.
 using Predictor = std::function<Prediction(const Model&, const Cluster&, const Plan&)>;
@@ -79,13 +94,19 @@ struct PublishedRun {
   Json cluster;  // a preset name (string) or a cluster JSON object
   int gpus = 0;
   Plan plan;
-  double time_s = 0;
+  double time_s = 0;  // 0 for a memory point
+  // A memory point's published peak (bytes), its metric and rank (-1: the maximum over ranks).
+  double memory_bytes = 0;
+  MemoryMetric metric = MemoryMetric::kMaxAllocated;
+  int rank = -1;
+  bool is_memory() const { return memory_bytes > 0; }
   bool judged = true;
 };
 
 // Reads a suite: {"family"?, "defaults"?: {"model", "plan"}, "runs" | "points": [{"id", "src",
 // "family"?, "cluster": preset | {cluster JSON}, "gpus", "model": {...} | "preset": NAME,
-// "plan": {...}, "time_s", and descriptive fields (raw, derivation, note, ...)}]}. Throws
+// "plan": {...}, "time_s" | "memory": {"peak_GiB", "metric": max_allocated | max_reserved |
+// nvidia-smi, "rank": N | "max"}, and descriptive fields (raw, derivation, note, ...)}]}. Throws
 // parasol::Error naming the run and field on bad input (an invalid plan included).
 std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::string& path = "suite");
 

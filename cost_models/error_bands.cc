@@ -117,8 +117,9 @@ std::string band_description(const ErrorBand& band) {
 ErrorBands error_bands_from_report(const AccuracyReport& report) {
   ErrorBands out;
   for (const FamilyStats& f : report.families)
-    out.push_back(
-        {f.family, f.stats.runs, f.stats.mean_error, f.stats.rms_error, f.stats.max_abs_error});
+    if (!f.memory)
+      out.push_back(
+          {f.family, f.stats.runs, f.stats.mean_error, f.stats.rms_error, f.stats.max_abs_error});
   return out;
 }
 

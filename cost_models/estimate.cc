@@ -14,6 +14,7 @@
 #include <cmath>
 #include <numeric>
 #include <string_view>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/layer_shapes.h"
@@ -75,6 +76,7 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
       device_(cluster.gpu_device(0)),
       host_bw_(host_copy_bandwidth(cluster, profile_, 0)),
       places_(std::make_unique<PlacementCache>(cluster)) {
+  std::tie(fragmentation_low_, fragmentation_high_) = fragmentation_band(device_, profile_);
   // A GPU's PCIe link to its switch also carries its NIC's GPUDirect RDMA traffic: the share of
   // the link a busy NIC takes from host copies.
   auto hp = cluster.host_path(0);
@@ -90,7 +92,21 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
 }
 
 Estimate Estimator::estimate(const Plan& plan) {
-  return estimate(plan, memory_per_rank(model_, cluster_, plan));
+  // Every stage's rank, the largest peak (as nvidia-smi shows it) named.
+  const std::vector<MemoryBreakdown> stages = memory_per_stage(model_, cluster_, plan);
+  std::vector<FrameworkMemory> framework;
+  int peak = 0;
+  for (int s = 0; s < plan.pp; ++s) {
+    framework.push_back(
+        framework_memory(stages[s], plan, s, profile_, fragmentation_low_, fragmentation_high_));
+    if (framework[s].device_used() > framework[peak].device_used()) peak = s;
+  }
+  Estimate e = estimate(plan, stages[peak]);
+  fill_memory(plan, stages[peak], peak, e);
+  e.stage_memory = std::move(framework);
+  e.peak_stage = peak;
+  e.peak_rank = stage_rank(plan, peak);
+  return e;
 }
 
 // The `what` of a placement key: a Group (0 ..), an ExtraGroup (kExtraGroupTag + its index) or
@@ -690,10 +706,13 @@ inline void Estimator::fill_throughput(const Plan& p, int mb, Estimate& e) const
 }
 
 // The memory of the rank with the largest peak against the GPU's and its server's host memory.
-inline void Estimator::fill_memory(const MemoryBreakdown& memory, Estimate& e) const {
+inline void Estimator::fill_memory(const Plan& p, const MemoryBreakdown& memory, int stage,
+                                   Estimate& e) const {
   const DeviceSpec& d = device_;
   e.memory = memory;
-  e.memory_per_gpu_bytes = e.memory.total();
+  e.framework =
+      framework_memory(memory, p, stage, profile_, fragmentation_low_, fragmentation_high_);
+  e.memory_per_gpu_bytes = e.framework.device_used();
   e.device_memory_bytes = d.hbm_bytes;
   e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
   e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
@@ -735,7 +754,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   e.step_time_s = tb.total();
 
   fill_throughput(p, mb, e);
-  fill_memory(memory, e);
+  fill_memory(p, memory, -1, e);
   return e;
 }
 
@@ -748,41 +767,50 @@ Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan,
 Json estimate_to_json(const Estimate& e) {
   const TimeBreakdown& t = e.time;
   const MemoryBreakdown& m = e.memory;
-  return {{"step_time_s", e.step_time_s},
-          {"tokens_per_s", e.tokens_per_s},
-          {"samples_per_s", e.samples_per_s},
-          {"mfu", e.mfu},
-          {"hfu", e.hfu},
-          {"model_flops_per_step", e.model_flops_per_step},
-          {"hardware_flops_per_step", e.hardware_flops_per_step},
-          {"memory_per_gpu_bytes", e.memory_per_gpu_bytes},
-          {"device_memory_bytes", e.device_memory_bytes},
-          {"host_memory_per_server_bytes", e.host_memory_per_server_bytes},
-          {"host_memory_capacity_bytes", e.host_memory_capacity_bytes},
-          {"fits", e.fits},
-          {"stage_slot_s", e.stage_slot_s},
-          {"critical_stage", e.critical_stage},
-          {"time_breakdown_s",
-           {{"forward", t.forward},
-            {"backward", t.backward},
-            {"recompute", t.recompute},
-            {"tp_comm", t.tp_comm},
-            {"cp_comm", t.cp_comm},
-            {"ep_comm", t.ep_comm},
-            {"pp_comm", t.pp_comm},
-            {"bubble", t.bubble},
-            {"dp_comm", t.dp_comm},
-            {"optimizer", t.optimizer},
-            {"offload", t.offload},
-            {"overlap_slowdown", t.overlap}}},
-          {"memory_breakdown_bytes",
-           {{"weights", m.weights},
-            {"gradients", m.gradients},
-            {"optimizer", m.optimizer},
-            {"activations", m.activations},
-            {"transient", m.transient},
-            {"buffers", m.buffers},
-            {"host", m.host}}}};
+  Json j = {{"step_time_s", e.step_time_s},
+            {"tokens_per_s", e.tokens_per_s},
+            {"samples_per_s", e.samples_per_s},
+            {"mfu", e.mfu},
+            {"hfu", e.hfu},
+            {"model_flops_per_step", e.model_flops_per_step},
+            {"hardware_flops_per_step", e.hardware_flops_per_step},
+            {"memory_per_gpu_bytes", e.memory_per_gpu_bytes},
+            {"device_memory_bytes", e.device_memory_bytes},
+            {"memory", framework_memory_to_json(e.framework)},
+            {"host_memory_per_server_bytes", e.host_memory_per_server_bytes},
+            {"host_memory_capacity_bytes", e.host_memory_capacity_bytes},
+            {"fits", e.fits},
+            {"stage_slot_s", e.stage_slot_s},
+            {"critical_stage", e.critical_stage},
+            {"time_breakdown_s",
+             {{"forward", t.forward},
+              {"backward", t.backward},
+              {"recompute", t.recompute},
+              {"tp_comm", t.tp_comm},
+              {"cp_comm", t.cp_comm},
+              {"ep_comm", t.ep_comm},
+              {"pp_comm", t.pp_comm},
+              {"bubble", t.bubble},
+              {"dp_comm", t.dp_comm},
+              {"optimizer", t.optimizer},
+              {"offload", t.offload},
+              {"overlap_slowdown", t.overlap}}},
+            {"memory_breakdown_bytes",
+             {{"weights", m.weights},
+              {"gradients", m.gradients},
+              {"optimizer", m.optimizer},
+              {"activations", m.activations},
+              {"transient", m.transient},
+              {"buffers", m.buffers},
+              {"host", m.host}}}};
+  if (e.peak_stage >= 0) {
+    j["peak_stage"] = e.peak_stage;
+    j["peak_rank"] = e.peak_rank;
+    Json stages = Json::array();
+    for (const FrameworkMemory& f : e.stage_memory) stages.push_back(framework_memory_to_json(f));
+    j["memory_per_stage"] = stages;
+  }
+  return j;
 }
 
 CommBytes Estimator::layer_comm_bytes(const Plan& p, int layer) {

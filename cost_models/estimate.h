@@ -17,6 +17,7 @@
 #include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/collective.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/layer_fragment.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
@@ -56,6 +57,15 @@ struct Estimate {
   std::vector<double> stage_slot_s;
   int critical_stage = 0;
   MemoryBreakdown memory;  // the rank with the largest peak
+  // What the framework measures on that rank: allocated, reserved (with its band) and outside
+  // the allocator (framework_memory.h). memory_per_gpu_bytes is its device_used(), what
+  // nvidia-smi shows and what must fit in device_memory_bytes (DeviceSpec::hbm_bytes).
+  FrameworkMemory framework;
+  // One rank of each pipeline stage, stage 0 first (empty when estimate() was given the memory),
+  // the stage whose rank holds the largest peak and that rank.
+  std::vector<FrameworkMemory> stage_memory;
+  int peak_stage = -1;
+  int peak_rank = -1;
   double memory_per_gpu_bytes = 0;
   double device_memory_bytes = 0;
   // Offloaded bytes of a server's GPUs against the host memory the server can pin for them.
@@ -80,7 +90,8 @@ class Estimator {
 
   // REQUIRES: validate(plan, model, cluster) passed.
   Estimate estimate(const Plan& plan);
-  // The same, with the plan's memory already computed by memory_per_rank().
+  // The same, with the plan's memory already computed by memory_per_rank() (no per-stage
+  // figures; the outside-the-allocator part taken for a stage with both pipeline neighbours).
   Estimate estimate(const Plan& plan, const MemoryBreakdown& memory);
 
   // The bytes layer `layer`'s TP, CP and EP communication moves per micro-batch on one rank
@@ -150,13 +161,15 @@ class Estimator {
   TimeBreakdown slowest_tail(const Plan& plan, int critical_stage, int micro_batches,
                              double pipeline);
   void fill_throughput(const Plan& plan, int micro_batches, Estimate& e) const;
-  void fill_memory(const MemoryBreakdown& memory, Estimate& e) const;
+  void fill_memory(const Plan& plan, const MemoryBreakdown& memory, int stage, Estimate& e) const;
 
   Model model_;
   ParamCounts param_counts_;  // param_counts(model_), once
   const Cluster& cluster_;
   Profile profile_;
   DeviceSpec device_;
+  // The band of the caching allocator's fragmentation (its range in profile_ranges.cc), read once.
+  double fragmentation_low_ = 0, fragmentation_high_ = 0;
   double host_bw_ = 0;            // GPU <-> host bandwidth with every GPU of the server copying
   double nic_share_of_pcie_ = 0;  // NIC bandwidth / the GPU's PCIe link bandwidth
   // A layer index of each kind (dense/MoE x full/windowed attention), -1 when absent.

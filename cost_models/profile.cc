@@ -7,6 +7,10 @@
 
 namespace parasol::cost {
 
+namespace {
+constexpr double MiB = 1024.0 * 1024.0;
+}  // namespace
+
 NcclTuning nccl_defaults(const std::string& architecture, const std::string& host_cpu) {
   // NVIDIA/nccl src/graph/tuning.cc @5067397c, ncclTunerConstantsDefaults (microseconds).
   NcclTuning t;
@@ -68,6 +72,32 @@ Profile default_profile(const DeviceSpec& d) {
   // between the fastest and slowest of thousands of GPUs (about +-3 standard deviations), 8% is
   // a standard deviation of ~1.5% (derived).
   p.gpu_speed_cv = 0.015;
+  if (d.vendor != "cpu") {
+    // What a PyTorch training process holds on a GPU besides its tensors
+    // (cost_models/framework_memory.h):
+    //  - the CUDA context with PyTorch's kernels loaded lazily (CUDA_MODULE_LOADING=LAZY, the
+    //    default since CUDA 11.7 / PyTorch 2): ~500 MiB per process on A100/H100 (PyTorch "CUDA
+    //    semantics" notes; NVIDIA "CUDA lazy loading" documentation);
+    //  - one NCCL connection's buffers, NCCL's defaults (src/include/device.h): Simple
+    //    NCCL_BUFFSIZE 4 MiB, LL128 120 elements x 640 threads x 8 steps x 8 B = 4,915,200 B, LL
+    //    8 lines x 512 threads x 8 steps x 16 B = 524,288 B: 9,633,792 B;
+    //  - channels per collective communicator: NCCL opens up to 32 on NVSwitch systems
+    //    (NCCL_MAX_NCHANNELS) and connects a channel's buffers when a collective uses it; 16, the
+    //    middle of that range (NCCL environment-variable documentation);
+    //  - cuBLAS(Lt) workspaces, allocated through PyTorch's caching allocator (so counted as
+    //    allocated): PyTorch's and Transformer Engine's, 32 MiB each from Hopper on, 4 MiB before
+    //    (cuBLAS documentation, cublasSetWorkspace; TE get_cublas_workspace_size_bytes);
+    //  - fragmentation of the caching allocator with fixed segments: no published split of a
+    //    training step's reserved against allocated bytes is cited; 0.1 of the step's transient
+    //    bytes, with a range (profile_ranges.cc).
+    const bool hopper_on =
+        d.name.rfind("H", 0) == 0 || d.name.rfind("B", 0) == 0 || d.name.rfind("GB", 0) == 0;
+    p.cuda_context_bytes = 500 * MiB;
+    p.nccl_connection_bytes = 9633792;
+    p.nccl_channels = 16;
+    p.library_workspace_bytes = 2 * (hopper_on ? 32 : 4) * MiB;
+    p.allocator_fragmentation = 0.1;
+  }
   if (d.name.rfind("A100", 0) == 0) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
@@ -288,6 +318,11 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "attention_shape",
                 "host_memory_efficiency",
                 "gpu_speed_cv",
+                "cuda_context_MiB",
+                "nccl_connection_MiB",
+                "nccl_channels",
+                "library_workspace_MiB",
+                "allocator_fragmentation",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -321,6 +356,14 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   p.host_memory_efficiency =
       r.number_or("host_memory_efficiency", p.host_memory_efficiency, 1e-3, 1);
   p.gpu_speed_cv = r.number_or("gpu_speed_cv", p.gpu_speed_cv, 0, 1);
+  p.cuda_context_bytes = r.number_or("cuda_context_MiB", p.cuda_context_bytes / MiB, 0, 1e6) * MiB;
+  p.nccl_connection_bytes =
+      r.number_or("nccl_connection_MiB", p.nccl_connection_bytes / MiB, 0, 1e6) * MiB;
+  p.nccl_channels = r.number_or("nccl_channels", p.nccl_channels, 0, 1024);
+  p.library_workspace_bytes =
+      r.number_or("library_workspace_MiB", p.library_workspace_bytes / MiB, 0, 1e6) * MiB;
+  p.allocator_fragmentation =
+      r.number_or("allocator_fragmentation", p.allocator_fragmentation, 0, 10);
   p.cudnn_forward_efficiency =
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
@@ -396,6 +439,11 @@ Json profile_to_json(const Profile& p) {
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
             {"gpu_speed_cv", p.gpu_speed_cv},
+            {"cuda_context_MiB", in_json_unit(p.cuda_context_bytes, MiB)},
+            {"nccl_connection_MiB", in_json_unit(p.nccl_connection_bytes, MiB)},
+            {"nccl_channels", p.nccl_channels},
+            {"library_workspace_MiB", in_json_unit(p.library_workspace_bytes, MiB)},
+            {"allocator_fragmentation", p.allocator_fragmentation},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   Json by_dtype = Json::object();

@@ -118,6 +118,16 @@ struct Profile {
   // (Ren et al. 2021, Table 3): DeepSpeed CPU-Adam updates 1B parameters in ~0.55 s.
   double host_adam_params_per_s = 1.8e9;
 
+  // What the training process holds on a GPU besides its tensors (cost_models/framework_memory.h;
+  // default_profile cites each figure). All 0 on the CPU runtime.
+  double cuda_context_bytes = 0;     // CUDA context with PyTorch's kernels (outside the allocator)
+  double nccl_connection_bytes = 0;  // one NCCL connection's buffers: Simple + LL128 + LL
+  double nccl_channels = 0;          // channels a collective communicator connects
+  double library_workspace_bytes = 0;  // cuBLAS(Lt) and Transformer Engine workspaces (allocated)
+  // Reserved beyond allocated: the caching allocator's blocks stranded between live ones, as a
+  // fraction of the step's transient bytes (activations, working set) with fixed segments.
+  double allocator_fragmentation = 0;
+
   // Stragglers: the relative standard deviation of one GPU's compute speed around the median
   // GPU of a cluster of identical GPUs (manufacturing and power management). It prices the
   // expected slowest GPU of a synchronous job (cost_models/variability.h) in time to train, not

@@ -55,6 +55,24 @@ void gpu_server(Ranges& r) {
             "Sinha et al. SC22 (arXiv 2208.11035): 8% (max 22%) performance variation between"
             " GPUs of one SKU across five clusters; read as a +-3 sigma span, sigma ~0.015; the"
             " reading of 'variation' as a span is the uncertainty (0.01-0.03)");
+  // What the training process holds besides its tensors (profile.cc cites each default).
+  uncertain(r, "cuda_context_MiB", 300, 900,
+            "CUDA context with lazily loaded kernels: ~300-600 MiB on A100/H100 as PyTorch's CUDA"
+            " notes and NVIDIA's lazy-loading documentation describe; eager module loading or"
+            " extra libraries (TE, cuDNN) raise it");
+  cited(r, "nccl_connection_MiB", 4.0, 9.2,
+        "NCCL defaults (src/include/device.h): Simple 4 MiB (NCCL_BUFFSIZE) alone with"
+        " NCCL_PROTO=Simple, up to Simple + LL128 4.69 MiB + LL 0.5 MiB = 9.19 MiB");
+  cited(r, "nccl_channels", 8, 32,
+        "NCCL_MIN_NCHANNELS/NCCL_MAX_NCHANNELS: NVSwitch systems open 8-32 channels (NCCL"
+        " environment-variable documentation)");
+  cited(r, "library_workspace_MiB", 8, 64,
+        "cuBLAS(Lt) workspaces: 4 MiB each before Hopper, 32 MiB from Hopper on (cuBLAS"
+        " cublasSetWorkspace; PyTorch and Transformer Engine each hold one)");
+  uncertain(r, "allocator_fragmentation", 0.0, 0.25,
+            "no published split of a training step's reserved against allocated bytes is cited:"
+            " from none (one allocation pattern repeating exactly) to a quarter of the transient"
+            " bytes stranded between live blocks");
 }
 
 // Links GPU collectives seldom or never take: RoCE Ethernet NICs and shared memory (the CPU
@@ -251,6 +269,9 @@ Ranges host_cpu() {
   uncertain(r, "host_memory_efficiency", 0.6, 0.8, why);
   uncertain(r, "host_adam_params_per_s", 0.3e9, 0.8e9, why);
   uncertain(r, "sustained_clock", 1.0, 1.0, "the probe measures the sustained sgemm rate");
+  for (const char* k : {"cuda_context_MiB", "nccl_connection_MiB", "nccl_channels",
+                        "library_workspace_MiB", "allocator_fragmentation"})
+    uncertain(r, k, 0, 0, "the CPU runtime has no CUDA context, NCCL or caching allocator");
   return r;
 }
 

@@ -695,7 +695,10 @@ SimResult Engine::result(bool record_trace) const {
   }
   r.breakdown = r.stage_breakdown[r.critical_stage];
   const std::vector<Liveness>& lv = liveness_future_.get();
-  for (const Liveness& l : lv) r.peak_memory_per_stage.push_back(l.peak_bytes);
+  for (const Liveness& l : lv) {
+    r.peak_memory_per_stage.push_back(l.peak_bytes);
+    r.peak_by_class_per_stage.push_back(l.peak_by_class);
+  }
   if (record_trace) {
     traces::Trace& tr = r.trace;
     tr.source = "predicted";
@@ -749,7 +752,23 @@ SimResult Simulator::simulate(const Plan& plan, const std::vector<Program>& prog
                               bool record_trace, const std::vector<double>& stage_slowdown) {
   Engine engine(model_, cluster_, plan, programs, profile_, *places_, *work_, stage_slowdown);
   engine.run();
-  return engine.result(record_trace);
+  SimResult r = engine.result(record_trace);
+  // What the framework measures of each stage's liveness peak.
+  for (int s = 0; s < static_cast<int>(r.peak_by_class_per_stage.size()); ++s) {
+    const std::array<double, 5>& c = r.peak_by_class_per_stage[s];
+    cost::MemoryBreakdown tensors;
+    tensors.weights = c[static_cast<int>(BufferClass::kParam)];
+    tensors.gradients = c[static_cast<int>(BufferClass::kGrad)];
+    tensors.optimizer = c[static_cast<int>(BufferClass::kOptimizer)];
+    tensors.activations = c[static_cast<int>(BufferClass::kActivation)];
+    tensors.transient = c[static_cast<int>(BufferClass::kWorkspace)];
+    r.memory_per_stage.push_back(cost::framework_memory(tensors, cluster_, plan, s, profile_));
+    if (r.peak_stage < 0 ||
+        r.memory_per_stage[s].device_used() > r.memory_per_stage[r.peak_stage].device_used())
+      r.peak_stage = s;
+  }
+  if (r.peak_stage >= 0) r.peak_rank = cost::stage_rank(plan, r.peak_stage);
+  return r;
 }
 
 SimResult simulate(const Model& model, const Cluster& cluster, const Plan& plan,
@@ -789,11 +808,17 @@ Json sim_result_to_json(const SimResult& r) {
     st["rank"] = s < r.stage_rank.size() ? r.stage_rank[s] : -1;
     stages.push_back(st);
   }
+  Json memory = Json::array();
+  for (const cost::FrameworkMemory& f : r.memory_per_stage)
+    memory.push_back(cost::framework_memory_to_json(f));
   return {{"step_time_s", r.step_time_s},
           {"breakdown_s", breakdown(r.breakdown)},
           {"critical_stage", r.critical_stage},
           {"stages", stages},
           {"peak_memory_per_stage_bytes", r.peak_memory_per_stage},
+          {"memory_per_stage", memory},
+          {"peak_stage", r.peak_stage},
+          {"peak_rank", r.peak_rank},
           {"ops_simulated", r.ops_simulated}};
 }
 

@@ -63,6 +63,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/program.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/profile.h"
 #include "traces/trace.h"
 
@@ -95,6 +96,13 @@ struct SimResult {
   // Peak device bytes of a rank of each stage: the buffer liveness of its Program in issue
   // order (core/liveness.h; no allocator fragmentation or CUDA context).
   std::vector<double> peak_memory_per_stage;
+  // The same peaks by buffer class (core/liveness.h's peak_by_class), and as the framework
+  // measures them (cost_models/framework_memory.h: allocated, reserved, outside the allocator),
+  // with the stage whose rank holds the largest device_used() and that rank.
+  std::vector<std::array<double, 5>> peak_by_class_per_stage;
+  std::vector<cost::FrameworkMemory> memory_per_stage;
+  int peak_stage = -1;
+  int peak_rank = -1;
   traces::Trace trace;        // the played ops of every representative (when recorded)
   int64_t ops_simulated = 0;  // ops played (all stages)
 };
@@ -146,7 +154,8 @@ class Simulator {
 };
 
 // {"step_time_s", "breakdown_s": B, "critical_stage", "stages": [B + {"stage", "rank"}],
-//  "peak_memory_per_stage_bytes": [...], "ops_simulated"}, where a breakdown B is
+//  "peak_memory_per_stage_bytes": [...], "memory_per_stage": [framework_memory_to_json],
+//  "peak_stage", "peak_rank", "ops_simulated"}, where a breakdown B is
 //  {"compute", "compute_by_phase": {phase: s}, "exposed_comm": {group: s},
 //   "exposed_comm_total", "exposed_offload", "bubble"} in seconds.
 Json sim_result_to_json(const SimResult& r);

@@ -17,9 +17,8 @@ cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Pla
   const double tokens = static_cast<double>(p.global_batch) * p.seq(m);
   out.mfu = flops_per_token(m, p.seq(m)).model * tokens /
             (c.gpu_device(0).peak_flops(p.precision) * c.num_gpus() * r.step_time_s);
-  double peak = 0;
-  for (double b : r.peak_memory_per_stage) peak = std::max(peak, b);
-  out.memory_per_gpu_bytes = peak + cost::runtime_overhead_bytes(c, p);
+  out.stage_memory = r.memory_per_stage;
+  out.memory_per_gpu_bytes = r.memory_per_stage[r.peak_stage].device_used();
   out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
   out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
   return out;

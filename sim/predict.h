@@ -12,8 +12,8 @@
 
 namespace parasol::sim {
 
-// Memory is the liveness peak of the busiest stage plus the runtime's own memory
-// (cost::runtime_overhead_bytes).
+// Memory is what the framework measures of each stage's liveness peak (SimResult::
+// memory_per_stage); memory_per_gpu_bytes the largest device_used().
 cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
                                      const cost::Profile& profile);
 

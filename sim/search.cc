@@ -32,9 +32,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/lower.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/memory.h"
 #include "sim/engine.h"
 #include "sim/pareto.h"
@@ -230,10 +232,12 @@ class Worker {
         opt_(o),
         layouts_(layouts),
         est_(m, c, p),
-        hbm_(c.gpu_device(0).hbm_bytes),
+        hbm_(c.gpu_device(0).hbm_bytes - o.memory_margin_bytes),
         host_capacity_(cost::host_memory_pinnable_bytes(c)),
         gps_(std::max(1, c.gpus_per_server())) {
     est_.share_fragments(std::move(fragments));
+    // The band of the allocator's fragmentation (its published range), read once.
+    std::tie(frag_low_, frag_high_) = cost::fragmentation_band(c.gpu_device(0), p);
   }
 
   void run_shape(const Shape& s, int shape_index) {
@@ -406,7 +410,7 @@ class Worker {
     // A set cannot make the plan fit unless it can move the excess off the largest stage (it
     // moves at most all of each class it offloads).
     const cost::MemoryBreakdown mem = last_memory_;
-    const double excess = mem.total() - hbm_;
+    const double excess = last_device_high_ - hbm_;
     Offload fitted[8];
     int n_fitted = 0;
     for (const Offload& o : offload_sets()) {
@@ -435,7 +439,10 @@ class Worker {
     last_memory_ = cost::memory_per_rank(model_, cluster_, p);
     const cost::MemoryBreakdown& mem = last_memory_;
     Fit f;
-    f.device = mem.total() <= hbm_;
+    // Headroom against the reserved figure at the top of its band, as nvidia-smi would show it.
+    last_device_high_ = cost::framework_memory(mem, p, -1, est_.profile(), frag_low_, frag_high_)
+                            .device_used_high();
+    f.device = last_device_high_ <= hbm_;
     f.fits = f.device && mem.host * gps_ <= host_capacity_;
     if (opt_.on_plan) opt_.on_plan(p, f.fits);
     if (!f.fits) return f;
@@ -486,7 +493,9 @@ class Worker {
   double hbm_, host_capacity_;
   int gps_;
   cost::MemoryBreakdown last_memory_;  // of the last plan considered
-  cost::Estimate estimate_;            // of the last plan that fit
+  double last_device_high_ = 0;        // and its device memory at the top of its band
+  double frag_low_ = 0, frag_high_ = 0;
+  cost::Estimate estimate_;  // of the last plan that fit
   uint64_t seq_ = 0;
   std::vector<Entry> top_, pareto_;
   int64_t enumerated_ = 0, evaluated_ = 0, fitting_ = 0;

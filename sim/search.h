@@ -35,6 +35,11 @@ struct SearchOptions {
   // Offload is tried only for plans that do not fit in device memory without it, and only the
   // smallest sets that make a plan fit (a superset of a set that fits is never tried).
   bool search_offload = true;
+  // A plan fits when the device memory it needs as nvidia-smi would show it, at the high end of
+  // its reserved band (cost_models/framework_memory.h: the caching allocator's fragmentation at
+  // the top of its range), plus this margin is at most the device's memory (`search
+  // --memory-margin`, bytes).
+  double memory_margin_bytes = 0;
   // The ranking key; empty = the estimated step time (seconds). `search --robust` passes the
   // pessimistic end of the plan's error band.
   RankKey rank_key;

@@ -132,11 +132,21 @@ Runner add_accuracy(CLI::App& app) {
     }
     std::printf("%-34s %-14s %11s %11s %8s %6s %10s\n", "run", "family", "published", "predicted",
                 "error", "MFU", "mem/GPU");
-    for (const auto& row : r.rows)
+    for (const auto& row : r.rows) {
+      if (!row.metric.empty()) {  // a memory point: published and predicted peaks
+        const std::string where = row.rank < 0 ? "max rank" : "rank " + std::to_string(row.rank);
+        std::printf("%-34s %-14s %9s %11s %+7.2f%% %6s %10s  %s of %s%s%s\n", row.id.c_str(),
+                    row.family.c_str(), gib(row.published_bytes).c_str(),
+                    gib(row.predicted_bytes).c_str(), row.error * 100, pct(row.mfu).c_str(),
+                    gib(row.memory_per_gpu_bytes).c_str(), row.metric.c_str(), where.c_str(),
+                    row.fits ? "" : "  does not fit", row.judged ? "" : "  (not judged)");
+        continue;
+      }
       std::printf("%-34s %-14s %9.2f s %9.2f s %+7.2f%% %6s %10s%s%s\n", row.id.c_str(),
                   row.family.c_str(), row.published_s, row.predicted_s, row.error * 100,
                   pct(row.mfu).c_str(), gib(row.memory_per_gpu_bytes).c_str(),
                   row.fits ? "" : "  does not fit", row.judged ? "" : "  (not judged)");
+    }
     std::printf("\n");
     for (const auto& f : r.families) print_stats(f.family, f.stats);
     print_stats("overall", r.overall);

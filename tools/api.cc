@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "core/lower.h"
 #include "interop/interop.h"
 #include "traces/trace.h"
@@ -55,7 +56,6 @@ EstimateRun run_estimate(Spec& s, const JobFlags& job) {
   EstimateRun r;
   r.estimate = cost::estimate(s.model, *s.cluster, s.plan, s.profile);
   r.band = cost::error_band(s.profile, s.model, *s.cluster, s.plan);
-  r.stage_memory = cost::memory_per_stage(s.model, *s.cluster, s.plan);
   if (job.tokens)
     r.job = cost::time_to_train(s.model, *s.cluster, s.plan, estimate_step(r.estimate), s.profile,
                                 job_opts);
@@ -66,7 +66,7 @@ Json estimate_document(const Spec& s, const EstimateRun& r) {
   Json j = cost::estimate_to_json(r.estimate);
   j["band"] = cost::band_to_json(r.band, r.estimate.step_time_s);
   Json stages = Json::array();
-  for (const cost::MemoryBreakdown& m : r.stage_memory) stages.push_back(m.total());
+  for (const cost::FrameworkMemory& m : r.estimate.stage_memory) stages.push_back(m.device_used());
   j["memory_per_stage_bytes"] = stages;
   j["plan"] = plan_to_json(s.plan);
   if (r.job) j["job"] = cost::time_to_train_to_json(*r.job);
@@ -144,6 +144,12 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   opt.threads = f.threads;
   opt.precision = parse_dtype(f.precision, "search.precision");
   opt.search_offload = !f.no_offload;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double device_bytes = cluster.gpu_device(0).hbm_bytes;
+  if (!(f.memory_margin_gib >= 0) || f.memory_margin_gib * kGiB >= device_bytes)
+    throw Error("search.memory_margin",
+                "must be >= 0 GiB and below the device's memory (" + gib(device_bytes) + ")");
+  opt.memory_margin_bytes = f.memory_margin_gib * kGiB;
   // The step a plan is ranked by, from its estimate's or its simulation's step: that step, or
   // the pessimistic end of its band.
   const bool is_robust = f.robust;
@@ -194,6 +200,18 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   }
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);
+  // The listed plans' memory of every stage, and the rank that holds the largest peak (the
+  // search prices memory per plan, not per stage).
+  {
+    cost::Estimator est(s.model, cluster, s.profile);
+    for (auto* list : {&run.result.top, &run.result.pareto})
+      for (sim::Candidate& c : *list) {
+        const cost::Estimate full = est.estimate(c.plan);
+        c.estimate.stage_memory = full.stage_memory;
+        c.estimate.peak_stage = full.peak_stage;
+        c.estimate.peak_rank = full.peak_rank;
+      }
+  }
   sim::resimulate_top(s.model, cluster, s.profile, f.simulate_top, run.result, simulated_key);
   if (run.result.top.empty())
     throw Error(f.framework.empty() ? "search" : "search.framework",
@@ -228,7 +246,9 @@ Json search_document(const Spec& s, const SearchRun& r) {
   for (const auto& c : r.result.pareto) {
     Json row = {{"plan", plan_to_json(c.plan)},
                 {"tokens_per_s", c.estimate.tokens_per_s},
-                {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes}};
+                {"memory_per_gpu_bytes", c.estimate.memory_per_gpu_bytes},
+                {"peak_stage", c.estimate.peak_stage},
+                {"peak_rank", c.estimate.peak_rank}};
     if (r.train_of) row["job"] = cost::time_to_train_to_json(r.train_of(c.plan, c.estimate));
     front.push_back(row);
   }
@@ -274,9 +294,26 @@ Json simulate_request(const Json& request) {
 
 Json search_request(const Json& request) {
   JsonReader r(request, "search");
-  r.allow_only({"model", "cluster", "gpus", "profile", "gbs", "seq", "top", "threads", "precision",
-                "no_offload", "simulate_top", "robust", "framework", "tokens", "price_per_gpu_hour",
-                "checkpoint_interval", "storage_GBps", "restart_s", "planned_per_day"});
+  r.allow_only({"model",
+                "cluster",
+                "gpus",
+                "profile",
+                "gbs",
+                "seq",
+                "top",
+                "threads",
+                "precision",
+                "no_offload",
+                "simulate_top",
+                "robust",
+                "framework",
+                "tokens",
+                "price_per_gpu_hour",
+                "checkpoint_interval",
+                "storage_GBps",
+                "restart_s",
+                "planned_per_day",
+                "memory_margin_GiB"});
   // The search makes its own plans: the spec is loaded with a placeholder one (as the command).
   Json spec_request = Json::object();
   for (const char* k : {"model", "cluster", "profile"})
@@ -298,6 +335,7 @@ Json search_request(const Json& request) {
                                                  std::numeric_limits<int>::max()));
   f.robust = r.boolean_or("robust", false);
   f.framework = r.string_or("framework", "");
+  f.memory_margin_gib = r.number_or("memory_margin_GiB", 0, -1e12, 1e12);
   f.job = job_flags(request);
   const std::string model_ref = request.value("model", Json(SpecOptions{}.model)).is_string()
                                     ? request.value("model", SpecOptions{}.model)

@@ -28,8 +28,7 @@ namespace parasol::tools {
 struct EstimateRun {
   cost::Estimate estimate;
   cost::ErrorBand band;
-  std::vector<cost::MemoryBreakdown> stage_memory;  // one rank of each pipeline stage
-  std::optional<cost::TimeToTrain> job;             // with job.tokens
+  std::optional<cost::TimeToTrain> job;  // with job.tokens
 };
 
 // Validates s.plan and estimates it; job flags as job_options (they may set the cluster's storage
@@ -77,6 +76,9 @@ struct SearchSettings {
   // Only plans this framework can run (interop::framework_names(); `parasol export` succeeds);
   // "" = any plan.
   std::string framework;
+  // Device memory (GiB) every listed plan leaves free beyond its reserved figure at the top of
+  // its band (sim::SearchOptions::memory_margin_bytes).
+  double memory_margin_gib = 0;
 };
 
 struct SearchRun {

@@ -9,6 +9,7 @@
 #include "core/cluster.h"
 #include "core/model.h"
 #include "core/plan.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/profile.h"
 #include "interop/interop.h"
 #include "tools/host_probe.h"
@@ -16,6 +17,12 @@
 namespace parasol::tools {
 
 using Runner = std::function<int()>;
+
+// tools/estimate_cmd.cc: one rank's peak as the framework measures it (allocated, reserved with
+// its band, outside the allocator), naming its stage and rank (stage -1: not named); and every
+// stage's peak, the largest marked.
+void print_framework_memory(const cost::FrameworkMemory& f, int stage, int rank);
+void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int peak);
 
 Runner add_show(CLI::App& app);
 Runner add_validate(CLI::App& app);

@@ -16,6 +16,27 @@
 
 namespace parasol::tools {
 
+// "as the framework measures it (stage 1, rank 8): allocated 61.2 GiB, reserved 66.0 GiB
+// (61.4 - 70.6), outside the allocator 1.3 GiB (CUDA context 0.5, NCCL 0.8)".
+void print_framework_memory(const cost::FrameworkMemory& f, int stage, int rank) {
+  std::cout << "as the framework measures it";
+  if (stage >= 0) std::cout << " (stage " << stage << ", rank " << rank << ")";
+  std::cout << ": allocated " << gib(f.allocated) << ", reserved " << gib(f.reserved) << " ("
+            << fmt("%.1f", f.reserved_low / (1024.0 * 1024 * 1024)) << " - " << gib(f.reserved_high)
+            << "), outside the allocator " << gib(f.outside) << " (CUDA context "
+            << gib(f.cuda_context) << ", NCCL " << gib(f.nccl) << ")\n";
+}
+
+// "peak per stage (one rank each, as nvidia-smi shows it): 70.1 71.2* 69.0 GiB (* the largest)".
+void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int peak) {
+  if (stages.size() <= 1) return;
+  std::cout << "peak per stage (one rank each; allocated / reserved / as nvidia-smi shows it):\n";
+  for (size_t s = 0; s < stages.size(); ++s)
+    std::cout << "  stage " << s << ": " << gib(stages[s].allocated) << " / "
+              << gib(stages[s].reserved) << " / " << gib(stages[s].device_used())
+              << (static_cast<int>(s) == peak ? "  (the largest)" : "") << "\n";
+}
+
 namespace {
 // "error band 5.30 s - 6.35 s (± 9%: the largest rms error of the accuracy suites it draws on:
 // h100-dense)".
@@ -26,8 +47,7 @@ std::string band_line(const cost::ErrorBand& b, double step_s) {
 }
 }  // namespace
 
-void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band,
-                    const std::vector<cost::MemoryBreakdown>& stage_memory) {
+void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   const cost::TimeBreakdown& t = e.time;
   std::cout << "step time " << secs(e.step_time_s) << " " << cost::band_label(band) << ", "
             << count(e.tokens_per_s) << " tokens/s, " << fmt("%.2f", e.samples_per_s)
@@ -61,11 +81,8 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band,
                          {"buffers", m.buffers}})
     std::cout << "  " << name << ": " << gib(v) << "\n";
   if (m.host > 0) std::cout << "  offloaded to host: " << gib(m.host) << "\n";
-  if (stage_memory.size() > 1) {
-    std::cout << "memory per stage (one rank each):";
-    for (const cost::MemoryBreakdown& sm : stage_memory) std::cout << " " << gib(sm.total());
-    std::cout << "\n";
-  }
+  print_framework_memory(e.framework, e.peak_stage, e.peak_rank);
+  print_stage_memory(e.stage_memory, e.peak_stage);
   std::cout << "host memory per server " << gib(e.host_memory_per_server_bytes) << " of "
             << gib(e.host_memory_capacity_bytes) << " pinnable"
             << (e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes ? " (fits)"
@@ -89,7 +106,7 @@ Runner add_estimate(CLI::App& app) {
     if (*json) {
       std::cout << estimate_document(s, r).dump(1) << "\n";
     } else {
-      print_estimate(r.estimate, r.band, r.stage_memory);
+      print_estimate(r.estimate, r.band);
       if (r.job) print_time_to_train(*r.job);
     }
     return 0;

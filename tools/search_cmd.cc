@@ -120,13 +120,21 @@ Runner add_search(CLI::App& app) {
                   "list only plans this framework can run (parasol export --to succeeds): "
                   "megatron|deepspeed|torchtitan")
       ->check(CLI::IsMember(interop::framework_names()));
+  auto memory_margin = std::make_shared<double>(0);
+  cmd->add_option("--memory-margin", *memory_margin,
+                  "GiB of device memory every listed plan leaves free beyond its reserved memory "
+                  "at the top of its band (the caching allocator's fragmentation at the high end "
+                  "of its range), as nvidia-smi would show it")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", *json, "print JSON");
   return [=]() {
     SpecOptions so = *o;
     so.tp = 1;  // placeholder plan; the search makes its own
     Spec s = load_spec(so, cmd, false);
-    const SearchSettings settings{*top,        *gbs,          *seq,    *threads, *precision,
-                                  *no_offload, *simulate_top, *robust, *job,     *framework};
+    const SearchSettings settings{*top,       *gbs,        *seq,          *threads,
+                                  *precision, *no_offload, *simulate_top, *robust,
+                                  *job,       *framework,  *memory_margin};
     // A bar on stderr when it is a terminal and the search runs past a second (tools/progress.h).
     auto bar = std::make_shared<ProgressBar>(stderr, stream_is_terminal(stderr), "searching");
     SearchRun run;
@@ -175,6 +183,16 @@ Runner add_search(CLI::App& app) {
     for (size_t i = 0; i < r.top.size(); ++i)
       print_row(r.top[i], static_cast<int>(i + 1), band_of(r.top[i].plan),
                 train_cell(train_of_candidate(r.top[i])));
+    if (!r.top.empty()) {
+      const cost::Estimate& e = r.top.front().estimate;
+      std::cout << "\nthe best plan's memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
+                << gib(e.device_memory_bytes);
+      if (*memory_margin > 0) std::cout << " (margin " << fmt("%.1f", *memory_margin) << " GiB)";
+      std::cout << "\n";
+      print_framework_memory(e.stage_memory.empty() ? e.framework : e.stage_memory[e.peak_stage],
+                             e.peak_stage, e.peak_rank);
+      print_stage_memory(e.stage_memory, e.peak_stage);
+    }
     if (tokens && !r.top.empty()) {
       std::cout << "\nthe best plan's time to train:\n";
       print_time_to_train(*train_of_candidate(r.top.front()));

@@ -106,12 +106,17 @@ Runner add_simulate(CLI::App& app) {
                   << secs(b.exposed_comm_total()) << " / " << secs(b.bubble) << "\n";
       }
     }
-    if (r.peak_memory_per_stage.empty()) {
+    if (r.memory_per_stage.empty()) {
       std::cout << "peak memory per stage: not available (buffer liveness pass pending)\n";
     } else {
-      std::cout << "peak memory per stage:";
-      for (double m : r.peak_memory_per_stage) std::cout << " " << gib(m);
-      std::cout << "\n";
+      const cost::FrameworkMemory& peak = r.memory_per_stage[r.peak_stage];
+      std::cout << "memory per GPU " << gib(peak.device_used()) << " of "
+                << gib(s.cluster->gpu_device(0).hbm_bytes)
+                << (peak.device_used() <= s.cluster->gpu_device(0).hbm_bytes ? " (fits)"
+                                                                             : " (DOES NOT FIT)")
+                << ", the liveness of each stage's Program:\n";
+      print_framework_memory(peak, r.peak_stage, r.peak_rank);
+      print_stage_memory(r.memory_per_stage, r.peak_stage);
     }
     std::cout << "host memory per server (closed form) " << gib(e.host_memory_per_server_bytes)
               << " of " << gib(e.host_memory_capacity_bytes) << " pinnable"

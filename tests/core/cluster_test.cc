@@ -55,7 +55,7 @@ TEST(ClusterPreset, DgxA100TwoServers) {
   EXPECT_EQ(c.server_of(9), 1);
   EXPECT_TRUE(c.homogeneous());
   EXPECT_EQ(c.gpu_device(0).name, "A100-80G");
-  EXPECT_EQ(c.gpu_device(15).hbm_bytes, 80 * GiB);
+  EXPECT_EQ(c.gpu_device(15).hbm_bytes, 81920.0 * 1024 * 1024);  // nvidia-smi: 81920 MiB
 
   // Same server: GPU -> NVSwitch -> GPU at NVLink3's 300 GB/s per direction.
   EXPECT_EQ(c.path(0, 1).size(), 2u);
@@ -101,7 +101,7 @@ TEST(ClusterPreset, SingleH200) {
   EXPECT_EQ(c.num_servers(), 1);
   EXPECT_EQ(c.gpus_per_server(), 1);
   EXPECT_EQ(c.gpu_device(0).name, "H200");
-  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bytes, 143771.0 * 1024 * 1024);  // nvidia-smi: 143771 MiB
   EXPECT_DOUBLE_EQ(c.host_memory_per_gpu(0), 128 * GiB);
   EXPECT_DOUBLE_EQ(c.host_link_bw(0), 64e9);
   ExpectError([] { cluster_preset("h200-1", 2); }, "gpus", "exactly one GPU");
@@ -117,7 +117,7 @@ TEST(ClusterPreset, Gb200Nvl72IsOneNvlinkDomainOf72Gpus) {
   EXPECT_EQ(c.gpu_device(0).name, "GB200");
   EXPECT_DOUBLE_EQ(c.gpu_device(0).peak_flops(Dtype::kBf16), 2.5e15);
   EXPECT_DOUBLE_EQ(c.gpu_device(0).peak_flops(Dtype::kFp8), 5e15);
-  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bytes, 186e9);
+  EXPECT_DOUBLE_EQ(c.gpu_device(0).hbm_bytes, 189471.0 * 1024 * 1024);  // nvidia-smi: 189471 MiB
   EXPECT_DOUBLE_EQ(c.bottleneck_bw(0, 71), 900e9);
   EXPECT_EQ(kinds_on_path(c, 0, 71), std::set<LinkKind>{LinkKind::kNvswitch});
   EXPECT_DOUBLE_EQ(c.bottleneck_bw(0, 72), 50e9);
@@ -142,15 +142,15 @@ TEST(ClusterPreset, H800Mi325xAndDgx2FromTheirDatasheets) {
   EXPECT_DOUBLE_EQ(h800.bottleneck_bw(0, 8), 50e9);
   Cluster mi325x = cluster_preset("mi325x-8", 8);
   EXPECT_EQ(mi325x.gpu_device(0).name, "MI325X");
-  EXPECT_DOUBLE_EQ(mi325x.gpu_device(0).hbm_bytes, 256e9);
+  EXPECT_DOUBLE_EQ(mi325x.gpu_device(0).hbm_bytes, 256 * GiB - 16.0 * 1024 * 1024);
   EXPECT_DOUBLE_EQ(mi325x.gpu_device(0).hbm_bw, 6e12);
   EXPECT_DOUBLE_EQ(mi325x.bottleneck_bw(0, 7), cluster_preset("mi300x-8", 8).bottleneck_bw(0, 7));
   Cluster dgx2 = cluster_preset("dgx2-v100", 32);
   EXPECT_EQ(dgx2.gpus_per_server(), 16);
   EXPECT_EQ(dgx2.gpu_device(0).name, "V100-32G");
   EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).peak_flops(Dtype::kFp16), 125e12);
-  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).peak_flops(Dtype::kFp8), 125e12);  // no fp8: fp16's
-  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).hbm_bytes, 32 * GiB);
+  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).peak_flops(Dtype::kFp8), 125e12);   // no fp8: fp16's
+  EXPECT_DOUBLE_EQ(dgx2.gpu_device(0).hbm_bytes, 32768.0 * 1024 * 1024);  // nvidia-smi: 32768 MiB
   EXPECT_DOUBLE_EQ(dgx2.bottleneck_bw(0, 15), 150e9);
   EXPECT_DOUBLE_EQ(dgx2.bottleneck_bw(0, 16), 12.5e9);
   EXPECT_DOUBLE_EQ(dgx2.host_link_bw(0), 16e9);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "cost_models/estimate.h"
 
 namespace parasol::cost {
 namespace {
@@ -121,6 +122,72 @@ TEST(AccuracySuite, NonPositiveTimeIsAnError) {
   Json s = one_run_suite();
   s["runs"][0]["time_s"] = -1;
   expect_error(s, "time_s");
+}
+
+// A memory point: judged on the peak of the metric and rank its source names, taken from the
+// prediction's per-stage figures (the estimate's); the step-time statistics leave it out.
+Json memory_suite(const std::string& metric, const Json& rank) {
+  Json s = Json::parse(R"({
+    "points": [{"id": "t", "cluster": "dgx-h100", "gpus": 8, "preset": "llama3-8b",
+                "plan": {"tp": 2, "pp": 4, "mbs": 1, "gbs": 8, "sp": true}, "time_s": 1.0},
+               {"id": "m", "family": "memory-x", "cluster": "dgx-h100", "gpus": 8,
+                "preset": "llama3-8b", "plan": {"tp": 2, "pp": 4, "mbs": 1, "gbs": 8, "sp": true},
+                "memory": {"peak_GiB": 30}}]})");
+  s["points"][1]["memory"]["metric"] = metric;
+  s["points"][1]["memory"]["rank"] = rank;
+  return s;
+}
+
+TEST(AccuracyMemory, JudgesTheNamedMetricAndRank) {
+  const Json suite = memory_suite("max_allocated", 6);  // rank 6 = stage 3 (tp 2 x dp 1 x pp 4)
+  const std::vector<PublishedRun> runs = read_accuracy_suite(suite);
+  ASSERT_TRUE(runs[1].is_memory());
+  EXPECT_EQ(runs[1].rank, 6);
+  const Cluster c = cluster_of(runs[1]);
+  const Estimate e = estimate(runs[1].model, c, runs[1].plan, default_profile(c.gpu_device(0)));
+  const AccuracyReport r = run_accuracy(runs);
+  const AccuracyRow& row = r.rows[1];
+  EXPECT_EQ(row.metric, "max_allocated");
+  EXPECT_DOUBLE_EQ(row.published_bytes, 30.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(row.predicted_bytes, e.stage_memory[3].allocated);
+  EXPECT_DOUBLE_EQ(row.error, (row.predicted_bytes - row.published_bytes) / row.published_bytes);
+  // The step-time point alone makes the overall statistics; the memory family is its own.
+  EXPECT_EQ(r.overall.runs, 1);
+  EXPECT_DOUBLE_EQ(r.overall.mean_abs_error, std::fabs(r.rows[0].error));
+  ASSERT_EQ(r.families.size(), 2u);
+  EXPECT_TRUE(r.families[1].memory);
+  EXPECT_FALSE(r.families[0].memory);
+  Json j = accuracy_to_json(r);
+  EXPECT_EQ(j["runs"][1]["metric"], "max_allocated");
+  EXPECT_EQ(j["runs"][1]["rank"], 6);
+  EXPECT_FALSE(j["runs"][0].contains("metric"));
+}
+
+TEST(AccuracyMemory, MaxOverRanksTakesTheLargestStage) {
+  const std::vector<PublishedRun> runs = read_accuracy_suite(memory_suite("max_reserved", "max"));
+  EXPECT_EQ(runs[1].rank, -1);
+  const Cluster c = cluster_of(runs[1]);
+  const Estimate e = estimate(runs[1].model, c, runs[1].plan, default_profile(c.gpu_device(0)));
+  double most = 0;
+  for (const FrameworkMemory& f : e.stage_memory) most = std::max(most, f.reserved);
+  EXPECT_DOUBLE_EQ(run_accuracy(runs).rows[1].predicted_bytes, most);
+}
+
+TEST(AccuracyMemory, BadMemoryPointsNameTheField) {
+  expect_error(memory_suite("max_active", 0), "memory.metric");
+  expect_error(memory_suite("max_reserved", "first"), "memory.rank");
+  expect_error(memory_suite("max_reserved", 8), "memory.rank");  // 8 GPUs: ranks 0-7
+  Json both = memory_suite("max_reserved", 0);
+  both["points"][1]["time_s"] = 1.0;
+  expect_error(both, "memory");
+}
+
+// The visible memory suite reads and every point names its metric and rank.
+TEST(AccuracyMemory, PublishedMemorySuiteReads) {
+  const std::vector<PublishedRun> runs =
+      read_accuracy_suite(read_json_file(kDataDir + "/published/memory.json"), "memory");
+  EXPECT_GE(runs.size(), 15u);
+  for (const PublishedRun& r : runs) EXPECT_TRUE(r.is_memory()) << r.id;
 }
 
 }  // namespace

@@ -259,7 +259,10 @@ TEST_F(EstimateGpt, FitsComparesWithDeviceMemory) {
   Estimate e = run(m, c, p);
   EXPECT_DOUBLE_EQ(e.device_memory_bytes, 80.0 * 1024 * 1024 * 1024);
   EXPECT_EQ(e.fits, e.memory_per_gpu_bytes <= e.device_memory_bytes);
-  EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.memory.total());
+  // As nvidia-smi would show it: the tensors (the breakdown without its default buffers) with
+  // the workspaces, the allocator's reserve and what lies outside the allocator.
+  EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.framework.device_used());
+  EXPECT_GE(e.memory_per_gpu_bytes, e.memory.total() - e.memory.buffers);
   // The whole 24-layer model with 16 micro-batches of activations on one GPU does not fit.
   Model big = gpt(24, 6144, 64, 51200, 2048);
   Cluster one = cluster_preset("dgx-a100-80g", 1);
@@ -344,8 +347,11 @@ TEST(EstimateJson, HasTheDocumentedKeys) {
   EXPECT_NEAR(sum, e.step_time_s, 1e-12 * e.step_time_s);
   double mem = 0;
   for (auto& [k, v] : j["memory_breakdown_bytes"].items())
-    if (k != "host") mem += v.get<double>();
-  EXPECT_NEAR(mem, e.memory_per_gpu_bytes, 1e-6);
+    if (k != "host" && k != "buffers") mem += v.get<double>();
+  const Profile prof = default_profile(c.gpu_device(0));
+  EXPECT_NEAR(mem + prof.library_workspace_bytes, j["memory"]["allocated_bytes"].get<double>(),
+              1e-6 * mem);
+  EXPECT_DOUBLE_EQ(j["memory"]["device_used_bytes"].get<double>(), e.memory_per_gpu_bytes);
 }
 
 TEST(EstimatorCache, EqualsTheFreeFunctionOverManyPlans) {
@@ -484,6 +490,43 @@ TEST(EstimateCp, ExposedRingTimeIsTheChunkBytesOverTheLinkLessTheAttention) {
   p.cp = 1;
   p.dp = 4;
   EXPECT_EQ(estimate(m, c, p, prof).time.cp_comm, 0);
+}
+
+// Every stage's peak, from memory_per_stage through the framework's split, the largest named
+// with its stage and rank; memory_per_gpu_bytes is that rank's device memory as nvidia-smi
+// shows it.
+TEST(EstimateMemory, NamesEveryStageAndThePeakRank) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.pp = 4;
+  p.dp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 32;
+  p.sequence_parallel = true;
+  const Profile prof = default_profile(c.gpu_device(0));
+  const Estimate e = run(m, c, p);
+  const std::vector<MemoryBreakdown> stages = memory_per_stage(m, c, p);
+  ASSERT_EQ(e.stage_memory.size(), 4u);
+  int peak = 0;
+  for (int s = 0; s < 4; ++s) {
+    const FrameworkMemory f = framework_memory(stages[s], c, p, s, prof);
+    EXPECT_DOUBLE_EQ(e.stage_memory[s].device_used(), f.device_used()) << s;
+    EXPECT_DOUBLE_EQ(e.stage_memory[s].allocated, f.allocated) << s;
+    if (f.device_used() > framework_memory(stages[peak], c, p, peak, prof).device_used()) peak = s;
+  }
+  EXPECT_EQ(e.peak_stage, peak);
+  EXPECT_EQ(e.peak_rank, stage_rank(p, peak));
+  EXPECT_EQ(e.peak_rank, peak * 4);  // Megatron's order: stage s starts at rank s x tp x dp
+  EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.stage_memory[peak].device_used());
+  EXPECT_DOUBLE_EQ(e.framework.device_used(), e.memory_per_gpu_bytes);
+  EXPECT_EQ(e.fits, e.memory_per_gpu_bytes <= c.gpu_device(0).hbm_bytes);
+  const Json j = estimate_to_json(e);
+  EXPECT_EQ(j["peak_stage"], peak);
+  EXPECT_EQ(j["peak_rank"], e.peak_rank);
+  EXPECT_EQ(j["memory_per_stage"].size(), 4u);
+  EXPECT_DOUBLE_EQ(j["memory"]["reserved_bytes"].get<double>(), e.framework.reserved);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/estimate.h"
+#include "cost_models/framework_memory.h"
 #include "cost_models/memory.h"
 #include "sim/engine.h"
 
@@ -645,10 +646,12 @@ TEST(SearchOffload, HostMemoryPrunesOffloadThatDoesNotFit) {
   o.seq_len = 2048;
   Enumerated e = enumerate(m, c, o);
   const double capacity = cost::host_memory_pinnable_bytes(c);
+  const cost::Profile prof = cost::default_profile(c.gpu_device(0));
   int rejected_by_host = 0;
   for (size_t i = 0; i < e.plans.size(); ++i) {
     const cost::MemoryBreakdown mem = cost::memory_per_rank(m, c, e.plans[i]);
-    const bool device = mem.total() <= c.gpu_device(0).hbm_bytes;
+    const bool device = cost::framework_memory(mem, c, e.plans[i], -1, prof).device_used_high() <=
+                        c.gpu_device(0).hbm_bytes;
     const bool host = mem.host * c.gpus_per_server() <= capacity;
     EXPECT_EQ(e.fits[i], device && host) << plan_to_json(e.plans[i]).dump();
     if (device && !host) ++rejected_by_host;
@@ -661,6 +664,47 @@ TEST(SearchOffload, HostMemoryPrunesOffloadThatDoesNotFit) {
   Cluster big = build_cluster("big-host", small_host, 1, FabricSpec{});
   SearchResult r = search(m, big, cost::default_profile(big.gpu_device(0)), o);
   EXPECT_GT(r.fitting, e.result.fitting);
+}
+
+// Headroom is checked against the reserved memory at the top of its band, as nvidia-smi would
+// show it (the caching allocator's fragmentation at the high end of its range, plus the CUDA
+// context and NCCL's buffers): a plan whose allocated tensors fit with the memory outside the
+// allocator but whose reserved memory does not is dropped; a margin drops more.
+TEST(SearchMemory, ReservedBandDecidesWhatFits) {
+  Model m = model_preset("llama3-8b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  SearchOptions o;
+  o.global_batch = 16;
+  o.seq_len = 8192;
+  o.search_offload = false;
+  Enumerated e = enumerate(m, c, o);
+  const cost::Profile prof = cost::default_profile(c.gpu_device(0));
+  const double hbm = c.gpu_device(0).hbm_bytes;
+  int allocated_fits_reserved_not = 0, fitting = 0;
+  for (size_t i = 0; i < e.plans.size(); ++i) {
+    const Plan& p = e.plans[i];
+    const cost::FrameworkMemory f =
+        cost::framework_memory(cost::memory_per_rank(m, c, p), c, p, -1, prof);
+    EXPECT_EQ(e.fits[i], f.device_used_high() <= hbm) << plan_to_json(p).dump();
+    fitting += e.fits[i] ? 1 : 0;
+    if (f.allocated + f.outside <= hbm && f.device_used_high() > hbm) {
+      ++allocated_fits_reserved_not;
+      EXPECT_FALSE(e.fits[i]);
+      for (const Candidate& cand : e.result.top)
+        EXPECT_NE(plan_to_json(cand.plan).dump(), plan_to_json(p).dump());
+    }
+  }
+  EXPECT_GT(allocated_fits_reserved_not, 0);
+  EXPECT_EQ(fitting, e.result.fitting);
+  // Listed plans leave the margin free at the top of their band.
+  o.memory_margin_bytes = 8.0 * (1 << 30);
+  Enumerated tight = enumerate(m, c, o);
+  EXPECT_LT(tight.result.fitting, e.result.fitting);
+  for (const Candidate& cand : tight.result.top) {
+    const cost::FrameworkMemory f =
+        cost::framework_memory(cost::memory_per_rank(m, c, cand.plan), c, cand.plan, -1, prof);
+    EXPECT_LE(f.device_used_high() + o.memory_margin_bytes, hbm);
+  }
 }
 
 // A caller's ranking key (what --robust passes: the pessimistic end of the error band): the top

@@ -1,0 +1,86 @@
+// What the framework measures: one rank's peak device memory split the way PyTorch and
+// nvidia-smi report it. `allocated` is torch.cuda.max_memory_allocated (Megatron's
+// "max allocated", mem-max-allocated-bytes): tensors, persistent buffers, buckets and the
+// libraries' workspaces, all from the caching allocator. `reserved` is
+// torch.cuda.max_memory_reserved (torchtitan's logged "memory"): allocated plus the caching
+// allocator's block rounding and the blocks stranded between live ones. `outside` is what the
+// process holds outside the allocator (CUDA context, NCCL's buffers); nvidia-smi shows
+// reserved + outside, which is what must fit in DeviceSpec::hbm_bytes.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "core/cluster.h"
+#include "core/json_reader.h"
+#include "core/plan.h"
+#include "cost_models/memory.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+
+// The bytes PyTorch's CUDA caching allocator reserves for one request of `bytes`
+// (c10/cuda/CUDACachingAllocator.cpp, documented in PyTorch's "CUDA semantics: memory
+// management"): sizes round up to 512-byte blocks; requests of at most 1 MiB come from 2 MiB
+// segments (the small pool), larger ones below 10 MiB from 20 MiB segments, and from 10 MiB on
+// a segment of the request rounded up to 2 MiB. Returns the block's size (`segment` false) or
+// the segment's (`segment` true). With expandable segments a large block maps 2 MiB pages, so
+// its segment is the block rounded up to 2 MiB.
+// REQUIRES: bytes >= 0.
+double allocator_block_bytes(double bytes);
+double allocator_segment_bytes(double bytes, bool expandable_segments);
+
+// Bytes NCCL's buffers hold on one rank of `stage` under plan `p`: each collective
+// communicator (data parallel, and tensor and context parallel where > 1) connects
+// profile.nccl_channels ring channels, one connection's buffers each (the receive FIFO of every
+// protocol); point-to-point peers (the neighbouring pipeline stages, the other ep - 1 ranks of
+// an expert all-to-all) 2 channels each (NCCL_NCHANNELS_PER_NET_PEER's default). `stage` -1:
+// a stage with both pipeline neighbours (the most peers).
+double nccl_buffer_bytes(const Plan& p, int stage, const Profile& profile);
+
+struct FrameworkMemory {
+  double allocated = 0;      // max_memory_allocated
+  double reserved = 0;       // max_memory_reserved (allocated + rounding + fragmentation)
+  double reserved_low = 0;   // reserved with allocator_fragmentation at its range's ends
+  double reserved_high = 0;  //   (profile_ranges.cc)
+  double rounding = 0;       // of reserved: the persistent buffers' block rounding
+  double fragmentation = 0;  // of reserved: blocks stranded between live ones
+  double outside = 0;        // outside the allocator: cuda_context + nccl
+  double cuda_context = 0;
+  double nccl = 0;
+  double device_used() const { return reserved + outside; }  // as nvidia-smi shows it
+  double device_used_high() const { return reserved_high + outside; }
+};
+
+// The split of one rank of `stage` whose tensors are `tensors` (memory_per_rank's breakdown of
+// that stage; its `buffers` are replaced by the profile's figures). The fragmentation is
+// allocator_fragmentation of the step's transient bytes (activations and working set) with
+// fixed segments, none with plan.expandable_segments; the band takes the fragmentation at its
+// range's ends (`fragmentation_low`, `fragmentation_high`).
+FrameworkMemory framework_memory(const MemoryBreakdown& tensors, const Plan& p, int stage,
+                                 const Profile& profile, double fragmentation_low,
+                                 double fragmentation_high);
+// The published range of allocator_fragmentation for device `d` (profile_ranges.cc), widened to
+// take in the profile's own figure: {low, high}.
+std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile);
+// The same with the band of the device's published range of allocator_fragmentation.
+FrameworkMemory framework_memory(const MemoryBreakdown& tensors, const Cluster& c, const Plan& p,
+                                 int stage, const Profile& profile);
+
+// The metrics a published peak can name, and what each reads of a FrameworkMemory.
+enum class MemoryMetric { kMaxAllocated, kMaxReserved, kNvidiaSmi };
+const char* memory_metric_name(MemoryMetric m);
+// "max_allocated" | "max_reserved" | "nvidia-smi"; throws parasol::Error naming `field`.
+MemoryMetric parse_memory_metric(const std::string& s, const std::string& field);
+double memory_metric_bytes(const FrameworkMemory& f, MemoryMetric m);
+
+// {"allocated_bytes", "reserved_bytes", "reserved_low_bytes", "reserved_high_bytes",
+//  "rounding_bytes", "fragmentation_bytes", "outside_bytes", "cuda_context_bytes",
+//  "nccl_bytes", "device_used_bytes"}.
+Json framework_memory_to_json(const FrameworkMemory& f);
+
+// The global rank that stands for pipeline stage `stage` (its grid coordinate pp = stage, every
+// other 0; core/stage_representatives.h): the rank a framework's per-rank log names.
+int stage_rank(const Plan& p, int stage);
+
+}  // namespace parasol::cost

@@ -1,0 +1,174 @@
+// Tests what the framework measures (cost_models/framework_memory.h): the caching allocator's
+// block and segment sizes against PyTorch's documented rules, NCCL's buffers against their
+// count of connections, the allocated / reserved / outside split, the metric names and the rank
+// that stands for a stage.
+#include "cost_models/framework_memory.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cluster.h"
+#include "core/error.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "cost_models/memory.h"
+#include "cost_models/profile.h"
+#include "cost_models/profile_ranges.h"
+
+namespace parasol::cost {
+namespace {
+
+constexpr double MiB = 1024.0 * 1024.0;
+
+// PyTorch "CUDA semantics: memory management" and CUDACachingAllocator.cpp: every request is a
+// multiple of 512 bytes.
+TEST(AllocatorBlock, RoundsUpTo512Bytes) {
+  EXPECT_EQ(allocator_block_bytes(0), 512);
+  EXPECT_EQ(allocator_block_bytes(1), 512);
+  EXPECT_EQ(allocator_block_bytes(512), 512);
+  EXPECT_EQ(allocator_block_bytes(513), 1024);
+  EXPECT_EQ(allocator_block_bytes(3 * MiB + 1), 3 * MiB + 512);
+}
+
+// Small requests (<= 1 MiB) share 2 MiB segments, medium ones (< 10 MiB) 20 MiB segments, large
+// ones get a segment of their size rounded up to 2 MiB; expandable segments map 2 MiB pages.
+TEST(AllocatorSegment, SmallMediumAndLargePools) {
+  EXPECT_EQ(allocator_segment_bytes(100, false), 2 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(1 * MiB, false), 2 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(1 * MiB + 1, false), 20 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(9 * MiB, false), 20 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(10 * MiB, false), 10 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(10 * MiB + 1, false), 12 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(1 * MiB + 1, true), 2 * MiB);
+  EXPECT_EQ(allocator_segment_bytes(9 * MiB, true), 10 * MiB);
+}
+
+// One connection's buffers per channel of each collective communicator (dp always, tp and cp
+// when > 1) and two channels per point-to-point peer (pipeline neighbours, expert peers).
+TEST(NcclBuffers, CountConnectionsByCommunicatorAndPeer) {
+  Profile prof = default_profile(device_spec("H100-SXM"));
+  const double conn = prof.nccl_connection_bytes, ch = prof.nccl_channels;
+  Plan p;
+  p.tp = 2;
+  p.pp = 4;
+  p.dp = 8;
+  p.ep = 4;
+  // dp + tp collectives; a middle stage has two pipeline neighbours and 3 expert peers.
+  EXPECT_DOUBLE_EQ(nccl_buffer_bytes(p, 1, prof), conn * (2 * ch + (2 + 3) * 2));
+  // The first stage has one pipeline neighbour; -1 takes the most (two).
+  EXPECT_DOUBLE_EQ(nccl_buffer_bytes(p, 0, prof), conn * (2 * ch + (1 + 3) * 2));
+  EXPECT_DOUBLE_EQ(nccl_buffer_bytes(p, -1, prof), nccl_buffer_bytes(p, 1, prof));
+  Plan single;
+  EXPECT_DOUBLE_EQ(nccl_buffer_bytes(single, 0, prof), conn * ch);
+  // The default connection is NCCL's Simple + LL128 + LL buffers (src/include/device.h).
+  EXPECT_DOUBLE_EQ(conn, 4 * MiB + 120.0 * 640 * 8 * 8 + 8.0 * 512 * 8 * 16);
+}
+
+MemoryBreakdown some_tensors() {
+  MemoryBreakdown t;
+  t.weights = 2e9;
+  t.gradients = 4e9;
+  t.optimizer = 12e9;
+  t.activations = 30e9;
+  t.transient = 3e9;
+  t.buffers = 1.2e9;  // memory_per_rank's default runtime overhead: replaced, not added
+  return t;
+}
+
+TEST(FrameworkMemory, SplitsAllocatedReservedAndOutside) {
+  const Profile prof = default_profile(device_spec("H100-SXM"));
+  Plan p;
+  p.tp = 8;
+  p.dp = 4;
+  const MemoryBreakdown t = some_tensors();
+  const FrameworkMemory f = framework_memory(t, p, 0, prof, 0.0, 0.25);
+  EXPECT_DOUBLE_EQ(f.allocated, 2e9 + 4e9 + 12e9 + 30e9 + 3e9 + prof.library_workspace_bytes);
+  EXPECT_DOUBLE_EQ(f.fragmentation, prof.allocator_fragmentation * (30e9 + 3e9));
+  EXPECT_GE(f.rounding, 0);
+  EXPECT_LT(f.rounding, 3 * 2 * MiB);  // three contiguous buffers, each rounded to 2 MiB
+  EXPECT_DOUBLE_EQ(f.reserved, f.allocated + f.rounding + f.fragmentation);
+  EXPECT_DOUBLE_EQ(f.reserved_low, f.allocated + f.rounding);
+  EXPECT_DOUBLE_EQ(f.reserved_high, f.allocated + f.rounding + 0.25 * (30e9 + 3e9));
+  EXPECT_DOUBLE_EQ(f.cuda_context, prof.cuda_context_bytes);
+  EXPECT_DOUBLE_EQ(f.nccl, nccl_buffer_bytes(p, 0, prof));
+  EXPECT_DOUBLE_EQ(f.outside, f.cuda_context + f.nccl);
+  EXPECT_DOUBLE_EQ(f.device_used(), f.reserved + f.outside);
+  EXPECT_DOUBLE_EQ(memory_metric_bytes(f, MemoryMetric::kMaxAllocated), f.allocated);
+  EXPECT_DOUBLE_EQ(memory_metric_bytes(f, MemoryMetric::kMaxReserved), f.reserved);
+  EXPECT_DOUBLE_EQ(memory_metric_bytes(f, MemoryMetric::kNvidiaSmi), f.device_used());
+}
+
+// Expandable segments leave no blocks stranded between fixed segments.
+TEST(FrameworkMemory, ExpandableSegmentsRemoveFragmentation) {
+  const Profile prof = default_profile(device_spec("H100-SXM"));
+  Plan p;
+  p.expandable_segments = true;
+  const FrameworkMemory f = framework_memory(some_tensors(), p, 0, prof, 0.0, 0.25);
+  EXPECT_EQ(f.fragmentation, 0);
+  EXPECT_DOUBLE_EQ(f.reserved_high, f.reserved);
+  Plan fixed;
+  EXPECT_GT(framework_memory(some_tensors(), fixed, 0, prof, 0.0, 0.25).reserved, f.reserved);
+}
+
+// The cluster overload takes the band from the device's published range of the fragmentation.
+TEST(FrameworkMemory, BandIsTheProfileRange) {
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile prof = default_profile(c.gpu_device(0));
+  double low = -1, high = -1;
+  for (const ProfileRange& r : profile_ranges(c.gpu_device(0)))
+    if (r.key == "allocator_fragmentation") low = r.low, high = r.high;
+  ASSERT_GE(low, 0);
+  Plan p;
+  p.dp = 8;
+  const FrameworkMemory f = framework_memory(some_tensors(), c, p, 0, prof);
+  const FrameworkMemory g = framework_memory(some_tensors(), p, 0, prof, low, high);
+  EXPECT_DOUBLE_EQ(f.reserved_low, g.reserved_low);
+  EXPECT_DOUBLE_EQ(f.reserved_high, g.reserved_high);
+  EXPECT_LE(f.reserved_low, f.reserved);
+  EXPECT_LE(f.reserved, f.reserved_high);
+}
+
+// The CPU runtime has no CUDA context, NCCL or workspaces: allocated is the tensors.
+TEST(FrameworkMemory, CpuRuntimeHasNothingOutside) {
+  const Profile prof = default_profile(device_spec(kHostCpuDevice));
+  Plan p;
+  const FrameworkMemory f = framework_memory(some_tensors(), p, 0, prof, 0, 0);
+  EXPECT_EQ(f.outside, 0);
+  EXPECT_DOUBLE_EQ(f.allocated, some_tensors().total() - some_tensors().buffers);
+}
+
+TEST(MemoryMetric, NamesRoundTripAndBadNamesAreUserErrors) {
+  for (MemoryMetric m :
+       {MemoryMetric::kMaxAllocated, MemoryMetric::kMaxReserved, MemoryMetric::kNvidiaSmi})
+    EXPECT_EQ(parse_memory_metric(memory_metric_name(m), "metric"), m);
+  try {
+    parse_memory_metric("max_active", "suite.points[0].memory.metric");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("suite.points[0].memory.metric"), std::string::npos);
+  }
+}
+
+// Megatron's default order tp-cp-ep-dp-pp: pp varies slowest, so stage s starts at rank
+// s x tp x cp x dp.
+TEST(StageRank, PipelineStageStartsAtItsBlockOfRanks) {
+  Plan p;
+  p.tp = 2;
+  p.dp = 4;
+  p.pp = 4;
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(stage_rank(p, s), s * 8) << s;
+}
+
+// Datasheet capacities in one unit, as nvidia-smi reports them: a published GB200 run of 180 GiB
+// (the 176-186 GiB) fits, and H200's 141 "GB" is GiB.
+TEST(DeviceMemory, OneUnitAsNvidiaSmiReportsIt) {
+  constexpr double GiB = 1024.0 * MiB;
+  EXPECT_DOUBLE_EQ(device_spec("GB200").hbm_bytes, 189471 * MiB);
+  EXPECT_LT(180 * GiB, device_spec("GB200").hbm_bytes);
+  EXPECT_DOUBLE_EQ(device_spec("B200").hbm_bytes, 183359 * MiB);
+  EXPECT_DOUBLE_EQ(device_spec("H200").hbm_bytes, 143771 * MiB);
+  EXPECT_GT(device_spec("H200").hbm_bytes, 140 * GiB);
+  EXPECT_DOUBLE_EQ(device_spec("H100-SXM").hbm_bytes, 81559 * MiB);
+}
+
+}  // namespace
+}  // namespace parasol::cost
