@@ -108,10 +108,6 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   if (p.precision == Dtype::kFp8 || p.precision == Dtype::kTf32)
     r.add("plan.precision", std::string("DeepSpeed's config has no ") + dtype_name(p.precision) +
                                 " mode (bf16, fp16 or fp32)");
-  if (p.zero == 3 && p.zero3_unit != GatherUnit::kModule)
-    r.add("plan.zero3_unit",
-          "DeepSpeed ZeRO-3 gathers parameters per module, coalesced up to "
-          "stage3_prefetch_bucket_size (zero3_unit module); it has no one-gather-per-layer mode");
   if (p.zero == 3 && p.reshard != Reshard::kAfterForward)
     r.add("plan.reshard", std::string("DeepSpeed ZeRO-3 frees gathered parameters after "
                                       "each use (after_forward); it has no ") +
@@ -483,12 +479,9 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
     p.zero = static_cast<int>(z.integer_or("stage", 0, 0, 3));
     // Stage 0 reduces after the backward; overlap_comm defaults to stage == 3 (zero/config.py).
     p.overlap_grad_reduce = p.zero > 0 && z.boolean_or("overlap_comm", p.zero == 3);
-    if (p.zero == 3) {
+    if (p.zero == 3)
       p.overlap_param_gather =
           z.integer_or("stage3_prefetch_bucket_size", 50000000, 0, int64_t{1} << 50) > 0;
-      // ZeRO-3 gathers per module, coalesced up to the prefetch bucket (core/gather_units.h).
-      p.zero3_unit = GatherUnit::kModule;
-    }
     if (z.integer_or("zero_hpz_partition_size", 1, 0, 1 << 20) > 1)
       throw Error(z.field("zero_hpz_partition_size"),
                   "ZeRO++ hpZ (a secondary parameter copy sharded inside the node) has no parasol "
