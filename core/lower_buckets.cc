@@ -6,7 +6,9 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/gather_units.h"
 #include "core/lower_internal.h"
+#include "core/offload_rules.h"
 
 namespace parasol::lowering {
 
@@ -30,6 +32,10 @@ void Lowerer::set_reduction(Bucket& b) const {
   b.ways = full;
   b.zero = full > 1 ? p_.zero : 0;
   if (k == 1) b.zero = 0;
+  // ZeRO-Offload streams the gradients to host memory even on one rank (a ZeRO-2 bucket of one
+  // way: DeepSpeed's single-GPU ZeRO-Offload), with nothing to shard or gather.
+  b.stream_grads = gradients_streamed_to_host(p_) && (b.zero >= 2 || full == 1);
+  if (b.stream_grads && b.zero < 2) b.zero = 2;
   if (k > 1 && k < full) {
     b.group = b.expert ? Group::kExpertShard : Group::kDpShard;
     b.ways = k;
@@ -67,7 +73,7 @@ void Lowerer::add_bucket(Bucket b) {
       b.grads[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".g"), s.shape, gdt_,
                                     BufferClass::kGrad, false, true);
     P_.add_block(b.list(b.grads), padded);
-  } else {
+  } else if (!b.stream_grads) {
     b.grad_shard = buffer(bname(whole, ".g"), {b.shard}, gdt_, BufferClass::kGrad, false, true);
   }
   // The fp32 master weights live in the optimizer state unless the parameters themselves are
@@ -242,8 +248,18 @@ void Lowerer::gather(const Bucket& b, const std::vector<int>& dev, int dep) {
     src = d;
     dep = -1;
   }
-  collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag", wb_ * b.padded(),
-             {src}, dev, {dep});
+  const int ag = collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag",
+                            wb_ * b.padded(), {src}, dev, {dep});
+  set_calls(b, ag, gather_fractions(p_, b.weight_elements()));
+}
+
+// ZeRO-3 under DeepSpeed's per-module granularity (Plan::zero3_unit, core/gather_units.h): the
+// calls op `id` of a layer's dense bucket is issued as, each carrying `fractions` of its bytes.
+// Expert buckets and the embedding and head stay one call each.
+void Lowerer::set_calls(const Bucket& b, int id, const std::vector<double>& fractions) {
+  if (b.zero < 3 || b.expert || b.layer < 0 || fractions.size() < 2) return;
+  Op& op = P_.ops[static_cast<size_t>(id)];
+  for (double f : fractions) op.calls.push_back(f * op.bytes);
 }
 
 WSet Lowerer::layer_weights(int local, int dep) {
@@ -296,11 +312,17 @@ WSet Lowerer::layer_grads(int local) {
 void Lowerer::after_backward(Bucket& b, bool last) {
   Label label(this, b);
   const int layer = b.layer;
+  if (b.stream_grads) {
+    stream_grads(b);
+    return;
+  }
   if (b.zero >= 2 && !b.step_grads) {
     const int bi = static_cast<int>(&b - buckets_.data());
     sp_bucket_all_reduce(b, unit_grads_[bi]);
-    collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-               gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+    const int rs =
+        collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
+                   gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+    set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
     if (last) replica_reduce(b, {b.grad_shard});
     if (last && p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
@@ -314,6 +336,29 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   final_reduce(b);
 }
 
+// ZeRO-Offload: bucket `b`'s gradients of the step's one micro-batch reduce-scattered into a
+// transient shard (none to reduce on one rank), summed over the HSDP replicas, and copied in fp32
+// into the pinned host gradient the CPU optimizer reads (DeepSpeed casts the reduced bucket to
+// fp32 on the device and copies 4 bytes an element).
+void Lowerer::stream_grads(Bucket& b) {
+  const int layer = b.layer;
+  const int bi = static_cast<int>(&b - buckets_.data());
+  std::vector<int> src = b.list(unit_grads_[bi]);
+  sp_bucket_all_reduce(b, unit_grads_[bi]);
+  if (b.ways > 1) {
+    const int shard = buffer(
+        weight_name(b, b.expert ? "experts" : "params") + ".g" +
+            (tags_.micro_batch >= 0 ? ".m" + std::to_string(tags_.micro_batch) : std::string()),
+        {b.shard}, gdt_, BufferClass::kGrad);
+    const int rs = collective(OpKind::kReduceScatter, b.group, layer,
+                              b.expert ? "experts.g.rs" : "g.rs", gb_ * b.padded(), src, {shard});
+    set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
+    replica_reduce(b, {shard});
+    src = {shard};
+  }
+  copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, src, {b.host_grad});
+}
+
 // The once-per-step reduction of bucket `b`'s accumulated gradients: all-reduce (ZeRO 0),
 // reduce-scatter in place (ZeRO 1) or into the shard (ZeRO-3 after the step), then the HSDP
 // replicas' all-reduce of the shard.
@@ -323,8 +368,9 @@ void Lowerer::final_reduce(Bucket& b) {
   const char* rs = b.expert ? "experts.g.rs" : "g.rs";
   if (b.step_grads) {
     sp_bucket_all_reduce(b, b.acc);
-    collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), b.list(b.acc),
-               {b.grad_shard});
+    const int id = collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(),
+                              b.list(b.acc), {b.grad_shard});
+    set_calls(b, id, reduce_fractions(p_, b.weight_elements()));
     replica_reduce(b, {b.grad_shard});
     if (p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
@@ -369,7 +415,8 @@ void Lowerer::export_buckets() {
     if (b.zero < 3) out.params = b.list(b.params);
     out.param_shard = b.param_shard;
     if (b.zero < 2) out.grads = b.list(b.grads);
-    out.grad_shard = b.grad_shard;
+    // Streamed gradients: the shard the optimizer and the gradient norm read is the host's.
+    out.grad_shard = b.stream_grads ? b.host_grad : b.grad_shard;
     out.opt = b.opt;
     out.master_in_opt = b.master_in_opt;
     out.host_grad = b.host_grad;

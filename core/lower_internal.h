@@ -126,6 +126,28 @@ struct Spec {
 
 // Parameters reduced and updated together: a layer's dense or expert weights, the embedding,
 // the head.
+// Whether `s` is a linear's bias (it follows its weight's slot).
+inline bool is_bias_slot(Slot s) {
+  switch (s) {
+    case kQkvB:
+    case kOutB:
+    case kFc1B:
+    case kFc2B:
+    case kEfc1B:
+    case kEfc2B:
+    case kQDownB:
+    case kQUpB:
+    case kQB:
+    case kKvDownB:
+    case kKvUpB:
+    case kSfc1B:
+    case kSfc2B:
+      return true;
+    default:
+      return false;
+  }
+}
+
 struct Bucket {
   int layer = -1;          // model layer; -1 for the embedding and head buckets
   int chunk = 0;           // virtual pipeline chunk holding it
@@ -142,6 +164,9 @@ struct Bucket {
   // block for the step) and are reduce-scattered once, after the last micro-batch.
   bool step_grads = false;
   WSet acc = no_weights();
+  // ZeRO-Offload (core/offload_rules.h): each micro-batch's gradients go to host_grad as soon as
+  // they are reduced; the device keeps no gradient shard (grad_shard is -1).
+  bool stream_grads = false;
   std::vector<Spec> specs;
   double elements = 0;         // parameters on this rank before ZeRO sharding
   int64_t shard = 0;           // parameters this rank updates
@@ -151,6 +176,21 @@ struct Bucket {
   bool master_in_opt = false;  // opt row 0 is the fp32 master copy
   // Elements a ZeRO gather or scatter moves: the shards of all ways (the tail is padding).
   double padded() const { return static_cast<double>(shard) * ways; }
+  // Elements of each module's parameters, in spec (forward) order: a linear's bias joins its
+  // weight (one module, fetched together), a norm is a module of its own.
+  std::vector<double> weight_elements() const {
+    std::vector<double> out;
+    out.reserve(specs.size());
+    for (const Spec& s : specs) {
+      double n = 1;
+      for (int64_t d : s.shape) n *= static_cast<double>(d);
+      if (is_bias_slot(s.slot) && !out.empty())
+        out.back() += n;
+      else
+        out.push_back(n);
+    }
+    return out;
+  }
   std::vector<int> list(const WSet& w) const {
     std::vector<int> out;
     out.reserve(specs.size());
@@ -392,6 +432,8 @@ class Lowerer {
   WSet layer_grads(int layer);
   void after_backward(Bucket& b, bool last);
   void final_reduce(Bucket& b);
+  void stream_grads(Bucket& b);
+  void set_calls(const Bucket& b, int id, const std::vector<double>& fractions);
   void replica_reduce(const Bucket& b, const std::vector<int>& grads);
   void export_buckets();  // Program::buckets from buckets_
 

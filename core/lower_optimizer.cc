@@ -37,7 +37,8 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
                            : b.zero < 2 ? b.list(b.grads)
                                         : std::vector<int>{b.grad_shard};
   const bool full_params = b.zero < 3;
-  const bool gather = full_params && b.zero >= 1;  // ZeRO 1/2: all-gather the updated shards
+  // ZeRO 1/2: all-gather the updated shards (none on one rank: single-GPU ZeRO-Offload).
+  const bool gather = full_params && b.zero >= 1 && b.ways > 1;
   std::vector<int> dest = full_params ? b.list(b.params) : std::vector<int>{b.param_shard};
   std::vector<int> first = update_target(b, gather, dest);  // what the optimizer writes
   Op adam = make(OpKind::kAdamW, layer, b.expert ? "experts.adamw" : "adamw", stream);
@@ -186,7 +187,7 @@ int Lowerer::grad_norm(int& norm_op) {
     if (b.zero < 2)
       set(op.reads, b.list(b.grads));
     else
-      op.reads.push_back(b.grad_shard);
+      op.reads.push_back(b.stream_grads ? b.host_grad : b.grad_shard);
   }
   int norm = buffer("grad.norm", {1}, Dtype::kFp32, BufferClass::kWorkspace);
   op.writes.push_back(norm);

@@ -71,6 +71,7 @@ std::string plan_compact(const Plan& p) {
       s += p.reshard == Reshard::kAfterForward    ? ":fwd"
            : p.reshard == Reshard::kAfterBackward ? ":bwd"
                                                   : ":step";
+    if (p.zero >= 3 && p.zero3_unit == GatherUnit::kModule) s += ":mod";
     if (p.shard_degree > 0) s += ":h" + std::to_string(p.shard_degree);
   }
   if (p.recompute != Recompute::kNone) {
@@ -126,6 +127,14 @@ AttentionKernel parse_attention_kernel(const std::string& s, const std::string& 
   if (s == "flash2") return AttentionKernel::kFlash2;
   if (s == "cudnn") return AttentionKernel::kCudnn;
   throw Error(field, "'" + s + "' is not one of flash2|cudnn");
+}
+
+const char* gather_unit_name(GatherUnit u) { return u == GatherUnit::kModule ? "module" : "layer"; }
+
+GatherUnit parse_gather_unit(const std::string& s, const std::string& field) {
+  if (s == "layer") return GatherUnit::kLayer;
+  if (s == "module") return GatherUnit::kModule;
+  throw Error(field, "'" + s + "' is not one of layer|module");
 }
 
 Reshard parse_reshard(const std::string& s, const std::string& field) {
@@ -338,6 +347,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "ep_comm_overlap",
                 "moe_dispatcher",
                 "reshard",
+                "zero3_unit",
                 "shard_degree",
                 "grad_reduce_dtype",
                 "optimizer_dtype",
@@ -431,6 +441,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
+  p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
   p.grad_reduce_dtype =
       parse_dtype(r.string_or("grad_reduce_dtype", "fp32"), r.field("grad_reduce_dtype"));
@@ -481,6 +492,8 @@ Json plan_to_json(const Plan& p) {
             {"rank_order", rank_order_name(p.rank_order)}};
   if (p.seq_len > 0) j["seq"] = p.seq_len;
   if (p.zero == 3) j["reshard"] = reshard_name(p.reshard);
+  if (p.zero == 3 && p.zero3_unit != GatherUnit::kLayer)
+    j["zero3_unit"] = gather_unit_name(p.zero3_unit);
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
   if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
   if (p.optimizer_dtype != Dtype::kFp32) j["optimizer_dtype"] = dtype_name(p.optimizer_dtype);

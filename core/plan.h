@@ -27,6 +27,14 @@ enum class Recompute { kNone, kSelective, kFull };
 //                  accumulated unsharded and reduce-scattered once per step (torch.distributed
 //                  pipelining with FSDP2: torchtitan's and Llama 3's pipelines).
 enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
+// ZeRO-3: the collectives a framework issues for one layer's parameters (core/gather_units.h).
+//  kLayer:  one all-gather of the layer's weights per use and one reduce-scatter of its
+//           gradients (FSDP1's FlatParameter per wrapped block, FSDP2's fully_shard group per
+//           block, Megatron-FSDP's layer units);
+//  kModule: DeepSpeed ZeRO-3: a gather per module, consecutive modules' weights coalesced up to
+//           stage3_prefetch_bucket_size elements, gradients reduced in reduce_bucket_size
+//           buckets.
+enum class GatherUnit { kLayer, kModule };
 // Megatron-Core's --recompute-modules under selective recompute (its names): what each layer
 // recomputes in the backward instead of keeping.
 //  core_attn:      the core attention (softmax(QK^T)V); with a fused kernel nothing is kept
@@ -69,6 +77,8 @@ AttentionKernel parse_attention_kernel(const std::string& s, const std::string& 
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
 Reshard parse_reshard(const std::string& s, const std::string& field);
+const char* gather_unit_name(GatherUnit u);
+GatherUnit parse_gather_unit(const std::string& s, const std::string& field);
 
 struct Offload {
   bool optimizer = false;    // optimizer state (and its update) in host memory
@@ -102,6 +112,7 @@ struct Plan {
   //  3: ZeRO-3 / FSDP: parameters sharded too, gathered per use (see `reshard`).
   int zero = 0;
   Reshard reshard = Reshard::kAfterForward;  // ZeRO-3 only
+  GatherUnit zero3_unit = GatherUnit::kLayer;  // ZeRO-3 only
   // HSDP / ZeRO++ hpZ: shard over groups of `shard_degree` consecutive ranks of the
   // data-parallel group and replicate across the groups (gradients reduce-scattered inside a
   // group, then all-reduced across groups). 0 = the whole group.

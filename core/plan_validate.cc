@@ -218,6 +218,10 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.reshard", std::string(reshard_name(p.reshard)) +
                                     " applies to ZeRO-3 (sharded parameters), not ZeRO-" +
                                     s(p.zero));
+  if (p.zero3_unit != GatherUnit::kLayer && p.zero != 3)
+    throw Error("plan.zero3_unit", std::string(gather_unit_name(p.zero3_unit)) +
+                                       " applies to ZeRO-3 (sharded parameters), not ZeRO-" +
+                                       s(p.zero));
   if (p.shard_degree > 0) {
     if (p.zero == 0) throw Error("plan.shard_degree", "needs ZeRO 1-3 (there is nothing to shard)");
     require_divides(p.shard_degree, int64_t{p.dp} * p.cp, "plan.shard_degree",

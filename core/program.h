@@ -236,6 +236,9 @@ struct Op {
   // op runs beside its product (RoPE on the QKV projection's output, and undone on the data
   // gradient's input; RoPE inside MLA's qkv.pack and qkv.unpack), priced as a kernel of its own.
   double epilogue_bytes = 0;
+  // A collective the framework issues as several calls (DeepSpeed ZeRO-3's per-module
+  // gathers, core/gather_units.h): each call's payload bytes, summing to `bytes`; empty: one.
+  std::vector<double> calls;
   Group group = Group::kTp;    // communication group
   bool reduce_max = false;     // all-reduce: element-wise maximum instead of the sum
   int peer_stage = -1;         // send/recv: the pipeline stage of the peer

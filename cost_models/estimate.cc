@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/gather_units.h"
 #include "core/layer_shapes.h"
 #include "core/lower.h"
 #include "core/optimizer_traffic.h"
@@ -396,9 +397,12 @@ struct Estimator::DataParallelSync {
   const double w_bytes, g_bytes;  // bytes of a weight gathered, of a gradient reduced
   DataParallel& out;
 
-  // Adds `count` parameters' traffic to `out`; the groups' collectives price it.
+  // Adds `count` parameters' traffic to `out`; the groups' collectives price it. ZeRO-3: a
+  // layer's gather and reduce-scatter are issued as calls carrying `ag` and `rs` of their bytes
+  // (core/gather_units.h; {1}: one call each).
   void add(double count, int whole, int shard, const GroupModel* whole_g, const GroupModel* shard_g,
-           const GroupModel* replica_g) const;
+           const GroupModel* replica_g, const std::vector<double>& ag = {1.0},
+           const std::vector<double>& rs = {1.0}) const;
 
  private:
   // The groups of one parameter class.
@@ -411,7 +415,8 @@ struct Estimator::DataParallelSync {
     double gather(double params_in_bucket, double w_bytes) const;
   };
   void by_buckets(double count, const Groups& g) const;
-  void by_layers(double count, const Groups& g) const;
+  void by_layers(double count, const Groups& g, const std::vector<double>& ag,
+                 const std::vector<double>& rs) const;
   static void add_to(double& exposed, double& hidden, std::pair<double, double> e) {
     exposed += e.first;
     hidden += e.second;
@@ -434,14 +439,15 @@ double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, doub
 }
 
 void Estimator::DataParallelSync::add(double count, int whole, int shard, const GroupModel* whole_g,
-                                      const GroupModel* shard_g,
-                                      const GroupModel* replica_g) const {
+                                      const GroupModel* shard_g, const GroupModel* replica_g,
+                                      const std::vector<double>& ag,
+                                      const std::vector<double>& rs) const {
   if (count <= 0 || whole < 2) return;
   const Groups g{shard, shard < whole, whole_g, shard_g, replica_g};
   if (p.zero <= 2)
     by_buckets(count, g);
   else
-    by_layers(count, g);
+    by_layers(count, g, ag, rs);
 }
 
 // DDP, the distributed optimizer and ZeRO-2: gradients reduced in Megatron's buckets, and
@@ -469,10 +475,13 @@ void Estimator::DataParallelSync::by_buckets(double count, const Groups& g) cons
 
 // ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
 // parameters together), prefetched one unit ahead.
-void Estimator::DataParallelSync::by_layers(double count, const Groups& g) const {
+void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
+                                            const std::vector<double>& ag_calls,
+                                            const std::vector<double>& rs_calls) const {
   const double per_layer = count / layers;
-  const double ag = layers * g.gather(per_layer, w_bytes),
-               rs = layers * g.reduce(per_layer, true, g_bytes);
+  double ag = 0, rs = 0;
+  for (double f : ag_calls) ag += layers * g.gather(f * per_layer, w_bytes);
+  for (double f : rs_calls) rs += layers * g.reduce(f * per_layer, true, g_bytes);
   const double window_f = p.overlap_param_gather ? fwd : 0;
   const double window_b = p.overlap_grad_reduce ? bwd : 0;
   switch (p.reshard) {
@@ -503,7 +512,7 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   const double fwd = price.forward, bwd = price.backward + price.recompute;
   const DataParallelKey key{placement(p, 500),
                             p.zero,
-                            static_cast<int>(p.reshard),
+                            static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule),
                             (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
                             static_cast<int>(p.grad_reduce_dtype),
                             static_cast<int>(p.precision),
@@ -526,9 +535,17 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                               out};
   const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
   const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
+  // ZeRO-3's calls per layer (core/gather_units.h), from the stage's first layer.
+  std::vector<double> ag{1.0}, rs{1.0};
+  if (p.zero >= 3 && p.zero3_unit != GatherUnit::kLayer) {
+    const std::vector<double> w =
+        dense_layer_weights(model_, p.tp, p.first_layer(model_.layers, stage, 0));
+    ag = gather_fractions(p, w);
+    rs = reduce_fractions(p, w);
+  }
   sync.add(params.dense, p.dp * p.cp, p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
-           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr);
+           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr, ag, rs);
   if (params.expert > 0 && p.expert_dp() > 1) {
     const bool grid = p.expert_tp() != p.tp;
     const GroupModel* expert =

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/layer_shapes.h"
+#include "core/offload_rules.h"
 
 namespace parasol::cost {
 
@@ -297,6 +298,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   if (p.offload.optimizer) {
     mb.host += mb.optimizer;
     mb.optimizer = 0;
+  }
+  // ZeRO-Offload streams each layer's reduced gradients to pinned host memory as the backward
+  // produces them (core/offload_rules.h): the fp32 gradient shard lives on the host.
+  if (gradients_streamed_to_host(p)) {
+    mb.host += mb.gradients;
+    mb.gradients = 0;
   }
   if (p.offload.activations) {
     double kept = std::min(mb.activations, 2 * stage_act / per_stage);

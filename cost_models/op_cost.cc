@@ -423,8 +423,14 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kAllReduce:
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
-    case OpKind::kBroadcast:
-      return group_model(stage, op.group).cost(collective_of(op.kind), op.bytes).time_s;
+    case OpKind::kBroadcast: {
+      const GroupModel& gm = group_model(stage, op.group);
+      if (op.calls.empty()) return gm.cost(collective_of(op.kind), op.bytes).time_s;
+      // Issued as several calls (DeepSpeed ZeRO-3's per-module gathers): each pays its latency.
+      double t = 0;
+      for (double c : op.calls) t += gm.cost(collective_of(op.kind), c).time_s;
+      return t;
+    }
     case OpKind::kSend: {
       if (op.bytes <= 0) return 0;
       if (op.group != Group::kPp) {

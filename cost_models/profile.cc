@@ -41,8 +41,17 @@ NcclTuning nccl_defaults(const std::string& architecture, const std::string& hos
   return t;
 }
 
+// DeepSpeed CPU-Adam's rate per host core (parameters/s): the ZeRO-Offload tutorial's training log
+// (deepspeedai/DeepSpeed docs/_tutorials/zero-offload.md, zero_offload_dp1_10B_log.png) shows
+// optimizer_step 6217-6479 ms for the 10.3B parameters of its GPT-2 on one DGX-2 host, whose two
+// Xeon Platinum 8168 have 48 cores (the tutorial's htop screenshot): 10.3e9 / 6.35 s / 48 =
+// 3.4e7 a core. A server's host runs its GPUs' CPU optimizers on all its cores.
+constexpr double kCpuAdamParamsPerCoreS = 3.4e7;
+
 Profile default_profile(const DeviceSpec& d) {
   Profile p;
+  // Host cores of the server a GPU usually sits in (below, per device); DGX-2's 48 otherwise.
+  p.host_adam_params_per_s = 48 * kCpuAdamParamsPerCoreS;
   p.device = d.name;
   p.source = "parasol defaults (datasheets and public micro-benchmarks)";
   // Collectives on GPUs: NCCL's latency model (tuning.cc), the per-step software latency is in
@@ -114,8 +123,10 @@ Profile default_profile(const DeviceSpec& d) {
     // nccl-tests all_reduce_perf on DGX A100: ~230 GB/s bus bandwidth over 300 GB/s NVLink3 per
     // direction (0.77); HDR inter-node ~ 23 of 25 GB/s per NIC (0.92); PCIe Gen4 ~ 25 of 32 GB/s.
     p.link_efficiency = {0.77, 0.77, 0.78, 0.92, 0.8, 0.5};
-    // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step).
+    // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step), 2 x 64 cores
+    // (DGX A100 User Guide) for the CPU optimizer.
     p.nccl = nccl_defaults("ampere", "amd");
+    p.host_adam_params_per_s = 128 * kCpuAdamParamsPerCoreS;
   } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
              d.name == "H800-SXM") {
     // (H800: the H100 SXM5 silicon and clocks; only its NVLink is narrower, in its preset.)
@@ -153,8 +164,9 @@ Profile default_profile(const DeviceSpec& d) {
         {{104, 404, 0.930, 0.876, 0.881}, {274, 582, 0.985, 0.904, 0.881}}};
     // nccl-tests on DGX H100 without NVLS: ~360 GB/s of 450 (0.8); NDR ~ 46 of 50 GB/s (0.92).
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
-    // DGX H100/H200: Intel Xeon Platinum 8480C hosts.
+    // DGX H100/H200: Intel Xeon Platinum 8480C hosts, 2 x 56 cores (DGX H100 User Guide).
     p.nccl = nccl_defaults("hopper", "intel");
+    p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
     if (d.tdp_watts < 700) {
       // A power-limited H100 sustains a lower clock. Dynamic power scales about as the cube of
       // the clock (P ~ f V^2 with V ~ f along the DVFS curve), so a 500 W limit sustains
@@ -173,7 +185,9 @@ Profile default_profile(const DeviceSpec& d) {
     p.flash_backward_efficiency = 0.4;
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX B200: Intel Xeon 8570 hosts; GB200: Arm Grace (NCCL's 1 us non-AMD network overhead).
+    // DGX B200: 2 x 56 cores (DGX B200 User Guide) for the CPU optimizer.
     p.nccl = nccl_defaults("blackwell", "intel");
+    p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
   } else if (d.name == "MI300X" || d.name == "MI325X") {
     // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,
     // TunableOp); RCCL all-reduce ~ 300 of 448 GB/s (~0.7). MI325X: the same CDNA 3 compute

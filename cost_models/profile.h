@@ -114,9 +114,9 @@ struct Profile {
   double host_copy_efficiency = 0.8;
   // Fraction of a CPU socket's DRAM bandwidth that copies into host memory reach.
   double host_memory_efficiency = 0.73;
-  // CPU Adam throughput of one server's host (parameters/s), shared by its GPUs. ZeRO-Offload
-  // (Ren et al. 2021, Table 3): DeepSpeed CPU-Adam updates 1B parameters in ~0.55 s.
-  double host_adam_params_per_s = 1.8e9;
+  // CPU Adam throughput of one server's host (parameters/s), shared by its GPUs: the host's
+  // cores times DeepSpeed CPU-Adam's rate per core (profile.cc, kCpuAdamParamsPerCoreS).
+  double host_adam_params_per_s = 1.63e9;
 
   // What the training process holds on a GPU besides its tensors (cost_models/framework_memory.h;
   // default_profile cites each figure). All 0 on the CPU runtime.

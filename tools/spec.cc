@@ -200,6 +200,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--reshard", o.reshard,
                   "ZeRO-3: after_forward|after_backward|after_step (when gathered parameters "
                   "are freed)");
+  cmd->add_option("--zero3-unit", o.zero3_unit,
+                  "ZeRO-3: layer|module (one gather per layer as FSDP, or DeepSpeed's per-module "
+                  "gathers)");
   int_flag(cmd, o, "--shard-degree", "shard_degree", o.shard_degree,
            "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
   cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,
@@ -282,6 +285,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("vpp", o.vpp);
   set("zero", o.zero);
   set("reshard", o.reshard);
+  set("zero3_unit", o.zero3_unit);
   set("shard_degree", o.shard_degree);
   set("grad_reduce_dtype", o.grad_reduce_dtype);
   set("mbs", o.mbs);

@@ -33,7 +33,7 @@ struct SpecOptions {
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
-  std::optional<std::string> reshard, grad_reduce_dtype, attention_kernel;
+  std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel;
   std::optional<std::string> moe_dispatcher, optimizer_dtype, recompute_modules;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
@@ -46,7 +46,7 @@ struct SpecOptions {
 void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
-// --attention-kernel --rank-order --reshard --shard-degree --grad-reduce-dtype --tp-comm-overlap
+// --attention-kernel --rank-order --reshard --zero3-unit --shard-degree --grad-reduce-dtype --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp
 // --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce --recompute-modules

@@ -340,6 +340,42 @@ TEST(Liveness, GPipeLastStageKeepsEveryMicroBatchsFp32Softmax) {
   EXPECT_NEAR(one.peak_bytes / closed_total(m, p, 1), 1.0, 0.02);
 }
 
+TEST(Liveness, ZeroOffloadKeepsNoGradientShardOnTheDevice) {
+  // DeepSpeed ZeRO-Offload (ZeRO-2, optimizer in host memory, one micro-batch a step): each
+  // layer's gradients are reduce-scattered into a transient shard and copied to the pinned host
+  // gradient as soon as its backward ends, so no gradient is persistent on the device; the host
+  // holds the fp32 gradient shard and the fp32 master, m and v (16 bytes a parameter of the
+  // shard). One rank reduces nothing and copies the gradients themselves.
+  const Model m = small_gpt();
+  for (int dp : {1, 4}) {
+    Plan p = make_plan(1, 1, dp, dp, 1);
+    p.zero = 2;
+    p.offload.optimizer = true;
+    check_valid(m, p);
+    Program prog = lower_stage(m, p, 0);
+    double device_grads = 0, host_state = 0;
+    for (const Buffer& b : prog.buffers) {
+      if (b.persistent && !b.host && b.cls == BufferClass::kGrad) device_grads += b.bytes();
+      if (b.persistent && b.host) host_state += b.bytes();
+    }
+    EXPECT_EQ(device_grads, 0) << "dp " << dp;
+    double shard = 0;
+    for (const ParamBucket& b : prog.buckets) shard += static_cast<double>(b.shard);
+    EXPECT_NEAR(host_state / (16 * shard), 1.0, 1e-9) << "dp " << dp;
+    int offloads = 0, scatters = 0, gathers = 0;
+    for (const Op& o : prog.ops) {
+      offloads += o.kind == OpKind::kOffload && o.name.find("g.offload") != std::string::npos;
+      scatters += o.kind == OpKind::kReduceScatter;
+      gathers += o.kind == OpKind::kAllGather;
+    }
+    EXPECT_EQ(offloads, static_cast<int>(prog.buckets.size())) << "dp " << dp;
+    EXPECT_EQ(scatters, dp > 1 ? offloads : 0) << "dp " << dp;
+    EXPECT_EQ(gathers, dp > 1 ? offloads : 0) << "dp " << dp;  // the updated weights
+    Liveness lv = liveness(prog);
+    EXPECT_NEAR(lv.peak_bytes / closed_total(m, p, 0), 1.0, 0.05) << "dp " << dp;
+  }
+}
+
 TEST(Liveness, Zero3GathersAreTransientParameters) {
   // ZeRO-3 keeps 1/(dp x cp) of the weights; the gathered copies of at most two layers (the one
   // in use and the one prefetched) are live at a time, which the closed form counts as its

@@ -531,3 +531,62 @@ TEST(EstimateMemory, NamesEveryStageAndThePeakRank) {
 
 }  // namespace
 }  // namespace parasol::cost
+
+namespace parasol::cost {
+namespace {
+
+// ZeRO-3 at a fixed global batch over more ranks (DeepSpeed's 175B runs on up to 2,048 A100s):
+// each rank's micro-batch shrinks, so its compute falls as 1/N, while every rank still gathers
+// each layer's whole weights twice (forward and backward) and reduce-scatters its gradients
+// once, in DeepSpeed's per-module calls whose ring latency grows with N. The step cannot be
+// shorter than its communication stream, counted here independently: DeepSpeed's calls of a
+// GPT-3 175B layer by hand (h 12288, bf16 weights and gradients) priced one by one on the
+// data-parallel group. Each doubling of the ranks then buys less than the one before (the
+// published runs go on to a flat or rising step time, which this model does not reach yet).
+TEST(Zero3AtScale, FixedGlobalBatchStepTimeIsBoundByTheCollectivesCount) {
+  const Model m = gpt_model("gpt3-175b", 96, 12288, 96, 51200, 2048, true);
+  const double h = 12288;
+  // Modules in forward order: norm (2h), qkv (h x 3h + 3h), out (h x h + h), norm (2h), fc1
+  // (h x 4h + 4h), fc2 (4h x h + h). 5e7-element gathers: norm + qkv, out, norm + fc1, fc2: 4
+  // calls. 5e8-element gradient buckets in backward order: fc2 (604M) alone, fc1 (604M) alone (the
+  // norm after it would overflow), norm + out (151M) until qkv (453M) would overflow, qkv + norm.
+  const std::vector<double> ag = {2 * h + 3 * h * h + 3 * h, h * h + h, 2 * h + 4 * h * h + 4 * h,
+                                  4 * h * h + h};
+  const std::vector<double> rs = {4 * h * h + h, 4 * h * h + 4 * h, 2 * h + h * h + h,
+                                  3 * h * h + 3 * h + 2 * h};
+  double prev_step = 0, prev_forward = 0, prev_speedup = 2.0;
+  for (int n : {256, 512, 1024, 2048}) {
+    const Cluster c = cluster_preset("dgx-a100-80g", n);
+    Plan p;
+    p.dp = n;
+    p.micro_batch = 2048 / n;
+    p.global_batch = 2048;
+    p.zero = 3;
+    p.zero3_unit = GatherUnit::kModule;
+    p.recompute = Recompute::kFull;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    const Estimate e = run(m, c, p);
+    std::vector<int> group(n);
+    for (int i = 0; i < n; ++i) group[i] = i;
+    const GroupModel g(c, default_profile(c.gpu_device(0)), group);
+    double comm = 0;
+    for (double x : ag) comm += 2 * g.cost(Collective::kAllGather, 2 * x).time_s;
+    for (double x : rs) comm += g.cost(Collective::kReduceScatter, 2 * x).time_s;
+    comm *= m.layers;
+    EXPECT_GE(e.step_time_s, comm * 0.98) << n << " ranks";
+    if (prev_step > 0) {
+      EXPECT_NEAR(e.time.forward / prev_forward, 0.5, 0.05) << n << " ranks";
+      const double speedup = prev_step / e.step_time_s;
+      EXPECT_LT(speedup, prev_speedup) << n << " ranks: scaling does not bend";
+      prev_speedup = speedup;
+    }
+    // FSDP's one call per layer pays less latency than DeepSpeed's per-module calls.
+    p.zero3_unit = GatherUnit::kLayer;
+    EXPECT_LT(run(m, c, p).step_time_s, e.step_time_s) << n << " ranks";
+    prev_step = e.step_time_s;
+    prev_forward = e.time.forward;
+  }
+}
+
+}  // namespace
+}  // namespace parasol::cost

@@ -325,6 +325,55 @@ TEST_F(StateBytes, OptimizerOffloadMovesItsBytesToHost) {
   EXPECT_EQ(on.host, 0);
 }
 
+// ZeRO-Offload (DeepSpeed ZeRO-2 + offload_optimizer): the reduced gradients stream to pinned
+// host memory as they are produced, so the host holds the fp32 gradient shard beside the fp32
+// master, m and v (16 bytes a parameter over the shard), and the device none of it.
+TEST_F(StateBytes, ZeroOffloadStreamsTheGradientShardToHost) {
+  Plan p = base();
+  p.zero = 2;
+  p.global_batch = p.micro_batch * p.dp;  // one micro-batch a step
+  p.offload.optimizer = true;
+  const double shard = params(p) / p.dp;
+  const MemoryBreakdown mb = memory_per_rank(m, c, p, 0);
+  EXPECT_EQ(mb.gradients, 0);
+  EXPECT_EQ(mb.optimizer, 0);
+  EXPECT_NEAR(mb.host / (16 * shard), 1.0, 1e-9);
+  // Megatron's optimizer CPU offload (the distributed optimizer, ZeRO 1) keeps its gradient
+  // buffer on the device.
+  p.zero = 1;
+  EXPECT_GT(memory_per_rank(m, c, p, 0).gradients, 0);
+  // With gradient accumulation the shard being accumulated stays on the device.
+  p.zero = 2;
+  p.global_batch = 2 * p.micro_batch * p.dp;
+  EXPECT_DOUBLE_EQ(memory_per_rank(m, c, p, 0).gradients, 4 * shard);
+}
+
+// The DeepSpeed ZeRO-Offload tutorial (deepspeedai/DeepSpeed docs/_tutorials/zero-offload.md):
+// GPT-2 with 50 layers, hidden 4096, 32 heads, seq 1024, micro-batch 10, fp16, activation
+// checkpoints in host memory, trains on one 32 GB V100. Its fp16 weights alone are 2 bytes x
+// 10.3B = 19.2 GiB; with the fp32 gradients on the device as well (4 bytes a parameter) it
+// could not fit.
+TEST(ZeroOffload, Gpt2TenBillionFitsOneV100) {
+  const Model g = gpt_model("gpt2-10b", 50, 4096, 32, 50304, 1024, true);
+  const Cluster v100 = cluster_preset("dgx2-v100", 1);
+  Plan p;
+  p.micro_batch = 10;
+  p.global_batch = 10;
+  p.zero = 2;
+  p.precision = Dtype::kFp16;
+  p.flash_attention = false;
+  p.recompute = Recompute::kFull;
+  p.offload.optimizer = true;
+  p.offload.activations = true;
+  const double n = static_cast<double>(param_counts(g).total);
+  const MemoryBreakdown mb = memory_per_rank(g, v100, p);
+  EXPECT_DOUBLE_EQ(mb.weights, 2 * n);
+  EXPECT_EQ(mb.gradients, 0);
+  EXPECT_GE(mb.host, 16 * n);  // and the offloaded activation checkpoints
+  EXPECT_LE(mb.total(), 32 * GiB);
+  EXPECT_GT(mb.total() + 4 * n, 32 * GiB);
+}
+
 TEST_F(StateBytes, ParamAndActivationOffloadKeepLessOnDevice) {
   Plan p = base();
   const MemoryBreakdown on = memory_per_rank(m, c, p, 0);

@@ -136,6 +136,15 @@ std::vector<Case> cases() {
     degrees(p, 16, 2);
     p.offload.optimizer = true;
   });
+  // DeepSpeed ZeRO-Offload: gradients streamed to host memory as each layer's backward ends
+  // (one micro-batch a step), ZeRO-2 and ZeRO-3.
+  for (int zero : {2, 3})
+    dense("zero" + std::to_string(zero) + " offload", [zero](Plan& p) {
+      degrees(p, 16, 2);
+      p.zero = zero;
+      p.offload.optimizer = true;
+      p.global_batch = p.dp * p.micro_batch;
+    });
   dense("parameter offload", [](Plan& p) {
     degrees(p, 16, 2);
     p.offload.params = true;

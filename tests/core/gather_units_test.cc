@@ -1,0 +1,126 @@
+// Tests of core/gather_units.h: DeepSpeed ZeRO-3's coalescing of gathers and gradient buckets,
+// counted by hand on a Llama-2-70B-shaped layer, and the lowering's calls against them.
+#include "core/gather_units.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/error.h"
+#include "core/lower.h"
+#include "core/model.h"
+#include "core/plan.h"
+
+namespace parasol {
+namespace {
+
+// Llama 2 70B: hidden 8192, 64 heads, 8 KV heads, ffn 28672, SwiGLU, RMSNorm, no biases.
+Model llama70b() { return llama_model("llama-70b", 80, 8192, 64, 8, 28672, 32000, 4096); }
+
+TEST(GatherUnits, DenseLayerWeightsInForwardOrder) {
+  const std::vector<double> w = dense_layer_weights(llama70b(), 1, 0);
+  // norm, qkv (8192 x (8192 + 2 x 1024)), out, norm, fc1 (gate | up), fc2.
+  const std::vector<double> want = {8192, 8192.0 * 10240, 8192.0 * 8192,
+                                    8192, 8192.0 * 57344, 28672.0 * 8192};
+  EXPECT_EQ(w, want);
+  // Tensor parallelism splits the column linears' outputs and the row linears' inputs.
+  const std::vector<double> w8 = dense_layer_weights(llama70b(), 8, 0);
+  EXPECT_EQ(w8[1], w[1] / 8);
+  EXPECT_EQ(w8[5], w[5] / 8);
+  EXPECT_EQ(w8[0], 8192);
+}
+
+TEST(GatherUnits, DeepSpeedGathersCoalesceUpToThePrefetchBucket) {
+  // 5e7 elements: norm + qkv (83.9M) reach it, out (67.1M) alone, norm + fc1 (469.8M), fc2
+  // (234.9M): four all-gathers a layer.
+  const std::vector<double> w = dense_layer_weights(llama70b(), 1, 0);
+  const std::vector<double> calls = gather_calls(w, 5e7);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[0], 8192 + 8192.0 * 10240);
+  EXPECT_EQ(calls[1], 8192.0 * 8192);
+  EXPECT_EQ(calls[2], 8192 + 8192.0 * 57344);
+  EXPECT_EQ(calls[3], 28672.0 * 8192);
+  // Small weights share a call until it holds the bucket; the rest is the last call.
+  EXPECT_EQ(gather_calls({1, 2, 3, 4}, 3), (std::vector<double>{3, 3, 4}));
+  EXPECT_EQ(gather_calls({1, 2}, 0), (std::vector<double>{3}));
+}
+
+TEST(GatherUnits, DeepSpeedReduceBucketsNeverOverflow) {
+  // 5e8 elements, backward order: fc2 (234.9M), then fc1 (469.8M) would overflow: reduce fc2;
+  // fc1 + norm (469.8M) then out would overflow: reduce; out + qkv + norm (151M): three calls.
+  std::vector<double> w = dense_layer_weights(llama70b(), 1, 0);
+  const std::vector<double> back(w.rbegin(), w.rend());
+  const std::vector<double> calls = reduce_calls(back, 5e8);
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0], 28672.0 * 8192);
+  EXPECT_EQ(calls[1], 8192.0 * 57344 + 8192);
+  EXPECT_EQ(calls[2], 8192.0 * 8192 + 8192.0 * 10240 + 8192);
+  // A gradient larger than the bucket is reduced alone.
+  EXPECT_EQ(reduce_calls({1, 5, 1}, 3), (std::vector<double>{1, 5, 1}));
+}
+
+TEST(GatherUnits, FractionsFollowThePlansUnit) {
+  const std::vector<double> w = dense_layer_weights(llama70b(), 1, 0);
+  Plan p;
+  p.zero = 3;
+  EXPECT_EQ(gather_fractions(p, w), (std::vector<double>{1.0}));
+  EXPECT_EQ(reduce_fractions(p, w), (std::vector<double>{1.0}));
+  p.zero3_unit = GatherUnit::kModule;
+  double sum = 0;
+  for (double f : gather_fractions(p, w)) sum += f;
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_EQ(gather_fractions(p, w).size(), 4u);
+  EXPECT_EQ(reduce_fractions(p, w).size(), 3u);
+}
+
+TEST(GatherUnits, TheLoweringIssuesTheSameCalls) {
+  // A lowered DeepSpeed ZeRO-3 Program: each layer's all-gather and reduce-scatter carry the
+  // calls above (2-byte weights gathered, 4-byte gradients reduced), summing to the op's bytes.
+  Model m = llama70b();
+  m.layers = 2;
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.zero = 3;
+  p.zero3_unit = GatherUnit::kModule;
+  const Program prog = lower_stage(m, p, 0);
+  const std::vector<double> w = dense_layer_weights(m, 1, 0);
+  const std::vector<double> ag = gather_calls(w, 5e7);
+  const std::vector<double> back(w.rbegin(), w.rend());
+  const std::vector<double> rs = reduce_calls(back, 5e8);
+  int gathers = 0, scatters = 0;
+  for (const Op& o : prog.ops) {
+    if (o.tags.layer < 0) continue;
+    if (o.kind == OpKind::kAllGather && o.name.find("w.ag") != std::string::npos) {
+      ++gathers;
+      ASSERT_EQ(o.calls.size(), ag.size()) << o.name;
+      for (size_t i = 0; i < ag.size(); ++i) EXPECT_NEAR(o.calls[i] / (2 * ag[i]), 1.0, 1e-6);
+    }
+    if (o.kind == OpKind::kReduceScatter) {
+      ++scatters;
+      ASSERT_EQ(o.calls.size(), rs.size()) << o.name;
+      for (size_t i = 0; i < rs.size(); ++i) EXPECT_NEAR(o.calls[i] / (4 * rs[i]), 1.0, 1e-6);
+    }
+  }
+  EXPECT_EQ(gathers, 2 * m.layers);  // forward and backward (resharded after the forward)
+  EXPECT_EQ(scatters, m.layers);
+  // FSDP's layer units: one call each.
+  p.zero3_unit = GatherUnit::kLayer;
+  for (const Op& o : lower_stage(m, p, 0).ops) EXPECT_TRUE(o.calls.empty()) << o.name;
+}
+
+TEST(GatherUnits, OnlyZero3HasAUnit) {
+  Plan p;
+  p.zero = 2;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.zero3_unit = GatherUnit::kModule;
+  EXPECT_THROW(validate(p, llama70b(), cluster_preset("dgx-h100", 8)), Error);
+  EXPECT_EQ(parse_gather_unit("module", "plan.zero3_unit"), GatherUnit::kModule);
+  EXPECT_THROW(parse_gather_unit("param", "plan.zero3_unit"), Error);
+}
+
+}  // namespace
+}  // namespace parasol
