@@ -81,6 +81,7 @@ Profile odd_profile() {
   p.traces = {"a.json", "b.json"};
   p.sustained_clock = 0.81;
   p.overlap_compute_slowdown = 0.13;
+  p.expert_exchange_nvlink_efficiency = 0.57;
   p.cudnn_forward_efficiency = 0.58;
   p.cudnn_backward_efficiency = 0.44;
   p.nccl->net_overhead_s = 3e-6;
@@ -114,6 +115,7 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.traces, b.traces);
   EXPECT_DOUBLE_EQ(a.sustained_clock, b.sustained_clock);
   EXPECT_DOUBLE_EQ(a.overlap_compute_slowdown, b.overlap_compute_slowdown);
+  EXPECT_DOUBLE_EQ(a.expert_exchange_nvlink_efficiency, b.expert_exchange_nvlink_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);
   ASSERT_EQ(a.nccl.has_value(), b.nccl.has_value());
