@@ -373,6 +373,8 @@ class Lowerer {
   int expert_gather(int layer, int x, int64_t rows_full, const char* what, bool saved,
                     OpRole r = OpRole::kNone);
   int expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved);
+  // Marks op `op` as run on the expert side of the MoE block (Op::load = hot_); returns it.
+  int expert_side(int op);
 
   // --- selective recompute of the plan's modules (lower_recompute.cc)
   // Drops from a layer's saved slots those its recomputed modules do not keep.
@@ -478,6 +480,11 @@ class Lowerer {
   // grid, tp > 1, no SP); the group the routed rows are gathered over (kExpertTp / kTp) and its
   // size (1: none).
   int64_t etp_, Tm_, gather_ways_;
+  // MoE: the busiest expert-parallel rank's rows over the mean (core/moe_load.h), carried by
+  // the expert-side ops as Op::load; and whether the dispatcher sorts the received rows by local
+  // expert and back (Megatron-Core's alltoall dispatcher with more than one local expert).
+  double hot_ = 1;
+  bool local_sort_ = false;
   bool grid_, slice_;
   Group gather_group_ = Group::kTp;
   Dtype adt_, wdt_;

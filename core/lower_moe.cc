@@ -12,9 +12,14 @@ int Lowerer::expert_gather(int layer, int x, int64_t rows_full, const char* what
                            OpRole r) {
   if (gather_ways_ == 1) return x;
   int full = saved ? act(layer, what, {rows_full, h_}, ldt_) : ws(layer, what, {rows_full, h_});
-  role(r, in_compute_order(collective(OpKind::kAllGather, gather_group_, layer, what,
-                                      eb_ * rows_full * h_, x, full)));
+  role(r, expert_side(in_compute_order(collective(OpKind::kAllGather, gather_group_, layer, what,
+                                                  eb_ * rows_full * h_, x, full))));
   return full;
+}
+
+int Lowerer::expert_side(int op) {
+  P_.ops[op].load = hot_;
+  return op;
 }
 
 // After the row-parallel expert GEMM (and backward after the column-parallel data gradient):
@@ -25,12 +30,13 @@ int Lowerer::expert_reduce(int layer, int y, int64_t rows_full, const char* what
   if (gather_ways_ > 1) {
     const int64_t rows = rows_full / gather_ways_;
     int shard = saved ? act(layer, what, {rows, h_}) : ws(layer, what, {rows, h_});
-    in_compute_order(
-        collective(OpKind::kReduceScatter, gather_group_, layer, what, bytes, y, shard));
+    expert_side(in_compute_order(
+        collective(OpKind::kReduceScatter, gather_group_, layer, what, bytes, y, shard)));
     return shard;
   }
   if (!grid_ && t_ > 1)
-    in_compute_order(collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y));
+    expert_side(
+        in_compute_order(collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y)));
   return y;
 }
 
@@ -49,27 +55,30 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
               {sv[sRprobs]});
   int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_})
                           : act(layer, "disp", {routed_n, h_}, ldt_);
-  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, eb_ * R * h_,
+  // With local_sort_ the dispatch's bytes include the sort of the received rows by local expert
+  // (read and write), and the combine's the sort back.
+  const double sort = local_sort_ ? 2 * eb_ * R * h_ : 0;
+  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, eb_ * R * h_ + sort,
               {x1n, sv[sRprobs]}, {d});
   if (a2a) {
     int r = gather ? ws(layer, "disp.a2a", {routed_n, h_})
                    : act(layer, "disp.a2a", {routed_n, h_}, ldt_);
     role(BufferRole::kExpertRows, r);
-    role(OpRole::kDispatchA2a,
-         collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, d, r));
+    role(OpRole::kDispatchA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
+                                                      "disp.a2a", eb_ * routed_n * h_, d, r)));
     d = r;
   }
   d = expert_gather(layer, d, R, "disp.ag", true, OpRole::kDispatchGather);
   int o = moe_experts_forward(layer, d, w, sv);
   if (a2a) {
     int r = act(layer, "comb.a2a", {routed_n, h_});
-    role(OpRole::kCombineA2a,
-         collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, o, r));
+    role(OpRole::kCombineA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
+                                                     "comb.a2a", eb_ * routed_n * h_, o, r)));
     o = r;
   }
   sv[sEret] = o;
   int y = ws(layer, "moe", {Tm_, h_});
-  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, eb_ * R * h_,
+  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, eb_ * R * h_ + sort,
               {o, sv[sRprobs]}, {y});
   if (slice_) {  // every TP rank's routed rows, back to the replicated rows
     int full = ws(layer, "moe.ag", {T_, h_});
@@ -96,15 +105,15 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   const bool a2a = p_.ep > 1;
   sv[sDisp] = d;
   sv[sFc1] = role(BufferRole::kExpertRows, act(layer, "efc1", {R, up_ * eff_t_}));
-  int op1 = gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]}, {sv[sFc1]},
-                 false, OpKind::kExpertLinear);
+  int op1 = expert_side(gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]},
+                             {sv[sFc1]}, false, OpKind::kExpertLinear));
   P_.ops[op1].flops = 2.0 * R * up_ * eff_t_ * h_;
   moe_expert_act(layer, sv);
   const bool gather = gather_ways_ > 1;
   int o = role(BufferRole::kExpertRows,
                gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_}));
-  int op2 = gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]}, {o}, false,
-                 OpKind::kExpertLinear);
+  int op2 = expert_side(gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]},
+                             {o}, false, OpKind::kExpertLinear));
   P_.ops[op2].flops = 2.0 * R * h_ * eff_t_;
   return expert_reduce(layer, o, R, gather ? "efc2.rs" : "efc2.ar", !a2a);
 }
@@ -112,8 +121,9 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
 void Lowerer::moe_expert_act(int layer, Saved& sv) {
   const int64_t R = Tm_ * topk_ * gather_ways_;
   sv[sAct] = role(BufferRole::kExpertRows, act(layer, "eact", {R, eff_t_}, ldt_));
-  role(OpRole::kExpertAct, elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
-                                       kb_.activation * R * eff_t_, {sv[sFc1]}, {sv[sAct]}));
+  role(OpRole::kExpertAct,
+       expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
+                               kb_.activation * R * eff_t_, {sv[sFc1]}, {sv[sAct]})));
 }
 
 int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g) {
@@ -123,26 +133,27 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
   // With slice_, the combine reads this rank's rows of the replicated output gradient.
   int de = ws(layer, "comb.dx", {routed_n, h_});
   int drp = ws(layer, "rprobs.dx", {Tm_, E}, Dtype::kFp32);
-  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, 2 * eb_ * R * h_,
+  const double sort = local_sort_ ? 2 * eb_ * R * h_ : 0;  // as moe_forward's
+  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, 2 * eb_ * R * h_ + sort,
               {dres, sv[sEret], sv[sRprobs]}, {de, drp});
   int d = de;
   if (a2a) {
     int r = role(BufferRole::kExpertRows, ws(layer, "comb.a2a", {routed_n, h_}));
-    role(OpRole::kCombineA2a,
-         collective(OpKind::kAllToAll, Group::kEp, layer, "comb.a2a", eb_ * routed_n * h_, d, r));
+    role(OpRole::kCombineA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
+                                                     "comb.a2a", eb_ * routed_n * h_, d, r)));
     d = r;
   }
   d = expert_gather(layer, d, R, "ag", false);
   int dd = moe_experts_backward(layer, sv, d, w, g);
   if (a2a) {
     int r = ws(layer, "disp.a2a", {routed_n, h_});
-    role(OpRole::kDispatchA2a,
-         collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a", eb_ * routed_n * h_, dd, r));
+    role(OpRole::kDispatchA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
+                                                      "disp.a2a", eb_ * routed_n * h_, dd, r)));
     dd = r;
   }
   int dx1n = act(layer, "ln2.dy", {Tm_, h_});
-  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, 2 * eb_ * R * h_, {dd},
-              {dx1n});
+  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, 2 * eb_ * R * h_ + sort,
+              {dd}, {dx1n});
   int dlogits = ws(layer, "router.dy", {Tm_, E}, Dtype::kFp32);
   elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 16.0 * Tm_ * E, {drp, sv[sRprobs]},
               {dlogits});
@@ -172,23 +183,26 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
   const int64_t K = topk_, le = local_experts_;
   const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
   int dact = role(BufferRole::kExpertRows, act(layer, "eact.dx", {R, eff_t_}));
-  int op = gemm(layer, "efc2.dx", rows, eff_t_, h_, le, {d, w[kEfc2]}, {dact}, true,
-                OpKind::kExpertLinear);
+  int op = expert_side(gemm(layer, "efc2.dx", rows, eff_t_, h_, le, {d, w[kEfc2]}, {dact}, true,
+                            OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
-  op = role(OpRole::kWeightGrad, gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
-                                      {g[kEfc2], g[kEfc2B]}, false, OpKind::kExpertLinear));
+  op = role(OpRole::kWeightGrad,
+            expert_side(gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
+                             {g[kEfc2], g[kEfc2B]}, false, OpKind::kExpertLinear)));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
   int dfc1 = role(BufferRole::kExpertRows, act(layer, "efc1.dy", {R, up_ * eff_t_}));
   role(OpRole::kExpertAct,
-       elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
-                   2 * kb_.activation * R * eff_t_, {sv[sFc1], dact}, {dfc1, g[kEfc1B]}));
+       expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
+                               2 * kb_.activation * R * eff_t_, {sv[sFc1], dact},
+                               {dfc1, g[kEfc1B]})));
   int dd = role(BufferRole::kExpertRows, ws(layer, "efc1.dx", {R, h_}));
-  op = gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
-            OpKind::kExpertLinear);
+  op = expert_side(gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
+                        OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
   dd = expert_reduce(layer, dd, R, "efc1.dx.tp", true);
-  op = role(OpRole::kWeightGrad, gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le,
-                                      {sv[sDisp], dfc1}, {g[kEfc1]}, false, OpKind::kExpertLinear));
+  op = role(OpRole::kWeightGrad,
+            expert_side(gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le, {sv[sDisp], dfc1},
+                             {g[kEfc1]}, false, OpKind::kExpertLinear)));
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
   return dd;
 }

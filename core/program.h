@@ -239,6 +239,11 @@ struct Op {
   // A collective the framework issues as several calls (DeepSpeed ZeRO-3's per-module
   // gathers, core/gather_units.h): each call's payload bytes, summing to `bytes`; empty: one.
   std::vector<double> calls;
+  // MoE expert-side ops (the expert GEMMs and activation, the expert all-to-alls, gathers and
+  // reductions): the rows the busiest rank of the expert-parallel group processes over the mean
+  // rows the op's shape carries (core/moe_load.h); the op pricer scales the op's time by it.
+  // The shapes stay the mean (the runtime executes them); 1 for every other op.
+  double load = 1;
   Group group = Group::kTp;    // communication group
   bool reduce_max = false;     // all-reduce: element-wise maximum instead of the sum
   int peer_stage = -1;         // send/recv: the pipeline stage of the peer

@@ -354,6 +354,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.tp += n * (lp.tp_forward + lp.tp_backward);
     price.cp += n * (lp.cp_forward + lp.cp_backward);
     price.ep += n * (lp.ep_forward + lp.ep_backward);
+    price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
     recompute_comm += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
@@ -769,6 +770,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;
   e.step_time_s = tb.total();
+  e.moe.add(c.moe, mb);
 
   fill_throughput(p, mb, e);
   fill_memory(p, memory, -1, e);
@@ -812,6 +814,13 @@ Json estimate_to_json(const Estimate& e) {
               {"optimizer", t.optimizer},
               {"offload", t.offload},
               {"overlap_slowdown", t.overlap}}},
+            {"moe_breakdown_s",
+             {{"expert_gemm", e.moe.expert_gemm},
+              {"permutation", e.moe.permutation},
+              {"routing", e.moe.routing},
+              {"expert_activation", e.moe.activation},
+              {"imbalance", e.moe.imbalance},
+              {"dispatch", t.ep_comm}}},
             {"memory_breakdown_bytes",
              {{"weights", m.weights},
               {"gradients", m.gradients},

@@ -56,6 +56,10 @@ struct Estimate {
   // exposed communication); the slowest stage paces the pipeline.
   std::vector<double> stage_slot_s;
   int critical_stage = 0;
+  // The MoE block's compute on the critical stage over the step, by part (shares of forward,
+  // backward and recompute, not further terms of the step); all 0 for a dense model. Its
+  // exposed token exchange is time.ep_comm.
+  MoeParts moe;
   MemoryBreakdown memory;  // the rank with the largest peak
   // What the framework measures on that rank: allocated, reserved (with its band) and outside
   // the allocator (framework_memory.h). memory_per_gpu_bytes is its device_used(), what
@@ -118,6 +122,7 @@ class Estimator {
     double dp = 0;                          // exposed per-micro-batch ZeRO traffic
     double dp_hidden = 0;
     double recompute_flops = 0;
+    MoeParts moe;  // the MoE block's compute by part
     double slot() const;  // everything a micro-batch costs the stage
   };
 

@@ -34,6 +34,23 @@ void charge(LayerPrice& lp, int cat, Phase phase, double seconds) {
 
 }  // namespace
 
+namespace {
+// Files a compute op's seconds under its MoE part, if it has one.
+void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
+  const bool expert_act = op.role == OpRole::kExpertAct;
+  if (op.kind == OpKind::kExpertLinear)
+    parts.expert_gemm += seconds;
+  else if (op.kind == OpKind::kDispatch || op.kind == OpKind::kCombine)
+    parts.permutation += seconds;
+  else if (op.kind == OpKind::kRouter || op.role == OpRole::kRouter || op.role == OpRole::kRouterDw)
+    parts.routing += seconds;
+  else if (expert_act)
+    parts.activation += seconds;
+  if ((op.kind == OpKind::kExpertLinear || expert_act) && op.load > 1)
+    parts.imbalance += seconds * (1 - 1 / op.load);
+}
+}  // namespace
+
 PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) {
   const std::vector<Op>& ops = fragment.program.ops;
   PlayableFragment f;
@@ -66,6 +83,7 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
     if (!in_pass[i]) continue;  // outside the passes: done before they start
     if (!comm) {
       n.seconds = pricer.time(op, 0, false);
+      add_moe_part(op, n.seconds, f.bytes.moe);
       continue;
     }
     n.category = category(op.group);

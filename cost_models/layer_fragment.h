@@ -26,6 +26,24 @@
 
 namespace parasol::cost {
 
+// The MoE block's compute by part (seconds): shares of the compute, not further terms of it.
+struct MoeParts {
+  double expert_gemm = 0;  // the grouped expert GEMMs (kExpertLinear), at the busiest rank's rows
+  double permutation = 0;  // token permutation and un-permutation (kDispatch, kCombine)
+  double routing = 0;      // the router's GEMMs and routing kernels (kRouter)
+  double activation = 0;   // the routed experts' activation (OpRole::kExpertAct)
+  // What the busiest expert-parallel rank's excess rows add to the expert-side compute above
+  // (Op::load): included in expert_gemm and activation.
+  double imbalance = 0;
+  void add(const MoeParts& o, double n) {
+    expert_gemm += n * o.expert_gemm;
+    permutation += n * o.permutation;
+    routing += n * o.routing;
+    activation += n * o.activation;
+    imbalance += n * o.imbalance;
+  }
+};
+
 // Per-layer, per-micro-batch prices on one rank.
 struct LayerPrice {
   double forward = 0, backward = 0;        // compute seconds
@@ -45,6 +63,8 @@ struct LayerPrice {
   double tp_bytes_forward = 0, tp_bytes_backward = 0;
   double cp_bytes_forward = 0, cp_bytes_backward = 0;
   double ep_bytes_forward = 0, ep_bytes_backward = 0;
+  // The MoE block's compute of the layer's passes (forward, backward and selective recompute).
+  MoeParts moe;
 };
 
 // A fragment reduced to what its play needs, its compute ops priced: what the closed form keeps
@@ -70,7 +90,8 @@ struct PlayableFragment {
   // The communication ops to price, one per shape the op pricer tells apart (OpPricer::shape),
   // stripped of names and buffers.
   std::vector<Op> comm_ops;
-  LayerPrice bytes;  // only its *_bytes_* fields: the fragment's communication volumes
+  // Only its *_bytes_* fields (the fragment's communication volumes) and its MoE parts.
+  LayerPrice bytes;
 };
 
 // `fragment` made playable, its compute ops priced by `pricer`.

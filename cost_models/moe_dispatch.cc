@@ -21,4 +21,13 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
   return bytes;
 }
 
+double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes) {
+  const double t = gm.cost(Collective::kAllToAll, wire_bytes).time_s;
+  const double e = prof.expert_exchange_nvlink_efficiency;
+  if (e <= 0 || gm.nodes() != 1) return t;
+  const double link =
+      std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
+  return t * link / e;
+}
+
 }  // namespace parasol::cost

@@ -1,10 +1,13 @@
 // What the plan's MoE token dispatcher puts on the wire: the factor on the bytes of a plain
-// all-to-all (one copy per (token, routed expert) that lives on another rank). Used alike by the
-// closed-form estimate and by the event simulator's price of each expert all-to-all op.
+// all-to-all (one copy per (token, routed expert) that lives on another rank); and how fast the
+// dispatch and combine kernels move them inside an NVLink domain. Used alike by the closed-form
+// estimate and by the event simulator's price of each expert all-to-all op.
 #pragma once
 
 #include "core/model.h"
 #include "core/plan.h"
+#include "cost_models/collective.h"
+#include "cost_models/profile.h"
 
 namespace parasol::cost {
 
@@ -23,5 +26,12 @@ double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes);
 // The one rule both predictors price an expert all-to-all by.
 double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes, double bytes,
                                     bool forward_dispatch);
+
+// Seconds of an expert all-to-all of `wire_bytes` (expert_all_to_all_wire_bytes) on its placed
+// group `gm`. Inside one NVLink domain (gm.nodes() == 1) the token exchange runs at
+// Profile::expert_exchange_nvlink_efficiency of the NVLink bandwidth where the profile has one:
+// the group's collective time at the NVLink link efficiency, scaled by their ratio. Across
+// servers, and without that figure, the group's collective time.
+double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes);
 
 }  // namespace parasol::cost

@@ -137,6 +137,7 @@ size_t OpShapeHash::operator()(const OpShape& s) const {
   mix(bits(s.bytes));
   mix(bits(s.flops));
   mix(bits(s.epilogue));
+  mix(bits(s.load));
   if (s.kind == static_cast<int>(OpKind::kAttention)) {
     mix(static_cast<uint64_t>(s.ab) ^ static_cast<uint64_t>(s.aq) << 20 ^
         static_cast<uint64_t>(s.akv) << 40);
@@ -162,6 +163,7 @@ OpShape OpPricer::shape(const Op& op, int stage, bool host) const {
                  op.bytes,
                  op.flops,
                  op.epilogue_bytes,
+                 op.load,
                  op.attn.batch,
                  op.attn.seq_q,
                  op.attn.seq_kv,
@@ -357,7 +359,7 @@ double OpPricer::price(const Op& op, int stage, bool host) {
   const double epilogue = op.epilogue_bytes > 0 ? memory_time(cluster_.gpu_device(reps_[stage]),
                                                               prof_, op.epilogue_bytes)
                                                 : 0;
-  return epilogue + body_price(op, stage, host);
+  return (epilogue + body_price(op, stage, host)) * op.load;
 }
 
 double OpPricer::body_price(const Op& op, int stage, bool host) {
@@ -418,7 +420,8 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                                                               op.tags.phase != Phase::kBackward &&
                                                                   op.role == OpRole::kDispatchA2a)
                                : op.bytes;
-      return gm.cost(Collective::kAllToAll, bytes).time_s;
+      return op.group == Group::kEp ? expert_exchange_time(gm, prof_, bytes)
+                                    : gm.cost(Collective::kAllToAll, bytes).time_s;
     }
     case OpKind::kAllReduce:
     case OpKind::kAllGather:

@@ -3,7 +3,9 @@
 // kept in one place so that a prediction and a fit of it price an op the same way.
 //
 // Prices: a GEMM's or element-wise op's memory-bound epilogue (Op::epilogue_bytes: RoPE) adds
-// memory_time of its bytes. Compute ops run on the rank's device in plan.precision: GEMMs (linear,
+// memory_time of its bytes. An MoE expert-side op is priced at the busiest expert-parallel
+// rank's rows: its price times Op::load (core/moe_load.h), which sets when the layer's combine
+// can finish. Compute ops run on the rank's device in plan.precision: GEMMs (linear,
 // expert linear, router) by gemm_time (or FLOPs at gemm efficiency, or bytes when they have no
 // shape), the attention core by attention_{forward,backward}_time, memory-bound ops by
 // memory_time of Op::bytes (or 2 x elements x dtype bytes), AdamW likewise (or
@@ -65,7 +67,7 @@ struct OpShape {
   int kind, phase, group, stage, peer, host;
   int flags;  // what the price depends on besides the shape (a linear's pass, the router, ...)
   int64_t m, n, k, batch;
-  double elements, bytes, flops, epilogue;
+  double elements, bytes, flops, epilogue, load;
   int64_t ab, aq, akv, ah, akvh, ad;  // attention: batch, seq_q, seq_kv, heads, kv_heads, dim
   int aflags;
   bool operator==(const OpShape& o) const = default;

@@ -166,6 +166,11 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX H100/H200: Intel Xeon Platinum 8480C hosts, 2 x 56 cores (DGX H100 User Guide).
     p.nccl = nccl_defaults("hopper", "intel");
+    // MoE token exchange inside the NVLink domain: DeepEP's normal kernels on H800 reach 153
+    // GB/s (FP8 dispatch) and 158 GB/s (BF16 combine) at EP8 (deepseek-ai/DeepEP@dd758ca
+    // docs/legacy.md, "Intranode"; 4096 tokens, hidden 7168, top-8), of the 200 GB/s per
+    // direction of H800's NVLink: 0.765-0.79.
+    p.expert_exchange_nvlink_efficiency = 0.78;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
     if (d.tdp_watts < 700) {
       // A power-limited H100 sustains a lower clock. Dynamic power scales about as the cube of
@@ -187,6 +192,13 @@ Profile default_profile(const DeviceSpec& d) {
     // DGX B200: Intel Xeon 8570 hosts; GB200: Arm Grace (NCCL's 1 us non-AMD network overhead).
     // DGX B200: 2 x 56 cores (DGX B200 User Guide) for the CPU optimizer.
     p.nccl = nccl_defaults("blackwell", "intel");
+    // MoE token exchange inside the NVLink domain (NVLink5, 900 GB/s per direction): HybridEP's
+    // Torch-API algorithm bandwidth on GB200 MNNVL, BF16 dispatch and combine, 4096 tokens,
+    // hidden 7168, top-8, EP8-36: 418-550 GB/s on 16 SMs, 448-569 GB/s on 32 SMs; on B200 EP8,
+    // 16 SMs, 531-536 GB/s (deepseek-ai/DeepEP@94a9f8f, branch hybrid-ep,
+    // docs/README_Hybrid-EP.md, "B200 Platform", "GB200 Platform"): 0.46-0.63 of the link. The
+    // kernels run on 16-32 SMs; the link is not the bound.
+    p.expert_exchange_nvlink_efficiency = 0.55;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
   } else if (d.name == "MI300X" || d.name == "MI325X") {
     // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,
@@ -326,6 +338,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "device_spec",
                 "nccl",
                 "overlap_compute_slowdown",
+                "expert_exchange_nvlink_efficiency",
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
@@ -366,6 +379,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("collective_step_latency_us", p.collective_step_latency_s * 1e6, 0, 1e6) * 1e-6;
   p.overlap_compute_slowdown =
       r.number_or("overlap_compute_slowdown", p.overlap_compute_slowdown, 0, 1);
+  p.expert_exchange_nvlink_efficiency =
+      r.number_or("expert_exchange_nvlink_efficiency", p.expert_exchange_nvlink_efficiency, 0, 1);
   p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
   p.host_memory_efficiency =
       r.number_or("host_memory_efficiency", p.host_memory_efficiency, 1e-3, 1);
@@ -460,6 +475,8 @@ Json profile_to_json(const Profile& p) {
             {"allocator_fragmentation", p.allocator_fragmentation},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
+  if (p.expert_exchange_nvlink_efficiency > 0)
+    j["expert_exchange_nvlink_efficiency"] = p.expert_exchange_nvlink_efficiency;
   Json by_dtype = Json::object();
   for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8})
     if (p.gemm_efficiency_by_dtype[static_cast<int>(d)] > 0)

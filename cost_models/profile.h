@@ -109,6 +109,10 @@ struct Profile {
   // one thread block per channel) and HBM bandwidth, and the compute it overlaps runs this much
   // slower (fraction of the overlapped time added back).
   double overlap_compute_slowdown = 0;
+  // The MoE token exchange (an expert all-to-all whose group sits in one NVLink domain):
+  // fraction of the NVLink bandwidth the dispatch and combine kernels reach, which run on a few
+  // SMs each; 0 = the NVLink link efficiency above (cost_models/moe_dispatch.h).
+  double expert_exchange_nvlink_efficiency = 0;
 
   // Host <-> device copies (offload): fraction of the host link's bandwidth.
   double host_copy_efficiency = 0.8;

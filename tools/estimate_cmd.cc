@@ -68,6 +68,16 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
                          {"overlap slowdown", t.overlap}})
     if (v > 0)
       std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
+  const cost::MoeParts& moe = e.moe;
+  if (moe.expert_gemm > 0) {
+    std::cout << "MoE compute (within forward, backward and recompute):\n";
+    for (auto [name, v] : {std::pair{"expert GEMMs", moe.expert_gemm},
+                           {"permutation", moe.permutation},
+                           {"routing", moe.routing},
+                           {"expert activation", moe.activation},
+                           {"of which imbalance", moe.imbalance}})
+      std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
+  }
   const cost::MemoryBreakdown& m = e.memory;
   std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
             << gib(e.device_memory_bytes)

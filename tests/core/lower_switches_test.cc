@@ -10,6 +10,7 @@
 
 #include "core/layer_shapes.h"
 #include "core/lower.h"
+#include "core/moe_load.h"
 #include "core/program.h"
 
 namespace parasol {
@@ -233,6 +234,45 @@ TEST(LowerSwitches, TheRuntimePlanDropsTheGpuSideOverlapsOnly) {
   EXPECT_EQ(plan_to_json(runtime_plan(r)), plan_to_json(r));
   EXPECT_EQ(p.tp_overlap_chunks(), 2);
   EXPECT_EQ(r.tp_overlap_chunks(), 1);
+}
+
+// Megatron's alltoall dispatcher sorts the received rows by local expert and back (two more
+// passes of read and write over the expert-side rows in each direction) when a rank holds more
+// than one expert; DeepEP's flex dispatcher permutes once. The expert-side ops carry the
+// busiest rank's load (core/moe_load.h), the token-side ones none.
+TEST(LowerSwitches, MoeDispatcherSortsAndTheExpertSideCarriesTheHotRanksLoad) {
+  const Model m = cut("mixtral-8x7b", 1);
+  Plan p = plan_of(1, 1, 4);
+  p.ep = 4;  // 2 local experts
+  const Program a2a = lower_stage(m, p, 0);
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  const Program deepep = lower_stage(m, p, 0);
+  const int64_t T = p.seq(m), rows = T * m.moe.top_k;
+  const double sort = 2.0 * 2 * rows * m.hidden;  // bf16 read + write of the routed rows
+  for (const char* name : {"L0.dispatch", "L0.combine"}) {
+    const int a = op_named(a2a, name), d = op_named(deepep, name);
+    ASSERT_GE(a, 0) << name;
+    ASSERT_GE(d, 0) << name;
+    EXPECT_DOUBLE_EQ(a2a.ops[a].bytes - deepep.ops[d].bytes, sort) << name;
+  }
+  const double hot = moe_hot_rank_factor(m, p.ep, static_cast<double>(rows));
+  EXPECT_GT(hot, 1.0);
+  int expert_side = 0;
+  for (const Op& op : a2a.ops) {
+    const bool expert = op.kind == OpKind::kExpertLinear || op.role == OpRole::kExpertAct ||
+                        (op.kind == OpKind::kAllToAll && op.group == Group::kEp);
+    EXPECT_EQ(op.load, expert ? hot : 1.0) << op.name;
+    expert_side += expert;
+  }
+  // Per micro-batch: fc1, fc2 and 4 backward GEMMs, 2 activations, 4 all-to-alls.
+  EXPECT_EQ(expert_side, p.micro_batches() * (2 + 4 + 2 + 4));
+  // One local expert: no sort; no expert parallelism: no imbalance.
+  p.moe_dispatcher = MoeDispatcher::kAllToAll;
+  p.ep = 1;
+  const Program one = lower_stage(m, p, 0);
+  EXPECT_DOUBLE_EQ(one.ops[op_named(one, "L0.dispatch")].bytes,
+                   deepep.ops[op_named(deepep, "L0.dispatch")].bytes);
+  for (const Op& op : one.ops) EXPECT_EQ(op.load, 1.0) << op.name;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "core/cluster.h"
 #include "core/model.h"
+#include "core/moe_load.h"
 #include "core/plan.h"
 #include "cost_models/compute.h"
 
@@ -413,6 +414,48 @@ TEST(EstimateMoe, ExpertParallelAddsAllToAll) {
   EXPECT_NEAR(breakdown_sum(e.time), e.step_time_s, 1e-12 * e.step_time_s);
   p.ep = 1;
   EXPECT_EQ(run(m, c, p).time.ep_comm, 0);
+}
+
+// The MoE block's compute by part: shares of the compute, each present; the imbalance is the
+// busiest rank's excess on the expert GEMMs and activation (core/moe_load.h); none without
+// expert parallelism, none at all for a dense model.
+TEST(EstimateMoe, BreakdownNamesTheMoeParts) {
+  Model m = model_preset("mixtral-8x7b");
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.dp = 8;
+  p.ep = 4;  // 2 local experts
+  p.sequence_parallel = true;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  Estimate e = run(m, c, p);
+  const MoeParts& moe = e.moe;
+  EXPECT_GT(moe.expert_gemm, 0);
+  EXPECT_GT(moe.permutation, 0);
+  EXPECT_GT(moe.routing, 0);
+  EXPECT_GT(moe.activation, 0);
+  EXPECT_LT(moe.expert_gemm + moe.permutation + moe.routing + moe.activation,
+            e.time.forward + e.time.backward + e.time.recompute);
+  // Rows of the expert region per rank: the micro-batch's tokens times top_k (the TP group's
+  // SP shards gathered).
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  EXPECT_GT(hot, 1.0);
+  EXPECT_NEAR(moe.imbalance, (moe.expert_gemm + moe.activation) * (1 - 1 / hot),
+              1e-9 * moe.expert_gemm);
+  const Json j = estimate_to_json(e);
+  EXPECT_DOUBLE_EQ(j["moe_breakdown_s"]["expert_gemm"].get<double>(), moe.expert_gemm);
+  EXPECT_DOUBLE_EQ(j["moe_breakdown_s"]["imbalance"].get<double>(), moe.imbalance);
+  EXPECT_DOUBLE_EQ(j["moe_breakdown_s"]["dispatch"].get<double>(), e.time.ep_comm);
+  p.ep = 1;
+  EXPECT_EQ(run(m, c, p).moe.imbalance, 0);
+  Plan dense;
+  dense.dp = 2;
+  dense.global_batch = 4;
+  const Estimate d = run(model_preset("tiny"), cluster_preset("dgx-h100", 2), dense);
+  EXPECT_EQ(d.moe.expert_gemm + d.moe.permutation + d.moe.routing + d.moe.activation, 0);
 }
 
 // Context parallelism's exposed time, from the topology and the rule estimate.cc documents:

@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "core/cluster.h"
 
 namespace parasol::cost {
 namespace {
@@ -65,6 +69,37 @@ TEST(DispatcherBytes, WireBytesOfEachAllToAll) {
   // Inside one node DeepEP moves every copy over NVLink in the dtype of the rows.
   p.precision = Dtype::kFp8;
   EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 1, send, true), send);
+}
+
+// Inside one NVLink domain the token exchange runs at the profile's expert-exchange efficiency
+// of the NVLink bandwidth: the group's all-to-all time at the link efficiency, times their
+// ratio; a group across servers, or a profile without the figure, keeps the group's time.
+TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
+  const Cluster c = cluster_preset("dgx-h100", 16);
+  Profile prof = default_profile(c.gpu_device(0));
+  prof.expert_exchange_nvlink_efficiency = 0.4;
+  std::vector<int> one_server, two_servers;
+  for (int i = 0; i < 16; ++i) {
+    if (i < 8) one_server.push_back(i);
+    two_servers.push_back(i);
+  }
+  const double bytes = 256e6;
+  const GroupModel in(c, prof, one_server), across(c, prof, two_servers);
+  ASSERT_EQ(in.nodes(), 1);
+  ASSERT_EQ(across.nodes(), 2);
+  const double link =
+      std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
+  const double plain = in.cost(Collective::kAllToAll, bytes).time_s;
+  EXPECT_NEAR(expert_exchange_time(in, prof, bytes), plain * link / 0.4, 1e-12 * plain);
+  EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes),
+                   across.cost(Collective::kAllToAll, bytes).time_s);
+  prof.expert_exchange_nvlink_efficiency = 0;
+  const GroupModel in0(c, prof, one_server);
+  EXPECT_DOUBLE_EQ(expert_exchange_time(in0, prof, bytes),
+                   in0.cost(Collective::kAllToAll, bytes).time_s);
+  // The defaults: Blackwell's kernels reach less of NVLink5 than Hopper's of NVLink4.
+  EXPECT_LT(default_profile(device_spec("GB200")).expert_exchange_nvlink_efficiency,
+            default_profile(device_spec("H100-SXM")).expert_exchange_nvlink_efficiency);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ Profile odd_profile() {
   p.traces = {"a.json", "b.json"};
   p.sustained_clock = 0.81;
   p.overlap_compute_slowdown = 0.13;
+  p.expert_exchange_nvlink_efficiency = 0.57;
   p.cudnn_forward_efficiency = 0.58;
   p.cudnn_backward_efficiency = 0.44;
   p.attention_shape[static_cast<int>(AttentionKernel::kCudnn)][1] = {310, 650, 0.97, 0.8, 1.05};
@@ -115,6 +116,7 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.traces, b.traces);
   EXPECT_DOUBLE_EQ(a.sustained_clock, b.sustained_clock);
   EXPECT_DOUBLE_EQ(a.overlap_compute_slowdown, b.overlap_compute_slowdown);
+  EXPECT_DOUBLE_EQ(a.expert_exchange_nvlink_efficiency, b.expert_exchange_nvlink_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);
   for (int k = 0; k < 2; ++k)

@@ -1,0 +1,40 @@
+// The busiest expert-parallel rank's load (core/moe_load.h).
+#include "core/moe_load.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace parasol {
+
+namespace {
+// Phi^-1(p) for p in (0, 1), by bisection on the normal CDF 0.5 erfc(-x / sqrt 2).
+double inverse_normal_cdf(double p) {
+  double lo = -10, hi = 10;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+}  // namespace
+
+double expected_max_standard_normal(int n) {
+  if (n <= 1) return 0;
+  return inverse_normal_cdf((n - 0.375) / (n + 0.25));
+}
+
+double moe_hot_rank_factor(const Model& m, int ep, double rows_per_rank) {
+  if (!m.is_moe() || ep <= 1 || rows_per_rank <= 0) return 1.0;
+  const double e = m.moe.experts, k = m.moe.top_k;
+  if (e <= 1 || k >= e) return 1.0;
+  const double var = rows_per_rank * (1 - 1.0 / ep) * (e - k) / (e - 1);
+  return 1 + expected_max_standard_normal(ep) * std::sqrt(var) / rows_per_rank;
+}
+
+int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank) {
+  const double f = moe_hot_rank_factor(m, ep, static_cast<double>(rows_per_rank));
+  return std::max<int64_t>(rows_per_rank,
+                           static_cast<int64_t>(std::ceil(f * static_cast<double>(rows_per_rank))));
+}
+
+}  // namespace parasol

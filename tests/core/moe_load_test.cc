@@ -1,0 +1,87 @@
+// Tests of the busiest expert-parallel rank's load (core/moe_load.h): the expected normal
+// maximum against the tabulated expected order statistics, and the load factor against a Monte
+// Carlo of random top-k routing done independently here.
+#include "core/moe_load.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+namespace parasol {
+namespace {
+
+Model moe(int experts, int top_k) {
+  Model m = model_preset("mixtral-8x7b");
+  m.moe.experts = experts;
+  m.moe.top_k = top_k;
+  return m;
+}
+
+// Expected largest of n standard normals (Harter 1961; e.g. Teichroew 1956): n = 2: 1/sqrt(pi)
+// = 0.5642, n = 10: 1.5388, n = 100: 2.5076. Blom's approximation is within 5% at n = 2 and
+// within 1% from n = 10.
+TEST(MoeLoad, ExpectedNormalMaximumFollowsTheTables) {
+  EXPECT_EQ(expected_max_standard_normal(1), 0.0);
+  EXPECT_NEAR(expected_max_standard_normal(2), 0.5642, 0.05 * 0.5642);
+  EXPECT_NEAR(expected_max_standard_normal(10), 1.5388, 0.01 * 1.5388);
+  EXPECT_NEAR(expected_max_standard_normal(100), 2.5076, 0.01 * 2.5076);
+  for (int n = 2; n < 512; n *= 2)
+    EXPECT_LT(expected_max_standard_normal(n), expected_max_standard_normal(2 * n)) << n;
+}
+
+// Each of the group's ep * rows / k tokens picks top_k distinct experts uniformly at random (what
+// Megatron's forced balancing does); rank r holds experts [r E/ep, (r+1) E/ep). The mean over
+// trials of the busiest rank's rows over the mean rows.
+double simulated_factor(int experts, int top_k, int ep, int rows_per_rank, int trials) {
+  std::mt19937_64 rng(12345);
+  const int tokens = ep * rows_per_rank / top_k, per_rank = experts / ep;
+  std::uniform_int_distribution<int> pick(0, experts - 1);
+  std::vector<int> chosen;
+  double sum = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<int> load(ep, 0);
+    for (int i = 0; i < tokens; ++i) {
+      chosen.clear();
+      while (static_cast<int>(chosen.size()) < top_k) {  // k distinct experts, by rejection
+        const int e = pick(rng);
+        if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+      }
+      for (int e : chosen) ++load[e / per_rank];
+    }
+    sum += static_cast<double>(*std::max_element(load.begin(), load.end())) / rows_per_rank;
+  }
+  return sum / trials;
+}
+
+TEST(MoeLoad, FactorMatchesRandomRouting) {
+  struct Case {
+    int experts, top_k, ep, rows;
+  };
+  // Mixtral-like (8 experts, top-2, EP8), Qwen3-like (128, top-8, EP16) and small row counts.
+  for (const Case& c :
+       {Case{8, 2, 8, 1024}, Case{128, 8, 16, 4096}, Case{64, 6, 8, 512}, Case{256, 8, 32, 2048}}) {
+    const double mc = simulated_factor(c.experts, c.top_k, c.ep, c.rows, 200);
+    const double f = moe_hot_rank_factor(moe(c.experts, c.top_k), c.ep, c.rows);
+    EXPECT_GT(f, 1.0);
+    // The excess over the mean within 15% of the simulated excess (the normal approximation of
+    // the hypergeometric sums and the sampling error of 200 trials).
+    EXPECT_NEAR(f - 1, mc - 1, 0.15 * (mc - 1)) << c.experts << " " << c.ep << " " << c.rows;
+  }
+}
+
+TEST(MoeLoad, NoImbalanceWithoutExpertParallelism) {
+  EXPECT_EQ(moe_hot_rank_factor(moe(8, 2), 1, 4096), 1.0);
+  EXPECT_EQ(moe_hot_rank_factor(model_preset("llama2-7b"), 8, 4096), 1.0);
+  EXPECT_EQ(moe_hot_rank_factor(moe(8, 2), 8, 0), 1.0);
+  // More rows per rank: relatively less imbalance (1/sqrt(rows)).
+  const Model m = moe(64, 6);
+  EXPECT_NEAR(moe_hot_rank_factor(m, 8, 1024) - 1, 2 * (moe_hot_rank_factor(m, 8, 4096) - 1),
+              1e-12);
+  EXPECT_EQ(moe_hot_rank_rows(m, 1, 1000), 1000);
+  EXPECT_GT(moe_hot_rank_rows(m, 8, 1000), 1000);
+}
+
+}  // namespace
+}  // namespace parasol
