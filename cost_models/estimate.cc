@@ -119,13 +119,23 @@ double Estimator::host_excess(const Plan& p, int stage, const StagePrice& price)
   const double wake = profile_.host_sync_s + host_issue_seconds(sync, p, profile_);
   // The layers' own syncs (dropless MoE token counts) cut the micro-batch into stretches paced
   // alike: each adds its wake-up.
+  // The last stage's NaN/Inf check syncs twice after each forward: the stretch between two
+  // checks is a backward and the next forward, paced alike (the first forward and the last
+  // backward are stretches of their own: nan_check_edges), and the host wakes twice.
   double paced = host_paced(price.host_forward + price.host_backward, device) + price.syncs * wake;
-  if (stage == p.pp - 1 && p.nan_check) {
-    const double df = std::min(price.forward_device, device);
-    paced = host_paced(price.host_forward, df) + 2 * wake +
-            host_paced(price.host_backward, device - df) + price.syncs * wake;
-  }
+  if (stage == p.pp - 1 && p.nan_check) paced += 2 * wake;
   return std::max(0.0, paced - device);
+}
+
+// What the last stage's first forward and last backward add, paced on their own between the
+// step's start, the NaN/Inf checks and the optimizer, beyond a micro-batch's pacing.
+double Estimator::nan_check_edges(const Plan& p, int stage, const StagePrice& price) const {
+  if (stage != p.pp - 1 || !p.nan_check) return 0;
+  const double device = price.slot();
+  const double df = std::min(price.forward_device, device);
+  return std::max(0.0, host_paced(price.host_forward, df) +
+                           host_paced(price.host_backward, device - df) -
+                           host_paced(price.host_forward + price.host_backward, device));
 }
 
 double Estimator::StagePrice::slot() const {
@@ -407,7 +417,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.cp += n * (lp.cp_forward + lp.cp_backward);
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
-    price.forward_device += n * (lp.forward + lp.tp_forward + lp.cp_forward + lp.ep_forward);
+    price.forward_device += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
     price.host_forward += n * lp.host_forward;
     price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
                                 full_share * lp.host_forward);
@@ -440,7 +450,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   if (p.pp > 1)
     price.pp =
         2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
-  price.forward_device += price.pp / 2;
+  price.forward_device += price.forward + price.pp / 2;
   edge_host(p, stage, price);
   return price;
 }
@@ -725,7 +735,16 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   // The global gradient norm reads this rank's gradient shard on the device first (the
   // lowering's grad.norm op).
   t.optimizer += memory_time(device_, f, kGradNormBytesPerParam * shard_params);
-  t.host = optimizer_host(p, s, t.optimizer);
+  // The optimizer's ops follow the last micro-batch's backward with no sync between: the host
+  // issues them while the device still runs the backlog it left (the backward's device time
+  // beyond the host's issue) and the step's data-parallel tail.
+  const double device_mb = stage.slot();
+  const double backlog =
+      s == p.pp - 1 && p.nan_check
+          ? device_mb - std::min(stage.forward_device, device_mb) - stage.host_backward
+          : device_mb - stage.host_forward - stage.host_backward;
+  t.host = optimizer_host(p, s, t.optimizer + dp.per_step + std::max(0.0, backlog)) +
+           nan_check_edges(p, s, stage);
   if (p.offload.params)
     t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);

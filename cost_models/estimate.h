@@ -144,6 +144,7 @@ class Estimator {
   // `price`; what the host adds to a stage's micro-batch and to the step's tail (estimate.cc).
   void edge_host(const Plan& plan, int stage, StagePrice& price) const;
   double host_excess(const Plan& plan, int stage, const StagePrice& price) const;
+  double nan_check_edges(const Plan& plan, int stage, const StagePrice& price) const;
   double optimizer_host(const Plan& plan, int stage, double device_s) const;
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
   double pp_transfer_time(const Plan& plan, double bytes);
