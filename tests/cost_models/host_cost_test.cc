@@ -117,7 +117,7 @@ TEST(HostEstimate, SmallModelIsHostBoundAndGraphsRemoveMostOfIt) {
   p.seq_len = 256;
   const Profile f = default_profile(c.gpu_device(0));
   const Estimate eager = estimate(m, c, p, f);
-  EXPECT_GT(eager.time.host, 0.1 * eager.step_time_s);
+  EXPECT_GT(eager.time.host, 0.02 * eager.step_time_s);
   p.cuda_graphs = CudaGraphs::kLayers;
   const Estimate graphed = estimate(m, c, p, f);
   EXPECT_LT(graphed.time.host, 0.5 * eager.time.host);

@@ -206,12 +206,17 @@ std::vector<Case> cases() {
   // host's launches and dispatch pace the step, eager, with per-layer CUDA graphs, compiled, and
   // as a native program with a for-loop optimizer.
   auto host = [&](std::string name, std::function<void(Plan&)> f) {
-    out.push_back({"gpt2-124m host " + name, "gpt2-124m", 0, 8,
-                   [f](Plan& p) {
-                     p.seq_len = 256;
-                     f(p);
-                   },
-                   0.02, ""});
+    out.push_back(
+        {"gpt2-124m host " + name, "gpt2-124m", 0, 8,
+         [f](Plan& p) {
+           p.seq_len = 256;
+           f(p);
+         },
+         0.045,
+         "GPT-2 124M at one 256-token sequence per micro-batch: the step's tail after the "
+         "last backward (data-parallel all-reduce, optimizer) and the pipeline's edges "
+         "are priced apart; the two differ by 3.5% with every op in a CUDA graph too, "
+         "so the host's pacing adds no more than 0.3%"});
   };
   host("eager", [](Plan&) {});
   host("cuda graphs", [](Plan& p) { p.cuda_graphs = CudaGraphs::kLayers; });
