@@ -27,7 +27,7 @@ Estimate run(const Model& m, const Cluster& c, const Plan& p) {
 
 double breakdown_sum(const TimeBreakdown& t) {
   return t.forward + t.backward + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.pp_comm +
-         t.bubble + t.dp_comm + t.optimizer + t.offload + t.overlap;
+         t.bubble + t.dp_comm + t.optimizer + t.offload + t.overlap + t.host;
 }
 
 // Per-micro-batch pipeline slot of the critical stage: everything it does per micro-batch.
