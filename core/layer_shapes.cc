@@ -121,4 +121,19 @@ int64_t rotary_columns(const Model& m) {
   return m.q_dim() + m.kv_dim();
 }
 
+int layer_weight_tensors(const Model& m, int layer, bool expert) {
+  int n = 0;
+  auto linears = [&](const Linears& ls) {
+    for (const LinearShape& s : ls) n += s.bias ? 2 : 1;
+  };
+  if (expert) {
+    if (m.is_moe_layer(layer)) linears(expert_linears(m));
+    return n;
+  }
+  n = 2 + static_cast<int>(attention_norms(m).size());
+  linears(attention_linears(m));
+  linears(mlp_linears(m, layer));
+  return n;
+}
+
 }  // namespace parasol

@@ -97,6 +97,12 @@ Linears mlp_linears(const Model& m, int layer);
 // dense model.
 Linears expert_linears(const Model& m);
 
+// Weight tensors of layer `layer`'s dense parameters (its two norms, the attention's extra norms,
+// the attention and MLP linears with their biases) or, `expert`, of its routed experts' linears
+// (each linear one tensor over the local experts): the tensors an optimizer step walks, as the
+// lowering's parameter buckets list them (core/lower_buckets.cc).
+int layer_weight_tensors(const Model& m, int layer, bool expert);
+
 // The attention core of layer `layer` for `seq_q` queries of `batch` sequences that attend
 // `seq_kv` keys (seq_q < seq_kv for a context-parallel chunk, see attention_flops), on a rank
 // holding 1/tp of the heads: heads / tp, kv_heads / tp (MLA: heads / tp), head_dim (the q/k

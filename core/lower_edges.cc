@@ -79,9 +79,17 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
     P_.ops[op].reduce_max = true;
   }
   hs.sums = act(-1, "ce.sums", {2, T_}, Dtype::kFp32);
-  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (eb_ + 4) * T_ * vocab_t_,
-              {logits, hs.labels, row_max}, {hs.probs, hs.sums});
-  if (t_ > 1) collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
+  int loss =
+      elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_,
+                  (eb_ + 4) * T_ * vocab_t_, {logits, hs.labels, row_max}, {hs.probs, hs.sums});
+  if (t_ > 1)
+    loss = collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
+  if (p_.nan_check) nan_check(loss);
+}
+
+void Lowerer::nan_check(int loss) {
+  host_sync("loss.nan_check", {loss});
+  host_sync("loss.inf_check", {loss});
 }
 
 int Lowerer::head_backward(int mb) {

@@ -160,6 +160,15 @@ Op Lowerer::make(OpKind kind, int layer, const char* what, int stream) {
   return op;
 }
 
+int Lowerer::host_sync(const char* what, std::vector<int> waits) {
+  Op op = make(OpKind::kSync, -1, what, kHost);
+  op.tags = tags_;
+  for (int w : waits)
+    if (w >= 0) op.deps.push_back(w);
+  std::sort(op.deps.begin(), op.deps.end());
+  return P_.add_op(std::move(op));
+}
+
 void Lowerer::set(std::vector<int>& to, std::initializer_list<int> ids) {
   to.reserve(ids.size());
   for (int id : ids)

@@ -2,6 +2,7 @@
 // same Lowerer members that lower a stage (core/lower.h's conventions), without the pipeline,
 // data-parallel, ZeRO, offload and optimizer ops around it. The closed-form estimate prices a
 // plan's layers from it (cost_models/layer_fragment.h), so that a layer is described once.
+#include "core/host_issue.h"
 #include "core/lower.h"
 #include "core/lower_internal.h"
 
@@ -87,6 +88,7 @@ LayerFragment Lowerer::layer_fragment(int layer) {
     out.passes.push_back({0, backward_begin});
     out.passes.push_back({backward_begin, size()});
   }
+  mark_host_issue(m_, p_, P_);
   out.program = std::move(P_);
   return out;
 }

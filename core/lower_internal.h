@@ -221,9 +221,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // traffic; pipeline sends and receives. Separate streams keep a gradient all-reduce from
 // delaying the next layer's TP collective or a pipeline send (as separate NCCL streams do).
 inline constexpr int kCompute = 0, kComm = 1, kCopy = 2, kDpComm = 3, kPpComm = 4;
-// Under plan.ep_comm_overlap the expert all-to-alls have a stream of their own (Megatron's
+// The host's own ops (device-to-host syncs: core/host_issue.h) are on the host stream. Under
+// plan.ep_comm_overlap the expert all-to-alls have a stream of their own, the last (Megatron's
 // combined 1F1B issues them on a communication stream beside the other micro-batch's compute).
-inline constexpr int kEpComm = 5, kStreams = 6;
+inline constexpr int kHost = 5, kEpComm = 6, kStreams = 7;
 
 // The stream of a communication op on group `g`.
 int comm_stream(Group g);
@@ -278,6 +279,13 @@ class Lowerer {
                 buffer(std::move(nm), std::move(shape), dt, cls, host, persistent));
   }
   Op make(OpKind kind, int layer, const char* what, int stream);
+  // A device-to-host sync of the host (OpKind::kSync on the host stream) that waits for `waits`.
+  int host_sync(const char* what, std::vector<int> waits);
+  // Megatron's NaN/Inf check of micro-batch `mb`'s loss on the last stage
+  // (--check-for-nan-in-loss-and-grad, on by default; pretrain_gpt.py's loss_func calls the
+  // rerun state machine's validate_result twice, each a .item() of a check on the loss):
+  // two syncs on the loss op `loss`.
+  void nan_check(int loss);
   // One attention step of layer `layer` on this rank (a cp chunk; core/layer_shapes.h).
   AttnShape attention_shape(int layer) const;
   static void set(std::vector<int>& to, std::initializer_list<int> ids);

@@ -51,8 +51,13 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   int logits = ws(layer, "router", {Tm_, E}, Dtype::kFp32);
   role(OpRole::kRouter, gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits}));
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
-  elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E, {logits},
-              {sv[sRprobs]});
+  const int route = elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E,
+                                {logits}, {sv[sRprobs]});
+  // Dropless routing: the host reads the tokens per expert before it can size the exchange and
+  // the grouped GEMMs (Megatron's token_dispatcher.py _maybe_dtoh_and_synchronize and
+  // experts.py tokens_per_expert.tolist(); torchtitan's dispatcher .tolist()): a sync per MoE
+  // layer forward (and its recompute).
+  host_sync("moe.tokens", {route});
   int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_})
                           : act(layer, "disp", {routed_n, h_}, ldt_);
   // With local_sort_ the dispatch's bytes include the sort of the received rows by local expert

@@ -43,6 +43,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
   std::vector<int> first = update_target(b, gather, dest);  // what the optimizer writes
   Op adam = make(OpKind::kAdamW, layer, b.expert ? "experts.adamw" : "adamw", stream);
   adam.elements = n;
+  adam.tensors = static_cast<int>(b.specs.size());
   const AdamTraffic traffic = adam_traffic_per_param(wdt_, odt_, cast);
   adam.bytes = traffic.step * n;
   set(adam.reads, grads);
@@ -57,6 +58,7 @@ void Lowerer::update(Bucket& b, int norm, int norm_op) {
   if (cast) {
     Op op = make(OpKind::kCast, layer, b.expert ? "experts.cast" : "cast", stream);
     op.elements = n;
+    op.tensors = static_cast<int>(b.specs.size());
     op.bytes = traffic.cast * n;
     op.reads.push_back(b.opt);
     set(op.writes, first);
@@ -184,6 +186,7 @@ int Lowerer::grad_norm(int& norm_op) {
   double n = 0;
   for (const Bucket& b : buckets_) {
     n += static_cast<double>(b.shard);
+    op.tensors += static_cast<int>(b.specs.size());
     if (b.zero < 2)
       set(op.reads, b.list(b.grads));
     else

@@ -5,6 +5,7 @@
 // Program (Lowerer::run).
 #include <algorithm>
 
+#include "core/host_issue.h"
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
@@ -259,8 +260,8 @@ void Lowerer::run_steps() {
 
 void Lowerer::begin_program(size_t ops_expected) {
   P_.stage = s_;
-  P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy, StreamKind::kComm,
-                StreamKind::kComm};
+  P_.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy,
+                StreamKind::kComm,    StreamKind::kComm, StreamKind::kHost};
   if (p_.ep_comm_overlap) P_.streams.push_back(StreamKind::kComm);  // kEpComm
   const size_t est = ops_expected;
   P_.ops.reserve(est);
@@ -282,7 +283,15 @@ Program Lowerer::run() {
   begin_program(static_cast<size_t>(M_) * per_stage_ * 60 + 1024);
   run_steps();
   optimizer();
+  // The step ends with the host reading a scalar the step computed (Megatron's per-iteration
+  // get_loss_scale().item() in training.py's train_step, which drains the iteration's GPU queue;
+  // the loss read for logging elsewhere): one sync on the last op of every device stream.
+  std::vector<int> last(P_.streams.size(), -1);
+  for (const Op& op : P_.ops) last[op.stream] = op.id;
+  last[kHost] = -1;
+  host_sync("step.sync", last);
   export_buckets();
+  mark_host_issue(m_, p_, P_);
   return std::move(P_);
 }
 

@@ -82,6 +82,13 @@ std::string plan_compact(const Plan& p) {
   }
   if (p.offload.optimizer || p.offload.params || p.offload.activations)
     s += " off:" + offload_name(p.offload);
+  if (p.host_framework != HostFramework::kPytorch)
+    s += " " + std::string(host_framework_name(p.host_framework));
+  if (p.cuda_graphs != CudaGraphs::kNone)
+    s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
+  if (p.torch_compile) s += " compile";
+  if (p.optimizer_impl != OptimizerImpl::kFused)
+    s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
   return s;
 }
 
@@ -121,6 +128,52 @@ MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& fiel
   if (s == "alltoall") return MoeDispatcher::kAllToAll;
   if (s == "deepep") return MoeDispatcher::kDeepEp;
   throw Error(field, "'" + s + "' is not one of alltoall|deepep");
+}
+
+const char* cuda_graphs_name(CudaGraphs g) {
+  switch (g) {
+    case CudaGraphs::kNone:
+      return "none";
+    case CudaGraphs::kLayers:
+      return "layers";
+    case CudaGraphs::kFullIteration:
+      return "full_iteration";
+  }
+  return "?";
+}
+
+const char* optimizer_impl_name(OptimizerImpl o) {
+  switch (o) {
+    case OptimizerImpl::kFused:
+      return "fused";
+    case OptimizerImpl::kForeach:
+      return "foreach";
+    case OptimizerImpl::kForLoop:
+      return "for_loop";
+  }
+  return "?";
+}
+
+const char* host_framework_name(HostFramework f) {
+  return f == HostFramework::kNative ? "native" : "pytorch";
+}
+
+CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field) {
+  for (CudaGraphs v : {CudaGraphs::kNone, CudaGraphs::kLayers, CudaGraphs::kFullIteration})
+    if (s == cuda_graphs_name(v)) return v;
+  throw Error(field, "'" + s + "' is not one of none|layers|full_iteration");
+}
+
+OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field) {
+  for (OptimizerImpl v : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kForLoop})
+    if (s == optimizer_impl_name(v)) return v;
+  throw Error(field, "'" + s + "' is not one of fused|foreach|for_loop");
+}
+
+HostFramework parse_host_framework(const std::string& s, const std::string& field) {
+  if (s == "pytorch") return HostFramework::kPytorch;
+  if (s == "native") return HostFramework::kNative;
+  throw Error(field, "'" + s + "' is not one of pytorch|native");
 }
 
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {
@@ -346,6 +399,11 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "tp_comm_overlap",
                 "ep_comm_overlap",
                 "moe_dispatcher",
+                "host_framework",
+                "cuda_graphs",
+                "torch_compile",
+                "optimizer_impl",
+                "nan_check",
                 "reshard",
                 "zero3_unit",
                 "shard_degree",
@@ -440,6 +498,13 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
+  p.host_framework =
+      parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
+  p.cuda_graphs = parse_cuda_graphs(r.string_or("cuda_graphs", "none"), r.field("cuda_graphs"));
+  p.torch_compile = r.boolean_or("torch_compile", false);
+  p.optimizer_impl =
+      parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
+  p.nan_check = r.boolean_or("nan_check", true);
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
@@ -503,6 +568,13 @@ Json plan_to_json(const Plan& p) {
     j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
+  if (p.host_framework != HostFramework::kPytorch)
+    j["host_framework"] = host_framework_name(p.host_framework);
+  if (p.cuda_graphs != CudaGraphs::kNone) j["cuda_graphs"] = cuda_graphs_name(p.cuda_graphs);
+  if (p.torch_compile) j["torch_compile"] = true;
+  if (p.optimizer_impl != OptimizerImpl::kFused)
+    j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
+  if (!p.nan_check) j["nan_check"] = false;
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

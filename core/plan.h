@@ -66,12 +66,33 @@ enum class AttentionKernel { kFlash2, kCudnn };
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
 // forwarded inside the node over NVLink, in fp8 when the plan trains in fp8.
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+// CUDA graphs captured and replayed in place of launching each kernel (Megatron-Core's
+// --cuda-graph-impl local|transformer_engine with --cuda-graph-modules empty: each transformer
+// layer's forward and backward a graph, or full_iteration: the forward and backward of the whole
+// step, without the optimizer; torchtitan's fwd+bwd graphs). A graph replays its kernels with one
+// host launch; it keeps the GPU's gap between kernels and removes no device-to-host sync (a sync
+// inside a graph cannot be captured: validate() refuses it).
+enum class CudaGraphs { kNone, kLayers, kFullIteration };
+// How the optimizer step launches its kernels: one fused multi-tensor kernel per group of
+// tensors (apex/TE FusedAdam, torch fused=True: Megatron's default), torch.optim's foreach
+// (about 8 multi-tensor ops), or the per-parameter for-loop (about 8 kernels per tensor).
+enum class OptimizerImpl { kFused, kForeach, kForLoop };
+// What issues the kernels: PyTorch (Python forward, the autograd engine's C++ thread for the
+// backward, the ATen dispatcher for every op) or a native program that launches its kernels
+// directly (llm.c): the launches alone.
+enum class HostFramework { kPytorch, kNative };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* reshard_name(Reshard r);
 const char* attention_kernel_name(AttentionKernel k);
 const char* moe_dispatcher_name(MoeDispatcher d);
+const char* cuda_graphs_name(CudaGraphs g);
+const char* optimizer_impl_name(OptimizerImpl o);
+const char* host_framework_name(HostFramework f);
+CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field);
+OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field);
+HostFramework parse_host_framework(const std::string& s, const std::string& field);
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field);
 Schedule parse_schedule(const std::string& s, const std::string& field);
@@ -153,6 +174,16 @@ struct Plan {
   // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
   // are not stranded between live ones (cost_models/framework_memory.h).
   bool expandable_segments = false;
+  // The host (core/host_issue.h): what issues the kernels, CUDA graphs, torch.compile (each
+  // transformer layer a compiled region: its small element-wise kernels fused, one guarded call
+  // in place of its ops' Python), the optimizer's kernels, and Megatron's NaN/Inf check of the
+  // loss (--check-for-nan-in-loss-and-grad, on by default: two device-to-host syncs per
+  // micro-batch on the last pipeline stage).
+  HostFramework host_framework = HostFramework::kPytorch;
+  CudaGraphs cuda_graphs = CudaGraphs::kNone;
+  bool torch_compile = false;
+  OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
+  bool nan_check = true;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

@@ -182,6 +182,19 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                 "Megatron-Core overlaps expert all-to-alls across micro-batches without a pipeline "
                 "or with the interleaved schedule, not " +
                     std::string(schedule_name(p.schedule)) + " with pp " + s(p.pp));
+  // The host (core/host_issue.h).
+  if (p.torch_compile && p.host_framework != HostFramework::kPytorch)
+    throw Error("plan.torch_compile", "torch.compile needs host_framework pytorch, not " +
+                                          std::string(host_framework_name(p.host_framework)));
+  // Megatron refuses a full-iteration graph with the NaN check (arguments.py: its loss .item()
+  // cannot be captured), and a sync inside any graph cannot be replayed.
+  if (p.cuda_graphs == CudaGraphs::kFullIteration && p.nan_check)
+    throw Error("plan.cuda_graphs",
+                "full_iteration needs nan_check false (Megatron: --no-check-for-nan-in-loss-and-"
+                "grad; the check's device-to-host sync cannot be captured in a graph)");
+  if (p.cuda_graphs == CudaGraphs::kFullIteration && m.is_moe())
+    throw Error("plan.cuda_graphs",
+                "full_iteration cannot capture a dropless MoE layer's token-count sync");
   if (!p.uneven_stages()) {
     require_divides(int64_t{p.pp} * p.vpp, m.layers, "plan.pp",
                     "layers (pp x vpp must divide them)");

@@ -56,6 +56,24 @@ const char* op_kind_name(OpKind k) {
       return "offload";
     case OpKind::kPrefetch:
       return "prefetch";
+    case OpKind::kSync:
+      return "sync";
+  }
+  return "?";
+}
+
+const char* host_issue_name(HostIssue h) {
+  switch (h) {
+    case HostIssue::kEager:
+      return "eager";
+    case HostIssue::kGraphReplay:
+      return "graph-replay";
+    case HostIssue::kInGraph:
+      return "in-graph";
+    case HostIssue::kCompiledEntry:
+      return "compiled-entry";
+    case HostIssue::kCompiled:
+      return "compiled";
   }
   return "?";
 }
@@ -227,6 +245,8 @@ std::string Program::stream_name(int s) const {
       return "compute";
     case StreamKind::kCopy:
       return "copy";
+    case StreamKind::kHost:
+      return "host";
     case StreamKind::kComm: {
       int n = 0, index = 0;
       for (int i = 0; i < static_cast<int>(streams.size()); ++i) {
@@ -298,6 +318,8 @@ Json program_to_json(const Program& p) {
               {"chunk", o.tags.chunk},
               {"phase", phase_name(o.tags.phase)}};
     if (o.role != OpRole::kNone) j["role"] = op_role_name(o.role);
+    if (o.host_issue != HostIssue::kEager) j["host_issue"] = host_issue_name(o.host_issue);
+    if (o.tensors > 0) j["tensors"] = o.tensors;
     if (o.m || o.n || o.k) {
       j["m"] = o.m;
       j["n"] = o.n;

@@ -44,6 +44,9 @@ enum class OpKind {
   // Memory movement between device and host.
   kOffload,   // device -> host
   kPrefetch,  // host -> device
+  // The host thread.
+  kSync,  // a device-to-host synchronisation: the host blocks until its deps have finished
+          // (.item(), .tolist(), event.synchronize() where the framework makes them)
 };
 const char* op_kind_name(OpKind k);
 bool is_communication(OpKind k);
@@ -58,7 +61,22 @@ const char* buffer_class_name(BufferClass c);
 // it (core/lower.h) has five: 0 compute, 1 layer communication (TP, CP, EP), 2 copy, 3
 // data-parallel communication, 4 pipeline send/recv: the copy stream is not the last one.
 // Program::stream_name names them ("compute", "comm0", "copy", "comm1", "comm2").
-enum class StreamKind { kCompute, kComm, kCopy };
+// The host stream (kHost, named "host") holds the ops of the host thread itself: device-to-host
+// syncs (OpKind::kSync). Every op of the Program is issued by the host in Program order
+// (core/host_issue.h).
+enum class StreamKind { kCompute, kComm, kCopy, kHost };
+
+// How the host issues an op (core/host_issue.h; the price of each is cost_models/host_cost.h):
+//  kEager:         one by one, as the framework runs it (launches plus framework dispatch);
+//  kGraphReplay:   the first op of a captured CUDA graph (Plan::cuda_graphs): the host replays the
+//                  whole graph here;
+//  kInGraph:       inside a CUDA graph (the replay issued it), or an element-wise op fused by
+//                  torch.compile into the kernel before it: it costs the host nothing;
+//  kCompiledEntry: the first op of a torch.compile'd region (Plan::torch_compile): the guard and
+//                  wrapper, and its own launches;
+//  kCompiled:      inside a compiled region: its (fused) launches only, no Python or dispatch.
+enum class HostIssue : uint8_t { kEager, kGraphReplay, kInGraph, kCompiledEntry, kCompiled };
+const char* host_issue_name(HostIssue h);
 
 // Elements of a tensor of `shape` (1 for an empty shape).
 int64_t shape_elements(const std::vector<int64_t>& shape);
@@ -257,6 +275,10 @@ struct Op {
   // Megatron's batch_isend_irecv): where a send completes only once its receive is posted and a
   // communicator runs its calls in order, neighbours that exchange must group their transfers.
   int p2p_group = -1;
+  HostIssue host_issue = HostIssue::kEager;  // how the host issues it (see HostIssue)
+  // Multi-tensor ops (AdamW, cast, grad norm): the parameter tensors they apply to (the launches
+  // of a multi-tensor or per-parameter optimizer depend on it); 0 = one.
+  int tensors = 0;
 };
 
 struct Program {

@@ -18,11 +18,13 @@
 
 #include "core/error.h"
 #include "core/gather_units.h"
+#include "core/host_issue.h"
 #include "core/layer_shapes.h"
 #include "core/lower.h"
 #include "core/optimizer_traffic.h"
 #include "core/stage_representatives.h"
 #include "cost_models/compute.h"
+#include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
 #include "cost_models/layer_fragment.h"
 #include "cost_models/moe_dispatch.h"
@@ -61,6 +63,82 @@ std::pair<double, double> overlap(double comm, double window, int pieces) {
   return {exposed, comm - exposed};
 }
 }  // namespace
+
+namespace {
+// Seconds the host spends issuing an op of `kind` in `phase` outside the layers, eagerly.
+double edge_op_host(const Plan& p, const Profile& f, OpKind kind, Phase phase) {
+  Op op;
+  op.kind = kind;
+  op.tags.phase = phase;
+  return host_issue_seconds(op, p, f);
+}
+}  // namespace
+
+// The host's share of a micro-batch outside the layers, as the lowering issues it
+// (core/lower_edges.cc, lower_schedule.cc): the embedding (and its dropout) on the first virtual
+// stage, the final norm, head, loss (and their TP all-reduces) on the last, and a pipeline
+// stage's sends and receives. Under a full-iteration CUDA graph they are replayed with the rest.
+void Estimator::edge_host(const Plan& p, int stage, StagePrice& price) const {
+  const Profile& f = profile_;
+  if (p.cuda_graphs == CudaGraphs::kFullIteration) {
+    price.host_forward = price.host_backward = 0;
+    return;
+  }
+  const Phase fwd = Phase::kForward, bwd = Phase::kBackward;
+  auto add = [&](OpKind k, Phase ph, double times = 1) {
+    (ph == fwd ? price.host_forward : price.host_backward) += times * edge_op_host(p, f, k, ph);
+  };
+  if (stage == 0) {
+    add(OpKind::kEmbedding, fwd);
+    if (model_.dropout) add(OpKind::kResidualAdd, fwd);
+    add(OpKind::kEmbedding, bwd);
+  }
+  if (stage == p.pp - 1) {
+    for (OpKind k : {OpKind::kNorm, OpKind::kLinear, OpKind::kCrossEntropy, OpKind::kCrossEntropy})
+      add(k, fwd);
+    for (OpKind k : {OpKind::kCrossEntropy, OpKind::kLinear, OpKind::kLinear, OpKind::kNorm})
+      add(k, bwd);
+    if (p.tp > 1) add(OpKind::kAllReduce, fwd, 2);
+  }
+  if (p.pp > 1) {
+    // A send and a receive each way per chunk boundary; none before the first or after the last
+    // virtual stage.
+    const double ends = p.chunks() > 1 ? 0 : (stage == 0) + (stage == p.pp - 1);
+    const double each = 2.0 * p.chunks() - ends;
+    add(OpKind::kSend, fwd, each);
+    add(OpKind::kSend, bwd, each);
+  }
+}
+
+// What the host adds to a micro-batch of a stage (core/host_issue.h): the stage's ops between
+// two syncs take the longer of the host's issue and the device's run; the last stage's NaN/Inf
+// check syncs twice on the loss, so its forward and backward are paced apart and the host wakes
+// twice in between.
+double Estimator::host_excess(const Plan& p, int stage, const StagePrice& price) const {
+  const double device = price.slot();
+  Op sync;
+  sync.kind = OpKind::kSync;
+  const double wake = profile_.host_sync_s + host_issue_seconds(sync, p, profile_);
+  // The layers' own syncs (dropless MoE token counts) cut the micro-batch into stretches paced
+  // alike: each adds its wake-up.
+  // The last stage's NaN/Inf check syncs twice after each forward: the stretch between two
+  // checks is a backward and the next forward, paced alike (the first forward and the last
+  // backward are stretches of their own: nan_check_edges), and the host wakes twice.
+  double paced = host_paced(price.host_forward + price.host_backward, device) + price.syncs * wake;
+  if (stage == p.pp - 1 && p.nan_check) paced += 2 * wake;
+  return std::max(0.0, paced - device);
+}
+
+// What the last stage's first forward and last backward add, paced on their own between the
+// step's start, the NaN/Inf checks and the optimizer, beyond a micro-batch's pacing.
+double Estimator::nan_check_edges(const Plan& p, int stage, const StagePrice& price) const {
+  if (stage != p.pp - 1 || !p.nan_check) return 0;
+  const double device = price.slot();
+  const double df = std::min(price.forward_device, device);
+  return std::max(0.0, host_paced(price.host_forward, df) +
+                           host_paced(price.host_backward, device - df) -
+                           host_paced(price.host_forward + price.host_backward, device));
+}
 
 double Estimator::StagePrice::slot() const {
   return forward + backward + recompute + tp + cp + ep + pp + dp;
@@ -253,7 +331,8 @@ int price_flags(const Plan& p) {
   return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0) |
          (p.flash_attention ? 8 : 0) | (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
          (p.fused_kernels ? 32 : 0) | (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) |
-         (modules << 12);
+         (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) | (modules << 12) |
+         (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) | (p.nan_check ? 1 << 23 : 0);
 }
 
 }  // namespace
@@ -356,6 +435,12 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
+    price.forward_device += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
+    price.host_forward += n * lp.host_forward;
+    price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
+                                full_share * lp.host_forward);
+    price.syncs += n * (lp.syncs_forward + (1 - full_share) * lp.syncs_recompute +
+                        full_share * lp.syncs_forward);
     recompute_comm += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
     // the attention core (selective) for the rest when selected.
@@ -383,6 +468,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   if (p.pp > 1)
     price.pp =
         2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
+  price.forward_device += price.forward + price.pp / 2;
+  edge_host(p, stage, price);
   return price;
 }
 
@@ -596,7 +683,9 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
       stages[s].dp = dps[s].per_micro_batch;
       stages[s].dp_hidden = dps[s].per_micro_batch_hidden;
     }
-    slots[s] = stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden);
+    stages[s].host = host_excess(p, s, stages[s]);
+    slots[s] =
+        stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden) + stages[s].host;
   }
 }
 
@@ -680,10 +769,75 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   // The global gradient norm reads this rank's gradient shard on the device first (the
   // lowering's grad.norm op).
   t.optimizer += memory_time(device_, f, kGradNormBytesPerParam * shard_params);
+  // The optimizer's ops follow the last micro-batch's backward with no sync between: the host
+  // issues them while the device still runs the backlog it left (the backward's device time
+  // beyond the host's issue) and the step's data-parallel tail.
+  const double device_mb = stage.slot();
+  const double backlog =
+      s == p.pp - 1 && p.nan_check
+          ? device_mb - std::min(stage.forward_device, device_mb) - stage.host_backward
+          : device_mb - stage.host_forward - stage.host_backward;
+  t.host = optimizer_host(p, s, t.optimizer + dp.per_step + std::max(0.0, backlog)) +
+           nan_check_edges(p, s, stage);
   if (p.offload.params)
     t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);
   return t;
+}
+
+// What the host adds to the step after the pipeline (core/host_issue.h): the optimizer step's
+// ops take the longer of the host's issue (per parameter bucket AdamW and, with an fp32 master,
+// the cast; the gradient norm and its all-reduces: cost_models/host_cost.h) and the device's
+// `device_s`; then the step's closing sync wakes the host; a full-iteration graph's replay.
+double Estimator::optimizer_host(const Plan& p, int s, double device_s) const {
+  const Model& m = model_;
+  const Profile& f = profile_;
+  const StageParams sp = stage_params(m, param_counts_, p, s);
+  const int layers = std::max(1, p.layers_in_stage(m.layers, s));
+  Op op;
+  op.tags.phase = Phase::kOptimizer;
+  double host = 0;
+  double tensors_all = 0;
+  const bool cast = p.optimizer_dtype == Dtype::kFp32 && p.precision != Dtype::kFp32;
+  auto bucket = [&](int tensors, double elements) {
+    op.tensors = tensors;
+    op.elements = elements;
+    op.kind = OpKind::kAdamW;
+    host += host_issue_seconds(op, p, f);
+    if (cast) {
+      op.kind = OpKind::kCast;
+      host += host_issue_seconds(op, p, f);
+    }
+    tensors_all += tensors;
+  };
+  const double dense_ways = p.zero >= 1 ? p.dense_shard_ranks() : 1;
+  const double expert_ways = p.zero >= 1 ? p.expert_shard_ranks() : 1;
+  int moe_layers = 0;
+  for (int c = 0; c < p.chunks(); ++c) {
+    const int first = p.first_layer(m.layers, s, c);
+    for (int l = first; l < first + p.layers_in_chunk(m.layers, s, c); ++l) {
+      bucket(layer_weight_tensors(m, l, false), sp.dense / layers / dense_ways);
+      if (m.is_moe_layer(l)) ++moe_layers;
+    }
+  }
+  const int moe_layer = kind_layer_[2] >= 0 ? kind_layer_[2] : kind_layer_[3];
+  for (int l = 0; l < moe_layers; ++l)
+    bucket(layer_weight_tensors(m, moe_layer, true), sp.expert / moe_layers / expert_ways);
+  if (s == 0) bucket(1, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
+  if (s == p.pp - 1) bucket(2, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
+  op.kind = OpKind::kGradNorm;
+  op.tensors = static_cast<int>(tensors_all);
+  op.elements = sp.total();
+  host += host_issue_seconds(op, p, f);
+  op.kind = OpKind::kAllReduce;
+  host += ((p.tp > 1) + (p.pp > 1)) * host_issue_seconds(op, p, f);
+  double excess = std::max(0.0, host_paced(host, device_s) - device_s);
+  Op sync;
+  sync.kind = OpKind::kSync;
+  sync.tags.phase = Phase::kOptimizer;
+  excess += f.host_sync_s + host_issue_seconds(sync, p, f);
+  if (p.cuda_graphs == CudaGraphs::kFullIteration) excess += f.host_graph_launch_s;
+  return excess;
 }
 
 // After the pipeline: per-step data-parallel traffic, the optimizer and offload, on the stage
@@ -695,7 +849,7 @@ inline TimeBreakdown Estimator::slowest_tail(const Plan& p, int crit, int mb, do
   for (int s = 0; s < p.pp; ++s) {
     if (repeats_previous(p, s)) continue;  // the same tail as the stage before
     const TimeBreakdown t = stage_tail(p, s, mb, host_bw);
-    const double total = t.dp_comm + t.overlap + t.optimizer + t.offload;
+    const double total = t.dp_comm + t.overlap + t.optimizer + t.offload + t.host;
     if (total > tail) {
       tail = total;
       tail_parts = t;
@@ -769,6 +923,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.bubble = pipeline - mb * slot_max;
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;
+  tb.host = mb * c.host + tail_parts.host;
   e.step_time_s = tb.total();
   e.moe.add(c.moe, mb);
 
@@ -813,7 +968,8 @@ Json estimate_to_json(const Estimate& e) {
               {"dp_comm", t.dp_comm},
               {"optimizer", t.optimizer},
               {"offload", t.offload},
-              {"overlap_slowdown", t.overlap}}},
+              {"overlap_slowdown", t.overlap},
+              {"host_bound", t.host}}},
             {"moe_breakdown_s",
              {{"expert_gemm", e.moe.expert_gemm},
               {"permutation", e.moe.permutation},

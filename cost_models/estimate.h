@@ -37,9 +37,13 @@ struct TimeBreakdown {
   double optimizer = 0;  // optimizer step
   double offload = 0;    // exposed host<->device traffic and CPU optimizer time
   double overlap = 0;    // compute slowed by the communication it overlaps (Profile)
+  // Host-bound: the device waiting for the host to issue its kernels, and for the host to wake
+  // from device-to-host syncs (core/host_issue.h; the critical stage's micro-batches and the
+  // step's tail).
+  double host = 0;
   double total() const {
     return forward + backward + recompute + tp_comm + cp_comm + ep_comm + pp_comm + bubble +
-           dp_comm + optimizer + offload + overlap;
+           dp_comm + optimizer + offload + overlap + host;
   }
 };
 
@@ -123,7 +127,13 @@ class Estimator {
     double dp_hidden = 0;
     double recompute_flops = 0;
     MoeParts moe;  // the MoE block's compute by part
-    double slot() const;  // everything a micro-batch costs the stage
+    // The host (core/host_issue.h): seconds it spends issuing a micro-batch's forward and
+    // backward (with recompute), the device seconds of the forward part of slot(), and what the
+    // host adds to the slot (estimate() adds it after slot()).
+    double host_forward = 0, host_backward = 0, forward_device = 0;
+    double syncs = 0;  // device-to-host syncs inside the layers (dropless MoE token counts)
+    double host = 0;
+    double slot() const;  // everything a micro-batch costs the stage on the device
   };
 
  private:
@@ -146,6 +156,12 @@ class Estimator {
   const PlayableFragment& fragment(const Plan& plan, bool moe_layer, bool windowed);
   const LayerPrice& layer_price(const Plan& plan, bool moe_layer, bool windowed);
   StagePrice stage_price(const Plan& plan, int stage);
+  // The host's share of the edges (embedding, head and loss, pipeline transfers), added to
+  // `price`; what the host adds to a stage's micro-batch and to the step's tail (estimate.cc).
+  void edge_host(const Plan& plan, int stage, StagePrice& price) const;
+  double host_excess(const Plan& plan, int stage, const StagePrice& price) const;
+  double nan_check_edges(const Plan& plan, int stage, const StagePrice& price) const;
+  double optimizer_host(const Plan& plan, int stage, double device_s) const;
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
   double pp_transfer_time(const Plan& plan, double bytes);
   // Data-parallel synchronisation of one stage: exposed and hidden seconds per micro-batch

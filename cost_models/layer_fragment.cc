@@ -78,9 +78,18 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
     n.phase = static_cast<uint8_t>(op.tags.phase);
     n.flops = op.flops;
     const bool comm = is_communication(op.kind);
+    if (op.kind == OpKind::kSync) {
+      n.sync = true;
+      if (in_pass[i]) {
+        n.host = pricer.host_time(op);
+        n.seconds = pricer.time(op, 0, false);
+      }
+      continue;
+    }
     PARASOL_CHECK(comm || is_compute_kind(op.kind), "fragment op '" + op.name + "' is a copy");
     n.compute = !comm;
     if (!in_pass[i]) continue;  // outside the passes: done before they start
+    n.host = pricer.host_time(op);
     if (!comm) {
       n.seconds = pricer.time(op, 0, false);
       add_moe_part(op, n.seconds, f.bytes.moe);
@@ -172,6 +181,13 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
     for (int i = pass.begin; i < pass.end; ++i) {
       const PlayableFragment::Node& nd = nodes[i];
       const Phase phase = static_cast<Phase>(nd.phase);
+      (phase == Phase::kForward     ? lp.host_forward
+       : phase == Phase::kRecompute ? lp.host_recompute
+                                    : lp.host_backward) += nd.host;
+      if (nd.sync) {
+        (phase == Phase::kForward ? lp.syncs_forward : lp.syncs_recompute) += 1;
+        continue;
+      }
       if (!nd.compute) {
         if (!nd.recv) comm_total[nd.category] += seconds(nd);
         continue;

@@ -65,6 +65,12 @@ struct LayerPrice {
   double ep_bytes_forward = 0, ep_bytes_backward = 0;
   // The MoE block's compute of the layer's passes (forward, backward and selective recompute).
   MoeParts moe;
+  // Seconds the host spends issuing the layer's ops (cost_models/host_cost.h): the forward, the
+  // backward and the selective recompute inside it (core/host_issue.h's rule paces them).
+  double host_forward = 0, host_backward = 0, host_recompute = 0;
+  // Device-to-host syncs the host makes in the forward and in the selective recompute (dropless
+  // MoE token counts), each throwing away the host's lead.
+  int syncs_forward = 0, syncs_recompute = 0;
 };
 
 // A fragment reduced to what its play needs, its compute ops priced: what the closed form keeps
@@ -73,6 +79,7 @@ struct LayerPrice {
 struct PlayableFragment {
   struct Node {
     double seconds = 0;  // compute ops: priced; communication: communication_seconds' entry
+    double host = 0;     // seconds the host spends issuing it
     double flops = 0;
     int deps_begin = 0, deps_end = 0;  // its dependencies: deps[deps_begin, deps_end)
     int p2p_group = -1;
@@ -82,6 +89,7 @@ struct PlayableFragment {
     uint8_t phase = 0;     // Phase
     uint8_t category = 0;  // communication: 0 TP (and the rest), 1 CP, 2 EP
     bool compute = false, recv = false;
+    bool sync = false;  // a device-to-host sync of the host (OpKind::kSync)
   };
   std::vector<Node> nodes;  // one per op of the fragment's Program, in issue order
   std::vector<int> deps;

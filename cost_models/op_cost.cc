@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/layer_shapes.h"
 #include "cost_models/compute.h"
+#include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
 #include "cost_models/moe_dispatch.h"
 
@@ -33,7 +34,8 @@ Collective collective_of(OpKind k) {
 }
 
 bool is_compute_kind(OpKind k) {
-  return !is_communication(k) && k != OpKind::kOffload && k != OpKind::kPrefetch;
+  return !is_communication(k) && k != OpKind::kOffload && k != OpKind::kPrefetch &&
+         k != OpKind::kSync;
 }
 
 bool runs_on_host(const Program& p, const Op& op) {
@@ -350,6 +352,8 @@ double OpPricer::host_bw(int stage) {
   return it->second;
 }
 
+double OpPricer::host_time(const Op& op) const { return host_issue_seconds(op, plan_, prof_); }
+
 double OpPricer::elementwise_bytes(const Op& op) const {
   if (op.bytes > 0) return op.bytes;
   return 2.0 * op.elements * dtype_bytes(plan_.precision);  // read + write
@@ -448,6 +452,8 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     }
     case OpKind::kRecv:
       return 0;  // the matching send carries the transfer
+    case OpKind::kSync:
+      return prof_.host_sync_s;  // the round trip and wake-up once its device work is done
     case OpKind::kOffload:
     case OpKind::kPrefetch: {
       double bw = host_bw(stage);

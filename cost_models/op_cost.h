@@ -39,7 +39,8 @@ namespace parasol::cost {
 // The Collective of a collective OpKind (kAllReduce for any other kind).
 Collective collective_of(OpKind k);
 
-// True for ops that compute (neither communication nor host <-> device copies).
+// True for ops that compute (neither communication, host <-> device copies nor host syncs). A
+// sync (OpKind::kSync) is priced at Profile::host_sync_s: the host's wake-up after its wait.
 bool is_compute_kind(OpKind k);
 
 // An optimizer-step compute op (AdamW, cast, grad norm) runs on the host CPU when every buffer
@@ -104,6 +105,8 @@ class OpPricer {
   // The rank of stage `peer_stage` whose other coordinates are those of stage `stage`'s
   // representative.
   int peer_rank(int stage, int peer_stage) const;
+  // Seconds of host time to issue `op` (cost_models/host_cost.h) under this plan and profile.
+  double host_time(const Op& op) const;
 
  private:
   struct ShapeCache;

@@ -107,6 +107,29 @@ Profile default_profile(const DeviceSpec& d) {
     p.library_workspace_bytes = 2 * (hopper_on ? 32 : 4) * MiB;
     p.allocator_fragmentation = 0.1;
   }
+  // The host (cost_models/host_cost.h). A kernel launch: ~3 us for a null kernel on recent
+  // hardware and software (NVIDIA developer forum, "too much time for kernel launch latency",
+  // 233645/3); 3.8 us per launch on B200 eager (Mirage MPK, arXiv 2512.22219): 2.5 us, the low
+  // end, since the GPU-side gap (kernel_overhead_s) is counted apart. PyTorch eager per op
+  // (pytorch/pytorch#41383, ngimel): ~2 us for an aten op from Python without grad, about half
+  // of it Python parsing, the C++ API ~1 us: 1 us dispatch + 1 us Python; `2*x` 5.0 us without
+  // and 6.8 us with requires_grad: autograd recording +1.8 us. An nn.Module call adds ~2 us
+  // (pytorch/pytorch#50431: an empty module +2 us; F.linear 4.7 us vs nn.Linear 9.7 us). A
+  // CUDA graph's repeat launch: 2.5 us + ~1 ns per node for straight-line graphs on CUDA 12.6
+  // (NVIDIA blog "Constant Time Launch for Straight-Line CUDA Graphs", 2024-09-11). A
+  // torch.compile'd call's guards and wrappers: 10-39 us (pytorch/pytorch#122029: 14 us, 39 us
+  // with grad; dev-discuss "micro-optimizations for the most micro of benchmarks": 24 -> 10 us):
+  // 14 us. A device-to-host sync's round trip and wake-up: not published (an uncertainty range,
+  // profile_ranges.cc): 10 us, a small blocking copy's launch plus a PCIe round trip and the
+  // host thread's wake-up.
+  p.host_launch_s = 2.5e-6;
+  p.host_dispatch_s = 1e-6;
+  p.host_python_s = 1e-6;
+  p.host_autograd_s = 1.8e-6;
+  p.host_module_s = 2e-6;
+  p.host_graph_launch_s = 2.5e-6;
+  p.host_compile_guard_s = 14e-6;
+  p.host_sync_s = 10e-6;
   if (d.name.rfind("A100", 0) == 0) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
@@ -240,6 +263,10 @@ Profile default_profile(const DeviceSpec& d) {
     p.host_copy_efficiency = 0.9;
     p.host_adam_params_per_s = 0.5e9;
     p.gpu_speed_cv = 0;  // the CPU runtime's ranks share one host
+    // The CPU runtime's executor runs each op inline on the host: what issuing it costs is in
+    // the op's own time, no launch, dispatch or sync apart.
+    p.host_launch_s = p.host_dispatch_s = p.host_python_s = p.host_autograd_s = 0;
+    p.host_module_s = p.host_graph_launch_s = p.host_compile_guard_s = p.host_sync_s = 0;
   }
   return p;
 }
@@ -350,6 +377,14 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "nccl_channels",
                 "library_workspace_MiB",
                 "allocator_fragmentation",
+                "host_launch_us",
+                "host_dispatch_us",
+                "host_python_us",
+                "host_autograd_us",
+                "host_module_us",
+                "host_graph_launch_us",
+                "host_compile_guard_us",
+                "host_sync_us",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -426,6 +461,17 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                                      p.nccl ? *p.nccl : nccl_defaults("ampere", "intel"));
     }
   }
+  auto us = [&](const char* key, double& field) {
+    field = r.number_or(key, field * 1e6, 0, 1e6) * 1e-6;
+  };
+  us("host_launch_us", p.host_launch_s);
+  us("host_dispatch_us", p.host_dispatch_s);
+  us("host_python_us", p.host_python_s);
+  us("host_autograd_us", p.host_autograd_s);
+  us("host_module_us", p.host_module_s);
+  us("host_graph_launch_us", p.host_graph_launch_s);
+  us("host_compile_guard_us", p.host_compile_guard_s);
+  us("host_sync_us", p.host_sync_s);
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
   p.host_adam_params_per_s =
       r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
@@ -473,6 +519,14 @@ Json profile_to_json(const Profile& p) {
             {"nccl_channels", p.nccl_channels},
             {"library_workspace_MiB", in_json_unit(p.library_workspace_bytes, MiB)},
             {"allocator_fragmentation", p.allocator_fragmentation},
+            {"host_launch_us", in_json_unit(p.host_launch_s, 1e-6)},
+            {"host_dispatch_us", in_json_unit(p.host_dispatch_s, 1e-6)},
+            {"host_python_us", in_json_unit(p.host_python_s, 1e-6)},
+            {"host_autograd_us", in_json_unit(p.host_autograd_s, 1e-6)},
+            {"host_module_us", in_json_unit(p.host_module_s, 1e-6)},
+            {"host_graph_launch_us", in_json_unit(p.host_graph_launch_s, 1e-6)},
+            {"host_compile_guard_us", in_json_unit(p.host_compile_guard_s, 1e-6)},
+            {"host_sync_us", in_json_unit(p.host_sync_s, 1e-6)},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   if (p.expert_exchange_nvlink_efficiency > 0)

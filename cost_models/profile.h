@@ -96,7 +96,25 @@ struct Profile {
   // (cudnn_*_efficiency 0) takes the FlashAttention-2 figures and shape together.
   std::array<std::array<AttentionShape, 2>, 2> attention_shape{};
 
-  double kernel_overhead_s = 3e-6;  // per kernel: launch and tail, seconds
+  // Per kernel, on the GPU: the gap between dependent kernels of a stream and the kernel's tail
+  // (seconds). It stays under CUDA graphs. What the host spends launching the kernel is a separate
+  // term (host_launch_s), paid on the host's timeline, not the GPU's.
+  double kernel_overhead_s = 3e-6;
+
+  // The host thread that issues the kernels (core/host_issue.h, cost_models/host_cost.h), seconds
+  // of host time: a kernel launch (cudaLaunchKernel's host side), the ATen dispatcher per op,
+  // an op called from Python, recording a forward op for autograd, an nn.Module call, replaying
+  // a CUDA graph (cudaGraphLaunch), entering a torch.compile'd region (guards and wrappers), and
+  // a device-to-host sync's round trip and wake-up once the device work it waits for is done.
+  // Sources in profile.cc.
+  double host_launch_s = 2.5e-6;
+  double host_dispatch_s = 1e-6;
+  double host_python_s = 1e-6;
+  double host_autograd_s = 1.8e-6;
+  double host_module_s = 2e-6;
+  double host_graph_launch_s = 2.5e-6;
+  double host_compile_guard_s = 14e-6;
+  double host_sync_s = 10e-6;
 
   // Communication: fraction of a link's bandwidth that collectives reach, per link kind
   // (indexed by LinkKind), and a software latency per algorithm step on top of the hardware's

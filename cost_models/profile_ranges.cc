@@ -33,12 +33,40 @@ void sustained_clock(Ranges& r, double scale) {
         " (stas00/ml-engineering); x the power limit's clock factor (P ~ f^3) where below TDP");
 }
 
+// The host thread that issues the kernels (profile.cc states the points).
+void host(Ranges& r) {
+  cited(r, "host_launch_us", 2, 4,
+        "null-kernel launch ~3 us (NVIDIA forum 233645/3); 3.8 us per eager launch on B200"
+        " (arXiv 2512.22219); 2 us at the fast end of recent drivers");
+  cited(r, "host_dispatch_us", 0.5, 1.5,
+        "an aten op through the C++ API ~1 us (pytorch/pytorch#41383, ngimel)");
+  cited(r, "host_python_us", 1, 3.5,
+        "Python's share of an eager op: ~1 us (#41383) to 3.5 us (x+1 4.5 us eager,"
+        " dev-discuss micro-optimizations thread)");
+  cited(r, "host_autograd_us", 1, 2,
+        "recording a forward op for autograd: 6.8 - 5.0 = 1.8 us (#41383); 1.0 us (#122029:"
+        " 4.6 vs 5.6 us)");
+  cited(r, "host_module_us", 2, 5,
+        "an nn.Module call: empty module +2 us, nn.Linear 9.7 vs F.linear 4.7 us (#50431)");
+  cited(r, "host_graph_launch_us", 2, 4,
+        "CUDA graph repeat launch, straight-line: 2.5 us + 1 ns/node on CUDA 12.6, 2 us +"
+        " 0.2 us/node on 11.8 (NVIDIA blog, 2024-09-11)");
+  cited(r, "host_compile_guard_us", 10, 40,
+        "torch.compile'd call: 10-24 us (dev-discuss), 14 us, 39 us with grad"
+        " (pytorch/pytorch#122029)");
+  uncertain(r, "host_sync_us", 5, 20,
+            "a device-to-host sync's round trip and wake-up: not published; a small blocking"
+            " copy's launch plus a PCIe round trip and the host thread's wake-up");
+}
+
 // What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam on the
 // host's `cores` cores.
 void gpu_server(Ranges& r, int cores = 48) {
   uncertain(r, "kernel_overhead_us", 2, 5,
-            "a kernel's launch gap and tail in a busy stream; no measurement of the frameworks'"
-            " kernels is cited, 2-5 us is the span usually reported for CUDA launches");
+            "a kernel's GPU-side gap and tail in a busy stream: 2.1 us between dependent kernels"
+            " on an H100 stream (Hazy Research 'no bubbles', 2025); 2-5 us is the span usually"
+            " reported");
+  host(r);
   uncertain(r, "overlap_compute_slowdown", 0.10, 0.30,
             "Hassan et al. 2025 (arXiv 2507.03114): mean 18.9% over GPT/LLaMA on A100 and H100;"
             " NCCL's SM share on H100 (24 of 132 SMs) 18%; per-workload values spread around the"
@@ -280,6 +308,11 @@ Ranges host_cpu() {
   for (const char* k : {"cuda_context_MiB", "nccl_connection_MiB", "nccl_channels",
                         "library_workspace_MiB", "allocator_fragmentation"})
     uncertain(r, k, 0, 0, "the CPU runtime has no CUDA context, NCCL or caching allocator");
+  for (const char* k :
+       {"host_launch_us", "host_dispatch_us", "host_python_us", "host_autograd_us",
+        "host_module_us", "host_graph_launch_us", "host_compile_guard_us", "host_sync_us"})
+    uncertain(r, k, 0, 0,
+              "the CPU runtime's executor runs each op inline: issuing it is in its own time");
   return r;
 }
 

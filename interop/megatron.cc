@@ -322,6 +322,14 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     ep_overlap_refusals(p, r);
     add(a, "--overlap-moe-expert-parallel-comm");
   }
+  if (!p.nan_check) add(a, "--no-check-for-nan-in-loss-and-grad");
+  if (p.cuda_graphs != CudaGraphs::kNone)
+    add(a, "--cuda-graph-impl",
+        p.cuda_graphs == CudaGraphs::kLayers ? "transformer_engine" : "full_iteration");
+  if (p.torch_compile)
+    r.add("plan.torch_compile", "Megatron-LM does not torch.compile its transformer layers");
+  if (p.host_framework != HostFramework::kPytorch)
+    r.add("plan.host_framework", "Megatron-LM runs on PyTorch");
   if (m.is_moe()) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");

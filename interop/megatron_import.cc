@@ -221,7 +221,9 @@ const std::set<std::string> kRead = {
     "num-distributed-optimizer-instances", "use-megatron-fsdp", "data-parallel-sharding-strategy",
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
-    "use-tp-pp-dp-mapping", "cp-comm-type",
+    "use-tp-pp-dp-mapping", "cp-comm-type", "cuda-graph-impl", "cuda-graph-modules",
+    "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
+    "no-check-for-nan-in-loss-and-grad",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -249,12 +251,12 @@ const std::set<std::string> kHarmless = {
     "moe-shared-expert-overlap", "no-gradient-accumulation-fusion", "no-masked-softmax-fusion",
     "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion", "no-rope-fusion",
     "no-load-optim", "no-load-rng", "no-save-optim", "no-save-rng",
-    "no-check-for-nan-in-loss-and-grad", "no-create-attention-mask-in-dataloader",
-    "no-mmap-bin-files", "profile", "profile-step-start", "profile-step-end", "profile-ranks",
-    "use-pytorch-profiler", "record-memory-history", "node_rank", "node-rank", "master_addr",
-    "master-addr", "master_port", "master-port", "max_restarts", "max-restarts", "standalone",
-    "ckpt-format", "dist-ckpt-strictness", "wandb-project", "wandb-exp-name", "wandb-save-dir",
-    "bias-swiglu-fusion", "position-embedding-fusion", "vocab-file", "merge-file",
+    "no-create-attention-mask-in-dataloader", "no-mmap-bin-files", "profile", "profile-step-start",
+    "profile-step-end", "profile-ranks", "use-pytorch-profiler", "record-memory-history",
+    "node_rank", "node-rank", "master_addr", "master-addr", "master_port", "master-port",
+    "max_restarts", "max-restarts", "standalone", "ckpt-format", "dist-ckpt-strictness",
+    "wandb-project", "wandb-exp-name", "wandb-save-dir", "bias-swiglu-fusion",
+    "position-embedding-fusion", "vocab-file", "merge-file",
     // Megatron-DeepSpeed without pipeline stages (pp 1)
     "no-pipeline-parallel",
     // DeepSpeed's launcher
@@ -661,6 +663,23 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     }
   }
   if (f.has("use-tp-pp-dp-mapping")) j["rank_order"] = rank_order_name(kMegatronTpPpDpOrder);
+  // The host (core/host_issue.h): Megatron's CUDA graphs (transformer_config.py: --cuda-graph-impl
+  // local|transformer_engine graph each layer, full_iteration the forward and backward; the old
+  // --enable-cuda-graph / --external-cuda-graph spellings map to local / transformer_engine) and
+  // its NaN/Inf check of the loss (on unless --no-check-for-nan-in-loss-and-grad).
+  if (f.has("no-check-for-nan-in-loss-and-grad")) j["nan_check"] = false;
+  if (f.has("enable-cuda-graph") || f.has("external-cuda-graph")) j["cuda_graphs"] = "layers";
+  if (f.has("cuda-graph-impl")) {
+    const std::string g = f.one("cuda-graph-impl");
+    if (g == "local" || g == "transformer_engine") {
+      j["cuda_graphs"] = "layers";
+    } else if (g == "full_iteration") {
+      j["cuda_graphs"] = "full_iteration";
+    } else if (g != "none") {
+      throw Error("--cuda-graph-impl",
+                  "parasol models none, local, transformer_engine and full_iteration, not " + g);
+    }
+  }
   // Batch and sequence.
   j["mbs"] = f.integer_or("micro-batch-size", 1);
   if (f.has("global-batch-size")) j["gbs"] = f.integer("global-batch-size");

@@ -526,6 +526,7 @@ function drawTime() {
   for (var p in b.compute_by_phase) if (b.compute_by_phase[p] > 0) part(p, b.compute_by_phase[p]);
   for (var g in b.exposed_comm) if (b.exposed_comm[g] > 0) part(g + ' comm', b.exposed_comm[g]);
   if (b.exposed_offload > 0) sim.push(['offload', b.exposed_offload]);
+  if (b.host_bound > 0) sim.push(['host bound', b.host_bound]);
   if (b.bubble > 0) sim.push(['bubble', b.bubble]);
   var bars = [['closed-form estimate', est, E.step_time_s, D.band],
               ['simulator (stage ' + S.critical_stage + ')', sim, S.step_time_s, S.band]];

@@ -1010,6 +1010,8 @@ void Executor::Impl::run_local(const Op& op) {
     case OpKind::kPrefetch:
       run_copy(op);
       break;
+    case OpKind::kSync:
+      break;  // its deps have completed: the host has waited for them
     case OpKind::kGradNorm:
       run_grad_norm(op);
       break;

@@ -20,9 +20,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/host_issue.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
 #include "core/stage_representatives.h"
+#include "cost_models/host_cost.h"
 #include "cost_models/op_cost.h"
 #include "sim/trace_annotate.h"
 
@@ -35,7 +37,7 @@ double SimBreakdown::exposed_comm_total() const {
 }
 
 double SimBreakdown::total() const {
-  return compute + exposed_comm_total() + exposed_offload + bubble;
+  return compute + exposed_comm_total() + exposed_offload + host + bubble;
 }
 
 namespace {
@@ -48,16 +50,19 @@ enum class Type : uint8_t {
   kPpCollective,  // collective on Group::kPp: rendezvous across stages
   kSend,          // pipeline send: may share a link class
   kRecv,          // pipeline recv: completes with its send
+  kSync,          // a device-to-host sync: the host waits for its deps, then wakes up
 };
 
 // Link classes whose bandwidth concurrent ops of one rank share.
 enum LinkClass : int8_t { kNoClass = -1, kNvlinkClass = 0, kNicClass = 1, kD2H = 2, kH2D = 3 };
 constexpr int kClasses = 4;
 
-// Breakdown categories: compute phases, then groups, then offload.
+// Breakdown categories: compute phases, then groups, then offload, then the host (a sync's
+// wake-up).
 constexpr int kCatComm0 = 4;
 constexpr int kCatOffload = kCatComm0 + kGroupCount;
-constexpr int kCategories = kCatOffload + 1;
+constexpr int kCatHost = kCatOffload + 1;
+constexpr int kCategories = kCatHost + 1;
 
 using cost::is_compute_kind;
 using cost::runs_on_host;
@@ -105,8 +110,10 @@ struct alignas(32) SimOp {
 static_assert(sizeof(SimOp) == 32);
 // When an op ran: start (a recv: when it was posted), xfer (when its data started to move:
 // recv, rendezvous; else = start) and end.
+// ready: when its deps and stream let it start; issue: when the host issued it (core/host_issue.h).
 struct Times {
   double start = 0, xfer = 0, end = 0;
+  double ready = 0, issue = 0;
 };
 
 }  // namespace
@@ -117,6 +124,8 @@ struct Simulator::Workspace {
   std::vector<Times> times;
   std::vector<int> stage;
   std::vector<double> remaining;
+  std::vector<double> host_cost;    // seconds the host spends issuing each op
+  std::vector<uint8_t> host_state;  // 1: issued; 2: ready, waiting for the host to issue it
   std::vector<int> dep_off, dep_list, dep_src, dep_dst;
   std::vector<std::vector<std::vector<int>>> stream_ops;
 };
@@ -155,11 +164,14 @@ class Engine {
          const std::vector<double>& compute_scale)
       : plan_(plan),
         programs_(programs),
+        profile_(profile),
         layout_(plan),
         ops_(work.ops),
         times_(work.times),
         stage_(work.stage),
         remaining_(work.remaining),
+        host_cost_(work.host_cost),
+        host_state_(work.host_state),
         dep_off_(work.dep_off),
         dep_list_(work.dep_list),
         stream_ops_(work.stream_ops),
@@ -209,6 +221,11 @@ class Engine {
 
   void start(int i, double t);
   void finish(int i, double t);
+  // The host (core/host_issue.h): an op whose deps and stream are done starts once the host has
+  // issued it (gate); the host issues its stage's ops in Program order up to the next sync, where
+  // it waits (host_advance).
+  void gate(int i, double t);
+  void host_advance(int stage, double t);
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
   // Overlap is not free: a stage's device compute progresses at 1 - slowdown while a collective
@@ -222,6 +239,7 @@ class Engine {
 
   const Plan& plan_;
   const std::vector<Program>& programs_;
+  const cost::Profile& profile_;
   RankLayout layout_;
   std::vector<int> reps_;
   std::vector<double> compute_scale_;  // per stage: device compute time x this (stragglers)
@@ -233,8 +251,14 @@ class Engine {
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
   std::vector<Times>& times_;
-  std::vector<int>& stage_;               // stage of each op
-  std::vector<double>& remaining_;        // shared ops: standalone seconds still to go
+  std::vector<int>& stage_;         // stage of each op
+  std::vector<double>& remaining_;  // shared ops: standalone seconds still to go
+  std::vector<double>& host_cost_;
+  std::vector<uint8_t>& host_state_;
+  // Per stage: the host's cursor, the next op it issues and whether it waits on a sync.
+  std::vector<HostCursor> host_;
+  std::vector<int> host_next_;
+  std::vector<uint8_t> host_blocked_;
   std::vector<int>&dep_off_, &dep_list_;  // dependents (CSR)
   // Per stage and stream: the ops in issue order (for the breakdown sweep).
   std::vector<std::vector<std::vector<int>>>& stream_ops_;
@@ -303,6 +327,11 @@ void Engine::reset_state() {
   times_.assign(n_, Times{});
   stage_.assign(n_, 0);
   remaining_.assign(n_, 0);
+  host_cost_.assign(n_, 0);
+  host_state_.assign(n_, 0);
+  host_.assign(pp, HostCursor{});
+  host_next_.assign(pp, 0);
+  host_blocked_.assign(pp, 0);
   shares_.resize(static_cast<size_t>(pp) * kClasses);
   stream_ops_.resize(pp);
   comm_active_.assign(pp, 0);
@@ -361,7 +390,11 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
   const int g = base_[s] + i;
   const int pp = plan_.pp;
   const bool host = is_compute_kind(op.kind) && runs_on_host(prog, op);
-  if (is_compute_kind(op.kind)) {
+  host_cost_[g] = cost::host_issue_seconds(op, plan_, profile_);
+  if (op.kind == OpKind::kSync) {
+    ops_[g].type = Type::kSync;
+    ops_[g].cat = kCatHost;
+  } else if (is_compute_kind(op.kind)) {
     ops_[g].type = host ? Type::kHostCompute : Type::kCompute;
     ops_[g].cat = host ? kCatOffload : static_cast<uint8_t>(op.tags.phase);
   } else if (op.kind == OpKind::kOffload || op.kind == OpKind::kPrefetch) {
@@ -520,6 +553,10 @@ void Engine::start(int i, double t) {
     case Type::kHostCompute:
       push(t + ops_[i].dur, i);
       return;
+    case Type::kSync:
+      // Its device work is done now: the host wakes up (it has waited since it issued the sync).
+      push(host_[stage_[i]].sync(t, ops_[i].dur), i);
+      return;
     case Type::kComm:
     case Type::kSend:
       if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], +1, t);
@@ -577,6 +614,11 @@ void Engine::finish(int i, double t) {
   }
   const int nx = ops_[i].next;
   if (nx >= 0 && --ops_[nx].pending == 0) ready_.push_back(nx);
+  if (ops_[i].type == Type::kSync) {
+    const int s = stage_[i];
+    host_blocked_[s] = 0;
+    host_advance(s, t);
+  }
   if (ops_[i].type == Type::kSend) {
     const int r = ops_[i].partner;
     if (ops_[r].waiting) {
@@ -587,7 +629,36 @@ void Engine::finish(int i, double t) {
   }
 }
 
+void Engine::gate(int i, double t) {
+  times_[i].ready = t;
+  if (host_state_[i] != 1) {
+    host_state_[i] = 2;  // the host issues it later (host_advance starts it)
+    return;
+  }
+  if (times_[i].issue <= t)
+    start(i, t);
+  else
+    heap_.push({times_[i].issue, ~i, 0});  // a start at its issue
+}
+
+void Engine::host_advance(int s, double t) {
+  const int nops = static_cast<int>(programs_[s].ops.size());
+  while (!host_blocked_[s] && host_next_[s] < nops) {
+    const int g = base_[s] + host_next_[s]++;
+    times_[g].issue = host_[s].issue(host_cost_[g]);
+    const bool waiting = host_state_[g] == 2;
+    host_state_[g] = 1;
+    if (ops_[g].type == Type::kSync) host_blocked_[s] = 1;  // until the sync completes
+    if (!waiting) continue;
+    if (times_[g].issue <= t)
+      start(g, t);
+    else
+      heap_.push({times_[g].issue, ~g, 0});
+  }
+}
+
 void Engine::run() {
+  for (int s = 0; s < plan_.pp; ++s) host_advance(s, 0);
   for (int i = 0; i < n_; ++i)
     if (ops_[i].pending == 0) ready_.push_back(i);
   double now = 0;
@@ -600,7 +671,7 @@ void Engine::run() {
         finish(i, now);
       }
       batch_.swap(ready_);
-      for (int i : batch_) start(i, now);
+      for (int i : batch_) gate(i, now);
       batch_.clear();
     }
   };
@@ -608,6 +679,12 @@ void Engine::run() {
   while (!heap_.empty()) {
     Event ev = heap_.top();
     heap_.pop();
+    if (ev.op < 0) {  // an op the host has just issued starts
+      now = ev.t;
+      start(~ev.op, now);
+      drain();
+      continue;
+    }
     if (ops_[ev.op].done || ev.version != ops_[ev.op].version) continue;  // stale (rescheduled)
     now = ev.t;
     finish(ev.op, now);
@@ -634,6 +711,7 @@ SimBreakdown Engine::sweep(int s, double step_time) const {
   auto iv_start = [&](int i) { return times_[i].xfer; };
   while (true) {
     double next = std::numeric_limits<double>::infinity();
+    bool next_host = false;  // the op that starts at `next` waited for the host to issue it
     active.fill(0);
     bool any_left = false;
     for (size_t k = 0; k < ns; ++k) {
@@ -646,9 +724,14 @@ SimBreakdown Engine::sweep(int s, double step_time) const {
       const double st = iv_start(i);
       if (st <= t) {
         ++active[ops_[i].cat];
-        next = std::min(next, times_[i].end);
-      } else {
-        next = std::min(next, st);
+        if (times_[i].end < next) {
+          next = times_[i].end;
+          next_host = false;
+        }
+      } else if (st <= next) {
+        const bool host = times_[i].issue > times_[i].ready && times_[i].start == times_[i].issue;
+        next_host = st < next ? host : next_host || host;
+        next = st;
       }
     }
     if (!any_left) break;
@@ -670,6 +753,8 @@ SimBreakdown Engine::sweep(int s, double step_time) const {
           if (active[kCatComm0 + g]) b.exposed_comm[g] += seg / comms;
       } else if (active[kCatOffload]) {
         b.exposed_offload += seg;
+      } else if (active[kCatHost] || next_host) {
+        b.host += seg;
       } else {
         b.bubble += seg;
       }
@@ -727,6 +812,34 @@ SimResult Engine::result(bool record_trace) const {
         e.micro_batch = op.tags.micro_batch;
         e.phase = phase_name(op.tags.phase);
         if (is_communication(op.kind)) e.group = group_name(op.group);
+        tr.events.push_back(std::move(e));
+      }
+    }
+    // The host row: what each representative's host spent issuing each op, ending when the op
+    // was issued (on the Program's host stream; core/host_issue.h).
+    for (int s = 0; s < plan_.pp; ++s) {
+      const Program& prog = programs_[s];
+      int row = -1;
+      for (int k = 0; k < static_cast<int>(prog.streams.size()); ++k)
+        if (prog.streams[k] == StreamKind::kHost) row = k;
+      for (int j = 0; j < static_cast<int>(prog.ops.size()); ++j) {
+        const int g = base_[s] + j;
+        if (host_cost_[g] <= 0) continue;
+        if (row < 0) {  // a Program without a host stream: a row of its own
+          row = static_cast<int>(prog.streams.size());
+          tr.streams.push_back({reps_[s], row, "host"});
+        }
+        const Op& op = prog.ops[j];
+        traces::TraceEvent e;
+        e.rank = reps_[s];
+        e.stream = row;
+        e.name = op.name;
+        e.start_s = times_[g].issue - host_cost_[g];
+        e.dur_s = host_cost_[g];
+        e.kind = "host-issue";
+        e.layer = op.tags.layer;
+        e.micro_batch = op.tags.micro_batch;
+        e.phase = phase_name(op.tags.phase);
         tr.events.push_back(std::move(e));
       }
     }
@@ -799,6 +912,7 @@ Json sim_result_to_json(const SimResult& r) {
                 {"exposed_comm", comm},
                 {"exposed_comm_total", b.exposed_comm_total()},
                 {"exposed_offload", b.exposed_offload},
+                {"host_bound", b.host},
                 {"bubble", b.bubble}};
   };
   Json stages = Json::array();

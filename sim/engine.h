@@ -47,6 +47,12 @@
 //    1 - Profile::overlap_compute_slowdown of its standalone rate, as the estimate's
 //    TimeBreakdown::overlap prices it. Copies (offload) use copy engines and slow nothing.
 //
+//  - The host (core/host_issue.h). Each stage's representative has a host thread that issues
+//    the Program's ops in order, each after its host cost (cost_models/host_cost.h: launches and
+//    framework dispatch, CUDA graph replays, compiled regions); an op starts no earlier than its
+//    issue. A sync (OpKind::kSync) blocks the host until its deps finish, then costs its wake-up
+//    (Profile::host_sync_s). The trace shows the host's issue spans on the host stream's row.
+//
 // Not modelled: contention between stages (each stage's representative sees only its own
 // ops). Stragglers are played as a slowdown of a whole stage's compute (Simulator::simulate's
 // stage_slowdown; sim/stragglers.h draws them per rank).
@@ -82,6 +88,10 @@ struct SimBreakdown {
   std::array<double, 4> compute_by_phase{};  // of which in each Phase (forward, backward, ...)
   std::array<double, kGroupCount> exposed_comm{};  // indexed by Group
   double exposed_offload = 0;
+  // Host-bound: no device op runs and the device waits for the host, which is issuing the op
+  // that starts next (its deps were done before the host issued it) or waking from a sync
+  // (core/host_issue.h).
+  double host = 0;
   double bubble = 0;  // idle: no op of this rank runs
   double exposed_comm_total() const;
   double total() const;
@@ -157,7 +167,7 @@ class Simulator {
 //  "peak_memory_per_stage_bytes": [...], "memory_per_stage": [framework_memory_to_json],
 //  "peak_stage", "peak_rank", "ops_simulated"}, where a breakdown B is
 //  {"compute", "compute_by_phase": {phase: s}, "exposed_comm": {group: s},
-//   "exposed_comm_total", "exposed_offload", "bubble"} in seconds.
+//   "exposed_comm_total", "exposed_offload", "host_bound", "bubble"} in seconds.
 Json sim_result_to_json(const SimResult& r);
 
 }  // namespace parasol::sim

@@ -65,7 +65,8 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
                          {"dp/zero comm", t.dp_comm},
                          {"optimizer", t.optimizer},
                          {"offload", t.offload},
-                         {"overlap slowdown", t.overlap}})
+                         {"overlap slowdown", t.overlap},
+                         {"host-bound", t.host}})
     if (v > 0)
       std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
   const cost::MoeParts& moe = e.moe;

@@ -32,6 +32,7 @@ void print_breakdown(const sim::SimBreakdown& b, double step) {
   for (int g = 0; g < sim::kGroupCount; ++g)
     line(std::string("exposed ") + group_name(static_cast<Group>(g)) + " comm", b.exposed_comm[g]);
   line("exposed offload", b.exposed_offload);
+  line("host-bound", b.host);
   line("pipeline bubble / idle", b.bubble);
 }
 

@@ -250,6 +250,19 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
             "element-wise work in fused kernels (Megatron/TE, torch.compile); false: eager "
             "PyTorch op by op");
   cmd->add_option("--rank-order", o.rank_order, "e.g. tp-cp-ep-dp-pp (first varies fastest)");
+  cmd->add_option("--cuda-graphs", o.cuda_graphs,
+                  "none|layers|full_iteration: CUDA graphs replaying each layer's forward and "
+                  "backward, or the whole forward and backward (Megatron --cuda-graph-impl, "
+                  "torchtitan)");
+  bool_flag(cmd, o, "--torch-compile", "torch_compile", o.torch_compile,
+            "each transformer layer torch.compile'd (torchtitan --compile)");
+  cmd->add_option("--optimizer-impl", o.optimizer_impl,
+                  "fused|foreach|for_loop: how Adam launches its kernels");
+  cmd->add_option("--host-framework", o.host_framework,
+                  "pytorch|native: what issues the kernels (native: a C++/CUDA program, llm.c)");
+  bool_flag(cmd, o, "--nan-check", "nan_check", o.nan_check,
+            "Megatron's NaN/Inf check of the loss (--check-for-nan-in-loss-and-grad, default "
+            "true): two device-to-host syncs per micro-batch");
 }
 
 void add_profile_flag(CLI::App* cmd, SpecOptions& o) {
@@ -311,6 +324,11 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("moe_dispatcher", o.moe_dispatcher);
   set("optimizer_dtype", o.optimizer_dtype);
   set("fused_kernels", o.fused_kernels);
+  set("cuda_graphs", o.cuda_graphs);
+  set("torch_compile", o.torch_compile);
+  set("optimizer_impl", o.optimizer_impl);
+  set("host_framework", o.host_framework);
+  set("nan_check", o.nan_check);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";
   for (const auto& [key, v] : o.raw) j[key] = v;

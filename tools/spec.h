@@ -32,6 +32,8 @@ struct SpecOptions {
   std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
+  std::optional<bool> torch_compile, nan_check;
+  std::optional<std::string> cuda_graphs, optimizer_impl, host_framework;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel;
   std::optional<std::string> moe_dispatcher, optimizer_dtype, recompute_modules;
@@ -50,7 +52,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp
 // --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce --recompute-modules
-// --overlap-param-gather. A boolean
+// --overlap-param-gather --cuda-graphs --torch-compile --optimizer-impl --host-framework
+// --nan-check. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
 void add_plan_flags(CLI::App* cmd, SpecOptions& o);
 void add_profile_flag(CLI::App* cmd, SpecOptions& o);

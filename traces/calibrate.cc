@@ -169,8 +169,9 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
                              ") in the plan's Program: a trace of another "
                              "program");
     const bool comm_or_copy = !cost::is_compute_kind(op.kind);
-    if (op.kind == OpKind::kRecv || (is_communication(op.kind) && op.group == Group::kPp) ||
-        e.dur_s <= 0 || (comm_or_copy && overlaps_other(comm[e.rank], &e)) ||
+    if (op.kind == OpKind::kRecv || op.kind == OpKind::kSync ||
+        (is_communication(op.kind) && op.group == Group::kPp) || e.dur_s <= 0 ||
+        (comm_or_copy && overlaps_other(comm[e.rank], &e)) ||
         (is_communication(op.kind) && overlaps_other(compute[e.rank], &e))) {
       ++skipped;
       continue;

@@ -143,7 +143,7 @@ pb::Node node_of(const Program& p, const Op& op, int prev_on_stream, double seco
     n.set_type(pb::COMP_NODE);
     add_attr(n, "num_ops")->set_int64_val(static_cast<int64_t>(std::llround(op.flops)));
     add_attr(n, "tensor_size")->set_uint64_val(static_cast<uint64_t>(tensor_bytes(p, op)));
-    add_attr(n, "is_cpu_op")->set_bool_val(cost::runs_on_host(p, op));
+    add_attr(n, "is_cpu_op")->set_bool_val(op.kind == OpKind::kSync || cost::runs_on_host(p, op));
   }
   return n;
 }

@@ -20,7 +20,9 @@ namespace {
 enum Category { kCompute = 0, kComm = 1, kCopy = 2, kWait = 3 };
 
 Category category(const std::string& kind) {
-  if (kind == "recv") return kWait;
+  // A recv waits for its data; the host's own events (a sync, the host row's issue spans) are
+  // not device work.
+  if (kind == "recv" || kind == "sync" || kind == "host-issue") return kWait;
   if (is_communication_kind(kind)) return kComm;
   if (is_copy_kind(kind)) return kCopy;
   return kCompute;  // compute kinds, and events of unknown kind

@@ -92,7 +92,7 @@ std::vector<U> units(const Program& p) {
 void check_well_formed(const LoweredPlan& lp) {
   for (const Program& p : lp.programs) {
     SCOPED_TRACE("stage " + std::to_string(p.stage));
-    ASSERT_EQ(p.streams.size(), 5u);
+    ASSERT_EQ(p.streams.size(), 6u);  // compute, comm, copy, dp comm, pp comm, host
     ASSERT_FALSE(p.ranks.empty());
     for (int r : p.ranks) EXPECT_EQ(&lp.program_of(r), &p);
     for (size_t i = 0; i < p.buffers.size(); ++i) EXPECT_EQ(p.buffers[i].id, static_cast<int>(i));
@@ -120,6 +120,9 @@ void check_well_formed(const LoweredPlan& lp) {
                         o.group == Group::kExpertReplicate;
         EXPECT_EQ(o.stream, dp ? 3 : o.group == Group::kPp ? 4 : 1) << o.name;
         EXPECT_GT(o.bytes, 0) << o.name;
+      } else if (o.kind == OpKind::kSync) {
+        EXPECT_EQ(p.streams[o.stream], StreamKind::kHost) << o.name;
+        EXPECT_FALSE(o.deps.empty()) << o.name;  // a sync waits for device work
       } else if (o.kind == OpKind::kOffload || o.kind == OpKind::kPrefetch || all_host) {
         EXPECT_EQ(p.streams[o.stream], StreamKind::kCopy) << o.name;
       } else {

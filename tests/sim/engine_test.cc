@@ -18,6 +18,7 @@
 #include "cost_models/collective.h"
 #include "cost_models/compute.h"
 #include "cost_models/estimate.h"
+#include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
 #include "cost_models/moe_dispatch.h"
 #include "traces/trace.h"
@@ -66,6 +67,19 @@ int p2p(Program& p, OpKind kind, int peer, int mb, Phase phase, double bytes, in
   return id;
 }
 
+// A profile whose host issues every op at no cost.
+void no_host(cost::Profile& p) {
+  p.host_launch_s = p.host_dispatch_s = p.host_python_s = p.host_autograd_s = 0;
+  p.host_module_s = p.host_graph_launch_s = p.host_compile_guard_s = p.host_sync_s = 0;
+}
+
+// The op events of a recorded trace (the host row's issue spans aside).
+int64_t op_events(const traces::Trace& t) {
+  int64_t n = 0;
+  for (const traces::TraceEvent& e : t.events) n += e.kind != "host-issue";
+  return n;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   Model model = model_preset("gpt-22b");
@@ -73,9 +87,12 @@ class EngineTest : public ::testing::Test {
   Cluster two = cluster_preset("dgx-a100-80g", 16);
   // The hand-worked timings below leave overlapped compute at full speed; the slowdown has its
   // own test (ComputeBesideACollectiveRunsSlower).
+  // The host's issue costs are zero here too: the hand-built Programs time the device; the host
+  // has its own tests (HostPacesSmallOps ...).
   cost::Profile prof = [&] {
     cost::Profile p = cost::default_profile(one.gpu_device(0));
     p.overlap_compute_slowdown = 0;
+    no_host(p);
     return p;
   }();
   const DeviceSpec& dev = one.gpu_device(0);
@@ -415,6 +432,83 @@ TEST_F(EngineTest, RecordedTraceIsWellFormed) {
   EXPECT_EQ(j["stages"].size(), 2u);
 }
 
+// --- The host (core/host_issue.h) ----------------------------------------------------------
+
+// Small GEMMs whose host cost exceeds their device time: the host paces them, one issue after
+// another, and the step is N host issues plus the last op's run.
+TEST_F(EngineTest, HostPacesSmallOps) {
+  cost::Profile hp = cost::default_profile(one.gpu_device(0));
+  hp.overlap_compute_slowdown = 0;
+  Program p = stage(0);
+  const int n = 20;
+  for (int i = 0; i < n; ++i)
+    gemm(p, "g" + std::to_string(i), 64, 64, 64, i ? std::vector<int>{i - 1} : std::vector<int>{});
+  const Plan pl = plan(8, 1);
+  const double h = cost::host_issue_seconds(p.ops[0], pl, hp);
+  const double d = cost::gemm_time(dev, hp, Dtype::kBf16, 64, 64, 64);
+  ASSERT_GT(h, d);  // the regime under test
+  SimResult r = simulate(model, one, pl, {p}, hp, true);
+  EXPECT_NEAR(r.step_time_s, n * h + d, kEps);
+  // The device waits on the host between ops: the breakdown says so and sums to the step.
+  EXPECT_NEAR(r.breakdown.compute, n * d, 1e-9);
+  EXPECT_NEAR(r.breakdown.host, n * h - (n - 1) * d, 1e-9);  // the first issue and every gap
+  EXPECT_NEAR(r.breakdown.total(), r.step_time_s, 1e-9);
+  // The host row: one issue span per op, ending when the op may start.
+  int spans = 0;
+  for (const traces::TraceEvent& e : r.trace.events) {
+    if (e.kind != "host-issue") continue;
+    ++spans;
+    EXPECT_NEAR(e.dur_s, h, kEps);
+    EXPECT_EQ(e.stream, 3);  // a row of its own beside the Program's three streams
+  }
+  EXPECT_EQ(spans, n);
+  bool named = false;
+  for (const traces::TraceStream& st : r.trace.streams) named = named || st.name == "host";
+  EXPECT_TRUE(named);
+}
+
+// Large GEMMs: the host runs ahead, the device never waits after the first issue.
+TEST_F(EngineTest, DeviceBoundStepsHideTheHost) {
+  cost::Profile hp = cost::default_profile(one.gpu_device(0));
+  hp.overlap_compute_slowdown = 0;
+  Program p = stage(0);
+  const int n = 5;
+  for (int i = 0; i < n; ++i)
+    gemm(p, "g", 4096, 4096, 4096, i ? std::vector<int>{i - 1} : std::vector<int>{});
+  const Plan pl = plan(8, 1);
+  const double h = cost::host_issue_seconds(p.ops[0], pl, hp);
+  const double d = cost::gemm_time(dev, hp, Dtype::kBf16, 4096, 4096, 4096);
+  ASSERT_LT(h, d);
+  SimResult r = simulate(model, one, pl, {p}, hp, false);
+  EXPECT_NEAR(r.step_time_s, h + n * d, 1e-9);
+}
+
+// A sync blocks the host until the op it waits for is done; the ops after it are issued only
+// then, so the host's lead is lost: the step is the first half device-bound, then the wake-up,
+// then the second half's issue and run.
+TEST_F(EngineTest, SyncBlocksTheHostUntilTheDeviceCatchesUp) {
+  cost::Profile hp = cost::default_profile(one.gpu_device(0));
+  hp.overlap_compute_slowdown = 0;
+  Program p = stage(0);
+  p.streams.push_back(StreamKind::kHost);
+  const int a = gemm(p, "a", 4096, 4096, 4096);
+  const int b = gemm(p, "b", 4096, 4096, 4096, {a});
+  const int sync = add(p, OpKind::kSync, "loss.sync", 3, {b});
+  gemm(p, "c", 4096, 4096, 4096, {b});
+  const Plan pl = plan(8, 1);
+  const double h = cost::host_issue_seconds(p.ops[a], pl, hp);
+  const double hs = cost::host_issue_seconds(p.ops[sync], pl, hp);
+  const double d = cost::gemm_time(dev, hp, Dtype::kBf16, 4096, 4096, 4096);
+  ASSERT_LT(h + hs, 2 * d);
+  SimResult r = simulate(model, one, pl, {p}, hp, true);
+  // HostCursor: a, b issued at h, 2h; b ends at h + 2d; the sync (issued at 2h + hs) waits for it
+  // and wakes host_sync_s later; c is issued h after that and runs d.
+  const double wake = h + 2 * d + hp.host_sync_s;
+  EXPECT_NEAR(r.step_time_s, wake + h + d, 1e-9);
+  EXPECT_NEAR(event(r, 0, sync).end_s(), wake, 1e-9);
+  EXPECT_NEAR(r.breakdown.host, h + hp.host_sync_s + h, 1e-9);  // a's issue, the wake, c's issue
+}
+
 // --- Lowered plans -------------------------------------------------------------------------
 
 // One plan of the agreement grid: dp = 2, micro-batch 1, 8 micro-batches, sequence parallelism
@@ -608,7 +702,7 @@ TEST(EngineLowered, PlaysEveryFeature) {
     for (double bytes : s.peak_memory_per_stage) EXPECT_GT(bytes, 0);
     for (const SimBreakdown& b : s.stage_breakdown)
       EXPECT_NEAR(b.total(), s.step_time_s, 1e-9 * s.step_time_s);
-    EXPECT_EQ(static_cast<int64_t>(s.trace.events.size()), s.ops_simulated);
+    EXPECT_EQ(op_events(s.trace), s.ops_simulated);
     expect_well_formed(s.trace);
     // The closed form's agreement on the grid (EngineAgreement.MatchesTheEstimateOnAGridOfPlans):
     // 5%. These features are priced by the same cost functions on the same shapes; what differs
@@ -799,7 +893,7 @@ TEST(EngineLowered, PlaysLatentAttentionWindowsSharedExpertsAndAnExpertGrid) {
     EXPECT_GT(s.step_time_s, 0);
     for (const SimBreakdown& b : s.stage_breakdown)
       EXPECT_NEAR(b.total(), s.step_time_s, 1e-9 * s.step_time_s);
-    EXPECT_EQ(static_cast<int64_t>(s.trace.events.size()), s.ops_simulated);
+    EXPECT_EQ(op_events(s.trace), s.ops_simulated);
     expect_well_formed(s.trace);
     // Two micro-batches of 2-4 layers: the step-level terms (pipeline fill, the data-parallel
     // tail, the optimizer) weigh most here, and they are still priced apart (measured 2.3-3.0%).

@@ -1,0 +1,120 @@
+// What issuing an op costs the host (host_cost.h).
+#include "cost_models/host_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace parasol::cost {
+namespace {
+
+// Ops whose eager forward is an nn.Module call of its own (Megatron/TE modules, torch.nn).
+bool module_kind(OpKind k) {
+  switch (k) {
+    case OpKind::kLinear:
+    case OpKind::kExpertLinear:
+    case OpKind::kRouter:
+    case OpKind::kAttention:
+    case OpKind::kNorm:
+    case OpKind::kEmbedding:
+    case OpKind::kCrossEntropy:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool optimizer_kind(OpKind k) {
+  return k == OpKind::kAdamW || k == OpKind::kCast || k == OpKind::kGradNorm;
+}
+
+// torch.optim's foreach and for-loop AdamW: about 8 tensor ops per step (step count, two moment
+// updates, bias corrections, sqrt, add, addcdiv), 9 with decoupled weight decay.
+constexpr int kAdamOps = 9;
+
+}  // namespace
+
+int64_t multi_tensor_launches(int64_t tensors, double elements, int depth) {
+  PARASOL_CHECK(depth >= 1 && depth <= 5, "multi-tensor depth " + std::to_string(depth));
+  static constexpr int kMaxTensors[5] = {110, 64, 48, 36, 30};
+  constexpr double kChunk = 65536, kMaxBlocks = 320;
+  const int64_t t = std::max<int64_t>(1, tensors);
+  const double chunks = std::max(1.0, std::ceil(elements / kChunk));
+  const int64_t by_blocks = static_cast<int64_t>(std::ceil(chunks / kMaxBlocks));
+  const int64_t by_tensors = (t + kMaxTensors[depth - 1] - 1) / kMaxTensors[depth - 1];
+  return std::max(by_blocks, by_tensors);
+}
+
+int64_t kernel_launches(const Op& op, const Plan& plan) {
+  const int tensors = std::max(1, op.tensors);
+  const bool master = plan.optimizer_dtype == Dtype::kFp32 && plan.precision != Dtype::kFp32;
+  switch (op.kind) {
+    case OpKind::kAttention: {
+      const bool bwd = op.tags.phase == Phase::kBackward;
+      const bool flash = op.attn.batch > 0 ? op.attn.flash : plan.flash_attention;
+      if (!flash) return bwd ? 6 : 3;
+      return bwd && plan.attention_kernel == AttentionKernel::kFlash2 ? 3 : 1;
+    }
+    case OpKind::kAdamW:
+      switch (plan.optimizer_impl) {
+        case OptimizerImpl::kFused:
+          return multi_tensor_launches(tensors, op.elements, master ? 5 : 4);
+        case OptimizerImpl::kForeach:
+          return kAdamOps * multi_tensor_launches(tensors, op.elements, 2);
+        case OptimizerImpl::kForLoop:
+          return int64_t{kAdamOps} * tensors;
+      }
+      return 1;
+    case OpKind::kCast:
+      return plan.optimizer_impl == OptimizerImpl::kForLoop
+                 ? tensors
+                 : multi_tensor_launches(tensors, op.elements, 2);
+    case OpKind::kGradNorm:
+      return plan.optimizer_impl == OptimizerImpl::kForLoop
+                 ? 2 * int64_t{tensors}
+                 : multi_tensor_launches(tensors, op.elements, 1) +
+                       multi_tensor_launches(tensors, op.elements, 1);
+    default:
+      return 1;
+  }
+}
+
+double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
+  const double launches = static_cast<double>(kernel_launches(op, plan));
+  const bool pytorch = plan.host_framework == HostFramework::kPytorch;
+  switch (op.host_issue) {
+    case HostIssue::kInGraph:
+      return 0;
+    case HostIssue::kGraphReplay:
+      return f.host_graph_launch_s + (pytorch ? f.host_python_s : 0);
+    case HostIssue::kCompiledEntry:
+      return f.host_compile_guard_s + launches * f.host_launch_s;
+    case HostIssue::kCompiled:
+      return launches * f.host_launch_s;
+    case HostIssue::kEager:
+      break;
+  }
+  const double launch = launches * f.host_launch_s;
+  if (!pytorch) return launch;
+  double t = launch + launches * f.host_dispatch_s;
+  const Phase ph = op.tags.phase;
+  if (op.kind == OpKind::kSync || is_communication(op.kind)) {
+    if (ph != Phase::kBackward) t += f.host_python_s;
+    return t;
+  }
+  if (optimizer_kind(op.kind)) {
+    const bool per_kernel = plan.optimizer_impl == OptimizerImpl::kForLoop;
+    const double calls = per_kernel                                       ? launches
+                         : plan.optimizer_impl == OptimizerImpl::kForeach ? kAdamOps
+                                                                          : 1;
+    return t + (op.kind == OpKind::kAdamW ? calls : per_kernel ? launches : 1) * f.host_python_s;
+  }
+  if (ph == Phase::kForward || ph == Phase::kRecompute) {
+    t += launches * (f.host_python_s + f.host_autograd_s);
+    if (module_kind(op.kind)) t += f.host_module_s;
+  }
+  return t;
+}
+
+}  // namespace parasol::cost

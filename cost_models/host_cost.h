@@ -1,0 +1,48 @@
+// What issuing an op costs the host thread (core/host_issue.h's rule reads it): the kernels the
+// op launches and the framework's dispatch around them, by how the host issues it
+// (Op::host_issue: eager, a CUDA graph's replay, inside a graph, a torch.compile'd region).
+// The GPU-side gap between kernels is not here: it is Profile::kernel_overhead_s, in the op's
+// device time (cost_models/compute.h), and stays under CUDA graphs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan.h"
+#include "core/program.h"
+#include "cost_models/profile.h"
+
+namespace parasol::cost {
+
+// Kernel launches of one multi-tensor apply over `tensors` tensors of `elements` elements in all
+// with `depth` tensor lists (apex/Transformer Engine multi_tensor_apply, Megatron's FusedAdam):
+// chunks of 65,536 elements, at most 320 blocks (chunks) and {110, 64, 48, 36, 30} tensors per
+// launch for depth 1-5 (apex csrc/multi_tensor_apply.cuh; TE common/multi_tensor/
+// multi_tensor_apply.cuh). REQUIRES: 1 <= depth <= 5.
+int64_t multi_tensor_launches(int64_t tensors, double elements, int depth);
+
+// Kernels `op` launches on the device when issued eagerly under `plan`: one per op of the
+// Program, except: FlashAttention-2's backward (3: dot(dO, O), the dQ/dK/dV kernel, the dQ
+// conversion: flash-attn flash_bwd_launch_template.h); materialised
+// attention (forward: QK^T, softmax, AV; backward twice that); the optimizer step (AdamW: one
+// multi-tensor apply of depth 4, or 5 with an fp32 master, per bucket when fused; about 8 per
+// parameter tensor in torch.optim's foreach (8 multi-tensor ops) or for-loop (9 with decoupled
+// weight decay: torch/optim/adamw.py _single_tensor_adamw); the cast a multi-tensor apply of
+// depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py)). A sync
+// launches its device-to-host copy.
+int64_t kernel_launches(const Op& op, const Plan& plan);
+
+// Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:
+//  kEager under host_framework native: its launches (profile.host_launch_s each);
+//  kEager under PyTorch: per kernel a launch and the ATen dispatcher; an op of the forward or a
+//    recompute, issued from Python, adds per kernel the Python call and autograd's recording,
+//    and an nn.Module call for a module-sized op (GEMM, attention, norm, embedding, loss); the
+//    backward is issued by the autograd engine's C++ thread (no Python); the optimizer step pays
+//    one Python call per fused or foreach call and per kernel for the for-loop; a collective or
+//    a sync one Python call;
+//  kGraphReplay: one graph launch (and the Python call of the graphed callable);
+//  kInGraph: nothing;
+//  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;
+//  kCompiled: its launches.
+double host_issue_seconds(const Op& op, const Plan& plan, const Profile& profile);
+
+}  // namespace parasol::cost

@@ -1,0 +1,219 @@
+// Tests core/host_issue.h: the host cursor's rule against hand-worked timelines, the closed
+// form's segment rule, and how the lowering marks the ops CUDA graphs and torch.compile issue
+// (and where it puts the host's syncs).
+#include "core/host_issue.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/cluster.h"
+#include "core/error.h"
+#include "core/lower.h"
+#include "core/model.h"
+
+namespace parasol {
+namespace {
+
+TEST(HostCursor, IssuesInOrderAndBlocksOnASync) {
+  HostCursor h;
+  EXPECT_DOUBLE_EQ(h.issue(2e-6), 2e-6);
+  EXPECT_DOUBLE_EQ(h.issue(3e-6), 5e-6);
+  // The device work the sync waits for ends after the host reached it: the host waits.
+  EXPECT_DOUBLE_EQ(h.sync(40e-6, 10e-6), 50e-6);
+  // Ends before: the host only wakes.
+  EXPECT_DOUBLE_EQ(h.sync(1e-6, 10e-6), 60e-6);
+  EXPECT_DOUBLE_EQ(h.issue(1e-6), 61e-6);
+}
+
+TEST(HostCursor, SegmentTakesTheLongerOfHostAndDevice) {
+  EXPECT_DOUBLE_EQ(host_paced(3, 5), 5);
+  EXPECT_DOUBLE_EQ(host_paced(7, 5), 7);
+}
+
+Plan small_plan() {
+  Plan p;
+  p.dp = 8;
+  p.micro_batch = 4;
+  p.global_batch = 64;  // two micro-batches
+  return p;
+}
+
+struct Lowered {
+  Model m = model_preset("gpt2-124m");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Program lower_with(const Plan& p) {
+    validate(p, m, c);
+    return lower(m, c, p).programs.at(0);
+  }
+};
+
+TEST(MarkHostIssue, EagerByDefault) {
+  Lowered l;
+  Program p = l.lower_with(small_plan());
+  for (const Op& op : p.ops) EXPECT_EQ(op.host_issue, HostIssue::kEager) << op.name;
+}
+
+TEST(MarkHostIssue, LayerGraphsReplayOncePerLayerPass) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.cuda_graphs = CudaGraphs::kLayers;
+  Program p = l.lower_with(pl);
+  using Key = std::tuple<int, int, int>;  // layer, micro-batch, phase
+  std::map<Key, int> replays, members;
+  for (const Op& op : p.ops) {
+    const Key k{op.tags.layer, op.tags.micro_batch, static_cast<int>(op.tags.phase)};
+    const bool layer_op =
+        op.tags.layer >= 0 && op.tags.phase != Phase::kOptimizer && op.stream <= 1;
+    if (!layer_op) {
+      EXPECT_EQ(op.host_issue, HostIssue::kEager) << op.name;
+      continue;
+    }
+    if (op.host_issue == HostIssue::kGraphReplay) ++replays[k];
+    EXPECT_TRUE(op.host_issue == HostIssue::kGraphReplay || op.host_issue == HostIssue::kInGraph)
+        << op.name;
+    ++members[k];
+  }
+  ASSERT_FALSE(members.empty());
+  // Forward and backward of each of the 12 layers for each of the 2 micro-batches.
+  EXPECT_EQ(members.size(), 12u * 2 * 2);
+  for (const auto& [k, n] : members) EXPECT_EQ(replays[k], 1);
+}
+
+TEST(MarkHostIssue, FullIterationIsOneGraphOutsideTheOptimizer) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.cuda_graphs = CudaGraphs::kFullIteration;
+  pl.nan_check = false;
+  Program p = l.lower_with(pl);
+  int replays = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kSync || op.tags.phase == Phase::kOptimizer) {
+      EXPECT_EQ(op.host_issue, HostIssue::kEager) << op.name;
+      continue;
+    }
+    replays += op.host_issue == HostIssue::kGraphReplay;
+  }
+  EXPECT_EQ(replays, 1);
+}
+
+TEST(MarkHostIssue, CompileEntersARegionPerLayerPassAndFusesElementwiseRuns) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.torch_compile = true;
+  Program p = l.lower_with(pl);
+  std::set<std::tuple<int, int, int>> entered;
+  int fused = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    const auto k =
+        std::make_tuple(op.tags.layer, op.tags.micro_batch, static_cast<int>(op.tags.phase));
+    if (op.host_issue == HostIssue::kCompiledEntry) {
+      EXPECT_TRUE(entered.insert(k).second);
+    }
+    if (op.host_issue == HostIssue::kInGraph) {
+      ++fused;
+      // Fused into the element-wise op just before it in the same region.
+      size_t j = i - 1;
+      while (j > 0 && (p.ops[j].stream > 1 || p.ops[j].tags.layer != op.tags.layer)) --j;
+      const Op& prev = p.ops[j];
+      EXPECT_TRUE(prev.kind == OpKind::kNorm || prev.kind == OpKind::kBias ||
+                  prev.kind == OpKind::kActivation || prev.kind == OpKind::kResidualAdd)
+          << op.name;
+    }
+  }
+  EXPECT_EQ(entered.size(), 12u * 2 * 2);
+  EXPECT_GT(fused, 0);
+}
+
+TEST(HostSyncs, NanCheckTwicePerMicroBatchOnTheLossAndOneAtTheStepEnd) {
+  Lowered l;
+  Plan pl = small_plan();
+  Program p = l.lower_with(pl);
+  int host_stream = -1;
+  for (size_t s = 0; s < p.streams.size(); ++s)
+    if (p.streams[s] == StreamKind::kHost) host_stream = static_cast<int>(s);
+  ASSERT_GE(host_stream, 0);
+  EXPECT_EQ(p.stream_name(host_stream), "host");
+  int checks = 0, ends = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::kSync) continue;
+    EXPECT_EQ(op.stream, host_stream);
+    ASSERT_FALSE(op.deps.empty());
+    if (op.tags.phase == Phase::kForward) {
+      ++checks;
+      EXPECT_EQ(p.ops[op.deps[0]].kind, OpKind::kCrossEntropy) << op.name;
+    } else {
+      ++ends;
+      EXPECT_EQ(op.id, static_cast<int>(p.ops.size()) - 1);  // the last op of the step
+    }
+  }
+  EXPECT_EQ(checks, 2 * pl.micro_batches());
+  EXPECT_EQ(ends, 1);
+  pl.nan_check = false;
+  int left = 0;
+  for (const Op& op : l.lower_with(pl).ops) left += op.kind == OpKind::kSync;
+  EXPECT_EQ(left, 1);
+}
+
+TEST(HostSyncs, DroplessMoeSyncsOnItsTokenCountsPerLayerForward) {
+  const Model m = model_preset("tiny-moe");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 4;
+  p.micro_batch = 1;
+  p.global_batch = 16;
+  p.nan_check = false;
+  validate(p, m, c);
+  const Program prog = lower(m, c, p).programs.at(0);
+  int moe_layers = 0;
+  for (int l = 0; l < m.layers; ++l) moe_layers += m.is_moe_layer(l);
+  int syncs = 0;
+  for (const Op& op : prog.ops) {
+    if (op.kind != OpKind::kSync || op.tags.phase == Phase::kOptimizer) continue;
+    ++syncs;
+    EXPECT_EQ(op.tags.phase, Phase::kForward);
+    EXPECT_EQ(prog.ops[op.deps.at(0)].kind, OpKind::kRouter) << op.name;  // the routing's counts
+  }
+  EXPECT_EQ(syncs, moe_layers * p.micro_batches());
+}
+
+TEST(HostSyncs, ValidationRefusesASyncInsideAGraphAndCompileWithoutPytorch) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.cuda_graphs = CudaGraphs::kFullIteration;
+  EXPECT_THROW(validate(pl, l.m, l.c), Error);  // nan_check's sync cannot be captured
+  pl.nan_check = false;
+  EXPECT_NO_THROW(validate(pl, l.m, l.c));
+  Plan q = small_plan();
+  q.torch_compile = true;
+  q.host_framework = HostFramework::kNative;
+  EXPECT_THROW(validate(q, l.m, l.c), Error);
+}
+
+TEST(HostPlan, SwitchesRoundTripThroughJson) {
+  Plan p = small_plan();
+  p.cuda_graphs = CudaGraphs::kLayers;
+  p.torch_compile = true;
+  p.optimizer_impl = OptimizerImpl::kForLoop;
+  p.nan_check = false;
+  const Plan q = plan_from_json(plan_to_json(p));
+  EXPECT_EQ(q.cuda_graphs, CudaGraphs::kLayers);
+  EXPECT_TRUE(q.torch_compile);
+  EXPECT_EQ(q.optimizer_impl, OptimizerImpl::kForLoop);
+  EXPECT_FALSE(q.nan_check);
+  Json j = plan_to_json(small_plan());
+  j["cuda_graphs"] = "sometimes";
+  try {
+    plan_from_json(j);
+    FAIL() << "accepted a bad cuda_graphs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.cuda_graphs"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace parasol
