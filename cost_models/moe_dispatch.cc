@@ -27,7 +27,10 @@ double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wi
   if (e <= 0 || gm.nodes() != 1) return t;
   const double link =
       std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
-  return t * link / e;
+  // The link efficiency scales the bandwidth term only: a latency-bound exchange keeps its
+  // latency (the cost of one byte), whichever efficiency the bytes move at.
+  const double latency = std::min(t, gm.cost(Collective::kAllToAll, 1).time_s);
+  return latency + (t - latency) * link / e;
 }
 
 }  // namespace parasol::cost

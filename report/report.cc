@@ -49,9 +49,16 @@ Json timeline_data(const sim::SimResult& r, int draw_limit, int64_t max_detail_o
     return it != stage_of_rank.end() ? it->second : -1;
   };
 
+  // The ops the simulator played: its host row's issue spans (one per op) are left out, so that
+  // the page stays one event per op.
+  std::vector<const traces::TraceEvent*> events;
+  events.reserve(tr.events.size());
+  for (const traces::TraceEvent& e : tr.events)
+    if (e.kind != traces::kHostIssueKind) events.push_back(&e);
+
   // Rows: the (rank, stream) pairs that have events, by stage, then rank, then stream.
   std::vector<std::pair<int, int>> keys;
-  for (const auto& e : tr.events) keys.emplace_back(e.rank, e.stream);
+  for (const traces::TraceEvent* e : events) keys.emplace_back(e->rank, e->stream);
   std::sort(keys.begin(), keys.end(), [&](const auto& a, const auto& b) {
     return std::tuple(stage(a.first), a.first, a.second) <
            std::tuple(stage(b.first), b.first, b.second);
@@ -81,7 +88,8 @@ Json timeline_data(const sim::SimResult& r, int draw_limit, int64_t max_detail_o
   Json categories = Json::array(), names = Json::array();
   std::vector<std::vector<Op>> by_row(keys.size());
   double end_s = r.step_time_s;
-  for (const traces::TraceEvent& e : tr.events) {
+  for (const traces::TraceEvent* ep : events) {
+    const traces::TraceEvent& e = *ep;
     const std::string c = category(e, stream_name(e.rank, e.stream));
     auto [ci, c_added] = category_index.emplace(c, static_cast<int>(categories.size()));
     if (c_added) categories.push_back(c);
@@ -98,7 +106,7 @@ Json timeline_data(const sim::SimResult& r, int draw_limit, int64_t max_detail_o
     });
 
   // Which ops are inlined one by one: all, or the longest max_detail_ops.
-  const size_t total = tr.events.size();
+  const size_t total = events.size();
   const bool complete = max_detail_ops < 0 || total <= static_cast<size_t>(max_detail_ops);
   int64_t min_kept = 0;  // with a cap: ops shorter than this are left out,
   int64_t at_min = 0;    // and of those exactly this long, only the first at_min

@@ -836,7 +836,7 @@ SimResult Engine::result(bool record_trace) const {
         e.name = op.name;
         e.start_s = times_[g].issue - host_cost_[g];
         e.dur_s = host_cost_[g];
-        e.kind = "host-issue";
+        e.kind = traces::kHostIssueKind;
         e.layer = op.tags.layer;
         e.micro_batch = op.tags.micro_batch;
         e.phase = phase_name(op.tags.phase);

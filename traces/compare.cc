@@ -31,7 +31,8 @@ using RankOps = std::map<int, OpRecord>;  // op id -> record
 std::map<int, RankOps> index_ops(const Trace& t, const std::string& name) {
   std::map<int, RankOps> out;
   for (const TraceEvent& e : t.events) {
-    if (e.op_id < 0) continue;
+    // The simulator's host row repeats each op id: its issue span, not the op.
+    if (e.op_id < 0 || e.kind == kHostIssueKind) continue;
     OpRecord& r = out[e.rank][e.op_id];
     if (!r.first) r.first = &e;
     r.durations.push_back(e.dur_s);

@@ -22,7 +22,7 @@ enum Category { kCompute = 0, kComm = 1, kCopy = 2, kWait = 3 };
 Category category(const std::string& kind) {
   // A recv waits for its data; the host's own events (a sync, the host row's issue spans) are
   // not device work.
-  if (kind == "recv" || kind == "sync" || kind == "host-issue") return kWait;
+  if (kind == "recv" || kind == "sync" || kind == kHostIssueKind) return kWait;
   if (is_communication_kind(kind)) return kComm;
   if (is_copy_kind(kind)) return kCopy;
   return kCompute;  // compute kinds, and events of unknown kind

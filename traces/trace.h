@@ -15,6 +15,10 @@
 
 namespace parasol::traces {
 
+// The kind of the simulator's host-row events: the span in which the host issued an op (its op
+// id is the op's). They are not device work and match no measured op.
+inline constexpr const char* kHostIssueKind = "host-issue";
+
 struct TraceEvent {
   int rank = 0;          // global rank (Chrome "pid")
   int stream = 0;        // stream index of the rank's Program (Chrome "tid")

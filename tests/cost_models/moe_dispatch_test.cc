@@ -90,7 +90,19 @@ TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
   const double link =
       std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
   const double plain = in.cost(Collective::kAllToAll, bytes).time_s;
-  EXPECT_NEAR(expert_exchange_time(in, prof, bytes), plain * link / 0.4, 1e-12 * plain);
+  const double latency = in.cost(Collective::kAllToAll, 1).time_s;
+  ASSERT_LT(latency, 0.01 * plain);
+  EXPECT_NEAR(expert_exchange_time(in, prof, bytes), latency + (plain - latency) * link / 0.4,
+              1e-12 * plain);
+  // A faster NVLink never slows the exchange, at any size (the latency is not the link's).
+  Profile faster = prof;
+  faster.link_efficiency[static_cast<int>(LinkKind::kNvlink)] = 0.95;
+  faster.link_efficiency[static_cast<int>(LinkKind::kNvswitch)] = 0.95;
+  const GroupModel in_fast(c, faster, one_server);
+  for (double b : {1e3, 1e5, 1e7, 256e6})
+    EXPECT_LE(expert_exchange_time(in_fast, faster, b),
+              expert_exchange_time(in, prof, b) * (1 + 1e-12))
+        << b;
   EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes),
                    across.cost(Collective::kAllToAll, bytes).time_s);
   prof.expert_exchange_nvlink_efficiency = 0;

@@ -76,7 +76,7 @@ void no_host(cost::Profile& p) {
 // The op events of a recorded trace (the host row's issue spans aside).
 int64_t op_events(const traces::Trace& t) {
   int64_t n = 0;
-  for (const traces::TraceEvent& e : t.events) n += e.kind != "host-issue";
+  for (const traces::TraceEvent& e : t.events) n += e.kind != traces::kHostIssueKind;
   return n;
 }
 
@@ -456,7 +456,7 @@ TEST_F(EngineTest, HostPacesSmallOps) {
   // The host row: one issue span per op, ending when the op may start.
   int spans = 0;
   for (const traces::TraceEvent& e : r.trace.events) {
-    if (e.kind != "host-issue") continue;
+    if (e.kind != traces::kHostIssueKind) continue;
     ++spans;
     EXPECT_NEAR(e.dur_s, h, kEps);
     EXPECT_EQ(e.stream, 3);  // a row of its own beside the Program's three streams

@@ -134,13 +134,19 @@ TEST(Cli, SimulateJsonAndTrace) {
   EXPECT_EQ(j["stages"].size(), 2u);
   for (const char* k : {"compute", "bubble", "exposed_comm", "exposed_offload"})
     EXPECT_TRUE(j["breakdown_s"].contains(k)) << k;
-  // The trace is Chrome trace JSON with one complete event per simulated op.
+  // The trace is Chrome trace JSON with one complete event per simulated op, and one more per op
+  // on its rank's host row (the span in which the host issued it).
   std::ifstream f(trace);
   ASSERT_TRUE(f.good());
   auto t = nlohmann::json::parse(f);
-  int64_t complete = 0;
-  for (const auto& e : t["traceEvents"]) complete += e["ph"] == "X";
+  int64_t complete = 0, issued = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const bool host_row = e.contains("args") && e["args"].value("kind", "") == "host-issue";
+    (host_row ? issued : complete) += 1;
+  }
   EXPECT_EQ(complete, j["ops_simulated"].get<int64_t>());
+  EXPECT_EQ(issued, j["ops_simulated"].get<int64_t>());
 
   Result text = run("simulate --model tiny-gpt --cluster dgx-h100 --gpus 8 --tp 2 --pp 2 --gbs 8");
   ASSERT_EQ(text.code, 0) << text.out;
@@ -359,7 +365,8 @@ TEST(CliRun, TraceCarriesTheMeasuredMemoryCounter) {
 }
 
 TEST(CliRun, UserErrorsExitTwoNamingTheField) {
-  Result r = run("run --model tiny --precision bf16 --steps 1");
+  // The CPU runtime trains fp32, bf16 and fp16 (mixed precision); fp8 it refuses.
+  Result r = run("run --model tiny --precision fp8 --steps 1");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("error: plan.precision"), std::string::npos) << r.out;
   r = run("run --model tiny --tp 2 --steps 1");  // one rank, a plan of two
