@@ -96,8 +96,11 @@ TraceSummary summarize(const Trace& trace) {
   {
     std::vector<size_t> order(ev.size());
     for (size_t i = 0; i < ev.size(); ++i) order[i] = i;
+    // The simulator's host row repeats each op id (its issue span): numbered apart from the ops.
+    auto host_row = [&](size_t i) { return ev[i].kind == kHostIssueKind; };
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (ev[a].rank != ev[b].rank) return ev[a].rank < ev[b].rank;
+      if (host_row(a) != host_row(b)) return host_row(b);
       if (ev[a].op_id != ev[b].op_id) return ev[a].op_id < ev[b].op_id;
       return ev[a].start_s < ev[b].start_s;
     });
@@ -105,8 +108,9 @@ TraceSummary summarize(const Trace& trace) {
     for (size_t j = 0; j < order.size(); ++j) {
       const TraceEvent& e = ev[order[j]];
       if (e.op_id < 0) continue;
-      const bool same =
-          j > 0 && ev[order[j - 1]].rank == e.rank && ev[order[j - 1]].op_id == e.op_id;
+      const bool same = j > 0 && ev[order[j - 1]].rank == e.rank &&
+                        ev[order[j - 1]].op_id == e.op_id &&
+                        host_row(order[j - 1]) == host_row(order[j]);
       k = same ? k + 1 : 0;
       step[order[j]] = k;
       s.steps = std::max(s.steps, k + 1);

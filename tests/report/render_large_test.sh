@@ -119,7 +119,9 @@ check(C["marker_visible"] == "visible" and abs(C["marker"] - want) <= 0.5,
       f"the end marker at the simulated step time: x {C['marker']} (want {want:.2f} of {PW})")
 check(C["mode"] == "coarse", f"first drawn from the coarse level ({C['mode']})")
 right = max(x + w for _, x, w in C["rects"])
-check(abs(right - want) <= 1, f"the drawing reaches the end of the step (x {right:.2f})")
+# A rect is at least a pixel wide, so the step's last op (the host's closing sync, microseconds
+# long) may start at the last pixel and end a pixel past it; the view ends a hair after the step.
+check(-1 <= right - want <= 1 + 1e-3, f"the drawing reaches the end of the step (x {right:.2f}, want {want:.4f})")
 check(len(C["rects"]) <= len(T["rows"]) * PW, f"at most a rect a pixel per row ({len(C['rects'])})")
 
 px = (v1 - v0) * 1e-6 / tick / PW  # ticks per pixel
