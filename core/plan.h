@@ -132,7 +132,7 @@ struct Plan {
   //  2: DeepSpeed ZeRO-2: gradients sharded too, so reduce-scattered every micro-batch;
   //  3: ZeRO-3 / FSDP: parameters sharded too, gathered per use (see `reshard`).
   int zero = 0;
-  Reshard reshard = Reshard::kAfterForward;  // ZeRO-3 only
+  Reshard reshard = Reshard::kAfterForward;    // ZeRO-3 only
   GatherUnit zero3_unit = GatherUnit::kLayer;  // ZeRO-3 only
   // HSDP / ZeRO++ hpZ: shard over groups of `shard_degree` consecutive ranks of the
   // data-parallel group and replicate across the groups (gradients reduce-scattered inside a
