@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <string_view>
 #include <tuple>
@@ -167,6 +168,7 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
   for (int l = 0; l < model_.layers; ++l) {
     const int kind = (model_.is_moe_layer(l) ? 2 : 0) + (model_.is_windowed_layer(l) ? 1 : 0);
     if (kind_layer_[kind] < 0) kind_layer_[kind] = l;
+    layer_tensors_.push_back(layer_weight_tensors(model_, l, false));
   }
 }
 
@@ -799,30 +801,36 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_s) const {
   double host = 0;
   double tensors_all = 0;
   const bool cast = p.optimizer_dtype == Dtype::kFp32 && p.precision != Dtype::kFp32;
-  auto bucket = [&](int tensors, double elements) {
+  // `count` buckets of `tensors` tensors and `elements` elements each.
+  auto bucket = [&](int tensors, double elements, int count = 1) {
     op.tensors = tensors;
     op.elements = elements;
     op.kind = OpKind::kAdamW;
-    host += host_issue_seconds(op, p, f);
+    host += count * host_issue_seconds(op, p, f);
     if (cast) {
       op.kind = OpKind::kCast;
-      host += host_issue_seconds(op, p, f);
+      host += count * host_issue_seconds(op, p, f);
     }
-    tensors_all += tensors;
+    tensors_all += static_cast<double>(count) * tensors;
   };
   const double dense_ways = p.zero >= 1 ? p.dense_shard_ranks() : 1;
   const double expert_ways = p.zero >= 1 ? p.expert_shard_ranks() : 1;
+  // One bucket per layer; layers of equal tensor counts are priced once, times their number.
+  std::map<int, int> layers_by_tensors;
   int moe_layers = 0;
   for (int c = 0; c < p.chunks(); ++c) {
     const int first = p.first_layer(m.layers, s, c);
     for (int l = first; l < first + p.layers_in_chunk(m.layers, s, c); ++l) {
-      bucket(layer_weight_tensors(m, l, false), sp.dense / layers / dense_ways);
+      ++layers_by_tensors[layer_tensors_[l]];
       if (m.is_moe_layer(l)) ++moe_layers;
     }
   }
+  for (const auto& [tensors, count] : layers_by_tensors)
+    bucket(tensors, sp.dense / layers / dense_ways, count);
   const int moe_layer = kind_layer_[2] >= 0 ? kind_layer_[2] : kind_layer_[3];
-  for (int l = 0; l < moe_layers; ++l)
-    bucket(layer_weight_tensors(m, moe_layer, true), sp.expert / moe_layers / expert_ways);
+  if (moe_layers > 0)
+    bucket(layer_weight_tensors(m, moe_layer, true), sp.expert / moe_layers / expert_ways,
+           moe_layers);
   if (s == 0) bucket(1, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
   if (s == p.pp - 1) bucket(2, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
   op.kind = OpKind::kGradNorm;

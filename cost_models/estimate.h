@@ -195,6 +195,9 @@ class Estimator {
   double nic_share_of_pcie_ = 0;  // NIC bandwidth / the GPU's PCIe link bandwidth
   // A layer index of each kind (dense/MoE x full/windowed attention), -1 when absent.
   std::array<int, 4> kind_layer_{-1, -1, -1, -1};
+  // Each layer's dense weight tensors (layer_weight_tensors), once: the optimizer's host issue
+  // counts them per bucket on every evaluation.
+  std::vector<int> layer_tensors_;
   // The price caches, looked up on every evaluation (ordered maps: the tuple comparisons
   // measured faster than hashing the keys in search_bench).
   template <typename K, typename V>

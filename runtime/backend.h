@@ -153,6 +153,9 @@ class Backend {
   virtual int mark();
   virtual double mark_seconds(int i);
   virtual void clear_marks();
+  // True where marks read the host's steady clock (the cpu): the executor then times kernels by
+  // that clock directly, the one it times transfers by, so that one trace holds one clock.
+  virtual bool marks_on_host_clock() const { return true; }
 
   // ---- Ordering other streams after the kernels. record_fence() marks the point the work issued
   // so far has reached and returns an opaque fence for a Communicator's wait_fence() (a CUDA event

@@ -940,7 +940,12 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
                  op.name.c_str(), op.stream);
   const double start = now();
   sample_memory(start);
-  const int start_mark = config.trace && !is_communication(op.kind) ? im.be.mark() : -1;
+  // Kernels are timed by the backend's marks (device time on cuda); on a backend whose marks are
+  // the host clock, by the host clock itself, as transfers are: two readings of one clock taken
+  // at different instants (mark 0 and t0) would misorder a kernel and a transfer that ran close
+  // together (tests/runtime/trainer_mpi_test.cc rebuilds the executed order from the trace).
+  const bool by_marks = config.trace && !is_communication(op.kind) && !im.be.marks_on_host_clock();
+  const int start_mark = by_marks ? im.be.mark() : -1;
   if (is_communication(op.kind)) {
     flying.push_back({op.id, im.start_comm(op), start});
     if (eager(op))
@@ -949,7 +954,10 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
       ++busy[s];
   } else {
     im.run_local(op);
-    if (config.trace) marked.push_back({op.id, start_mark, im.be.mark()});
+    if (by_marks)
+      marked.push_back({op.id, start_mark, im.be.mark()});
+    else
+      record(op, start, now());
     complete(op);
     sample_memory(now());
     ++completed;

@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
   int mark() override;
   double mark_seconds(int i) override;
   void clear_marks() override { marks_used_ = 0; }
+  bool marks_on_host_clock() const override { return false; }
   // A cudaEvent_t recorded on the compute stream (communication streams wait on it).
   void* record_fence() override;
   void release_fence(void* fence) override;

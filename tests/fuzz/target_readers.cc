@@ -65,11 +65,13 @@ void read_profile_json(const std::string& text) {
 }
 
 // An accuracy suite of published runs, as `parasol accuracy FILE` reads it: every run's model
-// must be valid, its time positive and its cluster buildable.
+// must be valid, its published figure (a step time, or a memory point's peak) positive and its
+// cluster buildable.
 void read_accuracy_suite(const std::string& text) {
   for (const cost::PublishedRun& run : cost::read_accuracy_suite(parse_json(text, "suite"))) {
     check_model(run.model);
-    if (!(run.time_s > 0)) throw std::logic_error("run " + run.id + " has no positive time");
+    if (run.is_memory() ? run.time_s != 0 : !(run.time_s > 0))
+      throw std::logic_error("run " + run.id + " is neither a timed run nor a memory point");
     // Built, not round-tripped: published clusters have thousands of GPUs, and
     // cluster_json_fuzz checks the cluster reader itself.
     if (cost::cluster_of(run).num_gpus() < 1) throw std::logic_error("run " + run.id + ": no GPUs");
