@@ -58,12 +58,14 @@ std::vector<FlowRate> concurrent_flow_rates(const Cluster& cluster, const Profil
   out.reserve(flows.size());
   for (const Path& p : paths) {
     double bw = std::numeric_limits<double>::infinity(), lat = 0;
+    LinkKind bound = LinkKind::kNvswitch;
     for (const Hop& h : p) {
       const TopoLink& l = cluster.graph[h.edge];
-      bw = std::min(bw, l.bw * profile.link_eff(l.kind) / load[key(h)]);
+      const double hop = l.bw * profile.link_eff(l.kind) / load[key(h)];
+      if (hop < bw) bw = hop, bound = l.kind;
       lat += l.latency;
     }
-    out.push_back({bw, lat});
+    out.push_back({bw, lat, bound});
   }
   return out;
 }
@@ -88,17 +90,31 @@ double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, do
 
 namespace {
 
-// The slowest flow of `own` (indices [0, own_count) of `flows`) when all flows run together.
+// The slowest flow of `own` (indices [0, own_count) of `flows`) when all flows run together:
+// its bandwidth, the largest path latency (plus the profile's step latency), and the kind of
+// link that bounds the slowest flow.
+struct Bottleneck {
+  double bw;
+  double latency;
+  LinkKind bound;
+};
+Bottleneck slowest_flow(const Cluster& c, const Profile& p, const std::vector<Flow>& flows,
+                        size_t own_count) {
+  if (flows.empty()) return {std::numeric_limits<double>::infinity(), 0, LinkKind::kNvswitch};
+  auto rates = concurrent_flow_rates(c, p, flows);
+  Bottleneck b{std::numeric_limits<double>::infinity(), 0, LinkKind::kNvswitch};
+  for (size_t i = 0; i < own_count && i < rates.size(); ++i) {
+    if (rates[i].bw < b.bw) b.bw = rates[i].bw, b.bound = rates[i].bound;
+    b.latency = std::max(b.latency, rates[i].latency);
+  }
+  b.latency += p.collective_step_latency_s;
+  return b;
+}
+
 std::pair<double, double> bottleneck(const Cluster& c, const Profile& p,
                                      const std::vector<Flow>& flows, size_t own_count) {
-  if (flows.empty()) return {std::numeric_limits<double>::infinity(), 0};
-  auto rates = concurrent_flow_rates(c, p, flows);
-  double bw = std::numeric_limits<double>::infinity(), lat = 0;
-  for (size_t i = 0; i < own_count && i < rates.size(); ++i) {
-    bw = std::min(bw, rates[i].bw);
-    lat = std::max(lat, rates[i].latency);
-  }
-  return {bw, lat + p.collective_step_latency_s};
+  const Bottleneck b = slowest_flow(c, p, flows, own_count);
+  return {b.bw, b.latency};
 }
 
 void add_ring(std::vector<Flow>& flows, const std::vector<int>& g, size_t limit) {
@@ -293,7 +309,7 @@ void GroupModel::price_pairwise(const Cluster& cluster, const Profile& profile,
   const size_t limit = kMaxPricedFlows;
   // Pairwise all-to-all: n-1 steps; step j sends i -> i+j. Sample up to 4 steps.
   std::vector<Flow> flows;
-  double total = 0, lat = 0;
+  double total = 0, lat = 0, slowest = std::numeric_limits<double>::infinity();
   int samples = 0;
   const int steps = n_ - 1;
   const int stride = std::max(1, steps / 4);
@@ -303,9 +319,10 @@ void GroupModel::price_pairwise(const Cluster& cluster, const Profile& profile,
     const size_t own = flows.size();
     // Concurrent groups exchange at the same time (their step j alongside ours).
     for (const auto* g : siblings) add_pairwise_step(flows, *g, j, limit);
-    auto [bw, l] = bottleneck(cluster, profile, flows, own);
-    total += 1.0 / bw;
-    lat = std::max(lat, l);
+    const Bottleneck b = slowest_flow(cluster, profile, flows, own);
+    total += 1.0 / b.bw;
+    lat = std::max(lat, b.latency);
+    if (b.bw < slowest) slowest = b.bw, a2a_link_ = b.bound;
     ++samples;
   }
   a2a_step_time_per_byte_ = total / samples;
@@ -326,7 +343,8 @@ void GroupModel::price_nccl_all_to_all(const Cluster& cluster, const Profile& pr
   for (const auto* g : siblings) add_grouped_sends(flows, cluster, *g, first_server);
   auto rates = concurrent_flow_rates(cluster, profile, flows);
   double slowest = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < own; ++i) slowest = std::min(slowest, rates[i].bw);
+  for (size_t i = 0; i < own; ++i)
+    if (rates[i].bw < slowest) slowest = rates[i].bw, a2a_link_ = rates[i].bound;
   a2a_grouped_per_byte_ = 1.0 / (slowest * n_);
 }
 

@@ -69,6 +69,10 @@ class GroupModel {
   // Servers the group spans and its largest number of GPUs on one server.
   int nodes() const { return nodes_; }
   int ranks_per_node() const { return ppn_; }
+  // The kind of link that bounds the all-to-all's slowest flow (NCCL's grouped sends, or the
+  // slowest sampled pairwise step): the links its bytes are priced at. REQUIRES: constructed with
+  // price_all_to_all and at least two members.
+  LinkKind all_to_all_link() const { return a2a_link_; }
   // NCCL's latency of one collective (algorithm ring/tree/PAT, protocol 0-2; see NcclTuning),
   // without the bandwidth term. REQUIRES: the profile has NCCL tuning.
   double nccl_latency(Collective kind, int algorithm, int protocol) const;
@@ -117,6 +121,7 @@ class GroupModel {
   bool pairwise_ = false;
   double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
   double a2a_grouped_per_byte_ = 0;
+  LinkKind a2a_link_ = LinkKind::kNvswitch;  // all_to_all_link()
   double nccl_ring_bw_ = 0;  // NCCL's multi-channel ring bandwidth per rank
   // nccl_latency() of every (collective, algorithm, protocol), computed once.
   std::array<std::array<std::array<double, 3>, 3>, 5> nccl_lat_{};
@@ -131,10 +136,12 @@ struct Flow {
   int dst;
 };
 // For each flow, the bandwidth it gets (bytes/s, link efficiency applied) when all `flows` run
-// at once, each link direction shared equally by the flows that cross it; and its path latency.
+// at once, each link direction shared equally by the flows that cross it; its path latency; and
+// the kind of the link that bounds its bandwidth (the first such hop along the path).
 struct FlowRate {
   double bw;
   double latency;
+  LinkKind bound = LinkKind::kNvswitch;
 };
 std::vector<FlowRate> concurrent_flow_rates(const Cluster& cluster, const Profile& profile,
                                             const std::vector<Flow>& flows);

@@ -24,13 +24,16 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
 double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes) {
   const double t = gm.cost(Collective::kAllToAll, wire_bytes).time_s;
   const double e = prof.expert_exchange_nvlink_efficiency;
-  if (e <= 0 || gm.nodes() != 1) return t;
-  const double link =
-      std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
-  // The link efficiency scales the bandwidth term only: a latency-bound exchange keeps its
+  if (e <= 0 || gm.size() < 2) return t;
+  // The kind of link the group's exchange is bound by (its topology's paths, not a guess): only
+  // an NVLink-domain link runs at the dispatch kernels' efficiency.
+  const LinkKind kind = gm.all_to_all_link();
+  if (kind != LinkKind::kNvlink && kind != LinkKind::kNvswitch) return t;
+  // The group's time prices those bytes at that kind's link efficiency; the kernels move them at
+  // `e` instead. The efficiency scales the bandwidth term only: a latency-bound exchange keeps its
   // latency (the cost of one byte), whichever efficiency the bytes move at.
   const double latency = std::min(t, gm.cost(Collective::kAllToAll, 1).time_s);
-  return latency + (t - latency) * link / e;
+  return latency + (t - latency) * prof.link_eff(kind) / e;
 }
 
 }  // namespace parasol::cost

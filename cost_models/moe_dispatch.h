@@ -28,10 +28,12 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
                                     bool forward_dispatch);
 
 // Seconds of an expert all-to-all of `wire_bytes` (expert_all_to_all_wire_bytes) on its placed
-// group `gm`. Inside one NVLink domain (gm.nodes() == 1) the token exchange runs at
-// Profile::expert_exchange_nvlink_efficiency of the NVLink bandwidth where the profile has one:
-// the group's collective time at the NVLink link efficiency, scaled by their ratio. Across
-// servers, and without that figure, the group's collective time.
+// group `gm`. Where the group's exchange is bound by an NVLink-domain link
+// (GroupModel::all_to_all_link() is NVLink or NVSwitch: one DGX server, one NVL72 rack), the
+// token exchange runs at Profile::expert_exchange_nvlink_efficiency of that link's bandwidth
+// where the profile has the figure: the group's collective time at that link kind's efficiency,
+// scaled by their ratio. Bound by a network link (across servers), or without the figure, the
+// group's collective time.
 double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes);
 
 }  // namespace parasol::cost

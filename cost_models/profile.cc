@@ -192,10 +192,9 @@ Profile default_profile(const DeviceSpec& d) {
     // MoE token exchange inside the NVLink domain: DeepEP's normal kernels on H800 reach 153
     // GB/s (FP8 dispatch) and 158 GB/s (BF16 combine) at EP8 (deepseek-ai/DeepEP@dd758ca
     // docs/legacy.md, "Intranode"; 4096 tokens, hidden 7168, top-8), of the 200 GB/s per
-    // direction of H800's NVLink: 0.765-0.79.
-    // Not applied yet (0): scaled by max(nvlink, nvswitch) efficiency it was not monotone in
-    // the link efficiency of the kind the group does not use (profile_sensitivity_test).
-    p.expert_exchange_nvlink_efficiency = 0;
+    // direction of H800's NVLink: 0.765-0.79. It replaces the link efficiency of the kind the
+    // group's exchange is bound by (GroupModel::all_to_all_link()).
+    p.expert_exchange_nvlink_efficiency = 0.78;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
     if (d.tdp_watts < 700) {
       // A power-limited H100 sustains a lower clock. Dynamic power scales about as the cube of
@@ -223,7 +222,7 @@ Profile default_profile(const DeviceSpec& d) {
     // 16 SMs, 531-536 GB/s (deepseek-ai/DeepEP@94a9f8f, branch hybrid-ep,
     // docs/README_Hybrid-EP.md, "B200 Platform", "GB200 Platform"): 0.46-0.63 of the link. The
     // kernels run on 16-32 SMs; the link is not the bound.
-    p.expert_exchange_nvlink_efficiency = 0;  // not applied yet (see Hopper)
+    p.expert_exchange_nvlink_efficiency = 0.55;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
   } else if (d.name == "MI300X" || d.name == "MI325X") {
     // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,

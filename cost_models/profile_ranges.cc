@@ -210,6 +210,9 @@ Ranges hopper(const DeviceSpec& d) {
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests all_reduce_perf on DGX H100 without NVLS: ~360 GB/s bus bandwidth of "
                "450 GB/s NVLink4 (0.8), +-0.04");
+  cited(r, "expert_exchange_nvlink_efficiency", 0.765, 0.79,
+        "DeepEP normal kernels, H800 EP8 intranode: 153 GB/s FP8 dispatch, 158 GB/s BF16 combine"
+        " of 200 GB/s NVLink per direction (deepseek-ai/DeepEP docs/legacy.md)");
   gpu_server(r, 112);  // DGX H100/H200: 2 x Xeon 8480C
   return r;
 }
@@ -230,6 +233,9 @@ Ranges b200() {
             "no public FlashAttention figure on B200 is cited: a wide range around 0.4");
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests on NVLink5 are not cited; the Hopper figure (0.8) +-0.04");
+  cited(r, "expert_exchange_nvlink_efficiency", 0.46, 0.63,
+        "HybridEP Torch-API BF16 dispatch/combine on GB200 MNNVL EP8-36, 16-32 SMs: 418-569 GB/s"
+        " of 900 (DeepEP hybrid-ep docs/README_Hybrid-EP.md); B200 EP8 16 SMs 531-536 GB/s");
   gpu_server(r, 112);  // DGX B200: 2 x Xeon 8570
   return r;
 }

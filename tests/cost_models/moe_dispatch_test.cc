@@ -71,9 +71,10 @@ TEST(DispatcherBytes, WireBytesOfEachAllToAll) {
   EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 1, send, true), send);
 }
 
-// Inside one NVLink domain the token exchange runs at the profile's expert-exchange efficiency
-// of the NVLink bandwidth: the group's all-to-all time at the link efficiency, times their
-// ratio; a group across servers, or a profile without the figure, keeps the group's time.
+// Where the group's exchange is bound by an NVLink-domain link the token exchange runs at the
+// profile's expert-exchange efficiency of that link: the group's all-to-all time at the link
+// kind's efficiency, times their ratio; a group bound by the network, or a profile without the
+// figure, keeps the group's time.
 TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
   const Cluster c = cluster_preset("dgx-h100", 16);
   Profile prof = default_profile(c.gpu_device(0));
@@ -85,30 +86,55 @@ TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
   }
   const double bytes = 256e6;
   const GroupModel in(c, prof, one_server), across(c, prof, two_servers);
-  ASSERT_EQ(in.nodes(), 1);
-  ASSERT_EQ(across.nodes(), 2);
-  const double link =
-      std::max(prof.link_eff(LinkKind::kNvlink), prof.link_eff(LinkKind::kNvswitch));
+  // A DGX's GPUs meet at its NVSwitch; two servers' exchange is bound by their NICs.
+  ASSERT_EQ(in.all_to_all_link(), LinkKind::kNvswitch);
+  ASSERT_EQ(across.all_to_all_link(), LinkKind::kInfiniband);
+  const double link = prof.link_eff(LinkKind::kNvswitch);
   const double plain = in.cost(Collective::kAllToAll, bytes).time_s;
   const double latency = in.cost(Collective::kAllToAll, 1).time_s;
   ASSERT_LT(latency, plain);
   EXPECT_NEAR(expert_exchange_time(in, prof, bytes), latency + (plain - latency) * link / 0.4,
               1e-12 * plain);
-  // A faster NVLink never slows the exchange, at any size (the latency is not the link's).
+  // The exchange's bytes move at the kernels' efficiency, not the link's: a faster NVSwitch link
+  // never slows the exchange, at any size (the latency is not the link's), and the efficiency of
+  // a kind the group does not cross (point-to-point NVLink) does not move it.
   Profile faster = prof;
-  faster.link_efficiency[static_cast<int>(LinkKind::kNvlink)] = 0.95;
   faster.link_efficiency[static_cast<int>(LinkKind::kNvswitch)] = 0.95;
-  const GroupModel in_fast(c, faster, one_server);
-  for (double b : {1e3, 1e5, 1e7, 256e6})
+  Profile other = prof;
+  other.link_efficiency[static_cast<int>(LinkKind::kNvlink)] = 0.95;
+  const GroupModel in_fast(c, faster, one_server), in_other(c, other, one_server);
+  for (double b : {1e3, 1e5, 1e7, 256e6}) {
     EXPECT_LE(expert_exchange_time(in_fast, faster, b),
               expert_exchange_time(in, prof, b) * (1 + 1e-12))
         << b;
+    EXPECT_DOUBLE_EQ(expert_exchange_time(in_other, other, b), expert_exchange_time(in, prof, b))
+        << b;
+  }
+  // A faster exchange kernel never slows it either.
+  Profile kernels = prof;
+  kernels.expert_exchange_nvlink_efficiency = 0.6;
+  EXPECT_LT(expert_exchange_time(in, kernels, bytes), expert_exchange_time(in, prof, bytes));
   EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes),
                    across.cost(Collective::kAllToAll, bytes).time_s);
   prof.expert_exchange_nvlink_efficiency = 0;
   const GroupModel in0(c, prof, one_server);
   EXPECT_DOUBLE_EQ(expert_exchange_time(in0, prof, bytes),
                    in0.cost(Collective::kAllToAll, bytes).time_s);
+  // The defaults: Blackwell's kernels reach less of NVLink5 than Hopper's of NVLink4.
+  EXPECT_LT(default_profile(device_spec("GB200")).expert_exchange_nvlink_efficiency,
+            default_profile(device_spec("H100-SXM")).expert_exchange_nvlink_efficiency);
+}
+
+// An NVL72 rack is one NVLink domain: an expert group of 32 of its GPUs is bound by NVSwitch.
+TEST(ExpertExchange, Nvl72GroupIsBoundByNvswitch) {
+  const Cluster c = cluster_preset("gb200-nvl72", 72);
+  const Profile prof = default_profile(c.gpu_device(0));
+  std::vector<int> group;
+  for (int i = 0; i < 32; ++i) group.push_back(i);
+  const GroupModel gm(c, prof, group);
+  EXPECT_EQ(gm.all_to_all_link(), LinkKind::kNvswitch);
+  const double t = gm.cost(Collective::kAllToAll, 256e6).time_s;
+  EXPECT_GT(expert_exchange_time(gm, prof, 256e6), t);  // 0.55 of the link, below its 0.8
 }
 
 }  // namespace
