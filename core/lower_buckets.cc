@@ -339,7 +339,8 @@ void Lowerer::after_backward(Bucket& b, bool last) {
 // ZeRO-Offload: bucket `b`'s gradients of the step's one micro-batch reduce-scattered into a
 // transient shard (none to reduce on one rank), summed over the HSDP replicas, and copied in fp32
 // into the pinned host gradient the CPU optimizer reads (DeepSpeed casts the reduced bucket to
-// fp32 on the device and copies 4 bytes an element).
+// fp32 on the device and copies 4 bytes an element), on the compute stream where the framework
+// issues the copies there (core/offload_rules.h, gradient_copies_serialized).
 void Lowerer::stream_grads(Bucket& b) {
   const int layer = b.layer;
   const int bi = static_cast<int>(&b - buckets_.data());
@@ -356,7 +357,8 @@ void Lowerer::stream_grads(Bucket& b) {
     replica_reduce(b, {shard});
     src = {shard};
   }
-  copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, src, {b.host_grad});
+  copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, src, {b.host_grad}, {},
+       gradient_copies_serialized(p_) ? kCompute : kCopy);
 }
 
 // The once-per-step reduction of bucket `b`'s accumulated gradients: all-reduce (ZeRO 0),

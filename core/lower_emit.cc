@@ -293,8 +293,8 @@ int Lowerer::p2p(OpKind kind, Group g, int peer_stage, int64_t tag, int layer, c
 
 int Lowerer::copy(OpKind kind, int layer, const char* what, double bytes,
                   const std::vector<int>& reads, const std::vector<int>& writes,
-                  std::initializer_list<int> extra) {
-  Op op = make(kind, layer, what, kCopy);
+                  std::initializer_list<int> extra, int stream) {
+  Op op = make(kind, layer, what, stream);
   op.bytes = bytes;
   set(op.reads, reads);
   set(op.writes, writes);

@@ -318,8 +318,10 @@ class Lowerer {
   // The sends and receives emitted between the two calls form one p2p group (Op::p2p_group).
   void begin_p2p_group() { p2p_group_ = p2p_groups_++; }
   void end_p2p_group() { p2p_group_ = -1; }
+  // A host <-> device copy on the copy stream, or on `stream` where given.
   int copy(OpKind kind, int layer, const char* what, double bytes, const std::vector<int>& reads,
-           const std::vector<int>& writes, std::initializer_list<int> extra = {});
+           const std::vector<int>& writes, std::initializer_list<int> extra = {},
+           int stream = kCopy);
   void at(int layer, Phase phase) {
     tags_.layer = layer;
     tags_.phase = phase;

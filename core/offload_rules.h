@@ -23,4 +23,18 @@ inline bool gradients_streamed_to_host(const Plan& p) {
          p.micro_batches() == 1;
 }
 
+// Whether the streamed gradient copies (above) run in the backward's own stream, one after each
+// reduced bucket, instead of on a side stream beside the backward. DeepSpeed's ZeRO-1/2 issues
+// the bucket's reduction and its fp32 copy into the pinned host gradient on a side stream only
+// with `overlap_comm`, and on the current (compute) stream otherwise (deepspeedai/DeepSpeed
+// v0.3.0 deepspeed/runtime/zero/stage2.py reduce_ipg_grads: `stream = self.reduction_stream if
+// self.overlap_comm else torch.cuda.current_stream()`, the copies issued under
+// `torch.cuda.stream(stream)`; async_inplace_copy_grad_to_fp32_buffer_from_gpu). overlap_comm
+// defaults to false for ZeRO 1/2 (v0.3.0 zero/constants.py ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT;
+// @edaa722 zero/config.py: true only for stage 3): Plan::overlap_grad_reduce false. The closed
+// form (cost_models/estimate.cc) and the lowering (core/lower_buckets.cc) both read this.
+inline bool gradient_copies_serialized(const Plan& p) {
+  return gradients_streamed_to_host(p) && !p.overlap_grad_reduce;
+}
+
 }  // namespace parasol

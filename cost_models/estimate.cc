@@ -22,6 +22,7 @@
 #include "core/host_issue.h"
 #include "core/layer_shapes.h"
 #include "core/lower.h"
+#include "core/offload_rules.h"
 #include "core/optimizer_traffic.h"
 #include "core/stage_representatives.h"
 #include "cost_models/compute.h"
@@ -760,11 +761,14 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
   if (p.offload.optimizer) {
-    // Gradients down, CPU Adam (the server's host shared by its GPUs), weights back up.
+    // Gradients down (beside the backward, or in its stream: core/offload_rules.h), CPU Adam
+    // (the server's host shared by its GPUs), weights back up.
     const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
     const double down = shard_params * grad_bytes / host_bw;
     const double up = shard_params * w_bytes / host_bw;
-    t.offload += overlap(down, bwd, layers).first + shard_params / cpu_rate + up;
+    const double down_exposed =
+        gradient_copies_serialized(p) ? down : overlap(down, bwd, layers).first;
+    t.offload += down_exposed + shard_params / cpu_rate + up;
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
   }

@@ -236,9 +236,13 @@ Profile default_profile(const DeviceSpec& d) {
     // RCCL keeps NCCL's tuning model; its constants are NCCL's Ampere-era ones.
     p.nccl = nccl_defaults("ampere", "amd");
   } else if (d.name == "V100-32G") {
-    // Volta: no public GEMM, attention or nccl-tests figure of the V100 is cited; the defaults
-    // above stand, each with a wide range (profile_ranges.cc). NCCL's Volta constants; DGX-2:
-    // Intel Xeon Platinum 8168 hosts.
+    // Burst GEMM efficiency: Markidis et al. 2018 ("NVIDIA Tensor Core Programmability,
+    // Performance & Precision", IPDPSW 2018, arXiv 1803.04014, abstract): cuBLAS mixed-precision
+    // GEMM reaches "up to 83 Tflops/s" on a Tesla V100 of its 125 TFLOP/s tensor-core peak:
+    // 0.664. Volta: no public attention or nccl-tests figure of the V100 is cited; the other
+    // defaults above stand, each with a wide range (profile_ranges.cc). NCCL's Volta constants;
+    // DGX-2: Intel Xeon Platinum 8168 hosts.
+    p.gemm_efficiency = 0.664;
     p.nccl = nccl_defaults("volta", "intel");
   } else if (d.name == kHostCpuDevice) {
     // One rank of the CPU runtime (device.cc: the peak is the one-core cblas_sgemm rate and the

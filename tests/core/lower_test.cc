@@ -942,6 +942,46 @@ TEST(Lower, OffloadsRunOnTheCopyStream) {
   }
 }
 
+// ZeRO-Offload streams each bucket's fp32 gradients to the host as the backward produces them:
+// beside the backward on the copy stream with DeepSpeed's overlap_comm (Plan::overlap_grad_reduce),
+// in the backward's own stream without it (DeepSpeed v0.3.0 stage2.py reduce_ipg_grads: the
+// current stream), each copy after its bucket's last gradient and before the next layer's
+// backward kernels are issued.
+TEST(Lower, StreamedGradientCopiesFollowTheReduceOverlap) {
+  const Model m = tiny_gpt(4);
+  for (bool overlap : {true, false}) {
+    Plan plan = make_plan(1, 1, 2, 2);
+    plan.zero = 2;
+    plan.offload.optimizer = true;
+    plan.overlap_grad_reduce = overlap;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    auto copies = select(p, [](const Op& o) {
+      return o.kind == OpKind::kOffload && o.tags.phase == Phase::kBackward;
+    });
+    ASSERT_EQ(copies.size(), static_cast<size_t>(m.layers + 2)) << overlap;
+    double bytes = 0;
+    for (const Op* o : copies) {
+      EXPECT_EQ(o->stream, overlap ? 2 : 0) << o->name;
+      bytes += o->bytes;
+    }
+    // fp32, this rank's half of every parameter (each bucket's shard rounded up an element).
+    const double n = static_cast<double>(param_counts(m).total);
+    EXPECT_NEAR(bytes, 4 * n / 2, 4.0 * copies.size()) << overlap;
+    if (overlap) continue;
+    // In the compute stream, layer l's copy comes after its backward's kernels and before
+    // layer l-1's.
+    for (int layer = 1; layer < m.layers; ++layer) {
+      auto mine = select(p, both(in(layer, 0, Phase::kBackward), kind(OpKind::kOffload)));
+      auto below = select(
+          p, both(in(layer - 1, 0, Phase::kBackward), [](const Op& o) { return o.stream == 0; }));
+      ASSERT_EQ(mine.size(), 1u);
+      ASSERT_FALSE(below.empty());
+      EXPECT_LT(mine[0]->id, below.front()->id) << layer;
+    }
+  }
+}
+
 TEST(Lower, OptimizerStepNormsClipsUpdatesAndCasts) {
   const Model m = tiny_gpt(4);
   Plan plan = make_plan(2, 2, 2, 8);

@@ -137,14 +137,23 @@ std::vector<Case> cases() {
     p.offload.optimizer = true;
   });
   // DeepSpeed ZeRO-Offload: gradients streamed to host memory as each layer's backward ends
-  // (one micro-batch a step), ZeRO-2 and ZeRO-3.
+  // (one micro-batch a step: the micro-batch is the 8 sequences a rank gets), ZeRO-2 and ZeRO-3,
+  // and ZeRO-2 without DeepSpeed's overlap_comm: each bucket's copy in the backward's stream
+  // (core/offload_rules.h).
   for (int zero : {2, 3})
     dense("zero" + std::to_string(zero) + " offload", [zero](Plan& p) {
       degrees(p, 16, 2);
       p.zero = zero;
       p.offload.optimizer = true;
-      p.global_batch = p.dp * p.micro_batch;
+      p.micro_batch = 8;
     });
+  dense("zero2 offload without overlap", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.zero = 2;
+    p.offload.optimizer = true;
+    p.micro_batch = 8;
+    p.overlap_grad_reduce = false;
+  });
   dense("parameter offload", [](Plan& p) {
     degrees(p, 16, 2);
     p.offload.params = true;
