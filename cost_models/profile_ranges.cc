@@ -214,6 +214,38 @@ Ranges hopper(const DeviceSpec& d) {
   return r;
 }
 
+// cuDNN fused attention on B200 (cost_models/profile.cc states the fits): the causal curves of
+// cuDNN 9.10.2 on B200 and the unmasked/causal shape of cuDNN 9.19 on GB200.
+void b200_cudnn_attention(Ranges& r) {
+  const std::string b200 =
+      "NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training B200 csv (cuDNN 9.10.2, causal,"
+      " hd 128)";
+  const std::string gb200 = "cudnn-frontend results/gb200_919_only_cudnn llama3.1 csv (cuDNN 9.19)";
+  // Plateau: the 4k-128k fit over the causal/unmasked ratio, and the 2k-128k fit (1542.3 /
+  // 1213.4) over it; the unmasked plateau measured on GB200 (1870, 1540 TFLOP/s) bounds above.
+  cited(r, "cudnn_forward_efficiency", 0.655, 0.70,
+        b200 + ": causal plateau fits 1474-1542 TFLOP/s / causal ratio 0.981, of 2250");
+  cited(r, "cudnn_backward_efficiency", 0.495, 0.54,
+        b200 + ": causal backward plateau fits 1144-1213 TFLOP/s / causal ratio 1.010, of 2250");
+  const std::string cf = "attention_shape/cudnn_forward/", cb = "attention_shape/cudnn_backward/";
+  cited(r, cf + "s_half", 911, 1599,
+        gb200 +
+            " unmasked fit (911); B200's causal half-way keys over GB200's causal/unmasked"
+            " ratio (1599)");
+  cited(r, cf + "causal_s_half", 2635, 3899,
+        b200 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, cf + "causal_plateau", 0.966, 0.981,
+        gb200 + ": causal / unmasked, at 32k (0.966) and of the plateau fits (0.981)");
+  cited(r, cb + "s_half", 830, 1129,
+        gb200 + " unmasked fit (830); B200's causal half-way keys over GB200's ratio (1129)");
+  cited(r, cb + "causal_s_half", 2253, 3849,
+        b200 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, cb + "causal_plateau", 0.981, 1.010,
+        gb200 + ": causal / unmasked, at 32k (0.981) and of the plateau fits (1.010)");
+  uncertain(r, cf + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
+  uncertain(r, cb + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
+}
+
 Ranges b200() {
   Ranges r;
   uncertain(r, "gemm_efficiency", 0.74, 0.81,
@@ -228,6 +260,7 @@ Ranges b200() {
             "no public FlashAttention figure on B200 is cited: a wide range around 0.5");
   uncertain(r, "flash_backward_efficiency", 0.30, 0.50,
             "no public FlashAttention figure on B200 is cited: a wide range around 0.4");
+  b200_cudnn_attention(r);
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests on NVLink5 are not cited; the Hopper figure (0.8) +-0.04");
   gpu_server(r, 112);  // DGX B200: 2 x Xeon 8570
