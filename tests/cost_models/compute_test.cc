@@ -334,15 +334,56 @@ TEST_F(ComputeTest, ContextParallelRingIsOneCausalChunkAndUnmaskedHalfRectangles
       rect.seq_kv = step.seq_q / 2;
       for (bool bwd : {false, true}) {
         auto time = [&](const AttnShape& a, int ring) {
+          // The kernels alone: less the ring's merge passes (tested below) and launch gaps.
+          const double merge =
+              ring > 1 ? memory_time(h100, hp, context_ring_merge_bytes(a, ring, bwd, 2)) : 0;
           return (bwd ? attention_backward_time(h100, hp, Dtype::kBf16, a, ring)
                       : attention_forward_time(h100, hp, Dtype::kBf16, a, ring)) -
-                 hp.kernel_overhead_s;
+                 hp.kernel_overhead_s - merge;
         };
         const double ring = cp * time(step, cp);
         const double parts = time(step, 1) + (cp - 1) * time(rect, 1);
         EXPECT_NEAR(ring / parts, 1.0, 1e-3) << "cp " << cp << (bwd ? " backward" : " forward");
       }
     }
+}
+
+TEST_F(ComputeTest, ContextParallelRingMergeFollowsTransformerEnginesSteps) {
+  // Every rank r of a ring of cp runs, step by step as Transformer Engine's
+  // AttnFuncWithCPAndKVP2P does: step 0 causal on its own chunk pair; steps 1..r "lower" (all
+  // queries, the first half of the keys: K, V halves made contiguous, the whole output merged);
+  // steps r+1..cp-1 "upper" (the second half of the queries: Q half made contiguous, half the
+  // output merged). Forward merge: out (fp32) = out_0 on step 0, += rescaled out_i after,
+  // cast back at the end. Backward: K, V halves (lower) or Q, O, dO halves (upper) made
+  // contiguous, dQ copied on step 0 and added after. Summed over ranks and steps here, the mean
+  // per step must equal the closed form.
+  AttnShape a;
+  a.batch = 2;
+  a.seq_q = 4096;
+  a.heads = 16;
+  a.kv_heads = 4;
+  a.head_dim = 128;
+  const double eb = 2, e = 2.0 * 4096;
+  const double q = eb * e * 16 * 128, o = q, kv = eb * e * 4 * 256;
+  for (int cp : {2, 3, 8}) {
+    double fwd = 0, bwd = 0;
+    for (int r = 0; r < cp; ++r)
+      for (int i = 0; i < cp; ++i) {
+        const bool lower = i > 0 && i <= r, upper = i > r;
+        const double share = upper ? 0.5 : 1.0;  // of the output a step produces
+        if (i == 0) fwd += o + 2 * o;            // out_0 read, fp32 out written
+        if (lower) fwd += kv + o + 4 * o;        // K, V halves; out_i read, fp32 out read+written
+        if (upper) fwd += q + share * (o + 4 * o);
+        if (i == 0) bwd += 2 * q;  // dq.copy_
+        if (lower) bwd += kv + 3 * q;
+        if (upper) bwd += q + 2 * o + share * 3 * q;
+      }
+    fwd += cp * (2 * o + o);  // every rank casts its fp32 output back
+    const double steps = double(cp) * cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, false, eb) / (fwd / steps), 1.0, 1e-12) << cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, true, eb) / (bwd / steps), 1.0, 1e-12) << cp;
+  }
+  EXPECT_EQ(context_ring_merge_bytes(a, 1, false, eb), 0);
 }
 
 TEST_F(ComputeTest, Fp8QuantisationIsACastTransposeOfFourBytesAnElement) {
