@@ -211,8 +211,16 @@ Profile default_profile(const DeviceSpec& d) {
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.763;
     p.sustained_clock = 0.815;
     p.memory_efficiency = 0.78;
-    p.flash_forward_efficiency = 0.5;
-    p.flash_backward_efficiency = 0.4;
+    // FlashAttention-2 (2.7.4, no Blackwell-specific kernel) on B200, the same table's
+    // flash_attention rows (causal, 2k-128k): forward 254..444 TFLOP/s -> 459.0 x s / (s + 1541),
+    // max error 3.4 %; backward 199..348 -> 363.5 x s / (s + 1561), 4.0 %. No unmasked row: the
+    // causal/unmasked plateau ratio (0.930 forward, 0.985 backward) and half-way-keys ratio
+    // (104 / 404, 274 / 582) of FlashAttention-2 on H100 (FlashAttention-3 paper, above) give the
+    // unmasked curve: plateaus 493.5 (0.219 of 2250) and 369.0 (0.164), half-way keys 397, 735.
+    p.flash_forward_efficiency = 0.219;
+    p.flash_backward_efficiency = 0.164;
+    p.attention_shape[static_cast<int>(AttentionKernel::kFlash2)] = {
+        {{397, 1541, 0.930, 1, 1}, {735, 1561, 0.985, 1, 1}}};
     // cuDNN fused attention on B200: NVIDIA/cudnn-frontend@bb37575
     // benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv
     // (cuDNN 9.10.2, NGC PyTorch 25.06, free clock; batch 1, 128 query / 8 KV heads, head dim 128,

@@ -242,8 +242,10 @@ void b200_cudnn_attention(Ranges& r) {
         b200 + ": half-way keys of the 4k-128k / 2k-128k fits");
   cited(r, cb + "causal_plateau", 0.981, 1.010,
         gb200 + ": causal / unmasked, at 32k (0.981) and of the plateau fits (1.010)");
-  uncertain(r, cf + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
-  uncertain(r, cb + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
+  for (const std::string& k : {cf, cb}) {
+    uncertain(r, k + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
+    uncertain(r, k + "head_dim_256", 0.9, 1.1, "no head-dim table on Blackwell is cited");
+  }
 }
 
 Ranges b200() {
@@ -256,10 +258,27 @@ Ranges b200() {
             "mamf-finder sustained/burst ratio measured on B200: 0.815; +-0.035");
   uncertain(r, "memory_efficiency", 0.70, 0.85,
             "no STREAM figure for HBM3e on B200 is cited; the Hopper range, widened");
-  uncertain(r, "flash_forward_efficiency", 0.35, 0.65,
-            "no public FlashAttention figure on B200 is cited: a wide range around 0.5");
-  uncertain(r, "flash_backward_efficiency", 0.30, 0.50,
-            "no public FlashAttention figure on B200 is cited: a wide range around 0.4");
+  const std::string fa2 =
+      "cudnn-frontend B200 csv, FlashAttention-2 2.7.4 causal rows (hd 128), over H100's"
+      " FlashAttention-2 causal/unmasked ratios";
+  cited(r, "flash_forward_efficiency", 0.20, 0.23,
+        fa2 + ": causal plateau fits 452-459 TFLOP/s / 0.905-0.953, of 2250");
+  cited(r, "flash_backward_efficiency", 0.155, 0.168,
+        fa2 + ": causal backward plateau fits 357-364 TFLOP/s / 0.965-1.006, of 2250");
+  const std::string ff = "attention_shape/flash_forward/", fb = "attention_shape/flash_backward/";
+  cited(r, ff + "causal_s_half", 1241, 1541, fa2 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, fb + "causal_s_half", 1178, 1561, fa2 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  uncertain(r, ff + "s_half", 200, 600,
+            "no unmasked FlashAttention-2 row on B200; H100's unmasked/causal half-way keys ratio"
+            " (0.26) gives 397, widened");
+  uncertain(r, fb + "s_half", 400, 1000,
+            "no unmasked FlashAttention-2 row on B200; H100's ratio (0.47) gives 735, widened");
+  uncertain(r, ff + "causal_plateau", 0.905, 0.953, "H100's FlashAttention-2 causal/unmasked fits");
+  uncertain(r, fb + "causal_plateau", 0.965, 1.006, "H100's FlashAttention-2 causal/unmasked fits");
+  for (const std::string& k : {ff, fb}) {
+    uncertain(r, k + "head_dim_64", 0.85, 1.0, "no head-dim table on Blackwell is cited");
+    uncertain(r, k + "head_dim_256", 0.85, 1.0, "no head-dim table on Blackwell is cited");
+  }
   b200_cudnn_attention(r);
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests on NVLink5 are not cited; the Hopper figure (0.8) +-0.04");
