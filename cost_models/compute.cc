@@ -116,6 +116,37 @@ double attention_efficiency(const Profile& prof, const AttnShape& a, bool backwa
   return base * row_factor(sh, s, true);
 }
 
+double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb) {
+  if (ring <= 1) return 0;
+  const double dv = static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
+  const double tokens = static_cast<double>(a.batch) * static_cast<double>(a.seq_q);
+  const double q = eb * tokens * a.heads * a.head_dim;  // Q (dQ) of the rank's chunk pair
+  const double o = eb * tokens * a.heads * dv;          // O (dO), in the attention's dtype
+  const double kv = eb * tokens * a.kv_heads * (a.head_dim + dv);
+  const double later = ring - 1;  // steps after the first (the causal one on the own chunk)
+  double total;
+  if (!backward) {
+    // cp.py (TE@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/
+    // context_parallel.py): k_part/v_part.contiguous() (lower-triangle, L872-873) or
+    // q_part.contiguous() (upper-triangle, L887); out correction in fp32 (L1980-2028): the first
+    // step read (eb) and written fp32 (4 bytes an element), a full step read (eb) plus the fp32
+    // out read and written, an upper step half of that; the final out.to(nominal dtype).
+    const double f32 = 4.0 / eb;          // the fp32 output's bytes per byte of the step's output
+    const double full = o + 2 * f32 * o;  // a lower step's merge: read out_i, read and write out
+    const double first = o + f32 * o;
+    const double step = 0.5 * (full + 0.5 * full);  // lower and upper steps alike on average
+    const double cast = f32 * o + o;
+    total = later * 0.5 * (kv + q) + first + later * step + cast;
+  } else {
+    // cp.py backward: k_part/v_part.contiguous() (lower, L1172-1173) or q, out, dout halves
+    // contiguous (upper, L1178); dq.copy_ on the first step, dq.add_ (read dq, dq_; write dq) on
+    // a full step and on half of dQ on an upper step (L2655-2698).
+    const double copies = 0.5 * (kv + (q + 2 * o));
+    total = later * copies + 2 * q + later * 0.5 * (3 * q + 1.5 * q);
+  }
+  return total / ring;
+}
+
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
                               const AttnShape& a, int ring) {
   const double eb = dtype_bytes(dtype);
@@ -125,7 +156,8 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
                 eb * a.batch * a.seq_kv * (2.0 * a.kv_heads * a.head_dim);
     return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, false, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
-           prof.kernel_overhead_s;
+           prof.kernel_overhead_s +
+           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, false, eb)) : 0);
   }
   // Unfused: scores = QK^T (full matrix, masked afterwards), softmax, dropout, probs x V.
   const int64_t bh = a.batch * a.heads;
@@ -146,7 +178,8 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
                 eb * a.batch * a.seq_kv * (4.0 * a.kv_heads * a.head_dim);
     return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, true, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
-           prof.kernel_overhead_s;
+           prof.kernel_overhead_s +
+           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, true, eb)) : 0);
   }
   const int64_t bh = a.batch * a.heads;
   double scores = static_cast<double>(bh) * a.seq_q * a.seq_kv;

@@ -66,6 +66,19 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
                                const AttnShape& a, int ring = 1);
 
+// The memory-bound work Transformer Engine's load-balanced ring (AttnFuncWithCPAndKVP2P) adds to
+// a causal step of a ring of `ring` > 1 steps of `a` (one rank's chunk pair: a.seq_q queries),
+// in bytes read and written, averaged over the ring's steps and over its ranks (rank r runs r
+// "lower" and ring - 1 - r "upper" steps); `eb` is the attention's bytes per element. Forward:
+// the half of K and V a lower step reads, or the half of Q an upper step reads, is made
+// contiguous (one read and one write of half the tensor); after the loop, each step's output is
+// merged into an fp32 output (the first written, the others read and rescaled, half of it on an
+// upper step), which is cast back at the end. Backward: the lower steps' K, V halves and the
+// upper steps' Q, O, dO halves made contiguous, and each step's dQ written (first step) or
+// added into the dQ buffer (half of it on an upper step). The dK/dV accumulation and the
+// exchanges are ops of their own (core/lower_layer.cc). Priced by attention_*_time.
+double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb);
+
 // Fraction of the dense peak a fused attention pass sustains on `a` (the Profile's plateau at the
 // sustained clock, moved by its AttentionShape figures: keys per query row, causal mask, head
 // dim; `ring` as above). A sliding window shortens a causal row to the window.

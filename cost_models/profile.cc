@@ -210,8 +210,33 @@ Profile default_profile(const DeviceSpec& d) {
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.763;
     p.sustained_clock = 0.815;
     p.memory_efficiency = 0.78;
-    p.flash_forward_efficiency = 0.5;
-    p.flash_backward_efficiency = 0.4;
+    // FlashAttention-2 (2.7.4, no Blackwell-specific kernel) on B200, the same table's
+    // flash_attention rows (causal, 2k-128k): forward 254..444 TFLOP/s -> 459.0 x s / (s + 1541),
+    // max error 3.4 %; backward 199..348 -> 363.5 x s / (s + 1561), 4.0 %. No unmasked row: the
+    // causal/unmasked plateau ratio (0.930 forward, 0.985 backward) and half-way-keys ratio
+    // (104 / 404, 274 / 582) of FlashAttention-2 on H100 (FlashAttention-3 paper, above) give the
+    // unmasked curve: plateaus 493.5 (0.219 of 2250) and 369.0 (0.164), half-way keys 397, 735.
+    p.flash_forward_efficiency = 0.219;
+    p.flash_backward_efficiency = 0.164;
+    p.attention_shape[static_cast<int>(AttentionKernel::kFlash2)] = {
+        {{397, 1541, 0.930, 1, 1}, {735, 1561, 0.985, 1, 1}}};
+    // cuDNN fused attention on B200: NVIDIA/cudnn-frontend@bb37575
+    // benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv
+    // (cuDNN 9.10.2, NGC PyTorch 25.06, free clock; batch 1, 128 query / 8 KV heads, head dim 128,
+    // causal; the FlashAttention FLOP convention: causal halves the square, backward 2.5x),
+    // 4k-128k: forward 856, 1171, 1332, 1419, 1382, 1355 TFLOP/s -> 1474.2 x s / (s + 2635), max
+    // error 6.6 %; backward 701, 943, 1075, 1109, 1073, 1048 -> 1144.2 x s / (s + 2253), 7.4 % (2k
+    // is 25-31 % below either curve). That table is causal only; the unmasked curve's shape is
+    // cuDNN 9.19's on GB200 (same repository @df73764, results/gb200_919_only_cudnn/
+    // llama3.1_20260226_174648.csv, 64 / 8 heads, 2k-32k): unmasked forward 1245..1781 ->
+    // 1870.4 x s / (s + 911), causal 1834.0 x s / (s + 1501) (causal / unmasked plateau 0.981);
+    // backward unmasked 1089..1501 -> 1539.8 x s / (s + 830), causal 1555.9 x s / (s + 1656)
+    // (1.010). Plateaus: 1474.2 / 0.981 = 1502.8 (0.668 of 2250) forward and 1144.2 / 1.010 =
+    // 1132.9 (0.503) backward. No head-dim table on Blackwell is cited: flat in head dim.
+    p.cudnn_forward_efficiency = 0.668;
+    p.cudnn_backward_efficiency = 0.503;
+    p.attention_shape[static_cast<int>(AttentionKernel::kCudnn)] = {
+        {{911, 2635, 0.981, 1, 1}, {830, 2253, 1.010, 1, 1}}};
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX B200: Intel Xeon 8570 hosts; GB200: Arm Grace (NCCL's 1 us non-AMD network overhead).
     // DGX B200: 2 x 56 cores (DGX B200 User Guide) for the CPU optimizer.

@@ -217,6 +217,40 @@ Ranges hopper(const DeviceSpec& d) {
   return r;
 }
 
+// cuDNN fused attention on B200 (cost_models/profile.cc states the fits): the causal curves of
+// cuDNN 9.10.2 on B200 and the unmasked/causal shape of cuDNN 9.19 on GB200.
+void b200_cudnn_attention(Ranges& r) {
+  const std::string b200 =
+      "NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training B200 csv (cuDNN 9.10.2, causal,"
+      " hd 128)";
+  const std::string gb200 = "cudnn-frontend results/gb200_919_only_cudnn llama3.1 csv (cuDNN 9.19)";
+  // Plateau: the 4k-128k fit over the causal/unmasked ratio, and the 2k-128k fit (1542.3 /
+  // 1213.4) over it; the unmasked plateau measured on GB200 (1870, 1540 TFLOP/s) bounds above.
+  cited(r, "cudnn_forward_efficiency", 0.655, 0.70,
+        b200 + ": causal plateau fits 1474-1542 TFLOP/s / causal ratio 0.981, of 2250");
+  cited(r, "cudnn_backward_efficiency", 0.495, 0.54,
+        b200 + ": causal backward plateau fits 1144-1213 TFLOP/s / causal ratio 1.010, of 2250");
+  const std::string cf = "attention_shape/cudnn_forward/", cb = "attention_shape/cudnn_backward/";
+  cited(r, cf + "s_half", 911, 1599,
+        gb200 +
+            " unmasked fit (911); B200's causal half-way keys over GB200's causal/unmasked"
+            " ratio (1599)");
+  cited(r, cf + "causal_s_half", 2635, 3899,
+        b200 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, cf + "causal_plateau", 0.966, 0.981,
+        gb200 + ": causal / unmasked, at 32k (0.966) and of the plateau fits (0.981)");
+  cited(r, cb + "s_half", 830, 1129,
+        gb200 + " unmasked fit (830); B200's causal half-way keys over GB200's ratio (1129)");
+  cited(r, cb + "causal_s_half", 2253, 3849,
+        b200 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, cb + "causal_plateau", 0.981, 1.010,
+        gb200 + ": causal / unmasked, at 32k (0.981) and of the plateau fits (1.010)");
+  for (const std::string& k : {cf, cb}) {
+    uncertain(r, k + "head_dim_64", 0.7, 1.0, "no head-dim table on Blackwell is cited");
+    uncertain(r, k + "head_dim_256", 0.9, 1.1, "no head-dim table on Blackwell is cited");
+  }
+}
+
 Ranges b200() {
   Ranges r;
   uncertain(r, "gemm_efficiency", 0.74, 0.81,
@@ -227,10 +261,28 @@ Ranges b200() {
             "mamf-finder sustained/burst ratio measured on B200: 0.815; +-0.035");
   uncertain(r, "memory_efficiency", 0.70, 0.85,
             "no STREAM figure for HBM3e on B200 is cited; the Hopper range, widened");
-  uncertain(r, "flash_forward_efficiency", 0.35, 0.65,
-            "no public FlashAttention figure on B200 is cited: a wide range around 0.5");
-  uncertain(r, "flash_backward_efficiency", 0.30, 0.50,
-            "no public FlashAttention figure on B200 is cited: a wide range around 0.4");
+  const std::string fa2 =
+      "cudnn-frontend B200 csv, FlashAttention-2 2.7.4 causal rows (hd 128), over H100's"
+      " FlashAttention-2 causal/unmasked ratios";
+  cited(r, "flash_forward_efficiency", 0.20, 0.23,
+        fa2 + ": causal plateau fits 452-459 TFLOP/s / 0.905-0.953, of 2250");
+  cited(r, "flash_backward_efficiency", 0.155, 0.168,
+        fa2 + ": causal backward plateau fits 357-364 TFLOP/s / 0.965-1.006, of 2250");
+  const std::string ff = "attention_shape/flash_forward/", fb = "attention_shape/flash_backward/";
+  cited(r, ff + "causal_s_half", 1241, 1541, fa2 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  cited(r, fb + "causal_s_half", 1178, 1561, fa2 + ": half-way keys of the 4k-128k / 2k-128k fits");
+  uncertain(r, ff + "s_half", 200, 600,
+            "no unmasked FlashAttention-2 row on B200; H100's unmasked/causal half-way keys ratio"
+            " (0.26) gives 397, widened");
+  uncertain(r, fb + "s_half", 400, 1000,
+            "no unmasked FlashAttention-2 row on B200; H100's ratio (0.47) gives 735, widened");
+  uncertain(r, ff + "causal_plateau", 0.905, 0.953, "H100's FlashAttention-2 causal/unmasked fits");
+  uncertain(r, fb + "causal_plateau", 0.965, 1.006, "H100's FlashAttention-2 causal/unmasked fits");
+  for (const std::string& k : {ff, fb}) {
+    uncertain(r, k + "head_dim_64", 0.85, 1.0, "no head-dim table on Blackwell is cited");
+    uncertain(r, k + "head_dim_256", 0.85, 1.0, "no head-dim table on Blackwell is cited");
+  }
+  b200_cudnn_attention(r);
   nvidia_links(r, 0.76, 0.84,
                "nccl-tests on NVLink5 are not cited; the Hopper figure (0.8) +-0.04");
   cited(r, "expert_exchange_nvlink_efficiency", 0.46, 0.63,

@@ -269,6 +269,51 @@ TEST_F(ComputeTest, H100AttentionFollowsThePublishedTablesBySequenceAndHeadDim) 
     }
 }
 
+TEST_F(ComputeTest, B200AttentionFollowsThePublishedTable) {
+  // NVIDIA/cudnn-frontend@bb37575 benchmark/sdpa_benchmark_training/artifacts/
+  // sdpa_bf16_benchmark_results_NVIDIA_B200.csv (cuDNN 9.10.2, FlashAttention 2.7.4; batch 1, 128
+  // query / 8 KV heads, head dim 128, causal; causal halves the square, backward 2.5x): rows
+  // pyt_cudnn and flash_attention, 4k-128k.
+  const DeviceSpec& b200 = device_spec("B200");
+  Profile bp = default_profile(b200);
+  bp.sustained_clock = 1;  // the benchmark's free (burst) clock
+  bp.kernel_overhead_s = 0;
+  struct Row {
+    AttentionKernel kernel;
+    std::array<double, 6> fwd, bwd;
+    double tolerance;  // the two-figure curves' worst fit error, rounded up
+  };
+  const Row rows[] = {
+      {AttentionKernel::kCudnn,
+       {855.678, 1171.278, 1332.415, 1419.0, 1382.330, 1355.418},
+       {701.265, 942.509, 1074.776, 1108.688, 1073.059, 1047.843},
+       0.08},
+      {AttentionKernel::kFlash2,
+       {342.990, 399.925, 425.128, 435.762, 441.285, 443.738},
+       {273.484, 318.004, 336.635, 345.634, 348.981, 348.253},
+       0.05},
+  };
+  const std::array<double, 6> seqs = {4096, 8192, 16384, 32768, 65536, 131072};
+  for (const Row& row : rows)
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      AttnShape a;
+      a.batch = 1;
+      a.seq_q = a.seq_kv = static_cast<int64_t>(seqs[i]);
+      a.heads = 128;
+      a.kv_heads = 8;
+      a.head_dim = 128;
+      a.causal = true;
+      a.kernel = row.kernel;
+      const double flops = 4.0 * 128 * 128 * seqs[i] * seqs[i] * 0.5;
+      const double f = flops / attention_forward_time(b200, bp, Dtype::kBf16, a) / 1e12;
+      const double b = 2.5 * flops / attention_backward_time(b200, bp, Dtype::kBf16, a) / 1e12;
+      EXPECT_NEAR(f / row.fwd[i], 1.0, row.tolerance)
+          << attention_kernel_name(row.kernel) << " forward seq " << seqs[i] << ": " << f;
+      EXPECT_NEAR(b / row.bwd[i], 1.0, row.tolerance)
+          << attention_kernel_name(row.kernel) << " backward seq " << seqs[i] << ": " << b;
+    }
+}
+
 TEST_F(ComputeTest, H100FlashCausalBackwardFollowsTheFlashAttention2Paper) {
   // FlashAttention-2 paper (Dao 2023, arXiv 2307.08691) Fig. 4 (assets/
   // flash2_h100_fwd_bwd_benchmark.png): FlashAttention-2 forward + backward on H100, hd 128.
@@ -305,15 +350,56 @@ TEST_F(ComputeTest, ContextParallelRingIsOneCausalChunkAndUnmaskedHalfRectangles
       rect.seq_kv = step.seq_q / 2;
       for (bool bwd : {false, true}) {
         auto time = [&](const AttnShape& a, int ring) {
+          // The kernels alone: less the ring's merge passes (tested below) and launch gaps.
+          const double merge =
+              ring > 1 ? memory_time(h100, hp, context_ring_merge_bytes(a, ring, bwd, 2)) : 0;
           return (bwd ? attention_backward_time(h100, hp, Dtype::kBf16, a, ring)
                       : attention_forward_time(h100, hp, Dtype::kBf16, a, ring)) -
-                 hp.kernel_overhead_s;
+                 hp.kernel_overhead_s - merge;
         };
         const double ring = cp * time(step, cp);
         const double parts = time(step, 1) + (cp - 1) * time(rect, 1);
         EXPECT_NEAR(ring / parts, 1.0, 1e-3) << "cp " << cp << (bwd ? " backward" : " forward");
       }
     }
+}
+
+TEST_F(ComputeTest, ContextParallelRingMergeFollowsTransformerEnginesSteps) {
+  // Every rank r of a ring of cp runs, step by step as Transformer Engine's
+  // AttnFuncWithCPAndKVP2P does: step 0 causal on its own chunk pair; steps 1..r "lower" (all
+  // queries, the first half of the keys: K, V halves made contiguous, the whole output merged);
+  // steps r+1..cp-1 "upper" (the second half of the queries: Q half made contiguous, half the
+  // output merged). Forward merge: out (fp32) = out_0 on step 0, += rescaled out_i after,
+  // cast back at the end. Backward: K, V halves (lower) or Q, O, dO halves (upper) made
+  // contiguous, dQ copied on step 0 and added after. Summed over ranks and steps here, the mean
+  // per step must equal the closed form.
+  AttnShape a;
+  a.batch = 2;
+  a.seq_q = 4096;
+  a.heads = 16;
+  a.kv_heads = 4;
+  a.head_dim = 128;
+  const double eb = 2, e = 2.0 * 4096;
+  const double q = eb * e * 16 * 128, o = q, kv = eb * e * 4 * 256;
+  for (int cp : {2, 3, 8}) {
+    double fwd = 0, bwd = 0;
+    for (int r = 0; r < cp; ++r)
+      for (int i = 0; i < cp; ++i) {
+        const bool lower = i > 0 && i <= r, upper = i > r;
+        const double share = upper ? 0.5 : 1.0;  // of the output a step produces
+        if (i == 0) fwd += o + 2 * o;            // out_0 read, fp32 out written
+        if (lower) fwd += kv + o + 4 * o;        // K, V halves; out_i read, fp32 out read+written
+        if (upper) fwd += q + share * (o + 4 * o);
+        if (i == 0) bwd += 2 * q;  // dq.copy_
+        if (lower) bwd += kv + 3 * q;
+        if (upper) bwd += q + 2 * o + share * 3 * q;
+      }
+    fwd += cp * (2 * o + o);  // every rank casts its fp32 output back
+    const double steps = double(cp) * cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, false, eb) / (fwd / steps), 1.0, 1e-12) << cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, true, eb) / (bwd / steps), 1.0, 1e-12) << cp;
+  }
+  EXPECT_EQ(context_ring_merge_bytes(a, 1, false, eb), 0);
 }
 
 TEST_F(ComputeTest, Fp8QuantisationIsACastTransposeOfFourBytesAnElement) {
