@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <deque>
 #include <istream>
 #include <limits>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "traces/kernel_kinds.h"
@@ -88,7 +90,7 @@ Json kept_args(const Json& e, bool comm, bool attention) {
 // A device activity before classification: what the import reads of it.
 struct Activity {
   size_t index = 0;  // into traceEvents
-  std::string cat;
+  enum Cat : char { kKernel, kMemcpy, kMemset } cat = kKernel;
   int64_t tid = 0;  // its stream
   std::string name;
   double ts = 0, dur = 0;  // microseconds
@@ -157,11 +159,27 @@ std::vector<std::string> input_types(const Json& e) {
 }
 
 // What the import keeps of a CPU op (the rest of its event is dropped as it is read).
+// Its name, dims and types are interned (a trace repeats a few of each many times).
+using Dims = std::vector<std::vector<int64_t>>;
+using Types = std::vector<std::string>;
 struct HostOp {
-  std::string name;
-  std::vector<std::vector<int64_t>> dims;  // input_dims
-  std::vector<std::string> types;          // input_types
-  Json kept;                               // kept_args: a collective op's, an attention op's
+  const std::string* name_;
+  const Dims* dims_;    // input_dims
+  const Types* types_;  // input_types
+  Json kept;            // kept_args: a collective op's, an attention op's
+  const std::string& name() const { return *name_; }
+  const Dims& dims() const { return *dims_; }
+  const Types& types() const { return *types_; }
+};
+
+// One copy of each distinct value, at a stable address.
+template <typename T>
+class Interned {
+ public:
+  const T* operator()(T v) { return &*values_.insert(std::move(v)).first; }
+
+ private:
+  std::set<T> values_;
 };
 
 // Elements of a tensor of `dims`; capped at 1e30 (no real tensor is near it) so that sums and
@@ -208,9 +226,11 @@ int64_t int_field(const Json& e, const std::string& what, size_t i, const char* 
 
 // The launch stack of each runtime call: cpu ops of the call's thread that enclose its start,
 // outermost first. Sweeps each thread's ops (by start, longest first) with an open-op stack.
+// Only the calls in `wanted` (their index) get a stack.
 std::unordered_map<size_t, std::vector<size_t>> launch_stacks(
     const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& ops,
-    const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& calls) {
+    const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& calls,
+    const std::unordered_set<size_t>& wanted) {
   std::unordered_map<size_t, std::vector<size_t>> out;
   for (const auto& [thread, cs] : calls) {
     auto it = ops.find(thread);
@@ -225,6 +245,7 @@ std::unordered_map<size_t, std::vector<size_t>> launch_stacks(
         ++next;
       }
       while (!open.empty() && open.back()->ts + open.back()->dur < c.ts) open.pop_back();
+      if (!wanted.count(c.index)) continue;
       std::vector<size_t>& stack = out[c.index];
       for (const HostEvent* o : open)
         if (o->ts <= c.ts && c.ts <= o->ts + o->dur) stack.push_back(o->index);
@@ -404,8 +425,8 @@ bool comm_from_args(const Json& e, std::string& kind, double& bytes, KernelShape
 // the payload for every kind whose payload is its input (not all-gather).
 bool comm_from_old_rpc(const HostOp& e, const std::string& kind, double& bytes, KernelShape& s) {
   if (kind == "all-gather") return false;
-  const auto& dims = e.dims;
-  const auto& types = e.types;
+  const auto& dims = e.dims();
+  const auto& types = e.types();
   if (dims.empty() || dims[0].empty() || types.empty()) return false;
   const DtypeInfo dt = dtype_info(types[0]);
   if (dt.bytes <= 0) return false;
@@ -418,11 +439,11 @@ bool comm_from_old_rpc(const HostOp& e, const std::string& kind, double& bytes, 
 // Sizes a collective from its c10d op ("c10d::allreduce_", "c10d::_allgather_base_", ...):
 // its kind from the name, the payload from the tensor the nccl-tests convention names.
 bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelShape& s) {
-  const std::string& name = e.name;
+  const std::string& name = e.name();
   const std::string k = collective_kind(name.substr(6));
   if (!k.empty()) kind = k;
-  const auto& dims = e.dims;
-  const auto& types = e.types;
+  const auto& dims = e.dims();
+  const auto& types = e.types();
   // The payload's position: (output, input) for the _base_ forms of all-to-all and
   // reduce-scatter, the output (first) for all-gather, else the first tensor.
   size_t pos = 0;
@@ -473,14 +494,14 @@ struct Classified {
 };
 
 // Classifies one kernel given its launch stack (indices into `ops`, outermost first).
-Classified classify(const Activity& ev, const std::vector<HostOp>& ops,
+Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
                     const std::vector<size_t>* stack) {
   const std::string& name = ev.name;
   Classified c;
   c.kind = classify_kernel(name);
   std::vector<std::string> names;
   if (stack)
-    for (size_t i : *stack) names.push_back(ops[i].name);
+    for (size_t i : *stack) names.push_back(ops[i].name());
   c.phase = phase_of(names);
   // A GEMM launched by PyTorch's grouped matmul (MoE experts: torch._grouped_mm) is an expert
   // GEMM, whatever its kernel is called.
@@ -493,7 +514,7 @@ Classified classify(const Activity& ev, const std::vector<HostOp>& ops,
     // The kind the PyTorch op says (a SendRecv kernel runs all-to-alls too), then the sizes.
     if (stack)
       for (size_t i : *stack) {
-        const std::string& n = ops[i].name;
+        const std::string& n = ops[i].name();
         if (n.rfind("c10d::", 0) == 0 && !collective_kind(n.substr(6)).empty())
           c.kind = collective_kind(n.substr(6));
       }
@@ -502,7 +523,7 @@ Classified classify(const Activity& ev, const std::vector<HostOp>& ops,
     if (stack)
       for (auto it = stack->rbegin(); it != stack->rend() && !sized; ++it) {
         const HostOp& op = ops[*it];
-        const std::string& n = op.name;
+        const std::string& n = op.name();
         if (n == "record_param_comms") {
           sized = comm_from_args(op.kept, c.kind, c.bytes, c.shape) ||
                   comm_from_old_rpc(op, c.kind, c.bytes, c.shape);
@@ -525,10 +546,10 @@ Classified classify(const Activity& ev, const std::vector<HostOp>& ops,
   const bool attention_part = c.kind == "attention" && is_attention_helper_kernel(name);
   for (auto it = stack->rbegin(); it != stack->rend(); ++it) {
     const HostOp& op = ops[*it];
-    const std::string& n = op.name;
-    const auto& dims = op.dims;
+    const std::string& n = op.name();
+    const auto& dims = op.dims();
     if (dims.empty()) continue;
-    const auto& types = op.types;
+    const auto& types = op.types();
     const DtypeInfo dt = dtype_info(types.empty() ? "" : types[0]);
     if (c.kind == "linear" && !gemm_part && gemm_shape(n, dims, c.shape)) {
       for (const std::string& t : types)
@@ -559,7 +580,8 @@ Classified classify(const Activity& ev, const std::vector<HostOp>& ops,
       s.causal = causal_of(op.kept, *a);
       for (auto outer = it; outer != stack->rend() && s.causal < 0; ++outer) {
         const HostOp& o = ops[*outer];
-        if (const AttentionSchema* oa = attention_schema(o.name)) s.causal = causal_of(o.kept, *oa);
+        if (const AttentionSchema* oa = attention_schema(o.name()))
+          s.causal = causal_of(o.kept, *oa);
       }
       s.backward = a->backward || is_backward_kernel(name);
       if (s.backward) c.phase = "bwd";
@@ -666,14 +688,17 @@ class KinetoImporter {
       const std::string& n = name->get_ref<const std::string&>();
       ops_[{pid, tid}].push_back({ts, dur, host_ops_.size()});
       const bool comm = n == "record_param_comms" || n.rfind("c10d::", 0) == 0;
-      host_ops_.push_back(
-          {n, input_dims(e), input_types(e), kept_args(e, comm, attention_schema(n) != nullptr)});
+      host_ops_.push_back({names_(n), dims_(input_dims(e)), types_(input_types(e)),
+                           kept_args(e, comm, attention_schema(n) != nullptr)});
     } else if (call) {
       calls_[{pid, tid}].push_back({ts, dur, i});
       const double corr = arg_number(e, "correlation");
       if (std::fabs(corr) < 9e18) call_of_[static_cast<int64_t>(corr)] = {ts, dur, i};
     } else {
-      acts_.push_back({i, cat, tid, name->get<std::string>(), ts, dur, arg_number(e, "correlation"),
+      const Activity::Cat c = cat == "kernel"       ? Activity::kKernel
+                              : cat == "gpu_memcpy" ? Activity::kMemcpy
+                                                    : Activity::kMemset;
+      acts_.push_back({i, c, tid, name->get<std::string>(), ts, dur, arg_number(e, "correlation"),
                        arg_number(e, "bytes"),
                        cat == "kernel" ? kept_args(e, true, false) : Json()});
     }
@@ -692,17 +717,28 @@ class KinetoImporter {
     };
     for (auto& [t, v] : ops_) std::sort(v.begin(), v.end(), by_start);
     for (auto& [t, v] : calls_) std::sort(v.begin(), v.end(), by_start);
-    const auto stacks = launch_stacks(ops_, calls_);
+    // The launch stacks of the calls that launched something; then the threads' ops and calls
+    // are no longer needed.
+    std::unordered_set<size_t> launching;
+    for (const Activity& a : acts_)
+      if (std::fabs(a.correlation) < 9e18)
+        if (auto it = call_of_.find(static_cast<int64_t>(a.correlation)); it != call_of_.end())
+          launching.insert(it->second.index);
+    const auto stacks = launch_stacks(ops_, calls_, launching);
+    ops_.clear();
+    calls_.clear();
     ImportedTrace& imp = imp_;
+    imp.trace.events.reserve(acts_.size());
+    imp.shapes.reserve(acts_.size());
     std::vector<DeviceSpan> spans;
-    for (const Activity& a : acts_) {
+    spans.reserve(acts_.size());
+    for (Activity& a : acts_) {
       TraceEvent t;
       t.rank = rank_;
       const int64_t tid = a.tid;
       if (tid < 0 || tid > std::numeric_limits<int>::max())
         throw Error(at(what_, a.index, "tid"), "must be a stream number >= 0");
       t.stream = static_cast<int>(tid);
-      t.name = a.name;
       t.start_s = a.ts * 1e-6;
       t.dur_s = a.dur * 1e-6;
       KernelShape shape;
@@ -712,7 +748,7 @@ class KinetoImporter {
         auto it = call_of_.find(static_cast<int64_t>(corr));
         if (it != call_of_.end()) launch = &it->second;
       }
-      if (a.cat == "kernel") {
+      if (a.cat == Activity::kKernel) {
         ++imp.kernels;
         const std::vector<size_t>* stack = nullptr;
         if (launch) {
@@ -729,9 +765,10 @@ class KinetoImporter {
       } else {
         // Copies are "memcpy" whichever way they go: label_copies_by_plan makes them the plan's
         // offloads and prefetches when the plan has any.
-        t.kind = a.cat == "gpu_memset" ? "memset" : "memcpy";
+        t.kind = a.cat == Activity::kMemset ? "memset" : "memcpy";
         if (a.bytes >= 0 && a.bytes <= 1e30) t.bytes = a.bytes;
       }
+      t.name = std::move(a.name);  // classified: the activity's name is not read again
       spans.push_back({a.ts, a.ts + a.dur, launch ? launch->ts + launch->dur : -1});
       imp.trace.events.push_back(std::move(t));
       imp.shapes.push_back(std::move(shape));
@@ -751,9 +788,12 @@ class KinetoImporter {
   int rank_;
   ImportedTrace imp_;
   std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops_, calls_;  // by (pid, tid)
-  std::vector<HostOp> host_ops_;                    // ops_'s HostEvent::index
+  std::deque<HostOp> host_ops_;  // ops_'s HostEvent::index
+  Interned<std::string> names_;  // of host_ops_
+  Interned<Dims> dims_;
+  Interned<Types> types_;
   std::unordered_map<int64_t, HostEvent> call_of_;  // correlation -> runtime call
-  std::vector<Activity> acts_;
+  std::deque<Activity> acts_;
   std::set<std::string> step_names_;
   std::vector<double> step_durs_;  // seconds, one per distinct ProfilerStep#N
 };
