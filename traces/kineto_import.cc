@@ -486,6 +486,25 @@ double streamed_bytes(const std::string& op, const std::vector<std::vector<int64
   return std::min(bytes + out, 1e30);
 }
 
+// Ops that convert their one input to another dtype, which Kineto does not record (it records
+// no output): the bytes of an element of their output by the op's definition, else 0. fbgemm_gpu's
+// src/quantize_ops/quantize_hfp8.cu: _float_to_hfp8_gpu (fbgemm::FloatToHFP8Quantized) writes
+// at::kByte from float, _hfp8_to_float_gpu (fbgemm::HFP8QuantizedToFloat) at::kFloat from bytes;
+// each is one gpu_kernel over its input (read once, output written once).
+double converted_element_bytes(const std::string& op) {
+  if (op == "fbgemm::FloatToHFP8Quantized") return 1;
+  if (op == "fbgemm::HFP8QuantizedToFloat") return 4;
+  return 0;
+}
+
+// Whether an op converts between dtypes (fbgemm's quantize and dequantize ops: "...Quantized...")
+// without converted_element_bytes knowing its output's: its bytes stay unknown (streamed_bytes
+// would write the output in the input's dtype: 8 bytes an element for float -> 8-bit, where the
+// kernel moves 5).
+bool converts_dtype(const std::string& op) {
+  return converted_element_bytes(op) > 0 || has(op, "Quantized") || has(op, "quantize");
+}
+
 struct Classified {
   std::string kind;
   double bytes = 0, flops = 0;
@@ -591,8 +610,13 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
     if (c.kind != "linear" && c.kind != "attention" && !dims[0].empty()) {
       c.shape.elements = product(dims[0]);
       c.shape.dtype = dt.name;
-      if (dt.bytes > 0 && streams_its_tensors(c.kind, lname))
-        c.bytes = streamed_bytes(n, dims, types);
+      if (dt.bytes > 0 && streams_its_tensors(c.kind, lname)) {
+        const double out_bytes = converted_element_bytes(n);
+        if (out_bytes > 0)
+          c.bytes = std::min(c.shape.elements * (dt.bytes + out_bytes), 1e30);
+        else if (!converts_dtype(n))
+          c.bytes = streamed_bytes(n, dims, types);
+      }
       return c;
     }
   }

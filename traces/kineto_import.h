@@ -26,7 +26,10 @@
 //  - Other compute ops take their elements from the innermost op with Input Dims (the first
 //    input's); norms, activations and pointwise elementwise kernels (not gathers, scatters,
 //    copies of concatenation, reductions, scans) their bytes from every tensor input read once
-//    and the output written once (shaped as the largest input; see streamed_bytes).
+//    and the output written once (shaped as the largest input; see streamed_bytes), except a
+//    dtype conversion: fbgemm's HFP8 quantize and dequantize write their output's dtype (1 and 4
+//    bytes an element), and other fbgemm "...Quantized..." ops, whose output dtype the trace does
+//    not say, get no bytes.
 //  - Collectives and send/receive take their kind, element count, dtype and group size from, in
 //    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
 //    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,

@@ -605,6 +605,37 @@ TEST(KinetoImport, MemoryBoundBytesFromEveryInputAndTheOutput) {
   EXPECT_DOUBLE_EQ(imp.trace.events[4].bytes, (2 * n + 1024) * 2);
 }
 
+// fbgemm_gpu's HFP8 quantize and dequantize (the sampled HTA traces' all-to-all payloads): one
+// gpu_kernel each over N elements, float (4 bytes) to uint8 (1 byte) and back
+// (fbgemm_gpu/src/quantize_ops/quantize_hfp8.cu), so each moves N x 5 bytes; the output is not
+// in the input's dtype. Another fbgemm conversion, whose output dtype the trace does not say,
+// has no bytes (not fitted) rather than wrong ones.
+TEST(KinetoImport, DtypeConversionsMoveTheirOutputsDtype) {
+  const double n = 419430400;
+  TraceBuilder b;
+  b.op("fbgemm::FloatToHFP8Quantized", 100, 10, {{419430400}, {}, {}, {}},
+       {"float", "Scalar", "Scalar", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::"
+      "Tensor const&, long, long, double)::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)",
+      101, 1000, 5);
+  b.op("fbgemm::HFP8QuantizedToFloat", 200, 10, {{419430400}, {}, {}},
+       {"unsigned char", "Scalar", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::"
+      "Tensor const&, long, long)::{lambda(unsigned char)#1}, at::detail::Array<char*, 2> >(int)",
+      201, 1010, 5);
+  b.op("fbgemm::FloatToFused8BitRowwiseQuantized", 300, 10, {{4096, 1024}}, {"float"});
+  b.kernel("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::something>(int)", 301,
+           1020, 5);
+  const ImportedTrace imp = import_both(b.trace(), "hfp8", 0);
+  ASSERT_EQ(imp.trace.events.size(), 3u);
+  EXPECT_EQ(imp.trace.events[0].kind, "elementwise");
+  EXPECT_DOUBLE_EQ(imp.trace.events[0].bytes, n * (4 + 1));
+  EXPECT_DOUBLE_EQ(imp.trace.events[1].bytes, n * (1 + 4));
+  EXPECT_EQ(imp.trace.events[2].bytes, 0);
+}
+
 TEST(KinetoImport, StepTimeFromEachRanksProfilerStepRanges) {
   // Two ranks whose host clocks differ by 5 s: rank 0 timed steps of 100 and 120 ms, rank 1 of
   // 110 and 130 ms. The step is each rank's mean on its own clock (110 and 120 ms), then the
