@@ -1,6 +1,7 @@
 // TextFileBuf: plain bytes, or gzip inflated through zlib a buffer at a time.
 #include "traces/text_file.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -23,6 +24,9 @@ struct TextFileBuf::Inflater {
 };
 
 TextFileBuf::TextFileBuf(const std::string& path) : path_(path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error(path, "cannot open file: is a directory");
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw Error(path, std::string("cannot open file: ") + std::strerror(errno));
   unsigned char magic[2] = {0, 0};
