@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "traces/kineto_import.h"
 #include "traces/nsys_import.h"
-#include "traces/text_file.h"
 
 namespace parasol::traces {
 
@@ -52,13 +51,8 @@ ImportedTrace import_framework_traces(const std::vector<std::string>& paths) {
         names.push_back(paths[f]);
       }
     } else {
-      const Json j = parse_json(read_text_file(paths[f]), paths[f]);
-      if (!looks_like_kineto(j))
-        throw Error(
-            paths[f],
-            "not a PyTorch profiler trace (no schemaVersion, distributedInfo or device "
-            "activity); compare and calibrate read parasol's own traces without --measured");
-      parts.push_back(import_kineto(j, paths[f], rank));
+      // Streamed: a rank's trace of gigabytes is never held whole (kineto_import.h).
+      parts.push_back(import_kineto_file(paths[f], rank, /*require_kineto=*/true));
       names.push_back(paths[f]);
     }
   }

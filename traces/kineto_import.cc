@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <deque>
+#include <istream>
 #include <limits>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "traces/kernel_kinds.h"
@@ -62,11 +65,38 @@ struct HostEvent {
   size_t index = 0;        // into the traceEvents array
 };
 
-// A device activity before classification.
+// The args of an event that the import reads, kept as {"args": {...}} (so that arg() reads them)
+// when the rest of the event is dropped: a collective's sizes and group (on an NCCL kernel, a
+// record_param_comms or a c10d op), an attention op's "Concrete Inputs".
+constexpr const char* kCommArgs[] = {"Collective name",     "In msg nelems",
+                                     "Out msg nelems",      "Group size",
+                                     "Process Group Ranks", "Process Group Description",
+                                     "Process Group Name",  "Global rank start",
+                                     "Global rank stride",  "dtype"};
+Json kept_args(const Json& e, bool comm, bool attention) {
+  Json kept;
+  auto a = e.find("args");
+  if (a == e.end() || !a->is_object()) return kept;
+  auto keep = [&](const char* key) {
+    auto it = a->find(key);
+    if (it != a->end() && !it->is_null()) kept["args"][key] = *it;
+  };
+  if (comm)
+    for (const char* k : kCommArgs) keep(k);
+  if (attention) keep("Concrete Inputs");
+  return kept;
+}
+
+// A device activity before classification: what the import reads of it.
 struct Activity {
   size_t index = 0;  // into traceEvents
-  std::string cat;
+  enum Cat : char { kKernel, kMemcpy, kMemset } cat = kKernel;
   int64_t tid = 0;  // its stream
+  std::string name;
+  double ts = 0, dur = 0;  // microseconds
+  double correlation = 0;  // NaN when absent
+  double bytes = 0;        // the "bytes" arg; NaN when absent
+  Json kept;               // kept_args (a collective's)
 };
 
 const Json* arg(const Json& e, const char* key) {
@@ -128,6 +158,30 @@ std::vector<std::string> input_types(const Json& e) {
   return out;
 }
 
+// What the import keeps of a CPU op (the rest of its event is dropped as it is read).
+// Its name, dims and types are interned (a trace repeats a few of each many times).
+using Dims = std::vector<std::vector<int64_t>>;
+using Types = std::vector<std::string>;
+struct HostOp {
+  const std::string* name_;
+  const Dims* dims_;    // input_dims
+  const Types* types_;  // input_types
+  Json kept;            // kept_args: a collective op's, an attention op's
+  const std::string& name() const { return *name_; }
+  const Dims& dims() const { return *dims_; }
+  const Types& types() const { return *types_; }
+};
+
+// One copy of each distinct value, at a stable address.
+template <typename T>
+class Interned {
+ public:
+  const T* operator()(T v) { return &*values_.insert(std::move(v)).first; }
+
+ private:
+  std::set<T> values_;
+};
+
 // Elements of a tensor of `dims`; capped at 1e30 (no real tensor is near it) so that sums and
 // byte counts of a broken trace stay finite.
 double product(const std::vector<int64_t>& dims) {
@@ -172,9 +226,11 @@ int64_t int_field(const Json& e, const std::string& what, size_t i, const char* 
 
 // The launch stack of each runtime call: cpu ops of the call's thread that enclose its start,
 // outermost first. Sweeps each thread's ops (by start, longest first) with an open-op stack.
+// Only the calls in `wanted` (their index) get a stack.
 std::unordered_map<size_t, std::vector<size_t>> launch_stacks(
     const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& ops,
-    const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& calls) {
+    const std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>>& calls,
+    const std::unordered_set<size_t>& wanted) {
   std::unordered_map<size_t, std::vector<size_t>> out;
   for (const auto& [thread, cs] : calls) {
     auto it = ops.find(thread);
@@ -189,6 +245,7 @@ std::unordered_map<size_t, std::vector<size_t>> launch_stacks(
         ++next;
       }
       while (!open.empty() && open.back()->ts + open.back()->dur < c.ts) open.pop_back();
+      if (!wanted.count(c.index)) continue;
       std::vector<size_t>& stack = out[c.index];
       for (const HostEvent* o : open)
         if (o->ts <= c.ts && c.ts <= o->ts + o->dur) stack.push_back(o->index);
@@ -366,10 +423,10 @@ bool comm_from_args(const Json& e, std::string& kind, double& bytes, KernelShape
 
 // Sizes a collective from the first input of an older record_param_comms (its input tensor):
 // the payload for every kind whose payload is its input (not all-gather).
-bool comm_from_old_rpc(const Json& e, const std::string& kind, double& bytes, KernelShape& s) {
+bool comm_from_old_rpc(const HostOp& e, const std::string& kind, double& bytes, KernelShape& s) {
   if (kind == "all-gather") return false;
-  const auto dims = input_dims(e);
-  const auto types = input_types(e);
+  const auto& dims = e.dims();
+  const auto& types = e.types();
   if (dims.empty() || dims[0].empty() || types.empty()) return false;
   const DtypeInfo dt = dtype_info(types[0]);
   if (dt.bytes <= 0) return false;
@@ -381,12 +438,12 @@ bool comm_from_old_rpc(const Json& e, const std::string& kind, double& bytes, Ke
 
 // Sizes a collective from its c10d op ("c10d::allreduce_", "c10d::_allgather_base_", ...):
 // its kind from the name, the payload from the tensor the nccl-tests convention names.
-bool comm_from_c10d(const Json& e, std::string& kind, double& bytes, KernelShape& s) {
-  const std::string name = e["name"].get<std::string>();
+bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelShape& s) {
+  const std::string& name = e.name();
   const std::string k = collective_kind(name.substr(6));
   if (!k.empty()) kind = k;
-  const auto dims = input_dims(e);
-  const auto types = input_types(e);
+  const auto& dims = e.dims();
+  const auto& types = e.types();
   // The payload's position: (output, input) for the _base_ forms of all-to-all and
   // reduce-scatter, the output (first) for all-gather, else the first tensor.
   size_t pos = 0;
@@ -429,6 +486,25 @@ double streamed_bytes(const std::string& op, const std::vector<std::vector<int64
   return std::min(bytes + out, 1e30);
 }
 
+// Ops that convert their one input to another dtype, which Kineto does not record (it records
+// no output): the bytes of an element of their output by the op's definition, else 0. fbgemm_gpu's
+// src/quantize_ops/quantize_hfp8.cu: _float_to_hfp8_gpu (fbgemm::FloatToHFP8Quantized) writes
+// at::kByte from float, _hfp8_to_float_gpu (fbgemm::HFP8QuantizedToFloat) at::kFloat from bytes;
+// each is one gpu_kernel over its input (read once, output written once).
+double converted_element_bytes(const std::string& op) {
+  if (op == "fbgemm::FloatToHFP8Quantized") return 1;
+  if (op == "fbgemm::HFP8QuantizedToFloat") return 4;
+  return 0;
+}
+
+// Whether an op converts between dtypes (fbgemm's quantize and dequantize ops: "...Quantized...")
+// without converted_element_bytes knowing its output's: its bytes stay unknown (streamed_bytes
+// would write the output in the input's dtype: 8 bytes an element for float -> 8-bit, where the
+// kernel moves 5).
+bool converts_dtype(const std::string& op) {
+  return converted_element_bytes(op) > 0 || has(op, "Quantized") || has(op, "quantize");
+}
+
 struct Classified {
   std::string kind;
   double bytes = 0, flops = 0;
@@ -436,14 +512,15 @@ struct Classified {
   KernelShape shape;
 };
 
-// Classifies one kernel given its launch stack (traceEvents indices, outermost first).
-Classified classify(const Json& ev, const std::string& name, const Json& events,
+// Classifies one kernel given its launch stack (indices into `ops`, outermost first).
+Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
                     const std::vector<size_t>* stack) {
+  const std::string& name = ev.name;
   Classified c;
   c.kind = classify_kernel(name);
   std::vector<std::string> names;
   if (stack)
-    for (size_t i : *stack) names.push_back(events[i]["name"].get<std::string>());
+    for (size_t i : *stack) names.push_back(ops[i].name());
   c.phase = phase_of(names);
   // A GEMM launched by PyTorch's grouped matmul (MoE experts: torch._grouped_mm) is an expert
   // GEMM, whatever its kernel is called.
@@ -456,18 +533,18 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
     // The kind the PyTorch op says (a SendRecv kernel runs all-to-alls too), then the sizes.
     if (stack)
       for (size_t i : *stack) {
-        const std::string& n = events[i]["name"].get_ref<const std::string&>();
+        const std::string& n = ops[i].name();
         if (n.rfind("c10d::", 0) == 0 && !collective_kind(n.substr(6)).empty())
           c.kind = collective_kind(n.substr(6));
       }
-    bool sized = comm_from_args(ev, c.kind, c.bytes, c.shape);
+    bool sized = comm_from_args(ev.kept, c.kind, c.bytes, c.shape);
     if (sized) c.shape.size_from = "kernel";
     if (stack)
       for (auto it = stack->rbegin(); it != stack->rend() && !sized; ++it) {
-        const Json& op = events[*it];
-        const std::string& n = op["name"].get_ref<const std::string&>();
+        const HostOp& op = ops[*it];
+        const std::string& n = op.name();
         if (n == "record_param_comms") {
-          sized = comm_from_args(op, c.kind, c.bytes, c.shape) ||
+          sized = comm_from_args(op.kept, c.kind, c.bytes, c.shape) ||
                   comm_from_old_rpc(op, c.kind, c.bytes, c.shape);
           if (sized) c.shape.size_from = "record_param_comms";
         } else if (n.rfind("c10d::", 0) == 0) {
@@ -487,11 +564,11 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
   // the backward whose main kernel does its FLOPs: they take no shape.
   const bool attention_part = c.kind == "attention" && is_attention_helper_kernel(name);
   for (auto it = stack->rbegin(); it != stack->rend(); ++it) {
-    const Json& op = events[*it];
-    const std::string& n = op["name"].get_ref<const std::string&>();
-    const auto dims = input_dims(op);
+    const HostOp& op = ops[*it];
+    const std::string& n = op.name();
+    const auto& dims = op.dims();
     if (dims.empty()) continue;
-    const auto types = input_types(op);
+    const auto& types = op.types();
     const DtypeInfo dt = dtype_info(types.empty() ? "" : types[0]);
     if (c.kind == "linear" && !gemm_part && gemm_shape(n, dims, c.shape)) {
       for (const std::string& t : types)
@@ -519,11 +596,11 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
       s.kv_heads = a->bshd ? kd[2] : kd[1];
       s.seq_kv = a->bshd ? kd[1] : kd[2];
       s.dtype = dtype_info(types.size() > q ? types[q] : "").name;
-      s.causal = causal_of(op, *a);
+      s.causal = causal_of(op.kept, *a);
       for (auto outer = it; outer != stack->rend() && s.causal < 0; ++outer) {
-        const Json& o = events[*outer];
-        if (const AttentionSchema* oa = attention_schema(o["name"].get_ref<const std::string&>()))
-          s.causal = causal_of(o, *oa);
+        const HostOp& o = ops[*outer];
+        if (const AttentionSchema* oa = attention_schema(o.name()))
+          s.causal = causal_of(o.kept, *oa);
       }
       s.backward = a->backward || is_backward_kernel(name);
       if (s.backward) c.phase = "bwd";
@@ -533,8 +610,13 @@ Classified classify(const Json& ev, const std::string& name, const Json& events,
     if (c.kind != "linear" && c.kind != "attention" && !dims[0].empty()) {
       c.shape.elements = product(dims[0]);
       c.shape.dtype = dt.name;
-      if (dt.bytes > 0 && streams_its_tensors(c.kind, lname))
-        c.bytes = streamed_bytes(n, dims, types);
+      if (dt.bytes > 0 && streams_its_tensors(c.kind, lname)) {
+        const double out_bytes = converted_element_bytes(n);
+        if (out_bytes > 0)
+          c.bytes = std::min(c.shape.elements * (dt.bytes + out_bytes), 1e30);
+        else if (!converts_dtype(n))
+          c.bytes = streamed_bytes(n, dims, types);
+      }
       return c;
     }
   }
@@ -553,33 +635,382 @@ std::string current_category(const std::string& cat) {
   return cat;
 }
 
+// Whether an event's category is one that only a PyTorch profiler trace has.
+bool has_kineto_category(const Json& e) {
+  if (!e.is_object()) return false;
+  auto cat = e.find("cat");
+  if (cat == e.end() || !cat->is_string()) return false;
+  const std::string c = current_category(cat->get<std::string>());
+  return c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset" || c == "cuda_runtime" ||
+         c == "cpu_op";
+}
+
+// What a trace's top-level members other than traceEvents say of its maker: 1 Kineto, 0 not
+// Kineto (parasol's own), -1 not said (its events decide).
+int kineto_by_header(const Json& top) {
+  auto other = top.find("otherData");
+  if (other != top.end() && other->is_object() && other->value("generator", "") == "parasol")
+    return 0;
+  if (top.contains("schemaVersion") || top.contains("distributedInfo") ||
+      top.contains("deviceProperties"))
+    return 1;
+  return -1;
+}
+
+// The import of one rank's trace, fed its top-level members and then its events one at a time
+// (in file order), each converted to what the import reads of it and dropped: the DOM import
+// (import_kineto) and the streaming one (import_kineto_stream) are this one code.
+class KinetoImporter {
+ public:
+  KinetoImporter(std::string what, int default_rank) : what_(std::move(what)), rank_(default_rank) {
+    imp_.trace.source = "measured";
+  }
+
+  void distributed_info(const Json& di) {
+    if (di.is_null()) return;
+    JsonReader r(di, what_ + ".distributedInfo");
+    if (r.has("rank")) rank_ = static_cast<int>(r.integer("rank", 0, 1 << 24));
+    if (r.has("world_size"))
+      imp_.world_size = static_cast<int>(r.integer("world_size", 1, 1 << 24));
+  }
+
+  void device_properties(const Json& dp) {
+    if (!dp.is_array()) return;
+    std::vector<std::string>& devices = imp_.devices;
+    for (const Json& d : dp)
+      if (d.is_object() && d.contains("name") && d["name"].is_string() &&
+          std::find(devices.begin(), devices.end(), d["name"].get<std::string>()) == devices.end())
+        devices.push_back(d["name"].get<std::string>());
+  }
+
+  // traceEvents[i].
+  void event(const Json& e, size_t i) {
+    if (!e.is_object())
+      throw Error(what_ + ".traceEvents[" + std::to_string(i) + "]", "must be an object");
+    auto ph = e.find("ph");
+    if (ph == e.end() || !ph->is_string() || ph->get_ref<const std::string&>() != "X") return;
+    auto cat_it = e.find("cat");
+    if (cat_it == e.end() || !cat_it->is_string()) return;
+    const std::string cat = current_category(cat_it->get<std::string>());
+    if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
+        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
+      if (step_names_.insert(e["name"].get<std::string>()).second)
+        step_durs_.push_back(number_field(e, what_, i, "dur", 0) * 1e-6);
+    }
+    const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
+    const bool host_op = cat == "cpu_op";
+    const bool call = cat == "cuda_runtime" || cat == "cuda_driver";
+    if (!device && !host_op && !call) return;
+    auto name = e.find("name");
+    if (name == e.end()) throw Error(at(what_, i, "name"), "missing");
+    if (!name->is_string()) throw Error(at(what_, i, "name"), "must be a string");
+    const double ts = number_field(e, what_, i, "ts", -kMaxMicroseconds);
+    const double dur = number_field(e, what_, i, "dur", 0);
+    const int64_t pid = int_field(e, what_, i, "pid");
+    const int64_t tid = int_field(e, what_, i, "tid");
+    if (host_op) {
+      const std::string& n = name->get_ref<const std::string&>();
+      ops_[{pid, tid}].push_back({ts, dur, host_ops_.size()});
+      const bool comm = n == "record_param_comms" || n.rfind("c10d::", 0) == 0;
+      host_ops_.push_back({names_(n), dims_(input_dims(e)), types_(input_types(e)),
+                           kept_args(e, comm, attention_schema(n) != nullptr)});
+    } else if (call) {
+      calls_[{pid, tid}].push_back({ts, dur, i});
+      const double corr = arg_number(e, "correlation");
+      if (std::fabs(corr) < 9e18) call_of_[static_cast<int64_t>(corr)] = {ts, dur, i};
+    } else {
+      const Activity::Cat c = cat == "kernel"       ? Activity::kKernel
+                              : cat == "gpu_memcpy" ? Activity::kMemcpy
+                                                    : Activity::kMemset;
+      acts_.push_back({i, c, tid, name->get<std::string>(), ts, dur, arg_number(e, "correlation"),
+                       arg_number(e, "bytes"),
+                       cat == "kernel" ? kept_args(e, true, false) : Json()});
+    }
+  }
+
+  ImportedTrace finish() {
+    if (acts_.empty())
+      throw Error(what_, ops_.empty()
+                             ? "has no device activities (kernels, memcpys, memsets) and no "
+                               "CPU ops: not a PyTorch profiler trace of a GPU job"
+                             : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
+                                   " threads of CPU ops but no device activities (kernels, "
+                                   "memcpys, memsets); profile with ProfilerActivity.CUDA");
+    auto by_start = [](const HostEvent& a, const HostEvent& b) {
+      return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+    };
+    for (auto& [t, v] : ops_) std::sort(v.begin(), v.end(), by_start);
+    for (auto& [t, v] : calls_) std::sort(v.begin(), v.end(), by_start);
+    // The launch stacks of the calls that launched something; then the threads' ops and calls
+    // are no longer needed.
+    std::unordered_set<size_t> launching;
+    for (const Activity& a : acts_)
+      if (std::fabs(a.correlation) < 9e18)
+        if (auto it = call_of_.find(static_cast<int64_t>(a.correlation)); it != call_of_.end())
+          launching.insert(it->second.index);
+    const auto stacks = launch_stacks(ops_, calls_, launching);
+    ops_.clear();
+    calls_.clear();
+    ImportedTrace& imp = imp_;
+    imp.trace.events.reserve(acts_.size());
+    imp.shapes.reserve(acts_.size());
+    std::vector<DeviceSpan> spans;
+    spans.reserve(acts_.size());
+    for (Activity& a : acts_) {
+      TraceEvent t;
+      t.rank = rank_;
+      const int64_t tid = a.tid;
+      if (tid < 0 || tid > std::numeric_limits<int>::max())
+        throw Error(at(what_, a.index, "tid"), "must be a stream number >= 0");
+      t.stream = static_cast<int>(tid);
+      t.start_s = a.ts * 1e-6;
+      t.dur_s = a.dur * 1e-6;
+      KernelShape shape;
+      const double corr = a.correlation;
+      const HostEvent* launch = nullptr;
+      if (std::fabs(corr) < 9e18) {
+        auto it = call_of_.find(static_cast<int64_t>(corr));
+        if (it != call_of_.end()) launch = &it->second;
+      }
+      if (a.cat == Activity::kKernel) {
+        ++imp.kernels;
+        const std::vector<size_t>* stack = nullptr;
+        if (launch) {
+          auto s = stacks.find(launch->index);
+          if (s != stacks.end()) stack = &s->second;
+        }
+        Classified c = classify(a, host_ops_, stack);
+        t.kind = c.kind.empty() ? "unclassified" : c.kind;
+        t.bytes = c.bytes;
+        t.flops = c.flops;
+        t.phase = c.phase;
+        t.group = c.group;
+        shape = c.shape;
+      } else {
+        // Copies are "memcpy" whichever way they go: label_copies_by_plan makes them the plan's
+        // offloads and prefetches when the plan has any.
+        t.kind = a.cat == Activity::kMemset ? "memset" : "memcpy";
+        if (a.bytes >= 0 && a.bytes <= 1e30) t.bytes = a.bytes;
+      }
+      t.name = std::move(a.name);  // classified: the activity's name is not read again
+      spans.push_back({a.ts, a.ts + a.dur, launch ? launch->ts + launch->dur : -1});
+      imp.trace.events.push_back(std::move(t));
+      imp.shapes.push_back(std::move(shape));
+    }
+    finish_rank(imp, rank_, spans);
+    imp.steps = std::max<int>(1, step_names_.size());
+    if (!step_durs_.empty()) {
+      double sum = 0;
+      for (double d : step_durs_) sum += d;
+      imp.step_s[rank_] = sum / step_durs_.size();
+    }
+    return std::move(imp_);
+  }
+
+ private:
+  std::string what_;
+  int rank_;
+  ImportedTrace imp_;
+  std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops_, calls_;  // by (pid, tid)
+  std::deque<HostOp> host_ops_;  // ops_'s HostEvent::index
+  Interned<std::string> names_;  // of host_ops_
+  Interned<Dims> dims_;
+  Interned<Types> types_;
+  std::unordered_map<int64_t, HostEvent> call_of_;  // correlation -> runtime call
+  std::deque<Activity> acts_;
+  std::set<std::string> step_names_;
+  std::vector<double> step_durs_;  // seconds, one per distinct ProfilerStep#N
+};
+
+// Builds one JSON value from SAX events (nlohmann's own DOM parser does the same for the whole
+// document): the streaming import builds each event, and each top-level member other than
+// traceEvents, with it.
+class ValueBuilder {
+ public:
+  bool active() const { return active_; }
+  bool done() const { return active_ && stack_.empty() && has_value_; }
+  void begin() {
+    active_ = true;
+    has_value_ = false;
+    root_ = Json();
+  }
+  Json take() {
+    active_ = false;
+    return std::move(root_);
+  }
+  template <typename V>
+  void value(V&& v) {
+    put(Json(std::forward<V>(v)));
+  }
+  void start(Json container) { stack_.push_back(put(std::move(container))); }
+  void key(std::string& k) { key_ = std::move(k); }
+  void end() { stack_.pop_back(); }
+
+ private:
+  Json* put(Json v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      has_value_ = true;
+      return &root_;
+    }
+    Json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    Json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool active_ = false, has_value_ = false;
+  Json root_;
+  std::vector<Json*> stack_;
+  std::string key_;
+};
+
+// nlohmann's SAX interface over a trace: the traceEvents array (or a top-level array of events)
+// is fed to the importer an event at a time; every other top-level member is kept whole (they are
+// small: schemaVersion, deviceProperties, distributedInfo, otherData ...).
+class KinetoSax {
+ public:
+  KinetoSax(KinetoImporter& imp, std::string what, bool feed_top_array)
+      : imp_(imp), what_(std::move(what)), feed_top_array_(feed_top_array) {}
+
+  bool null() { return scalar(nullptr); }
+  bool boolean(bool v) { return scalar(v); }
+  bool number_integer(Json::number_integer_t v) { return scalar(v); }
+  bool number_unsigned(Json::number_unsigned_t v) { return scalar(v); }
+  bool number_float(Json::number_float_t v, const std::string&) { return scalar(v); }
+  bool string(std::string& v) { return scalar(std::move(v)); }
+  bool binary(Json::binary_t& v) { return scalar(std::move(v)); }
+  bool start_object(std::size_t) {
+    if (!b_.active() && depth_ == 0) {
+      top_ = Top::kObject;
+      depth_ = 1;
+      return true;
+    }
+    begin_value();
+    b_.start(Json::object());
+    return true;
+  }
+  bool key(std::string& k) {
+    if (b_.active()) {
+      b_.key(k);
+    } else {
+      key_ = std::move(k);
+    }
+    return true;
+  }
+  bool end_object() {
+    if (!b_.active()) {  // the top-level object
+      depth_ = 0;
+      return true;
+    }
+    b_.end();
+    finish_value();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (!b_.active() &&
+        ((depth_ == 0) || (top_ == Top::kObject && depth_ == 1 && key_ == "traceEvents"))) {
+      if (depth_ == 0) top_ = Top::kArray;
+      in_events_ = true;
+      saw_events_ = true;
+      ++depth_;
+      return true;
+    }
+    begin_value();
+    b_.start(Json::array());
+    return true;
+  }
+  bool end_array() {
+    if (!b_.active()) {  // the events array
+      in_events_ = false;
+      --depth_;
+      return true;
+    }
+    b_.end();
+    finish_value();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) {
+    // As parse_json words it.
+    std::string msg = ex.what();
+    auto pos = msg.find("parse error");
+    if (pos == std::string::npos) pos = msg.find("number overflow");
+    throw Error(what_,
+                "malformed JSON (" + (pos == std::string::npos ? msg : msg.substr(pos)) + ")");
+  }
+
+  enum class Top { kNone, kObject, kArray, kScalar };
+  Top top() const { return top_; }
+  const Json& header() const { return header_; }  // top-level members but traceEvents
+  bool saw_events() const { return saw_events_; }
+  bool kineto_category() const { return kineto_category_; }
+  Json scalar_top;  // the document, when it is a scalar
+
+ private:
+  template <typename V>
+  bool scalar(V&& v) {
+    if (!b_.active() && depth_ == 0) {
+      top_ = Top::kScalar;
+      scalar_top = Json(std::forward<V>(v));
+      return true;
+    }
+    begin_value();
+    b_.value(std::forward<V>(v));
+    finish_value();
+    return true;
+  }
+  void begin_value() {
+    if (!b_.active()) b_.begin();
+  }
+  void finish_value() {
+    if (!b_.done()) return;
+    Json v = b_.take();
+    if (in_events_) {
+      // A top-level array of events is no Kineto trace for a caller that requires one: its
+      // events are not read (import_framework_traces refuses it before reading them).
+      if (top_ == Top::kArray && !feed_top_array_) return;
+      kineto_category_ = kineto_category_ || has_kineto_category(v);
+      imp_.event(v, index_++);
+      return;
+    }
+    // A top-level member: distributedInfo and deviceProperties are read as they come (before the
+    // events in Kineto's files), as the DOM import reads them before its events.
+    if (key_ == "distributedInfo") imp_.distributed_info(v);
+    if (key_ == "deviceProperties") imp_.device_properties(v);
+    header_[key_] = std::move(v);
+  }
+
+  KinetoImporter& imp_;
+  std::string what_;
+  ValueBuilder b_;
+  Top top_ = Top::kNone;
+  int depth_ = 0;  // 1 inside the top-level object or events array, 2 in its events array
+  bool feed_top_array_;
+  bool in_events_ = false, saw_events_ = false, kineto_category_ = false;
+  std::string key_;  // the current top-level member's
+  size_t index_ = 0;
+  Json header_ = Json::object();
+};
+
 }  // namespace
 
 bool looks_like_kineto(const Json& j) {
   if (!j.is_object()) return false;
-  auto other = j.find("otherData");
-  if (other != j.end() && other->is_object() && other->value("generator", "") == "parasol")
-    return false;
-  if (j.contains("schemaVersion") || j.contains("distributedInfo") ||
-      j.contains("deviceProperties"))
-    return true;
+  const int by_header = kineto_by_header(j);
+  if (by_header >= 0) return by_header == 1;
   auto ev = j.find("traceEvents");
   if (ev == j.end() || !ev->is_array()) return false;
   for (const Json& e : *ev)
-    if (e.is_object() && e.contains("cat") && e["cat"].is_string()) {
-      const std::string c = current_category(e["cat"].get<std::string>());
-      if (c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset" || c == "cuda_runtime" ||
-          c == "cpu_op")
-        return true;
-    }
+    if (has_kineto_category(e)) return true;
   return false;
 }
 
 ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank) {
+  KinetoImporter k(what, default_rank);
   const Json* events = nullptr;
-  int rank = default_rank;
-  int world_size = 0;
-  std::vector<std::string> devices;
   if (j.is_array()) {
     events = &j;
   } else if (j.is_object()) {
@@ -587,141 +1018,50 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
     if (it == j.end()) throw Error(what + ".traceEvents", "missing");
     if (!it->is_array()) throw Error(what + ".traceEvents", "must be an array");
     events = &*it;
-    auto di = j.find("distributedInfo");
-    if (di != j.end() && !di->is_null()) {
-      JsonReader r(*di, what + ".distributedInfo");
-      if (r.has("rank")) rank = static_cast<int>(r.integer("rank", 0, 1 << 24));
-      if (r.has("world_size")) world_size = static_cast<int>(r.integer("world_size", 1, 1 << 24));
-    }
-    auto dp = j.find("deviceProperties");
-    if (dp != j.end() && dp->is_array())
-      for (const Json& d : *dp)
-        if (d.is_object() && d.contains("name") && d["name"].is_string() &&
-            std::find(devices.begin(), devices.end(), d["name"].get<std::string>()) ==
-                devices.end())
-          devices.push_back(d["name"].get<std::string>());
+    if (auto di = j.find("distributedInfo"); di != j.end()) k.distributed_info(*di);
+    if (auto dp = j.find("deviceProperties"); dp != j.end()) k.device_properties(*dp);
   } else {
     throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   }
-  ImportedTrace imp;
-  imp.trace.source = "measured";
-  imp.world_size = world_size;
-  imp.devices = devices;
-  std::map<std::pair<int64_t, int64_t>, std::vector<HostEvent>> ops, calls;
-  std::unordered_map<int64_t, HostEvent> call_of;  // correlation -> runtime call
-  std::vector<Activity> acts;
-  std::set<std::string> step_names;
-  std::vector<double> step_durs;  // seconds, one per distinct ProfilerStep#N
-  for (size_t i = 0; i < events->size(); ++i) {
-    const Json& e = (*events)[i];
-    if (!e.is_object())
-      throw Error(what + ".traceEvents[" + std::to_string(i) + "]", "must be an object");
-    auto ph = e.find("ph");
-    if (ph == e.end() || !ph->is_string() || ph->get<std::string>() != "X") continue;
-    auto cat_it = e.find("cat");
-    if (cat_it == e.end() || !cat_it->is_string()) continue;
-    const std::string cat = current_category(cat_it->get<std::string>());
-    if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
-        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
-      if (step_names.insert(e["name"].get<std::string>()).second)
-        step_durs.push_back(number_field(e, what, i, "dur", 0) * 1e-6);
-    }
-    const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
-    const bool host_op = cat == "cpu_op";
-    const bool call = cat == "cuda_runtime" || cat == "cuda_driver";
-    if (!device && !host_op && !call) continue;
-    auto name = e.find("name");
-    if (name == e.end()) throw Error(at(what, i, "name"), "missing");
-    if (!name->is_string()) throw Error(at(what, i, "name"), "must be a string");
-    const double ts = number_field(e, what, i, "ts", -kMaxMicroseconds);
-    const double dur = number_field(e, what, i, "dur", 0);
-    const int64_t pid = int_field(e, what, i, "pid");
-    const int64_t tid = int_field(e, what, i, "tid");
-    if (host_op) {
-      ops[{pid, tid}].push_back({ts, dur, i});
-    } else if (call) {
-      calls[{pid, tid}].push_back({ts, dur, i});
-      const double corr = arg_number(e, "correlation");
-      if (std::fabs(corr) < 9e18) call_of[static_cast<int64_t>(corr)] = {ts, dur, i};
-    } else {
-      acts.push_back({i, cat, tid});
-    }
-  }
-  if (acts.empty())
-    throw Error(what, ops.empty() ? "has no device activities (kernels, memcpys, memsets) and no "
-                                    "CPU ops: not a PyTorch profiler trace of a GPU job"
-                                  : "is a CPU-only trace: it has " + std::to_string(ops.size()) +
-                                        " threads of CPU ops but no device activities (kernels, "
-                                        "memcpys, memsets); profile with ProfilerActivity.CUDA");
-  auto by_start = [](const HostEvent& a, const HostEvent& b) {
-    return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
-  };
-  for (auto& [t, v] : ops) std::sort(v.begin(), v.end(), by_start);
-  for (auto& [t, v] : calls) std::sort(v.begin(), v.end(), by_start);
-  const auto stacks = launch_stacks(ops, calls);
+  for (size_t i = 0; i < events->size(); ++i) k.event((*events)[i], i);
+  return k.finish();
+}
 
-  std::vector<DeviceSpan> spans;
-  for (const Activity& a : acts) {
-    const Json& e = (*events)[a.index];
-    const std::string name = e["name"].get<std::string>();
-    TraceEvent t;
-    t.rank = rank;
-    const int64_t tid = a.tid;
-    if (tid < 0 || tid > std::numeric_limits<int>::max())
-      throw Error(at(what, a.index, "tid"), "must be a stream number >= 0");
-    t.stream = static_cast<int>(tid);
-    t.name = name;
-    t.start_s = e["ts"].get<double>() * 1e-6;
-    t.dur_s = e["dur"].get<double>() * 1e-6;
-    KernelShape shape;
-    const double corr = arg_number(e, "correlation");
-    const HostEvent* launch = nullptr;
-    if (std::fabs(corr) < 9e18) {
-      auto it = call_of.find(static_cast<int64_t>(corr));
-      if (it != call_of.end()) launch = &it->second;
-    }
-    if (a.cat == "kernel") {
-      ++imp.kernels;
-      const std::vector<size_t>* stack = nullptr;
-      if (launch) {
-        auto s = stacks.find(launch->index);
-        if (s != stacks.end()) stack = &s->second;
-      }
-      Classified c = classify(e, name, *events, stack);
-      t.kind = c.kind.empty() ? "unclassified" : c.kind;
-      t.bytes = c.bytes;
-      t.flops = c.flops;
-      t.phase = c.phase;
-      t.group = c.group;
-      shape = c.shape;
-    } else {
-      // Copies are "memcpy" whichever way they go: label_copies_by_plan makes them the plan's
-      // offloads and prefetches when the plan has any.
-      t.kind = a.cat == "gpu_memset" ? "memset" : "memcpy";
-      const double b = arg_number(e, "bytes");
-      if (b >= 0 && b <= 1e30) t.bytes = b;
-    }
-    spans.push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>(),
-                     launch ? launch->ts + launch->dur : -1});
-    imp.trace.events.push_back(std::move(t));
-    imp.shapes.push_back(std::move(shape));
+ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, int default_rank,
+                                   bool require_kineto) {
+  KinetoImporter k(what, default_rank);
+  KinetoSax sax(k, what, !require_kineto);
+  Json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true);
+  using Top = KinetoSax::Top;
+  const Json& header = sax.header();
+  if (require_kineto) {
+    const int by_header = sax.top() == Top::kObject ? kineto_by_header(header) : 0;
+    const bool kineto = by_header >= 0 ? by_header == 1 : sax.saw_events() && sax.kineto_category();
+    if (!kineto)
+      throw Error(what,
+                  "not a PyTorch profiler trace (no schemaVersion, distributedInfo or device "
+                  "activity); compare and calibrate read parasol's own traces without --measured");
   }
-  finish_rank(imp, rank, spans);
-  imp.steps = std::max<int>(1, step_names.size());
-  if (!step_durs.empty()) {
-    double sum = 0;
-    for (double d : step_durs) sum += d;
-    imp.step_s[rank] = sum / step_durs.size();
+  if (sax.top() == Top::kObject && !sax.saw_events()) {
+    if (header.contains("traceEvents")) throw Error(what + ".traceEvents", "must be an array");
+    throw Error(what + ".traceEvents", "missing");
   }
-  return imp;
+  if (sax.top() != Top::kObject && sax.top() != Top::kArray)
+    throw Error(what, "must be a JSON object with traceEvents, or an array of events");
+  return k.finish();
+}
+
+ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto) {
+  TextFileBuf buf(path);
+  std::istream in(&buf);
+  return import_kineto_stream(in, path, default_rank, require_kineto);
 }
 
 ImportedTrace import_kineto_files(const std::vector<std::string>& paths) {
   if (paths.empty()) throw Error("traces", "no trace file given");
   std::vector<ImportedTrace> parts;
   for (size_t f = 0; f < paths.size(); ++f)
-    parts.push_back(import_kineto(parse_json(read_text_file(paths[f]), paths[f]), paths[f],
-                                  static_cast<int>(f)));
+    parts.push_back(import_kineto_file(paths[f], static_cast<int>(f), false));
   return merge_imported(std::move(parts), paths);
 }
 

@@ -26,7 +26,10 @@
 //  - Other compute ops take their elements from the innermost op with Input Dims (the first
 //    input's); norms, activations and pointwise elementwise kernels (not gathers, scatters,
 //    copies of concatenation, reductions, scans) their bytes from every tensor input read once
-//    and the output written once (shaped as the largest input; see streamed_bytes).
+//    and the output written once (shaped as the largest input; see streamed_bytes), except a
+//    dtype conversion: fbgemm's HFP8 quantize and dequantize write their output's dtype (1 and 4
+//    bytes an element), and other fbgemm "...Quantized..." ops, whose output dtype the trace does
+//    not say, get no bytes.
 //  - Collectives and send/receive take their kind, element count, dtype and group size from, in
 //    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
 //    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,
@@ -46,6 +49,7 @@
 // the kernel's runtime call.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -59,6 +63,18 @@ namespace parasol::traces {
 // merge_imported (imported_trace.h) shifts them. A malformed event is a parasol::Error naming
 // "<what>.traceEvents[i].<field>".
 ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank);
+// The same import streamed from a trace's text (nlohmann's SAX parser): each event is converted
+// to what the import reads of it (see KinetoImporter in the .cc) and dropped as it is read, so
+// the memory held is that of the kept CPU ops, runtime calls and device activities, never the
+// document's. The imported trace equals import_kineto's of the parsed text (a duplicated
+// top-level "traceEvents" is read twice here, once there). With `require_kineto`, a text that
+// looks_like_kineto would refuse is an Error saying so (as import_framework_traces words it), and
+// a top-level array of events is one. Malformed JSON is an Error as parse_json words it.
+ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, int default_rank,
+                                   bool require_kineto);
+// import_kineto_stream of a file, plain or gzip, inflated as it is read (text_file.h's
+// TextFileBuf); errors name the file.
+ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto);
 // Reads, imports and merges per-rank files (gzip when the file starts with gzip's magic bytes):
 // times from the earliest device activity of all files; two files of one rank are an Error.
 // Unreadable, truncated or malformed files are a parasol::Error naming the file and position.

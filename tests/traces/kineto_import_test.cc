@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <fstream>
 #include <set>
+#include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "traces/framework_traces.h"
@@ -41,6 +43,91 @@ std::string error_of(F f) {
     return e.what();
   }
   return "";
+}
+
+// Every field of two imports, compared exactly (the streamed and the DOM import are one code
+// fed the same values: nothing may differ, not even a rounding).
+void expect_same_import(const ImportedTrace& a, const ImportedTrace& b, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.trace.events.size(), b.trace.events.size());
+  ASSERT_EQ(a.shapes.size(), b.shapes.size());
+  EXPECT_EQ(a.trace.source, b.trace.source);
+  for (size_t i = 0; i < a.trace.events.size(); ++i) {
+    const TraceEvent& x = a.trace.events[i];
+    const TraceEvent& y = b.trace.events[i];
+    SCOPED_TRACE("event " + std::to_string(i) + " " + x.name);
+    EXPECT_EQ(x.rank, y.rank);
+    EXPECT_EQ(x.stream, y.stream);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.start_s, y.start_s);
+    EXPECT_EQ(x.dur_s, y.dur_s);
+    EXPECT_EQ(x.op_id, y.op_id);
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(x.flops, y.flops);
+    EXPECT_EQ(x.layer, y.layer);
+    EXPECT_EQ(x.micro_batch, y.micro_batch);
+    EXPECT_EQ(x.phase, y.phase);
+    EXPECT_EQ(x.group, y.group);
+    const KernelShape& p = a.shapes[i];
+    const KernelShape& q = b.shapes[i];
+    EXPECT_EQ(std::tie(p.m, p.n, p.k, p.batch, p.attn_batch, p.heads, p.kv_heads, p.seq_q, p.seq_kv,
+                       p.head_dim, p.causal, p.backward),
+              std::tie(q.m, q.n, q.k, q.batch, q.attn_batch, q.heads, q.kv_heads, q.seq_q, q.seq_kv,
+                       q.head_dim, q.causal, q.backward));
+    EXPECT_EQ(p.elements, q.elements);
+    EXPECT_EQ(p.dtype, q.dtype);
+    EXPECT_EQ(p.group_size, q.group_size);
+    EXPECT_EQ(p.group, q.group);
+    EXPECT_EQ(p.group_ranks, q.group_ranks);
+    EXPECT_EQ(p.size_from, q.size_from);
+  }
+  EXPECT_EQ(a.files, b.files);
+  EXPECT_EQ(a.kernels, b.kernels);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.by_kind, b.by_kind);
+  ASSERT_EQ(a.unclassified.size(), b.unclassified.size());
+  for (size_t i = 0; i < a.unclassified.size(); ++i) {
+    EXPECT_EQ(a.unclassified[i].name, b.unclassified[i].name);
+    EXPECT_EQ(a.unclassified[i].count, b.unclassified[i].count);
+    EXPECT_EQ(a.unclassified[i].seconds, b.unclassified[i].seconds);
+  }
+  ASSERT_EQ(a.gaps.size(), b.gaps.size());
+  for (size_t i = 0; i < a.gaps.size(); ++i) {
+    EXPECT_EQ(a.gaps[i].rank, b.gaps[i].rank);
+    EXPECT_EQ(a.gaps[i].busy_s, b.gaps[i].busy_s);
+    EXPECT_EQ(a.gaps[i].idle_s, b.gaps[i].idle_s);
+    EXPECT_EQ(a.gaps[i].launch_s, b.gaps[i].launch_s);
+    EXPECT_EQ(a.gaps[i].launch_gaps, b.gaps[i].launch_gaps);
+  }
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.devices, b.devices);
+  EXPECT_EQ(a.step_s, b.step_s);
+}
+
+// import_kineto of `j` (the DOM import), checked against the streamed import of its text: the
+// same trace, or the same Error (rethrown). Every test of this file that imports a trace it made
+// goes through here, so each of them checks the streamed import too.
+ImportedTrace import_both(const Json& j, const std::string& what, int rank) {
+  ImportedTrace dom, sax;
+  std::exception_ptr dom_error;
+  std::string dom_message, sax_message;
+  try {
+    dom = import_kineto(j, what, rank);
+  } catch (const Error& e) {
+    dom_error = std::current_exception();
+    dom_message = e.what();
+  }
+  std::istringstream text(j.dump());
+  try {
+    sax = import_kineto_stream(text, what, rank, /*require_kineto=*/false);
+  } catch (const Error& e) {
+    sax_message = e.what();
+  }
+  EXPECT_EQ(dom_message, sax_message) << what;
+  if (dom_error) std::rethrow_exception(dom_error);
+  expect_same_import(dom, sax, what);
+  return dom;
 }
 
 TEST(ClassifyKernel, NamesOfTheLibraries) {
@@ -258,7 +345,7 @@ Json small_trace() {
 }
 
 TEST(KinetoImport, ShapesSizesAndKindsFromTheLaunchingOps) {
-  const ImportedTrace imp = import_kineto(small_trace(), "small", 0);
+  const ImportedTrace imp = import_both(small_trace(), "small", 0);
   ASSERT_EQ(imp.trace.events.size(), 7u);
   ASSERT_EQ(imp.shapes.size(), 7u);
   EXPECT_EQ(imp.kernels, 6);
@@ -402,7 +489,7 @@ TEST(KinetoImport, AttentionShapesAsTheInnermostOpHoldsThem) {
       "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
       "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 64, true, true>::Params)",
       320, 1300, 40);
-  const ImportedTrace imp = import_kineto(b.trace(), "sdpa", 0);
+  const ImportedTrace imp = import_both(b.trace(), "sdpa", 0);
   ASSERT_EQ(imp.trace.events.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const KernelShape& s = imp.shapes[i];
@@ -442,7 +529,7 @@ TEST(KinetoImport, GemmsOfTheGroupedMatmulAreExpertGemms) {
       "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int,"
       " int, int>>>(Params)",
       205, 1100, 30);
-  const ImportedTrace imp = import_kineto(b.trace(), "grouped", 0);
+  const ImportedTrace imp = import_both(b.trace(), "grouped", 0);
   ASSERT_EQ(imp.trace.events.size(), 2u);
   EXPECT_EQ(imp.trace.events[0].kind, "expert-linear");
   EXPECT_EQ(imp.trace.events[1].kind, "linear");
@@ -461,7 +548,7 @@ TEST(KinetoImport, FlashBackwardHelpersTakeNoShape) {
       110, 1010, 50);
   b.kernel("void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128>>", 120,
            1070, 5);
-  const ImportedTrace imp = import_kineto(b.trace(), "flash-bwd", 0);
+  const ImportedTrace imp = import_both(b.trace(), "flash-bwd", 0);
   ASSERT_EQ(imp.trace.events.size(), 3u);
   EXPECT_EQ(imp.shapes[0].seq_q, 0);
   EXPECT_EQ(imp.trace.events[0].flops, 0);
@@ -507,7 +594,7 @@ TEST(KinetoImport, MemoryBoundBytesFromEveryInputAndTheOutput) {
       "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
       "BFloat16>, at::detail::Array<char*, 3>>(int)",
       501, 1040, 5);
-  const ImportedTrace imp = import_kineto(b.trace(), "bytes", 0);
+  const ImportedTrace imp = import_both(b.trace(), "bytes", 0);
   ASSERT_EQ(imp.trace.events.size(), 5u);
   EXPECT_EQ(imp.trace.events[0].kind, "elementwise");
   EXPECT_DOUBLE_EQ(imp.trace.events[0].bytes, 3 * n * 2);
@@ -516,6 +603,37 @@ TEST(KinetoImport, MemoryBoundBytesFromEveryInputAndTheOutput) {
   EXPECT_DOUBLE_EQ(imp.trace.events[2].bytes, 3 * n * 2);
   EXPECT_DOUBLE_EQ(imp.trace.events[3].bytes, 2 * n * 2);
   EXPECT_DOUBLE_EQ(imp.trace.events[4].bytes, (2 * n + 1024) * 2);
+}
+
+// fbgemm_gpu's HFP8 quantize and dequantize (the sampled HTA traces' all-to-all payloads): one
+// gpu_kernel each over N elements, float (4 bytes) to uint8 (1 byte) and back
+// (fbgemm_gpu/src/quantize_ops/quantize_hfp8.cu), so each moves N x 5 bytes; the output is not
+// in the input's dtype. Another fbgemm conversion, whose output dtype the trace does not say,
+// has no bytes (not fitted) rather than wrong ones.
+TEST(KinetoImport, DtypeConversionsMoveTheirOutputsDtype) {
+  const double n = 419430400;
+  TraceBuilder b;
+  b.op("fbgemm::FloatToHFP8Quantized", 100, 10, {{419430400}, {}, {}, {}},
+       {"float", "Scalar", "Scalar", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::"
+      "Tensor const&, long, long, double)::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)",
+      101, 1000, 5);
+  b.op("fbgemm::HFP8QuantizedToFloat", 200, 10, {{419430400}, {}, {}},
+       {"unsigned char", "Scalar", "Scalar"});
+  b.kernel(
+      "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::"
+      "Tensor const&, long, long)::{lambda(unsigned char)#1}, at::detail::Array<char*, 2> >(int)",
+      201, 1010, 5);
+  b.op("fbgemm::FloatToFused8BitRowwiseQuantized", 300, 10, {{4096, 1024}}, {"float"});
+  b.kernel("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::something>(int)", 301,
+           1020, 5);
+  const ImportedTrace imp = import_both(b.trace(), "hfp8", 0);
+  ASSERT_EQ(imp.trace.events.size(), 3u);
+  EXPECT_EQ(imp.trace.events[0].kind, "elementwise");
+  EXPECT_DOUBLE_EQ(imp.trace.events[0].bytes, n * (4 + 1));
+  EXPECT_DOUBLE_EQ(imp.trace.events[1].bytes, n * (1 + 4));
+  EXPECT_EQ(imp.trace.events[2].bytes, 0);
 }
 
 TEST(KinetoImport, StepTimeFromEachRanksProfilerStepRanges) {
@@ -567,7 +685,7 @@ TEST(KinetoImport, ATraceIsCheckedAgainstThePlan) {
             "world size: the trace's job had 2 ranks (distributedInfo.world_size), the plan "
             "has 64");
   // The small trace's GEMM and attention ran bf16 (rank 3 of 8).
-  const ImportedTrace small = import_kineto(small_trace(), "small", 0);
+  const ImportedTrace small = import_both(small_trace(), "small", 0);
   EXPECT_TRUE(plan_mismatches(small, "", 8, "bf16").empty());
   const std::vector<std::string> d = plan_mismatches(small, "", 8, "fp32");
   ASSERT_EQ(d.size(), 1u);
@@ -625,7 +743,7 @@ TEST(KinetoImport, PyTorch18CategoriesAndStringTidsAreRead) {
                 {"args", {{"bytes", 1024}}}});
   const Json j = {{"traceEvents", ev}};
   EXPECT_TRUE(looks_like_kineto(j));
-  const ImportedTrace imp = import_kineto(j, "pt18", 0);
+  const ImportedTrace imp = import_both(j, "pt18", 0);
   ASSERT_EQ(imp.trace.events.size(), 2u);
   EXPECT_EQ(imp.trace.events[0].kind, "linear");
   EXPECT_EQ(imp.trace.events[0].stream, 7);
@@ -668,7 +786,7 @@ TEST(KinetoImport, WhatIsNotAGpuTraceIsRefusedForWhatItIs) {
 TEST(KinetoImport, CopiesAreOffloadsOnlyWhenThePlanOffloads) {
   // The small trace's host-to-device copy: a plain memcpy for a job that does not offload, a
   // prefetch for one that does.
-  ImportedTrace imp = import_kineto(small_trace(), "small", 0);
+  ImportedTrace imp = import_both(small_trace(), "small", 0);
   auto kind_of_copy = [&] {
     for (const TraceEvent& e : imp.trace.events)
       if (e.name.find("HtoD") != std::string::npos) return e.kind;
@@ -720,7 +838,7 @@ TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
                 {"ts", 1030},
                 {"dur", 10},
                 {"args", {{"correlation", 2}}}});
-  const ImportedTrace imp = import_kineto({{"traceEvents", ev}}, "gaps", 0);
+  const ImportedTrace imp = import_both({{"traceEvents", ev}}, "gaps", 0);
   ASSERT_EQ(imp.gaps.size(), 1u);
   EXPECT_NEAR(imp.gaps[0].busy_s, 20e-6, 1e-12);
   EXPECT_NEAR(imp.gaps[0].idle_s, 20e-6, 1e-12);
@@ -731,38 +849,38 @@ TEST(KinetoImport, LaunchGapsAreIdleTimeThatWaitedForTheHost) {
 TEST(KinetoImport, MalformedEventsNameTheFieldAndPosition) {
   Json j = small_trace();
   j["traceEvents"][3]["dur"] = "fifty";
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("f.json.traceEvents[3].dur"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("f.json.traceEvents[3].dur"),
             std::string::npos);
   j = small_trace();
   j["traceEvents"][3].erase("ts");
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].ts: missing"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("traceEvents[3].ts: missing"),
             std::string::npos);
   j = small_trace();
   j["traceEvents"][3]["dur"] = -1;
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].dur"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("traceEvents[3].dur"),
             std::string::npos);
   j = small_trace();
   j["traceEvents"][3]["tid"] = "seven";
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].tid"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("traceEvents[3].tid"),
             std::string::npos);
   j = small_trace();
   j["traceEvents"][3]["tid"] = "stream 99999999999";
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("traceEvents[3].tid"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("traceEvents[3].tid"),
             std::string::npos);
   // Older exports name a stream "stream N".
   j = small_trace();
   j["traceEvents"][3]["tid"] = "stream 9";
   bool on_nine = false;
-  for (const TraceEvent& e : import_kineto(j, "f.json", 0).trace.events)
+  for (const TraceEvent& e : import_both(j, "f.json", 0).trace.events)
     on_nine = on_nine || (e.kind == "linear" && e.stream == 9);
   EXPECT_TRUE(on_nine);
   j = small_trace();
   j["traceEvents"] = 5;
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("f.json.traceEvents"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("f.json.traceEvents"),
             std::string::npos);
   j = small_trace();
   j["distributedInfo"]["rank"] = -2;
-  EXPECT_NE(error_of([&] { import_kineto(j, "f.json", 0); }).find("distributedInfo.rank"),
+  EXPECT_NE(error_of([&] { import_both(j, "f.json", 0); }).find("distributedInfo.rank"),
             std::string::npos);
 }
 
@@ -943,6 +1061,52 @@ TEST(KinetoImport, TellsKinetoFromParasolTraces) {
   EXPECT_TRUE(looks_like_kineto(small_trace()));
   EXPECT_FALSE(looks_like_kineto(
       Json{{"traceEvents", Json::array()}, {"otherData", {{"generator", "parasol"}}}}));
+}
+
+// The streamed import of the real traces (gzip, inflated as read) equals the DOM import of their
+// whole text, file by file and merged; and the streamed refusals of what is not a Kineto trace are
+// the DOM path's (looks_like_kineto, then import_kineto).
+TEST(KinetoImport, StreamedImportEqualsTheDomImportOnEveryTestTrace) {
+  const std::vector<std::vector<std::string>> jobs = {kHtaRanks, {kNcclStep}};
+  for (const std::vector<std::string>& files : jobs) {
+    std::vector<ImportedTrace> parts;
+    for (size_t f = 0; f < files.size(); ++f) {
+      const Json j = parse_json(read_text_file(files[f]), files[f]);
+      ASSERT_TRUE(looks_like_kineto(j));
+      parts.push_back(import_kineto(j, files[f], static_cast<int>(f)));
+      expect_same_import(parts.back(), import_kineto_file(files[f], static_cast<int>(f), true),
+                         files[f]);
+    }
+    const ImportedTrace dom = merge_imported(std::move(parts), files);
+    expect_same_import(dom, import_kineto_files(files), "merged");
+    expect_same_import(dom, import_framework_traces(files), "framework");
+  }
+  // Refusals: parasol's own trace (otherData before or after its events), a top-level array of
+  // events, a scalar, an object without traceEvents or with a non-array one; and malformed JSON
+  // in a plain and in a gzip file, named as parse_json names it.
+  Json kernel_event = small_trace()["traceEvents"][0];
+  const std::vector<std::string> texts = {
+      R"({"otherData": {"generator": "parasol"}, "traceEvents": []})",
+      R"({"traceEvents": [{"ph": "X", "cat": "linear", "name": "L0.qkv"}],
+          "otherData": {"generator": "parasol"}})",
+      Json::array({kernel_event}).dump(),
+      "42",
+      R"({"schemaVersion": 1})",
+      R"({"schemaVersion": 1, "traceEvents": 5})",
+      R"({"schemaVersion": 1, "traceEvents": [)",
+      R"({"schemaVersion": 1, "traceEvents": [{"ts": 1e400}]})",
+  };
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string path = temp_file("refused" + std::to_string(i) + ".json", texts[i]);
+    std::string dom_message = error_of([&] {
+      const Json j = parse_json(read_text_file(path), path);
+      if (!looks_like_kineto(j)) throw Error(path, "not a PyTorch profiler trace");
+      import_kineto(j, path, 0);
+    });
+    const std::string sax_message = error_of([&] { import_kineto_file(path, 0, true); });
+    ASSERT_FALSE(dom_message.empty()) << texts[i];
+    EXPECT_EQ(sax_message.substr(0, dom_message.size()), dom_message) << texts[i];
+  }
 }
 
 }  // namespace
