@@ -100,9 +100,10 @@ void gpu_server(Ranges& r, int cores = 48) {
         "cuBLAS(Lt) workspaces: 4 MiB each before Hopper, 32 MiB from Hopper on (cuBLAS"
         " cublasSetWorkspace; PyTorch and Transformer Engine each hold one)");
   uncertain(r, "allocator_fragmentation", 0.0, 0.25,
-            "no published split of a training step's reserved against allocated bytes is cited:"
-            " from none (one allocation pattern repeating exactly) to a quarter of the transient"
-            " bytes stranded between live blocks");
+            "blocks the caching allocator strands with fixed segments depend on the order of a"
+            " step's allocations (c10/cuda/CUDACachingAllocator.cpp: best fit per stream, split"
+            " blocks, segments released only when cudaMalloc fails); no fraction of the"
+            " transient bytes is published: from none (the default) to a quarter of them");
 }
 
 // Links GPU collectives seldom or never take: RoCE Ethernet NICs and shared memory (the CPU
