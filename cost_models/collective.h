@@ -122,7 +122,7 @@ class GroupModel {
   double a2a_step_time_per_byte_ = 0, a2a_lat_ = 0;
   double a2a_grouped_per_byte_ = 0;
   LinkKind a2a_link_ = LinkKind::kNvswitch;  // all_to_all_link()
-  double nccl_ring_bw_ = 0;  // NCCL's multi-channel ring bandwidth per rank
+  double nccl_ring_bw_ = 0;                  // NCCL's multi-channel ring bandwidth per rank
   // nccl_latency() of every (collective, algorithm, protocol), computed once.
   std::array<std::array<std::array<double, 3>, 3>, 5> nccl_lat_{};
   double compute_nccl_latency(Collective kind, int algorithm,
