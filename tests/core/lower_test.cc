@@ -1672,7 +1672,9 @@ TEST(Lower, SequenceParallelSumsPartialGradientsOverTpBeforeEachShardedReduction
   EXPECT_EQ(count(p, [](const Op& o) { return o.name == "sp.g.ar"; }), 0);
 }
 
-TEST(Lower, Gpt3At1024GpusLowersInUnderASecond) {
+// Its speed is measured in tests/bench/sim_bench.cc (BM_LowerGpt3_1024), not here: a timed test fails on
+// a loaded machine.
+TEST(Lower, Gpt3At1024GpusLowersEveryMicroBatch) {
   const Model m = model_preset("gpt3-175b");
   Plan plan = make_plan(8, 8, 16, 2048);  // 128 micro-batches per pipeline, 1F1B
   plan.sequence_parallel = true;
@@ -1687,9 +1689,6 @@ TEST(Lower, Gpt3At1024GpusLowersInUnderASecond) {
   EXPECT_GT(ops / 8, 50000u);
   RecordProperty("lower_seconds", std::to_string(s));
   std::printf("GPT-3 175B TP8 PP8 DP16 SP, 128 micro-batches: %zu ops in %.3f s\n", ops, s);
-#ifdef NDEBUG
-  EXPECT_LT(s, 1.0);
-#endif
 }
 
 }  // namespace
