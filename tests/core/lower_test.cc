@@ -1672,8 +1672,8 @@ TEST(Lower, SequenceParallelSumsPartialGradientsOverTpBeforeEachShardedReduction
   EXPECT_EQ(count(p, [](const Op& o) { return o.name == "sp.g.ar"; }), 0);
 }
 
-// Its speed is measured in tests/bench/sim_bench.cc (BM_LowerGpt3_1024), not here: a timed test fails on
-// a loaded machine.
+// Its speed is measured in tests/bench/sim_bench.cc (BM_LowerGpt3_1024), not here: a timed test
+// fails on a loaded machine.
 TEST(Lower, Gpt3At1024GpusLowersEveryMicroBatch) {
   const Model m = model_preset("gpt3-175b");
   Plan plan = make_plan(8, 8, 16, 2048);  // 128 micro-batches per pipeline, 1F1B
