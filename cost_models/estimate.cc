@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <numeric>
 #include <string_view>
 #include <tuple>
@@ -171,6 +170,8 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
     if (kind_layer_[kind] < 0) kind_layer_[kind] = l;
     layer_tensors_.push_back(layer_weight_tensors(model_, l, false));
   }
+  const int moe_layer = kind_layer_[2] >= 0 ? kind_layer_[2] : kind_layer_[3];
+  if (moe_layer >= 0) expert_tensors_ = layer_weight_tensors(model_, moe_layer, true);
 }
 
 Estimate Estimator::estimate(const Plan& plan) {
@@ -819,22 +820,24 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_s) const {
   };
   const double dense_ways = p.zero >= 1 ? p.dense_shard_ranks() : 1;
   const double expert_ways = p.zero >= 1 ? p.expert_shard_ranks() : 1;
-  // One bucket per layer; layers of equal tensor counts are priced once, times their number.
-  std::map<int, int> layers_by_tensors;
-  int moe_layers = 0;
+  // One bucket per layer; a run of consecutive layers of equal tensor counts is priced once,
+  // times its length (no allocation: this runs for every plan the search weighs).
+  const double per_layer = sp.dense / layers / dense_ways;
+  int moe_layers = 0, run_tensors = -1, run = 0;
   for (int c = 0; c < p.chunks(); ++c) {
     const int first = p.first_layer(m.layers, s, c);
     for (int l = first; l < first + p.layers_in_chunk(m.layers, s, c); ++l) {
-      ++layers_by_tensors[layer_tensors_[l]];
+      if (layer_tensors_[l] != run_tensors) {
+        if (run > 0) bucket(run_tensors, per_layer, run);
+        run_tensors = layer_tensors_[l];
+        run = 0;
+      }
+      ++run;
       if (m.is_moe_layer(l)) ++moe_layers;
     }
   }
-  for (const auto& [tensors, count] : layers_by_tensors)
-    bucket(tensors, sp.dense / layers / dense_ways, count);
-  const int moe_layer = kind_layer_[2] >= 0 ? kind_layer_[2] : kind_layer_[3];
-  if (moe_layers > 0)
-    bucket(layer_weight_tensors(m, moe_layer, true), sp.expert / moe_layers / expert_ways,
-           moe_layers);
+  if (run > 0) bucket(run_tensors, per_layer, run);
+  if (moe_layers > 0) bucket(expert_tensors_, sp.expert / moe_layers / expert_ways, moe_layers);
   if (s == 0) bucket(1, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
   if (s == p.pp - 1) bucket(2, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
   op.kind = OpKind::kGradNorm;

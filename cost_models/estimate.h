@@ -198,6 +198,7 @@ class Estimator {
   // Each layer's dense weight tensors (layer_weight_tensors), once: the optimizer's host issue
   // counts them per bucket on every evaluation.
   std::vector<int> layer_tensors_;
+  int expert_tensors_ = 0;  // an MoE layer's expert weight tensors (layer_weight_tensors)
   // The price caches, looked up on every evaluation (ordered maps: the tuple comparisons
   // measured faster than hashing the keys in search_bench).
   template <typename K, typename V>
