@@ -50,6 +50,8 @@ skip+='|sweep_cli'
 # pointers, so their leak stacks need the slow unwinder (slow everywhere: only for these) for the
 # suppressions to see which library allocated.
 mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate'
+# The executor's contract check through `parasol run` (MPI_Init, then an internal error).
+mpi_run+='|FailureKinds\.AMalformedProgramFailsTheExecutorAsABug'
 # The fuzzers' findings through the command line start `parasol run` too (token files, checkpoints).
 mpi_run+='|fuzz_regressions_cli'
 # The suites registered as skipped (label `skipped`: the CUDA parts and the Python module are not

@@ -18,10 +18,12 @@ venv=$work/venv
 # The CUDA parts are left out here (--config-settings cmake.define.PARASOL_CUDA=OFF, for CI time:
 # the plain build compiles them); a user's `pip install .` builds them where nvcc, cuBLASLt and
 # NCCL are found. It is built unoptimised (cmake.build-type=Debug, also for CI time: about half
-# the compile time of the pyproject's Release; the session's searches are small).
+# the compile time of the pyproject's Release; the session's searches are small), and without
+# debug information (CMAKE_CXX_FLAGS_DEBUG=-O0 in place of -g: nothing here reads it).
 # (--config-settings, not -C: Debian 12's venv has pip 23.0.)
 if ! "$venv/bin/pip" install --quiet --disable-pip-version-check \
     --config-settings=cmake.define.PARASOL_CUDA=OFF --config-settings=cmake.build-type=Debug \
+    --config-settings=cmake.define.CMAKE_CXX_FLAGS_DEBUG=-O0 \
     "$src" >"$work/pip.log" 2>&1; then
   if grep -qiE "Could not find a version|connection|Temporary failure in name resolution|No matching distribution" "$work/pip.log"; then
     echo "skipped: PyPI cannot be reached for scikit-build-core and pybind11"; tail -5 "$work/pip.log"; exit 77
