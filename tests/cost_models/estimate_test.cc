@@ -77,9 +77,13 @@ TEST_F(EstimateGpt, BreakdownSumsToStepTime) {
     EXPECT_EQ(e.time.ep_comm, 0);
     EXPECT_EQ(e.time.recompute, 0);
     EXPECT_EQ(e.time.offload, 0);
-    if (p.pp == 1) EXPECT_EQ(e.time.pp_comm, 0);
-    if (p.pp == 1) EXPECT_EQ(e.time.bubble, 0);
-    if (p.dp == 1) EXPECT_EQ(e.time.dp_comm, 0);
+    if (p.pp == 1) {
+      EXPECT_EQ(e.time.pp_comm, 0);
+      EXPECT_EQ(e.time.bubble, 0);
+    }
+    if (p.dp == 1) {
+      EXPECT_EQ(e.time.dp_comm, 0);
+    }
   }
 }
 

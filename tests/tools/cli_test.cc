@@ -256,7 +256,9 @@ TEST(Cli, ProbeWritesAHostProfileThatThePredictorsAccept) {
   auto pj = nlohmann::json::parse(p.out);
   EXPECT_GT(pj["sgemm_GFLOPs"].get<double>(), 0.1);
   EXPECT_GT(pj["triad_GBps"].get<double>(), 0.1);
-  EXPECT_LT(pj["wall_s"].get<double>(), 2.0);
+  // Each timed loop runs for its budget (tools/host_probe.cc: sgemm 0.15 + 0.15 + 0.3 s, triad
+  // 0.4 s, copy 0.2 s), so the probe took at least their sum; no upper bound (a loaded machine).
+  EXPECT_GE(pj["wall_s"].get<double>(), 1.2);
   std::ifstream f(host);
   auto profile = nlohmann::json::parse(f);
   EXPECT_EQ(profile["device"], "cpu-host");
