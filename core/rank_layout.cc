@@ -124,6 +124,18 @@ int RankLayout::rank(const RankCoord& c) const {
          c.pp * stride_[static_cast<int>(Dim::kPp)];
 }
 
+int RankLayout::stage_representative(int stage) const {
+  RankCoord c{};
+  c.pp = stage;
+  return rank(c);
+}
+
+std::vector<int> RankLayout::stage_representatives() const {
+  std::vector<int> reps(plan_.pp);
+  for (int s = 0; s < plan_.pp; ++s) reps[s] = stage_representative(s);
+  return reps;
+}
+
 // A shard or replicate group: cut out of the data-parallel group of `r` (rank_layout.h).
 std::vector<int> RankLayout::hsdp_group(Group g, int r) const {
   const bool expert = g == Group::kExpertShard || g == Group::kExpertReplicate;

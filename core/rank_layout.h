@@ -72,6 +72,14 @@ class RankLayout {
   std::vector<int> group(Group g, int rank) const;
   // Every distinct `g` group.
   std::vector<std::vector<int>> groups(Group g) const;
+  // The representative rank of pipeline stage `stage`: the rank at grid coordinate pp = stage
+  // with every other dimension 0. The predictors (sim/engine.cc, cost_models/estimate.cc), the
+  // calibration (traces/calibrate.cc), the comparison (traces/compare.cc), the framework's
+  // per-rank memory log (cost_models/framework_memory.cc) and the Chakra export price or name
+  // stage s's Program on it (cost_models/op_cost.h's OpPricer takes these as its reps).
+  int stage_representative(int stage) const;
+  // Every stage's representative, indexed by stage.
+  std::vector<int> stage_representatives() const;
 
  private:
   int size_of(Dim d) const;

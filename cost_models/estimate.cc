@@ -23,7 +23,7 @@
 #include "core/lower.h"
 #include "core/offload_rules.h"
 #include "core/optimizer_traffic.h"
-#include "core/stage_representatives.h"
+#include "core/rank_layout.h"
 #include "cost_models/compute.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
@@ -382,7 +382,7 @@ const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool win
 
   const PlayableFragment& f = fragment(p, moe_layer, windowed);
   const RankLayout layout(p);
-  const std::vector<int> reps = stage_representatives(layout, p.pp);
+  const std::vector<int> reps = layout.stage_representatives();
   OpPricer pricer(model_, cluster_, p, profile_, layout, reps, *places_);
   return layers_.emplace(key, play_layer_fragment(f, communication_seconds(f, pricer, 0)))
       .first->second;

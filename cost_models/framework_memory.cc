@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/rank_layout.h"
-#include "core/stage_representatives.h"
 #include "cost_models/profile_ranges.h"
 
 namespace parasol::cost {
@@ -141,7 +140,7 @@ Json framework_memory_to_json(const FrameworkMemory& f) {
 
 int stage_rank(const Plan& p, int stage) {
   PARASOL_CHECK(0 <= stage && stage < p.pp, "stage " + std::to_string(stage));
-  return stage_representatives(RankLayout(p), p.pp)[stage];
+  return RankLayout(p).stage_representative(stage);
 }
 
 }  // namespace parasol::cost

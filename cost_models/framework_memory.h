@@ -80,7 +80,7 @@ double memory_metric_bytes(const FrameworkMemory& f, MemoryMetric m);
 Json framework_memory_to_json(const FrameworkMemory& f);
 
 // The global rank that stands for pipeline stage `stage` (its grid coordinate pp = stage, every
-// other 0; core/stage_representatives.h): the rank a framework's per-rank log names.
+// other 0; RankLayout::stage_representative): the rank a framework's per-rank log names.
 int stage_rank(const Plan& p, int stage);
 
 }  // namespace parasol::cost

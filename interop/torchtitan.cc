@@ -814,7 +814,8 @@ void set_split(Json& j, const Model& m, const std::vector<int>& split) {
     Plan p;
     try {
       p = plan_from_json(c);
-    } catch (const Error&) {
+    } catch (const Error& e) {
+      if (!e.is_user_error()) throw;  // a parasol bug is not a candidate that does not fit
       return false;
     }
     const int chunks = p.chunks();

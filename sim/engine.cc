@@ -23,7 +23,6 @@
 #include "core/host_issue.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
-#include "core/stage_representatives.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/op_cost.h"
 #include "sim/trace_annotate.h"
@@ -187,7 +186,7 @@ class Engine {
       PARASOL_CHECK(programs[s].stage == s, "programs[" + std::to_string(s) + "].stage is " +
                                                 std::to_string(programs[s].stage));
     }
-    reps_ = stage_representatives(layout_, pp);
+    reps_ = layout_.stage_representatives();
     compute_scale_.assign(pp, 1.0);
     if (!compute_scale.empty()) {
       if (static_cast<int>(compute_scale.size()) != pp)

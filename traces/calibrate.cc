@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "core/lower.h"
 #include "core/rank_layout.h"
-#include "core/stage_representatives.h"
 #include "cost_models/op_cost.h"
 #include "traces/least_squares.h"
 #include "traces/summary.h"
@@ -233,7 +232,7 @@ std::vector<Lowered> lower_runs(const std::vector<MeasuredRun>& runs, const cost
                                         "'s cluster (" + r.cluster.gpu_device(0).name + ")");
     validate(r.plan, r.model, r.cluster);
     Lowered lw{&r, lower(r.model, r.cluster, r.plan), {}};
-    lw.reps = stage_representatives(lw.lowered.layout, r.plan.pp);
+    lw.reps = lw.lowered.layout.stage_representatives();
     lws.push_back(std::move(lw));
   }
   return lws;

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/json_reader.h"
 #include "core/lower.h"
-#include "core/stage_representatives.h"
+#include "core/rank_layout.h"
 #include "cost_models/op_cost.h"
 #include "et_def.pb.h"
 
@@ -163,7 +163,7 @@ std::vector<ChakraFile> chakra_export(const Model& model, const Cluster& cluster
   const LoweredPlan lowered = lower(model, cluster, plan);
   const RankLayout& layout = lowered.layout;
   // The simulator's pricing (sim/engine.cc): one representative rank per stage.
-  const std::vector<int> reps = stage_representatives(layout, plan.pp);
+  const std::vector<int> reps = layout.stage_representatives();
   std::vector<int> stages(plan.pp);
   for (int s = 0; s < plan.pp; ++s) stages[s] = s;
   cost::PlacementCache places(cluster);

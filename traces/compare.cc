@@ -110,12 +110,11 @@ Comparison compare_traces(const Trace& predicted, const Trace& measured, const s
       if (rank >= layout->world())
         throw Error(where, "rank " + std::to_string(rank) + " is outside the plan's " +
                                std::to_string(layout->world()) + " ranks");
-      RankCoord rep{};
-      rep.pp = layout->coord(rank).pp;
-      p = layout->rank(rep);
+      const int stage = layout->coord(rank).pp;
+      p = layout->stage_representative(stage);
       if (!pred.count(p))
         throw Error(where, "the prediction has no events of rank " + std::to_string(p) +
-                               ", the representative of pipeline stage " + std::to_string(rep.pp));
+                               ", the representative of pipeline stage " + std::to_string(stage));
     } else {
       std::pair<int, int> best{-1, -1};  // (no conflicting op id, op ids that agree)
       for (const auto& [q, qops] : pred) {

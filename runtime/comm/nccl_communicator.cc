@@ -53,6 +53,7 @@ struct NcclCommunicator::Batch {
   std::vector<std::function<ncclResult_t()>> ops;  // NCCL calls, inside the group
   bool issued = false;
   std::string error;  // why issuing failed (then no event)
+  ErrorKind error_kind = ErrorKind::kSystem;  // a failed copy's own kind (a check of parasol's)
   cudaEvent_t event = nullptr;
   CommDeadline deadline;  // restarted when issued
   ~Batch() {
@@ -177,7 +178,8 @@ class NcclRequest final : public Request::Impl {
 
  private:
   void check_issued() const {
-    if (!pending_->batch->error.empty()) throw SystemError(field_, pending_->batch->error);
+    const auto& b = *pending_->batch;
+    if (!b.error.empty()) throw Error(field_, b.error, b.error_kind);
   }
   void finish() const {
     if (!pending_->error.empty()) throw SystemError(field_, pending_->error);
@@ -310,6 +312,7 @@ void NcclCommunicator::issue(Batch& b) {
     check_cuda(cudaEventRecord(b.event, stream_), "cuda");
   } catch (const Error& e) {
     b.error = e.what();
+    b.error_kind = e.kind();
   }
   b.copies.clear();
   b.ops.clear();
@@ -320,7 +323,7 @@ Request NcclCommunicator::request(const std::shared_ptr<Batch>& b, const char* w
   p->batch = b;
   const std::string field = "comm." + name() + "." + what;
   Request r(std::make_unique<NcclRequest>(context_, comm_, std::move(p), field));
-  if (b->issued && !b->error.empty()) throw SystemError(field, b->error);
+  if (b->issued && !b->error.empty()) throw Error(field, b->error, b->error_kind);
   return r;
 }
 

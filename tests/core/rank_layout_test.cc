@@ -41,6 +41,25 @@ TEST(RankLayout, DefaultOrderPutsTensorParallelRanksNextToEachOther) {
   EXPECT_EQ(l.coord(13).dpx, 1);
 }
 
+TEST(RankLayout, AStagesRepresentativeIsItsRankWithEveryOtherCoordinateZero) {
+  for (const char* order : {"tp-cp-ep-dp-pp", "pp-dp-ep-cp-tp"}) {
+    RankLayout l(grid(2, 2, 1, 2, 3, order));
+    const std::vector<int> reps = l.stage_representatives();
+    ASSERT_EQ(reps.size(), 3u) << order;
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(reps[s], l.stage_representative(s));
+      const RankCoord c = l.coord(reps[s]);
+      EXPECT_EQ(c.pp, s) << order;
+      EXPECT_EQ(c.tp + c.cp + c.ep + c.dpx, 0) << order << " stage " << s;
+    }
+  }
+  // Megatron's default order puts pp slowest: stage s starts at rank s * (tp * cp * dp).
+  EXPECT_EQ(RankLayout(grid(2, 2, 1, 2, 3)).stage_representatives(), (std::vector<int>{0, 8, 16}));
+  // pp fastest: the first ranks are the stages' representatives.
+  EXPECT_EQ(RankLayout(grid(2, 2, 1, 2, 3, "pp-dp-ep-cp-tp")).stage_representatives(),
+            (std::vector<int>{0, 1, 2}));
+}
+
 TEST(RankLayout, GroupsPartitionTheWorld) {
   Plan p = grid(2, 2, 2, 4, 2, "tp-cp-dp-ep-pp");
   p.shard_degree = 4;

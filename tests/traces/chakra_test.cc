@@ -16,7 +16,7 @@
 #include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
-#include "core/stage_representatives.h"
+#include "core/rank_layout.h"
 #include "cost_models/op_cost.h"
 #include "cost_models/profile.h"
 #include "traces/chakra_export.h"
@@ -185,7 +185,7 @@ TEST(Chakra, SendsAndReceivesPairAcrossTheFiles) {
 TEST(Chakra, DurationsAreTheOpPricersPrices) {
   const Exported& e = exported();
   const RankLayout& layout = e.lowered.layout;
-  const std::vector<int> reps = stage_representatives(layout, e.plan.pp);
+  const std::vector<int> reps = layout.stage_representatives();
   cost::PlacementCache places(e.cluster);
   cost::OpPricer pricer(e.model, e.cluster, e.plan, e.profile, layout, reps, places);
   uint64_t total = 0;
