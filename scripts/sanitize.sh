@@ -49,7 +49,7 @@ skip+='|sweep_cli'
 # Tests that call MPI_Init (mpirun tests, `parasol run`): Open MPI's libraries have no frame
 # pointers, so their leak stacks need the slow unwinder (slow everywhere: only for these) for the
 # suppressions to see which library allocated.
-mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate'
+mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate|Cli\.RunTraceWithoutOpIdsComparesByKindAsPlainCompare'
 # The fuzzers' findings through the command line start `parasol run` too (token files, checkpoints).
 mpi_run+='|fuzz_regressions_cli'
 # The suites registered as skipped (label `skipped`: the CUDA parts and the Python module are not
