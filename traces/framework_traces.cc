@@ -60,7 +60,9 @@ ImportedTrace import_framework_traces(const std::vector<std::string>& paths) {
         continue;
       }
       // parasol's own trace (parasol run --trace), read as a measurement without op ids.
-      for (ImportedTrace& p : import_parasol_trace(read_trace_file(paths[f]))) {
+      std::vector<ImportedTrace> ranks = import_parasol_trace(read_trace_file(paths[f]));
+      if (ranks.empty()) throw Error(paths[f], "is a trace parasol wrote, without events");
+      for (ImportedTrace& p : ranks) {
         parts.push_back(std::move(p));
         names.push_back(paths[f]);
       }

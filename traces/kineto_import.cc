@@ -1112,7 +1112,7 @@ ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, in
     if (!kineto)
       throw Error(what,
                   "not a PyTorch profiler trace (no schemaVersion, distributedInfo or device "
-                  "activity); compare and calibrate read parasol's own traces without --measured");
+                  "activity) nor one parasol wrote (otherData.generator \"parasol\")");
   }
   if (sax.top() == Top::kObject && !sax.saw_events()) {
     if (header.contains("traceEvents")) throw Error(what + ".traceEvents", "must be an array");
