@@ -49,7 +49,7 @@ skip+='|sweep_cli'
 # Tests that call MPI_Init (mpirun tests, `parasol run`): Open MPI's libraries have no frame
 # pointers, so their leak stacks need the slow unwinder (slow everywhere: only for these) for the
 # suppressions to see which library allocated.
-mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate'
+mpi_run='CliRun\..*|Cli\.RunTraceFeedsCompareAndCalibrate|Cli\.RunTraceWithoutOpIdsComparesByKindAsPlainCompare'
 # The executor's contract check through `parasol run` (MPI_Init, then an internal error).
 mpi_run+='|FailureKinds\.AMalformedProgramFailsTheExecutorAsABug'
 # The fuzzers' findings through the command line start `parasol run` too (token files, checkpoints).

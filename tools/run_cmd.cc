@@ -158,6 +158,7 @@ int train(const Spec& s, const RunOptions& ro) {
     traces::Trace t;
     t.source = "measured";
     t.plan = plan_to_json(plan);  // with its model, cluster and GPU-count references
+    t.steps = ro.trace_steps;     // stated: a trace stripped of its op ids still counts them
     t.events = std::move(recorded);
     t.counters = std::move(recorded_counters);
     const Program& prog = trainer.program();

@@ -52,8 +52,20 @@ ImportedTrace import_framework_traces(const std::vector<std::string>& paths) {
       }
     } else {
       // Streamed: a rank's trace of gigabytes is never held whole (kineto_import.h).
-      parts.push_back(import_kineto_file(paths[f], rank, /*require_kineto=*/true));
-      names.push_back(paths[f]);
+      bool parasol = false;
+      ImportedTrace imp = import_kineto_file(paths[f], rank, /*require_kineto=*/true, &parasol);
+      if (!parasol) {
+        parts.push_back(std::move(imp));
+        names.push_back(paths[f]);
+        continue;
+      }
+      // parasol's own trace (parasol run --trace), read as a measurement without op ids.
+      std::vector<ImportedTrace> ranks = import_parasol_trace(read_trace_file(paths[f]));
+      if (ranks.empty()) throw Error(paths[f], "is a trace parasol wrote, without events");
+      for (ImportedTrace& p : ranks) {
+        parts.push_back(std::move(p));
+        names.push_back(paths[f]);
+      }
     }
   }
   return merge_imported(std::move(parts), names);

@@ -12,8 +12,9 @@ namespace parasol::traces {
 // Imports per-rank files and merges them (merge_imported): an SQLite file (by its header) is an
 // Nsight Systems export (nsys_import.h: one rank per process and GPU of the report, numbered on
 // from the ranks of the files before it), anything else a PyTorch
-// profiler (Kineto) JSON trace, plain or gzip (kineto_import.h; a JSON file that is not one, such
-// as parasol's own trace, is an Error). Errors name the file.
+// profiler (Kineto) JSON trace, plain or gzip (kineto_import.h), or parasol's own trace
+// (otherData.generator "parasol": imported_trace.h's import_parasol_trace, its op ids dropped);
+// another JSON file is an Error. Errors name the file.
 ImportedTrace import_framework_traces(const std::vector<std::string>& paths);
 
 }  // namespace parasol::traces

@@ -85,6 +85,33 @@ void finish_rank(ImportedTrace& imp, int rank, const std::vector<DeviceSpan>& sp
   imp.trace.processes.push_back({rank, "rank " + std::to_string(rank)});
 }
 
+std::vector<ImportedTrace> import_parasol_trace(const Trace& trace) {
+  const int steps = trace.steps > 0 ? trace.steps : std::max(1, summarize(trace).steps);
+  std::map<int, ImportedTrace> by_rank;
+  std::map<int, std::vector<DeviceSpan>> spans;
+  for (const TraceEvent& e : trace.events) {
+    ImportedTrace& imp = by_rank[e.rank];
+    TraceEvent t = e;
+    t.op_id = -1;
+    imp.trace.events.push_back(std::move(t));
+    imp.shapes.emplace_back();
+    ++imp.kernels;
+    spans[e.rank].push_back({e.start_s * 1e6, (e.start_s + e.dur_s) * 1e6, -1});
+  }
+  std::vector<ImportedTrace> parts;
+  for (auto& [rank, imp] : by_rank) {
+    imp.trace.source = "measured";
+    imp.steps = steps;
+    finish_rank(imp, rank, spans[rank]);
+    // The streams as parasol named them.
+    for (TraceStream& s : imp.trace.streams)
+      for (const TraceStream& w : trace.streams)
+        if (w.rank == s.rank && w.stream == s.stream && !w.name.empty()) s.name = w.name;
+    parts.push_back(std::move(imp));
+  }
+  return parts;
+}
+
 ImportedTrace merge_imported(std::vector<ImportedTrace> parts,
                              const std::vector<std::string>& files) {
   PARASOL_CHECK(parts.size() == files.size(), "one file per part");

@@ -112,6 +112,14 @@ struct DeviceSpan {
 // what they ran ("compute", "comm" or "copy (cuda stream N)") and the process "rank N".
 void finish_rank(ImportedTrace& imp, int rank, const std::vector<DeviceSpan>& spans);
 
+// A trace that parasol wrote (a `parasol run --trace` measurement, its op ids kept or stripped),
+// read as a measured trace of another tool: one part per rank, for merge_imported. Its events
+// keep their kinds, phases, bytes and FLOPs and lose their op ids (they are set beside a plan by
+// kind, as imported kernels are); its streams keep their names ("compute", "comm0", "copy");
+// steps are the steps the trace states (Trace::steps), else those summary.h counts by op id.
+// Shapes, launch gaps' host waits, the world size and devices are unknown.
+std::vector<ImportedTrace> import_parasol_trace(const Trace& trace);
+
 // Merges per-rank imports (parts[i] read from files[i]): times from the earliest activity of all,
 // events (with their shapes) by (rank, stream, start); two parts of one rank are a
 // parasol::Error naming the file. REQUIRES: parts.size() == files.size().

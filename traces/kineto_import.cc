@@ -16,6 +16,7 @@
 #include "traces/kernel_kinds.h"
 #include "traces/summary.h"
 #include "traces/text_file.h"
+#include "traces/trace.h"
 
 namespace parasol::traces {
 
@@ -514,10 +515,10 @@ struct Classified {
 
 // Classifies one kernel given its launch stack (indices into `ops`, outermost first).
 Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
-                    const std::vector<size_t>* stack) {
+                    const std::vector<size_t>* stack, const std::string& kind = "") {
   const std::string& name = ev.name;
   Classified c;
-  c.kind = classify_kernel(name);
+  c.kind = kind.empty() ? classify_kernel(name) : kind;
   std::vector<std::string> names;
   if (stack)
     for (size_t i : *stack) names.push_back(ops[i].name());
@@ -621,6 +622,16 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
     }
   }
   return c;
+}
+
+// The kind of a CPU op that a CPU job's import takes as an activity of its own: "linear" for a
+// GEMM op with its dims (gemm_shape), "attention" for an attention op (attention_schema); "" for
+// the rest (views, allocations, copies and element-wise ops are not read from a CPU-only trace).
+std::string cpu_compute_kind(const HostOp& op) {
+  KernelShape s;
+  if (gemm_shape(op.name(), op.dims(), s)) return "linear";
+  if (attention_schema(op.name())) return "attention";
+  return "";
 }
 
 // Kineto's category of an event as current PyTorch writes it: PyTorch 1.8-1.9's "Kernel",
@@ -729,18 +740,30 @@ class KinetoImporter {
   }
 
   ImportedTrace finish() {
-    if (acts_.empty())
-      throw Error(what_, ops_.empty()
-                             ? "has no device activities (kernels, memcpys, memsets) and no "
-                               "CPU ops: not a PyTorch profiler trace of a GPU job"
-                             : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
-                                   " threads of CPU ops but no device activities (kernels, "
-                                   "memcpys, memsets); profile with ProfilerActivity.CUDA");
     auto by_start = [](const HostEvent& a, const HostEvent& b) {
       return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
     };
     for (auto& [t, v] : ops_) std::sort(v.begin(), v.end(), by_start);
     for (auto& [t, v] : calls_) std::sort(v.begin(), v.end(), by_start);
+    // A trace without device activities is a CPU job's when the profiler saw no GPU
+    // (deviceProperties empty): its GEMM and attention ops are its activities.
+    std::vector<std::vector<size_t>> cpu_stacks;  // per activity of a CPU job: its ops
+    std::vector<std::string> cpu_kinds;
+    std::vector<int64_t> cpu_threads;  // a CPU job's stream s is thread cpu_threads[s]
+    if (acts_.empty() && !ops_.empty() && imp_.devices.empty())
+      cpu_job_activities(cpu_stacks, cpu_kinds, cpu_threads);
+    if (acts_.empty())
+      throw Error(what_, ops_.empty()
+                             ? "has no device activities (kernels, memcpys, memsets) and no "
+                               "CPU ops: not a PyTorch profiler trace of a GPU job"
+                         : imp_.devices.empty()
+                             ? "is a CPU-only trace without GEMM or attention ops (aten::mm, "
+                               "addmm, bmm, linear, matmul, scaled_dot_product_attention ...) "
+                               "with their input shapes: nothing to set beside a plan (profile "
+                               "with record_shapes=True)"
+                             : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
+                                   " threads of CPU ops but no device activities (kernels, "
+                                   "memcpys, memsets); profile with ProfilerActivity.CUDA");
     // The launch stacks of the calls that launched something; then the threads' ops and calls
     // are no longer needed.
     std::unordered_set<size_t> launching;
@@ -779,7 +802,9 @@ class KinetoImporter {
           auto s = stacks.find(launch->index);
           if (s != stacks.end()) stack = &s->second;
         }
-        Classified c = classify(a, host_ops_, stack);
+        const size_t n = imp.trace.events.size();
+        if (!cpu_stacks.empty()) stack = &cpu_stacks[n];
+        Classified c = classify(a, host_ops_, stack, cpu_kinds.empty() ? "" : cpu_kinds[n]);
         t.kind = c.kind.empty() ? "unclassified" : c.kind;
         t.bytes = c.bytes;
         t.flops = c.flops;
@@ -798,6 +823,9 @@ class KinetoImporter {
       imp.shapes.push_back(std::move(shape));
     }
     finish_rank(imp, rank_, spans);
+    for (TraceStream& st : imp.trace.streams)
+      if (st.stream >= 0 && static_cast<size_t>(st.stream) < cpu_threads.size())
+        st.name = "compute (cpu thread " + std::to_string(cpu_threads[st.stream]) + ")";
     imp.steps = std::max<int>(1, step_names_.size());
     if (!step_durs_.empty()) {
       double sum = 0;
@@ -808,6 +836,52 @@ class KinetoImporter {
   }
 
  private:
+  // A CPU job's activities: on each thread (its stream, numbered in thread order), each GEMM or
+  // attention op (cpu_compute_kind) that encloses no other one, as an activity named by the op,
+  // with the ops that enclose it, itself last (`stacks`), and its kind. REQUIRES: ops_ sorted by
+  // start, longest first.
+  void cpu_job_activities(std::vector<std::vector<size_t>>& stacks, std::vector<std::string>& kinds,
+                          std::vector<int64_t>& threads) {
+    struct Found {
+      const HostEvent* op;
+      std::vector<size_t> stack;
+      std::string kind;
+      bool innermost = true;
+    };
+    for (const auto& [thread, os] : ops_) {
+      std::vector<Found> found;
+      std::vector<std::pair<const HostEvent*, long>> open;  // op, its entry in found (or -1)
+      for (const HostEvent& o : os) {
+        while (!open.empty() && open.back().first->ts + open.back().first->dur <= o.ts)
+          open.pop_back();
+        const std::string kind = cpu_compute_kind(host_ops_[o.index]);
+        long entry = -1;
+        if (!kind.empty()) {
+          Found f{&o, {}, kind};
+          for (const auto& [e, k] : open) {
+            f.stack.push_back(e->index);
+            if (k >= 0) found[static_cast<size_t>(k)].innermost = false;
+          }
+          f.stack.push_back(o.index);
+          entry = static_cast<long>(found.size());
+          found.push_back(std::move(f));
+        }
+        open.push_back({&o, entry});
+      }
+      const int64_t stream = static_cast<int64_t>(threads.size());
+      bool any = false;
+      for (Found& f : found) {
+        if (!f.innermost) continue;
+        any = true;
+        acts_.push_back({0, Activity::kKernel, stream, host_ops_[f.op->index].name(), f.op->ts,
+                         f.op->dur, std::nan(""), std::nan(""), Json()});
+        stacks.push_back(std::move(f.stack));
+        kinds.push_back(std::move(f.kind));
+      }
+      if (any) threads.push_back(thread.second);
+    }
+  }
+
   std::string what_;
   int rank_;
   ImportedTrace imp_;
@@ -1010,37 +1084,35 @@ bool looks_like_kineto(const Json& j) {
 
 ImportedTrace import_kineto(const Json& j, const std::string& what, int default_rank) {
   KinetoImporter k(what, default_rank);
-  const Json* events = nullptr;
-  if (j.is_array()) {
-    events = &j;
-  } else if (j.is_object()) {
-    auto it = j.find("traceEvents");
-    if (it == j.end()) throw Error(what + ".traceEvents", "missing");
-    if (!it->is_array()) throw Error(what + ".traceEvents", "must be an array");
-    events = &*it;
+  const Json* events = trace_events(j, what);
+  if (!events) throw Error(what, "must be a JSON object with traceEvents, or an array of events");
+  if (j.is_object()) {
     if (auto di = j.find("distributedInfo"); di != j.end()) k.distributed_info(*di);
     if (auto dp = j.find("deviceProperties"); dp != j.end()) k.device_properties(*dp);
-  } else {
-    throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   }
   for (size_t i = 0; i < events->size(); ++i) k.event((*events)[i], i);
   return k.finish();
 }
 
 ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, int default_rank,
-                                   bool require_kineto) {
+                                   bool require_kineto, bool* written_by_parasol) {
   KinetoImporter k(what, default_rank);
   KinetoSax sax(k, what, !require_kineto);
   Json::sax_parse(in, &sax, nlohmann::json::input_format_t::json, true);
   using Top = KinetoSax::Top;
   const Json& header = sax.header();
+  if (written_by_parasol) *written_by_parasol = false;
   if (require_kineto) {
     const int by_header = sax.top() == Top::kObject ? kineto_by_header(header) : 0;
+    if (written_by_parasol && sax.top() == Top::kObject && by_header == 0) {
+      *written_by_parasol = true;
+      return ImportedTrace{};
+    }
     const bool kineto = by_header >= 0 ? by_header == 1 : sax.saw_events() && sax.kineto_category();
     if (!kineto)
       throw Error(what,
                   "not a PyTorch profiler trace (no schemaVersion, distributedInfo or device "
-                  "activity); compare and calibrate read parasol's own traces without --measured");
+                  "activity) nor one parasol wrote (otherData.generator \"parasol\")");
   }
   if (sax.top() == Top::kObject && !sax.saw_events()) {
     if (header.contains("traceEvents")) throw Error(what + ".traceEvents", "must be an array");
@@ -1051,10 +1123,11 @@ ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, in
   return k.finish();
 }
 
-ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto) {
+ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto,
+                                 bool* written_by_parasol) {
   TextFileBuf buf(path);
   std::istream in(&buf);
-  return import_kineto_stream(in, path, default_rank, require_kineto);
+  return import_kineto_stream(in, path, default_rank, require_kineto, written_by_parasol);
 }
 
 ImportedTrace import_kineto_files(const std::vector<std::string>& paths) {

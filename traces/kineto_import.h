@@ -69,12 +69,16 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
 // document's. The imported trace equals import_kineto's of the parsed text (a duplicated
 // top-level "traceEvents" is read twice here, once there). With `require_kineto`, a text that
 // looks_like_kineto would refuse is an Error saying so (as import_framework_traces words it), and
-// a top-level array of events is one. Malformed JSON is an Error as parse_json words it.
+// a top-level array of events is one; but where `written_by_parasol` is given, a trace that
+// parasol wrote (otherData.generator "parasol") sets *written_by_parasol and imports as nothing
+// (the caller reads it as parasol's: imported_trace.h's import_parasol_trace). Malformed JSON is
+// an Error as parse_json words it.
 ImportedTrace import_kineto_stream(std::istream& in, const std::string& what, int default_rank,
-                                   bool require_kineto);
+                                   bool require_kineto, bool* written_by_parasol = nullptr);
 // import_kineto_stream of a file, plain or gzip, inflated as it is read (text_file.h's
 // TextFileBuf); errors name the file.
-ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto);
+ImportedTrace import_kineto_file(const std::string& path, int default_rank, bool require_kineto,
+                                 bool* written_by_parasol = nullptr);
 // Reads, imports and merges per-rank files (gzip when the file starts with gzip's magic bytes):
 // times from the earliest device activity of all files; two files of one rank are an Error.
 // Unreadable, truncated or malformed files are a parasol::Error naming the file and position.

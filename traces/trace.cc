@@ -241,6 +241,10 @@ void write_trace(const Trace& trace, std::ostream& out) {
     buf += ",\"plan\":";
     buf += trace.plan.dump();
   }
+  if (trace.steps > 0) {
+    buf += ",\"steps\":";
+    append_int(buf, trace.steps);
+  }
   buf += "}}\n";
   flush(true);
 }
@@ -265,17 +269,22 @@ bool number_in(const Json& j, const char* key, double lo, double hi, bool whole 
 
 }  // namespace
 
+const Json* trace_events(const Json& j, const std::string& what) {
+  if (j.is_array()) return &j;
+  if (!j.is_object()) return nullptr;
+  auto it = j.find("traceEvents");
+  if (it == j.end()) throw Error(what + ".traceEvents", "missing");
+  if (!it->is_array()) throw Error(what + ".traceEvents", "must be an array");
+  return &*it;
+}
+
 Trace trace_from_json(const Json& j, const std::string& what) {
   Trace t;
-  const Json* events = nullptr;
+  const Json* events = trace_events(j, what);
+  if (!events)
+    throw Error(what, "a trace must be a JSON object with traceEvents or an array of events");
   std::string base = what;
-  if (j.is_array()) {
-    events = &j;
-  } else if (j.is_object()) {
-    auto it = j.find("traceEvents");
-    if (it == j.end()) throw Error(what + ".traceEvents", "missing");
-    if (!it->is_array()) throw Error(what + ".traceEvents", "must be an array");
-    events = &*it;
+  if (j.is_object()) {
     base = what + ".traceEvents";
     auto other = j.find("otherData");
     if (other != j.end() && other->is_object()) {
@@ -286,9 +295,12 @@ Trace trace_from_json(const Json& j, const std::string& what) {
         if (!plan->is_object()) throw Error(what + ".otherData.plan", "must be a JSON object");
         t.plan = *plan;
       }
+      if (other->contains("steps")) {
+        if (!number_in(*other, "steps", 1, 1e9, true))
+          throw Error(what + ".otherData.steps", "must be a whole number >= 1");
+        t.steps = static_cast<int>((*other)["steps"].get<double>());
+      }
     }
-  } else {
-    throw Error(what, "a trace must be a JSON object with traceEvents or an array of events");
   }
   t.events.reserve(events->size());
   // Flow events: the starts in file order, keyed by (cat, id), and the end of each; each end
@@ -448,6 +460,12 @@ Trace merge(const std::vector<Trace>& traces, const std::vector<std::string>& na
       if (!out.plan.is_null() && out.plan != t.plan)
         throw Error(names[i] + ".plan", "differs from the plan of the other traces");
       out.plan = t.plan;
+    }
+    if (t.steps > 0) {
+      if (out.steps > 0 && out.steps != t.steps)
+        throw Error(names[i] + ".steps", std::to_string(t.steps) + " differs from " +
+                                             std::to_string(out.steps) + " of the other traces");
+      out.steps = t.steps;
     }
     std::set<int> ranks;
     for (const TraceEvent& e : t.events) ranks.insert(e.rank);

@@ -83,10 +83,15 @@ struct Trace {
   // "gpus" references) when the writer knows it; null otherwise. Lets compare map ranks to
   // pipeline stages and calibrate lower the Programs the trace ran.
   Json plan;
+  // The training steps the trace holds, where its writer stated them (`parasol run --trace`
+  // records --trace-steps steps); 0 unstated (summary.h counts them by op id). A trace whose op
+  // ids are gone (compare --measured) is divided by it.
+  int steps = 0;
 };
 
 // Chrome trace JSON: {"traceEvents": [...], "displayTimeUnit": "ms",
-//  "otherData": {"source": ..., "generator": "parasol", "plan": {...} (when known)}}; an event's
+//  "otherData": {"source": ..., "generator": "parasol", "plan": {...} (when known), "steps": N
+//  (when stated)}}; an event's
 // "args" carry op_id, kind, bytes, flops, layer, micro_batch, phase and (when not empty) group.
 // Process-name and process_sort_index (= rank) metadata is written for every rank that has
 // events, streams, processes or counters (the name from `processes`, else "rank N");
@@ -114,10 +119,17 @@ Trace trace_from_json(const Json& j, const std::string& what = "trace");
 // Reads and parses a file (Error naming the path when it is missing or not JSON).
 Trace read_trace_file(const std::string& path);
 
+// The events of a Chrome trace document `j`: its "traceEvents" array, or `j` itself when it is
+// an array; nullptr when `j` is neither an object nor an array. An object without a
+// "traceEvents" array is a parasol::Error at "<what>.traceEvents" ("missing", "must be an
+// array"). Parasol's traces and PyTorch profiler traces are read through it.
+const Json* trace_events(const Json& j, const std::string& what);
+
 // Merges per-rank traces (e.g. one file per rank of a measured run) into one: events and
 // stream names concatenated and sorted by (rank, stream, start); processes, counters and flows
 // concatenated (flows follow their events). The sources must agree (or be
-// empty), so must the plans (or be null), and a rank may appear in one input only: violations
+// empty), so must the plans (or be null) and the stated steps (or be 0), and a rank may appear
+// in one input only: violations
 // are parasol::Error naming "traces[i]".
 Trace merge_traces(const std::vector<Trace>& traces);
 // The same, naming input i as names[i] (e.g. its file) in errors.

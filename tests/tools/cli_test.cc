@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -320,6 +322,47 @@ TEST(Cli, RunTraceFeedsCompareAndCalibrate) {
   ASSERT_EQ(k.code, 0) << k.out;
   EXPECT_NE(k.out.find("gemm_efficiency.fp32"), std::string::npos) << k.out;
   EXPECT_EQ(run("run " + plan + " --steps 2 --trace-steps 3 --trace " + meas).code, 2);
+}
+
+// A `parasol run --trace` measurement with its op ids stripped reads as a trace of another tool:
+// compare --measured sets it beside the plan by kind, and its per-kind rows are plain compare's
+// (which matches the same ops by id): the same predicted and measured seconds per step. The trace
+// states its steps (otherData.steps), so the stripped trace is still divided by them.
+TEST(Cli, RunTraceWithoutOpIdsComparesByKindAsPlainCompare) {
+  const std::string meas = temp_path("cli_strip_trace.json"),
+                    pred = temp_path("cli_strip_pred.json"),
+                    stripped = temp_path("cli_strip_noids.json");
+  const std::string plan = "--model tiny --mbs 2 --gbs 4";
+  Result r = run("run " + plan + " --steps 3 --trace-steps 2 --trace " + meas);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json t = nlohmann::json::parse(std::ifstream(meas));
+  EXPECT_EQ(t["otherData"]["steps"], 2);
+  int removed = 0;
+  for (auto& e : t["traceEvents"])
+    if (e.contains("args") && e["args"].is_object()) removed += e["args"].erase("op_id");
+  ASSERT_GT(removed, 0);
+  std::ofstream(stripped) << t.dump();
+  ASSERT_EQ(run("simulate " + plan + " --cluster localhost --precision fp32 --trace " + pred).code,
+            0);
+  const Result plain = run("compare " + pred + " " + meas + " --json");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  const Result by_kind = run("compare --json --measured " + stripped + " " + plan +
+                             " --cluster localhost --precision fp32");
+  ASSERT_EQ(by_kind.code, 0) << by_kind.out;
+  const auto pj = nlohmann::json::parse(plain.out), kj = nlohmann::json::parse(by_kind.out);
+  EXPECT_EQ(kj["measured_steps"], 2);
+  EXPECT_EQ(kj["measured_ranks"], 1);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& row : kj["by_kind"]) rows[row["key"].get<std::string>()] = row;
+  ASSERT_GE(pj["by_kind"].size(), 5u);
+  for (const auto& row : pj["by_kind"]) {
+    const std::string kind = row["key"];
+    ASSERT_TRUE(rows.count(kind)) << kind << " missing from " << by_kind.out;
+    for (const char* side : {"predicted_s", "measured_s"}) {
+      const double want = row[side].get<double>(), got = rows[kind][side].get<double>();
+      EXPECT_NEAR(got, want, 1e-9 * std::max(1.0, want) + 1e-6 * want) << kind << " " << side;
+    }
+  }
 }
 
 }  // namespace

@@ -71,10 +71,18 @@ TEST(TraceImportCli, BrokenFilesExitTwoNamingTheFile) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find(bad + ".traceEvents[0].dur"), std::string::npos) << r.out;
 
-  // parasol's own trace is not an import.
+  // parasol's own trace imports as a measurement without op ids (cli_test's
+  // Cli.RunTraceWithoutOpIdsComparesByKindAsPlainCompare); one without events is refused.
   const std::string own = temp("own.json");
   std::ofstream(own) << R"({"traceEvents": [], "otherData": {"generator": "parasol"}})";
   r = run("trace import " + own);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("is a trace parasol wrote, without events"), std::string::npos) << r.out;
+  // A JSON document that is neither: no Kineto header, categories or parasol generator.
+  const std::string other = temp("other.json");
+  std::ofstream(other) << R"({"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1,
+                             "pid": 0, "tid": 0}]})";
+  r = run("trace import " + other);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("not a PyTorch profiler trace"), std::string::npos) << r.out;
 

@@ -82,6 +82,31 @@ TEST(KinetoCalibrate, FitOfTheMultiRankTraceLowersKernelErrorsAndSaysItsReplayIs
   EXPECT_TRUE(cal.replay_worse());
 }
 
+// The attention step that record_sdpa.py recorded with PyTorch on a CPU (tests/data/traces), set
+// beside a bf16 job on the CPU runtime's host (localhost): the fit of its two attention shapes
+// (forward, backward) brings the replay of the traced step's kernels at least 5x closer to the
+// trace than the default profile (whose attention efficiencies are estimates for this host).
+TEST(KinetoCalibrate, RecordedCpuSdpaTraceReplaysCloser) {
+  ImportedRun r;
+  r.name = kData + "sdpa_cpu_bf16.json.gz";
+  r.imported = import_kineto_files({r.name});
+  r.model = model_preset("tiny");
+  r.cluster = cluster_preset("localhost", 1);
+  r.plan.micro_batch = 1;
+  r.plan.global_batch = 1;
+  r.plan.precision = Dtype::kBf16;
+  const cost::Profile base = cost::default_profile(r.cluster.gpu_device(0));
+  const Calibration cal = calibrate_imported({r}, base);
+  EXPECT_EQ(cal.samples, 2);
+  EXPECT_EQ(param(cal, "flash_forward_efficiency").samples, 1);
+  EXPECT_EQ(param(cal, "flash_backward_efficiency").samples, 1);
+  ASSERT_GT(cal.replay_measured_s, 0);
+  const double before = rel_error(cal.replay_base_s, cal.replay_measured_s);
+  const double after = rel_error(cal.replay_fitted_s, cal.replay_measured_s);
+  EXPECT_LT(after, 0.2 * before) << "replay error " << before << " -> " << after;
+  EXPECT_FALSE(cal.replay_worse());
+}
+
 TEST(KinetoCalibrate, CollectivesOfTheTracedCommunicatorFitTheLink) {
   // Rank 0 of a 2-GPU job whose NCCL kernels carry their sizes and communicator (2 ranks): the
   // all-reduces and broadcasts are priced on the plan's 2-rank data-parallel group.

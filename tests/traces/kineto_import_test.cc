@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/program.h"
 #include "traces/framework_traces.h"
 #include "traces/kernel_kinds.h"
 #include "traces/summary.h"
@@ -515,6 +516,50 @@ TEST(KinetoImport, AttentionShapesAsTheInnermostOpHoldsThem) {
   EXPECT_DOUBLE_EQ(imp.trace.events[2].flops, sdpa_flops(2, 16, 1024, 64, false));
 }
 
+// The trace record_sdpa.py recorded with PyTorch on a CPU (tests/data/traces/README.md): a CPU
+// job, its attention ops are its activities, and their FLOPs are core's attention_flops of the
+// recorded shape (q [2, 8, 256, 64], k and v [2, 2, 256, 64], causal), the backward 2.5 times
+// the forward, which is also the count by hand.
+TEST(KinetoImport, RecordedCpuSdpaTraceReadsCoreAttentionFlops) {
+  const ImportedTrace imp = import_framework_traces({kData + "sdpa_cpu_bf16.json.gz"});
+  EXPECT_EQ(imp.steps, 2);  // ProfilerStep#1, #2
+  EXPECT_EQ(imp.step_s.size(), 1u);
+  ASSERT_EQ(imp.trace.events.size(), 4u);  // a forward and a backward a step
+  AttnShape a;
+  a.batch = 2, a.heads = 8, a.kv_heads = 2, a.seq_q = 256, a.seq_kv = 256, a.head_dim = 64;
+  a.causal = true, a.flash = true;
+  const double forward = attention_flops(a);
+  EXPECT_DOUBLE_EQ(forward, sdpa_flops(2, 8, 256, 64, true));
+  int backward = 0;
+  for (size_t i = 0; i < imp.trace.events.size(); ++i) {
+    const TraceEvent& e = imp.trace.events[i];
+    const KernelShape& s = imp.shapes[i];
+    EXPECT_EQ(e.kind, "attention") << e.name;
+    EXPECT_EQ(s.attn_batch, 2);
+    EXPECT_EQ(s.heads, 8);
+    EXPECT_EQ(s.kv_heads, 2);
+    EXPECT_EQ(s.seq_q, 256);
+    EXPECT_EQ(s.seq_kv, 256);
+    EXPECT_EQ(s.head_dim, 64);
+    EXPECT_EQ(s.causal, 1) << e.name;
+    EXPECT_EQ(s.dtype, "bf16");
+    EXPECT_GT(e.dur_s, 0);
+    if (s.backward) {
+      ++backward;
+      EXPECT_EQ(e.name, "aten::_scaled_dot_product_flash_attention_for_cpu_backward");
+      EXPECT_EQ(e.phase, "bwd");
+      EXPECT_DOUBLE_EQ(e.flops, kFlashBackwardFlopRatio * forward);
+    } else {
+      EXPECT_EQ(e.name, "aten::_scaled_dot_product_flash_attention_for_cpu");
+      EXPECT_EQ(e.phase, "fwd");
+      EXPECT_DOUBLE_EQ(e.flops, forward);
+    }
+  }
+  EXPECT_EQ(backward, 2);
+  ASSERT_EQ(imp.trace.streams.size(), 1u);
+  EXPECT_EQ(imp.trace.streams[0].name.rfind("compute (cpu thread ", 0), 0u);
+}
+
 TEST(KinetoImport, GemmsOfTheGroupedMatmulAreExpertGemms) {
   // torch._grouped_mm (MoE experts) launches a CUTLASS GEMM whose name does not say "grouped".
   TraceBuilder b;
@@ -766,6 +811,19 @@ TEST(KinetoImport, WhatIsNotAGpuTraceIsRefusedForWhatItIs) {
       temp_file("cpu_only.json", Json{{"schemaVersion", 1}, {"traceEvents", ev}}.dump());
   EXPECT_NE(error_of([&] { import_framework_traces({cpu}); }).find("is a CPU-only trace"),
             std::string::npos);
+  // Without shapes nothing is read from it (the import of a CPU job reads its GEMM and attention
+  // ops by their shapes); a profile that saw a GPU and recorded no device activity asks for it.
+  EXPECT_NE(error_of([&] { import_framework_traces({cpu}); }).find("record_shapes=True"),
+            std::string::npos);
+  const std::string gpu_cpu_only = temp_file(
+      "gpu_cpu_only.json",
+      Json{{"schemaVersion", 1},
+           {"deviceProperties", Json::array({{{"id", 0}, {"name", "NVIDIA A100-SXM4-80GB"}}})},
+           {"traceEvents", ev}}
+          .dump());
+  EXPECT_NE(
+      error_of([&] { import_framework_traces({gpu_cpu_only}); }).find("ProfilerActivity.CUDA"),
+      std::string::npos);
   // A directory, an empty .sqlite, a Chakra execution trace.
   EXPECT_NE(error_of([&] {
               import_framework_traces({::testing::TempDir()});
