@@ -137,6 +137,44 @@ double closed_saved(const Model& m, const Plan& p) {
   return p.micro_batches() * stage;
 }
 
+// The eager loss (torchtitan's F.cross_entropy of fp32-upcast logits) holds, while its
+// backward's log-softmax gradient is computed, three logits-sized fp32 tensors (the saved
+// log-softmax output, the NLL gradient, the log-softmax gradient) where the fused kernel holds the
+// fp32 softmax and the gradient in the activation dtype; its forward holds the fp32 copy beside
+// the bf16 logits and the fp32 output. Everything else live at those ops is the same.
+TEST(Liveness, EagerLossHoldsThreeFp32LogitsInTheBackward) {
+  const Model m = tiny_gpt();
+  Plan p;
+  p.precision = Dtype::kBf16;
+  p.micro_batch = 2;
+  p.global_batch = 2;
+  check_valid(m, p);
+  Plan eager = p;
+  eager.eager_loss = true;
+  const Program fused_prog = lower_stage(m, p, 0), eager_prog = lower_stage(m, eager, 0);
+  const Liveness fused = liveness(fused_prog), lv = liveness(eager_prog);
+  auto during = [](const Program& prog, const Liveness& l, Phase phase) {
+    for (const Op& o : prog.ops)
+      if (o.kind == OpKind::kCrossEntropy && o.tags.phase == phase && o.name.size() >= 4 &&
+          o.name.compare(o.name.size() - 4, 4, "xent") == 0)
+        return l.live_during_op.at(o.id);
+    return -1.0;
+  };
+  const double logits = static_cast<double>(p.micro_batch) * p.seq(m) * m.vocab;
+  // Backward: 12 bytes a logit against 4 + 2.
+  EXPECT_DOUBLE_EQ(during(eager_prog, lv, Phase::kBackward) -
+                       during(fused_prog, fused, Phase::kBackward),
+                   (12.0 - 6.0) * logits);
+  // Forward: bf16 logits + fp32 copy + fp32 output (10 bytes) against logits + softmax (6).
+  EXPECT_DOUBLE_EQ(during(eager_prog, lv, Phase::kForward) -
+                       during(fused_prog, fused, Phase::kForward),
+                   (10.0 - 6.0) * logits);
+  // The closed form takes the backward's figure on the last stage.
+  EXPECT_DOUBLE_EQ(cost::memory_per_rank(m, cluster_preset("dgx-h100", 1), eager, 0).transient -
+                       cost::memory_per_rank(m, cluster_preset("dgx-h100", 1), p, 0).transient,
+                   (12.0 - 6.0) * logits);
+}
+
 TEST(Liveness, SavedActivationsMatchTheClosedFormCategoryByCategory) {
   struct Case {
     const char* what;

@@ -63,7 +63,7 @@ const Case kCases[] = {
          "recompute": "full"})"},
     // DDP on one server, no compile (eager), context length 8192.
     {"llama3_8b_ddp8", "llama3-8b", 8,
-     R"({"dp": 8, "zero": 0, "mbs": 2, "gbs": 32, "fused_kernels": false})"},
+     R"({"dp": 8, "zero": 0, "mbs": 2, "gbs": 32, "fused_kernels": false, "eager_loss": true})"},
 };
 
 Export export_case(const Case& c) {
