@@ -80,8 +80,8 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
   double in_bytes = eb_;
   if (p_.eager_loss) {
     const int upcast = ws(-1, "logits.fp32", {T_, vocab_t_}, Dtype::kFp32);
-    elementwise(OpKind::kCrossEntropy, -1, "xent.upcast", elements, (eb_ + 4) * elements,
-                {logits}, {upcast});
+    elementwise(OpKind::kCrossEntropy, -1, "xent.upcast", elements, (eb_ + 4) * elements, {logits},
+                {upcast});
     logits = upcast;
     in_bytes = 4;
   }
@@ -117,13 +117,29 @@ int Lowerer::head_backward(int mb) {
   if (p_.eager_loss) {
     // Eager autograd: nll_loss_backward's fp32 gradient (zeros, the targets set), then
     // log_softmax_backward's fp32 gradient from it and the saved log-softmax output (three
-    // logits-sized fp32 tensors at once), then the cast back to the logits' dtype.
+    // logits-sized fp32 tensors at once; four under TP, below), then the cast back to the
+    // logits' dtype.
     const int dnll = ws(-1, "xent.dnll", {T_, vocab_t_}, Dtype::kFp32);
     elementwise(OpKind::kCrossEntropy, -1, "xent.dnll", elements, 4 * elements, {hs.labels},
                 {dnll});
     const int dlogits32 = ws(-1, "dlogits.fp32", {T_, vocab_t_}, Dtype::kFp32);
-    elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 12 * elements,
-                {hs.probs, hs.labels, hs.sums, hs.row_max, dnll}, {dlogits32});
+    if (t_ > 1) {
+      // Under TP, PyTorch's loss_parallel (torchtitan with tensor parallelism) fuses the two
+      // gradients in one function (torch/distributed/tensor/parallel/loss.py,
+      // _nll_loss_and_log_softmax_backward): `(grad_input + torch.exp(x)) * grad_output` with
+      // the saved log-softmax x and the NLL gradient grad_input alive, so the sum and the
+      // product are a fourth logits-sized fp32 tensor each at once.
+      const int ex = ws(-1, "xent.exp", {T_, vocab_t_}, Dtype::kFp32);
+      elementwise(OpKind::kCrossEntropy, -1, "xent.exp", elements, 8 * elements, {hs.probs}, {ex});
+      const int sum = ws(-1, "xent.add", {T_, vocab_t_}, Dtype::kFp32);
+      elementwise(OpKind::kCrossEntropy, -1, "xent.add", elements, 12 * elements, {dnll, ex},
+                  {sum});
+      elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 8 * elements,
+                  {sum, hs.probs, hs.labels, hs.sums, hs.row_max, dnll}, {dlogits32});
+    } else {
+      elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 12 * elements,
+                  {hs.probs, hs.labels, hs.sums, hs.row_max, dnll}, {dlogits32});
+    }
     elementwise(OpKind::kCrossEntropy, -1, "xent.downcast", elements, (4 + eb_) * elements,
                 {dlogits32}, {dlogits});
   } else {

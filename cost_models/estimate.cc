@@ -100,9 +100,9 @@ void Estimator::edge_host(const Plan& p, int stage, StagePrice& price) const {
     for (OpKind k : {OpKind::kCrossEntropy, OpKind::kLinear, OpKind::kLinear, OpKind::kNorm})
       add(k, bwd);
     if (p.tp > 1) add(OpKind::kAllReduce, fwd, 2);
-    if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back
+    if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back (TP: exp and sum)
       add(OpKind::kCrossEntropy, fwd);
-      add(OpKind::kCrossEntropy, bwd, 2);
+      add(OpKind::kCrossEntropy, bwd, p.tp > 1 ? 4 : 2);
     }
   }
   if (p.pp > 1) {
@@ -482,8 +482,15 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
         return bytes > 0 ? memory_time(d, f, bytes) - f.kernel_overhead_s : 0.0;
       };
       price.forward += memory_time(d, f, (eb + 4) * logits) + more_bytes(2 * (4 - eb) * logits);
-      price.backward += memory_time(d, f, 4 * logits) + memory_time(d, f, (4 + eb) * logits) +
-                        more_bytes((8 - eb) * logits);
+      // Under TP (loss_parallel) the log-softmax gradient is three kernels: exp (8 bytes), the
+      // sum with the NLL gradient (12) and the product (8).
+      price.backward += memory_time(d, f, 4 * logits) + memory_time(d, f, (4 + eb) * logits);
+      if (p.tp > 1) {
+        price.backward += memory_time(d, f, 8 * logits) + memory_time(d, f, 12 * logits) +
+                          more_bytes((4 - eb) * logits);
+      } else {
+        price.backward += more_bytes((8 - eb) * logits);
+      }
     }
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients

@@ -266,9 +266,11 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // The loss (core/lower_edges.cc): Megatron's fused vocab-parallel kernel holds the logits and
   // their fp32 softmax (the backward writes the logits' gradient beside the softmax); eager
   // PyTorch (plan.eager_loss) peaks in the backward at three fp32 logits-sized tensors: the saved
-  // log-softmax output, the NLL gradient and the log-softmax gradient.
+  // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
+  // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
+  const double eager_bytes = p.tp > 1 ? 16 : 12;
   if (stage == p.pp - 1)
-    mb.transient += (p.eager_loss ? 12 : eb + 4) * tokens * m.vocab / p.tp;
+    mb.transient += (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
   // as the reshard policy says (below); without it the stage's weights, streamed per layer.
   const double layer_fraction = std::min(1.0, 2.0 / per_stage);

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/liveness.h"
 #include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
-#include "core/liveness.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
