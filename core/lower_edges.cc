@@ -71,17 +71,34 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
   hs.probs = act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
   hs.row_max = act(-1, "ce.max", {T_}, Dtype::kFp32);
   const int row_max = hs.row_max;
-  role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, "xent.max", double(T_) * vocab_t_,
-                                     eb_ * T_ * vocab_t_, {logits}, {row_max}));
+  const double elements = double(T_) * vocab_t_;
+  // Eager PyTorch (plan.eager_loss: torchtitan's F.cross_entropy(pred.float(), labels), the
+  // logits freed by `del pred` only after the loss): the logits upcast to an fp32 copy, which
+  // the log-softmax reads and writes its fp32 output beside; the bf16 logits stay alive until
+  // then. Megatron's fused kernel reads the logits in place.
+  const int bf16_logits = logits;
+  double in_bytes = eb_;
+  if (p_.eager_loss) {
+    const int upcast = ws(-1, "logits.fp32", {T_, vocab_t_}, Dtype::kFp32);
+    elementwise(OpKind::kCrossEntropy, -1, "xent.upcast", elements, (eb_ + 4) * elements, {logits},
+                {upcast});
+    logits = upcast;
+    in_bytes = 4;
+  }
+  role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, "xent.max", elements,
+                                     in_bytes * elements, {logits}, {row_max}));
   if (t_ > 1) {
     const int op =
         collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_, row_max, row_max);
     P_.ops[op].reduce_max = true;
   }
   hs.sums = act(-1, "ce.sums", {2, T_}, Dtype::kFp32);
-  int loss =
-      elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_,
-                  (eb_ + 4) * T_ * vocab_t_, {logits, hs.labels, row_max}, {hs.probs, hs.sums});
+  const double xent_bytes = (in_bytes + 4) * elements;
+  int loss = p_.eager_loss
+                 ? elementwise(OpKind::kCrossEntropy, -1, "xent", elements, xent_bytes,
+                               {logits, hs.labels, row_max, bf16_logits}, {hs.probs, hs.sums})
+                 : elementwise(OpKind::kCrossEntropy, -1, "xent", elements, xent_bytes,
+                               {logits, hs.labels, row_max}, {hs.probs, hs.sums});
   if (t_ > 1)
     loss = collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
   if (p_.nan_check) nan_check(loss);
@@ -96,8 +113,39 @@ int Lowerer::head_backward(int mb) {
   at(-1, Phase::kBackward);
   EdgeSaved& hs = head_saved_[mb];
   int dlogits = ws(-1, "dlogits", {T_, vocab_t_});
-  elementwise(OpKind::kCrossEntropy, -1, "xent", double(T_) * vocab_t_, (4 + eb_) * T_ * vocab_t_,
-              {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});
+  const double elements = double(T_) * vocab_t_;
+  if (p_.eager_loss) {
+    // Eager autograd: nll_loss_backward's fp32 gradient (zeros, the targets set), then
+    // log_softmax_backward's fp32 gradient from it and the saved log-softmax output (three
+    // logits-sized fp32 tensors at once; four under TP, below), then the cast back to the
+    // logits' dtype.
+    const int dnll = ws(-1, "xent.dnll", {T_, vocab_t_}, Dtype::kFp32);
+    elementwise(OpKind::kCrossEntropy, -1, "xent.dnll", elements, 4 * elements, {hs.labels},
+                {dnll});
+    const int dlogits32 = ws(-1, "dlogits.fp32", {T_, vocab_t_}, Dtype::kFp32);
+    if (t_ > 1) {
+      // Under TP, PyTorch's loss_parallel (torchtitan with tensor parallelism) fuses the two
+      // gradients in one function (torch/distributed/tensor/parallel/loss.py,
+      // _nll_loss_and_log_softmax_backward): `(grad_input + torch.exp(x)) * grad_output` with
+      // the saved log-softmax x and the NLL gradient grad_input alive, so the sum and the
+      // product are a fourth logits-sized fp32 tensor each at once.
+      const int ex = ws(-1, "xent.exp", {T_, vocab_t_}, Dtype::kFp32);
+      elementwise(OpKind::kCrossEntropy, -1, "xent.exp", elements, 8 * elements, {hs.probs}, {ex});
+      const int sum = ws(-1, "xent.add", {T_, vocab_t_}, Dtype::kFp32);
+      elementwise(OpKind::kCrossEntropy, -1, "xent.add", elements, 12 * elements, {dnll, ex},
+                  {sum});
+      elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 8 * elements,
+                  {sum, hs.probs, hs.labels, hs.sums, hs.row_max, dnll}, {dlogits32});
+    } else {
+      elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 12 * elements,
+                  {hs.probs, hs.labels, hs.sums, hs.row_max, dnll}, {dlogits32});
+    }
+    elementwise(OpKind::kCrossEntropy, -1, "xent.downcast", elements, (4 + eb_) * elements,
+                {dlogits32}, {dlogits});
+  } else {
+    elementwise(OpKind::kCrossEntropy, -1, "xent", elements, (4 + eb_) * elements,
+                {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});
+  }
   WSet w = no_weights();
   acquire(buckets_[head_bucket_], w, -1);
   const bool own = w[kHead] >= 0;

@@ -87,6 +87,7 @@ std::string plan_compact(const Plan& p) {
   if (p.cuda_graphs != CudaGraphs::kNone)
     s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
   if (p.torch_compile) s += " compile";
+  if (p.eager_loss) s += " eager-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
   return s;
@@ -402,6 +403,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "host_framework",
                 "cuda_graphs",
                 "torch_compile",
+                "eager_loss",
                 "optimizer_impl",
                 "nan_check",
                 "reshard",
@@ -502,6 +504,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.cuda_graphs = parse_cuda_graphs(r.string_or("cuda_graphs", "none"), r.field("cuda_graphs"));
   p.torch_compile = r.boolean_or("torch_compile", false);
+  p.eager_loss = r.boolean_or("eager_loss", false);
   p.optimizer_impl =
       parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
   p.nan_check = r.boolean_or("nan_check", true);
@@ -572,6 +575,7 @@ Json plan_to_json(const Plan& p) {
     j["host_framework"] = host_framework_name(p.host_framework);
   if (p.cuda_graphs != CudaGraphs::kNone) j["cuda_graphs"] = cuda_graphs_name(p.cuda_graphs);
   if (p.torch_compile) j["torch_compile"] = true;
+  if (p.eager_loss) j["eager_loss"] = true;
   if (p.optimizer_impl != OptimizerImpl::kFused)
     j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
   if (!p.nan_check) j["nan_check"] = false;

@@ -182,6 +182,11 @@ struct Plan {
   HostFramework host_framework = HostFramework::kPytorch;
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
   bool torch_compile = false;
+  // The loss as PyTorch eager's F.cross_entropy of an fp32 upcast of the logits (torchtitan's
+  // loss_fn, Hugging Face models) instead of a fused vocab-parallel kernel (Megatron's
+  // VocabParallelCrossEntropy): the upcast copy, the log-softmax output and, in the backward, the
+  // NLL gradient and the log-softmax gradient are each a logits-sized fp32 tensor.
+  bool eager_loss = false;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   bool nan_check = true;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the

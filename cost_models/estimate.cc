@@ -100,6 +100,10 @@ void Estimator::edge_host(const Plan& p, int stage, StagePrice& price) const {
     for (OpKind k : {OpKind::kCrossEntropy, OpKind::kLinear, OpKind::kLinear, OpKind::kNorm})
       add(k, bwd);
     if (p.tp > 1) add(OpKind::kAllReduce, fwd, 2);
+    if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back (TP: exp and sum)
+      add(OpKind::kCrossEntropy, fwd);
+      add(OpKind::kCrossEntropy, bwd, p.tp > 1 ? 4 : 2);
+    }
   }
   if (p.pp > 1) {
     // A send and a receive each way per chunk boundary; none before the first or after the last
@@ -412,7 +416,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   const int full = p.full_recompute_layers(layers);
   // Plans of a search share stages: look the price up by everything it depends on.
-  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0);
+  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0) |
+                    (p.eager_loss ? 1 << 24 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),
@@ -466,6 +471,27 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.backward += gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
                       gemm_time(d, f, head, m.hidden, m.vocab / t, T) +
                       memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
+    if (p.eager_loss) {
+      // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
+      // its own ((eb + 4) bytes a logit), and the max and the log-softmax reading fp32 (4 - eb
+      // more bytes each); in the backward the NLL gradient (4) and the cast back (4 + eb),
+      // kernels of their own, and the log-softmax gradient reading and writing fp32 (12 bytes
+      // where the fused kernel's gradient above moves 4 + eb).
+      const double logits = static_cast<double>(T) * m.vocab / t;
+      auto more_bytes = [&](double bytes) {  // bytes added to a kernel priced above
+        return bytes > 0 ? memory_time(d, f, bytes) - f.kernel_overhead_s : 0.0;
+      };
+      price.forward += memory_time(d, f, (eb + 4) * logits) + more_bytes(2 * (4 - eb) * logits);
+      // Under TP (loss_parallel) the log-softmax gradient is three kernels: exp (8 bytes), the
+      // sum with the NLL gradient (12) and the product (8).
+      price.backward += memory_time(d, f, 4 * logits) + memory_time(d, f, (4 + eb) * logits);
+      if (p.tp > 1) {
+        price.backward += memory_time(d, f, 8 * logits) + memory_time(d, f, 12 * logits) +
+                          more_bytes((4 - eb) * logits);
+      } else {
+        price.backward += more_bytes((8 - eb) * logits);
+      }
+    }
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
   // backward (1/tp of them per TP rank: Megatron's scatter/gather, or the SP shard).

@@ -263,7 +263,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
   // the last stage; ZeRO-3 gathers.
   if (full_layers > 0) mb.transient += largest_layer;
-  if (stage == p.pp - 1) mb.transient += (eb + 4) * tokens * m.vocab / p.tp;
+  // The loss (core/lower_edges.cc): Megatron's fused vocab-parallel kernel holds the logits and
+  // their fp32 softmax (the backward writes the logits' gradient beside the softmax); eager
+  // PyTorch (plan.eager_loss) peaks in the backward at three fp32 logits-sized tensors: the saved
+  // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
+  // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
+  const double eager_bytes = p.tp > 1 ? 16 : 12;
+  if (stage == p.pp - 1)
+    mb.transient += (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
   // as the reshard policy says (below); without it the stage's weights, streamed per layer.
   const double layer_fraction = std::min(1.0, 2.0 / per_stage);

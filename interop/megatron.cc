@@ -330,6 +330,9 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     r.add("plan.torch_compile", "Megatron-LM does not torch.compile its transformer layers");
   if (p.host_framework != HostFramework::kPytorch)
     r.add("plan.host_framework", "Megatron-LM runs on PyTorch");
+  if (p.eager_loss)
+    r.add("plan.eager_loss",
+          "Megatron-LM's loss is its vocab-parallel cross-entropy, not eager F.cross_entropy");
   if (m.is_moe()) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");

@@ -404,6 +404,10 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
     r.add("plan.tp_comm_overlap",
           "torchtitan's async tensor parallelism needs "
           "torch.compile (plan.fused_kernels)");
+  if (!p.fused_kernels && !p.eager_loss)
+    r.add("plan.eager_loss",
+          "torchtitan compiles its loss only with the model (compile.enable, plan.fused_kernels); "
+          "without compile the loss runs eagerly (set eager_loss)");
   if (!p.flash_attention)
     r.add("plan.flash_attention", "torchtitan's attention is SDPA's fused kernel");
   if (p.ep_comm_overlap)
@@ -576,7 +580,7 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   t << "[compile]\n"
     << "# fused element-wise kernels (parasol's fused_kernels) come from torch.compile\n"
     << "enable = " << toml_bool(plan.fused_kernels) << "\n"
-    << "components = [\"model\", \"loss\"]\n";
+    << (plan.fused_kernels && plan.eager_loss ? "components = [\"model\"]\n" : "components = [\"model\", \"loss\"]\n");
 
   std::ostringstream sh;
   sh << "#!/usr/bin/env bash\n"
@@ -977,14 +981,22 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["recompute"] = mode;
   // Compile: fused element-wise kernels.
   const JsonReader cr = table("compile");
-  bool compiled = cr.boolean_or("enable", false);
-  if (compiled && cr.has("components")) {
-    bool model_part = false;
-    for (const auto& [path, v] : cr.array("components"))
+  // components: ["model", "loss"] by default (torchtitan/config/configs.py); the loss runs
+  // eagerly (F.cross_entropy of the fp32-upcast logits, torchtitan/components/loss.py) unless
+  // compiled.
+  const bool enabled = cr.boolean_or("enable", false);
+  bool compiled = enabled, loss_compiled = enabled;
+  if (enabled && cr.has("components")) {
+    bool model_part = false, loss_part = false;
+    for (const auto& [path, v] : cr.array("components")) {
       model_part = model_part || (v->is_string() && v->get<std::string>() == "model");
+      loss_part = loss_part || (v->is_string() && v->get<std::string>() == "loss");
+    }
     compiled = model_part;
+    loss_compiled = loss_part;
   }
   if (!compiled) j["fused_kernels"] = false;
+  if (!loss_compiled) j["eager_loss"] = true;
   j["flash_attention"] = true;  // SDPA's fused kernels
   job.plan = j;
   return job;

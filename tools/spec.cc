@@ -256,6 +256,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
                   "torchtitan)");
   bool_flag(cmd, o, "--torch-compile", "torch_compile", o.torch_compile,
             "each transformer layer torch.compile'd (torchtitan --compile)");
+  bool_flag(cmd, o, "--eager-loss", "eager_loss", o.eager_loss,
+            "the loss as eager F.cross_entropy of fp32-upcast logits (torchtitan); false: a "
+            "fused vocab-parallel kernel (Megatron)");
   cmd->add_option("--optimizer-impl", o.optimizer_impl,
                   "fused|foreach|for_loop: how Adam launches its kernels");
   cmd->add_option("--host-framework", o.host_framework,
@@ -326,6 +329,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("fused_kernels", o.fused_kernels);
   set("cuda_graphs", o.cuda_graphs);
   set("torch_compile", o.torch_compile);
+  set("eager_loss", o.eager_loss);
   set("optimizer_impl", o.optimizer_impl);
   set("host_framework", o.host_framework);
   set("nan_check", o.nan_check);

@@ -292,6 +292,9 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p.fused_kernels = false;
   expect_refused(m, p, "plan.fused_kernels");
   p = base;
+  p.eager_loss = true;
+  expect_refused(m, p, "plan.eager_loss");
+  p = base;
   p.zero = 3;
   p.reshard = Reshard::kAfterStep;
   expect_refused(m, p, "plan.reshard");

@@ -63,7 +63,7 @@ const Case kCases[] = {
          "recompute": "full"})"},
     // DDP on one server, no compile (eager), context length 8192.
     {"llama3_8b_ddp8", "llama3-8b", 8,
-     R"({"dp": 8, "zero": 0, "mbs": 2, "gbs": 32, "fused_kernels": false})"},
+     R"({"dp": 8, "zero": 0, "mbs": 2, "gbs": 32, "fused_kernels": false, "eager_loss": true})"},
 };
 
 Export export_case(const Case& c) {
@@ -324,6 +324,8 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                    R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                        "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
                        "first_stage_layers": 30})"});
+  // The model compiled, the loss eager (compile.components = ["model"]).
+  trips.push_back({"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 32, "eager_loss": true})"});
   int n = 0;
   for (const Trip& t : trips) {
     SCOPED_TRACE(t.plan);
@@ -472,6 +474,9 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            "plan.rank_order"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "flash_attention": false})",
            "plan.flash_attention"},
+          // Without torch.compile torchtitan's loss runs eagerly (components/loss.py).
+          {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "fused_kernels": false})",
+           "plan.eager_loss"},
           {"llama3-8b", 16,
            R"({"pp": 4, "dp": 4, "zero": 3, "reshard": "after_step", "gbs": 64,
            "stage_layers": [8, 6, 10, 8]})",

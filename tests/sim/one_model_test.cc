@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/liveness.h"
 #include "core/lower.h"
 #include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/estimate.h"
+#include "cost_models/memory.h"
 #include "cost_models/profile.h"
 #include "sim/engine.h"
 
@@ -71,6 +73,12 @@ std::vector<Case> cases() {
   dense("unfused kernels", [](Plan& p) {
     degrees(p, 16, 2);
     p.fused_kernels = false;
+  });
+  // torchtitan's eager loss (fp32 upcast, NLL and log-softmax gradients as kernels of their
+  // own) on the last stage of a pipeline.
+  dense("eager loss tp2 pp2", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.eager_loss = true;
   });
   dense("fp8", [](Plan& p) {
     degrees(p, 16, 2);
@@ -265,6 +273,51 @@ TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
     const double sim = simulate(m, c, lower(m, c, p), prof, false).step_time_s;
     EXPECT_NEAR(sim / est, 1.0, k.band) << "simulated " << sim << " s, estimated " << est << " s"
                                         << (k.why.empty() ? "" : ": ") << k.why;
+  }
+}
+
+// Memory on the same grid: each stage's tensors as the closed form counts them
+// (cost_models/memory.h: weights, gradients, optimizer state, saved activations and the working
+// set) against the liveness peak of that stage's lowered Program (core/liveness.h), which the
+// simulator reports. The persistent part agrees within 0.1% wherever the closed form keeps no
+// gathered ZeRO-3 parameters in it; the peaks within 2% but for the named stages. Issue 48 asks
+// for byte equality, which needs the closed form to take its per-stage peak from the fragments'
+// liveness instead of a formula; this holds the two where they are today.
+TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
+  for (const Case& k : cases()) {
+    Model m = model_preset(k.model);
+    if (k.layers > 0) {
+      m.layers = k.layers;
+      m.moe.first_dense = std::min(m.moe.first_dense, 1);
+    }
+    Plan p = base_plan(k.gpus);
+    k.plan(p);
+    p.global_batch = 8 * p.dp;
+    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    const std::vector<cost::MemoryBreakdown> closed = cost::memory_per_stage(m, c, p);
+    const LoweredPlan lowered = lower(m, c, p);
+    for (int s = 0; s < p.pp; ++s) {
+      SCOPED_TRACE(k.name + " stage " + std::to_string(s));
+      const Liveness lv = liveness(lowered.programs[s]);
+      const cost::MemoryBreakdown& b = closed[s];
+      const double tensors = b.weights + b.gradients + b.optimizer + b.activations + b.transient;
+      double band = 0.02;
+      // GPipe: the last stage keeps every micro-batch's fp32 softmax and head inputs until the
+      // backwards begin; the closed form counts one micro-batch's logits
+      // (tests/core/liveness_test.cc, GPipeLastStageKeepsEveryMicroBatchsFp32Softmax).
+      if (p.schedule == Schedule::kGpipe && s == p.pp - 1) band = 0.25;
+      // Interleaved MoE with overlapped expert exchange: the closed form's in-flight fraction
+      // of the first stage's chunks is above what the Program holds at its peak (not itemised).
+      if (m.is_moe() && p.schedule == Schedule::kInterleaved) band = 0.06;
+      // Megatron's loss accounting on an interleaved split: the last stage's head holds less
+      // than a layer's share (not itemised).
+      if (p.account_for_loss && s == p.pp - 1) band = 0.03;
+      EXPECT_NEAR(tensors / lv.peak_bytes, 1.0, band)
+          << "closed " << tensors << " B, liveness " << lv.peak_bytes << " B";
+      if (p.zero < 3 && !p.offload.params)
+        EXPECT_NEAR(b.weights + b.gradients + b.optimizer, lv.persistent_bytes,
+                    1e-3 * lv.persistent_bytes);
+    }
   }
 }
 
