@@ -3,6 +3,7 @@
 // own: etp), grouped expert GEMMs, their reduction over that group, all-to-all back, combine;
 // and the shared experts (one fused dense MLP on the norm2 output) added to the routed output.
 #include "core/lower_internal.h"
+#include "core/moe_load.h"
 
 namespace parasol::lowering {
 
@@ -117,9 +118,19 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   const bool gather = gather_ways_ > 1;
   int o = role(BufferRole::kExpertRows,
                gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_}));
-  int op2 = expert_side(gemm(layer, "efc2", rows, h_, eff_t_, le, {sv[sAct], w[kEfc2], w[kEfc2B]},
-                             {o}, false, OpKind::kExpertLinear));
+  const bool bias_loop = p_.expert_bias_loop && bias_;
+  int op2 = expert_side(gemm(layer, "efc2", rows, h_, eff_t_, le,
+                             {sv[sAct], w[kEfc2], bias_loop ? -1 : w[kEfc2B]}, {o}, false,
+                             OpKind::kExpertLinear));
   P_.ops[op2].flops = 2.0 * R * h_ * eff_t_;
+  if (bias_loop) {  // the bias added per local expert after the GEMM (core/moe_load.h)
+    const ExpertBiasLoop b = expert_bias_loop(p_, false, le);
+    const int op =
+        role(OpRole::kExpertBias,
+             expert_side(elementwise(OpKind::kBias, layer, "efc2.bias", double(R) * h_,
+                                     b.bytes_per_element * R * h_, {o, w[kEfc2B]}, {o})));
+    P_.ops[op].tensors = static_cast<int>(le);
+  }
   return expert_reduce(layer, o, R, gather ? "efc2.rs" : "efc2.ar", !a2a);
 }
 
@@ -187,13 +198,22 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
 int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g) {
   const int64_t K = topk_, le = local_experts_;
   const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
+  const bool bias_loop = p_.expert_bias_loop && bias_;
+  if (bias_loop) {  // the backward of the per-expert bias loop (core/moe_load.h)
+    const ExpertBiasLoop b = expert_bias_loop(p_, true, le);
+    const int op = role(OpRole::kExpertBias,
+                        expert_side(elementwise(OpKind::kBias, layer, "efc2.bias", double(R) * h_,
+                                                b.bytes_per_element * R * h_, {d}, {g[kEfc2B]})));
+    P_.ops[op].tensors = static_cast<int>(le);
+  }
   int dact = role(BufferRole::kExpertRows, act(layer, "eact.dx", {R, eff_t_}));
   int op = expert_side(gemm(layer, "efc2.dx", rows, eff_t_, h_, le, {d, w[kEfc2]}, {dact}, true,
                             OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
-  op = role(OpRole::kWeightGrad,
-            expert_side(gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
-                             {g[kEfc2], g[kEfc2B]}, false, OpKind::kExpertLinear)));
+  op =
+      role(OpRole::kWeightGrad,
+           expert_side(gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
+                            {g[kEfc2], bias_loop ? -1 : g[kEfc2B]}, false, OpKind::kExpertLinear)));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
   int dfc1 = role(BufferRole::kExpertRows, act(layer, "efc1.dy", {R, up_ * eff_t_}));
   role(OpRole::kExpertAct,

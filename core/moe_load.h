@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/model.h"
+#include "core/plan.h"
 
 namespace parasol {
 
@@ -32,5 +33,27 @@ double moe_hot_rank_factor(const Model& m, int ep, double rows_per_rank);
 
 // The hot rank's rows: ceil(rows_per_rank x moe_hot_rank_factor).
 int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank);
+
+// Megatron-Core's expert fc2 bias loop (Plan::expert_bias_loop; TEGroupedMLP._apply_bias,
+// megatron/core/transformer/moe/experts.py @4415119): for each local expert e, on its rows t_e
+// (the fc2 output, activation dtype a) and their router probabilities p_e (Plan::moe_probs_dtype
+// q), `t_e + b_e * p_e` in the wider dtype w = max(a, q) (PyTorch's type promotion), then
+// torch.cat of the pieces and .to(a). Per element of the routed rows x hidden, HBM bytes read
+// plus written:
+//  forward:  b*p writes w; the add reads a + w and writes w; cat reads and writes w; the cast
+//            (only when w != a) reads w and writes a;
+//  backward: the cast's backward (w != a) reads a, writes w; each piece's gradient to t_e cast
+//            back (w != a) reads w, writes a; mul's backward for b and for p, each a product
+//            (read w, write w) then a sum over rows or columns (read w); split's backward
+//            concatenates the pieces' gradients (read a, write a).
+// Kernels: forward 2 per expert (mul, add), cat, and the cast when w != a; backward 4 per expert
+// (two products and two sums), the per-expert gradient casts and the cast's backward when
+// w != a, the accumulation of each expert's bias gradient into its main gradient (Megatron's
+// DDP hook), and the two concatenations of split's backward (rows and probabilities).
+struct ExpertBiasLoop {
+  double bytes_per_element = 0;
+  int64_t kernels = 0;
+};
+ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts);
 
 }  // namespace parasol

@@ -60,6 +60,8 @@ std::string plan_compact(const Plan& p) {
   if (p.sequence_parallel) s += " sp";
   if (p.tp_comm_overlap) s += " tpo";
   if (p.ep_comm_overlap) s += " epo";
+  if (p.expert_bias_loop) s += " ebl";
+  if (p.fp8_dispatch) s += " fp8d";
   if (p.schedule == Schedule::kInterleaved)
     s += " i" + std::to_string(p.vpp);
   else if (p.pp > 1)
@@ -400,6 +402,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "tp_comm_overlap",
                 "ep_comm_overlap",
                 "moe_dispatcher",
+                "expert_bias_loop",
+                "fp8_dispatch",
                 "host_framework",
                 "cuda_graphs",
                 "torch_compile",
@@ -500,6 +504,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
+  p.expert_bias_loop = r.boolean_or("expert_bias_loop", false);
+  p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.cuda_graphs = parse_cuda_graphs(r.string_or("cuda_graphs", "none"), r.field("cuda_graphs"));
@@ -569,6 +575,8 @@ Json plan_to_json(const Plan& p) {
   if (p.ep_comm_overlap) j["ep_comm_overlap"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
     j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
+  if (p.expert_bias_loop) j["expert_bias_loop"] = true;
+  if (p.fp8_dispatch) j["fp8_dispatch"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)
@@ -604,6 +612,7 @@ Json plan_to_json(const Plan& p) {
 Plan runtime_plan(Plan p) {
   p.tp_comm_overlap = false;
   p.ep_comm_overlap = false;
+  p.expert_bias_loop = false;
   return p;
 }
 

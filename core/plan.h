@@ -170,6 +170,19 @@ struct Plan {
   // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
   bool ep_comm_overlap = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // Megatron-Core's TEGroupedMLP with expert biases (--add-bias-linear, Megatron's default, with
+  // --moe-grouped-gemm): the experts' fc2 bias is not added in the grouped GEMM (skip_bias_add)
+  // but by TEGroupedMLP._apply_bias, a Python loop over the local experts of `t + b * p` (the
+  // router's probability p of each row), concatenated and cast back, autograd recording each
+  // kernel (megatron/core/transformer/moe/experts.py @4415119). The lowering emits it as one op
+  // per pass (OpRole::kExpertBias) of its kernels and bytes; without expert biases it is nothing.
+  bool expert_bias_loop = false;
+  // The DeepEP dispatch moves fp8 rows (with their scales) when the plan trains in fp8, as
+  // DeepSeek's own framework runs it (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3: activations
+  // quantised to fp8 before the dispatch, the combine in bf16). Megatron-Core's flex dispatchers
+  // move bf16 rows (megatron/core/transformer/moe/fused_a2a.py @4415119: DeepEP's dispatch gets
+  // the bf16 hidden states; "HybridEP dispatcher does not support fp8 dispatch now").
+  bool fp8_dispatch = false;
   // PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments
   // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
   // are not stranded between live ones (cost_models/framework_memory.h).
@@ -249,6 +262,15 @@ struct Plan {
   // the ranks of a stage holding the same expert shard ((tp x cp x dp) / (etp x ep)).
   int expert_tp() const { return etp > 0 ? etp : tp; }
   int expert_dp() const { return tp * cp * dp / (expert_tp() * ep); }
+  // The dtype of the router probabilities the routed rows carry to the experts: fp32 under the
+  // DeepEP/HybridEP dispatchers (Megatron's flex dispatcher casts them: token_dispatcher.py
+  // "DeepEP only supports float32 probs", "HybridEP only supports float32 probs"), else the
+  // router's output dtype, the activations' (Megatron's moe_router_dtype unset: router.py
+  // computes the logits in the input's dtype and the probs are cast back to it).
+  Dtype moe_probs_dtype() const {
+    if (moe_dispatcher == MoeDispatcher::kDeepEp) return Dtype::kFp32;
+    return precision == Dtype::kFp8 ? Dtype::kBf16 : precision;
+  }
   // Ranks the ZeRO shards of dense parameters span (shard_degree, or dp x cp).
   int dense_shard_ranks() const { return shard_degree > 0 ? shard_degree : dp * cp; }
   // Ranks the ZeRO shards of expert parameters span: the expert data-parallel group
@@ -262,7 +284,8 @@ struct Plan {
 
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
-// 1F1B on a stream of its own), which the predictors price. Neither changes the numerics.
+// 1F1B on a stream of its own) and without expert_bias_loop (the runtime adds the expert bias in
+// its GEMM), which the predictors price. None changes the numerics.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -195,6 +195,8 @@ const char* op_role_name(OpRole r) {
       return "combine-a2a";
     case OpRole::kDispatchGather:
       return "dispatch-gather";
+    case OpRole::kExpertBias:
+      return "expert-bias";
   }
   return "?";
 }

@@ -227,6 +227,9 @@ enum class OpRole {
   kDispatchA2a,       // kAllToAll: the dispatch's token exchange (forward: to the experts)
   kCombineA2a,        // kAllToAll: the combine's token exchange (forward: back to the tokens)
   kDispatchGather,    // kAllGather: the dispatched rows over the experts' tensor-parallel group
+  // kBias: the routed experts' fc2 bias added outside the grouped GEMM, one loop over the local
+  // experts (Plan::expert_bias_loop; `tensors` = the local experts), forward or backward.
+  kExpertBias,
 };
 const char* op_role_name(OpRole r);
 

@@ -1016,6 +1016,7 @@ Json estimate_to_json(const Estimate& e) {
               {"permutation", e.moe.permutation},
               {"routing", e.moe.routing},
               {"expert_activation", e.moe.activation},
+              {"expert_bias", e.moe.expert_bias},
               {"imbalance", e.moe.imbalance},
               {"dispatch", t.ep_comm}}},
             {"memory_breakdown_bytes",

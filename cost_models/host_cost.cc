@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/moe_load.h"
 
 namespace parasol::cost {
 namespace {
@@ -75,6 +76,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
                  ? 2 * int64_t{tensors}
                  : multi_tensor_launches(tensors, op.elements, 1) +
                        multi_tensor_launches(tensors, op.elements, 1);
+    case OpKind::kBias:
+      if (op.role == OpRole::kExpertBias)
+        return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors).kernels;
+      return 1;
     default:
       return 1;
   }

@@ -38,6 +38,7 @@ namespace {
 // Files a compute op's seconds under its MoE part, if it has one.
 void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
   const bool expert_act = op.role == OpRole::kExpertAct;
+  const bool expert_bias = op.role == OpRole::kExpertBias;
   if (op.kind == OpKind::kExpertLinear)
     parts.expert_gemm += seconds;
   else if (op.kind == OpKind::kDispatch || op.kind == OpKind::kCombine)
@@ -46,7 +47,9 @@ void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
     parts.routing += seconds;
   else if (expert_act)
     parts.activation += seconds;
-  if ((op.kind == OpKind::kExpertLinear || expert_act) && op.load > 1)
+  else if (expert_bias)
+    parts.expert_bias += seconds;
+  if ((op.kind == OpKind::kExpertLinear || expert_act || expert_bias) && op.load > 1)
     parts.imbalance += seconds * (1 - 1 / op.load);
 }
 }  // namespace

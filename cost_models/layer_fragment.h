@@ -32,14 +32,18 @@ struct MoeParts {
   double permutation = 0;  // token permutation and un-permutation (kDispatch, kCombine)
   double routing = 0;      // the router's GEMMs and routing kernels (kRouter)
   double activation = 0;   // the routed experts' activation (OpRole::kExpertAct)
+  // The experts' fc2 bias added per local expert outside the grouped GEMM (OpRole::kExpertBias,
+  // Plan::expert_bias_loop).
+  double expert_bias = 0;
   // What the busiest expert-parallel rank's excess rows add to the expert-side compute above
-  // (Op::load): included in expert_gemm and activation.
+  // (Op::load): included in expert_gemm, activation and expert_bias.
   double imbalance = 0;
   void add(const MoeParts& o, double n) {
     expert_gemm += n * o.expert_gemm;
     permutation += n * o.permutation;
     routing += n * o.routing;
     activation += n * o.activation;
+    expert_bias += n * o.expert_bias;
     imbalance += n * o.imbalance;
   }
 };

@@ -17,7 +17,8 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
                                     bool forward_dispatch) {
   const double factor = dispatcher_bytes_factor(m, p, ep_nodes);
   bytes *= factor;
-  if (factor != 1.0 && forward_dispatch && p.precision == Dtype::kFp8) bytes *= 0.5;
+  if (factor != 1.0 && forward_dispatch && p.fp8_dispatch && p.precision == Dtype::kFp8)
+    bytes *= 0.5;
   return bytes;
 }
 

@@ -21,7 +21,8 @@ double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes);
 
 // The bytes one expert all-to-all puts on the wire: `bytes` of the plain all-to-all (its send
 // buffer) times dispatcher_bytes_factor, and DeepEP's forward dispatch in fp8 when the plan
-// trains in fp8 (half the bytes; the combine and the backward's two exchanges stay bf16).
+// trains in fp8 and dispatches fp8 (Plan::fp8_dispatch; half the bytes; the combine and the
+// backward's two exchanges stay bf16).
 // `forward_dispatch`: the forward pass's dispatch (not its combine, not a backward exchange).
 // The one rule both predictors price an expert all-to-all by.
 double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes, double bytes,

@@ -68,7 +68,8 @@ bool is_router(const Op& op) {
 }
 int price_flags(const Op& op) {
   return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
-         (op.role == OpRole::kDispatchA2a ? 8 : 0);
+         (op.role == OpRole::kDispatchA2a ? 8 : 0) |
+         (op.role == OpRole::kExpertBias ? 16 | (std::max(1, op.tensors) << 5) : 0);
 }
 
 bool stage_dependent(const Op& op) {
@@ -404,9 +405,14 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       if (op.bytes > 0) return memory_time(dev, prof_, op.bytes);
       return optimizer_time(dev, prof_, plan_.precision, params);
     }
+    case OpKind::kBias:
+      // The experts' bias loop: each of its kernels pays the GPU's gap between kernels.
+      if (op.role == OpRole::kExpertBias)
+        return memory_time(dev, prof_, elementwise_bytes(op)) +
+               static_cast<double>(kernel_launches(op, plan_) - 1) * prof_.kernel_overhead_s;
+      return memory_time(dev, prof_, elementwise_bytes(op));
     case OpKind::kEmbedding:
     case OpKind::kNorm:
-    case OpKind::kBias:
     case OpKind::kActivation:
     case OpKind::kResidualAdd:
     case OpKind::kCrossEntropy:

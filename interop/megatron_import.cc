@@ -662,6 +662,11 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
                   "parasol models alltoall and flex (DeepEP), not " + d);
     }
   }
+  // Expert biases under the grouped GEMM (TEGroupedMLP, --moe-grouped-gemm; biases are on unless
+  // --disable-bias-linear): Megatron adds the experts' fc2 bias in a Python loop over the local
+  // experts (experts.py TEGroupedMLP._apply_bias), which the plan prices (Plan::expert_bias_loop).
+  if (f.has("num-experts") && f.has("moe-grouped-gemm") && !f.has("disable-bias-linear"))
+    j["expert_bias_loop"] = true;
   if (f.has("use-tp-pp-dp-mapping")) j["rank_order"] = rank_order_name(kMegatronTpPpDpOrder);
   // The host (core/host_issue.h): Megatron's CUDA graphs (transformer_config.py: --cuda-graph-impl
   // local|transformer_engine graph each layer, full_iteration the forward and backward; the old

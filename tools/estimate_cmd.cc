@@ -76,6 +76,7 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
                            {"permutation", moe.permutation},
                            {"routing", moe.routing},
                            {"expert activation", moe.activation},
+                           {"expert bias loop", moe.expert_bias},
                            {"of which imbalance", moe.imbalance}})
       std::cout << "  " << name << ": " << secs(v) << " (" << pct(v / e.step_time_s) << ")\n";
   }

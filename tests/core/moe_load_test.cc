@@ -83,5 +83,76 @@ TEST(MoeLoad, NoImbalanceWithoutExpertParallelism) {
   EXPECT_GT(moe_hot_rank_rows(m, 8, 1000), 1000);
 }
 
+// Megatron's expert bias loop (TEGroupedMLP._apply_bias), kernel by kernel as PyTorch runs
+// `torch.cat([t + b * p for t, b, p in zip(...)]).to(t.dtype)` and its autograd: each kernel's
+// bytes per element of the rows (read, write), listed here from the source, summed.
+struct Kernel {
+  double read, write;
+  bool per_expert;
+};
+ExpertBiasLoop listed(const std::vector<Kernel>& kernels, int64_t experts) {
+  ExpertBiasLoop r;
+  for (const Kernel& k : kernels) {
+    r.bytes_per_element += k.read + k.write;
+    r.kernels += k.per_expert ? experts : 1;
+  }
+  return r;
+}
+
+TEST(MoeLoad, ExpertBiasLoopCountsEachKernelOfTheLoop) {
+  Plan p;
+  p.precision = Dtype::kBf16;  // the alltoall dispatcher: bf16 probabilities, no promotion
+  const int64_t le = 16;
+  // Forward: b*p (write bf16), t + bp (read 2 bf16, write bf16), cat (read, write); .to(bf16) is
+  // a no-op.
+  ExpertBiasLoop want = listed({{0, 2, true}, {4, 2, true}, {2, 2, false}}, le);
+  ExpertBiasLoop got = expert_bias_loop(p, false, le);
+  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
+  EXPECT_EQ(got.kernels, want.kernels);
+  // Backward: grad*p and its sum over rows (the bias gradient), grad*b and its sum over columns
+  // (the probabilities' gradient), the bias gradient into its main gradient (a vector: no
+  // per-element bytes), and split's backward: the rows' gradients concatenated, and the
+  // probabilities' (a column: no per-element bytes).
+  want = listed({{2, 2, true},
+                 {2, 0, true},
+                 {2, 2, true},
+                 {2, 0, true},
+                 {0, 0, true},
+                 {2, 2, false},
+                 {0, 0, false}},
+                le);
+  got = expert_bias_loop(p, true, le);
+  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
+  EXPECT_EQ(got.kernels, want.kernels);
+
+  // DeepEP/HybridEP carry fp32 probabilities: the loop runs in fp32 and casts back.
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  ASSERT_EQ(p.moe_probs_dtype(), Dtype::kFp32);
+  want = listed({{0, 4, true}, {6, 4, true}, {4, 4, false}, {4, 2, false}}, le);
+  got = expert_bias_loop(p, false, le);
+  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
+  EXPECT_EQ(got.kernels, want.kernels);
+  // Backward: .to's backward (bf16 -> fp32), each piece's gradient to t cast back to bf16, the
+  // two products and sums in fp32, the main-gradient accumulation, split's two concatenations.
+  want = listed({{2, 4, false},
+                 {4, 2, true},
+                 {4, 4, true},
+                 {4, 0, true},
+                 {4, 4, true},
+                 {4, 0, true},
+                 {0, 0, true},
+                 {2, 2, false},
+                 {0, 0, false}},
+                le);
+  got = expert_bias_loop(p, true, le);
+  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
+  EXPECT_EQ(got.kernels, want.kernels);
+  // FP8 training keeps the GEMM outputs in bf16: as bf16 under the alltoall dispatcher.
+  p.moe_dispatcher = MoeDispatcher::kAllToAll;
+  p.precision = Dtype::kFp8;
+  EXPECT_EQ(p.moe_probs_dtype(), Dtype::kBf16);
+  EXPECT_DOUBLE_EQ(expert_bias_loop(p, false, le).bytes_per_element, 12);
+}
+
 }  // namespace
 }  // namespace parasol

@@ -469,6 +469,47 @@ TEST(EstimateMoe, BreakdownNamesTheMoeParts) {
   EXPECT_EQ(d.moe.expert_gemm + d.moe.permutation + d.moe.routing + d.moe.activation, 0);
 }
 
+// Megatron's expert bias loop (Plan::expert_bias_loop): a part of its own in the MoE breakdown,
+// priced as the HBM bytes of its kernels (core/moe_load.h) over the rows the busiest rank
+// processes, plus each kernel's gap; nothing without expert biases.
+TEST(EstimateMoe, ExpertBiasLoopIsAPartOfItsOwn) {
+  Model m = model_preset("gpt-oss-120b");
+  ASSERT_TRUE(m.linear_bias);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;  // 16 local experts
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  const Estimate off = run(m, c, p);
+  EXPECT_EQ(off.moe.expert_bias, 0);
+  p.expert_bias_loop = true;
+  const Estimate on = run(m, c, p);
+  EXPECT_GT(on.step_time_s, off.step_time_s);
+  // One forward and one backward loop per MoE layer and micro-batch (no recompute), each over
+  // the busiest rank's rows x hidden elements.
+  const Profile& prof = default_profile(c.gpu_device(0));
+  const DeviceSpec& dev = c.gpu_device(0);
+  const int64_t le = m.moe.experts / p.ep;
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  double want = 0;
+  for (bool bwd : {false, true}) {
+    const ExpertBiasLoop b = expert_bias_loop(p, bwd, le);
+    want += (b.bytes_per_element * rows * m.hidden / (dev.hbm_bw * prof.memory_efficiency) +
+             static_cast<double>(b.kernels) * prof.kernel_overhead_s) *
+            hot;
+  }
+  want *= m.moe_layer_count();
+  EXPECT_NEAR(on.moe.expert_bias, want, 1e-6 * want);
+  EXPECT_GT(on.moe.imbalance, off.moe.imbalance);
+  const Json j = estimate_to_json(on);
+  EXPECT_DOUBLE_EQ(j["moe_breakdown_s"]["expert_bias"].get<double>(), on.moe.expert_bias);
+  m.linear_bias = false;
+  EXPECT_EQ(run(m, c, p).moe.expert_bias, 0);
+}
+
 // Context parallelism's exposed time, from the topology and the rule estimate.cc documents:
 // per layer and micro-batch the ring passes one K/V chunk (bf16: 2 bytes x the rank's
 // mb x seq / cp tokens x 2 x kv_heads x head_dim / tp) per step, each step the chunk's bytes over

@@ -51,8 +51,9 @@ TEST(DispatcherBytes, ThePlainAllToAllAndOneNodeMoveEveryCopy) {
 }
 
 // The bytes each expert all-to-all puts on the wire, the rule both predictors price by: the
-// plain exchange moves its send buffer; DeepEP the deduplicated copies; under fp8 DeepEP's
-// forward dispatch moves half of those (fp8 rows), its combine and the backward's two do not.
+// plain exchange moves its send buffer; DeepEP the deduplicated copies; under fp8 with an fp8
+// dispatch (DeepSeek's framework) DeepEP's forward dispatch moves half of those (fp8 rows), its
+// combine and the backward's two do not; Megatron's bf16 dispatch (fp8_dispatch off) all of them.
 TEST(DispatcherBytes, WireBytesOfEachAllToAll) {
   const Model m = moe(8, 2);
   Plan p;
@@ -62,6 +63,8 @@ TEST(DispatcherBytes, WireBytesOfEachAllToAll) {
   EXPECT_EQ(expert_all_to_all_wire_bytes(m, p, 2, send, true), send);  // plain: no fp8 rows
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
   const double dedup = send * 22.0 / 28.0;
+  EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, true), dedup, 1e-6);
+  p.fp8_dispatch = true;
   EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, true), dedup / 2, 1e-6);
   EXPECT_NEAR(expert_all_to_all_wire_bytes(m, p, 2, send, false), dedup, 1e-6);
   p.precision = Dtype::kBf16;

@@ -82,6 +82,7 @@ TEST(OpPricer, ExpertAllToAllsMoveTheirWireBytes) {
   Plan p;
   p.dp = 16, p.ep = 16, p.precision = Dtype::kFp8, p.global_batch = 16;
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  p.fp8_dispatch = true;  // DeepSeek's fp8 dispatch: the forward dispatch moves fp8 rows
   Priced x(p);
   // The one expert group spans all 16 GPUs of two servers: nothing runs concurrently with it.
   ASSERT_EQ(x.layout.groups(Group::kEp).size(), 1u);

@@ -632,6 +632,21 @@ TEST(MegatronImport, ReadsMoeLayerPatterns) {
   expect_import_error(base + "--moe-layer-freq '([0]+[1]*2)'", "--moe-layer-freq");
 }
 
+// Expert biases under the grouped GEMM (biases are Megatron's default): TEGroupedMLP adds the
+// experts' fc2 bias in a loop over the local experts (experts.py _apply_bias), which the plan
+// prices; not without biases, without experts or without the grouped GEMM (SequentialMLP).
+TEST(MegatronImport, ExpertBiasesUnderTheGroupedGemmLoopOverTheExperts) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 ";
+  const std::string moe = "--num-experts 4 --moe-ffn-hidden-size 64 ";
+  auto loop = [](const ImportedJob& j) { return plan_from_json(j.plan).expert_bias_loop; };
+  EXPECT_TRUE(loop(import_megatron(base + moe + "--moe-grouped-gemm")));
+  EXPECT_FALSE(loop(import_megatron(base + moe + "--moe-grouped-gemm --disable-bias-linear")));
+  EXPECT_FALSE(loop(import_megatron(base + moe)));
+  EXPECT_FALSE(loop(import_megatron(base + "--moe-grouped-gemm")));
+}
+
 // --account-for-embedding/loss-in-pipeline-split: written for the plan's switches, read back,
 // refused beside a layout or first/last counts (transformer_config.py L2229-2261) and counted
 // in --num-layers-per-virtual-pipeline-stage (arguments.py L953-979).
