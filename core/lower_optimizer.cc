@@ -220,21 +220,35 @@ void Lowerer::grad_stats_all_reduce(int buf, int& last_op) {
 // tensor of this rank's optimizer, count_nonzero, `numel - count` and an add into the total, then
 // an all-reduce and `.item()`: the host waits for the gradients before it issues the step.
 void Lowerer::count_zeros() {
-  Op op = make(OpKind::kCountZeros, -1, "grad.zeros", kCompute);
-  double n = 0;
-  for (const Bucket& b : buckets_) {
-    n += static_cast<double>(b.shard);
-    op.tensors += static_cast<int>(b.specs.size());
-    if (b.zero < 2)
-      set(op.reads, b.list(b.grads));
-    else
-      op.reads.push_back(b.stream_grads ? b.host_grad : b.grad_shard);
-  }
+  // One op per gradient tensor (a bucket's shard under ZeRO-2/3), as the Python loop issues them:
+  // the host issues the next tensor's kernels while the device runs the last one's.
   const int zeros = buffer("grad.zeros", {1}, Dtype::kFp32, BufferClass::kWorkspace);
-  op.writes.push_back(zeros);
-  op.elements = n;
-  op.bytes = kCountZerosBytesPerParam * n;
-  int last = emit(op);
+  int last = -1;
+  auto count = [&](int grad, int tensors, double elements) {
+    Op op = make(OpKind::kCountZeros, -1, "grad.zeros", kCompute);
+    op.tensors = tensors;
+    op.elements = elements;
+    op.bytes = kCountZerosBytesPerParam * elements;
+    op.reads.push_back(grad);
+    op.reads.push_back(zeros);
+    op.writes.push_back(zeros);
+    last = emit(op);
+  };
+  for (const Bucket& b : buckets_) {
+    if (b.zero >= 2) {
+      count(b.stream_grads ? b.host_grad : b.grad_shard, static_cast<int>(b.specs.size()),
+            static_cast<double>(b.shard));
+      continue;
+    }
+    // This rank's part of each tensor: its share of the bucket's shard.
+    const double share = b.elements > 0 ? static_cast<double>(b.shard) / b.elements : 0;
+    for (const Spec& sp : b.specs) {
+      double e = 1;
+      for (int64_t d : sp.shape) e *= static_cast<double>(d);
+      count(b.grads[sp.slot], 1, e * share);
+    }
+  }
+  if (last < 0) return;
   tags_.chunk = 0;
   grad_stats_all_reduce(zeros, last);
   host_sync("grad.zeros.item", {last});

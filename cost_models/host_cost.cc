@@ -84,9 +84,9 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
                  : multi_tensor_launches(tensors, op.elements, 1) +
                        multi_tensor_launches(tensors, op.elements, 1);
     case OpKind::kCountZeros:
-      // count_zeros_fp32: the zero-initialised total, then per tensor `!= 0` and its sum
-      // (count_nonzero on CUDA), `numel - count` and the add into the total.
-      return 1 + int64_t{kCountZerosKernelsPerTensor} * tensors;
+      // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
+      // and the add into the total (its one zero-initialising kernel left out).
+      return int64_t{kCountZerosKernelsPerTensor} * tensors;
     case OpKind::kParamNorm:
       // calc_params_l2_norm: one multi-tensor L2 norm (its kernel and the cleanup kernel of
       // multi_tensor_l2norm) and its square for the bucket that holds this rank's parameters; the
@@ -121,7 +121,7 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     return t;
   }
   if (op.kind == OpKind::kCountZeros)
-    return t + (1 + kCountZerosPythonPerTensor * std::max(1, op.tensors)) * f.host_python_s;
+    return t + kCountZerosPythonPerTensor * std::max(1, op.tensors) * f.host_python_s;
   if (op.kind == OpKind::kParamNorm)
     // Its Python filter visits every parameter (a Python call's worth each), then calls each op.
     return t + (std::max(1, op.tensors) + launches) * f.host_python_s;

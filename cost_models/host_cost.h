@@ -28,7 +28,7 @@ int64_t multi_tensor_launches(int64_t tensors, double elements, int depth);
 // parameter tensor in torch.optim's foreach (8 multi-tensor ops) or for-loop (9 with decoupled
 // weight decay: torch/optim/adamw.py _single_tensor_adamw); the cast a multi-tensor apply of
 // depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py); Megatron's
-// logged statistics: count_zeros_fp32 4 per gradient tensor and 1, calc_params_l2_norm its
+// logged statistics: count_zeros_fp32 4 per gradient tensor, calc_params_l2_norm its
 // multi-tensor L2 norm and 16 small kernels). A sync launches its device-to-host copy.
 int64_t kernel_launches(const Op& op, const Plan& plan);
 

@@ -247,7 +247,6 @@ std::vector<Case> cases() {
   // Megatron's per-step statistics: the zero count's .item() before the optimizer step, the
   // parameter norm's after it (core/lower_optimizer.cc).
   host("logged statistics", [](Plan& p) {
-    p.zero = 1;
     p.log_params_norm = true;
     p.log_num_zeros_in_grad = true;
   });
