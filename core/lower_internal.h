@@ -466,6 +466,9 @@ class Lowerer {
   void sp_grad_all_reduce();
   void sp_bucket_all_reduce(const Bucket& b, const WSet& g);
   int grad_norm(int& norm_op);
+  void grad_stats_all_reduce(int buf, int& last_op);
+  void count_zeros();
+  void params_norm();
   void update(Bucket& b, int norm, int norm_op);
   std::vector<int> update_target(const Bucket& b, bool gather, const std::vector<int>& dest);
   void publish_update(const Bucket& b, bool gather, const std::vector<int>& first,

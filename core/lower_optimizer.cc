@@ -198,14 +198,89 @@ int Lowerer::grad_norm(int& norm_op) {
   op.bytes = kGradNormBytesPerParam * n;
   norm_op = emit(op);
   tags_.chunk = 0;
+  grad_stats_all_reduce(norm, norm_op);
+  return norm;
+}
+
+// A gradient statistic's scalar `buf` summed over the ranks holding other parts of the gradients
+// (Megatron's grad_stats_parallel_group); `last_op` becomes the last op that writes it.
+void Lowerer::grad_stats_all_reduce(int buf, int& last_op) {
   // Gradients differ across the data-parallel ranks when sharded there: ZeRO, experts carved out
   // of dp, or an expert grid of its own (whose groups span the stage's ranks).
   const bool sharded = p_.zero >= 1 || p_.ep > 1 || grid_;
-  if (t_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kTp, -1, "norm.ar", 4, norm, norm);
-  if (pp_ > 1) norm_op = collective(OpKind::kAllReduce, Group::kPp, -1, "norm.ar", 4, norm, norm);
+  const char* what = P_.ops[last_op].kind == OpKind::kGradNorm ? "norm.ar" : "stat.ar";
+  if (t_ > 1) last_op = collective(OpKind::kAllReduce, Group::kTp, -1, what, 4, buf, buf);
+  if (pp_ > 1) last_op = collective(OpKind::kAllReduce, Group::kPp, -1, what, 4, buf, buf);
   if (sharded && p_.dp * p_.cp > 1)
-    norm_op = collective(OpKind::kAllReduce, Group::kDpCp, -1, "norm.ar", 4, norm, norm);
-  return norm;
+    last_op = collective(OpKind::kAllReduce, Group::kDpCp, -1, what, 4, buf, buf);
+}
+
+// Megatron's --log-num-zeros-in-grad: count_zeros_fp32 after the clip and before the step
+// (megatron/core/optimizer/optimizer.py step(); clip_grads.py count_zeros_fp32): per gradient
+// tensor of this rank's optimizer, count_nonzero, `numel - count` and an add into the total, then
+// an all-reduce and `.item()`: the host waits for the gradients before it issues the step.
+void Lowerer::count_zeros() {
+  // One op per gradient tensor (a bucket's shard under ZeRO-2/3), as the Python loop issues them:
+  // the host issues the next tensor's kernels while the device runs the last one's.
+  const int zeros = buffer("grad.zeros", {1}, Dtype::kFp32, BufferClass::kWorkspace);
+  int last = -1;
+  auto count = [&](int grad, int tensors, double elements) {
+    Op op = make(OpKind::kCountZeros, -1, "grad.zeros", kCompute);
+    op.tensors = tensors;
+    op.elements = elements;
+    op.bytes = kCountZerosBytesPerParam * elements;
+    op.reads.push_back(grad);
+    op.reads.push_back(zeros);
+    op.writes.push_back(zeros);
+    last = emit(op);
+  };
+  for (const Bucket& b : buckets_) {
+    if (b.zero >= 2) {
+      count(b.stream_grads ? b.host_grad : b.grad_shard, static_cast<int>(b.specs.size()),
+            static_cast<double>(b.shard));
+      continue;
+    }
+    // This rank's part of each tensor: its share of the bucket's shard.
+    const double share = b.elements > 0 ? static_cast<double>(b.shard) / b.elements : 0;
+    for (const Spec& sp : b.specs) {
+      double e = 1;
+      for (int64_t d : sp.shape) e *= static_cast<double>(d);
+      count(b.grads[sp.slot], 1, e * share);
+    }
+  }
+  if (last < 0) return;
+  tags_.chunk = 0;
+  grad_stats_all_reduce(zeros, last);
+  host_sync("grad.zeros.item", {last});
+}
+
+// Megatron's --log-params-norm: calc_params_l2_norm after the step (megatron/training/training.py
+// train loop; training/utils/common_utils.py): a multi-tensor L2 norm of this rank's fp32 main
+// parameters (the distributed optimizer's shards), all-reduced over the data-parallel ranks
+// holding the other shards and the model-parallel ranks, then `.item()`.
+void Lowerer::params_norm() {
+  at(-1, Phase::kOptimizer);
+  tags_.micro_batch = -1;
+  tags_.chunk = 0;
+  Op op = make(OpKind::kParamNorm, -1, "param.norm", kCompute);
+  double n = 0;
+  for (const Bucket& b : buckets_) {
+    n += static_cast<double>(b.shard);
+    op.tensors += static_cast<int>(b.specs.size());
+    if (b.master_in_opt && !p_.offload.optimizer)
+      op.reads.push_back(b.opt);
+    else if (b.zero < 3)
+      set(op.reads, b.list(b.params));
+    else
+      op.reads.push_back(b.param_shard);
+  }
+  const int norm = buffer("param.norm", {1}, Dtype::kFp32, BufferClass::kWorkspace);
+  op.writes.push_back(norm);
+  op.elements = n;
+  op.bytes = kParamNormBytesPerParam * n;
+  int last = emit(op);
+  grad_stats_all_reduce(norm, last);
+  host_sync("param.norm.item", {last});
 }
 
 void Lowerer::optimizer() {
@@ -217,6 +292,7 @@ void Lowerer::optimizer() {
   if (sp_ || slice_) sp_grad_all_reduce();
   int norm_op = -1;
   const int norm = grad_norm(norm_op);
+  if (p_.log_num_zeros_in_grad) count_zeros();
   for (Bucket& b : buckets_) {
     at(b.layer, Phase::kOptimizer);
     tags_.chunk = b.chunk;

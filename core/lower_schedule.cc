@@ -290,6 +290,7 @@ Program Lowerer::run() {
   for (const Op& op : P_.ops) last[op.stream] = op.id;
   last[kHost] = -1;
   host_sync("step.sync", last);
+  if (p_.log_params_norm) params_norm();
   export_buckets();
   mark_host_issue(m_, p_, P_);
   return std::move(P_);

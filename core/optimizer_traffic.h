@@ -35,6 +35,13 @@ inline AdamTraffic adam_traffic_per_param(Dtype weights, Dtype state, bool separ
 // HBM bytes per parameter of the global gradient norm before the step: each gradient of this
 // rank's shard read once as fp32 (Megatron's clip_grad_norm over the main gradients).
 inline constexpr double kGradNormBytesPerParam = 4.0;
+// HBM bytes per parameter of Megatron's count_zeros_fp32 (--log-num-zeros-in-grad): on CUDA
+// count_nonzero is `(self != 0).sum()` (aten/src/ATen/native/ReduceOps.cpp count_nonzero_cuda),
+// so each fp32 gradient is read (4) into a bool tensor (written 1, read back 1 by the sum).
+inline constexpr double kCountZerosBytesPerParam = 6.0;
+// HBM bytes per parameter of Megatron's calc_params_l2_norm (--log-params-norm): a multi-tensor
+// L2 norm reading each fp32 main parameter of this rank once.
+inline constexpr double kParamNormBytesPerParam = 4.0;
 
 // The same for a plan's precision and optimizer dtype, with the master kept apart exactly when
 // the weights are not fp32 and the state is.

@@ -410,6 +410,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "eager_loss",
                 "optimizer_impl",
                 "nan_check",
+                "log_params_norm",
+                "log_num_zeros_in_grad",
                 "reshard",
                 "zero3_unit",
                 "shard_degree",
@@ -514,6 +516,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.optimizer_impl =
       parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
   p.nan_check = r.boolean_or("nan_check", true);
+  p.log_params_norm = r.boolean_or("log_params_norm", false);
+  p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
@@ -587,6 +591,8 @@ Json plan_to_json(const Plan& p) {
   if (p.optimizer_impl != OptimizerImpl::kFused)
     j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
   if (!p.nan_check) j["nan_check"] = false;
+  if (p.log_params_norm) j["log_params_norm"] = true;
+  if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;

@@ -202,6 +202,13 @@ struct Plan {
   bool eager_loss = false;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   bool nan_check = true;
+  // Megatron's per-step statistics, off by default: --log-params-norm (calc_params_l2_norm: a
+  // multi-tensor L2 norm of the fp32 parameters, its all-reduces and an .item()) and
+  // --log-num-zeros-in-grad (count_zeros_fp32: count_nonzero, a subtraction and an add per
+  // gradient tensor issued from Python, an all-reduce and an .item()). Both are ops of the step
+  // (core/lower_optimizer.cc), priced by cost_models/host_cost.h and op_cost.h.
+  bool log_params_norm = false;
+  bool log_num_zeros_in_grad = false;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

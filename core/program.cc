@@ -38,6 +38,10 @@ const char* op_kind_name(OpKind k) {
       return "grad-norm";
     case OpKind::kCast:
       return "cast";
+    case OpKind::kParamNorm:
+      return "param-norm";
+    case OpKind::kCountZeros:
+      return "count-zeros";
     case OpKind::kAllReduce:
       return "all-reduce";
     case OpKind::kAllGather:

@@ -33,6 +33,9 @@ enum class OpKind {
   kAdamW,         // optimizer step on this rank's shard
   kGradNorm,      // global gradient norm and clipping
   kCast,          // dtype conversion (fp32 master -> low-precision weights)
+  // Statistics a framework logs each step (Plan::log_params_norm, log_num_zeros_in_grad):
+  kParamNorm,   // L2 norm of the parameters (Megatron's calc_params_l2_norm)
+  kCountZeros,  // zeros in the gradients (Megatron's count_zeros_fp32)
   // Communication on a group of the plan.
   kAllReduce,
   kAllGather,

@@ -67,6 +67,12 @@ double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes) {
   return bytes / (dev.hbm_bw * prof.memory_efficiency) + prof.kernel_overhead_s;
 }
 
+double small_kernels_time(const DeviceSpec& dev, const Profile& prof, double bytes,
+                          int64_t kernels) {
+  return memory_time(dev, prof, bytes) +
+         static_cast<double>(std::max<int64_t>(1, kernels) - 1) * prof.kernel_overhead_s;
+}
+
 double fp8_quantize_time(const DeviceSpec& dev, const Profile& prof, double elements) {
   return memory_time(dev, prof, 4.0 * elements);
 }

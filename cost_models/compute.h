@@ -48,6 +48,11 @@ Dtype output_layer_dtype(Dtype precision);
 
 // Seconds for a memory-bound kernel that moves `bytes` (reads + writes) through HBM.
 double memory_time(const DeviceSpec& dev, const Profile& prof, double bytes);
+// The same traffic spread over `kernels` >= 1 small kernels of one stream, each paying the GPU's
+// gap between kernels (a logged statistic: OpKind::kCountZeros, kParamNorm, whose kernels are
+// cost_models/host_cost.h's kernel_launches).
+double small_kernels_time(const DeviceSpec& dev, const Profile& prof, double bytes,
+                          int64_t kernels);
 
 // Forward / backward seconds of an attention core (core/program.h's AttnShape and its
 // attention_flops). a.flash: one fused kernel (FlashAttention-2 style, backward does 2.5x the

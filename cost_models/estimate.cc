@@ -799,6 +799,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
   }
+  const double step_device = t.optimizer;
   // The global gradient norm reads this rank's gradient shard on the device first (the
   // lowering's grad.norm op).
   t.optimizer += memory_time(device_, f, kGradNormBytesPerParam * shard_params);
@@ -810,8 +811,11 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
       s == p.pp - 1 && p.nan_check
           ? device_mb - std::min(stage.forward_device, device_mb) - stage.host_backward
           : device_mb - stage.host_forward - stage.host_backward;
-  t.host = optimizer_host(p, s, t.optimizer + dp.per_step + std::max(0.0, backlog)) +
+  double statistics = 0;
+  t.host = optimizer_host(p, s, t.optimizer - step_device + dp.per_step + std::max(0.0, backlog),
+                          step_device, statistics) +
            nan_check_edges(p, s, stage);
+  t.optimizer += statistics;
   if (p.offload.params)
     t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);
@@ -821,8 +825,13 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
 // What the host adds to the step after the pipeline (core/host_issue.h): the optimizer step's
 // ops take the longer of the host's issue (per parameter bucket AdamW and, with an fp32 master,
 // the cast; the gradient norm and its all-reduces: cost_models/host_cost.h) and the device's
-// `device_s`; then the step's closing sync wakes the host; a full-iteration graph's replay.
-double Estimator::optimizer_host(const Plan& p, int s, double device_s) const {
+// (`device_before` the step: the backlog, the data-parallel tail and the gradient norm;
+// `device_step`: AdamW and the cast); then the step's closing sync wakes the host; a
+// full-iteration graph's replay. Megatron's logged statistics (core/lower_optimizer.cc) split
+// the stretch: the zero count and its .item() between the norm and the step, the parameter norm
+// and its .item() after the closing sync; `statistics_device` returns their device seconds.
+double Estimator::optimizer_host(const Plan& p, int s, double device_before, double device_step,
+                                 double& statistics_device) const {
   const Model& m = model_;
   const Profile& f = profile_;
   const StageParams sp = stage_params(m, param_counts_, p, s);
@@ -866,17 +875,56 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_s) const {
   if (moe_layers > 0) bucket(expert_tensors_, sp.expert / moe_layers / expert_ways, moe_layers);
   if (s == 0) bucket(1, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
   if (s == p.pp - 1) bucket(2, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
+  const double step_host = host;
   op.kind = OpKind::kGradNorm;
   op.tensors = static_cast<int>(tensors_all);
   op.elements = sp.total();
-  host += host_issue_seconds(op, p, f);
-  op.kind = OpKind::kAllReduce;
-  host += ((p.tp > 1) + (p.pp > 1)) * host_issue_seconds(op, p, f);
-  double excess = std::max(0.0, host_paced(host, device_s) - device_s);
+  const double norm_host = host_issue_seconds(op, p, f);
+  // The all-reduces of a gradient statistic (the lowering's grad_stats_all_reduce).
+  const bool sharded = p.zero >= 1 || p.ep > 1 || (p.etp > 0 && p.etp != p.tp);
+  Op ar;
+  ar.kind = OpKind::kAllReduce;
+  ar.tags.phase = Phase::kOptimizer;
+  const double stat_ar =
+      ((p.tp > 1) + (p.pp > 1) + (sharded && p.dp * p.cp > 1)) * host_issue_seconds(ar, p, f);
   Op sync;
   sync.kind = OpKind::kSync;
   sync.tags.phase = Phase::kOptimizer;
-  excess += f.host_sync_s + host_issue_seconds(sync, p, f);
+  const double sync_host = f.host_sync_s + host_issue_seconds(sync, p, f);
+  // A logged statistic's ops over this rank's optimizer shard (the lowering's elements).
+  const double shard = sp.dense / dense_ways + sp.expert / expert_ways;
+  auto statistic = [&](OpKind kind, double bytes_per_param, double& device) {
+    Op st;
+    st.kind = kind;
+    st.tags.phase = Phase::kOptimizer;
+    st.tensors = static_cast<int>(tensors_all);
+    st.elements = shard;
+    device = small_kernels_time(device_, f, bytes_per_param * shard, kernel_launches(st, p));
+    statistics_device += device;
+    return host_issue_seconds(st, p, f) + stat_ar;
+  };
+  statistics_device = 0;
+  double excess = 0;
+  const double before_host = norm_host + ((p.tp > 1) + (p.pp > 1)) * host_issue_seconds(ar, p, f);
+  if (p.log_num_zeros_in_grad) {
+    double zeros_device = 0;
+    const double zeros_host =
+        statistic(OpKind::kCountZeros, kCountZerosBytesPerParam, zeros_device);
+    const double dev = device_before + zeros_device;
+    excess += std::max(0.0, host_paced(before_host + zeros_host, dev) - dev) + sync_host;
+    excess += std::max(0.0, host_paced(step_host, device_step) - device_step);
+  } else {
+    const double dev = device_before + device_step;
+    excess += std::max(0.0, host_paced(before_host + step_host, dev) - dev);
+  }
+  excess += sync_host;
+  if (p.log_params_norm) {
+    double norm_device = 0;
+    const double pnorm_host = statistic(OpKind::kParamNorm, kParamNormBytesPerParam, norm_device);
+    // One op after the host has waited for the step: its Python (the filter over the
+    // parameters, then the calls) before its kernels run.
+    excess += pnorm_host + sync_host;
+  }
   if (p.cuda_graphs == CudaGraphs::kFullIteration) excess += f.host_graph_launch_s;
   return excess;
 }

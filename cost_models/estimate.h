@@ -161,7 +161,8 @@ class Estimator {
   void edge_host(const Plan& plan, int stage, StagePrice& price) const;
   double host_excess(const Plan& plan, int stage, const StagePrice& price) const;
   double nan_check_edges(const Plan& plan, int stage, const StagePrice& price) const;
-  double optimizer_host(const Plan& plan, int stage, double device_s) const;
+  double optimizer_host(const Plan& plan, int stage, double device_before, double device_step,
+                        double& statistics_device) const;
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
   double pp_transfer_time(const Plan& plan, double bytes);
   // Data-parallel synchronisation of one stage: exposed and hidden seconds per micro-batch

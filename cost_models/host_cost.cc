@@ -30,6 +30,14 @@ bool optimizer_kind(OpKind k) {
   return k == OpKind::kAdamW || k == OpKind::kCast || k == OpKind::kGradNorm;
 }
 
+// Megatron's count_zeros_fp32 per gradient tensor: `!= 0` and `.sum()` (count_nonzero on CUDA,
+// aten/src/ATen/native/ReduceOps.cpp), `numel - count`, `+ total`; three calls from Python.
+constexpr int kCountZerosKernelsPerTensor = 4;
+constexpr int kCountZerosPythonPerTensor = 3;
+// calc_params_l2_norm's kernels besides the norm of the bucket holding the parameters (training/
+// utils/common_utils.py): seven empty buckets' torch.zeros and seven adds combining the eight.
+constexpr int kParamNormFixedKernels = 14;
+
 // torch.optim's foreach and for-loop AdamW: about 8 tensor ops per step (step count, two moment
 // updates, bias corrections, sqrt, add, addcdiv), 9 with decoupled weight decay.
 constexpr int kAdamOps = 9;
@@ -80,6 +88,15 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       if (op.role == OpRole::kExpertBias)
         return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors).kernels;
       return 1;
+    case OpKind::kCountZeros:
+      // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
+      // and the add into the total (its one zero-initialising kernel left out).
+      return int64_t{kCountZerosKernelsPerTensor} * tensors;
+    case OpKind::kParamNorm:
+      // calc_params_l2_norm: one multi-tensor L2 norm (its kernel and the cleanup kernel of
+      // multi_tensor_l2norm) and its square for the bucket that holds this rank's parameters; the
+      // zero-filled norms of the other seven of its eight buckets and the adds that combine them.
+      return multi_tensor_launches(tensors, op.elements, 1) + 2 + kParamNormFixedKernels;
     default:
       return 1;
   }
@@ -108,6 +125,11 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     if (ph != Phase::kBackward) t += f.host_python_s;
     return t;
   }
+  if (op.kind == OpKind::kCountZeros)
+    return t + kCountZerosPythonPerTensor * std::max(1, op.tensors) * f.host_python_s;
+  if (op.kind == OpKind::kParamNorm)
+    // Its Python filter visits every parameter (a Python call's worth each), then calls each op.
+    return t + (std::max(1, op.tensors) + launches) * f.host_python_s;
   if (optimizer_kind(op.kind)) {
     const bool per_kernel = plan.optimizer_impl == OptimizerImpl::kForLoop;
     const double calls = per_kernel                                       ? launches

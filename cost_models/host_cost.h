@@ -27,8 +27,9 @@ int64_t multi_tensor_launches(int64_t tensors, double elements, int depth);
 // multi-tensor apply of depth 4, or 5 with an fp32 master, per bucket when fused; about 8 per
 // parameter tensor in torch.optim's foreach (8 multi-tensor ops) or for-loop (9 with decoupled
 // weight decay: torch/optim/adamw.py _single_tensor_adamw); the cast a multi-tensor apply of
-// depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py)). A sync
-// launches its device-to-host copy.
+// depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py); Megatron's
+// logged statistics: count_zeros_fp32 4 per gradient tensor, calc_params_l2_norm its
+// multi-tensor L2 norm and 16 small kernels). A sync launches its device-to-host copy.
 int64_t kernel_launches(const Op& op, const Plan& plan);
 
 // Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:
@@ -36,6 +37,8 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //  kEager under PyTorch: per kernel a launch and the ATen dispatcher; an op of the forward or a
 //    recompute, issued from Python, adds per kernel the Python call and autograd's recording,
 //    and an nn.Module call for a module-sized op (GEMM, attention, norm, embedding, loss); the
+//    logged statistics a Python call per op they call (count_zeros_fp32: 3 per tensor) and,
+//    for the parameter norm, one per parameter its Python filter visits; the
 //    backward is issued by the autograd engine's C++ thread (no Python); the optimizer step pays
 //    one Python call per fused or foreach call and per kernel for the for-loop; a collective or
 //    a sync one Python call;

@@ -458,6 +458,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     }
     case OpKind::kRecv:
       return 0;  // the matching send carries the transfer
+    case OpKind::kCountZeros:
+    case OpKind::kParamNorm:
+      return small_kernels_time(dev, prof_, op.bytes, kernel_launches(op, plan_));
     case OpKind::kSync:
       return prof_.host_sync_s;  // the round trip and wake-up once its device work is done
     case OpKind::kOffload:

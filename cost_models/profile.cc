@@ -125,9 +125,11 @@ Profile default_profile(const DeviceSpec& d) {
   // (NVIDIA blog "Constant Time Launch for Straight-Line CUDA Graphs", 2024-09-11). A
   // torch.compile'd call's guards and wrappers: 10-39 us (pytorch/pytorch#122029: 14 us, 39 us
   // with grad; dev-discuss "micro-optimizations for the most micro of benchmarks": 24 -> 10 us):
-  // 14 us. A device-to-host sync's round trip and wake-up: not published (an uncertainty range,
-  // profile_ranges.cc): 10 us, a small blocking copy's launch plus a PCIe round trip and the
-  // host thread's wake-up.
+  // 14 us. A device-to-host sync's round trip and wake-up once the device is done: NVIDIA's
+  // "Getting Started with CUDA Graphs" blog (V100, CUDA 10.1) times a 2.9 us kernel at 9.6 us
+  // per kernel with a cudaStreamSynchronize after each, 3.8 us launched back to back and 3.4 us
+  // per kernel through a graph: 9.6 - 2.9 - 3.4 = 3.3 us that the sync adds beyond the kernel and
+  // its issue (profile_ranges.cc: 0.8-5.8 us).
   p.host_launch_s = 2.5e-6;
   p.host_dispatch_s = 1e-6;
   p.host_python_s = 1e-6;
@@ -135,7 +137,7 @@ Profile default_profile(const DeviceSpec& d) {
   p.host_module_s = 2e-6;
   p.host_graph_launch_s = 2.5e-6;
   p.host_compile_guard_s = 14e-6;
-  p.host_sync_s = 10e-6;
+  p.host_sync_s = 3.3e-6;
   if (d.name.rfind("A100", 0) == 0) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch

@@ -114,7 +114,7 @@ struct Profile {
   double host_module_s = 2e-6;
   double host_graph_launch_s = 2.5e-6;
   double host_compile_guard_s = 14e-6;
-  double host_sync_s = 10e-6;
+  double host_sync_s = 3.3e-6;
 
   // Communication: fraction of a link's bandwidth that collectives reach, per link kind
   // (indexed by LinkKind), and a software latency per algorithm step on top of the hardware's

@@ -223,7 +223,7 @@ const std::set<std::string> kRead = {
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
     "use-tp-pp-dp-mapping", "cp-comm-type", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
-    "no-check-for-nan-in-loss-and-grad",
+    "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -673,6 +673,9 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // --enable-cuda-graph / --external-cuda-graph spellings map to local / transformer_engine) and
   // its NaN/Inf check of the loss (on unless --no-check-for-nan-in-loss-and-grad).
   if (f.has("no-check-for-nan-in-loss-and-grad")) j["nan_check"] = false;
+  // The per-step statistics it logs (training/config/training_config.py: both off by default).
+  if (f.has("log-params-norm")) j["log_params_norm"] = true;
+  if (f.has("log-num-zeros-in-grad")) j["log_num_zeros_in_grad"] = true;
   if (f.has("enable-cuda-graph") || f.has("external-cuda-graph")) j["cuda_graphs"] = "layers";
   if (f.has("cuda-graph-impl")) {
     const std::string g = f.one("cuda-graph-impl");

@@ -1024,6 +1024,9 @@ void Executor::Impl::run_local(const Op& op) {
       break;
     case OpKind::kSync:
       break;  // its deps have completed: the host has waited for them
+    case OpKind::kCountZeros:
+    case OpKind::kParamNorm:
+      break;  // a statistic the framework only logs: nothing of the step reads it
     case OpKind::kGradNorm:
       run_grad_norm(op);
       break;

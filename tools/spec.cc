@@ -266,6 +266,12 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--nan-check", "nan_check", o.nan_check,
             "Megatron's NaN/Inf check of the loss (--check-for-nan-in-loss-and-grad, default "
             "true): two device-to-host syncs per micro-batch");
+  bool_flag(cmd, o, "--log-params-norm", "log_params_norm", o.log_params_norm,
+            "Megatron's --log-params-norm: the parameters' L2 norm and a device-to-host sync "
+            "after every step");
+  bool_flag(cmd, o, "--log-num-zeros-in-grad", "log_num_zeros_in_grad", o.log_num_zeros_in_grad,
+            "Megatron's --log-num-zeros-in-grad: the gradients' zeros counted tensor by tensor "
+            "and a device-to-host sync before every optimizer step");
 }
 
 void add_profile_flag(CLI::App* cmd, SpecOptions& o) {
@@ -333,6 +339,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("optimizer_impl", o.optimizer_impl);
   set("host_framework", o.host_framework);
   set("nan_check", o.nan_check);
+  set("log_params_norm", o.log_params_norm);
+  set("log_num_zeros_in_grad", o.log_num_zeros_in_grad);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";
   for (const auto& [key, v] : o.raw) j[key] = v;

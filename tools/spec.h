@@ -32,7 +32,7 @@ struct SpecOptions {
   std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
-  std::optional<bool> torch_compile, nan_check, eager_loss;
+  std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
   std::optional<std::string> cuda_graphs, optimizer_impl, host_framework;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel;

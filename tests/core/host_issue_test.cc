@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/error.h"
@@ -194,13 +195,101 @@ TEST(HostSyncs, ValidationRefusesASyncInsideAGraphAndCompileWithoutPytorch) {
   EXPECT_THROW(validate(q, l.m, l.c), Error);
 }
 
+// Megatron's --log-num-zeros-in-grad and --log-params-norm (clip_grads.py count_zeros_fp32
+// before the optimizer step; training/utils/common_utils.py calc_params_l2_norm after the step):
+// each reads every tensor the rank's optimizer holds and ends in an .item() that the host waits
+// on.
+TEST(HostSyncs, MegatronLoggedStatisticsEachEndInASync) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.zero = 1;
+  const Program plain = l.lower_with(pl);
+  for (const Op& op : plain.ops) {
+    EXPECT_NE(op.kind, OpKind::kCountZeros);
+    EXPECT_NE(op.kind, OpKind::kParamNorm);
+  }
+  pl.log_num_zeros_in_grad = true;
+  pl.log_params_norm = true;
+  const Program p = l.lower_with(pl);
+  // Whether op `a` reaches op `b` through dependencies.
+  auto reaches = [&](int a, int b) {
+    std::set<int> seen;
+    std::vector<int> todo = {b};
+    while (!todo.empty()) {
+      const int x = todo.back();
+      todo.pop_back();
+      if (x == a) return true;
+      if (!seen.insert(x).second) continue;
+      for (int d : p.ops[x].deps) todo.push_back(d);
+    }
+    return false;
+  };
+  const Op* norm = nullptr;
+  int zeros = -1, pnorm = -1, zeros_sync = -1, step_sync = -1, first_adam = -1;
+  std::vector<int> zeros_reads;
+  int zeros_tensors = 0;
+  double zeros_elements = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::kGradNorm) norm = &op;
+    if (op.kind == OpKind::kCountZeros) {
+      // One op per gradient tensor, each adding into the count the one before wrote.
+      if (zeros >= 0) EXPECT_TRUE(reaches(zeros, op.id));
+      zeros = op.id;
+      zeros_reads.push_back(op.reads.at(0));
+      zeros_tensors += op.tensors;
+      zeros_elements += op.elements;
+    }
+    if (op.kind == OpKind::kParamNorm) pnorm = op.id;
+    if (op.kind == OpKind::kAdamW && first_adam < 0) first_adam = op.id;
+    if (op.kind == OpKind::kSync && op.name.find("grad.zeros") != std::string::npos)
+      zeros_sync = op.id;
+    if (op.kind == OpKind::kSync && op.name.find("step.sync") != std::string::npos)
+      step_sync = op.id;
+  }
+  ASSERT_NE(norm, nullptr);
+  ASSERT_GE(zeros, 0);
+  ASSERT_GE(pnorm, 0);
+  ASSERT_GE(zeros_sync, 0);
+  ASSERT_GE(step_sync, 0);
+  // The zero count reads the gradients the norm reads, tensor by tensor, and sums them over the
+  // distributed optimizer's data-parallel ranks.
+  EXPECT_EQ(zeros_reads, norm->reads);
+  EXPECT_EQ(zeros_tensors, norm->tensors);
+  EXPECT_NEAR(zeros_elements, norm->elements, 1e-6 * norm->elements);
+  EXPECT_EQ(zeros_reads.size(), static_cast<size_t>(zeros_tensors));  // one op per tensor
+  EXPECT_TRUE(reaches(zeros, zeros_sync));
+  EXPECT_LT(zeros_sync, first_adam);  // the host waits for it before it issues the step
+  bool reduced = false;
+  for (const Op& op : p.ops)
+    reduced |= op.kind == OpKind::kAllReduce && op.group == Group::kDpCp && reaches(zeros, op.id) &&
+               reaches(op.id, zeros_sync);
+  EXPECT_TRUE(reduced);
+  // The parameter norm follows the step's closing sync, reads the updated optimizer shards, and
+  // its own sync ends the step.
+  EXPECT_GT(pnorm, step_sync);
+  EXPECT_TRUE(reaches(first_adam, pnorm));
+  EXPECT_DOUBLE_EQ(p.ops[pnorm].elements, norm->elements);
+  const Op& last = p.ops.back();
+  EXPECT_EQ(last.kind, OpKind::kSync);
+  EXPECT_TRUE(reaches(pnorm, last.id));
+  int syncs = 0, plain_syncs = 0;
+  for (const Op& op : p.ops) syncs += op.kind == OpKind::kSync;
+  for (const Op& op : plain.ops) plain_syncs += op.kind == OpKind::kSync;
+  EXPECT_EQ(syncs, plain_syncs + 2);
+}
+
 TEST(HostPlan, SwitchesRoundTripThroughJson) {
   Plan p = small_plan();
   p.cuda_graphs = CudaGraphs::kLayers;
   p.torch_compile = true;
   p.optimizer_impl = OptimizerImpl::kForLoop;
   p.nan_check = false;
+  p.log_params_norm = true;
+  p.log_num_zeros_in_grad = true;
   const Plan q = plan_from_json(plan_to_json(p));
+  EXPECT_TRUE(q.log_params_norm);
+  EXPECT_TRUE(q.log_num_zeros_in_grad);
+  EXPECT_FALSE(plan_from_json(plan_to_json(small_plan())).log_params_norm);
   EXPECT_EQ(q.cuda_graphs, CudaGraphs::kLayers);
   EXPECT_TRUE(q.torch_compile);
   EXPECT_EQ(q.optimizer_impl, OptimizerImpl::kForLoop);

@@ -105,6 +105,29 @@ TEST(HostIssueSeconds, ForLoopAdamPaysPythonPerKernel) {
               f.host_launch_s + f.host_dispatch_s + f.host_python_s, 1e-15);
 }
 
+// Megatron's --log-num-zeros-in-grad and --log-params-norm. count_zeros_fp32 per gradient
+// tensor: count_nonzero (on CUDA `!= 0` and `.sum()`), `numel - count`, `+ total`, three Python
+// calls; calc_params_l2_norm: one multi-tensor L2 norm of the tensors, multi_tensor_l2norm's
+// cleanup kernel and the square, then 7 torch.zeros and 7 adds.
+TEST(KernelLaunches, MegatronLoggedStatistics) {
+  const Profile f = default_profile(device_spec("H100-SXM", "device"));
+  Plan p;
+  Op op;
+  op.tags.phase = Phase::kOptimizer;
+  op.tensors = 148;
+  op.elements = 63e6;
+  op.kind = OpKind::kCountZeros;
+  EXPECT_EQ(kernel_launches(op, p), 4 * 148);
+  EXPECT_NEAR(host_issue_seconds(op, p, f),
+              592 * (f.host_launch_s + f.host_dispatch_s) + 3 * 148 * f.host_python_s, 1e-15);
+  // 63e6 elements are 962 chunks of 65,536: 4 launches of at most 320 (148 tensors need 2 of
+  // at most 110).
+  op.kind = OpKind::kParamNorm;
+  EXPECT_EQ(kernel_launches(op, p), 4 + 2 + 14);
+  EXPECT_NEAR(host_issue_seconds(op, p, f),
+              20 * (f.host_launch_s + f.host_dispatch_s) + (148 + 20) * f.host_python_s, 1e-15);
+}
+
 // GPT-2 124M on 8 H100 at a small micro-batch: the step is host-bound, and CUDA graphs remove
 // most of that part.
 TEST(HostEstimate, SmallModelIsHostBoundAndGraphsRemoveMostOfIt) {

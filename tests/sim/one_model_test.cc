@@ -252,6 +252,17 @@ std::vector<Case> cases() {
     p.optimizer_impl = OptimizerImpl::kForLoop;
   });
   host("tp2 pp2", [](Plan& p) { degrees(p, 8, 2, 2); });
+  // Megatron's per-step statistics: the zero count's .item() before the optimizer step, the
+  // parameter norm's after it (core/lower_optimizer.cc).
+  host("logged statistics", [](Plan& p) {
+    p.log_params_norm = true;
+    p.log_num_zeros_in_grad = true;
+  });
+  host("tp2 pp2 logged statistics", [](Plan& p) {
+    degrees(p, 8, 2, 2);
+    p.log_params_norm = true;
+    p.log_num_zeros_in_grad = true;
+  });
   return out;
 }
 
