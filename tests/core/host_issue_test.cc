@@ -233,7 +233,9 @@ TEST(HostSyncs, MegatronLoggedStatisticsEachEndInASync) {
     if (op.kind == OpKind::kGradNorm) norm = &op;
     if (op.kind == OpKind::kCountZeros) {
       // One op per gradient tensor, each adding into the count the one before wrote.
-      if (zeros >= 0) EXPECT_TRUE(reaches(zeros, op.id));
+      if (zeros >= 0) {
+        EXPECT_TRUE(reaches(zeros, op.id));
+      }
       zeros = op.id;
       zeros_reads.push_back(op.reads.at(0));
       zeros_tensors += op.tensors;
