@@ -186,6 +186,11 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.torch_compile && p.host_framework != HostFramework::kPytorch)
     throw Error("plan.torch_compile", "torch.compile needs host_framework pytorch, not " +
                                           std::string(host_framework_name(p.host_framework)));
+  if (p.eager_loss && p.host_framework != HostFramework::kPytorch)
+    throw Error("plan.eager_loss",
+                "the eager loss is PyTorch's F.cross_entropy; it needs "
+                "host_framework pytorch, not " +
+                    std::string(host_framework_name(p.host_framework)));
   // Megatron refuses a full-iteration graph with the NaN check (arguments.py: its loss .item()
   // cannot be captured), and a sync inside any graph cannot be replayed.
   if (p.cuda_graphs == CudaGraphs::kFullIteration && p.nan_check)

@@ -416,8 +416,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   const int full = p.full_recompute_layers(layers);
   // Plans of a search share stages: look the price up by everything it depends on.
-  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) | (stage == p.pp - 1 ? 1 << 11 : 0) |
-                    (p.eager_loss ? 1 << 24 : 0);
+  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) |
+                    (stage == p.pp - 1 ? 1 << 11 : 0) | (p.eager_loss ? 1 << 24 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),

@@ -580,7 +580,8 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   t << "[compile]\n"
     << "# fused element-wise kernels (parasol's fused_kernels) come from torch.compile\n"
     << "enable = " << toml_bool(plan.fused_kernels) << "\n"
-    << (plan.fused_kernels && plan.eager_loss ? "components = [\"model\"]\n" : "components = [\"model\", \"loss\"]\n");
+    << (plan.fused_kernels && plan.eager_loss ? "components = [\"model\"]\n"
+                                              : "components = [\"model\", \"loss\"]\n");
 
   std::ostringstream sh;
   sh << "#!/usr/bin/env bash\n"

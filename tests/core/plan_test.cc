@@ -114,6 +114,19 @@ TEST(PlanValidate, ExpertOverlapNeedsNoPipelineOrTheInterleavedSchedule) {
   EXPECT_NO_THROW(validate(q, mixtral(), h100(16)));
 }
 
+// The eager loss is PyTorch's F.cross_entropy: a native program (llm.c) has none; the switch
+// round-trips through the plan JSON.
+TEST(PlanValidate, EagerLossNeedsPytorch) {
+  Plan p = degrees(1, 1, 8);
+  p.global_batch = 64;
+  p.eager_loss = true;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
+  EXPECT_TRUE(plan_from_json(plan_to_json(p)).eager_loss);
+  EXPECT_FALSE(plan_from_json(plan_to_json(degrees(1))).eager_loss);
+  p.host_framework = HostFramework::kNative;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.eager_loss", "pytorch");
+}
+
 TEST(PlanValidate, DegreesBelowOne) {
   // Plans built in code (by search) skip plan_from_json's ranges; validate must still reject
   // them rather than divide by zero.
