@@ -52,7 +52,7 @@ struct NcclCommunicator::Batch {
   std::vector<std::function<void()>> copies;       // throw parasol::Error on failure
   std::vector<std::function<ncclResult_t()>> ops;  // NCCL calls, inside the group
   bool issued = false;
-  std::string error;  // why issuing failed (then no event)
+  std::string error;                          // why issuing failed (then no event)
   ErrorKind error_kind = ErrorKind::kSystem;  // a failed copy's own kind (a check of parasol's)
   cudaEvent_t event = nullptr;
   CommDeadline deadline;  // restarted when issued

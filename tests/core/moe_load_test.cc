@@ -98,6 +98,12 @@ ExpertBiasLoop listed(const std::vector<Kernel>& kernels, int64_t experts) {
   }
   return r;
 }
+// expert_bias_loop's pass of `p` over `experts` local experts against the listed kernels.
+void expect_listed(const Plan& p, bool backward, int64_t experts, const ExpertBiasLoop& want) {
+  const ExpertBiasLoop got = expert_bias_loop(p, backward, experts);
+  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element) << "backward " << backward;
+  EXPECT_EQ(got.kernels, want.kernels) << "backward " << backward;
+}
 
 TEST(MoeLoad, ExpertBiasLoopCountsEachKernelOfTheLoop) {
   Plan p;
@@ -105,48 +111,39 @@ TEST(MoeLoad, ExpertBiasLoopCountsEachKernelOfTheLoop) {
   const int64_t le = 16;
   // Forward: b*p (write bf16), t + bp (read 2 bf16, write bf16), cat (read, write); .to(bf16) is
   // a no-op.
-  ExpertBiasLoop want = listed({{0, 2, true}, {4, 2, true}, {2, 2, false}}, le);
-  ExpertBiasLoop got = expert_bias_loop(p, false, le);
-  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
-  EXPECT_EQ(got.kernels, want.kernels);
+  expect_listed(p, false, le, listed({{0, 2, true}, {4, 2, true}, {2, 2, false}}, le));
   // Backward: grad*p and its sum over rows (the bias gradient), grad*b and its sum over columns
   // (the probabilities' gradient), the bias gradient into its main gradient (a vector: no
   // per-element bytes), and split's backward: the rows' gradients concatenated, and the
   // probabilities' (a column: no per-element bytes).
-  want = listed({{2, 2, true},
-                 {2, 0, true},
-                 {2, 2, true},
-                 {2, 0, true},
-                 {0, 0, true},
-                 {2, 2, false},
-                 {0, 0, false}},
-                le);
-  got = expert_bias_loop(p, true, le);
-  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
-  EXPECT_EQ(got.kernels, want.kernels);
+  expect_listed(p, true, le,
+                listed({{2, 2, true},
+                        {2, 0, true},
+                        {2, 2, true},
+                        {2, 0, true},
+                        {0, 0, true},
+                        {2, 2, false},
+                        {0, 0, false}},
+                       le));
 
   // DeepEP/HybridEP carry fp32 probabilities: the loop runs in fp32 and casts back.
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
   ASSERT_EQ(p.moe_probs_dtype(), Dtype::kFp32);
-  want = listed({{0, 4, true}, {6, 4, true}, {4, 4, false}, {4, 2, false}}, le);
-  got = expert_bias_loop(p, false, le);
-  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
-  EXPECT_EQ(got.kernels, want.kernels);
+  expect_listed(p, false, le,
+                listed({{0, 4, true}, {6, 4, true}, {4, 4, false}, {4, 2, false}}, le));
   // Backward: .to's backward (bf16 -> fp32), each piece's gradient to t cast back to bf16, the
   // two products and sums in fp32, the main-gradient accumulation, split's two concatenations.
-  want = listed({{2, 4, false},
-                 {4, 2, true},
-                 {4, 4, true},
-                 {4, 0, true},
-                 {4, 4, true},
-                 {4, 0, true},
-                 {0, 0, true},
-                 {2, 2, false},
-                 {0, 0, false}},
-                le);
-  got = expert_bias_loop(p, true, le);
-  EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element);
-  EXPECT_EQ(got.kernels, want.kernels);
+  expect_listed(p, true, le,
+                listed({{2, 4, false},
+                        {4, 2, true},
+                        {4, 4, true},
+                        {4, 0, true},
+                        {4, 4, true},
+                        {4, 0, true},
+                        {0, 0, true},
+                        {2, 2, false},
+                        {0, 0, false}},
+                       le));
   // FP8 training keeps the GEMM outputs in bf16: as bf16 under the alltoall dispatcher.
   p.moe_dispatcher = MoeDispatcher::kAllToAll;
   p.precision = Dtype::kFp8;
