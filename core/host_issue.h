@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 
 #include "core/model.h"
 #include "core/plan.h"
@@ -36,9 +37,51 @@ struct HostCursor {
   }
 };
 
-// The same rule for a stretch of ops between two syncs, as the closed form prices it: the host
-// issues them in `host_s` and the device runs them in `device_s` once issued; the stretch takes
-// the longer of the two (the host's lead or the device's backlog absorbs the rest).
+// The same rule for a stretch of ops, reduced to what it does to the two clocks: the host cursor
+// h (when the host is free to issue) and the device d (when the device has run everything issued
+// so far). Under the rule each is the latest of sums of the other's and the stretch's times, so
+// a stretch is the max-plus linear map
+//   h' = max(hh + h, hd + d),  d' = max(dh + h, dd + d)
+// (kNever where a clock does not reach the other), and stretches compose by the max-plus matrix
+// product: the closed form plays a step from its stretches' maps as sim/engine plays it op by op.
+// One op issued after host_s and run for device_s on the device's one stream:
+// h' = h + host_s, d' = max(h + host_s, d) + device_s. A sync, issued after issue_s, blocks the
+// host until the device has finished (its deps: everything issued) and wakes it after wake_s:
+// h' = max(h + issue_s, d) + wake_s.
+// cost_models/layer_fragment plays a layer's passes on several streams into one map each.
+struct HostPace {
+  static constexpr double kNever = -std::numeric_limits<double>::infinity();
+  double hh = 0, hd = kNever, dh = kNever, dd = 0;  // the identity: nothing issued
+
+  static HostPace op(double host_s, double device_s) {
+    return {host_s, kNever, host_s + device_s, device_s};
+  }
+  // A sync the host issues after issue_s and wakes from wake_s after the device has finished.
+  static HostPace sync(double issue_s, double wake_s) {
+    return {issue_s + wake_s, wake_s, kNever, 0};
+  }
+  // This stretch, then `next`.
+  HostPace then(const HostPace& next) const {
+    return {std::max(next.hh + hh, next.hd + dh), std::max(next.hh + hd, next.hd + dd),
+            std::max(next.dh + hh, next.dd + dh), std::max(next.dh + hd, next.dd + dd)};
+  }
+  // This stretch n times over (n >= 0), by squaring.
+  HostPace repeat(int n) const {
+    HostPace out, sq = *this;
+    for (; n > 0; n >>= 1, sq = sq.then(sq))
+      if (n & 1) out = out.then(sq);
+    return out;
+  }
+  double host_after(double h, double d) const { return std::max(hh + h, hd + d); }
+  double device_after(double h, double d) const { return std::max(dh + h, dd + d); }
+  // The stretch's length from a host that has just woken with the device idle (after a sync):
+  // when the device has finished it.
+  double from_sync() const { return std::max(dh, dd); }
+};
+
+// The rule's limit for a stretch whose ops each take the host and the device time in the same
+// ratio (the host's lead or the device's backlog absorbs the rest): the longer of the two. The
+// closed form uses it only where it does not know the stretch op by op (the optimizer's buckets).
 inline double host_paced(double host_s, double device_s) { return std::max(host_s, device_s); }
 
 // Marks how the host issues each op of `program` under `plan` (Op::host_issue):

@@ -75,74 +75,104 @@ double edge_op_host(const Plan& p, const Profile& f, OpKind kind, Phase phase) {
 }
 }  // namespace
 
+// The edges' device seconds (stage_price): the embedding on the first stage; the head's GEMMs
+// and the loss on the last; a pipeline stage's exposed transfers each way.
+struct Estimator::EdgeDevice {
+  double embedding_forward = 0, embedding_backward = 0;
+  double head_forward = 0, loss_forward = 0, loss_backward = 0, head_backward = 0;
+  double pp_each_way = 0;
+};
+
 // The host's share of a micro-batch outside the layers, as the lowering issues it
 // (core/lower_edges.cc, lower_schedule.cc): the embedding (and its dropout) on the first virtual
 // stage, the final norm, head, loss (and their TP all-reduces) on the last, and a pipeline
 // stage's sends and receives. Under a full-iteration CUDA graph they are replayed with the rest.
-void Estimator::edge_host(const Plan& p, int stage, StagePrice& price) const {
+// Each is added to the host's seconds and to the micro-batch's paces around the layers' (set
+// before): the embedding first, then the layers, the head and the loss, the stage's sends.
+void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
+                          StagePrice& price) const {
   const Profile& f = profile_;
-  if (p.cuda_graphs == CudaGraphs::kFullIteration) {
-    price.host_forward = price.host_backward = 0;
-    return;
-  }
+  const bool graphed = p.cuda_graphs == CudaGraphs::kFullIteration;
   const Phase fwd = Phase::kForward, bwd = Phase::kBackward;
-  auto add = [&](OpKind k, Phase ph, double times = 1) {
-    (ph == fwd ? price.host_forward : price.host_backward) += times * edge_op_host(p, f, k, ph);
+  auto host = [&](OpKind k, Phase ph, double times = 1) {
+    const double h = graphed ? 0 : times * edge_op_host(p, f, k, ph);
+    (ph == fwd ? price.host_forward : price.host_backward) += h;
+    return h;
   };
+  HostPace before_fwd, after_fwd, before_bwd, after_bwd;
+  if (graphed) price.host_forward = price.host_backward = 0;
   if (stage == 0) {
-    add(OpKind::kEmbedding, fwd);
-    if (model_.dropout) add(OpKind::kResidualAdd, fwd);
-    add(OpKind::kEmbedding, bwd);
+    double h = host(OpKind::kEmbedding, fwd);
+    if (model_.dropout) h += host(OpKind::kResidualAdd, fwd);
+    before_fwd = HostPace::op(h, dev.embedding_forward);
+    after_bwd = HostPace::op(host(OpKind::kEmbedding, bwd), dev.embedding_backward);
   }
   if (stage == p.pp - 1) {
-    for (OpKind k : {OpKind::kNorm, OpKind::kLinear, OpKind::kCrossEntropy, OpKind::kCrossEntropy})
-      add(k, fwd);
-    for (OpKind k : {OpKind::kCrossEntropy, OpKind::kLinear, OpKind::kLinear, OpKind::kNorm})
-      add(k, bwd);
-    if (p.tp > 1) add(OpKind::kAllReduce, fwd, 2);
+    const double head = host(OpKind::kNorm, fwd) + host(OpKind::kLinear, fwd);
+    double loss = host(OpKind::kCrossEntropy, fwd, 2);
+    double loss_bwd = host(OpKind::kCrossEntropy, bwd);
+    const double head_bwd = host(OpKind::kLinear, bwd, 2) + host(OpKind::kNorm, bwd);
+    if (p.tp > 1) loss += host(OpKind::kAllReduce, fwd, 2);
     if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back (TP: exp and sum)
-      add(OpKind::kCrossEntropy, fwd);
-      add(OpKind::kCrossEntropy, bwd, p.tp > 1 ? 4 : 2);
+      loss += host(OpKind::kCrossEntropy, fwd);
+      loss_bwd += host(OpKind::kCrossEntropy, bwd, p.tp > 1 ? 4 : 2);
     }
+    after_fwd = HostPace::op(head, dev.head_forward).then(HostPace::op(loss, dev.loss_forward));
+    before_bwd =
+        HostPace::op(loss_bwd, dev.loss_backward).then(HostPace::op(head_bwd, dev.head_backward));
   }
+  HostPace send_fwd, send_bwd;
   if (p.pp > 1) {
     // A send and a receive each way per chunk boundary; none before the first or after the last
     // virtual stage.
     const double ends = p.chunks() > 1 ? 0 : (stage == 0) + (stage == p.pp - 1);
     const double each = 2.0 * p.chunks() - ends;
-    add(OpKind::kSend, fwd, each);
-    add(OpKind::kSend, bwd, each);
+    send_fwd = HostPace::op(host(OpKind::kSend, fwd, each), dev.pp_each_way);
+    send_bwd = HostPace::op(host(OpKind::kSend, bwd, each), dev.pp_each_way);
   }
+  price.pace_forward = before_fwd.then(price.pace_forward).then(after_fwd).then(send_fwd);
+  price.pace_backward = before_bwd.then(price.pace_backward).then(after_bwd).then(send_bwd);
 }
 
-// What the host adds to a micro-batch of a stage (core/host_issue.h): the stage's ops between
-// two syncs take the longer of the host's issue and the device's run; the last stage's NaN/Inf
-// check syncs twice on the loss, so its forward and backward are paced apart and the host wakes
-// twice in between.
-double Estimator::host_excess(const Plan& p, int stage, const StagePrice& price) const {
-  const double device = price.slot();
+std::pair<HostPace, HostPace> Estimator::micro_batch_pace(const Plan& p, int stage,
+                                                          const StagePrice& price) const {
   Op sync;
   sync.kind = OpKind::kSync;
-  const double wake = profile_.host_sync_s + host_issue_seconds(sync, p, profile_);
-  // The layers' own syncs (dropless MoE token counts) cut the micro-batch into stretches paced
-  // alike: each adds its wake-up.
-  // The last stage's NaN/Inf check syncs twice after each forward: the stretch between two
-  // checks is a backward and the next forward, paced alike (the first forward and the last
-  // backward are stretches of their own: nan_check_edges), and the host wakes twice.
-  double paced = host_paced(price.host_forward + price.host_backward, device) + price.syncs * wake;
-  if (stage == p.pp - 1 && p.nan_check) paced += 2 * wake;
-  return std::max(0.0, paced - device);
+  const double issue = host_issue_seconds(sync, p, profile_);
+  // What of the slot the paces do not hold (the data-parallel traffic inside a micro-batch):
+  // on the device after the backward.
+  const double held =
+      price.pace_forward.then(price.pace_backward).dd - price.syncs * profile_.host_sync_s;
+  const double rest = std::max(0.0, price.slot() - held);
+  HostPace fwd = price.pace_forward;
+  // The last stage's NaN/Inf check syncs twice on the loss after each forward.
+  if (stage == p.pp - 1 && p.nan_check)
+    fwd = fwd.then(HostPace::sync(issue, profile_.host_sync_s))
+              .then(HostPace::sync(issue, profile_.host_sync_s));
+  return {fwd, price.pace_backward.then(HostPace::op(0, rest))};
 }
 
-// What the last stage's first forward and last backward add, paced on their own between the
-// step's start, the NaN/Inf checks and the optimizer, beyond a micro-batch's pacing.
-double Estimator::nan_check_edges(const Plan& p, int stage, const StagePrice& price) const {
-  if (stage != p.pp - 1 || !p.nan_check) return 0;
-  const double device = price.slot();
-  const double df = std::min(price.forward_device, device);
-  return std::max(0.0, host_paced(price.host_forward, df) +
-                           host_paced(price.host_backward, device - df) -
-                           host_paced(price.host_forward + price.host_backward, device));
+// What the host adds to a micro-batch of a stage (core/host_issue.h): in the steady state, a
+// micro-batch's forward and backward repeat as the host paces them op by op; each takes the
+// cycle's max-plus mean (the longer of the host's issue and the device's run where nothing
+// syncs; from a sync to the next where the NaN/Inf check or the layers sync).
+double Estimator::host_excess(const Plan& p, int stage, const StagePrice& price) const {
+  const auto [fwd, bwd] = micro_batch_pace(p, stage, price);
+  const HostPace c = fwd.then(bwd);
+  const double cycle = std::max({c.hh, c.dd, 0.5 * (c.hd + c.dh)});
+  return std::max(0.0, cycle - price.slot());
+}
+
+// The step's micro-batches played from the step's start: what they take beyond the steady
+// state's `micro_batches` x (slot + host excess): the first forward's lead and the last
+// backward's, and the device's backlog when the host has issued the last.
+double Estimator::host_edges(const Plan& p, int stage, const StagePrice& price, int mb,
+                             double& backlog) const {
+  const auto [fwd, bwd] = micro_batch_pace(p, stage, price);
+  const HostPace step = fwd.then(bwd).repeat(mb);
+  const double device_end = step.device_after(0, 0);
+  backlog = device_end - step.host_after(0, 0);
+  return device_end - mb * (price.slot() + price.host);
 }
 
 double Estimator::StagePrice::slot() const {
@@ -444,13 +474,18 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
-    price.forward_device += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
     price.host_forward += n * lp.host_forward;
     price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
                                 full_share * lp.host_forward);
     price.syncs += n * (lp.syncs_forward + (1 - full_share) * lp.syncs_recompute +
                         full_share * lp.syncs_forward);
     recompute_comm += n * (lp.tp_forward + lp.cp_forward + lp.ep_forward);
+    // The host-paced passes, layer after layer (kind after kind): the first full-recompute
+    // layers' backward after their forward again.
+    const int n_full = static_cast<int>(std::lround(full_share * n));
+    price.pace_forward = price.pace_forward.then(lp.pace_forward.repeat(count[kind]));
+    price.pace_backward = price.pace_backward.then(lp.pace_backward.repeat(count[kind] - n_full))
+                              .then(lp.pace_forward.then(lp.pace_backward).repeat(n_full));
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
     // the attention core (selective) for the rest when selected.
     price.recompute_flops += full_share * n * lp.forward_flops;
@@ -460,17 +495,23 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   price.recompute += full_share * (fwd_layers + recompute_comm);
   // The embedding on the first stage, the output layer and loss on the last.
   const int64_t t = p.tp;
+  EdgeDevice edge;
   if (stage == 0) {
-    price.forward += memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
-    price.backward += memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
+    edge.embedding_forward = memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
+    edge.embedding_backward = memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
+    price.forward += edge.embedding_forward;
+    price.backward += edge.embedding_backward;
   }
   if (stage == p.pp - 1) {
     const Dtype head = output_layer_dtype(math);
-    price.forward += gemm_time(d, f, head, T, m.vocab / t, m.hidden) +
-                     memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
-    price.backward += gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
-                      gemm_time(d, f, head, m.hidden, m.vocab / t, T) +
-                      memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
+    const double fwd0 = price.forward, bwd0 = price.backward;
+    edge.head_forward = gemm_time(d, f, head, T, m.vocab / t, m.hidden);
+    edge.head_backward = gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
+                         gemm_time(d, f, head, m.hidden, m.vocab / t, T);
+    price.forward +=
+        edge.head_forward + memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
+    price.backward +=
+        edge.head_backward + memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
     if (p.eager_loss) {
       // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
       // its own ((eb + 4) bytes a logit), and the max and the log-softmax reading fp32 (4 - eb
@@ -492,14 +533,16 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
         price.backward += more_bytes((8 - eb) * logits);
       }
     }
+    edge.loss_forward = price.forward - fwd0 - edge.head_forward;
+    edge.loss_backward = price.backward - bwd0 - edge.head_backward;
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
   // backward (1/tp of them per TP rank: Megatron's scatter/gather, or the SP shard).
   if (p.pp > 1)
     price.pp =
         2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
-  price.forward_device += price.forward + price.pp / 2;
-  edge_host(p, stage, price);
+  edge.pp_each_way = price.pp / 2;
+  edge_host(p, stage, edge, price);
   return price;
 }
 
@@ -806,15 +849,12 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   // The optimizer's ops follow the last micro-batch's backward with no sync between: the host
   // issues them while the device still runs the backlog it left (the backward's device time
   // beyond the host's issue) and the step's data-parallel tail.
-  const double device_mb = stage.slot();
-  const double backlog =
-      s == p.pp - 1 && p.nan_check
-          ? device_mb - std::min(stage.forward_device, device_mb) - stage.host_backward
-          : device_mb - stage.host_forward - stage.host_backward;
+  double backlog = 0;
+  const double edges = host_edges(p, s, stage, mb, backlog);
   double statistics = 0;
   t.host = optimizer_host(p, s, t.optimizer - step_device + dp.per_step + std::max(0.0, backlog),
                           step_device, statistics) +
-           nan_check_edges(p, s, stage);
+           edges;
   t.optimizer += statistics;
   if (p.offload.params)
     t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -128,10 +129,13 @@ class Estimator {
     double recompute_flops = 0;
     MoeParts moe;  // the MoE block's compute by part
     // The host (core/host_issue.h): seconds it spends issuing a micro-batch's forward and
-    // backward (with recompute), the device seconds of the forward part of slot(), and what the
-    // host adds to the slot (estimate() adds it after slot()).
-    double host_forward = 0, host_backward = 0, forward_device = 0;
+    // backward (with recompute), and what the host adds to the slot (estimate() adds it after
+    // slot()).
+    double host_forward = 0, host_backward = 0;
     double syncs = 0;  // device-to-host syncs inside the layers (dropless MoE token counts)
+    // A micro-batch's forward and backward (edges, layers and pipeline transfers, in the order
+    // the lowering issues them) played with the host cursor (core/host_issue.h's HostPace).
+    HostPace pace_forward, pace_backward;
     double host = 0;
     double slot() const;  // everything a micro-batch costs the stage on the device
   };
@@ -158,9 +162,18 @@ class Estimator {
   StagePrice stage_price(const Plan& plan, int stage);
   // The host's share of the edges (embedding, head and loss, pipeline transfers), added to
   // `price`; what the host adds to a stage's micro-batch and to the step's tail (estimate.cc).
-  void edge_host(const Plan& plan, int stage, StagePrice& price) const;
+  // `device` holds the edges' device seconds (estimate.cc).
+  struct EdgeDevice;
+  void edge_host(const Plan& plan, int stage, const EdgeDevice& device, StagePrice& price) const;
+  // One micro-batch of a stage as the host paces it: its forward (with the NaN/Inf check's syncs)
+  // and its backward (with what of the slot the fragments do not hold).
+  std::pair<HostPace, HostPace> micro_batch_pace(const Plan& plan, int stage,
+                                                 const StagePrice& price) const;
   double host_excess(const Plan& plan, int stage, const StagePrice& price) const;
-  double nan_check_edges(const Plan& plan, int stage, const StagePrice& price) const;
+  // What the step's first forward and last backward add beyond `micro_batches` x the
+  // micro-batch's host excess, and the device's backlog when the host has issued the last.
+  double host_edges(const Plan& plan, int stage, const StagePrice& price, int micro_batches,
+                    double& backlog) const;
   double optimizer_host(const Plan& plan, int stage, double device_before, double device_step,
                         double& statistics_device) const;
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.

@@ -52,6 +52,59 @@ void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
   if ((op.kind == OpKind::kExpertLinear || expert_act || expert_bias) && op.load > 1)
     parts.imbalance += seconds * (1 - 1 / op.load);
 }
+
+// Pass `pass` played with the host cursor from host clock h0 and device clock d0 (core/
+// host_issue.h: an op starts once issued, its dependencies and its stream allow; the ops of a
+// p2p group together; a sync blocks the host until it has run); returns the device clock at the
+// pass's end and sets `h` to the host's. `start`/`end` are scratch of the fragment's size.
+double pace_pass(const PlayableFragment& f, const LayerFragment::Pass& pass,
+                 const std::vector<double>& comm_seconds, double h0, double d0, double& h,
+                 std::vector<double>& stream_free, std::vector<double>& end) {
+  const std::vector<PlayableFragment::Node>& nodes = f.nodes;
+  std::fill(stream_free.begin(), stream_free.end(), d0);
+  h = h0;
+  double pass_end = d0;
+  for (int i = pass.begin; i < pass.end;) {
+    int last = i + 1;
+    if (nodes[i].p2p_group >= 0)
+      while (last < pass.end && nodes[last].p2p_group == nodes[i].p2p_group) ++last;
+    double at = HostPace::kNever;
+    for (int j = i; j < last; ++j) {
+      const PlayableFragment::Node& nd = nodes[j];
+      h += nd.host;  // issued
+      at = std::max(at, stream_free[nd.stream]);
+      for (int d = nd.deps_begin; d < nd.deps_end; ++d)  // the passes before have ended
+        if (f.deps[d] >= pass.begin) at = std::max(at, end[f.deps[d]]);
+    }
+    at = std::max(at, h);
+    for (int j = i; j < last; ++j) {
+      const PlayableFragment::Node& nd = nodes[j];
+      if (nd.recv) continue;
+      end[j] = at + (nd.comm >= 0 ? comm_seconds[nd.comm] : nd.seconds);
+      if (nd.sync) h = end[j];  // the host wakes when the sync has run
+    }
+    for (int j = i; j < last; ++j)
+      if (nodes[j].recv) end[j] = std::max(at, end[nodes[j].send]);
+    for (int j = i; j < last; ++j) {
+      stream_free[nodes[j].stream] = std::max(stream_free[nodes[j].stream], end[j]);
+      pass_end = std::max(pass_end, end[j]);
+    }
+    i = last;
+  }
+  return pass_end;
+}
+
+// The pass's HostPace: played from the host's clock alone and from the device's alone (the map
+// is max-plus linear in the two).
+HostPace pass_pace(const PlayableFragment& f, const LayerFragment::Pass& pass,
+                   const std::vector<double>& comm_seconds, std::vector<double>& stream_free,
+                   std::vector<double>& end) {
+  HostPace m;
+  m.dh = pace_pass(f, pass, comm_seconds, 0, HostPace::kNever, m.hh, stream_free, end);
+  m.dd = pace_pass(f, pass, comm_seconds, HostPace::kNever, 0, m.hd, stream_free, end);
+  return m;
+}
+
 }  // namespace
 
 PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) {
@@ -229,6 +282,15 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
       exposed_total[nodes[last].category] += pass_end - cursor;
     }
     t0 = pass_end;
+  }
+  // The passes with the host cursor: the forward's, and the rest (the backward's) after it.
+  for (const LayerFragment::Pass& pass : f.passes) {
+    const HostPace m = pass_pace(f, pass, comm_seconds, stream_free, end);
+    const bool forward = pass.begin < pass.end &&
+                         static_cast<Phase>(nodes[pass.begin].phase) == Phase::kForward &&
+                         static_cast<Phase>(nodes[pass.end - 1].phase) == Phase::kForward;
+    HostPace& into = forward ? lp.pace_forward : lp.pace_backward;
+    into = into.then(m);
   }
   lp.tp_hidden = std::max(0.0, comm_total[kTpCat] - exposed_total[kTpCat]);
   lp.cp_hidden = std::max(0.0, comm_total[kCpCat] - exposed_total[kCpCat]);

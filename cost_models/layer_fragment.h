@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/host_issue.h"
 #include "core/lower.h"
 #include "cost_models/op_cost.h"
 
@@ -75,6 +76,11 @@ struct LayerPrice {
   // Device-to-host syncs the host makes in the forward and in the selective recompute (dropless
   // MoE token counts), each throwing away the host's lead.
   int syncs_forward = 0, syncs_recompute = 0;
+  // The forward's and the backward's passes (with the selective recompute in it) played with the
+  // host cursor (core/host_issue.h's HostPace: each op starts no earlier than the host has issued
+  // it, a sync blocks the host): what they do to the host's and the device's clocks. A pass that
+  // interleaves two micro-batches' phases (ep_comm_overlap) is the backward's.
+  HostPace pace_forward, pace_backward;
 };
 
 // A fragment reduced to what its play needs, its compute ops priced: what the closed form keeps

@@ -29,6 +29,53 @@ TEST(HostCursor, IssuesInOrderAndBlocksOnASync) {
   EXPECT_DOUBLE_EQ(h.issue(1e-6), 61e-6);
 }
 
+// HostPace against the cursor played op by op on one device stream (an independent loop): each
+// op starts once the host has issued it and the op before it has run; a sync blocks the host
+// until the device is done and wakes it.
+TEST(HostPace, ComposedStretchesPlayAsTheCursorOpByOp) {
+  struct Step {
+    double host, device;
+    bool sync;
+  };
+  const std::vector<Step> steps = {{5, 1, false}, {1, 9, false}, {4, 2, false}, {0.5, 0, true},
+                                   {2, 3, false}, {6, 1, false}, {1, 7, false}};
+  const double wake = 0.75;
+  for (double h0 : {0.0, 3.0})
+    for (double d0 : {0.0, 10.0, 40.0}) {
+      HostCursor cursor;
+      cursor.t = h0;
+      double device = d0;
+      HostPace pace;
+      for (const Step& s : steps) {
+        if (s.sync) {
+          cursor.issue(s.host);
+          cursor.sync(device, wake);
+          pace = pace.then(HostPace::sync(s.host, wake));
+          continue;
+        }
+        device = std::max(cursor.issue(s.host), device) + s.device;
+        pace = pace.then(HostPace::op(s.host, s.device));
+      }
+      SCOPED_TRACE("h0 " + std::to_string(h0) + " d0 " + std::to_string(d0));
+      EXPECT_DOUBLE_EQ(pace.host_after(h0, d0), cursor.t);
+      EXPECT_DOUBLE_EQ(pace.device_after(h0, d0), device);
+    }
+  // Host-bound at first, device-bound after: from a sync, the stretch takes more than the
+  // longer of its host (6) and device (10) sums: 5 + 1 + 9 = 15 (the device waits for the host's
+  // first op, then runs the second's nine seconds behind it).
+  const HostPace a = HostPace::op(5, 1).then(HostPace::op(1, 9));
+  EXPECT_DOUBLE_EQ(a.from_sync(), 15);
+  EXPECT_GT(a.from_sync(), host_paced(6, 10));
+  // Repeated by squaring as by composing one at a time.
+  HostPace b;
+  for (int i = 0; i < 13; ++i) b = b.then(a);
+  const HostPace r = a.repeat(13);
+  EXPECT_DOUBLE_EQ(r.hh, b.hh);
+  EXPECT_DOUBLE_EQ(r.dh, b.dh);
+  EXPECT_DOUBLE_EQ(r.dd, b.dd);
+  EXPECT_EQ(r.hd, HostPace::kNever);
+}
+
 TEST(HostCursor, SegmentTakesTheLongerOfHostAndDevice) {
   EXPECT_DOUBLE_EQ(host_paced(3, 5), 5);
   EXPECT_DOUBLE_EQ(host_paced(7, 5), 7);
