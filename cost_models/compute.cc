@@ -29,6 +29,40 @@ constexpr Tile kTiles[] = {{256, 128, 1.0},
                            {64, 64, kTile64x64}};
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Split-K. When a GEMM's output has too few tiles to occupy the GPU and its reduction is deep,
+// the libraries split the reduction (k) across thread blocks and sum the partial tiles (CUTLASS,
+// media/docs/efficient_gemm.md, "Parallelized Reductions": "If both M and N are small while K is
+// large, this scheme may launch relatively few threadblocks and fail to make full use of all
+// multiprocessors ... partition the GEMM K dimension across multiple threadblocks"; cuBLAS does it
+// too: HTA's A100 trace, tests/data/traces/hta_sampled_rank-0, has cuBLAS's
+// splitKreduce_kernel after its GEMMs of 125-200 x 64-512 outputs and k = 2048). When and how
+// far, as CUTLASS 3's stream-K scheduler decides it (include/cutlass/gemm/kernel/
+// tile_scheduler_params.h, get_num_sk_tiles and get_num_sk_units, DecompositionMode::Heuristic):
+// the tiles are split only when the last wave is less than half full and a tile's k loop has more
+// than kMinKItersPerUnit iterations; the split tiles' k iterations are then shared evenly by
+// min(SMs, iterations / kMinKItersPerUnit) thread blocks. CUTLASS splits the last one or two
+// waves of a longer GEMM as well; cuBLAS's large GEMMs keep their wave quantization (NVIDIA,
+// "Matrix Multiplication Background User's Guide", section 2.3, measured with cuBLAS), so
+// parasol splits only a GEMM of less than half a wave of tiles: the case both libraries split.
+// The partial tiles (one fp32 tile per thread block) are summed through L2 and not priced.
+constexpr int64_t kMinKItersPerUnit = 8;  // CUTLASS's min_iters_per_sk_unit_
+// The k depth of one main-loop iteration of a tile: 32 in cuBLAS's Ampere tensor-core kernels
+// (cutlass_80_tensorop_s1688gemm_128x128_32x3: 128 x 128 tile, k 32, 3 stages; HTA's trace) and
+// CUTLASS's bf16 SM80 defaults; Hopper's bf16 kernels step 64 (a longer k loop splits sooner).
+constexpr int64_t kTileK = 32;
+
+// Waves of `tiles` output tiles of a GEMM with k reduction depth on `units` SMs, fractional where
+// split-K shares a partial wave's k loop among more thread blocks (above).
+double gemm_waves(double tiles, double units, int64_t k) {
+  const double waves = std::ceil(tiles / units);
+  const double k_iters = static_cast<double>(ceil_div(k, kTileK));
+  if (2 * tiles >= units || k_iters <= kMinKItersPerUnit) return waves;
+  const double split_units =
+      std::min(units, std::floor(tiles * k_iters / static_cast<double>(kMinKItersPerUnit)));
+  // Each of split_units blocks runs ceil(tiles x k_iters / split_units) iterations.
+  return std::min(waves, std::ceil(tiles * k_iters / split_units) / k_iters);
+}
 }  // namespace
 
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
@@ -42,7 +76,7 @@ double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, 
   double best = 0;
   for (const Tile& t : kTiles) {
     double tiles = static_cast<double>(batch) * ceil_div(m, t.m) * ceil_div(n, t.n);
-    double waves = std::ceil(tiles / units);
+    double waves = gemm_waves(tiles, units, k);
     double useful = static_cast<double>(batch) * m * n / (waves * units * t.m * t.n);
     best = std::max(best, t.efficiency * useful);
   }

@@ -12,7 +12,9 @@
 namespace parasol::cost {
 
 // Shape factor of a GEMM in (0, 1]: the best over cuBLAS-like tile shapes of tile efficiency x
-// wave quantization on the device's compute units (1 for a CPU, vendor "cpu"), times the
+// wave quantization on the device's compute units, a GEMM of less than half a wave of tiles
+// splitting its reduction across more units as cuBLAS and CUTLASS do (split-K; compute.cc says
+// when and how far) (1 for a CPU, vendor "cpu"), times the
 // reduction-depth factor k / (k + profile.gemm_k_half). Multiplied by profile.gemm_eff(dtype) it
 // gives the fraction of dense peak a GEMM of this shape reaches.
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,

@@ -78,6 +78,39 @@ TEST_F(ComputeTest, WaveQuantizationPenalisesOneTileOverAFullWave) {
             0.9 * gemm_shape_factor(a100, prof, 2304, 1536, k));
 }
 
+// Split-K (compute.cc): a GEMM of less than half a wave of output tiles with a deep reduction
+// shares each tile's k loop (32-deep iterations) among min(SMs, iterations / 8) thread blocks.
+TEST_F(ComputeTest, FewTilesOfADeepReductionSplitKAcrossTheSms) {
+  const double kf = [&](int64_t k) { return k / (k + prof.gemm_k_half); }(4096);
+  // 128 x 128 x 4096: 128 iterations a tile. 64 x 64 tiles: 4 tiles, 512 iterations shared by
+  // 512 / 8 = 64 blocks of 8 iterations, as fast as 64 of 108 SMs; the larger tiles split less
+  // (128 x 64: 2 tiles, 32 blocks; 128 x 128: 16 blocks) and lose to it.
+  EXPECT_NEAR(gemm_shape_factor(a100, prof, 128, 128, 4096), 0.65 * 64 / 108 * kf, 1e-9);
+  // A reduction of 8 iterations or fewer is not split: 256 x 512 x 256 keeps one short wave,
+  // best in 64 x 64 tiles (32 of them, 0.65 x 32 / 108).
+  const double k256 = 256 / (256 + prof.gemm_k_half);
+  EXPECT_NEAR(gemm_shape_factor(a100, prof, 256, 512, 256), 0.65 * 32 / 108 * k256, 1e-9);
+  // Deep enough, four 256 x 128 tiles fill every SM: 256 x 512 x 262144 runs at the rate of a
+  // GEMM of exactly one full wave (2304 x 1536, 108 tiles of 256 x 128).
+  const int64_t deep = 262144;
+  EXPECT_NEAR(gemm_shape_factor(a100, prof, 256, 512, deep),
+              gemm_shape_factor(a100, prof, 2304, 1536, deep), 0.01);
+  // Half a wave of tiles or more is not split: 1536 x 1152 is 54 tiles of 256 x 128 (and more of
+  // every smaller tile), priced at any k as at k = 256, which no tiling splits.
+  const auto per_kf = [&](int64_t k) {
+    return gemm_shape_factor(a100, prof, 1536, 1152, k) / (k / (k + prof.gemm_k_half));
+  };
+  EXPECT_NEAR(per_kf(deep), per_kf(256), 1e-12);
+  // HTA's A100 trace (tests/data/traces/hta_sampled_rank-0): [10 x 327680] x [327680 x 606] in
+  // tf32 measured 1.17-1.39 ms. Unsplit, its 10 tiles of 64 x 64 would take 10 of 108 SMs for the
+  // whole k loop, over 3 ms even at the dense peak; split, the kernel is bound by its 0.8 GB of
+  // operands (0.5 ms at the profile's bandwidth), below the measurement.
+  const double t = gemm_time(a100, prof, Dtype::kTf32, 10, 606, 327680);
+  const double bytes = 4.0 * (10.0 * 327680 + 327680.0 * 606 + 10.0 * 606);
+  EXPECT_NEAR(t, bytes / (kA100Bw * prof.memory_efficiency) + prof.kernel_overhead_s, 1e-9);
+  EXPECT_LT(t, 1.17e-3);
+}
+
 TEST_F(ComputeTest, CpuGemmsHaveOnlyTheReductionDepthFactor) {
   const DeviceSpec& cpu = device_spec(kHostCpuDevice);
   const Profile p = default_profile(cpu);

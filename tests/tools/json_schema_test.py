@@ -186,8 +186,8 @@ if os.path.exists(measured) and os.path.exists(predicted_tiny):
 # (tests/data/traces: two ranks of an A100 job in fp32, and one rank of a 2-GPU job).
 kineto = [os.path.join(data_dir, "traces", f"hta_sampled_rank-{r}.json.gz") for r in (0, 1)]
 nccl = os.path.join(data_dir, "traces", "hta_nccl_step5_rank-0.json.gz")
-# The sampled ranks are 2 of a 128-rank job: the plan has its world size. On them the fit replays
-# the kernels further from the trace than the default profile: --allow-worse writes it anyway.
+# The sampled ranks are 2 of a 128-rank job: the plan has its world size. --allow-worse writes the
+# fitted profile even where it replays the kernels further from the trace than the default one.
 A100 = "--model tiny --cluster dgx-a100-80g --gpus 128 --precision fp32".split()
 imported = check("trace-import", ["trace", "import", "--json", "-o", str(work / "imported.json")]
                  + kineto)

@@ -1,7 +1,7 @@
 // Tests of calibration from imported PyTorch profiler traces (traces/calibrate.h's
 // calibrate_imported) on the real GPU traces of tests/data/traces: the fit moves the figures its
-// kernels depend on and lowers the kernels' weighted log error (on the multi-rank trace the
-// summed replay moves away, and the calibration says so), collectives fit the link of the group
+// kernels depend on, lowers the kernels' weighted log error and brings the multi-rank trace's
+// summed replay closer to it, collectives fit the link of the group
 // that holds their ranks, by the margins stated below. GEMMs of another
 // dtype than the plan's are not fitted; an fp32 job's tensor-core GEMMs fit the tf32 efficiency.
 #include <gtest/gtest.h>
@@ -43,7 +43,7 @@ double rel_error(double predicted, double measured) {
   return std::fabs(predicted - measured) / measured;
 }
 
-TEST(KinetoCalibrate, FitOfTheMultiRankTraceLowersKernelErrorsAndSaysItsReplayIsWorse) {
+TEST(KinetoCalibrate, FitOfTheMultiRankTraceLowersKernelErrorsAndReplaysCloser) {
   const ImportedRun run =
       run_of({kData + "hta_sampled_rank-0.json.gz", kData + "hta_sampled_rank-1.json.gz"}, 2,
              Dtype::kFp32);
@@ -65,21 +65,21 @@ TEST(KinetoCalibrate, FitOfTheMultiRankTraceLowersKernelErrorsAndSaysItsReplayIs
   EXPECT_EQ(param(cal, "host_adam_params_per_s").fitted, param(cal, "host_adam_params_per_s").base);
 
   // The traced kernels re-predicted: their time-weighted RMS log error (calibrate.h) at least
-  // 10% lower with the fitted profile than with the default one.
-  EXPECT_LT(cal.rms_log_error_after, 0.9 * cal.rms_log_error_before)
+  // 40% lower with the fitted profile than with the default one.
+  EXPECT_LT(cal.rms_log_error_after, 0.6 * cal.rms_log_error_before)
       << cal.rms_log_error_before << " -> " << cal.rms_log_error_after;
-  // Summed, the replayed kernel time is not brought closer on this trace: its skinny GEMMs are
-  // slower in the model than measured even at efficiency 1 (the fit stops there and says so), and
-  // the many microsecond-long kernels raise the fitted kernel overhead; the fit weighs relative
-  // errors. The calibration says the replay moved away (`parasol calibrate` then refuses to
-  // write the profile unless --allow-worse).
-  EXPECT_EQ(gemm.fitted, gemm.upper);
-  EXPECT_TRUE(gemm.at_bound);
+  // Summed, the replayed kernel time is brought closer to the trace: the fitted profile's error
+  // at most 3/4 of the default one's. The trace's skinny GEMMs (10-20 x 72-606 outputs, k =
+  // 327,680) split their reduction across the SMs (cost_models/compute.cc's split-K); priced
+  // without it they were 3x slower than measured even at efficiency 1, the fit stopped at that
+  // bound and the summed replay moved away from the trace (+32% -> +53%).
+  EXPECT_FALSE(gemm.at_bound);
   EXPECT_FALSE(mem.at_bound);
   ASSERT_GT(cal.replay_measured_s, 0);
-  EXPECT_GT(std::fabs(cal.replay_fitted_s - cal.replay_measured_s),
-            std::fabs(cal.replay_base_s - cal.replay_measured_s));
-  EXPECT_TRUE(cal.replay_worse());
+  const double before = rel_error(cal.replay_base_s, cal.replay_measured_s);
+  const double after = rel_error(cal.replay_fitted_s, cal.replay_measured_s);
+  EXPECT_LT(after, 0.75 * before) << "replay error " << before << " -> " << after;
+  EXPECT_FALSE(cal.replay_worse());
 }
 
 // The attention step that record_sdpa.py recorded with PyTorch on a CPU (tests/data/traces), set
