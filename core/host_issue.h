@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/model.h"
@@ -67,10 +68,35 @@ struct HostPace {
   }
   // This stretch n times over (n >= 0), by squaring.
   HostPace repeat(int n) const {
+    if (n <= 0) return {};
+    if (hd == kNever)  // the host never waits: its lead grows by hh, the device's by the longer
+      return {n * hh, kNever, dh + (n - 1) * std::max(hh, dd), n * dd};
     HostPace out, sq = *this;
     for (; n > 0; n >>= 1, sq = sq.then(sq))
       if (n & 1) out = out.then(sq);
     return out;
+  }
+  // The clocks after this stretch n times over (n >= 0) from h and d, without the matrix power:
+  // where the host never waits for the device (hd kNever) in closed form (the host's lead grows
+  // by hh a stretch, the device's by the longer of the two); else played stretch by stretch
+  // until both clocks advance by the same amount, which every later stretch repeats.
+  void play(int n, double& h, double& d) const {
+    if (n <= 0) return;
+    if (hd == kNever) {
+      d = std::max(d + n * dd, h + dh + (n - 1) * std::max(hh, dd));
+      h += n * hh;
+      return;
+    }
+    for (int k = 0; k < n; ++k) {
+      const double h1 = host_after(h, d), d1 = device_after(h, d);
+      const double dh1 = h1 - h, dd1 = d1 - d;
+      h = h1, d = d1;
+      if (std::abs(dh1 - dd1) <= 1e-12 * std::abs(dd1)) {
+        h += (n - 1 - k) * dh1;
+        d += (n - 1 - k) * dd1;
+        return;
+      }
+    }
   }
   double host_after(double h, double d) const { return std::max(hh + h, hd + d); }
   double device_after(double h, double d) const { return std::max(dh + h, dd + d); }

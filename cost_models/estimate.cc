@@ -130,48 +130,52 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     send_fwd = HostPace::op(host(OpKind::kSend, fwd, each), dev.pp_each_way);
     send_bwd = HostPace::op(host(OpKind::kSend, bwd, each), dev.pp_each_way);
   }
-  price.pace_forward = before_fwd.then(price.pace_forward).then(after_fwd).then(send_fwd);
-  price.pace_backward = before_bwd.then(price.pace_backward).then(after_bwd).then(send_bwd);
-}
-
-std::pair<HostPace, HostPace> Estimator::micro_batch_pace(const Plan& p, int stage,
-                                                          const StagePrice& price) const {
-  Op sync;
-  sync.kind = OpKind::kSync;
-  const double issue = host_issue_seconds(sync, p, profile_);
-  // What of the slot the paces do not hold (the data-parallel traffic inside a micro-batch):
-  // on the device after the backward.
-  const double held =
-      price.pace_forward.then(price.pace_backward).dd - price.syncs * profile_.host_sync_s;
-  const double rest = std::max(0.0, price.slot() - held);
-  HostPace fwd = price.pace_forward;
-  // The last stage's NaN/Inf check syncs twice on the loss after each forward.
-  if (stage == p.pp - 1 && p.nan_check)
-    fwd = fwd.then(HostPace::sync(issue, profile_.host_sync_s))
-              .then(HostPace::sync(issue, profile_.host_sync_s));
-  return {fwd, price.pace_backward.then(HostPace::op(0, rest))};
+  if (stage == 0) price.pace_forward = before_fwd.then(price.pace_forward);
+  if (stage == p.pp - 1) {
+    price.pace_forward = price.pace_forward.then(after_fwd);
+    price.pace_backward = before_bwd.then(price.pace_backward);
+  }
+  if (stage == 0) price.pace_backward = price.pace_backward.then(after_bwd);
+  if (p.pp > 1) {
+    price.pace_forward = price.pace_forward.then(send_fwd);
+    price.pace_backward = price.pace_backward.then(send_bwd);
+  }
 }
 
 // What the host adds to a micro-batch of a stage (core/host_issue.h): in the steady state, a
 // micro-batch's forward and backward repeat as the host paces them op by op; each takes the
 // cycle's max-plus mean (the longer of the host's issue and the device's run where nothing
 // syncs; from a sync to the next where the NaN/Inf check or the layers sync).
-double Estimator::host_excess(const Plan& p, int stage, const StagePrice& price) const {
-  const auto [fwd, bwd] = micro_batch_pace(p, stage, price);
-  const HostPace c = fwd.then(bwd);
+double Estimator::host_excess(const Plan& p, int stage, StagePrice& price) const {
+  const double device = price.slot();
+  // What of the slot the paces do not hold (the data-parallel traffic inside a micro-batch): on
+  // the device after the backward.
+  const double rest =
+      std::max(0.0, device - (price.paced_device - price.syncs * profile_.host_sync_s));
+  HostPace fwd = price.pace_forward;
+  // The last stage's NaN/Inf check syncs twice on the loss after each forward.
+  if (stage == p.pp - 1 && p.nan_check) {
+    Op sync;
+    sync.kind = OpKind::kSync;
+    const HostPace check =
+        HostPace::sync(host_issue_seconds(sync, p, profile_), profile_.host_sync_s);
+    fwd = fwd.then(check.then(check));
+  }
+  HostPace bwd = price.pace_backward;  // then `rest` on the device alone
+  bwd.dh = std::max(bwd.dh, bwd.hh) + rest;
+  bwd.dd = std::max(bwd.dd, bwd.hd) + rest;
+  const HostPace& c = price.cycle = fwd.then(bwd);
   const double cycle = std::max({c.hh, c.dd, 0.5 * (c.hd + c.dh)});
-  return std::max(0.0, cycle - price.slot());
+  return std::max(0.0, cycle - device);
 }
 
 // The step's micro-batches played from the step's start: what they take beyond the steady
 // state's `micro_batches` x (slot + host excess): the first forward's lead and the last
 // backward's, and the device's backlog when the host has issued the last.
-double Estimator::host_edges(const Plan& p, int stage, const StagePrice& price, int mb,
-                             double& backlog) const {
-  const auto [fwd, bwd] = micro_batch_pace(p, stage, price);
-  const HostPace step = fwd.then(bwd).repeat(mb);
-  const double device_end = step.device_after(0, 0);
-  backlog = device_end - step.host_after(0, 0);
+double Estimator::host_edges(const StagePrice& price, int mb, double& backlog) const {
+  double host_end = 0, device_end = 0;
+  price.cycle.play(mb, host_end, device_end);
+  backlog = device_end - host_end;
   return device_end - mb * (price.slot() + price.host);
 }
 
@@ -484,8 +488,10 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     // layers' backward after their forward again.
     const int n_full = static_cast<int>(std::lround(full_share * n));
     price.pace_forward = price.pace_forward.then(lp.pace_forward.repeat(count[kind]));
-    price.pace_backward = price.pace_backward.then(lp.pace_backward.repeat(count[kind] - n_full))
-                              .then(lp.pace_forward.then(lp.pace_backward).repeat(n_full));
+    price.pace_backward = price.pace_backward.then(lp.pace_backward.repeat(count[kind] - n_full));
+    if (n_full > 0)
+      price.pace_backward =
+          price.pace_backward.then(lp.pace_forward.then(lp.pace_backward).repeat(n_full));
     // Recompute: the whole layer (with its forward communication) for the first `full` layers,
     // the attention core (selective) for the rest when selected.
     price.recompute_flops += full_share * n * lp.forward_flops;
@@ -543,6 +549,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
         2.0 * p.chunks() * pp_transfer_time(p, eb * static_cast<double>(T) * m.hidden / p.tp);
   edge.pp_each_way = price.pp / 2;
   edge_host(p, stage, edge, price);
+  price.paced_device = price.pace_forward.then(price.pace_backward).dd;
   return price;
 }
 
@@ -850,7 +857,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   // issues them while the device still runs the backlog it left (the backward's device time
   // beyond the host's issue) and the step's data-parallel tail.
   double backlog = 0;
-  const double edges = host_edges(p, s, stage, mb, backlog);
+  const double edges = host_edges(stage, mb, backlog);
   double statistics = 0;
   t.host = optimizer_host(p, s, t.optimizer - step_device + dp.per_step + std::max(0.0, backlog),
                           step_device, statistics) +

@@ -136,6 +136,8 @@ class Estimator {
     // A micro-batch's forward and backward (edges, layers and pipeline transfers, in the order
     // the lowering issues them) played with the host cursor (core/host_issue.h's HostPace).
     HostPace pace_forward, pace_backward;
+    double paced_device = 0;  // the device's seconds in the two: pace_forward then pace_backward
+    HostPace cycle;           // a micro-batch as the host paces it (host_excess sets it)
     double host = 0;
     double slot() const;  // everything a micro-batch costs the stage on the device
   };
@@ -165,15 +167,13 @@ class Estimator {
   // `device` holds the edges' device seconds (estimate.cc).
   struct EdgeDevice;
   void edge_host(const Plan& plan, int stage, const EdgeDevice& device, StagePrice& price) const;
-  // One micro-batch of a stage as the host paces it: its forward (with the NaN/Inf check's syncs)
-  // and its backward (with what of the slot the fragments do not hold).
-  std::pair<HostPace, HostPace> micro_batch_pace(const Plan& plan, int stage,
-                                                 const StagePrice& price) const;
-  double host_excess(const Plan& plan, int stage, const StagePrice& price) const;
+  // Sets price.cycle, one micro-batch of a stage as the host paces it (its forward, with the
+  // NaN/Inf check's syncs, and its backward, with what of the slot the fragments do not hold),
+  // and returns what the host adds to a micro-batch in the steady state.
+  double host_excess(const Plan& plan, int stage, StagePrice& price) const;
   // What the step's first forward and last backward add beyond `micro_batches` x the
   // micro-batch's host excess, and the device's backlog when the host has issued the last.
-  double host_edges(const Plan& plan, int stage, const StagePrice& price, int micro_batches,
-                    double& backlog) const;
+  double host_edges(const StagePrice& price, int micro_batches, double& backlog) const;
   double optimizer_host(const Plan& plan, int stage, double device_before, double device_step,
                         double& statistics_device) const;
   // Seconds for every rank of stage 0 to send `bytes` to its peer in stage 1 at once.
