@@ -360,6 +360,7 @@ class Lowerer {
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
   int attention_backward(int layer, const Saved& sv, int dao);
   int ring_steps(int layer) const;
+  double dkv_bytes_per_element() const;
   int ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv);
   // Multi-head latent attention's projections (lower_mla.cc): Q | K | V from the norm1 output,
   // and their backward to the gradient of the norm1 output.

@@ -68,6 +68,11 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   }
 }
 
+// Bytes per element of the K/V gradient accumulator a context-parallel ring passes on: the
+// attention's dtype under Transformer Engine, fp32 under PyTorch's ring (_attention.py:
+// convert_to_f32, grad_key/grad_value zeros_like(dtype=float32)).
+double Lowerer::dkv_bytes_per_element() const { return p_.cp_impl == CpImpl::kPytorch ? 4.0 : eb_; }
+
 // The ring steps of layer `layer`: cp, or under a sliding window the chunks it reaches (this
 // rank's and the ceil((window - 1) / chunk) before it).
 int Lowerer::ring_steps(int layer) const {
@@ -80,8 +85,10 @@ int Lowerer::ring_steps(int layer) const {
 // after the last).
 int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv) {
   const int cp = p_.cp;
-  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
   if (cp == 1) return -1;
+  // The accumulator travels in the attention's dtype (Transformer Engine) or in fp32 (PyTorch's
+  // ring accumulates the K/V gradients in fp32 and passes that buffer on).
+  const double kv_bytes = dkv_bytes_per_element() * T_ * (k_cols_ + v_cols_);
   const bool last = step == steps - 1;
   const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
   int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_}));
@@ -94,7 +101,7 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   if (!last) return recv;
   role(OpRole::kDkvFold,
        elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
-                   3 * kv_bytes, {dqkv, recv}, {dqkv}));
+                   kv_bytes + 2 * eb_ * T_ * (k_cols_ + v_cols_), {dqkv, recv}, {dqkv}));
   return -1;
 }
 
@@ -132,7 +139,8 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     if (dkv_in >= 0)
       role(OpRole::kSum,
            elementwise(OpKind::kResidualAdd, layer, "dkv.acc", double(T_) * (k_cols_ + v_cols_),
-                       3 * kv_bytes, {dkv, dkv_in}, {dkv}));
+                       (2 * dkv_bytes_per_element() + eb_) * T_ * (k_cols_ + v_cols_),
+                       {dkv, dkv_in}, {dkv}));
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     kv = next;
   }

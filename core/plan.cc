@@ -89,6 +89,7 @@ std::string plan_compact(const Plan& p) {
   if (p.cuda_graphs != CudaGraphs::kNone)
     s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
   if (p.torch_compile) s += " compile";
+  if (p.cp > 1 && p.cp_impl == CpImpl::kPytorch) s += " cp:torch";
   if (p.eager_loss) s += " eager-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
@@ -121,6 +122,14 @@ const char* reshard_name(Reshard r) {
 
 const char* attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::kCudnn ? "cudnn" : "flash2";
+}
+
+const char* cp_impl_name(CpImpl c) { return c == CpImpl::kPytorch ? "torch" : "te"; }
+
+CpImpl parse_cp_impl(const std::string& s, const std::string& field) {
+  if (s == "te") return CpImpl::kTransformerEngine;
+  if (s == "torch") return CpImpl::kPytorch;
+  throw Error(field, "'" + s + "' is not one of te|torch");
 }
 
 const char* moe_dispatcher_name(MoeDispatcher d) {
@@ -395,6 +404,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "precision",
                 "flash_attention",
                 "attention_kernel",
+                "cp_impl",
                 "fused_kernels",
                 "expandable_segments",
                 "overlap_grad_reduce",
@@ -498,6 +508,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.flash_attention = r.boolean_or("flash_attention", true);
   p.attention_kernel = parse_attention_kernel(r.string_or("attention_kernel", "flash2"),
                                               r.field("attention_kernel"));
+  p.cp_impl = parse_cp_impl(r.string_or("cp_impl", "te"), r.field("cp_impl"));
   p.fused_kernels = r.boolean_or("fused_kernels", true);
   p.expandable_segments = r.boolean_or("expandable_segments", false);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
@@ -595,6 +606,7 @@ Json plan_to_json(const Plan& p) {
   if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
+  if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
@@ -619,6 +631,7 @@ Plan runtime_plan(Plan p) {
   p.tp_comm_overlap = false;
   p.ep_comm_overlap = false;
   p.expert_bias_loop = false;
+  p.cp_impl = CpImpl::kTransformerEngine;
   return p;
 }
 

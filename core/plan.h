@@ -61,6 +61,19 @@ const char* recompute_module_name(RecomputeModule m);
 // flash-attn package) or NVIDIA's cuDNN fused attention (Transformer Engine's default on
 // Hopper, FlashAttention-3-class warp-specialised kernels). The same math; different speed.
 enum class AttentionKernel { kFlash2, kCudnn };
+// Which implementation runs the context-parallel ring under cp > 1 (both split the sequence into
+// 2 x cp chunks and run one causal step and cp - 1 unmasked steps per rank; they differ in the
+// memory passes around the kernels and in the dtype of the K/V gradients they pass on):
+//  kTransformerEngine: Megatron-Core / NeMo through Transformer Engine's AttnFuncWithCPAndKVP2P
+//                      (transformer_engine/pytorch/attention/dot_product_attention/
+//                      context_parallel.py): one fused output correction per step, dK/dV in the
+//                      attention's dtype;
+//  kPytorch:           PyTorch's context_parallel (torch/distributed/tensor/experimental/
+//                      _attention.py, torchtitan and NeMo AutoModel): each step's output upcast
+//                      to fp32 and merged by _SDPAMerger in separate element-wise ops, the
+//                      gradients accumulated in fp32 (convert_to_f32) and the dK/dV exchanged in
+//                      fp32, the load-balanced halves put back with torch.cat.
+enum class CpImpl { kTransformerEngine, kPytorch };
 // How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
 // "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
@@ -86,6 +99,8 @@ const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
 const char* reshard_name(Reshard r);
 const char* attention_kernel_name(AttentionKernel k);
+const char* cp_impl_name(CpImpl c);
+CpImpl parse_cp_impl(const std::string& s, const std::string& field);
 const char* moe_dispatcher_name(MoeDispatcher d);
 const char* cuda_graphs_name(CudaGraphs g);
 const char* optimizer_impl_name(OptimizerImpl o);
@@ -156,6 +171,7 @@ struct Plan {
   Dtype precision = Dtype::kBf16;  // math and activation dtype (fp32 master weights otherwise)
   bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
   AttentionKernel attention_kernel = AttentionKernel::kFlash2;  // which fused kernel
+  CpImpl cp_impl = CpImpl::kTransformerEngine;  // which context-parallel ring (cp > 1)
   // Element-wise work (norms, activation, rotary embedding) in fused kernels (Megatron,
   // Transformer Engine, torch.compile) or op by op as PyTorch eager runs a model's Python code
   // (RMSNorm as upcast, pow, mean, rsqrt, mul, downcast, mul; SwiGLU as silu then mul; RoPE in
@@ -291,8 +307,9 @@ struct Plan {
 
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
-// 1F1B on a stream of its own) and without expert_bias_loop (the runtime adds the expert bias in
-// its GEMM), which the predictors price. None changes the numerics.
+// 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
+// its GEMM) and with its own context-parallel ring (cp_impl te), which the predictors price. None
+// changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

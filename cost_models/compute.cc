@@ -156,7 +156,8 @@ double attention_efficiency(const Profile& prof, const AttnShape& a, bool backwa
   return base * row_factor(sh, s, true);
 }
 
-double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb) {
+double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb,
+                                CpImpl impl) {
   if (ring <= 1) return 0;
   const double dv = static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
   const double tokens = static_cast<double>(a.batch) * static_cast<double>(a.seq_q);
@@ -165,6 +166,31 @@ double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, dou
   const double kv = eb * tokens * a.kv_heads * (a.head_dim + dv);
   const double later = ring - 1;  // steps after the first (the causal one on the own chunk)
   double total;
+  if (impl == CpImpl::kPytorch) {
+    // torch/distributed/tensor/experimental/_attention.py @0123248 (the ALL_GATHER rotater's
+    // buffer and the fp32 dK/dV exchange are ops of the lowering). f: fp32 bytes per byte of the
+    // attention's dtype. A rank runs (ring - 1) / 2 lower and as many upper steps on average.
+    const double f = 4.0 / eb;
+    const double half = later / 2;
+    const double cats = later * 2 * kv;  // torch.cat([key.flatten(), value.flatten()])
+    if (!backward) {
+      // _SDPAMerger.step: out_i.to(float32) (read, write fp32); _merge_one: out - out_i (read two
+      // fp32, write one), sigmoid(lse_i - lse) * that (read, write), out - that (read two,
+      // write one); an upper step on half, then _partial_update's torch.cat (read, write fp32).
+      const double merge = o + 9 * f * o;
+      total = (o + f * o) + half * merge + half * (0.5 * merge + 2 * f * o) + cats +
+              (f * o + o);  // step 0's upcast ... results(): out.to(out_dtype)
+    } else {
+      // zeros_like(q, k, v, fp32); step 0: grad_key/value += (fp32 += eb) and grad_query +=;
+      // lower: grad_query += whole, dK/dV half added then torch.cat'd back (the addition is the
+      // lowering's dkv.acc); upper: dQ half added and torch.cat'd back; every step:
+      // torch.cat([grad_key, grad_value]) in fp32; the end: grad_query.to(query.dtype).
+      const double add_q = (2 * f + 1) * q;
+      total = f * (q + kv) + cats + (2 * f + 1) * kv + add_q + half * (add_q + 2 * f * kv) +
+              half * (0.5 * add_q + 2 * f * q) + ring * 2 * f * kv + (f * q + q);
+    }
+    return total / ring;
+  }
   if (!backward) {
     // cp.py (TE@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/
     // context_parallel.py): k_part/v_part.contiguous() (lower-triangle, L872-873) or
@@ -188,7 +214,7 @@ double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, dou
 }
 
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttnShape& a, int ring) {
+                              const AttnShape& a, int ring, CpImpl impl) {
   const double eb = dtype_bytes(dtype);
   if (a.flash) {
     double flops = attention_flops(a);
@@ -197,7 +223,8 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
     return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, false, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s +
-           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, false, eb)) : 0);
+           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, false, eb, impl))
+                     : 0);
   }
   // Unfused: scores = QK^T (full matrix, masked afterwards), softmax, dropout, probs x V.
   const int64_t bh = a.batch * a.heads;
@@ -210,7 +237,7 @@ double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype 
 }
 
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttnShape& a, int ring) {
+                               const AttnShape& a, int ring, CpImpl impl) {
   const double eb = dtype_bytes(dtype);
   if (a.flash) {
     double flops = kFlashBackwardFlopRatio * attention_flops(a);
@@ -219,7 +246,8 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
     return std::max(flops / (dev.peak_flops(dtype) * attention_efficiency(prof, a, true, ring)),
                     io / (dev.hbm_bw * prof.memory_efficiency)) +
            prof.kernel_overhead_s +
-           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, true, eb)) : 0);
+           (ring > 1 ? memory_time(dev, prof, context_ring_merge_bytes(a, ring, true, eb, impl))
+                     : 0);
   }
   const int64_t bh = a.batch * a.heads;
   double scores = static_cast<double>(bh) * a.seq_q * a.seq_kv;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/device.h"
+#include "core/plan.h"
 #include "core/program.h"
 #include "cost_models/profile.h"
 
@@ -68,10 +69,14 @@ double small_kernels_time(const DeviceSpec& dev, const Profile& prof, double byt
 // of its seq_q queries against half as many keys (Transformer Engine's "lower" steps; the "upper"
 // ones, half the queries against all keys, are no slower). The op is priced at the mean rate of
 // the ring's steps, so that `ring` of them take the ring's time.
+// `impl`: which framework runs the ring (core/plan.h CpImpl), whose memory passes
+// context_ring_merge_bytes counts.
 double attention_forward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                              const AttnShape& a, int ring = 1);
+                              const AttnShape& a, int ring = 1,
+                              CpImpl impl = CpImpl::kTransformerEngine);
 double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
-                               const AttnShape& a, int ring = 1);
+                               const AttnShape& a, int ring = 1,
+                               CpImpl impl = CpImpl::kTransformerEngine);
 
 // The memory-bound work Transformer Engine's load-balanced ring (AttnFuncWithCPAndKVP2P) adds to
 // a causal step of a ring of `ring` > 1 steps of `a` (one rank's chunk pair: a.seq_q queries),
@@ -84,7 +89,19 @@ double attention_backward_time(const DeviceSpec& dev, const Profile& prof, Dtype
 // upper steps' Q, O, dO halves made contiguous, and each step's dQ written (first step) or
 // added into the dQ buffer (half of it on an upper step). The dK/dV accumulation and the
 // exchanges are ops of their own (core/lower_layer.cc). Priced by attention_*_time.
-double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb);
+//
+// CpImpl::kPytorch: PyTorch's ring (torch/distributed/tensor/experimental/_attention.py,
+// _templated_ring_attention and its backward), op by op. Forward: K and V concatenated into one
+// buffer to pass on (every step but the last); each step's output upcast to fp32 and merged by
+// _SDPAMerger as out - sigmoid(lse_i - lse) * (out - out_i), three fp32 element-wise passes
+// (an upper step's on half the output, put back by torch.cat); the fp32 output cast back at the
+// end. Backward: fp32 zero accumulators for dQ, dK, dV; K, V concatenated to pass on; dQ
+// accumulated in fp32 (an upper step's half put back by torch.cat), dK/dV of a lower step put
+// back by torch.cat, the dK/dV accumulator concatenated into one fp32 buffer to pass on (every
+// step), dQ cast back at the end. The fp32 dK/dV additions proper and the final dK/dV cast are
+// the lowering's dkv.acc and dkv.fold ops (core/lower_layer.cc, in fp32 under this ring).
+double context_ring_merge_bytes(const AttnShape& a, int ring, bool backward, double eb,
+                                CpImpl impl = CpImpl::kTransformerEngine);
 
 // Fraction of the dense peak a fused attention pass sustains on `a` (the Profile's plateau at the
 // sustained clock, moved by its AttentionShape figures: keys per query row, causal mask, head

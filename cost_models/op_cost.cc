@@ -392,8 +392,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       // priced as the frameworks lay the causal sequence out over it (compute.h).
       const int ring =
           plan_.cp > 1 && a.causal ? context_ring_steps(plan_.cp, a.seq_q, a.window) : 1;
-      return op.tags.phase == Phase::kBackward ? attention_backward_time(dev, prof_, dt, a, ring)
-                                               : attention_forward_time(dev, prof_, dt, a, ring);
+      return op.tags.phase == Phase::kBackward
+                 ? attention_backward_time(dev, prof_, dt, a, ring, plan_.cp_impl)
+                 : attention_forward_time(dev, prof_, dt, a, ring, plan_.cp_impl);
     }
     case OpKind::kAdamW: {
       double params =

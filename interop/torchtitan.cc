@@ -898,6 +898,9 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["tp"] = tp;
   j["pp"] = pp;
   j["cp"] = cp;
+  // torchtitan's context parallelism is PyTorch's context_parallel (torch.distributed.tensor.
+  // experimental; torchtitan/distributed/utils.py create_context_parallel_ctx).
+  if (cp > 1) j["cp_impl"] = "torch";
   j["dp"] = dp;
   j["ep"] = ep;
   j["sp"] = tp > 1;  // torchtitan's TP always shards norms over the sequence

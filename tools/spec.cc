@@ -233,6 +233,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--precision", o.precision, "fp32|bf16|fp16|fp8");
   bool_flag(cmd, o, "--flash-attention", "flash_attention", o.flash, "fused attention");
   cmd->add_option("--attention-kernel", o.attention_kernel, "fused attention kernel: flash2|cudnn");
+  cmd->add_option("--cp-impl", o.cp_impl,
+                  "context-parallel ring: te|torch (Transformer Engine's, as Megatron and NeMo run "
+                  "it, or PyTorch's context_parallel, as torchtitan runs it)");
   bool_flag(cmd, o, "--tp-comm-overlap", "tp_comm_overlap", o.tp_comm_overlap,
             "TP/SP communication pipelined with the GEMMs (Megatron-Core --tp-comm-overlap)");
   bool_flag(cmd, o, "--ep-comm-overlap", "ep_comm_overlap", o.ep_comm_overlap,
@@ -325,6 +328,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("precision", o.precision);
   set("flash_attention", o.flash);
   set("attention_kernel", o.attention_kernel);
+  set("cp_impl", o.cp_impl);
   set("tp_comm_overlap", o.tp_comm_overlap);
   set("ep_comm_overlap", o.ep_comm_overlap);
   set("rank_order", o.rank_order);

@@ -559,6 +559,41 @@ TEST(Lower, ContextParallelRingExchangesKVChunks) {
   }
 }
 
+TEST(Lower, PytorchRingPassesTheKVGradientsOnInFp32) {
+  // PyTorch's context_parallel accumulates dK, dV in fp32 (_attention.py: grad_key/grad_value
+  // zeros_like(dtype=float32) under convert_to_f32) and passes that buffer on; Transformer
+  // Engine passes them on in the attention's dtype. The K/V themselves travel in bf16 either way.
+  const Model m = model_preset("tiny");
+  const double elements = 2.0 * (m.seq_len / 4) * m.kv_dim();  // K and V of a chunk pair
+  for (CpImpl impl : {CpImpl::kTransformerEngine, CpImpl::kPytorch}) {
+    SCOPED_TRACE(cp_impl_name(impl));
+    Plan plan = make_plan(1, 1, 1, 1);
+    plan.cp = 4;
+    plan.cp_impl = impl;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    const double acc = impl == CpImpl::kPytorch ? 4 : 2;
+    auto b = in(0, 0, Phase::kBackward);
+    auto dkv = select(p, both(b, [](const Op& o) {
+                        return o.kind == OpKind::kSend && o.name.ends_with("dkv.send");
+                      }));
+    ASSERT_EQ(dkv.size(), 4u);
+    for (const Op* o : dkv) EXPECT_EQ(o->bytes, acc * elements);
+    auto kv = select(p, both(b, [](const Op& o) {
+                       return o.kind == OpKind::kSend && o.name.ends_with("kv.send") &&
+                              !o.name.ends_with("dkv.send");
+                     }));
+    ASSERT_EQ(kv.size(), 3u);
+    for (const Op* o : kv) EXPECT_EQ(o->bytes, 2 * elements);
+    // The accumulation reads the fp32 (or bf16) accumulator and the step's bf16 gradient and
+    // writes the accumulator; the fold reads it and adds it into the bf16 dQKV.
+    for (const Op* o : select(p, both(b, [](const Op& o) { return o.name.ends_with("dkv.acc"); })))
+      EXPECT_EQ(o->bytes, (2 * acc + 2) * elements);
+    for (const Op* o : select(p, both(b, [](const Op& o) { return o.name.ends_with("dkv.fold"); })))
+      EXPECT_EQ(o->bytes, (acc + 2 * 2) * elements);
+  }
+}
+
 TEST(Lower, ExpertParallelRoutesThroughTwoAllToAllsPerMoELayer) {
   const Model m = model_preset("tiny-moe");
   Plan plan = make_plan(1, 1, 4, 16);  // 4 micro-batches

@@ -435,6 +435,60 @@ TEST_F(ComputeTest, ContextParallelRingMergeFollowsTransformerEnginesSteps) {
   EXPECT_EQ(context_ring_merge_bytes(a, 1, false, eb), 0);
 }
 
+TEST_F(ComputeTest, ContextParallelRingMergeFollowsPytorchsSteps) {
+  // Every rank r of a ring of cp runs PyTorch's _templated_ring_attention and its backward
+  // (torch/distributed/tensor/experimental/_attention.py) step by step: steps 1..r "lower" (all
+  // queries against the first half of the keys), r+1..cp-1 "upper" (the second half of the
+  // queries, partial=True). Forward: K, V torch.cat'd to pass on (steps 0..cp-2); out_i upcast
+  // to fp32, then out - out_i, sigmoid(..) * that, out - that (each: read its fp32 operands,
+  // write fp32); an upper step does that on half and torch.cat's the halves back; the end casts
+  // out back. Backward: fp32 zeros for dQ, dK, dV; K, V torch.cat'd (steps 0..cp-2); step 0
+  // adds dK, dV and dQ into the fp32 accumulators; lower: dQ += whole, the dK/dV halves
+  // torch.cat'd back (their addition is the lowering's dkv.acc); upper: dQ half added and
+  // torch.cat'd back; every step torch.cat's dK, dV into the fp32 buffer it passes on; dQ cast
+  // back at the end. Summed over ranks and steps, the mean per step must equal the closed form.
+  AttnShape a;
+  a.batch = 1;
+  a.seq_q = 8192;
+  a.heads = 8;
+  a.kv_heads = 2;
+  a.head_dim = 128;
+  const double ne = 8192.0 * 8 * 128, nkv = 8192.0 * 2 * 256;  // elements of Q (= O), of K + V
+  for (int cp : {2, 4, 8}) {
+    double fwd = 0, bwd = 0;
+    for (int r = 0; r < cp; ++r) {
+      fwd += ne * (2 + 4);                          // step 0: out_0.to(float32)
+      fwd += ne * (4 + 2);                          // results(): out.to(bfloat16)
+      bwd += 4 * (ne + nkv);                        // zeros_like(..., dtype=float32)
+      bwd += nkv * (4 + 2 + 4) + ne * (4 + 2 + 4);  // step 0's += into fp32
+      bwd += ne * (4 + 2);                          // grad_query.to(bfloat16)
+      for (int i = 0; i < cp; ++i) {
+        const bool lower = i > 0 && i <= r, upper = i > r;
+        if (i < cp - 1) fwd += 2 * (2 * nkv), bwd += 2 * (2 * nkv);  // torch.cat of K, V
+        const double merge = 2 * ne + 4 * ne + 3 * 4 * ne + 2 * 4 * ne + 3 * 4 * ne;
+        if (lower) fwd += merge;
+        if (upper) fwd += merge / 2 + 2 * 4 * ne;  // half, then torch.cat of the fp32 halves
+        if (lower) bwd += ne * (4 + 2 + 4) + 2 * 4 * nkv;     // dQ +=; dK/dV halves torch.cat
+        if (upper) bwd += ne * (4 + 2 + 4) / 2 + 2 * 4 * ne;  // dQ half +=, torch.cat
+        bwd += 2 * 4 * nkv;  // torch.cat([grad_key, grad_value]) in fp32
+      }
+    }
+    const double steps = double(cp) * cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, false, 2, CpImpl::kPytorch) / (fwd / steps), 1.0,
+                1e-12)
+        << cp;
+    EXPECT_NEAR(context_ring_merge_bytes(a, cp, true, 2, CpImpl::kPytorch) / (bwd / steps), 1.0,
+                1e-12)
+        << cp;
+    // More passes than Transformer Engine's fused correction, both ways.
+    EXPECT_GT(context_ring_merge_bytes(a, cp, false, 2, CpImpl::kPytorch),
+              context_ring_merge_bytes(a, cp, false, 2));
+    EXPECT_GT(context_ring_merge_bytes(a, cp, true, 2, CpImpl::kPytorch),
+              context_ring_merge_bytes(a, cp, true, 2));
+  }
+  EXPECT_EQ(context_ring_merge_bytes(a, 1, true, 2, CpImpl::kPytorch), 0);
+}
+
 TEST_F(ComputeTest, Fp8QuantisationIsACastTransposeOfFourBytesAnElement) {
   const double e = 4096.0 * 8192;
   EXPECT_DOUBLE_EQ(fp8_quantize_time(a100, prof, e), memory_time(a100, prof, 4 * e));

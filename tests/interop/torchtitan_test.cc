@@ -316,7 +316,8 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                        "gbs": 64, "first_stage_layers": 14, "last_stage_layers": 16})"});
   trips.push_back({"llama3-8b", 16,
                    R"({"tp": 2, "sp": true, "cp": 2, "dp": 4, "zero": 3, "gbs": 32,
-                       "seq": 16384, "tp_comm_overlap": true, "reshard": "after_backward"})"});
+                       "seq": 16384, "tp_comm_overlap": true, "reshard": "after_backward",
+                       "cp_impl": "torch"})"});
   trips.push_back({"qwen3-30b-a3b", 16,
                    R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64, "offload": "optimizer,params",
                        "recompute": "full", "optimizer_dtype": "bf16"})"});
