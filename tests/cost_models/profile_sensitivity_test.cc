@@ -86,6 +86,12 @@ const std::set<std::string> kUnreached = {
     // each NaN/Inf-check sync, core/host_issue.h's HostPace.)
     "host_compile_guard_us",
     "host_graph_launch_us",
+    // FlashAttention-2 above head dim 128: the suites' only such runs were the Megatron CI
+    // DeepSeek-V3 proxies (MLA, 192), which run unfused attention (--attention-backend unfused
+    // in their model_config.yaml @11debfa7b4); the judged MLA runs of the moe family use cuDNN's
+    // (deepseek-v3-h800-2048, on FlashAttention-2, is not judged: it does not fit as modelled).
+    "attention_shape/flash_forward/head_dim_256",
+    "attention_shape/flash_backward/head_dim_256",
 };
 
 TEST(ProfileSensitivity, EveryFigureMovesPredictionsTheWayPhysicsSays) {
