@@ -259,6 +259,19 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double sp = p.sequence_parallel ? p.tp : 1.0;
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
   mb.activations = stage_act * in_flight_micro_batches(p, stage);
+  if (stage == p.pp - 1) {
+    // The head's saved tensors per micro-batch whose loss backward has not run
+    // (core/lower_edges.cc): the last layer's output and the final norm's output (the head
+    // GEMM's input), the labels and the loss's fp32 row maxima and sums (16 bytes a token), and
+    // the loss's fp32 softmax (log-softmax under eager_loss) kept for its backward. The
+    // micro-batch whose loss backward runs is counted in the transient below; GPipe runs every
+    // forward first, so the last stage holds the others' too; 1F1B and interleaved run each
+    // micro-batch's head backward right after its forward.
+    const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
+    const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
+    const double softmax = 4 * tokens * m.vocab / p.tp;
+    mb.activations += heads * head + (heads - 1) * softmax;
+  }
 
   // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
   // the last stage; ZeRO-3 gathers.
