@@ -272,6 +272,17 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double softmax = 4 * tokens * m.vocab / p.tp;
     mb.activations += heads * head + (heads - 1) * softmax;
   }
+  // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
+  // backward (fp32, core/lower_edges.cc).
+  if (stage == 0) mb.activations += 4 * tokens * in_flight_micro_batches(p, stage);
+  if (stage != p.pp - 1 && !m.is_moe() && !m.mla.enabled()) {
+    // A stage without the loss peaks at its first backward op, the last layer's FC2 input
+    // gradient (core/lower_layer.cc): besides the saved activations it holds the output gradient
+    // received from the next stage, its sequence-parallel all-gather and the FC2 input's
+    // gradient.
+    mb.transient += eb * (tokens * m.hidden / sp + tokens * m.ffn / p.tp) +
+                    (p.sequence_parallel && p.tp > 1 ? eb * tokens * m.hidden : 0);
+  }
 
   // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
   // the last stage; ZeRO-3 gathers.

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -291,10 +292,33 @@ TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
 // (cost_models/memory.h: weights, gradients, optimizer state, saved activations and the working
 // set) against the liveness peak of that stage's lowered Program (core/liveness.h), which the
 // simulator reports. The persistent part agrees within 0.1% wherever the closed form keeps no
-// gathered ZeRO-3 parameters in it; the peaks within 2% but for the named stages. Issue 48 asks
-// for byte equality, which needs the closed form to take its per-stage peak from the fragments'
-// liveness instead of a formula; this holds the two where they are today.
+// gathered ZeRO-3 parameters in it; the peaks within 2% but for the named stages, and to the
+// byte (up to the doubles' rounding) on the plans listed in `exact`. Issue 48 asks for byte
+// equality everywhere, which needs the closed form to take its per-stage peak from the
+// fragments' liveness instead of a formula; this holds the two where they are today.
 TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
+  const std::set<std::string> exact = {"llama3-8b tp2",
+                                       "llama3-8b tp4 pp2",
+                                       "llama3-8b tp2 without sp",
+                                       "llama3-8b tp4 tp_comm_overlap",
+                                       "llama3-8b unfused kernels",
+                                       "llama3-8b fp8",
+                                       "llama3-8b cp2",
+                                       "llama3-8b cp4",
+                                       "llama3-8b cp4 fp8",
+                                       "llama3-8b zero1",
+                                       "llama3-8b zero2",
+                                       "llama3-8b selective recompute",
+                                       "llama3-8b optimizer offload",
+                                       "llama3-8b zero2 offload",
+                                       "llama3-8b zero2 offload without overlap",
+                                       "mixtral-8x7b ep8",
+                                       "mixtral-8x7b ep8 ep_comm_overlap",
+                                       "qwen3-30b-a3b deepep bf16",
+                                       "qwen3-30b-a3b deepep fp8",
+                                       "gpt2-124m host eager",
+                                       "gpt2-124m host cuda graphs",
+                                       "gpt2-124m host compile"};
   for (const Case& k : cases()) {
     Model m = model_preset(k.model);
     if (k.layers > 0) {
@@ -319,6 +343,7 @@ TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
       // Megatron's loss accounting on an interleaved split: the last stage's head holds less
       // than a layer's share (not itemised).
       if (p.account_for_loss && s == p.pp - 1) band = 0.03;
+      if (exact.count(k.name) > 0) band = 1e-9;
       EXPECT_NEAR(tensors / lv.peak_bytes, 1.0, band)
           << "closed " << tensors << " B, liveness " << lv.peak_bytes << " B";
       if (p.zero < 3 && !p.offload.params)
