@@ -258,7 +258,47 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
-  mb.activations = stage_act * in_flight_micro_batches(p, stage);
+  double in_flight = in_flight_micro_batches(p, stage);
+  if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
+    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order (forward k
+    // runs chunk (k / pp) mod vpp), weighted by each chunk's layers: the average of
+    // in_flight_micro_batches when the chunks are equal, exact when they are not.
+    const int chunk_mbs = static_cast<int>(std::lround(in_flight * p.vpp));
+    double layer_mbs = 0;
+    for (int k = 0; k < chunk_mbs; ++k)
+      layer_mbs += p.layers_in_chunk(m.layers, stage, (k / p.pp) % p.vpp);
+    in_flight = layer_mbs / per_stage;
+  }
+  mb.activations = stage_act * in_flight;
+  if (stage == p.pp - 1) {
+    // The head's saved tensors per micro-batch whose loss backward has not run
+    // (core/lower_edges.cc): the last layer's output and the final norm's output (the head
+    // GEMM's input), the labels and the loss's fp32 row maxima and sums (16 bytes a token), and
+    // the loss's fp32 softmax (log-softmax under eager_loss) kept for its backward. The
+    // micro-batch whose loss backward runs is counted in the transient below; GPipe runs every
+    // forward first, so the last stage holds the others' too; 1F1B and interleaved run each
+    // micro-batch's head backward right after its forward.
+    const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
+    const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
+    const double softmax = 4 * tokens * m.vocab / p.tp;
+    mb.activations += heads * head + (heads - 1) * softmax;
+  }
+  // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
+  // backward (fp32, core/lower_edges.cc).
+  if (stage == 0) mb.activations += 4 * tokens * in_flight_micro_batches(p, stage);
+  if (stage != p.pp - 1 && !m.is_moe() && !m.mla.enabled()) {
+    // A stage without the loss peaks in its first backward, the last layer's MLP
+    // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
+    // FC2 input's gradient, and either the gradient's sequence-parallel all-gather (FC2's input
+    // and weight gradients) or, once FC2's weight gradient has freed that and the saved FC2
+    // input, the FC1 outputs' gradient (the activation's backward).
+    const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+    const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+    const double ffn_t = tokens * m.ffn / p.tp;
+    const double gathered = p.sequence_parallel && p.tp > 1 ? eb * tokens * m.hidden : 0;
+    mb.transient +=
+        eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
+  }
 
   // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
   // the last stage; ZeRO-3 gathers.

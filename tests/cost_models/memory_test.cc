@@ -97,7 +97,9 @@ TEST_F(Korthikanti, FlashAttentionDropsTheScoreMatrix) {
 
 TEST_F(Korthikanti, ActivationsOfAStageFollowThe1F1BInFlightCount) {
   // 4 layers on 2 stages; 1F1B with 8 micro-batches: stage 1 holds 1, stage 0 holds 2 (+ the
-  // embedding dropout mask, 1 byte per element, per in-flight micro-batch).
+  // embedding dropout mask, 1 byte per element, and the fp32 token ids, per in-flight
+  // micro-batch). Stage 1 also holds its micro-batch's head tensors: the last layer's and the
+  // final norm's fp16 outputs, and 16 bytes a token of labels and loss row maxima and sums.
   Model small = gpt(4, 1024, 16, 51200, 1024);
   Plan p = fp16_plan(1, false, 2);
   p.pp = 2;
@@ -105,8 +107,10 @@ TEST_F(Korthikanti, ActivationsOfAStageFollowThe1F1BInFlightCount) {
   Cluster c = cluster_preset("dgx-a100-80g", 2);
   const double S = 1024, B = 2, H = 1024, A = 16;
   const double layer = 34 * S * B * H + 5 * A * S * S * B;
-  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 1).activations, 2 * layer * 1);
-  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 0).activations, (2 * layer + S * B * H) * 2);
+  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 1).activations,
+                   2 * layer * 1 + 2 * 2 * S * B * H + 16 * S * B);
+  EXPECT_DOUBLE_EQ(memory_per_rank(small, c, p, 0).activations,
+                   (2 * layer + S * B * H + 4 * S * B) * 2);
 }
 
 // --- Parameters per stage --------------------------------------------------------------------
