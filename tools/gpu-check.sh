@@ -147,12 +147,13 @@ else
     command -v "$tool" >/dev/null || problems+=("no ${tool} on PATH")
   done
 fi
+# The notes first (also on a machine refused below: everything it lacks is named at once).
+for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 if (( ${#problems[@]} )); then
   for p in "${problems[@]}"; do echo "gpu-check: preflight: $p" >&2; done
   echo "gpu-check: the machine is not ready; nothing was built (exit 2)" >&2
   exit 2
 fi
-for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 mkdir -p "$logs" || exit 2
 
 # ---- (a) configure and build ------------------------------------------------------------------
