@@ -115,6 +115,18 @@ if [[ -n "$nvcc" ]]; then
   has_lib() { local d; for d in "${libdirs[@]}"; do compgen -G "$d/lib$1.so*" >/dev/null && return 0; done; return 1; }
   has_header() { local d; for d in "${incdirs[@]}"; do [[ -f "$d/$1" ]] && return 0; done; return 1; }
   has_lib cublasLt || problems+=("no cuBLASLt (libcublasLt.so) beside the toolkit in ${cuda_root}")
+  # cuDNN's fused attention (runtime/cuda/cudnn_attention.h): cuDNN 9 and the cuDNN frontend's
+  # headers (the nvidia-cudnn-frontend wheel's include/, CUDNN_FRONTEND_INCLUDE, or the folder
+  # tools/gpu-deps.sh carries). Without them the build runs attention on parasol's kernels and the
+  # cuDNN kernel tests fail: named here, not refused.
+  has_lib cudnn || warnings+=("no cuDNN (libcudnn.so) beside the toolkit in ${cuda_root}: attention runs on parasol's kernels")
+  fe_dirs=("${CUDNN_FRONTEND_INCLUDE:-}" "$root/.gpudeps/cudnn_frontend/include")
+  if command -v python3 >/dev/null; then
+    fe_dirs+=("$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" 2>/dev/null)/include")
+  fi
+  fe_dir=""
+  for d in "${fe_dirs[@]}"; do [[ -z "$fe_dir" && -n "$d" && -f "$d/cudnn_frontend.h" ]] && fe_dir="$d"; done
+  [[ -n "$fe_dir" ]] || warnings+=("no cuDNN frontend headers (pip install nvidia-cudnn-frontend, CUDNN_FRONTEND_INCLUDE, or tools/gpu-deps.sh's .gpudeps/cudnn_frontend): attention runs on parasol's kernels")
   if ! has_lib nccl || ! has_header nccl.h; then
     problems+=("no NCCL (nccl.h and libnccl.so in ${cuda_root}, the system or \$NCCL_ROOT): CUDA 13 toolkits do not ship it; install libnccl2 and libnccl-dev from NVIDIA's CUDA repository, unpack NCCL into ${cuda_root}, or point NCCL_ROOT at an NCCL (the nvidia-nccl-cu13 wheel's nvidia/nccl folder)")
   fi
@@ -135,12 +147,13 @@ else
     command -v "$tool" >/dev/null || problems+=("no ${tool} on PATH")
   done
 fi
+# The notes first (also on a machine refused below: everything it lacks is named at once).
+for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 if (( ${#problems[@]} )); then
   for p in "${problems[@]}"; do echo "gpu-check: preflight: $p" >&2; done
   echo "gpu-check: the machine is not ready; nothing was built (exit 2)" >&2
   exit 2
 fi
-for w in "${warnings[@]}"; do echo "gpu-check: note: $w" >&2; done
 mkdir -p "$logs" || exit 2
 
 # ---- (a) configure and build ------------------------------------------------------------------
@@ -153,7 +166,7 @@ fi
 gpu_targets=(cuda_kernels_test cuda_trainer_test nccl_communicator_test gpu_train_bench)
 if run_step configure "$logs/configure.log" \
      cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
-       -DCMAKE_CUDA_COMPILER="$nvcc"; then
+       -DCMAKE_CUDA_COMPILER="$nvcc" ${fe_dir:+"-DPARASOL_CUDNN_FRONTEND_INCLUDE=$fe_dir"}; then
   run_step build "$logs/build.log" cmake --build "$build" -j"$jobs" --target "${gpu_targets[@]}" && built=1
 fi
 
@@ -191,7 +204,10 @@ else
   rm -f "$bench_json"
   if run_step gpu_train_bench "$logs/gpu_train_bench.log" \
        "$bench_bin" --benchmark_out="$bench_json" --benchmark_out_format=json "${bench_args[@]}"; then
-    # One "name|tokens/s|TFLOP/s|MFU" line per benchmark; aliases of the counter names accepted.
+    # One "name|tokens/s|TFLOP/s|MFU|attention fused/fallbacks|fp32 GEMMs" line per benchmark;
+    # aliases of the counter names accepted. The last two: the CUDA backend's library paths
+    # (cuda_backend.h's library_counts(): attention calls through cuDNN's fused SDPA / through
+    # parasol's kernel, GEMM calls cuBLASLt had no bf16 algorithm for).
     parse_py='
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -205,16 +221,21 @@ for b in d.get("benchmarks", []):
     tf = pick(b, "TFLOPs", "TFLOP/s", "tflops", "TFLOPS", "tflop_per_s")
     mfu = pick(b, "MFU", "mfu")
     if mfu is not None and mfu > 1.5: mfu /= 100  # given in percent
+    fused, fb = pick(b, "attention_fused"), pick(b, "attention_fallbacks")
+    g32 = pick(b, "gemm_fp32_fallbacks")
     f = lambda x, s: "-" if x is None else s.format(x)
+    attn = "-" if fused is None or fb is None else "{:.0f}/{:.0f}".format(fused, fb)
     print("|".join([b.get("name", "?"), f(tok, "{:.0f}"), f(tf, "{:.1f}"),
-                    f(None if mfu is None else 100 * mfu, "{:.1f}%")]))
+                    f(None if mfu is None else 100 * mfu, "{:.1f}%"), attn, f(g32, "{:.0f}")]))
 '
     parsed=""
     if command -v python3 >/dev/null; then
       parsed="$(python3 -c "$parse_py" "$bench_json" 2>>"$logs/gpu_train_bench.log")" || parsed=""
     elif command -v jq >/dev/null; then
       parsed="$(jq -r '.benchmarks[] | [.name, ((.tokens_per_s // null)|tostring),
-                 ((.TFLOPs // .tflops // null)|tostring), ((.MFU // .mfu // null)|tostring)] | join("|")' \
+                 ((.TFLOPs // .tflops // null)|tostring), ((.MFU // .mfu // null)|tostring),
+                 (((.attention_fused // null)|tostring) + "/" + ((.attention_fallbacks // null)|tostring)),
+                 ((.gemm_fp32_fallbacks // null)|tostring)] | join("|")' \
                  "$bench_json" 2>>"$logs/gpu_train_bench.log")" || parsed=""
     fi
     if [[ -z "$parsed" ]]; then
@@ -236,10 +257,11 @@ for r in "${rows[@]}"; do
 done
 if (( ${#bench_rows[@]} > 0 )); then
   echo
-  printf '%-44s %12s %9s %7s\n' "benchmark" "tokens/s" "TFLOP/s" "MFU"
+  printf '%-44s %12s %9s %7s %16s %9s\n' "benchmark" "tokens/s" "TFLOP/s" "MFU" \
+    "attn cuDNN/own" "fp32 GEMM"
   for r in "${bench_rows[@]}"; do
-    IFS='|' read -r a b c d <<<"$r"
-    printf '%-44s %12s %9s %7s\n' "$a" "$b" "$c" "$d"
+    IFS='|' read -r a b c d e f <<<"$r"
+    printf '%-44s %12s %9s %7s %16s %9s\n' "$a" "$b" "$c" "$d" "${e:--}" "${f:--}"
   done
 fi
 # Where one traced step's time goes (gpu_train_bench's "op-time" lines): the 8 largest op kinds

@@ -59,6 +59,25 @@ if [[ "$verb" == download ]]; then
     done < <(update-alternatives --query "$a" 2>/dev/null |
                awk '/^Alternative:/{exit} /^Link:/{print $2} /^ /{print $2}')
   done
+  # The cuDNN frontend's C++ headers (header-only; runtime/cuda/cudnn_attention.h), from the
+  # nvidia-cudnn-frontend wheel on PyPI: its include/ folder into DIR/cudnn_frontend/include,
+  # which tools/gpu-check.sh hands to CMake (cuDNN itself comes with the CUDA toolkit).
+  if [[ ! -f "$dir/cudnn_frontend/include/cudnn_frontend.h" ]]; then
+    if command -v pip >/dev/null || command -v pip3 >/dev/null; then
+      pipc="$(command -v pip || command -v pip3)"
+      tmp="$(mktemp -d)"
+      if "$pipc" download -q --no-deps --only-binary=:all: -d "$tmp" nvidia-cudnn-frontend; then
+        mkdir -p "$dir/cudnn_frontend"
+        python3 -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+          "$(ls "$tmp"/*.whl | head -n1)" "$dir/cudnn_frontend"
+      else
+        echo "gpu-deps: pip could not download nvidia-cudnn-frontend: the GPU build will lack cuDNN attention" >&2
+      fi
+      rm -rf "$tmp"
+    else
+      echo "gpu-deps: no pip: the cuDNN frontend's headers are not carried" >&2
+    fi
+  fi
   echo "gpu-deps: $(ls "$dir"/*.deb | wc -l) packages ($(du -sh "$dir" | cut -f1)) and" \
        "$(wc -l <"$dir/links.txt") links in $dir"
   exit 0

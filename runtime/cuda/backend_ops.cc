@@ -11,6 +11,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/fused_attention.h"
 
 namespace parasol::runtime {
 
@@ -30,6 +31,15 @@ void check_attention(const AttentionDims& d) {
                                            " outside the CUDA kernel's [1, " +
                                            std::to_string(cuda::kMaxAttentionHeadDim) + "]");
   if (d.window < 0) throw Error("runtime.attention", "window must be >= 0");
+}
+
+// The shape of an attention call as its fallback log names it.
+std::string attention_shape(const AttentionDims& d, const char* pass) {
+  return std::string(pass) + " b" + std::to_string(d.batch) + " s" + std::to_string(d.seq_q) + "x" +
+         std::to_string(d.seq_kv) + " h" + std::to_string(d.heads) + "/" +
+         std::to_string(d.kv_heads) + " d" + std::to_string(d.head_dim) + "/" +
+         std::to_string(d.vd()) + (d.causal ? " causal" : "") + " offset " +
+         std::to_string(d.causal_offset) + " window " + std::to_string(d.window);
 }
 
 cuda::AttnShape shape_of(const AttentionDims& d) {
@@ -193,6 +203,19 @@ void CudaBackend::attention_forward(const AttentionDims& d, float* out, float* l
   check_attention(d);
   if (accumulate && lse == nullptr)
     throw Error("runtime.attention", "accumulate needs the lse of the earlier steps");
+  if (fused_attention_) {
+    const SdpaRoute r = fused_attention_route(d, probs != nullptr);
+    std::string why = r.refusal;
+    if (why.empty()) {
+      if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(*this);
+      why = cudnn_->forward(d, r.mask, out, lse, q, k, v, accumulate);
+    }
+    if (why.empty()) {
+      count_fused_attention();
+      return;
+    }
+    note_fallback("attention", attention_shape(d, "forward"), why);
+  }
   cuda::attention_forward(shape_of(d), out, lse, probs, q, k, v, accumulate, stream_);
 }
 
@@ -203,6 +226,21 @@ void CudaBackend::attention_backward(const AttentionDims& d, float* dq, float* d
   check_attention(d);
   if (lse == nullptr && probs == nullptr)
     throw Error("runtime.attention", "the backward needs lse or probs");
+  if (fused_attention_) {
+    // From lse only: a call given the probabilities was a forward that wrote them (not fused).
+    const SdpaRoute r = fused_attention_route(d, probs != nullptr || lse == nullptr);
+    std::string why = r.refusal;
+    if (why.empty()) {
+      if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(*this);
+      why = cudnn_->backward(d, r.mask, dq, dk, dv, dout, q, k, v, out, lse, accumulate_dq,
+                             accumulate_dkv);
+    }
+    if (why.empty()) {
+      count_fused_attention();
+      return;
+    }
+    note_fallback("attention", attention_shape(d, "backward"), why);
+  }
   const cuda::AttnShape s = shape_of(d);
   auto* delta = static_cast<float*>(
       scratch(sizeof(float) * std::max<int64_t>(1, cuda::attention_backward_scratch(s))));

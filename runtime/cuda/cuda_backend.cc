@@ -69,6 +69,7 @@ struct CudaBackend::GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool fp32_fallback = false;  // no bf16 algorithm: CUBLAS_COMPUTE_32F
   ~GemmPlan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -82,6 +83,7 @@ CudaBackend::~CudaBackend() {
   release_all();  // back into the free lists
   empty_cache();
   gemm_plans_.clear();
+  cudnn_.reset();  // its cuDNN handle, before the stream it runs on
   for (cudaEvent_t e : mark_events_) cudaEventDestroy(e);
   if (scratch_) cudaFreeAsync(scratch_, stream_);
   cudaStreamSynchronize(stream_);
@@ -333,7 +335,10 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
       const cublasStatus_t st =
           cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), plan->desc, plan->a,
                                          plan->b, plan->c, plan->c, pref, 1, &result, &found);
-      if (st == CUBLAS_STATUS_SUCCESS && found > 0) break;
+      if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+        plan->fp32_fallback = compute == CUBLAS_COMPUTE_32F;
+        break;
+      }
     }
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0) throw Error("runtime.cuda.gemm", "cuBLASLt has no algorithm for " + key);
@@ -341,9 +346,45 @@ void CudaBackend::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     it = gemm_plans_.emplace(key, std::move(plan)).first;
   }
   const GemmPlan& p = *it->second;
+  if (p.fp32_fallback)
+    note_fallback("gemm", key,
+                  "cuBLASLt has no bf16 (CUBLAS_COMPUTE_32F_FAST_16BF) algorithm: fp32");
+  else
+    count_gemm_bf16();
   PARASOL_LT_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p.desc, &alpha, b, p.a, a,
                                   p.b, &beta, c, p.c, c, p.c, &p.algo, workspace_, workspace_bytes_,
                                   stream_));
+}
+
+// ---- The libraries' paths and their fallbacks.
+
+CudaBackend::LibraryCounts CudaBackend::library_counts() const {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  return counts_;
+}
+
+bool CudaBackend::cudnn_built() { return CudnnAttention::built(); }
+
+void CudaBackend::count_fused_attention() {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  ++counts_.attention_fused;
+}
+
+void CudaBackend::count_gemm_bf16() {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  ++counts_.gemm_bf16;
+}
+
+void CudaBackend::note_fallback(const std::string& what, const std::string& shape,
+                                const std::string& why) {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  if (what == "gemm")
+    ++counts_.gemm_fp32_fallbacks;
+  else
+    ++counts_.attention_fallbacks;
+  if (logged_.insert(what + "|" + shape + "|" + why).second)
+    std::fprintf(stderr, "parasol cuda: %s %s falls back to %s: %s\n", what.c_str(), shape.c_str(),
+                 what == "gemm" ? "an fp32 GEMM" : "parasol's kernel", why.c_str());
 }
 
 }  // namespace parasol::runtime

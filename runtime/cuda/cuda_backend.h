@@ -39,7 +39,8 @@
 //    interface. Row-major operands use the transpose trick (C^T = B^T A^T in column-major). One
 //    32 MiB workspace is allocated at construction; descriptors and the heuristic's algorithm are
 //    cached per (shape, transposes, leading dimensions, pointer alignment). When the heuristic
-//    returns no algorithm for the bf16 compute type, the GEMM falls back to CUBLAS_COMPUTE_32F.
+//    returns no algorithm for the bf16 compute type, the GEMM falls back to CUBLAS_COMPUTE_32F:
+//    logged once per shape (stderr) and counted per call (library_counts().gemm_fp32_fallbacks).
 //    Expect bf16 relative error (~1e-2 norm-wise) against the CPU's fp32 GEMMs.
 //  * Non-GEMM kernels are fp32 and compiled WITHOUT --use_fast_math: expf/logf/sqrtf are the
 //    accurate CUDA versions and division is IEEE, so they agree with the CPU within ~1e-5; FMA
@@ -47,7 +48,14 @@
 //    and block shapes, fixed summation order; the sums the CPU does in double are done in double)
 //    except embedding_backward's table gradient, which scatter-adds with atomicAdd (bit-level
 //    run-to-run variation; the position gradient is deterministic).
-//  * Attention is a straightforward correctness-first kernel, not FlashAttention: forward, one
+//  * Attention: the calls runtime/fused_attention.h routes to a fused kernel (no probabilities
+//    wanted, no dropout, head dims multiples of 8 up to 256, every query seeing a key) run through
+//    cuDNN's fused SDPA (runtime/cuda/cudnn_attention.h: bf16 operands, fp32 softmax statistics).
+//    The others (a shape the routing or cuDNN's support check refuses, or a build without cuDNN)
+//    run parasol's own kernel below, logged once per reason and shape (stderr) and counted per
+//    call (library_counts().attention_fallbacks); set_fused_attention(false) sends every call to
+//    parasol's kernel.
+//  * parasol's own attention is a straightforward correctness-first kernel: forward, one
 //    block per (sequence, head, query row) with an online softmax over key tiles (any seq_kv);
 //    backward, one pass per query row (dq) and one per key row (dk, dv: every query head of the
 //    GQA group and every query that sees the key, so no atomics). Dropout masks are re-drawn with
@@ -70,9 +78,11 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cuda/cudnn_attention.h"
 
 namespace parasol::runtime {
 
@@ -215,6 +225,21 @@ class CudaBackend final : public Backend {
             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
             int64_t ldc);
 
+  // ---- The libraries' paths and their fallbacks (see the header comment).
+  struct LibraryCounts {
+    int64_t attention_fused = 0;      // attention calls (forward or backward) run by cuDNN
+    int64_t attention_fallbacks = 0;  // attention calls run by parasol's own kernels
+    int64_t gemm_bf16 = 0;            // GEMM calls with CUBLAS_COMPUTE_32F_FAST_16BF
+    int64_t gemm_fp32_fallbacks = 0;  // GEMM calls cuBLASLt had no bf16 algorithm for
+  };
+  LibraryCounts library_counts() const;
+  // Whether this build has cuDNN's fused attention (PARASOL_HAVE_CUDNN).
+  static bool cudnn_built();
+  // On (the default): the calls fused_attention_route() accepts run through cuDNN; off: every call
+  // runs parasol's own kernels (not counted as fallbacks then).
+  void set_fused_attention(bool on) { fused_attention_ = on; }
+  bool fused_attention() const { return fused_attention_; }
+
   // Device scratch of at least `bytes` bytes, valid until the next scratch() call (stream-ordered
   // reuse on the compute stream). Not counted in device_memory().
   void* scratch(size_t bytes);
@@ -247,6 +272,18 @@ class CudaBackend final : public Backend {
 
   std::mutex gemm_mu_;
   std::unordered_map<std::string, std::unique_ptr<GemmPlan>> gemm_plans_;
+
+  void count_gemm_bf16();
+  void count_fused_attention();
+  // Counts a fallback of `what` ("gemm" or "attention") and logs it to stderr the first time `why`
+  // is given for `shape`.
+  void note_fallback(const std::string& what, const std::string& shape, const std::string& why);
+
+  std::unique_ptr<CudnnAttention> cudnn_;  // null until the first fused call
+  bool fused_attention_ = true;
+  mutable std::mutex counts_mu_;
+  LibraryCounts counts_;
+  std::unordered_set<std::string> logged_;  // "what|shape|why" already logged
 
   std::vector<cudaEvent_t> mark_events_;  // trace timing: reused across series
   int marks_used_ = 0;

@@ -70,6 +70,20 @@ void attention_backward(const AttnShape& d, float* dq, float* dk, float* dv, con
                         const float* lse, const float* probs, bool accumulate_dq,
                         bool accumulate_dkv, float* scratch, cudaStream_t s);
 
+// ---- attention_io.cu: the fused (cuDNN) attention's bf16 operands and its ring merge.
+// dst [rows x cols] packed = src [rows x cols, row stride ld] rounded to bf16 (nearest even).
+void pack_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld,
+               cudaStream_t s);
+// dst [rows x cols, row stride ld] = (or += when accumulate) src [rows x cols] packed, widened.
+void unpack_bf16(float* dst, int64_t ld, const uint16_t* src, int64_t rows, int64_t cols,
+                 bool accumulate, cudaStream_t s);
+// A ring step's output merged into the earlier steps' (backend.h's attention_forward with
+// accumulate): part [batch * seq_q x heads * dv] packed bf16 with its lse part_lse [b, h, seq_q]
+// into out (row stride ld_o) and lse, by log-sum-exp.
+void attention_merge_bf16(float* out, int64_t ld_o, float* lse, const uint16_t* part,
+                          const float* part_lse, int64_t batch, int64_t seq_q, int64_t heads,
+                          int64_t dv, cudaStream_t s);
+
 // ---- residual.cu
 void residual_forward(float* out, uint8_t* mask, const float* x, const float* y, const float* bias,
                       int64_t rows, int64_t cols, float dropout_p, uint64_t seed, cudaStream_t s);

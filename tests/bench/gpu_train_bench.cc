@@ -96,6 +96,13 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq)
   const double peak = peak_flops();
   if (peak > 0) state.counters["MFU"] = flops / seconds / peak;
   state.counters["peak_GiB"] = static_cast<double>(backend.device_memory().peak_total) / (1 << 30);
+  // The libraries' paths over warm-up and the steps (cuda_backend.h): attention calls run by
+  // cuDNN's fused SDPA and by parasol's own kernel (a fallback, logged), GEMM calls cuBLASLt had
+  // no bf16 algorithm for.
+  const CudaBackend::LibraryCounts lib = backend.library_counts();
+  state.counters["attention_fused"] = static_cast<double>(lib.attention_fused);
+  state.counters["attention_fallbacks"] = static_cast<double>(lib.attention_fallbacks);
+  state.counters["gemm_fp32_fallbacks"] = static_cast<double>(lib.gemm_fp32_fallbacks);
   print_op_times(m.name, trainer);
 }
 

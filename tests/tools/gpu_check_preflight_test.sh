@@ -47,7 +47,8 @@ esac
 X
 chmod +x "$tmp/bin/nvidia-smi"
 expect "old driver, new toolkit" 2 "supports CUDA up to 12.4" "toolkit is CUDA 13.0" \
-  "no NCCL" "CUDA 13 toolkits do not ship it" "no cuBLASLt" "nothing was built"
+  "no NCCL" "CUDA 13 toolkits do not ship it" "no cuBLASLt" "nothing was built" \
+  "no cuDNN (libcudnn.so) beside the toolkit"
 
 # 2. NVML out of step with the kernel module.
 cat >"$tmp/bin/nvidia-smi" <<'X'

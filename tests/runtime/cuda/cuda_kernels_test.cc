@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/cuda_backend.h"
+#include "runtime/fused_attention.h"
 #include "runtime/tensor.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
@@ -185,6 +186,23 @@ TEST_F(CudaKernels, GemmAllTransposesAndStrides) {
     }
 }
 
+// Every GEMM call is counted: on bf16 tensor cores, or as an fp32 fallback (also logged).
+TEST_F(CudaKernels, GemmCallsAreCountedByPath) {
+  const CudaBackend::LibraryCounts before = gpu().library_counts();
+  const int64_t m = 64, n = 96, k = 128;
+  auto a = twin(random_floats(m * k, 5));
+  auto bb = twin(random_floats(k * n, 6));
+  auto c = twin<float>(m * n);
+  for (int i = 0; i < 3; ++i)
+    gpu().gemm(false, false, m, n, k, 1.0f, a.g, k, bb.g, n, 0.0f, c.g, n);
+  const CudaBackend::LibraryCounts after = gpu().library_counts();
+  EXPECT_EQ((after.gemm_bf16 - before.gemm_bf16) +
+                (after.gemm_fp32_fallbacks - before.gemm_fp32_fallbacks),
+            3);
+  // Aligned, tensor-core-sized operands: cuBLASLt has bf16 algorithms for them on sm_80 / sm_90.
+  EXPECT_EQ(after.gemm_fp32_fallbacks, before.gemm_fp32_fallbacks);
+}
+
 // ---- Embedding.
 
 TEST_F(CudaKernels, Embedding) {
@@ -342,7 +360,14 @@ struct AttnCase {
 
 class CudaAttention : public CudaKernels, public ::testing::WithParamInterface<AttnCase> {};
 
+// Sends every attention call of a scope to parasol's own kernels (fp32, compared at kRedTol).
+struct OwnAttentionKernels {
+  OwnAttentionKernels() { gpu().set_fused_attention(false); }
+  ~OwnAttentionKernels() { gpu().set_fused_attention(true); }
+};
+
 TEST_P(CudaAttention, ForwardBackwardMatchCpu) {
+  const OwnAttentionKernels own;
   const AttnCase c = GetParam();
   AttentionDims d;
   d.batch = c.batch;
@@ -412,6 +437,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CudaKernels, AttentionRingMerge) {
   // Two ring steps (keys 0..7 then 8..15 of a 16-key causal sequence, queries 8..15) merged with
   // accumulate, against the CPU doing the same.
+  const OwnAttentionKernels own;
   AttentionDims d;
   d.batch = 2;
   d.seq_q = 8;
@@ -435,6 +461,128 @@ TEST_F(CudaKernels, AttentionRingMerge) {
   });
   EXPECT_TRUE(norm_close(out, kRedTol, "merged out"));
   EXPECT_TRUE(norm_close(lse, kRedTol, "merged lse"));
+}
+
+// ---- Attention through cuDNN's fused SDPA (runtime/cuda/cudnn_attention.h).
+//
+// Both backends get the same bf16-representable Q, K, V (and dO): rounded on the host, so the
+// input rounding cuDNN does is no difference. What differs is cuDNN's own bf16 roundings: the
+// probabilities P rounded for the P V product and the output O (forward, 2 roundings); in the
+// backward P for dV, dS for dQ and dK, each gradient's output, and O itself (rounded by the
+// forward, read back for delta = rowsum(dO O)): 3 along any gradient's path. Each rounding
+// perturbs its operand by at most u = 2^-8 relative; treated as independent zero-mean errors
+// (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019, as the trainer suite's bf16 tolerance), r of
+// them move a result norm-wise by less than lambda sqrt(r) u with probability at least
+// 1 - 2 exp(-lambda^2 / 2), lambda = 6. The lse is cuDNN's fp32 statistic of fp32 scores of the
+// same inputs: kRedTol relative to 1 + |lse| (fp32 summation order only).
+constexpr double kBf16U = 1.0 / 256, kLambda = 6;
+const double kFusedForwardTol = kLambda * std::sqrt(2.0) * kBf16U;
+const double kFusedBackwardTol = kLambda * std::sqrt(3.0) * kBf16U;
+
+std::vector<float> bf16_floats(int64_t n, uint32_t seed) {
+  std::vector<float> v = random_floats(n, seed);
+  for (float& x : v) x = bf16_to_fp32(fp32_to_bf16(x));
+  return v;
+}
+
+struct FusedCase {
+  const char* name;
+  int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+  bool causal;
+  int64_t offset, window;
+  bool accumulate;  // a second ring step (after an earlier chunk's keys, every key visible)
+};
+
+class CudnnSdpa : public CudaKernels, public ::testing::WithParamInterface<FusedCase> {};
+
+TEST_P(CudnnSdpa, MatchesCpuWithinBf16AndCountsTheFusedCalls) {
+  if (!CudaBackend::cudnn_built()) GTEST_FAIL() << "this CUDA build has no cuDNN frontend";
+  const FusedCase c = GetParam();
+  AttentionDims d;
+  d.batch = c.batch;
+  d.seq_q = c.seq_q;
+  d.seq_kv = c.seq_kv;
+  d.heads = c.heads;
+  d.kv_heads = c.kv_heads;
+  d.head_dim = c.head_dim;
+  d.ld_q = (c.heads + 2 * c.kv_heads) * c.head_dim;  // Q, K, V in one QKV row, as the executor's
+  d.ld_kv = d.ld_q;
+  d.ld_o = c.heads * c.head_dim;
+  d.causal = c.causal;
+  d.causal_offset = c.offset;
+  d.window = c.window;
+  ASSERT_EQ(fused_attention_route(d, false).refusal, "");
+  const int64_t Tq = c.batch * c.seq_q, Tk = c.batch * c.seq_kv, rows = std::max(Tq, Tk);
+  auto qkv = twin(bf16_floats(rows * d.ld_q, 80));
+  auto qkv0 = twin(bf16_floats(Tk * d.ld_q, 81));  // the earlier ring step's keys and values
+  const int64_t koff = c.heads * c.head_dim, voff = koff + c.kv_heads * c.head_dim;
+  auto out = twin<float>(Tq * d.ld_o);
+  auto lse = twin<float>(c.batch * c.heads * c.seq_q);
+  const CudaBackend::LibraryCounts before = gpu().library_counts();
+  both([&](Backend& b, Side s) {
+    if (c.accumulate) {
+      AttentionDims d0 = d;
+      d0.causal_offset = c.seq_kv;  // an earlier chunk: every key visible
+      d0.window = 0;
+      b.attention_forward(d0, out(s), lse(s), nullptr, qkv(s), qkv0(s) + koff, qkv0(s) + voff,
+                          false);
+    }
+    b.attention_forward(d, out(s), lse(s), nullptr, qkv(s), qkv(s) + koff, qkv(s) + voff,
+                        c.accumulate);
+  });
+  EXPECT_TRUE(norm_close(out, kFusedForwardTol, "fused attention out"));
+  {
+    const auto lc = host(lse, Side::kCpu), lg = host(lse, Side::kGpu);
+    for (size_t i = 0; i < lc.size(); ++i)
+      EXPECT_NEAR(lg[i], lc[i], kRedTol * (1 + std::abs(lc[i]))) << "lse[" << i << "]";
+  }
+  // The backward of the last step, from each backend's own forward results.
+  auto dout = twin(bf16_floats(Tq * d.ld_o, 82));
+  auto dqkv = twin(random_floats(rows * d.ld_q, 83));
+  both([&](Backend& b, Side s) {
+    b.attention_backward(d, dqkv(s), dqkv(s) + koff, dqkv(s) + voff, dout(s), qkv(s), qkv(s) + koff,
+                         qkv(s) + voff, out(s), lse(s), nullptr, true, false);
+  });
+  EXPECT_TRUE(norm_close(dqkv, kFusedBackwardTol, "fused attention dq, dk, dv"));
+  const CudaBackend::LibraryCounts after = gpu().library_counts();
+  EXPECT_EQ(after.attention_fused - before.attention_fused, c.accumulate ? 3 : 2);
+  EXPECT_EQ(after.attention_fallbacks, before.attention_fallbacks);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CudnnSdpa,
+    ::testing::Values(FusedCase{"causal_gqa", 2, 128, 128, 8, 2, 64, true, 0, 0, false},
+                      FusedCase{"full", 1, 96, 160, 4, 4, 64, false, 0, 0, false},
+                      FusedCase{"head128", 1, 256, 256, 4, 1, 128, true, 0, 0, false},
+                      FusedCase{"window", 2, 200, 200, 4, 2, 64, true, 0, 48, false},
+                      FusedCase{"odd_lengths", 1, 77, 77, 2, 2, 64, true, 0, 0, false},
+                      FusedCase{"ring", 2, 64, 64, 4, 2, 64, true, 0, 0, true}),
+    [](const ::testing::TestParamInfo<FusedCase>& i) { return std::string(i.param.name); });
+
+// A call the routing refuses (dropout: the runtime's masks are its own hash) runs parasol's
+// kernel: the CPU's fp32 result, the call counted as a fallback.
+TEST_F(CudaKernels, RefusedAttentionFallsBackAndIsCounted) {
+  AttentionDims d;
+  d.batch = 1;
+  d.seq_q = d.seq_kv = 32;
+  d.heads = d.kv_heads = 2;
+  d.head_dim = 64;
+  d.ld_q = d.ld_kv = d.ld_o = 128;
+  d.dropout_p = 0.1f;
+  d.dropout_seed = 7;
+  auto q = twin(random_floats(32 * 128, 90));
+  auto k = twin(random_floats(32 * 128, 91));
+  auto v = twin(random_floats(32 * 128, 92));
+  auto out = twin<float>(32 * 128);
+  auto lse = twin<float>(2 * 32);
+  const CudaBackend::LibraryCounts before = gpu().library_counts();
+  both([&](Backend& b, Side s) {
+    b.attention_forward(d, out(s), lse(s), nullptr, q(s), k(s), v(s), false);
+  });
+  EXPECT_TRUE(norm_close(out, kRedTol, "fallback out"));
+  const CudaBackend::LibraryCounts after = gpu().library_counts();
+  EXPECT_EQ(after.attention_fallbacks - before.attention_fallbacks, 1);
+  EXPECT_EQ(after.attention_fused, before.attention_fused);
 }
 
 // ---- Residual.

@@ -57,6 +57,12 @@ TEST_F(CudaTrainer, LossesAreTheCpuLossesWithinBf16Error) {
   // bf16 tensor-core GEMMs against fp32 ones (cuda_backend.h): ~1e-2 relative per GEMM; the
   // loss averages many of them.
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-2 * want[i]) << i;
+  // A flash-attention plan without dropout, head dim 16: every attention call is cuDNN's fused
+  // SDPA (runtime/fused_attention.h routes them all there), none falls back.
+  const CudaBackend::LibraryCounts lib = gpu.library_counts();
+  EXPECT_TRUE(CudaBackend::cudnn_built());
+  EXPECT_GT(lib.attention_fused, 0);
+  EXPECT_EQ(lib.attention_fallbacks, 0);
 }
 
 TEST_F(CudaTrainer, AStepAfterWarmUpDoesNotSynchroniseTheDevice) {
