@@ -47,6 +47,17 @@ NcclTuning nccl_defaults(const std::string& architecture, const std::string& hos
 // Xeon Platinum 8168 have 48 cores (the tutorial's htop screenshot): 10.3e9 / 6.35 s / 48 =
 // 3.4e7 a core. A server's host runs its GPUs' CPU optimizers on all its cores.
 constexpr double kCpuAdamParamsPerCoreS = 3.4e7;
+// The same on a host without AVX-512. DeepSpeed builds CPU-Adam for the vector width the host's
+// flags offer (op_builder/builder.py simd_width: -D__AVX512__ when the CPU has avx512, else
+// -D__AVX256__ with avx2) and its Step_AVX loop takes SIMD_WIDTH floats per vector instruction:
+// 16 with AVX-512, 8 with AVX2 (csrc/includes/simd.h; deepspeedai/DeepSpeed@edaa722). The
+// tutorial's rate is bound by the cores' execution, not by host memory: its 10.3e9 parameters x
+// ~30 bytes of DRAM traffic each (fp32 weight, gradient and moments read, three written, an fp16
+// copy) would take 1.65 s at 0.73 of the DGX-2's 256 GB/s, against 6.35 s measured. So a core
+// of a host with AVX2 only (AMD EPYC 7742 / 7V12, Zen 2: AMD's product pages list AVX2, no
+// AVX-512; the hosts of DGX A100 and Azure NDm A100 v4) runs it at 8/16 of the rate, at equal
+// clocks (derived; the clocks' ratio is the range, profile_ranges.cc).
+constexpr double kCpuAdamParamsPerCoreAvx2S = kCpuAdamParamsPerCoreS * 8.0 / 16.0;
 
 Profile default_profile(const DeviceSpec& d) {
   Profile p;
@@ -155,9 +166,9 @@ Profile default_profile(const DeviceSpec& d) {
     // direction (0.77); HDR inter-node ~ 23 of 25 GB/s per NIC (0.92); PCIe Gen4 ~ 25 of 32 GB/s.
     p.link_efficiency = {0.77, 0.77, 0.78, 0.92, 0.8, 0.5};
     // DGX A100: AMD EPYC 7742 hosts (NCCL's 2 us network overhead per ring step), 2 x 64 cores
-    // (DGX A100 User Guide) for the CPU optimizer.
+    // (DGX A100 User Guide) for the CPU optimizer, AVX2 only (CPU-Adam at 8 floats a vector).
     p.nccl = nccl_defaults("ampere", "amd");
-    p.host_adam_params_per_s = 128 * kCpuAdamParamsPerCoreS;
+    p.host_adam_params_per_s = 128 * kCpuAdamParamsPerCoreAvx2S;
   } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
              d.name == "H800-SXM") {
     // (H800: the H100 SXM5 silicon and clocks; only its NVLink is narrower, in its preset.)
