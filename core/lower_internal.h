@@ -374,6 +374,9 @@ class Lowerer {
   int moe_forward(int layer, int x1n, const WSet& w, Saved& sv);
   int moe_experts_forward(int layer, int d, const WSet& w, Saved& sv);
   void moe_expert_act(int layer, Saved& sv);  // the experts' activation: sv[sFc1] -> sv[sAct]
+  // The eager clamps of a clamped GLU's inputs (Model::glu_clamp) on the fc1 output `fc1`, or
+  // backward on its gradient `dfc1`; -1 (nothing emitted) without a clamp.
+  int expert_act_clamp(int layer, int fc1, int dfc1, bool backward);
   int moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g);
   int moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g);
   // The experts' tensor-parallel operators: the all-gather of the routed rows over the expert
@@ -386,6 +389,10 @@ class Lowerer {
   int expert_reduce(int layer, int y, int64_t rows_full, const char* what, bool saved);
   // Marks op `op` as run on the expert side of the MoE block (Op::load = hot_); returns it.
   int expert_side(int op);
+  // Under Plan::expert_fp8_padding and fp8: one of Transformer Engine's Fp8Padding /
+  // Fp8Unpadding copies of the `rows` routed rows in buffer `buf` (and their router
+  // probabilities), in place as far as memory goes; none otherwise.
+  void expert_pad(int layer, int buf, int64_t rows, const char* what);
 
   // --- selective recompute of the plan's modules (lower_recompute.cc)
   // Drops from a layer's saved slots those its recomputed modules do not keep.

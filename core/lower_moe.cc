@@ -23,6 +23,17 @@ int Lowerer::expert_side(int op) {
   return op;
 }
 
+// A copy of the routed rows from one layout to the other (unpadded -> padded to each local
+// expert's quantization alignment, or back): tex.fused_multi_row_padding / _unpadding read and
+// write every row once; the router probabilities the rows carry are padded with them (experts.py
+// @4415119 pads permuted_probs beside the hidden states). The few alignment rows are left out.
+void Lowerer::expert_pad(int layer, int buf, int64_t rows, const char* what) {
+  if (!p_.expert_fp8_padding || p_.precision != Dtype::kFp8) return;
+  const double pb = dtype_bytes(p_.moe_probs_dtype());
+  expert_side(elementwise(OpKind::kDispatch, layer, what, double(rows) * h_,
+                          2 * (eb_ * h_ + pb) * double(rows), {buf}, {buf}));
+}
+
 // After the row-parallel expert GEMM (and backward after the column-parallel data gradient):
 // the partial sums reduce-scattered back to this rank's routed rows, or all-reduced in place
 // when the TP group routes the same rows (tp > 1 without SP).
@@ -109,6 +120,7 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   const int64_t K = topk_, le = local_experts_;
   const int64_t routed_n = Tm_ * K, R = routed_n * gather_ways_, rows = ceil_div(R, le);
   const bool a2a = p_.ep > 1;
+  expert_pad(layer, d, R, "efc1.pad");
   sv[sDisp] = d;
   sv[sFc1] = role(BufferRole::kExpertRows, act(layer, "efc1", {R, up_ * eff_t_}));
   int op1 = expert_side(gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]},
@@ -131,11 +143,32 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
                                      b.bytes_per_element * R * h_, {o, w[kEfc2B]}, {o})));
     P_.ops[op].tensors = static_cast<int>(le);
   }
+  expert_pad(layer, o, R, "efc2.unpad");
   return expert_reduce(layer, o, R, gather ? "efc2.rs" : "efc2.ar", !a2a);
+}
+
+// A clamped GLU (Model::glu_clamp) clamps its two inputs before the activation kernel, each an
+// eager torch clamp of its half of the fc1 output: GPT-OSS's reference `swiglu` (openai/gpt-oss
+// gpt_oss/torch/model.py: x_glu.clamp(max=limit), x_linear.clamp(-limit, limit)) and
+// Megatron-Core's weighted_bias_quick_geglu_impl (core/fusions/fused_bias_geglu.py @4415119:
+// the two clamps outside the compiled activation, whose torch.cat of the halves is left out here)
+// alike. Forward each reads and writes its half; backward each reads the gradient and its input
+// and writes the gradient. Returns the op, or -1 without a clamp.
+int Lowerer::expert_act_clamp(int layer, int fc1, int dfc1, bool backward) {
+  if (m_.glu_clamp <= 0 || up_ != 2) return -1;
+  const int64_t R = Tm_ * topk_ * gather_ways_;
+  const double half = double(R) * eff_t_;  // elements of one half of the fc1 output
+  const double bytes = (backward ? 3 : 2) * 2 * eb_ * half;
+  const int op = backward ? elementwise(OpKind::kActivation, layer, "eact.clamp", 2 * half, bytes,
+                                        {fc1, dfc1}, {dfc1})
+                          : elementwise(OpKind::kActivation, layer, "eact.clamp", 2 * half, bytes,
+                                        {fc1}, {fc1});
+  return role(OpRole::kExpertAct, expert_side(op));
 }
 
 void Lowerer::moe_expert_act(int layer, Saved& sv) {
   const int64_t R = Tm_ * topk_ * gather_ways_;
+  expert_act_clamp(layer, sv[sFc1], -1, false);
   sv[sAct] = role(BufferRole::kExpertRows, act(layer, "eact", {R, eff_t_}, ldt_));
   role(OpRole::kExpertAct,
        expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
@@ -199,6 +232,7 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
   const int64_t K = topk_, le = local_experts_;
   const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
   const bool bias_loop = p_.expert_bias_loop && bias_;
+  expert_pad(layer, d, R, "efc2.unpad");  // Fp8Unpadding's backward pads the output gradient
   if (bias_loop) {  // the backward of the per-expert bias loop (core/moe_load.h)
     const ExpertBiasLoop b = expert_bias_loop(p_, true, le);
     const int op = role(OpRole::kExpertBias,
@@ -220,10 +254,12 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
        expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
                                2 * kb_.activation * R * eff_t_, {sv[sFc1], dact},
                                {dfc1, g[kEfc1B]})));
+  expert_act_clamp(layer, sv[sFc1], dfc1, true);
   int dd = role(BufferRole::kExpertRows, ws(layer, "efc1.dx", {R, h_}));
   op = expert_side(gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
                         OpKind::kExpertLinear));
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
+  expert_pad(layer, dd, R, "efc1.pad");  // Fp8Padding's backward unpads the input gradient
   dd = expert_reduce(layer, dd, R, "efc1.dx.tp", true);
   op = role(OpRole::kWeightGrad,
             expert_side(gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le, {sv[sDisp], dfc1},

@@ -66,6 +66,10 @@ struct Model {
   bool linear_bias = false;        // biases on linear layers (GPT-2/3)
   bool dropout = false;            // dropout on attention probabilities and residuals (GPT-2/3)
   double rope_theta = 10000;       // rotary embedding base (when !learned_positions)
+  // The GLU's inputs clamped before the activation (GPT-OSS: gate <= limit, -limit <= up <=
+  // limit, HF config swiglu_limit 7.0); 0 = no clamp. The frameworks clamp them eagerly, outside
+  // the fused activation kernel (core/lower_moe.cc).
+  double glu_clamp = 0;
   MoeSpec moe;
   MlaSpec mla;  // with MLA: head_dim = qk_nope + qk_rope and kv_heads = heads
   // Sliding-window attention: a query at position i attends keys max(0, i - W + 1)..i.

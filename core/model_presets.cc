@@ -102,11 +102,13 @@ Model qwen3_moe(const std::string& name, int layers, int64_t hidden, int heads, 
 // config.json files): hidden 2880, 64 query heads and 8 KV heads of 64, biases on the attention
 // and expert linears, experts of ffn 2880 (SwiGLU), top-4, alternating banded (128 tokens) and
 // dense attention (layer_types: sliding, full, ...), vocab 201088, untied, rope_theta 150000,
-// pretraining context 4,096 (initial_context_length). Not counted: the router's bias (experts per
+// pretraining context 4,096 (initial_context_length), the GLU's inputs clamped at 7.0
+// (swiglu_limit). Not counted: the router's bias (experts per
 // layer) and the attention sinks (heads per layer).
 Model gpt_oss(const std::string& name, int layers, int experts) {
   Model m = llama_model(name, layers, 2880, 64, 8, 2880, 201088, 4096);
   m.linear_bias = true;
+  m.glu_clamp = 7.0;
   return with_window(with_moe(with_head_dim(with_rope(m, 150000), 64), experts, 4, 2880), 128, 2);
 }
 

@@ -61,6 +61,7 @@ std::string plan_compact(const Plan& p) {
   if (p.tp_comm_overlap) s += " tpo";
   if (p.ep_comm_overlap) s += " epo";
   if (p.expert_bias_loop) s += " ebl";
+  if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
   if (p.schedule == Schedule::kInterleaved)
     s += " i" + std::to_string(p.vpp);
@@ -413,6 +414,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "ep_comm_overlap",
                 "moe_dispatcher",
                 "expert_bias_loop",
+                "expert_fp8_padding",
                 "fp8_dispatch",
                 "host_framework",
                 "cuda_graphs",
@@ -518,6 +520,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
   p.expert_bias_loop = r.boolean_or("expert_bias_loop", false);
+  p.expert_fp8_padding = r.boolean_or("expert_fp8_padding", false);
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
@@ -591,6 +594,7 @@ Json plan_to_json(const Plan& p) {
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
     j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
   if (p.expert_bias_loop) j["expert_bias_loop"] = true;
+  if (p.expert_fp8_padding) j["expert_fp8_padding"] = true;
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
@@ -632,6 +636,7 @@ Plan runtime_plan(Plan p) {
   p.ep_comm_overlap = false;
   p.expert_bias_loop = false;
   p.cp_impl = CpImpl::kTransformerEngine;
+  p.expert_fp8_padding = false;
   return p;
 }
 

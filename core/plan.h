@@ -193,6 +193,15 @@ struct Plan {
   // kernel (megatron/core/transformer/moe/experts.py @4415119). The lowering emits it as one op
   // per pass (OpRole::kExpertBias) of its kernels and bytes; without expert biases it is nothing.
   bool expert_bias_loop = false;
+  // Megatron-Core's TEGroupedMLP under fp8 pads each local expert's rows to the quantization
+  // alignment inside the experts: Transformer Engine's Fp8Padding copies the dispatched rows into
+  // a padded buffer before fc1 and Fp8Unpadding copies fc2's output back (tex.
+  // fused_multi_row_padding / _unpadding), and their backward copies the gradients the other way
+  // (transformer_engine/pytorch/module/fp8_padding.py, fp8_unpadding.py @d0067d0). It runs
+  // unless the router pads (moe_router_padding_for_quantization) or HybridEP's dispatch does
+  // (moe_utils.py skip_routed_expert_padding @4415119), and only when a count is not already
+  // aligned, which dropless routing makes the rule. The lowering emits the four copies (fp8 only).
+  bool expert_fp8_padding = false;
   // The DeepEP dispatch moves fp8 rows (with their scales) when the plan trains in fp8, as
   // DeepSeek's own framework runs it (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.3: activations
   // quantised to fp8 before the dispatch, the combine in bf16). Megatron-Core's flex dispatchers
@@ -308,8 +317,8 @@ struct Plan {
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
 // 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
-// its GEMM) and with its own context-parallel ring (cp_impl te), which the predictors price. None
-// changes the numerics beyond rounding.
+// its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
+// ring (cp_impl te), which the predictors price. None changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

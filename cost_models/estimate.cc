@@ -373,9 +373,10 @@ int price_flags(const Plan& p) {
   return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0) |
          (p.flash_attention ? 8 : 0) | (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
          (p.fused_kernels ? 32 : 0) | (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) |
-         (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) | (modules << 12) |
-         (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) | (p.nan_check ? 1 << 23 : 0) |
-         (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0);
+         (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) |
+         (p.expert_bias_loop ? 1 << 10 : 0) | (p.expert_fp8_padding ? 1 << 11 : 0) |
+         (modules << 12) | (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) |
+         (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0);
 }
 
 }  // namespace

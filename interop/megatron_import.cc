@@ -221,9 +221,10 @@ const std::set<std::string> kRead = {
     "num-distributed-optimizer-instances", "use-megatron-fsdp", "data-parallel-sharding-strategy",
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
-    "use-tp-pp-dp-mapping", "cp-comm-type", "cuda-graph-impl", "cuda-graph-modules",
-    "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
-    "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
+    "moe-router-padding-for-fp8", "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping",
+    "cp-comm-type", "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope",
+    "enable-cuda-graph", "external-cuda-graph", "no-check-for-nan-in-loss-and-grad",
+    "log-params-norm", "log-num-zeros-in-grad",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -667,6 +668,16 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // experts (experts.py TEGroupedMLP._apply_bias), which the plan prices (Plan::expert_bias_loop).
   if (f.has("num-experts") && f.has("moe-grouped-gemm") && !f.has("disable-bias-linear"))
     j["expert_bias_loop"] = true;
+  // Under fp8 the grouped experts pad each local expert's rows to the quantization alignment with
+  // Transformer Engine's Fp8Padding / Fp8Unpadding copies unless the router pads them or
+  // HybridEP's dispatch does (experts.py TEGroupedMLP.forward, moe_utils.py
+  // skip_routed_expert_padding @4415119): Plan::expert_fp8_padding.
+  const bool hybridep = f.has("moe-token-dispatcher-type") &&
+                        f.one("moe-token-dispatcher-type") == "flex" &&
+                        f.string_or("moe-flex-dispatcher-backend", "deepep") == "hybridep";
+  if (f.has("num-experts") && f.has("moe-grouped-gemm") && f.has("fp8-format") && !hybridep &&
+      !f.has("moe-router-padding-for-fp8") && !f.has("moe-router-padding-for-quantization"))
+    j["expert_fp8_padding"] = true;
   if (f.has("use-tp-pp-dp-mapping")) j["rank_order"] = rank_order_name(kMegatronTpPpDpOrder);
   // The host (core/host_issue.h): Megatron's CUDA graphs (transformer_config.py: --cuda-graph-impl
   // local|transformer_engine graph each layer, full_iteration the forward and backward; the old

@@ -510,6 +510,68 @@ TEST(EstimateMoe, ExpertBiasLoopIsAPartOfItsOwn) {
   EXPECT_EQ(run(m, c, p).moe.expert_bias, 0);
 }
 
+// Transformer Engine's Fp8Padding / Fp8Unpadding inside Megatron's grouped experts
+// (Plan::expert_fp8_padding): four copies of the busiest rank's routed rows (bf16 rows and their
+// router probabilities read and written) per MoE layer and micro-batch (pad before fc1, unpad
+// after fc2, and their backward), filed under permutation; nothing in bf16.
+TEST(EstimateMoe, Fp8ExpertPaddingCopiesTheRoutedRowsFourTimes) {
+  const Model m = model_preset("qwen3-30b-a3b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.precision = Dtype::kFp8;
+  const Estimate off = run(m, c, p);
+  p.expert_fp8_padding = true;
+  const Estimate on = run(m, c, p);
+  const Profile& prof = default_profile(c.gpu_device(0));
+  const DeviceSpec& dev = c.gpu_device(0);
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  const double bytes = 2 * (2.0 * m.hidden + dtype_bytes(p.moe_probs_dtype())) * rows;
+  const double copy =
+      (bytes / (dev.hbm_bw * prof.memory_efficiency) + prof.kernel_overhead_s) * hot;
+  const double want = 4 * copy * m.moe_layer_count();
+  EXPECT_NEAR(on.moe.permutation - off.moe.permutation, want, 1e-6 * want);
+  EXPECT_GT(on.step_time_s, off.step_time_s);
+  p.precision = Dtype::kBf16;
+  const Estimate bf16 = run(m, c, p);
+  p.expert_fp8_padding = false;
+  EXPECT_DOUBLE_EQ(bf16.moe.permutation, run(m, c, p).moe.permutation);
+}
+
+// A clamped GLU (Model::glu_clamp, GPT-OSS): the two eager clamps of the fc1 output's halves,
+// forward (each half read and written) and backward (gradient and input read, gradient written),
+// over the busiest rank's rows, filed under the expert activation; nothing without the clamp.
+TEST(EstimateMoe, ClampedGluAddsItsEagerClamps) {
+  Model m = model_preset("gpt-oss-120b");
+  ASSERT_EQ(m.glu_clamp, 7.0);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  const Estimate on = run(m, c, p);
+  m.glu_clamp = 0;
+  const Estimate off = run(m, c, p);
+  const Profile& prof = default_profile(c.gpu_device(0));
+  const DeviceSpec& dev = c.gpu_device(0);
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  const double half = rows * static_cast<double>(m.moe.expert_ffn);  // elements of one half
+  const double bw = dev.hbm_bw * prof.memory_efficiency;
+  const double fwd = (2 * 2 * 2.0 * half / bw + prof.kernel_overhead_s) * hot;
+  const double bwd = (3 * 2 * 2.0 * half / bw + prof.kernel_overhead_s) * hot;
+  const double want = (fwd + bwd) * m.moe_layer_count();
+  EXPECT_NEAR(on.moe.activation - off.moe.activation, want, 1e-6 * want);
+  EXPECT_GT(on.step_time_s, off.step_time_s);
+}
+
 // Context parallelism's exposed time, from the topology and the rule estimate.cc documents:
 // per layer and micro-batch the ring passes one K/V chunk (bf16: 2 bytes x the rank's
 // mb x seq / cp tokens x 2 x kv_heads x head_dim / tp) per step, each step the chunk's bytes over

@@ -655,6 +655,21 @@ TEST(MegatronImport, ExpertBiasesUnderTheGroupedGemmLoopOverTheExperts) {
   EXPECT_FALSE(loop(import_megatron(base + "--moe-grouped-gemm")));
 }
 
+// Under fp8 the grouped experts pad each local expert's rows (TE Fp8Padding) unless the router
+// or HybridEP's dispatch pads them (moe_utils.py skip_routed_expert_padding).
+TEST(MegatronImport, Fp8GroupedExpertsPadUnlessTheRouterOrHybridEpDoes) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 --num-experts 4 --moe-ffn-hidden-size 64 --moe-grouped-gemm ";
+  auto pad = [](const ImportedJob& j) { return plan_from_json(j.plan).expert_fp8_padding; };
+  EXPECT_TRUE(pad(import_megatron(base + "--fp8-format hybrid")));
+  EXPECT_TRUE(pad(import_megatron(base + "--fp8-format hybrid --moe-token-dispatcher-type flex")));
+  EXPECT_FALSE(pad(import_megatron(base + "--bf16")));
+  EXPECT_FALSE(pad(import_megatron(base + "--fp8-format hybrid --moe-router-padding-for-fp8")));
+  EXPECT_FALSE(pad(import_megatron(base + "--fp8-format hybrid --moe-token-dispatcher-type flex "
+                                          "--moe-flex-dispatcher-backend hybridep")));
+}
+
 // --account-for-embedding/loss-in-pipeline-split: written for the plan's switches, read back,
 // refused beside a layout or first/last counts (transformer_config.py L2229-2261) and counted
 // in --num-layers-per-virtual-pipeline-stage (arguments.py L953-979).
