@@ -366,7 +366,8 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 }
 
 namespace {
-// The plan's switches a layer's price depends on, as bits of the price caches' keys.
+// The plan's switches a layer's price depends on, as bits 0-24 of the price caches' keys
+// (stage_price adds its own above them).
 int price_flags(const Plan& p) {
   const int modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -451,9 +452,10 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     }
   }
   const int full = p.full_recompute_layers(layers);
-  // Plans of a search share stages: look the price up by everything it depends on.
-  const int flags = price_flags(p) | (stage == 0 ? 1 << 10 : 0) |
-                    (stage == p.pp - 1 ? 1 << 11 : 0) | (p.eager_loss ? 1 << 24 : 0);
+  // Plans of a search share stages: look the price up by everything it depends on (the layers'
+  // switches, price_flags' bits 0-24, then the stage's edges and the eager loss above them).
+  const int flags = price_flags(p) | (stage == 0 ? 1 << 25 : 0) |
+                    (stage == p.pp - 1 ? 1 << 26 : 0) | (p.eager_loss ? 1 << 27 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),
@@ -552,7 +554,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   edge.pp_each_way = price.pp / 2;
   edge_host(p, stage, edge, price);
   price.paced_device = price.pace_forward.then(price.pace_backward).dd;
-  return price;
+  return stage_prices_.emplace(key, price).first->second;
 }
 
 // data_parallel's synchronisation of one parameter class (dense or expert): its parameters

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/error.h"
 #include "core/model.h"
 #include "core/moe_load.h"
 #include "core/plan.h"
@@ -405,6 +407,108 @@ TEST(EstimatorCache, EqualsTheFreeFunctionOverManyPlans) {
   EXPECT_EQ(&est.cluster(), &c);
   EXPECT_EQ(est.model().name, m.name);
   EXPECT_EQ(est.profile().device, prof.device);
+}
+
+// The Estimator's price caches (placed groups, layers, stages, data-parallel) are keyed by what
+// each price reads: one Estimator that has priced every other plan first must give each plan the
+// figures a fresh one gives it. The plans differ from one MoE pipeline plan by one switch each, so
+// that a switch a cache key leaves out makes two plans share a price.
+TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
+  Model m = model_preset("mixtral-8x7b");
+  m.layers = 8;
+  Cluster c = cluster_preset("dgx-h100", 32);
+  Profile prof = default_profile(c.gpu_device(0));
+  Plan base;
+  base.tp = 2;
+  base.pp = 4;
+  base.dp = 4;
+  base.ep = 4;
+  base.sequence_parallel = true;
+  base.micro_batch = 1;
+  base.global_batch = 32;
+  base.zero = 1;
+  std::vector<void (*)(Plan&)> switches = {
+      [](Plan&) {},
+      [](Plan& p) { p.eager_loss = true; },
+      [](Plan& p) { p.expert_bias_loop = true; },
+      [](Plan& p) {
+        p.precision = Dtype::kFp8;
+        p.expert_fp8_padding = true;
+      },
+      [](Plan& p) { p.precision = Dtype::kFp8; },
+      [](Plan& p) {
+        p.precision = Dtype::kFp8;
+        p.moe_dispatcher = MoeDispatcher::kDeepEp;
+        p.fp8_dispatch = true;
+      },
+      [](Plan& p) {
+        p.precision = Dtype::kFp8;
+        p.moe_dispatcher = MoeDispatcher::kDeepEp;
+      },
+      [](Plan& p) { p.nan_check = false; },
+      [](Plan& p) { p.cuda_graphs = CudaGraphs::kFullIteration; },
+      [](Plan& p) { p.host_framework = HostFramework::kNative; },
+      [](Plan& p) { p.torch_compile = true; },
+      [](Plan& p) { p.fused_kernels = false; },
+      [](Plan& p) { p.tp_comm_overlap = true; },
+      [](Plan& p) { p.ep_comm_overlap = true; },
+      [](Plan& p) { p.recompute = Recompute::kFull; },
+      [](Plan& p) {
+        p.recompute = Recompute::kFull;
+        p.recompute_layers = 1;
+      },
+      [](Plan& p) { p.recompute = Recompute::kSelective; },
+      [](Plan& p) {
+        p.vpp = 2;
+        p.schedule = Schedule::kInterleaved;
+      },
+      [](Plan& p) {
+        p.first_stage_layers = 1;
+        p.last_stage_layers = 1;
+      },
+      [](Plan& p) { p.schedule = Schedule::kGpipe; },
+      [](Plan& p) { p.zero = 0; },
+      [](Plan& p) { p.zero = 2; },
+      [](Plan& p) { p.zero = 3; },
+      [](Plan& p) { p.offload.activations = true; },
+      [](Plan& p) { p.overlap_grad_reduce = false; },
+      [](Plan& p) { p.micro_batch = 2; },
+      [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },
+      [](Plan& p) { p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp}; },
+  };
+  std::vector<Plan> plans;
+  std::vector<size_t> which;  // the switch of each plan
+  for (size_t i = 0; i < switches.size(); ++i) {
+    Plan p = base;
+    switches[i](p);
+    try {
+      validate(p, m, c);
+    } catch (const Error&) {
+      continue;
+    }
+    plans.push_back(p);
+    which.push_back(i);
+  }
+  ASSERT_GE(plans.size(), 24u);  // the switches above that the mixtral plan accepts
+  Estimator est(m, c, prof);
+  // Every plan after all the others (in both orders), against a fresh Estimator.
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const size_t at = pass == 0 ? k : plans.size() - 1 - k;
+      const Plan& p = plans[at];
+      SCOPED_TRACE("switch " + std::to_string(which[at]) + ": " + plan_compact(p));
+      const Estimate cached = est.estimate(p);
+      const Estimate fresh = estimate(m, c, p, prof);
+      EXPECT_DOUBLE_EQ(cached.step_time_s, fresh.step_time_s);
+      const TimeBreakdown &a = cached.time, &b = fresh.time;
+      for (auto part : {&TimeBreakdown::forward, &TimeBreakdown::backward,
+                        &TimeBreakdown::recompute, &TimeBreakdown::tp_comm, &TimeBreakdown::cp_comm,
+                        &TimeBreakdown::ep_comm, &TimeBreakdown::pp_comm, &TimeBreakdown::bubble,
+                        &TimeBreakdown::dp_comm, &TimeBreakdown::optimizer, &TimeBreakdown::offload,
+                        &TimeBreakdown::overlap, &TimeBreakdown::host})
+        EXPECT_DOUBLE_EQ(a.*part, b.*part);
+      EXPECT_EQ(cached.stage_slot_s, fresh.stage_slot_s);
+    }
 }
 
 TEST(EstimateMoe, ExpertParallelAddsAllToAll) {
