@@ -474,7 +474,9 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.overlap_grad_reduce = false; },
       [](Plan& p) { p.micro_batch = 2; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },
-      [](Plan& p) { p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp}; },
+      [](Plan& p) {
+        p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp};
+      },
   };
   std::vector<Plan> plans;
   std::vector<size_t> which;  // the switch of each plan
