@@ -912,14 +912,15 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_before, dou
   int moe_layers = 0, run_tensors = -1, run = 0;
   for (int c = 0; c < p.chunks(); ++c) {
     const int first = p.first_layer(m.layers, s, c);
-    for (int l = first; l < first + p.layers_in_chunk(m.layers, s, c); ++l) {
+    const int end = first + p.layers_in_chunk(m.layers, s, c);
+    for (int l = first; l < end; ++l) {
       if (layer_tensors_[l] != run_tensors) {
         if (run > 0) bucket(run_tensors, per_layer, run);
         run_tensors = layer_tensors_[l];
         run = 0;
       }
       ++run;
-      if (m.is_moe_layer(l)) ++moe_layers;
+      if (m.is_moe() && m.is_moe_layer(l)) ++moe_layers;
     }
   }
   if (run > 0) bucket(run_tensors, per_layer, run);

@@ -265,8 +265,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // in_flight_micro_batches when the chunks are equal, exact when they are not.
     const int chunk_mbs = static_cast<int>(std::lround(in_flight * p.vpp));
     double layer_mbs = 0;
-    for (int k = 0; k < chunk_mbs; ++k)
-      layer_mbs += p.layers_in_chunk(m.layers, stage, (k / p.pp) % p.vpp);
+    int chunk = -1, chunk_layers = 0;  // the chunk of the k before, and its layers
+    for (int k = 0; k < chunk_mbs; ++k) {
+      const int c = (k / p.pp) % p.vpp;
+      if (c != chunk) chunk_layers = p.layers_in_chunk(m.layers, stage, chunk = c);
+      layer_mbs += chunk_layers;
+    }
     in_flight = layer_mbs / per_stage;
   }
   mb.activations = stage_act * in_flight;
