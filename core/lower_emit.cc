@@ -122,8 +122,8 @@ void Lowerer::init_shapes() {
   slice_ = grid_ && t_ > 1 && !sp_;
   gather_group_ = grid_ ? Group::kExpertTp : Group::kTp;
   gather_ways_ = grid_ ? etp_ : sp_ ? t_ : 1;
-  hot_ = m.is_moe() ? moe_hot_rank_factor(m, p.ep, static_cast<double>(Tm_ * topk_ * gather_ways_))
-                    : 1.0;
+  hot_ =
+      m.is_moe() ? moe_hot_rank_factor(m, p, static_cast<double>(Tm_ * topk_ * gather_ways_)) : 1.0;
   // megatron/core/transformer/moe/token_dispatcher.py (MoEAlltoAllTokenDispatcher): "Permutation
   // 2: Sort tokens by local expert" (sort_chunks_by_idxs in dispatch_postprocess) when
   // num_local_experts > 1, and "Unpermutation 2" in combine_preprocess; the flex dispatchers

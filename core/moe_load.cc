@@ -31,6 +31,18 @@ double moe_hot_rank_factor(const Model& m, int ep, double rows_per_rank) {
   return 1 + expected_max_standard_normal(ep) * std::sqrt(var) / rows_per_rank;
 }
 
+double moe_hot_rank_factor(const Model& m, const Plan& p, double rows_per_rank) {
+  if (p.moe_force_balance != MoeForceBalance::kRoundRobin)
+    return moe_hot_rank_factor(m, p.ep, rows_per_rank);
+  if (!m.is_moe() || p.ep <= 1 || rows_per_rank <= 0) return 1.0;
+  const int64_t e = m.moe.experts, local = std::max<int64_t>(1, e / p.ep);
+  const int64_t rows = std::max<int64_t>(1, std::llround(rows_per_rank));
+  const int64_t q = rows / e, r = rows % e;
+  const double hot =
+      static_cast<double>(p.ep) * static_cast<double>(local * q + std::min(local, r));
+  return std::max(1.0, hot / static_cast<double>(rows));
+}
+
 int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank) {
   const double f = moe_hot_rank_factor(m, ep, static_cast<double>(rows_per_rank));
   return std::max<int64_t>(rows_per_rank,

@@ -22,7 +22,8 @@ double expected_max_standard_normal(int n);
 // picks its top_k of the model's experts uniformly at random (Megatron-Core's
 // moe_router_force_load_balancing replaces the router logits by random normals,
 // megatron/core/transformer/moe/router.py; torchtitan's and AutoModel's forced-balance gates
-// are of the same kind in expectation): a rank that holds E / ep experts gets, from each token,
+// are round-robin instead, priced by the Plan overload below): a rank that holds E / ep experts
+// gets, from each token,
 // a hypergeometric count with mean k / ep and variance k (1/ep)(1 - 1/ep)(E - k)/(E - 1), so
 // over the group's ep rows_per_rank / k tokens its rows have mean rows_per_rank and standard
 // deviation sqrt(rows_per_rank (1 - 1/ep)(E - k)/(E - 1)); the expected busiest rank is
@@ -30,6 +31,20 @@ double expected_max_standard_normal(int n);
 // dropless router reaches (learned routing is at best as balanced as a random one). 1 for a
 // dense model, ep <= 1, or no rows.
 double moe_hot_rank_factor(const Model& m, int ep, double rows_per_rank);
+
+// The busiest rank's factor under the plan's forced balance (Plan::moe_force_balance):
+// moe_hot_rank_factor for none and random; for round_robin the exact count of the gate that
+// gives token t of every rank the experts (t * top_k + i) mod E, i < top_k (NVIDIA-NeMo/
+// Automodel@8d9bfb90e nemo_automodel/components/moe/layers.py L509-552 FakeBalancedGate:
+// `torch.arange(x.size(0) * a_exp).view(-1, a_exp) % available_experts`, the gate when the
+// benchmark sets fake_balanced_gate, L868; pytorch/torchtitan v0.2.2 torchtitan/models/moe/
+// moe.py L234-249 _debug_force_load_balance_routing, the same round-robin; a rank holds the
+// experts from ep_rank x E/ep on, Automodel layers.py L258-260): a rank's rows_per_rank =
+// T top_k routed rows are the consecutive integers
+// 0..T top_k - 1 modulo E, so expert e gets floor(T top_k / E), plus one for the first
+// T top_k mod E experts, from each of the ep ranks; the first rank (experts 0..E/ep - 1) is the
+// busiest. 1 for a dense model, ep <= 1, or no rows.
+double moe_hot_rank_factor(const Model& m, const Plan& p, double rows_per_rank);
 
 // The hot rank's rows: ceil(rows_per_rank x moe_hot_rank_factor).
 int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank);

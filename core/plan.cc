@@ -63,6 +63,8 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
+  if (p.moe_force_balance != MoeForceBalance::kNone)
+    s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
   if (p.schedule == Schedule::kInterleaved)
     s += " i" + std::to_string(p.vpp);
   else if (p.pp > 1)
@@ -141,6 +143,25 @@ MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& fiel
   if (s == "alltoall") return MoeDispatcher::kAllToAll;
   if (s == "deepep") return MoeDispatcher::kDeepEp;
   throw Error(field, "'" + s + "' is not one of alltoall|deepep");
+}
+
+const char* moe_force_balance_name(MoeForceBalance b) {
+  switch (b) {
+    case MoeForceBalance::kNone:
+      return "none";
+    case MoeForceBalance::kRandom:
+      return "random";
+    case MoeForceBalance::kRoundRobin:
+      return "round_robin";
+  }
+  return "none";
+}
+
+MoeForceBalance parse_moe_force_balance(const std::string& s, const std::string& field) {
+  if (s == "none") return MoeForceBalance::kNone;
+  if (s == "random") return MoeForceBalance::kRandom;
+  if (s == "round_robin") return MoeForceBalance::kRoundRobin;
+  throw Error(field, "'" + s + "' is not one of none|random|round_robin");
 }
 
 const char* cuda_graphs_name(CudaGraphs g) {
@@ -413,6 +434,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "tp_comm_overlap",
                 "ep_comm_overlap",
                 "moe_dispatcher",
+                "moe_force_balance",
                 "expert_bias_loop",
                 "expert_fp8_padding",
                 "fp8_dispatch",
@@ -519,6 +541,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
+  p.moe_force_balance = parse_moe_force_balance(r.string_or("moe_force_balance", "none"),
+                                                r.field("moe_force_balance"));
   p.expert_bias_loop = r.boolean_or("expert_bias_loop", false);
   p.expert_fp8_padding = r.boolean_or("expert_fp8_padding", false);
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
@@ -593,6 +617,8 @@ Json plan_to_json(const Plan& p) {
   if (p.ep_comm_overlap) j["ep_comm_overlap"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
     j["moe_dispatcher"] = moe_dispatcher_name(p.moe_dispatcher);
+  if (p.moe_force_balance != MoeForceBalance::kNone)
+    j["moe_force_balance"] = moe_force_balance_name(p.moe_force_balance);
   if (p.expert_bias_loop) j["expert_bias_loop"] = true;
   if (p.expert_fp8_padding) j["expert_fp8_padding"] = true;
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;

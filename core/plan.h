@@ -79,6 +79,14 @@ enum class CpImpl { kTransformerEngine, kPytorch };
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
 // forwarded inside the node over NVLink, in fp8 when the plan trains in fp8.
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+// How a benchmark overrides the trained router to force balanced experts (core/moe_load.h,
+// cost_models/moe_dispatch.h): none (the router's own choice), random (Megatron-Core's
+// --moe-router-force-load-balancing: random normal logits, so each token's top_k experts are a
+// uniform random draw), or round_robin (NeMo AutoModel's FakeBalancedGate and torchtitan's
+// _debug_force_load_balance: token t of a rank takes the top_k consecutive experts from
+// t * top_k mod experts, so every expert gets the same rows and a token's experts sit on one or
+// two neighbouring ranks).
+enum class MoeForceBalance { kNone, kRandom, kRoundRobin };
 // CUDA graphs captured and replayed in place of launching each kernel (Megatron-Core's
 // --cuda-graph-impl local|transformer_engine with --cuda-graph-modules empty: each transformer
 // layer's forward and backward a graph, or full_iteration: the forward and backward of the whole
@@ -109,6 +117,8 @@ CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field);
 OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field);
 HostFramework parse_host_framework(const std::string& s, const std::string& field);
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
+const char* moe_force_balance_name(MoeForceBalance b);
+MoeForceBalance parse_moe_force_balance(const std::string& s, const std::string& field);
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field);
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
@@ -186,6 +196,7 @@ struct Plan {
   // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
   bool ep_comm_overlap = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  MoeForceBalance moe_force_balance = MoeForceBalance::kNone;  // MoE models only
   // Megatron-Core's TEGroupedMLP with expert biases (--add-bias-linear, Megatron's default, with
   // --moe-grouped-gemm): the experts' fc2 bias is not added in the grouped GEMM (skip_bias_add)
   // but by TEGroupedMLP._apply_bias, a Python loop over the local experts of `t + b * p` (the

@@ -219,6 +219,9 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (m.is_moe()) require_divides(p.ep, m.moe.experts, "plan.ep", "experts");
   if (p.etp < 0) throw Error("plan.etp", s(p.etp) + " must be >= 1 (0 = tp)");
   if (p.etp > 0 && !m.is_moe()) throw Error("plan.etp", "is set but the model has no experts");
+  if (p.moe_force_balance != MoeForceBalance::kNone && !m.is_moe())
+    throw Error("plan.moe_force_balance", std::string(moe_force_balance_name(p.moe_force_balance)) +
+                                              " is set but the model has no experts");
   if (p.expert_tp() == p.tp) {
     require_divides(p.ep, p.dp, "plan.ep",
                     "dp (expert parallelism is carved out of data parallelism)");

@@ -2,12 +2,33 @@
 #include "cost_models/moe_dispatch.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
 
 namespace parasol::cost {
 
 double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes) {
   if (p.moe_dispatcher != MoeDispatcher::kDeepEp || ep_nodes < 2 || !m.is_moe()) return 1.0;
   const double n = ep_nodes, e = m.moe.experts, k = m.moe.top_k;
+  if (p.moe_force_balance == MoeForceBalance::kRoundRobin) {
+    // Starts t * top_k mod E repeat with period E / gcd(top_k, E), each start once per period.
+    const int64_t experts = m.moe.experts, top_k = m.moe.top_k;
+    const int64_t period = experts / std::gcd(top_k, experts);
+    double spans = 0;
+    for (int64_t t = 0; t < period; ++t) {
+      const int64_t start = t * top_k % experts;
+      std::vector<char> reached(static_cast<size_t>(ep_nodes), 0);
+      int64_t nodes = 0;
+      for (int64_t i = 0; i < top_k; ++i) {
+        const int64_t node = (start + i) % experts * ep_nodes / experts;
+        if (!reached[static_cast<size_t>(node)]) ++nodes;
+        reached[static_cast<size_t>(node)] = 1;
+      }
+      spans += static_cast<double>(nodes);
+    }
+    return spans / static_cast<double>(period) / k;
+  }
   double none = 1;
   for (int i = 0; i < m.moe.top_k; ++i) none *= std::max(0.0, (e - e / n - i) / (e - i));
   return (n - 1) * (1 - none) / (k * (n - 1) / n);

@@ -17,6 +17,11 @@ namespace parasol::cost {
 // experts with probability C(E - E/N, k) / C(E, k); the plain all-to-all sends
 // top_k (N - 1) / N copies per token across nodes. Returns the ratio of the two (1 for the
 // plain all-to-all, or when the expert-parallel group sits in one node).
+// Under Plan::moe_force_balance round_robin the experts are not drawn at random: token t takes
+// the top_k consecutive experts from t * top_k mod E (core/moe_load.h), and the experts lie in
+// order over the group's ranks and nodes (node of expert e: e N / E), so a token reaches the
+// nodes its run of experts spans (one, where a node's experts hold whole runs), a remote one
+// (N - 1) / N of the time by symmetry; the ratio is the mean span over the starts, over top_k.
 double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes);
 
 // The bytes one expert all-to-all puts on the wire: `bytes` of the plain all-to-all (its send

@@ -342,6 +342,14 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     } else {
       add(a, "--moe-token-dispatcher-type", "alltoall");
     }
+    // Megatron-Core's forced balance replaces the router logits by random normals
+    // (--moe-router-force-load-balancing; router.py, moe_utils.py): no round-robin gate.
+    if (p.moe_force_balance == MoeForceBalance::kRandom)
+      add(a, "--moe-router-force-load-balancing");
+    else if (p.moe_force_balance == MoeForceBalance::kRoundRobin)
+      r.add("plan.moe_force_balance",
+            "Megatron-Core forces balance with random router logits "
+            "(--moe-router-force-load-balancing: random), not a round-robin gate");
   }
   const std::vector<Dim> order = used_order(p, p.rank_order);
   if (order == used_order(p, kMegatronTpPpDpOrder) &&

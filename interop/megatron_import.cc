@@ -221,10 +221,11 @@ const std::set<std::string> kRead = {
     "num-distributed-optimizer-instances", "use-megatron-fsdp", "data-parallel-sharding-strategy",
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
-    "moe-router-padding-for-fp8", "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping",
-    "cp-comm-type", "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope",
-    "enable-cuda-graph", "external-cuda-graph", "no-check-for-nan-in-loss-and-grad",
-    "log-params-norm", "log-num-zeros-in-grad",
+    "moe-router-force-load-balancing", "moe-router-padding-for-fp8",
+    "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping", "cp-comm-type",
+    "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph",
+    "external-cuda-graph", "no-check-for-nan-in-loss-and-grad", "log-params-norm",
+    "log-num-zeros-in-grad",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -663,6 +664,7 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
                   "parasol models alltoall and flex (DeepEP), not " + d);
     }
   }
+  if (f.has("moe-router-force-load-balancing")) j["moe_force_balance"] = "random";
   // Expert biases under the grouped GEMM (TEGroupedMLP, --moe-grouped-gemm; biases are on unless
   // --disable-bias-linear): Megatron adds the experts' fc2 bias in a Python loop over the local
   // experts (experts.py TEGroupedMLP._apply_bias), which the plan prices (Plan::expert_bias_loop).

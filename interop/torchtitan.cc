@@ -13,7 +13,8 @@
 //    (default 1), pipeline_parallel_microbatch_size, context_parallel_degree,
 //    context_parallel_rotate_method, expert_parallel_degree, expert_tensor_parallel_degree,
 //    expert_parallel_comm_backend; [activation_checkpoint] mode (default "selective");
-//    [compile] enable, components.
+//    [compile] enable, components; [debug] moe_force_load_balance (models/moe/moe.py L234-249:
+//    round-robin experts; set by deepseek_v3 and llama4 model/args.py).
 //  - torchtitan/distributed/parallel_dims.py: dp_replicate x dp_shard x cp x tp x pp = world;
 //    etp = tp or 1; FSDP whenever dp_shard > 1 or cp > 1 (fsdp mesh = dp_shard x cp); experts
 //    on ["pp", "dp_replicate", "efsdp", "ep", "etp"], efsdp = dp_shard x cp x tp / (etp x ep);
@@ -428,6 +429,18 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
                          family +
                          "/__init__.py): train.py raises \"Pipeline Parallel is enabled but " +
                          family + " does not support pipelining\"");
+  // torchtitan's forced balance ([debug] moe_force_load_balance) is the round-robin gate
+  // (models/moe/moe.py _debug_force_load_balance_routing), wired into deepseek_v3 and llama4
+  // only (model/args.py update_from_config).
+  if (p.moe_force_balance == MoeForceBalance::kRandom)
+    r.add("plan.moe_force_balance",
+          "torchtitan's forced balance is the round-robin gate (round_robin), not random logits");
+  else if (p.moe_force_balance == MoeForceBalance::kRoundRobin && family != "deepseek_v3" &&
+           family != "llama4")
+    r.add("plan.moe_force_balance",
+          "torchtitan's " + family +
+              " model ignores [debug] moe_force_load_balance (only deepseek_v3 and llama4 set "
+              "_debug_force_load_balance)");
   if (p.ep > 1 && p.moe_dispatcher == MoeDispatcher::kDeepEp) {
     if (!family_deepep(family))
       r.add("plan.moe_dispatcher",
@@ -577,6 +590,10 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
       << (plan.moe_dispatcher == MoeDispatcher::kDeepEp ? "\"deepep\"" : "\"standard\"") << "\n";
   t << "\n[activation_checkpoint]\n"
     << "mode = " << (plan.recompute == Recompute::kFull ? "\"full\"" : "\"none\"") << "\n\n";
+  if (plan.moe_force_balance == MoeForceBalance::kRoundRobin)
+    t << "[debug]\n"
+      << "# round-robin experts (parasol's moe_force_balance round_robin)\n"
+      << "moe_force_load_balance = true\n\n";
   t << "[compile]\n"
     << "# fused element-wise kernels (parasol's fused_kernels) come from torch.compile\n"
     << "enable = " << toml_bool(plan.fused_kernels) << "\n"
@@ -984,6 +1001,11 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
                     "a parasol plan: use full or none");
   j["recompute"] = mode;
   // Compile: fused element-wise kernels.
+  if (table("debug").boolean_or("moe_force_load_balance", false)) {
+    if (!m.is_moe())
+      throw Error(table("debug").field("moe_force_load_balance"), "the model has no experts");
+    j["moe_force_balance"] = "round_robin";
+  }
   const JsonReader cr = table("compile");
   // components: ["model", "loss"] by default (torchtitan/config/configs.py); the loss runs
   // eagerly (F.cross_entropy of the fp32-upcast logits, torchtitan/components/loss.py) unless

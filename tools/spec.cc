@@ -247,6 +247,10 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--moe-dispatcher", o.moe_dispatcher,
                   "MoE token dispatch: alltoall|deepep (Megatron --moe-token-dispatcher-type "
                   "alltoall, or flex with DeepEP/HybridEP)");
+  cmd->add_option("--moe-force-balance", o.moe_force_balance,
+                  "benchmark routing that forces balanced experts: none|random (Megatron "
+                  "--moe-router-force-load-balancing)|round_robin (NeMo AutoModel's "
+                  "fake_balanced_gate, torchtitan's _debug_force_load_balance)");
   cmd->add_option("--optimizer-dtype", o.optimizer_dtype,
                   "dtype of the Adam moments (and master weights): fp32|bf16");
   bool_flag(cmd, o, "--fused-kernels", "fused_kernels", o.fused_kernels,
@@ -335,6 +339,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("overlap_grad_reduce", o.overlap_grad_reduce);
   set("overlap_param_gather", o.overlap_param_gather);
   set("moe_dispatcher", o.moe_dispatcher);
+  set("moe_force_balance", o.moe_force_balance);
   set("optimizer_dtype", o.optimizer_dtype);
   set("fused_kernels", o.fused_kernels);
   set("cuda_graphs", o.cuda_graphs);

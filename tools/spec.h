@@ -36,7 +36,7 @@ struct SpecOptions {
   std::optional<std::string> cuda_graphs, optimizer_impl, host_framework;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;
-  std::optional<std::string> moe_dispatcher, optimizer_dtype, recompute_modules;
+  std::optional<std::string> moe_dispatcher, moe_force_balance, optimizer_dtype, recompute_modules;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
@@ -52,7 +52,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp
-// --moe-dispatcher --optimizer-dtype --fused-kernels --overlap-grad-reduce --recompute-modules
+// --moe-dispatcher --moe-force-balance --optimizer-dtype --fused-kernels --overlap-grad-reduce
+// --recompute-modules
 // --overlap-param-gather --cuda-graphs --torch-compile --optimizer-impl --host-framework
 // --nan-check. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).

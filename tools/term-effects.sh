@@ -34,6 +34,7 @@ terms=(
   "no TP comm overlap|--plan-set tp_comm_overlap=false"
   "no EP comm overlap|--plan-set ep_comm_overlap=false"
   "all-to-all dispatcher|--plan-set moe_dispatcher=alltoall"
+  "trained router (no forced balance)|--plan-set moe_force_balance=none"
   "unfused kernels|--plan-set fused_kernels=false"
   "FlashAttention-2 kernel|--plan-set attention_kernel=flash2"
   "no DP overlap|--plan-set overlap_grad_reduce=false --plan-set overlap_param_gather=false"

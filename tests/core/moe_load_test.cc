@@ -83,6 +83,46 @@ TEST(MoeLoad, NoImbalanceWithoutExpertParallelism) {
   EXPECT_GT(moe_hot_rank_rows(m, 8, 1000), 1000);
 }
 
+// The round-robin gate played over the group: every rank's token t takes experts (t k + i) mod E;
+// rank r holds experts [r E/ep, (r+1) E/ep); the busiest rank's rows over the mean rows.
+double round_robin_by_hand(int experts, int top_k, int ep, int rows_per_rank) {
+  const int tokens = rows_per_rank / top_k, per_rank = experts / ep;
+  std::vector<int> load(ep, 0);
+  for (int rank = 0; rank < ep; ++rank)
+    for (int t = 0; t < tokens; ++t)
+      for (int i = 0; i < top_k; ++i) ++load[(t * top_k + i) % experts / per_rank];
+  return static_cast<double>(*std::max_element(load.begin(), load.end())) / rows_per_rank;
+}
+
+TEST(MoeLoad, ForcedBalanceByPlan) {
+  Plan p;
+  p.ep = 8;
+  const Model m = moe(64, 6);
+  // none and random: the random-routing floor.
+  EXPECT_EQ(moe_hot_rank_factor(m, p, 4096), moe_hot_rank_factor(m, 8, 4096));
+  p.moe_force_balance = MoeForceBalance::kRandom;
+  EXPECT_EQ(moe_hot_rank_factor(m, p, 4096), moe_hot_rank_factor(m, 8, 4096));
+  EXPECT_GT(moe_hot_rank_factor(m, p, 4096), 1.0);
+  // round_robin: exact balance where the rows fill whole rounds of the experts, and the few
+  // extra rows of a partial round on the first rank otherwise.
+  p.moe_force_balance = MoeForceBalance::kRoundRobin;
+  EXPECT_EQ(moe_hot_rank_factor(m, p, 6 * 64 * 10), 1.0);
+  struct Case {
+    int experts, top_k, ep, rows;
+  };
+  for (const Case& c : {Case{64, 6, 8, 6 * 100}, Case{8, 2, 8, 2 * 7}, Case{256, 8, 64, 8 * 4096},
+                        Case{128, 4, 8, 4 * 1001}, Case{12, 3, 4, 3 * 5}}) {
+    Plan q;
+    q.ep = c.ep;
+    q.moe_force_balance = MoeForceBalance::kRoundRobin;
+    EXPECT_NEAR(moe_hot_rank_factor(moe(c.experts, c.top_k), q, c.rows),
+                round_robin_by_hand(c.experts, c.top_k, c.ep, c.rows), 1e-12)
+        << c.experts << " " << c.ep << " " << c.rows;
+  }
+  p.ep = 1;
+  EXPECT_EQ(moe_hot_rank_factor(m, p, 4096), 1.0);
+}
+
 // Megatron's expert bias loop (TEGroupedMLP._apply_bias), kernel by kernel as PyTorch runs
 // `torch.cat([t + b * p for t, b, p in zip(...)]).to(t.dtype)` and its autograd: each kernel's
 // bytes per element of the rows (read, write), listed here from the source, summed.

@@ -353,6 +353,10 @@ TEST(PlanValidate, ExpertTensorParallelLikeMegatron) {
   Plan dense = degrees(2, 1, 16);
   dense.etp = 1;
   ExpectInvalid(dense, llama8b(), h100(32), "plan.etp", "the model has no experts");
+  Plan balanced = degrees(2, 1, 16);
+  balanced.moe_force_balance = MoeForceBalance::kRoundRobin;
+  ExpectInvalid(balanced, llama8b(), h100(32), "plan.moe_force_balance",
+                "round_robin is set but the model has no experts");
 }
 
 TEST(PlanValidate, OptimizerDtype) {
@@ -703,6 +707,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
   EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
+  EXPECT_EQ(a.moe_force_balance, b.moe_force_balance);
   EXPECT_EQ(a.optimizer_dtype, b.optimizer_dtype);
   EXPECT_EQ(a.fused_kernels, b.fused_kernels);
   EXPECT_EQ(a.model_ref, b.model_ref);
@@ -764,6 +769,7 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.ep_comm_overlap = true;
   p.attention_kernel = AttentionKernel::kCudnn;
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  p.moe_force_balance = MoeForceBalance::kRoundRobin;
   p.optimizer_dtype = Dtype::kBf16;
   p.fused_kernels = false;
   p.stage_layers = {7, 9, 9, 7};
@@ -808,6 +814,8 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.attention_kernel", "'fa4' is not one of flash2|cudnn");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
+  ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
+              "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
 }
 
 TEST(PlanJson, Defaults) {

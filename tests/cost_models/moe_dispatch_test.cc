@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -48,6 +49,52 @@ TEST(DispatcherBytes, ThePlainAllToAllAndOneNodeMoveEveryCopy) {
   EXPECT_EQ(dispatcher_bytes_factor(moe(256, 8), p, 1), 1.0);  // inside one node
   // Top-1 routing has nothing to deduplicate.
   EXPECT_NEAR(dispatcher_bytes_factor(moe(64, 1), p, 4), 1.0, 1e-12);
+}
+
+// The round-robin gate (AutoModel's FakeBalancedGate, torchtitan's _debug_force_load_balance)
+// played token by token: each rank's token t takes experts (t k + i) mod E, experts lie in order
+// over the group's nodes, DeepEP sends one copy per remote node a token reaches; averaged over the
+// source nodes and over the plain all-to-all's k (N - 1) / N copies per token.
+double round_robin_by_hand(int experts, int top_k, int nodes) {
+  const int tokens = 4 * experts;  // whole periods of the starts
+  double remote = 0;
+  for (int home = 0; home < nodes; ++home)
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<bool> reached(nodes, false);
+      for (int i = 0; i < top_k; ++i) reached[(t * top_k + i) % experts * nodes / experts] = true;
+      for (int n = 0; n < nodes; ++n) remote += reached[n] && n != home ? 1 : 0;
+    }
+  remote /= static_cast<double>(nodes) * tokens;
+  return remote / (top_k * (nodes - 1.0) / nodes);
+}
+
+TEST(DispatcherBytes, RoundRobinGateReachesTheNodesOfItsRunOfExperts) {
+  Plan p;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  p.moe_force_balance = MoeForceBalance::kRoundRobin;
+  // DeepSeek-V3 on EP64 over 8 nodes (32 experts a node), Kimi-K2 on 4 nodes (96), GPT-OSS-120B
+  // on 8 nodes (16): every run of top_k experts sits in one node, one remote copy (N - 1) / N of
+  // the time: 1 / top_k of the plain exchange, far below random routing's.
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(256, 8), p, 8), 1.0 / 8, 1e-12);
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(384, 8), p, 4), 1.0 / 8, 1e-12);
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(128, 4), p, 8), 1.0 / 4, 1e-12);
+  // Runs that straddle nodes or wrap from the last expert to the first.
+  for (auto [e, k, n] :
+       {std::array<int, 3>{8, 3, 2}, {8, 3, 4}, {12, 5, 3}, {64, 6, 8}, {16, 2, 16}, {6, 4, 2}})
+    EXPECT_NEAR(dispatcher_bytes_factor(moe(e, k), p, n), round_robin_by_hand(e, k, n), 1e-12)
+        << e << " " << k << " " << n;
+  EXPECT_NEAR(dispatcher_bytes_factor(moe(8, 3), p, 2), 0.5, 1e-12);  // spans 1,2,2,1,1,2,2,1
+  // Random logits (Megatron's forced balance) route as the trained router's floor does.
+  Plan random = p;
+  random.moe_force_balance = MoeForceBalance::kRandom;
+  Plan none = p;
+  none.moe_force_balance = MoeForceBalance::kNone;
+  EXPECT_EQ(dispatcher_bytes_factor(moe(256, 8), random, 8),
+            dispatcher_bytes_factor(moe(256, 8), none, 8));
+  EXPECT_GT(dispatcher_bytes_factor(moe(256, 8), random, 8), 4 * (1.0 / 8));
+  // The plain all-to-all moves a copy per (token, remote expert) whatever the gate.
+  p.moe_dispatcher = MoeDispatcher::kAllToAll;
+  EXPECT_EQ(dispatcher_bytes_factor(moe(256, 8), p, 8), 1.0);
 }
 
 // The bytes each expert all-to-all puts on the wire, the rule both predictors price by: the

@@ -236,6 +236,28 @@ TEST(MegatronExport, WritesTheFlagsThePlanNeeds) {
   EXPECT_NE(sh.find("torchrun"), std::string::npos);
 }
 
+// Forced balance: Megatron's --moe-router-force-load-balancing draws random router logits (the
+// plan's random), which the import reads back; it has no round-robin gate.
+TEST(MegatronExport, ForcedBalanceIsRandomLogits) {
+  const Case c = golden_cases()[1];
+  const Model m = model_preset(c.model);
+  const Cluster cl = load_cluster(c.cluster, c.gpus);
+  Plan p = make_plan(c, m, cl);
+  EXPECT_EQ(export_megatron(m, cl, p).files[0].text.find("--moe-router-force-load-balancing"),
+            std::string::npos);
+  p.moe_force_balance = MoeForceBalance::kRandom;
+  const std::string args = export_megatron(m, cl, p).files[0].text;
+  EXPECT_NE(args.find("--moe-router-force-load-balancing"), std::string::npos);
+  EXPECT_EQ(import_megatron(args, "args").plan["moe_force_balance"], "random");
+  p.moe_force_balance = MoeForceBalance::kRoundRobin;
+  try {
+    export_megatron(m, cl, p);
+    ADD_FAILURE() << "no error for a round-robin gate";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.moe_force_balance") << e.what();
+  }
+}
+
 TEST(MegatronExport, CudaDeviceMaxConnectionsFollowsMegatronsChecks) {
   const Model m = model_preset("llama3-8b");
   const Cluster cl = load_cluster("dgx-h100", 8);

@@ -230,6 +230,14 @@ TEST(TorchtitanExport, RefusesWhatTheModelsTrainSpecCannotRun) {
           {"deepseek-v3", 64, R"({"tp": 2, "sp": true, "dp": 32, "ep": 8, "etp": 2, "zero": 3,
                                   "gbs": 64, "moe_dispatcher": "deepep"})",
            "plan.etp"},
+          // Forced balance: round-robin only (models/moe/moe.py L234-249), and only where the
+          // model's args pass [debug] moe_force_load_balance on (deepseek_v3, llama4).
+          {"deepseek-v3", 64, R"({"tp": 2, "sp": true, "dp": 32, "ep": 8, "zero": 3, "gbs": 64,
+                                  "moe_force_balance": "random"})",
+           "plan.moe_force_balance"},
+          {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
+                                    "moe_force_balance": "round_robin"})",
+           "plan.moe_force_balance"},
       });
   // deepseek_v3 with etp 1 runs DeepEP, and pipelines.
   const Export ds = export_torchtitan(
@@ -325,6 +333,11 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                    R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                        "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
                        "first_stage_layers": 30})"});
+  // torchtitan's forced balance ([debug] moe_force_load_balance) is the round-robin gate.
+  trips.push_back({"deepseek-v3", 64,
+                   R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+                       "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
+                       "first_stage_layers": 30, "moe_force_balance": "round_robin"})"});
   // The model compiled, the loss eager (compile.components = ["model"]).
   trips.push_back({"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 32, "eager_loss": true})"});
   int n = 0;
