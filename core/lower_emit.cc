@@ -147,8 +147,10 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
 }
 
 AttnShape Lowerer::attention_shape(int layer) const {
-  return parasol::attention_shape(m_, layer, static_cast<int>(t_), p_.micro_batch, Sl_, Sl_,
-                                  flash_);
+  AttnShape a = parasol::attention_shape(m_, layer, static_cast<int>(t_), p_.micro_batch, Sl_, Sl_,
+                                         flash_);
+  if (p_.repeat_kv) a.kv_heads = a.heads;  // the kernel sees the repeated K/V heads
+  return a;
 }
 
 Op Lowerer::make(OpKind kind, int layer, const char* what, int stream) {

@@ -361,6 +361,13 @@ class Lowerer {
   int attention_backward(int layer, const Saved& sv, int dao);
   int ring_steps(int layer) const;
   double dkv_bytes_per_element() const;
+  // Columns of one token's K and V as the attention kernel and a context-parallel exchange see
+  // them: k_cols_ + v_cols_, times heads / kv_heads when the plan repeats the K/V heads.
+  int64_t kv_exchange_cols() const;
+  // PyTorch's _AllGatherRotater (Plan::cp_rotate allgather): one all-gather of every context rank's
+  // K/V (the local ones in `src`) into a buffer of its own, issued before the pass's first step.
+  // Returns the gathered buffer, which the later steps read.
+  int kv_all_gather(int layer, int src);
   int ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv);
   // Multi-head latent attention's projections (lower_mla.cc): Q | K | V from the norm1 output,
   // and their backward to the gradient of the norm1 output.

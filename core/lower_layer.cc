@@ -39,14 +39,19 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const double flops = attention_flops(a);
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
-  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
+  const double kv_bytes = eb_ * T_ * kv_exchange_cols();
   const int steps = ring_steps(layer);
+  const int gathered = p_.cp_rotate == CpRotate::kAllGather && steps > 1
+                           ? kv_all_gather(layer, sv[sQkv])
+                           : -1;
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
   for (int j = 0; j < steps; ++j) {
     int next = -1;
-    if (j < steps - 1) {
+    if (gathered >= 0) {
+      if (j > 0) kv = gathered;  // the step's chunk, sliced out of the gathered K/V
+    } else if (j < steps - 1) {
       // Ring attention: pass the chunk in hand on while attending to it.
-      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
+      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, kv_exchange_cols()}));
       // One exchange with the ring neighbours (one p2p group).
       begin_p2p_group();
       // Issued with the attention (Transformer Engine's ring: the NCCL stream waits for the
@@ -64,8 +69,23 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     set(op.reads, {sv[sQkv], kv});
     set(op.writes, outs);
     emit(op);
-    kv = next;
+    if (gathered < 0) kv = next;
   }
+}
+
+int64_t Lowerer::kv_exchange_cols() const {
+  const int64_t rep = p_.repeat_kv && kv_heads_t_ > 0 ? heads_t_ / kv_heads_t_ : 1;
+  return (k_cols_ + v_cols_) * rep;
+}
+
+int Lowerer::kv_all_gather(int layer, int src) {
+  const int64_t cols = kv_exchange_cols();
+  const int gathered = role(BufferRole::kKvChunk, ws(layer, "kv.all", {T_ * p_.cp, cols}));
+  // ft_c.all_gather_tensor of the concatenated K | V, issued with the pass's first step (after the
+  // compute enqueued before it, the torch.cat that packs K and V).
+  collective(OpKind::kAllGather, Group::kCp, layer, "kv.ag", eb_ * double(T_) * cols * p_.cp,
+             {src}, {gathered}, {last_compute_});
+  return gathered;
 }
 
 // Bytes per element of the K/V gradient accumulator a context-parallel ring passes on: the
@@ -88,10 +108,10 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   if (cp == 1) return -1;
   // The accumulator travels in the attention's dtype (Transformer Engine) or in fp32 (PyTorch's
   // ring accumulates the K/V gradients in fp32 and passes that buffer on).
-  const double kv_bytes = dkv_bytes_per_element() * T_ * (k_cols_ + v_cols_);
+  const double kv_bytes = dkv_bytes_per_element() * T_ * kv_exchange_cols();
   const bool last = step == steps - 1;
   const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
-  int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_}));
+  int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, kv_exchange_cols()}));
   begin_p2p_group();
   p2p(OpKind::kSend, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send",
       kv_bytes, dkv);
@@ -100,7 +120,7 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   end_p2p_group();
   if (!last) return recv;
   role(OpRole::kDkvFold,
-       elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * (k_cols_ + v_cols_),
+       elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * kv_exchange_cols(),
                    kv_bytes + 2 * eb_ * T_ * (k_cols_ + v_cols_), {dqkv, recv}, {dqkv}));
   return -1;
 }
@@ -111,14 +131,21 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
   const AttnShape a = attention_shape(layer);
   const double flops = (flash_ ? kFlashBackwardFlopRatio : 2.0) * attention_flops(a);
-  const double kv_bytes = eb_ * T_ * (k_cols_ + v_cols_);
+  const int64_t kv_cols = kv_exchange_cols();
+  const double kv_bytes = eb_ * T_ * kv_cols;
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
   const int steps = ring_steps(layer);
+  // The backward's K/V rotater gathers again (its K/V gradients travel the ring either way).
+  const int gathered = p_.cp_rotate == CpRotate::kAllGather && steps > 1
+                           ? kv_all_gather(layer, sv[sQkv])
+                           : -1;
   int kv = -1, dkv_in = -1;
   for (int j = 0; j < steps; ++j) {
     int next = -1;
-    if (j < steps - 1) {
-      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, k_cols_ + v_cols_}));
+    if (gathered >= 0) {
+      if (j > 0) kv = gathered;
+    } else if (j < steps - 1) {
+      next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, kv_cols}));
       begin_p2p_group();
       p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv], {last_compute_});  // with the attention, as forward
@@ -126,7 +153,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
           next);
       end_p2p_group();
     }
-    int dkv = cp > 1 ? role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, k_cols_ + v_cols_})) : -1;
+    int dkv = cp > 1 ? role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, kv_cols})) : -1;
     Op op = make(OpKind::kAttention, layer, "attn", kCompute);
     op.attn = a;
     op.flops = flops;
@@ -138,11 +165,10 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     // Transformer Engine's ring does), so that its exchange runs beside the step's attention.
     if (dkv_in >= 0)
       role(OpRole::kSum,
-           elementwise(OpKind::kResidualAdd, layer, "dkv.acc", double(T_) * (k_cols_ + v_cols_),
-                       (2 * dkv_bytes_per_element() + eb_) * T_ * (k_cols_ + v_cols_),
-                       {dkv, dkv_in}, {dkv}));
+           elementwise(OpKind::kResidualAdd, layer, "dkv.acc", double(T_) * kv_cols,
+                       (2 * dkv_bytes_per_element() + eb_) * T_ * kv_cols, {dkv, dkv_in}, {dkv}));
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
-    kv = next;
+    if (gathered < 0) kv = next;
   }
   return dqkv;
 }

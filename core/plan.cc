@@ -92,7 +92,9 @@ std::string plan_compact(const Plan& p) {
   if (p.cuda_graphs != CudaGraphs::kNone)
     s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
   if (p.torch_compile) s += " compile";
-  if (p.cp > 1 && p.cp_impl == CpImpl::kPytorch) s += " cp:torch";
+  if (p.cp > 1 && p.cp_impl == CpImpl::kPytorch)
+    s += p.cp_rotate == CpRotate::kAllGather ? " cp:torch-ag" : " cp:torch";
+  if (p.repeat_kv) s += " repeat-kv";
   if (p.eager_loss) s += " eager-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
@@ -133,6 +135,14 @@ CpImpl parse_cp_impl(const std::string& s, const std::string& field) {
   if (s == "te") return CpImpl::kTransformerEngine;
   if (s == "torch") return CpImpl::kPytorch;
   throw Error(field, "'" + s + "' is not one of te|torch");
+}
+
+const char* cp_rotate_name(CpRotate r) { return r == CpRotate::kAllGather ? "allgather" : "ring"; }
+
+CpRotate parse_cp_rotate(const std::string& s, const std::string& field) {
+  if (s == "ring") return CpRotate::kRing;
+  if (s == "allgather") return CpRotate::kAllGather;
+  throw Error(field, "'" + s + "' is not one of ring|allgather");
 }
 
 const char* moe_dispatcher_name(MoeDispatcher d) {
@@ -427,6 +437,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "flash_attention",
                 "attention_kernel",
                 "cp_impl",
+                "cp_rotate",
+                "repeat_kv",
                 "fused_kernels",
                 "expandable_segments",
                 "overlap_grad_reduce",
@@ -533,6 +545,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.attention_kernel = parse_attention_kernel(r.string_or("attention_kernel", "flash2"),
                                               r.field("attention_kernel"));
   p.cp_impl = parse_cp_impl(r.string_or("cp_impl", "te"), r.field("cp_impl"));
+  p.cp_rotate = parse_cp_rotate(r.string_or("cp_rotate", "ring"), r.field("cp_rotate"));
+  p.repeat_kv = r.boolean_or("repeat_kv", false);
   p.fused_kernels = r.boolean_or("fused_kernels", true);
   p.expandable_segments = r.boolean_or("expandable_segments", false);
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
@@ -637,6 +651,8 @@ Json plan_to_json(const Plan& p) {
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);
+  if (p.cp_rotate != CpRotate::kRing) j["cp_rotate"] = cp_rotate_name(p.cp_rotate);
+  if (p.repeat_kv) j["repeat_kv"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
   if (p.last_stage_layers > 0) j["last_stage_layers"] = p.last_stage_layers;
@@ -662,6 +678,8 @@ Plan runtime_plan(Plan p) {
   p.ep_comm_overlap = false;
   p.expert_bias_loop = false;
   p.cp_impl = CpImpl::kTransformerEngine;
+  p.cp_rotate = CpRotate::kRing;
+  p.repeat_kv = false;
   p.expert_fp8_padding = false;
   return p;
 }

@@ -74,6 +74,16 @@ enum class AttentionKernel { kFlash2, kCudnn };
 //                      gradients accumulated in fp32 (convert_to_f32) and the dK/dV exchanged in
 //                      fp32, the load-balanced halves put back with torch.cat.
 enum class CpImpl { kTransformerEngine, kPytorch };
+// How PyTorch's context_parallel (cp_impl torch) moves the K/V shards to the ranks that attend to
+// them (torch/distributed/tensor/experimental/_attention.py, _cp_options.rotate_method):
+//  kRing:      _AllToAllRotater: each step passes the K/V in hand on to the next rank
+//              (ft_c.permute_tensor), beside the step's attention (torchtitan
+//              context_parallel_rotate_method "alltoall");
+//  kAllGather: _AllGatherRotater, PyTorch's default (and torchtitan's up to v0.2.2): one all-gather
+//              of every rank's K/V, issued before the first (local) step and waited for by the
+//              second, each later step slicing its chunk out of the gathered buffer. The backward
+//              gathers again; its K/V gradients travel the ring in both cases.
+enum class CpRotate { kRing, kAllGather };
 // How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
 // "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
@@ -109,6 +119,8 @@ const char* reshard_name(Reshard r);
 const char* attention_kernel_name(AttentionKernel k);
 const char* cp_impl_name(CpImpl c);
 CpImpl parse_cp_impl(const std::string& s, const std::string& field);
+const char* cp_rotate_name(CpRotate r);
+CpRotate parse_cp_rotate(const std::string& s, const std::string& field);
 const char* moe_dispatcher_name(MoeDispatcher d);
 const char* cuda_graphs_name(CudaGraphs g);
 const char* optimizer_impl_name(OptimizerImpl o);
@@ -182,6 +194,12 @@ struct Plan {
   bool flash_attention = true;     // fused attention (no s x s score matrix in memory)
   AttentionKernel attention_kernel = AttentionKernel::kFlash2;  // which fused kernel
   CpImpl cp_impl = CpImpl::kTransformerEngine;  // which context-parallel ring (cp > 1)
+  CpRotate cp_rotate = CpRotate::kRing;         // how cp_impl torch moves K/V (cp > 1)
+  // The model code repeats the K/V heads to the query heads before attention (GQA expanded to
+  // MHA: torchtitan's Llama before it passed enable_gqa, e.g. @9dec370 models/llama/model.py
+  // repeat_kv): the kernel, the context-parallel K/V exchange and the K/V gradients carry `heads`
+  // heads, not kv_heads.
+  bool repeat_kv = false;
   // Element-wise work (norms, activation, rotary embedding) in fused kernels (Megatron,
   // Transformer Engine, torch.compile) or op by op as PyTorch eager runs a model's Python code
   // (RMSNorm as upcast, pow, mean, rsqrt, mul, downcast, mul; SwiGLU as silu then mul; RoPE in
@@ -329,7 +347,8 @@ struct Plan {
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
 // 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
 // its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
-// ring (cp_impl te), which the predictors price. None changes the numerics beyond rounding.
+// ring (cp_impl te, cp_rotate ring) on the model's own K/V heads (repeat_kv false), which the
+// predictors price. None changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -234,6 +234,10 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   }
   // Context parallelism: causal load balancing cuts each sequence into 2 x cp chunks.
   if (p.cp > 1) require_divides(2 * p.cp, seq, "plan.cp", "the sequence length (2 x cp chunks)");
+  if (p.cp_rotate == CpRotate::kAllGather && p.cp_impl != CpImpl::kPytorch)
+    throw Error("plan.cp_rotate",
+                "allgather is PyTorch's rotater (cp_impl torch); Transformer Engine's ring "
+                "(cp_impl te) passes the K/V shards point to point");
   // Sharding.
   if (p.reshard != Reshard::kAfterForward && p.zero != 3)
     throw Error("plan.reshard", std::string(reshard_name(p.reshard)) +

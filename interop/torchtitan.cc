@@ -581,8 +581,11 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   }
   t << "context_parallel_degree = " << plan.cp << "\n";
   if (plan.cp > 1)
-    t << "# ring attention: K/V shards passed on each step (parasol's model of cp)\n"
-      << "context_parallel_rotate_method = \"alltoall\"\n";
+    t << "# PyTorch's context_parallel: K/V shards "
+      << (plan.cp_rotate == CpRotate::kAllGather ? "all-gathered once per attention pass\n"
+                                                 : "passed on each ring step\n")
+      << "context_parallel_rotate_method = "
+      << (plan.cp_rotate == CpRotate::kAllGather ? "\"allgather\"" : "\"alltoall\"") << "\n";
   t << "expert_parallel_degree = " << plan.ep << "\n"
     << "expert_tensor_parallel_degree = " << (plan.ep > 1 ? plan.expert_tp() : 1) << "\n";
   if (plan.ep > 1)
@@ -928,11 +931,11 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
       j["moe_dispatcher"] = "deepep";
   }
   if (tp > 1 && par.boolean_or("enable_async_tensor_parallel", false)) j["tp_comm_overlap"] = true;
+  // torch's _cp_options.rotate_method: "allgather" (_AllGatherRotater, the default of torchtitan's
+  // job_config.py @v0.2.2 L446-451) or "alltoall" (_AllToAllRotater, the ring).
   if (cp > 1 && par.choice("context_parallel_rotate_method", {"allgather", "alltoall"},
-                           "allgather") != "alltoall")
-    throw Error(par.field("context_parallel_rotate_method"),
-                "allgather gathers every K/V shard; parasol's context parallelism is the ring "
-                "(alltoall)");
+                           "allgather") == "allgather")
+    j["cp_rotate"] = "allgather";
   // Sharding: FSDP whenever dp_shard or cp > 1 (parallel_dims.py fsdp_enabled).
   const bool fsdp = shard > 1 || cp > 1;
   j["zero"] = fsdp ? 3 : 0;

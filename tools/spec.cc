@@ -236,6 +236,12 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--cp-impl", o.cp_impl,
                   "context-parallel ring: te|torch (Transformer Engine's, as Megatron and NeMo run "
                   "it, or PyTorch's context_parallel, as torchtitan runs it)");
+  cmd->add_option("--cp-rotate", o.cp_rotate,
+                  "how cp-impl torch moves K/V: ring|allgather (PyTorch's rotate_method "
+                  "alltoall, or allgather: its default, one all-gather per attention pass)");
+  bool_flag(cmd, o, "--repeat-kv", "repeat_kv", o.repeat_kv,
+            "the model code repeats the K/V heads to the query heads before attention "
+            "(torchtitan's Llama before enable_gqa)");
   bool_flag(cmd, o, "--tp-comm-overlap", "tp_comm_overlap", o.tp_comm_overlap,
             "TP/SP communication pipelined with the GEMMs (Megatron-Core --tp-comm-overlap)");
   bool_flag(cmd, o, "--ep-comm-overlap", "ep_comm_overlap", o.ep_comm_overlap,
@@ -333,6 +339,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("flash_attention", o.flash);
   set("attention_kernel", o.attention_kernel);
   set("cp_impl", o.cp_impl);
+  set("cp_rotate", o.cp_rotate);
+  set("repeat_kv", o.repeat_kv);
   set("tp_comm_overlap", o.tp_comm_overlap);
   set("ep_comm_overlap", o.ep_comm_overlap);
   set("rank_order", o.rank_order);

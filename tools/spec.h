@@ -33,10 +33,12 @@ struct SpecOptions {
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
   std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
+  std::optional<bool> repeat_kv;
   std::optional<std::string> cuda_graphs, optimizer_impl, host_framework;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;
   std::optional<std::string> moe_dispatcher, moe_force_balance, optimizer_dtype, recompute_modules;
+  std::optional<std::string> cp_rotate;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
@@ -48,7 +50,7 @@ struct SpecOptions {
 void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
-// --attention-kernel --rank-order --reshard --zero3-unit --shard-degree --grad-reduce-dtype
+// --attention-kernel --cp-impl --cp-rotate --repeat-kv --rank-order --reshard --zero3-unit --shard-degree --grad-reduce-dtype
 // --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp

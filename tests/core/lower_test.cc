@@ -594,6 +594,71 @@ TEST(Lower, PytorchRingPassesTheKVGradientsOnInFp32) {
   }
 }
 
+TEST(Lower, PytorchAllGatherRotaterGathersTheKVOncePerPass) {
+  // torch's _AllGatherRotater (_attention.py, the default rotate_method): exchange_buffers at the
+  // first step all-gathers every rank's K | V once; the later steps slice their chunk out of it.
+  // The backward gathers again; its K/V gradients still travel the ring (_AllToAllRotater).
+  const Model m = model_preset("tiny");
+  const int cp = 4;
+  const double chunk = 2.0 * (m.seq_len / cp) * m.kv_dim() * 2;  // bf16 K and V of a chunk pair
+  Plan plan = make_plan(1, 1, 1, 1);
+  plan.cp = cp;
+  plan.cp_impl = CpImpl::kPytorch;
+  plan.cp_rotate = CpRotate::kAllGather;
+  LoweredPlan lp = lowered(m, plan);
+  const Program& p = lp.programs[0];
+  auto named = [](const char* what) {
+    return [what](const Op& o) { return o.name.ends_with(what); };
+  };
+  for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+    SCOPED_TRACE(phase == Phase::kForward ? "forward" : "backward");
+    auto pass = in(0, 0, phase);
+    auto ag = select(p, both(pass, kind(OpKind::kAllGather)));
+    ASSERT_EQ(ag.size(), 1u);
+    EXPECT_EQ(ag[0]->group, Group::kCp);
+    EXPECT_EQ(ag[0]->bytes, cp * chunk);  // the gathered output (nccl-tests convention)
+    EXPECT_EQ(count(p, both(pass, named(".kv.send"))), 0);
+    auto steps = select(p, both(pass, kind(OpKind::kAttention)));
+    ASSERT_EQ(steps.size(), static_cast<size_t>(cp));
+    // The first step attends to the local chunk beside the gather; every later one waits for it.
+    EXPECT_FALSE(std::count(steps[0]->deps.begin(), steps[0]->deps.end(), ag[0]->id));
+    for (int j = 1; j < cp; ++j)
+      EXPECT_TRUE(std::count(steps[j]->deps.begin(), steps[j]->deps.end(), ag[0]->id));
+  }
+  EXPECT_EQ(count(p, both(in(0, 0, Phase::kBackward), named("dkv.send"))), cp);
+}
+
+TEST(Lower, RepeatedKVHeadsTravelWithEveryQueryHead) {
+  // GQA expanded before attention (torchtitan's repeat_kv): the kernel and the ring carry heads /
+  // kv_heads times the K/V of the model's own heads; the FLOPs do not change.
+  Model m = model_preset("tiny");
+  ASSERT_LT(m.kv_heads, m.heads);
+  const double rep = double(m.heads) / m.kv_heads;
+  Plan plan = make_plan(1, 1, 1, 1);
+  plan.cp = 2;
+  plan.cp_impl = CpImpl::kPytorch;
+  auto sends = [](const Program& p) {
+    std::vector<double> b;
+    for (const Op* o : select(p, [](const Op& o) { return o.kind == OpKind::kSend; }))
+      b.push_back(o->bytes);
+    return b;
+  };
+  auto attn = [](const Program& p) {
+    return *select(p, [](const Op& o) { return o.kind == OpKind::kAttention; })[0];
+  };
+  LoweredPlan base = lowered(m, plan);
+  plan.repeat_kv = true;
+  LoweredPlan rep_kv = lowered(m, plan);
+  const std::vector<double> a = sends(base.programs[0]), b = sends(rep_kv.programs[0]);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(b[i], rep * a[i]);
+  const Op x = attn(base.programs[0]), y = attn(rep_kv.programs[0]);
+  EXPECT_EQ(y.attn.kv_heads, y.attn.heads);
+  EXPECT_EQ(x.attn.kv_heads, m.kv_heads);
+  EXPECT_EQ(y.flops, x.flops);
+}
+
 TEST(Lower, ExpertParallelRoutesThroughTwoAllToAllsPerMoELayer) {
   const Model m = model_preset("tiny-moe");
   Plan plan = make_plan(1, 1, 4, 16);  // 4 micro-batches

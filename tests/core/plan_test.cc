@@ -299,6 +299,14 @@ TEST(PlanValidate, ContextParallelChunksMustDivideSequence) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.cp", "4 does not divide the sequence length");
 }
 
+TEST(PlanValidate, AllGatherRotaterIsPytorchs) {
+  Plan p = degrees(8, 1, 1, 2);
+  p.cp_rotate = CpRotate::kAllGather;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp_rotate", "allgather is PyTorch's rotater");
+  p.cp_impl = CpImpl::kPytorch;
+  validate(p, llama8b(), h100(16));
+}
+
 TEST(PlanValidate, Zero3WithPipelineIsAPlan) {
   // torchtitan and NeMo Automodel run FSDP with pipelines (parameters kept through the step).
   Plan p = degrees(8, 2);
@@ -706,6 +714,9 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.etp, b.etp);
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
+  EXPECT_EQ(a.cp_impl, b.cp_impl);
+  EXPECT_EQ(a.cp_rotate, b.cp_rotate);
+  EXPECT_EQ(a.repeat_kv, b.repeat_kv);
   EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
   EXPECT_EQ(a.moe_force_balance, b.moe_force_balance);
   EXPECT_EQ(a.optimizer_dtype, b.optimizer_dtype);
@@ -768,6 +779,9 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.etp = 1;
   p.ep_comm_overlap = true;
   p.attention_kernel = AttentionKernel::kCudnn;
+  p.cp_impl = CpImpl::kPytorch;
+  p.cp_rotate = CpRotate::kAllGather;
+  p.repeat_kv = true;
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
   p.moe_force_balance = MoeForceBalance::kRoundRobin;
   p.optimizer_dtype = Dtype::kBf16;
@@ -775,6 +789,8 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.stage_layers = {7, 9, 9, 7};
   Json j = plan_to_json(p);
   EXPECT_EQ(j["reshard"], "after_step");
+  EXPECT_EQ(j["cp_rotate"], "allgather");
+  EXPECT_EQ(j["repeat_kv"], true);
   ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
   Plan q;
   q.pp = 16;
@@ -791,6 +807,8 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   ExpectSamePlan(a, plan_from_json(parse_json(j.dump(), "plan")));
   // Off: left out of the JSON.
   EXPECT_FALSE(plan_to_json(Plan{}).contains("account_for_loss_in_pipeline_split"));
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("cp_rotate"));
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("repeat_kv"));
   ExpectError(
       [] { plan_from_json(Json::parse(R"({"account_for_loss_in_pipeline_split": "yes"})")); },
       "plan.account_for_loss_in_pipeline_split", "");
@@ -816,6 +834,9 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
               "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
+  ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); },
+              "plan.cp_rotate", "'alltoall' is not one of ring|allgather");
+  ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");
 }
 
 TEST(PlanJson, Defaults) {

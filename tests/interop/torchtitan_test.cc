@@ -326,6 +326,9 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                    R"({"tp": 2, "sp": true, "cp": 2, "dp": 4, "zero": 3, "gbs": 32,
                        "seq": 16384, "tp_comm_overlap": true, "reshard": "after_backward",
                        "cp_impl": "torch"})"});
+  trips.push_back({"llama3-8b", 8,
+                   R"({"cp": 4, "dp": 2, "zero": 3, "gbs": 8, "seq": 32768, "cp_impl": "torch",
+                       "cp_rotate": "allgather", "recompute": "full"})"});
   trips.push_back({"qwen3-30b-a3b", 16,
                    R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64, "offload": "optimizer,params",
                        "recompute": "full", "optimizer_dtype": "bf16"})"});
@@ -400,7 +403,17 @@ TEST(TorchtitanImport, NamesWhatItCannotRead) {
                      16),
             "torchtitan.parallelism.pipeline_parallel_schedule");
   EXPECT_EQ(field_of(model + full + "[parallelism]\ncontext_parallel_degree = 2\n", 16),
+            "accepted");
+  EXPECT_EQ(field_of(model + full +
+                         "[parallelism]\ncontext_parallel_degree = 2\n"
+                         "context_parallel_rotate_method = \"ring\"\n",
+                     16),
             "torchtitan.parallelism.context_parallel_rotate_method");
+  // torchtitan's default rotate method (job_config.py @v0.2.2) is PyTorch's all-gather rotater.
+  const std::string cp2 = model + full + "[parallelism]\ncontext_parallel_degree = 2\n";
+  EXPECT_EQ(import_torchtitan(cp2, 16).plan["cp_rotate"], "allgather");
+  EXPECT_FALSE(import_torchtitan(cp2 + "context_parallel_rotate_method = \"alltoall\"\n", 16)
+                   .plan.contains("cp_rotate"));
   // A model given on the command line (--model) where the flavor is no preset.
   Model mine = model_preset("llama3-8b");
   mine.name = "mine";
