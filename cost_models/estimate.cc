@@ -39,8 +39,6 @@ int order_code(const Plan& p) {
   return code;
 }
 
-// Megatron's distributed-data-parallel bucket (megatron/core/distributed/
-// distributed_data_parallel_config.py: bucket_size = max(40,000,000, 1,000,000 x dp) params).
 // The plan RankLayout places the dense grid of: with Megatron's expert grid (etp != tp) expert
 // parallelism is not carved out of dp, so the dense layout has no ep dimension.
 Plan dense_layout_plan(const Plan& p) {
@@ -51,8 +49,6 @@ Plan dense_layout_plan(const Plan& p) {
   return q;
 }
 
-double ddp_bucket_params(int dp) { return std::max(4.0e7, 1.0e6 * dp); }
-
 // What of `comm` seconds hides behind `window` seconds of compute when it is issued in
 // `pieces` equal parts, each overlapping the compute that follows it: the last piece (or the
 // first, for a prefetch) has nothing to hide behind. Returns {exposed, hidden}.
@@ -61,6 +57,14 @@ std::pair<double, double> overlap(double comm, double window, int pieces) {
   const double first = comm / std::max(1, pieces);
   const double rest = comm - first;
   const double exposed = first + std::max(0.0, rest - window);
+  return {exposed, comm - exposed};
+}
+
+// What of `comm` seconds hides behind `window` seconds of compute when its parts are issued as
+// the compute produces them and the one issued at the window's end takes `last` of them.
+std::pair<double, double> overlap_after(double comm, double last, double window) {
+  if (comm <= 0) return {0, 0};
+  const double exposed = std::min(comm, last + std::max(0.0, comm - last - window));
   return {exposed, comm - exposed};
 }
 }  // namespace
@@ -565,18 +569,38 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
 // collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and overlapped with the
 // compute windows of one micro-batch.
 struct Estimator::DataParallelSync {
+  // A parameter class's gradient buckets on one stage as the lowering emits them
+  // (StageParams): runs of equal layer buckets, the head's (reduced first in the backward) and
+  // the embedding's; `last` is the one reduced last (the embedding's on the first stage, else
+  // the stage's first layer's).
+  struct Buckets {
+    int n[2] = {0, 0};
+    double size[2] = {0, 0};
+    double head = 0, embedding = 0, last = 0;
+    int count() const { return n[0] + n[1] + (head > 0) + (embedding > 0); }
+    // The sum of `f` over the buckets.
+    template <typename F>
+    double sum(F f) const {
+      double t = 0;
+      for (int k = 0; k < 2; ++k)
+        if (n[k] > 0) t += n[k] * f(size[k]);
+      if (head > 0) t += f(head);
+      if (embedding > 0) t += f(embedding);
+      return t;
+    }
+  };
   const Plan& p;
   const double fwd, bwd;  // the forward and backward (with recompute) windows
   const int layers, mb;
   const double w_bytes, g_bytes;  // bytes of a weight gathered, of a gradient reduced
   DataParallel& out;
 
-  // Adds `count` parameters' traffic to `out`; the groups' collectives price it. ZeRO-3: a
-  // layer's gather and reduce-scatter are issued as calls carrying `ag` and `rs` of their bytes
-  // (core/gather_units.h; {1}: one call each).
-  void add(double count, int whole, int shard, const GroupModel* whole_g, const GroupModel* shard_g,
-           const GroupModel* replica_g, const std::vector<double>& ag = {1.0},
-           const std::vector<double>& rs = {1.0}) const;
+  // Adds `count` parameters' traffic to `out` (in `buckets` under ZeRO 0-2); the groups'
+  // collectives price it. ZeRO-3: a layer's gather and reduce-scatter are issued as calls
+  // carrying `ag` and `rs` of their bytes (core/gather_units.h; {1}: one call each).
+  void add(double count, const Buckets& buckets, int whole, int shard, const GroupModel* whole_g,
+           const GroupModel* shard_g, const GroupModel* replica_g,
+           const std::vector<double>& ag = {1.0}, const std::vector<double>& rs = {1.0}) const;
 
  private:
   // The groups of one parameter class.
@@ -588,7 +612,7 @@ struct Estimator::DataParallelSync {
     double reduce(double params_in_bucket, bool sharded, double g_bytes) const;
     double gather(double params_in_bucket, double w_bytes) const;
   };
-  void by_buckets(double count, const Groups& g) const;
+  void by_buckets(const Buckets& b, const Groups& g) const;
   void by_layers(double count, const Groups& g, const std::vector<double>& ag,
                  const std::vector<double>& rs) const;
   static void add_to(double& exposed, double& hidden, std::pair<double, double> e) {
@@ -612,38 +636,40 @@ double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, doub
       .time_s;
 }
 
-void Estimator::DataParallelSync::add(double count, int whole, int shard, const GroupModel* whole_g,
-                                      const GroupModel* shard_g, const GroupModel* replica_g,
-                                      const std::vector<double>& ag,
+void Estimator::DataParallelSync::add(double count, const Buckets& buckets, int whole, int shard,
+                                      const GroupModel* whole_g, const GroupModel* shard_g,
+                                      const GroupModel* replica_g, const std::vector<double>& ag,
                                       const std::vector<double>& rs) const {
   if (count <= 0 || whole < 2) return;
   const Groups g{shard, shard < whole, whole_g, shard_g, replica_g};
   if (p.zero <= 2)
-    by_buckets(count, g);
+    by_buckets(buckets, g);
   else
     by_layers(count, g, ag, rs);
 }
 
-// DDP, the distributed optimizer and ZeRO-2: gradients reduced in Megatron's buckets, and
-// (sharded) the updated parameters gathered after the optimizer.
-void Estimator::DataParallelSync::by_buckets(double count, const Groups& g) const {
-  const int buckets = std::max(1, static_cast<int>(std::ceil(count / ddp_bucket_params(p.dp))));
-  const double per_bucket = count / buckets;
-  const double red = buckets * g.reduce(per_bucket, p.zero >= 1, g_bytes);
+// DDP, the distributed optimizer and ZeRO-2: gradients reduced bucket by bucket as the lowering
+// emits them (core/lower_buckets.cc: each as its layer's backward ends under
+// overlap_grad_reduce, all after the backward without), and (sharded) the updated parameters
+// gathered after the optimizer.
+void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) const {
+  const bool sharded = p.zero >= 1;
+  const double red = b.sum([&](double n) { return g.reduce(n, sharded, g_bytes); });
+  const double last = g.reduce(b.last, sharded, g_bytes);
   const double window_b = p.overlap_grad_reduce ? bwd : 0;
   if (p.zero == 2) {
     // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
-    add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(red, window_b, buckets));
+    add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap_after(red, last, window_b));
   } else {
     // Once per step, beside the last micro-batch's backward.
-    add_to(out.per_step, out.per_step_hidden, overlap(red, window_b, buckets));
+    add_to(out.per_step, out.per_step_hidden, overlap_after(red, last, window_b));
   }
-  if (p.zero >= 1) {
+  if (sharded) {
     // Updated parameters gathered after the optimizer (beside the next forward when
     // overlap_param_gather).
-    const double gat = buckets * g.gather(per_bucket, w_bytes);
+    const double gat = b.sum([&](double n) { return g.gather(n, w_bytes); });
     add_to(out.per_step, out.per_step_hidden,
-           overlap(gat, p.overlap_param_gather ? fwd : 0, buckets));
+           overlap(gat, p.overlap_param_gather ? fwd : 0, b.count()));
   }
 }
 
@@ -684,18 +710,21 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   const int mb = p.micro_batches();
   // Compute windows of one micro-batch: forward, and backward with recompute.
   const double fwd = price.forward, bwd = price.backward + price.recompute;
-  const DataParallelKey key{placement(p, 500),
-                            p.zero,
-                            static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule),
-                            (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
-                            static_cast<int>(p.grad_reduce_dtype),
-                            static_cast<int>(p.precision),
-                            mb,
-                            params.dense,
-                            params.expert,
-                            layers,
-                            fwd,
-                            bwd};
+  const DataParallelKey key{
+      placement(p, 500),
+      p.zero,
+      static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule),
+      (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
+      static_cast<int>(p.grad_reduce_dtype),
+      static_cast<int>(p.precision),
+      mb,
+      params.dense,
+      params.expert,
+      layers,
+      params.moe_layers,
+      (stage == 0 ? 1 : 0) | (stage == p.pp - 1 ? 2 : 0) | (params.first_layer_moe ? 4 : 0),
+      fwd,
+      bwd};
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
   DataParallel out;
@@ -717,7 +746,22 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
     ag = gather_fractions(p, w);
     rs = reduce_fractions(p, w);
   }
-  sync.add(params.dense, p.dp * p.cp, p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
+  // The stage's buckets (StageParams): the dense ones and the expert ones.
+  DataParallelSync::Buckets dense_buckets, expert_buckets;
+  dense_buckets.n[0] = params.dense_layers;
+  dense_buckets.size[0] = params.dense_layer;
+  dense_buckets.n[1] = params.moe_layers;
+  dense_buckets.size[1] = params.moe_layer;
+  dense_buckets.head = params.head;
+  dense_buckets.embedding = params.embedding;
+  dense_buckets.last = params.embedding > 0      ? params.embedding
+                       : params.first_layer_moe  ? params.moe_layer
+                       : params.dense_layers > 0 ? params.dense_layer
+                                                 : params.head;
+  expert_buckets.n[0] = params.moe_layers;
+  expert_buckets.size[0] = expert_buckets.last = params.expert_layer;
+  sync.add(params.dense, dense_buckets, p.dp * p.cp,
+           p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr, ag, rs);
   if (params.expert > 0 && p.expert_dp() > 1) {
@@ -725,8 +769,9 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
     const GroupModel* expert =
         grid ? &extra_group_model(p, ExtraGroup::kExpertData) : &group_model(p, Group::kExpertDp);
     const bool hsdp_expert = p.expert_shard_ranks() < p.expert_dp() && p.zero >= 1;
-    sync.add(params.expert, p.expert_dp(), p.zero >= 1 ? p.expert_shard_ranks() : p.expert_dp(),
-             expert, hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
+    sync.add(params.expert, expert_buckets, p.expert_dp(),
+             p.zero >= 1 ? p.expert_shard_ranks() : p.expert_dp(), expert,
+             hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
   data_parallel_.emplace(key, out);

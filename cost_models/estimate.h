@@ -230,9 +230,10 @@ class Estimator {
   Cache<StageKey, StagePrice> stage_prices_;
   // data_parallel by everything it reads: the placement, the sharding switches (zero, reshard,
   // overlap_grad_reduce | overlap_param_gather << 1, grad_reduce_dtype, precision), micro-batches,
-  // the stage's dense and expert parameters and layers, and its forward and backward windows.
-  using DataParallelKey =
-      std::tuple<PlacementKey, int, int, int, int, int, int, double, double, int, double, double>;
+  // the stage's dense and expert parameters, layers, MoE layers and bucket edges (the first stage,
+  // the last, an MoE first layer), and its forward and backward windows.
+  using DataParallelKey = std::tuple<PlacementKey, int, int, int, int, int, int, double, double,
+                                     int, int, int, double, double>;
   Cache<DataParallelKey, DataParallel> data_parallel_;
   std::vector<StagePrice> scratch_stages_;  // estimate()'s per-stage prices
   std::vector<DataParallel> scratch_dps_;   // and data-parallel times

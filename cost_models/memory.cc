@@ -118,15 +118,25 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
     }
   }
   StageParams sp;
-  sp.dense = (layers - moe_layers) * dense_layer + moe_layers * moe_layer;
-  sp.expert = moe_layers * experts;
+  sp.dense_layers = layers - moe_layers;
+  sp.moe_layers = moe_layers;
+  sp.dense_layer = dense_layer;
+  sp.moe_layer = moe_layer;
+  sp.expert_layer = experts;
+  sp.first_layer_moe = m.is_moe() && m.is_moe_layer(p.first_layer(m.layers, stage, 0));
   const double table = static_cast<double>(m.vocab) * m.hidden / t;
-  if (stage == 0) sp.dense += table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
+  if (stage == 0) sp.embedding = table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
+  if (stage == p.pp - 1) {
+    // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
+    sp.head = pc.final_norm + (!m.tied_embeddings || p.pp > 1 ? table : 0);
+  }
+  sp.dense = (layers - moe_layers) * dense_layer + moe_layers * moe_layer;
+  sp.dense += sp.embedding;
   if (stage == p.pp - 1) {
     sp.dense += pc.final_norm;
-    // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
     if (!m.tied_embeddings || p.pp > 1) sp.dense += table;
   }
+  sp.expert = moe_layers * experts;
   return sp;
 }
 

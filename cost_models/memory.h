@@ -24,6 +24,14 @@ struct StageParams {
   double dense = 0;   // replicated over dp (sharded by ZeRO over dp x cp)
   double expert = 0;  // replicated over dp / ep (sharded by ZeRO over (dp / ep) x cp)
   double total() const { return dense + expert; }
+  // The same parameters in the lowering's buckets (core/lower_buckets.cc build_buckets): one
+  // dense bucket per layer (a dense layer's, or an MoE layer's attention, norms, router and
+  // shared experts), one expert bucket per MoE layer, the embedding's on the first stage and the
+  // head's (final norm, and the output layer unless tied on one stage) on the last; 0 elsewhere.
+  int dense_layers = 0, moe_layers = 0;
+  double dense_layer = 0, moe_layer = 0, expert_layer = 0;
+  double embedding = 0, head = 0;
+  bool first_layer_moe = false;  // the stage's first layer is an MoE layer
 };
 StageParams stage_params(const Model& m, const Plan& p, int stage);
 // The same with the model's parameter counts (param_counts(m)) computed once by the caller.

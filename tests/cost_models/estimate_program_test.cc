@@ -6,12 +6,15 @@
 // profile without kernel overheads, so that time x bandwidth is bytes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/lower.h"
 #include "core/optimizer_traffic.h"
 #include "cost_models/compute.h"
 #include "cost_models/estimate.h"
+#include "cost_models/memory.h"
 
 namespace parasol::cost {
 namespace {
@@ -180,6 +183,76 @@ TEST(EstimateAgainstProgram, LayerCommunicationBytesEqualTheLoweredOps) {
     }
   }
   EXPECT_GT(checked, 30);
+}
+
+// The gradient buckets the closed form prices (cost::StageParams' layout, read by the
+// data-parallel term) are the lowered Program's: on every stage, the data-parallel gradient
+// all-reduces of the Program (ZeRO 0, overlapped with the backward) carry one bucket each, of
+// the sizes StageParams lists, and the one issued last is the embedding's on the first stage and
+// the stage's first layer's elsewhere.
+TEST(EstimateAgainstProgram, GradientBucketsAreTheLoweredBuckets) {
+  struct BucketCase {
+    const char* model;
+    int layers, tp, pp, ep;
+  };
+  int checked = 0;
+  for (const BucketCase& k :
+       {BucketCase{"gpt2-124m", 0, 1, 1, 1}, BucketCase{"gpt2-124m", 0, 1, 2, 1},
+        BucketCase{"llama3-8b", 4, 2, 2, 1}, BucketCase{"mixtral-8x7b", 4, 1, 2, 2},
+        BucketCase{"deepseek-v3", 4, 1, 2, 2}}) {
+    Model m = model_preset(k.model);
+    if (k.layers > 0) {
+      m.layers = k.layers;
+      m.moe.first_dense = std::min(m.moe.first_dense, 1);
+    }
+    Plan p;
+    p.tp = k.tp;
+    p.pp = k.pp;
+    p.ep = k.ep;
+    p.dp = 2 * k.ep;  // expert data parallelism of 2 under ep 2
+    p.micro_batch = 1;
+    p.global_batch = 2 * p.dp;
+    p.sequence_parallel = k.tp > 1;
+    const Cluster c = cluster_preset("dgx-h100", p.gpus());
+    validate(p, m, c);
+    const ParamCounts counts = param_counts(m);
+    for (int s = 0; s < p.pp; ++s) {
+      SCOPED_TRACE(std::string(k.model) + " tp" + std::to_string(k.tp) + " pp" +
+                   std::to_string(k.pp) + " ep" + std::to_string(k.ep) + " stage " +
+                   std::to_string(s));
+      const StageParams sp = stage_params(m, counts, p, s);
+      std::vector<double> want_dense(sp.dense_layers, sp.dense_layer), want_expert;
+      want_dense.insert(want_dense.end(), sp.moe_layers, sp.moe_layer);
+      if (sp.embedding > 0) want_dense.push_back(sp.embedding);
+      if (sp.head > 0) want_dense.push_back(sp.head);
+      if (m.is_moe()) {
+        ASSERT_GT(p.expert_dp(), 1);
+        want_expert.assign(sp.moe_layers, sp.expert_layer);
+      }
+      std::vector<double> dense, expert;
+      const Program prog = lower_stage(m, p, s);
+      for (const Op& op : prog.ops) {
+        if (op.kind != OpKind::kAllReduce || op.tags.phase != Phase::kBackward) continue;
+        const double elements = op.bytes / dtype_bytes(p.grad_reduce_dtype);
+        if (op.group == Group::kDpCp) dense.push_back(elements);
+        if (op.group == Group::kExpertDp) expert.push_back(elements);
+      }
+      ASSERT_FALSE(dense.empty());
+      const double last = sp.embedding > 0     ? sp.embedding
+                          : sp.first_layer_moe ? sp.moe_layer
+                                               : sp.dense_layer;
+      EXPECT_NEAR(dense.back(), last, 1e-9 * last);
+      for (auto* v : {&want_dense, &dense, &want_expert, &expert}) std::sort(v->begin(), v->end());
+      ASSERT_EQ(dense.size(), want_dense.size());
+      for (size_t i = 0; i < dense.size(); ++i)
+        EXPECT_NEAR(dense[i], want_dense[i], 1e-9 * want_dense[i]) << "bucket " << i;
+      ASSERT_EQ(expert.size(), want_expert.size());
+      for (size_t i = 0; i < expert.size(); ++i)
+        EXPECT_NEAR(expert[i], want_expert[i], 1e-9 * want_expert[i]) << "expert bucket " << i;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);
 }
 
 }  // namespace

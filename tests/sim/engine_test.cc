@@ -624,9 +624,8 @@ TEST(EngineAgreement, OverlapHidesDataParallelCommunication) {
   const double dp_off = exposed_dp(off.sim.breakdown), dp_on = exposed_dp(on.sim.breakdown);
   EXPECT_GT(dp_off, 0.1);
   EXPECT_LT(dp_on, 0.1 * dp_off);
-  // The estimate's overlapped figure: one bucket stays exposed. Known difference: the estimate
-  // takes Megatron's buckets (max(40M, 1M x dp) parameters) and the lowering one bucket per
-  // layer (0.45B parameters here), so the simulated reduction leaves more exposed.
+  // The estimate's overlapped figure: the bucket reduced last stays exposed (the estimate prices
+  // the lowering's buckets, one per layer, the embedding's and the head's).
   EXPECT_GT(on.est.time.dp_comm, 0);
   EXPECT_LE(on.est.time.dp_comm, dp_on);
 }
