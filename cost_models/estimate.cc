@@ -376,7 +376,8 @@ int price_flags(const Plan& p) {
          (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) |
          (p.expert_bias_loop ? 1 << 10 : 0) | (p.expert_fp8_padding ? 1 << 11 : 0) |
          (modules << 12) | (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) |
-         (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0);
+         (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
+         (p.transformer_impl == TransformerImpl::kTransformerEngine ? 1 << 25 : 0);
 }
 
 }  // namespace
