@@ -89,6 +89,7 @@ std::string plan_compact(const Plan& p) {
     s += " off:" + offload_name(p.offload);
   if (p.host_framework != HostFramework::kPytorch)
     s += " " + std::string(host_framework_name(p.host_framework));
+  if (p.transformer_impl == TransformerImpl::kTransformerEngine) s += " te";
   if (p.cuda_graphs != CudaGraphs::kNone)
     s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
   if (p.torch_compile) s += " compile";
@@ -202,6 +203,10 @@ const char* host_framework_name(HostFramework f) {
   return f == HostFramework::kNative ? "native" : "pytorch";
 }
 
+const char* transformer_impl_name(TransformerImpl t) {
+  return t == TransformerImpl::kTransformerEngine ? "transformer_engine" : "torch";
+}
+
 CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field) {
   for (CudaGraphs v : {CudaGraphs::kNone, CudaGraphs::kLayers, CudaGraphs::kFullIteration})
     if (s == cuda_graphs_name(v)) return v;
@@ -218,6 +223,12 @@ HostFramework parse_host_framework(const std::string& s, const std::string& fiel
   if (s == "pytorch") return HostFramework::kPytorch;
   if (s == "native") return HostFramework::kNative;
   throw Error(field, "'" + s + "' is not one of pytorch|native");
+}
+
+TransformerImpl parse_transformer_impl(const std::string& s, const std::string& field) {
+  for (TransformerImpl v : {TransformerImpl::kTorch, TransformerImpl::kTransformerEngine})
+    if (s == transformer_impl_name(v)) return v;
+  throw Error(field, "'" + s + "' is not one of torch|transformer_engine");
 }
 
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {
@@ -451,6 +462,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "expert_fp8_padding",
                 "fp8_dispatch",
                 "host_framework",
+                "transformer_impl",
                 "cuda_graphs",
                 "torch_compile",
                 "eager_loss",
@@ -562,6 +574,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
+  p.transformer_impl =
+      parse_transformer_impl(r.string_or("transformer_impl", "torch"), r.field("transformer_impl"));
   p.cuda_graphs = parse_cuda_graphs(r.string_or("cuda_graphs", "none"), r.field("cuda_graphs"));
   p.torch_compile = r.boolean_or("torch_compile", false);
   p.eager_loss = r.boolean_or("eager_loss", false);
@@ -640,6 +654,8 @@ Json plan_to_json(const Plan& p) {
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)
     j["host_framework"] = host_framework_name(p.host_framework);
+  if (p.transformer_impl != TransformerImpl::kTorch)
+    j["transformer_impl"] = transformer_impl_name(p.transformer_impl);
   if (p.cuda_graphs != CudaGraphs::kNone) j["cuda_graphs"] = cuda_graphs_name(p.cuda_graphs);
   if (p.torch_compile) j["torch_compile"] = true;
   if (p.eager_loss) j["eager_loss"] = true;

@@ -112,6 +112,12 @@ enum class OptimizerImpl { kFused, kForeach, kForLoop };
 // backward, the ATen dispatcher for every op) or a native program that launches its kernels
 // directly (llm.c): the launches alone.
 enum class HostFramework { kPytorch, kNative };
+// The modules a transformer layer's GEMMs and norms are called through, which sets what their
+// calls cost the host (cost_models/host_cost.h): PyTorch's own (torch.nn, F.linear: the per-op
+// dispatch and an nn.Module call), or Transformer Engine's (Megatron-Core's
+// --transformer-impl transformer_engine, NeMo: te.Linear / te.LayerNormLinear, whose forward is
+// Python module code and whose backward is a Python autograd.Function).
+enum class TransformerImpl { kTorch, kTransformerEngine };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);
@@ -125,6 +131,8 @@ const char* moe_dispatcher_name(MoeDispatcher d);
 const char* cuda_graphs_name(CudaGraphs g);
 const char* optimizer_impl_name(OptimizerImpl o);
 const char* host_framework_name(HostFramework f);
+const char* transformer_impl_name(TransformerImpl t);
+TransformerImpl parse_transformer_impl(const std::string& s, const std::string& field);
 CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field);
 OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field);
 HostFramework parse_host_framework(const std::string& s, const std::string& field);
@@ -247,6 +255,7 @@ struct Plan {
   // loss (--check-for-nan-in-loss-and-grad, on by default: two device-to-host syncs per
   // micro-batch on the last pipeline stage).
   HostFramework host_framework = HostFramework::kPytorch;
+  TransformerImpl transformer_impl = TransformerImpl::kTorch;
   CudaGraphs cuda_graphs = CudaGraphs::kNone;
   bool torch_compile = false;
   // The loss as PyTorch eager's F.cross_entropy of an fp32 upcast of the logits (torchtitan's

@@ -370,10 +370,10 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 }
 
 namespace {
-// The plan's switches a layer's price depends on, as bits 0-27 of the price caches' keys
-// (bits 19-21 are free for fragment()'s layer kind; stage_price adds its own at 28-30).
-int price_flags(const Plan& p) {
-  const int modules =
+// The plan's switches a layer's price depends on, as bits 0-28 of the price caches' keys
+// (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34).
+int64_t price_flags(const Plan& p) {
+  const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
   return (p.sequence_parallel ? 1 : 0) | (p.tp_comm_overlap ? 2 : 0) | (p.ep_comm_overlap ? 4 : 0) |
          (p.flash_attention ? 8 : 0) | (p.attention_kernel == AttentionKernel::kCudnn ? 16 : 0) |
@@ -383,7 +383,8 @@ int price_flags(const Plan& p) {
          (modules << 12) | (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) |
          (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
          (p.moe_force_balance == MoeForceBalance::kRoundRobin ? 1 << 25 : 0) |
-         (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0);
+         (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0) |
+         (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0);
 }
 
 }  // namespace
@@ -459,9 +460,10 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   const int full = p.full_recompute_layers(layers);
   // Plans of a search share stages: look the price up by everything it depends on (the layers'
-  // switches, price_flags' bits 0-27, then the stage's edges and the eager loss above them).
-  const int flags = price_flags(p) | (stage == 0 ? 1 << 28 : 0) |
-                    (stage == p.pp - 1 ? 1 << 29 : 0) | (p.eager_loss ? 1 << 30 : 0);
+  // switches, price_flags' bits 0-28, then the stage's edges and the eager loss above them).
+  const int64_t flags = price_flags(p) | (stage == 0 ? int64_t{1} << 32 : 0) |
+                        (stage == p.pp - 1 ? int64_t{1} << 33 : 0) |
+                        (p.eager_loss ? int64_t{1} << 34 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),

@@ -26,6 +26,23 @@ bool module_kind(OpKind k) {
   }
 }
 
+// What an op of a transformer layer is under Megatron-Core's Transformer Engine layer spec
+// (megatron/core/models/gpt/gpt_layer_specs.py: TELayerNormColumnParallelLinear for QKV and fc1,
+// TERowParallelLinear for the attention output and fc2): a te.Linear call (the layer's GEMMs,
+// not the router, whose logits are a torch linear, nor the output layer, Megatron's own
+// ColumnParallelLinear), the LayerNorm a te.LayerNormLinear adds to it (the layer's norms), or
+// neither.
+enum class TeModule { kNone, kLinear, kNorm };
+TeModule te_module(const Op& op, const Plan& plan) {
+  if (plan.transformer_impl != TransformerImpl::kTransformerEngine || op.tags.layer < 0)
+    return TeModule::kNone;
+  if (op.kind == OpKind::kLinear && op.role != OpRole::kRouter && op.role != OpRole::kRouterDw &&
+      op.role != OpRole::kHead)
+    return TeModule::kLinear;
+  if (op.kind == OpKind::kNorm) return TeModule::kNorm;
+  return TeModule::kNone;
+}
+
 bool optimizer_kind(OpKind k) {
   return k == OpKind::kAdamW || k == OpKind::kCast || k == OpKind::kGradNorm;
 }
@@ -119,6 +136,15 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   }
   const double launch = launches * f.host_launch_s;
   if (!pytorch) return launch;
+  if (const TeModule te = te_module(op, plan); te != TeModule::kNone) {
+    // The module call's whole host time, its launches included: the forward (or recompute) at
+    // the forward op, the backward autograd.Function at the data gradient, which issues the
+    // weight gradient's GEMM too.
+    const bool fwd = op.tags.phase != Phase::kBackward;
+    if (te == TeModule::kNorm) return fwd ? f.host_te_norm_fwd_s : f.host_te_norm_bwd_s;
+    if (fwd) return f.host_te_linear_fwd_s;
+    return op.role == OpRole::kWeightGrad ? 0.0 : f.host_te_linear_bwd_s;
+  }
   double t = launch + launches * f.host_dispatch_s;
   const Phase ph = op.tags.phase;
   if (op.kind == OpKind::kSync || is_communication(op.kind)) {

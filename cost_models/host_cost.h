@@ -42,6 +42,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //    backward is issued by the autograd engine's C++ thread (no Python); the optimizer step pays
 //    one Python call per fused or foreach call and per kernel for the for-loop; a collective or
 //    a sync one Python call;
+//  kEager under Transformer Engine modules (Plan::transformer_impl): a layer's GEMM (te.Linear)
+//    and norm (what te.LayerNormLinear adds for its LayerNorm) cost the module call's measured
+//    host time (profile.host_te_*: forward; backward at the data gradient, the weight
+//    gradient's GEMM inside it), in place of the per-kernel terms above;
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;

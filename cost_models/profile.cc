@@ -149,6 +149,26 @@ Profile default_profile(const DeviceSpec& d) {
   p.host_graph_launch_s = 2.5e-6;
   p.host_compile_guard_s = 14e-6;
   p.host_sync_s = 3.3e-6;
+  // Transformer Engine's modules, BF16, CPU time per call measured on GB200 (Grace) with TE main
+  // before NVIDIA/TransformerEngine PR #3523 (2026-09-15, its table): te.Linear 59.19 us forward,
+  // 311.30 us forward + backward; te.LayerNormLinear 83.48 and 397.73 us. So a Linear's backward
+  // 252.11 us, and the LayerNorm of LayerNormLinear 24.29 us forward and 62.14 us backward.
+  // On an x86 DGX host these are divided by Grace's slowdown for the same module call
+  // (NVIDIA/TransformerEngine issue #2053: a torch.nn.Linear forward costs the CPU 37.08 us on
+  // GB200 and 13.48 us on an H100 DGX's Xeon Platinum 8480C, 2.75x): 21.5, 91.7, 8.8, 22.6 us
+  // (profile_ranges.cc: from PR #3523's after-figures over 2.75 to the Grace figures, as if
+  // the x86 host were no faster for TE's Python than Grace).
+  p.host_te_linear_fwd_s = kTeGraceLinearFwdS / kGraceOverX86Host;
+  p.host_te_linear_bwd_s = kTeGraceLinearBwdS / kGraceOverX86Host;
+  p.host_te_norm_fwd_s = kTeGraceNormFwdS / kGraceOverX86Host;
+  p.host_te_norm_bwd_s = kTeGraceNormBwdS / kGraceOverX86Host;
+  if (d.name == "GB200") {
+    // A Grace host: PR #3523's GB200 figures as measured.
+    p.host_te_linear_fwd_s = kTeGraceLinearFwdS;
+    p.host_te_linear_bwd_s = kTeGraceLinearBwdS;
+    p.host_te_norm_fwd_s = kTeGraceNormFwdS;
+    p.host_te_norm_bwd_s = kTeGraceNormBwdS;
+  }
   if (d.name.rfind("A100", 0) == 0) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
@@ -316,6 +336,8 @@ Profile default_profile(const DeviceSpec& d) {
     // the op's own time, no launch, dispatch or sync apart.
     p.host_launch_s = p.host_dispatch_s = p.host_python_s = p.host_autograd_s = 0;
     p.host_module_s = p.host_graph_launch_s = p.host_compile_guard_s = p.host_sync_s = 0;
+    p.host_te_linear_fwd_s = p.host_te_linear_bwd_s = 0;
+    p.host_te_norm_fwd_s = p.host_te_norm_bwd_s = 0;
   }
   return p;
 }
@@ -434,6 +456,10 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "host_graph_launch_us",
                 "host_compile_guard_us",
                 "host_sync_us",
+                "host_te_linear_fwd_us",
+                "host_te_linear_bwd_us",
+                "host_te_norm_fwd_us",
+                "host_te_norm_bwd_us",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -521,6 +547,10 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   us("host_graph_launch_us", p.host_graph_launch_s);
   us("host_compile_guard_us", p.host_compile_guard_s);
   us("host_sync_us", p.host_sync_s);
+  us("host_te_linear_fwd_us", p.host_te_linear_fwd_s);
+  us("host_te_linear_bwd_us", p.host_te_linear_bwd_s);
+  us("host_te_norm_fwd_us", p.host_te_norm_fwd_s);
+  us("host_te_norm_bwd_us", p.host_te_norm_bwd_s);
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
   p.host_adam_params_per_s =
       r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
@@ -576,6 +606,10 @@ Json profile_to_json(const Profile& p) {
             {"host_graph_launch_us", in_json_unit(p.host_graph_launch_s, 1e-6)},
             {"host_compile_guard_us", in_json_unit(p.host_compile_guard_s, 1e-6)},
             {"host_sync_us", in_json_unit(p.host_sync_s, 1e-6)},
+            {"host_te_linear_fwd_us", in_json_unit(p.host_te_linear_fwd_s, 1e-6)},
+            {"host_te_linear_bwd_us", in_json_unit(p.host_te_linear_bwd_s, 1e-6)},
+            {"host_te_norm_fwd_us", in_json_unit(p.host_te_norm_fwd_s, 1e-6)},
+            {"host_te_norm_bwd_us", in_json_unit(p.host_te_norm_bwd_s, 1e-6)},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   if (p.expert_exchange_nvlink_efficiency > 0)

@@ -45,6 +45,23 @@ struct NcclTuning {
 // host CPU vendor ("intel", "amd").
 NcclTuning nccl_defaults(const std::string& architecture, const std::string& host_cpu);
 
+// Transformer Engine's modules on a Grace host, BF16, CPU seconds per call (NVIDIA/
+// TransformerEngine PR #3523's GB200 table, before and after that PR: te.Linear forward 59.19 ->
+// 51.19 us, forward + backward 311.30 -> 276.50 us; te.LayerNormLinear 83.48 -> 65.25 and 397.73 ->
+// 349.00 us), split into a Linear's forward and backward and the LayerNorm that LayerNormLinear
+// adds; and how much slower Grace issues the same module call than an x86 DGX host (TE issue
+// #2053: torch.nn.Linear forward 37.08 us of CPU on GB200, 13.48 us on an H100 DGX's Xeon 8480C).
+// profile.cc and profile_ranges.cc read them.
+inline constexpr double kTeGraceLinearFwdS = 59.19e-6;
+inline constexpr double kTeGraceLinearBwdS = (311.30 - 59.19) * 1e-6;
+inline constexpr double kTeGraceNormFwdS = (83.48 - 59.19) * 1e-6;
+inline constexpr double kTeGraceNormBwdS = ((397.73 - 83.48) - (311.30 - 59.19)) * 1e-6;
+inline constexpr double kTeGraceLinearFwdAfterS = 51.19e-6;
+inline constexpr double kTeGraceLinearBwdAfterS = (276.50 - 51.19) * 1e-6;
+inline constexpr double kTeGraceNormFwdAfterS = (65.25 - 51.19) * 1e-6;
+inline constexpr double kTeGraceNormBwdAfterS = ((349.00 - 65.25) - (276.50 - 51.19)) * 1e-6;
+inline constexpr double kGraceOverX86Host = 37.08 / 13.48;
+
 struct Profile {
   std::string device;  // the DeviceSpec name this profile describes
   std::string source;  // where the figures come from (defaults, or the calibration traces)
@@ -115,6 +132,15 @@ struct Profile {
   double host_graph_launch_s = 2.5e-6;
   double host_compile_guard_s = 14e-6;
   double host_sync_s = 3.3e-6;
+  // Transformer Engine's modules (Plan::transformer_impl transformer_engine): the host's whole
+  // time for one call, its kernel launches included, in seconds: a te.Linear forward and its
+  // backward (the Python autograd.Function's: data and weight gradients), and what
+  // te.LayerNormLinear adds to those for its LayerNorm. On the host CPU of the device's server
+  // (Grace for GB200, x86 otherwise). Sources in profile.cc.
+  double host_te_linear_fwd_s = 21.5e-6;
+  double host_te_linear_bwd_s = 91.7e-6;
+  double host_te_norm_fwd_s = 8.8e-6;
+  double host_te_norm_bwd_s = 22.6e-6;
 
   // Communication: fraction of a link's bandwidth that collectives reach, per link kind
   // (indexed by LinkKind), and a software latency per algorithm step on top of the hardware's

@@ -61,15 +61,35 @@ void host(Ranges& r) {
         " apart");
 }
 
+// Transformer Engine's modules on the server's host (profile.cc states the points): on Grace
+// (GB200) from PR #3523's GB200 figures after that PR to before it; on x86 from the after-figures
+// over Grace's 2.75x slowdown (TE issue #2053's torch.nn.Linear) to the Grace figures themselves,
+// as if the x86 host were no faster for TE's Python than Grace.
+void te_modules(Ranges& r, bool grace) {
+  const double lo = grace ? 1.0 : kGraceOverX86Host;
+  const std::string src =
+      "TE PR #3523 GB200 table (CPU time per call, before -> after it); x86: over 2.75, Grace's"
+      " slowdown for a torch.nn.Linear forward (TE #2053: 37.08 vs 13.48 us)";
+  cited(r, "host_te_linear_fwd_us", kTeGraceLinearFwdAfterS / lo * 1e6, kTeGraceLinearFwdS * 1e6,
+        "te.Linear forward: " + src);
+  cited(r, "host_te_linear_bwd_us", kTeGraceLinearBwdAfterS / lo * 1e6, kTeGraceLinearBwdS * 1e6,
+        "te.Linear backward (forward + backward less forward): " + src);
+  cited(r, "host_te_norm_fwd_us", kTeGraceNormFwdAfterS / lo * 1e6, kTeGraceNormFwdS * 1e6,
+        "te.LayerNormLinear less te.Linear, forward: " + src);
+  cited(r, "host_te_norm_bwd_us", kTeGraceNormBwdAfterS / lo * 1e6, kTeGraceNormBwdS * 1e6,
+        "te.LayerNormLinear less te.Linear, backward: " + src);
+}
+
 // What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam on the
 // host's `cores` cores (`avx2`: a host without AVX-512, where DeepSpeed's CPU-Adam runs 8 floats a
 // vector instruction instead of 16).
-void gpu_server(Ranges& r, int cores = 48, bool avx2 = false) {
+void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false) {
   uncertain(r, "kernel_overhead_us", 2, 5,
             "a kernel's GPU-side gap and tail in a busy stream: 2.1 us between dependent kernels"
             " on an H100 stream (Hazy Research 'no bubbles', 2025); 2-5 us is the span usually"
             " reported");
   host(r);
+  te_modules(r, grace);
   uncertain(r, "overlap_compute_slowdown", 0.10, 0.30,
             "Hassan et al. 2025 (arXiv 2507.03114): mean 18.9% over GPT/LLaMA on A100 and H100;"
             " NCCL's SM share on H100 (24 of 132 SMs) 18%; per-workload values spread around the"
@@ -263,7 +283,7 @@ void b200_cudnn_attention(Ranges& r) {
   }
 }
 
-Ranges b200() {
+Ranges b200(bool grace) {
   Ranges r;
   uncertain(r, "gemm_efficiency", 0.74, 0.81,
             "mamf-finder: B200 bf16 1745.0 of 2250 TFLOP/s (0.776), one measurement; +-0.035");
@@ -300,7 +320,7 @@ Ranges b200() {
   cited(r, "expert_exchange_nvlink_efficiency", 0.46, 0.63,
         "HybridEP Torch-API BF16 dispatch/combine on GB200 MNNVL EP8-36, 16-32 SMs: 418-569 GB/s"
         " of 900 (DeepEP hybrid-ep docs/README_Hybrid-EP.md); B200 EP8 16 SMs 531-536 GB/s");
-  gpu_server(r, 112);  // DGX B200: 2 x Xeon 8570
+  gpu_server(r, 112, false, grace);  // DGX B200: 2 x Xeon 8570; GB200: Grace
   return r;
 }
 
@@ -374,9 +394,10 @@ Ranges host_cpu() {
   for (const char* k : {"cuda_context_MiB", "nccl_connection_MiB", "nccl_channels",
                         "library_workspace_MiB", "allocator_fragmentation"})
     uncertain(r, k, 0, 0, "the CPU runtime has no CUDA context, NCCL or caching allocator");
-  for (const char* k :
-       {"host_launch_us", "host_dispatch_us", "host_python_us", "host_autograd_us",
-        "host_module_us", "host_graph_launch_us", "host_compile_guard_us", "host_sync_us"})
+  for (const char* k : {"host_launch_us", "host_dispatch_us", "host_python_us", "host_autograd_us",
+                        "host_module_us", "host_graph_launch_us", "host_compile_guard_us",
+                        "host_sync_us", "host_te_linear_fwd_us", "host_te_linear_bwd_us",
+                        "host_te_norm_fwd_us", "host_te_norm_bwd_us"})
     uncertain(r, k, 0, 0,
               "the CPU runtime's executor runs each op inline: issuing it is in its own time");
   return r;
@@ -389,7 +410,7 @@ std::vector<ProfileRange> profile_ranges(const DeviceSpec& d) {
   if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
       d.name == "H800-SXM")
     return hopper(d);
-  if (d.name == "B200" || d.name == "GB200") return b200();
+  if (d.name == "B200" || d.name == "GB200") return b200(d.name == "GB200");
   if (d.name == "MI300X" || d.name == "MI325X") return mi300x();
   if (d.name == "V100-32G") return volta();
   if (d.name == kHostCpuDevice) return host_cpu();

@@ -225,7 +225,7 @@ const std::set<std::string> kRead = {
     "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping", "cp-comm-type",
     "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph",
     "external-cuda-graph", "no-check-for-nan-in-loss-and-grad", "log-params-norm",
-    "log-num-zeros-in-grad",
+    "log-num-zeros-in-grad", "transformer-impl",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -240,25 +240,24 @@ const std::set<std::string> kRead = {
 const std::set<std::string> kHarmless = {
     "mock-data", "split", "train-iters", "train-samples", "seed", "lr", "min-lr", "weight-decay",
     "clip-grad", "init-method-std", "make-vocab-size-divisible-by", "moe-grouped-gemm",
-    "moe-aux-loss-coeff", "moe-z-loss-coeff", "use-mcore-models", "transformer-impl",
-    "use-flash-attn", "num-workers", "use-checkpoint-args", "calculate-per-token-loss",
-    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval",
-    "empty-unused-memory-level", "norm-epsilon", "attention-softmax-in-fp32",
-    "apply-query-key-layer-scaling", "qk-layernorm", "use-precision-aware-optimizer", "fp8-recipe",
-    "fp8-amax-history-len", "fp8-amax-compute-algo", "moe-permute-fusion", "moe-router-dtype",
-    "moe-router-fusion", "moe-router-load-balancing-type", "moe-router-score-function",
-    "moe-router-pre-softmax", "moe-router-enable-expert-bias", "moe-router-bias-update-rate",
-    "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
-    "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "moe-token-drop-policy",
-    "moe-shared-expert-overlap", "no-gradient-accumulation-fusion", "no-masked-softmax-fusion",
-    "no-bias-gelu-fusion", "no-bias-swiglu-fusion", "no-bias-dropout-fusion", "no-rope-fusion",
-    "no-load-optim", "no-load-rng", "no-save-optim", "no-save-rng",
-    "no-create-attention-mask-in-dataloader", "no-mmap-bin-files", "profile", "profile-step-start",
-    "profile-step-end", "profile-ranks", "use-pytorch-profiler", "record-memory-history",
-    "node_rank", "node-rank", "master_addr", "master-addr", "master_port", "master-port",
-    "max_restarts", "max-restarts", "standalone", "ckpt-format", "dist-ckpt-strictness",
-    "wandb-project", "wandb-exp-name", "wandb-save-dir", "bias-swiglu-fusion",
-    "position-embedding-fusion", "vocab-file", "merge-file",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "use-mcore-models", "use-flash-attn", "num-workers",
+    "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-loss-fusion",
+    "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval", "empty-unused-memory-level",
+    "norm-epsilon", "attention-softmax-in-fp32", "apply-query-key-layer-scaling", "qk-layernorm",
+    "use-precision-aware-optimizer", "fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo",
+    "moe-permute-fusion", "moe-router-dtype", "moe-router-fusion", "moe-router-load-balancing-type",
+    "moe-router-score-function", "moe-router-pre-softmax", "moe-router-enable-expert-bias",
+    "moe-router-bias-update-rate", "moe-router-topk-scaling-factor", "moe-router-num-groups",
+    "moe-router-group-topk", "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity",
+    "moe-token-drop-policy", "moe-shared-expert-overlap", "no-gradient-accumulation-fusion",
+    "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
+    "no-bias-dropout-fusion", "no-rope-fusion", "no-load-optim", "no-load-rng", "no-save-optim",
+    "no-save-rng", "no-create-attention-mask-in-dataloader", "no-mmap-bin-files", "profile",
+    "profile-step-start", "profile-step-end", "profile-ranks", "use-pytorch-profiler",
+    "record-memory-history", "node_rank", "node-rank", "master_addr", "master-addr", "master_port",
+    "master-port", "max_restarts", "max-restarts", "standalone", "ckpt-format",
+    "dist-ckpt-strictness", "wandb-project", "wandb-exp-name", "wandb-save-dir",
+    "bias-swiglu-fusion", "position-embedding-fusion", "vocab-file", "merge-file",
     // Megatron-DeepSpeed without pipeline stages (pp 1)
     "no-pipeline-parallel",
     // DeepSpeed's launcher
@@ -689,6 +688,12 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // The per-step statistics it logs (training/config/training_config.py: both off by default).
   if (f.has("log-params-norm")) j["log_params_norm"] = true;
   if (f.has("log-num-zeros-in-grad")) j["log_num_zeros_in_grad"] = true;
+  // The modules its layers call (--transformer-impl): Transformer Engine's where the arguments
+  // name them; local (Megatron's own) modules have no host figures of their own and stay
+  // torch's, as does an argument list without the flag (whose Megatron default is
+  // transformer_engine), so that a plan exported without it reads back as it was.
+  if (f.has("transformer-impl") && f.one("transformer-impl") == "transformer_engine")
+    j["transformer_impl"] = "transformer_engine";
   if (f.has("enable-cuda-graph") || f.has("external-cuda-graph")) j["cuda_graphs"] = "layers";
   if (f.has("cuda-graph-impl")) {
     const std::string g = f.one("cuda-graph-impl");

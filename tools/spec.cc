@@ -276,6 +276,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
                   "fused|foreach|for_loop: how Adam launches its kernels");
   cmd->add_option("--host-framework", o.host_framework,
                   "pytorch|native: what issues the kernels (native: a C++/CUDA program, llm.c)");
+  cmd->add_option("--transformer-impl", o.transformer_impl,
+                  "torch|transformer_engine: the modules a layer's GEMMs and norms are called "
+                  "through, whose calls the host pays (Megatron --transformer-impl)");
   bool_flag(cmd, o, "--nan-check", "nan_check", o.nan_check,
             "Megatron's NaN/Inf check of the loss (--check-for-nan-in-loss-and-grad, default "
             "true): two device-to-host syncs per micro-batch");
@@ -355,6 +358,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("eager_loss", o.eager_loss);
   set("optimizer_impl", o.optimizer_impl);
   set("host_framework", o.host_framework);
+  set("transformer_impl", o.transformer_impl);
   set("nan_check", o.nan_check);
   set("log_params_norm", o.log_params_norm);
   set("log_num_zeros_in_grad", o.log_num_zeros_in_grad);

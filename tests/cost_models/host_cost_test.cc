@@ -151,5 +151,88 @@ TEST(HostEstimate, SmallModelIsHostBoundAndGraphsRemoveMostOfIt) {
   EXPECT_LT(estimate(m, c, p, f).time.host, eager.time.host);
 }
 
+// Transformer Engine's modules (Plan::transformer_impl): a layer's GEMM pays a te.Linear call,
+// forward at the forward op and backward at the data gradient (the weight gradient inside it);
+// a layer's norm pays what te.LayerNormLinear adds; the router and the output layer, which are
+// not TE modules, and every op of a torch plan keep the per-kernel terms.
+TEST(HostIssueSeconds, TransformerEngineModulesPayTheModuleCall) {
+  const Profile f = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  Plan torch_plan, te = torch_plan;
+  te.transformer_impl = TransformerImpl::kTransformerEngine;
+  Op fc1;
+  fc1.kind = OpKind::kLinear;
+  fc1.tags.layer = 3;
+  fc1.tags.phase = Phase::kForward;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, te, f), f.host_te_linear_fwd_s);
+  const double eager =
+      f.host_launch_s + f.host_dispatch_s + f.host_python_s + f.host_autograd_s + f.host_module_s;
+  EXPECT_NEAR(host_issue_seconds(fc1, torch_plan, f), eager, 1e-15);
+  fc1.tags.phase = Phase::kRecompute;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, te, f), f.host_te_linear_fwd_s);
+  Op dx = fc1, dw = fc1;
+  dx.tags.phase = dw.tags.phase = Phase::kBackward;
+  dw.role = OpRole::kWeightGrad;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(dx, te, f), f.host_te_linear_bwd_s);
+  EXPECT_DOUBLE_EQ(host_issue_seconds(dw, te, f), 0.0);
+  Op ln = fc1;
+  ln.kind = OpKind::kNorm;
+  ln.tags.phase = Phase::kForward;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(ln, te, f), f.host_te_norm_fwd_s);
+  ln.tags.phase = Phase::kBackward;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(ln, te, f), f.host_te_norm_bwd_s);
+  Op router = fc1, head = fc1;
+  router.tags.phase = head.tags.phase = Phase::kForward;
+  router.role = OpRole::kRouter;
+  head.role = OpRole::kHead;
+  head.tags.layer = -1;
+  EXPECT_NEAR(host_issue_seconds(router, te, f), eager, 1e-15);
+  EXPECT_NEAR(host_issue_seconds(head, te, f), eager, 1e-15);
+  // Under a CUDA graph the module calls are replayed, not made.
+  fc1.tags.phase = Phase::kForward;
+  fc1.host_issue = HostIssue::kInGraph;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, te, f), 0.0);
+}
+
+// The figures against TE PR #3523's GB200 table and TE issue #2053's Grace/x86 ratio, worked
+// from the published numbers: an x86 host's are Grace's over 37.08 / 13.48.
+TEST(HostTeFigures, GraceMeasuredAndX86Scaled) {
+  const Profile gb = default_profile(cluster_preset("gb200-nvl72", 72).gpu_device(0));
+  EXPECT_NEAR(gb.host_te_linear_fwd_s, 59.19e-6, 1e-12);
+  EXPECT_NEAR(gb.host_te_linear_fwd_s + gb.host_te_linear_bwd_s, 311.30e-6, 1e-12);
+  EXPECT_NEAR(gb.host_te_linear_fwd_s + gb.host_te_norm_fwd_s, 83.48e-6, 1e-12);
+  EXPECT_NEAR(gb.host_te_linear_fwd_s + gb.host_te_linear_bwd_s + gb.host_te_norm_fwd_s +
+                  gb.host_te_norm_bwd_s,
+              397.73e-6, 1e-12);
+  const Profile h = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  const double ratio = 37.08 / 13.48;
+  EXPECT_NEAR(h.host_te_linear_fwd_s, 59.19e-6 / ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_linear_bwd_s, (311.30 - 59.19) * 1e-6 / ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_norm_fwd_s, (83.48 - 59.19) * 1e-6 / ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_norm_bwd_s, (397.73 - 311.30 - (83.48 - 59.19)) * 1e-6 / ratio, 1e-12);
+}
+
+// A dense GPT layer under Megatron-Core's TE spec makes four te.Linear calls (QKV, attention
+// output, fc1, fc2) and two LayerNorms fused into LayerNormLinear, each forward and backward:
+// the Program's host time over its layer GEMMs and norms is that count times the figures, per
+// layer and micro-batch.
+TEST(HostIssueSeconds, TeLayerIsFourLinearsAndTwoNormsPerMicroBatch) {
+  const Model m = model_preset("gpt2-124m");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.micro_batch = 2;
+  p.global_batch = 32;  // two micro-batches per rank
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  const Profile f = default_profile(c.gpu_device(0));
+  const Program prog = lower(m, c, p).programs.at(0);
+  double te = 0;
+  for (const Op& op : prog.ops)
+    if (op.tags.layer >= 0 && (op.kind == OpKind::kLinear || op.kind == OpKind::kNorm))
+      te += host_issue_seconds(op, p, f);
+  const double per_layer = 4 * (f.host_te_linear_fwd_s + f.host_te_linear_bwd_s) +
+                           2 * (f.host_te_norm_fwd_s + f.host_te_norm_bwd_s);
+  EXPECT_NEAR(te, m.layers * 2 * per_layer, 1e-9);
+}
+
 }  // namespace
 }  // namespace parasol::cost
