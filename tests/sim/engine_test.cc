@@ -934,10 +934,10 @@ TEST(EngineLowered, PlaysOneRepresentativePerStage) {
   Played r = play(m, p);
   EXPECT_EQ(r.sim.stage_rank, (std::vector<int>{0, 128, 256, 384, 512, 640, 768, 896}));
   EXPECT_GT(r.sim.ops_simulated, 8 * 16 * 96 / 8 * 20);
-  // Known difference (a) of the grid test: the simulator hides part of the backward TP
-  // collectives.
-  EXPECT_LT(r.sim.step_time_s, r.est.step_time_s);
-  EXPECT_GT(r.sim.step_time_s, 0.85 * r.est.step_time_s);
+  // The two predictors agree within one_model_test's band: the simulator hides part of the
+  // backward TP collectives (known difference (a) of the grid test), the estimate prices the
+  // lowering's gradient buckets; 0.05% apart.
+  EXPECT_NEAR(r.sim.step_time_s / r.est.step_time_s, 1.0, 0.02);
 }
 
 // The simulator prices the expert all-to-alls as the plan's dispatcher moves them, as the
