@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/liveness.h"
+#include "core/lower.h"
 #include "core/rank_layout.h"
 #include "cost_models/profile_ranges.h"
 
@@ -76,6 +79,35 @@ FrameworkMemory framework_memory(const MemoryBreakdown& t, const Plan& p, int st
   f.nccl = nccl_buffer_bytes(p, stage, profile);
   f.outside = f.cuda_context + f.nccl;
   return f;
+}
+
+Plan allocator_replay_plan(const Plan& p) {
+  Plan r = p;
+  const int most = 2 * p.pp;
+  if (p.schedule != Schedule::kGpipe && p.micro_batches() > most)
+    r.global_batch = most * p.dp * p.micro_batch;
+  return r;
+}
+
+double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                               const Profile& profile) {
+  const Program program = lower_stage(m, allocator_replay_plan(p), stage);
+  CachingAllocatorOptions o;
+  o.expandable_segments = p.expandable_segments;
+  // What the CUDA context, NCCL and the libraries' workspaces leave the segments.
+  o.capacity_bytes =
+      std::max(0.0, d.hbm_bytes - profile.cuda_context_bytes -
+                        nccl_buffer_bytes(p, stage, profile) - profile.library_workspace_bytes);
+  return replay_caching_allocator(program, o).reserved - liveness(program).peak_bytes;
+}
+
+void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes) {
+  const double held = f.allocated + f.rounding;
+  const double capacity = device_bytes - f.outside;
+  f.reserved = std::max(held, std::min(held + std::max(0.0, reserve - f.rounding), capacity));
+  f.fragmentation = f.reserved - held;
+  f.reserved_low = f.reserved;
+  f.reserved_high = std::max(f.reserved_high, f.reserved);
 }
 
 std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile) {
