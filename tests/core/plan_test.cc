@@ -826,8 +826,8 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.attention_kernel", "'fa4' is not one of flash2|cudnn");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
-  ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); },
-              "plan.cp_rotate", "'alltoall' is not one of ring|allgather");
+  ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); }, "plan.cp_rotate",
+              "'alltoall' is not one of ring|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");
 }
 
