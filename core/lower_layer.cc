@@ -41,9 +41,8 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
   const double kv_bytes = eb_ * T_ * kv_exchange_cols();
   const int steps = ring_steps(layer);
-  const int gathered = p_.cp_rotate == CpRotate::kAllGather && steps > 1
-                           ? kv_all_gather(layer, sv[sQkv])
-                           : -1;
+  const int gathered =
+      p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, sv[sQkv]) : -1;
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
   for (int j = 0; j < steps; ++j) {
     int next = -1;
@@ -83,8 +82,8 @@ int Lowerer::kv_all_gather(int layer, int src) {
   const int gathered = role(BufferRole::kKvChunk, ws(layer, "kv.all", {T_ * p_.cp, cols}));
   // ft_c.all_gather_tensor of the concatenated K | V, issued with the pass's first step (after the
   // compute enqueued before it, the torch.cat that packs K and V).
-  collective(OpKind::kAllGather, Group::kCp, layer, "kv.ag", eb_ * double(T_) * cols * p_.cp,
-             {src}, {gathered}, {last_compute_});
+  collective(OpKind::kAllGather, Group::kCp, layer, "kv.ag", eb_ * double(T_) * cols * p_.cp, {src},
+             {gathered}, {last_compute_});
   return gathered;
 }
 
@@ -136,9 +135,8 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
   const int steps = ring_steps(layer);
   // The backward's K/V rotater gathers again (its K/V gradients travel the ring either way).
-  const int gathered = p_.cp_rotate == CpRotate::kAllGather && steps > 1
-                           ? kv_all_gather(layer, sv[sQkv])
-                           : -1;
+  const int gathered =
+      p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, sv[sQkv]) : -1;
   int kv = -1, dkv_in = -1;
   for (int j = 0; j < steps; ++j) {
     int next = -1;

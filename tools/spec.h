@@ -50,7 +50,8 @@ struct SpecOptions {
 void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
-// --attention-kernel --cp-impl --cp-rotate --repeat-kv --rank-order --reshard --zero3-unit --shard-degree --grad-reduce-dtype
+// --attention-kernel --cp-impl --cp-rotate --repeat-kv --rank-order --reshard --zero3-unit
+// --shard-degree --grad-reduce-dtype
 // --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp
