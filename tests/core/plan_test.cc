@@ -834,8 +834,8 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
               "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
-  ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); },
-              "plan.cp_rotate", "'alltoall' is not one of ring|allgather");
+  ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); }, "plan.cp_rotate",
+              "'alltoall' is not one of ring|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");
 }
 
