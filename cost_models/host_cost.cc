@@ -72,6 +72,11 @@ int64_t multi_tensor_launches(int64_t tensors, double elements, int depth) {
   return std::max(by_blocks, by_tensors);
 }
 
+bool te_grouped_expert_gemm(const Op& op, const Plan& plan) {
+  return op.kind == OpKind::kExpertLinear &&
+         plan.transformer_impl == TransformerImpl::kTransformerEngine;
+}
+
 int64_t kernel_launches(const Op& op, const Plan& plan) {
   const int tensors = std::max(1, op.tensors);
   const bool master = plan.optimizer_dtype == Dtype::kFp32 && plan.precision != Dtype::kFp32;
@@ -105,6 +110,8 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       if (op.role == OpRole::kExpertBias)
         return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors).kernels;
       return 1;
+    case OpKind::kExpertLinear:
+      return te_grouped_expert_gemm(op, plan) ? std::max<int64_t>(1, op.batch) : 1;
     case OpKind::kCountZeros:
       // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
       // and the add into the total (its one zero-initialising kernel left out).
@@ -145,8 +152,15 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     if (fwd) return f.host_te_linear_fwd_s;
     return op.role == OpRole::kWeightGrad ? 0.0 : f.host_te_linear_bwd_s;
   }
-  double t = launch + launches * f.host_dispatch_s;
   const Phase ph = op.tags.phase;
+  if (te_grouped_expert_gemm(op, plan)) {
+    // One te.GroupedLinear call; its C++ loop launches the per-expert GEMMs.
+    double t = launch + f.host_dispatch_s;
+    if (ph == Phase::kForward || ph == Phase::kRecompute)
+      t += f.host_python_s + f.host_autograd_s + f.host_module_s;
+    return t;
+  }
+  double t = launch + launches * f.host_dispatch_s;
   if (op.kind == OpKind::kSync || is_communication(op.kind)) {
     if (ph != Phase::kBackward) t += f.host_python_s;
     return t;

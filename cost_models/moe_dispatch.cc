@@ -16,9 +16,10 @@ double dispatcher_bytes_factor(const Model& m, const Plan& p, int ep_nodes) {
     const int64_t experts = m.moe.experts, top_k = m.moe.top_k;
     const int64_t period = experts / std::gcd(top_k, experts);
     double spans = 0;
+    std::vector<char> reached(static_cast<size_t>(ep_nodes));
     for (int64_t t = 0; t < period; ++t) {
       const int64_t start = t * top_k % experts;
-      std::vector<char> reached(static_cast<size_t>(ep_nodes), 0);
+      std::fill(reached.begin(), reached.end(), 0);
       int64_t nodes = 0;
       for (int64_t i = 0; i < top_k; ++i) {
         const int64_t node = (start + i) % experts * ep_nodes / experts;
