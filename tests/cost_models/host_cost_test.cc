@@ -79,6 +79,30 @@ TEST(HostIssueSeconds, EagerPytorchForwardBackwardAndNative) {
   EXPECT_DOUBLE_EQ(host_issue_seconds(op, p, f), f.host_launch_s);
 }
 
+// An expert GEMM under Transformer Engine (te.GroupedLinear) launches one cuBLAS GEMM per local
+// expert from one module call; under torch, one grouped kernel.
+TEST(HostIssueSeconds, TeGroupedExpertGemmLaunchesOnePerExpert) {
+  const Profile f = default_profile(device_spec("H100-SXM", "device"));
+  Plan p;
+  Op op;
+  op.kind = OpKind::kExpertLinear;
+  op.batch = 8;
+  op.tags.phase = Phase::kForward;
+  EXPECT_FALSE(te_grouped_expert_gemm(op, p));
+  EXPECT_EQ(kernel_launches(op, p), 1);
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  EXPECT_TRUE(te_grouped_expert_gemm(op, p));
+  EXPECT_EQ(kernel_launches(op, p), 8);
+  EXPECT_NEAR(host_issue_seconds(op, p, f),
+              8 * f.host_launch_s + f.host_dispatch_s + f.host_python_s + f.host_autograd_s +
+                  f.host_module_s,
+              1e-15);
+  op.tags.phase = Phase::kBackward;
+  EXPECT_NEAR(host_issue_seconds(op, p, f), 8 * f.host_launch_s + f.host_dispatch_s, 1e-15);
+  op.kind = OpKind::kLinear;  // a dense linear stays te.Linear's module call
+  EXPECT_FALSE(te_grouped_expert_gemm(op, p));
+}
+
 TEST(HostIssueSeconds, GraphsAndCompiledRegions) {
   const Profile f = default_profile(device_spec("H100-SXM", "device"));
   Plan p;

@@ -78,6 +78,27 @@ TEST(OpPricer, LinearsByPassWithTheirEpilogue) {
                    want(Dtype::kFp8, GemmPass::kForward, false) + memory_time(d, x.profile, 3e8));
 }
 
+// An expert GEMM (grouped over the local experts, Op::batch): one grouped kernel by default; under
+// Transformer Engine's layer spec, TE's per-expert GEMMs in rounds of its 4 streams.
+TEST(OpPricer, ExpertGemmsAsTransformerEngineRunsThem) {
+  Plan p;
+  p.dp = 8, p.ep = 8, p.global_batch = 8;
+  Op op = linear(0, Phase::kForward, false);
+  op.kind = OpKind::kExpertLinear;
+  op.m = 1024, op.n = 28672, op.k = 4096, op.batch = 6;
+  {
+    Priced x(p);
+    EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                     linear_gemm_time(x.dev(), x.profile, Dtype::kBf16, 1024, 28672, 4096, 6,
+                                      GemmPass::kForward, false));
+  }
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  Priced x(p);
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                   te_grouped_gemm_time(x.dev(), x.profile, Dtype::kBf16, 1024, 28672, 4096, 6,
+                                        GemmPass::kForward));
+}
+
 TEST(OpPricer, ExpertAllToAllsMoveTheirWireBytes) {
   Plan p;
   p.dp = 16, p.ep = 16, p.precision = Dtype::kFp8, p.global_batch = 16;
