@@ -124,13 +124,14 @@ double linear_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
   return t;
 }
 
-double te_grouped_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m,
-                            int64_t n, int64_t k, int64_t experts, GemmPass pass) {
-  const int64_t rounds = experts / kTeGroupedGemmStreams, rest = experts % kTeGroupedGemmStreams;
+double multi_stream_expert_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                                     int64_t m, int64_t n, int64_t k, int64_t experts,
+                                     GemmPass pass) {
+  const int64_t rounds = experts / kExpertGemmStreams, rest = experts % kExpertGemmStreams;
   double t = 0;
   if (rounds > 0)
     t += static_cast<double>(rounds) *
-         linear_gemm_time(dev, prof, dtype, m, n, k, kTeGroupedGemmStreams, pass, false);
+         linear_gemm_time(dev, prof, dtype, m, n, k, kExpertGemmStreams, pass, false);
   if (rest > 0) t += linear_gemm_time(dev, prof, dtype, m, n, k, rest, pass, false);
   return t;
 }

@@ -44,20 +44,25 @@ enum class GemmPass { kForward, kDataGrad, kWeightGrad };
 double linear_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m,
                         int64_t n, int64_t k, int64_t batch, GemmPass pass, bool router);
 
-// Transformer Engine's grouped GEMM (te.GroupedLinear, Megatron-Core's TEGroupedMLP) runs one
-// cuBLAS GEMM per local expert, GEMM i on compute stream i mod 4, after the streams wait for the
-// caller's (NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/gemm/cublaslt_gemm.cu
-// multi_stream_cublas_gemm, L970-1022, the path nvte_multi_tensor_gemm takes unless
-// NVTE_USE_CUTLASS_GROUPED_GEMM is set on Hopper, L1052-1075; util/multi_stream.cpp
-// get_num_compute_streams: 4).
-inline constexpr int kTeGroupedGemmStreams = 4;
+// The grouped expert GEMMs of the Transformer Engine stacks run one cuBLAS GEMM per local
+// expert, GEMM i on stream i mod 4 after the streams wait for the caller's:
+//  - Transformer Engine's grouped GEMM (te.GroupedLinear, Megatron-Core's TEGroupedMLP):
+//    NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/gemm/cublaslt_gemm.cu
+//    multi_stream_cublas_gemm L970-1022, the path nvte_multi_tensor_gemm takes unless
+//    NVTE_USE_CUTLASS_GROUPED_GEMM is set on Hopper (L1052-1075); util/multi_stream.cpp
+//    get_num_compute_streams: 4;
+//  - grouped_gemm's gmm (NeMo AutoModel's DeepEP experts, Automodel@8d9bfb90e
+//    components/moe/layers.py L478-492, grouped_gemm fanshiqing/grouped_gemm v1.1.4):
+//    csrc/grouped_gemm.cu CublasGroupedGemm, cublasGemmEx per expert on cublas_stream[i %
+//    NUM_STREAM], NUM_STREAM 4; CUTLASS's grouped kernel only in an sm80 build.
+inline constexpr int kExpertGemmStreams = 4;
 
-// Seconds of `experts` equal GEMMs of m x k by k x n run as Transformer Engine's grouped GEMM
-// runs them: in rounds of kTeGroupedGemmStreams concurrent GEMMs (the streams' kernels share the
-// GPU's waves), each round a linear_gemm_time of that many grouped products, one after the
-// other. REQUIRES: experts >= 1.
-double te_grouped_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_t m,
-                            int64_t n, int64_t k, int64_t experts, GemmPass pass);
+// Seconds of `experts` equal GEMMs of m x k by k x n run as those libraries run them: in rounds
+// of kExpertGemmStreams concurrent GEMMs (the streams' kernels share the GPU's waves), each round
+// a linear_gemm_time of that many grouped products, one after the other. REQUIRES: experts >= 1.
+double multi_stream_expert_gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype,
+                                     int64_t m, int64_t n, int64_t k, int64_t experts,
+                                     GemmPass pass);
 
 // The dtype of the output layer's GEMMs (the head and its gradients) under `precision`: fp8
 // plans keep it in bf16 (Megatron-Core's output layer is a plain ColumnParallelLinear outside

@@ -72,7 +72,7 @@ int64_t multi_tensor_launches(int64_t tensors, double elements, int depth) {
   return std::max(by_blocks, by_tensors);
 }
 
-bool te_grouped_expert_gemm(const Op& op, const Plan& plan) {
+bool multi_stream_expert_gemm(const Op& op, const Plan& plan) {
   return op.kind == OpKind::kExpertLinear &&
          plan.transformer_impl == TransformerImpl::kTransformerEngine;
 }
@@ -111,7 +111,7 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
         return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors).kernels;
       return 1;
     case OpKind::kExpertLinear:
-      return te_grouped_expert_gemm(op, plan) ? std::max<int64_t>(1, op.batch) : 1;
+      return multi_stream_expert_gemm(op, plan) ? std::max<int64_t>(1, op.batch) : 1;
     case OpKind::kCountZeros:
       // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
       // and the add into the total (its one zero-initialising kernel left out).
@@ -153,8 +153,9 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     return op.role == OpRole::kWeightGrad ? 0.0 : f.host_te_linear_bwd_s;
   }
   const Phase ph = op.tags.phase;
-  if (te_grouped_expert_gemm(op, plan)) {
-    // One te.GroupedLinear call; its C++ loop launches the per-expert GEMMs.
+  if (multi_stream_expert_gemm(op, plan)) {
+    // One grouped-linear call (te.GroupedLinear, grouped_gemm's gmm); its C++ loop launches the
+    // per-expert GEMMs.
     double t = launch + f.host_dispatch_s;
     if (ph == Phase::kForward || ph == Phase::kRecompute)
       t += f.host_python_s + f.host_autograd_s + f.host_module_s;

@@ -20,12 +20,12 @@ namespace parasol::cost {
 // multi_tensor_apply.cuh). REQUIRES: 1 <= depth <= 5.
 int64_t multi_tensor_launches(int64_t tensors, double elements, int depth);
 
-// Whether `op` is an expert GEMM that `plan` runs as Transformer Engine's grouped GEMM, one cuBLAS
-// GEMM per local expert (Op::batch) over TE's compute streams (cost_models/compute.h
-// te_grouped_gemm_time): the grouped expert MLP of Megatron-Core's Transformer Engine layer spec
-// (TEGroupedMLP, te.GroupedLinear; Plan::transformer_impl transformer_engine). Otherwise one
-// grouped kernel (torch._grouped_mm, torchtitan's experts).
-bool te_grouped_expert_gemm(const Op& op, const Plan& plan);
+// Whether `op` is an expert GEMM that `plan` runs as one cuBLAS GEMM per local expert (Op::batch)
+// over 4 streams (cost_models/compute.h multi_stream_expert_gemm_time): the grouped experts of
+// the Transformer Engine stacks (Plan::transformer_impl transformer_engine): Megatron-Core's
+// TEGroupedMLP (te.GroupedLinear) and NeMo AutoModel's TE + DeepEP backend (grouped_gemm's gmm).
+// Otherwise one grouped kernel (torch._grouped_mm, torchtitan's experts).
+bool multi_stream_expert_gemm(const Op& op, const Plan& plan);
 
 // Kernels `op` launches on the device when issued eagerly under `plan`: one per op of the
 // Program, except: FlashAttention-2's backward (3: dot(dO, O), the dQ/dK/dV kernel, the dQ
@@ -36,8 +36,8 @@ bool te_grouped_expert_gemm(const Op& op, const Plan& plan);
 // weight decay: torch/optim/adamw.py _single_tensor_adamw); the cast a multi-tensor apply of
 // depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py); Megatron's
 // logged statistics: count_zeros_fp32 4 per gradient tensor, calc_params_l2_norm its
-// multi-tensor L2 norm and 16 small kernels); an expert GEMM of Transformer Engine's grouped GEMM
-// one per local expert (te_grouped_expert_gemm). A sync launches its device-to-host copy.
+// multi-tensor L2 norm and 16 small kernels); an expert GEMM run per expert one per local expert
+// (multi_stream_expert_gemm). A sync launches its device-to-host copy.
 int64_t kernel_launches(const Op& op, const Plan& plan);
 
 // Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:
@@ -54,9 +54,9 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //    and norm (what te.LayerNormLinear adds for its LayerNorm) cost the module call's measured
 //    host time (profile.host_te_*: forward; backward at the data gradient, the weight
 //    gradient's GEMM inside it), in place of the per-kernel terms above;
-//    an expert GEMM of Transformer Engine's grouped GEMM (te_grouped_expert_gemm) is one module
-//    call that launches a cuBLAS GEMM per local expert from C++: the per-kernel launches, the
-//    Python, autograd and module terms once;
+//    an expert GEMM run per expert (multi_stream_expert_gemm) is one module call that launches a
+//    cuBLAS GEMM per local expert from C++: the per-kernel launches, the Python, autograd and
+//    module terms once;
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;

@@ -380,9 +380,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                                                                 : GemmPass::kWeightGrad;
         // A linear outside the layers is the output layer (core/lower.h).
         const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math) : math;
-        if (te_grouped_expert_gemm(op, plan_))
-          return te_grouped_gemm_time(dev, prof_, dtype, op.m, op.n, op.k,
-                                      std::max<int64_t>(1, op.batch), pass);
+        if (multi_stream_expert_gemm(op, plan_))
+          return multi_stream_expert_gemm_time(dev, prof_, dtype, op.m, op.n, op.k,
+                                               std::max<int64_t>(1, op.batch), pass);
         return linear_gemm_time(dev, prof_, dtype, op.m, op.n, op.k, op.batch, pass, is_router(op));
       }
       if (op.flops > 0)

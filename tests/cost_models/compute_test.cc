@@ -587,14 +587,17 @@ TEST(LinearGemm, TeGroupedGemmRunsRoundsOfFourStreams) {
     const double four = linear_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 4, pass, false);
     const double one = linear_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 1, pass, false);
     const double two = linear_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 2, pass, false);
-    EXPECT_DOUBLE_EQ(te_grouped_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 1, pass), one);
-    EXPECT_DOUBLE_EQ(te_grouped_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 4, pass), four);
-    EXPECT_DOUBLE_EQ(te_grouped_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 9, pass),
+    EXPECT_DOUBLE_EQ(multi_stream_expert_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 1, pass), one);
+    EXPECT_DOUBLE_EQ(multi_stream_expert_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 4, pass),
+                     four);
+    EXPECT_DOUBLE_EQ(multi_stream_expert_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 9, pass),
                      2 * four + one);
-    EXPECT_DOUBLE_EQ(te_grouped_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 6, pass), four + two);
+    EXPECT_DOUBLE_EQ(multi_stream_expert_gemm_time(h100, prof, Dtype::kFp8, m, n, k, 6, pass),
+                     four + two);
   }
-  EXPECT_GE(te_grouped_gemm_time(h100, prof, Dtype::kBf16, m, n, k, 16, GemmPass::kForward),
-            linear_gemm_time(h100, prof, Dtype::kBf16, m, n, k, 16, GemmPass::kForward, false));
+  EXPECT_GE(
+      multi_stream_expert_gemm_time(h100, prof, Dtype::kBf16, m, n, k, 16, GemmPass::kForward),
+      linear_gemm_time(h100, prof, Dtype::kBf16, m, n, k, 16, GemmPass::kForward, false));
 }
 
 TEST(LinearGemm, TheOutputLayerStaysOutOfFp8) {

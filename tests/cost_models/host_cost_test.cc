@@ -88,10 +88,10 @@ TEST(HostIssueSeconds, TeGroupedExpertGemmLaunchesOnePerExpert) {
   op.kind = OpKind::kExpertLinear;
   op.batch = 8;
   op.tags.phase = Phase::kForward;
-  EXPECT_FALSE(te_grouped_expert_gemm(op, p));
+  EXPECT_FALSE(multi_stream_expert_gemm(op, p));
   EXPECT_EQ(kernel_launches(op, p), 1);
   p.transformer_impl = TransformerImpl::kTransformerEngine;
-  EXPECT_TRUE(te_grouped_expert_gemm(op, p));
+  EXPECT_TRUE(multi_stream_expert_gemm(op, p));
   EXPECT_EQ(kernel_launches(op, p), 8);
   EXPECT_NEAR(host_issue_seconds(op, p, f),
               8 * f.host_launch_s + f.host_dispatch_s + f.host_python_s + f.host_autograd_s +
@@ -100,7 +100,7 @@ TEST(HostIssueSeconds, TeGroupedExpertGemmLaunchesOnePerExpert) {
   op.tags.phase = Phase::kBackward;
   EXPECT_NEAR(host_issue_seconds(op, p, f), 8 * f.host_launch_s + f.host_dispatch_s, 1e-15);
   op.kind = OpKind::kLinear;  // a dense linear stays te.Linear's module call
-  EXPECT_FALSE(te_grouped_expert_gemm(op, p));
+  EXPECT_FALSE(multi_stream_expert_gemm(op, p));
 }
 
 TEST(HostIssueSeconds, GraphsAndCompiledRegions) {

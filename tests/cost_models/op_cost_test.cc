@@ -95,8 +95,8 @@ TEST(OpPricer, ExpertGemmsAsTransformerEngineRunsThem) {
   p.transformer_impl = TransformerImpl::kTransformerEngine;
   Priced x(p);
   EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
-                   te_grouped_gemm_time(x.dev(), x.profile, Dtype::kBf16, 1024, 28672, 4096, 6,
-                                        GemmPass::kForward));
+                   multi_stream_expert_gemm_time(x.dev(), x.profile, Dtype::kBf16, 1024, 28672,
+                                                 4096, 6, GemmPass::kForward));
 }
 
 TEST(OpPricer, ExpertAllToAllsMoveTheirWireBytes) {
