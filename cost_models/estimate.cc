@@ -7,7 +7,7 @@
 // others add to fill and drain); data-parallel synchronisation follows the framework semantics
 // the plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
 // modes, HSDP); then the optimizer and offload. Communication that overlaps compute slows it by
-// the profile's overlap_compute_slowdown.
+// the profile's overlap_compute_slowdown (dp_overlap_compute_slowdown for data-parallel traffic).
 #include "cost_models/estimate.h"
 
 #include <algorithm>
@@ -801,6 +801,7 @@ inline bool Estimator::repeats_previous(const Plan& p, int s) const {
 // stage's micro-batch slot into `slots`.
 inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
   const double slowdown = profile_.overlap_compute_slowdown;
+  const double dp_slowdown = profile_.dp_overlap_compute_slowdown;
   std::vector<StagePrice>& stages = scratch_stages_;
   std::vector<DataParallel>& dps = scratch_dps_;
   stages.assign(p.pp, StagePrice{});
@@ -817,8 +818,8 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
       stages[s].dp_hidden = dps[s].per_micro_batch_hidden;
     }
     stages[s].host = host_excess(p, s, stages[s]);
-    slots[s] =
-        stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden) + stages[s].host;
+    slots[s] = stages[s].slot() + slowdown * stages[s].hidden + dp_slowdown * stages[s].dp_hidden +
+               stages[s].host;
   }
 }
 
@@ -886,7 +887,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                                           : sp_params.total();
   TimeBreakdown t;
   t.dp_comm = dp.per_step;
-  t.overlap = f.overlap_compute_slowdown * dp.per_step_hidden;
+  t.overlap = f.dp_overlap_compute_slowdown * dp.per_step_hidden;
   const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
@@ -1086,6 +1087,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   Estimate e;
   const int mb = p.micro_batches();
   const double slowdown = profile_.overlap_compute_slowdown;
+  const double dp_slowdown = profile_.dp_overlap_compute_slowdown;
   price_stages(p, e.stage_slot_s);
   const std::vector<double>& slots = e.stage_slot_s;
   const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
@@ -1109,7 +1111,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.ep_comm = mb * c.ep;
   tb.pp_comm = mb * c.pp;
   tb.dp_comm = mb * c.dp + tail_parts.dp_comm;
-  tb.overlap = mb * slowdown * (c.hidden + c.dp_hidden) + tail_parts.overlap;
+  tb.overlap = mb * (slowdown * c.hidden + dp_slowdown * c.dp_hidden) + tail_parts.overlap;
   tb.bubble = pipeline - mb * slot_max;
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;

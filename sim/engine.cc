@@ -62,6 +62,23 @@ constexpr int kCatComm0 = 4;
 constexpr int kCatOffload = kCatComm0 + kGroupCount;
 constexpr int kCatHost = kCatOffload + 1;
 constexpr int kCategories = kCatHost + 1;
+// Whether category `cat` is a collective of a data-parallel group (gradient reduction, ZeRO-3
+// gathers, HSDP replicas): Profile::dp_overlap_compute_slowdown prices what it overlaps.
+bool is_dp_category(int cat) {
+  if (cat < kCatComm0 || cat >= kCatOffload) return false;
+  switch (static_cast<Group>(cat - kCatComm0)) {
+    case Group::kDp:
+    case Group::kDpCp:
+    case Group::kExpertDp:
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
+      return true;
+    default:
+      return false;
+  }
+}
 
 using cost::is_compute_kind;
 using cost::runs_on_host;
@@ -176,7 +193,8 @@ class Engine {
         stream_ops_(work.stream_ops),
         dep_src_(work.dep_src),
         dep_dst_(work.dep_dst),
-        slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)) {
+        slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)),
+        dp_slowdown_(std::clamp(profile.dp_overlap_compute_slowdown, 0.0, 0.99)) {
     const int pp = plan.pp;
     // The Programs come from the lowering: a malformed one is parasol's bug, not the user's.
     PARASOL_CHECK(static_cast<int>(programs.size()) == pp,
@@ -228,10 +246,18 @@ class Engine {
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
   // Overlap is not free: a stage's device compute progresses at 1 - slowdown while a collective
-  // or send of the stage runs beside it (cost::Profile::overlap_compute_slowdown).
-  double compute_rate(int stage) const { return comm_active_[stage] > 0 ? 1 - slowdown_ : 1; }
+  // or send of the stage runs beside it (cost::Profile::overlap_compute_slowdown), at
+  // 1 - dp_slowdown while a data-parallel collective does (dp_overlap_compute_slowdown; the larger
+  // when both run).
+  double compute_rate(int stage) const {
+    double s = 0;
+    if (comm_active_[stage] > 0) s = slowdown_;
+    if (dp_comm_active_[stage] > 0) s = std::max(s, dp_slowdown_);
+    return 1 - s;
+  }
   void compute_update(int stage, double t);
-  void comm_active_change(int stage, int delta, double t);
+  // A collective or send of `stage` starts (+1) or ends (-1); `dp`: of a data-parallel group.
+  void comm_active_change(int stage, int delta, bool dp, double t);
   static bool is_nccl_share(int share) { return share >= 0 && share % kClasses <= kNicClass; }
   void push(double t, int i) { heap_.push({t, i, ops_[i].version}); }
   SimBreakdown sweep(int stage, double step_time) const;
@@ -283,7 +309,9 @@ class Engine {
   // Per stage: communication ops running, the device compute ops running and when their
   // remaining work was last brought up to date.
   double slowdown_ = 0;
+  double dp_slowdown_ = 0;
   std::vector<int> comm_active_;
+  std::vector<int> dp_comm_active_;
   std::vector<std::vector<int>> running_compute_;
   std::vector<double> compute_last_;
 };
@@ -334,6 +362,7 @@ void Engine::reset_state() {
   shares_.resize(static_cast<size_t>(pp) * kClasses);
   stream_ops_.resize(pp);
   comm_active_.assign(pp, 0);
+  dp_comm_active_.assign(pp, 0);
   running_compute_.assign(pp, {});
   compute_last_.assign(pp, 0);
 }
@@ -521,12 +550,13 @@ void Engine::compute_update(int s, double t) {
   compute_last_[s] = t;
 }
 
-void Engine::comm_active_change(int s, int delta, double t) {
-  if (slowdown_ <= 0) return;
-  const bool was = comm_active_[s] > 0;
+void Engine::comm_active_change(int s, int delta, bool dp, double t) {
+  if (slowdown_ <= 0 && dp_slowdown_ <= 0) return;
+  const double was = compute_rate(s);
   compute_update(s, t);
   comm_active_[s] += delta;
-  if (was == (comm_active_[s] > 0)) return;
+  if (dp) dp_comm_active_[s] += delta;
+  if (was == compute_rate(s)) return;
   for (int i : running_compute_[s]) {
     ++ops_[i].version;
     push(t + remaining_[i] / compute_rate(s), i);
@@ -538,7 +568,7 @@ void Engine::start(int i, double t) {
   times_[i].xfer = t;
   switch (ops_[i].type) {
     case Type::kCompute: {
-      if (slowdown_ <= 0) {
+      if (slowdown_ <= 0 && dp_slowdown_ <= 0) {
         push(t + ops_[i].dur, i);
         return;
       }
@@ -558,7 +588,8 @@ void Engine::start(int i, double t) {
       return;
     case Type::kComm:
     case Type::kSend:
-      if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], +1, t);
+      if (is_nccl_share(ops_[i].share))
+        comm_active_change(stage_[i], +1, is_dp_category(ops_[i].cat), t);
       if (ops_[i].share >= 0) {
         const int c = ops_[i].share;
         share_update(c, t);
@@ -593,13 +624,14 @@ void Engine::start(int i, double t) {
 void Engine::finish(int i, double t) {
   ops_[i].done = 1;
   times_[i].end = t;
-  if (ops_[i].type == Type::kCompute && slowdown_ > 0) {
+  if (ops_[i].type == Type::kCompute && (slowdown_ > 0 || dp_slowdown_ > 0)) {
     const int s = stage_[i];
     compute_update(s, t);
     auto& run = running_compute_[s];
     run.erase(std::find(run.begin(), run.end(), i));
   }
-  if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], -1, t);
+  if (is_nccl_share(ops_[i].share))
+    comm_active_change(stage_[i], -1, is_dp_category(ops_[i].cat), t);
   if (ops_[i].share >= 0) {
     const int c = ops_[i].share;
     share_update(c, t);
