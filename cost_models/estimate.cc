@@ -7,7 +7,7 @@
 // others add to fill and drain); data-parallel synchronisation follows the framework semantics
 // the plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
 // modes, HSDP); then the optimizer and offload. Communication that overlaps compute slows it by
-// the profile's overlap_compute_slowdown (dp_overlap_compute_slowdown for data-parallel traffic).
+// the rule the simulator plays (cost_models/compute_overlap.h's overlap_seconds).
 #include "cost_models/estimate.h"
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include "core/optimizer_traffic.h"
 #include "core/rank_layout.h"
 #include "cost_models/compute.h"
+#include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
 #include "cost_models/layer_fragment.h"
@@ -186,6 +187,20 @@ double Estimator::host_edges(const StagePrice& price, int mb, double& backlog) c
 double Estimator::StagePrice::slot() const {
   return forward + backward + recompute + tp + cp + ep + pp + dp;
 }
+
+namespace {
+// Seconds that `dp_hidden` seconds of data-parallel traffic and the stage's other hidden
+// communication add to a micro-batch on the stage by slowing its compute (compute_overlap.h's
+// rule), less the `dp_excess` seconds by which the data-parallel traffic outlasts the compute
+// it hides behind: until the slowed compute outlasts them, the step waits for the traffic
+// anyway (the simulator plays this; the closed form takes it over the micro-batch as a whole).
+double hidden_overlap(const Profile& f, const Estimator::StagePrice& s, double dp_hidden,
+                      double dp_excess) {
+  return std::max(
+      0.0,
+      overlap_seconds(f, s.hidden, dp_hidden, s.forward + s.backward + s.recompute) - dp_excess);
+}
+}  // namespace
 
 Estimator::~Estimator() = default;
 Estimator::Estimator(Estimator&&) noexcept = default;
@@ -617,9 +632,32 @@ struct Estimator::DataParallelSync {
   void by_buckets(const Buckets& b, const Groups& g) const;
   void by_layers(double count, const Groups& g, const std::vector<double>& ag,
                  const std::vector<double>& rs) const;
-  static void add_to(double& exposed, double& hidden, std::pair<double, double> e) {
-    exposed += e.first;
-    hidden += e.second;
+  // Seconds of one kind of traffic beside a compute window: exposed and hidden, and of the
+  // exposed, the excess: those by which the traffic outlasts the window it hides behind.
+  struct Seconds {
+    double exposed = 0, hidden = 0, excess = 0;
+  };
+  // `comm` seconds issued in `pieces` beside `window` seconds of compute (overlap()).
+  static Seconds spread(double comm, double window, int pieces) {
+    const auto [e, h] = overlap(comm, window, pieces);
+    const double rest = comm - comm / std::max(1, pieces);
+    return {e, h, comm > 0 ? std::max(0.0, rest - window) : 0.0};
+  }
+  // `comm` seconds issued as the compute produces them, `last` at the window's end
+  // (overlap_after()).
+  static Seconds after(double comm, double last, double window) {
+    const auto [e, h] = overlap_after(comm, last, window);
+    return {e, h, comm > 0 ? std::max(0.0, comm - last - window) : 0.0};
+  }
+  void per_micro_batch(Seconds t) const {
+    out.per_micro_batch += t.exposed;
+    out.per_micro_batch_hidden += t.hidden;
+    out.per_micro_batch_excess += t.excess;
+  }
+  void per_step(Seconds t) const {
+    out.per_step += t.exposed;
+    out.per_step_hidden += t.hidden;
+    out.per_step_excess += t.excess;
   }
 };
 
@@ -661,17 +699,16 @@ void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) 
   const double window_b = p.overlap_grad_reduce ? bwd : 0;
   if (p.zero == 2) {
     // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
-    add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap_after(red, last, window_b));
+    per_micro_batch(after(red, last, window_b));
   } else {
     // Once per step, beside the last micro-batch's backward.
-    add_to(out.per_step, out.per_step_hidden, overlap_after(red, last, window_b));
+    per_step(after(red, last, window_b));
   }
   if (sharded) {
     // Updated parameters gathered after the optimizer (beside the next forward when
     // overlap_param_gather).
     const double gat = b.sum([&](double n) { return g.gather(n, w_bytes); });
-    add_to(out.per_step, out.per_step_hidden,
-           overlap(gat, p.overlap_param_gather ? fwd : 0, b.count()));
+    per_step(spread(gat, p.overlap_param_gather ? fwd : 0, b.count()));
   }
 }
 
@@ -690,17 +727,17 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
     case Reshard::kAfterForward:
       // Gathered in forward, freed, gathered again for backward (and the recompute inside
       // it); gradients reduce-scattered as each layer's backward ends.
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag + rs, window_b, layers));
+      per_micro_batch(spread(ag, window_f, layers));
+      per_micro_batch(spread(ag + rs, window_b, layers));
       break;
     case Reshard::kAfterBackward:
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(rs, window_b, layers));
+      per_micro_batch(spread(ag, window_f, layers));
+      per_micro_batch(spread(rs, window_b, layers));
       break;
     case Reshard::kAfterStep:
       // Gathered at the first use of the step, reduce-scattered after the last backward.
-      add_to(out.per_step, out.per_step_hidden, overlap(ag, mb > 0 ? window_f : 0, layers));
-      add_to(out.per_step, out.per_step_hidden, overlap(rs, window_b, layers));
+      per_step(spread(ag, mb > 0 ? window_f : 0, layers));
+      per_step(spread(rs, window_b, layers));
       break;
   }
 }
@@ -800,8 +837,6 @@ inline bool Estimator::repeats_previous(const Plan& p, int s) const {
 // scratch_dps_ (kept between evaluations: the search calls this millions of times) and each
 // stage's micro-batch slot into `slots`.
 inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
-  const double slowdown = profile_.overlap_compute_slowdown;
-  const double dp_slowdown = profile_.dp_overlap_compute_slowdown;
   std::vector<StagePrice>& stages = scratch_stages_;
   std::vector<DataParallel>& dps = scratch_dps_;
   stages.assign(p.pp, StagePrice{});
@@ -818,8 +853,10 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
       stages[s].dp_hidden = dps[s].per_micro_batch_hidden;
     }
     stages[s].host = host_excess(p, s, stages[s]);
-    slots[s] = stages[s].slot() + slowdown * stages[s].hidden + dp_slowdown * stages[s].dp_hidden +
-               stages[s].host;
+    slots[s] =
+        stages[s].slot() +
+        hidden_overlap(profile_, stages[s], stages[s].dp_hidden, dps[s].per_micro_batch_excess) +
+        stages[s].host;
   }
 }
 
@@ -887,7 +924,10 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                                           : sp_params.total();
   TimeBreakdown t;
   t.dp_comm = dp.per_step;
-  t.overlap = f.dp_overlap_compute_slowdown * dp.per_step_hidden;
+  // The step's data-parallel traffic hides behind a micro-batch's compute beside its own.
+  t.overlap = hidden_overlap(f, stage, stage.dp_hidden + dp.per_step_hidden,
+                             dp.per_micro_batch_excess + dp.per_step_excess) -
+              hidden_overlap(f, stage, stage.dp_hidden, dp.per_micro_batch_excess);
   const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
@@ -1086,8 +1126,6 @@ inline void Estimator::fill_memory(const Plan& p, const MemoryBreakdown& memory,
 Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   Estimate e;
   const int mb = p.micro_batches();
-  const double slowdown = profile_.overlap_compute_slowdown;
-  const double dp_slowdown = profile_.dp_overlap_compute_slowdown;
   price_stages(p, e.stage_slot_s);
   const std::vector<double>& slots = e.stage_slot_s;
   const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
@@ -1111,7 +1149,9 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.ep_comm = mb * c.ep;
   tb.pp_comm = mb * c.pp;
   tb.dp_comm = mb * c.dp + tail_parts.dp_comm;
-  tb.overlap = mb * (slowdown * c.hidden + dp_slowdown * c.dp_hidden) + tail_parts.overlap;
+  tb.overlap =
+      mb * hidden_overlap(profile_, c, c.dp_hidden, scratch_dps_[crit].per_micro_batch_excess) +
+      tail_parts.overlap;
   tb.bubble = pipeline - mb * slot_max;
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;

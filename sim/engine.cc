@@ -23,6 +23,7 @@
 #include "core/host_issue.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
+#include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/op_cost.h"
 #include "sim/trace_annotate.h"
@@ -63,21 +64,10 @@ constexpr int kCatOffload = kCatComm0 + kGroupCount;
 constexpr int kCatHost = kCatOffload + 1;
 constexpr int kCategories = kCatHost + 1;
 // Whether category `cat` is a collective of a data-parallel group (gradient reduction, ZeRO-3
-// gathers, HSDP replicas): Profile::dp_overlap_compute_slowdown prices what it overlaps.
+// gathers, HSDP replicas): cost_models/compute_overlap.h's rule tells it from the others.
 bool is_dp_category(int cat) {
-  if (cat < kCatComm0 || cat >= kCatOffload) return false;
-  switch (static_cast<Group>(cat - kCatComm0)) {
-    case Group::kDp:
-    case Group::kDpCp:
-    case Group::kExpertDp:
-    case Group::kDpShard:
-    case Group::kDpReplicate:
-    case Group::kExpertShard:
-    case Group::kExpertReplicate:
-      return true;
-    default:
-      return false;
-  }
+  return cat >= kCatComm0 && cat < kCatOffload &&
+         cost::is_data_parallel(static_cast<Group>(cat - kCatComm0));
 }
 
 using cost::is_compute_kind;
@@ -193,8 +183,10 @@ class Engine {
         stream_ops_(work.stream_ops),
         dep_src_(work.dep_src),
         dep_dst_(work.dep_dst),
-        slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)),
-        dp_slowdown_(std::clamp(profile.dp_overlap_compute_slowdown, 0.0, 0.99)) {
+        slowdown_{{0, cost::compute_slowdown(profile, false, true)},
+                  {cost::compute_slowdown(profile, true, false),
+                   cost::compute_slowdown(profile, true, true)}},
+        slows_(slowdown_[1][1] > 0) {
     const int pp = plan.pp;
     // The Programs come from the lowering: a malformed one is parasol's bug, not the user's.
     PARASOL_CHECK(static_cast<int>(programs.size()) == pp,
@@ -245,15 +237,12 @@ class Engine {
   void host_advance(int stage, double t);
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
-  // Overlap is not free: a stage's device compute progresses at 1 - slowdown while a collective
-  // or send of the stage runs beside it (cost::Profile::overlap_compute_slowdown), at
-  // 1 - dp_slowdown while a data-parallel collective does (dp_overlap_compute_slowdown; the larger
-  // when both run).
+  // Overlap is not free: a stage's device compute progresses at 1 - cost::compute_slowdown() of
+  // the kinds of collectives and sends of the stage running beside it (cost_models/
+  // compute_overlap.h: the rule the closed form integrates).
   double compute_rate(int stage) const {
-    double s = 0;
-    if (comm_active_[stage] > 0) s = slowdown_;
-    if (dp_comm_active_[stage] > 0) s = std::max(s, dp_slowdown_);
-    return 1 - s;
+    const int dp = dp_comm_active_[stage];
+    return 1 - slowdown_[comm_active_[stage] > dp ? 1 : 0][dp > 0 ? 1 : 0];
   }
   void compute_update(int stage, double t);
   // A collective or send of `stage` starts (+1) or ends (-1); `dp`: of a data-parallel group.
@@ -308,9 +297,10 @@ class Engine {
   std::vector<int> now_done_;  // ops that finish at the current time
   // Per stage: communication ops running, the device compute ops running and when their
   // remaining work was last brought up to date.
-  double slowdown_ = 0;
-  double dp_slowdown_ = 0;
-  std::vector<int> comm_active_;
+  // compute_slowdown() by [other kinds running][data-parallel running]; whether any slows.
+  double slowdown_[2][2] = {{0, 0}, {0, 0}};
+  bool slows_ = false;
+  std::vector<int> comm_active_;  // all of them; dp_comm_active_: those of data-parallel groups
   std::vector<int> dp_comm_active_;
   std::vector<std::vector<int>> running_compute_;
   std::vector<double> compute_last_;
@@ -551,7 +541,7 @@ void Engine::compute_update(int s, double t) {
 }
 
 void Engine::comm_active_change(int s, int delta, bool dp, double t) {
-  if (slowdown_ <= 0 && dp_slowdown_ <= 0) return;
+  if (!slows_) return;
   const double was = compute_rate(s);
   compute_update(s, t);
   comm_active_[s] += delta;
@@ -568,7 +558,7 @@ void Engine::start(int i, double t) {
   times_[i].xfer = t;
   switch (ops_[i].type) {
     case Type::kCompute: {
-      if (slowdown_ <= 0 && dp_slowdown_ <= 0) {
+      if (!slows_) {
         push(t + ops_[i].dur, i);
         return;
       }
@@ -624,7 +614,7 @@ void Engine::start(int i, double t) {
 void Engine::finish(int i, double t) {
   ops_[i].done = 1;
   times_[i].end = t;
-  if (ops_[i].type == Type::kCompute && (slowdown_ > 0 || dp_slowdown_ > 0)) {
+  if (ops_[i].type == Type::kCompute && slows_) {
     const int s = stage_[i];
     compute_update(s, t);
     auto& run = running_compute_[s];

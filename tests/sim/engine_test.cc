@@ -197,8 +197,9 @@ TEST_F(EngineTest, ComputeBesideACollectiveRunsSlower) {
 TEST_F(EngineTest, ComputeBesideADataParallelCollectiveRunsAtItsOwnSlowdown) {
   // The same GEMM beside a data-parallel all-gather of c < t seconds progresses at 1 - s_dp
   // (Profile::dp_overlap_compute_slowdown: Hopper's persistent GEMMs beside NCCL's gathers and
-  // reductions), so it ends at t + s_dp c; beside a tensor-parallel all-reduce as well, the
-  // larger of the two rates' slowdowns holds.
+  // reductions), so it ends at t + s_dp c; beside a tensor-parallel all-reduce as well, at
+  // (1 - s)(1 - s_dp) while both run (cost_models/compute_overlap.h), then at the slowdown of the
+  // one left.
   cost::Profile slow = prof;
   slow.overlap_compute_slowdown = 0.2;
   slow.dp_overlap_compute_slowdown = 0.5;
@@ -220,12 +221,13 @@ TEST_F(EngineTest, ComputeBesideADataParallelCollectiveRunsAtItsOwnSlowdown) {
     int ar = collective(p, OpKind::kAllReduce, Group::kTp, 64e6, 1);
     int ag = collective(p, OpKind::kAllGather, Group::kDpCp, 64e6, 2);
     SimResult r = simulate(model, one, plan(2, 1, 4), {p}, slow, true);
-    // Until the first of the two ends both run (0.5 wins); then only the other one does.
+    // Until the first of the two ends both run (rate 0.8 x 0.5); then only the other one does.
     const double e1 = std::min(event(r, 0, ar).end_s(), event(r, 0, ag).end_s());
     const double e2 = std::max(event(r, 0, ar).end_s(), event(r, 0, ag).end_s());
     const double s2 = event(r, 0, ar).end_s() > event(r, 0, ag).end_s() ? 0.2 : 0.5;
     ASSERT_LT(e2, t);
-    EXPECT_NEAR(event(r, 0, a).dur_s, t + 0.5 * e1 + s2 * (e2 - e1), 1e-12);
+    ASSERT_EQ(event(r, 0, ar).start_s, event(r, 0, ag).start_s);
+    EXPECT_NEAR(event(r, 0, a).dur_s, t + (1 - 0.8 * 0.5) * e1 + s2 * (e2 - e1), 1e-12);
   }
 }
 
