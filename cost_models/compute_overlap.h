@@ -70,4 +70,22 @@ inline double overlap_seconds(const Profile& f, double other, double data_parall
          compute_slowdown(f, true, true) * both;
 }
 
+// Communication queued on one stream beside a window of compute: `comm` seconds, of which
+// `edge` are issued at the window's edge and hide behind none of it (a prefetch issued before the
+// window's first compute, reductions of what its last compute produced); the rest is issued as
+// the compute goes, from the window's start on. Played first in, first out, the queue ends at
+// the later of the window's end plus the edge and its start plus all of it.
+struct QueuedComm {
+  double comm = 0, edge = 0;
+  void add(double seconds, double at_edge) {
+    comm += seconds;
+    edge += at_edge;
+  }
+  // The seconds of it that outlast `window` seconds of compute.
+  double exposed(double window) const { return comm > 0 ? std::max(edge, comm - window) : 0; }
+  // Of those, the ones the queue outlasts the window by beside it, before its edge: the
+  // compute slowed by them (compute_slowdown()) ends no later until it outlasts them.
+  double excess(double window) const { return std::max(0.0, comm - edge - window); }
+};
+
 }  // namespace parasol::cost

@@ -61,13 +61,6 @@ std::pair<double, double> overlap(double comm, double window, int pieces) {
   return {exposed, comm - exposed};
 }
 
-// What of `comm` seconds hides behind `window` seconds of compute when its parts are issued as
-// the compute produces them and the one issued at the window's end takes `last` of them.
-std::pair<double, double> overlap_after(double comm, double last, double window) {
-  if (comm <= 0) return {0, 0};
-  const double exposed = std::min(comm, last + std::max(0.0, comm - last - window));
-  return {exposed, comm - exposed};
-}
 }  // namespace
 
 namespace {
@@ -580,11 +573,36 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   return stage_prices_.emplace(key, price).first->second;
 }
 
+// The data-parallel stream of a stage beside a micro-batch: the collectives of every
+// data-parallel group, dense and expert, queue on one stream (core/lower_emit.cc, comm_stream),
+// in the forward and the backward of every micro-batch, and once a step beside the first
+// micro-batch's forward (parameters gathered for the step) and the last one's backward
+// (gradients reduced for the step).
+struct Estimator::DataParallelQueues {
+  QueuedComm forward, backward, step_forward, step_backward;
+  // Exposed, hidden and excess seconds per micro-batch, and what the step's traffic adds to
+  // them, beside forward and backward windows of `fwd` and `bwd` seconds of compute (0: not
+  // overlapped).
+  DataParallel price(double fwd, double bwd) const {
+    DataParallel out;
+    QueuedComm f = forward, b = backward;
+    out.per_micro_batch = f.exposed(fwd) + b.exposed(bwd);
+    out.per_micro_batch_hidden = f.comm + b.comm - out.per_micro_batch;
+    out.per_micro_batch_excess = f.excess(fwd) + b.excess(bwd);
+    f.add(step_forward.comm, step_forward.edge);
+    b.add(step_backward.comm, step_backward.edge);
+    out.per_step = f.exposed(fwd) + b.exposed(bwd) - out.per_micro_batch;
+    out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
+    out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
+    return out;
+  }
+};
+
 // data_parallel's synchronisation of one parameter class (dense or expert): its parameters
 // sharded over `shard` of its `whole` data-parallel ranks (HSDP when shard < whole: reduce-
 // scatter and gather on the shard groups, all-reduce across the replica groups), their
-// collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and overlapped with the
-// compute windows of one micro-batch.
+// collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and queued beside the compute
+// windows of a micro-batch (DataParallelQueues: both classes queue on one stream).
 struct Estimator::DataParallelSync {
   // A parameter class's gradient buckets on one stage as the lowering emits them
   // (StageParams): runs of equal layer buckets, the head's (reduced first in the backward) and
@@ -607,10 +625,9 @@ struct Estimator::DataParallelSync {
     }
   };
   const Plan& p;
-  const double fwd, bwd;  // the forward and backward (with recompute) windows
-  const int layers, mb;
+  const int layers;
   const double w_bytes, g_bytes;  // bytes of a weight gathered, of a gradient reduced
-  DataParallel& out;
+  DataParallelQueues& out;
 
   // Adds `count` parameters' traffic to `out` (in `buckets` under ZeRO 0-2); the groups'
   // collectives price it. ZeRO-3: a layer's gather and reduce-scatter are issued as calls
@@ -625,49 +642,27 @@ struct Estimator::DataParallelSync {
     int shard;
     bool hsdp;
     const GroupModel *whole_g, *shard_g, *replica_g;
-    // The collectives of one bucket: gradient reduce(-scatter) and parameter gather.
+    // The collectives of one bucket: gradient reduce(-scatter) (on the shard group under HSDP),
+    // the HSDP replicas' all-reduce of its shard, and the parameter gather.
     double reduce(double params_in_bucket, bool sharded, double g_bytes) const;
+    double replica(double params_in_bucket, double g_bytes) const;
     double gather(double params_in_bucket, double w_bytes) const;
   };
   void by_buckets(const Buckets& b, const Groups& g) const;
   void by_layers(double count, const Groups& g, const std::vector<double>& ag,
                  const std::vector<double>& rs) const;
-  // Seconds of one kind of traffic beside a compute window: exposed and hidden, and of the
-  // exposed, the excess: those by which the traffic outlasts the window it hides behind.
-  struct Seconds {
-    double exposed = 0, hidden = 0, excess = 0;
-  };
-  // `comm` seconds issued in `pieces` beside `window` seconds of compute (overlap()).
-  static Seconds spread(double comm, double window, int pieces) {
-    const auto [e, h] = overlap(comm, window, pieces);
-    const double rest = comm - comm / std::max(1, pieces);
-    return {e, h, comm > 0 ? std::max(0.0, rest - window) : 0.0};
-  }
-  // `comm` seconds issued as the compute produces them, `last` at the window's end
-  // (overlap_after()).
-  static Seconds after(double comm, double last, double window) {
-    const auto [e, h] = overlap_after(comm, last, window);
-    return {e, h, comm > 0 ? std::max(0.0, comm - last - window) : 0.0};
-  }
-  void per_micro_batch(Seconds t) const {
-    out.per_micro_batch += t.exposed;
-    out.per_micro_batch_hidden += t.hidden;
-    out.per_micro_batch_excess += t.excess;
-  }
-  void per_step(Seconds t) const {
-    out.per_step += t.exposed;
-    out.per_step_hidden += t.hidden;
-    out.per_step_excess += t.excess;
-  }
 };
 
 double Estimator::DataParallelSync::Groups::reduce(double params_in_bucket, bool sharded,
                                                    double g_bytes) const {
   const double bytes = params_in_bucket * g_bytes;
   if (!sharded) return whole_g->cost(Collective::kAllReduce, bytes).time_s;
-  double t = (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
-  if (hsdp) t += replica_g->cost(Collective::kAllReduce, bytes / shard).time_s;
-  return t;
+  return (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
+}
+
+double Estimator::DataParallelSync::Groups::replica(double params_in_bucket, double g_bytes) const {
+  if (!hsdp) return 0;
+  return replica_g->cost(Collective::kAllReduce, params_in_bucket * g_bytes / shard).time_s;
 }
 
 double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, double w_bytes) const {
@@ -691,29 +686,33 @@ void Estimator::DataParallelSync::add(double count, const Buckets& buckets, int 
 // DDP, the distributed optimizer and ZeRO-2: gradients reduced bucket by bucket as the lowering
 // emits them (core/lower_buckets.cc: each as its layer's backward ends under
 // overlap_grad_reduce, all after the backward without), and (sharded) the updated parameters
-// gathered after the optimizer.
+// gathered after the optimizer. HSDP's replicas sum each bucket's shard after its reduction,
+// once per step (after the last micro-batch's).
 void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) const {
   const bool sharded = p.zero >= 1;
   const double red = b.sum([&](double n) { return g.reduce(n, sharded, g_bytes); });
   const double last = g.reduce(b.last, sharded, g_bytes);
-  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  const double rep = sharded ? b.sum([&](double n) { return g.replica(n, g_bytes); }) : 0;
+  const double rep_last = sharded ? g.replica(b.last, g_bytes) : 0;
   if (p.zero == 2) {
     // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
-    per_micro_batch(after(red, last, window_b));
+    out.backward.add(red, last);
+    out.step_backward.add(rep, rep_last);
   } else {
     // Once per step, beside the last micro-batch's backward.
-    per_step(after(red, last, window_b));
+    out.step_backward.add(red + rep, last + rep_last);
   }
   if (sharded) {
     // Updated parameters gathered after the optimizer (beside the next forward when
     // overlap_param_gather).
     const double gat = b.sum([&](double n) { return g.gather(n, w_bytes); });
-    per_step(spread(gat, p.overlap_param_gather ? fwd : 0, b.count()));
+    out.step_forward.add(gat, gat / std::max(1, b.count()));
   }
 }
 
 // ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
-// parameters together), prefetched one unit ahead.
+// parameters together), prefetched one unit ahead; under HSDP each layer's gradient shard summed
+// over the replicas once per step, after the last micro-batch's reduce-scatter.
 void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
                                             const std::vector<double>& ag_calls,
                                             const std::vector<double>& rs_calls) const {
@@ -721,23 +720,24 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
   double ag = 0, rs = 0;
   for (double f : ag_calls) ag += layers * g.gather(f * per_layer, w_bytes);
   for (double f : rs_calls) rs += layers * g.reduce(f * per_layer, true, g_bytes);
-  const double window_f = p.overlap_param_gather ? fwd : 0;
-  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  const double rep = layers * g.replica(per_layer, g_bytes);
   switch (p.reshard) {
     case Reshard::kAfterForward:
       // Gathered in forward, freed, gathered again for backward (and the recompute inside
       // it); gradients reduce-scattered as each layer's backward ends.
-      per_micro_batch(spread(ag, window_f, layers));
-      per_micro_batch(spread(ag + rs, window_b, layers));
+      out.forward.add(ag, ag / layers);
+      out.backward.add(ag + rs, (ag + rs) / layers);
+      out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterBackward:
-      per_micro_batch(spread(ag, window_f, layers));
-      per_micro_batch(spread(rs, window_b, layers));
+      out.forward.add(ag, ag / layers);
+      out.backward.add(rs, rs / layers);
+      out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterStep:
       // Gathered at the first use of the step, reduce-scattered after the last backward.
-      per_step(spread(ag, mb > 0 ? window_f : 0, layers));
-      per_step(spread(rs, window_b, layers));
+      out.step_forward.add(ag, ag / layers);
+      out.step_backward.add(rs + rep, (rs + rep) / layers);
       break;
   }
 }
@@ -766,15 +766,9 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
       bwd};
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
-  DataParallel out;
-  const DataParallelSync sync{p,
-                              fwd,
-                              bwd,
-                              layers,
-                              mb,
-                              p.precision == Dtype::kFp32 ? 4.0 : 2.0,
-                              dtype_bytes(p.grad_reduce_dtype),
-                              out};
+  DataParallelQueues queues;
+  const DataParallelSync sync{p, layers, p.precision == Dtype::kFp32 ? 4.0 : 2.0,
+                              dtype_bytes(p.grad_reduce_dtype), queues};
   const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
   const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
   // ZeRO-3's calls per layer (core/gather_units.h), from the stage's first layer.
@@ -813,6 +807,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
+  const DataParallel out =
+      queues.price(p.overlap_param_gather ? fwd : 0, p.overlap_grad_reduce ? bwd : 0);
   data_parallel_.emplace(key, out);
   return out;
 }

@@ -189,7 +189,8 @@ class Estimator {
     double per_micro_batch_excess = 0, per_step_excess = 0;
   };
   DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& price);
-  struct DataParallelSync;  // data_parallel's pricing of one parameter class (estimate.cc)
+  struct DataParallelQueues;  // the data-parallel stream beside a micro-batch (estimate.cc)
+  struct DataParallelSync;    // data_parallel's pricing of one parameter class (estimate.cc)
 
   // The parts of estimate(), in the order it calls them (see estimate.cc).
   bool repeats_previous(const Plan& plan, int stage) const;
