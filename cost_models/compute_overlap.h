@@ -83,9 +83,12 @@ struct QueuedComm {
   }
   // The seconds of it that outlast `window` seconds of compute.
   double exposed(double window) const { return comm > 0 ? std::max(edge, comm - window) : 0; }
-  // Of those, the ones the queue outlasts the window by beside it, before its edge: the
-  // compute slowed by them (compute_slowdown()) ends no later until it outlasts them.
-  double excess(double window) const { return std::max(0.0, comm - edge - window); }
+  // Of those, the ones by which the queue outlasts the window beside it, before its edge: the
+  // compute slowed by them (compute_slowdown()) ends no later until it outlasts them. None
+  // where no compute runs beside the queue (`window` 0: nothing to slow).
+  double excess(double window) const {
+    return window > 0 ? std::max(0.0, comm - edge - window) : 0.0;
+  }
 };
 
 }  // namespace parasol::cost
