@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/device.h"
 
@@ -82,6 +84,68 @@ TEST(OverlapSeconds, OnlyHopperChargesDataParallelOverlapApart) {
   }
   const Profile h100 = default_profile(device_spec("H100-SXM"));
   EXPECT_GT(overlap_seconds(h100, 0, 0.2, 1.0), 2 * overlap_seconds(h100, 0.2, 0, 1.0));
+}
+
+// One stream's collectives played first in, first out beside `window` seconds of compute: piece
+// i of `pieces` takes `seconds[i]` and is issued at `issued[i]`; returns when the last ends,
+// counted from the window's end (the seconds exposed).
+double fifo_exposed(const std::vector<double>& seconds, const std::vector<double>& issued,
+                    double window) {
+  double end = 0;
+  for (size_t i = 0; i < seconds.size(); ++i) end = std::max(end, issued[i]) + seconds[i];
+  return std::max(0.0, end - window);
+}
+
+TEST(QueuedComm, ExposesWhatAFifoStreamPlaysWhenTheQueueNeverRunsDry) {
+  // Two classes (dense and expert buckets) reduced layer by layer, in one queue: each layer's
+  // pieces issued as its backward ends (the window's end for the first layer's: the edge);
+  // where the queue is never empty before the edge is issued, the stream ends at
+  // max(window + edge, all of it) from the window's start.
+  const double window = 1.0;
+  for (double piece : {0.02, 0.05, 0.15}) {
+    SCOPED_TRACE(std::to_string(piece) + " s a piece");
+    const int layers = 10;
+    std::vector<double> seconds, issued;
+    QueuedComm q;
+    for (int l = 0; l < layers; ++l) {
+      for (double share : {0.7, 0.3}) {  // the dense and the expert bucket of layer l
+        seconds.push_back(share * piece * 2);
+        issued.push_back(window * (l + 1) / layers);
+        q.add(share * piece * 2, l == layers - 1 ? share * piece * 2 : 0);
+      }
+    }
+    // Issued as early as the queue drains (no idle stream): the closed form's assumption.
+    double t = 0;
+    for (size_t i = 0; i < seconds.size(); ++i) {
+      if (issued[i] < window) issued[i] = std::min(issued[i], t);
+      t += seconds[i];
+    }
+    EXPECT_NEAR(q.exposed(window), fifo_exposed(seconds, issued, window), 1e-12);
+    // What outlasts the window before the edge is the excess.
+    EXPECT_NEAR(q.excess(window), std::max(0.0, q.comm - q.edge - window), 1e-12);
+  }
+  // Evenly issued pieces that leave the stream idle: the closed form is a lower bound, within
+  // the largest piece.
+  std::vector<double> seconds(10, 0.05), issued;
+  QueuedComm q;
+  for (int l = 0; l < 10; ++l) {
+    issued.push_back(0.1 * (l + 1));
+    q.add(0.05, l == 9 ? 0.05 : 0);
+  }
+  EXPECT_LE(q.exposed(1.0), fifo_exposed(seconds, issued, 1.0) + 1e-12);
+  EXPECT_NEAR(q.exposed(1.0), fifo_exposed(seconds, issued, 1.0), 0.05);
+}
+
+TEST(QueuedComm, NothingBesideNoComputeHasNoExcess) {
+  QueuedComm q;
+  q.add(0.4, 0.1);
+  EXPECT_DOUBLE_EQ(q.exposed(0), 0.4);
+  EXPECT_DOUBLE_EQ(q.excess(0), 0);
+  EXPECT_DOUBLE_EQ(q.exposed(0.2), 0.2);
+  EXPECT_DOUBLE_EQ(q.excess(0.2), 0.1);
+  EXPECT_DOUBLE_EQ(q.exposed(1.0), 0.1);
+  EXPECT_DOUBLE_EQ(q.excess(1.0), 0);
+  EXPECT_DOUBLE_EQ(QueuedComm{}.exposed(1.0), 0);
 }
 
 }  // namespace
