@@ -7,7 +7,7 @@
 // others add to fill and drain); data-parallel synchronisation follows the framework semantics
 // the plan names (DDP, Megatron's distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3/FSDP reshard
 // modes, HSDP); then the optimizer and offload. Communication that overlaps compute slows it by
-// the profile's overlap_compute_slowdown.
+// the rule the simulator plays (cost_models/compute_overlap.h's overlap_seconds).
 #include "cost_models/estimate.h"
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include "core/optimizer_traffic.h"
 #include "core/rank_layout.h"
 #include "cost_models/compute.h"
+#include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
 #include "cost_models/layer_fragment.h"
@@ -60,13 +61,6 @@ std::pair<double, double> overlap(double comm, double window, int pieces) {
   return {exposed, comm - exposed};
 }
 
-// What of `comm` seconds hides behind `window` seconds of compute when its parts are issued as
-// the compute produces them and the one issued at the window's end takes `last` of them.
-std::pair<double, double> overlap_after(double comm, double last, double window) {
-  if (comm <= 0) return {0, 0};
-  const double exposed = std::min(comm, last + std::max(0.0, comm - last - window));
-  return {exposed, comm - exposed};
-}
 }  // namespace
 
 namespace {
@@ -186,6 +180,20 @@ double Estimator::host_edges(const StagePrice& price, int mb, double& backlog) c
 double Estimator::StagePrice::slot() const {
   return forward + backward + recompute + tp + cp + ep + pp + dp;
 }
+
+namespace {
+// Seconds that `dp_hidden` seconds of data-parallel traffic and the stage's other hidden
+// communication add to a micro-batch on the stage by slowing its compute (compute_overlap.h's
+// rule), less the `dp_excess` seconds by which the data-parallel traffic outlasts the compute
+// it hides behind: until the slowed compute outlasts them, the step waits for the traffic
+// anyway (the simulator plays this; the closed form takes it over the micro-batch as a whole).
+double hidden_overlap(const Profile& f, const Estimator::StagePrice& s, double dp_hidden,
+                      double dp_excess) {
+  return std::max(
+      0.0,
+      overlap_seconds(f, s.hidden, dp_hidden, s.forward + s.backward + s.recompute) - dp_excess);
+}
+}  // namespace
 
 Estimator::~Estimator() = default;
 Estimator::Estimator(Estimator&&) noexcept = default;
@@ -565,11 +573,36 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   return stage_prices_.emplace(key, price).first->second;
 }
 
+// The data-parallel stream of a stage beside a micro-batch: the collectives of every
+// data-parallel group, dense and expert, queue on one stream (core/lower_emit.cc, comm_stream),
+// in the forward and the backward of every micro-batch, and once a step beside the first
+// micro-batch's forward (parameters gathered for the step) and the last one's backward
+// (gradients reduced for the step).
+struct Estimator::DataParallelQueues {
+  QueuedComm forward, backward, step_forward, step_backward;
+  // Exposed, hidden and excess seconds per micro-batch, and what the step's traffic adds to
+  // them, beside forward and backward windows of `fwd` and `bwd` seconds of compute (0: not
+  // overlapped).
+  DataParallel price(double fwd, double bwd) const {
+    DataParallel out;
+    QueuedComm f = forward, b = backward;
+    out.per_micro_batch = f.exposed(fwd) + b.exposed(bwd);
+    out.per_micro_batch_hidden = f.comm + b.comm - out.per_micro_batch;
+    out.per_micro_batch_excess = f.excess(fwd) + b.excess(bwd);
+    f.add(step_forward.comm, step_forward.edge);
+    b.add(step_backward.comm, step_backward.edge);
+    out.per_step = f.exposed(fwd) + b.exposed(bwd) - out.per_micro_batch;
+    out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
+    out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
+    return out;
+  }
+};
+
 // data_parallel's synchronisation of one parameter class (dense or expert): its parameters
 // sharded over `shard` of its `whole` data-parallel ranks (HSDP when shard < whole: reduce-
 // scatter and gather on the shard groups, all-reduce across the replica groups), their
-// collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and overlapped with the
-// compute windows of one micro-batch.
+// collectives priced per bucket (ZeRO 0-2) or per layer (ZeRO-3) and queued beside the compute
+// windows of a micro-batch (DataParallelQueues: both classes queue on one stream).
 struct Estimator::DataParallelSync {
   // A parameter class's gradient buckets on one stage as the lowering emits them
   // (StageParams): runs of equal layer buckets, the head's (reduced first in the backward) and
@@ -592,10 +625,9 @@ struct Estimator::DataParallelSync {
     }
   };
   const Plan& p;
-  const double fwd, bwd;  // the forward and backward (with recompute) windows
-  const int layers, mb;
+  const int layers;
   const double w_bytes, g_bytes;  // bytes of a weight gathered, of a gradient reduced
-  DataParallel& out;
+  DataParallelQueues& out;
 
   // Adds `count` parameters' traffic to `out` (in `buckets` under ZeRO 0-2); the groups'
   // collectives price it. ZeRO-3: a layer's gather and reduce-scatter are issued as calls
@@ -610,26 +642,27 @@ struct Estimator::DataParallelSync {
     int shard;
     bool hsdp;
     const GroupModel *whole_g, *shard_g, *replica_g;
-    // The collectives of one bucket: gradient reduce(-scatter) and parameter gather.
+    // The collectives of one bucket: gradient reduce(-scatter) (on the shard group under HSDP),
+    // the HSDP replicas' all-reduce of its shard, and the parameter gather.
     double reduce(double params_in_bucket, bool sharded, double g_bytes) const;
+    double replica(double params_in_bucket, double g_bytes) const;
     double gather(double params_in_bucket, double w_bytes) const;
   };
   void by_buckets(const Buckets& b, const Groups& g) const;
   void by_layers(double count, const Groups& g, const std::vector<double>& ag,
                  const std::vector<double>& rs) const;
-  static void add_to(double& exposed, double& hidden, std::pair<double, double> e) {
-    exposed += e.first;
-    hidden += e.second;
-  }
 };
 
 double Estimator::DataParallelSync::Groups::reduce(double params_in_bucket, bool sharded,
                                                    double g_bytes) const {
   const double bytes = params_in_bucket * g_bytes;
   if (!sharded) return whole_g->cost(Collective::kAllReduce, bytes).time_s;
-  double t = (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
-  if (hsdp) t += replica_g->cost(Collective::kAllReduce, bytes / shard).time_s;
-  return t;
+  return (hsdp ? shard_g : whole_g)->cost(Collective::kReduceScatter, bytes).time_s;
+}
+
+double Estimator::DataParallelSync::Groups::replica(double params_in_bucket, double g_bytes) const {
+  if (!hsdp) return 0;
+  return replica_g->cost(Collective::kAllReduce, params_in_bucket * g_bytes / shard).time_s;
 }
 
 double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, double w_bytes) const {
@@ -653,30 +686,33 @@ void Estimator::DataParallelSync::add(double count, const Buckets& buckets, int 
 // DDP, the distributed optimizer and ZeRO-2: gradients reduced bucket by bucket as the lowering
 // emits them (core/lower_buckets.cc: each as its layer's backward ends under
 // overlap_grad_reduce, all after the backward without), and (sharded) the updated parameters
-// gathered after the optimizer.
+// gathered after the optimizer. HSDP's replicas sum each bucket's shard after its reduction,
+// once per step (after the last micro-batch's).
 void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) const {
   const bool sharded = p.zero >= 1;
   const double red = b.sum([&](double n) { return g.reduce(n, sharded, g_bytes); });
   const double last = g.reduce(b.last, sharded, g_bytes);
-  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  const double rep = sharded ? b.sum([&](double n) { return g.replica(n, g_bytes); }) : 0;
+  const double rep_last = sharded ? g.replica(b.last, g_bytes) : 0;
   if (p.zero == 2) {
     // DeepSpeed ZeRO-2: gradients are partitioned, reduced every micro-batch.
-    add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap_after(red, last, window_b));
+    out.backward.add(red, last);
+    out.step_backward.add(rep, rep_last);
   } else {
     // Once per step, beside the last micro-batch's backward.
-    add_to(out.per_step, out.per_step_hidden, overlap_after(red, last, window_b));
+    out.step_backward.add(red + rep, last + rep_last);
   }
   if (sharded) {
     // Updated parameters gathered after the optimizer (beside the next forward when
     // overlap_param_gather).
     const double gat = b.sum([&](double n) { return g.gather(n, w_bytes); });
-    add_to(out.per_step, out.per_step_hidden,
-           overlap(gat, p.overlap_param_gather ? fwd : 0, b.count()));
+    out.step_forward.add(gat, gat / std::max(1, b.count()));
   }
 }
 
 // ZeRO-3 / FSDP: one unit per layer (FSDP wraps each block; DeepSpeed fetches a layer's
-// parameters together), prefetched one unit ahead.
+// parameters together), prefetched one unit ahead; under HSDP each layer's gradient shard summed
+// over the replicas once per step, after the last micro-batch's reduce-scatter.
 void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
                                             const std::vector<double>& ag_calls,
                                             const std::vector<double>& rs_calls) const {
@@ -684,23 +720,24 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
   double ag = 0, rs = 0;
   for (double f : ag_calls) ag += layers * g.gather(f * per_layer, w_bytes);
   for (double f : rs_calls) rs += layers * g.reduce(f * per_layer, true, g_bytes);
-  const double window_f = p.overlap_param_gather ? fwd : 0;
-  const double window_b = p.overlap_grad_reduce ? bwd : 0;
+  const double rep = layers * g.replica(per_layer, g_bytes);
   switch (p.reshard) {
     case Reshard::kAfterForward:
       // Gathered in forward, freed, gathered again for backward (and the recompute inside
       // it); gradients reduce-scattered as each layer's backward ends.
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag + rs, window_b, layers));
+      out.forward.add(ag, ag / layers);
+      out.backward.add(ag + rs, (ag + rs) / layers);
+      out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterBackward:
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(ag, window_f, layers));
-      add_to(out.per_micro_batch, out.per_micro_batch_hidden, overlap(rs, window_b, layers));
+      out.forward.add(ag, ag / layers);
+      out.backward.add(rs, rs / layers);
+      out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterStep:
       // Gathered at the first use of the step, reduce-scattered after the last backward.
-      add_to(out.per_step, out.per_step_hidden, overlap(ag, mb > 0 ? window_f : 0, layers));
-      add_to(out.per_step, out.per_step_hidden, overlap(rs, window_b, layers));
+      out.step_forward.add(ag, ag / layers);
+      out.step_backward.add(rs + rep, (rs + rep) / layers);
       break;
   }
 }
@@ -729,15 +766,9 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
       bwd};
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
-  DataParallel out;
-  const DataParallelSync sync{p,
-                              fwd,
-                              bwd,
-                              layers,
-                              mb,
-                              p.precision == Dtype::kFp32 ? 4.0 : 2.0,
-                              dtype_bytes(p.grad_reduce_dtype),
-                              out};
+  DataParallelQueues queues;
+  const DataParallelSync sync{p, layers, p.precision == Dtype::kFp32 ? 4.0 : 2.0,
+                              dtype_bytes(p.grad_reduce_dtype), queues};
   const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
   const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
   // ZeRO-3's calls per layer (core/gather_units.h), from the stage's first layer.
@@ -776,6 +807,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
+  const DataParallel out =
+      queues.price(p.overlap_param_gather ? fwd : 0, p.overlap_grad_reduce ? bwd : 0);
   data_parallel_.emplace(key, out);
   return out;
 }
@@ -800,7 +833,6 @@ inline bool Estimator::repeats_previous(const Plan& p, int s) const {
 // scratch_dps_ (kept between evaluations: the search calls this millions of times) and each
 // stage's micro-batch slot into `slots`.
 inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
-  const double slowdown = profile_.overlap_compute_slowdown;
   std::vector<StagePrice>& stages = scratch_stages_;
   std::vector<DataParallel>& dps = scratch_dps_;
   stages.assign(p.pp, StagePrice{});
@@ -818,7 +850,9 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
     }
     stages[s].host = host_excess(p, s, stages[s]);
     slots[s] =
-        stages[s].slot() + slowdown * (stages[s].hidden + stages[s].dp_hidden) + stages[s].host;
+        stages[s].slot() +
+        hidden_overlap(profile_, stages[s], stages[s].dp_hidden, dps[s].per_micro_batch_excess) +
+        stages[s].host;
   }
 }
 
@@ -886,7 +920,10 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                                           : sp_params.total();
   TimeBreakdown t;
   t.dp_comm = dp.per_step;
-  t.overlap = f.overlap_compute_slowdown * dp.per_step_hidden;
+  // The step's data-parallel traffic hides behind a micro-batch's compute beside its own.
+  t.overlap = hidden_overlap(f, stage, stage.dp_hidden + dp.per_step_hidden,
+                             dp.per_micro_batch_excess + dp.per_step_excess) -
+              hidden_overlap(f, stage, stage.dp_hidden, dp.per_micro_batch_excess);
   const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
@@ -1085,7 +1122,6 @@ inline void Estimator::fill_memory(const Plan& p, const MemoryBreakdown& memory,
 Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   Estimate e;
   const int mb = p.micro_batches();
-  const double slowdown = profile_.overlap_compute_slowdown;
   price_stages(p, e.stage_slot_s);
   const std::vector<double>& slots = e.stage_slot_s;
   const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
@@ -1109,7 +1145,9 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   tb.ep_comm = mb * c.ep;
   tb.pp_comm = mb * c.pp;
   tb.dp_comm = mb * c.dp + tail_parts.dp_comm;
-  tb.overlap = mb * slowdown * (c.hidden + c.dp_hidden) + tail_parts.overlap;
+  tb.overlap =
+      mb * hidden_overlap(profile_, c, c.dp_hidden, scratch_dps_[crit].per_micro_batch_excess) +
+      tail_parts.overlap;
   tb.bubble = pipeline - mb * slot_max;
   tb.optimizer = tail_parts.optimizer;
   tb.offload = tail_parts.offload;

@@ -183,9 +183,14 @@ class Estimator {
   struct DataParallel {
     double per_micro_batch = 0, per_micro_batch_hidden = 0;
     double per_step = 0, per_step_hidden = 0;
+    // Of the exposed seconds, those by which the communication outlasts the compute it hides
+    // behind (it is the longer of the two): the compute slowed beside it ends no later until
+    // it outlasts them (compute_overlap.h).
+    double per_micro_batch_excess = 0, per_step_excess = 0;
   };
   DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& price);
-  struct DataParallelSync;  // data_parallel's pricing of one parameter class (estimate.cc)
+  struct DataParallelQueues;  // the data-parallel stream beside a micro-batch (estimate.cc)
+  struct DataParallelSync;    // data_parallel's pricing of one parameter class (estimate.cc)
 
   // The parts of estimate(), in the order it calls them (see estimate.cc).
   bool repeats_previous(const Plan& plan, int stage) const;

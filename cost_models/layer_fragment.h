@@ -9,9 +9,9 @@
 // symmetry a ring neighbour sends when this rank does). What the event simulator adds on top
 // (link sharing between concurrent transfers, compute slowed while communication runs) is not
 // played here: the closed form charges Profile::overlap_compute_slowdown on the hidden
-// communication instead. The compute stream's idle time is the exposed communication, charged
-// to the group of the op the waiting compute op (or the pass's end) waited for last, in the
-// waiting op's phase.
+// communication instead (dp_overlap_compute_slowdown on the data-parallel traffic). The compute
+// stream's idle time is the exposed communication, charged to the group of the op the waiting
+// compute op (or the pass's end) waited for last, in the waiting op's phase.
 #pragma once
 
 #include <cstdint>

@@ -73,6 +73,7 @@ Profile default_profile(const DeviceSpec& d) {
   // H100's 132 SMs for an all-gather, NVIDIA developer forum measurement, about 18%).
   p.collective_step_latency_s = 0;
   p.overlap_compute_slowdown = 0.19;
+  p.dp_overlap_compute_slowdown = p.overlap_compute_slowdown;
   // STREAM triad on two-socket servers reaches ~0.7-0.75 of the DRAM peak (AMD EPYC 7742:
   // ~300 of 409.6 GB/s; Intel Xeon 8480: ~450 of 614 GB/s; vendors' STREAM reports).
   p.host_memory_efficiency = 0.73;
@@ -228,6 +229,16 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX H100/H200: Intel Xeon Platinum 8480C hosts, 2 x 56 cores (DGX H100 User Guide).
     p.nccl = nccl_defaults("hopper", "intel");
+    // Data-parallel collectives beside Hopper's persistent GEMMs: cuBLAS's sm90 GEMMs launch as
+    // many blocks as the GPU has SMs (132), each working through several output tiles; with NCCL
+    // holding some SMs, the blocks that cannot be resident run as a second wave and the GEMM
+    // takes twice as long: 'the matmuls take 2x as long to complete when they are overlapped with
+    // a NCCL kernel' under FSDP on H100 (pytorch/pytorch#143988, 2024-12-30; the SM carve-out it
+    // asked for, PR #147966, came in 2025); 'statically-scheduled persistent kernels will run 2x
+    // slower when wave quantization occurs' (NVIDIA/cutlass#2471). Compute at half speed while a
+    // data-parallel collective runs: 0.5. Blackwell's GEMMs schedule tiles dynamically (cluster
+    // launch control), Ampere's launch one block per tile: the general figure there.
+    p.dp_overlap_compute_slowdown = 0.5;
     // MoE token exchange inside the NVLink domain: DeepEP's normal kernels on H800 reach 153
     // GB/s (FP8 dispatch) and 158 GB/s (BF16 combine) at EP8 (deepseek-ai/DeepEP@dd758ca
     // docs/legacy.md, "Intranode"; 4096 tokens, hidden 7168, top-8), of the 200 GB/s per
@@ -329,6 +340,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.sustained_clock = 1.0;  // the probe measures the sustained sgemm rate
     // MPI progresses only while the executor polls between ops (no overlap to slow compute).
     p.overlap_compute_slowdown = 0;
+    p.dp_overlap_compute_slowdown = 0;
     p.host_copy_efficiency = 0.9;
     p.host_adam_params_per_s = 0.5e9;
     p.gpu_speed_cv = 0;  // the CPU runtime's ranks share one host
@@ -436,6 +448,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "device_spec",
                 "nccl",
                 "overlap_compute_slowdown",
+                "dp_overlap_compute_slowdown",
                 "expert_exchange_nvlink_efficiency",
                 "sustained_clock",
                 "cudnn_forward_efficiency",
@@ -489,6 +502,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("collective_step_latency_us", p.collective_step_latency_s * 1e6, 0, 1e6) * 1e-6;
   p.overlap_compute_slowdown =
       r.number_or("overlap_compute_slowdown", p.overlap_compute_slowdown, 0, 1);
+  p.dp_overlap_compute_slowdown =
+      r.number_or("dp_overlap_compute_slowdown", p.dp_overlap_compute_slowdown, 0, 1);
   p.expert_exchange_nvlink_efficiency =
       r.number_or("expert_exchange_nvlink_efficiency", p.expert_exchange_nvlink_efficiency, 0, 1);
   p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
@@ -587,6 +602,7 @@ Json profile_to_json(const Profile& p) {
             {"collective_step_latency_us", in_json_unit(p.collective_step_latency_s, 1e-6)},
             {"host_copy_efficiency", p.host_copy_efficiency},
             {"overlap_compute_slowdown", p.overlap_compute_slowdown},
+            {"dp_overlap_compute_slowdown", p.dp_overlap_compute_slowdown},
             {"sustained_clock", p.sustained_clock},
             {"host_memory_efficiency", p.host_memory_efficiency},
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},

@@ -153,6 +153,12 @@ struct Profile {
   // one thread block per channel) and HBM bandwidth, and the compute it overlaps runs this much
   // slower (fraction of the overlapped time added back).
   double overlap_compute_slowdown = 0;
+  // The same while a data-parallel collective runs beside the compute (gradient reduction and
+  // ZeRO-3 / FSDP parameter gathers, which no framework carves SMs out for): on Hopper, cuBLAS's
+  // persistent GEMMs launch one block per SM, so a GEMM started while NCCL holds SMs runs its
+  // blocked blocks as a second wave (profile.cc). Tensor-parallel overlap (Transformer Engine's
+  // userbuffers) sizes its GEMMs to the SMs it leaves free and keeps overlap_compute_slowdown.
+  double dp_overlap_compute_slowdown = 0;
   // The MoE token exchange (an expert all-to-all whose group sits in one NVLink domain):
   // fraction of the NVLink bandwidth the dispatch and combine kernels reach, which run on a few
   // SMs each; 0 = the NVLink link efficiency above (cost_models/moe_dispatch.h).

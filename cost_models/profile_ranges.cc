@@ -82,8 +82,11 @@ void te_modules(Ranges& r, bool grace) {
 
 // What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam on the
 // host's `cores` cores (`avx2`: a host without AVX-512, where DeepSpeed's CPU-Adam runs 8 floats a
-// vector instruction instead of 16).
-void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false) {
+// vector instruction instead of 16). `grace`: a Grace host (Transformer Engine's host costs).
+// `persistent_gemms`: Hopper, whose cuBLAS GEMMs launch one block per SM (data-parallel
+// collectives beside them cost a second wave).
+void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false,
+                bool persistent_gemms = false) {
   uncertain(r, "kernel_overhead_us", 2, 5,
             "a kernel's GPU-side gap and tail in a busy stream: 2.1 us between dependent kernels"
             " on an H100 stream (Hazy Research 'no bubbles', 2025); 2-5 us is the span usually"
@@ -94,6 +97,17 @@ void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false
             "Hassan et al. 2025 (arXiv 2507.03114): mean 18.9% over GPT/LLaMA on A100 and H100;"
             " NCCL's SM share on H100 (24 of 132 SMs) 18%; per-workload values spread around the"
             " mean, taken as +-0.1");
+  if (persistent_gemms)
+    uncertain(r, "dp_overlap_compute_slowdown", 0.25, 0.6,
+              "Hopper's persistent cuBLAS GEMMs beside NCCL: 'the matmuls take 2x as long' under"
+              " FSDP on H100 (pytorch/pytorch#143988), 2x with wave quantization"
+              " (NVIDIA/cutlass#2471): 0.5 while every GEMM overlaps; less where attention and"
+              " element-wise kernels (not persistent) fill part of the overlap, more with NCCL's"
+              " own SM and HBM share beside it");
+  else
+    uncertain(r, "dp_overlap_compute_slowdown", 0.10, 0.30,
+              "as overlap_compute_slowdown: Hassan et al. 2025 (arXiv 2507.03114), mean 18.9%;"
+              " +-0.1");
   uncertain(r, "host_copy_efficiency", 0.75, 0.85,
             "pinned host<->device copies reach ~0.8 of a PCIe Gen4/Gen5 x16 link (CUDA samples"
             " bandwidthTest); +-0.05 for the host and the PCIe switch");
@@ -245,7 +259,7 @@ Ranges hopper(const DeviceSpec& d) {
   cited(r, "expert_exchange_nvlink_efficiency", 0.765, 0.79,
         "DeepEP normal kernels, H800 EP8 intranode: 153 GB/s FP8 dispatch, 158 GB/s BF16 combine"
         " of 200 GB/s NVLink per direction (deepseek-ai/DeepEP docs/legacy.md)");
-  gpu_server(r, 112);  // DGX H100/H200: 2 x Xeon 8480C
+  gpu_server(r, 112, false, false, true);  // DGX H100/H200: 2 x Xeon 8480C; persistent GEMMs
   return r;
 }
 

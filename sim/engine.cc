@@ -23,6 +23,7 @@
 #include "core/host_issue.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
+#include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/op_cost.h"
 #include "sim/trace_annotate.h"
@@ -62,6 +63,12 @@ constexpr int kCatComm0 = 4;
 constexpr int kCatOffload = kCatComm0 + kGroupCount;
 constexpr int kCatHost = kCatOffload + 1;
 constexpr int kCategories = kCatHost + 1;
+// Whether category `cat` is a collective of a data-parallel group (gradient reduction, ZeRO-3
+// gathers, HSDP replicas): cost_models/compute_overlap.h's rule tells it from the others.
+bool is_dp_category(int cat) {
+  return cat >= kCatComm0 && cat < kCatOffload &&
+         cost::is_data_parallel(static_cast<Group>(cat - kCatComm0));
+}
 
 using cost::is_compute_kind;
 using cost::runs_on_host;
@@ -176,7 +183,10 @@ class Engine {
         stream_ops_(work.stream_ops),
         dep_src_(work.dep_src),
         dep_dst_(work.dep_dst),
-        slowdown_(std::clamp(profile.overlap_compute_slowdown, 0.0, 0.99)) {
+        slowdown_{{0, cost::compute_slowdown(profile, false, true)},
+                  {cost::compute_slowdown(profile, true, false),
+                   cost::compute_slowdown(profile, true, true)}},
+        slows_(slowdown_[1][1] > 0) {
     const int pp = plan.pp;
     // The Programs come from the lowering: a malformed one is parasol's bug, not the user's.
     PARASOL_CHECK(static_cast<int>(programs.size()) == pp,
@@ -227,11 +237,16 @@ class Engine {
   void host_advance(int stage, double t);
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
-  // Overlap is not free: a stage's device compute progresses at 1 - slowdown while a collective
-  // or send of the stage runs beside it (cost::Profile::overlap_compute_slowdown).
-  double compute_rate(int stage) const { return comm_active_[stage] > 0 ? 1 - slowdown_ : 1; }
+  // Overlap is not free: a stage's device compute progresses at 1 - cost::compute_slowdown() of
+  // the kinds of collectives and sends of the stage running beside it (cost_models/
+  // compute_overlap.h: the rule the closed form integrates).
+  double compute_rate(int stage) const {
+    const int dp = dp_comm_active_[stage];
+    return 1 - slowdown_[comm_active_[stage] > dp ? 1 : 0][dp > 0 ? 1 : 0];
+  }
   void compute_update(int stage, double t);
-  void comm_active_change(int stage, int delta, double t);
+  // A collective or send of `stage` starts (+1) or ends (-1); `dp`: of a data-parallel group.
+  void comm_active_change(int stage, int delta, bool dp, double t);
   static bool is_nccl_share(int share) { return share >= 0 && share % kClasses <= kNicClass; }
   void push(double t, int i) { heap_.push({t, i, ops_[i].version}); }
   SimBreakdown sweep(int stage, double step_time) const;
@@ -282,8 +297,11 @@ class Engine {
   std::vector<int> now_done_;  // ops that finish at the current time
   // Per stage: communication ops running, the device compute ops running and when their
   // remaining work was last brought up to date.
-  double slowdown_ = 0;
-  std::vector<int> comm_active_;
+  // compute_slowdown() by [other kinds running][data-parallel running]; whether any slows.
+  double slowdown_[2][2] = {{0, 0}, {0, 0}};
+  bool slows_ = false;
+  std::vector<int> comm_active_;  // all of them; dp_comm_active_: those of data-parallel groups
+  std::vector<int> dp_comm_active_;
   std::vector<std::vector<int>> running_compute_;
   std::vector<double> compute_last_;
 };
@@ -334,6 +352,7 @@ void Engine::reset_state() {
   shares_.resize(static_cast<size_t>(pp) * kClasses);
   stream_ops_.resize(pp);
   comm_active_.assign(pp, 0);
+  dp_comm_active_.assign(pp, 0);
   running_compute_.assign(pp, {});
   compute_last_.assign(pp, 0);
 }
@@ -521,12 +540,13 @@ void Engine::compute_update(int s, double t) {
   compute_last_[s] = t;
 }
 
-void Engine::comm_active_change(int s, int delta, double t) {
-  if (slowdown_ <= 0) return;
-  const bool was = comm_active_[s] > 0;
+void Engine::comm_active_change(int s, int delta, bool dp, double t) {
+  if (!slows_) return;
+  const double was = compute_rate(s);
   compute_update(s, t);
   comm_active_[s] += delta;
-  if (was == (comm_active_[s] > 0)) return;
+  if (dp) dp_comm_active_[s] += delta;
+  if (was == compute_rate(s)) return;
   for (int i : running_compute_[s]) {
     ++ops_[i].version;
     push(t + remaining_[i] / compute_rate(s), i);
@@ -538,7 +558,7 @@ void Engine::start(int i, double t) {
   times_[i].xfer = t;
   switch (ops_[i].type) {
     case Type::kCompute: {
-      if (slowdown_ <= 0) {
+      if (!slows_) {
         push(t + ops_[i].dur, i);
         return;
       }
@@ -558,7 +578,8 @@ void Engine::start(int i, double t) {
       return;
     case Type::kComm:
     case Type::kSend:
-      if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], +1, t);
+      if (is_nccl_share(ops_[i].share))
+        comm_active_change(stage_[i], +1, is_dp_category(ops_[i].cat), t);
       if (ops_[i].share >= 0) {
         const int c = ops_[i].share;
         share_update(c, t);
@@ -593,13 +614,14 @@ void Engine::start(int i, double t) {
 void Engine::finish(int i, double t) {
   ops_[i].done = 1;
   times_[i].end = t;
-  if (ops_[i].type == Type::kCompute && slowdown_ > 0) {
+  if (ops_[i].type == Type::kCompute && slows_) {
     const int s = stage_[i];
     compute_update(s, t);
     auto& run = running_compute_[s];
     run.erase(std::find(run.begin(), run.end(), i));
   }
-  if (is_nccl_share(ops_[i].share)) comm_active_change(stage_[i], -1, t);
+  if (is_nccl_share(ops_[i].share))
+    comm_active_change(stage_[i], -1, is_dp_category(ops_[i].cat), t);
   if (ops_[i].share >= 0) {
     const int c = ops_[i].share;
     share_update(c, t);

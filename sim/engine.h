@@ -44,8 +44,10 @@
 //
 //  - Overlap is not free. While a collective or send of a stage runs (an NVLink or NIC class op:
 //    NCCL kernels that hold SMs), that stage's device compute progresses at
-//    1 - Profile::overlap_compute_slowdown of its standalone rate, as the estimate's
-//    TimeBreakdown::overlap prices it. Copies (offload) use copy engines and slow nothing.
+//    1 - cost::compute_slowdown() of its standalone rate for the kinds running (data-parallel or
+//    other: cost_models/compute_overlap.h), the rule the estimate's TimeBreakdown::overlap
+//    integrates.
+//    Copies (offload) use copy engines and slow nothing.
 //
 //  - The host (core/host_issue.h). Each stage's representative has a host thread that issues
 //    the Program's ops in order, each after its host cost (cost_models/host_cost.h: launches and

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/lower.h"
 #include "core/rank_layout.h"
+#include "cost_models/compute_overlap.h"
 #include "cost_models/op_cost.h"
 #include "traces/least_squares.h"
 #include "traces/summary.h"
@@ -104,23 +105,45 @@ bool overlaps_other(const std::vector<const TraceEvent*>& comm, const TraceEvent
   return false;
 }
 
-// Seconds of [e.start, e.end) during which at least one of `comm` (sorted by start) runs.
-double overlapped_seconds(const std::vector<const TraceEvent*>& comm, const TraceEvent& e) {
-  double covered = 0, reach = e.start_s;
-  for (const TraceEvent* o : comm) {
-    if (o->start_s >= e.end_s()) break;
-    const double a = std::max(reach, o->start_s), b = std::min(e.end_s(), o->end_s());
-    if (b > a) {
-      covered += b - a;
-      reach = b;
-    }
+// A collective of a rank's trace, and whether it is of the data-parallel kind
+// (cost_models/compute_overlap.h).
+struct Collective {
+  const TraceEvent* event;
+  bool data_parallel;
+};
+
+// Seconds compute event `e` lost to the collectives beside it (sorted by start): at each instant
+// cost::compute_slowdown() of the kinds running, the rule the simulator plays, so that the
+// measured duration less these is the standalone one (compute at rate 1 - x for c seconds takes
+// x c longer).
+double slowed_seconds(const std::vector<Collective>& collectives, const TraceEvent& e,
+                      const cost::Profile& f) {
+  // The instants where the kinds running change, inside [e.start, e.end).
+  std::vector<double> at = {e.start_s, e.end_s()};
+  for (const Collective& c : collectives) {
+    if (c.event->start_s >= e.end_s()) break;
+    if (c.event->end_s() <= e.start_s) continue;
+    at.push_back(std::max(e.start_s, c.event->start_s));
+    at.push_back(std::min(e.end_s(), c.event->end_s()));
   }
-  return covered;
+  std::sort(at.begin(), at.end());
+  double lost = 0;
+  for (size_t k = 0; k + 1 < at.size(); ++k) {
+    if (at[k + 1] <= at[k]) continue;
+    const double mid = 0.5 * (at[k] + at[k + 1]);
+    bool other = false, dp = false;
+    for (const Collective& c : collectives) {
+      if (c.event->start_s > mid) break;
+      if (c.event->end_s() > mid) (c.data_parallel ? dp : other) = true;
+    }
+    lost += cost::compute_slowdown(f, other, dp) * (at[k + 1] - at[k]);
+  }
+  return lost;
 }
 
 // The samples of run `ri`; counts the pairs not fitted in `skipped`. A compute op that ran
-// beside communication was slowed by it (Profile::overlap_compute_slowdown of `base`): its
-// standalone duration is the measured one less slowdown x the overlapped time.
+// beside communication was slowed by it (cost::compute_slowdown() under `base`): its standalone
+// duration is the measured one less the seconds that cost it (slowed_seconds).
 void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<Sample>& samples,
              int& skipped) {
   const MeasuredRun& run = *lw.run;
@@ -130,9 +153,16 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
   for (const TraceEvent& e : run.trace.events)
     if ((is_communication_kind(e.kind) && e.kind != "recv") || is_copy_kind(e.kind))
       comm[e.rank].push_back(&e);
-  std::map<int, std::vector<const TraceEvent*>> collectives;  // what slows compute
+  std::map<int, std::vector<Collective>> collectives;  // what slows compute
   for (const TraceEvent& e : run.trace.events)
-    if (is_communication_kind(e.kind) && e.kind != "recv") collectives[e.rank].push_back(&e);
+    if (is_communication_kind(e.kind) && e.kind != "recv") {
+      // The op's group, from the Program (an event the Program lacks is refused below).
+      const int stage = e.rank < layout.world() ? layout.coord(e.rank).pp : -1;
+      const bool known = stage >= 0 && e.op_id >= 0 &&
+                         e.op_id < static_cast<int>(lw.lowered.programs[stage].ops.size());
+      collectives[e.rank].push_back(
+          {&e, known && cost::is_data_parallel(lw.lowered.programs[stage].ops[e.op_id].group)});
+    }
   // Per rank: its compute events (a transfer beside one measured the poll, not the transfer).
   std::map<int, std::vector<const TraceEvent*>> compute;
   for (const TraceEvent& e : run.trace.events)
@@ -140,7 +170,10 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
       compute[e.rank].push_back(&e);
   auto by_start = [](const TraceEvent* a, const TraceEvent* b) { return a->start_s < b->start_s; };
   for (auto& [r, v] : comm) std::sort(v.begin(), v.end(), by_start);
-  for (auto& [r, v] : collectives) std::sort(v.begin(), v.end(), by_start);
+  for (auto& [r, v] : collectives)
+    std::sort(v.begin(), v.end(), [](const Collective& a, const Collective& b) {
+      return a.event->start_s < b.event->start_s;
+    });
   for (auto& [r, v] : compute) std::sort(v.begin(), v.end(), by_start);
 
   // (stage, op id) -> rank -> durations over steps.
@@ -176,8 +209,7 @@ void collect(const Lowered& lw, int ri, const cost::Profile& base, std::vector<S
       continue;
     }
     double standalone = e.dur_s;
-    if (!comm_or_copy && base.overlap_compute_slowdown > 0)
-      standalone -= base.overlap_compute_slowdown * overlapped_seconds(collectives[e.rank], e);
+    if (!comm_or_copy) standalone -= slowed_seconds(collectives[e.rank], e, base);
     durations[{stage, e.op_id}][e.rank].push_back(standalone);
   }
   if (!any) throw Error(run.name, "has no events with op ids (args.op_id)");

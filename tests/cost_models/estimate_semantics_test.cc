@@ -123,7 +123,8 @@ TEST(TpSemantics, CommOverlapHidesTpCollectivesBehindTheirGemmsAndSlowsThem) {
 }
 
 TEST(OverlapSlowdown, IsTheProfileFractionOfTheHiddenCommunication) {
-  // Same plan, slowdown 0 and 0.19: the step differs by exactly the overlap term.
+  // Same plan, slowdowns 0 and the H100's defaults (0.19; 0.5 beside its ZeRO-3 gathers and
+  // reductions): the step differs by exactly the overlap term.
   Model m = model_preset("llama3-8b");
   Cluster c = cluster_preset("dgx-h100", 64);
   Plan p;
@@ -133,7 +134,9 @@ TEST(OverlapSlowdown, IsTheProfileFractionOfTheHiddenCommunication) {
   p.global_batch = 64;
   Profile off = default_profile(c.gpu_device(0)), on = off;
   off.overlap_compute_slowdown = 0;
+  off.dp_overlap_compute_slowdown = 0;
   on.overlap_compute_slowdown = 0.19;
+  ASSERT_GT(on.dp_overlap_compute_slowdown, 0);
   const Estimate a = run(m, c, p, &off), b = run(m, c, p, &on);
   EXPECT_EQ(a.time.overlap, 0);
   EXPECT_GT(b.time.overlap, 0);

@@ -61,7 +61,8 @@ bool is_cost(const std::string& key) {
   const bool host_cost = key.rfind("host_", 0) == 0 && key.size() > 3 &&
                          key.compare(key.size() - 3, 3, "_us") == 0;  // the host's issue costs
   return key == "kernel_overhead_us" || key == "overlap_compute_slowdown" ||
-         key == "collective_step_latency_us" || key == "gemm_k_half" || host_cost;
+         key == "dp_overlap_compute_slowdown" || key == "collective_step_latency_us" ||
+         key == "gemm_k_half" || host_cost;
 }
 
 // Figures no run of the suites or the probe can reach, and why.

@@ -59,6 +59,18 @@ TEST(DefaultProfile, CpuAdamPerCoreFollowsTheHostsVectorWidth) {
   EXPECT_NEAR(h100.host_adam_params_per_s / 112, tutorial_per_core, 0.01 * tutorial_per_core);
 }
 
+// Data-parallel collectives beside compute: Hopper's persistent cuBLAS GEMMs take 2x as long
+// beside NCCL (pytorch/pytorch#143988), compute at half speed; elsewhere the general figure.
+TEST(DefaultProfile, DataParallelOverlapSlowdownIsHoppersWaveQuantization) {
+  for (const char* hopper : {"H100-SXM", "H200", "H800-SXM"})
+    EXPECT_DOUBLE_EQ(default_profile(device_spec(hopper)).dp_overlap_compute_slowdown, 1 - 1 / 2.0)
+        << hopper;
+  for (const char* other : {"A100-80G", "B200", "V100-32G"}) {
+    const Profile p = default_profile(device_spec(other));
+    EXPECT_DOUBLE_EQ(p.dp_overlap_compute_slowdown, p.overlap_compute_slowdown) << other;
+  }
+}
+
 TEST(DefaultProfile, LinkEffIndexesByKind) {
   Profile p = default_profile(device_spec("H100-SXM"));
   p.link_efficiency = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
@@ -97,6 +109,7 @@ Profile odd_profile() {
   p.traces = {"a.json", "b.json"};
   p.sustained_clock = 0.81;
   p.overlap_compute_slowdown = 0.13;
+  p.dp_overlap_compute_slowdown = 0.41;
   p.expert_exchange_nvlink_efficiency = 0.57;
   p.cudnn_forward_efficiency = 0.58;
   p.cudnn_backward_efficiency = 0.44;
@@ -132,6 +145,7 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_EQ(a.traces, b.traces);
   EXPECT_DOUBLE_EQ(a.sustained_clock, b.sustained_clock);
   EXPECT_DOUBLE_EQ(a.overlap_compute_slowdown, b.overlap_compute_slowdown);
+  EXPECT_DOUBLE_EQ(a.dp_overlap_compute_slowdown, b.dp_overlap_compute_slowdown);
   EXPECT_DOUBLE_EQ(a.expert_exchange_nvlink_efficiency, b.expert_exchange_nvlink_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);

@@ -92,6 +92,7 @@ class EngineTest : public ::testing::Test {
   cost::Profile prof = [&] {
     cost::Profile p = cost::default_profile(one.gpu_device(0));
     p.overlap_compute_slowdown = 0;
+    p.dp_overlap_compute_slowdown = 0;
     no_host(p);
     return p;
   }();
@@ -191,6 +192,43 @@ TEST_F(EngineTest, ComputeBesideACollectiveRunsSlower) {
   // Without the slowdown the same Program takes t + the last GEMM.
   EXPECT_NEAR(simulate(model, one, plan(8, 1), {p}, prof, false).step_time_s,
               t + gemm_s(2048, 2048, 2048), 1e-12);
+}
+
+TEST_F(EngineTest, ComputeBesideADataParallelCollectiveRunsAtItsOwnSlowdown) {
+  // The same GEMM beside a data-parallel all-gather of c < t seconds progresses at 1 - s_dp
+  // (Profile::dp_overlap_compute_slowdown: Hopper's persistent GEMMs beside NCCL's gathers and
+  // reductions), so it ends at t + s_dp c; beside a tensor-parallel all-reduce as well, at
+  // (1 - s)(1 - s_dp) while both run (cost_models/compute_overlap.h), then at the slowdown of the
+  // one left.
+  cost::Profile slow = prof;
+  slow.overlap_compute_slowdown = 0.2;
+  slow.dp_overlap_compute_slowdown = 0.5;
+  const double t = gemm_s(8192, 8192, 8192);
+  {
+    Program p = stage(0);
+    int a = gemm(p, "A", 8192, 8192, 8192);
+    int ag = collective(p, OpKind::kAllGather, Group::kDpCp, 64e6, 1);
+    SimResult r = simulate(model, one, plan(1, 1, 8), {p}, slow, true);
+    const double c = event(r, 0, ag).dur_s;
+    ASSERT_GT(c, 0);
+    ASSERT_LT(c, t);
+    EXPECT_NEAR(event(r, 0, a).dur_s, t + 0.5 * c, 1e-12);
+  }
+  {
+    Program p = stage(0);
+    p.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kComm, StreamKind::kCopy};
+    int a = gemm(p, "A", 8192, 8192, 8192);
+    int ar = collective(p, OpKind::kAllReduce, Group::kTp, 64e6, 1);
+    int ag = collective(p, OpKind::kAllGather, Group::kDpCp, 64e6, 2);
+    SimResult r = simulate(model, one, plan(2, 1, 4), {p}, slow, true);
+    // Until the first of the two ends both run (rate 0.8 x 0.5); then only the other one does.
+    const double e1 = std::min(event(r, 0, ar).end_s(), event(r, 0, ag).end_s());
+    const double e2 = std::max(event(r, 0, ar).end_s(), event(r, 0, ag).end_s());
+    const double s2 = event(r, 0, ar).end_s() > event(r, 0, ag).end_s() ? 0.2 : 0.5;
+    ASSERT_LT(e2, t);
+    ASSERT_EQ(event(r, 0, ar).start_s, event(r, 0, ag).start_s);
+    EXPECT_NEAR(event(r, 0, a).dur_s, t + (1 - 0.8 * 0.5) * e1 + s2 * (e2 - e1), 1e-12);
+  }
 }
 
 TEST_F(EngineTest, OpsOfAStreamRunInIssueOrder) {
@@ -439,6 +477,7 @@ TEST_F(EngineTest, RecordedTraceIsWellFormed) {
 TEST_F(EngineTest, HostPacesSmallOps) {
   cost::Profile hp = cost::default_profile(one.gpu_device(0));
   hp.overlap_compute_slowdown = 0;
+  hp.dp_overlap_compute_slowdown = 0;
   Program p = stage(0);
   const int n = 20;
   for (int i = 0; i < n; ++i)
@@ -471,6 +510,7 @@ TEST_F(EngineTest, HostPacesSmallOps) {
 TEST_F(EngineTest, DeviceBoundStepsHideTheHost) {
   cost::Profile hp = cost::default_profile(one.gpu_device(0));
   hp.overlap_compute_slowdown = 0;
+  hp.dp_overlap_compute_slowdown = 0;
   Program p = stage(0);
   const int n = 5;
   for (int i = 0; i < n; ++i)
@@ -489,6 +529,7 @@ TEST_F(EngineTest, DeviceBoundStepsHideTheHost) {
 TEST_F(EngineTest, SyncBlocksTheHostUntilTheDeviceCatchesUp) {
   cost::Profile hp = cost::default_profile(one.gpu_device(0));
   hp.overlap_compute_slowdown = 0;
+  hp.dp_overlap_compute_slowdown = 0;
   Program p = stage(0);
   p.streams.push_back(StreamKind::kHost);
   const int a = gemm(p, "a", 4096, 4096, 4096);
@@ -766,6 +807,7 @@ TEST(EngineLowered, ContextParallelRingIsItsBytesOverTheLink) {
   cost::Profile prof = cost::default_profile(c.gpu_device(0));
   prof.nccl.reset();
   prof.overlap_compute_slowdown = 0;
+  prof.dp_overlap_compute_slowdown = 0;
   // A slow NVSwitch (1/20 of its default efficiency), so that the forward hop outlasts the
   // attention of one chunk and is partly exposed.
   prof.link_efficiency[static_cast<int>(LinkKind::kNvswitch)] /= 20;

@@ -106,6 +106,19 @@ std::vector<Case> cases() {
       p.zero = 3;
       p.reshard = r;
     });
+  // Compute beside both kinds of communication at once (cost_models/compute_overlap.h): the
+  // tensor-parallel overlap's and ZeRO-3's gathers and reductions, CP's ring and the
+  // distributed optimizer's.
+  dense("zero3 tp4 tp_comm_overlap", [](Plan& p) {
+    degrees(p, 16, 4);
+    p.zero = 3;
+    p.tp_comm_overlap = true;
+  });
+  dense("cp2 zero1", [](Plan& p) {
+    degrees(p, 16, 2, 1, 2);
+    p.seq_len = 16384;
+    p.zero = 1;
+  });
   dense("hsdp", [](Plan& p) {
     degrees(p, 16, 1);
     p.zero = 3;
@@ -290,6 +303,48 @@ TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
     const double sim = simulate(m, c, lower(m, c, p), prof, false).step_time_s;
     EXPECT_NEAR(sim / est, 1.0, k.band) << "simulated " << sim << " s, estimated " << est << " s"
                                         << (k.why.empty() ? "" : ": ") << k.why;
+  }
+}
+
+// Compute slowed beside communication is one rule in both (cost_models/compute_overlap.h): on
+// the plans where compute runs beside both kinds at once, what the H100's two slowdowns add to
+// the step (the step with them less the step without) agrees between the simulator, which plays
+// the kinds running at each instant, and the closed form, which integrates the rule over a
+// micro-batch's compute.
+TEST(OneModel, ComputeBesideCommunicationIsSlowedByOneRuleInBoth) {
+  for (const Case& k : cases()) {
+    if (k.name != "llama3-8b zero3 tp4 tp_comm_overlap" && k.name != "llama3-8b cp2 zero1")
+      continue;
+    SCOPED_TRACE(k.name);
+    const Model m = model_preset(k.model);
+    Plan p = base_plan(k.gpus);
+    k.plan(p);
+    p.global_batch = 8 * p.dp;
+    // The distributed optimizer's parameter gathers: the closed form hides them behind the next
+    // step's forward (Megatron's overlap_param_gather, the steady state); the Program, one step,
+    // issues them after its optimizer, beside no forward. What the rule adds is compared where
+    // both place them alike, after the optimizer.
+    if (p.zero == 1) p.overlap_param_gather = false;
+    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    const LoweredPlan lowered = lower(m, c, p);
+    const cost::Profile on = cost::default_profile(c.gpu_device(0));
+    cost::Profile off = on, other_only = on, dp_only = on;
+    off.overlap_compute_slowdown = off.dp_overlap_compute_slowdown = 0;
+    other_only.dp_overlap_compute_slowdown = 0;
+    dp_only.overlap_compute_slowdown = 0;
+    auto est = [&](const cost::Profile& f) { return cost::estimate(m, c, p, f).step_time_s; };
+    auto sim = [&](const cost::Profile& f) {
+      return simulate(m, c, lowered, f, false).step_time_s;
+    };
+    const double e0 = est(off), s0 = sim(off);
+    // Both kinds slow this plan's compute.
+    ASSERT_GT(est(other_only), e0);
+    ASSERT_GT(est(dp_only), e0);
+    ASSERT_GT(sim(other_only), s0);
+    ASSERT_GT(sim(dp_only), s0);
+    const double added_est = est(on) - e0, added_sim = sim(on) - s0;
+    EXPECT_NEAR(added_sim / added_est, 1.0, 0.15)
+        << "simulated +" << added_sim << " s, estimated +" << added_est << " s";
   }
 }
 
