@@ -46,6 +46,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //    and norm (what te.LayerNormLinear adds for its LayerNorm) cost the module call's measured
 //    host time (profile.host_te_*: forward; backward at the data gradient, the weight
 //    gradient's GEMM inside it), in place of the per-kernel terms above;
+//  kEager through Megatron-Core's own linear modules (a layer's GEMMs under transformer_impl
+//    local; the output layer under local or transformer_engine: Megatron's ColumnParallelLinear):
+//    the forward call's measured host time (profile.host_local_linear_fwd_s); the backward, a
+//    Python autograd.Function, per kernel a launch, the dispatcher and a Python call;
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;
