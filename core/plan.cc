@@ -90,6 +90,7 @@ std::string plan_compact(const Plan& p) {
   if (p.host_framework != HostFramework::kPytorch)
     s += " " + std::string(host_framework_name(p.host_framework));
   if (p.transformer_impl == TransformerImpl::kTransformerEngine) s += " te";
+  if (p.transformer_impl == TransformerImpl::kLocal) s += " local";
   if (p.cuda_graphs != CudaGraphs::kNone)
     s += " cg:" + std::string(cuda_graphs_name(p.cuda_graphs));
   if (p.torch_compile) s += " compile";
@@ -204,7 +205,15 @@ const char* host_framework_name(HostFramework f) {
 }
 
 const char* transformer_impl_name(TransformerImpl t) {
-  return t == TransformerImpl::kTransformerEngine ? "transformer_engine" : "torch";
+  switch (t) {
+    case TransformerImpl::kTransformerEngine:
+      return "transformer_engine";
+    case TransformerImpl::kLocal:
+      return "local";
+    case TransformerImpl::kTorch:
+      break;
+  }
+  return "torch";
 }
 
 CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field) {
@@ -226,9 +235,10 @@ HostFramework parse_host_framework(const std::string& s, const std::string& fiel
 }
 
 TransformerImpl parse_transformer_impl(const std::string& s, const std::string& field) {
-  for (TransformerImpl v : {TransformerImpl::kTorch, TransformerImpl::kTransformerEngine})
+  for (TransformerImpl v :
+       {TransformerImpl::kTorch, TransformerImpl::kTransformerEngine, TransformerImpl::kLocal})
     if (s == transformer_impl_name(v)) return v;
-  throw Error(field, "'" + s + "' is not one of torch|transformer_engine");
+  throw Error(field, "'" + s + "' is not one of torch|transformer_engine|local");
 }
 
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {

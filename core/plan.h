@@ -116,8 +116,11 @@ enum class HostFramework { kPytorch, kNative };
 // calls cost the host (cost_models/host_cost.h): PyTorch's own (torch.nn, F.linear: the per-op
 // dispatch and an nn.Module call), or Transformer Engine's (Megatron-Core's
 // --transformer-impl transformer_engine, NeMo: te.Linear / te.LayerNormLinear, whose forward is
-// Python module code and whose backward is a Python autograd.Function).
-enum class TransformerImpl { kTorch, kTransformerEngine };
+// Python module code and whose backward is a Python autograd.Function), or Megatron-Core's own
+// tensor-parallel modules (--transformer-impl local: ColumnParallelLinear / RowParallelLinear,
+// whose forward is Python module code around LinearWithGradAccumulationAndAsyncCommunication, a
+// Python autograd.Function whose backward issues each op from Python).
+enum class TransformerImpl { kTorch, kTransformerEngine, kLocal };
 
 const char* schedule_name(Schedule s);
 const char* recompute_name(Recompute r);

@@ -186,11 +186,12 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.torch_compile && p.host_framework != HostFramework::kPytorch)
     throw Error("plan.torch_compile", "torch.compile needs host_framework pytorch, not " +
                                           std::string(host_framework_name(p.host_framework)));
-  if (p.transformer_impl == TransformerImpl::kTransformerEngine &&
-      p.host_framework != HostFramework::kPytorch)
+  if (p.transformer_impl != TransformerImpl::kTorch && p.host_framework != HostFramework::kPytorch)
     throw Error("plan.transformer_impl",
-                "Transformer Engine's modules are PyTorch modules; they need host_framework "
-                "pytorch, not " +
+                std::string(p.transformer_impl == TransformerImpl::kLocal
+                                ? "Megatron-Core's local modules"
+                                : "Transformer Engine's modules") +
+                    " are PyTorch modules; they need host_framework pytorch, not " +
                     std::string(host_framework_name(p.host_framework)));
   if (p.eager_loss && p.host_framework != HostFramework::kPytorch)
     throw Error("plan.eager_loss",

@@ -43,6 +43,20 @@ TeModule te_module(const Op& op, const Plan& plan) {
   return TeModule::kNone;
 }
 
+// Whether `op` is a GEMM of one of Megatron-Core's own tensor-parallel linear modules
+// (megatron/core/tensor_parallel/layers.py ColumnParallelLinear / RowParallelLinear, whose
+// forward is module code around LinearWithGradAccumulationAndAsyncCommunication, a Python
+// autograd.Function): a layer's GEMMs (not the router's) under transformer_impl local, and the
+// output layer wherever the plan names Megatron-Core's module sets (GPTModel's output_layer is a
+// tensor_parallel.ColumnParallelLinear under either: megatron/core/models/gpt/gpt_model.py
+// @5fe3f06658 L246). The output layer is the only GEMM outside a layer.
+bool megatron_local_linear(const Op& op, const Plan& plan) {
+  if (op.kind != OpKind::kLinear || plan.transformer_impl == TransformerImpl::kTorch) return false;
+  if (op.tags.layer < 0) return true;
+  return plan.transformer_impl == TransformerImpl::kLocal && op.role != OpRole::kRouter &&
+         op.role != OpRole::kRouterDw;
+}
+
 bool optimizer_kind(OpKind k) {
   return k == OpKind::kAdamW || k == OpKind::kCast || k == OpKind::kGradNorm;
 }
@@ -160,6 +174,12 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     if (ph == Phase::kForward || ph == Phase::kRecompute)
       t += f.host_python_s + f.host_autograd_s + f.host_module_s;
     return t;
+  }
+  if (megatron_local_linear(op, plan)) {
+    // The forward (or recompute) module call's measured whole host time; the backward is the
+    // autograd.Function's Python, which issues each of its ops from Python.
+    if (ph != Phase::kBackward) return f.host_local_linear_fwd_s;
+    return launch + launches * (f.host_dispatch_s + f.host_python_s);
   }
   double t = launch + launches * f.host_dispatch_s;
   if (op.kind == OpKind::kSync || is_communication(op.kind)) {

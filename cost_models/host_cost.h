@@ -57,6 +57,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //    an expert GEMM run per expert (multi_stream_expert_gemm) is one module call that launches a
 //    cuBLAS GEMM per local expert from C++: the per-kernel launches, the Python, autograd and
 //    module terms once;
+//  kEager through Megatron-Core's own linear modules (a layer's GEMMs under transformer_impl
+//    local; the output layer under local or transformer_engine: Megatron's ColumnParallelLinear):
+//    the forward call's measured host time (profile.host_local_linear_fwd_s); the backward, a
+//    Python autograd.Function, per kernel a launch, the dispatcher and a Python call;
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;

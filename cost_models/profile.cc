@@ -163,7 +163,15 @@ Profile default_profile(const DeviceSpec& d) {
   p.host_te_linear_bwd_s = kTeGraceLinearBwdS / kGraceOverX86Host;
   p.host_te_norm_fwd_s = kTeGraceNormFwdS / kGraceOverX86Host;
   p.host_te_norm_bwd_s = kTeGraceNormBwdS / kGraceOverX86Host;
+  // Megatron-Core's ColumnParallelLinear forward: 74 us of CPU per call, BF16, TP 1
+  // (NVIDIA/TransformerEngine PR #1191, 2024-09-18, measuring Megatron-LM @6b35ca80's modules;
+  // TEColumnParallelLinear 140 us there, 115 us after the PR). The PR names no CPU: taken as the
+  // x86 DGX host it was then developed on; on Grace times Grace's slowdown for a module call
+  // (TE issue #2053, as for TE's modules above). profile_ranges.cc: from a bare torch.nn.Linear
+  // forward on the same host (TE #2053: 13.48 us) to the measured figure.
+  p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS;
   if (d.name == "GB200") {
+    p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS * kGraceOverX86Host;
     // A Grace host: PR #3523's GB200 figures as measured.
     p.host_te_linear_fwd_s = kTeGraceLinearFwdS;
     p.host_te_linear_bwd_s = kTeGraceLinearBwdS;
@@ -350,6 +358,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.host_module_s = p.host_graph_launch_s = p.host_compile_guard_s = p.host_sync_s = 0;
     p.host_te_linear_fwd_s = p.host_te_linear_bwd_s = 0;
     p.host_te_norm_fwd_s = p.host_te_norm_bwd_s = 0;
+    p.host_local_linear_fwd_s = 0;
   }
   return p;
 }
@@ -473,6 +482,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "host_te_linear_bwd_us",
                 "host_te_norm_fwd_us",
                 "host_te_norm_bwd_us",
+                "host_local_linear_fwd_us",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -566,6 +576,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   us("host_te_linear_bwd_us", p.host_te_linear_bwd_s);
   us("host_te_norm_fwd_us", p.host_te_norm_fwd_s);
   us("host_te_norm_bwd_us", p.host_te_norm_bwd_s);
+  us("host_local_linear_fwd_us", p.host_local_linear_fwd_s);
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
   p.host_adam_params_per_s =
       r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
@@ -626,6 +637,7 @@ Json profile_to_json(const Profile& p) {
             {"host_te_linear_bwd_us", in_json_unit(p.host_te_linear_bwd_s, 1e-6)},
             {"host_te_norm_fwd_us", in_json_unit(p.host_te_norm_fwd_s, 1e-6)},
             {"host_te_norm_bwd_us", in_json_unit(p.host_te_norm_bwd_s, 1e-6)},
+            {"host_local_linear_fwd_us", in_json_unit(p.host_local_linear_fwd_s, 1e-6)},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   if (p.expert_exchange_nvlink_efficiency > 0)

@@ -61,6 +61,12 @@ inline constexpr double kTeGraceLinearBwdAfterS = (276.50 - 51.19) * 1e-6;
 inline constexpr double kTeGraceNormFwdAfterS = (65.25 - 51.19) * 1e-6;
 inline constexpr double kTeGraceNormBwdAfterS = ((349.00 - 65.25) - (276.50 - 51.19)) * 1e-6;
 inline constexpr double kGraceOverX86Host = 37.08 / 13.48;
+// Megatron-Core's own ColumnParallelLinear, BF16, TP 1: CPU time of one forward call
+// (NVIDIA/TransformerEngine PR #1191, 2024-09-18, Megatron-LM @6b35ca80: "74 us per forward
+// pass"), and a torch.nn.Linear forward's on an H100 DGX's Xeon 8480C (TE issue #2053: 13.48 us),
+// the floor of a module that calls one GEMM.
+inline constexpr double kMegatronLocalLinearFwdS = 74e-6;
+inline constexpr double kTorchLinearFwdX86S = 13.48e-6;
 
 struct Profile {
   std::string device;  // the DeviceSpec name this profile describes
@@ -141,6 +147,12 @@ struct Profile {
   double host_te_linear_bwd_s = 91.7e-6;
   double host_te_norm_fwd_s = 8.8e-6;
   double host_te_norm_bwd_s = 22.6e-6;
+  // Megatron-Core's own tensor-parallel modules (Plan::transformer_impl local, and the output
+  // layer, a ColumnParallelLinear under either module set): the host's whole time for one
+  // ColumnParallelLinear / RowParallelLinear forward call, its launches included, in seconds.
+  // Its backward is a Python autograd.Function priced op by op (host_cost.h). Source in
+  // profile.cc.
+  double host_local_linear_fwd_s = 74e-6;
 
   // Communication: fraction of a link's bandwidth that collectives reach, per link kind
   // (indexed by LinkKind), and a software latency per algorithm step on top of the hardware's

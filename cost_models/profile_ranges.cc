@@ -78,6 +78,13 @@ void te_modules(Ranges& r, bool grace) {
         "te.LayerNormLinear less te.Linear, forward: " + src);
   cited(r, "host_te_norm_bwd_us", kTeGraceNormBwdAfterS / lo * 1e6, kTeGraceNormBwdS * 1e6,
         "te.LayerNormLinear less te.Linear, backward: " + src);
+  // Megatron-Core's own ColumnParallelLinear (profile.cc states the point).
+  const double host = grace ? kGraceOverX86Host : 1.0;
+  cited(r, "host_local_linear_fwd_us", kTorchLinearFwdX86S * host * 1e6,
+        kMegatronLocalLinearFwdS * host * 1e6,
+        "Megatron-Core ColumnParallelLinear forward, BF16, TP 1: 74 us of CPU (TE PR #1191); a"
+        " bare torch.nn.Linear forward 13.48 us on an H100 DGX host (TE #2053), the floor;"
+        " on Grace x 2.75 (TE #2053)");
 }
 
 // What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam on the
@@ -411,7 +418,7 @@ Ranges host_cpu() {
   for (const char* k : {"host_launch_us", "host_dispatch_us", "host_python_us", "host_autograd_us",
                         "host_module_us", "host_graph_launch_us", "host_compile_guard_us",
                         "host_sync_us", "host_te_linear_fwd_us", "host_te_linear_bwd_us",
-                        "host_te_norm_fwd_us", "host_te_norm_bwd_us"})
+                        "host_te_norm_fwd_us", "host_te_norm_bwd_us", "host_local_linear_fwd_us"})
     uncertain(r, k, 0, 0,
               "the CPU runtime's executor runs each op inline: issuing it is in its own time");
   return r;

@@ -325,8 +325,8 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (!p.nan_check) add(a, "--no-check-for-nan-in-loss-and-grad");
   if (p.log_params_norm) add(a, "--log-params-norm");
   if (p.log_num_zeros_in_grad) add(a, "--log-num-zeros-in-grad");
-  if (p.transformer_impl == TransformerImpl::kTransformerEngine)
-    add(a, "--transformer-impl", "transformer_engine");
+  if (p.transformer_impl != TransformerImpl::kTorch)
+    add(a, "--transformer-impl", transformer_impl_name(p.transformer_impl));
   if (p.cuda_graphs != CudaGraphs::kNone)
     add(a, "--cuda-graph-impl",
         p.cuda_graphs == CudaGraphs::kLayers ? "transformer_engine" : "full_iteration");

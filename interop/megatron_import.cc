@@ -688,12 +688,14 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // The per-step statistics it logs (training/config/training_config.py: both off by default).
   if (f.has("log-params-norm")) j["log_params_norm"] = true;
   if (f.has("log-num-zeros-in-grad")) j["log_num_zeros_in_grad"] = true;
-  // The modules its layers call (--transformer-impl): Transformer Engine's where the arguments
-  // name them; local (Megatron's own) modules have no host figures of their own and stay
-  // torch's, as does an argument list without the flag (whose Megatron default is
-  // transformer_engine), so that a plan exported without it reads back as it was.
-  if (f.has("transformer-impl") && f.one("transformer-impl") == "transformer_engine")
-    j["transformer_impl"] = "transformer_engine";
+  // The modules its layers call (--transformer-impl): Transformer Engine's or Megatron's own
+  // (local) where the arguments name them; an argument list without the flag (whose Megatron
+  // default is transformer_engine) stays torch, so that a plan exported without it reads back as
+  // it was.
+  if (f.has("transformer-impl")) {
+    const std::string t = f.one("transformer-impl");
+    if (t == "transformer_engine" || t == "local") j["transformer_impl"] = t;
+  }
   if (f.has("enable-cuda-graph") || f.has("external-cuda-graph")) j["cuda_graphs"] = "layers";
   if (f.has("cuda-graph-impl")) {
     const std::string g = f.one("cuda-graph-impl");

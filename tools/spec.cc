@@ -277,8 +277,8 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--host-framework", o.host_framework,
                   "pytorch|native: what issues the kernels (native: a C++/CUDA program, llm.c)");
   cmd->add_option("--transformer-impl", o.transformer_impl,
-                  "torch|transformer_engine: the modules a layer's GEMMs and norms are called "
-                  "through, whose calls the host pays (Megatron --transformer-impl)");
+                  "torch|transformer_engine|local: the modules a layer's GEMMs and norms are "
+                  "called through, whose calls the host pays (Megatron --transformer-impl)");
   bool_flag(cmd, o, "--nan-check", "nan_check", o.nan_check,
             "Megatron's NaN/Inf check of the loss (--check-for-nan-in-loss-and-grad, default "
             "true): two device-to-host syncs per micro-batch");

@@ -477,6 +477,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRoundRobin; },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kTransformerEngine; },
+      [](Plan& p) { p.transformer_impl = TransformerImpl::kLocal; },
       [](Plan& p) {
         p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp};
       },

@@ -177,8 +177,9 @@ TEST(HostEstimate, SmallModelIsHostBoundAndGraphsRemoveMostOfIt) {
 
 // Transformer Engine's modules (Plan::transformer_impl): a layer's GEMM pays a te.Linear call,
 // forward at the forward op and backward at the data gradient (the weight gradient inside it);
-// a layer's norm pays what te.LayerNormLinear adds; the router and the output layer, which are
-// not TE modules, and every op of a torch plan keep the per-kernel terms.
+// a layer's norm pays what te.LayerNormLinear adds; the router, a torch linear, and every op of
+// a torch plan keep the per-kernel terms; the output layer is Megatron-Core's own
+// ColumnParallelLinear under either module set.
 TEST(HostIssueSeconds, TransformerEngineModulesPayTheModuleCall) {
   const Profile f = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
   Plan torch_plan, te = torch_plan;
@@ -210,11 +211,48 @@ TEST(HostIssueSeconds, TransformerEngineModulesPayTheModuleCall) {
   head.role = OpRole::kHead;
   head.tags.layer = -1;
   EXPECT_NEAR(host_issue_seconds(router, te, f), eager, 1e-15);
-  EXPECT_NEAR(host_issue_seconds(head, te, f), eager, 1e-15);
+  EXPECT_DOUBLE_EQ(host_issue_seconds(head, te, f), f.host_local_linear_fwd_s);
+  EXPECT_NEAR(host_issue_seconds(head, torch_plan, f), eager, 1e-15);
   // Under a CUDA graph the module calls are replayed, not made.
   fc1.tags.phase = Phase::kForward;
   fc1.host_issue = HostIssue::kInGraph;
   EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, te, f), 0.0);
+}
+
+// Megatron-Core's own modules (transformer_impl local): a layer's GEMM forward (or recompute)
+// pays the ColumnParallelLinear call measured in TE PR #1191, 74 us on an x86 host; its backward,
+// a Python autograd.Function, pays per kernel a launch, the dispatcher and a Python call (the
+// data and weight gradients each); the router is a torch linear; norms keep the per-kernel
+// terms of a module call.
+TEST(HostIssueSeconds, MegatronLocalModulesPayTheModuleCall) {
+  const Profile f = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  EXPECT_NEAR(f.host_local_linear_fwd_s, 74e-6, 1e-12);
+  Plan local;
+  local.transformer_impl = TransformerImpl::kLocal;
+  Op fc1;
+  fc1.kind = OpKind::kLinear;
+  fc1.tags.layer = 0;
+  fc1.tags.phase = Phase::kForward;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, local, f), 74e-6);
+  fc1.tags.phase = Phase::kRecompute;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(fc1, local, f), 74e-6);
+  const double python_op = f.host_launch_s + f.host_dispatch_s + f.host_python_s;
+  Op dx = fc1, dw = fc1;
+  dx.tags.phase = dw.tags.phase = Phase::kBackward;
+  dw.role = OpRole::kWeightGrad;
+  EXPECT_NEAR(host_issue_seconds(dx, local, f), python_op, 1e-15);
+  EXPECT_NEAR(host_issue_seconds(dw, local, f), python_op, 1e-15);
+  Op router = fc1, ln = fc1;
+  router.tags.phase = ln.tags.phase = Phase::kForward;
+  router.role = OpRole::kRouter;
+  ln.kind = OpKind::kNorm;
+  const double eager =
+      f.host_launch_s + f.host_dispatch_s + f.host_python_s + f.host_autograd_s + f.host_module_s;
+  EXPECT_NEAR(host_issue_seconds(router, local, f), eager, 1e-15);
+  EXPECT_NEAR(host_issue_seconds(ln, local, f), eager, 1e-15);
+  // On Grace the module call costs Grace's slowdown for a module call (TE #2053: 37.08/13.48).
+  const Profile gb = default_profile(cluster_preset("gb200-nvl72", 72).gpu_device(0));
+  EXPECT_NEAR(gb.host_local_linear_fwd_s, 74e-6 * 37.08 / 13.48, 1e-12);
 }
 
 // The figures against TE PR #3523's GB200 table and TE issue #2053's Grace/x86 ratio, worked

@@ -677,6 +677,28 @@ TEST(MegatronImport, ExpertBiasesUnderTheGroupedGemmLoopOverTheExperts) {
   EXPECT_FALSE(loop(import_megatron(base + "--moe-grouped-gemm")));
 }
 
+// --transformer-impl names the modules the layers call: transformer_engine and local (Megatron's
+// own ColumnParallelLinear / RowParallelLinear) as the plan's transformer_impl; without the flag
+// the plan stays torch, and the export writes the flag back.
+TEST(MegatronImport, TransformerImplNamesTheModules) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 ";
+  auto impl = [](const ImportedJob& j) { return plan_from_json(j.plan).transformer_impl; };
+  EXPECT_EQ(impl(import_megatron(base + "--transformer-impl local")), TransformerImpl::kLocal);
+  EXPECT_EQ(impl(import_megatron(base + "--transformer-impl transformer_engine")),
+            TransformerImpl::kTransformerEngine);
+  EXPECT_EQ(impl(import_megatron(base)), TransformerImpl::kTorch);
+  const Case c = golden_cases()[1];
+  const Model m = model_preset(c.model);
+  const Cluster cl = load_cluster(c.cluster, c.gpus);
+  Plan p = make_plan(c, m, cl);
+  p.transformer_impl = TransformerImpl::kLocal;
+  const std::string args = export_megatron(m, cl, p).files[0].text;
+  EXPECT_NE(args.find("--transformer-impl local"), std::string::npos);
+  EXPECT_EQ(import_megatron(args, "args").plan["transformer_impl"], "local");
+}
+
 // Under fp8 the grouped experts pad each local expert's rows (TE Fp8Padding) unless the router
 // or HybridEP's dispatch pads them (moe_utils.py skip_routed_expert_padding).
 TEST(MegatronImport, Fp8GroupedExpertsPadUnlessTheRouterOrHybridEpDoes) {
