@@ -261,8 +261,10 @@ const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
     if (in_stage0) concurrent.push_back(std::move(other));
     if (concurrent.size() >= GroupModel::kMaxPricedFlows) break;
   }
-  auto model = std::make_unique<GroupModel>(cluster_, profile_, group, concurrent,
-                                            /*price_all_to_all=*/g == Group::kEp);
+  auto model = std::make_unique<GroupModel>(
+      cluster_, profile_, group, concurrent,
+      /*price_all_to_all=*/g == Group::kEp ||
+          g == Group::kCp);  // the expert and Ulysses (cp_comm_type a2a) all-to-alls
   return *groups_.emplace(key, std::move(model)).first->second;
 }
 

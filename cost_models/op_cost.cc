@@ -300,8 +300,10 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   }
   auto pit = places_.groups.find(sig);
   if (pit == places_.groups.end()) {
-    auto gm = std::make_unique<GroupModel>(cluster_, prof_, group, concurrent,
-                                           /*price_all_to_all=*/g == Group::kEp);
+    auto gm = std::make_unique<GroupModel>(
+        cluster_, prof_, group, concurrent,
+        /*price_all_to_all=*/g == Group::kEp ||
+            g == Group::kCp);  // the expert and Ulysses (cp_comm_type a2a) all-to-alls
     pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
   }
   places_.by_layout.emplace(std::move(layout_key), pit->second.get());
@@ -388,10 +390,16 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kAttention: {
       const AttnShape a = attention_shape(op);
       const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
-      // Under context parallelism every attention op is a step of the ring (core/lower_layer.cc),
-      // priced as the frameworks lay the causal sequence out over it (compute.h).
-      const int ring =
-          plan_.cp > 1 && a.causal ? context_ring_steps(plan_.cp, a.seq_q, a.window) : 1;
+      // Under a context-parallel ring every attention op is a step of the ring
+      // (core/lower_layer.cc), priced as the frameworks lay the causal sequence out over it
+      // (compute.h). Transformer Engine's all_gather and a2a exchanges run whole kernels (their
+      // shapes in the op).
+      const bool ring_steps = plan_.cp_impl == CpImpl::kPytorch ||
+                              plan_.cp_comm_type == CpCommType::kP2p ||
+                              plan_.cp_comm_type == CpCommType::kA2aP2p;
+      const int ring = plan_.cp > 1 && a.causal && ring_steps
+                           ? context_ring_steps(plan_.cp, a.seq_q, a.window)
+                           : 1;
       return op.tags.phase == Phase::kBackward
                  ? attention_backward_time(dev, prof_, dt, a, ring, plan_.cp_impl)
                  : attention_forward_time(dev, prof_, dt, a, ring, plan_.cp_impl);
