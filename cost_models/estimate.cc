@@ -239,6 +239,9 @@ Estimate Estimator::estimate(const Plan& plan) {
 // different groups of one placement never share a key.
 constexpr int kExtraGroupTag = 100;
 constexpr int kPipelineLinkTag = 200;
+// A context-parallel group that runs all-to-alls (cp_comm_type a2a, Ulysses): priced with the
+// pairwise exchange, which the ring-only groups skip.
+constexpr int kCpAllToAllTag = 300;
 static_assert(kGroupKindCount < kExtraGroupTag,
               "Group values must stay below the extra groups' tags");
 
@@ -247,7 +250,8 @@ Estimator::PlacementKey Estimator::placement(const Plan& p, int what) const {
 }
 
 const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
-  auto key = placement(plan, static_cast<int>(g));
+  const bool a2a = g == Group::kEp || (g == Group::kCp && plan.cp_comm_type == CpCommType::kA2a);
+  auto key = placement(plan, g == Group::kCp && a2a ? kCpAllToAllTag : static_cast<int>(g));
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   RankLayout layout(dense_layout_plan(plan));
@@ -261,10 +265,8 @@ const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
     if (in_stage0) concurrent.push_back(std::move(other));
     if (concurrent.size() >= GroupModel::kMaxPricedFlows) break;
   }
-  auto model = std::make_unique<GroupModel>(
-      cluster_, profile_, group, concurrent,
-      /*price_all_to_all=*/g == Group::kEp ||
-          g == Group::kCp);  // the expert and Ulysses (cp_comm_type a2a) all-to-alls
+  auto model = std::make_unique<GroupModel>(cluster_, profile_, group, concurrent,
+                                            /*price_all_to_all=*/a2a);
   return *groups_.emplace(key, std::move(model)).first->second;
 }
 

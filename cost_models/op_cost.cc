@@ -261,9 +261,13 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   // Another pricer of a plan with the same rank layout found it already.
+  // All-to-alls run in the expert-parallel groups and, under cp_comm_type a2a (Ulysses), in the
+  // context-parallel ones: only those price the pairwise exchange (it samples several steps).
+  const bool a2a = g == Group::kEp || (g == Group::kCp && plan_.cp_comm_type == CpCommType::kA2a);
   std::vector<int64_t> layout_key = layout_signature_;
   layout_key.push_back(stage);
   layout_key.push_back(static_cast<int64_t>(g));
+  if (g == Group::kCp && a2a) layout_key.push_back(-3);
   if (auto lit = places_.by_layout.find(layout_key); lit != places_.by_layout.end())
     return *groups_.emplace(key, lit->second).first->second;
   const std::vector<int>& group = group_ranks(stage, g);
@@ -283,6 +287,7 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   // and hop count from the first member (which tells fabric boundaries apart), and the
   // relative places of the concurrent groups.
   std::vector<int64_t> sig = {static_cast<int64_t>(g), static_cast<int64_t>(group.size())};
+  if (g == Group::kCp && a2a) sig.push_back(-3);
   const int base = group.empty() ? 0 : cluster_.server_of(group[0]);
   int last_server = group.empty() ? 0 : cluster_.server_of(group[0]);
   for (int r : group) {
@@ -300,10 +305,8 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   }
   auto pit = places_.groups.find(sig);
   if (pit == places_.groups.end()) {
-    auto gm = std::make_unique<GroupModel>(
-        cluster_, prof_, group, concurrent,
-        /*price_all_to_all=*/g == Group::kEp ||
-            g == Group::kCp);  // the expert and Ulysses (cp_comm_type a2a) all-to-alls
+    auto gm = std::make_unique<GroupModel>(cluster_, prof_, group, concurrent,
+                                           /*price_all_to_all=*/a2a);
     pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
   }
   places_.by_layout.emplace(std::move(layout_key), pit->second.get());
