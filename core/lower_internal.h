@@ -368,6 +368,17 @@ class Lowerer {
   // K/V (the local ones in `src`) into a buffer of its own, issued before the pass's first step.
   // Returns the gathered buffer, which the later steps read.
   int kv_all_gather(int layer, int src);
+  // Transformer Engine's other context-parallel exchanges (Plan::cp_comm_type): all_gather
+  // (AttnFuncWithCPAndKVAllGather) and a2a (AttnFuncWithCPAndQKVOA2A, DeepSpeed-Ulysses), forward
+  // and backward; the backward returns the gradient of this rank's Q | K | V.
+  void attention_forward_allgather(int layer, Saved& sv, bool recompute);
+  int attention_backward_allgather(int layer, const Saved& sv, int dao);
+  void attention_forward_a2a(int layer, Saved& sv, bool recompute);
+  int attention_backward_a2a(int layer, const Saved& sv, int dao);
+  // The attention core an all_gather step (one of the rank's two chunks against its causal K/V
+  // prefix) or the a2a kernel (the whole sequence on heads / cp heads) runs.
+  AttnShape allgather_attention_shape(int layer) const;
+  AttnShape a2a_attention_shape(int layer) const;
   int ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv);
   // Multi-head latent attention's projections (lower_mla.cc): Q | K | V from the norm1 output,
   // and their backward to the gradient of the norm1 output.

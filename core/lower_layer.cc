@@ -4,11 +4,21 @@
 // the dense MLP. The MoE MLP is in lower_moe.cc.
 #include <algorithm>
 
+#include "core/error.h"
 #include "core/lower_internal.h"
 
 namespace parasol::lowering {
 
 void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
+  if (p_.cp > 1 && p_.cp_impl == CpImpl::kTransformerEngine) {
+    if (p_.cp_comm_type == CpCommType::kA2a) return attention_forward_a2a(layer, sv, recompute);
+    if (p_.cp_comm_type == CpCommType::kAllGather)
+      return attention_forward_allgather(layer, sv, recompute);
+    if (p_.cp_comm_type == CpCommType::kA2aP2p)
+      throw Error("plan.cp_comm_type",
+                  "a2a+p2p (hierarchical context parallelism) is not priced yet: p2p, all_gather "
+                  "and a2a are");
+  }
   const int mb = tags_.micro_batch;
   std::vector<int> outs;
   if (!recompute) {
@@ -125,6 +135,11 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
 }
 
 int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
+  if (p_.cp > 1 && p_.cp_impl == CpImpl::kTransformerEngine) {
+    if (p_.cp_comm_type == CpCommType::kA2a) return attention_backward_a2a(layer, sv, dao);
+    if (p_.cp_comm_type == CpCommType::kAllGather)
+      return attention_backward_allgather(layer, sv, dao);
+  }
   const int mb = tags_.micro_batch;
   const int cp = p_.cp;
   int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
@@ -168,6 +183,131 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     if (gathered < 0) kv = next;
   }
+  return dqkv;
+}
+
+AttnShape Lowerer::allgather_attention_shape(int layer) const {
+  // Rank r's chunks r and 2cp - 1 - r (of Sl / 2 queries each) attend to the gathered K/V up to
+  // their own end: (r + 1) and (2cp - r) chunks, bottom-right causal. Their pairs sum to the
+  // rank's share of the causal square, cp x (Sl / 2)^2 x 2 per kernel on average: the causal
+  // count of Sl / 2 queries against the whole sequence (core/program.cc attention_flops).
+  AttnShape a = parasol::attention_shape(m_, layer, static_cast<int>(t_), p_.micro_batch, Sl_ / 2,
+                                         seq_, flash_);
+  return a;
+}
+
+AttnShape Lowerer::a2a_attention_shape(int layer) const {
+  // After the all-to-all this rank holds every token of heads / (tp x cp) heads.
+  return parasol::attention_shape(m_, layer, static_cast<int>(t_) * p_.cp, p_.micro_batch, seq_,
+                                  seq_, flash_);
+}
+
+// Transformer Engine's AttnFuncWithCPAndKVAllGather (context_parallel.py): K and V of every
+// context rank all-gathered (exposed: both kernels read the gathered buffer), then one kernel per
+// local chunk, each against its causal K/V prefix.
+void Lowerer::attention_forward_allgather(int layer, Saved& sv, bool recompute) {
+  std::vector<int> outs;
+  if (!recompute) {
+    sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, ldt_));
+    sv[sLse] = role(BufferRole::kAttnLse,
+                    act(layer, "lse", {p_.micro_batch, heads_t_, Sl_}, Dtype::kFp32));
+    outs = {sv[sAo], sv[sLse]};
+  } else {
+    sv[sAoRc] = role(BufferRole::kAttnOut, ws(layer, "attn.rc", {T_, ao_cols_}));
+    outs = {sv[sAoRc]};
+  }
+  const int gathered = kv_all_gather(layer, sv[sQkv]);
+  const AttnShape a = allgather_attention_shape(layer);
+  for (int j = 0; j < 2; ++j) {
+    Op op = make(OpKind::kAttention, layer, recompute ? "attn.rc" : "attn", kCompute);
+    op.attn = a;
+    op.flops = attention_flops(a);
+    op.elements = double(T_) * ao_cols_ / 2;
+    set(op.reads, {sv[sQkv], gathered});
+    set(op.writes, outs);
+    emit(op);
+  }
+}
+
+// Its backward: K and V gathered again, the two chunks' kernels write the gradient of the whole
+// gathered K/V, which a reduce-scatter returns to the ranks that own it (exposed).
+int Lowerer::attention_backward_allgather(int layer, const Saved& sv, int dao) {
+  const int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
+  const int64_t cols = kv_exchange_cols();
+  const int gathered = kv_all_gather(layer, sv[sQkv]);
+  const int dkv_all = role(BufferRole::kKvGrad, ws(layer, "dkv.all", {T_ * p_.cp, cols}));
+  const AttnShape a = allgather_attention_shape(layer);
+  const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
+  for (int j = 0; j < 2; ++j) {
+    Op op = make(OpKind::kAttention, layer, "attn", kCompute);
+    op.attn = a;
+    op.flops = kFlashBackwardFlopRatio * attention_flops(a);
+    op.elements = double(T_) * ao_cols_ / 2;
+    set(op.reads, {sv[sQkv], gathered, out, sv[sLse], dao});
+    set(op.writes, {dqkv, dkv_all});
+    emit(op);
+  }
+  const int dkv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, cols}));
+  in_compute_order(collective(OpKind::kReduceScatter, Group::kCp, layer, "dkv.rs",
+                              eb_ * double(T_) * cols * p_.cp, dkv_all, dkv));
+  role(OpRole::kDkvFold,
+       elementwise(OpKind::kResidualAdd, layer, "dkv.fold", double(T_) * cols,
+                   eb_ * T_ * cols + 2 * eb_ * T_ * (k_cols_ + v_cols_), {dqkv, dkv}, {dqkv}));
+  return dqkv;
+}
+
+// Transformer Engine's AttnFuncWithCPAndQKVOA2A (DeepSpeed-Ulysses): an all-to-all over the
+// context group trades this rank's tokens of every head for every token of heads / cp heads
+// (Q, K and V; exposed, on the compute stream's order), one causal kernel runs on the whole
+// sequence, and an all-to-all trades its output back. The forward keeps the traded Q | K | V
+// and the kernel's output for the backward (ctx.save_for_backward after the exchange).
+void Lowerer::attention_forward_a2a(int layer, Saved& sv, bool recompute) {
+  const AttnShape a = a2a_attention_shape(layer);
+  const int qkv = role(BufferRole::kQkv, recompute ? ws(layer, "qkv.a2a", {T_, qkv_cols_})
+                                                   : act(layer, "qkv.a2a", {T_, qkv_cols_}));
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "qkv.a2a",
+                              eb_ * double(T_) * qkv_cols_, sv[sQkv], qkv));
+  const int o =
+      role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
+                                           : act(layer, "attn.a2a", {T_, ao_cols_}, ldt_));
+  std::vector<int> outs = {o};
+  if (!recompute) {
+    sv[sLse] = role(BufferRole::kAttnLse,
+                    act(layer, "lse", {p_.micro_batch, a.heads, seq_}, Dtype::kFp32));
+    outs.push_back(sv[sLse]);
+  }
+  Op op = make(OpKind::kAttention, layer, recompute ? "attn.rc" : "attn", kCompute);
+  op.attn = a;
+  op.flops = attention_flops(a);
+  op.elements = double(T_) * ao_cols_;
+  set(op.reads, {qkv});
+  set(op.writes, outs);
+  emit(op);
+  sv[sAoRc] = o;  // the kernel's own output, which its backward reads
+  if (recompute) return;
+  sv[sQkv] = qkv;  // the backward reads the traded Q | K | V
+  sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, ldt_));
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "attn.a2a",
+                              eb_ * double(T_) * ao_cols_, o, sv[sAo]));
+}
+
+// Its backward: dO traded to heads, the kernel's backward, dQ | dK | dV traded back.
+int Lowerer::attention_backward_a2a(int layer, const Saved& sv, int dao) {
+  const AttnShape a = a2a_attention_shape(layer);
+  const int d_o = ws(layer, "dattn.a2a", {T_, ao_cols_});
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "dattn.a2a",
+                              eb_ * double(T_) * ao_cols_, dao, d_o));
+  const int dh = ws(layer, "dqkv.a2a", {T_, qkv_cols_});
+  Op op = make(OpKind::kAttention, layer, "attn", kCompute);
+  op.attn = a;
+  op.flops = kFlashBackwardFlopRatio * attention_flops(a);
+  op.elements = double(T_) * ao_cols_;
+  set(op.reads, {sv[sQkv], sv[sAoRc], sv[sLse], d_o});
+  set(op.writes, {dh});
+  emit(op);
+  const int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "dqkv.a2a",
+                              eb_ * double(T_) * qkv_cols_, dh, dqkv));
   return dqkv;
 }
 

@@ -23,6 +23,11 @@ void Lowerer::drop_recomputed(int layer, Saved& keep) const {
   auto on = [&](RecomputeModule r) { return p_.recomputes(r); };
   const bool moe = m_.is_moe_layer(layer);
   if (on(RecomputeModule::kCoreAttn) && !flash_) drop({sProbs, sPmask, sPdrop});
+  // Under the a2a exchange the kernel's own output (before its all-to-all back) is kept for the
+  // backward; a recomputed core attention keeps none of it.
+  if (on(RecomputeModule::kCoreAttn) && flash_ && p_.cp > 1 &&
+      p_.cp_impl == CpImpl::kTransformerEngine && p_.cp_comm_type == CpCommType::kA2a)
+    drop({sAoRc});
   if (on(RecomputeModule::kMlaUpProj) && mla_) drop({sQkv});
   if (!moe) {
     if (on(RecomputeModule::kMlp)) drop({sFc1, sAct});

@@ -96,6 +96,10 @@ std::string plan_compact(const Plan& p) {
   if (p.torch_compile) s += " compile";
   if (p.cp > 1 && p.cp_impl == CpImpl::kPytorch)
     s += p.cp_rotate == CpRotate::kAllGather ? " cp:torch-ag" : " cp:torch";
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p) {
+    s += " cp:" + std::string(cp_comm_type_name(p.cp_comm_type));
+    if (p.cp_comm_type == CpCommType::kA2aP2p) s += std::to_string(p.cp_a2a_size);
+  }
   if (p.repeat_kv) s += " repeat-kv";
   if (p.eager_loss) s += " eager-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
@@ -145,6 +149,28 @@ CpRotate parse_cp_rotate(const std::string& s, const std::string& field) {
   if (s == "ring") return CpRotate::kRing;
   if (s == "allgather") return CpRotate::kAllGather;
   throw Error(field, "'" + s + "' is not one of ring|allgather");
+}
+
+const char* cp_comm_type_name(CpCommType c) {
+  switch (c) {
+    case CpCommType::kP2p:
+      return "p2p";
+    case CpCommType::kAllGather:
+      return "all_gather";
+    case CpCommType::kA2a:
+      return "a2a";
+    case CpCommType::kA2aP2p:
+      return "a2a+p2p";
+  }
+  return "p2p";
+}
+
+CpCommType parse_cp_comm_type(const std::string& s, const std::string& field) {
+  if (s == "p2p") return CpCommType::kP2p;
+  if (s == "all_gather" || s == "allgather") return CpCommType::kAllGather;
+  if (s == "a2a") return CpCommType::kA2a;
+  if (s == "a2a+p2p") return CpCommType::kA2aP2p;
+  throw Error(field, "'" + s + "' is not one of p2p|all_gather|a2a|a2a+p2p");
 }
 
 const char* moe_dispatcher_name(MoeDispatcher d) {
@@ -459,6 +485,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "attention_kernel",
                 "cp_impl",
                 "cp_rotate",
+                "cp_comm_type",
+                "cp_a2a_size",
                 "repeat_kv",
                 "fused_kernels",
                 "expandable_segments",
@@ -568,6 +596,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                                               r.field("attention_kernel"));
   p.cp_impl = parse_cp_impl(r.string_or("cp_impl", "te"), r.field("cp_impl"));
   p.cp_rotate = parse_cp_rotate(r.string_or("cp_rotate", "ring"), r.field("cp_rotate"));
+  p.cp_comm_type = parse_cp_comm_type(r.string_or("cp_comm_type", "p2p"), r.field("cp_comm_type"));
+  p.cp_a2a_size = static_cast<int>(r.integer_or("cp_a2a_size", 0, 0, kMaxDegree));
   p.repeat_kv = r.boolean_or("repeat_kv", false);
   p.fused_kernels = r.boolean_or("fused_kernels", true);
   p.expandable_segments = r.boolean_or("expandable_segments", false);
@@ -678,6 +708,8 @@ Json plan_to_json(const Plan& p) {
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);
   if (p.cp_rotate != CpRotate::kRing) j["cp_rotate"] = cp_rotate_name(p.cp_rotate);
+  if (p.cp_comm_type != CpCommType::kP2p) j["cp_comm_type"] = cp_comm_type_name(p.cp_comm_type);
+  if (p.cp_a2a_size > 0) j["cp_a2a_size"] = p.cp_a2a_size;
   if (p.repeat_kv) j["repeat_kv"] = true;
   if (!p.stage_layers.empty()) j["stage_layers"] = p.stage_layers;
   if (p.first_stage_layers > 0) j["first_stage_layers"] = p.first_stage_layers;
@@ -705,6 +737,8 @@ Plan runtime_plan(Plan p) {
   p.expert_bias_loop = false;
   p.cp_impl = CpImpl::kTransformerEngine;
   p.cp_rotate = CpRotate::kRing;
+  p.cp_comm_type = CpCommType::kP2p;
+  p.cp_a2a_size = 0;
   p.repeat_kv = false;
   p.expert_fp8_padding = false;
   return p;

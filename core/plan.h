@@ -84,6 +84,22 @@ enum class CpImpl { kTransformerEngine, kPytorch };
 //              second, each later step slicing its chunk out of the gathered buffer. The backward
 //              gathers again; its K/V gradients travel the ring in both cases.
 enum class CpRotate { kRing, kAllGather };
+// Megatron-Core's --cp-comm-type (megatron/core/transformer/transformer_config.py cp_comm_type,
+// handed to Transformer Engine's DotProductAttention): how Transformer Engine's context
+// parallelism (cp_impl te) moves the sequence shards (transformer_engine/pytorch/attention/
+// dot_product_attention/context_parallel.py):
+//  kP2p:       AttnFuncWithCPAndKVP2P, the default: the K/V ring above, each step's exchange
+//              beside that step's attention;
+//  kAllGather: AttnFuncWithCPAndKVAllGather: one all-gather of every rank's K/V, then two
+//              attention kernels (the rank's two chunks against their causal K/V prefix); the
+//              backward gathers again and reduce-scatters dK/dV; nothing overlaps the exchanges;
+//  kA2a:       AttnFuncWithCPAndQKVOA2A (DeepSpeed-Ulysses): all-to-alls trade the sequence shards
+//              of Q, K and V for heads, one attention kernel runs on the whole sequence with
+//              heads / cp heads, an all-to-all trades the output back; the backward mirrors it;
+//  kA2aP2p:    hierarchical: the all-to-alls inside groups of cp_a2a_size consecutive CP ranks, the
+//              P2P ring across the groups (--hierarchical-context-parallel-sizes
+//              [cp_a2a_size, cp / cp_a2a_size]).
+enum class CpCommType { kP2p, kAllGather, kA2a, kA2aP2p };
 // How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
 // "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
@@ -130,6 +146,9 @@ const char* cp_impl_name(CpImpl c);
 CpImpl parse_cp_impl(const std::string& s, const std::string& field);
 const char* cp_rotate_name(CpRotate r);
 CpRotate parse_cp_rotate(const std::string& s, const std::string& field);
+const char* cp_comm_type_name(CpCommType c);
+// "p2p", "all_gather" (or Megatron's help text's "allgather"), "a2a", "a2a+p2p".
+CpCommType parse_cp_comm_type(const std::string& s, const std::string& field);
 const char* moe_dispatcher_name(MoeDispatcher d);
 const char* cuda_graphs_name(CudaGraphs g);
 const char* optimizer_impl_name(OptimizerImpl o);
@@ -206,6 +225,8 @@ struct Plan {
   AttentionKernel attention_kernel = AttentionKernel::kFlash2;  // which fused kernel
   CpImpl cp_impl = CpImpl::kTransformerEngine;  // which context-parallel ring (cp > 1)
   CpRotate cp_rotate = CpRotate::kRing;         // how cp_impl torch moves K/V (cp > 1)
+  CpCommType cp_comm_type = CpCommType::kP2p;   // how cp_impl te moves the shards (cp > 1)
+  int cp_a2a_size = 0;  // cp_comm_type a2a+p2p: ranks of each all-to-all group (0 otherwise)
   // The model code repeats the K/V heads to the query heads before attention (GQA expanded to
   // MHA: torchtitan's Llama before it passed enable_gqa, e.g. @9dec370 models/llama/model.py
   // repeat_kv): the kernel, the context-parallel K/V exchange and the K/V gradients carry `heads`
@@ -359,8 +380,8 @@ struct Plan {
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
 // 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
 // its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
-// ring (cp_impl te, cp_rotate ring) on the model's own K/V heads (repeat_kv false), which the
-// predictors price. None changes the numerics beyond rounding.
+// ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads (repeat_kv
+// false), which the predictors price. None changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

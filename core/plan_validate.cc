@@ -245,6 +245,42 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.cp_rotate",
                 "allgather is PyTorch's rotater (cp_impl torch); Transformer Engine's ring "
                 "(cp_impl te) passes the K/V shards point to point");
+  // Megatron's --cp-comm-type: Transformer Engine's exchanges.
+  if (p.cp_comm_type != CpCommType::kP2p && p.cp_impl != CpImpl::kTransformerEngine)
+    throw Error("plan.cp_comm_type",
+                std::string(cp_comm_type_name(p.cp_comm_type)) +
+                    " is Megatron-Core's --cp-comm-type (cp_impl te); PyTorch's context_parallel "
+                    "(cp_impl torch) chooses with cp_rotate");
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p && !p.flash_attention)
+    throw Error("plan.cp_comm_type", std::string(cp_comm_type_name(p.cp_comm_type)) +
+                                         " runs Transformer Engine's fused attention "
+                                         "(flash_attention true)");
+  // megatron/training/arguments.py: --hierarchical-context-parallel-sizes must be set when
+  // a2a+p2p is used, and multiply to the context-parallel size.
+  if (p.cp_comm_type == CpCommType::kA2aP2p) {
+    if (p.cp_a2a_size < 2 || p.cp_a2a_size >= p.cp)
+      throw Error("plan.cp_a2a_size",
+                  s(p.cp_a2a_size) +
+                      " must be set to the all-to-all group of a2a+p2p: from 2 to "
+                      "cp / 2 (cp " +
+                      s(p.cp) + ")");
+    require_divides(p.cp_a2a_size, p.cp, "plan.cp_a2a_size", "cp");
+  } else if (p.cp_a2a_size != 0) {
+    throw Error("plan.cp_a2a_size", "is set but cp_comm_type is " +
+                                        std::string(cp_comm_type_name(p.cp_comm_type)) +
+                                        ", not a2a+p2p");
+  }
+  if (p.cp > 1 && (p.cp_comm_type == CpCommType::kA2a || p.cp_comm_type == CpCommType::kA2aP2p)) {
+    // context_parallel.py AttnFuncWithCPAndQKVOA2A: 'requires num_heads % cp_size == 0 for Q, K,
+    // V' (the heads of this tensor-parallel rank; cp_size the all-to-all group's).
+    const int a2a = p.cp_comm_type == CpCommType::kA2a ? p.cp : p.cp_a2a_size;
+    const std::string why = "of this tensor-parallel rank (" +
+                            std::string(cp_comm_type_name(p.cp_comm_type)) + " splits them over " +
+                            s(a2a) + " context ranks)";
+    require_divides(a2a, m.heads / p.tp, "plan.cp", "the attention heads " + why);
+    require_divides(a2a, std::max<int64_t>(1, m.kv_heads / p.tp), "plan.cp",
+                    "the K/V heads " + why);
+  }
   // Sharding.
   if (p.reshard != Reshard::kAfterForward && p.zero != 3)
     throw Error("plan.reshard", std::string(reshard_name(p.reshard)) +

@@ -247,6 +247,9 @@ Estimate Estimator::estimate(const Plan& plan) {
 // different groups of one placement never share a key.
 constexpr int kExtraGroupTag = 100;
 constexpr int kPipelineLinkTag = 200;
+// A context-parallel group that runs all-to-alls (cp_comm_type a2a, Ulysses): priced with the
+// pairwise exchange, which the ring-only groups skip.
+constexpr int kCpAllToAllTag = 300;
 static_assert(kGroupKindCount < kExtraGroupTag,
               "Group values must stay below the extra groups' tags");
 
@@ -255,7 +258,8 @@ Estimator::PlacementKey Estimator::placement(const Plan& p, int what) const {
 }
 
 const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
-  auto key = placement(plan, static_cast<int>(g));
+  const bool a2a = g == Group::kEp || (g == Group::kCp && plan.cp_comm_type == CpCommType::kA2a);
+  auto key = placement(plan, g == Group::kCp && a2a ? kCpAllToAllTag : static_cast<int>(g));
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   RankLayout layout(dense_layout_plan(plan));
@@ -270,7 +274,7 @@ const GroupModel& Estimator::group_model(const Plan& plan, Group g) {
     if (concurrent.size() >= GroupModel::kMaxPricedFlows) break;
   }
   auto model = std::make_unique<GroupModel>(cluster_, profile_, group, concurrent,
-                                            /*price_all_to_all=*/g == Group::kEp);
+                                            /*price_all_to_all=*/a2a);
   return *groups_.emplace(key, std::move(model)).first->second;
 }
 
@@ -378,7 +382,7 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 }
 
 namespace {
-// The plan's switches a layer's price depends on, as bits 0-29 of the price caches' keys
+// The plan's switches a layer's price depends on, as bits 0-31 of the price caches' keys
 // (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
@@ -393,7 +397,8 @@ int64_t price_flags(const Plan& p) {
          (p.moe_force_balance == MoeForceBalance::kRoundRobin ? 1 << 25 : 0) |
          (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0) |
          (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0) |
-         (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0);
+         (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
+         (int64_t{static_cast<int>(p.cp_comm_type)} << 30);
 }
 
 }  // namespace

@@ -49,6 +49,11 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   bytes += lb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
+    // cp_comm_type a2a: Transformer Engine's AttnFuncWithCPAndQKVOA2A keeps the kernel's output
+    // before its all-to-all back (ctx.save_for_backward), beside the out-projection's input.
+    if (p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine && p.cp_comm_type == CpCommType::kA2a &&
+        !recomputed(RecomputeModule::kCoreAttn))
+      bytes += eb * tokens * m.heads * m.v_head_dim() / t;
   } else if (!recomputed(RecomputeModule::kCoreAttn)) {
     double scores = static_cast<double>(p.micro_batch) * (m.heads / t) *
                     (static_cast<double>(p.seq(m)) / p.cp) * p.seq(m);

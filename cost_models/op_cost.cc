@@ -261,9 +261,13 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   // Another pricer of a plan with the same rank layout found it already.
+  // All-to-alls run in the expert-parallel groups and, under cp_comm_type a2a (Ulysses), in the
+  // context-parallel ones: only those price the pairwise exchange (it samples several steps).
+  const bool a2a = g == Group::kEp || (g == Group::kCp && plan_.cp_comm_type == CpCommType::kA2a);
   std::vector<int64_t> layout_key = layout_signature_;
   layout_key.push_back(stage);
   layout_key.push_back(static_cast<int64_t>(g));
+  if (g == Group::kCp && a2a) layout_key.push_back(-3);
   if (auto lit = places_.by_layout.find(layout_key); lit != places_.by_layout.end())
     return *groups_.emplace(key, lit->second).first->second;
   const std::vector<int>& group = group_ranks(stage, g);
@@ -283,6 +287,7 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   // and hop count from the first member (which tells fabric boundaries apart), and the
   // relative places of the concurrent groups.
   std::vector<int64_t> sig = {static_cast<int64_t>(g), static_cast<int64_t>(group.size())};
+  if (g == Group::kCp && a2a) sig.push_back(-3);
   const int base = group.empty() ? 0 : cluster_.server_of(group[0]);
   int last_server = group.empty() ? 0 : cluster_.server_of(group[0]);
   for (int r : group) {
@@ -301,7 +306,7 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   auto pit = places_.groups.find(sig);
   if (pit == places_.groups.end()) {
     auto gm = std::make_unique<GroupModel>(cluster_, prof_, group, concurrent,
-                                           /*price_all_to_all=*/g == Group::kEp);
+                                           /*price_all_to_all=*/a2a);
     pit = places_.groups.emplace(std::move(sig), std::move(gm)).first;
   }
   places_.by_layout.emplace(std::move(layout_key), pit->second.get());
@@ -391,10 +396,16 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kAttention: {
       const AttnShape a = attention_shape(op);
       const Dtype dt = math == Dtype::kFp8 ? Dtype::kBf16 : math;
-      // Under context parallelism every attention op is a step of the ring (core/lower_layer.cc),
-      // priced as the frameworks lay the causal sequence out over it (compute.h).
-      const int ring =
-          plan_.cp > 1 && a.causal ? context_ring_steps(plan_.cp, a.seq_q, a.window) : 1;
+      // Under a context-parallel ring every attention op is a step of the ring
+      // (core/lower_layer.cc), priced as the frameworks lay the causal sequence out over it
+      // (compute.h). Transformer Engine's all_gather and a2a exchanges run whole kernels (their
+      // shapes in the op).
+      const bool ring_steps = plan_.cp_impl == CpImpl::kPytorch ||
+                              plan_.cp_comm_type == CpCommType::kP2p ||
+                              plan_.cp_comm_type == CpCommType::kA2aP2p;
+      const int ring = plan_.cp > 1 && a.causal && ring_steps
+                           ? context_ring_steps(plan_.cp, a.seq_q, a.window)
+                           : 1;
       return op.tags.phase == Phase::kBackward
                  ? attention_backward_time(dev, prof_, dt, a, ring, plan_.cp_impl)
                  : attention_forward_time(dev, prof_, dt, a, ring, plan_.cp_impl);

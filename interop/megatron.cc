@@ -284,6 +284,18 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   }
   if (p.sequence_parallel) add(a, "--sequence-parallel");
   add(a, "--context-parallel-size", str(p.cp));
+  if (p.cp > 1 && p.cp_impl != CpImpl::kTransformerEngine)
+    r.add("plan.cp_impl",
+          "Megatron-LM runs Transformer Engine's context parallelism (cp_impl te), not "
+          "PyTorch's context_parallel");
+  if (p.cp > 1 && p.repeat_kv)
+    r.add("plan.repeat_kv", "Megatron-LM passes the K/V heads to attention unrepeated");
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p) {
+    add(a, "--cp-comm-type", cp_comm_type_name(p.cp_comm_type));
+    if (p.cp_comm_type == CpCommType::kA2aP2p)
+      add(a, "--hierarchical-context-parallel-sizes",
+          str(p.cp_a2a_size) + " " + str(p.cp / p.cp_a2a_size));
+  }
   add(a, "--expert-model-parallel-size", str(p.ep));
   // Always written: Megatron defaults it to tp, which is not what every plan means.
   add(a, "--expert-tensor-parallel-size", str(p.expert_tp()));

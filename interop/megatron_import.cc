@@ -223,9 +223,10 @@ const std::set<std::string> kRead = {
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
     "moe-router-force-load-balancing", "moe-router-padding-for-fp8",
     "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping", "cp-comm-type",
-    "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph",
-    "external-cuda-graph", "no-check-for-nan-in-loss-and-grad", "log-params-norm",
-    "log-num-zeros-in-grad", "transformer-impl",
+    "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
+    "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
+    "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
+    "transformer-impl",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
@@ -608,11 +609,37 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     j["first_stage_layers"] = f.integer("decoder-first-pipeline-num-layers");
   if (f.has("decoder-last-pipeline-num-layers"))
     j["last_stage_layers"] = f.integer("decoder-last-pipeline-num-layers");
-  if (f.has("cp-comm-type") && f.one("cp-comm-type") != "p2p")
-    throw Error("--cp-comm-type",
-                "parasol models context parallelism as p2p (ring attention), "
-                "not " +
-                    f.one("cp-comm-type"));
+  // --cp-comm-type: one type for every layer (arguments.py: nargs='+', one value per layer
+  // allowed); a2a+p2p needs --hierarchical-context-parallel-sizes [a2a, p2p] whose product is
+  // the context-parallel size (arguments.py's checks).
+  if (f.has("cp-comm-type")) {
+    const std::string type = f.one("cp-comm-type");
+    for (const std::string& t : f.all("cp-comm-type"))
+      if (t != type)
+        throw Error("--cp-comm-type", "one type per layer ('" + type + "', '" + t +
+                                          "'): parasol gives every layer the same exchange");
+    j["cp_comm_type"] = cp_comm_type_name(parse_cp_comm_type(type, "--cp-comm-type"));
+  }
+  if (f.has("hierarchical-context-parallel-sizes")) {
+    const auto& sizes = f.all("hierarchical-context-parallel-sizes");
+    int64_t product = 1;
+    for (const std::string& v : sizes) {
+      int64_t n = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || p != v.data() + v.size() || n < 1)
+        throw Error("--hierarchical-context-parallel-sizes", "'" + v + "' is not a size >= 1");
+      product *= n;
+    }
+    if (sizes.size() != 2 || product != cp)
+      throw Error("--hierarchical-context-parallel-sizes",
+                  "must be two sizes (all-to-all, ring) whose product is "
+                  "--context-parallel-size (" +
+                      std::to_string(cp) + ")");
+    if (f.string_or("cp-comm-type", "p2p") == "a2a+p2p") j["cp_a2a_size"] = std::stoll(sizes[0]);
+  } else if (f.string_or("cp-comm-type", "p2p") == "a2a+p2p") {
+    throw Error("--hierarchical-context-parallel-sizes",
+                "must be set when a2a+p2p is used in cp comm (Megatron's own check)");
+  }
   // Sharding.
   int zero = f.has("use-distributed-optimizer") ? 1 : 0;
   if (f.has("use-megatron-fsdp")) {

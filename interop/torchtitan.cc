@@ -380,6 +380,10 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
     r.add("plan.grad_reduce_dtype", "torchtitan's mixed_precision_reduce is float32 only");
   if (p.optimizer_dtype == Dtype::kBf16 && p.precision != Dtype::kBf16)
     r.add("plan.optimizer_dtype", "torchtitan's training.dtype bfloat16 trains in bf16");
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p)
+    r.add("plan.cp_comm_type", std::string(cp_comm_type_name(p.cp_comm_type)) +
+                                   " is Transformer Engine's (Megatron-Core --cp-comm-type); "
+                                   "torchtitan runs PyTorch's context_parallel (cp_rotate)");
   if (p.offload.activations) r.add("plan.offload", "torchtitan v0.2.2 has no activation offload");
   if (p.offload.optimizer != p.offload.params)
     r.add("plan.offload",

@@ -239,6 +239,12 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--cp-rotate", o.cp_rotate,
                   "how cp-impl torch moves K/V: ring|allgather (PyTorch's rotate_method "
                   "alltoall, or allgather: its default, one all-gather per attention pass)");
+  cmd->add_option("--cp-comm-type", o.cp_comm_type,
+                  "how cp-impl te moves the sequence shards: p2p|all_gather|a2a|a2a+p2p "
+                  "(Megatron-Core --cp-comm-type)");
+  int_flag(cmd, o, "--cp-a2a-size", "cp_a2a_size", o.cp_a2a_size,
+           "cp-comm-type a2a+p2p: ranks of each all-to-all group (Megatron-Core "
+           "--hierarchical-context-parallel-sizes A cp/A)");
   bool_flag(cmd, o, "--repeat-kv", "repeat_kv", o.repeat_kv,
             "the model code repeats the K/V heads to the query heads before attention "
             "(torchtitan's Llama before enable_gqa)");
@@ -343,6 +349,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("attention_kernel", o.attention_kernel);
   set("cp_impl", o.cp_impl);
   set("cp_rotate", o.cp_rotate);
+  set("cp_comm_type", o.cp_comm_type);
+  set("cp_a2a_size", o.cp_a2a_size);
   set("repeat_kv", o.repeat_kv);
   set("tp_comm_overlap", o.tp_comm_overlap);
   set("ep_comm_overlap", o.ep_comm_overlap);

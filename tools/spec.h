@@ -39,6 +39,8 @@ struct SpecOptions {
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;
   std::optional<std::string> moe_dispatcher, moe_force_balance, optimizer_dtype, recompute_modules;
   std::optional<std::string> cp_rotate;
+  std::optional<std::string> cp_comm_type;
+  std::optional<int> cp_a2a_size;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming

@@ -628,6 +628,97 @@ TEST(Lower, PytorchAllGatherRotaterGathersTheKVOncePerPass) {
   EXPECT_EQ(count(p, both(in(0, 0, Phase::kBackward), named("dkv.send"))), cp);
 }
 
+// Sum of the FLOPs of the attention ops of a pass.
+double attention_flops_of(const Program& p, Phase phase) {
+  double f = 0;
+  for (const Op* o : select(p, both(in(0, 0, phase), kind(OpKind::kAttention)))) f += o->flops;
+  return f;
+}
+
+TEST(Lower, TransformerEngineAllGatherRunsTwoKernelsAfterOneGather) {
+  // Megatron --cp-comm-type all_gather (Transformer Engine's AttnFuncWithCPAndKVAllGather): K and V
+  // of every context rank gathered, then one kernel per local chunk against its causal K/V prefix;
+  // the backward gathers again and reduce-scatters dK/dV. No ring.
+  const Model m = model_preset("tiny");
+  const int cp = 4;
+  const double chunk = 2.0 * (m.seq_len / cp) * m.kv_dim() * 2;  // bf16 K and V of a chunk pair
+  Plan plan = make_plan(1, 1, 1, 1);
+  plan.cp = cp;
+  plan.cp_comm_type = CpCommType::kAllGather;
+  const Program p = lowered(m, plan).programs[0];
+  // The rank's share of the causal square: 4 b h d S (S + 1) / 2 / cp (program.cc's count).
+  const double S = m.seq_len;
+  const double share = 4.0 * m.heads * m.head_dim * S * (S + 1) / 2 / cp;
+  for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+    SCOPED_TRACE(phase == Phase::kForward ? "forward" : "backward");
+    auto pass = in(0, 0, phase);
+    auto ag = select(p, both(pass, kind(OpKind::kAllGather)));
+    ASSERT_EQ(ag.size(), 1u);
+    EXPECT_EQ(ag[0]->group, Group::kCp);
+    EXPECT_EQ(ag[0]->bytes, cp * chunk);
+    auto kernels = select(p, both(pass, kind(OpKind::kAttention)));
+    ASSERT_EQ(kernels.size(), 2u);
+    for (const Op* k : kernels) {
+      EXPECT_TRUE(std::count(k->deps.begin(), k->deps.end(), ag[0]->id));  // exposed
+      EXPECT_EQ(k->attn.seq_q, m.seq_len / cp / 2);
+    }
+    EXPECT_EQ(count(p, both(pass, kind(OpKind::kSend))), 0);
+    const double ratio = phase == Phase::kForward ? 1.0 : kFlashBackwardFlopRatio;
+    EXPECT_NEAR(attention_flops_of(p, phase), ratio * share, 1e-9 * share);
+  }
+  auto rs = select(p, both(in(0, 0, Phase::kBackward), kind(OpKind::kReduceScatter)));
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->group, Group::kCp);
+  EXPECT_EQ(rs[0]->bytes, cp * chunk);
+}
+
+TEST(Lower, TransformerEngineAllToAllTradesTheSequenceForHeads) {
+  // Megatron --cp-comm-type a2a (DeepSpeed-Ulysses): Q, K, V traded over the context group, one
+  // causal kernel on the whole sequence with heads / cp heads, the output traded back; the
+  // backward trades dO, then dQ, dK, dV.
+  const Model m = model_preset("tiny");
+  const int cp = 2;
+  Plan plan = make_plan(1, 1, 1, 1);
+  plan.cp = cp;
+  plan.cp_comm_type = CpCommType::kA2a;
+  const Program p = lowered(m, plan).programs[0];
+  const double tokens = m.seq_len / cp;
+  const double qkv = 2.0 * tokens * (m.heads + 2 * m.kv_heads) * m.head_dim;  // bf16
+  const double out = 2.0 * tokens * m.heads * m.head_dim;
+  const double S = m.seq_len;
+  const double share = 4.0 * m.heads * m.head_dim * S * (S + 1) / 2 / cp;
+  for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+    SCOPED_TRACE(phase == Phase::kForward ? "forward" : "backward");
+    auto pass = in(0, 0, phase);
+    auto a2a = select(p, both(pass, kind(OpKind::kAllToAll)));
+    ASSERT_EQ(a2a.size(), 2u);
+    for (const Op* o : a2a) EXPECT_EQ(o->group, Group::kCp);
+    const bool fwd = phase == Phase::kForward;
+    EXPECT_EQ(a2a[0]->bytes, fwd ? qkv : out);
+    EXPECT_EQ(a2a[1]->bytes, fwd ? out : qkv);
+    auto kernels = select(p, both(pass, kind(OpKind::kAttention)));
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0]->attn.seq_q, m.seq_len);
+    EXPECT_EQ(kernels[0]->attn.seq_kv, m.seq_len);
+    EXPECT_EQ(kernels[0]->attn.heads, m.heads / cp);
+    EXPECT_EQ(kernels[0]->attn.kv_heads, m.kv_heads / cp);
+    EXPECT_TRUE(std::count(kernels[0]->deps.begin(), kernels[0]->deps.end(), a2a[0]->id));
+    EXPECT_EQ(count(p, both(pass, kind(OpKind::kSend))), 0);
+    EXPECT_NEAR(attention_flops_of(p, phase), (fwd ? 1.0 : kFlashBackwardFlopRatio) * share,
+                1e-9 * share);
+  }
+  // The hierarchical a2a+p2p is not lowered: the error names the field.
+  plan.cp = 4;
+  plan.cp_comm_type = CpCommType::kA2aP2p;
+  plan.cp_a2a_size = 2;
+  try {
+    lowered(m, plan);
+    ADD_FAILURE() << "a2a+p2p lowered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.cp_comm_type"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Lower, RepeatedKVHeadsTravelWithEveryQueryHead) {
   // GQA expanded before attention (torchtitan's repeat_kv): the kernel and the ring carry heads /
   // kv_heads times the K/V of the model's own heads; the FLOPs do not change.

@@ -307,6 +307,37 @@ TEST(PlanValidate, AllGatherRotaterIsPytorchs) {
   validate(p, llama8b(), h100(16));
 }
 
+// Megatron's --cp-comm-type: Transformer Engine's exchanges, with Megatron's and Transformer
+// Engine's own checks (arguments.py, context_parallel.py).
+TEST(PlanValidate, CpCommType) {
+  Plan p = degrees(2, 1, 1, 4);  // llama8b: 32 heads, 8 K/V heads; 4 and 16 per TP rank
+  p.cp_comm_type = CpCommType::kAllGather;
+  validate(p, llama8b(), h100(8));
+  p.cp_comm_type = CpCommType::kA2a;
+  validate(p, llama8b(), h100(8));  // 16 heads, 4 K/V heads per TP rank over 4 context ranks
+  p.cp_impl = CpImpl::kPytorch;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.cp_comm_type", "a2a is Megatron-Core's");
+  p.cp_impl = CpImpl::kTransformerEngine;
+  p.flash_attention = false;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.cp_comm_type", "fused attention");
+  p.flash_attention = true;
+  p.tp = 4;  // 2 K/V heads per TP rank do not split over 4 context ranks
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp", "4 does not divide the K/V heads");
+  p.cp_comm_type = CpCommType::kA2aP2p;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp_a2a_size", "must be set");
+  p.cp_a2a_size = 2;
+  validate(p, llama8b(), h100(16));  // 2 K/V heads per TP rank over an all-to-all of 2
+  p.cp_a2a_size = 4;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp_a2a_size", "from 2 to cp / 2");
+  p.cp = 8;
+  p.cp_a2a_size = 3;
+  ExpectInvalid(p, llama8b(), h100(32), "plan.cp_a2a_size", "3 does not divide cp");
+  p.cp = 4;
+  p.cp_a2a_size = 2;
+  p.cp_comm_type = CpCommType::kP2p;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.cp_a2a_size", "not a2a+p2p");
+}
+
 TEST(PlanValidate, Zero3WithPipelineIsAPlan) {
   // torchtitan and NeMo Automodel run FSDP with pipelines (parameters kept through the step).
   Plan p = degrees(8, 2);
@@ -716,6 +747,8 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
   EXPECT_EQ(a.cp_impl, b.cp_impl);
   EXPECT_EQ(a.cp_rotate, b.cp_rotate);
+  EXPECT_EQ(a.cp_comm_type, b.cp_comm_type);
+  EXPECT_EQ(a.cp_a2a_size, b.cp_a2a_size);
   EXPECT_EQ(a.repeat_kv, b.repeat_kv);
   EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
   EXPECT_EQ(a.moe_force_balance, b.moe_force_balance);
@@ -808,6 +841,19 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   // Off: left out of the JSON.
   EXPECT_FALSE(plan_to_json(Plan{}).contains("account_for_loss_in_pipeline_split"));
   EXPECT_FALSE(plan_to_json(Plan{}).contains("cp_rotate"));
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("cp_comm_type"));
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("cp_a2a_size"));
+  Plan h;
+  h.cp = 8;
+  h.cp_comm_type = CpCommType::kA2aP2p;
+  h.cp_a2a_size = 2;
+  j = plan_to_json(h);
+  EXPECT_EQ(j["cp_comm_type"], "a2a+p2p");
+  EXPECT_EQ(j["cp_a2a_size"], 2);
+  ExpectSamePlan(h, plan_from_json(parse_json(j.dump(), "plan")));
+  // Megatron's help text spells it allgather; Transformer Engine all_gather.
+  EXPECT_EQ(plan_from_json(Json::parse(R"({"cp_comm_type": "allgather"})")).cp_comm_type,
+            CpCommType::kAllGather);
   EXPECT_FALSE(plan_to_json(Plan{}).contains("repeat_kv"));
   ExpectError(
       [] { plan_from_json(Json::parse(R"({"account_for_loss_in_pipeline_split": "yes"})")); },
@@ -837,6 +883,10 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); }, "plan.cp_rotate",
               "'alltoall' is not one of ring|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");
+  ExpectError([] { plan_from_json(Json::parse(R"({"cp_comm_type": "ring"})")); },
+              "plan.cp_comm_type", "'ring' is not one of p2p|all_gather|a2a|a2a+p2p");
+  ExpectError([] { plan_from_json(Json::parse(R"({"cp_a2a_size": -1})")); }, "plan.cp_a2a_size",
+              "");
 }
 
 TEST(PlanJson, Defaults) {

@@ -478,6 +478,15 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kTransformerEngine; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kLocal; },
+      [](Plan& p) { p.dp = p.ep = p.cp = 2; },
+      [](Plan& p) {
+        p.dp = p.ep = p.cp = 2;
+        p.cp_comm_type = CpCommType::kAllGather;
+      },
+      [](Plan& p) {
+        p.dp = p.ep = p.cp = 2;
+        p.cp_comm_type = CpCommType::kA2a;
+      },
       [](Plan& p) {
         p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp};
       },

@@ -487,6 +487,47 @@ Json imported_plan(const ImportedJob& job, int dp) {
   return plan_to_json(plan_from_json(j));
 }
 
+// --cp-comm-type: written when not Megatron's default p2p (with the hierarchical sizes of
+// a2a+p2p) and read back; PyTorch's context_parallel has no Megatron flag.
+TEST(MegatronExport, CpCommTypeRoundTrips) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster cl = load_cluster("dgx-h100", 16);
+  Plan p;
+  p.tp = 2;
+  p.cp = 8;
+  p.global_batch = 8;
+  p.seq_len = 16384;
+  EXPECT_EQ(export_megatron(m, cl, p).files[0].text.find("--cp-comm-type"), std::string::npos);
+  for (CpCommType t : {CpCommType::kAllGather, CpCommType::kA2a, CpCommType::kA2aP2p}) {
+    SCOPED_TRACE(cp_comm_type_name(t));
+    p.cp_comm_type = t;
+    p.cp_a2a_size = t == CpCommType::kA2aP2p ? 4 : 0;
+    if (t == CpCommType::kA2a) {
+      p.tp = 1;  // 8 K/V heads over 8 context ranks
+      p.cp = 8;
+    }
+    const Cluster c2 = load_cluster("dgx-h100", p.gpus());
+    validate(p, m, c2);
+    const std::string args = export_megatron(m, c2, p).files[0].text;
+    EXPECT_NE(args.find(std::string("--cp-comm-type ") + cp_comm_type_name(t)), std::string::npos)
+        << args;
+    EXPECT_EQ(args.find("--hierarchical-context-parallel-sizes 4 2") != std::string::npos,
+              t == CpCommType::kA2aP2p);
+    const Plan back = plan_from_json(imported_plan(import_megatron(args, "args"), p.dp));
+    EXPECT_EQ(back.cp_comm_type, t);
+    EXPECT_EQ(back.cp_a2a_size, p.cp_a2a_size);
+  }
+  p.cp_comm_type = CpCommType::kP2p;
+  p.cp_a2a_size = 0;
+  p.cp_impl = CpImpl::kPytorch;
+  try {
+    export_megatron(m, load_cluster("dgx-h100", p.gpus()), p);
+    ADD_FAILURE() << "no error for PyTorch's context_parallel";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "plan.cp_impl") << e.what();
+  }
+}
+
 TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
   for (const Case& c : round_trip_cases()) {
     SCOPED_TRACE(c.name);
@@ -638,7 +679,16 @@ TEST(MegatronImport, NamesTheFlagItCannotRead) {
                           "--recompute-granularity full --recompute-method uniform "
                           "--recompute-num-layers 2",
                       "--recompute-num-layers");
-  expect_import_error(base + "--cp-comm-type a2a", "--cp-comm-type");
+  expect_import_error(base + "--cp-comm-type ring", "--cp-comm-type");
+  expect_import_error(base + "--cp-comm-type p2p a2a", "--cp-comm-type");  // per-layer types
+  // Megatron's own checks (arguments.py): a2a+p2p needs the hierarchical sizes, whose product is
+  // the context-parallel size.
+  expect_import_error(base + "--context-parallel-size 4 --cp-comm-type a2a+p2p",
+                      "--hierarchical-context-parallel-sizes");
+  expect_import_error(base +
+                          "--context-parallel-size 4 --cp-comm-type a2a+p2p "
+                          "--hierarchical-context-parallel-sizes 2 3",
+                      "--hierarchical-context-parallel-sizes");
   expect_import_error(base +
                           "--pipeline-model-parallel-size 2 "
                           "--pipeline-model-parallel-layout 'Et*2|t*2m|L'",

@@ -480,6 +480,8 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
           {"llama3-8b", 8, R"({"dp": 8, "zero": 2, "gbs": 64})", "plan.zero"},
           {"llama3-8b", 8, R"({"tp": 2, "sp": true, "dp": 4, "zero": 0, "gbs": 64})", "plan.zero"},
           {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 0, "gbs": 64})", "plan.zero"},
+          {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 64, "cp_comm_type": "a2a"})",
+           "plan.cp_comm_type"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "optimizer"})",
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "activations"})",

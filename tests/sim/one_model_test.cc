@@ -1,11 +1,11 @@
 // The closed form and the simulator are one model: on a grid of plans that uses every plan
 // switch (GQA, MLA, sliding windows, MoE with shared experts, first-dense layers, an expert grid
-// and DeepEP, CP rings, ZeRO 0-3 in every reshard mode and HSDP, offload, GPipe / 1F1B /
-// interleaved / uneven stages (Megatron's embedding/loss accounting too), recompute, fp8, unfused
-// kernels, and TP and EP communication overlap on and off), the event simulator's step on the
-// lowered Programs agrees with the closed-form estimate within a stated band. Each switch the
-// Program says (core/lower.h) is priced by the same op prices in both, so the band is 2% but where
-// a case names what the two still model differently.
+// and DeepEP, CP rings, all-gathers and all-to-alls, ZeRO 0-3 in every reshard mode and HSDP,
+// offload, GPipe / 1F1B / interleaved / uneven stages (Megatron's embedding/loss accounting too),
+// recompute, fp8, unfused kernels, and TP and EP communication overlap on and off), the event
+// simulator's step on the lowered Programs agrees with the closed-form estimate within a stated
+// band. Each switch the Program says (core/lower.h) is priced by the same op prices in both, so the
+// band is 2% but where a case names what the two still model differently.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,6 +90,17 @@ std::vector<Case> cases() {
       degrees(p, 16, 2, 1, cp);
       p.seq_len = 8192 * cp;
     });
+  // Megatron's --cp-comm-type all_gather and a2a (Transformer Engine's exchanges).
+  dense("cp4 all_gather", [](Plan& p) {
+    degrees(p, 16, 2, 1, 4);
+    p.seq_len = 32768;
+    p.cp_comm_type = CpCommType::kAllGather;
+  });
+  dense("cp4 a2a", [](Plan& p) {
+    degrees(p, 16, 2, 1, 4);
+    p.seq_len = 32768;
+    p.cp_comm_type = CpCommType::kA2a;
+  });
   dense("cp4 fp8", [](Plan& p) {
     degrees(p, 16, 2, 1, 4);
     p.seq_len = 32768;
