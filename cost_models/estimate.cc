@@ -224,10 +224,19 @@ Estimate Estimator::estimate(const Plan& plan) {
   for (int s = 0; s < plan.pp; ++s) {
     framework.push_back(
         framework_memory(stages[s], plan, s, profile_, fragmentation_low_, fragmentation_high_));
+    // The caching allocator's reserve, replayed over the stage's Program as the simulator does
+    // (framework_memory.h): one figure for both predictors.
+    apply_allocator_reserve(framework[s],
+                            allocator_reserve_bytes(model_, plan, s, device_, profile_),
+                            device_.hbm_bytes);
     if (framework[s].device_used() > framework[peak].device_used()) peak = s;
   }
   Estimate e = estimate(plan, stages[peak]);
   fill_memory(plan, stages[peak], peak, e);
+  e.framework = framework[peak];
+  e.memory_per_gpu_bytes = e.framework.device_used();
+  e.fits = e.memory_per_gpu_bytes <= e.device_memory_bytes &&
+           e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
   e.stage_memory = std::move(framework);
   e.peak_stage = peak;
   e.peak_rank = stage_rank(plan, peak);

@@ -3,8 +3,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
 
+#include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/liveness.h"
+#include "core/lower.h"
+#include "core/model.h"
+#include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/profile_ranges.h"
 
@@ -76,6 +84,53 @@ FrameworkMemory framework_memory(const MemoryBreakdown& t, const Plan& p, int st
   f.nccl = nccl_buffer_bytes(p, stage, profile);
   f.outside = f.cuda_context + f.nccl;
   return f;
+}
+
+Plan allocator_replay_plan(const Plan& p) {
+  Plan r = p;
+  const int most = 2 * p.pp;
+  if (p.schedule != Schedule::kGpipe && p.micro_batches() > most)
+    r.global_batch = most * p.dp * p.micro_batch;
+  return r;
+}
+
+double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                               const Profile& profile) {
+  CachingAllocatorOptions o;
+  o.expandable_segments = p.expandable_segments;
+  // What the CUDA context, NCCL and the libraries' workspaces leave the segments.
+  o.capacity_bytes =
+      std::max(0.0, d.hbm_bytes - profile.cuda_context_bytes -
+                        nccl_buffer_bytes(p, stage, profile) - profile.library_workspace_bytes);
+  // The replay reads only the stage's Program (the model and the plan) and the capacity: the
+  // same figure for every profile that leaves the capacity alone (the accuracy suites' profile
+  // sensitivity, both predictors of one plan), so it is remembered by those inputs, process-wide
+  // (lowering and replaying a stage costs milliseconds; the key's JSON, microseconds).
+  static std::mutex mutex;
+  static std::map<std::string, double> replayed;
+  std::string key = model_to_json(m).dump() + '\n' + plan_to_json(p).dump() + '\n' +
+                    std::to_string(stage) + ' ' + std::to_string(o.capacity_bytes) +
+                    (o.expandable_segments ? " e" : "");
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = replayed.find(key); it != replayed.end()) return it->second;
+  }
+  const Program program = lower_stage(m, allocator_replay_plan(p), stage);
+  const double reserve =
+      replay_caching_allocator(program, o).reserved - liveness(program).peak_bytes;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (replayed.size() >= 4096) replayed.clear();  // a bound for long-lived processes
+  replayed.emplace(std::move(key), reserve);
+  return reserve;
+}
+
+void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes) {
+  const double held = f.allocated + f.rounding;
+  const double capacity = device_bytes - f.outside;
+  f.reserved = std::max(held, std::min(held + std::max(0.0, reserve - f.rounding), capacity));
+  f.fragmentation = f.reserved - held;
+  f.reserved_low = f.reserved;
+  f.reserved_high = std::max(f.reserved_high, f.reserved);
 }
 
 std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile) {

@@ -13,6 +13,7 @@
 
 #include "core/cluster.h"
 #include "core/json_reader.h"
+#include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
@@ -60,6 +61,27 @@ struct FrameworkMemory {
 FrameworkMemory framework_memory(const MemoryBreakdown& tensors, const Plan& p, int stage,
                                  const Profile& profile, double fragmentation_low,
                                  double fragmentation_high);
+// The caching allocator's reserve beyond the tensors of one rank of `stage`: PyTorch's
+// CUDACachingAllocator replayed over the allocations and frees of the stage's Program
+// (core/caching_allocator.h, two steps, with plan.expandable_segments), its peak reserved bytes
+// less the Program's liveness peak. The Program is lowered from allocator_replay_plan(p): the
+// same step with at most 2 x pp micro-batches under 1F1B and interleaving (the warm-up's
+// micro-batches in flight, then more than pp of the steady state's forward-backward pairs, whose
+// allocations repeat micro-batch after micro-batch), so that the closed form can afford it.
+// The allocator's segments may take what the device's hbm_bytes leaves beside the
+// outside-the-allocator bytes and the libraries' workspaces of that stage: when a cudaMalloc
+// fails it releases its cached segments and retries, as PyTorch does. Both predictors price
+// reserved memory through it.
+Plan allocator_replay_plan(const Plan& p);
+double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                               const Profile& profile);
+// `f` with its reserved figure from the replay: allocated + rounding + fragmentation, the
+// fragmentation `reserve` less the persistent buffers' rounding (not below 0), and the whole no
+// more than what `device_bytes` leaves beside f.outside (the allocator releases its cached
+// segments rather than exceed it) unless allocated + rounding already is; reserved_low that
+// figure, reserved_high not below it.
+void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes);
+
 // The published range of allocator_fragmentation for device `d` (profile_ranges.cc), widened to
 // take in the profile's own figure: {low, high}.
 std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile);
