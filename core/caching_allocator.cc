@@ -70,7 +70,8 @@ bool CachingAllocator::grow_segment(int64_t amount) {
            reserved_ + static_cast<double>(amount) <= options_.capacity_bytes;
   };
   if (!fits()) {
-    release_cached();                    // the allocator frees its cached segments and tries again
+    release_cached();  // the allocator frees its cached segments and tries again
+    released_ = true;
     if (!fits()) out_of_memory_ = true;  // PyTorch raises; the replay goes on to count the peak
   }
   reserved_ += static_cast<double>(amount);
@@ -148,7 +149,7 @@ int CachingAllocator::malloc(double bytes, int stream) {
   const int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
   // get_free_block: the smallest free block of this stream and pool that holds the request.
-  std::set<Key>& free_blocks = pool(small);
+  std::pmr::set<Key>& free_blocks = pool(small);
   auto it = free_blocks.lower_bound({stream, size, INT64_MIN, -1});
   int b = -1;
   if (it != free_blocks.end() && std::get<0>(*it) == stream) {
@@ -217,29 +218,59 @@ AllocatorPeaks replay_caching_allocator(const Program& program, CachingAllocator
                                         int steps) {
   PARASOL_CHECK(steps >= 1, "steps " + std::to_string(steps));
   const int n_ops = static_cast<int>(program.ops.size());
-  // Allocations starting and ending at each op, in buffer order; each on the stream of the op
-  // that first touches it (the stream current when the framework allocates it).
-  std::vector<std::vector<int>> starts(n_ops), ends(n_ops);
+  // Allocations starting and ending at each op, in buffer order (offsets into one array per
+  // kind, op by op); each on the stream of the op that first touches it (the stream current when
+  // the framework allocates it).
   const std::vector<Allocation> all = allocations(program);
   CachingAllocator alloc(options);
   std::vector<int> handle(all.size(), -1);
+  std::vector<int> start_at(n_ops + 1, 0), end_at(n_ops + 1, 0);
+  double persistent = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const Allocation& a = all[i];
     if (a.host || a.bytes <= 0) continue;
     if (a.persistent) {
       handle[i] = alloc.malloc(a.bytes, 0);
+      persistent += a.bytes;
     } else if (a.first >= 0) {
-      starts[a.first].push_back(static_cast<int>(i));
-      ends[a.last].push_back(static_cast<int>(i));
+      ++start_at[a.first + 1];
+      ++end_at[a.last + 1];
     }
   }
+  for (int op = 0; op < n_ops; ++op) {
+    start_at[op + 1] += start_at[op];
+    end_at[op + 1] += end_at[op];
+  }
+  std::vector<int> starts(start_at[n_ops]), ends(end_at[n_ops]);
+  {
+    std::vector<int> s(start_at.begin(), start_at.end() - 1), e(end_at.begin(), end_at.end() - 1);
+    for (size_t i = 0; i < all.size(); ++i) {
+      const Allocation& a = all[i];
+      if (a.host || a.bytes <= 0 || a.persistent || a.first < 0) continue;
+      starts[s[a.first]++] = static_cast<int>(i);
+      ends[e[a.last]++] = static_cast<int>(i);
+    }
+  }
+  // The liveness peak (liveness(program).peak_bytes): the bytes live while an op runs, its
+  // allocations made and its frees not yet.
+  double live = persistent, live_peak = persistent;
   for (int step = 0; step < steps; ++step)
     for (int op = 0; op < n_ops; ++op) {
       const int stream = program.ops[op].stream;
-      for (int i : starts[op]) handle[i] = alloc.malloc(all[i].bytes, stream);
-      for (int i : ends[op]) alloc.free(handle[i]);
+      for (int k = start_at[op]; k < start_at[op + 1]; ++k) {
+        const int i = starts[k];
+        handle[i] = alloc.malloc(all[i].bytes, stream);
+        live += all[i].bytes;
+      }
+      live_peak = std::max(live_peak, live);
+      for (int k = end_at[op]; k < end_at[op + 1]; ++k) {
+        const int i = ends[k];
+        alloc.free(handle[i]);
+        live -= all[i].bytes;
+      }
     }
-  return {alloc.peak_allocated(), alloc.peak_reserved(), alloc.out_of_memory()};
+  return {alloc.peak_allocated(), alloc.peak_reserved(), alloc.out_of_memory(), alloc.released(),
+          live_peak};
 }
 
 }  // namespace parasol

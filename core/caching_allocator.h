@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory_resource>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -57,6 +58,8 @@ class CachingAllocator {
   double peak_reserved() const { return peak_reserved_; }
   // Whether a request found no room even after the cached segments were released.
   bool out_of_memory() const { return out_of_memory_; }
+  // Whether a request reached the capacity and the cached segments were released.
+  bool released() const { return released_; }
 
  private:
   struct Block {
@@ -69,7 +72,7 @@ class CachingAllocator {
     int prev = -1, next = -1;  // neighbours in the segment (block indices)
   };
   using Key = std::tuple<int, int64_t, int64_t, int>;  // stream, size, address, block
-  std::set<Key>& pool(bool small) { return small ? small_free_ : large_free_; }
+  std::pmr::set<Key>& pool(bool small) { return small ? small_free_ : large_free_; }
   Key key(int b) const;
   void insert_free(int b);
   void erase_free(int b);
@@ -83,12 +86,15 @@ class CachingAllocator {
   CachingAllocatorOptions options_;
   std::vector<Block> blocks_;
   std::vector<int> free_slots_;
-  std::set<Key> small_free_, large_free_;
+  // The free blocks' nodes come from a pool: the replay inserts and erases one per malloc and free.
+  std::pmr::unsynchronized_pool_resource nodes_;
+  std::pmr::set<Key> small_free_{&nodes_}, large_free_{&nodes_};
   std::map<std::pair<int, bool>, int> expandable_tail_;  // (stream, small) -> last block
   int segments_ = 0;
   int64_t next_addr_ = 0;
   double allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   bool out_of_memory_ = false;
+  bool released_ = false;
 };
 
 // The allocator's peaks over `steps` training steps of `program` (its persistent buffers
@@ -100,6 +106,10 @@ struct AllocatorPeaks {
   double allocated = 0;  // the largest bytes of live blocks (as max_memory_allocated)
   double reserved = 0;   // the largest bytes of segments (as max_memory_reserved)
   bool out_of_memory = false;
+  bool released = false;  // the cache was released at the capacity (the replay depends on it)
+  // The Program's liveness peak (liveness(program).peak_bytes, unrounded): the largest bytes of
+  // live allocations while an op runs.
+  double live = 0;
 };
 AllocatorPeaks replay_caching_allocator(const Program& program, CachingAllocatorOptions options,
                                         int steps = 2);

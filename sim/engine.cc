@@ -876,8 +876,11 @@ SimResult Simulator::simulate(const Plan& plan, const std::vector<Program>& prog
     tensors.transient = c[static_cast<int>(BufferClass::kWorkspace)];
     cost::FrameworkMemory f = cost::framework_memory(tensors, cluster_, plan, s, profile_);
     const DeviceSpec& d = cluster_.gpu_device(0);
-    cost::apply_allocator_reserve(
-        f, cost::allocator_reserve_bytes(model_, plan, s, d, profile_), d.hbm_bytes);
+    cost::apply_allocator_reserve(f,
+                                  reserved_ == cost::Reserved::kReplay
+                                      ? cost::allocator_reserve_bytes(model_, plan, s, d, profile_)
+                                      : cost::band_reserve_bytes(f),
+                                  d.hbm_bytes);
     r.memory_per_stage.push_back(f);
     if (r.peak_stage < 0 ||
         r.memory_per_stage[s].device_used() > r.memory_per_stage[r.peak_stage].device_used())

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/liveness.h"
+
 namespace parasol {
 namespace {
 
@@ -89,6 +91,7 @@ TEST(CachingAllocator, AFailedCudaMallocReleasesTheCachedSegmentsFirst) {
   EXPECT_EQ(a.reserved(), 80 * MiB);
   EXPECT_EQ(a.peak_reserved(), 80 * MiB);
   EXPECT_FALSE(a.out_of_memory());
+  EXPECT_TRUE(a.released());
   a.malloc(30 * MiB, 0);  // 110 MiB live: out of memory
   EXPECT_TRUE(a.out_of_memory());
 }
@@ -137,6 +140,15 @@ TEST(CachingAllocator, AProgramsBuffersReplayedOverTwoStepsOnTheirStreams) {
   EXPECT_EQ(peaks.reserved, 200 * MiB);
   EXPECT_EQ(peaks.allocated, 40 * MiB + 40 * MiB + 60 * MiB);  // w, b, c while op 2 runs
   EXPECT_FALSE(peaks.out_of_memory);
+  EXPECT_FALSE(peaks.released);
+  // The live bytes the replay counts are liveness()'s peak.
+  EXPECT_EQ(peaks.live, liveness(p).peak_bytes);
+  // Under a 150 MiB capacity the cached segments go back: a's 40 MiB one before g's.
+  CachingAllocatorOptions capped;
+  capped.capacity_bytes = 150 * MiB;
+  const AllocatorPeaks tight = replay_caching_allocator(p, capped);
+  EXPECT_TRUE(tight.released);
+  EXPECT_LE(tight.reserved, 150 * MiB);
   CachingAllocatorOptions expandable;
   expandable.expandable_segments = true;
   // One growing range per stream: w 40, a 40, b 40 (120 mapped); a freed leaves a 40 MiB hole
