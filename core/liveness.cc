@@ -5,9 +5,7 @@
 
 namespace parasol {
 
-Liveness liveness(const Program& prog) {
-  Liveness out;
-  const int n_ops = static_cast<int>(prog.ops.size());
+std::vector<Allocation> allocations(const Program& prog) {
   const int n_bufs = static_cast<int>(prog.buffers.size());
   std::vector<int> first(n_bufs, -1), last(n_bufs, -1);
   for (const Op& op : prog.ops) {
@@ -18,10 +16,8 @@ Liveness liveness(const Program& prog) {
     for (int b : op.reads) touch(b);
     for (int b : op.writes) touch(b);
   }
-  // Difference arrays over the issue order: device bytes in use while op i runs (`during`), once
-  // it has finished (`after`), and host bytes. The split by class is taken at the peak only.
-  std::vector<double> during(n_ops + 1, 0.0), after(n_ops + 1, 0.0), host(n_ops + 1, 0.0);
   std::vector<double> bytes(n_bufs);
+  std::vector<bool> member(n_bufs, false);  // a block's member other than its first
   for (int b = 0; b < n_bufs; ++b) bytes[b] = prog.buffers[b].bytes();
   // A block is one allocation: its first member carries the block's lifetime and bytes.
   for (const BufferBlock& blk : prog.blocks) {
@@ -32,11 +28,37 @@ Liveness liveness(const Program& prog) {
       l = std::max(l, last[b]);
       bytes[b] = 0;
       first[b] = last[b] = -1;
+      member[b] = true;
     }
     const int head = blk.buffers[0];
     first[head] = f;
     last[head] = l;
     bytes[head] = blk.bytes(prog.buffers);
+    member[head] = false;
+  }
+  std::vector<Allocation> out;
+  out.reserve(n_bufs);
+  for (int b = 0; b < n_bufs; ++b) {
+    if (member[b]) continue;
+    const Buffer& buf = prog.buffers[b];
+    out.push_back({b, bytes[b], first[b], last[b], buf.persistent, buf.host});
+  }
+  return out;
+}
+
+Liveness liveness(const Program& prog) {
+  Liveness out;
+  const int n_ops = static_cast<int>(prog.ops.size());
+  const int n_bufs = static_cast<int>(prog.buffers.size());
+  // Difference arrays over the issue order: device bytes in use while op i runs (`during`), once
+  // it has finished (`after`), and host bytes. The split by class is taken at the peak only.
+  std::vector<double> during(n_ops + 1, 0.0), after(n_ops + 1, 0.0), host(n_ops + 1, 0.0);
+  std::vector<double> bytes(n_bufs, 0.0);
+  std::vector<int> first(n_bufs, -1), last(n_bufs, -1);
+  for (const Allocation& a : allocations(prog)) {
+    bytes[a.buffer] = a.bytes;
+    first[a.buffer] = a.first;
+    last[a.buffer] = a.last;
   }
   for (int b = 0; b < n_bufs; ++b) {
     const Buffer& buf = prog.buffers[b];

@@ -32,4 +32,18 @@ struct Liveness {
 // host_bytes.
 Liveness liveness(const Program& program);
 
+// One allocation of a Program's buffers as liveness() counts them: a buffer on its own, or a
+// block (Program::blocks) as one allocation of its padded size under its first member's id.
+struct Allocation {
+  int buffer = 0;    // the buffer's id (a block's first member)
+  double bytes = 0;  // bytes allocated
+  int first = -1;    // first op that touches it (-1: no op does; persistent: allocated anyway)
+  int last = -1;     // last op that touches it
+  bool persistent = false;
+  bool host = false;
+};
+// The allocations of `program` in buffer order (members of a block other than its first are left
+// out); liveness() is their sum over the issue order.
+std::vector<Allocation> allocations(const Program& program);
+
 }  // namespace parasol

@@ -37,8 +37,8 @@ Cluster cluster_of(const PublishedRun& r) {
 }
 
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                               const Profile& profile) {
-  Estimate e = estimate(m, c, p, profile);
+                               const Profile& profile, Reserved reserved) {
+  Estimate e = estimate(m, c, p, profile, reserved);
   return {e.step_time_s,         e.mfu,  e.memory_per_gpu_bytes,
           e.device_memory_bytes, e.fits, e.stage_memory};
 }
@@ -155,9 +155,12 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
   std::map<std::string, std::vector<AccuracyRow>> by_family;
   for (const PublishedRun& run : runs) {
     Cluster c = cluster_of(run);
-    Prediction pr =
-        predict ? predict(run.model, c, run.plan)
-                : estimate_prediction(run.model, c, run.plan, default_profile(c.gpu_device(0)));
+    // The allocator's replay only where the point judges the reserved bytes.
+    const bool reads_reserved = run.is_memory() && run.metric != MemoryMetric::kMaxAllocated;
+    const Reserved reserved = reads_reserved ? Reserved::kReplay : Reserved::kBand;
+    Prediction pr = predict ? predict(run.model, c, run.plan, reserved)
+                            : estimate_prediction(run.model, c, run.plan,
+                                                  default_profile(c.gpu_device(0)), reserved);
     AccuracyRow row;
     row.id = run.id;
     row.source = run.source;

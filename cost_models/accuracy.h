@@ -81,11 +81,16 @@ struct Prediction {
 double predicted_memory(const Prediction& pred, const Plan& p, MemoryMetric metric, int rank);
 // Predicts a run; the default (an empty function) is the closed-form estimate with the device's
 // default profile. The command line passes the event simulator for `accuracy --simulate`.
-using Predictor = std::function<Prediction(const Model&, const Cluster&, const Plan&)>;
+// `reserved`: Reserved::kReplay for a point that judges reserved bytes (max_reserved,
+// nvidia-smi), kBand for the others (a step time, max_allocated: they read the step time, the
+// allocated bytes and the fit, the same either way, and skip lowering every stage for the
+// allocator's replay).
+using Predictor =
+    std::function<Prediction(const Model&, const Cluster&, const Plan&, Reserved reserved)>;
 // The closed-form estimate of a run under `profile` (the default predictor's, with the device's
 // default profile).
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                               const Profile& profile);
+                               const Profile& profile, Reserved reserved);
 
 // One published run, read and checked.
 struct PublishedRun {

@@ -224,7 +224,7 @@ Estimator::Estimator(const Model& model, const Cluster& cluster, Profile profile
   if (moe_layer >= 0) expert_tensors_ = layer_weight_tensors(model_, moe_layer, true);
 }
 
-Estimate Estimator::estimate(const Plan& plan) {
+Estimate Estimator::estimate(const Plan& plan, Reserved reserved) {
   // Every stage's rank, the largest peak (as nvidia-smi shows it) named.
   const std::vector<MemoryBreakdown> stages = memory_per_stage(model_, cluster_, plan);
   std::vector<FrameworkMemory> framework;
@@ -232,10 +232,21 @@ Estimate Estimator::estimate(const Plan& plan) {
   for (int s = 0; s < plan.pp; ++s) {
     framework.push_back(
         framework_memory(stages[s], plan, s, profile_, fragmentation_low_, fragmentation_high_));
+    // The caching allocator's reserve, replayed over the stage's Program as the simulator does
+    // (framework_memory.h): one figure for both predictors.
+    apply_allocator_reserve(framework[s],
+                            reserved == Reserved::kReplay
+                                ? allocator_reserve_bytes(model_, plan, s, device_, profile_)
+                                : band_reserve_bytes(framework[s]),
+                            device_.hbm_bytes);
     if (framework[s].device_used() > framework[peak].device_used()) peak = s;
   }
   Estimate e = estimate(plan, stages[peak]);
   fill_memory(plan, stages[peak], peak, e);
+  e.framework = framework[peak];
+  e.memory_per_gpu_bytes = e.framework.device_used();
+  e.fits = e.memory_per_gpu_bytes <= e.device_memory_bytes &&
+           e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
   e.stage_memory = std::move(framework);
   e.peak_stage = peak;
   e.peak_rank = stage_rank(plan, peak);
@@ -1167,9 +1178,9 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
 }
 
 Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan,
-                  const Profile& profile) {
+                  const Profile& profile, Reserved reserved) {
   Estimator est(model, cluster, profile);
-  return est.estimate(plan);
+  return est.estimate(plan, reserved);
 }
 
 Json estimate_to_json(const Estimate& e) {

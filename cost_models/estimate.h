@@ -97,8 +97,9 @@ class Estimator {
   ~Estimator();
   Estimator(Estimator&&) noexcept;
 
-  // REQUIRES: validate(plan, model, cluster) passed.
-  Estimate estimate(const Plan& plan);
+  // REQUIRES: validate(plan, model, cluster) passed. `reserved`: how each stage's reserved
+  // bytes are priced (framework_memory.h; the step time and the fit do not depend on it).
+  Estimate estimate(const Plan& plan, Reserved reserved = Reserved::kReplay);
   // The same, with the plan's memory already computed by memory_per_rank() (no per-stage
   // figures; the outside-the-allocator part taken for a stage with both pipeline neighbours).
   Estimate estimate(const Plan& plan, const MemoryBreakdown& memory);
@@ -246,6 +247,6 @@ class Estimator {
 
 // One-off convenience wrapper.
 Estimate estimate(const Model& model, const Cluster& cluster, const Plan& plan,
-                  const Profile& profile);
+                  const Profile& profile, Reserved reserved = Reserved::kReplay);
 
 }  // namespace parasol::cost

@@ -3,8 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
+#include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/liveness.h"
+#include "core/lower.h"
+#include "core/model.h"
+#include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/profile_ranges.h"
 
@@ -76,6 +85,115 @@ FrameworkMemory framework_memory(const MemoryBreakdown& t, const Plan& p, int st
   f.nccl = nccl_buffer_bytes(p, stage, profile);
   f.outside = f.cuda_context + f.nccl;
   return f;
+}
+
+Plan allocator_replay_plan(const Plan& p) {
+  Plan r = p;
+  const int most = p.schedule == Schedule::kGpipe ? kGpipeReplayedMicroBatches : 2 * p.pp;
+  if (p.micro_batches() > most) r.global_batch = most * p.dp * p.micro_batch;
+  return r;
+}
+
+namespace {
+// One replay of a stage: its reserve beyond the liveness peak, and its peak reserved bytes (the
+// replay is the same under any capacity at least that large: no cudaMalloc failed).
+struct Replayed {
+  double reserve = 0;
+  double peak_reserved = 0;
+  bool released = false;  // a cudaMalloc failed at the capacity and the cache was released
+};
+
+Replayed replay_stage(const Model& m, const Plan& p, int stage, CachingAllocatorOptions o) {
+  const Program program = lower_stage(m, p, stage);
+  const AllocatorPeaks peaks = replay_caching_allocator(program, o);
+  return {peaks.reserved - peaks.live, peaks.reserved, peaks.released};
+}
+
+// The last kReplayMemoEntries replays, most recent first (a bounded LRU).
+class ReplayMemo {
+ public:
+  bool find(const std::string& key, Replayed& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return false;
+    order_.splice(order_.begin(), order_, it->second);
+    out = it->second->second;
+    return true;
+  }
+  void put(const std::string& key, const Replayed& r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index_.count(key) > 0) return;
+    order_.emplace_front(key, r);
+    index_[key] = order_.begin();
+    if (static_cast<int>(order_.size()) > kReplayMemoEntries) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::pair<std::string, Replayed>> order_;
+  std::unordered_map<std::string, std::list<std::pair<std::string, Replayed>>::iterator> index_;
+};
+
+ReplayMemo& replay_memo() {
+  static ReplayMemo memo;
+  return memo;
+}
+
+// The replay of `p` (a replay plan) under `capacity` (0: none). A replay that never reached its
+// capacity is the replay under any capacity at least its peak: remembered under `key` alone;
+// one that released its cache, under `key` and the capacity.
+Replayed replayed(const std::string& key, const Model& m, const Plan& p, int stage,
+                  double capacity) {
+  Replayed r;
+  if (replay_memo().find(key, r) && (capacity <= 0 || r.peak_reserved <= capacity)) return r;
+  const std::string capped = key + ' ' + std::to_string(capacity);
+  if (replay_memo().find(capped, r)) return r;
+  CachingAllocatorOptions o;
+  o.expandable_segments = p.expandable_segments;
+  o.capacity_bytes = capacity;
+  r = replay_stage(m, p, stage, o);
+  replay_memo().put(r.released ? capped : key, r);
+  return r;
+}
+}  // namespace
+
+double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                               const Profile& profile) {
+  // What the CUDA context, NCCL and the libraries' workspaces leave the segments.
+  const double capacity =
+      std::max(0.0, d.hbm_bytes - profile.cuda_context_bytes -
+                        nccl_buffer_bytes(p, stage, profile) - profile.library_workspace_bytes);
+  // The replay reads only the stage's Program (the model and the replay plan) and, where its
+  // segments reach it, the capacity: the same figure for every profile that leaves the replay
+  // under its capacity (the accuracy suites' profile sensitivity, both predictors of one plan),
+  // so it is remembered by those inputs.
+  const Plan rp = allocator_replay_plan(p);
+  const std::string key = model_to_json(m).dump() + '\n' + plan_to_json(rp).dump() + '\n' +
+                          std::to_string(stage) + (rp.expandable_segments ? " e" : "");
+  if (p.schedule == Schedule::kGpipe && p.micro_batches() > rp.micro_batches()) {
+    // Extended past the replayed micro-batches at unlimited capacity; apply_allocator_reserve
+    // caps the whole.
+    Plan half = rp;
+    half.global_batch = rp.global_batch / 2;
+    const Replayed whole = replayed(key, m, rp, stage, 0);
+    const Replayed fewer = replayed(key + " half", m, half, stage, 0);
+    const double slope =
+        (whole.reserve - fewer.reserve) / (rp.micro_batches() - half.micro_batches());
+    return std::max(0.0, whole.reserve + slope * (p.micro_batches() - rp.micro_batches()));
+  }
+  return replayed(key, m, rp, stage, capacity).reserve;
+}
+
+void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes) {
+  const double held = f.allocated + f.rounding;
+  const double capacity = device_bytes - f.outside;
+  f.reserved = std::max(held, std::min(held + std::max(0.0, reserve - f.rounding), capacity));
+  f.fragmentation = f.reserved - held;
+  f.reserved_low = f.reserved;
+  f.reserved_high = std::max(f.reserved_high, f.reserved);
 }
 
 std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile) {

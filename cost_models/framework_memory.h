@@ -13,6 +13,7 @@
 
 #include "core/cluster.h"
 #include "core/json_reader.h"
+#include "core/model.h"
 #include "core/plan.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
@@ -60,6 +61,50 @@ struct FrameworkMemory {
 FrameworkMemory framework_memory(const MemoryBreakdown& tensors, const Plan& p, int stage,
                                  const Profile& profile, double fragmentation_low,
                                  double fragmentation_high);
+// How a predictor prices each stage's reserved bytes: by replaying the caching allocator over
+// the stage's Program (kReplay: what torch.cuda.max_memory_reserved reports; it lowers every
+// stage, milliseconds to a second on large plans), or by the profile's fragmentation share of
+// the transient bytes (kBand: band_reserve_bytes, no lowering, for callers that read the step
+// time and the fit only). Either reserve goes through apply_allocator_reserve, which keeps the
+// reserved bytes within what the device leaves unless the tensors alone exceed it: the fit is
+// the same either way.
+enum class Reserved { kReplay, kBand };
+
+// The caching allocator's reserve beyond the tensors of one rank of `stage`: PyTorch's
+// CUDACachingAllocator replayed over the allocations and frees of the stage's Program
+// (core/caching_allocator.h, two steps, with plan.expandable_segments), its peak reserved bytes
+// less the Program's liveness peak. The Program is lowered from allocator_replay_plan(p), so that
+// the closed form can afford it:
+//  - 1F1B and interleaving: the same step with at most 2 x pp micro-batches (the warm-up's
+//    micro-batches in flight, then more than pp of the steady state's forward-backward pairs,
+//    whose allocations repeat micro-batch after micro-batch);
+//  - GPipe holds every micro-batch's activations at its peak: with more than
+//    kGpipeReplayedMicroBatches micro-batches, the step is replayed with that many and with half
+//    as many, and the reserve extended by the slope between the two (each further forward
+//    allocates as the ones before it). tests/cost_models/framework_memory_test.cc states how
+//    far that is from the whole step's replay.
+// The allocator's segments may take what the device's hbm_bytes leaves beside the
+// outside-the-allocator bytes and the libraries' workspaces of that stage: when a cudaMalloc
+// fails it releases its cached segments and retries, as PyTorch does (replayed for 1F1B and
+// interleaving; GPipe's extension is capped by apply_allocator_reserve). Both predictors price
+// reserved memory through it. The replay is remembered process-wide by the model, the replay
+// plan and the stage (and the capacity, only where the replay reaches it), the last
+// kReplayMemoEntries of them.
+constexpr int kGpipeReplayedMicroBatches = 8;
+constexpr int kReplayMemoEntries = 512;
+Plan allocator_replay_plan(const Plan& p);
+double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                               const Profile& profile);
+// `f` with its reserved figure from the replay: allocated + rounding + fragmentation, the
+// fragmentation `reserve` less the persistent buffers' rounding (not below 0), and the whole no
+// more than what `device_bytes` leaves beside f.outside (the allocator releases its cached
+// segments rather than exceed it) unless allocated + rounding already is; reserved_low that
+// figure, reserved_high not below it.
+void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes);
+// The reserve of framework_memory()'s figure `f` (Reserved::kBand): its rounding and the
+// profile's fragmentation share of the transient bytes.
+inline double band_reserve_bytes(const FrameworkMemory& f) { return f.rounding + f.fragmentation; }
+
 // The published range of allocator_fragmentation for device `d` (profile_ranges.cc), widened to
 // take in the profile's own figure: {low, high}.
 std::pair<double, double> fragmentation_band(const DeviceSpec& d, const Profile& profile);

@@ -14,9 +14,10 @@ namespace parasol::cost {
 ProfileSensitivity profile_sensitivity(const std::vector<PublishedRun>& runs,
                                        const ProfilePredictor& predict) {
   ProfileSensitivity out;
-  out.base = run_accuracy(runs, [&](const Model& m, const Cluster& c, const Plan& p) {
-    return predict(m, c, p, default_profile(c.gpu_device(0)));
-  });
+  out.base =
+      run_accuracy(runs, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
+        return predict(m, c, p, default_profile(c.gpu_device(0)), reserved);
+      });
   // The figures of the runs' devices, in the order the first device lists them.
   std::vector<std::string> keys;
   std::set<std::string> seen;
@@ -30,16 +31,17 @@ ProfileSensitivity profile_sensitivity(const std::vector<PublishedRun>& runs,
       row.key = key;
       row.high = high;
       std::map<std::string, double> values;
-      row.report = run_accuracy(runs, [&](const Model& m, const Cluster& c, const Plan& p) {
-        Profile prof = default_profile(c.gpu_device(0));
-        for (const ProfileRange& r : profile_ranges(c.gpu_device(0)))
-          if (r.key == key) {
-            const double v = high ? r.high : r.low;
-            prof = with_profile_figure(prof, key, v);
-            values[c.gpu_device(0).name] = v;
-          }
-        return predict(m, c, p, prof);
-      });
+      row.report = run_accuracy(
+          runs, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
+            Profile prof = default_profile(c.gpu_device(0));
+            for (const ProfileRange& r : profile_ranges(c.gpu_device(0)))
+              if (r.key == key) {
+                const double v = high ? r.high : r.low;
+                prof = with_profile_figure(prof, key, v);
+                values[c.gpu_device(0).name] = v;
+              }
+            return predict(m, c, p, prof, reserved);
+          });
       for (const auto& [device, v] : values) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%s%s=%.4g", row.values.empty() ? "" : " ", device.c_str(),

@@ -15,7 +15,7 @@ namespace parasol::cost {
 
 // Predicts a run under a given profile (estimate_prediction, or the event simulator).
 using ProfilePredictor =
-    std::function<Prediction(const Model&, const Cluster&, const Plan&, const Profile&)>;
+    std::function<Prediction(const Model&, const Cluster&, const Plan&, const Profile&, Reserved)>;
 
 struct SensitivityRow {
   std::string key;     // the figure (a ProfileRange key)

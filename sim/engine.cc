@@ -896,7 +896,14 @@ SimResult Simulator::simulate(const Plan& plan, const std::vector<Program>& prog
     tensors.optimizer = c[static_cast<int>(BufferClass::kOptimizer)];
     tensors.activations = c[static_cast<int>(BufferClass::kActivation)];
     tensors.transient = c[static_cast<int>(BufferClass::kWorkspace)];
-    r.memory_per_stage.push_back(cost::framework_memory(tensors, cluster_, plan, s, profile_));
+    cost::FrameworkMemory f = cost::framework_memory(tensors, cluster_, plan, s, profile_);
+    const DeviceSpec& d = cluster_.gpu_device(0);
+    cost::apply_allocator_reserve(f,
+                                  reserved_ == cost::Reserved::kReplay
+                                      ? cost::allocator_reserve_bytes(model_, plan, s, d, profile_)
+                                      : cost::band_reserve_bytes(f),
+                                  d.hbm_bytes);
+    r.memory_per_stage.push_back(f);
     if (r.peak_stage < 0 ||
         r.memory_per_stage[s].device_used() > r.memory_per_stage[r.peak_stage].device_used())
       r.peak_stage = s;

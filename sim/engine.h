@@ -153,6 +153,9 @@ class Simulator {
                      const std::vector<double>& stage_slowdown = {});
   SimResult simulate(const LoweredPlan& lowered, bool record_trace,
                      const std::vector<double>& stage_slowdown = {});
+  // How each stage's reserved bytes are priced (cost_models/framework_memory.h; the default
+  // replays the caching allocator).
+  void set_reserved(cost::Reserved reserved) { reserved_ = reserved; }
 
   struct Placements;  // cached prices of placed groups and links (engine.cc)
   struct Workspace;   // per-op arrays reused from plan to plan (engine.cc)
@@ -163,6 +166,7 @@ class Simulator {
   cost::Profile profile_;
   std::unique_ptr<Placements> places_;
   std::unique_ptr<Workspace> work_;
+  cost::Reserved reserved_ = cost::Reserved::kReplay;
 };
 
 // {"step_time_s", "breakdown_s": B, "critical_stage", "stages": [B + {"stage", "rank"}],

@@ -10,8 +10,10 @@
 namespace parasol::sim {
 
 cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                                     const cost::Profile& prof) {
-  SimResult r = simulate(m, c, lower(m, c, p), prof, false);
+                                     const cost::Profile& prof, cost::Reserved reserved) {
+  Simulator sim(m, c, prof);
+  sim.set_reserved(reserved);
+  SimResult r = sim.simulate(lower(m, c, p), false);
   cost::Prediction out;
   out.step_time_s = r.step_time_s;
   const double tokens = static_cast<double>(p.global_batch) * p.seq(m);

@@ -14,7 +14,8 @@ namespace parasol::sim {
 
 // Memory is what the framework measures of each stage's liveness peak (SimResult::
 // memory_per_stage); memory_per_gpu_bytes the largest device_used().
+// `reserved`: how the reserved bytes are priced (cost::Predictor).
 cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Plan& p,
-                                     const cost::Profile& profile);
+                                     const cost::Profile& profile, cost::Reserved reserved);
 
 }  // namespace parasol::sim

@@ -586,7 +586,8 @@ void resimulate_top(const Model& model, const Cluster& cluster, const cost::Prof
   const int n = std::min<int>(count, static_cast<int>(result.top.size()));
   if (n <= 0) return;
   Simulator simulator(model, cluster, profile);
-  std::vector<double> score(n, 0);  // the key of each simulated plan
+  simulator.set_reserved(cost::Reserved::kBand);  // only the step is read
+  std::vector<double> score(n, 0);                // the key of each simulated plan
   for (int i = 0; i < n; ++i) {
     Candidate& c = result.top[i];
     try {

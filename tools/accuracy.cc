@@ -24,7 +24,7 @@ namespace {
 // run, e.g. a dispatcher on a dense model).
 cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_set,
                               std::vector<std::string> plan_set) {
-  return [=](const Model& m, const Cluster& c, const Plan& published) {
+  return [=](const Model& m, const Cluster& c, const Plan& published, cost::Reserved reserved) {
     cost::Profile prof = cost::default_profile(c.gpu_device(0));
     if (!profile_set.empty())
       prof = cost::profile_from_json(
@@ -41,8 +41,8 @@ cost::Predictor set_predictor(bool simulate, std::vector<std::string> profile_se
         if (!e.is_user_error()) throw;  // a plan_set the plan cannot take keeps the published plan
       }
     }
-    return simulate ? sim::simulate_prediction(m, c, p, prof)
-                    : cost::estimate_prediction(m, c, p, prof);
+    return simulate ? sim::simulate_prediction(m, c, p, prof, reserved)
+                    : cost::estimate_prediction(m, c, p, prof, reserved);
   };
 }
 

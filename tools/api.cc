@@ -201,12 +201,14 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);
   // The listed plans' memory of every stage, and the rank that holds the largest peak (the
-  // search prices memory per plan, not per stage).
+  // search prices memory per plan, not per stage). Their reserved bytes are the fragmentation
+  // band's, as the search's own fit (Reserved::kBand): replaying the caching allocator over every
+  // stage of every listed plan costs more than the search (`estimate` and `simulate` replay it).
   {
     cost::Estimator est(s.model, cluster, s.profile);
     for (auto* list : {&run.result.top, &run.result.pareto})
       for (sim::Candidate& c : *list) {
-        const cost::Estimate full = est.estimate(c.plan);
+        const cost::Estimate full = est.estimate(c.plan, cost::Reserved::kBand);
         c.estimate.stage_memory = full.stage_memory;
         c.estimate.peak_stage = full.peak_stage;
         c.estimate.peak_rank = full.peak_rank;

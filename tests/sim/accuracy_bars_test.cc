@@ -33,8 +33,8 @@ const Json& bars() {
 
 cost::Predictor predictor(const std::string& name) {
   if (name == "estimate") return {};
-  return [](const Model& m, const Cluster& c, const Plan& p) {
-    return sim::simulate_prediction(m, c, p, cost::default_profile(c.gpu_device(0)));
+  return [](const Model& m, const Cluster& c, const Plan& p, cost::Reserved reserved) {
+    return sim::simulate_prediction(m, c, p, cost::default_profile(c.gpu_device(0)), reserved);
   };
 }
 

@@ -310,10 +310,21 @@ TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
     const Cluster c = cluster_preset("dgx-h100", k.gpus);
     validate(p, m, c);
     const cost::Profile prof = cost::default_profile(c.gpu_device(0));
-    const double est = cost::estimate(m, c, p, prof).step_time_s;
-    const double sim = simulate(m, c, lower(m, c, p), prof, false).step_time_s;
+    const cost::Estimate e = cost::estimate(m, c, p, prof);
+    const SimResult r = simulate(m, c, lower(m, c, p), prof, false);
+    const double est = e.step_time_s, sim = r.step_time_s;
     EXPECT_NEAR(sim / est, 1.0, k.band) << "simulated " << sim << " s, estimated " << est << " s"
                                         << (k.why.empty() ? "" : ": ") << k.why;
+    // The caching allocator's reserve beyond the tensors is one replay both predictors read
+    // (cost::allocator_reserve_bytes): the same bytes on every stage, up to the persistent
+    // buffers' segment rounding, which each takes from its own tensors.
+    ASSERT_EQ(e.stage_memory.size(), r.memory_per_stage.size());
+    for (size_t s = 0; s < e.stage_memory.size(); ++s) {
+      const cost::FrameworkMemory &a = e.stage_memory[s], &b = r.memory_per_stage[s];
+      EXPECT_GE(a.reserved, a.allocated);
+      EXPECT_NEAR(a.reserved - a.allocated, b.reserved - b.allocated, 8 * 1024 * 1024)
+          << "stage " << s;
+    }
   }
 }
 
