@@ -32,20 +32,8 @@ std::string name(int layer, const char* what, int mb) {
 }
 
 int comm_stream(Group g) {
-  switch (g) {
-    case Group::kDp:
-    case Group::kDpCp:
-    case Group::kExpertDp:
-    case Group::kDpShard:
-    case Group::kDpReplicate:
-    case Group::kExpertShard:
-    case Group::kExpertReplicate:
-      return kDpComm;
-    case Group::kPp:
-      return kPpComm;
-    default:
-      return kComm;
-  }
+  if (is_data_parallel(g)) return kDpComm;
+  return g == Group::kPp ? kPpComm : kComm;
 }
 
 Lowerer::Lowerer(const Model& m, const Plan& p, int stage) : m_(m), p_(p), s_(stage) {

@@ -42,6 +42,25 @@ enum class Group {
 inline constexpr int kGroupKindCount = 12;  // values of Group
 const char* group_name(Group g);
 
+// Whether a collective of group `g` is of the data-parallel kind: gradient reduction, ZeRO-3
+// gathers, HSDP's shard and replica groups, dense or expert. The lowering issues these on one
+// stream (core/lower_emit.cc comm_stream); compute beside them is slowed by their kind's rule
+// (cost_models/compute_overlap.h).
+inline bool is_data_parallel(Group g) {
+  switch (g) {
+    case Group::kDp:
+    case Group::kDpCp:
+    case Group::kExpertDp:
+    case Group::kDpShard:
+    case Group::kDpReplicate:
+    case Group::kExpertShard:
+    case Group::kExpertReplicate:
+      return true;
+    default:
+      return false;
+  }
+}
+
 struct RankCoord {
   int tp = 0, cp = 0, ep = 0, dpx = 0, pp = 0;  // dpx: index along dp / ep
   // The data-parallel index; ep_size: grid_ep(plan), the size of the grid's ep dimension.

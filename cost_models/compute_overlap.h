@@ -28,22 +28,8 @@
 
 namespace parasol::cost {
 
-// Whether a collective of group `g` is of the data-parallel kind: gradient reduction, ZeRO-3
-// gathers, HSDP's shard and replica groups, dense or expert.
-inline bool is_data_parallel(Group g) {
-  switch (g) {
-    case Group::kDp:
-    case Group::kDpCp:
-    case Group::kExpertDp:
-    case Group::kDpShard:
-    case Group::kDpReplicate:
-    case Group::kExpertShard:
-    case Group::kExpertReplicate:
-      return true;
-    default:
-      return false;
-  }
-}
+// is_data_parallel(Group): core/rank_layout.h (the lowering's data-parallel stream reads it too).
+using parasol::is_data_parallel;
 
 // The fraction of its standalone rate that a device's compute loses while communication runs
 // beside it: `other` (tensor-, context-, expert-parallel collectives, pipeline sends) and/or
