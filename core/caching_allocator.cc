@@ -106,7 +106,7 @@ int CachingAllocator::expand(int64_t size, int stream, bool small) {
   }
   const int64_t more = round_up(size, page);
   grow_segment(more);
-  const Block& t = blocks_[tail];
+  const Block t = blocks_[tail];  // a copy: new_block may grow blocks_ and move it
   const int b = new_block(more, t.addr + t.size, stream, small, t.segment);
   blocks_[b].prev = tail;
   blocks_[tail].next = b;
@@ -165,7 +165,7 @@ int CachingAllocator::malloc(double bytes, int stream) {
   const bool split =
       small || options_.expandable_segments ? remaining >= kMinBlockSize : remaining > kSmallSize;
   if (split) {
-    const Block& k = blocks_[b];
+    const Block k = blocks_[b];  // a copy: new_block may grow blocks_ and move it
     const int rest = new_block(remaining, k.addr + size, k.stream, k.small, k.segment);
     blocks_[rest].prev = b;
     blocks_[rest].next = blocks_[b].next;
