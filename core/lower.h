@@ -157,6 +157,11 @@
 //    kAfterBackward (under 1F1B several micro-batches' copies are live at once); once per step
 //    at the first use, kept to the last, when kAfterStep (a buffer is freed after its last use:
 //    the embedding's gathered table after its last forward, its backward reading no weights).
+//  * ZeRO 1/2 gather the updated shards in place (kAllGather on the bucket's group, reading and
+//    writing its weights) after the optimizer; under plan.overlap_param_gather (Megatron's
+//    --overlap-param-gather) instead in the forward, once a step, before the bucket's first use
+//    and one use ahead as the ZeRO-3 gathers (the last step's update: a Program is the steady
+//    state), unless the optimizer or the parameters live in host memory.
 //  * the weights of a bucket, its gradients, its per-micro-batch gradients (ZeRO 2/3) and each
 //    use's gathered or prefetched copy are one Program::blocks entry (one allocation, padded
 //    to ways x shard), so a collective over the list is a collective over a flat range;

@@ -206,6 +206,7 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
   Label label(this, b);
   if (b.zero < 3 && !p_.offload.params) {
     for (const Spec& s : b.specs) out[s.slot] = b.params[s.slot];
+    if (gathers_in_forward(b)) gather_updated(b, dep);
     return;
   }
   const int key = held_key(b);
@@ -251,6 +252,29 @@ void Lowerer::gather(const Bucket& b, const std::vector<int>& dev, int dep) {
   const int ag = collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag",
                             wb_ * b.padded(), {src}, dev, {dep});
   set_calls(b, ag, gather_fractions(p_, b.weight_elements()));
+}
+
+// Megatron-Core's distributed optimizer under --overlap-param-gather (distributed/
+// param_and_grad_buffer.py @d98e8a6: start_param_sync / finish_param_sync, called from the
+// forward pre-hooks of distributed_data_parallel.py): the step does not gather the updated shards
+// after the optimizer; the next forward's pre-hook of a bucket's first parameter waits for its
+// all-gather (issuing it if none is in flight: the first bucket's is exposed) and dispatches the
+// next bucket's, so each gather runs one bucket ahead beside the forward. A one-step Program is
+// the steady state: the gathers of the last step's update open this step's forward. Without
+// overlap_param_gather (or with the optimizer or parameters offloaded) they follow the optimizer.
+bool Lowerer::gathers_in_forward(const Bucket& b) const {
+  return b.zero >= 1 && b.zero < 3 && b.ways > 1 && p_.overlap_param_gather &&
+         !p_.offload.optimizer && !p_.offload.params;
+}
+
+void Lowerer::gather_updated(const Bucket& b, int dep) {
+  const size_t bi = static_cast<size_t>(&b - buckets_.data());
+  if (gathered_in_forward_[bi]) return;
+  gathered_in_forward_[bi] = 1;
+  Label label(this, b);
+  const std::vector<int> params = b.list(b.params);
+  collective(OpKind::kAllGather, b.group, b.layer, b.expert ? "experts.w.ag" : "w.ag",
+             wb_ * b.padded(), params, params, {dep});
 }
 
 // ZeRO-3 under DeepSpeed's per-module granularity (Plan::zero3_unit, core/gather_units.h): the

@@ -465,6 +465,11 @@ class Lowerer {
   void acquire(const Bucket& b, WSet& out, int dep);
   int held_key(const Bucket& b) const;
   void gather(const Bucket& b, const std::vector<int>& dev, int dep);
+  // Whether bucket `b`'s updated parameters are all-gathered in the next step's forward, before
+  // their first use (Megatron's --overlap-param-gather), rather than after the optimizer.
+  bool gathers_in_forward(const Bucket& b) const;
+  // That all-gather, issued once a step at the bucket's first use (`dep` as acquire()'s).
+  void gather_updated(const Bucket& b, int dep);
   WSet layer_weights(int layer, int dep);
   WSet unit_grads(Bucket& b);
   WSet layer_grads(int layer);
@@ -570,6 +575,7 @@ class Lowerer {
   // after the backward, per bucket when after the step (held_key()).
   std::vector<WSet> held_;
   std::vector<char> held_valid_;
+  std::vector<char> gathered_in_forward_;  // per bucket: gather_updated() issued this step
   double gb_ = 4;  // bytes per element of a data-parallel gradient reduction
   std::vector<char> unit_grads_valid_;
   std::vector<int> backward_done_;  // per chunk: backward units emitted

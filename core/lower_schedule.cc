@@ -273,6 +273,7 @@ void Lowerer::begin_program(size_t ops_expected) {
   unit_grads_valid_.assign(buckets_.size(), 0);
   held_.assign(buckets_.size() * static_cast<size_t>(M_), no_weights());
   held_valid_.assign(held_.size(), 0);
+  gathered_in_forward_.assign(buckets_.size(), 0);
   backward_done_.assign(vpp_, 0);
   saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});

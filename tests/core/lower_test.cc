@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -840,23 +841,49 @@ TEST(Lower, Zero0AllReducesEachLayerAfterItsLastBackwardOverlapped) {
   }
 }
 
+// ZeRO 1 (Megatron's distributed optimizer): each layer's gradients reduce-scattered once, its
+// shard updated, the updated shards all-gathered in place: after the optimizer without
+// overlap_param_gather; with it (Megatron's forward pre-hooks, param_and_grad_buffer.py
+// start_param_sync / finish_param_sync) in the forward, once a step, before the first op that
+// reads the layer's weights, which waits for it.
 TEST(Lower, Zero1ReduceScattersUpdatesTheShardAndGathers) {
   const Model m = tiny_gpt(2);
-  Plan plan = make_plan(1, 1, 4, 8);
-  plan.zero = 1;
-  LoweredPlan lp = lowered(m, plan);
-  const Program& p = lp.programs[0];
-  for (int layer = 0; layer < m.layers; ++layer) {
-    auto r = grad_reductions(p, layer, Group::kDpCp);
-    ASSERT_EQ(r.size(), 1u);
-    EXPECT_EQ(r[0]->kind, OpKind::kReduceScatter);
-    auto adam = select(p, both(kind(OpKind::kAdamW), in(layer, -1, Phase::kOptimizer)));
-    ASSERT_EQ(adam.size(), 1u);
-    auto ag = select(p, both(kind(OpKind::kAllGather), in(layer, -1, Phase::kOptimizer)));
-    ASSERT_EQ(ag.size(), 1u);
-    EXPECT_NEAR(ag[0]->bytes, 4 * adam[0]->elements * 2, 32);  // bf16 weights, 4 shards
-    EXPECT_NEAR(r[0]->bytes, 4 * adam[0]->elements * 4, 64);   // fp32 gradients
-    EXPECT_GT(ag[0]->id, adam[0]->id);
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap_param_gather" : "gathered after the optimizer");
+    Plan plan = make_plan(1, 1, 4, 8);
+    plan.zero = 1;
+    plan.overlap_param_gather = overlap;
+    LoweredPlan lp = lowered(m, plan);
+    const Program& p = lp.programs[0];
+    for (int layer = 0; layer < m.layers; ++layer) {
+      auto r = grad_reductions(p, layer, Group::kDpCp);
+      ASSERT_EQ(r.size(), 1u);
+      EXPECT_EQ(r[0]->kind, OpKind::kReduceScatter);
+      auto adam = select(p, both(kind(OpKind::kAdamW), in(layer, -1, Phase::kOptimizer)));
+      ASSERT_EQ(adam.size(), 1u);
+      auto ag = select(
+          p, both(kind(OpKind::kAllGather), [&](const Op& o) { return o.tags.layer == layer; }));
+      ASSERT_EQ(ag.size(), 1u);
+      EXPECT_EQ(ag[0]->group, Group::kDpCp);
+      EXPECT_EQ(ag[0]->reads, ag[0]->writes);                    // in place
+      EXPECT_NEAR(ag[0]->bytes, 4 * adam[0]->elements * 2, 32);  // bf16 weights, 4 shards
+      EXPECT_NEAR(r[0]->bytes, 4 * adam[0]->elements * 4, 64);   // fp32 gradients
+      if (!overlap) {
+        EXPECT_EQ(ag[0]->tags.phase, Phase::kOptimizer);
+        EXPECT_GT(ag[0]->id, adam[0]->id);
+        continue;
+      }
+      EXPECT_EQ(ag[0]->tags.phase, Phase::kForward);
+      EXPECT_EQ(ag[0]->tags.micro_batch, 0);
+      // The first op of the layer's forward reading its weights waits for the gather.
+      const Op* first = nullptr;
+      for (const Op* o : select(p, in(layer, 0, Phase::kForward)))
+        for (int b : o->reads)
+          if (!first && o != ag[0] && b == ag[0]->writes[0]) first = o;
+      ASSERT_NE(first, nullptr);
+      EXPECT_GT(first->id, ag[0]->id);
+      EXPECT_NE(std::find(first->deps.begin(), first->deps.end(), ag[0]->id), first->deps.end());
+    }
   }
 }
 

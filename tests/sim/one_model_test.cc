@@ -342,11 +342,8 @@ TEST(OneModel, ComputeBesideCommunicationIsSlowedByOneRuleInBoth) {
     Plan p = base_plan(k.gpus);
     k.plan(p);
     p.global_batch = 8 * p.dp;
-    // The distributed optimizer's parameter gathers: the closed form hides them behind the next
-    // step's forward (Megatron's overlap_param_gather, the steady state); the Program, one step,
-    // issues them after its optimizer, beside no forward. What the rule adds is compared where
-    // both place them alike, after the optimizer.
-    if (p.zero == 1) p.overlap_param_gather = false;
+    // The distributed optimizer's parameter gathers run beside the forward in both (Megatron's
+    // overlap_param_gather: the lowering issues them in the forward, bucket by bucket).
     const Cluster c = cluster_preset("dgx-h100", k.gpus);
     const LoweredPlan lowered = lower(m, c, p);
     const cost::Profile on = cost::default_profile(c.gpu_device(0));
