@@ -21,6 +21,7 @@
 #include "core/layer_shapes.h"
 #include "core/lower.h"
 #include "core/model.h"
+#include "core/pipeline_schedule.h"
 #include "core/plan.h"
 #include "core/program.h"
 
@@ -199,18 +200,9 @@ struct Bucket {
   }
 };
 
-// One forward or backward pass of a micro-batch through a chunk of the stage.
-struct Unit {
-  bool forward;
-  int chunk, mb;
-};
-
-// The forward and backward units of stage `s` in order (Megatron's schedules), in steps: the
-// units run between two exchanges of activations with the neighbouring stages. A step is one
-// unit under GPipe and 1F1B (Megatron's send_forward_recv_backward and send_backward_recv_forward
-// after each unit of 1F1B's steady state); interleaved, one of Megatron's iterations: a forward
-// in the warm-up, a forward and a backward in the steady state, a backward in the cool-down.
-std::vector<std::vector<Unit>> pipeline_steps(const Plan& p, int s);
+// One forward or backward pass of a micro-batch through a chunk of the stage; a stage's units in
+// order: core/pipeline_schedule.h.
+using Unit = PipelineUnit;
 
 // "L<layer>.<what>[.m<mb>]" (no layer prefix when layer < 0, no suffix when mb < 0).
 std::string name(int layer, const char* what, int mb = -1);

@@ -1,5 +1,5 @@
-// The pipeline: the order of a stage's forward and backward units (GPipe, 1F1B, interleaved
-// 1F1B in Megatron's per-stage order), the exchanges of activations with the neighbouring
+// The pipeline: a stage's forward and backward units in the schedule's order
+// (core/pipeline_schedule.h), the exchanges of activations with the neighbouring
 // stages between them (Megatron's batched isend/irecv: one p2p group per exchange), each unit's
 // layers with their weights and saved activations acquired one use ahead, and the stage's whole
 // Program (Lowerer::run).
@@ -10,38 +10,6 @@
 
 namespace parasol::lowering {
 
-std::vector<std::vector<Unit>> pipeline_steps(const Plan& p, int s) {
-  const int M = p.micro_batches();
-  std::vector<std::vector<Unit>> out;
-  out.reserve(2 * static_cast<size_t>(M) * p.vpp);
-  if (p.schedule == Schedule::kGpipe) {
-    for (int i = 0; i < M; ++i) out.push_back({{true, 0, i}});
-    for (int i = 0; i < M; ++i) out.push_back({{false, 0, i}});
-    return out;
-  }
-  const bool inter = p.schedule == Schedule::kInterleaved;
-  const int pp = p.pp, vpp = inter ? p.vpp : 1;
-  const int total = M * vpp;
-  const int warm =
-      inter ? std::min((pp - s - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - s - 1, M);
-  auto unit = [&](int k, bool fwd) -> Unit {
-    if (!inter) return {fwd, 0, k};
-    int c = (k / pp) % vpp;
-    return {fwd, fwd ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
-  };
-  for (int k = 0; k < warm; ++k) out.push_back({unit(k, true)});
-  for (int j = 0; j < total - warm; ++j) {
-    if (inter) {
-      out.push_back({unit(warm + j, true), unit(j, false)});
-    } else {
-      out.push_back({unit(warm + j, true)});
-      out.push_back({unit(j, false)});
-    }
-  }
-  for (int j = total - warm; j < total; ++j) out.push_back({unit(j, false)});
-  return out;
-}
-
 void Lowerer::set_unit_tags(const Unit& u) {
   tags_.chunk = u.chunk;
   tags_.micro_batch = u.mb;
@@ -49,9 +17,9 @@ void Lowerer::set_unit_tags(const Unit& u) {
 }
 
 int Lowerer::post_receive(const Unit& u) {
-  const int v = u.chunk * pp_ + s_;
+  if (!receives_input(p_, s_, u)) return -1;
+  const int v = virtual_stage(p_, s_, u);
   const bool backward = !u.forward;
-  if (backward ? v == V_ - 1 : v == 0) return -1;
   set_unit_tags(u);
   const int peer = backward ? (s_ + 1) % pp_ : (s_ - 1 + pp_) % pp_;
   const int64_t tag = pp_tag(backward ? v + 1 : v - 1, backward, u.mb);

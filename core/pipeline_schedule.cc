@@ -1,0 +1,47 @@
+// The pipeline schedule's unit order (core/pipeline_schedule.h).
+#include "core/pipeline_schedule.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace parasol {
+
+std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int M) {
+  PARASOL_CHECK(0 <= s && s < p.pp && M >= 1,
+                "stage " + std::to_string(s) + ", micro-batches " + std::to_string(M));
+  std::vector<std::vector<PipelineUnit>> out;
+  out.reserve(2 * static_cast<size_t>(M) * p.vpp);
+  if (p.schedule == Schedule::kGpipe) {
+    for (int i = 0; i < M; ++i) out.push_back({{true, 0, i}});
+    for (int i = 0; i < M; ++i) out.push_back({{false, 0, i}});
+    return out;
+  }
+  const bool inter = p.schedule == Schedule::kInterleaved;
+  const int pp = p.pp, vpp = inter ? p.vpp : 1;
+  const int total = M * vpp;
+  const int warm =
+      inter ? std::min((pp - s - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - s - 1, M);
+  auto unit = [&](int k, bool fwd) -> PipelineUnit {
+    if (!inter) return {fwd, 0, k};
+    int c = (k / pp) % vpp;
+    return {fwd, fwd ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
+  };
+  for (int k = 0; k < warm; ++k) out.push_back({unit(k, true)});
+  for (int j = 0; j < total - warm; ++j) {
+    if (inter) {
+      out.push_back({unit(warm + j, true), unit(j, false)});
+    } else {
+      out.push_back({unit(warm + j, true)});
+      out.push_back({unit(j, false)});
+    }
+  }
+  for (int j = total - warm; j < total; ++j) out.push_back({unit(j, false)});
+  return out;
+}
+
+std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s) {
+  return pipeline_steps(p, s, p.micro_batches());
+}
+
+}  // namespace parasol

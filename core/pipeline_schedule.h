@@ -1,0 +1,46 @@
+// The pipeline schedule: the order in which a stage runs its forward and backward units
+// (GPipe, 1F1B, interleaved 1F1B in Megatron's per-stage order; uneven stages only change what a
+// unit holds), grouped in steps between two exchanges of activations with the neighbouring
+// stages, and which units receive their input from and send their output to a neighbour. The
+// lowering (core/lower_schedule.cc) emits a stage's Program in this order, and
+// cost_models/pipeline_play.h plays a step from it: one statement of the schedule.
+#pragma once
+
+#include <vector>
+
+#include "core/plan.h"
+
+namespace parasol {
+
+// One forward or backward pass of a micro-batch through a chunk (virtual stage) of a stage.
+struct PipelineUnit {
+  bool forward;
+  int chunk, mb;
+};
+
+// The forward and backward units of stage `s` in order, in steps: the units run between two
+// exchanges of activations with the neighbouring stages. A step is one unit under GPipe and 1F1B
+// (Megatron's send_forward_recv_backward and send_backward_recv_forward after each unit of 1F1B's
+// steady state); interleaved, one of Megatron's iterations: a forward in the warm-up, a forward
+// and a backward in the steady state, a backward in the cool-down. `micro_batches` micro-batches
+// (the plan's own in the first form).
+// REQUIRES: 0 <= s < p.pp, micro_batches >= 1.
+std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int micro_batches);
+std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s);
+
+// The virtual stage unit `u` of stage `s` runs: chunk * pp + s.
+inline int virtual_stage(const Plan& p, int s, const PipelineUnit& u) { return u.chunk * p.pp + s; }
+
+// Whether unit `u` of stage `s` receives its input from a neighbour (every forward but the first
+// virtual stage's, every backward but the last's) and sends its output to one (every forward but
+// the last virtual stage's, every backward but the first's).
+inline bool receives_input(const Plan& p, int s, const PipelineUnit& u) {
+  const int v = virtual_stage(p, s, u);
+  return u.forward ? v != 0 : v != p.pp * p.chunks() - 1;
+}
+inline bool sends_output(const Plan& p, int s, const PipelineUnit& u) {
+  const int v = virtual_stage(p, s, u);
+  return u.forward ? v != p.pp * p.chunks() - 1 : v != 0;
+}
+
+}  // namespace parasol
