@@ -753,8 +753,8 @@ TEST(Lower, HierarchicalContextParallelismTradesInGroupsAndRingsAcrossThem) {
       EXPECT_TRUE(std::count(k->deps.begin(), k->deps.end(), a2a[0]->id) ||
                   k != kernels[0]);  // the ring starts after the trade
     }
-    EXPECT_NEAR(attention_flops_of(p, phase), (fwd ? 1.0 : kFlashBackwardFlopRatio) * ring * per_step,
-                1e-9 * ring * per_step);
+    EXPECT_NEAR(attention_flops_of(p, phase),
+                (fwd ? 1.0 : kFlashBackwardFlopRatio) * ring * per_step, 1e-9 * ring * per_step);
     auto sends = select(p, both(pass, named(".kv.send")));
     ASSERT_EQ(sends.size(), static_cast<size_t>(ring - 1));
     for (const Op* o : sends) {
