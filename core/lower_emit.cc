@@ -135,8 +135,9 @@ int Lowerer::buffer(std::string nm, std::vector<int64_t> shape, Dtype dt, Buffer
 }
 
 AttnShape Lowerer::attention_shape(int layer) const {
-  AttnShape a =
-      parasol::attention_shape(m_, layer, static_cast<int>(t_), p_.micro_batch, Sl_, Sl_, flash_);
+  const int a2a = hierarchical_cp() ? cp_a2a_ranks(p_) : 1;
+  AttnShape a = parasol::attention_shape(m_, layer, static_cast<int>(t_) * a2a, p_.micro_batch,
+                                         Sl_ * a2a, Sl_ * a2a, flash_);
   if (p_.repeat_kv) a.kv_heads = a.heads;  // the kernel sees the repeated K/V heads
   return a;
 }

@@ -278,7 +278,9 @@ class Lowerer {
   // rerun state machine's validate_result twice, each a .item() of a check on the loss):
   // two syncs on the loss op `loss`.
   void nan_check(int loss);
-  // One attention step of layer `layer` on this rank (a cp chunk; core/layer_shapes.h).
+  // One attention step of layer `layer` on this rank (a cp chunk; core/layer_shapes.h). Under
+  // hierarchical context parallelism, the chunk of the rank's all-to-all group (cp_a2a_size
+  // chunks) on heads / cp_a2a_size heads.
   AttnShape attention_shape(int layer) const;
   static void set(std::vector<int>& to, std::initializer_list<int> ids);
   static void set(std::vector<int>& to, const std::vector<int>& ids);
@@ -352,6 +354,12 @@ class Lowerer {
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
   int attention_backward(int layer, const Saved& sv, int dao);
   int ring_steps(int layer) const;
+  // Hierarchical context parallelism (cp_comm_type a2a+p2p under cp_impl te, cp_a2a_size > 1):
+  // the attention runs a ring of cp_ring_size() = cp / cp_a2a_size steps over cp_ring_group()
+  // (Group::kCpRing) between all-to-alls in Group::kCpA2a; otherwise the ring is Group::kCp.
+  bool hierarchical_cp() const;
+  int cp_ring_size() const;
+  Group cp_ring_group() const;
   double dkv_bytes_per_element() const;
   // Columns of one token's K and V as the attention kernel and a context-parallel exchange see
   // them: k_cols_ + v_cols_, times heads / kv_heads when the plan repeats the K/V heads.

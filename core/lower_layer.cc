@@ -14,14 +14,29 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     if (p_.cp_comm_type == CpCommType::kA2a) return attention_forward_a2a(layer, sv, recompute);
     if (p_.cp_comm_type == CpCommType::kAllGather)
       return attention_forward_allgather(layer, sv, recompute);
-    if (p_.cp_comm_type == CpCommType::kA2aP2p)
-      throw Error("plan.cp_comm_type",
-                  "a2a+p2p (hierarchical context parallelism) is not priced yet: p2p, all_gather "
-                  "and a2a are");
   }
   const int mb = tags_.micro_batch;
+  const AttnShape a = attention_shape(layer);
+  // Hierarchical context parallelism (a2a+p2p, Transformer Engine's AttnFuncWithCPAndKVP2P with
+  // a cp_group list): an all-to-all inside the cp_a2a_size group first trades this rank's tokens
+  // of every head for its group's tokens of heads / cp_a2a_size heads (flash_attn_a2a_communicate
+  // of q, k, v before the ring; exposed, on the compute stream's order), the ring below runs over
+  // the groups, and an all-to-all trades the output back. The forward keeps the traded Q | K | V
+  // for the backward (ctx.save_for_backward(q, kv, ...) after the exchange).
+  int qkv = sv[sQkv];
+  if (hierarchical_cp()) {
+    qkv = role(BufferRole::kQkv, recompute ? ws(layer, "qkv.a2a", {T_, qkv_cols_})
+                                           : act(layer, "qkv.a2a", {T_, qkv_cols_}));
+    in_compute_order(collective(OpKind::kAllToAll, Group::kCpA2a, layer, "qkv.a2a",
+                                eb_ * double(T_) * qkv_cols_, sv[sQkv], qkv));
+    if (!recompute) sv[sQkv] = qkv;
+  }
   std::vector<int> outs;
-  if (!recompute) {
+  int ring_out = -1;  // hierarchical: the ring's output, before its all-to-all back
+  if (hierarchical_cp()) {
+    ring_out = ws(layer, "attn.ring", {T_, ao_cols_}, ldt_);
+    outs.push_back(ring_out);
+  } else if (!recompute) {
     sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, ldt_));
     outs.push_back(sv[sAo]);
   } else if (flash_) {
@@ -31,7 +46,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   if (flash_) {
     if (!recompute) {
       sv[sLse] = role(BufferRole::kAttnLse,
-                      act(layer, "lse", {p_.micro_batch, heads_t_, Sl_}, Dtype::kFp32));
+                      act(layer, "lse", {p_.micro_batch, a.heads, a.seq_q}, Dtype::kFp32));
       outs.push_back(sv[sLse]);
     }
   } else {
@@ -45,14 +60,14 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
       outs.push_back(sv[sPdrop]);
     }
   }
-  const AttnShape a = attention_shape(layer);
   const double flops = attention_flops(a);
   // Tags of the forward, the full-layer recompute and the selective recompute differ.
   const int phase = recompute ? 3 : tags_.phase == Phase::kRecompute ? 2 : 0;
   const double kv_bytes = eb_ * T_ * kv_exchange_cols();
   const int steps = ring_steps(layer);
+  const Group ring = cp_ring_group();
   const int gathered =
-      p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, sv[sQkv]) : -1;
+      p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, qkv) : -1;
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
   for (int j = 0; j < steps; ++j) {
     int next = -1;
@@ -65,9 +80,9 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
       begin_p2p_group();
       // Issued with the attention (Transformer Engine's ring: the NCCL stream waits for the
       // compute enqueued before it), not as soon as Q | K | V exist.
-      p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
-          kv >= 0 ? kv : sv[sQkv], {last_compute_});
-      p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
+      p2p(OpKind::kSend, ring, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.send", kv_bytes,
+          kv >= 0 ? kv : qkv, {last_compute_});
+      p2p(OpKind::kRecv, ring, -1, cp_tag(layer, mb, phase, j, 0), layer, "kv.recv", kv_bytes,
           next);
       end_p2p_group();
     }
@@ -75,12 +90,29 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     op.attn = a;
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
-    set(op.reads, {sv[sQkv], kv});
+    set(op.reads, {qkv, kv});
     set(op.writes, outs);
     emit(op);
     if (gathered < 0) kv = next;
   }
+  if (ring_out < 0) return;
+  // The output traded back to this rank's tokens of every head (flash_attn_a2a_communicate of
+  // out after the ring), the buffer the out-projection reads and the backward keeps.
+  const int o = recompute ? (sv[sAoRc] = ws(layer, "attn.rc", {T_, ao_cols_}))
+                          : (sv[sAo] = act(layer, "attn", {T_, ao_cols_}, ldt_));
+  role(BufferRole::kAttnOut, o);
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCpA2a, layer, "attn.a2a",
+                              eb_ * double(T_) * ao_cols_, ring_out, o));
 }
+
+bool Lowerer::hierarchical_cp() const {
+  return p_.cp > 1 && p_.cp_impl == CpImpl::kTransformerEngine &&
+         p_.cp_comm_type == CpCommType::kA2aP2p && cp_a2a_ranks(p_) > 1;
+}
+
+int Lowerer::cp_ring_size() const { return p_.cp / cp_a2a_ranks(p_); }
+
+Group Lowerer::cp_ring_group() const { return hierarchical_cp() ? Group::kCpRing : Group::kCp; }
 
 int64_t Lowerer::kv_exchange_cols() const {
   const int64_t rep = p_.repeat_kv && kv_heads_t_ > 0 ? heads_t_ / kv_heads_t_ : 1;
@@ -105,7 +137,8 @@ double Lowerer::dkv_bytes_per_element() const { return p_.cp_impl == CpImpl::kPy
 // The ring steps of layer `layer`: cp, or under a sliding window the chunks it reaches (this
 // rank's and the ceil((window - 1) / chunk) before it).
 int Lowerer::ring_steps(int layer) const {
-  return context_ring_steps(p_.cp, Sl_, attention_shape(layer).window);
+  const AttnShape a = attention_shape(layer);
+  return context_ring_steps(hierarchical_cp() ? cp_ring_size() : p_.cp, a.seq_q, a.window);
 }
 
 // The K/V gradient of ring step `step` of `steps` travels on with its chunk; after the last step
@@ -113,7 +146,8 @@ int Lowerer::ring_steps(int layer) const {
 // fewer), which folds it into its dQKV. Returns the accumulator received for the next step (-1
 // after the last).
 int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, int dqkv) {
-  const int cp = p_.cp;
+  const int cp = hierarchical_cp() ? cp_ring_size() : p_.cp;
+  const Group ring = cp_ring_group();
   if (cp == 1) return -1;
   // The accumulator travels in the attention's dtype (Transformer Engine) or in fp32 (PyTorch's
   // ring accumulates the K/V gradients in fp32 and passes that buffer on).
@@ -122,10 +156,10 @@ int Lowerer::ring_dkv_exchange(int layer, int mb, int step, int steps, int dkv, 
   const int distance = last && steps < cp ? cp - steps + 1 : -1;  // -1: the next rank
   int recv = role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, kv_exchange_cols()}));
   begin_p2p_group();
-  p2p(OpKind::kSend, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send",
-      kv_bytes, dkv);
-  p2p(OpKind::kRecv, Group::kCp, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv",
-      kv_bytes, recv);
+  p2p(OpKind::kSend, ring, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.send", kv_bytes,
+      dkv);
+  p2p(OpKind::kRecv, ring, distance, cp_tag(layer, mb, 1, step, 1), layer, "dkv.recv", kv_bytes,
+      recv);
   end_p2p_group();
   if (!last) return recv;
   role(OpRole::kDkvFold,
@@ -142,12 +176,24 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   }
   const int mb = tags_.micro_batch;
   const int cp = p_.cp;
-  int dqkv = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
+  const bool hier = hierarchical_cp();
+  // Hierarchical: the ring's dQ | dK | dV, traded back after it.
+  int dqkv = hier ? ws(layer, "dqkv.ring", {T_, qkv_cols_})
+                  : role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
   const AttnShape a = attention_shape(layer);
   const double flops = (flash_ ? kFlashBackwardFlopRatio : 2.0) * attention_flops(a);
   const int64_t kv_cols = kv_exchange_cols();
   const double kv_bytes = eb_ * T_ * kv_cols;
-  const int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
+  int out = sv[sAoRc] >= 0 ? sv[sAoRc] : sv[sAo];
+  if (hier) {
+    // AttnFuncWithCPAndKVP2P.backward: out and dout traded to the ring's heads in one
+    // flash_attn_a2a_communicate([out, dout]) before the ring.
+    const int traded = ws(layer, "odo.a2a", {T_, 2 * ao_cols_});
+    in_compute_order(collective(OpKind::kAllToAll, Group::kCpA2a, layer, "odo.a2a",
+                                2 * eb_ * double(T_) * ao_cols_, {out, dao}, {traded}));
+    out = dao = traded;
+  }
+  const Group ring = cp_ring_group();
   const int steps = ring_steps(layer);
   // The backward's K/V rotater gathers again (its K/V gradients travel the ring either way).
   const int gathered =
@@ -160,10 +206,9 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     } else if (j < steps - 1) {
       next = role(BufferRole::kKvChunk, ws(layer, "kv", {T_, kv_cols}));
       begin_p2p_group();
-      p2p(OpKind::kSend, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
+      p2p(OpKind::kSend, ring, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.send", kv_bytes,
           kv >= 0 ? kv : sv[sQkv], {last_compute_});  // with the attention, as forward
-      p2p(OpKind::kRecv, Group::kCp, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes,
-          next);
+      p2p(OpKind::kRecv, ring, -1, cp_tag(layer, mb, 1, j, 0), layer, "kv.recv", kv_bytes, next);
       end_p2p_group();
     }
     int dkv = cp > 1 ? role(BufferRole::kKvGrad, ws(layer, "dkv", {T_, kv_cols})) : -1;
@@ -183,7 +228,13 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     if (gathered < 0) kv = next;
   }
-  return dqkv;
+  if (!hier) return dqkv;
+  // dq, dk, dv traded back to this rank's tokens of every head (flash_attn_a2a_communicate after
+  // the ring).
+  const int back = role(BufferRole::kQkvGrad, act(layer, "dqkv", {T_, qkv_cols_}));
+  in_compute_order(collective(OpKind::kAllToAll, Group::kCpA2a, layer, "dqkv.a2a",
+                              eb_ * double(T_) * qkv_cols_, dqkv, back));
+  return back;
 }
 
 AttnShape Lowerer::allgather_attention_shape(int layer) const {

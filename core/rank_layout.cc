@@ -31,6 +31,10 @@ const char* group_name(Group g) {
       return "expert-replicate";
     case Group::kExpertTp:
       return "expert-tp";
+    case Group::kCpA2a:
+      return "cp-a2a";
+    case Group::kCpRing:
+      return "cp-ring";
   }
   return "?";
 }
@@ -155,6 +159,21 @@ std::vector<int> RankLayout::hsdp_group(Group g, int r) const {
   return out;
 }
 
+std::vector<int> RankLayout::cp_level_group(Group g, int r) const {
+  const std::vector<int> all = group(Group::kCp, r);
+  const int n = static_cast<int>(all.size());
+  int k = cp_a2a_ranks(plan_);
+  if (k < 1 || n % k != 0) k = 1;  // (a plan validate() rejects)
+  const int at = static_cast<int>(std::find(all.begin(), all.end(), r) - all.begin());
+  std::vector<int> out;
+  if (g == Group::kCpA2a) {
+    for (int i = at / k * k; i < at / k * k + k; ++i) out.push_back(all[i]);
+  } else {
+    for (int i = at % k; i < n; i += k) out.push_back(all[i]);
+  }
+  return out;
+}
+
 std::vector<int> RankLayout::group(Group g, int r) const {
   RankCoord base = coord(r);
   std::vector<Dim> dims;
@@ -166,6 +185,9 @@ std::vector<int> RankLayout::group(Group g, int r) const {
     case Group::kExpertShard:
     case Group::kExpertReplicate:
       return hsdp_group(g, r);
+    case Group::kCpA2a:
+    case Group::kCpRing:
+      return cp_level_group(g, r);
     case Group::kTp:
     case Group::kExpertTp:
       dims = {Dim::kTp};

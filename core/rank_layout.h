@@ -38,8 +38,17 @@ enum class Group {
   // The tensor-parallel group of the experts: kTp when Plan::expert_tp() == tp, else the etp
   // consecutive ranks of the expert grid.
   kExpertTp,
+  // Hierarchical context parallelism (Plan::cp_comm_type a2a+p2p; Megatron-Core's
+  // --hierarchical-context-parallel-sizes [a, cp / a], Transformer Engine's cp_group list): the
+  // all-to-all group, runs of cp_a2a_ranks(plan) consecutive members of kCp, and the P2P ring
+  // across them, the members of kCp at the same position of every run (TE's
+  // AttnFuncWithCPAndKVP2P sends to cp_global_ranks[(rank + 1) % cp_size * cp_size_a2a +
+  // rank_a2a]). Under any other cp_comm_type an all-to-all group is the rank alone and a ring
+  // the whole kCp.
+  kCpA2a,
+  kCpRing,
 };
-inline constexpr int kGroupKindCount = 12;  // values of Group
+inline constexpr int kGroupKindCount = 14;  // values of Group
 const char* group_name(Group g);
 
 // Whether a collective of group `g` is of the data-parallel kind: gradient reduction, ZeRO-3
@@ -70,6 +79,12 @@ struct RankCoord {
   int etp = 0, eep = 0, edp = 0;
 };
 
+// Ranks of each all-to-all group of hierarchical context parallelism (kCpA2a): plan.cp_a2a_size
+// under cp_comm_type a2a+p2p, else 1.
+inline int cp_a2a_ranks(const Plan& p) {
+  return p.cp_comm_type == CpCommType::kA2aP2p && p.cp_a2a_size > 0 ? p.cp_a2a_size : 1;
+}
+
 // Whether the experts form a grid of their own (Plan::expert_tp() != tp; rank_layout.h's top).
 inline bool expert_grid(const Plan& p) { return p.expert_tp() != p.tp; }
 // The size of the rank grid's ep dimension: plan.ep, or 1 with an expert grid of its own.
@@ -85,7 +100,8 @@ class RankLayout {
   // Ranks of the `g` group that contains `rank`, ordered by their coordinates along the group's
   // dimensions, the first varying fastest: kDp is ordered by RankCoord::dp() (ep fastest),
   // kDpCp by cp then dp, kExpertDp by cp then dp / ep. Under the default rank order this is
-  // increasing rank order. The HSDP groups keep the order of kDpCp (kExpertDp). With an expert
+  // increasing rank order. The HSDP groups keep the order of kDpCp (kExpertDp), kCpA2a and
+  // kCpRing that of kCp. With an expert
   // grid of its own, the expert groups are ordered by their grid coordinate (increasing rank
   // order within the stage).
   std::vector<int> group(Group g, int rank) const;
@@ -103,6 +119,7 @@ class RankLayout {
  private:
   int size_of(Dim d) const;
   std::vector<int> hsdp_group(Group g, int rank) const;
+  std::vector<int> cp_level_group(Group g, int rank) const;  // kCpA2a, kCpRing
   // The expert grid: a rank's position among its stage's ranks in increasing rank order, and
   // the ranks of its stage in that order.
   int stage_position(const RankCoord& c) const;

@@ -13,7 +13,7 @@ namespace {
 enum Category : uint8_t { kTpCat, kCpCat, kEpCat };
 
 Category category(Group g) {
-  if (g == Group::kCp) return kCpCat;
+  if (g == Group::kCp || g == Group::kCpA2a || g == Group::kCpRing) return kCpCat;
   if (g == Group::kEp) return kEpCat;
   return kTpCat;
 }
@@ -156,7 +156,7 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
     const bool fwd = op.tags.phase == Phase::kForward;
     if (op.group == Group::kTp && op.kind != OpKind::kSend && op.kind != OpKind::kRecv)
       (fwd ? b.tp_bytes_forward : b.tp_bytes_backward) += op.bytes;
-    if (op.group == Group::kCp && op.kind == OpKind::kSend)
+    if ((op.group == Group::kCp || op.group == Group::kCpRing) && op.kind == OpKind::kSend)
       (fwd ? b.cp_bytes_forward : b.cp_bytes_backward) += op.bytes;
     if (op.group == Group::kEp && op.kind == OpKind::kAllToAll)
       (fwd ? b.ep_bytes_forward : b.ep_bytes_backward) += op.bytes;

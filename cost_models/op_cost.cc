@@ -105,7 +105,7 @@ OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
       places_(places),
       shapes_(std::make_unique<ShapeCache>()),
       // What RankLayout reads of the plan (core/rank_layout.cc): its degrees, expert grid,
-      // HSDP shard groups and rank order.
+      // HSDP shard groups, hierarchical context-parallel groups and rank order.
       layout_signature_{plan.tp,
                         plan.cp,
                         plan.ep,
@@ -114,7 +114,8 @@ OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
                         plan.expert_tp(),
                         plan.shard_degree,
                         plan.dense_shard_ranks(),
-                        plan.expert_shard_ranks()} {
+                        plan.expert_shard_ranks(),
+                        cp_a2a_ranks(plan)} {
   for (Dim d : plan.rank_order) layout_signature_.push_back(static_cast<int64_t>(d));
 }
 
@@ -261,9 +262,11 @@ const GroupModel& OpPricer::group_model(int stage, Group g) {
   auto it = groups_.find(key);
   if (it != groups_.end()) return *it->second;
   // Another pricer of a plan with the same rank layout found it already.
-  // All-to-alls run in the expert-parallel groups and, under cp_comm_type a2a (Ulysses), in the
-  // context-parallel ones: only those price the pairwise exchange (it samples several steps).
-  const bool a2a = g == Group::kEp || (g == Group::kCp && plan_.cp_comm_type == CpCommType::kA2a);
+  // All-to-alls run in the expert-parallel groups, in the all-to-all groups of hierarchical
+  // context parallelism and, under cp_comm_type a2a (Ulysses), in the context-parallel ones: only
+  // those price the pairwise exchange (it samples several steps).
+  const bool a2a = g == Group::kEp || g == Group::kCpA2a ||
+                   (g == Group::kCp && plan_.cp_comm_type == CpCommType::kA2a);
   std::vector<int64_t> layout_key = layout_signature_;
   layout_key.push_back(stage);
   layout_key.push_back(static_cast<int64_t>(g));
@@ -403,8 +406,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       const bool ring_steps = plan_.cp_impl == CpImpl::kPytorch ||
                               plan_.cp_comm_type == CpCommType::kP2p ||
                               plan_.cp_comm_type == CpCommType::kA2aP2p;
+      // Hierarchical (a2a+p2p): the ring runs over the cp / cp_a2a_size all-to-all groups.
       const int ring = plan_.cp > 1 && a.causal && ring_steps
-                           ? context_ring_steps(plan_.cp, a.seq_q, a.window)
+                           ? context_ring_steps(plan_.cp / cp_a2a_ranks(plan_), a.seq_q, a.window)
                            : 1;
       return op.tags.phase == Phase::kBackward
                  ? attention_backward_time(dev, prof_, dt, a, ring, plan_.cp_impl)

@@ -67,6 +67,10 @@ void Executor::Impl::check_supported() const {
   if (p.cp > 1 && !p.flash_attention)
     unsupported("plan.flash_attention",
                 "ring attention (cp > 1) runs with flash attention only in the runtime");
+  if (p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine && p.cp_comm_type == CpCommType::kA2aP2p)
+    unsupported("plan.cp_comm_type",
+                "hierarchical context parallelism (a2a+p2p) is priced by the simulator only; the "
+                "runtime runs the p2p ring");
   if (m.tied_embeddings && p.pp > 1)
     unsupported("model.tied_embeddings",
                 "tied embeddings with pp > 1 need the embedding-gradient all-reduce between the "

@@ -26,7 +26,9 @@ inline constexpr std::array<Group, kGroupKindCount> kGroupKinds = {Group::kTp,
                                                                    Group::kDpReplicate,
                                                                    Group::kExpertShard,
                                                                    Group::kExpertReplicate,
-                                                                   Group::kExpertTp};
+                                                                   Group::kExpertTp,
+                                                                   Group::kCpA2a,
+                                                                   Group::kCpRing};
 inline constexpr int kNumGroupKinds = static_cast<int>(kGroupKinds.size());
 
 // One group that contains this rank.

@@ -708,16 +708,65 @@ TEST(Lower, TransformerEngineAllToAllTradesTheSequenceForHeads) {
     EXPECT_NEAR(attention_flops_of(p, phase), (fwd ? 1.0 : kFlashBackwardFlopRatio) * share,
                 1e-9 * share);
   }
-  // The hierarchical a2a+p2p is not lowered: the error names the field.
-  plan.cp = 4;
+}
+
+TEST(Lower, HierarchicalContextParallelismTradesInGroupsAndRingsAcrossThem) {
+  // Megatron --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2 (Transformer
+  // Engine's AttnFuncWithCPAndKVP2P with a cp_group list): Q, K, V traded inside the all-to-all
+  // group (heads for the group's tokens), a ring of cp / 2 steps across the groups on heads / 2
+  // heads, the output traded back; the backward trades out and dO, runs the ring backward (K/V
+  // and their gradients around the ring) and trades dQ, dK, dV back.
+  const Model m = model_preset("tiny");
+  const int cp = 4, a = 2, ring = cp / a;
+  Plan plan = make_plan(1, 1, 1, 1);
+  plan.cp = cp;
   plan.cp_comm_type = CpCommType::kA2aP2p;
-  plan.cp_a2a_size = 2;
-  try {
-    lowered(m, plan);
-    ADD_FAILURE() << "a2a+p2p lowered";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("plan.cp_comm_type"), std::string::npos) << e.what();
+  plan.cp_a2a_size = a;
+  const Program p = lowered(m, plan).programs[0];
+  const double tokens = m.seq_len / cp;
+  const double qkv = 2.0 * tokens * (m.heads + 2 * m.kv_heads) * m.head_dim;  // bf16
+  const double out = 2.0 * tokens * m.heads * m.head_dim;
+  // The K/V a ring step passes: the group's tokens (a x) of heads / a K/V heads.
+  const double kv = 2.0 * (a * tokens) * (2 * m.kv_heads / a) * m.head_dim;
+  // Each of the ring's steps covers the causal pairs of a chunk of the group's a x tokens
+  // (load-balanced: the diagonal step, or half the queries against all keys, or all the queries
+  // against half the keys), on heads / a heads: 4 (h / a) d c (c + 1) / 2 with c = S / ring.
+  const double c = m.seq_len / ring;
+  const double per_step = 4.0 * (m.heads / a) * m.head_dim * c * (c + 1) / 2;
+  auto named = [](const char* what) {
+    return [what](const Op& o) { return o.name.ends_with(what); };
+  };
+  for (Phase phase : {Phase::kForward, Phase::kBackward}) {
+    SCOPED_TRACE(phase == Phase::kForward ? "forward" : "backward");
+    const bool fwd = phase == Phase::kForward;
+    auto pass = in(0, 0, phase);
+    auto a2a = select(p, both(pass, kind(OpKind::kAllToAll)));
+    ASSERT_EQ(a2a.size(), 2u);
+    for (const Op* o : a2a) EXPECT_EQ(o->group, Group::kCpA2a);
+    EXPECT_EQ(a2a[0]->bytes, fwd ? qkv : 2 * out);  // the backward trades out and dO together
+    EXPECT_EQ(a2a[1]->bytes, fwd ? out : qkv);
+    auto kernels = select(p, both(pass, kind(OpKind::kAttention)));
+    ASSERT_EQ(kernels.size(), static_cast<size_t>(ring));
+    for (const Op* k : kernels) {
+      EXPECT_EQ(k->attn.heads, m.heads / a);
+      EXPECT_EQ(k->attn.kv_heads, m.kv_heads / a);
+      EXPECT_EQ(k->attn.seq_q, a * tokens);
+      EXPECT_TRUE(std::count(k->deps.begin(), k->deps.end(), a2a[0]->id) ||
+                  k != kernels[0]);  // the ring starts after the trade
+    }
+    EXPECT_NEAR(attention_flops_of(p, phase),
+                (fwd ? 1.0 : kFlashBackwardFlopRatio) * ring * per_step, 1e-9 * ring * per_step);
+    auto sends = select(p, both(pass, named(".kv.send")));
+    ASSERT_EQ(sends.size(), static_cast<size_t>(ring - 1));
+    for (const Op* o : sends) {
+      EXPECT_EQ(o->group, Group::kCpRing);
+      EXPECT_EQ(o->bytes, kv);
+    }
+    EXPECT_EQ(count(p, both(pass, kind(OpKind::kAllGather))), 0);
   }
+  auto dkv = select(p, both(in(0, 0, Phase::kBackward), named("dkv.send")));
+  ASSERT_EQ(dkv.size(), static_cast<size_t>(ring));
+  for (const Op* o : dkv) EXPECT_EQ(o->group, Group::kCpRing);
 }
 
 TEST(Lower, RepeatedKVHeadsTravelWithEveryQueryHead) {

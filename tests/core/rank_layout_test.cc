@@ -61,8 +61,10 @@ TEST(RankLayout, AStagesRepresentativeIsItsRankWithEveryOtherCoordinateZero) {
 }
 
 TEST(RankLayout, GroupsPartitionTheWorld) {
-  Plan p = grid(2, 2, 2, 4, 2, "tp-cp-dp-ep-pp");
+  Plan p = grid(2, 4, 2, 4, 2, "tp-cp-dp-ep-pp");
   p.shard_degree = 4;
+  p.cp_comm_type = CpCommType::kA2aP2p;
+  p.cp_a2a_size = 2;
   RankLayout l(p);
   for (int gi = 0; gi < kGroupKindCount; ++gi) {
     const Group g = static_cast<Group>(gi);
@@ -71,6 +73,29 @@ TEST(RankLayout, GroupsPartitionTheWorld) {
     EXPECT_EQ(static_cast<int>(seen.size()), l.world()) << group_name(g);
     for (int r = 0; r < l.world(); ++r) EXPECT_EQ(seen.count(r), 1u) << group_name(g);
   }
+}
+
+TEST(RankLayout, HierarchicalContextGroupsAreRunsOfTheCpGroupAndRingsAcrossThem) {
+  // tp 2, cp 8 (Megatron order: cp next to tp): the cp group of rank 0 is {0, 2, ..., 14}. With
+  // --hierarchical-context-parallel-sizes 2 4, Transformer Engine's all-to-all group of CP index c
+  // is indices 2 * (c / 2) and 2 * (c / 2) + 1, its P2P ring the indices c % 2, c % 2 + 2, ...
+  // (context_parallel.py: send_dst = cp_global_ranks[(rank + 1) % cp_size * cp_size_a2a +
+  // rank_a2a]).
+  Plan p = grid(2, 8, 1, 1, 1);
+  p.cp_comm_type = CpCommType::kA2aP2p;
+  p.cp_a2a_size = 2;
+  RankLayout l(p);
+  EXPECT_EQ(l.group(Group::kCp, 0), (std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(l.group(Group::kCpA2a, 6), (std::vector<int>{4, 6}));
+  EXPECT_EQ(l.group(Group::kCpA2a, 9), (std::vector<int>{9, 11}));
+  EXPECT_EQ(l.group(Group::kCpRing, 6), (std::vector<int>{2, 6, 10, 14}));
+  EXPECT_EQ(l.group(Group::kCpRing, 9), (std::vector<int>{1, 5, 9, 13}));
+  // Any other exchange: the all-to-all group is the rank, the ring the whole cp group.
+  p.cp_comm_type = CpCommType::kP2p;
+  RankLayout plain(p);
+  EXPECT_EQ(plain.group(Group::kCpA2a, 6), (std::vector<int>{6}));
+  EXPECT_EQ(plain.group(Group::kCpRing, 6), plain.group(Group::kCp, 6));
+  EXPECT_EQ(std::string(group_name(Group::kCpRing)), "cp-ring");
 }
 
 TEST(RankLayout, HsdpShardGroupsAreRunsOfTheDataParallelGroupAndReplicasTheirColumns) {

@@ -488,6 +488,13 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.cp_comm_type = CpCommType::kA2a;
       },
       [](Plan& p) {
+        p.dp = p.ep = 2;
+        p.cp = 4;
+        p.cp_comm_type = CpCommType::kA2aP2p;
+        p.cp_a2a_size = 2;
+      },
+
+      [](Plan& p) {
         p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp};
       },
   };

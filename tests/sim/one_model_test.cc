@@ -101,6 +101,13 @@ std::vector<Case> cases() {
     p.seq_len = 32768;
     p.cp_comm_type = CpCommType::kA2a;
   });
+  // a2a+p2p: all-to-alls in groups of 2, a ring of 2 across them.
+  dense("cp4 a2a+p2p", [](Plan& p) {
+    degrees(p, 16, 2, 1, 4);
+    p.seq_len = 32768;
+    p.cp_comm_type = CpCommType::kA2aP2p;
+    p.cp_a2a_size = 2;
+  });
   dense("cp4 fp8", [](Plan& p) {
     degrees(p, 16, 2, 1, 4);
     p.seq_len = 32768;

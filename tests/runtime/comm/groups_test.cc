@@ -73,6 +73,12 @@ std::vector<Plan> test_plans() {
   g.etp = 2;
   g.shard_degree = 2;
   plans.push_back(g);
+  // Hierarchical context parallelism (a2a+p2p): all-to-all groups of 2, a ring of 3 across them.
+  for (Plan h : {make_plan(2, 6, 1, 2, 1), make_plan(1, 6, 1, 2, 2, "dp-cp-tp-ep-pp")}) {
+    h.cp_comm_type = CpCommType::kA2aP2p;
+    h.cp_a2a_size = 2;
+    plans.push_back(h);
+  }
   return plans;
 }
 
@@ -90,6 +96,8 @@ bool varies(const Plan& p, Group g, Dim d) {
     case Group::kExpertTp:
       return d == Dim::kTp;
     case Group::kCp:
+    case Group::kCpA2a:
+    case Group::kCpRing:
       return d == Dim::kCp;
     case Group::kEp:
       return d == Dim::kEp;
@@ -152,6 +160,10 @@ int expected_size(const Plan& p, Group g) {
       return p.shard_degree > 0 ? p.expert_shard_ranks() : p.expert_dp();
     case Group::kExpertReplicate:
       return p.shard_degree > 0 ? p.expert_dp() / p.expert_shard_ranks() : 1;
+    case Group::kCpA2a:
+      return cp_a2a_ranks(p);
+    case Group::kCpRing:
+      return p.cp / cp_a2a_ranks(p);
   }
   return -1;
 }
