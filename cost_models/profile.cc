@@ -205,14 +205,15 @@ Profile default_profile(const DeviceSpec& d) {
     // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
     p.gemm_efficiency = 0.803;
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.709;
-    // Reduction depth: DeepGEMM's published FP8 GEMMs on H800 (deepseek-ai/DeepGEMM@55ab91f
-    // README, "Normal GEMMs for dense models", the M = 4096 rows whose N fills the SMs: K 16384,
-    // 7168, 2048, 1536, 512 at 1426, 1265, 1168, 1125, 751 TFLOPS) fall with K as P x K / (K +
-    // k_half): least squares P = 1417 (the MAMF fp8 figure above, 1402.6: the plateau stays
-    // gemm_efficiency), k_half = 444 at 3.1% rms. A tile's fixed work takes the same time in
-    // bf16, whose main loop covers half the depth meanwhile: 444 / 2 = 222 for a 16-bit GEMM
-    // (compute.h gemm_k_half_of scales it back by the fp8 / bf16 peaks).
-    p.gemm_k_half = 222;
+    // Reduction depth (gemm_k_half): DeepGEMM's published FP8 GEMMs on H800 (deepseek-ai/
+    // DeepGEMM@55ab91f README, "Normal GEMMs for dense models", M = 4096: K 16384, 7168, 2048,
+    // 1536, 512 at 1426, 1265, 1168, 1125, 751 TFLOPS) fall with K as P x K / (K + 444) (least
+    // squares, P = 1417, 3.1% rms), 222 for a 16-bit GEMM. That is DeepGEMM's kernel (per-128
+    // block scales promoted on the CUDA cores), not the cuBLAS FP8 GEMMs Transformer Engine calls:
+    // priced with it, the NeMo FP8 runs on H100 (tests/data/published/h100-dense.json, cuBLAS
+    // through TE, K 1536-16384) come out 2-5% slower than their MAMF plateau predicts, against
+    // their measured times. No cuBLAS table against K is published, so the default keeps no
+    // reduction-depth term (0), left to `parasol calibrate`.
     // HBM3 STREAM ~ 2.9-3.0 of 3.35 TB/s; fused kernels reach ~0.75-0.8.
     p.memory_efficiency = 0.78;
     // Fused attention's plateau (long unmasked rows, head dim 128): FlashAttention-3 paper (Shah

@@ -255,9 +255,6 @@ Ranges hopper(const DeviceSpec& d) {
         "'H200 is the same'); an H100-class node 781 at 4096^3 (0.790)");
   uncertain(r, "gemm_efficiency_by_dtype/fp8", 0.66, 0.75,
             "mamf-finder fp8: H100 SXM 1402.6 of 1979 TFLOP/s (0.709), one measurement; +-0.05");
-  cited(r, "gemm_k_half", 200, 267,
-        "DeepGEMM@55ab91f README, H800 fp8 GEMMs at M 4096: K 512 / 1536 / 2048 against K 16384"
-        " give fp8 half-way depths 489 / 466 / 534, a 400 fit within 3.5% rms; over 2 for bf16");
   sustained_clock(r, d.tdp_watts < 700 ? std::cbrt(d.tdp_watts / 700.0) : 1.0);
   uncertain(r, "memory_efficiency", 0.75, 0.87,
             "HBM3 STREAM ~2.9 of 3.35 TB/s (0.87, upper end); fused element-wise kernels reach"
