@@ -94,9 +94,8 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
                  int64_t k, int64_t batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   double flops = 2.0 * m * n * k * batch;
-  double rate =
-      dev.peak_flops(dtype) * prof.gemm_eff(dtype) * gemm_shape_factor(dev, prof, m, n, k, batch,
-                                                                       dtype);
+  double rate = dev.peak_flops(dtype) * prof.gemm_eff(dtype) *
+                gemm_shape_factor(dev, prof, m, n, k, batch, dtype);
   double bytes =
       dtype_bytes(dtype) * batch *
       (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);

@@ -85,9 +85,10 @@ struct Profile {
   // k at which the reduction-depth factor k/(k+k_half) is 1/2, for a 16-bit (bf16/fp16) GEMM; a
   // GEMM in another dtype scales it by its dense peak over bf16's (cost_models/compute.h
   // gemm_k_half_of: a tile's fixed prologue and epilogue take the same time, over which a faster
-  // main loop covers more of the reduction). Hopper's from DeepGEMM's published table
-  // (profile.cc); 0 (no factor beyond the memory roofline) where no measurement is cited, left to
-  // `parasol calibrate`, which fits it from traces.
+  // main loop covers more of the reduction). 0 (no factor beyond the memory roofline) in the GPU
+  // defaults: no table of cuBLAS throughput against k is published (profile.cc says why
+  // DeepGEMM's is not taken), so the term is left to `parasol calibrate`, which fits it from
+  // traces.
   double gemm_k_half = 0;
 
   // Memory-bound kernels (norms, activations, dropout, residuals, softmax, optimizer).

@@ -159,13 +159,15 @@ TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
     EXPECT_LE(expert_exchange_time(in_fast, faster, b, kA2a),
               expert_exchange_time(in, prof, b, kA2a) * (1 + 1e-12))
         << b;
-    EXPECT_DOUBLE_EQ(expert_exchange_time(in_other, other, b, kA2a), expert_exchange_time(in, prof, b, kA2a))
+    EXPECT_DOUBLE_EQ(expert_exchange_time(in_other, other, b, kA2a),
+                     expert_exchange_time(in, prof, b, kA2a))
         << b;
   }
   // A faster exchange kernel never slows it either.
   Profile kernels = prof;
   kernels.expert_exchange_nvlink_efficiency = 0.6;
-  EXPECT_LT(expert_exchange_time(in, kernels, bytes, kA2a), expert_exchange_time(in, prof, bytes, kA2a));
+  EXPECT_LT(expert_exchange_time(in, kernels, bytes, kA2a),
+            expert_exchange_time(in, prof, bytes, kA2a));
   EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes, kA2a),
                    across.cost(Collective::kAllToAll, bytes).time_s);
   prof.expert_exchange_nvlink_efficiency = 0;
