@@ -65,10 +65,17 @@ double gemm_waves(double tiles, double units, int64_t k) {
 }
 }  // namespace
 
+double gemm_k_half_of(const DeviceSpec& dev, const Profile& prof, Dtype dtype) {
+  if (dev.vendor == "cpu") return prof.gemm_k_half;
+  const double peak = dev.peak_flops(dtype), bf16 = dev.peak_flops(Dtype::kBf16);
+  if (peak <= 0 || bf16 <= 0) return prof.gemm_k_half;
+  return prof.gemm_k_half * peak / bf16;
+}
+
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
-                         int64_t k, int64_t batch) {
+                         int64_t k, int64_t batch, Dtype dtype) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 1.0;
-  const double kf = k / (k + prof.gemm_k_half);
+  const double kf = k / (k + gemm_k_half_of(dev, prof, dtype));
   // A CPU BLAS blocks a GEMM into register tiles of a few rows and columns (OpenBLAS sgemm:
   // 16 x 6 on AVX-512) and has no waves of thread blocks: no tile quantization to speak of.
   if (dev.vendor == "cpu") return kf;
@@ -87,8 +94,8 @@ double gemm_time(const DeviceSpec& dev, const Profile& prof, Dtype dtype, int64_
                  int64_t k, int64_t batch) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
   double flops = 2.0 * m * n * k * batch;
-  double rate =
-      dev.peak_flops(dtype) * prof.gemm_eff(dtype) * gemm_shape_factor(dev, prof, m, n, k, batch);
+  double rate = dev.peak_flops(dtype) * prof.gemm_eff(dtype) *
+                gemm_shape_factor(dev, prof, m, n, k, batch, dtype);
   double bytes =
       dtype_bytes(dtype) * batch *
       (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);

@@ -12,14 +12,21 @@
 
 namespace parasol::cost {
 
+// The reduction depth at which a GEMM in `dtype` reaches half its plateau: profile.gemm_k_half
+// (a 16-bit GEMM's) times the device's dense peak in `dtype` over its bf16 peak. A tile's fixed
+// work (filling the operand pipeline, writing the output tile) takes the same time whatever the
+// operands' dtype, and a main loop twice as fast covers twice the reduction depth meanwhile.
+// profile.gemm_k_half itself where either peak is unknown (0) and on a CPU (vendor "cpu").
+double gemm_k_half_of(const DeviceSpec& dev, const Profile& prof, Dtype dtype);
+
 // Shape factor of a GEMM in (0, 1]: the best over cuBLAS-like tile shapes of tile efficiency x
 // wave quantization on the device's compute units, a GEMM of less than half a wave of tiles
 // splitting its reduction across more units as cuBLAS and CUTLASS do (split-K; compute.cc says
 // when and how far) (1 for a CPU, vendor "cpu"), times the
-// reduction-depth factor k / (k + profile.gemm_k_half). Multiplied by profile.gemm_eff(dtype) it
+// reduction-depth factor k / (k + gemm_k_half_of(dtype)). Multiplied by profile.gemm_eff(dtype) it
 // gives the fraction of dense peak a GEMM of this shape reaches.
 double gemm_shape_factor(const DeviceSpec& dev, const Profile& prof, int64_t m, int64_t n,
-                         int64_t k, int64_t batch = 1);
+                         int64_t k, int64_t batch = 1, Dtype dtype = Dtype::kBf16);
 
 // Seconds for `batch` independent (m x k) * (k x n) products in `dtype`, including the kernel
 // overhead; memory-bound shapes are priced by their bytes.

@@ -44,14 +44,20 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
   return bytes;
 }
 
-double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes) {
+double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes,
+                            MoeDispatcher dispatcher) {
   const double t = gm.cost(Collective::kAllToAll, wire_bytes).time_s;
-  const double e = prof.expert_exchange_nvlink_efficiency;
-  if (e <= 0 || gm.size() < 2) return t;
-  // The kind of link the group's exchange is bound by (its topology's paths, not a guess): only
-  // an NVLink-domain link runs at the dispatch kernels' efficiency.
+  if (gm.size() < 2) return t;
+  // The kind of link the group's exchange is bound by (its topology's paths, not a guess): an
+  // NVLink-domain link runs at the dispatch kernels' efficiency, a network link at DeepEP-class
+  // internode kernels' (NCCL's all-to-all keeps the link's).
   const LinkKind kind = gm.all_to_all_link();
-  if (kind != LinkKind::kNvlink && kind != LinkKind::kNvswitch) return t;
+  const bool nvlink = kind == LinkKind::kNvlink || kind == LinkKind::kNvswitch;
+  const bool network = kind == LinkKind::kInfiniband || kind == LinkKind::kEthernet;
+  double e = 0;
+  if (nvlink) e = prof.expert_exchange_nvlink_efficiency;
+  if (network && dispatcher == MoeDispatcher::kDeepEp) e = prof.expert_exchange_network_efficiency;
+  if (e <= 0) return t;
   // The group's time prices those bytes at that kind's link efficiency; the kernels move them at
   // `e` instead. The efficiency scales the bandwidth term only: a latency-bound exchange keeps its
   // latency (the cost of one byte), whichever efficiency the bytes move at.

@@ -449,7 +449,7 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                                                               op.tags.phase != Phase::kBackward &&
                                                                   op.role == OpRole::kDispatchA2a)
                                : op.bytes;
-      return op.group == Group::kEp ? expert_exchange_time(gm, prof_, bytes)
+      return op.group == Group::kEp ? expert_exchange_time(gm, prof_, bytes, plan_.moe_dispatcher)
                                     : gm.cost(Collective::kAllToAll, bytes).time_s;
     }
     case OpKind::kAllReduce:

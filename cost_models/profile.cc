@@ -205,6 +205,15 @@ Profile default_profile(const DeviceSpec& d) {
     // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
     p.gemm_efficiency = 0.803;
     p.gemm_efficiency_by_dtype[static_cast<int>(Dtype::kFp8)] = 0.709;
+    // Reduction depth (gemm_k_half): DeepGEMM's published FP8 GEMMs on H800 (deepseek-ai/
+    // DeepGEMM@55ab91f README, "Normal GEMMs for dense models", M = 4096: K 16384, 7168, 2048,
+    // 1536, 512 at 1426, 1265, 1168, 1125, 751 TFLOPS) fall with K as P x K / (K + 444) (least
+    // squares, P = 1417, 3.1% rms), 222 for a 16-bit GEMM. That is DeepGEMM's kernel (per-128
+    // block scales promoted on the CUDA cores), not the cuBLAS FP8 GEMMs Transformer Engine calls:
+    // priced with it, the NeMo FP8 runs on H100 (tests/data/published/h100-dense.json, cuBLAS
+    // through TE, K 1536-16384) come out 2-5% slower than their MAMF plateau predicts, against
+    // their measured times. No cuBLAS table against K is published, so the default keeps no
+    // reduction-depth term (0), left to `parasol calibrate`.
     // HBM3 STREAM ~ 2.9-3.0 of 3.35 TB/s; fused kernels reach ~0.75-0.8.
     p.memory_efficiency = 0.78;
     // Fused attention's plateau (long unmasked rows, head dim 128): FlashAttention-3 paper (Shah
@@ -253,6 +262,16 @@ Profile default_profile(const DeviceSpec& d) {
     // direction of H800's NVLink: 0.765-0.79. It replaces the link efficiency of the kind the
     // group's exchange is bound by (GroupModel::all_to_all_link()).
     p.expert_exchange_nvlink_efficiency = 0.78;
+    // MoE token exchange across servers (DeepEP-class internode kernels): HybridEP on H100
+    // (deepseek-ai/DeepEP branch hybrid-ep @94a9f8f docs/README_Hybrid-EP.md, "H100 Platform",
+    // 4096 tokens, hidden 7168, top-8, 8 experts a rank, Torch API, 16 SMs): BF16 dispatch 54.47 /
+    // 47.36 / 41.24 and combine 53.35 / 52.53 / 46.57 GB/s at 16 / 32 / 64 ranks. Those are
+    // "algorithm bandwidth" over every node a token reaches, its own included
+    // (tests/utils.py count_rdma_send_from_routing_map: "we do not set the local node map to
+    // zeros", as DeepEP's test_internode.py, deepseek-ai/DeepEP#51), so the bytes that cross the
+    // NIC move at (N - 1) / N of them over 2, 4, 8 servers: 27.2 / 35.5 / 36.1 and 26.7 / 39.4 /
+    // 40.7 GB/s of the 50 GB/s CX7 NIC, 0.53-0.81; their median, 0.72.
+    p.expert_exchange_network_efficiency = 0.72;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
     if (d.tdp_watts < 700) {
       // A power-limited H100 sustains a lower clock. Dynamic power scales about as the cube of
@@ -459,6 +478,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "overlap_compute_slowdown",
                 "dp_overlap_compute_slowdown",
                 "expert_exchange_nvlink_efficiency",
+                "expert_exchange_network_efficiency",
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
@@ -516,6 +536,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("dp_overlap_compute_slowdown", p.dp_overlap_compute_slowdown, 0, 1);
   p.expert_exchange_nvlink_efficiency =
       r.number_or("expert_exchange_nvlink_efficiency", p.expert_exchange_nvlink_efficiency, 0, 1);
+  p.expert_exchange_network_efficiency =
+      r.number_or("expert_exchange_network_efficiency", p.expert_exchange_network_efficiency, 0, 1);
   p.sustained_clock = r.number_or("sustained_clock", p.sustained_clock, 1e-3, 1);
   p.host_memory_efficiency =
       r.number_or("host_memory_efficiency", p.host_memory_efficiency, 1e-3, 1);
@@ -642,6 +664,8 @@ Json profile_to_json(const Profile& p) {
             {"error_bands", error_bands_to_json(p.error_bands)}};
   if (p.expert_exchange_nvlink_efficiency > 0)
     j["expert_exchange_nvlink_efficiency"] = p.expert_exchange_nvlink_efficiency;
+  if (p.expert_exchange_network_efficiency > 0)
+    j["expert_exchange_network_efficiency"] = p.expert_exchange_network_efficiency;
   Json by_dtype = Json::object();
   for (Dtype d : {Dtype::kFp32, Dtype::kTf32, Dtype::kBf16, Dtype::kFp16, Dtype::kFp8})
     if (p.gemm_efficiency_by_dtype[static_cast<int>(d)] > 0)

@@ -82,9 +82,13 @@ struct Profile {
   // Per Dtype (indexed by it): a calibrated efficiency for GEMMs in that dtype; 0 = use
   // gemm_efficiency.
   std::array<double, 5> gemm_efficiency_by_dtype{};
-  // k at which the reduction-depth factor k/(k+k_half) is 1/2. 0 (no factor beyond the memory
-  // roofline) in the GPU defaults: no public measurement of cuBLAS throughput against k is cited,
-  // so the term is left to `parasol calibrate`, which fits it from traces.
+  // k at which the reduction-depth factor k/(k+k_half) is 1/2, for a 16-bit (bf16/fp16) GEMM; a
+  // GEMM in another dtype scales it by its dense peak over bf16's (cost_models/compute.h
+  // gemm_k_half_of: a tile's fixed prologue and epilogue take the same time, over which a faster
+  // main loop covers more of the reduction). 0 (no factor beyond the memory roofline) in the GPU
+  // defaults: no table of cuBLAS throughput against k is published (profile.cc says why
+  // DeepGEMM's is not taken), so the term is left to `parasol calibrate`, which fits it from
+  // traces.
   double gemm_k_half = 0;
 
   // Memory-bound kernels (norms, activations, dropout, residuals, softmax, optimizer).
@@ -175,6 +179,11 @@ struct Profile {
   // fraction of the NVLink bandwidth the dispatch and combine kernels reach, which run on a few
   // SMs each; 0 = the NVLink link efficiency above (cost_models/moe_dispatch.h).
   double expert_exchange_nvlink_efficiency = 0;
+  // The same across servers: fraction of the network link's bandwidth (a GPU's NIC) that DeepEP's
+  // and HybridEP's internode dispatch and combine kernels reach on the bytes that cross it, where
+  // the expert-parallel group's exchange is bound by a network link and the plan's dispatcher is
+  // DeepEP-class; 0 = the network link efficiency above (cost_models/moe_dispatch.h).
+  double expert_exchange_network_efficiency = 0;
 
   // Host <-> device copies (offload): fraction of the host link's bandwidth.
   double host_copy_efficiency = 0.8;

@@ -266,6 +266,10 @@ Ranges hopper(const DeviceSpec& d) {
   cited(r, "expert_exchange_nvlink_efficiency", 0.765, 0.79,
         "DeepEP normal kernels, H800 EP8 intranode: 153 GB/s FP8 dispatch, 158 GB/s BF16 combine"
         " of 200 GB/s NVLink per direction (deepseek-ai/DeepEP docs/legacy.md)");
+  cited(r, "expert_exchange_network_efficiency", 0.43, 0.89,
+        "NIC bytes of DeepEP-class internode kernels over 50 GB/s, (N-1)/N of the published RDMA"
+        " figures: HybridEP H100 EP16-64 0.53-0.81 (DeepEP hybrid-ep docs/README_Hybrid-EP.md);"
+        " DeepEP H800 EP16 43, EP32 58, EP64 51 GB/s: 0.43, 0.87, 0.89 (docs/legacy.md)");
   gpu_server(r, 112, false, false, true);  // DGX H100/H200: 2 x Xeon 8480C; persistent GEMMs
   return r;
 }

@@ -600,6 +600,32 @@ TEST(LinearGemm, TeGroupedGemmRunsRoundsOfFourStreams) {
       linear_gemm_time(h100, prof, Dtype::kBf16, m, n, k, 16, GemmPass::kForward, false));
 }
 
+// The reduction-depth figure is a 16-bit GEMM's: a GEMM in another dtype reaches half its plateau
+// at that depth times its dense peak over bf16's (H100: fp8 twice, tf32 half), from the
+// datasheet's peaks; a CPU keeps the figure for every dtype; and the shape factor applies it.
+TEST(GemmShape, ReductionDepthScalesWithTheDtypesPeak) {
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  Profile prof = default_profile(h100);
+  prof.gemm_k_half = 200;
+  const double bf16 = h100.peak_flops(Dtype::kBf16);
+  EXPECT_DOUBLE_EQ(gemm_k_half_of(h100, prof, Dtype::kBf16), 200);
+  EXPECT_DOUBLE_EQ(gemm_k_half_of(h100, prof, Dtype::kFp8),
+                   200 * h100.peak_flops(Dtype::kFp8) / bf16);
+  EXPECT_NEAR(gemm_k_half_of(h100, prof, Dtype::kFp8), 400, 1);  // 1979 / 989 TFLOP/s
+  EXPECT_DOUBLE_EQ(gemm_k_half_of(h100, prof, Dtype::kTf32),
+                   200 * h100.peak_flops(Dtype::kTf32) / bf16);
+  // Same tiles and waves in both dtypes: only the k factor differs.
+  const int64_t m = 4096, n = 4096, k = 1024;
+  const double ratio = gemm_shape_factor(h100, prof, m, n, k, 1, Dtype::kFp8) /
+                       gemm_shape_factor(h100, prof, m, n, k, 1, Dtype::kBf16);
+  const double kh8 = gemm_k_half_of(h100, prof, Dtype::kFp8);
+  EXPECT_NEAR(ratio, (k / (k + kh8)) / (k / (k + 200.0)), 1e-12);
+  const DeviceSpec& cpu = device_spec(kHostCpuDevice);
+  Profile host = default_profile(cpu);
+  host.gemm_k_half = 16;
+  EXPECT_DOUBLE_EQ(gemm_k_half_of(cpu, host, Dtype::kFp32), 16);
+}
+
 TEST(LinearGemm, TheOutputLayerStaysOutOfFp8) {
   EXPECT_EQ(output_layer_dtype(Dtype::kFp8), Dtype::kBf16);
   for (Dtype d : {Dtype::kBf16, Dtype::kFp16, Dtype::kFp32}) EXPECT_EQ(output_layer_dtype(d), d);

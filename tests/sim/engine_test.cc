@@ -985,17 +985,24 @@ TEST(EngineLowered, PlaysOneRepresentativePerStage) {
 // The simulator prices the expert all-to-alls as the plan's dispatcher moves them, as the
 // estimate does (cost_models/moe_dispatch.h): DeepEP across two servers sends fewer copies
 // (64 experts, top-8, ep 16: one copy per remote server holding any of a token's experts);
-// inside one server the two dispatchers cost the same.
+// inside one server the two dispatchers cost the same. The bytes are compared at one link
+// efficiency (the profile's internode exchange figure off); with it, DeepEP's bytes across the
+// servers move at that fraction of the NIC instead of the network link's.
 TEST(EngineDispatcher, DeepEpAllToAllsMoveWhatTheEstimateSays) {
   Model m = model_preset("mixtral-8x7b");
   m.layers = 4;
   m.moe.experts = 64;
   m.moe.top_k = 8;
-  const cost::Profile prof = cost::default_profile(device_spec("H100-SXM"));
-  auto ep_comm = [&](const Cluster& c, Plan p, MoeDispatcher d) {
+  const cost::Profile with_figure = cost::default_profile(device_spec("H100-SXM"));
+  cost::Profile prof = with_figure;
+  prof.expert_exchange_network_efficiency = 0;
+  auto ep_comm_with = [&](const cost::Profile& pr, const Cluster& c, Plan p, MoeDispatcher d) {
     p.moe_dispatcher = d;
-    const SimResult r = simulate(m, c, lower(m, c, p), prof, false);
+    const SimResult r = simulate(m, c, lower(m, c, p), pr, false);
     return r.breakdown.exposed_comm[static_cast<int>(Group::kEp)];
+  };
+  auto ep_comm = [&](const Cluster& c, Plan p, MoeDispatcher d) {
+    return ep_comm_with(prof, c, p, d);
   };
   Cluster two = cluster_preset("dgx-h100", 16), one = cluster_preset("dgx-h100", 8);
   Plan p;
@@ -1016,6 +1023,12 @@ TEST(EngineDispatcher, DeepEpAllToAllsMoveWhatTheEstimateSays) {
                   }(),
                   2),
               0.05);  // bandwidth-bound all-to-alls (latency aside)
+  ASSERT_GT(with_figure.expert_exchange_network_efficiency, 0);
+  EXPECT_NEAR(
+      ep_comm_with(with_figure, two, p, MoeDispatcher::kDeepEp) / deepep,
+      with_figure.link_eff(LinkKind::kInfiniband) / with_figure.expert_exchange_network_efficiency,
+      0.05);
+  EXPECT_DOUBLE_EQ(ep_comm_with(with_figure, two, p, MoeDispatcher::kAllToAll), a2a);
   Plan local = p;
   local.dp = local.ep = 8;
   local.global_batch = 8;
