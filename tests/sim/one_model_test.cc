@@ -165,6 +165,12 @@ std::vector<Case> cases() {
     degrees(p, 16, 2);
     p.recompute = Recompute::kSelective;
   });
+  // torchtitan's op-level selective AC (every other mm's output kept; wk, wo, w3, the norms and
+  // the SwiGLU re-run in the backward), with SP's gathers re-run for wk and w3.
+  dense("torchtitan op-level recompute", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.recompute = Recompute::kSelectiveOp;
+  });
   dense("optimizer offload", [](Plan& p) {
     degrees(p, 16, 2);
     p.offload.optimizer = true;
