@@ -414,18 +414,33 @@ TEST(LowerRecompute, SelectiveOpReRunsEverySecondMmOfTheBlockAndItsElementwiseOp
 }
 
 TEST(LowerRecompute, SelectiveOpIsRefusedWhereTheLlamaMmOrderDoesNotHold) {
-  const Cluster c = cluster_preset("dgx-h100", 2);
+  // The field validate() names for `p` on `m` ("ok" when it accepts the plan).
+  auto refused = [](const Model& m, const Plan& p) -> std::string {
+    try {
+      validate(p, m, cluster_preset("dgx-h100", p.gpus()));
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return "ok";
+  };
   Plan p = gpipe(1, 1, 1, 2);
   p.recompute = Recompute::kSelectiveOp;
-  EXPECT_THROW(validate(p, tiny_gpt(2), c), Error);       // GELU MLP, biases, dropout
-  EXPECT_THROW(validate(p, tiny_shared(), c), Error);     // MoE layers
-  Plan no_sp = gpipe(2, 1, 1, 2);
-  no_sp.recompute = Recompute::kSelectiveOp;
-  EXPECT_THROW(validate(no_sp, model_preset("tiny"), c), Error);  // TP without SP
+  const Model llama = model_preset("tiny");
+  EXPECT_EQ(refused(llama, p), "ok");
+  EXPECT_EQ(refused(tiny_gpt(2), p), "plan.recompute");    // GELU MLP, biases, dropout
+  EXPECT_EQ(refused(tiny_shared(), p), "plan.recompute");  // MoE layers
   Plan no_flash = p;
   no_flash.flash_attention = false;
-  EXPECT_THROW(validate(no_flash, model_preset("tiny"), c), Error);
-  EXPECT_NO_THROW(validate(p, model_preset("tiny"), c));
+  EXPECT_EQ(refused(llama, no_flash), "plan.recompute");
+  Plan tp = gpipe(2, 1, 1, 2);
+  tp.recompute = Recompute::kSelectiveOp;
+  EXPECT_EQ(refused(llama, tp), "plan.recompute");  // TP without SP
+  tp.sequence_parallel = true;
+  EXPECT_EQ(refused(llama, tp), "ok");
+  Plan cp = gpipe(1, 1, 1, 2);
+  cp.cp = 2;
+  cp.recompute = Recompute::kSelectiveOp;
+  EXPECT_EQ(refused(llama, cp), "plan.recompute");
 }
 
 }  // namespace
