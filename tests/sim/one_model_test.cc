@@ -400,6 +400,7 @@ TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
                                        "llama3-8b gpipe",
                                        "llama3-8b uneven stages",
                                        "llama3-8b selective recompute",
+                                       "llama3-8b torchtitan op-level recompute",
                                        "llama3-8b optimizer offload",
                                        "llama3-8b zero2 offload",
                                        "llama3-8b zero2 offload without overlap",
