@@ -172,8 +172,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     op.attn = a;
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
-    set(op.reads,
-        {sv[sQkv], sv[sK], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao});
+    set(op.reads, {sv[sQkv], sv[sK], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao});
     set(op.writes, {dqkv, dkv});
     emit(op);
     // The accumulator that came with the chunk is added after the step's own gradient (as
@@ -413,8 +412,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
        gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]}));
   int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-              2 * kb_.activation * T_ * f,
-              {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da}, {dfc1, g[mlp.fc1b]});
+              2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+              {dfc1, g[mlp.fc1b]});
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);

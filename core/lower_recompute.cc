@@ -113,9 +113,8 @@ void Lowerer::recompute_ops(int layer, const WSet& w, Saved& sv) {
   // The recompute ends at w2, whose cached output (and under SP the reduce-scatter's after it)
   // the replay pops and drops: the last reads of what no backward op reads.
   sv[sAct] = ws(layer, "act", {T_, ffn_t_}, ldt_);
-  elementwise(OpKind::kActivation, layer, "act", double(T_) * ffn_t_,
-              kb_.activation * T_ * ffn_t_, {sv[sFc1], sv[sFc3], sv[sFc2o], sv[sMlpRs]},
-              {sv[sAct]});
+  elementwise(OpKind::kActivation, layer, "act", double(T_) * ffn_t_, kb_.activation * T_ * ffn_t_,
+              {sv[sFc1], sv[sFc3], sv[sFc2o], sv[sMlpRs]}, {sv[sAct]});
 }
 
 }  // namespace parasol::lowering

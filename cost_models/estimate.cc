@@ -405,8 +405,8 @@ int64_t price_flags(const Plan& p) {
          (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) |
          (p.expert_bias_loop ? 1 << 10 : 0) | (p.expert_fp8_padding ? 1 << 11 : 0) |
          (modules << 12) | (p.recompute == Recompute::kSelectiveOp ? 1 << 19 : 0) |
-         (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) |
-         (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
+         (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) | (p.nan_check ? 1 << 23 : 0) |
+         (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
          (p.moe_force_balance == MoeForceBalance::kRoundRobin ? 1 << 25 : 0) |
          (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0) |
          (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0) |

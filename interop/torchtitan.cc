@@ -1023,7 +1023,8 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   if (tr.boolean_or("enable_cpu_offload", false)) j["offload"] = "optimizer,params";
   // Activation checkpointing: torchtitan's default is its selective AC, every 2nd block.
   const JsonReader ac = table("activation_checkpoint");
-  const std::string mode = ac.choice("mode", {"selective", "full", "memory_budget", "none"}, "selective");
+  const std::string mode =
+      ac.choice("mode", {"selective", "full", "memory_budget", "none"}, "selective");
   if (mode == "memory_budget")
     throw Error(ac.field("mode"),
                 "'memory_budget' leaves what is kept to torch.compile's partitioner; not a parasol "
@@ -1031,8 +1032,9 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["recompute"] = mode;
   if (mode == "selective") {
     const std::string option = ac.string_or("selective_ac_option", "2");
-    const bool digits = !option.empty() && option.size() < 9 &&
-                        std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !option.empty() && option.size() < 9 &&
+        std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (option == "op") {
       j["recompute"] = "selective_op";
     } else if (digits && std::stoi(option) <= 1) {

@@ -380,7 +380,8 @@ TEST(LowerRecompute, SelectiveOpReRunsEverySecondMmOfTheBlockAndItsElementwiseOp
         double flops = 0;
         std::multiset<OpKind> kinds;
         for (const Op& o : prog.ops) {
-          if (o.tags.layer != layer || o.tags.micro_batch != mb || o.tags.phase != Phase::kRecompute)
+          if (o.tags.layer != layer || o.tags.micro_batch != mb ||
+              o.tags.phase != Phase::kRecompute)
             continue;
           kinds.insert(o.kind);
           if (o.kind == OpKind::kLinear) {

@@ -271,11 +271,10 @@ TEST(RecomputeMemory, SelectiveOpKeepsTheBlockInputAndTheSavedOpsOutputs) {
   // outputs (sequence shards) are kept too.
   p.tp = 2;
   p.sequence_parallel = true;
-  const double tp_token = 2.0 * (4096 / 2.0 + (4096 + 1024 + 4096 + 14336) / 2.0 + 4096 +
-                                 2 * 4096 / 2.0) +
-                          4.0 * 32 / 2;
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kSelectiveOp, false),
-                   tokens * tp_token);
+  const double tp_token =
+      2.0 * (4096 / 2.0 + (4096 + 1024 + 4096 + 14336) / 2.0 + 4096 + 2 * 4096 / 2.0) +
+      4.0 * 32 / 2;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kSelectiveOp, false), tokens * tp_token);
 }
 
 class StateBytes : public ::testing::Test {

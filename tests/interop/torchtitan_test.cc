@@ -407,9 +407,9 @@ TEST(TorchtitanImport, NamesWhatItCannotRead) {
   EXPECT_EQ(import_torchtitan(model + shard8 + ac + "selective_ac_option = \"op\"\n", 8)
                 .plan["recompute"],
             "selective_op");
-  EXPECT_EQ(import_torchtitan(model + shard8 + ac + "selective_ac_option = \"1\"\n", 8)
-                .plan["recompute"],
-            "full");
+  EXPECT_EQ(
+      import_torchtitan(model + shard8 + ac + "selective_ac_option = \"1\"\n", 8).plan["recompute"],
+      "full");
   EXPECT_EQ(field_of(model + shard8 + ac + "selective_ac_option = \"every\"\n", 8),
             "torchtitan.activation_checkpoint.selective_ac_option");
   EXPECT_EQ(field_of(model + ac + "[parallelism]\npipeline_parallel_degree = 2\n", 16),
