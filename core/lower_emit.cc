@@ -101,6 +101,7 @@ void Lowerer::init_shapes() {
   kb_ = kernel_bytes(m, p);
   flash_ = p.flash_attention;
   bias_ = m.linear_bias;
+  op_ac_ = p.recompute == Recompute::kSelectiveOp;
   gb_ = dtype_bytes(p.grad_reduce_dtype);
   // Routing: with an expert grid of its own every rank routes distinct tokens, its 1/tp of the
   // TP group's (its sequence shard under SP, else a slice of the replicated rows), and the

@@ -111,6 +111,16 @@ enum SavedSlot : int {
   sQn,
   sKvn,
   sKpe,
+  // Under torchtitan's op-level policy (Recompute::kSelectiveOp, core/lower_recompute.cc), the
+  // tensors its mm count splits apart: K (wk, the 2nd mm: not kept; sQkv then holds Q and V),
+  // the w3 output (the 6th: not kept; sFc1 then holds the w1 output), the w2 output (the 7th:
+  // kept though no backward reads it), and under SP the reduce-scatter outputs of wo and w2
+  // (kept: _save_list names reduce_scatter_tensor).
+  sK,
+  sFc3,
+  sFc2o,
+  sOutRs,
+  sMlpRs,
   sSlots
 };
 using Saved = std::array<int, sSlots>;
@@ -418,6 +428,8 @@ class Lowerer {
   // Re-runs the recomputed modules (Phase::kRecompute) before the layer's backward, refilling
   // the slots drop_recomputed dropped. `w` holds the layer's weights for this use.
   void recompute_modules(int layer, const WSet& w, Saved& sv);
+  // Under torchtitan's op-level policy (op_ac_): the block's ops it recomputes, from what it keeps.
+  void recompute_ops(int layer, const WSet& w, Saved& sv);
 
   // --- embedding, head and loss (lower_edges.cc)
   int embedding_forward(int mb);
@@ -542,6 +554,7 @@ class Lowerer {
   double eb_, wb_, drop_;
   KernelBytes kb_;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
   bool sp_, flash_, bias_;
+  bool op_ac_;  // torchtitan's op-level selective activation checkpointing (kSelectiveOp)
   Program P_;
   OpTags tags_;
   const char* bucket_label_ = nullptr;  // prefix of op names of an embedding/head bucket

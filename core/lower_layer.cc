@@ -37,7 +37,8 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     ring_out = ws(layer, "attn.ring", {T_, ao_cols_}, ldt_);
     outs.push_back(ring_out);
   } else if (!recompute) {
-    sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, ldt_));
+    // torchtitan's op-level policy caches SDPA's own (bf16) output, not a linear's fp8 input.
+    sv[sAo] = role(BufferRole::kAttnOut, act(layer, "attn", {T_, ao_cols_}, op_ac_ ? adt_ : ldt_));
     outs.push_back(sv[sAo]);
   } else if (flash_) {
     sv[sAoRc] = role(BufferRole::kAttnOut, ws(layer, "attn.rc", {T_, ao_cols_}));
@@ -90,7 +91,7 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     op.attn = a;
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
-    set(op.reads, {qkv, kv});
+    set(op.reads, {qkv, sv[sK], kv});
     set(op.writes, outs);
     emit(op);
     if (gathered < 0) kv = next;
@@ -216,7 +217,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     op.attn = a;
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
-    set(op.reads, {sv[sQkv], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao});
+    set(op.reads, {sv[sQkv], sv[sK], kv, out, sv[sLse], sv[sProbs], sv[sPmask], sv[sPdrop], dao});
     set(op.writes, {dqkv, dkv});
     emit(op);
     // The accumulator that came with the chunk is added after the step's own gradient (as
@@ -373,15 +374,22 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
     mla_forward(layer, w, sv);
   } else {
     int in = tp_gather_in(layer, sv[sXn], T_, true);
-    sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
-    role(OpRole::kQkv,
-         rotary_epilogue(
-             gemm(layer, "qkv", T_, qkv_cols_, h_, 1, {in, w[kQkv], w[kQkvB]}, {sv[sQkv]}), false));
+    if (op_ac_) {
+      // torchtitan's wq, wk, wv (the block's 1st to 3rd mm): Q and V kept, K (the 2nd) not.
+      sv[sQkv] = role(BufferRole::kQkv, act(layer, "qv", {T_, q_cols_ + v_cols_}));
+      sv[sK] = ws(layer, "k", {T_, k_cols_});
+    } else {
+      sv[sQkv] = role(BufferRole::kQkv, act(layer, "qkv", {T_, qkv_cols_}));
+    }
+    role(OpRole::kQkv, rotary_epilogue(gemm(layer, "qkv", T_, qkv_cols_, h_, 1,
+                                            {in, w[kQkv], w[kQkvB]}, {sv[sQkv], sv[sK]}),
+                                       false));
   }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
   gemm(layer, "out", T_, h_, ao_cols_, 1, {sv[sAo], w[kOut]}, {o});
   int a = tp_reduce_out(layer, o, T_, "out.tp", true);
+  if (op_ac_ && sp_) sv[sOutRs] = a;  // torchtitan's policy keeps reduce_scatter outputs
   sv[sX1] = act(layer, "res1", {Tn_, h_});
   if (m_.dropout) sv[sMask1] = act(layer, "mask1", {Tn_, h_}, Dtype::kFp8);
   role(OpRole::kAttnResidual,
@@ -391,6 +399,7 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   mlp_norm(layer, w, sv);
   const int y = m_.is_moe_layer(layer) ? moe_forward(layer, sv[sX1n], w, sv)
                                        : mlp_forward(layer, dense_mlp(), w, sv);
+  if (op_ac_ && sp_) sv[sMlpRs] = y;
   int x2 = act(layer, "res2", {Tn_, h_});
   if (m_.dropout) sv[sMask2] = act(layer, "mask2", {Tn_, h_}, Dtype::kFp8);
   // The MLP block's row-parallel bias: the dense FC2's, or the shared experts' FC2's.
@@ -423,12 +432,22 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   const int64_t f = mlp.cols;
   const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
   int in = tp_gather_in(layer, sv[sX1n], T_, true);
-  sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
-  gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]}, {sv[mlp.s_fc1]});
+  // torchtitan's op-level policy (dense Llama blocks only): w1 (the 5th mm) kept, w3 (the 6th)
+  // not, w2 (the 7th) kept.
+  const bool split = op_ac_ && mlp.s_fc1 == sFc1;
+  if (split) {
+    sv[sFc1] = act(layer, fc1.c_str(), {T_, f});
+    sv[sFc3] = ws(layer, "fc3", {T_, f});
+  } else {
+    sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
+  }
+  gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]},
+       {sv[mlp.s_fc1], split ? sv[sFc3] : -1});
   sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f, kb_.activation * T_ * f,
-              {sv[mlp.s_fc1]}, {sv[mlp.s_act]});
-  int o2 = ws(layer, fc2.c_str(), {T_, h_});
+              {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act]});
+  int o2 = split ? act(layer, fc2.c_str(), {T_, h_}) : ws(layer, fc2.c_str(), {T_, h_});
+  if (split) sv[sFc2o] = o2;
   gemm(layer, fc2.c_str(), T_, h_, f, 1, {sv[mlp.s_act], w[mlp.fc2]}, {o2});
   return tp_reduce_out(layer, o2, T_, (fc2 + ".tp").c_str(), true);
 }
@@ -444,7 +463,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
        gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]}));
   int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-              2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], da}, {dfc1, g[mlp.fc1b]});
+              2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+              {dfc1, g[mlp.fc1b]});
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);

@@ -115,6 +115,8 @@ const char* recompute_name(Recompute r) {
       return "selective";
     case Recompute::kFull:
       return "full";
+    case Recompute::kSelectiveOp:
+      return "selective_op";
   }
   return "?";
 }
@@ -294,9 +296,10 @@ Schedule parse_schedule(const std::string& s, const std::string& field) {
 }
 
 Recompute parse_recompute(const std::string& s, const std::string& field) {
-  for (Recompute v : {Recompute::kNone, Recompute::kSelective, Recompute::kFull})
+  for (Recompute v :
+       {Recompute::kNone, Recompute::kSelective, Recompute::kFull, Recompute::kSelectiveOp})
     if (s == recompute_name(v)) return v;
-  throw Error(field, "'" + s + "' is not one of none|selective|full");
+  throw Error(field, "'" + s + "' is not one of none|selective|full|selective_op");
 }
 
 namespace {
@@ -741,6 +744,9 @@ Plan runtime_plan(Plan p) {
   p.cp_a2a_size = 0;
   p.repeat_kv = false;
   p.expert_fp8_padding = false;
+  // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime
+  // executes the layer without it (the same numerics; the predictors price the policy).
+  if (p.recompute == Recompute::kSelectiveOp) p.recompute = Recompute::kNone;
   return p;
 }
 

@@ -15,7 +15,22 @@
 namespace parasol {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved };
-enum class Recompute { kNone, kSelective, kFull };
+// What a layer recomputes in the backward instead of keeping:
+//  kNone:        nothing;
+//  kSelective:   Megatron-Core's --recompute-granularity selective: the modules of
+//                Plan::recompute_modules;
+//  kFull:        the whole layer from its input (the first recompute_layers of a stage);
+//  kSelectiveOp: torchtitan's op-level selective activation checkpointing
+//                ([activation_checkpoint] mode "selective", selective_ac_option "op", the default
+//                of its Llama 3 8B config; torchtitan/parallelisms/parallelize_llama.py @9dec370
+//                _apply_ac_to_transformer_block): each block MUST_SAVEs the outputs of the ops
+//                in _save_list (aten.mm, the SDPA flash/efficient kernels, c10d reduce_scatter,
+//                abs/max) except every second mm of the block's forward, and recomputes
+//                everything else. In a Llama block (wq, wk, wv, wo, w1, w3, w2 in execution
+//                order) it keeps the block's input, Q, V, the attention output and its
+//                log-sum-exp, the w1 and w2 outputs; the backward re-runs the norms, RoPE, wk, wo,
+//                the residual adds, w3 and the SwiGLU (core/lower_recompute.cc).
+enum class Recompute { kNone, kSelective, kFull, kSelectiveOp };
 // ZeRO-3 / FSDP: when gathered parameters are freed again.
 //  kAfterForward:  after each layer's forward; gathered again for its backward (FSDP
 //                  reshard_after_forward=True, DeepSpeed ZeRO-3). Gradients reduce-scattered
@@ -381,7 +396,8 @@ struct Plan {
 // 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
 // its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
 // ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads (repeat_kv
-// false), which the predictors price. None changes the numerics beyond rounding.
+// false), which the predictors price, and without torchtitan's op-level recompute (selective_op
+// runs as none). None changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

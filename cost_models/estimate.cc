@@ -394,7 +394,8 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 
 namespace {
 // The plan's switches a layer's price depends on, as bits 0-31 and 36 on of the price caches'
-// keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34).
+// keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34; bits
+// 12-18 are the selective modules, 19 torchtitan's op-level recompute).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -403,8 +404,9 @@ int64_t price_flags(const Plan& p) {
          (p.fused_kernels ? 32 : 0) | (p.moe_dispatcher == MoeDispatcher::kDeepEp ? 64 : 0) |
          (static_cast<int>(p.cuda_graphs) << 7) | (p.torch_compile ? 1 << 9 : 0) |
          (p.expert_bias_loop ? 1 << 10 : 0) | (p.expert_fp8_padding ? 1 << 11 : 0) |
-         (modules << 12) | (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) |
-         (p.nan_check ? 1 << 23 : 0) | (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
+         (modules << 12) | (p.recompute == Recompute::kSelectiveOp ? 1 << 19 : 0) |
+         (p.host_framework == HostFramework::kNative ? 1 << 22 : 0) | (p.nan_check ? 1 << 23 : 0) |
+         (p.cp_impl == CpImpl::kPytorch ? 1 << 24 : 0) |
          (p.moe_force_balance == MoeForceBalance::kRoundRobin ? 1 << 25 : 0) |
          (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0) |
          (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0) |

@@ -24,6 +24,19 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   const double sp = p.sequence_parallel ? t : 1.0;  // split of the norm/dropout regions
   const double h = static_cast<double>(m.hidden);
   if (recompute == Recompute::kFull) return eb * tokens * h / sp;  // the layer input only
+  if (recompute == Recompute::kSelectiveOp) {
+    // torchtitan's op-level policy (core/plan.h; core/lower_recompute.cc): the layer's input
+    // and the cached outputs of the MUST_SAVE ops, each in the activation dtype (torchao's
+    // float8 linears return bf16): wq and wv (Q, V), the attention kernel's output and fp32
+    // log-sum-exp, w1, w2 (all its rows: the mm's output before any reduction) and, under SP,
+    // the reduce-scatters after wo and w2.
+    double kept = eb * tokens * h / sp;
+    kept += eb * tokens * (m.q_dim() + static_cast<double>(m.kv_heads) * m.v_head_dim()) / t;
+    kept += eb * tokens * m.heads * m.v_head_dim() / t + 4.0 * tokens * m.heads / t;
+    kept += eb * tokens * static_cast<double>(m.ffn) / t + eb * tokens * h;
+    if (sp > 1) kept += 2 * eb * tokens * h / sp;
+    return kept;
+  }
   // Selective recompute keeps none of what the plan's modules recompute
   // (Plan::recompute_modules; core_attn by default).
   auto recomputed = [&](RecomputeModule module) {

@@ -159,6 +159,11 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
                                 : "a Hugging Face model under DeepSpeed recomputes whole layers "
                                   "(gradient_checkpointing_enable); selective recompute needs "
                                   "Megatron-DeepSpeed (tp or pp > 1)");
+  if (p.recompute == Recompute::kSelectiveOp)
+    r.add("plan.recompute",
+          "selective_op is torchtitan's op-level activation checkpointing (keep every other mm "
+          "output); DeepSpeed recomputes whole layers (activation_checkpointing, a Hugging Face "
+          "model's gradient checkpointing) or Megatron-DeepSpeed's core attention");
   if (p.recompute == Recompute::kFull && p.recompute_layers >= 0 && p.pp > 1)
     r.add("plan.recompute_layers",
           "Megatron-DeepSpeed's pipeline model (GPTModelPipe, megatron/model/gpt_model.py) "

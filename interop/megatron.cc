@@ -167,6 +167,11 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
       !p.flash_attention                              ? "unfused"
       : p.attention_kernel == AttentionKernel::kCudnn ? "fused"
                                                       : "flash");
+  if (p.recompute == Recompute::kSelectiveOp)
+    r.add("plan.recompute",
+          "selective_op is torchtitan's op-level activation checkpointing (keep every other mm "
+          "output); Megatron-LM recomputes modules (--recompute-granularity selective "
+          "--recompute-modules) or whole layers (full)");
   if (p.recompute == Recompute::kSelective) {
     add(a, "--recompute-granularity", "selective");
     std::string modules;

@@ -12,7 +12,9 @@
 //    pipeline_parallel_layers_per_stage, pipeline_parallel_first/last_stage_less_layers
 //    (default 1), pipeline_parallel_microbatch_size, context_parallel_degree,
 //    context_parallel_rotate_method, expert_parallel_degree, expert_tensor_parallel_degree,
-//    expert_parallel_comm_backend; [activation_checkpoint] mode (default "selective");
+//    expert_parallel_comm_backend; [activation_checkpoint] mode (default "selective"),
+//    selective_ac_option (default "2": every 2nd block fully checkpointed; "op": the op-level
+//    policy of torchtitan/distributed/activation_checkpoint.py, parasol's selective_op);
 //    [compile] enable, components; [debug] moe_force_load_balance (models/moe/moe.py L234-249:
 //    round-robin experts; set by deepseek_v3 and llama4 model/args.py).
 //  - torchtitan/distributed/parallel_dims.py: dp_replicate x dp_shard x cp x tp x pp = world;
@@ -332,6 +334,18 @@ struct PipelineKeys {
   int last_less = 0;
 };
 
+// torchtitan's layer-level selective AC (selective_ac_option "n": every n-th block fully
+// checkpointed, torchtitan/distributed/activation_checkpoint.py _apply_layer_sac) checkpoints
+// layers / n blocks of a one-stage model: the n whose count is the plan's recompute_layers under
+// full recompute (the smallest such n), or 0 when there is none (or the plan has a pipeline,
+// whose stages count on).
+int layer_ac_every(const Model& model, const Plan& p) {
+  if (p.recompute != Recompute::kFull || p.pp != 1 || p.recompute_layers <= 0) return 0;
+  for (int n = 2; n <= model.layers; ++n)
+    if (model.layers / n == p.recompute_layers) return n;
+  return 0;
+}
+
 PipelineKeys pipeline_keys(const Model& model, const Plan& p) {
   PipelineKeys k;
   const int chunks = p.chunks();
@@ -395,12 +409,13 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   if (p.recompute == Recompute::kSelective)
     r.add("plan.recompute",
           "torchtitan's selective AC is per-op (save matmuls, recompute "
-          "the rest) or every n-th layer, not Megatron's module sets");
+          "the rest: recompute selective_op) or every n-th layer, not Megatron's module sets");
   if (p.recompute == Recompute::kFull && p.recompute_layers >= 0 &&
-      p.recompute_layers < p.max_layers_in_stage(model.layers))
+      p.recompute_layers < p.max_layers_in_stage(model.layers) && layer_ac_every(model, p) == 0)
     r.add("plan.recompute_layers",
-          "torchtitan's full AC wraps every layer (its n-th "
-          "layer option is not the first k per stage)");
+          "torchtitan's full AC wraps every layer and its layer-level selective AC every n-th "
+          "block (selective_ac_option n, one pipeline stage): the first k per stage is neither "
+          "unless k = layers / n");
   if (p.tp > 1 && !p.sequence_parallel)
     r.add("plan.sequence_parallel",
           "torchtitan's tensor parallelism always shards norms "
@@ -595,8 +610,17 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   if (plan.ep > 1)
     t << "expert_parallel_comm_backend = "
       << (plan.moe_dispatcher == MoeDispatcher::kDeepEp ? "\"deepep\"" : "\"standard\"") << "\n";
-  t << "\n[activation_checkpoint]\n"
-    << "mode = " << (plan.recompute == Recompute::kFull ? "\"full\"" : "\"none\"") << "\n\n";
+  t << "\n[activation_checkpoint]\n";
+  if (plan.recompute == Recompute::kSelectiveOp) {
+    t << "# op-level: keep the mm (every other one), SDPA and reduce-scatter outputs\n"
+      << "mode = \"selective\"\nselective_ac_option = \"op\"\n\n";
+  } else if (const int every = layer_ac_every(model, plan); every > 0) {
+    t << "# every " << every << "-th block fully checkpointed (parasol: full, recompute_layers "
+      << plan.recompute_layers << ")\nmode = \"selective\"\nselective_ac_option = \"" << every
+      << "\"\n\n";
+  } else {
+    t << "mode = " << (plan.recompute == Recompute::kFull ? "\"full\"" : "\"none\"") << "\n\n";
+  }
   if (plan.moe_force_balance == MoeForceBalance::kRoundRobin)
     t << "[debug]\n"
       << "# round-robin experts (parasol's moe_force_balance round_robin)\n"
@@ -997,16 +1021,41 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   if (dtype == "bfloat16") j["optimizer_dtype"] = "bf16";
   j["grad_reduce_dtype"] = "fp32";
   if (tr.boolean_or("enable_cpu_offload", false)) j["offload"] = "optimizer,params";
-  // Activation checkpointing: torchtitan's default is its selective AC.
+  // Activation checkpointing: torchtitan's default is its selective AC, every 2nd block.
+  const JsonReader ac = table("activation_checkpoint");
   const std::string mode =
-      table("activation_checkpoint")
-          .choice("mode", {"selective", "full", "memory_budget", "none"}, "selective");
-  if (mode != "full" && mode != "none")
-    throw Error(r.field("activation_checkpoint") + ".mode",
-                "'" + mode +
-                    "' (torchtitan's default) is per-op or every-n-th-layer checkpointing, not "
-                    "a parasol plan: use full or none");
+      ac.choice("mode", {"selective", "full", "memory_budget", "none"}, "selective");
+  if (mode == "memory_budget")
+    throw Error(ac.field("mode"),
+                "'memory_budget' leaves what is kept to torch.compile's partitioner; not a parasol "
+                "plan: use selective (op or n), full or none");
   j["recompute"] = mode;
+  if (mode == "selective") {
+    const std::string option = ac.string_or("selective_ac_option", "2");
+    const bool digits =
+        !option.empty() && option.size() < 9 &&
+        std::all_of(option.begin(), option.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (option == "op") {
+      j["recompute"] = "selective_op";
+    } else if (digits && std::stoi(option) <= 1) {
+      j["recompute"] = "full";  // "0" and "1" checkpoint every block (`not ac_freq or ...`)
+    } else if (digits) {
+      // Every n-th block fully checkpointed: layers / n of them, which parasol's full recompute
+      // of the first k layers matches in bytes and time on one pipeline stage.
+      const int every = std::stoi(option);
+      if (pp != 1)
+        throw Error(ac.field("selective_ac_option"),
+                    "'" + option + "' checkpoints every " + option +
+                        "-th block counted across the rank's pipeline stages; parasol's "
+                        "recompute_layers counts the first k of each stage: with a pipeline use "
+                        "op, full or none");
+      j["recompute"] = m.layers / every > 0 ? "full" : "none";
+      if (m.layers / every > 0) j["recompute_layers"] = m.layers / every;
+    } else {
+      throw Error(ac.field("selective_ac_option"),
+                  "'" + option + "' is neither 'op' nor a positive layer frequency");
+    }
+  }
   // Compile: fused element-wise kernels.
   if (table("debug").boolean_or("moe_force_load_balance", false)) {
     if (!m.is_moe())

@@ -223,7 +223,7 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--account-for-loss-in-pipeline-split", "account_for_loss_in_pipeline_split",
             o.account_for_loss,
             "the loss counts as a layer of the last stage in the split (Megatron's flag)");
-  cmd->add_option("--recompute", o.recompute, "none|selective|full");
+  cmd->add_option("--recompute", o.recompute, "none|selective|full|selective_op");
   int_flag(cmd, o, "--recompute-layers", "recompute_layers", o.recompute_layers,
            "full recompute of the first k layers per stage");
   cmd->add_option("--recompute-modules", o.recompute_modules,

@@ -222,6 +222,15 @@ TEST(Liveness, SavedActivationsMatchTheClosedFormCategoryByCategory) {
     cases.push_back({"llama: swiglu, GQA, rmsnorm, sp", model_preset("tiny"), p});
     p.cp = 2;
     cases.push_back({"llama: sp and cp", model_preset("tiny"), p});
+    // torchtitan's op-level selective AC: the block's input and the saved ops' outputs.
+    p.cp = 1;
+    p.recompute = Recompute::kSelectiveOp;
+    cases.push_back({"llama: torchtitan's op-level AC with sp", model_preset("tiny"), p});
+    Plan q = gpipe(make_plan(1, 2, 1, 4, 2));
+    q.recompute = Recompute::kSelectiveOp;
+    cases.push_back({"llama: torchtitan's op-level AC", model_preset("tiny"), q});
+    q.precision = Dtype::kFp8;
+    cases.push_back({"llama: op-level AC in fp8 (the outputs stay bf16)", model_preset("tiny"), q});
   }
   {
     Plan p = gpipe(make_plan(1, 2, 1, 4));

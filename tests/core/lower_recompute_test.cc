@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/liveness.h"
 #include "core/lower.h"
 #include "tests/core/test_models.h"
@@ -334,6 +335,113 @@ TEST(LowerRecompute, ActivationOffloadMovesOnlyWhatIsKept) {
     }
     for (const std::string& k : c.kept) EXPECT_EQ(with.count(k), 1u) << k;
   }
+}
+
+// torchtitan's op-level policy (Recompute::kSelectiveOp): the recompute's GEMMs are the mms
+// that torchtitan's policy does not save, counted here from the Llama block's mm order
+// (torchtitan/models/llama/model.py @9dec370) and the policy's rule (MUST_SAVE unless the mm
+// count is even, parallelize_llama.py _custom_policy), independently of the lowering.
+struct TorchtitanMm {
+  const char* name;
+  int64_t n, k;  // output and input columns on one rank (tp 1)
+};
+std::vector<TorchtitanMm> llama_block_mms(const Model& m) {
+  return {{"wq", m.q_dim(), m.hidden}, {"wk", m.kv_dim(), m.hidden}, {"wv", m.kv_dim(), m.hidden},
+          {"wo", m.hidden, m.q_dim()}, {"w1", m.ffn, m.hidden},      {"w3", m.ffn, m.hidden},
+          {"w2", m.hidden, m.ffn}};
+}
+
+TEST(LowerRecompute, SelectiveOpReRunsEverySecondMmOfTheBlockAndItsElementwiseOps) {
+  const Model m = model_preset("tiny");  // Llama: GQA, SwiGLU, RMSNorm, no biases
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "tp2 sp" : "tp1");
+    Plan p = gpipe(sp ? 2 : 1, 1, 1, 2);
+    p.sequence_parallel = sp;
+    p.recompute = Recompute::kSelectiveOp;
+    const Program prog = stage0(m, p);
+    const int64_t T = m.seq_len, t = p.tp;
+    // The mms whose count in the block is even, as (m, n, k) GEMM shapes on this rank.
+    std::multiset<std::vector<int64_t>> want;
+    double want_flops = 0;
+    const std::vector<TorchtitanMm> mms = llama_block_mms(m);
+    for (size_t i = 0; i < mms.size(); ++i) {
+      if ((i + 1) % 2 != 0) continue;  // odd counts are saved
+      // Column-parallel (wk, w3) split their outputs, row-parallel (wo) their inputs.
+      const bool row_parallel = std::string(mms[i].name) == "wo";
+      const int64_t n = row_parallel ? mms[i].n : mms[i].n / t;
+      const int64_t k = row_parallel ? mms[i].k / t : mms[i].k;
+      want.insert({T, n, k});
+      want_flops += 2.0 * T * n * k;
+    }
+    ASSERT_EQ(want.size(), 3u);  // wk, wo, w3
+    for (int layer = 0; layer < 2; ++layer)
+      for (int mb = 0; mb < 2; ++mb) {
+        std::multiset<std::vector<int64_t>> got;
+        double flops = 0;
+        std::multiset<OpKind> kinds;
+        for (const Op& o : prog.ops) {
+          if (o.tags.layer != layer || o.tags.micro_batch != mb ||
+              o.tags.phase != Phase::kRecompute)
+            continue;
+          kinds.insert(o.kind);
+          if (o.kind == OpKind::kLinear) {
+            got.insert({o.m, o.n, o.k});
+            flops += o.flops;
+          }
+        }
+        EXPECT_EQ(got, want);
+        EXPECT_DOUBLE_EQ(flops, want_flops);
+        // The norms, the first residual add and the SwiGLU re-run; the attention kernel, whose
+        // outputs the policy saves, does not; under SP the inputs of wk and w3 are gathered again
+        // and the reduce-scatters (saved) are not re-run.
+        EXPECT_EQ(kinds.count(OpKind::kNorm), 2u);
+        EXPECT_EQ(kinds.count(OpKind::kResidualAdd), 1u);
+        EXPECT_EQ(kinds.count(OpKind::kActivation), 1u);
+        EXPECT_EQ(kinds.count(OpKind::kAttention), 0u);
+        EXPECT_EQ(kinds.count(OpKind::kAllGather), sp ? 2u : 0u);
+        EXPECT_EQ(kinds.count(OpKind::kReduceScatter), 0u);
+        EXPECT_EQ(kinds.count(OpKind::kAllReduce), 0u);
+        // What is recomputed is not kept: the forward's copies die with the forward.
+        for (const char* what : {"ln1", "k", "res1", "ln2", "fc3", "act"})
+          expect_refilled(prog, layer, mb, what);
+        // What the policy saves is kept for the backward (or, for w2's output, until the
+        // recompute's replay pops it).
+        const std::string tag = "L" + std::to_string(layer) + ".";
+        const std::string suffix = ".m" + std::to_string(mb);
+        for (const char* what : {"qv", "attn", "lse", "fc1", "fc2"})
+          EXPECT_GT(readers(prog, tag + what + suffix).forward_read_later, 0) << what;
+      }
+  }
+}
+
+TEST(LowerRecompute, SelectiveOpIsRefusedWhereTheLlamaMmOrderDoesNotHold) {
+  // The field validate() names for `p` on `m` ("ok" when it accepts the plan).
+  auto refused = [](const Model& m, const Plan& p) -> std::string {
+    try {
+      validate(p, m, cluster_preset("dgx-h100", p.gpus()));
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return "ok";
+  };
+  Plan p = gpipe(1, 1, 1, 2);
+  p.recompute = Recompute::kSelectiveOp;
+  const Model llama = model_preset("tiny");
+  EXPECT_EQ(refused(llama, p), "ok");
+  EXPECT_EQ(refused(tiny_gpt(2), p), "plan.recompute");    // GELU MLP, biases, dropout
+  EXPECT_EQ(refused(tiny_shared(), p), "plan.recompute");  // MoE layers
+  Plan no_flash = p;
+  no_flash.flash_attention = false;
+  EXPECT_EQ(refused(llama, no_flash), "plan.recompute");
+  Plan tp = gpipe(2, 1, 1, 2);
+  tp.recompute = Recompute::kSelectiveOp;
+  EXPECT_EQ(refused(llama, tp), "plan.recompute");  // TP without SP
+  tp.sequence_parallel = true;
+  EXPECT_EQ(refused(llama, tp), "ok");
+  Plan cp = gpipe(1, 1, 1, 2);
+  cp.cp = 2;
+  cp.recompute = Recompute::kSelectiveOp;
+  EXPECT_EQ(refused(llama, cp), "plan.recompute");
 }
 
 }  // namespace

@@ -933,7 +933,7 @@ TEST(PlanJsonErrors, Schedule) {
 
 TEST(PlanJsonErrors, Recompute) {
   ExpectError([] { plan_from_json(Json::parse(R"({"recompute": "partial"})")); }, "plan.recompute",
-              "'partial' is not one of none|selective|full");
+              "'partial' is not one of none|selective|full|selective_op");
   ExpectError([] { plan_from_json(Json::parse(R"({"recompute": true})")); }, "plan.recompute",
               "must be a string");
 }

@@ -243,6 +243,40 @@ TEST(RecomputeModules, EachModuleDropsWhatItRecomputes) {
       eb * T * (2.0 * v3.heads * v3.mla.qk_head_dim() + v3.heads * v3.mla.v_head_dim) / t);
 }
 
+// torchtitan's op-level selective AC on Llama 3 8B (torchtitan's llama3_8b.toml: local batch 1,
+// seq 8192; here 2 x 8192 as its FSDP benchmark runs): what a block keeps, in bytes per token,
+// counted from the cached outputs (parallelize_llama.py @9dec370: every mm but the 2nd, 4th and
+// 6th, SDPA's output and fp32 log-sum-exp, reduce_scatter under SP) plus the checkpoint's input.
+TEST(RecomputeMemory, SelectiveOpKeepsTheBlockInputAndTheSavedOpsOutputs) {
+  const Model m = model_preset("llama3-8b");
+  ASSERT_EQ(m.hidden, 4096);
+  ASSERT_EQ(m.ffn, 14336);
+  Plan p;
+  p.micro_batch = 2;
+  p.seq_len = 8192;
+  p.precision = Dtype::kBf16;
+  p.recompute = Recompute::kSelectiveOp;
+  const double tokens = 2 * 8192;
+  // input 4096 | wq 4096 | wv 8 x 128 = 1024 | SDPA out 4096 | w1 14336 | w2 4096, bf16;
+  // the log-sum-exp: 32 heads x 4 bytes.
+  const double per_token = 2.0 * (4096 + 4096 + 1024 + 4096 + 14336 + 4096) + 4.0 * 32;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kSelectiveOp, false),
+                   tokens * per_token);
+  // Less than half of what the layer keeps without recompute (139 KB a token there, fused
+  // kernels; 63.6 KB here).
+  EXPECT_LT(layer_activation_bytes(m, p, Recompute::kSelectiveOp, false),
+            0.5 * layer_activation_bytes(m, p, Recompute::kNone, false));
+  // tp 2 with SP: the column- and row-parallel outputs halve, the input is a sequence shard,
+  // w2's mm output keeps all rows (its reduce-scatter comes after), and the two reduce-scatter
+  // outputs (sequence shards) are kept too.
+  p.tp = 2;
+  p.sequence_parallel = true;
+  const double tp_token =
+      2.0 * (4096 / 2.0 + (4096 + 1024 + 4096 + 14336) / 2.0 + 4096 + 2 * 4096 / 2.0) +
+      4.0 * 32 / 2;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, p, Recompute::kSelectiveOp, false), tokens * tp_token);
+}
+
 class StateBytes : public ::testing::Test {
  protected:
   Model m = llama(8, 1024, 16, 16, 4096, 32000, 1024);

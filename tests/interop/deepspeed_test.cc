@@ -218,6 +218,8 @@ TEST(DeepSpeedExport, RefusesWhatDeepSpeedCannotRun) {
            "plan.overlap_grad_reduce"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "recompute": "selective"})",
            "plan.recompute"},
+          {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "recompute": "selective_op"})",
+           "plan.recompute"},
           {"llama3-8b", 8,
            R"({"dp": 8, "zero": 1, "gbs": 64, "recompute": "full", "recompute_layers": 4})",
            "plan.recompute_layers"},

@@ -313,6 +313,9 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p = base;
   p.fused_kernels = false;
   expect_refused(m, p, "plan.fused_kernels");
+  p = base;  // torchtitan's op-level selective AC has no Megatron flag
+  p.recompute = Recompute::kSelectiveOp;
+  expect_refused(m, p, "plan.recompute");
   p = base;
   p.eager_loss = true;
   expect_refused(m, p, "plan.eager_loss");

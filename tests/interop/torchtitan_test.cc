@@ -343,6 +343,14 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                        "first_stage_layers": 30, "moe_force_balance": "round_robin"})"});
   // The model compiled, the loss eager (compile.components = ["model"]).
   trips.push_back({"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 32, "eager_loss": true})"});
+  // torchtitan's op-level selective AC (selective_ac_option "op"), and its layer-level one
+  // (every 4th of 32 blocks: the same count as parasol's full recompute of 8 layers).
+  trips.push_back({"llama3-8b", 8,
+                   R"({"dp": 8, "zero": 3, "gbs": 32, "eager_loss": true,
+                       "recompute": "selective_op"})"});
+  trips.push_back({"llama3-8b", 8,
+                   R"({"dp": 8, "zero": 3, "gbs": 32, "eager_loss": true, "recompute": "full",
+                       "recompute_layers": 8})"});
   int n = 0;
   for (const Trip& t : trips) {
     SCOPED_TRACE(t.plan);
@@ -389,8 +397,24 @@ TEST(TorchtitanImport, NamesWhatItCannotRead) {
   };
   const std::string model = "[model]\nname = \"llama3\"\nflavor = \"8B\"\n";
   const std::string full = "[activation_checkpoint]\nmode = \"full\"\n";
-  // torchtitan's default activation checkpointing is its selective AC.
-  EXPECT_EQ(field_of(model + "[parallelism]\ndata_parallel_shard_degree = 8\n"),
+  // torchtitan's default activation checkpointing is its layer-level selective AC, every 2nd
+  // block (job_config.py @v0.2.2: mode "selective", selective_ac_option "2"): 16 of 32 layers.
+  const std::string shard8 = "[parallelism]\ndata_parallel_shard_degree = 8\n";
+  const ImportedJob by_default = import_torchtitan(model + shard8, 8);
+  EXPECT_EQ(by_default.plan["recompute"], "full");
+  EXPECT_EQ(by_default.plan["recompute_layers"], 16);
+  const std::string ac = "[activation_checkpoint]\nmode = \"selective\"\n";
+  EXPECT_EQ(import_torchtitan(model + shard8 + ac + "selective_ac_option = \"op\"\n", 8)
+                .plan["recompute"],
+            "selective_op");
+  EXPECT_EQ(
+      import_torchtitan(model + shard8 + ac + "selective_ac_option = \"1\"\n", 8).plan["recompute"],
+      "full");
+  EXPECT_EQ(field_of(model + shard8 + ac + "selective_ac_option = \"every\"\n", 8),
+            "torchtitan.activation_checkpoint.selective_ac_option");
+  EXPECT_EQ(field_of(model + ac + "[parallelism]\npipeline_parallel_degree = 2\n", 16),
+            "torchtitan.activation_checkpoint.selective_ac_option");
+  EXPECT_EQ(field_of(model + shard8 + "[activation_checkpoint]\nmode = \"memory_budget\"\n", 8),
             "torchtitan.activation_checkpoint.mode");
   // dp_shard -1 (the rest) needs the GPU count.
   EXPECT_EQ(field_of(model + full), "torchtitan.parallelism.data_parallel_shard_degree");
@@ -488,8 +512,9 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "recompute": "selective"})",
            "plan.recompute"},
+          // 30 of 32 layers: no every-n-th-block option checkpoints 30 (32 / n).
           {"llama3-8b", 8,
-           R"({"dp": 8, "zero": 3, "gbs": 64, "recompute": "full", "recompute_layers": 4})",
+           R"({"dp": 8, "zero": 3, "gbs": 64, "recompute": "full", "recompute_layers": 30})",
            "plan.recompute_layers"},
           {"llama3-8b", 8, R"({"tp": 2, "dp": 4, "zero": 3, "gbs": 64})", "plan.sequence_parallel"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "precision": "fp16"})",

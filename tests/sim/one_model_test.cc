@@ -172,6 +172,12 @@ std::vector<Case> cases() {
     degrees(p, 16, 2);
     p.recompute = Recompute::kSelective;
   });
+  // torchtitan's op-level selective AC (every other mm's output kept; wk, wo, w3, the norms and
+  // the SwiGLU re-run in the backward), with SP's gathers re-run for wk and w3.
+  dense("torchtitan op-level recompute", [](Plan& p) {
+    degrees(p, 16, 2);
+    p.recompute = Recompute::kSelectiveOp;
+  });
   dense("optimizer offload", [](Plan& p) {
     degrees(p, 16, 2);
     p.offload.optimizer = true;
@@ -398,6 +404,7 @@ TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
                                        "llama3-8b gpipe",
                                        "llama3-8b uneven stages",
                                        "llama3-8b selective recompute",
+                                       "llama3-8b torchtitan op-level recompute",
                                        "llama3-8b optimizer offload",
                                        "llama3-8b zero2 offload",
                                        "llama3-8b zero2 offload without overlap",

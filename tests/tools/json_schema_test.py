@@ -133,6 +133,9 @@ for what in ["model", "cluster", "device"]:
     check("presets", ["show", what, "--json"])
 check("presets", ["show", "device", "H100-SXM", "--json"])
 check("show", ["show", "plan", "--json"] + MOE)
+# torchtitan's op-level selective AC: the plan's recompute value in the schema's enum.
+check("show", ["show", "plan", "--json", "--model", "llama3-8b", "--cluster", "dgx-h100",
+               "--gpus", "8", "--zero", "3", "--gbs", "16", "--recompute", "selective_op"])
 # show program: a pipeline stage of a dense plan, an MoE rank with ZeRO-3, offload and recompute.
 check("program", ["show", "program", "--json", "--rank", "5"] + T)
 check("program", ["show", "program", "--json", "--model", "tiny-moe", "--cluster", "dgx-h100",
