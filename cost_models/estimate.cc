@@ -393,7 +393,7 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 }
 
 namespace {
-// The plan's switches a layer's price depends on, as bits 0-31 of the price caches' keys
+// The plan's switches a layer's price depends on, as bits 0-31 and 35 of the price caches' keys
 // (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
@@ -409,7 +409,8 @@ int64_t price_flags(const Plan& p) {
          (p.cp_rotate == CpRotate::kAllGather ? 1 << 26 : 0) | (p.repeat_kv ? 1 << 27 : 0) |
          (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0) |
          (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
-         (int64_t{static_cast<int>(p.cp_comm_type)} << 30);
+         (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
+         (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0);
 }
 
 }  // namespace
