@@ -134,6 +134,7 @@ const char* reshard_name(Reshard r) {
 }
 
 const char* attention_kernel_name(AttentionKernel k) {
+  if (k == AttentionKernel::kTriton) return "triton";
   return k == AttentionKernel::kCudnn ? "cudnn" : "flash2";
 }
 
@@ -272,7 +273,8 @@ TransformerImpl parse_transformer_impl(const std::string& s, const std::string& 
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field) {
   if (s == "flash2") return AttentionKernel::kFlash2;
   if (s == "cudnn") return AttentionKernel::kCudnn;
-  throw Error(field, "'" + s + "' is not one of flash2|cudnn");
+  if (s == "triton") return AttentionKernel::kTriton;
+  throw Error(field, "'" + s + "' is not one of flash2|cudnn|triton");
 }
 
 const char* gather_unit_name(GatherUnit u) { return u == GatherUnit::kModule ? "module" : "layer"; }

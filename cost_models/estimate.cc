@@ -393,9 +393,10 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
 }
 
 namespace {
-// The plan's switches a layer's price depends on, as bits 0-31 and 36 on of the price caches'
-// keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at 32-34; bits
-// 12-18 are the selective modules, 19 torchtitan's op-level recompute).
+// The plan's switches a layer's price depends on, as bits 0-31, 35 and 36 on of the price
+// caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
+// 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
+// attention kernel).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -412,6 +413,7 @@ int64_t price_flags(const Plan& p) {
          (p.transformer_impl == TransformerImpl::kTransformerEngine ? int64_t{1} << 28 : 0) |
          (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
+         (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
          (int64_t{cp_a2a_ranks(p)} << 36);  // the hierarchical all-to-all groups' size
 }
 

@@ -99,7 +99,7 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       const bool bwd = op.tags.phase == Phase::kBackward;
       const bool flash = op.attn.batch > 0 ? op.attn.flash : plan.flash_attention;
       if (!flash) return bwd ? 6 : 3;
-      return bwd && plan.attention_kernel == AttentionKernel::kFlash2 ? 3 : 1;
+      return bwd && plan.attention_kernel != AttentionKernel::kCudnn ? 3 : 1;
     }
     case OpKind::kAdamW:
       switch (plan.optimizer_impl) {

@@ -29,7 +29,8 @@ bool multi_stream_expert_gemm(const Op& op, const Plan& plan);
 
 // Kernels `op` launches on the device when issued eagerly under `plan`: one per op of the
 // Program, except: FlashAttention-2's backward (3: dot(dO, O), the dQ/dK/dV kernel, the dQ
-// conversion: flash-attn flash_bwd_launch_template.h); materialised
+// conversion: flash-attn flash_bwd_launch_template.h) and FlashAttention in Triton's (the same
+// three: flash_attn_triton.py _bwd_preprocess_do_o_dot, _bwd_kernel, dq.copy_); materialised
 // attention (forward: QK^T, softmax, AV; backward twice that); the optimizer step (AdamW: one
 // multi-tensor apply of depth 4, or 5 with an fp32 master, per bucket when fused; about 8 per
 // parameter tensor in torch.optim's foreach (8 multi-tensor ops) or for-loop (9 with decoupled

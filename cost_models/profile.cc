@@ -93,6 +93,15 @@ Profile default_profile(const DeviceSpec& d) {
   // between the fastest and slowest of thousands of GPUs (about +-3 standard deviations), 8% is
   // a standard deviation of ~1.5% (derived).
   p.gpu_speed_cv = 0.015;
+  // FlashAttention written in Triton (AttentionKernel::kTriton: flash-attn 1.x's
+  // flash_attn_triton.py, which llm-foundry's MPT runs under attn_impl triton): the
+  // FlashAttention-2 paper (Dao 2023, arXiv 2307.08691, Sec. 4.1, A100 80GB SXM4, head dims 64
+  // and 128, with and without a causal mask) finds FlashAttention-2 "around 1.3-1.5x faster
+  // than FlashAttention in Triton in the forward pass and around 2x faster in the backward
+  // pass" (1.3-2.5x forward + backward, Sec. 4): 1.4 and 2.0. No other GPU's comparison is
+  // published; these ratios are used on every GPU (profile_ranges.cc: 1.3-1.5, 1.5-2.5).
+  p.triton_forward_slowdown = 1.4;
+  p.triton_backward_slowdown = 2.0;
   if (d.vendor != "cpu") {
     // What a PyTorch training process holds on a GPU besides its tensors
     // (cost_models/framework_memory.h):
@@ -371,6 +380,8 @@ Profile default_profile(const DeviceSpec& d) {
     p.host_copy_efficiency = 0.9;
     p.host_adam_params_per_s = 0.5e9;
     p.gpu_speed_cv = 0;  // the CPU runtime's ranks share one host
+    // The CPU runtime runs its own attention whatever kernel the plan names.
+    p.triton_forward_slowdown = p.triton_backward_slowdown = 1;
     // The CPU runtime's executor runs each op inline on the host: what issuing it costs is in
     // the op's own time, no launch, dispatch or sync apart.
     p.host_launch_s = p.host_dispatch_s = p.host_python_s = p.host_autograd_s = 0;
@@ -482,6 +493,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
+                "triton_forward_slowdown",
+                "triton_backward_slowdown",
                 "attention_shape",
                 "host_memory_efficiency",
                 "gpu_speed_cv",
@@ -554,6 +567,10 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
       r.number_or("cudnn_backward_efficiency", p.cudnn_backward_efficiency, 0, 1);
+  p.triton_forward_slowdown =
+      r.number_or("triton_forward_slowdown", p.triton_forward_slowdown, 0.1, 100);
+  p.triton_backward_slowdown =
+      r.number_or("triton_backward_slowdown", p.triton_backward_slowdown, 0.1, 100);
   if (r.has("attention_shape")) {
     JsonReader a = r.object("attention_shape");
     a.allow_only({"flash_forward", "flash_backward", "cudnn_forward", "cudnn_backward"});
@@ -640,6 +657,8 @@ Json profile_to_json(const Profile& p) {
             {"host_memory_efficiency", p.host_memory_efficiency},
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
+            {"triton_forward_slowdown", p.triton_forward_slowdown},
+            {"triton_backward_slowdown", p.triton_backward_slowdown},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
             {"gpu_speed_cv", p.gpu_speed_cv},
             {"cuda_context_MiB", in_json_unit(p.cuda_context_bytes, MiB)},

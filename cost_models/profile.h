@@ -101,6 +101,11 @@ struct Profile {
   double flash_backward_efficiency = 0.45;
   double cudnn_forward_efficiency = 0;
   double cudnn_backward_efficiency = 0;
+  // FlashAttention in Triton (AttentionKernel::kTriton): how many times faster FlashAttention-2
+  // runs the same pass, forward and backward; it takes FlashAttention-2's figures and shape
+  // divided by these.
+  double triton_forward_slowdown = 1;
+  double triton_backward_slowdown = 1;
   // How a fused attention pass's throughput moves with its shape (cost_models/compute.h
   // attention_efficiency). The efficiency above is the plateau: long unmasked rows at head dim 128.
   // With s keys per query row the kernel reaches plateau x s / (s + s_half) (a tile's prologue and
@@ -236,7 +241,10 @@ struct Profile {
     const bool cudnn = attention_figures(k, backward) == AttentionKernel::kCudnn;
     const double e = cudnn ? (backward ? cudnn_backward_efficiency : cudnn_forward_efficiency)
                            : (backward ? flash_backward_efficiency : flash_forward_efficiency);
-    return e * sustained_clock;
+    const double slowdown = k != AttentionKernel::kTriton ? 1
+                            : backward                    ? triton_backward_slowdown
+                                                          : triton_forward_slowdown;
+    return e * sustained_clock / slowdown;
   }
   // The shape figures of kernel `k`'s pass (those of the kernel attention_figures names).
   const AttentionShape& attention_shape_of(AttentionKernel k, bool backward) const {

@@ -94,6 +94,13 @@ void te_modules(Ranges& r, bool grace) {
 // collectives beside them cost a second wave).
 void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false,
                 bool persistent_gemms = false) {
+  cited(r, "triton_forward_slowdown", 1.3, 1.5,
+        "FlashAttention-2 paper (arXiv 2307.08691) Sec. 4.1, A100: FlashAttention-2 'around"
+        " 1.3-1.5x faster than FlashAttention in Triton in the forward pass'");
+  uncertain(r, "triton_backward_slowdown", 1.5, 2.5,
+            "FlashAttention-2 paper Sec. 4.1, A100: 'around 2x faster in the backward pass'"
+            " than FlashAttention in Triton; +-0.5, the top of its 1.3-2.5x forward + backward"
+            " range");
   uncertain(r, "kernel_overhead_us", 2, 5,
             "a kernel's GPU-side gap and tail in a busy stream: 2.1 us between dependent kernels"
             " on an H100 stream (Hazy Research 'no bubbles', 2025); 2-5 us is the span usually"
@@ -416,6 +423,8 @@ Ranges host_cpu() {
   uncertain(r, "host_memory_efficiency", 0.6, 0.8, why);
   uncertain(r, "host_adam_params_per_s", 0.3e9, 0.8e9, why);
   uncertain(r, "sustained_clock", 1.0, 1.0, "the probe measures the sustained sgemm rate");
+  for (const char* k : {"triton_forward_slowdown", "triton_backward_slowdown"})
+    uncertain(r, k, 1, 1, "the CPU runtime runs its own attention whatever kernel a plan names");
   for (const char* k : {"cuda_context_MiB", "nccl_connection_MiB", "nccl_channels",
                         "library_workspace_MiB", "allocator_fragmentation"})
     uncertain(r, k, 0, 0, "the CPU runtime has no CUDA context, NCCL or caching allocator");

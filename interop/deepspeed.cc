@@ -20,7 +20,8 @@
 //    megatron/arguments.py (--zero-stage, --no-pipeline-parallel, --deepspeed-activation-
 //    checkpointing, --checkpoint-in-cpu, --recompute-granularity/-method/-num-layers,
 //    --ds-sequence-parallel-size, model-shape flags, --normalization rmsnorm, --swiglu,
-//    --use-rotary-position-embeddings, --disable-bias-linear, --use-flash-attn-v2,
+//    --use-rotary-position-embeddings, --disable-bias-linear, --use-flash-attn-v2 (and
+//    --use-flash-attn-triton: "use FlashAttention implementation of attention using Triton"),
 //    --attention-dropout/--hidden-dropout default 0.1); megatron/model/gpt_model.py (the pipeline
 //    model recomputes uniformly only: "deepspeed's pipeline doesn't support the block recompute
 //    method").
@@ -343,7 +344,9 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
       mod.push_back("--attention-dropout 0");
       mod.push_back("--hidden-dropout 0");
     }
-    if (plan.flash_attention) mod.push_back("--use-flash-attn-v2");
+    if (plan.flash_attention)
+      mod.push_back(plan.attention_kernel == AttentionKernel::kTriton ? "--use-flash-attn-triton"
+                                                                      : "--use-flash-attn-v2");
     std::vector<std::string> par = {
         "--tensor-model-parallel-size " + std::to_string(plan.tp),
         "--pipeline-model-parallel-size " + std::to_string(plan.pp),

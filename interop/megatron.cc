@@ -163,6 +163,10 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
     r.add("plan.fused_kernels",
           "Megatron-LM runs fused element-wise kernels; eager op-by-op PyTorch has no "
           "Megatron equivalent");
+  if (p.flash_attention && p.attention_kernel == AttentionKernel::kTriton)
+    r.add("plan.attention_kernel",
+          "Megatron-LM's attention backends are flash, fused (cuDNN), unfused and local; it has "
+          "no FlashAttention in Triton");
   add(a, "--attention-backend",
       !p.flash_attention                              ? "unfused"
       : p.attention_kernel == AttentionKernel::kCudnn ? "fused"

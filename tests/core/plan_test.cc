@@ -875,7 +875,7 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"grad_reduce_dtype": "int8"})")); },
               "plan.grad_reduce_dtype", "int8");
   ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
-              "plan.attention_kernel", "'fa4' is not one of flash2|cudnn");
+              "plan.attention_kernel", "'fa4' is not one of flash2|cudnn|triton");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },

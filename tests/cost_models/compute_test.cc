@@ -229,6 +229,31 @@ TEST_F(ComputeTest, CudnnAttentionUsesItsOwnEfficiencyOnHopper) {
                    attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true)));
 }
 
+TEST_F(ComputeTest, TritonAttentionIsFlashAttention2SlowedByThePapersRatios) {
+  // FlashAttention in Triton: FlashAttention-2's time for the same pass (its plateau and shape)
+  // times the FlashAttention-2 paper's forward and backward ratios, on the device's own curve.
+  AttnShape a;
+  a.batch = 8;
+  a.seq_q = a.seq_kv = 2048;
+  a.heads = a.kv_heads = 12;
+  a.head_dim = 64;
+  const AttnShape fa2 = with_flash(a, true);
+  AttnShape tri = fa2;
+  tri.kernel = AttentionKernel::kTriton;
+  EXPECT_DOUBLE_EQ(prof.triton_forward_slowdown, 1.4);
+  EXPECT_DOUBLE_EQ(prof.triton_backward_slowdown, 2.0);
+  const double o = prof.kernel_overhead_s;
+  EXPECT_NEAR(attention_forward_time(a100, prof, Dtype::kBf16, tri) - o,
+              1.4 * (attention_forward_time(a100, prof, Dtype::kBf16, fa2) - o), 1e-12);
+  EXPECT_NEAR(attention_backward_time(a100, prof, Dtype::kBf16, tri) - o,
+              2.0 * (attention_backward_time(a100, prof, Dtype::kBf16, fa2) - o), 1e-12);
+  // Ratios of 1 give FlashAttention-2's time back.
+  Profile same = prof;
+  same.triton_forward_slowdown = same.triton_backward_slowdown = 1;
+  EXPECT_DOUBLE_EQ(attention_forward_time(a100, same, Dtype::kBf16, tri),
+                   attention_forward_time(a100, same, Dtype::kBf16, fa2));
+}
+
 // Published per-shape attention throughput on H100 SXM5 (bf16, TFLOP/s in the FlashAttention
 // convention, the benchmark's shapes: batch x seq = 16k, heads x head dim = 2048) at sequence
 // 512, 1k, 2k, 4k, 8k, 16k. FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) Fig. 5

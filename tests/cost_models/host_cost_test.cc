@@ -58,6 +58,11 @@ TEST(KernelLaunches, FlashAttentionBackwardIsThreeKernels) {
   EXPECT_EQ(kernel_launches(op, p), 3);
   p.attention_kernel = AttentionKernel::kCudnn;
   EXPECT_EQ(kernel_launches(op, p), 1);
+  // flash_attn_triton.py's backward: _bwd_preprocess_do_o_dot, _bwd_kernel, dq.copy_.
+  p.attention_kernel = AttentionKernel::kTriton;
+  EXPECT_EQ(kernel_launches(op, p), 3);
+  op.tags.phase = Phase::kForward;
+  EXPECT_EQ(kernel_launches(op, p), 1);
 }
 
 TEST(HostIssueSeconds, EagerPytorchForwardBackwardAndNative) {

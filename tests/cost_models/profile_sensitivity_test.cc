@@ -60,6 +60,8 @@ bool is_cost(const std::string& key) {
   if (ends_with("s_half")) return true;
   const bool host_cost = key.rfind("host_", 0) == 0 && key.size() > 3 &&
                          key.compare(key.size() - 3, 3, "_us") == 0;  // the host's issue costs
+  // How many times slower FlashAttention in Triton runs than FlashAttention-2.
+  if (key == "triton_forward_slowdown" || key == "triton_backward_slowdown") return true;
   return key == "kernel_overhead_us" || key == "overlap_compute_slowdown" ||
          key == "dp_overlap_compute_slowdown" || key == "collective_step_latency_us" ||
          key == "gemm_k_half" || host_cost;

@@ -338,6 +338,9 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p.recompute = Recompute::kFull;
   p.recompute_layers = 2;
   expect_refused(m, p, "plan.recompute_layers");
+  p = base;
+  p.attention_kernel = AttentionKernel::kTriton;  // no Triton attention backend in Megatron
+  expect_refused(m, p, "plan.attention_kernel");
   expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
 }
 

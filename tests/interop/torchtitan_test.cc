@@ -528,6 +528,8 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            "plan.rank_order"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "flash_attention": false})",
            "plan.flash_attention"},
+          {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "attention_kernel": "triton"})",
+           "plan.attention_kernel"},
           // Without torch.compile torchtitan's loss runs eagerly (components/loss.py).
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "fused_kernels": false})",
            "plan.eager_loss"},
