@@ -120,9 +120,9 @@ TEST(OpPricer, ExpertAllToAllsMoveTheirWireBytes) {
     return op;
   };
   auto want = [&](bool dispatch) {
-    return ep
-        .cost(Collective::kAllToAll, expert_all_to_all_wire_bytes(x.model, p, 2, 64e6, dispatch))
-        .time_s;
+    return expert_exchange_time(ep, x.profile,
+                                expert_all_to_all_wire_bytes(x.model, p, 2, 64e6, dispatch),
+                                p.moe_dispatcher);
   };
   const double fwd_dispatch = x.pricer.time(a2a(OpRole::kDispatchA2a, Phase::kForward), 0, false);
   EXPECT_DOUBLE_EQ(fwd_dispatch, want(true));
