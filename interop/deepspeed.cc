@@ -15,11 +15,15 @@
 //    parallelism"; only schedule.TrainSchedule, DeepSpeed's 1F1B), deepspeed/runtime/zero/mics.py
 //    (MiCS: shards within mics_shard_size groups, all-reduces gradients across them),
 //    deepspeed/launcher/runner.py (hostfile "host slots=N", '#' comments),
-//    docs/_pages/config-json.md.
+//    docs/_pages/config-json.md, deepspeed/runtime/config.py L711-724 (sequence_parallel_size
+//    divides the world for the batch rule), deepspeed/sequence/layer.py (Ulysses
+//    DistributedAttention: all-to-all of q, k, v and of the output; heads % P).
 //  - deepspeedai/Megatron-DeepSpeed 4efb479d5317ce9b86096b9d8e3e8030b0b5263b:
 //    megatron/arguments.py (--zero-stage, --no-pipeline-parallel, --deepspeed-activation-
 //    checkpointing, --checkpoint-in-cpu, --recompute-granularity/-method/-num-layers,
-//    --ds-sequence-parallel-size, model-shape flags, --normalization rmsnorm, --swiglu,
+//    --ds-sequence-parallel-size (L974-975, data-parallel size world / (tp x pp x sp) L101-108;
+//    megatron/core/parallel_state.py L144-147: not with tp or pp, L183-214: consecutive
+//    sequence-parallel ranks), model-shape flags, --normalization rmsnorm, --swiglu,
 //    --use-rotary-position-embeddings, --disable-bias-linear, --use-flash-attn-v2 (and
 //    --use-flash-attn-triton: "use FlashAttention implementation of attention using Triton"),
 //    --attention-dropout/--hidden-dropout default 0.1); megatron/model/gpt_model.py (the pipeline
@@ -58,6 +62,10 @@ const char* ds_dtype(Dtype d) {
   }
 }
 
+// Whether the plan runs under Megatron-DeepSpeed's pretrain_gpt.py (tensor, pipeline or Ulysses
+// sequence parallelism) rather than the user's own DeepSpeed script.
+bool megatron_deepspeed(const Plan& p) { return p.tp > 1 || p.pp > 1 || p.cp > 1; }
+
 // Every refusal of DeepSpeed, each naming the plan (or model) field.
 void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   const bool pipelined = p.pp > 1;
@@ -82,12 +90,28 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
     r.add(p.split_field(),
           "parasol does not write Megatron-DeepSpeed's pipeline "
           "partition; only even stages are exported");
-  if (p.cp > 1)
+  if (p.cp > 1 && p.cp_comm_type != CpCommType::kA2a)
+    r.add("plan.cp_comm_type",
+          std::string(cp_comm_type_name(p.cp_comm_type)) +
+              " passes K/V shards between the cp group's ranks; DeepSpeed's sequence "
+              "parallelism is Ulysses (--ds-sequence-parallel-size: all-to-all over heads, "
+              "cp_comm_type a2a)");
+  if (p.cp > 1 && (p.tp > 1 || p.pp > 1))
     r.add("plan.cp",
-          "parasol's context parallelism is ring attention (K/V passed round "
-          "the cp group); DeepSpeed's sequence parallelism is Ulysses "
-          "(--ds-sequence-parallel-size: all-to-all over heads), a different "
-          "communication, so the prediction would not describe the run");
+          "DeepSpeed's Ulysses sequence parallelism does not work with tensor or pipeline "
+          "parallelism (Megatron-DeepSpeed megatron/core/parallel_state.py L144-147)");
+  if (p.cp > 1 && p.sequence_parallel)
+    r.add("plan.sp",
+          "Megatron-DeepSpeed's --ds-sequence-parallel-size cannot be combined with "
+          "--sequence-parallel (megatron/arguments.py)");
+  if (p.cp > 1) {
+    // Sequence-parallel groups of consecutive ranks, data-parallel groups strided by their size
+    // (parallel_state.py L183-214).
+    auto at = [&](Dim d) { return std::find(p.rank_order.begin(), p.rank_order.end(), d); };
+    if (!(at(Dim::kCp) < at(Dim::kDp)))
+      r.add("plan.rank_order",
+            "Megatron-DeepSpeed's sequence-parallel groups are consecutive ranks (cp before dp)");
+  }
   if (p.ep > 1 || model.is_moe())
     r.add(p.ep > 1 ? "plan.ep" : "model.moe",
           "DeepSpeed-MoE (Megatron-DeepSpeed --num-experts, --moe-expert-parallel-size) "
@@ -98,7 +122,7 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
           "(engine.py allreduce_gradients at the accumulation boundary), not overlapped");
   if (p.tp > 1 || p.pp > 1) {
     // Megatron-DeepSpeed's mpu (megatron/core/parallel_state.py L183-265) orders ranks tp, dp, pp
-    // (tp fastest); cp and ep are refused above.
+    // (tp fastest); ep is refused above, Ulysses (cp) runs with neither tp nor pp.
     auto at = [&](Dim d) { return std::find(p.rank_order.begin(), p.rank_order.end(), d); };
     if (!(at(Dim::kTp) < at(Dim::kDp) && at(Dim::kDp) < at(Dim::kPp)))
       r.add("plan.rank_order", "Megatron-DeepSpeed orders ranks tp, dp, pp (tp fastest)");
@@ -152,14 +176,14 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   // Recompute: Megatron-DeepSpeed has full (all layers or the first k per stage) and selective
   // (core attention only); a plain DeepSpeed script recomputes the way its model code does:
   // a Hugging Face model's gradient checkpointing recomputes every decoder layer.
-  const bool megatron = p.tp > 1 || p.pp > 1;
+  const bool megatron = megatron_deepspeed(p);
   if (p.recompute == Recompute::kSelective &&
       (!megatron || p.recompute_modules != Plan{}.recompute_modules))
     r.add("plan.recompute", megatron
                                 ? "Megatron-DeepSpeed's selective recompute is core attention only"
                                 : "a Hugging Face model under DeepSpeed recomputes whole layers "
                                   "(gradient_checkpointing_enable); selective recompute needs "
-                                  "Megatron-DeepSpeed (tp or pp > 1)");
+                                  "Megatron-DeepSpeed (tp, pp or cp > 1)");
   if (p.recompute == Recompute::kSelectiveOp)
     r.add("plan.recompute",
           "selective_op is torchtitan's op-level activation checkpointing (keep every other mm "
@@ -231,7 +255,7 @@ Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Pl
   validate(plan, model, cluster);  // parasol's own rules: one error, thrown
   Refusals r;
   check_expressible(model, plan, r);
-  const bool megatron = plan.tp > 1 || plan.pp > 1;
+  const bool megatron = megatron_deepspeed(plan);
   // Megatron-DeepSpeed's --rotary-position-embeddings-theta is an int (arguments.py L635).
   if (megatron && !model.learned_positions &&
       (model.rope_theta != std::floor(model.rope_theta) || model.rope_theta < 1))
@@ -251,7 +275,7 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
   const int gpus = plan.gpus();
   const ServerLayout servers = server_layout(cluster, gpus);
   const int per_node = servers.per_node, nodes = servers.nodes;
-  const bool megatron = plan.tp > 1 || plan.pp > 1;
+  const bool megatron = megatron_deepspeed(plan);
   // Megatron-DeepSpeed's validate_args raises "Using sequence parallelism requires setting the
   // environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (megatron/arguments.py L401-407)
   // on every rank. DeepSpeed's multi-node runner forwards only variables with its prefixes
@@ -281,7 +305,9 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
   sh << "#!/usr/bin/env bash\n"
      << "# Written by parasol export --to deepspeed: " << model.name << " on " << cluster.name
      << ", " << gpus << " GPUs (" << nodes << " x " << per_node << ").\n"
-     << "# Plan: tp " << plan.tp << ", pp " << plan.pp << ", dp " << plan.dp << ", ZeRO "
+     << "# Plan: tp " << plan.tp << ", pp " << plan.pp
+     << (plan.cp > 1 ? ", Ulysses sequence parallel " + std::to_string(plan.cp) : std::string())
+     << ", dp " << plan.dp << ", ZeRO "
      << plan.zero << ", micro batch " << plan.micro_batch << ", global batch " << plan.global_batch
      << ", recompute " << recompute_label(plan) << ", offload " << offload_name(plan.offload)
      << ".\n"
@@ -354,6 +380,7 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
         "--global-batch-size " + std::to_string(plan.global_batch),
     };
     if (plan.sequence_parallel) par.push_back("--sequence-parallel");
+    if (plan.cp > 1) par.push_back("--ds-sequence-parallel-size " + std::to_string(plan.cp));
     if (plan.precision == Dtype::kBf16) par.push_back("--bf16");
     if (plan.precision == Dtype::kFp16) par.push_back("--fp16");
     std::vector<std::string> ds = {"--deepspeed", "--deepspeed_config \"$HERE/ds_config.json\"",
@@ -433,11 +460,49 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
   if (mp.tp < 1 || mp.pp < 1 || gpus % (mp.tp * mp.pp) != 0)
     throw Error("gpus", std::to_string(gpus) + " GPUs are not a multiple of tp x pp = " +
                             std::to_string(mp.tp * mp.pp));
+  // Ulysses: Megatron-DeepSpeed's --ds-sequence-parallel-size, or the config's
+  // sequence_parallel_size (runtime/config.py L721-722).
+  int ulysses = std::max(1, mp.ulysses);
+  std::string ulysses_field = "--ds-sequence-parallel-size";
+  if (r.has("sequence_parallel_size")) {
+    const int64_t n = r.integer("sequence_parallel_size", 1, 1 << 20);
+    if (mp.ulysses > 1 && n != mp.ulysses)
+      throw Error(r.field("sequence_parallel_size"),
+                  std::to_string(n) + " differs from --ds-sequence-parallel-size " +
+                      std::to_string(mp.ulysses));
+    ulysses = static_cast<int>(n);
+    ulysses_field = r.field("sequence_parallel_size");
+  }
+  if (ulysses > 1) {
+    // Megatron-DeepSpeed megatron/core/parallel_state.py L144-147: "DeepSpeed's sequence parallel
+    // does not work with tensor parallel or pipeline parallel"; arguments.py L974-975: it
+    // "cannot be combined with --sequence-parallel".
+    if (mp.tp > 1 || mp.pp > 1)
+      throw Error(ulysses_field,
+                  "DeepSpeed's Ulysses sequence parallelism runs without tensor or pipeline "
+                  "parallelism (Megatron-DeepSpeed parallel_state.py)");
+    if (mp.sequence_parallel)
+      throw Error(ulysses_field,
+                  "DeepSpeed's Ulysses sequence parallelism cannot be combined with Megatron's "
+                  "--sequence-parallel");
+    if (gpus % ulysses != 0)
+      throw Error(ulysses_field, std::to_string(ulysses) + " does not divide the " +
+                                     std::to_string(gpus) + " GPUs");
+  }
   Plan p;
   p.tp = mp.tp;
   p.pp = mp.pp;
   p.sequence_parallel = mp.sequence_parallel;
-  p.dp = gpus / (mp.tp * mp.pp);
+  p.dp = gpus / (mp.tp * mp.pp * ulysses);
+  if (ulysses > 1) {
+    // deepspeed/sequence/layer.py DistributedAttention (and ulysses_sp.py UlyssesSPAttentionHF):
+    // q, k, v traded from sequence shards to head shards by all-to-all, attention over the
+    // whole sequence on heads / ulysses heads, the output traded back; ranks of a group are
+    // consecutive (parallel_state.py L209-214: sequence-parallel groups of consecutive ranks,
+    // data-parallel groups strided by their size), the plan's cp-before-dp order.
+    p.cp = ulysses;
+    p.cp_comm_type = CpCommType::kA2a;
+  }
   p.overlap_grad_reduce = false;  // stage 0 unless zero_optimization says otherwise
   const int64_t dp = p.dp;
 

@@ -795,19 +795,25 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
 // Megatron-DeepSpeed under --deepspeed: the fields the ds_config.json holds (import_deepspeed)
 // replace those of the arguments; where both say them they must agree.
 void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job, Json& j) {
-  if (f.has("ds-sequence-parallel-size") && f.integer("ds-sequence-parallel-size") > 1)
+  // DeepSpeed's Ulysses sequence parallelism: the plan's cp with cp_comm_type a2a
+  // (import_deepspeed checks what Megatron-DeepSpeed allows beside it).
+  const int64_t ulysses = f.integer_or("ds-sequence-parallel-size", 1);
+  if (ulysses < 1 || ulysses > (1 << 20))
+    throw Error("--ds-sequence-parallel-size", "'" + f.one("ds-sequence-parallel-size") +
+                                                   "' is not a size >= 1");
+  if (ulysses > 1 && j["cp"].get<int64_t>() > 1)
     throw Error("--ds-sequence-parallel-size",
-                "DeepSpeed's Ulysses sequence parallelism (all-to-all over heads) is not "
-                "parasol's context parallelism (ring attention)");
+                "Megatron-DeepSpeed's sequence parallelism and --context-parallel-size are two "
+                "ways to split the sequence; give one");
   if (job.gpus <= 0)
     throw Error("--gpus",
                 "is required: the DeepSpeed config's batch keys count data-parallel ranks and "
                 "the launcher gives no --num_nodes and --num_gpus");
   const int64_t tp = j["tp"].get<int64_t>(), pp = j["pp"].get<int64_t>();
-  const Json ds =
-      import_deepspeed(config, job.gpus,
-                       {static_cast<int>(tp), static_cast<int>(pp), j["sp"].get<bool>()})
-          .plan;
+  const Json ds = import_deepspeed(config, job.gpus,
+                                   {static_cast<int>(tp), static_cast<int>(pp),
+                                    j["sp"].get<bool>(), static_cast<int>(ulysses)})
+                      .plan;
   if (f.has("zero-stage") && f.integer("zero-stage", 0) != ds["zero"].get<int64_t>())
     throw Error("--zero-stage", "is " + f.one("zero-stage") +
                                     " but the DeepSpeed config's "
@@ -826,6 +832,16 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
   if (f.has("global-batch-size") && f.integer("global-batch-size") != ds["gbs"].get<int64_t>())
     throw Error("--global-batch-size",
                 "differs from the DeepSpeed config's train_batch_size " + ds["gbs"].dump());
+  if (ds["cp"].get<int64_t>() > 1) {  // Ulysses, from the flag or the config
+    if (j["cp"].get<int64_t>() > 1)
+      throw Error("--context-parallel-size",
+                  "the DeepSpeed config's sequence_parallel_size splits the sequence already");
+    if (!(f.has("use-flash-attn-v2") || f.has("use-flash-attn") || f.has("use-flash-attn-v1")))
+      throw Error("--ds-sequence-parallel-size",
+                  "parasol prices all-to-all (Ulysses) attention with a fused kernel on each "
+                  "rank's heads; add --use-flash-attn-v2");
+    for (const char* key : {"cp", "cp_comm_type", "dp"}) j[key] = ds[key];
+  }
   for (const char* key :
        {"zero", "overlap_grad_reduce", "overlap_param_gather", "offload", "precision", "reshard",
         "shard_degree", "grad_reduce_dtype", "optimizer_dtype", "mbs", "gbs"}) {

@@ -46,6 +46,10 @@ const Case kCases[] = {
     {"llama3_70b_tp8_pp4_zero1", "llama3-70b", 64,
      R"({"tp": 8, "pp": 4, "dp": 2, "sp": true, "zero": 1, "mbs": 1, "gbs": 64,
          "recompute": "full", "grad_reduce_dtype": "bf16"})"},
+    // Ulysses sequence parallelism over 4 ranks (Megatron-DeepSpeed --ds-sequence-parallel-size):
+    // the plan's cp with all-to-all over heads, ZeRO-1 over dp x cp.
+    {"llama3_8b_ulysses4_zero1", "llama3-8b", 16,
+     R"({"cp": 4, "cp_comm_type": "a2a", "dp": 4, "zero": 1, "mbs": 1, "gbs": 16})"},
 };
 
 Export export_case(const Case& c) {
@@ -168,7 +172,7 @@ TEST(DeepSpeedExport, ARefusalNamesEveryReason) {
     export_deepspeed(m, cluster_preset("dgx-h100", 8), p);
     FAIL() << "accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "plan.cp, plan.precision, plan.offload");
+    EXPECT_EQ(e.field(), "plan.cp_comm_type, plan.precision, plan.offload");
     EXPECT_NE(e.reason().find("3 reasons"), std::string::npos) << e.reason();
     EXPECT_NE(e.reason().find("Ulysses"), std::string::npos) << e.reason();
     EXPECT_NE(e.reason().find("offload_param"), std::string::npos) << e.reason();
@@ -195,7 +199,7 @@ TEST(DeepSpeedExport, RefusesWhatDeepSpeedCannotRun) {
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "offload": "activations"})",
            "plan.offload"},
-          {"llama3-8b", 8, R"({"dp": 4, "cp": 2, "zero": 1, "gbs": 64})", "plan.cp"},
+          {"llama3-8b", 8, R"({"dp": 4, "cp": 2, "zero": 1, "gbs": 64})", "plan.cp_comm_type"},
           // An uneven split is refused naming the field that sets it.
           {"llama3-8b", 16, R"({"pp": 2, "dp": 8, "zero": 1, "gbs": 64, "stage_layers": [15, 17]})",
            "plan.stage_layers"},
@@ -252,6 +256,7 @@ TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
   const Trip trips[] = {
       {"llama3-8b", 8, kCases[0].plan},
       {"llama3-70b", 64, kCases[1].plan},
+      {"llama3-8b", 16, kCases[3].plan},  // Ulysses: cp 4, a2a
       {"llama3-70b", 64,
        R"({"tp": 8, "pp": 4, "dp": 2, "sp": true, "zero": 1, "mbs": 2, "gbs": 64,
            "grad_reduce_dtype": "bf16"})"},
@@ -276,7 +281,8 @@ TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
     const Plan p = plan_of(t.plan);
     const Export e = export_deepspeed(model_preset(t.model), cluster_preset("dgx-h100", t.gpus), p);
     const Json cfg = parse_json(file_named(e, "ds_config.json").text, "ds_config.json");
-    const ImportedJob job = import_deepspeed(cfg, p.gpus(), {p.tp, p.pp, p.sequence_parallel});
+    const ImportedJob job =
+        import_deepspeed(cfg, p.gpus(), {p.tp, p.pp, p.sequence_parallel, p.cp});
     EXPECT_EQ(job.gpus, p.gpus());
     EXPECT_FALSE(job.model.has_value());
     EXPECT_EQ(plan_from_json(job.plan).gpus(), p.gpus());
@@ -401,6 +407,7 @@ TEST(DeepSpeedRoundTrip, TheLauncherAndItsConfigReadBackAsThePlan) {
   const Trip trips[] = {
       {"llama3-70b", 64, kCases[1].plan},  // Megatron-DeepSpeed, tp 8, sp, ZeRO-3
       {"llama3-70b", 64, kCases[2].plan},  // Megatron-DeepSpeed, tp 8, pp 4
+      {"llama3-8b", 16, kCases[3].plan},   // Megatron-DeepSpeed, Ulysses 4
       {"llama3-8b", 8, kCases[0].plan},    // plain DeepSpeed: the model from the tag
       {"llama3-8b", 16,
        R"({"tp": 2, "dp": 8, "zero": 1, "mbs": 2, "gbs": 64, "flash_attention": false,
@@ -416,7 +423,7 @@ TEST(DeepSpeedRoundTrip, TheLauncherAndItsConfigReadBackAsThePlan) {
     const auto dir = write_export(e, "ds_trip" + std::to_string(n++));
     Json want = plan_to_json(p);
     want["cluster"] = "dgx-h100";
-    const bool megatron = p.tp > 1 || p.pp > 1;
+    const bool megatron = p.tp > 1 || p.pp > 1 || p.cp > 1;
     if (!megatron) want["model"] = t.model;  // the plain launcher names the model in its tag
     for (const char* file : {"launch_deepspeed.sh", "ds_config.json"}) {
       SCOPED_TRACE(file);
@@ -490,6 +497,82 @@ TEST(DeepSpeedImport, AMegatronDeepSpeedLauncherNeedsItsConfig) {
     FAIL() << "accepted";
   } catch (const Error& err) {
     EXPECT_EQ(err.field(), "--zero-stage");
+  }
+}
+
+// DeepSpeed's Ulysses sequence parallelism is the plan's cp with cp_comm_type a2a; a ring
+// (p2p, all_gather, a2a+p2p) is not what DeepSpeed runs, and Megatron-DeepSpeed runs Ulysses
+// without tensor or pipeline parallelism (parallel_state.py L144-147).
+TEST(DeepSpeedExport, UlyssesIsAllToAllContextParallelismAlone) {
+  const Export e = export_case(kCases[3]);
+  const std::string sh = file_named(e, "launch_deepspeed.sh").text;
+  EXPECT_NE(sh.find("--ds-sequence-parallel-size 4"), std::string::npos) << sh;
+  EXPECT_NE(sh.find("--use-flash-attn-v2"), std::string::npos) << sh;
+  EXPECT_EQ(sh.find("--context-parallel-size"), std::string::npos) << sh;
+  // The batch rule counts dp = 16 / 4 ranks.
+  const Json cfg = parse_json(file_named(e, "ds_config.json").text, "c");
+  EXPECT_EQ(cfg["train_batch_size"].get<int>(),
+            cfg["train_micro_batch_size_per_gpu"].get<int>() *
+                cfg["gradient_accumulation_steps"].get<int>() * 4);
+  expect_refusals(
+      export_deepspeed,
+      {
+          {"llama3-8b", 16, R"({"cp": 4, "dp": 4, "zero": 1, "gbs": 16})", "plan.cp_comm_type"},
+          {"llama3-8b", 16, R"({"cp": 4, "cp_comm_type": "all_gather", "dp": 4, "zero": 1,
+                               "gbs": 16})",
+           "plan.cp_comm_type"},
+          {"llama3-8b", 16, R"({"tp": 2, "cp": 4, "cp_comm_type": "a2a", "dp": 2, "zero": 1,
+                               "gbs": 16})",
+           "plan.cp"},
+      });
+  // The oracle refuses what Megatron-DeepSpeed refuses.
+  auto files = rules::files_of(e);
+  std::string& text = files["launch_deepspeed.sh"];
+  text.replace(text.find("--tensor-model-parallel-size 1"), 30, "--tensor-model-parallel-size 2");
+  EXPECT_FALSE(rules::deepspeed_violations(files).empty());
+}
+
+// A config's sequence_parallel_size (DeepSpeed config.py L721-722) or Megatron-DeepSpeed's
+// --ds-sequence-parallel-size reads as cp with a2a, dp = gpus / (tp x pp x sp); what
+// Megatron-DeepSpeed refuses beside it is named.
+TEST(DeepSpeedImport, ReadsUlyssesSequenceParallelism) {
+  const Json cfg = parse_json(R"({"train_micro_batch_size_per_gpu": 1,
+    "gradient_accumulation_steps": 2, "sequence_parallel_size": 4, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 3}})",
+                              "c");
+  const Plan p = plan_from_json(import_deepspeed(cfg, 16).plan);
+  EXPECT_EQ(p.cp, 4);
+  EXPECT_EQ(p.cp_comm_type, CpCommType::kA2a);
+  EXPECT_EQ(p.dp, 4);
+  EXPECT_EQ(p.global_batch, 1 * 2 * 4);
+  // The flag says the same: accepted; it says otherwise: the key is named.
+  EXPECT_EQ(plan_from_json(import_deepspeed(cfg, 16, {1, 1, false, 4}).plan).cp, 4);
+  auto field_of = [](const Json& c, int gpus, const DeepSpeedParallelism& mp) -> std::string {
+    try {
+      import_deepspeed(c, gpus, mp);
+    } catch (const Error& err) {
+      return err.field();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(field_of(cfg, 16, {1, 1, false, 2}), "deepspeed.sequence_parallel_size");
+  EXPECT_EQ(field_of(cfg, 16, {2, 1, false, 1}), "deepspeed.sequence_parallel_size");
+  EXPECT_EQ(field_of(cfg, 6, {}), "deepspeed.sequence_parallel_size");
+  Json flag_only = cfg;
+  flag_only.erase("sequence_parallel_size");
+  EXPECT_EQ(field_of(flag_only, 16, {1, 2, false, 4}), "--ds-sequence-parallel-size");
+  EXPECT_EQ(field_of(flag_only, 16, {2, 1, true, 4}), "--ds-sequence-parallel-size");
+  EXPECT_EQ(plan_from_json(import_deepspeed(flag_only, 16, {1, 1, false, 4}).plan).dp, 4);
+  // Megatron-DeepSpeed's launcher without a fused attention: parasol's a2a prices one.
+  const Export e = export_case(kCases[3]);
+  std::string sh = file_named(e, "launch_deepspeed.sh").text;
+  const Json config = parse_json(file_named(e, "ds_config.json").text, "c");
+  sh.replace(sh.find("--use-flash-attn-v2"), 19, "");
+  try {
+    import_megatron(sh, "launch", 16, &config);
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.field(), "--ds-sequence-parallel-size");
   }
 }
 

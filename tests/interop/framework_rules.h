@@ -146,6 +146,18 @@ inline std::vector<std::string> deepspeed_violations(
     const long long heads = int_flag(f, "num-attention-heads", 1);
     if (heads % int_flag(f, "num-key-value-heads", heads) != 0)
       broken.push_back("Megatron-DeepSpeed arguments.py L446: heads % kv_heads == 0");
+    // Ulysses (--ds-sequence-parallel-size): parallel_state.py L144-147 asserts tp == pp == 1;
+    // arguments.py L974-975: not with --sequence-parallel; DeepSpeed sequence/layer.py asserts
+    // the heads of q and of k, v divide by the group.
+    if (const long long sp = int_flag(f, "ds-sequence-parallel-size", 1); sp > 1) {
+      if (int_flag(f, "tensor-model-parallel-size", 1) > 1 ||
+          int_flag(f, "pipeline-model-parallel-size", 1) > 1)
+        broken.push_back("Megatron-DeepSpeed parallel_state.py L145: Ulysses without tp or pp");
+      if (f.count("sequence-parallel"))
+        broken.push_back("Megatron-DeepSpeed arguments.py L975: Ulysses without --sequence-parallel");
+      if (heads % sp != 0 || int_flag(f, "num-key-value-heads", heads) % sp != 0)
+        broken.push_back("DeepSpeed sequence/layer.py: heads % sequence-parallel size == 0");
+    }
     // arguments.py L401-407: sequence parallelism raises unless CUDA_DEVICE_MAX_CONNECTIONS is
     // "1" on every rank. The launching node's environment reaches its ranks (runner.py L480
     // env = os.environ.copy()); the other nodes get only the EXPORT_ENVS prefixes (L37,
