@@ -184,6 +184,45 @@ void nvidia_links(Ranges& r, double nvlink_low, double nvlink_high, const std::s
   other_links(r);
 }
 
+// FlashAttention-2 on A100 (cost_models/profile.cc states the fits): FlashAttention-2 paper Fig. 4
+// (forward + backward), split by the paper's "up to 230 TFLOPs/s" forward. A plateau or
+// half-way keys spans the least-squares fits to the series and to its subsets (from 512, 1k, 2k).
+void a100_attention(Ranges& r) {
+  const std::string fig4 =
+      "FlashAttention-2 paper (arXiv 2307.08691) Fig. 4, A100 80GB SXM4 forward + backward";
+  const std::string split =
+      "; split by the paper's 'up to 230 TFLOPs/s' forward (Sec. 4): backward / forward 0.843";
+  cited(r, "flash_forward_efficiency", 0.737, 0.75,
+        fig4 + " hd 128 unmasked 173-203 TFLOP/s: plateau fits 205.4-205.8" + split +
+            "; from the 230 bar itself (0.737) to the plateau (232.7-233.2 of 312)");
+  cited(r, "flash_backward_efficiency", 0.62, 0.632,
+        fig4 + " hd 128 unmasked: plateau fits 205.4-205.8" + split +
+            "; from 193.9 at 16k to the plateau (196.2-196.6 of 312)");
+  // Per pass, the half-way keys are the forward + backward curve's: FlashAttention-2 on H100
+  // splits them forward 0.54 / backward 1.43 of it unmasked, 0.76 / 1.09 causal (FlashAttention-3
+  // paper Fig. 5-6 fits 104 / 274 and 404 / 582 against Fig. 4's H100 forward + backward 191 and
+  // 532): such a split bounds each range on its side.
+  const std::string h100_split =
+      "; Fig. 5-6 per pass not read: the forward + backward curve's, to H100's FlashAttention-2"
+      " split of it (FlashAttention-3 paper Fig. 5-6 against FlashAttention-2 paper Fig. 4 H100)";
+  const std::string ff = "attention_shape/flash_forward/", fb = "attention_shape/flash_backward/";
+  uncertain(r, ff + "s_half", 100, 210, fig4 + " unmasked: fits 173-210" + h100_split + ", 0.54");
+  uncertain(r, fb + "s_half", 173, 280, fig4 + " unmasked: fits 173-210" + h100_split + ", 1.43");
+  uncertain(r, ff + "causal_s_half", 365, 530,
+            fig4 + " causal: fits 472-530" + h100_split + ", 0.76");
+  uncertain(r, fb + "causal_s_half", 472, 535,
+            fig4 + " causal: fits 472-530" + h100_split + ", 1.09");
+  for (const std::string& k : {ff, fb}) {
+    cited(r, k + "causal_plateau", 0.94, 0.986,
+          fig4 + ", causal / unmasked plateau fits: hd 128 0.940-0.945, hd 64 0.986");
+    cited(r, k + "head_dim_64", 0.867, 0.907,
+          fig4 + ", hd 64 / hd 128 plateau fits: unmasked 0.867, causal 0.907");
+    uncertain(r, k + "head_dim_256", 0.85, 1.0,
+              "no hd 256 on A100 is published; H100's FlashAttention-2 forward 0.881"
+              " (FlashAttention-3 paper Fig. 5) to flat");
+  }
+}
+
 Ranges a100() {
   Ranges r;
   cited(r, "gemm_efficiency", 0.801, 0.869,
@@ -193,11 +232,7 @@ Ranges a100() {
   uncertain(r, "memory_efficiency", 0.75, 0.85,
             "STREAM-like copies ~1.7 of 2.0 TB/s on A100-80G (0.85, upper end); fused element-"
             "wise kernels reach less, 0.75 taken as the lower end (no per-kernel measurement)");
-  cited(r, "flash_forward_efficiency", 0.50, 0.73,
-        "FlashAttention-2 paper (Dao 2023): 50-73% of peak on A100 across head dims and masks");
-  uncertain(r, "flash_backward_efficiency", 0.42, 0.60,
-            "FlashAttention-2 paper Fig. 5: the backward runs below the forward, ~55% of peak at"
-            " long causal sequences (hd 128); +-0.08 across shapes");
+  a100_attention(r);
   nvidia_links(r, 0.73, 0.81,
                "nccl-tests all_reduce_perf on DGX A100: ~230 GB/s bus bandwidth of 300 GB/s "
                "NVLink3 (0.77), +-0.04 across message sizes above 256 MB");
