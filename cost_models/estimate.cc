@@ -909,7 +909,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   // PyTorch FSDP's own kernels: compute-stream time of the micro-batch (the windows the
   // collectives hide behind grow by it) and of the step.
   FsdpCopyTime copies = fsdp_copy_time(
-      device_, profile_, p, {{params.dense_layers, params.dense_layer}, {params.moe_layers, params.moe_layer}},
+      device_, profile_, p,
+      {{params.dense_layers, params.dense_layer}, {params.moe_layers, params.moe_layer}},
       {params.embedding, params.head}, p.dense_shard_ranks());
   if (params.expert > 0 && p.expert_dp() > 1) {
     const FsdpCopyTime e = fsdp_copy_time(device_, profile_, p,
