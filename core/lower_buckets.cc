@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/fsdp_copies.h"
 #include "core/gather_units.h"
 #include "core/lower_internal.h"
 #include "core/offload_rules.h"
@@ -249,9 +250,62 @@ void Lowerer::gather(const Bucket& b, const std::vector<int>& dev, int dep) {
     src = d;
     dep = -1;
   }
+  // FSDP1 casts the fp32 shard to the parameter dtype first, on its pre-unshard stream (a side
+  // stream: the copy stream here).
+  for (const FsdpCopy& c : fsdp_gather_copies(p_, false)) {
+    const int cast = ws(layer, c.what, {b.shard});
+    copy(OpKind::kResidualAdd, layer, c.what, c.bytes(b.padded(), double(b.shard)), {src}, {cast},
+         {dep}, kCopy);
+    src = cast;
+    dep = -1;
+  }
   const int ag = collective(OpKind::kAllGather, b.group, layer, b.expert ? "experts.ag" : "w.ag",
                             wb_ * b.padded(), {src}, dev, {dep});
   set_calls(b, ag, gather_fractions(p_, b.weight_elements()));
+  if (!fsdp_gather_copies(p_, true).empty())
+    pending_copy_out_.emplace_back(static_cast<int>(&b - buckets_.data()), dev);
+}
+
+// FSDP2's copy-out (foreach_all_gather_copy_out, in wait_for_unshard on the compute stream) of
+// every gather whose buffers the use `w` reads: issued at the use, so that the compute before it
+// does not wait for the gather.
+void Lowerer::fsdp_copy_out(const WSet& w) {
+  for (size_t i = 0; i < pending_copy_out_.size();) {
+    const auto& [bi, dev] = pending_copy_out_[i];
+    bool used = false;
+    for (int id : w)
+      if (id >= 0 && id == dev.front()) used = true;
+    if (!used) {
+      ++i;
+      continue;
+    }
+    const Bucket& b = buckets_[static_cast<size_t>(bi)];
+    Label label(this, b);
+    for (const FsdpCopy& c : fsdp_gather_copies(p_, true)) {
+      Op op = make(OpKind::kResidualAdd, b.layer, c.what, kCompute);
+      op.elements = b.padded();
+      op.bytes = c.bytes(b.padded(), double(b.shard));
+      set(op.reads, dev);
+      set(op.writes, dev);
+      emit(op);
+    }
+    pending_copy_out_.erase(pending_copy_out_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+// FSDP's kernels around a reduce-scatter of bucket `b` (core/fsdp_copies.h): before it, on the
+// unsharded gradients `grads`; after it, on the shard `grads`. On the compute stream: they are
+// memory-bound kernels taking the GPU beside the backward (FSDP1 runs its cast and division on
+// its post-backward stream, the concatenation is autograd's).
+void Lowerer::fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads, bool after) {
+  for (const FsdpCopy& c : parasol::fsdp_reduce_copies(p_, b.ways, after)) {
+    Op op = make(OpKind::kResidualAdd, b.layer, c.what, kCompute);
+    op.elements = after ? double(b.shard) : b.padded();
+    op.bytes = c.bytes(b.padded(), double(b.shard));
+    set(op.reads, grads);
+    set(op.writes, grads);
+    emit(op);
+  }
 }
 
 // Megatron-Core's distributed optimizer under --overlap-param-gather (distributed/
@@ -343,10 +397,12 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   if (b.zero >= 2 && !b.step_grads) {
     const int bi = static_cast<int>(&b - buckets_.data());
     sp_bucket_all_reduce(b, unit_grads_[bi]);
+    fsdp_reduce_copies(b, b.list(unit_grads_[bi]), false);
     const int rs =
         collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
                    gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
     set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
+    fsdp_reduce_copies(b, {b.grad_shard}, true);
     if (last) replica_reduce(b, {b.grad_shard});
     if (last && p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
@@ -394,9 +450,11 @@ void Lowerer::final_reduce(Bucket& b) {
   const char* rs = b.expert ? "experts.g.rs" : "g.rs";
   if (b.step_grads) {
     sp_bucket_all_reduce(b, b.acc);
+    fsdp_reduce_copies(b, b.list(b.acc), false);
     const int id = collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(),
                               b.list(b.acc), {b.grad_shard});
     set_calls(b, id, reduce_fractions(p_, b.weight_elements()));
+    fsdp_reduce_copies(b, {b.grad_shard}, true);
     replica_reduce(b, {b.grad_shard});
     if (p_.offload.optimizer)
       copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});

@@ -58,6 +58,7 @@ void Lowerer::head_forward(int x, int mb) {
   int in = tp_gather_in(-1, hs.xf, T_);
   int logits = ws(-1, "logits", {T_, vocab_t_});
   role(OpRole::kHead, gemm(-1, "head", T_, vocab_t_, h_, 1, {in, head}, {logits}));
+  hs.logits = logits;
   cross_entropy_forward(logits, mb);
 }
 
@@ -102,6 +103,27 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
   if (t_ > 1)
     loss = collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
   if (p_.nan_check) nan_check(loss);
+}
+
+// Composer's train metrics (Plan::loss_metric_passes): after the micro-batch's backward each
+// metric's update runs torch.nn.CrossEntropyLoss(reduction='sum') on the logits the trainer kept
+// (state.outputs) under autocast, which upcasts them to fp32 (a copy) for the log-softmax (fp32
+// in and out) and the NLL sum; then the count of the targets kept and the metric's two running
+// sums (composer/metrics/nlp.py LanguageCrossEntropy.update, composer/trainer/trainer.py
+// _eval_train_metrics @v0.17.2).
+void Lowerer::loss_metrics(int mb) {
+  const EdgeSaved& hs = head_saved_[mb];
+  if (p_.loss_metric_passes <= 0 || hs.logits < 0) return;
+  const double n = double(T_) * vocab_t_;
+  for (int i = 0; i < p_.loss_metric_passes; ++i) {
+    const int up = ws(-1, "metric.fp32", {T_, vocab_t_}, Dtype::kFp32);
+    elementwise(OpKind::kCrossEntropy, -1, "metric.upcast", n, (eb_ + 4) * n, {hs.logits}, {up});
+    const int lsm = ws(-1, "metric.lsm", {T_, vocab_t_}, Dtype::kFp32);
+    elementwise(OpKind::kCrossEntropy, -1, "metric.xent", n, 8 * n, {up}, {lsm});
+    const int sum = ws(-1, "metric.sum", {2}, Dtype::kFp32);
+    elementwise(OpKind::kCrossEntropy, -1, "metric.nll", double(T_), 4.0 * T_ + 8.0 * T_,
+                {lsm, hs.labels}, {sum});
+  }
 }
 
 void Lowerer::nan_check(int loss) {

@@ -363,6 +363,14 @@ class Lowerer {
   void attention_forward(int layer, Saved& sv, bool recompute);
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
   int attention_backward(int layer, const Saved& sv, int dao);
+  // Plan::attention_unpad (core/lower_unpad.cc): Q, K and V of `qkv` unpadded into packed
+  // copies (returned; the kernel reads them), with their host syncs; the kernel's output `out`
+  // padded back; in the backward the gradient `dao` gathered into a packed copy (returned) and
+  // the gradients scattered and concatenated back into `dqkv`.
+  std::vector<int> unpad_qkv(int layer, int qkv);
+  void pad_output(int layer, int out);
+  int unpad_dout(int layer, int dao);
+  void pad_qkv_grad(int layer, int dqkv);
   int ring_steps(int layer) const;
   // Hierarchical context parallelism (cp_comm_type a2a+p2p under cp_impl te, cp_a2a_size > 1):
   // the attention runs a ring of cp_ring_size() = cp / cp_a2a_size steps over cp_ring_group()
@@ -437,6 +445,9 @@ class Lowerer {
   void head_forward(int x, int mb);
   void cross_entropy_forward(int logits, int mb);
   int head_backward(int mb);
+  // Plan::loss_metric_passes: the logits' cross-entropies without gradient after micro-batch
+  // `mb`'s backward (core/lower_edges.cc).
+  void loss_metrics(int mb);
 
   // --- pipeline units (lower_schedule.cc)
   // The receive of unit u's input from its neighbouring stage (activations forward, their
@@ -489,6 +500,11 @@ class Lowerer {
   void final_reduce(Bucket& b);
   void stream_grads(Bucket& b);
   void set_calls(const Bucket& b, int id, const std::vector<double>& fractions);
+  // PyTorch FSDP's own kernels (Plan::fsdp_impl, core/fsdp_copies.h): bucket `b`'s gradient
+  // copies before (after) its reduce-scatter of `grads` (the shard), on the compute stream;
+  // FSDP2's copy-out of the weights gathered for the use `w`, at the use (fsdp_copy_out).
+  void fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads, bool after);
+  void fsdp_copy_out(const WSet& w);
   void replica_reduce(const Bucket& b, const std::vector<int>& grads);
   void export_buckets();  // Program::buckets from buckets_
 
@@ -589,6 +605,8 @@ class Lowerer {
   std::vector<WSet> held_;
   std::vector<char> held_valid_;
   std::vector<char> gathered_in_forward_;  // per bucket: gather_updated() issued this step
+  // FSDP2: gathers whose copy-out into the parameters waits for their use (bucket, buffers).
+  std::vector<std::pair<int, std::vector<int>>> pending_copy_out_;
   double gb_ = 4;  // bytes per element of a data-parallel gradient reduction
   std::vector<char> unit_grads_valid_;
   std::vector<int> backward_done_;  // per chunk: backward units emitted
@@ -597,6 +615,7 @@ class Lowerer {
   struct EdgeSaved {
     int tokens = -1, mask = -1;                                             // embedding
     int x = -1, xf = -1, probs = -1, labels = -1, sums = -1, row_max = -1;  // head
+    int logits = -1;  // the head's logits, which Plan::loss_metric_passes read after backward
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
   std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer

@@ -70,6 +70,8 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
   const int gathered =
       p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, qkv) : -1;
   int kv = -1;  // the K/V chunk in hand (-1: the local one, inside qkv)
+  const std::vector<int> unpadded =
+      p_.attention_unpad && flash_ ? unpad_qkv(layer, qkv) : std::vector<int>{};
   for (int j = 0; j < steps; ++j) {
     int next = -1;
     if (gathered >= 0) {
@@ -92,10 +94,12 @@ void Lowerer::attention_forward(int layer, Saved& sv, bool recompute) {
     op.flops = flops;
     op.elements = double(T_) * ao_cols_;
     set(op.reads, {qkv, sv[sK], kv});
+    set(op.reads, unpadded);
     set(op.writes, outs);
     emit(op);
     if (gathered < 0) kv = next;
   }
+  if (!unpadded.empty() && !outs.empty()) pad_output(layer, outs.front());
   if (ring_out < 0) return;
   // The output traded back to this rank's tokens of every head (flash_attn_a2a_communicate of
   // out after the ring), the buffer the out-projection reads and the backward keeps.
@@ -200,6 +204,8 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
   const int gathered =
       p_.cp_rotate == CpRotate::kAllGather && steps > 1 ? kv_all_gather(layer, sv[sQkv]) : -1;
   int kv = -1, dkv_in = -1;
+  const bool unpad = p_.attention_unpad && flash_ && !hier;
+  if (unpad) dao = unpad_dout(layer, dao);
   for (int j = 0; j < steps; ++j) {
     int next = -1;
     if (gathered >= 0) {
@@ -229,6 +235,7 @@ int Lowerer::attention_backward(int layer, const Saved& sv, int dao) {
     dkv_in = ring_dkv_exchange(layer, mb, j, steps, dkv, dqkv);
     if (gathered < 0) kv = next;
   }
+  if (unpad) pad_qkv_grad(layer, dqkv);
   if (!hier) return dqkv;
   // dq, dk, dv traded back to this rank's tokens of every head (flash_attn_a2a_communicate after
   // the ring).

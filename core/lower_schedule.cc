@@ -90,6 +90,7 @@ int Lowerer::forward_unit(int c, int mb, int received) {
     if (ahead && j + 1 < n) acquire_use(j + 1, prev_last);
     const int layer = layer_of(c, j);
     at(layer, Phase::kForward);
+    fsdp_copy_out(w[j]);
     Saved sv;
     int out = layer_forward(layer, x, w[j], sv);
     prev_last = static_cast<int>(P_.ops.size()) - 1;
@@ -152,9 +153,12 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     const int layer = layer_of(c, use.j);
     if (use.recompute) {
       at(layer, Phase::kRecompute);
+      fsdp_copy_out(acq[u].w);
       layer_forward(layer, acq[u].acts[sX], acq[u].w, recomputed);
     } else {
       Saved sv = local < full_k_ ? recomputed : acq[u].acts;
+      at(layer, Phase::kBackward);
+      fsdp_copy_out(acq[u].w);
       if (local >= full_k_) recompute_modules(layer, acq[u].w, sv);
       at(layer, Phase::kBackward);
       WSet g = layer_grads(local);
@@ -181,10 +185,14 @@ int Lowerer::backward_unit(int c, int mb, int received) {
     dy = received_input(true, received);
   }
   backward_layers(c, mb, last, dy);
-  if (v != 0) return dy;
+  if (v != 0) {
+    if (v == V_ - 1) loss_metrics(mb);
+    return dy;
+  }
   embedding_backward(mb, dy);
   at(-1, Phase::kBackward);
   after_backward(buckets_[emb_bucket_], last);
+  if (v == V_ - 1) loss_metrics(mb);
   return -1;
 }
 
@@ -242,6 +250,7 @@ void Lowerer::begin_program(size_t ops_expected) {
   held_.assign(buckets_.size() * static_cast<size_t>(M_), no_weights());
   held_valid_.assign(held_.size(), 0);
   gathered_in_forward_.assign(buckets_.size(), 0);
+  pending_copy_out_.clear();
   backward_done_.assign(vpp_, 0);
   saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});

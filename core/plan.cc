@@ -77,6 +77,7 @@ std::string plan_compact(const Plan& p) {
            : p.reshard == Reshard::kAfterBackward ? ":bwd"
                                                   : ":step";
     if (p.zero >= 3 && p.zero3_unit == GatherUnit::kModule) s += ":mod";
+    if (p.fsdp_impl != FsdpImpl::kNone) s += std::string(":") + fsdp_impl_name(p.fsdp_impl);
     if (p.shard_degree > 0) s += ":h" + std::to_string(p.shard_degree);
   }
   if (p.recompute != Recompute::kNone) {
@@ -283,6 +284,16 @@ GatherUnit parse_gather_unit(const std::string& s, const std::string& field) {
   if (s == "layer") return GatherUnit::kLayer;
   if (s == "module") return GatherUnit::kModule;
   throw Error(field, "'" + s + "' is not one of layer|module");
+}
+
+const char* fsdp_impl_name(FsdpImpl f) {
+  return f == FsdpImpl::kFsdp1 ? "fsdp1" : f == FsdpImpl::kFsdp2 ? "fsdp2" : "none";
+}
+
+FsdpImpl parse_fsdp_impl(const std::string& s, const std::string& field) {
+  for (FsdpImpl v : {FsdpImpl::kNone, FsdpImpl::kFsdp1, FsdpImpl::kFsdp2})
+    if (s == fsdp_impl_name(v)) return v;
+  throw Error(field, "'" + s + "' is not one of none|fsdp1|fsdp2");
 }
 
 Reshard parse_reshard(const std::string& s, const std::string& field) {
@@ -515,6 +526,9 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "log_num_zeros_in_grad",
                 "reshard",
                 "zero3_unit",
+                "fsdp_impl",
+                "attention_unpad",
+                "loss_metric_passes",
                 "shard_degree",
                 "grad_reduce_dtype",
                 "optimizer_dtype",
@@ -631,6 +645,9 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
+  p.fsdp_impl = parse_fsdp_impl(r.string_or("fsdp_impl", "none"), r.field("fsdp_impl"));
+  p.attention_unpad = r.boolean_or("attention_unpad", false);
+  p.loss_metric_passes = static_cast<int>(r.integer_or("loss_metric_passes", 0, 0, 8));
   p.shard_degree = static_cast<int>(r.integer_or("shard_degree", 0, 0, kMaxDegree));
   p.grad_reduce_dtype =
       parse_dtype(r.string_or("grad_reduce_dtype", "fp32"), r.field("grad_reduce_dtype"));
@@ -684,6 +701,9 @@ Json plan_to_json(const Plan& p) {
   if (p.zero == 3 && p.zero3_unit != GatherUnit::kLayer)
     j["zero3_unit"] = gather_unit_name(p.zero3_unit);
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
+  if (p.fsdp_impl != FsdpImpl::kNone) j["fsdp_impl"] = fsdp_impl_name(p.fsdp_impl);
+  if (p.attention_unpad) j["attention_unpad"] = true;
+  if (p.loss_metric_passes > 0) j["loss_metric_passes"] = p.loss_metric_passes;
   if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
   if (p.optimizer_dtype != Dtype::kFp32) j["optimizer_dtype"] = dtype_name(p.optimizer_dtype);
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
@@ -746,6 +766,11 @@ Plan runtime_plan(Plan p) {
   p.cp_a2a_size = 0;
   p.repeat_kv = false;
   p.expert_fp8_padding = false;
+  // PyTorch FSDP's own copies, MPT's unpadded attention and Composer's metric passes are the
+  // frameworks' work around the same numerics, priced by the predictors, not run.
+  p.fsdp_impl = FsdpImpl::kNone;
+  p.attention_unpad = false;
+  p.loss_metric_passes = 0;
   // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime
   // executes the layer without it (the same numerics; the predictors price the policy).
   if (p.recompute == Recompute::kSelectiveOp) p.recompute = Recompute::kNone;

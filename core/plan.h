@@ -50,6 +50,19 @@ enum class Reshard { kAfterForward, kAfterBackward, kAfterStep };
 //           stage3_prefetch_bucket_size elements, gradients reduced in reduce_bucket_size
 //           buckets.
 enum class GatherUnit { kLayer, kModule };
+// ZeRO-3: PyTorch FSDP's own copies of the weights and gradients around its collectives
+// (core/lower_buckets.cc emits them, the closed form prices the same bytes):
+//  kNone: not PyTorch FSDP (Megatron's distributed optimizer, DeepSpeed), or none priced;
+//  kFsdp1: FSDP1's FlatParameter (torch/distributed/fsdp, Composer, fms-fsdp): the unit's
+//          gradient is autograd's concatenation of its views' gradients (the backward of the
+//          FlatParameter's split), cast to the reduce dtype and pre-divided in place before the
+//          reduce-scatter (_runtime_utils.py _post_backward_hook; default_hooks.py
+//          reduce_scatter_hook), the shard post-divided after it; each gather first casts the
+//          fp32 shard to the parameter dtype (_mp_shard);
+//  kFsdp2: FSDP2's fully_shard: each gather's output copied out into the parameters
+//          (split_with_sizes_copy), the gradients copied and cast into the reduce-scatter input
+//          (chunk_cat) (torch/distributed/_composable/fsdp/_fsdp_collectives.py).
+enum class FsdpImpl { kNone, kFsdp1, kFsdp2 };
 // Megatron-Core's --recompute-modules under selective recompute (its names): what each layer
 // recomputes in the backward instead of keeping.
 //  core_attn:      the core attention (softmax(QK^T)V); with a fused kernel nothing is kept
@@ -184,6 +197,8 @@ Recompute parse_recompute(const std::string& s, const std::string& field);
 Reshard parse_reshard(const std::string& s, const std::string& field);
 const char* gather_unit_name(GatherUnit u);
 GatherUnit parse_gather_unit(const std::string& s, const std::string& field);
+const char* fsdp_impl_name(FsdpImpl f);
+FsdpImpl parse_fsdp_impl(const std::string& s, const std::string& field);
 
 struct Offload {
   bool optimizer = false;    // optimizer state (and its update) in host memory
@@ -313,6 +328,21 @@ struct Plan {
   // (core/lower_optimizer.cc), priced by cost_models/host_cost.h and op_cost.h.
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
+  // ZeRO-3 under PyTorch FSDP: its copies around the collectives (FsdpImpl).
+  FsdpImpl fsdp_impl = FsdpImpl::kNone;
+  // The attention's Q, K and V unpadded into packed rows and its output padded back around a
+  // variable-length kernel, as llm-foundry's MPT runs flash-attn (attn_impl flash,
+  // llmfoundry/models/layers/attention.py flash_attn_fn: flash_attn.bert_padding.unpad_input for
+  // each of Q, K, V, flash_attn_varlen_func, pad_input): per call a gather of the rows and two
+  // device-to-host syncs (torch.nonzero of the mask, .item() of its longest row); in the backward
+  // the gathers' scatters into zeroed gradients, the pad's gather, and the Q, K, V gradients
+  // concatenated back into the fused QKV gradient (the backward of qkv.chunk(3)).
+  bool attention_unpad = false;
+  // Cross-entropies of the logits recomputed without gradient after each micro-batch's backward
+  // for logged training metrics (Composer's train metrics: llm-foundry's ComposerMPTCausalLM
+  // updates LanguageCrossEntropy and LanguagePerplexity every micro-batch, each a
+  // torch.nn.CrossEntropyLoss of the logits, upcast to fp32 under autocast): 0 = none.
+  int loss_metric_passes = 0;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage
@@ -399,7 +429,9 @@ struct Plan {
 // its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
 // ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads (repeat_kv
 // false), which the predictors price, and without torchtitan's op-level recompute (selective_op
-// runs as none). None changes the numerics beyond rounding.
+// runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded attention
+// (attention_unpad) or the metric passes over the logits (loss_metric_passes). None changes the
+// numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

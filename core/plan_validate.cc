@@ -286,6 +286,14 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.reshard", std::string(reshard_name(p.reshard)) +
                                     " applies to ZeRO-3 (sharded parameters), not ZeRO-" +
                                     s(p.zero));
+  if (p.fsdp_impl != FsdpImpl::kNone && (p.zero != 3 || p.zero3_unit != GatherUnit::kLayer))
+    throw Error("plan.fsdp_impl", std::string(fsdp_impl_name(p.fsdp_impl)) +
+                                      " needs zero 3 with zero3_unit layer (FSDP's units)");
+  if (p.attention_unpad &&
+      (!p.flash_attention || p.attention_kernel != AttentionKernel::kFlash2 || p.cp > 1))
+    throw Error("plan.attention_unpad",
+                "needs flash_attention with attention_kernel flash2 and no context parallelism "
+                "(flash-attn's varlen path)");
   if (p.zero3_unit != GatherUnit::kLayer && p.zero != 3)
     throw Error("plan.zero3_unit", std::string(gather_unit_name(p.zero3_unit)) +
                                        " applies to ZeRO-3 (sharded parameters), not ZeRO-" +

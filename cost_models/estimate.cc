@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/fsdp_copies.h"
 #include "core/gather_units.h"
 #include "core/host_issue.h"
 #include "core/layer_shapes.h"
@@ -78,6 +79,7 @@ double edge_op_host(const Plan& p, const Profile& f, OpKind kind, Phase phase) {
 struct Estimator::EdgeDevice {
   double embedding_forward = 0, embedding_backward = 0;
   double head_forward = 0, loss_forward = 0, loss_backward = 0, head_backward = 0;
+  double metrics = 0;  // Plan::loss_metric_passes, after the backward
   double pp_each_way = 0;
 };
 
@@ -134,6 +136,14 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     price.pace_backward = before_bwd.then(price.pace_backward);
   }
   if (stage == 0) price.pace_backward = price.pace_backward.then(after_bwd);
+  if (stage == p.pp - 1 && p.loss_metric_passes > 0) {
+    // The metric passes' kernels (core/lower_edges.cc loss_metrics), issued from Python after
+    // the backward: three each.
+    const double h =
+        graphed ? 0 : 3.0 * p.loss_metric_passes * edge_op_host(p, f, OpKind::kCrossEntropy, fwd);
+    price.host_backward += h;
+    price.pace_backward = price.pace_backward.then(HostPace::op(h, dev.metrics));
+  }
   if (p.pp > 1) {
     price.pace_forward = price.pace_forward.then(send_fwd);
     price.pace_backward = price.pace_backward.then(send_bwd);
@@ -396,7 +406,7 @@ namespace {
 // The plan's switches a layer's price depends on, as bits 0-31, 35 and 36 on of the price
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
-// attention kernel).
+// attention kernel, 51 MPT's unpadded attention).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -414,7 +424,8 @@ int64_t price_flags(const Plan& p) {
          (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
          (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
-         (int64_t{cp_a2a_ranks(p)} << 36);  // the hierarchical all-to-all groups' size
+         (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
+         (p.attention_unpad ? int64_t{1} << 51 : 0);
 }
 
 }  // namespace
@@ -503,7 +514,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
                      flags,
                      counts,
                      full,
-                     static_cast<int>(p.recompute),
+                     static_cast<int>(p.recompute) | (p.loss_metric_passes << 8),
                      p.chunks()};
   if (auto it = stage_prices_.find(key); it != stage_prices_.end()) return it->second;
   const double full_share = layers ? static_cast<double>(full) / layers : 0;
@@ -583,6 +594,13 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     }
     edge.loss_forward = price.forward - fwd0 - edge.head_forward;
     edge.loss_backward = price.backward - bwd0 - edge.head_backward;
+    // Composer's train metrics (core/lower_edges.cc loss_metrics): per pass the fp32 upcast of
+    // the logits, the log-softmax reading and writing fp32, the NLL sum.
+    const double logits = static_cast<double>(T) * m.vocab / t;
+    for (int i = 0; i < p.loss_metric_passes; ++i)
+      edge.metrics += memory_time(d, f, (eb + 4) * logits) + memory_time(d, f, 8 * logits) +
+                      memory_time(d, f, 12.0 * static_cast<double>(T));
+    price.backward += edge.metrics;
   }
   // Pipeline: per micro-batch, every chunk boundary sends activations forward and gradients
   // backward (1/tp of them per TP rank: Megatron's scatter/gather, or the SP shard).
@@ -764,17 +782,76 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
   }
 }
 
+namespace {
+// PyTorch FSDP's own kernels on the compute stream (core/fsdp_copies.h, Plan::fsdp_impl), as
+// core/lower_buckets.cc emits them for a stage's units: seconds per micro-batch in the forward
+// and the backward, and once per step (ZeRO-3 resharded after the step: one gather and one
+// reduction a step).
+struct FsdpCopyTime {
+  double forward = 0, backward = 0, step = 0;
+};
+
+// Seconds of `copies` for a unit of `n` parameters sharded `ways` ways.
+double fsdp_copies_seconds(const DeviceSpec& d, const Profile& f,
+                           const std::vector<FsdpCopy>& copies, double n, int ways) {
+  const double shard = std::ceil(n / ways);
+  double t = 0;
+  for (const FsdpCopy& c : copies) t += memory_time(d, f, c.bytes(shard * ways, shard));
+  return t;
+}
+
+// The units of one parameter class: `layer_units` runs of (count, size) and the edge units
+// (embedding, head: gathered without FSDP2's copy-out, which the lowering issues at a layer's
+// use), sharded `ways` ways.
+FsdpCopyTime fsdp_copy_time(const DeviceSpec& d, const Profile& f, const Plan& p,
+                            const std::vector<std::pair<int, double>>& layer_units,
+                            const std::vector<double>& edge_units, int ways) {
+  FsdpCopyTime out;
+  if (p.zero < 3 || p.fsdp_impl == FsdpImpl::kNone || ways < 2) return out;
+  const std::vector<FsdpCopy> before_ag = fsdp_gather_copies(p, false),
+                              after_ag = fsdp_gather_copies(p, true),
+                              before_rs = fsdp_reduce_copies(p, ways, false),
+                              after_rs = fsdp_reduce_copies(p, ways, true);
+  double gather = 0, reduce = 0;
+  auto unit = [&](double n, bool layer) {
+    if (n <= 0) return;
+    gather += fsdp_copies_seconds(d, f, before_ag, n, ways);
+    if (layer) gather += fsdp_copies_seconds(d, f, after_ag, n, ways);
+    reduce += fsdp_copies_seconds(d, f, before_rs, n, ways) +
+              fsdp_copies_seconds(d, f, after_rs, n, ways);
+  };
+  for (const auto& [count, n] : layer_units)
+    for (int i = 0; i < count; ++i) unit(n, true);
+  for (double n : edge_units) unit(n, false);
+  switch (p.reshard) {
+    case Reshard::kAfterForward:
+      out.forward = gather;
+      out.backward = gather + reduce;
+      break;
+    case Reshard::kAfterBackward:
+      out.forward = gather;
+      out.backward = reduce;
+      break;
+    case Reshard::kAfterStep:
+      out.step = gather + reduce;
+      break;
+  }
+  return out;
+}
+}  // namespace
+
 Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                                                  const StagePrice& price) {
   const StageParams params = stage_params(model_, param_counts_, p, stage);
   const int layers = std::max(1, p.layers_in_stage(model_.layers, stage));
   const int mb = p.micro_batches();
   // Compute windows of one micro-batch: forward, and backward with recompute.
-  const double fwd = price.forward, bwd = price.backward + price.recompute;
+  double fwd = price.forward, bwd = price.backward + price.recompute;
   const DataParallelKey key{
       placement(p, 500),
       p.zero,
-      static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule),
+      static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule) +
+          (static_cast<int>(p.fsdp_impl) << 8),
       (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
       static_cast<int>(p.grad_reduce_dtype),
       static_cast<int>(p.precision),
@@ -829,8 +906,26 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertShard) : nullptr,
              hsdp_expert ? &extra_group_model(p, ExtraGroup::kExpertReplica) : nullptr);
   }
-  const DataParallel out =
+  // PyTorch FSDP's own kernels: compute-stream time of the micro-batch (the windows the
+  // collectives hide behind grow by it) and of the step.
+  FsdpCopyTime copies = fsdp_copy_time(
+      device_, profile_, p,
+      {{params.dense_layers, params.dense_layer}, {params.moe_layers, params.moe_layer}},
+      {params.embedding, params.head}, p.dense_shard_ranks());
+  if (params.expert > 0 && p.expert_dp() > 1) {
+    const FsdpCopyTime e = fsdp_copy_time(device_, profile_, p,
+                                          {{params.moe_layers, params.expert_layer}}, {},
+                                          p.expert_shard_ranks());
+    copies.forward += e.forward;
+    copies.backward += e.backward;
+    copies.step += e.step;
+  }
+  fwd += copies.forward;
+  bwd += copies.backward;
+  DataParallel out =
       queues.price(p.overlap_param_gather ? fwd : 0, p.overlap_grad_reduce ? bwd : 0);
+  out.per_micro_batch += copies.forward + copies.backward;
+  out.per_step += copies.step;
   data_parallel_.emplace(key, out);
   return out;
 }

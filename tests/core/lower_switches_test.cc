@@ -1,13 +1,15 @@
 // Tests of the plan switches the lowering says in the Program (core/lower.h): TP communication
 // overlap as chunked collectives beside their GEMMs, the combined 1F1B of the expert all-to-all
 // overlap, collectives issued in compute order, the context-parallel ring's dK/dV accumulation,
-// RoPE as the QKV projection's epilogue, unfused kernels' bytes, and runtime_plan.
+// RoPE as the QKV projection's epilogue, unfused kernels' bytes, runtime_plan, MPT's unpadded
+// attention, PyTorch FSDP's own copies and Composer's metric passes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "core/fsdp_copies.h"
 #include "core/layer_shapes.h"
 #include "core/lower.h"
 #include "core/moe_load.h"
@@ -273,6 +275,128 @@ TEST(LowerSwitches, MoeDispatcherSortsAndTheExpertSideCarriesTheHotRanksLoad) {
   EXPECT_DOUBLE_EQ(one.ops[op_named(one, "L0.dispatch")].bytes,
                    deepep.ops[op_named(deepep, "L0.dispatch")].bytes);
   for (const Op& op : one.ops) EXPECT_EQ(op.load, 1.0) << op.name;
+}
+
+}  // namespace
+}  // namespace parasol
+
+namespace parasol {
+namespace {
+
+int count_named(const Program& p, const std::string& suffix) {
+  int n = 0;
+  for (const Op& op : p.ops)
+    if (op.name.size() >= suffix.size() &&
+        op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      ++n;
+  return n;
+}
+
+int count_kind(const Program& p, OpKind k) {
+  int n = 0;
+  for (const Op& op : p.ops) n += op.kind == k;
+  return n;
+}
+
+// MPT's unpadded attention (Plan::attention_unpad): per layer's forward Q, K and V gathered into
+// packed copies the kernel reads, after two host syncs each (torch.nonzero, .item()), and the
+// output padded back; in the backward dO gathered, dQ, dK, dV scattered into zeroed gradients
+// and concatenated: 2 x hidden bytes a row for each copy of a hidden-wide tensor.
+TEST(LowerSwitches, UnpaddedAttentionCopiesAndSyncsTheHost) {
+  const Model m = cut("llama2-7b", 2);
+  Plan p = plan_of(1, 1, 1);
+  p.micro_batch = 2;
+  p.global_batch = 2;
+  const Program plain = lower_stage(m, p, 0);
+  p.attention_unpad = true;
+  const Program unpad = lower_stage(m, p, 0);
+  expect_deps_earlier(unpad);
+  EXPECT_EQ(count_kind(unpad, OpKind::kSync) - count_kind(plain, OpKind::kSync), 2 * 6);
+  const int attn = op_named(unpad, "L0.attn");
+  const int q = op_named(unpad, "L0.unpad.q");
+  ASSERT_GE(attn, 0);
+  ASSERT_GE(q, 0);
+  EXPECT_TRUE(depends(unpad.ops[attn], q));
+  const double rows = 2.0 * m.seq_len, h = m.hidden;
+  EXPECT_DOUBLE_EQ(unpad.ops[q].bytes, 2 * 2 * rows * h);
+  EXPECT_DOUBLE_EQ(unpad.ops[op_named(unpad, "L0.pad")].bytes, 2 * 2 * rows * h);
+  EXPECT_DOUBLE_EQ(unpad.ops[op_named(unpad, "L0.qkv.cat")].bytes, 2 * 2 * rows * 3 * h);
+  EXPECT_EQ(count_named(unpad, ".pad.bwd"), 2);
+  // The .item() sync (a host op, named without its layer) waits for the longest row's kernel.
+  const int item = op_named(unpad, "unpad.v.item");
+  ASSERT_GE(item, 0);
+  EXPECT_TRUE(depends(unpad.ops[item], op_named(unpad, "L0.unpad.v.max")));
+  EXPECT_EQ(plain.ops.size() + 2 * (3 * 8 + 2) + 2 * (1 + 3 * 2 + 1), unpad.ops.size());
+}
+
+// PyTorch FSDP's own kernels (Plan::fsdp_impl, core/fsdp_copies.h): FSDP1 casts the shard before
+// each gather and concatenates, casts and pre-divides the gradient before each reduce-scatter;
+// FSDP2 copies each gather out at the use and the gradients into the reduce-scatter input.
+TEST(LowerSwitches, FsdpCopiesAroundTheCollectives) {
+  const Model m = cut("llama2-7b", 2);
+  Plan p = plan_of(1, 1, 8);
+  p.global_batch = 8;  // one micro-batch
+  p.zero = 3;
+  const Program plain = lower_stage(m, p, 0);
+  p.fsdp_impl = FsdpImpl::kFsdp1;
+  const Program one = lower_stage(m, p, 0);
+  expect_deps_earlier(one);
+  const int rs = op_named(one, "L1.g.rs");
+  const int pre = op_named(one, "L1.g.prediv");
+  ASSERT_GE(rs, 0);
+  ASSERT_GE(pre, 0);
+  EXPECT_TRUE(depends(one.ops[rs], pre));
+  const int cat = op_named(one, "L1.g.flat");
+  const double layer = one.ops[rs].bytes / 4;  // fp32 reduce: the layer's padded elements
+  EXPECT_DOUBLE_EQ(one.ops[cat].bytes, 2 * 2 * layer);
+  EXPECT_DOUBLE_EQ(one.ops[op_named(one, "L1.g.cast")].bytes, (2 + 4) * layer);
+  EXPECT_DOUBLE_EQ(one.ops[pre].bytes, 2 * 4 * layer);
+  // 8 ranks: pre-divide by 4, post-divide by 2 (default_hooks.py).
+  EXPECT_EQ(fsdp1_predivide_factor(8), 4);
+  EXPECT_EQ(fsdp1_predivide_factor(2), 2);
+  EXPECT_EQ(fsdp1_predivide_factor(128), 16);
+  EXPECT_DOUBLE_EQ(one.ops[op_named(one, "L1.g.postdiv")].bytes, 2 * 4 * layer / 8);
+  const int cast = op_named(one, "L1.w.mp_shard");
+  ASSERT_GE(cast, 0);
+  EXPECT_NE(one.streams[one.ops[cast].stream], StreamKind::kCompute);
+  EXPECT_EQ(count_named(one, ".w.mp_shard"), count_kind(plain, OpKind::kAllGather));
+  // FSDP2: the copy-out after the gather, before the layer's first GEMM, on the compute stream.
+  p.fsdp_impl = FsdpImpl::kFsdp2;
+  const Program two = lower_stage(m, p, 0);
+  expect_deps_earlier(two);
+  const int out = op_named(two, "L1.w.copy_out");
+  const int ag = op_named(two, "L1.w.ag");
+  ASSERT_GE(out, 0);
+  EXPECT_TRUE(depends(two.ops[out], ag));
+  EXPECT_EQ(two.streams[two.ops[out].stream], StreamKind::kCompute);
+  EXPECT_TRUE(depends(two.ops[op_named(two, "L1.qkv")], out));
+  // Every layer gather is copied out once (the embedding's and head's are not).
+  EXPECT_EQ(count_named(two, ".w.copy_out"), 2 * 2);
+  EXPECT_DOUBLE_EQ(two.ops[op_named(two, "L1.g.copy_in")].bytes, (2 + 4) * layer);
+  EXPECT_EQ(count_named(two, ".g.prediv"), 0);
+}
+
+// Composer's train metrics (Plan::loss_metric_passes): after each micro-batch's backward, per
+// pass an fp32 upcast of the logits and a log-softmax over them, reading the logits the trainer
+// kept.
+TEST(LowerSwitches, MetricPassesReadTheLogitsAfterTheBackward) {
+  const Model m = cut("llama2-7b", 1);
+  Plan p = plan_of(1, 1, 1);
+  p.global_batch = 2;
+  p.loss_metric_passes = 2;
+  const Program prog = lower_stage(m, p, 0);
+  expect_deps_earlier(prog);
+  EXPECT_EQ(count_named(prog, "metric.upcast"), 2 * 2);
+  const int up = op_named(prog, "metric.upcast");
+  const int head = op_named(prog, "head");
+  ASSERT_GE(up, 0);
+  int emb_grad = -1;  // the last op named emb: the embedding's gradient, the backward's end
+  for (const Op& op : prog.ops)
+    if (op.name == "emb" && op.id < up) emb_grad = op.id;
+  EXPECT_GT(emb_grad, op_named(prog, "emb"));
+  EXPECT_TRUE(depends(prog.ops[up], head));
+  const double logits = double(m.seq_len) * m.vocab;
+  EXPECT_DOUBLE_EQ(prog.ops[up].bytes, (2 + 4) * logits);
 }
 
 }  // namespace

@@ -355,6 +355,51 @@ TEST(PlanValidate, ReshardOnlyWithZero3) {
   EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
 }
 
+// PyTorch FSDP's own copies are FSDP's units: ZeRO-3 gathering per layer.
+TEST(PlanValidate, FsdpImplOnlyWithZero3LayerUnits) {
+  Plan p = degrees(1, 1, 16);
+  p.fsdp_impl = FsdpImpl::kFsdp1;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fsdp_impl", "fsdp1 needs zero 3");
+  p.zero = 3;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.zero3_unit = GatherUnit::kModule;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fsdp_impl", "zero3_unit layer");
+}
+
+// The unpadded attention is flash-attn's variable-length path.
+TEST(PlanValidate, AttentionUnpadIsFlashAttnsVarlenPath) {
+  Plan p = degrees(1, 1, 16);
+  p.attention_unpad = true;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.attention_kernel = AttentionKernel::kTriton;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.attention_unpad", "attention_kernel flash2");
+  p.attention_kernel = AttentionKernel::kFlash2;
+  p.flash_attention = false;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.attention_unpad", "needs flash_attention");
+}
+
+TEST(PlanJson, FrameworkCopiesAndMetricPasses) {
+  const Plan p = plan_from_json(
+      Json::parse(R"({"zero": 3, "fsdp_impl": "fsdp2", "attention_unpad": true,
+                      "loss_metric_passes": 2})"));
+  EXPECT_EQ(p.fsdp_impl, FsdpImpl::kFsdp2);
+  EXPECT_TRUE(p.attention_unpad);
+  EXPECT_EQ(p.loss_metric_passes, 2);
+  const Json j = plan_to_json(p);
+  EXPECT_EQ(j["fsdp_impl"], "fsdp2");
+  EXPECT_EQ(j["loss_metric_passes"], 2);
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("fsdp_impl"));
+  ExpectError([] { plan_from_json(Json::parse(R"({"fsdp_impl": "fsdp3"})")); }, "plan.fsdp_impl",
+              "none|fsdp1|fsdp2");
+  ExpectError([] { plan_from_json(Json::parse(R"({"loss_metric_passes": 9})")); },
+              "plan.loss_metric_passes", "");
+  // The runtime runs the same numerics without them.
+  const Plan r = runtime_plan(p);
+  EXPECT_EQ(r.fsdp_impl, FsdpImpl::kNone);
+  EXPECT_FALSE(r.attention_unpad);
+  EXPECT_EQ(r.loss_metric_passes, 0);
+}
+
 TEST(PlanValidate, ShardDegreeDividesTheDataParallelGroup) {
   Plan p = degrees(1, 1, 16);
   p.shard_degree = 8;
@@ -742,6 +787,9 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
   EXPECT_EQ(a.account_for_embedding, b.account_for_embedding);
   EXPECT_EQ(a.account_for_loss, b.account_for_loss);
+  EXPECT_EQ(a.fsdp_impl, b.fsdp_impl);
+  EXPECT_EQ(a.attention_unpad, b.attention_unpad);
+  EXPECT_EQ(a.loss_metric_passes, b.loss_metric_passes);
   EXPECT_EQ(a.etp, b.etp);
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
@@ -791,6 +839,7 @@ TEST(PlanJson, RoundTripEveryFieldChanged) {
   p.model_ref = "mixtral-8x7b";
   p.cluster_ref = "dgx-h100";
   p.gpus_ref = 64;
+  p.loss_metric_passes = 3;
   Json j = plan_to_json(p);
   EXPECT_EQ(j["offload"], "optimizer,activations");
   EXPECT_EQ(j["rank_order"], "tp-dp-cp-ep-pp");

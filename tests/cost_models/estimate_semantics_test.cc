@@ -2,8 +2,8 @@
 // (cost_models/estimate.h, memory.h): ZeRO stages as the frameworks run them (Megatron's
 // distributed optimizer, DeepSpeed ZeRO-2, ZeRO-3 reshard modes, HSDP), TP communication
 // overlap, the overlap slowdown, DeepEP's deduplicated dispatch, expert tensor parallelism,
-// bf16 optimizer state, and host memory as a limit of offloading. Each figure is worked from
-// independently priced collectives or counted bytes.
+// bf16 optimizer state, host memory as a limit of offloading, and PyTorch FSDP's own copies.
+// Each figure is worked from independently priced collectives or counted bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 #include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/collective.h"
+#include "cost_models/compute.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
 
@@ -386,6 +387,52 @@ TEST(MoeSemantics, EpOverlapHidesEachAllToAllBehindOneSegment) {
   EXPECT_LT(with.time.ep_comm, without);
   // What hides is at most the layer's compute (each all-to-all behind one segment of it).
   EXPECT_GE(with.time.ep_comm, without - with.time.forward - with.time.backward);
+}
+
+}  // namespace
+}  // namespace parasol::cost
+
+namespace parasol::cost {
+namespace {
+
+// PyTorch FSDP1's own kernels (Plan::fsdp_impl fsdp1, core/fsdp_copies.h) add to each
+// micro-batch, per unit (each layer, the embedding, the head) of n parameters over 8 ranks with
+// bf16 parameters and an fp32 reduction: the shard cast before each gather (4 + 2 bytes a shard
+// element; one gather a micro-batch when resharded after the backward), and before the
+// reduce-scatter the gradient's concatenation (2 x 2 bytes), its cast (2 + 4) and pre-division
+// by 4 (2 x 4), the shard's post-division by 2 after it (2 x 4): each a memory-bound kernel,
+// counted here by hand. One server: the collectives stay hidden, so the step grows by them.
+TEST(FsdpCopies, Fsdp1AddsItsKernelsToEachMicroBatch) {
+  const Model m = llama_model("fsdp-test", 4, 4096, 32, 32, 11008, 32000, 2048);
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.zero = 3;
+  p.reshard = Reshard::kAfterBackward;
+  p.micro_batch = 1;
+  p.global_batch = 16;  // two micro-batches
+  const Estimate plain = run(m, c, p);
+  p.fsdp_impl = FsdpImpl::kFsdp1;
+  const Estimate fsdp = run(m, c, p);
+  const DeviceSpec& d = c.gpu_device(0);
+  const Profile prof = default_profile(d);
+  const StageParams sp = stage_params(m, p, 0);
+  double per_mb = 0;
+  auto unit = [&](double n) {
+    const double shard = std::ceil(n / 8), padded = shard * 8;
+    per_mb += memory_time(d, prof, 6 * shard) + memory_time(d, prof, 4 * padded) +
+              memory_time(d, prof, 6 * padded) + memory_time(d, prof, 8 * padded) +
+              memory_time(d, prof, 8 * shard);
+  };
+  for (int l = 0; l < sp.dense_layers; ++l) unit(sp.dense_layer);
+  unit(sp.embedding);
+  unit(sp.head);
+  const double added = fsdp.step_time_s - plain.step_time_s;
+  EXPECT_GT(added, 0.9 * 2 * per_mb);
+  EXPECT_LT(added, 1.0001 * 2 * per_mb);
+  // FSDP2's copies differ (the copy-out of each gather, the cast copy-in): not FSDP1's.
+  p.fsdp_impl = FsdpImpl::kFsdp2;
+  EXPECT_NE(run(m, c, p).step_time_s, fsdp.step_time_s);
 }
 
 }  // namespace

@@ -474,6 +474,16 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.overlap_grad_reduce = false; },
       [](Plan& p) { p.micro_batch = 2; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },
+      [](Plan& p) { p.attention_unpad = true; },
+      [](Plan& p) { p.loss_metric_passes = 2; },
+      [](Plan& p) {
+        p.zero = 3;
+        p.fsdp_impl = FsdpImpl::kFsdp1;
+      },
+      [](Plan& p) {
+        p.zero = 3;
+        p.fsdp_impl = FsdpImpl::kFsdp2;
+      },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRoundRobin; },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kTransformerEngine; },
@@ -511,7 +521,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
     plans.push_back(p);
     which.push_back(i);
   }
-  ASSERT_GE(plans.size(), 27u);  // the switches above that the mixtral plan accepts
+  ASSERT_GE(plans.size(), 31u);  // the switches above that the mixtral plan accepts
   Estimator est(m, c, prof);
   // Every plan after all the others (in both orders), against a fresh Estimator.
   for (int pass = 0; pass < 2; ++pass)
