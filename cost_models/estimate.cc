@@ -414,7 +414,9 @@ int64_t price_flags(const Plan& p) {
          (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
          (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
-         (int64_t{cp_a2a_ranks(p)} << 36);  // the hierarchical all-to-all groups' size
+         (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
+         (p.deterministic ? int64_t{1} << 47 : 0) |
+         (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0);  // host_cost.h's era
 }
 
 }  // namespace
