@@ -147,7 +147,8 @@ AddedKernels deterministic_fills(const Op& op, const Plan& plan) {
   if (!plan.deterministic || plan.transformer_impl == TransformerImpl::kTorch || op.tags.layer < 0)
     return fills;
   const bool te = plan.transformer_impl == TransformerImpl::kTransformerEngine;
-  const double eb = plan.precision == Dtype::kFp32 ? 4 : 2;  // outputs in the math dtype (fp8: bf16)
+  const double eb =
+      plan.precision == Dtype::kFp32 ? 4 : 2;  // outputs in the math dtype (fp8: bf16)
   const bool bwd = op.tags.phase == Phase::kBackward;
   switch (te_module(op, plan)) {
     case TeModule::kLinear:

@@ -226,14 +226,12 @@ const std::set<std::string> kRead = {
     "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
-    "deterministic-mode",
-    "transformer-impl",
+    "deterministic-mode", "transformer-impl",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "use-flash-attn-triton",
-    "zero-stage", "deepspeed",
-    "deepspeed_config", "deepspeed-activation-checkpointing", "checkpoint-in-cpu",
-    "ds-sequence-parallel-size",
+    "zero-stage", "deepspeed", "deepspeed_config", "deepspeed-activation-checkpointing",
+    "checkpoint-in-cpu", "ds-sequence-parallel-size",
     // torchrun and DeepSpeed's launcher
     "nproc_per_node", "nproc-per-node", "nnodes", "num_nodes", "num_gpus"};
 
@@ -843,8 +841,8 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
   // use_flash_attn; megatron/model/transformer.py L607-608: the Triton one wins, as
   // FlashSelfAttentionTriton), else its own.
   const bool triton = f.has("use-flash-attn-triton");
-  j["flash_attention"] = triton || f.has("use-flash-attn-v2") || f.has("use-flash-attn") ||
-                         f.has("use-flash-attn-v1");
+  j["flash_attention"] =
+      triton || f.has("use-flash-attn-v2") || f.has("use-flash-attn") || f.has("use-flash-attn-v1");
   j.erase("attention_kernel");
   if (triton) j["attention_kernel"] = "triton";
   // --checkpoint-in-cpu is the config's cpu_checkpointing (activation offload) again.

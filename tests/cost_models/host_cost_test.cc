@@ -323,8 +323,8 @@ TEST(HostIssueSeconds, TransformerEngineBefore210CostsTheEarlierFigure) {
   ln.kind = OpKind::kNorm;
   head.tags.layer = -1;
   for (const Op& op : {fc1, dx, ln}) {
-    EXPECT_NEAR(host_issue_seconds(op, old, f),
-                99.66 / 59.19 * host_issue_seconds(op, te, f), 1e-15);
+    EXPECT_NEAR(host_issue_seconds(op, old, f), 99.66 / 59.19 * host_issue_seconds(op, te, f),
+                1e-15);
     EXPECT_DOUBLE_EQ(host_issue_seconds(op, v210, f), host_issue_seconds(op, te, f));
     EXPECT_DOUBLE_EQ(host_issue_seconds(op, v216, f), host_issue_seconds(op, te, f));
   }

@@ -77,8 +77,8 @@ TEST(DeepSpeedExport, GoldenFiles) {
 TEST(DeepSpeedExport, TritonFlashAttentionIsAnOptionOfMegatronDeepSpeedsParser) {
   const char* plan =
       R"({"tp": 2, "dp": 4, "zero": 1, "mbs": 1, "gbs": 32, "attention_kernel": "triton"})";
-  const Export e = export_deepspeed(model_preset("llama3-8b"), cluster_preset("dgx-h100", 8),
-                                    plan_of(plan));
+  const Export e =
+      export_deepspeed(model_preset("llama3-8b"), cluster_preset("dgx-h100", 8), plan_of(plan));
   const std::string sh = file_named(e, "launch_deepspeed.sh").text;
   const auto flags = rules::flags_of(sh);
   EXPECT_EQ(flags.count("use-flash-attn-triton"), 1u);
@@ -110,11 +110,10 @@ TEST(DeepSpeedExport, TritonFlashAttentionIsAnOptionOfMegatronDeepSpeedsParser) 
     return want;
   }());
   // flash-attn's Triton forward asserts head dim <= 128: TNLG-530B's heads are 160 wide.
-  expect_refusals(export_deepspeed,
-                  {{"tnlg-530b", 64,
-                    R"({"tp": 8, "dp": 8, "zero": 1, "mbs": 1, "gbs": 64,
+  expect_refusals(export_deepspeed, {{"tnlg-530b", 64,
+                                      R"({"tp": 8, "dp": 8, "zero": 1, "mbs": 1, "gbs": 64,
                         "attention_kernel": "triton"})",
-                    "plan.attention_kernel"}});
+                                      "plan.attention_kernel"}});
 }
 
 // DeepSpeed's _batch_assertion, computed here from the plan: train_batch_size =
