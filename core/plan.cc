@@ -252,6 +252,28 @@ CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field) {
   throw Error(field, "'" + s + "' is not one of none|layers|full_iteration");
 }
 
+int parse_te_version(const std::string& s, const std::string& field) {
+  // "major.minor", optionally followed by ".patch" or a local suffix ("2.14.0+f031cf87").
+  size_t pos = 0;
+  auto number = [&]() -> int {
+    const size_t start = pos;
+    while (pos < s.size() && pos - start < 4 && s[pos] >= '0' && s[pos] <= '9') ++pos;
+    if (pos == start) return -1;
+    return std::stoi(s.substr(start, pos - start));
+  };
+  const int major = number();
+  const bool dot = pos < s.size() && s[pos] == '.';
+  ++pos;
+  const int minor = dot ? number() : -1;
+  if (major < 1 || minor < 0 || minor > 99)
+    throw Error(field, "'" + s + "' is not a Transformer Engine version (major.minor, e.g. 2.14)");
+  return major * 100 + minor;
+}
+
+std::string te_version_name(int v) {
+  return std::to_string(v / 100) + "." + std::to_string(v % 100);
+}
+
 OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field) {
   for (OptimizerImpl v : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kForLoop})
     if (s == optimizer_impl_name(v)) return v;
@@ -524,6 +546,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "nan_check",
                 "log_params_norm",
                 "log_num_zeros_in_grad",
+                "deterministic",
+                "transformer_engine_version",
                 "reshard",
                 "zero3_unit",
                 "fsdp_impl",
@@ -643,6 +667,10 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.nan_check = r.boolean_or("nan_check", true);
   p.log_params_norm = r.boolean_or("log_params_norm", false);
   p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
+  p.deterministic = r.boolean_or("deterministic", false);
+  if (r.has("transformer_engine_version"))
+    p.te_version = parse_te_version(r.string("transformer_engine_version"),
+                                    r.field("transformer_engine_version"));
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
   p.fsdp_impl = parse_fsdp_impl(r.string_or("fsdp_impl", "none"), r.field("fsdp_impl"));
@@ -729,6 +757,8 @@ Json plan_to_json(const Plan& p) {
   if (!p.nan_check) j["nan_check"] = false;
   if (p.log_params_norm) j["log_params_norm"] = true;
   if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;
+  if (p.deterministic) j["deterministic"] = true;
+  if (p.te_version > 0) j["transformer_engine_version"] = te_version_name(p.te_version);
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);

@@ -186,6 +186,10 @@ const char* host_framework_name(HostFramework f);
 const char* transformer_impl_name(TransformerImpl t);
 TransformerImpl parse_transformer_impl(const std::string& s, const std::string& field);
 CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field);
+// A Transformer Engine version "major.minor[.patch][+local]" as major * 100 + minor (Plan::
+// te_version), and back ("2.8").
+int parse_te_version(const std::string& s, const std::string& field);
+std::string te_version_name(int v);
 OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field);
 HostFramework parse_host_framework(const std::string& s, const std::string& field);
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
@@ -343,6 +347,20 @@ struct Plan {
   // updates LanguageCrossEntropy and LanguagePerplexity every micro-batch, each a
   // torch.nn.CrossEntropyLoss of the logits, upcast to fp32 under autocast): 0 = none.
   int loss_metric_passes = 0;
+  // PyTorch's deterministic algorithms (Megatron's --deterministic-mode: megatron/training/
+  // determinism.py @d98e8a6 calls torch.use_deterministic_algorithms(True)). With them PyTorch
+  // fills every tensor that empty / empty_like / empty_strided allocate through its dispatcher
+  // with NaN (torch.utils.deterministic.fill_uninitialized_memory, default True; the CUDA
+  // empty_cuda / empty_strided_cuda of aten/src/ATen/native/cuda/TensorFactories.cu): a fill
+  // kernel per output that Transformer Engine's C++ allocates with at::empty (its GEMMs' and
+  // norms' outputs, the attention's outputs and score buffers), priced by cost_models/host_cost.h
+  // (deterministic_fills).
+  bool deterministic = false;
+  // The Transformer Engine release the run uses, as major * 100 + minor (208 for 2.8; 0: not
+  // given, the newest figures). It sets which of TE's module-call host costs apply
+  // (cost_models/host_cost.h): those before TE's CPU-overhead work of TE 2.10 (PRs #2377, #2400)
+  // or after it.
+  int te_version = 0;
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage

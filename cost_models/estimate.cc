@@ -425,7 +425,9 @@ int64_t price_flags(const Plan& p) {
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
          (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
          (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
-         (p.attention_unpad ? int64_t{1} << 51 : 0);
+         (p.attention_unpad ? int64_t{1} << 51 : 0) |
+         (p.deterministic ? int64_t{1} << 47 : 0) |
+         (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0);  // host_cost.h's era
 }
 
 }  // namespace

@@ -73,6 +73,8 @@ constexpr int kParamNormFixedKernels = 14;
 // updates, bias corrections, sqrt, add, addcdiv), 9 with decoupled weight decay.
 constexpr int kAdamOps = 9;
 
+double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f);
+
 }  // namespace
 
 int64_t multi_tensor_launches(int64_t tensors, double elements, int depth) {
@@ -140,7 +142,61 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
   }
 }
 
+AddedKernels deterministic_fills(const Op& op, const Plan& plan) {
+  AddedKernels fills;
+  if (!plan.deterministic || plan.transformer_impl == TransformerImpl::kTorch || op.tags.layer < 0)
+    return fills;
+  const bool te = plan.transformer_impl == TransformerImpl::kTransformerEngine;
+  const double eb =
+      plan.precision == Dtype::kFp32 ? 4 : 2;  // outputs in the math dtype (fp8: bf16)
+  const bool bwd = op.tags.phase == Phase::kBackward;
+  switch (te_module(op, plan)) {
+    case TeModule::kLinear:
+      if (!bwd || op.backward_data)
+        fills = {1, static_cast<double>(op.m) * static_cast<double>(op.n) *
+                        std::max<int64_t>(1, op.batch) * eb};
+      return fills;
+    case TeModule::kNorm:
+      // The output (or dx) and two per-row or per-column statistics.
+      return {3, op.elements * eb};
+    case TeModule::kNone:
+      break;
+  }
+  if (op.kind != OpKind::kAttention || op.attn.batch <= 0) return fills;
+  const AttnShape& a = op.attn;
+  const double b = static_cast<double>(a.batch);
+  const double dv = static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
+  if (a.flash) {
+    if (!te) return fills;
+    if (!bwd) return {2, b * a.seq_q * a.heads * (dv * eb + 4)};  // output, fp32 LSE
+    return {3, b *
+                   (static_cast<double>(a.seq_q) * a.heads * a.head_dim +
+                    static_cast<double>(a.seq_kv) * a.kv_heads * (a.head_dim + dv)) *
+                   eb};  // dQ, dK, dV (backends.py L1489-1491)
+  }
+  // Unfused: TE's score matrix (torch.empty before baddbmm, backends.py L436) and its fused
+  // softmax's output; Megatron-Core's own DotProductAttention (local) takes the score matrix from
+  // a global buffer and allocates the softmax's output only (dot_product_attention.py
+  // @a53107c006 L189-220). With dropout, native_dropout's output and mask (bool) forward, its
+  // gradient backward.
+  const double scores = b * a.heads * static_cast<double>(a.seq_q) * a.seq_kv;
+  const int64_t score_fills = te ? 2 : 1;
+  if (bwd) return a.dropout ? AddedKernels{1, scores * eb} : fills;
+  if (!a.dropout) return {score_fills, scores * score_fills * eb};
+  return {score_fills + 2, scores * ((score_fills + 1) * eb + 1)};
+}
+
 double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
+  const AddedKernels fills = deterministic_fills(op, plan);
+  const double fill_host =
+      static_cast<double>(fills.launches) * (f.host_launch_s + f.host_dispatch_s);
+  return eager_issue_seconds(op, plan, f) + (op.host_issue == HostIssue::kEager ? fill_host : 0);
+}
+
+namespace {
+
+// host_issue_seconds without the fills deterministic_fills adds.
+double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   const double launches = static_cast<double>(kernel_launches(op, plan));
   const bool pytorch = plan.host_framework == HostFramework::kPytorch;
   switch (op.host_issue) {
@@ -161,10 +217,13 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
     // The module call's whole host time, its launches included: the forward (or recompute) at
     // the forward op, the backward autograd.Function at the data gradient, which issues the
     // weight gradient's GEMM too.
+    // Before Transformer Engine 2.10 each call cost more (profile.h).
+    const double era =
+        plan.te_version > 0 && plan.te_version < 210 ? f.host_te_before_2_10_factor : 1.0;
     const bool fwd = op.tags.phase != Phase::kBackward;
-    if (te == TeModule::kNorm) return fwd ? f.host_te_norm_fwd_s : f.host_te_norm_bwd_s;
-    if (fwd) return f.host_te_linear_fwd_s;
-    return op.role == OpRole::kWeightGrad ? 0.0 : f.host_te_linear_bwd_s;
+    if (te == TeModule::kNorm) return era * (fwd ? f.host_te_norm_fwd_s : f.host_te_norm_bwd_s);
+    if (fwd) return era * f.host_te_linear_fwd_s;
+    return op.role == OpRole::kWeightGrad ? 0.0 : era * f.host_te_linear_bwd_s;
   }
   const Phase ph = op.tags.phase;
   if (multi_stream_expert_gemm(op, plan)) {
@@ -204,5 +263,7 @@ double host_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   }
   return t;
 }
+
+}  // namespace
 
 }  // namespace parasol::cost

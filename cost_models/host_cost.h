@@ -41,6 +41,27 @@ bool multi_stream_expert_gemm(const Op& op, const Plan& plan);
 // (multi_stream_expert_gemm). A sync launches its device-to-host copy.
 int64_t kernel_launches(const Op& op, const Plan& plan);
 
+// Kernels a framework setting adds around an op, beyond the op's own.
+struct AddedKernels {
+  int64_t launches = 0;  // kernels (each issued from C++: a launch and the dispatcher)
+  double bytes = 0;      // bytes they write to device memory
+};
+// Under PyTorch's deterministic algorithms (Plan::deterministic) every tensor allocated through
+// the dispatcher's empty / empty_like / empty_strided is filled with NaN (PyTorch
+// aten/src/ATen/native/cuda/TensorFactories.cu empty_cuda: fill_empty_deterministic_ when
+// deterministicAlgorithms() and deterministicFillUninitializedMemory(), the latter on by
+// default). The outputs `op` allocates so, under Transformer Engine's modules (transformer_impl
+// transformer_engine), @v2.14: a layer GEMM's output, forward and data gradient (extensions/
+// gemm.cpp L488-504 at::empty; the weight gradient accumulates into Megatron's main_grad under
+// gradient-accumulation fusion, its default); a LayerNormLinear's norm: output, mean and rsigma
+// forward, dx, dgamma and dbeta backward (extensions/normalization.cpp L23-25, L87-88; an RMSNorm
+// allocates one fewer, counted alike); fused attention (flash, cuDNN): the output and the
+// softmax statistics forward, dQ, dK and dV backward; the unfused DotProductAttention (torch.
+// empty of the score matrix before baddbmm, the fused softmax's output; with dropout,
+// native_dropout's output and mask forward, its gradient backward). Under Megatron-Core's own
+// modules (local) the unfused attention's softmax output and dropout only. Nothing otherwise.
+AddedKernels deterministic_fills(const Op& op, const Plan& plan);
+
 // Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:
 //  kEager under host_framework native: its launches (profile.host_launch_s each);
 //  kEager under PyTorch: per kernel a launch and the ATen dispatcher; an op of the forward or a
@@ -54,7 +75,8 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //  kEager under Transformer Engine modules (Plan::transformer_impl): a layer's GEMM (te.Linear)
 //    and norm (what te.LayerNormLinear adds for its LayerNorm) cost the module call's measured
 //    host time (profile.host_te_*: forward; backward at the data gradient, the weight
-//    gradient's GEMM inside it), in place of the per-kernel terms above;
+//    gradient's GEMM inside it; times profile.host_te_before_2_10_factor under a Transformer
+//    Engine older than 2.10, Plan::te_version), in place of the per-kernel terms above;
 //    an expert GEMM run per expert (multi_stream_expert_gemm) is one module call that launches a
 //    cuBLAS GEMM per local expert from C++: the per-kernel launches, the Python, autograd and
 //    module terms once;
@@ -66,6 +88,7 @@ int64_t kernel_launches(const Op& op, const Plan& plan);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;
 //  kCompiled: its launches.
+// An eager op adds the launch and dispatch of each kernel deterministic_fills counts.
 double host_issue_seconds(const Op& op, const Plan& plan, const Profile& profile);
 
 }  // namespace parasol::cost

@@ -369,10 +369,13 @@ double OpPricer::elementwise_bytes(const Op& op) const {
 }
 
 double OpPricer::price(const Op& op, int stage, bool host) {
-  const double epilogue = op.epilogue_bytes > 0 ? memory_time(cluster_.gpu_device(reps_[stage]),
-                                                              prof_, op.epilogue_bytes)
-                                                : 0;
-  return (epilogue + body_price(op, stage, host)) * op.load;
+  const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
+  const double epilogue = op.epilogue_bytes > 0 ? memory_time(dev, prof_, op.epilogue_bytes) : 0;
+  // The deterministic fills of the outputs the op's framework allocates (host_cost.h).
+  const AddedKernels fills = deterministic_fills(op, plan_);
+  const double filled =
+      fills.launches > 0 ? small_kernels_time(dev, prof_, fills.bytes, fills.launches) : 0;
+  return (epilogue + filled + body_price(op, stage, host)) * op.load;
 }
 
 double OpPricer::body_price(const Op& op, int stage, bool host) {

@@ -179,6 +179,12 @@ Profile default_profile(const DeviceSpec& d) {
   // (TE issue #2053, as for TE's modules above). profile_ranges.cc: from a bare torch.nn.Linear
   // forward on the same host (TE #2053: 13.48 us) to the measured figure.
   p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS;
+  // Under a Transformer Engine older than 2.10 (Plan::te_version), before its CPU-overhead PRs
+  // #2377 and #2400 (2025-11): te.Linear's forward cost 99.66 us of CPU on GB200 (TE issue #2053,
+  // 2025-08-11) against 59.19 us before PR #3523 (2026-09), so each TE module call costs 1.68x
+  // the figures above (the struct's default; profile_ranges.cc: 1 to 1.95, against PR #3523's
+  // after-figure).
+  p.host_te_before_2_10_factor = kTeGraceLinearFwdBefore210S / kTeGraceLinearFwdS;
   if (d.name == "GB200") {
     p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS * kGraceOverX86Host;
     // A Grace host: PR #3523's GB200 figures as measured.
@@ -405,6 +411,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.host_te_linear_fwd_s = p.host_te_linear_bwd_s = 0;
     p.host_te_norm_fwd_s = p.host_te_norm_bwd_s = 0;
     p.host_local_linear_fwd_s = 0;
+    p.host_te_before_2_10_factor = 1;
   }
   return p;
 }
@@ -532,6 +539,7 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "host_te_norm_fwd_us",
                 "host_te_norm_bwd_us",
                 "host_local_linear_fwd_us",
+                "host_te_before_2_10_factor",
                 "error_bands"});
   Profile p = default_profile(device_spec(r.string("device"), r.field("device")));
   p.source = r.string_or("source", "file");
@@ -632,6 +640,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
   us("host_te_norm_fwd_us", p.host_te_norm_fwd_s);
   us("host_te_norm_bwd_us", p.host_te_norm_bwd_s);
   us("host_local_linear_fwd_us", p.host_local_linear_fwd_s);
+  p.host_te_before_2_10_factor =
+      r.number_or("host_te_before_2_10_factor", p.host_te_before_2_10_factor, 1, 10);
   p.host_copy_efficiency = r.number_or("host_copy_efficiency", p.host_copy_efficiency, 1e-3, 1);
   p.host_adam_params_per_s =
       r.number_or("host_adam_params_per_s", p.host_adam_params_per_s, 1, 1e15);
@@ -695,6 +705,7 @@ Json profile_to_json(const Profile& p) {
             {"host_te_norm_fwd_us", in_json_unit(p.host_te_norm_fwd_s, 1e-6)},
             {"host_te_norm_bwd_us", in_json_unit(p.host_te_norm_bwd_s, 1e-6)},
             {"host_local_linear_fwd_us", in_json_unit(p.host_local_linear_fwd_s, 1e-6)},
+            {"host_te_before_2_10_factor", p.host_te_before_2_10_factor},
             {"traces", p.traces},
             {"error_bands", error_bands_to_json(p.error_bands)}};
   if (p.expert_exchange_nvlink_efficiency > 0)

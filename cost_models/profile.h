@@ -61,6 +61,10 @@ inline constexpr double kTeGraceLinearBwdAfterS = (276.50 - 51.19) * 1e-6;
 inline constexpr double kTeGraceNormFwdAfterS = (65.25 - 51.19) * 1e-6;
 inline constexpr double kTeGraceNormBwdAfterS = ((349.00 - 65.25) - (276.50 - 51.19)) * 1e-6;
 inline constexpr double kGraceOverX86Host = 37.08 / 13.48;
+// Transformer Engine's te.Linear forward, BF16, on GB200 before TE's CPU-overhead work of TE 2.10
+// (PRs #2377 and #2400, merged 2025-11-17/19): 99.66 us of CPU per call (TE issue #2053,
+// 2025-08-11, TE 2.5-2.6 era), against 59.19 us on the same platform before PR #3523 (2026).
+inline constexpr double kTeGraceLinearFwdBefore210S = 99.66e-6;
 // Megatron-Core's own ColumnParallelLinear, BF16, TP 1: CPU time of one forward call
 // (NVIDIA/TransformerEngine PR #1191, 2024-09-18, Megatron-LM @6b35ca80: "74 us per forward
 // pass"), and a torch.nn.Linear forward's on an H100 DGX's Xeon 8480C (TE issue #2053: 13.48 us),
@@ -156,6 +160,11 @@ struct Profile {
   double host_te_linear_bwd_s = 91.7e-6;
   double host_te_norm_fwd_s = 8.8e-6;
   double host_te_norm_bwd_s = 22.6e-6;
+  // How much more host time each of those module calls costs under a Transformer Engine older
+  // than 2.10 (Plan::te_version 1-209), before TE's CPU-overhead PRs #2377 and #2400: the ratio
+  // of te.Linear's forward on GB200 then (TE issue #2053) and now (PR #3523's table). Source and
+  // range in profile.cc and profile_ranges.cc.
+  double host_te_before_2_10_factor = kTeGraceLinearFwdBefore210S / kTeGraceLinearFwdS;
   // Megatron-Core's own tensor-parallel modules (Plan::transformer_impl local, and the output
   // layer, a ColumnParallelLinear under either module set): the host's whole time for one
   // ColumnParallelLinear / RowParallelLinear forward call, its launches included, in seconds.

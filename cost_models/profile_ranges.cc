@@ -85,6 +85,11 @@ void te_modules(Ranges& r, bool grace) {
         "Megatron-Core ColumnParallelLinear forward, BF16, TP 1: 74 us of CPU (TE PR #1191); a"
         " bare torch.nn.Linear forward 13.48 us on an H100 DGX host (TE #2053), the floor;"
         " on Grace x 2.75 (TE #2053)");
+  // Transformer Engine before 2.10 (profile.cc states the point).
+  cited(r, "host_te_before_2_10_factor", 1.0, kTeGraceLinearFwdBefore210S / kTeGraceLinearFwdAfterS,
+        "te.Linear forward on GB200 before TE 2.10's CPU-overhead PRs #2377/#2400: 99.66 us (TE"
+        " #2053, 2025-08) over 59.19 us (PR #3523's before-figure, 2026) = 1.68; from no change"
+        " (the two benchmarks' shapes differ) to 99.66 over PR #3523's after-figure 51.19 = 1.95");
 }
 
 // What GPU servers share: kernel launch, overlap, host copies and host memory, CPU Adam on the
@@ -469,6 +474,8 @@ Ranges host_cpu() {
                         "host_te_norm_fwd_us", "host_te_norm_bwd_us", "host_local_linear_fwd_us"})
     uncertain(r, k, 0, 0,
               "the CPU runtime's executor runs each op inline: issuing it is in its own time");
+  uncertain(r, "host_te_before_2_10_factor", 1, 1,
+            "the CPU runtime's executor issues no Transformer Engine module calls");
   return r;
 }
 

@@ -130,6 +130,16 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   if (p.tp_comm_overlap)
     r.add("plan.tp_comm_overlap",
           "Megatron-DeepSpeed has no Transformer Engine userbuffers overlap");
+  // --use-flash-attn-triton runs flash-attn's Triton kernel (Megatron-DeepSpeed
+  // megatron/model/transformer.py L47, L472-501 FlashSelfAttentionTriton), whose forward asserts
+  // "FlashAttention only support head dimensions up to 128" (flash_attn/flash_attn_triton.py
+  // _flash_attn_forward).
+  if ((p.tp > 1 || p.pp > 1) && p.flash_attention &&
+      p.attention_kernel == AttentionKernel::kTriton && model.head_dim > 128)
+    r.add("plan.attention_kernel",
+          "flash-attn's Triton kernel (Megatron-DeepSpeed --use-flash-attn-triton) supports head "
+          "dimensions up to 128; this model's is " +
+              std::to_string(model.head_dim));
   if (p.precision == Dtype::kFp8 || p.precision == Dtype::kTf32)
     r.add("plan.precision", std::string("DeepSpeed's config has no ") + dtype_name(p.precision) +
                                 " mode (bf16, fp16 or fp32)");

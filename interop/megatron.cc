@@ -346,6 +346,16 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (!p.nan_check) add(a, "--no-check-for-nan-in-loss-and-grad");
   if (p.log_params_norm) add(a, "--log-params-norm");
   if (p.log_num_zeros_in_grad) add(a, "--log-num-zeros-in-grad");
+  // --deterministic-mode (megatron/core/model_parallel_config.py L229; megatron/training/
+  // determinism.py: torch.use_deterministic_algorithms(True), and it asserts
+  // tp_comm_overlap=False, ARG_VALUES_REQUIRED_FOR_DETERMINISM).
+  if (p.deterministic) {
+    if (p.tp_comm_overlap)
+      r.add("plan.deterministic",
+            "Megatron-LM's --deterministic-mode requires --tp-comm-overlap off "
+            "(training/determinism.py ARG_VALUES_REQUIRED_FOR_DETERMINISM)");
+    add(a, "--deterministic-mode");
+  }
   if (p.transformer_impl != TransformerImpl::kTorch)
     add(a, "--transformer-impl", transformer_impl_name(p.transformer_impl));
   if (p.cuda_graphs != CudaGraphs::kNone)

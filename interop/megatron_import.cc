@@ -3,10 +3,10 @@
 // JSON. Flag names and defaults as in megatron.cc's source note (NVIDIA/Megatron-LM d98e8a6).
 // Megatron-DeepSpeed's flags (deepspeedai/Megatron-DeepSpeed 4efb479 megatron/arguments.py:
 // --num-key-value-heads L623, --rotary-position-embeddings-theta L635, --normalization
-// layernorm|rmsnorm L647, --use-flash-attn-v2 L930, --zero-stage L1487,
-// --deepspeed-activation-checkpointing L1524, --checkpoint-in-cpu L1530) and DeepSpeed's launcher
-// (--num_nodes, --num_gpus, --hostfile: deepspeed/launcher/runner.py) are read as well, with the
-// ds_config.json the launcher names.
+// layernorm|rmsnorm L647, --use-flash-attn-v2 L930, --use-flash-attn-triton L933,
+// --zero-stage L1487, --deepspeed-activation-checkpointing L1524, --checkpoint-in-cpu L1530) and
+// DeepSpeed's launcher (--num_nodes, --num_gpus, --hostfile: deepspeed/launcher/runner.py) are
+// read as well, with the ds_config.json the launcher names.
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -226,12 +226,12 @@ const std::set<std::string> kRead = {
     "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
-    "transformer-impl",
+    "deterministic-mode", "transformer-impl",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
-    "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "zero-stage", "deepspeed",
-    "deepspeed_config", "deepspeed-activation-checkpointing", "checkpoint-in-cpu",
-    "ds-sequence-parallel-size",
+    "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "use-flash-attn-triton",
+    "zero-stage", "deepspeed", "deepspeed_config", "deepspeed-activation-checkpointing",
+    "checkpoint-in-cpu", "ds-sequence-parallel-size",
     // torchrun and DeepSpeed's launcher
     "nproc_per_node", "nproc-per-node", "nnodes", "num_nodes", "num_gpus"};
 
@@ -715,6 +715,8 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // The per-step statistics it logs (training/config/training_config.py: both off by default).
   if (f.has("log-params-norm")) j["log_params_norm"] = true;
   if (f.has("log-num-zeros-in-grad")) j["log_num_zeros_in_grad"] = true;
+  // PyTorch's deterministic algorithms (--deterministic-mode, model_parallel_config.py L229).
+  if (f.has("deterministic-mode")) j["deterministic"] = true;
   // The modules its layers call (--transformer-impl): Transformer Engine's or Megatron's own
   // (local) where the arguments name them; an argument list without the flag (whose Megatron
   // default is transformer_engine) stays torch, so that a plan exported without it reads back as
@@ -850,10 +852,15 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
     else
       j.erase(key);
   }
-  // Megatron-DeepSpeed's attention: flash-attn with --use-flash-attn(-v1|-v2), else its own.
+  // Megatron-DeepSpeed's attention: flash-attn with --use-flash-attn(-v1|-v2), flash-attn 1.x's
+  // Triton kernel with --use-flash-attn-triton (arguments.py L433: any of them sets
+  // use_flash_attn; megatron/model/transformer.py L607-608: the Triton one wins, as
+  // FlashSelfAttentionTriton), else its own.
+  const bool triton = f.has("use-flash-attn-triton");
   j["flash_attention"] =
-      f.has("use-flash-attn-v2") || f.has("use-flash-attn") || f.has("use-flash-attn-v1");
+      triton || f.has("use-flash-attn-v2") || f.has("use-flash-attn") || f.has("use-flash-attn-v1");
   j.erase("attention_kernel");
+  if (triton) j["attention_kernel"] = "triton";
   // --checkpoint-in-cpu is the config's cpu_checkpointing (activation offload) again.
   if (f.has("checkpoint-in-cpu") &&
       !(j.contains("offload") && j["offload"].is_string() &&

@@ -295,6 +295,12 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--log-num-zeros-in-grad", "log_num_zeros_in_grad", o.log_num_zeros_in_grad,
             "Megatron's --log-num-zeros-in-grad: the gradients' zeros counted tensor by tensor "
             "and a device-to-host sync before every optimizer step");
+  bool_flag(cmd, o, "--deterministic", "deterministic", o.deterministic,
+            "PyTorch's deterministic algorithms (Megatron's --deterministic-mode): each output "
+            "Transformer Engine allocates is NaN-filled first, a kernel more each");
+  cmd->add_option("--transformer-engine-version", o.transformer_engine_version,
+                  "major.minor of the Transformer Engine the run uses (before 2.10 its module "
+                  "calls cost the host more)");
 }
 
 void add_profile_flag(CLI::App* cmd, SpecOptions& o) {
@@ -371,6 +377,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("nan_check", o.nan_check);
   set("log_params_norm", o.log_params_norm);
   set("log_num_zeros_in_grad", o.log_num_zeros_in_grad);
+  set("deterministic", o.deterministic);
+  set("transformer_engine_version", o.transformer_engine_version);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";
   for (const auto& [key, v] : o.raw) j[key] = v;

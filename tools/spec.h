@@ -33,7 +33,8 @@ struct SpecOptions {
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
   std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
-  std::optional<bool> repeat_kv;
+  std::optional<bool> repeat_kv, deterministic;
+  std::optional<std::string> transformer_engine_version;
   std::optional<std::string> cuda_graphs, optimizer_impl, host_framework, transformer_impl;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;

@@ -335,9 +335,20 @@ TEST(HostPlan, SwitchesRoundTripThroughJson) {
   p.nan_check = false;
   p.log_params_norm = true;
   p.log_num_zeros_in_grad = true;
+  p.deterministic = true;
+  p.te_version = 208;
   const Plan q = plan_from_json(plan_to_json(p));
   EXPECT_TRUE(q.log_params_norm);
   EXPECT_TRUE(q.log_num_zeros_in_grad);
+  EXPECT_TRUE(q.deterministic);
+  EXPECT_EQ(q.te_version, 208);
+  EXPECT_EQ(plan_to_json(p)["transformer_engine_version"], "2.8");
+  EXPECT_FALSE(plan_from_json(plan_to_json(small_plan())).deterministic);
+  EXPECT_EQ(plan_from_json(plan_to_json(small_plan())).te_version, 0);
+  // The version as uv.lock and pip print it, local suffix and patch included.
+  Json v = plan_to_json(small_plan());
+  v["transformer_engine_version"] = "2.14.0+f031cf87";
+  EXPECT_EQ(plan_from_json(v).te_version, 214);
   EXPECT_FALSE(plan_from_json(plan_to_json(small_plan())).log_params_norm);
   EXPECT_EQ(q.cuda_graphs, CudaGraphs::kLayers);
   EXPECT_TRUE(q.torch_compile);

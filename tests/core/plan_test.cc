@@ -936,6 +936,17 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.cp_comm_type", "'ring' is not one of p2p|all_gather|a2a|a2a+p2p");
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_a2a_size": -1})")); }, "plan.cp_a2a_size",
               "");
+  for (const char* bad : {"2", "two.eight", "2.", ".8", "2.100", "0.9"})
+    ExpectError(
+        [&] {
+          plan_from_json(
+              Json::parse(std::string(R"({"transformer_engine_version": ")") + bad + "\"}"));
+        },
+        "plan.transformer_engine_version", "is not a Transformer Engine version");
+  ExpectError([] { plan_from_json(Json::parse(R"({"transformer_engine_version": 2.8})")); },
+              "plan.transformer_engine_version", "");
+  ExpectError([] { plan_from_json(Json::parse(R"({"deterministic": "yes"})")); },
+              "plan.deterministic", "");
 }
 
 TEST(PlanJson, Defaults) {

@@ -488,6 +488,14 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kTransformerEngine; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kLocal; },
+      [](Plan& p) {  // price-cache bit 47: the fills of the outputs TE allocates
+        p.transformer_impl = TransformerImpl::kTransformerEngine;
+        p.deterministic = true;
+      },
+      [](Plan& p) {  // bit 48: TE's module calls before TE 2.10
+        p.transformer_impl = TransformerImpl::kTransformerEngine;
+        p.te_version = 208;
+      },
       [](Plan& p) { p.dp = p.ep = p.cp = 2; },
       [](Plan& p) {
         p.dp = p.ep = p.cp = 2;
@@ -521,7 +529,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
     plans.push_back(p);
     which.push_back(i);
   }
-  ASSERT_GE(plans.size(), 31u);  // the switches above that the mixtral plan accepts
+  ASSERT_GE(plans.size(), 33u);  // the switches above that the mixtral plan accepts
   Estimator est(m, c, prof);
   // Every plan after all the others (in both orders), against a fresh Estimator.
   for (int pass = 0; pass < 2; ++pass)

@@ -301,5 +301,147 @@ TEST(HostIssueSeconds, TeLayerIsFourLinearsAndTwoNormsPerMicroBatch) {
   EXPECT_NEAR(te, m.layers * 2 * per_layer, 1e-9);
 }
 
+// Before Transformer Engine 2.10 (Plan::te_version 1-209) every TE module call costs
+// host_te_before_2_10_factor times the figures: te.Linear's forward on GB200 cost 99.66 us of CPU
+// in TE issue #2053 (2025-08) against 59.19 us in PR #3523's table (2026). 2.10 and later, and a
+// plan that names no version, keep them; other ops are untouched.
+TEST(HostIssueSeconds, TransformerEngineBefore210CostsTheEarlierFigure) {
+  const Profile f = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  EXPECT_NEAR(f.host_te_before_2_10_factor, 99.66 / 59.19, 1e-12);
+  Plan te;
+  te.transformer_impl = TransformerImpl::kTransformerEngine;
+  Plan old = te, v210 = te, v216 = te;
+  old.te_version = 208;
+  v210.te_version = 210;
+  v216.te_version = 216;
+  Op fc1;
+  fc1.kind = OpKind::kLinear;
+  fc1.tags.layer = 3;
+  fc1.tags.phase = Phase::kForward;
+  Op dx = fc1, ln = fc1, head = fc1;
+  dx.tags.phase = Phase::kBackward;
+  ln.kind = OpKind::kNorm;
+  head.tags.layer = -1;
+  for (const Op& op : {fc1, dx, ln}) {
+    EXPECT_NEAR(host_issue_seconds(op, old, f), 99.66 / 59.19 * host_issue_seconds(op, te, f),
+                1e-15);
+    EXPECT_DOUBLE_EQ(host_issue_seconds(op, v210, f), host_issue_seconds(op, te, f));
+    EXPECT_DOUBLE_EQ(host_issue_seconds(op, v216, f), host_issue_seconds(op, te, f));
+  }
+  // The output layer is Megatron-Core's ColumnParallelLinear, not a TE module.
+  EXPECT_DOUBLE_EQ(host_issue_seconds(head, old, f), host_issue_seconds(head, te, f));
+}
+
+// Under PyTorch's deterministic algorithms (Megatron's --deterministic-mode) each output that
+// Transformer Engine's C++ allocates through the dispatcher is NaN-filled first: one kernel and
+// its bytes, worked by hand here for a 4096-token layer of hidden 512 (bf16), and issued from C++
+// (a launch and the dispatcher each). The weight gradient accumulates into main_grad (no
+// allocation); the output layer, torch plans and non-deterministic plans add nothing.
+TEST(DeterministicFills, OutputsTransformerEngineAllocatesAreFilled) {
+  const Profile f = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
+  Plan te;
+  te.transformer_impl = TransformerImpl::kTransformerEngine;
+  Plan det = te;
+  det.deterministic = true;
+  Op qkv;
+  qkv.kind = OpKind::kLinear;
+  qkv.tags.layer = 0;
+  qkv.tags.phase = Phase::kForward;
+  qkv.m = 4096;
+  qkv.n = 1536;
+  qkv.k = 512;
+  AddedKernels a = deterministic_fills(qkv, det);
+  EXPECT_EQ(a.launches, 1);
+  EXPECT_DOUBLE_EQ(a.bytes, 4096.0 * 1536 * 2);
+  EXPECT_EQ(deterministic_fills(qkv, te).launches, 0);
+  Plan torch_det = det;
+  torch_det.transformer_impl = TransformerImpl::kTorch;
+  EXPECT_EQ(deterministic_fills(qkv, torch_det).launches, 0);
+  EXPECT_NEAR(host_issue_seconds(qkv, det, f),
+              host_issue_seconds(qkv, te, f) + f.host_launch_s + f.host_dispatch_s, 1e-15);
+  Op dx = qkv, dw = qkv, head = qkv;
+  dx.tags.phase = dw.tags.phase = Phase::kBackward;
+  dx.backward_data = true;
+  dw.role = OpRole::kWeightGrad;
+  head.tags.layer = -1;
+  EXPECT_EQ(deterministic_fills(dx, det).launches, 1);
+  EXPECT_EQ(deterministic_fills(dw, det).launches, 0);
+  EXPECT_EQ(deterministic_fills(head, det).launches, 0);
+  // LayerNormLinear's norm: the output, mean and rsigma (forward), dx, dgamma, dbeta (backward).
+  Op ln = qkv;
+  ln.kind = OpKind::kNorm;
+  ln.elements = 4096.0 * 512;
+  a = deterministic_fills(ln, det);
+  EXPECT_EQ(a.launches, 3);
+  EXPECT_DOUBLE_EQ(a.bytes, 4096.0 * 512 * 2);
+  // Unfused attention (TE UnfusedDotProductAttention): 4 sequences x 8 heads x 1024 x 1024 scores:
+  // the score matrix and the softmax output; with dropout also its output and (bool) mask, and
+  // its gradient backward. Fused: the output and the fp32 LSE, then dQ, dK, dV.
+  Op attn;
+  attn.kind = OpKind::kAttention;
+  attn.tags.layer = 0;
+  attn.tags.phase = Phase::kForward;
+  attn.attn.batch = 4;
+  attn.attn.seq_q = attn.attn.seq_kv = 1024;
+  attn.attn.heads = attn.attn.kv_heads = 8;
+  attn.attn.head_dim = 64;
+  attn.attn.flash = false;
+  const double scores = 4.0 * 8 * 1024 * 1024;
+  a = deterministic_fills(attn, det);
+  EXPECT_EQ(a.launches, 2);
+  EXPECT_DOUBLE_EQ(a.bytes, scores * 4);
+  attn.attn.dropout = true;
+  a = deterministic_fills(attn, det);
+  EXPECT_EQ(a.launches, 4);
+  EXPECT_DOUBLE_EQ(a.bytes, scores * 7);
+  Op attn_bwd = attn;
+  attn_bwd.tags.phase = Phase::kBackward;
+  EXPECT_EQ(deterministic_fills(attn_bwd, det).launches, 1);
+  // Megatron-Core's own attention (local): its scores come from a global buffer.
+  Plan local_det = det;
+  local_det.transformer_impl = TransformerImpl::kLocal;
+  EXPECT_EQ(deterministic_fills(attn, local_det).launches, 3);
+  EXPECT_EQ(deterministic_fills(qkv, local_det).launches, 0);
+  attn.attn.flash = true;
+  attn_bwd.attn.flash = true;
+  a = deterministic_fills(attn, det);
+  EXPECT_EQ(a.launches, 2);
+  EXPECT_DOUBLE_EQ(a.bytes, 4.0 * 1024 * 8 * (64 * 2 + 4));
+  a = deterministic_fills(attn_bwd, det);
+  EXPECT_EQ(a.launches, 3);
+  EXPECT_DOUBLE_EQ(a.bytes, 3 * 4.0 * 1024 * 8 * 64 * 2);
+  // Inside a CUDA graph the fills are replayed with the rest: no host time.
+  qkv.host_issue = HostIssue::kInGraph;
+  EXPECT_DOUBLE_EQ(host_issue_seconds(qkv, det, f), 0.0);
+}
+
+// The fills are ops' device time as well: a deterministic TE plan's step is longer on the GPU by
+// at least the fills' bytes at the HBM bandwidth (the closed form).
+TEST(DeterministicFills, LengthenTheStep) {
+  const Model m = model_preset("gpt2-124m");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.micro_batch = 4;
+  p.global_batch = 32;
+  p.flash_attention = false;
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  Plan det = p;
+  det.deterministic = true;
+  const Profile f = default_profile(c.gpu_device(0));
+  const Program prog = lower(m, c, det).programs.at(0);
+  double bytes = 0;
+  int64_t kernels = 0;
+  for (const Op& op : prog.ops) {
+    const AddedKernels a = deterministic_fills(op, det);
+    bytes += a.bytes;
+    kernels += a.launches;
+  }
+  EXPECT_GT(kernels, 12 * 10);  // every layer's GEMMs, norms and attention, both passes
+  const double floor = bytes / c.gpu_device(0).hbm_bw;
+  const Estimate e0 = estimate(m, c, p, f), e1 = estimate(m, c, det, f);
+  EXPECT_GT(e1.step_time_s - e0.step_time_s, floor);
+}
+
 }  // namespace
 }  // namespace parasol::cost

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -69,6 +71,53 @@ TEST(DeepSpeedExport, GoldenFiles) {
     expect_golden(e, "deepspeed", c.name);
     EXPECT_EQ(rules::deepspeed_violations(rules::files_of(e)), std::vector<std::string>{});
   }
+}
+
+// FlashAttention in Triton (attention_kernel triton) is Megatron-DeepSpeed's
+// --use-flash-attn-triton: an option its parser defines (arguments.py L933; the rules check every
+// exported option against arguments.py's parser, which exits on any other), written in place of
+// --use-flash-attn-v2 (the Triton kernel wins: transformer.py L607-608), read back as the same
+// kernel, and refused where flash_attn_triton.py's forward would assert (head dim > 128).
+TEST(DeepSpeedExport, TritonFlashAttentionIsAnOptionOfMegatronDeepSpeedsParser) {
+  const char* plan =
+      R"({"tp": 2, "dp": 4, "zero": 1, "mbs": 1, "gbs": 32, "attention_kernel": "triton"})";
+  const Export e =
+      export_deepspeed(model_preset("llama3-8b"), cluster_preset("dgx-h100", 8), plan_of(plan));
+  const std::string sh = file_named(e, "launch_deepspeed.sh").text;
+  const auto flags = rules::flags_of(sh);
+  EXPECT_EQ(flags.count("use-flash-attn-triton"), 1u);
+  EXPECT_EQ(flags.count("use-flash-attn-v2"), 0u);
+  EXPECT_EQ(rules::megatron_deepspeed_options().count("use-flash-attn-triton"), 1u);
+  EXPECT_EQ(rules::deepspeed_violations(rules::files_of(e)), std::vector<std::string>{});
+  // The oracle refuses an option the parser does not define, and the Triton kernel over
+  // 128-wide heads.
+  std::map<std::string, std::string> files = rules::files_of(e);
+  files["launch_deepspeed.sh"] = std::regex_replace(
+      sh, std::regex("--use-flash-attn-triton"), "--use-flash-attn-triton\n  --use-flash-attn-v3");
+  EXPECT_EQ(rules::deepspeed_violations(files),
+            std::vector<std::string>{
+                "Megatron-DeepSpeed arguments.py L60: unrecognized argument --use-flash-attn-v3"});
+  files["launch_deepspeed.sh"] =
+      std::regex_replace(sh, std::regex("--hidden-size 4096"), "--hidden-size 8192");
+  EXPECT_EQ(rules::deepspeed_violations(files),
+            std::vector<std::string>{"flash_attn_triton.py _flash_attn_forward: head dim <= 128"});
+  // Imported back: the same kernel.
+  const auto dir = write_export(e, "ds_triton");
+  const std::string path = (dir / "launch_deepspeed.sh").string();
+  const std::optional<ImportedJob> job = import_file(path, read_file_text(path), {});
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->plan.value("attention_kernel", ""), "triton");
+  EXPECT_EQ(job->plan.value("flash_attention", false), true);
+  EXPECT_EQ(plan_to_json(plan_from_json(job->plan)), [&] {
+    Json want = plan_to_json(plan_of(plan));
+    want["cluster"] = "dgx-h100";
+    return want;
+  }());
+  // flash-attn's Triton forward asserts head dim <= 128: TNLG-530B's heads are 160 wide.
+  expect_refusals(export_deepspeed, {{"tnlg-530b", 64,
+                                      R"({"tp": 8, "dp": 8, "zero": 1, "mbs": 1, "gbs": 64,
+                        "attention_kernel": "triton"})",
+                                      "plan.attention_kernel"}});
 }
 
 // DeepSpeed's _batch_assertion, computed here from the plan: train_batch_size =

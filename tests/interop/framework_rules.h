@@ -131,6 +131,116 @@ inline std::vector<std::string> megatron_violations(const std::string& args_text
   return broken;
 }
 
+// Every option Megatron-DeepSpeed's parser defines (deepspeedai/Megatron-DeepSpeed 4efb479
+// megatron/arguments.py parse_args: the option strings of each add_argument of its _add_*_args
+// groups, L21-54), and those deepspeed.add_config_arguments adds (deepspeedai/DeepSpeed edaa722
+// deepspeed/__init__.py L283-297: --deepspeed, --deepspeed_config, --deepscale,
+// --deepscale_config). parse_args calls parser.parse_args(), which exits on any other option
+// ("unrecognized arguments"). Names without the leading dashes.
+inline const std::set<std::string>& megatron_deepspeed_options() {
+  static const std::set<std::string> kOptions = [] {
+    std::istringstream in(
+        "DDP-impl accumulate-allreduce-grads-in-fp32 adam-beta1 adam-beta2 adam-eps "
+        "adlr-autoresume "
+        "adlr-autoresume-interval aml-data-download-path apply-layernorm-1p "
+        "apply-residual-connection-post-layernorm attention-dropout attention-softmax-in-fp32 "
+        "batch-size bert-embedder-type bert-load bert-no-binary-head bf16 biencoder-projection-dim "
+        "biencoder-shared-query-context-model block-data-path checkpoint-activations "
+        "checkpoint-in-cpu "
+        "checkpoint-num-layers classes-fraction clip-grad contigious-checkpointing cpu-optimizer "
+        "cpu_torch_adam create-moe-param-group data-cache-path data-efficiency-curriculum-learning "
+        "data-impl data-parallel-random-init data-path data-per-class-fraction dataloader-type "
+        "decoder-num-layers decoder-seq-length deepscale deepscale_config deepspeed "
+        "deepspeed-activation-checkpointing deepspeed_config dino-bottleneck-size "
+        "dino-freeze-last-layer dino-head-hidden-size dino-local-crops-number dino-local-img-size "
+        "dino-norm-last-layer dino-teacher-temp dino-warmup-teacher-temp "
+        "dino-warmup-teacher-temp-epochs disable-bias-linear disable-mem-efficient-ln "
+        "disable-moe-token-dropping disable-moe-top2-2nd-expert-sampling "
+        "distribute-checkpointed-activations distribute-saved-activations distributed-backend "
+        "distributed-timeout-minutes ds-inference ds-sequence-parallel-fpdt "
+        "ds-sequence-parallel-fpdt-chunk-size ds-sequence-parallel-fpdt-offloading "
+        "ds-sequence-parallel-size ds_fused_adam embedding-path embedding-weights-in-fp32 "
+        "empty-unused-memory-level enable-expert-tensor-parallelism enable-zbh1-exact-semantics "
+        "enable-zbh1-pipeline encoder-num-layers encoder-seq-length end-weight-decay eod-mask-loss "
+        "eval-interval eval-iters evidence-data-path exit-duration-in-mins exit-interval "
+        "exit-on-missing-checkpoint exit-signal-handler expert-interval ffn-hidden-size finetune "
+        "force-ds-sequence-parallel fp16 fp16-lm-cross-entropy fp32-residual-connection "
+        "fp8-amax-compute-algo fp8-amax-history-len fp8-e4m3 fp8-hybrid fp8-interval fp8-margin "
+        "global-batch-size head-lr-mult hidden-dropout hidden-size hidden-size-teacher hysteresis "
+        "ict-head-size ict-load img-h img-w indexer-batch-size indexer-log-interval inference "
+        "inference-batch-times-seqlen-threshold init-method-std init-method-xavier-uniform "
+        "initial-loss-scale iter-per-epoch kd kd-alpha-ce kd-beta-ce kd-temp kill-switch-file "
+        "kv-channels layernorm-epsilon lazy-mpu-init load load-tag load-teacher local-rank "
+        "local_rank "
+        "log-batch-size-to-tensorboard log-interval log-memory-to-tensorboard "
+        "log-num-zeros-in-grad "
+        "log-optimizer-states-to-tensorboard log-params-norm log-timers-to-tensorboard "
+        "log-validation-ppl-to-tensorboard log-world-size-to-tensorboard loss-scale "
+        "loss-scale-window "
+        "lr lr-decay-iters lr-decay-samples lr-decay-style lr-decay-tokens lr-warmup-fraction "
+        "lr-warmup-iters lr-warmup-samples lr-warmup-tokens make-vocab-size-divisible-by "
+        "mask-factor "
+        "mask-prob mask-type max-position-embeddings max-tokens-to-oom memory-centric-tiled-linear "
+        "merge-file micro-batch-size min-loss-scale min-lr mlp-type mmap-warmup "
+        "model-parallel-size "
+        "moe-eval-capacity-factor moe-expert-parallel-size moe-loss-coeff moe-min-capacity "
+        "moe-train-capacity-factor mos no-async-tensor-model-parallel-allreduce "
+        "no-barrier-with-level-1-timing no-bias-dropout-fusion no-bias-gelu-fusion "
+        "no-contiguous-buffers-in-local-ddp no-data-sharding no-fp8-wgrad "
+        "no-gradient-accumulation-fusion no-initialization no-load-lr-state no-load-optim "
+        "no-load-rng "
+        "no-log-learnig-rate-to-tensorboard no-log-loss-scale-to-tensorboard "
+        "no-masked-softmax-fusion "
+        "no-persist-layer-norm no-pipeline-parallel no-position-embedding "
+        "no-query-key-layer-scaling "
+        "no-save-optim no-save-rng no-scatter-gather-tensors-in-pipeline normalization "
+        "num-attention-heads num-attention-heads-teacher num-channels num-classes num-experts "
+        "num-experts-switch num-experts-teacher num-key-value-heads num-layers "
+        "num-layers-per-virtual-pipeline-stage num-layers-teacher num-workers onnx-safe "
+        "openai-gelu "
+        "optimizer output-bert-embeddings overlap-p2p-communication override-opt_param-scheduler "
+        "partition-activations patch-dim pipeline-model-parallel-size "
+        "pipeline-model-parallel-split-rank profile profile-backward profile-ranks profile_steps "
+        "query-in-block-prob rampup-batch-size random-ltd recompute-activations "
+        "recompute-granularity "
+        "recompute-method recompute-num-layers remote-device repeated-dataloader "
+        "reset-attention-mask "
+        "reset-iteration reset-position-ids retriever-report-topk-accuracies "
+        "retriever-score-scaling "
+        "retriever-seq-length retro-add-retriever retro-cyclic-train-iters "
+        "retro-encoder-attention-dropout retro-encoder-hidden-dropout retro-encoder-layers "
+        "retro-num-neighbors retro-num-retrieved-chunks retro-return-doc-ids retro-workdir "
+        "return-data-index rotary-percent rotary-position-embeddings-theta sample-rate save "
+        "save-interval scattered-embeddings seed seq-length sequence-parallel sgd-momentum "
+        "short-seq-prob skip-train split split-transformers squared-relu "
+        "standalone-embedding-stage "
+        "start-weight-decay swiglu swin-backbone-type synchronize-each-layer "
+        "tensor-model-parallel-size "
+        "tensorboard-dir tensorboard-log-interval tensorboard-queue-size test-data-path "
+        "tile-factor "
+        "timing-log-level timing-log-option titles-data-path tokenizer-model tokenizer-type topk "
+        "train-data-exact-num-epochs train-data-path train-desc-path train-doc-idx-path "
+        "train-idx-path "
+        "train-iters train-sample-idx-path train-samples train-shuffle-idx-path train-tokens "
+        "transformer-impl trust-remote-code universal-checkpoint "
+        "untie-embeddings-and-output-weights "
+        "use-checkpoint-args use-checkpoint-opt_param-scheduler use-cpu-initialization "
+        "use-dataset-only "
+        "use-distributed-optimizer use-flash-attn use-flash-attn-builder use-flash-attn-triton "
+        "use-flash-attn-v1 use-flash-attn-v2 use-one-sent-docs use-pin-memory "
+        "use-ring-exchange-p2p "
+        "use-rotary-position-embeddings use-tutel valid-data-path vision-backbone-type "
+        "vision-pretraining vision-pretraining-type vocab-extra-ids vocab-file vocab-size "
+        "wandb-exp-name wandb-project wandb-save-dir warmup weight-decay weight-decay-incr-style "
+        "zero-allgather-bucket-size zero-contigious-gradients zero-reduce-bucket-size "
+        "zero-reduce-scatter zero-stage ");
+    std::set<std::string> out;
+    for (std::string w; in >> w;) out.insert(w);
+    return out;
+  }();
+  return kOptions;
+}
+
 // deepspeedai/DeepSpeed edaa722 (0.19.6) launcher/runner.py and deepspeedai/Megatron-DeepSpeed
 // 4efb479 megatron/arguments.py, over an export's files (name -> text).
 inline std::vector<std::string> deepspeed_violations(
@@ -139,6 +249,10 @@ inline std::vector<std::string> deepspeed_violations(
   const std::string& sh = files.at("launch_deepspeed.sh");
   const auto f = flags_of(sh);
   if (f.count("deepspeed")) {  // Megatron-DeepSpeed's pretrain_gpt.py
+    // arguments.py L60 parser.parse_args(): an option its parser does not define ends the run.
+    for (const auto& [name, values] : f)
+      if (!megatron_deepspeed_options().count(name))
+        broken.push_back("Megatron-DeepSpeed arguments.py L60: unrecognized argument --" + name);
     // arguments.py L310-311: max_position_embeddings >= seq_length.
     if (int_flag(f, "max-position-embeddings", 0) < int_flag(f, "seq-length", 0))
       broken.push_back("Megatron-DeepSpeed arguments.py L311: max_position_embeddings >= seq");
@@ -158,6 +272,13 @@ inline std::vector<std::string> deepspeed_violations(
       if (heads % sp != 0 || int_flag(f, "num-key-value-heads", heads) % sp != 0)
         broken.push_back("DeepSpeed sequence/layer.py: heads % sequence-parallel size == 0");
     }
+    // --use-flash-attn-triton: megatron/model/transformer.py L607-608 runs
+    // FlashSelfAttentionTriton, flash-attn's flash_attn_triton.flash_attn_func, whose forward
+    // asserts d <= 128 ("FlashAttention only support head dimensions up to 128").
+    const long long head_dim =
+        int_flag(f, "kv-channels", int_flag(f, "hidden-size", 0) / std::max(1LL, heads));
+    if (f.count("use-flash-attn-triton") && head_dim > 128)
+      broken.push_back("flash_attn_triton.py _flash_attn_forward: head dim <= 128");
     // arguments.py L401-407: sequence parallelism raises unless CUDA_DEVICE_MAX_CONNECTIONS is
     // "1" on every rank. The launching node's environment reaches its ranks (runner.py L480
     // env = os.environ.copy()); the other nodes get only the EXPORT_ENVS prefixes (L37,

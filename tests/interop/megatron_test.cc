@@ -341,6 +341,13 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p = base;
   p.attention_kernel = AttentionKernel::kTriton;  // no Triton attention backend in Megatron
   expect_refused(m, p, "plan.attention_kernel");
+  p = base;
+  p.tp = 2;
+  p.dp = 2;
+  p.sequence_parallel = true;
+  p.tp_comm_overlap = true;
+  p.deterministic = true;  // determinism.py: --deterministic-mode asserts tp_comm_overlap off
+  expect_refused(m, p, "plan.deterministic");
   expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
 }
 
@@ -369,14 +376,16 @@ std::vector<Case> round_trip_cases() {
        plan({{"tp", 8}, {"pp", 4}, {"dp", 2}, {"sp", true}, {"gbs", 64}, {"mbs", 2}})},
       {"interleaved", "llama3-8b", "dgx-h100", 32,
        plan({{"tp", 2}, {"pp", 4}, {"dp", 4}, {"vpp", 4}, {"gbs", 64}, {"zero", 1}})},
-      // Megatron's CI functional tests log the parameter norm and the gradients' zeros.
+      // Megatron's CI functional tests log the parameter norm and the gradients' zeros, and most
+      // run --deterministic-mode.
       {"logged_statistics", "gpt2-124m", "dgx-h100", 8,
        plan({{"dp", 8},
              {"mbs", 4},
              {"gbs", 32},
              {"zero", 1},
              {"log_params_norm", true},
-             {"log_num_zeros_in_grad", true}})},
+             {"log_num_zeros_in_grad", true},
+             {"deterministic", true}})},
       {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
        plan({{"tp", 4},
              {"pp", 2},
