@@ -406,7 +406,7 @@ namespace {
 // The plan's switches a layer's price depends on, as bits 0-31, 35 and 36 on of the price
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
-// attention kernel, 51 MPT's unpadded attention).
+// attention kernel, 47-48 deterministic mode and the TE era, 51 MPT's unpadded attention).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
