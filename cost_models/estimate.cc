@@ -189,9 +189,10 @@ namespace {
 // anyway (the simulator plays this; the closed form takes it over the micro-batch as a whole).
 double hidden_overlap(const Profile& f, const Estimator::StagePrice& s, double dp_hidden,
                       double dp_excess) {
-  return std::max(
-      0.0,
-      overlap_seconds(f, s.hidden, dp_hidden, s.forward + s.backward + s.recompute) - dp_excess);
+  // The expert all-to-alls slow compute as the data-parallel traffic does (holds_gemm_sms).
+  return std::max(0.0, overlap_seconds(f, s.hidden - s.ep_hidden, dp_hidden + s.ep_hidden,
+                                       s.forward + s.backward + s.recompute) -
+                           dp_excess);
 }
 }  // namespace
 
@@ -414,7 +415,9 @@ int64_t price_flags(const Plan& p) {
          (p.transformer_impl == TransformerImpl::kLocal ? int64_t{1} << 29 : 0) |
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
          (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
-         (int64_t{cp_a2a_ranks(p)} << 36);  // the hierarchical all-to-all groups' size
+         (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
+         (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
+         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
 }
 
 }  // namespace
@@ -520,6 +523,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
+    price.ep_hidden += n * lp.ep_hidden;
     price.host_forward += n * lp.host_forward;
     price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
                                 full_share * lp.host_forward);

@@ -395,6 +395,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       }
       if (op.flops > 0)
         return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;
+      // The router's score, top-k and aux-loss kernels (core/moe_load.h router_kernels).
+      if (op.kind == OpKind::kRouter)
+        return small_kernels_time(dev, prof_, elementwise_bytes(op), kernel_launches(op, plan_));
       return memory_time(dev, prof_, elementwise_bytes(op));
     case OpKind::kAttention: {
       const AttnShape a = attention_shape(op);
