@@ -62,14 +62,17 @@ namespace {
 
 // What an op's price depends on besides its shape: a linear's pass (a data gradient quantises
 // its operand under fp8, a weight gradient does not), whether it is the router and whether it is
-// the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows).
+// the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows); the
+// kernels of the experts' bias loop and of the router's route op (Op::tensors).
 bool is_router(const Op& op) {
   return op.kind == OpKind::kRouter || op.role == OpRole::kRouter || op.role == OpRole::kRouterDw;
 }
 int price_flags(const Op& op) {
   return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
          (op.role == OpRole::kDispatchA2a ? 8 : 0) |
-         (op.role == OpRole::kExpertBias ? 16 | (std::max(1, op.tensors) << 5) : 0);
+         (op.role == OpRole::kExpertBias || op.kind == OpKind::kRouter
+              ? 16 | (std::max(1, op.tensors) << 5)
+              : 0);
 }
 
 bool stage_dependent(const Op& op) {
