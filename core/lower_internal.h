@@ -309,6 +309,9 @@ class Lowerer {
   // Gives op `op` RoPE on this rank's Q and K columns as its epilogue (Op::epilogue_bytes):
   // once in forward, the backward (`backward`) moving twice the bytes. Returns `op`.
   int rotary_epilogue(int op, bool backward);
+  // Model::qk_norm: the per-head norms of the query and key columns of `qkv` (and `k`, where
+  // kept apart), forward, or backward on their gradient `dqkv` (core/lower_layer.cc).
+  void qk_norms(int layer, int qkv, int k, int dqkv);
   int collective(OpKind kind, Group g, int layer, const char* what, double bytes,
                  const std::vector<int>& reads, const std::vector<int>& writes,
                  std::initializer_list<int> extra = {});

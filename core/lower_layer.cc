@@ -370,6 +370,29 @@ int Lowerer::attention_backward_a2a(int layer, const Saved& sv, int dao) {
   return dqkv;
 }
 
+// Qwen3's per-head RMSNorms of the query and the key before the rotary embedding: Megatron-Core's
+// q_layernorm and k_layernorm (qk_layernorm: two TENorm calls over head_dim, megatron/core/
+// transformer/attention.py SelfAttention.get_query_key_value_tensors @cd4afffa6), HF's q_norm and
+// k_norm (transformers models/qwen3/modeling_qwen3.py): one norm each over this rank's query and
+// key columns, forward reading and writing them, backward reading their gradient and input and
+// writing the gradient, as the layer's other norms (KernelBytes::norm).
+void Lowerer::qk_norms(int layer, int qkv, int k, int dqkv) {
+  if (!m_.qk_norm || mla_) return;
+  const bool backward = dqkv >= 0;
+  const double per = (backward ? 2 : 1) * kb_.norm * double(T_);
+  const double cols[2] = {double(q_cols_), double(k_cols_)};
+  const char* what[2] = {"q.norm", "k.norm"};
+  for (int i = 0; i < 2; ++i) {
+    const int kept = i == 1 && k >= 0 ? k : qkv;
+    if (backward)
+      elementwise(OpKind::kNorm, layer, what[i], double(T_) * cols[i], per * cols[i],
+                  {dqkv, kept}, {dqkv});
+    else
+      elementwise(OpKind::kNorm, layer, what[i], double(T_) * cols[i], per * cols[i], {kept},
+                  {kept});
+  }
+}
+
 int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
   sv = no_saved();
   sv[sX] = x;
@@ -391,6 +414,7 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
     role(OpRole::kQkv, rotary_epilogue(gemm(layer, "qkv", T_, qkv_cols_, h_, 1,
                                             {in, w[kQkv], w[kQkvB]}, {sv[sQkv], sv[sK]}),
                                        false));
+    qk_norms(layer, sv[sQkv], sv[sK], -1);
   }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
@@ -507,6 +531,7 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   if (mla_) {
     dxn = mla_backward(layer, sv, dqkv, w, g);
   } else {
+    qk_norms(layer, sv[sQkv], sv[sK], dqkv);
     int in = tp_gather_in(layer, sv[sXn], T_);
     int dxp = ws(layer, "qkv.dx", {T_, h_});
     role(OpRole::kQkvDx,

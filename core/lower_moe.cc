@@ -63,8 +63,12 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   int logits = ws(layer, "router", {Tm_, E}, Dtype::kFp32);
   role(OpRole::kRouter, gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits}));
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
-  const int route = elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 8.0 * Tm_ * E,
-                                {logits}, {sv[sRprobs]});
+  // The router's kernels after its GEMM (score function, top-k, aux loss: core/moe_load.h).
+  const RouterKernels rk = router_kernels(p_, false);
+  const int route =
+      elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E,
+                  rk.bytes_per_element * double(Tm_) * E, {logits}, {sv[sRprobs]});
+  P_.ops[route].tensors = static_cast<int>(rk.kernels);
   // Dropless routing: the host reads the tokens per expert before it can size the exchange and
   // the grouped GEMMs (Megatron's token_dispatcher.py _maybe_dtoh_and_synchronize and
   // experts.py tokens_per_expert.tolist(); torchtitan's dispatcher .tolist()): a sync per MoE
@@ -204,8 +208,11 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
   elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, 2 * eb_ * R * h_ + sort,
               {dd}, {dx1n});
   int dlogits = ws(layer, "router.dy", {Tm_, E}, Dtype::kFp32);
-  elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E, 16.0 * Tm_ * E, {drp, sv[sRprobs]},
-              {dlogits});
+  const RouterKernels rk = router_kernels(p_, true);
+  const int route =
+      elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E,
+                  rk.bytes_per_element * double(Tm_) * E, {drp, sv[sRprobs]}, {dlogits});
+  P_.ops[route].tensors = static_cast<int>(rk.kernels);
   gemm(layer, "router.dx", Tm_, h_, E, 1, {dlogits, w[kRouter], dx1n}, {dx1n}, true);
   role(OpRole::kRouterDw,
        gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]}));

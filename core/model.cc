@@ -255,6 +255,7 @@ Model model_from_json(const Json& j, const std::string& path) {
                 "dropout",
                 "rope_theta",
                 "glu_clamp",
+                "qk_norm",
                 "moe",
                 "mla",
                 "sliding_window",
@@ -297,6 +298,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   m.dropout = r.boolean_or("dropout", false);
   m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   m.glu_clamp = r.number_or("glu_clamp", 0, 0, 1e6);
+  m.qk_norm = r.boolean_or("qk_norm", false);
   m.sliding_window = r.integer_or("sliding_window", 0, 0, kMaxSeq);
   m.full_attention_every = static_cast<int>(r.integer_or("full_attention_every", 0, 0, m.layers));
   if (r.has("moe")) {
@@ -355,6 +357,7 @@ Json model_to_json(const Model& m) {
                 {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                 {"v_head_dim", m.mla.v_head_dim}};
   if (m.glu_clamp > 0) j["glu_clamp"] = m.glu_clamp;
+  if (m.qk_norm) j["qk_norm"] = true;
   if (m.sliding_window > 0) {
     j["sliding_window"] = m.sliding_window;
     j["full_attention_every"] = m.full_attention_every;
@@ -658,6 +661,8 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.dropout = r.number_or("attention_dropout", 0, 0, 1) > 0;
     m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
     m.glu_clamp = r.number_or("swiglu_limit", 0, 0, 1e6);  // GPT-OSS
+    // Qwen3's attention normalises each query and key head (modeling_qwen3.py q_norm, k_norm).
+    m.qk_norm = type == "qwen3" || type == "qwen3_moe";
     if (r.has("kv_lora_rank")) read_hf_mla(r, m);
     read_hf_moe(r, m);
     read_hf_windows(r, m);

@@ -70,6 +70,10 @@ struct Model {
   // limit, HF config swiglu_limit 7.0); 0 = no clamp. The frameworks clamp them eagerly, outside
   // the fused activation kernel (core/lower_moe.cc).
   double glu_clamp = 0;
+  // RMSNorm on each head's query and key before the rotary embedding (Qwen3, OLMo 2: HF
+  // q_norm / k_norm; Megatron-Core's qk_layernorm, two TENorm calls per layer); it adds a
+  // norm over the query and one over the key columns, forward and backward (core/lower_layer.cc).
+  bool qk_norm = false;
   MoeSpec moe;
   MlaSpec mla;  // with MLA: head_dim = qk_nope + qk_rope and kv_heads = heads
   // Sliding-window attention: a query at position i attends keys max(0, i - W + 1)..i.

@@ -90,11 +90,13 @@ Model deepseek_v3() {
 // Qwen3 MoE (Qwen Team 2025, "Qwen3 Technical Report", Table 2, and the HF config.json files of
 // Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B): head_dim 128, 128 experts, top-8, no shared
 // experts, every layer MoE, untied embeddings, vocab 151936, rope_theta 1e6; pretrained at 4,096
-// tokens (general stage). Not counted: the per-head q/k RMSNorms (2 x 128 per layer).
-// ffn (intermediate_size) would size dense layers; these models have none.
+// tokens (general stage). The per-head q/k RMSNorms run as kernels (qk_norm); their weights
+// (2 x 128 per layer) are not counted. ffn (intermediate_size) would size dense layers; these
+// models have none.
 Model qwen3_moe(const std::string& name, int layers, int64_t hidden, int heads, int kv_heads,
                 int64_t ffn, int64_t expert_ffn) {
   Model m = llama_model(name, layers, hidden, heads, kv_heads, ffn, 151936, 4096);
+  m.qk_norm = true;
   return with_moe(with_head_dim(with_rope(m, 1e6), 128), 128, 8, expert_ffn);
 }
 

@@ -66,4 +66,20 @@ ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_e
   return r;
 }
 
+RouterKernels router_kernels(const Plan& plan, bool backward) {
+  RouterKernels r;
+  if (plan.moe_force_balance == MoeForceBalance::kRoundRobin) {
+    // Backward: the one gradient kernel the lowering's router GEMMs read (the lowering keeps the
+    // router's GEMMs under every gate).
+    r.kernels = backward ? 1 : 5;
+  } else if (!backward) {
+    r.kernels = plan.moe_router_fusion ? 6 : 22;
+    if (plan.moe_force_balance == MoeForceBalance::kRandom) r.kernels += 2;
+  } else {
+    r.kernels = plan.moe_router_fusion ? 6 : 11;
+  }
+  r.bytes_per_element = 8.0 * static_cast<double>(r.kernels);
+  return r;
+}
+
 }  // namespace parasol

@@ -71,4 +71,36 @@ struct ExpertBiasLoop {
 };
 ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts);
 
+// The kernels of Megatron-Core's router after its gating GEMM, on the [tokens, experts] scores
+// (megatron/core/transformer/moe/router.py TopKRouter.routing and moe_utils.py @cd4afffa6: the
+// softmax score function of Megatron's default, the top-k not pre-softmax, one load-balancing
+// loss of Megatron's default type aux_loss, as every Megatron recipe of the suite sets, and no
+// z-loss). Forward:
+//  - fused (Plan::moe_router_fusion): fused_topk_with_score_function, fused_compute_score_for_
+//    moe_aux_loss, routing_map.sum(dim=0) for the tokens per expert, fused_moe_aux_loss, and the
+//    metrics tracker's aux_loss / coeff and its accumulation: 6;
+//  - eager: topk, softmax, type_as, zeros_like + scatter of the probabilities, zeros_like + int +
+//    scatter + bool of the routing map (9); the aux-loss scores' softmax, topk and routing map
+//    (6); the tokens per expert (1); the loss's probs.sum(dim=0), product, sum and scale (4); the
+//    tracker (2): 22;
+//  - under Plan::moe_force_balance random, RandomSTE's logits.clone().normal_() adds 2.
+// Backward:
+//  - fused: MoEAuxLossAutoScaler's ones_like x scale (2), the three fused kernels' backward (3),
+//    the sum of the logits' two gradients (1): 6;
+//  - eager: the scaler (2), the loss's product and expand (2), the aux scores' softmax backward
+//    (1), the scatter's gather, type_as, softmax backward, topk's zeros + scatter (5), the sum of
+//    the logits' gradients (1): 11.
+// Under Plan::moe_force_balance round_robin the gate is NeMo AutoModel's FakeBalancedGate
+// (Automodel@01883b41 nemo_automodel/components/moe/layers.py): torch.ones / a_exp, arange,
+// remainder, type_as: 5 kernels forward, none backward (its weights are constants; 1 kept for
+// the gradient the lowering's router GEMMs read, which it emits under every gate).
+// Each kernel reads and writes at most one fp32 [tokens, experts] tensor: 8 bytes per element
+// each (the routing op's bytes; an upper bound: the top-k outputs are [tokens, top_k]). The
+// time of so small a tensor is mostly the kernels' gaps (Profile::kernel_overhead_s each).
+struct RouterKernels {
+  double bytes_per_element = 0;  // per element of the [tokens, experts] scores
+  int64_t kernels = 0;
+};
+RouterKernels router_kernels(const Plan& plan, bool backward);
+
 }  // namespace parasol

@@ -63,6 +63,7 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
+  if (p.moe_router_fusion) s += " rfuse";
   if (p.moe_force_balance != MoeForceBalance::kNone)
     s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
   if (p.schedule == Schedule::kInterleaved)
@@ -537,6 +538,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "expert_bias_loop",
                 "expert_fp8_padding",
                 "fp8_dispatch",
+                "moe_router_fusion",
                 "host_framework",
                 "transformer_impl",
                 "cuda_graphs",
@@ -655,6 +657,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.expert_bias_loop = r.boolean_or("expert_bias_loop", false);
   p.expert_fp8_padding = r.boolean_or("expert_fp8_padding", false);
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
+  p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.transformer_impl =
@@ -743,6 +746,7 @@ Json plan_to_json(const Plan& p) {
   if (p.expert_bias_loop) j["expert_bias_loop"] = true;
   if (p.expert_fp8_padding) j["expert_fp8_padding"] = true;
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
+  if (p.moe_router_fusion) j["moe_router_fusion"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)

@@ -305,6 +305,12 @@ struct Plan {
   // move bf16 rows (megatron/core/transformer/moe/fused_a2a.py @4415119: DeepEP's dispatch gets
   // the bf16 hidden states; "HybridEP dispatcher does not support fp8 dispatch now").
   bool fp8_dispatch = false;
+  // Megatron-Core's --moe-router-fusion: the router's score function and top-k, the aux-loss
+  // scores and the aux loss run as Transformer Engine's fused kernels (fused_topk_with_score_
+  // function, fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss) instead of the eager
+  // PyTorch ops (megatron/core/transformer/moe/moe_utils.py @cd4afffa). The router's kernels by
+  // path: core/moe_load.h router_kernels.
+  bool moe_router_fusion = false;
   // PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments
   // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
   // are not stranded between live ones (cost_models/framework_memory.h).

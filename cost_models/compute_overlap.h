@@ -10,9 +10,10 @@
 //    Profile::overlap_compute_slowdown (NCCL's or Transformer Engine's userbuffers' SMs and HBM
 //    traffic; userbuffers size their GEMMs to the SMs they leave: TE's comm_gemm_overlap.cpp,
 //    `_math_sms = sm_count - num_comm_sm`);
-//  - the data-parallel groups' collectives (gradient reductions, ZeRO-3 / FSDP gathers):
-//    Profile::dp_overlap_compute_slowdown (Hopper: cuBLAS's persistent GEMMs, one block per SM,
-//    run a second wave on the SMs NCCL leaves, pytorch/pytorch#143988 and PR #147966).
+//  - the data-parallel groups' collectives (gradient reductions, ZeRO-3 / FSDP gathers) and the
+//    expert all-to-alls (holds_gemm_sms): Profile::dp_overlap_compute_slowdown (Hopper: cuBLAS's
+//    persistent GEMMs, one block per SM, run a second wave on the SMs NCCL leaves,
+//    pytorch/pytorch#143988 and PR #147966).
 // When both run, each takes its share of what the other leaves: the rates multiply,
 // 1 - (1 - s)(1 - s_dp). A GEMM sized to the SMs the tensor-parallel overlap leaves runs at
 // 1 - s; a data-parallel NCCL kernel launched beside it holds SMs that grid counted on, so its
@@ -30,6 +31,18 @@ namespace parasol::cost {
 
 // is_data_parallel(Group): core/rank_layout.h (the lowering's data-parallel stream reads it too).
 using parasol::is_data_parallel;
+
+// Whether a collective of group `g` holds SMs that the GEMMs it overlaps were sized to use: the
+// data-parallel groups' (no framework carves SMs out of the GEMMs for them) and the expert
+// all-to-alls that Megatron-Core's --overlap-moe-expert-parallel-comm runs beside the other
+// micro-batch's compute (NCCL's, or DeepEP's and HybridEP's kernels on their 20-32 SMs):
+// Transformer Engine's GEMMs use every SM unless NVTE_EXT_MARGIN_SM is set ("Set an external
+// SM Margin to all the GEMMs. This comes in handy when DP is overlapped with GEMMs":
+// NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/csrc/extensions/gemm.cpp L281-285,
+// cpp_extensions/gemm.py L520 for the grouped GEMM), which Megatron-Bridge's recipes leave unset
+// (@3a9559f01: only NVTE_FWD/BWD_LAYERNORM_SM_MARGIN, for the norms). Tensor-parallel overlap
+// (userbuffers) sizes its GEMMs to the SMs it leaves: not these.
+inline bool holds_gemm_sms(Group g) { return is_data_parallel(g) || g == Group::kEp; }
 
 // The fraction of its standalone rate that a device's compute loses while communication runs
 // beside it: `other` (tensor-, context-, expert-parallel collectives, pipeline sends) and/or

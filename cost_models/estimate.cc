@@ -199,9 +199,10 @@ namespace {
 // anyway (the simulator plays this; the closed form takes it over the micro-batch as a whole).
 double hidden_overlap(const Profile& f, const Estimator::StagePrice& s, double dp_hidden,
                       double dp_excess) {
-  return std::max(
-      0.0,
-      overlap_seconds(f, s.hidden, dp_hidden, s.forward + s.backward + s.recompute) - dp_excess);
+  // The expert all-to-alls slow compute as the data-parallel traffic does (holds_gemm_sms).
+  return std::max(0.0, overlap_seconds(f, s.hidden - s.ep_hidden, dp_hidden + s.ep_hidden,
+                                       s.forward + s.backward + s.recompute) -
+                           dp_excess);
 }
 }  // namespace
 
@@ -406,7 +407,8 @@ namespace {
 // The plan's switches a layer's price depends on, as bits 0-31, 35 and 36 on of the price
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
-// attention kernel, 47-48 deterministic mode and the TE era, 51 MPT's unpadded attention).
+// attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
+// 51 MPT's unpadded attention).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -427,7 +429,9 @@ int64_t price_flags(const Plan& p) {
          (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
          (p.attention_unpad ? int64_t{1} << 51 : 0) |
          (p.deterministic ? int64_t{1} << 47 : 0) |
-         (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0);  // host_cost.h's era
+         (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0) |  // host_cost.h's era
+         (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
+         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
 }
 
 }  // namespace
@@ -533,6 +537,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
+    price.ep_hidden += n * lp.ep_hidden;
     price.host_forward += n * lp.host_forward;
     price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
                                 full_share * lp.host_forward);

@@ -125,6 +125,7 @@ class Estimator {
     double forward = 0, backward = 0, recompute = 0;
     double tp = 0, cp = 0, ep = 0, pp = 0;  // exposed communication
     double hidden = 0;                      // communication overlapped with compute
+    double ep_hidden = 0;                   // of it, the expert all-to-alls (compute_overlap.h)
     double dp = 0;                          // exposed per-micro-batch ZeRO traffic
     double dp_hidden = 0;
     double recompute_flops = 0;

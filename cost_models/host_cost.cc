@@ -128,6 +128,8 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       return 1;
     case OpKind::kExpertLinear:
       return multi_stream_expert_gemm(op, plan) ? std::max<int64_t>(1, op.batch) : 1;
+    case OpKind::kRouter:  // the router's kernels after its GEMM (core/moe_load.h)
+      return op.m > 0 ? 1 : tensors;
     case OpKind::kCountZeros:
       // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
       // and the add into the total (its one zero-initialising kernel left out).

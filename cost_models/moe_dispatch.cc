@@ -56,7 +56,10 @@ double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wi
   const bool network = kind == LinkKind::kInfiniband || kind == LinkKind::kEthernet;
   double e = 0;
   if (nvlink) e = prof.expert_exchange_nvlink_efficiency;
-  if (network && dispatcher == MoeDispatcher::kDeepEp) e = prof.expert_exchange_network_efficiency;
+  if (network && dispatcher == MoeDispatcher::kDeepEp)
+    e = gm.nodes() == 2 && prof.expert_exchange_network_efficiency_two_servers > 0
+            ? prof.expert_exchange_network_efficiency_two_servers
+            : prof.expert_exchange_network_efficiency;
   if (e <= 0) return t;
   // The group's time prices those bytes at that kind's link efficiency; the kernels move them at
   // `e` instead. The efficiency scales the bandwidth term only: a latency-bound exchange keeps its

@@ -39,7 +39,8 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
 // NVL72 rack), the token exchange runs at Profile::expert_exchange_nvlink_efficiency of that
 // link's bandwidth where the profile has the figure; where it is bound by a network link (across
 // servers) and the dispatcher is DeepEP-class (MoeDispatcher::kDeepEp: DeepEP's or HybridEP's
-// internode kernels), at Profile::expert_exchange_network_efficiency of the NIC's: the group's
+// internode kernels), at Profile::expert_exchange_network_efficiency of the NIC's (its
+// _two_servers figure where the group spans two servers): the group's
 // collective time at that link kind's efficiency, its bandwidth term scaled by their ratio.
 // Otherwise (NCCL's all-to-all across servers, or no figure) the group's collective time.
 double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes,

@@ -62,14 +62,17 @@ namespace {
 
 // What an op's price depends on besides its shape: a linear's pass (a data gradient quantises
 // its operand under fp8, a weight gradient does not), whether it is the router and whether it is
-// the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows).
+// the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows); the
+// kernels of the experts' bias loop and of the router's route op (Op::tensors).
 bool is_router(const Op& op) {
   return op.kind == OpKind::kRouter || op.role == OpRole::kRouter || op.role == OpRole::kRouterDw;
 }
 int price_flags(const Op& op) {
   return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
          (op.role == OpRole::kDispatchA2a ? 8 : 0) |
-         (op.role == OpRole::kExpertBias ? 16 | (std::max(1, op.tensors) << 5) : 0);
+         (op.role == OpRole::kExpertBias || op.kind == OpKind::kRouter
+              ? 16 | (std::max(1, op.tensors) << 5)
+              : 0);
 }
 
 bool stage_dependent(const Op& op) {
@@ -398,6 +401,9 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       }
       if (op.flops > 0)
         return op.flops / (dev.peak_flops(math) * prof_.gemm_eff(math)) + prof_.kernel_overhead_s;
+      // The router's score, top-k and aux-loss kernels (core/moe_load.h router_kernels).
+      if (op.kind == OpKind::kRouter)
+        return small_kernels_time(dev, prof_, elementwise_bytes(op), kernel_launches(op, plan_));
       return memory_time(dev, prof_, elementwise_bytes(op));
     case OpKind::kAttention: {
       const AttnShape a = attention_shape(op);

@@ -184,7 +184,9 @@ struct Profile {
   // slower (fraction of the overlapped time added back).
   double overlap_compute_slowdown = 0;
   // The same while a data-parallel collective runs beside the compute (gradient reduction and
-  // ZeRO-3 / FSDP parameter gathers, which no framework carves SMs out for): on Hopper, cuBLAS's
+  // ZeRO-3 / FSDP parameter gathers, which no framework carves SMs out for), or an expert
+  // all-to-all overlapped with the other micro-batch's compute (cost_models/compute_overlap.h
+  // holds_gemm_sms): on Hopper, cuBLAS's
   // persistent GEMMs launch one block per SM, so a GEMM started while NCCL holds SMs runs its
   // blocked blocks as a second wave (profile.cc). Tensor-parallel overlap (Transformer Engine's
   // userbuffers) sizes its GEMMs to the SMs it leaves free and keeps overlap_compute_slowdown.
@@ -198,6 +200,10 @@ struct Profile {
   // the expert-parallel group's exchange is bound by a network link and the plan's dispatcher is
   // DeepEP-class; 0 = the network link efficiency above (cost_models/moe_dispatch.h).
   double expert_exchange_network_efficiency = 0;
+  // The same where the expert-parallel group spans two servers: the published internode kernels
+  // reach less of the NIC there than across four or more (cost_models/profile.cc); 0 = the figure
+  // above.
+  double expert_exchange_network_efficiency_two_servers = 0;
 
   // Host <-> device copies (offload): fraction of the host link's bandwidth.
   double host_copy_efficiency = 0.8;

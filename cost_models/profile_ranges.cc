@@ -122,7 +122,10 @@ void gpu_server(Ranges& r, int cores = 48, bool avx2 = false, bool grace = false
               " FSDP on H100 (pytorch/pytorch#143988), 2x with wave quantization"
               " (NVIDIA/cutlass#2471): 0.5 while every GEMM overlaps; less where attention and"
               " element-wise kernels (not persistent) fill part of the overlap, more with NCCL's"
-              " own SM and HBM share beside it");
+              " own SM and HBM share beside it; the same for Megatron's overlapped expert"
+              " all-to-alls (DeepEP/HybridEP on 20-32 SMs; Transformer Engine's GEMMs keep every"
+              " SM without NVTE_EXT_MARGIN_SM, TransformerEngine@d0067d0"
+              " pytorch/csrc/extensions/gemm.cpp L281-285)");
   else
     uncertain(r, "dp_overlap_compute_slowdown", 0.10, 0.30,
               "as overlap_compute_slowdown: Hassan et al. 2025 (arXiv 2507.03114), mean 18.9%;"
@@ -313,10 +316,14 @@ Ranges hopper(const DeviceSpec& d) {
   cited(r, "expert_exchange_nvlink_efficiency", 0.765, 0.79,
         "DeepEP normal kernels, H800 EP8 intranode: 153 GB/s FP8 dispatch, 158 GB/s BF16 combine"
         " of 200 GB/s NVLink per direction (deepseek-ai/DeepEP docs/legacy.md)");
-  cited(r, "expert_exchange_network_efficiency", 0.43, 0.89,
+  cited(r, "expert_exchange_network_efficiency", 0.71, 0.89,
         "NIC bytes of DeepEP-class internode kernels over 50 GB/s, (N-1)/N of the published RDMA"
-        " figures: HybridEP H100 EP16-64 0.53-0.81 (DeepEP hybrid-ep docs/README_Hybrid-EP.md);"
-        " DeepEP H800 EP16 43, EP32 58, EP64 51 GB/s: 0.43, 0.87, 0.89 (docs/legacy.md)");
+        " figures, over 4-8 servers: HybridEP H100 EP32-64 0.71-0.81 (DeepEP hybrid-ep"
+        " docs/README_Hybrid-EP.md); DeepEP H800 EP32 58, EP64 51 GB/s: 0.87, 0.89"
+        " (docs/legacy.md)");
+  cited(r, "expert_exchange_network_efficiency_two_servers", 0.43, 0.54,
+        "the same over 2 servers: HybridEP H100 EP16 dispatch 54.47, combine 53.35 GB/s: 0.544,"
+        " 0.534 (README_Hybrid-EP.md); DeepEP H800 EP16 43 GB/s: 0.43 (docs/legacy.md)");
   gpu_server(r, 112, false, false, true);  // DGX H100/H200: 2 x Xeon 8480C; persistent GEMMs
   return r;
 }

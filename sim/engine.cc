@@ -63,11 +63,12 @@ constexpr int kCatComm0 = 4;
 constexpr int kCatOffload = kCatComm0 + kGroupCount;
 constexpr int kCatHost = kCatOffload + 1;
 constexpr int kCategories = kCatHost + 1;
-// Whether category `cat` is a collective of a data-parallel group (gradient reduction, ZeRO-3
-// gathers, HSDP replicas): cost_models/compute_overlap.h's rule tells it from the others.
+// Whether category `cat` is a collective whose SMs the GEMMs beside it were not sized for (a
+// data-parallel group's: gradient reduction, ZeRO-3 gathers, HSDP replicas; the expert
+// all-to-all): cost_models/compute_overlap.h's rule tells it from the others.
 bool is_dp_category(int cat) {
   return cat >= kCatComm0 && cat < kCatOffload &&
-         cost::is_data_parallel(static_cast<Group>(cat - kCatComm0));
+         cost::holds_gemm_sms(static_cast<Group>(cat - kCatComm0));
 }
 
 using cost::is_compute_kind;

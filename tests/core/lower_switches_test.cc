@@ -277,6 +277,58 @@ TEST(LowerSwitches, MoeDispatcherSortsAndTheExpertSideCarriesTheHotRanksLoad) {
   for (const Op& op : one.ops) EXPECT_EQ(op.load, 1.0) << op.name;
 }
 
+// Qwen3's per-head query and key norms (Model::qk_norm): one norm op each over this rank's query
+// and key columns after the QKV projection, and each backward before its data gradient, with
+// the layer norms' bytes per element; none without the switch.
+TEST(LowerSwitches, QkNormNormalisesTheQueryAndKeyColumnsEachWay) {
+  Model m = cut("qwen3-30b-a3b", 1);
+  ASSERT_TRUE(m.qk_norm);
+  Plan p = plan_of(2, 1, 1);
+  p.global_batch = 1;
+  const Program normed = lower_stage(m, p, 0);
+  const KernelBytes kb = kernel_bytes(m, p);
+  const double T = static_cast<double>(p.seq(m));
+  const double q = double(m.heads) * m.head_dim / p.tp, k = double(m.kv_heads) * m.head_dim / p.tp;
+  int forward = 0, backward = 0;
+  for (const Op& op : normed.ops) {
+    if (op.name != "L0.q.norm" && op.name != "L0.k.norm") continue;
+    const double cols = op.name == "L0.q.norm" ? q : k;
+    EXPECT_EQ(op.kind, OpKind::kNorm);
+    const bool bwd = op.tags.phase == Phase::kBackward;
+    EXPECT_DOUBLE_EQ(op.bytes, (bwd ? 2 : 1) * kb.norm * T * cols) << op.name;
+    (bwd ? backward : forward) += 1;
+  }
+  EXPECT_EQ(forward, 2);
+  EXPECT_EQ(backward, 2);
+  // After the QKV projection; the backward before its data gradient.
+  EXPECT_LT(op_named(normed, "L0.qkv"), op_named(normed, "L0.q.norm"));
+  m.qk_norm = false;
+  const Program plain = lower_stage(m, p, 0);
+  EXPECT_EQ(op_named(plain, "L0.q.norm"), -1);
+  EXPECT_EQ(normed.ops.size(), plain.ops.size() + 4);
+}
+
+// The router's kernels after its GEMM (core/moe_load.h router_kernels) are the route op's:
+// its launches and its bytes over the [tokens, experts] scores, forward and backward.
+TEST(LowerSwitches, TheRouteOpCarriesTheRoutersKernels) {
+  const Model m = cut("qwen3-30b-a3b", 1);
+  Plan p = plan_of(1, 1, 1);
+  p.global_batch = 1;
+  p.moe_router_fusion = true;
+  const Program prog = lower_stage(m, p, 0);
+  const double TE = double(p.seq(m)) * m.moe.experts;
+  int seen = 0;
+  for (const Op& op : prog.ops) {
+    if (op.name != "L0.route") continue;
+    const RouterKernels r = router_kernels(p, op.tags.phase == Phase::kBackward);
+    EXPECT_EQ(op.kind, OpKind::kRouter);
+    EXPECT_EQ(op.tensors, r.kernels);
+    EXPECT_DOUBLE_EQ(op.bytes, r.bytes_per_element * TE);
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 }  // namespace
 }  // namespace parasol
 

@@ -809,8 +809,13 @@ TEST(HfConfig, Qwen3Moe) {
     EXPECT_EQ(m.moe.shared_experts, 0);
     EXPECT_EQ(m.sliding_window, 0);  // sliding_window null, use_sliding_window false
     EXPECT_EQ(m.rope_theta, 1e6);
+    EXPECT_TRUE(m.qk_norm);  // model_type qwen3_moe: q_norm and k_norm per head
+    EXPECT_TRUE(p.qk_norm);
+    EXPECT_TRUE(model_from_json(model_to_json(m)).qk_norm);
     ExpectSameCounts(m, p);
   }
+  EXPECT_FALSE(model_preset("mixtral-8x7b").qk_norm);
+  EXPECT_FALSE(model_from_json(model_to_json(model_preset("mixtral-8x7b"))).qk_norm);
 }
 
 TEST(HfConfig, GptOss) {

@@ -191,5 +191,31 @@ TEST(MoeLoad, ExpertBiasLoopCountsEachKernelOfTheLoop) {
   EXPECT_DOUBLE_EQ(expert_bias_loop(p, false, le).bytes_per_element, 12);
 }
 
+// Megatron-Core's router after its GEMM (router.py / moe_utils.py @cd4afffa6): the fused path's
+// six kernels each way, the eager path's 22 forward and 11 backward, RandomSTE's clone and
+// normal_ under forced random balance, AutoModel's FakeBalancedGate under round-robin; each
+// kernel reads and writes at most one fp32 [tokens, experts] tensor (8 bytes an element).
+TEST(MoeLoad, RouterKernelsCountEachPathOfTheRouter) {
+  Plan p;
+  auto expect = [&](bool backward, int64_t kernels) {
+    const RouterKernels r = router_kernels(p, backward);
+    EXPECT_EQ(r.kernels, kernels) << (backward ? "backward" : "forward");
+    EXPECT_DOUBLE_EQ(r.bytes_per_element, 8.0 * kernels);
+  };
+  expect(false, 22);
+  expect(true, 11);
+  p.moe_router_fusion = true;
+  expect(false, 6);
+  expect(true, 6);
+  p.moe_force_balance = MoeForceBalance::kRandom;
+  expect(false, 8);  // + logits.clone().normal_()
+  expect(true, 6);   // RandomSTE's backward passes the gradient through
+  p.moe_router_fusion = false;
+  expect(false, 24);
+  p.moe_force_balance = MoeForceBalance::kRoundRobin;  // no router: ones / k, arange % E
+  expect(false, 5);
+  expect(true, 1);
+}
+
 }  // namespace
 }  // namespace parasol

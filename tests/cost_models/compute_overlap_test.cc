@@ -40,6 +40,17 @@ TEST(ComputeSlowdown, OnlyDataParallelGroupsAreOfTheDataParallelKind) {
     EXPECT_FALSE(is_data_parallel(g)) << group_name(g);
 }
 
+// The expert all-to-alls beside compute (Megatron's overlapped exchange) hold SMs that the GEMMs
+// were sized to use, as the data-parallel collectives do; the tensor-, context-parallel and
+// pipeline traffic does not (userbuffers size their GEMMs; the others run in compute order).
+TEST(ComputeSlowdown, ExpertExchangesHoldGemmSmsAsDataParallelTrafficDoes) {
+  EXPECT_TRUE(holds_gemm_sms(Group::kEp));
+  for (Group g : {Group::kDp, Group::kDpCp, Group::kExpertDp, Group::kDpShard})
+    EXPECT_TRUE(holds_gemm_sms(g)) << group_name(g);
+  for (Group g : {Group::kTp, Group::kCp, Group::kPp, Group::kExpertTp})
+    EXPECT_FALSE(holds_gemm_sms(g)) << group_name(g);
+}
+
 // The rule played instant by instant over a window of compute beside `n_other` evenly spaced
 // pieces of the other kind (`other` seconds in all) and `n_dp` pieces of the data-parallel kind,
 // at spacings that share no period: the seconds compute loses (x per second at slowdown x).

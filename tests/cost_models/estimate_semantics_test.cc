@@ -144,6 +144,35 @@ TEST(OverlapSlowdown, IsTheProfileFractionOfTheHiddenCommunication) {
   EXPECT_NEAR(b.step_time_s - a.step_time_s, b.time.overlap, 1e-9 * b.step_time_s);
 }
 
+// Megatron's overlapped expert all-to-alls hold SMs the GEMMs beside them were sized to use
+// (cost_models/compute_overlap.h holds_gemm_sms): the compute they hide behind is slowed at the
+// data-parallel kind's figure (Hopper: 0.5), not the tensor-parallel kind's; without the overlap
+// they run in compute order and slow nothing.
+TEST(OverlapSlowdown, OverlappedExpertExchangesSlowComputeAsDataParallelTrafficDoes) {
+  Model m = model_preset("qwen3-30b-a3b");
+  m.layers = 4;
+  Cluster c = cluster_preset("dgx-h100", 16);
+  Plan p;
+  p.dp = 16;
+  p.ep = 16;
+  p.micro_batch = 1;
+  p.global_batch = 64;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;
+  p.ep_comm_overlap = true;
+  p.overlap_grad_reduce = false;
+  p.overlap_param_gather = false;
+  Profile base = default_profile(c.gpu_device(0));
+  base.overlap_compute_slowdown = 0.19;
+  Profile dp_kind = base, none = base;
+  dp_kind.dp_overlap_compute_slowdown = 0.5;
+  none.dp_overlap_compute_slowdown = 0;
+  const Estimate slowed = run(m, c, p, &dp_kind), free = run(m, c, p, &none);
+  ASSERT_GT(slowed.time.overlap, 0);
+  EXPECT_EQ(free.time.overlap, 0);  // the other kind's 0.19 does not apply to them
+  p.ep_comm_overlap = false;
+  EXPECT_EQ(run(m, c, p, &dp_kind).time.overlap, 0);
+}
+
 TEST(MoeSemantics, DeepEpDeduplicatesCopiesToRemoteNodes) {
   // 64 experts, top-8, ep 16 over 2 servers: a remote server holds 32 experts, and gets none
   // of a token's 8 with probability C(32, 8) / C(64, 8); DeepEP sends one copy per remote server
@@ -161,6 +190,7 @@ TEST(MoeSemantics, DeepEpDeduplicatesCopiesToRemoteNodes) {
   // Profile::expert_exchange_network_efficiency, is moe_dispatch_test's subject).
   Profile same_links = default_profile(two.gpu_device(0));
   same_links.expert_exchange_network_efficiency = 0;
+  same_links.expert_exchange_network_efficiency_two_servers = 0;
   const double a2a = run(m, two, p, &same_links).time.ep_comm;
   p.moe_dispatcher = MoeDispatcher::kDeepEp;
   const double deepep = run(m, two, p, &same_links).time.ep_comm;

@@ -486,6 +486,11 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRoundRobin; },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
+      [](Plan& p) { p.moe_router_fusion = true; },
+      [](Plan& p) {
+        p.moe_router_fusion = true;
+        p.moe_force_balance = MoeForceBalance::kRandom;
+      },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kTransformerEngine; },
       [](Plan& p) { p.transformer_impl = TransformerImpl::kLocal; },
       [](Plan& p) {  // price-cache bit 47: the fills of the outputs TE allocates

@@ -180,28 +180,39 @@ TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
 }
 
 // Across servers, DeepEP-class kernels (MoeDispatcher::kDeepEp) move the bytes that cross the
-// NIC at the profile's internode exchange efficiency; NCCL's all-to-all keeps the link's; a
-// profile without the figure (Blackwell's) keeps the group's time.
+// NIC at the profile's internode exchange efficiency (its two-server figure over two servers);
+// NCCL's all-to-all keeps the link's; a profile without the figures (Blackwell's) keeps the
+// group's time.
 TEST(ExpertExchange, DeepEpAcrossServersRunsAtTheInternodeKernelsEfficiency) {
-  const Cluster c = cluster_preset("dgx-h100", 16);
+  const Cluster c = cluster_preset("dgx-h100", 32);
   const Profile prof = default_profile(c.gpu_device(0));
   ASSERT_GT(prof.expert_exchange_network_efficiency, 0);
-  std::vector<int> two_servers;
-  for (int i = 0; i < 16; ++i) two_servers.push_back(i);
-  const GroupModel across(c, prof, two_servers);
-  ASSERT_EQ(across.all_to_all_link(), LinkKind::kInfiniband);
+  ASSERT_GT(prof.expert_exchange_network_efficiency_two_servers, 0);
+  EXPECT_LT(prof.expert_exchange_network_efficiency_two_servers,
+            prof.expert_exchange_network_efficiency);
   const double bytes = 256e6;
-  const double plain = across.cost(Collective::kAllToAll, bytes).time_s;
-  const double latency = across.cost(Collective::kAllToAll, 1).time_s;
-  EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes, kA2a), plain);
-  EXPECT_NEAR(expert_exchange_time(across, prof, bytes, MoeDispatcher::kDeepEp),
-              latency + (plain - latency) * prof.link_eff(LinkKind::kInfiniband) /
-                            prof.expert_exchange_network_efficiency,
-              1e-12 * plain);
-  Profile none = prof;
-  none.expert_exchange_network_efficiency = 0;
-  EXPECT_DOUBLE_EQ(expert_exchange_time(across, none, bytes, MoeDispatcher::kDeepEp), plain);
+  for (int servers : {2, 4}) {
+    SCOPED_TRACE(servers);
+    std::vector<int> group;
+    for (int i = 0; i < 8 * servers; ++i) group.push_back(i);
+    const GroupModel across(c, prof, group);
+    ASSERT_EQ(across.all_to_all_link(), LinkKind::kInfiniband);
+    ASSERT_EQ(across.nodes(), servers);
+    const double e = servers == 2 ? prof.expert_exchange_network_efficiency_two_servers
+                                  : prof.expert_exchange_network_efficiency;
+    const double plain = across.cost(Collective::kAllToAll, bytes).time_s;
+    const double latency = across.cost(Collective::kAllToAll, 1).time_s;
+    EXPECT_DOUBLE_EQ(expert_exchange_time(across, prof, bytes, kA2a), plain);
+    EXPECT_NEAR(expert_exchange_time(across, prof, bytes, MoeDispatcher::kDeepEp),
+                latency + (plain - latency) * prof.link_eff(LinkKind::kInfiniband) / e,
+                1e-12 * plain);
+    Profile none = prof;
+    none.expert_exchange_network_efficiency = 0;
+    none.expert_exchange_network_efficiency_two_servers = 0;
+    EXPECT_DOUBLE_EQ(expert_exchange_time(across, none, bytes, MoeDispatcher::kDeepEp), plain);
+  }
   EXPECT_EQ(default_profile(device_spec("B200")).expert_exchange_network_efficiency, 0);
+  EXPECT_EQ(default_profile(device_spec("B200")).expert_exchange_network_efficiency_two_servers, 0);
 }
 
 // The predicted internode exchange against HybridEP's published H100 table (deepseek-ai/DeepEP

@@ -78,6 +78,24 @@ TEST(OpPricer, LinearsByPassWithTheirEpilogue) {
                    want(Dtype::kFp8, GemmPass::kForward, false) + memory_time(d, x.profile, 3e8));
 }
 
+// The router's kernels after its GEMM (core/moe_load.h router_kernels): the route op's bytes at
+// the device's memory efficiency, and each of its kernels after the first one more gap.
+TEST(OpPricer, TheRouteOpPaysEachOfItsKernels) {
+  Plan p;
+  p.dp = 8, p.ep = 8, p.global_batch = 8;
+  Priced x(p);
+  Op op;
+  op.kind = OpKind::kRouter;
+  op.tags.layer = 0;
+  op.elements = 4096.0 * 8;
+  op.bytes = 48.0 * op.elements;
+  op.tensors = 6;
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                   memory_time(x.dev(), x.profile, op.bytes) + 5 * x.profile.kernel_overhead_s);
+  op.tensors = 1;
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false), memory_time(x.dev(), x.profile, op.bytes));
+}
+
 // An expert GEMM (grouped over the local experts, Op::batch): one grouped kernel by default; under
 // Transformer Engine's layer spec, TE's per-expert GEMMs in rounds of its 4 streams.
 TEST(OpPricer, ExpertGemmsAsTransformerEngineRunsThem) {
