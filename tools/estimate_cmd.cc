@@ -27,6 +27,20 @@ void print_framework_memory(const cost::FrameworkMemory& f, int stage, int rank)
             << gib(f.cuda_context) << ", NCCL " << gib(f.nccl) << ")\n";
 }
 
+std::string memory_fit_verdict(const cost::FrameworkMemory& f, cost::MemoryFit fit) {
+  switch (fit) {
+    case cost::MemoryFit::kFits:
+      return "fits";
+    case cost::MemoryFit::kNotByReserved:
+      return "DOES NOT FIT by the reserved figure: allocated " + gib(f.allocated) +
+             " with what is outside the allocator fits, reserved at the top of its band " +
+             gib(f.reserved_high) + " does not; the search drops it";
+    case cost::MemoryFit::kNotByAllocated:
+      break;
+  }
+  return "DOES NOT FIT";
+}
+
 // "peak per stage (one rank each, as nvidia-smi shows it): 70.1 71.2* 69.0 GiB (* the largest)".
 void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int peak) {
   if (stages.size() <= 1) return;
@@ -82,9 +96,8 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   }
   const cost::MemoryBreakdown& m = e.memory;
   std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
-            << gib(e.device_memory_bytes)
-            << (e.memory_per_gpu_bytes <= e.device_memory_bytes ? " (fits)" : " (DOES NOT FIT)")
-            << ":\n";
+            << gib(e.device_memory_bytes) << " (" << memory_fit_verdict(e.framework, e.memory_fit)
+            << "):\n";
   for (auto [name, v] : {std::pair{"weights", m.weights},
                          {"gradients", m.gradients},
                          {"optimizer", m.optimizer},
