@@ -246,7 +246,7 @@ Estimate Estimator::estimate(const Plan& plan, Reserved reserved) {
   e.framework = framework[peak];
   e.memory_per_gpu_bytes = e.framework.device_used();
   e.memory_fit = memory_fit(e.framework, e.device_memory_bytes);
-  e.fits = e.memory_fit == MemoryFit::kFits &&
+  e.fits = e.memory_per_gpu_bytes <= e.device_memory_bytes &&
            e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
   e.stage_memory = std::move(framework);
   e.peak_stage = peak;
@@ -1139,7 +1139,7 @@ inline void Estimator::fill_memory(const Plan& p, const MemoryBreakdown& memory,
   e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
   e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
   e.memory_fit = memory_fit(e.framework, d.hbm_bytes);
-  e.fits = e.memory_fit == MemoryFit::kFits &&
+  e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes &&
            e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
 }
 

@@ -749,12 +749,11 @@ TEST(SearchMemory, ReservedBandDecidesWhatFits) {
   EXPECT_GT(allocated_fits_reserved_not, 0);
   EXPECT_EQ(allocated_fits_reserved_not, e.result.not_by_reserved);
   EXPECT_EQ(fitting, e.result.fitting);
-  // The estimate of such a plan says why it does not fit (estimate --json's memory_fit), with
+  // The estimate of such a plan says why the search drops it (estimate --json's memory_fit), with
   // the allocator replayed over its Program as `parasol estimate` does.
   ASSERT_NE(single_stage, nullptr);
   const cost::Estimate est = cost::estimate(m, c, *single_stage, prof);
   EXPECT_EQ(est.memory_fit, cost::MemoryFit::kNotByReserved) << plan_to_json(*single_stage).dump();
-  EXPECT_FALSE(est.fits);
   EXPECT_LE(est.framework.allocated + est.framework.outside, hbm);
   EXPECT_GT(est.framework.device_used_high(), hbm);
   // Listed plans leave the margin free at the top of their band.
