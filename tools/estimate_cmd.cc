@@ -94,8 +94,8 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   }
   const cost::MemoryBreakdown& m = e.memory;
   std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
-            << gib(e.device_memory_bytes) << " (" << memory_fit_verdict(e.framework, e.memory_fit, e.device_memory_bytes)
-            << "):\n";
+            << gib(e.device_memory_bytes) << " ("
+            << memory_fit_verdict(e.framework, e.memory_fit, e.device_memory_bytes) << "):\n";
   for (auto [name, v] : {std::pair{"weights", m.weights},
                          {"gradients", m.gradients},
                          {"optimizer", m.optimizer},

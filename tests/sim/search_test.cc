@@ -532,8 +532,7 @@ TEST(SearchSpace, OpLevelRecomputeWhereItIsModelled) {
   EXPECT_GT(op_level, 0);
   // Every plan without recompute that the policy applies to has its op-level twin.
   for (const Plan& p : e.plans)
-    if (p.recompute == Recompute::kNone && !p.offload.any() &&
-        selective_op_refusal(p, m).empty()) {
+    if (p.recompute == Recompute::kNone && !p.offload.any() && selective_op_refusal(p, m).empty()) {
       ++none;
       EXPECT_EQ(with_policy.count(key(p)), 1u) << plan_to_json(p).dump();
     }
