@@ -465,6 +465,10 @@ std::array<Dim, 5> parse_rank_order(const std::string& s, const std::string& fie
 // Rejects every plan that cannot run on `cluster` for `model`, naming the field:
 // "plan.tp: 3 does not divide attention heads (32)". Returns normally when it can run.
 void validate(const Plan& plan, const Model& model, const Cluster& cluster);
+// Why torchtitan's op-level recompute (Recompute::kSelectiveOp) is not modelled for `plan`'s
+// degrees and switches on `model` (validate's plan.recompute error), or "" where it is; reads
+// no other field than those it names.
+std::string selective_op_refusal(const Plan& plan, const Model& model);
 
 // "none", "full", "selective" (Megatron's default modules) or "selective:mlp,moe_act" (others).
 std::string recompute_label(const Plan& p);

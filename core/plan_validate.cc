@@ -128,6 +128,23 @@ void validate_tensor_sizes(const Plan& p, const Model& m) {
 }
 }  // namespace
 
+// torchtitan's op-level policy, as core/lower_recompute.cc lowers it: the mm order of a Llama
+// block (separate Q, K, V projections, a SwiGLU MLP, no biases), flash attention (the SDPA
+// kernel whose outputs _save_list names), one attention kernel per layer (no context
+// parallelism), and torchtitan's tensor parallelism, which is sequence parallel.
+std::string selective_op_refusal(const Plan& p, const Model& m) {
+  const std::string why = "selective_op (torchtitan's op-level AC) is modelled for ";
+  if (m.is_moe() || m.mla.enabled())
+    return why + "dense Llama blocks; the model has MoE or MLA layers";
+  if (m.activation != Activation::kSwiglu || m.linear_bias || m.dropout)
+    return why + "Llama blocks (SwiGLU MLP, no linear biases, no dropout)";
+  if (!p.flash_attention) return why + "fused attention (SDPA flash): flash_attention is off";
+  if (p.cp > 1) return why + "cp 1; context parallelism is not priced";
+  if (p.tp > 1 && !p.sequence_parallel)
+    return why + "tensor parallelism with sequence parallelism (torchtitan's); sp is off";
+  return "";
+}
+
 void validate(const Plan& p, const Model& m, const Cluster& c) {
   // Ranges first: plans built in code (search) skip plan_from_json's checks, and a degree of 0
   // would divide by zero below.
@@ -326,24 +343,10 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.recompute_layers", s(p.recompute_layers) + " exceeds the " +
                                              s(p.max_layers_in_stage(m.layers)) +
                                              " layers of the largest stage");
-  // torchtitan's op-level policy, as core/lower_recompute.cc lowers it: the mm order of a Llama
-  // block (separate Q, K, V projections, a SwiGLU MLP, no biases), flash attention (the SDPA
-  // kernel whose outputs _save_list names), one attention kernel per layer (no context
-  // parallelism), and torchtitan's tensor parallelism, which is sequence parallel.
-  if (p.recompute == Recompute::kSelectiveOp) {
-    const std::string why = "selective_op (torchtitan's op-level AC) is modelled for ";
-    if (m.is_moe() || m.mla.enabled())
-      throw Error("plan.recompute", why + "dense Llama blocks; the model has MoE or MLA layers");
-    if (m.activation != Activation::kSwiglu || m.linear_bias || m.dropout)
-      throw Error("plan.recompute",
-                  why + "Llama blocks (SwiGLU MLP, no linear biases, no dropout)");
-    if (!p.flash_attention)
-      throw Error("plan.recompute", why + "fused attention (SDPA flash): flash_attention is off");
-    if (p.cp > 1) throw Error("plan.recompute", why + "cp 1; context parallelism is not priced");
-    if (p.tp > 1 && !p.sequence_parallel)
-      throw Error("plan.recompute",
-                  why + "tensor parallelism with sequence parallelism (torchtitan's); sp is off");
-  }
+  // torchtitan's op-level policy where it is modelled (selective_op_refusal).
+  if (p.recompute == Recompute::kSelectiveOp)
+    if (std::string why = selective_op_refusal(p, m); !why.empty())
+      throw Error("plan.recompute", why);
   // Recompute modules: those the model has.
   if (p.recomputes(RecomputeModule::kMlaUpProj) && !m.mla.enabled())
     throw Error("plan.recompute_modules", "mla_up_proj needs a model with MLA attention");

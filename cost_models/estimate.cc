@@ -256,6 +256,7 @@ Estimate Estimator::estimate(const Plan& plan, Reserved reserved) {
   fill_memory(plan, stages[peak], peak, e);
   e.framework = framework[peak];
   e.memory_per_gpu_bytes = e.framework.device_used();
+  e.memory_fit = memory_fit(e.framework, e.device_memory_bytes);
   e.fits = e.memory_per_gpu_bytes <= e.device_memory_bytes &&
            e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
   e.stage_memory = std::move(framework);
@@ -1239,6 +1240,7 @@ inline void Estimator::fill_memory(const Plan& p, const MemoryBreakdown& memory,
   e.device_memory_bytes = d.hbm_bytes;
   e.host_memory_per_server_bytes = memory.host * std::max(1, cluster_.gpus_per_server());
   e.host_memory_capacity_bytes = host_memory_pinnable_bytes(cluster_);
+  e.memory_fit = memory_fit(e.framework, d.hbm_bytes);
   e.fits = e.memory_per_gpu_bytes <= d.hbm_bytes &&
            e.host_memory_per_server_bytes <= e.host_memory_capacity_bytes;
 }
@@ -1305,6 +1307,7 @@ Json estimate_to_json(const Estimate& e) {
             {"memory", framework_memory_to_json(e.framework)},
             {"host_memory_per_server_bytes", e.host_memory_per_server_bytes},
             {"host_memory_capacity_bytes", e.host_memory_capacity_bytes},
+            {"memory_fit", memory_fit_name(e.memory_fit)},
             {"fits", e.fits},
             {"stage_slot_s", e.stage_slot_s},
             {"critical_stage", e.critical_stage},

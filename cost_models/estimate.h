@@ -80,7 +80,10 @@ struct Estimate {
   // Offloaded bytes of a server's GPUs against the host memory the server can pin for them.
   double host_memory_per_server_bytes = 0;
   double host_memory_capacity_bytes = 0;
-  bool fits = false;  // device and host memory
+  // The search's verdict (memory_fit on `framework`: reserved at the top of its band, no margin)
+  // and `fits`: the predicted device_used() within device_memory_bytes, and the host memory.
+  MemoryFit memory_fit = MemoryFit::kNotByAllocated;
+  bool fits = false;  // device and host memory, at the predicted reserved figure
 };
 
 Json estimate_to_json(const Estimate& e);

@@ -87,6 +87,24 @@ FrameworkMemory framework_memory(const MemoryBreakdown& t, const Plan& p, int st
   return f;
 }
 
+MemoryFit memory_fit(const FrameworkMemory& f, double device_bytes, double margin_bytes) {
+  if (f.device_used_high() + margin_bytes <= device_bytes) return MemoryFit::kFits;
+  return f.allocated + f.outside + margin_bytes <= device_bytes ? MemoryFit::kNotByReserved
+                                                                : MemoryFit::kNotByAllocated;
+}
+
+const char* memory_fit_name(MemoryFit m) {
+  switch (m) {
+    case MemoryFit::kFits:
+      return "fits";
+    case MemoryFit::kNotByReserved:
+      return "not_by_reserved";
+    case MemoryFit::kNotByAllocated:
+      return "not_by_allocated";
+  }
+  return "?";
+}
+
 Plan allocator_replay_plan(const Plan& p) {
   Plan r = p;
   const int most = p.schedule == Schedule::kGpipe ? kGpipeReplayedMicroBatches : 2 * p.pp;

@@ -53,6 +53,16 @@ struct FrameworkMemory {
   double device_used_high() const { return reserved_high + outside; }
 };
 
+// Whether one rank fits a device of `device_bytes` with `margin_bytes` to spare, as the search
+// decides it: by what nvidia-smi would show with the reserved bytes at the top of their band
+// (reserved_high + outside, FrameworkMemory::device_used_high). When that does not fit, whether
+// the allocated bytes with what is outside the allocator would: a plan the allocated figure says
+// fits and the reserved figure says does not (kNotByReserved) is dropped all the same.
+enum class MemoryFit { kFits, kNotByReserved, kNotByAllocated };
+MemoryFit memory_fit(const FrameworkMemory& f, double device_bytes, double margin_bytes = 0);
+// "fits" | "not_by_reserved" | "not_by_allocated" (estimate --json's memory_fit).
+const char* memory_fit_name(MemoryFit m);
+
 // The split of one rank of `stage` whose tensors are `tensors` (memory_per_rank's breakdown of
 // that stage; its `buffers` are replaced by the profile's figures). The fragmentation is
 // allocator_fragmentation of the step's transient bytes (activations and working set) with

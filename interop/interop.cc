@@ -111,6 +111,13 @@ bool can_export(const std::string& framework, const Model& model, const Cluster&
   }
 }
 
+bool runs_selective_op(const std::string& framework) {
+  PARASOL_CHECK(std::find(framework_names().begin(), framework_names().end(), framework) !=
+                    framework_names().end(),
+                "framework " + framework);
+  return framework == "torchtitan";
+}
+
 std::vector<std::pair<std::string, std::string>> export_refusals(const std::string& framework,
                                                                  const Model& model,
                                                                  const Cluster& cluster,

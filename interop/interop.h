@@ -93,6 +93,12 @@ Export export_plan(const std::string& framework, const Model& model, const Clust
 bool can_export(const std::string& framework, const Model& model, const Cluster& cluster,
                 const Plan& plan);
 
+// Whether `framework` runs torchtitan's op-level selective recompute (Recompute::kSelectiveOp):
+// torchtitan does (selective_ac_option "op"); Megatron's and DeepSpeed's exports refuse it. The
+// search enumerates it only for a framework that runs it (sim::SearchOptions::selective_op).
+// REQUIRES: a name of framework_names().
+bool runs_selective_op(const std::string& framework);
+
 // Every reason `framework` refuses `plan` (field, reason), empty when it runs it; a plan parasol
 // itself rejects gives that one error. REQUIRES: a name of framework_names().
 std::vector<std::pair<std::string, std::string>> export_refusals(const std::string& framework,

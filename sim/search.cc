@@ -232,7 +232,7 @@ class Worker {
         opt_(o),
         layouts_(layouts),
         est_(m, c, p),
-        hbm_(c.gpu_device(0).hbm_bytes - o.memory_margin_bytes),
+        hbm_(c.gpu_device(0).hbm_bytes),
         host_capacity_(cost::host_memory_pinnable_bytes(c)),
         gps_(std::max(1, c.gpus_per_server())) {
     est_.share_fragments(std::move(fragments));
@@ -350,6 +350,10 @@ class Worker {
       visit(Recompute::kSelective, -1);
     }
     p.recompute_modules = Plan{}.recompute_modules;
+    // torchtitan's op-level policy (keep every other matmul's output, SDPA's and the
+    // reduce-scatters'), where it is modelled.
+    if (opt_.selective_op && selective_op_refusal(p, model_).empty())
+      visit(Recompute::kSelectiveOp, -1);
     visit(Recompute::kFull, -1);
     for (int k : layout.partial) visit(Recompute::kFull, k);
   }
@@ -439,10 +443,14 @@ class Worker {
     last_memory_ = cost::memory_per_rank(model_, cluster_, p);
     const cost::MemoryBreakdown& mem = last_memory_;
     Fit f;
-    // Headroom against the reserved figure at the top of its band, as nvidia-smi would show it.
-    last_device_high_ = cost::framework_memory(mem, p, -1, est_.profile(), frag_low_, frag_high_)
-                            .device_used_high();
-    f.device = last_device_high_ <= hbm_;
+    // Headroom against the reserved figure at the top of its band, as nvidia-smi would show it
+    // (a plan whose allocated bytes fit but whose reserved bytes do not is dropped).
+    const cost::FrameworkMemory fm =
+        cost::framework_memory(mem, p, -1, est_.profile(), frag_low_, frag_high_);
+    last_device_high_ = fm.device_used_high() + opt_.memory_margin_bytes;
+    const cost::MemoryFit fit = cost::memory_fit(fm, hbm_, opt_.memory_margin_bytes);
+    f.device = fit == cost::MemoryFit::kFits;
+    not_by_reserved_ += fit == cost::MemoryFit::kNotByReserved ? 1 : 0;
     f.fits = f.device && mem.host * gps_ <= host_capacity_;
     if (opt_.on_plan) opt_.on_plan(p, f.fits);
     if (!f.fits) return f;
@@ -498,7 +506,7 @@ class Worker {
   cost::Estimate estimate_;  // of the last plan that fit
   uint64_t seq_ = 0;
   std::vector<Entry> top_, pareto_;
-  int64_t enumerated_ = 0, evaluated_ = 0, fitting_ = 0;
+  int64_t enumerated_ = 0, evaluated_ = 0, fitting_ = 0, not_by_reserved_ = 0;
 };
 
 }  // namespace
@@ -558,6 +566,7 @@ SearchResult search(const Model& model, const Cluster& cluster, const cost::Prof
     r.enumerated += w->enumerated_;
     r.evaluated += w->evaluated_;
     r.fitting += w->fitting_;
+    r.not_by_reserved += w->not_by_reserved_;
     top.insert(top.end(), w->top_.begin(), w->top_.end());
     pareto.insert(pareto.end(), w->pareto_.begin(), w->pareto_.end());
   }

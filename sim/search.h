@@ -40,6 +40,11 @@ struct SearchOptions {
   // the top of its range), plus this margin is at most the device's memory (`search
   // --memory-margin`, bytes).
   double memory_margin_bytes = 0;
+  // torchtitan's op-level selective recompute (Recompute::kSelectiveOp) among the recompute
+  // policies, on the plans validate() accepts it for (dense Llama blocks, flash attention, cp 1,
+  // sequence-parallel tp). `search --framework` turns it off for a framework that cannot run it
+  // (Megatron and DeepSpeed: their exports refuse it).
+  bool selective_op = true;
   // The ranking key; empty = the estimated step time (seconds). `search --robust` passes the
   // pessimistic end of the plan's error band.
   RankKey rank_key;
@@ -72,6 +77,10 @@ struct SearchResult {
   int64_t enumerated = 0;         // valid plans considered
   int64_t evaluated = 0;          // plans whose time was estimated (they fit)
   int64_t fitting = 0;
+  // Plans dropped because their reserved memory at the top of its band does not fit the device
+  // (with the margin) although their allocated bytes with what is outside the allocator would
+  // (cost::MemoryFit::kNotByReserved), offload sets tried for them included.
+  int64_t not_by_reserved = 0;
   double seconds = 0;  // wall time
 };
 

@@ -197,6 +197,7 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
     opt.accept = [&s, &cluster, framework = f.framework](const Plan& p) {
       return interop::can_export(framework, s.model, cluster, p);
     };
+    opt.selective_op = interop::runs_selective_op(f.framework);
   }
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);
@@ -258,6 +259,7 @@ Json search_document(const Spec& s, const SearchRun& r) {
               {"pareto", front},
               {"enumerated", r.result.enumerated},
               {"fitting", r.result.fitting},
+              {"not_by_reserved", r.result.not_by_reserved},
               {"seconds", r.result.seconds},
               {"best_plan", plan_to_json(r.best)}};
 }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/cluster.h"
@@ -22,6 +23,11 @@ using Runner = std::function<int()>;
 // its band, outside the allocator), naming its stage and rank (stage -1: not named); and every
 // stage's peak, the largest marked.
 void print_framework_memory(const cost::FrameworkMemory& f, int stage, int rank);
+// The device verdict on `f` against `device_bytes`: "fits"; "fits; not with reserved at the top
+// of its band ...: the search drops it" (`fit`, cost::memory_fit, is kNotByReserved); "DOES NOT
+// FIT by the reserved figure: allocated ... fits, reserved ... does not"; or "DOES NOT FIT".
+std::string memory_fit_verdict(const cost::FrameworkMemory& f, cost::MemoryFit fit,
+                               double device_bytes);
 void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int peak);
 
 Runner add_show(CLI::App& app);

@@ -27,6 +27,18 @@ void print_framework_memory(const cost::FrameworkMemory& f, int stage, int rank)
             << gib(f.cuda_context) << ", NCCL " << gib(f.nccl) << ")\n";
 }
 
+std::string memory_fit_verdict(const cost::FrameworkMemory& f, cost::MemoryFit fit,
+                               double device_bytes) {
+  if (fit == cost::MemoryFit::kNotByAllocated) return "DOES NOT FIT";
+  if (f.device_used() > device_bytes)
+    return "DOES NOT FIT by the reserved figure: allocated " + gib(f.allocated) +
+           " with what is outside the allocator fits, reserved " + gib(f.reserved) + " does not";
+  if (fit == cost::MemoryFit::kNotByReserved)
+    return "fits; not with reserved at the top of its band, " + gib(f.reserved_high) +
+           ": the search drops it";
+  return "fits";
+}
+
 // "peak per stage (one rank each, as nvidia-smi shows it): 70.1 71.2* 69.0 GiB (* the largest)".
 void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int peak) {
   if (stages.size() <= 1) return;
@@ -82,9 +94,8 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   }
   const cost::MemoryBreakdown& m = e.memory;
   std::cout << "memory per GPU " << gib(e.memory_per_gpu_bytes) << " of "
-            << gib(e.device_memory_bytes)
-            << (e.memory_per_gpu_bytes <= e.device_memory_bytes ? " (fits)" : " (DOES NOT FIT)")
-            << ":\n";
+            << gib(e.device_memory_bytes) << " ("
+            << memory_fit_verdict(e.framework, e.memory_fit, e.device_memory_bytes) << "):\n";
   for (auto [name, v] : {std::pair{"weights", m.weights},
                          {"gradients", m.gradients},
                          {"optimizer", m.optimizer},

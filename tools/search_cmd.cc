@@ -165,6 +165,10 @@ Runner add_search(CLI::App& app) {
     std::cout << count(r.enumerated) << " plans enumerated, " << count(r.fitting)
               << " fit in memory, " << fmt("%.2f", r.seconds) << " s ("
               << count(r.enumerated / std::max(1e-9, r.seconds)) << " plans/s)\n";
+    if (r.not_by_reserved > 0)
+      std::cout << count(r.not_by_reserved)
+                << " dropped by the reserved figure: allocated fits, reserved at the top of its "
+                   "band does not\n";
     if (!framework->empty())
       std::cout << "listed: only plans " << *framework << " can run (parasol export --to "
                 << *framework << " succeeds)\n";

@@ -112,10 +112,11 @@ Runner add_simulate(CLI::App& app) {
     } else {
       const cost::FrameworkMemory& peak = r.memory_per_stage[r.peak_stage];
       std::cout << "memory per GPU " << gib(peak.device_used()) << " of "
-                << gib(s.cluster->gpu_device(0).hbm_bytes)
-                << (peak.device_used() <= s.cluster->gpu_device(0).hbm_bytes ? " (fits)"
-                                                                             : " (DOES NOT FIT)")
-                << ", the liveness of each stage's Program:\n";
+                << gib(s.cluster->gpu_device(0).hbm_bytes) << " ("
+                << memory_fit_verdict(peak,
+                                      cost::memory_fit(peak, s.cluster->gpu_device(0).hbm_bytes),
+                                      s.cluster->gpu_device(0).hbm_bytes)
+                << "), the liveness of each stage's Program:\n";
       print_framework_memory(peak, r.peak_stage, r.peak_rank);
       print_stage_memory(r.memory_per_stage, r.peak_stage);
     }

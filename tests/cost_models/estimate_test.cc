@@ -273,6 +273,10 @@ TEST_F(EstimateGpt, FitsComparesWithDeviceMemory) {
   Estimate e = run(m, c, p);
   EXPECT_DOUBLE_EQ(e.device_memory_bytes, 80.0 * 1024 * 1024 * 1024);
   EXPECT_EQ(e.fits, e.memory_per_gpu_bytes <= e.device_memory_bytes);
+  // The search's verdict: the reserved bytes at the top of their band with what is outside the
+  // allocator.
+  EXPECT_EQ(e.memory_fit, memory_fit(e.framework, e.device_memory_bytes));
+  EXPECT_LE(e.memory_per_gpu_bytes, e.framework.device_used_high());
   // As nvidia-smi would show it: the tensors (the breakdown without its default buffers) with
   // the workspaces, the allocator's reserve and what lies outside the allocator.
   EXPECT_DOUBLE_EQ(e.memory_per_gpu_bytes, e.framework.device_used());
@@ -285,7 +289,9 @@ TEST_F(EstimateGpt, FitsComparesWithDeviceMemory) {
   q.global_batch = 4;
   q.precision = Dtype::kFp16;
   q.flash_attention = false;
-  EXPECT_FALSE(run(big, one, q).fits);
+  const Estimate too_big = run(big, one, q);
+  EXPECT_FALSE(too_big.fits);
+  EXPECT_EQ(too_big.memory_fit, MemoryFit::kNotByAllocated);
 }
 
 TEST(EstimateScaling, DataParallelWeakScalingKeepsStepTime) {
@@ -351,8 +357,9 @@ TEST(EstimateJson, HasTheDocumentedKeys) {
   Estimate e = run(m, c, p);
   Json j = estimate_to_json(e);
   for (const char* key : {"step_time_s", "tokens_per_s", "mfu", "hfu", "memory_per_gpu_bytes",
-                          "fits", "time_breakdown_s", "memory_breakdown_bytes"})
+                          "memory_fit", "fits", "time_breakdown_s", "memory_breakdown_bytes"})
     EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["memory_fit"].get<std::string>(), memory_fit_name(e.memory_fit));
   EXPECT_DOUBLE_EQ(j["step_time_s"].get<double>(), e.step_time_s);
   EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), e.tokens_per_s);
   EXPECT_EQ(j["fits"].get<bool>(), e.fits);

@@ -49,8 +49,10 @@ TEST_P(FrameworkFilter, ListedPlansExportAndPassTheFrameworksChecks) {
     o.global_batch = s.gbs;
     o.top_k = kTop;
     o.threads = 2;
-    if (!framework.empty())
+    if (!framework.empty()) {
       o.accept = [&m, &c, framework](const Plan& p) { return can_export(framework, m, c, p); };
+      o.selective_op = runs_selective_op(framework);
+    }
     return sim::search(m, c, cost::default_profile(c.gpu_device(0)), o);
   };
   const sim::SearchResult all = search("");

@@ -72,6 +72,28 @@ TEST(CanExport, IsWhetherTheExportSucceeds) {
   EXPECT_THROW(export_torchtitan(m, c, p), Error);
 }
 
+// runs_selective_op (what the search enumerates for `search --framework F`) is what each
+// framework's export does with a plan that differs from one it runs only in the op-level policy.
+TEST(CanExport, OpLevelRecomputeRunsWhereRunsSelectiveOpSaysSo) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 16);
+  const Plan p = plan_of(R"({"tp": 2, "dp": 8, "zero": 3, "gbs": 64, "sp": true})");
+  Plan op_level = p;
+  op_level.recompute = Recompute::kSelectiveOp;
+  validate(op_level, m, c);
+  int running = 0;
+  for (const std::string& f : framework_names()) {
+    SCOPED_TRACE(f);
+    if (!can_export(f, m, c, p)) continue;
+    ++running;
+    EXPECT_EQ(can_export(f, m, c, op_level), runs_selective_op(f));
+  }
+  EXPECT_EQ(running, 3);
+  EXPECT_TRUE(runs_selective_op("torchtitan"));
+  EXPECT_FALSE(runs_selective_op("megatron"));
+  EXPECT_FALSE(runs_selective_op("deepspeed"));
+}
+
 TEST(Refusals, OneReasonIsItselfAndSeveralAreJoined) {
   Refusals none;
   EXPECT_NO_THROW(none.raise());

@@ -504,6 +504,48 @@ TEST(SearchSpace, RecomputeModuleSetsOfMegatronsRecipes) {
   for (const Plan& p : moe.plans) ASSERT_NO_THROW(validate(p, model_preset("tiny-moe"), c));
 }
 
+// torchtitan's op-level selective recompute is a policy of the space wherever it is modelled
+// (dense Llama blocks with flash attention, cp 1, tp only with sequence parallelism), and none
+// where the search is told a framework cannot run it (SearchOptions::selective_op false).
+TEST(SearchSpace, OpLevelRecomputeWhereItIsModelled) {
+  SearchOptions o;
+  o.global_batch = 16;
+  Cluster c = cluster_preset("dgx-h100", 8);
+  const Model m = model_preset("tiny");
+  const Enumerated e = enumerate(m, c, o);
+  int op_level = 0, none = 0;
+  std::set<std::string> with_policy;
+  auto key = [](Plan p) {
+    p.recompute = Recompute::kNone;
+    p.recompute_modules = Plan{}.recompute_modules;
+    return plan_to_json(p).dump();
+  };
+  for (const Plan& p : e.plans) {
+    if (p.recompute != Recompute::kSelectiveOp) continue;
+    ++op_level;
+    ASSERT_NO_THROW(validate(p, m, c)) << plan_to_json(p).dump();
+    EXPECT_TRUE(p.flash_attention);
+    EXPECT_EQ(p.cp, 1);
+    EXPECT_TRUE(p.tp == 1 || p.sequence_parallel);
+    with_policy.insert(key(p));
+  }
+  EXPECT_GT(op_level, 0);
+  // Every plan without recompute that the policy applies to has its op-level twin.
+  for (const Plan& p : e.plans)
+    if (p.recompute == Recompute::kNone && !p.offload.any() && selective_op_refusal(p, m).empty()) {
+      ++none;
+      EXPECT_EQ(with_policy.count(key(p)), 1u) << plan_to_json(p).dump();
+    }
+  EXPECT_GT(none, 0);
+  o.selective_op = false;
+  for (const Plan& p : enumerate(m, c, o).plans) EXPECT_NE(p.recompute, Recompute::kSelectiveOp);
+  o.selective_op = true;
+  for (const Plan& p : enumerate(model_preset("tiny-moe"), c, o).plans)
+    EXPECT_NE(p.recompute, Recompute::kSelectiveOp);
+  o.flash_attention = false;
+  for (const Plan& p : enumerate(m, c, o).plans) EXPECT_NE(p.recompute, Recompute::kSelectiveOp);
+}
+
 // Layers that no pp > 1 divides: Megatron's first/last stage counts, at most two splits per
 // layout, each as balanced as the layers allow.
 TEST(SearchSpace, LayersNotDividedByPpGetUnevenStages) {
@@ -687,6 +729,7 @@ TEST(SearchMemory, ReservedBandDecidesWhatFits) {
   const cost::Profile prof = cost::default_profile(c.gpu_device(0));
   const double hbm = c.gpu_device(0).hbm_bytes;
   int allocated_fits_reserved_not = 0, fitting = 0;
+  const Plan* single_stage = nullptr;  // a plan of one stage dropped by its reserved figure
   for (size_t i = 0; i < e.plans.size(); ++i) {
     const Plan& p = e.plans[i];
     const cost::FrameworkMemory f =
@@ -695,17 +738,28 @@ TEST(SearchMemory, ReservedBandDecidesWhatFits) {
     fitting += e.fits[i] ? 1 : 0;
     if (f.allocated + f.outside <= hbm && f.device_used_high() > hbm) {
       ++allocated_fits_reserved_not;
+      EXPECT_EQ(cost::memory_fit(f, hbm), cost::MemoryFit::kNotByReserved);
       EXPECT_FALSE(e.fits[i]);
       for (const Candidate& cand : e.result.top)
         EXPECT_NE(plan_to_json(cand.plan).dump(), plan_to_json(p).dump());
+      if (p.pp == 1 && single_stage == nullptr) single_stage = &p;
     }
   }
   EXPECT_GT(allocated_fits_reserved_not, 0);
+  EXPECT_EQ(allocated_fits_reserved_not, e.result.not_by_reserved);
   EXPECT_EQ(fitting, e.result.fitting);
+  // The estimate of such a plan says why the search drops it (estimate --json's memory_fit), with
+  // the allocator replayed over its Program as `parasol estimate` does.
+  ASSERT_NE(single_stage, nullptr);
+  const cost::Estimate est = cost::estimate(m, c, *single_stage, prof);
+  EXPECT_EQ(est.memory_fit, cost::MemoryFit::kNotByReserved) << plan_to_json(*single_stage).dump();
+  EXPECT_LE(est.framework.allocated + est.framework.outside, hbm);
+  EXPECT_GT(est.framework.device_used_high(), hbm);
   // Listed plans leave the margin free at the top of their band.
   o.memory_margin_bytes = 8.0 * (1 << 30);
   Enumerated tight = enumerate(m, c, o);
   EXPECT_LT(tight.result.fitting, e.result.fitting);
+  EXPECT_GT(tight.result.not_by_reserved, e.result.not_by_reserved);
   for (const Candidate& cand : tight.result.top) {
     const cost::FrameworkMemory f =
         cost::framework_memory(cost::memory_per_rank(m, c, cand.plan), c, cand.plan, -1, prof);

@@ -103,5 +103,34 @@ TEST(Requests, SearchTakesNoPlanKeys) {
   EXPECT_EQ(r["best_plan"]["gbs"], 64);
 }
 
+// torchtitan's op-level recompute is in the space of `search` and `search --framework
+// torchtitan`, and not enumerated for a framework whose export refuses it.
+TEST(Requests, SearchListsOpLevelRecomputeWhereTheFrameworkRunsIt) {
+  struct Listed {
+    int64_t enumerated = 0;
+    int op_level = 0;
+  };
+  auto search = [](const std::string& framework) {
+    Json request = {{"model", "tiny"}, {"cluster", "dgx-h100"}, {"gpus", 8},
+                    {"gbs", 16},       {"top", 100000},         {"threads", 1}};
+    if (!framework.empty()) request["framework"] = framework;
+    const Json r = search_request(request);
+    Listed l;
+    l.enumerated = r["enumerated"].get<int64_t>();
+    for (const Json& row : r["top"]) l.op_level += row["plan"]["recompute"] == "selective_op";
+    return l;
+  };
+  const Listed any = search(""), titan = search("torchtitan");
+  EXPECT_GT(any.op_level, 0);
+  EXPECT_GT(titan.op_level, 0);
+  EXPECT_EQ(titan.enumerated, any.enumerated);
+  for (const char* f : {"megatron", "deepspeed"}) {
+    SCOPED_TRACE(f);
+    const Listed l = search(f);
+    EXPECT_EQ(l.op_level, 0);
+    EXPECT_LT(l.enumerated, any.enumerated);
+  }
+}
+
 }  // namespace
 }  // namespace parasol::tools
