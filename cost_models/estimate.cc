@@ -538,7 +538,10 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     price.ep += n * (lp.ep_forward + lp.ep_backward);
     price.moe.add(lp.moe, n);
     price.hidden += n * (lp.tp_hidden + lp.cp_hidden + lp.ep_hidden);
-    price.ep_hidden += n * lp.ep_hidden;
+    // Only Megatron's --overlap-moe-expert-parallel-comm runs the exchanges beside the other
+    // micro-batch's GEMMs (compute_overlap.h holds_gemm_sms); otherwise what the fragment hides of
+    // them hides behind other communication, and keeps the other collectives' rate.
+    if (p.ep_comm_overlap) price.ep_hidden += n * lp.ep_hidden;
     price.host_forward += n * lp.host_forward;
     price.host_backward += n * (lp.host_backward + (1 - full_share) * lp.host_recompute +
                                 full_share * lp.host_forward);

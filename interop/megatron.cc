@@ -94,6 +94,7 @@ Args model_args(const Model& m, const Plan& p, Refusals& r) {
   }
   if (m.activation == Activation::kSwiglu) add(a, "--swiglu");
   add(a, "--normalization", m.norm == Norm::kRmsNorm ? "RMSNorm" : "LayerNorm");
+  if (m.qk_norm) add(a, "--qk-layernorm");  // Qwen3's per-head q/k norms (Model::qk_norm)
   if (m.learned_positions) {
     add(a, "--position-embedding-type", "learned_absolute");
   } else {

@@ -205,7 +205,7 @@ const std::set<std::string> kRead = {
     "disable-bias-linear", "attention-dropout", "hidden-dropout", "num-experts", "moe-router-topk",
     "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-    "v-head-dim", "vocab-size", "seq-length",
+    "v-head-dim", "vocab-size", "seq-length", "qk-layernorm",
     // training
     "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "grad-reduce-in-bf16",
     "attention-backend", "recompute-granularity", "recompute-method", "recompute-num-layers",
@@ -244,7 +244,7 @@ const std::set<std::string> kHarmless = {
     "moe-aux-loss-coeff", "moe-z-loss-coeff", "use-mcore-models", "use-flash-attn", "num-workers",
     "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-loss-fusion",
     "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval", "empty-unused-memory-level",
-    "norm-epsilon", "attention-softmax-in-fp32", "apply-query-key-layer-scaling", "qk-layernorm",
+    "norm-epsilon", "attention-softmax-in-fp32", "apply-query-key-layer-scaling",
     "use-precision-aware-optimizer", "fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo",
     "moe-permute-fusion", "moe-router-dtype", "moe-router-fusion", "moe-router-load-balancing-type",
     "moe-router-score-function", "moe-router-pre-softmax", "moe-router-enable-expert-bias",
@@ -486,6 +486,7 @@ Model read_model(const Flags& f, const std::string& name) {
     m.norm = Norm::kLayerNorm;
   else
     throw Error("--normalization", "'" + norm + "' is not one of LayerNorm|RMSNorm");
+  m.qk_norm = f.has("qk-layernorm");  // per-head norms of q and k (Qwen3; Model::qk_norm)
   std::string pos = f.string_or("position-embedding-type", "learned_absolute");
   if (f.has("use-rotary-position-embeddings")) pos = "rope";
   if (pos == "learned_absolute") {

@@ -62,6 +62,8 @@ bool is_cost(const std::string& key) {
                          key.compare(key.size() - 3, 3, "_us") == 0;  // the host's issue costs
   // How many times slower FlashAttention in Triton runs than FlashAttention-2.
   if (key == "triton_forward_slowdown" || key == "triton_backward_slowdown") return true;
+  // Transformer Engine's module-call host costs before TE 2.10, as a multiple of the later ones.
+  if (key == "host_te_before_2_10_factor") return true;
   return key == "kernel_overhead_us" || key == "overlap_compute_slowdown" ||
          key == "dp_overlap_compute_slowdown" || key == "collective_step_latency_us" ||
          key == "gemm_k_half" || host_cost;
