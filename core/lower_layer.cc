@@ -385,8 +385,8 @@ void Lowerer::qk_norms(int layer, int qkv, int k, int dqkv) {
   for (int i = 0; i < 2; ++i) {
     const int kept = i == 1 && k >= 0 ? k : qkv;
     if (backward)
-      elementwise(OpKind::kNorm, layer, what[i], double(T_) * cols[i], per * cols[i],
-                  {dqkv, kept}, {dqkv});
+      elementwise(OpKind::kNorm, layer, what[i], double(T_) * cols[i], per * cols[i], {dqkv, kept},
+                  {dqkv});
     else
       elementwise(OpKind::kNorm, layer, what[i], double(T_) * cols[i], per * cols[i], {kept},
                   {kept});

@@ -65,9 +65,8 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
   // The router's kernels after its GEMM (score function, top-k, aux loss: core/moe_load.h).
   const RouterKernels rk = router_kernels(p_, false);
-  const int route =
-      elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E,
-                  rk.bytes_per_element * double(Tm_) * E, {logits}, {sv[sRprobs]});
+  const int route = elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E,
+                                rk.bytes_per_element * double(Tm_) * E, {logits}, {sv[sRprobs]});
   P_.ops[route].tensors = static_cast<int>(rk.kernels);
   // Dropless routing: the host reads the tokens per expert before it can size the exchange and
   // the grouped GEMMs (Megatron's token_dispatcher.py _maybe_dtoh_and_synchronize and

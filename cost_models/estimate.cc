@@ -428,8 +428,7 @@ int64_t price_flags(const Plan& p) {
          (int64_t{static_cast<int>(p.cp_comm_type)} << 30) |
          (p.attention_kernel == AttentionKernel::kTriton ? int64_t{1} << 35 : 0) |
          (int64_t{cp_a2a_ranks(p)} << 36) |  // the hierarchical all-to-all groups' size
-         (p.attention_unpad ? int64_t{1} << 51 : 0) |
-         (p.deterministic ? int64_t{1} << 47 : 0) |
+         (p.attention_unpad ? int64_t{1} << 51 : 0) | (p.deterministic ? int64_t{1} << 47 : 0) |
          (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0) |  // host_cost.h's era
          (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
          (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
@@ -824,16 +823,16 @@ FsdpCopyTime fsdp_copy_time(const DeviceSpec& d, const Profile& f, const Plan& p
                               before_rs = fsdp_reduce_copies(p, ways, false),
                               after_rs = fsdp_reduce_copies(p, ways, true);
   double gather = 0, reduce = 0;
-  auto unit = [&](double n, bool layer) {
-    if (n <= 0) return;
-    gather += fsdp_copies_seconds(d, f, before_ag, n, ways);
-    if (layer) gather += fsdp_copies_seconds(d, f, after_ag, n, ways);
-    reduce += fsdp_copies_seconds(d, f, before_rs, n, ways) +
-              fsdp_copies_seconds(d, f, after_rs, n, ways);
+  // `count` units of `n` parameters each (identical units cost alike).
+  auto units = [&](int count, double n, bool layer) {
+    if (n <= 0 || count <= 0) return;
+    gather += count * fsdp_copies_seconds(d, f, before_ag, n, ways);
+    if (layer) gather += count * fsdp_copies_seconds(d, f, after_ag, n, ways);
+    reduce += count * (fsdp_copies_seconds(d, f, before_rs, n, ways) +
+                       fsdp_copies_seconds(d, f, after_rs, n, ways));
   };
-  for (const auto& [count, n] : layer_units)
-    for (int i = 0; i < count; ++i) unit(n, true);
-  for (double n : edge_units) unit(n, false);
+  for (const auto& [count, n] : layer_units) units(count, n, true);
+  for (double n : edge_units) units(1, n, false);
   switch (p.reshard) {
     case Reshard::kAfterForward:
       out.forward = gather;
@@ -924,9 +923,9 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
       {{params.dense_layers, params.dense_layer}, {params.moe_layers, params.moe_layer}},
       {params.embedding, params.head}, p.dense_shard_ranks());
   if (params.expert > 0 && p.expert_dp() > 1) {
-    const FsdpCopyTime e = fsdp_copy_time(device_, profile_, p,
-                                          {{params.moe_layers, params.expert_layer}}, {},
-                                          p.expert_shard_ranks());
+    const FsdpCopyTime e =
+        fsdp_copy_time(device_, profile_, p, {{params.moe_layers, params.expert_layer}}, {},
+                       p.expert_shard_ranks());
     copies.forward += e.forward;
     copies.backward += e.backward;
     copies.step += e.step;

@@ -317,10 +317,9 @@ Export export_deepspeed(const Model& model, const Cluster& cluster, const Plan& 
      << ", " << gpus << " GPUs (" << nodes << " x " << per_node << ").\n"
      << "# Plan: tp " << plan.tp << ", pp " << plan.pp
      << (plan.cp > 1 ? ", Ulysses sequence parallel " + std::to_string(plan.cp) : std::string())
-     << ", dp " << plan.dp << ", ZeRO "
-     << plan.zero << ", micro batch " << plan.micro_batch << ", global batch " << plan.global_batch
-     << ", recompute " << recompute_label(plan) << ", offload " << offload_name(plan.offload)
-     << ".\n"
+     << ", dp " << plan.dp << ", ZeRO " << plan.zero << ", micro batch " << plan.micro_batch
+     << ", global batch " << plan.global_batch << ", recompute " << recompute_label(plan)
+     << ", offload " << offload_name(plan.offload) << ".\n"
      << "# Checked against " << kDeepSpeedVersion << ".\n"
      << export_tag_line(model, cluster, gpus);
   if (plan.zero == 3 && plan.shard_degree > 0 && plan.shard_degree != plan.dp * plan.cp)

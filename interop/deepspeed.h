@@ -43,8 +43,8 @@ struct DeepSpeedParallelism {
 };
 
 // Reads a parsed ds_config.json of a job on `gpus` GPUs into a plan JSON (plan_from_json
-// reads it): dp = gpus / (tp x pp x ulysses), the ZeRO stage, overlap_comm, MiCS shard size, offload,
-// precision, gradient dtype, micro and global batch (DeepSpeed's rule train_batch_size =
+// reads it): dp = gpus / (tp x pp x ulysses), the ZeRO stage, overlap_comm, MiCS shard size,
+// offload, precision, gradient dtype, micro and global batch (DeepSpeed's rule train_batch_size =
 // train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp; any two of the three
 // suffice), full recompute when an activation_checkpointing block is present, and Ulysses
 // sequence parallelism (cp = ulysses, cp_comm_type a2a) from mp.ulysses or the config's

@@ -802,8 +802,8 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
   // (import_deepspeed checks what Megatron-DeepSpeed allows beside it).
   const int64_t ulysses = f.integer_or("ds-sequence-parallel-size", 1);
   if (ulysses < 1 || ulysses > (1 << 20))
-    throw Error("--ds-sequence-parallel-size", "'" + f.one("ds-sequence-parallel-size") +
-                                                   "' is not a size >= 1");
+    throw Error("--ds-sequence-parallel-size",
+                "'" + f.one("ds-sequence-parallel-size") + "' is not a size >= 1");
   if (ulysses > 1 && j["cp"].get<int64_t>() > 1)
     throw Error("--ds-sequence-parallel-size",
                 "Megatron-DeepSpeed's sequence parallelism and --context-parallel-size are two "
@@ -814,8 +814,8 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
                 "the launcher gives no --num_nodes and --num_gpus");
   const int64_t tp = j["tp"].get<int64_t>(), pp = j["pp"].get<int64_t>();
   const Json ds = import_deepspeed(config, job.gpus,
-                                   {static_cast<int>(tp), static_cast<int>(pp),
-                                    j["sp"].get<bool>(), static_cast<int>(ulysses)})
+                                   {static_cast<int>(tp), static_cast<int>(pp), j["sp"].get<bool>(),
+                                    static_cast<int>(ulysses)})
                       .plan;
   if (f.has("zero-stage") && f.integer("zero-stage", 0) != ds["zero"].get<int64_t>())
     throw Error("--zero-stage", "is " + f.one("zero-stage") +

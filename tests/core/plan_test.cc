@@ -379,8 +379,8 @@ TEST(PlanValidate, AttentionUnpadIsFlashAttnsVarlenPath) {
 }
 
 TEST(PlanJson, FrameworkCopiesAndMetricPasses) {
-  const Plan p = plan_from_json(
-      Json::parse(R"({"zero": 3, "fsdp_impl": "fsdp2", "attention_unpad": true,
+  const Plan p =
+      plan_from_json(Json::parse(R"({"zero": 3, "fsdp_impl": "fsdp2", "attention_unpad": true,
                       "loss_metric_passes": 2})"));
   EXPECT_EQ(p.fsdp_impl, FsdpImpl::kFsdp2);
   EXPECT_TRUE(p.attention_unpad);

@@ -560,9 +560,9 @@ TEST(DeepSpeedExport, UlyssesIsAllToAllContextParallelismAlone) {
   EXPECT_EQ(sh.find("--context-parallel-size"), std::string::npos) << sh;
   // The batch rule counts dp = 16 / 4 ranks.
   const Json cfg = parse_json(file_named(e, "ds_config.json").text, "c");
-  EXPECT_EQ(cfg["train_batch_size"].get<int>(),
-            cfg["train_micro_batch_size_per_gpu"].get<int>() *
-                cfg["gradient_accumulation_steps"].get<int>() * 4);
+  EXPECT_EQ(cfg["train_batch_size"].get<int>(), cfg["train_micro_batch_size_per_gpu"].get<int>() *
+                                                    cfg["gradient_accumulation_steps"].get<int>() *
+                                                    4);
   expect_refusals(
       export_deepspeed,
       {

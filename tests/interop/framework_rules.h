@@ -268,7 +268,8 @@ inline std::vector<std::string> deepspeed_violations(
           int_flag(f, "pipeline-model-parallel-size", 1) > 1)
         broken.push_back("Megatron-DeepSpeed parallel_state.py L145: Ulysses without tp or pp");
       if (f.count("sequence-parallel"))
-        broken.push_back("Megatron-DeepSpeed arguments.py L975: Ulysses without --sequence-parallel");
+        broken.push_back(
+            "Megatron-DeepSpeed arguments.py L975: Ulysses without --sequence-parallel");
       if (heads % sp != 0 || int_flag(f, "num-key-value-heads", heads) % sp != 0)
         broken.push_back("DeepSpeed sequence/layer.py: heads % sequence-parallel size == 0");
     }
