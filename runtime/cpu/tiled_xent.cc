@@ -1,6 +1,6 @@
 // defines: cpu::xent_tiled_forward, xent_rescale, xent_tiled_backward, xent_tiled_chain,
-// xent_block_chain, xent_sum_rel_bound (runtime/cpu/tiled_xent.h): the vocab-tiled cross-entropy on the host,
-// the reference of runtime/cuda/xent_tiled.cu.
+// xent_block_chain, xent_sum_rel_bound (runtime/cpu/tiled_xent.h): the vocab-tiled cross-entropy on
+// the host, the reference of runtime/cuda/xent_tiled.cu.
 #include "runtime/cpu/tiled_xent.h"
 
 #include <algorithm>
@@ -73,8 +73,8 @@ void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const voi
     forward_rows(row_max, sum_exp, target, Fp32Logits{static_cast<const float*>(logits)}, labels,
                  rows, vocab, vocab_start, tile);
   else
-    forward_rows(row_max, sum_exp, target, Bf16Logits{static_cast<const uint16_t*>(logits)},
-                 labels, rows, vocab, vocab_start, tile);
+    forward_rows(row_max, sum_exp, target, Bf16Logits{static_cast<const uint16_t*>(logits)}, labels,
+                 rows, vocab, vocab_start, tile);
 }
 
 void xent_rescale(float* sum_exp, const float* local_max, const float* global_max, int64_t rows) {
@@ -93,9 +93,9 @@ void xent_tiled_backward(void* dlogits, const void* logits, Dtype dtype, const f
     for (int64_t v = 0; v < vocab; ++v) {
       float d = 0.0f;
       if (labels[r] >= 0) {
-        const float x = dtype == Dtype::kFp32 ? static_cast<const float*>(logits)[base + v]
-                                              : bf16_to_fp32(static_cast<const uint16_t*>(
-                                                    logits)[base + v]);
+        const float x = dtype == Dtype::kFp32
+                            ? static_cast<const float*>(logits)[base + v]
+                            : bf16_to_fp32(static_cast<const uint16_t*>(logits)[base + v]);
         d = dloss * (std::exp(x - mx) * inv - (v == id ? 1.0f : 0.0f));
       }
       if (dtype == Dtype::kFp32)

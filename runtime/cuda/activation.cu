@@ -1,31 +1,20 @@
 // defines: cuda::activation_forward, activation_backward (runtime/cpu/activation.cc's kernels on
 // the GPU): gelu (tanh approximation, written as x sigmoid(2u) like the CPU) and swiglu, one
 // thread per element, accurate expf (no fast math).
-#include "runtime/cuda/cuda_common.cuh"
+#include "runtime/cuda/bf16_vec.cuh"
 
 namespace parasol::runtime::cuda {
 
 namespace {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
-
-__device__ inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ inline float sigmoid(float x) { return sigmoidf_acc(x); }
 
 __global__ void gelu_forward_kernel(float* out, const float* in, int64_t n) {
-  PARASOL_GRID_STRIDE(i, n) {
-    const float x = in[i];
-    out[i] = x * sigmoid(2.0f * kGeluScale * (x + kGeluCube * x * x * x));
-  }
+  PARASOL_GRID_STRIDE(i, n) { out[i] = gelu_of(in[i]); }
 }
 
 __global__ void gelu_backward_kernel(float* din, const float* dout, const float* in, int64_t n) {
-  PARASOL_GRID_STRIDE(i, n) {
-    const float x = in[i];
-    const float s = sigmoid(2.0f * kGeluScale * (x + kGeluCube * x * x * x));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    din[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
-  }
+  PARASOL_GRID_STRIDE(i, n) { din[i] = gelu_grad_of(in[i]) * dout[i]; }
 }
 
 __global__ void swiglu_forward_kernel(float* out, const float* in, int64_t rows, int64_t cols) {

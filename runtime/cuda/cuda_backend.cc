@@ -79,10 +79,17 @@ struct CudaBackend::GemmPlan {
 };
 
 CudaBackend::~CudaBackend() {
+  if (capturing_) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);
+    if (g) cudaGraphDestroy(g);
+  }
   cudaStreamSynchronize(stream_);
+  destroy_graphs();
   release_all();  // back into the free lists
   empty_cache();
   gemm_plans_.clear();
+  bf16_plans_.clear();
   cudnn_.reset();  // its cuDNN handle, before the stream it runs on
   for (cudaEvent_t e : mark_events_) cudaEventDestroy(e);
   if (scratch_) cudaFreeAsync(scratch_, stream_);
@@ -135,6 +142,7 @@ void* CudaBackend::raw_alloc(size_t bytes) {
     cached_bytes_ -= static_cast<int64_t>(cls);
     return p;
   }
+  if (capturing_) refuse_in_capture("an allocation the cache cannot serve (cudaMalloc)");
   void* p = nullptr;
   if (cudaMalloc(&p, cls) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -232,6 +240,7 @@ void CudaBackend::raw_free_host(void* p) {
 
 void* CudaBackend::scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return scratch_;
+  if (capturing_) refuse_in_capture("a growing scratch");
   if (scratch_) PARASOL_CUDA_CHECK(cudaFreeAsync(scratch_, stream_));
   scratch_ = nullptr;
   scratch_bytes_ = 0;
@@ -258,6 +267,8 @@ bool is_host(const void* p) {
 // stall the host while a communication kernel may wait for its next call.
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  if (capturing_ && (is_host(dst) || is_host(src)))
+    refuse_in_capture("copy() to or from host memory");
   PARASOL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   if (is_host(dst)) PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -266,7 +277,10 @@ void CudaBackend::zero(void* dst, size_t bytes) {
   if (bytes > 0) PARASOL_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
-void CudaBackend::synchronize() { PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  if (capturing_) refuse_in_capture("synchronize()");
+  PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 void CudaBackend::record(cudaEvent_t event) { PARASOL_CUDA_CHECK(cudaEventRecord(event, stream_)); }
 
@@ -375,16 +389,27 @@ void CudaBackend::count_gemm_bf16() {
   ++counts_.gemm_bf16;
 }
 
+void CudaBackend::count_bf16_storage_gemm(bool epilogue_fused) {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  ++counts_.gemm_bf16_storage;
+  if (epilogue_fused) ++counts_.epilogue_fused;
+}
+
 void CudaBackend::note_fallback(const std::string& what, const std::string& shape,
                                 const std::string& why) {
   std::lock_guard<std::mutex> lock(counts_mu_);
   if (what == "gemm")
     ++counts_.gemm_fp32_fallbacks;
+  else if (what == "epilogue")
+    ++counts_.epilogue_fallbacks;
   else
     ++counts_.attention_fallbacks;
+  const char* to = what == "gemm"       ? "an fp32 GEMM"
+                   : what == "epilogue" ? "separate bf16 kernels"
+                                        : "parasol's kernel";
   if (logged_.insert(what + "|" + shape + "|" + why).second)
     std::fprintf(stderr, "parasol cuda: %s %s falls back to %s: %s\n", what.c_str(), shape.c_str(),
-                 what == "gemm" ? "an fp32 GEMM" : "parasol's kernel", why.c_str());
+                 to, why.c_str());
 }
 
 }  // namespace parasol::runtime

@@ -6,6 +6,10 @@
 //   kernels.h         the launchers of the .cu files, plain C++ (no core/ headers for nvcc)
 //   embedding.cu norm.cu linear.cu activation.cu attention.cu residual.cu cross_entropy.cu
 //   moe.cu adamw.cu cast.cu: one kernel family each, named like the CPU file of that family
+//   cuda_graph.cc     stream capture and replay (CUDA graphs)
+//   gemm_bf16.cc bf16_ops.cc  the bf16-storage entries (cuBLASLt epilogues, tiled cross-entropy)
+//   xent_tiled.cu bf16_elementwise.cu bf16_norm.cu bf16_rope.cu moe_permute.cu (bf16_vec.cuh:
+//   8-wide bf16 access): the kernels on bf16 storage and the device-side MoE permutation
 //
 // Design decisions (the contract of backend.h holds unchanged; these are the CUDA specifics):
 //  * Streams. Every kernel, copy and memset is issued on one compute stream (stream(), a
@@ -63,6 +67,14 @@
 //  * MoE: moe_permutation copies the top-k indices to the host (a synchronisation), builds the
 //    permutation there exactly as the CPU does and uploads row_of; the counts are needed on the
 //    host anyway (the grouped GEMM loops over experts with one cuBLASLt call each).
+//    kernels.h's moe_permutation_device builds the same permutation, counts and offsets on the
+//    device (no host copy); the grouped GEMM does not take device counts yet.
+//  * bf16 storage without widening (entries below the Backend ones): the linear layers as
+//    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
+//    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,
+//    SwiGLU/GELU, residual and bias kernels (8 bf16 per 16-byte access). The executor still
+//    drives the fp32 entries (widening bf16 buffers per kernel): wiring it to these is left.
+//  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream.
 //  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
 //    norm's partials) use one backend-owned scratch buffer outside the accounting; it grows
 //    (with a synchronisation) only when a larger request comes, i.e. during warm-up.
@@ -218,6 +230,58 @@ class CudaBackend final : public Backend {
   void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) override;
   void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
 
+  // ---- CUDA graphs (cuda_graph.cc; Plan::cuda_graphs). begin_capture() starts recording the
+  // work issued on the compute stream (cudaStreamBeginCapture, thread-local mode): kernels,
+  // cuBLASLt GEMMs, memsets and device-to-device copies are recorded, not run. end_capture()
+  // instantiates the recording and returns its id; replay(id) launches it on the compute stream,
+  // ordered like any kernel. A call that would synchronise or touch host memory (a copy from or to
+  // host memory, synchronize(), a cache miss of the allocator, a growing scratch) cannot be
+  // recorded: while capturing it abandons the recording and throws parasol::Error naming the
+  // call. The buffers the recorded work uses must stay allocated at the same addresses for every
+  // replay (a warmed-up step: the allocator's cache filled, the scratch grown).
+  void begin_capture();
+  int end_capture();
+  void replay(int graph);
+  bool capturing() const { return capturing_; }
+  int64_t graph_replays() const { return graph_replays_; }
+
+  // ---- Low-precision storage without widening (bf16_ops.cc). The vocab-tiled cross-entropy of
+  // runtime/cpu/tiled_xent.h on logits of dtype kFp32 or kBf16 (throws parasol::Error for
+  // another), the same contracts.
+  void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const void* logits,
+                          Dtype dtype, const int32_t* labels, int64_t rows, int64_t vocab,
+                          int64_t vocab_start);
+  void xent_rescale(float* sum_exp, const float* local_max, const float* global_max, int64_t rows);
+  void xent_tiled_backward(void* dlogits, const void* logits, Dtype dtype, const float* row_max,
+                           const float* sum_exp, const int32_t* labels, int64_t rows, int64_t vocab,
+                           int64_t vocab_start, float dloss);
+
+  // The linear layers on bf16 storage (gemm_bf16.cc): cuBLASLt GEMMs with bf16 operands, fp32
+  // accumulation (CUBLAS_COMPUTE_32F: the tensor cores' bf16 MMA) and cuBLASLt's fused epilogues;
+  // the contracts of backend.h's linear entries, with these additions. `in`, `w`, `dout`, the
+  // bias and `pre` are bf16 [rows x cols] dense; `out`, `din` bf16; `dw` of dw_type fp32 or bf16
+  // (the plan's gradient dtype), accumulated (+=, beta 1 inside the GEMM); `dbias` fp32 (+=).
+  //  * forward: out = in W + bias (epilogue BIAS); with gelu_pre not null, out = gelu(in W + bias)
+  //    and gelu_pre = in W + bias, the GELU's input kept for the backward (GELU_AUX[_BIAS]).
+  //  * backward_data: din (+)= dout W^T; with gelu_pre not null (accumulate false), din =
+  //    gelu'(gelu_pre) * (dout W^T), the gradient through the GELU that followed this layer's
+  //    input, and dbias_of_din (nullable) += its column sums (DGELU[_BGRAD]): the previous layer's
+  //    bias gradient in the same GEMM.
+  //  * backward_weight: dw += in^T dout (kInOut) or dout^T in (kOutIn); dbias += column sums of
+  //    dout (BGRADA/BGRADB into scratch, then added).
+  // When cuBLASLt has no algorithm for a fused epilogue the GEMM runs without it and the epilogue
+  // runs as separate bf16 kernels: logged once per shape and counted (epilogue_fallbacks). With no
+  // bf16 algorithm at all the call throws parasol::Error: there is no fp32 path to fall back to.
+  void linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                           WeightLayout layout, const uint16_t* bias, uint16_t* gelu_pre, int64_t m,
+                           int64_t n, int64_t k);
+  void linear_backward_data_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                 WeightLayout layout, const uint16_t* gelu_pre, float* dbias_of_din,
+                                 int64_t m, int64_t n, int64_t k, bool accumulate);
+  void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias, const uint16_t* in,
+                                   const uint16_t* dout, WeightLayout layout, int64_t m, int64_t n,
+                                   int64_t k);
+
   // C[m x n] = alpha op(A) op(B) + beta C, row-major with row strides lda, ldb, ldc (as
   // cpu::sgemm), on the compute stream through cuBLASLt (bf16 math, fp32 accumulate). The one
   // GEMM entry of the CUDA kernels.
@@ -231,6 +295,9 @@ class CudaBackend final : public Backend {
     int64_t attention_fallbacks = 0;  // attention calls run by parasol's own kernels
     int64_t gemm_bf16 = 0;            // GEMM calls with CUBLAS_COMPUTE_32F_FAST_16BF
     int64_t gemm_fp32_fallbacks = 0;  // GEMM calls cuBLASLt had no bf16 algorithm for
+    int64_t gemm_bf16_storage = 0;    // GEMM calls on bf16 storage (gemm_bf16.cc)
+    int64_t epilogue_fused = 0;       // of those, with their epilogue fused by cuBLASLt
+    int64_t epilogue_fallbacks = 0;   // of those, whose epilogue ran as separate kernels
   };
   LibraryCounts library_counts() const;
   // Whether this build has cuDNN's fused attention (PARASOL_HAVE_CUDNN).
@@ -272,10 +339,16 @@ class CudaBackend final : public Backend {
 
   std::mutex gemm_mu_;
   std::unordered_map<std::string, std::unique_ptr<GemmPlan>> gemm_plans_;
+  // gemm_bf16.cc's cached descriptors (an incomplete type here: shared_ptr<void> keeps its
+  // deleter), under gemm_mu_.
+  std::unordered_map<std::string, std::shared_ptr<void>> bf16_plans_;
+  struct LtCall;  // gemm_bf16.cc
+  void run_lt(const LtCall& call);
 
   void count_gemm_bf16();
+  void count_bf16_storage_gemm(bool epilogue_fused);
   void count_fused_attention();
-  // Counts a fallback of `what` ("gemm" or "attention") and logs it to stderr the first time `why`
+  // Counts a fallback of `what` ("gemm", "epilogue" or "attention") and logs it to stderr the first time `why`
   // is given for `shape`.
   void note_fallback(const std::string& what, const std::string& shape, const std::string& why);
 
@@ -286,6 +359,13 @@ class CudaBackend final : public Backend {
   std::unordered_set<std::string> logged_;  // "what|shape|why" already logged
 
   std::vector<cudaEvent_t> mark_events_;  // trace timing: reused across series
+
+  bool capturing_ = false;
+  std::vector<void*> graph_execs_;  // cudaGraphExec_t, by id
+  int64_t graph_replays_ = 0;
+  // Abandons the recording (capturing_) and throws parasol::Error: `call` cannot be recorded.
+  [[noreturn]] void refuse_in_capture(const std::string& call);
+  void destroy_graphs();
   int marks_used_ = 0;
 };
 

@@ -105,7 +105,64 @@ void xent_softmax(float* probs, const float* logits, const float* row_max, const
 void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                    int64_t vocab, int64_t vocab_start, float dloss, cudaStream_t s);
 
+// ---- xent_tiled.cu: runtime/cpu/tiled_xent.h's vocab-tiled cross-entropy; logits (and
+// dlogits) bf16 when `bf16`, else fp32; never widened into a buffer.
+void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const void* logits,
+                        bool bf16, const int32_t* labels, int64_t rows, int64_t vocab,
+                        int64_t vocab_start, cudaStream_t s);
+void xent_rescale(float* sum_exp, const float* local_max, const float* global_max, int64_t rows,
+                  cudaStream_t s);
+void xent_tiled_backward(void* dlogits, const void* logits, bool bf16, const float* row_max,
+                         const float* sum_exp, const int32_t* labels, int64_t rows, int64_t vocab,
+                         int64_t vocab_start, float dloss, cudaStream_t s);
+// The forward's block shape (cpu::xent_block_chain's threads and vec: the tests' tolerance).
+inline constexpr int kXentThreads = 256, kXentVec = 8;
+
+// ---- The kernels on bf16 storage (bf16_elementwise.cu, bf16_norm.cu, bf16_rope.cu): the
+// fp32 kernels' contracts above with every tensor bf16 (uint16_t) but the parameter gradients
+// (fp32, accumulated) and the statistics; fp32 math in registers, 8 elements per 16-byte access
+// where the rows allow it.
+// x [rows x cols, row stride ld] = act(x + bias) (bias [cols], nullable; gelu or identity);
+// pre (nullable, dense) = x + bias before the GELU.
+void bias_act_bf16(uint16_t* x, int64_t ld, uint16_t* pre, const uint16_t* bias, bool gelu,
+                   int64_t rows, int64_t cols, cudaStream_t s);
+// din = dout * gelu'(in) over n elements (in place din == dout allowed).
+void gelu_backward_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* in, int64_t n,
+                        cudaStream_t s);
+void swiglu_forward_bf16(uint16_t* out, const uint16_t* in, int64_t rows, int64_t cols,
+                         cudaStream_t s);
+void swiglu_backward_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* in, int64_t rows,
+                          int64_t cols, cudaStream_t s);
+// out = x + (y + bias), x and bias nullable, no dropout; in place allowed.
+void residual_forward_bf16(uint16_t* out, const uint16_t* x, const uint16_t* y,
+                           const uint16_t* bias, int64_t rows, int64_t cols, cudaStream_t s);
+// out[c] += sum_r x[r][c] (deterministic; scratch column_sums_scratch(rows, cols) floats).
+void add_column_sums_bf16(float* out, const uint16_t* x, int64_t rows, int64_t cols, float* scratch,
+                          cudaStream_t s);
+void add_f32(float* out, const float* in, int64_t n, cudaStream_t s);  // out[i] += in[i]
+// norm_forward with the residual add fused in front when y is not null: the row is x + y rounded
+// to bf16, written to sum_out (nullable) and normalised. weight, bias bf16 [cols].
+void norm_forward_bf16(bool layer, uint16_t* out, uint16_t* sum_out, const uint16_t* x,
+                       const uint16_t* y, const uint16_t* weight, const uint16_t* bias,
+                       int64_t rows, int64_t cols, float eps, cudaStream_t s);
+int64_t norm_backward_bf16_scratch(int64_t rows, int64_t cols);  // floats
+void norm_backward_bf16(bool layer, uint16_t* dx, float* dweight, float* dbias,
+                        const uint16_t* dout, const uint16_t* x, const uint16_t* weight,
+                        const uint16_t* dresidual, int64_t rows, int64_t cols, float eps,
+                        float* scratch, cudaStream_t s);
+// rope on bf16 in place (head_dim up to 1024).
+void rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+               int64_t heads, int64_t head_dim, double theta, bool inverse, cudaStream_t s);
+
 // ---- moe.cu (the permutation is built on the host: backend_ops.cc)
+// moe_permute.cu: moe_permutation on the device (no host copy): row_of [n = tokens * top_k],
+// counts [experts], offsets [experts + 1] (exclusive scan; offsets[experts] = n) written; an index
+// outside [0, experts) gets row -1 and adds 1 to *bad. scratch: the ints
+// moe_permutation_device_scratch returns.
+int64_t moe_permutation_device_scratch(int64_t n, int64_t experts);
+void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets, int32_t* bad,
+                            const int32_t* topk_idx, int64_t n, int64_t experts, int32_t* scratch,
+                            cudaStream_t s);
 void router_softmax(float* probs, const float* logits, int64_t tokens, int64_t experts,
                     cudaStream_t s);
 void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,

@@ -26,8 +26,8 @@ const double kU = std::ldexp(1.0, -24);
 
 struct Logits {
   int64_t rows, vocab;
-  std::vector<float> wide;      // the values (bf16-representable when bf16)
-  std::vector<uint16_t> bf16;   // the stored bf16, when dtype is bf16
+  std::vector<float> wide;     // the values (bf16-representable when bf16)
+  std::vector<uint16_t> bf16;  // the stored bf16, when dtype is bf16
   Dtype dtype;
   const void* data() const {
     return dtype == Dtype::kFp32 ? static_cast<const void*>(wide.data())
@@ -85,8 +85,8 @@ void check_forward(const Logits& l, int64_t tile, const std::string& what) {
   const auto labels = labels_for(l.rows, l.vocab, 7);
   const Ref ref = reference(l, labels);
   std::vector<float> mx(l.rows), sum(l.rows), target(l.rows);
-  xent_tiled_forward(mx.data(), sum.data(), target.data(), l.data(), l.dtype, labels.data(),
-                     l.rows, l.vocab, 0, tile);
+  xent_tiled_forward(mx.data(), sum.data(), target.data(), l.data(), l.dtype, labels.data(), l.rows,
+                     l.vocab, 0, tile);
   const double rel = xent_sum_rel_bound(xent_tiled_chain(l.vocab, tile), kExpUlps);
   for (int64_t r = 0; r < l.rows; ++r) {
     EXPECT_EQ(double{mx[r]}, ref.max[r]) << what << " row " << r;  // a max is exact
@@ -199,8 +199,8 @@ TEST(TiledXent, BackwardFromTheLogitsInTheirDtypeInPlace) {
         const double p = std::exp(l.wide[r * vocab + v] - m) / s;
         const bool hit = labels[r] >= 0 && labels[r] - start == v;
         const double ref = labels[r] < 0 ? 0.0 : dloss * (p - (hit ? 1.0 : 0.0));
-        const double got = d == Dtype::kFp32 ? f32[r * vocab + v]
-                                             : bf16_to_fp32(b16[r * vocab + v]);
+        const double got =
+            d == Dtype::kFp32 ? f32[r * vocab + v] : bf16_to_fp32(b16[r * vocab + v]);
         // p carries S's error, its exp's (kExpUlps), 1/S's and the product's roundings, then
         // the subtraction and the dloss product: (rel + 6u) p; then the store.
         const double e = dloss * p * (rel + 6 * kU) + dloss * 2 * kU * (hit ? 1.0 : 0.0);

@@ -1,0 +1,623 @@
+// The CUDA backend's low-precision entries (cuda_backend.h, "Low-precision storage without
+// widening"), part of cuda_kernels_test (whose main skips every test without a CUDA device), each
+// against a CPU reference with a tolerance derived in the test:
+//   vocab-tiled cross-entropy: the untiled formula in double on the same widened logits, within
+//     runtime/cpu/tiled_xent.h's bound for the kernel's block shape (CUDA's expf: 2 ulps, CUDA C
+//     Programming Guide, "Mathematical Functions", single precision).
+//   bf16 GEMMs with fused epilogues: the product in double of the same bf16 operands; the fp32
+//     accumulation of k products errs by at most 2 k u sum |a b| (u = 2^-24; the factor 2 allows
+//     for truncating tensor-core adds), then the bf16 store by its unit roundoff (2^-8 relative).
+//     GELU: cuBLASLt does not document which GELU form its epilogue computes; the tanh and erf
+//     forms differ by less than kGeluForms (max over x of |gelu_tanh - gelu_erf| ~ 2.5e-4, here
+//     5e-4).
+//   the device-side MoE permutation: bit-equal to the CPU backend's moe_permutation.
+//   CUDA graphs: a recorded sequence replayed on new inputs equals the same calls run eagerly,
+//     bit for bit (the same kernels on the same data).
+//   element-wise, norm and rope kernels on bf16: double references on the widened inputs; the
+//     store's unit roundoff (2^-8 relative) plus the fp32 arithmetic's roundings as stated per
+//     test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/tiled_xent.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/tensor.h"
+
+namespace parasol::runtime::test {
+namespace {
+
+constexpr double kCudaExpUlps = 2.0;
+constexpr double kHalfUlpBf16 = 1.0 / 256;  // 2^-8: bf16's unit roundoff (8 significant bits)
+constexpr double kGeluForms = 5e-4;
+const double kU = std::ldexp(1.0, -24);
+
+CudaBackend& dev() {
+  static CudaBackend b(0);
+  return b;
+}
+
+class CudaLowp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  }
+  void TearDown() override {
+    for (void* p : blocks_) dev().free(p);
+    blocks_.clear();
+  }
+  // A device copy of v.
+  template <typename T>
+  T* up(const std::vector<T>& v) {
+    void* p = dev().alloc(std::max<size_t>(1, v.size()) * sizeof(T), BufferClass::kActivation);
+    blocks_.push_back(p);
+    if (!v.empty()) dev().copy(p, v.data(), v.size() * sizeof(T));
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> down(const T* p, size_t n) {
+    std::vector<T> v(n);
+    dev().synchronize();
+    if (n > 0) dev().copy(v.data(), p, n * sizeof(T));
+    return v;
+  }
+  std::vector<void*> blocks_;
+};
+
+// Logits uniform in [-spread, spread], bf16-representable, every other row sorted ascending (the
+// running maximum rises in every sweep: the most rescales).
+std::vector<float> xent_logits(int64_t rows, int64_t vocab, float spread, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-spread, spread);
+  std::vector<float> v(static_cast<size_t>(rows * vocab));
+  for (float& x : v) x = bf16_to_fp32(fp32_to_bf16(u(rng)));
+  for (int64_t r = 0; r < rows; r += 2)
+    std::sort(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+  return v;
+}
+
+TEST_F(CudaLowp, TiledCrossEntropyMatchesTheUntiledFormula) {
+  // 50257: rows not 16-byte aligned (the scalar loads); 50304: aligned (the 16-byte loads).
+  for (int64_t vocab : {int64_t{50257}, int64_t{50304}})
+    for (Dtype d : {Dtype::kFp32, Dtype::kBf16}) {
+      SCOPED_TRACE(std::string(dtype_name(d)) + " vocab " + std::to_string(vocab));
+      const int64_t rows = 6, start = 100;
+      const auto x = xent_logits(rows, vocab, 20.0f, 31);
+      std::mt19937 rng(37);
+      std::vector<int32_t> labels(rows);
+      for (auto& l : labels) l = static_cast<int32_t>(start + rng() % vocab);
+      labels[1] = -1;
+      labels[3] = 5;  // another shard's
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
+      void* logits = d == Dtype::kBf16 ? static_cast<void*>(up(xb)) : static_cast<void*>(up(x));
+      int32_t* lab = up(labels);
+      float* mx = up(std::vector<float>(rows));
+      float* se = up(std::vector<float>(rows));
+      float* tg = up(std::vector<float>(rows));
+      dev().xent_tiled_forward(mx, se, tg, logits, d, lab, rows, vocab, start);
+      const auto gmx = down(mx, rows), gse = down(se, rows), gtg = down(tg, rows);
+      const double rel = cpu::xent_sum_rel_bound(
+          cpu::xent_block_chain(vocab, cuda::kXentThreads, cuda::kXentVec), kCudaExpUlps);
+      std::vector<double> ref_m(rows), ref_s(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x.data() + r * vocab;
+        double m = -std::numeric_limits<double>::infinity(), s = 0;
+        for (int64_t v = 0; v < vocab; ++v) m = std::max(m, double{row[v]});
+        for (int64_t v = 0; v < vocab; ++v) s += std::exp(double{row[v]} - m);
+        ref_m[r] = m;
+        ref_s[r] = s;
+        EXPECT_EQ(double{gmx[r]}, m) << "row " << r;
+        EXPECT_LE(std::abs(gse[r] - s), rel * s) << "row " << r << " (bound " << rel << ")";
+        const int64_t id = labels[r] - start;
+        EXPECT_EQ(gtg[r], labels[r] >= 0 && id >= 0 && id < vocab ? row[id] : 0.0f) << r;
+      }
+      // Backward in place over the logits, in their dtype.
+      const float dloss = 0.25f;
+      dev().xent_tiled_backward(logits, logits, d, mx, se, lab, rows, vocab, start, dloss);
+      const double store = d == Dtype::kBf16 ? kHalfUlpBf16 : kU;
+      std::vector<float> got(x.size());
+      if (d == Dtype::kBf16) {
+        const auto b = down(static_cast<uint16_t*>(logits), x.size());
+        for (size_t i = 0; i < b.size(); ++i) got[i] = bf16_to_fp32(b[i]);
+      } else {
+        got = down(static_cast<float*>(logits), x.size());
+      }
+      int bad = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t v = 0; v < vocab && bad < 5; ++v) {
+          const double p = std::exp(double{x[r * vocab + v]} - ref_m[r]) / ref_s[r];
+          const bool hit = labels[r] >= 0 && labels[r] - start == v;
+          const double ref = labels[r] < 0 ? 0.0 : dloss * (p - (hit ? 1.0 : 0.0));
+          // p carries sum_exp's error (rel), its expf's (2 ulps) and 1/S's and the products'
+          // roundings (6u in all, with the subtraction and dloss), then the store.
+          const double e = dloss * p * (rel + (4 + 6) * kU) + (hit ? dloss * 2 * kU : 0.0);
+          if (!(std::abs(got[r * vocab + v] - ref) <= e + store * (std::abs(ref) + e))) {
+            ADD_FAILURE() << "dlogits row " << r << " col " << v << ": " << got[r * vocab + v]
+                          << " vs " << ref;
+            ++bad;
+          }
+        }
+    }
+}
+
+TEST_F(CudaLowp, TiledCrossEntropyRescaleAndRefusedDtype) {
+  const std::vector<float> lmax = {1.0f, 3.0f, -2.0f}, gmax = {3.0f, 3.0f, 0.5f},
+                           sums = {2.0f, 5.0f, 0.0f};
+  float* s = up(sums);
+  dev().xent_rescale(s, up(lmax), up(gmax), 3);
+  const auto got = down(s, 3);
+  for (int r = 0; r < 3; ++r) {
+    const double ref = sums[r] * std::exp(double{lmax[r]} - gmax[r]);
+    EXPECT_NEAR(got[r], ref, (2 * 2 + 1) * kU * ref) << r;  // expf's 2 ulps and the product
+  }
+  EXPECT_THROW(dev().xent_tiled_forward(s, s, s, s, Dtype::kFp16, nullptr, 1, 1, 0),
+               ::parasol::Error);
+}
+
+// ---- bf16 storage helpers.
+
+std::vector<uint16_t> bf16_random(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = fp32_to_bf16(u(rng));
+  return v;
+}
+double w16(uint16_t h) { return bf16_to_fp32(h); }
+std::vector<double> widen(const std::vector<uint16_t>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = w16(v[i]);
+  return d;
+}
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+double gelu_tanh_grad(double x) {
+  const double c = 0.7978845608028654, t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x * x);
+}
+
+// ::testing failure after 5 bad elements: |got - ref| <= tol[i].
+::testing::AssertionResult within(const std::vector<double>& got, const std::vector<double>& ref,
+                                  const std::vector<double>& tol, const std::string& what) {
+  int bad = 0;
+  std::string msg;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::abs(got[i] - ref[i]) <= tol[i])) {
+      if (bad++ < 5)
+        msg += what + "[" + std::to_string(i) + "]: " + std::to_string(got[i]) + " vs " +
+               std::to_string(ref[i]) + " (tol " + std::to_string(tol[i]) + ")\n";
+    }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " elements off\n" << msg;
+}
+
+// C[m x n] = A[m x k] B[k x n] in double, with |A||B| for the accumulation bound.
+void matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n,
+            int64_t k, std::vector<double>& c, std::vector<double>& cabs) {
+  c.assign(static_cast<size_t>(m * n), 0.0);
+  cabs.assign(c.size(), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) {
+        c[i * n + j] += a[i * k + p] * b[p * n + j];
+        cabs[i * n + j] += std::abs(a[i * k + p] * b[p * n + j]);
+      }
+}
+std::vector<double> transpose(const std::vector<double>& a, int64_t rows, int64_t cols) {
+  std::vector<double> t(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = a[r * cols + c];
+  return t;
+}
+
+class CudaBf16Gemm : public CudaLowp, public ::testing::WithParamInterface<WeightLayout> {};
+
+TEST_P(CudaBf16Gemm, ForwardWithBiasAndGeluEpilogues) {
+  const WeightLayout layout = GetParam();
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const int64_t m = 50, n = 72, k = 96;
+  const auto in = bf16_random(m * k, 1), w = bf16_random(k * n, 2), bias = bf16_random(n, 3);
+  // W as [k x n] in double whatever the storage.
+  const auto wd = out_in ? transpose(widen(w), n, k) : widen(w);
+  std::vector<double> prod, pabs;
+  matmul(widen(in), wd, m, n, k, prod, pabs);
+  const double acc = 2 * k * kU;
+  for (bool gelu : {false, true}) {
+    SCOPED_TRACE(std::string(out_in ? "kOutIn" : "kInOut") + (gelu ? " gelu" : " bias"));
+    const auto before = dev().library_counts();
+    uint16_t* out = up(std::vector<uint16_t>(m * n));
+    uint16_t* pre = gelu ? up(std::vector<uint16_t>(m * n)) : nullptr;
+    dev().linear_forward_bf16(out, up(in), up(w), layout, up(bias), pre, m, n, k);
+    const auto got = widen(down(out, m * n));
+    std::vector<double> ref(got.size()), tol(got.size()), pref(got.size()), ptol(got.size());
+    for (int64_t i = 0; i < m * n; ++i) {
+      const double x = prod[i] + w16(bias[i % n]);
+      const double ex = acc * (pabs[i] + std::abs(w16(bias[i % n])));
+      pref[i] = x;
+      ptol[i] = kHalfUlpBf16 * (std::abs(x) + ex) + ex;
+      ref[i] = gelu ? gelu_tanh(x) : x;
+      // GELU's slope is below 1.13: the input's error passes through scaled by it.
+      const double e = gelu ? 1.13 * ex + kGeluForms : ex;
+      tol[i] = kHalfUlpBf16 * (std::abs(ref[i]) + e) + e;
+    }
+    EXPECT_TRUE(within(got, ref, tol, "out"));
+    if (gelu) {
+      EXPECT_TRUE(within(widen(down(pre, m * n)), pref, ptol, "gelu_pre"));
+    }
+    const auto after = dev().library_counts();
+    EXPECT_EQ(after.gemm_bf16_storage - before.gemm_bf16_storage, 1);
+    EXPECT_EQ((after.epilogue_fused - before.epilogue_fused) +
+                  (after.epilogue_fallbacks - before.epilogue_fallbacks),
+              1);
+    EXPECT_EQ(after.gemm_fp32_fallbacks, before.gemm_fp32_fallbacks);
+  }
+}
+
+TEST_P(CudaBf16Gemm, BackwardDataThroughTheGeluWithItsBiasGradient) {
+  const WeightLayout layout = GetParam();
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const int64_t m = 40, n = 64, k = 88;  // din [m x k] = dout [m x n] W^T
+  const auto dout = bf16_random(m * n, 4), w = bf16_random(k * n, 5),
+             pre = bf16_random(m * k, 6, -3.0f, 3.0f);
+  const auto wd = out_in ? transpose(widen(w), n, k) : widen(w);  // [k x n]
+  std::vector<double> prod, pabs;
+  matmul(widen(dout), transpose(wd, k, n), m, k, n, prod, pabs);
+  const std::vector<float> db0(k, 0.5f);
+  float* dbias = up(db0);
+  uint16_t* din = up(std::vector<uint16_t>(m * k));
+  dev().linear_backward_data_bf16(din, up(dout), up(w), layout, up(pre), dbias, m, n, k, false);
+  const auto got = widen(down(din, m * k));
+  const auto gdb = down(dbias, k);
+  std::vector<double> ref(got.size()), tol(got.size()), dbref(k, 0.5), dbtol(k, 0.0);
+  const double acc = 2 * n * kU;
+  for (int64_t i = 0; i < m * k; ++i) {
+    const double g = gelu_tanh_grad(w16(pre[i]));
+    ref[i] = g * prod[i];
+    // The GELU gradient's form (tanh or erf) differs by < 2 kGeluForms in slope over |x| <= 3.
+    const double e = std::abs(g) * acc * pabs[i] + 2 * kGeluForms * std::abs(prod[i]) + 4 * kU;
+    tol[i] = kHalfUlpBf16 * (std::abs(ref[i]) + e) + e;
+    dbref[i % k] += ref[i];
+    // Summed before (fused) or after (separate kernel) the bf16 store: each term's tolerance.
+    dbtol[i % k] += tol[i] + m * kU * std::abs(ref[i]);
+  }
+  EXPECT_TRUE(within(got, ref, tol, "din"));
+  std::vector<double> gdbd(gdb.begin(), gdb.end());
+  EXPECT_TRUE(within(gdbd, dbref, dbtol, "dbias"));
+  EXPECT_THROW(dev().linear_backward_data_bf16(din, din, din, layout, din, nullptr, m, n, k, true),
+               ::parasol::Error);
+}
+
+TEST_P(CudaBf16Gemm, BackwardWeightAccumulatesFp32AndBf16WithTheBiasGradient) {
+  const WeightLayout layout = GetParam();
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const int64_t m = 120, n = 48, k = 56;
+  const auto in = bf16_random(m * k, 7), dout = bf16_random(m * n, 8);
+  std::vector<double> prod, pabs;  // in^T dout: [k x n]
+  matmul(transpose(widen(in), m, k), widen(dout), k, n, m, prod, pabs);
+  if (out_in) {
+    prod = transpose(prod, k, n);
+    pabs = transpose(pabs, k, n);
+  }
+  const double acc = 2 * m * kU;
+  for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const std::vector<float> dw0f(k * n, 0.25f);
+    const std::vector<uint16_t> dw0b(k * n, fp32_to_bf16(0.25f));
+    void* dw = dt == Dtype::kFp32 ? static_cast<void*>(up(dw0f)) : static_cast<void*>(up(dw0b));
+    float* dbias = up(std::vector<float>(n, -1.0f));
+    dev().linear_backward_weight_bf16(dw, dt, dbias, up(in), up(dout), layout, m, n, k);
+    std::vector<double> got(k * n);
+    if (dt == Dtype::kFp32) {
+      const auto g = down(static_cast<float*>(dw), k * n);
+      got.assign(g.begin(), g.end());
+    } else {
+      got = widen(down(static_cast<uint16_t*>(dw), k * n));
+    }
+    const double store = dt == Dtype::kFp32 ? kU : kHalfUlpBf16;
+    std::vector<double> ref(got.size()), tol(got.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ref[i] = 0.25 + prod[i];
+      const double e = acc * (pabs[i] + 0.25);
+      tol[i] = store * (std::abs(ref[i]) + e) + e;
+    }
+    EXPECT_TRUE(within(got, ref, tol, "dw"));
+    const auto gdb = down(dbias, n);
+    std::vector<double> gdbd(gdb.begin(), gdb.end()), dbref(n, -1.0), dbtol(n, 0.0);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        dbref[c] += w16(dout[r * n + c]);
+        dbtol[c] += 2 * m * kU * std::abs(w16(dout[r * n + c]));
+      }
+    EXPECT_TRUE(within(gdbd, dbref, dbtol, "dbias"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaBf16Gemm,
+                         ::testing::Values(WeightLayout::kInOut, WeightLayout::kOutIn));
+
+// ---- Element-wise kernels on bf16. Each output is one fp32 expression of a few bf16 inputs:
+// its roundings (<= 8u relative to the terms' magnitude, expf's 2 ulps included) and the store.
+
+TEST_F(CudaLowp, SwigluGeluResidualAndBiasOnBf16) {
+  // cols 40: 16-byte groups; cols 37: the element-wise path.
+  for (int64_t cols : {int64_t{40}, int64_t{37}}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = 9;
+    cudaStream_t s = dev().stream();
+    const auto in = bf16_random(rows * 2 * cols, 10, -4.0f, 4.0f);
+    const auto dout = bf16_random(rows * cols, 11);
+    uint16_t* out = up(std::vector<uint16_t>(rows * cols));
+    uint16_t* din = up(std::vector<uint16_t>(rows * 2 * cols));
+    const uint16_t* din_in = up(in);
+    cuda::swiglu_forward_bf16(out, din_in, rows, cols, s);
+    cuda::swiglu_backward_bf16(din, up(dout), din_in, rows, cols, s);
+    const auto o = widen(down(out, rows * cols)), d = widen(down(din, rows * 2 * cols));
+    std::vector<double> ro(o.size()), to(o.size()), rd(d.size()), td(d.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const double g = w16(in[r * 2 * cols + c]), u = w16(in[r * 2 * cols + cols + c]);
+        const double sg = 1 / (1 + std::exp(-g)), dd = w16(dout[r * cols + c]);
+        const int64_t i = r * cols + c;
+        ro[i] = g * sg * u;
+        to[i] = kHalfUlpBf16 * std::abs(ro[i]) + 8 * kU * std::abs(ro[i]) + 1e-30;
+        rd[r * 2 * cols + c] = dd * u * sg * (1 + g * (1 - sg));
+        rd[r * 2 * cols + cols + c] = dd * g * sg;
+        for (int64_t j : {r * 2 * cols + c, r * 2 * cols + cols + c})
+          td[j] = kHalfUlpBf16 * std::abs(rd[j]) +
+                  8 * kU * std::abs(dd * u * sg) * (1 + std::abs(g)) + 8 * kU * std::abs(dd * g);
+      }
+    EXPECT_TRUE(within(o, ro, to, "swiglu"));
+    EXPECT_TRUE(within(d, rd, td, "swiglu backward"));
+
+    // gelu backward in place, bias + gelu with the pre-activation kept, the residual add.
+    const auto x = bf16_random(rows * cols, 12, -3.0f, 3.0f), y = bf16_random(rows * cols, 13),
+               b = bf16_random(cols, 14);
+    uint16_t* g = up(dout);
+    cuda::gelu_backward_bf16(g, g, up(x), rows * cols, s);
+    uint16_t* act = up(x);
+    uint16_t* pre = up(std::vector<uint16_t>(rows * cols));
+    cuda::bias_act_bf16(act, cols, pre, up(b), true, rows, cols, s);
+    uint16_t* res = up(y);
+    cuda::residual_forward_bf16(res, up(x), res, up(b), rows, cols, s);  // in place on y
+    const auto gg = widen(down(g, rows * cols)), ga = widen(down(act, rows * cols)),
+               gp = widen(down(pre, rows * cols)), gr = widen(down(res, rows * cols));
+    std::vector<double> r1(gg.size()), t1(gg.size()), r2 = r1, t2 = r1, r3 = r1, t3 = r1, r4 = r1,
+                                                      t4 = r1;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const double xi = w16(x[i]), bi = w16(b[i % cols]), yi = w16(y[i]);
+      r1[i] = w16(dout[i]) * gelu_tanh_grad(xi);
+      t1[i] = kHalfUlpBf16 * std::abs(r1[i]) + 16 * kU * std::abs(w16(dout[i])) * (1 + xi * xi);
+      // bias + x rounded to bf16 (pre), then gelu of the fp32 sum.
+      r2[i] = xi + bi;
+      t2[i] = kHalfUlpBf16 * std::abs(r2[i]) + kU * (std::abs(xi) + std::abs(bi));
+      r3[i] = gelu_tanh(xi + bi);
+      t3[i] = kHalfUlpBf16 * std::abs(r3[i]) + 16 * kU * (std::abs(xi) + std::abs(bi));
+      r4[i] = xi + (yi + bi);
+      t4[i] =
+          kHalfUlpBf16 * std::abs(r4[i]) + 2 * kU * (std::abs(xi) + std::abs(yi) + std::abs(bi));
+    }
+    EXPECT_TRUE(within(gg, r1, t1, "gelu backward"));
+    EXPECT_TRUE(within(gp, r2, t2, "bias pre-activation"));
+    EXPECT_TRUE(within(ga, r3, t3, "bias gelu"));
+    EXPECT_TRUE(within(gr, r4, t4, "residual"));
+  }
+}
+
+// ---- Norms on bf16 (the fused residual add in front, the backward with dresidual).
+
+TEST_F(CudaLowp, NormsOnBf16WithTheFusedResidualAdd) {
+  for (bool layer : {false, true})
+    for (int64_t cols : {int64_t{256}, int64_t{100}}) {
+      SCOPED_TRACE(std::string(layer ? "layernorm" : "rmsnorm") + " cols " + std::to_string(cols));
+      const int64_t rows = 7;
+      const float eps = 1e-5f;
+      cudaStream_t s = dev().stream();
+      const auto x = bf16_random(rows * cols, 20, -2.0f, 3.0f), y = bf16_random(rows * cols, 21),
+                 w = bf16_random(cols, 22, 0.5f, 1.5f), b = bf16_random(cols, 23),
+                 g = bf16_random(rows * cols, 24), dres = bf16_random(rows * cols, 25);
+      uint16_t* out = up(std::vector<uint16_t>(rows * cols));
+      uint16_t* sum = up(std::vector<uint16_t>(rows * cols));
+      const uint16_t* wd = up(w);
+      const uint16_t* bd = up(b);
+      cuda::norm_forward_bf16(layer, out, sum, up(x), up(y), wd, bd, rows, cols, eps, s);
+      // The backward on the residual stream (sum), dx in place over dresidual.
+      uint16_t* dx = up(dres);
+      float* dw = up(std::vector<float>(cols, 1.0f));
+      float* db = up(std::vector<float>(cols, 2.0f));
+      float* scratch = up(std::vector<float>(cuda::norm_backward_bf16_scratch(rows, cols)));
+      cuda::norm_backward_bf16(layer, dx, dw, layer ? db : nullptr, up(g), sum, wd, dx, rows, cols,
+                               eps, scratch, s);
+      const auto gsum = down(sum, rows * cols);
+      const auto gout = widen(down(out, rows * cols)), gdx = widen(down(dx, rows * cols));
+      const auto gdw = down(dw, cols), gdb = down(db, cols);
+      std::vector<double> rsum(rows * cols), rout = rsum, tout = rsum, rdx = rsum, tdx = rsum;
+      std::vector<double> rdw(cols, 1.0), tdw(cols, 0.0), rdb(cols, 2.0), tdb(cols, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> v(cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          v[c] = bf16_to_fp32(fp32_to_bf16(static_cast<float>(w16(x[r * cols + c])) +
+                                           static_cast<float>(w16(y[r * cols + c]))));
+          EXPECT_EQ(w16(gsum[r * cols + c]), v[c]) << "sum_out " << r << "," << c;
+        }
+        double mean = 0, var = 0;
+        if (layer) {
+          for (double t : v) mean += t;
+          mean /= cols;
+        }
+        for (double t : v) var += (t - mean) * (t - mean);
+        const double rstd = 1 / std::sqrt(var / cols + eps);
+        double mdn = 0, mdnx = 0, mabs = 0, mxabs = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double dn = w16(g[r * cols + c]) * w16(w[c]), xh = (v[c] - mean) * rstd;
+          mdn += dn / cols;
+          mdnx += dn * xh / cols;
+          mabs += std::abs(dn) / cols;
+          mxabs += std::abs(dn * xh) / cols;
+        }
+        if (!layer) mdn = 0;
+        // fp32 row sums over cols terms: relative cols * u of the sum of magnitudes, carried
+        // through rstd; then the store.
+        const double rel = 4 * cols * kU;
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t i = r * cols + c;
+          const double xh = (v[c] - mean) * rstd;
+          rout[i] = xh * w16(w[c]) + (layer ? w16(b[c]) : 0.0);
+          tout[i] = kHalfUlpBf16 * std::abs(rout[i]) +
+                    rel * (std::abs(xh) + 1) * std::abs(w16(w[c])) + 4 * kU;
+          const double dn = w16(g[i]) * w16(w[c]);
+          rdx[i] = rstd * (dn - mdn - xh * mdnx) + w16(dres[i]);
+          const double e =
+              rel * rstd * (std::abs(dn) + mabs + std::abs(xh) * mxabs + std::abs(xh) * mabs);
+          tdx[i] = kHalfUlpBf16 * (std::abs(rdx[i]) + e) + e + 2 * kU * std::abs(w16(dres[i]));
+          rdw[c] += w16(g[i]) * xh;
+          tdw[c] += rel * std::abs(w16(g[i])) * (std::abs(xh) + 1);
+          rdb[c] += w16(g[i]);
+          tdb[c] += 2 * rows * kU * std::abs(w16(g[i]));
+        }
+      }
+      EXPECT_TRUE(within(gout, rout, tout, "out"));
+      EXPECT_TRUE(within(gdx, rdx, tdx, "dx"));
+      EXPECT_TRUE(within(std::vector<double>(gdw.begin(), gdw.end()), rdw, tdw, "dweight"));
+      if (layer) {
+        EXPECT_TRUE(within(std::vector<double>(gdb.begin(), gdb.end()), rdb, tdb, "dbias"));
+      }
+    }
+}
+
+// ---- RoPE on bf16: the rotation of the widened pair by the exact angle; the angle's reduction
+// and sincosf's 2 ulps (relative ~4u of |u| + |v|) and the two products' roundings, then the
+// store. Inverse after forward returns the input within two stores.
+
+TEST_F(CudaLowp, RopeOnBf16ForwardAndInverse) {
+  for (int64_t head_dim : {int64_t{64}, int64_t{12}}) {  // halves of 32 (16-byte groups) and 6
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    const int64_t seq = 33, rows = 2 * seq, heads = 3, ld = heads * head_dim + 8, pos = 1000;
+    const double theta = 500000.0;
+    const auto x = bf16_random(rows * ld, 30, -2.0f, 2.0f);
+    uint16_t* d = up(x);
+    cuda::rope_bf16(d, ld, rows, seq, pos, heads, head_dim, theta, false, dev().stream());
+    const auto got = widen(down(d, rows * ld));
+    std::vector<double> ref = widen(x), tol(ref.size(), 0.0);
+    const int64_t half = head_dim / 2;
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < half; ++j) {
+          const double ang = static_cast<double>(t % seq + pos) *
+                             std::pow(theta, -2.0 * static_cast<double>(j) / head_dim);
+          const int64_t ia = t * ld + h * head_dim + j, ib = ia + half;
+          const double u = w16(x[ia]), v = w16(x[ib]);
+          ref[ia] = u * std::cos(ang) - v * std::sin(ang);
+          ref[ib] = u * std::sin(ang) + v * std::cos(ang);
+          const double e = 16 * kU * (std::abs(u) + std::abs(v));
+          tol[ia] = kHalfUlpBf16 * (std::abs(ref[ia]) + e) + e;
+          tol[ib] = kHalfUlpBf16 * (std::abs(ref[ib]) + e) + e;
+        }
+    EXPECT_TRUE(within(got, ref, tol, "rope"));  // columns past the heads: tol 0, untouched
+    cuda::rope_bf16(d, ld, rows, seq, pos, heads, head_dim, theta, true, dev().stream());
+    const auto back = widen(down(d, rows * ld));
+    // The inverse rotates the forward's errors of both members of a pair into each, then stores.
+    std::vector<double> orig = widen(x), tb(orig.size(), 0.0);
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < half; ++j) {
+          const int64_t ia = t * ld + h * head_dim + j, ib = ia + half;
+          const double e = tol[ia] + tol[ib] + 16 * kU * (std::abs(orig[ia]) + std::abs(orig[ib]));
+          tb[ia] = kHalfUlpBf16 * (std::abs(orig[ia]) + e) + e;
+          tb[ib] = kHalfUlpBf16 * (std::abs(orig[ib]) + e) + e;
+        }
+    EXPECT_TRUE(within(back, orig, tb, "rope inverse"));
+  }
+}
+
+// ---- MoE permutation on the device: row_of and the counts equal the CPU backend's (host)
+// permutation exactly, over several chunks and with skewed routing; a bad index is counted.
+
+TEST_F(CudaLowp, MoePermutationOnTheDeviceEqualsTheCpus) {
+  const int64_t tokens = 700, top_k = 2, experts = 6, n = tokens * top_k;
+  std::mt19937 rng(40);
+  std::vector<int32_t> idx(n);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t a = static_cast<int32_t>(rng() % 3 == 0 ? rng() % experts : 1);  // skewed
+    int32_t b = static_cast<int32_t>(rng() % experts);
+    if (b == a) b = (a + 1) % experts;
+    idx[t * top_k] = a;
+    idx[t * top_k + 1] = b;
+  }
+  CpuBackend cpu;
+  std::vector<int32_t> ref_rows(n);
+  std::vector<int64_t> ref_counts(experts);
+  cpu.moe_permutation(ref_rows.data(), ref_counts.data(), idx.data(), tokens, experts, top_k);
+  int32_t* rows = up(std::vector<int32_t>(n, -7));
+  int32_t* counts = up(std::vector<int32_t>(experts));
+  int32_t* offsets = up(std::vector<int32_t>(experts + 1));
+  int32_t* bad = up(std::vector<int32_t>(1, 0));
+  int32_t* scratch = up(std::vector<int32_t>(cuda::moe_permutation_device_scratch(n, experts) + 1));
+  cuda::moe_permutation_device(rows, counts, offsets, bad, up(idx), n, experts, scratch,
+                               dev().stream());
+  EXPECT_EQ(down(rows, n), ref_rows);
+  const auto gc = down(counts, experts), go = down(offsets, experts + 1);
+  int64_t off = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    EXPECT_EQ(gc[e], ref_counts[e]) << e;
+    EXPECT_EQ(go[e], off) << e;
+    off += ref_counts[e];
+  }
+  EXPECT_EQ(go[experts], n);
+  EXPECT_EQ(down(bad, 1)[0], 0);
+  idx[5] = static_cast<int32_t>(experts);  // out of range
+  cuda::moe_permutation_device(rows, counts, offsets, bad, up(idx), n, experts, scratch,
+                               dev().stream());
+  EXPECT_EQ(down(bad, 1)[0], 1);
+  EXPECT_EQ(down(rows, n)[5], -1);
+}
+
+// ---- CUDA graphs: record a bf16 linear + GELU + residual sequence once, replay it on new inputs
+// (copied into the same buffers outside the recording) and compare with the eager calls.
+
+TEST_F(CudaLowp, GraphReplayEqualsTheEagerCallsAndRefusesHostCopies) {
+  const int64_t m = 32, n = 64, k = 48;
+  const auto w = bf16_random(k * n, 50), b = bf16_random(n, 51);
+  uint16_t* in = up(bf16_random(m * k, 52));
+  uint16_t* out = up(std::vector<uint16_t>(m * n));
+  uint16_t* pre = up(std::vector<uint16_t>(m * n));
+  uint16_t* res = up(std::vector<uint16_t>(m * n));
+  const uint16_t* wd = up(w);
+  const uint16_t* bd = up(b);
+  auto step = [&] {
+    dev().linear_forward_bf16(out, in, wd, WeightLayout::kInOut, bd, pre, m, n, k);
+    cuda::residual_forward_bf16(res, pre, out, nullptr, m, n, dev().stream());
+  };
+  step();  // warm-up: plans cached, nothing allocated inside the recording
+  dev().begin_capture();
+  step();
+  const int g = dev().end_capture();
+  for (uint32_t seed : {53u, 54u}) {
+    const auto x = bf16_random(m * k, seed);
+    dev().copy(in, x.data(), x.size() * 2);
+    dev().replay(g);
+    const auto graphed = down(res, m * n);
+    step();
+    EXPECT_EQ(graphed, down(res, m * n)) << "seed " << seed;
+  }
+  EXPECT_EQ(dev().graph_replays(), 2);
+  std::vector<uint16_t> host(4);
+  dev().begin_capture();
+  EXPECT_THROW(dev().copy(host.data(), out, 8), ::parasol::Error);
+  EXPECT_FALSE(dev().capturing());
+  step();  // the backend still runs eagerly
+  dev().synchronize();
+}
+
+}  // namespace
+}  // namespace parasol::runtime::test
