@@ -8,9 +8,11 @@
 #   (c) runs the GPU benchmark build-gpu/tests/bench/gpu_train_bench when it was built (Google
 #       Benchmark JSON; its counters tokens_per_s, TFLOPs and MFU are read), with a note when it
 #       was not,
+#   (c2) runs build-gpu/tests/bench/gpu_kernels_bench: the bf16-storage kernels alone, each in
+#       GB/s or TFLOP/s against the device's HBM bandwidth or dense bf16 peak,
 #   (d) prints one summary table: each step, each GPU test, each benchmark's tokens/s, TFLOP/s
 #       and MFU (README.md, "GPU check", documents the format), then where one traced step's time
-#       goes by op kind (the benchmark's "op-time" lines).
+#       goes by op kind (the benchmark's "op-time" lines), then the kernel rates.
 # Everything runs under one deadline (default 480 s: the 8 minutes the issue allows), enforced
 # with `timeout`; nothing needs the network. Logs and the benchmark JSON go to build-gpu/gpu-check/.
 # Before building, a preflight names everything the machine lacks: nvcc, the driver (or a driver
@@ -163,7 +165,8 @@ generator=()
 if ! command -v make >/dev/null && command -v ninja >/dev/null && [[ ! -f "$build/CMakeCache.txt" ]]; then
   generator=(-G Ninja)
 fi
-gpu_targets=(cuda_kernels_test cuda_trainer_test nccl_communicator_test gpu_train_bench)
+gpu_targets=(cuda_kernels_test cuda_trainer_test nccl_communicator_test gpu_train_bench
+             gpu_kernels_bench)
 if run_step configure "$logs/configure.log" \
      cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPARASOL_CUDA=ON \
        -DCMAKE_CUDA_COMPILER="$nvcc" ${fe_dir:+"-DPARASOL_CUDNN_FRONTEND_INCLUDE=$fe_dir"}; then
@@ -247,6 +250,15 @@ for b in d.get("benchmarks", []):
   fi
 fi
 
+# ---- (c2) kernel rates: gpu_kernels_bench's bf16-storage kernels against the device's peaks
+# ("kernel-rate NAME VALUE UNIT PERCENT" lines, printed under the table).
+kbench_bin="$build/tests/bench/gpu_kernels_bench"
+kbench_log="$logs/gpu_kernels_bench.log"
+rm -f "$kbench_log"
+if (( bench == 1 && built == 1 )) && [[ -x "$kbench_bin" ]]; then
+  run_step gpu_kernels_bench "$kbench_log" "$kbench_bin"
+fi
+
 # ---- (d) summary ------------------------------------------------------------------------------
 echo
 echo "== parasol gpu-check: ${gpu} | CUDA ${cuda} | $(( SECONDS - start )) s of ${deadline} s =="
@@ -274,6 +286,15 @@ if (( built )) && [[ -f "$bench_log" ]] && grep -q '^op-time ' "$bench_log"; the
     while read -r _ model kind ms share tf; do
       printf '%-12s %-24s %10s %7s %9s\n' "$model" "$kind" "$ms" "$share" "$tf"
     done
+fi
+# Each bf16-storage kernel alone (gpu_kernels_bench): GB/s or TFLOP/s and the share of the
+# device's HBM bandwidth or dense bf16 peak.
+if [[ -f "$kbench_log" ]] && grep -q '^kernel-rate ' "$kbench_log"; then
+  echo
+  printf '%-36s %12s %-8s %8s\n' "kernel (bf16 storage)" "rate" "unit" "of peak"
+  grep '^kernel-rate ' "$kbench_log" | while read -r _ name value unit share; do
+    printf '%-36s %12s %-8s %8s\n' "$name" "$value" "$unit" "$share"
+  done
 fi
 echo
 if (( failed )); then

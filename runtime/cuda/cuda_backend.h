@@ -8,8 +8,9 @@
 //   moe.cu adamw.cu cast.cu: one kernel family each, named like the CPU file of that family
 //   cuda_graph.cc     stream capture and replay (CUDA graphs)
 //   gemm_bf16.cc bf16_ops.cc  the bf16-storage entries (cuBLASLt epilogues, tiled cross-entropy)
-//   xent_tiled.cu bf16_elementwise.cu bf16_norm.cu bf16_rope.cu moe_permute.cu (bf16_vec.cuh:
-//   8-wide bf16 access): the kernels on bf16 storage and the device-side MoE permutation
+//   xent_tiled.cu bf16_elementwise.cu bf16_norm.cu bf16_rope.cu moe_permute.cu grouped_gemm.cu
+//   (bf16_vec.cuh: 8-wide bf16 access): the kernels on bf16 storage, the device-side MoE
+//   permutation and grouped expert GEMMs
 //
 // Design decisions (the contract of backend.h holds unchanged; these are the CUDA specifics):
 //  * Streams. Every kernel, copy and memset is issued on one compute stream (stream(), a
@@ -68,7 +69,8 @@
 //    permutation there exactly as the CPU does and uploads row_of; the counts are needed on the
 //    host anyway (the grouped GEMM loops over experts with one cuBLASLt call each).
 //    kernels.h's moe_permutation_device builds the same permutation, counts and offsets on the
-//    device (no host copy); the grouped GEMM does not take device counts yet.
+//    device (no host copy), and grouped_gemm_bf16 runs the expert GEMMs from those device
+//    offsets (WMMA tensor cores, correctness-first); the executor still takes the host path.
 //  * bf16 storage without widening (entries below the Backend ones): the linear layers as
 //    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
 //    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,

@@ -163,6 +163,16 @@ int64_t moe_permutation_device_scratch(int64_t n, int64_t experts);
 void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets, int32_t* bad,
                             const int32_t* topk_idx, int64_t n, int64_t experts, int32_t* scratch,
                             cudaStream_t s);
+// grouped_gemm.cu: the grouped expert GEMMs on bf16 with the experts' rows from the device
+// offsets (offsets[e] <= r < offsets[e + 1]): C rows of expert e = A rows x B_e (+ bias[e]), B_e
+// at b + e K N stored [K x N] or, trans_b, [N x K]; max_rows bounds offsets[experts] (the grid).
+// wgrad: dW_e [K x N] (fp32) += A_e^T G_e over the expert's rows.
+void grouped_gemm_bf16(uint16_t* c, const uint16_t* a, const uint16_t* b, const uint16_t* bias,
+                       const int32_t* offsets, int64_t experts, int64_t max_rows, int64_t n,
+                       int64_t k, bool trans_b, cudaStream_t s);
+void grouped_gemm_bf16_wgrad(float* dw, const uint16_t* a, const uint16_t* g,
+                             const int32_t* offsets, int64_t experts, int64_t n, int64_t k,
+                             cudaStream_t s);
 void router_softmax(float* probs, const float* logits, int64_t tokens, int64_t experts,
                     cudaStream_t s);
 void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,

@@ -11,6 +11,8 @@
 //     forms differ by less than kGeluForms (max over x of |gelu_tanh - gelu_erf| ~ 2.5e-4, here
 //     5e-4).
 //   the device-side MoE permutation: bit-equal to the CPU backend's moe_permutation.
+//   grouped expert GEMMs on device offsets: the per-expert products in double, the bf16 GEMM
+//     bound above (2 k u sum |a b| and the store).
 //   CUDA graphs: a recorded sequence replayed on new inputs equals the same calls run eagerly,
 //     bit for bit (the same kernels on the same data).
 //   element-wise, norm and rope kernels on bf16: double references on the widened inputs; the
@@ -617,6 +619,63 @@ TEST_F(CudaLowp, GraphReplayEqualsTheEagerCallsAndRefusesHostCopies) {
   EXPECT_FALSE(dev().capturing());
   step();  // the backend still runs eagerly
   dev().synchronize();
+}
+
+// ---- Grouped expert GEMMs with the row ranges on the device: an empty expert, counts that are
+// not multiples of the 64-row tile, K not a multiple of the 32-wide step.
+
+TEST_F(CudaLowp, GroupedExpertGemmsOnDeviceOffsets) {
+  const std::vector<int32_t> offsets = {0, 70, 70, 200};  // experts of 70, 0 and 130 rows
+  const int64_t experts = 3, rows = 200, n = 72, k = 40;
+  const auto a = bf16_random(rows * k, 60), w = bf16_random(experts * k * n, 61),
+             bias = bf16_random(experts * n, 62), g = bf16_random(rows * n, 63);
+  const int32_t* off = up(offsets);
+  auto expert_of = [&](int64_t r) {
+    int64_t e = 0;
+    while (r >= offsets[e + 1]) ++e;
+    return e;
+  };
+  for (bool trans : {false, true}) {
+    SCOPED_TRACE(trans ? "B stored [N x K]" : "B stored [K x N]");
+    uint16_t* out = up(std::vector<uint16_t>(rows * n));
+    cuda::grouped_gemm_bf16(out, up(a), up(w), up(bias), off, experts, rows + 16, n, k, trans,
+                            dev().stream());
+    const auto got = widen(down(out, rows * n));
+    std::vector<double> ref(got.size()), tol(got.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t e = expert_of(r);
+      for (int64_t c2 = 0; c2 < n; ++c2) {
+        double s = w16(bias[e * n + c2]), sa = std::abs(s);
+        for (int64_t p = 0; p < k; ++p) {
+          const double bw = trans ? w16(w[e * k * n + c2 * k + p]) : w16(w[e * k * n + p * n + c2]);
+          s += w16(a[r * k + p]) * bw;
+          sa += std::abs(w16(a[r * k + p]) * bw);
+        }
+        const double e2 = 2 * (k + 1) * kU * sa;
+        ref[r * n + c2] = s;
+        tol[r * n + c2] = kHalfUlpBf16 * (std::abs(s) + e2) + e2;
+      }
+    }
+    EXPECT_TRUE(within(got, ref, tol, "grouped out"));
+  }
+  // dW_e += A_e^T G_e, fp32, onto 0.5.
+  float* dw = up(std::vector<float>(experts * k * n, 0.5f));
+  cuda::grouped_gemm_bf16_wgrad(dw, up(a), up(g), off, experts, n, k, dev().stream());
+  const auto gdw = down(dw, experts * k * n);
+  std::vector<double> got(gdw.begin(), gdw.end()), ref(got.size()), tol(got.size());
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t c2 = 0; c2 < n; ++c2) {
+        double s = 0.5, sa = 0.5;
+        for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+          s += w16(a[r * k + p]) * w16(g[r * n + c2]);
+          sa += std::abs(w16(a[r * k + p]) * w16(g[r * n + c2]));
+        }
+        const int64_t i = e * k * n + p * n + c2;
+        ref[i] = s;
+        tol[i] = 2 * (offsets[e + 1] - offsets[e] + 2) * kU * sa;
+      }
+  EXPECT_TRUE(within(got, ref, tol, "grouped dW"));
 }
 
 }  // namespace
