@@ -69,8 +69,9 @@ struct ImportedTrace {
   // TARGET_INFO_GPU), deduplicated.
   int world_size = 0;
   std::vector<std::string> devices;
-  // Per rank, the mean duration of its "ProfilerStep#N" ranges (each timed on its own host's
-  // clock; ranks' clocks are not synchronised), where it has any.
+  // Per rank, its step time from its "ProfilerStep#N" ranges (each timed on its own host's
+  // clock; ranks' clocks are not synchronised), where it has any: Kineto's, the period of the
+  // device work the ranges launched (kineto_import.cc's step_seconds), else their mean duration.
   std::map<int, double> step_s;
 };
 

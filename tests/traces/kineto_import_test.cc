@@ -836,6 +836,30 @@ TEST(KinetoImport, StepTimeFromEachRanksProfilerStepRanges) {
   EXPECT_NEAR(imp.step_s.at(1), 0.120, 1e-12);
   EXPECT_NEAR(step_time_s(imp), 0.115, 1e-12);
   EXPECT_EQ(imp.world_size, 2);
+
+  // A host that runs ahead of its GPU (no sync each step), as in TraceLens's MI300X resnet trace
+  // (AMD-AGI/TraceLens 171dd747, tests/traces/mi300/resnet_act_checkpoint.json.gz: ranges of
+  // 16.8, 16.0 and 15.9 ms, device work ending 18.8 ms apart): three ranges of 16 ms whose
+  // launches run 19 ms apart on the device. The step is the device's period, 19 ms, not the
+  // ranges' 16; a first, warm-up range of 5 ms that launched nothing does not count.
+  TraceBuilder b;
+  auto range = [&](int n, double ts, double dur) {
+    b.ev.push_back({{"ph", "X"},
+                    {"cat", "user_annotation"},
+                    {"name", "ProfilerStep#" + std::to_string(n)},
+                    {"pid", 10},
+                    {"tid", 11},
+                    {"ts", ts},
+                    {"dur", dur}});
+  };
+  range(14, 0, 5000);
+  for (int k = 0; k < 3; ++k) {
+    range(15 + k, 5000 + 16000 * k, 16000);
+    b.kernel("ampere_sgemm_128x64_nn", 5000 + 16000 * k + 100, 6000 + 19000 * k, 18000);
+  }
+  const ImportedTrace ahead = import_both(b.trace(), "ahead", 0);
+  EXPECT_EQ(ahead.steps, 4);
+  EXPECT_NEAR(ahead.step_s.at(0), 0.019, 1e-12);
 }
 
 TEST(KinetoImport, ATraceIsCheckedAgainstThePlan) {
