@@ -108,6 +108,18 @@ struct DeviceSpan {
   double start = 0, end = 0, launch_end = -1;
 };
 
+// A rank's step time (seconds) from its "ProfilerStep#N" ranges (`ranges`: start and end, in
+// microseconds on the clock of `spans`) and its device activities (`spans`, each in the range
+// whose span holds the end of its launch call). Where two or more ranges launched device work:
+// the steady period of the device, from the end of the first such range's work to the end of the
+// last's, over the ranges between: a host that runs ahead of its GPU (no sync each step) closes
+// its ranges before the GPU ends their work, so their mean is short of the step (TraceLens's
+// MI300X resnet trace: 16.2 ms ranges, 18.8 ms apart on the device), and ranges that launched
+// nothing (warm-up) do not count. Else the ranges' mean, or the one range's device work where
+// that is longer.
+double profiler_step_seconds(std::vector<std::pair<double, double>> ranges,
+                             const std::vector<DeviceSpan>& spans);
+
 // Completes a rank's import whose trace.events (all of `rank`) are filled: by_kind,
 // unclassified (events of kind "unclassified", by name), gaps from `spans`, the streams named by
 // what they ran ("compute", "comm" or "copy (cuda stream N)") and the process "rank N".

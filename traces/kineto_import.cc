@@ -695,48 +695,6 @@ int kineto_by_header(const Json& top) {
   return -1;
 }
 
-// The device activities launched within one ProfilerStep range: the first start and last end
-// (microseconds; lo > hi while there are none).
-struct StepDevice {
-  double lo = 1e300, hi = -1e300;
-};
-
-// Notes an activity [start, end] launched at host time `launch_ts` in the step range that holds
-// the launch (`steps`: (ts, dur), sorted by ts), if one does.
-void note_step_device(const std::vector<std::pair<double, double>>& steps, double launch_ts,
-                      double start, double end, std::vector<StepDevice>& device) {
-  auto it = std::upper_bound(steps.begin(), steps.end(), std::make_pair(launch_ts, 1e300));
-  if (it == steps.begin()) return;
-  const size_t k = static_cast<size_t>(it - steps.begin()) - 1;
-  if (launch_ts > steps[k].first + steps[k].second) return;
-  device[k].lo = std::min(device[k].lo, start);
-  device[k].hi = std::max(device[k].hi, end);
-}
-
-// A rank's step time (seconds) from its ProfilerStep ranges (`steps`, sorted) and the device
-// work each launched (`device`). Where two or more steps launched device work: the steady period
-// of the device, from the end of the first such step's work to the end of the last's, over the
-// steps between; a host that runs ahead of its GPU (no sync each step) closes its ProfilerStep
-// ranges before the GPU ends their work, so the ranges' mean is short of the step (TraceLens's
-// MI300X resnet trace: 16.2 ms ranges, 18.8 ms device period), and warm-up steps within them
-// do not count. Else the mean range, or the one step's device work where it is longer.
-double step_seconds(const std::vector<std::pair<double, double>>& steps,
-                    const std::vector<StepDevice>& device) {
-  double sum = 0;
-  for (const auto& st : steps) sum += st.second;
-  const double mean_us = sum / steps.size();
-  long first = -1, last = -1;
-  for (size_t k = 0; k < device.size(); ++k)
-    if (device[k].hi >= device[k].lo) {
-      if (first < 0) first = static_cast<long>(k);
-      last = static_cast<long>(k);
-    }
-  if (first >= 0 && last > first)
-    return (device[last].hi - device[first].hi) / static_cast<double>(last - first) * 1e-6;
-  if (first >= 0) return std::max(mean_us, device[first].hi - device[first].lo) * 1e-6;
-  return mean_us * 1e-6;
-}
-
 // The import of one rank's trace, fed its top-level members and then its events one at a time
 // (in file order), each converted to what the import reads of it and dropped: the DOM import
 // (import_kineto) and the streaming one (import_kineto_stream) are this one code.
@@ -775,8 +733,9 @@ class KinetoImporter {
     if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
         e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
       if (step_names_.insert(e["name"].get<std::string>()).second)
-        step_ranges_.push_back(
-            {number_field(e, what_, i, "ts", -kMaxMicroseconds), number_field(e, what_, i, "dur", 0)});
+        step_ranges_.push_back({number_field(e, what_, i, "ts", -kMaxMicroseconds),
+                                number_field(e, what_, i, "ts", -kMaxMicroseconds) +
+                                    number_field(e, what_, i, "dur", 0)});
     }
     const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
     const bool host_op = cat == "cpu_op";
@@ -856,8 +815,6 @@ class KinetoImporter {
     imp.shapes.reserve(acts_.size());
     std::vector<DeviceSpan> spans;
     spans.reserve(acts_.size());
-    std::sort(step_ranges_.begin(), step_ranges_.end());
-    std::vector<StepDevice> step_device(step_ranges_.size());
     for (Activity& a : acts_) {
       TraceEvent t;
       t.rank = rank_;
@@ -898,7 +855,6 @@ class KinetoImporter {
       }
       t.name = std::move(a.name);  // classified: the activity's name is not read again
       spans.push_back({a.ts, a.ts + a.dur, launch ? launch->ts + launch->dur : -1});
-      if (launch) note_step_device(step_ranges_, launch->ts, a.ts, a.ts + a.dur, step_device);
       imp.trace.events.push_back(std::move(t));
       imp.shapes.push_back(std::move(shape));
     }
@@ -907,7 +863,7 @@ class KinetoImporter {
       if (st.stream >= 0 && static_cast<size_t>(st.stream) < cpu_threads.size())
         st.name = "compute (cpu thread " + std::to_string(cpu_threads[st.stream]) + ")";
     imp.steps = std::max<int>(1, step_names_.size());
-    if (!step_ranges_.empty()) imp.step_s[rank_] = step_seconds(step_ranges_, step_device);
+    if (!step_ranges_.empty()) imp.step_s[rank_] = profiler_step_seconds(step_ranges_, spans);
     return std::move(imp_);
   }
 
@@ -969,7 +925,7 @@ class KinetoImporter {
   std::unordered_map<int64_t, HostEvent> call_of_;  // correlation -> runtime call
   std::deque<Activity> acts_;
   std::set<std::string> step_names_;
-  std::vector<std::pair<double, double>> step_ranges_;  // (ts, dur) us, one per ProfilerStep#N
+  std::vector<std::pair<double, double>> step_ranges_;  // (start, end) us, one per ProfilerStep#N
   std::map<std::string, size_t> unread_cats_;  // events of categories not read (is_host_category)
 
   // The events of categories the import does not read, each with what it is: CUPTI's range
