@@ -193,6 +193,40 @@ TEST(KinetoCalibrate, CollectivesMatchThePlanGroupOfTheirStatedRanks) {
   EXPECT_EQ(none.samples, 1);
 }
 
+// Imported attention is priced with its mask as the trace states it: a causal forward of
+// S = 4096 does half the (query, key) pairs of a non-causal one, so the default profile replays
+// it in about half the time (831d25e priced every imported attention non-causal, and a causal
+// model's flash efficiency fitted about 2x high).
+TEST(KinetoCalibrate, AttentionIsPricedWithTheMaskTheTraceStates) {
+  auto run_with = [](int causal) {
+    ImportedRun r = tp8_dp8_run({});
+    r.imported.trace.events.resize(1);
+    r.imported.shapes.resize(1);
+    TraceEvent& e = r.imported.trace.events[0];
+    e.kind = "attention";
+    e.name = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false>>";
+    e.stream = 7;
+    e.dur_s = 1e-3;
+    KernelShape& s = r.imported.shapes[0];
+    s = KernelShape();
+    s.attn_batch = 1, s.heads = 32, s.kv_heads = 8, s.seq_q = 4096, s.seq_kv = 4096;
+    s.head_dim = 128, s.causal = causal, s.dtype = "bf16";
+    e.flops = attention_kernel_flops(s);
+    return r;
+  };
+  const cost::Profile base =
+      cost::default_profile(cluster_preset("dgx-h100", 64).gpu_device(0));
+  const Calibration causal = calibrate_imported({run_with(1)}, base);
+  const Calibration full = calibrate_imported({run_with(0)}, base);
+  ASSERT_GT(causal.replay_base_s, 0);
+  const double ratio = causal.replay_base_s / full.replay_base_s;
+  EXPECT_GT(ratio, 0.45) << ratio;
+  EXPECT_LT(ratio, 0.6) << ratio;
+  // The same measured time asks a causal kernel for about half the efficiency.
+  EXPECT_LT(param(causal, "flash_forward_efficiency").fitted,
+            0.7 * param(full, "flash_forward_efficiency").fitted);
+}
+
 TEST(KinetoCalibrate, NothingToFitSaysWhyEachKernelWasLeftOut) {
   // The tp = dp = 8 run with no ranks on its all-reduces and no bytes on its norm (as an Nsight
   // Systems report gives them): nothing can be priced, and the error says why, kernel by kernel.
