@@ -669,8 +669,8 @@ std::string current_category(const std::string& cat) {
 bool is_host_category(const std::string& c) {
   return c == "user_annotation" || c == "gpu_user_annotation" || c == "python_function" ||
          c == "Trace" || c == "fwdbwd" || c == "ac2g" || c == "cpu_instant_event" ||
-         c == "overhead" || c == "Python" || c == "python" || c == "Memory" ||
-         c == "cuda_sync" || c == "xpu_runtime" || c == "mtia_runtime" || c == "privateuse1_runtime";
+         c == "overhead" || c == "Python" || c == "python" || c == "Memory" || c == "cuda_sync" ||
+         c == "xpu_runtime" || c == "mtia_runtime" || c == "privateuse1_runtime";
 }
 
 // Whether an event's category is one that only a PyTorch profiler trace has.
@@ -785,21 +785,20 @@ class KinetoImporter {
     if (acts_.empty() && !ops_.empty() && imp_.devices.empty())
       cpu_job_activities(cpu_stacks, cpu_kinds, cpu_threads);
     if (acts_.empty())
-      throw Error(what_, ops_.empty()
-                             ? "has no device activities (kernels, memcpys, memsets) and no "
-                               "CPU ops: not a PyTorch profiler trace of a GPU job"
-                         : imp_.devices.empty()
-                             ? "is a CPU-only trace without GEMM or attention ops (aten::mm, "
-                               "addmm, bmm, linear, matmul, scaled_dot_product_attention ...) "
-                               "with their input shapes: nothing to set beside a plan (profile "
-                               "with record_shapes=True)"
-                         : !unread_cats_.empty()
-                             ? "has no CUDA or ROCm device activities (kernels, memcpys, "
-                               "memsets) that parasol reads; its device events are " +
-                                   unread_device_events()
-                             : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
-                                   " threads of CPU ops but no device activities (kernels, "
-                                   "memcpys, memsets); profile with ProfilerActivity.CUDA");
+      throw Error(
+          what_,
+          ops_.empty()            ? "has no device activities (kernels, memcpys, memsets) and no "
+                                    "CPU ops: not a PyTorch profiler trace of a GPU job"
+          : imp_.devices.empty()  ? "is a CPU-only trace without GEMM or attention ops (aten::mm, "
+                                    "addmm, bmm, linear, matmul, scaled_dot_product_attention ...) "
+                                    "with their input shapes: nothing to set beside a plan (profile "
+                                    "with record_shapes=True)"
+          : !unread_cats_.empty() ? "has no CUDA or ROCm device activities (kernels, memcpys, "
+                                    "memsets) that parasol reads; its device events are " +
+                                        unread_device_events()
+                                  : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
+                                        " threads of CPU ops but no device activities (kernels, "
+                                        "memcpys, memsets); profile with ProfilerActivity.CUDA");
     // The launch stacks of the calls that launched something; then the threads' ops and calls
     // are no longer needed.
     std::unordered_set<size_t> launching;
@@ -937,8 +936,9 @@ class KinetoImporter {
       if (!out.empty()) out += ", ";
       out += "\"" + cat + "\" (" + std::to_string(n) + ")";
       if (cat == "cuda_profiler_range")
-        out += ": kernels replayed by CUPTI's range profiler to read hardware counters, their times "
-               "not a step's (profile without experimental_config's profiler_metrics)";
+        out +=
+            ": kernels replayed by CUPTI's range profiler to read hardware counters, their times "
+            "not a step's (profile without experimental_config's profiler_metrics)";
       else if (cat.rfind("mtia", 0) == 0)
         out += ": an MTIA accelerator's, which parasol does not model";
     }

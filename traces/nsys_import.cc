@@ -207,10 +207,9 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
   if (db.has_table("NVTX_EVENTS")) {
     const std::string t = "NVTX_EVENTS";
     const bool by_thread = db.has_column(t, "globalTid");
-    Stmt s = db.prepare(
-        "SELECT text, textId, start, end" + std::string(by_thread ? ", globalTid" : ", NULL") +
-            " FROM " + t,
-        t);
+    Stmt s = db.prepare("SELECT text, textId, start, end" +
+                            std::string(by_thread ? ", globalTid" : ", NULL") + " FROM " + t,
+                        t);
     while (db.step(s.get(), t) == SQLITE_ROW) {
       std::string text;
       if (const unsigned char* v = sqlite3_column_text(s.get(), 0))

@@ -214,8 +214,7 @@ TEST(KinetoCalibrate, AttentionIsPricedWithTheMaskTheTraceStates) {
     e.flops = attention_kernel_flops(s);
     return r;
   };
-  const cost::Profile base =
-      cost::default_profile(cluster_preset("dgx-h100", 64).gpu_device(0));
+  const cost::Profile base = cost::default_profile(cluster_preset("dgx-h100", 64).gpu_device(0));
   const Calibration causal = calibrate_imported({run_with(1)}, base);
   const Calibration full = calibrate_imported({run_with(0)}, base);
   ASSERT_GT(causal.replay_base_s, 0);

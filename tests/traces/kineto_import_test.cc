@@ -243,8 +243,8 @@ TEST(ClassifyKernel, TableOfPatternsAgainstRealNamesAndFalsePositives) {
       {"void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<"
        "cutlass::bfloat16_t, cutlass::bfloat16_t>>(moe::dev::finalize::KernelParams)",
        "combine"},
-      {"bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_"
-       "transOut",
+      {"bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_"
+       "TN_transOut",
        "linear"},
       {"_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1", "expert-linear"},
       {"_finalize_matmul_scatter_bf16", "combine"},
