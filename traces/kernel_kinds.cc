@@ -211,6 +211,10 @@ constexpr Rule kRules[] = {
     {"reduction", "triton_per"},
     {"reduction", "cub::"},
     {"reduction", "radixsort"},
+    // torch.topk and torch.sort (ATen's sbtopk::gatherTopK, bitonicSortKVInPlace), as an MoE
+    // router written in plain PyTorch launches them.
+    {"reduction", "gathertopk"},
+    {"reduction", "bitonicsort"},
     {"reduction", "scan"},
     // Other elementwise, copy and layout kernels.
     {"elementwise", "elementwise"},
@@ -234,6 +238,10 @@ constexpr Rule kRules[] = {
     // SGLang's store_kvcache); activation quantization (vLLM's scaled_fp8_quant_kernel,
     // TensorRT-LLM's quantize_with_block_size).
     {"elementwise", "subtensorop"},
+    // ATen's indexing kernels (vectorized_gather_kernel of index and gather, indexFuncLargeIndex
+    // of index_add/index_copy): gathers, whose bytes stay unknown (streams_its_tensors).
+    {"elementwise", "vectorized_gather_kernel"},
+    {"elementwise", "indexfunc"},
     {"elementwise", "reshape_and_cache"},
     {"elementwise", "store_kvcache"},
     {"elementwise", "fp8_quant"},

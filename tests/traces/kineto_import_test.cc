@@ -274,6 +274,20 @@ TEST(ClassifyKernel, TableOfPatternsAgainstRealNamesAndFalsePositives) {
       {"void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>(long, "
        "float const*, float const*, float*, float*)",
        "norm"},
+      // A plain-PyTorch MoE router's top-k, sort and gathers (TraceLens 7f80ea42,
+      // evals/unit_tests_nv/moe/moe_01_many_experts_few_tokens.json.gz).
+      {"void at::native::sbtopk::gatherTopK<c10::BFloat16, unsigned int, 2, false>(at::cuda::"
+       "detail::TensorInfo<c10::BFloat16, unsigned int>)",
+       "reduction"},
+      {"void at::native::bitonicSortKVInPlace<2, -1, 16, 16, c10::BFloat16, long, at::native::"
+       "GTOp<c10::BFloat16, true>, unsigned int>(at::cuda::detail::TensorInfo<c10::BFloat16, "
+       "unsigned int>)",
+       "reduction"},
+      {"void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, "
+       "long, long, bool)",
+       "elementwise"},
+      {"void at::native::indexFuncLargeIndex<float, int, unsigned int, 1, 1, -2, true>(float*)",
+       "elementwise"},
       // Rotary embeddings are pointwise, not embedding lookups.
       {"void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*, "
        "c10::BFloat16*, c10::BFloat16 const*, int, long, long, int, int, int)",
