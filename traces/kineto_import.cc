@@ -690,7 +690,7 @@ int kineto_by_header(const Json& top) {
   if (other != top.end() && other->is_object() && other->value("generator", "") == "parasol")
     return 0;
   if (top.contains("schemaVersion") || top.contains("distributedInfo") ||
-      top.contains("deviceProperties"))
+      top.contains("deviceProperties") || top.contains("computeProperties"))
     return 1;
   return -1;
 }
@@ -730,7 +730,9 @@ class KinetoImporter {
     auto cat_it = e.find("cat");
     if (cat_it == e.end() || !cat_it->is_string()) return;
     const std::string cat = current_category(cat_it->get<std::string>());
-    if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
+    // PyTorch 1.8-1.9 wrote the ProfilerStep ranges as ops ("Operator": cpu_op).
+    if ((cat == "user_annotation" || cat == "cpu_op") && e.contains("name") &&
+        e["name"].is_string() &&
         e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
       if (step_names_.insert(e["name"].get<std::string>()).second)
         step_ranges_.push_back({number_field(e, what_, i, "ts", -kMaxMicroseconds),
@@ -1103,7 +1105,7 @@ class KinetoSax {
     // A top-level member: distributedInfo and deviceProperties are read as they come (before the
     // events in Kineto's files), as the DOM import reads them before its events.
     if (key_ == "distributedInfo") imp_.distributed_info(v);
-    if (key_ == "deviceProperties") imp_.device_properties(v);
+    if (key_ == "deviceProperties" || key_ == "computeProperties") imp_.device_properties(v);
     header_[key_] = std::move(v);
   }
 
@@ -1138,7 +1140,8 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
   if (!events) throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   if (j.is_object()) {
     if (auto di = j.find("distributedInfo"); di != j.end()) k.distributed_info(*di);
-    if (auto dp = j.find("deviceProperties"); dp != j.end()) k.device_properties(*dp);
+    for (const char* key : {"deviceProperties", "computeProperties"})
+      if (auto dp = j.find(key); dp != j.end()) k.device_properties(*dp);
   }
   for (size_t i = 0; i < events->size(); ++i) k.event((*events)[i], i);
   return k.finish();

@@ -43,6 +43,12 @@
 //    the message.
 //  - A memcpy is a "memcpy" (label_copies_by_plan makes a plan's offloads and prefetches of
 //    them), a memset a "memset"; bytes from the activity's "bytes".
+// Formats: PyTorch 1.8-1.9's categories ("Kernel", "Operator", "Runtime", "Memcpy", "Memset";
+// string tids; its GPUs under "computeProperties"); a rank's steps are its "ProfilerStep#N" ranges
+// (user_annotation, or an "Operator" in 1.8-1.9), its step time imported_trace.h's
+// profiler_step_seconds. A trace without device activities is a CPU job's when its profiler saw
+// no GPU, else refused saying what it has instead (CPU ops only; CUPTI range-profiler kernels;
+// another accelerator's events).
 // A GEMM kernel launched by aten::_grouped_mm or _scaled_grouped_mm, or under vLLM's
 // vllm::moe_forward or a fused_moe op, is an "expert-linear".
 // Kinds are op_kind_name()s where parasol has the op, else "elementwise", "reduction", "memcpy"

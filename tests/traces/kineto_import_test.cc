@@ -954,6 +954,28 @@ TEST(KinetoImport, PyTorch18CategoriesAndStringTidsAreRead) {
   EXPECT_DOUBLE_EQ(imp.trace.events[0].flops, 2.0 * 512 * 256 * 128);
   EXPECT_EQ(imp.trace.events[1].bytes, 1024);
   EXPECT_EQ(imp.kernels, 1);
+
+  // Its GPUs under "computeProperties" and its ProfilerStep ranges as ops ("Operator"), as
+  // pytorch/kineto's tb_plugin test and sample traces have them (041e7ce9:
+  // tb_plugin/test/gpu_metrics_input.json, tb_plugin/samples/resnet50_num_workers_4): the device
+  // is named and the steps counted and timed (they were 0 steps and no device).
+  Json with_steps = ev;
+  with_steps.push_back({{"ph", "X"},
+                        {"cat", "Operator"},
+                        {"name", "ProfilerStep#5"},
+                        {"pid", 4242},
+                        {"tid", "4242"},
+                        {"ts", 90},
+                        {"dur", 40},
+                        {"args", Json::object()}});
+  const Json old = {
+      {"schemaVersion", 1},
+      {"computeProperties", Json::array({{{"id", 0}, {"name", "Tesla V100-DGXS-32GB"}}})},
+      {"traceEvents", with_steps}};
+  const ImportedTrace stepped = import_both(old, "pt18-steps", 0);
+  EXPECT_EQ(stepped.devices, std::vector<std::string>{"Tesla V100-DGXS-32GB"});
+  EXPECT_EQ(stepped.steps, 1);
+  EXPECT_NEAR(stepped.step_s.at(0), 40e-6, 1e-15);
 }
 
 TEST(KinetoImport, WhatIsNotAGpuTraceIsRefusedForWhatItIs) {
