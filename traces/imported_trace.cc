@@ -298,6 +298,15 @@ std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::st
     if ((e.kind == "linear" || e.kind == "attention") && !imp.shapes[i].dtype.empty())
       gemm_s[imp.shapes[i].dtype == "tf32" ? "fp32" : imp.shapes[i].dtype] += e.dur_s;
   }
+  int forward = 0, trains = 0;  // kernels by the phase their launching ops say
+  for (const TraceEvent& e : imp.trace.events) {
+    forward += e.phase == "fwd";
+    trains += e.phase == "bwd" || e.phase == "optimizer";
+  }
+  if (forward > 0 && trains == 0)
+    out.push_back("step: the trace's ops launched " + std::to_string(forward) +
+                  " kernel(s) in the forward and none in a backward or an optimizer step (an "
+                  "inference or forward-only trace), the plan's step trains");
   if (!gemm_s.empty() && !plan_dtype.empty()) {
     auto most = std::max_element(gemm_s.begin(), gemm_s.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });

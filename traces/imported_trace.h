@@ -91,8 +91,10 @@ double step_time_s(const ImportedTrace& imp);
 // cluster's device name does not have), the world size (distributedInfo against the plan's
 // ranks), the ranks (a traced rank >= the plan's world size, or more ranks than it), the
 // precision (the dtype of most of the traced GEMM time against the plan's; fp32 traces' tf32
-// GEMMs agree with an fp32 plan). An empty device name or dtype is not checked. Empty when
-// nothing contradicts it.
+// GEMMs agree with an fp32 plan), the step (a trace whose launching ops put kernels in the
+// forward and none in a backward or an optimizer step is an inference or forward-only trace,
+// while the plan's step trains: the vLLM and SGLang traces of TraceLens's tests). An empty device
+// name or dtype is not checked. Empty when nothing contradicts it.
 std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::string& device_name,
                                          int plan_world, const std::string& plan_dtype);
 

@@ -732,8 +732,7 @@ class KinetoImporter {
     const std::string cat = current_category(cat_it->get<std::string>());
     // PyTorch 1.8-1.9 wrote the ProfilerStep ranges as ops ("Operator": cpu_op).
     if ((cat == "user_annotation" || cat == "cpu_op") && e.contains("name") &&
-        e["name"].is_string() &&
-        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
+        e["name"].is_string() && e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
       if (step_names_.insert(e["name"].get<std::string>()).second)
         step_ranges_.push_back({number_field(e, what_, i, "ts", -kMaxMicroseconds),
                                 number_field(e, what_, i, "ts", -kMaxMicroseconds) +
