@@ -185,8 +185,11 @@ TEST(KinetoCalibrate, CollectivesMatchThePlanGroupOfTheirStatedRanks) {
   EXPECT_GT(link_samples(tp, "nvlink") + link_samples(tp, "nvswitch"), 0);
   // Without ranks, a communicator of 8 could be either group: it is not fitted to one by its size.
   const Calibration unknown = calibrate_imported({tp8_dp8_run({})}, base);
-  for (const FittedParam& p : unknown.params)
-    if (p.name.rfind("link_efficiency.", 0) == 0) EXPECT_EQ(p.samples, 0) << p.name;
+  for (const FittedParam& p : unknown.params) {
+    if (p.name.rfind("link_efficiency.", 0) == 0) {
+      EXPECT_EQ(p.samples, 0) << p.name;
+    }
+  }
   EXPECT_EQ(unknown.samples, 1);  // the norm
   // Ranks that no group of the plan holds are not fitted either.
   const Calibration none = calibrate_imported({tp8_dp8_run({0, 3, 9, 12, 17, 30, 33, 60})}, base);
