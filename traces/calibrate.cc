@@ -406,6 +406,11 @@ std::optional<Op> imported_op(const Lowered& lw, const TraceEvent& e, const Kern
   tf32 = false;
   if (e.kind == "linear" || e.kind == "attention") {  // math in the kernel's dtype
     tf32 = s.dtype == "tf32" && plan.precision == Dtype::kFp32;
+    // A kernel without a shape has no dtype either (both come from its op's "Input Dims" and
+    // "Input type"): it says it has no shape (HTA's df_index_resolver trace, recorded without
+    // record_shapes, was 3,535 GEMMs of "no dtype").
+    const bool shaped = e.kind == "linear" ? s.m > 0 : s.seq_q > 0;
+    if (!shaped) return skip("no shape or size");
     if (s.dtype.empty()) return skip("no dtype");
     if (s.dtype != dtype_name(plan.precision) && !tf32)
       return skip("another dtype than the plan's");

@@ -85,6 +85,36 @@ void finish_rank(ImportedTrace& imp, int rank, const std::vector<DeviceSpan>& sp
   imp.trace.processes.push_back({rank, "rank " + std::to_string(rank)});
 }
 
+double profiler_step_seconds(std::vector<std::pair<double, double>> ranges,
+                             const std::vector<DeviceSpan>& spans) {
+  if (ranges.empty()) return 0;
+  std::sort(ranges.begin(), ranges.end());
+  double sum = 0;
+  for (const auto& r : ranges) sum += r.second - r.first;
+  const double mean_us = sum / ranges.size();
+  // Per range: the first start and the last end of the device work it launched (lo > hi: none).
+  std::vector<std::pair<double, double>> work(ranges.size(), {1e300, -1e300});
+  for (const DeviceSpan& d : spans) {
+    if (d.launch_end < 0) continue;
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(d.launch_end, 1e300));
+    if (it == ranges.begin()) continue;
+    const size_t k = static_cast<size_t>(it - ranges.begin()) - 1;
+    if (d.launch_end > ranges[k].second) continue;
+    work[k].first = std::min(work[k].first, d.start);
+    work[k].second = std::max(work[k].second, d.end);
+  }
+  long first = -1, last = -1;
+  for (size_t k = 0; k < work.size(); ++k)
+    if (work[k].second >= work[k].first) {
+      if (first < 0) first = static_cast<long>(k);
+      last = static_cast<long>(k);
+    }
+  if (first >= 0 && last > first)
+    return (work[last].second - work[first].second) / static_cast<double>(last - first) * 1e-6;
+  if (first >= 0) return std::max(mean_us, work[first].second - work[first].first) * 1e-6;
+  return mean_us * 1e-6;
+}
+
 std::vector<ImportedTrace> import_parasol_trace(const Trace& trace) {
   const int steps = trace.steps > 0 ? trace.steps : std::max(1, summarize(trace).steps);
   std::map<int, ImportedTrace> by_rank;
@@ -268,6 +298,15 @@ std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::st
     if ((e.kind == "linear" || e.kind == "attention") && !imp.shapes[i].dtype.empty())
       gemm_s[imp.shapes[i].dtype == "tf32" ? "fp32" : imp.shapes[i].dtype] += e.dur_s;
   }
+  int forward = 0, trains = 0;  // kernels by the phase their launching ops say
+  for (const TraceEvent& e : imp.trace.events) {
+    forward += e.phase == "fwd";
+    trains += e.phase == "bwd" || e.phase == "optimizer";
+  }
+  if (forward > 0 && trains == 0)
+    out.push_back("step: the trace's ops launched " + std::to_string(forward) +
+                  " kernel(s) in the forward and none in a backward or an optimizer step (an "
+                  "inference or forward-only trace), the plan's step trains");
   if (!gemm_s.empty() && !plan_dtype.empty()) {
     auto most = std::max_element(gemm_s.begin(), gemm_s.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });

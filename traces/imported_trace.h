@@ -69,8 +69,9 @@ struct ImportedTrace {
   // TARGET_INFO_GPU), deduplicated.
   int world_size = 0;
   std::vector<std::string> devices;
-  // Per rank, the mean duration of its "ProfilerStep#N" ranges (each timed on its own host's
-  // clock; ranks' clocks are not synchronised), where it has any.
+  // Per rank, its step time from its "ProfilerStep#N" ranges (each timed on its own host's
+  // clock; ranks' clocks are not synchronised), where it has any: Kineto's, the period of the
+  // device work the ranges launched (kineto_import.cc's step_seconds), else their mean duration.
   std::map<int, double> step_s;
 };
 
@@ -90,8 +91,10 @@ double step_time_s(const ImportedTrace& imp);
 // cluster's device name does not have), the world size (distributedInfo against the plan's
 // ranks), the ranks (a traced rank >= the plan's world size, or more ranks than it), the
 // precision (the dtype of most of the traced GEMM time against the plan's; fp32 traces' tf32
-// GEMMs agree with an fp32 plan). An empty device name or dtype is not checked. Empty when
-// nothing contradicts it.
+// GEMMs agree with an fp32 plan), the step (a trace whose launching ops put kernels in the
+// forward and none in a backward or an optimizer step is an inference or forward-only trace,
+// while the plan's step trains: the vLLM and SGLang traces of TraceLens's tests). An empty device
+// name or dtype is not checked. Empty when nothing contradicts it.
 std::vector<std::string> plan_mismatches(const ImportedTrace& imp, const std::string& device_name,
                                          int plan_world, const std::string& plan_dtype);
 
@@ -106,6 +109,18 @@ std::vector<std::string> check_against_plan(const ImportedTrace& imp,
 struct DeviceSpan {
   double start = 0, end = 0, launch_end = -1;
 };
+
+// A rank's step time (seconds) from its "ProfilerStep#N" ranges (`ranges`: start and end, in
+// microseconds on the clock of `spans`) and its device activities (`spans`, each in the range
+// whose span holds the end of its launch call). Where two or more ranges launched device work:
+// the steady period of the device, from the end of the first such range's work to the end of the
+// last's, over the ranges between: a host that runs ahead of its GPU (no sync each step) closes
+// its ranges before the GPU ends their work, so their mean is short of the step (TraceLens's
+// MI300X resnet trace: 16.2 ms ranges, 18.8 ms apart on the device), and ranges that launched
+// nothing (warm-up) do not count. Else the ranges' mean, or the one range's device work where
+// that is longer.
+double profiler_step_seconds(std::vector<std::pair<double, double>> ranges,
+                             const std::vector<DeviceSpan>& spans);
 
 // Completes a rank's import whose trace.events (all of `rank`) are filled: by_kind,
 // unclassified (events of kind "unclassified", by name), gaps from `spans`, the streams named by

@@ -89,6 +89,23 @@ constexpr Rule kRules[] = {
     {"elementwise", "deep_ep::layout::"},
     {"elementwise", "get_dispatch_layout"},
     {"all-to-all", "deep_ep::"},
+    // MoE routing, permutation and its GEMMs outside grouped-GEMM libraries, as real traces name
+    // them: TensorRT-LLM's trtllm-gen MoE (moe::dev::routing::*, moe::dev::finalize::*, as vLLM
+    // runs it on B200), OpenAI's triton_kernels (_topk_forward, _combined_routing_compute,
+    // _sum_bitmatrix_rows, _matmul_ogs_*: the gather/scatter expert GEMM, _finalize_matmul_scatter,
+    // as vLLM runs gpt-oss), vLLM's topkGatingSoftmax and moe_align_block_size, Transformer
+    // Engine's moe_permute/moe_unpermute (Megatron's fused permutation).
+    {"router", "moe::dev::routing"},
+    {"router", "topkgatingsoftmax"},
+    {"router", "_topk_forward"},
+    {"router", "_combined_routing"},
+    {"router", "_sum_bitmatrix_rows"},
+    {"combine", "moe::dev::finalize"},
+    {"combine", "_finalize_matmul_scatter"},
+    {"combine", "moe_unpermute"},
+    {"dispatch", "moe_permute"},
+    {"dispatch", "moe_align_block_size"},
+    {"expert-linear", "_matmul_ogs"},
     // Rotary position embeddings are pointwise kernels, not embedding lookups (vLLM's
     // rotary_embedding_kernel, FlashAttention's and Transformer Engine's apply_rotary).
     {"elementwise", "rotary"},
@@ -123,6 +140,13 @@ constexpr Rule kRules[] = {
     {"norm", "batchnorm"},
     {"norm", "cudnn::bn_"},
     {"norm", "group_norm"},
+    // PyTorch's layer-norm backward (layer_norm_kernel.cu: cuComputePartGradGammaBeta,
+    // cuComputeGradGammaBeta) and group-norm kernels (group_norm_kernel.cu).
+    {"norm", "cucomputepartgradgammabeta"},
+    {"norm", "cucomputegradgammabeta"},
+    {"norm", "computeinternalgradients"},
+    {"norm", "computefusedparams"},
+    {"norm", "computebackwardfusedparams"},
     // Expert (grouped) GEMMs of MoE layers: CUTLASS's GemmGrouped (the grouped_gemm library that
     // Megatron's GroupedMLP calls), DeepGEMM's m_grouped GEMMs, TensorRT-LLM's moe_gemm, vLLM's
     // Triton fused_moe.
@@ -148,6 +172,8 @@ constexpr Rule kRules[] = {
     {"linear", "epilogue::impl"},
     {"linear", "triton_tem_fused_mm"},
     {"linear", "cijk_", Match::kPrefix},
+    // TensorRT-LLM's trtllm-gen batched GEMMs (bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_...).
+    {"linear", "bmm_", Match::kPrefix},
     {"linear", "ampere_", Match::kPrefix},
     {"linear", "volta_", Match::kPrefix},
     {"linear", "turing_", Match::kPrefix},
@@ -185,6 +211,10 @@ constexpr Rule kRules[] = {
     {"reduction", "triton_per"},
     {"reduction", "cub::"},
     {"reduction", "radixsort"},
+    // torch.topk and torch.sort (ATen's sbtopk::gatherTopK, bitonicSortKVInPlace), as an MoE
+    // router written in plain PyTorch launches them.
+    {"reduction", "gathertopk"},
+    {"reduction", "bitonicsort"},
     {"reduction", "scan"},
     // Other elementwise, copy and layout kernels.
     {"elementwise", "elementwise"},
@@ -203,6 +233,19 @@ constexpr Rule kRules[] = {
     {"elementwise", "memset"},
     {"elementwise", "max_pool"},
     {"elementwise", "avg_pool"},
+    // MIOpen's tensor ops (SubTensorOpWithScalar1d, SubTensorOpWithCastTensor1d: ROCm's
+    // batch-norm and bias helpers); KV-cache writes (vLLM's reshape_and_cache_flash_kernel,
+    // SGLang's store_kvcache); activation quantization (vLLM's scaled_fp8_quant_kernel,
+    // TensorRT-LLM's quantize_with_block_size).
+    {"elementwise", "subtensorop"},
+    // ATen's indexing kernels (vectorized_gather_kernel of index and gather, indexFuncLargeIndex
+    // of index_add/index_copy): gathers, whose bytes stay unknown (streams_its_tensors).
+    {"elementwise", "vectorized_gather_kernel"},
+    {"elementwise", "indexfunc"},
+    {"elementwise", "reshape_and_cache"},
+    {"elementwise", "store_kvcache"},
+    {"elementwise", "fp8_quant"},
+    {"elementwise", "quantize_with_block_size"},
 };
 
 // Whether `s` says "gemm" as a GEMM kernel does: not in fbgemm (Facebook's sparse and embedding
@@ -235,8 +278,11 @@ std::string classify_kernel(const std::string& name) {
   const std::string s = lower(name);
   for (const Rule& r : kRules) {
     if (!matches(r, s)) continue;
-    if (std::string(r.kind) == "*collective") return collective_kind(name);
-    return r.kind;
+    if (std::string(r.kind) != "*collective") return r.kind;
+    // An NCCL kernel that does not name its collective (ncclDevKernel_Generic, as NCCL 2.19+ and
+    // RCCL launch batched or ROCm collectives) is communication of a kind the name cannot say.
+    const std::string k = collective_kind(name);
+    return k.empty() ? "collective" : k;
   }
   return "";
 }

@@ -1,11 +1,14 @@
 // Which parasol op kind a device kernel is, by its name: the rules the trace imports
 // (kineto_import.h, nsys_import.h) share, one ordered table of patterns (kernel_kinds.cc), each
 // naming the libraries whose kernels it matches. Communication: NCCL/RCCL collectives and
-// send/receive, PyTorch's symmetric-memory collectives (multimem_all_reduce_kernel, ...), vLLM's
+// send/receive (an NCCL kernel that does not name its collective, ncclDevKernel_Generic, is a
+// "collective"), PyTorch's symmetric-memory collectives (multimem_all_reduce_kernel, ...), vLLM's
 // and TensorRT-LLM's custom all-reduces, DeepEP's dispatch/combine/notify kernels (an all-to-all,
 // as parasol's deepep dispatcher models them). Attention: FlashAttention 2/3, FlashMLA, PyTorch's
 // memory-efficient and cuDNN's fused kernels, ROCm CK, FlashInfer's prefill/decode, vLLM's paged
-// attention. Expert (grouped) GEMMs as "expert-linear"; GEMMs of cuBLAS(Lt), CUTLASS, cuDNN,
+// attention. MoE routing ("router"), token permutation ("dispatch") and un-permutation
+// ("combine") kernels of TensorRT-LLM, triton_kernels, vLLM and Transformer Engine. Expert
+// (grouped) GEMMs as "expert-linear"; GEMMs of cuBLAS(Lt), CUTLASS, cuDNN,
 // Inductor and ROCm's hipBLASLt/Tensile (Cijk_*) as "linear" (not fbgemm's, not helper kernels of
 // a *gemm namespace); norms, activations, AdamW, gradient norms, cross-entropy, embedding lookups;
 // reductions, sorts and scans as "reduction"; rotary embeddings, transposes and other pointwise

@@ -437,11 +437,23 @@ bool comm_from_old_rpc(const HostOp& e, const std::string& kind, double& bytes, 
   return true;
 }
 
-// Sizes a collective from its c10d op ("c10d::allreduce_", "c10d::_allgather_base_", ...):
-// its kind from the name, the payload from the tensor the nccl-tests convention names.
+// The length of a collective op's namespace: PyTorch's c10d ops ("c10d::allreduce_"), its
+// functional collectives ("_c10d_functional::all_reduce", as torch.compile and DTensor issue
+// them) and its symmetric-memory ops ("symm_mem::multimem_all_reduce_"); 0 for other ops.
+size_t collective_op_prefix(const std::string& name) {
+  for (const char* ns : {"c10d::", "_c10d_functional::", "symm_mem::"})
+    if (name.rfind(ns, 0) == 0) return std::char_traits<char>::length(ns);
+  return 0;
+}
+
+// Sizes a collective from its collective op (collective_op_prefix: "c10d::allreduce_",
+// "c10d::_allgather_base_", "symm_mem::multimem_all_reduce_", ...): its kind from the name, the
+// payload from the tensor the nccl-tests convention names. The functional and symmetric-memory
+// all-gathers take their input first (the output is group-size times it): not sized here.
 bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelShape& s) {
   const std::string& name = e.name();
-  const std::string k = collective_kind(name.substr(6));
+  const size_t prefix = collective_op_prefix(name);
+  const std::string k = collective_kind(name.substr(prefix));
   if (!k.empty()) kind = k;
   const auto& dims = e.dims();
   const auto& types = e.types();
@@ -449,6 +461,7 @@ bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelSha
   // reduce-scatter, the output (first) for all-gather, else the first tensor.
   size_t pos = 0;
   if ((kind == "all-to-all" || kind == "reduce-scatter") && has(name, "base")) pos = 1;
+  if (kind == "all-gather" && name.rfind("c10d::", 0) != 0) return false;
   if (dims.size() <= pos || dims[pos].empty() || types.size() <= pos) return false;
   const DtypeInfo dt = dtype_info(types[pos]);
   if (dt.bytes <= 0) return false;
@@ -525,9 +538,13 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
   c.phase = phase_of(names);
   // A GEMM launched by PyTorch's grouped matmul (MoE experts: torch._grouped_mm) is an expert
   // GEMM, whatever its kernel is called.
+  // So is one launched by vLLM's fused MoE layer (vllm::moe_forward: TensorRT-LLM's trtllm-gen
+  // bmm_* kernels on B200) or a fused_moe op.
   if (c.kind == "linear")
     for (const std::string& n : names)
-      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm") c.kind = "expert-linear";
+      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm" || has(n, "moe_forward") ||
+          has(n, "fused_moe"))
+        c.kind = "expert-linear";
   const bool comm = is_communication_kind(c.kind);
   // Collectives: the kernel's args, then record_param_comms, then c10d ops (innermost first).
   if (comm) {
@@ -535,8 +552,9 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
     if (stack)
       for (size_t i : *stack) {
         const std::string& n = ops[i].name();
-        if (n.rfind("c10d::", 0) == 0 && !collective_kind(n.substr(6)).empty())
-          c.kind = collective_kind(n.substr(6));
+        const size_t prefix = collective_op_prefix(n);
+        if (prefix > 0 && !collective_kind(n.substr(prefix)).empty())
+          c.kind = collective_kind(n.substr(prefix));
       }
     bool sized = comm_from_args(ev.kept, c.kind, c.bytes, c.shape);
     if (sized) c.shape.size_from = "kernel";
@@ -548,7 +566,7 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
           sized = comm_from_args(op.kept, c.kind, c.bytes, c.shape) ||
                   comm_from_old_rpc(op, c.kind, c.bytes, c.shape);
           if (sized) c.shape.size_from = "record_param_comms";
-        } else if (n.rfind("c10d::", 0) == 0) {
+        } else if (collective_op_prefix(n) > 0) {
           sized = comm_from_c10d(op, c.kind, c.bytes, c.shape);
           if (sized) c.shape.size_from = "c10d";
         }
@@ -646,6 +664,15 @@ std::string current_category(const std::string& cat) {
   return cat;
 }
 
+// Whether a category is one of the host's that the import does not read (annotations, Python
+// frames, flows, instants, overhead, Kineto's own spans): not a device's.
+bool is_host_category(const std::string& c) {
+  return c == "user_annotation" || c == "gpu_user_annotation" || c == "python_function" ||
+         c == "Trace" || c == "fwdbwd" || c == "ac2g" || c == "cpu_instant_event" ||
+         c == "overhead" || c == "Python" || c == "python" || c == "Memory" || c == "cuda_sync" ||
+         c == "xpu_runtime" || c == "mtia_runtime" || c == "privateuse1_runtime";
+}
+
 // Whether an event's category is one that only a PyTorch profiler trace has.
 bool has_kineto_category(const Json& e) {
   if (!e.is_object()) return false;
@@ -663,7 +690,7 @@ int kineto_by_header(const Json& top) {
   if (other != top.end() && other->is_object() && other->value("generator", "") == "parasol")
     return 0;
   if (top.contains("schemaVersion") || top.contains("distributedInfo") ||
-      top.contains("deviceProperties"))
+      top.contains("deviceProperties") || top.contains("computeProperties"))
     return 1;
   return -1;
 }
@@ -703,15 +730,21 @@ class KinetoImporter {
     auto cat_it = e.find("cat");
     if (cat_it == e.end() || !cat_it->is_string()) return;
     const std::string cat = current_category(cat_it->get<std::string>());
-    if (cat == "user_annotation" && e.contains("name") && e["name"].is_string() &&
-        e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
+    // PyTorch 1.8-1.9 wrote the ProfilerStep ranges as ops ("Operator": cpu_op).
+    if ((cat == "user_annotation" || cat == "cpu_op") && e.contains("name") &&
+        e["name"].is_string() && e["name"].get<std::string>().rfind("ProfilerStep#", 0) == 0) {
       if (step_names_.insert(e["name"].get<std::string>()).second)
-        step_durs_.push_back(number_field(e, what_, i, "dur", 0) * 1e-6);
+        step_ranges_.push_back({number_field(e, what_, i, "ts", -kMaxMicroseconds),
+                                number_field(e, what_, i, "ts", -kMaxMicroseconds) +
+                                    number_field(e, what_, i, "dur", 0)});
     }
     const bool device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
     const bool host_op = cat == "cpu_op";
     const bool call = cat == "cuda_runtime" || cat == "cuda_driver";
-    if (!device && !host_op && !call) return;
+    if (!device && !host_op && !call) {
+      if (!is_host_category(cat) && unread_cats_.size() < 64) ++unread_cats_[cat];
+      return;
+    }
     auto name = e.find("name");
     if (name == e.end()) throw Error(at(what_, i, "name"), "missing");
     if (!name->is_string()) throw Error(at(what_, i, "name"), "must be a string");
@@ -722,7 +755,7 @@ class KinetoImporter {
     if (host_op) {
       const std::string& n = name->get_ref<const std::string&>();
       ops_[{pid, tid}].push_back({ts, dur, host_ops_.size()});
-      const bool comm = n == "record_param_comms" || n.rfind("c10d::", 0) == 0;
+      const bool comm = n == "record_param_comms" || collective_op_prefix(n) > 0;
       host_ops_.push_back({names_(n), dims_(input_dims(e)), types_(input_types(e)),
                            kept_args(e, comm, attention_schema(n) != nullptr)});
     } else if (call) {
@@ -753,17 +786,20 @@ class KinetoImporter {
     if (acts_.empty() && !ops_.empty() && imp_.devices.empty())
       cpu_job_activities(cpu_stacks, cpu_kinds, cpu_threads);
     if (acts_.empty())
-      throw Error(what_, ops_.empty()
-                             ? "has no device activities (kernels, memcpys, memsets) and no "
-                               "CPU ops: not a PyTorch profiler trace of a GPU job"
-                         : imp_.devices.empty()
-                             ? "is a CPU-only trace without GEMM or attention ops (aten::mm, "
-                               "addmm, bmm, linear, matmul, scaled_dot_product_attention ...) "
-                               "with their input shapes: nothing to set beside a plan (profile "
-                               "with record_shapes=True)"
-                             : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
-                                   " threads of CPU ops but no device activities (kernels, "
-                                   "memcpys, memsets); profile with ProfilerActivity.CUDA");
+      throw Error(
+          what_,
+          ops_.empty()            ? "has no device activities (kernels, memcpys, memsets) and no "
+                                    "CPU ops: not a PyTorch profiler trace of a GPU job"
+          : imp_.devices.empty()  ? "is a CPU-only trace without GEMM or attention ops (aten::mm, "
+                                    "addmm, bmm, linear, matmul, scaled_dot_product_attention ...) "
+                                    "with their input shapes: nothing to set beside a plan (profile "
+                                    "with record_shapes=True)"
+          : !unread_cats_.empty() ? "has no CUDA or ROCm device activities (kernels, memcpys, "
+                                    "memsets) that parasol reads; its device events are " +
+                                        unread_device_events()
+                                  : "is a CPU-only trace: it has " + std::to_string(ops_.size()) +
+                                        " threads of CPU ops but no device activities (kernels, "
+                                        "memcpys, memsets); profile with ProfilerActivity.CUDA");
     // The launch stacks of the calls that launched something; then the threads' ops and calls
     // are no longer needed.
     std::unordered_set<size_t> launching;
@@ -827,11 +863,7 @@ class KinetoImporter {
       if (st.stream >= 0 && static_cast<size_t>(st.stream) < cpu_threads.size())
         st.name = "compute (cpu thread " + std::to_string(cpu_threads[st.stream]) + ")";
     imp.steps = std::max<int>(1, step_names_.size());
-    if (!step_durs_.empty()) {
-      double sum = 0;
-      for (double d : step_durs_) sum += d;
-      imp.step_s[rank_] = sum / step_durs_.size();
-    }
+    if (!step_ranges_.empty()) imp.step_s[rank_] = profiler_step_seconds(step_ranges_, spans);
     return std::move(imp_);
   }
 
@@ -893,7 +925,26 @@ class KinetoImporter {
   std::unordered_map<int64_t, HostEvent> call_of_;  // correlation -> runtime call
   std::deque<Activity> acts_;
   std::set<std::string> step_names_;
-  std::vector<double> step_durs_;  // seconds, one per distinct ProfilerStep#N
+  std::vector<std::pair<double, double>> step_ranges_;  // (start, end) us, one per ProfilerStep#N
+  std::map<std::string, size_t> unread_cats_;  // events of categories not read (is_host_category)
+
+  // The events of categories the import does not read, each with what it is: CUPTI's range
+  // profiler (cat "cuda_profiler_range": each kernel replayed to read hardware counters, so its
+  // time is not the step's), another accelerator's (MTIA's "mtia_ccp_events", ...).
+  std::string unread_device_events() const {
+    std::string out;
+    for (const auto& [cat, n] : unread_cats_) {
+      if (!out.empty()) out += ", ";
+      out += "\"" + cat + "\" (" + std::to_string(n) + ")";
+      if (cat == "cuda_profiler_range")
+        out +=
+            ": kernels replayed by CUPTI's range profiler to read hardware counters, their times "
+            "not a step's (profile without experimental_config's profiler_metrics)";
+      else if (cat.rfind("mtia", 0) == 0)
+        out += ": an MTIA accelerator's, which parasol does not model";
+    }
+    return out;
+  }
 };
 
 // Builds one JSON value from SAX events (nlohmann's own DOM parser does the same for the whole
@@ -1053,7 +1104,7 @@ class KinetoSax {
     // A top-level member: distributedInfo and deviceProperties are read as they come (before the
     // events in Kineto's files), as the DOM import reads them before its events.
     if (key_ == "distributedInfo") imp_.distributed_info(v);
-    if (key_ == "deviceProperties") imp_.device_properties(v);
+    if (key_ == "deviceProperties" || key_ == "computeProperties") imp_.device_properties(v);
     header_[key_] = std::move(v);
   }
 
@@ -1088,7 +1139,8 @@ ImportedTrace import_kineto(const Json& j, const std::string& what, int default_
   if (!events) throw Error(what, "must be a JSON object with traceEvents, or an array of events");
   if (j.is_object()) {
     if (auto di = j.find("distributedInfo"); di != j.end()) k.distributed_info(*di);
-    if (auto dp = j.find("deviceProperties"); dp != j.end()) k.device_properties(*dp);
+    for (const char* key : {"deviceProperties", "computeProperties"})
+      if (auto dp = j.find(key); dp != j.end()) k.device_properties(*dp);
   }
   for (size_t i = 0; i < events->size(); ++i) k.event((*events)[i], i);
   return k.finish();

@@ -34,14 +34,23 @@
 //    this order: the kernel's own args (newer Kineto: "Collective name", "In msg nelems",
 //    "Out msg nelems", "dtype", "Group size"), the stack's record_param_comms (the same args,
 //    or in older traces its first "Input Dims" and "Input type"), the stack's c10d:: op
-//    ("c10d::allreduce_", "c10d::_allgather_base_", ...: its dims and types), and last the
-//    kernel's name (ncclDevKernel_AllReduce_..., ncclKernel_SendRecv_...: kind only). Bytes
+//    ("c10d::allreduce_", "c10d::_allgather_base_", ...: its dims and types; so too the
+//    functional "_c10d_functional::" and symmetric-memory "symm_mem::" ops, but for their
+//    all-gathers), and last the kernel's name (ncclDevKernel_AllReduce_...,
+//    ncclKernel_SendRecv_...: kind only; ncclDevKernel_Generic says none: "collective"). Bytes
 //    follow the nccl-tests convention of core/program.h: all-reduce and broadcast the buffer,
 //    all-gather the output, reduce-scatter the input, all-to-all the send buffer, send/receive
 //    the message.
 //  - A memcpy is a "memcpy" (label_copies_by_plan makes a plan's offloads and prefetches of
 //    them), a memset a "memset"; bytes from the activity's "bytes".
-// A GEMM kernel launched by aten::_grouped_mm or _scaled_grouped_mm is an "expert-linear".
+// Formats: PyTorch 1.8-1.9's categories ("Kernel", "Operator", "Runtime", "Memcpy", "Memset";
+// string tids; its GPUs under "computeProperties"); a rank's steps are its "ProfilerStep#N" ranges
+// (user_annotation, or an "Operator" in 1.8-1.9), its step time imported_trace.h's
+// profiler_step_seconds. A trace without device activities is a CPU job's when its profiler saw
+// no GPU, else refused saying what it has instead (CPU ops only; CUPTI range-profiler kernels;
+// another accelerator's events).
+// A GEMM kernel launched by aten::_grouped_mm or _scaled_grouped_mm, or under vLLM's
+// vllm::moe_forward or a fused_moe op, is an "expert-linear".
 // Kinds are op_kind_name()s where parasol has the op, else "elementwise", "reduction", "memcpy"
 // and "memset"
 // (kernel_kinds.h). A kernel that no rule classifies is kept as an event of kind "unclassified"

@@ -201,10 +201,15 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
     }
   }
   std::set<std::string> steps;
-  std::vector<double> step_ns;  // the ProfilerStep ranges' durations
+  // The ProfilerStep ranges (start, end in us, as spans are) by the process that opened them
+  // (Nsight's globalTid with its thread bits cleared is its globalPid; -1: not said).
+  std::map<int64_t, std::vector<std::pair<double, double>>> step_ranges;
   if (db.has_table("NVTX_EVENTS")) {
     const std::string t = "NVTX_EVENTS";
-    Stmt s = db.prepare("SELECT text, textId, start, end FROM " + t, t);
+    const bool by_thread = db.has_column(t, "globalTid");
+    Stmt s = db.prepare("SELECT text, textId, start, end" +
+                            std::string(by_thread ? ", globalTid" : ", NULL") + " FROM " + t,
+                        t);
     while (db.step(s.get(), t) == SQLITE_ROW) {
       std::string text;
       if (const unsigned char* v = sqlite3_column_text(s.get(), 0))
@@ -214,7 +219,10 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
       if (text.rfind("ProfilerStep#", 0) != 0) continue;
       steps.insert(text);
       const int64_t start = integer_or(s.get(), 2, -1), end = integer_or(s.get(), 3, -1);
-      if (start >= 0 && end >= start) step_ns.push_back(static_cast<double>(end - start));
+      const int64_t tid = integer_or(s.get(), 4, -1);
+      if (start >= 0 && end >= start)
+        step_ranges[tid < 0 ? -1 : tid & ~int64_t{0xFFFFFF}].push_back(
+            {static_cast<double>(start) * 1e-3, static_cast<double>(end) * 1e-3});
     }
   }
   imp.steps = std::max<int>(1, steps.size());
@@ -236,15 +244,23 @@ std::vector<ImportedTrace> import_nsys_ranks(const std::string& path, int first_
     p.shapes.push_back(imp.shapes[i]);
     part_spans[r - first_rank].push_back(spans[i]);
   }
+  std::vector<std::pair<int64_t, int64_t>> where_of(rank_of.size());
+  for (const auto& [w, r] : rank_of) where_of[r - first_rank] = w;
   for (size_t k = 0; k < parts.size(); ++k) {
     parts[k].trace.source = "measured";
     parts[k].steps = imp.steps;
-    // The report's step ranges time each of its ranks (one process: exactly its own).
-    if (!step_ns.empty()) {
-      double sum = 0;
-      for (double d : step_ns) sum += d;
-      parts[k].step_s[first_rank + static_cast<int>(k)] = sum / step_ns.size() * 1e-9;
+    // A rank's steps are the ranges its process opened (profiler_step_seconds); where the report
+    // does not say which process opened a range, all of its ranges.
+    auto own = step_ranges.find(where_of[k].first);
+    std::vector<std::pair<double, double>> ranges;
+    if (own != step_ranges.end()) {
+      ranges = own->second;
+    } else {
+      for (const auto& [pid, v] : step_ranges) ranges.insert(ranges.end(), v.begin(), v.end());
     }
+    if (!ranges.empty())
+      parts[k].step_s[first_rank + static_cast<int>(k)] =
+          profiler_step_seconds(std::move(ranges), part_spans[k]);
     finish_rank(parts[k], first_rank + static_cast<int>(k), part_spans[k]);
   }
   return parts;

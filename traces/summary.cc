@@ -10,7 +10,7 @@ namespace parasol::traces {
 
 bool is_communication_kind(const std::string& k) {
   return k == "all-reduce" || k == "all-gather" || k == "reduce-scatter" || k == "all-to-all" ||
-         k == "broadcast" || k == "send" || k == "recv";
+         k == "broadcast" || k == "send" || k == "recv" || k == "collective";
 }
 
 bool is_copy_kind(const std::string& k) { return k == "offload" || k == "prefetch"; }

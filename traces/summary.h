@@ -18,8 +18,9 @@
 
 namespace parasol::traces {
 
-// The op kinds that communicate (collectives, send, recv; core/program.h's is_communication)
-// and the copies between device and host, by their trace names ("all-reduce", "offload", ...).
+// The op kinds that communicate (collectives, send, recv; core/program.h's is_communication;
+// "collective": an NCCL kernel that does not say which, kernel_kinds.h) and the copies between
+// device and host, by their trace names ("all-reduce", "offload", ...).
 bool is_communication_kind(const std::string& kind);
 bool is_copy_kind(const std::string& kind);
 

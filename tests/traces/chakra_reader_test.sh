@@ -4,7 +4,9 @@
 # from Chakra; CHAKRA_SRC=<a Chakra checkout> reads with that checkout's instead) decode every
 # rank's file of tiny with tensor, pipeline, context and data parallelism: a GlobalMetadata, then
 # nodes whose dependencies name nodes of the file, collectives with a comm_type, comm_size and
-# pg_name of comm_group.json, sends and receives that pair across the files.
+# pg_name of comm_group.json, sends and receives that pair across the files; each file's critical
+# path by data_deps alone (what Chakra's ETFeeder, ASTRA-sim's reader, honours) equal to that with
+# ctrl_deps too, and set beside `parasol simulate`'s step of the same plan.
 # Usage: chakra_reader_test.sh PARASOL_BIN PROTOC SOURCE_DIR WORK_DIR
 # Exits 77 (skipped) when Python's protobuf module can be had neither from python3 (Debian's
 # python3-protobuf) nor by pip in a fresh virtual environment (no PyPI).
@@ -40,7 +42,11 @@ if ! "$bin" export --to chakra --model tiny --cluster dgx-h100 --gpus 16 --tp 2 
     -o "$out" >"$work/export.log" 2>&1; then
   echo "FAIL: parasol export --to chakra"; cat "$work/export.log"; exit 1
 fi
-PYTHONPATH=$work/py "$python" - "$out" <<'PY'
+if ! "$bin" simulate --json --model tiny --cluster dgx-h100 --gpus 16 --tp 2 --pp 2 --cp 2 \
+    >"$work/simulate.json" 2>"$work/simulate.log"; then
+  echo "FAIL: parasol simulate"; cat "$work/simulate.log"; exit 1
+fi
+PYTHONPATH=$work/py "$python" - "$out" "$work/simulate.json" <<'PY'
 import collections, glob, json, os, sys
 from et_def_pb2 import GlobalMetadata, Node, COMP_NODE, COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE
 from protolib import openFileRd, decodeMessage
@@ -52,6 +58,7 @@ assert len(files) == 16, files
 attr = lambda n, k: next((a for a in n.attr if a.name == k), None)
 types = collections.Counter()
 sends, recvs = collections.Counter(), collections.Counter()
+paths = []  # each file's critical path (us)
 for path in files:
     rank = int(path.split(".")[-2])
     f = openFileRd(path)
@@ -83,8 +90,30 @@ for path in files:
                    attr(n, "comm_tag").int32_val, attr(n, "comm_size").int64_val)
             assert rank == (key[0] if n.type == COMM_SEND_NODE else key[1]), (path, n.name)
             (sends if n.type == COMM_SEND_NODE else recvs)[key] += 1
+    # The critical path of the file's nodes as Chakra's ETFeeder (ASTRA-sim's reader) orders
+    # them, by data_deps alone, and with ctrl_deps too: parasol writes each stream's order in
+    # data_deps, so the feeder replays the order parasol's simulator plays (when that order was
+    # in ctrl_deps only, the feeder saw a critical path a tenth of parasol's).
+    def critical_path(use_ctrl):
+        end = {}
+        for n in sorted(nodes, key=lambda n: n.id):
+            deps = list(n.data_deps) + (list(n.ctrl_deps) if use_ctrl else [])
+            end[n.id] = max([end[d] for d in deps], default=0) + n.duration_micros
+        return max(end.values())
+    data_only, with_ctrl = critical_path(False), critical_path(True)
+    assert data_only == with_ctrl, (path, data_only, with_ctrl)
+    paths.append(data_only)
 for t in ("COMP_NODE", "COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
     assert types[t] > 0, (t, types)
 assert sends == recvs, "unpaired sends or receives"
-print("read %d files with Chakra's reader: %s" % (len(files), dict(types)))
+# Against parasol's simulator of the same plan: no rank's own chain is longer than the simulated
+# step (which plays the same ops in the same order, and the waits between ranks besides), and the
+# longest is at least 30% of it (this tiny plan's is about half: the rest is its pipeline's
+# bubble and its ranks' waits for each other; the lost stream order gave 11%).
+step_us = json.load(open(sys.argv[2]))["step_time_s"] * 1e6
+longest = max(paths)
+assert longest <= step_us * 1.01 + len(files), (longest, step_us)
+assert longest >= 0.3 * step_us, (longest, step_us)
+print("read %d files with Chakra's reader: %s; data-deps critical path %d us of the simulated "
+      "step's %.0f us" % (len(files), dict(types), longest, step_us))
 PY

@@ -157,6 +157,37 @@ TEST(NsysImport, KernelsCopiesGapsAndSteps) {
   EXPECT_NEAR(imp.gaps[0].idle_s, 111e-6 - 60e-6, 1e-12);
 }
 
+TEST(NsysImport, EachProcesssStepIsTheDevicePeriodOfItsRanges) {
+  // Two processes (Nsight's globalPid 1 << 24 and 2 << 24; their threads' globalTid add the
+  // thread id), each opening its own ProfilerStep ranges. Process 1's host runs ahead of its GPU:
+  // ranges of 16 us whose kernels end 19 us apart; process 2's ranges of 30 us end their work
+  // 30 us apart. Each rank's step is its own process's device period (19 and 30 us), not the
+  // mean of all the report's ranges (the 21.6 us it was).
+  const std::string rows = R"(
+INSERT INTO StringIds VALUES (1, 'ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn'),
+  (4, 'cudaLaunchKernel');
+INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (500, 1000, 1, 16777221, 1, 4, 0),
+  (16500, 17000, 1, 16777221, 2, 4, 0), (32500, 33000, 1, 16777221, 3, 4, 0),
+  (500, 1000, 1, 33554437, 4, 4, 0), (30500, 31000, 1, 33554437, 5, 4, 0);
+INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+  (2000, 19000, 0, 1, 7, 1, 16777216, 1, 1, 1, 1, 1),
+  (21000, 38000, 0, 1, 7, 2, 16777216, 1, 1, 1, 1, 1),
+  (40000, 57000, 0, 1, 7, 3, 16777216, 1, 1, 1, 1, 1),
+  (2000, 25000, 0, 2, 7, 4, 33554432, 1, 1, 1, 1, 1),
+  (32000, 55000, 0, 2, 7, 5, 33554432, 1, 1, 1, 1, 1);
+INSERT INTO NVTX_EVENTS VALUES (0, 16000, 59, 0, 0, 0, 'ProfilerStep#1', 16777221, 16777221, NULL, 0),
+  (16000, 32000, 59, 0, 0, 0, 'ProfilerStep#2', 16777221, 16777221, NULL, 0),
+  (32000, 48000, 59, 0, 0, 0, 'ProfilerStep#3', 16777221, 16777221, NULL, 0),
+  (0, 30000, 59, 0, 0, 0, 'ProfilerStep#1', 33554437, 33554437, NULL, 0),
+  (30000, 60000, 59, 0, 0, 0, 'ProfilerStep#2', 33554437, 33554437, NULL, 0);
+)";
+  const std::string node = make_report("steps.sqlite", std::string(kSchema) + rows);
+  const std::vector<ImportedTrace> parts = import_nsys_ranks(node, 0);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_NEAR(parts[0].step_s.at(0), 19e-6, 1e-15);
+  EXPECT_NEAR(parts[1].step_s.at(1), 30e-6, 1e-15);
+}
+
 TEST(NsysImport, RanksMergeBesideKinetoTraces) {
   const std::string a = make_report("r0.sqlite", std::string(kSchema) + kRows);
   const std::string b = make_report("r1.sqlite", std::string(kSchema) + kRows);
