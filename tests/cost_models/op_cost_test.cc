@@ -122,7 +122,7 @@ TEST(OpPricer, Fp8AmaxReadsTheOperandWithTwoKernelsATensor) {
                    small_kernels_time(x.dev(), x.profile, op.bytes, 2));
   EXPECT_DOUBLE_EQ(x.pricer.host_time(op), 2 * x.profile.host_launch_s);
   op.load = 1.5;
-  EXPECT_DOUBLE_EQ(x.pricer.price(op, 0, false),
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
                    1.5 * small_kernels_time(x.dev(), x.profile, op.bytes, 2));
 }
 
