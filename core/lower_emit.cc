@@ -226,6 +226,29 @@ int Lowerer::gemm(int layer, const char* what, int64_t m, int64_t n, int64_t k, 
   op.backward_data = backward_data;
   set(op.reads, reads);
   set(op.writes, writes);
+  const int amax = fp8_amax(kind, layer, what, m * k * batch, batch, backward_data, op.reads);
+  return emit(op, {amax});
+}
+
+// Under fp8 current scaling (Fp8Recipe::kTensorwise) Transformer Engine computes the amax of a
+// linear's fp8 operand (the forward input, the data gradient's output gradient) and its scale
+// before the cast: one more read of the bf16 operand and two kernels per quantised tensor, the
+// grouped experts' tensors one by one (core/plan.h Fp8Recipe). Not the router (outside fp8
+// autocast), the output layer (bf16) or a weight gradient (it reuses the transposed copies).
+// Returns the op (its GEMM waits for it), or -1.
+int Lowerer::fp8_amax(OpKind kind, int layer, const char* what, int64_t elements, int64_t tensors,
+                      bool backward_data, const std::vector<int>& reads) {
+  if (p_.precision != Dtype::kFp8 || p_.fp8_recipe != Fp8Recipe::kTensorwise || fp8_exempt_ ||
+      layer < 0 || reads.empty() || (kind != OpKind::kLinear && kind != OpKind::kExpertLinear))
+    return -1;
+  if (tags_.phase == Phase::kBackward && !backward_data) return -1;
+  Op op = make(OpKind::kCast, layer, (std::string(what) + ".amax").c_str(), kCompute);
+  op.role = kind == OpKind::kExpertLinear ? OpRole::kExpertFp8Amax : OpRole::kFp8Amax;
+  op.elements = static_cast<double>(elements);
+  op.bytes = dtype_bytes(Dtype::kBf16) * static_cast<double>(elements);
+  op.tensors = static_cast<int>(std::max<int64_t>(1, tensors));
+  if (kind == OpKind::kExpertLinear) op.load = hot_;
+  op.reads.push_back(reads.front());
   return emit(op);
 }
 

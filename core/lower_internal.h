@@ -298,6 +298,8 @@ class Lowerer {
   int gemm(int layer, const char* what, int64_t m, int64_t n, int64_t k, int64_t batch,
            std::initializer_list<int> reads, std::initializer_list<int> writes,
            bool backward_data = false, OpKind kind = OpKind::kLinear);
+  int fp8_amax(OpKind kind, int layer, const char* what, int64_t elements, int64_t tensors,
+               bool backward_data, const std::vector<int>& reads);
   int elementwise(OpKind kind, int layer, const char* what, double elements, double bytes,
                   std::initializer_list<int> reads, std::initializer_list<int> writes);
   // Places communication op `op` in the compute stream's order, as a framework issues a
@@ -559,6 +561,8 @@ class Lowerer {
   // the expert-side ops as Op::load; and whether the dispatcher sorts the received rows by local
   // expert and back (Megatron-Core's alltoall dispatcher with more than one local expert).
   double hot_ = 1;
+  // The GEMMs being emitted stay outside fp8 autocast (the MoE router): no fp8 amax (fp8_amax).
+  bool fp8_exempt_ = false;
   bool local_sort_ = false;
   bool grid_, slice_;
   Group gather_group_ = Group::kTp;

@@ -61,7 +61,9 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   const bool a2a = p_.ep > 1;
   // With slice_, the router and the dispatch read this rank's rows of the replicated input.
   int logits = ws(layer, "router", {Tm_, E}, Dtype::kFp32);
+  fp8_exempt_ = true;  // the router runs outside fp8 autocast
   role(OpRole::kRouter, gemm(layer, "router", Tm_, E, h_, 1, {x1n, w[kRouter]}, {logits}));
+  fp8_exempt_ = false;
   sv[sRprobs] = act(layer, "rprobs", {Tm_, E}, Dtype::kFp32);
   // The router's kernels after its GEMM (score function, top-k, aux loss: core/moe_load.h).
   const RouterKernels rk = router_kernels(p_, false);
@@ -212,7 +214,9 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
       elementwise(OpKind::kRouter, layer, "route", double(Tm_) * E,
                   rk.bytes_per_element * double(Tm_) * E, {drp, sv[sRprobs]}, {dlogits});
   P_.ops[route].tensors = static_cast<int>(rk.kernels);
+  fp8_exempt_ = true;
   gemm(layer, "router.dx", Tm_, h_, E, 1, {dlogits, w[kRouter], dx1n}, {dx1n}, true);
+  fp8_exempt_ = false;
   role(OpRole::kRouterDw,
        gemm(layer, "router.dw", h_, E, Tm_, 1, {sv[sX1n], dlogits}, {g[kRouter]}));
   if (slice_) {

@@ -63,6 +63,8 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
+  if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
+    s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
   if (p.moe_force_balance != MoeForceBalance::kNone)
     s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
@@ -205,6 +207,28 @@ MoeForceBalance parse_moe_force_balance(const std::string& s, const std::string&
   if (s == "random") return MoeForceBalance::kRandom;
   if (s == "round_robin") return MoeForceBalance::kRoundRobin;
   throw Error(field, "'" + s + "' is not one of none|random|round_robin");
+}
+
+const char* fp8_recipe_name(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed:
+      return "delayed";
+    case Fp8Recipe::kTensorwise:
+      return "tensorwise";
+    case Fp8Recipe::kMxfp8:
+      return "mxfp8";
+    case Fp8Recipe::kBlockwise:
+      return "blockwise";
+  }
+  return "delayed";
+}
+
+Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& field) {
+  if (s == "delayed") return Fp8Recipe::kDelayed;
+  if (s == "tensorwise") return Fp8Recipe::kTensorwise;
+  if (s == "mxfp8") return Fp8Recipe::kMxfp8;
+  if (s == "blockwise") return Fp8Recipe::kBlockwise;
+  throw Error(field, "'" + s + "' is not one of delayed|tensorwise|mxfp8|blockwise");
 }
 
 const char* cuda_graphs_name(CudaGraphs g) {
@@ -538,6 +562,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "expert_bias_loop",
                 "expert_fp8_padding",
                 "fp8_dispatch",
+                "fp8_recipe",
                 "moe_router_fusion",
                 "host_framework",
                 "transformer_impl",
@@ -657,6 +682,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.expert_bias_loop = r.boolean_or("expert_bias_loop", false);
   p.expert_fp8_padding = r.boolean_or("expert_fp8_padding", false);
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
+  p.fp8_recipe = parse_fp8_recipe(r.string_or("fp8_recipe", "delayed"), r.field("fp8_recipe"));
   p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
@@ -746,6 +772,7 @@ Json plan_to_json(const Plan& p) {
   if (p.expert_bias_loop) j["expert_bias_loop"] = true;
   if (p.expert_fp8_padding) j["expert_fp8_padding"] = true;
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
+  if (p.fp8_recipe != Fp8Recipe::kDelayed) j["fp8_recipe"] = fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
@@ -800,6 +827,7 @@ Plan runtime_plan(Plan p) {
   p.cp_a2a_size = 0;
   p.repeat_kv = false;
   p.expert_fp8_padding = false;
+  p.fp8_recipe = Fp8Recipe::kDelayed;  // current scaling's amax ops: priced, not run
   // PyTorch FSDP's own copies, MPT's unpadded attention and Composer's metric passes are the
   // frameworks' work around the same numerics, priced by the predictors, not run.
   p.fsdp_impl = FsdpImpl::kNone;

@@ -143,6 +143,22 @@ enum class MoeDispatcher { kAllToAll, kDeepEp };
 // t * top_k mod experts, so every expert gets the same rows and a token's experts sit on one or
 // two neighbouring ranks).
 enum class MoeForceBalance { kNone, kRandom, kRoundRobin };
+// Transformer Engine's fp8 recipe (Megatron-Core --fp8-recipe; TransformerConfig.fp8_recipe,
+// default "delayed"), read only when the plan trains in fp8:
+//  kDelayed:    delayed scaling: the scale comes from the amax history, so each GEMM operand is
+//               quantised by one cast-transpose that reads it once (compute.h fp8_quantize_time);
+//  kTensorwise: per-tensor current scaling: the amax of the operand itself is computed first, a
+//               second read of the bf16 tensor, then the scale (nvte_compute_amax_with_config,
+//               nvte_compute_scale_from_amax, then nvte_quantize_v2: TransformerEngine@d0067d0
+//               transformer_engine/pytorch/csrc/quantizer.cpp Float8CurrentScalingQuantizer::
+//               quantize_impl; docs/features/low_precision_training/fp8_current_scaling: "requires
+//               reading the tensor twice"). The grouped experts quantise expert by expert
+//               (csrc/extensions/cast.cpp multi_tensor_quantize_impl: "Currently only have fused
+//               kernel for FP8 delayed scaling"; TE 2.12-2.15 the same). The lowering emits the
+//               amax and scale kernels as ops (OpRole::kFp8Amax);
+//  kMxfp8, kBlockwise: block scales computed inside the one quantising kernel (one read):
+//               priced as kDelayed.
+enum class Fp8Recipe { kDelayed, kTensorwise, kMxfp8, kBlockwise };
 // CUDA graphs captured and replayed in place of launching each kernel (Megatron-Core's
 // --cuda-graph-impl local|transformer_engine with --cuda-graph-modules empty: each transformer
 // layer's forward and backward a graph, or full_iteration: the forward and backward of the whole
@@ -195,6 +211,8 @@ HostFramework parse_host_framework(const std::string& s, const std::string& fiel
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
 const char* moe_force_balance_name(MoeForceBalance b);
 MoeForceBalance parse_moe_force_balance(const std::string& s, const std::string& field);
+const char* fp8_recipe_name(Fp8Recipe r);  // "delayed", "tensorwise", "mxfp8", "blockwise"
+Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& field);
 AttentionKernel parse_attention_kernel(const std::string& s, const std::string& field);
 Schedule parse_schedule(const std::string& s, const std::string& field);
 Recompute parse_recompute(const std::string& s, const std::string& field);
@@ -305,6 +323,7 @@ struct Plan {
   // move bf16 rows (megatron/core/transformer/moe/fused_a2a.py @4415119: DeepEP's dispatch gets
   // the bf16 hidden states; "HybridEP dispatcher does not support fp8 dispatch now").
   bool fp8_dispatch = false;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  // fp8 plans only (above)
   // Megatron-Core's --moe-router-fusion: the router's score function and top-k, the aux-loss
   // scores and the aux loss run as Transformer Engine's fused kernels (fused_topk_with_score_
   // function, fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss) instead of the eager
@@ -450,12 +469,12 @@ struct Plan {
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
 // 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
-// its GEMM) or expert_fp8_padding (it trains in bf16 or fp32), and with its own context-parallel
-// ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads (repeat_kv
-// false), which the predictors price, and without torchtitan's op-level recompute (selective_op
-// runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded attention
-// (attention_unpad) or the metric passes over the logits (loss_metric_passes). None changes the
-// numerics beyond rounding.
+// its GEMM), expert_fp8_padding or fp8_recipe (it trains in bf16 or fp32), with its own
+// context-parallel ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V
+// heads (repeat_kv false), which the predictors price, and without torchtitan's op-level
+// recompute (selective_op runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded
+// attention (attention_unpad) or the metric passes over the logits (loss_metric_passes). None
+// changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -201,6 +201,10 @@ const char* op_role_name(OpRole r) {
       return "dispatch-gather";
     case OpRole::kExpertBias:
       return "expert-bias";
+    case OpRole::kFp8Amax:
+      return "fp8-amax";
+    case OpRole::kExpertFp8Amax:
+      return "expert-fp8-amax";
   }
   return "?";
 }

@@ -233,8 +233,15 @@ enum class OpRole {
   // kBias: the routed experts' fc2 bias added outside the grouped GEMM, one loop over the local
   // experts (Plan::expert_bias_loop; `tensors` = the local experts), forward or backward.
   kExpertBias,
+  // kCast: the amax and scale kernels of Transformer Engine's fp8 current scaling
+  // (Fp8Recipe::kTensorwise) before a linear's fp8 GEMM (forward input, backward output
+  // gradient): `bytes` the bf16 operand read once more, `tensors` the quantised tensors, two
+  // kernels each; kExpertFp8Amax before a grouped expert GEMM (`tensors` its local experts).
+  kFp8Amax,
+  kExpertFp8Amax,
 };
 const char* op_role_name(OpRole r);
+inline bool is_fp8_amax(OpRole r) { return r == OpRole::kFp8Amax || r == OpRole::kExpertFp8Amax; }
 
 struct Op {
   int id = 0;  // index in Program::ops; the same id in traces of every backend

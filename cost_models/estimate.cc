@@ -409,7 +409,7 @@ namespace {
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
 // attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
-// 51 MPT's unpadded attention).
+// 51 MPT's unpadded attention, 54 fp8 current scaling).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -431,7 +431,10 @@ int64_t price_flags(const Plan& p) {
          (p.attention_unpad ? int64_t{1} << 51 : 0) | (p.deterministic ? int64_t{1} << 47 : 0) |
          (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0) |  // host_cost.h's era
          (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
-         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
+         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0) |
+         // fp8 current scaling's amax ops (core/plan.h Fp8Recipe; the lowering's only fp8 recipe)
+         (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
+                                                                               : 0);
 }
 
 }  // namespace

@@ -114,6 +114,7 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       }
       return 1;
     case OpKind::kCast:
+      if (is_fp8_amax(op.role)) return 2 * int64_t{tensors};  // amax, then scale
       return plan.optimizer_impl == OptimizerImpl::kForLoop
                  ? tensors
                  : multi_tensor_launches(tensors, op.elements, 2);
@@ -215,6 +216,9 @@ double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   }
   const double launch = launches * f.host_launch_s;
   if (!pytorch) return launch;
+  // fp8 current scaling's amax and scale kernels: launched by Transformer Engine's C++ quantizer
+  // inside the linear module's call (its Python and dispatch are the module's).
+  if (is_fp8_amax(op.role)) return launch;
   if (const TeModule te = te_module(op, plan); te != TeModule::kNone) {
     // The module call's whole host time, its launches included: the forward (or recompute) at
     // the forward op, the backward autograd.Function at the data gradient, which issues the

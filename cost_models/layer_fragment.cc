@@ -39,7 +39,9 @@ namespace {
 void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
   const bool expert_act = op.role == OpRole::kExpertAct;
   const bool expert_bias = op.role == OpRole::kExpertBias;
-  if (op.kind == OpKind::kExpertLinear)
+  // The grouped GEMMs with their fp8 current-scaling amax kernels (their quantisation is part of
+  // the GEMMs' price: compute.h linear_gemm_time).
+  if (op.kind == OpKind::kExpertLinear || op.role == OpRole::kExpertFp8Amax)
     parts.expert_gemm += seconds;
   else if (op.kind == OpKind::kDispatch || op.kind == OpKind::kCombine)
     parts.permutation += seconds;
@@ -49,7 +51,9 @@ void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
     parts.activation += seconds;
   else if (expert_bias)
     parts.expert_bias += seconds;
-  if ((op.kind == OpKind::kExpertLinear || expert_act || expert_bias) && op.load > 1)
+  if ((op.kind == OpKind::kExpertLinear || op.role == OpRole::kExpertFp8Amax || expert_act ||
+       expert_bias) &&
+      op.load > 1)
     parts.imbalance += seconds * (1 - 1 / op.load);
 }
 

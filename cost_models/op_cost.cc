@@ -70,7 +70,7 @@ bool is_router(const Op& op) {
 int price_flags(const Op& op) {
   return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
          (op.role == OpRole::kDispatchA2a ? 8 : 0) |
-         (op.role == OpRole::kExpertBias || op.kind == OpKind::kRouter
+         (op.role == OpRole::kExpertBias || op.kind == OpKind::kRouter || is_fp8_amax(op.role)
               ? 16 | (std::max(1, op.tensors) << 5)
               : 0);
 }
@@ -445,9 +445,14 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kResidualAdd:
     case OpKind::kCrossEntropy:
     case OpKind::kDispatch:
+    case OpKind::kCast:
+      // fp8 current scaling's amax and scale kernels (OpRole::kFp8Amax): a read of the operand,
+      // two launches per quantised tensor.
+      if (is_fp8_amax(op.role))
+        return small_kernels_time(dev, prof_, op.bytes, kernel_launches(op, plan_));
+      return memory_time(dev, prof_, elementwise_bytes(op));
     case OpKind::kCombine:
     case OpKind::kGradNorm:
-    case OpKind::kCast:
       return memory_time(dev, prof_, elementwise_bytes(op));
     case OpKind::kAllToAll: {
       // Expert all-to-alls move what the plan's dispatcher puts on the wire (DeepEP: one copy

@@ -143,6 +143,8 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
     case Dtype::kFp8:
       add(a, "--bf16");
       add(a, "--fp8-format", "hybrid");
+      if (p.fp8_recipe != Fp8Recipe::kDelayed)
+        add(a, "--fp8-recipe", fp8_recipe_name(p.fp8_recipe));
       break;
     case Dtype::kFp32:
       break;

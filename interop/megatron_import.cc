@@ -207,9 +207,9 @@ const std::set<std::string> kRead = {
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
     "v-head-dim", "vocab-size", "seq-length", "qk-layernorm",
     // training
-    "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "grad-reduce-in-bf16",
-    "attention-backend", "recompute-granularity", "recompute-method", "recompute-num-layers",
-    "recompute-modules", "recompute-activations", "optimizer-cpu-offload",
+    "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe",
+    "grad-reduce-in-bf16", "attention-backend", "recompute-granularity", "recompute-method",
+    "recompute-num-layers", "recompute-modules", "recompute-activations", "optimizer-cpu-offload",
     "optimizer-offload-fraction",
     // parallelism
     "tensor-model-parallel-size", "pipeline-model-parallel-size",
@@ -245,7 +245,7 @@ const std::set<std::string> kHarmless = {
     "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-loss-fusion",
     "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval", "empty-unused-memory-level",
     "norm-epsilon", "attention-softmax-in-fp32", "apply-query-key-layer-scaling",
-    "use-precision-aware-optimizer", "fp8-recipe", "fp8-amax-history-len", "fp8-amax-compute-algo",
+    "use-precision-aware-optimizer", "fp8-amax-history-len", "fp8-amax-compute-algo",
     "moe-permute-fusion", "moe-router-dtype", "moe-router-fusion", "moe-router-load-balancing-type",
     "moe-router-score-function", "moe-router-pre-softmax", "moe-router-enable-expert-bias",
     "moe-router-bias-update-rate", "moe-router-topk-scaling-factor", "moe-router-num-groups",
@@ -749,6 +749,14 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   if (f.has("fp16")) precision = "fp16";
   if (f.has("fp8-format")) precision = "fp8";
   j["precision"] = precision;
+  // Transformer Engine's fp8 recipe (Plan::fp8_recipe; Megatron's default "delayed").
+  if (f.has("fp8-format") && f.has("fp8-recipe")) {
+    const std::string recipe = f.string_or("fp8-recipe", "delayed");
+    if (recipe != "delayed" && recipe != "tensorwise" && recipe != "mxfp8" && recipe != "blockwise")
+      throw Error("--fp8-recipe",
+                  "'" + recipe + "' is not one of delayed|tensorwise|mxfp8|blockwise");
+    if (recipe != "delayed") j["fp8_recipe"] = recipe;
+  }
   if (f.has("grad-reduce-in-bf16")) j["grad_reduce_dtype"] = "bf16";
   const std::string backend = f.string_or("attention-backend", "auto");
   if (backend == "unfused" || backend == "local") {

@@ -74,6 +74,11 @@ void expect_roles_consistent(const Program& p) {
       case OpRole::kExpertAct:
         EXPECT_EQ(op.kind, OpKind::kActivation);
         break;
+      case OpRole::kFp8Amax:
+      case OpRole::kExpertFp8Amax:
+        EXPECT_EQ(op.kind, OpKind::kCast);
+        EXPECT_TRUE(op.writes.empty());
+        break;
       case OpRole::kNone:
         break;
       default:  // the residual-add roles

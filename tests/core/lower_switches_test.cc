@@ -453,3 +453,72 @@ TEST(LowerSwitches, MetricPassesReadTheLogitsAfterTheBackward) {
 
 }  // namespace
 }  // namespace parasol
+
+namespace parasol {
+namespace {
+
+// Transformer Engine's fp8 current scaling (Fp8Recipe::kTensorwise): before every fp8 GEMM that
+// quantises its operand (a layer linear's forward and data gradient, the grouped experts' too)
+// an amax op reads the bf16 operand once more (its m x k x batch elements, 2 bytes each) with two
+// kernels per quantised tensor (the local experts of a grouped GEMM one by one), and the GEMM
+// waits for it; not the router (outside fp8 autocast), the output layer (bf16) or a weight
+// gradient. Nothing under delayed scaling or in bf16.
+TEST(LowerSwitches, Fp8CurrentScalingReadsEachQuantisedOperandForItsAmax) {
+  const Model m = cut("qwen3-30b-a3b", 1);
+  Plan p = plan_of(1, 1, 1);
+  p.global_batch = 1;
+  p.precision = Dtype::kFp8;
+  p.fp8_recipe = Fp8Recipe::kTensorwise;
+  const Program prog = lower_stage(m, p, 0);
+  expect_deps_earlier(prog);
+  int gemms = 0, amaxes = 0;
+  for (const Op& op : prog.ops) {
+    if (is_fp8_amax(op.role)) {
+      ++amaxes;
+      EXPECT_EQ(op.kind, OpKind::kCast) << op.name;
+      continue;
+    }
+    if (op.kind != OpKind::kLinear && op.kind != OpKind::kExpertLinear) continue;
+    int amax = -1;
+    for (int d : op.deps)
+      if (is_fp8_amax(prog.ops[d].role)) amax = d;
+    const bool router = op.name.rfind("L0.router", 0) == 0;
+    const bool quantises =
+        op.tags.layer >= 0 && !router && (op.tags.phase != Phase::kBackward || op.backward_data);
+    if (!quantises) {
+      EXPECT_EQ(amax, -1) << op.name;
+      continue;
+    }
+    ASSERT_GE(amax, 0) << op.name;
+    ++gemms;
+    const Op& a = prog.ops[amax];
+    const double elements = double(op.m) * double(op.k) * double(op.batch);
+    EXPECT_EQ(a.role, op.kind == OpKind::kExpertLinear ? OpRole::kExpertFp8Amax : OpRole::kFp8Amax)
+        << op.name;
+    EXPECT_DOUBLE_EQ(a.elements, elements) << op.name;
+    EXPECT_DOUBLE_EQ(a.bytes, 2 * elements) << op.name;
+    EXPECT_EQ(a.tensors, op.batch) << op.name;
+    EXPECT_DOUBLE_EQ(a.load, op.load) << op.name;
+    EXPECT_EQ(a.name, op.name + ".amax");
+  }
+  // qkv, out, efc1, efc2 forward and their four data gradients.
+  EXPECT_EQ(gemms, 8);
+  EXPECT_EQ(amaxes, gemms);
+  auto amax_ops = [&](const Plan& q) {
+    int n = 0;
+    for (const Op& op : lower_stage(m, q, 0).ops) n += is_fp8_amax(op.role);
+    return n;
+  };
+  Plan delayed = p;
+  delayed.fp8_recipe = Fp8Recipe::kDelayed;
+  EXPECT_EQ(amax_ops(delayed), 0);
+  Plan mx = p;
+  mx.fp8_recipe = Fp8Recipe::kMxfp8;
+  EXPECT_EQ(amax_ops(mx), 0);
+  Plan bf16 = p;
+  bf16.precision = Dtype::kBf16;
+  EXPECT_EQ(amax_ops(bf16), 0);
+}
+
+}  // namespace
+}  // namespace parasol

@@ -800,6 +800,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.repeat_kv, b.repeat_kv);
   EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
   EXPECT_EQ(a.moe_force_balance, b.moe_force_balance);
+  EXPECT_EQ(a.fp8_recipe, b.fp8_recipe);
   EXPECT_EQ(a.optimizer_dtype, b.optimizer_dtype);
   EXPECT_EQ(a.fused_kernels, b.fused_kernels);
   EXPECT_EQ(a.model_ref, b.model_ref);
@@ -840,7 +841,9 @@ TEST(PlanJson, RoundTripEveryFieldChanged) {
   p.cluster_ref = "dgx-h100";
   p.gpus_ref = 64;
   p.loss_metric_passes = 3;
+  p.fp8_recipe = Fp8Recipe::kTensorwise;
   Json j = plan_to_json(p);
+  EXPECT_EQ(j["fp8_recipe"], "tensorwise");
   EXPECT_EQ(j["offload"], "optimizer,activations");
   EXPECT_EQ(j["rank_order"], "tp-dp-cp-ep-pp");
   ExpectSamePlan(p, plan_from_json(j));
@@ -929,6 +932,8 @@ TEST(PlanJsonErrors, NewFields) {
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
               "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
+  ExpectError([] { plan_from_json(Json::parse(R"({"fp8_recipe": "custom"})")); }, "plan.fp8_recipe",
+              "'custom' is not one of delayed|tensorwise|mxfp8|blockwise");
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); }, "plan.cp_rotate",
               "'alltoall' is not one of ring|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");

@@ -443,6 +443,10 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.expert_fp8_padding = true;
       },
       [](Plan& p) { p.precision = Dtype::kFp8; },
+      [](Plan& p) {  // bit 54: fp8 current scaling's amax ops
+        p.precision = Dtype::kFp8;
+        p.fp8_recipe = Fp8Recipe::kTensorwise;
+      },
       [](Plan& p) {
         p.precision = Dtype::kFp8;
         p.moe_dispatcher = MoeDispatcher::kDeepEp;
@@ -697,6 +701,41 @@ TEST(EstimateMoe, Fp8ExpertPaddingCopiesTheRoutedRowsFourTimes) {
   const Estimate bf16 = run(m, c, p);
   p.expert_fp8_padding = false;
   EXPECT_DOUBLE_EQ(bf16.moe.permutation, run(m, c, p).moe.permutation);
+}
+
+// Transformer Engine's fp8 current scaling (Plan::fp8_recipe tensorwise): each grouped expert
+// GEMM that quantises its operand (fc1 and fc2 forward, their data gradients) first reads the
+// bf16 operand for its amax with two kernels per local expert, at the busiest rank's rows, filed
+// with the expert GEMMs; delayed scaling and bf16 have none, and the step gets longer.
+TEST(EstimateMoe, Fp8CurrentScalingReadsTheExpertOperandsForTheirAmax) {
+  const Model m = model_preset("qwen3-30b-a3b");
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.precision = Dtype::kFp8;
+  const Estimate off = run(m, c, p);
+  p.fp8_recipe = Fp8Recipe::kTensorwise;
+  const Estimate on = run(m, c, p);
+  const Profile& prof = default_profile(c.gpu_device(0));
+  const DeviceSpec& dev = c.gpu_device(0);
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  const int64_t local = m.moe.experts / p.ep;
+  const double h = m.hidden, f = m.moe.expert_ffn;
+  double want = 0;
+  for (double k : {h, f, h, 2 * f})  // fc1, fc2 forward; fc2, fc1 data gradients
+    want += small_kernels_time(dev, prof, 2 * rows * k, 2 * local) * hot;
+  want *= m.moe_layer_count();
+  EXPECT_NEAR(on.moe.expert_gemm - off.moe.expert_gemm, want, 1e-6 * want);
+  EXPECT_GT(on.step_time_s, off.step_time_s);
+  p.precision = Dtype::kBf16;
+  const Estimate bf16 = run(m, c, p);
+  p.fp8_recipe = Fp8Recipe::kDelayed;
+  EXPECT_DOUBLE_EQ(bf16.step_time_s, run(m, c, p).step_time_s);
 }
 
 // A clamped GLU (Model::glu_clamp, GPT-OSS): the two eager clamps of the fc1 output's halves,

@@ -96,6 +96,36 @@ TEST(OpPricer, TheRouteOpPaysEachOfItsKernels) {
   EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false), memory_time(x.dev(), x.profile, op.bytes));
 }
 
+// Transformer Engine's fp8 current-scaling amax op (OpRole::kFp8Amax, kExpertFp8Amax): a read of
+// the bf16 operand and two kernels (amax, scale) per quantised tensor on the device, those
+// launches on the host (TE's C++ quantizer, inside the module's call); its tensors are in the
+// price key, and the busiest rank's load scales it.
+TEST(OpPricer, Fp8AmaxReadsTheOperandWithTwoKernelsATensor) {
+  Plan p;
+  p.dp = 8, p.ep = 8, p.global_batch = 8, p.precision = Dtype::kFp8;
+  p.fp8_recipe = Fp8Recipe::kTensorwise;
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  Priced x(p);
+  Op op;
+  op.kind = OpKind::kCast;
+  op.role = OpRole::kExpertFp8Amax;
+  op.tags.layer = 0;
+  op.elements = 4096.0 * 2048;
+  op.bytes = 2 * op.elements;
+  op.tensors = 16;
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                   small_kernels_time(x.dev(), x.profile, op.bytes, 32));
+  EXPECT_DOUBLE_EQ(x.pricer.host_time(op), 32 * x.profile.host_launch_s);
+  op.tensors = 1;
+  op.role = OpRole::kFp8Amax;
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                   small_kernels_time(x.dev(), x.profile, op.bytes, 2));
+  EXPECT_DOUBLE_EQ(x.pricer.host_time(op), 2 * x.profile.host_launch_s);
+  op.load = 1.5;
+  EXPECT_DOUBLE_EQ(x.pricer.time(op, 0, false),
+                   1.5 * small_kernels_time(x.dev(), x.profile, op.bytes, 2));
+}
+
 // An expert GEMM (grouped over the local experts, Op::batch): one grouped kernel by default; under
 // Transformer Engine's layer spec, TE's per-expert GEMMs in rounds of its 4 streams.
 TEST(OpPricer, ExpertGemmsAsTransformerEngineRunsThem) {
