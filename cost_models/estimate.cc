@@ -29,6 +29,7 @@
 #include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
+#include "cost_models/host_optimizer.h"
 #include "cost_models/layer_fragment.h"
 #include "cost_models/moe_dispatch.h"
 
@@ -1057,12 +1058,11 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   if (p.offload.optimizer) {
     // Gradients down (beside the backward, or in its stream: core/offload_rules.h), CPU Adam
     // (the server's host shared by its GPUs), weights back up.
-    const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
     const double down = shard_params * grad_bytes / host_bw;
     const double up = shard_params * w_bytes / host_bw;
     const double down_exposed =
         gradient_copies_serialized(p) ? down : overlap(down, bwd, layers).first;
-    t.offload += down_exposed + shard_params / cpu_rate + up;
+    t.offload += down_exposed + host_optimizer_seconds(cluster_, f, p, shard_params) + up;
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
   }
