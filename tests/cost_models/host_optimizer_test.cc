@@ -72,7 +72,8 @@ TEST(HostOptimizer, DeepSpeedCpuAdamRunsAtItsRatePerCoreSharedByTheServersGpus) 
   // Independent of the host's memory.
   Profile g = f;
   g.host_memory_efficiency /= 2;
-  EXPECT_DOUBLE_EQ(host_optimizer_seconds(c, g, p, params), host_optimizer_seconds(c, f, p, params));
+  EXPECT_DOUBLE_EQ(host_optimizer_seconds(c, g, p, params),
+                   host_optimizer_seconds(c, f, p, params));
 }
 
 TEST(HostOptimizer, TorchOnAHostWithoutMemoryBandwidthTakesThePerCoreRate) {
@@ -106,7 +107,8 @@ TEST(HostOptimizer, TheClosedFormAndTheSimulatorsHostAdamReadIt) {
   const Estimate ds = estimate(m, c, p, f);
   const Estimate tt = estimate(m, c, torch, f);
   const double shard = static_cast<double>(param_counts(m).total) / 8;
-  const double want = host_optimizer_seconds(c, f, p, shard) - host_optimizer_seconds(c, f, torch, shard);
+  const double want =
+      host_optimizer_seconds(c, f, p, shard) - host_optimizer_seconds(c, f, torch, shard);
   EXPECT_GT(want, 0);
   EXPECT_NEAR(ds.time.offload - tt.time.offload, want, 1e-3 * want);
 
