@@ -108,6 +108,8 @@ std::string plan_compact(const Plan& p) {
   if (p.eager_loss) s += " eager-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
+  if (p.offload.optimizer && p.cpu_optimizer != CpuOptimizer::kDeepSpeed)
+    s += " cpu-opt:" + std::string(cpu_optimizer_name(p.cpu_optimizer));
   return s;
 }
 
@@ -255,6 +257,10 @@ const char* optimizer_impl_name(OptimizerImpl o) {
   return "?";
 }
 
+const char* cpu_optimizer_name(CpuOptimizer c) {
+  return c == CpuOptimizer::kTorch ? "torch" : "deepspeed";
+}
+
 const char* host_framework_name(HostFramework f) {
   return f == HostFramework::kNative ? "native" : "pytorch";
 }
@@ -303,6 +309,12 @@ OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& fiel
   for (OptimizerImpl v : {OptimizerImpl::kFused, OptimizerImpl::kForeach, OptimizerImpl::kForLoop})
     if (s == optimizer_impl_name(v)) return v;
   throw Error(field, "'" + s + "' is not one of fused|foreach|for_loop");
+}
+
+CpuOptimizer parse_cpu_optimizer(const std::string& s, const std::string& field) {
+  if (s == "deepspeed") return CpuOptimizer::kDeepSpeed;
+  if (s == "torch") return CpuOptimizer::kTorch;
+  throw Error(field, "'" + s + "' is not one of deepspeed|torch");
 }
 
 HostFramework parse_host_framework(const std::string& s, const std::string& field) {
@@ -570,6 +582,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "torch_compile",
                 "eager_loss",
                 "optimizer_impl",
+                "cpu_optimizer",
                 "nan_check",
                 "log_params_norm",
                 "log_num_zeros_in_grad",
@@ -693,6 +706,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.eager_loss = r.boolean_or("eager_loss", false);
   p.optimizer_impl =
       parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
+  p.cpu_optimizer =
+      parse_cpu_optimizer(r.string_or("cpu_optimizer", "deepspeed"), r.field("cpu_optimizer"));
   p.nan_check = r.boolean_or("nan_check", true);
   p.log_params_norm = r.boolean_or("log_params_norm", false);
   p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
@@ -785,6 +800,8 @@ Json plan_to_json(const Plan& p) {
   if (p.eager_loss) j["eager_loss"] = true;
   if (p.optimizer_impl != OptimizerImpl::kFused)
     j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
+  if (p.cpu_optimizer != CpuOptimizer::kDeepSpeed)
+    j["cpu_optimizer"] = cpu_optimizer_name(p.cpu_optimizer);
   if (!p.nan_check) j["nan_check"] = false;
   if (p.log_params_norm) j["log_params_norm"] = true;
   if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;

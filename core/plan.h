@@ -170,6 +170,14 @@ enum class CudaGraphs { kNone, kLayers, kFullIteration };
 // tensors (apex/TE FusedAdam, torch fused=True: Megatron's default), torch.optim's foreach
 // (about 8 multi-tensor ops), or the per-parameter for-loop (about 8 kernels per tensor).
 enum class OptimizerImpl { kFused, kForeach, kForLoop };
+// Which CPU optimizer runs the step of an offloaded optimizer (Offload::optimizer):
+// DeepSpeed's DeepSpeedCPUAdam (ZeRO-Offload / ZeRO-Infinity: csrc/adam/cpu_adam.cpp, priced at
+// its measured rate per host core, Profile::host_adam_params_per_s), or torch.optim's AdamW on
+// CPU tensors (PyTorch FSDP's CPUOffloadPolicy / CPUOffload, torchtune's fsdp_cpu_offload,
+// Megatron-Core's --optimizer-cpu-offload HybridDeviceOptimizer), its fused CPU kernel a single
+// vectorized pass over the parameter, gradient and moments, bound by the host's memory
+// bandwidth (cost_models/host_optimizer.h).
+enum class CpuOptimizer { kDeepSpeed, kTorch };
 // What issues the kernels: PyTorch (Python forward, the autograd engine's C++ thread for the
 // backward, the ATen dispatcher for every op) or a native program that launches its kernels
 // directly (llm.c): the launches alone.
@@ -207,6 +215,8 @@ CudaGraphs parse_cuda_graphs(const std::string& s, const std::string& field);
 int parse_te_version(const std::string& s, const std::string& field);
 std::string te_version_name(int v);
 OptimizerImpl parse_optimizer_impl(const std::string& s, const std::string& field);
+const char* cpu_optimizer_name(CpuOptimizer c);
+CpuOptimizer parse_cpu_optimizer(const std::string& s, const std::string& field);
 HostFramework parse_host_framework(const std::string& s, const std::string& field);
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field);
 const char* moe_force_balance_name(MoeForceBalance b);
@@ -349,6 +359,7 @@ struct Plan {
   // NLL gradient and the log-softmax gradient are each a logits-sized fp32 tensor.
   bool eager_loss = false;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
+  CpuOptimizer cpu_optimizer = CpuOptimizer::kDeepSpeed;  // under optimizer offload
   bool nan_check = true;
   // Megatron's per-step statistics, off by default: --log-params-norm (calc_params_l2_norm: a
   // multi-tensor L2 norm of the fp32 parameters, its all-reduces and an .item()) and

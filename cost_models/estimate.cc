@@ -29,6 +29,7 @@
 #include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
+#include "cost_models/host_optimizer.h"
 #include "cost_models/layer_fragment.h"
 #include "cost_models/moe_dispatch.h"
 
@@ -1059,13 +1060,18 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
   if (p.offload.optimizer) {
     // Gradients down (beside the backward, or in its stream: core/offload_rules.h), CPU Adam
-    // (the server's host shared by its GPUs), weights back up.
-    const double cpu_rate = f.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
+    // (the server's host shared by its GPUs: cost_models/host_optimizer.h), weights back up,
+    // unless the weights live in host memory too and no all-gather of the update needs them on
+    // the device: parameter offload under ZeRO-3 (FSDP's CPUOffloadPolicy and DeepSpeed's
+    // offload_param step the host shard in place; the next gather copies it in) or without a
+    // sharded update (core/lower_optimizer.cc publish_update copies nothing then).
     const double down = shard_params * grad_bytes / host_bw;
-    const double up = shard_params * w_bytes / host_bw;
+    const bool update_stays_on_host =
+        p.offload.params && (p.zero >= 3 || p.zero == 0 || p.dense_shard_ranks() == 1);
+    const double up = update_stays_on_host ? 0 : shard_params * w_bytes / host_bw;
     const double down_exposed =
         gradient_copies_serialized(p) ? down : overlap(down, bwd, layers).first;
-    t.offload += down_exposed + shard_params / cpu_rate + up;
+    t.offload += down_exposed + host_optimizer_seconds(cluster_, f, p, shard_params) + up;
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);
   }

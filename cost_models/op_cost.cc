@@ -12,6 +12,7 @@
 #include "cost_models/compute.h"
 #include "cost_models/host_cost.h"
 #include "cost_models/host_link.h"
+#include "cost_models/host_optimizer.h"
 #include "cost_models/moe_dispatch.h"
 
 namespace parasol::cost {
@@ -426,10 +427,7 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     case OpKind::kAdamW: {
       double params =
           op.elements > 0 ? op.elements : op.bytes / adam_bytes_per_param(plan_.precision);
-      if (host) {
-        double rate = prof_.host_adam_params_per_s / std::max(1, cluster_.gpus_per_server());
-        return params / rate;
-      }
+      if (host) return host_optimizer_seconds(cluster_, prof_, plan_, params);
       if (op.bytes > 0) return memory_time(dev, prof_, op.bytes);
       return optimizer_time(dev, prof_, plan_.precision, params);
     }

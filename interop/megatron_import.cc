@@ -799,6 +799,9 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
       throw Error("--optimizer-offload-fraction",
                   "parasol offloads the whole optimizer (fraction 1.0)");
     j["offload"] = "optimizer";
+    // HybridDeviceOptimizer steps the offloaded parameters with torch.optim's AdamW on the CPU
+    // (megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py).
+    j["cpu_optimizer"] = "torch";
   }
   return j;
 }

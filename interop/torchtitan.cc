@@ -1023,7 +1023,12 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["precision"] = dtype == "bfloat16" || param == "bfloat16" ? "bf16" : "fp32";
   if (dtype == "bfloat16") j["optimizer_dtype"] = "bf16";
   j["grad_reduce_dtype"] = "fp32";
-  if (tr.boolean_or("enable_cpu_offload", false)) j["offload"] = "optimizer,params";
+  if (tr.boolean_or("enable_cpu_offload", false)) {
+    // FSDP2's CPUOffloadPolicy: the sharded parameters, gradients and optimizer state on the
+    // host, where torch.optim's optimizer steps them (cpu_optimizer torch).
+    j["offload"] = "optimizer,params";
+    j["cpu_optimizer"] = "torch";
+  }
   // Activation checkpointing: torchtitan's default is its selective AC, every 2nd block.
   const JsonReader ac = table("activation_checkpoint");
   const std::string mode =

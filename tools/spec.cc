@@ -281,6 +281,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
             "fused vocab-parallel kernel (Megatron)");
   cmd->add_option("--optimizer-impl", o.optimizer_impl,
                   "fused|foreach|for_loop: how Adam launches its kernels");
+  cmd->add_option("--cpu-optimizer", o.cpu_optimizer,
+                  "deepspeed|torch: the CPU optimizer of an offloaded optimizer (DeepSpeedCPUAdam, "
+                  "or torch.optim's fused AdamW on the host: FSDP CPU offload, Megatron)");
   cmd->add_option("--host-framework", o.host_framework,
                   "pytorch|native: what issues the kernels (native: a C++/CUDA program, llm.c)");
   cmd->add_option("--transformer-impl", o.transformer_impl,
@@ -372,6 +375,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("torch_compile", o.torch_compile);
   set("eager_loss", o.eager_loss);
   set("optimizer_impl", o.optimizer_impl);
+  set("cpu_optimizer", o.cpu_optimizer);
   set("host_framework", o.host_framework);
   set("transformer_impl", o.transformer_impl);
   set("nan_check", o.nan_check);

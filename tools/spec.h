@@ -35,7 +35,8 @@ struct SpecOptions {
   std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
   std::optional<bool> repeat_kv, deterministic;
   std::optional<std::string> transformer_engine_version;
-  std::optional<std::string> cuda_graphs, optimizer_impl, host_framework, transformer_impl;
+  std::optional<std::string> cuda_graphs, optimizer_impl, cpu_optimizer, host_framework;
+  std::optional<std::string> transformer_impl;
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;
   std::optional<std::string> moe_dispatcher, moe_force_balance, optimizer_dtype, recompute_modules;

@@ -482,6 +482,15 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.zero = 2; },
       [](Plan& p) { p.zero = 3; },
       [](Plan& p) { p.offload.activations = true; },
+      [](Plan& p) {
+        p.zero = 2;
+        p.offload.optimizer = true;
+      },
+      [](Plan& p) {  // the CPU optimizer's price (cost_models/host_optimizer.h)
+        p.zero = 2;
+        p.offload.optimizer = true;
+        p.cpu_optimizer = CpuOptimizer::kTorch;
+      },
       [](Plan& p) { p.overlap_grad_reduce = false; },
       [](Plan& p) { p.micro_batch = 2; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },

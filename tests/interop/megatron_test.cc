@@ -437,6 +437,7 @@ std::vector<Case> round_trip_cases() {
              {"shard_degree", 4},
              {"gbs", 64},
              {"offload", "optimizer"},
+             {"cpu_optimizer", "torch"},  // HybridDeviceOptimizer: torch.optim on the host
              {"grad_reduce_dtype", "bf16"}})},
       {"full_recompute_k", "gpt3-175b", "dgx-a100-80g", 64,
        plan({{"tp", 8},

@@ -331,7 +331,8 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                        "cp_rotate": "allgather", "recompute": "full"})"});
   trips.push_back({"qwen3-30b-a3b", 16,
                    R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64, "offload": "optimizer,params",
-                       "recompute": "full", "optimizer_dtype": "bf16"})"});
+                       "cpu_optimizer": "torch", "recompute": "full",
+                       "optimizer_dtype": "bf16"})"});
   trips.push_back({"deepseek-v3", 64,
                    R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                        "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
