@@ -318,55 +318,62 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
   // backward (fp32, core/lower_edges.cc).
   if (stage == 0) mb.activations += 4 * tokens * in_flight_micro_batches(p, stage);
-  if (stage != p.pp - 1 && !m.is_moe() && !m.mla.enabled()) {
-    // A stage without the loss peaks in its first backward, the last layer's MLP
-    // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
-    // FC2 input's gradient, and either the gradient's sequence-parallel all-gather (FC2's input
-    // and weight gradients) or, once FC2's weight gradient has freed that and the saved FC2
-    // input, the FC1 outputs' gradient (the activation's backward).
+  // The working set is taken at the op where the stage peaks: the loss on the last stage (its
+  // logits and softmax), the first backward op on the others. What one of them holds that the
+  // other has freed (a layer gathered by ZeRO-3 or prefetched from host memory, a layer rebuilt
+  // by full recompute, offloaded activations brought back) counts at its own moment only.
+  const bool last = stage == p.pp - 1;
+  // A stage without the loss peaks in its first backward, the last layer's MLP
+  // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
+  // FC2 input's gradient, and either the gradient's sequence-parallel all-gather (FC2's input
+  // and weight gradients) or, once FC2's weight gradient has freed that and the saved FC2
+  // input, the FC1 outputs' gradient (the activation's backward).
+  double backward = 0;
+  if (!last && !m.is_moe() && !m.mla.enabled()) {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
     const double gathered = p.sequence_parallel && p.tp > 1 ? eb * tokens * m.hidden : 0;
-    mb.transient +=
+    backward =
         eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
   }
-
-  // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
-  // the last stage; ZeRO-3 gathers.
-  if (full_layers > 0) mb.transient += largest_layer;
+  // A layer rebuilt by full recompute in the backward: its saved tensors but the input, which
+  // the stage keeps already (core/lower_schedule.cc backward_layers).
+  if (full_layers > 0) backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
   // The loss (core/lower_edges.cc): Megatron's fused vocab-parallel kernel holds the logits and
   // their fp32 softmax (the backward writes the logits' gradient beside the softmax); eager
   // PyTorch (plan.eager_loss) peaks in the backward at three fp32 logits-sized tensors: the saved
   // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
   // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
   const double eager_bytes = p.tp > 1 ? 16 : 12;
-  if (stage == p.pp - 1)
-    mb.transient += (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp;
+  const double loss = last ? (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp : 0;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
-  // as the reshard policy says (below); without it the stage's weights, streamed per layer.
+  // as the reshard policy says (below); without it the stage's weights, streamed per layer: the
+  // layer in use and the one prefetched (core/lower_buckets.cc acquire), none at the loss.
   const double layer_fraction = std::min(1.0, 2.0 / per_stage);
   if (p.offload.params) {
-    const double kept = p.zero >= 3 ? 0 : mb.weights * layer_fraction;
-    mb.host += mb.weights - kept;
-    mb.weights = kept;
+    if (p.zero < 3) backward += mb.weights * layer_fraction;
+    mb.host += mb.weights;
+    mb.weights = 0;
   }
   if (p.zero >= 3) {
+    // The stage's weights gathered (the lowering's buckets, padded to the shard group).
     const double gathered_stage = w_bytes * params.total();
     const double per_layer = gathered_stage / per_stage;
     switch (p.reshard) {
       case Reshard::kAfterForward:
-        mb.transient += 2 * per_layer;  // the layer in use and the prefetched one
+        backward += 2 * per_layer;  // the layer in use and the prefetched one
         break;
       case Reshard::kAfterBackward:
-        // Each layer stays gathered from its forward to its backward: the whole stage at the
-        // end of the forward.
-        mb.weights += gathered_stage - mb.weights;
-        mb.transient += per_layer;
+        // Each layer stays gathered from its forward to its backward, beside the rank's shard:
+        // the whole stage at the end of the forward but the embedding, whose backward does not
+        // read its table (the lowering frees the gathered copy after its last use).
+        mb.weights += gathered_stage - w_bytes * params.embedding;
         break;
       case Reshard::kAfterStep:
-        // Parameters gathered for the step, gradients accumulated unsharded and reduced once.
-        mb.weights += gathered_stage - mb.weights;
+        // Parameters gathered for the step beside the shard, gradients accumulated unsharded and
+        // reduced once.
+        mb.weights += gathered_stage;
         mb.gradients += dtype_bytes(p.grad_reduce_dtype) * params.total();
         break;
     }
@@ -385,10 +392,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     mb.gradients = 0;
   }
   if (p.offload.activations) {
-    double kept = std::min(mb.activations, 2 * stage_act / per_stage);
-    mb.host += mb.activations - kept;
-    mb.activations = kept;
+    // Each layer's saved tensors leave after its forward and come back one layer ahead of its
+    // backward (core/lower_offload.cc): none at the loss, two layers in the backward.
+    const double layers_act = stage_act * in_flight;
+    mb.host += layers_act;
+    mb.activations -= layers_act;
+    backward += std::min(layers_act, 2 * stage_act / per_stage);
   }
+  mb.transient = last ? std::max(loss, backward) : backward;
   mb.buffers = runtime_overhead_bytes(c, p);
   return mb;
 }
