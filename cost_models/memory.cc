@@ -287,19 +287,43 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double sp = p.sequence_parallel ? p.tp : 1.0;
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
+  // Micro-batches whose token ids the first stage keeps (its first chunk's).
+  double token_mbs = in_flight;
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
-    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order (forward k
-    // runs chunk (k / pp) mod vpp), weighted by each chunk's layers: the average of
-    // in_flight_micro_batches when the chunks are equal, exact when they are not.
-    const int chunk_mbs = static_cast<int>(std::lround(in_flight * p.vpp));
+    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
+    // (schedules.py get_model_chunk_id: forward k runs chunk (k / pp) mod vpp, backward k chunk
+    // vpp - 1 - (k / pp) mod vpp), weighted by each chunk's layers. In the steady state each
+    // backward follows one more forward: the stage holds the most before the steady state's
+    // j-th backward for the j (within one period of pp x vpp) whose chunks weigh the most (the
+    // last stage at a forward of its last chunk, which runs the loss).
+    const int total = p.micro_batches() * p.vpp;
+    const int warm = static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
+    std::vector<int> layers_of(static_cast<size_t>(p.vpp));
+    for (int c = 0; c < p.vpp; ++c) layers_of[c] = p.layers_in_chunk(m.layers, stage, c);
     double layer_mbs = 0;
-    int chunk = -1, chunk_layers = 0;  // the chunk of the k before, and its layers
-    for (int k = 0; k < chunk_mbs; ++k) {
+    int first_chunk = 0;  // forwards of chunk 0 in flight
+    for (int k = 0; k < warm; ++k) {
       const int c = (k / p.pp) % p.vpp;
-      if (c != chunk) chunk_layers = p.layers_in_chunk(m.layers, stage, chunk = c);
-      layer_mbs += chunk_layers;
+      layer_mbs += layers_of[c];
+      first_chunk += c == 0;
     }
-    in_flight = layer_mbs / per_stage;
+    double best = layer_mbs + (stage == 0 ? 4 * tokens * first_chunk / stage_act * per_stage : 0);
+    double best_layers = layer_mbs;
+    int best_first = first_chunk;
+    for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
+      // Backward j done, forward warm + j run.
+      const int cb = p.vpp - 1 - (j / p.pp) % p.vpp;
+      const int cf = ((warm + j) / p.pp) % p.vpp;
+      layer_mbs += layers_of[cf] - layers_of[cb];
+      first_chunk += (cf == 0) - (cb == 0);
+      const double weight =
+          layer_mbs + (stage == 0 ? 4 * tokens * first_chunk / stage_act * per_stage : 0);
+      // The last stage peaks at the loss: in the forward of its last chunk.
+      if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
+      if (weight > best) best = weight, best_layers = layer_mbs, best_first = first_chunk;
+    }
+    in_flight = best_layers / per_stage;
+    token_mbs = best_first;
   }
   mb.activations = stage_act * in_flight;
   if (stage == p.pp - 1) {
@@ -317,7 +341,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
   // backward (fp32, core/lower_edges.cc).
-  if (stage == 0) mb.activations += 4 * tokens * in_flight_micro_batches(p, stage);
+  if (stage == 0) mb.activations += 4 * tokens * token_mbs;
   // The working set is taken at the op where the stage peaks: the loss on the last stage (its
   // logits and softmax), the first backward op on the others. What one of them holds that the
   // other has freed (a layer gathered by ZeRO-3 or prefetched from host memory, a layer rebuilt
@@ -337,6 +361,11 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     backward =
         eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
   }
+  // Megatron's interleaved steady state sends a forward's output only after the backward that
+  // follows it (schedules.py forward_backward_pipelining_with_interleaving:
+  // send_forward_backward_recv_forward_backward after backward_step_helper): the last forward's
+  // output is still held at the backward.
+  if (!last && p.schedule == Schedule::kInterleaved) backward += eb * tokens * m.hidden / sp;
   // A layer rebuilt by full recompute in the backward: its saved tensors but the input, which
   // the stage keeps already (core/lower_schedule.cc backward_layers).
   if (full_layers > 0) backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
