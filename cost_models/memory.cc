@@ -349,15 +349,16 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const bool last = stage == p.pp - 1;
   // A stage without the loss peaks in its first backward, the last layer's MLP
   // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
-  // FC2 input's gradient, and either the gradient's sequence-parallel all-gather (FC2's input
-  // and weight gradients) or, once FC2's weight gradient has freed that and the saved FC2
-  // input, the FC1 outputs' gradient (the activation's backward).
+  // FC2 input's gradient, and either FC2's output gradient as FC2's backward reads it (the
+  // residual's gradient, all-gathered under sequence parallelism: whole either way) or, once
+  // FC2's weight gradient has freed that and the saved FC2 input, the FC1 outputs' gradient
+  // (the activation's backward).
   double backward = 0;
   if (!last && !m.is_moe() && !m.mla.enabled()) {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
-    const double gathered = p.sequence_parallel && p.tp > 1 ? eb * tokens * m.hidden : 0;
+    const double gathered = eb * tokens * m.hidden;
     backward =
         eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
   }
