@@ -115,12 +115,33 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
   // One layer of each kind on this rank: the replicated parts (MLA's down-projections and
   // latent norms, the router) whole, the rest split tp ways; experts split etp ways and spread
   // over ep ranks.
-  const double attention =
+  // A row-parallel linear's bias is not split (Megatron's RowParallelLinear adds it whole after
+  // the reduction; core/lower_buckets.cc add_linear_specs): whole on every rank.
+  auto row_biases = [&](const Linears& ls, double parts) {
+    double whole = 0;
+    for (const LinearShape& s : ls)
+      if (s.bias && s.split == Split::kRow) whole += static_cast<double>(s.out);
+    return whole * (1 - 1 / parts);
+  };
+  double attention =
       static_cast<double>(pc.attention - pc.attention_replicated) / t + pc.attention_replicated;
-  const double dense_layer = attention + pc.norms + pc.dense_mlp / t;
-  const double moe_layer = attention + pc.norms + pc.router + pc.shared_mlp / t;
-  const double experts = static_cast<double>(pc.expert_mlp) / p.expert_tp() *
-                         (static_cast<double>(m.moe.experts) / p.ep);
+  double dense_mlp = pc.dense_mlp / t, shared_mlp = pc.shared_mlp / t;
+  double expert = static_cast<double>(pc.expert_mlp) / p.expert_tp();
+  if (m.linear_bias && (t > 1 || p.expert_tp() > 1)) {
+    attention += row_biases(attention_linears(m), t);
+    int dense_at = 0, moe_at = -1;  // a dense layer and an MoE layer of the model
+    if (m.is_moe()) {
+      for (int l = 0; l < m.layers && moe_at < 0; ++l)
+        if (m.is_moe_layer(l)) moe_at = l;
+      dense_at = m.is_moe_layer(0) ? -1 : 0;
+    }
+    if (dense_at >= 0) dense_mlp += row_biases(mlp_linears(m, dense_at), t);
+    if (moe_at >= 0) shared_mlp += row_biases(mlp_linears(m, moe_at), t);
+    expert += row_biases(expert_linears(m), p.expert_tp());
+  }
+  const double dense_layer = attention + pc.norms + dense_mlp;
+  const double moe_layer = attention + pc.norms + pc.router + shared_mlp;
+  const double experts = expert * (static_cast<double>(m.moe.experts) / p.ep);
 
   int layers = 0, moe_layers = 0;
   if (!p.uneven_stages() && !m.is_moe()) {
@@ -142,7 +163,8 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
   sp.moe_layer = moe_layer;
   sp.expert_layer = experts;
   sp.first_layer_moe = m.is_moe() && m.is_moe_layer(p.first_layer(m.layers, stage, 0));
-  const double table = static_cast<double>(m.vocab) * m.hidden / t;
+  // The vocabulary split tp ways, the last rank's part padded (core/lower_emit.cc vocab_t_).
+  const double table = std::ceil(static_cast<double>(m.vocab) / t) * m.hidden;
   if (stage == 0) sp.embedding = table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
   if (stage == p.pp - 1) {
     // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
@@ -285,6 +307,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
+  const double vocab_t = std::ceil(static_cast<double>(m.vocab) / p.tp);  // padded, as lowered
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
@@ -336,7 +359,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // micro-batch's head backward right after its forward.
     const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
     const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
-    const double softmax = 4 * tokens * m.vocab / p.tp;
+    const double softmax = 4 * tokens * vocab_t;
     mb.activations += heads * head + (heads - 1) * softmax;
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
@@ -361,6 +384,8 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double gathered = eb * tokens * m.hidden;
     backward =
         eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
+    // The residual dropout's backward, before FC2's, has freed its saved mask (1 byte a value).
+    if (m.dropout) backward -= tokens * m.hidden / sp;
   }
   // Megatron's interleaved steady state sends a forward's output only after the backward that
   // follows it (schedules.py forward_backward_pipelining_with_interleaving:
@@ -376,7 +401,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
   // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
   const double eager_bytes = p.tp > 1 ? 16 : 12;
-  const double loss = last ? (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp : 0;
+  const double loss = last ? (p.eager_loss ? eager_bytes : eb + 4) * tokens * vocab_t : 0;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
   // as the reshard policy says (below); without it the stage's weights, streamed per layer: the
   // layer in use and the one prefetched (core/lower_buckets.cc acquire), none at the loss.
