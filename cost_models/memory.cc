@@ -96,8 +96,10 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += lb * routed * h;                      // dispatched tokens (expert FC1 input)
     // The experts' outputs, kept by the combine for the router probabilities' gradient
-    // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret).
-    bytes += eb * routed * h;
+    // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret): the rows
+    // this rank routed, after the experts' tensor-parallel partial sums are reduce-scattered
+    // back to it (core/lower_moe.cc expert_reduce).
+    bytes += eb * router_tokens * m.moe.top_k * h;
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     // The activation's output (the expert FC2 input), recomputed by moe_act.
     if (recomputed(RecomputeModule::kMoeAct))
