@@ -379,7 +379,31 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // FC2's weight gradient has freed that and the saved FC2 input, the FC1 outputs' gradient
   // (the activation's backward).
   double backward = 0;
-  if (!last && !m.is_moe() && !m.mla.enabled()) {
+  // The layer whose backward runs first: the last of the stage's last chunk.
+  const int last_chunk = p.chunks() - 1;
+  const int first_backward_layer = p.first_layer(m.layers, stage, last_chunk) +
+                                   std::max(0, p.layers_in_chunk(m.layers, stage, last_chunk) - 1);
+  const bool moe_backward = m.is_moe() && m.is_moe_layer(first_backward_layer);
+  if (!last && moe_backward) {
+    // An MoE layer's backward (core/lower_moe.cc moe_backward) peaks either at the combine's
+    // backward (the received gradient, the MoE output's gradient, the routed rows' gradient and
+    // the router probabilities' fp32 gradient) or at the experts' activation backward (the FC2
+    // input's and FC1 outputs' gradients over the gathered rows, once the combine has freed the
+    // kept expert outputs and FC2's weight gradient the saved FC2 input).
+    const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+    const double t = p.tp, etp = p.expert_tp();
+    const double router_tokens = etp != t ? tokens / t : tokens / sp;
+    const double rows = router_tokens * m.moe.top_k;  // this rank's routed rows
+    const double gathered_rows = (etp == t ? tokens : tokens / t) * m.moe.top_k;
+    const double f = static_cast<double>(m.moe.expert_ffn) / etp;
+    const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+    const double dy = eb * tokens * m.hidden / sp;
+    const double dprobs = 4 * router_tokens * m.moe.experts;
+    const double combine = dy + dy + eb * rows * m.hidden + dprobs;
+    const double experts = dy + dprobs + (eb + fc1_outs * eb - lb) * gathered_rows * f -
+                           eb * rows * m.hidden;
+    backward = std::max(combine, experts);
+  } else if (!last) {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
