@@ -15,6 +15,25 @@ constexpr double MiB = 1024.0 * 1024.0;
 
 double activation_dtype_bytes(const Plan& p) { return p.precision == Dtype::kFp32 ? 4 : 2; }
 
+// The saved bytes of an MoE layer (no recompute) that its forward keeps after the dispatch's
+// all-to-all: the experts' saved tensors (FC1 outputs, FC2 input), their outputs kept by the
+// combine and the shared experts' (layer_activation_bytes' terms).
+double moe_expert_side_bytes(const Model& m, const Plan& p) {
+  const double eb = activation_dtype_bytes(p);
+  const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+  const double t = p.tp, etp = p.expert_tp();
+  const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
+  const double sp = p.sequence_parallel ? t : 1.0;
+  const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+  const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
+  const double router_tokens = etp != t ? tokens / t : tokens / sp;
+  double bytes = eb * router_tokens * m.moe.top_k * m.hidden;
+  bytes += (fc1_outs * eb + lb) * routed * static_cast<double>(m.moe.expert_ffn) / etp;
+  if (m.moe.shared_experts > 0)
+    bytes += (fc1_outs * eb + lb) * tokens * static_cast<double>(m.moe.shared_width()) / t;
+  return bytes;
+}
+
 }  // namespace
 
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer) {
@@ -321,10 +340,29 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // backward follows one more forward: the stage holds the most before the steady state's
     // j-th backward for the j (within one period of pp x vpp) whose chunks weigh the most (the
     // last stage at a forward of its last chunk, which runs the loss).
+    //
+    // Combined 1F1B (ep_comm_overlap, core/lower_schedule.cc interleave_units): the steady
+    // state's forward runs merged with the backward after it, segment by segment between their
+    // expert all-to-alls, backward first; at the backward's experts the forward has run its
+    // first segment only: its chunk's layers up to the first MoE layer's dispatch.
     const int total = p.micro_batches() * p.vpp;
     const int warm = static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
+    const double per_layer = stage_act / per_stage;
+    const bool combined = p.ep_comm_overlap && p.ep > 1 && m.is_moe() && stage != p.pp - 1;
     std::vector<int> layers_of(static_cast<size_t>(p.vpp));
-    for (int c = 0; c < p.vpp; ++c) layers_of[c] = p.layers_in_chunk(m.layers, stage, c);
+    std::vector<double> first_segment(static_cast<size_t>(p.vpp));
+    for (int c = 0; c < p.vpp; ++c) {
+      layers_of[c] = p.layers_in_chunk(m.layers, stage, c);
+      first_segment[c] = layers_of[c] * per_layer;
+      if (!combined) continue;
+      const int first = p.first_layer(m.layers, stage, c);
+      for (int l = first; l < first + layers_of[c]; ++l) {
+        if (!m.is_moe_layer(l)) continue;
+        first_segment[c] = (l - first) * layer_activation_bytes(m, p, rest, false) +
+                           layer_activation_bytes(m, p, rest, true) - moe_expert_side_bytes(m, p);
+        break;
+      }
+    }
     double layer_mbs = 0;
     int first_chunk = 0;  // forwards of chunk 0 in flight
     for (int k = 0; k < warm; ++k) {
@@ -332,8 +370,15 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       layer_mbs += layers_of[c];
       first_chunk += c == 0;
     }
-    double best = layer_mbs + (stage == 0 ? 4 * tokens * first_chunk / stage_act * per_stage : 0);
-    double best_layers = layer_mbs;
+    // The bytes held at the backward after forward `latest` (of chunk cf).
+    auto held = [&](int cf) {
+      double bytes = layer_mbs * per_layer;
+      if (combined) bytes += first_segment[cf] - layers_of[cf] * per_layer;
+      return bytes;
+    };
+    const int c0 = ((warm - 1) / p.pp) % p.vpp;
+    double best_bytes = held(c0);
+    double best = best_bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
     int best_first = first_chunk;
     for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
       // Backward j done, forward warm + j run.
@@ -341,13 +386,13 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       const int cf = ((warm + j) / p.pp) % p.vpp;
       layer_mbs += layers_of[cf] - layers_of[cb];
       first_chunk += (cf == 0) - (cb == 0);
-      const double weight =
-          layer_mbs + (stage == 0 ? 4 * tokens * first_chunk / stage_act * per_stage : 0);
       // The last stage peaks at the loss: in the forward of its last chunk.
       if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
-      if (weight > best) best = weight, best_layers = layer_mbs, best_first = first_chunk;
+      const double bytes = held(cf);
+      const double weight = bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+      if (weight > best) best = weight, best_bytes = bytes, best_first = first_chunk;
     }
-    in_flight = best_layers / per_stage;
+    in_flight = best_bytes / stage_act;
     token_mbs = best_first;
   }
   mb.activations = stage_act * in_flight;
@@ -417,7 +462,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // follows it (schedules.py forward_backward_pipelining_with_interleaving:
   // send_forward_backward_recv_forward_backward after backward_step_helper): the last forward's
   // output is still held at the backward.
-  if (!last && p.schedule == Schedule::kInterleaved) backward += eb * tokens * m.hidden / sp;
+  // Under combined 1F1B the merged forward has not produced its output yet at the peak.
+  if (!last && p.schedule == Schedule::kInterleaved && !(p.ep_comm_overlap && p.ep > 1 && m.is_moe()))
+    backward += eb * tokens * m.hidden / sp;
   // A layer rebuilt by full recompute in the backward: its saved tensors but the input, which
   // the stage keeps already (core/lower_schedule.cc backward_layers).
   if (full_layers > 0) backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
