@@ -168,6 +168,11 @@ std::vector<Case> cases() {
     degrees(p, 16, 2);
     p.recompute = Recompute::kFull;
   });
+  // Full recompute on a stage without the loss: its first backward rebuilds the last layer.
+  dense("full recompute pp2", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.recompute = Recompute::kFull;
+  });
   dense("selective recompute", [](Plan& p) {
     degrees(p, 16, 2);
     p.recompute = Recompute::kSelective;
