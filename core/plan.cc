@@ -64,6 +64,7 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
   if (p.moe_router_fusion) s += " rfuse";
+  if (p.moe_probs_in_experts) s += " pie";
   if (p.moe_force_balance != MoeForceBalance::kNone)
     s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
   if (p.schedule == Schedule::kInterleaved)
@@ -539,6 +540,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "expert_fp8_padding",
                 "fp8_dispatch",
                 "moe_router_fusion",
+                "moe_probs_in_experts",
                 "host_framework",
                 "transformer_impl",
                 "cuda_graphs",
@@ -658,6 +660,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.expert_fp8_padding = r.boolean_or("expert_fp8_padding", false);
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
+  p.moe_probs_in_experts = r.boolean_or("moe_probs_in_experts", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.transformer_impl =
@@ -747,6 +750,7 @@ Json plan_to_json(const Plan& p) {
   if (p.expert_fp8_padding) j["expert_fp8_padding"] = true;
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
+  if (p.moe_probs_in_experts) j["moe_probs_in_experts"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)

@@ -431,7 +431,8 @@ int64_t price_flags(const Plan& p) {
          (p.attention_unpad ? int64_t{1} << 51 : 0) | (p.deterministic ? int64_t{1} << 47 : 0) |
          (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0) |  // host_cost.h's era
          (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
-         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
+         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0) |
+         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0);  // what the combine keeps
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ double moe_expert_side_bytes(const Model& m, const Plan& p) {
   const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
   const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
   const double router_tokens = etp != t ? tokens / t : tokens / sp;
-  double bytes = eb * router_tokens * m.moe.top_k * m.hidden;
+  double bytes = p.moe_probs_in_experts ? 0 : eb * router_tokens * m.moe.top_k * m.hidden;
   bytes += (fc1_outs * eb + lb) * routed * static_cast<double>(m.moe.expert_ffn) / etp;
   if (m.moe.shared_experts > 0)
     bytes += (fc1_outs * eb + lb) * tokens * static_cast<double>(m.moe.shared_width()) / t;
@@ -114,11 +114,12 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double router_tokens = etp != t ? tokens / t : tokens / sp;
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += lb * routed * h;                      // dispatched tokens (expert FC1 input)
-    // The experts' outputs, kept by the combine for the router probabilities' gradient
+    // The experts' outputs, kept by the combine for the router probabilities' gradient unless
+    // the experts' activation applied them (Plan::moe_probs_in_experts)
     // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret): the rows
     // this rank routed, after the experts' tensor-parallel partial sums are reduce-scattered
     // back to it (core/lower_moe.cc expert_reduce).
-    bytes += eb * router_tokens * m.moe.top_k * h;
+    if (!p.moe_probs_in_experts) bytes += eb * router_tokens * m.moe.top_k * h;
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     // The activation's output (the expert FC2 input), recomputed by moe_act.
     if (recomputed(RecomputeModule::kMoeAct))
@@ -449,8 +450,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double dy = eb * tokens * m.hidden / sp;
     const double dprobs = 4 * router_tokens * m.moe.experts;
     const double combine = dy + dy + eb * rows * m.hidden + dprobs;
-    const double experts = dy + dprobs + (eb + fc1_outs * eb - lb) * gathered_rows * f -
-                           eb * rows * m.hidden;
+    const double kept_outputs = p.moe_probs_in_experts ? 0 : eb * rows * m.hidden;
+    const double experts =
+        dy + dprobs + (eb + fc1_outs * eb - lb) * gathered_rows * f - kept_outputs;
     backward = std::max(combine, experts);
   } else if (!last) {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;

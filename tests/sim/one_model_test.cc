@@ -243,6 +243,12 @@ std::vector<Case> cases() {
     degrees(p, 32, 2);
     p.ep = 4;
   });
+  // Megatron-Core's probabilities in the experts' activation: the combine keeps no outputs.
+  moe("ep8 probs in experts", [](Plan& p) {
+    degrees(p, 32, 1, 2);
+    p.ep = 8;
+    p.moe_probs_in_experts = true;
+  });
   moe("ep8 ep_comm_overlap", [](Plan& p) {
     degrees(p, 32, 1);
     p.ep = 8;
