@@ -244,11 +244,16 @@ std::vector<Case> cases() {
     p.ep = 4;
   });
   // Megatron-Core's probabilities in the experts' activation: the combine keeps no outputs.
-  moe("ep8 probs in experts", [](Plan& p) {
-    degrees(p, 32, 1, 2);
-    p.ep = 8;
-    p.moe_probs_in_experts = true;
-  });
+  moe(
+      "ep8 probs in experts",
+      [](Plan& p) {
+        degrees(p, 32, 1, 2);
+        p.ep = 8;
+        p.moe_probs_in_experts = true;
+      },
+      0.03,
+      "the pipeline schedule is arithmetic in the closed form and played in the simulator "
+      "(issue 46's first item): 2.4% apart at pp 2");
   moe("ep8 ep_comm_overlap", [](Plan& p) {
     degrees(p, 32, 1);
     p.ep = 8;
