@@ -98,7 +98,9 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
                                                      "comb.a2a", eb_ * routed_n * h_, o, r)));
     o = r;
   }
-  sv[sEret] = o;
+  // The combine keeps the experts' outputs for the probabilities' gradient unless the experts
+  // applied them (Plan::moe_probs_in_experts: Megatron-Core's weighted SwiGLU).
+  sv[sEret] = p_.moe_probs_in_experts ? -1 : o;
   int y = ws(layer, "moe", {Tm_, h_});
   elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, eb_ * R * h_ + sort,
               {o, sv[sRprobs]}, {y});

@@ -66,6 +66,7 @@ std::string plan_compact(const Plan& p) {
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
+  if (p.moe_probs_in_experts) s += " pie";
   if (p.moe_force_balance != MoeForceBalance::kNone)
     s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
   if (p.schedule == Schedule::kInterleaved)
@@ -576,6 +577,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "fp8_dispatch",
                 "fp8_recipe",
                 "moe_router_fusion",
+                "moe_probs_in_experts",
                 "host_framework",
                 "transformer_impl",
                 "cuda_graphs",
@@ -697,6 +699,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.fp8_recipe = parse_fp8_recipe(r.string_or("fp8_recipe", "delayed"), r.field("fp8_recipe"));
   p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
+  p.moe_probs_in_experts = r.boolean_or("moe_probs_in_experts", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.transformer_impl =
@@ -789,6 +792,7 @@ Json plan_to_json(const Plan& p) {
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
   if (p.fp8_recipe != Fp8Recipe::kDelayed) j["fp8_recipe"] = fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
+  if (p.moe_probs_in_experts) j["moe_probs_in_experts"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)

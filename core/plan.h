@@ -340,6 +340,13 @@ struct Plan {
   // PyTorch ops (megatron/core/transformer/moe/moe_utils.py @cd4afffa). The router's kernels by
   // path: core/moe_load.h router_kernels.
   bool moe_router_fusion = false;
+  // Where the router's probabilities scale the routed rows. false: at the combine (the
+  // unpermutation multiplies them and keeps the experts' outputs for their gradient: Megatron-
+  // Core before !2668, torchtitan's score-after-experts). true: in the experts' activation
+  // (Megatron-Core since !2668 "Memory efficient token permutation", NVIDIA/Megatron-LM
+  // 2659630721, in the 25.09 and 26.04 containers: fused_bias_swiglu's weighted SwiGLU; the
+  // combine unpermutes without them and keeps nothing).
+  bool moe_probs_in_experts = false;
   // PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments
   // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
   // are not stranded between live ones (cost_models/framework_memory.h).

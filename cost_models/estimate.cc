@@ -435,7 +435,8 @@ int64_t price_flags(const Plan& p) {
          (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0) |
          // fp8 current scaling's amax ops (core/plan.h Fp8Recipe; the lowering's only fp8 recipe)
          (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
-                                                                               : 0);
+                                                                               : 0) |
+         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0);  // what the combine keeps
 }
 
 }  // namespace

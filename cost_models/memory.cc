@@ -15,6 +15,25 @@ constexpr double MiB = 1024.0 * 1024.0;
 
 double activation_dtype_bytes(const Plan& p) { return p.precision == Dtype::kFp32 ? 4 : 2; }
 
+// The saved bytes of an MoE layer (no recompute) that its forward keeps after the dispatch's
+// all-to-all: the experts' saved tensors (FC1 outputs, FC2 input), their outputs kept by the
+// combine and the shared experts' (layer_activation_bytes' terms).
+double moe_expert_side_bytes(const Model& m, const Plan& p) {
+  const double eb = activation_dtype_bytes(p);
+  const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+  const double t = p.tp, etp = p.expert_tp();
+  const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
+  const double sp = p.sequence_parallel ? t : 1.0;
+  const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+  const double routed = (etp == t ? tokens : tokens / t) * m.moe.top_k;
+  const double router_tokens = etp != t ? tokens / t : tokens / sp;
+  double bytes = p.moe_probs_in_experts ? 0 : eb * router_tokens * m.moe.top_k * m.hidden;
+  bytes += (fc1_outs * eb + lb) * routed * static_cast<double>(m.moe.expert_ffn) / etp;
+  if (m.moe.shared_experts > 0)
+    bytes += (fc1_outs * eb + lb) * tokens * static_cast<double>(m.moe.shared_width()) / t;
+  return bytes;
+}
+
 }  // namespace
 
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer) {
@@ -95,9 +114,12 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     const double router_tokens = etp != t ? tokens / t : tokens / sp;
     bytes += 4.0 * router_tokens * m.moe.experts;  // router probabilities (fp32)
     bytes += lb * routed * h;                      // dispatched tokens (expert FC1 input)
-    // The experts' outputs, kept by the combine for the router probabilities' gradient
-    // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret).
-    bytes += eb * routed * h;
+    // The experts' outputs, kept by the combine for the router probabilities' gradient unless
+    // the experts' activation applied them (Plan::moe_probs_in_experts)
+    // (Megatron's unpermute with probs saves the permuted tokens; the lowering's sEret): the rows
+    // this rank routed, after the experts' tensor-parallel partial sums are reduce-scattered
+    // back to it (core/lower_moe.cc expert_reduce).
+    if (!p.moe_probs_in_experts) bytes += eb * router_tokens * m.moe.top_k * h;
     bytes += mlp(routed, static_cast<double>(m.moe.expert_ffn), etp);
     // The activation's output (the expert FC2 input), recomputed by moe_act.
     if (recomputed(RecomputeModule::kMoeAct))
@@ -115,12 +137,33 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
   // One layer of each kind on this rank: the replicated parts (MLA's down-projections and
   // latent norms, the router) whole, the rest split tp ways; experts split etp ways and spread
   // over ep ranks.
-  const double attention =
+  // A row-parallel linear's bias is not split (Megatron's RowParallelLinear adds it whole after
+  // the reduction; core/lower_buckets.cc add_linear_specs): whole on every rank.
+  auto row_biases = [&](const Linears& ls, double parts) {
+    double whole = 0;
+    for (const LinearShape& s : ls)
+      if (s.bias && s.split == Split::kRow) whole += static_cast<double>(s.out);
+    return whole * (1 - 1 / parts);
+  };
+  double attention =
       static_cast<double>(pc.attention - pc.attention_replicated) / t + pc.attention_replicated;
-  const double dense_layer = attention + pc.norms + pc.dense_mlp / t;
-  const double moe_layer = attention + pc.norms + pc.router + pc.shared_mlp / t;
-  const double experts = static_cast<double>(pc.expert_mlp) / p.expert_tp() *
-                         (static_cast<double>(m.moe.experts) / p.ep);
+  double dense_mlp = pc.dense_mlp / t, shared_mlp = pc.shared_mlp / t;
+  double expert = static_cast<double>(pc.expert_mlp) / p.expert_tp();
+  if (m.linear_bias && (t > 1 || p.expert_tp() > 1)) {
+    attention += row_biases(attention_linears(m), t);
+    int dense_at = 0, moe_at = -1;  // a dense layer and an MoE layer of the model
+    if (m.is_moe()) {
+      for (int l = 0; l < m.layers && moe_at < 0; ++l)
+        if (m.is_moe_layer(l)) moe_at = l;
+      dense_at = m.is_moe_layer(0) ? -1 : 0;
+    }
+    if (dense_at >= 0) dense_mlp += row_biases(mlp_linears(m, dense_at), t);
+    if (moe_at >= 0) shared_mlp += row_biases(mlp_linears(m, moe_at), t);
+    expert += row_biases(expert_linears(m), p.expert_tp());
+  }
+  const double dense_layer = attention + pc.norms + dense_mlp;
+  const double moe_layer = attention + pc.norms + pc.router + shared_mlp;
+  const double experts = expert * (static_cast<double>(m.moe.experts) / p.ep);
 
   int layers = 0, moe_layers = 0;
   if (!p.uneven_stages() && !m.is_moe()) {
@@ -142,7 +185,8 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
   sp.moe_layer = moe_layer;
   sp.expert_layer = experts;
   sp.first_layer_moe = m.is_moe() && m.is_moe_layer(p.first_layer(m.layers, stage, 0));
-  const double table = static_cast<double>(m.vocab) * m.hidden / t;
+  // The vocabulary split tp ways, the last rank's part padded (core/lower_emit.cc vocab_t_).
+  const double table = std::ceil(static_cast<double>(m.vocab) / t) * m.hidden;
   if (stage == 0) sp.embedding = table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
   if (stage == p.pp - 1) {
     // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
@@ -249,6 +293,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // AdamW moments; pure bf16: two bf16 moments, bf16 gradients.
   const bool pure_bf16 = p.optimizer_dtype == Dtype::kBf16;
   const double w_bytes = low ? 2 : 4, g_bytes = pure_bf16 ? 2 : 4;
+  // Megatron's gradient buffer (ZeRO < 2) accumulates in the parameters' dtype when gradients
+  // are reduced in a low precision (param_and_grad_buffer.py @d98e8a6 group_params_for_buffers;
+  // the lowering's gbuf_dt_); a sharded gradient stays in the optimizer's dtype.
+  const double buffer_g_bytes = p.grad_reduce_dtype == Dtype::kFp32 ? g_bytes : w_bytes;
   const double o_bytes = pure_bf16 ? 4 : low ? 12 : 8;
   const double dense_shard = p.dense_shard_ranks();
   const double expert_shard = p.expert_shard_ranks();
@@ -261,7 +309,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // fp8_params / fp8_param_gather): a 1-byte weight and its 1-byte transpose, the bytes of the
   // bf16 weight. Runs that keep bf16 weights and cast them once per step also keep the two fp8
   // copies (2 more bytes a linear weight); no plan switch says which yet.
-  mb.gradients = sharded(g_bytes, p.zero >= 2);
+  mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 
   const int per_stage = std::max(1, p.layers_in_stage(m.layers, stage));
@@ -285,21 +333,72 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
+  const double vocab_t = std::ceil(static_cast<double>(m.vocab) / p.tp);  // padded, as lowered
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
+  // Micro-batches whose token ids the first stage keeps (its first chunk's).
+  double token_mbs = in_flight;
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
-    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order (forward k
-    // runs chunk (k / pp) mod vpp), weighted by each chunk's layers: the average of
-    // in_flight_micro_batches when the chunks are equal, exact when they are not.
-    const int chunk_mbs = static_cast<int>(std::lround(in_flight * p.vpp));
-    double layer_mbs = 0;
-    int chunk = -1, chunk_layers = 0;  // the chunk of the k before, and its layers
-    for (int k = 0; k < chunk_mbs; ++k) {
-      const int c = (k / p.pp) % p.vpp;
-      if (c != chunk) chunk_layers = p.layers_in_chunk(m.layers, stage, chunk = c);
-      layer_mbs += chunk_layers;
+    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
+    // (schedules.py get_model_chunk_id: forward k runs chunk (k / pp) mod vpp, backward k chunk
+    // vpp - 1 - (k / pp) mod vpp), weighted by each chunk's layers. In the steady state each
+    // backward follows one more forward: the stage holds the most before the steady state's
+    // j-th backward for the j (within one period of pp x vpp) whose chunks weigh the most (the
+    // last stage at a forward of its last chunk, which runs the loss).
+    //
+    // Combined 1F1B (ep_comm_overlap, core/lower_schedule.cc interleave_units): the steady
+    // state's forward runs merged with the backward after it, segment by segment between their
+    // expert all-to-alls, backward first; at the backward's experts the forward has run its
+    // first segment only: its chunk's layers up to the first MoE layer's dispatch.
+    const int total = p.micro_batches() * p.vpp;
+    const int warm = static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
+    const double per_layer = stage_act / per_stage;
+    const bool combined = p.ep_comm_overlap && p.ep > 1 && m.is_moe() && stage != p.pp - 1;
+    std::vector<int> layers_of(static_cast<size_t>(p.vpp));
+    std::vector<double> first_segment(static_cast<size_t>(p.vpp));
+    for (int c = 0; c < p.vpp; ++c) {
+      layers_of[c] = p.layers_in_chunk(m.layers, stage, c);
+      first_segment[c] = layers_of[c] * per_layer;
+      if (!combined) continue;
+      const int first = p.first_layer(m.layers, stage, c);
+      for (int l = first; l < first + layers_of[c]; ++l) {
+        if (!m.is_moe_layer(l)) continue;
+        first_segment[c] = (l - first) * layer_activation_bytes(m, p, rest, false) +
+                           layer_activation_bytes(m, p, rest, true) - moe_expert_side_bytes(m, p);
+        break;
+      }
     }
-    in_flight = layer_mbs / per_stage;
+    double layer_mbs = 0;
+    int first_chunk = 0;  // forwards of chunk 0 in flight
+    for (int k = 0; k < warm; ++k) {
+      const int c = (k / p.pp) % p.vpp;
+      layer_mbs += layers_of[c];
+      first_chunk += c == 0;
+    }
+    // The bytes held at the backward after forward `latest` (of chunk cf).
+    auto held = [&](int cf) {
+      double bytes = layer_mbs * per_layer;
+      if (combined) bytes += first_segment[cf] - layers_of[cf] * per_layer;
+      return bytes;
+    };
+    const int c0 = ((warm - 1) / p.pp) % p.vpp;
+    double best_bytes = held(c0);
+    double best = best_bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+    int best_first = first_chunk;
+    for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
+      // Backward j done, forward warm + j run.
+      const int cb = p.vpp - 1 - (j / p.pp) % p.vpp;
+      const int cf = ((warm + j) / p.pp) % p.vpp;
+      layer_mbs += layers_of[cf] - layers_of[cb];
+      first_chunk += (cf == 0) - (cb == 0);
+      // The last stage peaks at the loss: in the forward of its last chunk.
+      if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
+      const double bytes = held(cf);
+      const double weight = bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+      if (weight > best) best = weight, best_bytes = bytes, best_first = first_chunk;
+    }
+    in_flight = best_bytes / stage_act;
+    token_mbs = best_first;
   }
   mb.activations = stage_act * in_flight;
   if (stage == p.pp - 1) {
@@ -312,62 +411,104 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // micro-batch's head backward right after its forward.
     const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
     const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
-    const double softmax = 4 * tokens * m.vocab / p.tp;
+    const double softmax = 4 * tokens * vocab_t;
     mb.activations += heads * head + (heads - 1) * softmax;
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
   // backward (fp32, core/lower_edges.cc).
-  if (stage == 0) mb.activations += 4 * tokens * in_flight_micro_batches(p, stage);
-  if (stage != p.pp - 1 && !m.is_moe() && !m.mla.enabled()) {
-    // A stage without the loss peaks in its first backward, the last layer's MLP
-    // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
-    // FC2 input's gradient, and either the gradient's sequence-parallel all-gather (FC2's input
-    // and weight gradients) or, once FC2's weight gradient has freed that and the saved FC2
-    // input, the FC1 outputs' gradient (the activation's backward).
+  if (stage == 0) mb.activations += 4 * tokens * token_mbs;
+  // The working set is taken at the op where the stage peaks: the loss on the last stage (its
+  // logits and softmax), the first backward op on the others. What one of them holds that the
+  // other has freed (a layer gathered by ZeRO-3 or prefetched from host memory, a layer rebuilt
+  // by full recompute, offloaded activations brought back) counts at its own moment only.
+  const bool last = stage == p.pp - 1;
+  // A stage without the loss peaks in its first backward, the last layer's MLP
+  // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
+  // FC2 input's gradient, and either FC2's output gradient as FC2's backward reads it (the
+  // residual's gradient, all-gathered under sequence parallelism: whole either way) or, once
+  // FC2's weight gradient has freed that and the saved FC2 input, the FC1 outputs' gradient
+  // (the activation's backward).
+  double backward = 0;
+  // The layer whose backward runs first: the last of the stage's last chunk.
+  const int last_chunk = p.chunks() - 1;
+  const int first_backward_layer = p.first_layer(m.layers, stage, last_chunk) +
+                                   std::max(0, p.layers_in_chunk(m.layers, stage, last_chunk) - 1);
+  const bool moe_backward = m.is_moe() && m.is_moe_layer(first_backward_layer);
+  if (!last && moe_backward) {
+    // An MoE layer's backward (core/lower_moe.cc moe_backward) peaks either at the combine's
+    // backward (the received gradient, the MoE output's gradient, the routed rows' gradient and
+    // the router probabilities' fp32 gradient) or at the experts' activation backward (the FC2
+    // input's and FC1 outputs' gradients over the gathered rows, once the combine has freed the
+    // kept expert outputs and FC2's weight gradient the saved FC2 input).
+    const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+    const double t = p.tp, etp = p.expert_tp();
+    const double router_tokens = etp != t ? tokens / t : tokens / sp;
+    const double rows = router_tokens * m.moe.top_k;  // this rank's routed rows
+    const double gathered_rows = (etp == t ? tokens : tokens / t) * m.moe.top_k;
+    const double f = static_cast<double>(m.moe.expert_ffn) / etp;
+    const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
+    const double dy = eb * tokens * m.hidden / sp;
+    const double dprobs = 4 * router_tokens * m.moe.experts;
+    const double combine = dy + dy + eb * rows * m.hidden + dprobs;
+    const double kept_outputs = p.moe_probs_in_experts ? 0 : eb * rows * m.hidden;
+    const double experts =
+        dy + dprobs + (eb + fc1_outs * eb - lb) * gathered_rows * f - kept_outputs;
+    backward = std::max(combine, experts);
+  } else if (!last) {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
-    const double gathered = p.sequence_parallel && p.tp > 1 ? eb * tokens * m.hidden : 0;
-    mb.transient +=
+    const double gathered = eb * tokens * m.hidden;
+    backward =
         eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
+    // The residual dropout's backward, before FC2's, has freed its saved mask (1 byte a value).
+    if (m.dropout) backward -= tokens * m.hidden / sp;
   }
-
-  // Transient working set: a layer rebuilt by full recompute; fp32 logits and their gradient on
-  // the last stage; ZeRO-3 gathers.
-  if (full_layers > 0) mb.transient += largest_layer;
+  // Megatron's interleaved steady state sends a forward's output only after the backward that
+  // follows it (schedules.py forward_backward_pipelining_with_interleaving:
+  // send_forward_backward_recv_forward_backward after backward_step_helper): the last forward's
+  // output is still held at the backward.
+  // Under combined 1F1B the merged forward has not produced its output yet at the peak.
+  if (!last && p.schedule == Schedule::kInterleaved && !(p.ep_comm_overlap && p.ep > 1 && m.is_moe()))
+    backward += eb * tokens * m.hidden / sp;
+  // A layer rebuilt by full recompute in the backward: its saved tensors but the input, which
+  // the stage keeps already (core/lower_schedule.cc backward_layers).
+  if (full_layers > 0) backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
   // The loss (core/lower_edges.cc): Megatron's fused vocab-parallel kernel holds the logits and
   // their fp32 softmax (the backward writes the logits' gradient beside the softmax); eager
   // PyTorch (plan.eager_loss) peaks in the backward at three fp32 logits-sized tensors: the saved
   // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
   // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
   const double eager_bytes = p.tp > 1 ? 16 : 12;
-  if (stage == p.pp - 1)
-    mb.transient += (p.eager_loss ? eager_bytes : eb + 4) * tokens * m.vocab / p.tp;
+  const double loss = last ? (p.eager_loss ? eager_bytes : eb + 4) * tokens * vocab_t : 0;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
-  // as the reshard policy says (below); without it the stage's weights, streamed per layer.
+  // as the reshard policy says (below); without it the stage's weights, streamed per layer: the
+  // layer in use and the one prefetched (core/lower_buckets.cc acquire), none at the loss.
   const double layer_fraction = std::min(1.0, 2.0 / per_stage);
   if (p.offload.params) {
-    const double kept = p.zero >= 3 ? 0 : mb.weights * layer_fraction;
-    mb.host += mb.weights - kept;
-    mb.weights = kept;
+    if (p.zero < 3) backward += mb.weights * layer_fraction;
+    mb.host += mb.weights;
+    mb.weights = 0;
   }
   if (p.zero >= 3) {
+    // The stage's weights gathered (the lowering's buckets, padded to the shard group).
     const double gathered_stage = w_bytes * params.total();
     const double per_layer = gathered_stage / per_stage;
     switch (p.reshard) {
       case Reshard::kAfterForward:
-        mb.transient += 2 * per_layer;  // the layer in use and the prefetched one
+        backward += 2 * per_layer;  // the layer in use and the prefetched one
         break;
       case Reshard::kAfterBackward:
-        // Each layer stays gathered from its forward to its backward: the whole stage at the
-        // end of the forward.
-        mb.weights += gathered_stage - mb.weights;
-        mb.transient += per_layer;
+        // Each layer stays gathered from its forward to its backward, beside the rank's shard:
+        // the whole stage at the end of the forward but the embedding, whose backward does not
+        // read its table (the lowering frees the gathered copy after its last use).
+        mb.weights += gathered_stage - w_bytes * params.embedding;
         break;
       case Reshard::kAfterStep:
-        // Parameters gathered for the step, gradients accumulated unsharded and reduced once.
-        mb.weights += gathered_stage - mb.weights;
-        mb.gradients += dtype_bytes(p.grad_reduce_dtype) * params.total();
+        // Parameters gathered for the step beside the shard, gradients accumulated unsharded and
+        // reduced once.
+        mb.weights += gathered_stage;
+        mb.gradients += g_bytes * params.total();  // in the optimizer's dtype, as lowered
         break;
     }
   }
@@ -385,10 +526,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     mb.gradients = 0;
   }
   if (p.offload.activations) {
-    double kept = std::min(mb.activations, 2 * stage_act / per_stage);
-    mb.host += mb.activations - kept;
-    mb.activations = kept;
+    // Each layer's saved tensors leave after its forward and come back one layer ahead of its
+    // backward (core/lower_offload.cc): none at the loss, two layers in the backward.
+    const double layers_act = stage_act * in_flight;
+    mb.host += layers_act;
+    mb.activations -= layers_act;
+    backward += std::min(layers_act, 2 * stage_act / per_stage);
   }
+  mb.transient = last ? std::max(loss, backward) : backward;
   mb.buffers = runtime_overhead_bytes(c, p);
   return mb;
 }

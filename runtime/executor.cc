@@ -61,6 +61,10 @@ void Executor::Impl::check_supported() const {
     unsupported("plan.grad_reduce_dtype",
                 std::string("the runtime reduces gradients in fp32 or bf16; ") +
                     dtype_name(p.grad_reduce_dtype) + " reductions are not run");
+  if (m.is_moe() && p.moe_probs_in_experts)
+    unsupported("plan.moe_probs_in_experts",
+                "the runtime's combine scales the rows by the router's probabilities; the "
+                "experts' weighted activation is priced by the simulator only");
   if (m.is_moe() && be.name() != "cpu")
     unsupported("model.moe",
                 "MoE routing is kept in host memory; only the cpu backend runs it yet");

@@ -507,6 +507,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRoundRobin; },
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.moe_router_fusion = true; },
+      [](Plan& p) { p.moe_probs_in_experts = true; },  // price-cache bit 58
       [](Plan& p) {
         p.moe_router_fusion = true;
         p.moe_force_balance = MoeForceBalance::kRandom;
