@@ -7,6 +7,7 @@
 
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
+#include "core/pipeline_schedule.h"
 
 namespace parasol::cost {
 
@@ -163,19 +164,9 @@ StageParams stage_params(const Model& m, const Plan& p, int stage) {
 }
 
 double in_flight_micro_batches(const Plan& p, int stage) {
-  const int m = p.micro_batches();
-  switch (p.schedule) {
-    case Schedule::kGpipe:
-      return m;
-    case Schedule::k1F1B:
-      return std::min(p.pp - stage, m);
-    case Schedule::kInterleaved: {
-      // Megatron: warm-up chunks (pp - rank - 1) * 2 + (vpp - 1) * pp, plus the one in flight.
-      int chunks = (p.pp - stage - 1) * 2 + (p.vpp - 1) * p.pp + 1;
-      return std::min<double>(chunks, static_cast<double>(m) * p.vpp) / p.vpp;
-    }
-  }
-  return m;
+  // The schedule's units in flight at the stage's peak (core/pipeline_schedule.h, the order the
+  // lowering emits), each a chunk: 1 / chunks of the stage's activations.
+  return static_cast<double>(pipeline_units_in_flight(p, stage, p.micro_batches())) / p.chunks();
 }
 
 double runtime_overhead_bytes(const Cluster& c, const Plan& p) {
@@ -288,14 +279,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
-    // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order (forward k
-    // runs chunk (k / pp) mod vpp), weighted by each chunk's layers: the average of
-    // in_flight_micro_batches when the chunks are equal, exact when they are not.
+    // Which chunks the in-flight chunk micro-batches belong to, in the schedule's order
+    // (core/pipeline_schedule.h's pipeline_unit), weighted by each chunk's layers: the average
+    // of in_flight_micro_batches when the chunks are equal, exact when they are not.
     const int chunk_mbs = static_cast<int>(std::lround(in_flight * p.vpp));
     double layer_mbs = 0;
     int chunk = -1, chunk_layers = 0;  // the chunk of the k before, and its layers
     for (int k = 0; k < chunk_mbs; ++k) {
-      const int c = (k / p.pp) % p.vpp;
+      const int c = pipeline_unit(p, k, true).chunk;
       if (c != chunk) chunk_layers = p.layers_in_chunk(m.layers, stage, chunk = c);
       layer_mbs += chunk_layers;
     }
