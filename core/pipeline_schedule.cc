@@ -18,15 +18,9 @@ std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int 
     return out;
   }
   const bool inter = p.schedule == Schedule::kInterleaved;
-  const int pp = p.pp, vpp = inter ? p.vpp : 1;
-  const int total = M * vpp;
-  const int warm =
-      inter ? std::min((pp - s - 1) * 2 + (vpp - 1) * pp, total) : std::min(pp - s - 1, M);
-  auto unit = [&](int k, bool fwd) -> PipelineUnit {
-    if (!inter) return {fwd, 0, k};
-    int c = (k / pp) % vpp;
-    return {fwd, fwd ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
-  };
+  const int total = M * (inter ? p.vpp : 1);
+  const int warm = pipeline_warmup_units(p, s, M);
+  auto unit = [&](int k, bool fwd) { return pipeline_unit(p, k, fwd); };
   for (int k = 0; k < warm; ++k) out.push_back({unit(k, true)});
   for (int j = 0; j < total - warm; ++j) {
     if (inter) {
@@ -38,6 +32,20 @@ std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int 
   }
   for (int j = total - warm; j < total; ++j) out.push_back({unit(j, false)});
   return out;
+}
+
+int pipeline_warmup_units(const Plan& p, int s, int M) {
+  PARASOL_CHECK(0 <= s && s < p.pp && M >= 1,
+                "stage " + std::to_string(s) + ", micro-batches " + std::to_string(M));
+  if (p.schedule == Schedule::kGpipe) return M;
+  if (p.schedule == Schedule::kInterleaved)
+    return std::min((p.pp - s - 1) * 2 + (p.vpp - 1) * p.pp, M * p.vpp);
+  return std::min(p.pp - s - 1, M);
+}
+
+int pipeline_units_in_flight(const Plan& p, int s, int M) {
+  const int total = M * (p.schedule == Schedule::kInterleaved ? p.vpp : 1);
+  return std::min(pipeline_warmup_units(p, s, M) + 1, total);
 }
 
 std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s) {

@@ -28,6 +28,27 @@ struct PipelineUnit {
 std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int micro_batches);
 std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s);
 
+// The k-th forward (or backward) unit a stage runs, k from 0: micro-batch k of its one chunk, or
+// interleaved, Megatron's order (groups of pp micro-batches through each chunk in turn; the
+// backward's chunks last first).
+inline PipelineUnit pipeline_unit(const Plan& p, int k, bool forward) {
+  if (p.schedule != Schedule::kInterleaved) return {forward, 0, k};
+  const int pp = p.pp, vpp = p.vpp;
+  const int c = (k / pp) % vpp;
+  return {forward, forward ? c : vpp - 1 - c, (k / (pp * vpp)) * pp + k % pp};
+}
+
+// The forward units stage `s` runs before its first backward in pipeline_steps' order (the
+// warm-up: GPipe all of them; 1F1B pp - s - 1; interleaved Megatron's (pp - s - 1) * 2 +
+// (vpp - 1) * pp), at most the units there are.
+// REQUIRES: 0 <= s < p.pp, micro_batches >= 1.
+int pipeline_warmup_units(const Plan& p, int s, int micro_batches);
+
+// The most forward units of stage `s` whose backward has not yet run, at any point of
+// pipeline_steps' order (the warm-up and the steady state's first forward): the units whose
+// saved activations the stage holds at its peak.
+int pipeline_units_in_flight(const Plan& p, int s, int micro_batches);
+
 // The virtual stage unit `u` of stage `s` runs: chunk * pp + s.
 inline int virtual_stage(const Plan& p, int s, const PipelineUnit& u) { return u.chunk * p.pp + s; }
 

@@ -7,6 +7,7 @@
 
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
+#include "core/pipeline_schedule.h"
 
 namespace parasol::cost {
 
@@ -207,19 +208,9 @@ StageParams stage_params(const Model& m, const Plan& p, int stage) {
 }
 
 double in_flight_micro_batches(const Plan& p, int stage) {
-  const int m = p.micro_batches();
-  switch (p.schedule) {
-    case Schedule::kGpipe:
-      return m;
-    case Schedule::k1F1B:
-      return std::min(p.pp - stage, m);
-    case Schedule::kInterleaved: {
-      // Megatron: warm-up chunks (pp - rank - 1) * 2 + (vpp - 1) * pp, plus the one in flight.
-      int chunks = (p.pp - stage - 1) * 2 + (p.vpp - 1) * p.pp + 1;
-      return std::min<double>(chunks, static_cast<double>(m) * p.vpp) / p.vpp;
-    }
-  }
-  return m;
+  // The schedule's units in flight at the stage's peak (core/pipeline_schedule.h, the order the
+  // lowering emits), each a chunk: 1 / chunks of the stage's activations.
+  return static_cast<double>(pipeline_units_in_flight(p, stage, p.micro_batches())) / p.chunks();
 }
 
 double runtime_overhead_bytes(const Cluster& c, const Plan& p) {
@@ -340,8 +331,8 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   double token_mbs = in_flight;
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
     // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
-    // (schedules.py get_model_chunk_id: forward k runs chunk (k / pp) mod vpp, backward k chunk
-    // vpp - 1 - (k / pp) mod vpp), weighted by each chunk's layers. In the steady state each
+    // (core/pipeline_schedule.h's pipeline_unit, schedules.py get_model_chunk_id), weighted by
+    // each chunk's layers. In the steady state each
     // backward follows one more forward: the stage holds the most before the steady state's
     // j-th backward for the j (within one period of pp x vpp) whose chunks weigh the most (the
     // last stage at a forward of its last chunk, which runs the loss).
@@ -371,7 +362,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     double layer_mbs = 0;
     int first_chunk = 0;  // forwards of chunk 0 in flight
     for (int k = 0; k < warm; ++k) {
-      const int c = (k / p.pp) % p.vpp;
+      const int c = pipeline_unit(p, k, true).chunk;
       layer_mbs += layers_of[c];
       first_chunk += c == 0;
     }
@@ -381,14 +372,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       if (combined) bytes += first_segment[cf] - layers_of[cf] * per_layer;
       return bytes;
     };
-    const int c0 = ((warm - 1) / p.pp) % p.vpp;
+    const int c0 = pipeline_unit(p, warm - 1, true).chunk;
     double best_bytes = held(c0);
     double best = best_bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
     int best_first = first_chunk;
     for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
       // Backward j done, forward warm + j run.
-      const int cb = p.vpp - 1 - (j / p.pp) % p.vpp;
-      const int cf = ((warm + j) / p.pp) % p.vpp;
+      const int cb = pipeline_unit(p, j, false).chunk;
+      const int cf = pipeline_unit(p, warm + j, true).chunk;
       layer_mbs += layers_of[cf] - layers_of[cb];
       first_chunk += (cf == 0) - (cb == 0);
       // The last stage peaks at the loss: in the forward of its last chunk.
