@@ -201,6 +201,8 @@ const char* op_role_name(OpRole r) {
       return "dispatch-gather";
     case OpRole::kExpertBias:
       return "expert-bias";
+    case OpRole::kMainGradAdd:
+      return "main-grad-add";
   }
   return "?";
 }

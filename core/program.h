@@ -233,6 +233,9 @@ enum class OpRole {
   // kBias: the routed experts' fc2 bias added outside the grouped GEMM, one loop over the local
   // experts (Plan::expert_bias_loop; `tensors` = the local experts), forward or backward.
   kExpertBias,
+  // kResidualAdd: Megatron-Core DDP's backward hook adding a weight gradient into its fp32
+  // main_grad (Plan::gradient_accumulation_fusion off), issued from Python.
+  kMainGradAdd,
 };
 const char* op_role_name(OpRole r);
 
