@@ -145,6 +145,17 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     price.pace_backward = price.pace_backward.then(HostPace::op(h, dev.metrics));
   }
   if (p.pp > 1) {
+    if (p.p2p_sync) {
+      // Megatron-Core's batched exchange ends with torch.cuda.synchronize() (Plan::p2p_sync;
+      // core/lower_schedule.cc): in the steady state one call after each forward and each
+      // backward, the host waking once the device has finished.
+      // Each issued from the schedule's Python (the lowering tags it forward).
+      const double issue = graphed ? 0 : edge_op_host(p, f, OpKind::kSync, fwd);
+      price.host_forward += issue;
+      price.host_backward += issue;
+      send_fwd = send_fwd.then(HostPace::sync(issue, f.host_sync_s));
+      send_bwd = send_bwd.then(HostPace::sync(issue, f.host_sync_s));
+    }
     price.pace_forward = price.pace_forward.then(send_fwd);
     price.pace_backward = price.pace_backward.then(send_bwd);
   }
@@ -409,7 +420,8 @@ namespace {
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
 // attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
-// 51 MPT's unpadded attention).
+// 51 MPT's unpadded attention, 52 Megatron's gradient-accumulation fusion off, 53 the pipeline
+// exchanges' device sync).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -431,7 +443,9 @@ int64_t price_flags(const Plan& p) {
          (p.attention_unpad ? int64_t{1} << 51 : 0) | (p.deterministic ? int64_t{1} << 47 : 0) |
          (p.te_version > 0 && p.te_version < 210 ? int64_t{1} << 48 : 0) |  // host_cost.h's era
          (p.moe_router_fusion ? int64_t{1} << 49 : 0) |  // the router's kernels (moe_load.h)
-         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0);
+         (p.moe_force_balance == MoeForceBalance::kRandom ? int64_t{1} << 50 : 0) |
+         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |  // main_grad adds
+         (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
 
 }  // namespace
