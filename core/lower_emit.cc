@@ -174,9 +174,9 @@ int Lowerer::main_grad_add(int dw, int tensors) {
                    static_cast<double>(std::max<int64_t>(1, gemm.batch));
   const double grad_bytes = dtype_bytes(buf_at(grad).dtype);
   // Reads the new gradient (the math dtype), reads and writes main_grad.
-  const int op = role(OpRole::kMainGradAdd,
-                      elementwise(OpKind::kResidualAdd, layer, what.c_str(), n,
-                                  n * (eb_ + 2 * grad_bytes), {grad}, {grad}));
+  const int op =
+      role(OpRole::kMainGradAdd, elementwise(OpKind::kResidualAdd, layer, what.c_str(), n,
+                                             n * (eb_ + 2 * grad_bytes), {grad}, {grad}));
   P_.ops[op].tensors = std::max(1, tensors);
   return dw;
 }

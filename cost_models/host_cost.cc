@@ -135,7 +135,8 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       // and the add into the total (its one zero-initialising kernel left out).
       return int64_t{kCountZerosKernelsPerTensor} * tensors;
     case OpKind::kResidualAdd:
-      // Megatron-Core DDP's hook: main_grad.add_ per parameter (Plan::gradient_accumulation_fusion).
+      // Megatron-Core DDP's hook: main_grad.add_ per parameter
+      // (Plan::gradient_accumulation_fusion).
       return op.role == OpRole::kMainGradAdd ? tensors : 1;
     case OpKind::kParamNorm:
       // calc_params_l2_norm: one multi-tensor L2 norm (its kernel and the cleanup kernel of

@@ -54,13 +54,14 @@ struct AddedKernels {
 // default). The outputs `op` allocates so, under Transformer Engine's modules (transformer_impl
 // transformer_engine), @v2.14: a layer GEMM's output, forward and data gradient (extensions/
 // gemm.cpp L488-504 at::empty; the weight gradient too where it does not accumulate into
-// Megatron's main_grad: Plan::gradient_accumulation_fusion off); a LayerNormLinear's norm: output, mean and rsigma
-// forward, dx, dgamma and dbeta backward (extensions/normalization.cpp L23-25, L87-88; an RMSNorm
-// allocates one fewer, counted alike); fused attention (flash, cuDNN): the output and the
-// softmax statistics forward, dQ, dK and dV backward; the unfused DotProductAttention (torch.
-// empty of the score matrix before baddbmm, the fused softmax's output; with dropout,
-// native_dropout's output and mask forward, its gradient backward). Under Megatron-Core's own
-// modules (local) the unfused attention's softmax output and dropout only. Nothing otherwise.
+// Megatron's main_grad: Plan::gradient_accumulation_fusion off); a LayerNormLinear's norm: output,
+// mean and rsigma forward, dx, dgamma and dbeta backward (extensions/normalization.cpp L23-25,
+// L87-88; an RMSNorm allocates one fewer, counted alike); fused attention (flash, cuDNN): the
+// output and the softmax statistics forward, dQ, dK and dV backward; the unfused
+// DotProductAttention (torch.empty of the score matrix before baddbmm, the fused softmax's output;
+// with dropout, native_dropout's output and mask forward, its gradient backward). Under
+// Megatron-Core's own modules (local) the unfused attention's softmax output and dropout only.
+// Nothing otherwise.
 AddedKernels deterministic_fills(const Op& op, const Plan& plan);
 
 // Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:

@@ -350,8 +350,8 @@ TEST(HostSyncs, PipelineExchangesSyncTheDeviceUnderP2pSync) {
       for (int d : op.deps) waited.insert(p.ops[d].stream);
       bool after_transfer = false;
       for (int d : op.deps)
-        after_transfer = after_transfer || p.ops[d].kind == OpKind::kSend ||
-                         p.ops[d].kind == OpKind::kRecv;
+        after_transfer =
+            after_transfer || p.ops[d].kind == OpKind::kSend || p.ops[d].kind == OpKind::kRecv;
       EXPECT_TRUE(after_transfer) << op.name;
       EXPECT_GE(waited.size(), 2u) << op.name;
     }
