@@ -147,14 +147,19 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
   if (p.pp > 1) {
     if (p.p2p_sync) {
       // Megatron-Core's batched exchange ends with torch.cuda.synchronize() (Plan::p2p_sync;
-      // core/lower_schedule.cc): in the steady state one call after each forward and each
-      // backward, the host waking once the device has finished.
-      // Each issued from the schedule's Python (the lowering tags it forward).
+      // core/lower_schedule.cc): in the steady state a call after each unit that sends (the
+      // last stage's forwards and the first stage's backwards send nothing: no call), the host
+      // waking once the device has finished. Each issued from the schedule's Python (the
+      // lowering tags it forward).
       const double issue = graphed ? 0 : edge_op_host(p, f, OpKind::kSync, fwd);
-      price.host_forward += issue;
-      price.host_backward += issue;
-      send_fwd = send_fwd.then(HostPace::sync(issue, f.host_sync_s));
-      send_bwd = send_bwd.then(HostPace::sync(issue, f.host_sync_s));
+      if (p.chunks() > 1 || stage != p.pp - 1) {
+        price.host_forward += issue;
+        send_fwd = send_fwd.then(HostPace::sync(issue, f.host_sync_s));
+      }
+      if (p.chunks() > 1 || stage != 0) {
+        price.host_backward += issue;
+        send_bwd = send_bwd.then(HostPace::sync(issue, f.host_sync_s));
+      }
     }
     price.pace_forward = price.pace_forward.then(send_fwd);
     price.pace_backward = price.pace_backward.then(send_bwd);
