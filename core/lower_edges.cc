@@ -179,7 +179,8 @@ int Lowerer::head_backward(int mb) {
   int dxf = tp_reduce_out(-1, dxp, T_, "head.dx.tp");
   WSet g = unit_grads(buckets_[head_bucket_]);
   const int ghead = own ? g[kHead] : unit_grads(buckets_[emb_bucket_])[kTable];
-  role(OpRole::kWeightGrad, gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead}));
+  main_grad_add(
+      role(OpRole::kWeightGrad, gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead})));
   int dy = act(-1, "lnf.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 4 * eb_ * Tn_ * h_,
               {hs.x, dxf, w[kFnorm]}, {dy, g[kFnorm]});

@@ -165,6 +165,26 @@ int Lowerer::host_sync(const char* what, std::vector<int> waits) {
   return P_.add_op(std::move(op));
 }
 
+int Lowerer::main_grad_add(int dw, int tensors) {
+  if (p_.gradient_accumulation_fusion) return dw;
+  const Op& gemm = P_.ops[dw];
+  const int grad = gemm.writes.empty() ? -1 : gemm.writes.front();
+  if (grad < 0) return dw;
+  const int layer = gemm.tags.layer;
+  const std::string what =
+      (layer < 0 ? gemm.name : gemm.name.substr(gemm.name.find('.') + 1)) + ".acc";
+  // The weight's elements: the GEMM's m x n per expert.
+  const double n = static_cast<double>(gemm.m) * static_cast<double>(gemm.n) *
+                   static_cast<double>(std::max<int64_t>(1, gemm.batch));
+  const double grad_bytes = dtype_bytes(buf_at(grad).dtype);
+  // Reads the new gradient (the math dtype), reads and writes main_grad.
+  const int op =
+      role(OpRole::kMainGradAdd, elementwise(OpKind::kResidualAdd, layer, what.c_str(), n,
+                                             n * (eb_ + 2 * grad_bytes), {grad}, {grad}));
+  P_.ops[op].tensors = std::max(1, tensors);
+  return dw;
+}
+
 void Lowerer::set(std::vector<int>& to, std::initializer_list<int> ids) {
   to.reserve(ids.size());
   for (int id : ids)

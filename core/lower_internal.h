@@ -464,6 +464,14 @@ class Lowerer {
   // The exchange after a step: the outputs of its units (-1: none) sent, and the receives of
   // the next step's units posted into `received`, as one p2p group (Megatron's batch_isend_irecv
   // of that iteration); `split`: the next step's receives in a group of their own.
+  // Plan::gradient_accumulation_fusion off: after weight-gradient GEMM `dw` (its first write the
+  // parameter's main gradient), Megatron-Core DDP's hook adding the new gradient tensor into the
+  // fp32 main_grad, one kernel per parameter (`tensors`: a grouped expert GEMM's local experts).
+  // Returns `dw`.
+  int main_grad_add(int dw, int tensors = 1);
+  // Plan::p2p_sync: a host sync on every device stream's last op after the transfers emitted
+  // since op `first_op`, if any.
+  void p2p_synchronize(size_t first_op);
   void exchange(const std::vector<Unit>& step, const std::vector<int>& outputs,
                 const std::vector<Unit>& next, bool split, std::vector<int>& received);
   void send_output(const Unit& u, int x, std::initializer_list<int> extra);

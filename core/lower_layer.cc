@@ -490,8 +490,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   int d = tp_gather_in(layer, dres2, T_, true);  // conjugate of g
   int da = act(layer, (act_name + ".dy").c_str(), {T_, f});
   gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
-  role(OpRole::kWeightGrad,
-       gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1, {sv[mlp.s_act], d}, {g[mlp.fc2]}));
+  main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1,
+                                               {sv[mlp.s_act], d}, {g[mlp.fc2]})));
   int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
   elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
               2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
@@ -500,8 +500,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
   int dx1n = tp_reduce_out(layer, dxp, T_, (fc1 + ".dx.tp").c_str());  // conjugate of f
-  role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1, {in, dfc1},
-                                 {g[mlp.fc1], g[mlp.fc1b]}));
+  main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
+                                               {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
   return dx1n;
 }
 
@@ -525,7 +525,8 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   int d = tp_gather_in(layer, dres1, T_, true);  // conjugate of g
   int dao = role(BufferRole::kAttnOutGrad, act(layer, "attn.dy", {T_, ao_cols_}));
   gemm(layer, "out.dx", T_, ao_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
-  role(OpRole::kWeightGrad, gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]}));
+  main_grad_add(role(OpRole::kWeightGrad,
+                     gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]})));
   int dqkv = attention_backward(layer, sv, dao);
   int dxn;
   if (mla_) {
@@ -538,8 +539,8 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
          rotary_epilogue(gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true),
                          true));
     dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
-    role(OpRole::kWeightGrad,
-         gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv}, {g[kQkv], g[kQkvB]}));
+    main_grad_add(role(OpRole::kWeightGrad, gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv},
+                                                 {g[kQkv], g[kQkvB]})));
   }
   int dx = act(layer, "ln1.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * kb_.norm * nh, {sv[sX], dxn, dx1, w[kNorm1]},

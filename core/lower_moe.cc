@@ -261,6 +261,7 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
            expert_side(gemm(layer, "efc2.dw", eff_t_, h_, rows, le, {sv[sAct], d},
                             {g[kEfc2], bias_loop ? -1 : g[kEfc2B]}, false, OpKind::kExpertLinear)));
   P_.ops[op].flops = 2.0 * R * eff_t_ * h_;
+  main_grad_add(op, static_cast<int>(le));
   int dfc1 = role(BufferRole::kExpertRows, act(layer, "efc1.dy", {R, up_ * eff_t_}));
   role(OpRole::kExpertAct,
        expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
@@ -277,6 +278,7 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
             expert_side(gemm(layer, "efc1.dw", h_, up_ * eff_t_, rows, le, {sv[sDisp], dfc1},
                              {g[kEfc1]}, false, OpKind::kExpertLinear)));
   P_.ops[op].flops = 2.0 * R * h_ * up_ * eff_t_;
+  main_grad_add(op, static_cast<int>(le));
   return dd;
 }
 

@@ -52,8 +52,31 @@ void Lowerer::send_output(const Unit& u, int x, std::initializer_list<int> extra
   p2p(OpKind::kSend, Group::kPp, peer, pp_tag(v, backward, u.mb), -1, "send", bytes, x, extra);
 }
 
+// Under Plan::p2p_sync each batched call ends with torch.cuda.synchronize() (Megatron-Core's
+// _communicate, p2p_communication.py L421-424 @d98e8a6): a host sync on the last op of every
+// device stream, after the call's transfers. Megatron's non-interleaved schedule sends and
+// receives in one call only where they go opposite ways (send_forward_recv_backward,
+// send_backward_recv_forward); a send and a receive the same way (the warm-up's send_forward,
+// then recv_forward; the cool-down's send_backward, then recv_backward) are two calls, each with
+// its sync (schedules.py forward_backward_pipelining_without_interleaving).
+void Lowerer::p2p_synchronize(size_t first_op) {
+  bool any = false;
+  for (size_t i = first_op; i < P_.ops.size(); ++i)
+    any = any || P_.ops[i].kind == OpKind::kSend || P_.ops[i].kind == OpKind::kRecv;
+  if (!any) return;
+  std::vector<int> last(P_.streams.size(), -1);
+  for (const Op& op : P_.ops) last[op.stream] = op.id;
+  last[kHost] = -1;
+  // Issued from the schedule's Python, outside autograd's engine, after a forward or a backward.
+  P_.ops[host_sync("p2p.sync", last)].tags.phase = Phase::kForward;
+}
+
 void Lowerer::exchange(const std::vector<Unit>& step, const std::vector<int>& outputs,
                        const std::vector<Unit>& next, bool split, std::vector<int>& received) {
+  const bool sync = p_.p2p_sync && pp_ > 1;
+  if (sync && !step.empty() && !next.empty() && step.back().forward == next.front().forward)
+    split = true;
+  size_t first = P_.ops.size();
   begin_p2p_group();
   for (size_t i = 0; i < step.size(); ++i) {
     if (outputs[i] < 0) continue;
@@ -64,11 +87,14 @@ void Lowerer::exchange(const std::vector<Unit>& step, const std::vector<int>& ou
   }
   if (split) {
     end_p2p_group();
+    if (sync) p2p_synchronize(first);
+    first = P_.ops.size();
     begin_p2p_group();
   }
   received.clear();
   for (const Unit& u : next) received.push_back(post_receive(u));
   end_p2p_group();
+  if (sync) p2p_synchronize(first);
 }
 
 int Lowerer::forward_unit(int c, int mb, int received) {

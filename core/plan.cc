@@ -588,6 +588,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "nan_check",
                 "log_params_norm",
                 "log_num_zeros_in_grad",
+                "p2p_sync",
+                "gradient_accumulation_fusion",
                 "deterministic",
                 "transformer_engine_version",
                 "reshard",
@@ -714,6 +716,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.nan_check = r.boolean_or("nan_check", true);
   p.log_params_norm = r.boolean_or("log_params_norm", false);
   p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
+  p.p2p_sync = r.boolean_or("p2p_sync", false);
+  p.gradient_accumulation_fusion = r.boolean_or("gradient_accumulation_fusion", true);
   p.deterministic = r.boolean_or("deterministic", false);
   if (r.has("transformer_engine_version"))
     p.te_version = parse_te_version(r.string("transformer_engine_version"),
@@ -809,6 +813,8 @@ Json plan_to_json(const Plan& p) {
   if (!p.nan_check) j["nan_check"] = false;
   if (p.log_params_norm) j["log_params_norm"] = true;
   if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;
+  if (p.p2p_sync) j["p2p_sync"] = true;
+  if (!p.gradient_accumulation_fusion) j["gradient_accumulation_fusion"] = false;
   if (p.deterministic) j["deterministic"] = true;
   if (p.te_version > 0) j["transformer_engine_version"] = te_version_name(p.te_version);
   if (p.attention_kernel != AttentionKernel::kFlash2)

@@ -375,6 +375,20 @@ struct Plan {
   // (core/lower_optimizer.cc), priced by cost_models/host_cost.h and op_cost.h.
   bool log_params_norm = false;
   bool log_num_zeros_in_grad = false;
+  // Megatron-Core's pipeline exchanges as batched send/receive followed by
+  // torch.cuda.synchronize() (ModelParallelConfig batch_p2p_comm and batch_p2p_sync, both on
+  // unless the interleaved schedule overlaps its p2p: megatron/training/argument_utils.py L307
+  // batch_p2p_comm = not overlap_p2p_comm, which arguments.py L1010-1012 forces off without
+  // virtual stages; megatron/core/pipeline_parallel/p2p_communication.py L421-424 @d98e8a6): the
+  // host blocks after every exchange until the device has finished it (core/lower_schedule.cc).
+  bool p2p_sync = false;
+  // Megatron-Core's gradient-accumulation fusion (on by default; --no-gradient-accumulation-
+  // fusion turns it off): a layer GEMM's weight gradient is written into the parameter's fp32
+  // main_grad by the GEMM itself. Off, the GEMM writes a new gradient tensor and the DDP
+  // backward hook adds it into main_grad (megatron/core/distributed/distributed_data_parallel.py
+  // L575-579 @d98e8a6: param.main_grad.add_(param.grad.data)): one element-wise kernel per
+  // weight, issued from Python (core/lower_layer.cc, cost_models/host_cost.h).
+  bool gradient_accumulation_fusion = true;
   // ZeRO-3 under PyTorch FSDP: its copies around the collectives (FsdpImpl).
   FsdpImpl fsdp_impl = FsdpImpl::kNone;
   // The attention's Q, K and V unpadded into packed rows and its output padded back around a

@@ -221,6 +221,10 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.cuda_graphs",
                 "full_iteration needs nan_check false (Megatron: --no-check-for-nan-in-loss-and-"
                 "grad; the check's device-to-host sync cannot be captured in a graph)");
+  if (p.cuda_graphs == CudaGraphs::kFullIteration && p.p2p_sync && p.pp > 1)
+    throw Error("plan.p2p_sync",
+                "a full_iteration graph cannot capture the torch.cuda.synchronize() after each "
+                "pipeline exchange; p2p_sync needs cuda_graphs none or layers");
   if (p.cuda_graphs == CudaGraphs::kFullIteration && m.is_moe())
     throw Error("plan.cuda_graphs",
                 "full_iteration cannot capture a dropless MoE layer's token-count sync");

@@ -205,6 +205,8 @@ const char* op_role_name(OpRole r) {
       return "fp8-amax";
     case OpRole::kExpertFp8Amax:
       return "expert-fp8-amax";
+    case OpRole::kMainGradAdd:
+      return "main-grad-add";
   }
   return "?";
 }

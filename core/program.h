@@ -239,6 +239,9 @@ enum class OpRole {
   // kernels each; kExpertFp8Amax before a grouped expert GEMM (`tensors` its local experts).
   kFp8Amax,
   kExpertFp8Amax,
+  // kMainGradAdd: Megatron-Core DDP's backward hook adding a weight gradient into its fp32
+  // main_grad (Plan::gradient_accumulation_fusion off), issued from Python.
+  kMainGradAdd,
 };
 const char* op_role_name(OpRole r);
 inline bool is_fp8_amax(OpRole r) { return r == OpRole::kFp8Amax || r == OpRole::kExpertFp8Amax; }

@@ -146,6 +146,22 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     price.pace_backward = price.pace_backward.then(HostPace::op(h, dev.metrics));
   }
   if (p.pp > 1) {
+    if (p.p2p_sync) {
+      // Megatron-Core's batched exchange ends with torch.cuda.synchronize() (Plan::p2p_sync;
+      // core/lower_schedule.cc): in the steady state a call after each unit that sends (the
+      // last stage's forwards and the first stage's backwards send nothing: no call), the host
+      // waking once the device has finished. Each issued from the schedule's Python (the
+      // lowering tags it forward).
+      const double issue = graphed ? 0 : edge_op_host(p, f, OpKind::kSync, fwd);
+      if (p.chunks() > 1 || stage != p.pp - 1) {
+        price.host_forward += issue;
+        send_fwd = send_fwd.then(HostPace::sync(issue, f.host_sync_s));
+      }
+      if (p.chunks() > 1 || stage != 0) {
+        price.host_backward += issue;
+        send_bwd = send_bwd.then(HostPace::sync(issue, f.host_sync_s));
+      }
+    }
     price.pace_forward = price.pace_forward.then(send_fwd);
     price.pace_backward = price.pace_backward.then(send_bwd);
   }
@@ -410,7 +426,8 @@ namespace {
 // caches' keys (bits 20-21 are left for fragment()'s layer kind; stage_price adds its own at
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
 // attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
-// 51 MPT's unpadded attention, 54 fp8 current scaling).
+// 51 MPT's unpadded attention, 52 Megatron's gradient-accumulation fusion off, 53 the pipeline
+// exchanges' device sync, 54 fp8 current scaling, 58 what the MoE combine keeps).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -436,7 +453,9 @@ int64_t price_flags(const Plan& p) {
          // fp8 current scaling's amax ops (core/plan.h Fp8Recipe; the lowering's only fp8 recipe)
          (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
                                                                                : 0) |
-         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0);  // what the combine keeps
+         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |  // what the combine keeps
+         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |  // main_grad adds
+         (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
 
 }  // namespace

@@ -135,6 +135,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
       // count_zeros_fp32 per tensor: `!= 0` and its sum (count_nonzero on CUDA), `numel - count`
       // and the add into the total (its one zero-initialising kernel left out).
       return int64_t{kCountZerosKernelsPerTensor} * tensors;
+    case OpKind::kResidualAdd:
+      // Megatron-Core DDP's hook: main_grad.add_ per parameter
+      // (Plan::gradient_accumulation_fusion).
+      return op.role == OpRole::kMainGradAdd ? tensors : 1;
     case OpKind::kParamNorm:
       // calc_params_l2_norm: one multi-tensor L2 norm (its kernel and the cleanup kernel of
       // multi_tensor_l2norm) and its square for the bucket that holds this rank's parameters; the
@@ -155,7 +159,9 @@ AddedKernels deterministic_fills(const Op& op, const Plan& plan) {
   const bool bwd = op.tags.phase == Phase::kBackward;
   switch (te_module(op, plan)) {
     case TeModule::kLinear:
-      if (!bwd || op.backward_data)
+      // The weight gradient is a new tensor where the GEMM does not accumulate into main_grad
+      // (Plan::gradient_accumulation_fusion off: TE's wgrad GEMM allocates it).
+      if (!bwd || op.backward_data || !plan.gradient_accumulation_fusion)
         fills = {1, static_cast<double>(op.m) * static_cast<double>(op.n) *
                         std::max<int64_t>(1, op.batch) * eb};
       return fills;
@@ -219,6 +225,9 @@ double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   // fp8 current scaling's amax and scale kernels: launched by Transformer Engine's C++ quantizer
   // inside the linear module's call (its Python and dispatch are the module's).
   if (is_fp8_amax(op.role)) return launch;
+  if (op.role == OpRole::kMainGradAdd)
+    // Megatron-Core DDP's backward hook, Python, per parameter: main_grad.add_(grad).
+    return launch + launches * (f.host_dispatch_s + f.host_python_s);
   if (const TeModule te = te_module(op, plan); te != TeModule::kNone) {
     // The module call's whole host time, its launches included: the forward (or recompute) at
     // the forward op, the backward autograd.Function at the data gradient, which issues the

@@ -38,7 +38,8 @@ bool multi_stream_expert_gemm(const Op& op, const Plan& plan);
 // depth 2; the gradient norm an L2-norm and a scale apply (Megatron clip_grads.py); Megatron's
 // logged statistics: count_zeros_fp32 4 per gradient tensor, calc_params_l2_norm its
 // multi-tensor L2 norm and 16 small kernels); an expert GEMM run per expert one per local expert
-// (multi_stream_expert_gemm). A sync launches its device-to-host copy.
+// (multi_stream_expert_gemm); Megatron-Core DDP's main_grad add (OpRole::kMainGradAdd) one per
+// parameter it adds. A sync launches its device-to-host copy.
 int64_t kernel_launches(const Op& op, const Plan& plan);
 
 // Kernels a framework setting adds around an op, beyond the op's own.
@@ -52,14 +53,15 @@ struct AddedKernels {
 // deterministicAlgorithms() and deterministicFillUninitializedMemory(), the latter on by
 // default). The outputs `op` allocates so, under Transformer Engine's modules (transformer_impl
 // transformer_engine), @v2.14: a layer GEMM's output, forward and data gradient (extensions/
-// gemm.cpp L488-504 at::empty; the weight gradient accumulates into Megatron's main_grad under
-// gradient-accumulation fusion, its default); a LayerNormLinear's norm: output, mean and rsigma
-// forward, dx, dgamma and dbeta backward (extensions/normalization.cpp L23-25, L87-88; an RMSNorm
-// allocates one fewer, counted alike); fused attention (flash, cuDNN): the output and the
-// softmax statistics forward, dQ, dK and dV backward; the unfused DotProductAttention (torch.
-// empty of the score matrix before baddbmm, the fused softmax's output; with dropout,
-// native_dropout's output and mask forward, its gradient backward). Under Megatron-Core's own
-// modules (local) the unfused attention's softmax output and dropout only. Nothing otherwise.
+// gemm.cpp L488-504 at::empty; the weight gradient too where it does not accumulate into
+// Megatron's main_grad: Plan::gradient_accumulation_fusion off); a LayerNormLinear's norm: output,
+// mean and rsigma forward, dx, dgamma and dbeta backward (extensions/normalization.cpp L23-25,
+// L87-88; an RMSNorm allocates one fewer, counted alike); fused attention (flash, cuDNN): the
+// output and the softmax statistics forward, dQ, dK and dV backward; the unfused
+// DotProductAttention (torch.empty of the score matrix before baddbmm, the fused softmax's output;
+// with dropout, native_dropout's output and mask forward, its gradient backward). Under
+// Megatron-Core's own modules (local) the unfused attention's softmax output and dropout only.
+// Nothing otherwise.
 AddedKernels deterministic_fills(const Op& op, const Plan& plan);
 
 // Seconds of host time to issue `op` (core/host_issue.h). By Op::host_issue:
@@ -84,6 +86,8 @@ AddedKernels deterministic_fills(const Op& op, const Plan& plan);
 //    local; the output layer under local or transformer_engine: Megatron's ColumnParallelLinear):
 //    the forward call's measured host time (profile.host_local_linear_fwd_s); the backward, a
 //    Python autograd.Function, per kernel a launch, the dispatcher and a Python call;
+//  kEager, Megatron-Core DDP's main_grad add (Plan::gradient_accumulation_fusion off): per
+//    kernel a launch, the dispatcher and a Python call (the backward hook is Python);
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;

@@ -349,6 +349,11 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (!p.nan_check) add(a, "--no-check-for-nan-in-loss-and-grad");
   if (p.log_params_norm) add(a, "--log-params-norm");
   if (p.log_num_zeros_in_grad) add(a, "--log-num-zeros-in-grad");
+  if (!p.gradient_accumulation_fusion) add(a, "--no-gradient-accumulation-fusion");
+  // Megatron syncs after every pipeline exchange without virtual stages, whatever the plan says
+  // (an exported plan without p2p_sync reads back with it); with them only when the exchanges
+  // are batched (--no-overlap-p2p-communication).
+  if (p.p2p_sync && p.pp > 1 && p.vpp > 1) add(a, "--no-overlap-p2p-communication");
   // --deterministic-mode (megatron/core/model_parallel_config.py L229; megatron/training/
   // determinism.py: torch.use_deterministic_algorithms(True), and it asserts
   // tp_comm_overlap=False, ARG_VALUES_REQUIRED_FOR_DETERMINISM).

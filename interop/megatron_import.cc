@@ -226,7 +226,8 @@ const std::set<std::string> kRead = {
     "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
-    "deterministic-mode", "transformer-impl",
+    "deterministic-mode", "transformer-impl", "no-gradient-accumulation-fusion",
+    "no-overlap-p2p-communication",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "use-flash-attn-triton",
@@ -250,7 +251,7 @@ const std::set<std::string> kHarmless = {
     "moe-router-score-function", "moe-router-pre-softmax", "moe-router-enable-expert-bias",
     "moe-router-bias-update-rate", "moe-router-topk-scaling-factor", "moe-router-num-groups",
     "moe-router-group-topk", "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity",
-    "moe-token-drop-policy", "moe-shared-expert-overlap", "no-gradient-accumulation-fusion",
+    "moe-token-drop-policy", "moe-shared-expert-overlap",
     "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
     "no-bias-dropout-fusion", "no-rope-fusion", "no-load-optim", "no-load-rng", "no-save-optim",
     "no-save-rng", "no-create-attention-mask-in-dataloader", "no-mmap-bin-files", "profile",
@@ -606,6 +607,11 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     vpp = slots / (n * pp);
   }
   if (vpp > 1) j["vpp"] = vpp;
+  // Megatron-Core's pipeline exchanges end with torch.cuda.synchronize() where they are batched
+  // (batch_p2p_comm = not overlap_p2p_comm, argument_utils.py L307; overlap_p2p_comm is on by
+  // default and forced off without virtual stages, arguments.py L1010-1012; batch_p2p_sync on:
+  // p2p_communication.py L421-424 @d98e8a6): Plan::p2p_sync.
+  if (pp > 1 && (vpp == 1 || f.has("no-overlap-p2p-communication"))) j["p2p_sync"] = true;
   if (f.has("decoder-first-pipeline-num-layers"))
     j["first_stage_layers"] = f.integer("decoder-first-pipeline-num-layers");
   if (f.has("decoder-last-pipeline-num-layers"))
@@ -718,6 +724,8 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   if (f.has("log-num-zeros-in-grad")) j["log_num_zeros_in_grad"] = true;
   // PyTorch's deterministic algorithms (--deterministic-mode, model_parallel_config.py L229).
   if (f.has("deterministic-mode")) j["deterministic"] = true;
+  // --no-gradient-accumulation-fusion: weight gradients added into main_grad by DDP's hook.
+  if (f.has("no-gradient-accumulation-fusion")) j["gradient_accumulation_fusion"] = false;
   // The modules its layers call (--transformer-impl): Transformer Engine's or Megatron's own
   // (local) where the arguments name them; an argument list without the flag (whose Megatron
   // default is transformer_engine) stays torch, so that a plan exported without it reads back as

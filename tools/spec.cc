@@ -298,6 +298,14 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--log-num-zeros-in-grad", "log_num_zeros_in_grad", o.log_num_zeros_in_grad,
             "Megatron's --log-num-zeros-in-grad: the gradients' zeros counted tensor by tensor "
             "and a device-to-host sync before every optimizer step");
+  bool_flag(cmd, o, "--p2p-sync", "p2p_sync", o.p2p_sync,
+            "Megatron-Core's batched pipeline exchanges, each followed by torch.cuda.synchronize() "
+            "(its schedules without virtual stages)");
+  bool_flag(cmd, o, "--gradient-accumulation-fusion", "gradient_accumulation_fusion",
+            o.gradient_accumulation_fusion,
+            "Megatron's gradient-accumulation fusion (default true; false: "
+            "--no-gradient-accumulation-fusion, each weight gradient added into main_grad by a "
+            "Python hook)");
   bool_flag(cmd, o, "--deterministic", "deterministic", o.deterministic,
             "PyTorch's deterministic algorithms (Megatron's --deterministic-mode): each output "
             "Transformer Engine allocates is NaN-filled first, a kernel more each");
@@ -382,6 +390,8 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("log_params_norm", o.log_params_norm);
   set("log_num_zeros_in_grad", o.log_num_zeros_in_grad);
   set("deterministic", o.deterministic);
+  set("p2p_sync", o.p2p_sync);
+  set("gradient_accumulation_fusion", o.gradient_accumulation_fusion);
   set("transformer_engine_version", o.transformer_engine_version);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";

@@ -327,6 +327,90 @@ TEST(HostSyncs, MegatronLoggedStatisticsEachEndInASync) {
   EXPECT_EQ(syncs, plain_syncs + 2);
 }
 
+// Megatron-Core's non-interleaved schedule ends each batched exchange with
+// torch.cuda.synchronize() (Plan::p2p_sync): a sync on the host after every call, on the last op
+// of every device stream. Sends and receives the same way (the warm-up's send_forward then
+// recv_forward) are two calls; opposite ways (send_forward_recv_backward) one.
+TEST(HostSyncs, PipelineExchangesSyncTheDeviceUnderP2pSync) {
+  Lowered l;
+  l.c = cluster_preset("dgx-h100", 8);
+  Plan pl;
+  pl.pp = 2;
+  pl.dp = 4;
+  pl.micro_batch = 1;
+  pl.global_batch = 16;  // four micro-batches per pipeline
+  pl.nan_check = false;
+  auto syncs = [&](const Program& p) {
+    int n = 0;
+    for (const Op& op : p.ops) {
+      if (op.kind != OpKind::kSync || op.name.find("p2p.sync") == std::string::npos) continue;
+      ++n;
+      // Every device stream's last op before it, the exchange's transfers among them.
+      bool after_transfer = false;
+      for (int d : op.deps)
+        after_transfer =
+            after_transfer || p.ops[d].kind == OpKind::kSend || p.ops[d].kind == OpKind::kRecv;
+      EXPECT_TRUE(after_transfer) << op.name;
+      for (const Op& before : p.ops) {
+        if (before.id >= op.id) break;
+        if (before.stream == op.stream) continue;
+        bool covered = false;  // the sync waits for it or for a later op of its stream
+        for (int d : op.deps)
+          covered = covered || (p.ops[d].stream == before.stream && d >= before.id);
+        EXPECT_TRUE(covered) << op.name << " leaves " << before.name;
+      }
+    }
+    return n;
+  };
+  validate(pl, l.m, l.c);
+  const LoweredPlan plain = lower(l.m, l.c, pl);
+  for (const Program& p : plain.programs) EXPECT_EQ(syncs(p), 0);
+  pl.p2p_sync = true;
+  validate(pl, l.m, l.c);
+  const LoweredPlan synced = lower(l.m, l.c, pl);
+  // A call after each unit that sends or before one that receives: the first stage sends after
+  // each forward (its backwards send nothing), the last after each backward (with the receive of
+  // the next forward), so at least one a micro-batch and at most two.
+  const int first = syncs(synced.programs.at(0)), last = syncs(synced.programs.at(1));
+  EXPECT_GE(first, pl.micro_batches());
+  EXPECT_LE(first, 2 * pl.micro_batches() + 1);
+  EXPECT_GE(last, pl.micro_batches());
+  EXPECT_LE(last, 2 * pl.micro_batches() + 1);
+  // Without a pipeline there is no exchange to sync.
+  Plan flat = small_plan();
+  flat.p2p_sync = true;
+  EXPECT_EQ(syncs(l.lower_with(flat)), 0);
+  // A full-iteration graph cannot capture the syncs.
+  pl.nan_check = false;
+  pl.cuda_graphs = CudaGraphs::kFullIteration;
+  EXPECT_THROW(validate(pl, l.m, l.c), Error);
+}
+
+// Megatron's --no-gradient-accumulation-fusion (Plan::gradient_accumulation_fusion off): after
+// each weight-gradient GEMM of a layer (and the output layer) DDP's backward hook adds the new
+// gradient into main_grad: one element-wise op on the gradient per weight.
+TEST(HostSyncs, WithoutGradientAccumulationFusionEachWeightGradientIsAddedIntoMainGrad) {
+  Lowered l;
+  Plan pl = small_plan();
+  pl.transformer_impl = TransformerImpl::kTransformerEngine;
+  auto adds = [](const Program& p) {
+    int n = 0;
+    for (const Op& op : p.ops) {
+      if (op.role != OpRole::kMainGradAdd) continue;
+      ++n;
+      EXPECT_EQ(op.tags.phase, Phase::kBackward);
+      const Op& dw = p.ops.at(op.deps.at(0));
+      EXPECT_EQ(dw.role, OpRole::kWeightGrad) << op.name;
+      EXPECT_EQ(op.elements, static_cast<double>(dw.m) * dw.n) << op.name;
+    }
+    return n;
+  };
+  EXPECT_EQ(adds(l.lower_with(pl)), 0);
+  pl.gradient_accumulation_fusion = false;
+  // QKV, out, fc1 and fc2 per layer, and the output layer, per micro-batch.
+  EXPECT_EQ(adds(l.lower_with(pl)), (4 * l.m.layers + 1) * pl.micro_batches());
+}
+
 TEST(HostPlan, SwitchesRoundTripThroughJson) {
   Plan p = small_plan();
   p.cuda_graphs = CudaGraphs::kLayers;
@@ -337,7 +421,13 @@ TEST(HostPlan, SwitchesRoundTripThroughJson) {
   p.log_num_zeros_in_grad = true;
   p.deterministic = true;
   p.te_version = 208;
+  p.p2p_sync = true;
+  p.gradient_accumulation_fusion = false;
   const Plan q = plan_from_json(plan_to_json(p));
+  EXPECT_TRUE(q.p2p_sync);
+  EXPECT_FALSE(q.gradient_accumulation_fusion);
+  EXPECT_FALSE(plan_from_json(plan_to_json(small_plan())).p2p_sync);
+  EXPECT_TRUE(plan_from_json(plan_to_json(small_plan())).gradient_accumulation_fusion);
   EXPECT_TRUE(q.log_params_norm);
   EXPECT_TRUE(q.log_num_zeros_in_grad);
   EXPECT_TRUE(q.deterministic);

@@ -522,6 +522,13 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.transformer_impl = TransformerImpl::kTransformerEngine;
         p.te_version = 208;
       },
+      [](Plan& p) {  // bit 52: Megatron DDP's main_grad adds (and TE's wgrad fills)
+        p.transformer_impl = TransformerImpl::kTransformerEngine;
+        p.deterministic = true;
+        p.gradient_accumulation_fusion = false;
+      },
+      [](Plan& p) { p.gradient_accumulation_fusion = false; },
+      [](Plan& p) { p.p2p_sync = true; },  // bit 53: the exchanges' syncs
       [](Plan& p) { p.dp = p.ep = p.cp = 2; },
       [](Plan& p) {
         p.dp = p.ep = p.cp = 2;

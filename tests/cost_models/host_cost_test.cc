@@ -443,5 +443,59 @@ TEST(DeterministicFills, LengthenTheStep) {
   EXPECT_GT(e1.step_time_s - e0.step_time_s, floor);
 }
 
+// Megatron's DDP hook adding each weight gradient into main_grad (gradient_accumulation_fusion
+// off): per added tensor a launch, the dispatcher and a Python call, and under deterministic
+// mode TE's wgrad output is filled first; the step gets longer.
+TEST(HostIssueSeconds, MainGradAddIsAPythonCallPerWeight) {
+  const Model m = model_preset("gpt2-124m");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile f = default_profile(c.gpu_device(0));
+  Plan p;
+  p.dp = 8;
+  p.micro_batch = 4;
+  p.global_batch = 32;
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  p.deterministic = true;
+  Plan off = p;
+  off.gradient_accumulation_fusion = false;
+  const Program prog = lower(m, c, off).programs.at(0);
+  int adds = 0;
+  for (const Op& op : prog.ops) {
+    if (op.role == OpRole::kWeightGrad && op.kind == OpKind::kLinear && op.tags.layer >= 0) {
+      EXPECT_EQ(deterministic_fills(op, off).launches, 1) << op.name;
+      EXPECT_EQ(deterministic_fills(op, p).launches, 0) << op.name;
+    }
+    if (op.role != OpRole::kMainGradAdd) continue;
+    ++adds;
+    EXPECT_EQ(kernel_launches(op, off), 1);
+    EXPECT_DOUBLE_EQ(host_issue_seconds(op, off, f),
+                     f.host_launch_s + f.host_dispatch_s + f.host_python_s);
+  }
+  EXPECT_GT(adds, 4 * m.layers);
+  EXPECT_GT(estimate(m, c, off, f).step_time_s, estimate(m, c, p, f).step_time_s);
+}
+
+// Megatron's pipeline exchanges with a device sync after each (p2p_sync): the host loses its
+// lead at every exchange, so a host-heavy small model's step gets longer in both predictors.
+TEST(HostEstimate, PipelineSyncsLengthenAHostHeavyStep) {
+  const Model m = model_preset("gpt2-124m");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile f = default_profile(c.gpu_device(0));
+  Plan p;
+  p.pp = 2;
+  p.dp = 4;
+  p.micro_batch = 1;
+  p.global_batch = 32;
+  p.seq_len = 256;
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  validate(p, m, c);
+  Plan synced = p;
+  synced.p2p_sync = true;
+  validate(synced, m, c);
+  const Estimate e0 = estimate(m, c, p, f), e1 = estimate(m, c, synced, f);
+  EXPECT_GT(e1.step_time_s, e0.step_time_s);
+  EXPECT_GE(e1.time.host, e0.time.host);
+}
+
 }  // namespace
 }  // namespace parasol::cost
