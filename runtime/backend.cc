@@ -100,6 +100,10 @@ void Backend::linear_backward_data_bf16(uint16_t*, const uint16_t*, const uint16
                                         const uint16_t*, float*, int64_t, int64_t, int64_t, bool) {
   no_bf16(name(), "linear_backward_data_bf16");
 }
+void Backend::linear_backward_weight_bf16(void*, Dtype, float*, const uint16_t*, const uint16_t*,
+                                          WeightLayout, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "linear_backward_weight_bf16");
+}
 void Backend::norm_forward_bf16(Norm, uint16_t*, const uint16_t*, const uint16_t*, const uint16_t*,
                                 int64_t, int64_t, float) {
   no_bf16(name(), "norm_forward_bf16");

@@ -261,18 +261,27 @@ void Executor::Impl::run_widened(const Op& op) {
 bool Executor::Impl::typed_kind(const Op& op) {
   if (op.kind == OpKind::kNorm) return !backward(op);
   if (op.kind != OpKind::kLinear) return false;
-  if (op.role == OpRole::kWeightGrad || op.role == OpRole::kRouterDw) return false;
-  return op.backward_data || !backward(op);
+  return op.role != OpRole::kRouterDw;
 }
 
 // The typed bf16 path (Backend's bf16 entries, backend.h): the same operands as run_norm and
-// run_linear, as bf16. Left to the widening path: MLA's partial norm, the router's GEMM (its
-// routed rows), and the QKV GEMMs of rotary models (RoPE runs on the fp32 view in place).
+// run_linear, as bf16. Left to the widening path: MLA's partial norm, the router's GEMMs (its
+// routed rows), and the QKV forward and data-gradient GEMMs of rotary models (RoPE runs on the
+// fp32 view in place).
 bool Executor::Impl::run_typed(const Op& op) {
   if (!typed_kind(op)) return false;
+  // Every buffer bf16; a weight gradient's dW may be fp32 (the plan's gradient dtype), its bias
+  // gradient must be (the entry's dbias is fp32).
+  const bool wgrad = op.kind == OpKind::kLinear && op.role == OpRole::kWeightGrad;
   for (const auto* ids : {&op.reads, &op.writes})
-    for (int id : *ids)
-      if (prog.buffers[id].dtype != Dtype::kBf16 || ptr_[id] == nullptr) return false;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const int id = (*ids)[i];
+      const Dtype dt = prog.buffers[id].dtype;
+      const bool ok = !wgrad || ids == &op.reads ? dt == Dtype::kBf16
+                      : i == 0                   ? dt == Dtype::kBf16 || dt == Dtype::kFp32
+                                                 : dt == Dtype::kFp32;
+      if (!ok || ptr_[id] == nullptr) return false;
+    }
   auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
   if (op.kind == OpKind::kNorm) {
     const int w = op.reads.back();
@@ -289,6 +298,13 @@ bool Executor::Impl::run_typed(const Op& op) {
     return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
                                                                   : WeightLayout::kInOut;
   };
+  if (wgrad) {
+    const int dw = op.writes[0];
+    float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    be.linear_backward_weight_bf16(ptr_[dw], prog.buffers[dw].dtype, db, u(op.reads.at(0)),
+                                   u(op.reads.at(1)), layout_of(dw), op.k, op.n, op.m);
+    return true;
+  }
   if (op.backward_data) {
     const bool acc = op.reads.size() == 3;  // as run_linear
     be.linear_backward_data_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),

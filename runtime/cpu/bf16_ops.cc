@@ -1,14 +1,18 @@
 // defines: CpuBackend's typed bf16 entries (backend.h, "Typed bf16 entries"): linear_forward_bf16,
-// linear_backward_data_bf16, norm_forward_bf16. Storage is bf16; each kernel widens one tile of
-// its operands at a time into fp32 scratch of the kernel (the CPU's stand-in for a GPU kernel's
-// registers and shared memory: never a whole buffer, and not counted as device memory), runs the
-// fp32 kernel of this backend on the tile (OpenBLAS for the GEMMs: fp32 accumulation over the
-// whole reduction dimension, which is never tiled) and rounds each output to bf16 once.
+// linear_backward_data_bf16, linear_backward_weight_bf16, norm_forward_bf16. Storage is bf16; each
+// kernel widens one tile of its operands at a time into fp32 scratch of the kernel (the CPU's
+// stand-in for a GPU kernel's registers and shared memory: never a whole buffer, and not counted as
+// device memory), runs the fp32 kernel of this backend on the tile (OpenBLAS for the GEMMs: fp32
+// accumulation over the whole reduction dimension, which is never tiled) and rounds each output to
+// bf16 once.
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/vec.h"
 #include "runtime/tensor.h"
 
 namespace parasol::runtime {
@@ -93,6 +97,41 @@ void CpuBackend::linear_backward_data_bf16(uint16_t* din, const uint16_t* dout, 
             for (int64_t c = 0; c < kb; ++c) dbias_of_din[j0 + c] += it[r * kb + c];
       }
       narrow(din + i0 * k + j0, k, it.data(), mb, kb);
+    }
+  }
+}
+
+void CpuBackend::linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias,
+                                             const uint16_t* in, const uint16_t* dout,
+                                             WeightLayout layout, int64_t m, int64_t n, int64_t k) {
+  if (dw_type != Dtype::kFp32 && dw_type != Dtype::kBf16)
+    throw Error("runtime.cpu", std::string("linear_backward_weight_bf16: dw dtype ") +
+                                   dtype_name(dw_type) + " (fp32 or bf16)");
+  const bool out_in = layout == WeightLayout::kOutIn, wide = dw_type == Dtype::kFp32;
+  // Output tiles of the logical dW[k x n] = in^T dout: kb of k by nb of n, each the whole
+  // reduction over the m rows.
+  const int64_t kc = std::min(k, kCols), nc = std::min(n, kCols);
+  std::vector<float> it(static_cast<size_t>(m * kc)), dt(static_cast<size_t>(m * nc));
+  std::vector<float> wt(wide ? 0 : static_cast<size_t>(kc * nc));
+  for (int64_t j0 = 0; j0 < n; j0 += kCols) {
+    const int64_t nb = std::min(kCols, n - j0);
+    widen(dt.data(), dout + j0, n, m, nb);
+    if (dbias != nullptr) cpu::add_column_sums(dbias + j0, dt.data(), m, nb);
+    for (int64_t p0 = 0; p0 < k; p0 += kCols) {
+      const int64_t kb = std::min(kCols, k - p0);
+      widen(it.data(), in + p0, k, m, kb);
+      // kInOut: dw[p0.., j0..] ([k x n], row stride n) += it^T dt; kOutIn: dw[j0.., p0..]
+      // ([n x k], row stride k) += dt^T it.
+      const int64_t at = out_in ? j0 * k + p0 : p0 * n + j0, ld = out_in ? k : n;
+      const int64_t rows = out_in ? nb : kb, cols = out_in ? kb : nb;
+      float* c = wide ? static_cast<float*>(dw) + at : wt.data();
+      const int64_t ldc = wide ? ld : cols;
+      if (!wide) widen(wt.data(), static_cast<const uint16_t*>(dw) + at, ld, rows, cols);
+      if (out_in)
+        cpu::sgemm(true, false, nb, kb, m, 1.0f, dt.data(), nb, it.data(), kb, 1.0f, c, ldc);
+      else
+        cpu::sgemm(true, false, kb, nb, m, 1.0f, it.data(), kb, dt.data(), nb, 1.0f, c, ldc);
+      if (!wide) narrow(static_cast<uint16_t*>(dw) + at, ld, wt.data(), rows, cols);
     }
   }
 }

@@ -75,7 +75,8 @@
 //    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
 //    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,
 //    SwiGLU/GELU, residual and bias kernels (8 bf16 per 16-byte access). The executor
-//    calls linear_forward_bf16, linear_backward_data_bf16 and norm_forward_bf16 through the
+//    calls linear_forward_bf16, linear_backward_data_bf16, linear_backward_weight_bf16 and
+//    norm_forward_bf16 through the
 //    Backend's typed entries on bf16 buffers; the other ops still widen (runtime/executor_ops.cc).
 //  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream.
 //  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
@@ -288,7 +289,7 @@ class CudaBackend final : public Backend {
                          const uint16_t* bias, int64_t rows, int64_t cols, float eps) override;
   void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias, const uint16_t* in,
                                    const uint16_t* dout, WeightLayout layout, int64_t m, int64_t n,
-                                   int64_t k);
+                                   int64_t k) override;
 
   // C[m x n] = alpha op(A) op(B) + beta C, row-major with row strides lda, ldb, ldc (as
   // cpu::sgemm), on the compute stream through cuBLASLt (bf16 math, fp32 accumulate). The one

@@ -1,14 +1,15 @@
 // The executor's typed bf16 path (Backend's bf16 entries, runtime/backend.h; run_typed in
-// runtime/executor_ops.cc): a bf16 plan on the CPU backend runs the linear forward and data
-// gradient GEMMs and the norm forwards on bf16 storage, and widens none of their operands; the
-// same plan with the entries hidden (TrainerOptions::typed_bf16 = false) widens them. The two
+// runtime/executor_ops.cc): a bf16 plan on the CPU backend runs the linear GEMMs (forward, data
+// and weight gradients) and the norm forwards on bf16 storage, and widens none of their operands;
+// the same plan with the entries hidden (TrainerOptions::typed_bf16 = false) widens them. The two
 // runs agree within a tolerance derived as trainer_mpi_test's bf16 one:
 //  * the typed GEMMs sum the same exact bf16 products as the widened ones in fp32 in another
 //    order (tiles of 64 x 256 outputs, runtime/cpu/bf16_ops.cc), so a stored GEMM output can
 //    round to the other neighbouring bf16 value: at most one rounding of u = 2^-8 differs per
 //    GEMM output (the norms are equal bit for bit: tests/runtime/cpu/bf16_ops_test.cc). Along a
 //    token's forward path that is n_f = 4 L + 1 GEMM outputs (QKV, projection, FC1, FC2 per layer
-//    and the head); the backward adds the data gradients' n_b = 4 L + 1.
+//    and the head); the backward adds the data gradients' n_b = 4 L + 1 (the weight gradients
+//    are fp32, the plan's gradient dtype: their summation order is an fp32 rounding, far below).
 //  * rounding errors as independent zero-mean variables (Higham & Mary, SIAM J. Sci. Comput.
 //    41(5), 2019): below lambda sqrt(n) u with probability >= 1 - 2 exp(-lambda^2 / 2), lambda
 //    = 6; the loss, a mean over N tokens, within lambda u sqrt(n_f / N) relative, and the first
@@ -92,7 +93,7 @@ void expect_typed_path(const Model& m, bool all_typed) {
 }
 
 // GPT: learned positions, biases, layernorm, tied head (W stored [vocab x hidden]): every linear
-// forward and data gradient and every norm forward runs typed.
+// GEMM and every norm forward runs typed.
 TEST(TypedBf16, GptRunsEveryGemmAndNormTypedAndMatchesTheWideningPath) {
   expect_typed_path(gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true), true);
 }

@@ -1,6 +1,7 @@
 // The CPU backend's typed bf16 entries (runtime/cpu/bf16_ops.cc) on shapes that leave partial tiles
 // (rows and columns not multiples of the 64 x 256 tiles), both weight layouts.
-//  * GEMMs against a double reference. The operands are bf16, so each product a_i b_i (8 x 8
+//  * GEMMs (forward, data and weight gradients) against a double reference. The operands are bf16,
+//  so each product a_i b_i (8 x 8
 //    significant bits) is exact in fp32 and the only fp32 error is the summation of the t terms
 //    (k products, plus the bias or the accumulated din): |s - r| <= gamma_t S, gamma_t =
 //    t u32 / (1 - t u32), u32 = 2^-24, S = the sum of the terms' magnitudes (Higham, "Accuracy
@@ -120,6 +121,52 @@ TEST(Bf16Ops, LinearBackwardDataAgainstDouble) {
                             << ", reference " << r << ", bound " << bound;
           }
         EXPECT_EQ(bad, 0);
+      }
+}
+
+// dW (+)= in^T dout into fp32 or bf16, dbias += column sums of dout (fp32), against double:
+// the m products and the accumulated value summed in fp32 (gamma_(m+1)), rounded once for bf16.
+TEST(Bf16Ops, LinearBackwardWeightAgainstDouble) {
+  for (const Shape s : kShapes)
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn})
+      for (Dtype dt : {Dtype::kFp32, Dtype::kBf16}) {
+        SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " layout "
+                                          << static_cast<int>(layout) << " " << dtype_name(dt));
+        const auto in = random_bf16(s.m * s.k, 15), dout = random_bf16(s.m * s.n, 16),
+                   dw0 = random_bf16(s.k * s.n, 17);
+        const std::vector<float> fdw0 = widen(dw0);
+        std::vector<uint16_t> dwb = dw0;
+        std::vector<float> dwf = fdw0, dbias(s.n, 0.25f);
+        void* dw = dt == Dtype::kBf16 ? static_cast<void*>(dwb.data()) : dwf.data();
+        cpu().linear_backward_weight_bf16(dw, dt, dbias.data(), in.data(), dout.data(), layout, s.m,
+                                          s.n, s.k);
+        const double g = gamma(s.m + 1);
+        const double u = dt == Dtype::kBf16 ? kU : 0;
+        int bad = 0;
+        for (int64_t p = 0; p < s.k; ++p)
+          for (int64_t j = 0; j < s.n; ++j) {
+            const int64_t at = layout == WeightLayout::kInOut ? p * s.n + j : j * s.k + p;
+            double r = fdw0[at], S = std::fabs(r);
+            for (int64_t i = 0; i < s.m; ++i) {
+              const double t = b(in[i * s.k + p]) * b(dout[i * s.n + j]);
+              r += t;
+              S += std::fabs(t);
+            }
+            const double got = dt == Dtype::kBf16 ? b(dwb[at]) : dwf[at];
+            const double bound = u * (std::fabs(r) + g * S) + g * S;
+            if (!(std::fabs(got - r) <= bound) && ++bad <= 3)
+              ADD_FAILURE() << "dw(" << p << ", " << j << ") = " << got << ", reference " << r
+                            << ", bound " << bound;
+          }
+        EXPECT_EQ(bad, 0);
+        for (int64_t j = 0; j < s.n; ++j) {
+          double r = 0.25, S = 0.25;
+          for (int64_t i = 0; i < s.m; ++i) {
+            r += b(dout[i * s.n + j]);
+            S += std::fabs(b(dout[i * s.n + j]));
+          }
+          EXPECT_NEAR(dbias[j], r, g * S) << "dbias[" << j << "]";
+        }
       }
 }
 
