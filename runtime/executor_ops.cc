@@ -239,7 +239,10 @@ void Executor::Impl::run_widened(const Op& op) {
     views.push_back({id, ptr_[id], wide, dt, written});
     ptr_[id] = wide;
   };
-  for (int r : op.reads) widen(r, false);
+  // The QKV data gradient of a rotary model rotates its dQKV back in place (run_linear) for the
+  // weight gradient that reads it next: a write, so that the rotation reaches the stored buffer.
+  const bool rotates = op.kind == OpKind::kLinear && op.role == OpRole::kQkvDx && rotary();
+  for (size_t i = 0; i < op.reads.size(); ++i) widen(op.reads[i], rotates && i == 0);
   for (int w : op.writes) widen(w, true);
   if (views.empty()) return run_compute(op);
   auto restore = [&](bool store) {
