@@ -85,6 +85,30 @@ MemoryStats Backend::widened_memory() const {
   return widened_.stats;
 }
 
+namespace {
+[[noreturn]] void no_bf16(const std::string& backend, const char* entry) {
+  throw Error("runtime.backend", backend + " has no bf16 kernel " + entry +
+                                     " (bf16_kernels() is false: the executor widens instead)");
+}
+}  // namespace
+
+void Backend::linear_forward_bf16(uint16_t*, const uint16_t*, const uint16_t*, WeightLayout,
+                                  const uint16_t*, uint16_t*, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "linear_forward_bf16");
+}
+void Backend::linear_backward_data_bf16(uint16_t*, const uint16_t*, const uint16_t*, WeightLayout,
+                                        const uint16_t*, float*, int64_t, int64_t, int64_t, bool) {
+  no_bf16(name(), "linear_backward_data_bf16");
+}
+void Backend::linear_backward_weight_bf16(void*, Dtype, float*, const uint16_t*, const uint16_t*,
+                                          WeightLayout, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "linear_backward_weight_bf16");
+}
+void Backend::norm_forward_bf16(Norm, uint16_t*, const uint16_t*, const uint16_t*, const uint16_t*,
+                                int64_t, int64_t, float) {
+  no_bf16(name(), "norm_forward_bf16");
+}
+
 MemoryStats Backend::host_memory() const {
   std::lock_guard<std::mutex> lock(mu_);
   return host_.stats;

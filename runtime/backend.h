@@ -334,6 +334,35 @@ class Backend {
                                              const float* dout, const int64_t* counts_host,
                                              int64_t experts, int64_t n, int64_t k) = 0;
 
+  // ---- Typed bf16 entries: the linear and norm kernels on bf16 storage (uint16_t, the high half
+  // of an fp32, runtime/tensor.h) with fp32 accumulation, for backends that compute on it without
+  // widening a buffer into fp32 (cuda: cuBLASLt bf16 GEMMs and bf16_norm.cu; cpu: tiles widened
+  // inside the kernel, runtime/cpu/bf16_ops.cc). Each has the contract of its fp32 entry above,
+  // every operand bf16 unless stated, each output rounded to nearest even once. The executor calls
+  // them where bf16_kernels() is true and every buffer of the op is bf16 (runtime/executor_ops.cc,
+  // run_typed); the defaults throw parasol::Error.
+  virtual bool bf16_kernels() const { return false; }
+  // out = in * W + bias, with gelu_pre not null: gelu_pre = in * W + bias, out = gelu(gelu_pre)
+  // (tanh form). bias nullable.
+  virtual void linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                   WeightLayout layout, const uint16_t* bias, uint16_t* gelu_pre,
+                                   int64_t m, int64_t n, int64_t k);
+  // din (+)= dout * W^T (gelu_pre not null: din = gelu'(gelu_pre) * (dout W^T), accumulate false,
+  // and dbias_of_din (fp32, nullable) += its column sums).
+  virtual void linear_backward_data_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                         WeightLayout layout, const uint16_t* gelu_pre,
+                                         float* dbias_of_din, int64_t m, int64_t n, int64_t k,
+                                         bool accumulate);
+  // Weight gradient from bf16 in and dout into dw of dw_type (kFp32 or kBf16: the plan's gradient
+  // dtype; +=, rounded once when bf16) and dbias (fp32, nullable, +=).
+  virtual void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias,
+                                           const uint16_t* in, const uint16_t* dout,
+                                           WeightLayout layout, int64_t m, int64_t n, int64_t k);
+  // norm_forward on bf16 x, weight and bias (bias nullable).
+  virtual void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x,
+                                 const uint16_t* weight, const uint16_t* bias, int64_t rows,
+                                 int64_t cols, float eps);
+
   // ---- Optimizer (OpKind::kAdamW, kGradNorm, kCast).
 
   // One AdamW step over n elements; grad_scale (device scalar, nullable = 1) multiplies grad

@@ -63,6 +63,9 @@ struct StepConfig {
   // Fault injection: +inf into one logit gradient of this rank's loss (last pipeline stage), from
   // which the backward pass and the gradient reductions spread it, as an fp16 overflow would.
   bool inject_overflow = false;
+  // Mixed precision: run the ops the Backend has typed bf16 entries for (backend.h) on them,
+  // without widening their operands; false: widen every op (the reference path).
+  bool typed_bf16 = true;
 };
 
 struct StepResult {
@@ -78,6 +81,12 @@ struct StepResult {
   // the executor allocates and frees (host clock, from the step start); its maximum is the step's
   // peak device bytes (Backend::device_memory().peak_total, as the trainer reports it).
   std::vector<traces::TraceCounter> counters;
+  // Mixed precision: compute ops run on the Backend's typed bf16 entries; bytes of fp32 views
+  // the widening path allocated (Backend::alloc_widened) for all ops, and for the ops of the
+  // kinds that have a typed entry (Executor::Impl::typed_kind), taken or not.
+  int64_t typed_bf16_ops = 0;
+  int64_t widened_bytes = 0;
+  int64_t widened_typed_kind_bytes = 0;
 };
 
 class Executor {

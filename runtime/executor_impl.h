@@ -102,6 +102,11 @@ struct Executor::Impl {
   // Mixed precision: the kernels compute in fp32; run_widened gives run_compute fp32 views of
   // op's bf16 / fp16 buffers (Backend::alloc_widened) and rounds what it wrote back.
   void run_widened(const Op& op);
+  // The ops with a typed bf16 entry of the Backend (linear forward, data and weight gradients,
+  // norm forward); run_typed runs op on it when the backend has the entries and every buffer of op
+  // is bf16 (true), else leaves it to the widening path (false).
+  static bool typed_kind(const Op& op);
+  bool run_typed(const Op& op);
   void run_compute(const Op& op);
   void run_embedding(const Op& op);      // token (and learned position) embedding
   void run_cross_entropy(const Op& op);  // vocabulary-parallel cross-entropy and the loss

@@ -211,6 +211,10 @@ void Executor::Impl::mla_unpack(const Op& op) {
 // product and sum inside a kernel accumulates in fp32 (a GPU's bf16 GEMM with fp32
 // accumulation). Buffers an op writes are widened too: some kernels accumulate into them.
 void Executor::Impl::run_widened(const Op& op) {
+  if (cfg->typed_bf16 && be.bf16_kernels() && run_typed(op)) {
+    ++result->typed_bf16_ops;
+    return;
+  }
   struct View {
     int id;
     void* stored;
@@ -229,11 +233,16 @@ void Executor::Impl::run_widened(const Op& op) {
       }
     const int64_t n = elements_[id];
     auto* wide = static_cast<float*>(be.alloc_widened(static_cast<size_t>(n) * sizeof(float)));
+    result->widened_bytes += n * static_cast<int64_t>(sizeof(float));
+    if (typed_kind(op)) result->widened_typed_kind_bytes += n * static_cast<int64_t>(sizeof(float));
     be.cast(wide, Dtype::kFp32, ptr_[id], dt, n);
     views.push_back({id, ptr_[id], wide, dt, written});
     ptr_[id] = wide;
   };
-  for (int r : op.reads) widen(r, false);
+  // The QKV data gradient of a rotary model rotates its dQKV back in place (run_linear) for the
+  // weight gradient that reads it next: a write, so that the rotation reaches the stored buffer.
+  const bool rotates = op.kind == OpKind::kLinear && op.role == OpRole::kQkvDx && rotary();
+  for (size_t i = 0; i < op.reads.size(); ++i) widen(op.reads[i], rotates && i == 0);
   for (int w : op.writes) widen(w, true);
   if (views.empty()) return run_compute(op);
   auto restore = [&](bool store) {
@@ -250,6 +259,67 @@ void Executor::Impl::run_widened(const Op& op) {
     throw;
   }
   restore(true);
+}
+
+bool Executor::Impl::typed_kind(const Op& op) {
+  if (op.kind == OpKind::kNorm) return !backward(op);
+  if (op.kind != OpKind::kLinear) return false;
+  return op.role != OpRole::kRouterDw;
+}
+
+// The typed bf16 path (Backend's bf16 entries, backend.h): the same operands as run_norm and
+// run_linear, as bf16. Left to the widening path: MLA's partial norm, the router's GEMMs (its
+// routed rows), and the QKV forward and data-gradient GEMMs of rotary models (RoPE runs on the
+// fp32 view in place).
+bool Executor::Impl::run_typed(const Op& op) {
+  if (!typed_kind(op)) return false;
+  // Every buffer bf16; a weight gradient's dW may be fp32 (the plan's gradient dtype), its bias
+  // gradient must be (the entry's dbias is fp32).
+  const bool wgrad = op.kind == OpKind::kLinear && op.role == OpRole::kWeightGrad;
+  for (const auto* ids : {&op.reads, &op.writes})
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const int id = (*ids)[i];
+      const Dtype dt = prog.buffers[id].dtype;
+      const bool ok = !wgrad || ids == &op.reads ? dt == Dtype::kBf16
+                      : i == 0                   ? dt == Dtype::kBf16 || dt == Dtype::kFp32
+                                                 : dt == Dtype::kFp32;
+      if (!ok || ptr_[id] == nullptr) return false;
+    }
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
+  if (op.kind == OpKind::kNorm) {
+    const int w = op.reads.back();
+    const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
+    if (cols_of(w) < cols) return false;
+    const bool ln = model.norm == Norm::kLayerNorm;
+    be.norm_forward_bf16(model.norm, u(op.writes.at(0)), u(op.reads[0]), u(w),
+                         ln ? u(w) + cols : nullptr, rows, cols, norm_eps);
+    return true;
+  }
+  if (op.role == OpRole::kRouter) return false;
+  if ((op.role == OpRole::kQkv || op.role == OpRole::kQkvDx) && rotary()) return false;
+  auto layout_of = [&](int wbuf) {
+    return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
+                                                                  : WeightLayout::kInOut;
+  };
+  if (wgrad) {
+    const int dw = op.writes[0];
+    float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    be.linear_backward_weight_bf16(ptr_[dw], prog.buffers[dw].dtype, db, u(op.reads.at(0)),
+                                   u(op.reads.at(1)), layout_of(dw), op.k, op.n, op.m);
+    return true;
+  }
+  if (op.backward_data) {
+    const bool acc = op.reads.size() == 3;  // as run_linear
+    be.linear_backward_data_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
+                                 layout_of(op.reads[1]), nullptr, nullptr, op.m, op.k, op.n, acc);
+    return true;
+  }
+  if (op.role == OpRole::kHead && vocab_start + vocab_t > model.vocab)
+    bad_op(op, "padded vocabulary");
+  const uint16_t* bias = op.reads.size() > 2 ? u(op.reads[2]) : nullptr;
+  be.linear_forward_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
+                         layout_of(op.reads[1]), bias, nullptr, op.m, op.n, op.k);
+  return true;
 }
 
 void Executor::Impl::run_compute(const Op& op) {

@@ -84,6 +84,7 @@ StepStats Trainer::step(bool trace) {
   cfg.loss_scale = static_cast<float>(scaler_.scale());
   cfg.skip_on_overflow = scaler_.enabled();
   cfg.optimizer_step = updates_ + 1;
+  cfg.typed_bf16 = options_.typed_bf16;
   cfg.inject_overflow =
       std::find(options_.inject_overflow_steps.begin(), options_.inject_overflow_steps.end(),
                 steps_ + 1) != options_.inject_overflow_steps.end();
@@ -111,6 +112,9 @@ StepStats Trainer::step(bool trace) {
   s.seconds = slowest[0];
   s.tokens_per_s = s.seconds > 0 ? static_cast<double>(cfg.tokens_per_step) / s.seconds : 0.0;
   s.peak_bytes = backend_.device_memory().peak_total;
+  s.typed_bf16_ops = r.typed_bf16_ops;
+  s.widened_bytes = r.widened_bytes;
+  s.widened_typed_kind_bytes = r.widened_typed_kind_bytes;
   events_ = std::move(r.events);
   counters_ = std::move(r.counters);
   return s;

@@ -15,6 +15,8 @@
 //   moe.cc           router_forward/topk/backward, moe_permutation, dispatch_*, combine_*
 //   adamw.cc         adamw, grad_sumsq, clip_scale
 //   cast.cc          cast (fp32 <-> bf16 / fp16)
+//   bf16_ops.cc      the typed bf16 entries (the three linear GEMMs, norm forward): bf16
+//                    storage, tiles widened inside the kernel, fp32 accumulation
 #pragma once
 
 #include <string>
@@ -132,11 +134,29 @@ class CpuBackend final : public Backend {
   void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) override;
   void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
 
+  // Typed bf16 entries (bf16_ops.cc); set_bf16_kernels(false) hides them (the executor widens).
+  bool bf16_kernels() const override { return bf16_kernels_; }
+  void set_bf16_kernels(bool on) { bf16_kernels_ = on; }
+  void linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                           WeightLayout layout, const uint16_t* bias, uint16_t* gelu_pre, int64_t m,
+                           int64_t n, int64_t k) override;
+  void linear_backward_data_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                 WeightLayout layout, const uint16_t* gelu_pre, float* dbias_of_din,
+                                 int64_t m, int64_t n, int64_t k, bool accumulate) override;
+  void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias, const uint16_t* in,
+                                   const uint16_t* dout, WeightLayout layout, int64_t m, int64_t n,
+                                   int64_t k) override;
+  void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x, const uint16_t* weight,
+                         const uint16_t* bias, int64_t rows, int64_t cols, float eps) override;
+
  protected:
   void* raw_alloc(size_t bytes) override;
   void raw_free(void* p) override;
   void* raw_alloc_host(size_t bytes) override;
   void raw_free_host(void* p) override;
+
+ private:
+  bool bf16_kernels_ = true;
 };
 
 namespace cpu {

@@ -43,4 +43,11 @@ void CudaBackend::xent_tiled_backward(void* dlogits, const void* logits, Dtype d
                             vocab_start, dloss, stream_);
 }
 
+void CudaBackend::norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x,
+                                    const uint16_t* weight, const uint16_t* bias, int64_t rows,
+                                    int64_t cols, float eps) {
+  cuda::norm_forward_bf16(kind == Norm::kLayerNorm, out, nullptr, x, nullptr, weight, bias, rows,
+                          cols, eps, stream_);
+}
+
 }  // namespace parasol::runtime

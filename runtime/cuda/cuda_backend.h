@@ -74,8 +74,10 @@
 //  * bf16 storage without widening (entries below the Backend ones): the linear layers as
 //    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
 //    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,
-//    SwiGLU/GELU, residual and bias kernels (8 bf16 per 16-byte access). The executor still
-//    drives the fp32 entries (widening bf16 buffers per kernel): wiring it to these is left.
+//    SwiGLU/GELU, residual and bias kernels (8 bf16 per 16-byte access). The executor
+//    calls linear_forward_bf16, linear_backward_data_bf16, linear_backward_weight_bf16 and
+//    norm_forward_bf16 through the
+//    Backend's typed entries on bf16 buffers; the other ops still widen (runtime/executor_ops.cc).
 //  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream.
 //  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
 //    norm's partials) use one backend-owned scratch buffer outside the accounting; it grows
@@ -274,15 +276,20 @@ class CudaBackend final : public Backend {
   // When cuBLASLt has no algorithm for a fused epilogue the GEMM runs without it and the epilogue
   // runs as separate bf16 kernels: logged once per shape and counted (epilogue_fallbacks). With no
   // bf16 algorithm at all the call throws parasol::Error: there is no fp32 path to fall back to.
+  // The Backend's typed bf16 entries (backend.h; the executor calls them on bf16 buffers).
+  bool bf16_kernels() const override { return true; }
   void linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
                            WeightLayout layout, const uint16_t* bias, uint16_t* gelu_pre, int64_t m,
-                           int64_t n, int64_t k);
+                           int64_t n, int64_t k) override;
   void linear_backward_data_bf16(uint16_t* din, const uint16_t* dout, const uint16_t* w,
                                  WeightLayout layout, const uint16_t* gelu_pre, float* dbias_of_din,
-                                 int64_t m, int64_t n, int64_t k, bool accumulate);
+                                 int64_t m, int64_t n, int64_t k, bool accumulate) override;
+  // kernels.h's norm_forward_bf16 (no residual fused) on the compute stream (bf16_ops.cc).
+  void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x, const uint16_t* weight,
+                         const uint16_t* bias, int64_t rows, int64_t cols, float eps) override;
   void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias, const uint16_t* in,
                                    const uint16_t* dout, WeightLayout layout, int64_t m, int64_t n,
-                                   int64_t k);
+                                   int64_t k) override;
 
   // C[m x n] = alpha op(A) op(B) + beta C, row-major with row strides lda, ldb, ldc (as
   // cpu::sgemm), on the compute stream through cuBLASLt (bf16 math, fp32 accumulate). The one

@@ -1,0 +1,130 @@
+// The executor's typed bf16 path (Backend's bf16 entries, runtime/backend.h; run_typed in
+// runtime/executor_ops.cc): a bf16 plan on the CPU backend runs the linear GEMMs (forward, data
+// and weight gradients) and the norm forwards on bf16 storage, and widens none of their operands;
+// the same plan with the entries hidden (TrainerOptions::typed_bf16 = false) widens them. The two
+// runs agree within a tolerance derived as trainer_mpi_test's bf16 one:
+//  * the typed GEMMs sum the same exact bf16 products as the widened ones in fp32 in another
+//    order (tiles of 64 x 256 outputs, runtime/cpu/bf16_ops.cc), so a stored GEMM output can
+//    round to the other neighbouring bf16 value: at most one rounding of u = 2^-8 differs per
+//    GEMM output (the norms are equal bit for bit: tests/runtime/cpu/bf16_ops_test.cc). Along a
+//    token's forward path that is n_f = 4 L + 1 GEMM outputs (QKV, projection, FC1, FC2 per layer
+//    and the head); the backward adds the data gradients' n_b = 4 L + 1 (the weight gradients
+//    are fp32, the plan's gradient dtype: their summation order is an fp32 rounding, far below).
+//  * rounding errors as independent zero-mean variables (Higham & Mary, SIAM J. Sci. Comput.
+//    41(5), 2019): below lambda sqrt(n) u with probability >= 1 - 2 exp(-lambda^2 / 2), lambda
+//    = 6; the loss, a mean over N tokens, within lambda u sqrt(n_f / N) relative, and the first
+//    step's gradient norm, a root of a sum over every token's contributions, within
+//    lambda u sqrt((n_f + n_b) / N) relative. Later steps' losses (their parameters moved by
+//    AdamW steps from gradients within that bound) are held to the same bound, as the trainer
+//    suite holds them.
+// One rank (MPI_COMM_SELF): run under mpirun -np 1 (tests/runtime/CMakeLists.txt).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "runtime/comm/mpi_communicator.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/trainer.h"
+#include "tests/runtime/mpi_test_util.h"
+
+namespace parasol::runtime {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr double kU = 1.0 / 256;  // bf16 unit roundoff
+constexpr double kLambda = 6;
+
+Plan bf16_plan() {
+  Plan p;
+  p.global_batch = 4;
+  p.micro_batch = 2;
+  p.precision = Dtype::kBf16;
+  return p;
+}
+
+std::vector<StepStats> train(const Model& m, bool typed) {
+  const Plan plan = bf16_plan();
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CpuBackend backend(1);
+  TrainerOptions o;
+  o.adamw.lr = 1e-3;
+  o.typed_bf16 = typed;
+  Trainer t(m, plan, backend, *comms, o);
+  std::vector<StepStats> out;
+  for (int i = 0; i < kSteps; ++i) out.push_back(t.step());
+  return out;
+}
+
+// Trains m both ways; `all_typed`: every op of the typed kinds takes the typed path.
+void expect_typed_path(const Model& m, bool all_typed) {
+  SCOPED_TRACE(m.name);
+  const std::vector<StepStats> typed = train(m, true), wide = train(m, false);
+  const double tokens = double(bf16_plan().global_batch) * bf16_plan().seq(m);
+  const double n_f = 4.0 * m.layers + 1, n_b = n_f;
+  const double loss_tol = kLambda * kU * std::sqrt(n_f / tokens);
+  const double norm_tol = kLambda * kU * std::sqrt((n_f + n_b) / tokens);
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE(::testing::Message() << "step " << i + 1);
+    EXPECT_GT(typed[i].typed_bf16_ops, 0);
+    EXPECT_EQ(wide[i].typed_bf16_ops, 0);
+    EXPECT_GT(wide[i].widened_typed_kind_bytes, 0);
+    if (all_typed)
+      EXPECT_EQ(typed[i].widened_typed_kind_bytes, 0);
+    else
+      EXPECT_GT(typed[i].widened_typed_kind_bytes, 0);
+    EXPECT_LT(typed[i].widened_typed_kind_bytes, wide[i].widened_typed_kind_bytes);
+    EXPECT_EQ(wide[i].widened_bytes - wide[i].widened_typed_kind_bytes,
+              typed[i].widened_bytes - typed[i].widened_typed_kind_bytes);
+    EXPECT_NEAR(typed[i].loss, wide[i].loss, loss_tol * std::fabs(wide[i].loss));
+  }
+  EXPECT_NEAR(typed[0].grad_norm, wide[0].grad_norm, norm_tol * wide[0].grad_norm);
+  EXPECT_LT(typed.back().loss, typed.front().loss);  // it trains
+  std::printf(
+      "%s: typed ops %lld per step; widened bytes of the typed kinds %lld (typed) vs %lld;"
+      " losses %.7f vs %.7f (tolerance %.2e relative)\n",
+      m.name.c_str(), static_cast<long long>(typed[0].typed_bf16_ops),
+      static_cast<long long>(typed[0].widened_typed_kind_bytes),
+      static_cast<long long>(wide[0].widened_typed_kind_bytes), typed.back().loss, wide.back().loss,
+      loss_tol);
+}
+
+// GPT: learned positions, biases, layernorm, tied head (W stored [vocab x hidden]): every linear
+// GEMM and every norm forward runs typed.
+TEST(TypedBf16, GptRunsEveryGemmAndNormTypedAndMatchesTheWideningPath) {
+  expect_typed_path(gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true), true);
+}
+
+// Llama: the QKV GEMM and its data gradient stay on the widening path (RoPE rotates the fp32
+// view in place); the rest runs typed.
+TEST(TypedBf16, LlamaLeavesTheRotaryQkvGemmsToTheWideningPath) {
+  expect_typed_path(llama_model("llama-tiny", 2, 64, 4, 2, 128, 256, 32), false);
+}
+
+// fp32 plans have no bf16 buffer: nothing runs typed.
+TEST(TypedBf16, Fp32PlansDoNotTakeIt) {
+  const Model m = gpt_model("gpt-tiny", 1, 64, 4, 256, 32, true);
+  Plan plan = bf16_plan();
+  plan.precision = Dtype::kFp32;
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CpuBackend backend(1);
+  Trainer t(m, plan, backend, *comms, TrainerOptions{});
+  const StepStats s = t.step();
+  EXPECT_EQ(s.typed_bf16_ops, 0);
+  EXPECT_EQ(s.widened_bytes, 0);
+}
+
+}  // namespace
+}  // namespace parasol::runtime
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int any = parasol::runtime::testing::run_all_ranks();
+  MPI_Finalize();
+  return any;
+}
