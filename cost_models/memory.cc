@@ -321,7 +321,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
   const double vocab_t = std::ceil(static_cast<double>(m.vocab) / p.tp);  // padded, as lowered
-  if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;  // embedding dropout mask
+  if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;       // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
   double token_mbs = in_flight;
@@ -338,7 +338,8 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // expert all-to-alls, backward first; at the backward's experts the forward has run its
     // first segment only: its chunk's layers up to the first MoE layer's dispatch.
     const int total = p.micro_batches() * p.vpp;
-    const int warm = static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
+    const int warm =
+        static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
     const double per_layer = stage_act / per_stage;
     const bool combined = p.ep_comm_overlap && p.ep > 1 && m.is_moe() && stage != p.pp - 1;
     std::vector<int> layers_of(static_cast<size_t>(p.vpp));
@@ -456,11 +457,13 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // send_forward_backward_recv_forward_backward after backward_step_helper): the last forward's
   // output is still held at the backward.
   // Under combined 1F1B the merged forward has not produced its output yet at the peak.
-  if (!last && p.schedule == Schedule::kInterleaved && !(p.ep_comm_overlap && p.ep > 1 && m.is_moe()))
+  if (!last && p.schedule == Schedule::kInterleaved &&
+      !(p.ep_comm_overlap && p.ep > 1 && m.is_moe()))
     backward += eb * tokens * m.hidden / sp;
   // A layer rebuilt by full recompute in the backward: its saved tensors but the input, which
   // the stage keeps already (core/lower_schedule.cc backward_layers).
-  if (full_layers > 0) backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
+  if (full_layers > 0)
+    backward += largest_layer - layer_activation_bytes(m, p, Recompute::kFull, moe > 0);
   // The loss (core/lower_edges.cc): Megatron's fused vocab-parallel kernel holds the logits and
   // their fp32 softmax (the backward writes the logits' gradient beside the softmax); eager
   // PyTorch (plan.eager_loss) peaks in the backward at three fp32 logits-sized tensors: the saved

@@ -357,8 +357,8 @@ class CudaBackend final : public Backend {
   void count_gemm_bf16();
   void count_bf16_storage_gemm(bool epilogue_fused);
   void count_fused_attention();
-  // Counts a fallback of `what` ("gemm", "epilogue" or "attention") and logs it to stderr the first time `why`
-  // is given for `shape`.
+  // Counts a fallback of `what` ("gemm", "epilogue" or "attention") and logs it to stderr the first
+  // time `why` is given for `shape`.
   void note_fallback(const std::string& what, const std::string& shape, const std::string& why);
 
   std::unique_ptr<CudnnAttention> cudnn_;  // null until the first fused call
