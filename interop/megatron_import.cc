@@ -610,8 +610,10 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // Megatron-Core's pipeline exchanges end with torch.cuda.synchronize() where they are batched
   // (batch_p2p_comm = not overlap_p2p_comm, argument_utils.py L307; overlap_p2p_comm is on by
   // default and forced off without virtual stages, arguments.py L1010-1012; batch_p2p_sync on:
-  // p2p_communication.py L421-424 @d98e8a6): Plan::p2p_sync.
-  if (pp > 1 && (vpp == 1 || f.has("no-overlap-p2p-communication"))) j["p2p_sync"] = true;
+  // p2p_communication.py L421-424 @d98e8a6): Plan::p2p_sync. Megatron-DeepSpeed under
+  // --deepspeed pipelines with DeepSpeed's PipelineEngine instead, which has no such sync.
+  if (pp > 1 && !f.has("deepspeed") && (vpp == 1 || f.has("no-overlap-p2p-communication")))
+    j["p2p_sync"] = true;
   if (f.has("decoder-first-pipeline-num-layers"))
     j["first_stage_layers"] = f.integer("decoder-first-pipeline-num-layers");
   if (f.has("decoder-last-pipeline-num-layers"))
