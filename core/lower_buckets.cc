@@ -404,8 +404,7 @@ void Lowerer::after_backward(Bucket& b, bool last) {
     set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
     fsdp_reduce_copies(b, {b.grad_shard}, true);
     if (last) replica_reduce(b, {b.grad_shard});
-    if (last && p_.offload.optimizer)
-      offload_grad_shard(b, {b.grad_shard});
+    if (last && p_.offload.optimizer) offload_grad_shard(b, {b.grad_shard});
     return;
   }
   if (!last) return;

@@ -167,8 +167,8 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     // responsible for the unshard"); DeepSpeed ZeRO-3 keeps parameters reused within
     // stage3_max_reuse_distance (1e9 elements) gathered. The closed form counts one gather per
     // backward (cost_models/estimate.cc, DataParallelSync::by_layers).
-    const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute &&
-                       uses[u - 1].j == use.j && (p_.zero >= 3 || p_.offload.params);
+    const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
+                       (p_.zero >= 3 || p_.offload.params);
     acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
     Saved& stored = saved_[saved_index(c, mb, use.j)];
     const bool full = local_of(c, use.j) < full_k_;

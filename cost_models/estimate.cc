@@ -1075,7 +1075,8 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   t.overlap = hidden_overlap(f, stage, stage.dp_hidden + dp.per_step_hidden,
                              dp.per_micro_batch_excess + dp.per_step_excess) -
               hidden_overlap(f, stage, stage.dp_hidden, dp.per_micro_batch_excess);
-  const double grad_bytes = offloaded_gradient_bytes(p), w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double grad_bytes = offloaded_gradient_bytes(p),
+               w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
   if (p.offload.optimizer) {
@@ -1109,8 +1110,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                           step_device, statistics) +
            edges;
   t.optimizer += statistics;
-  if (p.offload.params)
-    t.offload += param_offload_time(p, stage, sp_params.total(), host_bw, mb);
+  if (p.offload.params) t.offload += param_offload_time(p, stage, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);
   return t;
 }

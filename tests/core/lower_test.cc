@@ -1732,9 +1732,7 @@ TEST(Lower, Zero3ReshardModesGatherAndReduceScatterPerMicroBatchOrPerStep) {
         EXPECT_EQ(unfinished_ops(lp), 0);
         // Resharded after the forward: gathered for the forward and once for the backward (with
         // its full recompute, which the backward's gather serves).
-        const int uses = r == Reshard::kAfterForward    ? 2 * M
-                         : r == Reshard::kAfterBackward ? M
-                                                        : 1;
+        const int uses = r == Reshard::kAfterForward ? 2 * M : r == Reshard::kAfterBackward ? M : 1;
         const int scatters = r == Reshard::kAfterStep ? 1 : M;
         for (const Program& p : lp.programs)
           for (int layer : layers_of(p)) {
