@@ -404,8 +404,7 @@ void Lowerer::after_backward(Bucket& b, bool last) {
     set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
     fsdp_reduce_copies(b, {b.grad_shard}, true);
     if (last) replica_reduce(b, {b.grad_shard});
-    if (last && p_.offload.optimizer)
-      copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
+    if (last && p_.offload.optimizer) offload_grad_shard(b, {b.grad_shard});
     return;
   }
   if (!last) return;
@@ -426,6 +425,7 @@ void Lowerer::stream_grads(Bucket& b) {
   const int bi = static_cast<int>(&b - buckets_.data());
   std::vector<int> src = b.list(unit_grads_[bi]);
   sp_bucket_all_reduce(b, unit_grads_[bi]);
+  if (b.ways > 1) fsdp_reduce_copies(b, src, false);
   if (b.ways > 1) {
     const int shard = buffer(
         weight_name(b, b.expert ? "experts" : "params") + ".g" +
@@ -434,11 +434,23 @@ void Lowerer::stream_grads(Bucket& b) {
     const int rs = collective(OpKind::kReduceScatter, b.group, layer,
                               b.expert ? "experts.g.rs" : "g.rs", gb_ * b.padded(), src, {shard});
     set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
+    fsdp_reduce_copies(b, {shard}, true);
     replica_reduce(b, {shard});
     src = {shard};
   }
-  copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, src, {b.host_grad}, {},
-       gradient_copies_serialized(p_) ? kCompute : kCopy);
+  offload_grad_shard(b, src);
+}
+
+// The copy of bucket `b`'s reduced gradient shard (`src`) into its pinned host gradient, in the
+// dtype and on the stream its framework copies it (core/offload_rules.h): after the
+// reduce-scatter on the data-parallel stream (FSDP), on the compute stream (DeepSpeed without
+// overlap_comm), else on the copy stream.
+void Lowerer::offload_grad_shard(const Bucket& b, const std::vector<int>& src) {
+  const int stream = gradient_copies_on_reduce_stream(p_) ? kDpComm
+                     : gradient_copies_serialized(p_)     ? kCompute
+                                                          : kCopy;
+  copy(OpKind::kOffload, b.layer, "g.offload", offloaded_gradient_bytes(p_) * b.shard, src,
+       {b.host_grad}, {}, stream);
 }
 
 // The once-per-step reduction of bucket `b`'s accumulated gradients: all-reduce (ZeRO 0),
@@ -456,8 +468,7 @@ void Lowerer::final_reduce(Bucket& b) {
     set_calls(b, id, reduce_fractions(p_, b.weight_elements()));
     fsdp_reduce_copies(b, {b.grad_shard}, true);
     replica_reduce(b, {b.grad_shard});
-    if (p_.offload.optimizer)
-      copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, {b.grad_shard}, {b.host_grad});
+    if (p_.offload.optimizer) offload_grad_shard(b, {b.grad_shard});
     return;
   }
   const std::vector<int> g = b.list(b.grads);
@@ -468,8 +479,7 @@ void Lowerer::final_reduce(Bucket& b) {
     collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), g, g);
     replica_reduce(b, g);
   }
-  if (p_.offload.optimizer)
-    copy(OpKind::kOffload, layer, "g.offload", 4.0 * b.shard, g, {b.host_grad});
+  if (p_.offload.optimizer) offload_grad_shard(b, g);
 }
 
 // HSDP: this rank's reduce-scattered gradient shard summed over its replicas. `grads` is the

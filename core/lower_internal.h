@@ -512,6 +512,7 @@ class Lowerer {
   void after_backward(Bucket& b, bool last);
   void final_reduce(Bucket& b);
   void stream_grads(Bucket& b);
+  void offload_grad_shard(const Bucket& b, const std::vector<int>& src);
   void set_calls(const Bucket& b, int id, const std::vector<double>& fractions);
   // PyTorch FSDP's own kernels (Plan::fsdp_impl, core/fsdp_copies.h): bucket `b`'s gradient
   // copies before (after) its reduce-scatter of `grads` (the shard), on the compute stream;

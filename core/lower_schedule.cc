@@ -159,7 +159,17 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     const Use& use = uses[u];
     const int layer = layer_of(c, use.j);
     at(layer, use.recompute ? Phase::kRecompute : Phase::kBackward);
-    acq[u].w = layer_weights(local_of(c, use.j), dep);
+    // A layer's backward after its full recompute reads the weights the recompute gathered (or
+    // brought in from host memory): the frameworks unshard a unit once for both. FSDP2's
+    // pre-backward hook unshards the unit, and the recompute's forward inside it skips its own
+    // (pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward: "When
+    // composing with module-hook-based activation checkpointing, the pre-backward hook is
+    // responsible for the unshard"); DeepSpeed ZeRO-3 keeps parameters reused within
+    // stage3_max_reuse_distance (1e9 elements) gathered. The closed form counts one gather per
+    // backward (cost_models/estimate.cc, DataParallelSync::by_layers).
+    const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
+                       (p_.zero >= 3 || p_.offload.params);
+    acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
     Saved& stored = saved_[saved_index(c, mb, use.j)];
     const bool full = local_of(c, use.j) < full_k_;
     acq[u].acts = stored;

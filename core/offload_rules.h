@@ -3,6 +3,7 @@
 // (cost_models/memory.cc) both read.
 #pragma once
 
+#include "core/device.h"
 #include "core/plan.h"
 
 namespace parasol {
@@ -35,6 +36,30 @@ inline bool gradients_streamed_to_host(const Plan& p) {
 // form (cost_models/estimate.cc) and the lowering (core/lower_buckets.cc) both read this.
 inline bool gradient_copies_serialized(const Plan& p) {
   return gradients_streamed_to_host(p) && !p.overlap_grad_reduce;
+}
+
+// Bytes per element of the gradient shard that an offloaded optimizer's gradients are copied to
+// host memory in. PyTorch FSDP copies each reduced shard in the sharded parameter's own dtype
+// (the dtype of the master weights the CPU optimizer steps: Plan::optimizer_dtype): FSDP2's
+// foreach_reduce casts the reduce-scatter output to orig_dtype and copies it with
+// .to("cpu", non_blocking=True) into pinned memory (pytorch/pytorch
+// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), FSDP1's _offload_grad copies the
+// shard cast to the parameter dtype into its pinned _cpu_grad. DeepSpeed casts the reduced bucket
+// to fp32 on the device and copies 4 bytes an element (stage_1_and_2.py, stage3.py); Megatron-
+// Core's hybrid optimizer copies its fp32 main gradients.
+inline double offloaded_gradient_bytes(const Plan& p) {
+  return p.fsdp_impl != FsdpImpl::kNone && p.zero >= 3 ? dtype_bytes(p.optimizer_dtype) : 4.0;
+}
+
+// Whether each reduced gradient shard's copy to host memory follows its reduce-scatter on the
+// data-parallel stream instead of a copy stream that the parameters' host-to-device copies share:
+// FSDP2 issues it in the reduce-scatter stream (post_reduce_stream, after the reduce-scatter; the
+// next reduce-scatter queues behind it), FSDP1 in its post-backward stream, while the shards'
+// copies to the device run in the all-gather copy-in stream (FSDPParam.all_gather_inputs:
+// .to(device, non_blocking=True) under all_gather_copy_in_stream), so a gradient's copy never
+// delays the next unit's parameters.
+inline bool gradient_copies_on_reduce_stream(const Plan& p) {
+  return p.fsdp_impl != FsdpImpl::kNone && p.zero >= 3 && p.offload.optimizer;
 }
 
 }  // namespace parasol

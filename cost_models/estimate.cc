@@ -1026,18 +1026,18 @@ inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, doub
 namespace {
 // Exposed seconds per step of streaming a stage's weights (`params` of them) in from host
 // memory, per layer for the forward, the backward and any recompute.
-double param_offload_time(const Plan& p, const Estimator::StagePrice& stage, int layers,
-                          double params, double host_bw, int mb) {
+double param_offload_time(const Plan& p, const Estimator::StagePrice& stage, double params,
+                          double host_bw, int mb) {
   const double w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
-  const int full = p.full_recompute_layers(layers);
-  const double full_share = static_cast<double>(full) / layers;
   const double bytes = params * w_bytes / (p.zero >= 3 ? p.dense_shard_ranks() : 1);
   const double copy = bytes / host_bw;
   // Under ZeRO-3 the shard comes in when the reshard policy gathers: every forward and
   // backward (after_forward), every forward (after_backward), once per step (after_step).
+  // A full recompute reads the weights its layer's backward then uses: one copy in the backward
+  // (core/lower_schedule.cc, backward_layers).
   const double fwd_copy = std::max(0.0, copy - stage.forward);
-  const double bwd_copy = std::max(0.0, copy * (1 + full_share) - bwd);
+  const double bwd_copy = std::max(0.0, copy - bwd);
   if (p.zero < 3 || p.reshard == Reshard::kAfterForward) return mb * (fwd_copy + bwd_copy);
   if (p.reshard == Reshard::kAfterBackward) return mb * fwd_copy;
   return fwd_copy;
@@ -1075,7 +1075,8 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   t.overlap = hidden_overlap(f, stage, stage.dp_hidden + dp.per_step_hidden,
                              dp.per_micro_batch_excess + dp.per_step_excess) -
               hidden_overlap(f, stage, stage.dp_hidden, dp.per_micro_batch_excess);
-  const double grad_bytes = 4, w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
+  const double grad_bytes = offloaded_gradient_bytes(p),
+               w_bytes = p.precision == Dtype::kFp32 ? 4 : 2;
   const double bwd = stage.backward + stage.recompute;
   const int layers = std::max(1, p.layers_in_stage(m.layers, s));
   if (p.offload.optimizer) {
@@ -1109,8 +1110,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                           step_device, statistics) +
            edges;
   t.optimizer += statistics;
-  if (p.offload.params)
-    t.offload += param_offload_time(p, stage, layers, sp_params.total(), host_bw, mb);
+  if (p.offload.params) t.offload += param_offload_time(p, stage, sp_params.total(), host_bw, mb);
   if (p.offload.activations) t.offload += activation_offload_time(m, p, stage, layers, host_bw, mb);
   return t;
 }

@@ -428,6 +428,42 @@ TEST(LowerSwitches, FsdpCopiesAroundTheCollectives) {
   EXPECT_EQ(count_named(two, ".g.prediv"), 0);
 }
 
+// FSDP's CPU offload (core/offload_rules.h): each reduced gradient shard goes to host memory in
+// the sharded parameter's dtype, after its reduce-scatter on the data-parallel stream, not on the
+// copy stream the shards' host-to-device copies take (FSDP2 foreach_reduce's .to("cpu") in the
+// reduce-scatter stream; all_gather_inputs' .to(device) in the all-gather copy-in stream), and
+// the copy-in into the reduce-scatter input precedes it; DeepSpeed's copies 4 bytes an element.
+TEST(LowerSwitches, FsdpOffloadCopiesEachGradientShardAfterItsReduceScatter) {
+  const Model m = cut("llama2-7b", 2);
+  Plan p = plan_of(1, 1, 8);
+  p.global_batch = 8;  // one micro-batch: the gradients stream to the host
+  p.zero = 3;
+  p.offload.optimizer = true;
+  p.offload.params = true;
+  p.optimizer_dtype = Dtype::kBf16;
+  p.grad_reduce_dtype = Dtype::kBf16;
+  p.cpu_optimizer = CpuOptimizer::kTorch;
+  const Program ds = lower_stage(m, p, 0);
+  p.fsdp_impl = FsdpImpl::kFsdp2;
+  const Program two = lower_stage(m, p, 0);
+  expect_deps_earlier(two);
+  for (const Program* prog : {&ds, &two}) {
+    const bool fsdp = prog == &two;
+    const int rs = op_named(*prog, "L1.g.rs");
+    const int down = op_named(*prog, "L1.g.offload");
+    const int up = op_named(*prog, "L1.shard.prefetch");
+    ASSERT_GE(rs, 0);
+    ASSERT_GE(down, 0);
+    ASSERT_GE(up, 0);
+    const double shard = prog->ops[rs].bytes / 2 / 8;  // bf16 reduce over 8 ranks
+    EXPECT_DOUBLE_EQ(prog->ops[down].bytes, (fsdp ? 2 : 4) * shard) << fsdp;
+    EXPECT_EQ(prog->ops[down].stream == prog->ops[rs].stream, fsdp);
+    EXPECT_EQ(prog->ops[down].stream == prog->ops[up].stream, !fsdp);
+    EXPECT_EQ(op_named(*prog, "L1.g.copy_in") >= 0, fsdp);
+  }
+  EXPECT_LT(op_named(two, "L1.g.copy_in"), op_named(two, "L1.g.rs"));
+}
+
 // Composer's train metrics (Plan::loss_metric_passes): after each micro-batch's backward, per
 // pass an fp32 upcast of the logits and a log-softmax over them, reading the logits the trainer
 // kept.
