@@ -579,6 +579,7 @@ class Lowerer {
   // weights are low precision), or pure bf16 (Plan::optimizer_dtype: the bf16 weights are the
   // master, the moments and gradients bf16).
   Dtype gdt_, odt_;
+  Dtype gbuf_dt_ = Dtype::kFp32;  // the persistent gradient buffer's (ZeRO < 2): see lower_emit.cc
   // A linear's saved input: under fp8, Transformer Engine keeps the fp8 copy it cast for the
   // GEMM (for the weight gradient), not the bf16 one; else the activation dtype.
   Dtype ldt_;

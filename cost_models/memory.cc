@@ -284,6 +284,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // AdamW moments; pure bf16: two bf16 moments, bf16 gradients.
   const bool pure_bf16 = p.optimizer_dtype == Dtype::kBf16;
   const double w_bytes = low ? 2 : 4, g_bytes = pure_bf16 ? 2 : 4;
+  // Megatron's gradient buffer (ZeRO < 2) accumulates in the parameters' dtype when gradients
+  // are reduced in a low precision (param_and_grad_buffer.py @d98e8a6 group_params_for_buffers;
+  // the lowering's gbuf_dt_); a sharded gradient stays in the optimizer's dtype.
+  const double buffer_g_bytes = p.grad_reduce_dtype == Dtype::kFp32 ? g_bytes : w_bytes;
   const double o_bytes = pure_bf16 ? 4 : low ? 12 : 8;
   const double dense_shard = p.dense_shard_ranks();
   const double expert_shard = p.expert_shard_ranks();
@@ -296,7 +300,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // fp8_params / fp8_param_gather): a 1-byte weight and its 1-byte transpose, the bytes of the
   // bf16 weight. Runs that keep bf16 weights and cast them once per step also keep the two fp8
   // copies (2 more bytes a linear weight); no plan switch says which yet.
-  mb.gradients = sharded(g_bytes, p.zero >= 2);
+  mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 
   const int per_stage = std::max(1, p.layers_in_stage(m.layers, stage));
@@ -498,7 +502,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
         // Parameters gathered for the step beside the shard, gradients accumulated unsharded and
         // reduced once.
         mb.weights += gathered_stage;
-        mb.gradients += dtype_bytes(p.grad_reduce_dtype) * params.total();
+        mb.gradients += g_bytes * params.total();  // in the optimizer's dtype, as lowered
         break;
     }
   }

@@ -132,6 +132,11 @@ std::vector<Case> cases() {
     p.zero = 3;
     p.tp_comm_overlap = true;
   });
+  // Megatron's gradients reduced in bf16: its gradient buffer in the parameters' dtype.
+  dense("grad reduce bf16", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.grad_reduce_dtype = Dtype::kBf16;
+  });
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);
     p.seq_len = 16384;
