@@ -39,8 +39,8 @@ Cluster cluster_of(const PublishedRun& r) {
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
                                const Profile& profile, Reserved reserved) {
   Estimate e = estimate(m, c, p, profile, reserved);
-  return {e.step_time_s,         e.mfu,  e.memory_per_gpu_bytes,
-          e.device_memory_bytes, e.fits, e.memory_fit, e.stage_memory};
+  return {e.step_time_s, e.mfu,        e.memory_per_gpu_bytes, e.device_memory_bytes,
+          e.fits,        e.memory_fit, e.stage_memory};
 }
 
 double predicted_memory(const Prediction& pred, const Plan& p, MemoryMetric metric, int rank) {

@@ -50,7 +50,7 @@ struct ErrorStats {
   double mean_error = 0;  // signed: < 0 means the predictions are optimistic (too fast)
   double max_abs_error = 0;
   double rms_error = 0;
-  int not_fitting = 0;  // runs that ran but are predicted not to fit
+  int not_fitting = 0;        // runs that ran but are predicted not to fit
   int dropped_by_search = 0;  // runs that ran but whose memory_fit the search drops
 };
 ErrorStats error_stats(const std::vector<AccuracyRow>& rows);
