@@ -329,6 +329,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   double in_flight = in_flight_micro_batches(p, stage);
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
   double token_mbs = in_flight;
+  // FSDP2's root group (the embedding) stays gathered from each micro-batch's forward to its
+  // embedding backward, as the token ids do (core/lower_edges.cc fsdp2_root_held); resharded after
+  // the step it is among the step's gathered weights (below).
+  const double root_table = p.zero >= 3 && p.fsdp_impl == FsdpImpl::kFsdp2 &&
+                                    p.reshard != Reshard::kAfterStep
+                                ? w_bytes * params.embedding
+                                : 0;
+  const double per_token_mb = 4 * tokens + root_table;  // what the first stage keeps a micro-batch
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
     // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
     // (core/pipeline_schedule.h's pipeline_unit, schedules.py get_model_chunk_id), weighted by
@@ -375,7 +383,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     };
     const int c0 = pipeline_unit(p, warm - 1, true).chunk;
     double best_bytes = held(c0);
-    double best = best_bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+    double best = best_bytes + (stage == 0 ? per_token_mb * first_chunk : 0);
     int best_first = first_chunk;
     for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
       // Backward j done, forward warm + j run.
@@ -386,7 +394,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       // The last stage peaks at the loss: in the forward of its last chunk.
       if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
       const double bytes = held(cf);
-      const double weight = bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+      const double weight = bytes + (stage == 0 ? per_token_mb * first_chunk : 0);
       if (weight > best) best = weight, best_bytes = bytes, best_first = first_chunk;
     }
     in_flight = best_bytes / stage_act;
@@ -505,6 +513,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
         mb.gradients += g_bytes * params.total();  // in the optimizer's dtype, as lowered
         break;
     }
+    if (stage == 0) mb.weights += root_table * token_mbs;  // FSDP2's root group (above)
   }
 
   // Offloaded optimizer state and activations leave the device (a double buffer of two layers'
