@@ -808,6 +808,24 @@ TEST_F(Runtime, GradientsReducedInBfloat) {
   }
 }
 
+// FSDP2 (fsdp_impl fsdp2) keeps its root group's gathered embedding table from the forward to the
+// embedding's backward (core/lower_edges.cc fsdp2_root_held: the backward lists the table, which
+// the executor does not read): it trains as the serial run, and the measured peak is the
+// liveness prediction that holds the table.
+TEST_F(Runtime, Fsdp2HoldsTheEmbeddingTableToItsBackward) {
+  const Model m = llama4();
+  for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward}) {
+    Plan p = base_plan();
+    p.dp = 2;
+    p.zero = 3;
+    p.reshard = r;
+    p.fsdp_impl = FsdpImpl::kFsdp2;
+    SCOPED_TRACE(describe(p));
+    expect_matches_serial(m, p);
+    expect_memory_of_every_rank(m, p, train(m, p, 1, ""));
+  }
+}
+
 // Mixed-precision checkpoints keep the fp32 master weights and Adam moments: a run saved after 2
 // steps and resumed for the third equals the uninterrupted 3 steps bit for bit (the loss, and
 // every checkpoint file), the bf16 weights being the masters rounded as the step's cast rounds
