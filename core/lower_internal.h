@@ -631,7 +631,7 @@ class Lowerer {
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.
   std::vector<Saved> saved_;
   struct EdgeSaved {
-    int tokens = -1, mask = -1;                                             // embedding
+    int tokens = -1, mask = -1;  // embedding
     // FSDP2's root group (the embedding) gathered in the forward, held to the backward
     // (fsdp2_root_held).
     int table = -1, pos = -1;

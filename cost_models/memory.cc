@@ -332,10 +332,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // FSDP2's root group (the embedding) stays gathered from each micro-batch's forward to its
   // embedding backward, as the token ids do (core/lower_edges.cc fsdp2_root_held); resharded after
   // the step it is among the step's gathered weights (below).
-  const double root_table = p.zero >= 3 && p.fsdp_impl == FsdpImpl::kFsdp2 &&
-                                    p.reshard != Reshard::kAfterStep
-                                ? w_bytes * params.embedding
-                                : 0;
+  const double root_table =
+      p.zero >= 3 && p.fsdp_impl == FsdpImpl::kFsdp2 && p.reshard != Reshard::kAfterStep
+          ? w_bytes * params.embedding
+          : 0;
   const double per_token_mb = 4 * tokens + root_table;  // what the first stage keeps a micro-batch
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
     // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
