@@ -71,7 +71,7 @@ void Lowerer::add_bucket(Bucket b) {
   }
   if (b.zero < 2) {
     for (const Spec& s : b.specs)
-      b.grads[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".g"), s.shape, gdt_,
+      b.grads[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".g"), s.shape, gbuf_dt_,
                                     BufferClass::kGrad, false, true);
     P_.add_block(b.list(b.grads), padded);
   } else if (!b.stream_grads) {

@@ -5,11 +5,27 @@
 
 namespace parasol::lowering {
 
+// FSDP2 does not reshard the root module's parameter group after the forward
+// (torch/distributed/fsdp/_fully_shard/_fsdp_state.py FSDPState._lazy_init: the root's
+// post_forward_mesh_info = None, "the parameters would be freed and all-gathered immediately"); it
+// reshards at its post-backward. torchtitan leaves the embedding in the root group (9dec370
+// parallelisms/parallelize_llama.py apply_fsdp: fully_shard per TransformerBlock, then
+// fully_shard(model)): its gathered table stays from the forward to the embedding's backward,
+// which does not read it. Resharded after the step it is held for the step anyway.
+bool Lowerer::fsdp2_root_held() const {
+  return p_.fsdp_impl == FsdpImpl::kFsdp2 && buckets_[emb_bucket_].zero >= 3 &&
+         p_.reshard != Reshard::kAfterStep;
+}
+
 int Lowerer::embedding_forward(int mb) {
   at(-1, Phase::kForward);
   WSet w = no_weights();
   acquire(buckets_[emb_bucket_], w, -1);
   EdgeSaved& es = emb_saved_[mb];
+  if (fsdp2_root_held()) {
+    es.table = w[kTable];
+    es.pos = w[kPos];
+  }
   es.tokens = role(BufferRole::kTokens, buffer(name(-1, "tokens", mb), {p_.micro_batch, Sl_},
                                                Dtype::kFp32, BufferClass::kActivation));
   int emb = act(-1, "emb", {T_, h_});
@@ -40,8 +56,10 @@ void Lowerer::embedding_backward(int mb, int dy) {
   int full = tp_gather_in(-1, dy, T_);
   Bucket& b = buckets_[emb_bucket_];
   WSet g = unit_grads(b);
-  elementwise(OpKind::kEmbedding, -1, "emb", double(T_) * h_, 3 * eb_ * T_ * h_, {full, es.tokens},
-              {g[kTable], g[kPos]});
+  // Under FSDP2 the op also lists the held table (fsdp2_root_held): the gathered copy is freed
+  // after it, not after the forward; the executor does not read it.
+  elementwise(OpKind::kEmbedding, -1, "emb", double(T_) * h_, 3 * eb_ * T_ * h_,
+              {full, es.tokens, es.table, es.pos}, {g[kTable], g[kPos]});
 }
 
 void Lowerer::head_forward(int x, int mb) {

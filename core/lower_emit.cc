@@ -94,6 +94,10 @@ void Lowerer::init_shapes() {
   wdt_ = adt_;
   odt_ = p.optimizer_dtype == Dtype::kBf16 ? Dtype::kBf16 : Dtype::kFp32;
   gdt_ = odt_;
+  // Megatron's gradient buffer (distributed/param_and_grad_buffer.py @d98e8a6,
+  // group_params_for_buffers: grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype):
+  // gradients reduced in a low precision accumulate in the parameters' dtype.
+  gbuf_dt_ = p.grad_reduce_dtype == Dtype::kFp32 ? gdt_ : wdt_;
   ldt_ = p.precision == Dtype::kFp8 ? Dtype::kFp8 : adt_;
   eb_ = dtype_bytes(adt_);
   wb_ = dtype_bytes(wdt_);

@@ -446,6 +446,8 @@ class Lowerer {
 
   // --- embedding, head and loss (lower_edges.cc)
   int embedding_forward(int mb);
+  // FSDP2 keeps the embedding's gathered table from its forward to its backward (lower_edges.cc).
+  bool fsdp2_root_held() const;
   void embedding_backward(int mb, int dy);
   void head_forward(int x, int mb);
   void cross_entropy_forward(int logits, int mb);
@@ -580,6 +582,7 @@ class Lowerer {
   // weights are low precision), or pure bf16 (Plan::optimizer_dtype: the bf16 weights are the
   // master, the moments and gradients bf16).
   Dtype gdt_, odt_;
+  Dtype gbuf_dt_ = Dtype::kFp32;  // the persistent gradient buffer's (ZeRO < 2): see lower_emit.cc
   // A linear's saved input: under fp8, Transformer Engine keeps the fp8 copy it cast for the
   // GEMM (for the weight gradient), not the bf16 one; else the activation dtype.
   Dtype ldt_;
@@ -629,7 +632,10 @@ class Lowerer {
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.
   std::vector<Saved> saved_;
   struct EdgeSaved {
-    int tokens = -1, mask = -1;                                             // embedding
+    int tokens = -1, mask = -1;  // embedding
+    // FSDP2's root group (the embedding) gathered in the forward, held to the backward
+    // (fsdp2_root_held).
+    int table = -1, pos = -1;
     int x = -1, xf = -1, probs = -1, labels = -1, sums = -1, row_max = -1;  // head
     int logits = -1;  // the head's logits, which Plan::loss_metric_passes read after backward
   };

@@ -39,8 +39,8 @@ Cluster cluster_of(const PublishedRun& r) {
 Prediction estimate_prediction(const Model& m, const Cluster& c, const Plan& p,
                                const Profile& profile, Reserved reserved) {
   Estimate e = estimate(m, c, p, profile, reserved);
-  return {e.step_time_s,         e.mfu,  e.memory_per_gpu_bytes,
-          e.device_memory_bytes, e.fits, e.stage_memory};
+  return {e.step_time_s, e.mfu,        e.memory_per_gpu_bytes, e.device_memory_bytes,
+          e.fits,        e.memory_fit, e.stage_memory};
 }
 
 double predicted_memory(const Prediction& pred, const Plan& p, MemoryMetric metric, int rank) {
@@ -68,6 +68,7 @@ ErrorStats error_stats(const std::vector<AccuracyRow>& all) {
     s.rms_error += row.error * row.error / s.runs;
     s.max_abs_error = std::max(s.max_abs_error, std::fabs(row.error));
     s.not_fitting += row.fits ? 0 : 1;
+    s.dropped_by_search += row.memory_fit == MemoryFit::kFits ? 0 : 1;
   }
   s.rms_error = std::sqrt(s.rms_error);
   return s;
@@ -180,6 +181,7 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
     row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
     row.device_memory_bytes = pr.device_memory_bytes;
     row.fits = pr.fits;
+    row.memory_fit = pr.memory_fit;
     row.judged = run.judged;
     if (by_family.find(row.family) == by_family.end()) rep.families.push_back({row.family, {}});
     by_family[row.family].push_back(row);
@@ -210,7 +212,8 @@ Json stats_to_json(const ErrorStats& s) {
           {"mean_error", s.mean_error},
           {"max_abs_error", s.max_abs_error},
           {"rms_error", s.rms_error},
-          {"not_fitting", s.not_fitting}};
+          {"not_fitting", s.not_fitting},
+          {"dropped_by_search", s.dropped_by_search}};
 }
 }  // namespace
 
@@ -227,6 +230,7 @@ Json accuracy_to_json(const AccuracyReport& r) {
                     {"memory_per_gpu_bytes", row.memory_per_gpu_bytes},
                     {"device_memory_bytes", row.device_memory_bytes},
                     {"fits", row.fits},
+                    {"memory_fit", memory_fit_name(row.memory_fit)},
                     {"judged", row.judged}});
   for (size_t i = 0; i < r.rows.size(); ++i)
     if (!r.rows[i].metric.empty()) {

@@ -35,6 +35,9 @@ struct AccuracyRow {
   double memory_per_gpu_bytes = 0;  // predicted peak device memory of the busiest rank
   double device_memory_bytes = 0;
   bool fits = true;  // predicted to fit in device (and host) memory; every published run ran
+  // The search's verdict on the plan (memory_fit: reserved at the top of its band): a run it
+  // would drop though it ran is not kFits.
+  MemoryFit memory_fit = MemoryFit::kFits;
   // False for a run the suite keeps in view but leaves out of the statistics (its "judged":
   // false names why: e.g. a schedule the source does not publish that decides the step).
   bool judged = true;
@@ -47,7 +50,8 @@ struct ErrorStats {
   double mean_error = 0;  // signed: < 0 means the predictions are optimistic (too fast)
   double max_abs_error = 0;
   double rms_error = 0;
-  int not_fitting = 0;  // runs that ran but are predicted not to fit
+  int not_fitting = 0;        // runs that ran but are predicted not to fit
+  int dropped_by_search = 0;  // runs that ran but whose memory_fit the search drops
 };
 ErrorStats error_stats(const std::vector<AccuracyRow>& rows);
 
@@ -73,6 +77,7 @@ struct Prediction {
   double memory_per_gpu_bytes = 0;
   double device_memory_bytes = 0;
   bool fits = true;
+  MemoryFit memory_fit = MemoryFit::kFits;  // the search's verdict, of the worst stage
   // What the framework measures on one rank of each pipeline stage, stage 0 first.
   std::vector<FrameworkMemory> stage_memory;
 };

@@ -284,6 +284,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // AdamW moments; pure bf16: two bf16 moments, bf16 gradients.
   const bool pure_bf16 = p.optimizer_dtype == Dtype::kBf16;
   const double w_bytes = low ? 2 : 4, g_bytes = pure_bf16 ? 2 : 4;
+  // Megatron's gradient buffer (ZeRO < 2) accumulates in the parameters' dtype when gradients
+  // are reduced in a low precision (param_and_grad_buffer.py @d98e8a6 group_params_for_buffers;
+  // the lowering's gbuf_dt_); a sharded gradient stays in the optimizer's dtype.
+  const double buffer_g_bytes = p.grad_reduce_dtype == Dtype::kFp32 ? g_bytes : w_bytes;
   const double o_bytes = pure_bf16 ? 4 : low ? 12 : 8;
   const double dense_shard = p.dense_shard_ranks();
   const double expert_shard = p.expert_shard_ranks();
@@ -296,7 +300,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // fp8_params / fp8_param_gather): a 1-byte weight and its 1-byte transpose, the bytes of the
   // bf16 weight. Runs that keep bf16 weights and cast them once per step also keep the two fp8
   // copies (2 more bytes a linear weight); no plan switch says which yet.
-  mb.gradients = sharded(g_bytes, p.zero >= 2);
+  mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 
   const int per_stage = std::max(1, p.layers_in_stage(m.layers, stage));
@@ -325,6 +329,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   double in_flight = in_flight_micro_batches(p, stage);
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
   double token_mbs = in_flight;
+  // FSDP2's root group (the embedding) stays gathered from each micro-batch's forward to its
+  // embedding backward, as the token ids do (core/lower_edges.cc fsdp2_root_held); resharded after
+  // the step it is among the step's gathered weights (below).
+  const double root_table =
+      p.zero >= 3 && p.fsdp_impl == FsdpImpl::kFsdp2 && p.reshard != Reshard::kAfterStep
+          ? w_bytes * params.embedding
+          : 0;
+  const double per_token_mb = 4 * tokens + root_table;  // what the first stage keeps a micro-batch
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
     // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
     // (core/pipeline_schedule.h's pipeline_unit, schedules.py get_model_chunk_id), weighted by
@@ -371,7 +383,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     };
     const int c0 = pipeline_unit(p, warm - 1, true).chunk;
     double best_bytes = held(c0);
-    double best = best_bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+    double best = best_bytes + (stage == 0 ? per_token_mb * first_chunk : 0);
     int best_first = first_chunk;
     for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
       // Backward j done, forward warm + j run.
@@ -382,7 +394,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       // The last stage peaks at the loss: in the forward of its last chunk.
       if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
       const double bytes = held(cf);
-      const double weight = bytes + (stage == 0 ? 4 * tokens * first_chunk : 0);
+      const double weight = bytes + (stage == 0 ? per_token_mb * first_chunk : 0);
       if (weight > best) best = weight, best_bytes = bytes, best_first = first_chunk;
     }
     in_flight = best_bytes / stage_act;
@@ -498,9 +510,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
         // Parameters gathered for the step beside the shard, gradients accumulated unsharded and
         // reduced once.
         mb.weights += gathered_stage;
-        mb.gradients += dtype_bytes(p.grad_reduce_dtype) * params.total();
+        mb.gradients += g_bytes * params.total();  // in the optimizer's dtype, as lowered
         break;
     }
+    if (stage == 0) mb.weights += root_table * token_mbs;  // FSDP2's root group (above)
   }
 
   // Offloaded optimizer state and activations leave the device (a double buffer of two layers'

@@ -700,6 +700,13 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     }
   }
   if (f.has("moe-router-force-load-balancing")) j["moe_force_balance"] = "random";
+  // Megatron-Core scales each routed row by its router probability inside the experts
+  // (experts.py TEGroupedMLP.forward: bias_act_func's permuted_probs, or the input under
+  // --moe-apply-probs-on-input) and no dispatcher passes the probabilities to unpermute
+  // (token_dispatcher.py L346, L891, L1460 @d98e8a6): no flag turns it off, so every Megatron-Core
+  // MoE job is Plan::moe_probs_in_experts. Megatron-DeepSpeed's MoE (--deepspeed) is not.
+  if (f.has("num-experts") && f.integer("num-experts") > 1 && !f.has("deepspeed"))
+    j["moe_probs_in_experts"] = true;
   // Expert biases under the grouped GEMM (TEGroupedMLP, --moe-grouped-gemm; biases are on unless
   // --disable-bias-linear): Megatron adds the experts' fc2 bias in a Python loop over the local
   // experts (experts.py TEGroupedMLP._apply_bias), which the plan prices (Plan::expert_bias_loop).

@@ -550,6 +550,9 @@ Request Executor::Impl::start_recv(const Op& op, Communicator& comm, int64_t cou
 // Copies between device and host.
 
 void Executor::Impl::run_copy(const Op& op) {
+  const Dtype src_dt = prog.buffers[op.reads.at(0)].dtype,
+              dst_dt = prog.buffers[op.writes.at(0)].dtype;
+  if (src_dt != dst_dt) return run_widening_copy(op, src_dt, dst_dt);
   if (op.reads.size() == op.writes.size()) {
     bool pairwise = true;
     for (size_t i = 0; i < op.reads.size(); ++i)
@@ -573,8 +576,36 @@ void Executor::Impl::run_copy(const Op& op) {
           static_cast<const char*>(src.base) + (src.elements > n ? off : 0) * eb, n * eb);
 }
 
+// A bf16 gradient buffer (grad_reduce_in_bf16) into the fp32 host gradient of the CPU optimizer:
+// this rank's shard widened on the device (DeepSpeed casts the reduced bucket to fp32 there,
+// core/lower_buckets.cc stream_grads), then copied; op.bytes counts the fp32 elements.
+void Executor::Impl::run_widening_copy(const Op& op, Dtype src_dt, Dtype dst_dt) {
+  if (dst_dt != Dtype::kFp32)
+    throw Error("runtime.program", op.name + ": a copy into a narrower dtype");
+  Flat src = flat(op.reads), dst = flat(op.writes);
+  const auto n = static_cast<int64_t>(op.bytes / static_cast<double>(sizeof(float)));
+  const ParamBucket* b = nullptr;
+  for (int id : op.reads) b = b ? b : bucket_of(id);
+  for (int id : op.writes) b = b ? b : bucket_of(id);
+  const int64_t off = b ? int64_t{group_index(*b)} * n : 0;
+  void* widened = nullptr;
+  const float* g = grads_fp32(src.at(src.elements > n ? off : 0), src_dt, n, &widened);
+  be.copy(dst.f(dst.elements > n ? off : 0), g, static_cast<size_t>(n) * sizeof(float));
+  if (widened) be.free_widened(widened);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Optimizer: gradient norm, AdamW, cast.
+
+const float* Executor::Impl::grads_fp32(const void* src, Dtype dt, int64_t n, void** widened) {
+  *widened = nullptr;
+  if (dt == Dtype::kFp32) return static_cast<const float*>(src);
+  const auto bytes = static_cast<size_t>(n) * sizeof(float);
+  *widened = be.alloc_widened(bytes);
+  result->widened_bytes += static_cast<int64_t>(bytes);
+  be.cast(*widened, Dtype::kFp32, src, dt, n);
+  return static_cast<const float*>(*widened);
+}
 
 void Executor::Impl::run_grad_norm(const Op& op) {
   float* out = fptr(op.writes.at(0));
@@ -583,9 +614,15 @@ void Executor::Impl::run_grad_norm(const Op& op) {
   // (runtime/param_layout.h).
   for (const ParamBucket& b : prog.buckets) {
     for (const ShardRun& r : grad_norm_runs(model, plan, comms.groups().coord, b, group_index(b))) {
+      const int id = b.zero >= 2 ? b.grad_shard : b.grads[r.spec];
+      const int64_t at = b.zero >= 2 ? r.shard_offset : r.spec_offset;
+      const Dtype dt = prog.buffers[id].dtype;
+      void* widened = nullptr;
       const float* g =
-          b.zero >= 2 ? fptr(b.grad_shard) + r.shard_offset : fptr(b.grads[r.spec]) + r.spec_offset;
+          grads_fp32(static_cast<const char*>(ptr(id)) + at * static_cast<int64_t>(dtype_bytes(dt)),
+                     dt, r.count, &widened);
       be.grad_sumsq(out, g, r.count);
+      if (widened) be.free_widened(widened);
     }
   }
 }
@@ -630,7 +667,11 @@ void Executor::Impl::run_adamw(const Op& op) {
   if (skip_update_) return;
   AdamWConfig c = cfg->adamw;
   c.step = cfg->optimizer_step > 0 ? cfg->optimizer_step : cfg->step;
-  be.adamw(c, param, m, v, g.f(g.elements > n ? off : 0), n, scale_);
+  void* widened = nullptr;
+  const float* grad =
+      grads_fp32(g.at(g.elements > n ? off : 0), prog.buffers[grads.at(0)].dtype, n, &widened);
+  be.adamw(c, param, m, v, grad, n, scale_);
+  if (widened) be.free_widened(widened);
 }
 
 void Executor::Impl::run_cast(const Op& op) {

@@ -132,6 +132,16 @@ struct Executor::Impl {
   // The first of `ids` whose buffer has `role`, else -1.
   int with_role(const std::vector<int>& ids, BufferRole role) const;
 
+  // ---- The optimizer's gradients (executor.cc).
+  // `n` gradient elements at `src`, of dtype `dt`, as fp32 for the optimizer's kernels (gradient
+  // norm, AdamW): `src` itself when fp32, else a widened copy (Backend::alloc_widened, counted in
+  // StepResult::widened_bytes), which *widened is set to for the caller to free_widened (else
+  // nullptr). A bf16 gradient buffer (Megatron's under grad_reduce_in_bf16) is read so: Megatron's
+  // optimizers take main_grad.float().
+  const float* grads_fp32(const void* src, Dtype dt, int64_t n, void** widened);
+  // A copy between buffers of different dtypes: bf16 gradients into the fp32 host gradient.
+  void run_widening_copy(const Op& op, Dtype src_dt, Dtype dst_dt);
+
   // ---- Communication (executor.cc): a short switch over op kinds, one function per kind.
   // The dtype op moves: its buffer's, but a data-parallel gradient reduction's is the plan's
   // grad_reduce_dtype (the lowering's op.bytes count that dtype).

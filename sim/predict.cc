@@ -23,6 +23,10 @@ cost::Prediction simulate_prediction(const Model& m, const Cluster& c, const Pla
   out.memory_per_gpu_bytes = r.memory_per_stage[r.peak_stage].device_used();
   out.device_memory_bytes = c.gpu_device(0).hbm_bytes;
   out.fits = out.memory_per_gpu_bytes <= out.device_memory_bytes;
+  // The search's verdict on the worst stage (kFits < kNotByReserved < kNotByAllocated).
+  out.memory_fit = cost::MemoryFit::kFits;
+  for (const cost::FrameworkMemory& f : r.memory_per_stage)
+    out.memory_fit = std::max(out.memory_fit, cost::memory_fit(f, out.device_memory_bytes));
   return out;
 }
 

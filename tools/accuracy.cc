@@ -68,11 +68,13 @@ void print_sensitivity(const cost::ProfileSensitivity& s) {
 }
 
 void print_stats(const std::string& name, const cost::ErrorStats& s) {
-  std::printf(
-      "%-16s %4d runs  mean |error| %5.2f%%  bias %+6.2f%%  max |error| %6.2f%%%s\n", name.c_str(),
-      s.runs, s.mean_abs_error * 100, s.mean_error * 100, s.max_abs_error * 100,
-      s.not_fitting ? ("  (" + std::to_string(s.not_fitting) + " predicted not to fit)").c_str()
-                    : "");
+  std::string notes;
+  if (s.not_fitting) notes += "  (" + std::to_string(s.not_fitting) + " predicted not to fit)";
+  if (s.dropped_by_search)
+    notes += "  (" + std::to_string(s.dropped_by_search) + " the search would drop)";
+  std::printf("%-16s %4d runs  mean |error| %5.2f%%  bias %+6.2f%%  max |error| %6.2f%%%s\n",
+              name.c_str(), s.runs, s.mean_abs_error * 100, s.mean_error * 100,
+              s.max_abs_error * 100, notes.c_str());
 }
 }  // namespace
 

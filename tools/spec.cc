@@ -301,6 +301,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--p2p-sync", "p2p_sync", o.p2p_sync,
             "Megatron-Core's batched pipeline exchanges, each followed by torch.cuda.synchronize() "
             "(its schedules without virtual stages)");
+  bool_flag(cmd, o, "--moe-probs-in-experts", "moe_probs_in_experts", o.moe_probs_in_experts,
+            "Megatron-Core's experts scale the routed rows by the router's probabilities and the "
+            "combine unpermutes without them (what Megatron-Core runs; the import sets it)");
   bool_flag(cmd, o, "--gradient-accumulation-fusion", "gradient_accumulation_fusion",
             o.gradient_accumulation_fusion,
             "Megatron's gradient-accumulation fusion (default true; false: "
@@ -391,6 +394,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("log_num_zeros_in_grad", o.log_num_zeros_in_grad);
   set("deterministic", o.deterministic);
   set("p2p_sync", o.p2p_sync);
+  set("moe_probs_in_experts", o.moe_probs_in_experts);
   set("gradient_accumulation_fusion", o.gradient_accumulation_fusion);
   set("transformer_engine_version", o.transformer_engine_version);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);

@@ -190,5 +190,44 @@ TEST(AccuracyMemory, PublishedMemorySuiteReads) {
   for (const PublishedRun& r : runs) EXPECT_TRUE(r.is_memory()) << r.id;
 }
 
+// Every published GB200 run of the suites (DGX-GB200 runs of Megatron-Bridge and Megatron's CI)
+// fits by the search's verdict: the device's memory is nvidia-smi's 189471 MiB (185 GiB), not
+// 186 decimal GB read as GiB or the 173 GiB an earlier figure gave, under which a run of
+// 176-186 GiB could not fit (DeviceMemory.OneUnitAsNvidiaSmiReportsIt; the DeepSeek-V3 run's
+// 152.6 GiB today). And a family's dropped_by_search counts the judged rows whose verdict the
+// search drops.
+TEST(AccuracyMemory, PublishedGb200RunsFitAndDropsAreCounted) {
+  int gb200 = 0;
+  for (const char* name : {"moe", "memory"}) {
+    const std::vector<PublishedRun> runs =
+        read_accuracy_suite(read_json_file(kDataDir + "/published/" + name + ".json"));
+    std::vector<PublishedRun> on_gb200;
+    for (const PublishedRun& r : runs)
+      if (cluster_of(r).gpu_device(0).name == "GB200") on_gb200.push_back(r);
+    const AccuracyReport rep = run_accuracy(on_gb200);
+    for (const AccuracyRow& row : rep.rows) {
+      EXPECT_TRUE(row.fits) << row.id;
+      EXPECT_EQ(row.memory_fit, MemoryFit::kFits) << row.id;
+      EXPECT_LE(row.memory_per_gpu_bytes, row.device_memory_bytes) << row.id;
+      ++gb200;
+    }
+  }
+  EXPECT_GE(gb200, 6);
+  // Counted as the rows say: one row the search drops (its allocated figure alone too big).
+  Json suite = korthikanti();
+  suite["runs"] = Json::array({suite["runs"][0], suite["runs"][0]});
+  suite["runs"][1]["id"] = "too-big";
+  suite["runs"][1]["plan"]["mbs"] = 64;
+  suite["runs"][1]["plan"]["gbs"] = 64;
+  suite["runs"][1]["plan"]["recompute"] = "none";
+  const AccuracyReport r = run_accuracy_suite(suite, "suite");
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_EQ(r.rows[0].memory_fit, MemoryFit::kFits);
+  EXPECT_NE(r.rows[1].memory_fit, MemoryFit::kFits);
+  EXPECT_EQ(r.overall.dropped_by_search, 1);
+  const Json j = accuracy_to_json(r);
+  EXPECT_EQ(j["runs"][1]["memory_fit"], memory_fit_name(r.rows[1].memory_fit));
+}
+
 }  // namespace
 }  // namespace parasol::cost

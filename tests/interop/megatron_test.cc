@@ -577,6 +577,8 @@ TEST(MegatronRoundTrip, ExportThenImportGivesTheSamePlanAndModel) {
     // Without virtual stages Megatron batches every pipeline exchange and syncs after it,
     // whatever the plan said (argument_utils.py L307, p2p_communication.py L421-424).
     if (p.pp > 1 && p.vpp == 1) want["p2p_sync"] = true;
+    // Megatron-Core applies the router's probabilities in the experts, whatever the plan said.
+    if (m.is_moe()) want["moe_probs_in_experts"] = true;
     // The argument file (no GPU count) and the launch script (torchrun's --nproc_per_node and
     // --nnodes give it).
     const ImportedJob launch = import_megatron(e.files[1].text, "launch");
@@ -760,6 +762,22 @@ TEST(MegatronImport, ExpertBiasesUnderTheGroupedGemmLoopOverTheExperts) {
   EXPECT_FALSE(loop(import_megatron(base + moe + "--moe-grouped-gemm --disable-bias-linear")));
   EXPECT_FALSE(loop(import_megatron(base + moe)));
   EXPECT_FALSE(loop(import_megatron(base + "--moe-grouped-gemm")));
+}
+
+// Megatron-Core at d98e8a6 scales the routed rows by their probabilities in the experts and
+// unpermutes without them (token_dispatcher.py L346, L891, L1460): every MoE import says so; not a
+// dense model, nor Megatron-DeepSpeed's MoE.
+TEST(MegatronImport, MoeJobsApplyTheProbabilitiesInTheExperts) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 ";
+  auto in_experts = [](const ImportedJob& j) {
+    return plan_from_json(j.plan).moe_probs_in_experts;
+  };
+  EXPECT_TRUE(in_experts(import_megatron(base + "--num-experts 4 --moe-ffn-hidden-size 64")));
+  EXPECT_TRUE(in_experts(import_megatron(base + "--num-experts 4 --moe-ffn-hidden-size 64 "
+                                                "--moe-token-dispatcher-type alltoall")));
+  EXPECT_FALSE(in_experts(import_megatron(base)));
 }
 
 // --transformer-impl names the modules the layers call: transformer_engine and local (Megatron's

@@ -124,6 +124,14 @@ std::vector<Case> cases() {
       p.zero = 3;
       p.reshard = r;
     });
+  // FSDP2 keeps its root group (the embedding) gathered from each forward to its backward.
+  for (Reshard r : {Reshard::kAfterForward, Reshard::kAfterBackward})
+    dense(std::string("zero3 fsdp2 ") + reshard_name(r), [r](Plan& p) {
+      degrees(p, 16, 1);
+      p.zero = 3;
+      p.reshard = r;
+      p.fsdp_impl = FsdpImpl::kFsdp2;
+    });
   // Compute beside both kinds of communication at once (cost_models/compute_overlap.h): the
   // tensor-parallel overlap's and ZeRO-3's gathers and reductions, CP's ring and the
   // distributed optimizer's.
@@ -131,6 +139,11 @@ std::vector<Case> cases() {
     degrees(p, 16, 4);
     p.zero = 3;
     p.tp_comm_overlap = true;
+  });
+  // Megatron's gradients reduced in bf16: its gradient buffer in the parameters' dtype.
+  dense("grad reduce bf16", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.grad_reduce_dtype = Dtype::kBf16;
   });
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);

@@ -258,6 +258,13 @@ if est is not None:
     expect_invalid("estimate", d, "an unknown time breakdown")
     d = copy.deepcopy(est); d["band"]["fraction"] = "9%"
     expect_invalid("estimate", d, "a string band")
+    # The peak's rank and its allocated / reserved / outside-the-allocator parts are required.
+    d = copy.deepcopy(est); del d["peak_rank"]; expect_invalid("estimate", d, "no peak_rank")
+    for part in ("allocated_bytes", "reserved_bytes", "outside_bytes"):
+        d = copy.deepcopy(est); del d["memory_per_stage"][0][part]
+        expect_invalid("estimate", d, "no memory_per_stage[0]." + part)
+        d = copy.deepcopy(est); del d["memory"][part]
+        expect_invalid("estimate", d, "no memory." + part)
 if job is not None and "job" in job:
     d = copy.deepcopy(job); del d["job"]["goodput"]; expect_invalid("estimate", d, "no job.goodput")
     d = copy.deepcopy(job); d["job"]["goodput"] = 1.5; expect_invalid("estimate", d, "goodput 1.5")

@@ -49,16 +49,18 @@ std::string out_dir(const std::string& name) {
 TEST(PipelineSplitCli, EstimateSimulateExportAndImportBack) {
   const std::vector<Case> cases = {
       {"qwen3_235b_accounted", "--model qwen3-235b-a22b --cluster dgx-h100 --gpus 64",
-       "--tp 4 --pp 8 --ep 8 --etp 1 --sp --zero 1 --gbs 16 --p2p-sync "
+       "--tp 4 --pp 8 --ep 8 --etp 1 --sp --zero 1 --gbs 16 --p2p-sync --moe-probs-in-experts "
        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"},
       {"qwen3_235b_accounted_vpp4", "--model qwen3-235b-a22b --cluster dgx-h100 --gpus 64",
-       "--tp 4 --pp 8 --vpp 4 --ep 8 --etp 1 --sp --zero 1 --gbs 16 "
+       "--tp 4 --pp 8 --vpp 4 --ep 8 --etp 1 --sp --zero 1 --gbs 16 --moe-probs-in-experts "
        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"},
       {"deepseek_v3_layout", "--model deepseek-v3 --cluster dgx-h100 --gpus 256",
-       "--pp 8 --ep 32 --zero 1 --gbs 256 --stage-layers 7,8,8,8,8,8,8,6 --p2p-sync"},
+       "--pp 8 --ep 32 --zero 1 --gbs 256 --stage-layers 7,8,8,8,8,8,8,6 --p2p-sync "
+       "--moe-probs-in-experts"},
   };
-  // Without virtual stages Megatron syncs after every pipeline exchange (--p2p-sync): the plans
-  // say so, as the import reads them back.
+  // Without virtual stages Megatron syncs after every pipeline exchange (--p2p-sync), and its
+  // experts apply the router's probabilities (--moe-probs-in-experts): the plans say so, as the
+  // import reads them back.
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const Json est = json_of("estimate --json " + c.target + " " + c.plan);
