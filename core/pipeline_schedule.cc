@@ -38,8 +38,15 @@ int pipeline_warmup_units(const Plan& p, int s, int M) {
   PARASOL_CHECK(0 <= s && s < p.pp && M >= 1,
                 "stage " + std::to_string(s) + ", micro-batches " + std::to_string(M));
   if (p.schedule == Schedule::kGpipe) return M;
-  if (p.schedule == Schedule::kInterleaved)
-    return std::min((p.pp - s - 1) * 2 + (p.vpp - 1) * p.pp, M * p.vpp);
+  if (p.schedule == Schedule::kInterleaved) {
+    // Megatron-Core's get_pp_rank_microbatches (megatron/core/pipeline_parallel/schedules.py
+    // L964-970 at d98e8a6): under overlap_moe_expert_parallel_comm one more forward before the
+    // steady state, "to ensure the forward and backward computations are independent in all
+    // 1f1b steps" (without it the last stage's steady steps of the last chunk pair a
+    // micro-batch's forward with its own backward, which combined 1F1B cannot run together).
+    const int combined = p.ep_comm_overlap ? 1 : 0;
+    return std::min((p.pp - s - 1) * 2 + (p.vpp - 1) * p.pp + combined, M * p.vpp);
+  }
   return std::min(p.pp - s - 1, M);
 }
 

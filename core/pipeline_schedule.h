@@ -40,7 +40,9 @@ inline PipelineUnit pipeline_unit(const Plan& p, int k, bool forward) {
 
 // The forward units stage `s` runs before its first backward in pipeline_steps' order (the
 // warm-up: GPipe all of them; 1F1B pp - s - 1; interleaved Megatron's (pp - s - 1) * 2 +
-// (vpp - 1) * pp), at most the units there are.
+// (vpp - 1) * pp, one more under combined 1F1B, Plan::ep_comm_overlap, so that no steady step
+// pairs a chunk's forward with its own backward: schedules.py get_pp_rank_microbatches at
+// d98e8a6), at most the units there are.
 // REQUIRES: 0 <= s < p.pp, micro_batches >= 1.
 int pipeline_warmup_units(const Plan& p, int s, int micro_batches);
 

@@ -327,6 +327,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double vocab_t = std::ceil(static_cast<double>(m.vocab) / p.tp);  // padded, as lowered
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;       // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
+  bool merged_gradient = false;  // the last stage peaks at a loss merged with a backward
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
   double token_mbs = in_flight;
   // FSDP2's root group (the embedding) stays gathered from each micro-batch's forward to its
@@ -353,7 +354,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const int warm =
         static_cast<int>(std::lround(in_flight * p.vpp));  // forwards before backward 0
     const double per_layer = stage_act / per_stage;
-    const bool combined = p.ep_comm_overlap && p.ep > 1 && m.is_moe() && stage != p.pp - 1;
+    // (The last stage: below, where a steady state merges its losses.)
+    const bool combined =
+        p.ep_comm_overlap && p.ep > 1 && m.is_moe() && (stage != p.pp - 1 || warm < total);
     std::vector<int> layers_of(static_cast<size_t>(p.vpp));
     std::vector<double> first_segment(static_cast<size_t>(p.vpp));
     for (int c = 0; c < p.vpp; ++c) {
@@ -382,15 +385,26 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       return bytes;
     };
     const int c0 = pipeline_unit(p, warm - 1, true).chunk;
-    double best_bytes = held(c0);
+    // The last stage under combined 1F1B: its forwards of the last chunk (the loss) run merged
+    // with a backward of another micro-batch (core/pipeline_schedule.h's warm-up), whose
+    // segments run first: at the loss that backward is done (held below, in the loop).
+    const bool merged_loss = combined && stage == p.pp - 1;
+    double best_bytes = merged_loss ? 0 : held(c0);
     double best = best_bytes + (stage == 0 ? per_token_mb * first_chunk : 0);
     int best_first = first_chunk;
     for (int j = 0; j + 1 < p.pp * p.vpp && warm + j < total; ++j) {
       // Backward j done, forward warm + j run.
       const int cb = pipeline_unit(p, j, false).chunk;
       const int cf = pipeline_unit(p, warm + j, true).chunk;
+      if (merged_loss && pipeline_unit(p, warm - 1 + j, true).chunk == p.vpp - 1) {
+        // The loss of forward warm - 1 + j, merged with backward j (done): every forward up to
+        // it whole; backward j's input gradient waits for the step's exchange (after the pair).
+        const double bytes = (layer_mbs - layers_of[cb]) * per_layer;
+        if (bytes > best) best = bytes, best_bytes = bytes, best_first = first_chunk;
+      }
       layer_mbs += layers_of[cf] - layers_of[cb];
       first_chunk += (cf == 0) - (cb == 0);
+      if (merged_loss) continue;
       // The last stage peaks at the loss: in the forward of its last chunk.
       if (stage == p.pp - 1 && cf != p.vpp - 1) continue;
       const double bytes = held(cf);
@@ -399,8 +413,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     }
     in_flight = best_bytes / stage_act;
     token_mbs = best_first;
+    merged_gradient = merged_loss;
   }
   mb.activations = stage_act * in_flight;
+  // The merged backward's input gradient, held at the last stage's loss until the step's
+  // exchange (combined 1F1B, above).
+  if (merged_gradient) mb.activations += eb * tokens * m.hidden / sp;
   if (stage == p.pp - 1) {
     // The head's saved tensors per micro-batch whose loss backward has not run
     // (core/lower_edges.cc): the last layer's output and the final norm's output (the head

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/lower.h"
+#include "core/pipeline_schedule.h"
 #include "tests/core/test_models.h"
 
 namespace parasol {
@@ -332,6 +333,39 @@ TEST(LowerSchedule, OneFOneBExchangesPairEachSendWithTheNextReceive) {
   const std::vector<std::string> stage1 = {"rF0.0", "sB0.0 rF0.1", "sB0.1 rF0.2", "sB0.2 rF0.3",
                                            "sB0.3"};
   EXPECT_EQ(exchanges(lp.programs[1]), stage1);
+}
+
+// Megatron's combined 1F1B (Plan::ep_comm_overlap) runs one more forward in the interleaved
+// warm-up (schedules.py get_pp_rank_microbatches L964-970 at d98e8a6) so that every steady step
+// pairs a forward with a backward of another micro-batch or chunk: without it the last stage's
+// steady steps of the last chunk pair a micro-batch's forward with its own backward, which
+// depends on it.
+TEST(LowerSchedule, CombinedOneFOneBWarmsUpOneMoreSoNoSteadyStepPairsAUnitWithItself) {
+  Plan p = make_plan(1, 4, 1, 16);
+  p.schedule = Schedule::kInterleaved;
+  p.vpp = 2;
+  auto self_pairs = [](const Plan& plan, int s) {
+    int n = 0;
+    for (const std::vector<PipelineUnit>& step : pipeline_steps(plan, s))
+      if (step.size() == 2 && step[0].chunk == step[1].chunk && step[0].mb == step[1].mb) ++n;
+    return n;
+  };
+  EXPECT_GT(self_pairs(p, p.pp - 1), 0);  // Megatron's plain interleaved order
+  Plan combined = p;
+  combined.ep_comm_overlap = true;
+  for (int s = 0; s < p.pp; ++s) {
+    EXPECT_EQ(pipeline_warmup_units(combined, s, p.micro_batches()),
+              pipeline_warmup_units(p, s, p.micro_batches()) + 1)
+        << "stage " << s;
+    EXPECT_EQ(self_pairs(combined, s), 0) << "stage " << s;
+    EXPECT_EQ(pipeline_units_in_flight(combined, s, p.micro_batches()),
+              pipeline_units_in_flight(p, s, p.micro_batches()) + 1)
+        << "stage " << s;
+  }
+  // Every micro-batch in the warm-up: at most the units there are.
+  combined.global_batch = 4;
+  EXPECT_EQ(pipeline_warmup_units(combined, 0, combined.micro_batches()),
+            combined.micro_batches() * combined.vpp);
 }
 
 }  // namespace
