@@ -295,6 +295,16 @@ const PublishedSeries kFa3PaperH100[] = {
     // misses it by up to 17 % below 4k (a known gap; training shapes with hd 256 are long).
     {AttentionKernel::kFlash2, false, true, 256, {208, 251, 278, 293, 297, 298}, 4096},
     {AttentionKernel::kFlash2, true, false, 64, {198, 238, 264, 279, 287, 291}},
+    // FlashAttention-3 itself (the paper's own bars): hd 128 forward unmasked and causal,
+    // backward unmasked; hd 64 and 256 forward, hd 64 backward.
+    {AttentionKernel::kFa3, false, false, 128, {467, 565, 625, 638, 646, 648}},
+    {AttentionKernel::kFa3, false, true, 128, {292, 423, 521, 579, 602, 616}},
+    {AttentionKernel::kFa3, true, false, 128, {316, 424, 501, 542, 559, 561}},
+    {AttentionKernel::kFa3, false, false, 64, {333, 392, 460, 476, 496, 497}},
+    {AttentionKernel::kFa3, false, true, 64, {197, 265, 371, 420, 460, 473}},
+    {AttentionKernel::kFa3, false, false, 256, {482, 639, 707, 736, 746, 756}},
+    {AttentionKernel::kFa3, false, true, 256, {286, 427, 537, 612, 628, 642}},
+    {AttentionKernel::kFa3, true, false, 64, {272, 363, 422, 453, 472, 474}},
 };
 
 // The benchmark's rate: its FLOP count (causal halves the square) over the kernel's time, at the
