@@ -454,9 +454,9 @@ int64_t price_flags(const Plan& p) {
          // fp8 current scaling's amax ops (core/plan.h Fp8Recipe; the lowering's only fp8 recipe)
          (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
                                                                                : 0) |
-         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |          // what the combine keeps
+         (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |  // what the combine keeps
          (p.attention_kernel == AttentionKernel::kFa3 ? int64_t{1} << 60 : 0) |  // FA3's figures
-         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |  // main_grad adds
+         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |               // main_grad adds
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
 

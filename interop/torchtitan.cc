@@ -432,11 +432,11 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
     r.add("plan.flash_attention", "torchtitan's attention is SDPA's fused kernel");
   else if (p.attention_kernel == AttentionKernel::kTriton ||
            p.attention_kernel == AttentionKernel::kFa3)
-    r.add("plan.attention_kernel",
-          "torchtitan's attention is SDPA's flash (FlashAttention-2) or cuDNN kernel, not " +
-              std::string(p.attention_kernel == AttentionKernel::kFa3
-                              ? "FlashAttention-3"
-                              : "FlashAttention in Triton"));
+    r.add(
+        "plan.attention_kernel",
+        "torchtitan's attention is SDPA's flash (FlashAttention-2) or cuDNN kernel, not " +
+            std::string(p.attention_kernel == AttentionKernel::kFa3 ? "FlashAttention-3"
+                                                                    : "FlashAttention in Triton"));
   if (p.ep_comm_overlap)
     r.add("plan.ep_comm_overlap",
           "torchtitan overlaps expert communication only under "

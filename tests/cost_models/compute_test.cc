@@ -303,7 +303,7 @@ struct PublishedSeries {
   bool backward, causal;
   int head_dim;
   std::array<double, 6> tflops;
-  double from_seq = 0;       // checked from this sequence on (a stated gap of the model below it)
+  double from_seq = 0;      // checked from this sequence on (a stated gap of the model below it)
   double tolerance = 0.07;  // of every bar checked
 };
 constexpr std::array<double, 6> kSeqs = {512, 1024, 2048, 4096, 8192, 16384};

@@ -1,9 +1,10 @@
 // Tests cost_models/profile_sensitivity.h on the published suites (tests/data/published/), two
-// offloading runs and two FlashAttention-3 runs (no published run uses that kernel): every profile figure moved across its public range moves the predictions it
-// should, in the direction physics says (a higher efficiency never makes a step slower, a longer
-// overhead never makes it faster), and a figure that moves no prediction is one the suites and
-// the probe cannot reach, named below with the reason. The table itself is
-// `parasol accuracy --sensitivity tests/data/published/*.json`.
+// offloading runs and two FlashAttention-3 runs (no published run uses that kernel): every profile
+// figure moved across its public range moves the predictions it should, in the direction physics
+// says (a higher efficiency never makes a step slower, a longer overhead never makes it faster),
+// and a figure that moves no prediction is one the suites and the probe cannot reach, named below
+// with the reason. The table itself is `parasol accuracy --sensitivity
+// tests/data/published/*.json`.
 #include "cost_models/profile_sensitivity.h"
 
 #include <gtest/gtest.h>
