@@ -142,6 +142,7 @@ const char* reshard_name(Reshard r) {
 
 const char* attention_kernel_name(AttentionKernel k) {
   if (k == AttentionKernel::kTriton) return "triton";
+  if (k == AttentionKernel::kFa3) return "fa3";
   return k == AttentionKernel::kCudnn ? "cudnn" : "flash2";
 }
 
@@ -335,7 +336,8 @@ AttentionKernel parse_attention_kernel(const std::string& s, const std::string& 
   if (s == "flash2") return AttentionKernel::kFlash2;
   if (s == "cudnn") return AttentionKernel::kCudnn;
   if (s == "triton") return AttentionKernel::kTriton;
-  throw Error(field, "'" + s + "' is not one of flash2|cudnn|triton");
+  if (s == "fa3") return AttentionKernel::kFa3;
+  throw Error(field, "'" + s + "' is not one of flash2|cudnn|triton|fa3");
 }
 
 const char* gather_unit_name(GatherUnit u) { return u == GatherUnit::kModule ? "module" : "layer"; }

@@ -88,9 +88,10 @@ const char* recompute_module_name(RecomputeModule m);
 // The fused attention kernel family: FlashAttention-2 (PyTorch SDPA's flash backend, the
 // flash-attn package), NVIDIA's cuDNN fused attention (Transformer Engine's default on
 // Hopper, FlashAttention-3-class warp-specialised kernels), or FlashAttention written in Triton
-// (flash-attn 1.x's flash_attn_triton, llm-foundry's MPT `attn_impl: triton`). The same math;
-// different speed.
-enum class AttentionKernel { kFlash2, kCudnn, kTriton };
+// (flash-attn 1.x's flash_attn_triton, llm-foundry's MPT `attn_impl: triton`), or
+// FlashAttention-3 (flash-attn's hopper/ build, flash_attn_interface: Hopper only). The same
+// math; different speed.
+enum class AttentionKernel { kFlash2, kCudnn, kTriton, kFa3 };
 // Which implementation runs the context-parallel ring under cp > 1 (both split the sequence into
 // 2 x cp chunks and run one causal step and cp - 1 unmasked steps per rank; they differ in the
 // memory passes around the kernels and in the dtype of the K/V gradients they pass on):

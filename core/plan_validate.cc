@@ -380,6 +380,12 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.precision", std::string("fp8 is not supported by ") + dev.name);
   if (p.precision == Dtype::kTf32)
     throw Error("plan.precision", "tf32 is a math mode, not a training precision; use fp32");
+  // FlashAttention-3 is built for sm90 only (Dao-AILab/flash-attention hopper/README.md:
+  // "Requirements: H100 / H800 GPU, CUDA >= 12.3").
+  if (p.flash_attention && p.attention_kernel == AttentionKernel::kFa3 &&
+      (dev.vendor != "nvidia" || dev.name.rfind("H", 0) != 0))
+    throw Error("plan.attention_kernel",
+                std::string("fa3 (FlashAttention-3) runs on Hopper GPUs only, not ") + dev.name);
 }
 
 }  // namespace parasol

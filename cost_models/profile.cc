@@ -273,6 +273,17 @@ Profile default_profile(const DeviceSpec& d) {
         {{111, 387, 0.904, 0.694, 0.976}, {377, 582, 0.985, 0.839, 0.976}}};
     p.attention_shape[static_cast<int>(K::kFlash2)] = {
         {{104, 404, 0.930, 0.876, 0.881}, {274, 582, 0.985, 0.904, 0.881}}};
+    // FlashAttention-3 (AttentionKernel::kFa3), the same paper's own curves (Fig. 5 bar labels;
+    // Fig. 6 backward), fitted the same way: forward unmasked hd 128 467..648 TFLOP/s -> 667.3 x
+    // s / (s + 202), max error 2.8 %; causal 292..616 -> 648.6 x s / (s + 568) (0.972 of the
+    // unmasked plateau), 5.3 % (at 512); backward unmasked 316..561 -> 587.8 x s / (s + 409),
+    // 3.4 %. Head dim at 16k, unmasked: forward 497 / 648 / 756 at 64 / 128 / 256 (0.767, 1.167),
+    // backward at 64 474 / 561 (0.845). Neither a causal nor an hd-256 backward is published:
+    // FlashAttention-2's causal backward shape (above) and the forward's hd-256 factor.
+    p.fa3_forward_efficiency = 0.674;   // 667.3 of 989.4
+    p.fa3_backward_efficiency = 0.594;  // 587.8 of 989.4
+    p.attention_shape[Profile::attention_slot(K::kFa3)] = {
+        {{202, 568, 0.972, 0.767, 1.167}, {409, 582, 0.985, 0.845, 1.167}}};
     // nccl-tests on DGX H100 without NVLS: ~360 GB/s of 450 (0.8); NDR ~ 46 of 50 GB/s (0.92).
     p.link_efficiency = {0.8, 0.8, 0.8, 0.92, 0.8, 0.5};
     // DGX H100/H200: Intel Xeon Platinum 8480C hosts, 2 x 56 cores (DGX H100 User Guide).
@@ -421,9 +432,9 @@ Profile default_profile(const DeviceSpec& d) {
 
 namespace {
 // The JSON key of kernel k's (AttentionKernel) pass b (0 forward, 1 backward) shape figures.
+// k is a Profile::attention_slot.
 std::string attention_shape_key(int k, int b) {
-  return std::string(k == static_cast<int>(AttentionKernel::kCudnn) ? "cudnn" : "flash") +
-         (b ? "_backward" : "_forward");
+  return std::string(k == 1 ? "cudnn" : k == 2 ? "fa3" : "flash") + (b ? "_backward" : "_forward");
 }
 
 // Fills `out` (rows x cols) from a JSON array of arrays of microseconds.
@@ -520,6 +531,8 @@ Profile profile_from_json(const Json& j, const std::string& path) {
                 "sustained_clock",
                 "cudnn_forward_efficiency",
                 "cudnn_backward_efficiency",
+                "fa3_forward_efficiency",
+                "fa3_backward_efficiency",
                 "triton_forward_slowdown",
                 "triton_backward_slowdown",
                 "attention_shape",
@@ -598,14 +611,18 @@ Profile profile_from_json(const Json& j, const std::string& path) {
       r.number_or("cudnn_forward_efficiency", p.cudnn_forward_efficiency, 0, 1);
   p.cudnn_backward_efficiency =
       r.number_or("cudnn_backward_efficiency", p.cudnn_backward_efficiency, 0, 1);
+  p.fa3_forward_efficiency = r.number_or("fa3_forward_efficiency", p.fa3_forward_efficiency, 0, 1);
+  p.fa3_backward_efficiency =
+      r.number_or("fa3_backward_efficiency", p.fa3_backward_efficiency, 0, 1);
   p.triton_forward_slowdown =
       r.number_or("triton_forward_slowdown", p.triton_forward_slowdown, 0.1, 100);
   p.triton_backward_slowdown =
       r.number_or("triton_backward_slowdown", p.triton_backward_slowdown, 0.1, 100);
   if (r.has("attention_shape")) {
     JsonReader a = r.object("attention_shape");
-    a.allow_only({"flash_forward", "flash_backward", "cudnn_forward", "cudnn_backward"});
-    for (int k = 0; k < 2; ++k)
+    a.allow_only({"flash_forward", "flash_backward", "cudnn_forward", "cudnn_backward",
+                  "fa3_forward", "fa3_backward"});
+    for (int k = 0; k < 3; ++k)
       for (int b = 0; b < 2; ++b) {
         const std::string key = attention_shape_key(k, b);
         if (!a.has(key)) continue;
@@ -690,6 +707,8 @@ Json profile_to_json(const Profile& p) {
             {"host_memory_efficiency", p.host_memory_efficiency},
             {"cudnn_forward_efficiency", p.cudnn_forward_efficiency},
             {"cudnn_backward_efficiency", p.cudnn_backward_efficiency},
+            {"fa3_forward_efficiency", p.fa3_forward_efficiency},
+            {"fa3_backward_efficiency", p.fa3_backward_efficiency},
             {"triton_forward_slowdown", p.triton_forward_slowdown},
             {"triton_backward_slowdown", p.triton_backward_slowdown},
             {"host_adam_params_per_s", p.host_adam_params_per_s},
@@ -728,7 +747,7 @@ Json profile_to_json(const Profile& p) {
       by_dtype[dtype_name(d)] = p.gemm_efficiency_by_dtype[static_cast<int>(d)];
   if (!by_dtype.empty()) j["gemm_efficiency_by_dtype"] = by_dtype;
   Json shapes = Json::object();
-  for (int k = 0; k < 2; ++k)
+  for (int k = 0; k < 3; ++k)
     for (int b = 0; b < 2; ++b) {
       const Profile::AttentionShape& sh = p.attention_shape[k][b];
       if (sh.is_flat()) continue;

@@ -105,6 +105,10 @@ struct Profile {
   double flash_backward_efficiency = 0.45;
   double cudnn_forward_efficiency = 0;
   double cudnn_backward_efficiency = 0;
+  // FlashAttention-3 (AttentionKernel::kFa3, flash-attn's hopper/ build; Hopper only): its own
+  // plateau where the device has one, else (0) the FlashAttention-2 figures.
+  double fa3_forward_efficiency = 0;
+  double fa3_backward_efficiency = 0;
   // FlashAttention in Triton (AttentionKernel::kTriton): how many times faster FlashAttention-2
   // runs the same pass, forward and backward; it takes FlashAttention-2's figures and shape
   // divided by these.
@@ -128,9 +132,14 @@ struct Profile {
              head_dim_256 == 1;
     }
   };
-  // [kernel: AttentionKernel][pass: 0 forward, 1 backward]. A kernel with no figures of its own
-  // (cudnn_*_efficiency 0) takes the FlashAttention-2 figures and shape together.
-  std::array<std::array<AttentionShape, 2>, 2> attention_shape{};
+  // [figures: attention_slot(kernel)][pass: 0 forward, 1 backward]. A kernel with no figures of
+  // its own (cudnn_* or fa3_*_efficiency 0) takes the FlashAttention-2 figures and shape together.
+  std::array<std::array<AttentionShape, 2>, 3> attention_shape{};
+  // The attention_shape slot of a kernel that has figures: FlashAttention-2 0, cuDNN 1,
+  // FlashAttention-3 2 (Triton takes FlashAttention-2's).
+  static int attention_slot(AttentionKernel k) {
+    return k == AttentionKernel::kCudnn ? 1 : k == AttentionKernel::kFa3 ? 2 : 0;
+  }
 
   // Per kernel, on the GPU: the gap between dependent kernels of a stream and the kernel's tail
   // (seconds). It stays under CUDA graphs. What the host spends launching the kernel is a separate
@@ -248,14 +257,20 @@ struct Profile {
   // The kernel whose figures `k` is priced by: `k`, or FlashAttention-2 where `k` has none.
   AttentionKernel attention_figures(AttentionKernel k, bool backward) const {
     const double c = backward ? cudnn_backward_efficiency : cudnn_forward_efficiency;
-    return k == AttentionKernel::kCudnn && c > 0 ? k : AttentionKernel::kFlash2;
+    const double f3 = backward ? fa3_backward_efficiency : fa3_forward_efficiency;
+    if (k == AttentionKernel::kCudnn && c > 0) return k;
+    if (k == AttentionKernel::kFa3 && f3 > 0) return k;
+    return AttentionKernel::kFlash2;
   }
   // Fraction of the dense peak fused attention sustains on its plateau (long unmasked rows, head
   // dim 128), forward or backward, at the sustained clock.
   double attention_eff(AttentionKernel k, bool backward) const {
-    const bool cudnn = attention_figures(k, backward) == AttentionKernel::kCudnn;
-    const double e = cudnn ? (backward ? cudnn_backward_efficiency : cudnn_forward_efficiency)
-                           : (backward ? flash_backward_efficiency : flash_forward_efficiency);
+    const AttentionKernel f = attention_figures(k, backward);
+    const double e = f == AttentionKernel::kCudnn
+                         ? (backward ? cudnn_backward_efficiency : cudnn_forward_efficiency)
+                     : f == AttentionKernel::kFa3
+                         ? (backward ? fa3_backward_efficiency : fa3_forward_efficiency)
+                         : (backward ? flash_backward_efficiency : flash_forward_efficiency);
     const double slowdown = k != AttentionKernel::kTriton ? 1
                             : backward                    ? triton_backward_slowdown
                                                           : triton_forward_slowdown;
@@ -263,7 +278,7 @@ struct Profile {
   }
   // The shape figures of kernel `k`'s pass (those of the kernel attention_figures names).
   const AttentionShape& attention_shape_of(AttentionKernel k, bool backward) const {
-    return attention_shape[static_cast<int>(attention_figures(k, backward))][backward ? 1 : 0];
+    return attention_shape[attention_slot(attention_figures(k, backward))][backward ? 1 : 0];
   }
 };
 

@@ -296,6 +296,33 @@ void hopper_attention(Ranges& r) {
   cited(r, fb + "head_dim_64", 0.90, 0.904, fig6 + ", FlashAttention-2 hd 64 / hd 128 at 4k-16k");
   uncertain(r, fb + "head_dim_256", 0.85, 1.0,
             "no backward at hd 256 is published; the forward's 0.881, widened");
+  // FlashAttention-3's own curves in the same figures.
+  cited(r, "fa3_forward_efficiency", 0.659, 0.681,
+        fig5 + ", FlashAttention-3 hd 128 unmasked 467-648 TFLOP/s: plateau fits 652-674 of 989");
+  cited(r, "fa3_backward_efficiency", 0.582, 0.603,
+        fig6 + ", FlashAttention-3 hd 128 unmasked 316-561 TFLOP/s: plateau fits 576-597 of 989");
+  const std::string f3f = "attention_shape/fa3_forward/", f3b = "attention_shape/fa3_backward/";
+  cited(r, f3f + "s_half", 89, 212,
+        fig5 + ", FlashAttention-3 unmasked: half-way keys of the fits");
+  cited(r, f3f + "causal_s_half", 434, 592,
+        fig5 + ", FlashAttention-3 causal 292-616 TFLOP/s: half-way keys of the fits");
+  cited(r, f3f + "causal_plateau", 0.971, 0.976,
+        fig5 + ", FlashAttention-3 causal / unmasked plateau fits");
+  cited(r, f3f + "head_dim_64", 0.746, 0.768, fig5 + ", FlashAttention-3 hd 64 / hd 128 at 4k-16k");
+  cited(r, f3f + "head_dim_256", 1.154, 1.167,
+        fig5 + ", FlashAttention-3 hd 256 / hd 128 at 4k-16k");
+  cited(r, f3b + "s_half", 294, 432,
+        fig6 + ", FlashAttention-3 unmasked: half-way keys of the fits");
+  uncertain(r, f3b + "causal_s_half", 409, 632,
+            "no causal backward of FlashAttention-3 is published; between its unmasked backward "
+            "(409) and FlashAttention-2's causal backward (" +
+                fa2 + ": 556-632)");
+  uncertain(r, f3b + "causal_plateau", 0.95, 1.0,
+            "no causal backward of FlashAttention-3 is published; FlashAttention-2's backward "
+            "ratio (0.965-1.006) and its own forward's (0.972), widened");
+  cited(r, f3b + "head_dim_64", 0.836, 0.845, fig6 + ", FlashAttention-3 hd 64 / hd 128 at 4k-16k");
+  uncertain(r, f3b + "head_dim_256", 1.0, 1.2,
+            "no backward at hd 256 is published; the forward's 1.167, widened down to flat");
 }
 
 Ranges hopper(const DeviceSpec& d) {

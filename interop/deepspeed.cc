@@ -134,6 +134,12 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
   // megatron/model/transformer.py L47, L472-501 FlashSelfAttentionTriton), whose forward asserts
   // "FlashAttention only support head dimensions up to 128" (flash_attn/flash_attn_triton.py
   // _flash_attn_forward).
+  // Megatron-DeepSpeed's flash paths are flash-attn 2 (--use-flash-attn-v2) and its Triton
+  // kernel; it has no FlashAttention-3 switch.
+  if ((p.tp > 1 || p.pp > 1) && p.flash_attention && p.attention_kernel == AttentionKernel::kFa3)
+    r.add("plan.attention_kernel",
+          "Megatron-DeepSpeed runs flash-attn 2 (--use-flash-attn-v2) or its Triton kernel, not "
+          "FlashAttention-3");
   if ((p.tp > 1 || p.pp > 1) && p.flash_attention &&
       p.attention_kernel == AttentionKernel::kTriton && model.head_dim > 128)
     r.add("plan.attention_kernel",

@@ -170,6 +170,9 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
     r.add("plan.attention_kernel",
           "Megatron-LM's attention backends are flash, fused (cuDNN), unfused and local; it has "
           "no FlashAttention in Triton");
+  // fa3 is the flash backend too: Transformer Engine's FlashAttention runs FlashAttention-3 on
+  // sm90 wherever flash-attn's hopper build is installed (TE@d0067d0 transformer_engine/pytorch/
+  // attention/dot_product_attention/utils.py L540-579, NVTE_FLASH_ATTN_V3 default 1).
   add(a, "--attention-backend",
       !p.flash_attention                              ? "unfused"
       : p.attention_kernel == AttentionKernel::kCudnn ? "fused"

@@ -430,9 +430,13 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
           "without compile the loss runs eagerly (set eager_loss)");
   if (!p.flash_attention)
     r.add("plan.flash_attention", "torchtitan's attention is SDPA's fused kernel");
-  else if (p.attention_kernel == AttentionKernel::kTriton)
-    r.add("plan.attention_kernel",
-          "torchtitan's attention is SDPA's flash or cuDNN kernel, not FlashAttention in Triton");
+  else if (p.attention_kernel == AttentionKernel::kTriton ||
+           p.attention_kernel == AttentionKernel::kFa3)
+    r.add(
+        "plan.attention_kernel",
+        "torchtitan's attention is SDPA's flash (FlashAttention-2) or cuDNN kernel, not " +
+            std::string(p.attention_kernel == AttentionKernel::kFa3 ? "FlashAttention-3"
+                                                                    : "FlashAttention in Triton"));
   if (p.ep_comm_overlap)
     r.add("plan.ep_comm_overlap",
           "torchtitan overlaps expert communication only under "

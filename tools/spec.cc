@@ -233,7 +233,7 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--precision", o.precision, "fp32|bf16|fp16|fp8");
   bool_flag(cmd, o, "--flash-attention", "flash_attention", o.flash, "fused attention");
   cmd->add_option("--attention-kernel", o.attention_kernel,
-                  "fused attention kernel: flash2|cudnn|triton");
+                  "fused attention kernel: flash2|cudnn|triton|fa3");
   cmd->add_option("--cp-impl", o.cp_impl,
                   "context-parallel ring: te|torch (Transformer Engine's, as Megatron and NeMo run "
                   "it, or PyTorch's context_parallel, as torchtitan runs it)");

@@ -746,6 +746,16 @@ TEST(PlanValidate, Fp8NeedsHardwareSupport) {
   EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
 }
 
+TEST(PlanValidate, FlashAttention3NeedsHopper) {
+  Plan p = degrees(8);
+  p.attention_kernel = AttentionKernel::kFa3;
+  ExpectInvalid(p, llama8b(), cluster_preset("dgx-a100-80g", 8), "plan.attention_kernel",
+                "fa3 (FlashAttention-3) runs on Hopper GPUs only, not A100-80G");
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
+  EXPECT_STREQ(attention_kernel_name(p.attention_kernel), "fa3");
+  EXPECT_EQ(parse_attention_kernel("fa3", "plan.attention_kernel"), AttentionKernel::kFa3);
+}
+
 TEST(PlanValidate, Tf32IsNotATrainingPrecision) {
   Plan p = degrees(8);
   p.precision = Dtype::kTf32;
@@ -927,7 +937,7 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"grad_reduce_dtype": "int8"})")); },
               "plan.grad_reduce_dtype", "int8");
   ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
-              "plan.attention_kernel", "'fa4' is not one of flash2|cudnn|triton");
+              "plan.attention_kernel", "'fa4' is not one of flash2|cudnn|triton|fa3");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
               "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },

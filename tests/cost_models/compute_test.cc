@@ -236,6 +236,38 @@ TEST_F(ComputeTest, CudnnAttentionUsesItsOwnEfficiencyOnHopper) {
                    attention_forward_time(a100, prof, Dtype::kBf16, with_flash(a, true)));
 }
 
+TEST_F(ComputeTest, FlashAttention3UsesItsOwnFiguresOnHopperElseFlashAttention2s) {
+  // FlashAttention-3 on H100: its own plateau and causal curve (FlashAttention-3 paper Fig. 5); a
+  // profile without FlashAttention-3 figures prices it as FlashAttention-2.
+  const DeviceSpec& h100 = device_spec("H100-SXM");
+  Profile hp = default_profile(h100);
+  AttnShape a;
+  a.batch = 1;
+  a.seq_q = a.seq_kv = 8192;
+  a.heads = a.kv_heads = 32;
+  a.head_dim = 128;
+  AttnShape fa2 = with_flash(a, true), fa3 = fa2;
+  fa3.kernel = AttentionKernel::kFa3;
+  const Profile::AttentionShape& sh =
+      hp.attention_shape[Profile::attention_slot(AttentionKernel::kFa3)][0];
+  const double causal = sh.causal_plateau * 8192 / (8192 + sh.causal_s_half);
+  EXPECT_NEAR(attention_forward_time(h100, hp, Dtype::kBf16, fa3),
+              attention_flops(fa3) / (h100.peak_flops(Dtype::kBf16) * hp.fa3_forward_efficiency *
+                                      causal * hp.sustained_clock) +
+                  hp.kernel_overhead_s,
+              1e-9);
+  // About 1.8x FlashAttention-2's rate at this shape (Fig. 5: 602 against 333 TFLOP/s causal 8k).
+  EXPECT_LT(attention_forward_time(h100, hp, Dtype::kBf16, fa3),
+            0.6 * attention_forward_time(h100, hp, Dtype::kBf16, fa2));
+  EXPECT_LT(attention_backward_time(h100, hp, Dtype::kBf16, fa3),
+            0.6 * attention_backward_time(h100, hp, Dtype::kBf16, fa2));
+  hp.fa3_forward_efficiency = hp.fa3_backward_efficiency = 0;
+  EXPECT_DOUBLE_EQ(attention_forward_time(h100, hp, Dtype::kBf16, fa3),
+                   attention_forward_time(h100, hp, Dtype::kBf16, fa2));
+  EXPECT_DOUBLE_EQ(attention_backward_time(h100, hp, Dtype::kBf16, fa3),
+                   attention_backward_time(h100, hp, Dtype::kBf16, fa2));
+}
+
 TEST_F(ComputeTest, TritonAttentionIsFlashAttention2SlowedByThePapersRatios) {
   // FlashAttention in Triton: FlashAttention-2's time for the same pass (its plateau and shape)
   // times the FlashAttention-2 paper's forward and backward ratios, on the device's own curve.
@@ -263,15 +295,16 @@ TEST_F(ComputeTest, TritonAttentionIsFlashAttention2SlowedByThePapersRatios) {
 
 // Published per-shape attention throughput on H100 SXM5 (bf16, TFLOP/s in the FlashAttention
 // convention, the benchmark's shapes: batch x seq = 16k, heads x head dim = 2048) at sequence
-// 512, 1k, 2k, 4k, 8k, 16k. FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608) Fig. 5
-// (forward, read from the bar labels of flash-attention's assets/flash3_fp16_fwd.png) and Fig. 6
-// (backward).
+// 512, 1k, 2k, 4k, 8k, 16k, for cuDNN, FlashAttention-2 and FlashAttention-3. FlashAttention-3
+// paper (Shah et al. 2024, arXiv 2407.08608) Fig. 5 (forward, read from the bar labels of
+// flash-attention's assets/flash3_fp16_fwd.png) and Fig. 6 (backward).
 struct PublishedSeries {
   AttentionKernel kernel;
   bool backward, causal;
   int head_dim;
   std::array<double, 6> tflops;
-  double from_seq = 0;  // checked from this sequence on (a stated gap of the model below it)
+  double from_seq = 0;      // checked from this sequence on (a stated gap of the model below it)
+  double tolerance = 0.07;  // of every bar checked
 };
 constexpr std::array<double, 6> kSeqs = {512, 1024, 2048, 4096, 8192, 16384};
 const PublishedSeries kFa3PaperH100[] = {
@@ -295,6 +328,20 @@ const PublishedSeries kFa3PaperH100[] = {
     // misses it by up to 17 % below 4k (a known gap; training shapes with hd 256 are long).
     {AttentionKernel::kFlash2, false, true, 256, {208, 251, 278, 293, 297, 298}, 4096},
     {AttentionKernel::kFlash2, true, false, 64, {198, 238, 264, 279, 287, 291}},
+    // FlashAttention-3 itself (the paper's own bars): hd 128 forward unmasked and causal,
+    // backward unmasked; hd 64 and 256 forward, hd 64 backward. Its hd 64 and 256 curves climb
+    // to their plateaus otherwise than hd 128's: below 2k (hd 64) and at 512 (hd 256) the scaled
+    // hd-128 curve is up to 21 % fast (a stated gap, as FlashAttention-2's at hd 256). Under a
+    // causal mask its hd-256 plateau is 0.85 of the unmasked one against 0.95 at hd 128, which
+    // one causal_plateau per kernel cannot hold: 8-14 % fast from 1k on (a stated gap).
+    {AttentionKernel::kFa3, false, false, 128, {467, 565, 625, 638, 646, 648}},
+    {AttentionKernel::kFa3, false, true, 128, {292, 423, 521, 579, 602, 616}},
+    {AttentionKernel::kFa3, true, false, 128, {316, 424, 501, 542, 559, 561}},
+    {AttentionKernel::kFa3, false, false, 64, {333, 392, 460, 476, 496, 497}, 2048},
+    {AttentionKernel::kFa3, false, true, 64, {197, 265, 371, 420, 460, 473}, 2048},
+    {AttentionKernel::kFa3, false, false, 256, {482, 639, 707, 736, 746, 756}, 1024},
+    {AttentionKernel::kFa3, false, true, 256, {286, 427, 537, 612, 628, 642}, 1024, 0.15},
+    {AttentionKernel::kFa3, true, false, 64, {272, 363, 422, 453, 472, 474}},
 };
 
 // The benchmark's rate: its FLOP count (causal halves the square) over the kernel's time, at the
@@ -318,8 +365,8 @@ double modelled_tflops(const DeviceSpec& dev, Profile prof, AttentionKernel k, b
 
 TEST_F(ComputeTest, H100AttentionFollowsThePublishedTablesBySequenceAndHeadDim) {
   // Each kernel's time against sequence length and head dim, forward and backward, masked and
-  // not, within 7 % of every published bar (the two-figure curves' worst fit error is 4.6 %;
-  // head dims 64 and 256 are scaled from head dim 128's curve).
+  // not, within 7 % of every published bar (the two-figure curves' worst fit error is 5.3 %;
+  // head dims 64 and 256 are scaled from head dim 128's curve), the stated gaps apart.
   const DeviceSpec& h100 = device_spec("H100-SXM");
   const Profile hp = default_profile(h100);
   for (const PublishedSeries& p : kFa3PaperH100)
@@ -327,7 +374,7 @@ TEST_F(ComputeTest, H100AttentionFollowsThePublishedTablesBySequenceAndHeadDim) 
       if (kSeqs[i] < p.from_seq) continue;
       const double got =
           modelled_tflops(h100, hp, p.kernel, p.backward, p.causal, p.head_dim, kSeqs[i]);
-      EXPECT_NEAR(got / p.tflops[i], 1.0, 0.07)
+      EXPECT_NEAR(got / p.tflops[i], 1.0, p.tolerance)
           << attention_kernel_name(p.kernel) << (p.backward ? " backward" : " forward")
           << (p.causal ? " causal" : " unmasked") << " hd " << p.head_dim << " seq " << kSeqs[i]
           << ": " << got << " vs published " << p.tflops[i];

@@ -494,6 +494,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.overlap_grad_reduce = false; },
       [](Plan& p) { p.micro_batch = 2; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },
+      [](Plan& p) { p.attention_kernel = AttentionKernel::kFa3; },  // bit 60
       [](Plan& p) { p.attention_unpad = true; },
       [](Plan& p) { p.loss_metric_passes = 2; },
       [](Plan& p) {

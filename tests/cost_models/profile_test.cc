@@ -114,6 +114,10 @@ Profile odd_profile() {
   p.cudnn_forward_efficiency = 0.58;
   p.cudnn_backward_efficiency = 0.44;
   p.attention_shape[static_cast<int>(AttentionKernel::kCudnn)][1] = {310, 650, 0.97, 0.8, 1.05};
+  p.fa3_forward_efficiency = 0.66;
+  p.fa3_backward_efficiency = 0.57;
+  p.attention_shape[Profile::attention_slot(AttentionKernel::kFa3)][0] = {190, 560, 0.96, 0.75,
+                                                                          1.15};
   p.nccl->net_overhead_s = 3e-6;
   p.nccl->hw_latency_s[NcclTuning::kNet][NcclTuning::kRing][NcclTuning::kSimple] = 17e-6;
   p.nccl->ll_max_bw[2] = 21e9;
@@ -149,7 +153,9 @@ void expect_same(const Profile& a, const Profile& b) {
   EXPECT_DOUBLE_EQ(a.expert_exchange_nvlink_efficiency, b.expert_exchange_nvlink_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_forward_efficiency, b.cudnn_forward_efficiency);
   EXPECT_DOUBLE_EQ(a.cudnn_backward_efficiency, b.cudnn_backward_efficiency);
-  for (int k = 0; k < 2; ++k)
+  EXPECT_DOUBLE_EQ(a.fa3_forward_efficiency, b.fa3_forward_efficiency);
+  EXPECT_DOUBLE_EQ(a.fa3_backward_efficiency, b.fa3_backward_efficiency);
+  for (int k = 0; k < 3; ++k)
     for (int pass = 0; pass < 2; ++pass) {
       const Profile::AttentionShape &x = a.attention_shape[k][pass],
                                     &y = b.attention_shape[k][pass];

@@ -249,6 +249,9 @@ TEST(DeepSpeedExport, RefusesWhatDeepSpeedCannotRun) {
           {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64, "offload": "activations"})",
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 4, "cp": 2, "zero": 1, "gbs": 64})", "plan.cp_comm_type"},
+          // Megatron-DeepSpeed has flash-attn 2 and its Triton kernel, no FlashAttention-3.
+          {"llama3-8b", 8, R"({"tp": 2, "dp": 4, "zero": 1, "gbs": 64, "attention_kernel": "fa3"})",
+           "plan.attention_kernel"},
           // An uneven split is refused naming the field that sets it.
           {"llama3-8b", 16, R"({"pp": 2, "dp": 8, "zero": 1, "gbs": 64, "stage_layers": [15, 17]})",
            "plan.stage_layers"},

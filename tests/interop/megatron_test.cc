@@ -368,6 +368,19 @@ TEST(MegatronExport, AcceptsTheTpPpDpRankOrder) {
   EXPECT_EQ(plain.find("--use-tp-pp-dp-mapping"), std::string::npos);
 }
 
+// FlashAttention-3 is Megatron's flash backend: Transformer Engine's FlashAttention runs it on
+// sm90 wherever flash-attn's hopper build is installed (TE@d0067d0 dot_product_attention/utils.py
+// L540-579); the arguments cannot tell it from FlashAttention-2.
+TEST(MegatronExport, FlashAttention3IsTheFlashBackend) {
+  const Model m = model_preset("llama3-8b");
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.attention_kernel = AttentionKernel::kFa3;
+  const std::string args = export_megatron(m, load_cluster("dgx-h100", 8), p).files[0].text;
+  EXPECT_NE(args.find("--attention-backend flash"), std::string::npos) << args;
+}
+
 // Round trips: export, then import of both files; the same model (but its name) and plan.
 std::vector<Case> round_trip_cases() {
   auto plan = [](Json j) { return j; };

@@ -531,6 +531,8 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            "plan.flash_attention"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "attention_kernel": "triton"})",
            "plan.attention_kernel"},
+          {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "attention_kernel": "fa3"})",
+           "plan.attention_kernel"},
           // Without torch.compile torchtitan's loss runs eagerly (components/loss.py).
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "fused_kernels": false})",
            "plan.eager_loss"},
