@@ -605,10 +605,12 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
     // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
     const bool tiled = p.tiled_loss && !p.eager_loss;
-    price.forward += edge.head_forward + memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) *
-                                                               static_cast<double>(T) * m.vocab / t);
-    price.backward += edge.head_backward + memory_time(d, f, ((tiled ? eb : 4) + eb) *
-                                                                 static_cast<double>(T) * m.vocab / t);
+    price.forward +=
+        edge.head_forward +
+        memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * m.vocab / t);
+    price.backward +=
+        edge.head_backward +
+        memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * m.vocab / t);
     if (p.eager_loss) {
       // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
       // its own ((eb + 4) bytes a logit), and the max and the log-softmax reading fp32 (4 - eb

@@ -377,8 +377,8 @@ bool Executor::Impl::run_typed_norm(const Op& op) {
   if (prog.buffers[out].dtype != Dtype::kBf16 || ptr_[out] == nullptr) return false;
   const bool ln = model.norm == Norm::kLayerNorm;
   if (!backward(op)) {
-    be.norm_forward_bf16(model.norm, u(out), u(op.reads[0]), u(w), ln ? u(w) + cols : nullptr,
-                         rows, cols, norm_eps);
+    be.norm_forward_bf16(model.norm, u(out), u(op.reads[0]), u(w), ln ? u(w) + cols : nullptr, rows,
+                         cols, norm_eps);
     return true;
   }
   const int dw = op.writes.at(1);

@@ -45,9 +45,9 @@ int64_t sequence_block(int64_t seq) { return std::max<int64_t>(1, kBlockRows / s
 }  // namespace
 
 void CpuBackend::norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, float* dbias,
-                                    const uint16_t* dout, const uint16_t* x,
-                                    const uint16_t* weight, const uint16_t* dresidual,
-                                    int64_t rows, int64_t cols, float eps) {
+                                    const uint16_t* dout, const uint16_t* x, const uint16_t* weight,
+                                    const uint16_t* dresidual, int64_t rows, int64_t cols,
+                                    float eps) {
   Wide w, wd, wx, wr;
   const float* wf = w.get(weight, cols);
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
@@ -129,11 +129,10 @@ void CpuBackend::rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, i
   }
 }
 
-void CpuBackend::embedding_forward_bf16(uint16_t* out, const int32_t* tokens,
-                                        const uint16_t* table, int64_t vocab_start,
-                                        int64_t vocab_rows, const uint16_t* pos,
-                                        int64_t pos_offset, int64_t rows, int64_t seq,
-                                        int64_t cols) {
+void CpuBackend::embedding_forward_bf16(uint16_t* out, const int32_t* tokens, const uint16_t* table,
+                                        int64_t vocab_start, int64_t vocab_rows,
+                                        const uint16_t* pos, int64_t pos_offset, int64_t rows,
+                                        int64_t seq, int64_t cols) {
   // Each output row is one table row plus one position row: widened row by row (the table is
   // never widened whole), added in fp32 as embedding_forward does, rounded once.
   std::vector<float> o(static_cast<size_t>(cols));
@@ -159,8 +158,8 @@ void CpuBackend::embedding_backward_bf16(float* dtable, float* dpos, const uint1
   Wide wd;
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t nr = std::min(block, rows - r0);
-    embedding_backward(dtable, dpos, wd.get(dout + r0 * cols, nr * cols), tokens + r0,
-                       vocab_start, vocab_rows, pos_offset, nr, seq, cols);
+    embedding_backward(dtable, dpos, wd.get(dout + r0 * cols, nr * cols), tokens + r0, vocab_start,
+                       vocab_rows, pos_offset, nr, seq, cols);
   }
 }
 

@@ -56,9 +56,10 @@ void CudaBackend::norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, fl
                                      const uint16_t* dout, const uint16_t* x,
                                      const uint16_t* weight, const uint16_t* dresidual,
                                      int64_t rows, int64_t cols, float eps) {
-  auto* s = static_cast<float*>(scratch(sizeof(float) * cuda::norm_backward_bf16_scratch(rows, cols)));
-  cuda::norm_backward_bf16(kind == Norm::kLayerNorm, dx, dweight, dbias, dout, x, weight,
-                           dresidual, rows, cols, eps, s, stream_);
+  auto* s =
+      static_cast<float*>(scratch(sizeof(float) * cuda::norm_backward_bf16_scratch(rows, cols)));
+  cuda::norm_backward_bf16(kind == Norm::kLayerNorm, dx, dweight, dbias, dout, x, weight, dresidual,
+                           rows, cols, eps, s, stream_);
 }
 
 void CudaBackend::activation_forward_bf16(Activation kind, uint16_t* out, const uint16_t* in,

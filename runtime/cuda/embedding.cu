@@ -53,9 +53,9 @@ __global__ void embedding_pos_grad_kernel(float* dpos, const T* dout, int64_t po
 }
 
 template <typename T>
-void forward(T* out, const int32_t* tokens, const T* table, int64_t vocab_start,
-             int64_t vocab_rows, const T* pos, int64_t pos_offset, int64_t rows, int64_t seq,
-             int64_t cols, cudaStream_t s) {
+void forward(T* out, const int32_t* tokens, const T* table, int64_t vocab_start, int64_t vocab_rows,
+             const T* pos, int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols,
+             cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   embedding_forward_kernel<T><<<grid_for(rows * cols), kThreads, 0, s>>>(
       out, tokens, table, vocab_start, vocab_rows, pos, pos_offset, rows, seq, cols);
@@ -63,9 +63,9 @@ void forward(T* out, const int32_t* tokens, const T* table, int64_t vocab_start,
 }
 
 template <typename T>
-void backward(float* dtable, float* dpos, const T* dout, const int32_t* tokens,
-              int64_t vocab_start, int64_t vocab_rows, int64_t pos_offset, int64_t rows,
-              int64_t seq, int64_t cols, cudaStream_t s) {
+void backward(float* dtable, float* dpos, const T* dout, const int32_t* tokens, int64_t vocab_start,
+              int64_t vocab_rows, int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols,
+              cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   if (dtable != nullptr) {
     embedding_table_grad_kernel<T><<<grid_for(rows * cols), kThreads, 0, s>>>(

@@ -218,8 +218,8 @@ TEST(Liveness, TiledLossHoldsNoFp32Logits) {
       EXPECT_FALSE(b.dtype == Dtype::kFp32 && b.elements() >= logits) << b.name;
   bool fused_has_one = false;  // (the fused loss's softmax is one)
   for (const Buffer& b : fused_prog.buffers)
-    fused_has_one |= b.cls == BufferClass::kActivation && b.dtype == Dtype::kFp32 &&
-                     b.elements() >= logits;
+    fused_has_one |=
+        b.cls == BufferClass::kActivation && b.dtype == Dtype::kFp32 && b.elements() >= logits;
   EXPECT_TRUE(fused_has_one);
   auto during = [](const Program& prog, const Liveness& l, Phase phase) {
     for (const Op& o : prog.ops)

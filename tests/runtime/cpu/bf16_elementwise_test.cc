@@ -94,8 +94,7 @@ TEST(Bf16Elementwise, SwigluForwardAndBackwardAgainstDouble) {
   const auto x = random_bf16(kRows * 2 * kCols, 3, -4, 4), d = random_bf16(kRows * kCols, 4);
   std::vector<uint16_t> out(kRows * kCols), din(x.size());
   cpu().activation_forward_bf16(Activation::kSwiglu, out.data(), x.data(), kRows, kCols);
-  cpu().activation_backward_bf16(Activation::kSwiglu, din.data(), d.data(), x.data(), kRows,
-                                 kCols);
+  cpu().activation_backward_bf16(Activation::kSwiglu, din.data(), d.data(), x.data(), kRows, kCols);
   std::vector<double> ro(out.size()), rd(din.size());
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < kCols; ++c) {

@@ -568,8 +568,8 @@ TEST_F(CudaLowp, TypedEntriesEqualTheCpuBackends) {
     for (uint16_t w : want) scale = std::max(scale, std::abs(double{bf16_to_fp32(w)}));
     for (size_t i = 0; i < want.size() && bad < 5; ++i) {
       const double a = bf16_to_fp32(got[i]), b = bf16_to_fp32(want[i]);
-      if (!(std::abs(a - b) <= 2 * kHalfUlpBf16 * std::max(std::abs(a), std::abs(b)) +
-                                    64 * kU * scale)) {
+      if (!(std::abs(a - b) <=
+            2 * kHalfUlpBf16 * std::max(std::abs(a), std::abs(b)) + 64 * kU * scale)) {
         ADD_FAILURE() << what << "[" << i << "]: cuda " << a << ", cpu " << b;
         ++bad;
       }
@@ -625,8 +625,8 @@ TEST_F(CudaLowp, TypedEntriesEqualTheCpuBackends) {
       uint16_t* dx = up(std::vector<uint16_t>(rows * cols));
       float* dw = up(std::vector<float>(cols, 0.0f));
       float* db = up(std::vector<float>(cols, 0.0f));
-      dev().norm_backward_bf16(k, dx, dw, ln ? db : nullptr, up(d), up(y), up(w), up(y), rows,
-                               cols, 1e-5f);
+      dev().norm_backward_bf16(k, dx, dw, ln ? db : nullptr, up(d), up(y), up(w), up(y), rows, cols,
+                               1e-5f);
       near_all(down(dx, want.size()), want, "norm backward");
       const auto g = down(dw, cols);
       double scale = 0;
