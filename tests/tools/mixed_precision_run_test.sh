@@ -27,7 +27,7 @@ for r in j["ranks"]:
     else:
         print("ok   rank %d: measured peak = liveness prediction = %d bytes" %
               (r["rank"], r["peak_bytes"]), file=sys.stderr)
-print(max(r["peak_bytes"] for r in j["ranks"]))
+print(int(max(r["peak_bytes"] for r in j["ranks"])))
 sys.exit(1 if fails else 0)
 '
 peaks=()
