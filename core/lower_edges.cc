@@ -74,7 +74,9 @@ void Lowerer::head_forward(int x, int mb) {
   elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 2 * eb_ * Tn_ * h_, {x, w[kFnorm]},
               {hs.xf});
   int in = tp_gather_in(-1, hs.xf, T_);
-  int logits = ws(-1, "logits", {T_, vocab_t_});
+  // The tiled loss (plan.tiled_loss) reads the logits again in its backward: saved, as the
+  // fused loss's softmax is.
+  int logits = tiled_loss() ? act(-1, "logits", {T_, vocab_t_}) : ws(-1, "logits", {T_, vocab_t_});
   role(OpRole::kHead, gemm(-1, "head", T_, vocab_t_, h_, 1, {in, head}, {logits}));
   hs.logits = logits;
   cross_entropy_forward(logits, mb);
@@ -87,7 +89,8 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
   EdgeSaved& hs = head_saved_[mb];
   hs.labels = role(BufferRole::kLabels, buffer(name(-1, "labels", mb), {p_.micro_batch, Sl_},
                                                Dtype::kFp32, BufferClass::kActivation));
-  hs.probs = act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
+  // The vocab-tiled loss (plan.tiled_loss) keeps no softmax: its backward reads the logits.
+  hs.probs = tiled_loss() ? -1 : act(-1, "softmax", {T_, vocab_t_}, Dtype::kFp32);
   hs.row_max = act(-1, "ce.max", {T_}, Dtype::kFp32);
   const int row_max = hs.row_max;
   const double elements = double(T_) * vocab_t_;
@@ -116,6 +119,9 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
   int loss = p_.eager_loss
                  ? elementwise(OpKind::kCrossEntropy, -1, "xent", elements, xent_bytes,
                                {logits, hs.labels, row_max, bf16_logits}, {hs.probs, hs.sums})
+             : tiled_loss()  // the sums from the logits in their dtype, nothing logits-sized out
+                 ? elementwise(OpKind::kCrossEntropy, -1, "xent", elements, in_bytes * elements,
+                               {logits, hs.labels, row_max}, {hs.sums})
                  : elementwise(OpKind::kCrossEntropy, -1, "xent", elements, xent_bytes,
                                {logits, hs.labels, row_max}, {hs.probs, hs.sums});
   if (t_ > 1)
@@ -182,6 +188,9 @@ int Lowerer::head_backward(int mb) {
     }
     elementwise(OpKind::kCrossEntropy, -1, "xent.downcast", elements, (4 + eb_) * elements,
                 {dlogits32}, {dlogits});
+  } else if (tiled_loss()) {  // the gradient from the saved logits, in their dtype
+    elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 2 * eb_ * elements,
+                {hs.logits, hs.labels, hs.sums, hs.row_max}, {dlogits});
   } else {
     elementwise(OpKind::kCrossEntropy, -1, "xent", elements, (4 + eb_) * elements,
                 {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});

@@ -107,6 +107,7 @@ std::string plan_compact(const Plan& p) {
   }
   if (p.repeat_kv) s += " repeat-kv";
   if (p.eager_loss) s += " eager-loss";
+  if (p.tiled_loss && !p.eager_loss) s += " tiled-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
   if (p.offload.optimizer && p.cpu_optimizer != CpuOptimizer::kDeepSpeed)
@@ -585,6 +586,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "cuda_graphs",
                 "torch_compile",
                 "eager_loss",
+                "tiled_loss",
                 "optimizer_impl",
                 "cpu_optimizer",
                 "nan_check",
@@ -711,6 +713,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.cuda_graphs = parse_cuda_graphs(r.string_or("cuda_graphs", "none"), r.field("cuda_graphs"));
   p.torch_compile = r.boolean_or("torch_compile", false);
   p.eager_loss = r.boolean_or("eager_loss", false);
+  p.tiled_loss = r.boolean_or("tiled_loss", false);
   p.optimizer_impl =
       parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
   p.cpu_optimizer =
@@ -808,6 +811,7 @@ Json plan_to_json(const Plan& p) {
   if (p.cuda_graphs != CudaGraphs::kNone) j["cuda_graphs"] = cuda_graphs_name(p.cuda_graphs);
   if (p.torch_compile) j["torch_compile"] = true;
   if (p.eager_loss) j["eager_loss"] = true;
+  if (p.tiled_loss) j["tiled_loss"] = true;
   if (p.optimizer_impl != OptimizerImpl::kFused)
     j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
   if (p.cpu_optimizer != CpuOptimizer::kDeepSpeed)

@@ -366,6 +366,13 @@ struct Plan {
   // VocabParallelCrossEntropy): the upcast copy, the log-softmax output and, in the backward, the
   // NLL gradient and the log-softmax gradient are each a logits-sized fp32 tensor.
   bool eager_loss = false;
+  // The loss as a vocab-tiled fused kernel on the logits in their own dtype (llm.c's
+  // fused_classifier, Liger's and Transformer Engine's cross-entropy kernels; parasol's runtime:
+  // runtime/cpu/tiled_xent.h, runtime/cuda/xent_tiled.cu): the row maximum and the sums read the
+  // logits, the backward reads them again and writes their gradient in their dtype; no
+  // logits-sized fp32 tensor (Megatron's fused loss keeps its fp32 softmax for the backward).
+  // Ignored under eager_loss.
+  bool tiled_loss = false;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   CpuOptimizer cpu_optimizer = CpuOptimizer::kDeepSpeed;  // under optimizer offload
   bool nan_check = true;

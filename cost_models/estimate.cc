@@ -536,7 +536,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   // switches, price_flags' bits 0-28, then the stage's edges and the eager loss above them).
   const int64_t flags = price_flags(p) | (stage == 0 ? int64_t{1} << 32 : 0) |
                         (stage == p.pp - 1 ? int64_t{1} << 33 : 0) |
-                        (p.eager_loss ? int64_t{1} << 34 : 0);
+                        (p.eager_loss ? int64_t{1} << 34 : 0) |
+                        (p.tiled_loss && !p.eager_loss ? int64_t{1} << 62 : 0);
   const int64_t counts =
       (int64_t{count[0]} << 48) | (int64_t{count[1]} << 32) | (int64_t{count[2]} << 16) | count[3];
   const StageKey key{placement(p, 400),
@@ -603,10 +604,15 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     edge.head_forward = gemm_time(d, f, head, T, m.vocab / t, m.hidden);
     edge.head_backward = gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
                          gemm_time(d, f, head, m.hidden, m.vocab / t, T);
+    // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
+    // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
+    const bool tiled = p.tiled_loss && !p.eager_loss;
     price.forward +=
-        edge.head_forward + memory_time(d, f, (eb + 4 * 2) * static_cast<double>(T) * m.vocab / t);
+        edge.head_forward +
+        memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * m.vocab / t);
     price.backward +=
-        edge.head_backward + memory_time(d, f, (4 + eb) * static_cast<double>(T) * m.vocab / t);
+        edge.head_backward +
+        memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * m.vocab / t);
     if (p.eager_loss) {
       // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
       // its own ((eb + 4) bytes a logit), and the max and the log-softmax reading fp32 (4 - eb

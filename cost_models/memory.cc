@@ -429,7 +429,8 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // micro-batch's head backward right after its forward.
     const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
     const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
-    const double softmax = 4 * tokens * vocab_t;
+    // (The vocab-tiled loss, plan.tiled_loss, keeps the logits instead: eb bytes a logit.)
+    const double softmax = (p.tiled_loss && !p.eager_loss ? eb : 4) * tokens * vocab_t;
     mb.activations += heads * head + (heads - 1) * softmax;
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
@@ -500,7 +501,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // log-softmax output, the NLL gradient and the log-softmax gradient; four under TP (PyTorch's
   // loss_parallel computes (nll gradient + exp(log-softmax)) * grad_output with all alive).
   const double eager_bytes = p.tp > 1 ? 16 : 12;
-  const double loss = last ? (p.eager_loss ? eager_bytes : eb + 4) * tokens * vocab_t : 0;
+  // The vocab-tiled loss (plan.tiled_loss) holds the logits and their gradient, both in eb.
+  const double fused_bytes = p.tiled_loss ? 2 * eb : eb + 4;
+  const double loss = last ? (p.eager_loss ? eager_bytes : fused_bytes) * tokens * vocab_t : 0;
   // Offloaded parameters: under ZeRO-3 the host keeps this rank's shard, copied in and gathered
   // as the reshard policy says (below); without it the stage's weights, streamed per layer: the
   // layer in use and the one prefetched (core/lower_buckets.cc acquire), none at the loss.

@@ -379,6 +379,10 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (p.eager_loss)
     r.add("plan.eager_loss",
           "Megatron-LM's loss is its vocab-parallel cross-entropy, not eager F.cross_entropy");
+  if (p.tiled_loss && !p.eager_loss)
+    r.add("plan.tiled_loss",
+          "Megatron-LM's vocab-parallel cross-entropy keeps its fp32 softmax for the backward; "
+          "the vocab-tiled loss is parasol's runtime's");
   if (m.is_moe()) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");

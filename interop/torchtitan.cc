@@ -428,6 +428,8 @@ void check_expressible(const Model& model, const Plan& p, Refusals& r) {
     r.add("plan.eager_loss",
           "torchtitan compiles its loss only with the model (compile.enable, plan.fused_kernels); "
           "without compile the loss runs eagerly (set eager_loss)");
+  if (p.tiled_loss && !p.eager_loss)
+    r.add("plan.tiled_loss", "torchtitan's loss is F.cross_entropy, not a vocab-tiled kernel");
   if (!p.flash_attention)
     r.add("plan.flash_attention", "torchtitan's attention is SDPA's fused kernel");
   else if (p.attention_kernel == AttentionKernel::kTriton ||

@@ -108,6 +108,36 @@ void Backend::norm_forward_bf16(Norm, uint16_t*, const uint16_t*, const uint16_t
                                 int64_t, int64_t, float) {
   no_bf16(name(), "norm_forward_bf16");
 }
+void Backend::norm_backward_bf16(Norm, uint16_t*, float*, float*, const uint16_t*, const uint16_t*,
+                                 const uint16_t*, const uint16_t*, int64_t, int64_t, float) {
+  no_bf16(name(), "norm_backward_bf16");
+}
+void Backend::activation_forward_bf16(Activation, uint16_t*, const uint16_t*, int64_t, int64_t) {
+  no_bf16(name(), "activation_forward_bf16");
+}
+void Backend::activation_backward_bf16(Activation, uint16_t*, const uint16_t*, const uint16_t*,
+                                       int64_t, int64_t) {
+  no_bf16(name(), "activation_backward_bf16");
+}
+void Backend::residual_forward_bf16(uint16_t*, const uint16_t*, const uint16_t*, const uint16_t*,
+                                    int64_t, int64_t) {
+  no_bf16(name(), "residual_forward_bf16");
+}
+void Backend::residual_backward_bf16(uint16_t*, float*, const uint16_t*, int64_t, int64_t) {
+  no_bf16(name(), "residual_backward_bf16");
+}
+void Backend::rope_bf16(uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                        bool) {
+  no_bf16(name(), "rope_bf16");
+}
+void Backend::embedding_forward_bf16(uint16_t*, const int32_t*, const uint16_t*, int64_t, int64_t,
+                                     const uint16_t*, int64_t, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "embedding_forward_bf16");
+}
+void Backend::embedding_backward_bf16(float*, float*, const uint16_t*, const int32_t*, int64_t,
+                                      int64_t, int64_t, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "embedding_backward_bf16");
+}
 
 MemoryStats Backend::host_memory() const {
   std::lock_guard<std::mutex> lock(mu_);

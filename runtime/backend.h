@@ -362,6 +362,54 @@ class Backend {
   virtual void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x,
                                  const uint16_t* weight, const uint16_t* bias, int64_t rows,
                                  int64_t cols, float eps);
+  // norm_backward on bf16 dout, x, weight and dresidual (nullable; dx may alias it); dweight and
+  // dbias fp32 (+=, the parameters' gradients).
+  virtual void norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, float* dbias,
+                                  const uint16_t* dout, const uint16_t* x, const uint16_t* weight,
+                                  const uint16_t* dresidual, int64_t rows, int64_t cols, float eps);
+  // activation_forward / activation_backward on bf16 (in place as theirs).
+  virtual void activation_forward_bf16(Activation kind, uint16_t* out, const uint16_t* in,
+                                       int64_t rows, int64_t cols);
+  virtual void activation_backward_bf16(Activation kind, uint16_t* din, const uint16_t* dout,
+                                        const uint16_t* in, int64_t rows, int64_t cols);
+  // residual_forward / residual_backward without dropout (no mask): out = x + (y + bias);
+  // dy = dout, dbias (fp32, nullable) += its column sums. In place allowed.
+  virtual void residual_forward_bf16(uint16_t* out, const uint16_t* x, const uint16_t* y,
+                                     const uint16_t* bias, int64_t rows, int64_t cols);
+  virtual void residual_backward_bf16(uint16_t* dy, float* dbias, const uint16_t* dout,
+                                      int64_t rows, int64_t cols);
+  // rope on bf16 in place: each rotated pair computed in fp32 from the stored values and rounded
+  // once.
+  virtual void rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+                         int64_t heads, int64_t head_dim, double theta, bool inverse);
+  // embedding_forward from a bf16 table (and positions) into bf16 out; embedding_backward from
+  // bf16 dout into fp32 dtable and dpos (+=).
+  virtual void embedding_forward_bf16(uint16_t* out, const int32_t* tokens, const uint16_t* table,
+                                      int64_t vocab_start, int64_t vocab_rows, const uint16_t* pos,
+                                      int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols);
+  virtual void embedding_backward_bf16(float* dtable, float* dpos, const uint16_t* dout,
+                                       const int32_t* tokens, int64_t vocab_start,
+                                       int64_t vocab_rows, int64_t pos_offset, int64_t rows,
+                                       int64_t seq, int64_t cols);
+
+  // ---- The vocab-tiled loss (plan.tiled_loss; runtime/cpu/tiled_xent.h): the cross-entropy's
+  // pieces read straight from the logits in their storage dtype (kFp32 or kBf16; another throws
+  // parasol::Error), in tiles of the vocabulary, fp32 statistics; no fp32 copy of the logits or
+  // their probabilities is made. Contracts as the xent_* entries above.
+  // row_max[r] = max over this shard's logits of row r.
+  virtual void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                              int64_t vocab) = 0;
+  // sum_exp[r] = sum_v exp(logits[r][v] - row_max[r]) with row_max[r] >= every logit of the row
+  // (this shard's or the global maximum); target[r] as xent_target.
+  virtual void xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                               const float* row_max, const int32_t* labels, int64_t rows,
+                               int64_t vocab, int64_t vocab_start) = 0;
+  // dlogits = dloss * (exp(logits - row_max) / sum_exp - onehot(label)) per row (0 for ignored
+  // rows), written in `dtype`; in place (dlogits == logits) allowed.
+  virtual void xent_backward_typed(void* dlogits, const void* logits, Dtype dtype,
+                                   const float* row_max, const float* sum_exp,
+                                   const int32_t* labels, int64_t rows, int64_t vocab,
+                                   int64_t vocab_start, float dloss) = 0;
 
   // ---- Optimizer (OpKind::kAdamW, kGradNorm, kCast).
 

@@ -90,6 +90,9 @@ void Executor::Impl::check_supported() const {
     unsupported("plan.sp", "sequence parallelism with expert parallelism is not run yet");
   if (p.ep > 1 && expert_grid(p) && p.expert_tp() > 1)
     unsupported("plan.etp", "an expert grid with etp > 1 and ep > 1 is not run yet");
+  if (p.tiled_loss && !p.eager_loss && p.precision != Dtype::kFp32 && p.precision != Dtype::kBf16)
+    unsupported("plan.tiled_loss", "the vocab-tiled loss reads fp32 or bf16 logits, not " +
+                                       std::string(dtype_name(p.precision)));
   if (p.eager_loss)
     unsupported("plan.eager_loss",
                 "the runtime runs the fused vocab-parallel loss; the eager loss's fp32 copies are "

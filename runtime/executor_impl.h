@@ -102,14 +102,22 @@ struct Executor::Impl {
   // Mixed precision: the kernels compute in fp32; run_widened gives run_compute fp32 views of
   // op's bf16 / fp16 buffers (Backend::alloc_widened) and rounds what it wrote back.
   void run_widened(const Op& op);
-  // The ops with a typed bf16 entry of the Backend (linear forward, data and weight gradients,
-  // norm forward); run_typed runs op on it when the backend has the entries and every buffer of op
-  // is bf16 (true), else leaves it to the widening path (false).
+  // The ops with a typed bf16 entry of the Backend (linear GEMMs but the router's, norms,
+  // activations, unmasked residual adds and sums, embedding; RoPE inside the QKV GEMMs);
+  // run_typed runs op on it when the backend has the entries and every buffer of op has the
+  // entry's dtype (true), else leaves it to the widening path (false).
   static bool typed_kind(const Op& op);
   bool run_typed(const Op& op);
+  bool run_typed_norm(const Op& op);
+  bool run_typed_linear(const Op& op);
+  void rotate_qk_bf16(int qkv, bool inverse);
   void run_compute(const Op& op);
   void run_embedding(const Op& op);      // token (and learned position) embedding
   void run_cross_entropy(const Op& op);  // vocabulary-parallel cross-entropy and the loss
+  void run_tiled_loss(const Op& op);     // the same under plan.tiled_loss, on the stored dtype
+  void add_losses(const float* dev_loss, const int32_t* labels);  // into result
+  void inject_inf(void* p, Dtype dt);
+  bool tiled_loss() const { return plan.tiled_loss && !plan.eager_loss; }
   void run_norm(const Op& op);           // LayerNorm / RMSNorm
   void run_activation(const Op& op);     // GELU / SwiGLU
   void run_residual(const Op& op);       // residual adds and the kResidualAdd rearrangements

@@ -118,6 +118,16 @@ void Executor::Impl::rotate_qk(int qkv, bool inverse) {
   be.rope(fptr(qkv) + q_heads * hd, ld, T, Sl, pos, kv_heads, hd, model.rope_theta, inverse);
 }
 
+// rotate_qk on the bf16 QKV buffer (Backend::rope_bf16).
+void Executor::Impl::rotate_qk_bf16(int qkv, bool inverse) {
+  const int64_t hd = model.head_dim, q_heads = model.heads / tp, kv_heads = model.kv_heads / tp;
+  const int64_t ld = (q_heads + 2 * kv_heads) * hd;
+  const int64_t pos = int64_t{cp_idx} * Sl;
+  auto* x = static_cast<uint16_t*>(ptr_[qkv]);
+  be.rope_bf16(x, ld, T, Sl, pos, q_heads, hd, model.rope_theta, inverse);
+  be.rope_bf16(x + q_heads * hd, ld, T, Sl, pos, kv_heads, hd, model.rope_theta, inverse);
+}
+
 int64_t Executor::Impl::routed_row0(int64_t buffer_rows, int64_t rows) const {
   const bool slice = expert_grid(plan) && tp > 1 && !(plan.sequence_parallel && tp > 1);
   return slice && buffer_rows > rows ? int64_t{tp_idx} * rows : 0;
@@ -211,6 +221,8 @@ void Executor::Impl::mla_unpack(const Op& op) {
 // product and sum inside a kernel accumulates in fp32 (a GPU's bf16 GEMM with fp32
 // accumulation). Buffers an op writes are widened too: some kernels accumulate into them.
 void Executor::Impl::run_widened(const Op& op) {
+  // The vocab-tiled loss reads and writes the logits in their dtype itself.
+  if (op.kind == OpKind::kCrossEntropy && tiled_loss()) return run_compute(op);
   if (cfg->typed_bf16 && be.bf16_kernels() && run_typed(op)) {
     ++result->typed_bf16_ops;
     return;
@@ -262,20 +274,126 @@ void Executor::Impl::run_widened(const Op& op) {
 }
 
 bool Executor::Impl::typed_kind(const Op& op) {
-  if (op.kind == OpKind::kNorm) return !backward(op);
-  if (op.kind != OpKind::kLinear) return false;
-  return op.role != OpRole::kRouterDw;
+  switch (op.kind) {
+    case OpKind::kNorm:
+    case OpKind::kEmbedding:
+      return true;
+    case OpKind::kActivation:  // experts' biases are not executed (run_activation)
+      return op.writes.size() == 1;
+    case OpKind::kResidualAdd:  // the plain adds without a dropout mask, and sums
+      if (op.role == OpRole::kSum) return true;
+      if (op.role != OpRole::kNone) return false;  // fold, MLA's pack and unpack
+      return backward(op) ? op.reads.size() == 1 : op.writes.size() == 1;
+    case OpKind::kLinear:
+      return op.role != OpRole::kRouterDw && op.role != OpRole::kRouter;
+    default:
+      return false;
+  }
 }
 
-// The typed bf16 path (Backend's bf16 entries, backend.h): the same operands as run_norm and
-// run_linear, as bf16. Left to the widening path: MLA's partial norm, the router's GEMMs (its
-// routed rows), and the QKV forward and data-gradient GEMMs of rotary models (RoPE runs on the
-// fp32 view in place).
+// The typed bf16 path (Backend's bf16 entries, backend.h): the same operands as run_norm,
+// run_linear, run_activation, run_residual and run_embedding, as bf16 (the parameters' gradients
+// fp32, or bf16 for a GEMM's dW under a bf16 gradient dtype; token ids int32). RoPE of rotary
+// models runs on the bf16 QKV in place (rope_bf16) after the QKV GEMM and before its data
+// gradient. Left to the widening path: MLA's partial norm, the router's GEMMs (its routed rows),
+// masked residual adds (dropout), the fold and MLA's packing, and any op with another dtype.
 bool Executor::Impl::run_typed(const Op& op) {
   if (!typed_kind(op)) return false;
+  auto is = [&](int id, Dtype dt) { return prog.buffers[id].dtype == dt && ptr_[id] != nullptr; };
+  auto all_bf16 = [&](const std::vector<int>& ids, size_t from = 0) {
+    for (size_t i = from; i < ids.size(); ++i)
+      if (!is(ids[i], Dtype::kBf16)) return false;
+    return true;
+  };
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
+  auto f = [&](int id) { return static_cast<float*>(ptr_[id]); };
+  switch (op.kind) {
+    case OpKind::kNorm:
+      return run_typed_norm(op);
+    case OpKind::kEmbedding: {
+      const auto* tokens = static_cast<const int32_t*>(ptr(op.reads.at(backward(op) ? 1 : 0)));
+      if (!backward(op)) {
+        if (!all_bf16(op.reads, 1) || !all_bf16(op.writes)) return false;
+        const uint16_t* pos = op.reads.size() > 2 && tp_idx == 0 ? u(op.reads[2]) : nullptr;
+        be.embedding_forward_bf16(u(op.writes[0]), tokens, u(op.reads[1]), vocab_start, vocab_t,
+                                  pos, int64_t{cp_idx} * Sl, T, Sl, h);
+        return true;
+      }
+      if (!is(op.reads[0], Dtype::kBf16)) return false;
+      for (int w : op.writes)
+        if (!is(w, Dtype::kFp32)) return false;
+      be.embedding_backward_bf16(f(op.writes[0]), op.writes.size() > 1 ? f(op.writes[1]) : nullptr,
+                                 u(op.reads[0]), tokens, vocab_start, vocab_t, int64_t{cp_idx} * Sl,
+                                 T, Sl, h);
+      return true;
+    }
+    case OpKind::kActivation: {
+      if (!all_bf16(op.reads) || !all_bf16(op.writes)) return false;
+      if (!backward(op)) {
+        const int out = op.writes[0];
+        be.activation_forward_bf16(model.activation, u(out), u(op.reads[0]), rows_of(out),
+                                   cols_of(out));
+        return true;
+      }
+      const int din = op.writes[0];
+      const int64_t cols = cols_of(din) / (model.activation == Activation::kSwiglu ? 2 : 1);
+      be.activation_backward_bf16(model.activation, u(din), u(op.reads[1]), u(op.reads[0]),
+                                  rows_of(din), cols);
+      return true;
+    }
+    case OpKind::kResidualAdd: {
+      if (!all_bf16(op.reads)) return false;
+      if (op.role == OpRole::kSum || !backward(op)) {
+        if (!all_bf16(op.writes)) return false;
+        const int out = op.writes[0];
+        const bool sum = op.role == OpRole::kSum;
+        const uint16_t* x = sum || op.reads.size() > 1 ? u(op.reads[0]) : nullptr;
+        const uint16_t* y = sum || op.reads.size() > 1 ? u(op.reads[1]) : u(op.reads[0]);
+        const uint16_t* bias = !sum && op.reads.size() > 2 ? u(op.reads[2]) : nullptr;
+        be.residual_forward_bf16(u(out), x, y, bias, rows_of(out), cols_of(out));
+        return true;
+      }
+      const int dy = op.writes[0];
+      if (!is(dy, Dtype::kBf16) || (op.writes.size() > 1 && !is(op.writes[1], Dtype::kFp32)))
+        return false;
+      be.residual_backward_bf16(u(dy), op.writes.size() > 1 ? f(op.writes[1]) : nullptr,
+                                u(op.reads[0]), rows_of(dy), cols_of(dy));
+      return true;
+    }
+    default:
+      return run_typed_linear(op);
+  }
+}
+
+// Forward reads {x, w} writes {y}; backward reads {x, dy[, dres], w} writes {dx, dw} (dw fp32).
+bool Executor::Impl::run_typed_norm(const Op& op) {
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
+  const int w = op.reads.back();
+  const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
+  if (cols_of(w) < cols) return false;  // MLA's partial norm
+  for (int id : op.reads)
+    if (prog.buffers[id].dtype != Dtype::kBf16 || ptr_[id] == nullptr) return false;
+  const int out = op.writes.at(0);
+  if (prog.buffers[out].dtype != Dtype::kBf16 || ptr_[out] == nullptr) return false;
+  const bool ln = model.norm == Norm::kLayerNorm;
+  if (!backward(op)) {
+    be.norm_forward_bf16(model.norm, u(out), u(op.reads[0]), u(w), ln ? u(w) + cols : nullptr, rows,
+                         cols, norm_eps);
+    return true;
+  }
+  const int dw = op.writes.at(1);
+  if (prog.buffers[dw].dtype != Dtype::kFp32 || ptr_[dw] == nullptr) return false;
+  float* g = static_cast<float*>(ptr_[dw]);
+  const uint16_t* dres = op.reads.size() == 4 ? u(op.reads[2]) : nullptr;
+  be.norm_backward_bf16(model.norm, u(out), g, ln ? g + cols : nullptr, u(op.reads[1]),
+                        u(op.reads[0]), u(w), dres, rows, cols, norm_eps);
+  return true;
+}
+
+bool Executor::Impl::run_typed_linear(const Op& op) {
   // Every buffer bf16; a weight gradient's dW may be fp32 (the plan's gradient dtype), its bias
   // gradient must be (the entry's dbias is fp32).
-  const bool wgrad = op.kind == OpKind::kLinear && op.role == OpRole::kWeightGrad;
+  const bool wgrad = op.role == OpRole::kWeightGrad;
   for (const auto* ids : {&op.reads, &op.writes})
     for (size_t i = 0; i < ids->size(); ++i) {
       const int id = (*ids)[i];
@@ -286,17 +404,6 @@ bool Executor::Impl::run_typed(const Op& op) {
       if (!ok || ptr_[id] == nullptr) return false;
     }
   auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
-  if (op.kind == OpKind::kNorm) {
-    const int w = op.reads.back();
-    const int64_t cols = cols_of(op.reads[0]), rows = rows_of(op.reads[0]);
-    if (cols_of(w) < cols) return false;
-    const bool ln = model.norm == Norm::kLayerNorm;
-    be.norm_forward_bf16(model.norm, u(op.writes.at(0)), u(op.reads[0]), u(w),
-                         ln ? u(w) + cols : nullptr, rows, cols, norm_eps);
-    return true;
-  }
-  if (op.role == OpRole::kRouter) return false;
-  if ((op.role == OpRole::kQkv || op.role == OpRole::kQkvDx) && rotary()) return false;
   auto layout_of = [&](int wbuf) {
     return prog.buffers[wbuf].role == BufferRole::kEmbeddingTable ? WeightLayout::kOutIn
                                                                   : WeightLayout::kInOut;
@@ -309,6 +416,9 @@ bool Executor::Impl::run_typed(const Op& op) {
     return true;
   }
   if (op.backward_data) {
+    // Rotary models: dQ and dK back through the rotation in place first (as run_linear), stored
+    // for the weight gradient that reads dQKV next.
+    if (op.role == OpRole::kQkvDx && rotary()) rotate_qk_bf16(op.reads[0], true);
     const bool acc = op.reads.size() == 3;  // as run_linear
     be.linear_backward_data_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
                                  layout_of(op.reads[1]), nullptr, nullptr, op.m, op.k, op.n, acc);
@@ -319,6 +429,7 @@ bool Executor::Impl::run_typed(const Op& op) {
   const uint16_t* bias = op.reads.size() > 2 ? u(op.reads[2]) : nullptr;
   be.linear_forward_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
                          layout_of(op.reads[1]), bias, nullptr, op.m, op.n, op.k);
+  if (op.role == OpRole::kQkv && rotary()) rotate_qk_bf16(op.writes[0], false);
   return true;
 }
 
@@ -377,6 +488,7 @@ void Executor::Impl::run_embedding(const Op& op) {
 // The vocabulary-parallel cross-entropy: the row maximum (kXentMax), the forward's partial sums
 // (reduced over tp by the next op), and the backward, which also takes the loss.
 void Executor::Impl::run_cross_entropy(const Op& op) {
+  if (tiled_loss()) return run_tiled_loss(op);
   if (op.role == OpRole::kXentMax) {
     be.xent_row_max(W(op, 0), R(op, 0), T, vocab_t);
     return;
@@ -395,12 +507,21 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
   const auto* labels = static_cast<const int32_t*>(ptr(op.reads[1]));
   const float* sums = R(op, 2);
   const float* row_max = R(op, 3);
-  std::vector<float> loss(static_cast<size_t>(T));
-  std::vector<int32_t> lab(static_cast<size_t>(T));
   // The per-token losses go through the first T elements of dlogits (T x vocab_t, written in full
   // by the softmax below): no memory beyond the Program's buffers.
   float* dev_loss = W(op, 0);
   be.xent_loss(dev_loss, row_max, sums, sums + T, labels, T);
+  add_losses(dev_loss, labels);
+  be.xent_softmax(W(op, 0), R(op, 0), row_max, sums, T, vocab_t);
+  be.xent_backward(W(op, 0), W(op, 0), labels, T, vocab_t, vocab_start,
+                   cfg->loss_scale / static_cast<float>(cfg->tokens_per_step));
+  if (cfg->inject_overflow) inject_inf(W(op, 0), Dtype::kFp32);  // the fp32 view
+}
+
+// The step's loss sum and token count from T per-token losses in device memory.
+void Executor::Impl::add_losses(const float* dev_loss, const int32_t* labels) {
+  std::vector<float> loss(static_cast<size_t>(T));
+  std::vector<int32_t> lab(static_cast<size_t>(T));
   be.copy(loss.data(), dev_loss, T * sizeof(float));
   be.copy(lab.data(), labels, T * sizeof(int32_t));
   for (int64_t t = 0; t < T; ++t)
@@ -408,13 +529,47 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
       result->loss_sum += loss[t];
       ++result->loss_tokens;
     }
-  be.xent_softmax(W(op, 0), R(op, 0), row_max, sums, T, vocab_t);
-  be.xent_backward(W(op, 0), W(op, 0), labels, T, vocab_t, vocab_start,
-                   cfg->loss_scale / static_cast<float>(cfg->tokens_per_step));
-  if (cfg->inject_overflow) {  // as an fp16 overflow: the backward pass carries it everywhere
-    const float inf = std::numeric_limits<float>::infinity();
-    be.copy(W(op, 0), &inf, sizeof(float));
+}
+
+// Fault injection: +inf into the first element of a loss gradient `p` of dtype `dt`, as an fp16
+// overflow: the backward pass carries it everywhere.
+void Executor::Impl::inject_inf(void* p, Dtype dt) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const uint16_t bf16_inf = 0x7F80, fp16_inf = 0x7C00;
+  if (dt == Dtype::kFp32)
+    be.copy(p, &inf, sizeof(float));
+  else
+    be.copy(p, dt == Dtype::kBf16 ? &bf16_inf : &fp16_inf, sizeof(uint16_t));
+}
+
+// The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc), the same three ops on the
+// logits in their dtype (Backend's xent_*_typed): the row maximum {logits} -> {row_max}; the
+// forward {logits, labels, row_max} -> {[sum_exp; target]}; the backward {logits, labels, sums,
+// row_max} -> {dlogits}, which also takes the loss.
+void Executor::Impl::run_tiled_loss(const Op& op) {
+  const int logits = op.reads.at(0);
+  const Dtype dt = prog.buffers[logits].dtype;
+  if (op.role == OpRole::kXentMax) {
+    be.xent_max_typed(W(op, 0), ptr(logits), dt, T, vocab_t);
+    return;
   }
+  const auto* labels = static_cast<const int32_t*>(ptr(op.reads.at(1)));
+  if (!backward(op)) {
+    float* sums = W(op, 0);
+    be.xent_sums_typed(sums, sums + T, ptr(logits), dt, R(op, 2), labels, T, vocab_t, vocab_start);
+    return;
+  }
+  const float* sums = R(op, 2);
+  const float* row_max = R(op, 3);
+  // The per-token losses go through the first 4 T bytes of dlogits (T x vocab_t of 2 or 4
+  // bytes, vocab_t >= 2), written in full by the backward below, as the untiled loss does.
+  const int dlogits = op.writes.at(0);
+  be.xent_loss(static_cast<float*>(ptr(dlogits)), row_max, sums, sums + T, labels, T);
+  add_losses(static_cast<const float*>(ptr(dlogits)), labels);
+  const float dloss = cfg->loss_scale / static_cast<float>(cfg->tokens_per_step);
+  be.xent_backward_typed(ptr(dlogits), ptr(logits), dt, row_max, sums, labels, T, vocab_t,
+                         vocab_start, dloss);
+  if (cfg->inject_overflow) inject_inf(ptr(dlogits), prog.buffers[dlogits].dtype);
 }
 
 // ---- Element-wise ops: norms, activations, residual adds.

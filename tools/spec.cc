@@ -279,6 +279,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--eager-loss", "eager_loss", o.eager_loss,
             "the loss as eager F.cross_entropy of fp32-upcast logits (torchtitan); false: a "
             "fused vocab-parallel kernel (Megatron)");
+  bool_flag(cmd, o, "--tiled-loss", "tiled_loss", o.tiled_loss,
+            "the loss as a vocab-tiled kernel on the logits in their dtype, no fp32 softmax "
+            "(llm.c, Liger, parasol's runtime); false: Megatron's fused loss");
   cmd->add_option("--optimizer-impl", o.optimizer_impl,
                   "fused|foreach|for_loop: how Adam launches its kernels");
   cmd->add_option("--cpu-optimizer", o.cpu_optimizer,
@@ -385,6 +388,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("cuda_graphs", o.cuda_graphs);
   set("torch_compile", o.torch_compile);
   set("eager_loss", o.eager_loss);
+  set("tiled_loss", o.tiled_loss);
   set("optimizer_impl", o.optimizer_impl);
   set("cpu_optimizer", o.cpu_optimizer);
   set("host_framework", o.host_framework);

@@ -17,6 +17,9 @@
 //   cast.cc          cast (fp32 <-> bf16 / fp16)
 //   bf16_ops.cc      the typed bf16 entries (the three linear GEMMs, norm forward): bf16
 //                    storage, tiles widened inside the kernel, fp32 accumulation
+//   bf16_elementwise.cc the other typed bf16 entries (norm backward, activations, residual,
+//                    RoPE, embedding): row blocks widened, the fp32 kernel, one rounding
+//   tiled_xent.cc    the vocab-tiled loss (xent_*_typed) on fp32 or bf16 logits
 #pragma once
 
 #include <string>
@@ -99,6 +102,15 @@ class CpuBackend final : public Backend {
                     int64_t rows, int64_t vocab) override;
   void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                      int64_t vocab, int64_t vocab_start, float dloss) override;
+  // The vocab-tiled loss (tiled_xent.cc, runtime/cpu/tiled_xent.h).
+  void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                      int64_t vocab) override;
+  void xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                       const float* row_max, const int32_t* labels, int64_t rows, int64_t vocab,
+                       int64_t vocab_start) override;
+  void xent_backward_typed(void* dlogits, const void* logits, Dtype dtype, const float* row_max,
+                           const float* sum_exp, const int32_t* labels, int64_t rows, int64_t vocab,
+                           int64_t vocab_start, float dloss) override;
 
   void router_forward(float* probs, int32_t* topk_idx, float* topk_w, const float* logits,
                       int64_t tokens, int64_t experts, int64_t top_k, bool renormalize) override;
@@ -148,6 +160,29 @@ class CpuBackend final : public Backend {
                                    int64_t k) override;
   void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x, const uint16_t* weight,
                          const uint16_t* bias, int64_t rows, int64_t cols, float eps) override;
+  // The element-wise ones (bf16_elementwise.cc): row blocks widened inside the kernel, the fp32
+  // kernel on them, each output rounded once.
+  void norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, float* dbias,
+                          const uint16_t* dout, const uint16_t* x, const uint16_t* weight,
+                          const uint16_t* dresidual, int64_t rows, int64_t cols,
+                          float eps) override;
+  void activation_forward_bf16(Activation kind, uint16_t* out, const uint16_t* in, int64_t rows,
+                               int64_t cols) override;
+  void activation_backward_bf16(Activation kind, uint16_t* din, const uint16_t* dout,
+                                const uint16_t* in, int64_t rows, int64_t cols) override;
+  void residual_forward_bf16(uint16_t* out, const uint16_t* x, const uint16_t* y,
+                             const uint16_t* bias, int64_t rows, int64_t cols) override;
+  void residual_backward_bf16(uint16_t* dy, float* dbias, const uint16_t* dout, int64_t rows,
+                              int64_t cols) override;
+  void rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+                 int64_t heads, int64_t head_dim, double theta, bool inverse) override;
+  void embedding_forward_bf16(uint16_t* out, const int32_t* tokens, const uint16_t* table,
+                              int64_t vocab_start, int64_t vocab_rows, const uint16_t* pos,
+                              int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols) override;
+  void embedding_backward_bf16(float* dtable, float* dpos, const uint16_t* dout,
+                               const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
+                               int64_t pos_offset, int64_t rows, int64_t seq,
+                               int64_t cols) override;
 
  protected:
   void* raw_alloc(size_t bytes) override;

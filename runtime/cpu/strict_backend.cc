@@ -267,6 +267,28 @@ void StrictCpuBackend::xent_backward(float* dlogits, const float* probs, const i
   inner_.xent_backward(dlogits, probs, labels, rows, vocab, vocab_start, dloss);
 }
 
+void StrictCpuBackend::xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                                      int64_t vocab) {
+  DeviceAccess access;
+  inner_.xent_max_typed(row_max, logits, dtype, rows, vocab);
+}
+
+void StrictCpuBackend::xent_sums_typed(float* sum_exp, float* target, const void* logits,
+                                       Dtype dtype, const float* row_max, const int32_t* labels,
+                                       int64_t rows, int64_t vocab, int64_t vocab_start) {
+  DeviceAccess access;
+  inner_.xent_sums_typed(sum_exp, target, logits, dtype, row_max, labels, rows, vocab, vocab_start);
+}
+
+void StrictCpuBackend::xent_backward_typed(void* dlogits, const void* logits, Dtype dtype,
+                                           const float* row_max, const float* sum_exp,
+                                           const int32_t* labels, int64_t rows, int64_t vocab,
+                                           int64_t vocab_start, float dloss) {
+  DeviceAccess access;
+  inner_.xent_backward_typed(dlogits, logits, dtype, row_max, sum_exp, labels, rows, vocab,
+                             vocab_start, dloss);
+}
+
 void StrictCpuBackend::router_forward(float* probs, int32_t* topk_idx, float* topk_w,
                                       const float* logits, int64_t tokens, int64_t experts,
                                       int64_t top_k, bool renormalize) {

@@ -77,6 +77,14 @@ class StrictCpuBackend final : public Backend {
                     int64_t rows, int64_t vocab) override;
   void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                      int64_t vocab, int64_t vocab_start, float dloss) override;
+  void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                      int64_t vocab) override;
+  void xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                       const float* row_max, const int32_t* labels, int64_t rows, int64_t vocab,
+                       int64_t vocab_start) override;
+  void xent_backward_typed(void* dlogits, const void* logits, Dtype dtype, const float* row_max,
+                           const float* sum_exp, const int32_t* labels, int64_t rows, int64_t vocab,
+                           int64_t vocab_start, float dloss) override;
   void router_forward(float* probs, int32_t* topk_idx, float* topk_w, const float* logits,
                       int64_t tokens, int64_t experts, int64_t top_k, bool renormalize) override;
   void router_topk(int32_t* topk_idx, float* topk_w, const float* probs, int64_t tokens,

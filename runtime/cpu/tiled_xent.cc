@@ -1,13 +1,16 @@
-// defines: cpu::xent_tiled_forward, xent_rescale, xent_tiled_backward, xent_tiled_chain,
-// xent_block_chain, xent_sum_rel_bound (runtime/cpu/tiled_xent.h): the vocab-tiled cross-entropy on
-// the host, the reference of runtime/cuda/xent_tiled.cu.
+// defines: cpu::xent_tiled_forward, xent_tiled_max, xent_tiled_sums, xent_rescale,
+// xent_tiled_backward, xent_tiled_chain, xent_block_chain, xent_sum_rel_bound
+// (runtime/cpu/tiled_xent.h): the vocab-tiled cross-entropy on the host, the reference of
+// runtime/cuda/xent_tiled.cu; and CpuBackend::xent_*_typed (the executor's tiled loss) on them.
 #include "runtime/cpu/tiled_xent.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/tensor.h"
 
 namespace parasol::runtime::cpu {
@@ -77,6 +80,27 @@ void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const voi
                  rows, vocab, vocab_start, tile);
 }
 
+void xent_tiled_max(float* row_max, const void* logits, Dtype dtype, int64_t rows, int64_t vocab) {
+  check_dtype(dtype, "xent_tiled_max");
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < vocab; ++v)
+      m = std::max(m, dtype == Dtype::kFp32
+                          ? static_cast<const float*>(logits)[r * vocab + v]
+                          : bf16_to_fp32(static_cast<const uint16_t*>(logits)[r * vocab + v]));
+    row_max[r] = m;
+  }
+}
+
+void xent_tiled_sums(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                     const float* row_max, const int32_t* labels, int64_t rows, int64_t vocab,
+                     int64_t vocab_start, int64_t tile) {
+  std::vector<float> own(static_cast<size_t>(rows));  // the kernel's registers
+  xent_tiled_forward(own.data(), sum_exp, target, logits, dtype, labels, rows, vocab, vocab_start,
+                     tile);
+  xent_rescale(sum_exp, own.data(), row_max, rows);
+}
+
 void xent_rescale(float* sum_exp, const float* local_max, const float* global_max, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r)
     if (sum_exp[r] != 0.0f) sum_exp[r] *= std::exp(local_max[r] - global_max[r]);
@@ -132,3 +156,26 @@ double xent_sum_rel_bound(const XentChain& c, double exp_ulps) {
 }
 
 }  // namespace parasol::runtime::cpu
+
+namespace parasol::runtime {
+
+void CpuBackend::xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                                int64_t vocab) {
+  cpu::xent_tiled_max(row_max, logits, dtype, rows, vocab);
+}
+
+void CpuBackend::xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                                 const float* row_max, const int32_t* labels, int64_t rows,
+                                 int64_t vocab, int64_t vocab_start) {
+  cpu::xent_tiled_sums(sum_exp, target, logits, dtype, row_max, labels, rows, vocab, vocab_start);
+}
+
+void CpuBackend::xent_backward_typed(void* dlogits, const void* logits, Dtype dtype,
+                                     const float* row_max, const float* sum_exp,
+                                     const int32_t* labels, int64_t rows, int64_t vocab,
+                                     int64_t vocab_start, float dloss) {
+  cpu::xent_tiled_backward(dlogits, logits, dtype, row_max, sum_exp, labels, rows, vocab,
+                           vocab_start, dloss);
+}
+
+}  // namespace parasol::runtime

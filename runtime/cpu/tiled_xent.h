@@ -36,6 +36,16 @@ void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const voi
                         Dtype dtype, const int32_t* labels, int64_t rows, int64_t vocab,
                         int64_t vocab_start, int64_t tile = kXentTile);
 
+// row_max[r] = the maximum of row r's logits (fp32 or bf16).
+void xent_tiled_max(float* row_max, const void* logits, Dtype dtype, int64_t rows, int64_t vocab);
+
+// sum_exp[r] relative to a given row_max[r] >= every logit of the row (the global maximum under
+// tensor parallelism) and target[r] as xent_tiled_forward's: xent_tiled_forward's pass, then its
+// sum rescaled from the row's own maximum to row_max (xent_rescale; one more exp and product).
+void xent_tiled_sums(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                     const float* row_max, const int32_t* labels, int64_t rows, int64_t vocab,
+                     int64_t vocab_start, int64_t tile = kXentTile);
+
 // A shard's sum relative to its own maximum made relative to the global one (after the max
 // all-reduce): sum_exp[r] *= exp(local_max[r] - global_max[r]); 0 stays 0.
 void xent_rescale(float* sum_exp, const float* local_max, const float* global_max, int64_t rows);

@@ -287,6 +287,37 @@ class CudaBackend final : public Backend {
   // kernels.h's norm_forward_bf16 (no residual fused) on the compute stream (bf16_ops.cc).
   void norm_forward_bf16(Norm kind, uint16_t* out, const uint16_t* x, const uint16_t* weight,
                          const uint16_t* bias, int64_t rows, int64_t cols, float eps) override;
+  // The element-wise entries on kernels.h's bf16 kernels (bf16_ops.cc).
+  void norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, float* dbias,
+                          const uint16_t* dout, const uint16_t* x, const uint16_t* weight,
+                          const uint16_t* dresidual, int64_t rows, int64_t cols,
+                          float eps) override;
+  void activation_forward_bf16(Activation kind, uint16_t* out, const uint16_t* in, int64_t rows,
+                               int64_t cols) override;
+  void activation_backward_bf16(Activation kind, uint16_t* din, const uint16_t* dout,
+                                const uint16_t* in, int64_t rows, int64_t cols) override;
+  void residual_forward_bf16(uint16_t* out, const uint16_t* x, const uint16_t* y,
+                             const uint16_t* bias, int64_t rows, int64_t cols) override;
+  void residual_backward_bf16(uint16_t* dy, float* dbias, const uint16_t* dout, int64_t rows,
+                              int64_t cols) override;
+  void rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset,
+                 int64_t heads, int64_t head_dim, double theta, bool inverse) override;
+  void embedding_forward_bf16(uint16_t* out, const int32_t* tokens, const uint16_t* table,
+                              int64_t vocab_start, int64_t vocab_rows, const uint16_t* pos,
+                              int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols) override;
+  void embedding_backward_bf16(float* dtable, float* dpos, const uint16_t* dout,
+                               const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
+                               int64_t pos_offset, int64_t rows, int64_t seq,
+                               int64_t cols) override;
+  // The vocab-tiled loss's pieces on the logits' dtype (xent_tiled.cu, through bf16_ops.cc).
+  void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
+                      int64_t vocab) override;
+  void xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
+                       const float* row_max, const int32_t* labels, int64_t rows, int64_t vocab,
+                       int64_t vocab_start) override;
+  void xent_backward_typed(void* dlogits, const void* logits, Dtype dtype, const float* row_max,
+                           const float* sum_exp, const int32_t* labels, int64_t rows, int64_t vocab,
+                           int64_t vocab_start, float dloss) override;
   void linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias, const uint16_t* in,
                                    const uint16_t* dout, WeightLayout layout, int64_t m, int64_t n,
                                    int64_t k) override;

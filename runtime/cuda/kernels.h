@@ -19,6 +19,15 @@ void embedding_forward(float* out, const int32_t* tokens, const float* table, in
 void embedding_backward(float* dtable, float* dpos, const float* dout, const int32_t* tokens,
                         int64_t vocab_start, int64_t vocab_rows, int64_t pos_offset, int64_t rows,
                         int64_t seq, int64_t cols, cudaStream_t s);
+// The same on bf16 table, positions and output (fp32 sums, one rounding) and from bf16 dout.
+void embedding_forward_bf16(uint16_t* out, const int32_t* tokens, const uint16_t* table,
+                            int64_t vocab_start, int64_t vocab_rows, const uint16_t* pos,
+                            int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols,
+                            cudaStream_t s);
+void embedding_backward_bf16(float* dtable, float* dpos, const uint16_t* dout,
+                             const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
+                             int64_t pos_offset, int64_t rows, int64_t seq, int64_t cols,
+                             cudaStream_t s);
 
 // ---- norm.cu (layer: layernorm, else rmsnorm)
 void norm_forward(bool layer, float* out, const float* x, const float* weight, const float* bias,
@@ -106,7 +115,8 @@ void xent_backward(float* dlogits, const float* probs, const int32_t* labels, in
                    int64_t vocab, int64_t vocab_start, float dloss, cudaStream_t s);
 
 // ---- xent_tiled.cu: runtime/cpu/tiled_xent.h's vocab-tiled cross-entropy; logits (and
-// dlogits) bf16 when `bf16`, else fp32; never widened into a buffer.
+// dlogits) bf16 when `bf16`, else fp32; never widened into a buffer. labels nullable in the
+// forward (target then 0).
 void xent_tiled_forward(float* row_max, float* sum_exp, float* target, const void* logits,
                         bool bf16, const int32_t* labels, int64_t rows, int64_t vocab,
                         int64_t vocab_start, cudaStream_t s);

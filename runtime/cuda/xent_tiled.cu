@@ -88,9 +88,10 @@ __global__ void forward_kernel(float* row_max, float* sum_exp, float* target, co
     for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) merge_pair(M, S, sm[w], ss[w]);
     row_max[r] = M;
     sum_exp[r] = S;
-    const int64_t id = static_cast<int64_t>(labels[r]) - vocab_start;
+    const int32_t label = labels != nullptr ? labels[r] : -1;
+    const int64_t id = static_cast<int64_t>(label) - vocab_start;
     float t = 0.0f;
-    if (labels[r] >= 0 && id >= 0 && id < vocab)
+    if (label >= 0 && id >= 0 && id < vocab)
       t = kBf16 ? bf16_to_fp32(static_cast<const uint16_t*>(row)[id])
                 : static_cast<const float*>(row)[id];
     target[r] = t;

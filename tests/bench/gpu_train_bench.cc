@@ -1,6 +1,9 @@
-// One training step on one GPU with the cuda backend (fp32 storage, bf16 tensor-core GEMMs with
-// fp32 accumulation): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model
-// (16 layers, hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048).
+// One training step on one GPU with the cuda backend, mixed precision as Megatron runs it (bf16
+// storage, the typed bf16 entries: cuBLASLt bf16 GEMMs with fp32 accumulation and the bf16
+// element-wise kernels; fp32 master weights) and the vocab-tiled loss (plan.tiled_loss: no fp32
+// logits): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model (16 layers,
+// hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048); and gpt2-124m with
+// fp32 storage, the configuration of the first H200 figures (9,240 tokens/s), for comparison.
 // Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward
 // FLOPs of the model); MFU against the device's dense bf16 datasheet peak (core/device.h, by the
 // device name CUDA reports). After the timed steps, one traced step is broken down by op kind
@@ -71,13 +74,15 @@ double peak_flops() {
   return dev ? device_spec(dev).peak_bf16_flops : 0.0;
 }
 
-void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq) {
+void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
+                Dtype precision = Dtype::kBf16) {
   Plan plan;
   plan.global_batch = batch;
   plan.micro_batch = batch;
   plan.seq_len = seq;
-  plan.precision = Dtype::kFp32;
+  plan.precision = precision;
   plan.flash_attention = true;
+  plan.tiled_loss = precision == Dtype::kBf16;
   auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
   CudaBackend backend(0);
   Trainer trainer(m, plan, backend, *comms, TrainerOptions{});
@@ -103,6 +108,10 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq)
   state.counters["attention_fused"] = static_cast<double>(lib.attention_fused);
   state.counters["attention_fallbacks"] = static_cast<double>(lib.attention_fallbacks);
   state.counters["gemm_fp32_fallbacks"] = static_cast<double>(lib.gemm_fp32_fallbacks);
+  // Ops of a step on the typed bf16 entries, and the bytes the others widened into fp32.
+  const StepStats last = trainer.step();
+  state.counters["typed_ops"] = static_cast<double>(last.typed_bf16_ops);
+  state.counters["widened_MiB"] = static_cast<double>(last.widened_bytes) / (1 << 20);
   print_op_times(m.name, trainer);
 }
 
@@ -113,6 +122,11 @@ void BM_Gpt2_124m(benchmark::State& state) {
 // and initialised once (with a minimum time it calls it again per trial, rebuilding the Trainer
 // each time, which on a 1B model costs more than the steps measured).
 BENCHMARK(BM_Gpt2_124m)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
+
+void BM_Gpt2_124m_fp32(benchmark::State& state) {
+  train_step(state, model_preset("gpt2-124m"), 16, 1024, Dtype::kFp32);
+}
+BENCHMARK(BM_Gpt2_124m_fp32)->Unit(benchmark::kMillisecond)->Iterations(5)->UseRealTime();
 
 void BM_Llama_1b(benchmark::State& state) {
   train_step(state, llama_model("llama-1b", 16, 2048, 32, 8, 5632, 32000, 2048), 8, 2048);

@@ -197,6 +197,49 @@ TEST(Liveness, EagerLossHoldsThreeFp32LogitsInTheBackward) {
                    (16.0 - 6.0) * logits / 2);
 }
 
+// The vocab-tiled loss (plan.tiled_loss) keeps the logits in their dtype for its backward instead
+// of Megatron's fp32 softmax: at its forward the logits alone (2 bytes a logit against 2 + 4), at
+// its backward the logits and their gradient (2 + 2 against 4 + 2); the closed form's loss term
+// takes the backward's figure.
+TEST(Liveness, TiledLossHoldsNoFp32Logits) {
+  const Model m = tiny_gpt();
+  Plan p;
+  p.precision = Dtype::kBf16;
+  p.micro_batch = 2;
+  p.global_batch = 2;
+  check_valid(m, p);
+  Plan tiled = p;
+  tiled.tiled_loss = true;
+  const Program fused_prog = lower_stage(m, p, 0), tiled_prog = lower_stage(m, tiled, 0);
+  const Liveness fused = liveness(fused_prog), lv = liveness(tiled_prog);
+  const double logits = static_cast<double>(p.micro_batch) * p.seq(m) * m.vocab;
+  for (const Buffer& b : tiled_prog.buffers)  // no logits-sized fp32 activation or workspace
+    if (b.cls == BufferClass::kActivation || b.cls == BufferClass::kWorkspace)
+      EXPECT_FALSE(b.dtype == Dtype::kFp32 && b.elements() >= logits) << b.name;
+  bool fused_has_one = false;  // (the fused loss's softmax is one)
+  for (const Buffer& b : fused_prog.buffers)
+    fused_has_one |=
+        b.cls == BufferClass::kActivation && b.dtype == Dtype::kFp32 && b.elements() >= logits;
+  EXPECT_TRUE(fused_has_one);
+  auto during = [](const Program& prog, const Liveness& l, Phase phase) {
+    for (const Op& o : prog.ops)
+      if (o.kind == OpKind::kCrossEntropy && o.tags.phase == phase && o.name.size() >= 4 &&
+          o.name.compare(o.name.size() - 4, 4, "xent") == 0)
+        return l.live_during_op.at(o.id);
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(
+      during(tiled_prog, lv, Phase::kBackward) - during(fused_prog, fused, Phase::kBackward),
+      (4.0 - 6.0) * logits);
+  EXPECT_DOUBLE_EQ(
+      during(tiled_prog, lv, Phase::kForward) - during(fused_prog, fused, Phase::kForward),
+      (2.0 - 6.0) * logits);
+  EXPECT_DOUBLE_EQ(cost::memory_per_rank(m, cluster_preset("dgx-h100", 1), tiled, 0).transient -
+                       cost::memory_per_rank(m, cluster_preset("dgx-h100", 1), p, 0).transient,
+                   (4.0 - 6.0) * logits);
+  EXPECT_LT(lv.peak_bytes, fused.peak_bytes);
+}
+
 TEST(Liveness, SavedActivationsMatchTheClosedFormCategoryByCategory) {
   struct Case {
     const char* what;

@@ -123,6 +123,10 @@ TEST(PlanValidate, EagerLossNeedsPytorch) {
   EXPECT_NO_THROW(validate(p, llama8b(), h100(8)));
   EXPECT_TRUE(plan_from_json(plan_to_json(p)).eager_loss);
   EXPECT_FALSE(plan_from_json(plan_to_json(degrees(1))).eager_loss);
+  Plan tiled = degrees(1);
+  tiled.tiled_loss = true;
+  EXPECT_TRUE(plan_from_json(plan_to_json(tiled)).tiled_loss);
+  EXPECT_FALSE(plan_from_json(plan_to_json(degrees(1))).tiled_loss);
   p.host_framework = HostFramework::kNative;
   ExpectInvalid(p, llama8b(), h100(8), "plan.eager_loss", "pytorch");
 }

@@ -437,6 +437,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
   std::vector<void (*)(Plan&)> switches = {
       [](Plan&) {},
       [](Plan& p) { p.eager_loss = true; },
+      [](Plan& p) { p.tiled_loss = true; },
       [](Plan& p) { p.expert_bias_loop = true; },
       [](Plan& p) {
         p.precision = Dtype::kFp8;

@@ -1044,6 +1044,29 @@ void expect_memory_of_every_rank(const Model& m, const Plan& plan, const Outcome
   }
 }
 
+// The vocab-tiled loss (plan.tiled_loss: the loss and its gradient read from the logits in their
+// dtype, Backend's xent_*_typed) against the serial run of the untiled loss: one rank, tp 2 (each
+// shard's sums taken relative to the all-reduced maximum) and pp 2 (the logits saved on the last
+// stage); and under tp 2 with flash attention each rank's measured peak is the liveness
+// prediction of its Program (no fp32 logits held).
+TEST_F(Runtime, TiledLoss) {
+  for (int tp : {1, 2}) {
+    Plan p = base_plan();
+    p.tp = tp;
+    p.tiled_loss = true;
+    expect_matches_serial(llama4(), p);
+  }
+  Plan p = base_plan();
+  p.pp = 2;
+  p.tiled_loss = true;
+  expect_matches_serial(gpt4(), p);
+  p = base_plan();
+  p.tp = 2;
+  p.tiled_loss = true;
+  p.flash_attention = true;
+  expect_memory_of_every_rank(gpt4(), p, train(gpt4(), p, 1, ""));
+}
+
 TEST_F(Runtime, MeasuredPeakMemoryIsTheLivenessPrediction) {
   const Model m = gpt4();
   std::vector<Plan> plans;

@@ -1,15 +1,19 @@
 // The executor's typed bf16 path (Backend's bf16 entries, runtime/backend.h; run_typed in
 // runtime/executor_ops.cc): a bf16 plan on the CPU backend runs the linear GEMMs (forward, data
-// and weight gradients) and the norm forwards on bf16 storage, and widens none of their operands;
+// and weight gradients), the norms, activations, residual adds, RoPE and the embedding on bf16
+// storage, and widens none of their operands;
 // the same plan with the entries hidden (TrainerOptions::typed_bf16 = false) widens them. The two
 // runs agree within a tolerance derived as trainer_mpi_test's bf16 one:
 //  * the typed GEMMs sum the same exact bf16 products as the widened ones in fp32 in another
 //    order (tiles of 64 x 256 outputs, runtime/cpu/bf16_ops.cc), so a stored GEMM output can
 //    round to the other neighbouring bf16 value: at most one rounding of u = 2^-8 differs per
-//    GEMM output (the norms are equal bit for bit: tests/runtime/cpu/bf16_ops_test.cc). Along a
-//    token's forward path that is n_f = 4 L + 1 GEMM outputs (QKV, projection, FC1, FC2 per layer
-//    and the head); the backward adds the data gradients' n_b = 4 L + 1 (the weight gradients
-//    are fp32, the plan's gradient dtype: their summation order is an fp32 rounding, far below).
+//    GEMM output (the element-wise kernels widen, run the fp32 kernel and round as the widening
+//    path does: equal bit for bit, tests/runtime/cpu/bf16_ops_test.cc). Along a token's forward
+//    path that is n_f = 4 L + 1 GEMM outputs (QKV, projection, FC1, FC2 per layer and the head),
+//    plus L for rotary models (the typed path stores the QKV GEMM's output, then RoPE's: Q and K
+//    rounded twice, once on the widening path); the backward adds the data gradients' n_b = 4 L
+//    + 1 (the weight gradients are fp32, the plan's gradient dtype: their summation order is an
+//    fp32 rounding, far below).
 //  * rounding errors as independent zero-mean variables (Higham & Mary, SIAM J. Sci. Comput.
 //    41(5), 2019): below lambda sqrt(n) u with probability >= 1 - 2 exp(-lambda^2 / 2), lambda
 //    = 6; the loss, a mean over N tokens, within lambda u sqrt(n_f / N) relative, and the first
@@ -21,11 +25,14 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "core/model.h"
 #include "core/plan.h"
+#include "core/program.h"
 #include "runtime/comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/trainer.h"
@@ -64,7 +71,8 @@ void expect_typed_path(const Model& m, bool all_typed) {
   SCOPED_TRACE(m.name);
   const std::vector<StepStats> typed = train(m, true), wide = train(m, false);
   const double tokens = double(bf16_plan().global_batch) * bf16_plan().seq(m);
-  const double n_f = 4.0 * m.layers + 1, n_b = n_f;
+  const double n_b = 4.0 * m.layers + 1;
+  const double n_f = n_b + (m.learned_positions ? 0 : m.layers);
   const double loss_tol = kLambda * kU * std::sqrt(n_f / tokens);
   const double norm_tol = kLambda * kU * std::sqrt((n_f + n_b) / tokens);
   for (int i = 0; i < kSteps; ++i) {
@@ -98,10 +106,81 @@ TEST(TypedBf16, GptRunsEveryGemmAndNormTypedAndMatchesTheWideningPath) {
   expect_typed_path(gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true), true);
 }
 
-// Llama: the QKV GEMM and its data gradient stay on the widening path (RoPE rotates the fp32
-// view in place); the rest runs typed.
-TEST(TypedBf16, LlamaLeavesTheRotaryQkvGemmsToTheWideningPath) {
-  expect_typed_path(llama_model("llama-tiny", 2, 64, 4, 2, 128, 256, 32), false);
+// Llama: RoPE on the bf16 QKV in place (rope_bf16) after the QKV GEMM and before its data
+// gradient; SwiGLU, RMSNorm: every op of the typed kinds runs typed.
+TEST(TypedBf16, LlamaRunsEveryOpTypedRopeIncluded) {
+  expect_typed_path(llama_model("llama-tiny", 2, 64, 4, 2, 128, 256, 32), true);
+}
+
+// The QKV weight gradient of a rotary model (the fix of e848ddc): the weight gradient reads
+// dQKV after the data-gradient GEMM has rotated dQ and dK back through RoPE in place, so the
+// rotation must reach the stored bf16 dQKV. Before the fix the widening path rotated an fp32 view
+// and dropped it: the Q and K columns of dW took the gradient of the rotated output, off by
+// rotations of up to `pos` radians per pair (O(1) relative at llama-tiny's 32 positions), while
+// the V columns were right. The bf16 gradient is held to the fp32 run's within the rounding
+// bound: each element of dW is a sum over tokens of x_t * dqkv_t whose factors carry at most
+// n = n_f + n_b + 1 bf16 roundings (the forward's GEMM outputs, the backward's data gradients,
+// the parameters' own rounding) and one more for RoPE's store; as independent rounding errors
+// (Higham & Mary) within lambda u sqrt(n + 1) of each product, and so of dW's norm where the
+// sum's terms do not cancel more than they add (the V columns, which no rotation touches, are
+// held to the same bound: it is the noise of bf16 training, not a bound fitted to Q and K).
+std::vector<float> qkv_weight_grads(const Model& m, Dtype precision, bool typed) {
+  Plan plan = bf16_plan();
+  plan.precision = precision;
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CpuBackend backend(1);
+  TrainerOptions o;
+  o.typed_bf16 = typed;
+  o.dropout_p = 0.0f;
+  Trainer t(m, plan, backend, *comms, o);
+  t.step();
+  const Program& prog = t.program();
+  std::vector<int> grads;
+  for (const Op& op : prog.ops)
+    if (op.kind == OpKind::kLinear && op.role == OpRole::kWeightGrad &&
+        prog.buffers[op.reads.at(1)].role == BufferRole::kQkvGrad &&
+        std::find(grads.begin(), grads.end(), op.writes[0]) == grads.end())
+      grads.push_back(op.writes[0]);
+  std::vector<float> out;
+  for (int g : grads) {
+    EXPECT_EQ(prog.buffers[g].dtype, Dtype::kFp32);
+    std::vector<float> host(static_cast<size_t>(prog.buffers[g].elements()));
+    backend.copy(host.data(), t.executor().data(g), host.size() * sizeof(float));
+    out.insert(out.end(), host.begin(), host.end());
+  }
+  return out;
+}
+
+void expect_rotary_qkv_gradient(bool typed) {
+  const Model m = llama_model("llama-tiny", 2, 64, 4, 2, 128, 256, 32);
+  const std::vector<float> ref = qkv_weight_grads(m, Dtype::kFp32, false);
+  const std::vector<float> got = qkv_weight_grads(m, Dtype::kBf16, typed);
+  ASSERT_EQ(ref.size(), got.size());
+  ASSERT_EQ(ref.size(), size_t(m.layers) * m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim);
+  const int64_t cols = (m.heads + 2 * m.kv_heads) * m.head_dim;
+  const int64_t qk = (m.heads + m.kv_heads) * m.head_dim;  // Q | K columns, then V
+  double d2[2] = {0, 0}, r2[2] = {0, 0};
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const int part = static_cast<int64_t>(i) % cols < qk ? 0 : 1;
+    d2[part] += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    r2[part] += double(ref[i]) * ref[i];
+  }
+  const double n = (4.0 * m.layers + 1) * 2 + 1 + 1;
+  const double tol = kLambda * kU * std::sqrt(n);
+  const double qk_rel = std::sqrt(d2[0] / r2[0]), v_rel = std::sqrt(d2[1] / r2[1]);
+  std::printf("QKV dW, bf16 (%s) against fp32: Q|K %.4f, V %.4f relative (bound %.4f)\n",
+              typed ? "typed" : "widened", qk_rel, v_rel, tol);
+  EXPECT_GT(r2[0], 0.0);
+  EXPECT_LT(qk_rel, tol);
+  EXPECT_LT(v_rel, tol);
+}
+
+TEST(TypedBf16, RotaryQkvWeightGradientFollowsTheRotationOnTheWideningPath) {
+  expect_rotary_qkv_gradient(false);
+}
+
+TEST(TypedBf16, RotaryQkvWeightGradientFollowsTheRotationOnTheTypedPath) {
+  expect_rotary_qkv_gradient(true);
 }
 
 // fp32 plans have no bf16 buffer: nothing runs typed.

@@ -81,6 +81,11 @@ std::vector<Case> cases() {
     degrees(p, 16, 2, 2);
     p.eager_loss = true;
   });
+  // The vocab-tiled loss (no fp32 softmax; the logits saved) on the last stage of a pipeline.
+  dense("tiled loss tp2 pp2", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.tiled_loss = true;
+  });
   dense("fp8", [](Plan& p) {
     degrees(p, 16, 2);
     p.precision = Dtype::kFp8;

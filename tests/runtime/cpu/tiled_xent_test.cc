@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/tensor.h"
 
 namespace parasol::runtime::cpu {
@@ -108,6 +109,37 @@ TEST(TiledXent, ForwardMatchesTheUntiledFormulaFp32AndBf16) {
     const Logits l = make(6, 50257, d, 20.0f, 3);
     for (int64_t tile : {int64_t{1}, int64_t{7}, kXentTile, int64_t{50257}, int64_t{1} << 20})
       check_forward(l, tile, std::string(dtype_name(d)) + " tile " + std::to_string(tile));
+  }
+}
+
+// The executor's pieces (plan.tiled_loss; CpuBackend::xent_*_typed): the row maximum alone, then
+// the sums relative to a given maximum at least the row's own (under TP the global one): the
+// tiled pass's sum rescaled once more (one exp and one product: xent_tiled_chain's chain plus
+// those), against the untiled formula in double relative to that maximum.
+TEST(TiledXent, TypedEntriesTakeTheMaximumThenTheSumsRelativeToAGivenMaximum) {
+  CpuBackend be(1);
+  for (Dtype d : {Dtype::kFp32, Dtype::kBf16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Logits l = make(6, 50257, d, 20.0f, 11);
+    const auto labels = labels_for(l.rows, l.vocab, 13);
+    const Ref ref = reference(l, labels);
+    std::vector<float> mx(l.rows), sum(l.rows), target(l.rows);
+    be.xent_max_typed(mx.data(), l.data(), d, l.rows, l.vocab);
+    for (int64_t r = 0; r < l.rows; ++r) EXPECT_EQ(double{mx[r]}, ref.max[r]) << "row " << r;
+    // A given maximum above the row's (a larger logit on another shard): 3.5 above.
+    std::vector<float> given(mx);
+    for (float& g : given) g += 3.5f;
+    be.xent_sums_typed(sum.data(), target.data(), l.data(), d, given.data(), labels.data(), l.rows,
+                       l.vocab, 0);
+    XentChain c = xent_tiled_chain(l.vocab, kXentTile);
+    c.roundings += 1;
+    c.exps += 1;
+    const double rel = xent_sum_rel_bound(c, kExpUlps);
+    for (int64_t r = 0; r < l.rows; ++r) {
+      const double want = ref.sum[r] * std::exp(ref.max[r] - double{given[r]});
+      EXPECT_LE(std::abs(sum[r] - want), rel * want + 2 * kU * want) << "row " << r;
+      if (labels[r] >= 0) EXPECT_EQ(target[r], l.wide[r * l.vocab + labels[r]]);
+    }
   }
 }
 

@@ -550,6 +550,146 @@ TEST_F(CudaLowp, RopeOnBf16ForwardAndInverse) {
 // ---- MoE permutation on the device: row_of and the counts equal the CPU backend's (host)
 // permutation exactly, over several chunks and with skewed routing; a bad index is counted.
 
+// The Backend's typed bf16 entries (backend.h) on the CUDA backend against the CPU backend's on
+// the same inputs (those are tested against double references in
+// tests/runtime/cpu/bf16_elementwise_test.cc and tiled_xent_test.cc): each output is one bf16
+// rounding of an fp32 value that the two backends compute with different fp32 roundings (CUDA's
+// expf/tanhf within 2 ulps, other summation orders), so the two stored values are within one bf16
+// ulp of the larger (2 u |x|, u = 2^-8) plus the fp32 difference, bounded by 64 u32 of the
+// row's magnitude (generous: the norm's row sums of 72 terms); the row maximum is exact; the sums
+// relative to a given maximum within the block chain's bound plus the rescale's exp and product.
+TEST_F(CudaLowp, TypedEntriesEqualTheCpuBackends) {
+  CpuBackend cpu_be(1);
+  const int64_t rows = 70, cols = 72, seq = 35;
+  auto near_all = [&](const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                      const char* what) {
+    int bad = 0;
+    double scale = 0;
+    for (uint16_t w : want) scale = std::max(scale, std::abs(double{bf16_to_fp32(w)}));
+    for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+      const double a = bf16_to_fp32(got[i]), b = bf16_to_fp32(want[i]);
+      if (!(std::abs(a - b) <=
+            2 * kHalfUlpBf16 * std::max(std::abs(a), std::abs(b)) + 64 * kU * scale)) {
+        ADD_FAILURE() << what << "[" << i << "]: cuda " << a << ", cpu " << b;
+        ++bad;
+      }
+    }
+  };
+  const auto x = bf16_random(rows * 2 * cols, 51, -3.0f, 3.0f), d = bf16_random(rows * cols, 52);
+  const auto w = bf16_random(cols, 53, 0.5f, 1.5f), y = bf16_random(rows * cols, 54);
+  for (Activation a : {Activation::kGelu, Activation::kSwiglu}) {
+    const int64_t in_cols = a == Activation::kSwiglu ? 2 * cols : cols;
+    std::vector<uint16_t> want(rows * cols), wd(rows * in_cols);
+    cpu_be.activation_forward_bf16(a, want.data(), x.data(), rows, cols);
+    cpu_be.activation_backward_bf16(a, wd.data(), d.data(), x.data(), rows, cols);
+    uint16_t* out = up(std::vector<uint16_t>(rows * cols));
+    uint16_t* din = up(std::vector<uint16_t>(rows * in_cols));
+    const uint16_t* xin = up(x);
+    dev().activation_forward_bf16(a, out, xin, rows, cols);
+    dev().activation_backward_bf16(a, din, up(d), xin, rows, cols);
+    near_all(down(out, want.size()), want, "activation");
+    near_all(down(din, wd.size()), wd, "activation backward");
+  }
+  {  // residual add with a bias; its backward's bias gradient
+    std::vector<uint16_t> want(rows * cols);
+    cpu_be.residual_forward_bf16(want.data(), y.data(), d.data(), w.data(), rows, cols);
+    uint16_t* out = up(std::vector<uint16_t>(rows * cols));
+    dev().residual_forward_bf16(out, up(y), up(d), up(w), rows, cols);
+    near_all(down(out, want.size()), want, "residual");
+    std::vector<float> db_cpu(cols, 0.0f);
+    std::vector<uint16_t> dy_cpu(rows * cols);
+    cpu_be.residual_backward_bf16(dy_cpu.data(), db_cpu.data(), d.data(), rows, cols);
+    float* db = up(std::vector<float>(cols, 0.0f));
+    uint16_t* dy = up(std::vector<uint16_t>(rows * cols));
+    dev().residual_backward_bf16(dy, db, up(d), rows, cols);
+    EXPECT_EQ(down(dy, dy_cpu.size()), dy_cpu);
+    const auto g = down(db, cols);
+    for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(g[c], db_cpu[c], 2 * rows * kU * rows) << c;
+  }
+  {  // RoPE on two heads of 16 in rows of 72 columns, both directions
+    for (bool inverse : {false, true}) {
+      std::vector<uint16_t> want = y;
+      cpu_be.rope_bf16(want.data(), cols, rows, seq, 3, 2, 16, 1e4, inverse);
+      uint16_t* io = up(y);
+      dev().rope_bf16(io, cols, rows, seq, 3, 2, 16, 1e4, inverse);
+      near_all(down(io, want.size()), want, "rope");
+    }
+  }
+  {  // norm backward (fp32 dweight, dbias) with the residual gradient
+    for (Norm k : {Norm::kRmsNorm, Norm::kLayerNorm}) {
+      std::vector<uint16_t> want(rows * cols);
+      std::vector<float> dw_cpu(cols, 0.0f), db_cpu(cols, 0.0f);
+      const bool ln = k == Norm::kLayerNorm;
+      cpu_be.norm_backward_bf16(k, want.data(), dw_cpu.data(), ln ? db_cpu.data() : nullptr,
+                                d.data(), y.data(), w.data(), y.data(), rows, cols, 1e-5f);
+      uint16_t* dx = up(std::vector<uint16_t>(rows * cols));
+      float* dw = up(std::vector<float>(cols, 0.0f));
+      float* db = up(std::vector<float>(cols, 0.0f));
+      dev().norm_backward_bf16(k, dx, dw, ln ? db : nullptr, up(d), up(y), up(w), up(y), rows, cols,
+                               1e-5f);
+      near_all(down(dx, want.size()), want, "norm backward");
+      const auto g = down(dw, cols);
+      double scale = 0;
+      for (float v : dw_cpu) scale = std::max(scale, double{std::abs(v)});
+      for (int64_t c = 0; c < cols; ++c) EXPECT_NEAR(g[c], dw_cpu[c], 1e-5 * scale) << c;
+    }
+  }
+  {  // embedding: a shard [8, 40) of the vocabulary, learned positions from offset 2
+    const int64_t vstart = 8, vrows = 32, positions = seq + 2;
+    const auto table = bf16_random(vrows * cols, 55), pos = bf16_random(positions * cols, 56);
+    std::vector<int32_t> tokens(rows);
+    for (int64_t t = 0; t < rows; ++t) tokens[t] = static_cast<int32_t>((t * 13) % 48);
+    std::vector<uint16_t> want(rows * cols);
+    cpu_be.embedding_forward_bf16(want.data(), tokens.data(), table.data(), vstart, vrows,
+                                  pos.data(), 2, rows, seq, cols);
+    uint16_t* out = up(std::vector<uint16_t>(rows * cols));
+    const int32_t* tok = up(tokens);
+    dev().embedding_forward_bf16(out, tok, up(table), vstart, vrows, up(pos), 2, rows, seq, cols);
+    EXPECT_EQ(down(out, want.size()), want);  // one fp32 add, one rounding: the same on both
+    std::vector<float> dt_cpu(vrows * cols, 0.0f), dp_cpu(positions * cols, 0.0f);
+    cpu_be.embedding_backward_bf16(dt_cpu.data(), dp_cpu.data(), d.data(), tokens.data(), vstart,
+                                   vrows, 2, rows, seq, cols);
+    float* dt = up(std::vector<float>(vrows * cols, 0.0f));
+    float* dp = up(std::vector<float>(positions * cols, 0.0f));
+    dev().embedding_backward_bf16(dt, dp, up(d), tok, vstart, vrows, 2, rows, seq, cols);
+    const auto gt = down(dt, dt_cpu.size()), gp = down(dp, dp_cpu.size());
+    // Sums of at most rows / seq + 1 (positions) or rows (tokens) terms of |x| <= 1 in another
+    // order: within gamma(rows) rows.
+    for (size_t i = 0; i < gt.size(); ++i) EXPECT_NEAR(gt[i], dt_cpu[i], rows * kU * rows) << i;
+    for (size_t i = 0; i < gp.size(); ++i) EXPECT_NEAR(gp[i], dp_cpu[i], rows * kU * rows) << i;
+  }
+  {  // the tiled loss's typed pieces: the maximum, then the sums relative to a larger one
+    const int64_t r = 4, vocab = 50304;
+    const auto xl = xent_logits(r, vocab, 20.0f, 57);
+    std::vector<uint16_t> xb(xl.size());
+    for (size_t i = 0; i < xl.size(); ++i) xb[i] = fp32_to_bf16(xl[i]);
+    const std::vector<int32_t> labels = {3, -1, 50000, 7};
+    std::vector<float> m_cpu(r), s_cpu(r), t_cpu(r);
+    cpu_be.xent_max_typed(m_cpu.data(), xb.data(), Dtype::kBf16, r, vocab);
+    std::vector<float> given(m_cpu);
+    for (float& g : given) g += 2.0f;
+    cpu_be.xent_sums_typed(s_cpu.data(), t_cpu.data(), xb.data(), Dtype::kBf16, given.data(),
+                           labels.data(), r, vocab, 0);
+    const uint16_t* lg = up(xb);
+    float* mx = up(std::vector<float>(r));
+    float* se = up(std::vector<float>(r));
+    float* tg = up(std::vector<float>(r));
+    dev().xent_max_typed(mx, lg, Dtype::kBf16, r, vocab);
+    EXPECT_EQ(down(mx, r), m_cpu);
+    dev().xent_sums_typed(se, tg, lg, Dtype::kBf16, up(given), up(labels), r, vocab, 0);
+    cpu::XentChain c = cpu::xent_block_chain(vocab, cuda::kXentThreads, cuda::kXentVec);
+    c.roundings += 1;
+    c.exps += 1;
+    cpu::XentChain cc = cpu::xent_tiled_chain(vocab, cpu::kXentTile);
+    cc.roundings += 1;
+    cc.exps += 1;
+    const double rel = cpu::xent_sum_rel_bound(c, kCudaExpUlps) + cpu::xent_sum_rel_bound(cc, 1);
+    const auto gs = down(se, r);
+    for (int64_t i = 0; i < r; ++i) EXPECT_LE(std::abs(gs[i] - s_cpu[i]), rel * s_cpu[i]) << i;
+    EXPECT_EQ(down(tg, r), t_cpu);
+  }
+}
+
 TEST_F(CudaLowp, MoePermutationOnTheDeviceEqualsTheCpus) {
   const int64_t tokens = 700, top_k = 2, experts = 6, n = tokens * top_k;
   std::mt19937 rng(40);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -63,6 +64,35 @@ TEST_F(CudaTrainer, LossesAreTheCpuLossesWithinBf16Error) {
   EXPECT_TRUE(CudaBackend::cudnn_built());
   EXPECT_GT(lib.attention_fused, 0);
   EXPECT_EQ(lib.attention_fallbacks, 0);
+}
+
+// Mixed precision on the GPU as the benchmarks run it: a bf16 plan with the vocab-tiled loss
+// runs every op of the typed kinds on the CUDA backend's bf16 entries (none widened) and gives
+// the CPU backend's losses of the same plan within the rounding bound of tests/runtime/
+// typed_bf16_test.cc: each stored bf16 value may round to the other neighbour on the two
+// backends (other fp32 summation orders and libm), one rounding of u = 2^-8 per stored output
+// along a token's path: n = 2 (5 L + 1) GEMM outputs and data gradients (RoPE's store included)
+// plus 6 L + 2 element-wise outputs (norms, activation, residual adds, embedding); the loss, a
+// mean over N tokens, within lambda u sqrt(n / N) relative, lambda = 6 (Higham & Mary 2019).
+TEST_F(CudaTrainer, Bf16TiledLossPlanRunsTypedAndMatchesTheCpu) {
+  const Model m = model_preset("tiny");
+  Plan p = serial_plan();
+  p.precision = Dtype::kBf16;
+  p.tiled_loss = true;
+  CpuBackend cpu(1);
+  CudaBackend gpu(0);
+  const std::vector<double> want = losses(m, p, cpu, 3);
+  auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
+  Trainer t(m, p, gpu, *comms, TrainerOptions{});
+  std::vector<double> got;
+  StepStats last;
+  for (int i = 0; i < 3; ++i) got.push_back((last = t.step()).loss);
+  const double n = 2.0 * (5 * m.layers + 1) + 6.0 * m.layers + 2;
+  const double tokens = double(p.global_batch) * p.seq(m);
+  const double tol = 6.0 / 256 * std::sqrt(n / tokens);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * want[i]) << i;
+  EXPECT_GT(last.typed_bf16_ops, 0);
+  EXPECT_EQ(last.widened_typed_kind_bytes, 0);
 }
 
 TEST_F(CudaTrainer, AStepAfterWarmUpDoesNotSynchroniseTheDevice) {
