@@ -189,9 +189,9 @@ void Lowerer::expert_fc1_bias(int layer, int fc1, int b, bool backward) {
   const double bytes = loop.bytes_per_element * n;
   const int op = role(
       OpRole::kExpertFc1Bias,
-      expert_side(backward ? elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1}, {b})
-                           : elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1, b},
-                                         {fc1})));
+      expert_side(backward
+                      ? elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1}, {b})
+                      : elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1, b}, {fc1})));
   P_.ops[op].tensors = static_cast<int>(le);
 }
 

@@ -455,7 +455,7 @@ int64_t price_flags(const Plan& p) {
          (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
                                                                                : 0) |
          (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |          // what the combine keeps
-         (p.moe_gmm_experts ? int64_t{1} << 56 : 0) |  // bias loops, compiled clamps
+         (p.moe_gmm_experts ? int64_t{1} << 56 : 0) |               // bias loops, compiled clamps
          (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |  // main_grad adds
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
