@@ -22,7 +22,7 @@ bool elementwise(OpKind k) {
 
 // Ops of an MoE block: their layer syncs on its token counts, which no graph can capture.
 bool moe_op(const Op& op) {
-  if (op.role == OpRole::kExpertBias) return true;
+  if (is_expert_bias_loop(op.role)) return true;
   switch (op.kind) {
     case OpKind::kRouter:
     case OpKind::kDispatch:

@@ -418,6 +418,7 @@ class Lowerer {
   // The eager clamps of a clamped GLU's inputs (Model::glu_clamp) on the fc1 output `fc1`, or
   // backward on its gradient `dfc1`; -1 (nothing emitted) without a clamp.
   int expert_act_clamp(int layer, int fc1, int dfc1, bool backward);
+  void expert_fc1_bias(int layer, int fc1, int b, bool backward);  // Plan::moe_gmm_experts
   int moe_backward(int layer, const Saved& sv, int dres, const WSet& w, const WSet& g);
   int moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g);
   // The experts' tensor-parallel operators: the all-gather of the routed rows over the expert

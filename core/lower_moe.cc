@@ -130,14 +130,17 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
   expert_pad(layer, d, R, "efc1.pad");
   sv[sDisp] = d;
   sv[sFc1] = role(BufferRole::kExpertRows, act(layer, "efc1", {R, up_ * eff_t_}));
-  int op1 = expert_side(gemm(layer, "efc1", rows, up_ * eff_t_, h_, le, {d, w[kEfc1], w[kEfc1B]},
-                             {sv[sFc1]}, false, OpKind::kExpertLinear));
+  const bool fc1_loop = p_.moe_gmm_experts && bias_;
+  int op1 = expert_side(gemm(layer, "efc1", rows, up_ * eff_t_, h_, le,
+                             {d, w[kEfc1], fc1_loop ? -1 : w[kEfc1B]}, {sv[sFc1]}, false,
+                             OpKind::kExpertLinear));
   P_.ops[op1].flops = 2.0 * R * up_ * eff_t_ * h_;
+  if (fc1_loop) expert_fc1_bias(layer, sv[sFc1], w[kEfc1B], false);
   moe_expert_act(layer, sv);
   const bool gather = gather_ways_ > 1;
   int o = role(BufferRole::kExpertRows,
                gather || a2a ? ws(layer, "efc2", {R, h_}) : act(layer, "efc2", {R, h_}));
-  const bool bias_loop = p_.expert_bias_loop && bias_;
+  const bool bias_loop = (p_.expert_bias_loop || p_.moe_gmm_experts) && bias_;
   int op2 = expert_side(gemm(layer, "efc2", rows, h_, eff_t_, le,
                              {sv[sAct], w[kEfc2], bias_loop ? -1 : w[kEfc2B]}, {o}, false,
                              OpKind::kExpertLinear));
@@ -155,22 +158,41 @@ int Lowerer::moe_experts_forward(int layer, int d, const WSet& w, Saved& sv) {
 }
 
 // A clamped GLU (Model::glu_clamp) clamps its two inputs before the activation kernel, each an
-// eager torch clamp of its half of the fc1 output: GPT-OSS's reference `swiglu` (openai/gpt-oss
-// gpt_oss/torch/model.py: x_glu.clamp(max=limit), x_linear.clamp(-limit, limit)) and
-// Megatron-Core's weighted_bias_quick_geglu_impl (core/fusions/fused_bias_geglu.py @4415119:
-// the two clamps outside the compiled activation, whose torch.cat of the halves is left out here)
-// alike. Forward each reads and writes its half; backward each reads the gradient and its input
-// and writes the gradient. Returns the op, or -1 without a clamp.
+// eager torch clamp of its half of the fc1 output, as Megatron-Core's
+// weighted_bias_quick_geglu_impl runs them (core/fusions/fused_bias_geglu.py @4415119 and
+// d98e8a64dd L424-431: x_glu.clamp(max=limit), x_linear.clamp(-limit, limit), then torch.cat of
+// the two halves, outside the compiled activation). Forward each clamp reads and writes its half
+// and the cat reads both and writes the whole; backward each clamp's gradient reads the gradient
+// and its input and writes the gradient, and chunk's backward concatenates the two (the cat's
+// backward is views). Under Plan::moe_gmm_experts the clamps are inside the compiled activation
+// (NeMo AutoModel's quick_geglu_deepep): no op. Returns the op, or -1 without one.
 int Lowerer::expert_act_clamp(int layer, int fc1, int dfc1, bool backward) {
-  if (m_.glu_clamp <= 0 || up_ != 2) return -1;
+  if (m_.glu_clamp <= 0 || up_ != 2 || p_.moe_gmm_experts) return -1;
   const int64_t R = Tm_ * topk_ * gather_ways_;
   const double half = double(R) * eff_t_;  // elements of one half of the fc1 output
-  const double bytes = (backward ? 3 : 2) * 2 * eb_ * half;
+  const double cat = 4 * eb_ * half;       // both halves read, the whole written
+  const double bytes = (backward ? 3 : 2) * 2 * eb_ * half + cat;
   const int op = backward ? elementwise(OpKind::kActivation, layer, "eact.clamp", 2 * half, bytes,
                                         {fc1, dfc1}, {dfc1})
                           : elementwise(OpKind::kActivation, layer, "eact.clamp", 2 * half, bytes,
                                         {fc1}, {fc1});
   return role(OpRole::kExpertAct, expert_side(op));
+}
+
+// NeMo AutoModel's fc1 bias loop (Plan::moe_gmm_experts; core/moe_load.h expert_bias_loop
+// without probabilities) on the fc1 output rows `fc1`: forward it adds the bias `b` in place,
+// backward it reads the output gradient `dfc1` and writes the bias gradient `b`.
+void Lowerer::expert_fc1_bias(int layer, int fc1, int b, bool backward) {
+  const int64_t R = Tm_ * topk_ * gather_ways_, le = local_experts_;
+  const double n = double(R) * up_ * eff_t_;
+  const ExpertBiasLoop loop = expert_bias_loop(p_, backward, le, false);
+  const double bytes = loop.bytes_per_element * n;
+  const int op = role(
+      OpRole::kExpertFc1Bias,
+      expert_side(backward
+                      ? elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1}, {b})
+                      : elementwise(OpKind::kBias, layer, "efc1.bias", n, bytes, {fc1, b}, {fc1})));
+  P_.ops[op].tensors = static_cast<int>(le);
 }
 
 void Lowerer::moe_expert_act(int layer, Saved& sv) {
@@ -243,7 +265,8 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
 int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet& w, const WSet& g) {
   const int64_t K = topk_, le = local_experts_;
   const int64_t R = Tm_ * K * gather_ways_, rows = ceil_div(R, le);
-  const bool bias_loop = p_.expert_bias_loop && bias_;
+  const bool bias_loop = (p_.expert_bias_loop || p_.moe_gmm_experts) && bias_;
+  const bool fc1_loop = p_.moe_gmm_experts && bias_;
   expert_pad(layer, d, R, "efc2.unpad");  // Fp8Unpadding's backward pads the output gradient
   if (bias_loop) {  // the backward of the per-expert bias loop (core/moe_load.h)
     const ExpertBiasLoop b = expert_bias_loop(p_, true, le);
@@ -266,8 +289,9 @@ int Lowerer::moe_experts_backward(int layer, const Saved& sv, int d, const WSet&
   role(OpRole::kExpertAct,
        expert_side(elementwise(OpKind::kActivation, layer, "eact", double(R) * eff_t_,
                                2 * kb_.activation * R * eff_t_, {sv[sFc1], dact},
-                               {dfc1, g[kEfc1B]})));
+                               {dfc1, fc1_loop ? -1 : g[kEfc1B]})));
   expert_act_clamp(layer, sv[sFc1], dfc1, true);
+  if (fc1_loop) expert_fc1_bias(layer, dfc1, g[kEfc1B], true);
   int dd = role(BufferRole::kExpertRows, ws(layer, "efc1.dx", {R, h_}));
   op = expert_side(gemm(layer, "efc1.dx", rows, h_, up_ * eff_t_, le, {dfc1, w[kEfc1]}, {dd}, true,
                         OpKind::kExpertLinear));

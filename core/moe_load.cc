@@ -49,13 +49,19 @@ int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank) {
                            static_cast<int64_t>(std::ceil(f * static_cast<double>(rows_per_rank))));
 }
 
-ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts) {
+ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts,
+                                bool probs) {
   const Dtype act = plan.precision == Dtype::kFp8 ? Dtype::kBf16 : plan.precision;
   const double a = dtype_bytes(act);
-  const double w = std::max(a, dtype_bytes(plan.moe_probs_dtype()));
-  const bool cast = w != a;
   const int64_t le = std::max<int64_t>(1, local_experts);
   ExpertBiasLoop r;
+  if (!probs) {
+    r.bytes_per_element = backward ? 3 * a : 4 * a;
+    r.kernels = backward ? 2 * le + 1 : le + 1;
+    return r;
+  }
+  const double w = std::max(a, dtype_bytes(plan.moe_probs_dtype()));
+  const bool cast = w != a;
   if (!backward) {
     r.bytes_per_element = w + (a + 2 * w) + 2 * w + (cast ? w + a : 0);
     r.kernels = 2 * le + 1 + (cast ? 1 : 0);

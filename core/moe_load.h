@@ -65,11 +65,20 @@ int64_t moe_hot_rank_rows(const Model& m, int ep, int64_t rows_per_rank);
 // (two products and two sums), the per-expert gradient casts and the cast's backward when
 // w != a, the accumulation of each expert's bias gradient into its main gradient (Megatron's
 // DDP hook), and the two concatenations of split's backward (rows and probabilities).
+// Without probabilities (probs false: NeMo AutoModel's fc1 bias under Plan::moe_gmm_experts,
+// GroupedExpertsDeepEP._apply_bias `t + b` in the activation dtype a, Automodel@8d9bfb90e
+// nemo_automodel/components/moe/layers.py): forward the add reads and writes a, cat reads and
+// writes a, and the cast is no copy; backward split's backward concatenates the pieces'
+// gradients (read a, write a) and each expert's bias gradient is a sum over its rows (read a).
+// Kernels: forward one add per expert and the cat; backward one sum per expert, each expert's
+// gradient written into the stacked bias's gradient (the backward of iterating the [E, n]
+// parameter), and the cat.
 struct ExpertBiasLoop {
   double bytes_per_element = 0;
   int64_t kernels = 0;
 };
-ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts);
+ExpertBiasLoop expert_bias_loop(const Plan& plan, bool backward, int64_t local_experts,
+                                bool probs = true);
 
 // The kernels of Megatron-Core's router after its gating GEMM, on the [tokens, experts] scores
 // (megatron/core/transformer/moe/router.py TopKRouter.routing and moe_utils.py @cd4afffa6: the

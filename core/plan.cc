@@ -67,6 +67,7 @@ std::string plan_compact(const Plan& p) {
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
   if (p.moe_probs_in_experts) s += " pie";
+  if (p.moe_gmm_experts) s += " gmm";
   if (p.moe_force_balance != MoeForceBalance::kNone)
     s += std::string(" fb-") + moe_force_balance_name(p.moe_force_balance);
   if (p.schedule == Schedule::kInterleaved)
@@ -581,6 +582,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "fp8_recipe",
                 "moe_router_fusion",
                 "moe_probs_in_experts",
+                "moe_gmm_experts",
                 "host_framework",
                 "transformer_impl",
                 "cuda_graphs",
@@ -706,6 +708,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.fp8_recipe = parse_fp8_recipe(r.string_or("fp8_recipe", "delayed"), r.field("fp8_recipe"));
   p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
   p.moe_probs_in_experts = r.boolean_or("moe_probs_in_experts", false);
+  p.moe_gmm_experts = r.boolean_or("moe_gmm_experts", false);
   p.host_framework =
       parse_host_framework(r.string_or("host_framework", "pytorch"), r.field("host_framework"));
   p.transformer_impl =
@@ -802,6 +805,7 @@ Json plan_to_json(const Plan& p) {
   if (p.fp8_recipe != Fp8Recipe::kDelayed) j["fp8_recipe"] = fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
   if (p.moe_probs_in_experts) j["moe_probs_in_experts"] = true;
+  if (p.moe_gmm_experts) j["moe_gmm_experts"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
   if (p.expandable_segments) j["expandable_segments"] = true;
   if (p.host_framework != HostFramework::kPytorch)
@@ -854,6 +858,7 @@ Plan runtime_plan(Plan p) {
   p.tp_comm_overlap = false;
   p.ep_comm_overlap = false;
   p.expert_bias_loop = false;
+  p.moe_gmm_experts = false;
   p.cp_impl = CpImpl::kTransformerEngine;
   p.cp_rotate = CpRotate::kRing;
   p.cp_comm_type = CpCommType::kP2p;

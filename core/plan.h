@@ -348,6 +348,14 @@ struct Plan {
   // 2659630721, in the 25.09 and 26.04 containers: fused_bias_swiglu's weighted SwiGLU; the
   // combine unpermutes without them and keeps nothing).
   bool moe_probs_in_experts = false;
+  // The routed experts as NeMo AutoModel's GroupedExpertsDeepEP runs them (Automodel@8d9bfb90e
+  // nemo_automodel/components/moe/layers.py, unchanged at 01926a5c and 037e04a6a): grouped_gemm's
+  // gmm takes no bias, so with expert biases (Model::linear_bias) both are added per local
+  // expert after their GEMMs by _apply_bias, fc1's as `t + b` and fc2's as `t + b * p`
+  // (OpRole::kExpertFc1Bias and kExpertBias, whatever expert_bias_loop says), and a clamped
+  // GLU's clamps run inside its torch.compile'd activation (quick_geglu_deepep) instead of as
+  // eager kernels. false: Megatron-Core's TEGroupedMLP (fc1's bias in the GEMM's epilogue).
+  bool moe_gmm_experts = false;
   // PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments
   // grow in place in 2 MiB pages instead of being carved from fixed segments, so freed blocks
   // are not stranded between live ones (cost_models/framework_memory.h).
@@ -508,13 +516,13 @@ struct Plan {
 
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
-// 1F1B on a stream of its own), without expert_bias_loop (the runtime adds the expert bias in
-// its GEMM), expert_fp8_padding or fp8_recipe (it trains in bf16 or fp32), with its own
-// context-parallel ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V
-// heads (repeat_kv false), which the predictors price, and without torchtitan's op-level
-// recompute (selective_op runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded
-// attention (attention_unpad) or the metric passes over the logits (loss_metric_passes). None
-// changes the numerics beyond rounding.
+// 1F1B on a stream of its own), without expert_bias_loop or moe_gmm_experts (the runtime adds
+// the expert biases in its GEMMs and clamps in its activation), expert_fp8_padding or fp8_recipe
+// (it trains in bf16 or fp32), with its own context-parallel ring (cp_impl te, cp_rotate ring,
+// cp_comm_type p2p) on the model's own K/V heads (repeat_kv false), which the predictors price, and
+// without torchtitan's op-level recompute (selective_op runs as none), PyTorch FSDP's own copies
+// (fsdp_impl), the unpadded attention (attention_unpad) or the metric passes over the logits
+// (loss_metric_passes). None changes the numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -201,6 +201,8 @@ const char* op_role_name(OpRole r) {
       return "dispatch-gather";
     case OpRole::kExpertBias:
       return "expert-bias";
+    case OpRole::kExpertFc1Bias:
+      return "expert-fc1-bias";
     case OpRole::kFp8Amax:
       return "fp8-amax";
     case OpRole::kExpertFp8Amax:

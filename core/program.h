@@ -233,6 +233,9 @@ enum class OpRole {
   // kBias: the routed experts' fc2 bias added outside the grouped GEMM, one loop over the local
   // experts (Plan::expert_bias_loop; `tensors` = the local experts), forward or backward.
   kExpertBias,
+  // kBias: the routed experts' fc1 bias added the same way without probabilities (`t + b`;
+  // Plan::moe_gmm_experts: NeMo AutoModel's GroupedExpertsDeepEP._apply_bias).
+  kExpertFc1Bias,
   // kCast: the amax and scale kernels of Transformer Engine's fp8 current scaling
   // (Fp8Recipe::kTensorwise) before a linear's fp8 GEMM (forward input, backward output
   // gradient): `bytes` the bf16 operand read once more, `tensors` the quantised tensors, two
@@ -244,6 +247,10 @@ enum class OpRole {
   kMainGradAdd,
 };
 const char* op_role_name(OpRole r);
+// The experts' bias loops (kExpertBias, kExpertFc1Bias): kernels per local expert.
+inline bool is_expert_bias_loop(OpRole r) {
+  return r == OpRole::kExpertBias || r == OpRole::kExpertFc1Bias;
+}
 inline bool is_fp8_amax(OpRole r) { return r == OpRole::kFp8Amax || r == OpRole::kExpertFp8Amax; }
 
 struct Op {

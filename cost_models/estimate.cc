@@ -427,8 +427,8 @@ namespace {
 // 32-34; bits 12-18 are the selective modules, 19 torchtitan's op-level recompute, 35 the Triton
 // attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
 // 51 MPT's unpadded attention, 52 Megatron's gradient-accumulation fusion off, 53 the pipeline
-// exchanges' device sync, 54 fp8 current scaling, 58 what the MoE combine keeps, 60 the
-// FlashAttention-3 kernel).
+// exchanges' device sync, 54 fp8 current scaling, 56 NeMo AutoModel's experts, 58 what the MoE
+// combine keeps, 60 the FlashAttention-3 kernel).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -455,6 +455,7 @@ int64_t price_flags(const Plan& p) {
          (p.precision == Dtype::kFp8 && p.fp8_recipe == Fp8Recipe::kTensorwise ? int64_t{1} << 54
                                                                                : 0) |
          (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |  // what the combine keeps
+         (p.moe_gmm_experts ? int64_t{1} << 56 : 0) |       // bias loops, compiled clamps
          (p.attention_kernel == AttentionKernel::kFa3 ? int64_t{1} << 60 : 0) |  // FA3's figures
          (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |               // main_grad adds
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange

@@ -124,8 +124,10 @@ int64_t kernel_launches(const Op& op, const Plan& plan) {
                  : multi_tensor_launches(tensors, op.elements, 1) +
                        multi_tensor_launches(tensors, op.elements, 1);
     case OpKind::kBias:
-      if (op.role == OpRole::kExpertBias)
-        return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors).kernels;
+      if (is_expert_bias_loop(op.role))
+        return expert_bias_loop(plan, op.tags.phase == Phase::kBackward, tensors,
+                                op.role == OpRole::kExpertBias)
+            .kernels;
       return 1;
     case OpKind::kExpertLinear:
       return multi_stream_expert_gemm(op, plan) ? std::max<int64_t>(1, op.batch) : 1;

@@ -38,7 +38,7 @@ namespace {
 // Files a compute op's seconds under its MoE part, if it has one.
 void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
   const bool expert_act = op.role == OpRole::kExpertAct;
-  const bool expert_bias = op.role == OpRole::kExpertBias;
+  const bool expert_bias = is_expert_bias_loop(op.role);
   // The grouped GEMMs with their fp8 current-scaling amax kernels (their quantisation is part of
   // the GEMMs' price: compute.h linear_gemm_time).
   if (op.kind == OpKind::kExpertLinear || op.role == OpRole::kExpertFp8Amax)

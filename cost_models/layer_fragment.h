@@ -33,8 +33,9 @@ struct MoeParts {
   double permutation = 0;  // token permutation and un-permutation (kDispatch, kCombine)
   double routing = 0;      // the router's GEMMs and routing kernels (kRouter)
   double activation = 0;   // the routed experts' activation (OpRole::kExpertAct)
-  // The experts' fc2 bias added per local expert outside the grouped GEMM (OpRole::kExpertBias,
-  // Plan::expert_bias_loop).
+  // The experts' biases added per local expert outside the grouped GEMMs: fc2's
+  // (OpRole::kExpertBias, Plan::expert_bias_loop or moe_gmm_experts) and fc1's
+  // (OpRole::kExpertFc1Bias, Plan::moe_gmm_experts).
   double expert_bias = 0;
   // What the busiest expert-parallel rank's excess rows add to the expert-side compute above
   // (Op::load): included in expert_gemm, activation and expert_bias.

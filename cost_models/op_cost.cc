@@ -64,15 +64,16 @@ namespace {
 // What an op's price depends on besides its shape: a linear's pass (a data gradient quantises
 // its operand under fp8, a weight gradient does not), whether it is the router and whether it is
 // the output layer; an expert all-to-all's role (DeepEP's forward dispatch moves fp8 rows); the
-// kernels of the experts' bias loop and of the router's route op (Op::tensors).
+// kernels of the experts' bias loops (which loop: fc1's has no probabilities) and of the router's
+// route op (Op::tensors).
 bool is_router(const Op& op) {
   return op.kind == OpKind::kRouter || op.role == OpRole::kRouter || op.role == OpRole::kRouterDw;
 }
 int price_flags(const Op& op) {
   return (op.backward_data ? 1 : 0) | (is_router(op) ? 2 : 0) | (op.tags.layer < 0 ? 4 : 0) |
          (op.role == OpRole::kDispatchA2a ? 8 : 0) |
-         (op.role == OpRole::kExpertBias || op.kind == OpKind::kRouter || is_fp8_amax(op.role)
-              ? 16 | (std::max(1, op.tensors) << 5)
+         (is_expert_bias_loop(op.role) || op.kind == OpKind::kRouter || is_fp8_amax(op.role)
+              ? 16 | (op.role == OpRole::kExpertFc1Bias ? 32 : 0) | (std::max(1, op.tensors) << 6)
               : 0);
 }
 
@@ -433,7 +434,7 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
     }
     case OpKind::kBias:
       // The experts' bias loop: each of its kernels pays the GPU's gap between kernels.
-      if (op.role == OpRole::kExpertBias)
+      if (is_expert_bias_loop(op.role))
         return memory_time(dev, prof_, elementwise_bytes(op)) +
                static_cast<double>(kernel_launches(op, plan_) - 1) * prof_.kernel_overhead_s;
       return memory_time(dev, prof_, elementwise_bytes(op));

@@ -191,6 +191,26 @@ TEST(MoeLoad, ExpertBiasLoopCountsEachKernelOfTheLoop) {
   EXPECT_DOUBLE_EQ(expert_bias_loop(p, false, le).bytes_per_element, 12);
 }
 
+// NeMo AutoModel's fc1 bias loop (GroupedExpertsDeepEP._apply_bias without probabilities,
+// Automodel@8d9bfb90e): t + b in the activation dtype, then cat, the cast a no-op; backward
+// split's concatenation of the pieces' gradients, each expert's bias gradient a sum over its rows
+// and its write into the stacked parameter's gradient (a vector: no per-element bytes). The
+// dispatcher's probability dtype does not enter it.
+TEST(MoeLoad, Fc1BiasLoopHasNoProbabilities) {
+  Plan p;
+  p.precision = Dtype::kBf16;
+  p.moe_dispatcher = MoeDispatcher::kDeepEp;  // fp32 probabilities, not read here
+  const int64_t le = 4;
+  const std::vector<Kernel> fwd = {{2, 2, true}, {2, 2, false}};
+  const std::vector<Kernel> bwd = {{2, 2, false}, {2, 0, true}, {0, 0, true}};
+  for (bool backward : {false, true}) {
+    const ExpertBiasLoop want = listed(backward ? bwd : fwd, le);
+    const ExpertBiasLoop got = expert_bias_loop(p, backward, le, false);
+    EXPECT_DOUBLE_EQ(got.bytes_per_element, want.bytes_per_element) << "backward " << backward;
+    EXPECT_EQ(got.kernels, want.kernels) << "backward " << backward;
+  }
+}
+
 // Megatron-Core's router after its GEMM (router.py / moe_utils.py @cd4afffa6): the fused path's
 // six kernels each way, the eager path's 22 forward and 11 backward, RandomSTE's clone and
 // normal_ under forced random balance, AutoModel's FakeBalancedGate under round-robin; each

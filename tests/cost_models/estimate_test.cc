@@ -510,6 +510,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.moe_force_balance = MoeForceBalance::kRandom; },
       [](Plan& p) { p.moe_router_fusion = true; },
       [](Plan& p) { p.moe_probs_in_experts = true; },  // price-cache bit 58
+      [](Plan& p) { p.moe_gmm_experts = true; },       // price-cache bit 56
       [](Plan& p) {
         p.moe_router_fusion = true;
         p.moe_force_balance = MoeForceBalance::kRandom;
@@ -584,6 +585,35 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         EXPECT_DOUBLE_EQ(a.*part, b.*part);
       EXPECT_EQ(cached.stage_slot_s, fresh.stage_slot_s);
     }
+}
+
+// NeMo AutoModel's experts (Plan::moe_gmm_experts) change a biased, clamped MoE layer's Program
+// (fc1's bias loop, no eager clamps): one Estimator that priced the Megatron plan first must give
+// the AutoModel plan a fresh Estimator's figures, and the other way round (price-cache bit 56).
+TEST(EstimatorCache, GmmExpertsAreInTheFragmentKey) {
+  Model m = model_preset("gpt-oss-120b");
+  m.layers = 4;
+  ASSERT_TRUE(m.linear_bias);
+  ASSERT_GT(m.glu_clamp, 0);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile prof = default_profile(c.gpu_device(0));
+  Plan megatron;
+  megatron.dp = 8;
+  megatron.ep = 8;
+  megatron.zero = 1;
+  megatron.micro_batch = 1;
+  megatron.global_batch = 8;
+  megatron.expert_bias_loop = true;
+  Plan automodel = megatron;
+  automodel.moe_gmm_experts = true;
+  const double fresh_m = estimate(m, c, megatron, prof).step_time_s;
+  const double fresh_a = estimate(m, c, automodel, prof).step_time_s;
+  EXPECT_NE(fresh_m, fresh_a);
+  Estimator one(m, c, prof), two(m, c, prof);
+  EXPECT_DOUBLE_EQ(one.estimate(megatron).step_time_s, fresh_m);
+  EXPECT_DOUBLE_EQ(one.estimate(automodel).step_time_s, fresh_a);
+  EXPECT_DOUBLE_EQ(two.estimate(automodel).step_time_s, fresh_a);
+  EXPECT_DOUBLE_EQ(two.estimate(megatron).step_time_s, fresh_m);
 }
 
 TEST(EstimateMoe, ExpertParallelAddsAllToAll) {
@@ -757,9 +787,13 @@ TEST(EstimateMoe, Fp8CurrentScalingReadsTheExpertOperandsForTheirAmax) {
   EXPECT_DOUBLE_EQ(bf16.step_time_s, run(m, c, p).step_time_s);
 }
 
-// A clamped GLU (Model::glu_clamp, GPT-OSS): the two eager clamps of the fc1 output's halves,
-// forward (each half read and written) and backward (gradient and input read, gradient written),
-// over the busiest rank's rows, filed under the expert activation; nothing without the clamp.
+// A clamped GLU (Model::glu_clamp, GPT-OSS) as Megatron-Core runs it: the two eager clamps of
+// the fc1 output's halves and the torch.cat of the clamped halves (fused_bias_geglu.py
+// weighted_bias_quick_geglu_impl), forward (each half read and written; the cat reads both and
+// writes the whole) and backward (each clamp's gradient reads gradient and input and writes the
+// gradient; chunk's backward concatenates them), over the busiest rank's rows, filed under the
+// expert activation; nothing without the clamp, nor when the clamps are inside NeMo AutoModel's
+// compiled activation (Plan::moe_gmm_experts).
 TEST(EstimateMoe, ClampedGluAddsItsEagerClamps) {
   Model m = model_preset("gpt-oss-120b");
   ASSERT_EQ(m.glu_clamp, 7.0);
@@ -779,11 +813,59 @@ TEST(EstimateMoe, ClampedGluAddsItsEagerClamps) {
   const double hot = moe_hot_rank_factor(m, p.ep, rows);
   const double half = rows * static_cast<double>(m.moe.expert_ffn);  // elements of one half
   const double bw = dev.hbm_bw * prof.memory_efficiency;
-  const double fwd = (2 * 2 * 2.0 * half / bw + prof.kernel_overhead_s) * hot;
-  const double bwd = (3 * 2 * 2.0 * half / bw + prof.kernel_overhead_s) * hot;
+  const double cat = 4 * 2.0 * half;  // both bf16 halves read, the whole written
+  const double fwd = ((2 * 2 * 2.0 * half + cat) / bw + prof.kernel_overhead_s) * hot;
+  const double bwd = ((3 * 2 * 2.0 * half + cat) / bw + prof.kernel_overhead_s) * hot;
   const double want = (fwd + bwd) * m.moe_layer_count();
   EXPECT_NEAR(on.moe.activation - off.moe.activation, want, 1e-6 * want);
   EXPECT_GT(on.step_time_s, off.step_time_s);
+  m.glu_clamp = 7.0;
+  p.moe_gmm_experts = true;
+  const Estimate compiled = run(m, c, p);
+  m.glu_clamp = 0;
+  EXPECT_DOUBLE_EQ(compiled.moe.activation, run(m, c, p).moe.activation);
+}
+
+// NeMo AutoModel's experts (Plan::moe_gmm_experts: GroupedExpertsDeepEP over grouped_gemm's
+// gmm): with expert biases, fc2's bias loop (t + b * p, as Megatron's) and fc1's (t + b over the
+// rows x 2 ffn of the gated fc1 output), forward and backward per MoE layer and micro-batch, both
+// in the expert-bias part of the breakdown, whatever expert_bias_loop says; nothing without
+// expert biases.
+TEST(EstimateMoe, GmmExpertsAddBothBiasesPerExpert) {
+  Model m = model_preset("gpt-oss-120b");
+  ASSERT_TRUE(m.linear_bias);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;  // 16 local experts
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  p.moe_gmm_experts = true;
+  const Estimate on = run(m, c, p);
+  const Profile& prof = default_profile(c.gpu_device(0));
+  const DeviceSpec& dev = c.gpu_device(0);
+  const int64_t le = m.moe.experts / p.ep;
+  const double rows = static_cast<double>(p.seq(m)) * m.moe.top_k;
+  const double hot = moe_hot_rank_factor(m, p.ep, rows);
+  const double bw = dev.hbm_bw * prof.memory_efficiency;
+  double want = 0;
+  for (bool bwd : {false, true}) {
+    const ExpertBiasLoop fc2 = expert_bias_loop(p, bwd, le);
+    const ExpertBiasLoop fc1 = expert_bias_loop(p, bwd, le, false);
+    want += (fc2.bytes_per_element * rows * m.hidden / bw +
+             static_cast<double>(fc2.kernels) * prof.kernel_overhead_s) *
+            hot;
+    want += (fc1.bytes_per_element * rows * 2 * m.moe.expert_ffn / bw +
+             static_cast<double>(fc1.kernels) * prof.kernel_overhead_s) *
+            hot;
+  }
+  want *= m.moe_layer_count();
+  EXPECT_NEAR(on.moe.expert_bias, want, 1e-6 * want);
+  p.expert_bias_loop = true;  // fc2's loop is there either way
+  EXPECT_DOUBLE_EQ(run(m, c, p).moe.expert_bias, on.moe.expert_bias);
+  m.linear_bias = false;
+  EXPECT_EQ(run(m, c, p).moe.expert_bias, 0);
 }
 
 // Context parallelism's exposed time, from the topology and the rule estimate.cc documents:
