@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/cpu/bf16_tile.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/tensor.h"
 
@@ -20,13 +21,9 @@ namespace {
 
 constexpr int64_t kBlockRows = 64;
 
-// dst[i] = src[i] widened / rounded, n elements.
-void widen(float* dst, const uint16_t* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(src[i]);
-}
-void narrow(uint16_t* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_bf16(src[i]);
-}
+// n dense elements widened / rounded (one row of n).
+void widen(float* dst, const uint16_t* src, int64_t n) { bf16_tile::widen(dst, src, n, 1, n); }
+void narrow(uint16_t* dst, const float* src, int64_t n) { bf16_tile::narrow(dst, n, src, 1, n); }
 
 // fp32 scratch of n floats (0 for nullptr sources) holding src widened; nullptr when src is.
 struct Wide {
@@ -50,12 +47,13 @@ void CpuBackend::norm_backward_bf16(Norm kind, uint16_t* dx, float* dweight, flo
                                     float eps) {
   Wide w, wd, wx, wr;
   const float* wf = w.get(weight, cols);
+  std::vector<float> out;
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, rows - r0) * cols, off = r0 * cols;
     const float* d = wd.get(dout + off, n);
     const float* xf = wx.get(x + off, n);
     const float* res = dresidual ? wr.get(dresidual + off, n) : nullptr;
-    std::vector<float> out(static_cast<size_t>(n));
+    out.resize(static_cast<size_t>(n));
     norm_backward(kind, out.data(), dweight, dbias, d, xf, wf, res, n / cols, cols, eps);
     narrow(dx + off, out.data(), n);
   }
@@ -123,9 +121,9 @@ void CpuBackend::rope_bf16(uint16_t* x, int64_t ld, int64_t rows, int64_t seq, i
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t nr = std::min(block, rows - r0);
     v.resize(static_cast<size_t>(nr * width));
-    for (int64_t r = 0; r < nr; ++r) widen(v.data() + r * width, x + (r0 + r) * ld, width);
+    bf16_tile::widen(v.data(), x + r0 * ld, ld, nr, width);
     rope(v.data(), width, nr, seq, pos_offset, heads, head_dim, theta, inverse);
-    for (int64_t r = 0; r < nr; ++r) narrow(x + (r0 + r) * ld, v.data() + r * width, width);
+    bf16_tile::narrow(x + r0 * ld, ld, v.data(), nr, width);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/cpu/bf16_tile.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/vec.h"
 #include "runtime/tensor.h"
@@ -19,19 +20,11 @@ namespace parasol::runtime {
 
 namespace {
 
+using bf16_tile::narrow;
+using bf16_tile::widen;
+
 // Output tiles: kRows rows by kCols columns (a few hundred KiB of fp32 scratch at k = 4096).
 constexpr int64_t kRows = 64, kCols = 256;
-
-// dst[r][c] = src[r * ld + c] widened, for r < rows, c < cols (dst dense).
-void widen(float* dst, const uint16_t* src, int64_t ld, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = bf16_to_fp32(src[r * ld + c]);
-}
-// dst[r * ld + c] = src[r][c] rounded to nearest even.
-void narrow(uint16_t* dst, int64_t ld, const float* src, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = fp32_to_bf16(src[r * cols + c]);
-}
 
 }  // namespace
 
