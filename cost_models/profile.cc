@@ -163,21 +163,24 @@ Profile default_profile(const DeviceSpec& d) {
   // before NVIDIA/TransformerEngine PR #3523 (2026-09-15, its table): te.Linear 59.19 us forward,
   // 311.30 us forward + backward; te.LayerNormLinear 83.48 and 397.73 us. So a Linear's backward
   // 252.11 us, and the LayerNorm of LayerNormLinear 24.29 us forward and 62.14 us backward.
-  // On an x86 DGX host these are divided by Grace's slowdown for the same module call
-  // (NVIDIA/TransformerEngine issue #2053: a torch.nn.Linear forward costs the CPU 37.08 us on
-  // GB200 and 13.48 us on an H100 DGX's Xeon Platinum 8480C, 2.75x): 21.5, 91.7, 8.8, 22.6 us
-  // (profile_ranges.cc: from PR #3523's after-figures over 2.75 to the Grace figures, as if
-  // the x86 host were no faster for TE's Python than Grace).
-  p.host_te_linear_fwd_s = kTeGraceLinearFwdS / kGraceOverX86Host;
-  p.host_te_linear_bwd_s = kTeGraceLinearBwdS / kGraceOverX86Host;
-  p.host_te_norm_fwd_s = kTeGraceNormFwdS / kGraceOverX86Host;
-  p.host_te_norm_bwd_s = kTeGraceNormBwdS / kGraceOverX86Host;
+  // On an x86 DGX host these are times what a Transformer Engine module call costs there against
+  // Grace, 1.15 (profile.h kX86OverGraceTeHost: Megatron's TEColumnParallelLinear forward took
+  // 115 us of an x86 host's CPU in TE PR #1191, TE 1.11; te.Linear's forward took 99.66 us on
+  // GB200 in TE issue #2053, TE 2.5-2.6, both before TE 2.10's CPU-overhead PRs): 68.3, 290.9,
+  // 28.0, 71.7 us. Grace's slowdown for a bare torch.nn.Linear forward (TE #2053: 2.75x) would
+  // put te.Linear's forward at 21.5 us, a third of the 74 us PR #1191 measured for Megatron's own
+  // ColumnParallelLinear on its host, where TE's module took 1.6-1.9x that. profile_ranges.cc:
+  // from PR #3523's after-figures over 2.75 to PR #1191's 140 us before-figure, scaled alike.
+  p.host_te_linear_fwd_s = kTeGraceLinearFwdS * kX86OverGraceTeHost;
+  p.host_te_linear_bwd_s = kTeGraceLinearBwdS * kX86OverGraceTeHost;
+  p.host_te_norm_fwd_s = kTeGraceNormFwdS * kX86OverGraceTeHost;
+  p.host_te_norm_bwd_s = kTeGraceNormBwdS * kX86OverGraceTeHost;
   // Megatron-Core's ColumnParallelLinear forward: 74 us of CPU per call, BF16, TP 1
   // (NVIDIA/TransformerEngine PR #1191, 2024-09-18, measuring Megatron-LM @6b35ca80's modules;
   // TEColumnParallelLinear 140 us there, 115 us after the PR). The PR names no CPU: taken as the
-  // x86 DGX host it was then developed on; on Grace times Grace's slowdown for a module call
-  // (TE issue #2053, as for TE's modules above). profile_ranges.cc: from a bare torch.nn.Linear
-  // forward on the same host (TE #2053: 13.48 us) to the measured figure.
+  // x86 DGX host it was then developed on; on Grace over kX86OverGraceTeHost, as for TE's modules
+  // (module Python, not a bare op). profile_ranges.cc: from a bare torch.nn.Linear forward on
+  // the same host (TE #2053: 13.48 us) to the measured figure (on Grace, to it times 2.75).
   p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS;
   // Under a Transformer Engine older than 2.10 (Plan::te_version), before its CPU-overhead PRs
   // #2377 and #2400 (2025-11): te.Linear's forward cost 99.66 us of CPU on GB200 (TE issue #2053,
@@ -186,7 +189,7 @@ Profile default_profile(const DeviceSpec& d) {
   // after-figure).
   p.host_te_before_2_10_factor = kTeGraceLinearFwdBefore210S / kTeGraceLinearFwdS;
   if (d.name == "GB200") {
-    p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS * kGraceOverX86Host;
+    p.host_local_linear_fwd_s = kMegatronLocalLinearFwdS / kX86OverGraceTeHost;
     // A Grace host: PR #3523's GB200 figures as measured.
     p.host_te_linear_fwd_s = kTeGraceLinearFwdS;
     p.host_te_linear_bwd_s = kTeGraceLinearBwdS;

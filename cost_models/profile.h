@@ -71,6 +71,18 @@ inline constexpr double kTeGraceLinearFwdBefore210S = 99.66e-6;
 // the floor of a module that calls one GEMM.
 inline constexpr double kMegatronLocalLinearFwdS = 74e-6;
 inline constexpr double kTorchLinearFwdX86S = 13.48e-6;
+// Megatron-Core's TEColumnParallelLinear (a te.Linear in Megatron's wrapper), BF16, TP 1: CPU time
+// of one forward call on the x86 host of the same PR (NVIDIA/TransformerEngine PR #1191,
+// 2024-09-18, TE 1.11 era: 140 us before it, 115 us after it). Over te.Linear's forward on GB200
+// in the same era, before TE 2.10's CPU-overhead PRs (TE issue #2053: 99.66 us), it gives how
+// much host time a Transformer Engine module call costs on an x86 DGX host against Grace: 1.15,
+// where a bare torch.nn.Linear costs Grace 2.75x the x86 host's (kGraceOverX86Host). TE's
+// per-call cost is Python attribute and module logic (PR #1191: "many basic PyTorch operations
+// ... involve O(1 us) overhead"), which the x86 host runs no faster than Grace.
+inline constexpr double kTeColumnParallelLinearFwdX86S = 115e-6;
+inline constexpr double kTeColumnParallelLinearFwdX86BeforeS = 140e-6;
+inline constexpr double kX86OverGraceTeHost =
+    kTeColumnParallelLinearFwdX86S / kTeGraceLinearFwdBefore210S;
 
 struct Profile {
   std::string device;  // the DeviceSpec name this profile describes

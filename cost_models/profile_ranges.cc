@@ -63,20 +63,29 @@ void host(Ranges& r) {
 
 // Transformer Engine's modules on the server's host (profile.cc states the points): on Grace
 // (GB200) from PR #3523's GB200 figures after that PR to before it; on x86 from the after-figures
-// over Grace's 2.75x slowdown (TE issue #2053's torch.nn.Linear) to the Grace figures themselves,
-// as if the x86 host were no faster for TE's Python than Grace.
+// over Grace's 2.75x slowdown for a bare torch.nn.Linear (TE issue #2053), as if the x86 host ran
+// TE's Python as much faster, to the before-figures times PR #1191's x86 TEColumnParallelLinear
+// before that PR (140 us) over te.Linear on GB200 before TE 2.10 (TE #2053: 99.66 us).
 void te_modules(Ranges& r, bool grace) {
-  const double lo = grace ? 1.0 : kGraceOverX86Host;
+  const double lo = grace ? 1.0 : 1.0 / kGraceOverX86Host;
+  const double hi =
+      grace ? 1.0 : kTeColumnParallelLinearFwdX86BeforeS / kTeGraceLinearFwdBefore210S;
   const std::string src =
-      "TE PR #3523 GB200 table (CPU time per call, before -> after it); x86: over 2.75, Grace's"
-      " slowdown for a torch.nn.Linear forward (TE #2053: 37.08 vs 13.48 us)";
-  cited(r, "host_te_linear_fwd_us", kTeGraceLinearFwdAfterS / lo * 1e6, kTeGraceLinearFwdS * 1e6,
-        "te.Linear forward: " + src);
-  cited(r, "host_te_linear_bwd_us", kTeGraceLinearBwdAfterS / lo * 1e6, kTeGraceLinearBwdS * 1e6,
+      grace
+          ? "TE PR #3523 GB200 table (CPU time per call, after -> before it)"
+          : "TE PR #3523 GB200 table (CPU time per call) on an x86 host: from its after-figure over"
+            " 2.75, Grace's slowdown for a torch.nn.Linear forward (TE #2053: 37.08 vs 13.48 us),"
+            " to its before-figure x 140/99.66, Megatron's TEColumnParallelLinear forward on x86"
+            " before TE PR #1191 (140 us; 115 us after it, the point) over te.Linear's on GB200"
+            " before TE 2.10 (TE #2053)";
+  cited(r, "host_te_linear_fwd_us", kTeGraceLinearFwdAfterS * lo * 1e6,
+        kTeGraceLinearFwdS * hi * 1e6, "te.Linear forward: " + src);
+  cited(r, "host_te_linear_bwd_us", kTeGraceLinearBwdAfterS * lo * 1e6,
+        kTeGraceLinearBwdS * hi * 1e6,
         "te.Linear backward (forward + backward less forward): " + src);
-  cited(r, "host_te_norm_fwd_us", kTeGraceNormFwdAfterS / lo * 1e6, kTeGraceNormFwdS * 1e6,
+  cited(r, "host_te_norm_fwd_us", kTeGraceNormFwdAfterS * lo * 1e6, kTeGraceNormFwdS * hi * 1e6,
         "te.LayerNormLinear less te.Linear, forward: " + src);
-  cited(r, "host_te_norm_bwd_us", kTeGraceNormBwdAfterS / lo * 1e6, kTeGraceNormBwdS * 1e6,
+  cited(r, "host_te_norm_bwd_us", kTeGraceNormBwdAfterS * lo * 1e6, kTeGraceNormBwdS * hi * 1e6,
         "te.LayerNormLinear less te.Linear, backward: " + src);
   // Megatron-Core's own ColumnParallelLinear (profile.cc states the point).
   const double host = grace ? kGraceOverX86Host : 1.0;
@@ -84,7 +93,8 @@ void te_modules(Ranges& r, bool grace) {
         kMegatronLocalLinearFwdS * host * 1e6,
         "Megatron-Core ColumnParallelLinear forward, BF16, TP 1: 74 us of CPU (TE PR #1191); a"
         " bare torch.nn.Linear forward 13.48 us on an H100 DGX host (TE #2053), the floor;"
-        " on Grace x 2.75 (TE #2053)");
+        " on Grace both x 2.75 (TE #2053), the point 74 us over 1.15, a TE module call's x86/Grace"
+        " ratio (TE PR #1191 over TE #2053)");
   // Transformer Engine before 2.10 (profile.cc states the point).
   cited(r, "host_te_before_2_10_factor", 1.0, kTeGraceLinearFwdBefore210S / kTeGraceLinearFwdAfterS,
         "te.Linear forward on GB200 before TE 2.10's CPU-overhead PRs #2377/#2400: 99.66 us (TE"

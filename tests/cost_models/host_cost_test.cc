@@ -11,6 +11,7 @@
 #include "core/model.h"
 #include "cost_models/estimate.h"
 #include "cost_models/profile.h"
+#include "cost_models/profile_ranges.h"
 
 namespace parasol::cost {
 namespace {
@@ -255,13 +256,16 @@ TEST(HostIssueSeconds, MegatronLocalModulesPayTheModuleCall) {
       f.host_launch_s + f.host_dispatch_s + f.host_python_s + f.host_autograd_s + f.host_module_s;
   EXPECT_NEAR(host_issue_seconds(router, local, f), eager, 1e-15);
   EXPECT_NEAR(host_issue_seconds(ln, local, f), eager, 1e-15);
-  // On Grace the module call costs Grace's slowdown for a module call (TE #2053: 37.08/13.48).
+  // On Grace the module call costs what a module call's Python costs Grace against the x86 host:
+  // TE PR #1191's x86 TEColumnParallelLinear forward (115 us) over TE #2053's GB200 te.Linear
+  // forward (99.66 us), both before TE 2.10.
   const Profile gb = default_profile(cluster_preset("gb200-nvl72", 72).gpu_device(0));
-  EXPECT_NEAR(gb.host_local_linear_fwd_s, 74e-6 * 37.08 / 13.48, 1e-12);
+  EXPECT_NEAR(gb.host_local_linear_fwd_s, 74e-6 * 99.66 / 115, 1e-12);
 }
 
-// The figures against TE PR #3523's GB200 table and TE issue #2053's Grace/x86 ratio, worked
-// from the published numbers: an x86 host's are Grace's over 37.08 / 13.48.
+// The figures against TE PR #3523's GB200 table, worked from the published numbers; an x86
+// host's are Grace's times 115 / 99.66: Megatron's TEColumnParallelLinear forward on x86 in TE PR
+// #1191 over te.Linear's forward on GB200 in TE issue #2053, both before TE 2.10.
 TEST(HostTeFigures, GraceMeasuredAndX86Scaled) {
   const Profile gb = default_profile(cluster_preset("gb200-nvl72", 72).gpu_device(0));
   EXPECT_NEAR(gb.host_te_linear_fwd_s, 59.19e-6, 1e-12);
@@ -271,11 +275,24 @@ TEST(HostTeFigures, GraceMeasuredAndX86Scaled) {
                   gb.host_te_norm_bwd_s,
               397.73e-6, 1e-12);
   const Profile h = default_profile(cluster_preset("dgx-h100", 8).gpu_device(0));
-  const double ratio = 37.08 / 13.48;
-  EXPECT_NEAR(h.host_te_linear_fwd_s, 59.19e-6 / ratio, 1e-12);
-  EXPECT_NEAR(h.host_te_linear_bwd_s, (311.30 - 59.19) * 1e-6 / ratio, 1e-12);
-  EXPECT_NEAR(h.host_te_norm_fwd_s, (83.48 - 59.19) * 1e-6 / ratio, 1e-12);
-  EXPECT_NEAR(h.host_te_norm_bwd_s, (397.73 - 311.30 - (83.48 - 59.19)) * 1e-6 / ratio, 1e-12);
+  const double ratio = 115 / 99.66;
+  EXPECT_NEAR(h.host_te_linear_fwd_s, 59.19e-6 * ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_linear_bwd_s, (311.30 - 59.19) * 1e-6 * ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_norm_fwd_s, (83.48 - 59.19) * 1e-6 * ratio, 1e-12);
+  EXPECT_NEAR(h.host_te_norm_bwd_s, (397.73 - 311.30 - (83.48 - 59.19)) * 1e-6 * ratio, 1e-12);
+  // Under a TE before 2.10 the x86 forward is PR #1191's measured 115 us, and TE's module costs
+  // more host time than Megatron's own ColumnParallelLinear on the same host (74 us), as PR
+  // #1191 measured; from 2.10 on it is 68 us.
+  EXPECT_NEAR(h.host_te_before_2_10_factor * h.host_te_linear_fwd_s, 115e-6, 1e-12);
+  EXPECT_GT(h.host_te_before_2_10_factor * h.host_te_linear_fwd_s, h.host_local_linear_fwd_s);
+  EXPECT_NEAR(h.host_te_linear_fwd_s, 68.3e-6, 0.05e-6);
+  // The ranges hold the points: x86 from PR #3523's after-figure over Grace's 2.75x slowdown for a
+  // bare torch.nn.Linear to its before-figure times 140 / 99.66 (PR #1191's before-figure).
+  for (const ProfileRange& r : profile_ranges(cluster_preset("dgx-h100", 8).gpu_device(0)))
+    if (r.key == "host_te_linear_fwd_us") {
+      EXPECT_NEAR(r.low, 51.19 * 13.48 / 37.08, 1e-9);
+      EXPECT_NEAR(r.high, 59.19 * 140 / 99.66, 1e-9);
+    }
 }
 
 // A dense GPT layer under Megatron-Core's TE spec makes four te.Linear calls (QKV, attention
