@@ -288,11 +288,16 @@ TEST(HostTeFigures, GraceMeasuredAndX86Scaled) {
   EXPECT_NEAR(h.host_te_linear_fwd_s, 68.3e-6, 0.05e-6);
   // The ranges hold the points: x86 from PR #3523's after-figure over Grace's 2.75x slowdown for a
   // bare torch.nn.Linear to its before-figure times 140 / 99.66 (PR #1191's before-figure).
+  int found = 0;
   for (const ProfileRange& r : profile_ranges(cluster_preset("dgx-h100", 8).gpu_device(0)))
     if (r.key == "host_te_linear_fwd_us") {
+      ++found;
       EXPECT_NEAR(r.low, 51.19 * 13.48 / 37.08, 1e-9);
       EXPECT_NEAR(r.high, 59.19 * 140 / 99.66, 1e-9);
+      EXPECT_LT(r.low, h.host_te_linear_fwd_s * 1e6);
+      EXPECT_GT(r.high, h.host_te_linear_fwd_s * 1e6);
     }
+  EXPECT_EQ(found, 1);
 }
 
 // A dense GPT layer under Megatron-Core's TE spec makes four te.Linear calls (QKV, attention
