@@ -861,7 +861,7 @@ void CudaLowpAttention::typed_attention_case(bool fused) {
   if (fused && !CudaBackend::cudnn_built()) GTEST_FAIL() << "this CUDA build has no cuDNN frontend";
   CpuBackend cpu_be(1);
   dev().set_fused_attention(fused);
-  const int64_t B = 2, S = 96, H = 8, KVH = 2, D = 64, c = 40;
+  const int64_t B = 2, S = 96, H = 8, KVH = 2, D = 64;
   AttentionDims d;
   d.batch = B;
   d.seq_q = S;
