@@ -138,6 +138,75 @@ void Backend::embedding_backward_bf16(float*, float*, const uint16_t*, const int
                                       int64_t, int64_t, int64_t, int64_t, int64_t) {
   no_bf16(name(), "embedding_backward_bf16");
 }
+void Backend::attention_forward_bf16(const AttentionDims&, uint16_t*, float*, const uint16_t*,
+                                     const uint16_t*, const uint16_t*, bool) {
+  no_bf16(name(), "attention_forward_bf16");
+}
+void Backend::attention_backward_bf16(const AttentionDims&, uint16_t*, uint16_t*, uint16_t*,
+                                      const uint16_t*, const uint16_t*, const uint16_t*,
+                                      const uint16_t*, const uint16_t*, const float*, bool, bool) {
+  no_bf16(name(), "attention_backward_bf16");
+}
+void Backend::dispatch_forward_bf16(uint16_t*, const uint16_t*, const int32_t*, int64_t, int64_t,
+                                    int64_t) {
+  no_bf16(name(), "dispatch_forward_bf16");
+}
+void Backend::dispatch_backward_bf16(uint16_t*, const uint16_t*, const int32_t*, int64_t, int64_t,
+                                     int64_t) {
+  no_bf16(name(), "dispatch_backward_bf16");
+}
+void Backend::combine_forward_bf16(uint16_t*, const uint16_t*, const float*, const int32_t*,
+                                   int64_t, int64_t, int64_t) {
+  no_bf16(name(), "combine_forward_bf16");
+}
+void Backend::combine_backward_bf16(uint16_t*, float*, const uint16_t*, const uint16_t*,
+                                    const float*, const int32_t*, int64_t, int64_t, int64_t) {
+  no_bf16(name(), "combine_backward_bf16");
+}
+
+// The grouped expert GEMMs as one linear entry per expert with rows.
+void Backend::expert_linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                         const uint16_t* bias, const int64_t* counts_host,
+                                         int64_t experts, int64_t n, int64_t k) {
+  int64_t row = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t rows = counts_host[e];
+    if (rows > 0)
+      linear_forward_bf16(out + row * n, in + row * k, w + e * k * n, WeightLayout::kInOut,
+                          bias != nullptr ? bias + e * n : nullptr, nullptr, rows, n, k);
+    row += rows;
+  }
+}
+void Backend::expert_linear_backward_data_bf16(uint16_t* din, const uint16_t* dout,
+                                               const uint16_t* w, const int64_t* counts_host,
+                                               int64_t experts, int64_t n, int64_t k,
+                                               bool accumulate) {
+  int64_t row = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t rows = counts_host[e];
+    if (rows > 0)
+      linear_backward_data_bf16(din + row * k, dout + row * n, w + e * k * n, WeightLayout::kInOut,
+                                nullptr, nullptr, rows, n, k, accumulate);
+    row += rows;
+  }
+}
+void Backend::expert_linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias,
+                                                 const uint16_t* in, const uint16_t* dout,
+                                                 const int64_t* counts_host, int64_t experts,
+                                                 int64_t n, int64_t k) {
+  if (dw_type != Dtype::kFp32 && dw_type != Dtype::kBf16)
+    throw Error("runtime.backend", "expert weight gradients are fp32 or bf16");
+  const int64_t eb = dw_type == Dtype::kFp32 ? 4 : 2;
+  int64_t row = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t rows = counts_host[e];
+    if (rows > 0)
+      linear_backward_weight_bf16(static_cast<char*>(dw) + e * k * n * eb, dw_type,
+                                  dbias != nullptr ? dbias + e * n : nullptr, in + row * k,
+                                  dout + row * n, WeightLayout::kInOut, rows, n, k);
+    row += rows;
+  }
+}
 
 MemoryStats Backend::host_memory() const {
   std::lock_guard<std::mutex> lock(mu_);

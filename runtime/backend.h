@@ -391,6 +391,50 @@ class Backend {
                                        const int32_t* tokens, int64_t vocab_start,
                                        int64_t vocab_rows, int64_t pos_offset, int64_t rows,
                                        int64_t seq, int64_t cols);
+  // attention_forward / attention_backward (flash: from the log-sum-exp, never the
+  // probabilities) on bf16 Q, K, V, out, dout, dq, dk and dv, with the strides of `d`; lse stays
+  // fp32 (nullable in the forward, required by the backward and by `accumulate`). Scores,
+  // softmax statistics and every sum are fp32; each output element is rounded once per call (a
+  // ring step's merge, `accumulate`, combines the stored bf16 output with this call's fp32 one
+  // and rounds the result; dk, dv and accumulate_dq likewise add in fp32 and round once).
+  virtual void attention_forward_bf16(const AttentionDims& d, uint16_t* out, float* lse,
+                                      const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                      bool accumulate);
+  virtual void attention_backward_bf16(const AttentionDims& d, uint16_t* dq, uint16_t* dk,
+                                       uint16_t* dv, const uint16_t* dout, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                                       const float* lse, bool accumulate_dq, bool accumulate_dkv);
+  // MoE on bf16 storage: dispatch, combine and the grouped expert GEMMs with the contracts of
+  // their fp32 entries; token and expert rows bf16, the gates w and their gradient dw fp32, sums in
+  // fp32, each output rounded once. The router itself stays fp32 (its logits and probabilities
+  // are fp32 buffers, as Megatron-Core's router computes in fp32).
+  virtual void dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of,
+                                     int64_t tokens, int64_t top_k, int64_t cols);
+  virtual void dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                                      int64_t tokens, int64_t top_k, int64_t cols);
+  virtual void combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                                    const int32_t* row_of, int64_t tokens, int64_t top_k,
+                                    int64_t cols);
+  virtual void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                                     const uint16_t* expert_out, const float* w,
+                                     const int32_t* row_of, int64_t tokens, int64_t top_k,
+                                     int64_t cols);
+  // The grouped expert GEMMs: expert e's counts_host[e] rows through linear_forward_bf16,
+  // linear_backward_data_bf16 and linear_backward_weight_bf16 with w[e] ([k x n], kInOut), bias[e]
+  // (bf16, nullable), dw[e] (dw_type kFp32 or kBf16, +=) and dbias[e] (fp32, nullable, +=). The
+  // defaults call those entries once per expert with rows (so every backend with the linear
+  // entries has them); a backend may group them into one call.
+  virtual void expert_linear_forward_bf16(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                          const uint16_t* bias, const int64_t* counts_host,
+                                          int64_t experts, int64_t n, int64_t k);
+  virtual void expert_linear_backward_data_bf16(uint16_t* din, const uint16_t* dout,
+                                                const uint16_t* w, const int64_t* counts_host,
+                                                int64_t experts, int64_t n, int64_t k,
+                                                bool accumulate);
+  virtual void expert_linear_backward_weight_bf16(void* dw, Dtype dw_type, float* dbias,
+                                                  const uint16_t* in, const uint16_t* dout,
+                                                  const int64_t* counts_host, int64_t experts,
+                                                  int64_t n, int64_t k);
 
   // ---- The vocab-tiled loss (plan.tiled_loss; runtime/cpu/tiled_xent.h): the cross-entropy's
   // pieces read straight from the logits in their storage dtype (kFp32 or kBf16; another throws

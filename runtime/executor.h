@@ -83,10 +83,12 @@ struct StepResult {
   std::vector<traces::TraceCounter> counters;
   // Mixed precision: compute ops run on the Backend's typed bf16 entries; bytes of fp32 views
   // the widening path allocated (Backend::alloc_widened) for all ops, and for the ops of the
-  // kinds that have a typed entry (Executor::Impl::typed_kind), taken or not.
+  // kinds that have a typed entry (Executor::Impl::typed_kind), taken or not, and of those for
+  // the attention ops alone.
   int64_t typed_bf16_ops = 0;
   int64_t widened_bytes = 0;
   int64_t widened_typed_kind_bytes = 0;
+  int64_t widened_attention_bytes = 0;
 };
 
 class Executor {

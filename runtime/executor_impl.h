@@ -51,12 +51,17 @@ inline int64_t ep_key(int layer, int micro_batch) { return int64_t{layer} * 6553
 
 // The operands of one attention op: its kernel dims, and Q, K and V (the fused Q | K | V buffer,
 // a received ring chunk's K | V, or the local chunk packed in the ring's layout).
+// Typed (bf16 storage through the Backend's bf16 entries): the operands are bf16, else fp32.
 struct AttnOperands {
   AttentionDims d;
-  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
   int64_t q_cols = 0, k_cols = 0, kv_width = 0;  // Q's columns, K's, K's and V's
   int step = 0;                                  // ring step (0: the local chunk)
   void* packed = nullptr;                        // workspace holding the packed local K | V
+  bool typed = false;
+  int64_t eb = 4;  // bytes per element of the operands (2 when typed)
+  // The element `i` elements after p.
+  const void* at(const void* p, int64_t i) const { return static_cast<const char*>(p) + i * eb; }
 };
 
 struct Executor::Impl {
@@ -106,10 +111,11 @@ struct Executor::Impl {
   // activations, unmasked residual adds and sums, embedding; RoPE inside the QKV GEMMs);
   // run_typed runs op on it when the backend has the entries and every buffer of op has the
   // entry's dtype (true), else leaves it to the widening path (false).
-  static bool typed_kind(const Op& op);
+  bool typed_kind(const Op& op) const;
   bool run_typed(const Op& op);
   bool run_typed_norm(const Op& op);
   bool run_typed_linear(const Op& op);
+  bool run_typed_moe(const Op& op);  // dispatch, combine, grouped expert GEMMs
   void rotate_qk_bf16(int qkv, bool inverse);
   void run_compute(const Op& op);
   void run_embedding(const Op& op);      // token (and learned position) embedding
@@ -122,16 +128,19 @@ struct Executor::Impl {
   void run_activation(const Op& op);     // GELU / SwiGLU
   void run_residual(const Op& op);       // residual adds and the kResidualAdd rearrangements
   void run_linear(const Op& op);         // dense GEMMs: forward, data and weight gradients
-  void run_expert_linear(const Op& op);  // the experts' grouped GEMMs
+  // The experts' grouped GEMMs; typed (the next two too): on bf16 storage (run_typed_moe).
+  void run_expert_linear(const Op& op, bool typed = false);
   // Rows per local expert of each block of op's expert region, in order.
   std::vector<const int64_t*> expert_blocks(const Op& op);
-  void run_attention(const Op& op);
-  AttnOperands attention_operands(const Op& op);  // op's dims and Q, K, V (may pack: free it)
+  // typed: on bf16 storage (Backend::attention_*_bf16; run_typed checked the dtypes).
+  void run_attention(const Op& op, bool typed = false);
+  // op's dims and Q, K, V (may pack: free it).
+  AttnOperands attention_operands(const Op& op, bool typed);
   void attention_forward(const Op& op, const AttnOperands& x);
   void attention_backward(const Op& op, const AttnOperands& x);
   void run_router(const Op& op);    // router probabilities and the routing from them
-  void run_dispatch(const Op& op);  // tokens to expert order
-  void run_combine(const Op& op);   // expert outputs back to token order
+  void run_dispatch(const Op& op, bool typed = false);  // tokens to expert order
+  void run_combine(const Op& op, bool typed = false);   // expert outputs back to token order
   // The compute ops' operands: the i-th buffer op reads (R) or writes (W), as floats.
   float* R(const Op& op, size_t i) const { return fptr(op.reads.at(i)); }
   float* W(const Op& op, size_t i) const { return fptr(op.writes.at(i)); }

@@ -21,6 +21,12 @@ bool backward(const Op& op) { return op.tags.phase == Phase::kBackward; }
   throw Error("runtime.program", op.name + " (" + op_kind_name(op.kind) + "): " + why);
 }
 
+// Attention operands as their element type (AttnOperands::typed: bf16, else fp32).
+uint16_t* u16(void* p) { return static_cast<uint16_t*>(p); }
+const uint16_t* u16(const void* p) { return static_cast<const uint16_t*>(p); }
+float* f32(void* p) { return static_cast<float*>(p); }
+const float* f32(const void* p) { return static_cast<const float*>(p); }
+
 }  // namespace
 
 Routing& Executor::Impl::routing(const Op& op, int rprobs) {
@@ -247,6 +253,8 @@ void Executor::Impl::run_widened(const Op& op) {
     auto* wide = static_cast<float*>(be.alloc_widened(static_cast<size_t>(n) * sizeof(float)));
     result->widened_bytes += n * static_cast<int64_t>(sizeof(float));
     if (typed_kind(op)) result->widened_typed_kind_bytes += n * static_cast<int64_t>(sizeof(float));
+    if (op.kind == OpKind::kAttention)
+      result->widened_attention_bytes += n * static_cast<int64_t>(sizeof(float));
     be.cast(wide, Dtype::kFp32, ptr_[id], dt, n);
     views.push_back({id, ptr_[id], wide, dt, written});
     ptr_[id] = wide;
@@ -273,7 +281,7 @@ void Executor::Impl::run_widened(const Op& op) {
   restore(true);
 }
 
-bool Executor::Impl::typed_kind(const Op& op) {
+bool Executor::Impl::typed_kind(const Op& op) const {
   switch (op.kind) {
     case OpKind::kNorm:
     case OpKind::kEmbedding:
@@ -284,8 +292,18 @@ bool Executor::Impl::typed_kind(const Op& op) {
       if (op.role == OpRole::kSum) return true;
       if (op.role != OpRole::kNone) return false;  // fold, MLA's pack and unpack
       return backward(op) ? op.reads.size() == 1 : op.writes.size() == 1;
-    case OpKind::kLinear:
-      return op.role != OpRole::kRouterDw && op.role != OpRole::kRouter;
+    case OpKind::kLinear:  // not the fp32 router's GEMMs (its logits' data gradient reads fp32)
+      if (op.role == OpRole::kRouterDw || op.role == OpRole::kRouter) return false;
+      for (int id : op.reads)
+        if (prog.buffers[id].dtype == Dtype::kFp32) return false;
+      return true;
+    case OpKind::kDispatch:
+    case OpKind::kCombine:
+    case OpKind::kExpertLinear:
+      return true;
+    case OpKind::kAttention:  // flash attention (from the log-sum-exp; no probabilities kept)
+      return with_role(op.reads, BufferRole::kAttnProbs) < 0 &&
+             with_role(op.writes, BufferRole::kAttnProbs) < 0;
     default:
       return false;
   }
@@ -295,8 +313,12 @@ bool Executor::Impl::typed_kind(const Op& op) {
 // run_linear, run_activation, run_residual and run_embedding, as bf16 (the parameters' gradients
 // fp32, or bf16 for a GEMM's dW under a bf16 gradient dtype; token ids int32). RoPE of rotary
 // models runs on the bf16 QKV in place (rope_bf16) after the QKV GEMM and before its data
-// gradient. Left to the widening path: MLA's partial norm, the router's GEMMs (its routed rows),
-// masked residual adds (dropout), the fold and MLA's packing, and any op with another dtype.
+// gradient. Flash attention runs on the bf16 Q | K | V, output and gradients with its fp32
+// log-sum-exp (attention_*_bf16), ring steps and the context-parallel exchanges' layouts included;
+// MoE's dispatch, combine and grouped expert GEMMs on bf16 rows (the gates fp32). Left to the
+// widening path: MLA's partial norm, the fp32 router's GEMMs (bf16 in, fp32 logits: the router
+// computes in fp32, as Megatron-Core's), attention that keeps its probabilities, masked residual
+// adds (dropout), the fold and MLA's packing, and any op with another dtype.
 bool Executor::Impl::run_typed(const Op& op) {
   if (!typed_kind(op)) return false;
   auto is = [&](int id, Dtype dt) { return prog.buffers[id].dtype == dt && ptr_[id] != nullptr; };
@@ -310,6 +332,19 @@ bool Executor::Impl::run_typed(const Op& op) {
   switch (op.kind) {
     case OpKind::kNorm:
       return run_typed_norm(op);
+    case OpKind::kDispatch:
+    case OpKind::kCombine:
+    case OpKind::kExpertLinear:
+      return run_typed_moe(op);
+    case OpKind::kAttention: {
+      // Every operand bf16 but the log-sum-exp, which stays fp32 (core/lower_layer.cc).
+      for (const auto* ids : {&op.reads, &op.writes})
+        for (int id : *ids)
+          if (!is(id, prog.buffers[id].role == BufferRole::kAttnLse ? Dtype::kFp32 : Dtype::kBf16))
+            return false;
+      run_attention(op, true);
+      return true;
+    }
     case OpKind::kEmbedding: {
       const auto* tokens = static_cast<const int32_t*>(ptr(op.reads.at(backward(op) ? 1 : 0)));
       if (!backward(op)) {
@@ -431,6 +466,39 @@ bool Executor::Impl::run_typed_linear(const Op& op) {
                          layout_of(op.reads[1]), bias, nullptr, op.m, op.n, op.k);
   if (op.role == OpRole::kQkv && rotary()) rotate_qk_bf16(op.writes[0], false);
   return true;
+}
+
+// The token and expert rows bf16; the gates' gradient fp32 (the [tokens x E] router buffer); a
+// grouped GEMM's buffers as run_typed_linear's (dW fp32 or bf16, its bias gradient fp32).
+bool Executor::Impl::run_typed_moe(const Op& op) {
+  auto is = [&](int id, Dtype dt) { return prog.buffers[id].dtype == dt && ptr_[id] != nullptr; };
+  const bool bwd = backward(op);
+  switch (op.kind) {
+    case OpKind::kDispatch:
+      if (!is(op.reads.at(0), Dtype::kBf16) || !is(op.writes.at(0), Dtype::kBf16)) return false;
+      run_dispatch(op, true);
+      return true;
+    case OpKind::kCombine:
+      if (!is(op.reads.at(0), Dtype::kBf16) || !is(op.writes.at(0), Dtype::kBf16)) return false;
+      if (bwd && (!is(op.reads.at(1), Dtype::kBf16) || !is(op.writes.at(1), Dtype::kFp32)))
+        return false;
+      run_combine(op, true);
+      return true;
+    default: {
+      const bool wgrad = op.role == OpRole::kWeightGrad;
+      for (int id : op.reads)
+        if (!is(id, Dtype::kBf16)) return false;
+      for (size_t i = 0; i < op.writes.size(); ++i) {
+        const int id = op.writes[i];
+        const bool ok = !wgrad   ? is(id, Dtype::kBf16)
+                        : i == 0 ? is(id, Dtype::kBf16) || is(id, Dtype::kFp32)
+                                 : is(id, Dtype::kFp32);
+        if (!ok) return false;
+      }
+      run_expert_linear(op, true);
+      return true;
+    }
+  }
 }
 
 void Executor::Impl::run_compute(const Op& op) {
@@ -717,15 +785,41 @@ std::vector<const int64_t*> Executor::Impl::expert_blocks(const Op& op) {
 
 // The experts' grouped GEMMs, one call per block of expert_blocks(): forward {in, W[, b]} ->
 // {out}; backward_data {dout, W} -> {din}; weight gradient {in, dout} -> {dW [le x k x n][, db]}.
-void Executor::Impl::run_expert_linear(const Op& op) {
+void Executor::Impl::run_expert_linear(const Op& op, bool typed) {
   const int64_t le = model.moe.experts / plan.ep;
   const std::vector<const int64_t*> blocks = expert_blocks(op);
   const int in_buf = op.reads[0], out_buf = op.writes[0];
   const int64_t in_cols = cols_of(in_buf), out_cols = cols_of(out_buf);
+  // bf16 rows `row` rows into buffer `buf` of `cols` columns.
+  auto rows_at = [&](int buf, int64_t row, int64_t cols) {
+    return static_cast<uint16_t*>(ptr_[buf]) + row * cols;
+  };
   int64_t row = 0;
   for (const int64_t* counts : blocks) {
     int64_t rows = 0;
     for (int64_t e = 0; e < le; ++e) rows += counts[e];
+    if (typed) {
+      if (op.role == OpRole::kWeightGrad) {
+        const int dw = op.writes[0];
+        float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+        be.expert_linear_backward_weight_bf16(
+            ptr_[dw], prog.buffers[dw].dtype, db, rows_at(op.reads[0], row, in_cols),
+            rows_at(op.reads[1], row, cols_of(op.reads[1])), counts, le, op.n, op.m);
+      } else if (op.backward_data) {
+        be.expert_linear_backward_data_bf16(
+            rows_at(out_buf, row, out_cols), rows_at(in_buf, row, in_cols),
+            rows_at(op.reads[1], 0, 0), counts, le, op.k, op.n, false);
+      } else {
+        if (backward(op))
+          bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
+        const uint16_t* bias = op.reads.size() > 2 ? rows_at(op.reads[2], 0, 0) : nullptr;
+        be.expert_linear_forward_bf16(rows_at(out_buf, row, out_cols),
+                                      rows_at(in_buf, row, in_cols), rows_at(op.reads[1], 0, 0),
+                                      bias, counts, le, op.n, op.k);
+      }
+      row += rows;
+      continue;
+    }
     if (op.role == OpRole::kWeightGrad) {
       float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
       be.expert_linear_backward_weight(W(op, 0), db, R(op, 0) + row * in_cols,
@@ -749,9 +843,11 @@ void Executor::Impl::run_expert_linear(const Op& op) {
 // The attention op's dims, and Q, K and V: the fused Q | K | V buffer, K and V from a received
 // ring chunk (K | V per row), or, under cp > 1, the local chunk packed in the ring's layout (so
 // dK/dV land in the same one; workspace the caller frees).
-AttnOperands Executor::Impl::attention_operands(const Op& op) {
+AttnOperands Executor::Impl::attention_operands(const Op& op, bool typed) {
   const AttnShape& a = op.attn;
   AttnOperands x;
+  x.typed = typed;
+  x.eb = typed ? 2 : 4;
   AttentionDims& d = x.d;
   d.batch = a.batch;
   d.seq_q = a.seq_q;
@@ -772,33 +868,32 @@ AttnOperands Executor::Impl::attention_operands(const Op& op) {
   if (qkv < 0) bad_op(op, "no Q | K | V buffer");
   d.ld_q = x.q_cols + x.kv_width;
   d.ld_o = a.heads * d.vd();
-  x.q = fptr(qkv);
-  x.k = x.q + x.q_cols;
-  x.v = x.k + x.k_cols;
+  x.q = ptr(qkv);
+  x.k = x.at(x.q, x.q_cols);
+  x.v = x.at(x.k, x.k_cols);
   d.ld_kv = d.ld_q;
   const int kv = with_role(op.reads, BufferRole::kKvChunk);
   if (kv >= 0) {
     x.step = ring_step_.at(kv);
-    x.k = fptr(kv);
-    x.v = x.k + x.k_cols;
+    x.k = ptr(kv);
+    x.v = x.at(x.k, x.k_cols);
     d.ld_kv = x.kv_width;
   }
   const int src = (cp_idx - x.step + cp) % cp;
   d.causal_offset = int64_t{cp_idx - src} * Sl;
   if (cp > 1 && kv < 0) {
-    x.packed = be.alloc(T * x.kv_width * sizeof(float), BufferClass::kWorkspace);
-    auto* p = static_cast<float*>(x.packed);
-    pack_kv(x.q, p, x.q_cols, x.kv_width);
-    x.k = p;
-    x.v = p + x.k_cols;
+    x.packed = be.alloc(static_cast<size_t>(T * x.kv_width * x.eb), BufferClass::kWorkspace);
+    pack_kv(x.q, x.packed, x.q_cols, x.kv_width, x.eb);
+    x.k = x.packed;
+    x.v = x.at(x.k, x.k_cols);
     d.ld_kv = x.kv_width;
   }
   return x;
 }
 
 // Q, K, V from attention_operands(), then the forward or the backward kernel.
-void Executor::Impl::run_attention(const Op& op) {
-  const AttnOperands x = attention_operands(op);
+void Executor::Impl::run_attention(const Op& op, bool typed) {
+  const AttnOperands x = attention_operands(op, typed);
   if (!backward(op))
     attention_forward(op, x);
   else
@@ -811,14 +906,19 @@ void Executor::Impl::attention_forward(const Op& op, const AttnOperands& x) {
   const int out = with_role(op.writes, BufferRole::kAttnOut);
   const int lse = with_role(op.writes, BufferRole::kAttnLse),
             probs = with_role(op.writes, BufferRole::kAttnProbs);
-  float* o = out >= 0 ? fptr(out) : nullptr;
+  void* o = out >= 0 ? ptr(out) : nullptr;
   void* tmp = nullptr;
   if (!o) {  // selective recompute of the probabilities alone
-    tmp = be.alloc(T * x.d.ld_o * sizeof(float), BufferClass::kWorkspace);
-    o = static_cast<float*>(tmp);
+    tmp = be.alloc(static_cast<size_t>(T * x.d.ld_o * x.eb), BufferClass::kWorkspace);
+    o = tmp;
   }
-  be.attention_forward(x.d, o, lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
-                       x.q, x.k, x.v, x.step > 0);
+  float* l = lse >= 0 ? fptr(lse) : nullptr;
+  if (x.typed)
+    be.attention_forward_bf16(x.d, static_cast<uint16_t*>(o), l, u16(x.q), u16(x.k), u16(x.v),
+                              x.step > 0);
+  else
+    be.attention_forward(x.d, static_cast<float*>(o), l, probs >= 0 ? fptr(probs) : nullptr,
+                         f32(x.q), f32(x.k), f32(x.v), x.step > 0);
   if (tmp) be.free(tmp);
 }
 
@@ -833,20 +933,24 @@ void Executor::Impl::attention_backward(const Op& op, const AttnOperands& x) {
   const int dqkv = with_role(op.writes, BufferRole::kQkvGrad),
             dkv = with_role(op.writes, BufferRole::kKvGrad);
   if (out < 0 || dout < 0 || dqkv < 0) bad_op(op, "missing attention buffers");
-  float* dq = fptr(dqkv);
-  float *dk = dq + x.q_cols, *dv = dk + x.k_cols;
+  void* dq = ptr(dqkv);
+  void* dk = const_cast<void*>(x.at(dq, x.q_cols));
   bool acc_kv = false;
   if (dkv >= 0) {
-    dk = fptr(dkv);
-    dv = dk + x.k_cols;
+    dk = ptr(dkv);
     if (dkv_in >= 0) {
-      be.copy(dk, fptr(dkv_in), T * x.kv_width * sizeof(float));
+      be.copy(dk, ptr(dkv_in), static_cast<size_t>(T * x.kv_width * x.eb));
       acc_kv = true;
     }
   }
-  be.attention_backward(x.d, dq, dk, dv, fptr(dout), x.q, x.k, x.v, fptr(out),
-                        lse >= 0 ? fptr(lse) : nullptr, probs >= 0 ? fptr(probs) : nullptr,
-                        x.step > 0, acc_kv);
+  void* dv = const_cast<void*>(x.at(dk, x.k_cols));
+  const float* l = lse >= 0 ? fptr(lse) : nullptr;
+  if (x.typed)
+    be.attention_backward_bf16(x.d, u16(dq), u16(dk), u16(dv), u16(ptr(dout)), u16(x.q), u16(x.k),
+                               u16(x.v), u16(ptr(out)), l, x.step > 0, acc_kv);
+  else
+    be.attention_backward(x.d, f32(dq), f32(dk), f32(dv), fptr(dout), f32(x.q), f32(x.k), f32(x.v),
+                          fptr(out), l, probs >= 0 ? fptr(probs) : nullptr, x.step > 0, acc_kv);
 }
 
 // ---- MoE: routing, dispatch to expert order, combine back.
@@ -874,34 +978,52 @@ void Executor::Impl::run_router(const Op& op) {
 }
 
 // The routed tokens' rows into expert order (top-k copies per token); backward sums them back.
-void Executor::Impl::run_dispatch(const Op& op) {
+void Executor::Impl::run_dispatch(const Op& op, bool typed) {
   const int64_t K = model.moe.top_k;
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
   if (!backward(op)) {  // reads {x, probs}; writes {rows in expert order}
     Routing& r = routing(op, op.reads[1]);
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
-    const float* x = R(op, 0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
-    be.dispatch_forward(W(op, 0), x, r.row_of.data(), tokens, K, h);
+    const int64_t row0 = routed_row0(rows_of(op.reads[0]), tokens);
+    if (typed)
+      be.dispatch_forward_bf16(u(op.writes[0]), u(op.reads[0]) + row0 * h, r.row_of.data(), tokens,
+                               K, h);
+    else
+      be.dispatch_forward(W(op, 0), R(op, 0) + row0 * h, r.row_of.data(), tokens, K, h);
   } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
     const int dx = op.writes[0];
     const int64_t tokens = rows_of(dx);
-    be.dispatch_backward(W(op, 0), R(op, 0), routing_of(op).row_of.data(), tokens, K, h);
+    const int32_t* row_of = routing_of(op).row_of.data();
+    if (typed)
+      be.dispatch_backward_bf16(u(dx), u(op.reads[0]), row_of, tokens, K, h);
+    else
+      be.dispatch_backward(W(op, 0), R(op, 0), row_of, tokens, K, h);
   }
 }
 
 // The experts' output rows back to token order, weighted by the top-k gates; backward gives the
 // rows' and the gates' gradients.
-void Executor::Impl::run_combine(const Op& op) {
+void Executor::Impl::run_combine(const Op& op, bool typed) {
   const int64_t K = model.moe.top_k;
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
   if (!backward(op)) {  // reads {expert outputs, probs}; writes {y}
     Routing& r = routing(op, op.reads[1]);
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
-    be.combine_forward(W(op, 0), R(op, 0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
+    if (typed)
+      be.combine_forward_bf16(u(op.writes[0]), u(op.reads[0]), r.topk_w.data(), r.row_of.data(),
+                              tokens, K, h);
+    else
+      be.combine_forward(W(op, 0), R(op, 0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
   } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
     Routing& r = routing(op, op.reads[2]);
     const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
-    const float* dy = R(op, 0) + routed_row0(rows_of(op.reads[0]), tokens) * h;
-    be.combine_backward(W(op, 0), W(op, 1), dy, R(op, 1), r.topk_w.data(), r.row_of.data(), tokens,
-                        K, h);
+    const int64_t row0 = routed_row0(rows_of(op.reads[0]), tokens);
+    if (typed)
+      be.combine_backward_bf16(u(op.writes[0]), W(op, 1), u(op.reads[0]) + row0 * h, u(op.reads[1]),
+                               r.topk_w.data(), r.row_of.data(), tokens, K, h);
+    else
+      be.combine_backward(W(op, 0), W(op, 1), R(op, 0) + row0 * h, R(op, 1), r.topk_w.data(),
+                          r.row_of.data(), tokens, K, h);
   }
 }
 

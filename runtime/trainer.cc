@@ -115,6 +115,7 @@ StepStats Trainer::step(bool trace) {
   s.typed_bf16_ops = r.typed_bf16_ops;
   s.widened_bytes = r.widened_bytes;
   s.widened_typed_kind_bytes = r.widened_typed_kind_bytes;
+  s.widened_attention_bytes = r.widened_attention_bytes;
   events_ = std::move(r.events);
   counters_ = std::move(r.counters);
   return s;

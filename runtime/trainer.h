@@ -47,10 +47,12 @@ struct StepStats {
   int64_t peak_bytes = 0;   // this rank's peak device memory during the step
   double loss_scale = 1;    // the loss scale the step ran with (1 without loss scaling)
   bool skipped = false;     // the gradients overflowed under loss scaling: no update applied
-  // This rank's StepResult::typed_bf16_ops, widened_bytes, widened_typed_kind_bytes.
+  // This rank's StepResult::typed_bf16_ops, widened_bytes, widened_typed_kind_bytes,
+  // widened_attention_bytes.
   int64_t typed_bf16_ops = 0;
   int64_t widened_bytes = 0;
   int64_t widened_typed_kind_bytes = 0;
+  int64_t widened_attention_bytes = 0;
 };
 
 // Sums (or maximises) a few host values over `comm` through the backend's memory, so that the

@@ -4,7 +4,12 @@
 #   (a) configures (-DPARASOL_CUDA=ON, Release) and builds the GPU tests and benchmark into build-gpu/
 #       (-j$(nproc)); on a machine without Debian packages or network, tools/gpu-deps.sh carries them,
 #   (b) runs the GPU tests (`ctest -L gpu --output-on-failure`); a GPU test that reports
-#       "skipped" here is a failure (it did not find the GPU),
+#       "skipped" here is a failure (it did not find the GPU). Among them: the typed bf16 attention
+#       (cuDNN's SDPA on the bf16 buffers in place, and parasol's kernel on widened copies, ring
+#       steps included) against the CPU backend's (cuda_kernels_test's CudaLowpAttention), MoE's
+#       dispatch and combine on bf16 rows against the CPU's (CudaLowp.MoeDispatchAndCombineOnBf16*),
+#       and a bf16 plan that widens no attention operand and falls back for no attention call
+#       (cuda_trainer_test),
 #   (c) runs the GPU benchmark build-gpu/tests/bench/gpu_train_bench when it was built (Google
 #       Benchmark JSON; its counters tokens_per_s, TFLOPs and MFU are read), with a note when it
 #       was not,
@@ -45,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --deadline) deadline="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --) shift; bench_args=("$@"); break ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

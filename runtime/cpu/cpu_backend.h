@@ -9,6 +9,8 @@
 //                    expert_linear_* (grouped GEMM)
 //   activation.cc    activation_forward/backward (gelu tanh, swiglu)
 //   attention.cc     attention_forward/backward (causal, GQA, ring-step merge, dropout)
+//   attention_bf16.cc the typed bf16 attention (per-head tiles through attention.cc's body)
+//   moe_bf16.cc      the typed bf16 dispatch and combine (one token's rows at a time)
 //   rope.cc          rope (rotary position embedding, forward and inverse)
 //   residual.cc      residual_forward/backward (residual add, bias, dropout)
 //   cross_entropy.cc xent_* (vocab-parallel pieces and backward)
@@ -183,6 +185,26 @@ class CpuBackend final : public Backend {
                                const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
                                int64_t pos_offset, int64_t rows, int64_t seq,
                                int64_t cols) override;
+  // Attention (attention_bf16.cc): per-head tiles widened inside the kernel, attention.cc's fp32
+  // body on them, each output rounded once.
+  void attention_forward_bf16(const AttentionDims& d, uint16_t* out, float* lse, const uint16_t* q,
+                              const uint16_t* k, const uint16_t* v, bool accumulate) override;
+  void attention_backward_bf16(const AttentionDims& d, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                               const uint16_t* dout, const uint16_t* q, const uint16_t* k,
+                               const uint16_t* v, const uint16_t* out, const float* lse,
+                               bool accumulate_dq, bool accumulate_dkv) override;
+  // MoE's dispatch and combine (moe_bf16.cc): one token's rows widened at a time, moe.cc's fp32
+  // kernel on them, each output rounded once. The grouped expert GEMMs: Backend's defaults.
+  void dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of,
+                             int64_t tokens, int64_t top_k, int64_t cols) override;
+  void dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                              int64_t tokens, int64_t top_k, int64_t cols) override;
+  void combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                            const int32_t* row_of, int64_t tokens, int64_t top_k,
+                            int64_t cols) override;
+  void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                             const uint16_t* expert_out, const float* w, const int32_t* row_of,
+                             int64_t tokens, int64_t top_k, int64_t cols) override;
 
  protected:
   void* raw_alloc(size_t bytes) override;

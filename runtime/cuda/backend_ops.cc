@@ -248,6 +248,115 @@ void CudaBackend::attention_backward(const AttentionDims& d, float* dq, float* d
                            accumulate_dkv, delta, stream_);
 }
 
+// ---- Attention on bf16 storage: cuDNN on the buffers in place, else parasol's fp32 kernel on
+// widened copies in scratch (one block: Q, K | V, out, and in the backward dO, dQ, dK | dV and the
+// kernel's own scratch), its outputs rounded once.
+
+namespace {
+
+// The fp32 copies of one call's operands: Q [Tq x H D], K | V [Tk x KH (D + Dv)], O [Tq x H Dv].
+struct Widened {
+  AttentionDims d;  // the call's dims with the copies' strides
+  float *q = nullptr, *kv = nullptr, *o = nullptr;
+  float *dout = nullptr, *dq = nullptr, *dkv = nullptr, *rest = nullptr;  // backward
+};
+
+Widened widened_dims(const AttentionDims& d) {
+  Widened w;
+  w.d = d;
+  w.d.ld_q = d.heads * d.head_dim;
+  w.d.ld_kv = d.kv_heads * (d.head_dim + d.vd());
+  w.d.ld_o = d.heads * d.vd();
+  return w;
+}
+
+}  // namespace
+
+void CudaBackend::attention_forward_bf16(const AttentionDims& d, uint16_t* out, float* lse,
+                                         const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                         bool accumulate) {
+  check_attention(d);
+  if (accumulate && lse == nullptr)
+    throw Error("runtime.attention", "accumulate needs the lse of the earlier steps");
+  if (fused_attention_) {
+    const SdpaRoute r = fused_attention_route(d, false);
+    std::string why = r.refusal;
+    if (why.empty()) {
+      if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(*this);
+      why = cudnn_->forward_bf16(d, r.mask, out, lse, q, k, v, accumulate);
+    }
+    if (why.empty()) {
+      count_fused_attention();
+      return;
+    }
+    note_fallback("attention", attention_shape(d, "forward (bf16)"), why);
+  }
+  Widened w = widened_dims(d);
+  const int64_t Tq = d.batch * d.seq_q, Tk = d.batch * d.seq_kv, kc = d.kv_heads * d.head_dim;
+  const int64_t nq = Tq * w.d.ld_q, nkv = Tk * w.d.ld_kv, no = Tq * w.d.ld_o;
+  w.q = static_cast<float*>(scratch(sizeof(float) * std::max<int64_t>(1, nq + nkv + no)));
+  w.kv = w.q + nq;
+  w.o = w.kv + nkv;
+  cuda::widen_rows(w.q, w.d.ld_q, q, d.ld_q, Tq, w.d.ld_q, stream_);
+  cuda::widen_rows(w.kv, w.d.ld_kv, k, d.ld_kv, Tk, kc, stream_);
+  cuda::widen_rows(w.kv + kc, w.d.ld_kv, v, d.ld_kv, Tk, w.d.ld_kv - kc, stream_);
+  if (accumulate) cuda::widen_rows(w.o, w.d.ld_o, out, d.ld_o, Tq, w.d.ld_o, stream_);
+  cuda::attention_forward(shape_of(w.d), w.o, lse, nullptr, w.q, w.kv, w.kv + kc, accumulate,
+                          stream_);
+  cuda::narrow_rows(out, d.ld_o, w.o, w.d.ld_o, Tq, w.d.ld_o, stream_);
+}
+
+void CudaBackend::attention_backward_bf16(const AttentionDims& d, uint16_t* dq, uint16_t* dk,
+                                          uint16_t* dv, const uint16_t* dout, const uint16_t* q,
+                                          const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                                          const float* lse, bool accumulate_dq,
+                                          bool accumulate_dkv) {
+  check_attention(d);
+  if (lse == nullptr) throw Error("runtime.attention", "the bf16 backward needs lse");
+  if (fused_attention_) {
+    const SdpaRoute r = fused_attention_route(d, false);
+    std::string why = r.refusal;
+    if (why.empty()) {
+      if (!cudnn_) cudnn_ = std::make_unique<CudnnAttention>(*this);
+      why = cudnn_->backward_bf16(d, r.mask, dq, dk, dv, dout, q, k, v, out, lse, accumulate_dq,
+                                  accumulate_dkv);
+    }
+    if (why.empty()) {
+      count_fused_attention();
+      return;
+    }
+    note_fallback("attention", attention_shape(d, "backward (bf16)"), why);
+  }
+  Widened w = widened_dims(d);
+  const cuda::AttnShape s = shape_of(w.d);
+  const int64_t Tq = d.batch * d.seq_q, Tk = d.batch * d.seq_kv, kc = d.kv_heads * d.head_dim;
+  const int64_t nq = Tq * w.d.ld_q, nkv = Tk * w.d.ld_kv, no = Tq * w.d.ld_o;
+  const int64_t nrest = std::max<int64_t>(1, cuda::attention_backward_scratch(s));
+  w.q = static_cast<float*>(scratch(sizeof(float) * (2 * nq + 2 * nkv + 2 * no + nrest)));
+  w.kv = w.q + nq;
+  w.o = w.kv + nkv;
+  w.dout = w.o + no;
+  w.dq = w.dout + no;
+  w.dkv = w.dq + nq;
+  w.rest = w.dkv + nkv;
+  const int64_t vc = w.d.ld_kv - kc;
+  cuda::widen_rows(w.q, w.d.ld_q, q, d.ld_q, Tq, w.d.ld_q, stream_);
+  cuda::widen_rows(w.kv, w.d.ld_kv, k, d.ld_kv, Tk, kc, stream_);
+  cuda::widen_rows(w.kv + kc, w.d.ld_kv, v, d.ld_kv, Tk, vc, stream_);
+  cuda::widen_rows(w.o, w.d.ld_o, out, d.ld_o, Tq, w.d.ld_o, stream_);
+  cuda::widen_rows(w.dout, w.d.ld_o, dout, d.ld_o, Tq, w.d.ld_o, stream_);
+  if (accumulate_dq) cuda::widen_rows(w.dq, w.d.ld_q, dq, d.ld_q, Tq, w.d.ld_q, stream_);
+  if (accumulate_dkv) {
+    cuda::widen_rows(w.dkv, w.d.ld_kv, dk, d.ld_kv, Tk, kc, stream_);
+    cuda::widen_rows(w.dkv + kc, w.d.ld_kv, dv, d.ld_kv, Tk, vc, stream_);
+  }
+  cuda::attention_backward(s, w.dq, w.dkv, w.dkv + kc, w.dout, w.q, w.kv, w.kv + kc, w.o, lse,
+                           nullptr, accumulate_dq, accumulate_dkv, w.rest, stream_);
+  cuda::narrow_rows(dq, d.ld_q, w.dq, w.d.ld_q, Tq, w.d.ld_q, stream_);
+  cuda::narrow_rows(dk, d.ld_kv, w.dkv, w.d.ld_kv, Tk, kc, stream_);
+  cuda::narrow_rows(dv, d.ld_kv, w.dkv + kc, w.d.ld_kv, Tk, vc, stream_);
+}
+
 // ---- Residual.
 
 void CudaBackend::residual_forward(float* out, uint8_t* mask, const float* x, const float* y,
@@ -357,6 +466,27 @@ void CudaBackend::combine_backward(float* dexpert_out, float* dw, const float* d
                                    int64_t tokens, int64_t top_k, int64_t cols) {
   cuda::combine_backward(dexpert_out, dw, dout, expert_out, w, row_of, tokens, top_k, cols,
                          stream_);
+}
+
+void CudaBackend::dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of,
+                                        int64_t tokens, int64_t top_k, int64_t cols) {
+  cuda::dispatch_forward_bf16(out, x, row_of, tokens, top_k, cols, stream_);
+}
+void CudaBackend::dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                                         int64_t tokens, int64_t top_k, int64_t cols) {
+  cuda::dispatch_backward_bf16(dx, dout, row_of, tokens, top_k, cols, stream_);
+}
+void CudaBackend::combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                                       const int32_t* row_of, int64_t tokens, int64_t top_k,
+                                       int64_t cols) {
+  cuda::combine_forward_bf16(out, expert_out, w, row_of, tokens, top_k, cols, stream_);
+}
+void CudaBackend::combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                                        const uint16_t* expert_out, const float* w,
+                                        const int32_t* row_of, int64_t tokens, int64_t top_k,
+                                        int64_t cols) {
+  cuda::combine_backward_bf16(dexpert_out, dw, dout, expert_out, w, row_of, tokens, top_k, cols,
+                              stream_);
 }
 
 // ---- Optimizer and casts.

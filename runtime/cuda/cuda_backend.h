@@ -75,9 +75,10 @@
 //    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
 //    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,
 //    SwiGLU/GELU, residual and bias kernels (8 bf16 per 16-byte access). The executor
-//    calls linear_forward_bf16, linear_backward_data_bf16, linear_backward_weight_bf16 and
-//    norm_forward_bf16 through the
-//    Backend's typed entries on bf16 buffers; the other ops still widen (runtime/executor_ops.cc).
+//    calls them through the Backend's typed entries on bf16 buffers (runtime/executor_ops.cc,
+//    run_typed), flash attention included (cuDNN's SDPA on the bf16 buffers in place, fp32
+//    log-sum-exp), and MoE's dispatch, combine and grouped expert GEMMs (the router computes in
+//    fp32: its GEMMs widen their bf16 operands).
 //  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream.
 //  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
 //    norm's partials) use one backend-owned scratch buffer outside the accounting; it grows
@@ -309,6 +310,30 @@ class CudaBackend final : public Backend {
                                const int32_t* tokens, int64_t vocab_start, int64_t vocab_rows,
                                int64_t pos_offset, int64_t rows, int64_t seq,
                                int64_t cols) override;
+  // Attention on bf16 storage (backend_ops.cc): the calls fused_attention_route() accepts run
+  // through cuDNN's SDPA on the bf16 buffers in place (CudnnAttention::forward_bf16 /
+  // backward_bf16); the others, counted and logged as the fp32 entries' fallbacks, widen their
+  // operands into scratch, run parasol's own fp32 kernel and round its outputs once.
+  void attention_forward_bf16(const AttentionDims& d, uint16_t* out, float* lse, const uint16_t* q,
+                              const uint16_t* k, const uint16_t* v, bool accumulate) override;
+  void attention_backward_bf16(const AttentionDims& d, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                               const uint16_t* dout, const uint16_t* q, const uint16_t* k,
+                               const uint16_t* v, const uint16_t* out, const float* lse,
+                               bool accumulate_dq, bool accumulate_dkv) override;
+  // MoE's dispatch and combine on bf16 rows (moe.cu's kernels templated on the storage type).
+  // The grouped expert GEMMs are Backend's defaults: one cuBLASLt bf16 GEMM (gemm_bf16.cc) per
+  // expert with rows, the counts on the host (kernels.h's grouped_gemm_bf16 on device offsets is
+  // not yet called by the executor).
+  void dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of,
+                             int64_t tokens, int64_t top_k, int64_t cols) override;
+  void dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                              int64_t tokens, int64_t top_k, int64_t cols) override;
+  void combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                            const int32_t* row_of, int64_t tokens, int64_t top_k,
+                            int64_t cols) override;
+  void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                             const uint16_t* expert_out, const float* w, const int32_t* row_of,
+                             int64_t tokens, int64_t top_k, int64_t cols) override;
   // The vocab-tiled loss's pieces on the logits' dtype (xent_tiled.cu, through bf16_ops.cc).
   void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
                       int64_t vocab) override;

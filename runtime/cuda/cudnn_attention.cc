@@ -38,25 +38,37 @@ struct Carver {
   }
 };
 
-std::string key_of(const AttentionDims& d, const SdpaMask& m, bool backward) {
+// Row strides (elements between consecutive token rows) of a graph's operands: packed copies
+// (the fp32 interface) or the runtime's own bf16 buffers (the typed entries).
+struct RowStrides {
+  int64_t q = 0, k = 0, v = 0, o = 0, dq = 0, dk = 0, dv = 0;
+};
+RowStrides packed_strides(const AttentionDims& d) {
+  const int64_t H = d.heads, KH = d.kv_heads, D = d.head_dim, Dv = d.vd();
+  return {H * D, KH * D, KH * Dv, H * Dv, H * D, KH * D, KH * Dv};
+}
+
+std::string key_of(const AttentionDims& d, const SdpaMask& m, bool backward, const RowStrides& ld) {
   uint32_t scale_bits = 0;
   const float scale = d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(float(d.head_dim));
   std::memcpy(&scale_bits, &scale, sizeof(scale));
   std::string k = backward ? "bwd:" : "fwd:";
   for (int64_t x : {d.batch, d.seq_q, d.seq_kv, d.heads, d.kv_heads, d.head_dim, d.vd(),
-                    int64_t{m.band}, m.right_bound, m.left_bound, int64_t{scale_bits}})
+                    int64_t{m.band}, m.right_bound, m.left_bound, int64_t{scale_bits}, ld.q, ld.k,
+                    ld.v, ld.o, ld.dq, ld.dk, ld.dv})
     k += std::to_string(x) + ",";
   return k;
 }
 
-// Packed [batch, seq, heads, dim] bf16 rows as cuDNN's [b, h, s, d] tensor.
+// bf16 token rows [batch, seq] of `ld` elements, head h at column h * dim, as cuDNN's [b, h, s, d]
+// tensor.
 fe::graph::Tensor_attributes bshd(const char* name, int64_t uid, int64_t b, int64_t h, int64_t s,
-                                  int64_t dim) {
+                                  int64_t dim, int64_t ld) {
   return fe::graph::Tensor_attributes()
       .set_name(name)
       .set_uid(uid)
       .set_dim({b, h, s, dim})
-      .set_stride({s * h * dim, dim, h * dim, 1})
+      .set_stride({s * ld, dim, ld, 1})
       .set_data_type(fe::DataType_t::BFLOAT16);
 }
 
@@ -81,8 +93,8 @@ struct CudnnAttention::Graphs {
   std::unordered_map<std::string, Entry> cache;
 
   // Builds (once) the graph of `key`; the entry says whether cuDNN supports it.
-  const Entry& get(const std::string& key, const AttentionDims& d, const SdpaMask& m,
-                   bool backward) {
+  const Entry& get(const std::string& key, const AttentionDims& d, const SdpaMask& m, bool backward,
+                   const RowStrides& ld) {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     Entry e;
@@ -93,9 +105,9 @@ struct CudnnAttention::Graphs {
     const int64_t B = d.batch, H = d.heads, KH = d.kv_heads, Sq = d.seq_q, Skv = d.seq_kv,
                   D = d.head_dim, Dv = d.vd();
     const float scale = d.scale > 0.0f ? d.scale : 1.0f / std::sqrt(float(D));
-    auto q = g->tensor(bshd("Q", kQ, B, H, Sq, D));
-    auto k = g->tensor(bshd("K", kK, B, KH, Skv, D));
-    auto v = g->tensor(bshd("V", kV, B, KH, Skv, Dv));
+    auto q = g->tensor(bshd("Q", kQ, B, H, Sq, D, ld.q));
+    auto k = g->tensor(bshd("K", kK, B, KH, Skv, D, ld.k));
+    auto v = g->tensor(bshd("V", kV, B, KH, Skv, Dv, ld.v));
     const std::vector<int64_t> stats_dim{B, H, Sq, 1}, stats_stride{H * Sq, Sq, 1, 1};
     if (!backward) {
       auto a =
@@ -103,18 +115,15 @@ struct CudnnAttention::Graphs {
               scale);
       apply_mask(a, m);
       auto [o, stats] = g->sdpa(q, k, v, a);
-      o->set_output(true)
-          .set_uid(kO)
-          .set_dim({B, H, Sq, Dv})
-          .set_stride({Sq * H * Dv, Dv, H * Dv, 1});
+      o->set_output(true).set_uid(kO).set_dim({B, H, Sq, Dv}).set_stride({Sq * ld.o, Dv, ld.o, 1});
       stats->set_output(true)
           .set_uid(kStats)
           .set_data_type(fe::DataType_t::FLOAT)
           .set_dim(stats_dim)
           .set_stride(stats_stride);
     } else {
-      auto o = g->tensor(bshd("O", kO, B, H, Sq, Dv));
-      auto dout = g->tensor(bshd("dO", kDO, B, H, Sq, Dv));
+      auto o = g->tensor(bshd("O", kO, B, H, Sq, Dv, ld.o));
+      auto dout = g->tensor(bshd("dO", kDO, B, H, Sq, Dv, ld.o));
       auto stats = g->tensor(fe::graph::Tensor_attributes()
                                  .set_name("Stats")
                                  .set_uid(kStats)
@@ -128,15 +137,15 @@ struct CudnnAttention::Graphs {
       dq->set_output(true)
           .set_uid(kDQ)
           .set_dim({B, H, Sq, D})
-          .set_stride({Sq * H * D, D, H * D, 1});
+          .set_stride({Sq * ld.dq, D, ld.dq, 1});
       dk->set_output(true)
           .set_uid(kDK)
           .set_dim({B, KH, Skv, D})
-          .set_stride({Skv * KH * D, D, KH * D, 1});
+          .set_stride({Skv * ld.dk, D, ld.dk, 1});
       dv->set_output(true)
           .set_uid(kDV)
           .set_dim({B, KH, Skv, Dv})
-          .set_stride({Skv * KH * Dv, Dv, KH * Dv, 1});
+          .set_stride({Skv * ld.dv, Dv, ld.dv, 1});
     }
     fe::error_t st = g->validate();
     if (st.is_good()) st = g->build_operation_graph(handle);
@@ -176,7 +185,8 @@ std::string CudnnAttention::forward(const AttentionDims& d, const SdpaMask& mask
                                     float* lse, const float* q, const float* k, const float* v,
                                     bool accumulate) {
   std::lock_guard<std::mutex> lock(graphs_->mu);
-  const Graphs::Entry& e = graphs_->get(key_of(d, mask, false), d, mask, false);
+  const RowStrides ld = packed_strides(d);
+  const Graphs::Entry& e = graphs_->get(key_of(d, mask, false, ld), d, mask, false, ld);
   if (!e.graph) return e.refusal;
   const int64_t Tq = d.batch * d.seq_q, Tk = d.batch * d.seq_kv, H = d.heads, KH = d.kv_heads,
                 D = d.head_dim, Dv = d.vd();
@@ -210,7 +220,8 @@ std::string CudnnAttention::backward(const AttentionDims& d, const SdpaMask& mas
                                      const float* k, const float* v, const float* out,
                                      const float* lse, bool accumulate_dq, bool accumulate_dkv) {
   std::lock_guard<std::mutex> lock(graphs_->mu);
-  const Graphs::Entry& e = graphs_->get(key_of(d, mask, true), d, mask, true);
+  const RowStrides ld = packed_strides(d);
+  const Graphs::Entry& e = graphs_->get(key_of(d, mask, true, ld), d, mask, true, ld);
   if (!e.graph) return e.refusal;
   const int64_t Tq = d.batch * d.seq_q, Tk = d.batch * d.seq_kv, H = d.heads, KH = d.kv_heads,
                 D = d.head_dim, Dv = d.vd();
@@ -240,6 +251,84 @@ std::string CudnnAttention::backward(const AttentionDims& d, const SdpaMask& mas
   return "";
 }
 
+std::string CudnnAttention::forward_bf16(const AttentionDims& d, const SdpaMask& mask,
+                                         uint16_t* out, float* lse, const uint16_t* q,
+                                         const uint16_t* k, const uint16_t* v, bool accumulate) {
+  std::lock_guard<std::mutex> lock(graphs_->mu);
+  const int64_t H = d.heads, Dv = d.vd(), Tq = d.batch * d.seq_q;
+  // The output straight into `out`, unless a ring step merges it into the earlier steps'.
+  RowStrides ld{d.ld_q, d.ld_kv, d.ld_kv, accumulate ? H * Dv : d.ld_o, 0, 0, 0};
+  const Graphs::Entry& e = graphs_->get(key_of(d, mask, false, ld), d, mask, false, ld);
+  if (!e.graph) return e.refusal;
+  const cudaStream_t s = backend_.stream();
+  Carver c;
+  const size_t oo = c.take(accumulate ? 2 * Tq * H * Dv : 0),
+               os = c.take(4 * d.batch * H * d.seq_q), ow = c.take(size_t(e.workspace));
+  auto* base = static_cast<char*>(backend_.scratch(c.used));
+  uint16_t* o = accumulate ? reinterpret_cast<uint16_t*>(base + oo) : out;
+  float* stats = (lse == nullptr || accumulate) ? reinterpret_cast<float*>(base + os) : lse;
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<uint16_t*>(q)},
+                                          {kK, const_cast<uint16_t*>(k)},
+                                          {kV, const_cast<uint16_t*>(v)},
+                                          {kO, o},
+                                          {kStats, stats}};
+  fe::error_t st = e.graph->execute(graphs_->handle, pack, base + ow);
+  if (!st.is_good()) throw Error("runtime.cuda.cudnn", "SDPA forward (bf16): " + st.get_message());
+  if (accumulate)
+    cuda::attention_merge_into_bf16(out, d.ld_o, lse, o, stats, d.batch, d.seq_q, H, Dv, s);
+  return "";
+}
+
+std::string CudnnAttention::backward_bf16(const AttentionDims& d, const SdpaMask& mask,
+                                          uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                                          const uint16_t* dout, const uint16_t* q,
+                                          const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                                          const float* lse, bool accumulate_dq,
+                                          bool accumulate_dkv) {
+  std::lock_guard<std::mutex> lock(graphs_->mu);
+  const int64_t Tq = d.batch * d.seq_q, Tk = d.batch * d.seq_kv, H = d.heads, KH = d.kv_heads,
+                D = d.head_dim, Dv = d.vd();
+  // Gradients straight into their buffers, unless added to what those hold (then packed into
+  // scratch and added, each element rounded once).
+  RowStrides ld{d.ld_q,
+                d.ld_kv,
+                d.ld_kv,
+                d.ld_o,
+                accumulate_dq ? H * D : d.ld_q,
+                accumulate_dkv ? KH * D : d.ld_kv,
+                accumulate_dkv ? KH * Dv : d.ld_kv};
+  const Graphs::Entry& e = graphs_->get(key_of(d, mask, true, ld), d, mask, true, ld);
+  if (!e.graph) return e.refusal;
+  const cudaStream_t s = backend_.stream();
+  Carver c;
+  const size_t odq = c.take(accumulate_dq ? 2 * Tq * H * D : 0),
+               odk = c.take(accumulate_dkv ? 2 * Tk * KH * D : 0),
+               odv = c.take(accumulate_dkv ? 2 * Tk * KH * Dv : 0),
+               ow = c.take(size_t(e.workspace));
+  auto* base = static_cast<char*>(backend_.scratch(c.used));
+  auto at = [&](size_t off) { return reinterpret_cast<uint16_t*>(base + off); };
+  uint16_t* gq = accumulate_dq ? at(odq) : dq;
+  uint16_t* gk = accumulate_dkv ? at(odk) : dk;
+  uint16_t* gv = accumulate_dkv ? at(odv) : dv;
+  std::unordered_map<int64_t, void*> pack{{kQ, const_cast<uint16_t*>(q)},
+                                          {kK, const_cast<uint16_t*>(k)},
+                                          {kV, const_cast<uint16_t*>(v)},
+                                          {kO, const_cast<uint16_t*>(out)},
+                                          {kDO, const_cast<uint16_t*>(dout)},
+                                          {kDQ, gq},
+                                          {kDK, gk},
+                                          {kDV, gv},
+                                          {kStats, const_cast<float*>(lse)}};
+  fe::error_t st = e.graph->execute(graphs_->handle, pack, base + ow);
+  if (!st.is_good()) throw Error("runtime.cuda.cudnn", "SDPA backward (bf16): " + st.get_message());
+  if (accumulate_dq) cuda::add_rows_bf16(dq, d.ld_q, gq, Tq, H * D, s);
+  if (accumulate_dkv) {
+    cuda::add_rows_bf16(dk, d.ld_kv, gk, Tk, KH * D, s);
+    cuda::add_rows_bf16(dv, d.ld_kv, gv, Tk, KH * Dv, s);
+  }
+  return "";
+}
+
 #else  // !PARASOL_HAVE_CUDNN
 
 struct CudnnAttention::Graphs {};
@@ -261,6 +350,16 @@ std::string CudnnAttention::forward(const AttentionDims&, const SdpaMask&, float
 std::string CudnnAttention::backward(const AttentionDims&, const SdpaMask&, float*, float*, float*,
                                      const float*, const float*, const float*, const float*,
                                      const float*, const float*, bool, bool) {
+  return kNotBuilt;
+}
+std::string CudnnAttention::forward_bf16(const AttentionDims&, const SdpaMask&, uint16_t*, float*,
+                                         const uint16_t*, const uint16_t*, const uint16_t*, bool) {
+  return kNotBuilt;
+}
+std::string CudnnAttention::backward_bf16(const AttentionDims&, const SdpaMask&, uint16_t*,
+                                          uint16_t*, uint16_t*, const uint16_t*, const uint16_t*,
+                                          const uint16_t*, const uint16_t*, const uint16_t*,
+                                          const float*, bool, bool) {
   return kNotBuilt;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,17 @@ class CudnnAttention {
   std::string backward(const AttentionDims& d, const SdpaMask& mask, float* dq, float* dk,
                        float* dv, const float* dout, const float* q, const float* k, const float* v,
                        const float* out, const float* lse, bool accumulate_dq, bool accumulate_dkv);
+  // The typed entries (backend.h's attention_*_bf16): cuDNN reads and writes the runtime's bf16
+  // buffers in place through their row strides (no packed copies); only a ring step's partial
+  // output and gradients that add to stored ones pass through bf16 scratch (merged or added in
+  // fp32, each element rounded once). Returns as forward().
+  std::string forward_bf16(const AttentionDims& d, const SdpaMask& mask, uint16_t* out, float* lse,
+                           const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                           bool accumulate);
+  std::string backward_bf16(const AttentionDims& d, const SdpaMask& mask, uint16_t* dq,
+                            uint16_t* dk, uint16_t* dv, const uint16_t* dout, const uint16_t* q,
+                            const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                            const float* lse, bool accumulate_dq, bool accumulate_dkv);
 
  private:
   struct Graphs;  // the cuDNN handle and the cached graphs (cudnn_attention.cc)

@@ -92,6 +92,20 @@ void unpack_bf16(float* dst, int64_t ld, const uint16_t* src, int64_t rows, int6
 void attention_merge_bf16(float* out, int64_t ld_o, float* lse, const uint16_t* part,
                           const float* part_lse, int64_t batch, int64_t seq_q, int64_t heads,
                           int64_t dv, cudaStream_t s);
+// The same merge into a bf16 out (the merge in fp32, each element rounded once).
+void attention_merge_into_bf16(uint16_t* out, int64_t ld_o, float* lse, const uint16_t* part,
+                               const float* part_lse, int64_t batch, int64_t seq_q, int64_t heads,
+                               int64_t dv, cudaStream_t s);
+// dst [rows x cols, row stride ld_dst] = src [rows x cols, row stride ld_src] widened (bf16 ->
+// fp32) or rounded (fp32 -> bf16, nearest even).
+void widen_rows(float* dst, int64_t ld_dst, const uint16_t* src, int64_t ld_src, int64_t rows,
+                int64_t cols, cudaStream_t s);
+void narrow_rows(uint16_t* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                 int64_t cols, cudaStream_t s);
+// dst [rows x cols, row stride ld] = round(dst + src), src [rows x cols] packed bf16, the sum in
+// fp32 (a gradient added to a stored bf16 one).
+void add_rows_bf16(uint16_t* dst, int64_t ld, const uint16_t* src, int64_t rows, int64_t cols,
+                   cudaStream_t s);
 
 // ---- residual.cu
 void residual_forward(float* out, uint8_t* mask, const float* x, const float* y, const float* bias,
@@ -199,6 +213,17 @@ void combine_forward(float* out, const float* expert_out, const float* w, const 
 void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
                       const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
                       int64_t cols, cudaStream_t s);
+// The same four on bf16 rows (the gates w and dw fp32): fp32 sums, each output rounded once.
+void dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of, int64_t tokens,
+                           int64_t top_k, int64_t cols, cudaStream_t s);
+void dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                            int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s);
+void combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                          const int32_t* row_of, int64_t tokens, int64_t top_k, int64_t cols,
+                          cudaStream_t s);
+void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                           const uint16_t* expert_out, const float* w, const int32_t* row_of,
+                           int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s);
 
 // ---- adamw.cu: the AdamW constants rounded to fp32 on the host exactly as the CPU does.
 struct AdamWConsts {

@@ -1,7 +1,9 @@
 // defines: cuda::router_softmax, router_topk, router_backward, dispatch_forward/backward,
-// combine_forward/backward (runtime/cpu/moe.cc's kernels on the GPU). The router works one thread
-// per token (experts and top_k are small), with the CPU's repeated selection for the top-k (ties:
-// the lower index). moe_permutation is built on the host (backend_ops.cc).
+// combine_forward/backward (runtime/cpu/moe.cc's kernels on the GPU), and dispatch and combine
+// on bf16 rows (the same kernels templated on the storage type: fp32 sums, one rounding). The
+// router works one thread per token (experts and top_k are small), with the CPU's repeated
+// selection for the top-k (ties: the lower index). moe_permutation is built on the host
+// (backend_ops.cc).
 #include "runtime/cuda/cuda_common.cuh"
 
 namespace parasol::runtime::cuda {
@@ -78,56 +80,69 @@ __global__ void router_backward_kernel(float* dlogits, const float* dtopk_w, con
   }
 }
 
-__global__ void dispatch_forward_kernel(float* out, const float* x, const int32_t* row_of,
-                                        int64_t tokens, int64_t top_k, int64_t cols) {
+// Rows of T: float (the fp32 entries) or uint16_t (bf16 storage: the same fp32 arithmetic on the
+// widened values, each output rounded once).
+__device__ inline float ld(const float* p) { return *p; }
+__device__ inline float ld(const uint16_t* p) { return bf16_to_fp32(*p); }
+__device__ inline void st(float* p, float v) { *p = v; }
+__device__ inline void st(uint16_t* p, float v) { *p = fp32_to_bf16(v); }
+
+template <typename T>
+__global__ void dispatch_forward_kernel(T* out, const T* x, const int32_t* row_of, int64_t tokens,
+                                        int64_t top_k, int64_t cols) {
   PARASOL_GRID_STRIDE(i, tokens * top_k * cols) {
     const int64_t ts = i / cols, c = i % cols;
     out[static_cast<int64_t>(row_of[ts]) * cols + c] = x[(ts / top_k) * cols + c];
   }
 }
 
-__global__ void dispatch_backward_kernel(float* dx, const float* dout, const int32_t* row_of,
+template <typename T>
+__global__ void dispatch_backward_kernel(T* dx, const T* dout, const int32_t* row_of,
                                          int64_t tokens, int64_t top_k, int64_t cols) {
   PARASOL_GRID_STRIDE(i, tokens * cols) {
     const int64_t t = i / cols, c = i % cols;
-    float s = dout[static_cast<int64_t>(row_of[t * top_k]) * cols + c];
+    float s = ld(dout + static_cast<int64_t>(row_of[t * top_k]) * cols + c);
     for (int64_t u = 1; u < top_k; ++u)
-      s += dout[static_cast<int64_t>(row_of[t * top_k + u]) * cols + c];
-    dx[i] = s;
+      s += ld(dout + static_cast<int64_t>(row_of[t * top_k + u]) * cols + c);
+    st(dx + i, s);
   }
 }
 
-__global__ void combine_forward_kernel(float* out, const float* expert_out, const float* w,
+template <typename T>
+__global__ void combine_forward_kernel(T* out, const T* expert_out, const float* w,
                                        const int32_t* row_of, int64_t tokens, int64_t top_k,
                                        int64_t cols) {
   PARASOL_GRID_STRIDE(i, tokens * cols) {
     const int64_t t = i / cols, c = i % cols;
     float o = 0.0f;
     for (int64_t s = 0; s < top_k; ++s)
-      o += w[t * top_k + s] * expert_out[static_cast<int64_t>(row_of[t * top_k + s]) * cols + c];
-    out[i] = o;
+      o += w[t * top_k + s] *
+           ld(expert_out + static_cast<int64_t>(row_of[t * top_k + s]) * cols + c);
+    st(out + i, o);
   }
 }
 
-__global__ void combine_dexpert_kernel(float* dexpert_out, const float* dout, const float* w,
+template <typename T>
+__global__ void combine_dexpert_kernel(T* dexpert_out, const T* dout, const float* w,
                                        const int32_t* row_of, int64_t tokens, int64_t top_k,
                                        int64_t cols) {
   PARASOL_GRID_STRIDE(i, tokens * top_k * cols) {
     const int64_t ts = i / cols, c = i % cols;
-    dexpert_out[static_cast<int64_t>(row_of[ts]) * cols + c] =
-        w[ts] * dout[(ts / top_k) * cols + c];
+    st(dexpert_out + static_cast<int64_t>(row_of[ts]) * cols + c,
+       w[ts] * ld(dout + (ts / top_k) * cols + c));
   }
 }
 
 // One block per (token, slot): dw = dot(dout[t], expert_out[row]).
-__global__ void combine_dw_kernel(float* dw, const float* dout, const float* expert_out,
+template <typename T>
+__global__ void combine_dw_kernel(float* dw, const T* dout, const T* expert_out,
                                   const int32_t* row_of, int64_t top_k, int64_t cols) {
   __shared__ float red[32];
   const int64_t ts = blockIdx.x;
-  const float* g = dout + (ts / top_k) * cols;
-  const float* e = expert_out + static_cast<int64_t>(row_of[ts]) * cols;
+  const T* g = dout + (ts / top_k) * cols;
+  const T* e = expert_out + static_cast<int64_t>(row_of[ts]) * cols;
   float s = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += g[c] * e[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) s += ld(g + c) * ld(e + c);
   s = block_sum(s, red);
   if (threadIdx.x == 0) dw[ts] = s;
 }
@@ -158,42 +173,87 @@ void router_backward(float* dlogits, const float* dtopk_w, const float* probs,
   PARASOL_CUDA_LAUNCHED();
 }
 
-void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
-                      int64_t top_k, int64_t cols, cudaStream_t s) {
+namespace {
+
+template <typename T>
+void dispatch_forward_t(T* out, const T* x, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                        int64_t cols, cudaStream_t s) {
   if (tokens * top_k * cols <= 0) return;
-  dispatch_forward_kernel<<<grid_for(tokens * top_k * cols), kThreads, 0, s>>>(out, x, row_of,
-                                                                               tokens, top_k, cols);
+  dispatch_forward_kernel<T>
+      <<<grid_for(tokens * top_k * cols), kThreads, 0, s>>>(out, x, row_of, tokens, top_k, cols);
   PARASOL_CUDA_LAUNCHED();
 }
 
-void dispatch_backward(float* dx, const float* dout, const int32_t* row_of, int64_t tokens,
-                       int64_t top_k, int64_t cols, cudaStream_t s) {
+template <typename T>
+void dispatch_backward_t(T* dx, const T* dout, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                         int64_t cols, cudaStream_t s) {
   if (tokens * top_k * cols <= 0) return;
-  dispatch_backward_kernel<<<grid_for(tokens * cols), kThreads, 0, s>>>(dx, dout, row_of, tokens,
-                                                                        top_k, cols);
+  dispatch_backward_kernel<T>
+      <<<grid_for(tokens * cols), kThreads, 0, s>>>(dx, dout, row_of, tokens, top_k, cols);
   PARASOL_CUDA_LAUNCHED();
 }
 
-void combine_forward(float* out, const float* expert_out, const float* w, const int32_t* row_of,
-                     int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s) {
+template <typename T>
+void combine_forward_t(T* out, const T* expert_out, const float* w, const int32_t* row_of,
+                       int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s) {
   if (tokens * cols <= 0) return;
-  combine_forward_kernel<<<grid_for(tokens * cols), kThreads, 0, s>>>(out, expert_out, w, row_of,
-                                                                      tokens, top_k, cols);
+  combine_forward_kernel<T><<<grid_for(tokens * cols), kThreads, 0, s>>>(out, expert_out, w, row_of,
+                                                                         tokens, top_k, cols);
   PARASOL_CUDA_LAUNCHED();
 }
 
-void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
-                      const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
-                      int64_t cols, cudaStream_t s) {
+template <typename T>
+void combine_backward_t(T* dexpert_out, float* dw, const T* dout, const T* expert_out,
+                        const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                        int64_t cols, cudaStream_t s) {
   if (tokens * top_k <= 0) return;
   if (cols > 0) {
-    combine_dexpert_kernel<<<grid_for(tokens * top_k * cols), kThreads, 0, s>>>(
+    combine_dexpert_kernel<T><<<grid_for(tokens * top_k * cols), kThreads, 0, s>>>(
         dexpert_out, dout, w, row_of, tokens, top_k, cols);
     PARASOL_CUDA_LAUNCHED();
   }
-  combine_dw_kernel<<<static_cast<unsigned>(tokens * top_k), 128, 0, s>>>(dw, dout, expert_out,
-                                                                          row_of, top_k, cols);
+  combine_dw_kernel<T><<<static_cast<unsigned>(tokens * top_k), 128, 0, s>>>(dw, dout, expert_out,
+                                                                             row_of, top_k, cols);
   PARASOL_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void dispatch_forward(float* out, const float* x, const int32_t* row_of, int64_t tokens,
+                      int64_t top_k, int64_t cols, cudaStream_t s) {
+  dispatch_forward_t(out, x, row_of, tokens, top_k, cols, s);
+}
+void dispatch_backward(float* dx, const float* dout, const int32_t* row_of, int64_t tokens,
+                       int64_t top_k, int64_t cols, cudaStream_t s) {
+  dispatch_backward_t(dx, dout, row_of, tokens, top_k, cols, s);
+}
+void combine_forward(float* out, const float* expert_out, const float* w, const int32_t* row_of,
+                     int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s) {
+  combine_forward_t(out, expert_out, w, row_of, tokens, top_k, cols, s);
+}
+void combine_backward(float* dexpert_out, float* dw, const float* dout, const float* expert_out,
+                      const float* w, const int32_t* row_of, int64_t tokens, int64_t top_k,
+                      int64_t cols, cudaStream_t s) {
+  combine_backward_t(dexpert_out, dw, dout, expert_out, w, row_of, tokens, top_k, cols, s);
+}
+
+void dispatch_forward_bf16(uint16_t* out, const uint16_t* x, const int32_t* row_of, int64_t tokens,
+                           int64_t top_k, int64_t cols, cudaStream_t s) {
+  dispatch_forward_t(out, x, row_of, tokens, top_k, cols, s);
+}
+void dispatch_backward_bf16(uint16_t* dx, const uint16_t* dout, const int32_t* row_of,
+                            int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s) {
+  dispatch_backward_t(dx, dout, row_of, tokens, top_k, cols, s);
+}
+void combine_forward_bf16(uint16_t* out, const uint16_t* expert_out, const float* w,
+                          const int32_t* row_of, int64_t tokens, int64_t top_k, int64_t cols,
+                          cudaStream_t s) {
+  combine_forward_t(out, expert_out, w, row_of, tokens, top_k, cols, s);
+}
+void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
+                           const uint16_t* expert_out, const float* w, const int32_t* row_of,
+                           int64_t tokens, int64_t top_k, int64_t cols, cudaStream_t s) {
+  combine_backward_t(dexpert_out, dw, dout, expert_out, w, row_of, tokens, top_k, cols, s);
 }
 
 }  // namespace parasol::runtime::cuda

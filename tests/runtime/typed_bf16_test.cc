@@ -1,19 +1,23 @@
 // The executor's typed bf16 path (Backend's bf16 entries, runtime/backend.h; run_typed in
 // runtime/executor_ops.cc): a bf16 plan on the CPU backend runs the linear GEMMs (forward, data
-// and weight gradients), the norms, activations, residual adds, RoPE and the embedding on bf16
-// storage, and widens none of their operands;
+// and weight gradients), the norms, activations, residual adds, RoPE, the embedding and flash
+// attention (bf16 Q | K | V, output and gradients, fp32 log-sum-exp) on bf16 storage, and widens
+// none of their operands (0 bytes widened for attention, counted apart);
 // the same plan with the entries hidden (TrainerOptions::typed_bf16 = false) widens them. The two
 // runs agree within a tolerance derived as trainer_mpi_test's bf16 one:
 //  * the typed GEMMs sum the same exact bf16 products as the widened ones in fp32 in another
 //    order (tiles of 64 x 256 outputs, runtime/cpu/bf16_ops.cc), so a stored GEMM output can
 //    round to the other neighbouring bf16 value: at most one rounding of u = 2^-8 differs per
 //    GEMM output (the element-wise kernels widen, run the fp32 kernel and round as the widening
-//    path does: equal bit for bit, tests/runtime/cpu/bf16_ops_test.cc). Along a token's forward
-//    path that is n_f = 4 L + 1 GEMM outputs (QKV, projection, FC1, FC2 per layer and the head),
-//    plus L for rotary models (the typed path stores the QKV GEMM's output, then RoPE's: Q and K
-//    rounded twice, once on the widening path); the backward adds the data gradients' n_b = 4 L
-//    + 1 (the weight gradients are fp32, the plan's gradient dtype: their summation order is an
-//    fp32 rounding, far below).
+//    path does: equal bit for bit, tests/runtime/cpu/bf16_ops_test.cc). The typed attention runs
+//    the fp32 attention's body on per-head tiles of the same bf16 values (other GEMM strides:
+//    summation order again, tests/runtime/cpu/attention_bf16_test.cc), so its stored output and
+//    dQ | dK | dV may differ by one rounding too. Along a token's forward path that is n_f = 5 L
+//    + 1 outputs (QKV, attention, projection, FC1, FC2 per layer and the head), plus L for rotary
+//    models (the typed path stores the QKV GEMM's output, then RoPE's: Q and K rounded twice, once
+//    on the widening path); the backward adds the data gradients' n_b = 5 L + 1 (the weight
+//    gradients are fp32, the plan's gradient dtype: their summation order is an fp32 rounding,
+//    far below).
 //  * rounding errors as independent zero-mean variables (Higham & Mary, SIAM J. Sci. Comput.
 //    41(5), 2019): below lambda sqrt(n) u with probability >= 1 - 2 exp(-lambda^2 / 2), lambda
 //    = 6; the loss, a mean over N tokens, within lambda u sqrt(n_f / N) relative, and the first
@@ -71,7 +75,7 @@ void expect_typed_path(const Model& m, bool all_typed) {
   SCOPED_TRACE(m.name);
   const std::vector<StepStats> typed = train(m, true), wide = train(m, false);
   const double tokens = double(bf16_plan().global_batch) * bf16_plan().seq(m);
-  const double n_b = 4.0 * m.layers + 1;
+  const double n_b = 5.0 * m.layers + 1;
   const double n_f = n_b + (m.learned_positions ? 0 : m.layers);
   const double loss_tol = kLambda * kU * std::sqrt(n_f / tokens);
   const double norm_tol = kLambda * kU * std::sqrt((n_f + n_b) / tokens);
@@ -80,6 +84,9 @@ void expect_typed_path(const Model& m, bool all_typed) {
     EXPECT_GT(typed[i].typed_bf16_ops, 0);
     EXPECT_EQ(wide[i].typed_bf16_ops, 0);
     EXPECT_GT(wide[i].widened_typed_kind_bytes, 0);
+    EXPECT_GT(wide[i].widened_attention_bytes, 0);
+    EXPECT_LE(wide[i].widened_attention_bytes, wide[i].widened_typed_kind_bytes);
+    EXPECT_EQ(typed[i].widened_attention_bytes, 0);
     if (all_typed)
       EXPECT_EQ(typed[i].widened_typed_kind_bytes, 0);
     else
@@ -92,11 +99,13 @@ void expect_typed_path(const Model& m, bool all_typed) {
   EXPECT_NEAR(typed[0].grad_norm, wide[0].grad_norm, norm_tol * wide[0].grad_norm);
   EXPECT_LT(typed.back().loss, typed.front().loss);  // it trains
   std::printf(
-      "%s: typed ops %lld per step; widened bytes of the typed kinds %lld (typed) vs %lld;"
-      " losses %.7f vs %.7f (tolerance %.2e relative)\n",
+      "%s: typed ops %lld per step; widened bytes of the typed kinds %lld (typed) vs %lld, of"
+      " attention %lld vs %lld; losses %.7f vs %.7f (tolerance %.2e relative)\n",
       m.name.c_str(), static_cast<long long>(typed[0].typed_bf16_ops),
       static_cast<long long>(typed[0].widened_typed_kind_bytes),
-      static_cast<long long>(wide[0].widened_typed_kind_bytes), typed.back().loss, wide.back().loss,
+      static_cast<long long>(wide[0].widened_typed_kind_bytes),
+      static_cast<long long>(typed[0].widened_attention_bytes),
+      static_cast<long long>(wide[0].widened_attention_bytes), typed.back().loss, wide.back().loss,
       loss_tol);
 }
 
@@ -112,6 +121,17 @@ TEST(TypedBf16, LlamaRunsEveryOpTypedRopeIncluded) {
   expect_typed_path(llama_model("llama-tiny", 2, 64, 4, 2, 128, 256, 32), true);
 }
 
+// Mixtral-style MoE (4 experts, top 2, every layer): the dispatch, the combine and the grouped
+// expert GEMMs run typed too (moe_bf16.cc, Backend's per-expert GEMMs); the router computes in
+// fp32 (its logits and probabilities are fp32 buffers; its GEMMs widen their bf16 operands and
+// are not of the typed kinds). The expert GEMMs take the places of FC1 and FC2 in n_f and n_b;
+// dispatch and combine equal the widening path's bit for bit (tests/runtime/cpu/moe_bf16_test.cc).
+TEST(TypedBf16, MoeRunsDispatchCombineAndExpertGemmsTyped) {
+  Model m = llama_model("moe-tiny", 2, 64, 4, 2, 128, 256, 32);
+  m.moe = {4, 2, 64, 1};
+  expect_typed_path(m, true);
+}
+
 // The QKV weight gradient of a rotary model (the fix of e848ddc): the weight gradient reads
 // dQKV after the data-gradient GEMM has rotated dQ and dK back through RoPE in place, so the
 // rotation must reach the stored bf16 dQKV. Before the fix the widening path rotated an fp32 view
@@ -119,11 +139,11 @@ TEST(TypedBf16, LlamaRunsEveryOpTypedRopeIncluded) {
 // rotations of up to `pos` radians per pair (O(1) relative at llama-tiny's 32 positions), while
 // the V columns were right. The bf16 gradient is held to the fp32 run's within the rounding
 // bound: each element of dW is a sum over tokens of x_t * dqkv_t whose factors carry at most
-// n = n_f + n_b + 1 bf16 roundings (the forward's GEMM outputs, the backward's data gradients,
-// the parameters' own rounding) and one more for RoPE's store; as independent rounding errors
-// (Higham & Mary) within lambda u sqrt(n + 1) of each product, and so of dW's norm where the
-// sum's terms do not cancel more than they add (the V columns, which no rotation touches, are
-// held to the same bound: it is the noise of bf16 training, not a bound fitted to Q and K).
+// n = n_f + n_b + 1 bf16 roundings (the forward's GEMM and attention outputs, the backward's
+// data gradients, the parameters' own rounding) and one more for RoPE's store; as independent
+// rounding errors (Higham & Mary) within lambda u sqrt(n + 1) of each product, and so of dW's norm
+// where the sum's terms do not cancel more than they add (the V columns, which no rotation touches,
+// are held to the same bound: it is the noise of bf16 training, not a bound fitted to Q and K).
 std::vector<float> qkv_weight_grads(const Model& m, Dtype precision, bool typed) {
   Plan plan = bf16_plan();
   plan.precision = precision;
@@ -165,7 +185,7 @@ void expect_rotary_qkv_gradient(bool typed) {
     d2[part] += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
     r2[part] += double(ref[i]) * ref[i];
   }
-  const double n = (4.0 * m.layers + 1) * 2 + 1 + 1;
+  const double n = (5.0 * m.layers + 1) * 2 + 1 + 1;
   const double tol = kLambda * kU * std::sqrt(n);
   const double qk_rel = std::sqrt(d2[0] / r2[0]), v_rel = std::sqrt(d2[1] / r2[1]);
   std::printf("QKV dW, bf16 (%s) against fp32: Q|K %.4f, V %.4f relative (bound %.4f)\n",

@@ -19,6 +19,9 @@
 //   element-wise, norm and rope kernels on bf16: double references on the widened inputs; the
 //     store's unit roundoff (2^-8 relative) plus the fp32 arithmetic's roundings as stated per
 //     test.
+//   attention on bf16 storage (cuDNN in place, and parasol's kernel on widened copies): the CPU
+//     backend's typed attention, within the bf16 roundings each route adds (stated at the test).
+//   MoE's dispatch and combine on bf16 rows: the CPU backend's, within one bf16 neighbour.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -821,6 +824,185 @@ TEST_F(CudaLowp, GroupedExpertGemmsOnDeviceOffsets) {
         tol[i] = 2 * (offsets[e + 1] - offsets[e] + 2) * kU * sa;
       }
   EXPECT_TRUE(within(got, ref, tol, "grouped dW"));
+}
+
+// ---- Attention on bf16 storage (CudaBackend::attention_*_bf16) against the CPU backend's typed
+// attention (itself held to the fp32 kernel in tests/runtime/cpu/attention_bf16_test.cc) on the
+// same bf16 Q | K | V rows (fused, strided, GQA), with a ring step (accumulate, accumulate_dq,
+// accumulate_dkv). Two routes:
+//  * cuDNN's SDPA on the buffers in place: cuDNN's own bf16 roundings (P for P V and the output:
+//    2 in the forward; P, dS and the gradient's output and O read back: 3 along a gradient's
+//    path; see cuda_kernels_test's CudnnSdpa) plus the CPU's one rounding of each output, as
+//    independent zero-mean errors (Higham & Mary): norm-wise within lambda sqrt(r) u, r = 3
+//    forward and 4 backward, one more for each merge or add of a ring step.
+//  * parasol's fp32 kernel on widened copies (set_fused_attention(false), and every fallback):
+//    the same fp32 attention as the CPU's up to summation order (the fp32 kernels agree within
+//    1e-5), then one rounding each: element-wise within 2 u of the larger magnitude plus 1e-5 of
+//    the tensor's scale.
+// The counts: fused calls counted as such with cuDNN; no call counted as a fallback.
+double rel_norm(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double a = bf16_to_fp32(got[i]), b = bf16_to_fp32(want[i]);
+    d2 += (a - b) * (a - b);
+    r2 += b * b;
+  }
+  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+}
+
+class CudaLowpAttention : public CudaLowp {
+ protected:
+  void typed_attention_case(bool fused);
+};
+
+void CudaLowpAttention::typed_attention_case(bool fused) {
+  CudaLowpAttention& t = *this;
+  SCOPED_TRACE(fused ? "cuDNN" : "parasol's kernel");
+  if (fused && !CudaBackend::cudnn_built()) GTEST_FAIL() << "this CUDA build has no cuDNN frontend";
+  CpuBackend cpu_be(1);
+  dev().set_fused_attention(fused);
+  const int64_t B = 2, S = 96, H = 8, KVH = 2, D = 64;
+  AttentionDims d;
+  d.batch = B;
+  d.seq_q = S;
+  d.seq_kv = S;
+  d.heads = H;
+  d.kv_heads = KVH;
+  d.head_dim = D;
+  d.ld_q = d.ld_kv = (H + 2 * KVH) * D;
+  d.ld_o = H * D;
+  const int64_t T = B * S, koff = H * D, voff = koff + KVH * D;
+  const auto qkv = bf16_random(T * d.ld_q, 61, -2.0f, 2.0f), kv0 = bf16_random(T * d.ld_q, 62);
+  const auto dout = bf16_random(T * d.ld_o, 63);
+  // An earlier ring step's chunk (every key visible), then this chunk merged (accumulate).
+  AttentionDims d0 = d;
+  d0.causal_offset = S;
+  std::vector<uint16_t> out(T * d.ld_o), dqkv(T * d.ld_q), dkv0(T * d.ld_q, 0);
+  std::vector<float> lse(B * H * S);
+  cpu_be.attention_forward_bf16(d0, out.data(), lse.data(), qkv.data(), kv0.data() + koff,
+                                kv0.data() + voff, false);
+  cpu_be.attention_forward_bf16(d, out.data(), lse.data(), qkv.data(), qkv.data() + koff,
+                                qkv.data() + voff, true);
+  cpu_be.attention_backward_bf16(d, dqkv.data(), dqkv.data() + koff, dqkv.data() + voff,
+                                 dout.data(), qkv.data(), qkv.data() + koff, qkv.data() + voff,
+                                 out.data(), lse.data(), false, false);
+  cpu_be.attention_backward_bf16(d0, dqkv.data(), dkv0.data() + koff, dkv0.data() + voff,
+                                 dout.data(), qkv.data(), kv0.data() + koff, kv0.data() + voff,
+                                 out.data(), lse.data(), true, true);
+  const CudaBackend::LibraryCounts before = dev().library_counts();
+  const uint16_t* gq = t.up(qkv);
+  const uint16_t* g0 = t.up(kv0);
+  uint16_t* gout = t.up(std::vector<uint16_t>(out.size()));
+  uint16_t* gd = t.up(std::vector<uint16_t>(dqkv.size()));
+  uint16_t* gd0 = t.up(std::vector<uint16_t>(dkv0.size(), 0));
+  float* glse = t.up(std::vector<float>(lse.size()));
+  dev().attention_forward_bf16(d0, gout, glse, gq, g0 + koff, g0 + voff, false);
+  dev().attention_forward_bf16(d, gout, glse, gq, gq + koff, gq + voff, true);
+  dev().attention_backward_bf16(d, gd, gd + koff, gd + voff, t.up(dout), gq, gq + koff, gq + voff,
+                                gout, glse, false, false);
+  dev().attention_backward_bf16(d0, gd, gd0 + koff, gd0 + voff, t.up(dout), gq, g0 + koff,
+                                g0 + voff, gout, glse, true, true);
+  const auto o = t.down(gout, out.size()), g = t.down(gd, dqkv.size()),
+             g0k = t.down(gd0, dkv0.size());
+  const auto l = t.down(glse, lse.size());
+  dev().set_fused_attention(true);
+  for (size_t i = 0; i < lse.size(); ++i)
+    ASSERT_NEAR(l[i], lse[i], 1e-5 * (1 + std::abs(lse[i]))) << "lse[" << i << "]";
+  if (fused) {
+    const double u = kHalfUlpBf16, lambda = 6;
+    EXPECT_LT(rel_norm(o, out), lambda * std::sqrt(3.0 + 1) * u) << "out";
+    EXPECT_LT(rel_norm(g, dqkv), lambda * std::sqrt(4.0 + 1) * u) << "dQ | dK | dV";
+    EXPECT_LT(rel_norm(g0k, dkv0), lambda * std::sqrt(4.0 + 1) * u) << "the chunk's dK | dV";
+    EXPECT_EQ(dev().library_counts().attention_fused - before.attention_fused, 4);
+  } else {
+    auto near_all = [](const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                       const char* what) {
+      double scale = 0;
+      for (uint16_t w : want) scale = std::max(scale, std::abs(double{bf16_to_fp32(w)}));
+      int bad = 0;
+      for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+        const double a = bf16_to_fp32(got[i]), b = bf16_to_fp32(want[i]);
+        if (!(std::abs(a - b) <=
+              2 * kHalfUlpBf16 * std::max(std::abs(a), std::abs(b)) + 1e-5 * scale)) {
+          ADD_FAILURE() << what << "[" << i << "]: cuda " << a << ", cpu " << b;
+          ++bad;
+        }
+      }
+    };
+    near_all(o, out, "out");
+    near_all(g, dqkv, "dQ | dK | dV");
+    near_all(g0k, dkv0, "the chunk's dK | dV");
+    EXPECT_EQ(dev().library_counts().attention_fused, before.attention_fused);
+  }
+  EXPECT_EQ(dev().library_counts().attention_fallbacks, before.attention_fallbacks);
+}
+
+TEST_F(CudaLowpAttention, TypedAttentionThroughCudnnEqualsTheCpus) { typed_attention_case(true); }
+
+TEST_F(CudaLowpAttention, TypedAttentionThroughParasolsKernelEqualsTheCpus) {
+  typed_attention_case(false);
+}
+
+// MoE's dispatch and combine on bf16 rows against the CPU backend's (moe_bf16.cc): the same fp32
+// sums (the device may contract them into FMAs: another fp32 rounding), then one rounding each,
+// so a stored value may land on the other bf16 neighbour: within 2 u of the larger magnitude
+// plus 1e-5 of the tensor's scale; the dispatch's forward copies (bit equal); the gates'
+// gradient, an fp32 dot product summed in another order, within 1e-5 of its scale.
+TEST_F(CudaLowp, MoeDispatchAndCombineOnBf16EqualTheCpus) {
+  CpuBackend cpu_be(1);
+  const int64_t tokens = 33, top_k = 2, E = 4, cols = 72, rows = tokens * top_k;
+  std::vector<int32_t> idx(rows);
+  for (int64_t i = 0; i < rows; ++i) idx[i] = static_cast<int32_t>((i * 7 + i / 2) % E);
+  for (int64_t t = 0; t < tokens; ++t)
+    if (idx[t * 2] == idx[t * 2 + 1]) idx[t * 2 + 1] = (idx[t * 2] + 1) % E;
+  std::vector<int32_t> row_of(rows);
+  std::vector<int64_t> counts(E);
+  cpu_be.moe_permutation(row_of.data(), counts.data(), idx.data(), tokens, E, top_k);
+  std::vector<float> w;
+  for (uint16_t h : bf16_random(rows, 71, 0.1f, 0.9f)) w.push_back(bf16_to_fp32(h));
+  const auto x = bf16_random(tokens * cols, 72), dr = bf16_random(rows * cols, 73),
+             er = bf16_random(rows * cols, 74), dy = bf16_random(tokens * cols, 75);
+  auto near_all = [](const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                     const char* what) {
+    double scale = 0;
+    for (uint16_t v : want) scale = std::max(scale, std::abs(double{bf16_to_fp32(v)}));
+    int bad = 0;
+    for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+      const double a = bf16_to_fp32(got[i]), b = bf16_to_fp32(want[i]);
+      if (!(std::abs(a - b) <=
+            2 * kHalfUlpBf16 * std::max(std::abs(a), std::abs(b)) + 1e-5 * scale)) {
+        ADD_FAILURE() << what << "[" << i << "]: cuda " << a << ", cpu " << b;
+        ++bad;
+      }
+    }
+  };
+  const int32_t* g_row = up(row_of);
+  const float* g_w = up(w);
+  std::vector<uint16_t> out(rows * cols), dx(tokens * cols), y(tokens * cols), de(rows * cols);
+  std::vector<float> dw(rows);
+  cpu_be.dispatch_forward_bf16(out.data(), x.data(), row_of.data(), tokens, top_k, cols);
+  cpu_be.dispatch_backward_bf16(dx.data(), dr.data(), row_of.data(), tokens, top_k, cols);
+  cpu_be.combine_forward_bf16(y.data(), er.data(), w.data(), row_of.data(), tokens, top_k, cols);
+  cpu_be.combine_backward_bf16(de.data(), dw.data(), dy.data(), er.data(), w.data(), row_of.data(),
+                               tokens, top_k, cols);
+  uint16_t* g_out = up(std::vector<uint16_t>(out.size()));
+  uint16_t* g_dx = up(std::vector<uint16_t>(dx.size()));
+  uint16_t* g_y = up(std::vector<uint16_t>(y.size()));
+  uint16_t* g_de = up(std::vector<uint16_t>(de.size()));
+  float* g_dw = up(std::vector<float>(dw.size()));
+  const uint16_t* g_er = up(er);
+  dev().dispatch_forward_bf16(g_out, up(x), g_row, tokens, top_k, cols);
+  dev().dispatch_backward_bf16(g_dx, up(dr), g_row, tokens, top_k, cols);
+  dev().combine_forward_bf16(g_y, g_er, g_w, g_row, tokens, top_k, cols);
+  dev().combine_backward_bf16(g_de, g_dw, up(dy), g_er, g_w, g_row, tokens, top_k, cols);
+  EXPECT_EQ(down(g_out, out.size()), out);
+  near_all(down(g_dx, dx.size()), dx, "dispatch backward");
+  near_all(down(g_y, y.size()), y, "combine forward");
+  near_all(down(g_de, de.size()), de, "combine backward rows");
+  const auto gdw = down(g_dw, dw.size());
+  double scale = 0;
+  for (float v : dw) scale = std::max(scale, std::abs(double{v}));
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(gdw[i], dw[i], 1e-5 * scale) << i;
 }
 
 }  // namespace

@@ -72,8 +72,11 @@ TEST_F(CudaTrainer, LossesAreTheCpuLossesWithinBf16Error) {
 // typed_bf16_test.cc: each stored bf16 value may round to the other neighbour on the two
 // backends (other fp32 summation orders and libm), one rounding of u = 2^-8 per stored output
 // along a token's path: n = 2 (5 L + 1) GEMM outputs and data gradients (RoPE's store included)
-// plus 6 L + 2 element-wise outputs (norms, activation, residual adds, embedding); the loss, a
-// mean over N tokens, within lambda u sqrt(n / N) relative, lambda = 6 (Higham & Mary 2019).
+// plus 6 L + 2 element-wise outputs (norms, activation, residual adds, embedding) plus 5 L of
+// cuDNN's attention, which reads and writes the bf16 buffers in place (its own bf16 P and O in
+// the forward, P, dS and the gradients' store in the backward: cuda_kernels_test's CudnnSdpa);
+// the loss, a mean over N tokens, within lambda u sqrt(n / N) relative, lambda = 6 (Higham &
+// Mary 2019). No attention operand is widened (widened_attention_bytes 0).
 TEST_F(CudaTrainer, Bf16TiledLossPlanRunsTypedAndMatchesTheCpu) {
   const Model m = model_preset("tiny");
   Plan p = serial_plan();
@@ -87,12 +90,14 @@ TEST_F(CudaTrainer, Bf16TiledLossPlanRunsTypedAndMatchesTheCpu) {
   std::vector<double> got;
   StepStats last;
   for (int i = 0; i < 3; ++i) got.push_back((last = t.step()).loss);
-  const double n = 2.0 * (5 * m.layers + 1) + 6.0 * m.layers + 2;
+  const double n = 2.0 * (5 * m.layers + 1) + 6.0 * m.layers + 2 + 5.0 * m.layers;
   const double tokens = double(p.global_batch) * p.seq(m);
   const double tol = 6.0 / 256 * std::sqrt(n / tokens);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * want[i]) << i;
   EXPECT_GT(last.typed_bf16_ops, 0);
   EXPECT_EQ(last.widened_typed_kind_bytes, 0);
+  EXPECT_EQ(last.widened_attention_bytes, 0);
+  EXPECT_EQ(gpu.library_counts().attention_fallbacks, 0);
 }
 
 TEST_F(CudaTrainer, AStepAfterWarmUpDoesNotSynchroniseTheDevice) {
