@@ -12,11 +12,12 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace parasol {
 
 namespace {
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+using units::GiB;
 }
 
 const char* node_kind_name(NodeKind k) {

@@ -6,13 +6,14 @@
 
 #include "core/cluster.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "core/sibling_presets.h"
 
 namespace parasol {
 
 namespace {
-constexpr double GB = 1e9;
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+using units::GB;
+using units::GiB;
 
 VertexId add_node(Cluster& c, NodeKind kind, std::string name, int server, bool forwards,
                   std::string device = "", double memory = 0, double memory_bw = 0) {
@@ -198,7 +199,7 @@ struct Preset {
   bool partial_last_server = false;
 };
 
-const std::map<std::string, Preset>& presets() {
+const std::map<std::string, Preset>& cluster_presets_table() {
   static const std::map<std::string, Preset> table = [] {
     std::map<std::string, Preset> t;
     // DGX A100 (NVIDIA DGX A100 datasheet; SuperPOD reference architecture): 8 A100 on
@@ -300,10 +301,10 @@ const std::map<std::string, Preset>& presets() {
 
 Cluster cluster_preset(const std::string& name, int gpus) {
   if (name == "localhost") return build_localhost(gpus);
-  auto it = presets().find(name);
-  if (it == presets().end()) {
+  auto it = cluster_presets_table().find(name);
+  if (it == cluster_presets_table().end()) {
     std::string known = "localhost";
-    for (const auto& [n, _] : presets()) known += ", " + n;
+    for (const auto& [n, _] : cluster_presets_table()) known += ", " + n;
     throw Error("cluster", "unknown preset '" + name + "' (known: " + known + ")");
   }
   if (gpus < 1) throw Error("gpus", "must be >= 1");
@@ -324,10 +325,10 @@ Cluster cluster_preset(const std::string& name, int gpus) {
 }
 
 ClusterPresetSpec cluster_preset_spec(const std::string& name) {
-  auto it = presets().find(name);
-  if (it == presets().end()) {
+  auto it = cluster_presets_table().find(name);
+  if (it == cluster_presets_table().end()) {
     std::string known;
-    for (const auto& [n, _] : presets()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& [n, _] : cluster_presets_table()) known += (known.empty() ? "" : ", ") + n;
     throw Error("cluster", "'" + name + "' is not a server preset (known: " + known + ")");
   }
   return {it->second.server, it->second.fabric};
@@ -352,12 +353,12 @@ Json cluster_preset_generator(const std::string& name) {
          {"servers_per_leaf", p.fabric.servers_per_leaf},
          {"oversubscription", p.fabric.oversubscription},
          {"switch_latency_us", p.fabric.switch_latency * 1e6}};
-  if (presets().at(name).partial_last_server) g["partial_last_server"] = true;
+  if (cluster_presets_table().at(name).partial_last_server) g["partial_last_server"] = true;
   return g;
 }
 
 std::string cluster_preset_for_device(const std::string& device) {
-  for (const auto& [n, p] : presets())
+  for (const auto& [n, p] : cluster_presets_table())
     if (p.server.device == device && p.server.gpus > 1) return n;
   return "";
 }
@@ -369,7 +370,7 @@ std::string cluster_preset_of_sibling(const std::string& device, int64_t gpus_pe
   static const std::vector<std::vector<std::string>> kSiblings = {{"B200", "GB200"}};
   for (const auto& family : kSiblings) {
     if (std::find(family.begin(), family.end(), device) == family.end()) continue;
-    for (const auto& [n, p] : presets())
+    for (const auto& [n, p] : cluster_presets_table())
       if (p.server.gpus == gpus_per_server && p.server.device != device &&
           std::find(family.begin(), family.end(), p.server.device) != family.end())
         return n;
@@ -379,7 +380,7 @@ std::string cluster_preset_of_sibling(const std::string& device, int64_t gpus_pe
 
 std::vector<std::string> cluster_preset_names() {
   std::vector<std::string> names = {"localhost"};
-  for (const auto& [n, _] : presets()) names.push_back(n);
+  for (const auto& [n, _] : cluster_presets_table()) names.push_back(n);
   return names;
 }
 

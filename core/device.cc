@@ -5,14 +5,15 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace parasol {
 
 namespace {
 constexpr double T = 1e12;
-constexpr double GB = 1e9;
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double MiB = 1024.0 * 1024.0;
+using units::GB;
+using units::GiB;
+using units::MiB;
 
 const std::vector<DeviceSpec>& table() {
   static const std::vector<DeviceSpec> devices = {

@@ -114,7 +114,7 @@ Model gpt_oss(const std::string& name, int layers, int experts) {
   return with_window(with_moe(with_head_dim(with_rope(m, 150000), 64), experts, 4, 2880), 128, 2);
 }
 
-const std::map<std::string, std::function<Model()>>& presets() {
+const std::map<std::string, std::function<Model()>>& model_presets_table() {
   static const std::map<std::string, std::function<Model()>> table = {
       // Radford et al. 2019 / HF "gpt2": 124M parameters.
       {"gpt2-124m", [] { return gpt_model("gpt2-124m", 12, 768, 12, 50257, 1024, true); }},
@@ -176,10 +176,10 @@ const std::map<std::string, std::function<Model()>>& presets() {
 }  // namespace
 
 Model model_preset(const std::string& name) {
-  auto it = presets().find(name);
-  if (it == presets().end()) {
+  auto it = model_presets_table().find(name);
+  if (it == model_presets_table().end()) {
     std::string known;
-    for (const auto& [n, _] : presets()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& [n, _] : model_presets_table()) known += (known.empty() ? "" : ", ") + n;
     throw Error("model", "unknown preset '" + name + "' (known: " + known + ")");
   }
   return it->second();
@@ -187,7 +187,7 @@ Model model_preset(const std::string& name) {
 
 std::vector<std::string> model_preset_names() {
   std::vector<std::string> names;
-  for (const auto& [n, _] : presets()) names.push_back(n);
+  for (const auto& [n, _] : model_presets_table()) names.push_back(n);
   return names;
 }
 

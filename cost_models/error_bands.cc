@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "cost_models/accuracy.h"
 #include "cost_models/profile.h"
 
@@ -112,6 +113,11 @@ std::string band_description(const ErrorBand& band) {
   std::string families;
   for (const std::string& f : band.families) families += (families.empty() ? "" : ", ") + f;
   return "the largest rms error of the accuracy suites it draws on: " + families;
+}
+
+std::string band_line(const ErrorBand& b, double step_s) {
+  return "error band " + secs(std::max(0.0, step_s * (1 - b.fraction))) + " - " +
+         secs(step_s * (1 + b.fraction)) + " (" + band_label(b) + ": " + band_description(b) + ")";
 }
 
 ErrorBands error_bands_from_report(const AccuracyReport& report) {

@@ -74,6 +74,10 @@ std::string band_label(const ErrorBand& band);
 // or "<why unvalidated>; the largest rms error of any suite".
 std::string band_description(const ErrorBand& band);
 
+// The line the estimate and simulate commands print for a step of step_s seconds: "error band
+// <low> - <high> (<label>: <description>)".
+std::string band_line(const ErrorBand& band, double step_s);
+
 // The per-family statistics of an accuracy report as bands.
 ErrorBands error_bands_from_report(const AccuracyReport& report);
 

@@ -16,11 +16,12 @@
 #include "core/plan.h"
 #include "core/rank_layout.h"
 #include "cost_models/profile_ranges.h"
+#include "core/units.h"
 
 namespace parasol::cost {
 
 namespace {
-constexpr double MiB = 1024.0 * 1024.0;
+using units::MiB;
 // c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize, kSmallSize, kSmallBuffer, kLargeBuffer,
 // kMinLargeAlloc, kRoundLarge.
 constexpr double kMinBlock = 512;

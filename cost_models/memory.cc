@@ -8,11 +8,12 @@
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
+#include "core/units.h"
 
 namespace parasol::cost {
 
 namespace {
-constexpr double MiB = 1024.0 * 1024.0;
+using units::MiB;
 
 double activation_dtype_bytes(const Plan& p) { return p.precision == Dtype::kFp32 ? 4 : 2; }
 

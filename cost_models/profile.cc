@@ -4,11 +4,12 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/units.h"
 
 namespace parasol::cost {
 
 namespace {
-constexpr double MiB = 1024.0 * 1024.0;
+using units::MiB;
 }  // namespace
 
 NcclTuning nccl_defaults(const std::string& architecture, const std::string& host_cpu) {

@@ -67,7 +67,7 @@ const char* ds_dtype(Dtype d) {
 bool megatron_deepspeed(const Plan& p) { return p.tp > 1 || p.pp > 1 || p.cp > 1; }
 
 // Every refusal of DeepSpeed, each naming the plan (or model) field.
-void check_expressible(const Model& model, const Plan& p, Refusals& r) {
+void check_deepspeed_expressible(const Model& model, const Plan& p, Refusals& r) {
   const bool pipelined = p.pp > 1;
   if (p.vpp > 1 || p.schedule == Schedule::kInterleaved)
     r.add("plan.vpp",
@@ -270,7 +270,7 @@ std::string join(const std::vector<std::string>& v) {
 Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Plan& plan) {
   validate(plan, model, cluster);  // parasol's own rules: one error, thrown
   Refusals r;
-  check_expressible(model, plan, r);
+  check_deepspeed_expressible(model, plan, r);
   const bool megatron = megatron_deepspeed(plan);
   // Megatron-DeepSpeed's --rotary-position-embeddings-theta is an int (arguments.py L635).
   if (megatron && !model.learned_positions &&

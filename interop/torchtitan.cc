@@ -380,7 +380,7 @@ PipelineKeys pipeline_keys(const Model& model, const Plan& p) {
   return k;
 }
 
-void check_expressible(const Model& model, const Plan& p, Refusals& r) {
+void check_torchtitan_expressible(const Model& model, const Plan& p, Refusals& r) {
   constexpr std::array<Dim, 5> kTitanOrder = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kDp, Dim::kPp};
   if (p.rank_order != kTitanOrder)
     r.add("plan.rank_order",
@@ -528,7 +528,7 @@ bool collect(Refusals& r, F&& check) {
 Refusals torchtitan_refusals(const Model& model, const Cluster& cluster, const Plan& plan) {
   validate(plan, model, cluster);  // parasol's own rules: one error, thrown
   Refusals r;
-  check_expressible(model, plan, r);
+  check_torchtitan_expressible(model, plan, r);
   DpDegrees d;
   if (collect(r, [&] { d = dp_degrees(plan); })) {
     collect(r, [&] { reshard_policy(plan, d); });

@@ -14,9 +14,11 @@ namespace parasol::report {
 
 namespace {
 
-double train_number(const Json& row, const char* key) { return row["train"][key].get<double>(); }
-
 }  // namespace
+
+double sweep_train_number(const Json& row, const char* key) {
+  return row["train"][key].get<double>();
+}
 
 bool sweep_row_has_plan(const Json& row) { return row.value("status", "") == "ok"; }
 
@@ -85,7 +87,7 @@ std::vector<int64_t> sweep_pareto_front(const Json& doc) {
   std::vector<int64_t> index;
   for (const Json& r : doc["rows"])
     if (sweep_row_has_plan(r)) {
-      points.push_back({train_number(r, "time_s"), train_number(r, key.c_str())});
+      points.push_back({sweep_train_number(r, "time_s"), sweep_train_number(r, key.c_str())});
       index.push_back(r["index"].get<int64_t>());
     }
   // By time, then cost, then index (rows come in index order).

@@ -15,6 +15,9 @@ namespace parasol::report {
 // Whether a row of the document has a plan (its "status" is "ok").
 bool sweep_row_has_plan(const Json& row);
 
+// A number of a planned row's "train" object (time to train, tokens, ...), by key.
+double sweep_train_number(const Json& row, const char* key);
+
 // What the front's cost axis is: "cost" (train.cost) when every row with a plan has a price,
 // else "gpu_hours" (train.gpu_hours: what the cost would be per unit price).
 // REQUIRES: `doc` passed check_sweep_document.

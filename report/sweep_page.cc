@@ -16,8 +16,6 @@ namespace parasol::report {
 
 namespace {
 
-double train_number(const Json& row, const char* key) { return row["train"][key].get<double>(); }
-
 // A count of tokens as written on the header: 1B, 15T, 2.5M.
 std::string tokens_text(double n) {
   if (n >= 1e12) return fmt("%gT", n / 1e12);
@@ -627,7 +625,7 @@ std::string header_html(const Json& doc) {
     double tokens = 1e9;
     for (const Json& r : rows)
       if (sweep_row_has_plan(r)) {
-        tokens = train_number(r, "tokens");
+        tokens = sweep_train_number(r, "tokens");
         break;
       }
     basis = tokens_text(tokens) + " tokens at the steady step";

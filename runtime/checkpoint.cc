@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/json_reader.h"
+#include "runtime/param_layout.h"
 
 namespace parasol::runtime {
 
@@ -35,12 +36,6 @@ constexpr const char* kKinds[3] = {"params", "adam_m", "adam_v"};
 enum Kind { kParams = 0, kAdamM = 1, kAdamV = 2 };
 
 std::string manifest_path(const std::string& dir) { return (fs::path(dir) / "manifest.json"); }
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // A file descriptor closed on scope exit.
 class File {
@@ -245,7 +240,7 @@ std::unique_ptr<File> open_tensor(const std::string& dir, int kind, const std::s
   const int64_t want = elements * 4;
   if (f->size() != want)
     throw Error(f->path(), "has " + std::to_string(f->size()) + " bytes; the full tensor " +
-                               shape_str(shape) + " in fp32 has " + std::to_string(want) +
+                               shape_text(shape) + " in fp32 has " + std::to_string(want) +
                                (f->size() < want ? " (truncated)" : ""));
   return f;
 }
@@ -265,8 +260,8 @@ Source open_source(const std::string& dir, const Model& model, const Manifest& m
   if (it == m.tensors.end()) throw Error(tensors_field, "lacks tensor " + name);
   const TensorInfo file_info = tensor_info(model, file_name);
   if (it->second != file_info.shape)
-    throw Error(tensors_field, file_name + " has shape " + shape_str(it->second) +
-                                   ", the model's is " + shape_str(file_info.shape));
+    throw Error(tensors_field, file_name + " has shape " + shape_text(it->second) +
+                                   ", the model's is " + shape_text(file_info.shape));
   for (int k = 0; k < 3; ++k) {
     s.files[k] = open_tensor(dir, k, file_name, file_info.shape, file_info.elements());
     if (s.transposed) {

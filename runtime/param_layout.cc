@@ -325,13 +325,13 @@ View rank_view(const Model& m, const Plan& p, const RankCoord& c, TensorKind kin
   return view_of(m, kind, p.tp, c.tp, p.ep, c.ep);
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
+}  // namespace
+
+std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
 }
-
-}  // namespace
 
 int64_t TensorInfo::elements() const {
   int64_t n = 1;
@@ -394,8 +394,8 @@ std::vector<SliceRun> slice_runs(const Model& model, const Plan& plan, const Ran
   const View v = rank_view(model, plan, coord, parse_name(model, spec.name).kind);
   const std::vector<int64_t> want = shape_of(v, true);
   if (spec.shape != want)
-    throw Error("param." + spec.name, "this rank's slice should be " + shape_str(want) + ", got " +
-                                          shape_str(spec.shape));
+    throw Error("param." + spec.name, "this rank's slice should be " + shape_text(want) + ", got " +
+                                          shape_text(spec.shape));
   std::vector<SliceRun> runs;
   auto add = [&](int64_t local, int64_t full, int64_t count) {
     if (count <= 0) return;

@@ -102,6 +102,9 @@ struct TensorInfo {
 // tensor of an MoE layer or the reverse, emb.pos without learned positions).
 TensorInfo tensor_info(const Model& model, const std::string& name);
 
+// A shape as error messages write it: "[4, 128]".
+std::string shape_text(const std::vector<int64_t>& shape);
+
 // Every full tensor of the model, in Program order (emb, layers, head). head.head is included
 // when the embeddings are untied, or when tied_head_copy (tied with pp > 1).
 std::vector<TensorInfo> model_tensors(const Model& model, bool tied_head_copy = false);

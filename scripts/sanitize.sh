@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${PARASOL_JOBS:-2}
-bash scripts/configure-san.sh
+bash scripts/configure-san.sh "$@"  # extra CMake arguments (scripts/test.sh: a unity build)
 cmake --build build-san -j "$jobs"
 echo "sanitize.sh: build took ${SECONDS} s"
 source scripts/san-env.sh

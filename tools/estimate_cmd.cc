@@ -52,11 +52,6 @@ void print_stage_memory(const std::vector<cost::FrameworkMemory>& stages, int pe
 namespace {
 // "error band 5.30 s - 6.35 s (± 9%: the largest rms error of the accuracy suites it draws on:
 // h100-dense)".
-std::string band_line(const cost::ErrorBand& b, double step_s) {
-  return "error band " + secs(std::max(0.0, step_s * (1 - b.fraction))) + " - " +
-         secs(step_s * (1 + b.fraction)) + " (" + cost::band_label(b) + ": " +
-         cost::band_description(b) + ")";
-}
 }  // namespace
 
 void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
@@ -64,7 +59,7 @@ void print_estimate(const cost::Estimate& e, const cost::ErrorBand& band) {
   std::cout << "step time " << secs(e.step_time_s) << " " << cost::band_label(band) << ", "
             << count(e.tokens_per_s) << " tokens/s, " << fmt("%.2f", e.samples_per_s)
             << " samples/s, MFU " << pct(e.mfu) << ", HFU " << pct(e.hfu) << "\n";
-  std::cout << band_line(band, e.step_time_s) << "\n";
+  std::cout << cost::band_line(band, e.step_time_s) << "\n";
   std::cout << "time breakdown:\n";
   for (auto [name, v] : {std::pair{"forward", t.forward},
                          {"backward", t.backward},

@@ -38,12 +38,6 @@ void print_breakdown(const sim::SimBreakdown& b, double step) {
 
 // "error band 5.30 s - 6.35 s (± 9%: the largest rms error of the accuracy suites it draws on:
 // h100-dense)".
-std::string band_line(const cost::ErrorBand& b, double step_s) {
-  return "error band " + secs(std::max(0.0, step_s * (1 - b.fraction))) + " - " +
-         secs(step_s * (1 + b.fraction)) + " (" + cost::band_label(b) + ": " +
-         cost::band_description(b) + ")";
-}
-
 }  // namespace
 
 Runner add_simulate(CLI::App& app) {
@@ -92,7 +86,7 @@ Runner add_simulate(CLI::App& app) {
     std::cout << "simulated step time " << secs(r.step_time_s) << " " << cost::band_label(band)
               << " (closed-form estimate " << secs(est) << ", "
               << fmt("%+.1f%%", 100 * (r.step_time_s / est - 1)) << ")\n";
-    std::cout << band_line(band, r.step_time_s) << "\n";
+    std::cout << cost::band_line(band, r.step_time_s) << "\n";
     std::cout << count(static_cast<double>(r.ops_simulated)) << " ops on " << s.plan.pp
               << " representative ranks; lowered in " << secs(lower_s) << ", simulated in "
               << secs(sim_s) << "\n";

@@ -23,12 +23,6 @@ namespace parasol::traces {
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // One op of one run to fit: its Program op and its measured seconds.
 struct Sample {
   int run = 0;

@@ -5,17 +5,14 @@
 
 namespace parasol::traces {
 
-namespace {
-
-std::string lower(std::string s) {
+std::string lower_case(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
-bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool name_has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-// Letters and digits of `s`, lower-cased ("_allgather_base_" -> "allgatherbase").
-std::string squash(const std::string& s) {
+std::string squash_name(const std::string& s) {
   std::string out;
   for (char c : s)
     if (std::isalnum(static_cast<unsigned char>(c)))
@@ -23,30 +20,28 @@ std::string squash(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
 std::string collective_kind(const std::string& name) {
-  const std::string s = squash(name);
-  if (has(s, "allreduce")) return "all-reduce";
-  if (has(s, "allgather")) return "all-gather";
-  if (has(s, "reducescatter")) return "reduce-scatter";
-  if (has(s, "alltoall")) return "all-to-all";
-  if (has(s, "broadcast")) return "broadcast";
-  if (has(s, "sendrecv") || s.rfind("send", 0) == 0 || s == "isend") return "send";
+  const std::string s = squash_name(name);
+  if (name_has(s, "allreduce")) return "all-reduce";
+  if (name_has(s, "allgather")) return "all-gather";
+  if (name_has(s, "reducescatter")) return "reduce-scatter";
+  if (name_has(s, "alltoall")) return "all-to-all";
+  if (name_has(s, "broadcast")) return "broadcast";
+  if (name_has(s, "sendrecv") || s.rfind("send", 0) == 0 || s == "isend") return "send";
   if (s.rfind("recv", 0) == 0 || s == "irecv") return "recv";
   return "";
 }
 
 bool is_backward_kernel(const std::string& name) {
-  const std::string s = lower(name);
-  return has(s, "bwd") || has(s, "backward") || has(s, "bprop") || has(s, "dgrad") ||
-         has(s, "cutlassb");
+  const std::string s = lower_case(name);
+  return name_has(s, "bwd") || name_has(s, "backward") || name_has(s, "bprop") || name_has(s, "dgrad") ||
+         name_has(s, "cutlassb");
 }
 
 bool is_attention_helper_kernel(const std::string& name) {
-  const std::string s = lower(name);
-  return has(s, "flash_bwd_dot_do_o") || has(s, "flash_bwd_convert_dq") ||
-         has(s, "flash_bwd_convert_dkv");
+  const std::string s = lower_case(name);
+  return name_has(s, "flash_bwd_dot_do_o") || name_has(s, "flash_bwd_convert_dq") ||
+         name_has(s, "flash_bwd_convert_dkv");
 }
 
 namespace {
@@ -269,13 +264,13 @@ bool matches(const Rule& r, const std::string& s) {
     case Match::kContains:
       break;
   }
-  return has(s, r.pattern);
+  return name_has(s, r.pattern);
 }
 
 }  // namespace
 
 std::string classify_kernel(const std::string& name) {
-  const std::string s = lower(name);
+  const std::string s = lower_case(name);
   for (const Rule& r : kRules) {
     if (!matches(r, s)) continue;
     if (std::string(r.kind) != "*collective") return r.kind;

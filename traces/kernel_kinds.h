@@ -19,6 +19,13 @@
 
 namespace parasol::traces {
 
+// The text rules the kernel-name matchers here and in the trace imports share: `s` lower-cased;
+// whether `s` contains `part`; the letters and digits of `s`, lower-cased ("_allgather_base_" ->
+// "allgatherbase").
+std::string lower_case(std::string s);
+bool name_has(const std::string& s, const char* part);
+std::string squash_name(const std::string& s);
+
 // The parasol kind of a device kernel by its name alone ("linear", "expert-linear",
 // "attention", "norm", "reduction", "all-reduce", "all-to-all", "send", ...), or "" when no rule
 // matches (see the header comment).

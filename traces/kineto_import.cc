@@ -22,21 +22,8 @@ namespace parasol::traces {
 
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
-bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-// Letters and digits of `s`, lower-cased ("_allgather_base_" -> "allgatherbase").
-std::string squash(const std::string& s) {
-  std::string out;
-  for (char c : s)
-    if (std::isalnum(static_cast<unsigned char>(c)))
-      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  return out;
-}
 
 // Bytes of one element of a PyTorch or NCCL dtype name and parasol's name of it ("" when parasol
 // has none); 0 bytes when unknown.
@@ -45,11 +32,11 @@ struct DtypeInfo {
   std::string name;
 };
 DtypeInfo dtype_info(const std::string& t) {
-  const std::string s = squash(t);
+  const std::string s = squash_name(t);
   if (s == "float" || s == "float32" || s == "fp32") return {4, "fp32"};
   if (s == "c10bfloat16" || s == "bfloat16" || s == "bf16") return {2, "bf16"};
   if (s == "c10half" || s == "half" || s == "float16" || s == "fp16") return {2, "fp16"};
-  if (has(s, "float8")) return {1, "fp8"};
+  if (name_has(s, "float8")) return {1, "fp8"};
   if (s == "double" || s == "float64") return {8, ""};
   if (s == "int" || s == "int32" || s == "uint32") return {4, ""};
   if (s == "long" || s == "int64" || s == "longint" || s == "uint64") return {8, ""};
@@ -347,7 +334,7 @@ int causal_of(const Json& e, const AttentionSchema& a) {
   if (!c || !c->is_array()) return -1;
   const int pos = a.is_causal >= 0 ? a.is_causal : a.mask_type;
   if (pos < 0 || static_cast<size_t>(pos) >= c->size() || !(*c)[pos].is_string()) return -1;
-  const std::string v = lower((*c)[pos].get<std::string>());
+  const std::string v = lower_case((*c)[pos].get<std::string>());
   if (a.is_causal >= 0) return v == "true" ? 1 : v == "false" ? 0 : -1;
   return v == "0" ? 0 : (v == "1" || v == "2") ? 1 : -1;
 }
@@ -357,9 +344,9 @@ int causal_of(const Json& e, const AttentionSchema& a) {
 std::string phase_of(const std::vector<std::string>& names) {
   if (names.empty()) return "";
   for (const std::string& n : names)
-    if (n.rfind("Optimizer.step", 0) == 0 || has(n, "optimizer_step")) return "optimizer";
+    if (n.rfind("Optimizer.step", 0) == 0 || name_has(n, "optimizer_step")) return "optimizer";
   for (const std::string& n : names)
-    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || has(n, "Backward")) return "bwd";
+    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || name_has(n, "Backward")) return "bwd";
   return "fwd";
 }
 
@@ -460,7 +447,7 @@ bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelSha
   // The payload's position: (output, input) for the _base_ forms of all-to-all and
   // reduce-scatter, the output (first) for all-gather, else the first tensor.
   size_t pos = 0;
-  if ((kind == "all-to-all" || kind == "reduce-scatter") && has(name, "base")) pos = 1;
+  if ((kind == "all-to-all" || kind == "reduce-scatter") && name_has(name, "base")) pos = 1;
   if (kind == "all-gather" && name.rfind("c10d::", 0) != 0) return false;
   if (dims.size() <= pos || dims[pos].empty() || types.size() <= pos) return false;
   const DtypeInfo dt = dtype_info(types[pos]);
@@ -477,8 +464,8 @@ bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelSha
 // table), so their bytes stay unknown.
 bool streams_its_tensors(const std::string& kind, const std::string& lname) {
   if (kind == "norm" || kind == "activation") return true;
-  return kind == "elementwise" && has(lname, "elementwise_kernel") && !has(lname, "index") &&
-         !has(lname, "scatter") && !has(lname, "gather");
+  return kind == "elementwise" && name_has(lname, "elementwise_kernel") && !name_has(lname, "index") &&
+         !name_has(lname, "scatter") && !name_has(lname, "gather");
 }
 
 // Bytes a memory-bound op moves: every tensor input read once (a binary op's two operands, a
@@ -516,7 +503,7 @@ double converted_element_bytes(const std::string& op) {
 // would write the output in the input's dtype: 8 bytes an element for float -> 8-bit, where the
 // kernel moves 5).
 bool converts_dtype(const std::string& op) {
-  return converted_element_bytes(op) > 0 || has(op, "Quantized") || has(op, "quantize");
+  return converted_element_bytes(op) > 0 || name_has(op, "Quantized") || name_has(op, "quantize");
 }
 
 struct Classified {
@@ -542,8 +529,8 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
   // bmm_* kernels on B200) or a fused_moe op.
   if (c.kind == "linear")
     for (const std::string& n : names)
-      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm" || has(n, "moe_forward") ||
-          has(n, "fused_moe"))
+      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm" || name_has(n, "moe_forward") ||
+          name_has(n, "fused_moe"))
         c.kind = "expert-linear";
   const bool comm = is_communication_kind(c.kind);
   // Collectives: the kernel's args, then record_param_comms, then c10d ops (innermost first).
@@ -577,8 +564,8 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
   if (!stack || c.kind.empty()) return c;
   // Compute: the innermost op that says a shape. A GEMM's split-k reduction or epilogue kernel
   // is part of the GEMM: it takes no shape (the GEMM's main kernel does).
-  const std::string lname = lower(name);
-  const bool gemm_part = has(lname, "splitkreduce") || has(lname, "epilogue");
+  const std::string lname = lower_case(name);
+  const bool gemm_part = name_has(lname, "splitkreduce") || name_has(lname, "epilogue");
   // FlashAttention's backward preprocessing (dot(dO, O)) and dQ conversion kernels are part of
   // the backward whose main kernel does its FLOPs: they take no shape.
   const bool attention_part = c.kind == "attention" && is_attention_helper_kernel(name);
@@ -593,7 +580,7 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
       for (const std::string& t : types)
         if (c.shape.dtype.empty()) c.shape.dtype = dtype_info(t).name;
       // fp32 GEMMs on tensor cores compute in tf32 (cuBLAS's and CUTLASS's names say so).
-      if (c.shape.dtype == "fp32" && (has(lname, "tf32") || has(lname, "tensorop_s")))
+      if (c.shape.dtype == "fp32" && (name_has(lname, "tf32") || name_has(lname, "tensorop_s")))
         c.shape.dtype = "tf32";
       c.flops = 2.0 * c.shape.batch * c.shape.m * c.shape.n * c.shape.k;
       return c;

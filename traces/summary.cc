@@ -8,6 +8,13 @@
 
 namespace parasol::traces {
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 bool is_communication_kind(const std::string& k) {
   return k == "all-reduce" || k == "all-gather" || k == "reduce-scatter" || k == "all-to-all" ||
          k == "broadcast" || k == "send" || k == "recv" || k == "collective";
@@ -26,13 +33,6 @@ Category category(const std::string& kind) {
   if (is_communication_kind(kind)) return kComm;
   if (is_copy_kind(kind)) return kCopy;
   return kCompute;  // compute kinds, and events of unknown kind
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // The split of [begin, end] for the events (indices into `events`) of one rank.

@@ -24,6 +24,9 @@ namespace parasol::traces {
 bool is_communication_kind(const std::string& kind);
 bool is_copy_kind(const std::string& kind);
 
+// The median of `values` (the mean of the middle two for an even count; 0 for none).
+double median(std::vector<double> values);
+
 // Where one rank's step went. Every instant of the step (the window of all ranks) is in
 // exactly one category, so the four parts sum to the step time (as sim::SimBreakdown):
 //  compute        a compute op runs on any stream of the rank;
