@@ -711,7 +711,7 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.dropout = r.number_or("attention_dropout", 0, 0, 1) > 0;
     m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
     m.glu_clamp = r.number_or("swiglu_limit", 0, 0, 1e6);  // GPT-OSS
-    read_rope_scaling(r, m, true);  // GPT-OSS, DeepSeek-V3: YaRN
+    read_rope_scaling(r, m, true);                         // GPT-OSS, DeepSeek-V3: YaRN
     // Qwen3's attention normalises each query and key head (modeling_qwen3.py q_norm, k_norm).
     m.qk_norm = type == "qwen3" || type == "qwen3_moe";
     if (r.has("kv_lora_rank")) read_hf_mla(r, m);

@@ -191,8 +191,8 @@ void validate_model(const Model& m, const std::string& path = "model");
 // "shared_experts", "shared_expert_ffn"}, "mla": {"q_lora_rank", "kv_lora_rank",
 // "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}, "sliding_window",
 // "full_attention_every", "rope_scaling": {"rope_type": "yarn", "factor",
-// "original_max_position_embeddings", "mscale", "mscale_all_dim"}). With "mla", head_dim defaults to qk_nope + qk_rope and kv_heads to
-// heads. Throws parasol::Error on any malformed field.
+// "original_max_position_embeddings", "mscale", "mscale_all_dim"}). With "mla", head_dim defaults
+// to qk_nope + qk_rope and kv_heads to heads. Throws parasol::Error on any malformed field.
 Model model_from_json(const Json& j, const std::string& path = "model");
 Json model_to_json(const Model& m);
 // A Hugging Face config.json, read as it is: GPT-2, Llama, Mistral (sliding_window), Mixtral,
