@@ -112,6 +112,11 @@ KernelBytes kernel_bytes(const Model& m, const Plan& p) {
   k.norm = eager && m.norm == Norm::kRmsNorm ? 4 * eb + 28 : 2 * eb;
   k.activation = eager && m.activation == Activation::kSwiglu ? 5 * eb : (up + 1) * eb;
   k.rotary = m.learned_positions ? 0 : eager ? 2 * eb + 16 : 2 * eb;
+  k.rotary_backward = 2 * k.rotary;
+  if (!m.learned_positions && !eager && m.rope_concentration() != 1.0) {
+    k.rotary = 12 * eb;  // Megatron-Core's unfused RoPE (KernelBytes::rotary)
+    k.rotary_backward = 14 * eb;
+  }
   k.residual = 3 * eb + (m.dropout ? 1 : 0);
   return k;
 }

@@ -132,8 +132,18 @@ struct KernelBytes {
   // product ((up + 1) eb); eager SwiGLU runs silu, then the multiply (5 eb).
   double activation = 0;
   // Rotary embeddings, per element of Q and K: fused, read and write (2 eb); eager upcasts to
-  // complex fp32, multiplies and casts back (2 eb + 16). 0 for learned positions.
+  // complex fp32, multiplies and casts back (2 eb + 16). 0 for learned positions. A YaRN model
+  // whose concentration factor is not 1 (Model::rope_concentration) cannot run Transformer
+  // Engine's fused RoPE, which takes no scale: Megatron-Core then runs its unfused
+  // _apply_rotary_pos_emb_bshd (rope_utils.py @4415119 L279-284, L92-126): t * cos, the
+  // rotate-half's negation (half the elements) and cat, * sin, the add and the final cat with
+  // the empty pass-through part: 2 + 1 + 2 + 2 + 3 + 2 = 12 eb.
   double rotary = 0;
+  // The same on the backward (the gradient of Q and K): twice `rotary` fused or eager; Megatron's
+  // unfused RoPE as autograd runs it: g * sin, the negation's backward (half), the chunk's
+  // backward cat, g * cos, the sum of the two paths, and the empty pass-through slice's zero
+  // gradient written and added: 2 + 1 + 2 + 2 + 3 + 1 + 3 = 14 eb.
+  double rotary_backward = 0;
   // A residual add with its dropout mask when the model has one (3 eb + 1 byte).
   double residual = 0;
 };

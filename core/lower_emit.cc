@@ -297,8 +297,8 @@ int Lowerer::in_compute_order(int op) {
 }
 
 int Lowerer::rotary_epilogue(int op, bool backward) {
-  P_.ops[op].epilogue_bytes =
-      (backward ? 2 : 1) * kb_.rotary * double(T_) * double(rotary_columns(m_)) / double(t_);
+  P_.ops[op].epilogue_bytes = (backward ? kb_.rotary_backward : kb_.rotary) * double(T_) *
+                              double(rotary_columns(m_)) / double(t_);
   return op;
 }
 

@@ -309,7 +309,8 @@ class Lowerer {
   // compute runs beside it. Returns `op`.
   int in_compute_order(int op);
   // Gives op `op` RoPE on this rank's Q and K columns as its epilogue (Op::epilogue_bytes):
-  // once in forward, the backward (`backward`) moving twice the bytes. Returns `op`.
+  // KernelBytes::rotary in forward, KernelBytes::rotary_backward in the backward (`backward`).
+  // Returns `op`.
   int rotary_epilogue(int op, bool backward);
   // Model::qk_norm: the per-head norms of the query and key columns of `qkv` (and `k`, where
   // kept apart), forward, or backward on their gradient `dqkv` (core/lower_layer.cc).

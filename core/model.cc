@@ -2,6 +2,7 @@
 #include "core/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <initializer_list>
 #include <string_view>
@@ -149,6 +150,43 @@ FlopsPerToken flops_per_token(const Model& m, int64_t seq) {
   return f;
 }
 
+double Model::rope_concentration() const {
+  if (learned_positions || !yarn.enabled() || yarn.factor <= 1) return 1.0;
+  auto m = [&](double a) { return 0.1 * a * std::log(yarn.factor) + 1.0; };
+  if (!yarn.mscale || !yarn.mscale_all_dim) return m(1.0);
+  return m(*yarn.mscale) / m(*yarn.mscale_all_dim);
+}
+
+namespace {
+// A rope_scaling object (parasol's JSON or HF config.json, the same names): YaRN's figures. Only
+// "yarn" is read; HF's other types (linear, dynamic, llama3, ...) rescale the frequencies alone
+// and cost nothing, so `hf` skips them; parasol's JSON takes only "yarn". beta_fast, beta_slow and
+// truncate shape the frequencies (no cost) and are accepted from HF only.
+void read_rope_scaling(const JsonReader& r, Model& m, bool hf) {
+  if (!r.has("rope_scaling")) return;
+  const JsonReader y = r.object("rope_scaling");
+  if (y.has("rope_type") && y.has("type") && y.string("rope_type") != y.string("type"))
+    throw Error(y.field("type"), "differs from rope_type");
+  const std::string type = y.has("rope_type") ? y.string("rope_type") : y.string_or("type", "");
+  if (type != "yarn") {
+    if (hf) return;
+    throw Error(y.field(y.has("rope_type") ? "rope_type" : "type"),
+                "'" + type + "' is not 'yarn' (the only rope_scaling parasol prices)");
+  }
+  if (hf)
+    y.allow_only({"rope_type", "type", "factor", "original_max_position_embeddings", "mscale",
+                  "mscale_all_dim", "beta_fast", "beta_slow", "truncate"});
+  else
+    y.allow_only({"rope_type", "type", "factor", "original_max_position_embeddings", "mscale",
+                  "mscale_all_dim"});
+  m.yarn.factor = y.number("factor", 1e-6, 1e6);
+  m.yarn.original_max_position_embeddings =
+      y.integer_or("original_max_position_embeddings", 0, 0, kMaxSeq);
+  if (y.has("mscale")) m.yarn.mscale = y.number("mscale", 0, 1e3);
+  if (y.has("mscale_all_dim")) m.yarn.mscale_all_dim = y.number("mscale_all_dim", 0, 1e3);
+}
+}  // namespace
+
 void validate_model(const Model& m, const std::string& path) {
   auto f = [&](const char* name) { return path + "." + name; };
   auto in_range = [&](int64_t v, const char* name, int64_t min, int64_t max) {
@@ -172,6 +210,8 @@ void validate_model(const Model& m, const std::string& path) {
     throw Error(f("kv_heads"), std::to_string(m.kv_heads) + " does not divide heads (" +
                                    std::to_string(m.heads) + ")");
   if (m.q_dim() > 4 * kMaxHidden) throw Error(f("head_dim"), "heads x head_dim is too large");
+  if (m.learned_positions && m.yarn.enabled())
+    throw Error(f("rope_scaling"), "is set but learned_positions has no rotary embedding");
   if (m.moe.experts != 0) {
     positive(m.moe.experts, "moe.experts", kMaxExperts);
     positive(m.moe.top_k, "moe.top_k", m.moe.experts);
@@ -255,6 +295,7 @@ Model model_from_json(const Json& j, const std::string& path) {
                 "dropout",
                 "rope_theta",
                 "glu_clamp",
+                "rope_scaling",
                 "qk_norm",
                 "moe",
                 "mla",
@@ -298,6 +339,7 @@ Model model_from_json(const Json& j, const std::string& path) {
   m.dropout = r.boolean_or("dropout", false);
   m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
   m.glu_clamp = r.number_or("glu_clamp", 0, 0, 1e6);
+  read_rope_scaling(r, m, false);
   m.qk_norm = r.boolean_or("qk_norm", false);
   m.sliding_window = r.integer_or("sliding_window", 0, 0, kMaxSeq);
   m.full_attention_every = static_cast<int>(r.integer_or("full_attention_every", 0, 0, m.layers));
@@ -357,6 +399,14 @@ Json model_to_json(const Model& m) {
                 {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
                 {"v_head_dim", m.mla.v_head_dim}};
   if (m.glu_clamp > 0) j["glu_clamp"] = m.glu_clamp;
+  if (m.yarn.enabled()) {
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", m.yarn.factor}};
+    if (m.yarn.original_max_position_embeddings > 0)
+      j["rope_scaling"]["original_max_position_embeddings"] =
+          m.yarn.original_max_position_embeddings;
+    if (m.yarn.mscale) j["rope_scaling"]["mscale"] = *m.yarn.mscale;
+    if (m.yarn.mscale_all_dim) j["rope_scaling"]["mscale_all_dim"] = *m.yarn.mscale_all_dim;
+  }
   if (m.qk_norm) j["qk_norm"] = true;
   if (m.sliding_window > 0) {
     j["sliding_window"] = m.sliding_window;
@@ -661,6 +711,7 @@ Model model_from_hf_config(const Json& j, const std::string& path) {
     m.dropout = r.number_or("attention_dropout", 0, 0, 1) > 0;
     m.rope_theta = r.number_or("rope_theta", 10000, 1, 1e12);
     m.glu_clamp = r.number_or("swiglu_limit", 0, 0, 1e6);  // GPT-OSS
+    read_rope_scaling(r, m, true);                         // GPT-OSS, DeepSeek-V3: YaRN
     // Qwen3's attention normalises each query and key head (modeling_qwen3.py q_norm, k_norm).
     m.qk_norm = type == "qwen3" || type == "qwen3_moe";
     if (r.has("kv_lora_rank")) read_hf_mla(r, m);

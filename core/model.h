@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,19 @@ struct MlaSpec {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// YaRN rotary scaling (Peng et al. 2023, arXiv 2309.00071; HF config.json rope_scaling with
+// rope_type "yarn": GPT-OSS, DeepSeek-V3). The frequencies it rescales cost nothing; what costs is
+// its concentration factor (rope_concentration()), the scale on RoPE's cos and sin, which
+// Transformer Engine's fused RoPE kernel cannot take (core/layer_shapes.h KernelBytes::rotary).
+struct YarnSpec {
+  double factor = 0;  // the context scaling factor s; 0 = no YaRN (plain RoPE)
+  int64_t original_max_position_embeddings = 0;  // pretraining context (informational)
+  // HF / Megatron-Core's mscale and mscale_all_dim; absent (GPT-OSS) as HF's None.
+  std::optional<double> mscale, mscale_all_dim;
+
+  bool enabled() const { return factor > 0; }
+};
+
 struct Model {
   std::string name;
   int layers = 0;
@@ -70,6 +84,7 @@ struct Model {
   // limit, HF config swiglu_limit 7.0); 0 = no clamp. The frameworks clamp them eagerly, outside
   // the fused activation kernel (core/lower_moe.cc).
   double glu_clamp = 0;
+  YarnSpec yarn;  // RoPE's YaRN scaling (when !learned_positions); factor 0 = none
   // RMSNorm on each head's query and key before the rotary embedding (Qwen3, OLMo 2: HF
   // q_norm / k_norm; Megatron-Core's qk_layernorm, two TENorm calls per layer); it adds a
   // norm over the query and one over the key columns, forward and backward (core/lower_layer.cc).
@@ -83,6 +98,11 @@ struct Model {
                                  // layer is windowed (Mistral-7B-v0.1)
 
   bool is_moe() const { return moe.experts > 0; }
+  // YaRN's concentration (attention) factor on RoPE's cos and sin: 1 without YaRN or with s <= 1;
+  // m(s, 1) = 0.1 ln s + 1 when mscale or mscale_all_dim is absent; else m(s, mscale) /
+  // m(s, mscale_all_dim), m(s, a) = 0.1 a ln s + 1 (Megatron-Core @4415119
+  // yarn_rotary_pos_embedding.py _yarn_get_concentration_factor; HF's yarn attention_factor).
+  double rope_concentration() const;
   // experts > 0 && l >= moe.first_dense && l % moe.every == moe.every - 1.
   bool is_moe_layer(int layer) const;
   int moe_layer_count() const;  // MoE layers among [0, layers)
@@ -170,8 +190,9 @@ void validate_model(const Model& m, const std::string& path = "model");
 // "gelu|swiglu", "moe": {"experts", "top_k", "expert_ffn", "every", "first_dense",
 // "shared_experts", "shared_expert_ffn"}, "mla": {"q_lora_rank", "kv_lora_rank",
 // "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}, "sliding_window",
-// "full_attention_every"). With "mla", head_dim defaults to qk_nope + qk_rope and kv_heads to
-// heads. Throws parasol::Error on any malformed field.
+// "full_attention_every", "rope_scaling": {"rope_type": "yarn", "factor",
+// "original_max_position_embeddings", "mscale", "mscale_all_dim"}). With "mla", head_dim defaults
+// to qk_nope + qk_rope and kv_heads to heads. Throws parasol::Error on any malformed field.
 Model model_from_json(const Json& j, const std::string& path = "model");
 Json model_to_json(const Model& m);
 // A Hugging Face config.json, read as it is: GPT-2, Llama, Mistral (sliding_window), Mixtral,

@@ -84,6 +84,8 @@ Model deepseek_v3() {
   m = with_moe(m, 256, 8, 2048);
   m.moe.first_dense = 3;
   m.moe.shared_experts = 1;
+  // rope_scaling: YaRN, factor 40, mscale = mscale_all_dim = 1 (concentration 1).
+  m.yarn = {40, 4096, 1.0, 1.0};
   return m;
 }
 
@@ -105,12 +107,14 @@ Model qwen3_moe(const std::string& name, int layers, int64_t hidden, int heads, 
 // and expert linears, experts of ffn 2880 (SwiGLU), top-4, alternating banded (128 tokens) and
 // dense attention (layer_types: sliding, full, ...), vocab 201088, untied, rope_theta 150000,
 // pretraining context 4,096 (initial_context_length), the GLU's inputs clamped at 7.0
-// (swiglu_limit). Not counted: the router's bias (experts per
+// (swiglu_limit), YaRN rotary scaling of factor 32 from 4,096 positions without mscale
+// (rope_scaling; concentration 0.1 ln 32 + 1 = 1.35). Not counted: the router's bias (experts per
 // layer) and the attention sinks (heads per layer).
 Model gpt_oss(const std::string& name, int layers, int experts) {
   Model m = llama_model(name, layers, 2880, 64, 8, 2880, 201088, 4096);
   m.linear_bias = true;
   m.glu_clamp = 7.0;
+  m.yarn = {32, 4096, std::nullopt, std::nullopt};
   return with_window(with_moe(with_head_dim(with_rope(m, 150000), 64), experts, 4, 2880), 128, 2);
 }
 

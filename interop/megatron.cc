@@ -45,6 +45,19 @@ namespace {
 using Args = std::vector<std::string>;
 
 std::string str(int64_t v) { return std::to_string(v); }
+// The shortest decimal that reads back as `v` (a float argument).
+std::string num(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  for (int p = 1; p < 17; ++p) {
+    std::ostringstream t;
+    t.precision(p);
+    t << v;
+    if (std::stod(t.str()) == v) return t.str();
+  }
+  return o.str();
+}
 
 void add(Args& a, const std::string& flag, const std::string& value = "") {
   a.push_back(value.empty() ? flag : flag + " " + value);
@@ -85,7 +98,20 @@ Args model_args(const Model& m, const Plan& p, Refusals& r) {
     add(a, "--qk-head-dim", str(m.mla.qk_nope_head_dim));
     add(a, "--qk-pos-emb-head-dim", str(m.mla.qk_rope_head_dim));
     add(a, "--v-head-dim", str(m.mla.v_head_dim));
+    // YaRN: multi-latent attention takes it from the "mla" group (arguments.py @4415119
+    // _add_mla_args; rope_type yarn by default); absent mscale / mscale_all_dim (HF's None)
+    // give the same concentration as Megatron's defaults 1.0 / 0.0.
+    if (m.yarn.enabled()) {
+      add(a, "--rotary-scaling-factor", num(m.yarn.factor));
+      add(a, "--mscale", num(m.yarn.mscale.value_or(1.0)));
+      add(a, "--mscale-all-dim", num(m.yarn.mscale_all_dim.value_or(0.0)));
+    }
   } else {
+    if (m.yarn.enabled())
+      r.add("model.rope_scaling",
+            "Megatron-LM's command line sets YaRN only for multi-latent attention "
+            "(--rotary-scaling-factor, --mscale, --mscale-all-dim); GPT models take it from "
+            "Megatron-Bridge's model provider");
     if (m.kv_heads != m.heads) {
       add(a, "--group-query-attention");
       add(a, "--num-query-groups", str(m.kv_heads));

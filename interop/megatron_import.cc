@@ -205,7 +205,8 @@ const std::set<std::string> kRead = {
     "disable-bias-linear", "attention-dropout", "hidden-dropout", "num-experts", "moe-router-topk",
     "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-layer-freq",
     "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim",
-    "v-head-dim", "vocab-size", "seq-length", "qk-layernorm",
+    "v-head-dim", "vocab-size", "seq-length", "qk-layernorm", "rotary-scaling-factor", "mscale",
+    "mscale-all-dim",
     // training
     "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe",
     "grad-reduce-in-bf16", "attention-backend", "recompute-granularity", "recompute-method",
@@ -514,6 +515,13 @@ Model read_model(const Flags& f, const std::string& name) {
     m.mla.qk_nope_head_dim = f.integer_or("qk-head-dim", 128);
     m.mla.qk_rope_head_dim = f.integer_or("qk-pos-emb-head-dim", 64);
     m.mla.v_head_dim = f.integer_or("v-head-dim", 128);
+    // YaRN (rope_type yarn, MLA's default) scales only with --rotary-scaling-factor > 1 (default
+    // 1.0); mscale 1.0 and mscale_all_dim 0.0 by default, the pretraining context
+    // MLATransformerConfig's original_max_position_embeddings (4096), which has no flag.
+    const double factor = f.has("rotary-scaling-factor") ? f.number("rotary-scaling-factor") : 1;
+    if (factor > 1)
+      m.yarn = {factor, 4096, f.has("mscale") ? f.number("mscale") : 1.0,
+                f.has("mscale-all-dim") ? f.number("mscale-all-dim") : 0.0};
     m.head_dim = m.mla.qk_head_dim();
     m.kv_heads = m.heads;
   } else {

@@ -353,6 +353,7 @@ TEST(KernelBytes, FusedAndEagerKernels) {
   EXPECT_EQ(k.norm, 4 * 2 + 28);    // upcast, square, mean, scale, downcast, weight
   EXPECT_EQ(k.activation, 5 * 2);   // silu, then the multiply
   EXPECT_EQ(k.rotary, 2 * 2 + 16);  // through complex fp32
+  EXPECT_EQ(k.rotary_backward, 2 * k.rotary);
   EXPECT_EQ(k.residual, 6);
   p.precision = Dtype::kFp32;
   EXPECT_EQ(kernel_bytes(m, p).norm, 4 * 4 + 28);
@@ -366,6 +367,28 @@ TEST(KernelBytes, FusedAndEagerKernels) {
   EXPECT_EQ(k.activation, 4);
   EXPECT_EQ(k.rotary, 0);
   EXPECT_EQ(k.residual, 7);
+}
+
+// A YaRN model whose concentration factor is not 1 runs Megatron-Core's unfused RoPE
+// (rope_utils.py @4415119 L279-284): 12 eb forward, 14 eb backward, by the kernels counted in
+// core/layer_shapes.h; YaRN with a concentration of 1 (DeepSeek-V3) keeps the fused kernel, and an
+// eager plan keeps its own eager RoPE.
+TEST(KernelBytes, YarnConcentrationUnfusesRope) {
+  Plan p;
+  p.precision = Dtype::kBf16;
+  Model m = model_preset("gpt-oss-120b");
+  ASSERT_GT(m.rope_concentration(), 1.3);
+  KernelBytes k = kernel_bytes(m, p);
+  EXPECT_EQ(k.rotary, 12 * 2);
+  EXPECT_EQ(k.rotary_backward, 14 * 2);
+  m.yarn.mscale = 1.0;
+  m.yarn.mscale_all_dim = 1.0;
+  k = kernel_bytes(m, p);
+  EXPECT_EQ(k.rotary, 4);
+  EXPECT_EQ(k.rotary_backward, 8);
+  EXPECT_EQ(kernel_bytes(model_preset("deepseek-v3"), p).rotary, 4);
+  p.fused_kernels = false;
+  EXPECT_EQ(kernel_bytes(model_preset("gpt-oss-120b"), p).rotary, 2 * 2 + 16);
 }
 
 // The ring steps a windowed layer runs: its own chunk and the chunks its window reaches back.

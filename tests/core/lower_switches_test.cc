@@ -208,7 +208,9 @@ TEST(LowerSwitches, RopeEpilogueAndUnfusedKernelBytes) {
   const double T = static_cast<double>(m.seq_len);
   const double rope = kb.rotary * T * rotary_columns(m) / 2;
   EXPECT_DOUBLE_EQ(fused.ops[op_named(fused, "L0.qkv")].epilogue_bytes, rope);
-  EXPECT_DOUBLE_EQ(fused.ops[op_named(fused, "L0.qkv.dx")].epilogue_bytes, 2 * rope);
+  EXPECT_DOUBLE_EQ(fused.ops[op_named(fused, "L0.qkv.dx")].epilogue_bytes,
+                   kb.rotary_backward * T * rotary_columns(m) / 2);
+  EXPECT_DOUBLE_EQ(kb.rotary_backward, 2 * kb.rotary);
   p.fused_kernels = false;
   const Program eager = lower_stage(m, p, 0);
   const KernelBytes ke = kernel_bytes(m, p);
@@ -222,6 +224,26 @@ TEST(LowerSwitches, RopeEpilogueAndUnfusedKernelBytes) {
     EXPECT_DOUBLE_EQ(eager.ops[e].bytes, fused.ops[f].bytes * ratio) << name;
   }
   EXPECT_GT(eager.ops[op_named(eager, "L0.qkv")].epilogue_bytes, rope);
+}
+
+// A YaRN model with a concentration factor other than 1 (GPT-OSS) runs Megatron-Core's unfused
+// RoPE: the QKV projection's epilogue moves 12 eb per element forward and 14 eb backward in
+// place of the fused kernel's 2 and 4; the same model with a concentration of 1 lowers as before.
+TEST(LowerSwitches, YarnConcentrationUnfusesTheRopeEpilogue) {
+  Model m = cut("gpt-oss-20b", 2);
+  Plan p = plan_of(1, 1, 1);
+  p.global_batch = 1;
+  const Program yarn = lower_stage(m, p, 0);
+  m.yarn.mscale = m.yarn.mscale_all_dim = 1.0;
+  ASSERT_EQ(m.rope_concentration(), 1.0);
+  const Program fused = lower_stage(m, p, 0);
+  for (const char* name : {"L0.qkv", "L0.qkv.dx"}) {
+    const int y = op_named(yarn, name), f = op_named(fused, name);
+    ASSERT_GE(y, 0) << name;
+    ASSERT_GE(f, 0) << name;
+    const double ratio = std::string(name) == "L0.qkv" ? 12.0 / 2 : 14.0 / 4;
+    EXPECT_DOUBLE_EQ(yarn.ops[y].epilogue_bytes, ratio * fused.ops[f].epilogue_bytes) << name;
+  }
 }
 
 TEST(LowerSwitches, TheRuntimePlanDropsTheGpuSideOverlapsOnly) {

@@ -53,6 +53,11 @@ void ExpectSameModel(const Model& a, const Model& b) {
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.full_attention_every, b.full_attention_every);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.yarn.factor, b.yarn.factor);
+  EXPECT_EQ(a.yarn.original_max_position_embeddings, b.yarn.original_max_position_embeddings);
+  EXPECT_EQ(a.yarn.mscale, b.yarn.mscale);
+  EXPECT_EQ(a.yarn.mscale_all_dim, b.yarn.mscale_all_dim);
+  EXPECT_EQ(a.rope_concentration(), b.rope_concentration());
 }
 
 // --- Parameter counts vs published figures ----------------------------------------------------
@@ -389,6 +394,35 @@ Json tiny_json() {
   return Json::parse(
       R"({"name": "t", "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 256,
           "vocab": 512, "seq_len": 64, "norm": "rmsnorm", "activation": "swiglu"})");
+}
+
+TEST(ModelJson, YarnConcentration) {
+  Json j = tiny_json();
+  EXPECT_EQ(model_from_json(j).rope_concentration(), 1.0);  // no YaRN
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 32})");
+  EXPECT_NEAR(model_from_json(j).rope_concentration(), 0.1 * std::log(32.0) + 1, 1e-12);
+  // Megatron-Core's _yarn_get_concentration_factor: m(s, mscale) / m(s, mscale_all_dim).
+  j["rope_scaling"] = Json::parse(R"({"type": "yarn", "factor": 40, "mscale": 1.0,
+                                      "mscale_all_dim": 0.5})");
+  const double l = std::log(40.0);
+  EXPECT_NEAR(model_from_json(j).rope_concentration(), (0.1 * l + 1) / (0.05 * l + 1), 1e-12);
+  j["rope_scaling"]["mscale_all_dim"] = 1.0;
+  EXPECT_EQ(model_from_json(j).rope_concentration(), 1.0);
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 1})");
+  EXPECT_EQ(model_from_json(j).rope_concentration(), 1.0);  // s <= 1 scales nothing
+}
+
+TEST(ModelErrors, RopeScaling) {
+  Json j = tiny_json();
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 8})");
+  ExpectError([&] { model_from_json(j); }, "model.rope_scaling.rope_type", "not 'yarn'");
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn"})");
+  ExpectError([&] { model_from_json(j); }, "model.rope_scaling.factor", "is required");
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 32, "beta_fast": 32})");
+  ExpectError([&] { model_from_json(j); }, "model.rope_scaling.beta_fast", "unknown field");
+  j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 32})");
+  j["learned_positions"] = true;
+  ExpectError([&] { model_from_json(j); }, "model.rope_scaling", "learned_positions");
 }
 
 TEST(ModelErrors, KvHeadsNotDividingHeads) {
@@ -787,6 +821,11 @@ TEST(HfConfig, DeepSeekV3) {
   EXPECT_EQ(m.activation, Activation::kSwiglu);
   EXPECT_FALSE(m.tied_embeddings);
   EXPECT_FALSE(m.linear_bias);
+  // YaRN 40 with mscale = mscale_all_dim = 1: the concentration cancels to 1.
+  EXPECT_EQ(m.yarn.factor, 40);
+  EXPECT_EQ(m.yarn.mscale.value_or(0), 1.0);
+  EXPECT_EQ(m.rope_concentration(), 1.0);
+  EXPECT_EQ(model_preset("deepseek-v3").rope_concentration(), 1.0);
   ExpectSameCounts(m, model_preset("deepseek-v3"));
 }
 
@@ -837,6 +876,12 @@ TEST(HfConfig, GptOss) {
     EXPECT_TRUE(m.linear_bias);
     EXPECT_EQ(m.activation, Activation::kSwiglu);
     EXPECT_EQ(m.rope_theta, 150000);
+    // rope_scaling: YaRN 32 from 4,096, no mscale: concentration 0.1 ln 32 + 1.
+    EXPECT_EQ(m.yarn.factor, 32);
+    EXPECT_EQ(m.yarn.original_max_position_embeddings, 4096);
+    EXPECT_FALSE(m.yarn.mscale.has_value());
+    EXPECT_NEAR(m.rope_concentration(), 0.1 * std::log(32.0) + 1, 1e-12);
+    EXPECT_EQ(model_preset(preset).rope_concentration(), m.rope_concentration());
     ExpectSameCounts(m, model_preset(preset));
   }
 }

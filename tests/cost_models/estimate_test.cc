@@ -868,6 +868,33 @@ TEST(EstimateMoe, GmmExpertsAddBothBiasesPerExpert) {
   EXPECT_EQ(run(m, c, p).moe.expert_bias, 0);
 }
 
+// GPT-OSS's YaRN concentration factor (0.1 ln 32 + 1) keeps Transformer Engine's fused RoPE
+// out: Megatron-Core's unfused RoPE moves 12 eb per Q/K element forward and 14 eb backward in
+// place of 2 and 4 (core/layer_shapes.h), the QKV projection's epilogue at HBM bandwidth. The same
+// model with a concentration of 1 is priced with the fused kernel; the difference is that
+// traffic on every layer, forward and backward.
+TEST(EstimateMoe, YarnConcentrationPricesTheUnfusedRope) {
+  Model m = model_preset("gpt-oss-120b");
+  ASSERT_GT(m.rope_concentration(), 1.3);
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.ep = 8;
+  p.zero = 1;
+  p.micro_batch = 1;
+  p.global_batch = 8;
+  const Estimate yarn = run(m, c, p);
+  m.yarn.mscale = m.yarn.mscale_all_dim = 1.0;
+  const Estimate fused = run(m, c, p);
+  const DeviceSpec& dev = c.gpu_device(0);
+  const double bw = dev.hbm_bw * default_profile(dev).memory_efficiency;
+  const double elements = static_cast<double>(p.seq(m)) * (m.q_dim() + m.kv_dim());
+  const double per_pass = m.layers * 10 * 2 * elements / bw;  // 10 eb more, eb = 2
+  EXPECT_NEAR(yarn.time.forward - fused.time.forward, per_pass, 0.01 * per_pass);
+  EXPECT_NEAR(yarn.time.backward - fused.time.backward, per_pass, 0.01 * per_pass);
+  EXPECT_GT(yarn.step_time_s, fused.step_time_s);
+}
+
 // Context parallelism's exposed time, from the topology and the rule estimate.cc documents:
 // per layer and micro-batch the ring passes one K/V chunk (bf16: 2 bytes x the rank's
 // mb x seq / cp tokens x 2 x kv_heads x head_dim / tp) per step, each step the chunk's bytes over
