@@ -370,7 +370,8 @@ int Lowerer::tp_gather_in(int layer, int x, int64_t rows_full, bool overlapped) 
 
 // g forward (after a row-parallel GEMM) and f backward (after a column-parallel data gradient):
 // all-reduce in place, or reduce-scatter to the sequence shard under SP.
-int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped) {
+int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped,
+                           bool on_path_always) {
   if (t_ == 1) return y;
   const int64_t cols = buf_at(y).shape.back();
   double bytes = eb_ * rows_full * cols;
@@ -387,8 +388,9 @@ int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what
     bytes /= chunks;
   }
   // On the compute path unless overlapped with chunks (then the chunks before it ran beside
-  // the GEMM); the data gradients' reductions (not `overlapped`) run beside the weight gradient.
-  const bool on_path = overlapped && chunks == 1;
+  // the GEMM); the data gradients' reductions (not `overlapped`) run beside the weight gradient,
+  // or after it on the path (`on_path_always`, Plan::tp_impl torch).
+  const bool on_path = (overlapped && chunks == 1) || on_path_always;
   if (!sp_) {
     const int id = collective(OpKind::kAllReduce, Group::kTp, layer, what, bytes, y, y);
     if (on_path) in_compute_order(id);

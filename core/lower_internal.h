@@ -347,8 +347,25 @@ class Lowerer {
   // backward's conjugate of g. Then the all-gather's first chunk runs before the GEMM and the
   // rest beside it (the GEMM's consumer waits for it); the reduction's first chunks run beside
   // the GEMM that produces them and the last chunk after it.
+  // `on_path`: a reduction the compute stream waits for without chunks (a column-parallel data
+  // gradient's under Plan::tp_impl torch, emitted after the weight gradients).
   int tp_gather_in(int layer, int x, int64_t rows_full, bool overlapped = false);
-  int tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped = false);
+  int tp_reduce_out(int layer, int y, int64_t rows_full, const char* what, bool overlapped = false,
+                    bool on_path = false);
+  // The reduction of a column-parallel data gradient `dxp` (the conjugate of f) around its weight
+  // gradient, which `weight_grad` emits: beside it (Megatron's layers, Plan::tp_impl megatron), or
+  // after it on the compute path (PyTorch's DTensor TP, tp_impl torch). Returns the reduced
+  // gradient.
+  template <typename WeightGrad>
+  int tp_reduce_dgrad(int layer, int dxp, const char* what, WeightGrad weight_grad) {
+    if (p_.tp_impl != TpImpl::kPytorch) {
+      const int dx = tp_reduce_out(layer, dxp, T_, what);
+      weight_grad();
+      return dx;
+    }
+    weight_grad();
+    return tp_reduce_out(layer, dxp, T_, what, false, true);
+  }
 
   // --- a decoder layer (lower_layer.cc, lower_moe.cc)
   int layer_forward(int layer, int x, const WSet& w, Saved& sv);

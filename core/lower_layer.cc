@@ -499,10 +499,10 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
-  int dx1n = tp_reduce_out(layer, dxp, T_, (fc1 + ".dx.tp").c_str());  // conjugate of f
-  main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
-                                               {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
-  return dx1n;
+  return tp_reduce_dgrad(layer, dxp, (fc1 + ".dx.tp").c_str(), [&] {  // conjugate of f
+    main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
+                                                 {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
+  });
 }
 
 int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g) {
@@ -538,9 +538,10 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
     role(OpRole::kQkvDx,
          rotary_epilogue(gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true),
                          true));
-    dxn = tp_reduce_out(layer, dxp, T_, "qkv.dx.tp");
-    main_grad_add(role(OpRole::kWeightGrad, gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1, {in, dqkv},
-                                                 {g[kQkv], g[kQkvB]})));
+    dxn = tp_reduce_dgrad(layer, dxp, "qkv.dx.tp", [&] {
+      main_grad_add(role(OpRole::kWeightGrad, gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1,
+                                                   {in, dqkv}, {g[kQkv], g[kQkvB]})));
+    });
   }
   int dx = act(layer, "ln1.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, layer, "ln1", nh, 2 * kb_.norm * nh, {sv[sX], dxn, dx1, w[kNorm1]},

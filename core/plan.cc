@@ -59,6 +59,7 @@ std::string plan_compact(const Plan& p) {
   if (p.ep > 1) s += " ep" + std::to_string(p.ep);
   if (p.sequence_parallel) s += " sp";
   if (p.tp_comm_overlap) s += " tpo";
+  if (p.tp > 1 && p.tp_impl == TpImpl::kPytorch) s += " tpt";
   if (p.ep_comm_overlap) s += " epo";
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
@@ -154,6 +155,14 @@ CpImpl parse_cp_impl(const std::string& s, const std::string& field) {
   if (s == "te") return CpImpl::kTransformerEngine;
   if (s == "torch") return CpImpl::kPytorch;
   throw Error(field, "'" + s + "' is not one of te|torch");
+}
+
+const char* tp_impl_name(TpImpl t) { return t == TpImpl::kPytorch ? "torch" : "megatron"; }
+
+TpImpl parse_tp_impl(const std::string& s, const std::string& field) {
+  if (s == "megatron") return TpImpl::kMegatron;
+  if (s == "torch") return TpImpl::kPytorch;
+  throw Error(field, "'" + s + "' is not one of megatron|torch");
 }
 
 const char* cp_rotate_name(CpRotate r) { return r == CpRotate::kAllGather ? "allgather" : "ring"; }
@@ -573,6 +582,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
+                "tp_impl",
                 "ep_comm_overlap",
                 "moe_dispatcher",
                 "moe_force_balance",
@@ -697,6 +707,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
   p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
   p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
+  p.tp_impl = parse_tp_impl(r.string_or("tp_impl", "megatron"), r.field("tp_impl"));
   p.ep_comm_overlap = r.boolean_or("ep_comm_overlap", false);
   p.moe_dispatcher =
       parse_moe_dispatcher(r.string_or("moe_dispatcher", "alltoall"), r.field("moe_dispatcher"));
@@ -830,6 +841,7 @@ Json plan_to_json(const Plan& p) {
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);
+  if (p.tp_impl != TpImpl::kMegatron) j["tp_impl"] = tp_impl_name(p.tp_impl);
   if (p.cp_rotate != CpRotate::kRing) j["cp_rotate"] = cp_rotate_name(p.cp_rotate);
   if (p.cp_comm_type != CpCommType::kP2p) j["cp_comm_type"] = cp_comm_type_name(p.cp_comm_type);
   if (p.cp_a2a_size > 0) j["cp_a2a_size"] = p.cp_a2a_size;
@@ -864,6 +876,7 @@ Plan runtime_plan(Plan p) {
   p.cp_comm_type = CpCommType::kP2p;
   p.cp_a2a_size = 0;
   p.repeat_kv = false;
+  p.tp_impl = TpImpl::kMegatron;  // where the data-gradient reductions run: an order, not numerics
   p.expert_fp8_padding = false;
   p.fp8_recipe = Fp8Recipe::kDelayed;  // current scaling's amax ops: priced, not run
   // PyTorch FSDP's own copies, MPT's unpadded attention and Composer's metric passes are the

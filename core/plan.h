@@ -105,6 +105,26 @@ enum class AttentionKernel { kFlash2, kCudnn, kTriton, kFa3 };
 //                      gradients accumulated in fp32 (convert_to_f32) and the dK/dV exchanged in
 //                      fp32, the load-balanced halves put back with torch.cat.
 enum class CpImpl { kTransformerEngine, kPytorch };
+// Whose tensor parallelism runs the layers' sharded GEMMs (plan key tp_impl), which decides where
+// the backward's data-gradient reductions (the conjugates of the column-parallel inputs' gathers:
+// QKV's and FC1's) run:
+//  kMegatron: Megatron-Core's linear layers (LinearWithGradAccumulationAndAsyncCommunication, and
+//             Transformer Engine's): the data gradient's all-reduce or reduce-scatter is issued
+//             asynchronously and runs beside the weight-gradient GEMM;
+//  kPytorch:  PyTorch's DTensor tensor parallelism (torchtitan; torch.distributed.tensor.parallel
+//             ColwiseParallel behind PrepareModuleInput): the Partial gradient of the replicated
+//             input is the sum of the column-parallel GEMMs' data gradients (Q, K, V; FC1 and
+//             FC3), reduce-scattered by the redistribute's backward after autograd has run those
+//             GEMMs' weight gradients, and waited for by the norm's backward. Inductor keeps that
+//             order (torch/_inductor/config.py reorder_for_compute_comm_overlap = False, which
+//             torchtitan leaves), and async TP's micro-pipelining does not take it: its
+//             fuse_matmul_reduce_scatter (torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses
+//             only a reduce-scatter whose input is one single-user matmul (pytorch/pytorch#149946,
+//             2025-03-28: "only valid scaled_mm-reduce-scatter patterns in the forward graph ...
+//             in the backward graph, the reduce-scatters are receiving as input the addition of
+//             various scaled_mms"). So the reduction runs on the compute path, after the weight
+//             gradients.
+enum class TpImpl { kMegatron, kPytorch };
 // How PyTorch's context_parallel (cp_impl torch) moves the K/V shards to the ranks that attend to
 // them (torch/distributed/tensor/experimental/_attention.py, _cp_options.rotate_method):
 //  kRing:      _AllToAllRotater: each step passes the K/V in hand on to the next rank
@@ -199,6 +219,9 @@ const char* reshard_name(Reshard r);
 const char* attention_kernel_name(AttentionKernel k);
 const char* cp_impl_name(CpImpl c);
 CpImpl parse_cp_impl(const std::string& s, const std::string& field);
+const char* tp_impl_name(TpImpl t);
+// "megatron", "torch".
+TpImpl parse_tp_impl(const std::string& s, const std::string& field);
 const char* cp_rotate_name(CpRotate r);
 CpRotate parse_cp_rotate(const std::string& s, const std::string& field);
 const char* cp_comm_type_name(CpCommType c);
@@ -307,6 +330,7 @@ struct Plan {
   // Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): TP/SP all-gathers and
   // reduce-scatters split into chunks pipelined with the GEMMs that consume or produce them.
   bool tp_comm_overlap = false;
+  TpImpl tp_impl = TpImpl::kMegatron;  // whose TP layers (tp > 1): where the dgrad reductions run
   // Megatron-Core --overlap-moe-expert-parallel-comm (1F1B all-to-all overlap, DeepSeek's
   // DualPipe idea): a micro-batch's expert all-to-all runs beside another micro-batch's compute.
   bool ep_comm_overlap = false;
@@ -515,8 +539,8 @@ struct Plan {
 };
 
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
-// (tp_comm_overlap: Transformer Engine's userbuffers; ep_comm_overlap: Megatron-Core's combined
-// 1F1B on a stream of its own), without expert_bias_loop or moe_gmm_experts (the runtime adds
+// (tp_comm_overlap: Transformer Engine's userbuffers; tp_impl: where the data-gradient reductions
+// run; ep_comm_overlap: Megatron-Core's combined 1F1B on a stream of its own), without expert_bias_loop or moe_gmm_experts (the runtime adds
 // the expert biases in its GEMMs and clamps in its activation), expert_fp8_padding or fp8_recipe
 // (it trains in bf16 or fp32), with its own context-parallel ring (cp_impl te, cp_rotate ring,
 // cp_comm_type p2p) on the model's own K/V heads (repeat_kv false), which the predictors price, and

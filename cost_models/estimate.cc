@@ -428,7 +428,7 @@ namespace {
 // attention kernel, 47-48 deterministic mode and the TE era, 49-50 the MoE router's kernels,
 // 51 MPT's unpadded attention, 52 Megatron's gradient-accumulation fusion off, 53 the pipeline
 // exchanges' device sync, 54 fp8 current scaling, 56 NeMo AutoModel's experts, 58 what the MoE
-// combine keeps, 60 the FlashAttention-3 kernel).
+// combine keeps, 60 the FlashAttention-3 kernel, 61 PyTorch's DTensor TP).
 int64_t price_flags(const Plan& p) {
   const int64_t modules =
       p.recompute == Recompute::kSelective ? static_cast<int>(p.recompute_modules) : 0;
@@ -457,6 +457,7 @@ int64_t price_flags(const Plan& p) {
          (p.moe_probs_in_experts ? int64_t{1} << 58 : 0) |  // what the combine keeps
          (p.moe_gmm_experts ? int64_t{1} << 56 : 0) |       // bias loops, compiled clamps
          (p.attention_kernel == AttentionKernel::kFa3 ? int64_t{1} << 60 : 0) |  // FA3's figures
+         (p.tp_impl == TpImpl::kPytorch ? int64_t{1} << 61 : 0) |  // where the dgrad reductions run
          (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |               // main_grad adds
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }

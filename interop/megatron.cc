@@ -331,6 +331,10 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
           "PyTorch's context_parallel");
   if (p.cp > 1 && p.repeat_kv)
     r.add("plan.repeat_kv", "Megatron-LM passes the K/V heads to attention unrepeated");
+  if (p.tp > 1 && p.tp_impl != TpImpl::kMegatron)
+    r.add("plan.tp_impl",
+          "Megatron-LM runs its own tensor-parallel layers (tp_impl megatron), not PyTorch's "
+          "DTensor tensor parallelism");
   if (p.cp > 1 && p.cp_comm_type != CpCommType::kP2p) {
     add(a, "--cp-comm-type", cp_comm_type_name(p.cp_comm_type));
     if (p.cp_comm_type == CpCommType::kA2aP2p)

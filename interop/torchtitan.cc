@@ -961,6 +961,9 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["dp"] = dp;
   j["ep"] = ep;
   j["sp"] = tp > 1;  // torchtitan's TP always shards norms over the sequence
+  // PyTorch's DTensor tensor parallelism (torch.distributed.tensor.parallel, models/llama3/infra/
+  // parallelize.py apply_tp): the data gradients' reductions after the weight gradients.
+  if (tp > 1) j["tp_impl"] = "torch";
   if (ep > 1) {
     const int64_t etp = par.integer_or("expert_tensor_parallel_degree", 1, 1, kMax);
     if (etp != tp) j["etp"] = etp;

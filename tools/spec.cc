@@ -237,6 +237,10 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--cp-impl", o.cp_impl,
                   "context-parallel ring: te|torch (Transformer Engine's, as Megatron and NeMo run "
                   "it, or PyTorch's context_parallel, as torchtitan runs it)");
+  cmd->add_option("--tp-impl", o.tp_impl,
+                  "whose tensor-parallel layers: megatron|torch (Megatron's, the data gradient's "
+                  "reduction beside the weight gradient, or PyTorch's DTensor TP, as torchtitan "
+                  "runs it: after the weight gradients)");
   cmd->add_option("--cp-rotate", o.cp_rotate,
                   "how cp-impl torch moves K/V: ring|allgather (PyTorch's rotate_method "
                   "alltoall, or allgather: its default, one all-gather per attention pass)");
@@ -373,6 +377,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("attention_kernel", o.attention_kernel);
   set("cp_impl", o.cp_impl);
   set("cp_rotate", o.cp_rotate);
+  set("tp_impl", o.tp_impl);
   set("cp_comm_type", o.cp_comm_type);
   set("cp_a2a_size", o.cp_a2a_size);
   set("repeat_kv", o.repeat_kv);

@@ -42,7 +42,7 @@ struct SpecOptions {
   std::optional<std::string> schedule, recompute, offload, precision, rank_order;
   std::optional<std::string> reshard, zero3_unit, grad_reduce_dtype, attention_kernel, cp_impl;
   std::optional<std::string> moe_dispatcher, moe_force_balance, optimizer_dtype, recompute_modules;
-  std::optional<std::string> cp_rotate;
+  std::optional<std::string> cp_rotate, tp_impl;
   std::optional<std::string> cp_comm_type;
   std::optional<int> cp_a2a_size;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage

@@ -474,6 +474,53 @@ TEST(Lower, TensorParallelUsesMegatronFAndGOperators) {
   }
 }
 
+// PyTorch's DTensor TP (torchtitan, plan tp_impl torch) reduce-scatters the sum of the
+// column-parallel data gradients after autograd has run those GEMMs' weight gradients, and the
+// norm's backward waits for it: on the compute path, where Megatron runs it beside the weight
+// gradient (core/plan.h TpImpl).
+TEST(Lower, PytorchTensorParallelReducesTheDataGradientsAfterTheWeightGradients) {
+  const Model m = tiny_gpt();
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "async TP" : "TP");
+    Plan plan = make_plan(2, 1, 1, 1);
+    plan.sequence_parallel = true;
+    plan.tp_comm_overlap = overlap;
+    for (TpImpl impl : {TpImpl::kMegatron, TpImpl::kPytorch}) {
+      plan.tp_impl = impl;
+      LoweredPlan lp = lowered(m, plan);
+      const Program& p = lp.programs[0];
+      for (const char* name : {"L0.fc1", "L0.qkv"}) {
+        const std::string rs_name = std::string(name) + ".dx.tp", dw_name = std::string(name) + ".dw";
+        auto rs = select(p, [&](const Op& o) {
+          return o.name == rs_name && o.tags.phase == Phase::kBackward && o.tags.micro_batch == 0;
+        });
+        auto dw = select(p, [&](const Op& o) {
+          return o.name == dw_name && o.tags.phase == Phase::kBackward && o.tags.micro_batch == 0;
+        });
+        ASSERT_EQ(rs.size(), 1u);
+        ASSERT_EQ(dw.size(), 1u);
+        EXPECT_EQ(rs[0]->kind, OpKind::kReduceScatter);
+        EXPECT_EQ(rs[0]->bytes, 2.0 * m.seq_len * m.hidden);  // whole, never chunked
+        // Who waits for whom: the compute ops after the reduction that depend on it.
+        int waiting = 0;
+        for (const Op& o : p.ops)
+          if (o.id > rs[0]->id && o.stream == 0 &&
+              std::count(o.deps.begin(), o.deps.end(), rs[0]->id) > 0)
+            ++waiting;
+        if (impl == TpImpl::kMegatron) {
+          EXPECT_LT(rs[0]->id, dw[0]->id);  // issued first, the weight gradient beside it
+          EXPECT_EQ(std::count(dw[0]->deps.begin(), dw[0]->deps.end(), rs[0]->id), 0);
+        } else {
+          EXPECT_GT(rs[0]->id, dw[0]->id);  // after the weight gradient...
+          const int last_dep = *std::max_element(rs[0]->deps.begin(), rs[0]->deps.end());
+          EXPECT_GE(last_dep, dw[0]->id);   // ...which it waits for
+          EXPECT_GE(waiting, 1);            // and the next compute op waits for it
+        }
+      }
+    }
+  }
+}
+
 TEST(Lower, SequenceParallelGathersAndScattersWithoutAllReduceInLayers) {
   const Model m = tiny_gpt();
   Plan plan = make_plan(2, 1, 1, 1);

@@ -808,6 +808,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.ep_comm_overlap, b.ep_comm_overlap);
   EXPECT_EQ(a.attention_kernel, b.attention_kernel);
   EXPECT_EQ(a.cp_impl, b.cp_impl);
+  EXPECT_EQ(a.tp_impl, b.tp_impl);
   EXPECT_EQ(a.cp_rotate, b.cp_rotate);
   EXPECT_EQ(a.cp_comm_type, b.cp_comm_type);
   EXPECT_EQ(a.cp_a2a_size, b.cp_a2a_size);
@@ -856,8 +857,10 @@ TEST(PlanJson, RoundTripEveryFieldChanged) {
   p.gpus_ref = 64;
   p.loss_metric_passes = 3;
   p.fp8_recipe = Fp8Recipe::kTensorwise;
+  p.tp_impl = TpImpl::kPytorch;
   Json j = plan_to_json(p);
   EXPECT_EQ(j["fp8_recipe"], "tensorwise");
+  EXPECT_EQ(j["tp_impl"], "torch");
   EXPECT_EQ(j["offload"], "optimizer,activations");
   EXPECT_EQ(j["rank_order"], "tp-dp-cp-ep-pp");
   ExpectSamePlan(p, plan_from_json(j));
@@ -951,6 +954,8 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_rotate": "alltoall"})")); }, "plan.cp_rotate",
               "'alltoall' is not one of ring|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"repeat_kv": 2})")); }, "plan.repeat_kv", "");
+  ExpectError([] { plan_from_json(Json::parse(R"({"tp_impl": "dtensor"})")); }, "plan.tp_impl",
+              "'dtensor' is not one of megatron|torch");
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_comm_type": "ring"})")); },
               "plan.cp_comm_type", "'ring' is not one of p2p|all_gather|a2a|a2a+p2p");
   ExpectError([] { plan_from_json(Json::parse(R"({"cp_a2a_size": -1})")); }, "plan.cp_a2a_size",

@@ -463,6 +463,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.torch_compile = true; },
       [](Plan& p) { p.fused_kernels = false; },
       [](Plan& p) { p.tp_comm_overlap = true; },
+      [](Plan& p) { p.tp_impl = TpImpl::kPytorch; },  // bit 61: the dgrad reductions on the path
       [](Plan& p) { p.ep_comm_overlap = true; },
       [](Plan& p) { p.recompute = Recompute::kFull; },
       [](Plan& p) {
