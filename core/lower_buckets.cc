@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/fp8_params.h"
 #include "core/fsdp_copies.h"
 #include "core/gather_units.h"
 #include "core/lower_internal.h"
@@ -61,10 +62,32 @@ void Lowerer::add_bucket(Bucket b) {
   const char* whole = b.expert ? "experts" : "params";
   const int64_t padded = b.zero >= 1 ? b.shard * b.ways : 0;
   if (b.zero < 3) {
-    for (const Spec& s : b.specs)
-      b.params[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".w"), s.shape, wdt_,
-                                     BufferClass::kParam, host_params, true);
-    P_.add_block(b.list(b.params), padded);
+    // Plan::fp8_param_gather: the fp8 weights in a uint8 buffer of their own, beside the bf16
+    // rest (Megatron's buffers by param dtype), each padded to the shard group, and the
+    // transpose Transformer Engine keeps of each (Float8Tensor's _transpose: Hopper's fp8 GEMMs
+    // take TN operands only, transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported).
+    std::vector<int> fp8_ids, other_ids;
+    double fp8_n = 0;
+    for (const Spec& s : b.specs) {
+      b.params[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".w"), s.shape,
+                                     s.fp8 ? Dtype::kFp8 : wdt_, BufferClass::kParam,
+                                     host_params, true);
+      (s.fp8 ? fp8_ids : other_ids).push_back(b.params[s.slot]);
+      if (!s.fp8) continue;
+      fp8_n += static_cast<double>(shape_elements(s.shape));
+      buffer(bname(kSlotName[s.slot], ".wT"), std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+             BufferClass::kParam, false, true);
+    }
+    b.fp8_elements = fp8_n;
+    if (fp8_ids.empty()) {
+      P_.add_block(b.list(b.params), padded);
+    } else {
+      auto pad = [&](double n) {
+        return b.zero >= 1 ? static_cast<int64_t>(std::ceil(n / b.ways)) * b.ways : 0;
+      };
+      P_.add_block(fp8_ids, pad(fp8_n));
+      if (!other_ids.empty()) P_.add_block(other_ids, pad(b.elements - fp8_n));
+    }
   } else {
     b.param_shard =
         buffer(bname(whole, ".w"), {b.shard}, wdt_, BufferClass::kParam, host_params, true);
@@ -127,7 +150,7 @@ void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) c
   const Slot slot = slot_named(s.name);
   const int64_t in = s.split == Split::kRow ? s.in / parts : s.in;
   const int64_t out = s.split == Split::kColumn ? s.out / parts : s.out;
-  b.specs.push_back({slot, {in, out}});
+  b.specs.push_back({slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s)});
   if (s.bias) b.specs.push_back({static_cast<Slot>(slot + 1), {out}});
 }
 
@@ -328,7 +351,17 @@ void Lowerer::gather_updated(const Bucket& b, int dep) {
   Label label(this, b);
   const std::vector<int> params = b.list(b.params);
   collective(OpKind::kAllGather, b.group, b.layer, b.expert ? "experts.w.ag" : "w.ag",
-             wb_ * b.padded(), params, params, {dep});
+             updated_gather_bytes(b), params, params, {dep});
+}
+
+// Bytes of the distributed optimizer's all-gather of bucket `b`'s updated weights: the shards of
+// all ways in the weights' dtype; under Plan::fp8_param_gather the fp8 weights' shards move one
+// byte an element (their own padded buffer, as add_bucket lays them out).
+double Lowerer::updated_gather_bytes(const Bucket& b) const {
+  if (b.fp8_elements <= 0) return wb_ * b.padded();
+  auto pad = [&](double n) { return std::ceil(n / b.ways) * b.ways; };
+  const double rest = b.elements - b.fp8_elements;
+  return pad(b.fp8_elements) + (rest > 0 ? wb_ * pad(rest) : 0.0);
 }
 
 // ZeRO-3 under DeepSpeed's per-module granularity (Plan::zero3_unit, core/gather_units.h): the

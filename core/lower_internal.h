@@ -133,6 +133,7 @@ inline Saved no_saved() {
 struct Spec {
   Slot slot;
   std::vector<int64_t> shape;
+  bool fp8 = false;  // an fp8 parameter under Plan::fp8_param_gather (core/fp8_params.h)
 };
 
 // Parameters reduced and updated together: a layer's dense or expert weights, the embedding,
@@ -187,6 +188,8 @@ struct Bucket {
   bool master_in_opt = false;  // opt row 0 is the fp32 master copy
   // Elements a ZeRO gather or scatter moves: the shards of all ways (the tail is padding).
   double padded() const { return static_cast<double>(shard) * ways; }
+  // Plan::fp8_param_gather: elements of the fp8 parameters before sharding (0 otherwise).
+  double fp8_elements = 0;
   // Elements of each module's parameters, in spec (forward) order: a linear's bias joins its
   // weight (one module, fetched together), a norm is a module of its own.
   std::vector<double> weight_elements() const {
@@ -526,6 +529,7 @@ class Lowerer {
   // Whether bucket `b`'s updated parameters are all-gathered in the next step's forward, before
   // their first use (Megatron's --overlap-param-gather), rather than after the optimizer.
   bool gathers_in_forward(const Bucket& b) const;
+  double updated_gather_bytes(const Bucket& b) const;
   // That all-gather, issued once a step at the bucket's first use (`dep` as acquire()'s).
   void gather_updated(const Bucket& b, int dep);
   WSet layer_weights(int layer, int dep);

@@ -95,7 +95,7 @@ void Lowerer::publish_update(const Bucket& b, bool gather, const std::vector<int
   if (gathers_in_forward(b)) return;  // gather_updated(), in the next step's forward
   if (!dest_host) {
     const std::vector<int> src = host ? dest : first;
-    collective(OpKind::kAllGather, b.group, layer, what, wb_ * b.padded(), src, dest);
+    collective(OpKind::kAllGather, b.group, layer, what, updated_gather_bytes(b), src, dest);
     return;
   }
   std::vector<int> full;

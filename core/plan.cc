@@ -64,6 +64,7 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
+  if (p.fp8_param_gather) s += " fp8pg";
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
@@ -615,6 +616,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "loss_metric_passes",
                 "shard_degree",
                 "grad_reduce_dtype",
+                "fp8_param_gather",
                 "optimizer_dtype",
                 "stage_layers",
                 "first_stage_layers",
@@ -751,6 +753,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
       parse_dtype(r.string_or("grad_reduce_dtype", "fp32"), r.field("grad_reduce_dtype"));
   p.optimizer_dtype =
       parse_dtype(r.string_or("optimizer_dtype", "fp32"), r.field("optimizer_dtype"));
+  p.fp8_param_gather = r.boolean_or("fp8_param_gather", false);
   if (r.has("stage_layers")) {
     for (const auto& [ipath, item] : r.array("stage_layers")) {
       if (!item->is_number_integer() || item->get<int64_t>() < 1 || item->get<int64_t>() > 100000)
@@ -804,6 +807,7 @@ Json plan_to_json(const Plan& p) {
   if (p.loss_metric_passes > 0) j["loss_metric_passes"] = p.loss_metric_passes;
   if (p.grad_reduce_dtype != Dtype::kFp32) j["grad_reduce_dtype"] = dtype_name(p.grad_reduce_dtype);
   if (p.optimizer_dtype != Dtype::kFp32) j["optimizer_dtype"] = dtype_name(p.optimizer_dtype);
+  if (p.fp8_param_gather) j["fp8_param_gather"] = true;
   if (p.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (p.ep_comm_overlap) j["ep_comm_overlap"] = true;
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)

@@ -294,6 +294,15 @@ struct Plan {
   // group, then all-reduced across groups). 0 = the whole group.
   int shard_degree = 0;
   Dtype grad_reduce_dtype = Dtype::kFp32;  // dtype gradients are reduced in (Megatron: fp32)
+  // Megatron-Core --fp8-param-gather (fp8 plans, ZeRO 1 or 2: the distributed optimizer): the
+  // transformer layers' linear weights are Transformer Engine fp8 parameters (TransformerConfig
+  // fp8_param), held in a uint8 parameter buffer (1 byte an element; param_and_grad_buffer.py
+  // @d98e8a6 group_params_for_buffers) beside the transpose TE keeps of each fp8 weight for the
+  // backward's TN GEMMs (1 byte an element), with no bf16 copy; the optimizer writes its updated
+  // fp32 shard into the fp8 shard and the parameter all-gather moves 1 byte an element. Norms,
+  // biases, the embedding, the output layer and the router stay bf16. Off: the weights are the
+  // bf16 parameters (2 bytes an element), gathered in bf16.
+  bool fp8_param_gather = false;
   // Optimizer state: fp32 master weights and AdamW moments (Megatron, DeepSpeed, FSDP mixed
   // precision), or bf16: the bf16 weights are the master and the moments and gradients are bf16
   // (torch.optim.Adam on a bf16 model, as NeMo AutoModel's MoE benchmarks run).

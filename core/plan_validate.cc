@@ -347,6 +347,22 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
       p.grad_reduce_dtype != Dtype::kFp16)
     throw Error("plan.grad_reduce_dtype",
                 std::string(dtype_name(p.grad_reduce_dtype)) + " must be fp32, bf16 or fp16");
+  // Megatron-Core --fp8-param-gather: fp8 weights need fp8 training (TransformerConfig:
+  // "fp8_param must be used together with fp8 mode") and the distributed optimizer
+  // (arguments.py @d98e8a6: "--fp8-param-gather only supported with distributed optimizer, torch
+  // fsdp2, megatron fsdp"); parasol models the distributed optimizer's buffers only.
+  if (p.fp8_param_gather) {
+    if (p.precision != Dtype::kFp8)
+      throw Error("plan.fp8_param_gather", std::string("fp8 weights need precision fp8, not ") +
+                                               dtype_name(p.precision));
+    if (p.zero < 1 || p.zero > 2)
+      throw Error("plan.fp8_param_gather",
+                  "fp8 weights are gathered by Megatron's distributed optimizer: zero 1 or 2, not " +
+                      s(p.zero));
+    if (p.offload.params || p.offload.optimizer)
+      throw Error("plan.fp8_param_gather",
+                  "fp8 weights with parameters or optimizer in host memory are not modelled");
+  }
   // Recompute.
   if (p.recompute_layers >= 0 && p.recompute != Recompute::kFull)
     throw Error("plan.recompute_layers", "only applies to recompute full");

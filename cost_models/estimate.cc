@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/fp8_params.h"
 #include "core/fsdp_copies.h"
 #include "core/gather_units.h"
 #include "core/host_issue.h"
@@ -695,6 +696,7 @@ struct Estimator::DataParallelSync {
   struct Buckets {
     int n[2] = {0, 0};
     double size[2] = {0, 0};
+    double fp8[2] = {0, 0};  // Plan::fp8_param_gather: fp8 weights in one bucket of run k
     double head = 0, embedding = 0, last = 0;
     int count() const { return n[0] + n[1] + (head > 0) + (embedding > 0); }
     // The sum of `f` over the buckets.
@@ -789,7 +791,13 @@ void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) 
   if (sharded) {
     // Updated parameters gathered after the optimizer (beside the next forward when
     // overlap_param_gather).
-    const double gat = b.sum([&](double n) { return g.gather(n, w_bytes); });
+    // Under fp8_param_gather a layer bucket's fp8 weights move one byte each
+    // (core/lower_buckets.cc updated_gather_bytes).
+    double gat = 0;
+    for (int k = 0; k < 2; ++k)
+      if (b.n[k] > 0) gat += b.n[k] * g.gather(b.size[k] * w_bytes - b.fp8[k] * (w_bytes - 1), 1);
+    if (b.head > 0) gat += g.gather(b.head, w_bytes);
+    if (b.embedding > 0) gat += g.gather(b.embedding, w_bytes);
     out.step_forward.add(gat, gat / std::max(1, b.count()));
   }
 }
@@ -898,7 +906,7 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
           (static_cast<int>(p.fsdp_impl) << 8),
       (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
       static_cast<int>(p.grad_reduce_dtype),
-      static_cast<int>(p.precision),
+      static_cast<int>(p.precision) | (p.fp8_param_gather ? 1 << 8 : 0),
       mb,
       params.dense,
       params.expert,
@@ -936,6 +944,19 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                                                  : params.head;
   expert_buckets.n[0] = params.moe_layers;
   expert_buckets.size[0] = expert_buckets.last = params.expert_layer;
+  if (p.fp8_param_gather) {
+    int dense_at = -1, moe_at = -1;  // a dense layer and an MoE layer of the model
+    for (int l = 0; l < model_.layers && (dense_at < 0 || moe_at < 0); ++l) {
+      int& at = model_.is_moe_layer(l) ? moe_at : dense_at;
+      if (at < 0) at = l;
+    }
+    if (dense_at >= 0) dense_buckets.fp8[0] = fp8_dense_layer_elements(model_, p.tp, dense_at);
+    if (moe_at >= 0) {
+      dense_buckets.fp8[1] = fp8_dense_layer_elements(model_, p.tp, moe_at);
+      expert_buckets.fp8[0] =
+          fp8_expert_layer_elements(model_, p.expert_tp(), model_.moe.experts / p.ep);
+    }
+  }
   sync.add(params.dense, dense_buckets, p.dp * p.cp,
            p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,

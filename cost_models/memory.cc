@@ -297,10 +297,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
            params.expert * bytes_per_param / (shard ? expert_shard : 1);
   };
   mb.weights = sharded(w_bytes, p.zero >= 3);
-  // fp8 weights are counted as Transformer Engine's fp8 parameters (NeMo's performance configs,
-  // fp8_params / fp8_param_gather): a 1-byte weight and its 1-byte transpose, the bytes of the
-  // bf16 weight. Runs that keep bf16 weights and cast them once per step also keep the two fp8
-  // copies (2 more bytes a linear weight); no plan switch says which yet.
+  // Under Plan::fp8_param_gather the linear weights are Transformer Engine's fp8 parameters: a
+  // 1-byte weight and its 1-byte transpose (core/lower_buckets.cc), the bytes of a bf16 weight.
+  // Without it the weights are bf16; the fp8 copies TE caches of them across micro-batches
+  // (module/base.py get_weight_workspace: 2 more bytes a linear weight) are not counted.
   mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 

@@ -185,6 +185,7 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
                                         "bf16 (--grad-reduce-in-bf16), not " +
                                         dtype_name(p.grad_reduce_dtype));
   }
+  if (p.fp8_param_gather) add(a, "--fp8-param-gather");
   if (p.optimizer_dtype != Dtype::kFp32)
     r.add("plan.optimizer_dtype",
           "Megatron-LM keeps fp32 master weights (--main-params-dtype is fp32 or fp16)");

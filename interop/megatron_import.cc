@@ -209,7 +209,7 @@ const std::set<std::string> kRead = {
     "mscale-all-dim",
     // training
     "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe",
-    "grad-reduce-in-bf16", "attention-backend", "recompute-granularity", "recompute-method",
+    "grad-reduce-in-bf16", "fp8-param-gather", "attention-backend", "recompute-granularity", "recompute-method",
     "recompute-num-layers", "recompute-modules", "recompute-activations", "optimizer-cpu-offload",
     "optimizer-offload-fraction",
     // parallelism
@@ -783,6 +783,19 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     if (recipe != "delayed") j["fp8_recipe"] = recipe;
   }
   if (f.has("grad-reduce-in-bf16")) j["grad_reduce_dtype"] = "bf16";
+  // --fp8-param-gather: Megatron refuses it without fp8 (TransformerConfig "fp8_param must be
+  // used together with fp8 mode") and without the distributed optimizer or Megatron FSDP
+  // (arguments.py @d98e8a6 L1095).
+  if (f.has("fp8-param-gather")) {
+    if (!f.has("fp8-format"))
+      throw Error("--fp8-param-gather", "fp8_param must be used together with fp8 mode "
+                                        "(--fp8-format; Megatron's own check)");
+    if (!f.has("use-distributed-optimizer") && !f.has("use-megatron-fsdp"))
+      throw Error("--fp8-param-gather",
+                  "only supported with the distributed optimizer (--use-distributed-optimizer) "
+                  "or Megatron FSDP (Megatron's own check)");
+    j["fp8_param_gather"] = true;
+  }
   const std::string backend = f.string_or("attention-backend", "auto");
   if (backend == "unfused" || backend == "local") {
     j["flash_attention"] = false;

@@ -207,6 +207,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
            "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
   cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,
                   "dtype gradients are reduced in: fp32|bf16|fp16");
+  bool_flag(cmd, o, "--fp8-param-gather", "fp8_param_gather", o.fp8_param_gather,
+            "fp8 plans, ZeRO 1/2: linear weights kept in fp8 and all-gathered in fp8 "
+            "(Megatron-Core --fp8-param-gather)");
   int_flag(cmd, o, "--mbs", "mbs", o.mbs, "micro-batch size (sequences)");
   int_flag(cmd, o, "--gbs", "gbs", o.gbs, "global batch size (sequences; default dp x mbs)");
   int_flag(cmd, o, "--seq", "seq", o.seq, "sequence length (default: the model's)");
@@ -360,6 +363,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("zero3_unit", o.zero3_unit);
   set("shard_degree", o.shard_degree);
   set("grad_reduce_dtype", o.grad_reduce_dtype);
+  set("fp8_param_gather", o.fp8_param_gather);
   set("mbs", o.mbs);
   set("gbs", o.gbs);
   set("seq", o.seq);

@@ -35,7 +35,7 @@ struct SpecOptions {
   std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
   std::optional<bool> tiled_loss;
   std::optional<bool> p2p_sync, gradient_accumulation_fusion, moe_probs_in_experts;
-  std::optional<bool> repeat_kv, deterministic;
+  std::optional<bool> repeat_kv, deterministic, fp8_param_gather;
   std::optional<std::string> transformer_engine_version;
   std::optional<std::string> cuda_graphs, optimizer_impl, cpu_optimizer, host_framework;
   std::optional<std::string> transformer_impl;
@@ -57,7 +57,7 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
 // --attention-kernel --cp-impl --cp-rotate --repeat-kv --rank-order --reshard --zero3-unit
-// --shard-degree --grad-reduce-dtype
+// --shard-degree --grad-reduce-dtype --fp8-param-gather
 // --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "core/layer_shapes.h"
+#include "core/liveness.h"
 #include "tests/core/expect_error.h"
 #include "tests/core/megatron_split.h"
 #include "tests/core/test_models.h"
@@ -1965,6 +1966,74 @@ TEST(Lower, GradReduceDtypeSetsTheBytesOfDataParallelGradientReductions) {
     }
     EXPECT_GT(reductions, 0);
   }
+}
+
+// Megatron-Core --fp8-param-gather (Plan::fp8_param_gather): every linear weight but the router
+// is a 1-byte buffer with a 1-byte transpose beside it, the rest stays bf16, the persistent bytes
+// are unchanged, and the distributed optimizer's all-gather of a bucket moves one byte for each
+// fp8 element and two for the rest, padded per dtype.
+TEST(Lower, Fp8ParamGatherKeepsLinearWeightsInFp8AndGathersThemInFp8) {
+  const Model m = model_preset("tiny-moe");
+  Plan plan = make_plan(2, 1, 4, 8);
+  plan.ep = 2;
+  plan.zero = 1;
+  plan.precision = Dtype::kFp8;
+  plan.grad_reduce_dtype = Dtype::kBf16;
+  const LoweredPlan bf16 = lowered(m, plan);
+  plan.fp8_param_gather = true;
+  const LoweredPlan fp8 = lowered(m, plan);
+  const Program& a = bf16.programs[0];
+  const Program& b = fp8.programs[0];
+  int fp8_weights = 0, transposes = 0;
+  double fp8_elements = 0;
+  for (const Buffer& buf : b.buffers) {
+    if (buf.cls != BufferClass::kParam || !buf.persistent) continue;
+    // "L<n>.<slot>.w": a linear's weight slot (its bias is "<slot>.b").
+    const size_t dot = buf.name.find('.');
+    const std::string slot = buf.name.starts_with("L") && buf.name.ends_with(".w")
+                                 ? buf.name.substr(dot + 1, buf.name.size() - dot - 3)
+                                 : "";
+    const bool linear = slot == "qkv" || slot == "out" || slot == "fc1" || slot == "fc2" ||
+                        slot == "efc1" || slot == "efc2";
+    if (buf.name.ends_with(".wT")) {
+      EXPECT_EQ(buf.dtype, Dtype::kFp8) << buf.name;
+      ++transposes;
+      continue;
+    }
+    EXPECT_EQ(buf.dtype, linear ? Dtype::kFp8 : Dtype::kBf16) << buf.name;
+    if (linear) fp8_elements += static_cast<double>(buf.elements());
+    fp8_weights += linear;
+  }
+  EXPECT_GT(fp8_weights, 0);
+  EXPECT_EQ(transposes, fp8_weights);
+  // The router is bf16 (outside fp8) and the embedding and head too.
+  for (const Buffer& buf : b.buffers)
+    if (buf.name.find("router") != std::string::npos || buf.name.starts_with("emb.") ||
+        buf.name.starts_with("head."))
+      EXPECT_NE(buf.dtype, Dtype::kFp8) << buf.name;
+  // The same persistent bytes up to the per-dtype padding (< ways elements a bucket and dtype).
+  const double pa = liveness(a).persistent_bytes, pb = liveness(b).persistent_bytes;
+  EXPECT_NEAR(pb, pa, 2.0 * 4 * 2 * b.buckets.size());
+  // The all-gathers move the fp8 weights at one byte: what they move less is the fp8 elements
+  // (up to padding).
+  double ag_a = 0, ag_b = 0;
+  int gathers = 0;
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    if (a.ops[i].kind != OpKind::kAllGather || !is_data_parallel(a.ops[i].group)) continue;
+    ++gathers;
+    ag_a += a.ops[i].bytes;
+    ag_b += b.ops[i].bytes;
+    EXPECT_LE(b.ops[i].bytes, a.ops[i].bytes) << a.ops[i].name;
+  }
+  EXPECT_GT(gathers, 0);
+  // This rank's fp8 elements are 1/ways of what a gather moves: dense over dp 4, experts over 2.
+  EXPECT_NEAR(ag_a - ag_b, fp8_elements, 2.0 * 4 * b.buckets.size());
+  EXPECT_GT(fp8_elements, 0);
+  // Every other op is the same (the layer fragments do not change).
+  for (size_t i = 0; i < a.ops.size(); ++i)
+    if (a.ops[i].kind != OpKind::kAllGather)
+      EXPECT_EQ(a.ops[i].bytes, b.ops[i].bytes) << a.ops[i].name;
 }
 
 TEST(Lower, SequenceParallelSumsPartialGradientsOverTpBeforeEachShardedReduction) {

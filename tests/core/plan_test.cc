@@ -466,6 +466,26 @@ TEST(PlanValidate, GradReduceDtype) {
   EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
 }
 
+// Megatron-Core --fp8-param-gather: fp8 training and the distributed optimizer (its own checks),
+// and nothing parasol does not model (ZeRO-3's gathers, host-resident weights or optimizer).
+TEST(PlanValidate, Fp8ParamGather) {
+  Plan p = degrees(8, 1, 2);
+  p.zero = 1;
+  p.fp8_param_gather = true;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fp8_param_gather", "need precision fp8, not bf16");
+  p.precision = Dtype::kFp8;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.zero = 2;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.zero = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fp8_param_gather", "zero 1 or 2, not 0");
+  p.zero = 3;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fp8_param_gather", "zero 1 or 2, not 3");
+  p.zero = 1;
+  p.offload.optimizer = true;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.fp8_param_gather", "host memory");
+}
+
 TEST(PlanValidate, ExplicitStageLayers) {
   // 32 layers on 3 stages cannot split evenly; a list can.
   Plan p = degrees(1, 3);
@@ -796,6 +816,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.reshard, b.reshard);
   EXPECT_EQ(a.shard_degree, b.shard_degree);
   EXPECT_EQ(a.grad_reduce_dtype, b.grad_reduce_dtype);
+  EXPECT_EQ(a.fp8_param_gather, b.fp8_param_gather);
   EXPECT_EQ(a.stage_layers, b.stage_layers);
   EXPECT_EQ(a.first_stage_layers, b.first_stage_layers);
   EXPECT_EQ(a.last_stage_layers, b.last_stage_layers);
@@ -889,8 +910,10 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   p.optimizer_dtype = Dtype::kBf16;
   p.fused_kernels = false;
   p.stage_layers = {7, 9, 9, 7};
+  p.fp8_param_gather = true;
   Json j = plan_to_json(p);
   EXPECT_EQ(j["reshard"], "after_step");
+  EXPECT_EQ(j["fp8_param_gather"], true);
   EXPECT_EQ(j["cp_rotate"], "allgather");
   EXPECT_EQ(j["repeat_kv"], true);
   ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
@@ -924,6 +947,10 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
   EXPECT_EQ(plan_from_json(Json::parse(R"({"cp_comm_type": "allgather"})")).cp_comm_type,
             CpCommType::kAllGather);
   EXPECT_FALSE(plan_to_json(Plan{}).contains("repeat_kv"));
+  EXPECT_FALSE(plan_to_json(Plan{}).contains("fp8_param_gather"));
+  ExpectError(
+      [] { plan_from_json(Json::parse(R"({"fp8_param_gather": "yes"})")); },
+      "plan.fp8_param_gather", "");
   ExpectError(
       [] { plan_from_json(Json::parse(R"({"account_for_loss_in_pipeline_split": "yes"})")); },
       "plan.account_for_loss_in_pipeline_split", "");

@@ -65,6 +65,12 @@ inline std::vector<std::string> megatron_violations(const std::string& args_text
   // arguments.py L1441-1442: --tp-comm-overlap needs --sequence-parallel.
   if (has("tp-comm-overlap") && !has("sequence-parallel"))
     broken.push_back("arguments.py L1442: tp_comm_overlap needs sequence_parallel");
+  // arguments.py L1095-1097: --fp8-param-gather needs the distributed optimizer (or an FSDP);
+  // transformer_config.py L1566-1567: "fp8_param must be used together with fp8 mode".
+  if (has("fp8-param-gather") && !has("use-distributed-optimizer") && !has("use-megatron-fsdp"))
+    broken.push_back("arguments.py L1096: fp8_param_gather needs the distributed optimizer");
+  if (has("fp8-param-gather") && !has("fp8-format"))
+    broken.push_back("transformer_config.py L1567: fp8_param needs fp8");
   // arguments.py L1169-1170: Megatron FSDP needs --ckpt-format fsdp_dtensor.
   if (has("use-megatron-fsdp") &&
       (!has("ckpt-format") || f.at("ckpt-format").at(0) != "fsdp_dtensor"))

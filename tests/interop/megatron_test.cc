@@ -415,6 +415,16 @@ std::vector<Case> round_trip_cases() {
              {"gbs", 32},
              {"precision", "fp8"},
              {"fp8_recipe", "tensorwise"}})},
+      // Megatron-Core --fp8-param-gather: fp8 weights gathered by the distributed optimizer.
+      {"fp8_param_gather", "llama3-8b", "dgx-h100", 8,
+       plan({{"tp", 2},
+             {"dp", 4},
+             {"sp", true},
+             {"gbs", 32},
+             {"zero", 1},
+             {"precision", "fp8"},
+             {"grad_reduce_dtype", "bf16"},
+             {"fp8_param_gather", true}})},
       {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
        plan({{"tp", 4},
              {"pp", 2},
@@ -729,6 +739,11 @@ TEST(MegatronImport, NamesTheFlagItCannotRead) {
                           "--recompute-granularity full --recompute-method uniform "
                           "--recompute-num-layers 2",
                       "--recompute-num-layers");
+  // Megatron's own checks: fp8 weights need fp8 and the distributed optimizer (or its FSDP).
+  expect_import_error(base + "--bf16 --use-distributed-optimizer --fp8-param-gather",
+                      "--fp8-param-gather");
+  expect_import_error(base + "--bf16 --fp8-format hybrid --fp8-param-gather",
+                      "--fp8-param-gather");
   expect_import_error(base + "--cp-comm-type ring", "--cp-comm-type");
   expect_import_error(base + "--cp-comm-type p2p a2a", "--cp-comm-type");  // per-layer types
   // Megatron's own checks (arguments.py): a2a+p2p needs the hierarchical sizes, whose product is

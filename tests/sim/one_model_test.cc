@@ -150,6 +150,15 @@ std::vector<Case> cases() {
     degrees(p, 16, 2, 2);
     p.grad_reduce_dtype = Dtype::kBf16;
   });
+  // Megatron's --fp8-param-gather: the linear weights in fp8 with their transposes, gathered in
+  // fp8 by the distributed optimizer.
+  dense("fp8 param gather", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.zero = 1;
+    p.precision = Dtype::kFp8;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    p.fp8_param_gather = true;
+  });
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);
     p.seq_len = 16384;
@@ -271,6 +280,14 @@ std::vector<Case> cases() {
   moe("ep4 tp2", [](Plan& p) {
     degrees(p, 32, 2);
     p.ep = 4;
+  });
+  // fp8 expert weights gathered over the expert data-parallel group.
+  moe("ep4 tp2 fp8 param gather", [](Plan& p) {
+    degrees(p, 32, 2);
+    p.ep = 4;
+    p.zero = 1;
+    p.precision = Dtype::kFp8;
+    p.fp8_param_gather = true;
   });
   // Megatron-Core's probabilities in the experts' activation: the combine keeps no outputs.
   moe(

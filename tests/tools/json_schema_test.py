@@ -115,6 +115,11 @@ check("estimate", ["estimate", "--json"] + MOE +
       "--zero 3 --recompute selective --recompute-modules core_attn,moe_act --sp".split())
 check("estimate", ["estimate", "--json", "--model", "llama3-70b", "--cluster", "dgx-h100",
                    "--gpus", "8", "--tp", "8", "--gbs", "8", "--offload", "optimizer"])
+# Megatron's --fp8-param-gather: the plan carries fp8_param_gather.
+fp8pg = check("estimate", ["estimate", "--json"] + T +
+              "--zero 1 --precision fp8 --grad-reduce-dtype bf16 --fp8-param-gather".split())
+if fp8pg is not None and fp8pg["plan"].get("fp8_param_gather") is not True:
+    fail("estimate --fp8-param-gather: no plan.fp8_param_gather")
 job = check("estimate", ["estimate", "--json"] + T + TOKENS + ["--price-per-gpu-hour", "2.5"])
 check("estimate", ["estimate", "--json"] + MOE + TOKENS + ["--checkpoint-interval", "3600"])
 if job is not None and "job" not in job:
@@ -252,6 +257,8 @@ if est is not None:
     d = copy.deepcopy(est); d["bogus"] = 1; expect_invalid("estimate", d, "an unknown field")
     d = copy.deepcopy(est); d["step_time_s"] = 0; expect_invalid("estimate", d, "step_time_s 0")
     d = copy.deepcopy(est); d["plan"]["tp"] = 0; expect_invalid("estimate", d, "plan.tp 0")
+    d = copy.deepcopy(est); d["plan"]["fp8_param_gather"] = False
+    expect_invalid("estimate", d, "plan.fp8_param_gather false (present only when true)")
     d = copy.deepcopy(est); d["plan"]["bogus"] = 1
     expect_invalid("estimate", d, "an unknown plan field")
     d = copy.deepcopy(est); d["time_breakdown_s"]["bogus"] = 1.0

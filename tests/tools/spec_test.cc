@@ -162,6 +162,7 @@ TEST(CliSpec, EachNewPlanFlagReachesThePlan) {
       {kTarget, "--zero 3 --reshard after_step", "reshard", "after_step"},
       {kTarget, "--zero 3 --shard-degree 2", "shard_degree", 2},
       {kTarget, "--grad-reduce-dtype bf16", "grad_reduce_dtype", "bf16"},
+      {kTarget, "--zero 1 --precision fp8 --fp8-param-gather", "fp8_param_gather", true},
       {kTarget, "--sp --tp-comm-overlap true", "tp_comm_overlap", true},
       {kTarget, "--stage-layers 15,17", "stage_layers", Json({15, 17})},
       {kTarget, "--first-stage-layers 15", "first_stage_layers", 15},
@@ -302,6 +303,8 @@ TEST(CliSpec, BadValuesExitTwoNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--reshard bogus", "plan.reshard"},
       {"--grad-reduce-dtype int8", "plan.grad_reduce_dtype"},
+      {"--fp8-param-gather maybe", "plan.fp8_param_gather"},
+      {"--zero 1 --fp8-param-gather", "plan.fp8_param_gather"},  // bf16: no fp8 weights
       {"--attention-kernel xla", "plan.attention_kernel"},
       {"--shard-degree -1", "plan.shard_degree"},
       {"--etp x", "plan.etp"},
