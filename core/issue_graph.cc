@@ -1,0 +1,171 @@
+// The execution rules of a Program, checked once, and a rank's place under them (issue_graph.h).
+#include "core/issue_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+namespace parasol {
+
+P2pKey p2p_key(int from, int to, const Op& op) {
+  const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
+  return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
+                     : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
+}
+
+namespace {
+
+std::string where(int i, const Op& op) {
+  return "ops[" + std::to_string(i) + "] '" + op.name + "'";
+}
+
+bool p2p(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
+
+}  // namespace
+
+IssueGraph::IssueGraph(const Program& program) : program_(&program) {
+  const std::vector<Op>& ops = program.ops;
+  const int n = static_cast<int>(ops.size());
+  const int nstreams = static_cast<int>(program.streams.size());
+  prev_.assign(n, -1);
+  next_.assign(n, -1);
+  group_begin_.resize(n);
+  group_end_.resize(n);
+  partner_.assign(n, -1);
+  dependents_off_.assign(n + 1, 0);
+  std::vector<int> last(nstreams, -1);
+  std::vector<char> closed;  // p2p groups whose run of ops has ended
+  // Receives and sends of this Program that pair with each other (not Group::kPp), by key.
+  std::map<P2pKey, std::vector<int>> sends, recvs;
+  for (int i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    PARASOL_CHECK(op.id == i, where(i, op) + ".id is " + std::to_string(op.id));
+    PARASOL_CHECK(op.stream >= 0 && op.stream < nstreams,
+                  where(i, op) + ".stream: bad stream " + std::to_string(op.stream) +
+                      " (the Program has " + std::to_string(nstreams) + ")");
+    for (int d : op.deps) {
+      PARASOL_CHECK(d >= 0 && d < i,
+                    where(i, op) + ".deps: " + std::to_string(d) + " is not an earlier op");
+      ++dependents_off_[d + 1];
+    }
+    int& l = last[op.stream];
+    prev_[i] = l;
+    if (l >= 0) next_[l] = i;
+    l = i;
+    // Issue groups: a p2p group's run of consecutive transfers.
+    group_begin_[i] = i;
+    if (op.p2p_group >= 0) {
+      PARASOL_CHECK(p2p(op.kind), where(i, op) + ": a " + op_kind_name(op.kind) + " in p2p group " +
+                                      std::to_string(op.p2p_group));
+      const Op* before = i > 0 ? &ops[i - 1] : nullptr;
+      if (before && before->p2p_group == op.p2p_group) {
+        PARASOL_CHECK(before->stream == op.stream && before->group == op.group,
+                      where(i, op) + ": p2p group " + std::to_string(op.p2p_group) +
+                          " spans streams or communication groups");
+        group_begin_[i] = group_begin_[i - 1];
+      } else {
+        if (static_cast<int>(closed.size()) <= op.p2p_group) closed.resize(op.p2p_group + 1, 0);
+        PARASOL_CHECK(!closed[op.p2p_group], where(i, op) + ": p2p group " +
+                                                 std::to_string(op.p2p_group) +
+                                                 " is not consecutive in the Program");
+        closed[op.p2p_group] = 1;
+      }
+    }
+    for (int d : op.deps)
+      PARASOL_CHECK(d < group_begin_[i], where(i, op) + ": depends on op " + std::to_string(d) +
+                                             " of its own p2p group, issued with it");
+    if (p2p(op.kind)) {
+      if (op.group == Group::kPp) {
+        PARASOL_CHECK(
+            op.peer_stage >= 0 && op.peer_stage != program.stage,
+            where(i, op) + ".peer_stage: bad peer stage " + std::to_string(op.peer_stage));
+      } else {
+        const P2pKey key = p2p_key(program.stage, program.stage, op);
+        (op.kind == OpKind::kSend ? sends : recvs)[key].push_back(i);
+      }
+    }
+  }
+  for (int i = n - 1; i >= 0; --i)
+    group_end_[i] = i + 1 < n && group_begin_[i + 1] == group_begin_[i] ? group_end_[i + 1] : i + 1;
+  // The dependents (CSR), each list ascending.
+  for (int i = 0; i < n; ++i) dependents_off_[i + 1] += dependents_off_[i];
+  dependents_.resize(dependents_off_[n]);
+  std::vector<int> fill(dependents_off_.begin(), dependents_off_.end() - 1);
+  for (int i = 0; i < n; ++i)
+    for (int d : ops[i].deps) dependents_[fill[d]++] = i;
+  // The k-th receive of a key with the k-th send.
+  for (const auto& [key, list] : recvs) {
+    auto it = sends.find(key);
+    const size_t have = it == sends.end() ? 0 : it->second.size();
+    PARASOL_CHECK(list.size() == have,
+                  where(list[0], ops[list[0]]) + ": " + std::to_string(list.size()) +
+                      " receives of its key and " + std::to_string(have) + " sends");
+    for (size_t k = 0; k < list.size(); ++k) {
+      partner_[list[k]] = it->second[k];
+      partner_[it->second[k]] = list[k];
+    }
+  }
+  for (const auto& [key, list] : sends)
+    PARASOL_CHECK(recvs.count(key) != 0,
+                  where(list[0], ops[list[0]]) + ": a send whose receive this Program lacks");
+}
+
+IssueState::IssueState(const IssueGraph& graph, IssueRules rules)
+    : graph_(graph), rules_(rules), state_(graph.size(), kWaiting) {}
+
+bool IssueState::can_reach() const {
+  if (cursor_ >= graph_.size()) return false;
+  return !(cursor_ > 0 && graph_.is_sync(cursor_ - 1) && state_[cursor_ - 1] != kCompleted);
+}
+
+void IssueState::reach() {
+  PARASOL_CHECK(can_reach(), "the host reaches op " + std::to_string(cursor_) + " too early");
+  ++cursor_;
+}
+
+bool IssueState::releases(int j) const {
+  return state_[j] == kCompleted ||
+         (rules_.eager_sends && state_[j] == kIssued && graph_.is_send(j));
+}
+
+bool IssueState::ready(int i) const {
+  const int begin = graph_.issue_begin(i), end = graph_.issue_end(i);
+  if (end > cursor_) return false;
+  for (int j = begin; j < end; ++j) {
+    if (state_[j] != kWaiting) return false;
+    const int p = graph_.stream_prev(j);
+    // A group's own members run on one stream: the member before does not hold the next.
+    if (p >= 0 && p < begin && !releases(p)) return false;
+    for (int d : graph_.deps(j))
+      if (d < begin && !releases(d)) return false;
+  }
+  return true;
+}
+
+std::vector<int> IssueState::ready_groups() const {
+  std::vector<int> out;
+  for (int i = 0; i < cursor_; i = graph_.issue_end(i))
+    if (ready(i)) out.push_back(i);
+  return out;
+}
+
+void IssueState::issued(int i) {
+  PARASOL_CHECK(ready(i), "op " + std::to_string(i) + " issued before the rules allow");
+  for (int j = graph_.issue_begin(i); j < graph_.issue_end(i); ++j) state_[j] = kIssued;
+}
+
+bool IssueState::can_complete(int i) const {
+  if (state_[i] != kIssued) return false;
+  const int p = graph_.partner(i);
+  return !(graph_.is_recv(i) && p >= 0 && state_[p] != kCompleted);
+}
+
+void IssueState::completed(int i) {
+  PARASOL_CHECK(can_complete(i), "op " + std::to_string(i) + " completed before the rules allow");
+  state_[i] = kCompleted;
+  ++completed_;
+}
+
+}  // namespace parasol
