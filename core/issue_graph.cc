@@ -17,8 +17,12 @@ P2pKey p2p_key(int from, int to, const Op& op) {
 
 namespace {
 
-std::string where(int i, const Op& op) {
-  return "ops[" + std::to_string(i) + "] '" + op.name + "'";
+// A malformed Program: an internal error naming the op ("programs[<stage>].ops[<i>]<field>").
+[[noreturn]] void malformed(const Program& p, int i, const std::string& field,
+                            const std::string& reason) {
+  throw InternalError(
+      "programs[" + std::to_string(p.stage) + "].ops[" + std::to_string(i) + "]" + field,
+      reason + " ('" + p.ops[i].name + "')");
 }
 
 bool p2p(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
@@ -41,13 +45,14 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
   std::map<P2pKey, std::vector<int>> sends, recvs;
   for (int i = 0; i < n; ++i) {
     const Op& op = ops[i];
-    PARASOL_CHECK(op.id == i, where(i, op) + ".id is " + std::to_string(op.id));
-    PARASOL_CHECK(op.stream >= 0 && op.stream < nstreams,
-                  where(i, op) + ".stream: bad stream " + std::to_string(op.stream) +
-                      " (the Program has " + std::to_string(nstreams) + ")");
+    if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
+    if (op.stream < 0 || op.stream >= nstreams)
+      malformed(program, i, ".stream",
+                "bad stream " + std::to_string(op.stream) + " (the Program has " +
+                    std::to_string(nstreams) + ")");
     for (int d : op.deps) {
-      PARASOL_CHECK(d >= 0 && d < i,
-                    where(i, op) + ".deps: " + std::to_string(d) + " is not an earlier op");
+      if (d < 0 || d >= i)
+        malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
       ++dependents_off_[d + 1];
     }
     int& l = last[op.stream];
@@ -57,30 +62,32 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
     // Issue groups: a p2p group's run of consecutive transfers.
     group_begin_[i] = i;
     if (op.p2p_group >= 0) {
-      PARASOL_CHECK(p2p(op.kind), where(i, op) + ": a " + op_kind_name(op.kind) + " in p2p group " +
-                                      std::to_string(op.p2p_group));
+      if (!p2p(op.kind))
+        malformed(program, i, ".p2p_group",
+                  std::string("a ") + op_kind_name(op.kind) + " in p2p group " +
+                      std::to_string(op.p2p_group));
       const Op* before = i > 0 ? &ops[i - 1] : nullptr;
       if (before && before->p2p_group == op.p2p_group) {
-        PARASOL_CHECK(before->stream == op.stream && before->group == op.group,
-                      where(i, op) + ": p2p group " + std::to_string(op.p2p_group) +
-                          " spans streams or communication groups");
+        if (before->stream != op.stream || before->group != op.group)
+          malformed(program, i, ".p2p_group",
+                    std::to_string(op.p2p_group) + " spans streams or communication groups");
         group_begin_[i] = group_begin_[i - 1];
       } else {
         if (static_cast<int>(closed.size()) <= op.p2p_group) closed.resize(op.p2p_group + 1, 0);
-        PARASOL_CHECK(!closed[op.p2p_group], where(i, op) + ": p2p group " +
-                                                 std::to_string(op.p2p_group) +
-                                                 " is not consecutive in the Program");
+        if (closed[op.p2p_group])
+          malformed(program, i, ".p2p_group",
+                    std::to_string(op.p2p_group) + " is not consecutive in the Program");
         closed[op.p2p_group] = 1;
       }
     }
     for (int d : op.deps)
-      PARASOL_CHECK(d < group_begin_[i], where(i, op) + ": depends on op " + std::to_string(d) +
-                                             " of its own p2p group, issued with it");
+      if (d >= group_begin_[i])
+        malformed(program, i, ".deps",
+                  "op " + std::to_string(d) + " is of its own p2p group, issued with it");
     if (p2p(op.kind)) {
       if (op.group == Group::kPp) {
-        PARASOL_CHECK(
-            op.peer_stage >= 0 && op.peer_stage != program.stage,
-            where(i, op) + ".peer_stage: bad peer stage " + std::to_string(op.peer_stage));
+        if (op.peer_stage < 0 || op.peer_stage == program.stage)
+          malformed(program, i, ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
       } else {
         const P2pKey key = p2p_key(program.stage, program.stage, op);
         (op.kind == OpKind::kSend ? sends : recvs)[key].push_back(i);
@@ -99,17 +106,19 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
   for (const auto& [key, list] : recvs) {
     auto it = sends.find(key);
     const size_t have = it == sends.end() ? 0 : it->second.size();
-    PARASOL_CHECK(list.size() == have,
-                  where(list[0], ops[list[0]]) + ": " + std::to_string(list.size()) +
-                      " receives of its key and " + std::to_string(have) + " sends");
+    if (list.size() > have)
+      malformed(program, list[have], "",
+                "recv (tag " + std::to_string(ops[list[have]].tag) + ") has no matching send");
     for (size_t k = 0; k < list.size(); ++k) {
       partner_[list[k]] = it->second[k];
       partner_[it->second[k]] = list[k];
     }
   }
   for (const auto& [key, list] : sends)
-    PARASOL_CHECK(recvs.count(key) != 0,
-                  where(list[0], ops[list[0]]) + ": a send whose receive this Program lacks");
+    for (int i : list)
+      if (partner_[i] < 0)
+        malformed(program, i, "",
+                  "send (tag " + std::to_string(ops[i].tag) + ") has no matching recv");
 }
 
 IssueState::IssueState(const IssueGraph& graph, IssueRules rules)

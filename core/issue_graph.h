@@ -20,8 +20,9 @@
 //    the ops that depend on it once issued (the executor's rule: the data is on its way, its
 //    buffer is kept until it completes); without it a send holds them until it has completed
 //    (the engine's and the fragment player's rule today: the two still differ).
-// A Program that breaks a rule is the lowering's bug: IssueGraph's constructor fails a
-// PARASOL_CHECK (an internal error, exit 1), naming the op.
+// A Program that breaks a rule is the lowering's bug: IssueGraph's constructor throws an
+// InternalError (exit 1) whose field names the op ("programs[2].ops[17].deps"), as PARASOL_CHECK
+// does for the state's contracts.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,7 @@ P2pKey p2p_key(int from, int to, const Op& op);
 // The rules' graph of one Program, built and checked once.
 class IssueGraph {
  public:
-  // Checks `program` against the rules (PARASOL_CHECK: a malformed Program is parasol's bug).
+  // Checks `program` against the rules (InternalError: a malformed Program is parasol's bug).
   // REQUIRES: `program` outlives the graph and does not change.
   explicit IssueGraph(const Program& program);
 
