@@ -29,7 +29,8 @@ bool p2p(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 
 }  // namespace
 
-IssueGraph::IssueGraph(const Program& program) : program_(&program) {
+void IssueGraph::assign(const Program& program) {
+  program_ = &program;
   const std::vector<Op>& ops = program.ops;
   const int n = static_cast<int>(ops.size());
   const int nstreams = static_cast<int>(program.streams.size());
@@ -39,11 +40,13 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
   group_end_.resize(n);
   partner_.assign(n, -1);
   dependents_off_.assign(n + 1, 0);
+  edges_.clear();  // each op's dependencies, op after op
   std::vector<int> last(nstreams, -1);
   std::vector<char> closed;  // p2p groups whose run of ops has ended
   // Receives and sends of this Program that pair with each other (not Group::kPp), by key.
   std::map<P2pKey, std::vector<int>> sends, recvs;
   for (int i = 0; i < n; ++i) {
+    if (i + 8 < n) __builtin_prefetch(&ops[i + 8]);  // the Ops are large
     const Op& op = ops[i];
     if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
     if (op.stream < 0 || op.stream >= nstreams)
@@ -54,6 +57,7 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
       if (d < 0 || d >= i)
         malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
       ++dependents_off_[d + 1];
+      edges_.push_back({d, i});
     }
     int& l = last[op.stream];
     prev_[i] = l;
@@ -99,9 +103,10 @@ IssueGraph::IssueGraph(const Program& program) : program_(&program) {
   // The dependents (CSR), each list ascending.
   for (int i = 0; i < n; ++i) dependents_off_[i + 1] += dependents_off_[i];
   dependents_.resize(dependents_off_[n]);
-  std::vector<int> fill(dependents_off_.begin(), dependents_off_.end() - 1);
-  for (int i = 0; i < n; ++i)
-    for (int d : ops[i].deps) dependents_[fill[d]++] = i;
+  // Each list filled from its start, its offset moved to its end (the edges, not the Ops again).
+  for (const auto& [d, i] : edges_) dependents_[dependents_off_[d]++] = i;
+  for (int i = n; i > 0; --i) dependents_off_[i] = dependents_off_[i - 1];
+  dependents_off_[0] = 0;
   // The k-th receive of a key with the k-th send.
   for (const auto& [key, list] : recvs) {
     auto it = sends.find(key);

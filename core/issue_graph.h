@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <span>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/program.h"
@@ -47,7 +48,11 @@ class IssueGraph {
  public:
   // Checks `program` against the rules (InternalError: a malformed Program is parasol's bug).
   // REQUIRES: `program` outlives the graph and does not change.
-  explicit IssueGraph(const Program& program);
+  explicit IssueGraph(const Program& program) { assign(program); }
+  // An empty graph, to assign() later (a player that keeps its graphs' memory from run to run).
+  IssueGraph() = default;
+  // Makes this the graph of `program` (as the constructor), reusing its memory.
+  void assign(const Program& program);
 
   const Program& program() const { return *program_; }
   int size() const { return static_cast<int>(prev_.size()); }
@@ -74,11 +79,12 @@ class IssueGraph {
   bool is_sync(int i) const { return program_->ops[i].kind == OpKind::kSync; }
 
  private:
-  const Program* program_;
+  const Program* program_ = nullptr;
   std::vector<int> prev_, next_;
   std::vector<int> group_begin_, group_end_;
   std::vector<int> partner_;
   std::vector<int> dependents_off_, dependents_;
+  std::vector<std::pair<int, int>> edges_;  // scratch of assign(): (dependency, op), op after op
 };
 
 // Rules that the players of a Program do not yet share.

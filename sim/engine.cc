@@ -135,6 +135,7 @@ struct Simulator::Workspace {
   std::vector<double> remaining;
   std::vector<double> host_cost;    // seconds the host spends issuing each op
   std::vector<uint8_t> host_state;  // 1: issued; 2: ready, waiting for the host to issue it
+  std::vector<IssueGraph> graphs;   // per stage
   std::vector<std::vector<std::vector<int>>> stream_ops;
 };
 
@@ -173,6 +174,7 @@ class Engine {
         remaining_(work.remaining),
         host_cost_(work.host_cost),
         host_state_(work.host_state),
+        graphs_(work.graphs),
         stream_ops_(work.stream_ops),
         slowdown_{{0, cost::compute_slowdown(profile, false, true)},
                   {cost::compute_slowdown(profile, true, false),
@@ -251,9 +253,6 @@ class Engine {
 
   int n_ = 0;
   std::vector<int> base_;  // first global id of each stage
-  // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
-  // successors, its ring receives' sends.
-  std::vector<IssueGraph> graphs_;
   std::shared_future<std::vector<Liveness>> liveness_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
@@ -262,6 +261,9 @@ class Engine {
   std::vector<double>& remaining_;  // shared ops: standalone seconds still to go
   std::vector<double>& host_cost_;
   std::vector<uint8_t>& host_state_;
+  // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
+  // successors, its ring receives' sends (in the Simulator's workspace).
+  std::vector<IssueGraph>& graphs_;
   // Per stage: the host's cursor, the next op it issues and whether it waits on a sync.
   std::vector<HostCursor> host_;
   std::vector<int> host_next_;
@@ -301,9 +303,8 @@ void Engine::build() {
   start_peak_memory();
   reset_state();
   // The rules of each stage's Program, checked (a malformed Program is an internal error).
-  graphs_.clear();
-  graphs_.reserve(plan_.pp);
-  for (const Program& prog : programs_) graphs_.emplace_back(prog);
+  graphs_.resize(plan_.pp);
+  for (int s = 0; s < plan_.pp; ++s) graphs_[s].assign(programs_[s]);
   P2pLists sends, recvs;
   // Group::kPp collectives: the k-th of each stage meet.
   std::vector<std::vector<int>> pp_colls(plan_.pp);
