@@ -58,25 +58,25 @@ void add_moe_part(const Op& op, double seconds, MoeParts& parts) {
 }
 
 // Pass `pass` played with the host cursor from host clock h0 and device clock d0 (core/
-// host_issue.h: an op starts once issued, its dependencies and its stream allow; the ops of a
-// p2p group together; a sync blocks the host until it has run); returns the device clock at the
-// pass's end and sets `h` to the host's. `start`/`end` are scratch of the fragment's size.
+// host_issue.h, core/issue_graph.h: an op starts once issued, its dependencies and its stream
+// allow; the ops of an issue group together; a sync blocks the host until it has run); returns
+// the device clock at the pass's end and sets `h` to the host's. `free`/`end` are scratch of the
+// fragment's size (free: as in play_layer_fragment).
 double pace_pass(const PlayableFragment& f, const LayerFragment::Pass& pass,
                  const std::vector<double>& comm_seconds, double h0, double d0, double& h,
-                 std::vector<double>& stream_free, std::vector<double>& end) {
+                 std::vector<double>& free, std::vector<double>& end) {
   const std::vector<PlayableFragment::Node>& nodes = f.nodes;
-  std::fill(stream_free.begin(), stream_free.end(), d0);
   h = h0;
   double pass_end = d0;
   for (int i = pass.begin; i < pass.end;) {
-    int last = i + 1;
-    if (nodes[i].p2p_group >= 0)
-      while (last < pass.end && nodes[last].p2p_group == nodes[i].p2p_group) ++last;
-    double at = HostPace::kNever;
+    const int last = nodes[i].issue_end;
+    // The group's stream is free once the ops before it on it have ended (d0 at the pass's start).
+    const int prev = nodes[i].stream_prev;
+    const double stream = prev >= pass.begin ? free[prev] : d0;
+    double at = stream;
     for (int j = i; j < last; ++j) {
       const PlayableFragment::Node& nd = nodes[j];
-      h += nd.host;  // issued
-      at = std::max(at, stream_free[nd.stream]);
+      h += nd.host;                                      // issued
       for (int d = nd.deps_begin; d < nd.deps_end; ++d)  // the passes before have ended
         if (f.deps[d] >= pass.begin) at = std::max(at, end[f.deps[d]]);
     }
@@ -90,7 +90,7 @@ double pace_pass(const PlayableFragment& f, const LayerFragment::Pass& pass,
     for (int j = i; j < last; ++j)
       if (nodes[j].recv) end[j] = std::max(at, end[nodes[j].send]);
     for (int j = i; j < last; ++j) {
-      stream_free[nodes[j].stream] = std::max(stream_free[nodes[j].stream], end[j]);
+      free[j] = std::max(j > i ? free[j - 1] : stream, end[j]);
       pass_end = std::max(pass_end, end[j]);
     }
     i = last;
@@ -101,11 +101,11 @@ double pace_pass(const PlayableFragment& f, const LayerFragment::Pass& pass,
 // The pass's HostPace: played from the host's clock alone and from the device's alone (the map
 // is max-plus linear in the two).
 HostPace pass_pace(const PlayableFragment& f, const LayerFragment::Pass& pass,
-                   const std::vector<double>& comm_seconds, std::vector<double>& stream_free,
+                   const std::vector<double>& comm_seconds, std::vector<double>& free,
                    std::vector<double>& end) {
   HostPace m;
-  m.dh = pace_pass(f, pass, comm_seconds, 0, HostPace::kNever, m.hh, stream_free, end);
-  m.dd = pace_pass(f, pass, comm_seconds, HostPace::kNever, 0, m.hd, stream_free, end);
+  m.dh = pace_pass(f, pass, comm_seconds, 0, HostPace::kNever, m.hh, free, end);
+  m.dd = pace_pass(f, pass, comm_seconds, HostPace::kNever, 0, m.hd, free, end);
   return m;
 }
 
@@ -126,14 +126,12 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
   }
   // The communication ops to price: one per shape the op pricer tells apart.
   std::unordered_map<OpShape, int, OpShapeHash> distinct;
-  std::unordered_map<int64_t, int> send_of_tag;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     PlayableFragment::Node& n = f.nodes[i];
     n.deps_begin = static_cast<int>(f.deps.size());
     f.deps.insert(f.deps.end(), op.deps.begin(), op.deps.end());
     n.deps_end = static_cast<int>(f.deps.size());
-    n.p2p_group = op.p2p_group;
     n.stream = static_cast<uint8_t>(op.stream);
     n.phase = static_cast<uint8_t>(op.tags.phase);
     n.flops = op.flops;
@@ -166,12 +164,8 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
       (fwd ? b.ep_bytes_forward : b.ep_bytes_backward) += op.bytes;
     if (op.kind == OpKind::kRecv) {
       n.recv = true;
-      auto s = send_of_tag.find(op.tag);
-      PARASOL_CHECK(s != send_of_tag.end(), "fragment recv '" + op.name + "' before its send");
-      n.send = s->second;
       continue;
     }
-    if (op.kind == OpKind::kSend) send_of_tag[op.tag] = static_cast<int>(i);
     auto [it, added] =
         distinct.emplace(pricer.shape(op, 0, false), static_cast<int>(f.comm_ops.size()));
     if (added) {
@@ -184,7 +178,31 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
     }
     n.comm = it->second;
   }
+  link_playable(f, IssueGraph(fragment.program));
   return f;
+}
+
+void link_playable(PlayableFragment& f, const IssueGraph& graph) {
+  PARASOL_CHECK(graph.size() == static_cast<int>(f.nodes.size()),
+                "a fragment's issue graph of " + std::to_string(graph.size()) + " ops for " +
+                    std::to_string(f.nodes.size()) + " nodes");
+  for (int i = 0; i < graph.size(); ++i) {
+    PlayableFragment::Node& n = f.nodes[i];
+    n.issue_end = graph.issue_end(i);
+    n.stream_prev = graph.stream_prev(i);
+    n.send = graph.is_recv(i) ? graph.partner(i) : -1;
+  }
+  for (const LayerFragment::Pass& pass : f.passes) {
+    if (pass.begin == pass.end) continue;
+    PARASOL_CHECK(
+        graph.issue_begin(pass.begin) == pass.begin && graph.issue_end(pass.end - 1) == pass.end,
+        "an issue group straddles the fragment pass [" + std::to_string(pass.begin) + ", " +
+            std::to_string(pass.end) + ")");
+    for (int i = pass.begin; i < pass.end; ++i)
+      PARASOL_CHECK(
+          !f.nodes[i].recv || (f.nodes[i].send >= 0 && f.nodes[i].send < f.nodes[i].issue_end),
+          "fragment recv " + std::to_string(i) + " before its send");
+  }
 }
 
 std::vector<double> communication_seconds(const PlayableFragment& f, OpPricer& pricer, int stage) {
@@ -201,22 +219,21 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
   auto seconds = [&](const PlayableFragment::Node& nd) {
     return nd.comm >= 0 ? comm_seconds[nd.comm] : nd.seconds;
   };
-  std::vector<double> start(n, 0), end(n, 0);
-  std::vector<double> stream_free(f.streams, 0);
+  // free[i]: when op i's stream is free after it (the latest end of it and the ops before it on
+  // its stream in its pass, or the pass's start).
+  std::vector<double> start(n, 0), end(n, 0), free(n, 0);
   LayerPrice lp = f.bytes;
   double comm_total[3] = {0, 0, 0}, exposed_total[3] = {0, 0, 0};
   double t0 = 0;
   for (const LayerFragment::Pass& pass : f.passes) {
-    std::fill(stream_free.begin(), stream_free.end(), t0);
     for (int i = pass.begin; i < pass.end;) {
-      // The ops issued together: a p2p group's consecutive transfers, or the op alone.
-      int last = i + 1;
-      if (nodes[i].p2p_group >= 0)
-        while (last < pass.end && nodes[last].p2p_group == nodes[i].p2p_group) ++last;
-      double at = 0;
+      // The ops issued together (a p2p group's transfers, or the op alone), on one stream.
+      const int last = nodes[i].issue_end;
+      const int prev = nodes[i].stream_prev;
+      const double stream = prev >= pass.begin ? free[prev] : t0;
+      double at = stream;
       for (int j = i; j < last; ++j) {
         const PlayableFragment::Node& nd = nodes[j];
-        at = std::max(at, stream_free[nd.stream]);
         for (int d = nd.deps_begin; d < nd.deps_end; ++d) at = std::max(at, end[f.deps[d]]);
       }
       for (int j = i; j < last; ++j) {  // sends (and any other op) first, then receives
@@ -229,8 +246,7 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
         start[j] = at;
         end[j] = std::max(at, end[nodes[j].send]);
       }
-      for (int j = i; j < last; ++j)
-        stream_free[nodes[j].stream] = std::max(stream_free[nodes[j].stream], end[j]);
+      for (int j = i; j < last; ++j) free[j] = std::max(j > i ? free[j - 1] : stream, end[j]);
       i = last;
     }
     double pass_end = t0;
@@ -289,7 +305,7 @@ LayerPrice play_layer_fragment(const PlayableFragment& f, const std::vector<doub
   }
   // The passes with the host cursor: the forward's, and the rest (the backward's) after it.
   for (const LayerFragment::Pass& pass : f.passes) {
-    const HostPace m = pass_pace(f, pass, comm_seconds, stream_free, end);
+    const HostPace m = pass_pace(f, pass, comm_seconds, free, end);
     const bool forward = pass.begin < pass.end &&
                          static_cast<Phase>(nodes[pass.begin].phase) == Phase::kForward &&
                          static_cast<Phase>(nodes[pass.end - 1].phase) == Phase::kForward;

@@ -3,10 +3,11 @@
 // each priced by the op pricer (cost_models/op_cost.h). The closed-form estimate sums these
 // prices over a stage's layers, so a layer is described once, by the lowering.
 //
-// The fragment's passes are played by the Program's execution rules: an op starts once its
-// dependencies and the op before it on its stream have finished; the transfers of one p2p group
-// start together once all of them are ready; a receive completes with the send of its tag (by
-// symmetry a ring neighbour sends when this rank does). What the event simulator adds on top
+// The fragment's passes are played by the Program's execution rules (core/issue_graph.h, whose
+// graph links the nodes): an op starts once its dependencies and the op before it on its stream
+// have finished; the transfers of one p2p group start together once all of them are ready; a
+// receive completes with the send it pairs with (by symmetry a ring neighbour sends when this
+// rank does); a send holds its stream until it has completed. What the event simulator adds on top
 // (link sharing between concurrent transfers, compute slowed while communication runs) is not
 // played here: the closed form charges Profile::overlap_compute_slowdown on the hidden
 // communication instead (dp_overlap_compute_slowdown on the data-parallel traffic). The compute
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/host_issue.h"
+#include "core/issue_graph.h"
 #include "core/lower.h"
 #include "cost_models/op_cost.h"
 
@@ -93,8 +95,12 @@ struct PlayableFragment {
     double host = 0;     // seconds the host spends issuing it
     double flops = 0;
     int deps_begin = 0, deps_end = 0;  // its dependencies: deps[deps_begin, deps_end)
-    int p2p_group = -1;
-    int send = -1;  // a receive: the node of the send of its tag
+    // From the fragment's issue graph (core/issue_graph.h; link_playable): one past the last node
+    // of its issue group (its p2p group, or itself alone), the node before it on its stream (-1:
+    // none) and, a receive, the node of the send it completes with.
+    int issue_end = 0;
+    int stream_prev = -1;
+    int send = -1;
     int comm = -1;  // communication: its entry in comm_ops (receives: -1)
     uint8_t stream = 0;
     uint8_t phase = 0;     // Phase
@@ -112,6 +118,12 @@ struct PlayableFragment {
   // Only its *_bytes_* fields (the fragment's communication volumes) and its MoE parts.
   LayerPrice bytes;
 };
+
+// Links f's nodes by the execution rules of `graph`, the issue graph of the Program they were made
+// from (one node per op): the issue groups, each node's stream predecessor, each receive's send.
+// REQUIRES: no issue group straddles a pass's bounds; a receive inside a pass completes with a
+// send issued no later than itself (PARASOL_CHECK).
+void link_playable(PlayableFragment& f, const IssueGraph& graph);
 
 // `fragment` made playable, its compute ops priced by `pricer`.
 // REQUIRES: `pricer` prices the plan `fragment` was lowered from.

@@ -1,8 +1,9 @@
-// The discrete-event engine (see engine.h for what it models). Layout for speed: the ops of all
-// stage Programs are numbered globally; their run state is a flat array of 32-byte records
-// (duration, pending-dependency counter, next op of the stream, ...) plus a CSR list of
-// dependents, all kept in a Simulator's workspace and reused from plan to plan. The only
-// dynamic structure is a small binary heap of finish events (about one per busy stream).
+// The discrete-event engine (see engine.h for what it models). The execution rules
+// (dependencies, stream order, a ring receive's send) are each stage Program's issue graph
+// (core/issue_graph.h), built and checked once per run. Layout for speed: the ops of all stage
+// Programs are numbered globally; their run state is a flat array of 32-byte records (duration,
+// pending-dependency counter, next op of the stream, ...), kept in a Simulator's workspace and
+// reused from plan to plan. The only dynamic structure is a small binary heap of finish events (about one per busy stream).
 // Durations are priced in one pass over the Ops before the run, once per distinct op shape
 // (a hash map behind a direct-mapped memo); group placements are priced once per Simulator.
 #include "sim/engine.h"
@@ -21,6 +22,7 @@
 
 #include "core/error.h"
 #include "core/host_issue.h"
+#include "core/issue_graph.h"
 #include "core/liveness.h"
 #include "core/rank_layout.h"
 #include "cost_models/compute_overlap.h"
@@ -133,7 +135,7 @@ struct Simulator::Workspace {
   std::vector<double> remaining;
   std::vector<double> host_cost;    // seconds the host spends issuing each op
   std::vector<uint8_t> host_state;  // 1: issued; 2: ready, waiting for the host to issue it
-  std::vector<int> dep_off, dep_list, dep_src, dep_dst;
+  std::vector<IssueGraph> graphs;   // per stage
   std::vector<std::vector<std::vector<int>>> stream_ops;
 };
 
@@ -150,17 +152,10 @@ std::string op_path(int stage, int id) {
   return "programs[" + std::to_string(stage) + "].ops[" + std::to_string(id) + "]";
 }
 
-// Send/recv matching. Pipeline p2p (Group::kPp): sender stage, receiver stage and tag; ring
-// steps of another group (cp): the same stage (by symmetry the ring neighbour sends when the
-// representative does) and tag. Untagged ops (tag < 0) match by direction and micro-batch,
-// in issue order.
-using P2pKey = std::tuple<int, int, int, int64_t, int, int>;
+// Pipeline send/recv matching across the stages' Programs (core/issue_graph.h's p2p_key: sender
+// stage, receiver stage and tag; untagged ops by direction and micro-batch, in issue order). A
+// ring step's receive pairs with its own stage's send: its issue graph pairs them.
 using P2pLists = std::map<P2pKey, std::vector<int>>;  // the ops of a key in issue order
-P2pKey p2p_key(int from, int to, const Op& op) {
-  const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
-  return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
-                     : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
-}
 
 // The run state of all ops of all stages.
 class Engine {
@@ -179,11 +174,8 @@ class Engine {
         remaining_(work.remaining),
         host_cost_(work.host_cost),
         host_state_(work.host_state),
-        dep_off_(work.dep_off),
-        dep_list_(work.dep_list),
+        graphs_(work.graphs),
         stream_ops_(work.stream_ops),
-        dep_src_(work.dep_src),
-        dep_dst_(work.dep_dst),
         slowdown_{{0, cost::compute_slowdown(profile, false, true)},
                   {cost::compute_slowdown(profile, true, false),
                    cost::compute_slowdown(profile, true, true)}},
@@ -225,7 +217,6 @@ class Engine {
   void reset_state();
   void add_stage(int stage, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls);
   void add_op(int stage, int i, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls);
-  void build_dependents();
   void pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs);
   void build_rendezvous(const std::vector<std::vector<int>>& pp_colls);
 
@@ -261,7 +252,7 @@ class Engine {
   std::unique_ptr<cost::OpPricer> pricer_;
 
   int n_ = 0;
-  std::vector<int> base_;                                      // first global id of each stage
+  std::vector<int> base_;  // first global id of each stage
   std::shared_future<std::vector<Liveness>> liveness_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
@@ -270,14 +261,15 @@ class Engine {
   std::vector<double>& remaining_;  // shared ops: standalone seconds still to go
   std::vector<double>& host_cost_;
   std::vector<uint8_t>& host_state_;
+  // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
+  // successors, its ring receives' sends (in the Simulator's workspace).
+  std::vector<IssueGraph>& graphs_;
   // Per stage: the host's cursor, the next op it issues and whether it waits on a sync.
   std::vector<HostCursor> host_;
   std::vector<int> host_next_;
   std::vector<uint8_t> host_blocked_;
-  std::vector<int>&dep_off_, &dep_list_;  // dependents (CSR)
   // Per stage and stream: the ops in issue order (for the breakdown sweep).
   std::vector<std::vector<std::vector<int>>>& stream_ops_;
-  std::vector<int>&dep_src_, &dep_dst_;  // dependency edges while building
   // Processor-sharing sets: stage * kClasses + class.
   struct Share {
     std::vector<int> active;
@@ -310,17 +302,13 @@ class Engine {
 void Engine::build() {
   start_peak_memory();
   reset_state();
-  // Deps are gathered (flat, global ids) in the single pass over the Ops below; the dependents
-  // CSR is built from them afterwards.
-  dep_src_.clear();
-  dep_dst_.clear();
-  dep_src_.reserve(2 * static_cast<size_t>(n_));  // (a guess; one pass over the Ops only)
-  dep_dst_.reserve(2 * static_cast<size_t>(n_));
+  // The rules of each stage's Program, checked (a malformed Program is an internal error).
+  graphs_.resize(plan_.pp);
+  for (int s = 0; s < plan_.pp; ++s) graphs_[s].assign(programs_[s]);
   P2pLists sends, recvs;
   // Group::kPp collectives: the k-th of each stage meet.
   std::vector<std::vector<int>> pp_colls(plan_.pp);
   for (int s = 0; s < plan_.pp; ++s) add_stage(s, sends, recvs, pp_colls[s]);
-  build_dependents();
   pair_sends_and_recvs(sends, recvs);
   build_rendezvous(pp_colls);
 }
@@ -358,11 +346,12 @@ void Engine::reset_state() {
   compute_last_.assign(pp, 0);
 }
 
-// One pass over the Ops of stage s: checks each, chains it after the previous op of its stream,
-// gathers its deps, types and prices it (add_op) and files its sends, recvs and kPp collectives
-// for matching.
+// One pass over the Ops of stage s: an op waits for its deps and the op before it on its stream
+// (its issue graph's edges), is typed and priced (add_op), and its sends, recvs and kPp
+// collectives are filed for matching.
 void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls) {
   const Program& prog = programs_[s];
+  const IssueGraph& graph = graphs_[s];
   const int nops = static_cast<int>(prog.ops.size());
   const int nstreams = static_cast<int>(prog.streams.size());
   stream_ops_[s].resize(nstreams);
@@ -370,31 +359,15 @@ void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>
     v.clear();
     v.reserve(nops / std::max(1, nstreams) + 1);
   }
-  std::vector<int> last_in_stream(nstreams, -1);
   for (int i = 0; i < nops; ++i) {
-    // The Ops are large and their deps live elsewhere on the heap: fetch ahead.
+    // The Ops are large: fetch ahead.
     if (i + 8 < nops) __builtin_prefetch(&prog.ops[i + 8]);
-    if (i + 4 < nops && !prog.ops[i + 4].deps.empty())
-      __builtin_prefetch(prog.ops[i + 4].deps.data());
     const Op& op = prog.ops[i];
     const int g = base_[s] + i;
-    PARASOL_CHECK(op.stream >= 0 && op.stream < nstreams,
-                  op_path(s, i) + ".stream: bad stream " + std::to_string(op.stream) +
-                      " (the Program has " + std::to_string(nstreams) + ")");
     stage_[g] = s;
-    for (int d : op.deps) {
-      PARASOL_CHECK(d >= 0 && d < nops && d != i,
-                    op_path(s, i) + ".deps: bad op id " + std::to_string(d));
-      dep_src_.push_back(base_[s] + d);
-      dep_dst_.push_back(g);
-    }
-    ops_[g].pending = static_cast<int>(op.deps.size());
-    int& last = last_in_stream[op.stream];
-    if (last >= 0) {
-      ops_[last].next = g;
-      ++ops_[g].pending;
-    }
-    last = g;
+    const int next = graph.stream_next(i);
+    ops_[g].next = next >= 0 ? base_[s] + next : -1;
+    ops_[g].pending = static_cast<int>(op.deps.size()) + (graph.stream_prev(i) >= 0 ? 1 : 0);
     stream_ops_[s][op.stream].push_back(g);
     add_op(s, i, sends, recvs, pp_colls);
   }
@@ -425,12 +398,14 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
                     (op.peer_stage < 0 || op.peer_stage >= pp || op.peer_stage == s)),
                   op_path(s, i) + ".peer_stage: bad peer stage " + std::to_string(op.peer_stage));
     ops_[g].cat = kCatComm0 + static_cast<int>(op.group);
-    if (op.kind == OpKind::kSend) {
-      ops_[g].type = Type::kSend;
-      sends[p2p_key(s, pipeline ? op.peer_stage : s, op)].push_back(g);
-    } else if (op.kind == OpKind::kRecv) {
-      ops_[g].type = Type::kRecv;
-      recvs[p2p_key(pipeline ? op.peer_stage : s, s, op)].push_back(g);
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+      const bool send = op.kind == OpKind::kSend;
+      ops_[g].type = send ? Type::kSend : Type::kRecv;
+      if (pipeline)
+        (send ? sends[p2p_key(s, op.peer_stage, op)] : recvs[p2p_key(op.peer_stage, s, op)])
+            .push_back(g);
+      else  // a ring step: its pair on this stage (the issue graph's)
+        ops_[g].partner = base_[s] + graphs_[s].partner(i);
     } else if (op.group == Group::kPp) {
       ops_[g].type = Type::kPpCollective;
       pp_colls.push_back(g);
@@ -448,18 +423,8 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
   }
 }
 
-// The dependents of each op (CSR) from the gathered dependency edges.
-void Engine::build_dependents() {
-  dep_off_.assign(n_ + 1, 0);
-  for (int src : dep_src_) ++dep_off_[src + 1];
-  for (int i = 0; i < n_; ++i) dep_off_[i + 1] += dep_off_[i];
-  dep_list_.resize(dep_src_.size());
-  std::vector<int> fill(dep_off_.begin(), dep_off_.end() - 1);
-  for (size_t e = 0; e < dep_src_.size(); ++e) dep_list_[fill[dep_src_[e]]++] = dep_dst_[e];
-}
-
-// Pairs each recv with the send of the same key (in issue order); either without its match is
-// a malformed Program (InternalError: the lowering's bug).
+// Pairs each pipeline recv with the send of the same key (in issue order); either without its
+// match is a malformed Program (InternalError: the lowering's bug).
 void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) {
   for (auto& [key, list] : recvs) {
     auto it = sends.find(key);
@@ -630,14 +595,12 @@ void Engine::finish(int i, double t) {
     act.erase(std::find(act.begin(), act.end(), i));
     share_reschedule(c, t);
   }
-  for (int k = dep_off_[i]; k < dep_off_[i + 1]; ++k) {
-    const int d = dep_list_[k];
-    if (--ops_[d].pending == 0) ready_.push_back(d);
-  }
+  const int s = stage_[i], base = base_[s];
+  for (int d : graphs_[s].dependents(i - base))
+    if (--ops_[base + d].pending == 0) ready_.push_back(base + d);
   const int nx = ops_[i].next;
   if (nx >= 0 && --ops_[nx].pending == 0) ready_.push_back(nx);
   if (ops_[i].type == Type::kSync) {
-    const int s = stage_[i];
     host_blocked_[s] = 0;
     host_advance(s, t);
   }

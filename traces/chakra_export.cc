@@ -10,6 +10,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/issue_graph.h"
 #include "core/json_reader.h"
 #include "core/lower.h"
 #include "core/rank_layout.h"
@@ -106,14 +107,18 @@ double tensor_bytes(const Program& p, const Op& op) {
   return b;
 }
 
-pb::Node node_of(const Program& p, const Op& op, int prev_on_stream, double seconds, int rank,
+// The node of `op` with the issue graph's edges (core/issue_graph.h): its dependencies, and the op
+// before it on its stream.
+pb::Node node_of(const IssueGraph& graph, const Op& op, double seconds, int rank,
                  const RankLayout& layout, GroupIds& groups) {
+  const Program& p = graph.program();
   pb::Node n;
   n.set_id(op.id);
   n.set_name(op.name);
-  for (int d : op.deps) n.add_data_deps(d);
+  for (int d : graph.deps(op.id)) n.add_data_deps(d);
+  const int prev_on_stream = graph.stream_prev(op.id);
   bool listed = prev_on_stream < 0;
-  for (int d : op.deps) listed = listed || d == prev_on_stream;
+  for (int d : graph.deps(op.id)) listed = listed || d == prev_on_stream;
   // Chakra's ETFeeder (the reader ASTRA-sim replays through) resolves a node's data_deps only:
   // the stream's order is written there too, and kept in ctrl_deps for the tools that read them.
   if (!listed) {
@@ -180,6 +185,11 @@ std::vector<ChakraFile> chakra_export(const Model& model, const Cluster& cluster
     }
   }
 
+  // The execution rules of each stage's Program, checked once (a malformed one is parasol's bug).
+  std::vector<IssueGraph> graphs;
+  graphs.reserve(plan.pp);
+  for (const Program& p : lowered.programs) graphs.emplace_back(p);
+
   GroupIds groups;
   std::vector<ChakraFile> files;
   for (int rank = 0; rank < layout.world(); ++rank) {
@@ -200,12 +210,10 @@ std::vector<ChakraFile> chakra_export(const Model& model, const Cluster& cluster
     a->set_uint64_val(p.stage);
     ChakraFile f{chakra_file_name(rank), ""};
     append(f.bytes, meta);
-    std::vector<int> last(p.streams.size(), -1);  // per stream, its latest op so far
-    for (const Op& op : p.ops) {
-      append(f.bytes,
-             node_of(p, op, last[op.stream], seconds[p.stage][op.id], rank, layout, groups));
-      last[op.stream] = op.id;
-    }
+    const IssueGraph& graph = graphs[p.stage];
+    PARASOL_CHECK(&graph.program() == &p, "rank " + std::to_string(rank) + "'s Program");
+    for (const Op& op : p.ops)
+      append(f.bytes, node_of(graph, op, seconds[p.stage][op.id], rank, layout, groups));
     files.push_back(std::move(f));
   }
   files.push_back({"comm_group.json", groups.json()});

@@ -20,9 +20,15 @@ namespace {
 
 using Node = PlayableFragment::Node;
 
-// A node: compute (seconds) or communication (its comm_ops entry, priced by the test), with deps.
+// A node: compute (seconds) or communication (its comm_ops entry, priced by the test), with deps;
+// beside the nodes, the Program they stand for, whose issue graph links them (link_playable).
 struct Builder {
   PlayableFragment f;
+  Program prog;
+  Builder() {
+    prog.streams = {StreamKind::kCompute, StreamKind::kComm, StreamKind::kCopy};
+    f.streams = 3;
+  }
   int compute(double seconds, Phase phase, std::vector<int> deps, double flops = 0) {
     Node n;
     n.seconds = seconds;
@@ -30,40 +36,54 @@ struct Builder {
     n.compute = true;
     n.stream = 0;
     n.phase = static_cast<uint8_t>(phase);
-    return add(n, deps);
+    return add(n, deps, op(OpKind::kLinear, Group::kTp, 0, -1));
   }
+  // A ring (Group::kCp) transfer in a p2p group is a send of its own tag, any other a collective.
   int comm(Group g, Phase phase, std::vector<int> deps, int stream = 1, int p2p_group = -1) {
     Node n;
     n.comm = static_cast<int>(f.comm_ops.size());
-    Op op;
-    op.group = g;
-    f.comm_ops.push_back(op);
+    Op o;
+    o.group = g;
+    f.comm_ops.push_back(o);
     n.stream = static_cast<uint8_t>(stream);
     n.phase = static_cast<uint8_t>(phase);
     n.category = g == Group::kCp ? 1 : g == Group::kEp ? 2 : 0;
-    n.p2p_group = p2p_group;
-    return add(n, deps);
+    const OpKind kind = g == Group::kCp && p2p_group >= 0 ? OpKind::kSend
+                        : g == Group::kEp                 ? OpKind::kAllToAll
+                                                          : OpKind::kAllReduce;
+    return add(n, deps, op(kind, g, stream, p2p_group));
   }
   int recv(int send, Phase phase, int stream, int p2p_group) {
     Node n;
     n.recv = true;
-    n.send = send;
     n.stream = static_cast<uint8_t>(stream);
     n.phase = static_cast<uint8_t>(phase);
     n.category = 1;
-    n.p2p_group = p2p_group;
-    return add(n, {});
+    Op o = op(OpKind::kRecv, Group::kCp, stream, p2p_group);
+    o.tag = prog.ops[send].tag;
+    return add(n, {}, o);
   }
-  int add(Node n, const std::vector<int>& deps) {
+  Op op(OpKind kind, Group g, int stream, int p2p_group) {
+    Op o;
+    o.kind = kind;
+    o.group = g;
+    o.stream = stream;
+    o.p2p_group = p2p_group;
+    o.tag = static_cast<int64_t>(prog.ops.size());
+    return o;
+  }
+  int add(Node n, const std::vector<int>& deps, Op o) {
     n.deps_begin = static_cast<int>(f.deps.size());
     f.deps.insert(f.deps.end(), deps.begin(), deps.end());
     n.deps_end = static_cast<int>(f.deps.size());
     f.nodes.push_back(n);
+    o.deps = deps;
+    prog.add_op(o);
     return static_cast<int>(f.nodes.size()) - 1;
   }
   void pass(int begin) {
     f.passes.push_back({begin, static_cast<int>(f.nodes.size())});
-    f.streams = 3;
+    link_playable(f, IssueGraph(prog));
   }
 };
 
@@ -100,14 +120,14 @@ TEST(LayerFragmentPlay, ChargesIdleComputeToWhatItWaitedFor) {
 
 TEST(LayerFragmentPlay, ReceivesCompleteWithTheirSendAndP2pGroupsStartTogether) {
   Builder b;
-  // Recompute: a ring exchange (send 2 s, recv) grouped with a send that waits for a 1 s GEMM:
-  // the group starts at 1 s, the receive completes at 3 s; the attention after it waits 2 s,
-  // charged to the recompute.
+  // Recompute: a ring exchange (send 2 s, recv) grouped with another (a send that waits for a 1 s
+  // GEMM, and its recv): the group starts at 1 s, the receive completes at 3 s; the attention
+  // after it waits 2 s, charged to the recompute.
   const int gemm = b.compute(1, Phase::kRecompute, {});
   const int s1 = b.comm(Group::kCp, Phase::kRecompute, {}, 1, 7);
   const int s2 = b.comm(Group::kCp, Phase::kRecompute, {gemm}, 1, 7);
   const int r = b.recv(s1, Phase::kRecompute, 1, 7);
-  (void)s2;
+  b.recv(s2, Phase::kRecompute, 1, 7);
   b.compute(0.5, Phase::kRecompute, {r}, 3);
   b.pass(0);
   const LayerPrice lp = play_layer_fragment(b.f, {2.0, 0.25});

@@ -398,8 +398,18 @@ TEST_F(EngineTest, MalformedProgramsAreInternalErrorsNamingTheOp) {
   {
     Program p = stage(0);
     gemm(p, "A", 128, 128, 128, {1});
-    gemm(p, "B", 128, 128, 128, {0});  // cycle
+    gemm(p, "B", 128, 128, 128, {0});  // a cycle: a dependency on a later op (core/issue_graph.h)
     std::string e = sim_error(model, one, plan(8, 1), {p}, prof);
+    EXPECT_EQ(e.rfind("programs[0].ops[0].deps: bad op id 1", 0), 0u) << e;
+  }
+  {
+    // Each stage receives before it sends to the other: neither send ever runs.
+    Program p0 = stage(0), p1 = stage(1);
+    p2p(p0, OpKind::kRecv, 1, 0, Phase::kBackward, 1e6, 1);
+    p2p(p0, OpKind::kSend, 1, 0, Phase::kForward, 1e6, 1);
+    p2p(p1, OpKind::kRecv, 0, 0, Phase::kForward, 1e6, 1);
+    p2p(p1, OpKind::kSend, 0, 0, Phase::kBackward, 1e6, 1);
+    std::string e = sim_error(model, two, plan(8, 2), {p0, p1}, prof);
     EXPECT_EQ(e.rfind("programs[0].ops[0]", 0), 0u) << e;
     EXPECT_NE(e.find("never ran"), std::string::npos) << e;
   }

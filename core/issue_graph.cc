@@ -1,0 +1,185 @@
+// The execution rules of a Program, checked once, and a rank's place under them (issue_graph.h).
+#include "core/issue_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+namespace parasol {
+
+P2pKey p2p_key(int from, int to, const Op& op) {
+  const int dir = op.tags.phase == Phase::kBackward ? 1 : 0;
+  return op.tag >= 0 ? P2pKey{static_cast<int>(op.group), from, to, op.tag, 0, 0}
+                     : P2pKey{static_cast<int>(op.group), from, to, -1, dir, op.tags.micro_batch};
+}
+
+namespace {
+
+// A malformed Program: an internal error naming the op ("programs[<stage>].ops[<i>]<field>").
+[[noreturn]] void malformed(const Program& p, int i, const std::string& field,
+                            const std::string& reason) {
+  throw InternalError(
+      "programs[" + std::to_string(p.stage) + "].ops[" + std::to_string(i) + "]" + field,
+      reason + " ('" + p.ops[i].name + "')");
+}
+
+bool p2p(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
+
+}  // namespace
+
+void IssueGraph::assign(const Program& program) {
+  program_ = &program;
+  const std::vector<Op>& ops = program.ops;
+  const int n = static_cast<int>(ops.size());
+  const int nstreams = static_cast<int>(program.streams.size());
+  prev_.assign(n, -1);
+  next_.assign(n, -1);
+  group_begin_.resize(n);
+  group_end_.resize(n);
+  partner_.assign(n, -1);
+  dependents_off_.assign(n + 1, 0);
+  edges_.clear();  // each op's dependencies, op after op
+  std::vector<int> last(nstreams, -1);
+  std::vector<char> closed;  // p2p groups whose run of ops has ended
+  // Receives and sends of this Program that pair with each other (not Group::kPp), by key.
+  std::map<P2pKey, std::vector<int>> sends, recvs;
+  for (int i = 0; i < n; ++i) {
+    if (i + 8 < n) __builtin_prefetch(&ops[i + 8]);  // the Ops are large
+    const Op& op = ops[i];
+    if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
+    if (op.stream < 0 || op.stream >= nstreams)
+      malformed(program, i, ".stream",
+                "bad stream " + std::to_string(op.stream) + " (the Program has " +
+                    std::to_string(nstreams) + ")");
+    for (int d : op.deps) {
+      if (d < 0 || d >= i)
+        malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
+      ++dependents_off_[d + 1];
+      edges_.push_back({d, i});
+    }
+    int& l = last[op.stream];
+    prev_[i] = l;
+    if (l >= 0) next_[l] = i;
+    l = i;
+    // Issue groups: a p2p group's run of consecutive transfers.
+    group_begin_[i] = i;
+    if (op.p2p_group >= 0) {
+      if (!p2p(op.kind))
+        malformed(program, i, ".p2p_group",
+                  std::string("a ") + op_kind_name(op.kind) + " in p2p group " +
+                      std::to_string(op.p2p_group));
+      const Op* before = i > 0 ? &ops[i - 1] : nullptr;
+      if (before && before->p2p_group == op.p2p_group) {
+        if (before->stream != op.stream || before->group != op.group)
+          malformed(program, i, ".p2p_group",
+                    std::to_string(op.p2p_group) + " spans streams or communication groups");
+        group_begin_[i] = group_begin_[i - 1];
+      } else {
+        if (static_cast<int>(closed.size()) <= op.p2p_group) closed.resize(op.p2p_group + 1, 0);
+        if (closed[op.p2p_group])
+          malformed(program, i, ".p2p_group",
+                    std::to_string(op.p2p_group) + " is not consecutive in the Program");
+        closed[op.p2p_group] = 1;
+      }
+    }
+    for (int d : op.deps)
+      if (d >= group_begin_[i])
+        malformed(program, i, ".deps",
+                  "op " + std::to_string(d) + " is of its own p2p group, issued with it");
+    if (p2p(op.kind)) {
+      if (op.group == Group::kPp) {
+        if (op.peer_stage < 0 || op.peer_stage == program.stage)
+          malformed(program, i, ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
+      } else {
+        const P2pKey key = p2p_key(program.stage, program.stage, op);
+        (op.kind == OpKind::kSend ? sends : recvs)[key].push_back(i);
+      }
+    }
+  }
+  for (int i = n - 1; i >= 0; --i)
+    group_end_[i] = i + 1 < n && group_begin_[i + 1] == group_begin_[i] ? group_end_[i + 1] : i + 1;
+  // The dependents (CSR), each list ascending.
+  for (int i = 0; i < n; ++i) dependents_off_[i + 1] += dependents_off_[i];
+  dependents_.resize(dependents_off_[n]);
+  // Each list filled from its start, its offset moved to its end (the edges, not the Ops again).
+  for (const auto& [d, i] : edges_) dependents_[dependents_off_[d]++] = i;
+  for (int i = n; i > 0; --i) dependents_off_[i] = dependents_off_[i - 1];
+  dependents_off_[0] = 0;
+  // The k-th receive of a key with the k-th send.
+  for (const auto& [key, list] : recvs) {
+    auto it = sends.find(key);
+    const size_t have = it == sends.end() ? 0 : it->second.size();
+    if (list.size() > have)
+      malformed(program, list[have], "",
+                "recv (tag " + std::to_string(ops[list[have]].tag) + ") has no matching send");
+    for (size_t k = 0; k < list.size(); ++k) {
+      partner_[list[k]] = it->second[k];
+      partner_[it->second[k]] = list[k];
+    }
+  }
+  for (const auto& [key, list] : sends)
+    for (int i : list)
+      if (partner_[i] < 0)
+        malformed(program, i, "",
+                  "send (tag " + std::to_string(ops[i].tag) + ") has no matching recv");
+}
+
+IssueState::IssueState(const IssueGraph& graph, IssueRules rules)
+    : graph_(graph), rules_(rules), state_(graph.size(), kWaiting) {}
+
+bool IssueState::can_reach() const {
+  if (cursor_ >= graph_.size()) return false;
+  return !(cursor_ > 0 && graph_.is_sync(cursor_ - 1) && state_[cursor_ - 1] != kCompleted);
+}
+
+void IssueState::reach() {
+  PARASOL_CHECK(can_reach(), "the host reaches op " + std::to_string(cursor_) + " too early");
+  ++cursor_;
+}
+
+bool IssueState::releases(int j) const {
+  return state_[j] == kCompleted ||
+         (rules_.eager_sends && state_[j] == kIssued && graph_.is_send(j));
+}
+
+bool IssueState::ready(int i) const {
+  const int begin = graph_.issue_begin(i), end = graph_.issue_end(i);
+  if (end > cursor_) return false;
+  for (int j = begin; j < end; ++j) {
+    if (state_[j] != kWaiting) return false;
+    const int p = graph_.stream_prev(j);
+    // A group's own members run on one stream: the member before does not hold the next.
+    if (p >= 0 && p < begin && !releases(p)) return false;
+    for (int d : graph_.deps(j))
+      if (d < begin && !releases(d)) return false;
+  }
+  return true;
+}
+
+std::vector<int> IssueState::ready_groups() const {
+  std::vector<int> out;
+  for (int i = 0; i < cursor_; i = graph_.issue_end(i))
+    if (ready(i)) out.push_back(i);
+  return out;
+}
+
+void IssueState::issued(int i) {
+  PARASOL_CHECK(ready(i), "op " + std::to_string(i) + " issued before the rules allow");
+  for (int j = graph_.issue_begin(i); j < graph_.issue_end(i); ++j) state_[j] = kIssued;
+}
+
+bool IssueState::can_complete(int i) const {
+  if (state_[i] != kIssued) return false;
+  const int p = graph_.partner(i);
+  return !(graph_.is_recv(i) && p >= 0 && state_[p] != kCompleted);
+}
+
+void IssueState::completed(int i) {
+  PARASOL_CHECK(can_complete(i), "op " + std::to_string(i) + " completed before the rules allow");
+  state_[i] = kCompleted;
+  ++completed_;
+}
+
+}  // namespace parasol
