@@ -336,13 +336,6 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.optimizer_dtype",
                 std::string("bf16 optimizer state keeps bf16 weights; the precision is ") +
                     dtype_name(p.precision));
-  // torch.optim on CPU tensors without fused=True runs its per-parameter for-loop (torch's
-  // default off CUDA), several passes over memory per op: parasol prices only the fused kernel.
-  if (p.offload.optimizer && p.cpu_optimizer == CpuOptimizer::kTorch &&
-      p.optimizer_impl != OptimizerImpl::kFused)
-    throw Error("plan.cpu_optimizer",
-                std::string("torch prices torch.optim's fused CPU AdamW only; optimizer_impl is ") +
-                    optimizer_impl_name(p.optimizer_impl));
   if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16 &&
       p.grad_reduce_dtype != Dtype::kFp16)
     throw Error("plan.grad_reduce_dtype",
