@@ -27,8 +27,8 @@ double host_optimizer_seconds(const Cluster& cluster, const Profile& profile, co
   if (plan.cpu_optimizer == CpuOptimizer::kTorch) {
     const double bw = server_host_memory_bandwidth(cluster, gpu) * profile.host_memory_efficiency;
     if (bw > 0)
-      return params * torch_cpu_adam_accesses(plan.optimizer_impl) * dtype_bytes(plan.optimizer_dtype) /
-             (bw / sharing);
+      return params * torch_cpu_adam_accesses(plan.optimizer_impl) *
+             dtype_bytes(plan.optimizer_dtype) / (bw / sharing);
   }
   return params / (profile.host_adam_params_per_s / sharing);
 }
