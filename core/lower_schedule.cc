@@ -165,11 +165,14 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     // (pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward: "When
     // composing with module-hook-based activation checkpointing, the pre-backward hook is
     // responsible for the unshard"); DeepSpeed ZeRO-3 keeps parameters reused within
-    // stage3_max_reuse_distance (1e9 elements) gathered. The closed form counts one gather per
-    // backward (cost_models/estimate.cc, DataParallelSync::by_layers).
+    // stage3_max_reuse_distance (Plan::zero3_max_reuse_distance) gathered and gathers the rest
+    // again (regather_layer; the lowering keeps the layer's buffers). The closed form counts the
+    // same (cost_models/estimate.cc, DataParallelSync::by_layers).
     const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
                        (p_.zero >= 3 || p_.offload.params);
     acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
+    // DeepSpeed releases the modules its reuse distance does not reach: gathered again.
+    if (reuse) regather_layer(local_of(c, use.j), acq[u].w, dep);
     Saved& stored = saved_[saved_index(c, mb, use.j)];
     const bool full = local_of(c, use.j) < full_k_;
     acq[u].acts = stored;
