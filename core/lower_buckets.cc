@@ -355,8 +355,15 @@ void Lowerer::regather_layer(int local, const WSet& w, int dep) {
     for (double x : again) part += x;
     if (part <= 0 || all <= 0) continue;
     Label label(this, b);
+    // The modules kept are the layer's last ones (the elements between a module's two uses
+    // shrink towards the end of the layer), so the first again.size() modules are gathered
+    // again: only their weights are written (the backward of the kept ones does not wait).
     std::vector<int> dev;
-    for (const Spec& s : b.specs) dev.push_back(w[s.slot]);
+    size_t module = 0;
+    for (size_t i = 0; i < b.specs.size(); ++i) {
+      if (i > 0 && !is_bias_slot(b.specs[i].slot)) ++module;
+      if (module < again.size()) dev.push_back(w[b.specs[i].slot]);
+    }
     const int ag = collective(OpKind::kAllGather, b.group, b.layer, "w.reag",
                               wb_ * b.padded() * (part / all), {b.param_shard}, dev, {dep});
     std::vector<double> calls = gather_calls(again, static_cast<double>(p_.zero3_prefetch_bucket));

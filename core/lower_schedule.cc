@@ -153,6 +153,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
   struct Acquired {
     WSet w;
     Saved acts;
+    bool reuse = false;  // the weights its full recompute gathered
   };
   std::vector<Acquired> acq(uses.size());
   auto acquire_use = [&](size_t u, int dep) {
@@ -171,8 +172,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
                        (p_.zero >= 3 || p_.offload.params);
     acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
-    // DeepSpeed releases the modules its reuse distance does not reach: gathered again.
-    if (reuse) regather_layer(local_of(c, use.j), acq[u].w, dep);
+    acq[u].reuse = reuse;
     Saved& stored = saved_[saved_index(c, mb, use.j)];
     const bool full = local_of(c, use.j) < full_k_;
     acq[u].acts = stored;
@@ -197,6 +197,9 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     } else {
       Saved sv = local < full_k_ ? recomputed : acq[u].acts;
       at(layer, Phase::kBackward);
+      // DeepSpeed released the modules its reuse distance does not reach after their
+      // recompute: gathered again as the backward starts, beside its last modules' backward.
+      if (acq[u].reuse) regather_layer(local, acq[u].w, -1);
       fsdp_copy_out(acq[u].w);
       if (local >= full_k_) recompute_modules(layer, acq[u].w, sv);
       at(layer, Phase::kBackward);
