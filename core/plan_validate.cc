@@ -340,8 +340,7 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     if (p.zero3_prefetch_bucket < 1)
       throw Error("plan.zero3_prefetch_bucket",
                   "must be >= 1 element (no prefetch: overlap_param_gather false)");
-    if (p.zero3_reduce_bucket < 1)
-      throw Error("plan.zero3_reduce_bucket", "must be >= 1 element");
+    if (p.zero3_reduce_bucket < 1) throw Error("plan.zero3_reduce_bucket", "must be >= 1 element");
   }
   if (p.shard_degree > 0) {
     if (p.zero == 0) throw Error("plan.shard_degree", "needs ZeRO 1-3 (there is nothing to shard)");

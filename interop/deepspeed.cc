@@ -582,8 +582,7 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
         return static_cast<int64_t>(v);
       };
       p.zero3_unit = GatherUnit::kModule;
-      const int64_t prefetch =
-          elements("stage3_prefetch_bucket_size", p.zero3_prefetch_bucket, 0);
+      const int64_t prefetch = elements("stage3_prefetch_bucket_size", p.zero3_prefetch_bucket, 0);
       p.overlap_param_gather = prefetch > 0;
       if (prefetch > 0) p.zero3_prefetch_bucket = prefetch;
       p.zero3_max_live_parameters =
