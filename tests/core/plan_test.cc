@@ -421,7 +421,7 @@ TEST(PlanJson, DeepSpeedZero3Sizes) {
   EXPECT_EQ(j["zero3_max_live_parameters"], 3000000000);
   EXPECT_EQ(j["zero3_reduce_bucket"], 90000000);
   EXPECT_FALSE(j.contains("zero3_prefetch_bucket"));  // DeepSpeed's default
-  ExpectSamePlan(p, plan_from_json(parse_json(j.dump(), "plan")));
+  EXPECT_EQ(plan_to_json(plan_from_json(parse_json(j.dump(), "plan"))), j);
   const Plan d;
   EXPECT_EQ(d.zero3_prefetch_bucket, 50000000);  // deepspeed/runtime/zero/constants.py
   EXPECT_EQ(d.zero3_max_live_parameters, 1000000000);
