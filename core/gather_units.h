@@ -12,12 +12,6 @@
 
 namespace parasol {
 
-// DeepSpeed ZeRO-3's defaults (deepspeedai/DeepSpeed@edaa722, deepspeed/runtime/zero/config.py,
-// unchanged since v0.5.10): stage3_prefetch_bucket_size = 5e7 elements (#L215) and
-// reduce_bucket_size = 5e8 elements (#L113).
-inline constexpr double kDeepSpeedPrefetchBucketElements = 5e7;
-inline constexpr double kDeepSpeedReduceBucketElements = 5e8;
-
 // Elements of each call when weights of `weights` elements (in the order they are used) are
 // gathered whole, consecutive ones added to one call until it holds at least `bucket` elements
 // (DeepSpeed's fetch_sub_module, partitioned_param_coordinator.py #L452-484: the parameters of
@@ -36,6 +30,30 @@ std::vector<double> reduce_calls(const std::vector<double>& weights, double buck
 // forward order (the reduce-scatter takes them in backward order).
 std::vector<double> gather_fractions(const Plan& p, const std::vector<double>& weights);
 std::vector<double> reduce_fractions(const Plan& p, const std::vector<double>& weights);
+
+// DeepSpeed ZeRO-3's PartitionedParameterCoordinator (deepspeed/runtime/zero/
+// partitioned_param_coordinator.py @v0.6.2 32d9797, fetch_sub_module #L210-297,
+// release_sub_module, __params_to_release #L357-378) walked over a trace of module uses, each the
+// elements of its parameters (`trace[i]` the module used at step i; modules are told apart by
+// `module[i]`, equal ids naming the same parameters): at each step it gathers the module's
+// parameters if they are not live, then, while fewer than `max_live` elements are live, prefetches
+// the parameters of the modules that follow in the trace until at least
+// min(max_live - live, prefetch_bucket) elements are in flight (prefetch_bucket <= 0: none); after
+// the use it releases the module's parameters unless the module recurs within `max_reuse`
+// elements of the trace that follows. Returns the most elements live at once (at a use, after its
+// fetch and prefetch).
+double deepspeed_live_peak(const std::vector<double>& trace, const std::vector<int>& module,
+                           double prefetch_bucket, double max_live, double max_reuse);
+
+// Under full recompute, the modules of a layer (`weights`, the elements of each in forward
+// order) whose parameters DeepSpeed gathers again for the layer's backward after its recompute,
+// in the order the backward uses them (last module first): a module's parameters stay gathered
+// from its recompute to its backward only when the modules used in between (the rest of the
+// recompute after it, the backward before it) hold at most p.zero3_max_reuse_distance elements
+// (__params_to_release: the trace is walked from the next use, stopping once the elements
+// walked exceed the distance). Empty for zero3_unit layer (FSDP's pre-backward unshard serves
+// both).
+std::vector<double> regathered_weights(const Plan& p, const std::vector<double>& weights);
 
 // Elements of each module of layer `layer`'s dense part on one tensor-parallel rank, in forward
 // order, as the lowering's dense bucket holds them: the pre-attention norm, the attention

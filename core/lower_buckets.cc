@@ -373,6 +373,38 @@ void Lowerer::set_calls(const Bucket& b, int id, const std::vector<double>& frac
   for (double f : fractions) op.calls.push_back(f * op.bytes);
 }
 
+void Lowerer::regather_layer(int local, const WSet& w, int dep) {
+  if (p_.zero < 3 || p_.zero3_unit != GatherUnit::kModule || p_.offload.params ||
+      p_.reshard != Reshard::kAfterForward)
+    return;
+  for (int bi : layer_buckets_[local]) {
+    if (bi < 0) continue;
+    const Bucket& b = buckets_[bi];
+    if (b.zero < 3 || b.expert || b.layer < 0 || b.ways < 2) continue;
+    const std::vector<double> weights = b.weight_elements();
+    const std::vector<double> again = regathered_weights(p_, weights);
+    double all = 0, part = 0;
+    for (double x : weights) all += x;
+    for (double x : again) part += x;
+    if (part <= 0 || all <= 0) continue;
+    Label label(this, b);
+    // The modules kept are the layer's last ones (the elements between a module's two uses
+    // shrink towards the end of the layer), so the first again.size() modules are gathered
+    // again: only their weights are written (the backward of the kept ones does not wait).
+    std::vector<int> dev;
+    size_t module = 0;
+    for (size_t i = 0; i < b.specs.size(); ++i) {
+      if (i > 0 && !is_bias_slot(b.specs[i].slot)) ++module;
+      if (module < again.size()) dev.push_back(w[b.specs[i].slot]);
+    }
+    const int ag = collective(OpKind::kAllGather, b.group, b.layer, "w.reag",
+                              wb_ * b.padded() * (part / all), {b.param_shard}, dev, {dep});
+    std::vector<double> calls = gather_calls(again, static_cast<double>(p_.zero3_prefetch_bucket));
+    for (double& x : calls) x /= part;
+    set_calls(b, ag, calls);
+  }
+}
+
 WSet Lowerer::layer_weights(int local, int dep) {
   WSet w = no_weights();
   for (int bi : layer_buckets_[local])
@@ -478,12 +510,15 @@ void Lowerer::stream_grads(Bucket& b) {
 // dtype and on the stream its framework copies it (core/offload_rules.h): after the
 // reduce-scatter on the data-parallel stream (FSDP), on the compute stream (DeepSpeed without
 // overlap_comm), else on the copy stream.
+// DeepSpeed's ZeRO-3 copies it with a blocking copy_: the host waits for it (and so for the
+// bucket's reduce-scatter) before it issues more of the backward (gradient_copies_block_host).
 void Lowerer::offload_grad_shard(const Bucket& b, const std::vector<int>& src) {
   const int stream = gradient_copies_on_reduce_stream(p_) ? kDpComm
                      : gradient_copies_serialized(p_)     ? kCompute
                                                           : kCopy;
-  copy(OpKind::kOffload, b.layer, "g.offload", offloaded_gradient_bytes(p_) * b.shard, src,
-       {b.host_grad}, {}, stream);
+  const int c = copy(OpKind::kOffload, b.layer, "g.offload", offloaded_gradient_bytes(p_) * b.shard,
+                     src, {b.host_grad}, {}, stream);
+  if (gradient_copies_block_host(p_)) host_sync("g.offload.sync", {c});
 }
 
 // The once-per-step reduction of bucket `b`'s accumulated gradients: all-reduce (ZeRO 0),

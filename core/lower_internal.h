@@ -533,6 +533,10 @@ class Lowerer {
   // That all-gather, issued once a step at the bucket's first use (`dep` as acquire()'s).
   void gather_updated(const Bucket& b, int dep);
   WSet layer_weights(int layer, int dep);
+  // DeepSpeed ZeRO-3 under full recompute: the all-gather, for layer `layer`'s backward, of the
+  // modules its recompute released (core/gather_units.h regathered_weights) into the weights
+  // `w` the recompute gathered; nothing when every module was kept.
+  void regather_layer(int layer, const WSet& w, int dep);
   WSet unit_grads(Bucket& b);
   WSet layer_grads(int layer);
   void after_backward(Bucket& b, bool last);

@@ -153,6 +153,7 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
   struct Acquired {
     WSet w;
     Saved acts;
+    bool reuse = false;  // the weights its full recompute gathered
   };
   std::vector<Acquired> acq(uses.size());
   auto acquire_use = [&](size_t u, int dep) {
@@ -165,11 +166,13 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     // (pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward: "When
     // composing with module-hook-based activation checkpointing, the pre-backward hook is
     // responsible for the unshard"); DeepSpeed ZeRO-3 keeps parameters reused within
-    // stage3_max_reuse_distance (1e9 elements) gathered. The closed form counts one gather per
-    // backward (cost_models/estimate.cc, DataParallelSync::by_layers).
+    // stage3_max_reuse_distance (Plan::zero3_max_reuse_distance) gathered and gathers the rest
+    // again (regather_layer; the lowering keeps the layer's buffers). The closed form counts the
+    // same (cost_models/estimate.cc, DataParallelSync::by_layers).
     const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
                        (p_.zero >= 3 || p_.offload.params);
     acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
+    acq[u].reuse = reuse;
     Saved& stored = saved_[saved_index(c, mb, use.j)];
     const bool full = local_of(c, use.j) < full_k_;
     acq[u].acts = stored;
@@ -194,6 +197,9 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     } else {
       Saved sv = local < full_k_ ? recomputed : acq[u].acts;
       at(layer, Phase::kBackward);
+      // DeepSpeed released the modules its reuse distance does not reach after their
+      // recompute: gathered again as the backward starts, beside its last modules' backward.
+      if (acq[u].reuse) regather_layer(local, acq[u].w, -1);
       fsdp_copy_out(acq[u].w);
       if (local >= full_k_) recompute_modules(layer, acq[u].w, sv);
       at(layer, Phase::kBackward);

@@ -38,6 +38,19 @@ inline bool gradient_copies_serialized(const Plan& p) {
   return gradients_streamed_to_host(p) && !p.overlap_grad_reduce;
 }
 
+// Whether the host blocks on each reduced gradient bucket's copy into the pinned host gradient
+// until the device has finished the bucket's reduce-scatter and the copy: DeepSpeed's ZeRO-3
+// with optimizer offload copies the fp16 partition into the fp32 host gradient with a blocking
+// copy_ (deepspeed/runtime/zero/stage3.py __partition_grads `fp32_grad_tensor.copy_(grad_buffer)`,
+// no non_blocking, from v0.6.2 @32d9797 #L1706 to v0.14.0 #L1467), called from the gradient hook
+// on the host thread that issues the backward, so the backward issues nothing more until the
+// bucket is reduced (its reduce-scatter waits for the backward issued so far:
+// __add_grad_to_ipg_bucket's wait_stream). The lowering (core/lower_buckets.cc) emits an
+// OpKind::kSync after each such copy; the closed form (cost_models/estimate.cc) exposes the same.
+inline bool gradient_copies_block_host(const Plan& p) {
+  return gradients_streamed_to_host(p) && p.zero >= 3 && p.zero3_unit == GatherUnit::kModule;
+}
+
 // Bytes per element of the gradient shard that an offloaded optimizer's gradients are copied to
 // host memory in. PyTorch FSDP copies each reduced shard in the sharded parameter's own dtype
 // (the dtype of the master weights the CPU optimizer steps: Plan::optimizer_dtype): FSDP2's

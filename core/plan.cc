@@ -2,6 +2,7 @@
 #include "core/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -611,6 +612,10 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "transformer_engine_version",
                 "reshard",
                 "zero3_unit",
+                "zero3_prefetch_bucket",
+                "zero3_max_live_parameters",
+                "zero3_max_reuse_distance",
+                "zero3_reduce_bucket",
                 "fsdp_impl",
                 "attention_unpad",
                 "loss_metric_passes",
@@ -745,6 +750,17 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                                     r.field("transformer_engine_version"));
   p.reshard = parse_reshard(r.string_or("reshard", "after_forward"), r.field("reshard"));
   p.zero3_unit = parse_gather_unit(r.string_or("zero3_unit", "layer"), r.field("zero3_unit"));
+  // DeepSpeed's ds_config writes them as 3e9 (a JSON number): whole numbers of elements.
+  auto elements = [&r](const std::string& key, int64_t fallback, double min) {
+    const double v = r.number_or(key, static_cast<double>(fallback), min, 1e15);
+    if (v != std::floor(v)) throw Error(r.field(key), "must be a whole number of elements");
+    return static_cast<int64_t>(v);
+  };
+  p.zero3_prefetch_bucket = elements("zero3_prefetch_bucket", p.zero3_prefetch_bucket, 1);
+  p.zero3_max_live_parameters =
+      elements("zero3_max_live_parameters", p.zero3_max_live_parameters, 0);
+  p.zero3_max_reuse_distance = elements("zero3_max_reuse_distance", p.zero3_max_reuse_distance, 0);
+  p.zero3_reduce_bucket = elements("zero3_reduce_bucket", p.zero3_reduce_bucket, 1);
   p.fsdp_impl = parse_fsdp_impl(r.string_or("fsdp_impl", "none"), r.field("fsdp_impl"));
   p.attention_unpad = r.boolean_or("attention_unpad", false);
   p.loss_metric_passes = static_cast<int>(r.integer_or("loss_metric_passes", 0, 0, 8));
@@ -799,8 +815,18 @@ Json plan_to_json(const Plan& p) {
             {"rank_order", rank_order_name(p.rank_order)}};
   if (p.seq_len > 0) j["seq"] = p.seq_len;
   if (p.zero == 3) j["reshard"] = reshard_name(p.reshard);
-  if (p.zero == 3 && p.zero3_unit != GatherUnit::kLayer)
+  if (p.zero == 3 && p.zero3_unit != GatherUnit::kLayer) {
     j["zero3_unit"] = gather_unit_name(p.zero3_unit);
+    const Plan d;
+    if (p.zero3_prefetch_bucket != d.zero3_prefetch_bucket)
+      j["zero3_prefetch_bucket"] = p.zero3_prefetch_bucket;
+    if (p.zero3_max_live_parameters != d.zero3_max_live_parameters)
+      j["zero3_max_live_parameters"] = p.zero3_max_live_parameters;
+    if (p.zero3_max_reuse_distance != d.zero3_max_reuse_distance)
+      j["zero3_max_reuse_distance"] = p.zero3_max_reuse_distance;
+    if (p.zero3_reduce_bucket != d.zero3_reduce_bucket)
+      j["zero3_reduce_bucket"] = p.zero3_reduce_bucket;
+  }
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
   if (p.fsdp_impl != FsdpImpl::kNone) j["fsdp_impl"] = fsdp_impl_name(p.fsdp_impl);
   if (p.attention_unpad) j["attention_unpad"] = true;

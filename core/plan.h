@@ -289,6 +289,22 @@ struct Plan {
   int zero = 0;
   Reshard reshard = Reshard::kAfterForward;    // ZeRO-3 only
   GatherUnit zero3_unit = GatherUnit::kLayer;  // ZeRO-3 only
+  // DeepSpeed ZeRO-3's parameter coordinator and gradient buckets under zero3_unit module, its
+  // ds_config keys in elements (core/gather_units.h reads them; defaults of
+  // deepspeed/runtime/zero/constants.py, unchanged from v0.6.2 @32d9797 to config.py @edaa722):
+  //  zero3_prefetch_bucket:     stage3_prefetch_bucket_size (5e7): parameters of the modules
+  //                             that follow gathered ahead of their use, up to this many;
+  //  zero3_max_live_parameters: stage3_max_live_parameters (1e9): no prefetch while this many
+  //                             gathered parameters are live (the module in use is fetched
+  //                             regardless);
+  //  zero3_max_reuse_distance:  stage3_max_reuse_distance (1e9): a module's parameters are kept
+  //                             after its use when they are used again within this many
+  //                             parameters of the trace;
+  //  zero3_reduce_bucket:       reduce_bucket_size (5e8): gradients reduce-scattered together.
+  int64_t zero3_prefetch_bucket = 50000000;
+  int64_t zero3_max_live_parameters = 1000000000;
+  int64_t zero3_max_reuse_distance = 1000000000;
+  int64_t zero3_reduce_bucket = 500000000;
   // HSDP / ZeRO++ hpZ: shard over groups of `shard_degree` consecutive ranks of the
   // data-parallel group and replicate across the groups (gradients reduce-scattered inside a
   // group, then all-reduced across groups). 0 = the whole group.

@@ -2,6 +2,7 @@
 // the offending field and the reason.
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/plan.h"
@@ -319,6 +320,28 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.zero3_unit", std::string(gather_unit_name(p.zero3_unit)) +
                                        " applies to ZeRO-3 (sharded parameters), not ZeRO-" +
                                        s(p.zero));
+  {
+    // DeepSpeed ZeRO-3's coordinator and bucket sizes (ds_config keys) mean nothing elsewhere.
+    const Plan d;
+    const std::pair<const char*, bool> ds_keys[] = {
+        {"plan.zero3_prefetch_bucket", p.zero3_prefetch_bucket != d.zero3_prefetch_bucket},
+        {"plan.zero3_max_live_parameters",
+         p.zero3_max_live_parameters != d.zero3_max_live_parameters},
+        {"plan.zero3_max_reuse_distance", p.zero3_max_reuse_distance != d.zero3_max_reuse_distance},
+        {"plan.zero3_reduce_bucket", p.zero3_reduce_bucket != d.zero3_reduce_bucket}};
+    for (const auto& [field, set] : ds_keys)
+      if (set && (p.zero != 3 || p.zero3_unit != GatherUnit::kModule))
+        throw Error(field, "is DeepSpeed ZeRO-3's: it needs zero 3 with zero3_unit module");
+    if (p.zero3_max_live_parameters < 0 || p.zero3_max_reuse_distance < 0)
+      throw Error(p.zero3_max_live_parameters < 0 ? "plan.zero3_max_live_parameters"
+                                                  : "plan.zero3_max_reuse_distance",
+                  "must be >= 0 elements");
+    // DeepSpeed's prefetch bucket of 0 is overlap_param_gather false.
+    if (p.zero3_prefetch_bucket < 1)
+      throw Error("plan.zero3_prefetch_bucket",
+                  "must be >= 1 element (no prefetch: overlap_param_gather false)");
+    if (p.zero3_reduce_bucket < 1) throw Error("plan.zero3_reduce_bucket", "must be >= 1 element");
+  }
   if (p.shard_degree > 0) {
     if (p.zero == 0) throw Error("plan.shard_degree", "needs ZeRO 1-3 (there is nothing to shard)");
     require_divides(p.shard_degree, int64_t{p.dp} * p.cp, "plan.shard_degree",
@@ -336,13 +359,6 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
     throw Error("plan.optimizer_dtype",
                 std::string("bf16 optimizer state keeps bf16 weights; the precision is ") +
                     dtype_name(p.precision));
-  // torch.optim on CPU tensors without fused=True runs its per-parameter for-loop (torch's
-  // default off CUDA), several passes over memory per op: parasol prices only the fused kernel.
-  if (p.offload.optimizer && p.cpu_optimizer == CpuOptimizer::kTorch &&
-      p.optimizer_impl != OptimizerImpl::kFused)
-    throw Error("plan.cpu_optimizer",
-                std::string("torch prices torch.optim's fused CPU AdamW only; optimizer_impl is ") +
-                    optimizer_impl_name(p.optimizer_impl));
   if (p.grad_reduce_dtype != Dtype::kFp32 && p.grad_reduce_dtype != Dtype::kBf16 &&
       p.grad_reduce_dtype != Dtype::kFp16)
     throw Error("plan.grad_reduce_dtype",

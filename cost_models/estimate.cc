@@ -665,6 +665,9 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
 // (gradients reduced for the step).
 struct Estimator::DataParallelQueues {
   QueuedComm forward, backward, step_forward, step_backward;
+  // Seconds per micro-batch of collectives the host waits for before it issues more of the
+  // backward (DeepSpeed ZeRO-3's blocking gradient copy, core/offload_rules.h): exposed whole.
+  double blocking = 0;
   // Exposed, hidden and excess seconds per micro-batch, and what the step's traffic adds to
   // them, beside forward and backward windows of `fwd` and `bwd` seconds of compute (0: not
   // overlapped).
@@ -673,6 +676,7 @@ struct Estimator::DataParallelQueues {
     QueuedComm f = forward, b = backward;
     out.per_micro_batch = f.exposed(fwd) + b.exposed(bwd);
     out.per_micro_batch_hidden = f.comm + b.comm - out.per_micro_batch;
+    out.per_micro_batch += blocking;
     out.per_micro_batch_excess = f.excess(fwd) + b.excess(bwd);
     f.add(step_forward.comm, step_forward.edge);
     b.add(step_backward.comm, step_backward.edge);
@@ -718,9 +722,13 @@ struct Estimator::DataParallelSync {
   // Adds `count` parameters' traffic to `out` (in `buckets` under ZeRO 0-2); the groups'
   // collectives price it. ZeRO-3: a layer's gather and reduce-scatter are issued as calls
   // carrying `ag` and `rs` of their bytes (core/gather_units.h; {1}: one call each).
+  // `again`: the calls (fractions of a layer's bytes) of DeepSpeed's gather, for the backward,
+  // of the modules a full recompute released (core/gather_units.h regathered_weights), in
+  // `again_layers` layers.
   void add(double count, const Buckets& buckets, int whole, int shard, const GroupModel* whole_g,
            const GroupModel* shard_g, const GroupModel* replica_g,
-           const std::vector<double>& ag = {1.0}, const std::vector<double>& rs = {1.0}) const;
+           const std::vector<double>& ag = {1.0}, const std::vector<double>& rs = {1.0},
+           const std::vector<double>& again = {}, int again_layers = 0) const;
 
  private:
   // The groups of one parameter class.
@@ -736,7 +744,8 @@ struct Estimator::DataParallelSync {
   };
   void by_buckets(const Buckets& b, const Groups& g) const;
   void by_layers(double count, const Groups& g, const std::vector<double>& ag,
-                 const std::vector<double>& rs) const;
+                 const std::vector<double>& rs, const std::vector<double>& again,
+                 int again_layers) const;
 };
 
 double Estimator::DataParallelSync::Groups::reduce(double params_in_bucket, bool sharded,
@@ -760,13 +769,14 @@ double Estimator::DataParallelSync::Groups::gather(double params_in_bucket, doub
 void Estimator::DataParallelSync::add(double count, const Buckets& buckets, int whole, int shard,
                                       const GroupModel* whole_g, const GroupModel* shard_g,
                                       const GroupModel* replica_g, const std::vector<double>& ag,
-                                      const std::vector<double>& rs) const {
+                                      const std::vector<double>& rs,
+                                      const std::vector<double>& again, int again_layers) const {
   if (count <= 0 || whole < 2) return;
   const Groups g{shard, shard < whole, whole_g, shard_g, replica_g};
   if (p.zero <= 2)
     by_buckets(buckets, g);
   else
-    by_layers(count, g, ag, rs);
+    by_layers(count, g, ag, rs, again, again_layers);
 }
 
 // DDP, the distributed optimizer and ZeRO-2: gradients reduced bucket by bucket as the lowering
@@ -807,18 +817,30 @@ void Estimator::DataParallelSync::by_buckets(const Buckets& b, const Groups& g) 
 // over the replicas once per step, after the last micro-batch's reduce-scatter.
 void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
                                             const std::vector<double>& ag_calls,
-                                            const std::vector<double>& rs_calls) const {
+                                            const std::vector<double>& rs_calls,
+                                            const std::vector<double>& again,
+                                            int again_layers) const {
   const double per_layer = count / layers;
-  double ag = 0, rs = 0;
+  double ag = 0, rs = 0, re = 0;
   for (double f : ag_calls) ag += layers * g.gather(f * per_layer, w_bytes);
   for (double f : rs_calls) rs += layers * g.reduce(f * per_layer, true, g_bytes);
+  for (double f : again) re += again_layers * g.gather(f * per_layer, w_bytes);
   const double rep = layers * g.replica(per_layer, g_bytes);
+  // DeepSpeed ZeRO-3 with optimizer offload: the host waits for each bucket's reduce-scatter
+  // (core/offload_rules.h gradient_copies_block_host): exposed, not queued beside the backward.
+  const bool blocking = gradient_copies_block_host(p);
   switch (p.reshard) {
     case Reshard::kAfterForward:
       // Gathered in forward, freed, gathered again for backward (and the recompute inside
-      // it); gradients reduce-scattered as each layer's backward ends.
+      // it; DeepSpeed gathers again for the backward what its recompute released); gradients
+      // reduce-scattered as each layer's backward ends.
       out.forward.add(ag, ag / layers);
-      out.backward.add(ag + rs, (ag + rs) / layers);
+      if (blocking) {
+        out.backward.add(ag + re, (ag + re) / layers);
+        out.blocking += rs;
+      } else {
+        out.backward.add(ag + re + rs, (ag + rs) / layers);
+      }
       out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterBackward:
@@ -899,11 +921,18 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   const int mb = p.micro_batches();
   // Compute windows of one micro-batch: forward, and backward with recompute.
   double fwd = price.forward, bwd = price.backward + price.recompute;
+  const bool ds = p.zero >= 3 && p.zero3_unit == GatherUnit::kModule;
+  // DeepSpeed's layers gathered again after their full recompute (not with the parameters
+  // offloaded, as the lowering: core/lower_schedule.cc backward_layers).
+  const int again_layers = ds && p.reshard == Reshard::kAfterForward && !p.offload.params
+                               ? p.full_recompute_layers(layers)
+                               : 0;
   const DataParallelKey key{
       placement(p, 500),
       p.zero,
       static_cast<int>(p.reshard) * 2 + (p.zero3_unit == GatherUnit::kModule) +
-          (static_cast<int>(p.fsdp_impl) << 8),
+          (static_cast<int>(p.fsdp_impl) << 8) + (gradient_copies_block_host(p) ? 1 << 12 : 0) +
+          (again_layers << 13),
       (p.overlap_grad_reduce ? 1 : 0) | (p.overlap_param_gather ? 2 : 0),
       static_cast<int>(p.grad_reduce_dtype),
       static_cast<int>(p.precision) | (p.fp8_param_gather ? 1 << 8 : 0),
@@ -914,7 +943,10 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
       params.moe_layers,
       (stage == 0 ? 1 : 0) | (stage == p.pp - 1 ? 2 : 0) | (params.first_layer_moe ? 4 : 0),
       fwd,
-      bwd};
+      bwd,
+      ds ? p.zero3_prefetch_bucket : 0,
+      ds ? p.zero3_reduce_bucket : 0,
+      ds ? p.zero3_max_reuse_distance : 0};
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
   DataParallelQueues queues;
@@ -923,12 +955,26 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   const GroupModel* dense = p.dp * p.cp > 1 ? &group_model(p, Group::kDpCp) : nullptr;
   const bool hsdp_dense = p.dense_shard_ranks() < p.dp * p.cp && p.zero >= 1;
   // ZeRO-3's calls per layer (core/gather_units.h), from the stage's first layer.
-  std::vector<double> ag{1.0}, rs{1.0};
-  if (p.zero >= 3 && p.zero3_unit != GatherUnit::kLayer) {
+  std::vector<double> ag{1.0}, rs{1.0}, again;
+  if (ds) {
     const std::vector<double> w =
         dense_layer_weights(model_, p.tp, p.first_layer(model_.layers, stage, 0));
     ag = gather_fractions(p, w);
     rs = reduce_fractions(p, w);
+    // The modules gathered again for the backward after the full recompute.
+    if (again_layers > 0) {
+      double all = 0;
+      for (double x : w) all += x;
+      again = regathered_weights(p, w);
+      double part = 0;
+      for (double x : again) part += x;
+      if (part > 0 && all > 0) {
+        again = gather_calls(again, static_cast<double>(p.zero3_prefetch_bucket));
+        for (double& x : again) x /= all;
+      } else {
+        again.clear();
+      }
+    }
   }
   // The stage's buckets (StageParams): the dense ones and the expert ones.
   DataParallelSync::Buckets dense_buckets, expert_buckets;
@@ -960,7 +1006,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   sync.add(params.dense, dense_buckets, p.dp * p.cp,
            p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
-           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr, ag, rs);
+           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr, ag, rs, again,
+           again_layers);
   if (params.expert > 0 && p.expert_dp() > 1) {
     const bool grid = p.expert_tp() != p.tp;
     const GroupModel* expert =
@@ -1121,8 +1168,11 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
     const bool update_stays_on_host =
         p.offload.params && (p.zero >= 3 || p.zero == 0 || p.dense_shard_ranks() == 1);
     const double up = update_stays_on_host ? 0 : shard_params * w_bytes / host_bw;
-    const double down_exposed =
-        gradient_copies_serialized(p) ? down : overlap(down, bwd, layers).first;
+    // Exposed whole when the backward's stream copies them or the host waits for each
+    // (DeepSpeed ZeRO-3's blocking copy_).
+    const double down_exposed = gradient_copies_serialized(p) || gradient_copies_block_host(p)
+                                    ? down
+                                    : overlap(down, bwd, layers).first;
     t.offload += down_exposed + host_optimizer_seconds(cluster_, f, p, shard_params) + up;
   } else {
     t.optimizer = optimizer_time(device_, f, p.precision, shard_params, p.optimizer_dtype);

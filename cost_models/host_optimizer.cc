@@ -17,13 +17,18 @@ double server_host_memory_bandwidth(const Cluster& cluster, int gpu) {
   return bw;
 }
 
+double torch_cpu_adam_accesses(OptimizerImpl impl) {
+  return impl == OptimizerImpl::kFused ? kTorchFusedAdamAccesses : kTorchUnfusedAdamAccesses;
+}
+
 double host_optimizer_seconds(const Cluster& cluster, const Profile& profile, const Plan& plan,
                               double params, int gpu) {
   const double sharing = std::max(1, cluster.gpus_per_server());
   if (plan.cpu_optimizer == CpuOptimizer::kTorch) {
     const double bw = server_host_memory_bandwidth(cluster, gpu) * profile.host_memory_efficiency;
     if (bw > 0)
-      return params * kTorchFusedAdamAccesses * dtype_bytes(plan.optimizer_dtype) / (bw / sharing);
+      return params * torch_cpu_adam_accesses(plan.optimizer_impl) *
+             dtype_bytes(plan.optimizer_dtype) / (bw / sharing);
   }
   return params / (profile.host_adam_params_per_s / sharing);
 }

@@ -7,7 +7,8 @@
 //    communication_data_type: the dtype engine.py allreduce_bucket and ZeRO reduce in),
 //    deepspeed/runtime/precision_config.py (bf16_master_weights_and_grads,
 //    bf16_optimizer_states), deepspeed/runtime/zero/config.py (stage, overlap_comm default
-//    = stage 3, contiguous_gradients, stage3_prefetch_bucket_size, zero_hpz_partition_size,
+//    = stage 3, contiguous_gradients, stage3_prefetch_bucket_size, stage3_max_live_parameters,
+//    stage3_max_reuse_distance, reduce_bucket_size, zero_hpz_partition_size,
 //    mics_shard_size), deepspeed/runtime/zero/offload_config.py (device, pin_memory),
 //    deepspeed/runtime/engine.py (get_data_types: grad_accum_dtype defaults to the model dtype;
 //    _do_optimizer_sanity_check: a bf16/fp16 model with another grad_accum_dtype needs ZeRO),
@@ -227,8 +228,12 @@ OJson config_json(const Plan& p) {
     z["contiguous_gradients"] = true;
   }
   if (p.zero == 3) {
-    // DeepSpeed's default prefetch (5e7 elements) overlaps the gathers; 0 turns them off.
-    if (!p.overlap_param_gather) z["stage3_prefetch_bucket_size"] = 0;
+    // The parameter coordinator's bounds and the reduce bucket (Plan::zero3_*); a prefetch
+    // bucket of 0 turns the overlapped gathers off.
+    z["stage3_prefetch_bucket_size"] = p.overlap_param_gather ? p.zero3_prefetch_bucket : 0;
+    z["stage3_max_live_parameters"] = p.zero3_max_live_parameters;
+    z["stage3_max_reuse_distance"] = p.zero3_max_reuse_distance;
+    z["reduce_bucket_size"] = p.zero3_reduce_bucket;
     if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp) z["mics_shard_size"] = p.shard_degree;
   }
   if (p.offload.optimizer) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
@@ -567,9 +572,25 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
     p.zero = static_cast<int>(z.integer_or("stage", 0, 0, 3));
     // Stage 0 reduces after the backward; overlap_comm defaults to stage == 3 (zero/config.py).
     p.overlap_grad_reduce = p.zero > 0 && z.boolean_or("overlap_comm", p.zero == 3);
-    if (p.zero == 3)
-      p.overlap_param_gather =
-          z.integer_or("stage3_prefetch_bucket_size", 50000000, 0, int64_t{1} << 50) > 0;
+    if (p.zero == 3) {
+      // DeepSpeed's ZeRO-3 gathers per module (zero3_unit module); its config writes the sizes
+      // as 5e7 (JSON numbers): whole numbers of elements. A prefetch bucket of 0 turns the
+      // overlapped gathers off (overlap_param_gather false).
+      auto elements = [&z](const char* key, int64_t fallback, double min) {
+        const double v = z.number_or(key, static_cast<double>(fallback), min, 1e15);
+        if (v != std::floor(v)) throw Error(z.field(key), "must be a whole number of elements");
+        return static_cast<int64_t>(v);
+      };
+      p.zero3_unit = GatherUnit::kModule;
+      const int64_t prefetch = elements("stage3_prefetch_bucket_size", p.zero3_prefetch_bucket, 0);
+      p.overlap_param_gather = prefetch > 0;
+      if (prefetch > 0) p.zero3_prefetch_bucket = prefetch;
+      p.zero3_max_live_parameters =
+          elements("stage3_max_live_parameters", p.zero3_max_live_parameters, 0);
+      p.zero3_max_reuse_distance =
+          elements("stage3_max_reuse_distance", p.zero3_max_reuse_distance, 0);
+      p.zero3_reduce_bucket = elements("reduce_bucket_size", p.zero3_reduce_bucket, 1);
+    }
     if (z.integer_or("zero_hpz_partition_size", 1, 0, 1 << 20) > 1)
       throw Error(z.field("zero_hpz_partition_size"),
                   "ZeRO++ hpZ (a secondary parameter copy sharded inside the node) has no parasol "

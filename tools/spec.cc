@@ -203,6 +203,17 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--zero3-unit", o.zero3_unit,
                   "ZeRO-3: layer|module (one gather per layer as FSDP, or DeepSpeed's per-module "
                   "gathers)");
+  int_flag(cmd, o, "--zero3-prefetch-bucket", "zero3_prefetch_bucket", o.zero3_prefetch_bucket,
+           "DeepSpeed ZeRO-3 (zero3-unit module): stage3_prefetch_bucket_size, elements "
+           "(default 5e7)");
+  int_flag(cmd, o, "--zero3-max-live-parameters", "zero3_max_live_parameters",
+           o.zero3_max_live_parameters,
+           "DeepSpeed ZeRO-3: stage3_max_live_parameters, elements (default 1e9)");
+  int_flag(cmd, o, "--zero3-max-reuse-distance", "zero3_max_reuse_distance",
+           o.zero3_max_reuse_distance,
+           "DeepSpeed ZeRO-3: stage3_max_reuse_distance, elements (default 1e9)");
+  int_flag(cmd, o, "--zero3-reduce-bucket", "zero3_reduce_bucket", o.zero3_reduce_bucket,
+           "DeepSpeed ZeRO-3: reduce_bucket_size, elements (default 5e8)");
   int_flag(cmd, o, "--shard-degree", "shard_degree", o.shard_degree,
            "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
   cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,
@@ -361,6 +372,10 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("zero", o.zero);
   set("reshard", o.reshard);
   set("zero3_unit", o.zero3_unit);
+  set("zero3_prefetch_bucket", o.zero3_prefetch_bucket);
+  set("zero3_max_live_parameters", o.zero3_max_live_parameters);
+  set("zero3_max_reuse_distance", o.zero3_max_reuse_distance);
+  set("zero3_reduce_bucket", o.zero3_reduce_bucket);
   set("shard_degree", o.shard_degree);
   set("grad_reduce_dtype", o.grad_reduce_dtype);
   set("fp8_param_gather", o.fp8_param_gather);

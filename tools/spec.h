@@ -29,6 +29,10 @@ struct SpecOptions {
   std::optional<int> tp, pp, dp, cp, ep, vpp, zero, mbs, gbs, recompute_layers;
   std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp;
   std::optional<int64_t> seq;
+  // DeepSpeed ZeRO-3's stage3_prefetch_bucket_size, stage3_max_live_parameters,
+  // stage3_max_reuse_distance, reduce_bucket_size (Plan::zero3_*).
+  std::optional<int64_t> zero3_prefetch_bucket, zero3_max_live_parameters;
+  std::optional<int64_t> zero3_max_reuse_distance, zero3_reduce_bucket;
   std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;
@@ -57,7 +61,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // Adds the plan flags: --plan and --tp --pp --dp --cp --ep --sp --vpp --zero --mbs --gbs --seq
 // --schedule --recompute --recompute-layers --offload --precision --flash-attention
 // --attention-kernel --cp-impl --cp-rotate --repeat-kv --rank-order --reshard --zero3-unit
-// --shard-degree --grad-reduce-dtype --fp8-param-gather
+// --zero3-prefetch-bucket --zero3-max-live-parameters --zero3-max-reuse-distance
+// --zero3-reduce-bucket --shard-degree --grad-reduce-dtype --fp8-param-gather
 // --tp-comm-overlap
 // --ep-comm-overlap --stage-layers --first-stage-layers --last-stage-layers
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --etp

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,86 @@ TEST(GatherUnits, TheLoweringIssuesTheSameCalls) {
   // FSDP's layer units: one call each.
   p.zero3_unit = GatherUnit::kLayer;
   for (const Op& o : lower_stage(m, p, 0).ops) EXPECT_TRUE(o.calls.empty()) << o.name;
+}
+
+TEST(GatherUnits, ThePlansBucketsSetTheCalls) {
+  // The plan's zero3_prefetch_bucket and zero3_reduce_bucket (DeepSpeed's ds_config keys), not
+  // constants: Megatron-DeepSpeed's 1T recipe reduces in 9e7-element buckets.
+  const std::vector<double> w = dense_layer_weights(llama70b(), 1, 0);
+  Plan p;
+  p.zero = 3;
+  p.zero3_unit = GatherUnit::kModule;
+  p.zero3_reduce_bucket = 90000000;
+  // fc2 (234.9M), fc1 (469.8M), norm + out (67.1M), qkv + norm (83.9M): each over 9e7 with
+  // the next, four calls.
+  EXPECT_EQ(reduce_fractions(p, w).size(), 4u);
+  p.zero3_prefetch_bucket = 1;  // every module its own gather
+  EXPECT_EQ(gather_fractions(p, w).size(), w.size());
+}
+
+// DeepSpeed's coordinator walked by hand. Three modules of 4, 6, 2 elements used in order a, b,
+// c, b (b reused): with a prefetch bucket of 5 and max_live 100, the use of a fetches a (4) and
+// prefetches b (6 >= 5: one module), 10 live; a is released (never reused); at b, c is
+// prefetched (2 < 5, then b's second entry: already live, its elements still counted as v0.6.2
+// does: 8 >= 5), 8 live; b stays (reused 2 elements later), c is released; then b alone.
+TEST(GatherUnits, TheCoordinatorBoundsTheLiveParameters) {
+  const std::vector<double> trace = {4, 6, 2, 6};
+  const std::vector<int> module = {0, 1, 2, 1};
+  EXPECT_EQ(deepspeed_live_peak(trace, module, 5, 100, 100), 10);
+  // max_live 4: nothing is prefetched once 4 elements are live; the modules in use are fetched
+  // regardless: b (kept for its reuse) and c, 8.
+  EXPECT_EQ(deepspeed_live_peak(trace, module, 5, 4, 100), 8);
+  // No prefetch bucket: the module in use and what the reuse distance keeps (b beside c).
+  EXPECT_EQ(deepspeed_live_peak(trace, module, 0, 100, 100), 8);
+  // A reuse distance of 1: b is released after its first use (2 elements lie between), so no
+  // two modules are ever live together.
+  EXPECT_EQ(deepspeed_live_peak(trace, module, 0, 100, 1), 6);
+  EXPECT_EQ(deepspeed_live_peak({}, {}, 5, 100, 100), 0);
+}
+
+// The 1T GPT of DeepSpeed on Azure (hidden 25600, tp 1): a layer of 7.9e9 elements, its MLP
+// linears 2.6e9 each. Under stage3_max_live_parameters 3e9 and a 5e7 prefetch bucket the
+// coordinator holds the module in use and the one prefetched after it, at most fc1 and fc2
+// (5.2e9), where a layer and the next prefetched whole would be 15.7e9.
+TEST(GatherUnits, TheOneTrillionRecipeHoldsTwoModulesNotTwoLayers) {
+  Model m = gpt_model("gpt-1t", 4, 25600, 160, 50304, 1024, true);
+  const std::vector<double> w = dense_layer_weights(m, 1, 0);
+  std::vector<double> trace;
+  std::vector<int> module;
+  for (int layer = 0; layer < 4; ++layer)
+    for (size_t k = 0; k < w.size(); ++k) {
+      trace.push_back(w[k]);
+      module.push_back(layer * 100 + static_cast<int>(k));
+    }
+  double layer = 0, fc = 0;
+  for (double x : w) layer += x;
+  for (double x : w) fc = std::max(fc, x);
+  const double peak = deepspeed_live_peak(trace, module, 5e7, 3e9, 3e9);
+  EXPECT_NEAR(peak, 2 * fc, 2 * 25600 + 102400 + 1);  // fc1 and fc2 (with their biases)
+  EXPECT_LT(peak, layer);
+}
+
+// Under full recompute DeepSpeed keeps a module gathered from its recompute to its backward only
+// when what is used in between holds at most stage3_max_reuse_distance elements: the last module
+// always (nothing between); in the 1T layer with the recipe's 3e9 none other (fc2's 2.6e9 twice
+// lies between fc1's uses), with the default 1e9 in a Llama 70B layer only fc2.
+TEST(GatherUnits, TheReuseDistanceDecidesWhatTheBackwardGathersAgain) {
+  Plan p;
+  p.zero = 3;
+  const std::vector<double> w70 = dense_layer_weights(llama70b(), 1, 0);
+  EXPECT_TRUE(regathered_weights(p, w70).empty());  // FSDP's layer units: unsharded once
+  p.zero3_unit = GatherUnit::kModule;
+  std::vector<double> again = regathered_weights(p, w70);
+  // fc2's 234.9M twice = 469.8M <= 1e9: fc1 kept; fc1 + fc2 twice > 1e9: the rest gathered.
+  ASSERT_EQ(again.size(), 4u);
+  EXPECT_EQ(again[0], w70[3]);  // backward order: the MLP norm first
+  EXPECT_EQ(again[3], w70[0]);
+  p.zero3_max_reuse_distance = int64_t{1} << 40;  // everything kept
+  EXPECT_TRUE(regathered_weights(p, w70).empty());
+  Model t = gpt_model("gpt-1t", 4, 25600, 160, 50304, 1024, true);
+  const std::vector<double> w1t = dense_layer_weights(t, 1, 0);
+  p.zero3_max_reuse_distance = 3000000000;
+  EXPECT_EQ(regathered_weights(p, w1t).size(), w1t.size() - 1);
 }
 
 TEST(GatherUnits, OnlyZero3HasAUnit) {

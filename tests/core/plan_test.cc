@@ -404,6 +404,55 @@ TEST(PlanJson, FrameworkCopiesAndMetricPasses) {
   EXPECT_EQ(r.loss_metric_passes, 0);
 }
 
+// DeepSpeed ZeRO-3's ds_config sizes (stage3_prefetch_bucket_size, stage3_max_live_parameters,
+// stage3_max_reuse_distance, reduce_bucket_size): read as DeepSpeed writes them (3e9, a JSON
+// number), written back only where they differ from DeepSpeed's defaults, refused naming the
+// field when fractional, out of range, or given to a plan that is not DeepSpeed's ZeRO-3.
+TEST(PlanJson, DeepSpeedZero3Sizes) {
+  const Plan p = plan_from_json(Json::parse(
+      R"({"zero": 3, "zero3_unit": "module", "zero3_max_live_parameters": 3e9,
+          "zero3_max_reuse_distance": 3000000000, "zero3_prefetch_bucket": 5e7,
+          "zero3_reduce_bucket": 90000000})"));
+  EXPECT_EQ(p.zero3_max_live_parameters, 3000000000);
+  EXPECT_EQ(p.zero3_max_reuse_distance, 3000000000);
+  EXPECT_EQ(p.zero3_prefetch_bucket, 50000000);
+  EXPECT_EQ(p.zero3_reduce_bucket, 90000000);
+  const Json j = plan_to_json(p);
+  EXPECT_EQ(j["zero3_max_live_parameters"], 3000000000);
+  EXPECT_EQ(j["zero3_reduce_bucket"], 90000000);
+  EXPECT_FALSE(j.contains("zero3_prefetch_bucket"));  // DeepSpeed's default
+  EXPECT_EQ(plan_to_json(plan_from_json(parse_json(j.dump(), "plan"))), j);
+  const Plan d;
+  EXPECT_EQ(d.zero3_prefetch_bucket, 50000000);  // deepspeed/runtime/zero/constants.py
+  EXPECT_EQ(d.zero3_max_live_parameters, 1000000000);
+  EXPECT_EQ(d.zero3_max_reuse_distance, 1000000000);
+  EXPECT_EQ(d.zero3_reduce_bucket, 500000000);
+  ExpectError([] { plan_from_json(Json::parse(R"({"zero3_max_live_parameters": 2.5})")); },
+              "plan.zero3_max_live_parameters", "whole number");
+  ExpectError([] { plan_from_json(Json::parse(R"({"zero3_reduce_bucket": 0})")); },
+              "plan.zero3_reduce_bucket", "");
+  ExpectError([] { plan_from_json(Json::parse(R"({"zero3_prefetch_bucket": "big"})")); },
+              "plan.zero3_prefetch_bucket", "");
+}
+
+TEST(PlanValidate, DeepSpeedZero3SizesNeedDeepSpeedsZero3) {
+  Plan p = degrees(1, 1, 16);
+  p.zero = 3;
+  p.zero3_max_live_parameters = 3000000000;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_max_live_parameters",
+                "zero 3 with zero3_unit module");
+  p.zero3_unit = GatherUnit::kModule;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.zero3_prefetch_bucket = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_prefetch_bucket", "overlap_param_gather");
+  p.zero3_prefetch_bucket = 1;
+  p.zero3_reduce_bucket = 0;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_reduce_bucket", ">= 1");
+  p.zero3_reduce_bucket = 1;
+  p.zero3_max_reuse_distance = -1;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_max_reuse_distance", ">= 0");
+}
+
 TEST(PlanValidate, ShardDegreeDividesTheDataParallelGroup) {
   Plan p = degrees(1, 1, 16);
   p.shard_degree = 8;
@@ -823,6 +872,11 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.account_for_embedding, b.account_for_embedding);
   EXPECT_EQ(a.account_for_loss, b.account_for_loss);
   EXPECT_EQ(a.fsdp_impl, b.fsdp_impl);
+  EXPECT_EQ(a.zero3_unit, b.zero3_unit);
+  EXPECT_EQ(a.zero3_prefetch_bucket, b.zero3_prefetch_bucket);
+  EXPECT_EQ(a.zero3_max_live_parameters, b.zero3_max_live_parameters);
+  EXPECT_EQ(a.zero3_max_reuse_distance, b.zero3_max_reuse_distance);
+  EXPECT_EQ(a.zero3_reduce_bucket, b.zero3_reduce_bucket);
   EXPECT_EQ(a.attention_unpad, b.attention_unpad);
   EXPECT_EQ(a.loss_metric_passes, b.loss_metric_passes);
   EXPECT_EQ(a.etp, b.etp);

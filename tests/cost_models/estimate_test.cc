@@ -487,6 +487,32 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.zero = 0; },
       [](Plan& p) { p.zero = 2; },
       [](Plan& p) { p.zero = 3; },
+      [](Plan& p) {  // DeepSpeed ZeRO-3: gathers per module
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+      },
+      [](Plan& p) {  // its reduce bucket (the reduce-scatters' calls)
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+        p.zero3_reduce_bucket = 1000000;
+      },
+      [](Plan& p) {  // its prefetch bucket (the all-gathers' calls)
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+        p.zero3_prefetch_bucket = 1000000;
+      },
+      [](Plan& p) {  // its reuse distance: what the backward gathers again after the recompute
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+        p.recompute = Recompute::kFull;
+        p.zero3_max_reuse_distance = 0;
+      },
+      [](Plan& p) {  // its blocking gradient copies to the host (one micro-batch)
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+        p.offload.optimizer = true;
+        p.global_batch = p.dp * p.micro_batch;
+      },
       [](Plan& p) { p.offload.activations = true; },
       [](Plan& p) {
         p.zero = 2;

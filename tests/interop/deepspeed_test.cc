@@ -38,11 +38,11 @@ struct Case {
 const Case kCases[] = {
     // ZeRO-3 with optimizer and parameter offload on one DGX: plain DeepSpeed (an HF model).
     {"llama3_8b_zero3_offload", "llama3-8b", 8,
-     R"({"dp": 8, "zero": 3, "mbs": 1, "gbs": 64, "recompute": "full",
+     R"({"dp": 8, "zero": 3, "zero3_unit": "module", "mbs": 1, "gbs": 64, "recompute": "full",
          "offload": "optimizer,params"})"},
     // The brief's example: TP 8 inside the node, ZeRO-3 across 8 nodes (Megatron-DeepSpeed).
     {"llama3_70b_tp8_zero3", "llama3-70b", 64,
-     R"({"tp": 8, "dp": 8, "sp": true, "zero": 3, "mbs": 1, "gbs": 128,
+     R"({"tp": 8, "dp": 8, "sp": true, "zero": 3, "zero3_unit": "module", "mbs": 1, "gbs": 128,
          "recompute": "full"})"},
     // Pipeline (DeepSpeed's 1F1B) with ZeRO-1, bf16 gradients.
     {"llama3_70b_tp8_pp4_zero1", "llama3-70b", 64,
@@ -313,8 +313,9 @@ TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
        R"({"tp": 8, "pp": 4, "dp": 2, "sp": true, "zero": 1, "mbs": 2, "gbs": 64,
            "grad_reduce_dtype": "bf16"})"},
       {"llama3-8b", 16,
-       R"({"dp": 16, "zero": 3, "mbs": 2, "gbs": 256, "shard_degree": 8,
-           "overlap_param_gather": false})"},
+       R"({"dp": 16, "zero": 3, "zero3_unit": "module", "mbs": 2, "gbs": 256, "shard_degree": 8,
+           "overlap_param_gather": false, "zero3_max_live_parameters": 3000000000,
+           "zero3_max_reuse_distance": 3000000000, "zero3_reduce_bucket": 90000000})"},
       {"llama3-8b", 8,
        R"({"dp": 8, "zero": 2, "mbs": 4, "gbs": 32, "overlap_grad_reduce": false})"},
       {"llama3-8b", 8,
@@ -339,6 +340,47 @@ TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
     EXPECT_FALSE(job.model.has_value());
     EXPECT_EQ(plan_from_json(job.plan).gpus(), p.gpus());
     EXPECT_EQ(job.plan.dump(), plan_to_json(p).dump());
+  }
+}
+
+// DeepSpeed's ZeRO-3 is per-module gathers (zero3_unit module) bounded by its coordinator's
+// sizes: Megatron-DeepSpeed's 1T recipe (examples_deepspeed/azure/run-1t.sh @4efb479d) reads
+// back with its stage3_max_live_parameters, stage3_max_reuse_distance and reduce_bucket_size as
+// it writes them (3e9: JSON numbers), and the exported config carries the plan's.
+TEST(DeepSpeedImport, ReadsTheZero3CoordinatorSizes) {
+  const Json cfg = parse_json(R"({"train_batch_size": 8192, "train_micro_batch_size_per_gpu": 8,
+    "zero_optimization": {"stage": 3, "stage3_max_live_parameters": 3e9,
+      "stage3_max_reuse_distance": 3e9, "stage3_param_persistence_threshold": 1e5,
+      "stage3_prefetch_bucket_size": 5e7, "contiguous_gradients": true, "overlap_comm": true,
+      "reduce_bucket_size": 90000000, "sub_group_size": 1e9,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+    "fp16": {"enabled": true}, "gradient_clipping": 1.0})",
+                              "c");
+  const Plan p = plan_from_json(import_deepspeed(cfg, 1024).plan);
+  EXPECT_EQ(p.zero3_unit, GatherUnit::kModule);
+  EXPECT_EQ(p.zero3_max_live_parameters, 3000000000);
+  EXPECT_EQ(p.zero3_max_reuse_distance, 3000000000);
+  EXPECT_EQ(p.zero3_prefetch_bucket, 50000000);
+  EXPECT_EQ(p.zero3_reduce_bucket, 90000000);
+  EXPECT_TRUE(p.overlap_param_gather);
+  EXPECT_TRUE(p.offload.optimizer);
+  const Export e = export_deepspeed(model_preset("megatron-1t"), cluster_preset("dgx-a100-80g", 1024), p);
+  const Json out = parse_json(file_named(e, "ds_config.json").text, "ds_config.json");
+  const Json& z = out["zero_optimization"];
+  EXPECT_EQ(z["stage3_max_live_parameters"], 3000000000);
+  EXPECT_EQ(z["stage3_max_reuse_distance"], 3000000000);
+  EXPECT_EQ(z["stage3_prefetch_bucket_size"], 50000000);
+  EXPECT_EQ(z["reduce_bucket_size"], 90000000);
+  // A fractional size names its key.
+  const Json bad = parse_json(R"({"train_batch_size": 8,
+    "zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1.5}})",
+                              "c");
+  try {
+    import_deepspeed(bad, 8);
+    ADD_FAILURE() << "a fractional stage3_max_live_parameters was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("stage3_max_live_parameters"), std::string::npos)
+        << err.what();
   }
 }
 

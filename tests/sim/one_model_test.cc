@@ -225,6 +225,20 @@ std::vector<Case> cases() {
       p.offload.optimizer = true;
       p.micro_batch = 8;
     });
+  // DeepSpeed's ZeRO-3 with optimizer offload and full recompute, as Megatron-DeepSpeed's Azure
+  // recipes run it: gathers per module, the modules a short stage3_max_reuse_distance releases
+  // after the recompute gathered again for the backward (core/gather_units.h), and the host
+  // waiting on each bucket's blocking copy to the host (core/offload_rules.h).
+  dense("deepspeed zero3 offload", [](Plan& p) {
+    degrees(p, 16, 1);
+    p.zero = 3;
+    p.zero3_unit = GatherUnit::kModule;
+    p.zero3_max_reuse_distance = 100000000;
+    p.zero3_reduce_bucket = 90000000;
+    p.offload.optimizer = true;
+    p.recompute = Recompute::kFull;
+    p.micro_batch = 8;
+  });
   dense("zero2 offload without overlap", [](Plan& p) {
     degrees(p, 16, 2);
     p.zero = 2;
