@@ -6,8 +6,8 @@
 
 #include "core/cluster.h"
 #include "core/error.h"
-#include "core/units.h"
 #include "core/sibling_presets.h"
+#include "core/units.h"
 
 namespace parasol {
 

@@ -69,13 +69,14 @@ void Lowerer::add_bucket(Bucket b) {
     std::vector<int> fp8_ids, other_ids;
     double fp8_n = 0;
     for (const Spec& s : b.specs) {
-      b.params[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".w"), s.shape,
-                                     s.fp8 ? Dtype::kFp8 : wdt_, BufferClass::kParam,
-                                     host_params, true);
+      b.params[s.slot] =
+          slot_buffer(s.slot, bname(kSlotName[s.slot], ".w"), s.shape, s.fp8 ? Dtype::kFp8 : wdt_,
+                      BufferClass::kParam, host_params, true);
       (s.fp8 ? fp8_ids : other_ids).push_back(b.params[s.slot]);
       if (!s.fp8) continue;
       fp8_n += static_cast<double>(shape_elements(s.shape));
-      buffer(bname(kSlotName[s.slot], ".wT"), std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+      buffer(bname(kSlotName[s.slot], ".wT"),
+             std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
              BufferClass::kParam, false, true);
     }
     b.fp8_elements = fp8_n;

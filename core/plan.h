@@ -565,13 +565,14 @@ struct Plan {
 
 // The plan the CPU runtime executes: `p` without the GPU-side overlaps it does not run
 // (tp_comm_overlap: Transformer Engine's userbuffers; tp_impl: where the data-gradient reductions
-// run; ep_comm_overlap: Megatron-Core's combined 1F1B on a stream of its own), without expert_bias_loop or moe_gmm_experts (the runtime adds
-// the expert biases in its GEMMs and clamps in its activation), expert_fp8_padding or fp8_recipe
-// (it trains in bf16 or fp32), with its own context-parallel ring (cp_impl te, cp_rotate ring,
-// cp_comm_type p2p) on the model's own K/V heads (repeat_kv false), which the predictors price, and
-// without torchtitan's op-level recompute (selective_op runs as none), PyTorch FSDP's own copies
-// (fsdp_impl), the unpadded attention (attention_unpad) or the metric passes over the logits
-// (loss_metric_passes). None changes the numerics beyond rounding.
+// run; ep_comm_overlap: Megatron-Core's combined 1F1B on a stream of its own), without
+// expert_bias_loop or moe_gmm_experts (the runtime adds the expert biases in its GEMMs and clamps
+// in its activation), expert_fp8_padding or fp8_recipe (it trains in bf16 or fp32), with its own
+// context-parallel ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads
+// (repeat_kv false), which the predictors price, and without torchtitan's op-level recompute
+// (selective_op runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded attention
+// (attention_unpad) or the metric passes over the logits (loss_metric_passes). None changes the
+// numerics beyond rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

@@ -369,12 +369,13 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   // fsdp2, megatron fsdp"); parasol models the distributed optimizer's buffers only.
   if (p.fp8_param_gather) {
     if (p.precision != Dtype::kFp8)
-      throw Error("plan.fp8_param_gather", std::string("fp8 weights need precision fp8, not ") +
-                                               dtype_name(p.precision));
-    if (p.zero < 1 || p.zero > 2)
       throw Error("plan.fp8_param_gather",
-                  "fp8 weights are gathered by Megatron's distributed optimizer: zero 1 or 2, not " +
-                      s(p.zero));
+                  std::string("fp8 weights need precision fp8, not ") + dtype_name(p.precision));
+    if (p.zero < 1 || p.zero > 2)
+      throw Error(
+          "plan.fp8_param_gather",
+          "fp8 weights are gathered by Megatron's distributed optimizer: zero 1 or 2, not " +
+              s(p.zero));
     if (p.offload.params || p.offload.optimizer)
       throw Error("plan.fp8_param_gather",
                   "fp8 weights with parameters or optimizer in host memory are not modelled");

@@ -459,7 +459,7 @@ int64_t price_flags(const Plan& p) {
          (p.moe_gmm_experts ? int64_t{1} << 56 : 0) |       // bias loops, compiled clamps
          (p.attention_kernel == AttentionKernel::kFa3 ? int64_t{1} << 60 : 0) |  // FA3's figures
          (p.tp_impl == TpImpl::kPytorch ? int64_t{1} << 61 : 0) |  // where the dgrad reductions run
-         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |               // main_grad adds
+         (p.gradient_accumulation_fusion ? 0 : int64_t{1} << 52) |  // main_grad adds
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
 

@@ -15,8 +15,8 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/rank_layout.h"
-#include "cost_models/profile_ranges.h"
 #include "core/units.h"
+#include "cost_models/profile_ranges.h"
 
 namespace parasol::cost {
 

@@ -209,9 +209,9 @@ const std::set<std::string> kRead = {
     "mscale-all-dim",
     // training
     "micro-batch-size", "global-batch-size", "bf16", "fp16", "fp8-format", "fp8-recipe",
-    "grad-reduce-in-bf16", "fp8-param-gather", "attention-backend", "recompute-granularity", "recompute-method",
-    "recompute-num-layers", "recompute-modules", "recompute-activations", "optimizer-cpu-offload",
-    "optimizer-offload-fraction",
+    "grad-reduce-in-bf16", "fp8-param-gather", "attention-backend", "recompute-granularity",
+    "recompute-method", "recompute-num-layers", "recompute-modules", "recompute-activations",
+    "optimizer-cpu-offload", "optimizer-offload-fraction",
     // parallelism
     "tensor-model-parallel-size", "pipeline-model-parallel-size",
     "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
@@ -788,8 +788,9 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // (arguments.py @d98e8a6 L1095).
   if (f.has("fp8-param-gather")) {
     if (!f.has("fp8-format"))
-      throw Error("--fp8-param-gather", "fp8_param must be used together with fp8 mode "
-                                        "(--fp8-format; Megatron's own check)");
+      throw Error("--fp8-param-gather",
+                  "fp8_param must be used together with fp8 mode "
+                  "(--fp8-format; Megatron's own check)");
     if (!f.has("use-distributed-optimizer") && !f.has("use-megatron-fsdp"))
       throw Error("--fp8-param-gather",
                   "only supported with the distributed optimizer (--use-distributed-optimizer) "

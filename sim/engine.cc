@@ -3,9 +3,10 @@
 // (core/issue_graph.h), built and checked once per run. Layout for speed: the ops of all stage
 // Programs are numbered globally; their run state is a flat array of 32-byte records (duration,
 // pending-dependency counter, next op of the stream, ...), kept in a Simulator's workspace and
-// reused from plan to plan. The only dynamic structure is a small binary heap of finish events (about one per busy stream).
-// Durations are priced in one pass over the Ops before the run, once per distinct op shape
-// (a hash map behind a direct-mapped memo); group placements are priced once per Simulator.
+// reused from plan to plan. The only dynamic structure is a small binary heap of finish events
+// (about one per busy stream). Durations are priced in one pass over the Ops before the run, once
+// per distinct op shape (a hash map behind a direct-mapped memo); group placements are priced once
+// per Simulator.
 #include "sim/engine.h"
 
 #include <algorithm>
@@ -252,7 +253,7 @@ class Engine {
   std::unique_ptr<cost::OpPricer> pricer_;
 
   int n_ = 0;
-  std::vector<int> base_;  // first global id of each stage
+  std::vector<int> base_;                                      // first global id of each stage
   std::shared_future<std::vector<Liveness>> liveness_future_;  // per stage (core/liveness.h)
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;

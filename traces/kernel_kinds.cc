@@ -34,8 +34,8 @@ std::string collective_kind(const std::string& name) {
 
 bool is_backward_kernel(const std::string& name) {
   const std::string s = lower_case(name);
-  return name_has(s, "bwd") || name_has(s, "backward") || name_has(s, "bprop") || name_has(s, "dgrad") ||
-         name_has(s, "cutlassb");
+  return name_has(s, "bwd") || name_has(s, "backward") || name_has(s, "bprop") ||
+         name_has(s, "dgrad") || name_has(s, "cutlassb");
 }
 
 bool is_attention_helper_kernel(const std::string& name) {

@@ -22,9 +22,6 @@ namespace parasol::traces {
 
 namespace {
 
-
-
-
 // Bytes of one element of a PyTorch or NCCL dtype name and parasol's name of it ("" when parasol
 // has none); 0 bytes when unknown.
 struct DtypeInfo {
@@ -346,7 +343,8 @@ std::string phase_of(const std::vector<std::string>& names) {
   for (const std::string& n : names)
     if (n.rfind("Optimizer.step", 0) == 0 || name_has(n, "optimizer_step")) return "optimizer";
   for (const std::string& n : names)
-    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || name_has(n, "Backward")) return "bwd";
+    if (n.rfind("autograd::engine::evaluate_function", 0) == 0 || name_has(n, "Backward"))
+      return "bwd";
   return "fwd";
 }
 
@@ -464,8 +462,8 @@ bool comm_from_c10d(const HostOp& e, std::string& kind, double& bytes, KernelSha
 // table), so their bytes stay unknown.
 bool streams_its_tensors(const std::string& kind, const std::string& lname) {
   if (kind == "norm" || kind == "activation") return true;
-  return kind == "elementwise" && name_has(lname, "elementwise_kernel") && !name_has(lname, "index") &&
-         !name_has(lname, "scatter") && !name_has(lname, "gather");
+  return kind == "elementwise" && name_has(lname, "elementwise_kernel") &&
+         !name_has(lname, "index") && !name_has(lname, "scatter") && !name_has(lname, "gather");
 }
 
 // Bytes a memory-bound op moves: every tensor input read once (a binary op's two operands, a
@@ -529,8 +527,8 @@ Classified classify(const Activity& ev, const std::deque<HostOp>& ops,
   // bmm_* kernels on B200) or a fused_moe op.
   if (c.kind == "linear")
     for (const std::string& n : names)
-      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm" || name_has(n, "moe_forward") ||
-          name_has(n, "fused_moe"))
+      if (n == "aten::_grouped_mm" || n == "aten::_scaled_grouped_mm" ||
+          name_has(n, "moe_forward") || name_has(n, "fused_moe"))
         c.kind = "expert-linear";
   const bool comm = is_communication_kind(c.kind);
   // Collectives: the kernel's args, then record_param_comms, then c10d ops (innermost first).

@@ -491,7 +491,8 @@ TEST(Lower, PytorchTensorParallelReducesTheDataGradientsAfterTheWeightGradients)
       LoweredPlan lp = lowered(m, plan);
       const Program& p = lp.programs[0];
       for (const char* name : {"L0.fc1", "L0.qkv"}) {
-        const std::string rs_name = std::string(name) + ".dx.tp", dw_name = std::string(name) + ".dw";
+        const std::string rs_name = std::string(name) + ".dx.tp",
+                          dw_name = std::string(name) + ".dw";
         auto rs = select(p, [&](const Op& o) {
           return o.name == rs_name && o.tags.phase == Phase::kBackward && o.tags.micro_batch == 0;
         });
@@ -514,8 +515,8 @@ TEST(Lower, PytorchTensorParallelReducesTheDataGradientsAfterTheWeightGradients)
         } else {
           EXPECT_GT(rs[0]->id, dw[0]->id);  // after the weight gradient...
           const int last_dep = *std::max_element(rs[0]->deps.begin(), rs[0]->deps.end());
-          EXPECT_GE(last_dep, dw[0]->id);   // ...which it waits for
-          EXPECT_GE(waiting, 1);            // and the next compute op waits for it
+          EXPECT_GE(last_dep, dw[0]->id);  // ...which it waits for
+          EXPECT_GE(waiting, 1);           // and the next compute op waits for it
         }
       }
     }

@@ -1002,9 +1002,8 @@ TEST(PlanJson, RoundTripShardingAndPipelineFields) {
             CpCommType::kAllGather);
   EXPECT_FALSE(plan_to_json(Plan{}).contains("repeat_kv"));
   EXPECT_FALSE(plan_to_json(Plan{}).contains("fp8_param_gather"));
-  ExpectError(
-      [] { plan_from_json(Json::parse(R"({"fp8_param_gather": "yes"})")); },
-      "plan.fp8_param_gather", "");
+  ExpectError([] { plan_from_json(Json::parse(R"({"fp8_param_gather": "yes"})")); },
+              "plan.fp8_param_gather", "");
   ExpectError(
       [] { plan_from_json(Json::parse(R"({"account_for_loss_in_pipeline_split": "yes"})")); },
       "plan.account_for_loss_in_pipeline_split", "");

@@ -364,7 +364,8 @@ TEST(DeepSpeedImport, ReadsTheZero3CoordinatorSizes) {
   EXPECT_EQ(p.zero3_reduce_bucket, 90000000);
   EXPECT_TRUE(p.overlap_param_gather);
   EXPECT_TRUE(p.offload.optimizer);
-  const Export e = export_deepspeed(model_preset("megatron-1t"), cluster_preset("dgx-a100-80g", 1024), p);
+  const Export e =
+      export_deepspeed(model_preset("megatron-1t"), cluster_preset("dgx-a100-80g", 1024), p);
   const Json out = parse_json(file_named(e, "ds_config.json").text, "ds_config.json");
   const Json& z = out["zero_optimization"];
   EXPECT_EQ(z["stage3_max_live_parameters"], 3000000000);

@@ -742,8 +742,7 @@ TEST(MegatronImport, NamesTheFlagItCannotRead) {
   // Megatron's own checks: fp8 weights need fp8 and the distributed optimizer (or its FSDP).
   expect_import_error(base + "--bf16 --use-distributed-optimizer --fp8-param-gather",
                       "--fp8-param-gather");
-  expect_import_error(base + "--bf16 --fp8-format hybrid --fp8-param-gather",
-                      "--fp8-param-gather");
+  expect_import_error(base + "--bf16 --fp8-format hybrid --fp8-param-gather", "--fp8-param-gather");
   expect_import_error(base + "--cp-comm-type ring", "--cp-comm-type");
   expect_import_error(base + "--cp-comm-type p2p a2a", "--cp-comm-type");  // per-layer types
   // Megatron's own checks (arguments.py): a2a+p2p needs the hierarchical sizes, whose product is
