@@ -35,10 +35,12 @@ Json json_scalar(const std::string& text) {
   return text;
 }
 
-// An integer plan flag. A value an int of T cannot hold goes to o.raw for plan_from_json.
+// An integer plan flag. A value an int of T cannot hold goes to o.raw for plan_from_json. Its
+// --help type is INT, or UINT for a count without an upper bound (DeepSpeed's element counts,
+// where any large value means "no limit"; plan validation refuses the negative ones).
 template <class T>
 void int_flag(CLI::App* cmd, SpecOptions& o, const std::string& name, const std::string& key,
-              std::optional<T>& dst, const std::string& help) {
+              std::optional<T>& dst, const std::string& help, const char* type = "INT") {
   cmd->add_option_function<std::string>(
          name,
          [&o, &dst, key](const std::string& text) {
@@ -53,7 +55,7 @@ void int_flag(CLI::App* cmd, SpecOptions& o, const std::string& name, const std:
            }
          },
          help)
-      ->type_name("INT");
+      ->type_name(type);
 }
 
 // A boolean plan flag: alone it means true; it also takes true|false (1|0, yes|no, on|off).
@@ -205,15 +207,16 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
                   "gathers)");
   int_flag(cmd, o, "--zero3-prefetch-bucket", "zero3_prefetch_bucket", o.zero3_prefetch_bucket,
            "DeepSpeed ZeRO-3 (zero3-unit module): stage3_prefetch_bucket_size, elements "
-           "(default 5e7)");
+           "(default 5e7)",
+           "UINT");
   int_flag(cmd, o, "--zero3-max-live-parameters", "zero3_max_live_parameters",
            o.zero3_max_live_parameters,
-           "DeepSpeed ZeRO-3: stage3_max_live_parameters, elements (default 1e9)");
+           "DeepSpeed ZeRO-3: stage3_max_live_parameters, elements (default 1e9)", "UINT");
   int_flag(cmd, o, "--zero3-max-reuse-distance", "zero3_max_reuse_distance",
            o.zero3_max_reuse_distance,
-           "DeepSpeed ZeRO-3: stage3_max_reuse_distance, elements (default 1e9)");
+           "DeepSpeed ZeRO-3: stage3_max_reuse_distance, elements (default 1e9)", "UINT");
   int_flag(cmd, o, "--zero3-reduce-bucket", "zero3_reduce_bucket", o.zero3_reduce_bucket,
-           "DeepSpeed ZeRO-3: reduce_bucket_size, elements (default 5e8)");
+           "DeepSpeed ZeRO-3: reduce_bucket_size, elements (default 5e8)", "UINT");
   int_flag(cmd, o, "--shard-degree", "shard_degree", o.shard_degree,
            "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
   cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,

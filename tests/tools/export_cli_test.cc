@@ -162,10 +162,12 @@ TEST(ExportCli, PlanReadsADeepSpeedConfigWithTheGpuCount) {
 // pricing a default model or cluster.
 TEST(ExportCli, ExportsImportBackAndMissingTargetsAreNamed) {
   const std::string job = "--model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --gbs 64 --sp";
-  // torchtitan has no ZeRO-1 (FSDP2 or replication): its plan shards with zero 3.
-  const std::pair<std::string, std::string> exports[] = {{"megatron", job + " --zero 1"},
-                                                         {"deepspeed", job + " --zero 1"},
-                                                         {"torchtitan", job + " --zero 3"}};
+  // torchtitan has no ZeRO-1 (FSDP2 or replication): its plan shards with zero 3, and its tensor
+  // parallelism is PyTorch's (the torchtitan import reads tp > 1 as tp_impl torch).
+  const std::pair<std::string, std::string> exports[] = {
+      {"megatron", job + " --zero 1"},
+      {"deepspeed", job + " --zero 1"},
+      {"torchtitan", job + " --zero 3 --tp-impl torch"}};
   nlohmann::json want;
   for (const auto& [to, flags] : exports) {
     SCOPED_TRACE(to);

@@ -56,20 +56,20 @@ TEST(FailureKinds, SearchLetsAnInternalErrorThrough) {
 }
 
 // A lowering bug that no check of the lowering catches (PARASOL_TEST_BREAK_LOWERING=program: a
-// Program whose first op depends on an op that does not exist) is caught by the engine's contract
-// checks, as parasol's bug: simulate and search --simulate-top exit 1 instead of taking the plan
-// for one the user cannot run.
+// Program whose first op depends on an op that does not exist) is caught by the contract checks of
+// the issue graph the engine builds (core/issue_graph.h), as parasol's bug: simulate and search
+// --simulate-top exit 1 instead of taking the plan for one the user cannot run.
 TEST(FailureKinds, AMalformedProgramFailsTheEngineAsABug) {
   const std::string cmd = std::string("env PARASOL_TEST_BREAK_LOWERING=program ") + PARASOL_BIN;
   const auto sim = testing_cli::run_command(cmd + " simulate --model llama3-8b --gpus 8");
   EXPECT_EQ(sim.code, 1) << sim.out;
   EXPECT_NE(sim.out.find("internal error (this is a parasol bug"), std::string::npos) << sim.out;
-  EXPECT_NE(sim.out.find("sim/engine.cc:"), std::string::npos) << sim.out;
   EXPECT_NE(sim.out.find(".deps: bad op id"), std::string::npos) << sim.out;
+  EXPECT_NE(sim.out.find("(not an earlier op)"), std::string::npos) << sim.out;
   const auto search = testing_cli::run_command(
       cmd + " search --model llama3-8b --gpus 8 --gbs 64 --top 3 --simulate-top 3");
   EXPECT_EQ(search.code, 1) << search.out;
-  EXPECT_NE(search.out.find("sim/engine.cc:"), std::string::npos) << search.out;
+  EXPECT_NE(search.out.find("(not an earlier op)"), std::string::npos) << search.out;
   // The closed form does not lower: estimate is unaffected.
   EXPECT_EQ(testing_cli::run_command(cmd + " estimate --model llama3-8b --gpus 8").code, 0);
 }
