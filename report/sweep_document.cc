@@ -12,10 +12,6 @@
 
 namespace parasol::report {
 
-namespace {
-
-}  // namespace
-
 double sweep_train_number(const Json& row, const char* key) {
   return row["train"][key].get<double>();
 }

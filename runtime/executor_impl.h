@@ -124,10 +124,10 @@ struct Executor::Impl {
   void add_losses(const float* dev_loss, const int32_t* labels);  // into result
   void inject_inf(void* p, Dtype dt);
   bool tiled_loss() const { return plan.tiled_loss && !plan.eager_loss; }
-  void run_norm(const Op& op);           // LayerNorm / RMSNorm
-  void run_activation(const Op& op);     // GELU / SwiGLU
-  void run_residual(const Op& op);       // residual adds and the kResidualAdd rearrangements
-  void run_linear(const Op& op);         // dense GEMMs: forward, data and weight gradients
+  void run_norm(const Op& op);        // LayerNorm / RMSNorm
+  void run_activation(const Op& op);  // GELU / SwiGLU
+  void run_residual(const Op& op);    // residual adds and the kResidualAdd rearrangements
+  void run_linear(const Op& op);      // dense GEMMs: forward, data and weight gradients
   // The experts' grouped GEMMs; typed (the next two too): on bf16 storage (run_typed_moe).
   void run_expert_linear(const Op& op, bool typed = false);
   // Rows per local expert of each block of op's expert region, in order.
@@ -138,7 +138,7 @@ struct Executor::Impl {
   AttnOperands attention_operands(const Op& op, bool typed);
   void attention_forward(const Op& op, const AttnOperands& x);
   void attention_backward(const Op& op, const AttnOperands& x);
-  void run_router(const Op& op);    // router probabilities and the routing from them
+  void run_router(const Op& op);  // router probabilities and the routing from them
   void run_dispatch(const Op& op, bool typed = false);  // tokens to expert order
   void run_combine(const Op& op, bool typed = false);   // expert outputs back to token order
   // The compute ops' operands: the i-th buffer op reads (R) or writes (W), as floats.
