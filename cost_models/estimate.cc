@@ -463,6 +463,10 @@ int64_t price_flags(const Plan& p) {
          (p.p2p_sync ? int64_t{1} << 53 : 0);  // edge_host's syncs after each exchange
 }
 
+// The price caches' second word of plan switches: a switch added once price_flags' word is full
+// (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Every bit is free today.
+int64_t price_flags_more(const Plan& /*p*/) { return 0; }
+
 }  // namespace
 
 // The lowered fragment of a layer of kind (moe_layer, windowed), playable, its compute priced,
@@ -477,7 +481,8 @@ const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool 
       p.micro_batch,
       p.seq(model_),
       static_cast<int>(p.precision),
-      price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0)};
+      price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0),
+      price_flags_more(p)};
   auto it = fragments_.find(key);
   if (it != fragments_.end()) return *it->second;
   std::shared_ptr<const PlayableFragment> f =
@@ -500,7 +505,8 @@ const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool 
 // (cost_models/layer_fragment.h), cached by everything the price depends on.
 const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
   auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
-                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0);
+                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0,
+                             price_flags_more(p));
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 
@@ -551,7 +557,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
                      counts,
                      full,
                      static_cast<int>(p.recompute) | (p.loss_metric_passes << 8),
-                     p.chunks()};
+                     p.chunks(),
+                     price_flags_more(p)};
   if (auto it = stage_prices_.find(key); it != stage_prices_.end()) return it->second;
   const double full_share = layers ? static_cast<double>(full) / layers : 0;
   double fwd_layers = 0, recompute_comm = 0;

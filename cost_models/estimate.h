@@ -233,10 +233,13 @@ class Estimator {
   // Fragments by FragmentCache::Key: this Estimator's, and those shared with others.
   Cache<FragmentCache::Key, std::shared_ptr<const PlayableFragment>> fragments_;
   std::shared_ptr<FragmentCache> shared_fragments_;
-  Cache<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int64_t, bool, int>, LayerPrice>
+  // The two int64_t switch words are price_flags and price_flags_more (estimate.cc).
+  Cache<std::tuple<PlacementKey, int, int64_t, bool, bool, int, int64_t, bool, int, int64_t>,
+        LayerPrice>
       layers_;
   Cache<PlacementKey, std::pair<double, double>> pp_links_;  // (bandwidth, latency)
-  using StageKey = std::tuple<PlacementKey, int, int64_t, int, int64_t, int64_t, int, int, int>;
+  using StageKey =
+      std::tuple<PlacementKey, int, int64_t, int, int64_t, int64_t, int, int, int, int64_t>;
   Cache<StageKey, StagePrice> stage_prices_;
   // data_parallel by everything it reads: the placement, the sharding switches (zero, reshard,
   // overlap_grad_reduce | overlap_param_gather << 1, grad_reduce_dtype, precision), micro-batches,

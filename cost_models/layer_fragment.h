@@ -144,9 +144,10 @@ LayerPrice price_layer_fragment(const LayerFragment& fragment, OpPricer& pricer,
 // Thread-safe.
 class FragmentCache {
  public:
-  // (tp, cp, ep, etp, micro-batch, sequence, precision, the plan's switches and the layer kind):
-  // what shapes a fragment's ops and their compute prices (Estimator::fragment).
-  using Key = std::tuple<int, int, int, int, int, int64_t, int, int64_t>;
+  // (tp, cp, ep, etp, micro-batch, sequence, precision, the plan's switches and the layer kind,
+  // the plan's second word of switches): what shapes a fragment's ops and their compute prices
+  // (Estimator::fragment).
+  using Key = std::tuple<int, int, int, int, int, int64_t, int, int64_t, int64_t>;
   // The fragment of `key`, or null.
   std::shared_ptr<const PlayableFragment> find(const Key& key) const;
   // Files `fragment` under `key` unless another thread did first; returns the one filed.

@@ -177,7 +177,7 @@ TEST(LayerFragmentPlay, PricesALoweredFragmentOpByOp) {
 
 TEST(FragmentCache, FilesTheFirstFragmentOfAKey) {
   FragmentCache cache;
-  const FragmentCache::Key key{2, 1, 1, 2, 1, 4096, 1, 0}, other{4, 1, 1, 4, 1, 4096, 1, 0};
+  const FragmentCache::Key key{2, 1, 1, 2, 1, 4096, 1, 0, 0}, other{4, 1, 1, 4, 1, 4096, 1, 0, 0};
   EXPECT_EQ(cache.find(key), nullptr);
   PlayableFragment first, second;
   first.streams = 1;
