@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "core/layer_shapes.h"
+#include "core/zero3_live.h"
 
 namespace parasol {
 
@@ -65,56 +66,7 @@ std::vector<double> reduce_fractions(const Plan& p, const std::vector<double>& w
 
 double deepspeed_live_peak(const std::vector<double>& trace, const std::vector<int>& module,
                            double prefetch_bucket, double max_live, double max_reuse) {
-  const size_t n = std::min(trace.size(), module.size());
-  int ids = 0;
-  for (size_t i = 0; i < n; ++i) ids = std::max(ids, module[i] + 1);
-  std::vector<char> live(static_cast<size_t>(ids), 0);
-  std::vector<double> size(static_cast<size_t>(ids), 0);
-  for (size_t i = 0; i < n; ++i) size[static_cast<size_t>(module[i])] = trace[i];
-  double avail = 0, peak = 0;
-  size_t queue = 0;  // the next trace entry the prefetch queue holds
-  for (size_t i = 0; i < n; ++i) {
-    const size_t id = static_cast<size_t>(module[i]);
-    // Fetch the module in use; its entry leaves the queue unless a prefetch took it already.
-    if (!live[id]) {
-      live[id] = 1;
-      avail += size[id];
-    }
-    queue = std::max(queue, i + 1);
-    // Prefetch while fewer than max_live elements are live (v0.6.2 counts every parameter it
-    // takes off the queue, gathering those not live).
-    if (prefetch_bucket > 0) {
-      const double budget = std::min(max_live - avail, prefetch_bucket);
-      double taken = 0;
-      std::vector<char> in_set(static_cast<size_t>(ids), 0);
-      while (queue < n && taken < budget) {
-        const size_t q = static_cast<size_t>(module[queue++]);
-        if (in_set[q]) continue;
-        in_set[q] = 1;
-        taken += size[q];
-        if (!live[q]) {
-          live[q] = 1;
-          avail += size[q];
-        }
-      }
-    }
-    peak = std::max(peak, avail);
-    // Release after the use unless the module recurs within max_reuse elements.
-    bool keep = false;
-    double walked = 0;
-    for (size_t j = i + 1; j < n && walked <= max_reuse; ++j) {
-      if (static_cast<size_t>(module[j]) == id) {
-        keep = true;
-        break;
-      }
-      walked += trace[j];
-    }
-    if (!keep) {
-      live[id] = 0;
-      avail -= size[id];
-    }
-  }
-  return peak;
+  return deepspeed_schedule(trace, module, prefetch_bucket, max_live, max_reuse).peak;
 }
 
 std::vector<double> regathered_weights(const Plan& p, const std::vector<double>& weights) {

@@ -234,6 +234,10 @@ void Lowerer::acquire(const Bucket& b, WSet& out, int dep) {
     if (gathers_in_forward(b)) gather_updated(b, dep);
     return;
   }
+  if (ds_lazy_ && b.zero >= 3 && !b.expert && b.layer >= 0) {
+    ds_acquire(b, out);
+    return;
+  }
   const int key = held_key(b);
   if (key >= 0 && held_valid_[key]) {
     for (const Spec& s : b.specs) out[s.slot] = held_[key][s.slot];
@@ -406,6 +410,162 @@ void Lowerer::regather_layer(int local, const WSet& w, int dep) {
   }
 }
 
+void Lowerer::ds_acquire(const Bucket& b, WSet& out) {
+  const std::vector<double> weights = b.weight_elements();
+  const int modules = static_cast<int>(weights.size());
+  const bool backward = tags_.phase == Phase::kBackward;
+  const int first = ds_next_;
+  ds_next_ += modules;
+  PARASOL_CHECK(ds_next_ <= static_cast<int>(ds_.source.size()),
+                "DeepSpeed's schedule holds fewer module uses than the stage's lowering acquires");
+  const int bi = static_cast<int>(&b - buckets_.data());
+  size_t si = 0;
+  for (int k = 0; k < modules; ++k) {
+    // Module k: a weight and the bias slots that follow it.
+    std::vector<size_t> specs{si++};
+    while (si < b.specs.size() && is_bias_slot(b.specs[si].slot)) specs.push_back(si++);
+    const int use = first + (backward ? modules - 1 - k : k);
+    const int src = ds_.source[static_cast<size_t>(use)];
+    if (ds_copy_of_source_[static_cast<size_t>(src)] < 0) {
+      DsCopy c;
+      c.bucket = bi;
+      c.elements = weights[static_cast<size_t>(k)];
+      c.fetch_step = ds_.fetch_step[static_cast<size_t>(use)];
+      for (size_t s : specs) {
+        const Spec& sp = b.specs[s];
+        c.buffers.push_back(slot_buffer(sp.slot, name(b.layer, kSlotName[sp.slot], tags_.micro_batch),
+                                        sp.shape, wdt_, BufferClass::kParam));
+      }
+      P_.add_block(c.buffers);
+      ds_copy_of_source_[static_cast<size_t>(src)] = static_cast<int>(ds_copies_.size());
+      ds_pending_.push_back(static_cast<int>(ds_copies_.size()));
+      ds_copies_.push_back(std::move(c));
+    }
+    const std::vector<int> bufs = ds_copies_[static_cast<size_t>(ds_copy_of_source_[static_cast<size_t>(src)])].buffers;
+    for (size_t j = 0; j < specs.size(); ++j) {
+      out[b.specs[specs[j]].slot] = bufs[j];
+      const size_t id = static_cast<size_t>(bufs[j]);
+      if (ds_uses_of_buffer_.size() <= id) ds_uses_of_buffer_.resize(id + 1);
+      ds_uses_of_buffer_[id].push_back(use);
+    }
+  }
+  // A copy whose fetching use was reached already (a prefetch beyond the acquired uses) is
+  // issued at its acquire.
+  ds_reach({});
+}
+
+// The uses reached by an op reading `reads`: a buffer's first use after the last one reached.
+// Every copy fetched at a use up to the furthest reached is issued, before the op.
+void Lowerer::ds_reach(const std::vector<int>& reads) {
+  int reach = ds_reached_;
+  for (int r : reads) {
+    if (r < 0 || static_cast<size_t>(r) >= ds_uses_of_buffer_.size()) continue;
+    for (int u : ds_uses_of_buffer_[static_cast<size_t>(r)])
+      if (u > ds_reached_) {
+        reach = std::max(reach, u);
+        break;
+      }
+  }
+  ds_reached_ = reach;
+  std::vector<int> now;
+  std::erase_if(ds_pending_, [&](int ci) {
+    if (ds_copies_[static_cast<size_t>(ci)].fetch_step > ds_reached_) return false;
+    now.push_back(ci);
+    return true;
+  });
+  for (int ci : now) ds_gather(ci);
+}
+
+void Lowerer::ds_gather(int ci) {
+  DsCopy& c = ds_copies_[static_cast<size_t>(ci)];
+  c.issued = true;
+  const std::vector<int> dev = c.buffers;
+  const double bytes = wb_ * c.elements;
+  const Bucket& b = buckets_[static_cast<size_t>(c.bucket)];
+  Label label(this, b);
+  collective(OpKind::kAllGather, b.group, b.layer, "w.ag", bytes, {b.param_shard}, dev, {});
+}
+
+WSet Lowerer::ds_unit_grads(Bucket& b) {
+  const int bi = static_cast<int>(&b - buckets_.data());
+  if (unit_grads_valid_[static_cast<size_t>(bi)]) return unit_grads_[static_cast<size_t>(bi)];
+  WSet g = no_weights();
+  for (const Spec& s : b.specs)
+    g[s.slot] = slot_buffer(s.slot, name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g",
+                            s.shape, wdt_, BufferClass::kGrad);
+  unit_grads_[static_cast<size_t>(bi)] = g;
+  unit_grads_valid_[static_cast<size_t>(bi)] = 1;
+  // The modules' gradient buffers (a weight and its bias), grouped in backward order into
+  // reduce buckets as core/gather_units.h reduce_calls groups them.
+  std::vector<std::vector<int>> modules;
+  const std::vector<double> elements = b.weight_elements();
+  size_t si = 0;
+  while (si < b.specs.size()) {
+    std::vector<int> ids{g[b.specs[si++].slot]};
+    while (si < b.specs.size() && is_bias_slot(b.specs[si].slot))
+      ids.push_back(g[b.specs[si++].slot]);
+    modules.push_back(std::move(ids));
+  }
+  const double bucket = static_cast<double>(p_.zero3_reduce_bucket);
+  DsReduce open;
+  auto close = [&]() {
+    if (open.grads.empty()) return;
+    open.bucket = bi;
+    open.unwritten = static_cast<int>(open.grads.size());
+    const int index = static_cast<int>(ds_reduces_.size());
+    for (int id : open.grads) {
+      if (ds_reduce_of_buffer_.size() <= static_cast<size_t>(id))
+        ds_reduce_of_buffer_.resize(static_cast<size_t>(id) + 1, -1);
+      ds_reduce_of_buffer_[static_cast<size_t>(id)] = index;
+    }
+    ds_reduces_.push_back(std::move(open));
+    open = DsReduce{};
+  };
+  for (size_t k = modules.size(); k-- > 0;) {
+    if (bucket > 0 && !open.grads.empty() && open.elements + elements[k] > bucket) close();
+    open.grads.insert(open.grads.end(), modules[k].begin(), modules[k].end());
+    open.elements += elements[k];
+  }
+  close();
+  return g;
+}
+
+// After an op: a reduce bucket whose last gradient it wrote is reduce-scattered now.
+void Lowerer::ds_written(const std::vector<int>& writes) {
+  for (int w : writes) {
+    if (w < 0 || static_cast<size_t>(w) >= ds_reduce_of_buffer_.size()) continue;
+    const int r = ds_reduce_of_buffer_[static_cast<size_t>(w)];
+    if (r < 0) continue;
+    ds_reduce_of_buffer_[static_cast<size_t>(w)] = -1;
+    if (--ds_reduces_[static_cast<size_t>(r)].unwritten == 0) ds_reduce(r);
+  }
+}
+
+// Reduce bucket `r` reduce-scattered into the gradient shard (ZeRO-Offload: into a transient
+// shard copied to the pinned host gradient, core/offload_rules.h).
+void Lowerer::ds_reduce(int r) {
+  DsReduce& red = ds_reduces_[static_cast<size_t>(r)];
+  if (red.issued) return;
+  red.issued = true;
+  for (int id : red.grads)
+    if (id >= 0 && static_cast<size_t>(id) < ds_reduce_of_buffer_.size())
+      ds_reduce_of_buffer_[static_cast<size_t>(id)] = -1;
+  const std::vector<int> grads = red.grads;
+  const double shard = std::ceil(red.elements / buckets_[static_cast<size_t>(red.bucket)].ways);
+  const Bucket& b = buckets_[static_cast<size_t>(red.bucket)];
+  Label label(this, b);
+  if (!b.stream_grads) {
+    collective(OpKind::kReduceScatter, b.group, b.layer, "g.rs", gb_ * shard * b.ways, grads,
+               {b.grad_shard});
+    return;
+  }
+  const int dst = buffer(name(b.layer, "params.g", tags_.micro_batch),
+                         {static_cast<int64_t>(shard)}, gdt_, BufferClass::kGrad);
+  collective(OpKind::kReduceScatter, b.group, b.layer, "g.rs", gb_ * shard * b.ways, grads, {dst});
+  replica_reduce(b, {dst});
+  offload_grad_shard(b, {dst}, shard);
+}
+
 WSet Lowerer::layer_weights(int local, int dep) {
   WSet w = no_weights();
   for (int bi : layer_buckets_[local])
@@ -418,6 +578,8 @@ WSet Lowerer::layer_weights(int local, int dep) {
 // reduce-scatter folds into the shard.
 WSet Lowerer::unit_grads(Bucket& b) {
   if (b.zero < 2) return b.grads;
+  if (ds_lazy_ && b.zero >= 3 && !b.expert && b.layer >= 0 && !b.step_grads)
+    return ds_unit_grads(b);
   if (b.step_grads) {
     if (b.acc[b.specs[0].slot] < 0) {
       for (const Spec& s : b.specs)
@@ -456,6 +618,18 @@ WSet Lowerer::layer_grads(int local) {
 void Lowerer::after_backward(Bucket& b, bool last) {
   Label label(this, b);
   const int layer = b.layer;
+  if (ds_lazy_ && b.zero >= 3 && !b.expert && b.layer >= 0 && !b.step_grads) {
+    // DeepSpeed's reduce buckets went as their gradients completed; any left go now.
+    const int bi = static_cast<int>(&b - buckets_.data());
+    for (size_t i = 0; i < ds_reduces_.size(); ++i)
+      if (ds_reduces_[i].bucket == bi && !ds_reduces_[i].issued) ds_reduce(static_cast<int>(i));
+    unit_grads_valid_[static_cast<size_t>(bi)] = 0;
+    if (!b.stream_grads && last) {
+      replica_reduce(b, {b.grad_shard});
+      if (p_.offload.optimizer) offload_grad_shard(b, {b.grad_shard});
+    }
+    return;
+  }
   if (b.stream_grads) {
     stream_grads(b);
     return;
@@ -513,12 +687,13 @@ void Lowerer::stream_grads(Bucket& b) {
 // overlap_comm), else on the copy stream.
 // DeepSpeed's ZeRO-3 copies it with a blocking copy_: the host waits for it (and so for the
 // bucket's reduce-scatter) before it issues more of the backward (gradient_copies_block_host).
-void Lowerer::offload_grad_shard(const Bucket& b, const std::vector<int>& src) {
+void Lowerer::offload_grad_shard(const Bucket& b, const std::vector<int>& src, double elements) {
   const int stream = gradient_copies_on_reduce_stream(p_) ? kDpComm
                      : gradient_copies_serialized(p_)     ? kCompute
                                                           : kCopy;
-  const int c = copy(OpKind::kOffload, b.layer, "g.offload", offloaded_gradient_bytes(p_) * b.shard,
-                     src, {b.host_grad}, {}, stream);
+  const double n = elements < 0 ? static_cast<double>(b.shard) : elements;
+  const int c = copy(OpKind::kOffload, b.layer, "g.offload", offloaded_gradient_bytes(p_) * n, src,
+                     {b.host_grad}, {}, stream);
   if (gradient_copies_block_host(p_)) host_sync("g.offload.sync", {c});
 }
 

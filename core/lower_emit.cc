@@ -200,6 +200,7 @@ void Lowerer::set(std::vector<int>& to, const std::vector<int>& ids) {
 // Issues `op` with its dependencies: the last writer of every buffer it reads, and across
 // streams the last writer and readers of every buffer it writes, plus `extra` and order_after_.
 int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
+  if (ds_lazy_) ds_reach(op.reads);
   op.tags = tags_;
   std::vector<int>& deps = op.deps;
   auto add = [&](int d) {
@@ -235,6 +236,7 @@ int Lowerer::emit(Op& op, std::initializer_list<int> extra) {
     last_writer_[w] = id;
     last_reader_[w].fill(-1);
   }
+  if (ds_lazy_ && !ds_reduce_of_buffer_.empty()) ds_written(std::vector<int>(o.writes));
   return id;
 }
 

@@ -42,6 +42,7 @@ LayerFragment Lowerer::layer_fragment(int layer) {
   // A layer's ops, a ring exchange and attention step per CP rank each way, for up to two
   // micro-batches.
   begin_program(static_cast<size_t>(M_) * (80 + 12 * p_.cp));
+  ds_lazy_ = false;  // a fragment's layer gathers its bucket whole (DeepSpeed's schedule is the stage's)
 
   auto forward = [&](int mb) {
     set_unit_tags({true, 0, mb});

@@ -24,6 +24,7 @@
 #include "core/pipeline_schedule.h"
 #include "core/plan.h"
 #include "core/program.h"
+#include "core/zero3_live.h"
 
 namespace parasol::lowering {
 
@@ -537,12 +538,26 @@ class Lowerer {
   // modules its recompute released (core/gather_units.h regathered_weights) into the weights
   // `w` the recompute gathered; nothing when every module was kept.
   void regather_layer(int layer, const WSet& w, int dep);
+  // DeepSpeed's coordinator under ds_lazy_gathers (core/zero3_live.h): the weights of a use of
+  // dense bucket `b` as the schedule's gathered copies, one block per module (a copy kept from
+  // an earlier use is read again); each copy's all-gather is issued once the use that fetches it
+  // is reached (ds_reach), so its buffer lives from there to its last use.
+  void ds_acquire(const Bucket& b, WSet& out);
+  void ds_reach(const std::vector<int>& reads);
+  void ds_gather(int copy);
+  // DeepSpeed's gradients under ds_lazy_: a module's gradient buffers (the parameters' dtype),
+  // reduce-scattered with the rest of its reduce bucket as soon as the bucket's last gradient
+  // is written (ds_written, after the op that writes it), then freed.
+  WSet ds_unit_grads(Bucket& b);
+  void ds_written(const std::vector<int>& writes);
+  void ds_reduce(int group);
   WSet unit_grads(Bucket& b);
   WSet layer_grads(int layer);
   void after_backward(Bucket& b, bool last);
   void final_reduce(Bucket& b);
   void stream_grads(Bucket& b);
-  void offload_grad_shard(const Bucket& b, const std::vector<int>& src);
+  // `elements`: of the shard copied (< 0: the bucket's shard).
+  void offload_grad_shard(const Bucket& b, const std::vector<int>& src, double elements = -1);
   void set_calls(const Bucket& b, int id, const std::vector<double>& fractions);
   // PyTorch FSDP's own kernels (Plan::fsdp_impl, core/fsdp_copies.h): bucket `b`'s gradient
   // copies before (after) its reduce-scatter of `grads` (the shard), on the compute stream;
@@ -654,6 +669,32 @@ class Lowerer {
   std::vector<char> gathered_in_forward_;  // per bucket: gather_updated() issued this step
   // FSDP2: gathers whose copy-out into the parameters waits for their use (bucket, buffers).
   std::vector<std::pair<int, std::vector<int>>> pending_copy_out_;
+  // DeepSpeed's coordinator (ds_acquire): its schedule over the stage's module uses, the next
+  // use an acquire takes, the last use an op has reached, the gathered copies (by source use)
+  // and the uses reading each copy's buffers.
+  bool ds_lazy_ = false;
+  DsSchedule ds_;
+  int ds_next_ = 0, ds_reached_ = -1;
+  struct DsCopy {
+    int bucket = -1;
+    std::vector<int> buffers;
+    double elements = 0;
+    int fetch_step = -1;
+    bool issued = false;
+  };
+  std::vector<DsCopy> ds_copies_;
+  std::vector<int> ds_copy_of_source_;  // per use: its copy's index in ds_copies_, or -1
+  std::vector<int> ds_pending_;         // copies not yet issued
+  std::vector<std::vector<int>> ds_uses_of_buffer_;  // per buffer id: the uses reading it
+  struct DsReduce {
+    int bucket = -1;
+    std::vector<int> grads;
+    double elements = 0;
+    int unwritten = 0;
+    bool issued = false;
+  };
+  std::vector<DsReduce> ds_reduces_;
+  std::vector<int> ds_reduce_of_buffer_;  // per buffer id: its pending reduce, or -1
   double gb_ = 4;  // bytes per element of a data-parallel gradient reduction
   std::vector<char> unit_grads_valid_;
   std::vector<int> backward_done_;  // per chunk: backward units emitted

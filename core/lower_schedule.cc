@@ -169,8 +169,10 @@ void Lowerer::backward_layers(int c, int mb, bool last, int& dy) {
     // stage3_max_reuse_distance (Plan::zero3_max_reuse_distance) gathered and gathers the rest
     // again (regather_layer; the lowering keeps the layer's buffers). The closed form counts the
     // same (cost_models/estimate.cc, DataParallelSync::by_layers).
+    // Under DeepSpeed's coordinator (ds_lazy_) each use acquires its own, and the schedule
+    // says which of its modules' copies the recompute's are.
     const bool reuse = !use.recompute && u > 0 && uses[u - 1].recompute && uses[u - 1].j == use.j &&
-                       (p_.zero >= 3 || p_.offload.params);
+                       (p_.zero >= 3 || p_.offload.params) && !ds_lazy_;
     acq[u].w = reuse ? acq[u - 1].w : layer_weights(local_of(c, use.j), dep);
     acq[u].reuse = reuse;
     Saved& stored = saved_[saved_index(c, mb, use.j)];
@@ -293,6 +295,16 @@ void Lowerer::begin_program(size_t ops_expected) {
   held_valid_.assign(held_.size(), 0);
   gathered_in_forward_.assign(buckets_.size(), 0);
   pending_copy_out_.clear();
+  ds_lazy_ = ds_lazy_gathers(m_, p_);
+  ds_ = ds_lazy_ ? ds_stage_schedule(m_, p_, first_layer_[0], per_stage_, M_) : DsSchedule{};
+  ds_next_ = 0;
+  ds_reached_ = -1;
+  ds_copies_.clear();
+  ds_copy_of_source_.assign(ds_.source.size(), -1);
+  ds_pending_.clear();
+  ds_uses_of_buffer_.clear();
+  ds_reduces_.clear();
+  ds_reduce_of_buffer_.clear();
   backward_done_.assign(vpp_, 0);
   saved_.assign(static_cast<size_t>(per_stage_) * M_, no_saved());
   emb_saved_.assign(M_, {});

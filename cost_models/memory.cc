@@ -9,6 +9,7 @@
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
 #include "core/units.h"
+#include "core/zero3_live.h"
 
 namespace parasol::cost {
 
@@ -520,7 +521,16 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double per_layer = gathered_stage / per_stage;
     switch (p.reshard) {
       case Reshard::kAfterForward:
-        backward += 2 * per_layer;  // the layer in use and the prefetched one
+        // DeepSpeed's coordinator (core/zero3_live.h): the most module elements it holds
+        // gathered at once, and its largest reduce bucket's module gradients (the parameters'
+        // dtype) until their reduce-scatter; else the layer in use and the prefetched one.
+        if (ds_lazy_gathers(m, p)) {
+          const int first = p.first_layer(m.layers, stage, 0);
+          backward += w_bytes * (ds_stage_schedule(m, p, first, per_stage, p.micro_batches()).peak +
+                                 ds_largest_reduce(m, p, first, per_stage));
+        } else {
+          backward += 2 * per_layer;
+        }
         break;
       case Reshard::kAfterBackward:
         // Each layer stays gathered from its forward to its backward, beside the rank's shard:
