@@ -575,7 +575,8 @@ WSet Lowerer::layer_weights(int local, int dep) {
 
 // Gradient buffers of bucket `b` for the current unit: persistent (ZeRO < 2), the step's
 // unsharded accumulator (ZeRO-3 resharded after the step) or per-micro-batch buffers that a
-// reduce-scatter folds into the shard.
+// reduce-scatter folds into the shard (under DeepSpeed's coordinator in the parameters' dtype,
+// as autograd writes them: ds_unit_grads for the layers).
 WSet Lowerer::unit_grads(Bucket& b) {
   if (b.zero < 2) return b.grads;
   if (ds_lazy_ && b.zero >= 3 && !b.expert && b.layer >= 0 && !b.step_grads)
@@ -594,7 +595,7 @@ WSet Lowerer::unit_grads(Bucket& b) {
   WSet g = no_weights();
   for (const Spec& s : b.specs)
     g[s.slot] = slot_buffer(s.slot, name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g",
-                            s.shape, gdt_, BufferClass::kGrad);
+                            s.shape, ds_lazy_ ? wdt_ : gdt_, BufferClass::kGrad);
   P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;

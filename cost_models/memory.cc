@@ -522,12 +522,14 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     switch (p.reshard) {
       case Reshard::kAfterForward:
         // DeepSpeed's coordinator (core/zero3_live.h): the most module elements it holds
-        // gathered at once, and its largest reduce bucket's module gradients (the parameters'
-        // dtype) until their reduce-scatter; else the layer in use and the prefetched one.
+        // gathered at once. At the first backward op no gradient of the layer is written yet;
+        // a tied table's is, from the head's weight gradient to the embedding's backward, in
+        // the parameters' dtype as autograd writes DeepSpeed's gradients. Else the layer in use
+        // and the prefetched one.
         if (ds_lazy_gathers(m, p)) {
           const int first = p.first_layer(m.layers, stage, 0);
-          backward += w_bytes * (ds_stage_schedule(m, p, first, per_stage, p.micro_batches()).peak +
-                                 ds_largest_reduce(m, p, first, per_stage));
+          backward += w_bytes * ds_stage_schedule(m, p, first, per_stage, p.micro_batches()).peak;
+          if (m.tied_embeddings && stage == p.pp - 1) backward += w_bytes * params.embedding;
         } else {
           backward += 2 * per_layer;
         }
