@@ -2,6 +2,7 @@
 // persistent state (parameters, gradients, optimizer state, ZeRO shards), the per-use weights
 // (ZeRO-3 all-gathers, parameter prefetch from host memory) and the data-parallel gradient
 // reductions (all-reduce, reduce-scatter), and Program::buckets.
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
@@ -473,17 +474,39 @@ void Lowerer::ds_reach(const std::vector<int>& reads) {
     now.push_back(ci);
     return true;
   });
-  for (int ci : now) ds_gather(ci);
+  // The copies one use fetches from one bucket go in one all-gather (DeepSpeed gathers the
+  // parameters it fetches at a use together: a norm rides with the linear after it).
+  std::stable_sort(now.begin(), now.end(), [&](int a, int b) {
+    const DsCopy& x = ds_copies_[static_cast<size_t>(a)];
+    const DsCopy& y = ds_copies_[static_cast<size_t>(b)];
+    return x.fetch_step != y.fetch_step ? x.fetch_step < y.fetch_step : x.bucket < y.bucket;
+  });
+  for (size_t i = 0; i < now.size();) {
+    const DsCopy& c = ds_copies_[static_cast<size_t>(now[i])];
+    std::vector<int> group;
+    for (size_t j = i; j < now.size(); ++j) {
+      const DsCopy& d = ds_copies_[static_cast<size_t>(now[j])];
+      if (d.fetch_step != c.fetch_step || d.bucket != c.bucket) break;
+      group.push_back(now[j]);
+    }
+    i += group.size();
+    ds_gather(group);
+  }
 }
 
-void Lowerer::ds_gather(int ci) {
-  DsCopy& c = ds_copies_[static_cast<size_t>(ci)];
-  c.issued = true;
-  const std::vector<int> dev = c.buffers;
-  const double bytes = wb_ * c.elements;
-  const Bucket& b = buckets_[static_cast<size_t>(c.bucket)];
+void Lowerer::ds_gather(const std::vector<int>& copies) {
+  std::vector<int> dev;
+  double elements = 0;
+  for (int ci : copies) {
+    DsCopy& c = ds_copies_[static_cast<size_t>(ci)];
+    c.issued = true;
+    dev.insert(dev.end(), c.buffers.begin(), c.buffers.end());
+    elements += c.elements;
+  }
+  const Bucket& b = buckets_[static_cast<size_t>(ds_copies_[static_cast<size_t>(copies[0])].bucket)];
   Label label(this, b);
-  collective(OpKind::kAllGather, b.group, b.layer, "w.ag", bytes, {b.param_shard}, dev, {});
+  collective(OpKind::kAllGather, b.group, b.layer, "w.ag", wb_ * elements, {b.param_shard}, dev,
+             {});
 }
 
 WSet Lowerer::ds_unit_grads(Bucket& b) {

@@ -544,7 +544,7 @@ class Lowerer {
   // is reached (ds_reach), so its buffer lives from there to its last use.
   void ds_acquire(const Bucket& b, WSet& out);
   void ds_reach(const std::vector<int>& reads);
-  void ds_gather(int copy);
+  void ds_gather(const std::vector<int>& copies);
   // DeepSpeed's gradients under ds_lazy_: a module's gradient buffers (the parameters' dtype),
   // reduce-scattered with the rest of its reduce bucket as soon as the bucket's last gradient
   // is written (ds_written, after the op that writes it), then freed.
