@@ -434,7 +434,8 @@ void Lowerer::ds_acquire(const Bucket& b, WSet& out) {
       c.fetch_step = ds_.fetch_step[static_cast<size_t>(use)];
       for (size_t s : specs) {
         const Spec& sp = b.specs[s];
-        c.buffers.push_back(slot_buffer(sp.slot, name(b.layer, kSlotName[sp.slot], tags_.micro_batch),
+        c.buffers.push_back(slot_buffer(sp.slot,
+                                        name(b.layer, kSlotName[sp.slot], tags_.micro_batch),
                                         sp.shape, wdt_, BufferClass::kParam));
       }
       P_.add_block(c.buffers);
@@ -442,7 +443,8 @@ void Lowerer::ds_acquire(const Bucket& b, WSet& out) {
       ds_pending_.push_back(static_cast<int>(ds_copies_.size()));
       ds_copies_.push_back(std::move(c));
     }
-    const std::vector<int> bufs = ds_copies_[static_cast<size_t>(ds_copy_of_source_[static_cast<size_t>(src)])].buffers;
+    const std::vector<int> bufs =
+        ds_copies_[static_cast<size_t>(ds_copy_of_source_[static_cast<size_t>(src)])].buffers;
     for (size_t j = 0; j < specs.size(); ++j) {
       out[b.specs[specs[j]].slot] = bufs[j];
       const size_t id = static_cast<size_t>(bufs[j]);
@@ -503,7 +505,8 @@ void Lowerer::ds_gather(const std::vector<int>& copies) {
     dev.insert(dev.end(), c.buffers.begin(), c.buffers.end());
     elements += c.elements;
   }
-  const Bucket& b = buckets_[static_cast<size_t>(ds_copies_[static_cast<size_t>(copies[0])].bucket)];
+  const Bucket& b =
+      buckets_[static_cast<size_t>(ds_copies_[static_cast<size_t>(copies[0])].bucket)];
   Label label(this, b);
   collective(OpKind::kAllGather, b.group, b.layer, "w.ag", wb_ * elements, {b.param_shard}, dev,
              {});

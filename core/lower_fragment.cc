@@ -42,7 +42,8 @@ LayerFragment Lowerer::layer_fragment(int layer) {
   // A layer's ops, a ring exchange and attention step per CP rank each way, for up to two
   // micro-batches.
   begin_program(static_cast<size_t>(M_) * (80 + 12 * p_.cp));
-  ds_lazy_ = false;  // a fragment's layer gathers its bucket whole (DeepSpeed's schedule is the stage's)
+  // A fragment's layer gathers its bucket whole (DeepSpeed's schedule is the stage's).
+  ds_lazy_ = false;
 
   auto forward = [&](int mb) {
     set_unit_tags({true, 0, mb});

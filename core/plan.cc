@@ -912,6 +912,9 @@ Plan runtime_plan(Plan p) {
   // PyTorch FSDP's own copies, MPT's unpadded attention and Composer's metric passes are the
   // frameworks' work around the same numerics, priced by the predictors, not run.
   p.fsdp_impl = FsdpImpl::kNone;
+  // DeepSpeed's per-module gathers and gradient buckets (zero3_unit module: the lowering's lazy
+  // gathers of core/zero3_live.h) run as a gather and a reduce-scatter per layer: the same sums.
+  p.zero3_unit = GatherUnit::kLayer;
   p.attention_unpad = false;
   p.loss_metric_passes = 0;
   // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime

@@ -72,9 +72,8 @@ DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vecto
 
 bool ds_lazy_gathers(const Model& m, const Plan& p) {
   return p.zero >= 3 && p.zero3_unit == GatherUnit::kModule &&
-         p.reshard == Reshard::kAfterForward && !p.offload.params && p.pp == 1 &&
-         p.chunks() == 1 && !m.is_moe() && p.dp * p.cp > 1 && p.tp == 1 &&
-         p.fsdp_impl == FsdpImpl::kNone;
+         p.reshard == Reshard::kAfterForward && !p.offload.params && p.pp == 1 && p.chunks() == 1 &&
+         !m.is_moe() && p.dp * p.cp > 1 && p.tp == 1 && p.fsdp_impl == FsdpImpl::kNone;
 }
 
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count) {
@@ -114,17 +113,6 @@ DsSchedule ds_stage_schedule(const Model& m, const Plan& p, int first, int count
   return deepspeed_schedule(elements, module, static_cast<double>(p.zero3_prefetch_bucket),
                             static_cast<double>(p.zero3_max_live_parameters),
                             static_cast<double>(p.zero3_max_reuse_distance));
-}
-
-double ds_largest_reduce(const Model& m, const Plan& p, int first, int count) {
-  double most = 0;
-  for (int l = first; l < first + count; ++l) {
-    const std::vector<double> w = dense_layer_weights(m, p.tp, l);
-    const std::vector<double> backward(w.rbegin(), w.rend());
-    for (double c : reduce_calls(backward, static_cast<double>(p.zero3_reduce_bucket)))
-      most = std::max(most, c);
-  }
-  return most;
 }
 
 }  // namespace parasol

@@ -46,10 +46,6 @@ struct DsTrace {
 };
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count);
 
-// Elements of the largest reduce-scatter call of a layer's gradients (modules in backward
-// order, core/gather_units.h reduce_calls): the most module gradients DeepSpeed holds at once.
-double ds_largest_reduce(const Model& m, const Plan& p, int first, int count);
-
 // The trace repeated for `micro_batches` micro-batches (pp = 1: forward then backward of each).
 DsSchedule ds_stage_schedule(const Model& m, const Plan& p, int first, int count,
                              int micro_batches);

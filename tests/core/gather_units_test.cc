@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"

@@ -248,22 +248,23 @@ std::vector<Case> cases() {
   });
   // The same on a GPT-3 175B layer (cut to 4 layers), whose weights outweigh its loss: the
   // stage peaks in the backward, where DeepSpeed's coordinator (core/zero3_live.h) holds the
-  // module in use and the one prefetched (stage3_max_live_parameters 1e9 bounds the prefetch)
-  // and the largest reduce bucket's gradients, gathered lazily in the lowering.
-  out.push_back({"gpt3-175b deepspeed zero3 offload live parameters", "gpt3-175b", 4, n,
-                 [](Plan& p) {
-                   degrees(p, 16, 1);
-                   p.zero = 3;
-                   p.zero3_unit = GatherUnit::kModule;
-                   p.zero3_reduce_bucket = 90000000;
-                   p.offload.optimizer = true;
-                   p.recompute = Recompute::kFull;
-                   p.micro_batch = 4;
-                 },
-                 0.02, "", 0.04,
-                 "this last stage peaks in its first backward op, not at the loss: the lowering "
-                 "then holds the final norm's and the residual's gradients (2 x tokens x hidden "
-                 "x 2 bytes, 3.4%), which the closed form's working set of a last stage leaves out"});
+  // module in use and the one prefetched, gathered lazily in the lowering, beside the tied
+  // table's gradient (from the head's weight gradient to the embedding's backward).
+  out.push_back(
+      {"gpt3-175b deepspeed zero3 offload live parameters", "gpt3-175b", 4, n,
+       [](Plan& p) {
+         degrees(p, 16, 1);
+         p.zero = 3;
+         p.zero3_unit = GatherUnit::kModule;
+         p.zero3_reduce_bucket = 90000000;
+         p.offload.optimizer = true;
+         p.recompute = Recompute::kFull;
+         p.micro_batch = 4;
+       },
+       0.02, "", 0.04,
+       "this last stage peaks in its first backward op, not at the loss: the lowering "
+       "then holds the final norm's and the residual's gradients (2 x tokens x hidden "
+       "x 2 bytes, 3.4%), which the closed form's working set of a last stage leaves out"});
   dense("zero2 offload without overlap", [](Plan& p) {
     degrees(p, 16, 2);
     p.zero = 2;
@@ -521,9 +522,10 @@ TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
 
 // DeepSpeed's stage3_max_live_parameters bound (core/zero3_live.h) is the memory of both
 // predictors: on a GPT-3 175B stage of 4 layers under ZeRO-3 with per-module gathers, the most
-// gathered weights the lowering's Program holds at once are the coordinator's most live elements (2-byte
-// weights), fewer than the two whole layers FSDP's units would hold (the closed form's count of
-// them: ClosedFormMemoryPerStageAgreesWithLiveness, case gpt3-175b deepspeed zero3 offload).
+// gathered weights the lowering's Program holds at once are the coordinator's most live elements
+// (2-byte weights), fewer than the two whole layers FSDP's units would hold (the closed form's
+// count of them: ClosedFormMemoryPerStageAgreesWithLiveness, case gpt3-175b deepspeed zero3
+// offload).
 TEST(OneModel, DeepSpeedsLiveParameterBoundIsTheGatheredMemoryOfBoth) {
   Model m = model_preset("gpt3-175b");
   m.layers = 4;
