@@ -22,6 +22,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/zero3_live.h"
+#include "cost_models/collective.h"
 #include "cost_models/estimate.h"
 #include "cost_models/memory.h"
 #include "cost_models/profile.h"
@@ -553,6 +554,57 @@ TEST(OneModel, DeepSpeedsLiveParameterBoundIsTheGatheredMemoryOfBoth) {
   double held = 0, most = 0;
   for (double d : at) most = std::max(most, held += d);
   EXPECT_NEAR(most / (2 * live), 1.0, 1e-9);
+}
+
+// DeepSpeed's ZeRO-3 at a fixed global batch over more ranks in the simulator (the estimate's
+// side: cost_models/estimate_test.cc Zero3AtScale): GPT-3 175B, global batch 2,048 on 256 to
+// 2,048 A100s. Each rank's compute falls as 1/N while it still gathers every module's weights
+// for the forward, the recompute and the backward and reduce-scatters its gradients, the gathers
+// one module ahead of their use (core/zero3_live.h). The simulated step is never shorter than
+// those collectives counted independently (DeepSpeed's calls of a 175B layer by hand, priced one
+// by one on the data-parallel group), and each doubling of the ranks buys less than the one
+// before.
+TEST(OneModel, DeepSpeedZero3AtAFixedGlobalBatchBendsInTheSimulator) {
+  const Model m = gpt_model("gpt3-175b", 96, 12288, 96, 51200, 2048, true);
+  const double h = 12288;
+  // Gathers (norm + qkv, out, norm + fc1, fc2) and 5e8-element gradient buckets (fc2, fc1,
+  // norm + out, qkv + norm), as estimate_test.cc counts them.
+  const std::vector<double> ag = {2 * h + 3 * h * h + 3 * h, h * h + h, 2 * h + 4 * h * h + 4 * h,
+                                  4 * h * h + h};
+  const std::vector<double> rs = {4 * h * h + h, 4 * h * h + 4 * h, 2 * h + h * h + h,
+                                  3 * h * h + 3 * h + 2 * h};
+  double prev_step = 0, prev_speedup = 2.0;
+  for (int n : {256, 512, 1024, 2048}) {
+    const Cluster c = cluster_preset("dgx-a100-80g", n);
+    Plan p;
+    p.dp = n;
+    p.micro_batch = 2048 / n;
+    p.global_batch = 2048;
+    p.zero = 3;
+    p.zero3_unit = GatherUnit::kModule;
+    p.recompute = Recompute::kFull;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    ASSERT_TRUE(ds_lazy_gathers(m, p));
+    const cost::Profile prof = cost::default_profile(c.gpu_device(0));
+    const double step = simulate(m, c, lower(m, c, p), prof, false).step_time_s;
+    std::vector<int> group(n);
+    for (int i = 0; i < n; ++i) group[i] = i;
+    const cost::GroupModel g(c, prof, group);
+    double comm = 0;
+    // The forward and the recompute gather every module; the backward all but fc2, which the
+    // default stage3_max_reuse_distance (1e9) keeps from its recompute (nothing lies between).
+    for (size_t k = 0; k < ag.size(); ++k)
+      comm += (k + 1 < ag.size() ? 3 : 2) * g.cost(cost::Collective::kAllGather, 2 * ag[k]).time_s;
+    for (double x : rs) comm += g.cost(cost::Collective::kReduceScatter, 2 * x).time_s;
+    comm *= m.layers;
+    EXPECT_GE(step, comm * 0.98) << n << " ranks";
+    if (prev_step > 0) {
+      const double speedup = prev_step / step;
+      EXPECT_LT(speedup, prev_speedup) << n << " ranks: scaling does not bend";
+      prev_speedup = speedup;
+    }
+    prev_step = step;
+  }
 }
 
 }  // namespace
