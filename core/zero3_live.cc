@@ -73,7 +73,8 @@ DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vecto
 bool ds_lazy_gathers(const Model& m, const Plan& p) {
   return p.zero >= 3 && p.zero3_unit == GatherUnit::kModule &&
          p.reshard == Reshard::kAfterForward && !p.offload.params && p.pp == 1 && p.chunks() == 1 &&
-         !m.is_moe() && p.dp * p.cp > 1 && p.tp == 1 && p.fsdp_impl == FsdpImpl::kNone;
+         !m.is_moe() && p.dp * p.cp > 1 && p.tp == 1 && p.fsdp_impl == FsdpImpl::kNone &&
+         (p.schedule != Schedule::kGpipe || p.micro_batches() == 1);
 }
 
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count) {

@@ -29,7 +29,8 @@ DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vecto
 // predictors: zero3_unit module, resharded after the forward, parameters not offloaded, one
 // stage of dense layers (DeepSpeed's pipeline engine does not run ZeRO-3), no tensor
 // parallelism (its norm-gradient all-reduce is not split per module), no PyTorch FSDP copies
-// (fsdp_impl none). Their gradients are DeepSpeed's too: each module's in the parameters'
+// (fsdp_impl none), each micro-batch's forward followed by its backward (not GPipe's order, which
+// the trace does not follow). Their gradients are DeepSpeed's too: each module's in the parameters'
 // dtype, reduce-scattered once its reduce bucket (zero3_reduce_bucket, core/gather_units.h
 // reduce_calls) is complete, then freed. Other plans gather each layer's bucket whole, one
 // layer ahead.
