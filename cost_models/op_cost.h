@@ -3,7 +3,8 @@
 // kept in one place so that a prediction and a fit of it price an op the same way.
 //
 // Prices: a GEMM's or element-wise op's memory-bound epilogue (Op::epilogue_bytes: RoPE) adds
-// memory_time of its bytes; the fills a deterministic plan adds to the outputs an op allocates
+// memory_time of its bytes (a kernel of its own), a GEMM's GELU epilogue (OpRole::kGeluFc1,
+// kGeluFc2Dx: inside the GEMM) its bytes at the same bandwidth without a launch; the fills a deterministic plan adds to the outputs an op allocates
 // (host_cost.h deterministic_fills) small_kernels_time of theirs. An MoE expert-side op is priced
 // at the busiest expert-parallel rank's rows: its price times Op::load (core/moe_load.h), which
 // sets when the layer's combine can finish. Compute ops run on the rank's device in plan.precision:
