@@ -503,8 +503,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
     // FC2's data gradient through GELU's derivative in its epilogue (with FC1's bias gradient):
     // FC1's output gradient at once, reading the saved pre-activation inside the GEMM.
     dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, f});
-    const int op = gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1,
-                        {d, w[mlp.fc2], sv[mlp.s_fc1]}, {dfc1, g[mlp.fc1b]}, true);
+    const int op = gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2], sv[mlp.s_fc1]},
+                        {dfc1, g[mlp.fc1b]}, true);
     P_.ops[op].role = OpRole::kGeluFc2Dx;
     P_.ops[op].epilogue_bytes = dtype_bytes(P_.buffers[sv[mlp.s_fc1]].dtype) * double(T_) * f;
   }
@@ -518,8 +518,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   if (dfc1 < 0) {
     dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-                2 * kb_.activation * T_ * f,
-                {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da}, {dfc1, g[mlp.fc1b]});
+                2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+                {dfc1, g[mlp.fc1b]});
   }
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});

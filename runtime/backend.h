@@ -168,9 +168,6 @@ class Backend {
   // on cuda); release_fence() drops it once the wait is issued. Backends whose kernels finish on
   // the calling thread (cpu) return nullptr: everything issued is already done.
   virtual void* record_fence() { return nullptr; }
-  // Whether the backend records and replays graphs of its kernels (CUDA graphs; the executor's
-  // whole-step decision, runtime/step_graph.h). The cpu records none.
-  virtual bool records_graphs() const { return false; }
   virtual void release_fence(void* fence) { (void)fence; }
 
   // ---- Embedding (OpKind::kEmbedding).

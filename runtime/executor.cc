@@ -42,7 +42,7 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   index_buckets();
   allocate_persistent();
   GraphSupport can;
-  can.backend_graphs = be.records_graphs();
+  can.backend_graphs = be.name() == "cuda";  // CudaBackend::begin_capture / replay (cpu: none)
   can.device_moe_routing = be.device_moe_routing();
   graph_ = StepGraphPolicy(step_graph_blockers(model, plan, prog, can));
 }

@@ -37,8 +37,8 @@
 #include "core/plan.h"
 #include "core/program.h"
 #include "runtime/backend.h"
-#include "runtime/step_graph.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/step_graph.h"
 #include "traces/trace.h"
 
 namespace parasol::runtime {

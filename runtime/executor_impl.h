@@ -29,12 +29,12 @@ struct Flat {
 // block of the backend's routing memory, with the per-expert offsets the grouped GEMMs read,
 // and the counts reach the host only where a host needs them (host_counts()).
 struct Routing {
-  int32_t* topk_idx = nullptr;  // [tokens x top_k]
-  float* topk_w = nullptr;      // [tokens x top_k]
-  int32_t* row_of = nullptr;    // [tokens x top_k]: row of (token, slot) in expert order
-  int32_t* offsets = nullptr;   // device path: [experts + 1] first row of each expert
+  int32_t* topk_idx = nullptr;    // [tokens x top_k]
+  float* topk_w = nullptr;        // [tokens x top_k]
+  int32_t* row_of = nullptr;      // [tokens x top_k]: row of (token, slot) in expert order
+  int32_t* offsets = nullptr;     // device path: [experts + 1] first row of each expert
   int32_t* dev_counts = nullptr;  // device path: [experts] rows per expert
-  std::vector<int64_t> counts;  // rows per expert (all experts), on the host (see above)
+  std::vector<int64_t> counts;    // rows per expert (all experts), on the host (see above)
   bool on_device = false;
   bool counts_on_host = false;  // counts holds them
   int64_t rows = 0;             // tokens x top_k

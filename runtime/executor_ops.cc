@@ -70,9 +70,8 @@ void Executor::Impl::clear_routing() {
   be.free_routing(moe_bad_);
   moe_bad_ = nullptr;
   if (bad != 0)
-    throw Error("runtime.moe_permutation",
-                std::to_string(bad) + " expert indices out of [0, " +
-                    std::to_string(model.moe.experts) + ") this step");
+    throw Error("runtime.moe_permutation", std::to_string(bad) + " expert indices out of [0, " +
+                                               std::to_string(model.moe.experts) + ") this step");
 }
 
 Routing& Executor::Impl::routing(const Op& op, int rprobs) {
@@ -856,10 +855,9 @@ void Executor::Impl::run_expert_linear_dev(const Op& op, Routing& r) {
   if (op.role == OpRole::kWeightGrad) {
     const int dw = op.writes[0];
     float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
-    be.expert_linear_backward_weight_bf16_dev(ptr_[dw], prog.buffers[dw].dtype, db, u(in_buf),
-                                              u(op.reads[1]), r.offsets, E,
-                                              std::min(rows_of(in_buf), rows_of(op.reads[1])),
-                                              op.n, op.m);
+    be.expert_linear_backward_weight_bf16_dev(
+        ptr_[dw], prog.buffers[dw].dtype, db, u(in_buf), u(op.reads[1]), r.offsets, E,
+        std::min(rows_of(in_buf), rows_of(op.reads[1])), op.n, op.m);
   } else if (op.backward_data) {
     be.expert_linear_backward_data_bf16_dev(u(out_buf), u(in_buf), u(op.reads[1]), r.offsets, E,
                                             max_rows, op.k, op.n);
@@ -1101,8 +1099,7 @@ void Executor::Impl::run_dispatch(const Op& op, bool typed) {
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
     const int64_t row0 = routed_row0(rows_of(op.reads[0]), tokens);
     if (typed)
-      be.dispatch_forward_bf16(u(op.writes[0]), u(op.reads[0]) + row0 * h, r.row_of, tokens,
-                               K, h);
+      be.dispatch_forward_bf16(u(op.writes[0]), u(op.reads[0]) + row0 * h, r.row_of, tokens, K, h);
     else
       be.dispatch_forward(W(op, 0), R(op, 0) + row0 * h, r.row_of, tokens, K, h);
   } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
@@ -1125,8 +1122,7 @@ void Executor::Impl::run_combine(const Op& op, bool typed) {
     Routing& r = routing(op, op.reads[1]);
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
     if (typed)
-      be.combine_forward_bf16(u(op.writes[0]), u(op.reads[0]), r.topk_w, r.row_of,
-                              tokens, K, h);
+      be.combine_forward_bf16(u(op.writes[0]), u(op.reads[0]), r.topk_w, r.row_of, tokens, K, h);
     else
       be.combine_forward(W(op, 0), R(op, 0), r.topk_w, r.row_of, tokens, K, h);
   } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
@@ -1137,8 +1133,8 @@ void Executor::Impl::run_combine(const Op& op, bool typed) {
       be.combine_backward_bf16(u(op.writes[0]), W(op, 1), u(op.reads[0]) + row0 * h, u(op.reads[1]),
                                r.topk_w, r.row_of, tokens, K, h);
     else
-      be.combine_backward(W(op, 0), W(op, 1), R(op, 0) + row0 * h, R(op, 1), r.topk_w,
-                          r.row_of, tokens, K, h);
+      be.combine_backward(W(op, 0), W(op, 1), R(op, 0) + row0 * h, R(op, 1), r.topk_w, r.row_of,
+                          tokens, K, h);
   }
 }
 

@@ -57,8 +57,8 @@ void CpuBackend::expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* i
 
 void CpuBackend::expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout,
                                                       const uint16_t* w, const int32_t* offsets,
-                                                      int64_t experts, int64_t max_rows,
-                                                      int64_t n, int64_t k) {
+                                                      int64_t experts, int64_t max_rows, int64_t n,
+                                                      int64_t k) {
   const std::vector<int64_t> c = counts_of(offsets, experts, max_rows);
   expert_linear_backward_data_bf16(din, dout, w, c.data(), experts, n, k, false);
 }

@@ -247,7 +247,6 @@ class CudaBackend final : public Backend {
   // recorded: while capturing it abandons the recording and throws parasol::Error naming the
   // call. The buffers the recorded work uses must stay allocated at the same addresses for every
   // replay (a warmed-up step: the allocator's cache filled, the scratch grown).
-  bool records_graphs() const override { return true; }
   void begin_capture();
   int end_capture();
   void replay(int graph);

@@ -16,10 +16,9 @@ void CudaBackend::moe_permutation_device(int32_t* row_of, int32_t* counts, int32
                                          int32_t* bad, const int32_t* topk_idx, int64_t tokens,
                                          int64_t experts, int64_t top_k) {
   const int64_t n = tokens * top_k;
-  auto* scratch_ints = static_cast<int32_t*>(
-      scratch(sizeof(int32_t) * static_cast<size_t>(
-                                    std::max<int64_t>(1, cuda::moe_permutation_device_scratch(
-                                                             n, experts)))));
+  auto* scratch_ints = static_cast<int32_t*>(scratch(
+      sizeof(int32_t) *
+      static_cast<size_t>(std::max<int64_t>(1, cuda::moe_permutation_device_scratch(n, experts)))));
   cuda::moe_permutation_device(row_of, counts, offsets, bad, topk_idx, n, experts, scratch_ints,
                                stream_);
 }
@@ -35,8 +34,8 @@ void CudaBackend::expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* 
 // transposed.
 void CudaBackend::expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout,
                                                        const uint16_t* w, const int32_t* offsets,
-                                                       int64_t experts, int64_t max_rows,
-                                                       int64_t n, int64_t k) {
+                                                       int64_t experts, int64_t max_rows, int64_t n,
+                                                       int64_t k) {
   cuda::grouped_gemm_bf16(din, dout, w, nullptr, offsets, experts, max_rows, k, n, true, stream_);
 }
 
@@ -51,9 +50,9 @@ void CudaBackend::expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type
   }
   // grouped_gemm_bf16_wgrad writes fp32 dW only, without the bias gradient: the per-expert
   // cuBLASLt GEMMs on the counts read back (a synchronisation, counted).
-  note_fallback("moe", "wgrad " + std::to_string(experts) + "x" + std::to_string(k) + "x" +
-                           std::to_string(n),
-                dbias != nullptr ? "the bias gradient" : "a bf16 weight gradient");
+  note_fallback(
+      "moe", "wgrad " + std::to_string(experts) + "x" + std::to_string(k) + "x" + std::to_string(n),
+      dbias != nullptr ? "the bias gradient" : "a bf16 weight gradient");
   std::vector<int32_t> off(static_cast<size_t>(experts + 1));
   copy(off.data(), offsets, sizeof(int32_t) * off.size());  // synchronises (host destination)
   if (off[experts] > max_rows)

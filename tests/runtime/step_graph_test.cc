@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "core/lower.h"
 #include "core/cluster.h"
+#include "core/lower.h"
 
 namespace parasol::runtime {
 namespace {

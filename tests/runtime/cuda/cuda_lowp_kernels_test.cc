@@ -744,7 +744,8 @@ TEST_F(CudaLowp, DeviceRoutedExpertEntriesEqualTheCpus) {
   std::vector<int32_t> idx(rows);
   for (int64_t t = 0; t < tokens; ++t) {
     idx[t * top_k] = static_cast<int32_t>(rng() % experts);
-    idx[t * top_k + 1] = static_cast<int32_t>((idx[t * top_k] + 1 + rng() % (experts - 1)) % experts);
+    idx[t * top_k + 1] =
+        static_cast<int32_t>((idx[t * top_k] + 1 + rng() % (experts - 1)) % experts);
   }
   CpuBackend cpu;
   std::vector<int32_t> c_rows(rows), c_counts(experts), c_off(experts + 1);
@@ -794,14 +795,14 @@ TEST_F(CudaLowp, DeviceRoutedExpertEntriesEqualTheCpus) {
   EXPECT_LE(rel(std::vector<double>(gdw.begin(), gdw.end()),
                 std::vector<double>(c_dw.begin(), c_dw.end())),
             kU * rows * std::sqrt(double(rows)));  // fp32 sums of <= rows exact products of
-                                                    // unit-scale terms in other orders
+                                                   // unit-scale terms in other orders
   uint16_t* g_dw16 = up(std::vector<uint16_t>(experts * k * n, 0));
   dev().expert_linear_backward_weight_bf16_dev(g_dw16, Dtype::kBf16, nullptr, up(a), up(g), g_off,
                                                experts, rows, n, k);
   EXPECT_EQ(dev().library_counts().moe_host_fallbacks, before + 1);
-  EXPECT_LE(rel(widen(down(g_dw16, experts * k * n)),
-                std::vector<double>(c_dw.begin(), c_dw.end())),
-            2 * kHalfUlpBf16);
+  EXPECT_LE(
+      rel(widen(down(g_dw16, experts * k * n)), std::vector<double>(c_dw.begin(), c_dw.end())),
+      2 * kHalfUlpBf16);
 }
 
 // ---- CUDA graphs: record a bf16 linear + GELU + residual sequence once, replay it on new inputs
