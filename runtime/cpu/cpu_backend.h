@@ -158,13 +158,11 @@ class CpuBackend final : public Backend {
                               const int32_t* topk_idx, int64_t tokens, int64_t experts,
                               int64_t top_k) override;
   void expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* in, const uint16_t* w,
-                                      const uint16_t* bias, const int32_t* offsets,
-                                      int64_t experts, int64_t max_rows, int64_t n,
-                                      int64_t k) override;
-  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout,
-                                            const uint16_t* w, const int32_t* offsets,
-                                            int64_t experts, int64_t max_rows, int64_t n,
-                                            int64_t k) override;
+                                      const uint16_t* bias, const int32_t* offsets, int64_t experts,
+                                      int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                            const int32_t* offsets, int64_t experts,
+                                            int64_t max_rows, int64_t n, int64_t k) override;
   void expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type, float* dbias,
                                               const uint16_t* in, const uint16_t* dout,
                                               const int32_t* offsets, int64_t experts,

@@ -343,13 +343,11 @@ class CudaBackend final : public Backend {
                               const int32_t* topk_idx, int64_t tokens, int64_t experts,
                               int64_t top_k) override;
   void expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* in, const uint16_t* w,
-                                      const uint16_t* bias, const int32_t* offsets,
-                                      int64_t experts, int64_t max_rows, int64_t n,
-                                      int64_t k) override;
-  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout,
-                                            const uint16_t* w, const int32_t* offsets,
-                                            int64_t experts, int64_t max_rows, int64_t n,
-                                            int64_t k) override;
+                                      const uint16_t* bias, const int32_t* offsets, int64_t experts,
+                                      int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                            const int32_t* offsets, int64_t experts,
+                                            int64_t max_rows, int64_t n, int64_t k) override;
   void expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type, float* dbias,
                                               const uint16_t* in, const uint16_t* dout,
                                               const int32_t* offsets, int64_t experts,
@@ -434,8 +432,8 @@ class CudaBackend final : public Backend {
   void count_gemm_bf16();
   void count_bf16_storage_gemm(bool epilogue_fused);
   void count_fused_attention();
-  // Counts a fallback of `what` ("gemm", "epilogue", "moe" or "attention") and logs it to stderr the first
-  // time `why` is given for `shape`.
+  // Counts a fallback of `what` ("gemm", "epilogue", "moe" or "attention") and logs it to stderr
+  // the first time `why` is given for `shape`.
   void note_fallback(const std::string& what, const std::string& shape, const std::string& why);
 
   std::unique_ptr<CudnnAttention> cudnn_;  // null until the first fused call

@@ -613,7 +613,8 @@ TEST(LowerSwitches, GeluEpilogueFusesTheActivationIntoTheMlpGemms) {
   ASSERT_GE(fc1, 0);
   ASSERT_GE(dx, 0);
   const Op &f = fused.ops[fc1], &d = fused.ops[dx];
-  const Op &pf = plain.ops[op_named(plain, "L0.fc1")], &pd = plain.ops[op_named(plain, "L0.fc2.dx")];
+  const Op &pf = plain.ops[op_named(plain, "L0.fc1")],
+           &pd = plain.ops[op_named(plain, "L0.fc2.dx")];
   EXPECT_EQ(f.role, OpRole::kGeluFc1);
   EXPECT_DOUBLE_EQ(f.flops, pf.flops);
   EXPECT_DOUBLE_EQ(d.flops, pd.flops);
