@@ -475,6 +475,9 @@ class Lowerer {
   void head_forward(int x, int mb);
   void cross_entropy_forward(int logits, int mb);
   bool tiled_loss() const { return p_.tiled_loss && !p_.eager_loss; }
+  // FC1's GELU in its GEMM's epilogue and its derivative in FC2's data gradient (Plan::
+  // gemm_gelu_epilogue; GELU models only, and not torchtitan's split SwiGLU).
+  bool gelu_epilogue() const { return p_.gemm_gelu_epilogue && m_.activation == Activation::kGelu; }
   int head_backward(int mb);
   // Plan::loss_metric_passes: the logits' cross-entropies without gradient after micro-batch
   // `mb`'s backward (core/lower_edges.cc).

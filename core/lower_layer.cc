@@ -472,11 +472,21 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   } else {
     sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
   }
-  gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]},
-       {sv[mlp.s_fc1], split ? sv[sFc3] : -1});
-  sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
-  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f, kb_.activation * T_ * f,
-              {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act]});
+  if (gelu_epilogue()) {
+    // One GEMM writes the pre-activation (kept for the backward) and its GELU (Plan::
+    // gemm_gelu_epilogue): the pre-activation's write is its epilogue's only extra traffic.
+    sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
+    const int op = gemm(layer, fc1.c_str(), T_, f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]},
+                        {sv[mlp.s_fc1], sv[mlp.s_act]});
+    P_.ops[op].role = OpRole::kGeluFc1;
+    P_.ops[op].epilogue_bytes = dtype_bytes(P_.buffers[sv[mlp.s_fc1]].dtype) * double(T_) * f;
+  } else {
+    gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]},
+         {sv[mlp.s_fc1], split ? sv[sFc3] : -1});
+    sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
+    elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
+                kb_.activation * T_ * f, {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act]});
+  }
   int o2 = split ? act(layer, fc2.c_str(), {T_, h_}) : ws(layer, fc2.c_str(), {T_, h_});
   if (split) sv[sFc2o] = o2;
   gemm(layer, fc2.c_str(), T_, h_, f, 1, {sv[mlp.s_act], w[mlp.fc2]}, {o2});
@@ -488,14 +498,29 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   const int64_t f = mlp.cols;
   const std::string fc1 = mlp.fc1_name, fc2 = mlp.fc2_name, act_name = mlp.act_name;
   int d = tp_gather_in(layer, dres2, T_, true);  // conjugate of g
-  int da = act(layer, (act_name + ".dy").c_str(), {T_, f});
-  gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
+  int dfc1 = -1;
+  if (gelu_epilogue()) {
+    // FC2's data gradient through GELU's derivative in its epilogue (with FC1's bias gradient):
+    // FC1's output gradient at once, reading the saved pre-activation inside the GEMM.
+    dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, f});
+    const int op = gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2], sv[mlp.s_fc1]},
+                        {dfc1, g[mlp.fc1b]}, true);
+    P_.ops[op].role = OpRole::kGeluFc2Dx;
+    P_.ops[op].epilogue_bytes = dtype_bytes(P_.buffers[sv[mlp.s_fc1]].dtype) * double(T_) * f;
+  }
+  int da = -1;
+  if (dfc1 < 0) {
+    da = act(layer, (act_name + ".dy").c_str(), {T_, f});
+    gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
+  }
   main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1,
                                                {sv[mlp.s_act], d}, {g[mlp.fc2]})));
-  int dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
-  elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-              2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
-              {dfc1, g[mlp.fc1b]});
+  if (dfc1 < 0) {
+    dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
+    elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
+                2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+                {dfc1, g[mlp.fc1b]});
+  }
   int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);

@@ -112,6 +112,7 @@ std::string plan_compact(const Plan& p) {
   if (p.repeat_kv) s += " repeat-kv";
   if (p.eager_loss) s += " eager-loss";
   if (p.tiled_loss && !p.eager_loss) s += " tiled-loss";
+  if (p.gemm_gelu_epilogue) s += " gelu-epilogue";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
   if (p.offload.optimizer && p.cpu_optimizer != CpuOptimizer::kDeepSpeed)
@@ -601,6 +602,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "torch_compile",
                 "eager_loss",
                 "tiled_loss",
+                "gemm_gelu_epilogue",
                 "optimizer_impl",
                 "cpu_optimizer",
                 "nan_check",
@@ -735,6 +737,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.torch_compile = r.boolean_or("torch_compile", false);
   p.eager_loss = r.boolean_or("eager_loss", false);
   p.tiled_loss = r.boolean_or("tiled_loss", false);
+  p.gemm_gelu_epilogue = r.boolean_or("gemm_gelu_epilogue", false);
   p.optimizer_impl =
       parse_optimizer_impl(r.string_or("optimizer_impl", "fused"), r.field("optimizer_impl"));
   p.cpu_optimizer =
@@ -857,6 +860,7 @@ Json plan_to_json(const Plan& p) {
   if (p.torch_compile) j["torch_compile"] = true;
   if (p.eager_loss) j["eager_loss"] = true;
   if (p.tiled_loss) j["tiled_loss"] = true;
+  if (p.gemm_gelu_epilogue) j["gemm_gelu_epilogue"] = true;
   if (p.optimizer_impl != OptimizerImpl::kFused)
     j["optimizer_impl"] = optimizer_impl_name(p.optimizer_impl);
   if (p.cpu_optimizer != CpuOptimizer::kDeepSpeed)

@@ -430,6 +430,15 @@ struct Plan {
   // logits-sized fp32 tensor (Megatron's fused loss keeps its fp32 softmax for the backward).
   // Ignored under eager_loss.
   bool tiled_loss = false;
+  // FC1's GELU run in its GEMM's epilogue (cuBLASLt's CUBLASLT_EPILOGUE_GELU_AUX(_BIAS): the
+  // GEMM writes the pre-activation, kept for the backward, and its GELU; the backward's FC2
+  // data-gradient GEMM applies GELU's derivative in its epilogue, CUBLASLT_EPILOGUE_DGELU(_BGRAD),
+  // and writes FC1's output gradient, with FC1's bias gradient): llm.c's gelu_fusion
+  // (llmc/matmul.cuh matmul_forward_cublaslt / matmul_backward), Transformer Engine's LayerNormMLP
+  // with NVTE_BIAS_GELU_NVFUSION=0 (tex.gemm gelu=True, and gelu_input in FC2's dgrad). The
+  // activation and its backward are no ops of their own (core/lower_layer.cc: OpRole::kGeluFc1,
+  // kGeluFc2Dx). Dense and shared-expert MLPs of GELU models; ignored under SwiGLU.
+  bool gemm_gelu_epilogue = false;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   CpuOptimizer cpu_optimizer = CpuOptimizer::kDeepSpeed;  // under optimizer offload
   bool nan_check = true;

@@ -209,6 +209,10 @@ const char* op_role_name(OpRole r) {
       return "expert-fp8-amax";
     case OpRole::kMainGradAdd:
       return "main-grad-add";
+    case OpRole::kGeluFc1:
+      return "gelu-fc1";
+    case OpRole::kGeluFc2Dx:
+      return "gelu-fc2-dx";
   }
   return "?";
 }

@@ -245,6 +245,16 @@ enum class OpRole {
   // kMainGradAdd: Megatron-Core DDP's backward hook adding a weight gradient into its fp32
   // main_grad (Plan::gradient_accumulation_fusion off), issued from Python.
   kMainGradAdd,
+  // kLinear forward under Plan::gemm_gelu_epilogue: FC1 with GELU (tanh form) in its epilogue,
+  // reads {in, W[, b]} writes {pre, out}: pre = in W + b (kept for the backward), out = gelu(pre).
+  // epilogue_bytes: the pre-activation's write, inside the GEMM (no kernel of its own).
+  kGeluFc1,
+  // kLinear data gradient under Plan::gemm_gelu_epilogue: FC2's, with GELU's derivative in its
+  // epilogue, reads {dout, W, pre} writes {dpre[, db]}: dpre = gelu'(pre) * (dout W^T), the
+  // gradient of FC1's output; db, FC1's bias gradient, as the unfused activation backward lists
+  // it (cuBLASLt's DGELU_BGRAD forms it here; parasol's runtime forms it in FC1's weight
+  // gradient either way). epilogue_bytes: the pre-activation's read, inside the GEMM.
+  kGeluFc2Dx,
 };
 const char* op_role_name(OpRole r);
 // The experts' bias loops (kExpertBias, kExpertFc1Bias): kernels per local expert.

@@ -464,8 +464,11 @@ int64_t price_flags(const Plan& p) {
 }
 
 // The price caches' second word of plan switches: a switch added once price_flags' word is full
-// (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Every bit is free today.
-int64_t price_flags_more(const Plan& /*p*/) { return 0; }
+// (bits 55, 57, 59 and 63 are its last free ones) takes a bit here.
+int64_t price_flags_more(const Plan& p) {
+  // Issue 49's bits 40-47: bit 40 FC1's GELU in its GEMM's epilogue (core/lower_layer.cc).
+  return p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0;
+}
 
 }  // namespace
 

@@ -375,7 +375,12 @@ double OpPricer::elementwise_bytes(const Op& op) const {
 
 double OpPricer::price(const Op& op, int stage, bool host) {
   const DeviceSpec& dev = cluster_.gpu_device(reps_[stage]);
-  const double epilogue = op.epilogue_bytes > 0 ? memory_time(dev, prof_, op.epilogue_bytes) : 0;
+  // RoPE's epilogue is a kernel of its own; GELU's (its pre-activation written or read) runs in
+  // the GEMM's epilogue: its bytes only, no launch.
+  const bool in_gemm = op.role == OpRole::kGeluFc1 || op.role == OpRole::kGeluFc2Dx;
+  const double epilogue = op.epilogue_bytes <= 0 ? 0
+                          : in_gemm ? op.epilogue_bytes / (dev.hbm_bw * prof_.memory_efficiency)
+                                    : memory_time(dev, prof_, op.epilogue_bytes);
   // The deterministic fills of the outputs the op's framework allocates (host_cost.h).
   const AddedKernels fills = deterministic_fills(op, plan_);
   const double filled =

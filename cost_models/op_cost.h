@@ -3,21 +3,22 @@
 // kept in one place so that a prediction and a fit of it price an op the same way.
 //
 // Prices: a GEMM's or element-wise op's memory-bound epilogue (Op::epilogue_bytes: RoPE) adds
-// memory_time of its bytes; the fills a deterministic plan adds to the outputs an op allocates
-// (host_cost.h deterministic_fills) small_kernels_time of theirs. An MoE expert-side op is priced
-// at the busiest expert-parallel rank's rows: its price times Op::load (core/moe_load.h), which
-// sets when the layer's combine can finish. Compute ops run on the rank's device in plan.precision:
-// GEMMs (linear, expert linear, router) by gemm_time (or FLOPs at gemm efficiency, or bytes when
-// they have no shape), the attention core by attention_{forward,backward}_time, memory-bound ops by
-// memory_time of Op::bytes (or 2 x elements x dtype bytes), AdamW likewise (or
-// optimizer_time of its parameters); an optimizer-step op whose buffers all live in host memory
-// (runs_on_host) runs on the host at the profile's CPU-Adam rate per server shared by its GPUs.
-// Collectives by the GroupModel of the op's group placed on the topology, with the same-kind
-// groups of the stage running concurrently; pipeline sends by the bottleneck bandwidth of all
-// ranks of the stage sending to their peers at once, plus path and software latency; ring
-// steps of another group (context-parallel K/V) as one ring step of that group; offload and
-// prefetch by the GPU's host link bandwidth times the profile's copy efficiency. Receives cost
-// nothing (the send carries the transfer).
+// memory_time of its bytes (a kernel of its own), a GEMM's GELU epilogue (OpRole::kGeluFc1,
+// kGeluFc2Dx: inside the GEMM) its bytes at the same bandwidth without a launch; the fills a
+// deterministic plan adds to the outputs an op allocates (host_cost.h deterministic_fills)
+// small_kernels_time of theirs. An MoE expert-side op is priced at the busiest expert-parallel
+// rank's rows: its price times Op::load (core/moe_load.h), which sets when the layer's combine can
+// finish. Compute ops run on the rank's device in plan.precision: GEMMs (linear, expert linear,
+// router) by gemm_time (or FLOPs at gemm efficiency, or bytes when they have no shape), the
+// attention core by attention_{forward,backward}_time, memory-bound ops by memory_time of Op::bytes
+// (or 2 x elements x dtype bytes), AdamW likewise (or optimizer_time of its parameters); an
+// optimizer-step op whose buffers all live in host memory (runs_on_host) runs on the host at the
+// profile's CPU-Adam rate per server shared by its GPUs. Collectives by the GroupModel of the op's
+// group placed on the topology, with the same-kind groups of the stage running concurrently;
+// pipeline sends by the bottleneck bandwidth of all ranks of the stage sending to their peers at
+// once, plus path and software latency; ring steps of another group (context-parallel K/V) as one
+// ring step of that group; offload and prefetch by the GPU's host link bandwidth times the
+// profile's copy efficiency. Receives cost nothing (the send carries the transfer).
 #pragma once
 
 #include <cstdint>

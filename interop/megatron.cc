@@ -414,6 +414,10 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     r.add("plan.tiled_loss",
           "Megatron-LM's vocab-parallel cross-entropy keeps its fp32 softmax for the backward; "
           "the vocab-tiled loss is parasol's runtime's");
+  if (p.gemm_gelu_epilogue && m.activation == Activation::kGelu)
+    r.add("plan.gemm_gelu_epilogue",
+          "Megatron-LM runs GELU as its own kernel (--bias-gelu-fusion fuses the bias add, not the "
+          "GEMM); the GEMM's GELU epilogue is llm.c's and parasol's runtime's");
   if (m.is_moe()) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");

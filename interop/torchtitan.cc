@@ -430,6 +430,8 @@ void check_torchtitan_expressible(const Model& model, const Plan& p, Refusals& r
           "without compile the loss runs eagerly (set eager_loss)");
   if (p.tiled_loss && !p.eager_loss)
     r.add("plan.tiled_loss", "torchtitan's loss is F.cross_entropy, not a vocab-tiled kernel");
+  if (p.gemm_gelu_epilogue && model.activation == Activation::kGelu)
+    r.add("plan.gemm_gelu_epilogue", "torchtitan runs its activation as its own kernel");
   if (!p.flash_attention)
     r.add("plan.flash_attention", "torchtitan's attention is SDPA's fused kernel");
   else if (p.attention_kernel == AttentionKernel::kTriton ||

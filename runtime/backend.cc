@@ -85,6 +85,16 @@ MemoryStats Backend::widened_memory() const {
   return widened_.stats;
 }
 
+void* Backend::alloc_routing(size_t bytes) {
+  return alloc_in(routing_, bytes, BufferClass::kWorkspace, false);
+}
+void Backend::free_routing(void* p) { free_in(routing_, p, false); }
+
+MemoryStats Backend::routing_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return routing_.stats;
+}
+
 namespace {
 [[noreturn]] void no_bf16(const std::string& backend, const char* entry) {
   throw Error("runtime.backend", backend + " has no bf16 kernel " + entry +
@@ -208,6 +218,26 @@ void Backend::expert_linear_backward_weight_bf16(void* dw, Dtype dw_type, float*
   }
 }
 
+void Backend::moe_permutation_device(int32_t*, int32_t*, int32_t*, int32_t*, const int32_t*,
+                                     int64_t, int64_t, int64_t) {
+  throw Error("runtime.backend", name() + " keeps no MoE routing on the device");
+}
+void Backend::expert_linear_forward_bf16_dev(uint16_t*, const uint16_t*, const uint16_t*,
+                                             const uint16_t*, const int32_t*, int64_t, int64_t,
+                                             int64_t, int64_t) {
+  throw Error("runtime.backend", name() + " has no grouped expert GEMM from device offsets");
+}
+void Backend::expert_linear_backward_data_bf16_dev(uint16_t*, const uint16_t*, const uint16_t*,
+                                                   const int32_t*, int64_t, int64_t, int64_t,
+                                                   int64_t) {
+  throw Error("runtime.backend", name() + " has no grouped expert GEMM from device offsets");
+}
+void Backend::expert_linear_backward_weight_bf16_dev(void*, Dtype, float*, const uint16_t*,
+                                                     const uint16_t*, const int32_t*, int64_t,
+                                                     int64_t, int64_t, int64_t) {
+  throw Error("runtime.backend", name() + " has no grouped expert GEMM from device offsets");
+}
+
 MemoryStats Backend::host_memory() const {
   std::lock_guard<std::mutex> lock(mu_);
   return host_.stats;
@@ -215,7 +245,7 @@ MemoryStats Backend::host_memory() const {
 
 void Backend::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Space* s : {&device_, &host_, &widened_}) {
+  for (Space* s : {&device_, &host_, &widened_, &routing_}) {
     s->stats.peak = s->stats.live;
     s->stats.peak_total = s->stats.live_total;
   }
@@ -226,9 +256,11 @@ void Backend::release_all() {
   for (auto& [p, info] : device_.blocks) raw_free(p);
   for (auto& [p, info] : host_.blocks) raw_free_host(p);
   for (auto& [p, info] : widened_.blocks) raw_free(p);
+  for (auto& [p, info] : routing_.blocks) raw_free(p);
   device_ = Space{};
   host_ = Space{};
   widened_ = Space{};
+  routing_ = Space{};
 }
 
 }  // namespace parasol::runtime

@@ -138,6 +138,12 @@ class Backend {
   void* alloc_widened(size_t bytes);
   void free_widened(void* p);
   MemoryStats widened_memory() const;
+  // MoE routing indices the Program does not list as buffers (the top-k experts and gates, the
+  // permutation into expert order and its per-expert offsets, runtime/executor_impl.h Routing):
+  // device memory for the step, counted apart (routing_memory()) as the widened operands are.
+  void* alloc_routing(size_t bytes);
+  void free_routing(void* p);
+  MemoryStats routing_memory() const;
 
   // Copies `bytes` bytes between any two memories of this Backend (device or host); the ranges
   // must not overlap.
@@ -436,6 +442,36 @@ class Backend {
                                                   const int64_t* counts_host, int64_t experts,
                                                   int64_t n, int64_t k);
 
+  // ---- MoE routing kept on the device: the expert GEMMs sized from device offsets, so that no
+  // host synchronisation sizes them (Megatron-Core's grouped GEMM takes its per-expert sizes as a
+  // tensor; a host read of the counts blocks the host until the router has run). Every pointer is
+  // device memory. The executor takes this path where device_moe_routing() is true and no host
+  // needs the counts (no expert-parallel exchange, no gather over the experts' tensor-parallel
+  // group; runtime/executor_ops.cc). The defaults throw parasol::Error.
+  virtual bool device_moe_routing() const { return false; }
+  // The permutation of moe_permutation, where the indices are: row_of [tokens * top_k], counts
+  // [experts] and offsets [experts + 1] (exclusive scan of counts; offsets[experts] = tokens *
+  // top_k). An index outside [0, experts) gets row -1 and adds 1 to *bad (a device int32 the
+  // caller reads once, when the step ends).
+  virtual void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets,
+                                      int32_t* bad, const int32_t* topk_idx, int64_t tokens,
+                                      int64_t experts, int64_t top_k);
+  // The grouped expert GEMMs of expert_linear_*_bf16 with expert e's rows offsets[e] <= r <
+  // offsets[e + 1] (device offsets, experts + 1 entries); max_rows >= offsets[experts] (the
+  // rows the buffers hold) bounds the launch.
+  virtual void expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                              const uint16_t* bias, const int32_t* offsets,
+                                              int64_t experts, int64_t max_rows, int64_t n,
+                                              int64_t k);
+  virtual void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout,
+                                                    const uint16_t* w, const int32_t* offsets,
+                                                    int64_t experts, int64_t max_rows, int64_t n,
+                                                    int64_t k);
+  virtual void expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type, float* dbias,
+                                                      const uint16_t* in, const uint16_t* dout,
+                                                      const int32_t* offsets, int64_t experts,
+                                                      int64_t max_rows, int64_t n, int64_t k);
+
   // ---- The vocab-tiled loss (plan.tiled_loss; runtime/cpu/tiled_xent.h): the cross-entropy's
   // pieces read straight from the logits in their storage dtype (kFp32 or kBf16; another throws
   // parasol::Error), in tiles of the vocabulary, fp32 statistics; no fp32 copy of the logits or
@@ -490,7 +526,7 @@ class Backend {
   void free_in(Space& s, void* p, bool host);
 
   mutable std::mutex mu_;
-  Space device_, host_, widened_;
+  Space device_, host_, widened_, routing_;
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 

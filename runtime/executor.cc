@@ -41,6 +41,10 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   index_ops();
   index_buckets();
   allocate_persistent();
+  GraphSupport can;
+  can.backend_graphs = be.name() == "cuda";  // CudaBackend::begin_capture / replay (cpu: none)
+  can.device_moe_routing = be.device_moe_routing();
+  graph_ = StepGraphPolicy(step_graph_blockers(model, plan, prog, can));
 }
 
 void Executor::Impl::check_supported() const {
@@ -210,6 +214,9 @@ void Executor::Impl::ensure_scalars() {
 Executor::Impl::~Impl() {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u)
     if (units_[u].base != nullptr) release(u);
+  for (auto& [probs, r] : routing_)
+    if (r.block != nullptr) be.free_routing(r.block);
+  be.free_routing(moe_bad_);
   be.free(sumsq_);
   sumsq_ = scale_ = nullptr;
 }
@@ -1051,7 +1058,7 @@ void Executor::Impl::begin_step(const StepConfig& config, StepResult& res) {
   result = &res;
   scale_ready_ = false;
   skip_update_ = false;
-  routing_.clear();
+  clear_routing();
   ep_.clear();
   gathered_.clear();
   elements_ = nominal_elements_;
@@ -1100,6 +1107,7 @@ void Executor::Impl::end_step(StepResult& res) {
   sumsq_ = scale_ = nullptr;
   res.grad_norm = std::sqrt(static_cast<double>(sumsq)) / cfg->loss_scale;
   res.overflow = !std::isfinite(sumsq);
+  clear_routing();  // the step's routing memory, its expert indices checked
   cfg = nullptr;
   result = nullptr;
 }
@@ -1107,6 +1115,11 @@ void Executor::Impl::end_step(StepResult& res) {
 StepResult Executor::step(const StepConfig& config) {
   Impl& im = *impl_;
   StepResult result;
+  // The executor runs op by op; the policy's blockers always include its host traffic inside
+  // the step (GraphSupport::executor_staging), so every step is eager, with the reason.
+  result.graph_action = im.graph_.next();
+  result.graph_reason = im.graph_.reason();
+  PARASOL_CHECK(result.graph_action == GraphAction::kEager, "a graph step without capture");
   im.begin_step(config, result);
   Impl::Scheduler scheduler(im, config, result);
   scheduler.run();

@@ -38,6 +38,7 @@
 #include "core/program.h"
 #include "runtime/backend.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/step_graph.h"
 #include "traces/trace.h"
 
 namespace parasol::runtime {
@@ -89,6 +90,15 @@ struct StepResult {
   int64_t widened_bytes = 0;
   int64_t widened_typed_kind_bytes = 0;
   int64_t widened_attention_bytes = 0;
+  // MoE: host reads of a routing's per-expert counts (each a device-to-host synchronisation on a
+  // GPU): 0 where the routing stays on the device (Backend::device_moe_routing) and no host
+  // needs the counts; one per layer and micro-batch where the expert-parallel exchange, the
+  // gather over the experts' tensor-parallel group or an fp32 grouped GEMM sizes by them.
+  int64_t moe_count_syncs = 0;
+  // Whole-step CUDA graphs (Plan::cuda_graphs full_iteration; runtime/step_graph.h): what this
+  // step did (eager, warmup, capture, replay) and, when eager, why (the first blocker).
+  GraphAction graph_action = GraphAction::kEager;
+  std::string graph_reason;
 };
 
 class Executor {

@@ -23,18 +23,50 @@ struct Flat {
   char* at(int64_t offset) const { return static_cast<char*>(base) + offset * eb; }
 };
 
-// MoE routing of one micro-batch of one layer, recovered from the router probabilities.
+// MoE routing of one micro-batch of one layer, recovered from the router probabilities. On the
+// host path the indices live in host vectors and the counts come with the permutation (a host
+// synchronisation on a GPU); on the device path (Backend::device_moe_routing) they live in one
+// block of the backend's routing memory, with the per-expert offsets the grouped GEMMs read,
+// and the counts reach the host only where a host needs them (host_counts()).
 struct Routing {
-  std::vector<int32_t> topk_idx;  // [tokens x top_k]
-  std::vector<float> topk_w;      // [tokens x top_k]
-  std::vector<int32_t> row_of;    // [tokens x top_k]: row of (token, slot) in expert order
-  std::vector<int64_t> counts;    // rows per expert (all experts)
+  int32_t* topk_idx = nullptr;    // [tokens x top_k]
+  float* topk_w = nullptr;        // [tokens x top_k]
+  int32_t* row_of = nullptr;      // [tokens x top_k]: row of (token, slot) in expert order
+  int32_t* offsets = nullptr;     // device path: [experts + 1] first row of each expert
+  int32_t* dev_counts = nullptr;  // device path: [experts] rows per expert
+  std::vector<int64_t> counts;    // rows per expert (all experts), on the host (see above)
+  bool on_device = false;
+  bool counts_on_host = false;  // counts holds them
+  int64_t rows = 0;             // tokens x top_k
+  void* block = nullptr;        // device path: the routing memory (Backend::alloc_routing)
 
-  Routing(int64_t tokens, int64_t experts, int64_t top_k)
-      : topk_idx(static_cast<size_t>(tokens * top_k)),
-        topk_w(topk_idx.size()),
-        row_of(topk_idx.size()),
-        counts(static_cast<size_t>(experts)) {}
+  Routing(int64_t tokens, int64_t experts, int64_t top_k, void* device_block = nullptr)
+      : counts(static_cast<size_t>(experts)), rows(tokens * top_k), block(device_block) {
+    if (block != nullptr) {  // int32 and fp32 arrays, one after the other
+      on_device = true;
+      topk_idx = static_cast<int32_t*>(block);
+      topk_w = reinterpret_cast<float*>(topk_idx + rows);
+      row_of = reinterpret_cast<int32_t*>(topk_w + rows);
+      dev_counts = row_of + rows;
+      offsets = dev_counts + experts;
+      return;
+    }
+    host_idx_.resize(static_cast<size_t>(rows));
+    host_w_.resize(host_idx_.size());
+    host_row_of_.resize(host_idx_.size());
+    topk_idx = host_idx_.data();
+    topk_w = host_w_.data();
+    row_of = host_row_of_.data();
+    counts_on_host = true;
+  }
+  // Bytes of the device block for (tokens, experts, top_k).
+  static size_t device_bytes(int64_t tokens, int64_t experts, int64_t top_k) {
+    return sizeof(int32_t) * static_cast<size_t>(3 * tokens * top_k + 2 * experts + 1);
+  }
+
+ private:
+  std::vector<int32_t> host_idx_, host_row_of_;  // the host path's storage (moves keep it)
+  std::vector<float> host_w_;
 };
 
 // Expert parallelism: how one micro-batch's routed rows of one MoE layer move over the ep group
@@ -115,6 +147,7 @@ struct Executor::Impl {
   bool run_typed(const Op& op);
   bool run_typed_norm(const Op& op);
   bool run_typed_linear(const Op& op);
+  bool run_typed_gelu_gemm(const Op& op);  // Plan::gemm_gelu_epilogue's two GEMMs
   bool run_typed_moe(const Op& op);  // dispatch, combine, grouped expert GEMMs
   void rotate_qk_bf16(int qkv, bool inverse);
   void run_compute(const Op& op);
@@ -130,6 +163,7 @@ struct Executor::Impl {
   void run_linear(const Op& op);      // dense GEMMs: forward, data and weight gradients
   // The experts' grouped GEMMs; typed (the next two too): on bf16 storage (run_typed_moe).
   void run_expert_linear(const Op& op, bool typed = false);
+  void run_expert_linear_dev(const Op& op, Routing& r);  // from the routing's device offsets
   // Rows per local expert of each block of op's expert region, in order.
   std::vector<const int64_t*> expert_blocks(const Op& op);
   // typed: on bf16 storage (Backend::attention_*_bf16; run_typed checked the dtypes).
@@ -222,6 +256,20 @@ struct Executor::Impl {
   // router probability as the gate (Switch Transformer), which also keeps its gradient.
   bool renormalize() const { return model.moe.top_k > 1; }
   Routing& routing_of(const Op& op);  // the routing of op's layer and micro-batch
+  // A new routing of `tokens` rows: on the device where the backend keeps it there
+  // (Backend::device_moe_routing), else on the host.
+  Routing new_routing(int64_t tokens);
+  // The permutation and counts of r from its top-k indices, where r lives.
+  void permute(Routing& r, int64_t tokens);
+  // r.counts on the host: read from the device (a host synchronisation, counted in
+  // StepResult::moe_count_syncs) the first time a host needs them.
+  const std::vector<int64_t>& host_counts(Routing& r);
+  // Frees the step's device routings (and checks their expert indices: moe_bad_).
+  void clear_routing();
+  int32_t* moe_bad_ = nullptr;  // device int32: expert indices out of range this step
+  // Whole-step CUDA graphs: the step-by-step decision (runtime/step_graph.h), its blockers found
+  // once from the Program, the plan and what this runtime can capture.
+  StepGraphPolicy graph_;
   // Rotary position embeddings (models without learned positions) on the Q and K columns of a
   // QKV buffer (or its gradient: inverse), positions of this rank's sequence chunk.
   bool rotary() const { return !model.learned_positions; }

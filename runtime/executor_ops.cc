@@ -29,6 +29,51 @@ const float* f32(const void* p) { return static_cast<const float*>(p); }
 
 }  // namespace
 
+Routing Executor::Impl::new_routing(int64_t tokens) {
+  const int64_t E = model.moe.experts, K = model.moe.top_k;
+  if (!be.device_moe_routing()) return Routing(tokens, E, K);
+  if (moe_bad_ == nullptr) {
+    moe_bad_ = static_cast<int32_t*>(be.alloc_routing(sizeof(int32_t)));
+    be.zero(moe_bad_, sizeof(int32_t));
+  }
+  return Routing(tokens, E, K, be.alloc_routing(Routing::device_bytes(tokens, E, K)));
+}
+
+void Executor::Impl::permute(Routing& r, int64_t tokens) {
+  const int64_t E = model.moe.experts, K = model.moe.top_k;
+  if (r.on_device)
+    be.moe_permutation_device(r.row_of, r.dev_counts, r.offsets, moe_bad_, r.topk_idx, tokens, E,
+                              K);
+  else  // built on the host from the indices (a host synchronisation on a GPU)
+    be.moe_permutation(r.row_of, r.counts.data(), r.topk_idx, tokens, E, K);
+  if (!r.on_device) ++result->moe_count_syncs;
+}
+
+const std::vector<int64_t>& Executor::Impl::host_counts(Routing& r) {
+  if (!r.counts_on_host) {
+    std::vector<int32_t> c(r.counts.size());
+    be.copy(c.data(), r.dev_counts, sizeof(int32_t) * c.size());  // a host synchronisation
+    std::copy(c.begin(), c.end(), r.counts.begin());
+    r.counts_on_host = true;
+    ++result->moe_count_syncs;
+  }
+  return r.counts;
+}
+
+void Executor::Impl::clear_routing() {
+  for (auto& [probs, r] : routing_)
+    if (r.block != nullptr) be.free_routing(r.block);
+  routing_.clear();
+  if (moe_bad_ == nullptr) return;
+  int32_t bad = 0;
+  be.copy(&bad, moe_bad_, sizeof bad);  // once a step, after the step's kernels
+  be.free_routing(moe_bad_);
+  moe_bad_ = nullptr;
+  if (bad != 0)
+    throw Error("runtime.moe_permutation", std::to_string(bad) + " expert indices out of [0, " +
+                                               std::to_string(model.moe.experts) + ") this step");
+}
+
 Routing& Executor::Impl::routing(const Op& op, int rprobs) {
   auto it = routing_.find(rprobs);
   if (it != routing_.end()) return it->second;
@@ -36,9 +81,9 @@ Routing& Executor::Impl::routing(const Op& op, int rprobs) {
   // Recover the routing from the saved probabilities (recompute, offload: a new buffer).
   const int64_t E = model.moe.experts, K = model.moe.top_k;
   const int64_t tokens = elements_[rprobs] / E;
-  Routing r(tokens, E, K);
-  be.router_topk(r.topk_idx.data(), r.topk_w.data(), fptr(rprobs), tokens, E, K, renormalize());
-  be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
+  Routing r = new_routing(tokens);
+  be.router_topk(r.topk_idx, r.topk_w, fptr(rprobs), tokens, E, K, renormalize());
+  permute(r, tokens);
   return routing_.emplace(rprobs, std::move(r)).first->second;
 }
 
@@ -69,12 +114,12 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
   const int64_t key = ep_key(op.tags.layer, op.tags.micro_batch);
   auto it = ep_.find(key);
   if (it == ep_.end() || (to_experts && op.tags.phase != Phase::kBackward)) {
-    Routing& r = routing_of(op);
+    const std::vector<int64_t>& counts = host_counts(routing_of(op));
     EpExchange x;
     x.send_rows.assign(n, 0);
-    for (int64_t e = 0; e < E; ++e) x.send_rows[e / le] += r.counts[e];
+    for (int64_t e = 0; e < E; ++e) x.send_rows[e / le] += counts[e];
     std::vector<float> mine(static_cast<size_t>(E)), theirs(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(r.counts[e]);
+    for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(counts[e]);
     comm.all_to_all(std::span<const float>(mine), std::span<float>(theirs));
     x.recv_rows.assign(n, 0);
     x.recv_counts.assign(n, std::vector<int64_t>(static_cast<size_t>(le)));
@@ -106,9 +151,9 @@ Request Executor::Impl::start_all_to_all(const Op& op) {
 void Executor::Impl::gather_counts(const Op& op, Communicator& comm) {
   const int64_t E = model.moe.experts;
   const int n = comm.size();
-  const Routing& r = routing_of(op);
+  const std::vector<int64_t>& c = host_counts(routing_of(op));
   std::vector<float> mine(static_cast<size_t>(E)), all(static_cast<size_t>(E) * n);
-  for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(r.counts[e]);
+  for (int64_t e = 0; e < E; ++e) mine[e] = static_cast<float>(c[e]);
   comm.all_gather(std::span<const float>(mine), std::span<float>(all));
   std::vector<std::vector<int64_t>> counts(n, std::vector<int64_t>(static_cast<size_t>(E)));
   for (int j = 0; j < n; ++j)
@@ -426,6 +471,7 @@ bool Executor::Impl::run_typed_norm(const Op& op) {
 }
 
 bool Executor::Impl::run_typed_linear(const Op& op) {
+  if (op.role == OpRole::kGeluFc1 || op.role == OpRole::kGeluFc2Dx) return run_typed_gelu_gemm(op);
   // Every buffer bf16; a weight gradient's dW may be fp32 (the plan's gradient dtype), its bias
   // gradient must be (the entry's dbias is fp32).
   const bool wgrad = op.role == OpRole::kWeightGrad;
@@ -465,6 +511,30 @@ bool Executor::Impl::run_typed_linear(const Op& op) {
   be.linear_forward_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
                          layout_of(op.reads[1]), bias, nullptr, op.m, op.n, op.k);
   if (op.role == OpRole::kQkv && rotary()) rotate_qk_bf16(op.writes[0], false);
+  return true;
+}
+
+// Plan::gemm_gelu_epilogue on bf16 storage: FC1 forward {in, W[, b]} -> {pre, out} with GELU in
+// the epilogue; FC2's data gradient {dout, W, pre} -> {dpre[, db]} with GELU's derivative in it
+// (db, fp32, is formed by FC1's weight gradient, as after the unfused activation).
+bool Executor::Impl::run_typed_gelu_gemm(const Op& op) {
+  for (int id : op.reads)
+    if (prog.buffers[id].dtype != Dtype::kBf16 || ptr_[id] == nullptr) return false;
+  for (size_t i = 0; i < op.writes.size(); ++i) {
+    const int id = op.writes[i];
+    const Dtype want = op.role == OpRole::kGeluFc2Dx && i == 1 ? Dtype::kFp32 : Dtype::kBf16;
+    if (prog.buffers[id].dtype != want || ptr_[id] == nullptr) return false;
+  }
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
+  if (op.role == OpRole::kGeluFc1) {
+    const uint16_t* bias = op.reads.size() > 2 ? u(op.reads[2]) : nullptr;
+    be.linear_forward_bf16(u(op.writes.at(1)), u(op.reads.at(0)), u(op.reads.at(1)),
+                           WeightLayout::kInOut, bias, u(op.writes.at(0)), op.m, op.n, op.k);
+    return true;
+  }
+  be.linear_backward_data_bf16(u(op.writes.at(0)), u(op.reads.at(0)), u(op.reads.at(1)),
+                               WeightLayout::kInOut, u(op.reads.at(2)), nullptr, op.m, op.k, op.n,
+                               false);
   return true;
 }
 
@@ -741,6 +811,14 @@ void Executor::Impl::run_linear(const Op& op) {
             ? R(op, 0) + routed_row0(rows_of(op.reads[0]), op.k) * cols_of(op.reads[0])
             : R(op, 0);
     be.linear_backward_weight(W(op, 0), db, in, R(op, 1), layout_of(dw), op.k, op.n, op.m);
+  } else if (op.role == OpRole::kGeluFc2Dx) {
+    // FC2's data gradient, then GELU's derivative at the saved pre-activation in place (the
+    // unfused ops' kernels in one op; FC1's bias gradient is formed by fc1.dw).
+    const int dpre = op.writes[0];
+    be.linear_backward_data(W(op, 0), R(op, 0), R(op, 1), layout_of(op.reads[1]), op.m, op.k, op.n,
+                            false);
+    be.activation_backward(Activation::kGelu, W(op, 0), W(op, 0), R(op, 2), rows_of(dpre),
+                           cols_of(dpre));
   } else if (op.backward_data) {
     // Rotary embeddings: dQ and dK back through the rotation (its transpose), in place, so
     // that this GEMM and the weight gradient after it see the gradient of the GEMM output.
@@ -755,11 +833,39 @@ void Executor::Impl::run_linear(const Op& op) {
                           ? R(op, 0) + routed_row0(rows_of(op.reads[0]), op.m) * op.k
                           : R(op, 0);
     be.linear_forward(W(op, 0), in, R(op, 1), layout_of(op.reads[1]), bias, op.m, op.n, op.k);
+    // Plan::gemm_gelu_epilogue: the GELU of the pre-activation just written, into writes[1].
+    if (op.role == OpRole::kGeluFc1)
+      be.activation_forward(Activation::kGelu, W(op, 1), W(op, 0), op.m, op.n);
     // Rotary embeddings on Q and K as soon as they exist (every reader, the ring's K/V
     // sends included, sees them rotated).
     if (op.role == OpRole::kQkv && rotary()) rotate_qk(op.writes[0], false);
     if (op.role == OpRole::kHead && vocab_start + vocab_t > model.vocab)
       bad_op(op, "padded vocabulary");
+  }
+}
+
+// run_expert_linear on the device path: one grouped GEMM over the routing's offsets; the
+// region holds the tokens x top_k rows the routing orders.
+void Executor::Impl::run_expert_linear_dev(const Op& op, Routing& r) {
+  const int64_t E = model.moe.experts;
+  auto u = [&](int id) { return static_cast<uint16_t*>(ptr_[id]); };
+  const int in_buf = op.reads[0], out_buf = op.writes[0];
+  const int64_t max_rows = std::min(rows_of(in_buf), rows_of(out_buf));
+  if (max_rows < r.rows) bad_op(op, "the expert region holds fewer rows than were routed");
+  if (op.role == OpRole::kWeightGrad) {
+    const int dw = op.writes[0];
+    float* db = op.writes.size() > 1 ? W(op, 1) : nullptr;
+    be.expert_linear_backward_weight_bf16_dev(
+        ptr_[dw], prog.buffers[dw].dtype, db, u(in_buf), u(op.reads[1]), r.offsets, E,
+        std::min(rows_of(in_buf), rows_of(op.reads[1])), op.n, op.m);
+  } else if (op.backward_data) {
+    be.expert_linear_backward_data_bf16_dev(u(out_buf), u(in_buf), u(op.reads[1]), r.offsets, E,
+                                            max_rows, op.k, op.n);
+  } else {
+    if (backward(op)) bad_op(op, "a backward GEMM that is neither a data nor a weight gradient");
+    const uint16_t* bias = op.reads.size() > 2 ? u(op.reads[2]) : nullptr;
+    be.expert_linear_forward_bf16_dev(u(out_buf), u(in_buf), u(op.reads[1]), bias, r.offsets, E,
+                                      max_rows, op.n, op.k);
   }
 }
 
@@ -772,7 +878,7 @@ std::vector<const int64_t*> Executor::Impl::expert_blocks(const Op& op) {
   if (plan.ep == 1) {
     auto g = gathered_.find(ep_key(op.tags.layer, op.tags.micro_batch));
     if (g == gathered_.end())
-      blocks.push_back(routing_of(op).counts.data());
+      blocks.push_back(host_counts(routing_of(op)).data());
     else
       for (const auto& c : g->second) blocks.push_back(c.data());
   } else {
@@ -787,6 +893,13 @@ std::vector<const int64_t*> Executor::Impl::expert_blocks(const Op& op) {
 // {out}; backward_data {dout, W} -> {din}; weight gradient {in, dout} -> {dW [le x k x n][, db]}.
 void Executor::Impl::run_expert_linear(const Op& op, bool typed) {
   const int64_t le = model.moe.experts / plan.ep;
+  // Every expert local and its rows not gathered: typed GEMMs from the routing's device offsets
+  // (no host read of the counts).
+  if (typed && plan.ep == 1 && be.device_moe_routing() &&
+      !gathered_.count(ep_key(op.tags.layer, op.tags.micro_batch))) {
+    Routing& r = routing_of(op);
+    if (r.on_device) return run_expert_linear_dev(op, r);
+  }
   const std::vector<const int64_t*> blocks = expert_blocks(op);
   const int in_buf = op.reads[0], out_buf = op.writes[0];
   const int64_t in_cols = cols_of(in_buf), out_cols = cols_of(out_buf);
@@ -962,18 +1075,18 @@ void Executor::Impl::run_router(const Op& op) {
   if (!backward(op)) {
     const int probs = op.writes[0];
     const int64_t tokens = elements_[probs] / E;
-    Routing r(tokens, E, K);
-    be.router_forward(fptr(probs), r.topk_idx.data(), r.topk_w.data(), R(op, 0), tokens, E, K,
-                      renormalize());
-    be.moe_permutation(r.row_of.data(), r.counts.data(), r.topk_idx.data(), tokens, E, K);
+    Routing r = new_routing(tokens);
+    be.router_forward(fptr(probs), r.topk_idx, r.topk_w, R(op, 0), tokens, E, K, renormalize());
+    permute(r, tokens);
+    auto old = routing_.find(probs);
+    if (old != routing_.end() && old->second.block != nullptr) be.free_routing(old->second.block);
     routing_.insert_or_assign(probs, std::move(r));
     routing_probs_[ep_key(op.tags.layer, op.tags.micro_batch)] = probs;
   } else {
     const int probs = op.reads[1];
     Routing& r = routing(op, probs);
     const int64_t tokens = elements_[probs] / E;
-    be.router_backward(W(op, 0), R(op, 0), fptr(probs), r.topk_idx.data(), tokens, E, K,
-                       renormalize());
+    be.router_backward(W(op, 0), R(op, 0), fptr(probs), r.topk_idx, tokens, E, K, renormalize());
   }
 }
 
@@ -986,14 +1099,13 @@ void Executor::Impl::run_dispatch(const Op& op, bool typed) {
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
     const int64_t row0 = routed_row0(rows_of(op.reads[0]), tokens);
     if (typed)
-      be.dispatch_forward_bf16(u(op.writes[0]), u(op.reads[0]) + row0 * h, r.row_of.data(), tokens,
-                               K, h);
+      be.dispatch_forward_bf16(u(op.writes[0]), u(op.reads[0]) + row0 * h, r.row_of, tokens, K, h);
     else
-      be.dispatch_forward(W(op, 0), R(op, 0) + row0 * h, r.row_of.data(), tokens, K, h);
+      be.dispatch_forward(W(op, 0), R(op, 0) + row0 * h, r.row_of, tokens, K, h);
   } else {  // reads {d rows}; writes {dx}: the routing of this micro-batch's layer
     const int dx = op.writes[0];
     const int64_t tokens = rows_of(dx);
-    const int32_t* row_of = routing_of(op).row_of.data();
+    const int32_t* row_of = routing_of(op).row_of;
     if (typed)
       be.dispatch_backward_bf16(u(dx), u(op.reads[0]), row_of, tokens, K, h);
     else
@@ -1010,20 +1122,19 @@ void Executor::Impl::run_combine(const Op& op, bool typed) {
     Routing& r = routing(op, op.reads[1]);
     const int64_t tokens = elements_[op.reads[1]] / model.moe.experts;
     if (typed)
-      be.combine_forward_bf16(u(op.writes[0]), u(op.reads[0]), r.topk_w.data(), r.row_of.data(),
-                              tokens, K, h);
+      be.combine_forward_bf16(u(op.writes[0]), u(op.reads[0]), r.topk_w, r.row_of, tokens, K, h);
     else
-      be.combine_forward(W(op, 0), R(op, 0), r.topk_w.data(), r.row_of.data(), tokens, K, h);
+      be.combine_forward(W(op, 0), R(op, 0), r.topk_w, r.row_of, tokens, K, h);
   } else {  // reads {dy, expert outputs, probs}; writes {d expert outputs, d weights}
     Routing& r = routing(op, op.reads[2]);
     const int64_t tokens = elements_[op.reads[2]] / model.moe.experts;
     const int64_t row0 = routed_row0(rows_of(op.reads[0]), tokens);
     if (typed)
       be.combine_backward_bf16(u(op.writes[0]), W(op, 1), u(op.reads[0]) + row0 * h, u(op.reads[1]),
-                               r.topk_w.data(), r.row_of.data(), tokens, K, h);
+                               r.topk_w, r.row_of, tokens, K, h);
     else
-      be.combine_backward(W(op, 0), W(op, 1), R(op, 0) + row0 * h, R(op, 1), r.topk_w.data(),
-                          r.row_of.data(), tokens, K, h);
+      be.combine_backward(W(op, 0), W(op, 1), R(op, 0) + row0 * h, R(op, 1), r.topk_w, r.row_of,
+                          tokens, K, h);
   }
 }
 

@@ -116,6 +116,9 @@ StepStats Trainer::step(bool trace) {
   s.widened_bytes = r.widened_bytes;
   s.widened_typed_kind_bytes = r.widened_typed_kind_bytes;
   s.widened_attention_bytes = r.widened_attention_bytes;
+  s.moe_count_syncs = r.moe_count_syncs;
+  s.graph_action = graph_action_name(r.graph_action);
+  s.graph_reason = r.graph_reason;
   events_ = std::move(r.events);
   counters_ = std::move(r.counters);
   return s;

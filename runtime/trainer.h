@@ -53,6 +53,8 @@ struct StepStats {
   int64_t widened_bytes = 0;
   int64_t widened_typed_kind_bytes = 0;
   int64_t widened_attention_bytes = 0;
+  int64_t moe_count_syncs = 0;             // this rank's StepResult::moe_count_syncs
+  std::string graph_action, graph_reason;  // StepResult::graph_action (its name), graph_reason
 };
 
 // Sums (or maximises) a few host values over `comm` through the backend's memory, so that the

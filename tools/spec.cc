@@ -303,6 +303,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--tiled-loss", "tiled_loss", o.tiled_loss,
             "the loss as a vocab-tiled kernel on the logits in their dtype, no fp32 softmax "
             "(llm.c, Liger, parasol's runtime); false: Megatron's fused loss");
+  bool_flag(cmd, o, "--gemm-gelu-epilogue", "gemm_gelu_epilogue", o.gemm_gelu_epilogue,
+            "FC1's GELU in its GEMM's epilogue and its derivative in FC2's data-gradient GEMM "
+            "(cuBLASLt GELU_AUX / DGELU: llm.c's gelu_fusion); GELU models only");
   cmd->add_option("--optimizer-impl", o.optimizer_impl,
                   "fused|foreach|for_loop: how Adam launches its kernels");
   cmd->add_option("--cpu-optimizer", o.cpu_optimizer,
@@ -416,6 +419,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("torch_compile", o.torch_compile);
   set("eager_loss", o.eager_loss);
   set("tiled_loss", o.tiled_loss);
+  set("gemm_gelu_epilogue", o.gemm_gelu_epilogue);
   set("optimizer_impl", o.optimizer_impl);
   set("cpu_optimizer", o.cpu_optimizer);
   set("host_framework", o.host_framework);

@@ -22,6 +22,8 @@
 //   bf16_elementwise.cc the other typed bf16 entries (norm backward, activations, residual,
 //                    RoPE, embedding): row blocks widened, the fp32 kernel, one rounding
 //   tiled_xent.cc    the vocab-tiled loss (xent_*_typed) on fp32 or bf16 logits
+//   moe_device.cc    MoE routing kept in "device" memory: moe_permutation_device and the grouped
+//                    bf16 expert GEMMs from offsets (no copy: host memory is the device's)
 #pragma once
 
 #include <string>
@@ -148,6 +150,24 @@ class CpuBackend final : public Backend {
   void clip_scale(float* scale, const float* sumsq, float max_norm, float loss_scale) override;
   void cast(void* dst, Dtype dst_type, const void* src, Dtype src_type, int64_t n) override;
 
+  // MoE routing in device memory (moe_device.cc); set_device_moe_routing(false) hides it (the
+  // executor reads the counts on the host).
+  bool device_moe_routing() const override { return device_moe_routing_; }
+  void set_device_moe_routing(bool on) { device_moe_routing_ = on; }
+  void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets, int32_t* bad,
+                              const int32_t* topk_idx, int64_t tokens, int64_t experts,
+                              int64_t top_k) override;
+  void expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                      const uint16_t* bias, const int32_t* offsets, int64_t experts,
+                                      int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                            const int32_t* offsets, int64_t experts,
+                                            int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type, float* dbias,
+                                              const uint16_t* in, const uint16_t* dout,
+                                              const int32_t* offsets, int64_t experts,
+                                              int64_t max_rows, int64_t n, int64_t k) override;
+
   // Typed bf16 entries (bf16_ops.cc); set_bf16_kernels(false) hides them (the executor widens).
   bool bf16_kernels() const override { return bf16_kernels_; }
   void set_bf16_kernels(bool on) { bf16_kernels_ = on; }
@@ -214,6 +234,7 @@ class CpuBackend final : public Backend {
 
  private:
   bool bf16_kernels_ = true;
+  bool device_moe_routing_ = true;
 };
 
 namespace cpu {

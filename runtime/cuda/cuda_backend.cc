@@ -402,10 +402,13 @@ void CudaBackend::note_fallback(const std::string& what, const std::string& shap
     ++counts_.gemm_fp32_fallbacks;
   else if (what == "epilogue")
     ++counts_.epilogue_fallbacks;
+  else if (what == "moe")
+    ++counts_.moe_host_fallbacks;
   else
     ++counts_.attention_fallbacks;
   const char* to = what == "gemm"       ? "an fp32 GEMM"
                    : what == "epilogue" ? "separate bf16 kernels"
+                   : what == "moe"      ? "the counts on the host (a synchronisation)"
                                         : "parasol's kernel";
   if (logged_.insert(what + "|" + shape + "|" + why).second)
     std::fprintf(stderr, "parasol cuda: %s %s falls back to %s: %s\n", what.c_str(), shape.c_str(),

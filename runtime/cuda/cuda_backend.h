@@ -65,12 +65,15 @@
 //    backward, one pass per query row (dq) and one per key row (dk, dv: every query head of the
 //    GQA group and every query that sees the key, so no atomics). Dropout masks are re-drawn with
 //    runtime/tensor.h's dropout_keep (a device copy of the same hash), so they equal the CPU's.
-//  * MoE: moe_permutation copies the top-k indices to the host (a synchronisation), builds the
-//    permutation there exactly as the CPU does and uploads row_of; the counts are needed on the
-//    host anyway (the grouped GEMM loops over experts with one cuBLASLt call each).
-//    kernels.h's moe_permutation_device builds the same permutation, counts and offsets on the
-//    device (no host copy), and grouped_gemm_bf16 runs the expert GEMMs from those device
-//    offsets (WMMA tensor cores, correctness-first); the executor still takes the host path.
+//  * MoE: the routing stays on the device (moe_device.cc; Backend::device_moe_routing): the
+//    executor keeps the top-k indices, gates, permutation and per-expert offsets in routing
+//    memory, moe_permutation_device builds them with kernels.h's moe_permutation_device, and the
+//    typed grouped expert GEMMs run from the device offsets (grouped_gemm_bf16, WMMA tensor
+//    cores, correctness-first): no host synchronisation sizes them. A weight gradient into bf16
+//    or with a bias gradient, which grouped_gemm_bf16_wgrad does not write, reads the offsets on
+//    the host (a synchronisation), logged once and counted (library_counts().moe_host_fallbacks).
+//    moe_permutation (the host path, for expert parallelism's exchange sizes) copies the top-k
+//    indices to the host, builds the permutation there exactly as the CPU does and uploads row_of.
 //  * bf16 storage without widening (entries below the Backend ones): the linear layers as
 //    cuBLASLt bf16 GEMMs with fused epilogues (gemm_bf16.cc), the vocab-tiled cross-entropy
 //    (runtime/cpu/tiled_xent.h), and kernels.h's bf16 norm (with the residual add fused), RoPE,
@@ -334,6 +337,21 @@ class CudaBackend final : public Backend {
   void combine_backward_bf16(uint16_t* dexpert_out, float* dw, const uint16_t* dout,
                              const uint16_t* expert_out, const float* w, const int32_t* row_of,
                              int64_t tokens, int64_t top_k, int64_t cols) override;
+  // MoE routing on the device (moe_device.cc).
+  bool device_moe_routing() const override { return true; }
+  void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets, int32_t* bad,
+                              const int32_t* topk_idx, int64_t tokens, int64_t experts,
+                              int64_t top_k) override;
+  void expert_linear_forward_bf16_dev(uint16_t* out, const uint16_t* in, const uint16_t* w,
+                                      const uint16_t* bias, const int32_t* offsets, int64_t experts,
+                                      int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_data_bf16_dev(uint16_t* din, const uint16_t* dout, const uint16_t* w,
+                                            const int32_t* offsets, int64_t experts,
+                                            int64_t max_rows, int64_t n, int64_t k) override;
+  void expert_linear_backward_weight_bf16_dev(void* dw, Dtype dw_type, float* dbias,
+                                              const uint16_t* in, const uint16_t* dout,
+                                              const int32_t* offsets, int64_t experts,
+                                              int64_t max_rows, int64_t n, int64_t k) override;
   // The vocab-tiled loss's pieces on the logits' dtype (xent_tiled.cu, through bf16_ops.cc).
   void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
                       int64_t vocab) override;
@@ -363,6 +381,7 @@ class CudaBackend final : public Backend {
     int64_t gemm_bf16_storage = 0;    // GEMM calls on bf16 storage (gemm_bf16.cc)
     int64_t epilogue_fused = 0;       // of those, with their epilogue fused by cuBLASLt
     int64_t epilogue_fallbacks = 0;   // of those, whose epilogue ran as separate kernels
+    int64_t moe_host_fallbacks = 0;   // device-routed expert GEMMs that read the counts on the host
   };
   LibraryCounts library_counts() const;
   // Whether this build has cuDNN's fused attention (PARASOL_HAVE_CUDNN).
@@ -413,8 +432,8 @@ class CudaBackend final : public Backend {
   void count_gemm_bf16();
   void count_bf16_storage_gemm(bool epilogue_fused);
   void count_fused_attention();
-  // Counts a fallback of `what` ("gemm", "epilogue" or "attention") and logs it to stderr the first
-  // time `why` is given for `shape`.
+  // Counts a fallback of `what` ("gemm", "epilogue", "moe" or "attention") and logs it to stderr
+  // the first time `why` is given for `shape`.
   void note_fallback(const std::string& what, const std::string& shape, const std::string& why);
 
   std::unique_ptr<CudnnAttention> cudnn_;  // null until the first fused call

@@ -1,7 +1,8 @@
 // One training step on one GPU with the cuda backend, mixed precision as Megatron runs it (bf16
 // storage, the typed bf16 entries: cuBLASLt bf16 GEMMs with fp32 accumulation and the bf16
 // element-wise kernels; fp32 master weights) and the vocab-tiled loss (plan.tiled_loss: no fp32
-// logits): gpt2-124m (batch 16, sequence 1024) and a ~1B-parameter Llama-style model (16 layers,
+// logits; GPT-2's GELU in FC1's cuBLASLt epilogue, plan.gemm_gelu_epilogue): gpt2-124m (batch
+// 16, sequence 1024) and a ~1B-parameter Llama-style model (16 layers,
 // hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048); and gpt2-124m with
 // fp32 storage, the configuration of the first H200 figures (9,240 tokens/s), for comparison.
 // Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward
@@ -83,6 +84,8 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
   plan.precision = precision;
   plan.flash_attention = true;
   plan.tiled_loss = precision == Dtype::kBf16;
+  // GPT-2's GELU in FC1's cuBLASLt epilogue, as llm.c runs it (Plan::gemm_gelu_epilogue).
+  plan.gemm_gelu_epilogue = precision == Dtype::kBf16 && m.activation == Activation::kGelu;
   auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
   CudaBackend backend(0);
   Trainer trainer(m, plan, backend, *comms, TrainerOptions{});
@@ -108,6 +111,8 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
   state.counters["attention_fused"] = static_cast<double>(lib.attention_fused);
   state.counters["attention_fallbacks"] = static_cast<double>(lib.attention_fallbacks);
   state.counters["gemm_fp32_fallbacks"] = static_cast<double>(lib.gemm_fp32_fallbacks);
+  state.counters["epilogue_fused"] = static_cast<double>(lib.epilogue_fused);
+  state.counters["epilogue_fallbacks"] = static_cast<double>(lib.epilogue_fallbacks);
   // Ops of a step on the typed bf16 entries, and the bytes the others widened into fp32 (of
   // which attention's: 0 on a bf16 plan, whose flash attention runs on the bf16 buffers).
   const StepStats last = trainer.step();

@@ -11,6 +11,7 @@
 
 #include "core/fsdp_copies.h"
 #include "core/layer_shapes.h"
+#include "core/liveness.h"
 #include "core/lower.h"
 #include "core/moe_load.h"
 #include "core/program.h"
@@ -576,6 +577,66 @@ TEST(LowerSwitches, Fp8CurrentScalingReadsEachQuantisedOperandForItsAmax) {
   Plan bf16 = p;
   bf16.precision = Dtype::kBf16;
   EXPECT_EQ(amax_ops(bf16), 0);
+}
+
+}  // namespace
+}  // namespace parasol
+
+namespace parasol {
+namespace {
+
+// Plan::gemm_gelu_epilogue: a GELU model's FC1 writes its pre-activation and GELU in one GEMM
+// (OpRole::kGeluFc1) and FC2's data gradient writes FC1's output gradient through GELU's
+// derivative (kGeluFc2Dx, reading the saved pre-activation): no activation op either way, the
+// pre-activation's bytes as the epilogue's, the backward's activation-gradient buffer gone (the
+// peak no higher); the same GEMMs' FLOPs. A SwiGLU model lowers as before.
+TEST(LowerSwitches, GeluEpilogueFusesTheActivationIntoTheMlpGemms) {
+  const Model m = cut("gpt2-124m", 2);
+  ASSERT_EQ(m.activation, Activation::kGelu);
+  Plan p = plan_of(2, 1, 1);
+  p.global_batch = 2;
+  const Program plain = lower_stage(m, p, 0);
+  p.gemm_gelu_epilogue = true;
+  const Program fused = lower_stage(m, p, 0);
+  expect_deps_earlier(fused);
+  auto count = [](const Program& prog, OpKind kind, OpRole role) {
+    return std::count_if(prog.ops.begin(), prog.ops.end(),
+                         [&](const Op& o) { return o.kind == kind && o.role == role; });
+  };
+  const long acts = count(plain, OpKind::kActivation, OpRole::kNone);
+  ASSERT_EQ(acts, 2 * 2 * 2);  // forward and backward, 2 layers, 2 micro-batches
+  EXPECT_EQ(count(fused, OpKind::kActivation, OpRole::kNone), 0);
+  EXPECT_EQ(count(fused, OpKind::kLinear, OpRole::kGeluFc1), 2 * 2);
+  EXPECT_EQ(count(fused, OpKind::kLinear, OpRole::kGeluFc2Dx), 2 * 2);
+  EXPECT_EQ(fused.ops.size() + acts, plain.ops.size());
+  const int fc1 = op_named(fused, "L0.fc1"), dx = op_named(fused, "L0.fc2.dx");
+  ASSERT_GE(fc1, 0);
+  ASSERT_GE(dx, 0);
+  const Op &f = fused.ops[fc1], &d = fused.ops[dx];
+  const Op &pf = plain.ops[op_named(plain, "L0.fc1")],
+           &pd = plain.ops[op_named(plain, "L0.fc2.dx")];
+  EXPECT_EQ(f.role, OpRole::kGeluFc1);
+  EXPECT_DOUBLE_EQ(f.flops, pf.flops);
+  EXPECT_DOUBLE_EQ(d.flops, pd.flops);
+  ASSERT_EQ(f.writes.size(), 2u);
+  const Buffer& pre = fused.buffers[f.writes[0]];
+  EXPECT_EQ(pre.cls, BufferClass::kActivation);
+  EXPECT_DOUBLE_EQ(f.epilogue_bytes, pre.bytes());
+  // The backward GEMM reads the pre-activation FC1 wrote and writes FC1's output gradient, which
+  // FC1's weight gradient and data gradient read.
+  EXPECT_EQ(d.reads.back(), f.writes[0]);
+  EXPECT_DOUBLE_EQ(d.epilogue_bytes, pre.bytes());
+  const int dw = op_named(fused, "L0.fc1.dw");
+  ASSERT_GE(dw, 0);
+  EXPECT_EQ(fused.ops[dw].reads.at(1), d.writes[0]);
+  EXPECT_LE(liveness(fused).peak_bytes, liveness(plain).peak_bytes);
+  // SwiGLU: nothing to fuse.
+  const Model llama = cut("llama3-8b", 1);
+  Plan q = plan_of(2, 1, 1);
+  q.global_batch = 1;
+  const Program a = lower_stage(llama, q, 0);
+  q.gemm_gelu_epilogue = true;
+  EXPECT_EQ(program_to_json(lower_stage(llama, q, 0)), program_to_json(a));
 }
 
 }  // namespace

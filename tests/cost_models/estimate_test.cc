@@ -438,6 +438,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan&) {},
       [](Plan& p) { p.eager_loss = true; },
       [](Plan& p) { p.tiled_loss = true; },
+      [](Plan& p) { p.gemm_gelu_epilogue = true; },  // SwiGLU: no change (GeluEpilogue... below)
       [](Plan& p) { p.expert_bias_loop = true; },
       [](Plan& p) {
         p.precision = Dtype::kFp8;
@@ -645,6 +646,36 @@ TEST(EstimatorCache, GmmExpertsAreInTheFragmentKey) {
   EXPECT_DOUBLE_EQ(one.estimate(automodel).step_time_s, fresh_a);
   EXPECT_DOUBLE_EQ(two.estimate(automodel).step_time_s, fresh_a);
   EXPECT_DOUBLE_EQ(two.estimate(megatron).step_time_s, fresh_m);
+}
+
+// FC1's GELU in its GEMM's epilogue (Plan::gemm_gelu_epilogue, price_flags_more bit 40) changes
+// a GELU model's layer Program (no activation ops, the GEMMs' epilogue bytes): one Estimator that
+// priced either plan first must give the other a fresh Estimator's figures. Fusing saves the
+// activation kernels' launches and bytes: the step is faster.
+TEST(EstimatorCache, GeluEpilogueIsInTheFragmentKey) {
+  Model m = model_preset("gpt3-175b");
+  m.layers = 8;
+  ASSERT_EQ(m.activation, Activation::kGelu);
+  Cluster c = cluster_preset("dgx-h100", 32);
+  const Profile prof = default_profile(c.gpu_device(0));
+  Plan plain;
+  plain.tp = 8;
+  plain.pp = 2;
+  plain.dp = 2;
+  plain.sequence_parallel = true;
+  plain.micro_batch = 1;
+  plain.global_batch = 16;
+  plain.zero = 1;
+  Plan fused = plain;
+  fused.gemm_gelu_epilogue = true;
+  const double fresh_p = estimate(m, c, plain, prof).step_time_s;
+  const double fresh_f = estimate(m, c, fused, prof).step_time_s;
+  EXPECT_LT(fresh_f, fresh_p);
+  Estimator one(m, c, prof), two(m, c, prof);
+  EXPECT_DOUBLE_EQ(one.estimate(plain).step_time_s, fresh_p);
+  EXPECT_DOUBLE_EQ(one.estimate(fused).step_time_s, fresh_f);
+  EXPECT_DOUBLE_EQ(two.estimate(fused).step_time_s, fresh_f);
+  EXPECT_DOUBLE_EQ(two.estimate(plain).step_time_s, fresh_p);
 }
 
 TEST(EstimateMoe, ExpertParallelAddsAllToAll) {

@@ -57,10 +57,13 @@ Plan bf16_plan() {
   return p;
 }
 
-std::vector<StepStats> train(const Model& m, bool typed) {
-  const Plan plan = bf16_plan();
+std::vector<StepStats> train(const Model& m, bool typed, bool gelu_epilogue = false,
+                             bool device_routing = true) {
+  Plan plan = bf16_plan();
+  plan.gemm_gelu_epilogue = gelu_epilogue;
   auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
   CpuBackend backend(1);
+  backend.set_device_moe_routing(device_routing);
   TrainerOptions o;
   o.adamw.lr = 1e-3;
   o.typed_bf16 = typed;
@@ -71,9 +74,10 @@ std::vector<StepStats> train(const Model& m, bool typed) {
 }
 
 // Trains m both ways; `all_typed`: every op of the typed kinds takes the typed path.
-void expect_typed_path(const Model& m, bool all_typed) {
-  SCOPED_TRACE(m.name);
-  const std::vector<StepStats> typed = train(m, true), wide = train(m, false);
+void expect_typed_path(const Model& m, bool all_typed, bool gelu_epilogue = false) {
+  SCOPED_TRACE(m.name + (gelu_epilogue ? " gemm_gelu_epilogue" : ""));
+  const std::vector<StepStats> typed = train(m, true, gelu_epilogue),
+                               wide = train(m, false, gelu_epilogue);
   const double tokens = double(bf16_plan().global_batch) * bf16_plan().seq(m);
   const double n_b = 5.0 * m.layers + 1;
   const double n_f = n_b + (m.learned_positions ? 0 : m.layers);
@@ -115,6 +119,14 @@ TEST(TypedBf16, GptRunsEveryGemmAndNormTypedAndMatchesTheWideningPath) {
   expect_typed_path(gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true), true);
 }
 
+// The same GPT with FC1's GELU in its GEMM's epilogue (Plan::gemm_gelu_epilogue): the fused FC1
+// and FC2 data-gradient GEMMs run typed (linear_forward_bf16 / linear_backward_data_bf16 with
+// gelu_pre), the widening path runs them as the fp32 GEMM then the fp32 GELU on the unrounded
+// product; each stored output is rounded once either way, so the bounds above hold.
+TEST(TypedBf16, GeluEpilogueGemmsRunTyped) {
+  expect_typed_path(gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true), true, true);
+}
+
 // Llama: RoPE on the bf16 QKV in place (rope_bf16) after the QKV GEMM and before its data
 // gradient; SwiGLU, RMSNorm: every op of the typed kinds runs typed.
 TEST(TypedBf16, LlamaRunsEveryOpTypedRopeIncluded) {
@@ -130,6 +142,54 @@ TEST(TypedBf16, MoeRunsDispatchCombineAndExpertGemmsTyped) {
   Model m = llama_model("moe-tiny", 2, 64, 4, 2, 128, 256, 32);
   m.moe = {4, 2, 64, 1};
   expect_typed_path(m, true);
+}
+
+// MoE routing kept on the device (Backend::device_moe_routing): the top-k indices, gates,
+// permutation and per-expert offsets in the backend's routing memory, the typed grouped expert
+// GEMMs sized from the device offsets (CpuBackend's *_bf16_dev, as the CUDA backend's
+// grouped_gemm_bf16): no host read of the counts in a step (moe_count_syncs 0), where the host
+// path reads them once per routing (every layer's forward and the recomputed ones: 2 layers x 2
+// micro-batches here). The same permutation and the same per-expert GEMMs: equal bit for bit.
+TEST(TypedBf16, MoeRoutingStaysOnTheDevice) {
+  Model m = llama_model("moe-tiny", 2, 64, 4, 2, 128, 256, 32);
+  m.moe = {4, 2, 64, 1};
+  const std::vector<StepStats> dev = train(m, true, false, true),
+                               host = train(m, true, false, false);
+  for (int i = 0; i < kSteps; ++i) {
+    SCOPED_TRACE(::testing::Message() << "step " << i + 1);
+    EXPECT_EQ(dev[i].moe_count_syncs, 0);
+    EXPECT_EQ(host[i].moe_count_syncs, 2 * 2);
+    EXPECT_EQ(dev[i].loss, host[i].loss);
+    EXPECT_EQ(dev[i].grad_norm, host[i].grad_norm);
+    EXPECT_EQ(dev[i].typed_bf16_ops, host[i].typed_bf16_ops);
+  }
+  // The widening path (fp32 grouped GEMMs on host counts) reads them once per routing too.
+  const std::vector<StepStats> wide = train(m, false, false, true);
+  EXPECT_EQ(wide[0].moe_count_syncs, 2 * 2);
+}
+
+// Whole-step CUDA graphs on CPUs (runtime/step_graph.h): a full_iteration plan takes the same
+// decision as on a GPU and runs eagerly, each step reporting why (the CPU backend records no
+// graphs), and trains as the ungraphed plan does, bit for bit.
+TEST(TypedBf16, FullIterationGraphsRunEagerWithTheReasonOnCpus) {
+  const Model m = gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true);
+  Plan plan = bf16_plan();
+  plan.cuda_graphs = CudaGraphs::kFullIteration;
+  plan.nan_check = false;
+  auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
+  CpuBackend backend(1);
+  TrainerOptions o;
+  o.adamw.lr = 1e-3;
+  Trainer t(m, plan, backend, *comms, o);
+  const std::vector<StepStats> plain = train(m, true);
+  for (int i = 0; i < kSteps; ++i) {
+    const StepStats s = t.step();
+    EXPECT_EQ(s.graph_action, "eager");
+    EXPECT_NE(s.graph_reason.find("records no CUDA graphs"), std::string::npos) << s.graph_reason;
+    EXPECT_EQ(s.loss, plain[i].loss);
+  }
+  EXPECT_EQ(plain[0].graph_action, "eager");
+  EXPECT_NE(plain[0].graph_reason.find("plan.cuda_graphs"), std::string::npos);
 }
 
 // The QKV weight gradient of a rotary model (the fix of e848ddc): the weight gradient reads

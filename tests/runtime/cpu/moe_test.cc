@@ -141,6 +141,30 @@ TEST(MoePermutation, GroupsRowsByExpertThenToken) {
   EXPECT_EQ(row_of, expect);
 }
 
+// The device-side permutation (Backend::moe_permutation_device, runtime/cpu/moe_device.cc): the
+// same rows as the host one, counts per expert and their exclusive scan as offsets; an index out
+// of range gets row -1 and is counted in *bad, not thrown (the executor reads *bad once a step).
+TEST(MoePermutation, OnTheDeviceEqualsTheHostOneWithOffsets) {
+  const int64_t T = 7, E = 4, K = 2;
+  std::vector<int32_t> idx = {1, 0, 2, 1, 0, 2, 1, 2, 0, 1, 2, 0, 1, 0};
+  std::vector<int32_t> host_rows(T * K), rows(T * K), counts(E), offsets(E + 1);
+  std::vector<int64_t> host_counts(E);
+  cpu().moe_permutation(host_rows.data(), host_counts.data(), idx.data(), T, E, K);
+  int32_t bad = 0;
+  cpu().moe_permutation_device(rows.data(), counts.data(), offsets.data(), &bad, idx.data(), T, E,
+                               K);
+  EXPECT_EQ(rows, host_rows);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(offsets, (std::vector<int32_t>{0, 5, 10, 14, 14}));
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(counts[e], host_counts[e]);
+  idx[3] = static_cast<int32_t>(E);
+  cpu().moe_permutation_device(rows.data(), counts.data(), offsets.data(), &bad, idx.data(), T, E,
+                               K);
+  EXPECT_EQ(bad, 1);
+  EXPECT_EQ(rows[3], -1);
+  EXPECT_EQ(offsets[E], T * K - 1);
+}
+
 // out[row_of[t,s]] = x[t];  y[t] = sum_s w[t,s] eo[row_of[t,s]].
 std::vector<double> ref_dispatch(const std::vector<double>& x, const std::vector<int32_t>& row_of,
                                  int64_t T, int64_t K, int64_t C) {

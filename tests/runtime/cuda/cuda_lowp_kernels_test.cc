@@ -732,6 +732,79 @@ TEST_F(CudaLowp, MoePermutationOnTheDeviceEqualsTheCpus) {
   EXPECT_EQ(down(rows, n)[5], -1);
 }
 
+// The device-routed MoE entries of the Backend (Backend::device_moe_routing: what the executor
+// calls) against the CPU backend's (runtime/cpu/moe_device.cc, the reference): the permutation
+// equal, and the grouped expert GEMMs from device offsets (forward with bias, data gradient,
+// fp32 weight gradient; a bf16 one falls back to the host counts, counted) within one bf16
+// rounding of each stored output per backend, norm-wise: ||gpu - cpu|| <= 2 u ||cpu|| (u =
+// 2^-8; the fp32 sums of the same exact products in other orders are far below).
+TEST_F(CudaLowp, DeviceRoutedExpertEntriesEqualTheCpus) {
+  const int64_t tokens = 150, top_k = 2, experts = 3, rows = tokens * top_k, n = 48, k = 32;
+  std::mt19937 rng(71);
+  std::vector<int32_t> idx(rows);
+  for (int64_t t = 0; t < tokens; ++t) {
+    idx[t * top_k] = static_cast<int32_t>(rng() % experts);
+    idx[t * top_k + 1] =
+        static_cast<int32_t>((idx[t * top_k] + 1 + rng() % (experts - 1)) % experts);
+  }
+  CpuBackend cpu;
+  std::vector<int32_t> c_rows(rows), c_counts(experts), c_off(experts + 1);
+  int32_t c_bad = 0;
+  cpu.moe_permutation_device(c_rows.data(), c_counts.data(), c_off.data(), &c_bad, idx.data(),
+                             tokens, experts, top_k);
+  int32_t* g_rows = up(std::vector<int32_t>(rows));
+  int32_t* g_counts = up(std::vector<int32_t>(experts));
+  int32_t* g_off = up(std::vector<int32_t>(experts + 1));
+  int32_t* g_bad = up(std::vector<int32_t>(1, 0));
+  dev().moe_permutation_device(g_rows, g_counts, g_off, g_bad, up(idx), tokens, experts, top_k);
+  EXPECT_EQ(down(g_rows, rows), c_rows);
+  EXPECT_EQ(down(g_off, experts + 1), c_off);
+  EXPECT_EQ(down(g_bad, 1)[0], 0);
+  EXPECT_EQ(c_bad, 0);
+  const auto a = bf16_random(rows * k, 72), w = bf16_random(experts * k * n, 73),
+             bias = bf16_random(experts * n, 74), g = bf16_random(rows * n, 75);
+  auto rel = [](const std::vector<double>& x, const std::vector<double>& y) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < x.size(); ++i) d += (x[i] - y[i]) * (x[i] - y[i]), r += y[i] * y[i];
+    return std::sqrt(d / r);
+  };
+  // Forward.
+  std::vector<uint16_t> c_out(rows * n);
+  cpu.expert_linear_forward_bf16_dev(c_out.data(), a.data(), w.data(), bias.data(), c_off.data(),
+                                     experts, rows, n, k);
+  uint16_t* g_out = up(std::vector<uint16_t>(rows * n));
+  dev().expert_linear_forward_bf16_dev(g_out, up(a), up(w), up(bias), g_off, experts, rows, n, k);
+  EXPECT_LE(rel(widen(down(g_out, rows * n)), widen(c_out)), 2 * kHalfUlpBf16);
+  // Data gradient.
+  std::vector<uint16_t> c_din(rows * k);
+  cpu.expert_linear_backward_data_bf16_dev(c_din.data(), g.data(), w.data(), c_off.data(), experts,
+                                           rows, n, k);
+  uint16_t* g_din = up(std::vector<uint16_t>(rows * k));
+  dev().expert_linear_backward_data_bf16_dev(g_din, up(g), up(w), g_off, experts, rows, n, k);
+  EXPECT_LE(rel(widen(down(g_din, rows * k)), widen(c_din)), 2 * kHalfUlpBf16);
+  // Weight gradient, fp32 (grouped kernel) and bf16 (the counted host fallback).
+  std::vector<float> c_dw(experts * k * n, 0.0f);
+  cpu.expert_linear_backward_weight_bf16_dev(c_dw.data(), Dtype::kFp32, nullptr, a.data(), g.data(),
+                                             c_off.data(), experts, rows, n, k);
+  float* g_dw = up(std::vector<float>(experts * k * n, 0.0f));
+  const int64_t before = dev().library_counts().moe_host_fallbacks;
+  dev().expert_linear_backward_weight_bf16_dev(g_dw, Dtype::kFp32, nullptr, up(a), up(g), g_off,
+                                               experts, rows, n, k);
+  EXPECT_EQ(dev().library_counts().moe_host_fallbacks, before);
+  const auto gdw = down(g_dw, experts * k * n);
+  EXPECT_LE(rel(std::vector<double>(gdw.begin(), gdw.end()),
+                std::vector<double>(c_dw.begin(), c_dw.end())),
+            kU * rows * std::sqrt(double(rows)));  // fp32 sums of <= rows exact products of
+                                                   // unit-scale terms in other orders
+  uint16_t* g_dw16 = up(std::vector<uint16_t>(experts * k * n, 0));
+  dev().expert_linear_backward_weight_bf16_dev(g_dw16, Dtype::kBf16, nullptr, up(a), up(g), g_off,
+                                               experts, rows, n, k);
+  EXPECT_EQ(dev().library_counts().moe_host_fallbacks, before + 1);
+  EXPECT_LE(
+      rel(widen(down(g_dw16, experts * k * n)), std::vector<double>(c_dw.begin(), c_dw.end())),
+      2 * kHalfUlpBf16);
+}
+
 // ---- CUDA graphs: record a bf16 linear + GELU + residual sequence once, replay it on new inputs
 // (copied into the same buffers outside the recording) and compare with the eager calls.
 

@@ -100,6 +100,41 @@ TEST_F(CudaTrainer, Bf16TiledLossPlanRunsTypedAndMatchesTheCpu) {
   EXPECT_EQ(gpu.library_counts().attention_fallbacks, 0);
 }
 
+// The bf16 plans of the fused MLP GEMMs and of the device-routed MoE on the GPU against the CPU
+// backend's (the bound of Bf16TiledLossPlanRunsTypedAndMatchesTheCpu, whose n counts every
+// stored output along a token's path; the fused GEMMs store fewer): tiny-gpt with FC1's GELU in
+// its cuBLASLt epilogue and GELU's derivative in FC2's data gradient (Plan::gemm_gelu_epilogue;
+// epilogues fused by cuBLASLt, counted), and tiny-moe with the routing on the device and the
+// grouped expert GEMMs from device offsets: no host read of the counts in a step
+// (moe_count_syncs 0) and no expert GEMM falling back to the host counts.
+TEST_F(CudaTrainer, Bf16GeluEpilogueAndDeviceRoutedMoeMatchTheCpu) {
+  for (const char* name : {"tiny-gpt", "tiny-moe"}) {
+    SCOPED_TRACE(name);
+    const Model m = model_preset(name);
+    Plan p = serial_plan();
+    p.precision = Dtype::kBf16;
+    p.tiled_loss = true;
+    p.gemm_gelu_epilogue = m.activation == Activation::kGelu;
+    CpuBackend cpu(1);
+    CudaBackend gpu(0);
+    const std::vector<double> want = losses(m, p, cpu, 3);
+    auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
+    Trainer t(m, p, gpu, *comms, TrainerOptions{});
+    std::vector<double> got;
+    StepStats last;
+    for (int i = 0; i < 3; ++i) got.push_back((last = t.step()).loss);
+    const double n = 2.0 * (5 * m.layers + 1) + 6.0 * m.layers + 2 + 5.0 * m.layers;
+    const double tokens = double(p.global_batch) * p.seq(m);
+    const double tol = 6.0 / 256 * std::sqrt(n / tokens);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * want[i]) << i;
+    const CudaBackend::LibraryCounts lib = gpu.library_counts();
+    if (p.gemm_gelu_epilogue) EXPECT_GT(lib.epilogue_fused, 0);
+    EXPECT_EQ(last.moe_count_syncs, 0);
+    EXPECT_EQ(lib.moe_host_fallbacks, 0);
+    EXPECT_EQ(last.widened_typed_kind_bytes, 0);
+  }
+}
+
 TEST_F(CudaTrainer, AStepAfterWarmUpDoesNotSynchroniseTheDevice) {
   const Model m = model_preset("tiny");
   for (bool offload : {false, true}) {
