@@ -2,7 +2,6 @@
 #include "core/issue_graph.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
 
 #include "core/error.h"
@@ -30,74 +29,90 @@ bool p2p(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 }  // namespace
 
 void IssueGraph::assign(const Program& program) {
+  begin(program);
+  for (int i = 0; i < size(); ++i) add(i);
+  end();
+}
+
+void IssueGraph::begin(const Program& program) {
   program_ = &program;
-  const std::vector<Op>& ops = program.ops;
-  const int n = static_cast<int>(ops.size());
-  const int nstreams = static_cast<int>(program.streams.size());
+  const auto n = program.ops.size();
   prev_.assign(n, -1);
   next_.assign(n, -1);
   group_begin_.resize(n);
   group_end_.resize(n);
   partner_.assign(n, -1);
   dependents_off_.assign(n + 1, 0);
-  edges_.clear();  // each op's dependencies, op after op
-  std::vector<int> last(nstreams, -1);
-  std::vector<char> closed;  // p2p groups whose run of ops has ended
-  // Receives and sends of this Program that pair with each other (not Group::kPp), by key.
-  std::map<P2pKey, std::vector<int>> sends, recvs;
-  for (int i = 0; i < n; ++i) {
-    if (i + 8 < n) __builtin_prefetch(&ops[i + 8]);  // the Ops are large
-    const Op& op = ops[i];
-    if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
-    if (op.stream < 0 || op.stream >= nstreams)
-      malformed(program, i, ".stream",
-                "bad stream " + std::to_string(op.stream) + " (the Program has " +
-                    std::to_string(nstreams) + ")");
-    for (int d : op.deps) {
-      if (d < 0 || d >= i)
-        malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
-      ++dependents_off_[d + 1];
-      edges_.push_back({d, i});
-    }
-    int& l = last[op.stream];
-    prev_[i] = l;
-    if (l >= 0) next_[l] = i;
-    l = i;
-    // Issue groups: a p2p group's run of consecutive transfers.
-    group_begin_[i] = i;
-    if (op.p2p_group >= 0) {
-      if (!p2p(op.kind))
+  edges_.clear();
+  first_.assign(program.streams.size(), -1);
+  last_.assign(program.streams.size(), -1);
+  closed_.clear();
+  sends_.clear();
+  recvs_.clear();
+}
+
+void IssueGraph::add(int i) {
+  const Program& program = *program_;
+  const std::vector<Op>& ops = program.ops;
+  const int n = size(), nstreams = streams();
+  // The Ops are large and their deps live elsewhere on the heap: fetch ahead.
+  if (i + 8 < n) __builtin_prefetch(&ops[i + 8]);
+  if (i + 4 < n && !ops[i + 4].deps.empty()) __builtin_prefetch(ops[i + 4].deps.data());
+  const Op& op = ops[i];
+  if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
+  if (op.stream < 0 || op.stream >= nstreams)
+    malformed(program, i, ".stream",
+              "bad stream " + std::to_string(op.stream) + " (the Program has " +
+                  std::to_string(nstreams) + ")");
+  int& l = last_[op.stream];
+  prev_[i] = l;
+  (l >= 0 ? next_[l] : first_[op.stream]) = i;
+  l = i;
+  // Issue groups: a p2p group's run of consecutive transfers.
+  group_begin_[i] = i;
+  if (op.p2p_group >= 0) {
+    if (!p2p(op.kind))
+      malformed(program, i, ".p2p_group",
+                std::string("a ") + op_kind_name(op.kind) + " in p2p group " +
+                    std::to_string(op.p2p_group));
+    const Op* before = i > 0 ? &ops[i - 1] : nullptr;
+    if (before && before->p2p_group == op.p2p_group) {
+      if (before->stream != op.stream || before->group != op.group)
         malformed(program, i, ".p2p_group",
-                  std::string("a ") + op_kind_name(op.kind) + " in p2p group " +
-                      std::to_string(op.p2p_group));
-      const Op* before = i > 0 ? &ops[i - 1] : nullptr;
-      if (before && before->p2p_group == op.p2p_group) {
-        if (before->stream != op.stream || before->group != op.group)
-          malformed(program, i, ".p2p_group",
-                    std::to_string(op.p2p_group) + " spans streams or communication groups");
-        group_begin_[i] = group_begin_[i - 1];
-      } else {
-        if (static_cast<int>(closed.size()) <= op.p2p_group) closed.resize(op.p2p_group + 1, 0);
-        if (closed[op.p2p_group])
-          malformed(program, i, ".p2p_group",
-                    std::to_string(op.p2p_group) + " is not consecutive in the Program");
-        closed[op.p2p_group] = 1;
-      }
-    }
-    for (int d : op.deps)
-      if (d >= group_begin_[i])
-        malformed(program, i, ".deps",
-                  "op " + std::to_string(d) + " is of its own p2p group, issued with it");
-    if (p2p(op.kind)) {
-      if (op.group == Group::kPp) {
-        if (op.peer_stage < 0 || op.peer_stage == program.stage)
-          malformed(program, i, ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
-      } else {
-        const P2pKey key = p2p_key(program.stage, program.stage, op);
-        (op.kind == OpKind::kSend ? sends : recvs)[key].push_back(i);
-      }
+                  std::to_string(op.p2p_group) + " spans streams or communication groups");
+      group_begin_[i] = group_begin_[i - 1];
+    } else {
+      if (static_cast<int>(closed_.size()) <= op.p2p_group) closed_.resize(op.p2p_group + 1, 0);
+      if (closed_[op.p2p_group])
+        malformed(program, i, ".p2p_group",
+                  std::to_string(op.p2p_group) + " is not consecutive in the Program");
+      closed_[op.p2p_group] = 1;
     }
   }
+  for (int d : op.deps) {
+    if (d < 0 || d >= i)
+      malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
+    if (d >= group_begin_[i])
+      malformed(program, i, ".deps",
+                "op " + std::to_string(d) + " is of its own p2p group, issued with it");
+    ++dependents_off_[d + 1];
+    edges_.push_back({d, i});
+  }
+  if (p2p(op.kind)) {
+    if (op.group == Group::kPp) {
+      if (op.peer_stage < 0 || op.peer_stage == program.stage)
+        malformed(program, i, ".peer_stage", "bad peer stage " + std::to_string(op.peer_stage));
+    } else {
+      const P2pKey key = p2p_key(program.stage, program.stage, op);
+      (op.kind == OpKind::kSend ? sends_ : recvs_)[key].push_back(i);
+    }
+  }
+}
+
+void IssueGraph::end() {
+  const Program& program = *program_;
+  const std::vector<Op>& ops = program.ops;
+  const int n = size();
   for (int i = n - 1; i >= 0; --i)
     group_end_[i] = i + 1 < n && group_begin_[i + 1] == group_begin_[i] ? group_end_[i + 1] : i + 1;
   // The dependents (CSR), each list ascending.
@@ -108,9 +123,9 @@ void IssueGraph::assign(const Program& program) {
   for (int i = n; i > 0; --i) dependents_off_[i] = dependents_off_[i - 1];
   dependents_off_[0] = 0;
   // The k-th receive of a key with the k-th send.
-  for (const auto& [key, list] : recvs) {
-    auto it = sends.find(key);
-    const size_t have = it == sends.end() ? 0 : it->second.size();
+  for (const auto& [key, list] : recvs_) {
+    auto it = sends_.find(key);
+    const size_t have = it == sends_.end() ? 0 : it->second.size();
     if (list.size() > have)
       malformed(program, list[have], "",
                 "recv (tag " + std::to_string(ops[list[have]].tag) + ") has no matching send");
@@ -119,7 +134,7 @@ void IssueGraph::assign(const Program& program) {
       partner_[it->second[k]] = list[k];
     }
   }
-  for (const auto& [key, list] : sends)
+  for (const auto& [key, list] : sends_)
     for (int i : list)
       if (partner_[i] < 0)
         malformed(program, i, "",

@@ -1,8 +1,10 @@
 // The execution rules of a Program, stated once: which of a rank's ops may be issued (handed to
 // their stream) when. Every player of a Program reads them here: the Chakra export writes the
 // graph's edges (traces/chakra_export.cc), the closed form's fragment player plays a layer's ops
-// by them (cost_models/layer_fragment.cc); the event engine and the executor still state them on
-// their own (issue 46).
+// by them (cost_models/layer_fragment.cc), the event engine takes its dependents, stream order
+// and ring pairs from the graph (sim/engine.cc; it still keeps its own host cursor and holds a
+// stream for a send), and the executor issues and completes ops through an IssueState
+// (runtime/executor.cc).
 //
 // The rules (core/lower.h states what the lowering guarantees; core/host_issue.h prices the host):
 //  * an op is issued once its dependencies (Op::deps, earlier ops of the Program) have completed
@@ -26,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -53,6 +56,13 @@ class IssueGraph {
   IssueGraph() = default;
   // Makes this the graph of `program` (as the constructor), reusing its memory.
   void assign(const Program& program);
+  // The same op by op, for a player that reads each Op once (the engine): begin(program), then
+  // add(i) for i = 0, 1, ... in Program order, then end(). Once add(i) has returned, op i is
+  // checked and deps(i), stream_prev(i) and issue_begin(i) are known; the rest (stream_next,
+  // issue_end, partner, dependents) once end() has.
+  void begin(const Program& program);
+  void add(int i);
+  void end();
 
   const Program& program() const { return *program_; }
   int size() const { return static_cast<int>(prev_.size()); }
@@ -63,9 +73,10 @@ class IssueGraph {
   std::span<const int> dependents(int i) const {
     return {dependents_.data() + dependents_off_[i], dependents_.data() + dependents_off_[i + 1]};
   }
-  // The op before and after op i on its stream (-1: none).
+  // The op before and after op i on its stream (-1: none); stream s's first op (-1: none).
   int stream_prev(int i) const { return prev_[i]; }
   int stream_next(int i) const { return next_[i]; }
+  int stream_first(int s) const { return first_[s]; }
   // The ops issued together with op i: [issue_begin(i), issue_end(i)) in Program order (its p2p
   // group, or the op alone).
   int issue_begin(int i) const { return group_begin_[i]; }
@@ -80,11 +91,16 @@ class IssueGraph {
 
  private:
   const Program* program_ = nullptr;
-  std::vector<int> prev_, next_;
+  std::vector<int> prev_, next_, first_;
   std::vector<int> group_begin_, group_end_;
   std::vector<int> partner_;
   std::vector<int> dependents_off_, dependents_;
-  std::vector<std::pair<int, int>> edges_;  // scratch of assign(): (dependency, op), op after op
+  // Scratch of the build: the edges (dependency, op) op after op, each stream's last op, the p2p
+  // groups whose run of ops has ended, the sends and receives that pair in this Program by key.
+  std::vector<std::pair<int, int>> edges_;
+  std::vector<int> last_;
+  std::vector<char> closed_;
+  std::map<P2pKey, std::vector<int>> sends_, recvs_;
 };
 
 // Rules that the players of a Program do not yet share.

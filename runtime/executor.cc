@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/issue_graph.h"
 #include "runtime/comm/idle_wait.h"
 #include "runtime/executor_impl.h"
 #include "runtime/param_layout.h"
@@ -34,7 +35,7 @@ bool is16(Dtype d) { return d == Dtype::kBf16 || d == Dtype::kFp16; }
 // Construction: shapes, units, persistent memory.
 
 Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& b, CommSet& c)
-    : model(m), plan(p), prog(pr), be(b), comms(c) {
+    : model(m), plan(p), prog(pr), graph(pr), be(b), comms(c) {
   check_supported();
   init_shapes();
   build_units();
@@ -722,8 +723,20 @@ void* Executor::data(int id) const { return impl_->ptr(id); }
 
 int Executor::group_index(const ParamBucket& b) const { return impl_->group_index(b); }
 
-// One step's scheduling state: each stream's queue of op ids in issue order and its head, the ops
-// done, the transfers in flight, and the trace marks of the ops run on the calling thread.
+// One step's scheduling state: the Program's execution rules (core/issue_graph.h: dependencies,
+// stream order, the host's cursor, p2p groups issued together, a ring receive completing with
+// its send, eager sends) advanced by an IssueState; each stream's next op to issue; the
+// transfers in flight; and the trace marks of the ops run on the calling thread.
+//
+// What the executor adds to the rules is how its host thread reaches the ops: it runs (cpu) or
+// launches (cuda) each compute-stream op itself, so it reaches no further than the first
+// compute op it has not issued yet; the transfers after that op wait for it, as a framework's
+// host thread launches a transfer where its program does (a ZeRO-3 gather one layer ahead, not
+// every gather at the start of the step; liveness, core/liveness.h, predicts memory in that
+// order). A device-to-host sync stops it until the sync's dependencies have completed (a CUDA
+// .item(): nothing after it in the Program is launched before), and a ring receive completes only
+// once this rank's send of the same step has (the step's transfers are one NCCL group, which
+// completes as a whole).
 struct Executor::Impl::Scheduler {
   Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res);
   void run();     // until every op has completed
@@ -734,6 +747,7 @@ struct Executor::Impl::Scheduler {
     int op;
     Request req;
     double start;
+    bool landed = false;  // its request has completed; the rules may still hold its completion
   };
   struct Marked {
     int op, start, end;
@@ -744,62 +758,37 @@ struct Executor::Impl::Scheduler {
   void sample_memory(double t);
   void complete(const Op& op);
   bool poll_transfers();    // completes the transfers that have finished
-  bool issue_ready(int s);  // starts stream s's ops in order while their deps are done
-  int cursor() const;       // the compute streams' next op: how far the host has issued
-  bool ready(const Op& op) const;
-  void issue(const Op& op, int s);
-  // The point-to-point op at the head of stream s and the rest of its p2p group (Op::p2p_group),
-  // issued together as one communicator group once all of them are ready; false when not all are.
-  bool issue_p2p(int s);
-  size_t p2p_group_end(int s) const;  // queue position after the head's p2p group on stream s
+  void reach();             // the host reaches as far as the rules and its thread let it
+  bool issue_ready(int s);  // issues stream s's ops in order while the rules let them go
+  void issue(const Op& op);
   void inject_failure(const Op& op) const;
   bool tested(InFlight& f);
 
   Impl& im;
   const Program& prog;
+  const IssueGraph& graph;
   const StepConfig& config;
   StepResult& result;
-  const int n_ops, n_streams;
-  std::vector<std::vector<int>> queue;
-  std::vector<size_t> head;
-  std::vector<char> done;
+  // Sends are eager (core/lower.h): the stream and the ops that wait on a send go on once it is
+  // issued; its buffer is kept (finished() is deferred) until the transfer completes.
+  IssueState state;
+  std::vector<int> next;  // per stream: its next op to issue (-1: none left)
   std::vector<InFlight> flying;
-  std::vector<int> busy;  // per stream: non-eager ops in flight (the stream waits for them)
   std::vector<Marked> marked;
   int64_t last_live = -1, last_peak = -1;  // the memory counter's last sample and peak seen
   double last_sample_t = 0;
-  int completed = 0;
   Clock::time_point t0;
 };
-
-namespace {
-
-// Sends are eager (core/lower.h): the stream and the ops that wait on a send go on once it is
-// issued; its buffer is kept (finished() is deferred) until the transfer completes.
-bool eager(const Op& op) { return op.kind == OpKind::kSend; }
-
-bool p2p(const Op& op) { return op.kind == OpKind::kSend || op.kind == OpKind::kRecv; }
-
-}  // namespace
 
 Executor::Impl::Scheduler::Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res)
     : im(impl),
       prog(impl.prog),
+      graph(impl.graph),
       config(cfg),
       result(res),
-      n_ops(static_cast<int>(prog.ops.size())),
-      n_streams(static_cast<int>(prog.streams.size())),
-      queue(n_streams),
-      head(n_streams, 0),
-      done(n_ops, 0),
-      busy(n_streams, 0) {
-  for (const Op& op : prog.ops) {
-    queue.at(op.stream).push_back(op.id);
-    // A dependency outside the Program is a lowering bug (core/lower.h), not the user's.
-    for (int d : op.deps)
-      PARASOL_CHECK(0 <= d && d < n_ops, "ops[" + std::to_string(op.id) + "] " + op.name +
-                                             ".deps: bad op id " + std::to_string(d));
-  }
+      state(impl.graph, IssueRules{.eager_sends = true}) {
+  next.resize(prog.streams.size());
+  for (int s = 0; s < graph.streams(); ++s) next[s] = graph.stream_first(s);
   // Compute and copy ops are timed by the backend's marks (device time on cuda), transfers by the
   // host clock; mark 0 and t0 are both the step's start.
   im.be.clear_marks();
@@ -854,64 +843,71 @@ void Executor::Impl::Scheduler::sample_memory(double t) {
 void Executor::Impl::Scheduler::complete(const Op& op) {
   im.after_complete(op);
   im.finished(op);
-  done[op.id] = 1;
+  state.completed(op.id);
 }
 
 bool Executor::Impl::Scheduler::poll_transfers() {
   bool progressed = false;
   for (size_t i = 0; i < flying.size();) {
-    if (tested(flying[i])) {
-      const Op& op = prog.ops[flying[i].op];
-      record(op, flying[i].start, now());
-      if (eager(op)) {
-        im.finished(op);
-      } else {
-        complete(op);
-        --busy[op.stream];
-      }
-      sample_memory(now());
-      ++completed;
+    InFlight& f = flying[i];
+    if (!f.landed && tested(f)) {
+      f.landed = true;
       progressed = true;
-      flying.erase(flying.begin() + static_cast<long>(i));
-    } else {
-      ++i;
     }
+    if (!f.landed || !state.can_complete(f.op)) {  // a ring receive waits for its send
+      ++i;
+      continue;
+    }
+    const Op& op = prog.ops[f.op];
+    record(op, f.start, now());
+    if (graph.is_send(op.id)) {  // eager: its stream and dependents went on at issue
+      im.finished(op);
+      state.completed(op.id);
+    } else {
+      complete(op);
+    }
+    sample_memory(now());
+    progressed = true;
+    flying.erase(flying.begin() + static_cast<long>(i));
   }
   return progressed;
 }
 
-bool Executor::Impl::Scheduler::ready(const Op& op) const {
-  for (int d : op.deps)
-    if (!done[d]) return false;
-  return true;
+void Executor::Impl::Scheduler::reach() {
+  while (state.can_reach()) {
+    const int c = state.cursor();
+    if (c > 0 && prog.streams[prog.ops[c - 1].stream] == StreamKind::kCompute &&
+        !state.is_issued(c - 1))
+      return;  // the host thread has yet to run (launch) that compute op
+    state.reach();
+  }
 }
 
-// The host's place in the Program's issue order: the id of the next op of the compute streams
-// (n_ops once they have issued all theirs).
-int Executor::Impl::Scheduler::cursor() const {
-  int c = n_ops;
-  for (int s = 0; s < n_streams; ++s)
-    if (prog.streams[s] == StreamKind::kCompute && head[s] < queue[s].size())
-      c = std::min(c, queue[s][head[s]]);
-  return c;
-}
-
+// Point-to-point transfers are issued in explicit groups (Communicator::begin_group), as NCCL
+// must see them: where a send completes only once its receive is posted and a communicator's
+// groups run in order (NCCL; the MPI communicator's strict mode), neighbours that exchange
+// deadlock unless each exchange is one group. The issue graph says which transfers are issued
+// together (IssueGraph::issue_begin/issue_end: Op::p2p_group, Megatron's batched isend/irecv of a
+// pipeline step, a ring attention step); every other transfer is a group of its own, so that the
+// communicator's batching of consecutive calls (NcclCommunicator) never joins transfers of
+// different rounds.
 bool Executor::Impl::Scheduler::issue_ready(int s) {
   bool progressed = false;
-  const bool compute = prog.streams[s] == StreamKind::kCompute;
-  while (!busy[s] && head[s] < queue[s].size()) {
-    const Op& op = prog.ops[queue[s][head[s]]];
-    // The other streams start an op once the host has reached it in the issue order, as a
-    // framework's host thread launches a transfer where its program does: a ZeRO-3 gather one
-    // layer ahead, not every gather at the start of the step. Liveness (core/liveness.h)
-    // predicts memory in that order. (Every dep is an earlier op, so this never deadlocks.)
-    if (!compute && op.id > cursor()) break;
-    if (p2p(op)) {
-      if (!issue_p2p(s)) break;
+  while (next[s] >= 0) {
+    reach();
+    const int i = next[s];
+    if (!state.ready(i)) break;
+    const int begin = graph.issue_begin(i), end = graph.issue_end(i);
+    state.issued(i);
+    next[s] = graph.stream_next(end - 1);
+    const Op& op = prog.ops[i];
+    if (graph.is_send(i) || graph.is_recv(i)) {
+      Communicator& comm = im.comms.get(op.group);
+      comm.begin_group();
+      for (int j = begin; j < end; ++j) issue(prog.ops[j]);
+      comm.end_group();
     } else {
-      if (!ready(op)) break;
-      ++head[s];
-      issue(op, s);
+      issue(op);
       // A local op ran to completion on this thread: back to the loop, which polls the
       // transfers in flight and lets the other streams start theirs, before the next one.
       // Without this the compute stream ran its whole backward pass before the gradient
@@ -922,37 +918,6 @@ bool Executor::Impl::Scheduler::issue_ready(int s) {
     progressed = true;
   }
   return progressed;
-}
-
-// Point-to-point transfers are issued in explicit groups (Communicator::begin_group), as NCCL
-// must see them: where a send completes only once its receive is posted and a communicator's
-// groups run in order (NCCL; the MPI communicator's strict mode), neighbours that exchange
-// deadlock unless each exchange is one group. The lowering says which transfers form one
-// (Op::p2p_group: Megatron's batched isend/irecv of a pipeline step, a ring attention step);
-// every other transfer is a group of its own, so that the communicator's batching of consecutive
-// calls (NcclCommunicator) never joins transfers of different rounds.
-size_t Executor::Impl::Scheduler::p2p_group_end(int s) const {
-  const std::vector<int>& q = queue[s];
-  size_t end = head[s] + 1;
-  const Op& first = prog.ops[q[head[s]]];
-  if (first.p2p_group < 0) return end;
-  auto member = [&](const Op& o) {
-    return p2p(o) && o.p2p_group == first.p2p_group && o.group == first.group;
-  };
-  while (end < q.size() && member(prog.ops[q[end]])) ++end;
-  return end;
-}
-
-bool Executor::Impl::Scheduler::issue_p2p(int s) {
-  const size_t begin = head[s], end = p2p_group_end(s);
-  for (size_t i = begin; i < end; ++i)
-    if (!ready(prog.ops[queue[s][i]])) return false;
-  Communicator& comm = im.comms.get(prog.ops[queue[s][begin]].group);
-  head[s] = end;
-  comm.begin_group();
-  for (size_t i = begin; i < end; ++i) issue(prog.ops[queue[s][i]], s);
-  comm.end_group();
-  return true;
 }
 
 // Whether an in-flight transfer has completed; a failure (the peer's error, the communication
@@ -992,9 +957,9 @@ void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
   if (here == stall) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
-// Allocates what op touches, then starts a transfer (the stream waits for it unless eager) or
-// runs the op to completion on this thread.
-void Executor::Impl::Scheduler::issue(const Op& op, int s) {
+// Allocates what op touches, then starts a transfer (the rules hold its stream until it
+// completes unless it is an eager send) or runs the op to completion on this thread.
+void Executor::Impl::Scheduler::issue(const Op& op) {
   inject_failure(op);
   im.ensure(op);
   static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
@@ -1011,10 +976,6 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
   const int start_mark = by_marks ? im.be.mark() : -1;
   if (is_communication(op.kind)) {
     flying.push_back({op.id, im.start_comm(op), start});
-    if (eager(op))
-      done[op.id] = 1;
-    else
-      ++busy[s];
   } else {
     im.run_local(op);
     if (by_marks)
@@ -1023,21 +984,21 @@ void Executor::Impl::Scheduler::issue(const Op& op, int s) {
       record(op, start, now());
     complete(op);
     sample_memory(now());
-    ++completed;
   }
 }
 
 void Executor::Impl::Scheduler::run() {
   IdleWait idle;
-  while (completed < n_ops) {
+  while (!state.done()) {
     bool progressed = poll_transfers();
-    for (int s = 0; s < n_streams; ++s)
+    for (int s = 0; s < graph.streams(); ++s)
       if (issue_ready(s)) progressed = true;
     if (progressed) {
       idle = IdleWait{};
       continue;
     }
-    if (flying.empty())
+    // Waiting is for a transfer to land; one that has landed waits for nothing but the rules.
+    if (std::all_of(flying.begin(), flying.end(), [](const InFlight& f) { return f.landed; }))
       throw InternalError("runtime.program", "deadlock: no op can start and none is in flight");
     idle.pause();  // waiting on communication only (runtime/comm/idle_wait.h)
   }

@@ -1,9 +1,9 @@
 // Executor: runs one rank's Program (core/program.h) for real, with a Backend's kernels and a
 // CommSet's communicators. It allocates each buffer (or block of buffers) when the first op that
 // touches it starts and frees it when every op that touches it has finished, as liveness()
-// predicts; walks the ops of each stream in issue order, starting an op once its dependencies
-// have finished (the transfers of one p2p group together, as one communicator group) and, off
-// the compute streams, once the compute stream has reached it in the Program's issue order (as a
+// predicts; issues the ops as the Program's execution rules let them go (core/issue_graph.h:
+// dependencies, stream order, the host's cursor, the transfers of one p2p group together as one
+// communicator group), its host thread reaching no op past a compute op it has not run yet (as a
 // framework's host thread launches it); runs compute and copies on the calling thread and
 // communication as non-blocking transfers that it polls after every op, so that they progress
 // beside compute (runtime/comm/idle_wait.h: how it waits when nothing else can run); and records

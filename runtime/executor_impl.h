@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/issue_graph.h"
 #include "runtime/executor.h"
 
 namespace parasol::runtime {
@@ -128,7 +129,7 @@ struct Executor::Impl {
   void allocate_persistent();  // the persistent units and the grad-norm scalars
 
   // ---- The step (executor.cc).
-  struct Scheduler;  // one step's walk over the streams (executor.cc)
+  struct Scheduler;  // one step's walk over the streams by prog's issue rules (executor.cc)
   // Per-step state reset; the gradients zeroed (they accumulate over micro-batches).
   void begin_step(const StepConfig& config, StepResult& res);
   // The global gradient norm into result; the step's config and result forgotten.
@@ -280,6 +281,9 @@ struct Executor::Impl {
   const Model& model;
   const Plan& plan;
   const Program& prog;
+  // prog's execution rules (core/issue_graph.h), built and checked once: a malformed Program is
+  // parasol's bug (InternalError) before any op runs.
+  const IssueGraph graph;
   Backend& be;
   CommSet& comms;
   const StepConfig* cfg = nullptr;

@@ -265,6 +265,7 @@ class Engine {
   // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
   // successors, its ring receives' sends (in the Simulator's workspace).
   std::vector<IssueGraph>& graphs_;
+  std::vector<int> ring_;  // add_stage: the stage's ring sends and receives, to pair at its end
   // Per stage: the host's cursor, the next op it issues and whether it waits on a sync.
   std::vector<HostCursor> host_;
   std::vector<int> host_next_;
@@ -303,9 +304,7 @@ class Engine {
 void Engine::build() {
   start_peak_memory();
   reset_state();
-  // The rules of each stage's Program, checked (a malformed Program is an internal error).
   graphs_.resize(plan_.pp);
-  for (int s = 0; s < plan_.pp; ++s) graphs_[s].assign(programs_[s]);
   P2pLists sends, recvs;
   // Group::kPp collectives: the k-th of each stage meet.
   std::vector<std::vector<int>> pp_colls(plan_.pp);
@@ -347,12 +346,14 @@ void Engine::reset_state() {
   compute_last_.assign(pp, 0);
 }
 
-// One pass over the Ops of stage s: an op waits for its deps and the op before it on its stream
-// (its issue graph's edges), is typed and priced (add_op), and its sends, recvs and kPp
-// collectives are filed for matching.
+// One pass over the Ops of stage s: the stage's issue graph is built and checked op by op (a
+// malformed Program is an internal error); an op waits for its deps and the op before it on its
+// stream (the graph's edges), is typed and priced (add_op), and its sends, recvs and kPp
+// collectives are filed for matching. A ring step's pair is the graph's, known at its end.
 void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>& pp_colls) {
   const Program& prog = programs_[s];
-  const IssueGraph& graph = graphs_[s];
+  IssueGraph& graph = graphs_[s];
+  graph.begin(prog);
   const int nops = static_cast<int>(prog.ops.size());
   const int nstreams = static_cast<int>(prog.streams.size());
   stream_ops_[s].resize(nstreams);
@@ -363,15 +364,19 @@ void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>
   for (int i = 0; i < nops; ++i) {
     // The Ops are large: fetch ahead.
     if (i + 8 < nops) __builtin_prefetch(&prog.ops[i + 8]);
+    graph.add(i);
     const Op& op = prog.ops[i];
     const int g = base_[s] + i;
     stage_[g] = s;
-    const int next = graph.stream_next(i);
-    ops_[g].next = next >= 0 ? base_[s] + next : -1;
-    ops_[g].pending = static_cast<int>(op.deps.size()) + (graph.stream_prev(i) >= 0 ? 1 : 0);
+    const int prev = graph.stream_prev(i);
+    if (prev >= 0) ops_[base_[s] + prev].next = g;
+    ops_[g].pending = static_cast<int>(op.deps.size()) + (prev >= 0 ? 1 : 0);
     stream_ops_[s][op.stream].push_back(g);
     add_op(s, i, sends, recvs, pp_colls);
   }
+  graph.end();
+  for (int g : ring_) ops_[g].partner = base_[s] + graph.partner(g - base_[s]);
+  ring_.clear();
 }
 
 // How the engine plays op i of stage s (global id g): its type and breakdown category, its
@@ -405,8 +410,8 @@ void Engine::add_op(int s, int i, P2pLists& sends, P2pLists& recvs, std::vector<
       if (pipeline)
         (send ? sends[p2p_key(s, op.peer_stage, op)] : recvs[p2p_key(op.peer_stage, s, op)])
             .push_back(g);
-      else  // a ring step: its pair on this stage (the issue graph's)
-        ops_[g].partner = base_[s] + graphs_[s].partner(i);
+      else  // a ring step: its pair on this stage (the issue graph's, once built)
+        ring_.push_back(g);
     } else if (op.group == Group::kPp) {
       ops_[g].type = Type::kPpCollective;
       pp_colls.push_back(g);

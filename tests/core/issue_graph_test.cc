@@ -74,6 +74,10 @@ TEST(IssueGraph, StreamOrderGroupsAndPairs) {
   EXPECT_EQ(g.stream_prev(s), b);
   EXPECT_EQ(g.stream_prev(q), r);
   EXPECT_EQ(g.stream_prev(y), -1);
+  EXPECT_EQ(g.stream_first(kCompute), a);
+  EXPECT_EQ(g.stream_first(kComm), b);
+  EXPECT_EQ(g.stream_first(kCopy), -1);
+  EXPECT_EQ(g.stream_first(kHostStream), y);
   EXPECT_EQ(g.issue_begin(r), s);
   EXPECT_EQ(g.issue_end(s), r + 1);
   EXPECT_EQ(g.issue_begin(q), q);
@@ -84,6 +88,21 @@ TEST(IssueGraph, StreamOrderGroupsAndPairs) {
   ASSERT_EQ(g.dependents(a).size(), 2u);
   EXPECT_EQ(g.dependents(a)[0], b);
   EXPECT_EQ(g.dependents(a)[1], s);
+  // Built op by op (as the engine does, in its own pass over the Ops): the same graph.
+  IssueGraph h;
+  h.begin(p);
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+    h.add(i);
+    EXPECT_EQ(h.stream_prev(i), g.stream_prev(i));
+    EXPECT_EQ(h.issue_begin(i), g.issue_begin(i));
+  }
+  h.end();
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+    EXPECT_EQ(h.stream_next(i), g.stream_next(i));
+    EXPECT_EQ(h.issue_end(i), g.issue_end(i));
+    EXPECT_EQ(h.partner(i), g.partner(i));
+    EXPECT_TRUE(std::ranges::equal(h.dependents(i), g.dependents(i)));
+  }
 
   IssueState st(g);
   EXPECT_FALSE(st.ready(a));  // not reached by the host
