@@ -583,9 +583,9 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   }
   // Under pipeline parallelism each gradient-accumulation step is one schedule (a flush):
   // local_batch_size carries a flush's micro-batches (train.py train_step @73a0e69).
-  const int64_t local_batch =
-      plan.pp > 1 ? plan.global_batch / (int64_t{plan.dp} * plan.pipeline_flushes)
-                  : plan.micro_batch;
+  const int64_t local_batch = plan.pp > 1
+                                  ? plan.global_batch / (int64_t{plan.dp} * plan.pipeline_flushes)
+                                  : plan.micro_batch;
   const bool bf16 = plan.precision == Dtype::kBf16;
   t << "[training]\n"
     << "# local_batch_size per data-parallel rank; global_batch_size / (local x dp) = "
