@@ -23,8 +23,9 @@ struct PipelineUnit {
 // (Megatron's send_forward_recv_backward and send_backward_recv_forward after each unit of 1F1B's
 // steady state); interleaved, one of Megatron's iterations: a forward in the warm-up, a forward
 // and a backward in the steady state, a backward in the cool-down. `micro_batches` micro-batches
-// (the plan's own in the first form).
-// REQUIRES: 0 <= s < p.pp, micro_batches >= 1.
+// (the plan's own in the first form), in p.pipeline_flushes flushes run one after another, each
+// the order above over its own micro-batches (numbered on from the flush before).
+// REQUIRES: 0 <= s < p.pp, micro_batches >= 1, a multiple of p.pipeline_flushes.
 std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s, int micro_batches);
 std::vector<std::vector<PipelineUnit>> pipeline_steps(const Plan& p, int s);
 
@@ -42,13 +43,13 @@ inline PipelineUnit pipeline_unit(const Plan& p, int k, bool forward) {
 // warm-up: GPipe all of them; 1F1B pp - s - 1; interleaved Megatron's (pp - s - 1) * 2 +
 // (vpp - 1) * pp, one more under combined 1F1B, Plan::ep_comm_overlap, so that no steady step
 // pairs a chunk's forward with its own backward: schedules.py get_pp_rank_microbatches at
-// d98e8a6), at most the units there are.
-// REQUIRES: 0 <= s < p.pp, micro_batches >= 1.
+// d98e8a6), at most the units there are; of the first flush (p.pipeline_flushes).
+// REQUIRES: 0 <= s < p.pp, micro_batches >= 1, a multiple of p.pipeline_flushes.
 int pipeline_warmup_units(const Plan& p, int s, int micro_batches);
 
 // The most forward units of stage `s` whose backward has not yet run, at any point of
 // pipeline_steps' order (the warm-up and the steady state's first forward): the units whose
-// saved activations the stage holds at its peak.
+// saved activations the stage holds at its peak (a flush's: each flush drains the one before).
 int pipeline_units_in_flight(const Plan& p, int s, int micro_batches);
 
 // The virtual stage unit `u` of stage `s` runs: chunk * pp + s.

@@ -78,6 +78,7 @@ std::string plan_compact(const Plan& p) {
   else if (p.pp > 1)
     s += std::string(" ") + schedule_name(p.schedule);
   s += " mbs" + std::to_string(p.micro_batch);
+  if (p.pipeline_flushes > 1) s += " fl" + std::to_string(p.pipeline_flushes);
   if (p.zero > 0) {
     s += " zero" + std::to_string(p.zero);
     if (p.zero >= 3)
@@ -566,6 +567,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "zero",
                 "mbs",
                 "gbs",
+                "pipeline_flushes",
                 "seq",
                 "schedule",
                 "recompute",
@@ -651,6 +653,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
     throw Error(r.field("gbs"),
                 "is required when mbs x dp (" + std::to_string(default_gbs) + ") exceeds 2^30");
   p.global_batch = static_cast<int>(r.integer_or("gbs", default_gbs, 1, 1 << 30));
+  p.pipeline_flushes = static_cast<int>(r.integer_or("pipeline_flushes", 1, 1, 1 << 30));
   p.seq_len = r.integer_or("seq", 0, 1, int64_t{1} << 24);
   p.schedule = parse_schedule(r.string_or("schedule", p.vpp > 1 ? "interleaved" : "1f1b"),
                               r.field("schedule"));
@@ -886,6 +889,7 @@ Json plan_to_json(const Plan& p) {
   if (p.account_for_embedding) j["account_for_embedding_in_pipeline_split"] = true;
   if (p.account_for_loss) j["account_for_loss_in_pipeline_split"] = true;
   if (p.etp > 0) j["etp"] = p.etp;
+  if (p.pipeline_flushes > 1) j["pipeline_flushes"] = p.pipeline_flushes;
   if (p.recompute_layers >= 0) j["recompute_layers"] = p.recompute_layers;
   if (p.recompute == Recompute::kSelective && p.recompute_modules != Plan{}.recompute_modules) {
     Json modules = Json::array();

@@ -325,6 +325,15 @@ struct Plan {
   Dtype optimizer_dtype = Dtype::kFp32;
   int micro_batch = 1;
   int global_batch = 1;  // sequences per optimizer step
+  // Pipeline schedules a step runs one after another, each a flush (its own fill and drain) of
+  // micro_batches() / pipeline_flushes micro-batches; the gradients are reduced after the last.
+  // 1: one schedule over all the step's micro-batches (Megatron, whose gradient accumulation is
+  // the schedule's micro-batches). NeMo AutoModel under pipeline parallelism runs a
+  // schedule.step() of torch.distributed.pipelining per gradient-accumulation step, GA =
+  // gbs / (local_batch_size x dp), and syncs the gradients in the last one's backward
+  // (Automodel@8d9bfb90e nemo_automodel/recipes/llm/benchmark.py L178-196,
+  // components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync).
+  int pipeline_flushes = 1;
   int64_t seq_len = 0;   // 0 = model.seq_len
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
@@ -519,6 +528,8 @@ struct Plan {
 
   int gpus() const { return tp * pp * dp * cp; }
   int micro_batches() const { return global_batch / (dp * micro_batch); }
+  // Micro-batches of one pipeline flush (pipeline_flushes above).
+  int flush_micro_batches() const { return micro_batches() / pipeline_flushes; }
   int64_t seq(const Model& m) const { return seq_len > 0 ? seq_len : m.seq_len; }
   // Whether selective recompute recomputes module `m`.
   bool recomputes(RecomputeModule m) const {

@@ -239,9 +239,17 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.global_batch % (int64_t{p.dp} * p.micro_batch) != 0)
     throw Error("plan.gbs", s(p.global_batch) + " is not a multiple of dp x mbs = " + s(p.dp) +
                                 " x " + s(p.micro_batch));
-  if (p.schedule == Schedule::kInterleaved && p.micro_batches() % p.pp != 0)
-    throw Error("plan.gbs", "interleaved needs the micro-batch count (" + s(p.micro_batches()) +
-                                ") to be a multiple of pp (" + s(p.pp) + ")");
+  if (p.pipeline_flushes < 1)
+    throw Error("plan.pipeline_flushes", s(p.pipeline_flushes) + " must be >= 1");
+  if (p.micro_batches() % p.pipeline_flushes != 0)
+    throw Error("plan.pipeline_flushes", s(p.pipeline_flushes) +
+                                             " does not divide the micro-batch count (" +
+                                             s(p.micro_batches()) + ")");
+  if (p.schedule == Schedule::kInterleaved && p.flush_micro_batches() % p.pp != 0)
+    throw Error(p.pipeline_flushes > 1 ? "plan.pipeline_flushes" : "plan.gbs",
+                "interleaved needs the micro-batch count" +
+                    std::string(p.pipeline_flushes > 1 ? " of a flush (" : " (") +
+                    s(p.flush_micro_batches()) + ") to be a multiple of pp (" + s(p.pp) + ")");
   // Experts.
   if (p.ep > 1 && !m.is_moe())
     throw Error("plan.ep", s(p.ep) + " > 1 but the model has no experts");

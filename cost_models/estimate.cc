@@ -1376,9 +1376,10 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   const double slot_max = slots[crit];
   const double slot_sum = std::accumulate(slots.begin(), slots.end(), 0.0);
   // Pipeline: the slowest stage paces the steady state; the others add to fill and drain
-  // (interleaving divides the fill by the virtual stages per rank).
+  // (interleaving divides the fill by the virtual stages per rank), once per flush
+  // (Plan::pipeline_flushes: schedules run one after another, each filled and drained).
   double pipeline = mb * slot_max;
-  if (p.pp > 1) pipeline += (slot_sum - slot_max) / p.chunks();
+  if (p.pp > 1) pipeline += p.pipeline_flushes * (slot_sum - slot_max) / p.chunks();
   const TimeBreakdown tail_parts = slowest_tail(p, crit, mb, pipeline);
 
   // The step: the critical stage's micro-batches, the fill and drain, then the tail.

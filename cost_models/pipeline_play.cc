@@ -32,10 +32,12 @@ int period_units(const Plan& p) {
 }  // namespace
 
 const PipelinePlayer::Schedule& PipelinePlayer::schedule(const Plan& p, int M, int period) {
-  const uint64_t key = ((((static_cast<uint64_t>(p.schedule) * 4096 + p.pp) * 4096 + p.chunks()) *
-                         (uint64_t{1} << 32)) +
-                        static_cast<uint64_t>(M)) ^
-                       (period > 0 ? uint64_t{1} << 63 : 0);
+  const std::pair<uint64_t, int> key{
+      ((((static_cast<uint64_t>(p.schedule) * 4096 + p.pp) * 4096 + p.chunks()) *
+        (uint64_t{1} << 32)) +
+       static_cast<uint64_t>(M)) ^
+          (period > 0 ? uint64_t{1} << 63 : 0),
+      p.pipeline_flushes};
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second;
   Schedule sch;
@@ -289,6 +291,7 @@ void PipelinePlayer::play(const Plan& p, const PipelineUnitTimes& t,
   key_.push_back(p.pp);
   key_.push_back(p.chunks());
   key_.push_back(M);
+  key_.push_back(p.pipeline_flushes);
   key_.push_back(t.transfer);
   key_.push_back(t.dp_slowdown);
   for (const std::vector<double>* v : {&t.forward, &t.backward, &t.forward_compute,
@@ -319,7 +322,8 @@ void PipelinePlayer::play(const Plan& p, const PipelineUnitTimes& t,
   // GPipe's forwards and backwards each run as a pipeline of their own, uncoupled: a stage's end
   // is the latest of lines in the micro-batches, and which one leads can change far beyond a few
   // depths (an early gather's delay against a slightly slower stage): played whole.
-  if (M <= played + depth || p.schedule == parasol::Schedule::kGpipe) {
+  // Several flushes (Plan::pipeline_flushes): each its own fill and drain, played whole.
+  if (M <= played + depth || p.schedule == parasol::Schedule::kGpipe || p.pipeline_flushes > 1) {
     play_all(p, M, t, stages);
   } else {
     // The steady state repeats every period (a micro-batch under 1F1B, a group of pp

@@ -15,7 +15,8 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "core/pipeline_schedule.h"
@@ -118,7 +119,7 @@ class PipelinePlayer {
   void play_events(const Plan& p, const Schedule& sch, const PipelineUnitTimes& times,
                    std::vector<PipelineStageEnd>& stages);
 
-  std::unordered_map<uint64_t, Schedule> schedules_;
+  std::map<std::pair<uint64_t, int>, Schedule> schedules_;  // (shape, pipeline flushes)
   // Recent plays, direct-mapped by a hash of their key (the plan's shape and the unit times,
   // compared whole); a slot's buffers are reused.
   struct Played {

@@ -74,6 +74,10 @@ void check_deepspeed_expressible(const Model& model, const Plan& p, Refusals& r)
     r.add("plan.vpp",
           "DeepSpeed's pipeline engine has no interleaved (virtual-stage) "
           "schedule; it runs only its 1F1B TrainSchedule (runtime/pipe/schedule.py)");
+  if (pipelined && p.pipeline_flushes > 1)
+    r.add("plan.pipeline_flushes",
+          "DeepSpeed's pipeline engine runs one TrainSchedule over a step's "
+          "gradient_accumulation_steps micro-batches (runtime/pipe/engine.py train_batch)");
   if (pipelined && p.schedule == Schedule::kGpipe)
     r.add("plan.schedule",
           "DeepSpeed's pipeline engine has no GPipe schedule; it runs only "

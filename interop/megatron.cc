@@ -354,6 +354,10 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
           "Megatron-LM shards over part of the data-parallel group "
           "only with the distributed optimizer (zero 1)");
   }
+  if (p.pp > 1 && p.pipeline_flushes > 1)
+    r.add("plan.pipeline_flushes",
+          "Megatron-LM runs one pipeline schedule over all of a step's micro-batches "
+          "(its gradient accumulation)");
   if (p.zero >= 2) {
     if (p.zero == 3 && p.reshard != Reshard::kAfterForward)
       r.add("plan.reshard", std::string("Megatron FSDP frees gathered parameters after ") +

@@ -37,6 +37,9 @@
 //    (TransformerModelArgs with moe_args, interleave_moe_layer_step; pipelining).
 //  - torchtitan/train.py L218-223: "Pipeline Parallel is enabled but <name> does not support
 //    pipelining" when the TrainSpec has no pipelining_fn (qwen3).
+//  - torchtitan/train.py train_step L547-585 and forward_backward_step L481-511: one
+//    pp_schedule.step() per gradient-accumulation step, global / (local x dp) of them: under
+//    pipeline parallelism each is a flush of its own (plan pipeline_flushes).
 //  - DeepEP: only deepseek_v3 builds its MoE with expert_parallel_comm_backend
 //    (models/deepseek_v3/model/args.py L116, model.py L358-362; qwen3 and llama4 build the
 //    standard MoE), and deepseek_v3/infra/parallelize.py L100-111 refuses it with ETP > 1.
@@ -580,7 +583,11 @@ Export export_torchtitan(const Model& model, const Cluster& cluster, const Plan&
   } else {
     t << flavor_advice(model, torchtitan_family(model)) << "\n";
   }
-  const int64_t local_batch = plan.pp > 1 ? plan.global_batch / plan.dp : plan.micro_batch;
+  // Under pipeline parallelism each gradient-accumulation step is one schedule (a flush):
+  // local_batch_size carries a flush's micro-batches (train.py train_step @73a0e69).
+  const int64_t local_batch = plan.pp > 1
+                                  ? plan.global_batch / (int64_t{plan.dp} * plan.pipeline_flushes)
+                                  : plan.micro_batch;
   const bool bf16 = plan.precision == Dtype::kBf16;
   t << "[training]\n"
     << "# local_batch_size per data-parallel rank; global_batch_size / (local x dp) = "
@@ -1025,6 +1032,10 @@ ImportedJob import_torchtitan(const std::string& text, int gpus, const Model* gi
   j["mbs"] = mbs;
   const int64_t global = tr.integer_or("global_batch_size", -1, -1, int64_t{1} << 40);
   j["gbs"] = global > 0 ? global : local * dp;
+  // Under pipeline parallelism train_step runs one pp_schedule.step() per gradient-accumulation
+  // step (train.py train_step and forward_backward_step @73a0e69): a flush of its own each.
+  if (pp > 1 && global > local * dp && global % (local * dp) == 0)
+    j["pipeline_flushes"] = global / (local * dp);
   // Sequence, precision, offload.
   const int64_t seq = tr.integer_or("seq_len", 2048, 1, int64_t{1} << 40);
   if (seq != m.seq_len || preset.empty()) j["seq"] = seq;

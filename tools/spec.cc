@@ -226,6 +226,9 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
             "(Megatron-Core --fp8-param-gather)");
   int_flag(cmd, o, "--mbs", "mbs", o.mbs, "micro-batch size (sequences)");
   int_flag(cmd, o, "--gbs", "gbs", o.gbs, "global batch size (sequences; default dp x mbs)");
+  int_flag(cmd, o, "--pipeline-flushes", "pipeline_flushes", o.pipeline_flushes,
+           "pipeline schedules run one after another per step, each filled and drained (NeMo "
+           "AutoModel: its gradient-accumulation steps under pipeline parallelism)");
   int_flag(cmd, o, "--seq", "seq", o.seq, "sequence length (default: the model's)");
   cmd->add_option("--schedule", o.schedule, "gpipe|1f1b|interleaved");
   cmd->add_option("--stage-layers", o.stage_layers,
@@ -387,6 +390,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("fp8_param_gather", o.fp8_param_gather);
   set("mbs", o.mbs);
   set("gbs", o.gbs);
+  set("pipeline_flushes", o.pipeline_flushes);
   set("seq", o.seq);
   set("schedule", o.schedule);
   set("first_stage_layers", o.first_stage_layers);

@@ -27,7 +27,7 @@ struct SpecOptions {
   std::string profile_file;
   // Plan flags (unset = plan default or plan file value).
   std::optional<int> tp, pp, dp, cp, ep, vpp, zero, mbs, gbs, recompute_layers;
-  std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp;
+  std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp, pipeline_flushes;
   std::optional<int64_t> seq;
   // DeepSpeed ZeRO-3's stage3_prefetch_bucket_size, stage3_max_live_parameters,
   // stage3_max_reuse_distance, reduce_bucket_size (Plan::zero3_*).

@@ -342,6 +342,26 @@ TEST(PlanValidate, CpCommType) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.cp_a2a_size", "not a2a+p2p");
 }
 
+// Pipeline flushes (NeMo AutoModel's gradient-accumulation steps under pipeline parallelism)
+// split the micro-batches evenly, each flush a whole interleaved schedule; the key round-trips.
+TEST(PlanValidate, PipelineFlushes) {
+  Plan p = degrees(1, 4, 2);
+  p.global_batch = 32;  // 16 micro-batches
+  p.pipeline_flushes = 4;
+  validate(p, llama8b(), h100(8));
+  EXPECT_EQ(p.flush_micro_batches(), 4);
+  EXPECT_EQ(plan_from_json(plan_to_json(p)).pipeline_flushes, 4);
+  EXPECT_FALSE(plan_to_json(degrees(1)).contains("pipeline_flushes"));
+  p.pipeline_flushes = 3;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.pipeline_flushes", "does not divide");
+  p.pipeline_flushes = 0;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.pipeline_flushes", "must be >= 1");
+  p.pipeline_flushes = 8;  // 2 micro-batches a flush
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  ExpectInvalid(p, llama8b(), h100(8), "plan.pipeline_flushes", "of a flush (2)");
+}
+
 TEST(PlanValidate, Zero3WithPipelineIsAPlan) {
   // torchtitan and NeMo Automodel run FSDP with pipelines (parameters kept through the step).
   Plan p = degrees(8, 2);

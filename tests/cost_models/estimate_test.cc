@@ -146,6 +146,20 @@ TEST_F(EstimateGpt, OneFOneBBubbleIsTheOtherStagesSlots) {
   EXPECT_EQ(run(m, c, one).time.bubble, 0);
 }
 
+// Pipeline flushes (Plan::pipeline_flushes: NeMo AutoModel's gradient-accumulation steps, each a
+// schedule of its own): every flush fills and drains the pipeline again, and nothing else moves.
+TEST_F(EstimateGpt, EachPipelineFlushFillsAndDrainsAgain) {
+  Plan p = plan(8, 4, 1);  // 16 micro-batches
+  const Estimate one = run(m, c, p);
+  p.pipeline_flushes = 4;
+  const Estimate four = run(m, c, p);
+  EXPECT_EQ(four.stage_slot_s, one.stage_slot_s);
+  EXPECT_NEAR(four.time.bubble, 4 * one.time.bubble, 1e-9 * four.time.bubble);
+  EXPECT_NEAR(four.step_time_s - one.step_time_s, 3 * one.time.bubble, 1e-9 * four.step_time_s);
+  EXPECT_DOUBLE_EQ(four.time.forward, one.time.forward);
+  EXPECT_DOUBLE_EQ(four.time.dp_comm, one.time.dp_comm);
+}
+
 TEST_F(EstimateGpt, UnevenStagesThePipelineRunsAtTheLargestStagesPace) {
   // 24 layers on 4 stages: [6, 6, 6, 6] against [5, 7, 7, 5] (the BLOOM way: fewer layers where
   // the embedding and head sit). The 7-layer stages pace the uneven plan.
@@ -583,6 +597,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) {
         p.rank_order = {Dim::kTp, Dim::kCp, Dim::kEp, Dim::kPp, Dim::kDp};
       },
+      [](Plan& p) { p.pipeline_flushes = 2; },  // no layer price: the fill and drain per flush
   };
   std::vector<Plan> plans;
   std::vector<size_t> which;  // the switch of each plan

@@ -238,5 +238,41 @@ TEST(PipelineSchedule, WarmupAndUnitsInFlightFollowTheUnitOrder) {
       }
 }
 
+// Flushes (Plan::pipeline_flushes): the schedules run one after another, each filled and
+// drained: F flushes of m micro-batches are F plays of m, and each flush's units are the one-flush
+// order of its own micro-batches, numbered on from the flush before.
+TEST(PipelinePlay, EachFlushFillsAndDrainsThePipeline) {
+  for (Schedule sc : {Schedule::k1F1B, Schedule::kInterleaved})
+    for (int pp : {2, 4})
+      for (int flushes : {2, 4}) {
+        const int vpp = sc == Schedule::kInterleaved ? 2 : 1;
+        const int m = 2 * pp;  // per flush
+        Plan p = pipeline(sc, pp, vpp, m * flushes);
+        p.pipeline_flushes = flushes;
+        PipelinePlayer player;
+        std::vector<double> ends;
+        player.play(p, uniform(p, 1.0 / vpp, 2.0 / vpp), ends);
+        EXPECT_NEAR(step(ends), flushes * (m * 3.0 + (pp - 1) * 3.0 / vpp), 1e-9)
+            << schedule_name(sc) << " pp " << pp << " flushes " << flushes;
+        const Plan one = pipeline(sc, pp, vpp, m);
+        for (int s = 0; s < pp; ++s) {
+          const auto steps = pipeline_steps(p, s), flush = pipeline_steps(one, s);
+          ASSERT_EQ(steps.size(), flushes * flush.size());
+          for (size_t i = 0; i < steps.size(); ++i) {
+            const auto& want = flush[i % flush.size()];
+            ASSERT_EQ(steps[i].size(), want.size());
+            for (size_t j = 0; j < want.size(); ++j) {
+              EXPECT_EQ(steps[i][j].forward, want[j].forward);
+              EXPECT_EQ(steps[i][j].chunk, want[j].chunk);
+              EXPECT_EQ(steps[i][j].mb, want[j].mb + static_cast<int>(i / flush.size()) * m);
+            }
+          }
+          // A flush drains before the next: the peak is one flush's.
+          EXPECT_EQ(pipeline_units_in_flight(p, s, m * flushes),
+                    pipeline_units_in_flight(one, s, m));
+        }
+      }
+}
+
 }  // namespace
 }  // namespace parasol::cost
