@@ -210,8 +210,8 @@ DeviceSpec device_spec_from_json(const Json& j, const std::string& path) {
   int datasheet_cc = 0;
   for (const DeviceSpec& known : table())
     if (lower(known.name) == lower(d.name)) datasheet_cc = known.compute_capability;
-  d.compute_capability =
-      static_cast<int>(std::lround(r.number_or("compute_capability", datasheet_cc / 10.0, 0, 100) * 10));
+  d.compute_capability = static_cast<int>(
+      std::lround(r.number_or("compute_capability", datasheet_cc / 10.0, 0, 100) * 10));
   return d;
 }
 

@@ -77,8 +77,8 @@ void Lowerer::add_bucket(Bucket b) {
       fp8_n += static_cast<double>(shape_elements(s.shape));
       if (fp8_transpose_)
         buffer(bname(kSlotName[s.slot], ".wT"),
-             std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
-             BufferClass::kParam, false, true);
+               std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+               BufferClass::kParam, false, true);
     }
     b.fp8_elements = fp8_n;
     if (fp8_ids.empty()) {

@@ -2090,9 +2090,17 @@ TEST(Lower, Fp8WeightTransposesOnlyWhereTheDevicesFp8GemmsTakeTnOperandsOnly) {
   // TE's rule by compute capability: 10.x and 11.x take any layout, 12.x (the RTX Blackwell
   // parts) TN only, 13.0 on any layout; no CUDA compute capability (AMD) keeps the transpose.
   DeviceSpec d = device_spec("H100-SXM");
-  for (const auto& [cc, kept] : std::vector<std::pair<int, bool>>{
-           {70, true}, {80, true}, {89, true}, {90, true}, {100, false}, {103, false},
-           {110, false}, {120, true}, {121, true}, {130, false}, {0, true}}) {
+  for (const auto& [cc, kept] : std::vector<std::pair<int, bool>>{{70, true},
+                                                                  {80, true},
+                                                                  {89, true},
+                                                                  {90, true},
+                                                                  {100, false},
+                                                                  {103, false},
+                                                                  {110, false},
+                                                                  {120, true},
+                                                                  {121, true},
+                                                                  {130, false},
+                                                                  {0, true}}) {
     d.compute_capability = cc;
     EXPECT_EQ(fp8_weight_transpose_kept(d), kept) << cc;
   }
