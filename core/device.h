@@ -34,6 +34,11 @@ struct DeviceSpec {
   double hbm_bw;      // device memory bandwidth in bytes/s
   int compute_units;  // SMs (NVIDIA) or CUs (AMD): the unit of GEMM wave quantization
   double tdp_watts;   // board power
+  // NVIDIA's compute capability, major x 10 + minor as CUDA's sm_arch (90 Hopper, 100 the
+  // datacenter Blackwell GPUs), what torch.cuda.get_device_capability() reports; 0 where the
+  // device has none (AMD, the host CPU). The hardware features the frameworks branch on read it
+  // (core/fp8_params.h fp8_weight_transpose_kept).
+  int compute_capability = 0;
 
   // Peak dense FLOP/s for math in `d` (fp8 falls back to fp16 where unsupported).
   double peak_flops(Dtype d) const;
@@ -49,8 +54,10 @@ inline constexpr const char* kHostCpuDevice = "cpu-host";
 
 // JSON form of a datasheet, units in the keys: {"name", "vendor", "peak_fp32_TFLOPs",
 // "peak_tf32_TFLOPs", "peak_bf16_TFLOPs", "peak_fp16_TFLOPs", "peak_fp8_TFLOPs", "memory_GiB",
-// "memory_bw_GBps", "compute_units", "tdp_W"}. Reading checks every field (Error naming
-// "<path>.<field>"); peaks and bandwidth must be > 0 (fp8 may be 0).
+// "memory_bw_GBps", "compute_units", "tdp_W", "compute_capability"} (the last as major.minor,
+// 10.0). Reading checks every field (Error naming "<path>.<field>"); peaks and bandwidth must be
+// > 0 (fp8 may be 0); an absent compute_capability is the named device's datasheet value (0 for
+// a name parasol does not know).
 Json device_spec_to_json(const DeviceSpec& d);
 DeviceSpec device_spec_from_json(const Json& j, const std::string& path = "device_spec");
 

@@ -7,6 +7,12 @@ namespace parasol {
 
 bool fp8_param_linear(const LinearShape& s) { return std::string_view(s.name) != "router"; }
 
+bool fp8_weight_transpose_kept(const DeviceSpec& d) {
+  const int cc = d.compute_capability;
+  const bool any_layout = (cc >= 100 && cc < 120) || cc >= 130;
+  return !any_layout;
+}
+
 double linear_weight_elements(const LinearShape& s, int64_t parts) {
   const double in = static_cast<double>(s.split == Split::kRow ? s.in / parts : s.in);
   const double out = static_cast<double>(s.split == Split::kColumn ? s.out / parts : s.out);

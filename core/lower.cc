@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/fp8_params.h"
 #include "core/lower_internal.h"
 
 namespace parasol {
@@ -18,6 +19,10 @@ const Program& LoweredPlan::program_of(int rank) const {
 }
 
 Program lower_stage(const Model& model, const Plan& plan, int stage) {
+  return lower_stage(model, plan, stage, device_spec("H100-SXM"));
+}
+
+Program lower_stage(const Model& model, const Plan& plan, int stage, const DeviceSpec& device) {
   PARASOL_CHECK(0 <= stage && stage < plan.pp, "stage " + std::to_string(stage));
   // Fault injection for the tests of the failure kinds (tests/tools/failure_kinds_test.cc): with
   // PARASOL_TEST_BREAK_LOWERING in the environment, a check fails here as a lowering bug would;
@@ -27,7 +32,7 @@ Program lower_stage(const Model& model, const Plan& plan, int stage) {
   const char* broken = std::getenv("PARASOL_TEST_BREAK_LOWERING");
   PARASOL_CHECK(broken == nullptr || std::string_view(broken) == "program",
                 "injected by PARASOL_TEST_BREAK_LOWERING");
-  lowering::Lowerer l(model, plan, stage);
+  lowering::Lowerer l(model, plan, stage, fp8_weight_transpose_kept(device));
   Program p = l.run();
   if (broken && !p.ops.empty()) p.ops.front().deps.push_back(static_cast<int>(p.ops.size()));
   RankLayout layout(plan);
@@ -37,10 +42,10 @@ Program lower_stage(const Model& model, const Plan& plan, int stage) {
 }
 
 LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan) {
-  (void)cluster;
   LoweredPlan out{plan, RankLayout(plan), {}};
   out.programs.reserve(plan.pp);
-  for (int s = 0; s < plan.pp; ++s) out.programs.push_back(lower_stage(model, plan, s));
+  for (int s = 0; s < plan.pp; ++s)
+    out.programs.push_back(lower_stage(model, plan, s, cluster.gpu_device(0)));
   return out;
 }
 

@@ -211,8 +211,15 @@ struct LoweredPlan {
 // REQUIRES: validate(plan, model, cluster) passed.
 LoweredPlan lower(const Model& model, const Cluster& cluster, const Plan& plan);
 
-// The Program of pipeline stage `stage` alone (what lower() puts in programs[stage]).
+// The Program of pipeline stage `stage` alone on `device` (what lower() puts in programs[stage]
+// for a cluster of that device). The device changes the Program only through the facts
+// core/fp8_params.h reads (fp8_weight_transpose_kept: Plan::fp8_param_gather's weight
+// transposes).
 // REQUIRES: validate(plan, model, cluster) passed and 0 <= stage < plan.pp.
+Program lower_stage(const Model& model, const Plan& plan, int stage, const DeviceSpec& device);
+// The same on a device whose fp8 GEMMs take TN operands only (every NVIDIA GPU before Blackwell,
+// the H100 taken here: each fp8 weight keeps its transpose); any device for a plan without
+// Plan::fp8_param_gather.
 Program lower_stage(const Model& model, const Plan& plan, int stage);
 
 // One decoder layer of a plan for one micro-batch on one rank: the layer's ops as lower_stage()
@@ -234,6 +241,9 @@ struct LayerFragment {
   std::vector<Pass> passes;
 };
 
+// The fragment's weights are those of a device that keeps fp8 weight transposes (as the
+// three-argument lower_stage); no op reads a transpose, so the fragment's ops and prices are
+// every device's.
 // REQUIRES: validate(plan, model, cluster) passed and 0 <= layer < model.layers.
 LayerFragment lower_layer_fragment(const Model& model, const Plan& plan, int layer);
 

@@ -65,8 +65,8 @@ void Lowerer::add_bucket(Bucket b) {
   if (b.zero < 3) {
     // Plan::fp8_param_gather: the fp8 weights in a uint8 buffer of their own, beside the bf16
     // rest (Megatron's buffers by param dtype), each padded to the shard group, and the
-    // transpose Transformer Engine keeps of each (Float8Tensor's _transpose: Hopper's fp8 GEMMs
-    // take TN operands only, transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported).
+    // transpose Transformer Engine keeps of each where the device's fp8 GEMMs take TN operands
+    // only (Float8Tensor's _transpose; none on Blackwell: core/fp8_params.h).
     std::vector<int> fp8_ids, other_ids;
     double fp8_n = 0;
     for (const Spec& s : b.specs) {
@@ -76,9 +76,10 @@ void Lowerer::add_bucket(Bucket b) {
       (s.fp8 ? fp8_ids : other_ids).push_back(b.params[s.slot]);
       if (!s.fp8) continue;
       fp8_n += static_cast<double>(shape_elements(s.shape));
-      buffer(bname(kSlotName[s.slot], ".wT"),
-             std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
-             BufferClass::kParam, false, true);
+      if (fp8_transpose_)
+        buffer(bname(kSlotName[s.slot], ".wT"),
+               std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+               BufferClass::kParam, false, true);
     }
     b.fp8_elements = fp8_n;
     if (fp8_ids.empty()) {

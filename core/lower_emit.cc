@@ -36,7 +36,8 @@ int comm_stream(Group g) {
   return g == Group::kPp ? kPpComm : kComm;
 }
 
-Lowerer::Lowerer(const Model& m, const Plan& p, int stage) : m_(m), p_(p), s_(stage) {
+Lowerer::Lowerer(const Model& m, const Plan& p, int stage, bool fp8_weight_transpose)
+    : m_(m), p_(p), s_(stage), fp8_transpose_(fp8_weight_transpose) {
   pp_ = p.pp;
   vpp_ = p.schedule == Schedule::kInterleaved ? p.vpp : 1;
   V_ = pp_ * vpp_;

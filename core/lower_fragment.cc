@@ -100,7 +100,7 @@ LayerFragment Lowerer::layer_fragment(int layer) {
 LayerFragment lower_layer_fragment(const Model& model, const Plan& plan, int layer) {
   PARASOL_CHECK(0 <= layer && layer < model.layers, "layer " + std::to_string(layer));
   const Plan q = fragment_plan(plan, plan.ep_comm_overlap ? 2 : 1);
-  lowering::Lowerer l(model, q, 0);
+  lowering::Lowerer l(model, q, 0, true);
   return l.layer_fragment(layer);
 }
 

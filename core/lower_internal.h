@@ -237,7 +237,9 @@ int comm_stream(Group g);
 
 class Lowerer {
  public:
-  Lowerer(const Model& m, const Plan& p, int stage);
+  // `fp8_weight_transpose`: whether the device keeps a transposed copy of each fp8 weight
+  // (core/fp8_params.h fp8_weight_transpose_kept).
+  Lowerer(const Model& m, const Plan& p, int stage, bool fp8_weight_transpose);
   Program run();
   // The fragment of model layer `layer` (core/lower.h's lower_layer_fragment; lower_fragment.cc),
   // from a Lowerer of the fragment's one-stage plan.
@@ -636,6 +638,7 @@ class Lowerer {
   KernelBytes kb_;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
   bool sp_, flash_, bias_;
   bool op_ac_;  // torchtitan's op-level selective activation checkpointing (kSelectiveOp)
+  bool fp8_transpose_;  // the device keeps a transpose of each fp8 weight (Lowerer's constructor)
   Program P_;
   OpTags tags_;
   const char* bucket_label_ = nullptr;  // prefix of op names of an embedding/head bucket

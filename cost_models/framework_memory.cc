@@ -10,6 +10,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/fp8_params.h"
 #include "core/liveness.h"
 #include "core/lower.h"
 #include "core/model.h"
@@ -122,8 +123,9 @@ struct Replayed {
   bool released = false;  // a cudaMalloc failed at the capacity and the cache was released
 };
 
-Replayed replay_stage(const Model& m, const Plan& p, int stage, CachingAllocatorOptions o) {
-  const Program program = lower_stage(m, p, stage);
+Replayed replay_stage(const Model& m, const Plan& p, int stage, const DeviceSpec& d,
+                      CachingAllocatorOptions o) {
+  const Program program = lower_stage(m, p, stage, d);
   const AllocatorPeaks peaks = replay_caching_allocator(program, o);
   return {peaks.reserved - peaks.live, peaks.reserved, peaks.released};
 }
@@ -165,7 +167,7 @@ ReplayMemo& replay_memo() {
 // capacity is the replay under any capacity at least its peak: remembered under `key` alone;
 // one that released its cache, under `key` and the capacity.
 Replayed replayed(const std::string& key, const Model& m, const Plan& p, int stage,
-                  double capacity) {
+                  const DeviceSpec& d, double capacity) {
   Replayed r;
   if (replay_memo().find(key, r) && (capacity <= 0 || r.peak_reserved <= capacity)) return r;
   const std::string capped = key + ' ' + std::to_string(capacity);
@@ -173,7 +175,7 @@ Replayed replayed(const std::string& key, const Model& m, const Plan& p, int sta
   CachingAllocatorOptions o;
   o.expandable_segments = p.expandable_segments;
   o.capacity_bytes = capacity;
-  r = replay_stage(m, p, stage, o);
+  r = replay_stage(m, p, stage, d, o);
   replay_memo().put(r.released ? capped : key, r);
   return r;
 }
@@ -185,25 +187,26 @@ double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const D
   const double capacity =
       std::max(0.0, d.hbm_bytes - profile.cuda_context_bytes -
                         nccl_buffer_bytes(p, stage, profile) - profile.library_workspace_bytes);
-  // The replay reads only the stage's Program (the model and the replay plan) and, where its
-  // segments reach it, the capacity: the same figure for every profile that leaves the replay
-  // under its capacity (the accuracy suites' profile sensitivity, both predictors of one plan),
-  // so it is remembered by those inputs.
+  // The replay reads only the stage's Program (the model, the replay plan and the device's facts
+  // the lowering reads) and, where its segments reach it, the capacity: the same figure for every
+  // profile that leaves the replay under its capacity (the accuracy suites' profile sensitivity,
+  // both predictors of one plan), so it is remembered by those inputs.
   const Plan rp = allocator_replay_plan(p);
   const std::string key = model_to_json(m).dump() + '\n' + plan_to_json(rp).dump() + '\n' +
-                          std::to_string(stage) + (rp.expandable_segments ? " e" : "");
+                          std::to_string(stage) + (rp.expandable_segments ? " e" : "") +
+                          (fp8_weight_transpose_kept(d) ? "" : " nt");
   if (p.schedule == Schedule::kGpipe && p.micro_batches() > rp.micro_batches()) {
     // Extended past the replayed micro-batches at unlimited capacity; apply_allocator_reserve
     // caps the whole.
     Plan half = rp;
     half.global_batch = rp.global_batch / 2;
-    const Replayed whole = replayed(key, m, rp, stage, 0);
-    const Replayed fewer = replayed(key + " half", m, half, stage, 0);
+    const Replayed whole = replayed(key, m, rp, stage, d, 0);
+    const Replayed fewer = replayed(key + " half", m, half, stage, d, 0);
     const double slope =
         (whole.reserve - fewer.reserve) / (rp.micro_batches() - half.micro_batches());
     return std::max(0.0, whole.reserve + slope * (p.micro_batches() - rp.micro_batches()));
   }
-  return replayed(key, m, rp, stage, capacity).reserve;
+  return replayed(key, m, rp, stage, d, capacity).reserve;
 }
 
 void apply_allocator_reserve(FrameworkMemory& f, double reserve, double device_bytes) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/fp8_params.h"
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
@@ -299,9 +300,23 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   };
   mb.weights = sharded(w_bytes, p.zero >= 3);
   // Under Plan::fp8_param_gather the linear weights are Transformer Engine's fp8 parameters: a
-  // 1-byte weight and its 1-byte transpose (core/lower_buckets.cc), the bytes of a bf16 weight.
-  // Without it the weights are bf16; the fp8 copies TE caches of them across micro-batches
-  // (module/base.py get_weight_workspace: 2 more bytes a linear weight) are not counted.
+  // 1-byte weight and, where the device keeps one, its 1-byte transpose (core/fp8_params.h,
+  // core/lower_buckets.cc), the bytes of a bf16 weight; without the transpose (Blackwell) a byte
+  // less each. Without the switch the weights are bf16; the fp8 copies TE caches of them across
+  // micro-batches (module/base.py get_weight_workspace: 2 more bytes a linear weight) are not
+  // counted.
+  if (p.fp8_param_gather && !fp8_weight_transpose_kept(c.gpu_device(0))) {
+    double fp8 = 0;
+    for (int ch = 0; ch < p.chunks(); ++ch) {
+      const int first = p.first_layer(m.layers, stage, ch);
+      for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l) {
+        fp8 += fp8_dense_layer_elements(m, p.tp, l);
+        if (m.is_moe_layer(l))
+          fp8 += fp8_expert_layer_elements(m, p.expert_tp(), m.moe.experts / p.ep);
+      }
+    }
+    mb.weights -= fp8;  // one byte an element
+  }
   mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
 

@@ -191,7 +191,7 @@ void print_program(const Spec& s, int rank, bool json) {
     throw Error("--rank",
                 std::to_string(rank) + " is not in [0, " + std::to_string(layout.world()) + ")");
   const int stage = layout.coord(rank).pp;
-  Program p = lower_stage(s.model, s.plan, stage);
+  Program p = lower_stage(s.model, s.plan, stage, s.cluster->gpu_device(0));
   Liveness lv = liveness(p);
   if (json) {
     Json j = program_to_json(p);

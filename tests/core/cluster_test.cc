@@ -230,6 +230,11 @@ TEST(Device, JsonRoundTrip) {
     EXPECT_NEAR(r.hbm_bytes, d.hbm_bytes, 1e-9 * d.hbm_bytes);
     EXPECT_NEAR(r.hbm_bw, d.hbm_bw, 1e-9 * d.hbm_bw);
     EXPECT_EQ(r.compute_units, d.compute_units);
+    EXPECT_EQ(r.compute_capability, d.compute_capability);
+    // A profile that does not repeat it reads the named device's compute capability.
+    Json j = device_spec_to_json(d);
+    j.erase("compute_capability");
+    EXPECT_EQ(device_spec_from_json(j).compute_capability, d.compute_capability);
   }
   Json bad = device_spec_to_json(device_spec("H100-SXM"));
   bad["memory_bw_GBps"] = 0;

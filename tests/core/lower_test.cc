@@ -13,6 +13,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/fp8_params.h"
 #include "core/layer_shapes.h"
 #include "core/liveness.h"
 #include "tests/core/expect_error.h"
@@ -2035,6 +2036,74 @@ TEST(Lower, Fp8ParamGatherKeepsLinearWeightsInFp8AndGathersThemInFp8) {
   for (size_t i = 0; i < a.ops.size(); ++i)
     if (a.ops[i].kind != OpKind::kAllGather)
       EXPECT_EQ(a.ops[i].bytes, b.ops[i].bytes) << a.ops[i].name;
+}
+
+// Transformer Engine keeps a transpose of each fp8 weight only where the device's fp8 GEMMs take
+// TN operands only (is_non_tn_fp8_gemm_supported: compute capability 10.x-11.x and 13.0 on take
+// any layout): a Blackwell plan (GB200, B200) holds no transpose buffer, a Hopper one (H100,
+// H200) one per fp8 weight; the ops are the same, and the persistent bytes differ by one byte an
+// fp8 element. lower() reads the device from the cluster.
+TEST(Lower, Fp8WeightTransposesOnlyWhereTheDevicesFp8GemmsTakeTnOperandsOnly) {
+  const Model m = model_preset("tiny-moe");
+  Plan plan = make_plan(2, 1, 4, 8);
+  plan.ep = 2;
+  plan.zero = 1;
+  plan.precision = Dtype::kFp8;
+  plan.grad_reduce_dtype = Dtype::kBf16;
+  plan.fp8_param_gather = true;
+  auto count_buffers = [](const Program& p, bool transposes) {
+    int n = 0;
+    double elements = 0;
+    for (const Buffer& b : p.buffers)
+      if (b.cls == BufferClass::kParam && b.persistent && b.dtype == Dtype::kFp8 &&
+          b.name.ends_with(".wT") == transposes) {
+        ++n;
+        elements += static_cast<double>(b.elements());
+      }
+    return std::pair<int, double>{n, elements};
+  };
+  const Program hopper = lower_stage(m, plan, 0, device_spec("H100-SXM"));
+  const auto [fp8_weights, fp8_elements] = count_buffers(hopper, false);
+  ASSERT_GT(fp8_weights, 0);
+  for (const char* name : {"H100-SXM", "H200", "GB200", "B200"}) {
+    SCOPED_TRACE(name);
+    const DeviceSpec& d = device_spec(name);
+    const bool kept = d.compute_capability < 100;
+    EXPECT_EQ(fp8_weight_transpose_kept(d), kept);
+    const Program p = lower_stage(m, plan, 0, d);
+    EXPECT_EQ(count_buffers(p, false).first, fp8_weights);
+    EXPECT_EQ(count_buffers(p, true).first, kept ? fp8_weights : 0);
+    EXPECT_NEAR(liveness(hopper).persistent_bytes - liveness(p).persistent_bytes,
+                kept ? 0.0 : fp8_elements, 0.5);
+    ASSERT_EQ(p.ops.size(), hopper.ops.size());
+    for (size_t i = 0; i < p.ops.size(); ++i) EXPECT_EQ(p.ops[i].bytes, hopper.ops[i].bytes);
+  }
+  // The cluster's device: a GB200 NVL72 rack lowers without transposes, a DGX H100 with them.
+  for (const char* preset : {"gb200-nvl72", "dgx-h100"}) {
+    const Cluster c = cluster_preset(preset, plan.gpus());
+    validate(plan, m, c);
+    const LoweredPlan l = lower(m, c, plan);
+    EXPECT_EQ(count_buffers(l.programs[0], true).first,
+              std::string(preset) == "dgx-h100" ? fp8_weights : 0)
+        << preset;
+  }
+  // TE's rule by compute capability: 10.x and 11.x take any layout, 12.x (the RTX Blackwell
+  // parts) TN only, 13.0 on any layout; no CUDA compute capability (AMD) keeps the transpose.
+  DeviceSpec d = device_spec("H100-SXM");
+  for (const auto& [cc, kept] : std::vector<std::pair<int, bool>>{{70, true},
+                                                                  {80, true},
+                                                                  {89, true},
+                                                                  {90, true},
+                                                                  {100, false},
+                                                                  {103, false},
+                                                                  {110, false},
+                                                                  {120, true},
+                                                                  {121, true},
+                                                                  {130, false},
+                                                                  {0, true}}) {
+    d.compute_capability = cc;
+    EXPECT_EQ(fp8_weight_transpose_kept(d), kept) << cc;
+  }
 }
 
 TEST(Lower, SequenceParallelSumsPartialGradientsOverTpBeforeEachShardedReduction) {

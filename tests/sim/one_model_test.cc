@@ -43,6 +43,7 @@ struct Case {
   // it is not 1e-9.
   double mem_band = 1e-9;
   std::string mem_why;
+  std::string cluster = "dgx-h100";  // the cluster preset (its device's facts: core/fp8_params.h)
 };
 
 Plan base_plan(int gpus) {
@@ -167,6 +168,15 @@ std::vector<Case> cases() {
     p.grad_reduce_dtype = Dtype::kBf16;
     p.fp8_param_gather = true;
   });
+  // The same on GB200: Blackwell's fp8 GEMMs take either layout, so no transposes are kept.
+  dense("fp8 param gather gb200", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.zero = 1;
+    p.precision = Dtype::kFp8;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    p.fp8_param_gather = true;
+  });
+  out.back().cluster = "gb200-nvl72";
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);
     p.seq_len = 16384;
@@ -428,7 +438,7 @@ TEST(OneModel, TheSimulatorAgreesWithTheEstimateOnEveryPlanSwitch) {
     Plan p = base_plan(k.gpus);
     k.plan(p);
     p.global_batch = 8 * p.dp;
-    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    const Cluster c = cluster_preset(k.cluster, k.gpus);
     validate(p, m, c);
     const cost::Profile prof = cost::default_profile(c.gpu_device(0));
     const cost::Estimate e = cost::estimate(m, c, p, prof);
@@ -465,7 +475,7 @@ TEST(OneModel, ComputeBesideCommunicationIsSlowedByOneRuleInBoth) {
     p.global_batch = 8 * p.dp;
     // The distributed optimizer's parameter gathers run beside the forward in both (Megatron's
     // overlap_param_gather: the lowering issues them in the forward, bucket by bucket).
-    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    const Cluster c = cluster_preset(k.cluster, k.gpus);
     const LoweredPlan lowered = lower(m, c, p);
     const cost::Profile on = cost::default_profile(c.gpu_device(0));
     cost::Profile off = on, other_only = on, dp_only = on;
@@ -504,7 +514,7 @@ TEST(OneModel, ClosedFormMemoryPerStageAgreesWithLiveness) {
     Plan p = base_plan(k.gpus);
     k.plan(p);
     p.global_batch = 8 * p.dp;
-    const Cluster c = cluster_preset("dgx-h100", k.gpus);
+    const Cluster c = cluster_preset(k.cluster, k.gpus);
     const std::vector<cost::MemoryBreakdown> closed = cost::memory_per_stage(m, c, p);
     const LoweredPlan lowered = lower(m, c, p);
     for (int s = 0; s < p.pp; ++s) {
