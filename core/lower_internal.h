@@ -473,6 +473,8 @@ class Lowerer {
   void embedding_backward(int mb, int dy);
   void head_forward(int x, int mb);
   void cross_entropy_forward(int logits, int mb);
+  void unfused_loss_forward(int logits, int mb);  // core/unfused_xent.h
+  void unfused_loss_backward(int dlogits, int mb);
   bool tiled_loss() const { return p_.tiled_loss && !p_.eager_loss; }
   int head_backward(int mb);
   // Plan::loss_metric_passes: the logits' cross-entropies without gradient after micro-batch
