@@ -347,6 +347,7 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p.sequence_parallel = true;
   p.tp_comm_overlap = true;
   p.deterministic = true;  // determinism.py: --deterministic-mode asserts tp_comm_overlap off
+  p.cross_entropy_loss_fusion = false;  // and the unfused loss (MegatronImport's loss test)
   expect_refused(m, p, "plan.deterministic");
   expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
 }
