@@ -745,7 +745,10 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   // The loss: Megatron-Core's fused vocab-parallel cross entropy only under
   // --cross-entropy-loss-fusion (model_parallel_config.py L320 @d98e8a6: off by default);
   // without it the unfused tensor_parallel.vocab_parallel_cross_entropy (core/unfused_xent.h).
-  if (!f.has("cross-entropy-loss-fusion")) j["cross_entropy_loss_fusion"] = false;
+  // Megatron-DeepSpeed (--deepspeed) has no such flag and is left as the DeepSpeed export writes
+  // it (the fused loss): its own loss, the same unfused code, is not read yet.
+  if (!f.has("cross-entropy-loss-fusion") && !f.has("deepspeed"))
+    j["cross_entropy_loss_fusion"] = false;
   // The modules its layers call (--transformer-impl): Transformer Engine's or Megatron's own
   // (local) where the arguments name them; an argument list without the flag (whose Megatron
   // default is transformer_engine) stays torch, so that a plan exported without it reads back as
