@@ -2,6 +2,7 @@
 // the head GEMM and Megatron's vocab-parallel cross-entropy (last virtual stage), forward and
 // backward.
 #include "core/lower_internal.h"
+#include "core/unfused_xent.h"
 
 namespace parasol::lowering {
 
@@ -107,8 +108,10 @@ void Lowerer::cross_entropy_forward(int logits, int mb) {
     logits = upcast;
     in_bytes = 4;
   }
-  role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, "xent.max", elements,
-                                     in_bytes * elements, {logits}, {row_max}));
+  if (!p_.unfused_loss())
+    role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, "xent.max", elements,
+                                       in_bytes * elements, {logits}, {row_max}));
+  if (p_.unfused_loss()) return unfused_loss_forward(logits, mb);
   if (t_ > 1) {
     const int op =
         collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_, row_max, row_max);
@@ -150,6 +153,63 @@ void Lowerer::loss_metrics(int mb) {
   }
 }
 
+// Megatron's unfused loss (Plan::cross_entropy_loss_fusion off): its kernels in issue order
+// (core/unfused_xent.h). The three that stand for the fused loss's ops carry those ops' reads
+// and writes (the executor runs the loss's arithmetic there); the others are ops of their own
+// (OpRole::kXentUnfused) on the fp32 copy of the logits that becomes the saved softmax (hs.probs)
+// or on the per-token sums; the TP all-reduces of the row maximum and of the sums follow the max
+// and the sum (Megatron reduces the target logits and the sums in two calls, lowered as one).
+void Lowerer::unfused_loss_forward(int logits, int mb) {
+  EdgeSaved& hs = head_saved_[mb];
+  hs.sums = act(-1, "ce.sums", {2, T_}, Dtype::kFp32);
+  const double elements = double(T_) * vocab_t_;
+  int last = -1;
+  for (const XentKernel& k : unfused_xent_kernels(Phase::kForward, eb_)) {
+    const std::string nm = std::string("xent.") + k.name;
+    const double bytes = k.logit_bytes * elements + k.token_bytes * T_;
+    const double n = k.logit_bytes > 0 ? elements : double(T_);
+    if (k.stands_for == XentStandsFor::kMax) {
+      role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes,
+                                         {logits}, {hs.row_max}));
+      if (t_ > 1) {
+        const int op = collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_,
+                                  hs.row_max, hs.row_max);
+        P_.ops[op].reduce_max = true;
+      }
+    } else if (k.stands_for == XentStandsFor::kSums) {
+      elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes, {logits, hs.labels, hs.row_max},
+                  {hs.probs, hs.sums});
+      if (t_ > 1)
+        collective(OpKind::kAllReduce, Group::kTp, -1, "xent.ar", 8.0 * T_, hs.sums, hs.sums);
+    } else {
+      const int buf = k.logit_bytes > 0 ? hs.probs : hs.sums;
+      last = role(OpRole::kXentUnfused,
+                  elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes,
+                              {k.logit_bytes > 0 ? logits : hs.labels, buf}, {buf}));
+    }
+  }
+  if (p_.nan_check) nan_check(last);
+}
+
+// Its backward's kernels before the cast back to the logits' dtype, which stands for the fused
+// loss's gradient op.
+void Lowerer::unfused_loss_backward(int dlogits, int mb) {
+  const EdgeSaved& hs = head_saved_[mb];
+  const double elements = double(T_) * vocab_t_;
+  for (const XentKernel& k : unfused_xent_kernels(Phase::kBackward, eb_)) {
+    const std::string nm = std::string("xent.") + k.name;
+    const double bytes = k.logit_bytes * elements + k.token_bytes * T_;
+    const double n = k.logit_bytes > 0 ? elements : double(T_);
+    if (k.stands_for == XentStandsFor::kGradient) {
+      elementwise(OpKind::kCrossEntropy, -1, "xent", n, bytes,
+                  {hs.probs, hs.labels, hs.sums, hs.row_max}, {dlogits});
+    } else {
+      role(OpRole::kXentUnfused, elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes,
+                                             {hs.labels, hs.sums, hs.probs}, {hs.probs}));
+    }
+  }
+}
+
 void Lowerer::nan_check(int loss) {
   host_sync("loss.nan_check", {loss});
   host_sync("loss.inf_check", {loss});
@@ -188,6 +248,8 @@ int Lowerer::head_backward(int mb) {
     }
     elementwise(OpKind::kCrossEntropy, -1, "xent.downcast", elements, (4 + eb_) * elements,
                 {dlogits32}, {dlogits});
+  } else if (p_.unfused_loss()) {
+    unfused_loss_backward(dlogits, mb);
   } else if (tiled_loss()) {  // the gradient from the saved logits, in their dtype
     elementwise(OpKind::kCrossEntropy, -1, "xent", elements, 2 * eb_ * elements,
                 {hs.logits, hs.labels, hs.sums, hs.row_max}, {dlogits});

@@ -476,6 +476,8 @@ class Lowerer {
   void embedding_backward(int mb, int dy);
   void head_forward(int x, int mb);
   void cross_entropy_forward(int logits, int mb);
+  void unfused_loss_forward(int logits, int mb);  // core/unfused_xent.h
+  void unfused_loss_backward(int dlogits, int mb);
   bool tiled_loss() const { return p_.tiled_loss && !p_.eager_loss; }
   // FC1's GELU in its GEMM's epilogue and its derivative in FC2's data gradient (Plan::
   // gemm_gelu_epilogue; GELU models only, and not torchtitan's split SwiGLU).

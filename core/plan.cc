@@ -114,6 +114,7 @@ std::string plan_compact(const Plan& p) {
   if (p.eager_loss) s += " eager-loss";
   if (p.tiled_loss && !p.eager_loss) s += " tiled-loss";
   if (p.gemm_gelu_epilogue) s += " gelu-epilogue";
+  if (p.unfused_loss()) s += " unfused-loss";
   if (p.optimizer_impl != OptimizerImpl::kFused)
     s += " opt:" + std::string(optimizer_impl_name(p.optimizer_impl));
   if (p.offload.optimizer && p.cpu_optimizer != CpuOptimizer::kDeepSpeed)
@@ -612,6 +613,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "log_num_zeros_in_grad",
                 "p2p_sync",
                 "gradient_accumulation_fusion",
+                "cross_entropy_loss_fusion",
                 "deterministic",
                 "transformer_engine_version",
                 "reshard",
@@ -750,6 +752,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.log_num_zeros_in_grad = r.boolean_or("log_num_zeros_in_grad", false);
   p.p2p_sync = r.boolean_or("p2p_sync", false);
   p.gradient_accumulation_fusion = r.boolean_or("gradient_accumulation_fusion", true);
+  p.cross_entropy_loss_fusion = r.boolean_or("cross_entropy_loss_fusion", true);
   p.deterministic = r.boolean_or("deterministic", false);
   if (r.has("transformer_engine_version"))
     p.te_version = parse_te_version(r.string("transformer_engine_version"),
@@ -873,6 +876,7 @@ Json plan_to_json(const Plan& p) {
   if (p.log_num_zeros_in_grad) j["log_num_zeros_in_grad"] = true;
   if (p.p2p_sync) j["p2p_sync"] = true;
   if (!p.gradient_accumulation_fusion) j["gradient_accumulation_fusion"] = false;
+  if (!p.cross_entropy_loss_fusion) j["cross_entropy_loss_fusion"] = false;
   if (p.deterministic) j["deterministic"] = true;
   if (p.te_version > 0) j["transformer_engine_version"] = te_version_name(p.te_version);
   if (p.attention_kernel != AttentionKernel::kFlash2)

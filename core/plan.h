@@ -448,6 +448,14 @@ struct Plan {
   // activation and its backward are no ops of their own (core/lower_layer.cc: OpRole::kGeluFc1,
   // kGeluFc2Dx). Dense and shared-expert MLPs of GELU models; ignored under SwiGLU.
   bool gemm_gelu_epilogue = false;
+  // Megatron-Core's fused vocab-parallel loss (--cross-entropy-loss-fusion;
+  // ModelParallelConfig.cross_entropy_loss_fusion, off by default in Megatron-LM, and
+  // --deterministic-mode requires it off): true, the lowering's fused loss (the row maximum, one
+  // kernel for the sums and the softmax, one for the gradient). false: Megatron's unfused
+  // tensor_parallel.vocab_parallel_cross_entropy, an autograd.Function issued from Python, whose
+  // kernels (an fp32 copy of the logits and in-place passes over it, small per-token kernels
+  // for the targets) are listed in core/unfused_xent.h. Ignored under eager_loss and tiled_loss.
+  bool cross_entropy_loss_fusion = true;
   OptimizerImpl optimizer_impl = OptimizerImpl::kFused;
   CpuOptimizer cpu_optimizer = CpuOptimizer::kDeepSpeed;  // under optimizer offload
   bool nan_check = true;
@@ -540,6 +548,9 @@ struct Plan {
   int full_recompute_layers(int layers_per_stage) const;
   // Virtual stages per pipeline rank (vpp under the interleaved schedule, else 1).
   int chunks() const { return schedule == Schedule::kInterleaved ? vpp : 1; }
+  // Megatron's unfused loss runs (cross_entropy_loss_fusion off, neither eager_loss nor
+  // tiled_loss): core/unfused_xent.h.
+  bool unfused_loss() const { return !cross_entropy_loss_fusion && !eager_loss && !tiled_loss; }
   bool uneven_stages() const {
     return !stage_layers.empty() || first_stage_layers > 0 || last_stage_layers > 0 ||
            accounts_edges();

@@ -193,6 +193,8 @@ const char* op_role_name(OpRole r) {
       return "qkv-unpack";
     case OpRole::kXentMax:
       return "xent-max";
+    case OpRole::kXentUnfused:
+      return "xent-unfused";
     case OpRole::kDispatchA2a:
       return "dispatch-a2a";
     case OpRole::kCombineA2a:

@@ -227,6 +227,10 @@ enum class OpRole {
   kQkvPack,           // kResidualAdd: MLA's Q | K | V formed from q, kv and the rotary key
   kQkvUnpack,         // kResidualAdd: kQkvPack's backward
   kXentMax,           // kCrossEntropy: the row maximum of the logits
+  // kCrossEntropy: a kernel of Megatron's unfused loss (Plan::cross_entropy_loss_fusion off,
+  // core/unfused_xent.h) beside those the fused loss's ops run: priced by both predictors; the
+  // executor runs the fused loss's arithmetic and nothing for it.
+  kXentUnfused,
   kDispatchA2a,       // kAllToAll: the dispatch's token exchange (forward: to the experts)
   kCombineA2a,        // kAllToAll: the combine's token exchange (forward: back to the tokens)
   kDispatchGather,    // kAllGather: the dispatched rows over the experts' tensor-parallel group

@@ -26,6 +26,7 @@
 #include "core/offload_rules.h"
 #include "core/optimizer_traffic.h"
 #include "core/rank_layout.h"
+#include "core/unfused_xent.h"
 #include "cost_models/compute.h"
 #include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
@@ -68,11 +69,22 @@ std::pair<double, double> overlap(double comm, double window, int pieces) {
 
 namespace {
 // Seconds the host spends issuing an op of `kind` in `phase` outside the layers, eagerly.
-double edge_op_host(const Plan& p, const Profile& f, OpKind kind, Phase phase) {
+double edge_op_host(const Plan& p, const Profile& f, OpKind kind, Phase phase,
+                    OpRole role = OpRole::kNone) {
   Op op;
   op.kind = kind;
+  op.role = role;
   op.tags.phase = phase;
   return host_issue_seconds(op, p, f);
+}
+
+// Kernels of Megatron's unfused loss in `phase` that are ops of their own in the lowering
+// (core/unfused_xent.h: those that stand for none of the fused loss's ops).
+double unfused_xent_own_kernels(Phase phase, double eb) {
+  double n = 0;
+  for (const XentKernel& k : unfused_xent_kernels(phase, eb))
+    n += k.stands_for == XentStandsFor::kNone;
+  return n;
 }
 }  // namespace
 
@@ -118,6 +130,19 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back (TP: exp and sum)
       loss += host(OpKind::kCrossEntropy, fwd);
       loss_bwd += host(OpKind::kCrossEntropy, bwd, p.tp > 1 ? 4 : 2);
+    }
+    if (p.unfused_loss()) {  // Megatron's unfused loss: its kernels issued from Python
+      const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
+      auto unfused = [&](Phase ph) {
+        const double h = graphed ? 0
+                                 : unfused_xent_own_kernels(ph, eb) *
+                                       edge_op_host(p, f, OpKind::kCrossEntropy, ph,
+                                                    OpRole::kXentUnfused);
+        (ph == fwd ? price.host_forward : price.host_backward) += h;
+        return h;
+      };
+      loss += unfused(fwd);
+      loss_bwd += unfused(bwd);
     }
     after_fwd = HostPace::op(head, dev.head_forward).then(HostPace::op(loss, dev.loss_forward));
     before_bwd =
@@ -464,10 +489,11 @@ int64_t price_flags(const Plan& p) {
 }
 
 // The price caches' second word of plan switches: a switch added once price_flags' word is full
-// (bits 55, 57, 59 and 63 are its last free ones) takes a bit here.
+// (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Bit 0: issue 42's; bits
+// 40-47: issue 49's.
 int64_t price_flags_more(const Plan& p) {
-  // Issue 49's bits 40-47: bit 40 FC1's GELU in its GEMM's epilogue (core/lower_layer.cc).
-  return p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0;
+  return (p.unfused_loss() ? int64_t{1} << 0 : 0) |  // Megatron's unfused loss (core/unfused_xent.h)
+         (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);  // FC1's GELU in its GEMM's epilogue
 }
 
 }  // namespace
@@ -620,12 +646,23 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
     // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
     const bool tiled = p.tiled_loss && !p.eager_loss;
-    price.forward +=
-        edge.head_forward +
-        memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * m.vocab / t);
-    price.backward +=
-        edge.head_backward +
-        memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * m.vocab / t);
+    if (p.unfused_loss()) {
+      // Megatron's unfused loss (core/unfused_xent.h): each of its kernels, as lowered.
+      const double logits = static_cast<double>(T) * m.vocab / t;
+      price.forward += edge.head_forward;
+      price.backward += edge.head_backward;
+      for (const Phase ph : {Phase::kForward, Phase::kBackward})
+        for (const XentKernel& k : unfused_xent_kernels(ph, eb))
+          (ph == Phase::kForward ? price.forward : price.backward) +=
+              memory_time(d, f, k.logit_bytes * logits + k.token_bytes * static_cast<double>(T));
+    } else {
+      price.forward +=
+          edge.head_forward +
+          memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * m.vocab / t);
+      price.backward +=
+          edge.head_backward +
+          memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * m.vocab / t);
+    }
     if (p.eager_loss) {
       // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
       // its own ((eb + 4) bytes a logit), and the max and the log-softmax reading fp32 (4 - eb

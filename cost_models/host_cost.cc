@@ -227,8 +227,10 @@ double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   // fp8 current scaling's amax and scale kernels: launched by Transformer Engine's C++ quantizer
   // inside the linear module's call (its Python and dispatch are the module's).
   if (is_fp8_amax(op.role)) return launch;
-  if (op.role == OpRole::kMainGradAdd)
-    // Megatron-Core DDP's backward hook, Python, per parameter: main_grad.add_(grad).
+  if (op.role == OpRole::kMainGradAdd || op.role == OpRole::kXentUnfused)
+    // Issued from Python, per kernel: Megatron-Core DDP's backward hook (main_grad.add_(grad));
+    // the unfused loss's autograd.Function, forward (grad mode off inside it: nothing recorded)
+    // and backward (core/unfused_xent.h).
     return launch + launches * (f.host_dispatch_s + f.host_python_s);
   if (const TeModule te = te_module(op, plan); te != TeModule::kNone) {
     // The module call's whole host time, its launches included: the forward (or recompute) at

@@ -86,8 +86,10 @@ AddedKernels deterministic_fills(const Op& op, const Plan& plan);
 //    local; the output layer under local or transformer_engine: Megatron's ColumnParallelLinear):
 //    the forward call's measured host time (profile.host_local_linear_fwd_s); the backward, a
 //    Python autograd.Function, per kernel a launch, the dispatcher and a Python call;
-//  kEager, Megatron-Core DDP's main_grad add (Plan::gradient_accumulation_fusion off): per
-//    kernel a launch, the dispatcher and a Python call (the backward hook is Python);
+//  kEager, Megatron-Core DDP's main_grad add (Plan::gradient_accumulation_fusion off) and a
+//    kernel of Megatron's unfused loss beyond the fused loss's (OpRole::kXentUnfused): per
+//    kernel a launch, the dispatcher and a Python call (the backward hook and the loss's
+//    autograd.Function are Python);
 //  kGraphReplay: one graph launch (and the Python call of the graphed callable);
 //  kInGraph: nothing;
 //  kCompiledEntry: the compiled region's guards and wrappers, plus its own launches;

@@ -388,6 +388,9 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
   if (p.log_params_norm) add(a, "--log-params-norm");
   if (p.log_num_zeros_in_grad) add(a, "--log-num-zeros-in-grad");
   if (!p.gradient_accumulation_fusion) add(a, "--no-gradient-accumulation-fusion");
+  // Megatron-LM's loss is unfused unless asked (model_parallel_config.py L320 @d98e8a6).
+  if (p.cross_entropy_loss_fusion && !p.eager_loss && !p.tiled_loss)
+    add(a, "--cross-entropy-loss-fusion");
   // Megatron syncs after every pipeline exchange without virtual stages, whatever the plan says
   // (an exported plan without p2p_sync reads back with it); with them only when the exchanges
   // are batched (--no-overlap-p2p-communication).
@@ -400,6 +403,11 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
       r.add("plan.deterministic",
             "Megatron-LM's --deterministic-mode requires --tp-comm-overlap off "
             "(training/determinism.py ARG_VALUES_REQUIRED_FOR_DETERMINISM)");
+    if (p.cross_entropy_loss_fusion)
+      r.add("plan.cross_entropy_loss_fusion",
+            "Megatron-LM's --deterministic-mode requires the unfused loss "
+            "(cross_entropy_loss_fusion false: training/determinism.py "
+            "ARG_VALUES_REQUIRED_FOR_DETERMINISM)");
     add(a, "--deterministic-mode");
   }
   if (p.transformer_impl != TransformerImpl::kTorch)

@@ -228,7 +228,7 @@ const std::set<std::string> kRead = {
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
     "deterministic-mode", "transformer-impl", "no-gradient-accumulation-fusion",
-    "no-overlap-p2p-communication",
+    "no-overlap-p2p-communication", "cross-entropy-loss-fusion",
     // Megatron-DeepSpeed
     "num-key-value-heads", "rotary-position-embeddings-theta", "use-rotary-position-embeddings",
     "use-flash-attn-v2", "use-flash-attn", "use-flash-attn-v1", "use-flash-attn-triton",
@@ -244,8 +244,7 @@ const std::set<std::string> kHarmless = {
     "mock-data", "split", "train-iters", "train-samples", "seed", "lr", "min-lr", "weight-decay",
     "clip-grad", "init-method-std", "make-vocab-size-divisible-by", "moe-grouped-gemm",
     "moe-aux-loss-coeff", "moe-z-loss-coeff", "use-mcore-models", "use-flash-attn", "num-workers",
-    "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-loss-fusion",
-    "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval", "empty-unused-memory-level",
+    "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-fusion-impl", "manual-gc", "manual-gc-interval", "empty-unused-memory-level",
     "norm-epsilon", "attention-softmax-in-fp32", "apply-query-key-layer-scaling",
     "use-precision-aware-optimizer", "fp8-amax-history-len", "fp8-amax-compute-algo",
     "moe-permute-fusion", "moe-router-dtype", "moe-router-fusion", "moe-router-load-balancing-type",
@@ -743,6 +742,13 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
   if (f.has("deterministic-mode")) j["deterministic"] = true;
   // --no-gradient-accumulation-fusion: weight gradients added into main_grad by DDP's hook.
   if (f.has("no-gradient-accumulation-fusion")) j["gradient_accumulation_fusion"] = false;
+  // The loss: Megatron-Core's fused vocab-parallel cross entropy only under
+  // --cross-entropy-loss-fusion (model_parallel_config.py L320 @d98e8a6: off by default);
+  // without it the unfused tensor_parallel.vocab_parallel_cross_entropy (core/unfused_xent.h).
+  // Megatron-DeepSpeed (--deepspeed) has no such flag and is left as the DeepSpeed export writes
+  // it (the fused loss): its own loss, the same unfused code, is not read yet.
+  if (!f.has("cross-entropy-loss-fusion") && !f.has("deepspeed"))
+    j["cross_entropy_loss_fusion"] = false;
   // The modules its layers call (--transformer-impl): Transformer Engine's or Megatron's own
   // (local) where the arguments name them; an argument list without the flag (whose Megatron
   // default is transformer_engine) stays torch, so that a plan exported without it reads back as

@@ -1057,6 +1057,9 @@ void Executor::Impl::run_local(const Op& op) {
       run_cast(op);
       break;
     default:
+      // A kernel of Megatron's unfused loss beyond the fused loss's ops (core/unfused_xent.h):
+      // the fused ops compute the same loss and gradient.
+      if (op.role == OpRole::kXentUnfused) break;
       run_widened(op);
   }
 }

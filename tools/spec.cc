@@ -339,6 +339,11 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
             "Megatron's gradient-accumulation fusion (default true; false: "
             "--no-gradient-accumulation-fusion, each weight gradient added into main_grad by a "
             "Python hook)");
+  bool_flag(cmd, o, "--cross-entropy-loss-fusion", "cross_entropy_loss_fusion",
+            o.cross_entropy_loss_fusion,
+            "Megatron's fused vocab-parallel loss (default true; false: Megatron's default "
+            "unfused vocab_parallel_cross_entropy, an fp32 copy of the logits and about 20 "
+            "kernels issued from Python)");
   bool_flag(cmd, o, "--deterministic", "deterministic", o.deterministic,
             "PyTorch's deterministic algorithms (Megatron's --deterministic-mode): each output "
             "Transformer Engine allocates is NaN-filled first, a kernel more each");
@@ -435,6 +440,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("p2p_sync", o.p2p_sync);
   set("moe_probs_in_experts", o.moe_probs_in_experts);
   set("gradient_accumulation_fusion", o.gradient_accumulation_fusion);
+  set("cross_entropy_loss_fusion", o.cross_entropy_loss_fusion);
   set("transformer_engine_version", o.transformer_engine_version);
   if (o.stage_layers) j["stage_layers"] = layer_list(*o.stage_layers);
   if (o.vpp && *o.vpp > 1 && !o.schedule) j["schedule"] = "interleaved";

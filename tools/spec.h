@@ -39,6 +39,7 @@ struct SpecOptions {
   std::optional<bool> torch_compile, nan_check, eager_loss, log_params_norm, log_num_zeros_in_grad;
   std::optional<bool> tiled_loss, gemm_gelu_epilogue;
   std::optional<bool> p2p_sync, gradient_accumulation_fusion, moe_probs_in_experts;
+  std::optional<bool> cross_entropy_loss_fusion;
   std::optional<bool> repeat_kv, deterministic, fp8_param_gather;
   std::optional<std::string> transformer_engine_version;
   std::optional<std::string> cuda_graphs, optimizer_impl, cpu_optimizer, host_framework;

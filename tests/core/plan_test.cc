@@ -127,6 +127,13 @@ TEST(PlanValidate, EagerLossNeedsPytorch) {
   tiled.tiled_loss = true;
   EXPECT_TRUE(plan_from_json(plan_to_json(tiled)).tiled_loss);
   EXPECT_FALSE(plan_from_json(plan_to_json(degrees(1))).tiled_loss);
+  Plan unfused = degrees(1);
+  unfused.cross_entropy_loss_fusion = false;
+  EXPECT_FALSE(plan_from_json(plan_to_json(unfused)).cross_entropy_loss_fusion);
+  EXPECT_TRUE(plan_from_json(plan_to_json(degrees(1))).cross_entropy_loss_fusion);
+  EXPECT_TRUE(unfused.unfused_loss());
+  unfused.eager_loss = true;  // the eager loss takes precedence
+  EXPECT_FALSE(unfused.unfused_loss());
   p.host_framework = HostFramework::kNative;
   ExpectInvalid(p, llama8b(), h100(8), "plan.eager_loss", "pytorch");
 }

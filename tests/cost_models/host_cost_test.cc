@@ -497,6 +497,35 @@ TEST(HostIssueSeconds, MainGradAddIsAPythonCallPerWeight) {
   EXPECT_GT(estimate(m, c, off, f).step_time_s, estimate(m, c, p, f).step_time_s);
 }
 
+// Megatron's unfused loss (cross_entropy_loss_fusion off, core/unfused_xent.h): each of its own
+// kernels is a launch, the dispatcher and a Python call (its autograd.Function's forward and
+// backward are Python), and the step grows by them (tests/sim/one_model_test.cc holds the two
+// predictors together on it).
+TEST(HostIssueSeconds, UnfusedLossIsAPythonCallPerKernel) {
+  const Model m = model_preset("gpt2-124m");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile f = default_profile(c.gpu_device(0));
+  Plan p;
+  p.dp = 8;
+  p.micro_batch = 4;
+  p.global_batch = 32;
+  p.transformer_impl = TransformerImpl::kTransformerEngine;
+  Plan off = p;
+  off.cross_entropy_loss_fusion = false;
+  const Program prog = lower(m, c, off).programs.at(0);
+  const double own = f.host_launch_s + f.host_dispatch_s + f.host_python_s;
+  int n = 0;
+  for (const Op& op : prog.ops) {
+    if (op.role != OpRole::kXentUnfused) continue;
+    ++n;
+    EXPECT_DOUBLE_EQ(host_issue_seconds(op, off, f), own) << op.name;
+  }
+  // One micro-batch: the forward's 18 kernels but the max and the sum, the backward's 8 but the
+  // cast back.
+  EXPECT_EQ(n, 16 + 7);
+  EXPECT_GT(estimate(m, c, off, f).step_time_s, estimate(m, c, p, f).step_time_s);
+}
+
 // Megatron's pipeline exchanges with a device sync after each (p2p_sync): the host loses its
 // lead at every exchange, so a host-heavy small model's step gets longer in both predictors.
 TEST(HostEstimate, PipelineSyncsLengthenAHostHeavyStep) {

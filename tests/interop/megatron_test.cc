@@ -347,6 +347,7 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p.sequence_parallel = true;
   p.tp_comm_overlap = true;
   p.deterministic = true;  // determinism.py: --deterministic-mode asserts tp_comm_overlap off
+  p.cross_entropy_loss_fusion = false;  // and the unfused loss (MegatronImport's loss test)
   expect_refused(m, p, "plan.deterministic");
   expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
 }
@@ -397,7 +398,7 @@ std::vector<Case> round_trip_cases() {
       {"interleaved", "llama3-8b", "dgx-h100", 32,
        plan({{"tp", 2}, {"pp", 4}, {"dp", 4}, {"vpp", 4}, {"gbs", 64}, {"zero", 1}})},
       // Megatron's CI functional tests log the parameter norm and the gradients' zeros, and most
-      // run --deterministic-mode.
+      // run --deterministic-mode, which requires the unfused loss.
       {"logged_statistics", "gpt2-124m", "dgx-h100", 8,
        plan({{"dp", 8},
              {"mbs", 4},
@@ -406,6 +407,7 @@ std::vector<Case> round_trip_cases() {
              {"log_params_norm", true},
              {"log_num_zeros_in_grad", true},
              {"gradient_accumulation_fusion", false},
+             {"cross_entropy_loss_fusion", false},
              {"deterministic", true}})},
       // Transformer Engine's fp8 current scaling (--fp8-recipe tensorwise).
       {"fp8_tensorwise", "llama3-8b", "dgx-h100", 8,
@@ -789,6 +791,42 @@ TEST(MegatronImport, ExpertBiasesUnderTheGroupedGemmLoopOverTheExperts) {
   EXPECT_FALSE(loop(import_megatron(base + moe + "--moe-grouped-gemm --disable-bias-linear")));
   EXPECT_FALSE(loop(import_megatron(base + moe)));
   EXPECT_FALSE(loop(import_megatron(base + "--moe-grouped-gemm")));
+}
+
+// Megatron-LM's loss is unfused unless --cross-entropy-loss-fusion (model_parallel_config.py L320
+// @d98e8a6): an import without the flag is the unfused loss, with it the fused one; the export
+// writes the flag for a fused plan and refuses it under --deterministic-mode, which requires the
+// unfused loss (training/determinism.py).
+TEST(MegatronImport, TheLossIsUnfusedUnlessTheFlagSaysFused) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+      "--vocab-size 1000 ";
+  auto fused = [](const ImportedJob& j) {
+    return plan_from_json(j.plan).cross_entropy_loss_fusion;
+  };
+  EXPECT_FALSE(fused(import_megatron(base)));
+  EXPECT_TRUE(fused(import_megatron(base + "--cross-entropy-loss-fusion")));
+  EXPECT_TRUE(fused(import_megatron(
+      base + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native")));
+  const Model m = model_preset("gpt2-124m");
+  const Cluster cl = load_cluster("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 32;
+  EXPECT_NE(export_megatron(m, cl, p).files[0].text.find("--cross-entropy-loss-fusion"),
+            std::string::npos);
+  p.cross_entropy_loss_fusion = false;
+  EXPECT_EQ(export_megatron(m, cl, p).files[0].text.find("--cross-entropy-loss-fusion"),
+            std::string::npos);
+  p.cross_entropy_loss_fusion = true;
+  p.deterministic = true;
+  try {
+    export_megatron(m, cl, p);
+    ADD_FAILURE() << "no refusal of the fused loss under --deterministic-mode";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plan.cross_entropy_loss_fusion"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Megatron-Core at d98e8a6 scales the routed rows by their probabilities in the experts and

@@ -95,6 +95,15 @@ std::vector<Case> cases() {
     degrees(p, 16, 2, 2);
     p.tiled_loss = true;
   });
+  // Megatron's unfused loss (core/unfused_xent.h) on the last stage of a pipeline, and without TP.
+  dense("unfused loss tp2 pp2", [](Plan& p) {
+    degrees(p, 16, 2, 2);
+    p.cross_entropy_loss_fusion = false;
+  });
+  dense("unfused loss tp1", [](Plan& p) {
+    degrees(p, 16, 1);
+    p.cross_entropy_loss_fusion = false;
+  });
   dense("fp8", [](Plan& p) {
     degrees(p, 16, 2);
     p.precision = Dtype::kFp8;

@@ -49,6 +49,7 @@ MODEL_PARALLEL_ARGS=(
     --expert-model-parallel-size 1
     --expert-tensor-parallel-size 8
     --overlap-grad-reduce
+    --cross-entropy-loss-fusion
 )
 
 cd "${MEGATRON_LM:-.}"

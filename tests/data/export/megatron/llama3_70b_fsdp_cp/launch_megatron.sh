@@ -65,6 +65,7 @@ MODEL_PARALLEL_ARGS=(
     --ckpt-format fsdp_dtensor
     --overlap-grad-reduce
     --overlap-param-gather
+    --cross-entropy-loss-fusion
 )
 
 cd "${MEGATRON_LM:-.}"

@@ -66,6 +66,7 @@ MODEL_PARALLEL_ARGS=(
     --use-distributed-optimizer
     --overlap-grad-reduce
     --overlap-param-gather
+    --cross-entropy-loss-fusion
     --moe-token-dispatcher-type flex
     --moe-flex-dispatcher-backend deepep
 )
