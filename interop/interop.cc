@@ -118,6 +118,13 @@ bool runs_selective_op(const std::string& framework) {
   return framework == "torchtitan";
 }
 
+TpImpl framework_tp_impl(const std::string& framework) {
+  PARASOL_CHECK(std::find(framework_names().begin(), framework_names().end(), framework) !=
+                    framework_names().end(),
+                "framework " + framework);
+  return framework == "torchtitan" ? TpImpl::kPytorch : TpImpl::kMegatron;
+}
+
 std::vector<std::pair<std::string, std::string>> export_refusals(const std::string& framework,
                                                                  const Model& model,
                                                                  const Cluster& cluster,

@@ -248,6 +248,7 @@ class Worker {
     if (gbs % dp != 0) return;
     Plan p;
     p.tp = s.tp;
+    if (s.tp > 1) p.tp_impl = opt_.tp_impl;
     p.cp = s.cp;
     p.pp = s.pp;
     p.dp = dp;
