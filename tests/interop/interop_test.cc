@@ -123,6 +123,26 @@ TEST(CanExport, EachFrameworkRunsItsOwnTensorParallelLayers) {
   }
 }
 
+// framework_cp_impl likewise: torchtitan runs PyTorch's context_parallel and Megatron-LM
+// Transformer Engine's ring; each refuses the other's by name (plan.cp_impl).
+TEST(CanExport, TorchtitanAndMegatronRunTheirOwnContextParallelism) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 8);
+  EXPECT_EQ(framework_cp_impl("torchtitan"), CpImpl::kPytorch);
+  EXPECT_EQ(framework_cp_impl("megatron"), CpImpl::kTransformerEngine);
+  EXPECT_EQ(framework_cp_impl("deepspeed"), CpImpl::kTransformerEngine);
+  for (const std::string f : {"torchtitan", "megatron"}) {
+    SCOPED_TRACE(f);
+    Plan p = plan_of(R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 32})");
+    p.cp_impl = framework_cp_impl(f);
+    EXPECT_TRUE(export_refusals(f, m, c, p).empty());
+    p.cp_impl = p.cp_impl == CpImpl::kPytorch ? CpImpl::kTransformerEngine : CpImpl::kPytorch;
+    const auto reasons = export_refusals(f, m, c, p);
+    ASSERT_EQ(reasons.size(), 1u);
+    EXPECT_EQ(reasons[0].first, "plan.cp_impl");
+  }
+}
+
 TEST(Refusals, OneReasonIsItselfAndSeveralAreJoined) {
   Refusals none;
   EXPECT_NO_THROW(none.raise());

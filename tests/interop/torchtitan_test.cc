@@ -149,7 +149,7 @@ TEST(TorchtitanExport, ContextAndExpertParallelism) {
   const Export cp =
       export_torchtitan(model_preset("llama3-8b"), cluster_preset("dgx-h100", 16),
                         plan_of(R"({"tp": 2, "tp_impl": "torch", "sp": true, "cp": 2, "dp": 4,
-                                                  "zero": 3, "gbs": 32})"));
+                                                  "cp_impl": "torch", "zero": 3, "gbs": 32})"));
   auto par = section(file_named(cp, "torchtitan.toml").text, "parallelism");
   EXPECT_EQ(par.at("context_parallel_degree"), "2");
   EXPECT_EQ(par.at("data_parallel_shard_degree"), "4");
@@ -521,9 +521,11 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
           {"llama3-8b", 8,
            R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 4, "zero": 0, "gbs": 64})",
            "plan.zero"},
-          {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 0, "gbs": 64})", "plan.zero"},
+          {"llama3-8b", 8, R"({"cp": 2, "cp_impl": "torch", "dp": 4, "zero": 0, "gbs": 64})",
+           "plan.zero"},
+          // Transformer Engine's exchanges (cp_impl te, which they need): both named.
           {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 64, "cp_comm_type": "a2a"})",
-           "plan.cp_comm_type"},
+           "plan.cp_comm_type, plan.cp_impl"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "optimizer"})",
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "activations"})",
@@ -536,6 +538,8 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            "plan.recompute_layers"},
           {"llama3-8b", 8, R"({"tp": 2, "tp_impl": "torch", "dp": 4, "zero": 3, "gbs": 64})",
            "plan.sequence_parallel"},
+          // torchtitan's context parallelism is PyTorch's context_parallel, not TE's ring.
+          {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 64})", "plan.cp_impl"},
           // torchtitan's tensor parallelism is PyTorch's DTensor TP, not Megatron's layers.
           {"llama3-8b", 8, R"({"tp": 2, "sp": true, "dp": 4, "zero": 3, "gbs": 64})",
            "plan.tp_impl"},
