@@ -125,6 +125,10 @@ void check_deepspeed_expressible(const Model& model, const Plan& p, Refusals& r)
     r.add("plan.overlap_grad_reduce",
           "DeepSpeed without ZeRO all-reduces gradients after the backward "
           "(engine.py allreduce_gradients at the accumulation boundary), not overlapped");
+  if (p.tp > 1 && p.tp_impl != TpImpl::kMegatron)
+    r.add("plan.tp_impl",
+          "Megatron-DeepSpeed runs Megatron's tensor-parallel layers (tp_impl megatron), not "
+          "PyTorch's DTensor tensor parallelism");
   if (p.tp > 1 || p.pp > 1) {
     // Megatron-DeepSpeed's mpu (megatron/core/parallel_state.py L183-265) orders ranks tp, dp, pp
     // (tp fastest); ep is refused above, Ulysses (cp) runs with neither tp nor pp.

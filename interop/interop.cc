@@ -118,6 +118,20 @@ bool runs_selective_op(const std::string& framework) {
   return framework == "torchtitan";
 }
 
+TpImpl framework_tp_impl(const std::string& framework) {
+  PARASOL_CHECK(std::find(framework_names().begin(), framework_names().end(), framework) !=
+                    framework_names().end(),
+                "framework " + framework);
+  return framework == "torchtitan" ? TpImpl::kPytorch : TpImpl::kMegatron;
+}
+
+CpImpl framework_cp_impl(const std::string& framework) {
+  PARASOL_CHECK(std::find(framework_names().begin(), framework_names().end(), framework) !=
+                    framework_names().end(),
+                "framework " + framework);
+  return framework == "torchtitan" ? CpImpl::kPytorch : CpImpl::kTransformerEngine;
+}
+
 std::vector<std::pair<std::string, std::string>> export_refusals(const std::string& framework,
                                                                  const Model& model,
                                                                  const Cluster& cluster,

@@ -99,6 +99,20 @@ bool can_export(const std::string& framework, const Model& model, const Cluster&
 // REQUIRES: a name of framework_names().
 bool runs_selective_op(const std::string& framework);
 
+// Whose tensor-parallel layers `framework` runs (Plan::tp_impl, read at tp > 1): PyTorch's DTensor
+// TP for torchtitan (models/llama3/infra/parallelize.py apply_tp), Megatron's for Megatron-LM and
+// for Megatron-DeepSpeed. Each export refuses a tp > 1 plan with the other; the search enumerates
+// its tp > 1 plans with this one for `search --framework F` (sim::SearchOptions::tp_impl).
+// REQUIRES: a name of framework_names().
+TpImpl framework_tp_impl(const std::string& framework);
+
+// Whose context parallelism `framework` runs (Plan::cp_impl, read at cp > 1): PyTorch's
+// context_parallel for torchtitan, Transformer Engine's for Megatron-LM (DeepSpeed's Ulysses is
+// cp_comm_type a2a of the same). The torchtitan export refuses cp_impl te and Megatron-LM's cp_impl
+// torch; the search enumerates its cp > 1 plans with this one for `search --framework F`
+// (sim::SearchOptions::cp_impl). REQUIRES: a name of framework_names().
+CpImpl framework_cp_impl(const std::string& framework);
+
 // Every reason `framework` refuses `plan` (field, reason), empty when it runs it; a plan parasol
 // itself rejects gives that one error. REQUIRES: a name of framework_names().
 std::vector<std::pair<std::string, std::string>> export_refusals(const std::string& framework,

@@ -419,6 +419,15 @@ void check_torchtitan_expressible(const Model& model, const Plan& p, Refusals& r
           "torchtitan's full AC wraps every layer and its layer-level selective AC every n-th "
           "block (selective_ac_option n, one pipeline stage): the first k per stage is neither "
           "unless k = layers / n");
+  if (p.cp > 1 && p.cp_impl != CpImpl::kPytorch)
+    r.add("plan.cp_impl",
+          "torchtitan's context parallelism is PyTorch's context_parallel (cp_impl torch: "
+          "torchtitan/distributed/utils.py create_context_parallel_ctx), not Transformer "
+          "Engine's ring");
+  if (p.tp > 1 && p.tp_impl != TpImpl::kPytorch)
+    r.add("plan.tp_impl",
+          "torchtitan's tensor parallelism is PyTorch's DTensor TP (tp_impl torch: "
+          "models/llama3/infra/parallelize.py apply_tp), not Megatron's layers");
   if (p.tp > 1 && !p.sequence_parallel)
     r.add("plan.sequence_parallel",
           "torchtitan's tensor parallelism always shards norms "

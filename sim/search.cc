@@ -248,7 +248,9 @@ class Worker {
     if (gbs % dp != 0) return;
     Plan p;
     p.tp = s.tp;
+    if (s.tp > 1) p.tp_impl = opt_.tp_impl;
     p.cp = s.cp;
+    if (s.cp > 1) p.cp_impl = opt_.cp_impl;
     p.pp = s.pp;
     p.dp = dp;
     p.global_batch = gbs;

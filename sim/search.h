@@ -45,6 +45,12 @@ struct SearchOptions {
   // sequence-parallel tp). `search --framework` turns it off for a framework that cannot run it
   // (Megatron and DeepSpeed: their exports refuse it).
   bool selective_op = true;
+  // Whose tensor-parallel layers the tp > 1 plans run (Plan::tp_impl). `search --framework` sets
+  // the framework's (interop::framework_tp_impl: PyTorch's for torchtitan).
+  TpImpl tp_impl = TpImpl::kMegatron;
+  // Whose context parallelism the cp > 1 plans run (Plan::cp_impl). `search --framework` sets the
+  // framework's (interop::framework_cp_impl: PyTorch's for torchtitan).
+  CpImpl cp_impl = CpImpl::kTransformerEngine;
   // The ranking key; empty = the estimated step time (seconds). `search --robust` passes the
   // pessimistic end of the plan's error band.
   RankKey rank_key;

@@ -198,6 +198,8 @@ SearchRun run_search(Spec& s, const SearchSettings& f, const std::string& model_
       return interop::can_export(framework, s.model, cluster, p);
     };
     opt.selective_op = interop::runs_selective_op(f.framework);
+    opt.tp_impl = interop::framework_tp_impl(f.framework);
+    opt.cp_impl = interop::framework_cp_impl(f.framework);
   }
   opt.progress = std::move(progress);
   run.result = sim::search(s.model, cluster, s.profile, opt);

@@ -66,7 +66,7 @@ export_seeds() {
 export_seeds megatron --to megatron --model tiny --tp 2 --pp 2 --sp --recompute selective
 export_seeds deepspeed --to deepspeed --model tiny --zero 3 --offload optimizer --tp 1
 export_seeds deepspeed-tp2 --to deepspeed --model tiny --zero 1 --tp 2 --pp 2
-export_seeds torchtitan --to torchtitan --model llama3-8b --tp 2 --sp --zero 3
+export_seeds torchtitan --to torchtitan --model llama3-8b --tp 2 --sp --zero 3 --tp-impl torch
 echo "seeds: $(find "$c" -type f | wc -l) files under tests/fuzz/$c"
 
 # Kineto traces: the head of each real trace of tests/data/traces (metadata, then 300 events)

@@ -52,6 +52,8 @@ TEST_P(FrameworkFilter, ListedPlansExportAndPassTheFrameworksChecks) {
     if (!framework.empty()) {
       o.accept = [&m, &c, framework](const Plan& p) { return can_export(framework, m, c, p); };
       o.selective_op = runs_selective_op(framework);
+      o.tp_impl = framework_tp_impl(framework);
+      o.cp_impl = framework_cp_impl(framework);
     }
     return sim::search(m, c, cost::default_profile(c.gpu_device(0)), o);
   };
@@ -91,6 +93,13 @@ TEST_P(FrameworkFilter, ListedPlansExportAndPassTheFrameworksChecks) {
     }
     for (const sim::Candidate& cand : listed.pareto)
       EXPECT_TRUE(export_refusals(f, m, c, cand.plan).empty()) << plan_to_json(cand.plan);
+    // Its tensor- and context-parallel plans run the framework's own (PyTorch's for torchtitan).
+    for (const auto* list : {&listed.top, &listed.pareto})
+      for (const sim::Candidate& cand : *list)
+        if (cand.plan.tp > 1) EXPECT_EQ(cand.plan.tp_impl, framework_tp_impl(f));
+    for (const auto* list : {&listed.top, &listed.pareto})
+      for (const sim::Candidate& cand : *list)
+        if (cand.plan.cp > 1) EXPECT_EQ(cand.plan.cp_impl, framework_cp_impl(f));
     // The best plan the framework runs is no better than the best of all.
     if (!listed.top.empty()) {
       EXPECT_GE(listed.top.front().score, all.top.front().score);

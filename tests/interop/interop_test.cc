@@ -35,11 +35,12 @@ TEST(ServerLayout, FillsWholeServersOrNamesThePlan) {
 TEST(ExportPlan, DispatchesByNameAndRefusesOtherNames) {
   const Model m = model_preset("llama3-8b");
   const Cluster c = load_cluster("dgx-h100", 8);
-  const Plan p =
-      plan_of(R"({"tp": 2, "dp": 4, "zero": 3, "gbs": 32, "sp": true})");  // all three run it
+  // All three run it, each with its own tensor-parallel layers (framework_tp_impl).
+  Plan p = plan_of(R"({"tp": 2, "dp": 4, "zero": 3, "gbs": 32, "sp": true})");
   ASSERT_EQ(framework_names().size(), 3u);
   for (const std::string& name : framework_names()) {
     SCOPED_TRACE(name);
+    p.tp_impl = framework_tp_impl(name);
     const Export want = name == "megatron"    ? export_megatron(m, c, p)
                         : name == "deepspeed" ? export_deepspeed(m, c, p)
                                               : export_torchtitan(m, c, p);
@@ -77,13 +78,14 @@ TEST(CanExport, IsWhetherTheExportSucceeds) {
 TEST(CanExport, OpLevelRecomputeRunsWhereRunsSelectiveOpSaysSo) {
   const Model m = model_preset("llama3-8b");
   const Cluster c = load_cluster("dgx-h100", 16);
-  const Plan p = plan_of(R"({"tp": 2, "dp": 8, "zero": 3, "gbs": 64, "sp": true})");
-  Plan op_level = p;
-  op_level.recompute = Recompute::kSelectiveOp;
-  validate(op_level, m, c);
   int running = 0;
   for (const std::string& f : framework_names()) {
     SCOPED_TRACE(f);
+    Plan p = plan_of(R"({"tp": 2, "dp": 8, "zero": 3, "gbs": 64, "sp": true})");
+    p.tp_impl = framework_tp_impl(f);
+    Plan op_level = p;
+    op_level.recompute = Recompute::kSelectiveOp;
+    validate(op_level, m, c);
     if (!can_export(f, m, c, p)) continue;
     ++running;
     EXPECT_EQ(can_export(f, m, c, op_level), runs_selective_op(f));
@@ -92,6 +94,53 @@ TEST(CanExport, OpLevelRecomputeRunsWhereRunsSelectiveOpSaysSo) {
   EXPECT_TRUE(runs_selective_op("torchtitan"));
   EXPECT_FALSE(runs_selective_op("megatron"));
   EXPECT_FALSE(runs_selective_op("deepspeed"));
+}
+
+// framework_tp_impl (what `search --framework F` gives its tp > 1 plans) is the tensor
+// parallelism each framework's export accepts: torchtitan runs PyTorch's DTensor TP, Megatron-LM
+// and Megatron-DeepSpeed Megatron's layers; each refuses the other by name (plan.tp_impl), and
+// at tp 1 the switch says nothing.
+TEST(CanExport, EachFrameworkRunsItsOwnTensorParallelLayers) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 8);
+  EXPECT_EQ(framework_tp_impl("torchtitan"), TpImpl::kPytorch);
+  EXPECT_EQ(framework_tp_impl("megatron"), TpImpl::kMegatron);
+  EXPECT_EQ(framework_tp_impl("deepspeed"), TpImpl::kMegatron);
+  for (const std::string& f : framework_names()) {
+    SCOPED_TRACE(f);
+    Plan p = plan_of(R"({"tp": 2, "dp": 4, "zero": 3, "gbs": 32, "sp": true})");
+    p.tp_impl = framework_tp_impl(f);
+    EXPECT_TRUE(export_refusals(f, m, c, p).empty());
+    p.tp_impl = p.tp_impl == TpImpl::kPytorch ? TpImpl::kMegatron : TpImpl::kPytorch;
+    const auto reasons = export_refusals(f, m, c, p);
+    ASSERT_EQ(reasons.size(), 1u);
+    EXPECT_EQ(reasons[0].first, "plan.tp_impl");
+    Plan one = plan_of(R"({"dp": 8, "zero": 3, "gbs": 32})");
+    for (TpImpl t : {TpImpl::kMegatron, TpImpl::kPytorch}) {
+      one.tp_impl = t;
+      EXPECT_TRUE(export_refusals(f, m, c, one).empty()) << tp_impl_name(t);
+    }
+  }
+}
+
+// framework_cp_impl likewise: torchtitan runs PyTorch's context_parallel and Megatron-LM
+// Transformer Engine's ring; each refuses the other's by name (plan.cp_impl).
+TEST(CanExport, TorchtitanAndMegatronRunTheirOwnContextParallelism) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = load_cluster("dgx-h100", 8);
+  EXPECT_EQ(framework_cp_impl("torchtitan"), CpImpl::kPytorch);
+  EXPECT_EQ(framework_cp_impl("megatron"), CpImpl::kTransformerEngine);
+  EXPECT_EQ(framework_cp_impl("deepspeed"), CpImpl::kTransformerEngine);
+  for (const std::string f : {"torchtitan", "megatron"}) {
+    SCOPED_TRACE(f);
+    Plan p = plan_of(R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 32})");
+    p.cp_impl = framework_cp_impl(f);
+    EXPECT_TRUE(export_refusals(f, m, c, p).empty());
+    p.cp_impl = p.cp_impl == CpImpl::kPytorch ? CpImpl::kTransformerEngine : CpImpl::kPytorch;
+    const auto reasons = export_refusals(f, m, c, p);
+    ASSERT_EQ(reasons.size(), 1u);
+    EXPECT_EQ(reasons[0].first, "plan.cp_impl");
+  }
 }
 
 TEST(Refusals, OneReasonIsItselfAndSeveralAreJoined) {

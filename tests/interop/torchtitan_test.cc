@@ -55,10 +55,10 @@ struct Case {
 const Case kCases[] = {
     // The brief's example: TP 8 in the node, FSDP over 8 nodes, full AC.
     {"llama3_70b_tp8_fsdp8", "llama3-70b", 64,
-     R"({"tp": 8, "dp": 8, "sp": true, "zero": 3, "mbs": 1, "gbs": 64, "recompute": "full"})"},
+     R"({"tp": 8, "tp_impl": "torch", "dp": 8, "sp": true, "zero": 3, "mbs": 1, "gbs": 64, "recompute": "full"})"},
     // HSDP (shard 2, replicate 2) under an interleaved pipeline (after_step: pipelining's FSDP).
     {"llama3_70b_tp8_pp4_vpp2_hsdp", "llama3-70b", 128,
-     R"({"tp": 8, "pp": 4, "vpp": 2, "schedule": "interleaved", "dp": 4, "sp": true,
+     R"({"tp": 8, "tp_impl": "torch", "pp": 4, "vpp": 2, "schedule": "interleaved", "dp": 4, "sp": true,
          "zero": 3, "reshard": "after_step", "shard_degree": 2, "mbs": 1, "gbs": 128,
          "recompute": "full"})"},
     // DDP on one server, no compile (eager), context length 8192.
@@ -136,8 +136,9 @@ TEST(TorchtitanExport, FlavorsAndModes) {
   EXPECT_NE(file_named(export_case(kCases[2]), "launch_torchtitan.sh").text.find("NGPU=8 "),
             std::string::npos);
   // A model with no torchtitan flavor says so.
-  const Export gpt = export_torchtitan(model_preset("gpt3-175b"), cluster_preset("dgx-h100", 64),
-                                       plan_of(R"({"tp": 8, "dp": 8, "sp": true, "zero": 3,
+  const Export gpt =
+      export_torchtitan(model_preset("gpt3-175b"), cluster_preset("dgx-h100", 64),
+                        plan_of(R"({"tp": 8, "tp_impl": "torch", "dp": 8, "sp": true, "zero": 3,
                                                    "gbs": 64, "recompute": "full"})"));
   EXPECT_NE(file_named(gpt, "torchtitan.toml").text.find("matches no torchtitan v0.2.2 flavor"),
             std::string::npos);
@@ -145,17 +146,19 @@ TEST(TorchtitanExport, FlavorsAndModes) {
 
 TEST(TorchtitanExport, ContextAndExpertParallelism) {
   // cp 2 inside FSDP: the FSDP mesh is dp_shard x cp, so dp_shard = (dp x cp) / cp.
-  const Export cp = export_torchtitan(model_preset("llama3-8b"), cluster_preset("dgx-h100", 16),
-                                      plan_of(R"({"tp": 2, "sp": true, "cp": 2, "dp": 4,
-                                                  "zero": 3, "gbs": 32})"));
+  const Export cp =
+      export_torchtitan(model_preset("llama3-8b"), cluster_preset("dgx-h100", 16),
+                        plan_of(R"({"tp": 2, "tp_impl": "torch", "sp": true, "cp": 2, "dp": 4,
+                                                  "cp_impl": "torch", "zero": 3, "gbs": 32})"));
   auto par = section(file_named(cp, "torchtitan.toml").text, "parallelism");
   EXPECT_EQ(par.at("context_parallel_degree"), "2");
   EXPECT_EQ(par.at("data_parallel_shard_degree"), "4");
   EXPECT_EQ(par.at("context_parallel_rotate_method"), "\"alltoall\"");
   // MoE with ep 4 carved out of dp_shard x cp x tp / etp (etp = tp); no torchtitan flavor:
   // llama4's args (GQA MoE) are the ones to add it to.
-  const Export moe = export_torchtitan(model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 16),
-                                       plan_of(R"({"tp": 2, "sp": true, "dp": 8, "ep": 4,
+  const Export moe =
+      export_torchtitan(model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 16),
+                        plan_of(R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 8, "ep": 4,
                                                    "zero": 3, "gbs": 32})"));
   const std::string toml = file_named(moe, "torchtitan.toml").text;
   par = section(toml, "parallelism");
@@ -224,15 +227,18 @@ TEST(TorchtitanExport, RefusesWhatTheModelsTrainSpecCannotRun) {
           {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
                                     "moe_dispatcher": "deepep"})",
            "plan.moe_dispatcher"},
-          {"mixtral-8x7b", 16, R"({"tp": 2, "sp": true, "dp": 8, "ep": 4, "zero": 3, "gbs": 32,
+          {"mixtral-8x7b", 16,
+           R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 8, "ep": 4, "zero": 3, "gbs": 32,
                                    "moe_dispatcher": "deepep"})",
            "plan.moe_dispatcher"},
-          {"deepseek-v3", 64, R"({"tp": 2, "sp": true, "dp": 32, "ep": 8, "etp": 2, "zero": 3,
+          {"deepseek-v3", 64,
+           R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 32, "ep": 8, "etp": 2, "zero": 3,
                                   "gbs": 64, "moe_dispatcher": "deepep"})",
            "plan.etp"},
           // Forced balance: round-robin only (models/moe/moe.py L234-249), and only where the
           // model's args pass [debug] moe_force_load_balance on (deepseek_v3, llama4).
-          {"deepseek-v3", 64, R"({"tp": 2, "sp": true, "dp": 32, "ep": 8, "zero": 3, "gbs": 64,
+          {"deepseek-v3", 64,
+           R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 32, "ep": 8, "zero": 3, "gbs": 64,
                                   "moe_force_balance": "random"})",
            "plan.moe_force_balance"},
           {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
@@ -242,7 +248,8 @@ TEST(TorchtitanExport, RefusesWhatTheModelsTrainSpecCannotRun) {
   // deepseek_v3 with etp 1 runs DeepEP, and pipelines.
   const Export ds = export_torchtitan(
       model_preset("deepseek-v3"), cluster_preset("dgx-h100", 64),
-      plan_of(R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+      plan_of(
+          R"({"tp": 2, "tp_impl": "torch", "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                   "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
                   "first_stage_layers": 30})"));
   const std::string toml = file_named(ds, "torchtitan.toml").text;
@@ -319,11 +326,13 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
   };
   std::vector<Trip> trips;
   for (const Case& c : kCases) trips.push_back({c.model, c.gpus, c.plan});
-  trips.push_back({"llama3-405b", 128,
-                   R"({"tp": 8, "sp": true, "pp": 8, "dp": 2, "zero": 3, "reshard": "after_step",
+  trips.push_back(
+      {"llama3-405b", 128,
+       R"({"tp": 8, "tp_impl": "torch", "sp": true, "pp": 8, "dp": 2, "zero": 3, "reshard": "after_step",
                        "gbs": 64, "first_stage_layers": 14, "last_stage_layers": 16})"});
-  trips.push_back({"llama3-8b", 16,
-                   R"({"tp": 2, "sp": true, "cp": 2, "dp": 4, "zero": 3, "gbs": 32,
+  trips.push_back(
+      {"llama3-8b", 16,
+       R"({"tp": 2, "tp_impl": "torch", "sp": true, "cp": 2, "dp": 4, "zero": 3, "gbs": 32,
                        "seq": 16384, "tp_comm_overlap": true, "reshard": "after_backward",
                        "cp_impl": "torch"})"});
   trips.push_back({"llama3-8b", 8,
@@ -333,13 +342,15 @@ TEST(TorchtitanImport, ExportThenImportGivesThePlanBack) {
                    R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64, "offload": "optimizer,params",
                        "cpu_optimizer": "torch", "recompute": "full",
                        "optimizer_dtype": "bf16"})"});
-  trips.push_back({"deepseek-v3", 64,
-                   R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+  trips.push_back(
+      {"deepseek-v3", 64,
+       R"({"tp": 2, "tp_impl": "torch", "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                        "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
                        "first_stage_layers": 30})"});
   // torchtitan's forced balance ([debug] moe_force_load_balance) is the round-robin gate.
-  trips.push_back({"deepseek-v3", 64,
-                   R"({"tp": 2, "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
+  trips.push_back(
+      {"deepseek-v3", 64,
+       R"({"tp": 2, "tp_impl": "torch", "sp": true, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "zero": 3,
                        "reshard": "after_step", "gbs": 64, "moe_dispatcher": "deepep",
                        "first_stage_layers": 30, "moe_force_balance": "round_robin"})"});
   // The model compiled, the loss eager (compile.components = ["model"]).
@@ -485,7 +496,8 @@ TEST(TorchtitanExport, StageSplitMatchesThePlan) {
     EXPECT_EQ(split[v], p.layers_in_chunk(m.layers, v % p.pp, v / p.pp)) << "virtual stage " << v;
   // An uneven plan (14 layers on the first stage, 16 on the others): first_stage_less_layers 2.
   const Model big = model_preset("llama3-405b");
-  const Plan uneven = plan_of(R"({"tp": 8, "sp": true, "pp": 8, "dp": 2, "zero": 3,
+  const Plan uneven =
+      plan_of(R"({"tp": 8, "tp_impl": "torch", "sp": true, "pp": 8, "dp": 2, "zero": 3,
       "reshard": "after_step", "gbs": 64, "first_stage_layers": 14, "last_stage_layers": 16})");
   par = section(
       file_named(export_torchtitan(big, cluster_preset("dgx-h100", 128), uneven), "torchtitan.toml")
@@ -506,10 +518,14 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
       {
           {"llama3-8b", 8, R"({"dp": 8, "zero": 1, "gbs": 64})", "plan.zero"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 2, "gbs": 64})", "plan.zero"},
-          {"llama3-8b", 8, R"({"tp": 2, "sp": true, "dp": 4, "zero": 0, "gbs": 64})", "plan.zero"},
-          {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 0, "gbs": 64})", "plan.zero"},
+          {"llama3-8b", 8,
+           R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 4, "zero": 0, "gbs": 64})",
+           "plan.zero"},
+          {"llama3-8b", 8, R"({"cp": 2, "cp_impl": "torch", "dp": 4, "zero": 0, "gbs": 64})",
+           "plan.zero"},
+          // Transformer Engine's exchanges (cp_impl te, which they need): both named.
           {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 64, "cp_comm_type": "a2a"})",
-           "plan.cp_comm_type"},
+           "plan.cp_comm_type, plan.cp_impl"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "optimizer"})",
            "plan.offload"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "offload": "activations"})",
@@ -520,7 +536,13 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
           {"llama3-8b", 8,
            R"({"dp": 8, "zero": 3, "gbs": 64, "recompute": "full", "recompute_layers": 30})",
            "plan.recompute_layers"},
-          {"llama3-8b", 8, R"({"tp": 2, "dp": 4, "zero": 3, "gbs": 64})", "plan.sequence_parallel"},
+          {"llama3-8b", 8, R"({"tp": 2, "tp_impl": "torch", "dp": 4, "zero": 3, "gbs": 64})",
+           "plan.sequence_parallel"},
+          // torchtitan's context parallelism is PyTorch's context_parallel, not TE's ring.
+          {"llama3-8b", 8, R"({"cp": 2, "dp": 4, "zero": 3, "gbs": 64})", "plan.cp_impl"},
+          // torchtitan's tensor parallelism is PyTorch's DTensor TP, not Megatron's layers.
+          {"llama3-8b", 8, R"({"tp": 2, "sp": true, "dp": 4, "zero": 3, "gbs": 64})",
+           "plan.tp_impl"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "precision": "fp16"})",
            "plan.precision"},
           {"llama3-8b", 8, R"({"dp": 8, "zero": 3, "gbs": 64, "grad_reduce_dtype": "bf16"})",
@@ -543,7 +565,8 @@ TEST(TorchtitanExport, RefusesWhatTorchtitanCannotExpress) {
            R"({"pp": 4, "dp": 4, "zero": 3, "reshard": "after_step", "gbs": 64,
            "stage_layers": [8, 6, 10, 8]})",
            "plan.stage_layers"},
-          {"mixtral-8x7b", 8, R"({"tp": 4, "sp": true, "dp": 2, "ep": 2, "etp": 2, "zero": 3,
+          {"mixtral-8x7b", 8,
+           R"({"tp": 4, "tp_impl": "torch", "sp": true, "dp": 2, "ep": 2, "etp": 2, "zero": 3,
                               "gbs": 64})",
            "plan.etp"},
       });

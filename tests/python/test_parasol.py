@@ -170,13 +170,13 @@ def test_a_model_dict():
 
 
 # A plan each framework can express (DeepSpeed's pipeline engine needs ZeRO-1 in bf16,
-# torchtitan's tensor parallelism is sequence-parallel, its data parallelism FSDP with it, and
-# with a pipeline it reshards after the step).
+# torchtitan's tensor parallelism is PyTorch's DTensor TP and sequence-parallel, its data
+# parallelism FSDP with it, and with a pipeline it reshards after the step).
 EXPORTS = [
     ("megatron", {}, []),
     ("deepspeed", {"zero": 1}, ["--zero", "1"]),
-    ("torchtitan", {"sp": True, "zero": 3, "reshard": "after_step"},
-     ["--sp", "--zero", "3", "--reshard", "after_step"]),
+    ("torchtitan", {"sp": True, "zero": 3, "reshard": "after_step", "tp_impl": "torch"},
+     ["--sp", "--zero", "3", "--reshard", "after_step", "--tp-impl", "torch"]),
 ]
 
 

@@ -212,7 +212,7 @@ if imported is not None:
 
 # export: each framework's files of one plan it can run.
 EXPORTS = {"megatron": ["--tp", "2"], "deepspeed": ["--zero", "2"],
-           "torchtitan": ["--tp", "2", "--sp", "true", "--zero", "3"]}
+           "torchtitan": ["--tp", "2", "--sp", "true", "--zero", "3", "--tp-impl", "torch"]}
 for target, plan in EXPORTS.items():
     doc = check("export", ["export", "--to", target, "--json", "--model", "llama3-8b",
                            "--cluster", "dgx-h100", "--gpus", "16", "--gbs", "64"] + plan)
