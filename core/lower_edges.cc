@@ -169,8 +169,8 @@ void Lowerer::unfused_loss_forward(int logits, int mb) {
     const double bytes = k.logit_bytes * elements + k.token_bytes * T_;
     const double n = k.logit_bytes > 0 ? elements : double(T_);
     if (k.stands_for == XentStandsFor::kMax) {
-      role(OpRole::kXentMax, elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes,
-                                         {logits}, {hs.row_max}));
+      role(OpRole::kXentMax,
+           elementwise(OpKind::kCrossEntropy, -1, nm.c_str(), n, bytes, {logits}, {hs.row_max}));
       if (t_ > 1) {
         const int op = collective(OpKind::kAllReduce, Group::kTp, -1, "xent.max.ar", 4.0 * T_,
                                   hs.row_max, hs.row_max);

@@ -1,6 +1,6 @@
-// Megatron-Core's unfused vocab-parallel cross entropy (Plan::cross_entropy_loss_fusion off), kernel
-// by kernel: one list that the lowering (core/lower_edges.cc) emits as ops and the closed-form
-// estimate (cost_models/estimate.cc) prices, so both predictors read the same kernels.
+// Megatron-Core's unfused vocab-parallel cross entropy (Plan::cross_entropy_loss_fusion off),
+// kernel by kernel: one list that the lowering (core/lower_edges.cc) emits as ops and the
+// closed-form estimate (cost_models/estimate.cc) prices, so both predictors read the same kernels.
 //
 // Source: NVIDIA/Megatron-LM @d98e8a64dd megatron/core/tensor_parallel/cross_entropy.py
 // (_VocabParallelCrossEntropy, called by language_module.py compute_language_model_loss when
@@ -36,10 +36,10 @@ namespace parasol {
 enum class XentStandsFor { kNone, kMax, kSums, kGradient };
 
 struct XentKernel {
-  const char* name;       // the op's name after "xent."
-  double logit_bytes;     // bytes per logit of this rank's vocab slice (0: a per-token kernel)
-  double token_bytes;     // bytes per token (a per-token kernel's whole traffic)
-  bool python = true;     // issued from Python (false: the autograd engine's C++ thread)
+  const char* name;    // the op's name after "xent."
+  double logit_bytes;  // bytes per logit of this rank's vocab slice (0: a per-token kernel)
+  double token_bytes;  // bytes per token (a per-token kernel's whole traffic)
+  bool python = true;  // issued from Python (false: the autograd engine's C++ thread)
   XentStandsFor stands_for = XentStandsFor::kNone;
 };
 

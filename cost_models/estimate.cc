@@ -134,10 +134,10 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     if (p.unfused_loss()) {  // Megatron's unfused loss: its kernels issued from Python
       const double eb = p.precision == Dtype::kFp32 ? 4 : 2;
       auto unfused = [&](Phase ph) {
-        const double h = graphed ? 0
-                                 : unfused_xent_own_kernels(ph, eb) *
-                                       edge_op_host(p, f, OpKind::kCrossEntropy, ph,
-                                                    OpRole::kXentUnfused);
+        const double h =
+            graphed ? 0
+                    : unfused_xent_own_kernels(ph, eb) *
+                          edge_op_host(p, f, OpKind::kCrossEntropy, ph, OpRole::kXentUnfused);
         (ph == fwd ? price.host_forward : price.host_backward) += h;
         return h;
       };
@@ -492,8 +492,8 @@ int64_t price_flags(const Plan& p) {
 // (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Bit 0: issue 42's; bits
 // 40-47: issue 49's.
 int64_t price_flags_more(const Plan& p) {
-  return (p.unfused_loss() ? int64_t{1} << 0 : 0) |  // Megatron's unfused loss (core/unfused_xent.h)
-         (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);  // FC1's GELU in its GEMM's epilogue
+  // Megatron's unfused loss (core/unfused_xent.h); FC1's GELU in its GEMM's epilogue.
+  return (p.unfused_loss() ? int64_t{1} << 0 : 0) | (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);
 }
 
 }  // namespace

@@ -449,9 +449,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
   base.global_batch = 32;
   base.zero = 1;
   std::vector<void (*)(Plan&)> switches = {
-      [](Plan&) {},
-      [](Plan& p) { p.eager_loss = true; },
-      [](Plan& p) { p.tiled_loss = true; },
+      [](Plan&) {}, [](Plan& p) { p.eager_loss = true; }, [](Plan& p) { p.tiled_loss = true; },
       [](Plan& p) { p.gemm_gelu_epilogue = true; },  // SwiGLU: no change (GeluEpilogue... below)
       [](Plan& p) { p.expert_bias_loop = true; },
       [](Plan& p) {
@@ -479,12 +477,10 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.nan_check = false; },
       [](Plan& p) { p.cuda_graphs = CudaGraphs::kFullIteration; },
       [](Plan& p) { p.host_framework = HostFramework::kNative; },
-      [](Plan& p) { p.torch_compile = true; },
-      [](Plan& p) { p.fused_kernels = false; },
+      [](Plan& p) { p.torch_compile = true; }, [](Plan& p) { p.fused_kernels = false; },
       [](Plan& p) { p.tp_comm_overlap = true; },
       [](Plan& p) { p.tp_impl = TpImpl::kPytorch; },  // bit 61: the dgrad reductions on the path
-      [](Plan& p) { p.ep_comm_overlap = true; },
-      [](Plan& p) { p.recompute = Recompute::kFull; },
+      [](Plan& p) { p.ep_comm_overlap = true; }, [](Plan& p) { p.recompute = Recompute::kFull; },
       [](Plan& p) {
         p.recompute = Recompute::kFull;
         p.recompute_layers = 1;
@@ -498,10 +494,8 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.first_stage_layers = 1;
         p.last_stage_layers = 1;
       },
-      [](Plan& p) { p.schedule = Schedule::kGpipe; },
-      [](Plan& p) { p.zero = 0; },
-      [](Plan& p) { p.zero = 2; },
-      [](Plan& p) { p.zero = 3; },
+      [](Plan& p) { p.schedule = Schedule::kGpipe; }, [](Plan& p) { p.zero = 0; },
+      [](Plan& p) { p.zero = 2; }, [](Plan& p) { p.zero = 3; },
       [](Plan& p) {  // DeepSpeed ZeRO-3: gathers per module
         p.zero = 3;
         p.zero3_unit = GatherUnit::kModule;
@@ -538,12 +532,10 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.offload.optimizer = true;
         p.cpu_optimizer = CpuOptimizer::kTorch;
       },
-      [](Plan& p) { p.overlap_grad_reduce = false; },
-      [](Plan& p) { p.micro_batch = 2; },
+      [](Plan& p) { p.overlap_grad_reduce = false; }, [](Plan& p) { p.micro_batch = 2; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kCudnn; },
       [](Plan& p) { p.attention_kernel = AttentionKernel::kFa3; },  // bit 60
-      [](Plan& p) { p.attention_unpad = true; },
-      [](Plan& p) { p.loss_metric_passes = 2; },
+      [](Plan& p) { p.attention_unpad = true; }, [](Plan& p) { p.loss_metric_passes = 2; },
       [](Plan& p) {
         p.zero = 3;
         p.fsdp_impl = FsdpImpl::kFsdp1;
@@ -579,8 +571,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.gradient_accumulation_fusion = false; },
       [](Plan& p) { p.p2p_sync = true; },  // bit 53: the exchanges' syncs
       // price_flags_more bit 0: Megatron's unfused loss (core/unfused_xent.h)
-      [](Plan& p) { p.cross_entropy_loss_fusion = false; },
-      [](Plan& p) { p.dp = p.ep = p.cp = 2; },
+      [](Plan& p) { p.cross_entropy_loss_fusion = false; }, [](Plan& p) { p.dp = p.ep = p.cp = 2; },
       [](Plan& p) {
         p.dp = p.ep = p.cp = 2;
         p.cp_comm_type = CpCommType::kAllGather;

@@ -806,8 +806,8 @@ TEST(MegatronImport, TheLossIsUnfusedUnlessTheFlagSaysFused) {
   };
   EXPECT_FALSE(fused(import_megatron(base)));
   EXPECT_TRUE(fused(import_megatron(base + "--cross-entropy-loss-fusion")));
-  EXPECT_TRUE(fused(import_megatron(
-      base + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native")));
+  EXPECT_TRUE(fused(
+      import_megatron(base + "--cross-entropy-loss-fusion --cross-entropy-fusion-impl native")));
   const Model m = model_preset("gpt2-124m");
   const Cluster cl = load_cluster("dgx-h100", 8);
   Plan p;
