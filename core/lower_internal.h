@@ -639,7 +639,7 @@ class Lowerer {
   double eb_, wb_, drop_;
   KernelBytes kb_;  // the memory-bound kernels' bytes per element (core/layer_shapes.h)
   bool sp_, flash_, bias_;
-  bool op_ac_;  // torchtitan's op-level selective activation checkpointing (kSelectiveOp)
+  bool op_ac_;          // torchtitan's op-level selective activation checkpointing (kSelectiveOp)
   bool fp8_transpose_;  // the device keeps a transpose of each fp8 weight (Lowerer's constructor)
   Program P_;
   OpTags tags_;
@@ -703,7 +703,7 @@ class Lowerer {
   };
   std::vector<DsReduce> ds_reduces_;
   std::vector<int> ds_reduce_of_buffer_;  // per buffer id: its pending reduce, or -1
-  double gb_ = 4;  // bytes per element of a data-parallel gradient reduction
+  double gb_ = 4;                         // bytes per element of a data-parallel gradient reduction
   std::vector<char> unit_grads_valid_;
   std::vector<int> backward_done_;  // per chunk: backward units emitted
   // Saved activations per (chunk, micro-batch, layer of chunk); on host when offloaded.

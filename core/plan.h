@@ -334,7 +334,7 @@ struct Plan {
   // (Automodel@8d9bfb90e nemo_automodel/recipes/llm/benchmark.py L178-196,
   // components/moe/fsdp_mixin.py patched_backward_maybe_with_nosync).
   int pipeline_flushes = 1;
-  int64_t seq_len = 0;   // 0 = model.seq_len
+  int64_t seq_len = 0;  // 0 = model.seq_len
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
   int recompute_layers = -1;  // -1 = all layers of a stage; k = the first k layers per stage

@@ -231,9 +231,9 @@ enum class OpRole {
   // core/unfused_xent.h) beside those the fused loss's ops run: priced by both predictors; the
   // executor runs the fused loss's arithmetic and nothing for it.
   kXentUnfused,
-  kDispatchA2a,       // kAllToAll: the dispatch's token exchange (forward: to the experts)
-  kCombineA2a,        // kAllToAll: the combine's token exchange (forward: back to the tokens)
-  kDispatchGather,    // kAllGather: the dispatched rows over the experts' tensor-parallel group
+  kDispatchA2a,     // kAllToAll: the dispatch's token exchange (forward: to the experts)
+  kCombineA2a,      // kAllToAll: the combine's token exchange (forward: back to the tokens)
+  kDispatchGather,  // kAllGather: the dispatched rows over the experts' tensor-parallel group
   // kBias: the routed experts' fc2 bias added outside the grouped GEMM, one loop over the local
   // experts (Plan::expert_bias_loop; `tensors` = the local experts), forward or backward.
   kExpertBias,

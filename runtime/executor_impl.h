@@ -149,7 +149,7 @@ struct Executor::Impl {
   bool run_typed_norm(const Op& op);
   bool run_typed_linear(const Op& op);
   bool run_typed_gelu_gemm(const Op& op);  // Plan::gemm_gelu_epilogue's two GEMMs
-  bool run_typed_moe(const Op& op);  // dispatch, combine, grouped expert GEMMs
+  bool run_typed_moe(const Op& op);        // dispatch, combine, grouped expert GEMMs
   void rotate_qk_bf16(int qkv, bool inverse);
   void run_compute(const Op& op);
   void run_embedding(const Op& op);      // token (and learned position) embedding
