@@ -95,6 +95,24 @@ MemoryStats Backend::routing_memory() const {
   return routing_.stats;
 }
 
+void* Backend::alloc_staging(size_t bytes) {
+  return alloc_in(staging_, bytes, BufferClass::kWorkspace, false);
+}
+void Backend::free_staging(void* p) { free_in(staging_, p, false); }
+
+MemoryStats Backend::staging_memory() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staging_.stats;
+}
+
+void Backend::begin_capture() {
+  throw Error("runtime.backend", name() + " records no graphs (begin_capture)");
+}
+int Backend::end_capture() {
+  throw Error("runtime.backend", name() + " records no graphs (end_capture)");
+}
+void Backend::replay(int) { throw Error("runtime.backend", name() + " records no graphs (replay)"); }
+
 namespace {
 [[noreturn]] void no_bf16(const std::string& backend, const char* entry) {
   throw Error("runtime.backend", backend + " has no bf16 kernel " + entry +
@@ -245,7 +263,7 @@ MemoryStats Backend::host_memory() const {
 
 void Backend::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Space* s : {&device_, &host_, &widened_, &routing_}) {
+  for (Space* s : {&device_, &host_, &widened_, &routing_, &staging_}) {
     s->stats.peak = s->stats.live;
     s->stats.peak_total = s->stats.live_total;
   }
@@ -257,10 +275,12 @@ void Backend::release_all() {
   for (auto& [p, info] : host_.blocks) raw_free_host(p);
   for (auto& [p, info] : widened_.blocks) raw_free(p);
   for (auto& [p, info] : routing_.blocks) raw_free(p);
+  for (auto& [p, info] : staging_.blocks) raw_free(p);
   device_ = Space{};
   host_ = Space{};
   widened_ = Space{};
   routing_ = Space{};
+  staging_ = Space{};
 }
 
 }  // namespace parasol::runtime

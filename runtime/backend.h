@@ -144,6 +144,13 @@ class Backend {
   void* alloc_routing(size_t bytes);
   void free_routing(void* p);
   MemoryStats routing_memory() const;
+  // The step's staging (runtime/executor.h): every micro-batch's tokens and labels uploaded in
+  // one copy before the step, and the loss accumulator read once after it, at addresses fixed
+  // across steps so that a captured step reads and writes the same memory at every replay.
+  // Device memory the Program does not list, counted apart (staging_memory()).
+  void* alloc_staging(size_t bytes);
+  void free_staging(void* p);
+  MemoryStats staging_memory() const;
 
   // Copies `bytes` bytes between any two memories of this Backend (device or host); the ranges
   // must not overlap.
@@ -169,6 +176,31 @@ class Backend {
   // the calling thread (cpu) return nullptr: everything issued is already done.
   virtual void* record_fence() { return nullptr; }
   virtual void release_fence(void* fence) { (void)fence; }
+  // The other way: compute work issued from now on waits for `fence`, a transfer's completion
+  // (Request::fence(), a CUDA event on a communicator's stream). nullptr, and backends whose
+  // transfers have finished when the host sees them complete (cpu): nothing to do.
+  virtual void wait_fence(void* fence) { (void)fence; }
+
+  // ---- Whole-step graphs (Plan::cuda_graphs full_iteration; runtime/step_graph.h). A backend
+  // that records_graphs() records the work issued on it between begin_capture() and
+  // end_capture() (kernels, device-to-device copies, memsets, and the transfers of communicators
+  // whose streams joined the capture through fences) without running it; end_capture() returns
+  // the graph's id and replay(id) runs the recorded work, ordered like a kernel. A call that
+  // cannot be recorded (a copy to or from host memory, a synchronisation, an allocation the
+  // caches cannot serve) throws parasol::Error naming it and abandons the capture. The recorded
+  // work keeps the addresses it was captured with. The defaults throw parasol::Error.
+  virtual bool records_graphs() const { return false; }
+  virtual void begin_capture();
+  virtual int end_capture();
+  virtual void replay(int graph);
+  // Copies so far between host memory and this backend's device memory, counted by the backend
+  // from where the pointers lie: `reads` device to host (a host synchronisation on a GPU),
+  // `writes` host to device. -1 each where device memory is host memory and the backend cannot
+  // tell (cpu; the strict cpu backend and cuda can).
+  struct HostTraffic {
+    int64_t reads = -1, writes = -1;
+  };
+  virtual HostTraffic host_traffic() const { return {}; }
 
   // ---- Embedding (OpKind::kEmbedding).
 
@@ -293,6 +325,13 @@ class Backend {
   // dloss * sum_r loss[r]. In place allowed.
   virtual void xent_backward(float* dlogits, const float* probs, const int32_t* labels,
                              int64_t rows, int64_t vocab, int64_t vocab_start, float dloss) = 0;
+
+  // The step's loss on the device (read by the host once, after the step): acc[0] += loss[r] and
+  // acc[1] += 1 for each row r < rows with labels[r] >= 0, in row order, summed in double (the
+  // sum the host formed from the per-token fp32 losses before; acc is two device doubles, the
+  // one double output of the kernel layer).
+  virtual void loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                               int64_t rows) = 0;
 
   // ---- MoE: router (OpKind::kRouter), dispatch and combine, expert linear.
 
@@ -526,7 +565,7 @@ class Backend {
   void free_in(Space& s, void* p, bool host);
 
   mutable std::mutex mu_;
-  Space device_, host_, widened_, routing_;
+  Space device_, host_, widened_, routing_, staging_;
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 

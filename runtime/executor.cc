@@ -43,8 +43,16 @@ Executor::Impl::Impl(const Model& m, const Plan& p, const Program& pr, Backend& 
   index_buckets();
   allocate_persistent();
   GraphSupport can;
-  can.backend_graphs = be.name() == "cuda";  // CudaBackend::begin_capture / replay (cpu: none)
+  can.backend_graphs = be.records_graphs();  // CudaBackend::begin_capture / replay (cpu: none)
   can.device_moe_routing = be.device_moe_routing();
+  can.executor_staging = true;  // StepConfig::stage_host_traffic (a step without it runs eagerly)
+  can.comm_graphs = true;       // every communicator the step's transfers use can be captured
+  for (const Op& op : prog.ops) {
+    if (is_communication(op.kind) && op.tags.phase != Phase::kOptimizer)
+      can.comm_graphs = can.comm_graphs && comms.get(op.group).capturable();
+    if (op.kind == OpKind::kAttention && op.attn.dropout) has_dropout_ = true;
+  }
+  has_dropout_ = has_dropout_ || model.dropout;
   graph_ = StepGraphPolicy(step_graph_blockers(model, plan, prog, can));
 }
 
@@ -158,6 +166,7 @@ void Executor::Impl::build_units() {
 // received K/V chunk, and the layer and micro-batch of each expert-region buffer.
 void Executor::Impl::index_ops() {
   op_units_begin_.reserve(prog.ops.size() + 1);
+  stage_slot_.assign(prog.buffers.size(), -1);
   for (const Op& op : prog.ops) {
     op_units_begin_.push_back(static_cast<int>(op_units_.size()));
     const size_t from = op_units_.size();
@@ -180,6 +189,16 @@ void Executor::Impl::index_ops() {
       for (int id : *ids)
         if (prog.buffers[id].role == BufferRole::kExpertRows && region_key_[id] < 0)
           region_key_[id] = ep_key(op.tags.layer, op.tags.micro_batch);
+    // A token or label buffer holds the micro-batch of its first op: its staging slot.
+    for (const std::vector<int>* ids : {&op.reads, &op.writes})
+      for (int id : *ids) {
+        const BufferRole role = prog.buffers[id].role;
+        if ((role != BufferRole::kTokens && role != BufferRole::kLabels) || stage_slot_[id] >= 0)
+          continue;
+        PARASOL_CHECK(op.tags.micro_batch >= 0, "a token buffer outside a micro-batch");
+        stage_slot_[id] = 2 * op.tags.micro_batch + (role == BufferRole::kLabels ? 1 : 0);
+        stage_slots_ = std::max(stage_slots_, 2 * (op.tags.micro_batch + 1));
+      }
   }
   op_units_begin_.push_back(static_cast<int>(op_units_.size()));
 }
@@ -220,6 +239,7 @@ Executor::Impl::~Impl() {
   be.free_routing(moe_bad_);
   be.free(sumsq_);
   sumsq_ = scale_ = nullptr;
+  be.free_staging(staging_);
 }
 
 void Executor::Impl::allocate(int u) {
@@ -262,17 +282,43 @@ void Executor::Impl::ensure(const Op& op) {
     if (units_[u].base != nullptr) continue;
     allocate(u);
     // Inputs nobody writes: the micro-batch's tokens and labels.
-    for (int id : units_[u].buffers) {
-      const BufferRole role = prog.buffers[id].role;
-      if (role != BufferRole::kTokens && role != BufferRole::kLabels) continue;
-      const int mb = op.tags.micro_batch;
-      std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
-      if (!cfg->batch) throw Error("run.data", "no token source for the step");
-      cfg->batch(mb, tokens.data(), labels.data());
-      be.copy(ptr_[id], role == BufferRole::kTokens ? tokens.data() : labels.data(),
-              T * sizeof(int32_t));
-    }
+    for (int id : units_[u].buffers)
+      if (stage_slot_[id] >= 0) fill_input(id, op.tags.micro_batch);
   }
+}
+
+// Staged: a device copy from the step's staging memory (its slot was uploaded before the first
+// op); else the former path, an upload of the micro-batch's tokens or labels from the host.
+void Executor::Impl::fill_input(int id, int micro_batch) {
+  const auto bytes = static_cast<size_t>(T) * sizeof(int32_t);
+  const bool labels = prog.buffers[id].role == BufferRole::kLabels;
+  if (staged()) {
+    be.copy(ptr_[id], static_cast<const int32_t*>(staging_) + int64_t{stage_slot_[id]} * T, bytes);
+    return;
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), label(static_cast<size_t>(T));
+  if (!cfg->batch) throw Error("run.data", "no token source for the step");
+  cfg->batch(micro_batch, tokens.data(), label.data());
+  be.copy(ptr_[id], labels ? label.data() : tokens.data(), bytes);
+}
+
+// Every micro-batch's tokens and labels in one upload to the staging memory (allocated on the
+// first step, kept: its address is fixed for a captured graph), and the loss accumulator zeroed.
+void Executor::Impl::stage_inputs() {
+  const int64_t ints = int64_t{stage_slots_} * T;
+  const size_t acc_at = (static_cast<size_t>(ints) * sizeof(int32_t) + 7) / 8 * 8;
+  if (staging_ == nullptr) {
+    staging_ = be.alloc_staging(acc_at + 2 * sizeof(double));
+    loss_acc_ = reinterpret_cast<double*>(static_cast<char*>(staging_) + acc_at);
+  }
+  if (ints > 0) {
+    if (!cfg->batch) throw Error("run.data", "no token source for the step");
+    std::vector<int32_t> host(static_cast<size_t>(ints));
+    for (int mb = 0; mb < stage_slots_ / 2; ++mb)
+      cfg->batch(mb, host.data() + int64_t{2 * mb} * T, host.data() + int64_t{2 * mb + 1} * T);
+    be.copy(staging_, host.data(), static_cast<size_t>(ints) * sizeof(int32_t));
+  }
+  be.zero(loss_acc_, 2 * sizeof(double));
 }
 
 void Executor::Impl::finished(const Op& op) {
@@ -741,14 +787,23 @@ struct Executor::Impl::Scheduler {
   Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res);
   void run();     // until every op has completed
   void finish();  // the trace's marked events, the send staging freed, the step's wall time
+  // The step's body (every op but the optimizer's) as a graph: kCapture records it (its
+  // transfers joined to the compute stream by their fences, not waited on by the host), then
+  // launches it; kReplay launches the captured graph and only advances the rules over the body's
+  // ops (nothing allocated, run or started). run() then runs the optimizer's ops.
+  void run_body(GraphAction action);
 
  private:
   struct InFlight {
     int op;
     Request req;
     double start;
-    bool landed = false;  // its request has completed; the rules may still hold its completion
+    bool landed = false;    // its request has completed; the rules may still hold its completion
+    bool replayed = false;  // a replayed graph ran it: no completion work
   };
+  bool in_body(const Op& op) const { return op.tags.phase != Phase::kOptimizer; }
+  void loop();               // until every op (or, body_only, every op of the body) has completed
+  void completed(const Op& op);  // the rules told, the body's count kept
   struct Marked {
     int op, start, end;
   };
@@ -775,6 +830,10 @@ struct Executor::Impl::Scheduler {
   std::vector<int> next;  // per stream: its next op to issue (-1: none left)
   std::vector<InFlight> flying;
   std::vector<Marked> marked;
+  bool body_only = false;  // issue no optimizer op (run_body)
+  bool capture = false;    // the backend records the body (run_body)
+  bool replay = false;     // the backend replayed the body (run_body)
+  int body_left = 0;       // the body's ops not completed yet
   int64_t last_live = -1, last_peak = -1;  // the memory counter's last sample and peak seen
   double last_sample_t = 0;
   Clock::time_point t0;
@@ -789,6 +848,7 @@ Executor::Impl::Scheduler::Scheduler(Impl& impl, const StepConfig& cfg, StepResu
       state(impl.graph, IssueRules{.eager_sends = true}) {
   next.resize(prog.streams.size());
   for (int s = 0; s < graph.streams(); ++s) next[s] = graph.stream_first(s);
+  for (const Op& op : prog.ops) body_left += in_body(op) ? 1 : 0;
   // Compute and copy ops are timed by the backend's marks (device time on cuda), transfers by the
   // host clock; mark 0 and t0 are both the step's start.
   im.be.clear_marks();
@@ -840,10 +900,15 @@ void Executor::Impl::Scheduler::sample_memory(double t) {
   last_sample_t = t;
 }
 
+void Executor::Impl::Scheduler::completed(const Op& op) {
+  state.completed(op.id);
+  if (in_body(op)) --body_left;
+}
+
 void Executor::Impl::Scheduler::complete(const Op& op) {
   im.after_complete(op);
   im.finished(op);
-  state.completed(op.id);
+  completed(op);
 }
 
 bool Executor::Impl::Scheduler::poll_transfers() {
@@ -860,9 +925,9 @@ bool Executor::Impl::Scheduler::poll_transfers() {
     }
     const Op& op = prog.ops[f.op];
     record(op, f.start, now());
-    if (graph.is_send(op.id)) {  // eager: its stream and dependents went on at issue
+    if (graph.is_send(op.id) || f.replayed) {  // eager: its stream and dependents went on
       im.finished(op);
-      state.completed(op.id);
+      completed(op);
     } else {
       complete(op);
     }
@@ -896,6 +961,7 @@ bool Executor::Impl::Scheduler::issue_ready(int s) {
   while (next[s] >= 0) {
     reach();
     const int i = next[s];
+    if (body_only && !in_body(prog.ops[i])) break;
     if (!state.ready(i)) break;
     const int begin = graph.issue_begin(i), end = graph.issue_end(i);
     state.issued(i);
@@ -923,6 +989,18 @@ bool Executor::Impl::Scheduler::issue_ready(int s) {
 // Whether an in-flight transfer has completed; a failure (the peer's error, the communication
 // timeout) is rethrown naming the op as well as the call.
 bool Executor::Impl::Scheduler::tested(InFlight& f) {
+  if (capture) {
+    // Recording: neither the host nor an event query may wait. The compute stream waits for the
+    // transfer's event (joining its stream back into the capture), and what follows is ordered
+    // after it on the device.
+    void* fence = f.req.fence();
+    if (fence == nullptr)
+      throw Error("runtime.graph", prog.ops[f.op].name +
+                                       ": a transfer without a device fence cannot be captured");
+    im.be.wait_fence(fence);
+    f.req.detach();
+    return true;
+  }
   try {
     return f.req.test();
   } catch (const Error& e) {
@@ -961,6 +1039,15 @@ void Executor::Impl::Scheduler::inject_failure(const Op& op) const {
 // completes unless it is an eager send) or runs the op to completion on this thread.
 void Executor::Impl::Scheduler::issue(const Op& op) {
   inject_failure(op);
+  if (replay && in_body(op)) {  // the replayed graph ran it: the rules only
+    if (is_communication(op.kind)) {
+      flying.push_back({op.id, Request(), now(), true, true});
+    } else {
+      im.finished(op);
+      completed(op);
+    }
+    return;
+  }
   im.ensure(op);
   static const bool debug = std::getenv("PARASOL_EXEC_DEBUG") != nullptr;
   if (debug)
@@ -987,9 +1074,37 @@ void Executor::Impl::Scheduler::issue(const Op& op) {
   }
 }
 
-void Executor::Impl::Scheduler::run() {
+void Executor::Impl::Scheduler::run() { loop(); }
+
+void Executor::Impl::Scheduler::run_body(GraphAction action) {
+  PARASOL_CHECK(action == GraphAction::kCapture || action == GraphAction::kReplay,
+                "run_body without a graph");
+  body_only = true;
+  if (action == GraphAction::kReplay) {
+    im.be.replay(im.graph_id_);
+    replay = true;
+    loop();
+    replay = false;
+  } else {
+    capture = true;
+    im.be.begin_capture();
+    try {
+      loop();
+      im.graph_id_ = im.be.end_capture();
+    } catch (const Error& e) {
+      im.graph_.capture_failed(e.what());
+      throw;
+    }
+    capture = false;
+    im.be.replay(im.graph_id_);  // the recording ran nothing: run it now
+    im.graph_peak_ = im.be.device_memory().peak_total;
+  }
+  body_only = false;
+}
+
+void Executor::Impl::Scheduler::loop() {
   IdleWait idle;
-  while (!state.done()) {
+  while (body_only ? body_left > 0 : !state.done()) {
     bool progressed = poll_transfers();
     for (int s = 0; s < graph.streams(); ++s)
       if (issue_ready(s)) progressed = true;
@@ -1065,6 +1180,12 @@ void Executor::Impl::run_local(const Op& op) {
 }
 
 void Executor::Impl::end_step(StepResult& res) {
+  if (staged()) {  // the loss, summed on the device, read once
+    double acc[2] = {0, 0};
+    be.copy(acc, loss_acc_, sizeof acc);
+    res.loss_sum = acc[0];
+    res.loss_tokens = static_cast<int64_t>(acc[1]);
+  }
   float sumsq = 0;
   if (sumsq_ != nullptr) be.copy(&sumsq, sumsq_, sizeof(float));
   be.free(sumsq_);
@@ -1076,17 +1197,61 @@ void Executor::Impl::end_step(StepResult& res) {
   result = nullptr;
 }
 
+// What the captured kernels took by value from the step's config (a change sends the policy back
+// to warm-up and capture): the loss gradient's scale, the tokens it is averaged over, the typed
+// path. Dropout's seeds change every step, so a step with dropout is never captured.
+std::vector<double> Executor::Impl::graph_key(const StepConfig& c) const {
+  return {c.loss_scale, static_cast<double>(c.tokens_per_step), c.typed_bf16 ? 1.0 : 0.0};
+}
+
+GraphAction Executor::Impl::decide_graph(const StepConfig& c, StepResult& r) {
+  std::string why;
+  if (graph_.blockers().empty()) {
+    if (c.trace)
+      why = "a traced step runs op by op (each kernel timed between its own events)";
+    else if (!c.stage_host_traffic)
+      why = "StepConfig::stage_host_traffic off: the step uploads tokens and reads losses";
+    else if (has_dropout_ && c.dropout_p > 0)
+      why = "dropout: each step's mask seeds are kernel arguments (seed_for), not device memory";
+    else if (c.inject_overflow)
+      why = "an injected overflow: a host write into the step's loss gradient";
+  }
+  if (!why.empty()) {
+    r.graph_action = GraphAction::kEager;
+    r.graph_reason = why;
+    return r.graph_action;
+  }
+  std::vector<double> key = graph_key(c);
+  if (graph_id_ >= 0 && key != graph_key_) {  // the captured kernels' arguments changed
+    graph_.invalidate();
+    graph_id_ = -1;
+  }
+  r.graph_action = graph_.next();
+  r.graph_reason = graph_.reason();
+  if (r.graph_action == GraphAction::kCapture) graph_key_ = std::move(key);
+  return r.graph_action;
+}
+
+// Outside the step's ops: the gradients zeroed and the inputs staged before, the loss and the
+// norm read after (end_step). Between them nothing touches host memory when the inputs are
+// staged, and the body can be a graph (runtime/step_graph.h).
 StepResult Executor::step(const StepConfig& config) {
   Impl& im = *impl_;
   StepResult result;
-  // The executor runs op by op; the policy's blockers always include its host traffic inside
-  // the step (GraphSupport::executor_staging), so every step is eager, with the reason.
-  result.graph_action = im.graph_.next();
-  result.graph_reason = im.graph_.reason();
-  PARASOL_CHECK(result.graph_action == GraphAction::kEager, "a graph step without capture");
   im.begin_step(config, result);
+  const GraphAction action = im.decide_graph(config, result);
+  if (im.staged()) im.stage_inputs();
   Impl::Scheduler scheduler(im, config, result);
+  const Backend::HostTraffic before = im.be.host_traffic();
+  if (action == GraphAction::kCapture || action == GraphAction::kReplay)
+    scheduler.run_body(action);
   scheduler.run();
+  const Backend::HostTraffic after = im.be.host_traffic();
+  if (before.reads >= 0) {
+    result.step_host_reads = after.reads - before.reads;
+    result.step_host_writes = after.writes - before.writes;
+  }
+  if (action == GraphAction::kReplay) result.graph_peak_bytes = im.graph_peak_;
   scheduler.finish();
   im.end_step(result);
   return result;

@@ -67,6 +67,14 @@ struct StepConfig {
   // Mixed precision: run the ops the Backend has typed bf16 entries for (backend.h) on them,
   // without widening their operands; false: widen every op (the reference path).
   bool typed_bf16 = true;
+  // The step's host traffic outside its ops: every micro-batch's tokens and labels uploaded in
+  // one copy before the first op (Backend::alloc_staging: fixed addresses; each token buffer is
+  // filled from it by a device copy when allocated), the per-token losses summed on the device
+  // (Backend::loss_accumulate) and read once after the last op. No op of the step then reads or
+  // writes host memory, so that it can be captured into a graph. false: the former path, each
+  // micro-batch's tokens uploaded when its buffer is allocated and its losses read when computed
+  // (the reference the staged path is tested against: the same losses bit for bit).
+  bool stage_host_traffic = true;
 };
 
 struct StepResult {
@@ -99,6 +107,16 @@ struct StepResult {
   // step did (eager, warmup, capture, replay) and, when eager, why (the first blocker).
   GraphAction graph_action = GraphAction::kEager;
   std::string graph_reason;
+  // Copies between host and device memory while the step's ops ran (from its first op to its
+  // last, the optimizer's included; the staging upload before and the reads of the loss and the
+  // norm after are not counted), as the backend counted them (Backend::host_traffic): `reads`
+  // device to host (each a host synchronisation on a GPU), `writes` host to device. -1 where the
+  // backend cannot tell host from device memory (the plain cpu backend).
+  int64_t step_host_reads = -1;
+  int64_t step_host_writes = -1;
+  // A replayed step's buffers were allocated when the graph was captured and are not allocated
+  // again: the device bytes that step peaked at (0 on other steps), which the graph's replays use.
+  int64_t graph_peak_bytes = 0;
 };
 
 class Executor {

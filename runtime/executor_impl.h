@@ -271,6 +271,25 @@ struct Executor::Impl {
   // Whole-step CUDA graphs: the step-by-step decision (runtime/step_graph.h), its blockers found
   // once from the Program, the plan and what this runtime can capture.
   StepGraphPolicy graph_;
+  // This step's action and reason (the policy's, or eager for what the step's config changes:
+  // a traced step, dropout's per-step seeds, the staging off); a capture starts here.
+  GraphAction decide_graph(const StepConfig& config, StepResult& res);
+  int graph_id_ = -1;                // the captured graph (Backend::end_capture), -1: none
+  std::vector<double> graph_key_;    // what the captured kernels took by value (loss scale, ...)
+  int64_t graph_peak_ = 0;           // the captured step's peak device bytes
+  std::vector<double> graph_key(const StepConfig& c) const;
+  bool has_dropout_ = false;  // a kernel of the step draws a dropout mask (seeded per step)
+
+  // ---- The step's staging (StepConfig::stage_host_traffic; executor.cc).
+  // Per buffer: its slot in the staging memory (micro-batch * 2, + 1 for labels) for the token and
+  // label buffers, else -1.
+  std::vector<int> stage_slot_;
+  int stage_slots_ = 0;
+  void* staging_ = nullptr;      // Backend::alloc_staging: [stage_slots_ x T] int32, then loss_acc_
+  double* loss_acc_ = nullptr;   // two device doubles: the loss sum and the labelled tokens
+  bool staged() const { return cfg != nullptr && cfg->stage_host_traffic; }
+  void stage_inputs();  // before the step's first op: the one upload, the accumulator zeroed
+  void fill_input(int buffer, int micro_batch);  // a token or label buffer just allocated
   // Rotary position embeddings (models without learned positions) on the Q and K columns of a
   // QKV buffer (or its gradient: inverse), positions of this rank's sequence chunk.
   bool rotary() const { return !model.learned_positions; }

@@ -656,8 +656,13 @@ void Executor::Impl::run_cross_entropy(const Op& op) {
   if (cfg->inject_overflow) inject_inf(W(op, 0), Dtype::kFp32);  // the fp32 view
 }
 
-// The step's loss sum and token count from T per-token losses in device memory.
+// The step's loss sum and token count from T per-token losses in device memory: staged, summed
+// on the device (read after the step, end_step); else read here (a host synchronisation).
 void Executor::Impl::add_losses(const float* dev_loss, const int32_t* labels) {
+  if (staged()) {
+    be.loss_accumulate(loss_acc_, dev_loss, labels, T);
+    return;
+  }
   std::vector<float> loss(static_cast<size_t>(T));
   std::vector<int32_t> lab(static_cast<size_t>(T));
   be.copy(loss.data(), dev_loss, T * sizeof(float));

@@ -17,7 +17,7 @@ std::vector<std::string> step_graph_blockers(const Model& model, const Plan& pla
   if (!s.executor_staging)
     why.push_back(
         "the executor uploads each micro-batch's tokens and reads its loss inside the step "
-        "(runtime/executor_ops.cc run_embedding, add_losses): not staged outside a graph yet");
+        "(runtime/executor_ops.cc add_losses; StepConfig::stage_host_traffic off)");
   if (model.is_moe() && (plan.ep > 1 || !s.device_moe_routing))
     why.push_back(plan.ep > 1 ? "plan.ep " + std::to_string(plan.ep) +
                                     ": the expert exchange is sized from counts read on the host"
@@ -41,6 +41,23 @@ std::vector<std::string> step_graph_blockers(const Model& model, const Plan& pla
       why.push_back("op " + op.name + ": communication that cannot be captured (MPI)");
       comm = true;
     }
+  }
+  // A replay runs the graph and then only the optimizer's ops: a buffer of the step (not
+  // persistent) that the optimizer reads or writes would not be allocated for them.
+  std::vector<char> body(prog.buffers.size(), 0);
+  for (const Op& op : prog.ops)
+    if (op.tags.phase != Phase::kOptimizer)
+      for (const auto* ids : {&op.reads, &op.writes})
+        for (int id : *ids) body[id] = 1;
+  for (const Op& op : prog.ops) {
+    if (op.tags.phase != Phase::kOptimizer) continue;
+    for (const auto* ids : {&op.reads, &op.writes})
+      for (int id : *ids)
+        if (body[id] && !prog.buffers[id].persistent) {
+          why.push_back("buffer " + prog.buffers[id].name + ": used by the step's body and by " +
+                        "the optimizer's op " + op.name + " (not persistent)");
+          return why;
+        }
   }
   return why;
 }

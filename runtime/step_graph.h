@@ -2,10 +2,13 @@
 // backward of a step captured once and replayed, the optimizer step outside, as Megatron-Core's
 // full-iteration graphs): what keeps a Program's step out of one graph, and, step by step,
 // whether the executor runs it eagerly, warms it up, captures it or replays it. One decision for
-// every backend: the CUDA backend has the capture and replay (CudaBackend::begin_capture,
+// every backend: the CUDA backend has the capture and replay (Backend::begin_capture,
 // end_capture, replay; runtime/cuda/cuda_graph.cc), the CPU backend records none, so on CPUs the
 // executor makes the same decisions and runs every step eagerly with the reason reported
-// (StepResult::graph_action, graph_reason).
+// (StepResult::graph_action, graph_reason). The executor stages each step's host traffic outside
+// the captured body (StepConfig::stage_host_traffic: the tokens uploaded before, the loss read
+// after) and captures the body's ops (every phase but the optimizer's), NCCL's transfers with
+// them; a replay launches the graph, then runs the optimizer's ops (runtime/executor.cc).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ struct GraphSupport {
   bool comm_graphs = false;         // every communicator's calls can be captured (NCCL, not MPI)
   bool device_moe_routing = false;  // Backend::device_moe_routing: no host read sizes the experts
   // The executor stages its host traffic outside the captured region (the micro-batches' tokens
-  // uploaded before, the losses read after): not yet, so every step is eager (the reason names it).
+  // uploaded before, the losses read after: StepConfig::stage_host_traffic).
   bool executor_staging = false;
 };
 

@@ -85,6 +85,7 @@ StepStats Trainer::step(bool trace) {
   cfg.skip_on_overflow = scaler_.enabled();
   cfg.optimizer_step = updates_ + 1;
   cfg.typed_bf16 = options_.typed_bf16;
+  cfg.stage_host_traffic = options_.stage_host_traffic;
   cfg.inject_overflow =
       std::find(options_.inject_overflow_steps.begin(), options_.inject_overflow_steps.end(),
                 steps_ + 1) != options_.inject_overflow_steps.end();
@@ -111,7 +112,8 @@ StepStats Trainer::step(bool trace) {
   s.grad_norm = r.grad_norm;
   s.seconds = slowest[0];
   s.tokens_per_s = s.seconds > 0 ? static_cast<double>(cfg.tokens_per_step) / s.seconds : 0.0;
-  s.peak_bytes = backend_.device_memory().peak_total;
+  // A replayed graph's buffers were allocated at its capture: that step's peak is its peak.
+  s.peak_bytes = std::max(backend_.device_memory().peak_total, r.graph_peak_bytes);
   s.typed_bf16_ops = r.typed_bf16_ops;
   s.widened_bytes = r.widened_bytes;
   s.widened_typed_kind_bytes = r.widened_typed_kind_bytes;
@@ -119,6 +121,8 @@ StepStats Trainer::step(bool trace) {
   s.moe_count_syncs = r.moe_count_syncs;
   s.graph_action = graph_action_name(r.graph_action);
   s.graph_reason = r.graph_reason;
+  s.step_host_reads = r.step_host_reads;
+  s.step_host_writes = r.step_host_writes;
   events_ = std::move(r.events);
   counters_ = std::move(r.counters);
   return s;

@@ -36,6 +36,8 @@ struct TrainerOptions {
   std::vector<int64_t> inject_overflow_steps;
   // Mixed precision: the Backend's typed bf16 entries where it has them (StepConfig::typed_bf16).
   bool typed_bf16 = true;
+  // StepConfig::stage_host_traffic: the tokens uploaded before each step, the loss read after.
+  bool stage_host_traffic = true;
 };
 
 struct StepStats {
@@ -55,6 +57,8 @@ struct StepStats {
   int64_t widened_attention_bytes = 0;
   int64_t moe_count_syncs = 0;             // this rank's StepResult::moe_count_syncs
   std::string graph_action, graph_reason;  // StepResult::graph_action (its name), graph_reason
+  int64_t step_host_reads = -1;            // this rank's StepResult::step_host_reads
+  int64_t step_host_writes = -1;           // and step_host_writes
 };
 
 // Sums (or maximises) a few host values over `comm` through the backend's memory, so that the

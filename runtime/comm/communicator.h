@@ -63,6 +63,11 @@ class Request {
     virtual bool test() = 0;
     // Blocks until the transfer has completed.
     virtual void wait() = 0;
+    // The device event the transfer completes at (issuing it if held back), for a stream to wait
+    // on instead of the host (a captured step: Backend::wait_fence); nullptr where the
+    // communicator moves host memory or completes on the host (MPI). Never blocks; throws
+    // parasol::Error where the transfer cannot be issued yet (an unmatched transfer to itself).
+    virtual void* fence() { return nullptr; }
   };
 
   Request() = default;
@@ -81,6 +86,12 @@ class Request {
   bool test();
   // True when known complete (after a successful wait()/test(), or default-constructed).
   bool done() const { return impl_ == nullptr; }
+  // The transfer's completion fence (Impl::fence); nullptr when done() or on the host.
+  void* fence() { return impl_ ? impl_->fence() : nullptr; }
+  // Forgets the transfer without waiting: the caller has ordered every later use of its buffers
+  // after fence() on the device (a step being captured into a graph, where neither the host nor
+  // an event query may wait). REQUIRES: fence() returned a fence.
+  void detach() { impl_.reset(); }
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -104,6 +115,9 @@ class Communicator {
   // Makes the transfers issued from now on wait for `fence` (Backend::record_fence(): the
   // kernels that produced their data). nullptr, and communicators of host memory: nothing to do.
   virtual void wait_fence(void* fence) { (void)fence; }
+  // Whether its transfers can be recorded into a device graph with the kernels (their streams
+  // joined through fences, their completion a fence: Request::fence): NCCL's can, MPI's cannot.
+  virtual bool capturable() const { return false; }
 
   // ---- Non-blocking, any supported dtype. `count` is in elements. ---------------------------
 

@@ -176,6 +176,18 @@ class NcclRequest final : public Request::Impl {
     finish();
   }
 
+  void* fence() override {
+    context_->progress();
+    const auto& b = pending_->batch;
+    if (!b)
+      throw InternalError(field_,
+                          "no matching transfer to this rank was posted: nothing to wait on");
+    if (!b->issued)
+      throw InternalError(field_, "fence() inside begin_group()/end_group(): call end_group() first");
+    check_issued();
+    return b->event;
+  }
+
  private:
   void check_issued() const {
     const auto& b = *pending_->batch;

@@ -62,6 +62,9 @@ class NcclCommunicator final : public Communicator {
   int64_t max_tag() const override { return 2147483647; }
   // The communicator's stream waits for the event (a cudaEvent_t from CudaBackend).
   void wait_fence(void* fence) override;
+  // NCCL's collectives and p2p calls are captured into CUDA graphs (NCCL >= 2.9.6) with the
+  // stream they are enqueued on; Request::fence() is the batch's event.
+  bool capturable() const override { return true; }
 
   // Calls until the matching end_group() are issued in one NCCL group at end_group(). Nests:
   // the outermost end_group() issues. Throws parasol::Error ("comm.<name>.group") on an

@@ -106,6 +106,9 @@ class CpuBackend final : public Backend {
                     int64_t rows, int64_t vocab) override;
   void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                      int64_t vocab, int64_t vocab_start, float dloss) override;
+  // The step's loss accumulated on the device (cross_entropy.cc).
+  void loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                       int64_t rows) override;
   // The vocab-tiled loss (tiled_xent.cc, runtime/cpu/tiled_xent.h).
   void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
                       int64_t vocab) override;

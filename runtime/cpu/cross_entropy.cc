@@ -1,5 +1,5 @@
-// defines: CpuBackend::xent_row_max, xent_sum_exp, xent_target, xent_loss, xent_softmax,
-// xent_backward: the pieces of Megatron's vocab-parallel softmax cross-entropy. Each rank holds a
+// defines: CpuBackend::xent_row_max, xent_sum_exp, xent_target, xent_loss, loss_accumulate,
+// xent_softmax, xent_backward: the pieces of Megatron's vocab-parallel softmax cross-entropy. Each rank holds a
 // slice of the vocabulary; the row max is all-reduced (max), then the sums of exponentials and
 // target logits (sum), after which every rank has the loss and computes its slice of the
 // gradient, dloss * (softmax - onehot).
@@ -53,6 +53,15 @@ void CpuBackend::xent_loss(float* loss, const float* row_max, const float* sum_e
                            const float* target, const int32_t* labels, int64_t rows) {
   for (int64_t r = 0; r < rows; ++r)
     loss[r] = labels[r] < 0 ? 0.0f : std::log(sum_exp[r]) + row_max[r] - target[r];
+}
+
+void CpuBackend::loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                                 int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (labels[r] >= 0) {
+      acc[0] += loss[r];
+      acc[1] += 1;
+    }
 }
 
 void CpuBackend::xent_softmax(float* probs, const float* logits, const float* row_max,

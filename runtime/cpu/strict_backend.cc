@@ -108,7 +108,15 @@ void* StrictCpuBackend::raw_alloc_host(size_t bytes) {
 }
 void StrictCpuBackend::raw_free_host(void* p) { std::free(p); }
 
+bool StrictCpuBackend::in_arena(const void* p) const {
+  const auto* c = static_cast<const char*>(p);
+  return c >= arena_ && c < arena_ + arena_bytes_;
+}
+
 void StrictCpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  const bool d = in_arena(dst), s = in_arena(src);
+  if (d && !s) ++traffic_.writes;
+  if (s && !d) ++traffic_.reads;
   DeviceAccess access;
   inner_.copy(dst, src, bytes);
 }
@@ -258,6 +266,12 @@ void StrictCpuBackend::xent_softmax(float* probs, const float* logits, const flo
                                     const float* sum_exp, int64_t rows, int64_t vocab) {
   DeviceAccess access;
   inner_.xent_softmax(probs, logits, row_max, sum_exp, rows, vocab);
+}
+
+void StrictCpuBackend::loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                                       int64_t rows) {
+  DeviceAccess access;
+  inner_.loss_accumulate(acc, loss, labels, rows);
 }
 
 void StrictCpuBackend::xent_backward(float* dlogits, const float* probs, const int32_t* labels,

@@ -29,6 +29,8 @@ class StrictCpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void synchronize() override {}
+  // Copies between host memory and the arena, counted in copy() (either way).
+  HostTraffic host_traffic() const override { return traffic_; }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t vocab_start,
                          int64_t vocab_rows, const float* pos, int64_t pos_offset, int64_t rows,
@@ -77,6 +79,9 @@ class StrictCpuBackend final : public Backend {
                     int64_t rows, int64_t vocab) override;
   void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
                      int64_t vocab, int64_t vocab_start, float dloss) override;
+  // The step's loss accumulated on the device.
+  void loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                       int64_t rows) override;
   void xent_max_typed(float* row_max, const void* logits, Dtype dtype, int64_t rows,
                       int64_t vocab) override;
   void xent_sums_typed(float* sum_exp, float* target, const void* logits, Dtype dtype,
@@ -134,6 +139,8 @@ class StrictCpuBackend final : public Backend {
   size_t high_water_ = 0;          // bytes of the arena ever handed out (rounded to huge pages)
   std::map<size_t, size_t> free_;  // offset -> bytes of the free ranges below high_water_
   std::map<size_t, size_t> allocated_;  // offset -> bytes
+  HostTraffic traffic_{0, 0};
+  bool in_arena(const void* p) const;
 };
 
 }  // namespace parasol::runtime

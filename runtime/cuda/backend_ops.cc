@@ -392,6 +392,10 @@ void CudaBackend::xent_loss(float* loss, const float* row_max, const float* sum_
                             const float* target, const int32_t* labels, int64_t rows) {
   cuda::xent_loss(loss, row_max, sum_exp, target, labels, rows, stream_);
 }
+void CudaBackend::loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                                  int64_t rows) {
+  cuda::loss_accumulate(acc, loss, labels, rows, stream_);
+}
 void CudaBackend::xent_softmax(float* probs, const float* logits, const float* row_max,
                                const float* sum_exp, int64_t rows, int64_t vocab) {
   cuda::xent_softmax(probs, logits, row_max, sum_exp, rows, vocab, stream_);

@@ -1,4 +1,5 @@
-// defines: cuda::xent_row_max, xent_sum_exp, xent_target, xent_loss, xent_softmax, xent_backward
+// defines: cuda::xent_row_max, xent_sum_exp, xent_target, xent_loss, loss_accumulate, xent_softmax,
+// xent_backward
 // (runtime/cpu/cross_entropy.cc's kernels on the GPU): one block per row for the reductions (the
 // sum of exponentials in double, as the CPU), one thread per element or row otherwise.
 #include "runtime/cuda/cuda_common.cuh"
@@ -33,6 +34,19 @@ __global__ void target_kernel(float* target, const float* logits, const int32_t*
     const int64_t id = static_cast<int64_t>(labels[r]) - vocab_start;
     target[r] = labels[r] >= 0 && id >= 0 && id < vocab ? logits[r * vocab + id] : 0.0f;
   }
+}
+
+// One thread, rows in order: the sum the host formed before (a few thousand rows a micro-batch).
+__global__ void loss_accumulate_kernel(double* acc, const float* loss, const int32_t* labels,
+                                       int64_t rows) {
+  double sum = acc[0], n = acc[1];
+  for (int64_t r = 0; r < rows; ++r)
+    if (labels[r] >= 0) {
+      sum += static_cast<double>(loss[r]);
+      n += 1.0;
+    }
+  acc[0] = sum;
+  acc[1] = n;
 }
 
 __global__ void loss_kernel(float* loss, const float* row_max, const float* sum_exp,
@@ -93,6 +107,13 @@ void xent_loss(float* loss, const float* row_max, const float* sum_exp, const fl
                const int32_t* labels, int64_t rows, cudaStream_t s) {
   if (rows <= 0) return;
   loss_kernel<<<grid_for(rows), kThreads, 0, s>>>(loss, row_max, sum_exp, target, labels, rows);
+  PARASOL_CUDA_LAUNCHED();
+}
+
+void loss_accumulate(double* acc, const float* loss, const int32_t* labels, int64_t rows,
+                     cudaStream_t s) {
+  if (rows <= 0) return;
+  loss_accumulate_kernel<<<1, 1, 0, s>>>(acc, loss, labels, rows);
   PARASOL_CUDA_LAUNCHED();
 }
 

@@ -123,6 +123,10 @@ void CudaBackend::release_fence(void* fence) {
   if (fence) cudaEventDestroy(static_cast<cudaEvent_t>(fence));
 }
 
+void CudaBackend::wait_fence(void* fence) {
+  if (fence) PARASOL_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(fence), 0));
+}
+
 double CudaBackend::mark_seconds(int i) {
   if (i < 0 || i >= marks_used_) throw Error("runtime.mark", "no mark " + std::to_string(i));
   float ms = 0;
@@ -267,10 +271,12 @@ bool is_host(const void* p) {
 // stall the host while a communication kernel may wait for its next call.
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  if (capturing_ && (is_host(dst) || is_host(src)))
-    refuse_in_capture("copy() to or from host memory");
+  const bool host_dst = is_host(dst), host_src = is_host(src);
+  if (capturing_ && (host_dst || host_src)) refuse_in_capture("copy() to or from host memory");
+  if (host_dst && !host_src) ++traffic_.reads;
+  if (host_src && !host_dst) ++traffic_.writes;
   PARASOL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
-  if (is_host(dst)) PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (host_dst) PARASOL_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::zero(void* dst, size_t bytes) {

@@ -170,6 +170,10 @@ class CudaBackend final : public Backend {
   // A cudaEvent_t recorded on the compute stream (communication streams wait on it).
   void* record_fence() override;
   void release_fence(void* fence) override;
+  // cudaStreamWaitEvent of the compute stream on a communicator's event (cuda_backend.cc).
+  void wait_fence(void* fence) override;
+  // Copies between host and device memory so far (copy(): is_host of either pointer).
+  HostTraffic host_traffic() const override { return traffic_; }
 
   void rope(float* x, int64_t ld, int64_t rows, int64_t seq, int64_t pos_offset, int64_t heads,
             int64_t head_dim, double theta, bool inverse) override;
@@ -199,6 +203,8 @@ class CudaBackend final : public Backend {
                    int64_t vocab, int64_t vocab_start) override;
   void xent_loss(float* loss, const float* row_max, const float* sum_exp, const float* target,
                  const int32_t* labels, int64_t rows) override;
+  void loss_accumulate(double* acc, const float* loss, const int32_t* labels,
+                       int64_t rows) override;
   void xent_softmax(float* probs, const float* logits, const float* row_max, const float* sum_exp,
                     int64_t rows, int64_t vocab) override;
   void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
@@ -247,9 +253,10 @@ class CudaBackend final : public Backend {
   // recorded: while capturing it abandons the recording and throws parasol::Error naming the
   // call. The buffers the recorded work uses must stay allocated at the same addresses for every
   // replay (a warmed-up step: the allocator's cache filled, the scratch grown).
-  void begin_capture();
-  int end_capture();
-  void replay(int graph);
+  bool records_graphs() const override { return true; }
+  void begin_capture() override;
+  int end_capture() override;
+  void replay(int graph) override;
   bool capturing() const { return capturing_; }
   int64_t graph_replays() const { return graph_replays_; }
 
@@ -445,6 +452,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> mark_events_;  // trace timing: reused across series
 
   bool capturing_ = false;
+  HostTraffic traffic_{0, 0};
   std::vector<void*> graph_execs_;  // cudaGraphExec_t, by id
   int64_t graph_replays_ = 0;
   // Abandons the recording (capturing_) and throws parasol::Error: `call` cannot be recorded.

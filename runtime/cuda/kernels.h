@@ -123,6 +123,10 @@ void xent_target(float* target, const float* logits, const int32_t* labels, int6
                  int64_t vocab, int64_t vocab_start, cudaStream_t s);
 void xent_loss(float* loss, const float* row_max, const float* sum_exp, const float* target,
                const int32_t* labels, int64_t rows, cudaStream_t s);
+// acc[0] += loss[r], acc[1] += 1 over the labelled rows, in row order, in double (one thread:
+// the CPU's order, so the step's loss equals the host sum bit for bit).
+void loss_accumulate(double* acc, const float* loss, const int32_t* labels, int64_t rows,
+                     cudaStream_t s);
 void xent_softmax(float* probs, const float* logits, const float* row_max, const float* sum_exp,
                   int64_t rows, int64_t vocab, cudaStream_t s);
 void xent_backward(float* dlogits, const float* probs, const int32_t* labels, int64_t rows,
