@@ -133,18 +133,28 @@ int train(const Spec& s, const RunOptions& ro) {
       }
       offset += last.seconds;
     }
-    if (root && !ro.json)
-      std::printf("step %lld  loss %.4f  grad-norm %.3f  %.3f s  %s tokens/s\n",
+    if (root && !ro.json) {
+      std::printf("step %lld  loss %.4f  grad-norm %.3f  %.3f s  %s tokens/s",
                   static_cast<long long>(last.step), last.loss, last.grad_norm, last.seconds,
                   count(last.tokens_per_s).c_str());
+      // Whole-step graphs asked for: what the step did (runtime/step_graph.h), and why not.
+      if (plan.cuda_graphs == CudaGraphs::kFullIteration)
+        std::printf("  graph %s%s%s", last.graph_action.c_str(),
+                    last.graph_reason.empty() ? "" : ": ", last.graph_reason.c_str());
+      std::printf("\n");
+    }
     if (ro.checkpoint_every > 0 && !ro.checkpoint.empty() && last.step % ro.checkpoint_every == 0 &&
         i + 1 < ro.steps)
       trainer.save(ro.checkpoint);
-    steps.push_back({{"step", last.step},
-                     {"loss", last.loss},
-                     {"grad_norm", last.grad_norm},
-                     {"seconds", last.seconds},
-                     {"tokens_per_s", last.tokens_per_s}});
+    Json st = {{"step", last.step},
+               {"loss", last.loss},
+               {"grad_norm", last.grad_norm},
+               {"seconds", last.seconds},
+               {"tokens_per_s", last.tokens_per_s},
+               {"graph", last.graph_action}};
+    if (!last.graph_reason.empty()) st["graph_reason"] = last.graph_reason;
+    if (last.step_host_reads >= 0) st["host_reads"] = last.step_host_reads;
+    steps.push_back(std::move(st));
     std::fflush(stdout);
   }
   // Measured peak memory per rank (last step) against the liveness prediction.

@@ -4,7 +4,9 @@
 // logits; GPT-2's GELU in FC1's cuBLASLt epilogue, plan.gemm_gelu_epilogue): gpt2-124m (batch
 // 16, sequence 1024) and a ~1B-parameter Llama-style model (16 layers,
 // hidden 2048, GQA 32/8, SwiGLU 5632, vocab 32000; batch 8, sequence 2048); and gpt2-124m with
-// fp32 storage, the configuration of the first H200 figures (9,240 tokens/s), for comparison.
+// fp32 storage, the configuration of the first H200 figures (9,240 tokens/s), for comparison;
+// and gpt2-124m bf16 as one CUDA graph per step (BM_Gpt2_124m_graphs: captured once, replayed;
+// "graph" lines say whether the capture happened and how many steps replayed).
 // Counters (read by tools/gpu-check.sh): tokens_per_s; TFLOPs (Megatron convention: 3 x forward
 // FLOPs of the model); MFU against the device's dense bf16 datasheet peak (core/device.h, by the
 // device name CUDA reports). After the timed steps, one traced step is broken down by op kind
@@ -75,8 +77,11 @@ double peak_flops() {
   return dev ? device_spec(dev).peak_bf16_flops : 0.0;
 }
 
+// graphs: the step's forward and backward captured into one CUDA graph and replayed
+// (Plan::cuda_graphs full_iteration, runtime/step_graph.h), without dropout (its per-step seeds
+// keep a step out of a graph) and without the loss's NaN check (a host sync inside the step).
 void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
-                Dtype precision = Dtype::kBf16) {
+                Dtype precision = Dtype::kBf16, bool graphs = false) {
   Plan plan;
   plan.global_batch = batch;
   plan.micro_batch = batch;
@@ -86,17 +91,37 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
   plan.tiled_loss = precision == Dtype::kBf16;
   // GPT-2's GELU in FC1's cuBLASLt epilogue, as llm.c runs it (Plan::gemm_gelu_epilogue).
   plan.gemm_gelu_epilogue = precision == Dtype::kBf16 && m.activation == Activation::kGelu;
+  TrainerOptions options;
+  if (graphs) {
+    plan.cuda_graphs = CudaGraphs::kFullIteration;
+    plan.nan_check = false;
+    options.dropout_p = 0;
+  }
   auto comms = make_mpi_comm_set(plan, MPI_COMM_SELF);
   CudaBackend backend(0);
-  Trainer trainer(m, plan, backend, *comms, TrainerOptions{});
-  trainer.step();  // warm-up: the caching allocator fills
+  Trainer trainer(m, plan, backend, *comms, options);
+  StepStats first = trainer.step();  // warm-up: the caching allocator fills
+  // Graphs: the warm-up, then the capture (recorded, then launched), before the timed replays.
+  for (int i = 0; graphs && i < 2 && first.graph_action != "capture"; ++i) first = trainer.step();
   double seconds = 0;
-  int64_t steps = 0;
+  int64_t steps = 0, replays = 0, host_reads = 0;
+  std::string reason;
   for (auto _ : state) {
     StepStats s = trainer.step();
     seconds += s.seconds;
     ++steps;
+    replays += s.graph_action == "replay" ? 1 : 0;
+    host_reads += std::max<int64_t>(0, s.step_host_reads);
+    if (reason.empty()) reason = s.graph_reason;
   }
+  // Steps replayed from the captured graph, and device-to-host copies while the steps' ops ran.
+  state.counters["graph_replays"] = static_cast<double>(replays);
+  state.counters["step_host_reads"] = static_cast<double>(host_reads);
+  if (graphs)
+    std::printf("graph %s capture %s, %lld of %lld timed steps replayed%s%s\n", m.name.c_str(),
+                first.graph_action == "capture" ? "done" : "NOT done",
+                static_cast<long long>(replays), static_cast<long long>(steps),
+                reason.empty() ? "" : "; eager because: ", reason.c_str());
   const double tokens = double(batch) * seq * steps;
   const double flops = flops_per_token(m, seq).model * tokens;
   state.counters["tokens_per_s"] = tokens / seconds;
@@ -120,7 +145,7 @@ void train_step(benchmark::State& state, const Model& m, int batch, int64_t seq,
   state.counters["widened_MiB"] = static_cast<double>(last.widened_bytes) / (1 << 20);
   state.counters["widened_attention_MiB"] =
       static_cast<double>(last.widened_attention_bytes) / (1 << 20);
-  print_op_times(m.name, trainer);
+  if (!graphs) print_op_times(m.name, trainer);  // (a traced step runs eagerly)
 }
 
 void BM_Gpt2_124m(benchmark::State& state) {
@@ -130,6 +155,13 @@ void BM_Gpt2_124m(benchmark::State& state) {
 // and initialised once (with a minimum time it calls it again per trial, rebuilding the Trainer
 // each time, which on a 1B model costs more than the steps measured).
 BENCHMARK(BM_Gpt2_124m)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
+
+// The same step captured once and replayed (no dropout): the launches and host work of ~200
+// kernels a step leave the step's critical path.
+void BM_Gpt2_124m_graphs(benchmark::State& state) {
+  train_step(state, model_preset("gpt2-124m"), 16, 1024, Dtype::kBf16, /*graphs=*/true);
+}
+BENCHMARK(BM_Gpt2_124m_graphs)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 
 void BM_Gpt2_124m_fp32(benchmark::State& state) {
   train_step(state, model_preset("gpt2-124m"), 16, 1024, Dtype::kFp32);
