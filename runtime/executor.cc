@@ -1245,13 +1245,29 @@ StepResult Executor::step(const StepConfig& config) {
   const Backend::HostTraffic before = im.be.host_traffic();
   if (action == GraphAction::kCapture || action == GraphAction::kReplay)
     scheduler.run_body(action);
+  if (action == GraphAction::kCapture) {  // the body's counts, which its replays repeat
+    StepResult& c = im.graph_counts_;
+    c.typed_bf16_ops = result.typed_bf16_ops;
+    c.widened_bytes = result.widened_bytes;
+    c.widened_typed_kind_bytes = result.widened_typed_kind_bytes;
+    c.widened_attention_bytes = result.widened_attention_bytes;
+    c.moe_count_syncs = result.moe_count_syncs;
+  }
   scheduler.run();
   const Backend::HostTraffic after = im.be.host_traffic();
   if (before.reads >= 0) {
     result.step_host_reads = after.reads - before.reads;
     result.step_host_writes = after.writes - before.writes;
   }
-  if (action == GraphAction::kReplay) result.graph_peak_bytes = im.graph_peak_;
+  if (action == GraphAction::kReplay) {
+    const StepResult& c = im.graph_counts_;
+    result.graph_peak_bytes = im.graph_peak_;
+    result.typed_bf16_ops += c.typed_bf16_ops;
+    result.widened_bytes += c.widened_bytes;
+    result.widened_typed_kind_bytes += c.widened_typed_kind_bytes;
+    result.widened_attention_bytes += c.widened_attention_bytes;
+    result.moe_count_syncs += c.moe_count_syncs;
+  }
   scheduler.finish();
   im.end_step(result);
   return result;

@@ -277,6 +277,7 @@ struct Executor::Impl {
   int graph_id_ = -1;                // the captured graph (Backend::end_capture), -1: none
   std::vector<double> graph_key_;    // what the captured kernels took by value (loss scale, ...)
   int64_t graph_peak_ = 0;           // the captured step's peak device bytes
+  StepResult graph_counts_;          // the captured step's op counts, which its replays repeat
   std::vector<double> graph_key(const StepConfig& c) const;
   bool has_dropout_ = false;  // a kernel of the step draws a dropout mask (seeded per step)
 

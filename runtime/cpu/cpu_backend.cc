@@ -1,5 +1,5 @@
 // defines: CpuBackend construction, raw memory (64-byte aligned host allocations for both
-// spaces), copy/zero, and cpu::sgemm, the one GEMM entry of the CPU kernels (OpenBLAS).
+// spaces), copy/zero, the graphs' dry run, and cpu::sgemm, the one GEMM entry of the CPU kernels (OpenBLAS).
 #include "runtime/cpu/cpu_backend.h"
 
 #include <cblas.h>
@@ -39,6 +39,24 @@ void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
 
 void CpuBackend::zero(void* dst, size_t bytes) {
   if (bytes > 0) std::memset(dst, 0, bytes);
+}
+
+void CpuBackend::begin_capture() {
+  if (!graph_dry_run_ || capturing_)
+    throw Error("runtime.backend", "cpu records no graphs (begin_capture)");
+  capturing_ = true;
+}
+
+int CpuBackend::end_capture() {
+  if (!capturing_) throw Error("runtime.backend", "end_capture() without begin_capture()");
+  capturing_ = false;
+  return static_cast<int>(graph_captures_++);
+}
+
+void CpuBackend::replay(int graph) {
+  if (graph < 0 || graph >= graph_captures_ || capturing_)
+    throw Error("runtime.backend", "no graph " + std::to_string(graph) + " to replay");
+  ++graph_replays_;
 }
 
 namespace cpu {

@@ -157,6 +157,18 @@ class CpuBackend final : public Backend {
   // executor reads the counts on the host).
   bool device_moe_routing() const override { return device_moe_routing_; }
   void set_device_moe_routing(bool on) { device_moe_routing_ = on; }
+  // Whole-step graphs as a dry run, for tests of the executor's capture and replay walk
+  // (runtime/executor.cc): with set_graph_dry_run(true) records_graphs() is true and
+  // begin_capture / end_capture / replay only count their calls; kernels still run when called
+  // (a capture records nothing) and replay() runs nothing. Off by default: the CPU backend
+  // records no graphs.
+  void set_graph_dry_run(bool on) { graph_dry_run_ = on; }
+  bool records_graphs() const override { return graph_dry_run_; }
+  void begin_capture() override;
+  int end_capture() override;
+  void replay(int graph) override;
+  int64_t graph_captures() const { return graph_captures_; }
+  int64_t graph_replays() const { return graph_replays_; }
   void moe_permutation_device(int32_t* row_of, int32_t* counts, int32_t* offsets, int32_t* bad,
                               const int32_t* topk_idx, int64_t tokens, int64_t experts,
                               int64_t top_k) override;
@@ -238,6 +250,8 @@ class CpuBackend final : public Backend {
  private:
   bool bf16_kernels_ = true;
   bool device_moe_routing_ = true;
+  bool graph_dry_run_ = false, capturing_ = false;
+  int64_t graph_captures_ = 0, graph_replays_ = 0;
 };
 
 namespace cpu {

@@ -13,15 +13,18 @@
 //  * the Program's buffers peak at the same bytes (the staging is counted apart; without pp,
 //    where the peak does not depend on when transfers land).
 // Serial, pipeline-parallel (pp 2: tokens on the first stage, labels and losses on the last) and
-// tensor-parallel (tp 2) plans, fp32 and bf16 with the vocab-tiled loss. Two ranks.
+// tensor-parallel (tp 2) plans, fp32 and bf16 with the vocab-tiled loss. Two ranks. Then the
+// executor's walk of a captured and a replayed step, on the CPU backend's dry run of graphs.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <string>
 #include <vector>
 
 #include "core/model.h"
 #include "core/plan.h"
 #include "runtime/comm/mpi_communicator.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/strict_backend.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/mpi_test_util.h"
@@ -105,6 +108,62 @@ TEST(StepStaging, TensorParallelAndBf16TiledLoss) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   expect_staged_equal(plan_of(2, 1));
   expect_staged_equal(plan_of(1, 1, Dtype::kBf16));
+}
+
+// The executor's capture and replay walk (Scheduler::run_body), on the CPU backend's dry run of
+// graphs (CpuBackend::set_graph_dry_run: a capture records nothing and the kernels run as they
+// are called; a replay runs nothing). A full_iteration plan without dropout and without the
+// loss's NaN check warms up, captures, then replays. The warm-up and the capture step train as
+// the same plan without graphs, bit for bit (the capture's walk runs the same ops in the same
+// order). A replayed step runs none of the body's ops: no token is trained (loss 0) and the
+// optimizer, which still runs, sees no gradient (norm 0); it reports the captured step's peak.
+// A traced step runs eagerly with its reason and leaves the graph to the next step.
+TEST(StepGraphWalk, WarmupCaptureThenReplaysOnTheCpusDryRun) {
+  if (world_rank() == 0) {
+    const Model m = llama_model("llama2-tiny", 2, 64, 4, 2, 128, 256, 32);  // no dropout
+    auto run = [&](bool graphs, std::vector<StepStats>& out, int64_t* replays) {
+      Plan p = plan_of(1, 1);
+      p.global_batch = 4;
+      p.micro_batch = 2;
+      p.nan_check = false;  // a host sync inside the step
+      if (graphs) p.cuda_graphs = CudaGraphs::kFullIteration;
+      auto comms = make_mpi_comm_set(p, MPI_COMM_SELF);
+      CpuBackend backend(1);
+      backend.set_graph_dry_run(graphs);
+      TrainerOptions o;
+      o.adamw.lr = 1e-3;
+      Trainer t(m, p, backend, *comms, o);
+      for (int i = 0; i < 4; ++i) out.push_back(t.step());
+      if (graphs) {
+        out.push_back(t.step(/*trace=*/true));
+        out.push_back(t.step());
+        EXPECT_EQ(backend.graph_captures(), 1);
+        *replays = backend.graph_replays();
+      }
+    };
+    std::vector<StepStats> ref, g;
+    int64_t replays = 0;
+    run(false, ref, nullptr);
+    run(true, g, &replays);
+    ASSERT_EQ(g.size(), 6u);
+    const std::vector<std::string> acts = {"warmup", "capture", "replay", "replay", "eager",
+                                           "replay"};
+    for (size_t i = 0; i < acts.size(); ++i) EXPECT_EQ(g[i].graph_action, acts[i]) << i;
+    EXPECT_NE(g[4].graph_reason.find("traced"), std::string::npos) << g[4].graph_reason;
+    EXPECT_EQ(replays, 4);  // the capture's launch and three replays
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(g[i].loss, ref[i].loss) << i;
+      EXPECT_EQ(g[i].grad_norm, ref[i].grad_norm) << i;
+      EXPECT_GT(g[i].loss, 0);
+    }
+    for (int i : {2, 3, 5}) {
+      EXPECT_EQ(g[i].loss, 0) << i;
+      EXPECT_EQ(g[i].grad_norm, 0) << i;
+      EXPECT_EQ(g[i].peak_bytes, g[1].peak_bytes) << i;
+    }
+    EXPECT_EQ(ref[0].graph_action, "eager");
+  }
+  quiet_barrier();
 }
 
 }  // namespace
