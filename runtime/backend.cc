@@ -111,7 +111,9 @@ void Backend::begin_capture() {
 int Backend::end_capture() {
   throw Error("runtime.backend", name() + " records no graphs (end_capture)");
 }
-void Backend::replay(int) { throw Error("runtime.backend", name() + " records no graphs (replay)"); }
+void Backend::replay(int) {
+  throw Error("runtime.backend", name() + " records no graphs (replay)");
+}
 
 namespace {
 [[noreturn]] void no_bf16(const std::string& backend, const char* entry) {

@@ -802,7 +802,7 @@ struct Executor::Impl::Scheduler {
     bool replayed = false;  // a replayed graph ran it: no completion work
   };
   bool in_body(const Op& op) const { return op.tags.phase != Phase::kOptimizer; }
-  void loop();               // until every op (or, body_only, every op of the body) has completed
+  void loop();  // until every op (or, body_only, every op of the body) has completed
   void completed(const Op& op);  // the rules told, the body's count kept
   struct Marked {
     int op, start, end;
@@ -830,10 +830,10 @@ struct Executor::Impl::Scheduler {
   std::vector<int> next;  // per stream: its next op to issue (-1: none left)
   std::vector<InFlight> flying;
   std::vector<Marked> marked;
-  bool body_only = false;  // issue no optimizer op (run_body)
-  bool capture = false;    // the backend records the body (run_body)
-  bool replay = false;     // the backend replayed the body (run_body)
-  int body_left = 0;       // the body's ops not completed yet
+  bool body_only = false;                  // issue no optimizer op (run_body)
+  bool capture = false;                    // the backend records the body (run_body)
+  bool replay = false;                     // the backend replayed the body (run_body)
+  int body_left = 0;                       // the body's ops not completed yet
   int64_t last_live = -1, last_peak = -1;  // the memory counter's last sample and peak seen
   double last_sample_t = 0;
   Clock::time_point t0;
@@ -995,8 +995,8 @@ bool Executor::Impl::Scheduler::tested(InFlight& f) {
     // after it on the device.
     void* fence = f.req.fence();
     if (fence == nullptr)
-      throw Error("runtime.graph", prog.ops[f.op].name +
-                                       ": a transfer without a device fence cannot be captured");
+      throw Error("runtime.graph",
+                  prog.ops[f.op].name + ": a transfer without a device fence cannot be captured");
     im.be.wait_fence(fence);
     f.req.detach();
     return true;
@@ -1243,8 +1243,7 @@ StepResult Executor::step(const StepConfig& config) {
   if (im.staged()) im.stage_inputs();
   Impl::Scheduler scheduler(im, config, result);
   const Backend::HostTraffic before = im.be.host_traffic();
-  if (action == GraphAction::kCapture || action == GraphAction::kReplay)
-    scheduler.run_body(action);
+  if (action == GraphAction::kCapture || action == GraphAction::kReplay) scheduler.run_body(action);
   if (action == GraphAction::kCapture) {  // the body's counts, which its replays repeat
     StepResult& c = im.graph_counts_;
     c.typed_bf16_ops = result.typed_bf16_ops;

@@ -274,10 +274,10 @@ struct Executor::Impl {
   // This step's action and reason (the policy's, or eager for what the step's config changes:
   // a traced step, dropout's per-step seeds, the staging off); a capture starts here.
   GraphAction decide_graph(const StepConfig& config, StepResult& res);
-  int graph_id_ = -1;                // the captured graph (Backend::end_capture), -1: none
-  std::vector<double> graph_key_;    // what the captured kernels took by value (loss scale, ...)
-  int64_t graph_peak_ = 0;           // the captured step's peak device bytes
-  StepResult graph_counts_;          // the captured step's op counts, which its replays repeat
+  int graph_id_ = -1;              // the captured graph (Backend::end_capture), -1: none
+  std::vector<double> graph_key_;  // what the captured kernels took by value (loss scale, ...)
+  int64_t graph_peak_ = 0;         // the captured step's peak device bytes
+  StepResult graph_counts_;        // the captured step's op counts, which its replays repeat
   std::vector<double> graph_key(const StepConfig& c) const;
   bool has_dropout_ = false;  // a kernel of the step draws a dropout mask (seeded per step)
 
@@ -286,8 +286,8 @@ struct Executor::Impl {
   // label buffers, else -1.
   std::vector<int> stage_slot_;
   int stage_slots_ = 0;
-  void* staging_ = nullptr;      // Backend::alloc_staging: [stage_slots_ x T] int32, then loss_acc_
-  double* loss_acc_ = nullptr;   // two device doubles: the loss sum and the labelled tokens
+  void* staging_ = nullptr;     // Backend::alloc_staging: [stage_slots_ x T] int32, then loss_acc_
+  double* loss_acc_ = nullptr;  // two device doubles: the loss sum and the labelled tokens
   bool staged() const { return cfg != nullptr && cfg->stage_host_traffic; }
   void stage_inputs();  // before the step's first op: the one upload, the accumulator zeroed
   void fill_input(int buffer, int micro_batch);  // a token or label buffer just allocated

@@ -183,7 +183,8 @@ class NcclRequest final : public Request::Impl {
       throw InternalError(field_,
                           "no matching transfer to this rank was posted: nothing to wait on");
     if (!b->issued)
-      throw InternalError(field_, "fence() inside begin_group()/end_group(): call end_group() first");
+      throw InternalError(field_,
+                          "fence() inside begin_group()/end_group(): call end_group() first");
     check_issued();
     return b->event;
   }

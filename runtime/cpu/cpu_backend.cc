@@ -1,5 +1,6 @@
 // defines: CpuBackend construction, raw memory (64-byte aligned host allocations for both
-// spaces), copy/zero, the graphs' dry run, and cpu::sgemm, the one GEMM entry of the CPU kernels (OpenBLAS).
+// spaces), copy/zero, the graphs' dry run, and cpu::sgemm, the one GEMM entry of the CPU kernels
+// (OpenBLAS).
 #include "runtime/cpu/cpu_backend.h"
 
 #include <cblas.h>

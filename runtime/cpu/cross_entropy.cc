@@ -1,8 +1,8 @@
 // defines: CpuBackend::xent_row_max, xent_sum_exp, xent_target, xent_loss, loss_accumulate,
-// xent_softmax, xent_backward: the pieces of Megatron's vocab-parallel softmax cross-entropy. Each rank holds a
-// slice of the vocabulary; the row max is all-reduced (max), then the sums of exponentials and
-// target logits (sum), after which every rank has the loss and computes its slice of the
-// gradient, dloss * (softmax - onehot).
+// xent_softmax, xent_backward: the pieces of Megatron's vocab-parallel softmax cross-entropy. Each
+// rank holds a slice of the vocabulary; the row max is all-reduced (max), then the sums of
+// exponentials and target logits (sum), after which every rank has the loss and computes its slice
+// of the gradient, dloss * (softmax - onehot).
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -146,8 +146,8 @@ TEST(StepGraphWalk, WarmupCaptureThenReplaysOnTheCpusDryRun) {
     run(false, ref, nullptr);
     run(true, g, &replays);
     ASSERT_EQ(g.size(), 6u);
-    const std::vector<std::string> acts = {"warmup", "capture", "replay", "replay", "eager",
-                                           "replay"};
+    const std::vector<std::string> acts = {"warmup", "capture", "replay",
+                                           "replay", "eager",   "replay"};
     for (size_t i = 0; i < acts.size(); ++i) EXPECT_EQ(g[i].graph_action, acts[i]) << i;
     EXPECT_NE(g[4].graph_reason.find("traced"), std::string::npos) << g[4].graph_reason;
     EXPECT_EQ(replays, 4);  // the capture's launch and three replays
