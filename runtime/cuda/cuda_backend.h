@@ -82,7 +82,9 @@
 //    run_typed), flash attention included (cuDNN's SDPA on the bf16 buffers in place, fp32
 //    log-sum-exp), and MoE's dispatch, combine and grouped expert GEMMs (the router computes in
 //    fp32: its GEMMs widen their bf16 operands).
-//  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream.
+//  * CUDA graphs: begin_capture / end_capture / replay record and replay the compute stream, and
+//    the communicators' streams that join the capture through fences (record_fence /
+//    wait_fence: NCCL's transfers of a captured step; runtime/executor.cc run_body).
 //  * Scratch: kernels needing temporary space (row statistics, partial column sums, the grad
 //    norm's partials) use one backend-owned scratch buffer outside the accounting; it grows
 //    (with a synchronisation) only when a larger request comes, i.e. during warm-up.
