@@ -1,7 +1,8 @@
 // Whole-step CUDA graphs' decisions (runtime/step_graph.h): the blockers a Program's step has
 // under each runtime (the CPU backend records no graphs; MPI communication, offload copies and
-// host syncs cannot be captured; the executor does not yet stage its host traffic outside the
-// step), and the policy's warm-up, capture, replay, invalidation and refused capture.
+// host syncs cannot be captured; an executor that does not stage its host traffic outside the
+// step; a step's buffer the optimizer reads, which a replay would not allocate), and the policy's
+// warm-up, capture, replay, invalidation and refused capture.
 #include "runtime/step_graph.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +65,29 @@ TEST(StepGraph, BlockersNameWhatKeepsTheStepOutOfOneGraph) {
   const auto n = step_graph_blockers(m, none, prog, all());
   ASSERT_EQ(n.size(), 1u);
   EXPECT_TRUE(mentions(n, "plan.cuda_graphs"));
+}
+
+// A replay runs only the optimizer's ops after the graph: an optimizer op that reads a buffer of
+// the step's body (not persistent) keeps the step out of a graph, naming the buffer.
+TEST(StepGraph, AStepBufferTheOptimizerReadsBlocksTheGraph) {
+  const Model m = gpt_model("gpt-tiny", 2, 64, 4, 256, 32, true);
+  Plan p = graphed();
+  validate(p, m, cluster_preset("dgx-h100", 1));
+  Program prog = lower_stage(m, p, 0);
+  ASSERT_TRUE(step_graph_blockers(m, p, prog, all()).empty());
+  int act = -1;
+  for (const Op& op : prog.ops)
+    if (op.tags.phase != Phase::kOptimizer)
+      for (int id : op.writes)
+        if (act < 0 && !prog.buffers[id].persistent) act = id;
+  ASSERT_GE(act, 0);
+  for (Op& op : prog.ops)
+    if (op.tags.phase == Phase::kOptimizer) {
+      op.reads.push_back(act);
+      break;
+    }
+  EXPECT_TRUE(mentions(step_graph_blockers(m, p, prog, all()),
+                       "buffer " + prog.buffers[act].name + ": used by the step's body"));
 }
 
 TEST(StepGraph, PolicyWarmsUpCapturesOnceThenReplays) {
