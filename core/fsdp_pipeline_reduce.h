@@ -23,7 +23,10 @@ namespace parasol {
 // (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward:
 // current_stream().wait_event(comm_ctx.reduce_scatter_state.event)), and the final callback
 // waits for the last (_fsdp_state.py _root_post_backward_final_callback; _finalize_backward
-// for the HSDP all-reduces): the reductions are not overlapped with any backward compute.
+// for the HSDP all-reduces): the reductions are not overlapped with any backward compute. The
+// schedule issues the chunk's gradient send after backward_one_chunk returns (schedules.py), and
+// NCCL orders it after the compute stream's wait (ProcessGroupNCCL syncs its stream with the
+// current one): the stage before it in the drain waits for these reductions too.
 inline bool chunk_reductions_block_compute(const Plan& p) {
   return p.zero >= 3 && p.reshard == Reshard::kAfterStep && p.pp > 1;
 }

@@ -904,9 +904,12 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
     case Reshard::kAfterStep:
       // Gathered at the first use of the step, reduce-scattered after the last backward: beside
       // it, or under a pipeline after each chunk's last backward with the compute stream waiting.
+      // Then the stage's gradient sends wait for them too (core/lower_schedule.cc exchange), so
+      // the drain's critical path, which passes every stage's last backwards, waits for every
+      // stage's reductions: pp times this stage's.
       out.step_forward.add(ag, ag / layers);
       if (chunk_reductions_block_compute(p))
-        out.step_blocking += rs + rep;
+        out.step_blocking += p.pp * (rs + rep);
       else
         out.step_backward.add(rs + rep, (rs + rep) / layers);
       break;
