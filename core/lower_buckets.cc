@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/fp8_params.h"
 #include "core/fsdp_copies.h"
+#include "core/fsdp_pipeline_reduce.h"
 #include "core/gather_units.h"
 #include "core/lower_internal.h"
 #include "core/offload_rules.h"
@@ -676,11 +677,32 @@ void Lowerer::after_backward(Bucket& b, bool last) {
     return;
   }
   if (!last) return;
+  if (b.step_grads && chunk_reductions_block_compute(p_)) {
+    chunk_reductions_.push_back(static_cast<int>(&b - buckets_.data()));
+    return;
+  }
   if (!p_.overlap_grad_reduce) {
     deferred_.push_back(static_cast<int>(&b - buckets_.data()));
     return;
   }
   final_reduce(b);
+}
+
+void Lowerer::chunk_reductions() {
+  for (int bi : chunk_reductions_) {
+    Bucket& b = buckets_[bi];
+    at(b.layer, Phase::kBackward);
+    const int begin = static_cast<int>(P_.ops.size());
+    final_reduce(b);
+    // The next op of the compute stream (the next unit's reduce-scatter input, or the next
+    // unit) waits for this unit's collectives.
+    for (int id = begin; id < static_cast<int>(P_.ops.size()); ++id)
+      if (P_.ops[id].stream != kCompute) {
+        next_compute_waits_.push_back(id);
+        reductions_wait_ = std::max(reductions_wait_, id);
+      }
+  }
+  chunk_reductions_.clear();
 }
 
 // ZeRO-Offload: bucket `b`'s gradients of the step's one micro-batch reduce-scattered into a

@@ -562,6 +562,10 @@ class Lowerer {
   WSet layer_grads(int layer);
   void after_backward(Bucket& b, bool last);
   void final_reduce(Bucket& b);
+  // After a chunk's last backward of the step: the reductions after_backward held back under
+  // chunk_reductions_block_compute (core/fsdp_pipeline_reduce.h), one after another, the compute
+  // stream waiting for each before it goes on.
+  void chunk_reductions();
   void stream_grads(Bucket& b);
   // `elements`: of the shard copied (< 0: the bucket's shard).
   void offload_grad_shard(const Bucket& b, const std::vector<int>& src, double elements = -1);
@@ -718,6 +722,10 @@ class Lowerer {
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
   std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer
+  std::vector<int> chunk_reductions_;  // buckets reduced after the chunk's last backward
+  // The last collective chunk_reductions() issued, which the next exchange's point-to-point ops
+  // wait for (NCCL orders them after the compute stream's wait), or -1.
+  int reductions_wait_ = -1;
 };
 
 }  // namespace parasol::lowering

@@ -76,6 +76,12 @@ void Lowerer::exchange(const std::vector<Unit>& step, const std::vector<int>& ou
   const bool sync = p_.p2p_sync && pp_ > 1;
   if (sync && !step.empty() && !next.empty() && step.back().forward == next.front().forward)
     split = true;
+  // After a chunk's held-back gradient reductions (chunk_reductions) the compute stream waits
+  // for them, and NCCL's point-to-point calls wait for the compute stream (ProcessGroupNCCL
+  // syncs its stream with the current one): this exchange's sends and receives go after them.
+  const int order_after = order_after_;
+  if (reductions_wait_ >= 0) order_after_ = reductions_wait_;
+  reductions_wait_ = -1;
   size_t first = P_.ops.size();
   begin_p2p_group();
   for (size_t i = 0; i < step.size(); ++i) {
@@ -95,6 +101,7 @@ void Lowerer::exchange(const std::vector<Unit>& step, const std::vector<int>& ou
   for (const Unit& u : next) received.push_back(post_receive(u));
   end_p2p_group();
   if (sync) p2p_synchronize(first);
+  order_after_ = order_after;
 }
 
 int Lowerer::forward_unit(int c, int mb, int received) {
@@ -231,12 +238,14 @@ int Lowerer::backward_unit(int c, int mb, int received) {
   backward_layers(c, mb, last, dy);
   if (v != 0) {
     if (v == V_ - 1) loss_metrics(mb);
+    chunk_reductions();
     return dy;
   }
   embedding_backward(mb, dy);
   at(-1, Phase::kBackward);
   after_backward(buckets_[emb_bucket_], last);
   if (v == V_ - 1) loss_metrics(mb);
+  chunk_reductions();
   return -1;
 }
 
@@ -295,6 +304,8 @@ void Lowerer::begin_program(size_t ops_expected) {
   held_valid_.assign(held_.size(), 0);
   gathered_in_forward_.assign(buckets_.size(), 0);
   pending_copy_out_.clear();
+  chunk_reductions_.clear();
+  reductions_wait_ = -1;
   ds_lazy_ = ds_lazy_gathers(m_, p_);
   ds_ = ds_lazy_ ? ds_stage_schedule(m_, p_, first_layer_[0], per_stage_, M_) : DsSchedule{};
   ds_next_ = 0;
@@ -372,6 +383,7 @@ bool Lowerer::interleave_units(int a, int b, int c, bool forward_first) {
   for (auto& readers : last_reader_)
     for (int& r : readers) r = renumber(r);
   order_after_ = renumber(order_after_);
+  reductions_wait_ = renumber(reductions_wait_);
   for (ChunkedGather& g : chunked_gathers_) g.head = renumber(g.head), g.rest = renumber(g.rest);
   for (int& d : next_compute_waits_) d = renumber(d);
   for (int i = c - 1; i >= a; --i)

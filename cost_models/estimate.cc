@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/fp8_params.h"
 #include "core/fsdp_copies.h"
+#include "core/fsdp_pipeline_reduce.h"
 #include "core/gather_units.h"
 #include "core/host_issue.h"
 #include "core/layer_shapes.h"
@@ -715,6 +716,10 @@ struct Estimator::DataParallelQueues {
   // Seconds per micro-batch of collectives the host waits for before it issues more of the
   // backward (DeepSpeed ZeRO-3's blocking gradient copy, core/offload_rules.h): exposed whole.
   double blocking = 0;
+  // Seconds per step of collectives the compute stream waits for, each issued after the one
+  // before it completed (FSDP2's reductions under a pipeline, core/fsdp_pipeline_reduce.h):
+  // exposed whole.
+  double step_blocking = 0;
   // Exposed, hidden and excess seconds per micro-batch, and what the step's traffic adds to
   // them, beside forward and backward windows of `fwd` and `bwd` seconds of compute (0: not
   // overlapped).
@@ -729,6 +734,7 @@ struct Estimator::DataParallelQueues {
     b.add(step_backward.comm, step_backward.edge);
     out.per_step = f.exposed(fwd) + b.exposed(bwd) - out.per_micro_batch;
     out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
+    out.per_step += step_blocking;
     out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
     return out;
   }
@@ -896,9 +902,16 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
       out.step_backward.add(rep, rep / layers);
       break;
     case Reshard::kAfterStep:
-      // Gathered at the first use of the step, reduce-scattered after the last backward.
+      // Gathered at the first use of the step, reduce-scattered after the last backward: beside
+      // it, or under a pipeline after each chunk's last backward with the compute stream waiting.
+      // Then the stage's gradient sends wait for them too (core/lower_schedule.cc exchange), so
+      // the drain's critical path, which passes every stage's last backwards, waits for every
+      // stage's reductions: pp times this stage's.
       out.step_forward.add(ag, ag / layers);
-      out.step_backward.add(rs + rep, (rs + rep) / layers);
+      if (chunk_reductions_block_compute(p))
+        out.step_blocking += p.pp * (rs + rep);
+      else
+        out.step_backward.add(rs + rep, (rs + rep) / layers);
       break;
   }
 }

@@ -110,7 +110,9 @@ const char* memory_fit_name(MemoryFit m) {
 Plan allocator_replay_plan(const Plan& p) {
   Plan r = p;
   const int most = p.schedule == Schedule::kGpipe ? kGpipeReplayedMicroBatches : 2 * p.pp;
-  if (p.micro_batches() > most) r.global_batch = most * p.dp * p.micro_batch;
+  const int flush = p.flush_micro_batches();
+  r.pipeline_flushes = 1;
+  r.global_batch = std::min(flush, most) * p.dp * p.micro_batch;
   return r;
 }
 
@@ -195,7 +197,7 @@ double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const D
   const std::string key = model_to_json(m).dump() + '\n' + plan_to_json(rp).dump() + '\n' +
                           std::to_string(stage) + (rp.expandable_segments ? " e" : "") +
                           (fp8_weight_transpose_kept(d) ? "" : " nt");
-  if (p.schedule == Schedule::kGpipe && p.micro_batches() > rp.micro_batches()) {
+  if (p.schedule == Schedule::kGpipe && p.flush_micro_batches() > rp.micro_batches()) {
     // Extended past the replayed micro-batches at unlimited capacity; apply_allocator_reserve
     // caps the whole.
     Plan half = rp;
@@ -204,7 +206,8 @@ double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const D
     const Replayed fewer = replayed(key + " half", m, half, stage, d, 0);
     const double slope =
         (whole.reserve - fewer.reserve) / (rp.micro_batches() - half.micro_batches());
-    return std::max(0.0, whole.reserve + slope * (p.micro_batches() - rp.micro_batches()));
+    return std::max(0.0,
+                    whole.reserve + slope * (p.flush_micro_batches() - rp.micro_batches()));
   }
   return replayed(key, m, rp, stage, d, capacity).reserve;
 }

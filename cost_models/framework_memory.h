@@ -88,6 +88,8 @@ enum class Reserved { kReplay, kBand };
 //  - 1F1B and interleaving: the same step with at most 2 x pp micro-batches (the warm-up's
 //    micro-batches in flight, then more than pp of the steady state's forward-backward pairs,
 //    whose allocations repeat micro-batch after micro-batch);
+//  - a step of several pipeline flushes (plan.pipeline_flushes) is replayed as one flush: each
+//    fills and drains the pipeline, so the peak of one is the peak of every one;
 //  - GPipe holds every micro-batch's activations at its peak: with more than
 //    kGpipeReplayedMicroBatches micro-batches, the step is replayed with that many and with half
 //    as many, and the reserve extended by the slope between the two (each further forward

@@ -1833,6 +1833,73 @@ TEST(Lower, Zero3ReshardModesGatherAndReduceScatterPerMicroBatchOrPerStep) {
       }
 }
 
+// FSDP2 under a pipeline (ZeRO-3 resharded after the step, pp 2; core/fsdp_pipeline_reduce.h):
+// a chunk's gradients are reduce-scattered after its last backward, and the compute stream and
+// the next exchange's point-to-point ops wait for them. Resharded after the backward, the
+// reduce-scatters of every micro-batch run beside the backward: no compute op waits for one.
+TEST(Lower, PipelinedFsdpReductionsAfterTheStepBlockTheComputeStream) {
+  Model m = model_preset("tiny");
+  m.layers = 4;
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kInterleaved})
+    for (Reshard r : {Reshard::kAfterBackward, Reshard::kAfterStep}) {
+      Plan plan = make_plan(1, 2, 2, 8);
+      plan.zero = 3;
+      plan.reshard = r;
+      plan.schedule = sched;
+      plan.vpp = sched == Schedule::kInterleaved ? 2 : 1;
+      SCOPED_TRACE(plan_to_json(plan).dump());
+      LoweredPlan lp = lowered(m, plan);
+      EXPECT_EQ(unfinished_ops(lp), 0);
+      int checked = 0;  // compute ops and exchanges after a reduce-scatter, over the stages
+      for (const Program& p : lp.programs) {
+        int scatters = 0, candidates = 0, waited = 0, p2p_after = 0, p2p_waited = 0;
+        for (const Op& o : p.ops) {
+          if (o.kind != OpKind::kReduceScatter || o.group != Group::kDpCp) continue;
+          ++scatters;
+          // The chunk's last backward compute is done before it.
+          for (const Op& later : p.ops)
+            if (later.id > o.id && later.stream == 0 && later.tags.phase == Phase::kBackward &&
+                later.tags.chunk == o.tags.chunk && r == Reshard::kAfterStep) {
+              ADD_FAILURE() << later.name << " after " << o.name;
+            }
+          const Op* next_compute = nullptr;
+          for (const Op& later : p.ops)
+            if (later.id > o.id && later.stream == 0) {
+              next_compute = &later;
+              break;
+            }
+          // (The optimizer reads the reduced shard whichever way.)
+          if (next_compute != nullptr && next_compute->tags.phase != Phase::kOptimizer) {
+            ++candidates;
+            if (std::count(next_compute->deps.begin(), next_compute->deps.end(), o.id) > 0)
+              ++waited;
+          }
+          const Op* next_p2p = nullptr;
+          for (const Op& later : p.ops)
+            if (later.id > o.id && (later.kind == OpKind::kSend || later.kind == OpKind::kRecv)) {
+              next_p2p = &later;
+              break;
+            }
+          if (next_p2p != nullptr) {
+            ++p2p_after;
+            bool after = false;
+            for (int d : next_p2p->deps) after = after || d >= o.id;
+            p2p_waited += after ? 1 : 0;
+          }
+        }
+        ASSERT_GT(scatters, 0);
+        checked += candidates + p2p_after;
+        if (r == Reshard::kAfterStep) {
+          EXPECT_EQ(waited, candidates);
+          EXPECT_EQ(p2p_waited, p2p_after);
+        } else {
+          EXPECT_EQ(waited, 0);
+        }
+      }
+      EXPECT_GT(checked, 0);
+    }
+}
+
 TEST(Lower, Zero3ReshardedAfterBackwardHoldsTwoMicroBatchesWeightsUnder1F1B) {
   // Stage 0 of a 1F1B pp 2 pipeline runs F0 F1 B0 ...: resharded after the backward, the weights
   // gathered for micro-batch 0 live until its backward, past the gather for micro-batch 1.

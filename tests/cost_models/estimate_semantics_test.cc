@@ -73,6 +73,39 @@ TEST_F(DataParallelSemantics, Zero3ReshardModesCountTheirGathers) {
   EXPECT_NEAR(bwd / step, mb, 1e-6 * mb);
 }
 
+TEST_F(DataParallelSemantics, PipelinedFsdpReductionsAfterTheStepAreExposedWhole) {
+  // FSDP2 under torch.distributed.pipelining (ZeRO-3 resharded after the step, pp 2) reduces a
+  // chunk's gradients after its last backward, one unit after another, with the compute stream
+  // waiting (core/fsdp_pipeline_reduce.h), and its gradient sends after them: overlap_grad_reduce
+  // hides none of it, and the drain waits for both stages' reduce-scatters. Stage 0 is the 8
+  // GPUs of the first server (dp varies fastest); 4 layers' bf16 gradients a stage, the
+  // embedding or the head spread over them.
+  Plan p = plan(3, 8);
+  p.dp = 8;
+  p.pp = 2;
+  p.reshard = Reshard::kAfterStep;
+  const double exposed = run(m, c, p).time.dp_comm;
+  p.overlap_grad_reduce = true;
+  EXPECT_NEAR(run(m, c, p).time.dp_comm, exposed, 1e-9 * exposed);
+  const Profile prof = default_profile(c.gpu_device(0));
+  std::vector<std::vector<int>> groups;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int> g;
+    for (int i = 0; i < 8; ++i) g.push_back(8 * s + i);
+    groups.push_back(g);
+  }
+  GroupModel dp(c, prof, groups[0], groups, false);
+  const double per_layer =
+      std::min(stage_params(m, p, 0).dense, stage_params(m, p, 1).dense) / 4 * 2;
+  EXPECT_GE(exposed, 2 * 4 * dp.cost(Collective::kReduceScatter, per_layer).time_s * (1 - 1e-9));
+  // Without a pipeline FSDP's hooks reduce each layer as its backward ends, beside the rest.
+  Plan flat = plan(3, 8);
+  flat.reshard = Reshard::kAfterStep;
+  const double serial = run(m, c, flat).time.dp_comm;
+  flat.overlap_grad_reduce = true;
+  EXPECT_LT(run(m, c, flat).time.dp_comm, serial);
+}
+
 TEST_F(DataParallelSemantics, HsdpReduceScattersInsideTheServerAndAllReducesAcross) {
   // shard_degree 8: shards inside a server, replicas across the two servers. Once per step
   // (after_step, nothing overlapped): per layer a gather and a reduce-scatter over the 8 GPUs

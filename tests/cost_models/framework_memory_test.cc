@@ -218,6 +218,26 @@ TEST(FrameworkMemory, TheReplayPlanKeepsTwicePpMicroBatches) {
   EXPECT_EQ(allocator_replay_plan(p).micro_batches(), 6);
 }
 
+// A step of several pipeline flushes is replayed as one flush (each fills and drains the
+// pipeline): an interleaved step of 4 flushes of 8 micro-batches at pp 4 is replayed as one of 8,
+// not as 8 micro-batches split over 4 flushes (2 a flush, fewer than pp: no interleaved schedule).
+TEST(FrameworkMemory, TheReplayPlanOfSeveralFlushesIsOneFlush) {
+  Plan p;
+  p.pp = 4;
+  p.vpp = 2;
+  p.schedule = Schedule::kInterleaved;
+  p.dp = 2;
+  p.micro_batch = 1;
+  p.global_batch = 2 * 32;  // 32 micro-batches
+  p.pipeline_flushes = 4;
+  const Plan r = allocator_replay_plan(p);
+  EXPECT_EQ(r.pipeline_flushes, 1);
+  EXPECT_EQ(r.micro_batches(), 8);
+  p.pipeline_flushes = 8;  // 4 a flush: all of them
+  EXPECT_EQ(allocator_replay_plan(p).micro_batches(), 4);
+  EXPECT_EQ(allocator_replay_plan(p).pipeline_flushes, 1);
+}
+
 // A lowered step reserves at least what its tensors hold, and the 1F1B replay of 2 x pp
 // micro-batches reserves what the replay of the whole step does (its allocations repeat).
 TEST(FrameworkMemory, TheReserveOfAShortenedStepIsTheWholeSteps) {
