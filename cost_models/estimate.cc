@@ -982,6 +982,15 @@ Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, con
                        double slowdown) {
   const DsTrace t = ds_stage_trace(m, p, first, layers);
   const DsSchedule s = ds_stage_schedule(m, p, first, layers, 1);
+  // A layer's calls repeat in every layer: each size priced once.
+  std::vector<std::tuple<Collective, double, double>> priced;  // (collective, bytes, seconds)
+  auto cost = [&](const GroupModel& g, Collective c, double bytes) {
+    for (const auto& [pc, pb, ps] : priced)
+      if (pc == c && pb == bytes) return ps;
+    const double seconds = g.cost(c, bytes).time_s;
+    priced.emplace_back(c, bytes, seconds);
+    return seconds;
+  };
   const size_t n = t.module.size();
   Zero3Uses u;
   u.compute.assign(n, 0.0);
@@ -1028,7 +1037,7 @@ Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, con
     std::sort(at.begin(), at.end());
     for (const auto& [layer, elements] : at)
       u.gathers[i].push_back(
-          elements > 0 ? gather_g.cost(Collective::kAllGather, elements * w_bytes).time_s : 0.0);
+          elements > 0 ? cost(gather_g, Collective::kAllGather, elements * w_bytes) : 0.0);
   }
   for (size_t i = 0; i < n; ++i) {
     const int step = s.fetch_step[i];
@@ -1054,7 +1063,7 @@ Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, con
       begin = end + 1;
       const int use = last_use[static_cast<size_t>(j) * per + (modules - 1 - end)];
       u.reduces[static_cast<size_t>(use)].push_back(
-          reduce_g.cost(Collective::kReduceScatter, elements * g_bytes).time_s);
+          cost(reduce_g, Collective::kReduceScatter, elements * g_bytes));
     }
   }
   return play_zero3_uses(u, slowdown);

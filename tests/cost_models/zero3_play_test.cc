@@ -73,6 +73,7 @@ TEST(Zero3Play, EdgeComputeRunsWhereItIsIssued) {
   u.reduces = {{}, {}};
   EXPECT_DOUBLE_EQ(play_zero3_uses(u, 0).exposed, 0.5 + 2 - 1);
   u.gathers = {{0.5, 2}, {}};
+  u.gather_use = {0, 0};
   u.gather_index = {0, 1};
   u.middle = 2;
   u.middle_at = 1;
