@@ -726,13 +726,16 @@ struct Estimator::DataParallelQueues {
   DataParallel price(double fwd, double bwd) const {
     DataParallel out;
     QueuedComm f = forward, b = backward;
-    out.per_micro_batch = f.exposed(fwd) + b.exposed(bwd);
-    out.per_micro_batch_hidden = f.comm + b.comm - out.per_micro_batch + played_hidden;
-    out.per_micro_batch += blocking + played_exposed;
+    const double queued = f.exposed(fwd) + b.exposed(bwd);
+    out.per_micro_batch_hidden = f.comm + b.comm - queued + played_hidden;
+    out.per_micro_batch = queued + blocking + played_exposed;
     out.per_micro_batch_excess = f.excess(fwd) + b.excess(bwd);
     f.add(step_forward.comm, step_forward.edge);
     b.add(step_backward.comm, step_backward.edge);
-    out.per_step = f.exposed(fwd) + b.exposed(bwd) - out.per_micro_batch;
+    // What the step's traffic adds to the queues' exposure (the blocking and played seconds are
+    // the micro-batch's, not the queues': subtracted, they made a step with any of them
+    // negative, and estimate() dropped the tail whose sum it then was).
+    out.per_step = f.exposed(fwd) + b.exposed(bwd) - queued;
     out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
     out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
     return out;
@@ -1294,7 +1297,11 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
 
 // The host-link bandwidth left to offload copies. Host copies share the GPU's PCIe link with
 // its NIC: while inter-server communication runs (the data-parallel traffic of a group that
-// spans servers, exposed or hidden), copies get what the NIC leaves.
+// spans servers, exposed or hidden), copies get what the NIC leaves, and at least the half that
+// two flows wanting the whole link each get (the processor sharing by which the simulator's
+// links serve concurrent transfers: sim/engine.cc share_update). Without that floor a NIC busy
+// the whole step on a link it fills left the copies no bandwidth, and the tail's seconds (the
+// optimizer's, the offload's, the step's data-parallel traffic) came out NaN and were dropped.
 inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, double pipeline) {
   double nic_busy = 0;
   if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
@@ -1305,7 +1312,7 @@ inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, doub
       nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
     }
   }
-  return host_bw_ * (1 - nic_busy * nic_share_of_pcie_);
+  return host_bw_ * std::max(0.5, 1 - nic_busy * nic_share_of_pcie_);
 }
 
 namespace {
