@@ -26,20 +26,32 @@ std::vector<double> gather_calls(const std::vector<double>& weights, double buck
   return out;
 }
 
-std::vector<double> reduce_calls(const std::vector<double>& weights, double bucket) {
-  std::vector<double> out;
+std::vector<size_t> reduce_call_ends(const std::vector<double>& weights, double bucket) {
+  std::vector<size_t> out;
   double open = 0;
   bool any = false;
-  for (double w : weights) {
-    if (bucket > 0 && any && open + w > bucket) {
-      out.push_back(open);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (bucket > 0 && any && open + weights[i] > bucket) {
+      out.push_back(i - 1);
       open = 0;
       any = false;
     }
-    open += w;
+    open += weights[i];
     any = true;
   }
-  if (any) out.push_back(open);
+  if (any) out.push_back(weights.size() - 1);
+  return out;
+}
+
+std::vector<double> reduce_calls(const std::vector<double>& weights, double bucket) {
+  std::vector<double> out;
+  size_t begin = 0;
+  for (size_t end : reduce_call_ends(weights, bucket)) {
+    double n = 0;
+    for (size_t i = begin; i <= end; ++i) n += weights[i];
+    out.push_back(n);
+    begin = end + 1;
+  }
   return out;
 }
 
@@ -97,6 +109,43 @@ std::vector<double> dense_layer_weights(const Model& m, int64_t tp, int layer) {
   for (const NormShape& n : attention_norms(m)) out.push_back(static_cast<double>(n.params(m)));
   out.push_back(norm);
   for (const LinearShape& s : mlp_linears(m, layer)) linear(s);
+  return out;
+}
+
+std::vector<PersistentParam> persistent_params(const Model& m, const Plan& p, int layer) {
+  std::vector<PersistentParam> out;
+  if (p.zero < 3 || p.zero3_unit != GatherUnit::kModule) return out;
+  const double threshold = static_cast<double>(p.zero3_param_persistence_threshold);
+  int module = 0;
+  auto param = [&](double n) {
+    if (n < threshold) out.push_back({module, n});
+  };
+  // A norm module: its weight, and its bias under LayerNorm.
+  auto norm = [&](double width) {
+    param(width);
+    if (m.norm == Norm::kLayerNorm) param(width);
+    ++module;
+  };
+  auto linear = [&](const LinearShape& s) {
+    const double in = static_cast<double>(s.split == Split::kRow ? s.in / p.tp : s.in);
+    const double o = static_cast<double>(s.split == Split::kColumn ? s.out / p.tp : s.out);
+    param(in * o);
+    if (s.bias) param(o);
+    ++module;
+  };
+  // The modules in dense_layer_weights' order.
+  norm(static_cast<double>(m.hidden));
+  for (const LinearShape& s : attention_linears(m)) linear(s);
+  for (const NormShape& n : attention_norms(m)) norm(static_cast<double>(n.width));
+  norm(static_cast<double>(m.hidden));
+  for (const LinearShape& s : mlp_linears(m, layer)) linear(s);
+  return out;
+}
+
+std::vector<double> gathered_layer_weights(const Model& m, const Plan& p, int layer) {
+  std::vector<double> out = dense_layer_weights(m, p.tp, layer);
+  for (const PersistentParam& x : persistent_params(m, p, layer))
+    out[static_cast<size_t>(x.module)] -= x.elements;
   return out;
 }
 

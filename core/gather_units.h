@@ -24,6 +24,9 @@ std::vector<double> gather_calls(const std::vector<double>& weights, double buck
 // first reduces what it holds (DeepSpeed stage3.py #L1570-1617; a gradient larger than the
 // bucket is reduced alone). bucket <= 0: one call of all.
 std::vector<double> reduce_calls(const std::vector<double>& weights, double bucket);
+// The same calls by the index (into `weights`) of the last gradient each holds: the gradient
+// whose write completes the call.
+std::vector<size_t> reduce_call_ends(const std::vector<double>& weights, double bucket);
 
 // The fractions of a ZeRO-3 unit's all-gather (reduce-scatter) payload that each call carries
 // under the plan's zero3_unit: {1} for kLayer; DeepSpeed's buckets for kModule. `weights` in
@@ -59,5 +62,24 @@ std::vector<double> regathered_weights(const Plan& p, const std::vector<double>&
 // order, as the lowering's dense bucket holds them: the pre-attention norm, the attention
 // linears (a weight with its bias), the attention norms, the pre-MLP norm, the MLP linears.
 std::vector<double> dense_layer_weights(const Model& m, int64_t tp, int layer);
+
+// DeepSpeed ZeRO-3's persistent parameters of layer `layer`'s dense part on one tensor-parallel
+// rank (Plan::zero3_param_persistence_threshold): every parameter of fewer elements than the
+// threshold, a norm's weight and bias, a linear's bias (deepspeed/runtime/zero/stage3.py @v0.6.2
+// 32d9797 persistent_parameters #L1048-1062, `param.ds_numel < self.persistence_threshold`). The
+// coordinator never fetches or releases them (partitioned_param_coordinator.py __params_to_release
+// #L365, `if not p.ds_persist`); step() releases every parameter and _post_step (#L2247-2253)
+// gathers them again, one all-gather per parameter (partition_parameters.py
+// _allgather_params_coalesced #L1244-1311: a dist.all_gather per parameter, then
+// torch.cuda.synchronize()). Empty unless zero 3 with zero3_unit module.
+struct PersistentParam {
+  int module = 0;       // its module, an index into dense_layer_weights
+  double elements = 0;  // on one tensor-parallel rank
+};
+std::vector<PersistentParam> persistent_params(const Model& m, const Plan& p, int layer);
+
+// Elements of each module of dense_layer_weights(m, p.tp, layer) that the coordinator gathers:
+// the module's less its persistent parameters'.
+std::vector<double> gathered_layer_weights(const Model& m, const Plan& p, int layer);
 
 }  // namespace parasol

@@ -239,6 +239,10 @@ struct LayerFragment {
     int begin = 0, end = 0;
   };
   std::vector<Pass> passes;
+  // The layer's dense parameter modules in forward order as DeepSpeed ZeRO-3 fetches them (the
+  // dense bucket's specs: a weight with the bias slots after it, a norm alone; the order of
+  // core/gather_units.h dense_layer_weights): each module's weight buffer ids in `program`.
+  std::vector<std::vector<int>> modules;
 };
 
 // The fragment's weights are those of a device that keeps fp8 weight transposes (as the

@@ -415,6 +415,9 @@ void Lowerer::regather_layer(int local, const WSet& w, int dep) {
 
 void Lowerer::ds_acquire(const Bucket& b, WSet& out) {
   const std::vector<double> weights = b.weight_elements();
+  // The elements each module's gather moves: its persistent parameters are whole already.
+  std::vector<double> gathered = gathered_layer_weights(m_, p_, b.layer);
+  if (gathered.size() != weights.size()) gathered = weights;
   const int modules = static_cast<int>(weights.size());
   const bool backward = tags_.phase == Phase::kBackward;
   const int first = ds_next_;
@@ -432,7 +435,7 @@ void Lowerer::ds_acquire(const Bucket& b, WSet& out) {
     if (ds_copy_of_source_[static_cast<size_t>(src)] < 0) {
       DsCopy c;
       c.bucket = bi;
-      c.elements = weights[static_cast<size_t>(k)];
+      c.elements = gathered[static_cast<size_t>(k)];
       c.fetch_step = ds_.fetch_step[static_cast<size_t>(use)];
       for (size_t s : specs) {
         const Spec& sp = b.specs[s];
@@ -507,11 +510,33 @@ void Lowerer::ds_gather(const std::vector<int>& copies) {
     dev.insert(dev.end(), c.buffers.begin(), c.buffers.end());
     elements += c.elements;
   }
+  if (elements <= 0) return;  // persistent parameters only: nothing to gather
   const Bucket& b =
       buckets_[static_cast<size_t>(ds_copies_[static_cast<size_t>(copies[0])].bucket)];
   Label label(this, b);
   collective(OpKind::kAllGather, b.group, b.layer, "w.ag", wb_ * elements, {b.param_shard}, dev,
              {});
+}
+
+void Lowerer::persistent_gathers() {
+  if (p_.zero < 3 || p_.zero3_unit != GatherUnit::kModule || p_.offload.params) return;
+  // After the step: the host issues them once the optimizer's last op is done.
+  const int step_end = static_cast<int>(P_.ops.size()) - 1;
+  int last = -1;
+  for (const Bucket& b : buckets_) {
+    if (b.zero < 3 || b.expert || b.layer < 0 || b.ways < 2) continue;
+    Label label(this, b);
+    for (const PersistentParam& x : persistent_params(m_, p_, b.layer)) {
+      const int64_t shard = static_cast<int64_t>(std::ceil(x.elements / b.ways));
+      const int in = buffer(name(b.layer, "w.persist.shard"), {shard}, wdt_, BufferClass::kParam);
+      const int whole =
+          buffer(name(b.layer, "w.persist"), {shard * b.ways}, wdt_, BufferClass::kParam);
+      last = collective(OpKind::kAllGather, b.group, b.layer, "w.persist.ag",
+                        wb_ * static_cast<double>(shard * b.ways), {in}, {whole},
+                        {last >= 0 ? last : step_end});
+    }
+  }
+  if (last >= 0) host_sync("persist.sync", {last});
 }
 
 WSet Lowerer::ds_unit_grads(Bucket& b) {

@@ -45,11 +45,22 @@ LayerFragment Lowerer::layer_fragment(int layer) {
   // A fragment's layer gathers its bucket whole (DeepSpeed's schedule is the stage's).
   ds_lazy_ = false;
 
+  std::vector<std::vector<int>> modules;
   auto forward = [&](int mb) {
     set_unit_tags({true, 0, mb});
     const int x = act(-1, "x", {Tn_, h_});  // the layer's input, ready when the fragment starts
     at(layer, Phase::kForward);
     const WSet w = layer_weights(0, -1);
+    if (mb == 0 && layer_buckets_[0][0] >= 0) {
+      for (const Spec& s : buckets_[static_cast<size_t>(layer_buckets_[0][0])].specs) {
+        const int id = w[s.slot];
+        if (is_bias_slot(s.slot) && !modules.empty()) {
+          if (id >= 0) modules.back().push_back(id);
+        } else {
+          modules.push_back(id >= 0 ? std::vector<int>{id} : std::vector<int>{});
+        }
+      }
+    }
     Saved sv;
     layer_forward(layer, x, w, sv);
     Saved keep = sv;
@@ -92,6 +103,7 @@ LayerFragment Lowerer::layer_fragment(int layer) {
   }
   mark_host_issue(m_, p_, P_);
   out.program = std::move(P_);
+  out.modules = std::move(modules);
   return out;
 }
 

@@ -552,6 +552,9 @@ class Lowerer {
   void ds_acquire(const Bucket& b, WSet& out);
   void ds_reach(const std::vector<int>& reads);
   void ds_gather(const std::vector<int>& copies);
+  // DeepSpeed ZeRO-3's persistent parameters gathered again after the optimizer step
+  // (core/gather_units.h persistent_params): one all-gather each, then the host synchronises.
+  void persistent_gathers();
   // DeepSpeed's gradients under ds_lazy_: a module's gradient buffers (the parameters' dtype),
   // reduce-scattered with the rest of its reduce bucket as soon as the bucket's last gradient
   // is written (ds_written, after the op that writes it), then freed.

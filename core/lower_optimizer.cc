@@ -299,6 +299,8 @@ void Lowerer::optimizer() {
     tags_.chunk = b.chunk;
     update(b, norm, norm_op);
   }
+  at(-1, Phase::kOptimizer);
+  persistent_gathers();
 }
 
 }  // namespace parasol::lowering

@@ -622,6 +622,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "zero3_max_live_parameters",
                 "zero3_max_reuse_distance",
                 "zero3_reduce_bucket",
+                "zero3_param_persistence_threshold",
                 "fsdp_impl",
                 "attention_unpad",
                 "loss_metric_passes",
@@ -770,6 +771,8 @@ Plan plan_from_json(const Json& j, const std::string& path) {
       elements("zero3_max_live_parameters", p.zero3_max_live_parameters, 0);
   p.zero3_max_reuse_distance = elements("zero3_max_reuse_distance", p.zero3_max_reuse_distance, 0);
   p.zero3_reduce_bucket = elements("zero3_reduce_bucket", p.zero3_reduce_bucket, 1);
+  p.zero3_param_persistence_threshold =
+      elements("zero3_param_persistence_threshold", p.zero3_param_persistence_threshold, 0);
   p.fsdp_impl = parse_fsdp_impl(r.string_or("fsdp_impl", "none"), r.field("fsdp_impl"));
   p.attention_unpad = r.boolean_or("attention_unpad", false);
   p.loss_metric_passes = static_cast<int>(r.integer_or("loss_metric_passes", 0, 0, 8));
@@ -835,6 +838,8 @@ Json plan_to_json(const Plan& p) {
       j["zero3_max_reuse_distance"] = p.zero3_max_reuse_distance;
     if (p.zero3_reduce_bucket != d.zero3_reduce_bucket)
       j["zero3_reduce_bucket"] = p.zero3_reduce_bucket;
+    if (p.zero3_param_persistence_threshold != d.zero3_param_persistence_threshold)
+      j["zero3_param_persistence_threshold"] = p.zero3_param_persistence_threshold;
   }
   if (p.shard_degree > 0) j["shard_degree"] = p.shard_degree;
   if (p.fsdp_impl != FsdpImpl::kNone) j["fsdp_impl"] = fsdp_impl_name(p.fsdp_impl);

@@ -300,11 +300,17 @@ struct Plan {
   //  zero3_max_reuse_distance:  stage3_max_reuse_distance (1e9): a module's parameters are kept
   //                             after its use when they are used again within this many
   //                             parameters of the trace;
-  //  zero3_reduce_bucket:       reduce_bucket_size (5e8): gradients reduce-scattered together.
+  //  zero3_reduce_bucket:       reduce_bucket_size (5e8): gradients reduce-scattered together;
+  //  zero3_param_persistence_threshold: stage3_param_persistence_threshold (1e5): a parameter
+  //                             of fewer elements (norms, biases) is never partitioned: kept
+  //                             whole on every rank, never fetched or released, gathered after
+  //                             each optimizer step (stage3.py @v0.6.2 persistent_parameters,
+  //                             _post_step; core/gather_units.h persistent_elements).
   int64_t zero3_prefetch_bucket = 50000000;
   int64_t zero3_max_live_parameters = 1000000000;
   int64_t zero3_max_reuse_distance = 1000000000;
   int64_t zero3_reduce_bucket = 500000000;
+  int64_t zero3_param_persistence_threshold = 100000;
   // HSDP / ZeRO++ hpZ: shard over groups of `shard_degree` consecutive ranks of the
   // data-parallel group and replicate across the groups (gradients reduce-scattered inside a
   // group, then all-reduced across groups). 0 = the whole group.

@@ -336,7 +336,9 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
         {"plan.zero3_max_live_parameters",
          p.zero3_max_live_parameters != d.zero3_max_live_parameters},
         {"plan.zero3_max_reuse_distance", p.zero3_max_reuse_distance != d.zero3_max_reuse_distance},
-        {"plan.zero3_reduce_bucket", p.zero3_reduce_bucket != d.zero3_reduce_bucket}};
+        {"plan.zero3_reduce_bucket", p.zero3_reduce_bucket != d.zero3_reduce_bucket},
+        {"plan.zero3_param_persistence_threshold",
+         p.zero3_param_persistence_threshold != d.zero3_param_persistence_threshold}};
     for (const auto& [field, set] : ds_keys)
       if (set && (p.zero != 3 || p.zero3_unit != GatherUnit::kModule))
         throw Error(field, "is DeepSpeed ZeRO-3's: it needs zero 3 with zero3_unit module");
@@ -344,6 +346,8 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
       throw Error(p.zero3_max_live_parameters < 0 ? "plan.zero3_max_live_parameters"
                                                   : "plan.zero3_max_reuse_distance",
                   "must be >= 0 elements");
+    if (p.zero3_param_persistence_threshold < 0)
+      throw Error("plan.zero3_param_persistence_threshold", "must be >= 0 elements");
     // DeepSpeed's prefetch bucket of 0 is overlap_param_gather false.
     if (p.zero3_prefetch_bucket < 1)
       throw Error("plan.zero3_prefetch_bucket",

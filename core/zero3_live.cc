@@ -83,18 +83,20 @@ DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count) {
   layers.reserve(static_cast<size_t>(count));
   for (int l = first; l < first + count; ++l) layers.push_back(dense_layer_weights(m, p.tp, l));
   for (const auto& w : layers) t.per_layer = std::max(t.per_layer, static_cast<int>(w.size()));
-  auto use = [&](int j, size_t k) {
+  auto use = [&](int j, size_t k, DsTrace::Use pass) {
     t.elements.push_back(layers[static_cast<size_t>(j)][k]);
     t.module.push_back(j * t.per_layer + static_cast<int>(k));
+    t.use.push_back(pass);
   };
   for (int j = 0; j < count; ++j)
-    for (size_t k = 0; k < layers[static_cast<size_t>(j)].size(); ++k) use(j, k);
+    for (size_t k = 0; k < layers[static_cast<size_t>(j)].size(); ++k)
+      use(j, k, DsTrace::kForward);
   const int full = p.recompute == Recompute::kFull ? p.full_recompute_layers(count) : 0;
   for (int j = count - 1; j >= 0; --j) {
     const size_t nk = layers[static_cast<size_t>(j)].size();
     if (j < full)
-      for (size_t k = 0; k < nk; ++k) use(j, k);
-    for (size_t k = nk; k-- > 0;) use(j, k);
+      for (size_t k = 0; k < nk; ++k) use(j, k, DsTrace::kRecompute);
+    for (size_t k = nk; k-- > 0;) use(j, k, DsTrace::kBackward);
   }
   return t;
 }

@@ -41,9 +41,11 @@ bool ds_lazy_gathers(const Model& m, const Plan& p);
 // per layer from the last: under full recompute its modules in forward order (the recompute)
 // then in reverse (the backward), else in reverse. Module ids: layer index x modules + module.
 struct DsTrace {
+  enum Use : uint8_t { kForward, kRecompute, kBackward };
   std::vector<double> elements;
   std::vector<int> module;
-  int per_layer = 0;  // modules of a layer
+  std::vector<Use> use;  // which pass each use belongs to
+  int per_layer = 0;     // modules of a layer
 };
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count);
 

@@ -28,6 +28,7 @@
 #include "core/optimizer_traffic.h"
 #include "core/rank_layout.h"
 #include "core/unfused_xent.h"
+#include "core/zero3_live.h"
 #include "cost_models/compute.h"
 #include "cost_models/compute_overlap.h"
 #include "cost_models/host_cost.h"
@@ -35,6 +36,7 @@
 #include "cost_models/host_optimizer.h"
 #include "cost_models/layer_fragment.h"
 #include "cost_models/moe_dispatch.h"
+#include "cost_models/zero3_play.h"
 
 namespace parasol::cost {
 
@@ -720,19 +722,25 @@ struct Estimator::DataParallelQueues {
   // before it completed (FSDP2's reductions under a pipeline, core/fsdp_pipeline_reduce.h):
   // exposed whole.
   double step_blocking = 0;
+  // DeepSpeed ZeRO-3's lazily gathered modules, played use by use beside the compute
+  // (cost_models/zero3_play.h): their exposed and hidden seconds per micro-batch.
+  double played_exposed = 0, played_hidden = 0;
   // Exposed, hidden and excess seconds per micro-batch, and what the step's traffic adds to
   // them, beside forward and backward windows of `fwd` and `bwd` seconds of compute (0: not
   // overlapped).
   DataParallel price(double fwd, double bwd) const {
     DataParallel out;
     QueuedComm f = forward, b = backward;
-    out.per_micro_batch = f.exposed(fwd) + b.exposed(bwd);
-    out.per_micro_batch_hidden = f.comm + b.comm - out.per_micro_batch;
-    out.per_micro_batch += blocking;
+    const double queued = f.exposed(fwd) + b.exposed(bwd);
+    out.per_micro_batch_hidden = f.comm + b.comm - queued + played_hidden;
+    out.per_micro_batch = queued + blocking + played_exposed;
     out.per_micro_batch_excess = f.excess(fwd) + b.excess(bwd);
     f.add(step_forward.comm, step_forward.edge);
     b.add(step_backward.comm, step_backward.edge);
-    out.per_step = f.exposed(fwd) + b.exposed(bwd) - out.per_micro_batch;
+    // What the step's traffic adds to the queues' exposure (the blocking and played seconds are
+    // the micro-batch's, not the queues': subtracted, they made a step with any of them
+    // negative, and estimate() dropped the tail whose sum it then was).
+    out.per_step = f.exposed(fwd) + b.exposed(bwd) - queued;
     out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
     out.per_step += step_blocking;
     out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
@@ -974,6 +982,110 @@ FsdpCopyTime fsdp_copy_time(const DeviceSpec& d, const Profile& f, const Plan& p
 }
 }  // namespace
 
+namespace {
+// DeepSpeed ZeRO-3's lazily gathered modules of one micro-batch on a stage of `layers` dense
+// layers from `first` (core/zero3_live.h ds_lazy_gathers), played use by use
+// (cost_models/zero3_play.h): the coordinator's schedule (ds_stage_schedule) says which module
+// copies each use fetches, gathered per layer in one all-gather as the lowering issues them
+// (core/lower_buckets.cc ds_reach); each layer's gradients are reduce-scattered in its reduce
+// buckets (reduce_call_ends) after the backward use of the bucket's last module. Each use's
+// compute is the layer's (lp) split by its fragment's uses (module_use_seconds), a recompute use
+// priced as the forward's; the stage's other compute (`edge`: embedding, head and loss) runs
+// between the forward and the backward.
+Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, const LayerPrice& lp,
+                       const ModuleUseSeconds& uses, double edge, const GroupModel& gather_g,
+                       const GroupModel& reduce_g, double w_bytes, double g_bytes,
+                       double slowdown) {
+  const DsTrace t = ds_stage_trace(m, p, first, layers);
+  const DsSchedule s = ds_stage_schedule(m, p, first, layers, 1);
+  // A layer's calls repeat in every layer: each size priced once.
+  std::vector<std::tuple<Collective, double, double>> priced;  // (collective, bytes, seconds)
+  auto cost = [&](const GroupModel& g, Collective c, double bytes) {
+    for (const auto& [pc, pb, ps] : priced)
+      if (pc == c && pb == bytes) return ps;
+    const double seconds = g.cost(c, bytes).time_s;
+    priced.emplace_back(c, bytes, seconds);
+    return seconds;
+  };
+  const size_t n = t.module.size();
+  Zero3Uses u;
+  u.compute.assign(n, 0.0);
+  u.gathers.assign(n, {});
+  u.reduces.assign(n, {});
+  u.gather_use.assign(n, 0);
+  u.gather_index.assign(n, 0);
+  u.blocking = gradient_copies_block_host(p);
+  const size_t per = static_cast<size_t>(std::max(1, t.per_layer));
+  double fsum = 0, bsum = 0;
+  for (double x : uses.forward) fsum += x;
+  for (double x : uses.backward) bsum += x;
+  // The copies fetched at each step, one all-gather per layer in layer order: (layer, elements).
+  std::vector<std::vector<std::pair<int, double>>> fetched(n);
+  std::vector<int> last_use(n * per + per, -1);
+  // The elements each module's gather moves (its persistent parameters are whole already).
+  std::vector<std::vector<double>> gathered(static_cast<size_t>(std::max(0, layers)));
+  u.middle_at = static_cast<int>(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t k = static_cast<size_t>(t.module[i]) % per;
+    const bool backward = t.use[i] == DsTrace::kBackward;
+    const std::vector<double>& share = backward ? uses.backward : uses.forward;
+    const double sum = backward ? bsum : fsum;
+    if (k < share.size() && sum > 0)
+      u.compute[i] = share[k] / sum * (backward ? lp.backward : lp.forward);
+    if (t.use[i] != DsTrace::kForward && u.middle_at == static_cast<int>(n))
+      u.middle_at = static_cast<int>(i);
+    last_use[static_cast<size_t>(t.module[i])] = static_cast<int>(i);
+    if (s.source[i] != static_cast<int>(i)) continue;
+    auto& at = fetched[static_cast<size_t>(s.fetch_step[i])];
+    const int layer = t.module[i] / static_cast<int>(per);
+    std::vector<double>& g = gathered[static_cast<size_t>(layer)];
+    if (g.empty()) g = gathered_layer_weights(m, p, first + layer);
+    const double elements = k < g.size() ? g[k] : t.elements[i];
+    auto it = std::find_if(at.begin(), at.end(), [&](const auto& c) { return c.first == layer; });
+    if (it == at.end())
+      at.emplace_back(layer, elements);
+    else
+      it->second += elements;
+  }
+  u.middle = edge;
+  for (size_t i = 0; i < n; ++i) {
+    auto& at = fetched[i];
+    std::sort(at.begin(), at.end());
+    for (const auto& [layer, elements] : at)
+      u.gathers[i].push_back(
+          elements > 0 ? cost(gather_g, Collective::kAllGather, elements * w_bytes) : 0.0);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int step = s.fetch_step[i];
+    const int layer = t.module[static_cast<size_t>(s.source[i])] / static_cast<int>(per);
+    const auto& at = fetched[static_cast<size_t>(step)];
+    u.gather_use[i] = step;
+    for (size_t c = 0; c < at.size(); ++c)
+      if (at[c].first == layer) u.gather_index[i] = static_cast<int>(c);
+  }
+  // Each layer's reduce buckets, its modules in backward order.
+  const double bucket = static_cast<double>(p.zero3_reduce_bucket);
+  for (int j = 0; j < layers; ++j) {
+    std::vector<double> backward;
+    for (size_t k = per; k-- > 0;) {
+      const int use = last_use[static_cast<size_t>(j) * per + k];
+      if (use >= 0) backward.push_back(t.elements[static_cast<size_t>(use)]);
+    }
+    const size_t modules = backward.size();
+    size_t begin = 0;
+    for (size_t end : reduce_call_ends(backward, bucket)) {
+      double elements = 0;
+      for (size_t x = begin; x <= end; ++x) elements += backward[x];
+      begin = end + 1;
+      const int use = last_use[static_cast<size_t>(j) * per + (modules - 1 - end)];
+      u.reduces[static_cast<size_t>(use)].push_back(
+          cost(reduce_g, Collective::kReduceScatter, elements * g_bytes));
+    }
+  }
+  return play_zero3_uses(u, slowdown);
+}
+}  // namespace
+
 Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                                                  const StagePrice& price) {
   const StageParams params = stage_params(model_, param_counts_, p, stage);
@@ -1006,7 +1118,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
       bwd,
       ds ? p.zero3_prefetch_bucket : 0,
       ds ? p.zero3_reduce_bucket : 0,
-      ds ? p.zero3_max_reuse_distance : 0};
+      ds ? p.zero3_max_reuse_distance : 0,
+      ds ? p.zero3_param_persistence_threshold : 0};
   auto cached = data_parallel_.find(key);
   if (cached != data_parallel_.end()) return cached->second;
   DataParallelQueues queues;
@@ -1063,11 +1176,37 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
           fp8_expert_layer_elements(model_, p.expert_tp(), model_.moe.experts / p.ep);
     }
   }
+  // DeepSpeed's lazily gathered modules (core/zero3_live.h ds_lazy_gathers): the layers' gathers
+  // and reduce-scatters played use by use beside the compute (ds_lazy_play), the embedding's and
+  // head's buckets (one call each, as the lowering issues them) queued beside the passes.
+  const bool lazy = ds && dense != nullptr && ds_lazy_gathers(model_, p) &&
+                    model_.sliding_window <= 0 && params.dense_layers == layers;
+  if (lazy) {
+    const GroupModel& gg = hsdp_dense ? extra_group_model(p, ExtraGroup::kDenseShard) : *dense;
+    const LayerPrice& lp = layer_price(p, false, false);
+    const int full = p.recompute == Recompute::kFull ? p.full_recompute_layers(layers) : 0;
+    const double edge =
+        std::max(0.0, fwd + bwd - layers * (lp.forward + lp.backward) - full * lp.forward);
+    const Zero3Play play = ds_lazy_play(
+        model_, p, p.first_layer(model_.layers, stage, 0), layers, lp,
+        module_use_seconds(fragment(p, false, false)), edge, gg, gg, sync.w_bytes, sync.g_bytes,
+        compute_slowdown(profile_, false, true));
+    queues.played_exposed += play.exposed;
+    queues.played_hidden += play.comm - play.exposed;
+    for (const double e : {params.embedding, params.head}) {
+      if (e <= 0) continue;
+      const double ag_e = gg.cost(Collective::kAllGather, e * sync.w_bytes).time_s;
+      const double rs_e = gg.cost(Collective::kReduceScatter, e * sync.g_bytes).time_s;
+      queues.forward.add(ag_e, 0);
+      queues.backward.add(ag_e + rs_e, 0);
+    }
+  }
+  const std::vector<double> none;
   sync.add(params.dense, dense_buckets, p.dp * p.cp,
            p.zero >= 1 ? p.dense_shard_ranks() : p.dp * p.cp, dense,
            hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseShard) : nullptr,
-           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr, ag, rs, again,
-           again_layers);
+           hsdp_dense ? &extra_group_model(p, ExtraGroup::kDenseReplica) : nullptr,
+           lazy ? none : ag, lazy ? none : rs, lazy ? none : again, again_layers);
   if (params.expert > 0 && p.expert_dp() > 1) {
     const bool grid = p.expert_tp() != p.tp;
     const GroupModel* expert =
@@ -1096,6 +1235,30 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
   bwd += copies.backward;
   DataParallel out =
       queues.price(p.overlap_param_gather ? fwd : 0, p.overlap_grad_reduce ? bwd : 0);
+  // DeepSpeed ZeRO-3's persistent parameters gathered again after the step, one all-gather each
+  // on the dense shard group, the host waiting for them (core/gather_units.h persistent_params,
+  // the lowering's persistent_gathers): exposed whole.
+  if (ds && dense != nullptr && !p.offload.params && p.dense_shard_ranks() > 1) {
+    const GroupModel& gg = hsdp_dense ? extra_group_model(p, ExtraGroup::kDenseShard) : *dense;
+    const double ways = p.dense_shard_ranks();
+    std::vector<std::pair<double, double>> priced;  // (elements, seconds) already priced
+    for (int c = 0; c < p.chunks(); ++c) {
+      const int first = p.first_layer(model_.layers, stage, c);
+      for (int l = first; l < first + p.layers_in_chunk(model_.layers, stage, c); ++l) {
+        for (const PersistentParam& x : persistent_params(model_, p, l)) {
+          auto it = std::find_if(priced.begin(), priced.end(),
+                                 [&](const auto& e) { return e.first == x.elements; });
+          if (it == priced.end()) {
+            const double bytes = std::ceil(x.elements / ways) * ways * sync.w_bytes;
+            priced.emplace_back(x.elements,
+                                gg.cost(Collective::kAllGather, bytes).time_s);
+            it = priced.end() - 1;
+          }
+          out.per_step += it->second;
+        }
+      }
+    }
+  }
   out.per_micro_batch += copies.forward + copies.backward;
   out.per_step += copies.step;
   data_parallel_.emplace(key, out);
@@ -1147,7 +1310,11 @@ inline void Estimator::price_stages(const Plan& p, std::vector<double>& slots) {
 
 // The host-link bandwidth left to offload copies. Host copies share the GPU's PCIe link with
 // its NIC: while inter-server communication runs (the data-parallel traffic of a group that
-// spans servers, exposed or hidden), copies get what the NIC leaves.
+// spans servers, exposed or hidden), copies get what the NIC leaves, and at least the half that
+// two flows wanting the whole link each get (the processor sharing by which the simulator's
+// links serve concurrent transfers: sim/engine.cc share_update). Without that floor a NIC busy
+// the whole step on a link it fills left the copies no bandwidth, and the tail's seconds (the
+// optimizer's, the offload's, the step's data-parallel traffic) came out NaN and were dropped.
 inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, double pipeline) {
   double nic_busy = 0;
   if (p.offload.any() && p.dp * p.cp > 1 && nic_share_of_pcie_ > 0) {
@@ -1158,7 +1325,7 @@ inline double Estimator::offload_bandwidth(const Plan& p, int crit, int mb, doub
       nic_busy = std::min(1.0, comm / std::max(pipeline, 1e-12));
     }
   }
-  return host_bw_ * (1 - nic_busy * nic_share_of_pcie_);
+  return host_bw_ * std::max(0.5, 1 - nic_busy * nic_share_of_pcie_);
 }
 
 namespace {

@@ -246,8 +246,9 @@ class Estimator {
   // the stage's dense and expert parameters, layers, MoE layers and bucket edges (the first stage,
   // the last, an MoE first layer), its forward and backward windows, and DeepSpeed ZeRO-3's
   // prefetch bucket, reduce bucket and reuse distance (Plan::zero3_*; 0 unless zero3_unit module).
-  using DataParallelKey = std::tuple<PlacementKey, int, int, int, int, int, int, double, double,
-                                     int, int, int, double, double, int64_t, int64_t, int64_t>;
+  using DataParallelKey =
+      std::tuple<PlacementKey, int, int, int, int, int, int, double, double, int, int, int, double,
+                 double, int64_t, int64_t, int64_t, int64_t>;
   Cache<DataParallelKey, DataParallel> data_parallel_;
   std::vector<StagePrice> scratch_stages_;  // estimate()'s per-stage prices
   std::vector<DataParallel> scratch_dps_;   // and data-parallel times

@@ -178,8 +178,48 @@ PlayableFragment make_playable(const LayerFragment& fragment, OpPricer& pricer) 
     }
     n.comm = it->second;
   }
+  // Each op's dense module: the first of the layer's module weights it reads.
+  f.modules = static_cast<int>(fragment.modules.size());
+  std::unordered_map<int, int> module_of;
+  for (size_t k = 0; k < fragment.modules.size(); ++k)
+    for (int b : fragment.modules[k]) module_of.emplace(b, static_cast<int>(k));
+  for (size_t i = 0; i < ops.size() && !module_of.empty(); ++i)
+    for (int r : ops[i].reads)
+      if (auto it = module_of.find(r); it != module_of.end()) {
+        f.nodes[i].module = static_cast<int16_t>(it->second);
+        break;
+      }
   link_playable(f, IssueGraph(fragment.program));
   return f;
+}
+
+ModuleUseSeconds module_use_seconds(const PlayableFragment& f) {
+  ModuleUseSeconds out;
+  const int k = f.modules;
+  out.forward.assign(static_cast<size_t>(k), 0.0);
+  out.backward.assign(static_cast<size_t>(k), 0.0);
+  if (k == 0) return out;
+  for (const LayerFragment::Pass& pass : f.passes) {
+    if (pass.begin >= pass.end) continue;
+    int at = -1;  // the use reached; -1: none yet (its ops join the first)
+    double before = 0;
+    const bool forward =
+        f.nodes[static_cast<size_t>(pass.begin)].phase == static_cast<uint8_t>(Phase::kForward);
+    for (int i = pass.begin; i < pass.end; ++i) {
+      const PlayableFragment::Node& n = f.nodes[static_cast<size_t>(i)];
+      // Forward: modules in order; backward: in reverse (a module read again later, a norm's
+      // weight in its backward after the linear's, reaches nothing new).
+      if (n.module >= 0 && (at < 0 || (forward ? n.module > at : n.module < at))) at = n.module;
+      if (!n.compute) continue;
+      std::vector<double>& v = forward ? out.forward : out.backward;
+      if (at < 0)
+        before += n.seconds;
+      else
+        v[static_cast<size_t>(at)] += n.seconds + before, before = 0;
+    }
+    if (before > 0) (forward ? out.forward : out.backward)[forward ? 0 : k - 1] += before;
+  }
+  return out;
 }
 
 void link_playable(PlayableFragment& f, const IssueGraph& graph) {

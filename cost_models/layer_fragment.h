@@ -107,6 +107,9 @@ struct PlayableFragment {
     uint8_t category = 0;  // communication: 0 TP (and the rest), 1 CP, 2 EP
     bool compute = false, recv = false;
     bool sync = false;  // a device-to-host sync of the host (OpKind::kSync)
+    // The dense module (LayerFragment::modules' index) of the first weight the op reads; -1:
+    // it reads none.
+    int16_t module = -1;
   };
   std::vector<Node> nodes;  // one per op of the fragment's Program, in issue order
   std::vector<int> deps;
@@ -117,7 +120,18 @@ struct PlayableFragment {
   std::vector<Op> comm_ops;
   // Only its *_bytes_* fields (the fragment's communication volumes) and its MoE parts.
   LayerPrice bytes;
+  int modules = 0;  // LayerFragment::modules' count
 };
+
+// The compute seconds of each use of the layer's dense modules in the fragment's forward and
+// backward passes, as DeepSpeed ZeRO-3's lazy gathers see them (core/zero3_live.h, the lowering's
+// ds_reach): a use runs from the op that first reads the module's weights to the op that first
+// reads the next module's (forward: the modules in order; backward: in reverse, a weight's
+// data-gradient op reaching it); ops before the pass's first use join it. Indexed by module.
+struct ModuleUseSeconds {
+  std::vector<double> forward, backward;
+};
+ModuleUseSeconds module_use_seconds(const PlayableFragment& f);
 
 // Links f's nodes by the execution rules of `graph`, the issue graph of the Program they were made
 // from (one node per op): the issue groups, each node's stream predecessor, each receive's send.

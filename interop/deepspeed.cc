@@ -8,7 +8,8 @@
 //    deepspeed/runtime/precision_config.py (bf16_master_weights_and_grads,
 //    bf16_optimizer_states), deepspeed/runtime/zero/config.py (stage, overlap_comm default
 //    = stage 3, contiguous_gradients, stage3_prefetch_bucket_size, stage3_max_live_parameters,
-//    stage3_max_reuse_distance, reduce_bucket_size, zero_hpz_partition_size,
+//    stage3_max_reuse_distance, reduce_bucket_size, stage3_param_persistence_threshold,
+//    zero_hpz_partition_size,
 //    mics_shard_size), deepspeed/runtime/zero/offload_config.py (device, pin_memory),
 //    deepspeed/runtime/engine.py (get_data_types: grad_accum_dtype defaults to the model dtype;
 //    _do_optimizer_sanity_check: a bf16/fp16 model with another grad_accum_dtype needs ZeRO),
@@ -242,6 +243,7 @@ OJson config_json(const Plan& p) {
     z["stage3_max_live_parameters"] = p.zero3_max_live_parameters;
     z["stage3_max_reuse_distance"] = p.zero3_max_reuse_distance;
     z["reduce_bucket_size"] = p.zero3_reduce_bucket;
+    z["stage3_param_persistence_threshold"] = p.zero3_param_persistence_threshold;
     if (p.shard_degree > 0 && p.shard_degree != p.dp * p.cp) z["mics_shard_size"] = p.shard_degree;
   }
   if (p.offload.optimizer) z["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
@@ -598,6 +600,8 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
       p.zero3_max_reuse_distance =
           elements("stage3_max_reuse_distance", p.zero3_max_reuse_distance, 0);
       p.zero3_reduce_bucket = elements("reduce_bucket_size", p.zero3_reduce_bucket, 1);
+      p.zero3_param_persistence_threshold = elements("stage3_param_persistence_threshold",
+                                                     p.zero3_param_persistence_threshold, 0);
     }
     if (z.integer_or("zero_hpz_partition_size", 1, 0, 1 << 20) > 1)
       throw Error(z.field("zero_hpz_partition_size"),

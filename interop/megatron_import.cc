@@ -904,7 +904,8 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
   for (const char* key :
        {"zero", "overlap_grad_reduce", "overlap_param_gather", "offload", "precision", "reshard",
         "zero3_unit", "zero3_prefetch_bucket", "zero3_max_live_parameters",
-        "zero3_max_reuse_distance", "zero3_reduce_bucket", "shard_degree", "grad_reduce_dtype",
+        "zero3_max_reuse_distance", "zero3_reduce_bucket", "zero3_param_persistence_threshold",
+        "shard_degree", "grad_reduce_dtype",
         "optimizer_dtype", "mbs", "gbs"}) {
     if (ds.contains(key))
       j[key] = ds[key];

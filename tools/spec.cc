@@ -217,6 +217,11 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
            "DeepSpeed ZeRO-3: stage3_max_reuse_distance, elements (default 1e9)", "UINT");
   int_flag(cmd, o, "--zero3-reduce-bucket", "zero3_reduce_bucket", o.zero3_reduce_bucket,
            "DeepSpeed ZeRO-3: reduce_bucket_size, elements (default 5e8)", "UINT");
+  int_flag(cmd, o, "--zero3-param-persistence-threshold", "zero3_param_persistence_threshold",
+           o.zero3_param_persistence_threshold,
+           "DeepSpeed ZeRO-3: stage3_param_persistence_threshold, elements: smaller parameters "
+           "are never partitioned (default 1e5)",
+           "UINT");
   int_flag(cmd, o, "--shard-degree", "shard_degree", o.shard_degree,
            "HSDP: shard over groups of this many data-parallel ranks (0 = all)");
   cmd->add_option("--grad-reduce-dtype", o.grad_reduce_dtype,
@@ -390,6 +395,7 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("zero3_max_live_parameters", o.zero3_max_live_parameters);
   set("zero3_max_reuse_distance", o.zero3_max_reuse_distance);
   set("zero3_reduce_bucket", o.zero3_reduce_bucket);
+  set("zero3_param_persistence_threshold", o.zero3_param_persistence_threshold);
   set("shard_degree", o.shard_degree);
   set("grad_reduce_dtype", o.grad_reduce_dtype);
   set("fp8_param_gather", o.fp8_param_gather);

@@ -30,9 +30,11 @@ struct SpecOptions {
   std::optional<int> shard_degree, first_stage_layers, last_stage_layers, etp, pipeline_flushes;
   std::optional<int64_t> seq;
   // DeepSpeed ZeRO-3's stage3_prefetch_bucket_size, stage3_max_live_parameters,
-  // stage3_max_reuse_distance, reduce_bucket_size (Plan::zero3_*).
+  // stage3_max_reuse_distance, reduce_bucket_size, stage3_param_persistence_threshold
+  // (Plan::zero3_*).
   std::optional<int64_t> zero3_prefetch_bucket, zero3_max_live_parameters;
   std::optional<int64_t> zero3_max_reuse_distance, zero3_reduce_bucket;
+  std::optional<int64_t> zero3_param_persistence_threshold;
   std::optional<bool> sp, flash, tp_comm_overlap, ep_comm_overlap, fused_kernels;
   std::optional<bool> overlap_grad_reduce, overlap_param_gather;
   std::optional<bool> account_for_embedding, account_for_loss;

@@ -95,14 +95,20 @@ TEST(GatherUnits, TheLoweringGathersTheCoordinatorsCopiesAndReducesItsBuckets) {
   const Program prog = lower_stage(m, p, 0);
   const DsTrace t = ds_stage_trace(m, p, 0, m.layers);
   const DsSchedule s = ds_stage_schedule(m, p, 0, m.layers, 1);
-  // The copies, and the all-gathers: those one use fetches from one layer go together.
+  // The copies, and the all-gathers: those one use fetches from one layer go together; the
+  // norms' weights (8,192 elements, under stage3_param_persistence_threshold's 1e5) are
+  // persistent, never gathered.
+  const std::vector<double> moved = gathered_layer_weights(m, p, 0);
+  EXPECT_EQ(moved[0], 0);
+  EXPECT_EQ(moved[3], 0);
   double copied = 0;
   int copies = 0;
   std::set<std::pair<int, int>> fetches;
   for (size_t i = 0; i < t.elements.size(); ++i)
     if (s.source[i] == static_cast<int>(i)) {
-      copied += t.elements[i], ++copies;
-      fetches.insert({s.fetch_step[i], t.module[i] / t.per_layer});
+      const double n = moved[static_cast<size_t>(t.module[i] % t.per_layer)];
+      copied += n, ++copies;
+      if (n > 0) fetches.insert({s.fetch_step[i], t.module[i] / t.per_layer});
     }
   const std::vector<double> w = dense_layer_weights(m, 1, 0);
   const std::vector<double> back(w.rbegin(), w.rend());
@@ -111,7 +117,7 @@ TEST(GatherUnits, TheLoweringGathersTheCoordinatorsCopiesAndReducesItsBuckets) {
   int gathers = 0;
   std::vector<double> scatters;
   for (const Op& o : prog.ops) {
-    if (o.tags.layer < 0) continue;
+    if (o.tags.layer < 0 || o.tags.phase == Phase::kOptimizer) continue;
     if (o.kind == OpKind::kAllGather) gathered += o.bytes, ++gathers;
     if (o.kind == OpKind::kReduceScatter) scatters.push_back(o.bytes);
   }
@@ -127,6 +133,58 @@ TEST(GatherUnits, TheLoweringGathersTheCoordinatorsCopiesAndReducesItsBuckets) {
   // FSDP's layer units: one call each.
   p.zero3_unit = GatherUnit::kLayer;
   for (const Op& o : lower_stage(m, p, 0).ops) EXPECT_TRUE(o.calls.empty()) << o.name;
+}
+
+// stage3_param_persistence_threshold (1e5 by default): GPT-3 175B's norms (12,288 elements, a
+// weight and a bias each) and biases (qkv 36,864, out 12,288, fc1 49,152, fc2 12,288) are
+// persistent; a 25,600-wide layer's fc1 bias (102,400) is not. The lowering gathers them after
+// the step, one all-gather each, then the host waits; the coordinator's gathers leave them out.
+TEST(GatherUnits, PersistentParametersAreGatheredOnlyAfterTheStep) {
+  Model m = gpt_model("gpt3-175b", 2, 12288, 96, 51200, 2048, true);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.zero = 3;
+  p.zero3_unit = GatherUnit::kModule;
+  const double h = 12288;
+  const std::vector<PersistentParam> x = persistent_params(m, p, 0);
+  ASSERT_EQ(x.size(), 8u);
+  const std::vector<double> want = {h, h, 3 * h, h, h, h, 4 * h, h};
+  const std::vector<int> module = {0, 0, 1, 2, 3, 3, 4, 5};
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].elements, want[i]) << i;
+    EXPECT_EQ(x[i].module, module[i]) << i;
+  }
+  const std::vector<double> w = dense_layer_weights(m, 1, 0);
+  const std::vector<double> g = gathered_layer_weights(m, p, 0);
+  EXPECT_EQ(g, (std::vector<double>{0, 3 * h * h, h * h, 0, 4 * h * h, 4 * h * h}));
+  Model wide = gpt_model("megatron-1t", 2, 25600, 160, 51200, 2048, true);
+  EXPECT_EQ(persistent_params(wide, p, 0).size(), 7u);  // fc1's bias is not
+  auto post_step = [&](const Plan& q) {
+    std::vector<double> bytes;
+    bool synced = false;
+    for (const Op& o : lower_stage(m, q, 0).ops) {
+      if (o.tags.phase != Phase::kOptimizer) continue;
+      if (o.kind == OpKind::kAllGather) bytes.push_back(o.bytes), synced = false;
+      if (o.kind == OpKind::kSync && !bytes.empty()) synced = true;
+    }
+    EXPECT_TRUE(bytes.empty() || synced) << "the host does not wait for the gathers";
+    return bytes;
+  };
+  const std::vector<double> bytes = post_step(p);
+  ASSERT_EQ(bytes.size(), x.size() * m.layers);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    EXPECT_EQ(bytes[i], 2 * want[i % want.size()]) << i;  // 8 ranks divide each
+  // A threshold of 0: nothing persists, every module is gathered whole, nothing after the step.
+  p.zero3_param_persistence_threshold = 0;
+  EXPECT_TRUE(persistent_params(m, p, 0).empty());
+  EXPECT_EQ(gathered_layer_weights(m, p, 0), w);
+  EXPECT_TRUE(post_step(p).empty());
+  // FSDP's units have no persistent parameters.
+  p.zero3_unit = GatherUnit::kLayer;
+  p.zero3_param_persistence_threshold = Plan{}.zero3_param_persistence_threshold;
+  EXPECT_TRUE(persistent_params(m, p, 0).empty());
+  EXPECT_TRUE(post_step(p).empty());
 }
 
 TEST(GatherUnits, ThePlansBucketsSetTheCalls) {

@@ -432,14 +432,16 @@ TEST(PlanJson, FrameworkCopiesAndMetricPasses) {
 }
 
 // DeepSpeed ZeRO-3's ds_config sizes (stage3_prefetch_bucket_size, stage3_max_live_parameters,
-// stage3_max_reuse_distance, reduce_bucket_size): read as DeepSpeed writes them (3e9, a JSON
+// stage3_max_reuse_distance, reduce_bucket_size, stage3_param_persistence_threshold): read as
+// DeepSpeed writes them (3e9, a JSON
 // number), written back only where they differ from DeepSpeed's defaults, refused naming the
 // field when fractional, out of range, or given to a plan that is not DeepSpeed's ZeRO-3.
 TEST(PlanJson, DeepSpeedZero3Sizes) {
   const Plan p = plan_from_json(Json::parse(
       R"({"zero": 3, "zero3_unit": "module", "zero3_max_live_parameters": 3e9,
           "zero3_max_reuse_distance": 3000000000, "zero3_prefetch_bucket": 5e7,
-          "zero3_reduce_bucket": 90000000})"));
+          "zero3_reduce_bucket": 90000000, "zero3_param_persistence_threshold": 1e6})"));
+  EXPECT_EQ(p.zero3_param_persistence_threshold, 1000000);
   EXPECT_EQ(p.zero3_max_live_parameters, 3000000000);
   EXPECT_EQ(p.zero3_max_reuse_distance, 3000000000);
   EXPECT_EQ(p.zero3_prefetch_bucket, 50000000);
@@ -447,6 +449,7 @@ TEST(PlanJson, DeepSpeedZero3Sizes) {
   const Json j = plan_to_json(p);
   EXPECT_EQ(j["zero3_max_live_parameters"], 3000000000);
   EXPECT_EQ(j["zero3_reduce_bucket"], 90000000);
+  EXPECT_EQ(j["zero3_param_persistence_threshold"], 1000000);
   EXPECT_FALSE(j.contains("zero3_prefetch_bucket"));  // DeepSpeed's default
   EXPECT_EQ(plan_to_json(plan_from_json(parse_json(j.dump(), "plan"))), j);
   const Plan d;
@@ -454,6 +457,7 @@ TEST(PlanJson, DeepSpeedZero3Sizes) {
   EXPECT_EQ(d.zero3_max_live_parameters, 1000000000);
   EXPECT_EQ(d.zero3_max_reuse_distance, 1000000000);
   EXPECT_EQ(d.zero3_reduce_bucket, 500000000);
+  EXPECT_EQ(d.zero3_param_persistence_threshold, 100000);
   ExpectError([] { plan_from_json(Json::parse(R"({"zero3_max_live_parameters": 2.5})")); },
               "plan.zero3_max_live_parameters", "whole number");
   ExpectError([] { plan_from_json(Json::parse(R"({"zero3_reduce_bucket": 0})")); },
@@ -478,6 +482,14 @@ TEST(PlanValidate, DeepSpeedZero3SizesNeedDeepSpeedsZero3) {
   p.zero3_reduce_bucket = 1;
   p.zero3_max_reuse_distance = -1;
   ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_max_reuse_distance", ">= 0");
+  p.zero3_max_reuse_distance = 0;
+  p.zero3_param_persistence_threshold = -1;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_param_persistence_threshold", ">= 0");
+  p.zero3_param_persistence_threshold = 0;
+  EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
+  p.zero3_unit = GatherUnit::kLayer;
+  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_param_persistence_threshold",
+                "zero 3 with zero3_unit module");
 }
 
 TEST(PlanValidate, ShardDegreeDividesTheDataParallelGroup) {

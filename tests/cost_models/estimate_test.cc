@@ -516,6 +516,11 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
         p.recompute = Recompute::kFull;
         p.zero3_max_reuse_distance = 0;
       },
+      [](Plan& p) {  // its persistent parameters: none, nothing gathered after the step
+        p.zero = 3;
+        p.zero3_unit = GatherUnit::kModule;
+        p.zero3_param_persistence_threshold = 0;
+      },
       [](Plan& p) {  // its blocking gradient copies to the host (one micro-batch)
         p.zero = 3;
         p.zero3_unit = GatherUnit::kModule;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/gather_units.h"
 #include "core/lower.h"
 #include "cost_models/estimate.h"
 #include "cost_models/profile.h"
@@ -173,6 +174,39 @@ TEST(LayerFragmentPlay, PricesALoweredFragmentOpByOp) {
   EXPECT_DOUBLE_EQ(lp.forward_flops, flops);
   EXPECT_DOUBLE_EQ(lp.tp_bytes_forward + lp.tp_bytes_backward, tp_bytes);
   EXPECT_GT(lp.tp_forward, 0);  // SP's f and g are on the forward's path
+}
+
+// DeepSpeed's module uses on a lowered GPT layer (core/gather_units.h's six modules: norm, qkv,
+// out, norm, fc1, fc2): every compute op of a pass falls in one use, the forward's and the
+// backward's uses add up to the passes' compute, and the GEMM-heavy uses outweigh the norms'.
+TEST(LayerFragmentPlay, SplitsThePassesByDeepSpeedsModuleUses) {
+  const Model m = gpt_model("gpt3-175b", 2, 12288, 96, 51200, 2048, true);
+  const Cluster c = cluster_preset("dgx-a100-80g", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  const Profile prof = default_profile(c.gpu_device(0));
+  const LayerFragment frag = lower_layer_fragment(m, p, 1);
+  ASSERT_EQ(frag.modules.size(), dense_layer_weights(m, 1, 1).size());
+  const RankLayout layout(p);
+  const std::vector<int> reps{0};
+  PlacementCache places(c);
+  OpPricer pricer(m, c, p, prof, layout, reps, places);
+  const PlayableFragment f = make_playable(frag, pricer);
+  const ModuleUseSeconds uses = module_use_seconds(f);
+  ASSERT_EQ(uses.forward.size(), 6u);
+  ASSERT_EQ(uses.backward.size(), 6u);
+  const LayerPrice lp = play_layer_fragment(f, communication_seconds(f, pricer, 0));
+  double fwd = 0, bwd = 0;
+  for (double x : uses.forward) fwd += x;
+  for (double x : uses.backward) bwd += x;
+  EXPECT_NEAR(fwd, lp.forward, 1e-9 * lp.forward);
+  EXPECT_NEAR(bwd, lp.backward, 1e-9 * lp.backward);
+  // qkv (with the attention after it) and fc1 (with the activation) outweigh out and the norms.
+  EXPECT_GT(uses.forward[1], uses.forward[2]);
+  EXPECT_GT(uses.forward[4], uses.forward[3]);
+  EXPECT_GT(uses.backward[5], uses.backward[3]);
+  for (double x : uses.forward) EXPECT_GT(x, 0);
 }
 
 TEST(FragmentCache, FilesTheFirstFragmentOfAKey) {

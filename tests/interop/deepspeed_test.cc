@@ -350,7 +350,7 @@ TEST(DeepSpeedRoundTrip, ExportThenImportGivesThePlanBack) {
 TEST(DeepSpeedImport, ReadsTheZero3CoordinatorSizes) {
   const Json cfg = parse_json(R"({"train_batch_size": 8192, "train_micro_batch_size_per_gpu": 8,
     "zero_optimization": {"stage": 3, "stage3_max_live_parameters": 3e9,
-      "stage3_max_reuse_distance": 3e9, "stage3_param_persistence_threshold": 1e5,
+      "stage3_max_reuse_distance": 3e9, "stage3_param_persistence_threshold": 1e4,
       "stage3_prefetch_bucket_size": 5e7, "contiguous_gradients": true, "overlap_comm": true,
       "reduce_bucket_size": 90000000, "sub_group_size": 1e9,
       "offload_optimizer": {"device": "cpu", "pin_memory": true}},
@@ -362,6 +362,7 @@ TEST(DeepSpeedImport, ReadsTheZero3CoordinatorSizes) {
   EXPECT_EQ(p.zero3_max_reuse_distance, 3000000000);
   EXPECT_EQ(p.zero3_prefetch_bucket, 50000000);
   EXPECT_EQ(p.zero3_reduce_bucket, 90000000);
+  EXPECT_EQ(p.zero3_param_persistence_threshold, 10000);
   EXPECT_TRUE(p.overlap_param_gather);
   EXPECT_TRUE(p.offload.optimizer);
   const Export e =
@@ -372,6 +373,7 @@ TEST(DeepSpeedImport, ReadsTheZero3CoordinatorSizes) {
   EXPECT_EQ(z["stage3_max_reuse_distance"], 3000000000);
   EXPECT_EQ(z["stage3_prefetch_bucket_size"], 50000000);
   EXPECT_EQ(z["reduce_bucket_size"], 90000000);
+  EXPECT_EQ(z["stage3_param_persistence_threshold"], 10000);
   // A fractional size names its key.
   const Json bad = parse_json(R"({"train_batch_size": 8,
     "zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1.5}})",
