@@ -380,7 +380,9 @@ int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what
   double bytes = eb_ * rows_full * cols;
   const OpKind kind = sp_ ? OpKind::kReduceScatter : OpKind::kAllReduce;
   const int chunks = overlapped ? p_.tp_overlap_chunks() : 1;
-  if (chunks > 1 && last_compute_ >= 0) {
+  const double partials_bytes = dtype_bytes(buf_at(y).dtype) * double(rows_full) * double(cols);
+  const bool fused = chunks > 1 && last_compute_ >= 0;
+  if (fused) {
     // The chunks before the last run beside the GEMM that produces them (y's writer, the last
     // compute op): they wait for what it waits for, and move no buffer of their own.
     Op rest = make(kind, layer, (std::string(what) + ".rest").c_str(), comm_stream(Group::kTp));
@@ -402,6 +404,14 @@ int Lowerer::tp_reduce_out(int layer, int y, int64_t rows_full, const char* what
   int shard = act(layer, what, {rows_full / t_, cols});
   const int id = collective(OpKind::kReduceScatter, Group::kTp, layer, what, bytes, y, shard);
   if (on_path) in_compute_order(id);
+  if (fused && p_.tp_impl == TpImpl::kPytorch) {
+    // PyTorch's async TP exchanges the partial chunks and sums them after (core/program.h
+    // OpRole::kTpPartialsSum): every partial read, the shard written, on the compute path.
+    const double n = double(rows_full) * double(cols);
+    role(OpRole::kTpPartialsSum,
+         elementwise(OpKind::kResidualAdd, layer, (std::string(what) + ".sum").c_str(), n,
+                     partials_bytes * (1.0 + 1.0 / t_), {y, shard}, {shard}));
+  }
   return shard;
 }
 

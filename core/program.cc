@@ -215,6 +215,8 @@ const char* op_role_name(OpRole r) {
       return "gelu-fc1";
     case OpRole::kGeluFc2Dx:
       return "gelu-fc2-dx";
+    case OpRole::kTpPartialsSum:
+      return "tp-partials-sum";
   }
   return "?";
 }

@@ -259,6 +259,13 @@ enum class OpRole {
   // it (cuBLASLt's DGELU_BGRAD forms it here; parasol's runtime forms it in FC1's weight
   // gradient either way). epilogue_bytes: the pre-activation's read, inside the GEMM.
   kGeluFc2Dx,
+  // kResidualAdd after a tensor-parallel reduce-scatter fused with its GEMM by PyTorch's async TP
+  // (Plan::tp_impl torch with tp_comm_overlap): torch.ops.symm_mem.fused_matmul_reduce_scatter
+  // exchanges the GEMM's per-rank partial chunks (_pipelined_produce_and_all2all), then sums them
+  // in one more kernel (_fused_matmul_reduce_scatter_impl's reduce_fn). bytes: the partials read
+  // (the GEMM's whole output) and the shard written. Priced by both predictors; the executor runs
+  // nothing for it (its reduce-scatter already summed).
+  kTpPartialsSum,
 };
 const char* op_role_name(OpRole r);
 // The experts' bias loops (kExpertBias, kExpertFc1Bias): kernels per local expert.

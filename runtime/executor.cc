@@ -1173,8 +1173,9 @@ void Executor::Impl::run_local(const Op& op) {
       break;
     default:
       // A kernel of Megatron's unfused loss beyond the fused loss's ops (core/unfused_xent.h):
-      // the fused ops compute the same loss and gradient.
-      if (op.role == OpRole::kXentUnfused) break;
+      // the fused ops compute the same loss and gradient. Async TP's partials sum: the
+      // reduce-scatter before it has summed them.
+      if (op.role == OpRole::kXentUnfused || op.role == OpRole::kTpPartialsSum) break;
       run_widened(op);
   }
 }

@@ -108,6 +108,53 @@ TEST(LowerSwitches, TpCommOverlapChunksTheCollectivesBesideTheirGemms) {
   EXPECT_EQ(extra, 2 * 4 * 6);
 }
 
+// PyTorch's async TP (tp_impl torch with tp_comm_overlap) fuses each forward reduce-scatter with
+// its GEMM (torch.ops.symm_mem.fused_matmul_reduce_scatter): the partial chunks are exchanged,
+// then summed by one more kernel that reads every partial (the GEMM's whole output) and writes
+// the shard. Megatron's (Transformer Engine's userbuffers) reduce in the exchange: no such op.
+TEST(LowerSwitches, AsyncTpSumsTheExchangedPartialsAfterEachFusedReduceScatter) {
+  const Model m = cut("llama3-8b", 2);
+  Plan p = plan_of(4, 1, 1);
+  p.tp_comm_overlap = true;
+  const Program te = lower_stage(m, p, 0);
+  p.tp_impl = TpImpl::kPytorch;
+  const Program torch = lower_stage(m, p, 0);
+  expect_deps_earlier(torch);
+  auto sums = [](const Program& prog) {
+    std::vector<int> ids;
+    for (const Op& op : prog.ops)
+      if (op.role == OpRole::kTpPartialsSum) ids.push_back(op.id);
+    return ids;
+  };
+  EXPECT_TRUE(sums(te).empty());
+  const std::vector<int> ids = sums(torch);
+  // The out-projection's and FC2's, per layer and micro-batch (4), forward only.
+  ASSERT_EQ(ids.size(), 2u * 2 * 4);
+  for (int id : ids) {
+    const Op& sum = torch.ops[id];
+    EXPECT_EQ(sum.kind, OpKind::kResidualAdd);
+    EXPECT_EQ(sum.tags.phase, Phase::kForward);
+    EXPECT_EQ(torch.streams[sum.stream], StreamKind::kCompute);
+    // After the last chunk of its reduce-scatter, whose shard it writes.
+    const std::string rs_name = sum.name.substr(0, sum.name.size() - 4);  // less ".sum"
+    // This micro-batch's: the last of each name before the sum.
+    int rs = -1, rest = -1;
+    for (int i = id - 1; i >= 0 && (rs < 0 || rest < 0); --i) {
+      if (rs < 0 && torch.ops[i].name == rs_name) rs = i;
+      if (rest < 0 && torch.ops[i].name == rs_name + ".rest") rest = i;
+    }
+    ASSERT_GE(rs, 0) << rs_name;
+    ASSERT_GE(rest, 0) << rs_name;
+    EXPECT_TRUE(depends(sum, rs)) << sum.name;
+    EXPECT_EQ(sum.writes, torch.ops[rs].writes);
+    // Every partial read (the reduce-scatter's whole input), the shard (a tp-th) written.
+    const double whole = torch.ops[rs].bytes + torch.ops[rest].bytes;
+    EXPECT_DOUBLE_EQ(sum.bytes, whole * (1 + 1.0 / 4)) << sum.name;
+  }
+  // Nothing else differs: the Programs' other ops are the same.
+  EXPECT_EQ(torch.ops.size() - ids.size(), te.ops.size());
+}
+
 // Without overlap the on-path TP collectives and the expert exchanges are issued in compute
 // order: each waits for the compute op before it and the next compute op waits for it.
 TEST(LowerSwitches, CollectivesOnThePathAreIssuedInComputeOrder) {
