@@ -12,6 +12,7 @@
 #include "core/gather_units.h"
 #include "core/lower_internal.h"
 #include "core/offload_rules.h"
+#include "core/te_weight_cache.h"
 
 namespace parasol::lowering {
 
@@ -82,6 +83,19 @@ void Lowerer::add_bucket(Bucket b) {
                BufferClass::kParam, false, true);
     }
     b.fp8_elements = fp8_n;
+    // Transformer Engine's cached fp8 copy of each fp8 linear's bf16 weight, kept across
+    // micro-batches and steps (core/te_weight_cache.h): its data and, where the device keeps
+    // one, its transpose, persistent, outside the parameter buffers.
+    if (const double cached = te_cached_fp8_weight_bytes(p_, fp8_transpose_); cached > 0)
+      for (const Spec& s : b.specs) {
+        if (!s.fp8_linear) continue;
+        buffer(bname(kSlotName[s.slot], ".w.fp8"), s.shape, Dtype::kFp8, BufferClass::kParam,
+               false, true);
+        if (cached > 1)
+          buffer(bname(kSlotName[s.slot], ".w.fp8T"),
+                 std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+                 BufferClass::kParam, false, true);
+      }
     if (fp8_ids.empty()) {
       P_.add_block(b.list(b.params), padded);
     } else {
@@ -153,7 +167,8 @@ void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) c
   const Slot slot = slot_named(s.name);
   const int64_t in = s.split == Split::kRow ? s.in / parts : s.in;
   const int64_t out = s.split == Split::kColumn ? s.out / parts : s.out;
-  b.specs.push_back({slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s)});
+  b.specs.push_back({slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s),
+                     fp8_param_linear(s)});
   if (s.bias) b.specs.push_back({static_cast<Slot>(slot + 1), {out}});
 }
 

@@ -135,6 +135,7 @@ struct Spec {
   Slot slot;
   std::vector<int64_t> shape;
   bool fp8 = false;  // an fp8 parameter under Plan::fp8_param_gather (core/fp8_params.h)
+  bool fp8_linear = false;  // a linear's weight Transformer Engine runs in fp8 (fp8_param_linear)
 };
 
 // Parameters reduced and updated together: a layer's dense or expert weights, the embedding,

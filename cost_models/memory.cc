@@ -9,6 +9,7 @@
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
+#include "core/te_weight_cache.h"
 #include "core/units.h"
 #include "core/zero3_live.h"
 
@@ -302,11 +303,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // Under Plan::fp8_param_gather the linear weights are Transformer Engine's fp8 parameters: a
   // 1-byte weight and, where the device keeps one, its 1-byte transpose (core/fp8_params.h,
   // core/lower_buckets.cc), the bytes of a bf16 weight; without the transpose (Blackwell) a byte
-  // less each. Without the switch the weights are bf16; the fp8 copies TE caches of them across
-  // micro-batches (module/base.py get_weight_workspace: 2 more bytes a linear weight) are not
-  // counted.
-  if (p.fp8_param_gather && !fp8_weight_transpose_kept(c.gpu_device(0))) {
-    double fp8 = 0;
+  // less each. Without the switch the weights are bf16, and TE keeps an fp8 copy of each across
+  // micro-batches and steps (core/te_weight_cache.h): a byte an element, two with the transpose.
+  const bool transpose_kept = fp8_weight_transpose_kept(c.gpu_device(0));
+  const double te_cached = te_cached_fp8_weight_bytes(p, transpose_kept);
+  if ((p.fp8_param_gather && !transpose_kept) || te_cached > 0) {
+    double fp8 = 0;  // the stage's fp8 linear weight elements
     for (int ch = 0; ch < p.chunks(); ++ch) {
       const int first = p.first_layer(m.layers, stage, ch);
       for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l) {
@@ -315,7 +317,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
           fp8 += fp8_expert_layer_elements(m, p.expert_tp(), m.moe.experts / p.ep);
       }
     }
-    mb.weights -= fp8;  // one byte an element
+    mb.weights += te_cached > 0 ? te_cached * fp8 : -fp8;
   }
   mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);

@@ -186,6 +186,17 @@ std::vector<Case> cases() {
     p.fp8_param_gather = true;
   });
   out.back().cluster = "gb200-nvl72";
+  // Without it, Transformer Engine's cached fp8 copy of each bf16 linear weight (core/
+  // te_weight_cache.h), with its transpose on H100 and without on GB200.
+  for (const char* cluster : {"dgx-h100", "gb200-nvl72"}) {
+    dense(std::string("fp8 te weight cache ") + cluster, [](Plan& p) {
+      degrees(p, 16, 2, 2);
+      p.zero = 1;
+      p.precision = Dtype::kFp8;
+      p.transformer_impl = TransformerImpl::kTransformerEngine;
+    });
+    out.back().cluster = cluster;
+  }
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);
     p.seq_len = 16384;
@@ -347,6 +358,14 @@ std::vector<Case> cases() {
     p.zero = 1;
     p.precision = Dtype::kFp8;
     p.fp8_param_gather = true;
+  });
+  // TE's cached fp8 copies of the bf16 expert weights (TEGroupedLinear, one per local expert).
+  moe("ep4 tp2 fp8 te weight cache", [](Plan& p) {
+    degrees(p, 32, 2);
+    p.ep = 4;
+    p.zero = 1;
+    p.precision = Dtype::kFp8;
+    p.transformer_impl = TransformerImpl::kTransformerEngine;
   });
   // Megatron-Core's probabilities in the experts' activation: the combine keeps no outputs.
   moe(
