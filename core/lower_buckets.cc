@@ -89,8 +89,8 @@ void Lowerer::add_bucket(Bucket b) {
     if (const double cached = te_cached_fp8_weight_bytes(p_, fp8_transpose_); cached > 0)
       for (const Spec& s : b.specs) {
         if (!s.fp8_linear) continue;
-        buffer(bname(kSlotName[s.slot], ".w.fp8"), s.shape, Dtype::kFp8, BufferClass::kParam,
-               false, true);
+        buffer(bname(kSlotName[s.slot], ".w.fp8"), s.shape, Dtype::kFp8, BufferClass::kParam, false,
+               true);
         if (cached > 1)
           buffer(bname(kSlotName[s.slot], ".w.fp8T"),
                  std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
@@ -167,8 +167,8 @@ void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) c
   const Slot slot = slot_named(s.name);
   const int64_t in = s.split == Split::kRow ? s.in / parts : s.in;
   const int64_t out = s.split == Split::kColumn ? s.out / parts : s.out;
-  b.specs.push_back({slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s),
-                     fp8_param_linear(s)});
+  b.specs.push_back(
+      {slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s), fp8_param_linear(s)});
   if (s.bias) b.specs.push_back({static_cast<Slot>(slot + 1), {out}});
 }
 
@@ -359,8 +359,7 @@ std::vector<int> Lowerer::fsdp_reduce_copies(const Bucket& b, const std::vector<
       const std::string mb =
           tags_.micro_batch >= 0 ? ".m" + std::to_string(tags_.micro_batch) : std::string();
       out = {buffer(weight_name(b, b.expert ? "experts" : "params") + ".g.rs_in" + mb,
-                    {static_cast<int64_t>(b.padded())}, p_.grad_reduce_dtype,
-                    BufferClass::kGrad)};
+                    {static_cast<int64_t>(b.padded())}, p_.grad_reduce_dtype, BufferClass::kGrad)};
     }
     set(op.writes, out);
     emit(op);

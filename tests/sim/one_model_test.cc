@@ -283,18 +283,17 @@ std::vector<Case> cases() {
   // gathered lazily in the lowering, beside the tied table's gradient (from the head's weight
   // gradient to the embedding's backward), FC2's bias gradient and the final norm's residual
   // gradient.
-  out.push_back(
-      {"gpt3-175b deepspeed zero3 offload live parameters", "gpt3-175b", 4, n,
-       [](Plan& p) {
-         degrees(p, 16, 1);
-         p.zero = 3;
-         p.zero3_unit = GatherUnit::kModule;
-         p.zero3_reduce_bucket = 90000000;
-         p.offload.optimizer = true;
-         p.recompute = Recompute::kFull;
-         p.micro_batch = 4;
-       },
-       0.02});
+  out.push_back({"gpt3-175b deepspeed zero3 offload live parameters", "gpt3-175b", 4, n,
+                 [](Plan& p) {
+                   degrees(p, 16, 1);
+                   p.zero = 3;
+                   p.zero3_unit = GatherUnit::kModule;
+                   p.zero3_reduce_bucket = 90000000;
+                   p.offload.optimizer = true;
+                   p.recompute = Recompute::kFull;
+                   p.micro_batch = 4;
+                 },
+                 0.02});
   dense("zero2 offload without overlap", [](Plan& p) {
     degrees(p, 16, 2);
     p.zero = 2;
