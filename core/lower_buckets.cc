@@ -13,6 +13,7 @@
 #include "core/gather_units.h"
 #include "core/lower_internal.h"
 #include "core/offload_rules.h"
+#include "core/te_weight_cache.h"
 
 namespace parasol::lowering {
 
@@ -83,6 +84,19 @@ void Lowerer::add_bucket(Bucket b) {
                BufferClass::kParam, false, true);
     }
     b.fp8_elements = fp8_n;
+    // Transformer Engine's cached fp8 copy of each fp8 linear's bf16 weight, kept across
+    // micro-batches and steps (core/te_weight_cache.h): its data and, where the device keeps
+    // one, its transpose, persistent, outside the parameter buffers.
+    if (const double cached = te_cached_fp8_weight_bytes(p_, fp8_transpose_); cached > 0)
+      for (const Spec& s : b.specs) {
+        if (!s.fp8_linear) continue;
+        buffer(bname(kSlotName[s.slot], ".w.fp8"), s.shape, Dtype::kFp8, BufferClass::kParam, false,
+               true);
+        if (cached > 1)
+          buffer(bname(kSlotName[s.slot], ".w.fp8T"),
+                 std::vector<int64_t>(s.shape.rbegin(), s.shape.rend()), Dtype::kFp8,
+                 BufferClass::kParam, false, true);
+      }
     if (fp8_ids.empty()) {
       P_.add_block(b.list(b.params), padded);
     } else {
@@ -154,7 +168,8 @@ void Lowerer::add_linear_specs(Bucket& b, const LinearShape& s, int64_t parts) c
   const Slot slot = slot_named(s.name);
   const int64_t in = s.split == Split::kRow ? s.in / parts : s.in;
   const int64_t out = s.split == Split::kColumn ? s.out / parts : s.out;
-  b.specs.push_back({slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s)});
+  b.specs.push_back(
+      {slot, {in, out}, p_.fp8_param_gather && fp8_param_linear(s), fp8_param_linear(s)});
   if (s.bias) b.specs.push_back({static_cast<Slot>(slot + 1), {out}});
 }
 
@@ -327,16 +342,30 @@ void Lowerer::fsdp_copy_out(const WSet& w) {
 // FSDP's kernels around a reduce-scatter of bucket `b` (core/fsdp_copies.h): before it, on the
 // unsharded gradients `grads`; after it, on the shard `grads`. On the compute stream: they are
 // memory-bound kernels taking the GPU beside the backward (FSDP1 runs its cast and division on
-// its post-backward stream, the concatenation is autograd's).
-void Lowerer::fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads, bool after) {
+// its post-backward stream, the concatenation is autograd's). FSDP1's work in place; FSDP2's
+// copy-in writes the reduce-scatter input, a buffer of its own in the reduce dtype
+// (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @010ae4a foreach_reduce:
+// reduce_scatter_comm.allocate(..., dtype=reduce_dtype), foreach_reduce_scatter_copy_in, then
+// unsharded_grads.clear()), which the reduce-scatter reads: the unsharded gradients are freed
+// once it is filled.
+std::vector<int> Lowerer::fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads,
+                                             bool after) {
+  std::vector<int> out = grads;
   for (const FsdpCopy& c : parasol::fsdp_reduce_copies(p_, b.ways, after)) {
     Op op = make(OpKind::kResidualAdd, b.layer, c.what, kCompute);
     op.elements = after ? double(b.shard) : b.padded();
     op.bytes = c.bytes(b.padded(), double(b.shard));
-    set(op.reads, grads);
-    set(op.writes, grads);
+    set(op.reads, out);
+    if (!after && p_.fsdp_impl == FsdpImpl::kFsdp2) {
+      const std::string mb =
+          tags_.micro_batch >= 0 ? ".m" + std::to_string(tags_.micro_batch) : std::string();
+      out = {buffer(weight_name(b, b.expert ? "experts" : "params") + ".g.rs_in" + mb,
+                    {static_cast<int64_t>(b.padded())}, p_.grad_reduce_dtype, BufferClass::kGrad)};
+    }
+    set(op.writes, out);
     emit(op);
   }
+  return out;
 }
 
 // Megatron-Core's distributed optimizer under --overlap-param-gather (distributed/
@@ -645,10 +674,15 @@ WSet Lowerer::unit_grads(Bucket& b) {
   }
   const int bi = static_cast<int>(&b - buckets_.data());
   if (unit_grads_valid_[bi]) return unit_grads_[bi];
+  // FSDP2's unsharded gradients are autograd's, in the unsharded parameters' dtype
+  // (MixedPrecisionPolicy.param_dtype, torch/distributed/fsdp/_fully_shard/_fsdp_api.py @01d5c2c:
+  // "the dtype for the unsharded parameter and hence the dtype for forward/backward
+  // computation"); its copy-in casts them to the reduce dtype (fsdp_reduce_copies).
+  const Dtype dt = ds_lazy_ || p_.fsdp_impl == FsdpImpl::kFsdp2 ? wdt_ : gdt_;
   WSet g = no_weights();
   for (const Spec& s : b.specs)
     g[s.slot] = slot_buffer(s.slot, name(b.layer, kSlotName[s.slot], tags_.micro_batch) + ".g",
-                            s.shape, ds_lazy_ ? wdt_ : gdt_, BufferClass::kGrad);
+                            s.shape, dt, BufferClass::kGrad);
   P_.add_block(b.list(g), b.shard * b.ways);
   unit_grads_[bi] = g;
   unit_grads_valid_[bi] = 1;
@@ -691,10 +725,10 @@ void Lowerer::after_backward(Bucket& b, bool last) {
   if (b.zero >= 2 && !b.step_grads) {
     const int bi = static_cast<int>(&b - buckets_.data());
     sp_bucket_all_reduce(b, unit_grads_[bi]);
-    fsdp_reduce_copies(b, b.list(unit_grads_[bi]), false);
+    const std::vector<int> in = fsdp_reduce_copies(b, b.list(unit_grads_[bi]), false);
     const int rs =
         collective(OpKind::kReduceScatter, b.group, layer, b.expert ? "experts.g.rs" : "g.rs",
-                   gb_ * b.padded(), b.list(unit_grads_[bi]), {b.grad_shard});
+                   gb_ * b.padded(), in, {b.grad_shard});
     set_calls(b, rs, reduce_fractions(p_, b.weight_elements()));
     fsdp_reduce_copies(b, {b.grad_shard}, true);
     if (last) replica_reduce(b, {b.grad_shard});
@@ -740,7 +774,7 @@ void Lowerer::stream_grads(Bucket& b) {
   const int bi = static_cast<int>(&b - buckets_.data());
   std::vector<int> src = b.list(unit_grads_[bi]);
   sp_bucket_all_reduce(b, unit_grads_[bi]);
-  if (b.ways > 1) fsdp_reduce_copies(b, src, false);
+  if (b.ways > 1) src = fsdp_reduce_copies(b, src, false);
   if (b.ways > 1) {
     const int shard = buffer(
         weight_name(b, b.expert ? "experts" : "params") + ".g" +
@@ -781,9 +815,9 @@ void Lowerer::final_reduce(Bucket& b) {
   const char* rs = b.expert ? "experts.g.rs" : "g.rs";
   if (b.step_grads) {
     sp_bucket_all_reduce(b, b.acc);
-    fsdp_reduce_copies(b, b.list(b.acc), false);
-    const int id = collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(),
-                              b.list(b.acc), {b.grad_shard});
+    const std::vector<int> in = fsdp_reduce_copies(b, b.list(b.acc), false);
+    const int id = collective(OpKind::kReduceScatter, b.group, layer, rs, gb_ * b.padded(), in,
+                              {b.grad_shard});
     set_calls(b, id, reduce_fractions(p_, b.weight_elements()));
     fsdp_reduce_copies(b, {b.grad_shard}, true);
     replica_reduce(b, {b.grad_shard});

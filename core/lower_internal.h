@@ -135,6 +135,7 @@ struct Spec {
   Slot slot;
   std::vector<int64_t> shape;
   bool fp8 = false;  // an fp8 parameter under Plan::fp8_param_gather (core/fp8_params.h)
+  bool fp8_linear = false;  // a linear's weight Transformer Engine runs in fp8 (fp8_param_linear)
 };
 
 // Parameters reduced and updated together: a layer's dense or expert weights, the embedding,
@@ -576,7 +577,9 @@ class Lowerer {
   // PyTorch FSDP's own kernels (Plan::fsdp_impl, core/fsdp_copies.h): bucket `b`'s gradient
   // copies before (after) its reduce-scatter of `grads` (the shard), on the compute stream;
   // FSDP2's copy-out of the weights gathered for the use `w`, at the use (fsdp_copy_out).
-  void fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads, bool after);
+  // Returns what the reduce-scatter reads: `grads`, or before it under FSDP2 the reduce-scatter
+  // input its copy-in writes.
+  std::vector<int> fsdp_reduce_copies(const Bucket& b, const std::vector<int>& grads, bool after);
   void fsdp_copy_out(const WSet& w);
   void replica_reduce(const Bucket& b, const std::vector<int>& grads);
   void export_buckets();  // Program::buckets from buckets_

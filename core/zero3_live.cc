@@ -14,6 +14,7 @@ DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vecto
   DsSchedule out;
   out.fetch_step.assign(n, -1);
   out.source.assign(n, -1);
+  out.live.assign(n, 0);
   int ids = 0;
   for (size_t i = 0; i < n; ++i) ids = std::max(ids, module[i] + 1);
   const size_t nid = static_cast<size_t>(ids);
@@ -51,6 +52,7 @@ DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vecto
     }
     out.source[i] = copy[id];
     out.fetch_step[i] = copy_fetch[id];
+    out.live[i] = avail;
     out.peak = std::max(out.peak, avail);
     // Release after the use unless the module recurs within max_reuse elements.
     bool keep = false;
@@ -96,6 +98,7 @@ DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count) {
     const size_t nk = layers[static_cast<size_t>(j)].size();
     if (j < full)
       for (size_t k = 0; k < nk; ++k) use(j, k, DsTrace::kRecompute);
+    if (j == count - 1) t.first_backward = static_cast<int>(t.elements.size());
     for (size_t k = nk; k-- > 0;) use(j, k, DsTrace::kBackward);
   }
   return t;
@@ -113,9 +116,12 @@ DsSchedule ds_stage_schedule(const Model& m, const Plan& p, int first, int count
     elements.insert(elements.end(), one.elements.begin(), one.elements.end());
     module.insert(module.end(), one.module.begin(), one.module.end());
   }
-  return deepspeed_schedule(elements, module, static_cast<double>(p.zero3_prefetch_bucket),
-                            static_cast<double>(p.zero3_max_live_parameters),
-                            static_cast<double>(p.zero3_max_reuse_distance));
+  DsSchedule s = deepspeed_schedule(elements, module, static_cast<double>(p.zero3_prefetch_bucket),
+                                    static_cast<double>(p.zero3_max_live_parameters),
+                                    static_cast<double>(p.zero3_max_reuse_distance));
+  for (int mb = 0; mb < std::max(1, micro_batches) && count > 0; ++mb)
+    s.first_backward.push_back(mb * static_cast<int>(one.elements.size()) + one.first_backward);
+  return s;
 }
 
 }  // namespace parasol

@@ -20,7 +20,12 @@ struct DsSchedule {
   // fetch_step[i]: the use at which the gathered copy that use i reads was fetched (on demand
   // or prefetched); source[i]: the first use that reads that copy (the copy's name).
   std::vector<int> fetch_step, source;
-  double peak = 0;  // the most elements live at once (at a use, after its fetch and prefetch)
+  // live[i]: the elements live at use i, after its fetch and prefetch, before its release.
+  std::vector<double> live;
+  double peak = 0;  // the most elements live at once: the largest of live
+  // From ds_stage_schedule: the use at which each micro-batch's backward starts (its last
+  // layer's last module, read by the first backward op).
+  std::vector<int> first_backward;
 };
 DsSchedule deepspeed_schedule(const std::vector<double>& trace, const std::vector<int>& module,
                               double prefetch_bucket, double max_live, double max_reuse);
@@ -44,8 +49,9 @@ struct DsTrace {
   enum Use : uint8_t { kForward, kRecompute, kBackward };
   std::vector<double> elements;
   std::vector<int> module;
-  std::vector<Use> use;  // which pass each use belongs to
-  int per_layer = 0;     // modules of a layer
+  std::vector<Use> use;     // which pass each use belongs to
+  int per_layer = 0;        // modules of a layer
+  int first_backward = 0;   // the first backward use: the last layer's last module
 };
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count);
 

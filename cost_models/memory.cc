@@ -9,6 +9,7 @@
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
+#include "core/te_weight_cache.h"
 #include "core/units.h"
 #include "core/zero3_live.h"
 
@@ -302,11 +303,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // Under Plan::fp8_param_gather the linear weights are Transformer Engine's fp8 parameters: a
   // 1-byte weight and, where the device keeps one, its 1-byte transpose (core/fp8_params.h,
   // core/lower_buckets.cc), the bytes of a bf16 weight; without the transpose (Blackwell) a byte
-  // less each. Without the switch the weights are bf16; the fp8 copies TE caches of them across
-  // micro-batches (module/base.py get_weight_workspace: 2 more bytes a linear weight) are not
-  // counted.
-  if (p.fp8_param_gather && !fp8_weight_transpose_kept(c.gpu_device(0))) {
-    double fp8 = 0;
+  // less each. Without the switch the weights are bf16, and TE keeps an fp8 copy of each across
+  // micro-batches and steps (core/te_weight_cache.h): a byte an element, two with the transpose.
+  const bool transpose_kept = fp8_weight_transpose_kept(c.gpu_device(0));
+  const double te_cached = te_cached_fp8_weight_bytes(p, transpose_kept);
+  if ((p.fp8_param_gather && !transpose_kept) || te_cached > 0) {
+    double fp8 = 0;  // the stage's fp8 linear weight elements
     for (int ch = 0; ch < p.chunks(); ++ch) {
       const int first = p.first_layer(m.layers, stage, ch);
       for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l) {
@@ -315,7 +317,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
           fp8 += fp8_expert_layer_elements(m, p.expert_tp(), m.moe.experts / p.ep);
       }
     }
-    mb.weights -= fp8;  // one byte an element
+    mb.weights += te_cached > 0 ? te_cached * fp8 : -fp8;
   }
   mb.gradients = p.zero >= 2 ? sharded(g_bytes, true) : sharded(buffer_g_bytes, false);
   mb.optimizer = sharded(o_bytes, p.zero >= 1);
@@ -433,6 +435,8 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     merged_gradient = merged_loss;
   }
   mb.activations = stage_act * in_flight;
+  // The head's saved tensors of a micro-batch on the last stage (below).
+  const double head_saved = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
   // The merged backward's input gradient, held at the last stage's loss until the step's
   // exchange (combined 1F1B, above).
   if (merged_gradient) mb.activations += eb * tokens * m.hidden / sp;
@@ -445,10 +449,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // forward first, so the last stage holds the others' too; 1F1B and interleaved run each
     // micro-batch's head backward right after its forward.
     const double heads = p.schedule == Schedule::kGpipe ? p.micro_batches() : 1;
-    const double head = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
     // (The vocab-tiled loss, plan.tiled_loss, keeps the logits instead: eb bytes a logit.)
     const double softmax = (p.tiled_loss && !p.eager_loss ? eb : 4) * tokens * vocab_t;
-    mb.activations += heads * head + (heads - 1) * softmax;
+    mb.activations += heads * head_saved + (heads - 1) * softmax;
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
   // backward (fp32, core/lower_edges.cc).
@@ -459,7 +462,10 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   // by full recompute, offloaded activations brought back) counts at its own moment only.
   const bool last = stage == p.pp - 1;
   // A stage without the loss peaks in its first backward, the last layer's MLP
-  // (core/lower_layer.cc): it holds the output gradient received from the next stage and the
+  // (core/lower_layer.cc), and the last stage there too where its layers' backward outweighs its
+  // loss (the final norm's backward, core/lower_edges.cc head_backward, writes the residual's
+  // gradient that another stage receives; the micro-batch's head tensors are freed by then,
+  // below): it holds the output gradient received from the next stage and the
   // FC2 input's gradient, and either FC2's output gradient as FC2's backward reads it (the
   // residual's gradient, all-gathered under sequence parallelism: whole either way) or, once
   // FC2's weight gradient has freed that and the saved FC2 input, the FC1 outputs' gradient
@@ -470,7 +476,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const int first_backward_layer = p.first_layer(m.layers, stage, last_chunk) +
                                    std::max(0, p.layers_in_chunk(m.layers, stage, last_chunk) - 1);
   const bool moe_backward = m.is_moe() && m.is_moe_layer(first_backward_layer);
-  if (!last && moe_backward) {
+  if (moe_backward) {
     // An MoE layer's backward (core/lower_moe.cc moe_backward) peaks either at the combine's
     // backward (the received gradient, the MoE output's gradient, the routed rows' gradient and
     // the router probabilities' fp32 gradient) or at the experts' activation backward (the FC2
@@ -490,7 +496,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double experts =
         dy + dprobs + (eb + fc1_outs * eb - lb) * gathered_rows * f - kept_outputs;
     backward = std::max(combine, experts);
-  } else if (!last) {
+  } else {
     const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
@@ -500,6 +506,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // The residual dropout's backward, before FC2's, has freed its saved mask (1 byte a value).
     if (m.dropout) backward -= tokens * m.hidden / sp;
   }
+  // The last stage's micro-batch whose backward runs: its loss and head backward have freed the
+  // head's saved tensors (counted in the activations above).
+  if (last) backward -= head_saved;
   // Megatron's interleaved steady state sends a forward's output only after the backward that
   // follows it (schedules.py forward_backward_pipelining_with_interleaving:
   // send_forward_backward_recv_forward_backward after backward_step_helper): the last forward's
@@ -536,14 +545,24 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double per_layer = gathered_stage / per_stage;
     switch (p.reshard) {
       case Reshard::kAfterForward:
-        // DeepSpeed's coordinator (core/zero3_live.h): the most module elements it holds
-        // gathered at once. At the first backward op no gradient of the layer is written yet;
-        // a tied table's is, from the head's weight gradient to the embedding's backward, in
-        // the parameters' dtype as autograd writes DeepSpeed's gradients. Else the layer in use
-        // and the prefetched one.
+        // DeepSpeed's coordinator (core/zero3_live.h): the module elements it holds gathered at
+        // the first backward op. There the layer's gradients written are FC2's bias (the
+        // residual's backward before it adds it, core/lower_layer.cc layer_backward), and a tied
+        // table's, from the head's weight gradient to the embedding's backward, in the
+        // parameters' dtype as autograd writes DeepSpeed's gradients. Else the layer in use and
+        // the prefetched one.
         if (ds_lazy_gathers(m, p)) {
+          // (The use that op reads, after its fetch and prefetch, in the micro-batch where
+          // they are the most.)
           const int first = p.first_layer(m.layers, stage, 0);
-          backward += w_bytes * ds_stage_schedule(m, p, first, per_stage, p.micro_batches()).peak;
+          const DsSchedule ds = ds_stage_schedule(m, p, first, per_stage, p.micro_batches());
+          double at_backward = 0;
+          for (int use : ds.first_backward)
+            at_backward = std::max(at_backward, ds.live[static_cast<size_t>(use)]);
+          backward += w_bytes * at_backward;
+          const Linears mlp = mlp_linears(m, first_backward_layer);
+          if (!mlp.empty() && mlp[mlp.size() - 1].bias)
+            backward += w_bytes * static_cast<double>(mlp[mlp.size() - 1].out);
           if (m.tied_embeddings && stage == p.pp - 1) backward += w_bytes * params.embedding;
         } else {
           backward += 2 * per_layer;

@@ -498,6 +498,48 @@ TEST(LowerSwitches, FsdpCopiesAroundTheCollectives) {
   EXPECT_EQ(count_named(two, ".g.prediv"), 0);
 }
 
+// FSDP2's unsharded gradients are autograd's, in the parameters' dtype (MixedPrecisionPolicy's
+// param_dtype), and its copy-in writes them, cast, into a reduce-scatter input of its own in the
+// reduce dtype (foreach_reduce), which the reduce-scatter reads. FSDP1 reduces its gradients, kept
+// in the optimizer's dtype, in place.
+TEST(LowerSwitches, Fsdp2ReducesItsParamDtypeGradientsThroughAReduceDtypeInput) {
+  const Model m = cut("llama2-7b", 2);
+  Plan p = plan_of(1, 1, 8);
+  p.global_batch = 8;  // one micro-batch
+  p.zero = 3;
+  p.fsdp_impl = FsdpImpl::kFsdp1;
+  const Program one = lower_stage(m, p, 0);
+  p.fsdp_impl = FsdpImpl::kFsdp2;
+  const Program two = lower_stage(m, p, 0);
+  expect_deps_earlier(two);
+  for (const Program* prog : {&one, &two}) {
+    const bool fsdp2 = prog == &two;
+    SCOPED_TRACE(fsdp2 ? "fsdp2" : "fsdp1");
+    const Op& rs = prog->ops[op_named(*prog, "L1.g.rs")];
+    const double padded = rs.bytes / 4;  // fp32 reduce: the layer's padded elements
+    const Op& copy = prog->ops[op_named(*prog, fsdp2 ? "L1.g.copy_in" : "L1.g.flat")];
+    // The unsharded gradients the backward wrote: the copy's inputs.
+    double elements = 0;
+    for (int id : copy.reads) {
+      const Buffer& g = prog->buffers[id];
+      EXPECT_EQ(g.dtype, fsdp2 ? Dtype::kBf16 : Dtype::kFp32) << g.name;
+      elements += static_cast<double>(g.elements());
+    }
+    EXPECT_GT(elements, 0);
+    EXPECT_LE(elements, padded);
+    if (fsdp2) {
+      ASSERT_EQ(rs.reads.size(), 1u);
+      const Buffer& in = prog->buffers[rs.reads[0]];
+      EXPECT_TRUE(in.name.ends_with(".g.rs_in.m0")) << in.name;
+      EXPECT_EQ(in.dtype, Dtype::kFp32);
+      EXPECT_DOUBLE_EQ(static_cast<double>(in.elements()), padded);
+      EXPECT_EQ(copy.writes, rs.reads);
+    } else {
+      EXPECT_EQ(rs.reads, copy.reads);
+    }
+  }
+}
+
 // FSDP's CPU offload (core/offload_rules.h): each reduced gradient shard goes to host memory in
 // the sharded parameter's dtype, after its reduce-scatter on the data-parallel stream, not on the
 // copy stream the shards' host-to-device copies take (FSDP2 foreach_reduce's .to("cpu") in the

@@ -16,6 +16,7 @@
 #include "core/fp8_params.h"
 #include "core/layer_shapes.h"
 #include "core/liveness.h"
+#include "core/te_weight_cache.h"
 #include "tests/core/expect_error.h"
 #include "tests/core/megatron_split.h"
 #include "tests/core/test_models.h"
@@ -2170,6 +2171,71 @@ TEST(Lower, Fp8WeightTransposesOnlyWhereTheDevicesFp8GemmsTakeTnOperandsOnly) {
                                                                   {0, true}}) {
     d.compute_capability = cc;
     EXPECT_EQ(fp8_weight_transpose_kept(d), kept) << cc;
+  }
+}
+
+// Without --fp8-param-gather, Transformer Engine quantizes each fp8 linear's bf16 weight on a
+// micro-batch's first forward and keeps the copy (core/te_weight_cache.h): a persistent 1-byte
+// buffer per linear weight but the router (the experts' too), and its transpose where the device
+// keeps one (H100, not GB200). The ops are the same; the persistent bytes grow by two bytes an fp8
+// element on Hopper, one on Blackwell. None under PyTorch's linears, fp8_param_gather, ZeRO-3, the
+// MXFP8 recipe or bf16.
+TEST(Lower, TransformerEngineCachesAnFp8CopyOfEachBf16LinearWeight) {
+  const Model m = model_preset("tiny-moe");
+  Plan plan = make_plan(2, 1, 4, 8);
+  plan.ep = 2;
+  plan.zero = 1;
+  plan.precision = Dtype::kFp8;
+  plan.grad_reduce_dtype = Dtype::kBf16;
+  auto cached = [](const Program& p, const char* suffix) {
+    int n = 0;
+    double elements = 0;
+    for (const Buffer& b : p.buffers)
+      if (b.cls == BufferClass::kParam && b.persistent && b.name.ends_with(suffix)) {
+        EXPECT_EQ(b.dtype, Dtype::kFp8) << b.name;
+        ++n;
+        elements += static_cast<double>(b.elements());
+      }
+    return std::pair<int, double>{n, elements};
+  };
+  Plan torch = plan;
+  torch.transformer_impl = TransformerImpl::kTorch;
+  plan.transformer_impl = TransformerImpl::kTransformerEngine;
+  for (const char* name : {"H100-SXM", "GB200"}) {
+    SCOPED_TRACE(name);
+    const DeviceSpec& d = device_spec(name);
+    const bool kept = fp8_weight_transpose_kept(d);
+    EXPECT_EQ(te_cached_fp8_weight_bytes(plan, kept), kept ? 2.0 : 1.0);
+    const Program base = lower_stage(m, torch, 0, d);
+    const Program te = lower_stage(m, plan, 0, d);
+    EXPECT_EQ(cached(base, ".w.fp8").first, 0);
+    // One copy per fp8 linear weight: what fp8_param_gather would store in fp8.
+    Plan gather = plan;
+    gather.fp8_param_gather = true;
+    const Program fp8_params = lower_stage(m, gather, 0, d);
+    int fp8_weights = 0;
+    double fp8_elements = 0;
+    for (const Buffer& b : fp8_params.buffers)
+      if (b.persistent && b.dtype == Dtype::kFp8 && b.name.ends_with(".w")) {
+        ++fp8_weights;
+        fp8_elements += static_cast<double>(b.elements());
+      }
+    ASSERT_GT(fp8_weights, 0);
+    EXPECT_EQ(cached(te, ".w.fp8"), (std::pair<int, double>{fp8_weights, fp8_elements}));
+    EXPECT_EQ(cached(te, ".w.fp8T").first, kept ? fp8_weights : 0);
+    EXPECT_EQ(cached(fp8_params, ".w.fp8").first, 0);
+    EXPECT_NEAR(liveness(te).persistent_bytes - liveness(base).persistent_bytes,
+                (kept ? 2 : 1) * fp8_elements, 0.5);
+    ASSERT_EQ(te.ops.size(), base.ops.size());
+    for (size_t i = 0; i < te.ops.size(); ++i) EXPECT_EQ(te.ops[i].bytes, base.ops[i].bytes);
+  }
+  for (auto change : std::vector<std::function<void(Plan&)>>{
+           [](Plan& p) { p.zero = 3; }, [](Plan& p) { p.fp8_recipe = Fp8Recipe::kMxfp8; },
+           [](Plan& p) { p.precision = Dtype::kBf16; }}) {
+    Plan other = plan;
+    change(other);
+    EXPECT_EQ(te_cached_fp8_weight_bytes(other, true), 0.0);
+    EXPECT_EQ(cached(lower_stage(m, other, 0, device_spec("H100-SXM")), ".w.fp8").first, 0);
   }
 }
 
