@@ -42,6 +42,8 @@ void IssueGraph::begin(const Program& program) {
   group_begin_.resize(n);
   group_end_.resize(n);
   partner_.assign(n, -1);
+  waits_.assign(n, 0);
+  kind_.assign(n, kOtherOp);
   dependents_off_.assign(n + 1, 0);
   edges_.clear();
   first_.assign(program.streams.size(), -1);
@@ -60,6 +62,10 @@ void IssueGraph::add(int i) {
   if (i + 4 < n && !ops[i + 4].deps.empty()) __builtin_prefetch(ops[i + 4].deps.data());
   const Op& op = ops[i];
   if (op.id != i) malformed(program, i, ".id", "is " + std::to_string(op.id));
+  kind_[i] = op.kind == OpKind::kSend   ? kSendOp
+             : op.kind == OpKind::kRecv ? kRecvOp
+             : op.kind == OpKind::kSync ? kSyncOp
+                                        : kOtherOp;
   if (op.stream < 0 || op.stream >= nstreams)
     malformed(program, i, ".stream",
               "bad stream " + std::to_string(op.stream) + " (the Program has " +
@@ -89,6 +95,10 @@ void IssueGraph::add(int i) {
       closed_[op.p2p_group] = 1;
     }
   }
+  // The group waits for its members' dependencies and the whole group before it on the stream
+  // (whose last member is the op before this one on it: a group's members are consecutive).
+  waits_[group_begin_[i]] += static_cast<int>(op.deps.size());
+  if (group_begin_[i] == i && prev_[i] >= 0) waits_[i] += prev_[i] + 1 - group_begin_[prev_[i]];
   for (int d : op.deps) {
     if (d < 0 || d >= i)
       malformed(program, i, ".deps", "bad op id " + std::to_string(d) + " (not an earlier op)");
@@ -141,60 +151,75 @@ void IssueGraph::end() {
                   "send (tag " + std::to_string(ops[i].tag) + ") has no matching recv");
 }
 
-IssueState::IssueState(const IssueGraph& graph, IssueRules rules)
-    : graph_(graph), rules_(rules), state_(graph.size(), kWaiting) {}
+void IssueState::reset(const IssueGraph& graph, IssueRules rules) {
+  graph_ = &graph;
+  rules_ = rules;
+  state_.assign(graph.size(), kWaiting);
+  pending_ = graph.waits();
+  cursor_ = 0;
+  completed_ = 0;
+}
 
 bool IssueState::can_reach() const {
-  if (cursor_ >= graph_.size()) return false;
-  return !(cursor_ > 0 && graph_.is_sync(cursor_ - 1) && state_[cursor_ - 1] != kCompleted);
+  if (cursor_ >= graph_->size()) return false;
+  return !(cursor_ > 0 && graph_->is_sync(cursor_ - 1) && state_[cursor_ - 1] != kCompleted);
 }
 
-void IssueState::reach() {
+void IssueState::reach(std::vector<int>* became_ready) {
   PARASOL_CHECK(can_reach(), "the host reaches op " + std::to_string(cursor_) + " too early");
-  ++cursor_;
+  const int c = cursor_++;
+  if (became_ready && graph_->issue_end(c) == cursor_ && ready(c))
+    became_ready->push_back(graph_->issue_begin(c));
 }
 
-bool IssueState::releases(int j) const {
-  return state_[j] == kCompleted ||
-         (rules_.eager_sends && state_[j] == kIssued && graph_.is_send(j));
-}
-
-bool IssueState::ready(int i) const {
-  const int begin = graph_.issue_begin(i), end = graph_.issue_end(i);
-  if (end > cursor_) return false;
-  for (int j = begin; j < end; ++j) {
-    if (state_[j] != kWaiting) return false;
-    const int p = graph_.stream_prev(j);
-    // A group's own members run on one stream: the member before does not hold the next.
-    if (p >= 0 && p < begin && !releases(p)) return false;
-    for (int d : graph_.deps(j))
-      if (d < begin && !releases(d)) return false;
-  }
-  return true;
+void IssueState::release(int j, std::vector<int>* became_ready) {
+  auto one_less = [&](int b) {
+    if (--pending_[b] == 0 && became_ready && graph_->issue_end(b) <= cursor_ &&
+        state_[b] == kWaiting)
+      became_ready->push_back(b);
+  };
+  for (int d : graph_->dependents(j)) one_less(graph_->issue_begin(d));
+  const int nx = graph_->stream_next(graph_->issue_end(j) - 1);
+  if (nx >= 0) one_less(nx);  // the first op of the next group on the stream
 }
 
 std::vector<int> IssueState::ready_groups() const {
   std::vector<int> out;
-  for (int i = 0; i < cursor_; i = graph_.issue_end(i))
+  for (int i = 0; i < cursor_; i = graph_->issue_end(i))
     if (ready(i)) out.push_back(i);
   return out;
 }
 
-void IssueState::issued(int i) {
+void IssueState::issued(int i, std::vector<int>* became_ready) {
   PARASOL_CHECK(ready(i), "op " + std::to_string(i) + " issued before the rules allow");
-  for (int j = graph_.issue_begin(i); j < graph_.issue_end(i); ++j) state_[j] = kIssued;
+  const int b = graph_->issue_begin(i), e = graph_->issue_end(i);
+  for (int j = b; j < e; ++j) state_[j] = kIssued;
+  if (rules_.eager_sends)
+    for (int j = b; j < e; ++j)
+      if (graph_->is_send(j)) release(j, became_ready);
+}
+
+void IssueState::landed(int i) {
+  PARASOL_CHECK(state_[i] == kIssued, "op " + std::to_string(i) + " landed twice or unissued");
+  state_[i] = kLanded;
 }
 
 bool IssueState::can_complete(int i) const {
-  if (state_[i] != kIssued) return false;
-  const int p = graph_.partner(i);
-  return !(graph_.is_recv(i) && p >= 0 && state_[p] != kCompleted);
+  if (state_[i] != kIssued && state_[i] != kLanded) return false;
+  if (!graph_->is_send(i) && !graph_->is_recv(i)) return true;  // a group of one, no partner
+  const int b = graph_->issue_begin(i), e = graph_->issue_end(i);
+  if (e - b > 1)
+    for (int j = b; j < e; ++j)
+      if (j != i && state_[j] < kLanded) return false;
+  const int p = graph_->partner(i);
+  return !(graph_->is_recv(i) && p >= 0 && state_[p] < kLanded);
 }
 
-void IssueState::completed(int i) {
+void IssueState::completed(int i, std::vector<int>* became_ready) {
   PARASOL_CHECK(can_complete(i), "op " + std::to_string(i) + " completed before the rules allow");
   state_[i] = kCompleted;
   ++completed_;
+  if (!(rules_.eager_sends && graph_->is_send(i))) release(i, became_ready);
 }
 
 }  // namespace parasol

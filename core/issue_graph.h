@@ -1,10 +1,9 @@
 // The execution rules of a Program, stated once: which of a rank's ops may be issued (handed to
-// their stream) when. Every player of a Program reads them here: the Chakra export writes the
-// graph's edges (traces/chakra_export.cc), the closed form's fragment player plays a layer's ops
-// by them (cost_models/layer_fragment.cc), the event engine takes its dependents, stream order
-// and ring pairs from the graph (sim/engine.cc; it still keeps its own host cursor and holds a
-// stream for a send), and the executor issues and completes ops through an IssueState
-// (runtime/executor.cc).
+// their stream) when, and when they complete. Every player of a Program reads them here: the
+// Chakra export writes the graph's edges (traces/chakra_export.cc), the closed form's fragment
+// player plays a layer's ops by them (cost_models/layer_fragment.cc), and the event engine
+// (sim/engine.cc) and the executor (runtime/executor.cc) each advance an IssueState: the engine
+// adds time (the host's clock, prices, link sharing), the executor backend calls.
 //
 // The rules (core/lower.h states what the lowering guarantees; core/host_issue.h prices the host):
 //  * an op is issued once its dependencies (Op::deps, earlier ops of the Program) have completed
@@ -18,10 +17,15 @@
 //    the peer stage's Program (p2p_key pairs them across Programs); a receive of another group
 //    (the context-parallel ring) pairs with this Program's send of the same key (by symmetry the
 //    ring neighbour sends when this rank does);
-//  * sends are eager (core/lower.h): under IssueRules::eager_sends a send frees its stream and
-//    the ops that depend on it once issued (the executor's rule: the data is on its way, its
-//    buffer is kept until it completes); without it a send holds them until it has completed
-//    (the engine's and the fragment player's rule today: the two still differ).
+//  * the members of a p2p group complete together, once every one has landed, and the op after
+//    the group on its stream waits for all of them: NCCL runs a group (ncclGroupStart/End,
+//    torch's batch_isend_irecv) as one kernel on one stream, and its work object completes as a
+//    whole (Megatron waits on every request of the call);
+//  * a send holds its stream and the ops that depend on it until it has completed (an NCCL send
+//    is a kernel on its stream that ends once its data has left: the engine and the fragment
+//    player, which play device time); under IssueRules::eager_sends it frees them once issued
+//    (the executor's host: a launch returns at once, and the MPI backend's sends are buffered;
+//    the data is on its way, its buffer is kept until it completes).
 // A Program that breaks a rule is the lowering's bug: IssueGraph's constructor throws an
 // InternalError (exit 1) whose field names the op ("programs[2].ops[17].deps"), as PARASOL_CHECK
 // does for the state's contracts.
@@ -84,16 +88,23 @@ class IssueGraph {
   // A receive: the send of this Program it completes with (-1: a pipeline receive, whose send is
   // another stage's). A send: the receive of this Program that pairs with it (-1: none here).
   int partner(int i) const { return partner_[i]; }
-  bool is_send(int i) const { return program_->ops[i].kind == OpKind::kSend; }
-  bool is_recv(int i) const { return program_->ops[i].kind == OpKind::kRecv; }
+  bool is_send(int i) const { return kind_[i] == kSendOp; }
+  bool is_recv(int i) const { return kind_[i] == kRecvOp; }
   // A device-to-host sync: the host stops at it until it has completed.
-  bool is_sync(int i) const { return program_->ops[i].kind == OpKind::kSync; }
+  bool is_sync(int i) const { return kind_[i] == kSyncOp; }
+  // What the first op of each issue group waits for before it may be issued (0 elsewhere): its
+  // members' dependencies and every member of the group before it on its stream (IssueState).
+  const std::vector<int>& waits() const { return waits_; }
 
  private:
   const Program* program_ = nullptr;
+  // Each op's kind as the rules see it (a byte: the players ask often, the Ops are large).
+  enum : uint8_t { kOtherOp = 0, kSendOp, kRecvOp, kSyncOp };
+  std::vector<uint8_t> kind_;
   std::vector<int> prev_, next_, first_;
   std::vector<int> group_begin_, group_end_;
   std::vector<int> partner_;
+  std::vector<int> waits_;
   std::vector<int> dependents_off_, dependents_;
   // Scratch of the build: the edges (dependency, op) op after op, each stream's last op, the p2p
   // groups whose run of ops has ended, the sends and receives that pair in this Program by key.
@@ -108,43 +119,67 @@ struct IssueRules {
   bool eager_sends = false;  // a send frees its stream and dependents once issued
 };
 
-// Where one rank is in a step under the rules: the host's cursor, the ops issued and completed.
-// Advanced by reach() (the host reaches the next op), issued(op) and completed(op); answers which
-// ops are ready to issue. Not thread-safe.
+// Where one rank is in a step under the rules: the host's cursor, the ops issued, landed (their
+// own work done: a transfer's data has left or arrived) and completed. Advanced by reach() (the
+// host reaches the next op), issued(op), landed(op) and completed(op). Readiness is counted, not
+// searched: each issue group keeps how many of its dependencies and of the ops before it on its
+// stream have not released it, so a player that passes `became_ready` learns each group once, in
+// O(1) per edge, when it becomes ready (the engine); ready(i) answers the same question on demand
+// (the executor). An op releases those after it (its dependents; the first op after its issue
+// group on its stream, which waits for every member of the group: one NCCL group is one kernel on
+// its stream) once completed, or, under eager sends, a send once issued. The members of a p2p
+// group of several ops complete together, once every one has landed (one NCCL group completes
+// as a whole); a ring receive completes no earlier than its send has landed. Not thread-safe.
 class IssueState {
  public:
-  explicit IssueState(const IssueGraph& graph, IssueRules rules = {});
+  IssueState() = default;
+  explicit IssueState(const IssueGraph& graph, IssueRules rules = {}) { reset(graph, rules); }
+  // Starts a step of `graph` afresh (reusing this state's memory).
+  // REQUIRES: `graph` outlives the state (or the next reset) and does not change.
+  void reset(const IssueGraph& graph, IssueRules rules = {});
 
   // The ops the host has reached: [0, cursor()).
   int cursor() const { return cursor_; }
   // Whether the host may reach the next op: not at the end, not stopped at a sync that has not
   // completed.
   bool can_reach() const;
-  // The host reaches op cursor(). REQUIRES: can_reach().
-  void reach();
+  // The host reaches op cursor(); appends to became_ready the issue group it completes, if that
+  // group is now ready. REQUIRES: can_reach().
+  void reach(std::vector<int>* became_ready = nullptr);
   // Whether the ops issued together with op i (IssueGraph::issue_begin(i)) may be issued now:
-  // each reached by the host, not issued, its dependencies and the op before it on its stream
-  // completed (or, under eager sends, issued sends).
-  bool ready(int i) const;
+  // each reached by the host, not issued, its dependencies and the ops before it on its stream
+  // released.
+  bool ready(int i) const {
+    const int b = graph_->issue_begin(i);
+    return state_[b] == kWaiting && pending_[b] == 0 && graph_->issue_end(b) <= cursor_;
+  }
   // The first op of each issue group ready now, in Program order (a fresh list on each call).
   std::vector<int> ready_groups() const;
-  // Issues the ops issued together with op i. REQUIRES: ready(i).
-  void issued(int i);
-  // Whether issued op i may complete: a receive paired in this Program once its send has.
+  // Issues the ops issued together with op i; under eager sends appends the groups its sends
+  // make ready to became_ready. REQUIRES: ready(i).
+  void issued(int i, std::vector<int>* became_ready = nullptr);
+  // Op i's own work is done (a send's data has left, a receive's has arrived).
+  // REQUIRES: issued, not landed.
+  void landed(int i);
+  // Whether issued op i may complete: a member of a p2p group once every other member has landed;
+  // a ring receive once its send has landed.
   bool can_complete(int i) const;
-  // Op i has completed. REQUIRES: issued, not completed, can_complete(i).
-  void completed(int i);
+  // Op i has completed; appends the groups that it makes ready to became_ready.
+  // REQUIRES: can_complete(i).
+  void completed(int i, std::vector<int>* became_ready = nullptr);
   bool is_issued(int i) const { return state_[i] >= kIssued; }
+  bool is_landed(int i) const { return state_[i] >= kLanded; }
   bool is_completed(int i) const { return state_[i] == kCompleted; }
-  bool done() const { return completed_ == graph_.size(); }
+  bool done() const { return completed_ == graph_->size(); }
 
  private:
-  enum : uint8_t { kWaiting = 0, kIssued = 1, kCompleted = 2 };
-  // Whether op j releases those after it (its dependents, its stream's next op).
-  bool releases(int j) const;
-  const IssueGraph& graph_;
+  enum : uint8_t { kWaiting = 0, kIssued = 1, kLanded = 2, kCompleted = 3 };
+  // Op j releases those after it.
+  void release(int j, std::vector<int>* became_ready);
+  const IssueGraph* graph_ = nullptr;
   IssueRules rules_;
   std::vector<uint8_t> state_;
+  std::vector<int> pending_;  // per issue group (at its first op): releases it waits for
   int cursor_ = 0;
   int completed_ = 0;
 };

@@ -780,9 +780,8 @@ int Executor::group_index(const ParamBucket& b) const { return impl_->group_inde
 // host thread launches a transfer where its program does (a ZeRO-3 gather one layer ahead, not
 // every gather at the start of the step; liveness, core/liveness.h, predicts memory in that
 // order). A device-to-host sync stops it until the sync's dependencies have completed (a CUDA
-// .item(): nothing after it in the Program is launched before), and a ring receive completes only
-// once this rank's send of the same step has (the step's transfers are one NCCL group, which
-// completes as a whole).
+// .item(): nothing after it in the Program is launched before), and the transfers of one p2p group
+// complete together once each has landed (one NCCL group completes as a whole).
 struct Executor::Impl::Scheduler {
   Scheduler(Impl& impl, const StepConfig& cfg, StepResult& res);
   void run();     // until every op has completed
@@ -917,9 +916,12 @@ bool Executor::Impl::Scheduler::poll_transfers() {
     InFlight& f = flying[i];
     if (!f.landed && tested(f)) {
       f.landed = true;
+      state.landed(f.op);
       progressed = true;
     }
-    if (!f.landed || !state.can_complete(f.op)) {  // a ring receive waits for its send
+    // A p2p group completes as a whole (a ring receive with its send, a pipeline step's sends
+    // with its receives).
+    if (!f.landed || !state.can_complete(f.op)) {
       ++i;
       continue;
     }

@@ -107,15 +107,14 @@ namespace {
 // Per op (global id): the run state, half a cache line.
 struct alignas(32) SimOp {
   double dur = 0;        // seconds alone (standalone price)
-  int pending = 0;       // unfinished deps + the previous op of its stream
-  int next = -1;         // the next op of its stream
   int partner = -1;      // send <-> recv; rendezvous index of a kPp collective
   int share = -1;        // processor-sharing set (stage * kClasses + link class); -1: none
   uint32_t version = 0;  // bumped when a shared op's finish time is rescheduled
   Type type = Type::kCompute;
   uint8_t cat = 0;  // breakdown category
-  uint8_t done = 0;
+  uint8_t done = 0;     // its own work is done (core/issue_graph.h: landed)
   uint8_t waiting = 0;  // a recv posted before its send finished
+  uint8_t grouped = 0;  // a member of a p2p group of several ops
 };
 static_assert(sizeof(SimOp) == 32);
 // When an op ran: start (a recv: when it was posted), xfer (when its data started to move:
@@ -135,8 +134,8 @@ struct Simulator::Workspace {
   std::vector<int> stage;
   std::vector<double> remaining;
   std::vector<double> host_cost;    // seconds the host spends issuing each op
-  std::vector<uint8_t> host_state;  // 1: issued; 2: ready, waiting for the host to issue it
   std::vector<IssueGraph> graphs;   // per stage
+  std::vector<IssueState> states;   // per stage
   std::vector<std::vector<std::vector<int>>> stream_ops;
 };
 
@@ -174,8 +173,8 @@ class Engine {
         stage_(work.stage),
         remaining_(work.remaining),
         host_cost_(work.host_cost),
-        host_state_(work.host_state),
         graphs_(work.graphs),
+        states_(work.states),
         stream_ops_(work.stream_ops),
         slowdown_{{0, cost::compute_slowdown(profile, false, true)},
                   {cost::compute_slowdown(profile, true, false),
@@ -221,12 +220,21 @@ class Engine {
   void pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs);
   void build_rendezvous(const std::vector<std::vector<int>>& pp_colls);
 
+  // An issue group (its first op, global id) that the rules (core/issue_graph.h: dependencies,
+  // stream order, the host has reached it) let go at time t starts once the host has spent its
+  // issue time on it (core/host_issue.h).
+  void gate(int head, double t);
+  // The ops issued together with `head` start at t (IssueState::issued).
+  void start_group(int head, double t);
   void start(int i, double t);
+  // Op i's own work is done at t (IssueState::landed); it completes then, or with the last
+  // member of its p2p group to land (complete).
   void finish(int i, double t);
-  // The host (core/host_issue.h): an op whose deps and stream are done starts once the host has
-  // issued it (gate); the host issues its stage's ops in Program order up to the next sync, where
-  // it waits (host_advance).
-  void gate(int i, double t);
+  void complete(int stage, int i, double t);
+  // The groups that the stage's state reported ready (local ids in became_) go to ready_.
+  void take_ready(int stage);
+  // The host reaches its stage's ops in Program order (IssueState::reach) up to the next sync,
+  // where it waits, each after its host cost (HostCursor): the op's issue time.
   void host_advance(int stage, double t);
   void share_update(int cls, double t);
   void share_reschedule(int cls, double t);
@@ -261,15 +269,16 @@ class Engine {
   std::vector<int>& stage_;         // stage of each op
   std::vector<double>& remaining_;  // shared ops: standalone seconds still to go
   std::vector<double>& host_cost_;
-  std::vector<uint8_t>& host_state_;
   // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
-  // successors, its ring receives' sends (in the Simulator's workspace).
+  // successors, its ring receives' sends, its p2p groups; and the stage's place under them (what
+  // the host has reached, which ops are ready, issued, landed and completed), in the Simulator's
+  // workspace.
   std::vector<IssueGraph>& graphs_;
+  std::vector<IssueState>& states_;
+  std::vector<int> became_;  // scratch: the groups an IssueState call made ready (local ids)
   std::vector<int> ring_;  // add_stage: the stage's ring sends and receives, to pair at its end
-  // Per stage: the host's cursor, the next op it issues and whether it waits on a sync.
+  // Per stage: the host's clock (the op it reaches next is its IssueState's cursor).
   std::vector<HostCursor> host_;
-  std::vector<int> host_next_;
-  std::vector<uint8_t> host_blocked_;
   // Per stage and stream: the ops in issue order (for the breakdown sweep).
   std::vector<std::vector<std::vector<int>>>& stream_ops_;
   // Processor-sharing sets: stage * kClasses + class.
@@ -334,10 +343,7 @@ void Engine::reset_state() {
   stage_.assign(n_, 0);
   remaining_.assign(n_, 0);
   host_cost_.assign(n_, 0);
-  host_state_.assign(n_, 0);
   host_.assign(pp, HostCursor{});
-  host_next_.assign(pp, 0);
-  host_blocked_.assign(pp, 0);
   shares_.resize(static_cast<size_t>(pp) * kClasses);
   stream_ops_.resize(pp);
   comm_active_.assign(pp, 0);
@@ -368,13 +374,13 @@ void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>
     const Op& op = prog.ops[i];
     const int g = base_[s] + i;
     stage_[g] = s;
-    const int prev = graph.stream_prev(i);
-    if (prev >= 0) ops_[base_[s] + prev].next = g;
-    ops_[g].pending = static_cast<int>(op.deps.size()) + (prev >= 0 ? 1 : 0);
+    if (graph.issue_begin(i) < i) ops_[g].grouped = ops_[g - 1].grouped = 1;
     stream_ops_[s][op.stream].push_back(g);
     add_op(s, i, sends, recvs, pp_colls);
   }
   graph.end();
+  if (static_cast<int>(states_.size()) <= s) states_.resize(s + 1);
+  states_[s].reset(graph);  // non-eager sends: a send kernel holds its stream until done
   for (int g : ring_) ops_[g].partner = base_[s] + graph.partner(g - base_[s]);
   ring_.clear();
 }
@@ -601,15 +607,6 @@ void Engine::finish(int i, double t) {
     act.erase(std::find(act.begin(), act.end(), i));
     share_reschedule(c, t);
   }
-  const int s = stage_[i], base = base_[s];
-  for (int d : graphs_[s].dependents(i - base))
-    if (--ops_[base + d].pending == 0) ready_.push_back(base + d);
-  const int nx = ops_[i].next;
-  if (nx >= 0 && --ops_[nx].pending == 0) ready_.push_back(nx);
-  if (ops_[i].type == Type::kSync) {
-    host_blocked_[s] = 0;
-    host_advance(s, t);
-  }
   if (ops_[i].type == Type::kSend) {
     const int r = ops_[i].partner;
     if (ops_[r].waiting) {
@@ -618,40 +615,71 @@ void Engine::finish(int i, double t) {
       now_done_.push_back(r);
     }
   }
-}
-
-void Engine::gate(int i, double t) {
-  times_[i].ready = t;
-  if (host_state_[i] != 1) {
-    host_state_[i] = 2;  // the host issues it later (host_advance starts it)
+  const int s = stage_[i];
+  if (!ops_[i].grouped) {
+    complete(s, i, t);
     return;
   }
-  if (times_[i].issue <= t)
-    start(i, t);
+  // One NCCL group completes as a whole: with the last of its members to land.
+  const int base = base_[s], l = i - base;
+  const int b = graphs_[s].issue_begin(l), e = graphs_[s].issue_end(l);
+  IssueState& st = states_[s];
+  st.landed(l);
+  for (int j = b; j < e; ++j)
+    if (!st.is_landed(j)) return;
+  for (int j = b; j < e; ++j) complete(s, base + j, t);
+}
+
+void Engine::complete(int s, int i, double t) {
+  states_[s].completed(i - base_[s], &became_);
+  take_ready(s);
+  if (ops_[i].type == Type::kSync) host_advance(s, t);
+}
+
+void Engine::take_ready(int s) {
+  for (int b : became_) ready_.push_back(base_[s] + b);
+  became_.clear();
+}
+
+void Engine::gate(int head, double t) {
+  int end = head + 1;
+  if (ops_[head].grouped) {
+    const int s = stage_[head], base = base_[s];
+    end = base + graphs_[s].issue_end(head - base);
+  }
+  for (int j = head; j < end; ++j) times_[j].ready = t;
+  // Issued together once the host has issued the group's last op.
+  const double issue = times_[end - 1].issue;
+  if (issue <= t)
+    start_group(head, t);
   else
-    heap_.push({times_[i].issue, ~i, 0});  // a start at its issue
+    heap_.push({issue, ~head, 0});  // a start at its issue
+}
+
+void Engine::start_group(int head, double t) {
+  const int s = stage_[head], base = base_[s];
+  states_[s].issued(head - base);
+  if (!ops_[head].grouped) {
+    start(head, t);
+    return;
+  }
+  const int end = base + graphs_[s].issue_end(head - base);
+  for (int j = head; j < end; ++j) start(j, t);
 }
 
 void Engine::host_advance(int s, double t) {
-  const int nops = static_cast<int>(programs_[s].ops.size());
-  while (!host_blocked_[s] && host_next_[s] < nops) {
-    const int g = base_[s] + host_next_[s]++;
+  IssueState& st = states_[s];
+  while (st.can_reach()) {
+    const int g = base_[s] + st.cursor();
     times_[g].issue = host_[s].issue(host_cost_[g]);
-    const bool waiting = host_state_[g] == 2;
-    host_state_[g] = 1;
-    if (ops_[g].type == Type::kSync) host_blocked_[s] = 1;  // until the sync completes
-    if (!waiting) continue;
-    if (times_[g].issue <= t)
-      start(g, t);
-    else
-      heap_.push({times_[g].issue, ~g, 0});
+    st.reach(&became_);
   }
+  for (int b : became_) gate(base_[s] + b, t);
+  became_.clear();
 }
 
 void Engine::run() {
   for (int s = 0; s < plan_.pp; ++s) host_advance(s, 0);
-  for (int i = 0; i < n_; ++i)
-    if (ops_[i].pending == 0) ready_.push_back(i);
   double now = 0;
   auto drain = [&]() {
     // Start what became ready and finish what completes now, until nothing changes at `now`.
@@ -670,9 +698,9 @@ void Engine::run() {
   while (!heap_.empty()) {
     Event ev = heap_.top();
     heap_.pop();
-    if (ev.op < 0) {  // an op the host has just issued starts
+    if (ev.op < 0) {  // an issue group the host has just issued starts
       now = ev.t;
-      start(~ev.op, now);
+      start_group(~ev.op, now);
       drain();
       continue;
     }
@@ -682,7 +710,7 @@ void Engine::run() {
     drain();
   }
   for (int i = 0; i < n_; ++i)
-    if (!ops_[i].done) {
+    if (!states_[stage_[i]].is_completed(i - base_[stage_[i]])) {
       const int s = stage_[i];
       const Op& op = programs_[s].ops[i - base_[s]];
       std::string why =
@@ -784,6 +812,7 @@ SimResult Engine::result(bool record_trace) const {
       const Program& prog = programs_[s];
       for (int k = 0; k < static_cast<int>(prog.streams.size()); ++k)
         tr.streams.push_back({reps_[s], k, prog.stream_name(k)});
+      const IssueGraph& graph = graphs_[s];
       for (int j = 0; j < static_cast<int>(prog.ops.size()); ++j) {
         const Op& op = prog.ops[j];
         const int g = base_[s] + j;
@@ -793,6 +822,14 @@ SimResult Engine::result(bool record_trace) const {
         e.name = op.name;
         e.start_s = times_[g].start;
         e.dur_s = times_[g].end - times_[g].start;
+        // A p2p group's members run together on one stream (one NCCL kernel): on the stream's
+        // row each is shown from where the one before it ends, so that the row's events do not
+        // overlap.
+        if (graph.issue_begin(j) < j) {
+          const traces::TraceEvent& before = tr.events.back();
+          e.start_s = std::max(e.start_s, before.start_s + before.dur_s);
+          e.dur_s = std::max(0.0, times_[g].end - e.start_s);
+        }
         e.op_id = op.id;
         e.kind = op_kind_name(op.kind);
         e.bytes = op.bytes;

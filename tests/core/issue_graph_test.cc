@@ -122,8 +122,14 @@ TEST(IssueGraph, StreamOrderGroupsAndPairs) {
   st.issued(r);
   EXPECT_TRUE(st.is_issued(s));
   EXPECT_FALSE(st.can_complete(r));  // with its send
+  EXPECT_FALSE(st.can_complete(s));  // the group completes as a whole
+  st.landed(s);
+  EXPECT_FALSE(st.can_complete(s));
+  st.landed(r);
   st.completed(s);
+  EXPECT_FALSE(st.ready(q));  // the op after the group on its stream waits for every member
   st.completed(r);
+  EXPECT_TRUE(st.ready(q));
 }
 
 TEST(IssueState, HostStopsAtASyncUntilItCompletes) {
@@ -217,49 +223,82 @@ Program random_program(std::mt19937& rng) {
 }
 
 // Plays `p` under the state, each step a random choice among what it allows; checks every edge of
-// the rules as the Program states them (an independent reading, not the graph's) in the order.
+// the rules as the Program states them (an independent reading, not the graph's) in the order,
+// and that the groups the state reports as they become ready are the ones ready_groups() finds.
 void play_randomly(const Program& p, bool eager, std::mt19937& rng) {
   const IssueGraph g(p);
   IssueState st(g, {eager});
   const int n = static_cast<int>(p.ops.size());
-  std::vector<int> reached(n, -1), issued(n, -1), completed(n, -1);
+  std::vector<int> reached(n, -1), issued(n, -1), landed(n, -1), completed(n, -1);
+  std::vector<int> reported, became;  // ready groups as reported, not yet issued
+  auto take = [&] {
+    for (int b : became) {
+      EXPECT_EQ(std::count(reported.begin(), reported.end(), b), 0) << "group " << b << " twice";
+      reported.push_back(b);
+    }
+    became.clear();
+  };
   int clock = 0;
   while (!st.done()) {
-    // {0, -}: reach; {1, i}: issue group i; {2, i}: complete op i.
+    std::vector<int> sorted = reported;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(sorted, st.ready_groups()) << "at clock " << clock;
+    // {0, -}: reach; {1, i}: issue group i; {2, i}: op i lands; {3, i}: complete op i.
     std::vector<std::pair<int, int>> actions;
     if (st.can_reach()) actions.push_back({0, 0});
     for (int i : st.ready_groups()) actions.push_back({1, i});
-    for (int i = 0; i < n; ++i)
-      if (st.can_complete(i)) actions.push_back({2, i});
+    for (int i = 0; i < n; ++i) {
+      if (st.is_issued(i) && !st.is_landed(i)) actions.push_back({2, i});
+      if (st.can_complete(i)) actions.push_back({3, i});
+    }
     ASSERT_FALSE(actions.empty()) << "stuck at clock " << clock;
     const auto [what, i] =
         actions[std::uniform_int_distribution<size_t>(0, actions.size() - 1)(rng)];
     ++clock;
     if (what == 0) {
       reached[st.cursor()] = clock;
-      st.reach();
+      st.reach(&became);
     } else if (what == 1) {
-      st.issued(i);
+      st.issued(i, &became);
+      reported.erase(std::find(reported.begin(), reported.end(), i));
       for (int j = 0; j < n; ++j)
         if (st.is_issued(j) && issued[j] < 0) issued[j] = clock;
+    } else if (what == 2) {
+      st.landed(i);
+      landed[i] = clock;
     } else {
-      st.completed(i);
+      st.completed(i, &became);
       completed[i] = clock;
     }
+    take();
   }
   // The rules, read from the Program.
   auto released = [&](int j) {
     return eager && p.ops[j].kind == OpKind::kSend ? issued[j] : completed[j];
   };
+  auto landed_at = [&](int j) { return landed[j] >= 0 ? landed[j] : completed[j]; };
+  // The ops of op j's p2p group (consecutive, one p2p_group), or j alone.
+  auto group_of = [&](int j) {
+    int b = j, e = j + 1;
+    if (p.ops[j].p2p_group >= 0) {
+      while (b > 0 && p.ops[b - 1].p2p_group == p.ops[j].p2p_group) --b;
+      while (e < n && p.ops[e].p2p_group == p.ops[j].p2p_group) ++e;
+    }
+    return std::pair<int, int>{b, e};
+  };
   std::vector<int> last(p.streams.size(), -1);
   for (int i = 0; i < n; ++i) {
     const Op& op = p.ops[i];
     SCOPED_TRACE("op " + std::to_string(i) + " " + op.name);
-    // Issued together with its p2p group's other members.
+    // Issued together with its p2p group's other members, completed once all have landed.
     const bool with_before = i > 0 && op.p2p_group >= 0 && p.ops[i - 1].p2p_group == op.p2p_group;
     if (with_before) {
       EXPECT_EQ(issued[i], issued[i - 1]);
     }
+    const auto [gb, ge] = group_of(i);
+    if (ge - gb > 1)
+      for (int j = gb; j < ge; ++j)
+        if (j != i) EXPECT_LT(landed_at(j), completed[i]) << "group member " << j;
     EXPECT_LT(reached[i], issued[i]);
     EXPECT_LT(issued[i], completed[i]);
     if (i > 0) {
@@ -271,7 +310,8 @@ void play_randomly(const Program& p, bool eager, std::mt19937& rng) {
     for (int d : op.deps) EXPECT_LT(released(d), issued[i]) << "dep " << d;
     const int prev = last[op.stream];
     if (prev >= 0 && !with_before) {
-      EXPECT_LT(released(prev), issued[i]) << "stream after " << prev;
+      const auto [pb, pe] = group_of(prev);
+      for (int j = pb; j < pe; ++j) EXPECT_LT(released(j), issued[i]) << "stream after " << j;
     }
     last[op.stream] = i;
     if (op.kind == OpKind::kRecv && op.group != Group::kPp) {
@@ -280,7 +320,7 @@ void play_randomly(const Program& p, bool eager, std::mt19937& rng) {
         if (p.ops[j].kind == OpKind::kSend && p.ops[j].tag == op.tag && p.ops[j].group == op.group)
           snd = j;
       ASSERT_GE(snd, 0);
-      EXPECT_LT(completed[snd], completed[i]);
+      EXPECT_LT(landed_at(snd), completed[i]);
     }
   }
 }
@@ -417,6 +457,8 @@ TEST(IssueGraph, LoweredProgramsFollowTheRules) {
             for (int j = g.issue_begin(i); j < g.issue_end(i); ++j) flying.push_back(j);
             moved = true;
           }
+          for (int j : flying)
+            if (!st.is_landed(j)) st.landed(j), moved = true;
           for (size_t k = 0; k < flying.size();)
             if (st.can_complete(flying[k])) {
               st.completed(flying[k]);
