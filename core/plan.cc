@@ -62,6 +62,7 @@ std::string plan_compact(const Plan& p) {
   if (p.tp_comm_overlap) s += " tpo";
   if (p.tp > 1 && p.tp_impl == TpImpl::kPytorch) s += " tpt";
   if (p.ep_comm_overlap) s += " epo";
+  if (p.ep > 1 && p.moe_dispatcher == MoeDispatcher::kAllGather) s += " agd";
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
@@ -201,13 +202,22 @@ CpCommType parse_cp_comm_type(const std::string& s, const std::string& field) {
 }
 
 const char* moe_dispatcher_name(MoeDispatcher d) {
-  return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall";
+  switch (d) {
+    case MoeDispatcher::kDeepEp:
+      return "deepep";
+    case MoeDispatcher::kAllGather:
+      return "allgather";
+    case MoeDispatcher::kAllToAll:
+      break;
+  }
+  return "alltoall";
 }
 
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field) {
   if (s == "alltoall") return MoeDispatcher::kAllToAll;
   if (s == "deepep") return MoeDispatcher::kDeepEp;
-  throw Error(field, "'" + s + "' is not one of alltoall|deepep");
+  if (s == "allgather") return MoeDispatcher::kAllGather;
+  throw Error(field, "'" + s + "' is not one of alltoall|deepep|allgather");
 }
 
 const char* moe_force_balance_name(MoeForceBalance b) {

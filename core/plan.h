@@ -154,8 +154,12 @@ enum class CpCommType { kP2p, kAllGather, kA2a, kA2aP2p };
 // How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
 // "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
-// forwarded inside the node over NVLink, in fp8 when the plan trains in fp8.
-enum class MoeDispatcher { kAllToAll, kDeepEp };
+// forwarded inside the node over NVLink, in fp8 when the plan trains in fp8; or Megatron's
+// "allgather" dispatcher (token_dispatcher.py MoEAllGatherTokenDispatcher): every rank's hidden
+// states, router probabilities and routing map all-gathered over the expert-parallel group, each
+// rank's experts picking their rows, the combine a reduce-scatter in the probabilities' dtype,
+// and two device-to-host syncs a layer forward (tokens_per_expert .cpu(), masked_select).
+enum class MoeDispatcher { kAllToAll, kDeepEp, kAllGather };
 // How a benchmark overrides the trained router to force balanced experts (core/moe_load.h,
 // cost_models/moe_dispatch.h): none (the router's own choice), random (Megatron-Core's
 // --moe-router-force-load-balancing: random normal logits, so each token's top_k experts are a

@@ -434,6 +434,8 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");
       add(a, "--moe-flex-dispatcher-backend", "deepep");
+    } else if (p.moe_dispatcher == MoeDispatcher::kAllGather) {
+      add(a, "--moe-token-dispatcher-type", "allgather");
     } else {
       add(a, "--moe-token-dispatcher-type", "alltoall");
     }

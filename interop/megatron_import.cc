@@ -701,9 +701,11 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
         throw Error("--moe-flex-dispatcher-backend",
                     "parasol models deepep and hybridep, not " + b);
       j["moe_dispatcher"] = "deepep";
+    } else if (d == "allgather") {
+      j["moe_dispatcher"] = "allgather";
     } else if (d != "alltoall") {
       throw Error("--moe-token-dispatcher-type",
-                  "parasol models alltoall and flex (DeepEP), not " + d);
+                  "parasol models alltoall, allgather and flex (DeepEP), not " + d);
     }
   }
   if (f.has("moe-router-force-load-balancing")) j["moe_force_balance"] = "random";

@@ -1053,7 +1053,7 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
               "plan.attention_kernel", "'fa4' is not one of flash2|cudnn|triton|fa3");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
-              "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
+              "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
               "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
   ExpectError([] { plan_from_json(Json::parse(R"({"fp8_recipe": "custom"})")); }, "plan.fp8_recipe",
