@@ -435,7 +435,8 @@ std::vector<Case> round_trip_cases() {
              {"ep", 8},
              {"gbs", 256},
              {"zero", 1},
-             {"moe_dispatcher", "allgather"}})},
+             {"moe_dispatcher", "allgather"},
+             {"moe_router_fp32", true}})},
       {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
        plan({{"tp", 4},
              {"pp", 2},
@@ -745,6 +746,7 @@ TEST(MegatronImport, NamesTheFlagItCannotRead) {
   expect_import_error(base + "--tensor-model-parallel-size $TP", "--tensor-model-parallel-size");
   expect_import_error(base + "--num-experts 4 --moe-token-dispatcher-type gather",
                       "--moe-token-dispatcher-type");
+  expect_import_error(base + "--num-experts 4 --moe-router-dtype fp64", "--moe-router-dtype");
   expect_import_error(base + "--num-experts 4 --moe-layer-freq 2", "--moe-layer-freq");
   expect_import_error(base +
                           "--recompute-granularity full --recompute-method uniform "
