@@ -438,6 +438,7 @@ class Lowerer {
   void mla_up_forward(int layer, const Latents& lat, const WSet& w, Saved& sv);
   int mla_backward(int layer, const Saved& sv, int dqkv, const WSet& w, const WSet& g);
   int moe_forward(int layer, int x1n, const WSet& w, Saved& sv);
+  double allgather_combine_bytes(bool backward) const;
   int moe_experts_forward(int layer, int d, const WSet& w, Saved& sv);
   void moe_expert_act(int layer, Saved& sv);  // the experts' activation: sv[sFc1] -> sv[sAct]
   // The eager clamps of a clamped GLU's inputs (Model::glu_clamp) on the fc1 output `fc1`, or

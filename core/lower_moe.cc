@@ -52,6 +52,21 @@ int Lowerer::expert_reduce(int layer, int y, int64_t rows_full, const char* what
   return y;
 }
 
+// The memory traffic Megatron's allgather dispatcher adds to the combine around its
+// reduce-scatter of every rank's tokens (Tm_ x ep rows, tp 1): forward, unpermute's zeroed output
+// (moe_utils.py unpermute @d98e8a64dd: torch.zeros, twice under deterministic algorithms) and,
+// where the probabilities' dtype is wider than the activations', token_combine's casts to it and
+// back (hidden_states.to(local_probs.dtype) ... .to(hidden_states.dtype)); backward, the casts'
+// gradients. 0 under the other dispatchers.
+double Lowerer::allgather_combine_bytes(bool backward) const {
+  if (p_.moe_dispatcher != MoeDispatcher::kAllGather) return 0;
+  const double tokens = static_cast<double>(Tm_) * h_, all = tokens * p_.ep;
+  const double pb = dtype_bytes(p_.moe_probs_dtype());
+  const double casts = pb != eb_ ? (eb_ + pb) * (all + tokens) : 0;
+  if (backward) return casts;
+  return (p_.deterministic ? 2 : 1) * eb_ * all + casts;
+}
+
 // Returns the MoE output on the norm region's rows.
 int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   const int64_t E = experts_, K = topk_;
@@ -73,22 +88,32 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   // Dropless routing: the host reads the tokens per expert before it can size the exchange and
   // the grouped GEMMs (Megatron's token_dispatcher.py _maybe_dtoh_and_synchronize and
   // experts.py tokens_per_expert.tolist(); torchtitan's dispatcher .tolist()): a sync per MoE
-  // layer forward (and its recompute).
-  host_sync("moe.tokens", {route});
+  // layer forward (and its recompute). Megatron's allgather dispatcher reads them after its
+  // gather: below.
+  const bool allgather = p_.moe_dispatcher == MoeDispatcher::kAllGather;
+  if (!allgather) host_sync("moe.tokens", {route});
   int d = (a2a || gather) ? ws(layer, "disp", {routed_n, h_})
                           : act(layer, "disp", {routed_n, h_}, ldt_);
   // With local_sort_ the dispatch's bytes include the sort of the received rows by local expert
   // (read and write), and the combine's the sort back.
   const double sort = local_sort_ ? 2 * eb_ * R * h_ : 0;
-  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, eb_ * R * h_ + sort,
-              {x1n, sv[sRprobs]}, {d});
+  int gathered = elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_,
+                             eb_ * R * h_ + sort, {x1n, sv[sRprobs]}, {d});
   if (a2a) {
     int r = gather ? ws(layer, "disp.a2a", {routed_n, h_})
                    : act(layer, "disp.a2a", {routed_n, h_}, ldt_);
     role(BufferRole::kExpertRows, r);
-    role(OpRole::kDispatchA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
-                                                      "disp.a2a", eb_ * routed_n * h_, d, r)));
+    gathered = role(OpRole::kDispatchA2a,
+                    expert_side(collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a",
+                                           eb_ * routed_n * h_, d, r)));
     d = r;
+  }
+  if (allgather) {
+    // MoEAllGatherTokenDispatcher.dispatch_postprocess (token_dispatcher.py @d98e8a64dd): the
+    // local experts' token counts copied to the host (.cpu()) once the routing map is gathered,
+    // then the local probabilities' masked_select, whose output size the host reads.
+    host_sync("moe.tokens", {gathered});
+    host_sync("moe.select", {gathered});
   }
   d = expert_gather(layer, d, R, "disp.ag", true, OpRole::kDispatchGather);
   int o = moe_experts_forward(layer, d, w, sv);
@@ -102,8 +127,8 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
   // applied them (Plan::moe_probs_in_experts: Megatron-Core's weighted SwiGLU).
   sv[sEret] = p_.moe_probs_in_experts ? -1 : o;
   int y = ws(layer, "moe", {Tm_, h_});
-  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, eb_ * R * h_ + sort,
-              {o, sv[sRprobs]}, {y});
+  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_,
+              eb_ * R * h_ + sort + allgather_combine_bytes(false), {o, sv[sRprobs]}, {y});
   if (slice_) {  // every TP rank's routed rows, back to the replicated rows
     int full = ws(layer, "moe.ag", {T_, h_});
     in_compute_order(
@@ -212,7 +237,8 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
   int de = ws(layer, "comb.dx", {routed_n, h_});
   int drp = ws(layer, "rprobs.dx", {Tm_, E}, Dtype::kFp32);
   const double sort = local_sort_ ? 2 * eb_ * R * h_ : 0;  // as moe_forward's
-  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_, 2 * eb_ * R * h_ + sort,
+  elementwise(OpKind::kCombine, layer, "combine", double(routed_n) * h_,
+              2 * eb_ * R * h_ + sort + allgather_combine_bytes(true),
               {dres, sv[sEret], sv[sRprobs]}, {de, drp});
   int d = de;
   if (a2a) {
@@ -230,8 +256,13 @@ int Lowerer::moe_backward(int layer, const Saved& sv, int dres, const WSet& w, c
     dd = r;
   }
   int dx1n = act(layer, "ln2.dy", {Tm_, h_});
-  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_, 2 * eb_ * R * h_ + sort,
-              {dd}, {dx1n});
+  // The allgather dispatcher's permute backward adds the rows into a zeroed buffer of every
+  // rank's tokens before its reduce-scatter.
+  const double zeros = p_.moe_dispatcher == MoeDispatcher::kAllGather
+                           ? eb_ * static_cast<double>(Tm_) * p_.ep * h_
+                           : 0;
+  elementwise(OpKind::kDispatch, layer, "dispatch", double(routed_n) * h_,
+              2 * eb_ * R * h_ + sort + zeros, {dd}, {dx1n});
   int dlogits = ws(layer, "router.dy", {Tm_, E}, Dtype::kFp32);
   const RouterKernels rk = router_kernels(p_, true);
   const int route =

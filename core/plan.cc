@@ -62,6 +62,7 @@ std::string plan_compact(const Plan& p) {
   if (p.tp_comm_overlap) s += " tpo";
   if (p.tp > 1 && p.tp_impl == TpImpl::kPytorch) s += " tpt";
   if (p.ep_comm_overlap) s += " epo";
+  if (p.ep > 1 && p.moe_dispatcher == MoeDispatcher::kAllGather) s += " agd";
   if (p.expert_bias_loop) s += " ebl";
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
@@ -69,6 +70,7 @@ std::string plan_compact(const Plan& p) {
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
+  if (p.moe_router_fp32) s += " r32";
   if (p.moe_probs_in_experts) s += " pie";
   if (p.moe_gmm_experts) s += " gmm";
   if (p.moe_force_balance != MoeForceBalance::kNone)
@@ -201,13 +203,22 @@ CpCommType parse_cp_comm_type(const std::string& s, const std::string& field) {
 }
 
 const char* moe_dispatcher_name(MoeDispatcher d) {
-  return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall";
+  switch (d) {
+    case MoeDispatcher::kDeepEp:
+      return "deepep";
+    case MoeDispatcher::kAllGather:
+      return "allgather";
+    case MoeDispatcher::kAllToAll:
+      break;
+  }
+  return "alltoall";
 }
 
 MoeDispatcher parse_moe_dispatcher(const std::string& s, const std::string& field) {
   if (s == "alltoall") return MoeDispatcher::kAllToAll;
   if (s == "deepep") return MoeDispatcher::kDeepEp;
-  throw Error(field, "'" + s + "' is not one of alltoall|deepep");
+  if (s == "allgather") return MoeDispatcher::kAllGather;
+  throw Error(field, "'" + s + "' is not one of alltoall|deepep|allgather");
 }
 
 const char* moe_force_balance_name(MoeForceBalance b) {
@@ -597,6 +608,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "fp8_dispatch",
                 "fp8_recipe",
                 "moe_router_fusion",
+                "moe_router_fp32",
                 "moe_probs_in_experts",
                 "moe_gmm_experts",
                 "host_framework",
@@ -733,6 +745,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.fp8_dispatch = r.boolean_or("fp8_dispatch", false);
   p.fp8_recipe = parse_fp8_recipe(r.string_or("fp8_recipe", "delayed"), r.field("fp8_recipe"));
   p.moe_router_fusion = r.boolean_or("moe_router_fusion", false);
+  p.moe_router_fp32 = r.boolean_or("moe_router_fp32", false);
   p.moe_probs_in_experts = r.boolean_or("moe_probs_in_experts", false);
   p.moe_gmm_experts = r.boolean_or("moe_gmm_experts", false);
   p.host_framework =
@@ -859,6 +872,7 @@ Json plan_to_json(const Plan& p) {
   if (p.fp8_dispatch) j["fp8_dispatch"] = true;
   if (p.fp8_recipe != Fp8Recipe::kDelayed) j["fp8_recipe"] = fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) j["moe_router_fusion"] = true;
+  if (p.moe_router_fp32) j["moe_router_fp32"] = true;
   if (p.moe_probs_in_experts) j["moe_probs_in_experts"] = true;
   if (p.moe_gmm_experts) j["moe_gmm_experts"] = true;
   if (!p.fused_kernels) j["fused_kernels"] = false;
@@ -932,6 +946,9 @@ Plan runtime_plan(Plan p) {
   // DeepSpeed's per-module gathers and gradient buckets (zero3_unit module: the lowering's lazy
   // gathers of core/zero3_live.h) run as a gather and a reduce-scatter per layer: the same sums.
   p.zero3_unit = GatherUnit::kLayer;
+  // Megatron's allgather dispatcher brings the same rows to the same experts as the all-to-all
+  // the runtime runs; its collectives and syncs are priced, not run.
+  if (p.moe_dispatcher == MoeDispatcher::kAllGather) p.moe_dispatcher = MoeDispatcher::kAllToAll;
   p.attention_unpad = false;
   p.loss_metric_passes = 0;
   // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime

@@ -154,8 +154,12 @@ enum class CpCommType { kP2p, kAllGather, kA2a, kA2aP2p };
 // How MoE tokens reach their experts: one all-to-all with a copy per (token, expert) (Megatron's
 // "alltoall" dispatcher, torch all_to_all), or DeepEP's hierarchical dispatch (Megatron's
 // "flex" dispatcher with DeepEP/HybridEP): one copy per (token, remote node) over the network,
-// forwarded inside the node over NVLink, in fp8 when the plan trains in fp8.
-enum class MoeDispatcher { kAllToAll, kDeepEp };
+// forwarded inside the node over NVLink, in fp8 when the plan trains in fp8; or Megatron's
+// "allgather" dispatcher (token_dispatcher.py MoEAllGatherTokenDispatcher): every rank's hidden
+// states, router probabilities and routing map all-gathered over the expert-parallel group, each
+// rank's experts picking their rows, the combine a reduce-scatter in the probabilities' dtype,
+// and two device-to-host syncs a layer forward (tokens_per_expert .cpu(), masked_select).
+enum class MoeDispatcher { kAllToAll, kDeepEp, kAllGather };
 // How a benchmark overrides the trained router to force balanced experts (core/moe_load.h,
 // cost_models/moe_dispatch.h): none (the router's own choice), random (Megatron-Core's
 // --moe-router-force-load-balancing: random normal logits, so each token's top_k experts are a
@@ -405,6 +409,10 @@ struct Plan {
   // PyTorch ops (megatron/core/transformer/moe/moe_utils.py @cd4afffa). The router's kernels by
   // path: core/moe_load.h router_kernels.
   bool moe_router_fusion = false;
+  // Megatron's --moe-router-dtype fp32: the router's logits and the probabilities it routes with
+  // are fp32 (router.py: router_gating_linear in router_dtype, the top-k softmax type_as the
+  // logits), so the probabilities the routed rows carry are fp32 (moe_probs_dtype()).
+  bool moe_router_fp32 = false;
   // Where the router's probabilities scale the routed rows. false: at the combine (the
   // unpermutation multiplies them and keeps the experts' outputs for their gradient: Megatron-
   // Core before !2668, torchtitan's score-after-experts). true: in the experts' activation
@@ -582,11 +590,12 @@ struct Plan {
   int expert_dp() const { return tp * cp * dp / (expert_tp() * ep); }
   // The dtype of the router probabilities the routed rows carry to the experts: fp32 under the
   // DeepEP/HybridEP dispatchers (Megatron's flex dispatcher casts them: token_dispatcher.py
-  // "DeepEP only supports float32 probs", "HybridEP only supports float32 probs"), else the
+  // "DeepEP only supports float32 probs", "HybridEP only supports float32 probs") and under
+  // moe_router_fp32, else the
   // router's output dtype, the activations' (Megatron's moe_router_dtype unset: router.py
   // computes the logits in the input's dtype and the probs are cast back to it).
   Dtype moe_probs_dtype() const {
-    if (moe_dispatcher == MoeDispatcher::kDeepEp) return Dtype::kFp32;
+    if (moe_dispatcher == MoeDispatcher::kDeepEp || moe_router_fp32) return Dtype::kFp32;
     return precision == Dtype::kFp8 ? Dtype::kBf16 : precision;
   }
   // Ranks the ZeRO shards of dense parameters span (shard_degree, or dp x cp).

@@ -259,6 +259,15 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.moe_force_balance != MoeForceBalance::kNone && !m.is_moe())
     throw Error("plan.moe_force_balance", std::string(moe_force_balance_name(p.moe_force_balance)) +
                                               " is set but the model has no experts");
+  // Megatron's allgather dispatcher gathers over TP x EP (token_dispatcher.py
+  // MoEAllGatherTokenDispatcher); parasol prices it over the expert-parallel group alone.
+  if (p.moe_dispatcher == MoeDispatcher::kAllGather && (p.tp > 1 || p.expert_tp() > 1))
+    throw Error("plan.moe_dispatcher",
+                "allgather is modelled at tp 1 and etp 1 only (its all-gather spans TP x EP)");
+  if (p.moe_dispatcher == MoeDispatcher::kAllGather && p.ep_comm_overlap)
+    throw Error("plan.ep_comm_overlap",
+                "Megatron overlaps the alltoall and flex dispatchers' exchanges only, not "
+                "allgather's (transformer_config.py @d98e8a64dd)");
   if (p.expert_tp() == p.tp) {
     require_divides(p.ep, p.dp, "plan.ep",
                     "dp (expert parallelism is carved out of data parallelism)");

@@ -33,6 +33,10 @@ std::vector<XentKernel> unfused_xent_kernels(Phase phase, double eb) {
   k.push_back({"gather", 0, 8 + 8 + 4 + 4});                  // grad_2d[arange, masked_target]
   k.push_back({"sub", 0, 12});                                // -= softmax_update
   k.push_back({"index_put", 0, 8 + 8 + 4 + 4});               // written back (index_put_)
+  if (eb == 4) {  // fp32 logits: the engine converts nothing; the mul_ writes the gradient
+    k.push_back({"scale", 8, 4, true, S::kGradient});
+    return k;
+  }
   k.push_back({"scale", 8, 4});                               // grad_input.mul_(grad_output)
   k.push_back({"downcast", 4 + eb, 0, false, S::kGradient});  // the engine's cast to eb
   return k;

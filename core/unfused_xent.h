@@ -18,7 +18,8 @@
 //            the subtraction and an index_put_), `grad_input.mul_(grad_output)` in place; then
 //            the autograd engine casts the fp32 gradient it returns to the logits' dtype
 //            (torch/csrc/autograd/engine.cpp validate_outputs: a gradient whose dtype differs from
-//            its input's is converted), a kernel issued from C++.
+//            its input's is converted), a kernel issued from C++; none for fp32 logits, whose
+//            gradient the mul_ writes.
 // Bytes are HBM bytes read plus written: fp32 logits 4, the logits' own element `eb` (2 in bf16
 // and fp16), targets and indices int64 (8), the mask bool (1), per-token floats fp32 (4). The
 // TP all-reduces are the lowering's collectives, not listed here.

@@ -495,8 +495,11 @@ int64_t price_flags(const Plan& p) {
 // (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Bit 0: issue 42's; bits
 // 40-47: issue 49's.
 int64_t price_flags_more(const Plan& p) {
-  // Megatron's unfused loss (core/unfused_xent.h); FC1's GELU in its GEMM's epilogue.
-  return (p.unfused_loss() ? int64_t{1} << 0 : 0) | (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);
+  // Megatron's unfused loss (core/unfused_xent.h); its allgather MoE dispatcher and fp32 router
+  // (moe_dispatch.h); FC1's GELU in its GEMM's epilogue.
+  return (p.unfused_loss() ? int64_t{1} << 0 : 0) |
+         (p.moe_dispatcher == MoeDispatcher::kAllGather ? int64_t{1} << 1 : 0) |
+         (p.moe_router_fp32 ? int64_t{1} << 2 : 0) | (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);
 }
 
 }  // namespace

@@ -68,4 +68,21 @@ double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wi
   return latency + (t - latency) * prof.link_eff(kind) / e;
 }
 
+double allgather_dispatcher_time(const GroupModel& gm, const Model& m, const Plan& p,
+                                 double a2a_bytes, bool dispatch, bool backward) {
+  const double eb = dtype_bytes(p.precision == Dtype::kFp32 ? Dtype::kFp32
+                                : p.precision == Dtype::kFp16 ? Dtype::kFp16
+                                                              : Dtype::kBf16);
+  const double pb = dtype_bytes(p.moe_probs_dtype());
+  // Every rank's tokens x hidden, in the activations' dtype: the gathered buffer.
+  const double hidden = a2a_bytes / std::max(1, m.moe.top_k) * gm.size();
+  const double rows = hidden / (eb * static_cast<double>(m.hidden));  // tokens, all ranks
+  const double probs = rows * m.moe.experts * pb;
+  auto ag = [&](double b) { return gm.cost(Collective::kAllGather, b).time_s; };
+  auto rs = [&](double b) { return gm.cost(Collective::kReduceScatter, b).time_s; };
+  if (dispatch && !backward) return ag(rows * m.moe.experts) + ag(probs) + ag(hidden);
+  if (dispatch) return rs(hidden) + rs(probs);
+  return backward ? ag(hidden / eb * pb) : rs(hidden / eb * pb);
+}
+
 }  // namespace parasol::cost

@@ -46,4 +46,18 @@ double expert_all_to_all_wire_bytes(const Model& m, const Plan& p, int ep_nodes,
 double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wire_bytes,
                             MoeDispatcher dispatcher);
 
+// Seconds of one expert exchange under Megatron's allgather dispatcher (MoeDispatcher::kAllGather;
+// Megatron-LM @d98e8a64dd megatron/core/transformer/moe/token_dispatcher.py
+// MoEAllGatherTokenDispatcher, at tp 1 its group is the expert-parallel one) on the placed group
+// `gm`. `a2a_bytes` is the send buffer of the plain all-to-all the lowering emits in its place
+// (the rank's routed rows: tokens x top_k x hidden in the activations' dtype). Forward, the
+// dispatch all-gathers the routing map (bool), the probabilities and the hidden states of every
+// rank's tokens (token_dispatch), and the combine reduce-scatters every token's partial output in
+// the probabilities' dtype (token_combine: hidden_states.to(local_probs.dtype)); backward, the
+// combine's exchange is that reduce-scatter's all-gather and the dispatch's the reduce-scatters
+// of the hidden states' and the probabilities' gradients (gather_from_sequence_parallel_region's
+// backward). `dispatch`: the dispatch's exchange (else the combine's).
+double allgather_dispatcher_time(const GroupModel& gm, const Model& m, const Plan& p,
+                                 double a2a_bytes, bool dispatch, bool backward);
+
 }  // namespace parasol::cost

@@ -462,6 +462,10 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
       // Expert all-to-alls move what the plan's dispatcher puts on the wire (DeepEP: one copy
       // per remote node; its forward dispatch in fp8 when the plan trains in fp8).
       const GroupModel& gm = group_model(stage, op.group);
+      if (op.group == Group::kEp && plan_.moe_dispatcher == MoeDispatcher::kAllGather)
+        return allgather_dispatcher_time(gm, model_, plan_, op.bytes,
+                                         op.role == OpRole::kDispatchA2a,
+                                         op.tags.phase == Phase::kBackward);
       const double bytes = op.group == Group::kEp
                                ? expert_all_to_all_wire_bytes(model_, plan_, gm.nodes(), op.bytes,
                                                               op.tags.phase != Phase::kBackward &&

@@ -434,9 +434,12 @@ Args parallel_args(const Model& m, const Plan& p, Refusals& r) {
     if (p.moe_dispatcher == MoeDispatcher::kDeepEp) {
       add(a, "--moe-token-dispatcher-type", "flex");
       add(a, "--moe-flex-dispatcher-backend", "deepep");
+    } else if (p.moe_dispatcher == MoeDispatcher::kAllGather) {
+      add(a, "--moe-token-dispatcher-type", "allgather");
     } else {
       add(a, "--moe-token-dispatcher-type", "alltoall");
     }
+    if (p.moe_router_fp32) add(a, "--moe-router-dtype", "fp32");
     // Megatron-Core's forced balance replaces the router logits by random normals
     // (--moe-router-force-load-balancing; router.py, moe_utils.py): no round-robin gate.
     if (p.moe_force_balance == MoeForceBalance::kRandom)

@@ -30,7 +30,7 @@ Refusals megatron_refusals(const Model& model, const Cluster& cluster, const Pla
 // or `gpus` > 0 gives it (`--gpus`, used when the text does not), the GPU count; the plan's dp is
 // set only then. Flags that do not change the plan (data, logging, learning rate, checkpoints)
 // are ignored; any other flag parasol does not read, and any value parasol cannot express
-// (--moe-token-dispatcher-type allgather, ...), is an Error naming the flag.
+// (--moe-token-dispatcher-type foo, ...), is an Error naming the flag.
 // Megatron-DeepSpeed's arguments (deepspeedai/Megatron-DeepSpeed 4efb479, the launcher
 // export_deepspeed writes) are read too: --num-key-value-heads, --normalization rmsnorm,
 // --use-rotary-position-embeddings, --rotary-position-embeddings-theta, --use-flash-attn-v2,

@@ -247,7 +247,7 @@ const std::set<std::string> kHarmless = {
     "use-checkpoint-args", "calculate-per-token-loss", "cross-entropy-fusion-impl", "manual-gc",
     "manual-gc-interval", "empty-unused-memory-level", "norm-epsilon", "attention-softmax-in-fp32",
     "apply-query-key-layer-scaling", "use-precision-aware-optimizer", "fp8-amax-history-len",
-    "fp8-amax-compute-algo", "moe-permute-fusion", "moe-router-dtype", "moe-router-fusion",
+    "fp8-amax-compute-algo", "moe-permute-fusion", "moe-router-fusion",
     "moe-router-load-balancing-type", "moe-router-score-function", "moe-router-pre-softmax",
     "moe-router-enable-expert-bias", "moe-router-bias-update-rate",
     "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
@@ -701,12 +701,23 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
         throw Error("--moe-flex-dispatcher-backend",
                     "parasol models deepep and hybridep, not " + b);
       j["moe_dispatcher"] = "deepep";
+    } else if (d == "allgather") {
+      j["moe_dispatcher"] = "allgather";
     } else if (d != "alltoall") {
       throw Error("--moe-token-dispatcher-type",
-                  "parasol models alltoall and flex (DeepEP), not " + d);
+                  "parasol models alltoall, allgather and flex (DeepEP), not " + d);
     }
   }
   if (f.has("moe-router-force-load-balancing")) j["moe_force_balance"] = "random";
+  // The router's dtype (router.py: its logits, and the probabilities the rows carry, in it).
+  if (f.has("moe-router-dtype")) {
+    const std::string d = f.one("moe-router-dtype");
+    if (d == "fp32")
+      j["moe_router_fp32"] = true;
+    else
+      throw Error("--moe-router-dtype", "parasol models the router in fp32 or the activations' "
+                                        "dtype (no flag), not " + d);
+  }
   // Megatron-Core scales each routed row by its router probability inside the experts
   // (experts.py TEGroupedMLP.forward: bias_act_func's permuted_probs, or the input under
   // --moe-apply-probs-on-input) and no dispatcher passes the probabilities to unpermute

@@ -483,6 +483,9 @@ void check_torchtitan_expressible(const Model& model, const Plan& p, Refusals& r
           "torchtitan's " + family +
               " model ignores [debug] moe_force_load_balance (only deepseek_v3 and llama4 set "
               "_debug_force_load_balance)");
+  if (p.moe_dispatcher == MoeDispatcher::kAllGather)
+    r.add("plan.moe_dispatcher",
+          "torchtitan has no all-gather token dispatcher (Megatron-Core's allgather)");
   if (p.ep > 1 && p.moe_dispatcher == MoeDispatcher::kDeepEp) {
     if (!family_deepep(family))
       r.add("plan.moe_dispatcher",

@@ -287,8 +287,8 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   bool_flag(cmd, o, "--overlap-param-gather", "overlap_param_gather", o.overlap_param_gather,
             "parameter all-gather overlapped with the forward (Megatron --overlap-param-gather)");
   cmd->add_option("--moe-dispatcher", o.moe_dispatcher,
-                  "MoE token dispatch: alltoall|deepep (Megatron --moe-token-dispatcher-type "
-                  "alltoall, or flex with DeepEP/HybridEP)");
+                  "MoE token dispatch: alltoall|deepep|allgather (Megatron "
+                  "--moe-token-dispatcher-type alltoall, flex with DeepEP/HybridEP, or allgather)");
   cmd->add_option("--moe-force-balance", o.moe_force_balance,
                   "benchmark routing that forces balanced experts: none|random (Megatron "
                   "--moe-router-force-load-balancing)|round_robin (NeMo AutoModel's "

@@ -347,6 +347,60 @@ TEST(LowerSwitches, MoeDispatcherSortsAndTheExpertSideCarriesTheHotRanksLoad) {
   for (const Op& op : one.ops) EXPECT_EQ(op.load, 1.0) << op.name;
 }
 
+// Megatron's allgather dispatcher (token_dispatcher.py MoEAllGatherTokenDispatcher @d98e8a64dd):
+// the host reads the local token counts (.cpu()) and the masked_select's size once the routing
+// map is gathered, two syncs a MoE layer forward that wait for the gather (the alltoall dispatcher
+// syncs once, after the router); unpermute's zeroed buffer of every rank's tokens forward (and
+// the casts to fp32 probabilities and back under an fp32 router), the permute's backward into a
+// zeroed buffer. The runtime runs the all-to-all in its place.
+TEST(LowerSwitches, AllGatherDispatcherSyncsTwiceAfterItsGather) {
+  const Model m = cut("mixtral-8x7b", 1);
+  Plan p = plan_of(1, 1, 8);
+  p.ep = 8;
+  const Program a2a = lower_stage(m, p, 0);
+  p.moe_dispatcher = MoeDispatcher::kAllGather;
+  const Program ag = lower_stage(m, p, 0);
+  p.moe_router_fp32 = true;
+  const Program ag32 = lower_stage(m, p, 0);
+  auto syncs = [](const Program& prog, const std::string& name, OpRole after) {
+    int n = 0;
+    for (const Op& op : prog.ops) {
+      if (op.kind != OpKind::kSync || op.name != name) continue;
+      ++n;
+      EXPECT_EQ(op.deps.size(), 1u) << name;
+      if (!op.deps.empty()) EXPECT_EQ(prog.ops[op.deps[0]].role, after) << name;
+    }
+    return n;
+  };
+  const int mb = p.micro_batches();
+  EXPECT_EQ(syncs(a2a, "moe.tokens", OpRole::kNone), mb);
+  EXPECT_EQ(syncs(a2a, "moe.select", OpRole::kNone), 0);
+  EXPECT_EQ(syncs(ag, "moe.tokens", OpRole::kDispatchA2a), mb);
+  EXPECT_EQ(syncs(ag, "moe.select", OpRole::kDispatchA2a), mb);
+  auto bytes = [](const Program& prog, const char* name, Phase ph) {
+    for (const Op& op : prog.ops)
+      if (op.name == name && op.tags.phase == ph) return op.bytes;
+    return -1.0;
+  };
+  const double T = static_cast<double>(p.seq(m)) * p.micro_batch, h = m.hidden;
+  const double all = 8 * T * h;  // every rank's tokens
+  EXPECT_DOUBLE_EQ(bytes(ag, "L0.combine", Phase::kForward) -
+                       bytes(a2a, "L0.combine", Phase::kForward),
+                   2 * all);
+  EXPECT_DOUBLE_EQ(bytes(ag, "L0.combine", Phase::kBackward),
+                   bytes(a2a, "L0.combine", Phase::kBackward));
+  EXPECT_DOUBLE_EQ(bytes(ag, "L0.dispatch", Phase::kBackward) -
+                       bytes(a2a, "L0.dispatch", Phase::kBackward),
+                   2 * all);
+  EXPECT_DOUBLE_EQ(bytes(ag32, "L0.combine", Phase::kForward) -
+                       bytes(ag, "L0.combine", Phase::kForward),
+                   (2 + 4) * (all + T * h));
+  EXPECT_DOUBLE_EQ(bytes(ag32, "L0.combine", Phase::kBackward) -
+                       bytes(ag, "L0.combine", Phase::kBackward),
+                   (2 + 4) * (all + T * h));
+  EXPECT_EQ(runtime_plan(p).moe_dispatcher, MoeDispatcher::kAllToAll);
+}
+
 // Qwen3's per-head query and key norms (Model::qk_norm): one norm op each over this rank's query
 // and key columns after the QKV projection, and each backward before its data gradient, with
 // the layer norms' bytes per element; none without the switch.

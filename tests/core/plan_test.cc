@@ -114,6 +114,32 @@ TEST(PlanValidate, ExpertOverlapNeedsNoPipelineOrTheInterleavedSchedule) {
   EXPECT_NO_THROW(validate(q, mixtral(), h100(16)));
 }
 
+// Megatron's allgather dispatcher gathers over TP x EP; parasol prices it at tp 1 and etp 1 only.
+TEST(PlanValidate, AllGatherDispatcherIsModelledAtTensorParallelOne) {
+  Plan p = degrees(1, 1);
+  p.dp = 16;
+  p.ep = 8;
+  p.global_batch = 64;
+  p.moe_dispatcher = MoeDispatcher::kAllGather;
+  EXPECT_NO_THROW(validate(p, mixtral(), h100(16)));
+  Plan q = degrees(2, 1);
+  q.dp = 8;
+  q.ep = 8;
+  q.etp = 1;
+  q.global_batch = 64;
+  q.moe_dispatcher = MoeDispatcher::kAllGather;
+  ExpectInvalid(q, mixtral(), h100(16), "plan.moe_dispatcher", "tp 1 and etp 1");
+  p.ep_comm_overlap = true;
+  ExpectInvalid(p, mixtral(), h100(16), "plan.ep_comm_overlap", "alltoall and flex");
+  const Plan r = plan_from_json(Json::parse(R"({"moe_dispatcher": "allgather",
+                                               "moe_router_fp32": true})"));
+  EXPECT_EQ(r.moe_dispatcher, MoeDispatcher::kAllGather);
+  EXPECT_TRUE(r.moe_router_fp32);
+  EXPECT_EQ(r.moe_probs_dtype(), Dtype::kFp32);
+  EXPECT_EQ(plan_to_json(r)["moe_dispatcher"], "allgather");
+  EXPECT_EQ(plan_to_json(r)["moe_router_fp32"], true);
+}
+
 // The eager loss is PyTorch's F.cross_entropy: a native program (llm.c) has none; the switch
 // round-trips through the plan JSON.
 TEST(PlanValidate, EagerLossNeedsPytorch) {
@@ -928,6 +954,7 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.cp_a2a_size, b.cp_a2a_size);
   EXPECT_EQ(a.repeat_kv, b.repeat_kv);
   EXPECT_EQ(a.moe_dispatcher, b.moe_dispatcher);
+  EXPECT_EQ(a.moe_router_fp32, b.moe_router_fp32);
   EXPECT_EQ(a.moe_force_balance, b.moe_force_balance);
   EXPECT_EQ(a.fp8_recipe, b.fp8_recipe);
   EXPECT_EQ(a.optimizer_dtype, b.optimizer_dtype);
@@ -1065,7 +1092,7 @@ TEST(PlanJsonErrors, NewFields) {
   ExpectError([] { plan_from_json(Json::parse(R"({"attention_kernel": "fa4"})")); },
               "plan.attention_kernel", "'fa4' is not one of flash2|cudnn|triton|fa3");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_dispatcher": "flex"})")); },
-              "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep");
+              "plan.moe_dispatcher", "'flex' is not one of alltoall|deepep|allgather");
   ExpectError([] { plan_from_json(Json::parse(R"({"moe_force_balance": "uniform"})")); },
               "plan.moe_force_balance", "'uniform' is not one of none|random|round_robin");
   ExpectError([] { plan_from_json(Json::parse(R"({"fp8_recipe": "custom"})")); }, "plan.fp8_recipe",

@@ -24,13 +24,22 @@ int stands_for(Phase ph, XentStandsFor s) {
 }
 
 // Forward: .float() (2 + 4), max (4), -= (8), exp (8), sum (4), div_ (8) = 38 bytes a bf16 logit;
-// backward: mul_ (8) and the engine's cast back (4 + 2) = 14. fp32 logits take no copy.
+// backward: mul_ (8) and the engine's cast back (4 + 2) = 14. fp32 logits take no copy and no
+// cast back: the mul_ writes their gradient (8 bytes a logit).
 TEST(UnfusedXent, BytesPerLogitAsMegatronMovesThem) {
   EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 2), 38);
   EXPECT_DOUBLE_EQ(logit_bytes(Phase::kBackward, 2), 14);
-  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 4), 32);  // 38 less the upcast's 2 + 4
+  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 4), 32);   // 38 less the upcast's 2 + 4
+  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kBackward, 4), 8);   // 14 less the cast's 4 + 2
   EXPECT_EQ(unfused_xent_kernels(Phase::kForward, 4).size() + 1,
             unfused_xent_kernels(Phase::kForward, 2).size());
+  EXPECT_EQ(unfused_xent_kernels(Phase::kBackward, 4).size() + 1,
+            unfused_xent_kernels(Phase::kBackward, 2).size());
+  // fp32: the mul_ stands for the fused gradient, issued from Python like the rest.
+  for (const XentKernel& k : unfused_xent_kernels(Phase::kBackward, 4)) {
+    EXPECT_TRUE(k.python) << k.name;
+    EXPECT_EQ(k.stands_for == XentStandsFor::kGradient, std::string(k.name) == "scale") << k.name;
+  }
   // One kernel stands for each op the executor runs; only the engine's cast is not Python.
   EXPECT_EQ(stands_for(Phase::kForward, XentStandsFor::kMax), 1);
   EXPECT_EQ(stands_for(Phase::kForward, XentStandsFor::kSums), 1);
@@ -84,6 +93,15 @@ TEST(UnfusedXent, LoweredKernelByKernelInPlaceOfTheFusedLoss) {
     const double logits = 2.0 * p.micro_batch * m.seq_len * (m.vocab / tp);
     EXPECT_GT(unfused.bytes, fused.bytes + (52 - 14) * logits * 0.99);
     EXPECT_LT(unfused.bytes, fused.bytes + (52 - 14) * logits * 1.05);
+    // fp32 logits: no upcast forward, no cast back backward (32 + 8 bytes a logit).
+    Plan p32 = p;
+    p32.precision = Dtype::kFp32;
+    const LossOps fp32 = loss_ops(lower_stage(m, p32, 0));
+    const int fwd32 = static_cast<int>(unfused_xent_kernels(Phase::kForward, 4).size());
+    const int bwd32 = static_cast<int>(unfused_xent_kernels(Phase::kBackward, 4).size());
+    EXPECT_EQ(fp32.forward, 2 * fwd32);
+    EXPECT_EQ(fp32.backward, 2 * bwd32);
+    EXPECT_EQ(fp32.unfused, 2 * (fwd32 + bwd32 - 3));
     // The eager and the tiled loss take precedence over the switch.
     p.eager_loss = true;
     EXPECT_EQ(loss_ops(lower_stage(m, p, 0)).unfused, 0);

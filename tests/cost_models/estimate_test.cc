@@ -576,7 +576,26 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
       [](Plan& p) { p.gradient_accumulation_fusion = false; },
       [](Plan& p) { p.p2p_sync = true; },  // bit 53: the exchanges' syncs
       // price_flags_more bit 0: Megatron's unfused loss (core/unfused_xent.h)
-      [](Plan& p) { p.cross_entropy_loss_fusion = false; }, [](Plan& p) { p.dp = p.ep = p.cp = 2; },
+      [](Plan& p) { p.cross_entropy_loss_fusion = false; },
+      // price_flags_more bits 1 and 2: Megatron's allgather dispatcher (tp 1) and fp32 router
+      [](Plan& p) {
+        p.tp = 1;
+        p.sequence_parallel = false;
+        p.dp = 8;
+      },
+      [](Plan& p) {
+        p.tp = 1;
+        p.sequence_parallel = false;
+        p.dp = 8;
+        p.moe_dispatcher = MoeDispatcher::kAllGather;
+      },
+      [](Plan& p) { p.moe_router_fp32 = true; },
+      [](Plan& p) {
+        p.precision = Dtype::kFp8;
+        p.expert_fp8_padding = true;
+        p.moe_router_fp32 = true;
+      },
+      [](Plan& p) { p.dp = p.ep = p.cp = 2; },
       [](Plan& p) {
         p.dp = p.ep = p.cp = 2;
         p.cp_comm_type = CpCommType::kAllGather;
@@ -610,7 +629,7 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
     plans.push_back(p);
     which.push_back(i);
   }
-  ASSERT_GE(plans.size(), 34u);  // the switches above that the mixtral plan accepts
+  ASSERT_GE(plans.size(), 38u);  // the switches above that the mixtral plan accepts
   Estimator est(m, c, prof);
   // Every plan after all the others (in both orders), against a fresh Estimator.
   for (int pass = 0; pass < 2; ++pass)

@@ -179,6 +179,43 @@ TEST(ExpertExchange, NvlinkDomainRunsAtTheDispatchKernelsEfficiency) {
             default_profile(device_spec("H100-SXM")).expert_exchange_nvlink_efficiency);
 }
 
+// Megatron's allgather dispatcher (token_dispatcher.py MoEAllGatherTokenDispatcher @d98e8a64dd)
+// on one DGX's 8 ranks, counted by hand from a rank's 4096 tokens of hidden 4096 (top-2 of 8
+// experts, bf16): forward, all-gathers of the routing map (bool), the probabilities and the
+// hidden states of all 8 x 4096 tokens; the combine a reduce-scatter of them in the
+// probabilities' dtype; backward the reverse, the probabilities' gradient reduce-scattered too.
+TEST(AllGatherDispatcher, GathersEveryTokenAndReducesInTheProbabilitiesDtype) {
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  const Profile prof = default_profile(c.gpu_device(0));
+  std::vector<int> ranks = {0, 1, 2, 3, 4, 5, 6, 7};
+  const GroupModel g(c, prof, ranks);
+  const Model m = moe(8, 2);
+  ASSERT_EQ(m.hidden, 4096);
+  Plan p;
+  p.ep = 8;
+  p.moe_dispatcher = MoeDispatcher::kAllGather;
+  const double tokens = 4096, all = 8 * tokens;
+  const double a2a = tokens * 2 * m.hidden * 2;  // the all-to-all's send buffer in its place
+  auto ag = [&](double b) { return g.cost(Collective::kAllGather, b).time_s; };
+  auto rs = [&](double b) { return g.cost(Collective::kReduceScatter, b).time_s; };
+  const double hidden = all * m.hidden * 2, map = all * 8, probs16 = all * 8 * 2;
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, true, false),
+              ag(map) + ag(probs16) + ag(hidden), 1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, false), rs(hidden), 1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, true), ag(hidden), 1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, true, true), rs(hidden) + rs(probs16),
+              1e-12);
+  // --moe-router-dtype fp32: the combine and its gradient move fp32 rows.
+  p.moe_router_fp32 = true;
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, false), rs(2 * hidden), 1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, true), ag(2 * hidden), 1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, true, false),
+              ag(map) + ag(2 * probs16) + ag(hidden), 1e-12);
+  // Every rank's tokens reach every rank: more than the all-to-all's routed copies.
+  EXPECT_GT(allgather_dispatcher_time(g, m, p, a2a, true, false),
+            expert_exchange_time(g, prof, a2a, MoeDispatcher::kAllToAll));
+}
+
 // Across servers, DeepEP-class kernels (MoeDispatcher::kDeepEp) move the bytes that cross the
 // NIC at the profile's internode exchange efficiency (its two-server figure over two servers);
 // NCCL's all-to-all keeps the link's; a profile without the figures (Blackwell's) keeps the

@@ -427,6 +427,16 @@ std::vector<Case> round_trip_cases() {
              {"precision", "fp8"},
              {"grad_reduce_dtype", "bf16"},
              {"fp8_param_gather", true}})},
+      // Megatron-Core's allgather token dispatcher (--moe-token-dispatcher-type allgather).
+      {"moe_allgather", "mixtral-8x7b", "dgx-h100", 64,
+       plan({{"tp", 1},
+             {"pp", 4},
+             {"dp", 16},
+             {"ep", 8},
+             {"gbs", 256},
+             {"zero", 1},
+             {"moe_dispatcher", "allgather"},
+             {"moe_router_fp32", true}})},
       {"moe_etp", "mixtral-8x7b", "dgx-h100", 64,
        plan({{"tp", 4},
              {"pp", 2},
@@ -734,8 +744,9 @@ TEST(MegatronImport, NamesTheFlagItCannotRead) {
   expect_import_error(base + "--use-torch-fsdp2", "--use-torch-fsdp2");
   expect_import_error(base + "--rampup-batch-size 16 16 1000", "--rampup-batch-size");
   expect_import_error(base + "--tensor-model-parallel-size $TP", "--tensor-model-parallel-size");
-  expect_import_error(base + "--num-experts 4 --moe-token-dispatcher-type allgather",
+  expect_import_error(base + "--num-experts 4 --moe-token-dispatcher-type gather",
                       "--moe-token-dispatcher-type");
+  expect_import_error(base + "--num-experts 4 --moe-router-dtype fp64", "--moe-router-dtype");
   expect_import_error(base + "--num-experts 4 --moe-layer-freq 2", "--moe-layer-freq");
   expect_import_error(base +
                           "--recompute-granularity full --recompute-method uniform "

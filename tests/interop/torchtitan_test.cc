@@ -227,6 +227,10 @@ TEST(TorchtitanExport, RefusesWhatTheModelsTrainSpecCannotRun) {
           {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
                                     "moe_dispatcher": "deepep"})",
            "plan.moe_dispatcher"},
+          // Megatron-Core's allgather dispatcher has no torchtitan counterpart.
+          {"qwen3-30b-a3b", 16, R"({"dp": 16, "ep": 8, "zero": 3, "gbs": 64,
+                                    "moe_dispatcher": "allgather"})",
+           "plan.moe_dispatcher"},
           {"mixtral-8x7b", 16,
            R"({"tp": 2, "tp_impl": "torch", "sp": true, "dp": 8, "ep": 4, "zero": 3, "gbs": 32,
                                    "moe_dispatcher": "deepep"})",
