@@ -11,6 +11,7 @@
 #include "cost_models/estimate.h"
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <numeric>
 #include <string_view>
@@ -1028,6 +1029,7 @@ Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, con
   // The elements each module's gather moves (its persistent parameters are whole already).
   std::vector<std::vector<double>> gathered(static_cast<size_t>(std::max(0, layers)));
   u.middle_at = static_cast<int>(n);
+  std::set<std::pair<int, int>> copy_counted;  // (source use, fetch step): one gather each
   for (size_t i = 0; i < n; ++i) {
     const size_t k = static_cast<size_t>(t.module[i]) % per;
     const bool backward = t.use[i] == DsTrace::kBackward;
@@ -1038,12 +1040,17 @@ Zero3Play ds_lazy_play(const Model& m, const Plan& p, int first, int layers, con
     if (t.use[i] != DsTrace::kForward && u.middle_at == static_cast<int>(n))
       u.middle_at = static_cast<int>(i);
     last_use[static_cast<size_t>(t.module[i])] = static_cast<int>(i);
-    if (s.source[i] != static_cast<int>(i)) continue;
+    // Each copy is gathered once at each step the schedule names for it (a copy the coordinator
+    // prefetched for a later use of the module can be read first by an earlier one, whose source
+    // is then that later use, and a released copy is fetched again under the same source).
+    const size_t src = static_cast<size_t>(s.source[i]);
+    if (!copy_counted.insert({s.source[i], s.fetch_step[i]}).second) continue;
     auto& at = fetched[static_cast<size_t>(s.fetch_step[i])];
-    const int layer = t.module[i] / static_cast<int>(per);
+    const int layer = t.module[src] / static_cast<int>(per);
+    const size_t ks = static_cast<size_t>(t.module[src]) % per;
     std::vector<double>& g = gathered[static_cast<size_t>(layer)];
     if (g.empty()) g = gathered_layer_weights(m, p, first + layer);
-    const double elements = k < g.size() ? g[k] : t.elements[i];
+    const double elements = ks < g.size() ? g[ks] : t.elements[src];
     auto it = std::find_if(at.begin(), at.end(), [&](const auto& c) { return c.first == layer; });
     if (it == at.end())
       at.emplace_back(layer, elements);

@@ -223,7 +223,7 @@ const std::set<std::string> kRead = {
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
     "moe-router-force-load-balancing", "moe-router-padding-for-fp8",
-    "moe-router-padding-for-quantization", "use-tp-pp-dp-mapping", "cp-comm-type",
+    "moe-router-padding-for-quantization", "moe-router-dtype", "use-tp-pp-dp-mapping", "cp-comm-type",
     "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",

@@ -513,8 +513,11 @@ TEST(PlanValidate, DeepSpeedZero3SizesNeedDeepSpeedsZero3) {
   ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_param_persistence_threshold", ">= 0");
   p.zero3_param_persistence_threshold = 0;
   EXPECT_NO_THROW(validate(p, llama8b(), h100(16)));
-  p.zero3_unit = GatherUnit::kLayer;
-  ExpectInvalid(p, llama8b(), h100(16), "plan.zero3_param_persistence_threshold",
+  // The threshold alone set away from its default, outside DeepSpeed's ZeRO-3.
+  Plan q = degrees(1, 1, 16);
+  q.zero = 3;
+  q.zero3_param_persistence_threshold = 0;
+  ExpectInvalid(q, llama8b(), h100(16), "plan.zero3_param_persistence_threshold",
                 "zero 3 with zero3_unit module");
 }
 
