@@ -103,9 +103,9 @@ int Lowerer::moe_forward(int layer, int x1n, const WSet& w, Saved& sv) {
     int r = gather ? ws(layer, "disp.a2a", {routed_n, h_})
                    : act(layer, "disp.a2a", {routed_n, h_}, ldt_);
     role(BufferRole::kExpertRows, r);
-    gathered = role(OpRole::kDispatchA2a,
-                    expert_side(collective(OpKind::kAllToAll, Group::kEp, layer, "disp.a2a",
-                                           eb_ * routed_n * h_, d, r)));
+    gathered =
+        role(OpRole::kDispatchA2a, expert_side(collective(OpKind::kAllToAll, Group::kEp, layer,
+                                                          "disp.a2a", eb_ * routed_n * h_, d, r)));
     d = r;
   }
   if (allgather) {

@@ -91,8 +91,7 @@ DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count) {
     t.use.push_back(pass);
   };
   for (int j = 0; j < count; ++j)
-    for (size_t k = 0; k < layers[static_cast<size_t>(j)].size(); ++k)
-      use(j, k, DsTrace::kForward);
+    for (size_t k = 0; k < layers[static_cast<size_t>(j)].size(); ++k) use(j, k, DsTrace::kForward);
   const int full = p.recompute == Recompute::kFull ? p.full_recompute_layers(count) : 0;
   for (int j = count - 1; j >= 0; --j) {
     const size_t nk = layers[static_cast<size_t>(j)].size();

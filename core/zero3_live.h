@@ -49,9 +49,9 @@ struct DsTrace {
   enum Use : uint8_t { kForward, kRecompute, kBackward };
   std::vector<double> elements;
   std::vector<int> module;
-  std::vector<Use> use;     // which pass each use belongs to
-  int per_layer = 0;        // modules of a layer
-  int first_backward = 0;   // the first backward use: the last layer's last module
+  std::vector<Use> use;    // which pass each use belongs to
+  int per_layer = 0;       // modules of a layer
+  int first_backward = 0;  // the first backward use: the last layer's last module
 };
 DsTrace ds_stage_trace(const Model& m, const Plan& p, int first, int count);
 

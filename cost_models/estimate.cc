@@ -11,9 +11,9 @@
 #include "cost_models/estimate.h"
 
 #include <algorithm>
-#include <set>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <string_view>
 #include <tuple>
 
@@ -1197,10 +1197,10 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
     const int full = p.recompute == Recompute::kFull ? p.full_recompute_layers(layers) : 0;
     const double edge =
         std::max(0.0, fwd + bwd - layers * (lp.forward + lp.backward) - full * lp.forward);
-    const Zero3Play play = ds_lazy_play(
-        model_, p, p.first_layer(model_.layers, stage, 0), layers, lp,
-        module_use_seconds(fragment(p, false, false)), edge, gg, gg, sync.w_bytes, sync.g_bytes,
-        compute_slowdown(profile_, false, true));
+    const Zero3Play play =
+        ds_lazy_play(model_, p, p.first_layer(model_.layers, stage, 0), layers, lp,
+                     module_use_seconds(fragment(p, false, false)), edge, gg, gg, sync.w_bytes,
+                     sync.g_bytes, compute_slowdown(profile_, false, true));
     queues.played_exposed += play.exposed;
     queues.played_hidden += play.comm - play.exposed;
     for (const double e : {params.embedding, params.head}) {
@@ -1260,8 +1260,7 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                                  [&](const auto& e) { return e.first == x.elements; });
           if (it == priced.end()) {
             const double bytes = std::ceil(x.elements / ways) * ways * sync.w_bytes;
-            priced.emplace_back(x.elements,
-                                gg.cost(Collective::kAllGather, bytes).time_s);
+            priced.emplace_back(x.elements, gg.cost(Collective::kAllGather, bytes).time_s);
             it = priced.end() - 1;
           }
           out.per_step += it->second;

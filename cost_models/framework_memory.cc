@@ -206,8 +206,7 @@ double allocator_reserve_bytes(const Model& m, const Plan& p, int stage, const D
     const Replayed fewer = replayed(key + " half", m, half, stage, d, 0);
     const double slope =
         (whole.reserve - fewer.reserve) / (rp.micro_batches() - half.micro_batches());
-    return std::max(0.0,
-                    whole.reserve + slope * (p.flush_micro_batches() - rp.micro_batches()));
+    return std::max(0.0, whole.reserve + slope * (p.flush_micro_batches() - rp.micro_batches()));
   }
   return replayed(key, m, rp, stage, d, capacity).reserve;
 }

@@ -70,7 +70,7 @@ double expert_exchange_time(const GroupModel& gm, const Profile& prof, double wi
 
 double allgather_dispatcher_time(const GroupModel& gm, const Model& m, const Plan& p,
                                  double a2a_bytes, bool dispatch, bool backward) {
-  const double eb = dtype_bytes(p.precision == Dtype::kFp32 ? Dtype::kFp32
+  const double eb = dtype_bytes(p.precision == Dtype::kFp32   ? Dtype::kFp32
                                 : p.precision == Dtype::kFp16 ? Dtype::kFp16
                                                               : Dtype::kBf16);
   const double pb = dtype_bytes(p.moe_probs_dtype());

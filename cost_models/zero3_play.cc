@@ -49,8 +49,8 @@ class Streams {
           t = busy_[next_].second;
         }
       } else {
-        const double free = next_ < busy_.size() ? busy_[next_].first - t
-                                                 : std::numeric_limits<double>::infinity();
+        const double free =
+            next_ < busy_.size() ? busy_[next_].first - t : std::numeric_limits<double>::infinity();
         if (free >= left) {
           t += left;
           left = 0;
@@ -108,10 +108,9 @@ Zero3Play play_zero3_uses(const Zero3Uses& u, double slowdown) {
     const int gu = u.gather_use[i], gi = u.gather_index[i];
     PARASOL_CHECK(0 <= gu && static_cast<size_t>(gu) <= i && 0 <= gi &&
                       static_cast<size_t>(gi) < done[static_cast<size_t>(gu)].size(),
-                  "use " + std::to_string(i) + " reads gather " + std::to_string(gi) +
-                      " of use " + std::to_string(gu) + ", not yet issued");
-    pending.emplace_back(u.compute[i],
-                         done[static_cast<size_t>(gu)][static_cast<size_t>(gi)]);
+                  "use " + std::to_string(i) + " reads gather " + std::to_string(gi) + " of use " +
+                      std::to_string(gu) + ", not yet issued");
+    pending.emplace_back(u.compute[i], done[static_cast<size_t>(gu)][static_cast<size_t>(gi)]);
     if (!u.reduces[i].empty()) {
       flush();
       for (double r : u.reduces[i]) {

@@ -600,8 +600,8 @@ ImportedJob import_deepspeed(const Json& config, int gpus, const DeepSpeedParall
       p.zero3_max_reuse_distance =
           elements("stage3_max_reuse_distance", p.zero3_max_reuse_distance, 0);
       p.zero3_reduce_bucket = elements("reduce_bucket_size", p.zero3_reduce_bucket, 1);
-      p.zero3_param_persistence_threshold = elements("stage3_param_persistence_threshold",
-                                                     p.zero3_param_persistence_threshold, 0);
+      p.zero3_param_persistence_threshold =
+          elements("stage3_param_persistence_threshold", p.zero3_param_persistence_threshold, 0);
     }
     if (z.integer_or("zero_hpz_partition_size", 1, 0, 1 << 20) > 1)
       throw Error(z.field("zero_hpz_partition_size"),

@@ -223,8 +223,8 @@ const std::set<std::string> kRead = {
     "overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap",
     "overlap-moe-expert-parallel-comm", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
     "moe-router-force-load-balancing", "moe-router-padding-for-fp8",
-    "moe-router-padding-for-quantization", "moe-router-dtype", "use-tp-pp-dp-mapping", "cp-comm-type",
-    "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
+    "moe-router-padding-for-quantization", "moe-router-dtype", "use-tp-pp-dp-mapping",
+    "cp-comm-type", "hierarchical-context-parallel-sizes", "cuda-graph-impl", "cuda-graph-modules",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "no-check-for-nan-in-loss-and-grad", "log-params-norm", "log-num-zeros-in-grad",
     "deterministic-mode", "transformer-impl", "no-gradient-accumulation-fusion",
@@ -715,8 +715,10 @@ Json read_plan(const Flags& f, const Model& m, int gpus) {
     if (d == "fp32")
       j["moe_router_fp32"] = true;
     else
-      throw Error("--moe-router-dtype", "parasol models the router in fp32 or the activations' "
-                                        "dtype (no flag), not " + d);
+      throw Error("--moe-router-dtype",
+                  "parasol models the router in fp32 or the activations' "
+                  "dtype (no flag), not " +
+                      d);
   }
   // Megatron-Core scales each routed row by its router probability inside the experts
   // (experts.py TEGroupedMLP.forward: bias_act_func's permuted_probs, or the input under
@@ -916,8 +918,7 @@ void merge_deepspeed(const Flags& f, const Json& config, const ImportedJob& job,
        {"zero", "overlap_grad_reduce", "overlap_param_gather", "offload", "precision", "reshard",
         "zero3_unit", "zero3_prefetch_bucket", "zero3_max_live_parameters",
         "zero3_max_reuse_distance", "zero3_reduce_bucket", "zero3_param_persistence_threshold",
-        "shard_degree", "grad_reduce_dtype",
-        "optimizer_dtype", "mbs", "gbs"}) {
+        "shard_degree", "grad_reduce_dtype", "optimizer_dtype", "mbs", "gbs"}) {
     if (ds.contains(key))
       j[key] = ds[key];
     else

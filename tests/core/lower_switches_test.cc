@@ -384,20 +384,20 @@ TEST(LowerSwitches, AllGatherDispatcherSyncsTwiceAfterItsGather) {
   };
   const double T = static_cast<double>(p.seq(m)) * p.micro_batch, h = m.hidden;
   const double all = 8 * T * h;  // every rank's tokens
-  EXPECT_DOUBLE_EQ(bytes(ag, "L0.combine", Phase::kForward) -
-                       bytes(a2a, "L0.combine", Phase::kForward),
-                   2 * all);
+  EXPECT_DOUBLE_EQ(
+      bytes(ag, "L0.combine", Phase::kForward) - bytes(a2a, "L0.combine", Phase::kForward),
+      2 * all);
   EXPECT_DOUBLE_EQ(bytes(ag, "L0.combine", Phase::kBackward),
                    bytes(a2a, "L0.combine", Phase::kBackward));
-  EXPECT_DOUBLE_EQ(bytes(ag, "L0.dispatch", Phase::kBackward) -
-                       bytes(a2a, "L0.dispatch", Phase::kBackward),
-                   2 * all);
-  EXPECT_DOUBLE_EQ(bytes(ag32, "L0.combine", Phase::kForward) -
-                       bytes(ag, "L0.combine", Phase::kForward),
-                   (2 + 4) * (all + T * h));
-  EXPECT_DOUBLE_EQ(bytes(ag32, "L0.combine", Phase::kBackward) -
-                       bytes(ag, "L0.combine", Phase::kBackward),
-                   (2 + 4) * (all + T * h));
+  EXPECT_DOUBLE_EQ(
+      bytes(ag, "L0.dispatch", Phase::kBackward) - bytes(a2a, "L0.dispatch", Phase::kBackward),
+      2 * all);
+  EXPECT_DOUBLE_EQ(
+      bytes(ag32, "L0.combine", Phase::kForward) - bytes(ag, "L0.combine", Phase::kForward),
+      (2 + 4) * (all + T * h));
+  EXPECT_DOUBLE_EQ(
+      bytes(ag32, "L0.combine", Phase::kBackward) - bytes(ag, "L0.combine", Phase::kBackward),
+      (2 + 4) * (all + T * h));
   EXPECT_EQ(runtime_plan(p).moe_dispatcher, MoeDispatcher::kAllToAll);
 }
 

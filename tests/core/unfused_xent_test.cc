@@ -29,8 +29,8 @@ int stands_for(Phase ph, XentStandsFor s) {
 TEST(UnfusedXent, BytesPerLogitAsMegatronMovesThem) {
   EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 2), 38);
   EXPECT_DOUBLE_EQ(logit_bytes(Phase::kBackward, 2), 14);
-  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 4), 32);   // 38 less the upcast's 2 + 4
-  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kBackward, 4), 8);   // 14 less the cast's 4 + 2
+  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kForward, 4), 32);  // 38 less the upcast's 2 + 4
+  EXPECT_DOUBLE_EQ(logit_bytes(Phase::kBackward, 4), 8);  // 14 less the cast's 4 + 2
   EXPECT_EQ(unfused_xent_kernels(Phase::kForward, 4).size() + 1,
             unfused_xent_kernels(Phase::kForward, 2).size());
   EXPECT_EQ(unfused_xent_kernels(Phase::kBackward, 4).size() + 1,

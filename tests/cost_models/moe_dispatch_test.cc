@@ -203,8 +203,7 @@ TEST(AllGatherDispatcher, GathersEveryTokenAndReducesInTheProbabilitiesDtype) {
               ag(map) + ag(probs16) + ag(hidden), 1e-12);
   EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, false), rs(hidden), 1e-12);
   EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, true), ag(hidden), 1e-12);
-  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, true, true), rs(hidden) + rs(probs16),
-              1e-12);
+  EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, true, true), rs(hidden) + rs(probs16), 1e-12);
   // --moe-router-dtype fp32: the combine and its gradient move fp32 rows.
   p.moe_router_fp32 = true;
   EXPECT_NEAR(allgather_dispatcher_time(g, m, p, a2a, false, false), rs(2 * hidden), 1e-12);
