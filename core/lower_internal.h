@@ -134,7 +134,7 @@ inline Saved no_saved() {
 struct Spec {
   Slot slot;
   std::vector<int64_t> shape;
-  bool fp8 = false;  // an fp8 parameter under Plan::fp8_param_gather (core/fp8_params.h)
+  bool fp8 = false;         // an fp8 parameter under Plan::fp8_param_gather (core/fp8_params.h)
   bool fp8_linear = false;  // a linear's weight Transformer Engine runs in fp8 (fp8_param_linear)
 };
 
@@ -728,7 +728,7 @@ class Lowerer {
     int logits = -1;  // the head's logits, which Plan::loss_metric_passes read after backward
   };
   std::vector<EdgeSaved> emb_saved_, head_saved_;
-  std::vector<int> deferred_;  // buckets whose final reduction waits for the optimizer
+  std::vector<int> deferred_;          // buckets whose final reduction waits for the optimizer
   std::vector<int> chunk_reductions_;  // buckets reduced after the chunk's last backward
   // The last collective chunk_reductions() issued, which the next exchange's point-to-point ops
   // wait for (NCCL orders them after the compute stream's wait), or -1.

@@ -27,12 +27,12 @@ std::vector<XentKernel> unfused_xent_kernels(Phase phase, double eb) {
     k.push_back({"div", 8, 4});                       // exp_logits.div_(sum): the softmax
     return k;
   }
-  k.push_back({"mask.float", 0, 1 + 4});                      // target_mask.view(-1).float()
-  k.push_back({"update", 0, 8});                              // 1.0 - ...
-  k.push_back({"arange", 0, 8});                              // torch.arange
-  k.push_back({"gather", 0, 8 + 8 + 4 + 4});                  // grad_2d[arange, masked_target]
-  k.push_back({"sub", 0, 12});                                // -= softmax_update
-  k.push_back({"index_put", 0, 8 + 8 + 4 + 4});               // written back (index_put_)
+  k.push_back({"mask.float", 0, 1 + 4});         // target_mask.view(-1).float()
+  k.push_back({"update", 0, 8});                 // 1.0 - ...
+  k.push_back({"arange", 0, 8});                 // torch.arange
+  k.push_back({"gather", 0, 8 + 8 + 4 + 4});     // grad_2d[arange, masked_target]
+  k.push_back({"sub", 0, 12});                   // -= softmax_update
+  k.push_back({"index_put", 0, 8 + 8 + 4 + 4});  // written back (index_put_)
   if (eb == 4) {  // fp32 logits: the engine converts nothing; the mul_ writes the gradient
     k.push_back({"scale", 8, 4, true, S::kGradient});
     return k;

@@ -111,7 +111,7 @@ struct alignas(32) SimOp {
   int share = -1;        // processor-sharing set (stage * kClasses + link class); -1: none
   uint32_t version = 0;  // bumped when a shared op's finish time is rescheduled
   Type type = Type::kCompute;
-  uint8_t cat = 0;  // breakdown category
+  uint8_t cat = 0;      // breakdown category
   uint8_t done = 0;     // its own work is done (core/issue_graph.h: landed)
   uint8_t waiting = 0;  // a recv posted before its send finished
   uint8_t grouped = 0;  // a member of a p2p group of several ops
@@ -133,9 +133,9 @@ struct Simulator::Workspace {
   std::vector<Times> times;
   std::vector<int> stage;
   std::vector<double> remaining;
-  std::vector<double> host_cost;    // seconds the host spends issuing each op
-  std::vector<IssueGraph> graphs;   // per stage
-  std::vector<IssueState> states;   // per stage
+  std::vector<double> host_cost;   // seconds the host spends issuing each op
+  std::vector<IssueGraph> graphs;  // per stage
+  std::vector<IssueState> states;  // per stage
   std::vector<std::vector<std::vector<int>>> stream_ops;
 };
 
@@ -276,7 +276,7 @@ class Engine {
   std::vector<IssueGraph>& graphs_;
   std::vector<IssueState>& states_;
   std::vector<int> became_;  // scratch: the groups an IssueState call made ready (local ids)
-  std::vector<int> ring_;  // add_stage: the stage's ring sends and receives, to pair at its end
+  std::vector<int> ring_;    // add_stage: the stage's ring sends and receives, to pair at its end
   // Per stage: the host's clock (the op it reaches next is its IssueState's cursor).
   std::vector<HostCursor> host_;
   // Per stage and stream: the ops in issue order (for the breakdown sweep).
