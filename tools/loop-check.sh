@@ -27,12 +27,15 @@
 # during which they took more than 5% of the CPU time is repeated (up to --attempts times; the
 # least disturbed one is kept, its share shown in the "other" column).
 #
-# Each plan runs --runs times (default 2) and its measurement is the fastest run: a shared or
-# virtual host only ever slows a run (this 2-core VM's step times wander by up to 30% from one
-# minute to the next with no other process running), and the cost models predict an undisturbed
-# one. The run-to-run noise is the largest spread of one plan's runs (slowest / fastest - 1);
-# with --runs 1, the relative difference of the first held-out plan run twice.
-#
+# Each plan runs --runs times (default 2, 3 with --quick), in rounds of one run of each plan,
+# and its measurement is its fastest run: a shared or virtual host only ever slows a run (this
+# 2-core VM's step times wander by 20-60% from one run to the next with no other process
+# running), and the cost models predict an undisturbed one. The run-to-run noise is the largest
+# spread of one plan's runs (slowest / fastest - 1); with --runs 1, the relative difference of
+# the first held-out plan run twice. When the bound is exceeded and the noise exceeds it too,
+# the measurement is not yet precise enough to judge: as many rounds again are run and the
+# verdict is judged on all of them (the fastest of twice the runs), once.
+
 # --quick: four plans (two fitted, two held out), fewer steps, shorter waits: the CI version
 # (tests/tools/CMakeLists.txt, with the same 15% bound).
 #
@@ -61,7 +64,7 @@ while (($#)); do
     --bin) bin="$2"; shift 2 ;;
     --mpirun) mpirun="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    --quick) quick=1; quiet_wait=5; wait_budget=20; attempts=2; deadline=90; shift ;;
+    --quick) quick=1; quiet_wait=5; wait_budget=20; attempts=2; deadline=90; runs=3; shift ;;
     --deadline) deadline="$2"; shift 2 ;;
     --bound) bound="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
@@ -220,161 +223,204 @@ for row in "${plans[@]}"; do
 done
 ((${#names[@]} >= 2)) || { echo "loop-check: fewer than 2 plans fit $max_ranks ranks" >&2; exit 2; }
 
-# (b) predict and (c) run every plan.
+# (b) predict every plan.
 for i in "${!names[@]}"; do
   name="${names[$i]}" n="${ranks[$i]}"
   read -ra fl <<<"${flags[$i]}"
   spec=(--model "${models[$i]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
   "$bin" simulate "${spec[@]}" --profile "$out/host.json" --trace "$out/$name.probed.json" \
     >"$out/$name.simulate.txt" 2>&1 || fail "simulate of $name" "$out/$name.simulate.txt"
-  best=""
-  if ((deadline > 0 && SECONDS > deadline)); then
-    busiest=0
-    for o in "${others[@]}"; do busiest="$(awk -v a="$busiest" -v b="$o" 'BEGIN { print (b > a ? b : a) }')"; done
-    if why="$(host_busy "$busiest")"; then
-      echo "loop-check: inconclusive: ${deadline} s spent and the host is busy: $why" >&2
-      exit 3
-    fi
-    echo "loop-check: ${deadline} s spent on a host measured idle: going on (a slow binary is not" \
-      "an inconclusive check)"
-    deadline=0
-  fi
-  # Each of the plan's runs: the least disturbed of up to `attempts` tries (see above).
-  fastest="" fastest_other="" slowest=""
-  for ((r = 1; r <= runs; r++)); do
-    best=""
-    for ((a = 1; a <= attempts; a++)); do
-      wait_quiet
-      read -r b0 t0 <<<"$( ((have_stat)) && cpu_ticks || echo "0 0")"
-      child_cpu
-      c0="$child_s"
-      w0="$(date +%s.%N)"
-      "$mpirun" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$n" "$bin" run \
-        "${spec[@]}" --steps "$steps" --trace-steps "$trace_steps" --trace "$out/$name.try.json" \
-        >"$out/$name.run.txt" 2>&1 || fail "run of $name" "$out/$name.run.txt"
-      w1="$(date +%s.%N)"
-      child_cpu
-      c1="$child_s"
-      read -r b1 t1 <<<"$( ((have_stat)) && cpu_ticks || echo "0 0")"
-      # CPU share the other processes took during the run.
-      other="$(awk -v b="$((b1 - b0))" -v hz="$hz" -v c0="$c0" -v c1="$c1" -v w0="$w0" -v w1="$w1" \
-        -v cores="$cores" 'BEGIN { o = b / hz - (c1 - c0); if (o < 0) o = 0
-          printf "%.3f", o / ((w1 - w0) * cores) }')"
-      ((have_stat)) || other=0
-      if [ -z "$best" ] || awk -v o="$other" -v b="$best" 'BEGIN { exit !(o < b) }'; then
-        best="$other"
-        mv "$out/$name.try.json" "$out/$name.run.json"
+done
+
+# (c) run every plan, `runs` rounds of one run of each plan in turn: the host's speed wanders
+# over seconds, so a plan's runs are spread over the check rather than back to back, and a slow
+# spell slows one run of several plans, not every run of one.
+fastest=() fastest_other=() slowest=()
+run_rounds() {
+  local r i a
+  for ((r = $1; r <= $2; r++)); do
+    for i in "${!names[@]}"; do
+      name="${names[$i]}" n="${ranks[$i]}"
+      read -ra fl <<<"${flags[$i]}"
+      spec=(--model "${models[$i]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
+      if ((deadline > 0 && SECONDS > deadline)); then
+        busiest=0
+        for o in "${fastest_other[@]}"; do busiest="$(awk -v a="$busiest" -v b="$o" 'BEGIN { print (b > a ? b : a) }')"; done
+        if why="$(host_busy "$busiest")"; then
+          echo "loop-check: inconclusive: ${deadline} s spent and the host is busy: $why" >&2
+          exit 3
+        fi
+        echo "loop-check: ${deadline} s spent on a host measured idle: going on (a slow binary is not" \
+          "an inconclusive check)"
+        deadline=0
       fi
-      if awk -v o="$best" 'BEGIN { exit !(o <= 0.05) }'; then break; fi
+      # This run: the least disturbed of up to `attempts` tries (see above).
+      best=""
+      for ((a = 1; a <= attempts; a++)); do
+        wait_quiet
+        read -r b0 t0 <<<"$( ((have_stat)) && cpu_ticks || echo "0 0")"
+        child_cpu
+        c0="$child_s"
+        w0="$(date +%s.%N)"
+        "$mpirun" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$n" "$bin" run \
+          "${spec[@]}" --steps "$steps" --trace-steps "$trace_steps" --trace "$out/$name.try.json" \
+          >"$out/$name.run.txt" 2>&1 || fail "run of $name" "$out/$name.run.txt"
+        w1="$(date +%s.%N)"
+        child_cpu
+        c1="$child_s"
+        read -r b1 t1 <<<"$( ((have_stat)) && cpu_ticks || echo "0 0")"
+        # CPU share the other processes took during the run.
+        other="$(awk -v b="$((b1 - b0))" -v hz="$hz" -v c0="$c0" -v c1="$c1" -v w0="$w0" -v w1="$w1" \
+          -v cores="$cores" 'BEGIN { o = b / hz - (c1 - c0); if (o < 0) o = 0
+            printf "%.3f", o / ((w1 - w0) * cores) }')"
+        ((have_stat)) || other=0
+        if [ -z "$best" ] || awk -v o="$other" -v b="$best" 'BEGIN { exit !(o < b) }'; then
+          best="$other"
+          mv "$out/$name.try.json" "$out/$name.run.json"
+        fi
+        if awk -v o="$best" 'BEGIN { exit !(o <= 0.05) }'; then break; fi
+      done
+      "$bin" compare "$out/$name.probed.json" "$out/$name.run.json" --json \
+        >"$out/$name.compare-run.json" 2>&1 || fail "compare of $name" "$out/$name.compare-run.json"
+      t="$(step_field "$out/$name.compare-run.json" measured_s)"
+      if [ -z "${fastest[$i]:-}" ] || awk -v t="$t" -v f="${fastest[$i]}" 'BEGIN { exit !(t < f) }'; then
+        fastest[$i]="$t" fastest_other[$i]="$best"
+        mv "$out/$name.run.json" "$out/$name.measured.json"
+      fi
+      if [ -z "${slowest[$i]:-}" ] || awk -v t="$t" -v s="${slowest[$i]}" 'BEGIN { exit !(t > s) }'; then
+        slowest[$i]="$t"
+      fi
+      rm -f "$out/$name.try.json" "$out/$name.run.json" "$out/$name.compare-run.json"
     done
-    "$bin" compare "$out/$name.probed.json" "$out/$name.run.json" --json \
-      >"$out/$name.compare-run.json" 2>&1 || fail "compare of $name" "$out/$name.compare-run.json"
-    t="$(step_field "$out/$name.compare-run.json" measured_s)"
-    if [ -z "$fastest" ] || awk -v t="$t" -v f="$fastest" 'BEGIN { exit !(t < f) }'; then
-      fastest="$t" fastest_other="$best"
-      mv "$out/$name.run.json" "$out/$name.measured.json"
-    fi
-    if [ -z "$slowest" ] || awk -v t="$t" -v s="$slowest" 'BEGIN { exit !(t > s) }'; then slowest="$t"; fi
   done
-  rm -f "$out/$name.try.json" "$out/$name.run.json" "$out/$name.compare-run.json"
-  others+=("$fastest_other")
-  spreads+=("$(awk -v f="$fastest" -v s="$slowest" 'BEGIN { printf "%.4f", (s - f) / f }')")
-done
+}
 
-# Run-to-run noise: the largest spread (slowest over fastest, less 1) of a plan's runs; with one
-# run per plan, the first held-out plan (the 2nd) is run once more, measured the same way.
-noise_plan="" noise=0
-if ((runs >= 2)); then
+# Each plan's fastest run and its spread (slowest over fastest, less 1) so far.
+summarize_runs() {
+  local i
+  others=() spreads=()
   for i in "${!names[@]}"; do
-    if [ -z "$noise_plan" ] || awk -v a="${spreads[$i]}" -v b="$noise" 'BEGIN { exit !(a > b) }'; then
-      noise="${spreads[$i]}" noise_plan="${names[$i]}"
-    fi
+    others+=("${fastest_other[$i]}")
+    spreads+=("$(awk -v f="${fastest[$i]}" -v s="${slowest[$i]}" 'BEGIN { printf "%.4f", (s - f) / f }')")
   done
-  noise_text="the largest spread of a plan's $runs runs, $noise_plan"
-else
-  name="${names[1]}" n="${ranks[1]}"
-  read -ra fl <<<"${flags[1]}"
-  spec=(--model "${models[1]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
-  wait_quiet
-  "$mpirun" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$n" "$bin" run \
-    "${spec[@]}" --steps "$steps" --trace-steps "$trace_steps" --trace "$out/$name.repeat.json" \
-    >"$out/$name.repeat.txt" 2>&1 || fail "repeated run of $name" "$out/$name.repeat.txt"
-  "$bin" compare "$out/$name.probed.json" "$out/$name.repeat.json" --json \
-    >"$out/$name.compare-repeat.json" 2>&1 || fail "compare of $name" "$out/$name.compare-repeat.json"
-  repeat_s="$(step_field "$out/$name.compare-repeat.json" measured_s)"
-  "$bin" compare "$out/$name.probed.json" "$out/$name.measured.json" --json \
-    >"$out/$name.compare-first.json" 2>&1 || fail "compare of $name" "$out/$name.compare-first.json"
-  first_s="$(step_field "$out/$name.compare-first.json" measured_s)"
-  noise="$(awk -v a="$first_s" -v b="$repeat_s" 'BEGIN { d = (b - a) / a; printf "%.4f", d < 0 ? -d : d }')"
-  noise_text="$name measured $(awk -v a="$first_s" 'BEGIN { printf "%.2f ms", 1e3 * a }'), then $(awk -v a="$repeat_s" 'BEGIN { printf "%.2f ms", 1e3 * a }')"
-fi
+}
 
-# (d) calibrate on the 1st, 3rd, ... plan; predict every plan with the fitted profile.
-fit=()
-for i in "${!names[@]}"; do
-  if ((i % 2 == 0)); then roles+=("fit"); fit+=("$out/${names[$i]}.measured.json")
-  else roles+=("held-out"); fi
-done
-"$bin" calibrate "${fit[@]}" --base "$out/host.json" -o "$out/fitted.json" \
-  >"$out/calibrate.txt" 2>&1 || fail "calibrate" "$out/calibrate.txt"
-sed -n 1p "$out/calibrate.txt"
-sed -n '/parameter/,/^step time/p' "$out/calibrate.txt" | sed '$d'
+# (d) and (e), on the runs so far: the noise, the calibration, the table and the verdict, into
+# `status` (0 or 1).
+judge() {
+  # Run-to-run noise: the largest spread (slowest over fastest, less 1) of a plan's runs; with one
+  # run per plan, the first held-out plan (the 2nd) is run once more, measured the same way.
+  noise_plan="" noise=0
+  if ((runs >= 2)); then
+    for i in "${!names[@]}"; do
+      if [ -z "$noise_plan" ] || awk -v a="${spreads[$i]}" -v b="$noise" 'BEGIN { exit !(a > b) }'; then
+        noise="${spreads[$i]}" noise_plan="${names[$i]}"
+      fi
+    done
+    noise_text="the largest spread of a plan's $runs runs, $noise_plan"
+  else
+    name="${names[1]}" n="${ranks[1]}"
+    read -ra fl <<<"${flags[1]}"
+    spec=(--model "${models[1]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
+    wait_quiet
+    "$mpirun" --oversubscribe --bind-to none -x OPENBLAS_NUM_THREADS -np "$n" "$bin" run \
+      "${spec[@]}" --steps "$steps" --trace-steps "$trace_steps" --trace "$out/$name.repeat.json" \
+      >"$out/$name.repeat.txt" 2>&1 || fail "repeated run of $name" "$out/$name.repeat.txt"
+    "$bin" compare "$out/$name.probed.json" "$out/$name.repeat.json" --json \
+      >"$out/$name.compare-repeat.json" 2>&1 || fail "compare of $name" "$out/$name.compare-repeat.json"
+    repeat_s="$(step_field "$out/$name.compare-repeat.json" measured_s)"
+    "$bin" compare "$out/$name.probed.json" "$out/$name.measured.json" --json \
+      >"$out/$name.compare-first.json" 2>&1 || fail "compare of $name" "$out/$name.compare-first.json"
+    first_s="$(step_field "$out/$name.compare-first.json" measured_s)"
+    noise="$(awk -v a="$first_s" -v b="$repeat_s" 'BEGIN { d = (b - a) / a; printf "%.4f", d < 0 ? -d : d }')"
+    noise_text="$name measured $(awk -v a="$first_s" 'BEGIN { printf "%.2f ms", 1e3 * a }'), then $(awk -v a="$repeat_s" 'BEGIN { printf "%.2f ms", 1e3 * a }')"
+  fi
 
-# (e) the table.
-printf '\n%-20s %-8s %5s %11s %11s %8s %11s %8s %6s\n' plan role ranks measured probed error \
-  calibrated error other
-rows=""
-for i in "${!names[@]}"; do
-  name="${names[$i]}" n="${ranks[$i]}"
-  read -ra fl <<<"${flags[$i]}"
-  spec=(--model "${models[$i]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
-  "$bin" simulate "${spec[@]}" --profile "$out/fitted.json" --trace "$out/$name.fitted.json" \
-    >"$out/$name.simulate-fitted.txt" 2>&1 || fail "simulate of $name" "$out/$name.simulate-fitted.txt"
-  for p in probed fitted; do
-    "$bin" compare "$out/$name.$p.json" "$out/$name.measured.json" --json \
-      >"$out/$name.compare-$p.json" 2>&1 || fail "compare of $name" "$out/$name.compare-$p.json"
-    "$bin" compare "$out/$name.$p.json" "$out/$name.measured.json" \
-      >"$out/$name.compare-$p.txt" 2>&1 || true
+  # (d) calibrate on the 1st, 3rd, ... plan; predict every plan with the fitted profile.
+  fit=() roles=()
+  for i in "${!names[@]}"; do
+    if ((i % 2 == 0)); then roles+=("fit"); fit+=("$out/${names[$i]}.measured.json")
+    else roles+=("held-out"); fi
   done
-  m="$(step_field "$out/$name.compare-probed.json" measured_s)"
-  p0="$(step_field "$out/$name.compare-probed.json" predicted_s)"
-  p1="$(step_field "$out/$name.compare-fitted.json" predicted_s)"
-  rows+="$name ${roles[$i]} $n $m $p0 $p1 ${others[$i]}"$'\n'
-done
-status=0
-printf '%s' "$rows" | awk -v bound="$bound" -v noise="$noise" -v noise_text="$noise_text" '
-  function ms(s) { return sprintf("%.2f ms", 1e3 * s) }
-  function pct(x) { return sprintf("%+.1f%%", 100 * x) }
-  NF == 7 {
-    e0 = ($5 - $4) / $4; e1 = ($6 - $4) / $4
-    printf "%-20s %-8s %5d %11s %11s %8s %11s %8s %5.0f%%\n", $1, $2, $3, ms($4), ms($5), pct(e0),
-      ms($6), pct(e1), 100 * $7
-    if ($7 > busiest) busiest = $7
-    k = ($2 == "fit") ? "fit" : "held"
-    n[k]++; a0[k] += (e0 < 0 ? -e0 : e0); a1[k] += (e1 < 0 ? -e1 : e1)
-  }
-  END {
-    printf "\nmean absolute step-time error (probed profile -> calibrated profile):\n"
-    printf "  calibration plans (%d): %.1f%% -> %.1f%%\n", n["fit"], 100 * a0["fit"] / n["fit"],
-      100 * a1["fit"] / n["fit"]
-    held = a1["held"] / n["held"]
-    printf "  held-out plans    (%d): %.1f%% -> %.1f%%\n", n["held"], 100 * a0["held"] / n["held"],
-      100 * held
-    held0 = a0["held"] / n["held"]
-    printf "run-to-run noise: %.1f%% (%s)\n", 100 * noise, noise_text
-    worse = (held > held0 + noise)
-    printf "calibration %s the held-out error (%.1f%% -> %.1f%%, noise %.1f%%)\n",
-      worse ? "made WORSE" : "did not worsen", 100 * held0, 100 * held, 100 * noise
-    ok = !worse
-    if (bound != "") {
-      within = (100 * held <= bound)
-      printf "held-out error after calibration %.1f%% %s the bound of %s%%\n", 100 * held,
-        within ? "is within" : "EXCEEDS", bound
-      ok = ok && within
+  "$bin" calibrate "${fit[@]}" --base "$out/host.json" -o "$out/fitted.json" \
+    >"$out/calibrate.txt" 2>&1 || fail "calibrate" "$out/calibrate.txt"
+  sed -n 1p "$out/calibrate.txt"
+  sed -n '/parameter/,/^step time/p' "$out/calibrate.txt" | sed '$d'
+
+  # (e) the table.
+  printf '\n%-20s %-8s %5s %11s %11s %8s %11s %8s %6s\n' plan role ranks measured probed error \
+    calibrated error other
+  rows=""
+  for i in "${!names[@]}"; do
+    name="${names[$i]}" n="${ranks[$i]}"
+    read -ra fl <<<"${flags[$i]}"
+    spec=(--model "${models[$i]}" --cluster localhost --gpus "$n" --precision fp32 "${fl[@]}")
+    "$bin" simulate "${spec[@]}" --profile "$out/fitted.json" --trace "$out/$name.fitted.json" \
+      >"$out/$name.simulate-fitted.txt" 2>&1 || fail "simulate of $name" "$out/$name.simulate-fitted.txt"
+    for p in probed fitted; do
+      "$bin" compare "$out/$name.$p.json" "$out/$name.measured.json" --json \
+        >"$out/$name.compare-$p.json" 2>&1 || fail "compare of $name" "$out/$name.compare-$p.json"
+      "$bin" compare "$out/$name.$p.json" "$out/$name.measured.json" \
+        >"$out/$name.compare-$p.txt" 2>&1 || true
+    done
+    m="$(step_field "$out/$name.compare-probed.json" measured_s)"
+    p0="$(step_field "$out/$name.compare-probed.json" predicted_s)"
+    p1="$(step_field "$out/$name.compare-fitted.json" predicted_s)"
+    rows+="$name ${roles[$i]} $n $m $p0 $p1 ${others[$i]}"$'\n'
+  done
+  status=0
+  printf '%s' "$rows" | awk -v bound="$bound" -v noise="$noise" -v noise_text="$noise_text" '
+    function ms(s) { return sprintf("%.2f ms", 1e3 * s) }
+    function pct(x) { return sprintf("%+.1f%%", 100 * x) }
+    NF == 7 {
+      e0 = ($5 - $4) / $4; e1 = ($6 - $4) / $4
+      printf "%-20s %-8s %5d %11s %11s %8s %11s %8s %5.0f%%\n", $1, $2, $3, ms($4), ms($5), pct(e0),
+        ms($6), pct(e1), 100 * $7
+      if ($7 > busiest) busiest = $7
+      k = ($2 == "fit") ? "fit" : "held"
+      n[k]++; a0[k] += (e0 < 0 ? -e0 : e0); a1[k] += (e1 < 0 ? -e1 : e1)
     }
-    print busiest + 0 > "/dev/stderr"
-    exit !ok
-  }' 2>"$out/.busiest" || status=$?
+    END {
+      printf "\nmean absolute step-time error (probed profile -> calibrated profile):\n"
+      printf "  calibration plans (%d): %.1f%% -> %.1f%%\n", n["fit"], 100 * a0["fit"] / n["fit"],
+        100 * a1["fit"] / n["fit"]
+      held = a1["held"] / n["held"]
+      printf "  held-out plans    (%d): %.1f%% -> %.1f%%\n", n["held"], 100 * a0["held"] / n["held"],
+        100 * held
+      held0 = a0["held"] / n["held"]
+      printf "run-to-run noise: %.1f%% (%s)\n", 100 * noise, noise_text
+      worse = (held > held0 + noise)
+      printf "calibration %s the held-out error (%.1f%% -> %.1f%%, noise %.1f%%)\n",
+        worse ? "made WORSE" : "did not worsen", 100 * held0, 100 * held, 100 * noise
+      ok = !worse
+      if (bound != "") {
+        within = (100 * held <= bound)
+        printf "held-out error after calibration %.1f%% %s the bound of %s%%\n", 100 * held,
+          within ? "is within" : "EXCEEDS", bound
+        ok = ok && within
+      }
+      print busiest + 0 > "/dev/stderr"
+      exit !ok
+    }' 2>"$out/.busiest" || status=$?
+}
+
+run_rounds 1 "$runs"
+summarize_runs
+judge
+# A failed verdict on a host whose run-to-run noise exceeds the bound is not yet a measurement
+# of the bound: each plan runs as many rounds again, its fastest run of all is kept, and the
+# verdict is judged once more on all the runs. A model wrong by more than the bound stays so as
+# runs are added; a slow spell does not.
+if ((status != 0 && runs >= 2)) &&
+  awk -v n="$noise" -v b="$bound" 'BEGIN { exit !(b != "" && 100 * n > b) }'; then
+  echo
+  echo "loop-check: the run-to-run noise ($(awk -v n="$noise" 'BEGIN { printf "%.1f%%", 100 * n }')) exceeds" \
+    "the bound: $runs more round(s) of runs, then the verdict on all $((2 * runs))"
+  run_rounds $((runs + 1)) $((2 * runs))
+  runs=$((2 * runs))
+  summarize_runs
+  judge
+fi
 if ((status != 0)); then
   if why="$(host_busy "$(cat "$out/.busiest")")"; then
     echo "inconclusive: the host was busy: $why"
