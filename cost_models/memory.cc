@@ -587,7 +587,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // every rank for the whole step, beside their shard: each its full size, padded to the dense
     // shard group as the lowering's persistent_gathers allocates it.
     const double ways = p.dense_shard_ranks();
-    if (!p.offload.params && ways > 1) {
+    if (p.zero3_unit == GatherUnit::kModule && !p.offload.params && ways > 1) {
       for (int ch = 0; ch < p.chunks(); ++ch) {
         const int first = p.first_layer(m.layers, stage, ch);
         for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l)
