@@ -558,8 +558,10 @@ void Lowerer::persistent_gathers() {
     for (const PersistentParam& x : persistent_params(m_, p_, b.layer)) {
       const int64_t shard = static_cast<int64_t>(std::ceil(x.elements / b.ways));
       const int in = buffer(name(b.layer, "w.persist.shard"), {shard}, wdt_, BufferClass::kParam);
-      const int whole =
-          buffer(name(b.layer, "w.persist"), {shard * b.ways}, wdt_, BufferClass::kParam);
+      // The gathered copy stays on every rank for the whole step (the coordinator never
+      // releases it): a persistent buffer, its full size on each rank.
+      const int whole = buffer(name(b.layer, "w.persist"), {shard * b.ways}, wdt_,
+                               BufferClass::kParam, /*host=*/false, /*persistent=*/true);
       last = collective(OpKind::kAllGather, b.group, b.layer, "w.persist.ag",
                         wb_ * static_cast<double>(shard * b.ways), {in}, {whole},
                         {last >= 0 ? last : step_end});

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/fp8_params.h"
+#include "core/gather_units.h"
 #include "core/layer_shapes.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
@@ -582,6 +583,18 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
         break;
     }
     if (stage == 0) mb.weights += root_table * token_mbs;  // FSDP2's root group (above)
+    // DeepSpeed's persistent parameters (core/gather_units.h persistent_params) stay gathered on
+    // every rank for the whole step, beside their shard: each its full size, padded to the dense
+    // shard group as the lowering's persistent_gathers allocates it.
+    const double ways = p.dense_shard_ranks();
+    if (p.zero3_unit == GatherUnit::kModule && !p.offload.params && ways > 1) {
+      for (int ch = 0; ch < p.chunks(); ++ch) {
+        const int first = p.first_layer(m.layers, stage, ch);
+        for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l)
+          for (const PersistentParam& x : persistent_params(m, p, l))
+            mb.weights += w_bytes * std::ceil(x.elements / ways) * ways;
+      }
+    }
   }
 
   // Offloaded optimizer state and activations leave the device (a double buffer of two layers'

@@ -343,6 +343,23 @@ TEST_F(StateBytes, ZeroStage3ShardsEverythingOverDp) {
   EXPECT_LT(z3.total(), z0.total());
 }
 
+// DeepSpeed ZeRO-3's persistent parameters (stage3_param_persistence_threshold: every parameter
+// of fewer elements, here each layer's two 1,024-wide RMSNorm weights) are gathered once and never
+// released: each costs its full size on every rank beside its shard. FSDP's per-layer units and a
+// zero threshold keep none.
+TEST_F(StateBytes, DeepSpeedsPersistentParametersStayWholeOnEveryRank) {
+  Plan p = base();
+  p.zero = 3;
+  const double sharded = 2 * params(p) / 8;
+  EXPECT_DOUBLE_EQ(memory_per_rank(m, c, p, 0).weights, sharded);  // FSDP's units
+  p.zero3_unit = GatherUnit::kModule;
+  p.zero3_param_persistence_threshold = 0;
+  EXPECT_DOUBLE_EQ(memory_per_rank(m, c, p, 0).weights, sharded);
+  p.zero3_param_persistence_threshold = 100000;
+  const double persistent = 8.0 * 2 * 1024 * 2;  // layers x norms x elements x bf16 bytes
+  EXPECT_DOUBLE_EQ(memory_per_rank(m, c, p, 0).weights, sharded + persistent);
+}
+
 TEST_F(StateBytes, ContextParallelismJoinsTheShardingGroup) {
   Cluster c16 = cluster_preset("dgx-h100", 16);
   Plan p = base();
