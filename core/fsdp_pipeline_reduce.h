@@ -3,6 +3,8 @@
 // (cost_models/estimate.cc, DataParallelSync::by_layers) both read.
 #pragma once
 
+#include <algorithm>
+
 #include "core/plan.h"
 
 namespace parasol {
@@ -29,6 +31,25 @@ namespace parasol {
 // current one): the stage before it in the drain waits for these reductions too.
 inline bool chunk_reductions_block_compute(const Plan& p) {
   return p.zero >= 3 && p.reshard == Reshard::kAfterStep && p.pp > 1;
+}
+
+// Seconds the step waits for one stage's held-back reductions (chunk_reductions_block_compute):
+// `held` seconds of them, `first_chunk` of them the reductions of its chunk 0, and the stage
+// `ahead` seconds ahead of its neighbours in the cool-down. A stage's compute waits for each of
+// its chunk's reductions and its gradient sends wait too, so:
+// - the drain's last pass, which goes through every stage's chunk 0 after its last backward,
+//   carries every stage's chunk-0 reductions;
+// - a stage's other chunks' reductions come in the cool-down's rounds (pp micro-batches through
+//   one chunk, core/pipeline_schedule.h), where they delay the loop of the rounds unless the
+//   stage runs ahead of it: a stage that feeds the longest stage (a later one: the backward flows
+//   from the last stage to the first) and whose backward (with its recompute) of a micro-batch
+//   takes less runs each round faster by the difference times pp and then waits for its inputs;
+//   its reductions fall in those waits first. The stages the longest one feeds are paced by it
+//   and have no such lead (the sum over the stages of a 1F1B-like tight loop).
+// Without virtual stages chunk 0 is the stage: every stage's reductions, as a 1F1B drain passes
+// every stage's last backward. The step waits for the sum over the stages.
+inline double exposed_chunk_reductions(double held, double first_chunk, double ahead) {
+  return first_chunk + std::max(0.0, held - first_chunk - ahead);
 }
 
 }  // namespace parasol

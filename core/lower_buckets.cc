@@ -750,11 +750,19 @@ void Lowerer::after_backward(Bucket& b, bool last) {
 }
 
 void Lowerer::chunk_reductions() {
+  const int order_after = order_after_;
   for (int bi : chunk_reductions_) {
     Bucket& b = buckets_[bi];
     at(b.layer, Phase::kBackward);
     const int begin = static_cast<int>(P_.ops.size());
+    // FSDP2's foreach_reduce copies the unit's gradients in on the compute stream and makes the
+    // reduce-scatter stream wait for the compute stream (reduce_scatter_stream.wait_stream(
+    // current_stream)): called after the chunk's last backward, each unit's reduction waits for
+    // everything the compute stream was given before it, the chunk's whole backward included,
+    // not only for the unit's own gradients (core/fsdp_pipeline_reduce.h).
+    order_after_ = last_compute_;
     final_reduce(b);
+    order_after_ = order_after;
     // The next op of the compute stream (the next unit's reduce-scatter input, or the next
     // unit) waits for this unit's collectives.
     for (int id = begin; id < static_cast<int>(P_.ops.size()); ++id)

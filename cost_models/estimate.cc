@@ -724,8 +724,8 @@ struct Estimator::DataParallelQueues {
   double blocking = 0;
   // Seconds per step of collectives the compute stream waits for, each issued after the one
   // before it completed (FSDP2's reductions under a pipeline, core/fsdp_pipeline_reduce.h):
-  // exposed whole.
-  double step_blocking = 0;
+  // DataParallel::held.
+  double held = 0;
   // DeepSpeed ZeRO-3's lazily gathered modules, played use by use beside the compute
   // (cost_models/zero3_play.h): their exposed and hidden seconds per micro-batch.
   double played_exposed = 0, played_hidden = 0;
@@ -746,7 +746,7 @@ struct Estimator::DataParallelQueues {
     // negative, and estimate() dropped the tail whose sum it then was).
     out.per_step = f.exposed(fwd) + b.exposed(bwd) - queued;
     out.per_step_hidden = step_forward.comm + step_backward.comm - out.per_step;
-    out.per_step += step_blocking;
+    out.held = held;
     out.per_step_excess = f.excess(fwd) + b.excess(bwd) - out.per_micro_batch_excess;
     return out;
   }
@@ -915,13 +915,12 @@ void Estimator::DataParallelSync::by_layers(double count, const Groups& g,
       break;
     case Reshard::kAfterStep:
       // Gathered at the first use of the step, reduce-scattered after the last backward: beside
-      // it, or under a pipeline after each chunk's last backward with the compute stream waiting.
-      // Then the stage's gradient sends wait for them too (core/lower_schedule.cc exchange), so
-      // the drain's critical path, which passes every stage's last backwards, waits for every
-      // stage's reductions: pp times this stage's.
+      // it, or under a pipeline after each chunk's last backward with the compute stream waiting,
+      // and the stage's gradient sends after them (core/lower_schedule.cc exchange): held, what
+      // of every stage's the step waits for (Estimator::held_reductions_exposed).
       out.step_forward.add(ag, ag / layers);
       if (chunk_reductions_block_compute(p))
-        out.step_blocking += p.pp * (rs + rep);
+        out.held += rs + rep;
       else
         out.step_backward.add(rs + rep, (rs + rep) / layers);
       break;
@@ -1372,8 +1371,35 @@ double activation_offload_time(const Model& m, const Plan& p, const Estimator::S
 }
 }  // namespace
 
-// What stage s adds after the pipeline: its per-step data-parallel traffic, the optimizer step
-// and offload (dp_comm, overlap, optimizer and offload of the breakdown).
+// What the step waits for of every stage's reductions held back to its chunks' last backwards
+// (DataParallel::held; core/fsdp_pipeline_reduce.h exposed_chunk_reductions): each stage's
+// chunk-0 share by its layers, and how far ahead a stage that feeds the longest stage's backward
+// (a later stage: the backward flows from the last stage to the first) runs in a cool-down round
+// of pp micro-batches.
+inline double Estimator::held_reductions_exposed(const Plan& p) const {
+  if (!chunk_reductions_block_compute(p)) return 0;
+  int slowest = 0;  // the last of the longest
+  double longest = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    const double bwd = scratch_stages_[s].backward + scratch_stages_[s].recompute;
+    if (bwd >= longest) longest = bwd, slowest = s;
+  }
+  double exposed = 0;
+  for (int s = 0; s < p.pp; ++s) {
+    const double held = scratch_dps_[s].held;
+    const int layers = p.layers_in_stage(model_.layers, s);
+    if (held <= 0 || layers <= 0) continue;
+    const double first = held * p.layers_in_chunk(model_.layers, s, 0) / layers;
+    const StagePrice& st = scratch_stages_[s];
+    const double ahead = s > slowest ? (longest - st.backward - st.recompute) * p.pp : 0.0;
+    exposed += exposed_chunk_reductions(held, first, ahead);
+  }
+  return exposed;
+}
+
+// What stage s adds after the pipeline: its per-step data-parallel traffic (with what the step
+// waits for of the held reductions, scratch_held_), the optimizer step and offload (dp_comm,
+// overlap, optimizer and offload of the breakdown).
 inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double host_bw) const {
   const Model& m = model_;
   const Profile& f = profile_;
@@ -1384,7 +1410,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
                                                 sp_params.expert / p.expert_shard_ranks()
                                           : sp_params.total();
   TimeBreakdown t;
-  t.dp_comm = dp.per_step;
+  t.dp_comm = dp.per_step + scratch_held_;
   // The step's data-parallel traffic hides behind a micro-batch's compute beside its own.
   t.overlap = hidden_overlap(f, stage, stage.dp_hidden + dp.per_step_hidden,
                              dp.per_micro_batch_excess + dp.per_step_excess) -
@@ -1423,7 +1449,7 @@ inline TimeBreakdown Estimator::stage_tail(const Plan& p, int s, int mb, double 
   double backlog = 0;
   const double edges = host_edges(stage, mb, backlog);
   double statistics = 0;
-  t.host = optimizer_host(p, s, t.optimizer - step_device + dp.per_step + std::max(0.0, backlog),
+  t.host = optimizer_host(p, s, t.optimizer - step_device + t.dp_comm + std::max(0.0, backlog),
                           step_device, statistics) +
            edges;
   t.optimizer += statistics;
@@ -1597,6 +1623,7 @@ Estimate Estimator::estimate(const Plan& p, const MemoryBreakdown& memory) {
   Estimate e;
   const int mb = p.micro_batches();
   price_stages(p, e.stage_slot_s);
+  scratch_held_ = held_reductions_exposed(p);
   const std::vector<double>& slots = e.stage_slot_s;
   const int crit = static_cast<int>(std::max_element(slots.begin(), slots.end()) - slots.begin());
   const double slot_max = slots[crit];

@@ -192,6 +192,10 @@ class Estimator {
     // behind (it is the longer of the two): the compute slowed beside it ends no later until
     // it outlasts them (compute_overlap.h).
     double per_micro_batch_excess = 0, per_step_excess = 0;
+    // Seconds of the stage's gradient reductions held back to each chunk's last backward
+    // (core/fsdp_pipeline_reduce.h chunk_reductions_block_compute; else 0): not in per_step,
+    // the step exposes them as a whole pipeline (held_reductions_exposed).
+    double held = 0;
   };
   DataParallel data_parallel(const Plan& plan, int stage, const StagePrice& price);
   struct DataParallelQueues;  // the data-parallel stream beside a micro-batch (estimate.cc)
@@ -202,6 +206,7 @@ class Estimator {
   void price_stages(const Plan& plan, std::vector<double>& slots);
   double offload_bandwidth(const Plan& plan, int critical_stage, int micro_batches,
                            double pipeline);
+  double held_reductions_exposed(const Plan& plan) const;
   TimeBreakdown stage_tail(const Plan& plan, int stage, int micro_batches, double host_bw) const;
   TimeBreakdown slowest_tail(const Plan& plan, int critical_stage, int micro_batches,
                              double pipeline);
@@ -252,6 +257,7 @@ class Estimator {
   Cache<DataParallelKey, DataParallel> data_parallel_;
   std::vector<StagePrice> scratch_stages_;  // estimate()'s per-stage prices
   std::vector<DataParallel> scratch_dps_;   // and data-parallel times
+  double scratch_held_ = 0;                 // and held_reductions_exposed() of them
 };
 
 // One-off convenience wrapper.

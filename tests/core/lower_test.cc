@@ -1901,6 +1901,40 @@ TEST(Lower, PipelinedFsdpReductionsAfterTheStepBlockTheComputeStream) {
     }
 }
 
+// FSDP2's foreach_reduce makes the reduce-scatter stream wait for the compute stream
+// (reduce_scatter_stream.wait_stream(current_stream)): a chunk's held-back reductions, issued
+// after its last backward, start after all of it, not as soon as their own layer's gradients are
+// written (two layers a chunk: the later layer's gradients are complete before the earlier
+// layer's backward runs).
+TEST(Lower, PipelinedFsdpReductionsWaitForTheChunksWholeBackward) {
+  Model m = model_preset("tiny");
+  m.layers = 8;
+  for (Schedule sched : {Schedule::k1F1B, Schedule::kInterleaved}) {
+    Plan plan = make_plan(1, 2, 2, 8);
+    plan.zero = 3;
+    plan.reshard = Reshard::kAfterStep;
+    plan.schedule = sched;
+    plan.vpp = sched == Schedule::kInterleaved ? 2 : 1;
+    SCOPED_TRACE(plan_to_json(plan).dump());
+    LoweredPlan lp = lowered(m, plan);
+    EXPECT_EQ(unfinished_ops(lp), 0);
+    int checked = 0;
+    for (const Program& p : lp.programs) {
+      int last_compute = -1;
+      for (const Op& o : p.ops) {
+        if (o.stream == 0 && o.kind != OpKind::kReduceScatter) last_compute = o.id;
+        if (o.kind != OpKind::kReduceScatter || o.group != Group::kDpCp) continue;
+        ASSERT_GE(last_compute, 0);
+        ASSERT_FALSE(o.deps.empty()) << o.name;
+        EXPECT_GE(*std::max_element(o.deps.begin(), o.deps.end()), last_compute)
+            << o.name << " starts before " << p.ops[last_compute].name;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 2 * 4);
+  }
+}
+
 TEST(Lower, Zero3ReshardedAfterBackwardHoldsTwoMicroBatchesWeightsUnder1F1B) {
   // Stage 0 of a 1F1B pp 2 pipeline runs F0 F1 B0 ...: resharded after the backward, the weights
   // gathered for micro-batch 0 live until its backward, past the gather for micro-batch 1.

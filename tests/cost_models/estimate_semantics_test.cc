@@ -106,6 +106,35 @@ TEST_F(DataParallelSemantics, PipelinedFsdpReductionsAfterTheStepAreExposedWhole
   EXPECT_LT(run(m, c, flat).time.dp_comm, serial);
 }
 
+TEST_F(DataParallelSemantics, PipelinedFsdpReductionsOfALaterChunkFallInTheCoolDownsWaits) {
+  // Interleaved, two chunks a stage (core/fsdp_pipeline_reduce.h exposed_chunk_reductions): a
+  // stage's chunk-1 reductions come in the cool-down's rounds, its chunk-0 ones on the drain's
+  // last pass. Stage 0 holds 5 layers (3 + 2), stage 1 holds 3 (2 + 1): stage 1 feeds the longer
+  // stage 0 in the backward, runs each round ahead of it and waits, and its chunk-1 reductions
+  // (1 of its 3 layers) fall in those waits. 1F1B with the same stages passes both stages' whole
+  // reductions: the step exposes one of stage 1's layer reduce-scatters more (over its 8 GPUs,
+  // bf16 gradients; a layer's share of the stage's parameters, the head's spread over them).
+  Plan p = plan(3, 8);
+  p.dp = 8;
+  p.pp = 2;
+  p.reshard = Reshard::kAfterStep;
+  p.stage_layers = {5, 3};
+  const double one_f_one_b = run(m, c, p).time.dp_comm;
+  p.schedule = Schedule::kInterleaved;
+  p.vpp = 2;
+  p.stage_layers = {3, 2, 2, 1};
+  const double interleaved = run(m, c, p).time.dp_comm;
+  const Profile prof = default_profile(c.gpu_device(0));
+  std::vector<std::vector<int>> groups(2);
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 8; ++i) groups[s].push_back(8 * s + i);
+  GroupModel dp(c, prof, groups[1], groups, false);
+  const double per_layer = stage_params(m, p, 1).dense / 3 * 2;
+  const double layer = dp.cost(Collective::kReduceScatter, per_layer).time_s;
+  EXPECT_GT(layer, 0);
+  EXPECT_NEAR(one_f_one_b - interleaved, layer, 1e-6 * one_f_one_b);
+}
+
 TEST_F(DataParallelSemantics, HsdpReduceScattersInsideTheServerAndAllReducesAcross) {
   // shard_degree 8: shards inside a server, replicas across the two servers. Once per step
   // (after_step, nothing overlapped): per layer a gather and a reduce-scatter over the 8 GPUs
