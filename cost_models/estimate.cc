@@ -440,14 +440,8 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
       next.pp = 1;
       flows.push_back({r, layout.rank(next)});
     }
-    double bw = 1e300, lat = 0;
-    for (const FlowRate& f : concurrent_flow_rates(cluster_, profile_, flows)) {
-      bw = std::min(bw, f.bw);
-      lat = std::max(lat, f.latency);
-    }
-    const bool cross = cluster_.server_of(flows[0].src) != cluster_.server_of(flows[0].dst);
-    it = pp_links_.emplace(key, std::make_pair(bw, lat + p2p_software_latency(profile_, cross)))
-             .first;
+    const HopRate hop = pipeline_hop(cluster_, profile_, flows);
+    it = pp_links_.emplace(key, std::make_pair(hop.bw, hop.latency)).first;
   }
   return bytes / it->second.first + it->second.second;
 }
