@@ -18,8 +18,8 @@ TEST(DeviceFamily, EveryKnownDeviceHasOne) {
     names.insert(device_family_name(f));
   }
   // Every family is some known device's.
-  EXPECT_EQ(names, (std::set<std::string>{"volta", "ampere", "hopper", "blackwell", "cdna3",
-                                          "cpu-host"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"volta", "ampere", "hopper", "blackwell", "cdna3", "cpu-host"}));
 }
 
 TEST(DeviceFamily, ArchitecturesAsTheDatasheetsSayThem) {
