@@ -644,8 +644,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     const Dtype head = output_layer_dtype(math);
     const double fwd0 = price.forward, bwd0 = price.backward;
     edge.head_forward = gemm_time(d, f, head, T, vocab_t, m.hidden);
-    edge.head_backward = gemm_time(d, f, head, T, m.hidden, vocab_t) +
-                         gemm_time(d, f, head, m.hidden, vocab_t, T);
+    edge.head_backward =
+        gemm_time(d, f, head, T, m.hidden, vocab_t) + gemm_time(d, f, head, m.hidden, vocab_t, T);
     // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
     // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
     const bool tiled = p.tiled_loss && !p.eager_loss;

@@ -7,11 +7,11 @@
 
 #include "core/fp8_params.h"
 #include "core/layer_shapes.h"
-#include "core/vocab_shard.h"
 #include "core/offload_rules.h"
 #include "core/pipeline_schedule.h"
 #include "core/te_weight_cache.h"
 #include "core/units.h"
+#include "core/vocab_shard.h"
 #include "core/zero3_live.h"
 
 namespace parasol::cost {
@@ -344,7 +344,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
-  const double vocab_t = static_cast<double>(vocab_shard(m, p.tp));  // padded, as lowered
+  const double vocab_t = static_cast<double>(vocab_shard(m, p.tp));       // padded, as lowered
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;       // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
   bool merged_gradient = false;  // the last stage peaks at a loss merged with a backward

@@ -150,7 +150,8 @@ void on_every_rank(Communicator& world, Backend& backend, const char* field, F&&
   all_reduce_host(world, backend, failed, true);
   if (!error.empty()) throw Error(field, error, kind);
   if (failed[0] > 0)
-    throw Error(field, "failed on another rank", static_cast<ErrorKind>(std::lround(failed[0]) - 1));
+    throw Error(field, "failed on another rank",
+                static_cast<ErrorKind>(std::lround(failed[0]) - 1));
 }
 
 }  // namespace
