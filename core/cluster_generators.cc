@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/cluster.h"
+#include "core/device_family.h"
 #include "core/error.h"
 #include "core/sibling_presets.h"
 #include "core/units.h"
@@ -364,17 +365,9 @@ std::string cluster_preset_for_device(const std::string& device) {
 }
 
 std::string cluster_preset_of_sibling(const std::string& device, int64_t gpus_per_server) {
-  // Products of one silicon sold in servers of different sizes: the B200 of DGX B200 and the
-  // GB200 of the GB200 NVL72 rack (NVIDIA's GB200 NVL72 datasheet: "Blackwell GPUs", the same
-  // die pair as B200, joined to Grace CPUs).
-  static const std::vector<std::vector<std::string>> kSiblings = {{"B200", "GB200"}};
-  for (const auto& family : kSiblings) {
-    if (std::find(family.begin(), family.end(), device) == family.end()) continue;
-    for (const auto& [n, p] : cluster_presets_table())
-      if (p.server.gpus == gpus_per_server && p.server.device != device &&
-          std::find(family.begin(), family.end(), p.server.device) != family.end())
-        return n;
-  }
+  // Products of one silicon: core/device_family.h silicon_siblings.
+  for (const auto& [n, p] : cluster_presets_table())
+    if (p.server.gpus == gpus_per_server && silicon_siblings(device, p.server.device)) return n;
   return "";
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/lower_internal.h"
 #include "core/moe_load.h"
+#include "core/vocab_shard.h"
 
 namespace parasol::lowering {
 
@@ -88,7 +89,7 @@ void Lowerer::init_shapes() {
   experts_ = m.moe.experts;
   local_experts_ = m.is_moe() ? m.moe.experts / p.ep : 0;
   topk_ = m.moe.top_k;
-  vocab_t_ = ceil_div(m.vocab, t_);
+  vocab_t_ = vocab_shard(m, t_);
   adt_ = p.precision == Dtype::kFp32   ? Dtype::kFp32
          : p.precision == Dtype::kFp16 ? Dtype::kFp16
                                        : Dtype::kBf16;

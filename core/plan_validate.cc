@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "core/device_family.h"
 #include "core/error.h"
 #include "core/plan.h"
 
@@ -435,9 +436,9 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.precision == Dtype::kTf32)
     throw Error("plan.precision", "tf32 is a math mode, not a training precision; use fp32");
   // FlashAttention-3 is built for sm90 only (Dao-AILab/flash-attention hopper/README.md:
-  // "Requirements: H100 / H800 GPU, CUDA >= 12.3").
+  // "Requirements: H100 / H800 GPU, CUDA >= 12.3"): the Hopper family (core/device_family.h).
   if (p.flash_attention && p.attention_kernel == AttentionKernel::kFa3 &&
-      (dev.vendor != "nvidia" || dev.name.rfind("H", 0) != 0))
+      device_family(dev) != DeviceFamily::kHopper)
     throw Error("plan.attention_kernel",
                 std::string("fa3 (FlashAttention-3) runs on Hopper GPUs only, not ") + dev.name);
 }

@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
+
 namespace parasol::cost {
 
 const char* collective_name(Collective c) {
@@ -79,6 +81,20 @@ double p2p_software_latency(const Profile& profile, bool crosses_servers) {
            t.hw_latency_s[transport][NcclTuning::kRing][NcclTuning::kSimple];
   }
   return lat;
+}
+
+HopRate pipeline_hop(const Cluster& cluster, const Profile& profile,
+                     const std::vector<Flow>& flows) {
+  PARASOL_CHECK(!flows.empty(), "a pipeline hop without flows");
+  if (flows[0].src == flows[0].dst) return {std::numeric_limits<double>::infinity(), 0};
+  HopRate h{std::numeric_limits<double>::infinity(), 0};
+  for (const FlowRate& f : concurrent_flow_rates(cluster, profile, flows)) {
+    h.bw = std::min(h.bw, f.bw);
+    h.latency = std::max(h.latency, f.latency);
+  }
+  h.latency += p2p_software_latency(
+      profile, cluster.server_of(flows[0].src) != cluster.server_of(flows[0].dst));
+  return h;
 }
 
 double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, double bytes) {

@@ -152,4 +152,17 @@ double p2p_time(const Cluster& cluster, const Profile& profile, int a, int b, do
 // ring step (base + per-step latency of the transport) on GPUs, the profile's step latency else.
 double p2p_software_latency(const Profile& profile, bool crosses_servers);
 
+// A pipeline hop: every flow of `flows` (each rank of one stage sending to its peer in the next)
+// at once. Its bandwidth is the slowest flow's; its latency the largest path latency plus one
+// send's software latency (p2p_software_latency; flows[0] says whether the hop crosses servers).
+// The one price of a pipeline send, read by the closed form (cost_models/estimate.cc) and the op
+// pricer the simulator plays (cost_models/op_cost.cc). A flow from a rank to itself costs
+// nothing: infinite bandwidth, no latency. REQUIRES: flows is not empty.
+struct HopRate {
+  double bw;       // bytes/s
+  double latency;  // seconds
+};
+HopRate pipeline_hop(const Cluster& cluster, const Profile& profile,
+                     const std::vector<Flow>& flows);
+
 }  // namespace parasol::cost

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/device_family.h"
 #include "core/error.h"
 #include "cost_models/reliability.h"
 
@@ -19,8 +20,9 @@ PowerFigures default_power(const Cluster& c) {
   // The rest of a server: the DGX datasheets' maximum system power less the GPUs' board power.
   // DGX H100 (and DGX H200, the same chassis): 10.2 kW - 8 x 700 W = 4.6 kW, 575 W per GPU; DGX
   // A100: 6.5 kW - 8 x 400 W = 3.3 kW, 412 W per GPU. Other servers take the DGX H100 figure.
-  p.host_w_per_gpu = d.name.rfind("A100", 0) == 0 ? 3300.0 / 8 : 4600.0 / 8;
-  if (d.name == kHostCpuDevice) p.host_w_per_gpu = 0;  // the host is the device
+  const DeviceFamily family = device_family(d);
+  p.host_w_per_gpu = family == DeviceFamily::kAmpere ? 3300.0 / 8 : 4600.0 / 8;
+  if (family == DeviceFamily::kHostCpu) p.host_w_per_gpu = 0;  // the host is the device
   // A fabric switch: an estimate, not a datasheet figure: a 64-port 400 Gb/s 1U switch with its
   // transceivers draws about 1 kW.
   p.switch_w = 1000;

@@ -29,6 +29,7 @@
 #include "core/optimizer_traffic.h"
 #include "core/rank_layout.h"
 #include "core/unfused_xent.h"
+#include "core/vocab_shard.h"
 #include "core/zero3_live.h"
 #include "cost_models/compute.h"
 #include "cost_models/compute_overlap.h"
@@ -439,14 +440,8 @@ double Estimator::pp_transfer_time(const Plan& plan, double bytes) {
       next.pp = 1;
       flows.push_back({r, layout.rank(next)});
     }
-    double bw = 1e300, lat = 0;
-    for (const FlowRate& f : concurrent_flow_rates(cluster_, profile_, flows)) {
-      bw = std::min(bw, f.bw);
-      lat = std::max(lat, f.latency);
-    }
-    const bool cross = cluster_.server_of(flows[0].src) != cluster_.server_of(flows[0].dst);
-    it = pp_links_.emplace(key, std::make_pair(bw, lat + p2p_software_latency(profile_, cross)))
-             .first;
+    const HopRate hop = pipeline_hop(cluster_, profile_, flows);
+    it = pp_links_.emplace(key, std::make_pair(hop.bw, hop.latency)).first;
   }
   return bytes / it->second.first + it->second.second;
 }
@@ -636,7 +631,8 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   }
   price.recompute += full_share * (fwd_layers + recompute_comm);
   // The embedding on the first stage, the output layer and loss on the last.
-  const int64_t t = p.tp;
+  // This rank's vocabulary slice, padded as lowered (core/vocab_shard.h).
+  const int64_t vocab_t = vocab_shard(m, p.tp);
   EdgeDevice edge;
   if (stage == 0) {
     edge.embedding_forward = memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
@@ -647,15 +643,15 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   if (stage == p.pp - 1) {
     const Dtype head = output_layer_dtype(math);
     const double fwd0 = price.forward, bwd0 = price.backward;
-    edge.head_forward = gemm_time(d, f, head, T, m.vocab / t, m.hidden);
-    edge.head_backward = gemm_time(d, f, head, T, m.hidden, m.vocab / t) +
-                         gemm_time(d, f, head, m.hidden, m.vocab / t, T);
+    edge.head_forward = gemm_time(d, f, head, T, vocab_t, m.hidden);
+    edge.head_backward =
+        gemm_time(d, f, head, T, m.hidden, vocab_t) + gemm_time(d, f, head, m.hidden, vocab_t, T);
     // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
     // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
     const bool tiled = p.tiled_loss && !p.eager_loss;
     if (p.unfused_loss()) {
       // Megatron's unfused loss (core/unfused_xent.h): each of its kernels, as lowered.
-      const double logits = static_cast<double>(T) * m.vocab / t;
+      const double logits = static_cast<double>(T) * vocab_t;
       price.forward += edge.head_forward;
       price.backward += edge.head_backward;
       for (const Phase ph : {Phase::kForward, Phase::kBackward})
@@ -665,10 +661,10 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     } else {
       price.forward +=
           edge.head_forward +
-          memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * m.vocab / t);
+          memory_time(d, f, (eb + 4 * (tiled ? 1 : 2)) * static_cast<double>(T) * vocab_t);
       price.backward +=
           edge.head_backward +
-          memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * m.vocab / t);
+          memory_time(d, f, ((tiled ? eb : 4) + eb) * static_cast<double>(T) * vocab_t);
     }
     if (p.eager_loss) {
       // The eager loss's ops (core/lower_edges.cc): in the forward the fp32 upcast, a kernel of
@@ -676,7 +672,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
       // more bytes each); in the backward the NLL gradient (4) and the cast back (4 + eb),
       // kernels of their own, and the log-softmax gradient reading and writing fp32 (12 bytes
       // where the fused kernel's gradient above moves 4 + eb).
-      const double logits = static_cast<double>(T) * m.vocab / t;
+      const double logits = static_cast<double>(T) * vocab_t;
       auto more_bytes = [&](double bytes) {  // bytes added to a kernel priced above
         return bytes > 0 ? memory_time(d, f, bytes) - f.kernel_overhead_s : 0.0;
       };
@@ -695,7 +691,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     edge.loss_backward = price.backward - bwd0 - edge.head_backward;
     // Composer's train metrics (core/lower_edges.cc loss_metrics): per pass the fp32 upcast of
     // the logits, the log-softmax reading and writing fp32, the NLL sum.
-    const double logits = static_cast<double>(T) * m.vocab / t;
+    const double logits = static_cast<double>(T) * vocab_t;
     for (int i = 0; i < p.loss_metric_passes; ++i)
       edge.metrics += memory_time(d, f, (eb + 4) * logits) + memory_time(d, f, 8 * logits) +
                       memory_time(d, f, 12.0 * static_cast<double>(T));
@@ -1510,8 +1506,9 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_before, dou
   }
   if (run > 0) bucket(run_tensors, per_layer, run);
   if (moe_layers > 0) bucket(expert_tensors_, sp.expert / moe_layers / expert_ways, moe_layers);
-  if (s == 0) bucket(1, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
-  if (s == p.pp - 1) bucket(2, static_cast<double>(m.vocab) * m.hidden / p.tp / dense_ways);
+  const double table = static_cast<double>(vocab_shard(m, p.tp)) * m.hidden;  // as lowered
+  if (s == 0) bucket(1, table / dense_ways);
+  if (s == p.pp - 1) bucket(2, table / dense_ways);
   const double step_host = host;
   op.kind = OpKind::kGradNorm;
   op.tensors = static_cast<int>(tensors_all);

@@ -12,6 +12,7 @@
 #include "core/pipeline_schedule.h"
 #include "core/te_weight_cache.h"
 #include "core/units.h"
+#include "core/vocab_shard.h"
 #include "core/zero3_live.h"
 
 namespace parasol::cost {
@@ -191,8 +192,8 @@ StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, i
   sp.moe_layer = moe_layer;
   sp.expert_layer = experts;
   sp.first_layer_moe = m.is_moe() && m.is_moe_layer(p.first_layer(m.layers, stage, 0));
-  // The vocabulary split tp ways, the last rank's part padded (core/lower_emit.cc vocab_t_).
-  const double table = std::ceil(static_cast<double>(m.vocab) / t) * m.hidden;
+  // The vocabulary split tp ways, the last rank's part padded (core/vocab_shard.h).
+  const double table = static_cast<double>(vocab_shard(m, p.tp)) * m.hidden;
   if (stage == 0) sp.embedding = table + (m.learned_positions ? double(m.seq_len) * m.hidden : 0);
   if (stage == p.pp - 1) {
     // The output projection: its own matrix, or (tied, pp > 1) a copy of the embedding.
@@ -344,7 +345,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
-  const double vocab_t = std::ceil(static_cast<double>(m.vocab) / p.tp);  // padded, as lowered
+  const double vocab_t = static_cast<double>(vocab_shard(m, p.tp));       // padded, as lowered
   if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;       // embedding dropout mask
   double in_flight = in_flight_micro_batches(p, stage);
   bool merged_gradient = false;  // the last stage peaks at a loss merged with a backward

@@ -344,16 +344,8 @@ std::pair<double, double> OpPricer::p2p_link(int from, int to) {
   sig.push_back(static_cast<int64_t>(cluster_.path(flows[0].src, flows[0].dst).size()));
   auto pit = places_.links.find(sig);
   if (pit == places_.links.end()) {
-    double bw = std::numeric_limits<double>::infinity(), lat = 0;
-    if (flows[0].src != flows[0].dst) {
-      for (const FlowRate& f : concurrent_flow_rates(cluster_, prof_, flows)) {
-        bw = std::min(bw, f.bw);
-        lat = std::max(lat, f.latency);
-      }
-    }
-    pit = places_.links
-              .emplace(std::move(sig), std::make_pair(bw, lat + prof_.collective_step_latency_s))
-              .first;
+    const HopRate hop = pipeline_hop(cluster_, prof_, flows);  // the closed form's price too
+    pit = places_.links.emplace(std::move(sig), std::make_pair(hop.bw, hop.latency)).first;
   }
   return links_.emplace(key, pit->second).first->second;
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/device_family.h"
 #include "core/error.h"
 #include "core/units.h"
 
@@ -127,8 +128,7 @@ Profile default_profile(const DeviceSpec& d) {
     //    an A100: 16.39 GiB with fixed segments, 10.83 GiB with expandable ones; pytorch#137151,
     //    a small FSDP step: max_reserved 2.62-2.88 GiB against max_active 1.38-1.75 GiB), so no
     //    default figure is sourced: the band of profile_ranges.cc carries it.
-    const bool hopper_on =
-        d.name.rfind("H", 0) == 0 || d.name.rfind("B", 0) == 0 || d.name.rfind("GB", 0) == 0;
+    const bool hopper_on = hopper_or_later(d);
     p.cuda_context_bytes = 500 * MiB;
     p.nccl_connection_bytes = 9633792;
     p.nccl_channels = 16;
@@ -197,7 +197,8 @@ Profile default_profile(const DeviceSpec& d) {
     p.host_te_norm_fwd_s = kTeGraceNormFwdS;
     p.host_te_norm_bwd_s = kTeGraceNormBwdS;
   }
-  if (d.name.rfind("A100", 0) == 0) {
+  const DeviceFamily family = device_family(d);
+  if (family == DeviceFamily::kAmpere) {
     // Burst GEMM efficiency: the Maximum Achievable Matmul FLOPS of an A100 SXM, 271.2 of 312
     // TFLOP/s bf16 (stas00/ml-engineering, compute/accelerator/README.md, MAMF table, torch
     // 2.6/CUDA 12.6): 0.869. The DL Performance guide's 250-270 TFLOP/s for large GEMMs agrees.
@@ -233,8 +234,7 @@ Profile default_profile(const DeviceSpec& d) {
     // (DGX A100 User Guide) for the CPU optimizer, AVX2 only (CPU-Adam at 8 floats a vector).
     p.nccl = nccl_defaults("ampere", "amd");
     p.host_adam_params_per_s = 128 * kCpuAdamParamsPerCoreAvx2S;
-  } else if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
-             d.name == "H800-SXM") {
+  } else if (family == DeviceFamily::kHopper) {
     // (H800: the H100 SXM5 silicon and clocks; only its NVLink is narrower, in its preset.)
     // Burst GEMM efficiency (MAMF table, stas00/ml-engineering): H100 SXM bf16 794.5 of 989
     // (0.803; "H200 is the same"), fp8 1402.6 of 1979 (0.709).
@@ -328,7 +328,7 @@ Profile default_profile(const DeviceSpec& d) {
       // (500/700)^(1/3) = 0.894 of the 700 W part's saturated clock: 0.85 x 0.894 = 0.76.
       p.sustained_clock = 0.85 * std::cbrt(d.tdp_watts / 700.0);
     }
-  } else if (d.name == "B200" || d.name == "GB200") {
+  } else if (family == DeviceFamily::kBlackwell) {
     // MAMF table: B200 SXM bf16 1745.0 of 2250 (0.776), fp8 3432.5 of 4500 (0.763); the
     // sustained clock ratio measured on B200 is 0.815. GB200's GPU is the same Blackwell die
     // pair (at a higher power limit); no MAMF figure of GB200 is cited, so B200's are used.
@@ -375,7 +375,7 @@ Profile default_profile(const DeviceSpec& d) {
     // kernels run on 16-32 SMs; the link is not the bound.
     p.expert_exchange_nvlink_efficiency = 0.55;
     p.host_adam_params_per_s = 112 * kCpuAdamParamsPerCoreS;
-  } else if (d.name == "MI300X" || d.name == "MI325X") {
+  } else if (family == DeviceFamily::kCdna3) {
     // MAMF table (stas00/ml-engineering): MI300X bf16 668.4 of 1300 TFLOP/s (0.514, ROCm 6.3,
     // TunableOp); RCCL all-reduce ~ 300 of 448 GB/s (~0.7). MI325X: the same CDNA 3 compute
     // dies and Infinity Fabric (its HBM3E is in its datasheet); MI300X's figures are used.
@@ -386,7 +386,7 @@ Profile default_profile(const DeviceSpec& d) {
     p.link_efficiency = {0.7, 0.7, 0.8, 0.92, 0.8, 0.5};
     // RCCL keeps NCCL's tuning model; its constants are NCCL's Ampere-era ones.
     p.nccl = nccl_defaults("ampere", "amd");
-  } else if (d.name == "V100-32G") {
+  } else if (family == DeviceFamily::kVolta) {
     // Burst GEMM efficiency: Markidis et al. 2018 ("NVIDIA Tensor Core Programmability,
     // Performance & Precision", IPDPSW 2018, arXiv 1803.04014, abstract): cuBLAS mixed-precision
     // GEMM reaches "up to 83 Tflops/s" on a Tesla V100 of its 125 TFLOP/s tensor-core peak:
@@ -395,7 +395,7 @@ Profile default_profile(const DeviceSpec& d) {
     // DGX-2: Intel Xeon Platinum 8168 hosts.
     p.gemm_efficiency = 0.664;
     p.nccl = nccl_defaults("volta", "intel");
-  } else if (d.name == kHostCpuDevice) {
+  } else if (family == DeviceFamily::kHostCpu) {
     // One rank of the CPU runtime (device.cc: the peak is the one-core cblas_sgemm rate and the
     // bandwidth a one-thread STREAM triad). OpenBLAS reaches ~0.9 of its large-sgemm rate on
     // the transposed shapes of a backward pass; the plainly written element-wise kernels and

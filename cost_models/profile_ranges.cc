@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/device_family.h"
 #include "core/error.h"
 
 namespace parasol::cost {
@@ -526,14 +527,22 @@ Ranges host_cpu() {
 }  // namespace
 
 std::vector<ProfileRange> profile_ranges(const DeviceSpec& d) {
-  if (d.name.rfind("A100", 0) == 0) return a100();
-  if (d.name == "H100-SXM" || d.name == "H200" || d.name == "H100-SXM-96G-500W" ||
-      d.name == "H800-SXM")
-    return hopper(d);
-  if (d.name == "B200" || d.name == "GB200") return b200(d.name == "GB200");
-  if (d.name == "MI300X" || d.name == "MI325X") return mi300x();
-  if (d.name == "V100-32G") return volta();
-  if (d.name == kHostCpuDevice) return host_cpu();
+  switch (device_family(d)) {
+    case DeviceFamily::kAmpere:
+      return a100();
+    case DeviceFamily::kHopper:
+      return hopper(d);
+    case DeviceFamily::kBlackwell:
+      return b200(d.name == "GB200");
+    case DeviceFamily::kCdna3:
+      return mi300x();
+    case DeviceFamily::kVolta:
+      return volta();
+    case DeviceFamily::kHostCpu:
+      return host_cpu();
+    case DeviceFamily::kOther:
+      break;
+  }
   return {};
 }
 

@@ -296,6 +296,7 @@ Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Pl
   try {
     server_layout(cluster, plan.gpus());
   } catch (const Error& e) {
+    if (!e.is_user_error()) throw;  // a parasol bug is not a refusal
     r.add(e.field(), e.reason());
   }
   return r;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/issue_graph.h"
+#include "core/vocab_shard.h"
 #include "runtime/comm/idle_wait.h"
 #include "runtime/executor_impl.h"
 #include "runtime/param_layout.h"
@@ -123,7 +124,7 @@ void Executor::Impl::init_shapes() {
   Sl = plan.seq(model) / plan.cp;
   T = int64_t{plan.micro_batch} * Sl;
   h = model.hidden;
-  vocab_t = (model.vocab + tp - 1) / tp;
+  vocab_t = vocab_shard(model, tp);
   vocab_start = int64_t{tp_idx} * vocab_t;
 }
 

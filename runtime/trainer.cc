@@ -2,6 +2,7 @@
 #include "runtime/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -142,12 +143,15 @@ void on_every_rank(Communicator& world, Backend& backend, const char* field, F&&
     error = e.what();
     kind = e.kind();
   }
-  // 0: no failure; 1 + the ErrorKind otherwise (the sum over ranks is only tested for > 0, and the
-  // failing rank throws its own kind).
+  // 0: no failure; 1 + the ErrorKind otherwise. The failing rank throws its own kind; the others
+  // throw the gravest kind of any rank (the maximum: a system fault or a parasol bug over the
+  // user's error), so that no rank reports another's internal error as the user's (exit 2).
   std::vector<float> failed = {error.empty() ? 0.0f : 1.0f + static_cast<float>(kind)};
-  all_reduce_host(world, backend, failed);
+  all_reduce_host(world, backend, failed, true);
   if (!error.empty()) throw Error(field, error, kind);
-  if (failed[0] > 0) throw Error(field, "failed on another rank");
+  if (failed[0] > 0)
+    throw Error(field, "failed on another rank",
+                static_cast<ErrorKind>(std::lround(failed[0]) - 1));
 }
 
 }  // namespace

@@ -656,7 +656,7 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world,
     local = e;
   }
   std::array<int, 1 + 2 * kGridInts> mine{}, all{};
-  mine[0] = local ? 1 : 0;
+  mine[0] = local ? 1 + static_cast<int>(local->kind()) : 0;  // the maximum: the gravest kind
   const auto g = grid_ints(plan);
   for (int i = 0; i < kGridInts; ++i) {
     mine[1 + i] = g[i];
@@ -666,7 +666,9 @@ std::unique_ptr<CommSet> make_mpi_comm_set(const Plan& plan, MPI_Comm world,
       MPI_Allreduce(mine.data(), all.data(), static_cast<int>(all.size()), MPI_INT, MPI_MAX, world),
       "mpi");
   if (local) throw *local;
-  if (all[0]) throw Error("plan", "another rank rejected the plan (see its error)");
+  if (all[0])
+    throw Error("plan", "another rank rejected the plan (see its error)",
+                static_cast<ErrorKind>(all[0] - 1));
   for (int i = 0; i < kGridInts; ++i)
     if (all[1 + i] != -all[1 + kGridInts + i])
       throw Error("plan",

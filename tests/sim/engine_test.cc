@@ -129,7 +129,9 @@ class EngineTest : public ::testing::Test {
       bw = std::min(bw, f.bw);
       lat = std::max(lat, f.latency);
     }
-    return bytes / bw + lat + prof.collective_step_latency_s;
+    // A pipeline send's software latency: NCCL's, as the closed form's (cost::pipeline_hop);
+    // stage 1's ranks are on the other server.
+    return bytes / bw + lat + cost::p2p_software_latency(prof, /*crosses_servers=*/true);
   }
   // The event of op `id` of rank `rank` in a recorded trace.
   static const traces::TraceEvent& event(const SimResult& r, int rank, int id) {

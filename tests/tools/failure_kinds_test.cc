@@ -75,14 +75,25 @@ TEST(FailureKinds, AMalformedProgramFailsTheEngineAsABug) {
 }
 
 // The same malformed Program fails the executor as parasol's bug too: `parasol run` exits 1 with
-// the issue graph's contract message (the executor builds it before any op starts).
+// the issue graph's contract message (the executor builds it before any op starts). So does a
+// check that fails inside the lowering (PARASOL_TEST_BREAK_LOWERING=1), as it fails the engine
+// (InternalErrorExitsOneAndSaysItIsABug): a healthy run of the same job exits 0.
 TEST(FailureKinds, AMalformedProgramFailsTheExecutorAsABug) {
+  const std::string args = " run --model tiny --gbs 4 --steps 1";
   const std::string cmd = std::string("env PARASOL_TEST_BREAK_LOWERING=program ") + PARASOL_BIN;
-  const auto step = testing_cli::run_command(cmd + " run --model tiny --gbs 4 --steps 1");
+  const auto step = testing_cli::run_command(cmd + args);
   EXPECT_EQ(step.code, 1) << step.out;
   EXPECT_NE(step.out.find("internal error (this is a parasol bug"), std::string::npos) << step.out;
   EXPECT_NE(step.out.find(".deps: bad op id"), std::string::npos) << step.out;
   EXPECT_NE(step.out.find("(not an earlier op)"), std::string::npos) << step.out;
+  const auto healthy = testing_cli::run_command(std::string(PARASOL_BIN) + args);
+  EXPECT_EQ(healthy.code, 0) << healthy.out;
+  const auto broken = testing_cli::run_command(std::string("env ") + kBreak + PARASOL_BIN + args);
+  EXPECT_EQ(broken.code, 1) << broken.out;
+  EXPECT_NE(broken.out.find("internal error (this is a parasol bug"), std::string::npos)
+      << broken.out;
+  EXPECT_NE(broken.out.find("core/lower.cc:"), std::string::npos) << broken.out;
+  EXPECT_NE(broken.out.find("PARASOL_TEST_BREAK_LOWERING"), std::string::npos) << broken.out;
 }
 
 TEST(FailureKinds, SystemFaultExitsOneAndNamesTheCall) {
