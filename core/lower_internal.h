@@ -423,6 +423,12 @@ class Lowerer {
                     Saved& sv);
   void lora_backward(int layer, LoraTarget t, int dy, int64_t in, int dx, int64_t out,
                      const Saved& sv, const WSet& w, const WSet& g);
+  // Plan::activation_fp8_input_store on dense MLP `mlp` (SwiGLU, not torchtitan's split w1/w3 or
+  // a GELU epilogue): its SwiGLU keeps an fp8 copy of FC1's output.
+  bool fp8_act_store(const Mlp& mlp) const {
+    return p_.activation_fp8_input_store && m_.activation == Activation::kSwiglu && !op_ac_ &&
+           !gelu_epilogue() && mlp.s_fc1 == sFc1;
+  }
   // Whether the linear in `slot` trains its weight (false for every base weight under LoRA).
   bool trains(Slot slot) const { return !p_.lora() || slot >= kLoraQkvA; }
   int attention_backward(int layer, const Saved& sv, int dao);

@@ -471,6 +471,9 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   if (split) {
     sv[sFc1] = act(layer, fc1.c_str(), {T_, f});
     sv[sFc3] = ws(layer, "fc3", {T_, f});
+  } else if (fp8_act_store(mlp)) {
+    // FC1's output lives until the SwiGLU has run; the SwiGLU keeps an fp8 copy of it.
+    sv[mlp.s_fc1] = ws(layer, fc1.c_str(), {T_, up_ * f});
   } else {
     sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
   }
@@ -487,8 +490,15 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
          {sv[mlp.s_fc1], split ? sv[sFc3] : -1});
     if (mlp.s_fc1 == sFc1) lora_forward(layer, LoraTarget::kFc1, in, h_, sv[sFc1], up_ * f, w, sv);
     sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
+    // Plan::activation_fp8_input_store: the SwiGLU also writes the fp8 copy of its input it keeps
+    // (a byte an element).
+    const int stored = fp8_act_store(mlp) ? act(layer, (fc1 + ".fp8").c_str(), {T_, up_ * f},
+                                                Dtype::kFp8)
+                                          : -1;
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-                kb_.activation * T_ * f, {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act]});
+                kb_.activation * T_ * f + (stored >= 0 ? double(T_) * up_ * f : 0.0),
+                {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act], stored});
+    if (stored >= 0) sv[mlp.s_fc1] = stored;
   }
   int o2 = split ? act(layer, fc2.c_str(), {T_, h_}) : ws(layer, fc2.c_str(), {T_, h_});
   if (split) sv[sFc2o] = o2;
@@ -523,9 +533,18 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
     main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1,
                                                  {sv[mlp.s_act], d}, {g[mlp.fc2]})));
   if (dfc1 < 0) {
+    // Plan::activation_fp8_input_store: the kept fp8 input cast back first (SwiGLUFunction's
+    // backward: input.to(ctx.ori_input_dtype)).
+    int in_act = sv[mlp.s_fc1];
+    if (fp8_act_store(mlp)) {
+      const double n = double(T_) * up_ * f;
+      in_act = ws(layer, (fc1 + ".bf16").c_str(), {T_, up_ * f});
+      elementwise(OpKind::kCast, layer, (fc1 + ".bf16").c_str(), n, n * (1 + eb_),
+                  {sv[mlp.s_fc1]}, {in_act});
+    }
     dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-                2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+                2 * kb_.activation * T_ * f, {in_act, mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
                 {dfc1, g[mlp.fc1b]});
   }
   // FC1's input again, for its weight gradient.

@@ -88,6 +88,7 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
   if (p.fp8_param_gather) s += " fp8pg";
+  if (p.activation_fp8_input_store) s += " act8";
   if (p.lora()) s += " lora" + std::to_string(p.lora_rank) + ":" + lora_targets_name(p.lora_targets);
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
@@ -621,6 +622,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "lora_rank",
                 "lora_target_modules",
                 "lora_dropout",
+                "activation_func_fp8_input_store",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
@@ -720,6 +722,7 @@ Plan plan_from_json(const Json& j, const std::string& path) {
     if (!p.lora()) throw Error(r.field("lora_target_modules"), "only applies with lora_rank > 0");
   }
   p.lora_dropout = r.number_or("lora_dropout", 0, 0, 0.999);
+  p.activation_fp8_input_store = r.boolean_or("activation_func_fp8_input_store", false);
   if (p.lora_dropout > 0 && !p.lora())
     throw Error(r.field("lora_dropout"), "only applies with lora_rank > 0");
   if (r.has("recompute_modules")) {
@@ -945,6 +948,7 @@ Json plan_to_json(const Plan& p) {
   if (!p.cross_entropy_loss_fusion) j["cross_entropy_loss_fusion"] = false;
   if (p.deterministic) j["deterministic"] = true;
   if (p.te_version > 0) j["transformer_engine_version"] = te_version_name(p.te_version);
+  if (p.activation_fp8_input_store) j["activation_func_fp8_input_store"] = true;
   if (p.lora()) {
     j["lora_rank"] = p.lora_rank;
     if (p.lora_targets != Plan{}.lora_targets) {
@@ -1011,6 +1015,9 @@ Plan runtime_plan(Plan p) {
   // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime
   // executes the layer without it (the same numerics; the predictors price the policy).
   if (p.recompute == Recompute::kSelectiveOp) p.recompute = Recompute::kNone;
+  // Megatron's fp8 copy of the SwiGLU input: the runtime keeps the input in its own dtype (the
+  // predictors price the copy and its cast back).
+  p.activation_fp8_input_store = false;
   return p;
 }
 

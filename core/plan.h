@@ -545,6 +545,12 @@ struct Plan {
   int lora_rank = 0;
   unsigned lora_targets = 0xFu;  // bit per LoraTarget (NeMo's default: all four)
   double lora_dropout = 0;       // the adapters' input dropout ("pre"); > 0 keeps its output and mask
+  // Megatron-Core's activation_func_fp8_input_store (TransformerConfig, SwiGLU only:
+  // transformer_config.py @d98e8a6 L227, L2467; fusions/fused_bias_swiglu.py SwiGLUFunction): the
+  // SwiGLU keeps its input (FC1's output) for the backward as an fp8 copy it writes in the
+  // forward, and casts it back before its backward (the MLPerf llama2_70b_lora reference's
+  // FP8_ACT=1).
+  bool activation_fp8_input_store = false;
   bool lora() const { return lora_rank > 0; }
   bool lora_targets_linear(LoraTarget t) const {
     return lora() && ((lora_targets >> static_cast<int>(t)) & 1u) != 0;
@@ -643,8 +649,9 @@ struct Plan {
 // context-parallel ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads
 // (repeat_kv false), which the predictors price, and without torchtitan's op-level recompute
 // (selective_op runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded attention
-// (attention_unpad) or the metric passes over the logits (loss_metric_passes). None changes the
-// numerics beyond rounding.
+// (attention_unpad), the metric passes over the logits (loss_metric_passes) or Megatron's fp8
+// copy of the SwiGLU input (activation_fp8_input_store). None changes the numerics beyond
+// rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

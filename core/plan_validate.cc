@@ -412,6 +412,13 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.recompute == Recompute::kSelectiveOp)
     if (std::string why = selective_op_refusal(p, m); !why.empty())
       throw Error("plan.recompute", why);
+  if (p.activation_fp8_input_store && m.is_moe())
+    throw Error("plan.activation_func_fp8_input_store",
+                "is modelled for dense MLPs only (not MoE experts)");
+  if (p.activation_fp8_input_store && m.activation != Activation::kSwiglu)
+    throw Error("plan.activation_func_fp8_input_store",
+                "applies to SwiGLU only (Megatron-Core: \"Storing activation input in FP8 is "
+                "supported only for SwiGLU.\")");
   // LoRA (Plan::lora_rank): what parasol models of NeMo's LoRA (core/lower_lora.cc).
   if (p.lora()) {
     // The price caches hold the rank in three bits (cost_models/estimate.cc price_flags_more).
