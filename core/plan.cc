@@ -705,17 +705,29 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   // LoRA (Plan::lora_rank): NeMo's LoRA(dim, target_modules, dropout).
   p.lora_rank = static_cast<int>(r.integer_or("lora_rank", 0, 0, 65536));
   if (r.has("lora_target_modules")) {
-    if (!r.raw("lora_target_modules").is_array())
+    // A list of NeMo's names, or one comma-separated string of them (the CLI's flag).
+    std::vector<std::pair<std::string, std::string>> names;  // (path, name)
+    const Json& raw = r.raw("lora_target_modules");
+    if (raw.is_string()) {
+      std::stringstream ss(raw.get<std::string>());
+      for (std::string n; std::getline(ss, n, ',');)
+        names.emplace_back(r.field("lora_target_modules"), n);
+    } else if (raw.is_array()) {
+      for (const auto& [ipath, item] : r.array("lora_target_modules")) {
+        if (!item->is_string()) throw Error(ipath, "must be a string");
+        names.emplace_back(ipath, item->get<std::string>());
+      }
+    } else {
       throw Error(r.field("lora_target_modules"), "must be a list of linear names");
+    }
     p.lora_targets = 0;
-    for (const auto& [ipath, item] : r.array("lora_target_modules")) {
-      if (!item->is_string()) throw Error(ipath, "must be a string");
+    for (const auto& [path, name] : names) {
       int found = -1;
       for (int i = 0; i < kLoraTargetCount; ++i)
-        if (item->get<std::string>() == lora_target_name(static_cast<LoraTarget>(i))) found = i;
+        if (name == lora_target_name(static_cast<LoraTarget>(i))) found = i;
       if (found < 0)
-        throw Error(ipath, "'" + item->get<std::string>() +
-                               "' is not one of linear_qkv|linear_proj|linear_fc1|linear_fc2");
+        throw Error(path,
+                    "'" + name + "' is not one of linear_qkv|linear_proj|linear_fc1|linear_fc2");
       p.lora_targets |= 1u << found;
     }
     if (p.lora_targets == 0) throw Error(r.field("lora_target_modules"), "must name a linear");
