@@ -16,10 +16,10 @@ namespace parasol {
 namespace {
 
 // llama3-8b cut to two layers on a short sequence: one stage, dp 8, one micro-batch.
-struct Setup {
+struct Case {
   Model m = model_preset("llama3-8b");
   Plan p;
-  Setup() {
+  Case() {
     m.layers = 2;
     p.dp = 8;
     p.zero = 1;
@@ -49,7 +49,7 @@ double linear_flops(const Program& prog) {
 struct Dims {
   double h, qkv, ao, fc1, ffn, vocab, T;
 };
-Dims dims(const Setup& s) {
+Dims dims(const Case& s) {
   const Model& m = s.m;
   return {double(m.hidden),
           double((m.heads + 2 * m.kv_heads) * m.head_dim),
@@ -61,7 +61,7 @@ Dims dims(const Setup& s) {
 }
 
 TEST(LowerLora, TheFrozenBaseKeepsItsWeightsOnlyAndTheAdaptersTrain) {
-  Setup s;
+  Case s;
   s.p.lora_rank = 16;
   s.p.lora_targets = (1u << static_cast<int>(LoraTarget::kQkv)) |
                      (1u << static_cast<int>(LoraTarget::kProj));
@@ -90,7 +90,7 @@ TEST(LowerLora, TheFrozenBaseKeepsItsWeightsOnlyAndTheAdaptersTrain) {
 }
 
 TEST(LowerLora, GemmFlopsLoseTheFrozenWeightGradientsAndGainTheAdapters) {
-  Setup s;
+  Case s;
   const Dims d = dims(s);
   const double linears = d.h * d.qkv + d.ao * d.h + d.h * d.fc1 + d.ffn * d.h;
   const double head = d.h * d.vocab;
@@ -98,7 +98,7 @@ TEST(LowerLora, GemmFlopsLoseTheFrozenWeightGradientsAndGainTheAdapters) {
   EXPECT_DOUBLE_EQ(linear_flops(lower_stage(s.m, s.p, 0)),
                    6 * d.T * (s.m.layers * linears + head));
   for (int rank : {8, 64}) {
-    Setup l;
+    Case l;
     l.p.lora_rank = rank;  // all four targets
     const double r = rank;
     const double adapters = r * ((d.h + d.qkv) + (d.ao + d.h) + (d.h + d.fc1) + (d.ffn + d.h));
@@ -111,10 +111,10 @@ TEST(LowerLora, GemmFlopsLoseTheFrozenWeightGradientsAndGainTheAdapters) {
 }
 
 TEST(LowerLora, AdapterDropoutKeepsItsCopyAndMask) {
-  Setup s;
+  Case s;
   s.p.lora_rank = 16;
   s.p.lora_targets = 1u << static_cast<int>(LoraTarget::kProj);
-  Setup d = s;
+  Case d = s;
   d.p.lora_dropout = 0.1;
   const Liveness a = liveness(lower_stage(s.m, s.p, 0));
   const Liveness b = liveness(lower_stage(d.m, d.p, 0));
@@ -127,8 +127,8 @@ TEST(LowerLora, AdapterDropoutKeepsItsCopyAndMask) {
 }
 
 TEST(LowerLora, TheSwigluKeepsAnFp8CopyOfItsInput) {
-  Setup s;
-  Setup f = s;
+  Case s;
+  Case f = s;
   f.p.activation_fp8_input_store = true;
   const Program prog = lower_stage(f.m, f.p, 0);
   const Dims d = dims(s);
