@@ -119,8 +119,11 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
     bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
   }
   // The attention output (the out-projection's input), which the attention's backward reads too
-  // unless it recomputes the core attention.
-  if (input_kept(LoraTarget::kProj) || !recomputed(RecomputeModule::kCoreAttn))
+  // unless it recomputes the core attention or (cp_comm_type a2a) reads the kernel's own output,
+  // kept below.
+  const bool a2a_out = p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine &&
+                       p.cp_comm_type == CpCommType::kA2a;
+  if (input_kept(LoraTarget::kProj) || (!recomputed(RecomputeModule::kCoreAttn) && !a2a_out))
     bytes += lb * tokens * m.heads * m.v_head_dim() / t;
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
@@ -496,7 +499,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   }
   mb.activations = stage_act * in_flight;
   // The head's saved tensors of a micro-batch on the last stage (below).
-  const double head_saved = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
+  // (The final norm's output is kept for the head's weight gradient: not under LoRA, whose head
+  // is frozen.)
+  const double head_saved = (p.lora() ? 1 : 2) * eb * tokens * m.hidden / sp + 16 * tokens;
   // The merged backward's input gradient, held at the last stage's loss until the step's
   // exchange (combined 1F1B, above).
   if (merged_gradient) mb.activations += eb * tokens * m.hidden / sp;

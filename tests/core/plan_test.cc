@@ -999,7 +999,7 @@ TEST(PlanJson, LoraByNemosNames) {
   ExpectError(
       [] { plan_from_json(Json{{"lora_rank", 8}, {"lora_target_modules", {"q_proj"}}}); },
       "plan.lora_target_modules[0]", "linear_qkv|linear_proj");
-  ExpectError([] { plan_from_json(Json{{"lora_rank", -1}}); }, "plan.lora_rank", ">= 0");
+  ExpectError([] { plan_from_json(Json{{"lora_rank", -1}}); }, "plan.lora_rank", "out of range");
 }
 
 TEST(PlanValidate, LoraWhereItIsModelled) {
