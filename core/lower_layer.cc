@@ -326,9 +326,12 @@ void Lowerer::attention_forward_a2a(int layer, Saved& sv, bool recompute) {
                                                    : act(layer, "qkv.a2a", {T_, qkv_cols_}));
   in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "qkv.a2a",
                               eb_ * double(T_) * qkv_cols_, sv[sQkv], qkv));
+  // The kernel's own output, in the activation dtype (the attention runs in bf16 under fp8, and
+  // its all-to-all back moves eb_ bytes a value): only the out-projection's input after it is
+  // the linear's fp8 copy.
   const int o =
       role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
-                                           : act(layer, "attn.a2a", {T_, ao_cols_}, ldt_));
+                                           : act(layer, "attn.a2a", {T_, ao_cols_}));
   std::vector<int> outs = {o};
   if (!recompute) {
     sv[sLse] = role(BufferRole::kAttnLse,
