@@ -81,12 +81,13 @@ enum Slot : int {
   kSlots
 };
 inline constexpr const char* kSlotName[kSlots] = {
-    "ln1",     "qkv",    "qkv.b",   "out",        "out.b",        "ln2",        "fc1",
-    "fc1.b",   "fc2",    "fc2.b",   "router",     "efc1",         "efc1.b",     "efc2",
-    "efc2.b",  "table",  "pos",     "lnf",        "head",         "q_down",     "q_down.b",
-    "q_up",    "q_up.b", "q",       "q.b",        "kv_down",      "kv_down.b",  "kv_up",
-    "kv_up.b", "q_norm", "kv_norm", "shared_fc1", "shared_fc1.b", "shared_fc2", "shared_fc2.b",
-    "lora.qkv.a", "lora.qkv.b", "lora.out.a", "lora.out.b", "lora.fc1.a", "lora.fc1.b", "lora.fc2.a",
+    "ln1",        "qkv",        "qkv.b",        "out",        "out.b",        "ln2",
+    "fc1",        "fc1.b",      "fc2",          "fc2.b",      "router",       "efc1",
+    "efc1.b",     "efc2",       "efc2.b",       "table",      "pos",          "lnf",
+    "head",       "q_down",     "q_down.b",     "q_up",       "q_up.b",       "q",
+    "q.b",        "kv_down",    "kv_down.b",    "kv_up",      "kv_up.b",      "q_norm",
+    "kv_norm",    "shared_fc1", "shared_fc1.b", "shared_fc2", "shared_fc2.b", "lora.qkv.a",
+    "lora.qkv.b", "lora.out.a", "lora.out.b",   "lora.fc1.a", "lora.fc1.b",   "lora.fc2.a",
     "lora.fc2.b"};
 using WSet = std::array<int, kSlots>;  // buffer id per slot, -1 when absent
 inline WSet no_weights() {

@@ -329,9 +329,8 @@ void Lowerer::attention_forward_a2a(int layer, Saved& sv, bool recompute) {
   // The kernel's own output, in the activation dtype (the attention runs in bf16 under fp8, and
   // its all-to-all back moves eb_ bytes a value): only the out-projection's input after it is
   // the linear's fp8 copy.
-  const int o =
-      role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
-                                           : act(layer, "attn.a2a", {T_, ao_cols_}));
+  const int o = role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
+                                                     : act(layer, "attn.a2a", {T_, ao_cols_}));
   std::vector<int> outs = {o};
   if (!recompute) {
     sv[sLse] = role(BufferRole::kAttnLse,
@@ -495,9 +494,8 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
     sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
     // Plan::activation_fp8_input_store: the SwiGLU also writes the fp8 copy of its input it keeps
     // (a byte an element).
-    const int stored = fp8_act_store(mlp) ? act(layer, (fc1 + ".fp8").c_str(), {T_, up_ * f},
-                                                Dtype::kFp8)
-                                          : -1;
+    const int stored =
+        fp8_act_store(mlp) ? act(layer, (fc1 + ".fp8").c_str(), {T_, up_ * f}, Dtype::kFp8) : -1;
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
                 kb_.activation * T_ * f + (stored >= 0 ? double(T_) * up_ * f : 0.0),
                 {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act], stored});
@@ -542,8 +540,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
     if (fp8_act_store(mlp)) {
       const double n = double(T_) * up_ * f;
       in_act = ws(layer, (fc1 + ".bf16").c_str(), {T_, up_ * f});
-      elementwise(OpKind::kCast, layer, (fc1 + ".bf16").c_str(), n, n * (1 + eb_),
-                  {sv[mlp.s_fc1]}, {in_act});
+      elementwise(OpKind::kCast, layer, (fc1 + ".bf16").c_str(), n, n * (1 + eb_), {sv[mlp.s_fc1]},
+                  {in_act});
     }
     dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
@@ -557,8 +555,8 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   if (mlp.s_fc1 == sFc1) lora_backward(layer, LoraTarget::kFc1, dfc1, h_, dxp, up_ * f, sv, w, g);
   return tp_reduce_dgrad(layer, dxp, (fc1 + ".dx.tp").c_str(), [&] {  // conjugate of f
     if (trains(mlp.fc1))
-      main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_,
-                                                   1, {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
+      main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
+                                                   {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
   });
 }
 

@@ -63,18 +63,16 @@ void Lowerer::lora_forward(int layer, LoraTarget t, int x, int64_t in, int y, in
     const double n = double(T_) * in;
     sv[sLoraX + i] = act(layer, what[kDrop], {T_, in});
     sv[sLoraMask + i] = act(layer, what[kMask], {T_, in}, Dtype::kFp8);
-    role(OpRole::kLoraDropout,
-         elementwise(OpKind::kResidualAdd, layer, what[kDrop], n,
-                     n * (dtype_bytes(buf_at(x).dtype) + eb_ + 1), {x},
-                     {sv[sLoraX + i], sv[sLoraMask + i]}));
+    role(OpRole::kLoraDropout, elementwise(OpKind::kResidualAdd, layer, what[kDrop], n,
+                                           n * (dtype_bytes(buf_at(x).dtype) + eb_ + 1), {x},
+                                           {sv[sLoraX + i], sv[sLoraMask + i]}));
     xa = sv[sLoraX + i];
   } else {
     sv[sLoraX + i] = x;
   }
   sv[sLoraU + i] = act(layer, what[kA], {T_, r});
   role(OpRole::kLora, gemm(layer, what[kA], T_, r, in, 1, {xa, w[lora_a(t)]}, {sv[sLoraU + i]}));
-  role(OpRole::kLora,
-       gemm(layer, what[kB], T_, out, r, 1, {sv[sLoraU + i], w[lora_b(t)], y}, {y}));
+  role(OpRole::kLora, gemm(layer, what[kB], T_, out, r, 1, {sv[sLoraU + i], w[lora_b(t)], y}, {y}));
   fp8_exempt_ = false;
 }
 
@@ -85,21 +83,20 @@ void Lowerer::lora_backward(int layer, LoraTarget t, int dy, int64_t in, int dx,
   const char* const* what = kWhat[i];
   const int64_t r = p_.lora_rank;
   fp8_exempt_ = true;
-  main_grad_add(role(OpRole::kLora, gemm(layer, what[kBDw], r, out, T_, 1, {sv[sLoraU + i], dy},
-                                         {g[lora_b(t)]})));
+  main_grad_add(role(OpRole::kLora,
+                     gemm(layer, what[kBDw], r, out, T_, 1, {sv[sLoraU + i], dy}, {g[lora_b(t)]})));
   const int du = ws(layer, what[kBDx], {T_, r});
   role(OpRole::kLora, gemm(layer, what[kBDx], T_, r, out, 1, {dy, w[lora_b(t)]}, {du}, true));
-  main_grad_add(role(OpRole::kLora, gemm(layer, what[kADw], in, r, T_, 1, {sv[sLoraX + i], du},
-                                         {g[lora_a(t)]})));
+  main_grad_add(role(OpRole::kLora,
+                     gemm(layer, what[kADw], in, r, T_, 1, {sv[sLoraX + i], du}, {g[lora_a(t)]})));
   if (p_.lora_dropout > 0) {
     // A's data gradient, then the dropout's backward adds it, masked, into the input gradient.
     const int dxd = ws(layer, what[kADx], {T_, in});
     role(OpRole::kLora, gemm(layer, what[kADx], T_, in, r, 1, {du, w[lora_a(t)]}, {dxd}, true));
     const double n = double(T_) * in;
-    role(OpRole::kLoraDropout,
-         elementwise(OpKind::kResidualAdd, layer, what[kDrop], n,
-                     n * (eb_ + 1 + 2 * dtype_bytes(buf_at(dx).dtype)),
-                     {dxd, sv[sLoraMask + i], dx}, {dx}));
+    role(OpRole::kLoraDropout, elementwise(OpKind::kResidualAdd, layer, what[kDrop], n,
+                                           n * (eb_ + 1 + 2 * dtype_bytes(buf_at(dx).dtype)),
+                                           {dxd, sv[sLoraMask + i], dx}, {dx}));
   } else {
     role(OpRole::kLora, gemm(layer, what[kADx], T_, in, r, 1, {du, w[lora_a(t)], dx}, {dx}, true));
   }

@@ -70,7 +70,8 @@ const char* lora_target_name(LoraTarget t) {
 std::string lora_targets_name(unsigned targets) {
   std::string s;
   for (int i = 0; i < kLoraTargetCount; ++i)
-    if ((targets >> i) & 1u) s += (s.empty() ? "" : ",") + std::string(lora_target_name(LoraTarget(i)));
+    if ((targets >> i) & 1u)
+      s += (s.empty() ? "" : ",") + std::string(lora_target_name(LoraTarget(i)));
   return s;
 }
 
@@ -89,7 +90,8 @@ std::string plan_compact(const Plan& p) {
   if (p.fp8_dispatch) s += " fp8d";
   if (p.fp8_param_gather) s += " fp8pg";
   if (p.activation_fp8_input_store) s += " act8";
-  if (p.lora()) s += " lora" + std::to_string(p.lora_rank) + ":" + lora_targets_name(p.lora_targets);
+  if (p.lora())
+    s += " lora" + std::to_string(p.lora_rank) + ":" + lora_targets_name(p.lora_targets);
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
@@ -966,7 +968,8 @@ Json plan_to_json(const Plan& p) {
     if (p.lora_targets != Plan{}.lora_targets) {
       std::vector<std::string> names;
       for (int i = 0; i < kLoraTargetCount; ++i)
-        if ((p.lora_targets >> i) & 1u) names.push_back(lora_target_name(static_cast<LoraTarget>(i)));
+        if ((p.lora_targets >> i) & 1u)
+          names.push_back(lora_target_name(static_cast<LoraTarget>(i)));
       j["lora_target_modules"] = names;
     }
     if (p.lora_dropout > 0) j["lora_dropout"] = p.lora_dropout;

@@ -427,19 +427,21 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
                                         " is not modelled: the predictors hold ranks 1, 2, 4, ..., "
                                         "128");
     if (p.lora_targets == 0 || p.lora_targets >= (1u << kLoraTargetCount))
-      throw Error("plan.lora_target_modules", "must name linear_qkv, linear_proj, linear_fc1 or "
-                                              "linear_fc2");
+      throw Error("plan.lora_target_modules",
+                  "must name linear_qkv, linear_proj, linear_fc1 or "
+                  "linear_fc2");
     // NeMo's ParallelLinearAdapter splits A or B over the tensor-parallel group and adds its
     // own collectives (and with a2a_experimental all-to-alls): not lowered yet.
     if (p.tp > 1) throw Error("plan.lora_rank", "LoRA adapters are modelled at tp 1 only");
     if (m.is_moe() || m.mla.enabled())
-      throw Error("plan.lora_rank", "LoRA adapters are modelled on dense models with GQA/MHA "
-                                    "attention only (not MoE or MLA)");
+      throw Error("plan.lora_rank",
+                  "LoRA adapters are modelled on dense models with GQA/MHA "
+                  "attention only (not MoE or MLA)");
     if (p.zero >= 3)
-      throw Error("plan.lora_rank", "LoRA with ZeRO-3 / FSDP (sharded frozen weights) is not "
-                                    "modelled; use zero 0 to 2 (Megatron's distributed optimizer)");
-    if (p.offload.any())
-      throw Error("plan.offload", "offload with LoRA is not modelled");
+      throw Error("plan.lora_rank",
+                  "LoRA with ZeRO-3 / FSDP (sharded frozen weights) is not "
+                  "modelled; use zero 0 to 2 (Megatron's distributed optimizer)");
+    if (p.offload.any()) throw Error("plan.offload", "offload with LoRA is not modelled");
     if (p.recompute == Recompute::kSelectiveOp)
       throw Error("plan.recompute", "torchtitan's op-level recompute with LoRA is not modelled");
     if (p.gemm_gelu_epilogue && m.activation == Activation::kGelu)

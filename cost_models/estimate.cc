@@ -560,9 +560,9 @@ const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool 
 // communication priced on the plan's placed groups (stage 0's) and the fragment played
 // (cost_models/layer_fragment.h), cached by everything the price depends on.
 const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
-  auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
-                             moe_layer, precision_key(p), price_flags(p), windowed, 0,
-                             price_flags_more(p));
+  auto key =
+      std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention, moe_layer,
+                      precision_key(p), price_flags(p), windowed, 0, price_flags_more(p));
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 

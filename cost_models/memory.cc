@@ -100,13 +100,14 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
                       LoraTarget tb) {
     for (const LinearShape& s : ls) {
       const std::string_view n(s.name);
-      const bool hit = (n == a && p.lora_targets_linear(ta)) || (n == b && p.lora_targets_linear(tb));
+      const bool hit =
+          (n == a && p.lora_targets_linear(ta)) || (n == b && p.lora_targets_linear(tb));
       if (hit) bytes += eb * tokens * p.lora_rank + (lora_drop ? (eb + 1) * tokens * s.in : 0);
     }
   };
   adapters(attention_linears(m), "qkv", LoraTarget::kQkv, "out", LoraTarget::kProj);
   if (!moe_layer) adapters(mlp_linears(m, 0), "fc1", LoraTarget::kFc1, "fc2", LoraTarget::kFc2);
-  bytes += eb * tokens * h / sp;  // norm1 input
+  bytes += eb * tokens * h / sp;                                    // norm1 input
   if (input_kept(LoraTarget::kQkv)) bytes += lb * tokens * h / sp;  // QKV input (norm1 output)
   if (m.mla.enabled()) {
     // The latents feeding the up-projections, then Q, K (nope + rope per head) and V.
@@ -121,8 +122,8 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   // The attention output (the out-projection's input), which the attention's backward reads too
   // unless it recomputes the core attention or (cp_comm_type a2a) reads the kernel's own output,
   // kept below.
-  const bool a2a_out = p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine &&
-                       p.cp_comm_type == CpCommType::kA2a;
+  const bool a2a_out =
+      p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine && p.cp_comm_type == CpCommType::kA2a;
   if (input_kept(LoraTarget::kProj) || (!recomputed(RecomputeModule::kCoreAttn) && !a2a_out))
     bytes += lb * tokens * m.heads * m.v_head_dim() / t;
   if (p.flash_attention) {

@@ -24,8 +24,8 @@ double lora_layer_params(const Model& m, const Plan& p);
 
 // Parameters held by one rank of pipeline stage `stage` before any ZeRO sharding (tensor- and
 // expert-parallel shards, MLA's replicated down-projections whole; the stage's own layers,
-// uneven stages included; embedding on the first stage, head on the last). Under LoRA the trained ones only: the adapters (the frozen base weights are
-// stage_params of the plan without LoRA).
+// uneven stages included; embedding on the first stage, head on the last). Under LoRA the trained
+// ones only: the adapters (the frozen base weights are stage_params of the plan without LoRA).
 struct StageParams {
   double dense = 0;   // replicated over dp (sharded by ZeRO over dp x cp)
   double expert = 0;  // replicated over dp / ep (sharded by ZeRO over (dp / ep) x cp)

@@ -401,7 +401,7 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                                                                 : GemmPass::kWeightGrad;
         // A linear outside the layers is the output layer (core/lower.h).
         // A LoRA adapter's GEMMs run in bf16 outside fp8 autocast (core/lower_lora.cc).
-        const Dtype dtype = op.tags.layer < 0               ? output_layer_dtype(math)
+        const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math)
                             : op.role == OpRole::kLora && math == Dtype::kFp8 ? Dtype::kBf16
                                                                               : math;
         if (multi_stream_expert_gemm(op, plan_))

@@ -63,8 +63,8 @@ Dims dims(const Case& s) {
 TEST(LowerLora, TheFrozenBaseKeepsItsWeightsOnlyAndTheAdaptersTrain) {
   Case s;
   s.p.lora_rank = 16;
-  s.p.lora_targets = (1u << static_cast<int>(LoraTarget::kQkv)) |
-                     (1u << static_cast<int>(LoraTarget::kProj));
+  s.p.lora_targets =
+      (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
   const Program prog = lower_stage(s.m, s.p, 0);
   const Dims d = dims(s);
   const double r = 16;
@@ -95,8 +95,7 @@ TEST(LowerLora, GemmFlopsLoseTheFrozenWeightGradientsAndGainTheAdapters) {
   const double linears = d.h * d.qkv + d.ao * d.h + d.h * d.fc1 + d.ffn * d.h;
   const double head = d.h * d.vocab;
   // Full training: forward, data and weight gradient of every linear and the head.
-  EXPECT_DOUBLE_EQ(linear_flops(lower_stage(s.m, s.p, 0)),
-                   6 * d.T * (s.m.layers * linears + head));
+  EXPECT_DOUBLE_EQ(linear_flops(lower_stage(s.m, s.p, 0)), 6 * d.T * (s.m.layers * linears + head));
   for (int rank : {8, 64}) {
     Case l;
     l.p.lora_rank = rank;  // all four targets
@@ -145,8 +144,8 @@ TEST(LowerLora, TheSwigluKeepsAnFp8CopyOfItsInput) {
   EXPECT_EQ(casts, s.m.layers);  // cast back before each SwiGLU backward
   // The saved FC1 outputs shrink from 2 bytes an element to 1: the stage's peak by at least
   // every layer but the last's (whose backward casts its copy back first).
-  const double saved = liveness(lower_stage(s.m, s.p, 0)).peak_bytes -
-                       liveness(lower_stage(f.m, f.p, 0)).peak_bytes;
+  const double saved =
+      liveness(lower_stage(s.m, s.p, 0)).peak_bytes - liveness(lower_stage(f.m, f.p, 0)).peak_bytes;
   EXPECT_GE(saved, (s.m.layers - 1) * d.T * d.fc1);
 }
 

@@ -992,12 +992,20 @@ TEST(PlanJson, LoraByNemosNames) {
   const Plan all = plan_from_json(Json{{"lora_rank", 8}});
   EXPECT_EQ(all.lora_targets, 0xFu);
   EXPECT_FALSE(plan_to_json(all).contains("lora_target_modules"));
-  ExpectError([] { plan_from_json(Json{{"lora_target_modules", {"linear_qkv"}}}); },
-              "plan.lora_target_modules", "lora_rank > 0");
-  ExpectError([] { plan_from_json(Json{{"lora_dropout", 0.1}}); }, "plan.lora_dropout",
-              "lora_rank > 0");
   ExpectError(
-      [] { plan_from_json(Json{{"lora_rank", 8}, {"lora_target_modules", {"q_proj"}}}); },
+      [] {
+        plan_from_json(Json{{"lora_target_modules", {"linear_qkv"}}});
+      },
+      "plan.lora_target_modules", "lora_rank > 0");
+  ExpectError(
+      [] {
+        plan_from_json(Json{{"lora_dropout", 0.1}});
+      },
+      "plan.lora_dropout", "lora_rank > 0");
+  ExpectError(
+      [] {
+        plan_from_json(Json{{"lora_rank", 8}, {"lora_target_modules", {"q_proj"}}});
+      },
       "plan.lora_target_modules[0]", "linear_qkv|linear_proj");
   ExpectError([] { plan_from_json(Json{{"lora_rank", -1}}); }, "plan.lora_rank", "out of range");
 }

@@ -686,8 +686,7 @@ TEST(EstimatorCache, LoraSwitchesAreInTheKeysOfTheCachedPrices) {
     validate(p, m, c);
     fresh.push_back(estimate(m, c, p, prof).step_time_s);
   }
-  for (size_t i = 1; i < plans.size(); ++i)
-    EXPECT_NE(fresh[i], fresh[0]) << plan_compact(plans[i]);
+  for (size_t i = 1; i < plans.size(); ++i) EXPECT_NE(fresh[i], fresh[0]) << plan_compact(plans[i]);
   // LoRA drops the frozen weights' gradient GEMMs: faster than training every weight.
   EXPECT_LT(fresh[1], fresh[0]);
   for (int pass = 0; pass < 2; ++pass) {

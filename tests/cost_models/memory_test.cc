@@ -553,9 +553,10 @@ TEST(MemoryPerStage, OneRankOfEachStage) {
   EXPECT_GT(stages[0].activations, stages[2].activations);
 }
 
-// LoRA (Plan::lora_rank): a frozen linear keeps its input only for its adapter (core/lower_lora.cc),
-// each adapter keeps u = x A (r columns), and with adapter dropout the dropped copy and its mask
-// instead of the input; against the bytes of a bf16 Llama layer written out.
+// LoRA (Plan::lora_rank): a frozen linear keeps its input only for its adapter
+// (core/lower_lora.cc), each adapter keeps u = x A (r columns), and with adapter dropout the
+// dropped copy and its mask instead of the input; against the bytes of a bf16 Llama layer written
+// out.
 TEST(LoraActivations, FrozenInputsGoAndAdaptersKeepTheirOwn) {
   const Model m = llama(4, 1024, 8, 2, 3584, 32000, 2048);
   Plan p;
@@ -565,8 +566,8 @@ TEST(LoraActivations, FrozenInputsGoAndAdaptersKeepTheirOwn) {
   const double full = layer_activation_bytes(m, p, Recompute::kNone, false);
   Plan l = p;
   l.lora_rank = 16;
-  l.lora_targets = (1u << static_cast<int>(LoraTarget::kQkv)) |
-                   (1u << static_cast<int>(LoraTarget::kProj));
+  l.lora_targets =
+      (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
   // FC1's input (the norm2 output) and FC2's (the SwiGLU output) go; two adapters keep u.
   EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, Recompute::kNone, false),
                    full - eb * T * h - eb * T * ffn + 2 * eb * T * r);

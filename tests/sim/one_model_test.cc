@@ -208,8 +208,8 @@ std::vector<Case> cases() {
     p.fp8_param_gather = true;
     p.grad_reduce_dtype = Dtype::kBf16;
     p.lora_rank = 16;
-    p.lora_targets = (1u << static_cast<int>(LoraTarget::kQkv)) |
-                     (1u << static_cast<int>(LoraTarget::kProj));
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
     p.lora_dropout = 0.1;
     p.activation_fp8_input_store = true;
   });
@@ -222,8 +222,8 @@ std::vector<Case> cases() {
     p.zero = 1;
     p.cp_comm_type = CpCommType::kA2a;
     p.lora_rank = 16;
-    p.lora_targets = (1u << static_cast<int>(LoraTarget::kQkv)) |
-                     (1u << static_cast<int>(LoraTarget::kProj));
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
     p.lora_dropout = 0.1;
   });
   // Every linear adapted, under full recompute (the adapters rebuilt with their layer).
@@ -239,8 +239,8 @@ std::vector<Case> cases() {
     degrees(p, 16, 1);
     p.recompute = Recompute::kSelective;
     p.lora_rank = 8;
-    p.lora_targets = (1u << static_cast<int>(LoraTarget::kProj)) |
-                     (1u << static_cast<int>(LoraTarget::kFc2));
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kProj)) | (1u << static_cast<int>(LoraTarget::kFc2));
     p.lora_dropout = 0.05;
   });
   dense("cp2 zero1", [](Plan& p) {
