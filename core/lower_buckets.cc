@@ -59,6 +59,7 @@ void Lowerer::add_bucket(Bucket b) {
     b.elements += n;
   }
   set_reduction(b);
+  if (b.frozen) b.zero = 0;  // nothing of it in the optimizer to shard
   b.shard = static_cast<int64_t>(b.zero >= 1 ? std::ceil(b.elements / b.ways) : b.elements);
   const bool host_params = p_.offload.params;
   auto bname = [&](const char* what, const char* suffix) { return weight_name(b, what) + suffix; };
@@ -110,6 +111,11 @@ void Lowerer::add_bucket(Bucket b) {
     b.param_shard =
         buffer(bname(whole, ".w"), {b.shard}, wdt_, BufferClass::kParam, host_params, true);
   }
+  if (b.frozen) {
+    // A frozen base bucket (Plan::lora_rank): its parameters only.
+    buckets_.push_back(std::move(b));
+    return;
+  }
   if (b.zero < 2) {
     for (const Spec& s : b.specs)
       b.grads[s.slot] = slot_buffer(s.slot, bname(kSlotName[s.slot], ".g"), s.shape, gbuf_dt_,
@@ -136,6 +142,7 @@ void Lowerer::add_embedding_bucket(int chunk) {
   Bucket b;
   b.label = "emb";
   b.chunk = chunk;
+  b.frozen = p_.lora();
   b.specs.push_back({kTable, {vocab_t_, h_}});
   if (m_.learned_positions) b.specs.push_back({kPos, {m_.seq_len, h_}});
   emb_bucket_ = static_cast<int>(buckets_.size());
@@ -181,6 +188,7 @@ void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
   Bucket d;
   d.layer = layer;
   d.chunk = chunk;
+  d.frozen = p_.lora();
   d.specs.push_back({kNorm1, norm});
   for (const LinearShape& s : attention_linears(m_)) add_linear_specs(d, s, t_);
   for (const NormShape& n : attention_norms(m_))
@@ -191,6 +199,7 @@ void Lowerer::add_layer_buckets(int chunk, int layer, int local) {
   for (const LinearShape& s : mlp_linears(m_, layer)) add_linear_specs(d, s, t_);
   layer_buckets_[local][0] = static_cast<int>(buckets_.size());
   add_bucket(std::move(d));
+  add_lora_bucket(chunk, layer, local);
   if (!moe) return;
   Bucket e;
   e.layer = layer;
@@ -214,6 +223,7 @@ void Lowerer::add_head_bucket(int chunk) {
   Bucket b;
   b.label = "head";
   b.chunk = chunk;
+  b.frozen = p_.lora();
   b.specs.push_back({kFnorm, norm_shape()});
   // Tied embeddings share the table on a single stage; with pp > 1 the last stage holds a
   // copy (Megatron), reduced like any other weight.
@@ -706,6 +716,7 @@ WSet Lowerer::layer_grads(int local) {
 // ZeRO-3 resharded after the step reduce after the last micro-batch (overlapped with the rest of
 // the backward).
 void Lowerer::after_backward(Bucket& b, bool last) {
+  if (b.frozen) return;
   Label label(this, b);
   const int layer = b.layer;
   if (ds_lazy_ && b.zero >= 3 && !b.expert && b.layer >= 0 && !b.step_grads) {

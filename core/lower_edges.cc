@@ -45,6 +45,9 @@ int Lowerer::embedding_forward(int mb) {
 }
 
 void Lowerer::embedding_backward(int mb, int dy) {
+  // Under LoRA the embedding is frozen and nothing before it needs a gradient: autograd runs none
+  // of its backward.
+  if (p_.lora()) return;
   at(-1, Phase::kBackward);
   EdgeSaved& es = emb_saved_[mb];
   if (es.mask >= 0) {
@@ -268,8 +271,9 @@ int Lowerer::head_backward(int mb) {
   int dxf = tp_reduce_out(-1, dxp, T_, "head.dx.tp");
   WSet g = unit_grads(buckets_[head_bucket_]);
   const int ghead = own ? g[kHead] : unit_grads(buckets_[emb_bucket_])[kTable];
-  main_grad_add(
-      role(OpRole::kWeightGrad, gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead})));
+  if (ghead >= 0)  // not under LoRA: the head is frozen
+    main_grad_add(role(OpRole::kWeightGrad,
+                       gemm(-1, "head.dw", h_, vocab_t_, T_, 1, {in, dlogits}, {ghead})));
   int dy = act(-1, "lnf.dx", {Tn_, h_});
   elementwise(OpKind::kNorm, -1, "lnf", double(Tn_) * h_, 4 * eb_ * Tn_ * h_,
               {hs.x, dxf, w[kFnorm]}, {dy, g[kFnorm]});

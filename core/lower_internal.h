@@ -68,14 +68,27 @@ enum Slot : int {
   kSfc1B,
   kSfc2,
   kSfc2B,
+  // LoRA adapters (Plan::lora_rank, core/lower_lora.cc): A [in x r] and B [r x out] of each target
+  // linear, in LoraTarget order.
+  kLoraQkvA,
+  kLoraQkvB,
+  kLoraOutA,
+  kLoraOutB,
+  kLoraFc1A,
+  kLoraFc1B,
+  kLoraFc2A,
+  kLoraFc2B,
   kSlots
 };
 inline constexpr const char* kSlotName[kSlots] = {
-    "ln1",     "qkv",    "qkv.b",   "out",        "out.b",        "ln2",        "fc1",
-    "fc1.b",   "fc2",    "fc2.b",   "router",     "efc1",         "efc1.b",     "efc2",
-    "efc2.b",  "table",  "pos",     "lnf",        "head",         "q_down",     "q_down.b",
-    "q_up",    "q_up.b", "q",       "q.b",        "kv_down",      "kv_down.b",  "kv_up",
-    "kv_up.b", "q_norm", "kv_norm", "shared_fc1", "shared_fc1.b", "shared_fc2", "shared_fc2.b"};
+    "ln1",        "qkv",        "qkv.b",        "out",        "out.b",        "ln2",
+    "fc1",        "fc1.b",      "fc2",          "fc2.b",      "router",       "efc1",
+    "efc1.b",     "efc2",       "efc2.b",       "table",      "pos",          "lnf",
+    "head",       "q_down",     "q_down.b",     "q_up",       "q_up.b",       "q",
+    "q.b",        "kv_down",    "kv_down.b",    "kv_up",      "kv_up.b",      "q_norm",
+    "kv_norm",    "shared_fc1", "shared_fc1.b", "shared_fc2", "shared_fc2.b", "lora.qkv.a",
+    "lora.qkv.b", "lora.out.a", "lora.out.b",   "lora.fc1.a", "lora.fc1.b",   "lora.fc2.a",
+    "lora.fc2.b"};
 using WSet = std::array<int, kSlots>;  // buffer id per slot, -1 when absent
 inline WSet no_weights() {
   WSet w;
@@ -122,7 +135,12 @@ enum SavedSlot : int {
   sFc2o,
   sOutRs,
   sMlpRs,
-  sSlots
+  // LoRA adapters, one of each per LoraTarget (core/lower_lora.cc): A's input (the linear's input,
+  // or its dropout output under Plan::lora_dropout), the dropout mask, and u = x A [T x r].
+  sLoraX,
+  sLoraMask = sLoraX + 4,
+  sLoraU = sLoraMask + 4,
+  sSlots = sLoraU + 4
 };
 using Saved = std::array<int, sSlots>;
 inline Saved no_saved() {
@@ -167,6 +185,9 @@ struct Bucket {
   int chunk = 0;           // virtual pipeline chunk holding it
   const char* label = "";  // name of an embedding/head bucket
   bool expert = false;
+  // Plan::lora_rank: a frozen base bucket: parameters only (no gradients, optimizer state,
+  // reduction or update).
+  bool frozen = false;
   Group group = Group::kDpCp;  // ranks its state is sharded over (gradients reduced over)
   int ways = 1;                // their number
   int zero = 0;                // effective ZeRO stage (0 when ways == 1)
@@ -392,6 +413,25 @@ class Lowerer {
                    const WSet& g);
   void attention_forward(int layer, Saved& sv, bool recompute);
   int layer_backward(int layer, const Saved& sv, int dy, const WSet& w, const WSet& g);
+  // LoRA (core/lower_lora.cc). The adapter bucket of `layer` (in layer_buckets_[local][1]: LoRA
+  // runs on dense models only, whose expert slot is free).
+  void add_lora_bucket(int chunk, int layer, int local);
+  // The adapter of target `t` on the linear whose input is `x` [T x in] and output `y` [T x out]:
+  // forward adds (dropout(x) A) B into y; backward adds the adapter's data gradient of `dy` into
+  // `dx` (the linear's input gradient) and writes A's and B's weight gradients. No-ops when the
+  // plan does not target `t`.
+  void lora_forward(int layer, LoraTarget t, int x, int64_t in, int y, int64_t out, const WSet& w,
+                    Saved& sv);
+  void lora_backward(int layer, LoraTarget t, int dy, int64_t in, int dx, int64_t out,
+                     const Saved& sv, const WSet& w, const WSet& g);
+  // Plan::activation_fp8_input_store on dense MLP `mlp` (SwiGLU, not torchtitan's split w1/w3 or
+  // a GELU epilogue): its SwiGLU keeps an fp8 copy of FC1's output.
+  bool fp8_act_store(const Mlp& mlp) const {
+    return p_.activation_fp8_input_store && m_.activation == Activation::kSwiglu && !op_ac_ &&
+           !gelu_epilogue() && mlp.s_fc1 == sFc1;
+  }
+  // Whether the linear in `slot` trains its weight (false for every base weight under LoRA).
+  bool trains(Slot slot) const { return !p_.lora() || slot >= kLoraQkvA; }
   int attention_backward(int layer, const Saved& sv, int dao);
   // Plan::attention_unpad (core/lower_unpad.cc): Q, K and V of `qkv` unpadded into packed
   // copies (returned; the kernel reads them), with their host syncs; the kernel's output `out`

@@ -326,9 +326,11 @@ void Lowerer::attention_forward_a2a(int layer, Saved& sv, bool recompute) {
                                                    : act(layer, "qkv.a2a", {T_, qkv_cols_}));
   in_compute_order(collective(OpKind::kAllToAll, Group::kCp, layer, "qkv.a2a",
                               eb_ * double(T_) * qkv_cols_, sv[sQkv], qkv));
-  const int o =
-      role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
-                                           : act(layer, "attn.a2a", {T_, ao_cols_}, ldt_));
+  // The kernel's own output, in the activation dtype (the attention runs in bf16 under fp8, and
+  // its all-to-all back moves eb_ bytes a value): only the out-projection's input after it is
+  // the linear's fp8 copy.
+  const int o = role(BufferRole::kAttnOut, recompute ? ws(layer, "attn.rc", {T_, ao_cols_})
+                                                     : act(layer, "attn.a2a", {T_, ao_cols_}));
   std::vector<int> outs = {o};
   if (!recompute) {
     sv[sLse] = role(BufferRole::kAttnLse,
@@ -414,11 +416,13 @@ int Lowerer::layer_forward(int layer, int x, const WSet& w, Saved& sv) {
     role(OpRole::kQkv, rotary_epilogue(gemm(layer, "qkv", T_, qkv_cols_, h_, 1,
                                             {in, w[kQkv], w[kQkvB]}, {sv[sQkv], sv[sK]}),
                                        false));
+    lora_forward(layer, LoraTarget::kQkv, in, h_, sv[sQkv], qkv_cols_, w, sv);
     qk_norms(layer, sv[sQkv], sv[sK], -1);
   }
   attention_forward(layer, sv, false);
   int o = ws(layer, "out", {T_, h_});
   gemm(layer, "out", T_, h_, ao_cols_, 1, {sv[sAo], w[kOut]}, {o});
+  lora_forward(layer, LoraTarget::kProj, sv[sAo], ao_cols_, o, h_, w, sv);
   int a = tp_reduce_out(layer, o, T_, "out.tp", true);
   if (op_ac_ && sp_) sv[sOutRs] = a;  // torchtitan's policy keeps reduce_scatter outputs
   sv[sX1] = act(layer, "res1", {Tn_, h_});
@@ -469,6 +473,9 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   if (split) {
     sv[sFc1] = act(layer, fc1.c_str(), {T_, f});
     sv[sFc3] = ws(layer, "fc3", {T_, f});
+  } else if (fp8_act_store(mlp)) {
+    // FC1's output lives until the SwiGLU has run; the SwiGLU keeps an fp8 copy of it.
+    sv[mlp.s_fc1] = ws(layer, fc1.c_str(), {T_, up_ * f});
   } else {
     sv[mlp.s_fc1] = act(layer, fc1.c_str(), {T_, up_ * f});
   }
@@ -483,13 +490,21 @@ int Lowerer::mlp_forward(int layer, const Mlp& mlp, const WSet& w, Saved& sv) {
   } else {
     gemm(layer, fc1.c_str(), T_, up_ * f, h_, 1, {in, w[mlp.fc1], w[mlp.fc1b]},
          {sv[mlp.s_fc1], split ? sv[sFc3] : -1});
+    if (mlp.s_fc1 == sFc1) lora_forward(layer, LoraTarget::kFc1, in, h_, sv[sFc1], up_ * f, w, sv);
     sv[mlp.s_act] = act(layer, act_name.c_str(), {T_, f}, ldt_);
+    // Plan::activation_fp8_input_store: the SwiGLU also writes the fp8 copy of its input it keeps
+    // (a byte an element).
+    const int stored =
+        fp8_act_store(mlp) ? act(layer, (fc1 + ".fp8").c_str(), {T_, up_ * f}, Dtype::kFp8) : -1;
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-                kb_.activation * T_ * f, {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act]});
+                kb_.activation * T_ * f + (stored >= 0 ? double(T_) * up_ * f : 0.0),
+                {sv[mlp.s_fc1], split ? sv[sFc3] : -1}, {sv[mlp.s_act], stored});
+    if (stored >= 0) sv[mlp.s_fc1] = stored;
   }
   int o2 = split ? act(layer, fc2.c_str(), {T_, h_}) : ws(layer, fc2.c_str(), {T_, h_});
   if (split) sv[sFc2o] = o2;
   gemm(layer, fc2.c_str(), T_, h_, f, 1, {sv[mlp.s_act], w[mlp.fc2]}, {o2});
+  if (mlp.s_fc1 == sFc1) lora_forward(layer, LoraTarget::kFc2, sv[sAct], f, o2, h_, w, sv);
   return tp_reduce_out(layer, o2, T_, (fc2 + ".tp").c_str(), true);
 }
 
@@ -512,21 +527,36 @@ int Lowerer::mlp_backward(int layer, const Mlp& mlp, const Saved& sv, int dres2,
   if (dfc1 < 0) {
     da = act(layer, (act_name + ".dy").c_str(), {T_, f});
     gemm(layer, (fc2 + ".dx").c_str(), T_, f, h_, 1, {d, w[mlp.fc2]}, {da}, true);
+    if (mlp.s_fc1 == sFc1) lora_backward(layer, LoraTarget::kFc2, d, f, da, h_, sv, w, g);
   }
-  main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1,
-                                               {sv[mlp.s_act], d}, {g[mlp.fc2]})));
+  // A frozen weight (Plan::lora_rank) has no weight-gradient GEMM.
+  if (trains(mlp.fc2))
+    main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc2 + ".dw").c_str(), f, h_, T_, 1,
+                                                 {sv[mlp.s_act], d}, {g[mlp.fc2]})));
   if (dfc1 < 0) {
+    // Plan::activation_fp8_input_store: the kept fp8 input cast back first (SwiGLUFunction's
+    // backward: input.to(ctx.ori_input_dtype)).
+    int in_act = sv[mlp.s_fc1];
+    if (fp8_act_store(mlp)) {
+      const double n = double(T_) * up_ * f;
+      in_act = ws(layer, (fc1 + ".bf16").c_str(), {T_, up_ * f});
+      elementwise(OpKind::kCast, layer, (fc1 + ".bf16").c_str(), n, n * (1 + eb_), {sv[mlp.s_fc1]},
+                  {in_act});
+    }
     dfc1 = act(layer, (fc1 + ".dy").c_str(), {T_, up_ * f});
     elementwise(OpKind::kActivation, layer, act_name.c_str(), double(T_) * f,
-                2 * kb_.activation * T_ * f, {sv[mlp.s_fc1], mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
+                2 * kb_.activation * T_ * f, {in_act, mlp.s_fc1 == sFc1 ? sv[sFc3] : -1, da},
                 {dfc1, g[mlp.fc1b]});
   }
-  int in = tp_gather_in(layer, sv[sX1n], T_);  // FC1's input again, for its weight gradient
+  // FC1's input again, for its weight gradient.
+  int in = trains(mlp.fc1) ? tp_gather_in(layer, sv[sX1n], T_) : -1;
   int dxp = ws(layer, (fc1 + ".dx").c_str(), {T_, h_});
   gemm(layer, (fc1 + ".dx").c_str(), T_, h_, up_ * f, 1, {dfc1, w[mlp.fc1]}, {dxp}, true);
+  if (mlp.s_fc1 == sFc1) lora_backward(layer, LoraTarget::kFc1, dfc1, h_, dxp, up_ * f, sv, w, g);
   return tp_reduce_dgrad(layer, dxp, (fc1 + ".dx.tp").c_str(), [&] {  // conjugate of f
-    main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
-                                                 {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
+    if (trains(mlp.fc1))
+      main_grad_add(role(OpRole::kWeightGrad, gemm(layer, (fc1 + ".dw").c_str(), h_, up_ * f, T_, 1,
+                                                   {in, dfc1}, {g[mlp.fc1], g[mlp.fc1b]})));
   });
 }
 
@@ -550,22 +580,26 @@ int Lowerer::layer_backward(int layer, const Saved& sv, int dy, const WSet& w, c
   int d = tp_gather_in(layer, dres1, T_, true);  // conjugate of g
   int dao = role(BufferRole::kAttnOutGrad, act(layer, "attn.dy", {T_, ao_cols_}));
   gemm(layer, "out.dx", T_, ao_cols_, h_, 1, {d, w[kOut]}, {dao}, true);
-  main_grad_add(role(OpRole::kWeightGrad,
-                     gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]})));
+  lora_backward(layer, LoraTarget::kProj, d, ao_cols_, dao, h_, sv, w, g);
+  if (trains(kOut))
+    main_grad_add(role(OpRole::kWeightGrad,
+                       gemm(layer, "out.dw", ao_cols_, h_, T_, 1, {sv[sAo], d}, {g[kOut]})));
   int dqkv = attention_backward(layer, sv, dao);
   int dxn;
   if (mla_) {
     dxn = mla_backward(layer, sv, dqkv, w, g);
   } else {
     qk_norms(layer, sv[sQkv], sv[sK], dqkv);
-    int in = tp_gather_in(layer, sv[sXn], T_);
+    int in = trains(kQkv) ? tp_gather_in(layer, sv[sXn], T_) : -1;
     int dxp = ws(layer, "qkv.dx", {T_, h_});
     role(OpRole::kQkvDx,
          rotary_epilogue(gemm(layer, "qkv.dx", T_, h_, qkv_cols_, 1, {dqkv, w[kQkv]}, {dxp}, true),
                          true));
+    lora_backward(layer, LoraTarget::kQkv, dqkv, h_, dxp, qkv_cols_, sv, w, g);
     dxn = tp_reduce_dgrad(layer, dxp, "qkv.dx.tp", [&] {
-      main_grad_add(role(OpRole::kWeightGrad, gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1,
-                                                   {in, dqkv}, {g[kQkv], g[kQkvB]})));
+      if (trains(kQkv))
+        main_grad_add(role(OpRole::kWeightGrad, gemm(layer, "qkv.dw", h_, qkv_cols_, T_, 1,
+                                                     {in, dqkv}, {g[kQkv], g[kQkvB]})));
     });
   }
   int dx = act(layer, "ln1.dx", {Tn_, h_});

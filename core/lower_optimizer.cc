@@ -166,7 +166,7 @@ void Lowerer::sp_grad_all_reduce() {
   std::vector<int> g;
   double n = 0;
   for (const Bucket& b : buckets_)
-    if (b.zero < 2) sp_partial_grads(b, b.grads, sp_, slice_, g, n);
+    if (b.zero < 2 && !b.frozen) sp_partial_grads(b, b.grads, sp_, slice_, g, n);
   if (!g.empty()) collective(OpKind::kAllReduce, Group::kTp, -1, "sp.g.ar", 4 * n, g, g);
 }
 
@@ -186,6 +186,7 @@ int Lowerer::grad_norm(int& norm_op) {
   Op op = make(OpKind::kGradNorm, -1, "grad.norm", kCompute);
   double n = 0;
   for (const Bucket& b : buckets_) {
+    if (b.frozen) continue;
     n += static_cast<double>(b.shard);
     op.tensors += static_cast<int>(b.specs.size());
     if (b.zero < 2)
@@ -236,6 +237,7 @@ void Lowerer::count_zeros() {
     last = emit(op);
   };
   for (const Bucket& b : buckets_) {
+    if (b.frozen) continue;
     if (b.zero >= 2) {
       count(b.stream_grads ? b.host_grad : b.grad_shard, static_cast<int>(b.specs.size()),
             static_cast<double>(b.shard));
@@ -266,6 +268,7 @@ void Lowerer::params_norm() {
   Op op = make(OpKind::kParamNorm, -1, "param.norm", kCompute);
   double n = 0;
   for (const Bucket& b : buckets_) {
+    if (b.frozen) continue;
     n += static_cast<double>(b.shard);
     op.tensors += static_cast<int>(b.specs.size());
     if (b.master_in_opt && !p_.offload.optimizer)
@@ -295,6 +298,7 @@ void Lowerer::optimizer() {
   const int norm = grad_norm(norm_op);
   if (p_.log_num_zeros_in_grad) count_zeros();
   for (Bucket& b : buckets_) {
+    if (b.frozen) continue;
     at(b.layer, Phase::kOptimizer);
     tags_.chunk = b.chunk;
     update(b, norm, norm_op);

@@ -53,6 +53,28 @@ std::string recompute_label(const Plan& p) {
   return label + ":" + modules;
 }
 
+const char* lora_target_name(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQkv:
+      return "linear_qkv";
+    case LoraTarget::kProj:
+      return "linear_proj";
+    case LoraTarget::kFc1:
+      return "linear_fc1";
+    case LoraTarget::kFc2:
+      return "linear_fc2";
+  }
+  return "?";
+}
+
+std::string lora_targets_name(unsigned targets) {
+  std::string s;
+  for (int i = 0; i < kLoraTargetCount; ++i)
+    if ((targets >> i) & 1u)
+      s += (s.empty() ? "" : ",") + std::string(lora_target_name(LoraTarget(i)));
+  return s;
+}
+
 std::string plan_compact(const Plan& p) {
   std::string s =
       "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp);
@@ -67,6 +89,9 @@ std::string plan_compact(const Plan& p) {
   if (p.expert_fp8_padding) s += " efp";
   if (p.fp8_dispatch) s += " fp8d";
   if (p.fp8_param_gather) s += " fp8pg";
+  if (p.activation_fp8_input_store) s += " act8";
+  if (p.lora())
+    s += " lora" + std::to_string(p.lora_rank) + ":" + lora_targets_name(p.lora_targets);
   if (p.precision == Dtype::kFp8 && p.fp8_recipe != Fp8Recipe::kDelayed)
     s += std::string(" fp8-") + fp8_recipe_name(p.fp8_recipe);
   if (p.moe_router_fusion) s += " rfuse";
@@ -596,6 +621,10 @@ Plan plan_from_json(const Json& j, const std::string& path) {
                 "repeat_kv",
                 "fused_kernels",
                 "expandable_segments",
+                "lora_rank",
+                "lora_target_modules",
+                "lora_dropout",
+                "activation_func_fp8_input_store",
                 "overlap_grad_reduce",
                 "overlap_param_gather",
                 "tp_comm_overlap",
@@ -675,6 +704,41 @@ Plan plan_from_json(const Json& j, const std::string& path) {
   p.recompute = parse_recompute(r.string_or("recompute", "none"), r.field("recompute"));
   // Absent: every layer of the stage (-1 in memory); a file or flag gives a count >= 0.
   p.recompute_layers = static_cast<int>(r.integer_or("recompute_layers", -1, 0, 100000));
+  // LoRA (Plan::lora_rank): NeMo's LoRA(dim, target_modules, dropout).
+  p.lora_rank = static_cast<int>(r.integer_or("lora_rank", 0, 0, 65536));
+  if (r.has("lora_target_modules")) {
+    // A list of NeMo's names, or one comma-separated string of them (the CLI's flag).
+    std::vector<std::pair<std::string, std::string>> names;  // (path, name)
+    const Json& raw = r.raw("lora_target_modules");
+    if (raw.is_string()) {
+      std::stringstream ss(raw.get<std::string>());
+      for (std::string n; std::getline(ss, n, ',');)
+        names.emplace_back(r.field("lora_target_modules"), n);
+    } else if (raw.is_array()) {
+      for (const auto& [ipath, item] : r.array("lora_target_modules")) {
+        if (!item->is_string()) throw Error(ipath, "must be a string");
+        names.emplace_back(ipath, item->get<std::string>());
+      }
+    } else {
+      throw Error(r.field("lora_target_modules"), "must be a list of linear names");
+    }
+    p.lora_targets = 0;
+    for (const auto& [path, name] : names) {
+      int found = -1;
+      for (int i = 0; i < kLoraTargetCount; ++i)
+        if (name == lora_target_name(static_cast<LoraTarget>(i))) found = i;
+      if (found < 0)
+        throw Error(path,
+                    "'" + name + "' is not one of linear_qkv|linear_proj|linear_fc1|linear_fc2");
+      p.lora_targets |= 1u << found;
+    }
+    if (p.lora_targets == 0) throw Error(r.field("lora_target_modules"), "must name a linear");
+    if (!p.lora()) throw Error(r.field("lora_target_modules"), "only applies with lora_rank > 0");
+  }
+  p.lora_dropout = r.number_or("lora_dropout", 0, 0, 0.999);
+  p.activation_fp8_input_store = r.boolean_or("activation_func_fp8_input_store", false);
+  if (p.lora_dropout > 0 && !p.lora())
+    throw Error(r.field("lora_dropout"), "only applies with lora_rank > 0");
   if (r.has("recompute_modules")) {
     // A list of Megatron's names, or one comma-separated string of them.
     std::vector<std::pair<std::string, std::string>> names;  // (path, name)
@@ -898,6 +962,18 @@ Json plan_to_json(const Plan& p) {
   if (!p.cross_entropy_loss_fusion) j["cross_entropy_loss_fusion"] = false;
   if (p.deterministic) j["deterministic"] = true;
   if (p.te_version > 0) j["transformer_engine_version"] = te_version_name(p.te_version);
+  if (p.activation_fp8_input_store) j["activation_func_fp8_input_store"] = true;
+  if (p.lora()) {
+    j["lora_rank"] = p.lora_rank;
+    if (p.lora_targets != Plan{}.lora_targets) {
+      std::vector<std::string> names;
+      for (int i = 0; i < kLoraTargetCount; ++i)
+        if ((p.lora_targets >> i) & 1u)
+          names.push_back(lora_target_name(static_cast<LoraTarget>(i)));
+      j["lora_target_modules"] = names;
+    }
+    if (p.lora_dropout > 0) j["lora_dropout"] = p.lora_dropout;
+  }
   if (p.attention_kernel != AttentionKernel::kFlash2)
     j["attention_kernel"] = attention_kernel_name(p.attention_kernel);
   if (p.cp_impl != CpImpl::kTransformerEngine) j["cp_impl"] = cp_impl_name(p.cp_impl);
@@ -954,6 +1030,9 @@ Plan runtime_plan(Plan p) {
   // torchtitan's op-level policy recomputes some of a layer's ops from kept outputs; the runtime
   // executes the layer without it (the same numerics; the predictors price the policy).
   if (p.recompute == Recompute::kSelectiveOp) p.recompute = Recompute::kNone;
+  // Megatron's fp8 copy of the SwiGLU input: the runtime keeps the input in its own dtype (the
+  // predictors price the copy and its cast back).
+  p.activation_fp8_input_store = false;
   return p;
 }
 

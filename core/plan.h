@@ -260,6 +260,15 @@ GatherUnit parse_gather_unit(const std::string& s, const std::string& field);
 const char* fsdp_impl_name(FsdpImpl f);
 FsdpImpl parse_fsdp_impl(const std::string& s, const std::string& field);
 
+// The linears of a transformer layer that LoRA adapters wrap (Plan::lora_targets), by NeMo's
+// names (nemo/collections/llm/peft/lora.py LoRA.target_modules: linear_qkv, linear_proj,
+// linear_fc1, linear_fc2).
+enum class LoraTarget { kQkv, kProj, kFc1, kFc2 };
+constexpr int kLoraTargetCount = 4;
+const char* lora_target_name(LoraTarget t);  // "linear_qkv", "linear_proj", ...
+// "linear_qkv,linear_proj": the names of a target mask's linears, comma-separated.
+std::string lora_targets_name(unsigned targets);
+
 struct Offload {
   bool optimizer = false;    // optimizer state (and its update) in host memory
   bool params = false;       // master parameters in host memory, streamed per layer
@@ -523,6 +532,29 @@ struct Plan {
   // (cost_models/host_cost.h): those before TE's CPU-overhead work of TE 2.10 (PRs #2377, #2400)
   // or after it.
   int te_version = 0;
+  // LoRA fine-tuning (NeMo 2's nemo.collections.llm.peft.LoRA on Megatron-Core, as the MLPerf
+  // Training llama2_70b_lora reference runs it: rank 16, alpha 32, dropout 0.1 "pre",
+  // target_modules linear_qkv and linear_proj). 0: every weight trains. r > 0: every base weight
+  // (the layers', the embedding's and the head's) is frozen: kept in the parameter dtype (fp8
+  // under fp8_param_gather), with no gradient, optimizer state or gradient reduction, and its
+  // weight-gradient GEMM is not run (Transformer Engine keeps a frozen linear's input only when
+  // its weight needs a gradient: backward_needs_input); each target linear [in x out] gets an
+  // adapter y += dropout(x) A B, A [in x r] and B [r x out] in the parameter dtype, trained with
+  // their own gradients, Adam state and data-parallel reduction (core/lower_lora.cc). The
+  // adapters' GEMMs run in bf16 (Megatron's plain linears, outside fp8 autocast).
+  int lora_rank = 0;
+  unsigned lora_targets = 0xFu;  // bit per LoraTarget (NeMo's default: all four)
+  double lora_dropout = 0;       // the adapters' input dropout ("pre"); > 0 keeps its output and mask
+  // Megatron-Core's activation_func_fp8_input_store (TransformerConfig, SwiGLU only:
+  // transformer_config.py @d98e8a6 L227, L2467; fusions/fused_bias_swiglu.py SwiGLUFunction): the
+  // SwiGLU keeps its input (FC1's output) for the backward as an fp8 copy it writes in the
+  // forward, and casts it back before its backward (the MLPerf llama2_70b_lora reference's
+  // FP8_ACT=1).
+  bool activation_fp8_input_store = false;
+  bool lora() const { return lora_rank > 0; }
+  bool lora_targets_linear(LoraTarget t) const {
+    return lora() && ((lora_targets >> static_cast<int>(t)) & 1u) != 0;
+  }
   // Uneven pipelines: layers of each pipeline stage (size pp, each split evenly over the
   // stage's chunks) or of each virtual stage (size pp x vpp, in Megatron's order: virtual stage
   // chunk x pp + stage; Megatron's --pipeline-model-parallel-layout, torch pipelining's stage
@@ -617,8 +649,9 @@ struct Plan {
 // context-parallel ring (cp_impl te, cp_rotate ring, cp_comm_type p2p) on the model's own K/V heads
 // (repeat_kv false), which the predictors price, and without torchtitan's op-level recompute
 // (selective_op runs as none), PyTorch FSDP's own copies (fsdp_impl), the unpadded attention
-// (attention_unpad) or the metric passes over the logits (loss_metric_passes). None changes the
-// numerics beyond rounding.
+// (attention_unpad), the metric passes over the logits (loss_metric_passes) or Megatron's fp8
+// copy of the SwiGLU input (activation_fp8_input_store). None changes the numerics beyond
+// rounding.
 Plan runtime_plan(Plan p);
 
 // Rank order string such as "tp-cp-ep-dp-pp".

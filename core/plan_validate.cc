@@ -413,6 +413,41 @@ void validate(const Plan& p, const Model& m, const Cluster& c) {
   if (p.recompute == Recompute::kSelectiveOp)
     if (std::string why = selective_op_refusal(p, m); !why.empty())
       throw Error("plan.recompute", why);
+  if (p.activation_fp8_input_store && m.is_moe())
+    throw Error("plan.activation_func_fp8_input_store",
+                "is modelled for dense MLPs only (not MoE experts)");
+  if (p.activation_fp8_input_store && m.activation != Activation::kSwiglu)
+    throw Error("plan.activation_func_fp8_input_store",
+                "applies to SwiGLU only (Megatron-Core: \"Storing activation input in FP8 is "
+                "supported only for SwiGLU.\")");
+  // LoRA (Plan::lora_rank): what parasol models of NeMo's LoRA (core/lower_lora.cc).
+  if (p.lora()) {
+    // The price caches hold the rank in three bits (cost_models/estimate.cc price_flags_more).
+    if (p.lora_rank > 128 || (p.lora_rank & (p.lora_rank - 1)) != 0)
+      throw Error("plan.lora_rank", s(p.lora_rank) +
+                                        " is not modelled: the predictors hold ranks 1, 2, 4, ..., "
+                                        "128");
+    if (p.lora_targets == 0 || p.lora_targets >= (1u << kLoraTargetCount))
+      throw Error("plan.lora_target_modules",
+                  "must name linear_qkv, linear_proj, linear_fc1 or "
+                  "linear_fc2");
+    // NeMo's ParallelLinearAdapter splits A or B over the tensor-parallel group and adds its
+    // own collectives (and with a2a_experimental all-to-alls): not lowered yet.
+    if (p.tp > 1) throw Error("plan.lora_rank", "LoRA adapters are modelled at tp 1 only");
+    if (m.is_moe() || m.mla.enabled())
+      throw Error("plan.lora_rank",
+                  "LoRA adapters are modelled on dense models with GQA/MHA "
+                  "attention only (not MoE or MLA)");
+    if (p.zero >= 3)
+      throw Error("plan.lora_rank",
+                  "LoRA with ZeRO-3 / FSDP (sharded frozen weights) is not "
+                  "modelled; use zero 0 to 2 (Megatron's distributed optimizer)");
+    if (p.offload.any()) throw Error("plan.offload", "offload with LoRA is not modelled");
+    if (p.recompute == Recompute::kSelectiveOp)
+      throw Error("plan.recompute", "torchtitan's op-level recompute with LoRA is not modelled");
+    if (p.gemm_gelu_epilogue && m.activation == Activation::kGelu)
+      throw Error("plan.gemm_gelu_epilogue", "FC1's GELU epilogue with LoRA is not modelled");
+  }
   // Recompute modules: those the model has.
   if (p.recomputes(RecomputeModule::kMlaUpProj) && !m.mla.enabled())
     throw Error("plan.recompute_modules", "mla_up_proj needs a model with MLA attention");

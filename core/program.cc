@@ -217,6 +217,10 @@ const char* op_role_name(OpRole r) {
       return "gelu-fc2-dx";
     case OpRole::kTpPartialsSum:
       return "tp-partials-sum";
+    case OpRole::kLora:
+      return "lora";
+    case OpRole::kLoraDropout:
+      return "lora-dropout";
   }
   return "?";
 }

@@ -266,6 +266,15 @@ enum class OpRole {
   // (the GEMM's whole output) and the shard written. Priced by both predictors; the executor runs
   // nothing for it (its reduce-scatter already summed).
   kTpPartialsSum,
+  // kLinear: a GEMM of a LoRA adapter (Plan::lora_rank, core/lower_lora.cc): forward (x A, then
+  // u B added into the frozen linear's output), data gradient (backward_data) or weight gradient
+  // of A or B. Megatron's plain linears (NeMo's ParallelLinearAdapter): bf16 outside fp8
+  // autocast, issued as Megatron-local linear modules.
+  kLora,
+  // kResidualAdd: the adapters' input dropout (Plan::lora_dropout), forward (writes the dropped
+  // input and its mask) or backward (the masked data gradient added into the linear's input
+  // gradient).
+  kLoraDropout,
 };
 const char* op_role_name(OpRole r);
 // The experts' bias loops (kExpertBias, kExpertFc1Bias): kernels per local expert.

@@ -11,6 +11,7 @@
 #include "cost_models/estimate.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -124,13 +125,15 @@ void Estimator::edge_host(const Plan& p, int stage, const EdgeDevice& dev,
     double h = host(OpKind::kEmbedding, fwd);
     if (model_.dropout) h += host(OpKind::kResidualAdd, fwd);
     before_fwd = HostPace::op(h, dev.embedding_forward);
-    after_bwd = HostPace::op(host(OpKind::kEmbedding, bwd), dev.embedding_backward);
+    // Under LoRA the frozen embedding runs no backward (core/lower_edges.cc).
+    if (!p.lora()) after_bwd = HostPace::op(host(OpKind::kEmbedding, bwd), dev.embedding_backward);
   }
   if (stage == p.pp - 1) {
     const double head = host(OpKind::kNorm, fwd) + host(OpKind::kLinear, fwd);
     double loss = host(OpKind::kCrossEntropy, fwd, 2);
     double loss_bwd = host(OpKind::kCrossEntropy, bwd);
-    const double head_bwd = host(OpKind::kLinear, bwd, 2) + host(OpKind::kNorm, bwd);
+    // The head's data and weight gradients (the frozen head's data gradient only under LoRA).
+    const double head_bwd = host(OpKind::kLinear, bwd, p.lora() ? 1 : 2) + host(OpKind::kNorm, bwd);
     if (p.tp > 1) loss += host(OpKind::kAllReduce, fwd, 2);
     if (p.eager_loss) {  // the upcast; the NLL gradient and the cast back (TP: exp and sum)
       loss += host(OpKind::kCrossEntropy, fwd);
@@ -489,13 +492,30 @@ int64_t price_flags(const Plan& p) {
 
 // The price caches' second word of plan switches: a switch added once price_flags' word is full
 // (bits 55, 57, 59 and 63 are its last free ones) takes a bit here. Bit 0: issue 42's; bits
-// 40-47: issue 49's.
+// 40-47: issue 49's; bits 32-39: LoRA's (issue 48).
+int64_t lora_price_bits(const Plan& p) {
+  if (!p.lora()) return 0;
+  // The target mask (bits 32-35, never 0 under LoRA), the adapters' dropout (36) and log2 of the
+  // rank (37-39: validate() holds ranks to 1, 2, 4, ..., 128).
+  int64_t log2_rank = 0;
+  while ((1 << (log2_rank + 1)) <= p.lora_rank) ++log2_rank;
+  return (static_cast<int64_t>(p.lora_targets & 0xFu) << 32) |
+         (p.lora_dropout > 0 ? int64_t{1} << 36 : 0) | (log2_rank << 37);
+}
+
+// The price caches' precision field: the math dtype, and (bit 9) Megatron's fp8 copy of the
+// SwiGLU input (Plan::activation_fp8_input_store), which changes a layer's activation kernels.
+int precision_key(const Plan& p) {
+  return static_cast<int>(p.precision) | (p.activation_fp8_input_store ? 1 << 9 : 0);
+}
+
 int64_t price_flags_more(const Plan& p) {
   // Megatron's unfused loss (core/unfused_xent.h); its allgather MoE dispatcher and fp32 router
   // (moe_dispatch.h); FC1's GELU in its GEMM's epilogue.
   return (p.unfused_loss() ? int64_t{1} << 0 : 0) |
          (p.moe_dispatcher == MoeDispatcher::kAllGather ? int64_t{1} << 1 : 0) |
-         (p.moe_router_fp32 ? int64_t{1} << 2 : 0) | (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0);
+         (p.moe_router_fp32 ? int64_t{1} << 2 : 0) | (p.gemm_gelu_epilogue ? int64_t{1} << 40 : 0) |
+         lora_price_bits(p);
 }
 
 }  // namespace
@@ -511,7 +531,7 @@ const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool 
       p.expert_tp(),
       p.micro_batch,
       p.seq(model_),
-      static_cast<int>(p.precision),
+      precision_key(p),
       price_flags(p) | (moe_layer ? 1 << 20 : 0) | (windowed ? 1 << 21 : 0),
       price_flags_more(p)};
   auto it = fragments_.find(key);
@@ -535,9 +555,9 @@ const PlayableFragment& Estimator::fragment(const Plan& p, bool moe_layer, bool 
 // communication priced on the plan's placed groups (stage 0's) and the fragment played
 // (cost_models/layer_fragment.h), cached by everything the price depends on.
 const LayerPrice& Estimator::layer_price(const Plan& p, bool moe_layer, bool windowed) {
-  auto key = std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention,
-                             moe_layer, static_cast<int>(p.precision), price_flags(p), windowed, 0,
-                             price_flags_more(p));
+  auto key =
+      std::make_tuple(placement(p, 300), p.micro_batch, p.seq(model_), p.flash_attention, moe_layer,
+                      precision_key(p), price_flags(p), windowed, 0, price_flags_more(p));
   auto it = layers_.find(key);
   if (it != layers_.end()) return it->second;
 
@@ -583,7 +603,7 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   const StageKey key{placement(p, 400),
                      p.micro_batch,
                      seq,
-                     static_cast<int>(p.precision),
+                     precision_key(p),
                      flags,
                      counts,
                      full,
@@ -636,7 +656,9 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
   EdgeDevice edge;
   if (stage == 0) {
     edge.embedding_forward = memory_time(d, f, 2 * eb * static_cast<double>(T) * m.hidden);
-    edge.embedding_backward = memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
+    // None under LoRA: the frozen embedding runs no backward (core/lower_edges.cc).
+    edge.embedding_backward =
+        p.lora() ? 0 : memory_time(d, f, 3 * eb * static_cast<double>(T) * m.hidden);
     price.forward += edge.embedding_forward;
     price.backward += edge.embedding_backward;
   }
@@ -644,8 +666,9 @@ Estimator::StagePrice Estimator::stage_price(const Plan& p, int stage) {
     const Dtype head = output_layer_dtype(math);
     const double fwd0 = price.forward, bwd0 = price.backward;
     edge.head_forward = gemm_time(d, f, head, T, vocab_t, m.hidden);
-    edge.head_backward =
-        gemm_time(d, f, head, T, m.hidden, vocab_t) + gemm_time(d, f, head, m.hidden, vocab_t, T);
+    // The data gradient, and the weight gradient unless the head is frozen (LoRA).
+    edge.head_backward = gemm_time(d, f, head, T, m.hidden, vocab_t) +
+                         (p.lora() ? 0 : gemm_time(d, f, head, m.hidden, vocab_t, T));
     // The vocab-tiled loss (plan.tiled_loss, core/lower_edges.cc) writes no fp32 softmax in the
     // forward (4 bytes a logit fewer) and reads the logits (eb) instead of it in the backward.
     const bool tiled = p.tiled_loss && !p.eager_loss;
@@ -1168,7 +1191,8 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
                                                  : params.head;
   expert_buckets.n[0] = params.moe_layers;
   expert_buckets.size[0] = expert_buckets.last = params.expert_layer;
-  if (p.fp8_param_gather) {
+  // (Under LoRA the buckets are the bf16 adapters; the fp8 weights are frozen.)
+  if (p.fp8_param_gather && !p.lora()) {
     int dense_at = -1, moe_at = -1;  // a dense layer and an MoE layer of the model
     for (int l = 0; l < model_.layers && (dense_at < 0 || moe_at < 0); ++l) {
       int& at = model_.is_moe_layer(l) ? moe_at : dense_at;
@@ -1495,9 +1519,11 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_before, dou
     const int first = p.first_layer(m.layers, s, c);
     const int end = first + p.layers_in_chunk(m.layers, s, c);
     for (int l = first; l < end; ++l) {
-      if (layer_tensors_[l] != run_tensors) {
+      // Under LoRA a layer's bucket holds its adapters' A and B (core/lower_lora.cc).
+      const int tensors = p.lora() ? 2 * std::popcount(p.lora_targets) : layer_tensors_[l];
+      if (tensors != run_tensors) {
         if (run > 0) bucket(run_tensors, per_layer, run);
-        run_tensors = layer_tensors_[l];
+        run_tensors = tensors;
         run = 0;
       }
       ++run;
@@ -1506,9 +1532,10 @@ double Estimator::optimizer_host(const Plan& p, int s, double device_before, dou
   }
   if (run > 0) bucket(run_tensors, per_layer, run);
   if (moe_layers > 0) bucket(expert_tensors_, sp.expert / moe_layers / expert_ways, moe_layers);
+  // The embedding's and head's buckets (frozen under LoRA: not in the optimizer).
   const double table = static_cast<double>(vocab_shard(m, p.tp)) * m.hidden;  // as lowered
-  if (s == 0) bucket(1, table / dense_ways);
-  if (s == p.pp - 1) bucket(2, table / dense_ways);
+  if (s == 0 && !p.lora()) bucket(1, table / dense_ways);
+  if (s == p.pp - 1 && !p.lora()) bucket(2, table / dense_ways);
   const double step_host = host;
   op.kind = OpKind::kGradNorm;
   op.tensors = static_cast<int>(tensors_all);

@@ -227,6 +227,14 @@ double eager_issue_seconds(const Op& op, const Plan& plan, const Profile& f) {
   // fp8 current scaling's amax and scale kernels: launched by Transformer Engine's C++ quantizer
   // inside the linear module's call (its Python and dispatch are the module's).
   if (is_fp8_amax(op.role)) return launch;
+  if (op.role == OpRole::kLora) {
+    // A LoRA adapter's linear (core/lower_lora.cc): NeMo's ParallelLinearAdapter runs Megatron's
+    // own linear layers, whatever the base layers' implementation: the module call's measured
+    // host time in the forward, the autograd.Function's ops issued from Python in the backward
+    // (as megatron_local_linear below).
+    if (op.tags.phase != Phase::kBackward) return f.host_local_linear_fwd_s;
+    return launch + launches * (f.host_dispatch_s + f.host_python_s);
+  }
   if (op.role == OpRole::kMainGradAdd || op.role == OpRole::kXentUnfused)
     // Issued from Python, per kernel: Megatron-Core DDP's backward hook (main_grad.add_(grad));
     // the unfused loss's autograd.Function, forward (grad mode off inside it: nothing recorded)

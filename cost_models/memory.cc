@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "core/fp8_params.h"
 #include "core/gather_units.h"
@@ -43,6 +44,22 @@ double moe_expert_side_bytes(const Model& m, const Plan& p) {
 
 }  // namespace
 
+double lora_layer_params(const Model& m, const Plan& p) {
+  if (!p.lora()) return 0;
+  double n = 0;
+  auto add = [&](const Linears& ls, const char* name, LoraTarget t) {
+    if (!p.lora_targets_linear(t)) return;
+    for (const LinearShape& s : ls)
+      if (std::string_view(s.name) == name)
+        n += static_cast<double>(p.lora_rank) * static_cast<double>(s.in + s.out);
+  };
+  add(attention_linears(m), "qkv", LoraTarget::kQkv);
+  add(attention_linears(m), "out", LoraTarget::kProj);
+  add(mlp_linears(m, 0), "fc1", LoraTarget::kFc1);
+  add(mlp_linears(m, 0), "fc2", LoraTarget::kFc2);
+  return n;
+}
+
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer) {
   const double eb = activation_dtype_bytes(p);
   const double t = p.tp;
@@ -73,8 +90,27 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   // A linear's saved input: under fp8 Transformer Engine keeps the fp8 copy it cast for the GEMM
   // (1 byte; it reads it again for the weight gradient), not the bf16 one.
   const double lb = p.precision == Dtype::kFp8 ? 1 : eb;
+  // LoRA (Plan::lora_rank; core/lower_lora.cc): a frozen linear keeps its input only for its
+  // adapter's A (without adapter dropout; with it the adapter keeps its dropped copy and mask);
+  // each adapter keeps u = x A [tokens x r].
+  const bool lora_drop = p.lora() && p.lora_dropout > 0;
+  auto input_kept = [&](LoraTarget t) {
+    return !p.lora() || (p.lora_targets_linear(t) && !lora_drop);
+  };
   double bytes = 0;
-  bytes += (eb + lb) * tokens * h / sp;  // norm1 input, QKV input (norm1 output)
+  auto adapters = [&](const Linears& ls, const char* a, LoraTarget ta, const char* b,
+                      LoraTarget tb) {
+    for (const LinearShape& s : ls) {
+      const std::string_view n(s.name);
+      const bool hit =
+          (n == a && p.lora_targets_linear(ta)) || (n == b && p.lora_targets_linear(tb));
+      if (hit) bytes += eb * tokens * p.lora_rank + (lora_drop ? (eb + 1) * tokens * s.in : 0);
+    }
+  };
+  adapters(attention_linears(m), "qkv", LoraTarget::kQkv, "out", LoraTarget::kProj);
+  if (!moe_layer) adapters(mlp_linears(m, 0), "fc1", LoraTarget::kFc1, "fc2", LoraTarget::kFc2);
+  bytes += eb * tokens * h / sp;                                    // norm1 input
+  if (input_kept(LoraTarget::kQkv)) bytes += lb * tokens * h / sp;  // QKV input (norm1 output)
   if (m.mla.enabled()) {
     // The latents feeding the up-projections, then Q, K (nope + rope per head) and V.
     const double latents =
@@ -85,7 +121,13 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   } else {
     bytes += eb * tokens * (m.q_dim() + 2.0 * m.kv_dim()) / t;  // Q, K, V
   }
-  bytes += lb * tokens * m.heads * m.v_head_dim() / t;  // attention output = out-proj input
+  // The attention output (the out-projection's input), which the attention's backward reads too
+  // unless it recomputes the core attention or (cp_comm_type a2a) reads the kernel's own output,
+  // kept below.
+  const bool a2a_out =
+      p.cp > 1 && p.cp_impl == CpImpl::kTransformerEngine && p.cp_comm_type == CpCommType::kA2a;
+  if (input_kept(LoraTarget::kProj) || (!recomputed(RecomputeModule::kCoreAttn) && !a2a_out))
+    bytes += lb * tokens * m.heads * m.v_head_dim() / t;
   if (p.flash_attention) {
     bytes += 4.0 * tokens * m.heads / t;  // softmax log-sum-exp (fp32)
     // cp_comm_type a2a: Transformer Engine's AttnFuncWithCPAndQKVOA2A keeps the kernel's output
@@ -103,11 +145,14 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
   bytes += eb * tokens * h / sp;  // norm2 input
   // FC1 input (the norm2 output; in MoE layers the router's, which stays in bf16): recomputed
   // by the layernorm module in MoE layers.
-  if (!(moe_layer && recomputed(RecomputeModule::kLayernorm)))
+  if (!(moe_layer && recomputed(RecomputeModule::kLayernorm)) && input_kept(LoraTarget::kFc1))
     bytes += (moe_layer ? eb : lb) * tokens * h / sp;
   auto mlp = [&](double rows, double ffn, double parts) {
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
-    return (fc1_outs * eb + lb) * rows * ffn / parts;  // FC1 out(s), FC2 input
+    // FC1 out(s) (an fp8 copy under Plan::activation_fp8_input_store: dense SwiGLU layers), FC2
+    // input.
+    const double fc1_bytes = p.activation_fp8_input_store && !moe_layer ? 1 : eb;
+    return (fc1_outs * fc1_bytes + (input_kept(LoraTarget::kFc2) ? lb : 0)) * rows * ffn / parts;
   };
   if (moe_layer && recomputed(RecomputeModule::kMoe)) {
     // The whole MoE block is re-run from its input.
@@ -140,6 +185,16 @@ double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute
 }
 
 StageParams stage_params(const Model& m, const ParamCounts& pc, const Plan& p, int stage) {
+  if (p.lora()) {
+    // The adapters of the stage's layers (core/lower_lora.cc: one bucket a layer).
+    Plan base = p;
+    base.lora_rank = 0;
+    StageParams sp = stage_params(m, pc, base, stage);
+    sp.dense_layer = lora_layer_params(m, p);
+    sp.embedding = sp.head = 0;
+    sp.dense = sp.dense_layers * sp.dense_layer;
+    return sp;
+  }
   const double t = p.tp;
   // One layer of each kind on this rank: the replicated parts (MLA's down-projections and
   // latent norms, the router) whole, the rest split tp ways; experts split etp ways and spread
@@ -302,6 +357,12 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
            params.expert * bytes_per_param / (shard ? expert_shard : 1);
   };
   mb.weights = sharded(w_bytes, p.zero >= 3);
+  if (p.lora()) {
+    // The frozen base weights, whole on every rank of the stage (ZeRO-3 is not lowered with LoRA).
+    Plan base = p;
+    base.lora_rank = 0;
+    mb.weights += w_bytes * stage_params(m, pc, base, stage).total();
+  }
   // Under Plan::fp8_param_gather the linear weights are Transformer Engine's fp8 parameters: a
   // 1-byte weight and, where the device keeps one, its 1-byte transpose (core/fp8_params.h,
   // core/lower_buckets.cc), the bytes of a bf16 weight; without the transpose (Blackwell) a byte
@@ -345,8 +406,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   const double eb = activation_dtype_bytes(p);
   const double tokens = static_cast<double>(p.micro_batch) * p.seq(m) / p.cp;
   const double sp = p.sequence_parallel ? p.tp : 1.0;
-  const double vocab_t = static_cast<double>(vocab_shard(m, p.tp));       // padded, as lowered
-  if (stage == 0 && m.dropout) stage_act += tokens * m.hidden / sp;       // embedding dropout mask
+  const double vocab_t = static_cast<double>(vocab_shard(m, p.tp));  // padded, as lowered
+  // The embedding dropout's mask (no backward reads it under LoRA: the embedding is frozen).
+  if (stage == 0 && m.dropout && !p.lora()) stage_act += tokens * m.hidden / sp;
   double in_flight = in_flight_micro_batches(p, stage);
   bool merged_gradient = false;  // the last stage peaks at a loss merged with a backward
   // Micro-batches whose token ids the first stage keeps (its first chunk's).
@@ -358,7 +420,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
       p.zero >= 3 && p.fsdp_impl == FsdpImpl::kFsdp2 && p.reshard != Reshard::kAfterStep
           ? w_bytes * params.embedding
           : 0;
-  const double per_token_mb = 4 * tokens + root_table;  // what the first stage keeps a micro-batch
+  // What the first stage keeps a micro-batch: its token ids for the embedding's backward (none
+  // under LoRA).
+  const double per_token_mb = (p.lora() ? 0 : 4 * tokens) + root_table;
   if (p.schedule == Schedule::kInterleaved && per_stage > 0) {
     // Which chunks the in-flight chunk micro-batches belong to, in Megatron's order
     // (core/pipeline_schedule.h's pipeline_unit, schedules.py get_model_chunk_id), weighted by
@@ -438,7 +502,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   }
   mb.activations = stage_act * in_flight;
   // The head's saved tensors of a micro-batch on the last stage (below).
-  const double head_saved = 2 * eb * tokens * m.hidden / sp + 16 * tokens;
+  // (The final norm's output is kept for the head's weight gradient: not under LoRA, whose head
+  // is frozen.)
+  const double head_saved = (p.lora() ? 1 : 2) * eb * tokens * m.hidden / sp + 16 * tokens;
   // The merged backward's input gradient, held at the last stage's loss until the step's
   // exchange (combined 1F1B, above).
   if (merged_gradient) mb.activations += eb * tokens * m.hidden / sp;
@@ -457,7 +523,7 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
   }
   // The token ids of each micro-batch in flight, kept on the first stage for the embedding's
   // backward (fp32, core/lower_edges.cc).
-  if (stage == 0) mb.activations += 4 * tokens * token_mbs;
+  if (stage == 0 && !p.lora()) mb.activations += 4 * tokens * token_mbs;
   // The working set is taken at the op where the stage peaks: the loss on the last stage (its
   // logits and softmax), the first backward op on the others. What one of them holds that the
   // other has freed (a layer gathered by ZeRO-3 or prefetched from host memory, a layer rebuilt
@@ -503,8 +569,20 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     const double fc1_outs = m.activation == Activation::kSwiglu ? 2 : 1;
     const double ffn_t = tokens * m.ffn / p.tp;
     const double gathered = eb * tokens * m.hidden;
-    backward =
-        eb * tokens * m.hidden / sp + eb * ffn_t + std::max(gathered, (fc1_outs * eb - lb) * ffn_t);
+    // What FC2's backward has freed by the activation's backward: the saved FC2 input (read by
+    // its weight gradient, or by its LoRA adapter's A gradient), and FC2's adapter's saved u and
+    // dropout copy and mask.
+    double freed = 0;
+    if (!p.lora() || (p.lora_targets_linear(LoraTarget::kFc2) && p.lora_dropout <= 0))
+      freed += lb * ffn_t;
+    if (p.lora_targets_linear(LoraTarget::kFc2))
+      freed += eb * tokens * p.lora_rank + (p.lora_dropout > 0 ? (eb + 1) * ffn_t : 0);
+    // Plan::activation_fp8_input_store: the SwiGLU's backward reads its input cast back from the
+    // kept fp8 copy, which the cast has freed.
+    const double cast_back =
+        p.activation_fp8_input_store ? fc1_outs * eb * ffn_t - fc1_outs * ffn_t : 0;
+    backward = eb * tokens * m.hidden / sp + eb * ffn_t +
+               std::max(gathered, fc1_outs * eb * ffn_t + cast_back - freed);
     // The residual dropout's backward, before FC2's, has freed its saved mask (1 byte a value).
     if (m.dropout) backward -= tokens * m.hidden / sp;
   }

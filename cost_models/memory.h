@@ -17,9 +17,15 @@ namespace parasol::cost {
 // `recompute` is the policy applied to this layer (full keeps only the layer input).
 double layer_activation_bytes(const Model& m, const Plan& p, Recompute recompute, bool moe_layer);
 
+// LoRA (Plan::lora_rank): the adapter parameters of one layer on one rank, r (in + out) for each
+// target linear [in x out] of core/layer_shapes.h (whole: LoRA is lowered at tp 1); 0 without
+// LoRA. REQUIRES: a dense model.
+double lora_layer_params(const Model& m, const Plan& p);
+
 // Parameters held by one rank of pipeline stage `stage` before any ZeRO sharding (tensor- and
 // expert-parallel shards, MLA's replicated down-projections whole; the stage's own layers,
-// uneven stages included; embedding on the first stage, head on the last).
+// uneven stages included; embedding on the first stage, head on the last). Under LoRA the trained
+// ones only: the adapters (the frozen base weights are stage_params of the plan without LoRA).
 struct StageParams {
   double dense = 0;   // replicated over dp (sharded by ZeRO over dp x cp)
   double expert = 0;  // replicated over dp / ep (sharded by ZeRO over (dp / ep) x cp)

@@ -392,7 +392,10 @@ double OpPricer::body_price(const Op& op, int stage, bool host) {
                               : op.backward_data                ? GemmPass::kDataGrad
                                                                 : GemmPass::kWeightGrad;
         // A linear outside the layers is the output layer (core/lower.h).
-        const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math) : math;
+        // A LoRA adapter's GEMMs run in bf16 outside fp8 autocast (core/lower_lora.cc).
+        const Dtype dtype = op.tags.layer < 0 ? output_layer_dtype(math)
+                            : op.role == OpRole::kLora && math == Dtype::kFp8 ? Dtype::kBf16
+                                                                              : math;
         if (multi_stream_expert_gemm(op, plan_))
           return multi_stream_expert_gemm_time(dev, prof_, dtype, op.m, op.n, op.k,
                                                std::max<int64_t>(1, op.batch), pass);

@@ -286,6 +286,11 @@ Refusals deepspeed_refusals(const Model& model, const Cluster& cluster, const Pl
   validate(plan, model, cluster);  // parasol's own rules: one error, thrown
   Refusals r;
   check_deepspeed_expressible(model, plan, r);
+  if (plan.lora())
+    r.add("plan.lora_rank", "a DeepSpeed config has no LoRA (Hugging Face PEFT wraps the model)");
+  if (plan.activation_fp8_input_store)
+    r.add("plan.activation_func_fp8_input_store",
+          "a DeepSpeed config has no fp8 copy of the SwiGLU input (Megatron-Core's switch)");
   const bool megatron = megatron_deepspeed(plan);
   // Megatron-DeepSpeed's --rotary-position-embeddings-theta is an int (arguments.py L635).
   if (megatron && !model.learned_positions &&

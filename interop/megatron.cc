@@ -186,6 +186,14 @@ Args training_args(const Model& m, const Plan& p, Refusals& r) {
                                         dtype_name(p.grad_reduce_dtype));
   }
   if (p.fp8_param_gather) add(a, "--fp8-param-gather");
+  // Megatron-LM's pretraining scripts train every weight (LoRA is NeMo's PEFT), and
+  // activation_func_fp8_input_store is a TransformerConfig field without a command-line argument
+  // (megatron/training/arguments.py @d98e8a6 lists it among the fields it does not expose).
+  if (p.lora())
+    r.add("plan.lora_rank", "Megatron-LM has no LoRA fine-tuning (NeMo's PEFT runs it)");
+  if (p.activation_fp8_input_store)
+    r.add("plan.activation_func_fp8_input_store",
+          "Megatron-LM has no command-line argument for activation_func_fp8_input_store");
   if (p.optimizer_dtype != Dtype::kFp32)
     r.add("plan.optimizer_dtype",
           "Megatron-LM keeps fp32 master weights (--main-params-dtype is fp32 or fp16)");

@@ -442,6 +442,10 @@ void check_torchtitan_expressible(const Model& model, const Plan& p, Refusals& r
           "without compile the loss runs eagerly (set eager_loss)");
   if (p.tiled_loss && !p.eager_loss)
     r.add("plan.tiled_loss", "torchtitan's loss is F.cross_entropy, not a vocab-tiled kernel");
+  if (p.lora()) r.add("plan.lora_rank", "torchtitan trains every weight (it has no LoRA)");
+  if (p.activation_fp8_input_store)
+    r.add("plan.activation_func_fp8_input_store",
+          "torchtitan keeps the SwiGLU input in the activation dtype");
   if (p.gemm_gelu_epilogue && model.activation == Activation::kGelu)
     r.add("plan.gemm_gelu_epilogue", "torchtitan runs its activation as its own kernel");
   if (!p.flash_attention)

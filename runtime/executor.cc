@@ -89,6 +89,10 @@ void Executor::Impl::check_supported() const {
     unsupported("plan.cp_comm_type",
                 "hierarchical context parallelism (a2a+p2p) is priced by the simulator only; the "
                 "runtime runs the p2p ring");
+  if (p.lora())
+    unsupported("plan.lora_rank",
+                "LoRA fine-tuning (frozen base weights, adapters) is priced by the predictors "
+                "only; the runtime trains every weight");
   if (m.tied_embeddings && p.pp > 1)
     unsupported("model.tied_embeddings",
                 "tied embeddings with pp > 1 need the embedding-gradient all-reduce between the "

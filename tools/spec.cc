@@ -251,6 +251,18 @@ void add_plan_flags(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--recompute", o.recompute, "none|selective|full|selective_op");
   int_flag(cmd, o, "--recompute-layers", "recompute_layers", o.recompute_layers,
            "full recompute of the first k layers per stage");
+  int_flag(cmd, o, "--lora-rank", "lora_rank", o.lora_rank,
+           "LoRA fine-tuning: the adapters' rank (NeMo's LoRA dim); every base weight frozen "
+           "(0: every weight trains)");
+  cmd->add_option("--lora-target-modules", o.lora_target_modules,
+                  "the linears LoRA adapts, comma list of NeMo's names: linear_qkv,linear_proj,"
+                  "linear_fc1,linear_fc2 (default: all four)");
+  cmd->add_option("--lora-dropout", o.lora_dropout,
+                  "dropout probability on the LoRA adapters' input (NeMo's dropout_position pre)");
+  bool_flag(cmd, o, "--activation-func-fp8-input-store", "activation_func_fp8_input_store",
+            o.activation_fp8_input_store,
+            "the SwiGLU keeps an fp8 copy of its input for the backward (Megatron-Core's "
+            "activation_func_fp8_input_store)");
   cmd->add_option("--recompute-modules", o.recompute_modules,
                   "selective recompute of these modules, comma list (Megatron's names): "
                   "core_attn,moe_act,layernorm,mla_up_proj,mlp,moe,shared_experts");
@@ -411,6 +423,10 @@ Json plan_overlay(const SpecOptions& o, Json j) {
   set("recompute", o.recompute);
   set("recompute_layers", o.recompute_layers);
   set("recompute_modules", o.recompute_modules);
+  set("lora_rank", o.lora_rank);
+  set("lora_target_modules", o.lora_target_modules);
+  set("lora_dropout", o.lora_dropout);
+  set("activation_func_fp8_input_store", o.activation_fp8_input_store);
   set("offload", o.offload);
   set("precision", o.precision);
   set("flash_attention", o.flash);

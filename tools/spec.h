@@ -52,6 +52,11 @@ struct SpecOptions {
   std::optional<std::string> cp_rotate, tp_impl;
   std::optional<std::string> cp_comm_type;
   std::optional<int> cp_a2a_size;
+  // LoRA (Plan::lora_rank, lora_targets, lora_dropout) and Megatron's fp8 copy of the SwiGLU input.
+  std::optional<int> lora_rank;
+  std::optional<std::string> lora_target_modules;  // comma list of NeMo's linear names
+  std::optional<double> lora_dropout;
+  std::optional<bool> activation_fp8_input_store;
   std::optional<std::string> stage_layers;  // comma list of layers per (virtual) stage
   // Flag values that the fields above cannot hold ("--tp x", "--tp 1e12", "--sp maybe"), by plan
   // JSON key, as JSON values: the overlay passes them on and plan_from_json rejects them naming
@@ -72,7 +77,8 @@ void add_target_flags(CLI::App* cmd, SpecOptions& o);
 // --moe-dispatcher --moe-force-balance --optimizer-dtype --fused-kernels --overlap-grad-reduce
 // --recompute-modules
 // --overlap-param-gather --cuda-graphs --torch-compile --optimizer-impl --host-framework
-// --nan-check. A boolean
+// --nan-check --lora-rank --lora-target-modules --lora-dropout
+// --activation-func-fp8-input-store. A boolean
 // flag alone means true (`--sp`, as Megatron's flags) and takes a value too (`--sp false`).
 void add_plan_flags(CLI::App* cmd, SpecOptions& o);
 void add_profile_flag(CLI::App* cmd, SpecOptions& o);

@@ -222,11 +222,11 @@ TEST(ProgramJson, CarriesRoles) {
 
 TEST(ProgramJson, RoleNamesAreDistinct) {
   std::set<std::string> ops, buffers;
-  for (int r = 0; r <= static_cast<int>(OpRole::kTpPartialsSum); ++r)
+  for (int r = 0; r <= static_cast<int>(OpRole::kLoraDropout); ++r)
     ops.insert(op_role_name(static_cast<OpRole>(r)));
   for (int r = 0; r <= static_cast<int>(BufferRole::kExpertRows); ++r)
     buffers.insert(buffer_role_name(static_cast<BufferRole>(r)));
-  EXPECT_EQ(ops.size(), static_cast<size_t>(OpRole::kTpPartialsSum) + 1);
+  EXPECT_EQ(ops.size(), static_cast<size_t>(OpRole::kLoraDropout) + 1);
   EXPECT_EQ(buffers.size(), static_cast<size_t>(BufferRole::kExpertRows) + 1);
   EXPECT_FALSE(ops.count("?"));
   EXPECT_FALSE(buffers.count("?"));

@@ -965,6 +965,78 @@ void ExpectSamePlan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.model_ref, b.model_ref);
   EXPECT_EQ(a.cluster_ref, b.cluster_ref);
   EXPECT_EQ(a.gpus_ref, b.gpus_ref);
+  EXPECT_EQ(a.lora_rank, b.lora_rank);
+  EXPECT_EQ(a.lora_targets, b.lora_targets);
+  EXPECT_EQ(a.lora_dropout, b.lora_dropout);
+  EXPECT_EQ(a.activation_fp8_input_store, b.activation_fp8_input_store);
+}
+
+// LoRA (Plan::lora_rank) by NeMo's names, and Megatron's fp8 copy of the SwiGLU input: read,
+// written back, and refused where they do not apply.
+TEST(PlanJson, LoraByNemosNames) {
+  Json j = {{"dp", 8},
+            {"lora_rank", 16},
+            {"lora_target_modules", {"linear_proj", "linear_qkv"}},
+            {"lora_dropout", 0.1},
+            {"activation_func_fp8_input_store", true}};
+  const Plan p = plan_from_json(j);
+  EXPECT_EQ(p.lora_rank, 16);
+  EXPECT_TRUE(p.lora_targets_linear(LoraTarget::kQkv));
+  EXPECT_TRUE(p.lora_targets_linear(LoraTarget::kProj));
+  EXPECT_FALSE(p.lora_targets_linear(LoraTarget::kFc1));
+  EXPECT_DOUBLE_EQ(p.lora_dropout, 0.1);
+  EXPECT_TRUE(p.activation_fp8_input_store);
+  EXPECT_NE(plan_compact(p).find("lora16:linear_qkv,linear_proj"), std::string::npos);
+  ExpectSamePlan(p, plan_from_json(plan_to_json(p)));
+  // NeMo's default targets: all four linears, not written back.
+  const Plan all = plan_from_json(Json{{"lora_rank", 8}});
+  EXPECT_EQ(all.lora_targets, 0xFu);
+  EXPECT_FALSE(plan_to_json(all).contains("lora_target_modules"));
+  ExpectError(
+      [] {
+        plan_from_json(Json{{"lora_target_modules", {"linear_qkv"}}});
+      },
+      "plan.lora_target_modules", "lora_rank > 0");
+  ExpectError(
+      [] {
+        plan_from_json(Json{{"lora_dropout", 0.1}});
+      },
+      "plan.lora_dropout", "lora_rank > 0");
+  ExpectError(
+      [] {
+        plan_from_json(Json{{"lora_rank", 8}, {"lora_target_modules", {"q_proj"}}});
+      },
+      "plan.lora_target_modules[0]", "linear_qkv|linear_proj");
+  ExpectError([] { plan_from_json(Json{{"lora_rank", -1}}); }, "plan.lora_rank", "out of range");
+}
+
+TEST(PlanValidate, LoraWhereItIsModelled) {
+  const Model m = model_preset("llama3-8b");
+  const Cluster c = cluster_preset("dgx-h100", 8);
+  Plan p;
+  p.dp = 8;
+  p.global_batch = 8;
+  p.lora_rank = 16;
+  validate(p, m, c);
+  Plan odd = p;
+  odd.lora_rank = 12;
+  ExpectError([&] { validate(odd, m, c); }, "plan.lora_rank", "1, 2, 4, ..., 128");
+  Plan tp = p;
+  tp.tp = 2, tp.dp = 4;
+  ExpectError([&] { validate(tp, m, c); }, "plan.lora_rank", "tp 1 only");
+  Plan z3 = p;
+  z3.zero = 3;
+  ExpectError([&] { validate(z3, m, c); }, "plan.lora_rank", "ZeRO-3");
+  Plan off = p;
+  off.offload.optimizer = true;
+  ExpectError([&] { validate(off, m, c); }, "plan.offload", "LoRA");
+  ExpectError([&] { validate(p, model_preset("mixtral-8x7b"), c); }, "plan.lora_rank", "MoE");
+  Plan act = p;
+  act.lora_rank = 0;
+  act.activation_fp8_input_store = true;
+  validate(act, m, c);
+  ExpectError([&] { validate(act, model_preset("gpt2-124m"), c); },
+              "plan.activation_func_fp8_input_store", "SwiGLU only");
 }
 
 TEST(PlanJson, RoundTripDefault) {

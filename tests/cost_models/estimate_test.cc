@@ -651,6 +651,54 @@ TEST(EstimatorCache, EverySwitchIsInTheKeysOfTheCachedPrices) {
     }
 }
 
+// LoRA (Plan::lora_rank: price_flags_more bits 32-39) and Megatron's fp8 copy of the SwiGLU
+// input (the precision field's bit 9) on a dense model at tp 1, where the mixtral plans of
+// EverySwitchIsInTheKeysOfTheCachedPrices cannot take them: every plan priced after all the
+// others by one Estimator gives a fresh Estimator's figures, and every switch moves the step.
+TEST(EstimatorCache, LoraSwitchesAreInTheKeysOfTheCachedPrices) {
+  Model m = model_preset("llama3-8b");
+  m.layers = 4;
+  Cluster c = cluster_preset("dgx-h100", 8);
+  Profile prof = default_profile(c.gpu_device(0));
+  Plan base;
+  base.pp = 2;
+  base.dp = 4;
+  base.micro_batch = 1;
+  base.global_batch = 16;
+  base.zero = 1;
+  auto targets = [](std::initializer_list<LoraTarget> ts) {
+    unsigned t = 0;
+    for (LoraTarget x : ts) t |= 1u << static_cast<int>(x);
+    return t;
+  };
+  std::vector<Plan> plans(7, base);
+  plans[1].lora_rank = 16;
+  plans[2].lora_rank = 64;
+  plans[3].lora_rank = 16;
+  plans[3].lora_targets = targets({LoraTarget::kQkv, LoraTarget::kProj});
+  plans[4] = plans[3];
+  plans[4].lora_dropout = 0.1;
+  plans[5].activation_fp8_input_store = true;
+  plans[6] = plans[4];
+  plans[6].activation_fp8_input_store = true;
+  std::vector<double> fresh;
+  for (const Plan& p : plans) {
+    validate(p, m, c);
+    fresh.push_back(estimate(m, c, p, prof).step_time_s);
+  }
+  for (size_t i = 1; i < plans.size(); ++i) EXPECT_NE(fresh[i], fresh[0]) << plan_compact(plans[i]);
+  // LoRA drops the frozen weights' gradient GEMMs: faster than training every weight.
+  EXPECT_LT(fresh[1], fresh[0]);
+  for (int pass = 0; pass < 2; ++pass) {
+    Estimator est(m, c, prof);
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const size_t at = pass == 0 ? k : plans.size() - 1 - k;
+      SCOPED_TRACE(plan_compact(plans[at]));
+      EXPECT_DOUBLE_EQ(est.estimate(plans[at]).step_time_s, fresh[at]);
+    }
+  }
+}
+
 // NeMo AutoModel's experts (Plan::moe_gmm_experts) change a biased, clamped MoE layer's Program
 // (fc1's bias loop, no eager clamps): one Estimator that priced the Megatron plan first must give
 // the AutoModel plan a fresh Estimator's figures, and the other way round (price-cache bit 56).

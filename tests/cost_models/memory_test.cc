@@ -570,5 +570,49 @@ TEST(MemoryPerStage, OneRankOfEachStage) {
   EXPECT_GT(stages[0].activations, stages[2].activations);
 }
 
+// LoRA (Plan::lora_rank): a frozen linear keeps its input only for its adapter
+// (core/lower_lora.cc), each adapter keeps u = x A (r columns), and with adapter dropout the
+// dropped copy and its mask instead of the input; against the bytes of a bf16 Llama layer written
+// out.
+TEST(LoraActivations, FrozenInputsGoAndAdaptersKeepTheirOwn) {
+  const Model m = llama(4, 1024, 8, 2, 3584, 32000, 2048);
+  Plan p;
+  p.micro_batch = 1;
+  p.global_batch = 1;
+  const double T = 2048, h = 1024, ffn = 3584, eb = 2, r = 16;
+  const double full = layer_activation_bytes(m, p, Recompute::kNone, false);
+  Plan l = p;
+  l.lora_rank = 16;
+  l.lora_targets =
+      (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
+  // FC1's input (the norm2 output) and FC2's (the SwiGLU output) go; two adapters keep u.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, Recompute::kNone, false),
+                   full - eb * T * h - eb * T * ffn + 2 * eb * T * r);
+  // With dropout the QKV input goes too (the projection's stays for the attention's backward);
+  // each adapter keeps a bf16 copy of its input and a byte mask.
+  l.lora_dropout = 0.1;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, Recompute::kNone, false),
+                   full - 2 * eb * T * h - eb * T * ffn + 2 * eb * T * r + 2 * (eb + 1) * T * h);
+  // Under selective recompute of the core attention the projection's input is kept for nothing
+  // but its adapter: with dropout it goes as well.
+  l.recompute = Recompute::kSelective;
+  Plan ps = p;
+  ps.recompute = Recompute::kSelective;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, l, Recompute::kSelective, false),
+                   layer_activation_bytes(m, ps, Recompute::kSelective, false) - 3 * eb * T * h -
+                       eb * T * ffn + 2 * eb * T * r + 2 * (eb + 1) * T * h);
+  // Megatron's fp8 copy of the SwiGLU input: its two FC1 outputs at a byte each.
+  Plan a = p;
+  a.activation_fp8_input_store = true;
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, a, Recompute::kNone, false), full - 2 * T * ffn);
+  // The adapters' parameters: r (in + out) for each target.
+  EXPECT_DOUBLE_EQ(lora_layer_params(m, Plan{}), 0);
+  Plan all;
+  all.lora_rank = 8;
+  const double qkv = 1024 + 2 * 2 * 128;
+  EXPECT_DOUBLE_EQ(lora_layer_params(m, all),
+                   8 * ((h + qkv) + (h + h) + (h + 2 * ffn) + (ffn + h)));
+}
+
 }  // namespace
 }  // namespace parasol::cost

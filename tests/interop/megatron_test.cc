@@ -350,6 +350,12 @@ TEST(MegatronExport, RefusesWhatMegatronCannotRun) {
   p.cross_entropy_loss_fusion = false;  // and the unfused loss (MegatronImport's loss test)
   expect_refused(m, p, "plan.deterministic");
   expect_refused(model_preset("mistral-7b"), base, "model.sliding_window");
+  p = base;  // LoRA is NeMo's PEFT, not a Megatron-LM argument
+  p.lora_rank = 16;
+  expect_refused(m, p, "plan.lora_rank");
+  p = base;  // a TransformerConfig field without an argument (arguments.py @d98e8a6)
+  p.activation_fp8_input_store = true;
+  expect_refused(m, p, "plan.activation_func_fp8_input_store");
 }
 
 TEST(MegatronExport, AcceptsTheTpPpDpRankOrder) {

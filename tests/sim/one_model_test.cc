@@ -197,6 +197,52 @@ std::vector<Case> cases() {
     });
     out.back().cluster = cluster;
   }
+  // LoRA (Plan::lora_rank, core/lower_lora.cc): the frozen base weights, the adapters' parameters,
+  // gradients, Adam state, saved tensors and GEMMs. As the MLPerf llama2_70b_lora reference runs
+  // it: fp8 weights, rank 16 on QKV and the projection with dropout, the SwiGLU input kept in fp8,
+  // on GB200.
+  dense("lora mlperf-like fp8", [](Plan& p) {
+    degrees(p, 16, 1, 2);
+    p.zero = 1;
+    p.precision = Dtype::kFp8;
+    p.fp8_param_gather = true;
+    p.grad_reduce_dtype = Dtype::kBf16;
+    p.lora_rank = 16;
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
+    p.lora_dropout = 0.1;
+    p.activation_fp8_input_store = true;
+  });
+  out.back().cluster = "gb200-nvl72";
+  // Context parallelism by all-to-alls (the reference's 4-GPU GB200 plan): the attention's backward
+  // reads the kernel's own output, so the projection's input is kept for nothing under dropout.
+  dense("lora cp2 a2a", [](Plan& p) {
+    degrees(p, 16, 1, 1, 2);
+    p.seq_len = 16384;
+    p.zero = 1;
+    p.cp_comm_type = CpCommType::kA2a;
+    p.lora_rank = 16;
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kQkv)) | (1u << static_cast<int>(LoraTarget::kProj));
+    p.lora_dropout = 0.1;
+  });
+  // Every linear adapted, under full recompute (the adapters rebuilt with their layer).
+  dense("lora all targets full recompute", [](Plan& p) {
+    degrees(p, 16, 1, 2);
+    p.recompute = Recompute::kFull;
+    p.lora_rank = 32;
+  });
+  // The projection's adapter with dropout under selective recompute: its input kept for nothing.
+  // (One stage: the lowering recomputes the core attention before the layer's MLP backward, which
+  // the closed form's first-backward working set does not count yet.)
+  dense("lora selective recompute", [](Plan& p) {
+    degrees(p, 16, 1);
+    p.recompute = Recompute::kSelective;
+    p.lora_rank = 8;
+    p.lora_targets =
+        (1u << static_cast<int>(LoraTarget::kProj)) | (1u << static_cast<int>(LoraTarget::kFc2));
+    p.lora_dropout = 0.05;
+  });
   dense("cp2 zero1", [](Plan& p) {
     degrees(p, 16, 2, 1, 2);
     p.seq_len = 16384;
