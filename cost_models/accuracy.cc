@@ -185,13 +185,12 @@ AccuracyRow accuracy_row(const PublishedRun& run, const Cluster& c, const Predic
   return row;
 }
 
-// The report of the rows of `runs` (`row(i)` predicts run i), in the runs' order.
-template <typename RowOf>
-AccuracyReport accuracy_report(size_t runs, const RowOf& row_of) {
+}  // namespace
+
+AccuracyReport accuracy_report(std::vector<AccuracyRow> rows) {
   AccuracyReport rep;
   std::map<std::string, std::vector<AccuracyRow>> by_family;
-  for (size_t i = 0; i < runs; ++i) {
-    AccuracyRow row = row_of(i);
+  for (AccuracyRow& row : rows) {
     if (by_family.find(row.family) == by_family.end()) rep.families.push_back({row.family, {}});
     by_family[row.family].push_back(row);
     rep.rows.push_back(std::move(row));
@@ -209,19 +208,22 @@ AccuracyReport accuracy_report(size_t runs, const RowOf& row_of) {
   return rep;
 }
 
-}  // namespace
-
 AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict) {
+  std::vector<AccuracyRow> rows;
+  rows.reserve(runs.size());
   // One cluster at a time: a suite's clusters may be large.
-  return accuracy_report(
-      runs.size(), [&](size_t i) { return accuracy_row(runs[i], cluster_of(runs[i]), predict); });
+  for (const PublishedRun& run : runs) rows.push_back(accuracy_row(run, cluster_of(run), predict));
+  return accuracy_report(std::move(rows));
 }
 
 AccuracyReport run_accuracy_on(const std::vector<PublishedRun>& runs,
                                const std::vector<Cluster>& clusters, const Predictor& predict) {
   PARASOL_CHECK(clusters.size() == runs.size(), "a cluster per run");
-  return accuracy_report(runs.size(),
-                         [&](size_t i) { return accuracy_row(runs[i], clusters[i], predict); });
+  std::vector<AccuracyRow> rows;
+  rows.reserve(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    rows.push_back(accuracy_row(runs[i], clusters[i], predict));
+  return accuracy_report(std::move(rows));
 }
 
 AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path,
