@@ -151,38 +151,46 @@ std::vector<PublishedRun> read_accuracy_suite(const Json& suite, const std::stri
   return runs;
 }
 
-AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict) {
+namespace {
+
+// Predicts `run` on `c` (its cluster_of) and fills its row.
+AccuracyRow accuracy_row(const PublishedRun& run, const Cluster& c, const Predictor& predict) {
+  // The allocator's replay only where the point judges the reserved bytes.
+  const bool reads_reserved = run.is_memory() && run.metric != MemoryMetric::kMaxAllocated;
+  const Reserved reserved = reads_reserved ? Reserved::kReplay : Reserved::kBand;
+  Prediction pr = predict ? predict(run.model, c, run.plan, reserved)
+                          : estimate_prediction(run.model, c, run.plan,
+                                                default_profile(c.gpu_device(0)), reserved);
+  AccuracyRow row;
+  row.id = run.id;
+  row.source = run.source;
+  row.family = run.family;
+  row.published_s = run.time_s;
+  row.predicted_s = pr.step_time_s;
+  if (run.is_memory()) {
+    row.metric = memory_metric_name(run.metric);
+    row.rank = run.rank;
+    row.published_bytes = run.memory_bytes;
+    row.predicted_bytes = predicted_memory(pr, run.plan, run.metric, run.rank);
+    row.error = (row.predicted_bytes - row.published_bytes) / row.published_bytes;
+  } else {
+    row.error = (row.predicted_s - row.published_s) / row.published_s;
+  }
+  row.mfu = pr.mfu;
+  row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
+  row.device_memory_bytes = pr.device_memory_bytes;
+  row.fits = pr.fits;
+  row.memory_fit = pr.memory_fit;
+  row.judged = run.judged;
+  return row;
+}
+
+}  // namespace
+
+AccuracyReport accuracy_report(std::vector<AccuracyRow> rows) {
   AccuracyReport rep;
   std::map<std::string, std::vector<AccuracyRow>> by_family;
-  for (const PublishedRun& run : runs) {
-    Cluster c = cluster_of(run);
-    // The allocator's replay only where the point judges the reserved bytes.
-    const bool reads_reserved = run.is_memory() && run.metric != MemoryMetric::kMaxAllocated;
-    const Reserved reserved = reads_reserved ? Reserved::kReplay : Reserved::kBand;
-    Prediction pr = predict ? predict(run.model, c, run.plan, reserved)
-                            : estimate_prediction(run.model, c, run.plan,
-                                                  default_profile(c.gpu_device(0)), reserved);
-    AccuracyRow row;
-    row.id = run.id;
-    row.source = run.source;
-    row.family = run.family;
-    row.published_s = run.time_s;
-    row.predicted_s = pr.step_time_s;
-    if (run.is_memory()) {
-      row.metric = memory_metric_name(run.metric);
-      row.rank = run.rank;
-      row.published_bytes = run.memory_bytes;
-      row.predicted_bytes = predicted_memory(pr, run.plan, run.metric, run.rank);
-      row.error = (row.predicted_bytes - row.published_bytes) / row.published_bytes;
-    } else {
-      row.error = (row.predicted_s - row.published_s) / row.published_s;
-    }
-    row.mfu = pr.mfu;
-    row.memory_per_gpu_bytes = pr.memory_per_gpu_bytes;
-    row.device_memory_bytes = pr.device_memory_bytes;
-    row.fits = pr.fits;
-    row.memory_fit = pr.memory_fit;
-    row.judged = run.judged;
+  for (AccuracyRow& row : rows) {
     if (by_family.find(row.family) == by_family.end()) rep.families.push_back({row.family, {}});
     by_family[row.family].push_back(row);
     rep.rows.push_back(std::move(row));
@@ -198,6 +206,24 @@ AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predict
   rep.mean_abs_error = rep.overall.mean_abs_error;
   rep.max_abs_error = rep.overall.max_abs_error;
   return rep;
+}
+
+AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict) {
+  std::vector<AccuracyRow> rows;
+  rows.reserve(runs.size());
+  // One cluster at a time: a suite's clusters may be large.
+  for (const PublishedRun& run : runs) rows.push_back(accuracy_row(run, cluster_of(run), predict));
+  return accuracy_report(std::move(rows));
+}
+
+AccuracyReport run_accuracy_on(const std::vector<PublishedRun>& runs,
+                               const std::vector<Cluster>& clusters, const Predictor& predict) {
+  PARASOL_CHECK(clusters.size() == runs.size(), "a cluster per run");
+  std::vector<AccuracyRow> rows;
+  rows.reserve(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    rows.push_back(accuracy_row(runs[i], clusters[i], predict));
+  return accuracy_report(std::move(rows));
 }
 
 AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path,

@@ -125,6 +125,16 @@ Cluster cluster_of(const PublishedRun& run);
 
 // Predicts every run of the suites and gathers the statistics.
 AccuracyReport run_accuracy(const std::vector<PublishedRun>& runs, const Predictor& predict = {});
+// The report (per family and overall) of rows already predicted, in their order: the statistics
+// run_accuracy gathers, for a caller that holds the rows of several suites
+// (tests/sim/accuracy_bars_test.cc predicts each suite once for both its bars).
+AccuracyReport accuracy_report(std::vector<AccuracyRow> rows);
+// The same with each run's cluster built once by the caller (clusters[i] = cluster_of(runs[i])),
+// for callers that predict the same runs many times over (cost_models/profile_sensitivity.cc: a
+// pass per figure and end of its range), where building every cluster again (its topology and
+// paths) took about 40% of the time.
+AccuracyReport run_accuracy_on(const std::vector<PublishedRun>& runs,
+                               const std::vector<Cluster>& clusters, const Predictor& predict = {});
 // read_accuracy_suite + run_accuracy.
 AccuracyReport run_accuracy_suite(const Json& suite, const std::string& path = "suite",
                                   const Predictor& predict = {});

@@ -14,15 +14,19 @@ namespace parasol::cost {
 ProfileSensitivity profile_sensitivity(const std::vector<PublishedRun>& runs,
                                        const ProfilePredictor& predict) {
   ProfileSensitivity out;
-  out.base =
-      run_accuracy(runs, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
+  // Each run's cluster, built once for the 2 passes of every figure (run_accuracy_on).
+  std::vector<Cluster> clusters;
+  clusters.reserve(runs.size());
+  for (const PublishedRun& run : runs) clusters.push_back(cluster_of(run));
+  out.base = run_accuracy_on(
+      runs, clusters, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
         return predict(m, c, p, default_profile(c.gpu_device(0)), reserved);
       });
   // The figures of the runs' devices, in the order the first device lists them.
   std::vector<std::string> keys;
   std::set<std::string> seen;
-  for (const PublishedRun& run : runs) {
-    for (const ProfileRange& r : profile_ranges(cluster_of(run).gpu_device(0)))
+  for (const Cluster& c : clusters) {
+    for (const ProfileRange& r : profile_ranges(c.gpu_device(0)))
       if (seen.insert(r.key).second) keys.push_back(r.key);
   }
   for (const std::string& key : keys) {
@@ -31,8 +35,8 @@ ProfileSensitivity profile_sensitivity(const std::vector<PublishedRun>& runs,
       row.key = key;
       row.high = high;
       std::map<std::string, double> values;
-      row.report = run_accuracy(
-          runs, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
+      row.report = run_accuracy_on(
+          runs, clusters, [&](const Model& m, const Cluster& c, const Plan& p, Reserved reserved) {
             Profile prof = default_profile(c.gpu_device(0));
             for (const ProfileRange& r : profile_ranges(c.gpu_device(0)))
               if (r.key == key) {
