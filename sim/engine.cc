@@ -707,15 +707,16 @@ void Engine::run() {
     finish(ev.op, now);
     drain();
   }
-  for (int i = 0; i < n_; ++i)
-    if (!states_[ops_[i].stage].is_completed(i - base_[ops_[i].stage])) {
-      const int s = ops_[i].stage;
-      const Op& op = programs_[s].ops[i - base_[s]];
-      std::string why =
-          "never ran: a dependency cycle, a collective some stage never reaches, or a "
-          "recv whose send never ran";
-      throw InternalError(op_path(s, i - base_[s]), "'" + op.name + "' " + why);
-    }
+  for (int s = 0; s < plan_.pp; ++s) {
+    if (states_[s].done()) continue;
+    for (int j = 0; j < static_cast<int>(programs_[s].ops.size()); ++j)
+      if (!states_[s].is_completed(j)) {
+        const std::string why =
+            "never ran: a dependency cycle, a collective some stage never reaches, or a "
+            "recv whose send never ran";
+        throw InternalError(op_path(s, j), "'" + programs_[s].ops[j].name + "' " + why);
+      }
+  }
 }
 
 SimBreakdown Engine::sweep(int s, double step_time) const {
