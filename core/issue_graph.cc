@@ -180,8 +180,7 @@ void IssueState::broken(Broken what, int i) const {
       check_failed("is_issued(i) && !is_landed(i)", op + " landed twice or unissued", __FILE__,
                    __LINE__);
     case Broken::kCompleted:
-      check_failed("can_complete(i)", op + " completed before the rules allow", __FILE__,
-                   __LINE__);
+      check_failed("can_complete(i)", op + " completed before the rules allow", __FILE__, __LINE__);
   }
   check_failed("false", "unknown broken rule", __FILE__, __LINE__);
 }

@@ -107,11 +107,11 @@ class IssueGraph {
   // What an IssueState reads of op i as it advances, in one record (a quarter of a cache line:
   // the players walk hundreds of thousands of ops, and the Ops are large).
   struct Node {
-    int32_t next = -1;      // the op after it on its stream (-1: none)
-    int32_t out = 0;        // its dependents: dependents_[out, nodes_[i + 1].out)
-    int32_t partner = -1;   // partner(i)
-    uint8_t back = 0;       // i - issue_begin(i)
-    uint8_t ahead = 1;      // issue_end(i) - i
+    int32_t next = -1;     // the op after it on its stream (-1: none)
+    int32_t out = 0;       // its dependents: dependents_[out, nodes_[i + 1].out)
+    int32_t partner = -1;  // partner(i)
+    uint8_t back = 0;      // i - issue_begin(i)
+    uint8_t ahead = 1;     // issue_end(i) - i
     uint8_t kind = kOtherOp;
     uint8_t unused = 0;
   };

@@ -4,10 +4,10 @@
 // IssueState, advanced as ops are issued and complete. Layout for speed: the ops of all stage
 // Programs are numbered globally; their run state is a flat array of 32-byte records (duration,
 // stage, partner, link-sharing set, ...), kept in a Simulator's workspace and reused from plan to
-// plan, beside the issue graph's 16-byte and the issue state's 8-byte records per op. The only dynamic structure is a small binary heap of finish events
-// (about one per busy stream). Durations are priced in one pass over the Ops before the run, once
-// per distinct op shape (a hash map behind a direct-mapped memo); group placements are priced once
-// per Simulator.
+// plan, beside the issue graph's 16-byte and the issue state's 8-byte records per op. The only
+// dynamic structure is a small binary heap of finish events (about one per busy stream). Durations
+// are priced in one pass over the Ops before the run, once per distinct op shape (a hash map behind
+// a direct-mapped memo); group placements are priced once per Simulator.
 #include "sim/engine.h"
 
 #include <algorithm>
