@@ -69,43 +69,57 @@ class IssueGraph {
   void end();
 
   const Program& program() const { return *program_; }
-  int size() const { return static_cast<int>(prev_.size()); }
+  int size() const { return size_; }
   int streams() const { return static_cast<int>(program_->streams.size()); }
 
   // Op i's dependencies (earlier ops) and the ops that depend on it (later ops, ascending).
   std::span<const int> deps(int i) const { return program_->ops[i].deps; }
   std::span<const int> dependents(int i) const {
-    return {dependents_.data() + dependents_off_[i], dependents_.data() + dependents_off_[i + 1]};
+    return {dependents_.data() + nodes_[i].out, dependents_.data() + nodes_[i + 1].out};
   }
   // The op before and after op i on its stream (-1: none); stream s's first op (-1: none).
   int stream_prev(int i) const { return prev_[i]; }
-  int stream_next(int i) const { return next_[i]; }
+  int stream_next(int i) const { return nodes_[i].next; }
   int stream_first(int s) const { return first_[s]; }
   // The ops issued together with op i: [issue_begin(i), issue_end(i)) in Program order (its p2p
   // group, or the op alone).
-  int issue_begin(int i) const { return group_begin_[i]; }
-  int issue_end(int i) const { return group_end_[i]; }
+  int issue_begin(int i) const { return i - nodes_[i].back; }
+  int issue_end(int i) const { return i + nodes_[i].ahead; }
   // A receive: the send of this Program it completes with (-1: a pipeline receive, whose send is
   // another stage's). A send: the receive of this Program that pairs with it (-1: none here).
-  int partner(int i) const { return partner_[i]; }
-  bool is_send(int i) const { return kind_[i] == kSendOp; }
-  bool is_recv(int i) const { return kind_[i] == kRecvOp; }
+  int partner(int i) const { return nodes_[i].partner; }
+  bool is_send(int i) const { return nodes_[i].kind == kSendOp; }
+  bool is_recv(int i) const { return nodes_[i].kind == kRecvOp; }
   // A device-to-host sync: the host stops at it until it has completed.
-  bool is_sync(int i) const { return kind_[i] == kSyncOp; }
+  bool is_sync(int i) const { return nodes_[i].kind == kSyncOp; }
   // What the first op of each issue group waits for before it may be issued (0 elsewhere): its
   // members' dependencies and every member of the group before it on its stream (IssueState).
   const std::vector<int>& waits() const { return waits_; }
+  // The most ops one p2p group may have (a Program with a larger one is malformed; the lowering's
+  // groups have two to four: Megatron's batched exchange, a ring attention step).
+  static constexpr int kMaxIssueGroup = 255;
 
  private:
   const Program* program_ = nullptr;
-  // Each op's kind as the rules see it (a byte: the players ask often, the Ops are large).
+  int size_ = 0;
+  // Each op's kind as the rules see it.
   enum : uint8_t { kOtherOp = 0, kSendOp, kRecvOp, kSyncOp };
-  std::vector<uint8_t> kind_;
-  std::vector<int> prev_, next_, first_;
-  std::vector<int> group_begin_, group_end_;
-  std::vector<int> partner_;
+  // What an IssueState reads of op i as it advances, in one record (a quarter of a cache line:
+  // the players walk hundreds of thousands of ops, and the Ops are large).
+  struct Node {
+    int32_t next = -1;     // the op after it on its stream (-1: none)
+    int32_t out = 0;       // its dependents: dependents_[out, nodes_[i + 1].out)
+    int32_t partner = -1;  // partner(i)
+    uint8_t back = 0;      // i - issue_begin(i)
+    uint8_t ahead = 1;     // issue_end(i) - i
+    uint8_t kind = kOtherOp;
+    uint8_t unused = 0;
+  };
+  static_assert(sizeof(Node) == 16);
+  std::vector<Node> nodes_;  // size() + 1: the last one ends the last op's dependents
+  std::vector<int> prev_, first_;
   std::vector<int> waits_;
-  std::vector<int> dependents_off_, dependents_;
+  std::vector<int> dependents_;
   // Scratch of the build: the edges (dependency, op) op after op, each stream's last op, the p2p
   // groups whose run of ops has ended, the sends and receives that pair in this Program by key.
   std::vector<std::pair<int, int>> edges_;
@@ -151,7 +165,7 @@ class IssueState {
   // released.
   bool ready(int i) const {
     const int b = graph_->issue_begin(i);
-    return state_[b] == kWaiting && pending_[b] == 0 && graph_->issue_end(b) <= cursor_;
+    return slots_[b].state == kWaiting && slots_[b].pending == 0 && graph_->issue_end(b) <= cursor_;
   }
   // The first op of each issue group ready now, in Program order (a fresh list on each call).
   std::vector<int> ready_groups() const;
@@ -167,21 +181,94 @@ class IssueState {
   // Op i has completed; appends the groups that it makes ready to became_ready.
   // REQUIRES: can_complete(i).
   void completed(int i, std::vector<int>* became_ready = nullptr);
-  bool is_issued(int i) const { return state_[i] >= kIssued; }
-  bool is_landed(int i) const { return state_[i] >= kLanded; }
-  bool is_completed(int i) const { return state_[i] == kCompleted; }
+  bool is_issued(int i) const { return slots_[i].state >= kIssued; }
+  bool is_landed(int i) const { return slots_[i].state >= kLanded; }
+  bool is_completed(int i) const { return slots_[i].state == kCompleted; }
   bool done() const { return completed_ == graph_->size(); }
 
  private:
   enum : uint8_t { kWaiting = 0, kIssued = 1, kLanded = 2, kCompleted = 3 };
   // Op j releases those after it.
   void release(int j, std::vector<int>* became_ready);
+  // A broken REQUIRES of reach (op: the cursor), issued, landed or completed: the InternalError
+  // of PARASOL_CHECK, raised out of line (the calls are the players' inner loop).
+  enum class Broken : uint8_t { kReach, kIssued, kLanded, kCompleted };
+  [[noreturn]] void broken(Broken what, int op) const;
   const IssueGraph* graph_ = nullptr;
   IssueRules rules_;
-  std::vector<uint8_t> state_;
-  std::vector<int> pending_;  // per issue group (at its first op): releases it waits for
+  // Per op, in one record: its state and, at the first op of an issue group, how many releases
+  // the group still waits for.
+  struct Slot {
+    int32_t pending = 0;
+    uint8_t state = kWaiting;
+  };
+  static_assert(sizeof(Slot) == 8);
+  std::vector<Slot> slots_;
   int cursor_ = 0;
   int completed_ = 0;
 };
+
+// The state's inner loop, inline: the engine calls it a few times per op of a step.
+inline bool IssueState::can_reach() const {
+  const int c = cursor_;
+  if (c >= graph_->size()) return false;
+  return !(c > 0 && graph_->is_sync(c - 1) && slots_[c - 1].state != kCompleted);
+}
+
+inline void IssueState::reach(std::vector<int>* became_ready) {
+  if (!can_reach()) [[unlikely]]
+    broken(Broken::kReach, cursor_);
+  const int c = cursor_++;
+  if (became_ready && graph_->issue_end(c) == cursor_ && ready(c))
+    became_ready->push_back(graph_->issue_begin(c));
+}
+
+inline void IssueState::release(int j, std::vector<int>* became_ready) {
+  auto one_less = [&](int b) {
+    Slot& slot = slots_[b];
+    if (--slot.pending == 0 && became_ready && graph_->issue_end(b) <= cursor_ &&
+        slot.state == kWaiting)
+      became_ready->push_back(b);
+  };
+  for (int d : graph_->dependents(j)) one_less(graph_->issue_begin(d));
+  const int nx = graph_->stream_next(graph_->issue_end(j) - 1);
+  if (nx >= 0) one_less(nx);  // the first op of the next group on the stream
+}
+
+inline void IssueState::issued(int i, std::vector<int>* became_ready) {
+  if (!ready(i)) [[unlikely]]
+    broken(Broken::kIssued, i);
+  const int b = graph_->issue_begin(i), e = graph_->issue_end(i);
+  for (int j = b; j < e; ++j) slots_[j].state = kIssued;
+  if (rules_.eager_sends)
+    for (int j = b; j < e; ++j)
+      if (graph_->is_send(j)) release(j, became_ready);
+}
+
+inline void IssueState::landed(int i) {
+  if (slots_[i].state != kIssued) [[unlikely]]
+    broken(Broken::kLanded, i);
+  slots_[i].state = kLanded;
+}
+
+inline bool IssueState::can_complete(int i) const {
+  const uint8_t st = slots_[i].state;
+  if (st != kIssued && st != kLanded) return false;
+  if (!graph_->is_send(i) && !graph_->is_recv(i)) return true;  // a group of one, no partner
+  const int b = graph_->issue_begin(i), e = graph_->issue_end(i);
+  if (e - b > 1)
+    for (int j = b; j < e; ++j)
+      if (j != i && slots_[j].state < kLanded) return false;
+  const int p = graph_->partner(i);
+  return !(graph_->is_recv(i) && p >= 0 && slots_[p].state < kLanded);
+}
+
+inline void IssueState::completed(int i, std::vector<int>* became_ready) {
+  if (!can_complete(i)) [[unlikely]]
+    broken(Broken::kCompleted, i);
+  slots_[i].state = kCompleted;
+  ++completed_;
+  if (!(rules_.eager_sends && graph_->is_send(i))) release(i, became_ready);
+}
 
 }  // namespace parasol

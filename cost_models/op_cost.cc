@@ -92,10 +92,12 @@ struct OpPricer::ShapeCache {
     double seconds = 0;
     bool used = false;
   };
-  // Allocated once the map holds kMemoAfter shapes: a pricer of a few ops (a layer fragment of
-  // the closed form) does without it.
-  static constexpr size_t kMemoSlots = 1024, kMemoAfter = 64;
+  // Allocated once the map holds kMemoAfter shapes or the pricer has priced kMemoAfterOps ops
+  // (a whole Program's ops of few shapes): a pricer of a few ops (a layer fragment of the closed
+  // form) does without it.
+  static constexpr size_t kMemoSlots = 1024, kMemoAfter = 64, kMemoAfterOps = 4096;
   std::vector<Memo> memo;
+  size_t priced = 0;  // calls of time()
 };
 
 OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
@@ -127,8 +129,11 @@ OpPricer::OpPricer(const Model& model, const Cluster& cluster, const Plan& plan,
 OpPricer::~OpPricer() = default;
 
 size_t OpShapeHash::operator()(const OpShape& s) const {
+  // One multiply per word (a bijection of h for each word: two shapes that differ in one word
+  // differ in h), then MurmurHash3's 64-bit finaliser, so that every bit reaches the low bits
+  // that pick the memo slot and the bucket. Priced for every op of a simulated step.
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 0x9e3779b97f4a7c15ull; };
   auto bits = [](double d) {
     uint64_t u;
     std::memcpy(&u, &d, sizeof u);
@@ -153,6 +158,11 @@ size_t OpShapeHash::operator()(const OpShape& s) const {
     mix(static_cast<uint64_t>(s.ah) ^ static_cast<uint64_t>(s.akvh) << 20 ^
         static_cast<uint64_t>(s.ad) << 40 ^ static_cast<uint64_t>(s.aflags) << 60);
   }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
   return static_cast<size_t>(h);
 }
 
@@ -186,6 +196,8 @@ double OpPricer::time(const Op& op, int stage, bool host) {
   const OpShape key = shape(op, stage, host);
   const size_t h = OpShapeHash()(key);
   std::vector<ShapeCache::Memo>& memo = shapes_->memo;
+  if (memo.empty() && ++shapes_->priced >= ShapeCache::kMemoAfterOps)
+    memo.resize(ShapeCache::kMemoSlots);
   if (!memo.empty()) {
     const ShapeCache::Memo& slot = memo[h % ShapeCache::kMemoSlots];
     if (slot.used && slot.hash == h && slot.key == key) return slot.seconds;

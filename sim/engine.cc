@@ -1,12 +1,13 @@
 // The discrete-event engine (see engine.h for what it models). The execution rules
-// (dependencies, stream order, a ring receive's send) are each stage Program's issue graph
-// (core/issue_graph.h), built and checked once per run. Layout for speed: the ops of all stage
+// (dependencies, stream order, the host cursor, p2p groups, a ring receive's send) are each stage
+// Program's issue graph (core/issue_graph.h), built and checked once per run, and the stage's
+// IssueState, advanced as ops are issued and complete. Layout for speed: the ops of all stage
 // Programs are numbered globally; their run state is a flat array of 32-byte records (duration,
-// pending-dependency counter, next op of the stream, ...), kept in a Simulator's workspace and
-// reused from plan to plan. The only dynamic structure is a small binary heap of finish events
-// (about one per busy stream). Durations are priced in one pass over the Ops before the run, once
-// per distinct op shape (a hash map behind a direct-mapped memo); group placements are priced once
-// per Simulator.
+// stage, partner, link-sharing set, ...), kept in a Simulator's workspace and reused from plan to
+// plan, beside the issue graph's 16-byte and the issue state's 8-byte records per op. The only
+// dynamic structure is a small binary heap of finish events (about one per busy stream). Durations
+// are priced in one pass over the Ops before the run, once per distinct op shape (a hash map behind
+// a direct-mapped memo); group placements are priced once per Simulator.
 #include "sim/engine.h"
 
 #include <algorithm>
@@ -110,6 +111,7 @@ struct alignas(32) SimOp {
   int partner = -1;      // send <-> recv; rendezvous index of a kPp collective
   int share = -1;        // processor-sharing set (stage * kClasses + link class); -1: none
   uint32_t version = 0;  // bumped when a shared op's finish time is rescheduled
+  int stage = 0;         // its pipeline stage (whose Program holds it)
   Type type = Type::kCompute;
   uint8_t cat = 0;      // breakdown category
   uint8_t done = 0;     // its own work is done (core/issue_graph.h: landed)
@@ -131,7 +133,6 @@ struct Times {
 struct Simulator::Workspace {
   std::vector<SimOp> ops;
   std::vector<Times> times;
-  std::vector<int> stage;
   std::vector<double> remaining;
   std::vector<double> host_cost;   // seconds the host spends issuing each op
   std::vector<IssueGraph> graphs;  // per stage
@@ -170,7 +171,6 @@ class Engine {
         layout_(plan),
         ops_(work.ops),
         times_(work.times),
-        stage_(work.stage),
         remaining_(work.remaining),
         host_cost_(work.host_cost),
         graphs_(work.graphs),
@@ -266,7 +266,6 @@ class Engine {
   // Per-op state, in the Simulator's workspace (reused from plan to plan).
   std::vector<SimOp>& ops_;
   std::vector<Times>& times_;
-  std::vector<int>& stage_;         // stage of each op
   std::vector<double>& remaining_;  // shared ops: standalone seconds still to go
   std::vector<double>& host_cost_;
   // Each stage Program's execution rules (core/issue_graph.h): its ops' dependents and stream
@@ -340,7 +339,6 @@ void Engine::reset_state() {
   n_ = base_[pp];
   ops_.assign(n_, SimOp{});
   times_.assign(n_, Times{});
-  stage_.assign(n_, 0);
   remaining_.assign(n_, 0);
   host_cost_.assign(n_, 0);
   host_.assign(pp, HostCursor{});
@@ -373,7 +371,7 @@ void Engine::add_stage(int s, P2pLists& sends, P2pLists& recvs, std::vector<int>
     graph.add(i);
     const Op& op = prog.ops[i];
     const int g = base_[s] + i;
-    stage_[g] = s;
+    ops_[g].stage = s;
     if (graph.issue_begin(i) < i) ops_[g].grouped = ops_[g - 1].grouped = 1;
     stream_ops_[s][op.stream].push_back(g);
     add_op(s, i, sends, recvs, pp_colls);
@@ -444,7 +442,7 @@ void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) 
     for (size_t j = 0; j < list.size(); ++j) {
       const int r = list[j];
       if (j >= have) {
-        const int s = stage_[r];
+        const int s = ops_[r].stage;
         const Op& op = programs_[s].ops[r - base_[s]];
         throw InternalError(op_path(s, r - base_[s]),
                             "recv '" + op.name + "' from stage " + std::to_string(op.peer_stage) +
@@ -459,7 +457,7 @@ void Engine::pair_sends_and_recvs(const P2pLists& sends, const P2pLists& recvs) 
   for (auto& [key, list] : sends)
     for (int snd : list)
       if (ops_[snd].partner < 0) {
-        const int s = stage_[snd];
+        const int s = ops_[snd].stage;
         const Op& op = programs_[s].ops[snd - base_[s]];
         throw InternalError(op_path(s, snd - base_[s]),
                             "send '" + op.name + "' to stage " + std::to_string(op.peer_stage) +
@@ -483,7 +481,7 @@ void Engine::build_rendezvous(const std::vector<std::vector<int>>& pp_colls) {
         stages.push_back(s);
       }
     const int first = rv.ops[0];
-    const Op& op = programs_[stage_[first]].ops[first - base_[stage_[first]]];
+    const Op& op = programs_[ops_[first].stage].ops[first - base_[ops_[first].stage]];
     rv.dur = pricer_->pp_collective_time(op, stages);
     for (int g : rv.ops) {
       ops_[g].partner = static_cast<int>(rendezvous_.size());
@@ -540,7 +538,7 @@ void Engine::start(int i, double t) {
         push(t + ops_[i].dur, i);
         return;
       }
-      const int s = stage_[i];
+      const int s = ops_[i].stage;
       compute_update(s, t);
       running_compute_[s].push_back(i);
       remaining_[i] = ops_[i].dur;
@@ -552,12 +550,12 @@ void Engine::start(int i, double t) {
       return;
     case Type::kSync:
       // Its device work is done now: the host wakes up (it has waited since it issued the sync).
-      push(host_[stage_[i]].sync(t, ops_[i].dur), i);
+      push(host_[ops_[i].stage].sync(t, ops_[i].dur), i);
       return;
     case Type::kComm:
     case Type::kSend:
       if (is_nccl_share(ops_[i].share))
-        comm_active_change(stage_[i], +1, is_dp_category(ops_[i].cat), t);
+        comm_active_change(ops_[i].stage, +1, is_dp_category(ops_[i].cat), t);
       if (ops_[i].share >= 0) {
         const int c = ops_[i].share;
         share_update(c, t);
@@ -593,13 +591,13 @@ void Engine::finish(int i, double t) {
   ops_[i].done = 1;
   times_[i].end = t;
   if (ops_[i].type == Type::kCompute && slows_) {
-    const int s = stage_[i];
+    const int s = ops_[i].stage;
     compute_update(s, t);
     auto& run = running_compute_[s];
     run.erase(std::find(run.begin(), run.end(), i));
   }
   if (is_nccl_share(ops_[i].share))
-    comm_active_change(stage_[i], -1, is_dp_category(ops_[i].cat), t);
+    comm_active_change(ops_[i].stage, -1, is_dp_category(ops_[i].cat), t);
   if (ops_[i].share >= 0) {
     const int c = ops_[i].share;
     share_update(c, t);
@@ -615,7 +613,7 @@ void Engine::finish(int i, double t) {
       now_done_.push_back(r);
     }
   }
-  const int s = stage_[i];
+  const int s = ops_[i].stage;
   if (!ops_[i].grouped) {
     complete(s, i, t);
     return;
@@ -644,7 +642,7 @@ void Engine::take_ready(int s) {
 void Engine::gate(int head, double t) {
   int end = head + 1;
   if (ops_[head].grouped) {
-    const int s = stage_[head], base = base_[s];
+    const int s = ops_[head].stage, base = base_[s];
     end = base + graphs_[s].issue_end(head - base);
   }
   for (int j = head; j < end; ++j) times_[j].ready = t;
@@ -657,7 +655,7 @@ void Engine::gate(int head, double t) {
 }
 
 void Engine::start_group(int head, double t) {
-  const int s = stage_[head], base = base_[s];
+  const int s = ops_[head].stage, base = base_[s];
   states_[s].issued(head - base);
   if (!ops_[head].grouped) {
     start(head, t);
@@ -709,15 +707,16 @@ void Engine::run() {
     finish(ev.op, now);
     drain();
   }
-  for (int i = 0; i < n_; ++i)
-    if (!states_[stage_[i]].is_completed(i - base_[stage_[i]])) {
-      const int s = stage_[i];
-      const Op& op = programs_[s].ops[i - base_[s]];
-      std::string why =
-          "never ran: a dependency cycle, a collective some stage never reaches, or a "
-          "recv whose send never ran";
-      throw InternalError(op_path(s, i - base_[s]), "'" + op.name + "' " + why);
-    }
+  for (int s = 0; s < plan_.pp; ++s) {
+    if (states_[s].done()) continue;
+    for (int j = 0; j < static_cast<int>(programs_[s].ops.size()); ++j)
+      if (!states_[s].is_completed(j)) {
+        const std::string why =
+            "never ran: a dependency cycle, a collective some stage never reaches, or a "
+            "recv whose send never ran";
+        throw InternalError(op_path(s, j), "'" + programs_[s].ops[j].name + "' " + why);
+      }
+  }
 }
 
 SimBreakdown Engine::sweep(int s, double step_time) const {

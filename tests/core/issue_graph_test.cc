@@ -409,6 +409,30 @@ TEST(IssueGraph, MalformedProgramsAreInternalErrors) {
     p.ops[1].id = 7;
     ExpectInternal([&] { IssueGraph g(p); }, "is 7");
   }
+  // A p2p group's members are counted in a byte of the graph's per-op record: the largest group
+  // is accepted, with its offsets right, and one more member is refused.
+  auto ring_group = [](int pairs) {
+    Program p = empty_program();
+    for (int k = 0; k < pairs; ++k) {
+      add_p2p(p, OpKind::kSend, Group::kCp, k, 0);
+      add_p2p(p, OpKind::kRecv, Group::kCp, k, 0);
+    }
+    return p;
+  };
+  {
+    Program p = ring_group(IssueGraph::kMaxIssueGroup / 2);  // 254 ops
+    add_p2p(p, OpKind::kSend, Group::kCp, 999, 0);            // the 255th
+    add_p2p(p, OpKind::kRecv, Group::kCp, 999, 1);            // a group of its own
+    IssueGraph g(p);
+    EXPECT_EQ(g.issue_begin(254), 0);
+    EXPECT_EQ(g.issue_end(0), IssueGraph::kMaxIssueGroup);
+    EXPECT_EQ(g.issue_begin(255), 255);
+    EXPECT_EQ(g.partner(254), 255);
+  }
+  {
+    Program p = ring_group(IssueGraph::kMaxIssueGroup / 2 + 1);  // 256 ops
+    ExpectInternal([&] { IssueGraph g(p); }, "has more than 255 ops");
+  }
 }
 
 // The lowering's Programs follow the rules, and a greedy play (host ahead, everything issued as
