@@ -124,16 +124,6 @@ Dtype suite_precision() {
   return d;
 }
 
-// Whether this is the suite's bf16 run. The tests that set every plan's precision themselves
-// (fp8, bf16 or fp32: Fp8PlansAreRefusedByName, GradientsReducedInBfloat,
-// MixedPrecisionResumesBitForBit, MixedPrecisionTracksFp32OnTiny,
-// SerialGradientsMatchFiniteDifferences) read nothing else of PARASOL_TEST_PRECISION: the bf16 run
-// would repeat the fp32 run's work exactly (the same plans, inputs, backend and checks), so they
-// skip it (CI time: about 17 s of that run's 105). The strict-device and NCCL-semantics runs,
-// which change the backend and the communicator, still run them.
-bool repeats_the_fp32_run() { return suite_precision() != Dtype::kFp32; }
-constexpr const char* kFp32RunChecksIt = "the plans' precision is the test's: the fp32 run checks it";
-
 Plan base_plan(int gbs = 8) {
   Plan p;
   p.global_batch = gbs;
@@ -765,9 +755,6 @@ TEST_F(Runtime, HybridShardedDataParallel) {
 
 // fp8 plans are priced by the simulator; the runtime refuses them naming the field.
 TEST_F(Runtime, Fp8PlansAreRefusedByName) {
-  if (repeats_the_fp32_run()) {
-    GTEST_SKIP() << kFp32RunChecksIt;
-  }
   if (world_rank() == 0) {
     Plan p = base_plan();
     p.precision = Dtype::kFp8;
@@ -800,9 +787,6 @@ TEST_F(Runtime, Fp8PlansAreRefusedByName) {
 void expect_memory_of_every_rank(const Model& m, const Plan& plan, const Outcome& got);
 
 TEST_F(Runtime, GradientsReducedInBfloat) {
-  if (repeats_the_fp32_run()) {
-    GTEST_SKIP() << kFp32RunChecksIt;
-  }
   const Model m = llama4();
   for (int zero : {0, 1, 2}) {
     Plan p = base_plan(16);
@@ -851,9 +835,6 @@ TEST_F(Runtime, Fsdp2HoldsTheEmbeddingTableToItsBackward) {
 // every checkpoint file), the bf16 weights being the masters rounded as the step's cast rounds
 // them.
 TEST_F(Runtime, MixedPrecisionResumesBitForBit) {
-  if (repeats_the_fp32_run()) {
-    GTEST_SKIP() << kFp32RunChecksIt;
-  }
   const Model m = gpt4();
   Plan p = base_plan();
   p.precision = Dtype::kBf16;
@@ -884,9 +865,6 @@ TEST_F(Runtime, MixedPrecisionResumesBitForBit) {
 // their only difference is rounding: each step's loss within 2 % of fp32's, and the mean of the
 // last 20 steps within 0.5 %, while both fall by far more than that (over 20 %).
 TEST_F(Runtime, MixedPrecisionTracksFp32OnTiny) {
-  if (repeats_the_fp32_run()) {
-    GTEST_SKIP() << kFp32RunChecksIt;
-  }
   if (world_rank() == 0) {
     const Model m = model_preset("tiny");
     auto losses = [&](Dtype precision) {
@@ -1293,9 +1271,6 @@ TEST_F(Runtime, ExpertGridOfItsOwn) {
 // each tensor moved along its gradient g by eps g / |g| (the loss changes by about eps |g|, far
 // above fp32's rounding of the loss); AdamW with lr 0 leaves the weights in place.
 TEST_F(Runtime, SerialGradientsMatchFiniteDifferences) {
-  if (repeats_the_fp32_run()) {
-    GTEST_SKIP() << kFp32RunChecksIt;
-  }
   if (world_rank() == 0) {
     struct Check {
       Model m;
