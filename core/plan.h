@@ -544,7 +544,7 @@ struct Plan {
   // adapters' GEMMs run in bf16 (Megatron's plain linears, outside fp8 autocast).
   int lora_rank = 0;
   unsigned lora_targets = 0xFu;  // bit per LoraTarget (NeMo's default: all four)
-  double lora_dropout = 0;       // the adapters' input dropout ("pre"); > 0 keeps its output and mask
+  double lora_dropout = 0;  // the adapters' input dropout ("pre"); > 0 keeps its output and mask
   // Megatron-Core's activation_func_fp8_input_store (TransformerConfig, SwiGLU only:
   // transformer_config.py @d98e8a6 L227, L2467; fusions/fused_bias_swiglu.py SwiGLUFunction): the
   // SwiGLU keeps its input (FC1's output) for the backward as an fp8 copy it writes in the

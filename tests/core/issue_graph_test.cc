@@ -421,8 +421,8 @@ TEST(IssueGraph, MalformedProgramsAreInternalErrors) {
   };
   {
     Program p = ring_group(IssueGraph::kMaxIssueGroup / 2);  // 254 ops
-    add_p2p(p, OpKind::kSend, Group::kCp, 999, 0);            // the 255th
-    add_p2p(p, OpKind::kRecv, Group::kCp, 999, 1);            // a group of its own
+    add_p2p(p, OpKind::kSend, Group::kCp, 999, 0);           // the 255th
+    add_p2p(p, OpKind::kRecv, Group::kCp, 999, 1);           // a group of its own
     IssueGraph g(p);
     EXPECT_EQ(g.issue_begin(254), 0);
     EXPECT_EQ(g.issue_end(0), IssueGraph::kMaxIssueGroup);
