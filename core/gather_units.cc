@@ -142,6 +142,18 @@ std::vector<PersistentParam> persistent_params(const Model& m, const Plan& p, in
   return out;
 }
 
+std::vector<PersistentParam> stage_persistent_params(const Model& m, const Plan& p, int stage) {
+  std::vector<PersistentParam> out;
+  for (int c = 0; c < p.chunks(); ++c) {
+    const int first = p.first_layer(m.layers, stage, c);
+    for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, c); ++l) {
+      const std::vector<PersistentParam> layer = persistent_params(m, p, l);
+      out.insert(out.end(), layer.begin(), layer.end());
+    }
+  }
+  return out;
+}
+
 std::vector<double> gathered_layer_weights(const Model& m, const Plan& p, int layer) {
   std::vector<double> out = dense_layer_weights(m, p.tp, layer);
   for (const PersistentParam& x : persistent_params(m, p, layer))

@@ -77,6 +77,9 @@ struct PersistentParam {
   double elements = 0;  // on one tensor-parallel rank
 };
 std::vector<PersistentParam> persistent_params(const Model& m, const Plan& p, int layer);
+// The persistent parameters of every layer of `stage` (each chunk's layers in order): what the
+// closed form's memory and its post-step gathers both walk.
+std::vector<PersistentParam> stage_persistent_params(const Model& m, const Plan& p, int stage);
 
 // Elements of each module of dense_layer_weights(m, p.tp, layer) that the coordinator gathers:
 // the module's less its persistent parameters'.

@@ -1271,20 +1271,15 @@ Estimator::DataParallel Estimator::data_parallel(const Plan& p, int stage,
     const GroupModel& gg = hsdp_dense ? extra_group_model(p, ExtraGroup::kDenseShard) : *dense;
     const double ways = p.dense_shard_ranks();
     std::vector<std::pair<double, double>> priced;  // (elements, seconds) already priced
-    for (int c = 0; c < p.chunks(); ++c) {
-      const int first = p.first_layer(model_.layers, stage, c);
-      for (int l = first; l < first + p.layers_in_chunk(model_.layers, stage, c); ++l) {
-        for (const PersistentParam& x : persistent_params(model_, p, l)) {
-          auto it = std::find_if(priced.begin(), priced.end(),
-                                 [&](const auto& e) { return e.first == x.elements; });
-          if (it == priced.end()) {
-            const double bytes = std::ceil(x.elements / ways) * ways * sync.w_bytes;
-            priced.emplace_back(x.elements, gg.cost(Collective::kAllGather, bytes).time_s);
-            it = priced.end() - 1;
-          }
-          out.per_step += it->second;
-        }
+    for (const PersistentParam& x : stage_persistent_params(model_, p, stage)) {
+      auto it = std::find_if(priced.begin(), priced.end(),
+                             [&](const auto& e) { return e.first == x.elements; });
+      if (it == priced.end()) {
+        const double bytes = std::ceil(x.elements / ways) * ways * sync.w_bytes;
+        priced.emplace_back(x.elements, gg.cost(Collective::kAllGather, bytes).time_s);
+        it = priced.end() - 1;
       }
+      out.per_step += it->second;
     }
   }
   out.per_micro_batch += copies.forward + copies.backward;

@@ -666,14 +666,9 @@ MemoryBreakdown memory_of_stage(const Model& m, const ParamCounts& pc, const Clu
     // every rank for the whole step, beside their shard: each its full size, padded to the dense
     // shard group as the lowering's persistent_gathers allocates it.
     const double ways = p.dense_shard_ranks();
-    if (p.zero3_unit == GatherUnit::kModule && !p.offload.params && ways > 1) {
-      for (int ch = 0; ch < p.chunks(); ++ch) {
-        const int first = p.first_layer(m.layers, stage, ch);
-        for (int l = first; l < first + p.layers_in_chunk(m.layers, stage, ch); ++l)
-          for (const PersistentParam& x : persistent_params(m, p, l))
-            mb.weights += w_bytes * std::ceil(x.elements / ways) * ways;
-      }
-    }
+    if (p.zero3_unit == GatherUnit::kModule && !p.offload.params && ways > 1)
+      for (const PersistentParam& x : stage_persistent_params(m, p, stage))
+        mb.weights += w_bytes * std::ceil(x.elements / ways) * ways;
   }
 
   // Offloaded optimizer state and activations leave the device (a double buffer of two layers'
